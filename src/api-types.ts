@@ -1,0 +1,195 @@
+/**
+ * Request and response shapes of the email service, shared by the client and
+ * the emulator so both always agree on the wire format.
+ *
+ * The service specification leaves response bodies open; the shapes here are
+ * the project's contract (see the README, "Service contract"). The client reads
+ * them leniently, the emulator produces them exactly.
+ *
+ * @packageDocumentation
+ */
+
+/**
+ * A permission held by an API key.
+ *
+ * - `sender`: `POST /v1/send/eml` and `POST /v1/send/email`
+ * - `group.sender`: `POST /v1/send/group/{id}`
+ * - `group:insert`: `POST /v1/group/{id}`
+ * - `group:remove`: `DELETE /v1/group/{id}`
+ *
+ * @example
+ * const scopes: ApiScope[] = ['sender', 'group.sender'];
+ */
+export type ApiScope = 'sender' | 'group.sender' | 'group:insert' | 'group:remove';
+
+/** Every scope the service knows, in the order of the specification. */
+export const API_SCOPES: readonly ApiScope[] = ['sender', 'group.sender', 'group:insert', 'group:remove'];
+
+/**
+ * Account plan of an API key. Hosted (embedded) images need `plus`.
+ *
+ * @example
+ * const plan: ApiPlan = 'plus';
+ */
+export type ApiPlan = 'free' | 'plus';
+
+/**
+ * Address object used for `to` and `from` in the JSON send forms.
+ *
+ * @example
+ * const from: ApiAddress = { email: 'shop@example.test', name: 'Shop' };
+ */
+export interface ApiAddress {
+  email: string;
+  name?: string;
+}
+
+/**
+ * Image embedded in a JSON send, hosted by the service (plus plan).
+ *
+ * @example
+ * const logo: ApiImage = { name: 'logo', data: pngBase64, mimeType: 'PNG' };
+ */
+export interface ApiImage {
+  /** Placeholder name, referenced as `{{name}}` in `html`. */
+  name: string;
+  /** Base64 image data. */
+  data: string;
+  /** Upper-case format word. */
+  mimeType: 'PNG' | 'JPEG' | 'GIF' | 'WEBP';
+}
+
+/**
+ * Content of a JSON send.
+ *
+ * @example
+ * const content: ApiTextContent = { html: '<p>Hi</p>', text: 'Hi', tracking: false };
+ */
+export interface ApiTextContent {
+  html?: string;
+  text?: string;
+  tracking?: boolean;
+  images?: ApiImage[];
+}
+
+/** Body of `POST /v1/send/eml`: the complete message, Base64-encoded. */
+export interface EmlSendRequest {
+  mail: string;
+}
+
+/** Body of `POST /v1/send/email`. */
+export interface StandardEmailRequest {
+  to: ApiAddress[];
+  from: ApiAddress;
+  subject: string;
+  textContent: ApiTextContent;
+}
+
+/** Body of `POST /v1/send/group/{groupId}`. */
+export interface GroupEmailRequest {
+  from: ApiAddress;
+  subject: string;
+  textContent: ApiTextContent;
+}
+
+/** One member entry of an add-to-group request. Substitution keys are written `{{key}}`. */
+export interface GroupMemberEntry {
+  email: string;
+  name?: string;
+  substitutions?: Record<string, string>;
+}
+
+/** What the service does when an entry of an add request cannot be added. */
+export type OnFailure = 'SKIP' | 'ABORT';
+
+/** Body of `POST /v1/group/{groupId}`. */
+export interface AddToGroupRequest {
+  entries: GroupMemberEntry[];
+  groupId: string;
+  onFailure?: OnFailure;
+}
+
+/** Body of `DELETE /v1/group/{groupId}`. */
+export interface RemoveFromGroupRequest {
+  email: string;
+}
+
+/** 202 answer of `POST /v1/send/eml` and `POST /v1/send/email`. */
+export interface SendAcceptedResponse {
+  /** The service's id for this send. */
+  id: string;
+  /** The Message-ID header of the message as sent. */
+  messageId: string;
+  /** Number of recipients the message was accepted for. */
+  recipients: number;
+}
+
+/** 202 answer of `POST /v1/send/group/{groupId}`. */
+export interface GroupSendAcceptedResponse {
+  id: string;
+  recipients: number;
+  failed: number;
+}
+
+/** 200 answer of `POST /v1/group/{groupId}`. */
+export interface AddToGroupResponse {
+  added: string[];
+  skipped: { email: string; reason: string }[];
+}
+
+/** 200 answer of `DELETE /v1/group/{groupId}`. */
+export interface RemoveFromGroupResponse {
+  removed: true;
+}
+
+/** 200 answer of `GET /v1/group/{groupId}/check/{email}`. */
+export interface GroupCheckResponse {
+  member: boolean;
+}
+
+/** Error codes the emulator answers with (the service's own codes where it has them). */
+export type ApiErrorCode =
+  | 'invalid_json'
+  | 'invalid_request'
+  | 'invalid_base64'
+  | 'invalid_eml'
+  | 'invalid_address'
+  | 'no_recipients'
+  | 'missing_api_key'
+  | 'invalid_api_key'
+  | 'missing_scope'
+  | 'plan_required'
+  | 'group_not_found'
+  | 'not_a_member'
+  | 'not_found'
+  | 'method_not_allowed'
+  | 'payload_too_large'
+  | 'unsupported_media_type'
+  | 'rate_limited'
+  | 'not_implemented'
+  | 'internal_error'
+  | 'unavailable';
+
+/** Error body: `{ "error": { "code", "message" } }`. */
+export interface ApiErrorBody {
+  error: { code: ApiErrorCode | (string & {}); message: string };
+}
+
+/** Header carrying the API key. */
+export const API_KEY_HEADER = 'x-api-key';
+
+/** Header carrying the idempotency key of a logical send. */
+export const IDEMPOTENCY_KEY_HEADER = 'idempotency-key';
+
+/**
+ * Paths of the service's operations, relative to the base URL. Path parameters
+ * are percent-encoded so that no value can change the path.
+ */
+export const API_PATHS = {
+  sendEml: '/v1/send/eml',
+  sendEmail: '/v1/send/email',
+  sendGroup: (groupId: string): string => `/v1/send/group/${encodeURIComponent(groupId)}`,
+  group: (groupId: string): string => `/v1/group/${encodeURIComponent(groupId)}`,
+  groupCheck: (groupId: string, email: string): string =>
+    `/v1/group/${encodeURIComponent(groupId)}/check/${encodeURIComponent(email)}`,
+} as const;

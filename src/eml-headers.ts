@@ -1,0 +1,137 @@
+/**
+ * Minimal RFC 5322 header-section helpers shared by the transport (to read the
+ * recipients of the message it uploads) and the emulator (to remove Bcc from
+ * delivered copies). They work on bytes so the body is never decoded or copied.
+ */
+
+/** One header field, unfolded, with its raw bytes' position. */
+export interface HeaderField {
+  /** Field name as written. */
+  name: string;
+  /** Unfolded value, without the leading space. */
+  value: string;
+  /** Byte offset where the field starts in the message. */
+  start: number;
+  /** Byte offset just past the field's last line break. */
+  end: number;
+}
+
+/**
+ * Byte length of the header section including the blank line that ends it,
+ * or the whole length when the message has no body.
+ */
+export function headerSectionLength(message: Buffer): number {
+  const crlf = message.indexOf('\r\n\r\n');
+  const lf = message.indexOf('\n\n');
+  if (crlf === -1 && lf === -1) return message.length;
+  if (crlf !== -1 && (lf === -1 || crlf < lf)) return crlf + 4;
+  return lf + 2;
+}
+
+/**
+ * Parses the header fields of a message. Lines that are not fields are skipped.
+ */
+export function parseHeaderFields(message: Buffer): HeaderField[] {
+  const sectionEnd = headerSectionLength(message);
+  const section = message.subarray(0, sectionEnd).toString('latin1');
+  const fields: HeaderField[] = [];
+  let pos = 0;
+  let current: HeaderField | undefined;
+  while (pos < section.length) {
+    let lineEnd = section.indexOf('\n', pos);
+    lineEnd = lineEnd === -1 ? section.length : lineEnd + 1;
+    const line = section.slice(pos, lineEnd).replace(/\r?\n$/, '');
+    if (line.length === 0) break;
+    if ((line[0] === ' ' || line[0] === '\t') && current) {
+      current.value += ` ${line.trim()}`;
+      current.end = lineEnd;
+    } else {
+      const colon = line.indexOf(':');
+      current = undefined;
+      if (colon > 0 && /^[\x21-\x39\x3b-\x7e]+$/.test(line.slice(0, colon).trimEnd())) {
+        current = { name: line.slice(0, colon).trimEnd(), value: line.slice(colon + 1).trim(), start: pos, end: lineEnd };
+        fields.push(current);
+      }
+    }
+    pos = lineEnd;
+  }
+  // The values were read as latin1 to keep byte offsets; re-read them as UTF-8
+  // so internationalised addresses (RFC 6532) survive.
+  for (const field of fields) {
+    field.value = Buffer.from(field.value, 'latin1').toString('utf8');
+  }
+  return fields;
+}
+
+/**
+ * Returns the message without the named header fields (all occurrences,
+ * folded lines included). The body bytes are kept as they are.
+ */
+export function removeHeaderFields(message: Buffer, name: string): Buffer {
+  const lower = name.toLowerCase();
+  const doomed = parseHeaderFields(message).filter((f) => f.name.toLowerCase() === lower);
+  if (doomed.length === 0) return message;
+  const parts: Buffer[] = [];
+  let pos = 0;
+  for (const field of doomed) {
+    parts.push(message.subarray(pos, field.start));
+    pos = field.end;
+  }
+  parts.push(message.subarray(pos));
+  return Buffer.concat(parts);
+}
+
+/**
+ * Extracts the addresses of an RFC 5322 address list: display names, comments
+ * and group syntax (`Team: a@x, b@y;`) are handled; only addresses are returned.
+ *
+ * @example
+ * parseAddressList('"Doe, Jane" <jane@x.test>, Team: a@x.test;') // ['jane@x.test', 'a@x.test']
+ */
+export function parseAddressList(value: string): string[] {
+  const addresses: string[] = [];
+  let bare = '';
+  let angle: string | undefined;
+  let inAngle = false;
+  let quote = false;
+  let comment = 0;
+  const flush = (): void => {
+    const address = (angle ?? bare).trim().replace(/\s+/g, '');
+    if (address.length > 0) addresses.push(address);
+    bare = '';
+    angle = undefined;
+  };
+  for (let i = 0; i < value.length; i++) {
+    const ch = value[i]!;
+    if (quote) {
+      if (ch === '\\') i++;
+      else if (ch === '"') quote = false;
+      continue;
+    }
+    if (comment > 0) {
+      if (ch === '\\') i++;
+      else if (ch === '(') comment++;
+      else if (ch === ')') comment--;
+      continue;
+    }
+    if (inAngle) {
+      if (ch === '>') inAngle = false;
+      else angle += ch;
+      continue;
+    }
+    if (ch === '"') {
+      quote = true;
+      // Quoted text before an angle address is a display name, not an address.
+      bare += ' ';
+    } else if (ch === '(') comment++;
+    else if (ch === '<') {
+      inAngle = true;
+      angle = '';
+    } else if (ch === ':') bare = '';
+    else if (ch === ',' || ch === ';') flush();
+    else bare += ch;
+  }
+  flush();
+  // A bare "display name" without an address (e.g. `undisclosed-recipients:;`) has no @.
+  return addresses.filter((a) => a.includes('@'));
+}

@@ -1,0 +1,117 @@
+import { API_SCOPES, type ApiPlan, type ApiScope } from '../api-types.js';
+
+/**
+ * An API key the emulator accepts.
+ *
+ * @example
+ * const key: EmulatorApiKey = { key: 'k-send', scopes: ['sender'], plan: 'free' };
+ */
+export interface EmulatorApiKey {
+  /** The key's value, sent by clients in `X-API-KEY`. Visible ASCII. */
+  key: string;
+  /** Scopes the key holds. */
+  scopes: ApiScope[];
+  /**
+   * Account plan of the key.
+   * @default 'free'
+   */
+  plan?: ApiPlan;
+}
+
+/**
+ * Options of {@link startEmulator}.
+ *
+ * @example
+ * const emu = await startEmulator({ apiKeys: [{ key: 'k-send', scopes: ['sender'] }], groups: ['newsletter'] });
+ */
+export interface EmulatorOptions {
+  /**
+   * TCP port; 0 picks a free one (read it from `emu.port` or `emu.url`).
+   * @default 0
+   */
+  port?: number;
+  /**
+   * Interface to listen on.
+   * @default '127.0.0.1'
+   */
+  host?: string;
+  /**
+   * Extra API keys, besides the ready key `emu.apiKey` (all scopes, plan 'plus').
+   * @default []
+   */
+  apiKeys?: EmulatorApiKey[];
+  /**
+   * Groups that exist from the start (groups are created out of band, never through the API).
+   * @default []
+   */
+  groups?: string[];
+  /**
+   * Largest request body accepted, in bytes; larger bodies get 413 `payload_too_large`.
+   * @default 52428800 (50 MiB)
+   */
+  bodyLimit?: number;
+  /**
+   * Clock used for timestamps, image expiry and idempotency windows.
+   * @default () => new Date()
+   */
+  now?: () => Date;
+  /**
+   * Called with unexpected internal errors (answered with 500). Bad input never lands here.
+   * @default logs to stderr
+   */
+  onInternalError?: (err: unknown) => void;
+}
+
+/** Options after validation. */
+export interface ResolvedEmulatorOptions {
+  port: number;
+  host: string;
+  apiKeys: Required<EmulatorApiKey>[];
+  groups: string[];
+  bodyLimit: number;
+  now: () => Date;
+  onInternalError: (err: unknown) => void;
+}
+
+/** Default body limit: 50 MiB. */
+export const DEFAULT_BODY_LIMIT = 50 * 1024 * 1024;
+
+/**
+ * Validates emulator options.
+ * @throws {TypeError} naming the bad option
+ */
+export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedEmulatorOptions {
+  if (typeof options !== 'object' || options === null) throw new TypeError('startEmulator options must be an object');
+  const port = options.port ?? 0;
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new TypeError(`startEmulator option port: expected 0-65535, got ${String(port)}`);
+  }
+  const host = options.host ?? '127.0.0.1';
+  if (typeof host !== 'string' || host.length === 0) throw new TypeError('startEmulator option host: expected a host name or IP address');
+  const bodyLimit = options.bodyLimit ?? DEFAULT_BODY_LIMIT;
+  if (!Number.isInteger(bodyLimit) || bodyLimit < 1) {
+    throw new TypeError(`startEmulator option bodyLimit: expected a positive whole number of bytes, got ${String(bodyLimit)}`);
+  }
+  const apiKeys = (options.apiKeys ?? []).map((entry, i) => {
+    const where = `startEmulator option apiKeys[${i}]`;
+    if (typeof entry !== 'object' || entry === null) throw new TypeError(`${where}: expected { key, scopes, plan }`);
+    if (typeof entry.key !== 'string' || !/^[\x21-\x7e]+$/.test(entry.key)) {
+      throw new TypeError(`${where}.key: expected a non-empty string of visible ASCII characters`);
+    }
+    if (!Array.isArray(entry.scopes) || entry.scopes.some((s) => !API_SCOPES.includes(s))) {
+      throw new TypeError(`${where}.scopes: expected an array of ${API_SCOPES.map((s) => `'${s}'`).join(', ')}`);
+    }
+    const plan = entry.plan ?? 'free';
+    if (plan !== 'free' && plan !== 'plus') throw new TypeError(`${where}.plan: expected 'free' or 'plus'`);
+    return { key: entry.key, scopes: [...entry.scopes], plan };
+  });
+  const groups = options.groups ?? [];
+  if (!Array.isArray(groups) || groups.some((g) => typeof g !== 'string' || g.length === 0)) {
+    throw new TypeError('startEmulator option groups: expected an array of non-empty group ids');
+  }
+  const now = options.now ?? (() => new Date());
+  if (typeof now !== 'function') throw new TypeError('startEmulator option now: expected a function returning a Date');
+  const onInternalError =
+    options.onInternalError ?? ((err: unknown) => console.error('[eml-api emulator] internal error:', err));
+  return { port, host, apiKeys, groups: [...groups], bodyLimit, now, onInternalError };
+}

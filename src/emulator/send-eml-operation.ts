@@ -1,0 +1,35 @@
+import { API_PATHS, type SendAcceptedResponse } from '../api-types.js';
+import { decodeBase64Strict } from './decode-base64.js';
+import { HttpError } from './http-error.js';
+import { parseEml } from './parse-eml.js';
+import { rejectUnknownFields } from './read-body.js';
+import type { Operation } from './route.js';
+
+/**
+ * `POST /v1/send/eml`: decodes the Base64 message, parses it, takes the
+ * recipients from To, Cc and Bcc and delivers one copy to each, without Bcc.
+ */
+export const sendEmlOperation: Operation = {
+  scopes: ['sender'],
+  hasBody: true,
+  idempotent: true,
+  async handle(ctx) {
+    const body = await ctx.json();
+    rejectUnknownFields(body, ['mail']);
+    if (body.mail === undefined) {
+      throw new HttpError(400, 'invalid_request', 'mail is required: the complete EML message, Base64-encoded');
+    }
+    if (typeof body.mail !== 'string') {
+      throw new HttpError(400, 'invalid_request', `mail must be a string of Base64 text, got ${body.mail === null ? 'null' : typeof body.mail}`);
+    }
+    const raw = decodeBase64Strict(body.mail, 'mail');
+    const parsed = await parseEml(raw);
+    const message = ctx.state.mail.accept(API_PATHS.sendEml, raw, parsed, ctx.now);
+    const answer: SendAcceptedResponse = {
+      id: message.id,
+      messageId: message.messageId,
+      recipients: message.recipients.length,
+    };
+    return { status: 202, body: answer };
+  },
+};

@@ -1,0 +1,94 @@
+/**
+ * Nodemailer-style error codes used by this package.
+ *
+ * - `EAUTH`: the service refused the API key (401) or its scope or plan (403)
+ * - `EENVELOPE`: the envelope cannot be expressed (custom recipients, none at all)
+ * - `EMESSAGE`: the message cannot be sent in the requested form
+ * - `ETIMEDOUT`: a connect, header or overall timeout elapsed
+ * - `ECONNECTION`: the service could not be reached or the connection broke
+ * - `EABORT`: the send was aborted through its `AbortSignal`
+ * - `ECONFIG`: invalid options, found before any request
+ * - `EAPI`: any other answer of the service that is not a success
+ */
+export type EmlApiErrorCode =
+  | 'EAUTH'
+  | 'EENVELOPE'
+  | 'EMESSAGE'
+  | 'ETIMEDOUT'
+  | 'ECONNECTION'
+  | 'EABORT'
+  | 'ECONFIG'
+  | 'EAPI';
+
+/** Fields an {@link EmlApiError} can carry besides its message. */
+export interface EmlApiErrorDetails {
+  /** HTTP status of the service's answer, when there was one. */
+  responseCode?: number;
+  /** Body text of the service's answer, truncated to 2,000 characters. */
+  response?: string;
+  /** The request, e.g. `POST /v1/send/eml`. */
+  command?: string;
+  /** The service's own error code, e.g. `missing_scope`. */
+  apiCode?: string;
+  /** Whether repeating the same request cannot succeed. Defaults to `true` for 4xx other than 408 and 429. */
+  permanent?: boolean;
+  /** The underlying error. */
+  cause?: unknown;
+}
+
+const MAX_RESPONSE_CHARS = 2000;
+
+/**
+ * The one error class of this package. Every failure of the client, the
+ * transport and option validation is an `EmlApiError`, carrying the fields
+ * Nodemailer's own transports use (`code`, `responseCode`, `response`,
+ * `command`) so that apps and frameworks handle it unchanged.
+ *
+ * The API key never appears in its message or fields.
+ *
+ * @example
+ * try {
+ *   await transporter.sendMail(message);
+ * } catch (err) {
+ *   if (err instanceof EmlApiError && err.code === 'EAUTH') {
+ *     console.error('The API key was refused:', err.message);
+ *   }
+ * }
+ */
+export class EmlApiError extends Error {
+  override readonly name = 'EmlApiError';
+  /** Nodemailer-style error code. */
+  readonly code: EmlApiErrorCode;
+  /** HTTP status of the service's answer, when there was one. */
+  readonly responseCode?: number;
+  /** Body text of the service's answer (truncated). */
+  readonly response?: string;
+  /** The request that failed, e.g. `POST /v1/send/eml`. */
+  readonly command?: string;
+  /** The service's own error code, e.g. `invalid_api_key`. */
+  readonly apiCode?: string;
+  /** `true` when repeating the same request cannot succeed. */
+  readonly permanent: boolean;
+
+  constructor(code: EmlApiErrorCode, message: string, details: EmlApiErrorDetails = {}) {
+    super(message, details.cause === undefined ? undefined : { cause: details.cause });
+    this.code = code;
+    if (details.responseCode !== undefined) this.responseCode = details.responseCode;
+    if (details.response !== undefined) this.response = truncate(details.response);
+    if (details.command !== undefined) this.command = details.command;
+    if (details.apiCode !== undefined) this.apiCode = details.apiCode;
+    this.permanent = details.permanent ?? isPermanentStatus(details.responseCode);
+  }
+}
+
+/**
+ * Whether an HTTP status means the same request can never succeed: 4xx except
+ * 408 (timeout) and 429 (rate limited).
+ */
+export function isPermanentStatus(status: number | undefined): boolean {
+  return status !== undefined && status >= 400 && status < 500 && status !== 408 && status !== 429;
+}
+
+function truncate(text: string): string {
+  return text.length > MAX_RESPONSE_CHARS ? `${text.slice(0, MAX_RESPONSE_CHARS)}…` : text;
+}

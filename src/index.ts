@@ -1,0 +1,11 @@
+export { EmlApiTransport, type SendCallback } from './transport.js';
+export type { EmlApiTransportOptions } from './transport-options.js';
+export { EmlApiClient, type RequestOptions, type SendOptions, type SendResult } from './client.js';
+export type { EmlApiClientOptions } from './client-options.js';
+export { EmlApiError, type EmlApiErrorCode, type EmlApiErrorDetails } from './errors.js';
+export type { EmlApiSentMessageInfo } from './sent-message-info.js';
+export type { EmlApiLogger } from './logger.js';
+export type { ServiceResponse } from './service-response.js';
+export type { MailEnvelope } from './nodemailer-types.js';
+export * from './api-types.js';
+export { VERSION } from './version.js';

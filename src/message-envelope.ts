@@ -1,0 +1,78 @@
+import { parseAddressList, parseHeaderFields } from './eml-headers.js';
+import { EmlApiError } from './errors.js';
+import type { MailEnvelope, NodemailerMail } from './nodemailer-types.js';
+
+/** Recipients and sender as the service will read them from the message's headers. */
+export interface HeaderAddresses {
+  from: string | false;
+  recipients: string[];
+}
+
+/** Reads From and the To, Cc and Bcc recipients (deduplicated, in order) from a built message. */
+export function readHeaderAddresses(eml: Buffer): HeaderAddresses {
+  const seen = new Set<string>();
+  const recipients: string[] = [];
+  let from: string | false = false;
+  for (const field of parseHeaderFields(eml)) {
+    const name = field.name.toLowerCase();
+    if (name === 'from' && from === false) {
+      from = parseAddressList(field.value)[0] ?? false;
+    } else if (name === 'to' || name === 'cc' || name === 'bcc') {
+      for (const address of parseAddressList(field.value)) {
+        const key = address.toLowerCase();
+        if (!seen.has(key)) {
+          seen.add(key);
+          recipients.push(address);
+        }
+      }
+    }
+  }
+  return { from, recipients };
+}
+
+/**
+ * Decides the envelope of a send through `/v1/send/eml`, where the service
+ * takes recipients from the headers. A custom Nodemailer `envelope` whose
+ * recipients differ from the headers cannot be honoured and is refused.
+ *
+ * @returns the envelope, and whether its sender differs from the From header
+ * @throws {EmlApiError} `EENVELOPE` when recipients differ or there are none
+ */
+export function resolveEnvelope(mail: NodemailerMail, eml: Buffer): { envelope: MailEnvelope; fromDiffers: boolean } {
+  const headers = readHeaderAddresses(eml);
+  const custom = mail.data.envelope !== undefined && mail.data.envelope !== null;
+  const nodemailerEnvelope = mail.message.getEnvelope();
+  const envelope: MailEnvelope = custom
+    ? { from: nodemailerEnvelope.from, to: [...nodemailerEnvelope.to] }
+    : // A raw message has no parsed headers in Nodemailer, so read them from the bytes.
+      { from: nodemailerEnvelope.from || headers.from, to: headers.recipients };
+
+  if (headers.recipients.length === 0) {
+    throw new EmlApiError(
+      'EENVELOPE',
+      'No recipients defined: the message has no To, Cc or Bcc header, and the service takes recipients from them',
+      { command: 'envelope', permanent: true },
+    );
+  }
+  if (custom) {
+    const inHeaders = new Set(headers.recipients.map((a) => a.toLowerCase()));
+    const inEnvelope = new Set(envelope.to.map((a) => a.toLowerCase()));
+    const onlyEnvelope = envelope.to.filter((a) => !inHeaders.has(a.toLowerCase()));
+    const onlyHeaders = headers.recipients.filter((a) => !inEnvelope.has(a.toLowerCase()));
+    if (onlyEnvelope.length > 0 || onlyHeaders.length > 0) {
+      const parts: string[] = [];
+      if (onlyEnvelope.length > 0) parts.push(`in the envelope only: ${onlyEnvelope.join(', ')}`);
+      if (onlyHeaders.length > 0) parts.push(`in the headers only: ${onlyHeaders.join(', ')}`);
+      throw new EmlApiError(
+        'EENVELOPE',
+        `The envelope recipients differ from the To/Cc/Bcc headers (${parts.join('; ')}). ` +
+          'The EML endpoint delivers to the header recipients only, so this envelope cannot be honoured; ' +
+          'put the recipients in to/cc/bcc (Bcc stays hidden from recipients) and drop the custom envelope',
+        { command: 'envelope', permanent: true },
+      );
+    }
+  }
+  const fromDiffers =
+    envelope.from !== false && headers.from !== false && envelope.from.toLowerCase() !== headers.from.toLowerCase();
+  return { envelope, fromDiffers };
+}

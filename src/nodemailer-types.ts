@@ -1,0 +1,28 @@
+import type { Readable } from 'node:stream';
+
+/**
+ * The parts of Nodemailer's compiled message (`MimeNode`) the transport uses.
+ * Declared structurally so the package works with the types of every
+ * supported Nodemailer major (6.9 to 10) without importing any of them.
+ */
+export interface NodemailerMimeNode {
+  keepBcc: boolean;
+  createReadStream(): Readable;
+  getEnvelope(): { from: string | false; to: string[] };
+  messageId(): string;
+}
+
+/**
+ * The parts of Nodemailer's `MailMessage` (the object `transport.send` gets)
+ * the transport uses.
+ */
+export interface NodemailerMail {
+  data: { envelope?: unknown; raw?: unknown };
+  message: NodemailerMimeNode;
+}
+
+/** An SMTP-style envelope: sender and the addresses the message goes to. */
+export interface MailEnvelope {
+  from: string | false;
+  to: string[];
+}

@@ -1,0 +1,162 @@
+import { EventEmitter } from 'node:events';
+import type { Readable } from 'node:stream';
+import { EmlApiClient } from './client.js';
+import { EmlApiError } from './errors.js';
+import { resolveLogger, type EmlApiLogger } from './logger.js';
+import { resolveEnvelope } from './message-envelope.js';
+import type { NodemailerMail } from './nodemailer-types.js';
+import type { EmlApiSentMessageInfo } from './sent-message-info.js';
+import type { EmlApiTransportOptions } from './transport-options.js';
+import { VERSION } from './version.js';
+
+/** Nodemailer's callback of `transport.send`. */
+export type SendCallback = (err: Error | null, info?: EmlApiSentMessageInfo) => void;
+
+/**
+ * Nodemailer transport that sends every message through the service's
+ * `POST /v1/send/eml`: a drop-in replacement for an SMTP relay.
+ *
+ * It takes the message Nodemailer compiled (plugins and DKIM signing
+ * applied), keeps the Bcc header (the service reads recipients from To, Cc and
+ * Bcc and removes Bcc before delivery), Base64-encodes it and posts it.
+ *
+ * `send`, `verify`, `close` and `isIdle` are own enumerable properties bound to
+ * the instance, so a copy made with spread or `for...in` still works.
+ *
+ * @example
+ * import nodemailer from 'nodemailer';
+ * import { EmlApiTransport } from 'nodemailer-eml-api';
+ *
+ * const transporter = nodemailer.createTransport(
+ *   new EmlApiTransport({ apiKey: process.env.EML_API_KEY!, baseUrl: 'https://api.mail.example.com' }),
+ * );
+ * const info = await transporter.sendMail({ from: 'shop@example.com', to: 'ann@example.net', subject: 'Hi', text: 'Hello' });
+ * console.log(info.messageId, info.response); // '<…@example.com>' '202 Accepted'
+ */
+export class EmlApiTransport extends EventEmitter {
+  /** Transport name, used by Nodemailer in logs. */
+  readonly name = 'EmlApiTransport';
+  /** Package version, used by Nodemailer in logs. */
+  readonly version = VERSION;
+  /** The API client the transport sends through; use it for the other operations. */
+  readonly client: EmlApiClient;
+  readonly #logger: EmlApiLogger;
+  #closed = false;
+
+  /**
+   * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid
+   */
+  constructor(options: EmlApiTransportOptions) {
+    super();
+    this.client = new EmlApiClient(options);
+    this.#logger = resolveLogger(options.logger);
+    this.client.onSlotReleased(() => {
+      if (this.isIdle()) this.emit('idle');
+    });
+  }
+
+  /**
+   * Sends one message; called by Nodemailer's `sendMail`. The callback is
+   * called exactly once.
+   */
+  readonly send = (mail: NodemailerMail, callback: SendCallback): void => {
+    let called = false;
+    const done: SendCallback = (err, info) => {
+      if (called) return;
+      called = true;
+      if (err) callback(err);
+      else callback(null, info);
+    };
+    this.#send(mail).then(
+      (info) => done(null, info),
+      (err: unknown) => done(err instanceof Error ? err : new Error(String(err))),
+    );
+  };
+
+  /**
+   * Checks that the service is reachable and accepts the API key for sending,
+   * without sending mail. Returns a Promise when called without a callback.
+   *
+   * @throws {EmlApiError} `EAUTH` when the key or its `sender` scope is refused
+   * @example
+   * await transporter.verify(); // true
+   */
+  readonly verify: {
+    (): Promise<true>;
+    (callback: (err: Error | null, success?: true) => void): void;
+  } = ((callback?: (err: Error | null, success?: true) => void): Promise<true> | void => {
+    const promise = this.client.verify();
+    if (typeof callback !== 'function') return promise;
+    promise.then(
+      (ok) => callback(null, ok),
+      (err: Error) => callback(err),
+    );
+  }) as EmlApiTransport['verify'];
+
+  /**
+   * Stops the transport: requests in flight finish, then the connections the
+   * transport opened are closed. Further sends fail with `ECONNECTION`.
+   * Returns a Promise; the optional callback is called once when done.
+   */
+  readonly close = (callback?: (err?: Error | null) => void): Promise<void> => {
+    this.#closed = true;
+    const promise = this.client.close();
+    if (typeof callback === 'function') {
+      promise.then(
+        () => callback(null),
+        (err: Error) => callback(err),
+      );
+    }
+    return promise;
+  };
+
+  /** Whether the transport can start a send at once (fewer than `maxConnections` in flight). */
+  readonly isIdle = (): boolean => !this.#closed && this.client.hasFreeSlot;
+
+  async #send(mail: NodemailerMail): Promise<EmlApiSentMessageInfo> {
+    if (this.#closed) {
+      throw new EmlApiError('ECONNECTION', 'The transport is closed; create a new one to send more mail', {
+        permanent: true,
+      });
+    }
+    // The service reads recipients from To, Cc and Bcc and strips Bcc itself,
+    // so Bcc must stay in the uploaded message (as sendmail and SES transports do).
+    mail.message.keepBcc = true;
+    const messageId = mail.message.messageId();
+    const eml = await buildMessage(mail.message.createReadStream());
+    const { envelope, fromDiffers } = resolveEnvelope(mail, eml);
+    if (fromDiffers) {
+      this.#logger.info(
+        { messageId, envelopeFrom: envelope.from },
+        'Envelope sender differs from From; the service sets its own return path, so the envelope sender is not used',
+      );
+    }
+    this.#logger.debug({ messageId, recipients: envelope.to.length, bytes: eml.length }, 'Sending message');
+    const result = await this.client.sendEml(eml);
+    this.#logger.info({ messageId, id: result.id, response: result.response }, 'Message accepted');
+    return {
+      envelope,
+      messageId,
+      accepted: [...envelope.to],
+      rejected: [],
+      pending: [],
+      response: result.response,
+      id: result.id,
+      apiResponse: result.data,
+      idempotencyKey: result.idempotencyKey,
+    };
+  }
+}
+
+function buildMessage(stream: Readable): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    stream.on('data', (chunk: Buffer | string) => chunks.push(typeof chunk === 'string' ? Buffer.from(chunk) : chunk));
+    stream.once('error', (err: Error) =>
+      reject(
+        new EmlApiError('EMESSAGE', `Could not build the message: ${err.message}`, { cause: err, permanent: true }),
+      ),
+    );
+    stream.once('end', () => resolve(Buffer.concat(chunks)));
+  });
+}
