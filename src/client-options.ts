@@ -123,7 +123,14 @@ function validateApiKey(value: unknown): string {
   const bad = value.search(/[^\x21-\x7e]/);
   if (bad !== -1) {
     const ch = value.charCodeAt(bad);
-    const what = ch === 10 ? 'a line feed' : ch === 13 ? 'a carriage return' : ch === 32 ? 'a space' : `character U+${ch.toString(16).toUpperCase().padStart(4, '0')}`;
+    const what =
+      ch === 10
+        ? 'a line feed'
+        : ch === 13
+          ? 'a carriage return'
+          : ch === 32
+            ? 'a space'
+            : `character U+${ch.toString(16).toUpperCase().padStart(4, '0')}`;
     throw configError('apiKey', `it contains ${what} at position ${bad}; a key is visible ASCII only`);
   }
   return value;
@@ -146,7 +153,10 @@ function validateBaseUrl(value: unknown, allowInsecureHttp: boolean): URL {
     throw configError('baseUrl', `expected a string or URL, got ${describe(value)}`);
   }
   if (url.protocol !== 'https:' && url.protocol !== 'http:') {
-    throw configError('baseUrl', `protocol ${url.protocol} is not supported; use https:// (or http:// for a local emulator)`);
+    throw configError(
+      'baseUrl',
+      `protocol ${url.protocol} is not supported; use https:// (or http:// for a local emulator)`,
+    );
   }
   if (url.username || url.password) {
     throw configError('baseUrl', 'it must not contain credentials; the API key goes in the apiKey option');

@@ -1,12 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { Agent, type Dispatcher } from 'undici';
-import {
-  API_KEY_HEADER,
-  API_PATHS,
-  IDEMPOTENCY_KEY_HEADER,
-  type SendAcceptedResponse,
-} from './api-types.js';
+import { API_KEY_HEADER, API_PATHS, IDEMPOTENCY_KEY_HEADER, type SendAcceptedResponse } from './api-types.js';
 import { resolveClientOptions, type EmlApiClientOptions, type ResolvedClientOptions } from './client-options.js';
 import { ConcurrencyLimiter } from './concurrency-limiter.js';
 import { EmlApiError } from './errors.js';
@@ -141,7 +136,10 @@ export class EmlApiClient {
   async sendEml(eml: Buffer | Uint8Array | string | Readable, options: SendOptions = {}): Promise<SendResult> {
     const bytes = await toBuffer(eml);
     if (bytes.length === 0) {
-      throw new EmlApiError('EMESSAGE', 'sendEml() got an empty message', { command: `POST ${API_PATHS.sendEml}`, permanent: true });
+      throw new EmlApiError('EMESSAGE', 'sendEml() got an empty message', {
+        command: `POST ${API_PATHS.sendEml}`,
+        permanent: true,
+      });
     }
     const idempotencyKey = options.idempotencyKey ?? randomUUID();
     // Base64 has no character JSON must escape, so the body is built by concatenation.
@@ -227,7 +225,11 @@ export class EmlApiClient {
         });
         const text = await answer.body.text();
         const contentType = answer.headers['content-type'];
-        res = readServiceResponse<T>(answer.statusCode, Array.isArray(contentType) ? contentType[0] : contentType, text);
+        res = readServiceResponse<T>(
+          answer.statusCode,
+          Array.isArray(contentType) ? contentType[0] : contentType,
+          text,
+        );
       } catch (err) {
         throw errorFromFailure(command, origin, err, this.#apiKey);
       }
@@ -241,12 +243,17 @@ async function toBuffer(input: Buffer | Uint8Array | string | Readable): Promise
   if (Buffer.isBuffer(input)) return input;
   if (typeof input === 'string') return Buffer.from(input, 'utf8');
   if (input instanceof Uint8Array) return Buffer.from(input.buffer, input.byteOffset, input.byteLength);
-  if (input instanceof Readable || (typeof input === 'object' && input !== null && typeof (input as Readable).pipe === 'function')) {
+  if (
+    input instanceof Readable ||
+    (typeof input === 'object' && input !== null && typeof (input as Readable).pipe === 'function')
+  ) {
     const chunks: Buffer[] = [];
     for await (const chunk of input as AsyncIterable<Buffer | string>) {
       chunks.push(typeof chunk === 'string' ? Buffer.from(chunk) : chunk);
     }
     return Buffer.concat(chunks);
   }
-  throw new EmlApiError('EMESSAGE', 'sendEml() expects a Buffer, Uint8Array, string or Readable stream', { permanent: true });
+  throw new EmlApiError('EMESSAGE', 'sendEml() expects a Buffer, Uint8Array, string or Readable stream', {
+    permanent: true,
+  });
 }

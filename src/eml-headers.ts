@@ -49,7 +49,12 @@ export function parseHeaderFields(message: Buffer): HeaderField[] {
       const colon = line.indexOf(':');
       current = undefined;
       if (colon > 0 && /^[\x21-\x39\x3b-\x7e]+$/.test(line.slice(0, colon).trimEnd())) {
-        current = { name: line.slice(0, colon).trimEnd(), value: line.slice(colon + 1).trim(), start: pos, end: lineEnd };
+        current = {
+          name: line.slice(0, colon).trimEnd(),
+          value: line.slice(colon + 1).trim(),
+          start: pos,
+          end: lineEnd,
+        };
         fields.push(current);
       }
     }

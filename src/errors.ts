@@ -11,14 +11,7 @@
  * - `EAPI`: any other answer of the service that is not a success
  */
 export type EmlApiErrorCode =
-  | 'EAUTH'
-  | 'EENVELOPE'
-  | 'EMESSAGE'
-  | 'ETIMEDOUT'
-  | 'ECONNECTION'
-  | 'EABORT'
-  | 'ECONFIG'
-  | 'EAPI';
+  'EAUTH' | 'EENVELOPE' | 'EMESSAGE' | 'ETIMEDOUT' | 'ECONNECTION' | 'EABORT' | 'ECONFIG' | 'EAPI';
 
 /** Fields an {@link EmlApiError} can carry besides its message. */
 export interface EmlApiErrorDetails {

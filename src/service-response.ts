@@ -16,7 +16,11 @@ export interface ServiceResponse<T = unknown> {
 }
 
 /** Builds a {@link ServiceResponse} from a status, a content type and the body text. */
-export function readServiceResponse<T>(statusCode: number, contentType: string | undefined, text: string): ServiceResponse<T> {
+export function readServiceResponse<T>(
+  statusCode: number,
+  contentType: string | undefined,
+  text: string,
+): ServiceResponse<T> {
   let data: T | undefined;
   const looksJson = /\bjson\b/i.test(contentType ?? '') || /^\s*[{[]/.test(text);
   if (looksJson && text.length > 0) {

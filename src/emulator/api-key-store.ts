@@ -24,7 +24,12 @@ export class ApiKeyStore {
 
   add(key: string, scopes: readonly ApiScope[], plan: ApiPlan): void {
     const digest = sha256(key);
-    this.#keys.push({ digest, scopes: new Set(scopes), plan, label: `${key.slice(0, 4)}…${digest.toString('hex').slice(0, 8)}` });
+    this.#keys.push({
+      digest,
+      scopes: new Set(scopes),
+      plan,
+      label: `${key.slice(0, 4)}…${digest.toString('hex').slice(0, 8)}`,
+    });
   }
 
   /**

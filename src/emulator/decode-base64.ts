@@ -23,7 +23,11 @@ export function decodeBase64Strict(value: string, field: string): Buffer {
     throw new HttpError(400, 'invalid_base64', `${field} is not valid Base64: ${why}`);
   }
   if (compact.length % 4 !== 0) {
-    throw new HttpError(400, 'invalid_base64', `${field} is not valid Base64: its length (${compact.length}) is not a multiple of 4; is padding missing?`);
+    throw new HttpError(
+      400,
+      'invalid_base64',
+      `${field} is not valid Base64: its length (${compact.length}) is not a multiple of 4; is padding missing?`,
+    );
   }
   return Buffer.from(compact, 'base64');
 }

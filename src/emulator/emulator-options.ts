@@ -87,10 +87,13 @@ export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedE
     throw new TypeError(`startEmulator option port: expected 0-65535, got ${String(port)}`);
   }
   const host = options.host ?? '127.0.0.1';
-  if (typeof host !== 'string' || host.length === 0) throw new TypeError('startEmulator option host: expected a host name or IP address');
+  if (typeof host !== 'string' || host.length === 0)
+    throw new TypeError('startEmulator option host: expected a host name or IP address');
   const bodyLimit = options.bodyLimit ?? DEFAULT_BODY_LIMIT;
   if (!Number.isInteger(bodyLimit) || bodyLimit < 1) {
-    throw new TypeError(`startEmulator option bodyLimit: expected a positive whole number of bytes, got ${String(bodyLimit)}`);
+    throw new TypeError(
+      `startEmulator option bodyLimit: expected a positive whole number of bytes, got ${String(bodyLimit)}`,
+    );
   }
   const apiKeys = (options.apiKeys ?? []).map((entry, i) => {
     const where = `startEmulator option apiKeys[${i}]`;

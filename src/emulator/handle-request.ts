@@ -36,7 +36,11 @@ export async function handleRequest(state: EmulatorState, req: IncomingMessage, 
 async function route(state: EmulatorState, req: IncomingMessage): Promise<Answer> {
   const rawUrl = req.url ?? '/';
   if (rawUrl.length > MAX_PATH_LENGTH) {
-    throw new HttpError(414 as number, 'invalid_request', `The request URL is longer than ${MAX_PATH_LENGTH} characters`);
+    throw new HttpError(
+      414 as number,
+      'invalid_request',
+      `The request URL is longer than ${MAX_PATH_LENGTH} characters`,
+    );
   }
   // Match on the raw path: a URL parser would resolve %2E%2E and dot segments
   // and let a path parameter reach another route.
@@ -117,6 +121,8 @@ function errorAnswer(state: EmulatorState, err: unknown): Answer {
     return { status: err.status, body, headers: err.headers };
   }
   state.options.onInternalError(err);
-  const body: ApiErrorBody = { error: { code: 'internal_error', message: 'The emulator failed unexpectedly; see its log' } };
+  const body: ApiErrorBody = {
+    error: { code: 'internal_error', message: 'The emulator failed unexpectedly; see its log' },
+  };
   return { status: 500, body };
 }

@@ -27,7 +27,11 @@ export class IdempotencyCache {
    * Runs `handle` once per scope key within the window; repeats get its answer.
    * @returns the answer and whether it was replayed
    */
-  async run(scopeKey: string, nowMs: number, handle: () => Promise<StoredAnswer>): Promise<{ answer: StoredAnswer; replayed: boolean }> {
+  async run(
+    scopeKey: string,
+    nowMs: number,
+    handle: () => Promise<StoredAnswer>,
+  ): Promise<{ answer: StoredAnswer; replayed: boolean }> {
     this.#expire(nowMs);
     const existing = this.#entries.get(scopeKey);
     if (existing) {

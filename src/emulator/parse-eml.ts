@@ -35,7 +35,11 @@ export function isValidAddress(address: string): boolean {
 export async function parseEml(raw: Buffer): Promise<ParsedEml> {
   const fields = parseHeaderFields(raw);
   if (fields.length === 0) {
-    throw new HttpError(400, 'invalid_eml', 'mail: the decoded message has no header fields; expected an RFC 5322 message');
+    throw new HttpError(
+      400,
+      'invalid_eml',
+      'mail: the decoded message has no header fields; expected an RFC 5322 message',
+    );
   }
   const fromFields = fields.filter((f) => f.name.toLowerCase() === 'from');
   if (fromFields.length === 0) {
@@ -50,7 +54,11 @@ export async function parseEml(raw: Buffer): Promise<ParsedEml> {
   const fromList = flatten(parsed.from);
   const from = fromList[0]?.address;
   if (!from || !isValidAddress(from)) {
-    throw new HttpError(400, 'invalid_address', `mail: the From header has no valid address (${JSON.stringify(fromFields[0]!.value.slice(0, 100))})`);
+    throw new HttpError(
+      400,
+      'invalid_address',
+      `mail: the From header has no valid address (${JSON.stringify(fromFields[0]!.value.slice(0, 100))})`,
+    );
   }
   const recipients: string[] = [];
   const seen = new Set<string>();
@@ -63,7 +71,11 @@ export async function parseEml(raw: Buffer): Promise<ParsedEml> {
       const address = entry.address ?? '';
       if (!isValidAddress(address)) {
         const shown = address || entry.name || '(empty)';
-        throw new HttpError(400, 'invalid_address', `mail: the ${header} header has an invalid address: ${JSON.stringify(shown.slice(0, 100))}`);
+        throw new HttpError(
+          400,
+          'invalid_address',
+          `mail: the ${header} header has an invalid address: ${JSON.stringify(shown.slice(0, 100))}`,
+        );
       }
       const key = address.toLowerCase();
       if (!seen.has(key)) {

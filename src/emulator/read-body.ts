@@ -45,7 +45,11 @@ export function parseJsonObject(body: Buffer): Record<string, unknown> {
  * Rejects fields a request type does not have, so that a typo is reported
  * instead of silently ignored.
  */
-export function rejectUnknownFields(body: Record<string, unknown>, allowed: readonly string[], where = 'request body'): void {
+export function rejectUnknownFields(
+  body: Record<string, unknown>,
+  allowed: readonly string[],
+  where = 'request body',
+): void {
   for (const key of Object.keys(body)) {
     if (!allowed.includes(key)) {
       throw new HttpError(

@@ -10,7 +10,9 @@ function notImplemented(scopes: readonly ApiScope[], hasBody: boolean): Operatio
     hasBody,
     idempotent: false,
     handle() {
-      return Promise.reject(new HttpError(501, 'not_implemented', 'This operation is not implemented by the emulator yet'));
+      return Promise.reject(
+        new HttpError(501, 'not_implemented', 'This operation is not implemented by the emulator yet'),
+      );
     },
   };
 }

@@ -20,7 +20,11 @@ export const sendEmlOperation: Operation = {
       throw new HttpError(400, 'invalid_request', 'mail is required: the complete EML message, Base64-encoded');
     }
     if (typeof body.mail !== 'string') {
-      throw new HttpError(400, 'invalid_request', `mail must be a string of Base64 text, got ${body.mail === null ? 'null' : typeof body.mail}`);
+      throw new HttpError(
+        400,
+        'invalid_request',
+        `mail must be a string of Base64 text, got ${body.mail === null ? 'null' : typeof body.mail}`,
+      );
     }
     const raw = decodeBase64Strict(body.mail, 'mail');
     const parsed = await parseEml(raw);
