@@ -6,6 +6,8 @@ import type { MailEnvelope, NodemailerMail } from './nodemailer-types.js';
 export interface HeaderAddresses {
   from: string | false;
   recipients: string[];
+  /** The Message-ID header as written, or undefined when there is none. */
+  messageId: string | undefined;
 }
 
 /** Reads From and the To, Cc and Bcc recipients (deduplicated, in order) from a built message. */
@@ -13,9 +15,12 @@ export function readHeaderAddresses(eml: Buffer): HeaderAddresses {
   const seen = new Set<string>();
   const recipients: string[] = [];
   let from: string | false = false;
+  let messageId: string | undefined;
   for (const field of parseHeaderFields(eml)) {
     const name = field.name.toLowerCase();
-    if (name === 'from' && from === false) {
+    if (name === 'message-id' && messageId === undefined) {
+      messageId = field.value.trim() || undefined;
+    } else if (name === 'from' && from === false) {
       from = parseAddressList(field.value)[0] ?? false;
     } else if (name === 'to' || name === 'cc' || name === 'bcc') {
       for (const address of parseAddressList(field.value)) {
@@ -27,7 +32,7 @@ export function readHeaderAddresses(eml: Buffer): HeaderAddresses {
       }
     }
   }
-  return { from, recipients };
+  return { from, recipients, messageId };
 }
 
 /**
@@ -35,10 +40,13 @@ export function readHeaderAddresses(eml: Buffer): HeaderAddresses {
  * takes recipients from the headers. A custom Nodemailer `envelope` whose
  * recipients differ from the headers cannot be honoured and is refused.
  *
- * @returns the envelope, and whether its sender differs from the From header
+ * @returns the envelope, whether its sender differs from the From header, and the message's Message-ID
  * @throws {EmlApiError} `EENVELOPE` when recipients differ or there are none
  */
-export function resolveEnvelope(mail: NodemailerMail, eml: Buffer): { envelope: MailEnvelope; fromDiffers: boolean } {
+export function resolveEnvelope(
+  mail: NodemailerMail,
+  eml: Buffer,
+): { envelope: MailEnvelope; fromDiffers: boolean; messageId: string | undefined } {
   const headers = readHeaderAddresses(eml);
   const custom = mail.data.envelope !== undefined && mail.data.envelope !== null;
   const nodemailerEnvelope = mail.message.getEnvelope();
@@ -74,5 +82,5 @@ export function resolveEnvelope(mail: NodemailerMail, eml: Buffer): { envelope: 
   }
   const fromDiffers =
     envelope.from !== false && headers.from !== false && envelope.from.toLowerCase() !== headers.from.toLowerCase();
-  return { envelope, fromDiffers };
+  return { envelope, fromDiffers, messageId: headers.messageId };
 }

@@ -122,17 +122,20 @@ export class EmlApiTransport extends EventEmitter {
     // The service reads recipients from To, Cc and Bcc and strips Bcc itself,
     // so Bcc must stay in the uploaded message (as sendmail and SES transports do).
     mail.message.keepBcc = true;
-    const messageId = mail.message.messageId();
     const eml = await buildMessage(mail.message.createReadStream());
-    const { envelope, fromDiffers } = resolveEnvelope(mail, eml);
-    if (fromDiffers) {
+    const resolved = resolveEnvelope(mail, eml);
+    const { envelope } = resolved;
+    if (resolved.fromDiffers) {
       this.#logger.info(
-        { messageId, envelopeFrom: envelope.from },
+        { envelopeFrom: envelope.from },
         'Envelope sender differs from From; the service sets its own return path, so the envelope sender is not used',
       );
     }
-    this.#logger.debug({ messageId, recipients: envelope.to.length, bytes: eml.length }, 'Sending message');
+    this.#logger.debug({ recipients: envelope.to.length, bytes: eml.length }, 'Sending message');
     const result = await this.client.sendEml(eml);
+    // The Message-ID written in the uploaded bytes is the truth: with `raw`,
+    // Nodemailer's own messageId() is one it made up and never wrote.
+    const messageId = resolved.messageId ?? result.messageId ?? mail.message.messageId();
     this.#logger.info({ messageId, id: result.id, response: result.response }, 'Message accepted');
     return {
       envelope,

@@ -1,0 +1,90 @@
+import nodemailer from 'nodemailer';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EmlApiError, EmlApiTransport, type EmlApiLogger } from '../src/index.js';
+import { startEmulator, type Emulator } from '../src/emulator/index.js';
+
+describe('custom envelopes', () => {
+  let emu: Emulator;
+  const logged: string[] = [];
+  const logger: EmlApiLogger = {
+    debug: () => {},
+    info: (_meta, message) => logged.push(message),
+    warn: (_meta, message) => logged.push(message),
+    error: (_meta, message) => logged.push(message),
+  };
+  beforeAll(async () => {
+    emu = await startEmulator();
+  });
+  afterAll(() => emu.close());
+
+  const transporter = () =>
+    nodemailer.createTransport(new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url, logger }));
+
+  it('rejects an envelope with recipients the headers lack, with EENVELOPE and nothing sent', async () => {
+    const err = await transporter()
+      .sendMail({
+        from: 'shop@example.test',
+        to: 'ann@example.test',
+        subject: 'x',
+        text: 'x',
+        envelope: { from: 'shop@example.test', to: ['ann@example.test', 'audit@example.test'] },
+      })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(EmlApiError);
+    expect(err).toMatchObject({ code: 'EENVELOPE', permanent: true });
+    expect((err as Error).message).toContain('in the envelope only: audit@example.test');
+    expect(emu.messages()).toHaveLength(0);
+  });
+
+  it('rejects an envelope that leaves out a header recipient', async () => {
+    const err = await transporter()
+      .sendMail({
+        from: 'shop@example.test',
+        to: 'ann@example.test',
+        cc: 'bob@example.test',
+        subject: 'x',
+        text: 'x',
+        envelope: { from: 'shop@example.test', to: 'ann@example.test' },
+      })
+      .catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'EENVELOPE' });
+    expect((err as Error).message).toContain('in the headers only: bob@example.test');
+    expect(emu.messages()).toHaveLength(0);
+  });
+
+  it('accepts an envelope with the same recipients in another order and case', async () => {
+    const info = await transporter().sendMail({
+      from: 'shop@example.test',
+      to: 'ann@example.test',
+      bcc: 'Eve@Example.test',
+      subject: 'same',
+      text: 'x',
+      envelope: { from: 'shop@example.test', to: ['eve@example.test', 'ANN@example.test'] },
+    });
+    expect(info.accepted).toEqual(['eve@example.test', 'ANN@example.test']);
+    expect(emu.mailbox('eve@example.test')).toHaveLength(1);
+  });
+
+  it('accepts an envelope sender that differs from From and logs that it is not used', async () => {
+    logged.length = 0;
+    const info = await transporter().sendMail({
+      from: 'shop@example.test',
+      to: 'ann@example.test',
+      subject: 'bounce',
+      text: 'x',
+      envelope: { from: 'bounces@example.test', to: 'ann@example.test' },
+    });
+    expect(info.envelope.from).toBe('bounces@example.test');
+    expect(logged.some((m) => m.includes('Envelope sender differs from From'))).toBe(true);
+  });
+
+  it('rejects a message without any recipient with EENVELOPE before any request', async () => {
+    const before = emu.messages().length;
+    const err = await transporter()
+      .sendMail({ from: 'shop@example.test', subject: 'x', text: 'x' })
+      .catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'EENVELOPE' });
+    expect((err as Error).message).toContain('No recipients defined');
+    expect(emu.messages().length).toBe(before);
+  });
+});
