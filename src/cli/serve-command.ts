@@ -1,0 +1,63 @@
+import { parseArgs } from 'node:util';
+import { API_SCOPES, type ApiScope } from '../api-types.js';
+import { startEmulator } from '../emulator/index.js';
+import type { EmulatorApiKey } from '../emulator/emulator-options.js';
+import { UsageError } from './usage-error.js';
+
+export const SERVE_HELP = `Usage: eml-api serve [options]
+
+Runs the emulator of the email service until interrupted.
+
+Options:
+  --port <n>        port to listen on (default 8025; 0 picks a free one)
+  --host <host>     interface to listen on (default 127.0.0.1)
+  --group <id>      create a group (repeatable)
+  --key <spec>      extra API key: KEY or KEY:scope,scope[:plan] (repeatable)
+                    scopes: ${API_SCOPES.join(', ')}; plan: free or plus
+  -h, --help        show this help
+`;
+
+/** `eml-api serve`: starts the emulator and keeps it running until SIGINT/SIGTERM. */
+export async function serveCommand(args: string[], out: NodeJS.WritableStream): Promise<number> {
+  const { values } = parseArgs({
+    args,
+    options: {
+      port: { type: 'string', default: '8025' },
+      host: { type: 'string', default: '127.0.0.1' },
+      group: { type: 'string', multiple: true, default: [] },
+      key: { type: 'string', multiple: true, default: [] },
+      help: { type: 'boolean', short: 'h' },
+    },
+    strict: true,
+  });
+  if (values.help) {
+    out.write(SERVE_HELP);
+    return 0;
+  }
+  const port = Number(values.port);
+  if (!Number.isInteger(port) || port < 0 || port > 65535)
+    throw new UsageError(`--port: expected 0-65535, got "${values.port}"`);
+  const apiKeys = values.key.map(parseKeySpec);
+  const emu = await startEmulator({ port, host: values.host, groups: values.group, apiKeys });
+  out.write(`Emulator listening on ${emu.url}\n`);
+  out.write(`API key (all scopes, plus plan): ${emu.apiKey}\n`);
+  out.write(`Try: EML_API_URL=${emu.url} EML_API_KEY=${emu.apiKey} eml-api send message.eml\n`);
+  await new Promise<void>((resolve) => {
+    const stop = () => resolve();
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+  });
+  await emu.close();
+  return 0;
+}
+
+function parseKeySpec(spec: string): EmulatorApiKey {
+  const [key, scopeList, plan] = spec.split(':');
+  if (!key) throw new UsageError(`--key: expected KEY or KEY:scope,scope[:plan], got "${spec}"`);
+  const scopes = (scopeList ? scopeList.split(',') : [...API_SCOPES]) as ApiScope[];
+  const unknown = scopes.filter((s) => !API_SCOPES.includes(s));
+  if (unknown.length > 0) throw new UsageError(`--key: unknown scope "${unknown[0]}"; known: ${API_SCOPES.join(', ')}`);
+  if (plan !== undefined && plan !== 'free' && plan !== 'plus')
+    throw new UsageError(`--key: plan must be free or plus, got "${plan}"`);
+  return { key, scopes, plan: plan ?? 'free' };
+}

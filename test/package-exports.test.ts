@@ -1,0 +1,127 @@
+import { execFile } from 'node:child_process';
+import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import nodemailerPkg from 'nodemailer/package.json' with { type: 'json' };
+import pkg from '../package.json' with { type: 'json' };
+
+const run = promisify(execFile);
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+
+const USAGE = (load: string) => `${load}
+(async () => {
+  const emu = await startEmulator();
+  const transporter = nodemailer.createTransport(new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url }));
+  const info = await transporter.sendMail({ from: 'a@example.test', to: 'b@example.test', subject: 'packed', text: 'hi' });
+  let configError;
+  try { new EmlApiClient({ apiKey: '', baseUrl: emu.url }); } catch (e) { configError = e; }
+  console.log(JSON.stringify({
+    response: info.response,
+    delivered: emu.mailbox('b@example.test').length,
+    isEmlApiError: configError instanceof EmlApiError,
+    code: configError && configError.code,
+  }));
+  await transporter.close();
+  await emu.close();
+})();
+`;
+
+const TYPES_USAGE = `
+import nodemailer from 'nodemailer';
+import { EmlApiTransport, EmlApiError, type EmlApiSentMessageInfo } from 'nodemailer-eml-api';
+import { startEmulator, type Emulator } from 'nodemailer-eml-api/emulator';
+export async function check(): Promise<string> {
+  const emu: Emulator = await startEmulator({ apiKeys: [{ key: 'k', scopes: ['sender'] }] });
+  const transporter = nodemailer.createTransport(new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url }));
+  const info: EmlApiSentMessageInfo = await transporter.sendMail({ from: 'a@x.test', to: 'b@x.test', text: 'x' });
+  const err = new EmlApiError('EAPI', 'x');
+  return info.messageId + err.code;
+}
+`;
+
+describe('the packed package', () => {
+  let dir: string;
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'eml-api-pack-'));
+    await run('npm', ['pack', '--pack-destination', dir], { cwd: ROOT });
+    const tarball = (await readdir(dir)).find((f) => f.endsWith('.tgz'))!;
+    await writeFile(join(dir, 'package.json'), JSON.stringify({ name: 'consumer', private: true }));
+    // The registry is reachable but the cache already holds every dependency after `npm ci`.
+    await run(
+      'npm',
+      [
+        'install',
+        '--prefer-offline',
+        '--no-audit',
+        '--no-fund',
+        join(dir, tarball),
+        `nodemailer@${nodemailerPkg.version}`,
+        '@types/node@20',
+      ],
+      { cwd: dir },
+    );
+  }, 240_000);
+  afterAll(async () => {
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('contains only what users need', async () => {
+    const { stdout } = await run('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: ROOT });
+    const files = (JSON.parse(stdout) as { files: { path: string }[] }[])[0]!.files.map((f) => f.path);
+    expect(files).toContain('dist/index.js');
+    expect(files).toContain('dist/index.cjs');
+    expect(files).toContain('dist/index.d.ts');
+    expect(files).toContain('dist/emulator.d.cts');
+    expect(files.some((f) => f.startsWith('src/') || f.startsWith('test/'))).toBe(false);
+  });
+
+  it('works through import from an ES module', async () => {
+    await writeFile(
+      join(dir, 'esm.mjs'),
+      USAGE(`import nodemailer from 'nodemailer';
+import { EmlApiTransport, EmlApiClient, EmlApiError } from 'nodemailer-eml-api';
+import { startEmulator } from 'nodemailer-eml-api/emulator';`),
+    );
+    const { stdout } = await run('node', ['esm.mjs'], { cwd: dir });
+    expect(JSON.parse(stdout)).toEqual({
+      response: '202 Accepted',
+      delivered: 1,
+      isEmlApiError: true,
+      code: 'ECONFIG',
+    });
+  });
+
+  it('works through require from CommonJS', async () => {
+    await writeFile(
+      join(dir, 'cjs.cjs'),
+      USAGE(`const nodemailer = require('nodemailer');
+const { EmlApiTransport, EmlApiClient, EmlApiError } = require('nodemailer-eml-api');
+const { startEmulator } = require('nodemailer-eml-api/emulator');`),
+    );
+    const { stdout } = await run('node', ['cjs.cjs'], { cwd: dir });
+    expect(JSON.parse(stdout)).toEqual({
+      response: '202 Accepted',
+      delivered: 1,
+      isEmlApiError: true,
+      code: 'ECONFIG',
+    });
+  });
+
+  it('type-checks for ESM and CommonJS consumers', async () => {
+    await writeFile(join(dir, 'check.mts'), TYPES_USAGE);
+    await writeFile(join(dir, 'check.cts'), TYPES_USAGE);
+    const tsc = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
+    const args = ['--noEmit', '--strict', '--module', 'nodenext', '--moduleResolution', 'nodenext'];
+    for (const file of ['check.mts', 'check.cts']) {
+      await expect(run('node', [tsc, ...args, '--esModuleInterop', file], { cwd: dir })).resolves.toBeDefined();
+    }
+  });
+
+  it('installs the eml-api command', async () => {
+    const { stdout } = await run(join(dir, 'node_modules', '.bin', 'eml-api'), ['--version'], { cwd: dir });
+    expect(stdout.trim()).toBe(pkg.version);
+  });
+});
