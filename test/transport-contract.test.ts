@@ -1,5 +1,8 @@
 import nodemailer from 'nodemailer';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { inspect } from 'node:util';
+import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EmlApiError, EmlApiTransport } from '../src/index.js';
 import { startEmulator, type Emulator } from '../src/emulator/index.js';
@@ -174,5 +177,44 @@ describe('the Nodemailer transport contract', () => {
     expect((err as Error).message).toContain('/nonexistent/file.pdf');
     expect(emu.messages().length).toBe(before);
     await transporter.close();
+  });
+
+  it('reuses keep-alive connections: 30 sequential sends open one TCP connection', async () => {
+    let connections = 0;
+    const server = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(202, { 'content-type': 'application/json' });
+        res.end('{"id":"x","messageId":"<x@example.test>","recipients":1}');
+      });
+    });
+    server.on('connection', () => connections++);
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    const transport = new EmlApiTransport({ apiKey: 'k', baseUrl: `http://127.0.0.1:${port}` });
+    const transporter = nodemailer.createTransport(transport);
+    for (let n = 0; n < 30; n++) await transporter.sendMail(message(n));
+    expect(connections).toBe(1);
+    await transport.close();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+
+  it('sends through a dispatcher the user passed and leaves it open on close()', async () => {
+    const agent = new Agent({ connections: 1 });
+    let dispatched = 0;
+    const counting = agent.compose((dispatch) => (opts, handler) => {
+      dispatched++;
+      return dispatch(opts, handler);
+    });
+    const transport = new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url, dispatcher: counting });
+    const transporter = nodemailer.createTransport(transport);
+    await transporter.sendMail(message(7));
+    expect(dispatched).toBe(1);
+    await transport.close();
+    expect(agent.closed).toBe(false);
+    const res = await agent.request({ origin: emu.url, path: '/v1/send/eml', method: 'GET' });
+    await res.body.text();
+    expect(res.statusCode).toBe(405);
+    await agent.close();
   });
 });
