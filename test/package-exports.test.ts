@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -124,4 +124,60 @@ const { startEmulator } = require('nodemailer-eml-api/emulator');`),
     const { stdout } = await run(join(dir, 'node_modules', '.bin', 'eml-api'), ['--version'], { cwd: dir });
     expect(stdout.trim()).toBe(pkg.version);
   });
+
+  it('type-checks for Nodemailer 6 users, whose @types/nodemailer types info as SMTP info', async () => {
+    const dir6 = join(dir, 'nodemailer6');
+    await mkdir(dir6);
+    await writeFile(join(dir6, 'package.json'), JSON.stringify({ name: 'consumer6', private: true }));
+    const tarball = (await readdir(dir)).find((f) => f.endsWith('.tgz'))!;
+    await run(
+      'npm',
+      [
+        'install',
+        '--prefer-offline',
+        '--no-audit',
+        '--no-fund',
+        join(dir, tarball),
+        'nodemailer@6.9.16',
+        '@types/nodemailer@6.4.9',
+        '@types/node@20',
+      ],
+      { cwd: dir6 },
+    );
+    // The documented pattern: @types/nodemailer 6 returns SMTP's SentMessageInfo for any
+    // custom transport, so the richer info needs a cast.
+    await writeFile(
+      join(dir6, 'check.mts'),
+      `import nodemailer from 'nodemailer';
+import { EmlApiTransport, type EmlApiSentMessageInfo } from 'nodemailer-eml-api';
+export async function check(): Promise<string> {
+  const transporter = nodemailer.createTransport(new EmlApiTransport({ apiKey: 'k', baseUrl: 'http://127.0.0.1:1' }));
+  await transporter.verify();
+  const info = (await transporter.sendMail({ from: 'a@x.test', to: 'b@x.test', text: 'x' })) as EmlApiSentMessageInfo;
+  transporter.close();
+  return info.messageId + String(info.id) + info.accepted.join(',');
+}
+`,
+    );
+    const tsc = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
+    await expect(
+      run(
+        'node',
+        [
+          tsc,
+          '--noEmit',
+          '--strict',
+          '--module',
+          'nodenext',
+          '--moduleResolution',
+          'nodenext',
+          '--esModuleInterop',
+          'check.mts',
+        ],
+        {
+          cwd: dir6,
+        },
+      ),
+    ).resolves.toBeDefined();
+  }, 120_000);
 });
