@@ -42,6 +42,12 @@ export interface EmulatorMessage {
   attachments: EmulatorAttachment[];
   /** When the emulator accepted it (from the `now` clock). */
   acceptedAt: Date;
+  /** The group a group send went to. */
+  group?: string;
+  /** Whether tracking was requested (JSON sends). */
+  tracking?: boolean;
+  /** Recipients whose delivery failed (undeliverable domains ending in `.invalid`). */
+  failed: string[];
 }
 
 /**
@@ -68,4 +74,17 @@ export interface DeliveredMessage {
   html: string | undefined;
   attachments: EmulatorAttachment[];
   deliveredAt: Date;
+}
+
+/**
+ * A group member as `emu.members(groupId)` returns it.
+ *
+ * @example
+ * const [ann] = emu.members('newsletter'); // { email: 'ann@x.test', name: 'Ann', substitutions: { '{{first_name}}': 'Ann' } }
+ */
+export interface EmulatorMember {
+  email: string;
+  name: string | undefined;
+  /** Keys written `{{key}}`. */
+  substitutions: Record<string, string>;
 }

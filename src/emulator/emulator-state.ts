@@ -1,6 +1,8 @@
 import { ApiKeyStore } from './api-key-store.js';
 import type { ResolvedEmulatorOptions } from './emulator-options.js';
+import { GroupStore } from './group-store.js';
 import { IdempotencyCache } from './idempotency-cache.js';
+import { ImageStore } from './image-store.js';
 import { MailStore } from './mail-store.js';
 
 /** Everything the emulator remembers; handlers read and change it. */
@@ -8,13 +10,33 @@ export class EmulatorState {
   readonly keys = new ApiKeyStore();
   readonly mail = new MailStore();
   readonly idempotency = new IdempotencyCache();
-  readonly groups = new Set<string>();
+  readonly groups = new GroupStore();
+  readonly images = new ImageStore();
+  /** Public base URL for links in delivered mail (unsubscribe, hosted images); set once listening. */
+  baseUrl = '';
 
   constructor(readonly options: ResolvedEmulatorOptions) {
-    for (const group of options.groups) this.groups.add(group);
+    for (const group of options.groups) this.groups.create(group);
   }
 
   now(): Date {
     return this.options.now();
   }
+
+  /** Forgets messages, mailboxes, members, images and idempotency keys; groups and keys stay. */
+  reset(): void {
+    this.mail.clear();
+    this.groups.clearMembers();
+    this.images.clear();
+    this.idempotency.clear();
+  }
+}
+
+/**
+ * Whether delivery to an address fails. Domains ending in `.invalid` (reserved
+ * by RFC 2606) are undeliverable, so tests can trigger failures on purpose.
+ */
+export function isUndeliverable(address: string): boolean {
+  const domain = address.slice(address.lastIndexOf('@') + 1).toLowerCase();
+  return domain === 'invalid' || domain.endsWith('.invalid');
 }

@@ -6,6 +6,7 @@ import { HttpError } from './http-error.js';
 import { parseJsonObject, readBody } from './read-body.js';
 import type { Answer, Operation, RequestContext } from './route.js';
 import { ROUTES } from './routes.js';
+import { handlePublicRoute, type PageAnswer } from './public-routes.js';
 
 const MAX_PATH_LENGTH = 2048;
 
@@ -14,6 +15,25 @@ const MAX_PATH_LENGTH = 2048;
  * a 4xx JSON error; only a bug in the emulator gives 500.
  */
 export async function handleRequest(state: EmulatorState, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const path = (req.url ?? '/').split('?', 1)[0]!;
+  if (path.startsWith('/unsubscribe/') || path.startsWith('/images/')) {
+    let pageAnswer: PageAnswer | undefined;
+    try {
+      pageAnswer = await handlePublicRoute(state, req, path);
+    } catch (err) {
+      state.options.onInternalError(err);
+      pageAnswer = { status: 500, contentType: 'text/plain; charset=utf-8', body: 'Internal error\n' };
+    }
+    if (pageAnswer && !res.headersSent && !res.destroyed) {
+      res.writeHead(pageAnswer.status, {
+        'content-type': pageAnswer.contentType,
+        'content-length': Buffer.byteLength(pageAnswer.body),
+        ...pageAnswer.headers,
+      });
+      res.end(req.method === 'HEAD' ? undefined : pageAnswer.body);
+      return;
+    }
+  }
   let answer: Answer;
   try {
     answer = await route(state, req);

@@ -27,6 +27,7 @@ export class MailStore {
       html: parsed.html,
       attachments: parsed.attachments,
       acceptedAt: now,
+      failed: [],
     };
     this.#messages.push(message);
     const delivered = removeHeaderFields(raw, 'bcc');
@@ -46,6 +47,11 @@ export class MailStore {
       });
     }
     return message;
+  }
+
+  /** Records a message accepted through a JSON endpoint; its copies are delivered separately. */
+  record(message: EmulatorMessage): void {
+    this.#messages.push(message);
   }
 
   /** Puts one copy in a mailbox. */

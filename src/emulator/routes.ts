@@ -1,21 +1,12 @@
-import type { ApiScope } from '../api-types.js';
-import { HttpError } from './http-error.js';
-import type { Operation, Route } from './route.js';
+import {
+  addToGroupOperation,
+  checkGroupOperation,
+  removeFromGroupOperation,
+  sendGroupOperation,
+} from './group-operations.js';
+import type { Route } from './route.js';
+import { sendEmailOperation } from './send-email-operation.js';
 import { sendEmlOperation } from './send-eml-operation.js';
-
-/** An operation the emulator knows but does not implement yet: authenticated, then 501. */
-function notImplemented(scopes: readonly ApiScope[], hasBody: boolean): Operation {
-  return {
-    scopes,
-    hasBody,
-    idempotent: false,
-    handle() {
-      return Promise.reject(
-        new HttpError(501, 'not_implemented', 'This operation is not implemented by the emulator yet'),
-      );
-    },
-  };
-}
 
 const SEGMENT = '([^/]+)';
 
@@ -26,17 +17,14 @@ const SEGMENT = '([^/]+)';
  */
 export const ROUTES: readonly Route[] = [
   { pattern: /^\/v1\/send\/eml$/, methods: { POST: sendEmlOperation } },
-  { pattern: /^\/v1\/send\/email$/, methods: { POST: notImplemented(['sender'], true) } },
-  { pattern: new RegExp(`^/v1/send/group/${SEGMENT}$`), methods: { POST: notImplemented(['group.sender'], true) } },
+  { pattern: /^\/v1\/send\/email$/, methods: { POST: sendEmailOperation } },
+  { pattern: new RegExp(`^/v1/send/group/${SEGMENT}$`), methods: { POST: sendGroupOperation } },
   {
     pattern: new RegExp(`^/v1/group/${SEGMENT}$`),
-    methods: {
-      POST: notImplemented(['group:insert'], true),
-      DELETE: notImplemented(['group:remove'], true),
-    },
+    methods: { POST: addToGroupOperation, DELETE: removeFromGroupOperation },
   },
   {
     pattern: new RegExp(`^/v1/group/${SEGMENT}/check/${SEGMENT}$`),
-    methods: { GET: notImplemented(['group:insert', 'group:remove', 'group.sender'], false) },
+    methods: { GET: checkGroupOperation },
   },
 ];

@@ -3,7 +3,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { API_SCOPES } from '../api-types.js';
 import { resolveEmulatorOptions, type EmulatorOptions } from './emulator-options.js';
-import type { DeliveredMessage, EmulatorMessage } from './emulator-records.js';
+import type { DeliveredMessage, EmulatorMember, EmulatorMessage } from './emulator-records.js';
 import { EmulatorState } from './emulator-state.js';
 import { handleRequest } from './handle-request.js';
 
@@ -27,6 +27,22 @@ export interface Emulator {
   messages(): EmulatorMessage[];
   /** Copies delivered to one address (case-insensitive), oldest first; Bcc removed. */
   mailbox(address: string): DeliveredMessage[];
+  /**
+   * Creates a group, as the service's dashboard would (the API never creates groups).
+   * Does nothing when the group exists.
+   * @example emu.createGroup('newsletter');
+   */
+  createGroup(groupId: string): void;
+  /**
+   * Members of a group in the order they were added, substitution keys written `{{key}}`.
+   * @throws {Error} when the group does not exist
+   * @example expect(emu.members('newsletter')).toEqual([{ email: 'ann@x.test', name: 'Ann', substitutions: { '{{first_name}}': 'Ann' } }]);
+   */
+  members(groupId: string): EmulatorMember[];
+  /** Ids of the groups that exist. */
+  groups(): string[];
+  /** Forgets messages, mailboxes, members, hosted images and idempotency keys. Groups and API keys stay. */
+  reset(): void;
   /** Stops the server and drops its connections. */
   close(): Promise<void>;
 }
@@ -63,15 +79,28 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   await listen(server, resolved.port, resolved.host);
   const address = server.address() as AddressInfo;
   const hostForUrl = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  state.baseUrl = `http://${hostForUrl}:${address.port}`;
   let closing: Promise<void> | undefined;
 
   return {
-    url: `http://${hostForUrl}:${address.port}`,
+    url: state.baseUrl,
     host: address.address,
     port: address.port,
     apiKey,
     messages: () => state.mail.messages(),
     mailbox: (addr: string) => state.mail.mailbox(addr),
+    createGroup: (groupId: string) => {
+      if (typeof groupId !== 'string' || groupId.length === 0)
+        throw new TypeError('createGroup: expected a non-empty group id');
+      state.groups.create(groupId);
+    },
+    members: (groupId: string) => {
+      const members = state.groups.members(groupId);
+      if (!members) throw new Error(`members: no group ${JSON.stringify(groupId)}; create it with createGroup()`);
+      return members.map((m) => ({ email: m.email, name: m.name, substitutions: { ...m.substitutions } }));
+    },
+    groups: () => state.groups.ids(),
+    reset: () => state.reset(),
     close: () =>
       (closing ??= new Promise<void>((resolve, reject) => {
         server.close((err) => (err ? reject(err) : resolve()));
