@@ -147,7 +147,8 @@ function validateBaseUrl(value: unknown, allowInsecureHttp: boolean): URL {
     try {
       url = new URL(value);
     } catch {
-      throw configError('baseUrl', `${JSON.stringify(value.slice(0, 200))} is not an absolute URL`);
+      // The value is not echoed: a swapped apiKey/baseUrl pair would print the key.
+      throw configError('baseUrl', 'it is not an absolute URL; expected e.g. https://api.example.com');
     }
   } else {
     throw configError('baseUrl', `expected a string or URL, got ${describe(value)}`);

@@ -1,12 +1,26 @@
 import { randomUUID } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { Agent, type Dispatcher } from 'undici';
-import { API_KEY_HEADER, API_PATHS, IDEMPOTENCY_KEY_HEADER, type SendAcceptedResponse } from './api-types.js';
+import { toApiAddress, toApiAddressList, type AddressInput } from './address-input.js';
+import {
+  API_KEY_HEADER,
+  API_PATHS,
+  IDEMPOTENCY_KEY_HEADER,
+  type AddToGroupRequest,
+  type AddToGroupResponse,
+  type GroupEmailRequest,
+  type GroupMemberEntry,
+  type GroupSendAcceptedResponse,
+  type OnFailure,
+  type SendAcceptedResponse,
+  type StandardEmailRequest,
+} from './api-types.js';
+import { toApiSubstitutions, toApiTextContent, type TextContentInput } from './content-input.js';
 import { resolveClientOptions, type EmlApiClientOptions, type ResolvedClientOptions } from './client-options.js';
 import { ConcurrencyLimiter } from './concurrency-limiter.js';
 import { EmlApiError } from './errors.js';
 import { errorFromFailure, errorFromResponse } from './request-error.js';
-import { readServiceResponse, type ServiceResponse } from './service-response.js';
+import { readApiError, readServiceResponse, type ServiceResponse } from './service-response.js';
 import { VERSION } from './version.js';
 
 /**
@@ -44,6 +58,82 @@ export interface SendResult extends ServiceResponse<Partial<SendAcceptedResponse
   /** The `Idempotency-Key` the send carried. */
   idempotencyKey: string;
 }
+
+/**
+ * A standard JSON email for {@link EmlApiClient.sendEmail}.
+ *
+ * @example
+ * const email: EmailInput = { from: 'Shop <shop@example.com>', to: 'ann@example.net', subject: 'Hi', textContent: { html: '<p>Hi</p>', tracking: true } };
+ */
+export interface EmailInput {
+  /** One recipient or several, in any Nodemailer address form. */
+  to: AddressInput | AddressInput[];
+  from: AddressInput;
+  subject: string;
+  textContent: TextContentInput;
+}
+
+/**
+ * A group email for {@link EmlApiClient.sendToGroup}: the recipients are the group's members.
+ *
+ * @example
+ * const newsletter: GroupEmailInput = { from: 'news@example.com', subject: 'Hello {{first_name}}', textContent: { html: '<p>…</p><a href="{{unsubscribe}}">Unsubscribe</a>' } };
+ */
+export interface GroupEmailInput {
+  from: AddressInput;
+  subject: string;
+  textContent: TextContentInput;
+}
+
+/** Result of an accepted group send. */
+export interface GroupSendResult extends ServiceResponse<Partial<GroupSendAcceptedResponse>> {
+  id: string | undefined;
+  /** Members the email went to, when the service said. */
+  recipients: number | undefined;
+  /** Members whose delivery failed (and who were removed from the group), when the service said. */
+  failed: number | undefined;
+  idempotencyKey: string;
+}
+
+/**
+ * One member to add: an address in any Nodemailer form, or an object with
+ * `email`, `name` and `substitutions` (keys with or without braces).
+ *
+ * @example
+ * const member: MemberInput = { email: 'ann@example.net', name: 'Ann', substitutions: { first_name: 'Ann' } };
+ */
+export type MemberInput =
+  | string
+  | { email: string; name?: string; substitutions?: Record<string, string | number | boolean> }
+  | { address: string; name?: string; substitutions?: Record<string, string | number | boolean> };
+
+/** Options of {@link EmlApiClient.addToGroup}. */
+export interface AddToGroupOptions extends RequestOptions {
+  /**
+   * `SKIP` adds the valid entries and reports the others; `ABORT` adds nothing
+   * from a request when any entry fails (across batches, see the README).
+   * @default 'ABORT'
+   */
+  onFailure?: OnFailure;
+  /**
+   * Entries per request; larger lists are sent in several requests.
+   * @default 500
+   */
+  batchSize?: number;
+}
+
+/** Result of {@link EmlApiClient.addToGroup}, covering every batch. */
+export interface AddToGroupResult {
+  /** Addresses added (or updated, when already members). */
+  added: string[];
+  /** Entries the service skipped, with its reasons. */
+  skipped: { email: string; reason: string }[];
+  /** Requests made. */
+  batches: number;
+}
+
+/** Default entries per add request. */
+export const DEFAULT_ADD_BATCH_SIZE = 500;
 
 interface ExchangeInit {
   method: 'GET' | 'POST' | 'DELETE';
@@ -151,13 +241,214 @@ export class EmlApiClient {
       signal: options.signal,
       headers: { [IDEMPOTENCY_KEY_HEADER]: idempotencyKey },
     });
-    const data = res.data && typeof res.data === 'object' ? res.data : undefined;
+    const data = objectOrUndefined(res.data);
     return {
       ...res,
-      id: typeof data?.id === 'string' ? data.id : undefined,
-      messageId: typeof data?.messageId === 'string' ? data.messageId : undefined,
+      id: stringOrUndefined(data?.id),
+      messageId: stringOrUndefined(data?.messageId),
       idempotencyKey,
     };
+  }
+
+  /**
+   * Sends a standard JSON email through `POST /v1/send/email` (hosted images
+   * need the plus plan).
+   *
+   * @throws {EmlApiError} `EMESSAGE` for bad input (before any request), `EAUTH`, `EAPI`, `ECONNECTION`...
+   * @example
+   * await client.sendEmail({ to: 'ann@example.net', from: 'shop@example.com', subject: 'Hi', textContent: { html: '<p>Hi</p>', tracking: true } });
+   */
+  async sendEmail(email: EmailInput, options: SendOptions = {}): Promise<SendResult> {
+    if (typeof email !== 'object' || email === null)
+      throw inputError('sendEmail: expected { to, from, subject, textContent }');
+    const body: StandardEmailRequest = {
+      to: toApiAddressList(email.to, 'sendEmail: to'),
+      from: toApiAddress(email.from, 'sendEmail: from'),
+      subject: checkSubject(email.subject, 'sendEmail'),
+      textContent: toApiTextContent(email.textContent, 'sendEmail'),
+    };
+    if (body.to.length === 0) throw inputError('sendEmail: to needs at least one recipient');
+    const idempotencyKey = options.idempotencyKey ?? randomUUID();
+    const res = await this.#exchange<Partial<SendAcceptedResponse>>({
+      method: 'POST',
+      path: API_PATHS.sendEmail,
+      body: JSON.stringify(body),
+      signal: options.signal,
+      headers: { [IDEMPOTENCY_KEY_HEADER]: idempotencyKey },
+    });
+    const data = objectOrUndefined(res.data);
+    return {
+      ...res,
+      id: stringOrUndefined(data?.id),
+      messageId: stringOrUndefined(data?.messageId),
+      idempotencyKey,
+    };
+  }
+
+  /**
+   * Sends an email to every member of a group through
+   * `POST /v1/send/group/{groupId}`; the service personalises each copy with the
+   * member's substitutions and replaces `{{unsubscribe}}` with the member's link.
+   *
+   * @throws {EmlApiError} `EMESSAGE` for bad input, `EAPI` 404 `group_not_found`, `EAUTH`...
+   * @example
+   * const { recipients } = await client.sendToGroup('newsletter', { from: 'news@example.com', subject: 'Hi {{first_name}}', textContent: { html, text } });
+   */
+  async sendToGroup(groupId: string, email: GroupEmailInput, options: SendOptions = {}): Promise<GroupSendResult> {
+    checkGroupId(groupId, 'sendToGroup');
+    if (typeof email !== 'object' || email === null)
+      throw inputError('sendToGroup: expected { from, subject, textContent }');
+    if ('to' in email) throw inputError('sendToGroup: a group email has no "to"; the recipients are the group members');
+    const body: GroupEmailRequest = {
+      from: toApiAddress(email.from, 'sendToGroup: from'),
+      subject: checkSubject(email.subject, 'sendToGroup'),
+      textContent: toApiTextContent(email.textContent, 'sendToGroup'),
+    };
+    const idempotencyKey = options.idempotencyKey ?? randomUUID();
+    const res = await this.#exchange<Partial<GroupSendAcceptedResponse>>({
+      method: 'POST',
+      path: API_PATHS.sendGroup(groupId),
+      body: JSON.stringify(body),
+      signal: options.signal,
+      headers: { [IDEMPOTENCY_KEY_HEADER]: idempotencyKey },
+    });
+    const data = objectOrUndefined(res.data);
+    return {
+      ...res,
+      id: stringOrUndefined(data?.id),
+      recipients: numberOrUndefined(data?.recipients),
+      failed: numberOrUndefined(data?.failed),
+      idempotencyKey,
+    };
+  }
+
+  /**
+   * Adds members to a group through `POST /v1/group/{groupId}`, in batches of
+   * `batchSize`. Adding an existing member updates its name and substitutions.
+   * Every entry is checked before the first request, so a bad address never
+   * leaves a list half imported.
+   *
+   * @returns what was added and skipped, over all batches
+   * @throws {EmlApiError} `EMESSAGE` for bad input; a failed batch rejects with the
+   *   entries of earlier batches in `partial` (they were added)
+   * @example
+   * const { added, skipped } = await client.addToGroup('newsletter', [
+   *   { email: 'ann@example.net', name: 'Ann', substitutions: { first_name: 'Ann' } },
+   *   'Bob <bob@example.net>',
+   * ], { onFailure: 'SKIP' });
+   */
+  async addToGroup(
+    groupId: string,
+    members: MemberInput[],
+    options: AddToGroupOptions = {},
+  ): Promise<AddToGroupResult> {
+    checkGroupId(groupId, 'addToGroup');
+    if (!Array.isArray(members)) throw inputError('addToGroup: members must be an array');
+    const onFailure = options.onFailure ?? 'ABORT';
+    if (onFailure !== 'SKIP' && onFailure !== 'ABORT')
+      throw inputError('addToGroup: onFailure must be "SKIP" or "ABORT"');
+    const batchSize = options.batchSize ?? DEFAULT_ADD_BATCH_SIZE;
+    if (!Number.isInteger(batchSize) || batchSize < 1)
+      throw inputError('addToGroup: batchSize must be a whole number of at least 1');
+    const result: AddToGroupResult = { added: [], skipped: [], batches: 0 };
+    const entries: GroupMemberEntry[] = [];
+    members.forEach((member, i) => {
+      const where = `addToGroup: members[${i}]`;
+      try {
+        entries.push(toMemberEntry(member, where));
+      } catch (err) {
+        // With SKIP a bad entry is reported, like the service would, instead of failing the import.
+        if (onFailure === 'ABORT') throw err;
+        result.skipped.push({ email: memberEmail(member), reason: (err as Error).message.replace(`${where}: `, '') });
+      }
+    });
+    for (let start = 0; start < entries.length; start += batchSize) {
+      const batch = entries.slice(start, start + batchSize);
+      const body: AddToGroupRequest = { entries: batch, groupId, onFailure };
+      let res: ServiceResponse<Partial<AddToGroupResponse>>;
+      try {
+        res = await this.#exchange<Partial<AddToGroupResponse>>({
+          method: 'POST',
+          path: API_PATHS.group(groupId),
+          body: JSON.stringify(body),
+          signal: options.signal,
+        });
+      } catch (err) {
+        if (err instanceof EmlApiError && result.batches > 0) {
+          throw new EmlApiError(
+            err.code,
+            `${err.message} (batch ${result.batches + 1} of ${Math.ceil(entries.length / batchSize)}; the ${result.added.length} entries of earlier batches were added)`,
+            { ...errorDetails(err), partial: { ...result } },
+          );
+        }
+        throw err;
+      }
+      result.batches++;
+      const data = objectOrUndefined(res.data);
+      // Lenient: a service that answers 2xx without listing what it added added the whole batch.
+      const added = Array.isArray(data?.added)
+        ? data.added.filter((a): a is string => typeof a === 'string')
+        : batch.map((e) => e.email);
+      const skipped = Array.isArray(data?.skipped)
+        ? data.skipped
+            .filter((s): s is { email: string; reason: string } => typeof s === 'object' && s !== null)
+            .map((s) => ({ email: String(s.email ?? ''), reason: String(s.reason ?? '') }))
+        : [];
+      result.added.push(...added);
+      result.skipped.push(...skipped);
+    }
+    return result;
+  }
+
+  /**
+   * Removes one address from a group through `DELETE /v1/group/{groupId}`.
+   *
+   * @returns `true` when it was removed, `false` when it was not a member
+   * @throws {EmlApiError} `EAPI` 404 `group_not_found` for an unknown group, `EAUTH`...
+   * @example
+   * await client.removeFromGroup('newsletter', 'ann@example.net'); // true
+   */
+  async removeFromGroup(groupId: string, email: AddressInput, options: RequestOptions = {}): Promise<boolean> {
+    checkGroupId(groupId, 'removeFromGroup');
+    const address = toApiAddress(email, 'removeFromGroup: email').email;
+    const res = await this.#exchange(
+      {
+        method: 'DELETE',
+        path: API_PATHS.group(groupId),
+        body: JSON.stringify({ email: address }),
+        signal: options.signal,
+      },
+      { acceptStatus: (status) => status === 404 },
+    );
+    if (res.statusCode !== 404) return true;
+    const { code } = readApiError(res.data);
+    if (code === undefined || code === 'not_a_member') return false;
+    throw errorFromResponse(`DELETE ${API_PATHS.group(groupId)}`, res, this.#apiKey);
+  }
+
+  /**
+   * Checks membership through `GET /v1/group/{groupId}/check/{email}`. Reads a
+   * JSON boolean (`member`, `isMember`...) and treats a 404 without a
+   * group error as "not a member", so it works with either style of service.
+   *
+   * @throws {EmlApiError} `EAPI` 404 `group_not_found` for an unknown group, `EAUTH`...
+   * @example
+   * if (await client.isInGroup('newsletter', 'ann@example.net')) { ... }
+   */
+  async isInGroup(groupId: string, email: AddressInput, options: RequestOptions = {}): Promise<boolean> {
+    checkGroupId(groupId, 'isInGroup');
+    const address = toApiAddress(email, 'isInGroup: email').email;
+    const path = API_PATHS.groupCheck(groupId, address);
+    const res = await this.#exchange(
+      { method: 'GET', path, signal: options.signal },
+      { acceptStatus: (status) => status === 404 },
+    );
+    if (res.statusCode === 404) {
+      const { code } = readApiError(res.data);
+      if (code === undefined || code === 'not_a_member' || code === 'not_found_member') return false;
+      throw errorFromResponse(`GET ${path}`, res, this.#apiKey);
+    }
+    return readMembership(res.data);
   }
 
   /**
@@ -204,17 +495,16 @@ export class EmlApiClient {
       throw new EmlApiError('ECONNECTION', `${command} refused: the client is closed`, { command, permanent: true });
     }
     const origin = this.options.baseUrl.origin;
-    return this.#limiter.run(async () => {
-      init.signal?.throwIfAborted();
-      const headers: Record<string, string> = {
-        [API_KEY_HEADER]: this.#apiKey,
-        accept: 'application/json',
-        'user-agent': this.options.userAgent ?? `nodemailer-eml-api/${VERSION}`,
-        ...init.headers,
-      };
-      if (init.body !== undefined) headers['content-type'] = 'application/json';
-      let res: ServiceResponse<T>;
-      try {
+    let res: ServiceResponse<T>;
+    try {
+      res = await this.#limiter.run(async () => {
+        const headers: Record<string, string> = {
+          [API_KEY_HEADER]: this.#apiKey,
+          accept: 'application/json',
+          'user-agent': this.options.userAgent ?? `nodemailer-eml-api/${VERSION}`,
+          ...init.headers,
+        };
+        if (init.body !== undefined) headers['content-type'] = 'application/json';
         const answer = await this.#dispatcher.request({
           origin,
           path: this.options.basePath + init.path,
@@ -225,17 +515,17 @@ export class EmlApiClient {
         });
         const text = await answer.body.text();
         const contentType = answer.headers['content-type'];
-        res = readServiceResponse<T>(
+        return readServiceResponse<T>(
           answer.statusCode,
           Array.isArray(contentType) ? contentType[0] : contentType,
           text,
         );
-      } catch (err) {
-        throw errorFromFailure(command, origin, err, this.#apiKey);
-      }
-      if ((res.statusCode >= 200 && res.statusCode < 300) || acceptStatus?.(res.statusCode)) return res;
-      throw errorFromResponse(command, res, this.#apiKey);
-    });
+      }, init.signal);
+    } catch (err) {
+      throw errorFromFailure(command, origin, err, this.#apiKey, init.signal);
+    }
+    if ((res.statusCode >= 200 && res.statusCode < 300) || acceptStatus?.(res.statusCode)) return res;
+    throw errorFromResponse(command, res, this.#apiKey);
   }
 }
 
@@ -256,4 +546,76 @@ async function toBuffer(input: Buffer | Uint8Array | string | Readable): Promise
   throw new EmlApiError('EMESSAGE', 'sendEml() expects a Buffer, Uint8Array, string or Readable stream', {
     permanent: true,
   });
+}
+
+function inputError(message: string): EmlApiError {
+  return new EmlApiError('EMESSAGE', message, { permanent: true });
+}
+
+function checkGroupId(groupId: unknown, method: string): asserts groupId is string {
+  if (typeof groupId !== 'string' || groupId.length === 0)
+    throw inputError(`${method}: groupId must be a non-empty string`);
+  if (groupId.length > 256) throw inputError(`${method}: groupId is longer than 256 characters`);
+}
+
+function checkSubject(subject: unknown, method: string): string {
+  if (typeof subject !== 'string' || subject.length === 0)
+    throw inputError(`${method}: subject must be a non-empty string`);
+  if (/[\r\n]/.test(subject)) throw inputError(`${method}: subject must not contain line breaks`);
+  return subject;
+}
+
+function toMemberEntry(member: unknown, where: string): GroupMemberEntry {
+  const address = toApiAddress(member, where);
+  const substitutions =
+    typeof member === 'object' && member !== null
+      ? toApiSubstitutions((member as { substitutions?: unknown }).substitutions, where)
+      : undefined;
+  return { ...address, ...(substitutions ? { substitutions } : {}) };
+}
+
+function memberEmail(member: unknown): string {
+  if (typeof member === 'string') return member;
+  if (typeof member === 'object' && member !== null) {
+    const o = member as Record<string, unknown>;
+    return String(o.email ?? o.address ?? '');
+  }
+  return String(member);
+}
+
+const MEMBERSHIP_FIELDS = ['member', 'isMember', 'is_member', 'inGroup', 'in_group', 'exists', 'found', 'result'];
+
+/** Reads membership from a 2xx answer of any common shape; a 2xx without a boolean means "member". */
+function readMembership(data: unknown): boolean {
+  if (typeof data === 'boolean') return data;
+  if (typeof data === 'object' && data !== null) {
+    for (const field of MEMBERSHIP_FIELDS) {
+      const value = (data as Record<string, unknown>)[field];
+      if (typeof value === 'boolean') return value;
+    }
+  }
+  return true;
+}
+
+function objectOrUndefined<T>(value: T | undefined): T | undefined {
+  return typeof value === 'object' && value !== null ? value : undefined;
+}
+
+function stringOrUndefined(value: unknown): string | undefined {
+  return typeof value === 'string' ? value : undefined;
+}
+
+function numberOrUndefined(value: unknown): number | undefined {
+  return typeof value === 'number' ? value : undefined;
+}
+
+function errorDetails(err: EmlApiError) {
+  return {
+    ...(err.responseCode === undefined ? {} : { responseCode: err.responseCode }),
+    ...(err.response === undefined ? {} : { response: err.response }),
+    ...(err.command === undefined ? {} : { command: err.command }),
+    ...(err.apiCode === undefined ? {} : { apiCode: err.apiCode }),
+    permanent: err.permanent,
+    cause: err,
+  };
 }

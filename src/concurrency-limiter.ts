@@ -33,9 +33,26 @@ export class ConcurrencyLimiter {
     return this.#active + this.#waiting.length < this.#limit;
   }
 
-  async run<T>(task: () => Promise<T>): Promise<T> {
+  /**
+   * Runs `task` when a slot is free. An aborted `signal` rejects at once with
+   * the signal's reason, also while waiting, and frees the waiting place.
+   */
+  async run<T>(task: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    signal?.throwIfAborted();
     if (this.#active >= this.#limit) {
-      await new Promise<void>((resolve) => this.#waiting.push(resolve));
+      await new Promise<void>((resolve, reject) => {
+        const onAbort = () => {
+          const at = this.#waiting.indexOf(grant);
+          if (at !== -1) this.#waiting.splice(at, 1);
+          reject(signal!.reason);
+        };
+        const grant = () => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve();
+        };
+        signal?.addEventListener('abort', onAbort, { once: true });
+        this.#waiting.push(grant);
+      });
     } else {
       this.#active++;
     }

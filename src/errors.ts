@@ -27,6 +27,8 @@ export interface EmlApiErrorDetails {
   permanent?: boolean;
   /** The underlying error. */
   cause?: unknown;
+  /** What was done before the failure, e.g. the members earlier batches added. */
+  partial?: unknown;
 }
 
 const MAX_RESPONSE_CHARS = 2000;
@@ -62,6 +64,8 @@ export class EmlApiError extends Error {
   readonly apiCode?: string;
   /** `true` when repeating the same request cannot succeed. */
   readonly permanent: boolean;
+  /** What was done before the failure (e.g. `{ added, skipped, batches }` of earlier batches). */
+  readonly partial?: unknown;
 
   constructor(code: EmlApiErrorCode, message: string, details: EmlApiErrorDetails = {}) {
     super(message, details.cause === undefined ? undefined : { cause: details.cause });
@@ -71,6 +75,7 @@ export class EmlApiError extends Error {
     if (details.command !== undefined) this.command = details.command;
     if (details.apiCode !== undefined) this.apiCode = details.apiCode;
     this.permanent = details.permanent ?? isPermanentStatus(details.responseCode);
+    if (details.partial !== undefined) this.partial = details.partial;
   }
 }
 

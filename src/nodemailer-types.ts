@@ -19,6 +19,8 @@ export interface NodemailerMimeNode {
 export interface NodemailerMail {
   data: { envelope?: unknown; raw?: unknown };
   message: NodemailerMimeNode;
+  /** Resolves every content value (streams, paths, URLs); attachments that were bytes come back Base64. */
+  normalize(callback: (err: Error | null, data?: unknown) => void): void;
 }
 
 /** An SMTP-style envelope: sender and the addresses the message goes to. */

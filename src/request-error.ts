@@ -8,7 +8,9 @@ import { readApiError, type ServiceResponse } from './service-response.js';
  */
 export function errorFromResponse(command: string, res: ServiceResponse, apiKey: string): EmlApiError {
   const text = redact(res.text, apiKey);
-  const { code: apiCode, message } = readApiError(res.data);
+  const raw = readApiError(res.data);
+  const apiCode = raw.code === undefined ? undefined : redact(raw.code, apiKey);
+  const message = raw.message;
   const detail = message ? redact(message, apiKey) : res.response;
   const label = apiCode ? `${res.statusCode} ${apiCode}` : res.response;
   const isAuth = res.statusCode === 401 || res.statusCode === 403;
@@ -25,19 +27,6 @@ export function errorFromResponse(command: string, res: ServiceResponse, apiKey:
   });
 }
 
-const CONNECTION_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-  'EPIPE',
-  'UND_ERR_SOCKET',
-  'UND_ERR_CLOSED',
-  'UND_ERR_DESTROYED',
-]);
-
 const TIMEOUT_CODES: Record<string, string> = {
   UND_ERR_CONNECT_TIMEOUT: 'connect timeout',
   UND_ERR_HEADERS_TIMEOUT: 'response headers timeout',
@@ -49,13 +38,43 @@ const TIMEOUT_CODES: Record<string, string> = {
  * Turns a failure to exchange a request (network, timeout, abort) into an
  * {@link EmlApiError}. Errors that already are `EmlApiError`s pass through.
  */
-export function errorFromFailure(command: string, origin: string, err: unknown, apiKey: string): EmlApiError {
+export function errorFromFailure(
+  command: string,
+  origin: string,
+  err: unknown,
+  apiKey: string,
+  signal?: AbortSignal,
+): EmlApiError {
   if (err instanceof EmlApiError) return err;
-  const e = err as { code?: string; name?: string; message?: string; cause?: { code?: string } };
-  const code = e.code ?? e.cause?.code ?? '';
-  const reason = redact(String(e.message ?? err), apiKey);
-  if (e.name === 'AbortError' || code === 'ABORT_ERR') {
+  const e = (typeof err === 'object' && err !== null ? err : {}) as {
+    code?: unknown;
+    name?: unknown;
+    message?: unknown;
+    cause?: { code?: unknown };
+  };
+  // The caller's signal decides, whatever reason it was aborted with.
+  if (signal?.aborted) {
+    const reason: unknown = signal.reason;
+    if (reason instanceof Error && reason.name === 'TimeoutError') {
+      return new EmlApiError('ETIMEDOUT', `${command} to ${origin} failed: the AbortSignal timeout elapsed`, {
+        command,
+        cause: err,
+        permanent: false,
+      });
+    }
     return new EmlApiError('EABORT', `${command} was aborted`, { command, cause: err, permanent: true });
+  }
+  const code = typeof e.code === 'string' ? e.code : typeof e.cause?.code === 'string' ? e.cause.code : '';
+  const reason = redact(String(e.message ?? err), apiKey);
+  if (e.name === 'AbortError') {
+    return new EmlApiError('EABORT', `${command} was aborted`, { command, cause: err, permanent: true });
+  }
+  if (e.name === 'TimeoutError') {
+    return new EmlApiError('ETIMEDOUT', `${command} to ${origin} failed: ${reason}`, {
+      command,
+      cause: err,
+      permanent: false,
+    });
   }
   if (code in TIMEOUT_CODES) {
     return new EmlApiError('ETIMEDOUT', `${command} to ${origin} failed: ${TIMEOUT_CODES[code]} (${code})`, {
@@ -64,14 +83,8 @@ export function errorFromFailure(command: string, origin: string, err: unknown, 
       permanent: false,
     });
   }
-  if (CONNECTION_CODES.has(code) || code.startsWith('UND_ERR')) {
-    return new EmlApiError('ECONNECTION', `${command} to ${origin} failed: ${reason} (${code})`, {
-      command,
-      cause: err,
-      permanent: false,
-    });
-  }
-  return new EmlApiError('ECONNECTION', `${command} to ${origin} failed: ${reason}`, {
+  const suffix = code ? ` (${code})` : '';
+  return new EmlApiError('ECONNECTION', `${command} to ${origin} failed: ${reason}${suffix}`, {
     command,
     cause: err,
     permanent: false,

@@ -1,4 +1,4 @@
-import type { SendAcceptedResponse } from './api-types.js';
+import type { GroupSendAcceptedResponse, SendAcceptedResponse } from './api-types.js';
 import type { MailEnvelope } from './nodemailer-types.js';
 
 /**
@@ -13,9 +13,13 @@ import type { MailEnvelope } from './nodemailer-types.js';
 export interface EmlApiSentMessageInfo {
   /** Sender and recipients of the message. */
   envelope: MailEnvelope;
-  /** The Message-ID header of the uploaded message, with angle brackets. */
+  /**
+   * The Message-ID header of the uploaded message, with angle brackets. For a
+   * tracked (JSON) send, the one the service reported; empty for group sends,
+   * where every member's copy has its own.
+   */
   messageId: string;
-  /** Every envelope recipient: the service accepts or refuses a message as a whole. */
+  /** Every envelope recipient: the service accepts or refuses a message as a whole. Empty for group sends. */
   accepted: string[];
   /** Always empty: a refused message rejects the promise instead. */
   rejected: string[];
@@ -25,8 +29,10 @@ export interface EmlApiSentMessageInfo {
   response: string;
   /** The service's id for the send, when it gave one. */
   id: string | undefined;
-  /** The service's parsed JSON answer (read leniently), when it sent JSON. */
-  apiResponse: Partial<SendAcceptedResponse> | undefined;
+  /** The service's parsed JSON answer (read leniently), when it sent JSON; for group sends `{ id, recipients, failed }`. */
+  apiResponse: Partial<SendAcceptedResponse> | Partial<GroupSendAcceptedResponse> | undefined;
+  /** The group a group send went to. */
+  group?: string;
   /** The `Idempotency-Key` the send carried. */
   idempotencyKey: string;
 }

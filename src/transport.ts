@@ -3,6 +3,7 @@ import type { Readable } from 'node:stream';
 import { EmlApiClient } from './client.js';
 import { EmlApiError } from './errors.js';
 import { resolveLogger, type EmlApiLogger } from './logger.js';
+import { jsonRouteOf, jsonSendFromMail, type JsonRoute } from './json-send-from-mail.js';
 import { resolveEnvelope } from './message-envelope.js';
 import type { NodemailerMail } from './nodemailer-types.js';
 import type { EmlApiSentMessageInfo } from './sent-message-info.js';
@@ -119,6 +120,8 @@ export class EmlApiTransport extends EventEmitter {
         permanent: true,
       });
     }
+    const route = jsonRouteOf(mail.data as Record<string, unknown>);
+    if (route) return this.#sendJson(mail, route);
     // The service reads recipients from To, Cc and Bcc and strips Bcc itself,
     // so Bcc must stay in the uploaded message (as sendmail and SES transports do).
     mail.message.keepBcc = true;
@@ -141,6 +144,40 @@ export class EmlApiTransport extends EventEmitter {
       envelope,
       messageId,
       accepted: [...envelope.to],
+      rejected: [],
+      pending: [],
+      response: result.response,
+      id: result.id,
+      apiResponse: result.data,
+      idempotencyKey: result.idempotencyKey,
+    };
+  }
+
+  async #sendJson(mail: NodemailerMail, route: JsonRoute): Promise<EmlApiSentMessageInfo> {
+    const input = await jsonSendFromMail(mail, route);
+    if (route.kind === 'group') {
+      const result = await this.client.sendToGroup(route.groupId, input);
+      this.#logger.info({ group: route.groupId, id: result.id, response: result.response }, 'Group email accepted');
+      return {
+        envelope: { from: input.from.email, to: [] },
+        messageId: '',
+        accepted: [],
+        rejected: [],
+        pending: [],
+        response: result.response,
+        id: result.id,
+        apiResponse: result.data,
+        idempotencyKey: result.idempotencyKey,
+        group: route.groupId,
+      };
+    }
+    const result = await this.client.sendEmail(input);
+    this.#logger.info({ id: result.id, response: result.response }, 'Tracked email accepted');
+    const to = input.to.map((a) => a.email);
+    return {
+      envelope: { from: input.from.email, to },
+      messageId: result.messageId ?? '',
+      accepted: to,
       rejected: [],
       pending: [],
       response: result.response,

@@ -103,10 +103,7 @@ describe('constructor option errors', () => {
       [undefined, /Options must be an object/],
       [{ baseUrl: 'https://api.example.test' }, /Invalid option apiKey: it is missing/],
       [{ apiKey: 'k' }, /Invalid option baseUrl: it is missing/],
-      [
-        { apiKey: 'k', baseUrl: 'api.example.test' },
-        /Invalid option baseUrl: "api.example.test" is not an absolute URL/,
-      ],
+      [{ apiKey: 'k', baseUrl: 'api.example.test' }, /Invalid option baseUrl: it is not an absolute URL/],
       [
         { apiKey: 'k', baseUrl: 'http://mail.example.test' },
         /Invalid option baseUrl: http:\/\/ to the non-loopback host/,

@@ -11,7 +11,7 @@ import { isUndeliverable, type EmulatorState } from './emulator-state.js';
 import type { GroupMember } from './group-store.js';
 import { HttpError } from './http-error.js';
 import { hostImages, newMessageId, renderContent } from './json-send-content.js';
-import { isValidAddress } from './parse-eml.js';
+import { isValidAddress } from '../address-input.js';
 import { rejectUnknownFields } from './read-body.js';
 import { bareKey } from './render-placeholders.js';
 import type { Operation } from './route.js';

@@ -56,11 +56,7 @@ export async function handleRequest(state: EmulatorState, req: IncomingMessage, 
 async function route(state: EmulatorState, req: IncomingMessage): Promise<Answer> {
   const rawUrl = req.url ?? '/';
   if (rawUrl.length > MAX_PATH_LENGTH) {
-    throw new HttpError(
-      414 as number,
-      'invalid_request',
-      `The request URL is longer than ${MAX_PATH_LENGTH} characters`,
-    );
+    throw new HttpError(400, 'invalid_request', `The request URL is longer than ${MAX_PATH_LENGTH} characters`);
   }
   // Match on the raw path: a URL parser would resolve %2E%2E and dot segments
   // and let a path parameter reach another route.

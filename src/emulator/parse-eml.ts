@@ -1,4 +1,5 @@
 import { simpleParser, type AddressObject, type EmailAddress } from 'mailparser';
+import { isValidAddress } from '../address-input.js';
 import { parseHeaderFields } from '../eml-headers.js';
 import type { EmulatorAttachment } from './emulator-records.js';
 import { HttpError } from './http-error.js';
@@ -13,17 +14,6 @@ export interface ParsedEml {
   text: string | undefined;
   html: string | undefined;
   attachments: EmulatorAttachment[];
-}
-
-/**
- * A deliberately plain address check: one @, no spaces or delimiters, a dot-free
- * local part is fine, non-ASCII (RFC 6531) is allowed.
- */
-const ADDRESS = /^[^\s@<>()[\]",;:\\]+@[^\s@<>()[\]",;:\\]+$/u;
-
-/** Whether a string looks like a deliverable address. */
-export function isValidAddress(address: string): boolean {
-  return address.length <= 254 && ADDRESS.test(address);
 }
 
 /**

@@ -1,6 +1,7 @@
 import { API_PATHS, type SendAcceptedResponse } from '../api-types.js';
 import { decodeBase64Strict } from './decode-base64.js';
 import { HttpError } from './http-error.js';
+import { newMessageId } from './json-send-content.js';
 import { parseEml } from './parse-eml.js';
 import { rejectUnknownFields } from './read-body.js';
 import type { Operation } from './route.js';
@@ -26,8 +27,13 @@ export const sendEmlOperation: Operation = {
         `mail must be a string of Base64 text, got ${body.mail === null ? 'null' : typeof body.mail}`,
       );
     }
-    const raw = decodeBase64Strict(body.mail, 'mail');
+    let raw = decodeBase64Strict(body.mail, 'mail');
     const parsed = await parseEml(raw);
+    if (!parsed.messageId) {
+      // Like a real sending service, give a message without a Message-ID one.
+      parsed.messageId = newMessageId();
+      raw = Buffer.concat([Buffer.from(`Message-ID: ${parsed.messageId}\r\n`), raw]);
+    }
     const message = ctx.state.mail.accept(API_PATHS.sendEml, raw, parsed, ctx.now);
     const answer: SendAcceptedResponse = {
       id: message.id,

@@ -1,7 +1,7 @@
 import type { ApiAddress, ApiImage } from '../api-types.js';
 import { decodeBase64Strict } from './decode-base64.js';
 import { HttpError } from './http-error.js';
-import { isValidAddress } from './parse-eml.js';
+import { isValidAddress } from '../address-input.js';
 import { rejectUnknownFields } from './read-body.js';
 
 /** An embedded image after validation, with its bytes decoded. */

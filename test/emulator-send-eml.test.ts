@@ -1,0 +1,741 @@
+import { connect } from 'node:net';
+import { Readable } from 'node:stream';
+import { Client, request } from 'undici';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startEmulator, type Emulator } from '../src/emulator/index.js';
+
+/**
+ * Real HTTP requests against the emulator's POST /v1/send/eml, checked against
+ * the error table and success shapes of ../shared/CONTRACT.md.
+ */
+
+const SEND_EML = '/v1/send/eml';
+const GROUPS_KEY = 'k-groups';
+const SENDER_KEY = 'k-sender';
+
+interface Answer {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  text: string;
+  json: unknown;
+}
+
+interface CallOptions {
+  method?: 'GET' | 'POST' | 'DELETE' | 'PUT';
+  body?: string | Readable;
+  headers?: Record<string, string>;
+  /** Send the path as written (no URL parsing, so no dot-segment or %2E%2E resolution). */
+  raw?: boolean;
+}
+
+let emu: Emulator;
+
+/**
+ * Checks what every API answer must have (JSON content type, a parseable JSON
+ * body, never 5xx) and returns it parsed.
+ */
+function checkAnswer(status: number, headers: Answer['headers'], text: string): Answer {
+  expect(headers['content-type'], `content-type of a ${status} answer`).toMatch(/^application\/json\b/);
+  let json: unknown;
+  expect(() => (json = JSON.parse(text)), `JSON body of a ${status} answer: ${text.slice(0, 200)}`).not.toThrow();
+  expect(status, `unexpected 5xx answer: ${text.slice(0, 200)}`).toBeLessThan(500);
+  return { status, headers, text, json };
+}
+
+async function call(base: string, path: string, options: CallOptions = {}): Promise<Answer> {
+  const method = options.method ?? 'POST';
+  if (options.raw) {
+    // undici's request() parses the URL, which resolves "/../" and "%2E%2E";
+    // a Client sends the path bytes unchanged.
+    const client = new Client(base);
+    try {
+      const res = await client.request({ method, path, headers: options.headers, body: options.body });
+      return checkAnswer(res.statusCode, res.headers, await res.body.text());
+    } finally {
+      await client.close();
+    }
+  }
+  const res = await request(`${base}${path}`, { method, headers: options.headers, body: options.body });
+  return checkAnswer(res.statusCode, res.headers, await res.body.text());
+}
+
+/** POST with the all-scopes key and a JSON content type unless overridden. */
+function post(path: string, body?: string, headers: Record<string, string> = {}): Promise<Answer> {
+  return call(emu.url, path, {
+    body,
+    headers: { 'x-api-key': emu.apiKey, 'content-type': 'application/json', ...headers },
+  });
+}
+
+/** Asserts an error answer and returns its message. */
+function expectError(answer: Answer, status: number, code: string): string {
+  expect(answer.status, answer.text).toBe(status);
+  const body = answer.json as { error?: { code?: unknown; message?: unknown } };
+  expect(body.error?.code, answer.text).toBe(code);
+  expect(typeof body.error?.message).toBe('string');
+  expect((body.error?.message as string).length).toBeGreaterThan(0);
+  return body.error?.message as string;
+}
+
+interface Accepted {
+  id: string;
+  messageId: string;
+  recipients: number;
+}
+
+function expectAccepted(answer: Answer): Accepted {
+  expect(answer.status, answer.text).toBe(202);
+  const body = answer.json as Accepted;
+  expect(Object.keys(body).sort()).toEqual(['id', 'messageId', 'recipients']);
+  expect(typeof body.id).toBe('string');
+  expect(body.id.length).toBeGreaterThan(0);
+  expect(typeof body.messageId).toBe('string');
+  expect(typeof body.recipients).toBe('number');
+  return body;
+}
+
+const b64 = (text: string | Buffer): string => Buffer.from(text).toString('base64');
+
+let counter = 0;
+/** A small EML message with a unique Message-ID; `extra` header lines replace the default To. */
+function eml(extra: string[] = ['To: ann@example.test'], body = 'Hello'): string {
+  counter += 1;
+  return [
+    'From: Shop <shop@example.test>',
+    ...extra,
+    `Subject: Test ${counter}`,
+    `Message-ID: <m${counter}.${Date.now()}@example.test>`,
+    '',
+    body,
+  ].join('\r\n');
+}
+
+/** JSON body of a send: `{ "mail": base64(eml) }`. */
+const mailBody = (text: string = eml()): string => JSON.stringify({ mail: b64(text) });
+
+beforeAll(async () => {
+  emu = await startEmulator({
+    apiKeys: [
+      { key: GROUPS_KEY, scopes: ['group:insert'] },
+      { key: SENDER_KEY, scopes: ['sender'] },
+    ],
+  });
+});
+
+afterAll(() => emu.close());
+
+describe('POST /v1/send/eml authentication', () => {
+  it('answers 401 missing_api_key when the X-API-KEY header is absent', async () => {
+    const answer = await call(emu.url, SEND_EML, {
+      body: mailBody(),
+      headers: { 'content-type': 'application/json' },
+    });
+    expect(expectError(answer, 401, 'missing_api_key')).toMatch(/X-API-KEY/i);
+  });
+
+  it('answers 401 missing_api_key when the X-API-KEY header is empty', async () => {
+    const answer = await post(SEND_EML, mailBody(), { 'x-api-key': '' });
+    expectError(answer, 401, 'missing_api_key');
+  });
+
+  it('answers 401 invalid_api_key for a key the emulator does not know', async () => {
+    const answer = await post(SEND_EML, mailBody(), { 'x-api-key': 'not-a-real-key' });
+    const message = expectError(answer, 401, 'invalid_api_key');
+    expect(message).not.toContain('not-a-real-key');
+  });
+
+  it('answers 403 missing_scope naming "sender" for a key without that scope', async () => {
+    const before = emu.messages().length;
+    const answer = await post(SEND_EML, mailBody(), { 'x-api-key': GROUPS_KEY });
+    expect(expectError(answer, 403, 'missing_scope')).toContain('sender');
+    expect(emu.messages()).toHaveLength(before);
+  });
+
+  it('accepts a key that holds only the "sender" scope', async () => {
+    expectAccepted(await post(SEND_EML, mailBody(), { 'x-api-key': SENDER_KEY }));
+  });
+});
+
+describe('POST /v1/send/eml content type', () => {
+  it('answers 415 unsupported_media_type for text/plain', async () => {
+    const answer = await post(SEND_EML, mailBody(), { 'content-type': 'text/plain' });
+    expect(expectError(answer, 415, 'unsupported_media_type')).toContain('application/json');
+  });
+
+  it('answers 415 unsupported_media_type when there is no Content-Type header', async () => {
+    const answer = await call(emu.url, SEND_EML, { body: mailBody(), headers: { 'x-api-key': emu.apiKey } });
+    expectError(answer, 415, 'unsupported_media_type');
+  });
+
+  it('accepts application/json with a charset parameter', async () => {
+    expectAccepted(await post(SEND_EML, mailBody(), { 'content-type': 'application/json; charset=utf-8' }));
+  });
+
+  it('accepts the media type in any letter case', async () => {
+    expectAccepted(await post(SEND_EML, mailBody(), { 'content-type': 'Application/JSON' }));
+  });
+});
+
+describe('POST /v1/send/eml request body', () => {
+  it('answers 400 invalid_json for malformed JSON', async () => {
+    expectError(await post(SEND_EML, '{"mail": '), 400, 'invalid_json');
+  });
+
+  it('answers 400 invalid_json for an empty body', async () => {
+    expectError(await post(SEND_EML, ''), 400, 'invalid_json');
+  });
+
+  it('answers 400 invalid_request for a JSON array body', async () => {
+    expectError(await post(SEND_EML, JSON.stringify([{ mail: b64(eml()) }])), 400, 'invalid_request');
+  });
+
+  it('answers 400 invalid_request for a JSON string or null body', async () => {
+    expectError(await post(SEND_EML, JSON.stringify(b64(eml()))), 400, 'invalid_request');
+    expectError(await post(SEND_EML, 'null'), 400, 'invalid_request');
+  });
+
+  it('answers 400 invalid_request naming mail when mail is missing', async () => {
+    expect(expectError(await post(SEND_EML, '{}'), 400, 'invalid_request')).toContain('mail');
+  });
+
+  it('answers 400 invalid_request naming mail when mail is not a string', async () => {
+    for (const mail of [42, null, true, [b64(eml())], { data: b64(eml()) }]) {
+      const answer = await post(SEND_EML, JSON.stringify({ mail }));
+      expect(expectError(answer, 400, 'invalid_request')).toContain('mail');
+    }
+  });
+
+  it('answers 400 invalid_request naming an unknown field such as a misspelt "mial"', async () => {
+    const alone = await post(SEND_EML, JSON.stringify({ mial: b64(eml()) }));
+    expect(expectError(alone, 400, 'invalid_request')).toContain('mial');
+    const before = emu.messages().length;
+    const beside = await post(SEND_EML, JSON.stringify({ mail: b64(eml()), mial: 'x' }));
+    expect(expectError(beside, 400, 'invalid_request')).toContain('mial');
+    expect(emu.messages()).toHaveLength(before);
+  });
+});
+
+describe('POST /v1/send/eml Base64', () => {
+  const sendMail = (mail: string) => post(SEND_EML, JSON.stringify({ mail }));
+
+  it('answers 400 invalid_base64 for a character outside the Base64 alphabet', async () => {
+    const valid = b64(eml());
+    const message = expectError(await sendMail(`${valid.slice(0, 8)}*${valid.slice(9)}`), 400, 'invalid_base64');
+    expect(message).toContain('mail');
+    expect(message).toContain('*');
+  });
+
+  it('answers 400 invalid_base64 for URL-safe Base64 ("-" and "_")', async () => {
+    // 0xfb 0xff encodes to "+/8=" in standard Base64 and "-_8" in base64url.
+    const standard = b64(Buffer.concat([Buffer.from(eml()), Buffer.from([0xfb, 0xff])]));
+    expect(standard).toMatch(/[+/]/);
+    for (const urlSafe of [standard.replace(/\+/g, '-'), standard.replace(/\//g, '_'), 'ab-_']) {
+      expect(expectError(await sendMail(urlSafe), 400, 'invalid_base64')).toContain('mail');
+    }
+  });
+
+  it('answers 400 invalid_base64 when the length is not a multiple of 4', async () => {
+    // "Hello" is "SGVsbG8=" padded; without the padding it has 7 characters.
+    expect(expectError(await sendMail('SGVsbG8'), 400, 'invalid_base64')).toContain('mail');
+    const valid = b64(eml());
+    expectError(await sendMail(`${valid}A`), 400, 'invalid_base64');
+  });
+
+  it('answers 400 invalid_base64 for padding in the middle', async () => {
+    expectError(await sendMail(`SGVsbG8=${b64(eml())}`), 400, 'invalid_base64');
+  });
+
+  it('answers 400 invalid_base64 for an empty string or only whitespace', async () => {
+    expect(expectError(await sendMail(''), 400, 'invalid_base64')).toContain('mail');
+    expectError(await sendMail('\r\n  \r\n'), 400, 'invalid_base64');
+  });
+
+  it('accepts MIME-style Base64 wrapped with CRLF every 76 characters', async () => {
+    const text = eml(['To: ann@example.test'], 'A body long enough to need several Base64 lines. '.repeat(10));
+    const encoded = b64(text);
+    expect(encoded.length).toBeGreaterThan(76 * 3);
+    const wrapped = encoded.match(/.{1,76}/g)!.join('\r\n');
+    const before = emu.messages().length;
+    expectAccepted(await sendMail(wrapped));
+    expect(emu.messages()).toHaveLength(before + 1);
+    expect(emu.messages().at(-1)!.raw.equals(Buffer.from(text))).toBe(true);
+  });
+});
+
+describe('POST /v1/send/eml message checks', () => {
+  it('answers 400 invalid_eml when the decoded bytes have no header fields', async () => {
+    const message = expectError(
+      await post(SEND_EML, JSON.stringify({ mail: b64('just some text without headers') })),
+      400,
+      'invalid_eml',
+    );
+    expect(message).toContain('mail');
+  });
+
+  it('answers 400 invalid_eml for several lines none of which is a header field', async () => {
+    const text = ['no colon on this line', 'nor on this one', '', 'body'].join('\r\n');
+    expectError(await post(SEND_EML, JSON.stringify({ mail: b64(text) })), 400, 'invalid_eml');
+  });
+
+  it('answers 400 invalid_eml naming From for a message without a From header', async () => {
+    const text = ['To: ann@example.test', 'Subject: No sender', '', 'Hello'].join('\r\n');
+    const message = expectError(await post(SEND_EML, JSON.stringify({ mail: b64(text) })), 400, 'invalid_eml');
+    expect(message).toContain('From');
+  });
+
+  it('answers 400 invalid_address naming the header for To: not-an-address', async () => {
+    const before = emu.messages().length;
+    const message = expectError(await post(SEND_EML, mailBody(eml(['To: not-an-address']))), 400, 'invalid_address');
+    expect(message).toContain('To');
+    expect(message).toContain('not-an-address');
+    expect(emu.messages()).toHaveLength(before);
+  });
+
+  it('answers 400 invalid_address when one of several recipients is invalid, and delivers to none', async () => {
+    const before = emu.mailbox('valid-one@example.test').length;
+    const answer = await post(SEND_EML, mailBody(eml(['To: valid-one@example.test', 'Cc: broken@'])));
+    expectError(answer, 400, 'invalid_address');
+    expect(emu.mailbox('valid-one@example.test')).toHaveLength(before);
+  });
+
+  it('answers 400 no_recipients for a message with only From and Subject', async () => {
+    const text = ['From: shop@example.test', 'Subject: Nobody', '', 'Hello'].join('\r\n');
+    expectError(await post(SEND_EML, JSON.stringify({ mail: b64(text) })), 400, 'no_recipients');
+  });
+});
+
+describe('POST /v1/send/eml body limit', () => {
+  let small: Emulator;
+  beforeAll(async () => {
+    small = await startEmulator({ bodyLimit: 1024 });
+  });
+  afterAll(() => small.close());
+
+  const headers = (): Record<string, string> => ({ 'x-api-key': small.apiKey, 'content-type': 'application/json' });
+
+  it('answers 413 payload_too_large for a body over the configured limit', async () => {
+    const body = mailBody(eml(['To: ann@example.test'], 'x'.repeat(4096)));
+    expect(Buffer.byteLength(body)).toBeGreaterThan(1024);
+    const answer = await call(small.url, SEND_EML, { body, headers: headers() });
+    expect(expectError(answer, 413, 'payload_too_large')).toContain('1024');
+    expect(small.messages()).toHaveLength(0);
+  });
+
+  it('answers 413 payload_too_large for a chunked body with no Content-Length', async () => {
+    const body = mailBody(eml(['To: ann@example.test'], 'y'.repeat(3000)));
+    const stream = Readable.from([body.slice(0, 900), body.slice(900)]);
+    const answer = await call(small.url, SEND_EML, { body: stream, headers: headers() });
+    expectError(answer, 413, 'payload_too_large');
+    expect(small.messages()).toHaveLength(0);
+  });
+
+  it('still accepts a body under the limit afterwards', async () => {
+    const body = mailBody();
+    expect(Buffer.byteLength(body)).toBeLessThan(1024);
+    expectAccepted(await call(small.url, SEND_EML, { body, headers: headers() }));
+    expect(small.messages()).toHaveLength(1);
+  });
+});
+
+describe('routing', () => {
+  it('answers 404 not_found for unknown paths', async () => {
+    for (const path of ['/v1/send/nothing', '/v2/send/eml', '/v1/send/eml/', '/v1/send', '/', '/V1/SEND/EML']) {
+      expectError(await post(path, mailBody()), 404, 'not_found');
+    }
+  });
+
+  it('answers 405 method_not_allowed with an Allow header for GET /v1/send/eml', async () => {
+    const answer = await call(emu.url, SEND_EML, { method: 'GET', headers: { 'x-api-key': emu.apiKey } });
+    expectError(answer, 405, 'method_not_allowed');
+    expect(answer.headers['allow']).toBe('POST');
+  });
+
+  it('answers 405 method_not_allowed for PUT and DELETE on /v1/send/eml', async () => {
+    for (const method of ['PUT', 'DELETE'] as const) {
+      const answer = await call(emu.url, SEND_EML, {
+        method,
+        body: mailBody(),
+        headers: { 'x-api-key': emu.apiKey, 'content-type': 'application/json' },
+      });
+      expectError(answer, 405, 'method_not_allowed');
+      expect(answer.headers['allow']).toBe('POST');
+    }
+  });
+
+  it('serves a query string on /v1/send/eml like the bare path', async () => {
+    expectAccepted(await post(`${SEND_EML}?debug=1`, mailBody()));
+  });
+});
+
+describe('the other endpoints', () => {
+  // CONTRACT.md: "sender" for /v1/send/email, "group.sender" for group sends,
+  // "group:insert" for adds, "group:remove" for removes, any group scope for check.
+  const others = [
+    {
+      method: 'POST',
+      path: '/v1/send/email',
+      body: JSON.stringify({
+        to: [{ email: 'ann@example.test' }],
+        from: { email: 'shop@example.test' },
+        subject: 'Hi',
+        textContent: { text: 'Hi' },
+      }),
+      key: GROUPS_KEY,
+      scopes: ['sender'],
+    },
+    {
+      method: 'POST',
+      path: '/v1/send/group/x',
+      body: JSON.stringify({ from: { email: 'shop@example.test' }, subject: 'Hi', textContent: { text: 'Hi' } }),
+      key: SENDER_KEY,
+      scopes: ['group.sender'],
+    },
+    {
+      method: 'POST',
+      path: '/v1/group/x',
+      body: JSON.stringify({ entries: [{ email: 'ann@example.test' }], groupId: 'x' }),
+      key: SENDER_KEY,
+      scopes: ['group:insert'],
+    },
+    {
+      method: 'DELETE',
+      path: '/v1/group/x',
+      body: JSON.stringify({ email: 'ann@example.test' }),
+      key: SENDER_KEY,
+      scopes: ['group:remove'],
+    },
+    {
+      method: 'GET',
+      path: '/v1/group/x/check/a%40b.test',
+      body: undefined,
+      key: SENDER_KEY,
+      scopes: ['group:insert', 'group:remove', 'group.sender'],
+    },
+  ] as const;
+
+  for (const other of others) {
+    it(`answers 403 missing_scope for ${other.method} ${other.path} with a key lacking ${other.scopes.join(' / ')}`, async () => {
+      const answer = await call(emu.url, other.path, {
+        method: other.method,
+        body: other.body,
+        headers: { 'x-api-key': other.key, ...(other.body ? { 'content-type': 'application/json' } : {}) },
+      });
+      const message = expectError(answer, 403, 'missing_scope');
+      for (const scope of other.scopes) expect(message).toContain(scope);
+    });
+
+    it(`routes ${other.method} ${other.path} to its own operation with the all-scopes key`, async () => {
+      const answer = await call(emu.url, other.path, {
+        method: other.method,
+        body: other.body,
+        headers: { 'x-api-key': emu.apiKey, ...(other.body ? { 'content-type': 'application/json' } : {}) },
+      });
+      // Not swallowed by /v1/send/eml, the router's 404 or a 405 (and never 5xx, checked in call()).
+      expect(answer.status, answer.text).not.toBe(405);
+      const code = (answer.json as { error?: { code?: string } }).error?.code;
+      expect(code).not.toBe('not_found');
+      expect(code).not.toBe('method_not_allowed');
+      if (other.path === '/v1/send/email') {
+        expect(answer.status, answer.text).toBe(202);
+      } else {
+        // Group "x" does not exist: CONTRACT.md answers 404 group_not_found.
+        expect(code, answer.text).toBe('group_not_found');
+      }
+    });
+  }
+});
+
+describe('hostile paths', () => {
+  const headers = () => ({ 'x-api-key': emu.apiKey, 'content-type': 'application/json' });
+
+  it('does not resolve dot segments: /v1/send/eml/../eml is not /v1/send/eml', async () => {
+    const before = emu.messages().length;
+    const answer = await call(emu.url, '/v1/send/eml/../eml', { raw: true, body: mailBody(), headers: headers() });
+    expectError(answer, 404, 'not_found');
+    expect(emu.messages()).toHaveLength(before);
+  });
+
+  it('does not decode %2E%2E into a dot segment: /v1/send/%2E%2E/eml', async () => {
+    const before = emu.messages().length;
+    for (const path of ['/v1/send/%2E%2E/eml', '/v1/send/eml/%2e%2e/eml', '/v1/send%2Feml', '/v1/send/eml%2F']) {
+      const answer = await call(emu.url, path, { raw: true, body: mailBody(), headers: headers() });
+      expectError(answer, 404, 'not_found');
+    }
+    expect(emu.messages()).toHaveLength(before);
+  });
+
+  it('keeps an encoded slash inside one path parameter: /v1/group/%2F/check/x', async () => {
+    const answer = await call(emu.url, '/v1/group/%2F/check/x', { raw: true, method: 'GET', headers: headers() });
+    expect(answer.status, answer.text).toBeGreaterThanOrEqual(400);
+    expect(answer.status, answer.text).not.toBe(405);
+    expect((answer.json as { error?: { code?: string } }).error?.code).not.toBe('not_found');
+  });
+
+  it('answers a 4xx JSON error for bad percent-encoding: /v1/group/%E0%A4%A/check/x', async () => {
+    const answer = await call(emu.url, '/v1/group/%E0%A4%A/check/x', {
+      raw: true,
+      method: 'GET',
+      headers: headers(),
+    });
+    expect([400, 404]).toContain(answer.status);
+    expect((answer.json as { error?: { code?: unknown } }).error?.code).toEqual(expect.any(String));
+  });
+
+  it('never answers 5xx for odd paths', async () => {
+    const paths = [
+      '/v1/send/eml%00',
+      '/v1/send/eml;x=1',
+      '/v1/send//eml',
+      '//v1/send/eml',
+      '/v1/send/group/%E0%A4%A',
+      '/v1/send/group/..',
+      '/v1/group/%2E%2E',
+      '/v1/group/x/check/%',
+      '/v1/group/x/check/a%40b.test/extra',
+      `/v1/send/${'a'.repeat(3000)}`,
+    ];
+    for (const path of paths) {
+      const answer = await call(emu.url, path, { raw: true, body: mailBody(), headers: headers() });
+      expect(answer.status, `${path.slice(0, 60)} -> ${answer.text}`).toBeGreaterThanOrEqual(400);
+      expect(answer.status, `${path.slice(0, 60)} -> ${answer.text}`).toBeLessThan(500);
+    }
+  });
+});
+
+describe('POST /v1/send/eml success', () => {
+  const message = [
+    'From: Shop <shop@example.test>',
+    'To: Ann <ann@example.test>, ANN@Example.test',
+    'Cc: bob@example.test, ann@example.test',
+    'Bcc: hidden@example.test, Bob@example.test',
+    'Subject: Hi',
+    'Message-ID: <success-1@example.test>',
+    '',
+    'Hello',
+  ].join('\r\n');
+
+  it('answers 202 { id, messageId, recipients } counting To, Cc and Bcc once each, case-insensitively', async () => {
+    const before = emu.messages().length;
+    const accepted = expectAccepted(await post(SEND_EML, mailBody(message)));
+    expect(accepted.messageId).toBe('<success-1@example.test>');
+    expect(accepted.recipients).toBe(3);
+    const messages = emu.messages();
+    expect(messages).toHaveLength(before + 1);
+    const stored = messages.at(-1)!;
+    expect(stored.id).toBe(accepted.id);
+    expect(stored.endpoint).toBe(SEND_EML);
+    expect(stored.from).toBe('shop@example.test');
+    expect(stored.recipients.map((r) => r.toLowerCase()).sort()).toEqual([
+      'ann@example.test',
+      'bob@example.test',
+      'hidden@example.test',
+    ]);
+  });
+
+  it('delivers one copy to each recipient without the Bcc header, and keeps Bcc in the uploaded raw', async () => {
+    const accepted = expectAccepted(await post(SEND_EML, mailBody(message.replace('success-1', 'success-2'))));
+    const stored = emu.messages().find((m) => m.id === accepted.id)!;
+    expect(stored.raw.toString()).toMatch(/^bcc:/im);
+    for (const address of ['ann@example.test', 'BOB@example.test', 'hidden@example.test']) {
+      const copies = emu.mailbox(address).filter((c) => c.messageRef === accepted.id);
+      expect(copies, address).toHaveLength(1);
+      const raw = copies[0]!.raw.toString();
+      expect(raw).not.toMatch(/^bcc:/im);
+      expect(raw).not.toContain('hidden@example.test');
+      expect(raw).toMatch(/^to:/im);
+      expect(raw).toMatch(/^cc:/im);
+      expect(raw).toMatch(/\r\n\r\nHello$/);
+    }
+  });
+
+  it('removes a folded Bcc header entirely and delivers to each of its addresses', async () => {
+    const text = eml(['To: ann@example.test', 'Bcc: secret-one@example.test,', '\tsecret-two@example.test']);
+    const accepted = expectAccepted(await post(SEND_EML, mailBody(text)));
+    expect(accepted.recipients).toBe(3);
+    for (const address of ['ann@example.test', 'secret-one@example.test', 'secret-two@example.test']) {
+      const [copy] = emu.mailbox(address).filter((c) => c.messageRef === accepted.id);
+      expect(copy, address).toBeDefined();
+      expect(copy!.raw.toString()).not.toMatch(/^bcc:/im);
+      expect(copy!.raw.toString()).not.toContain('secret-');
+    }
+  });
+
+  it('strips Bcc from a message with bare LF line endings too', async () => {
+    const text = ['From: shop@example.test', 'To: lf-to@example.test', 'Bcc: lf-bcc@example.test', '', 'LF only'].join(
+      '\n',
+    );
+    const accepted = expectAccepted(await post(SEND_EML, mailBody(text)));
+    expect(accepted.recipients).toBe(2);
+    for (const address of ['lf-to@example.test', 'lf-bcc@example.test']) {
+      const [copy] = emu.mailbox(address).filter((c) => c.messageRef === accepted.id);
+      expect(copy, address).toBeDefined();
+      expect(copy!.raw.toString()).not.toMatch(/^bcc:/im);
+      expect(copy!.raw.toString()).toMatch(/\n\nLF only$/);
+    }
+  });
+
+  it('leaves a "Bcc:" line in the body untouched', async () => {
+    const text = eml(['To: body-bcc@example.test'], 'Bcc: this line is body text\r\n');
+    const accepted = expectAccepted(await post(SEND_EML, mailBody(text)));
+    const [copy] = emu.mailbox('body-bcc@example.test').filter((c) => c.messageRef === accepted.id);
+    expect(copy!.raw.toString()).toBe(text);
+  });
+
+  it('answers a fresh id for every accepted message', async () => {
+    const first = expectAccepted(await post(SEND_EML, mailBody()));
+    const second = expectAccepted(await post(SEND_EML, mailBody()));
+    expect(first.id).not.toBe(second.id);
+  });
+});
+
+describe('POST /v1/send/eml Idempotency-Key', () => {
+  const countFor = (id: string) => emu.messages().filter((m) => m.id === id).length;
+
+  it('replays the first answer for a repeated key and delivers only once', async () => {
+    const body = mailBody(eml(['To: idem-1@example.test']));
+    const before = emu.messages().length;
+    const first = await post(SEND_EML, body, { 'idempotency-key': 'idem-key-1' });
+    const second = await post(SEND_EML, body, { 'idempotency-key': 'idem-key-1' });
+    const a = expectAccepted(first);
+    const b = expectAccepted(second);
+    expect(b).toEqual(a);
+    expect(first.headers['idempotent-replayed']).toBeUndefined();
+    expect(second.headers['idempotent-replayed']).toBe('true');
+    expect(emu.messages()).toHaveLength(before + 1);
+    expect(emu.mailbox('idem-1@example.test')).toHaveLength(1);
+    expect(countFor(a.id)).toBe(1);
+  });
+
+  it('delivers once for two concurrent requests with the same key', async () => {
+    const body = mailBody(eml(['To: idem-2@example.test']));
+    const before = emu.messages().length;
+    const answers = await Promise.all([
+      post(SEND_EML, body, { 'idempotency-key': 'idem-key-2' }),
+      post(SEND_EML, body, { 'idempotency-key': 'idem-key-2' }),
+    ]);
+    const [a, b] = answers.map(expectAccepted);
+    expect(b!.id).toBe(a!.id);
+    expect(answers.filter((x) => x.headers['idempotent-replayed'] === 'true')).toHaveLength(1);
+    expect(emu.messages()).toHaveLength(before + 1);
+    expect(emu.mailbox('idem-2@example.test')).toHaveLength(1);
+  });
+
+  it('delivers again for a different key', async () => {
+    const body = mailBody(eml(['To: idem-3@example.test']));
+    const a = expectAccepted(await post(SEND_EML, body, { 'idempotency-key': 'idem-key-3a' }));
+    const second = await post(SEND_EML, body, { 'idempotency-key': 'idem-key-3b' });
+    const b = expectAccepted(second);
+    expect(b.id).not.toBe(a.id);
+    expect(second.headers['idempotent-replayed']).toBeUndefined();
+    expect(emu.mailbox('idem-3@example.test')).toHaveLength(2);
+  });
+
+  it('does not remember a failed request: a valid one with the same key is handled for real', async () => {
+    const failed = await post(SEND_EML, JSON.stringify({ mail: 'not base64!' }), { 'idempotency-key': 'idem-key-4' });
+    expectError(failed, 400, 'invalid_base64');
+    const body = mailBody(eml(['To: idem-4@example.test']));
+    const retried = await post(SEND_EML, body, { 'idempotency-key': 'idem-key-4' });
+    const accepted = expectAccepted(retried);
+    expect(retried.headers['idempotent-replayed']).toBeUndefined();
+    expect(emu.mailbox('idem-4@example.test')).toHaveLength(1);
+    // Now that it succeeded, the key is remembered.
+    const again = await post(SEND_EML, body, { 'idempotency-key': 'idem-key-4' });
+    expect(expectAccepted(again).id).toBe(accepted.id);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(emu.mailbox('idem-4@example.test')).toHaveLength(1);
+  });
+
+  it('does not remember an authentication failure either', async () => {
+    const body = mailBody(eml(['To: idem-5@example.test']));
+    const denied = await post(SEND_EML, body, { 'idempotency-key': 'idem-key-5', 'x-api-key': GROUPS_KEY });
+    expectError(denied, 403, 'missing_scope');
+    const ok = await post(SEND_EML, body, { 'idempotency-key': 'idem-key-5' });
+    expectAccepted(ok);
+    expect(ok.headers['idempotent-replayed']).toBeUndefined();
+    expect(emu.mailbox('idem-5@example.test')).toHaveLength(1);
+  });
+
+  it('keeps the connection usable after a replay (the repeat body is drained)', async () => {
+    const client = new Client(emu.url, { pipelining: 1 });
+    try {
+      const body = mailBody(eml(['To: idem-6@example.test'], 'z'.repeat(20_000)));
+      const send = async (key: string) => {
+        const res = await client.request({
+          method: 'POST',
+          path: SEND_EML,
+          body,
+          headers: { 'x-api-key': emu.apiKey, 'content-type': 'application/json', 'idempotency-key': key },
+        });
+        return checkAnswer(res.statusCode, res.headers, await res.body.text());
+      };
+      const a = expectAccepted(await send('idem-key-6'));
+      expect(expectAccepted(await send('idem-key-6')).id).toBe(a.id);
+      expect(expectAccepted(await send('idem-key-6b')).id).not.toBe(a.id);
+      expect(emu.mailbox('idem-6@example.test')).toHaveLength(2);
+    } finally {
+      await client.close();
+    }
+  });
+});
+
+describe('robustness', () => {
+  it('answers garbage on the socket with HTTP/1.1 400 and keeps serving', async () => {
+    const reply = await new Promise<string>((resolve, reject) => {
+      const socket = connect(emu.port, emu.host);
+      const chunks: Buffer[] = [];
+      socket.on('connect', () => socket.write('HELLO\r\n\r\n'));
+      socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+      socket.on('error', reject);
+      socket.on('close', () => resolve(Buffer.concat(chunks).toString('latin1')));
+      socket.setTimeout(5000, () => socket.destroy(new Error('no reply to garbage within 5 s')));
+    });
+    expect(reply).toMatch(/^HTTP\/1\.1 400/);
+    expectAccepted(await post(SEND_EML, mailBody()));
+  });
+
+  it('answers every kind of failure with a JSON error and never 5xx', async () => {
+    const bad: [string, CallOptions][] = [
+      [SEND_EML, { body: '{', headers: { 'x-api-key': emu.apiKey, 'content-type': 'application/json' } }],
+      [SEND_EML, { body: '\u0000\u0001', headers: { 'x-api-key': emu.apiKey, 'content-type': 'application/json' } }],
+      [
+        SEND_EML,
+        { body: '{"mail":"\\ud800"}', headers: { 'x-api-key': emu.apiKey, 'content-type': 'application/json' } },
+      ],
+      [
+        SEND_EML,
+        {
+          body: JSON.stringify({ mail: b64(Buffer.from([0, 1, 2, 255, 254, 13, 10, 13, 10])) }),
+          headers: { 'x-api-key': emu.apiKey, 'content-type': 'application/json' },
+        },
+      ],
+      [
+        SEND_EML,
+        {
+          body: JSON.stringify({ mail: b64('From: <>\r\nTo: <>\r\n\r\n') }),
+          headers: { 'x-api-key': emu.apiKey, 'content-type': 'application/json' },
+        },
+      ],
+      [
+        SEND_EML,
+        {
+          body: JSON.stringify({ mail: b64('From: shop@example.test\r\nTo: :;\r\n\r\n') }),
+          headers: { 'x-api-key': emu.apiKey, 'content-type': 'application/json' },
+        },
+      ],
+      [SEND_EML, { body: mailBody(), headers: { 'x-api-key': emu.apiKey, 'content-type': '' } }],
+      [
+        SEND_EML,
+        {
+          body: mailBody(),
+          headers: { 'x-api-key': emu.apiKey, 'content-type': 'application/json', 'idempotency-key': 'k'.repeat(300) },
+        },
+      ],
+    ];
+    for (const [path, options] of bad) {
+      const answer = await call(emu.url, path, options);
+      expect(answer.status, `${String(options.body).slice(0, 40)} -> ${answer.text}`).toBeGreaterThanOrEqual(400);
+      expect(answer.status, `${String(options.body).slice(0, 40)} -> ${answer.text}`).toBeLessThan(500);
+      expect((answer.json as { error?: { code?: unknown } }).error?.code).toEqual(expect.any(String));
+    }
+  });
+});
