@@ -74,8 +74,9 @@ export function toApiTextContent(input: unknown, where: string): ApiTextContent 
     out.images = o.images.map((image, i) => {
       const at = `${where}: textContent.images[${i}]`;
       if (typeof image !== 'object' || image === null) throw fail(`${at} must be { name, data, mimeType }`);
-      if (typeof image.name !== 'string' || !/^[A-Za-z0-9_.-]{1,64}$/.test(image.name)) {
-        throw fail(`${at}.name must be 1-64 letters, digits, "_", "-" or "."`);
+      const name = typeof image.name === 'string' ? image.name.trim().replace(/^\{\{\s*(.*?)\s*\}\}$/, '$1') : '';
+      if (!/^[A-Za-z0-9_.-]{1,64}$/.test(name)) {
+        throw fail(`${at}.name must be 1-64 letters, digits, "_", "-" or "." (braces optional)`);
       }
       const format = imageFormat(image.mimeType);
       if (!format) throw fail(`${at}.mimeType ${JSON.stringify(String(image.mimeType))} is not PNG, JPEG, GIF or WEBP`);
@@ -86,7 +87,7 @@ export function toApiTextContent(input: unknown, where: string): ApiTextContent 
       if (data.length === 0 || !/^[A-Za-z0-9+/]*={0,2}$/.test(data) || data.length % 4 !== 0) {
         throw fail(`${at}.data is not valid Base64`);
       }
-      return { name: image.name, data, mimeType: format };
+      return { name, data, mimeType: format };
     });
   }
   return out;

@@ -31,6 +31,12 @@ declare module 'nodemailer/lib/mailer' {
   interface Options extends EmlApiMailOptions {}
 }
 
+declare module 'nodemailer/lib/mailer/index.js' {
+  // The same for ES module consumers of @types/nodemailer, where a directory import does not resolve.
+  // eslint-disable-next-line @typescript-eslint/no-empty-object-type
+  interface Options extends EmlApiMailOptions {}
+}
+
 declare module 'nodemailer/lib/mailer/mail-message' {
   // Nodemailer 10's bundled types: sendMail takes SendMailOptions.
   // eslint-disable-next-line @typescript-eslint/no-empty-object-type

@@ -156,7 +156,8 @@ export class EmlApiTransport extends EventEmitter {
   async #sendJson(mail: NodemailerMail, route: JsonRoute): Promise<EmlApiSentMessageInfo> {
     const input = await jsonSendFromMail(mail, route);
     if (route.kind === 'group') {
-      const result = await this.client.sendToGroup(route.groupId, input);
+      const { from, subject, textContent } = input;
+      const result = await this.client.sendToGroup(route.groupId, { from, subject, textContent });
       this.#logger.info({ group: route.groupId, id: result.id, response: result.response }, 'Group email accepted');
       return {
         envelope: { from: input.from.email, to: [] },

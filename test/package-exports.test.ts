@@ -37,6 +37,9 @@ export async function check(): Promise<string> {
   const emu: Emulator = await startEmulator({ apiKeys: [{ key: 'k', scopes: ['sender'] }] });
   const transporter = nodemailer.createTransport(new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url }));
   const info: EmlApiSentMessageInfo = await transporter.sendMail({ from: 'a@x.test', to: 'b@x.test', text: 'x' });
+  // group and tracking are typed on sendMail through module augmentation: no casts.
+  await transporter.sendMail({ from: 'a@x.test', subject: 'news', html: '<p>x</p>', group: 'newsletter' });
+  await transporter.sendMail({ from: 'a@x.test', to: 'b@x.test', subject: 's', html: 'x', tracking: true });
   const err = new EmlApiError('EAPI', 'x');
   return info.messageId + err.code;
 }
@@ -110,7 +113,7 @@ const { startEmulator } = require('nodemailer-eml-api/emulator');`),
     });
   });
 
-  it('type-checks for ESM and CommonJS consumers', async () => {
+  it('type-checks for ESM and CommonJS consumers, group and tracking on sendMail included', async () => {
     await writeFile(join(dir, 'check.mts'), TYPES_USAGE);
     await writeFile(join(dir, 'check.cts'), TYPES_USAGE);
     const tsc = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
@@ -125,7 +128,7 @@ const { startEmulator } = require('nodemailer-eml-api/emulator');`),
     expect(stdout.trim()).toBe(pkg.version);
   });
 
-  it('type-checks for Nodemailer 6 users, whose @types/nodemailer types info as SMTP info', async () => {
+  it('type-checks for Nodemailer 6 users, group and tracking included; their @types/nodemailer types info as SMTP info', async () => {
     const dir6 = join(dir, 'nodemailer6');
     await mkdir(dir6);
     await writeFile(join(dir6, 'package.json'), JSON.stringify({ name: 'consumer6', private: true }));
@@ -146,19 +149,20 @@ const { startEmulator } = require('nodemailer-eml-api/emulator');`),
     );
     // The documented pattern: @types/nodemailer 6 returns SMTP's SentMessageInfo for any
     // custom transport, so the richer info needs a cast.
-    await writeFile(
-      join(dir6, 'check.mts'),
-      `import nodemailer from 'nodemailer';
+    const source = `import nodemailer from 'nodemailer';
 import { EmlApiTransport, type EmlApiSentMessageInfo } from 'nodemailer-eml-api';
 export async function check(): Promise<string> {
   const transporter = nodemailer.createTransport(new EmlApiTransport({ apiKey: 'k', baseUrl: 'http://127.0.0.1:1' }));
   await transporter.verify();
   const info = (await transporter.sendMail({ from: 'a@x.test', to: 'b@x.test', text: 'x' })) as EmlApiSentMessageInfo;
+  await transporter.sendMail({ from: 'a@x.test', subject: 'news', html: '<p>x</p>', group: 'newsletter' });
+  await transporter.sendMail({ from: 'a@x.test', to: 'b@x.test', subject: 's', html: 'x', tracking: true });
   transporter.close();
   return info.messageId + String(info.id) + info.accepted.join(',');
 }
-`,
-    );
+`;
+    await writeFile(join(dir6, 'check.mts'), source);
+    await writeFile(join(dir6, 'check.cts'), source);
     const tsc = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
     await expect(
       run(

@@ -40,6 +40,15 @@ export async function handlePublicRoute(
         '<p>This unsubscribe link is not valid, or it was already used.</p><p>If you still receive these emails, use the link in the most recent one.</p>',
       );
     }
+    if (!state.groups.isMember(ticket.groupId, ticket.email)) {
+      // Removed another way since the email was sent (API call, failed delivery, another link).
+      state.groups.redeem(token);
+      return page(
+        200,
+        'Already unsubscribed',
+        `<p id="done"><strong>${escapeHtml(ticket.email)}</strong> is no longer on the list <strong>${escapeHtml(ticket.groupId)}</strong>.</p>`,
+      );
+    }
     if (method === 'GET') {
       return page(
         200,

@@ -3,6 +3,7 @@ import { decodeBase64Strict } from './decode-base64.js';
 import { HttpError } from './http-error.js';
 import { isValidAddress } from '../address-input.js';
 import { rejectUnknownFields } from './read-body.js';
+import { bareKey } from './render-placeholders.js';
 
 /** An embedded image after validation, with its bytes decoded. */
 export interface ValidImage {
@@ -82,10 +83,12 @@ function validateImage(value: unknown, path: string): ValidImage {
   }
   const o = value as Record<string, unknown>;
   rejectUnknownFields(o, ['name', 'data', 'mimeType'], path);
-  if (typeof o.name !== 'string' || !IMAGE_NAME.test(o.name)) {
-    throw bad(`${path}.name must be 1-64 letters, digits, "_", "-" or "."`);
+  // The spec writes image names in double braces; the bare name is accepted too.
+  const name = typeof o.name === 'string' ? bareKey(o.name) : undefined;
+  if (name === undefined || !IMAGE_NAME.test(name)) {
+    throw bad(`${path}.name must be 1-64 letters, digits, "_", "-" or ".", optionally written {{name}}`);
   }
-  if (o.name === 'unsubscribe') throw bad(`${path}.name "unsubscribe" is reserved for the unsubscribe link`);
+  if (name === 'unsubscribe') throw bad(`${path}.name "unsubscribe" is reserved for the unsubscribe link`);
   if (typeof o.mimeType !== 'string' || !IMAGE_TYPES.includes(o.mimeType as ApiImage['mimeType'])) {
     throw bad(`${path}.mimeType must be one of ${IMAGE_TYPES.join(', ')} (upper case)`);
   }
@@ -94,7 +97,7 @@ function validateImage(value: unknown, path: string): ValidImage {
   const mimeType = o.mimeType as ApiImage['mimeType'];
   if (!hasSignature(data, mimeType))
     throw bad(`${path}.data is not a ${mimeType} image (its first bytes do not match)`);
-  return { name: o.name, data, mimeType };
+  return { name, data, mimeType };
 }
 
 function hasSignature(data: Buffer, type: ApiImage['mimeType']): boolean {
