@@ -78,5 +78,75 @@ for (const address of info.envelope.to) {
   }
 }
 
+// ---------------------------------------------------------------------------
+// Part 2: a newsletter to a group.
+console.log('\n\n##### Newsletter #####');
+emu.createGroup('newsletter'); // groups are created in the service's dashboard, not through the API
+const client = transporter.transporter instanceof EmlApiTransport ? transporter.transporter.client : undefined;
+if (!client) throw new Error('unexpected transport');
+
+const added = await client.addToGroup(
+  'newsletter',
+  [
+    { email: 'ann@customer.example', name: 'Ann', substitutions: { first_name: 'Ann', plan: 'Gold' } },
+    { email: 'bob@customer.example', name: 'Bob', substitutions: { first_name: 'Bob', plan: 'Basic' } },
+    { email: 'old@mailbox.invalid', name: 'Olga', substitutions: { first_name: 'Olga', plan: 'Basic' } },
+    'not-an-address',
+  ],
+  { onFailure: 'SKIP' },
+);
+console.log(`addToGroup: added ${added.added.join(', ')}`);
+for (const s of added.skipped) console.log(`addToGroup: skipped ${JSON.stringify(s.email)}: ${s.reason}`);
+console.log(
+  `Members: ${emu
+    .members('newsletter')
+    .map((m) => m.email)
+    .join(', ')}`,
+);
+
+const news = await transporter.sendMail({
+  from: '"Acme News" <news@acme.example>',
+  subject: '{{first_name}}, your {{plan}} plan news',
+  html: '<p>Hello {{first_name}},</p><p>news for {{plan}} members.</p><img src="cid:logo@acme"><p><a href="{{unsubscribe}}">Unsubscribe</a></p>',
+  text: 'Hello {{first_name}}, news for {{plan}} members.\nUnsubscribe: {{unsubscribe}}',
+  attachments: [{ filename: 'logo.png', content: PIXEL, cid: 'logo@acme' }],
+  group: 'newsletter',
+});
+console.log(`\nGroup send: ${news.response}, ${JSON.stringify(news.apiResponse)}`);
+console.log('(old@mailbox.invalid is undeliverable: the service removed it from the group)');
+console.log(
+  `Members now: ${emu
+    .members('newsletter')
+    .map((m) => m.email)
+    .join(', ')}`,
+);
+
+for (const address of ['ann@customer.example', 'bob@customer.example']) {
+  const copy = emu.mailbox(address).at(-1)!;
+  const headers = copy.raw.toString('latin1').split(/\r?\n\r?\n/, 1)[0]!;
+  const listUnsubscribe = /^List-Unsubscribe:(.*(?:\r?\n[ \t].*)*)/im.exec(headers)?.[1]?.replace(/\s+/g, ' ').trim();
+  console.log(`\n=== ${address} ===`);
+  console.log(`  Subject: ${copy.subject}`);
+  console.log(`  text: ${JSON.stringify(copy.text?.trim())}`);
+  console.log(`  List-Unsubscribe: ${listUnsubscribe}`);
+}
+
+// Bob clicks "Unsubscribe" in his mail client: an RFC 8058 one-click POST to his link.
+const bobCopy = emu.mailbox('bob@customer.example').at(-1)!;
+const bobLink = /https?:\/\/\S+\/unsubscribe\/[A-Za-z0-9_-]+/.exec(bobCopy.text ?? '')![0];
+const unsubscribed = await fetch(bobLink, {
+  method: 'POST',
+  headers: { 'content-type': 'application/x-www-form-urlencoded' },
+  body: 'List-Unsubscribe=One-Click',
+});
+console.log(`\nBob unsubscribed (one-click POST): HTTP ${unsubscribed.status}`);
+console.log(`isInGroup(bob): ${await client.isInGroup('newsletter', 'bob@customer.example')}`);
+console.log(
+  `Members now: ${emu
+    .members('newsletter')
+    .map((m) => m.email)
+    .join(', ')}`,
+);
+
 await transporter.close();
 await emu.close();

@@ -40,7 +40,7 @@ export async function handlePublicRoute(
         '<p>This unsubscribe link is not valid, or it was already used.</p><p>If you still receive these emails, use the link in the most recent one.</p>',
       );
     }
-    if (!state.groups.isMember(ticket.groupId, ticket.email)) {
+    if (!state.groups.has(ticket.groupId) || !state.groups.isMember(ticket.groupId, ticket.email)) {
       // Removed another way since the email was sent (API call, failed delivery, another link).
       state.groups.redeem(token);
       return page(
@@ -49,7 +49,8 @@ export async function handlePublicRoute(
         `<p id="done"><strong>${escapeHtml(ticket.email)}</strong> is no longer on the list <strong>${escapeHtml(ticket.groupId)}</strong>.</p>`,
       );
     }
-    if (method === 'GET') {
+    if (method !== 'POST') {
+      // GET and HEAD only show the form: link scanners must not unsubscribe anyone.
       return page(
         200,
         'Unsubscribe',
