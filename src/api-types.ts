@@ -166,7 +166,6 @@ export type ApiErrorCode =
   | 'payload_too_large'
   | 'unsupported_media_type'
   | 'rate_limited'
-  | 'not_implemented'
   | 'internal_error'
   | 'unavailable';
 
