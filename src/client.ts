@@ -231,23 +231,8 @@ export class EmlApiClient {
         permanent: true,
       });
     }
-    const idempotencyKey = options.idempotencyKey ?? randomUUID();
     // Base64 has no character JSON must escape, so the body is built by concatenation.
-    const body = `{"mail":"${bytes.toString('base64')}"}`;
-    const res = await this.#exchange<Partial<SendAcceptedResponse>>({
-      method: 'POST',
-      path: API_PATHS.sendEml,
-      body,
-      signal: options.signal,
-      headers: { [IDEMPOTENCY_KEY_HEADER]: idempotencyKey },
-    });
-    const data = objectOrUndefined(res.data);
-    return {
-      ...res,
-      id: stringOrUndefined(data?.id),
-      messageId: stringOrUndefined(data?.messageId),
-      idempotencyKey,
-    };
+    return this.#send(API_PATHS.sendEml, `{"mail":"${bytes.toString('base64')}"}`, options);
   }
 
   /**
@@ -268,21 +253,7 @@ export class EmlApiClient {
       textContent: toApiTextContent(email.textContent, 'sendEmail'),
     };
     if (body.to.length === 0) throw inputError('sendEmail: to needs at least one recipient');
-    const idempotencyKey = options.idempotencyKey ?? randomUUID();
-    const res = await this.#exchange<Partial<SendAcceptedResponse>>({
-      method: 'POST',
-      path: API_PATHS.sendEmail,
-      body: JSON.stringify(body),
-      signal: options.signal,
-      headers: { [IDEMPOTENCY_KEY_HEADER]: idempotencyKey },
-    });
-    const data = objectOrUndefined(res.data);
-    return {
-      ...res,
-      id: stringOrUndefined(data?.id),
-      messageId: stringOrUndefined(data?.messageId),
-      idempotencyKey,
-    };
+    return this.#send(API_PATHS.sendEmail, JSON.stringify(body), options);
   }
 
   /**
@@ -304,14 +275,11 @@ export class EmlApiClient {
       subject: checkSubject(email.subject, 'sendToGroup'),
       textContent: toApiTextContent(email.textContent, 'sendToGroup'),
     };
-    const idempotencyKey = options.idempotencyKey ?? randomUUID();
-    const res = await this.#exchange<Partial<GroupSendAcceptedResponse>>({
-      method: 'POST',
-      path: API_PATHS.sendGroup(groupId),
-      body: JSON.stringify(body),
-      signal: options.signal,
-      headers: { [IDEMPOTENCY_KEY_HEADER]: idempotencyKey },
-    });
+    const { idempotencyKey, res } = await this.#postIdempotent<Partial<GroupSendAcceptedResponse>>(
+      API_PATHS.sendGroup(groupId),
+      JSON.stringify(body),
+      options,
+    );
     const data = objectOrUndefined(res.data);
     return {
       ...res,
@@ -484,6 +452,30 @@ export class EmlApiClient {
   /** Whether {@link close} was called. */
   get closed(): boolean {
     return this.#closed;
+  }
+
+  /** Posts a send with its `Idempotency-Key` and reads the accepted answer leniently. */
+  async #send(path: string, body: string, options: SendOptions): Promise<SendResult> {
+    const { idempotencyKey, res } = await this.#postIdempotent<Partial<SendAcceptedResponse>>(path, body, options);
+    const data = objectOrUndefined(res.data);
+    return { ...res, id: stringOrUndefined(data?.id), messageId: stringOrUndefined(data?.messageId), idempotencyKey };
+  }
+
+  /** Posts one logical send; the key is the caller's or a new UUID. */
+  async #postIdempotent<T>(
+    path: string,
+    body: string,
+    options: SendOptions,
+  ): Promise<{ idempotencyKey: string; res: ServiceResponse<T> }> {
+    const idempotencyKey = options.idempotencyKey ?? randomUUID();
+    const res = await this.#exchange<T>({
+      method: 'POST',
+      path,
+      body,
+      signal: options.signal,
+      headers: { [IDEMPOTENCY_KEY_HEADER]: idempotencyKey },
+    });
+    return { idempotencyKey, res };
   }
 
   async #exchange<T>(
