@@ -48,6 +48,81 @@ export interface EmlApiClientOptions {
    * @default `nodemailer-eml-api/<version>`
    */
   userAgent?: string;
+  /**
+   * Retries of failures the service surely did not process (connection refused,
+   * connection reset before the request was written, DNS failure, 429, 503),
+   * with exponential backoff and jitter, honouring `Retry-After`. A number sets
+   * `limit`; `false` or `0` turns retries off. See the README, "Reliability".
+   * @default { limit: 3, baseDelay: 500, maxDelay: 30000, retryAmbiguous: false }
+   */
+  retries?: number | false | RetryOptions;
+  /**
+   * Time limits in milliseconds. Each failure is an `ETIMEDOUT` error naming the limit.
+   * @default { connect: 10000, response: 30000, total: 120000 }
+   */
+  timeouts?: TimeoutOptions;
+  /**
+   * Sends started per second at most (sends wait in the queue to keep the pace).
+   * Membership calls are not paced.
+   * @default undefined (no pacing)
+   */
+  maxMessagesPerSecond?: number;
+}
+
+/**
+ * Retry settings.
+ *
+ * @example
+ * new EmlApiClient({ apiKey, baseUrl, retries: { limit: 5, baseDelay: 200, retryAmbiguous: true } });
+ */
+export interface RetryOptions {
+  /**
+   * Retries after the first attempt.
+   * @default 3
+   */
+  limit?: number;
+  /**
+   * Delay before the first retry, in ms; doubled for each further retry, with jitter.
+   * @default 500
+   */
+  baseDelay?: number;
+  /**
+   * Longest wait before a retry, in ms. A `Retry-After` longer than this is not waited for: the call fails.
+   * @default 30000
+   */
+  maxDelay?: number;
+  /**
+   * Also retry failures after which the service may have accepted the request:
+   * a timeout or reset after the request was sent, 502 and 504. Safe only with a
+   * service that honours `Idempotency-Key` (the emulator does).
+   * @default false
+   */
+  retryAmbiguous?: boolean;
+}
+
+/**
+ * Time limits in milliseconds.
+ *
+ * @example
+ * new EmlApiClient({ apiKey, baseUrl, timeouts: { connect: 5000, response: 15000, total: 60000 } });
+ */
+export interface TimeoutOptions {
+  /**
+   * Establishing a connection (TCP and TLS). Applies to the connections the
+   * client opens itself; a `dispatcher` you pass keeps its own setting.
+   * @default 10000
+   */
+  connect?: number;
+  /**
+   * From sending the request to receiving the response headers, per attempt.
+   * @default 30000
+   */
+  response?: number;
+  /**
+   * The whole call, queueing, retries and backoff included.
+   * @default 120000
+   */
+  total?: number;
 }
 
 /** Options after validation. The API key is kept apart from them. */
@@ -59,7 +134,25 @@ export interface ResolvedClientOptions {
   dispatcher: Dispatcher | undefined;
   allowInsecureHttp: boolean;
   userAgent: string | undefined;
+  retries: Required<RetryOptions>;
+  timeouts: Required<TimeoutOptions>;
+  maxMessagesPerSecond: number | undefined;
 }
+
+/** Default retry settings. */
+export const DEFAULT_RETRIES: Readonly<Required<RetryOptions>> = Object.freeze({
+  limit: 3,
+  baseDelay: 500,
+  maxDelay: 30_000,
+  retryAmbiguous: false,
+});
+
+/** Default time limits. */
+export const DEFAULT_TIMEOUTS: Readonly<Required<TimeoutOptions>> = Object.freeze({
+  connect: 10_000,
+  response: 30_000,
+  total: 120_000,
+});
 
 const DEFAULT_MAX_CONNECTIONS = 5;
 
@@ -98,9 +191,21 @@ export function resolveClientOptions(options: unknown): { apiKey: string; resolv
   if (userAgent !== undefined && (typeof userAgent !== 'string' || !/^[\x20-\x7e]+$/.test(userAgent))) {
     throw configError('userAgent', 'expected a non-empty string of printable ASCII characters');
   }
+  const retries = resolveRetries(o.retries);
+  const timeouts = resolveTimeouts(o.timeouts);
+  const maxMessagesPerSecond = o.maxMessagesPerSecond;
+  if (
+    maxMessagesPerSecond !== undefined &&
+    (typeof maxMessagesPerSecond !== 'number' || !Number.isFinite(maxMessagesPerSecond) || maxMessagesPerSecond <= 0)
+  ) {
+    throw configError('maxMessagesPerSecond', `expected a positive number, got ${describe(maxMessagesPerSecond)}`);
+  }
   return {
     apiKey,
     resolved: {
+      retries,
+      timeouts,
+      maxMessagesPerSecond: maxMessagesPerSecond as number | undefined,
       baseUrl,
       basePath: baseUrl.pathname.replace(/\/+$/, ''),
       maxConnections,
@@ -109,6 +214,57 @@ export function resolveClientOptions(options: unknown): { apiKey: string; resolv
       userAgent: userAgent as string | undefined,
     },
   };
+}
+
+function resolveRetries(value: unknown): Required<RetryOptions> {
+  if (value === undefined) return { ...DEFAULT_RETRIES };
+  if (value === false) return { ...DEFAULT_RETRIES, limit: 0 };
+  if (typeof value === 'number') return { ...DEFAULT_RETRIES, limit: wholeNumber(value, 'retries', 0, 100) };
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw configError(
+      'retries',
+      `expected a number, false or { limit, baseDelay, maxDelay, retryAmbiguous }, got ${describe(value)}`,
+    );
+  }
+  const r = value as Record<string, unknown>;
+  for (const key of Object.keys(r)) {
+    if (!['limit', 'baseDelay', 'maxDelay', 'retryAmbiguous'].includes(key))
+      throw configError(`retries.${key}`, 'unknown option');
+  }
+  const resolved = {
+    limit: r.limit === undefined ? DEFAULT_RETRIES.limit : wholeNumber(r.limit, 'retries.limit', 0, 100),
+    baseDelay:
+      r.baseDelay === undefined
+        ? DEFAULT_RETRIES.baseDelay
+        : wholeNumber(r.baseDelay, 'retries.baseDelay', 0, 3_600_000),
+    maxDelay:
+      r.maxDelay === undefined ? DEFAULT_RETRIES.maxDelay : wholeNumber(r.maxDelay, 'retries.maxDelay', 0, 3_600_000),
+    retryAmbiguous: optionalBoolean(r.retryAmbiguous, 'retries.retryAmbiguous') ?? DEFAULT_RETRIES.retryAmbiguous,
+  };
+  if (resolved.maxDelay < resolved.baseDelay)
+    throw configError('retries.maxDelay', 'must not be smaller than retries.baseDelay');
+  return resolved;
+}
+
+function resolveTimeouts(value: unknown): Required<TimeoutOptions> {
+  if (value === undefined) return { ...DEFAULT_TIMEOUTS };
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw configError('timeouts', `expected { connect, response, total } in milliseconds, got ${describe(value)}`);
+  }
+  const t = value as Record<string, unknown>;
+  for (const key of Object.keys(t)) {
+    if (!['connect', 'response', 'total'].includes(key)) throw configError(`timeouts.${key}`, 'unknown option');
+  }
+  const pick = (key: 'connect' | 'response' | 'total') =>
+    t[key] === undefined ? DEFAULT_TIMEOUTS[key] : wholeNumber(t[key], `timeouts.${key}`, 1, 24 * 3_600_000);
+  return { connect: pick('connect'), response: pick('response'), total: pick('total') };
+}
+
+function wholeNumber(value: unknown, name: string, min: number, max: number): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw configError(name, `expected a whole number from ${min} to ${max}, got ${describe(value)}`);
+  }
+  return value;
 }
 
 function validateApiKey(value: unknown): string {

@@ -19,7 +19,11 @@ import { toApiSubstitutions, toApiTextContent, type TextContentInput } from './c
 import { resolveClientOptions, type EmlApiClientOptions, type ResolvedClientOptions } from './client-options.js';
 import { ConcurrencyLimiter } from './concurrency-limiter.js';
 import { EmlApiError } from './errors.js';
+import { ClientClosedReason, TotalTimeoutReason } from './abort-reasons.js';
+import { exchange, ExchangeFailure, type RawAnswer } from './http-exchange.js';
 import { errorFromFailure, errorFromResponse } from './request-error.js';
+import { backoffDelay, classifyStatus, parseRetryAfter, sleep, type RetryClass } from './retry-policy.js';
+import { SendPacer } from './send-pacer.js';
 import { readApiError, readServiceResponse, type ServiceResponse } from './service-response.js';
 import { VERSION } from './version.js';
 
@@ -141,6 +145,10 @@ interface ExchangeInit {
   body?: string;
   signal?: AbortSignal | undefined;
   headers?: Record<string, string>;
+  /** A send: paced by `maxMessagesPerSecond`. */
+  paced?: boolean;
+  /** Repeating it cannot do harm (a check, an add), so ambiguous failures are retried too. */
+  replaySafe?: boolean;
 }
 
 /**
@@ -166,7 +174,13 @@ export class EmlApiClient {
   readonly #ownsDispatcher: boolean;
   readonly #limiter: ConcurrencyLimiter;
   readonly #releaseListeners = new Set<() => void>();
+  readonly #pacer: SendPacer | undefined;
+  /** Calls in progress, so close() can wait for them. */
+  readonly #inflight = new Set<Promise<unknown>>();
+  /** Aborts every call when the client is closed with `{ abort: true }`. */
+  readonly #closeController = new AbortController();
   #closed = false;
+  #closing: Promise<void> | undefined;
 
   /**
    * @throws {EmlApiError} `ECONFIG` when an option is invalid; the message names it.
@@ -182,7 +196,10 @@ export class EmlApiClient {
         connections: resolved.maxConnections,
         keepAliveTimeout: 30_000,
         keepAliveMaxTimeout: 600_000,
+        connect: { timeout: resolved.timeouts.connect },
       });
+    this.#pacer =
+      resolved.maxMessagesPerSecond === undefined ? undefined : new SendPacer(resolved.maxMessagesPerSecond);
     this.#limiter = new ConcurrencyLimiter(resolved.maxConnections, () => {
       for (const listener of this.#releaseListeners) listener();
     });
@@ -340,6 +357,8 @@ export class EmlApiClient {
           path: API_PATHS.group(groupId),
           body: JSON.stringify(body),
           signal: options.signal,
+          // Adding the same entries again only sets what the first attempt set.
+          replaySafe: true,
         });
       } catch (err) {
         if (err instanceof EmlApiError && result.batches > 0) {
@@ -408,7 +427,7 @@ export class EmlApiClient {
     const address = toApiAddress(email, 'isInGroup: email').email;
     const path = API_PATHS.groupCheck(groupId, address);
     const res = await this.#exchange(
-      { method: 'GET', path, signal: options.signal },
+      { method: 'GET', path, signal: options.signal, replaySafe: true },
       { acceptStatus: (status) => status === 404 },
     );
     if (res.statusCode === 404) {
@@ -440,13 +459,23 @@ export class EmlApiClient {
   }
 
   /**
-   * Closes the connections the client opened. A dispatcher passed in the
-   * options is left open: its owner closes it. Requests in flight finish first.
+   * Stops accepting calls, lets the calls already made finish (queued ones
+   * included), then closes the connections the client opened. With
+   * `{ abort: true }` the calls still running are aborted instead (`EABORT`).
+   * A dispatcher passed in the options is left open: its owner closes it.
+   *
+   * @example
+   * await client.close();                // graceful
+   * await client.close({ abort: true }); // now
    */
-  async close(): Promise<void> {
-    if (this.#closed) return;
+  close(options: { abort?: boolean } = {}): Promise<void> {
     this.#closed = true;
-    if (this.#ownsDispatcher) await this.#dispatcher.close();
+    if (options.abort) this.#closeController.abort(new ClientClosedReason());
+    this.#closing ??= (async () => {
+      while (this.#inflight.size > 0) await Promise.allSettled([...this.#inflight]);
+      if (this.#ownsDispatcher) await this.#dispatcher.close();
+    })();
+    return this.#closing;
   }
 
   /** Whether {@link close} was called. */
@@ -474,6 +503,7 @@ export class EmlApiClient {
       body,
       signal: options.signal,
       headers: { [IDEMPOTENCY_KEY_HEADER]: idempotencyKey },
+      paced: true,
     });
     return { idempotencyKey, res };
   }
@@ -486,38 +516,100 @@ export class EmlApiClient {
     if (this.#closed) {
       throw new EmlApiError('ECONNECTION', `${command} refused: the client is closed`, { command, permanent: true });
     }
-    const origin = this.options.baseUrl.origin;
-    let res: ServiceResponse<T>;
+    const call = this.#call<T>(init, command, acceptStatus);
+    this.#inflight.add(call);
     try {
-      res = await this.#limiter.run(async () => {
-        const headers: Record<string, string> = {
-          [API_KEY_HEADER]: this.#apiKey,
-          accept: 'application/json',
-          'user-agent': this.options.userAgent ?? `nodemailer-eml-api/${VERSION}`,
-          ...init.headers,
-        };
-        if (init.body !== undefined) headers['content-type'] = 'application/json';
-        const answer = await this.#dispatcher.request({
-          origin,
-          path: this.options.basePath + init.path,
-          method: init.method,
-          headers,
-          body: init.body,
-          signal: init.signal,
-        });
-        const text = await answer.body.text();
-        const contentType = answer.headers['content-type'];
-        return readServiceResponse<T>(
-          answer.statusCode,
-          Array.isArray(contentType) ? contentType[0] : contentType,
-          text,
-        );
-      }, init.signal);
-    } catch (err) {
-      throw errorFromFailure(command, origin, err, this.#apiKey, init.signal);
+      return await call;
+    } finally {
+      this.#inflight.delete(call);
     }
-    if ((res.statusCode >= 200 && res.statusCode < 300) || acceptStatus?.(res.statusCode)) return res;
-    throw errorFromResponse(command, res, this.#apiKey);
+  }
+
+  /** One logical call: pacing, attempts within the connection limit, backoff between them. */
+  async #call<T>(
+    init: ExchangeInit,
+    command: string,
+    acceptStatus: ((status: number) => boolean) | undefined,
+  ): Promise<ServiceResponse<T>> {
+    const { retries, timeouts, baseUrl, basePath } = this.options;
+    const origin = baseUrl.origin;
+    const total = new AbortController();
+    const timer = setTimeout(() => total.abort(new TotalTimeoutReason(timeouts.total)), timeouts.total);
+    const signal = AbortSignal.any(
+      [init.signal, total.signal, this.#closeController.signal].filter((s): s is AbortSignal => s !== undefined),
+    );
+    const headers: Record<string, string> = {
+      [API_KEY_HEADER]: this.#apiKey,
+      accept: 'application/json',
+      'user-agent': this.options.userAgent ?? `nodemailer-eml-api/${VERSION}`,
+      ...init.headers,
+    };
+    if (init.body !== undefined) headers['content-type'] = 'application/json';
+    let attempts = 0;
+    const context = () => ({
+      command,
+      origin,
+      apiKey: this.#apiKey,
+      signal,
+      attempts,
+      responseTimeout: timeouts.response,
+    });
+    try {
+      if (init.paced && this.#pacer) await this.#pacer.wait(signal);
+      for (;;) {
+        attempts++;
+        let answer: RawAnswer | undefined;
+        let failure: unknown;
+        try {
+          answer = await this.#limiter.run(
+            () =>
+              exchange(this.#dispatcher, {
+                origin,
+                path: basePath + init.path,
+                method: init.method,
+                headers,
+                body: init.body,
+                signal,
+                headersTimeout: timeouts.response,
+                tracksWrites: this.#ownsDispatcher,
+              }),
+            signal,
+          );
+        } catch (err) {
+          failure = err;
+        }
+        let retryClass: RetryClass;
+        let wait: number | undefined;
+        let res: ServiceResponse<T> | undefined;
+        if (answer) {
+          res = readServiceResponse<T>(answer.statusCode, answer.headers['content-type'], answer.text);
+          if ((res.statusCode >= 200 && res.statusCode < 300) || acceptStatus?.(res.statusCode)) return res;
+          retryClass = classifyStatus(res.statusCode);
+          wait = parseRetryAfter(answer.headers['retry-after']);
+        } else {
+          if (signal.aborted || !(failure instanceof ExchangeFailure)) throw failure;
+          retryClass = failure.phase === 'sent' ? 'ambiguous' : 'safe';
+        }
+        const allowed =
+          retryClass === 'safe' || (retryClass === 'ambiguous' && (retries.retryAmbiguous || init.replaySafe === true));
+        const delay = wait ?? backoffDelay(attempts - 1, retries);
+        if (!allowed || attempts > retries.limit || delay > retries.maxDelay) {
+          if (res) {
+            const note =
+              wait !== undefined && delay > retries.maxDelay
+                ? `the service asks to retry after ${Math.ceil(delay / 1000)} s, longer than retries.maxDelay`
+                : undefined;
+            throw errorFromResponse(command, res, this.#apiKey, { attempts, ...(note ? { note } : {}) });
+          }
+          throw failure;
+        }
+        await sleep(delay, signal);
+      }
+    } catch (err) {
+      throw errorFromFailure(err, context());
+    } finally {
+      clearTimeout(timer);
+    }
   }
 }
 

@@ -29,6 +29,10 @@ export interface EmlApiErrorDetails {
   cause?: unknown;
   /** What was done before the failure, e.g. the members earlier batches added. */
   partial?: unknown;
+  /** `true` when the request reached the service before failing: it may have been accepted. */
+  mayHaveBeenAccepted?: boolean;
+  /** Attempts made, retries included. */
+  attempts?: number;
 }
 
 const MAX_RESPONSE_CHARS = 2000;
@@ -66,6 +70,14 @@ export class EmlApiError extends Error {
   readonly permanent: boolean;
   /** What was done before the failure (e.g. `{ added, skipped, batches }` of earlier batches). */
   readonly partial?: unknown;
+  /**
+   * `true` when the request was sent before the failure (a timeout or reset
+   * after sending, 502, 504): the service may have accepted it. Not retried
+   * unless `retries.retryAmbiguous` is set, to avoid sending twice.
+   */
+  readonly mayHaveBeenAccepted: boolean;
+  /** Attempts made, retries included (1 when there was no retry). */
+  readonly attempts?: number;
 
   constructor(code: EmlApiErrorCode, message: string, details: EmlApiErrorDetails = {}) {
     super(message, details.cause === undefined ? undefined : { cause: details.cause });
@@ -76,6 +88,8 @@ export class EmlApiError extends Error {
     if (details.apiCode !== undefined) this.apiCode = details.apiCode;
     this.permanent = details.permanent ?? isPermanentStatus(details.responseCode);
     if (details.partial !== undefined) this.partial = details.partial;
+    this.mayHaveBeenAccepted = details.mayHaveBeenAccepted ?? false;
+    if (details.attempts !== undefined) this.attempts = details.attempts;
   }
 }
 

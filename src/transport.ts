@@ -37,6 +37,11 @@ export type SendCallback = (err: Error | null, info?: EmlApiSentMessageInfo) => 
 export class EmlApiTransport extends EventEmitter {
   /** Transport name, used by Nodemailer in logs. */
   readonly name = 'EmlApiTransport';
+  /**
+   * Tells Nodemailer that `sendMail({ signal })` is honoured by the transport
+   * itself: a send is aborted while queued, building or in flight (`EABORT`).
+   */
+  readonly supportsAbortSignal = true;
   /** Package version, used by Nodemailer in logs. */
   readonly version = VERSION;
   /** The API client the transport sends through; use it for the other operations. */
@@ -95,13 +100,23 @@ export class EmlApiTransport extends EventEmitter {
   }) as EmlApiTransport['verify'];
 
   /**
-   * Stops the transport: requests in flight finish, then the connections the
-   * transport opened are closed. Further sends fail with `ECONNECTION`.
-   * Returns a Promise; the optional callback is called once when done.
+   * Stops the transport: new sends fail with `ECONNECTION`; sends already
+   * made (queued ones included) finish, then the connections are closed. With
+   * `{ abort: true }` the sends still running are aborted instead (`EABORT`).
+   * Returns a Promise; an optional callback is called once when done.
+   *
+   * @example
+   * await transporter.close();                // graceful, what Nodemailer calls
+   * await transport.close({ abort: true });   // now
    */
-  readonly close = (callback?: (err?: Error | null) => void): Promise<void> => {
+  readonly close = (
+    optionsOrCallback?: { abort?: boolean } | ((err?: Error | null) => void),
+    maybeCallback?: (err?: Error | null) => void,
+  ): Promise<void> => {
+    const options = typeof optionsOrCallback === 'object' && optionsOrCallback !== null ? optionsOrCallback : {};
+    const callback = typeof optionsOrCallback === 'function' ? optionsOrCallback : maybeCallback;
     this.#closed = true;
-    const promise = this.client.close();
+    const promise = this.client.close(options);
     if (typeof callback === 'function') {
       promise.then(
         () => callback(null),
@@ -125,7 +140,8 @@ export class EmlApiTransport extends EventEmitter {
     // The service reads recipients from To, Cc and Bcc and strips Bcc itself,
     // so Bcc must stay in the uploaded message (as sendmail and SES transports do).
     mail.message.keepBcc = true;
-    const eml = await buildMessage(mail.message.createReadStream());
+    const signal = signalOf(mail);
+    const eml = await buildMessage(mail.message.createReadStream(), signal);
     const resolved = resolveEnvelope(mail, eml);
     const { envelope } = resolved;
     if (resolved.fromDiffers) {
@@ -135,7 +151,7 @@ export class EmlApiTransport extends EventEmitter {
       );
     }
     this.#logger.debug({ recipients: envelope.to.length, bytes: eml.length }, 'Sending message');
-    const result = await this.client.sendEml(eml);
+    const result = await this.client.sendEml(eml, { signal });
     // The Message-ID written in the uploaded bytes is the truth: with `raw`,
     // Nodemailer's own messageId() is one it made up and never wrote.
     const messageId = resolved.messageId ?? result.messageId ?? mail.message.messageId();
@@ -157,7 +173,11 @@ export class EmlApiTransport extends EventEmitter {
     const input = await jsonSendFromMail(mail, route);
     if (route.kind === 'group') {
       const { from, subject, textContent } = input;
-      const result = await this.client.sendToGroup(route.groupId, { from, subject, textContent });
+      const result = await this.client.sendToGroup(
+        route.groupId,
+        { from, subject, textContent },
+        { signal: signalOf(mail) },
+      );
       this.#logger.info({ group: route.groupId, id: result.id, response: result.response }, 'Group email accepted');
       return {
         envelope: { from: input.from.email, to: [] },
@@ -172,7 +192,7 @@ export class EmlApiTransport extends EventEmitter {
         group: route.groupId,
       };
     }
-    const result = await this.client.sendEmail(input);
+    const result = await this.client.sendEmail(input, { signal: signalOf(mail) });
     this.#logger.info({ id: result.id, response: result.response }, 'Tracked email accepted');
     const to = input.to.map((a) => a.email);
     return {
@@ -189,15 +209,31 @@ export class EmlApiTransport extends EventEmitter {
   }
 }
 
-function buildMessage(stream: Readable): Promise<Buffer> {
+/** The AbortSignal of `sendMail({ signal })`, if any. */
+function signalOf(mail: NodemailerMail): AbortSignal | undefined {
+  const signal = (mail.data as { signal?: unknown }).signal;
+  return signal instanceof AbortSignal ? signal : undefined;
+}
+
+function buildMessage(stream: Readable, signal: AbortSignal | undefined): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
+    const onAbort = () => {
+      stream.destroy();
+      reject(new EmlApiError('EABORT', 'The send was aborted while the message was being built', { permanent: true }));
+    };
+    if (signal?.aborted) return onAbort();
+    signal?.addEventListener('abort', onAbort, { once: true });
     stream.on('data', (chunk: Buffer | string) => chunks.push(typeof chunk === 'string' ? Buffer.from(chunk) : chunk));
-    stream.once('error', (err: Error) =>
+    stream.once('error', (err: Error) => {
+      signal?.removeEventListener('abort', onAbort);
       reject(
         new EmlApiError('EMESSAGE', `Could not build the message: ${err.message}`, { cause: err, permanent: true }),
-      ),
-    );
-    stream.once('end', () => resolve(Buffer.concat(chunks)));
+      );
+    });
+    stream.once('end', () => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve(Buffer.concat(chunks));
+    });
   });
 }

@@ -59,7 +59,8 @@ function replyLater(ms: number, inner: Handler): Handler {
 }
 
 function makeClient(options: Partial<EmlApiClientOptions> = {}): EmlApiClient {
-  const client = new EmlApiClient({ apiKey: API_KEY, baseUrl, ...options });
+  // Retries are off here: this file is about reading answers; test/client-retries.test.ts covers retrying.
+  const client = new EmlApiClient({ apiKey: API_KEY, baseUrl, retries: false, ...options });
   clients.push(client);
   return client;
 }
