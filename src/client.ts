@@ -175,8 +175,8 @@ export class EmlApiClient {
   readonly #limiter: ConcurrencyLimiter;
   readonly #releaseListeners = new Set<() => void>();
   readonly #pacer: SendPacer | undefined;
-  /** Calls in progress, so close() can wait for them. */
-  readonly #inflight = new Set<Promise<unknown>>();
+  /** Calls in progress (settled when they end), so close() can wait for them. */
+  readonly #inflight = new Set<Promise<void>>();
   /** Aborts every call when the client is closed with `{ abort: true }`. */
   readonly #closeController = new AbortController();
   #closed = false;
@@ -241,15 +241,20 @@ export class EmlApiClient {
    * const { id } = await client.sendEml('From: a@example.test\r\nTo: b@example.test\r\nSubject: Hi\r\n\r\nHello\r\n');
    */
   async sendEml(eml: Buffer | Uint8Array | string | Readable, options: SendOptions = {}): Promise<SendResult> {
-    const bytes = await toBuffer(eml);
-    if (bytes.length === 0) {
-      throw new EmlApiError('EMESSAGE', 'sendEml() got an empty message', {
-        command: `POST ${API_PATHS.sendEml}`,
-        permanent: true,
-      });
+    const leave = this.#enter('sendEml');
+    try {
+      const bytes = await toBuffer(eml);
+      if (bytes.length === 0) {
+        throw new EmlApiError('EMESSAGE', 'sendEml() got an empty message', {
+          command: `POST ${API_PATHS.sendEml}`,
+          permanent: true,
+        });
+      }
+      // Base64 has no character JSON must escape, so the body is built by concatenation.
+      return await this.#send(API_PATHS.sendEml, `{"mail":"${bytes.toString('base64')}"}`, options);
+    } finally {
+      leave();
     }
-    // Base64 has no character JSON must escape, so the body is built by concatenation.
-    return this.#send(API_PATHS.sendEml, `{"mail":"${bytes.toString('base64')}"}`, options);
   }
 
   /**
@@ -261,16 +266,21 @@ export class EmlApiClient {
    * await client.sendEmail({ to: 'ann@example.net', from: 'shop@example.com', subject: 'Hi', textContent: { html: '<p>Hi</p>', tracking: true } });
    */
   async sendEmail(email: EmailInput, options: SendOptions = {}): Promise<SendResult> {
-    if (typeof email !== 'object' || email === null)
-      throw inputError('sendEmail: expected { to, from, subject, textContent }');
-    const body: StandardEmailRequest = {
-      to: toApiAddressList(email.to, 'sendEmail: to'),
-      from: toApiAddress(email.from, 'sendEmail: from'),
-      subject: checkSubject(email.subject, 'sendEmail'),
-      textContent: toApiTextContent(email.textContent, 'sendEmail'),
-    };
-    if (body.to.length === 0) throw inputError('sendEmail: to needs at least one recipient');
-    return this.#send(API_PATHS.sendEmail, JSON.stringify(body), options);
+    const leave = this.#enter('sendEmail');
+    try {
+      if (typeof email !== 'object' || email === null)
+        throw inputError('sendEmail: expected { to, from, subject, textContent }');
+      const body: StandardEmailRequest = {
+        to: toApiAddressList(email.to, 'sendEmail: to'),
+        from: toApiAddress(email.from, 'sendEmail: from'),
+        subject: checkSubject(email.subject, 'sendEmail'),
+        textContent: toApiTextContent(email.textContent, 'sendEmail'),
+      };
+      if (body.to.length === 0) throw inputError('sendEmail: to needs at least one recipient');
+      return await this.#send(API_PATHS.sendEmail, JSON.stringify(body), options);
+    } finally {
+      leave();
+    }
   }
 
   /**
@@ -283,28 +293,34 @@ export class EmlApiClient {
    * const { recipients } = await client.sendToGroup('newsletter', { from: 'news@example.com', subject: 'Hi {{first_name}}', textContent: { html, text } });
    */
   async sendToGroup(groupId: string, email: GroupEmailInput, options: SendOptions = {}): Promise<GroupSendResult> {
-    checkGroupId(groupId, 'sendToGroup');
-    if (typeof email !== 'object' || email === null)
-      throw inputError('sendToGroup: expected { from, subject, textContent }');
-    if ('to' in email) throw inputError('sendToGroup: a group email has no "to"; the recipients are the group members');
-    const body: GroupEmailRequest = {
-      from: toApiAddress(email.from, 'sendToGroup: from'),
-      subject: checkSubject(email.subject, 'sendToGroup'),
-      textContent: toApiTextContent(email.textContent, 'sendToGroup'),
-    };
-    const { idempotencyKey, res } = await this.#postIdempotent<Partial<GroupSendAcceptedResponse>>(
-      API_PATHS.sendGroup(groupId),
-      JSON.stringify(body),
-      options,
-    );
-    const data = objectOrUndefined(res.data);
-    return {
-      ...res,
-      id: stringOrUndefined(data?.id),
-      recipients: numberOrUndefined(data?.recipients),
-      failed: numberOrUndefined(data?.failed),
-      idempotencyKey,
-    };
+    const leave = this.#enter('sendToGroup');
+    try {
+      checkGroupId(groupId, 'sendToGroup');
+      if (typeof email !== 'object' || email === null)
+        throw inputError('sendToGroup: expected { from, subject, textContent }');
+      if ('to' in email)
+        throw inputError('sendToGroup: a group email has no "to"; the recipients are the group members');
+      const body: GroupEmailRequest = {
+        from: toApiAddress(email.from, 'sendToGroup: from'),
+        subject: checkSubject(email.subject, 'sendToGroup'),
+        textContent: toApiTextContent(email.textContent, 'sendToGroup'),
+      };
+      const { idempotencyKey, res } = await this.#postIdempotent<Partial<GroupSendAcceptedResponse>>(
+        API_PATHS.sendGroup(groupId),
+        JSON.stringify(body),
+        options,
+      );
+      const data = objectOrUndefined(res.data);
+      return {
+        ...res,
+        id: stringOrUndefined(data?.id),
+        recipients: numberOrUndefined(data?.recipients),
+        failed: numberOrUndefined(data?.failed),
+        idempotencyKey,
+      };
+    } finally {
+      leave();
+    }
   }
 
   /**
@@ -327,64 +343,69 @@ export class EmlApiClient {
     members: MemberInput[],
     options: AddToGroupOptions = {},
   ): Promise<AddToGroupResult> {
-    checkGroupId(groupId, 'addToGroup');
-    if (!Array.isArray(members)) throw inputError('addToGroup: members must be an array');
-    const onFailure = options.onFailure ?? 'ABORT';
-    if (onFailure !== 'SKIP' && onFailure !== 'ABORT')
-      throw inputError('addToGroup: onFailure must be "SKIP" or "ABORT"');
-    const batchSize = options.batchSize ?? DEFAULT_ADD_BATCH_SIZE;
-    if (!Number.isInteger(batchSize) || batchSize < 1)
-      throw inputError('addToGroup: batchSize must be a whole number of at least 1');
-    const result: AddToGroupResult = { added: [], skipped: [], batches: 0 };
-    const entries: GroupMemberEntry[] = [];
-    members.forEach((member, i) => {
-      const where = `addToGroup: members[${i}]`;
-      try {
-        entries.push(toMemberEntry(member, where));
-      } catch (err) {
-        // With SKIP a bad entry is reported, like the service would, instead of failing the import.
-        if (onFailure === 'ABORT') throw err;
-        result.skipped.push({ email: memberEmail(member), reason: (err as Error).message.replace(`${where}: `, '') });
-      }
-    });
-    for (let start = 0; start < entries.length; start += batchSize) {
-      const batch = entries.slice(start, start + batchSize);
-      const body: AddToGroupRequest = { entries: batch, groupId, onFailure };
-      let res: ServiceResponse<Partial<AddToGroupResponse>>;
-      try {
-        res = await this.#exchange<Partial<AddToGroupResponse>>({
-          method: 'POST',
-          path: API_PATHS.group(groupId),
-          body: JSON.stringify(body),
-          signal: options.signal,
-          // Adding the same entries again only sets what the first attempt set.
-          replaySafe: true,
-        });
-      } catch (err) {
-        if (err instanceof EmlApiError && result.batches > 0) {
-          throw new EmlApiError(
-            err.code,
-            `${err.message} (batch ${result.batches + 1} of ${Math.ceil(entries.length / batchSize)}; the ${result.added.length} entries of earlier batches were added)`,
-            { ...errorDetails(err), partial: { ...result } },
-          );
+    const leave = this.#enter('addToGroup');
+    try {
+      checkGroupId(groupId, 'addToGroup');
+      if (!Array.isArray(members)) throw inputError('addToGroup: members must be an array');
+      const onFailure = options.onFailure ?? 'ABORT';
+      if (onFailure !== 'SKIP' && onFailure !== 'ABORT')
+        throw inputError('addToGroup: onFailure must be "SKIP" or "ABORT"');
+      const batchSize = options.batchSize ?? DEFAULT_ADD_BATCH_SIZE;
+      if (!Number.isInteger(batchSize) || batchSize < 1)
+        throw inputError('addToGroup: batchSize must be a whole number of at least 1');
+      const result: AddToGroupResult = { added: [], skipped: [], batches: 0 };
+      const entries: GroupMemberEntry[] = [];
+      members.forEach((member, i) => {
+        const where = `addToGroup: members[${i}]`;
+        try {
+          entries.push(toMemberEntry(member, where));
+        } catch (err) {
+          // With SKIP a bad entry is reported, like the service would, instead of failing the import.
+          if (onFailure === 'ABORT') throw err;
+          result.skipped.push({ email: memberEmail(member), reason: (err as Error).message.replace(`${where}: `, '') });
         }
-        throw err;
+      });
+      for (let start = 0; start < entries.length; start += batchSize) {
+        const batch = entries.slice(start, start + batchSize);
+        const body: AddToGroupRequest = { entries: batch, groupId, onFailure };
+        let res: ServiceResponse<Partial<AddToGroupResponse>>;
+        try {
+          res = await this.#exchange<Partial<AddToGroupResponse>>({
+            method: 'POST',
+            path: API_PATHS.group(groupId),
+            body: JSON.stringify(body),
+            signal: options.signal,
+            // Adding the same entries again only sets what the first attempt set.
+            replaySafe: true,
+          });
+        } catch (err) {
+          if (err instanceof EmlApiError && result.batches > 0) {
+            throw new EmlApiError(
+              err.code,
+              `${err.message} (batch ${result.batches + 1} of ${Math.ceil(entries.length / batchSize)}; the ${result.added.length} entries of earlier batches were added)`,
+              { ...errorDetails(err), partial: { ...result } },
+            );
+          }
+          throw err;
+        }
+        result.batches++;
+        const data = objectOrUndefined(res.data);
+        // Lenient: a service that answers 2xx without listing what it added added the whole batch.
+        const added = Array.isArray(data?.added)
+          ? data.added.filter((a): a is string => typeof a === 'string')
+          : batch.map((e) => e.email);
+        const skipped = Array.isArray(data?.skipped)
+          ? data.skipped
+              .filter((s): s is { email: string; reason: string } => typeof s === 'object' && s !== null)
+              .map((s) => ({ email: String(s.email ?? ''), reason: String(s.reason ?? '') }))
+          : [];
+        result.added.push(...added);
+        result.skipped.push(...skipped);
       }
-      result.batches++;
-      const data = objectOrUndefined(res.data);
-      // Lenient: a service that answers 2xx without listing what it added added the whole batch.
-      const added = Array.isArray(data?.added)
-        ? data.added.filter((a): a is string => typeof a === 'string')
-        : batch.map((e) => e.email);
-      const skipped = Array.isArray(data?.skipped)
-        ? data.skipped
-            .filter((s): s is { email: string; reason: string } => typeof s === 'object' && s !== null)
-            .map((s) => ({ email: String(s.email ?? ''), reason: String(s.reason ?? '') }))
-        : [];
-      result.added.push(...added);
-      result.skipped.push(...skipped);
+      return result;
+    } finally {
+      leave();
     }
-    return result;
   }
 
   /**
@@ -396,21 +417,26 @@ export class EmlApiClient {
    * await client.removeFromGroup('newsletter', 'ann@example.net'); // true
    */
   async removeFromGroup(groupId: string, email: AddressInput, options: RequestOptions = {}): Promise<boolean> {
-    checkGroupId(groupId, 'removeFromGroup');
-    const address = toApiAddress(email, 'removeFromGroup: email').email;
-    const res = await this.#exchange(
-      {
-        method: 'DELETE',
-        path: API_PATHS.group(groupId),
-        body: JSON.stringify({ email: address }),
-        signal: options.signal,
-      },
-      { acceptStatus: (status) => status === 404 },
-    );
-    if (res.statusCode !== 404) return true;
-    const { code } = readApiError(res.data);
-    if (code === undefined || code === 'not_a_member') return false;
-    throw errorFromResponse(`DELETE ${API_PATHS.group(groupId)}`, res, this.#apiKey);
+    const leave = this.#enter('removeFromGroup');
+    try {
+      checkGroupId(groupId, 'removeFromGroup');
+      const address = toApiAddress(email, 'removeFromGroup: email').email;
+      const res = await this.#exchange(
+        {
+          method: 'DELETE',
+          path: API_PATHS.group(groupId),
+          body: JSON.stringify({ email: address }),
+          signal: options.signal,
+        },
+        { acceptStatus: (status) => status === 404 },
+      );
+      if (res.statusCode !== 404) return true;
+      const { code } = readApiError(res.data);
+      if (code === undefined || code === 'not_a_member') return false;
+      throw errorFromResponse(`DELETE ${API_PATHS.group(groupId)}`, res, this.#apiKey);
+    } finally {
+      leave();
+    }
   }
 
   /**
@@ -423,19 +449,24 @@ export class EmlApiClient {
    * if (await client.isInGroup('newsletter', 'ann@example.net')) { ... }
    */
   async isInGroup(groupId: string, email: AddressInput, options: RequestOptions = {}): Promise<boolean> {
-    checkGroupId(groupId, 'isInGroup');
-    const address = toApiAddress(email, 'isInGroup: email').email;
-    const path = API_PATHS.groupCheck(groupId, address);
-    const res = await this.#exchange(
-      { method: 'GET', path, signal: options.signal, replaySafe: true },
-      { acceptStatus: (status) => status === 404 },
-    );
-    if (res.statusCode === 404) {
-      const { code } = readApiError(res.data);
-      if (code === undefined || code === 'not_a_member' || code === 'not_found_member') return false;
-      throw errorFromResponse(`GET ${path}`, res, this.#apiKey);
+    const leave = this.#enter('isInGroup');
+    try {
+      checkGroupId(groupId, 'isInGroup');
+      const address = toApiAddress(email, 'isInGroup: email').email;
+      const path = API_PATHS.groupCheck(groupId, address);
+      const res = await this.#exchange(
+        { method: 'GET', path, signal: options.signal, replaySafe: true },
+        { acceptStatus: (status) => status === 404 },
+      );
+      if (res.statusCode === 404) {
+        const { code } = readApiError(res.data);
+        if (code === undefined || code === 'not_a_member' || code === 'not_found_member') return false;
+        throw errorFromResponse(`GET ${path}`, res, this.#apiKey);
+      }
+      return readMembership(res.data);
+    } finally {
+      leave();
     }
-    return readMembership(res.data);
   }
 
   /**
@@ -449,13 +480,18 @@ export class EmlApiClient {
    * await client.verify();
    */
   async verify(options: RequestOptions = {}): Promise<true> {
-    // A 400 or 422 to an empty body means the request got past authentication
-    // and the scope check: the key may send.
-    await this.#exchange(
-      { method: 'POST', path: API_PATHS.sendEml, body: '{}', signal: options.signal },
-      { acceptStatus: (status) => status === 400 || status === 422 },
-    );
-    return true;
+    const leave = this.#enter('verify');
+    try {
+      // A 400 or 422 to an empty body means the request got past authentication
+      // and the scope check: the key may send.
+      await this.#exchange(
+        { method: 'POST', path: API_PATHS.sendEml, body: '{}', signal: options.signal },
+        { acceptStatus: (status) => status === 400 || status === 422 },
+      );
+      return true;
+    } finally {
+      leave();
+    }
   }
 
   /**
@@ -512,17 +548,25 @@ export class EmlApiClient {
     init: ExchangeInit,
     { acceptStatus }: { acceptStatus?: (status: number) => boolean } = {},
   ): Promise<ServiceResponse<T>> {
-    const command = `${init.method} ${init.path}`;
+    return this.#call<T>(init, `${init.method} ${init.path}`, acceptStatus);
+  }
+
+  /**
+   * Registers a call the moment it is made (before any await), so that
+   * close() waits for every call made before it, and refuses later ones.
+   * @returns the function that marks the call finished
+   */
+  #enter(method: string): () => void {
     if (this.#closed) {
-      throw new EmlApiError('ECONNECTION', `${command} refused: the client is closed`, { command, permanent: true });
+      throw new EmlApiError('ECONNECTION', `${method}() refused: the client is closed`, { permanent: true });
     }
-    const call = this.#call<T>(init, command, acceptStatus);
-    this.#inflight.add(call);
-    try {
-      return await call;
-    } finally {
-      this.#inflight.delete(call);
-    }
+    let release!: () => void;
+    const done = new Promise<void>((resolve) => (release = resolve));
+    this.#inflight.add(done);
+    return () => {
+      this.#inflight.delete(done);
+      release();
+    };
   }
 
   /** One logical call: pacing, attempts within the connection limit, backoff between them. */

@@ -1,3 +1,4 @@
+import { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 
 /** Where a request got to before it failed: decides whether a retry is safe. */
@@ -39,6 +40,13 @@ export interface ExchangeRequest {
   headersTimeout: number;
   /** Whether this dispatcher reports `onRequestSent` reliably (undici's own Agent does). */
   tracksWrites: boolean;
+}
+
+/** Bodies larger than this are written in chunks of this size. */
+const CHUNK_BYTES = 64 * 1024;
+
+function* chunksOf(body: Buffer): Generator<Buffer> {
+  for (let at = 0; at < body.length; at += CHUNK_BYTES) yield body.subarray(at, at + CHUNK_BYTES);
 }
 
 /** Answers longer than this are cut: error pages can be large, and only the start is useful. */
@@ -129,13 +137,22 @@ export function exchange(dispatcher: Dispatcher, request: ExchangeRequest): Prom
       },
     };
     try {
+      const body = request.body === undefined ? undefined : Buffer.from(request.body);
       dispatcher.dispatch(
         {
           origin: request.origin,
           path: request.path,
           method: request.method,
-          headers: request.headers,
-          body: request.body,
+          headers: body === undefined ? request.headers : { ...request.headers, 'content-length': String(body.length) },
+          // Written in chunks with backpressure, `onRequestSent` means the socket took the last
+          // chunk; a buffer body is reported sent as soon as it is queued, so a reset during the
+          // upload would look like one after it.
+          body:
+            body === undefined
+              ? undefined
+              : body.length > CHUNK_BYTES
+                ? Readable.from(chunksOf(body), { objectMode: false })
+                : body,
           headersTimeout: request.headersTimeout,
           bodyTimeout: request.headersTimeout,
         },

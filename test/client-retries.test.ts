@@ -1,0 +1,276 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import nodemailer from 'nodemailer';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { EmlApiClient, EmlApiError, EmlApiTransport, type EmlApiClientOptions } from '../src/index.js';
+import { backoffDelay, parseRetryAfter } from '../src/retry-policy.js';
+import { startScriptedService, type ScriptedService } from './helpers/scripted-service.js';
+
+const EML = 'From: a@example.test\r\nTo: b@example.test\r\nSubject: s\r\n\r\nbody\r\n';
+const FAST = { limit: 3, baseDelay: 10, maxDelay: 2000 };
+
+let service: ScriptedService;
+const clients: EmlApiClient[] = [];
+const makeClient = (options: Partial<EmlApiClientOptions> = {}) => {
+  const client = new EmlApiClient({ apiKey: 'k', baseUrl: service.url, retries: FAST, ...options });
+  clients.push(client);
+  return client;
+};
+const rejection = async (promise: Promise<unknown>): Promise<EmlApiError> => {
+  const err = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(EmlApiError);
+  return err as EmlApiError;
+};
+
+beforeEach(async () => {
+  service = await startScriptedService();
+});
+afterEach(async () => {
+  for (const client of clients.splice(0)) await client.close({ abort: true });
+  await service.close();
+});
+
+describe('retries of failures the service surely did not process', () => {
+  it('retries a 503 and succeeds, sending the same Idempotency-Key each time', async () => {
+    service.script([{ status: 503 }, { status: 503 }]);
+    const result = await makeClient().sendEml(EML);
+    expect(result.statusCode).toBe(202);
+    expect(service.requests).toHaveLength(3);
+    const keys = new Set(service.requests.map((r) => r.headers['idempotency-key']));
+    expect(keys.size).toBe(1);
+    expect([...keys][0]).toBe(result.idempotencyKey);
+  });
+
+  it('waits as long as Retry-After says on a 429 before retrying', async () => {
+    service.script([{ status: 429, headers: { 'retry-after': '1' } }]);
+    await makeClient().sendEml(EML);
+    expect(service.requests).toHaveLength(2);
+    // A lower bound only: the retry must not come before the service allowed it.
+    expect(service.requests[1]!.at - service.requests[0]!.at).toBeGreaterThanOrEqual(950);
+  });
+
+  it('gives up at once when Retry-After is longer than retries.maxDelay, saying so', async () => {
+    service.script([
+      {
+        status: 429,
+        headers: { 'retry-after': '120' },
+        body: { error: { code: 'rate_limited', message: 'slow down' } },
+      },
+    ]);
+    const err = await rejection(makeClient().sendEml(EML));
+    expect(err).toMatchObject({ code: 'EAPI', responseCode: 429, apiCode: 'rate_limited', permanent: false });
+    expect(err.message).toContain('retry after 120 s');
+    expect(service.requests).toHaveLength(1);
+  });
+
+  it('stops after retries.limit retries and reports the attempts', async () => {
+    service.script([], { status: 503 });
+    const err = await rejection(makeClient({ retries: { ...FAST, limit: 2 } }).sendEml(EML));
+    expect(err).toMatchObject({ code: 'EAPI', responseCode: 503, attempts: 3, mayHaveBeenAccepted: false });
+    expect(err.message).toContain('after 3 attempts');
+    expect(service.requests).toHaveLength(3);
+  });
+
+  it('does not retry at all with retries: false', async () => {
+    service.script([{ status: 503 }]);
+    await rejection(makeClient({ retries: false }).sendEml(EML));
+    expect(service.requests).toHaveLength(1);
+  });
+
+  it('retries a refused connection and reports ECONNREFUSED after the last attempt', async () => {
+    const probe = createServer();
+    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+    const { port } = probe.address() as AddressInfo;
+    await new Promise<void>((resolve) => probe.close(() => resolve()));
+    const err = await rejection(
+      makeClient({ baseUrl: `http://127.0.0.1:${port}`, retries: { ...FAST, limit: 2 } }).sendEml(EML),
+    );
+    expect(err).toMatchObject({ code: 'ECONNECTION', attempts: 3, mayHaveBeenAccepted: false, permanent: false });
+    expect(err.message).toContain('ECONNREFUSED');
+  });
+
+  it('retries a reset that came before the request was fully written, delivering once', async () => {
+    service.script(['reset-on-headers']);
+    // Large enough that the reset arrives while the body is still being written.
+    const big = EML + 'x'.repeat(4 * 1024 * 1024);
+    const result = await makeClient().sendEml(big);
+    expect(result.statusCode).toBe(202);
+    expect(service.processed).toBe(1);
+  });
+});
+
+describe('ambiguous failures', () => {
+  it('does not retry a reset after the request was sent, and says the message may have been accepted', async () => {
+    service.script(['reset-after-body']);
+    const err = await rejection(makeClient().sendEml(EML));
+    expect(err).toMatchObject({ code: 'ECONNECTION', mayHaveBeenAccepted: true, attempts: 1 });
+    expect(err.message).toContain('may have accepted it');
+    expect(service.requests).toHaveLength(1);
+  });
+
+  it('does not retry 502 or 504 by default', async () => {
+    for (const status of [502, 504]) {
+      service.script([{ status }]);
+      const before = service.requests.length;
+      const err = await rejection(makeClient().sendEml(EML));
+      expect(err).toMatchObject({ code: 'EAPI', responseCode: status, mayHaveBeenAccepted: true });
+      expect(service.requests.length - before).toBe(1);
+    }
+  });
+
+  it('retries them with retryAmbiguous, reusing the Idempotency-Key', async () => {
+    service.script(['reset-after-body', { status: 502 }, { status: 504 }]);
+    const result = await makeClient({ retries: { ...FAST, retryAmbiguous: true } }).sendEml(EML);
+    expect(result.statusCode).toBe(202);
+    expect(service.requests).toHaveLength(4);
+    expect(new Set(service.requests.map((r) => r.headers['idempotency-key'])).size).toBe(1);
+  });
+
+  it('retries a membership check, which is safe to repeat, but not a removal', async () => {
+    service.script(['reset-after-body'], { status: 200, body: { member: true } });
+    await expect(makeClient().isInGroup('g', 'a@example.test')).resolves.toBe(true);
+    expect(service.requests).toHaveLength(2);
+    service.script(['reset-after-body'], { status: 200, body: { removed: true } });
+    const err = await rejection(makeClient().removeFromGroup('g', 'a@example.test'));
+    expect(err.mayHaveBeenAccepted).toBe(true);
+    expect(service.requests).toHaveLength(3);
+  });
+});
+
+describe('timeouts', () => {
+  it('fails with ETIMEDOUT naming the response timeout, without retrying', async () => {
+    service.script(['hang']);
+    const err = await rejection(makeClient({ timeouts: { response: 200 } }).sendEml(EML));
+    expect(err).toMatchObject({ code: 'ETIMEDOUT', mayHaveBeenAccepted: true, attempts: 1 });
+    expect(err.message).toContain('response timeout (timeouts.response, 200 ms)');
+    expect(service.requests).toHaveLength(1);
+  });
+
+  it('fails with ETIMEDOUT naming the overall timeout, retries and backoff included', async () => {
+    service.script([], { status: 503 });
+    const err = await rejection(
+      makeClient({ timeouts: { total: 300 }, retries: { limit: 100, baseDelay: 50, maxDelay: 50 } }).sendEml(EML),
+    );
+    expect(err.code).toBe('ETIMEDOUT');
+    expect(err.message).toContain('overall timeout (timeouts.total, 300 ms)');
+    expect(service.requests.length).toBeGreaterThan(1);
+  });
+
+  it('rejects bad timeout and retry options naming them', () => {
+    expect(() => makeClient({ timeouts: { response: 0 } })).toThrow(/timeouts\.response/);
+    expect(() => makeClient({ timeouts: { idle: 5 } as never })).toThrow(/timeouts\.idle: unknown option/);
+    expect(() => makeClient({ retries: { limit: -1 } })).toThrow(/retries\.limit/);
+    expect(() => makeClient({ retries: { baseDelay: 100, maxDelay: 10 } })).toThrow(/retries\.maxDelay/);
+    expect(() => makeClient({ maxMessagesPerSecond: 0 })).toThrow(/maxMessagesPerSecond/);
+  });
+});
+
+describe('cancellation', () => {
+  it('aborts during the backoff wait with EABORT', async () => {
+    service.script([], { status: 503 });
+    const controller = new AbortController();
+    const pending = makeClient({ retries: { limit: 5, baseDelay: 5000, maxDelay: 5000 } }).sendEml(EML, {
+      signal: controller.signal,
+    });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    controller.abort();
+    const err = await rejection(pending);
+    expect(err.code).toBe('EABORT');
+    expect(service.requests).toHaveLength(1);
+  });
+
+  it('aborts a send in flight through sendMail({ signal }) with EABORT', async () => {
+    service.script(['hang']);
+    const transport = new EmlApiTransport({ apiKey: 'k', baseUrl: service.url });
+    expect(transport.supportsAbortSignal).toBe(true);
+    const transporter = nodemailer.createTransport(transport);
+    const controller = new AbortController();
+    const sending = transporter.sendMail({
+      from: 'a@example.test',
+      to: 'b@example.test',
+      subject: 's',
+      text: 't',
+      signal: controller.signal,
+    });
+    while (service.requests.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    controller.abort();
+    await expect(sending).rejects.toMatchObject({ code: 'EABORT' });
+    await transport.close({ abort: true });
+  });
+
+  it('aborts a queued sendMail before it is sent', async () => {
+    service.script(['hang']);
+    const transport = new EmlApiTransport({ apiKey: 'k', baseUrl: service.url, maxConnections: 1 });
+    const transporter = nodemailer.createTransport(transport);
+    const message = { from: 'a@example.test', to: 'b@example.test', subject: 's', text: 't' };
+    const first = transporter.sendMail(message).catch((e: unknown) => e);
+    const controller = new AbortController();
+    const second = transporter.sendMail({ ...message, signal: controller.signal });
+    while (service.requests.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    controller.abort();
+    await expect(second).rejects.toMatchObject({ code: 'EABORT' });
+    expect(service.requests).toHaveLength(1);
+    await transport.close({ abort: true });
+    await expect(first).resolves.toMatchObject({ code: 'EABORT' });
+  });
+});
+
+describe('close()', () => {
+  it('lets a send in flight finish, refuses new ones, then resolves', async () => {
+    service.script([{ status: 202, body: { id: 'slow' } }]);
+    const client = makeClient();
+    // Hold the answer: the first request hangs until we reply through a second script.
+    service.script(['hang']);
+    const pending = client.sendEml(EML).catch((e: unknown) => e);
+    while (service.requests.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    let closed = false;
+    const closing = client.close().then(() => (closed = true));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(closed).toBe(false);
+    await expect(client.sendEml(EML)).rejects.toMatchObject({ code: 'ECONNECTION' });
+    // Abort what hangs, so the graceful close can end.
+    await client.close({ abort: true });
+    await closing;
+    expect(await pending).toMatchObject({ code: 'EABORT' });
+    expect(closed).toBe(true);
+  });
+
+  it('waits for queued sends too before closing', async () => {
+    const client = makeClient({ maxConnections: 1 });
+    const results = [client.sendEml(EML), client.sendEml(EML), client.sendEml(EML)];
+    await client.close();
+    await expect(Promise.all(results)).resolves.toHaveLength(3);
+    expect(service.processed).toBe(3);
+  });
+});
+
+describe('pacing', () => {
+  it('starts at most maxMessagesPerSecond sends per second', async () => {
+    const client = makeClient({ maxMessagesPerSecond: 20, maxConnections: 10 });
+    await Promise.all(Array.from({ length: 10 }, () => client.sendEml(EML)));
+    const times = service.requests.map((r) => r.at).sort((a, b) => a - b);
+    // Ten starts at 20 per second span at least nine intervals of 50 ms (a lower bound, not a speed check).
+    expect(times.at(-1)! - times[0]!).toBeGreaterThanOrEqual(9 * 50 - 10);
+  });
+});
+
+describe('backoff arithmetic', () => {
+  it('doubles the delay with jitter between half and all of it, capped at maxDelay', () => {
+    const retries = { limit: 10, baseDelay: 100, maxDelay: 1000, retryAmbiguous: false };
+    expect(backoffDelay(0, retries, () => 0)).toBe(50);
+    expect(backoffDelay(0, retries, () => 1)).toBe(100);
+    expect(backoffDelay(2, retries, () => 1)).toBe(400);
+    expect(backoffDelay(9, retries, () => 1)).toBe(1000);
+    expect(backoffDelay(9, retries, () => 0)).toBe(500);
+  });
+
+  it('reads Retry-After as seconds or as an HTTP date', () => {
+    expect(parseRetryAfter('3')).toBe(3000);
+    expect(parseRetryAfter(new Date(10_000 + 5000).toUTCString(), 10_000)).toBe(5000);
+    expect(parseRetryAfter('soon')).toBeUndefined();
+    expect(parseRetryAfter(undefined)).toBeUndefined();
+  });
+});
