@@ -1,4 +1,6 @@
 import { API_SCOPES, type ApiPlan, type ApiScope } from '../api-types.js';
+import { FaultInjector, type EmulatorFaults } from './fault-injector.js';
+import { KeyRateLimiter, type EmulatorRateLimit } from './key-rate-limiter.js';
 
 /**
  * An API key the emulator accepts.
@@ -60,6 +62,17 @@ export interface EmulatorOptions {
    * @default logs to stderr
    */
   onInternalError?: (err: unknown) => void;
+  /**
+   * Faults to inject into API requests (503, 429, connection resets, latency),
+   * seeded. Change them later with `emu.setFaults()`.
+   * @default undefined (no faults)
+   */
+  faults?: EmulatorFaults;
+  /**
+   * Per-key rate limit; requests over it get `429 rate_limited` with `Retry-After`.
+   * @default undefined (no limit)
+   */
+  rateLimit?: EmulatorRateLimit;
 }
 
 /** Options after validation. */
@@ -71,6 +84,8 @@ export interface ResolvedEmulatorOptions {
   bodyLimit: number;
   now: () => Date;
   onInternalError: (err: unknown) => void;
+  faults: FaultInjector | undefined;
+  rateLimiter: KeyRateLimiter | undefined;
 }
 
 /** Default body limit: 50 MiB. */
@@ -116,5 +131,7 @@ export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedE
   if (typeof now !== 'function') throw new TypeError('startEmulator option now: expected a function returning a Date');
   const onInternalError =
     options.onInternalError ?? ((err: unknown) => console.error('[eml-api emulator] internal error:', err));
-  return { port, host, apiKeys, groups: [...groups], bodyLimit, now, onInternalError };
+  const faults = options.faults === undefined ? undefined : new FaultInjector(options.faults);
+  const rateLimiter = options.rateLimit === undefined ? undefined : new KeyRateLimiter(options.rateLimit);
+  return { port, host, apiKeys, groups: [...groups], bodyLimit, now, onInternalError, faults, rateLimiter };
 }

@@ -1,4 +1,5 @@
 import { ApiKeyStore } from './api-key-store.js';
+import type { FaultInjector } from './fault-injector.js';
 import type { ResolvedEmulatorOptions } from './emulator-options.js';
 import { GroupStore } from './group-store.js';
 import { IdempotencyCache } from './idempotency-cache.js';
@@ -14,9 +15,12 @@ export class EmulatorState {
   readonly images = new ImageStore();
   /** Public base URL for links in delivered mail (unsubscribe, hosted images); set once listening. */
   baseUrl = '';
+  /** Faults injected into API requests, if any. */
+  faults: FaultInjector | undefined;
 
   constructor(readonly options: ResolvedEmulatorOptions) {
     for (const group of options.groups) this.groups.create(group);
+    this.faults = options.faults;
   }
 
   now(): Date {

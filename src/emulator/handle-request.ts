@@ -34,9 +34,27 @@ export async function handleRequest(state: EmulatorState, req: IncomingMessage, 
       return;
     }
   }
+  const fault = state.faults?.draw();
+  if (fault && fault.latencyMs > 0) await new Promise((resolve) => setTimeout(resolve, fault.latencyMs));
+  if (fault?.kind === 'resetBeforeProcessing') {
+    req.socket.destroy();
+    return;
+  }
   let answer: Answer;
   try {
+    if (fault?.kind === 'unavailable' || fault?.kind === 'rateLimited') {
+      const [status, code, message] =
+        fault.kind === 'unavailable'
+          ? ([503, 'unavailable', 'The service is unavailable (injected fault); retry later'] as const)
+          : ([429, 'rate_limited', 'Too many requests (injected fault); retry after the Retry-After delay'] as const);
+      throw new HttpError(status, code, message, { 'retry-after': String(fault.retryAfterSeconds) });
+    }
     answer = await route(state, req);
+    if (fault?.kind === 'resetAfterProcessing') {
+      // Processed (mail delivered), but the answer is lost on the way.
+      req.socket.destroy();
+      return;
+    }
   } catch (err) {
     answer = errorAnswer(state, err);
     // The body may be partly unread (413, early errors): do not reuse the connection.
@@ -85,6 +103,12 @@ async function run(
   routeId: string,
 ): Promise<Answer> {
   const key = state.keys.authenticate(req.headers[API_KEY_HEADER]);
+  const wait = state.options.rateLimiter?.take(key.label) ?? 0;
+  if (wait > 0) {
+    throw new HttpError(429, 'rate_limited', `This API key is over its rate limit; retry after ${wait} s`, {
+      'retry-after': String(wait),
+    });
+  }
   requireScope(key, operation.scopes);
   if (operation.hasBody) {
     const type = (req.headers['content-type'] ?? '').split(';', 1)[0]!.trim().toLowerCase();

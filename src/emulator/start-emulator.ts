@@ -5,6 +5,7 @@ import { API_SCOPES } from '../api-types.js';
 import { resolveEmulatorOptions, type EmulatorOptions } from './emulator-options.js';
 import type { DeliveredMessage, EmulatorMember, EmulatorMessage } from './emulator-records.js';
 import { EmulatorState } from './emulator-state.js';
+import { FaultInjector, type EmulatorFaults, type FaultStats } from './fault-injector.js';
 import { handleRequest } from './handle-request.js';
 
 /**
@@ -43,6 +44,13 @@ export interface Emulator {
   groups(): string[];
   /** Forgets messages, mailboxes, members, hosted images and idempotency keys. Groups and API keys stay. */
   reset(): void;
+  /**
+   * Sets the faults injected into API requests from now on (counts start again), or removes them.
+   * @example emu.setFaults({ seed: 3, unavailable: 0.1 }); ... emu.setFaults(undefined);
+   */
+  setFaults(faults: EmulatorFaults | undefined): void;
+  /** How many requests got each fault since the faults were set; undefined without faults. */
+  faultStats(): FaultStats | undefined;
   /** Stops the server and drops its connections. */
   close(): Promise<void>;
 }
@@ -101,6 +109,10 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     },
     groups: () => state.groups.ids(),
     reset: () => state.reset(),
+    setFaults: (faults: EmulatorFaults | undefined) => {
+      state.faults = faults === undefined ? undefined : new FaultInjector(faults);
+    },
+    faultStats: () => (state.faults ? { ...state.faults.stats } : undefined),
     close: () =>
       (closing ??= new Promise<void>((resolve, reject) => {
         server.close((err) => (err ? reject(err) : resolve()));
