@@ -1,3 +1,4 @@
+import { tmpdir } from 'node:os';
 import type { Dispatcher } from 'undici';
 import { EmlApiError } from './errors.js';
 
@@ -62,11 +63,38 @@ export interface EmlApiClientOptions {
    */
   timeouts?: TimeoutOptions;
   /**
+   * Large messages are written to a temporary file while they are built and
+   * uploaded from it (Base64 and JSON framing streamed, retries re-read the
+   * file), so memory stays flat whatever the attachment sizes. The file is
+   * removed when the send ends, whatever the outcome.
+   * @default { threshold: 2097152 (2 MiB), directory: os.tmpdir() }
+   */
+  spool?: SpoolOptions;
+  /**
    * Sends started per second at most (sends wait in the queue to keep the pace).
    * Membership calls are not paced.
    * @default undefined (no pacing)
    */
   maxMessagesPerSecond?: number;
+}
+
+/**
+ * Where and when messages are spooled to disk.
+ *
+ * @example
+ * new EmlApiTransport({ apiKey, baseUrl, spool: { threshold: 8 * 1024 * 1024, directory: '/var/tmp' } });
+ */
+export interface SpoolOptions {
+  /**
+   * Messages larger than this many bytes are spooled to a file.
+   * @default 2097152 (2 MiB)
+   */
+  threshold?: number;
+  /**
+   * Folder for the temporary files.
+   * @default os.tmpdir()
+   */
+  directory?: string;
 }
 
 /**
@@ -137,6 +165,7 @@ export interface ResolvedClientOptions {
   retries: Required<RetryOptions>;
   timeouts: Required<TimeoutOptions>;
   maxMessagesPerSecond: number | undefined;
+  spool: Required<SpoolOptions>;
 }
 
 /** Default retry settings. */
@@ -200,9 +229,11 @@ export function resolveClientOptions(options: unknown): { apiKey: string; resolv
   ) {
     throw configError('maxMessagesPerSecond', `expected a positive number, got ${describe(maxMessagesPerSecond)}`);
   }
+  const spool = resolveSpool(o.spool);
   return {
     apiKey,
     resolved: {
+      spool,
       retries,
       timeouts,
       maxMessagesPerSecond: maxMessagesPerSecond as number | undefined,
@@ -244,6 +275,24 @@ function resolveRetries(value: unknown): Required<RetryOptions> {
   if (resolved.maxDelay < resolved.baseDelay)
     throw configError('retries.maxDelay', 'must not be smaller than retries.baseDelay');
   return resolved;
+}
+
+function resolveSpool(value: unknown): Required<SpoolOptions> {
+  const defaults = { threshold: 2 * 1024 * 1024, directory: tmpdir() };
+  if (value === undefined) return defaults;
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw configError('spool', `expected { threshold, directory }, got ${describe(value)}`);
+  }
+  const v = value as Record<string, unknown>;
+  for (const key of Object.keys(v)) {
+    if (!['threshold', 'directory'].includes(key)) throw configError(`spool.${key}`, 'unknown option');
+  }
+  const threshold =
+    v.threshold === undefined ? defaults.threshold : wholeNumber(v.threshold, 'spool.threshold', 0, 2 ** 40);
+  if (v.directory !== undefined && (typeof v.directory !== 'string' || v.directory.length === 0)) {
+    throw configError('spool.directory', 'expected a folder path');
+  }
+  return { threshold, directory: (v.directory as string | undefined) ?? defaults.directory };
 }
 
 function resolveTimeouts(value: unknown): Required<TimeoutOptions> {

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { Readable } from 'node:stream';
+import type { Readable } from 'node:stream';
 import { Agent, type Dispatcher } from 'undici';
 import { toApiAddress, toApiAddressList, type AddressInput } from './address-input.js';
 import {
@@ -24,6 +24,9 @@ import { exchange, ExchangeFailure, type RawAnswer } from './http-exchange.js';
 import { errorFromFailure, errorFromResponse } from './request-error.js';
 import { backoffDelay, classifyStatus, parseRetryAfter, sleep, type RetryClass } from './retry-policy.js';
 import { SendPacer } from './send-pacer.js';
+import { spoolMessage } from './message-spool.js';
+import { bytesBody, emlBodyFromBuffer, emlBodyLength, STREAM_ABOVE, type UploadBody } from './upload-body.js';
+
 import { readApiError, readServiceResponse, type ServiceResponse } from './service-response.js';
 import { VERSION } from './version.js';
 
@@ -142,7 +145,7 @@ export const DEFAULT_ADD_BATCH_SIZE = 500;
 interface ExchangeInit {
   method: 'GET' | 'POST' | 'DELETE';
   path: string;
-  body?: string;
+  body?: string | UploadBody;
   signal?: AbortSignal | undefined;
   headers?: Record<string, string>;
   /** A send: paced by `maxMessagesPerSecond`. */
@@ -243,15 +246,12 @@ export class EmlApiClient {
   async sendEml(eml: Buffer | Uint8Array | string | Readable, options: SendOptions = {}): Promise<SendResult> {
     const leave = this.#enter('sendEml');
     try {
-      const bytes = await toBuffer(eml);
-      if (bytes.length === 0) {
-        throw new EmlApiError('EMESSAGE', 'sendEml() got an empty message', {
-          command: `POST ${API_PATHS.sendEml}`,
-          permanent: true,
-        });
+      const body = await this.#emlBody(eml, options.signal);
+      try {
+        return await this.#sendBody(body, options);
+      } finally {
+        await body.dispose();
       }
-      // Base64 has no character JSON must escape, so the body is built by concatenation.
-      return await this.#send(API_PATHS.sendEml, `{"mail":"${bytes.toString('base64')}"}`, options);
     } finally {
       leave();
     }
@@ -519,8 +519,46 @@ export class EmlApiClient {
     return this.#closed;
   }
 
+  /**
+   * Sends a prepared `{"mail": ...}` body through `POST /v1/send/eml`. The
+   * transport uses it for messages it has built and spooled; the caller
+   * disposes the body.
+   * @internal
+   */
+  async sendEmlBody(body: UploadBody, options: SendOptions = {}): Promise<SendResult> {
+    const leave = this.#enter('sendEml');
+    try {
+      return await this.#sendBody(body, options);
+    } finally {
+      leave();
+    }
+  }
+
+  async #sendBody(body: UploadBody, options: SendOptions): Promise<SendResult> {
+    if (body.length <= emlBodyLength(0)) {
+      throw new EmlApiError('EMESSAGE', 'sendEml() got an empty message', {
+        command: `POST ${API_PATHS.sendEml}`,
+        permanent: true,
+      });
+    }
+    return this.#send(API_PATHS.sendEml, body, options);
+  }
+
+  /** The upload body of an EML given as bytes, text or a stream (streams are spooled when large). */
+  async #emlBody(eml: Buffer | Uint8Array | string | Readable, signal: AbortSignal | undefined): Promise<UploadBody> {
+    if (typeof eml === 'string') return emlBodyFromBuffer(Buffer.from(eml, 'utf8'), STREAM_ABOVE);
+    if (eml instanceof Uint8Array)
+      return emlBodyFromBuffer(Buffer.from(eml.buffer, eml.byteOffset, eml.byteLength), STREAM_ABOVE);
+    if (typeof eml === 'object' && eml !== null && typeof (eml as Readable).pipe === 'function') {
+      return (await spoolMessage(eml as Readable, this.options.spool, signal)).body;
+    }
+    throw new EmlApiError('EMESSAGE', 'sendEml() expects a Buffer, Uint8Array, string or Readable stream', {
+      permanent: true,
+    });
+  }
+
   /** Posts a send with its `Idempotency-Key` and reads the accepted answer leniently. */
-  async #send(path: string, body: string, options: SendOptions): Promise<SendResult> {
+  async #send(path: string, body: string | UploadBody, options: SendOptions): Promise<SendResult> {
     const { idempotencyKey, res } = await this.#postIdempotent<Partial<SendAcceptedResponse>>(path, body, options);
     const data = objectOrUndefined(res.data);
     return { ...res, id: stringOrUndefined(data?.id), messageId: stringOrUndefined(data?.messageId), idempotencyKey };
@@ -529,7 +567,7 @@ export class EmlApiClient {
   /** Posts one logical send; the key is the caller's or a new UUID. */
   async #postIdempotent<T>(
     path: string,
-    body: string,
+    body: string | UploadBody,
     options: SendOptions,
   ): Promise<{ idempotencyKey: string; res: ServiceResponse<T> }> {
     const idempotencyKey = options.idempotencyKey ?? randomUUID();
@@ -589,6 +627,7 @@ export class EmlApiClient {
       ...init.headers,
     };
     if (init.body !== undefined) headers['content-type'] = 'application/json';
+    const body = typeof init.body === 'string' ? bytesBody(Buffer.from(init.body)) : init.body;
     let attempts = 0;
     const context = () => ({
       command,
@@ -612,7 +651,7 @@ export class EmlApiClient {
                 path: basePath + init.path,
                 method: init.method,
                 headers,
-                body: init.body,
+                body,
                 signal,
                 headersTimeout: timeouts.response,
                 tracksWrites: this.#ownsDispatcher,
@@ -655,25 +694,6 @@ export class EmlApiClient {
       clearTimeout(timer);
     }
   }
-}
-
-async function toBuffer(input: Buffer | Uint8Array | string | Readable): Promise<Buffer> {
-  if (Buffer.isBuffer(input)) return input;
-  if (typeof input === 'string') return Buffer.from(input, 'utf8');
-  if (input instanceof Uint8Array) return Buffer.from(input.buffer, input.byteOffset, input.byteLength);
-  if (
-    input instanceof Readable ||
-    (typeof input === 'object' && input !== null && typeof (input as Readable).pipe === 'function')
-  ) {
-    const chunks: Buffer[] = [];
-    for await (const chunk of input as AsyncIterable<Buffer | string>) {
-      chunks.push(typeof chunk === 'string' ? Buffer.from(chunk) : chunk);
-    }
-    return Buffer.concat(chunks);
-  }
-  throw new EmlApiError('EMESSAGE', 'sendEml() expects a Buffer, Uint8Array, string or Readable stream', {
-    permanent: true,
-  });
 }
 
 function inputError(message: string): EmlApiError {

@@ -1,5 +1,6 @@
 import { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
+import type { UploadBody } from './upload-body.js';
 
 /** Where a request got to before it failed: decides whether a retry is safe. */
 export type FailurePhase =
@@ -34,7 +35,7 @@ export interface ExchangeRequest {
   path: string;
   method: 'GET' | 'POST' | 'DELETE';
   headers: Record<string, string>;
-  body: string | Buffer | undefined;
+  body: UploadBody | undefined;
   signal: AbortSignal;
   /** Time allowed until the response headers arrive, in ms. */
   headersTimeout: number;
@@ -137,22 +138,24 @@ export function exchange(dispatcher: Dispatcher, request: ExchangeRequest): Prom
       },
     };
     try {
-      const body = request.body === undefined ? undefined : Buffer.from(request.body);
+      const body = request.body;
       dispatcher.dispatch(
         {
           origin: request.origin,
           path: request.path,
           method: request.method,
           headers: body === undefined ? request.headers : { ...request.headers, 'content-length': String(body.length) },
-          // Written in chunks with backpressure, `onRequestSent` means the socket took the last
+          // Written as a stream with backpressure, `onRequestSent` means the socket took the last
           // chunk; a buffer body is reported sent as soon as it is queued, so a reset during the
           // upload would look like one after it.
           body:
             body === undefined
               ? undefined
-              : body.length > CHUNK_BYTES
-                ? Readable.from(chunksOf(body), { objectMode: false })
-                : body,
+              : body.bytes !== undefined && body.bytes.length <= CHUNK_BYTES
+                ? body.bytes
+                : body.bytes !== undefined
+                  ? Readable.from(chunksOf(body.bytes), { objectMode: false })
+                  : body.open(),
           headersTimeout: request.headersTimeout,
           bodyTimeout: request.headersTimeout,
         },

@@ -1,10 +1,11 @@
 import { EventEmitter } from 'node:events';
-import type { Readable } from 'node:stream';
 import { EmlApiClient } from './client.js';
 import { EmlApiError } from './errors.js';
 import { resolveLogger, type EmlApiLogger } from './logger.js';
 import { jsonRouteOf, jsonSendFromMail, type JsonRoute } from './json-send-from-mail.js';
 import { resolveEnvelope } from './message-envelope.js';
+import { spoolMessage } from './message-spool.js';
+import type { SendResult } from './client.js';
 import type { NodemailerMail } from './nodemailer-types.js';
 import type { EmlApiSentMessageInfo } from './sent-message-info.js';
 import type { EmlApiTransportOptions } from './transport-options.js';
@@ -141,17 +142,24 @@ export class EmlApiTransport extends EventEmitter {
     // so Bcc must stay in the uploaded message (as sendmail and SES transports do).
     mail.message.keepBcc = true;
     const signal = signalOf(mail);
-    const eml = await buildMessage(mail.message.createReadStream(), signal);
-    const resolved = resolveEnvelope(mail, eml);
-    const { envelope } = resolved;
-    if (resolved.fromDiffers) {
-      this.#logger.info(
-        { envelopeFrom: envelope.from },
-        'Envelope sender differs from From; the service sets its own return path, so the envelope sender is not used',
-      );
+    // Built once; large messages go to a spool file while Nodemailer writes them.
+    const spooled = await spoolMessage(mail.message.createReadStream(), this.client.options.spool, signal);
+    let result: SendResult;
+    let resolved: ReturnType<typeof resolveEnvelope>;
+    try {
+      resolved = resolveEnvelope(mail, spooled.head);
+      if (resolved.fromDiffers) {
+        this.#logger.info(
+          { envelopeFrom: resolved.envelope.from },
+          'Envelope sender differs from From; the service sets its own return path, so the envelope sender is not used',
+        );
+      }
+      this.#logger.debug({ recipients: resolved.envelope.to.length, bytes: spooled.size }, 'Sending message');
+      result = await this.client.sendEmlBody(spooled.body, { signal });
+    } finally {
+      await spooled.body.dispose();
     }
-    this.#logger.debug({ recipients: envelope.to.length, bytes: eml.length }, 'Sending message');
-    const result = await this.client.sendEml(eml, { signal });
+    const { envelope } = resolved;
     // The Message-ID written in the uploaded bytes is the truth: with `raw`,
     // Nodemailer's own messageId() is one it made up and never wrote.
     const messageId = resolved.messageId ?? result.messageId ?? mail.message.messageId();
@@ -213,27 +221,4 @@ export class EmlApiTransport extends EventEmitter {
 function signalOf(mail: NodemailerMail): AbortSignal | undefined {
   const signal = (mail.data as { signal?: unknown }).signal;
   return signal instanceof AbortSignal ? signal : undefined;
-}
-
-function buildMessage(stream: Readable, signal: AbortSignal | undefined): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    const onAbort = () => {
-      stream.destroy();
-      reject(new EmlApiError('EABORT', 'The send was aborted while the message was being built', { permanent: true }));
-    };
-    if (signal?.aborted) return onAbort();
-    signal?.addEventListener('abort', onAbort, { once: true });
-    stream.on('data', (chunk: Buffer | string) => chunks.push(typeof chunk === 'string' ? Buffer.from(chunk) : chunk));
-    stream.once('error', (err: Error) => {
-      signal?.removeEventListener('abort', onAbort);
-      reject(
-        new EmlApiError('EMESSAGE', `Could not build the message: ${err.message}`, { cause: err, permanent: true }),
-      );
-    });
-    stream.once('end', () => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve(Buffer.concat(chunks));
-    });
-  });
 }

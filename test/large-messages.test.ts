@@ -1,0 +1,174 @@
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import nodemailer from 'nodemailer';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { EmlApiClient, EmlApiTransport, type EmlApiTransportOptions } from '../src/index.js';
+import { startEmulator } from '../src/emulator/index.js';
+import { Base64Encoder } from '../src/upload-body.js';
+import { startScriptedService, type ScriptedService } from './helpers/scripted-service.js';
+
+/** A fixed message of about `size` bytes, so two builds are the same bytes. */
+function fixedEml(size: number): Buffer {
+  const head =
+    'From: a@example.test\r\nTo: b@example.test\r\nBcc: c@example.test\r\nSubject: big\r\nMessage-ID: <big@example.test>\r\n\r\n';
+  const line = `${'x'.repeat(74)}\r\n`;
+  return Buffer.from(head + line.repeat(Math.ceil(size / line.length)));
+}
+
+const expectedBody = (eml: Buffer) => Buffer.from(`{"mail":"${eml.toString('base64')}"}`);
+
+let service: ScriptedService;
+let spoolDir: string;
+beforeEach(async () => {
+  service = await startScriptedService();
+  spoolDir = await mkdtemp(join(tmpdir(), 'eml-api-spool-test-'));
+});
+afterEach(async () => {
+  await service.close();
+  await rm(spoolDir, { recursive: true, force: true });
+});
+
+const transportWith = (spoolThreshold: number, extra: Partial<EmlApiTransportOptions> = {}) =>
+  new EmlApiTransport({
+    apiKey: 'k',
+    baseUrl: service.url,
+    spool: { threshold: spoolThreshold, directory: spoolDir },
+    retries: { limit: 2, baseDelay: 5, maxDelay: 50 },
+    ...extra,
+  });
+
+describe('large messages', () => {
+  it('uploads byte-identical bodies whether the message is spooled to disk or kept in memory', async () => {
+    const eml = fixedEml(3 * 1024 * 1024);
+    for (const threshold of [0, 64 * 1024 * 1024]) {
+      const transport = transportWith(threshold);
+      await nodemailer.createTransport(transport).sendMail({ raw: eml });
+      await transport.close();
+    }
+    // And through the client: a Buffer (sliced Base64) and a stream in odd chunk sizes (spooled).
+    const client = new EmlApiClient({
+      apiKey: 'k',
+      baseUrl: service.url,
+      spool: { threshold: 0, directory: spoolDir },
+    });
+    await client.sendEml(eml);
+    const odd = Array.from({ length: Math.ceil(eml.length / 7919) }, (_, i) => eml.subarray(i * 7919, (i + 1) * 7919));
+    await client.sendEml(Readable.from(odd));
+    await client.close();
+    expect(service.requests).toHaveLength(4);
+    const expected = expectedBody(eml);
+    for (const request of service.requests) {
+      expect(request.headers['content-length']).toBe(String(expected.length));
+      expect(request.body.equals(expected)).toBe(true);
+    }
+  });
+
+  it('resends exactly the same bytes when a spooled message is retried', async () => {
+    service.script([{ status: 503 }, { status: 429, headers: { 'retry-after': '0' } }]);
+    const eml = fixedEml(2 * 1024 * 1024);
+    const transport = transportWith(0);
+    await nodemailer.createTransport(transport).sendMail({ raw: eml });
+    await transport.close();
+    expect(service.requests).toHaveLength(3);
+    for (const request of service.requests) expect(request.body.equals(expectedBody(eml))).toBe(true);
+  });
+
+  it('really spools: the file exists while the upload is in flight, and is removed after an abort', async () => {
+    service.script(['hang']);
+    const transport = transportWith(1024);
+    const controller = new AbortController();
+    const sending = nodemailer
+      .createTransport(transport)
+      .sendMail({ raw: fixedEml(512 * 1024), signal: controller.signal })
+      .catch((e: unknown) => e);
+    while (service.requests.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    const during = await readdir(spoolDir);
+    expect(during).toHaveLength(1);
+    expect(await readdir(join(spoolDir, during[0]!))).toEqual(['message.eml']);
+    controller.abort();
+    expect(await sending).toMatchObject({ code: 'EABORT' });
+    expect(await readdir(spoolDir)).toEqual([]);
+    await transport.close({ abort: true });
+  });
+
+  it('removes the spool file after a success and after a failure', async () => {
+    const transport = transportWith(0);
+    const transporter = nodemailer.createTransport(transport);
+    await transporter.sendMail({ raw: fixedEml(100 * 1024) });
+    expect(await readdir(spoolDir)).toEqual([]);
+    service.script([{ status: 400, body: { error: { code: 'invalid_eml', message: 'no' } } }]);
+    await expect(transporter.sendMail({ raw: fixedEml(100 * 1024) })).rejects.toMatchObject({ code: 'EAPI' });
+    expect(await readdir(spoolDir)).toEqual([]);
+    service.script([], { status: 503 });
+    await expect(transporter.sendMail({ raw: fixedEml(100 * 1024) })).rejects.toMatchObject({ responseCode: 503 });
+    expect(await readdir(spoolDir)).toEqual([]);
+    await transport.close();
+  });
+
+  it('removes the spool file when building the message fails half-way', async () => {
+    const transport = transportWith(1024);
+    let sent = 0;
+    const failing = new Readable({
+      read() {
+        sent++;
+        if (sent < 20) this.push(Buffer.alloc(4096, 97));
+        else this.destroy(new Error('disk on fire'));
+      },
+    });
+    const err = await nodemailer
+      .createTransport(transport)
+      .sendMail({
+        from: 'a@example.test',
+        to: 'b@example.test',
+        subject: 's',
+        attachments: [{ filename: 'x.bin', content: failing }],
+      })
+      .catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'EMESSAGE' });
+    expect(await readdir(spoolDir)).toEqual([]);
+    expect(service.requests).toHaveLength(0);
+    await transport.close();
+  });
+
+  it('delivers a 25 MB attachment through the emulator intact', async () => {
+    const emu = await startEmulator();
+    const transport = new EmlApiTransport({
+      apiKey: emu.apiKey,
+      baseUrl: emu.url,
+      spool: { threshold: 1024 * 1024, directory: spoolDir },
+    });
+    const attachment = randomBytes(25 * 1024 * 1024);
+    await nodemailer.createTransport(transport).sendMail({
+      from: 'a@example.test',
+      to: 'b@example.test',
+      subject: 'big',
+      text: 'see attachment',
+      attachments: [{ filename: 'big.bin', content: attachment }],
+    });
+    const [copy] = emu.mailbox('b@example.test');
+    expect(copy!.attachments).toEqual([expect.objectContaining({ filename: 'big.bin', size: attachment.length })]);
+    expect(await readdir(spoolDir)).toEqual([]);
+    await transport.close();
+    await emu.close();
+  }, 60_000);
+});
+
+describe('streaming Base64', () => {
+  it('encodes any chunking of the input exactly like Buffer.toString("base64")', async () => {
+    const data = randomBytes(100_003);
+    for (const sizes of [[1], [2], [3], [5, 7], [4096], [100_003]]) {
+      const chunks: Buffer[] = [];
+      for (let at = 0, i = 0; at < data.length; i++) {
+        const size = sizes[i % sizes.length]!;
+        chunks.push(data.subarray(at, at + size));
+        at += size;
+      }
+      const out: Buffer[] = [];
+      for await (const part of Readable.from(chunks).pipe(new Base64Encoder())) out.push(part as Buffer);
+      expect(Buffer.concat(out).toString('latin1')).toBe(data.toString('base64'));
+    }
+  });
+});
