@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { inspect } from 'node:util';
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { EmlApiError} from '../src/index.js';
+import type { EmlApiError } from '../src/index.js';
 import { EmlApiTransport, type EmlApiLogger } from '../src/index.js';
 import { startEmulator, type Emulator } from '../src/emulator/index.js';
 import { startScriptedService, type ScriptedService } from './helpers/scripted-service.js';
