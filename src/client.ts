@@ -615,11 +615,19 @@ export class EmlApiClient {
   ): Promise<ServiceResponse<T>> {
     const { retries, timeouts, baseUrl, basePath } = this.options;
     const origin = baseUrl.origin;
-    const total = new AbortController();
-    const timer = setTimeout(() => total.abort(new TotalTimeoutReason(timeouts.total)), timeouts.total);
-    const signal = AbortSignal.any(
-      [init.signal, total.signal, this.#closeController.signal].filter((s): s is AbortSignal => s !== undefined),
-    );
+    // One controller per call, fed by the caller's signal, the total timeout and close({ abort }).
+    // (AbortSignal.any costs noticeably more per call on Node 20.)
+    const controller = new AbortController();
+    const signal = controller.signal;
+    const forward = (source: AbortSignal) => () => controller.abort(source.reason);
+    const sources = [init.signal, this.#closeController.signal].filter((s): s is AbortSignal => s !== undefined);
+    const listeners = sources.map((source) => {
+      const listener = forward(source);
+      if (source.aborted) listener();
+      else source.addEventListener('abort', listener, { once: true });
+      return [source, listener] as const;
+    });
+    const timer = setTimeout(() => controller.abort(new TotalTimeoutReason(timeouts.total)), timeouts.total);
     const headers: Record<string, string> = {
       [API_KEY_HEADER]: this.#apiKey,
       accept: 'application/json',
@@ -692,6 +700,7 @@ export class EmlApiClient {
       throw errorFromFailure(err, context());
     } finally {
       clearTimeout(timer);
+      for (const [source, listener] of listeners) source.removeEventListener('abort', listener);
     }
   }
 }

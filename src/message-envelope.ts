@@ -47,21 +47,25 @@ export function resolveEnvelope(
   mail: NodemailerMail,
   eml: Buffer,
 ): { envelope: MailEnvelope; fromDiffers: boolean; messageId: string | undefined } {
-  const headers = readHeaderAddresses(eml);
   const custom = mail.data.envelope !== undefined && mail.data.envelope !== null;
   const nodemailerEnvelope = mail.message.getEnvelope();
+  if (!custom && !mail.data.raw) {
+    // Nodemailer wrote the headers from the same data its envelope comes from:
+    // no need to read them back from the bytes (the common, hot path).
+    if (nodemailerEnvelope.to.length === 0) throw noRecipients();
+    return {
+      envelope: { from: nodemailerEnvelope.from, to: [...nodemailerEnvelope.to] },
+      fromDiffers: false,
+      messageId: mail.message.messageId(),
+    };
+  }
+  const headers = readHeaderAddresses(eml);
   const envelope: MailEnvelope = custom
     ? { from: nodemailerEnvelope.from, to: [...nodemailerEnvelope.to] }
     : // A raw message has no parsed headers in Nodemailer, so read them from the bytes.
       { from: nodemailerEnvelope.from || headers.from, to: headers.recipients };
 
-  if (headers.recipients.length === 0) {
-    throw new EmlApiError(
-      'EENVELOPE',
-      'No recipients defined: the message has no To, Cc or Bcc header, and the service takes recipients from them',
-      { command: 'envelope', permanent: true },
-    );
-  }
+  if (headers.recipients.length === 0) throw noRecipients();
   if (custom) {
     const inHeaders = new Set(headers.recipients.map((a) => a.toLowerCase()));
     const inEnvelope = new Set(envelope.to.map((a) => a.toLowerCase()));
@@ -83,4 +87,12 @@ export function resolveEnvelope(
   const fromDiffers =
     envelope.from !== false && headers.from !== false && envelope.from.toLowerCase() !== headers.from.toLowerCase();
   return { envelope, fromDiffers, messageId: headers.messageId };
+}
+
+function noRecipients(): EmlApiError {
+  return new EmlApiError(
+    'EENVELOPE',
+    'No recipients defined: the message has no To, Cc or Bcc header, and the service takes recipients from them',
+    { command: 'envelope', permanent: true },
+  );
 }

@@ -5,6 +5,7 @@ import { resolveLogger, type EmlApiLogger } from './logger.js';
 import { jsonRouteOf, jsonSendFromMail, type JsonRoute } from './json-send-from-mail.js';
 import { resolveEnvelope } from './message-envelope.js';
 import { spoolMessage } from './message-spool.js';
+import { sliceLargeContents } from './slice-large-contents.js';
 import type { SendResult } from './client.js';
 import type { NodemailerMail } from './nodemailer-types.js';
 import type { EmlApiSentMessageInfo } from './sent-message-info.js';
@@ -142,6 +143,7 @@ export class EmlApiTransport extends EventEmitter {
     // so Bcc must stay in the uploaded message (as sendmail and SES transports do).
     mail.message.keepBcc = true;
     const signal = signalOf(mail);
+    sliceLargeContents(mail.message as unknown as Parameters<typeof sliceLargeContents>[0]);
     // Built once; large messages go to a spool file while Nodemailer writes them.
     const spooled = await spoolMessage(mail.message.createReadStream(), this.client.options.spool, signal);
     let result: SendResult;

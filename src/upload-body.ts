@@ -47,8 +47,12 @@ export function bytesBody(bytes: Buffer): UploadBody {
  */
 export function emlBodyFromBuffer(eml: Buffer, streamAbove: number): UploadBody {
   if (eml.length <= streamAbove) {
-    // Base64 has no character JSON must escape, so the body is built by concatenation.
-    return bytesBody(Buffer.from(`{"mail":"${eml.toString('base64')}"}`, 'latin1'));
+    // Base64 has no character JSON must escape, so the body is framed by plain byte copies.
+    const bytes = Buffer.allocUnsafe(emlBodyLength(eml.length));
+    PREFIX.copy(bytes, 0);
+    const written = bytes.write(eml.toString('base64'), PREFIX.length, 'latin1');
+    SUFFIX.copy(bytes, PREFIX.length + written);
+    return bytesBody(bytes);
   }
   return {
     length: emlBodyLength(eml.length),

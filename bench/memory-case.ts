@@ -1,0 +1,56 @@
+/**
+ * One memory case, in a fresh process so its peak RSS is its own. Usage:
+ *   memory-case.ts <sinkUrl> <buffer|path> <transport|transport-no-spool|naive> [file]
+ * Prints { baselineRss, peakRss, extraMb } as JSON.
+ */
+import { randomBytes } from 'node:crypto';
+import nodemailer from 'nodemailer';
+import { request } from 'undici';
+import { EmlApiTransport } from '../src/index.js';
+
+const [sinkUrl, source, mode, file] = process.argv.slice(2) as [string, 'buffer' | 'path', string, string | undefined];
+const SIZE = 25 * 1024 * 1024;
+const base = { from: 'a@example.test', to: 'b@example.test', subject: 'memory', text: 'see attachment' };
+
+async function send(attachments: { filename: string; content?: Buffer; path?: string }[]): Promise<void> {
+  if (mode === 'compile-only') {
+    // The floor: Nodemailer building the message into a stream that is read and dropped.
+    const built = await nodemailer.createTransport({ streamTransport: true }).sendMail({ ...base, attachments });
+    for await (const _chunk of built.message as AsyncIterable<Buffer>) void _chunk;
+    return;
+  }
+  if (mode === 'naive') {
+    // The straightforward transport: build the whole message, Base64 it, JSON it, post it.
+    const built = await nodemailer
+      .createTransport({ streamTransport: true, buffer: true })
+      .sendMail({ ...base, attachments });
+    const body = JSON.stringify({ mail: (built.message as Buffer).toString('base64') });
+    const res = await request(`${sinkUrl}/v1/send/eml`, {
+      method: 'POST',
+      body,
+      headers: { 'content-type': 'application/json' },
+    });
+    await res.body.text();
+    return;
+  }
+  const transport = new EmlApiTransport({
+    apiKey: 'k',
+    baseUrl: sinkUrl,
+    retries: false,
+    ...(mode === 'transport-no-spool' ? { spool: { threshold: 2 ** 40 } } : {}),
+  });
+  await nodemailer.createTransport(transport).sendMail({ ...base, attachments });
+  await transport.close();
+}
+
+// Warm up: load every module and open the paths once, so the baseline includes them.
+await send([{ filename: 'small.txt', content: Buffer.from('warm-up') }]);
+(globalThis as { gc?: () => void }).gc?.();
+await new Promise((resolve) => setTimeout(resolve, 100));
+const baselineRss = process.memoryUsage().rss;
+// The attachment is allocated after the baseline: a Buffer attachment counts against the budget.
+const attachment =
+  source === 'buffer' ? { filename: 'big.bin', content: randomBytes(SIZE) } : { filename: 'big.bin', path: file! };
+await send([attachment]);
+const peakRss = process.resourceUsage().maxRSS * 1024;
+console.log(JSON.stringify({ baselineRss, peakRss, extraMb: (peakRss - baselineRss) / 1024 / 1024 }));
