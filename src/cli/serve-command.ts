@@ -2,11 +2,14 @@ import { parseArgs } from 'node:util';
 import { API_SCOPES, type ApiScope } from '../api-types.js';
 import { startEmulator } from '../emulator/index.js';
 import type { EmulatorApiKey } from '../emulator/emulator-options.js';
-import { UsageError } from './usage-error.js';
+import type { CliIo } from './cli-io.js';
+import { EXIT, UsageError } from './usage-error.js';
 
+/** Help of `eml-api serve`. */
 export const SERVE_HELP = `Usage: eml-api serve [options]
 
-Runs the emulator of the email service until interrupted.
+Runs the emulator of the email service until interrupted (Ctrl-C), and prints
+its URL and a ready API key holding every scope.
 
 Options:
   --port <n>        port to listen on (default 8025; 0 picks a free one)
@@ -15,10 +18,12 @@ Options:
   --key <spec>      extra API key: KEY or KEY:scope,scope[:plan] (repeatable)
                     scopes: ${API_SCOPES.join(', ')}; plan: free or plus
   -h, --help        show this help
+
+Exit codes: 0 stopped, 1 could not start (port in use...), 2 wrong usage.
 `;
 
-/** `eml-api serve`: starts the emulator and keeps it running until SIGINT/SIGTERM. */
-export async function serveCommand(args: string[], out: NodeJS.WritableStream): Promise<number> {
+/** `eml-api serve`: starts the emulator and keeps it running until SIGINT/SIGTERM (or `io.signal`). */
+export async function serveCommand(args: string[], io: CliIo): Promise<number> {
   const { values } = parseArgs({
     args,
     options: {
@@ -31,24 +36,43 @@ export async function serveCommand(args: string[], out: NodeJS.WritableStream): 
     strict: true,
   });
   if (values.help) {
-    out.write(SERVE_HELP);
-    return 0;
+    io.stdout.write(SERVE_HELP);
+    return EXIT.ok;
   }
   const port = Number(values.port);
-  if (!Number.isInteger(port) || port < 0 || port > 65535)
+  if (!/^\d+$/.test(values.port) || !Number.isInteger(port) || port < 0 || port > 65535)
     throw new UsageError(`--port: expected 0-65535, got "${values.port}"`);
   const apiKeys = values.key.map(parseKeySpec);
   const emu = await startEmulator({ port, host: values.host, groups: values.group, apiKeys });
-  out.write(`Emulator listening on ${emu.url}\n`);
-  out.write(`API key (all scopes, plus plan): ${emu.apiKey}\n`);
-  out.write(`Try: EML_API_URL=${emu.url} EML_API_KEY=${emu.apiKey} eml-api send message.eml\n`);
-  await new Promise<void>((resolve) => {
-    const stop = () => resolve();
-    process.once('SIGINT', stop);
-    process.once('SIGTERM', stop);
+  try {
+    io.stdout.write(`Emulator listening on ${emu.url}\n`);
+    io.stdout.write(`API key (all scopes, plus plan): ${emu.apiKey}\n`);
+    if (values.group.length > 0) io.stdout.write(`Groups: ${values.group.join(', ')}\n`);
+    io.stdout.write(`Try: EML_API_URL=${emu.url} EML_API_KEY=${emu.apiKey} eml-api send message.eml\n`);
+    await untilStopped(io.signal);
+  } finally {
+    await emu.close();
+  }
+  return EXIT.ok;
+}
+
+/** Resolves when the signal aborts or, without one, on SIGINT or SIGTERM. */
+function untilStopped(signal: AbortSignal | undefined): Promise<void> {
+  if (signal) {
+    return new Promise((resolve) => {
+      if (signal.aborted) resolve();
+      else signal.addEventListener('abort', () => resolve(), { once: true });
+    });
+  }
+  return new Promise((resolve) => {
+    const stop = () => {
+      process.off('SIGINT', stop);
+      process.off('SIGTERM', stop);
+      resolve();
+    };
+    process.on('SIGINT', stop);
+    process.on('SIGTERM', stop);
   });
-  await emu.close();
-  return 0;
 }
 
 function parseKeySpec(spec: string): EmulatorApiKey {

@@ -1,13 +1,33 @@
-/** A mistake in the command line: printed in one line with a hint, exit code 2. */
+/**
+ * A mistake in the command line (unknown command or option, missing argument,
+ * missing configuration): printed in one line with a pointer to the help, exit code 2.
+ */
 export class UsageError extends Error {
   override readonly name = 'UsageError';
 }
 
-/** Exit codes scripts can rely on. */
+/**
+ * Exit codes scripts can rely on.
+ *
+ * @example
+ * if ((await runCli(['group', 'check', 'news', 'ann@example.test'])) === EXIT.notMember) { ... }
+ */
 export const EXIT = {
   ok: 0,
-  /** The operation failed (service error, unreachable, refused key). */
+  /** The operation failed (service error, unreachable, refused key, unreadable or invalid input). */
   failed: 1,
   /** The command line was wrong. */
   usage: 2,
+  /** `group check`: at least one address is not a member. */
+  notMember: 3,
 } as const;
+
+/**
+ * Whether an error is a command-line mistake: a {@link UsageError} or an
+ * error of `node:util` `parseArgs` (unknown option, missing value...).
+ */
+export function isUsageError(err: unknown): boolean {
+  if (err instanceof UsageError) return true;
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS');
+}

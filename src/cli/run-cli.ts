@@ -1,0 +1,101 @@
+import { VERSION } from '../version.js';
+import { resolveCliIo, type CliIo } from './cli-io.js';
+import { formatErrorDetails, formatErrorLine } from './format-error.js';
+import { groupCommand, GROUP_SUBCOMMANDS } from './group-command.js';
+import { sendCommand } from './send-command.js';
+import { serveCommand } from './serve-command.js';
+import { EXIT, isUsageError, UsageError } from './usage-error.js';
+
+/** Help of `eml-api` itself. */
+export const CLI_HELP = `Usage: eml-api <command> [options]
+
+Commands:
+  serve                                   run the local emulator of the email service
+  send <file.eml | ->                     send an EML file (or standard input)
+  group add <group> <file.csv | - | address...>
+                                          add members (CSV with email, name, substitution columns)
+  group remove <group> <address...>       remove members
+  group check <group> <address...>        check membership
+
+Run "eml-api <command> --help" (or "eml-api group <subcommand> --help") for options.
+Environment: EML_API_URL (base URL), EML_API_KEY (API key); --url and --key override them.
+
+Exit codes:
+  0  success
+  1  the operation failed (service error, refused key, unreachable service, bad input file)
+  2  wrong usage (unknown command or option, missing argument, URL or key)
+  3  group check: at least one address is not a member
+
+Errors print in one line on standard error; add --debug for the stack trace.
+Options: -h, --help   show this help; -v, --version   print the version
+`;
+
+const COMMANDS = {
+  serve: serveCommand,
+  send: sendCommand,
+  group: groupCommand,
+} as const;
+
+/**
+ * Runs the `eml-api` command line and returns its exit code (see {@link EXIT});
+ * it never throws and never exits the process. Streams and environment come
+ * from `io`, defaulting to the process's, so tests can run it in-process.
+ *
+ * @param argv the arguments after the program name, e.g. `['group', 'add', 'news', 'people.csv']`
+ * @example
+ * process.exitCode = await runCli(process.argv.slice(2));
+ */
+export async function runCli(argv: readonly string[], io: Partial<CliIo> = {}): Promise<number> {
+  const cli = resolveCliIo(io);
+  const { args, debug } = takeDebugFlag(argv);
+  const [command, ...rest] = args;
+  try {
+    switch (command) {
+      case undefined:
+        cli.stderr.write(CLI_HELP);
+        return EXIT.usage;
+      case '--help':
+      case '-h':
+        cli.stdout.write(CLI_HELP);
+        return EXIT.ok;
+      case 'help':
+        // "eml-api help group add" is "eml-api group add --help".
+        if (rest.length === 0) {
+          cli.stdout.write(CLI_HELP);
+          return EXIT.ok;
+        }
+        return await runCli([...rest, '--help'], cli);
+      case '--version':
+      case '-v':
+      case 'version':
+        cli.stdout.write(`${VERSION}\n`);
+        return EXIT.ok;
+      default:
+        if (!Object.hasOwn(COMMANDS, command)) throw new UsageError(`unknown command "${command}"`);
+        return await COMMANDS[command as keyof typeof COMMANDS](rest, cli);
+    }
+  } catch (err) {
+    const usage = isUsageError(err);
+    const hint = usage ? ` (see "eml-api ${helpTopic(command, rest)}--help")` : '';
+    cli.stderr.write(`eml-api: ${formatErrorLine(err)}${hint}\n`);
+    if (debug) cli.stderr.write(`${formatErrorDetails(err)}\n`);
+    return usage ? EXIT.usage : EXIT.failed;
+  }
+}
+
+/** Removes `--debug` wherever it appears before `--`. */
+function takeDebugFlag(argv: readonly string[]): { args: string[]; debug: boolean } {
+  const end = argv.indexOf('--');
+  const head = end < 0 ? argv : argv.slice(0, end);
+  const tail = end < 0 ? [] : argv.slice(end);
+  const args = [...head.filter((a) => a !== '--debug'), ...tail];
+  return { args, debug: args.length !== argv.length };
+}
+
+/** `group add ` for a group subcommand, `send ` for a command, '' otherwise. */
+function helpTopic(command: string | undefined, rest: string[]): string {
+  if (command === undefined || !Object.hasOwn(COMMANDS, command)) return '';
+  if (command === 'group' && rest[0] !== undefined && Object.hasOwn(GROUP_SUBCOMMANDS, rest[0]))
+    return `group ${rest[0]} `;
+  return `${command} `;
+}
