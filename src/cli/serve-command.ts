@@ -46,6 +46,7 @@ export async function serveCommand(args: string[], io: CliIo): Promise<number> {
   const emu = await startEmulator({ port, host: values.host, groups: values.group, apiKeys });
   try {
     io.stdout.write(`Emulator listening on ${emu.url}\n`);
+    io.stdout.write(`Web inbox: ${emu.url}/\n`);
     io.stdout.write(`API key (all scopes, plus plan): ${emu.apiKey}\n`);
     if (values.group.length > 0) io.stdout.write(`Groups: ${values.group.join(', ')}\n`);
     io.stdout.write(`Try: EML_API_URL=${emu.url} EML_API_KEY=${emu.apiKey} eml-api send message.eml\n`);

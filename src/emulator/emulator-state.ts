@@ -4,6 +4,7 @@ import type { ResolvedEmulatorOptions } from './emulator-options.js';
 import { GroupStore } from './group-store.js';
 import { IdempotencyCache } from './idempotency-cache.js';
 import { ImageStore } from './image-store.js';
+import { InboxEvents } from './inbox/inbox-events.js';
 import { MailStore } from './mail-store.js';
 
 /** Everything the emulator remembers; handlers read and change it. */
@@ -13,6 +14,8 @@ export class EmulatorState {
   readonly idempotency = new IdempotencyCache();
   readonly groups = new GroupStore();
   readonly images = new ImageStore();
+  /** Open event streams of the web inbox. */
+  readonly inboxEvents = new InboxEvents();
   /** Public base URL for links in delivered mail (unsubscribe, hosted images); set once listening. */
   baseUrl = '';
   /** Faults injected into API requests, if any. */

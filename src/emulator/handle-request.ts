@@ -7,6 +7,8 @@ import { parseJsonObject, readBody } from './read-body.js';
 import type { Answer, Operation, RequestContext } from './route.js';
 import { ROUTES } from './routes.js';
 import { handlePublicRoute, type PageAnswer } from './public-routes.js';
+import { INBOX_EVENTS_PATH } from './inbox/inbox-events.js';
+import { isInboxRequest } from './inbox/inbox-routes.js';
 
 const MAX_PATH_LENGTH = 2048;
 
@@ -15,8 +17,14 @@ const MAX_PATH_LENGTH = 2048;
  * a 4xx JSON error; only a bug in the emulator gives 500.
  */
 export async function handleRequest(state: EmulatorState, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  const path = (req.url ?? '/').split('?', 1)[0]!;
-  if (path.startsWith('/unsubscribe/') || path.startsWith('/images/')) {
+  const target = req.url ?? '/';
+  const path = target.split('?', 1)[0]!;
+  const inbox = isInboxRequest(req.method, path);
+  if (inbox && path === INBOX_EVENTS_PATH) {
+    state.inboxEvents.serve(state, req, res, target.slice(path.length + 1));
+    return;
+  }
+  if (path.startsWith('/unsubscribe/') || path.startsWith('/images/') || inbox) {
     let pageAnswer: PageAnswer | undefined;
     try {
       pageAnswer = await handlePublicRoute(state, req, path);

@@ -1,6 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { EmulatorState } from './emulator-state.js';
 import { IMAGE_CONTENT_TYPES } from './image-store.js';
+import { answerInbox, isInboxRequest } from './inbox/inbox-routes.js';
 import { readBody } from './read-body.js';
 import { escapeHtml } from './render-placeholders.js';
 
@@ -17,7 +18,8 @@ const IMAGE = /^\/images\/([0-9a-f]{64})$/;
 
 /**
  * Answers the routes people and mail clients reach without an API key: the
- * hosted unsubscribe form (RFC 8058 one-click included) and hosted images.
+ * hosted unsubscribe form (RFC 8058 one-click included), hosted images and
+ * the web inbox (GET and HEAD of `/` and `/inbox/…`).
  * @returns the answer, or undefined when the path is not a public route
  */
 export async function handlePublicRoute(
@@ -89,6 +91,7 @@ export async function handlePublicRoute(
       },
     };
   }
+  if (isInboxRequest(method, path)) return answerInbox(state, req, path);
   return undefined;
 }
 

@@ -51,7 +51,7 @@ export interface Emulator {
   setFaults(faults: EmulatorFaults | undefined): void;
   /** How many requests got each fault since the faults were set; undefined without faults. */
   faultStats(): FaultStats | undefined;
-  /** Stops the server and drops its connections. */
+  /** Stops the server and drops its connections (open inbox event streams included). */
   close(): Promise<void>;
 }
 
@@ -115,6 +115,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     faultStats: () => (state.faults ? { ...state.faults.stats } : undefined),
     close: () =>
       (closing ??= new Promise<void>((resolve, reject) => {
+        state.inboxEvents.close();
         server.close((err) => (err ? reject(err) : resolve()));
         server.closeAllConnections();
       })),

@@ -1,0 +1,46 @@
+import type { IncomingMessage } from 'node:http';
+import type { EmulatorState } from '../emulator-state.js';
+import type { PageAnswer } from '../public-routes.js';
+import { groupsPage } from './groups-page.js';
+import { notFoundPage } from './inbox-layout.js';
+import { attachmentAnswer, htmlAnswer, rawAnswer } from './message-files.js';
+import { messageListPage } from './message-list-page.js';
+import { messagePage } from './message-page.js';
+
+const MESSAGE = /^\/inbox\/messages\/(dlv_[A-Za-z0-9-]{1,100})(?:\/(raw|html|attachments\/(0|[1-9]\d{0,4})))?$/;
+
+/**
+ * Whether a request is for the web inbox: GET or HEAD of `/` or a path under
+ * `/inbox/`. Other methods go on to the API router (JSON 404), so the API
+ * answers as before.
+ */
+export function isInboxRequest(method: string | undefined, path: string): boolean {
+  const m = (method ?? 'GET').toUpperCase();
+  return (m === 'GET' || m === 'HEAD') && (path === '/' || path.startsWith('/inbox/'));
+}
+
+/**
+ * Answers a page or file of the web inbox (the event stream excepted, see
+ * inbox-events.ts): the message list, a message with its raw source, HTML
+ * body and attachments, and the groups. Unknown paths get an HTML 404.
+ */
+export async function answerInbox(state: EmulatorState, req: IncomingMessage, path: string): Promise<PageAnswer> {
+  if (path === '/') return messageListPage(state);
+  if (path === '/inbox/groups') return groupsPage(state);
+  const match = MESSAGE.exec(path);
+  if (!match) return notFoundPage('Page', `There is no inbox page at ${path.slice(0, 200)}.`);
+  const [, id, part, index] = match as unknown as [string, string, string | undefined, string | undefined];
+  const copy = state.mail.delivery(id);
+  if (!copy) {
+    return notFoundPage('Message', 'No delivered message has this id; the emulator may have been reset or restarted.');
+  }
+  if (part === undefined) return messagePage(state, copy);
+  if (part === 'raw') return rawAnswer(copy);
+  if (part === 'html') {
+    return (await htmlAnswer(state, req, copy)) ?? notFoundPage('HTML body', 'This message has no HTML body.');
+  }
+  return (
+    (await attachmentAnswer(copy, Number(index))) ??
+    notFoundPage('Attachment', 'This message has no attachment with that number.')
+  );
+}
