@@ -180,8 +180,9 @@ export class EmlApiClient {
   readonly #pacer: SendPacer | undefined;
   /** Calls in progress (settled when they end), so close() can wait for them. */
   readonly #inflight = new Set<Promise<void>>();
-  /** Aborts every call when the client is closed with `{ abort: true }`. */
-  readonly #closeController = new AbortController();
+  /** The controllers of calls in progress, aborted by close({ abort: true }). */
+  readonly #callControllers = new Set<AbortController>();
+  #abortedByClose = false;
   #closed = false;
   #closing: Promise<void> | undefined;
 
@@ -506,7 +507,10 @@ export class EmlApiClient {
    */
   close(options: { abort?: boolean } = {}): Promise<void> {
     this.#closed = true;
-    if (options.abort) this.#closeController.abort(new ClientClosedReason());
+    if (options.abort) {
+      this.#abortedByClose = true;
+      for (const controller of this.#callControllers) controller.abort(new ClientClosedReason());
+    }
     this.#closing ??= (async () => {
       while (this.#inflight.size > 0) await Promise.allSettled([...this.#inflight]);
       if (this.#ownsDispatcher) await this.#dispatcher.close();
@@ -616,17 +620,16 @@ export class EmlApiClient {
     const { retries, timeouts, baseUrl, basePath } = this.options;
     const origin = baseUrl.origin;
     // One controller per call, fed by the caller's signal, the total timeout and close({ abort }).
+    // (Listeners on one shared close signal would pile up past Node's warning limit.)
     // (AbortSignal.any costs noticeably more per call on Node 20.)
     const controller = new AbortController();
     const signal = controller.signal;
-    const forward = (source: AbortSignal) => () => controller.abort(source.reason);
-    const sources = [init.signal, this.#closeController.signal].filter((s): s is AbortSignal => s !== undefined);
-    const listeners = sources.map((source) => {
-      const listener = forward(source);
-      if (source.aborted) listener();
-      else source.addEventListener('abort', listener, { once: true });
-      return [source, listener] as const;
-    });
+    this.#callControllers.add(controller);
+    if (this.#abortedByClose) controller.abort(new ClientClosedReason());
+    const userSignal = init.signal;
+    const onUserAbort = () => controller.abort(userSignal?.reason);
+    if (userSignal?.aborted) onUserAbort();
+    else userSignal?.addEventListener('abort', onUserAbort, { once: true });
     const timer = setTimeout(() => controller.abort(new TotalTimeoutReason(timeouts.total)), timeouts.total);
     const headers: Record<string, string> = {
       [API_KEY_HEADER]: this.#apiKey,
@@ -700,7 +703,8 @@ export class EmlApiClient {
       throw errorFromFailure(err, context());
     } finally {
       clearTimeout(timer);
-      for (const [source, listener] of listeners) source.removeEventListener('abort', listener);
+      userSignal?.removeEventListener('abort', onUserAbort);
+      this.#callControllers.delete(controller);
     }
   }
 }

@@ -247,6 +247,20 @@ describe('close()', () => {
   });
 });
 
+describe('many calls at once', () => {
+  it('runs 60 concurrent sends without an EventTarget listener-leak warning', async () => {
+    const warnings: string[] = [];
+    const onWarning = (warning: Error) => warnings.push(warning.name);
+    process.on('warning', onWarning);
+    const client = makeClient({ maxConnections: 50 });
+    const controller = new AbortController();
+    await Promise.all(Array.from({ length: 60 }, () => client.sendEml(EML, { signal: controller.signal })));
+    await new Promise((resolve) => setImmediate(resolve));
+    process.off('warning', onWarning);
+    expect(warnings).not.toContain('MaxListenersExceededWarning');
+  });
+});
+
 describe('pacing', () => {
   it('starts at most maxMessagesPerSecond sends per second', async () => {
     const client = makeClient({ maxMessagesPerSecond: 20, maxConnections: 10 });
