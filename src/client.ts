@@ -183,6 +183,8 @@ export class EmlApiClient {
   /** The controllers of calls in progress, aborted by close({ abort: true }). */
   readonly #callControllers = new Set<AbortController>();
   #abortedByClose = false;
+  /** One listener per caller's signal, shared by every call using it (a signal reused for many sends). */
+  readonly #signalFanout = new Map<AbortSignal, { calls: Set<AbortController>; listener: () => void }>();
   #closed = false;
   #closing: Promise<void> | undefined;
 
@@ -593,6 +595,31 @@ export class EmlApiClient {
     return this.#call<T>(init, `${init.method} ${init.path}`, acceptStatus);
   }
 
+  /** Aborts `controller` when `signal` aborts, through one listener per signal. */
+  #follow(signal: AbortSignal, controller: AbortController): void {
+    let fanout = this.#signalFanout.get(signal);
+    if (!fanout) {
+      const calls = new Set<AbortController>();
+      const listener = () => {
+        for (const call of calls) call.abort(signal.reason);
+      };
+      fanout = { calls, listener };
+      this.#signalFanout.set(signal, fanout);
+      signal.addEventListener('abort', listener, { once: true });
+    }
+    fanout.calls.add(controller);
+  }
+
+  #unfollow(signal: AbortSignal, controller: AbortController): void {
+    const fanout = this.#signalFanout.get(signal);
+    if (!fanout) return;
+    fanout.calls.delete(controller);
+    if (fanout.calls.size === 0) {
+      signal.removeEventListener('abort', fanout.listener);
+      this.#signalFanout.delete(signal);
+    }
+  }
+
   /**
    * Registers a call the moment it is made (before any await), so that
    * close() waits for every call made before it, and refuses later ones.
@@ -627,9 +654,8 @@ export class EmlApiClient {
     this.#callControllers.add(controller);
     if (this.#abortedByClose) controller.abort(new ClientClosedReason());
     const userSignal = init.signal;
-    const onUserAbort = () => controller.abort(userSignal?.reason);
-    if (userSignal?.aborted) onUserAbort();
-    else userSignal?.addEventListener('abort', onUserAbort, { once: true });
+    if (userSignal?.aborted) controller.abort(userSignal.reason);
+    else if (userSignal) this.#follow(userSignal, controller);
     const timer = setTimeout(() => controller.abort(new TotalTimeoutReason(timeouts.total)), timeouts.total);
     const headers: Record<string, string> = {
       [API_KEY_HEADER]: this.#apiKey,
@@ -703,7 +729,7 @@ export class EmlApiClient {
       throw errorFromFailure(err, context());
     } finally {
       clearTimeout(timer);
-      userSignal?.removeEventListener('abort', onUserAbort);
+      if (userSignal) this.#unfollow(userSignal, controller);
       this.#callControllers.delete(controller);
     }
   }
