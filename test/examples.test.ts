@@ -1,0 +1,27 @@
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+
+const run = promisify(execFile);
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const tsx = (args: string[]) => run(process.execPath, ['--import', 'tsx', ...args], { cwd: ROOT, timeout: 60_000 });
+
+describe('the examples run as documented', () => {
+  it('node:test example passes under node --test', async () => {
+    const { stdout } = await tsx(['--test', 'examples/emulator-node-test.test.ts']);
+    expect(stdout).toMatch(/^# pass 1$/m);
+    expect(stdout).toMatch(/^# fail 0$/m);
+  });
+
+  it('newsletter example sends one personalised copy per member', async () => {
+    const { stdout } = await tsx(['examples/newsletter.ts']);
+    expect(stdout).toContain('ann@customer.example got: Ann, our autumn news');
+    expect(stdout).toContain('bob@customer.example got: Bob, our autumn news');
+  });
+
+  it('DKIM example uploads a signed message', async () => {
+    const { stdout } = await tsx(['examples/dkim.ts']);
+    expect(stdout).toMatch(/^DKIM-Signature: v=1; a=rsa-sha256;.*d=acme\.example/m);
+  });
+});
