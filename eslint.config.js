@@ -2,7 +2,17 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/', 'coverage/', 'node_modules/', 'test-output/', 'test/fixtures/', '.tmp/', 'test/frameworks/*/node_modules/'] },
+  {
+    ignores: [
+      'dist/',
+      'coverage/',
+      'node_modules/',
+      'test-output/',
+      'test/fixtures/',
+      '.tmp/',
+      'test/frameworks/*/node_modules/',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
