@@ -16,7 +16,12 @@ export type AddressInput = string | { address: string; name?: string } | { email
  * non-ASCII (RFC 6531) is allowed. Shared by the client and the emulator.
  */
 export function isValidAddress(address: string): boolean {
-  return address.length <= 254 && /^[^\s@<>()[\]",;:\\]+@[^\s@<>()[\]",;:\\]+$/u.test(address);
+  // With the u flag, [\uD800-\uDFFF] matches only lone surrogates: text that is no valid Unicode.
+  return (
+    address.length <= 254 &&
+    /^[^\s@<>()[\]",;:\\]+@[^\s@<>()[\]",;:\\]+$/u.test(address) &&
+    !/[\uD800-\uDFFF]/u.test(address)
+  );
 }
 
 /**

@@ -44,7 +44,8 @@ export interface RequestOptions {
 /** Per-call options of sends. */
 export interface SendOptions extends RequestOptions {
   /**
-   * `Idempotency-Key` of this logical send.
+   * `Idempotency-Key` of this logical send: 1 to 255 printable ASCII characters
+   * without spaces (anything else rejects with `EMESSAGE` before any request).
    * @default a new random UUID per call
    */
   idempotencyKey?: string;
@@ -576,7 +577,8 @@ export class EmlApiClient {
     body: string | UploadBody,
     options: SendOptions,
   ): Promise<{ idempotencyKey: string; res: ServiceResponse<T> }> {
-    const idempotencyKey = options.idempotencyKey ?? randomUUID();
+    const idempotencyKey =
+      options.idempotencyKey === undefined ? randomUUID() : checkIdempotencyKey(options.idempotencyKey);
     const res = await this.#exchange<T>({
       method: 'POST',
       path,
@@ -743,6 +745,14 @@ function checkGroupId(groupId: unknown, method: string): asserts groupId is stri
   if (typeof groupId !== 'string' || groupId.length === 0)
     throw inputError(`${method}: groupId must be a non-empty string`);
   if (groupId.length > 256) throw inputError(`${method}: groupId is longer than 256 characters`);
+  if (/[\uD800-\uDFFF]/u.test(groupId)) throw inputError(`${method}: groupId is not valid Unicode (a lone surrogate)`);
+}
+
+/** A header value: 1 to 255 printable ASCII characters, so it can neither inject a header nor be refused by the service. */
+function checkIdempotencyKey(key: unknown): string {
+  if (typeof key !== 'string' || !/^[\x21-\x7e]{1,255}$/.test(key))
+    throw inputError('idempotencyKey must be 1 to 255 printable ASCII characters without spaces');
+  return key;
 }
 
 function checkSubject(subject: unknown, method: string): string {

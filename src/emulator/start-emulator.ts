@@ -80,8 +80,10 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     });
   });
   // A client that sends garbage instead of HTTP gets a 400 from Node; never crash.
-  server.on('clientError', (_err, socket) => {
-    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+    // Same answers as Node's default handler (431 for oversized headers, else 400), without its crash-prone paths.
+    const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request';
+    if (socket.writable) socket.end(`HTTP/1.1 ${status}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
     else socket.destroy();
   });
   await listen(server, resolved.port, resolved.host);
