@@ -1,7 +1,7 @@
 /**
  * One memory case, in a fresh process so its peak RSS is its own. Usage:
  *   memory-case.ts <sinkUrl> <buffer|path> <transport|transport-no-spool|naive> [file]
- * Prints { baselineRss, peakRss, extraMb } as JSON.
+ * Prints { baselineRss, peakRss, extraMb } as JSON; the peak is RSS sampled every millisecond during the send.
  */
 import { randomBytes } from 'node:crypto';
 import nodemailer from 'nodemailer';
@@ -47,10 +47,18 @@ async function send(attachments: { filename: string; content?: Buffer; path?: st
 await send([{ filename: 'small.txt', content: Buffer.from('warm-up') }]);
 (globalThis as { gc?: () => void }).gc?.();
 await new Promise((resolve) => setTimeout(resolve, 100));
-const baselineRss = process.memoryUsage().rss;
+const baselineRss = process.memoryUsage.rss();
+// Sampled instead of the process's lifetime maxRSS, which may come from start-up (module loading) and hide the send.
+let peakRss = baselineRss;
+const sample = () => {
+  peakRss = Math.max(peakRss, process.memoryUsage.rss());
+};
+const sampler = setInterval(sample, 1);
 // The attachment is allocated after the baseline: a Buffer attachment counts against the budget.
 const attachment =
   source === 'buffer' ? { filename: 'big.bin', content: randomBytes(SIZE) } : { filename: 'big.bin', path: file! };
+sample();
 await send([attachment]);
-const peakRss = process.resourceUsage().maxRSS * 1024;
+sample();
+clearInterval(sampler);
 console.log(JSON.stringify({ baselineRss, peakRss, extraMb: (peakRss - baselineRss) / 1024 / 1024 }));
