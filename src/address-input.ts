@@ -16,12 +16,18 @@ export type AddressInput = string | { address: string; name?: string } | { email
  * non-ASCII (RFC 6531) is allowed. Shared by the client and the emulator.
  */
 export function isValidAddress(address: string): boolean {
-  // With the u flag, [\uD800-\uDFFF] matches only lone surrogates: text that is no valid Unicode.
   return (
-    address.length <= 254 &&
-    /^[^\s@<>()[\]",;:\\]+@[^\s@<>()[\]",;:\\]+$/u.test(address) &&
-    !/[\uD800-\uDFFF]/u.test(address)
+    address.length <= 254 && /^[^\s@<>()[\]",;:\\]+@[^\s@<>()[\]",;:\\]+$/u.test(address) && !hasLoneSurrogate(address)
   );
+}
+
+/**
+ * Whether a string holds a lone UTF-16 surrogate: text that is no valid
+ * Unicode and that `encodeURIComponent` refuses with a URIError.
+ */
+export function hasLoneSurrogate(text: string): boolean {
+  // With the u flag, this class matches only surrogates that are not part of a pair.
+  return /[\uD800-\uDFFF]/u.test(text);
 }
 
 /**

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import { Agent, type Dispatcher } from 'undici';
-import { toApiAddress, toApiAddressList, type AddressInput } from './address-input.js';
+import { hasLoneSurrogate, toApiAddress, toApiAddressList, type AddressInput } from './address-input.js';
 import {
   API_KEY_HEADER,
   API_PATHS,
@@ -745,7 +745,7 @@ function checkGroupId(groupId: unknown, method: string): asserts groupId is stri
   if (typeof groupId !== 'string' || groupId.length === 0)
     throw inputError(`${method}: groupId must be a non-empty string`);
   if (groupId.length > 256) throw inputError(`${method}: groupId is longer than 256 characters`);
-  if (/[\uD800-\uDFFF]/u.test(groupId)) throw inputError(`${method}: groupId is not valid Unicode (a lone surrogate)`);
+  if (hasLoneSurrogate(groupId)) throw inputError(`${method}: groupId is not valid Unicode (a lone surrogate)`);
 }
 
 /** A header value: 1 to 255 printable ASCII characters, so it can neither inject a header nor be refused by the service. */
