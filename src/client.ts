@@ -250,6 +250,8 @@ export class EmlApiClient {
   async sendEml(eml: Buffer | Uint8Array | string | Readable, options: SendOptions = {}): Promise<SendResult> {
     const leave = this.#enter('sendEml');
     try {
+      // Checked before the message is read: a stream is consumed only by a send that can go out.
+      if (options.idempotencyKey !== undefined) checkIdempotencyKey(options.idempotencyKey);
       const body = await this.#emlBody(eml, options.signal);
       try {
         return await this.#sendBody(body, options);

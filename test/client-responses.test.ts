@@ -202,6 +202,18 @@ describe('sendEml request on the wire', () => {
     expect(decodedMail(requests[0]).equals(bytes)).toBe(true);
   });
 
+  it('refuses a bad idempotencyKey with EMESSAGE before reading a stream or sending anything', async () => {
+    const stream = Readable.from([Buffer.from(EML)]);
+    const err = await makeClient()
+      .sendEml(stream, { idempotencyKey: 'two\r\nlines' })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(EmlApiError);
+    expect((err as EmlApiError).code).toBe('EMESSAGE');
+    expect((err as EmlApiError).message).toMatch(/idempotencyKey/);
+    expect(stream.readableEnded).toBe(false);
+    expect(requests).toEqual([]);
+  });
+
   it('sends binary bytes unchanged (no text re-encoding)', async () => {
     const bytes = Buffer.from([0x46, 0x3a, 0x20, 0xff, 0xfe, 0x00, 0x0d, 0x0a, 0x80]);
     await makeClient().sendEml(bytes);
