@@ -4,10 +4,10 @@ import { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { CliIo } from '../src/cli/cli-io.js';
-import { canDrawProgress, ProgressBar, renderProgressBar } from '../src/cli/progress-bar.js';
-import { parseCsv } from '../src/cli/read-csv.js';
+import { canDrawProgress, ProgressBar, renderProgressBar } from '../src/cli/lib/progress-bar.js';
+import { parseCsv } from '../src/cli/lib/read-csv.js';
 import { runCli } from '../src/cli/run-cli.js';
-import { EXIT } from '../src/cli/usage-error.js';
+import { EXIT } from '../src/cli/lib/usage-error.js';
 import { startEmulator, type Emulator } from '../src/emulator/index.js';
 
 /**

@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import nodemailer from 'nodemailer';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { EmlApiClient, EmlApiError, EmlApiTransport, type EmlApiClientOptions } from '../src/index.js';
-import { backoffDelay, parseRetryAfter } from '../src/retry-policy.js';
+import { backoffDelay, parseRetryAfter } from '../src/http/retry-policy.js';
 import { startScriptedService, type ScriptedService } from './helpers/scripted-service.js';
 
 const EML = 'From: a@example.test\r\nTo: b@example.test\r\nSubject: s\r\n\r\nbody\r\n';

@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { simpleParser } from 'mailparser';
 import { Client, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ApiScope } from '../src/api-types.js';
+import type { ApiScope } from '../src/protocol/api-types.js';
 import { startEmulator, type DeliveredMessage, type Emulator } from '../src/emulator/index.js';
 
 /**

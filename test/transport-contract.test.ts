@@ -6,7 +6,7 @@ import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EmlApiError, EmlApiTransport } from '../src/index.js';
 import { startEmulator, type Emulator } from '../src/emulator/index.js';
-import { VERSION } from '../src/version.js';
+import { VERSION } from '../src/shared/version.js';
 import { startHoldingService } from './helpers/holding-service.js';
 import pkg from '../package.json' with { type: 'json' };
 

@@ -1,10 +1,10 @@
-import { VERSION } from '../version.js';
+import { VERSION } from '../shared/version.js';
 import { resolveCliIo, type CliIo } from './cli-io.js';
-import { formatErrorDetails, formatErrorLine } from './format-error.js';
-import { groupCommand, GROUP_SUBCOMMANDS } from './group-command.js';
-import { sendCommand } from './send-command.js';
-import { serveCommand } from './serve-command.js';
-import { EXIT, isUsageError, UsageError } from './usage-error.js';
+import { formatErrorDetails, formatErrorLine } from './lib/format-error.js';
+import { groupCommand, GROUP_SUBCOMMANDS } from './commands/group-command.js';
+import { sendCommand } from './commands/send-command.js';
+import { serveCommand } from './commands/serve-command.js';
+import { EXIT, isUsageError, UsageError } from './lib/usage-error.js';
 
 /** Help of `eml-api` itself. */
 export const CLI_HELP = `Usage: eml-api <command> [options]

@@ -1,6 +1,6 @@
-import { API_SCOPES, type ApiPlan, type ApiScope } from '../api-types.js';
-import { FaultInjector, type EmulatorFaults } from './fault-injector.js';
-import { KeyRateLimiter, type EmulatorRateLimit } from './key-rate-limiter.js';
+import { API_SCOPES, type ApiPlan, type ApiScope } from '../protocol/api-types.js';
+import { FaultInjector, type EmulatorFaults } from './http/fault-injector.js';
+import { KeyRateLimiter, type EmulatorRateLimit } from './http/key-rate-limiter.js';
 
 /**
  * An API key the emulator accepts.

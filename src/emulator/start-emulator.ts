@@ -1,12 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { API_SCOPES } from '../api-types.js';
+import { API_SCOPES } from '../protocol/api-types.js';
 import { resolveEmulatorOptions, type EmulatorOptions } from './emulator-options.js';
-import type { DeliveredMessage, EmulatorMember, EmulatorMessage } from './emulator-records.js';
-import { EmulatorState } from './emulator-state.js';
-import { FaultInjector, type EmulatorFaults, type FaultStats } from './fault-injector.js';
-import { handleRequest } from './handle-request.js';
+import type { DeliveredMessage, EmulatorMember, EmulatorMessage } from './state/emulator-records.js';
+import { EmulatorState } from './state/emulator-state.js';
+import { FaultInjector, type EmulatorFaults, type FaultStats } from './http/fault-injector.js';
+import { handleRequest } from './http/handle-request.js';
 
 /**
  * A running emulator of the email service.

@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { EmulatorState } from '../emulator-state.js';
-import type { MailChange } from '../mail-store.js';
+import type { EmulatorState } from '../state/emulator-state.js';
+import type { MailChange } from '../state/mail-store.js';
 import { INBOX_HEADERS } from './inbox-layout.js';
 import { deliverySummary } from './message-row.js';
 

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import type { PageAnswer } from '../public-routes.js';
-import { escapeHtml } from '../render-placeholders.js';
+import type { PageAnswer } from '../pages/public-routes.js';
+import { escapeHtml } from '../operations/render-placeholders.js';
 import { INBOX_CSS } from './inbox-styles.js';
 
 /** A small envelope icon, inline so the browser never asks for /favicon.ico. */

@@ -1,6 +1,6 @@
 import type { IncomingMessage } from 'node:http';
-import type { EmulatorState } from '../emulator-state.js';
-import type { PageAnswer } from '../public-routes.js';
+import type { EmulatorState } from '../state/emulator-state.js';
+import type { PageAnswer } from '../pages/public-routes.js';
 import { groupsPage } from './groups-page.js';
 import { notFoundPage } from './inbox-layout.js';
 import { attachmentAnswer, htmlAnswer, rawAnswer } from './message-files.js';

@@ -1,8 +1,8 @@
 import type { IncomingMessage } from 'node:http';
 import { simpleParser } from 'mailparser';
-import type { DeliveredMessage } from '../emulator-records.js';
-import type { EmulatorState } from '../emulator-state.js';
-import type { PageAnswer } from '../public-routes.js';
+import type { DeliveredMessage } from '../state/emulator-records.js';
+import type { EmulatorState } from '../state/emulator-state.js';
+import type { PageAnswer } from '../pages/public-routes.js';
 import { INBOX_HEADERS } from './inbox-layout.js';
 
 /** For answers a browser must never run anything from. */

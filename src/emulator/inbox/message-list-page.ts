@@ -1,6 +1,6 @@
-import type { PageAnswer } from '../public-routes.js';
-import type { EmulatorState } from '../emulator-state.js';
-import { escapeHtml } from '../render-placeholders.js';
+import type { PageAnswer } from '../pages/public-routes.js';
+import type { EmulatorState } from '../state/emulator-state.js';
+import { escapeHtml } from '../operations/render-placeholders.js';
 import { plural } from './inbox-format.js';
 import { inboxPage } from './inbox-layout.js';
 import { LIST_SCRIPT } from './inbox-scripts.js';

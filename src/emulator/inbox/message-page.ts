@@ -1,9 +1,9 @@
 import { simpleParser, type AddressObject } from 'mailparser';
-import { headerSectionLength, parseHeaderFields } from '../../eml-headers.js';
-import type { DeliveredMessage } from '../emulator-records.js';
-import type { EmulatorState } from '../emulator-state.js';
-import type { PageAnswer } from '../public-routes.js';
-import { escapeHtml } from '../render-placeholders.js';
+import { headerSectionLength, parseHeaderFields } from '../../protocol/header-fields.js';
+import type { DeliveredMessage } from '../state/emulator-records.js';
+import type { EmulatorState } from '../state/emulator-state.js';
+import type { PageAnswer } from '../pages/public-routes.js';
+import { escapeHtml } from '../operations/render-placeholders.js';
 import { formatSize, timeElement } from './inbox-format.js';
 import { inboxPage } from './inbox-layout.js';
 import { TABS_SCRIPT } from './inbox-scripts.js';

@@ -1,6 +1,6 @@
-import type { DeliveredMessage } from '../emulator-records.js';
-import type { EmulatorState } from '../emulator-state.js';
-import { escapeHtml } from '../render-placeholders.js';
+import type { DeliveredMessage } from '../state/emulator-records.js';
+import type { EmulatorState } from '../state/emulator-state.js';
+import { escapeHtml } from '../operations/render-placeholders.js';
 import { plural, timeElement } from './inbox-format.js';
 
 /** A delivery as the inbox feed reports it. */

@@ -1,0 +1,180 @@
+import { once } from 'node:events';
+import { createWriteStream, type WriteStream } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Readable } from 'node:stream';
+import { EmlApiError } from '../shared/eml-api-error.js';
+import { emlBodyFromBuffer, emlBodyFromFile, STREAM_ABOVE, type UploadBody } from './upload-body.js';
+
+/** A built message: its header section, and the upload body of the whole message. */
+export interface SpooledMessage {
+  /** The header section (up to and including the blank line), for reading recipients. */
+  head: Buffer;
+  /** Bytes of the whole message. */
+  size: number;
+  /** The `{"mail":"<base64>"}` request body. */
+  body: UploadBody;
+}
+
+/** Where and when messages are spooled. */
+export interface SpoolSettings {
+  /** Messages larger than this many bytes are written to a temporary file instead of kept in memory. */
+  threshold: number;
+  /** Folder for temporary files. */
+  directory: string;
+}
+
+/** Header sections longer than this are cut: no real message needs more to name its recipients. */
+const MAX_HEAD = 1024 * 1024;
+
+/**
+ * Reads a message stream (Nodemailer's built message, or a user's stream).
+ * Up to `threshold` bytes it stays in memory; past that, everything goes to a
+ * temporary file, written with backpressure, so memory stays flat whatever
+ * the size. The file is removed by `body.dispose()`, and here on any failure.
+ *
+ * @throws {EmlApiError} `EMESSAGE` when the stream fails, `EABORT` when aborted
+ */
+export async function spoolMessage(
+  stream: Readable,
+  settings: SpoolSettings,
+  signal?: AbortSignal,
+): Promise<SpooledMessage> {
+  const collector = new Collector(settings);
+  try {
+    await collector.read(stream, signal);
+    return await collector.finish();
+  } catch (err) {
+    await collector.discard();
+    if (err instanceof EmlApiError) throw err;
+    if (signal?.aborted) {
+      throw new EmlApiError('EABORT', 'The send was aborted while the message was being built', {
+        permanent: true,
+        cause: err,
+      });
+    }
+    throw new EmlApiError('EMESSAGE', `Could not build the message: ${(err as Error).message}`, {
+      cause: err,
+      permanent: true,
+    });
+  }
+}
+
+/**
+ * Finds the header section of a message arriving in chunks: looks only at new
+ * bytes (plus the last 3 of the previous chunk), so the cost stays linear.
+ */
+class HeadScanner {
+  readonly #parts: Buffer[] = [];
+  #size = 0;
+  #tail = Buffer.alloc(0);
+  /** The header section once found (or the first MAX_HEAD bytes when it never ends). */
+  head: Buffer | undefined;
+
+  scan(chunk: Buffer): void {
+    if (this.head) return;
+    this.#parts.push(chunk);
+    const window = this.#tail.length ? Buffer.concat([this.#tail, chunk]) : chunk;
+    const offset = this.#size - this.#tail.length;
+    this.#size += chunk.length;
+    const crlf = window.indexOf('\r\n\r\n');
+    const lf = window.indexOf('\n\n');
+    const end = crlf !== -1 && (lf === -1 || crlf < lf) ? crlf + 4 : lf !== -1 ? lf + 2 : -1;
+    if (end !== -1 || this.#size > MAX_HEAD) {
+      const all = Buffer.concat(this.#parts, this.#size);
+      this.head = Buffer.from(all.subarray(0, end !== -1 ? offset + end : MAX_HEAD));
+      this.#parts.length = 0;
+      return;
+    }
+    this.#tail = Buffer.from(window.subarray(Math.max(0, window.length - 3)));
+  }
+
+  /** The head at the end of the message: a message without a blank line is all header. */
+  finish(): Buffer {
+    return this.head ?? Buffer.concat(this.#parts, this.#size);
+  }
+}
+
+/** Collects chunks in memory, then in a file once past the threshold. */
+class Collector {
+  readonly #settings: SpoolSettings;
+  readonly #chunks: Buffer[] = [];
+  readonly #head = new HeadScanner();
+  #size = 0;
+  #dir: string | undefined;
+  #file: WriteStream | undefined;
+  /** The file being opened, so discard() cannot run before the folder exists. */
+  #opening: Promise<void> | undefined;
+
+  constructor(settings: SpoolSettings) {
+    this.#settings = settings;
+  }
+
+  /** Reads the whole stream with 'data' events (many small chunks: cheaper than async iteration). */
+  read(stream: Readable, signal: AbortSignal | undefined): Promise<void> {
+    return new Promise((resolve, reject) => {
+      let failed = false;
+      const fail = (err: unknown) => {
+        if (failed) return;
+        failed = true;
+        signal?.removeEventListener('abort', onAbort);
+        stream.destroy();
+        reject(err);
+      };
+      const onAbort = () =>
+        fail(new EmlApiError('EABORT', 'The send was aborted while the message was being built', { permanent: true }));
+      if (signal?.aborted) return onAbort();
+      signal?.addEventListener('abort', onAbort, { once: true });
+      stream.on('data', (part: Buffer | string) => {
+        const pending = this.#add(typeof part === 'string' ? Buffer.from(part) : part);
+        if (pending) {
+          stream.pause();
+          pending.then(() => stream.resume(), fail);
+        }
+      });
+      stream.once('error', fail);
+      stream.once('end', () => {
+        if (failed) return;
+        signal?.removeEventListener('abort', onAbort);
+        resolve();
+      });
+    });
+  }
+
+  /** Takes one chunk. @returns a promise when the caller must wait (opening the file, backpressure) */
+  #add(chunk: Buffer): Promise<void> | undefined {
+    this.#size += chunk.length;
+    this.#head.scan(chunk);
+    if (this.#file) return this.#file.write(chunk) ? undefined : once(this.#file, 'drain').then(() => undefined);
+    this.#chunks.push(chunk);
+    if (this.#size <= this.#settings.threshold) return undefined;
+    this.#opening = this.#openFile();
+    return this.#opening;
+  }
+
+  async #openFile(): Promise<void> {
+    this.#dir = await mkdtemp(join(this.#settings.directory, 'eml-api-'));
+    this.#file = createWriteStream(join(this.#dir, 'message.eml'));
+    const buffered = Buffer.concat(this.#chunks);
+    this.#chunks.length = 0;
+    if (!this.#file.write(buffered)) await once(this.#file, 'drain');
+  }
+
+  async finish(): Promise<SpooledMessage> {
+    const head = this.#head.finish();
+    if (this.#file) {
+      const file = this.#file;
+      file.end();
+      await once(file, 'finish');
+      return { head, size: this.#size, body: emlBodyFromFile(file.path as string, this.#size, this.#dir!) };
+    }
+    const eml = this.#chunks.length === 1 ? this.#chunks[0]! : Buffer.concat(this.#chunks, this.#size);
+    return { head, size: this.#size, body: emlBodyFromBuffer(eml, STREAM_ABOVE) };
+  }
+
+  async discard(): Promise<void> {
+    await this.#opening?.catch(() => undefined);
+    this.#file?.destroy();
+    if (this.#dir) await rm(this.#dir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,88 @@
+import { parseArgs } from 'node:util';
+import { API_SCOPES, type ApiScope } from '../../protocol/api-types.js';
+import { startEmulator } from '../../emulator/index.js';
+import type { EmulatorApiKey } from '../../emulator/emulator-options.js';
+import type { CliIo } from '../cli-io.js';
+import { EXIT, UsageError } from '../lib/usage-error.js';
+
+/** Help of `eml-api serve`. */
+export const SERVE_HELP = `Usage: eml-api serve [options]
+
+Runs the emulator of the email service until interrupted (Ctrl-C), and prints
+its URL and a ready API key holding every scope.
+
+Options:
+  --port <n>        port to listen on (default 8025; 0 picks a free one)
+  --host <host>     interface to listen on (default 127.0.0.1)
+  --group <id>      create a group (repeatable)
+  --key <spec>      extra API key: KEY or KEY:scope,scope[:plan] (repeatable)
+                    scopes: ${API_SCOPES.join(', ')}; plan: free or plus
+  -h, --help        show this help
+
+Exit codes: 0 stopped, 1 could not start (port in use...), 2 wrong usage.
+`;
+
+/** `eml-api serve`: starts the emulator and keeps it running until SIGINT/SIGTERM (or `io.signal`). */
+export async function serveCommand(args: string[], io: CliIo): Promise<number> {
+  const { values } = parseArgs({
+    args,
+    options: {
+      port: { type: 'string', default: '8025' },
+      host: { type: 'string', default: '127.0.0.1' },
+      group: { type: 'string', multiple: true, default: [] },
+      key: { type: 'string', multiple: true, default: [] },
+      help: { type: 'boolean', short: 'h' },
+    },
+    strict: true,
+  });
+  if (values.help) {
+    io.stdout.write(SERVE_HELP);
+    return EXIT.ok;
+  }
+  const port = Number(values.port);
+  if (!/^\d+$/.test(values.port) || !Number.isInteger(port) || port < 0 || port > 65535)
+    throw new UsageError(`--port: expected 0-65535, got "${values.port}"`);
+  const apiKeys = values.key.map(parseKeySpec);
+  const emu = await startEmulator({ port, host: values.host, groups: values.group, apiKeys });
+  try {
+    io.stdout.write(`Emulator listening on ${emu.url}\n`);
+    io.stdout.write(`Web inbox: ${emu.url}/\n`);
+    io.stdout.write(`API key (all scopes, plus plan): ${emu.apiKey}\n`);
+    if (values.group.length > 0) io.stdout.write(`Groups: ${values.group.join(', ')}\n`);
+    io.stdout.write(`Try: EML_API_URL=${emu.url} EML_API_KEY=${emu.apiKey} eml-api send message.eml\n`);
+    await untilStopped(io.signal);
+  } finally {
+    await emu.close();
+  }
+  return EXIT.ok;
+}
+
+/** Resolves when the signal aborts or, without one, on SIGINT or SIGTERM. */
+function untilStopped(signal: AbortSignal | undefined): Promise<void> {
+  if (signal) {
+    return new Promise((resolve) => {
+      if (signal.aborted) resolve();
+      else signal.addEventListener('abort', () => resolve(), { once: true });
+    });
+  }
+  return new Promise((resolve) => {
+    const stop = () => {
+      process.off('SIGINT', stop);
+      process.off('SIGTERM', stop);
+      resolve();
+    };
+    process.on('SIGINT', stop);
+    process.on('SIGTERM', stop);
+  });
+}
+
+function parseKeySpec(spec: string): EmulatorApiKey {
+  const [key, scopeList, plan] = spec.split(':');
+  if (!key) throw new UsageError(`--key: expected KEY or KEY:scope,scope[:plan], got "${spec}"`);
+  const scopes = (scopeList ? scopeList.split(',') : [...API_SCOPES]) as ApiScope[];
+  const unknown = scopes.filter((s) => !API_SCOPES.includes(s));
+  if (unknown.length > 0) throw new UsageError(`--key: unknown scope "${unknown[0]}"; known: ${API_SCOPES.join(', ')}`);
+  if (plan !== undefined && plan !== 'free' && plan !== 'plus')
+    throw new UsageError(`--key: plan must be free or plus, got "${plan}"`);
+  return { key, scopes, plan: plan ?? 'free' };
+}

@@ -1,0 +1,50 @@
+import { EmlApiClient } from '../../client/eml-api-client.js';
+import { EmlApiError } from '../../shared/eml-api-error.js';
+import { UsageError } from './usage-error.js';
+
+/**
+ * `parseArgs` options shared by the commands that call the service
+ * (`send`, `group add|remove|check`).
+ */
+export const SERVICE_ARG_OPTIONS = {
+  url: { type: 'string' },
+  key: { type: 'string' },
+  'allow-insecure-http': { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+/** Help lines of {@link SERVICE_ARG_OPTIONS}, for the commands' `--help`. */
+export const SERVICE_OPTIONS_HELP = `  --url <url>             base URL of the service (or EML_API_URL)
+  --key <key>             API key (or EML_API_KEY; prefer the variable: flags show in ps)
+  --allow-insecure-http   allow http:// to a non-loopback host (the key crosses the network in clear)
+  -h, --help              show this help
+`;
+
+/** Flag values of {@link SERVICE_ARG_OPTIONS} after parsing. */
+export interface ServiceFlags {
+  url?: string | undefined;
+  key?: string | undefined;
+  'allow-insecure-http'?: boolean | undefined;
+}
+
+/**
+ * Creates the client from flags, falling back to `EML_API_URL` and `EML_API_KEY`.
+ *
+ * @throws {UsageError} when the URL or the key is missing or invalid (exit code 2)
+ */
+export function createServiceClient(
+  flags: ServiceFlags,
+  env: Readonly<Record<string, string | undefined>>,
+): EmlApiClient {
+  const baseUrl = flags.url ?? env.EML_API_URL;
+  const apiKey = flags.key ?? env.EML_API_KEY;
+  if (!baseUrl) throw new UsageError('no service URL: pass --url or set EML_API_URL');
+  if (!apiKey) throw new UsageError('no API key: set EML_API_KEY (or pass --key)');
+  try {
+    return new EmlApiClient({ apiKey, baseUrl, allowInsecureHttp: flags['allow-insecure-http'] ?? false });
+  } catch (err) {
+    // A bad URL or key is a configuration mistake, reported like a wrong flag.
+    if (err instanceof EmlApiError && err.code === 'ECONFIG') throw new UsageError(err.message);
+    throw err;
+  }
+}

@@ -1,0 +1,121 @@
+import type { ApiImage, ApiTextContent } from '../protocol/api-types.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
+
+/**
+ * An embedded image as the client accepts it: bytes or Base64, and a format
+ * given as the service's word (`PNG`) or a MIME type (`image/png`).
+ *
+ * @example
+ * const logo: ImageInput = { name: 'logo', data: fs.readFileSync('logo.png'), mimeType: 'image/png' };
+ */
+export interface ImageInput {
+  /** Placeholder name, referenced as `{{name}}` in html. */
+  name: string;
+  /** Image bytes, or their Base64 text. */
+  data: Buffer | Uint8Array | string;
+  /** `PNG`, `JPEG`, `GIF`, `WEBP`, or `image/png`, `image/jpeg`... */
+  mimeType: string;
+}
+
+/**
+ * Content of a JSON send as the client accepts it.
+ *
+ * @example
+ * const content: TextContentInput = { html: '<p>Hi {{first_name}}</p>', text: 'Hi {{first_name}}', tracking: true };
+ */
+export interface TextContentInput {
+  html?: string;
+  text?: string;
+  /** Turns the service's tracking on or off. */
+  tracking?: boolean;
+  /** Hosted images (plus plan). */
+  images?: ImageInput[];
+}
+
+const FORMATS: Record<string, ApiImage['mimeType']> = {
+  png: 'PNG',
+  'image/png': 'PNG',
+  jpeg: 'JPEG',
+  jpg: 'JPEG',
+  'image/jpeg': 'JPEG',
+  'image/jpg': 'JPEG',
+  gif: 'GIF',
+  'image/gif': 'GIF',
+  webp: 'WEBP',
+  'image/webp': 'WEBP',
+};
+
+/** The service's format word for a MIME type or format name, or undefined when it has none. */
+export function imageFormat(mimeType: string | undefined): ApiImage['mimeType'] | undefined {
+  return mimeType === undefined ? undefined : FORMATS[mimeType.trim().toLowerCase().split(';', 1)[0]!];
+}
+
+const fail = (message: string) => new EmlApiError('EMESSAGE', message, { permanent: true });
+
+/**
+ * Checks and converts `textContent` for the wire.
+ * @throws {EmlApiError} `EMESSAGE` naming the field
+ */
+export function toApiTextContent(input: unknown, where: string): ApiTextContent {
+  if (typeof input !== 'object' || input === null)
+    throw fail(`${where}: textContent must be an object with html and/or text`);
+  const o = input as TextContentInput;
+  if (o.html !== undefined && typeof o.html !== 'string') throw fail(`${where}: textContent.html must be a string`);
+  if (o.text !== undefined && typeof o.text !== 'string') throw fail(`${where}: textContent.text must be a string`);
+  if (!o.html && !o.text) throw fail(`${where}: textContent needs html or text`);
+  if (o.tracking !== undefined && typeof o.tracking !== 'boolean')
+    throw fail(`${where}: textContent.tracking must be true or false`);
+  if (o.images !== undefined && !Array.isArray(o.images)) throw fail(`${where}: textContent.images must be an array`);
+  const out: ApiTextContent = {};
+  if (o.html !== undefined) out.html = o.html;
+  if (o.text !== undefined) out.text = o.text;
+  if (o.tracking !== undefined) out.tracking = o.tracking;
+  if (o.images && o.images.length > 0) {
+    out.images = o.images.map((image, i) => {
+      const at = `${where}: textContent.images[${i}]`;
+      if (typeof image !== 'object' || image === null) throw fail(`${at} must be { name, data, mimeType }`);
+      const name = typeof image.name === 'string' ? image.name.trim().replace(/^\{\{\s*(.*?)\s*\}\}$/, '$1') : '';
+      if (!/^[A-Za-z0-9_.-]{1,64}$/.test(name)) {
+        throw fail(`${at}.name must be 1-64 letters, digits, "_", "-" or "." (braces optional)`);
+      }
+      const format = imageFormat(image.mimeType);
+      if (!format) throw fail(`${at}.mimeType ${JSON.stringify(String(image.mimeType))} is not PNG, JPEG, GIF or WEBP`);
+      let data: string;
+      if (typeof image.data === 'string') data = image.data.replace(/\s+/g, '');
+      else if (image.data instanceof Uint8Array) data = Buffer.from(image.data).toString('base64');
+      else throw fail(`${at}.data must be a Buffer or a Base64 string`);
+      if (data.length === 0 || !/^[A-Za-z0-9+/]*={0,2}$/.test(data) || data.length % 4 !== 0) {
+        throw fail(`${at}.data is not valid Base64`);
+      }
+      return { name, data, mimeType: format };
+    });
+  }
+  return out;
+}
+
+/**
+ * Normalises substitution keys to `{{key}}` (given with or without braces) and values to strings.
+ * @throws {EmlApiError} `EMESSAGE` naming the bad key
+ */
+export function toApiSubstitutions(input: unknown, where: string): Record<string, string> | undefined {
+  if (input === undefined) return undefined;
+  if (typeof input !== 'object' || input === null || Array.isArray(input)) {
+    throw fail(`${where}.substitutions must be an object of key: value`);
+  }
+  const out: Record<string, string> = {};
+  for (const [rawKey, value] of Object.entries(input)) {
+    const key = rawKey.trim().replace(/^\{\{\s*(.*?)\s*\}\}$/, '$1');
+    if (!/^[A-Za-z0-9_.-]{1,64}$/.test(key)) {
+      throw fail(
+        `${where}.substitutions key ${JSON.stringify(rawKey.slice(0, 80))} must be letters, digits, "_", "-" or "." (braces optional)`,
+      );
+    }
+    if (key === 'unsubscribe')
+      throw fail(`${where}.substitutions key "unsubscribe" is reserved for the unsubscribe link`);
+    if (typeof value !== 'string' && typeof value !== 'number' && typeof value !== 'boolean') {
+      throw fail(`${where}.substitutions["${key}"] must be a string`);
+    }
+    out[`{{${key}}}`] = String(value);
+  }
+  return out;
+}

@@ -1,0 +1,49 @@
+import { ApiKeyStore } from './api-key-store.js';
+import type { FaultInjector } from '../http/fault-injector.js';
+import type { ResolvedEmulatorOptions } from '../emulator-options.js';
+import { GroupStore } from './group-store.js';
+import { IdempotencyCache } from './idempotency-cache.js';
+import { ImageStore } from './image-store.js';
+import { InboxEvents } from '../inbox/inbox-events.js';
+import { MailStore } from './mail-store.js';
+
+/** Everything the emulator remembers; handlers read and change it. */
+export class EmulatorState {
+  readonly keys = new ApiKeyStore();
+  readonly mail = new MailStore();
+  readonly idempotency = new IdempotencyCache();
+  readonly groups = new GroupStore();
+  readonly images = new ImageStore();
+  /** Open event streams of the web inbox. */
+  readonly inboxEvents = new InboxEvents();
+  /** Public base URL for links in delivered mail (unsubscribe, hosted images); set once listening. */
+  baseUrl = '';
+  /** Faults injected into API requests, if any. */
+  faults: FaultInjector | undefined;
+
+  constructor(readonly options: ResolvedEmulatorOptions) {
+    for (const group of options.groups) this.groups.create(group);
+    this.faults = options.faults;
+  }
+
+  now(): Date {
+    return this.options.now();
+  }
+
+  /** Forgets messages, mailboxes, members, images and idempotency keys; groups and keys stay. */
+  reset(): void {
+    this.mail.clear();
+    this.groups.clearMembers();
+    this.images.clear();
+    this.idempotency.clear();
+  }
+}
+
+/**
+ * Whether delivery to an address fails. Domains ending in `.invalid` (reserved
+ * by RFC 2606) are undeliverable, so tests can trigger failures on purpose.
+ */
+export function isUndeliverable(address: string): boolean {
+  const domain = address.slice(address.lastIndexOf('@') + 1).toLowerCase();
+  return domain === 'invalid' || domain.endsWith('.invalid');
+}

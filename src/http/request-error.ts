@@ -1,0 +1,144 @@
+import { ClientClosedReason, TotalTimeoutReason } from './abort-reasons.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
+import { ExchangeFailure } from './exchange.js';
+import { readApiError, type ServiceResponse } from './service-answer.js';
+
+/** What the error mapping needs to know about the call. */
+export interface FailureContext {
+  command: string;
+  origin: string;
+  apiKey: string;
+  /** The call's combined signal (caller's signal, total timeout, close). */
+  signal?: AbortSignal | undefined;
+  attempts?: number;
+  /** Time limit of one attempt's response, for the message. */
+  responseTimeout?: number;
+}
+
+const MAY_HAVE_BEEN_ACCEPTED =
+  'the request was sent, so the service may have accepted it; not retried to avoid sending twice (see retries.retryAmbiguous)';
+
+/**
+ * Turns a non-2xx answer into an {@link EmlApiError}: `EAUTH` for 401/403,
+ * `EAPI` otherwise. The service's code and message are kept; the API key is
+ * redacted from anything the service echoed back.
+ */
+export function errorFromResponse(
+  command: string,
+  res: ServiceResponse,
+  apiKey: string,
+  extra: { attempts?: number; note?: string } = {},
+): EmlApiError {
+  const text = redact(res.text, apiKey);
+  const raw = readApiError(res.data);
+  const apiCode = raw.code === undefined ? undefined : redact(raw.code, apiKey);
+  const detail = raw.message ? redact(raw.message, apiKey) : res.response;
+  const label = apiCode ? `${res.statusCode} ${apiCode}` : res.response;
+  const isAuth = res.statusCode === 401 || res.statusCode === 403;
+  const summary = isAuth
+    ? res.statusCode === 401
+      ? 'the service refused the API key'
+      : 'the API key is not allowed to do this'
+    : 'the service answered with an error';
+  const ambiguous = res.statusCode === 502 || res.statusCode === 504;
+  const attempts = extra.attempts !== undefined && extra.attempts > 1 ? ` after ${extra.attempts} attempts` : '';
+  const notes = [extra.note, ambiguous ? MAY_HAVE_BEEN_ACCEPTED : undefined].filter(Boolean).join('; ');
+  return new EmlApiError(
+    isAuth ? 'EAUTH' : 'EAPI',
+    `${command} failed${attempts}, ${summary} (${label}): ${detail}${notes ? `; ${notes}` : ''}`,
+    {
+      responseCode: res.statusCode,
+      response: text,
+      command,
+      ...(apiCode === undefined ? {} : { apiCode }),
+      ...(extra.attempts === undefined ? {} : { attempts: extra.attempts }),
+      mayHaveBeenAccepted: ambiguous,
+    },
+  );
+}
+
+const TIMEOUT_CODES: Record<string, string> = {
+  UND_ERR_CONNECT_TIMEOUT: 'connect timeout',
+  UND_ERR_HEADERS_TIMEOUT: 'response timeout',
+  UND_ERR_BODY_TIMEOUT: 'response timeout',
+  ETIMEDOUT: 'connect timeout',
+};
+
+/**
+ * Turns a failure to exchange a request (network, timeout, abort) into an
+ * {@link EmlApiError}. Errors that already are `EmlApiError`s pass through.
+ */
+export function errorFromFailure(err: unknown, ctx: FailureContext): EmlApiError {
+  if (err instanceof EmlApiError) return err;
+  const { command, origin } = ctx;
+  const phase = err instanceof ExchangeFailure ? err.phase : undefined;
+  const cause = err instanceof ExchangeFailure ? err.cause : err;
+  const sent = phase === 'sent';
+  const attempts = ctx.attempts !== undefined && ctx.attempts > 1 ? ` after ${ctx.attempts} attempts` : '';
+  const common = {
+    command,
+    cause,
+    mayHaveBeenAccepted: sent,
+    ...(ctx.attempts === undefined ? {} : { attempts: ctx.attempts }),
+  };
+  // The call's signal decides, whatever reason it was aborted with.
+  if (ctx.signal?.aborted) {
+    const reason: unknown = ctx.signal.reason;
+    if (reason instanceof TotalTimeoutReason) {
+      return new EmlApiError(
+        'ETIMEDOUT',
+        `${command} to ${origin} failed: overall timeout (timeouts.total, ${reason.ms} ms) elapsed${sent ? `; ${MAY_HAVE_BEEN_ACCEPTED}` : ''}`,
+        { ...common, permanent: false },
+      );
+    }
+    if (reason instanceof Error && reason.name === 'TimeoutError') {
+      return new EmlApiError(
+        'ETIMEDOUT',
+        `${command} to ${origin} failed: the caller's AbortSignal timeout elapsed${sent ? `; ${MAY_HAVE_BEEN_ACCEPTED}` : ''}`,
+        { ...common, permanent: false },
+      );
+    }
+    const why =
+      reason instanceof ClientClosedReason
+        ? 'the client was closed with { abort: true }'
+        : 'its AbortSignal was aborted';
+    return new EmlApiError('EABORT', `${command} was aborted: ${why}${sent ? `; ${MAY_HAVE_BEEN_ACCEPTED}` : ''}`, {
+      ...common,
+      permanent: true,
+    });
+  }
+  const e = (typeof cause === 'object' && cause !== null ? cause : {}) as {
+    code?: unknown;
+    name?: unknown;
+    message?: unknown;
+    cause?: { code?: unknown };
+  };
+  const code = typeof e.code === 'string' ? e.code : typeof e.cause?.code === 'string' ? e.cause.code : '';
+  const reason = redact(String(e.message ?? cause), ctx.apiKey);
+  if (e.name === 'AbortError') {
+    return new EmlApiError('EABORT', `${command} was aborted`, { ...common, permanent: true });
+  }
+  if (code in TIMEOUT_CODES || e.name === 'TimeoutError') {
+    const which = TIMEOUT_CODES[code] ?? 'timeout';
+    const limit =
+      which === 'response timeout' && ctx.responseTimeout
+        ? ` (timeouts.response, ${ctx.responseTimeout} ms): no response`
+        : '';
+    return new EmlApiError(
+      'ETIMEDOUT',
+      `${command} to ${origin} failed${attempts}: ${which}${limit}${code ? ` (${code})` : ''}${sent ? `; ${MAY_HAVE_BEEN_ACCEPTED}` : ''}`,
+      { ...common, permanent: false },
+    );
+  }
+  const suffix = code ? ` (${code})` : '';
+  return new EmlApiError(
+    'ECONNECTION',
+    `${command} to ${origin} failed${attempts}: ${reason}${suffix}${sent ? `; ${MAY_HAVE_BEEN_ACCEPTED}` : ''}`,
+    { ...common, permanent: false },
+  );
+}
+
+/** Replaces every occurrence of the API key in a text. */
+export function redact(text: string, apiKey: string): string {
+  return apiKey.length > 0 && text.includes(apiKey) ? text.split(apiKey).join('[redacted]') : text;
+}
