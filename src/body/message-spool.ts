@@ -3,8 +3,11 @@ import { createWriteStream, type WriteStream } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
+import type { UploadBody } from '../http/upload-body.js';
+import { headerSectionEnd } from '../protocol/header-fields.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { emlBodyFromBuffer, emlBodyFromFile, STREAM_ABOVE, type UploadBody } from './upload-body.js';
+import { emlBodyFromBuffer, emlBodyFromFile, STREAM_ABOVE } from './eml-upload-body.js';
+import type { SpoolSettings } from './spool-options.js';
 
 /** A built message: its header section, and the upload body of the whole message. */
 export interface SpooledMessage {
@@ -16,14 +19,6 @@ export interface SpooledMessage {
   body: UploadBody;
 }
 
-/** Where and when messages are spooled. */
-export interface SpoolSettings {
-  /** Messages larger than this many bytes are written to a temporary file instead of kept in memory. */
-  threshold: number;
-  /** Folder for temporary files. */
-  directory: string;
-}
-
 /** Header sections longer than this are cut: no real message needs more to name its recipients. */
 const MAX_HEAD = 1024 * 1024;
 
@@ -33,7 +28,8 @@ const MAX_HEAD = 1024 * 1024;
  * temporary file, written with backpressure, so memory stays flat whatever
  * the size. The file is removed by `body.dispose()`, and here on any failure.
  *
- * @throws {EmlApiError} `EMESSAGE` when the stream fails, `EABORT` when aborted
+ * @throws {EmlApiError} `EMESSAGE` when the stream fails; the signal's reason when it aborts
+ *   (the call that owns the signal maps it to `EABORT` or `ETIMEDOUT`)
  */
 export async function spoolMessage(
   stream: Readable,
@@ -47,12 +43,7 @@ export async function spoolMessage(
   } catch (err) {
     await collector.discard();
     if (err instanceof EmlApiError) throw err;
-    if (signal?.aborted) {
-      throw new EmlApiError('EABORT', 'The send was aborted while the message was being built', {
-        permanent: true,
-        cause: err,
-      });
-    }
+    if (signal?.aborted) throw signal.reason;
     throw new EmlApiError('EMESSAGE', `Could not build the message: ${(err as Error).message}`, {
       cause: err,
       permanent: true,
@@ -77,12 +68,10 @@ class HeadScanner {
     const window = this.#tail.length ? Buffer.concat([this.#tail, chunk]) : chunk;
     const offset = this.#size - this.#tail.length;
     this.#size += chunk.length;
-    const crlf = window.indexOf('\r\n\r\n');
-    const lf = window.indexOf('\n\n');
-    const end = crlf !== -1 && (lf === -1 || crlf < lf) ? crlf + 4 : lf !== -1 ? lf + 2 : -1;
-    if (end !== -1 || this.#size > MAX_HEAD) {
+    const end = headerSectionEnd(window);
+    if (end !== undefined || this.#size > MAX_HEAD) {
       const all = Buffer.concat(this.#parts, this.#size);
-      this.head = Buffer.from(all.subarray(0, end !== -1 ? offset + end : MAX_HEAD));
+      this.head = Buffer.from(all.subarray(0, end !== undefined ? offset + end : MAX_HEAD));
       this.#parts.length = 0;
       return;
     }
@@ -121,8 +110,7 @@ class Collector {
         stream.destroy();
         reject(err);
       };
-      const onAbort = () =>
-        fail(new EmlApiError('EABORT', 'The send was aborted while the message was being built', { permanent: true }));
+      const onAbort = () => fail(signal!.reason);
       if (signal?.aborted) return onAbort();
       signal?.addEventListener('abort', onAbort, { once: true });
       stream.on('data', (part: Buffer | string) => {

@@ -1,6 +1,6 @@
 import { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
-import type { UploadBody } from '../body/upload-body.js';
+import type { UploadBody } from './upload-body.js';
 
 /** Where a request got to before it failed: decides whether a retry is safe. */
 export type FailurePhase =
@@ -22,8 +22,8 @@ export class ExchangeFailure extends Error {
   }
 }
 
-/** A raw answer: status, headers (lower-case names) and body text. */
-export interface RawAnswer {
+/** A raw response: status, headers (lower-case names) and body text. */
+export interface RawResponse {
   statusCode: number;
   headers: Record<string, string>;
   text: string;
@@ -71,7 +71,7 @@ const CONNECT_PHASE_CODES = new Set([
  *
  * @throws {ExchangeFailure} on any failure to get a complete answer
  */
-export function exchange(dispatcher: Dispatcher, request: ExchangeRequest): Promise<RawAnswer> {
+export function exchange(dispatcher: Dispatcher, request: ExchangeRequest): Promise<RawResponse> {
   return new Promise((resolve, reject) => {
     let connected = false;
     let sent = false;

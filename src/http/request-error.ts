@@ -1,19 +1,32 @@
 import { ClientClosedReason, TotalTimeoutReason } from './abort-reasons.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { ExchangeFailure } from './exchange.js';
-import { readApiError, type ServiceResponse } from './service-answer.js';
+import { redact } from './redact.js';
+import { readApiError, type ServiceResponse } from './service-response.js';
 
 /** What the error mapping needs to know about the call. */
 export interface FailureContext {
   command: string;
   origin: string;
-  apiKey: string;
+  /** Redacted from every text the error carries. */
+  secret: string;
   /** The call's combined signal (caller's signal, total timeout, close). */
   signal?: AbortSignal | undefined;
   attempts?: number;
   /** Time limit of one attempt's response, for the message. */
   responseTimeout?: number;
+  /** What the call was doing, for the message of an abort or timeout. */
+  stage?: CallStage;
 }
+
+/** What a call is doing; failure messages name it. */
+export type CallStage = 'queued' | 'building' | 'sending';
+
+const STAGE_TEXT = {
+  queued: ' while waiting for a free connection slot',
+  building: ' while the message was being built',
+  sending: '',
+} as const;
 
 const MAY_HAVE_BEEN_ACCEPTED =
   'the request was sent, so the service may have accepted it; not retried to avoid sending twice (see retries.retryAmbiguous)';
@@ -26,13 +39,13 @@ const MAY_HAVE_BEEN_ACCEPTED =
 export function errorFromResponse(
   command: string,
   res: ServiceResponse,
-  apiKey: string,
+  secret: string,
   extra: { attempts?: number; note?: string } = {},
 ): EmlApiError {
-  const text = redact(res.text, apiKey);
+  const text = redact(res.text, secret);
   const raw = readApiError(res.data);
-  const apiCode = raw.code === undefined ? undefined : redact(raw.code, apiKey);
-  const detail = raw.message ? redact(raw.message, apiKey) : res.response;
+  const apiCode = raw.code === undefined ? undefined : redact(raw.code, secret);
+  const detail = raw.message ? redact(raw.message, secret) : res.response;
   const label = apiCode ? `${res.statusCode} ${apiCode}` : res.response;
   const isAuth = res.statusCode === 401 || res.statusCode === 403;
   const summary = isAuth
@@ -84,17 +97,18 @@ export function errorFromFailure(err: unknown, ctx: FailureContext): EmlApiError
   // The call's signal decides, whatever reason it was aborted with.
   if (ctx.signal?.aborted) {
     const reason: unknown = ctx.signal.reason;
+    const during = STAGE_TEXT[ctx.stage ?? 'sending'];
     if (reason instanceof TotalTimeoutReason) {
       return new EmlApiError(
         'ETIMEDOUT',
-        `${command} to ${origin} failed: overall timeout (timeouts.total, ${reason.ms} ms) elapsed${sent ? `; ${MAY_HAVE_BEEN_ACCEPTED}` : ''}`,
+        `${command} to ${origin} failed: overall timeout (timeouts.total, ${reason.ms} ms) elapsed${during}${sent ? `; ${MAY_HAVE_BEEN_ACCEPTED}` : ''}`,
         { ...common, permanent: false },
       );
     }
     if (reason instanceof Error && reason.name === 'TimeoutError') {
       return new EmlApiError(
         'ETIMEDOUT',
-        `${command} to ${origin} failed: the caller's AbortSignal timeout elapsed${sent ? `; ${MAY_HAVE_BEEN_ACCEPTED}` : ''}`,
+        `${command} to ${origin} failed: the caller's AbortSignal timeout elapsed${during}${sent ? `; ${MAY_HAVE_BEEN_ACCEPTED}` : ''}`,
         { ...common, permanent: false },
       );
     }
@@ -102,10 +116,14 @@ export function errorFromFailure(err: unknown, ctx: FailureContext): EmlApiError
       reason instanceof ClientClosedReason
         ? 'the client was closed with { abort: true }'
         : 'its AbortSignal was aborted';
-    return new EmlApiError('EABORT', `${command} was aborted: ${why}${sent ? `; ${MAY_HAVE_BEEN_ACCEPTED}` : ''}`, {
-      ...common,
-      permanent: true,
-    });
+    return new EmlApiError(
+      'EABORT',
+      `${command} was aborted${during}: ${why}${sent ? `; ${MAY_HAVE_BEEN_ACCEPTED}` : ''}`,
+      {
+        ...common,
+        permanent: true,
+      },
+    );
   }
   const e = (typeof cause === 'object' && cause !== null ? cause : {}) as {
     code?: unknown;
@@ -114,7 +132,7 @@ export function errorFromFailure(err: unknown, ctx: FailureContext): EmlApiError
     cause?: { code?: unknown };
   };
   const code = typeof e.code === 'string' ? e.code : typeof e.cause?.code === 'string' ? e.cause.code : '';
-  const reason = redact(String(e.message ?? cause), ctx.apiKey);
+  const reason = redact(String(e.message ?? cause), ctx.secret);
   if (e.name === 'AbortError') {
     return new EmlApiError('EABORT', `${command} was aborted`, { ...common, permanent: true });
   }
@@ -136,9 +154,4 @@ export function errorFromFailure(err: unknown, ctx: FailureContext): EmlApiError
     `${command} to ${origin} failed${attempts}: ${reason}${suffix}${sent ? `; ${MAY_HAVE_BEEN_ACCEPTED}` : ''}`,
     { ...common, permanent: false },
   );
-}
-
-/** Replaces every occurrence of the API key in a text. */
-export function redact(text: string, apiKey: string): string {
-  return apiKey.length > 0 && text.includes(apiKey) ? text.split(apiKey).join('[redacted]') : text;
 }

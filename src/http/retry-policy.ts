@@ -1,4 +1,4 @@
-import type { RetryOptions } from '../client/client-options.js';
+import type { RetryOptions } from './requester-options.js';
 
 /**
  * How a failed attempt may be retried:

@@ -1,7 +1,7 @@
 /**
- * Minimal RFC 5322 header-section helpers shared by the transport (to read the
- * recipients of the message it uploads) and the emulator (to remove Bcc from
- * delivered copies). They work on bytes so the body is never decoded or copied.
+ * Minimal RFC 5322 header-section helpers shared by the transport and the body
+ * spool (to read the recipients of the message they upload) and the emulator
+ * (to remove Bcc from delivered copies). They work on bytes so the body is never decoded or copied.
  */
 
 /** One header field, unfolded, with its raw bytes' position. */
@@ -21,9 +21,17 @@ export interface HeaderField {
  * or the whole length when the message has no body.
  */
 export function headerSectionLength(message: Buffer): number {
-  const crlf = message.indexOf('\r\n\r\n');
-  const lf = message.indexOf('\n\n');
-  if (crlf === -1 && lf === -1) return message.length;
+  return headerSectionEnd(message) ?? message.length;
+}
+
+/**
+ * Offset just past the blank line that ends the header section (CRLF or bare
+ * LF line breaks), or undefined when `bytes` holds none.
+ */
+export function headerSectionEnd(bytes: Buffer): number | undefined {
+  const crlf = bytes.indexOf('\r\n\r\n');
+  const lf = bytes.indexOf('\n\n');
+  if (crlf === -1 && lf === -1) return undefined;
   if (crlf !== -1 && (lf === -1 || crlf < lf)) return crlf + 4;
   return lf + 2;
 }
@@ -84,59 +92,4 @@ export function removeHeaderFields(message: Buffer, name: string): Buffer {
   }
   parts.push(message.subarray(pos));
   return Buffer.concat(parts);
-}
-
-/**
- * Extracts the addresses of an RFC 5322 address list: display names, comments
- * and group syntax (`Team: a@x, b@y;`) are handled; only addresses are returned.
- *
- * @example
- * parseAddressList('"Doe, Jane" <jane@x.test>, Team: a@x.test;') // ['jane@x.test', 'a@x.test']
- */
-export function parseAddressList(value: string): string[] {
-  const addresses: string[] = [];
-  let bare = '';
-  let angle: string | undefined;
-  let inAngle = false;
-  let quote = false;
-  let comment = 0;
-  const flush = (): void => {
-    const address = (angle ?? bare).trim().replace(/\s+/g, '');
-    if (address.length > 0) addresses.push(address);
-    bare = '';
-    angle = undefined;
-  };
-  for (let i = 0; i < value.length; i++) {
-    const ch = value[i]!;
-    if (quote) {
-      if (ch === '\\') i++;
-      else if (ch === '"') quote = false;
-      continue;
-    }
-    if (comment > 0) {
-      if (ch === '\\') i++;
-      else if (ch === '(') comment++;
-      else if (ch === ')') comment--;
-      continue;
-    }
-    if (inAngle) {
-      if (ch === '>') inAngle = false;
-      else angle += ch;
-      continue;
-    }
-    if (ch === '"') {
-      quote = true;
-      // Quoted text before an angle address is a display name, not an address.
-      bare += ' ';
-    } else if (ch === '(') comment++;
-    else if (ch === '<') {
-      inAngle = true;
-      angle = '';
-    } else if (ch === ':') bare = '';
-    else if (ch === ',' || ch === ';') flush();
-    else bare += ch;
-  }
-  flush();
-  // A bare "display name" without an address (e.g. `undisclosed-recipients:;`) has no @.
-  return addresses.filter((a) => a.includes('@'));
 }

@@ -1,16 +1,21 @@
 import { EventEmitter } from 'node:events';
+import { spoolMessage } from '../body/message-spool.js';
+import { clientInternals, type ClientInternals } from '../client/client-internals.js';
 import { EmlApiClient } from '../client/eml-api-client.js';
+import { toGroupEmailRequest, toStandardEmailRequest } from '../client/request-bodies.js';
+import { postEml, postGroupSend, postSend } from '../client/send-requests.js';
+import type { Call } from '../http/requester.js';
+import { API_PATHS } from '../protocol/api-paths.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
-import { jsonRouteOf, jsonSendFromMail, type JsonRoute } from './json-send-from-mail.js';
+import { VERSION } from '../shared/version.js';
+import { jsonRouteOf, type JsonRoute } from './json-route.js';
+import { jsonSendFromMail } from './json-send-from-mail.js';
 import { resolveEnvelope } from './message-envelope.js';
-import { spoolMessage } from '../body/message-spool.js';
-import { sliceLargeContents } from './slice-large-contents.js';
-import type { SendResult } from '../client/eml-api-client.js';
 import type { NodemailerMail } from './nodemailer-types.js';
 import type { EmlApiSentMessageInfo } from './sent-message-info.js';
+import { sliceLargeContents } from './slice-large-contents.js';
 import type { EmlApiTransportOptions } from './transport-options.js';
-import { VERSION } from '../shared/version.js';
 
 /** Nodemailer's callback of `transport.send`. */
 export type SendCallback = (err: Error | null, info?: EmlApiSentMessageInfo) => void;
@@ -21,7 +26,9 @@ export type SendCallback = (err: Error | null, info?: EmlApiSentMessageInfo) => 
  *
  * It takes the message Nodemailer compiled (plugins and DKIM signing
  * applied), keeps the Bcc header (the service reads recipients from To, Cc and
- * Bcc and removes Bcc before delivery), Base64-encodes it and posts it.
+ * Bcc and removes Bcc before delivery), Base64-encodes it and posts it. Like
+ * Nodemailer's SMTP pool, it builds a message only once a connection slot is
+ * free, so memory is bounded by `maxConnections`, not by the sends waiting.
  *
  * `send`, `verify`, `close` and `isIdle` are own enumerable properties bound to
  * the instance, so a copy made with spread or `for...in` still works.
@@ -48,6 +55,7 @@ export class EmlApiTransport extends EventEmitter {
   readonly version = VERSION;
   /** The API client the transport sends through; use it for the other operations. */
   readonly client: EmlApiClient;
+  readonly #engine: ClientInternals;
   readonly #logger: EmlApiLogger;
   #closed = false;
 
@@ -57,8 +65,9 @@ export class EmlApiTransport extends EventEmitter {
   constructor(options: EmlApiTransportOptions) {
     super();
     this.client = new EmlApiClient(options);
+    this.#engine = clientInternals(this.client);
     this.#logger = resolveLogger(options.logger);
-    this.client.onSlotReleased(() => {
+    this.#engine.requester.onSlotReleased(() => {
       if (this.isIdle()) this.emit('idle');
     });
   }
@@ -75,7 +84,13 @@ export class EmlApiTransport extends EventEmitter {
       if (err) callback(err);
       else callback(null, info);
     };
-    this.#send(mail).then(
+    let sent: Promise<EmlApiSentMessageInfo>;
+    try {
+      sent = this.#send(mail);
+    } catch (err) {
+      sent = Promise.reject(err);
+    }
+    sent.then(
       (info) => done(null, info),
       (err: unknown) => done(err instanceof Error ? err : new Error(String(err))),
     );
@@ -103,9 +118,9 @@ export class EmlApiTransport extends EventEmitter {
 
   /**
    * Stops the transport: new sends fail with `ECONNECTION`; sends already
-   * made (queued ones included) finish, then the connections are closed. With
-   * `{ abort: true }` the sends still running are aborted instead (`EABORT`).
-   * Returns a Promise; an optional callback is called once when done.
+   * made (queued and building ones included) finish, then the connections are
+   * closed. With `{ abort: true }` the sends still running are aborted instead
+   * (`EABORT`). Returns a Promise; an optional callback is called once when done.
    *
    * @example
    * await transporter.close();                // graceful, what Nodemailer calls
@@ -128,28 +143,48 @@ export class EmlApiTransport extends EventEmitter {
     return promise;
   };
 
-  /** Whether the transport can start a send at once (fewer than `maxConnections` in flight). */
-  readonly isIdle = (): boolean => !this.#closed && this.client.hasFreeSlot;
+  /** Whether the transport can start a send at once (fewer than `maxConnections` running or queued). */
+  readonly isIdle = (): boolean => !this.#closed && this.#engine.requester.hasFreeSlot;
 
-  async #send(mail: NodemailerMail): Promise<EmlApiSentMessageInfo> {
+  /**
+   * One send, registered with the engine before this returns (so close()
+   * waits for it), and run as one call: its slot is taken before the message
+   * is built, and `timeouts.total` covers queueing, building and upload.
+   */
+  #send(mail: NodemailerMail): Promise<EmlApiSentMessageInfo> {
     if (this.#closed) {
       throw new EmlApiError('ECONNECTION', 'The transport is closed; create a new one to send more mail', {
         permanent: true,
       });
     }
-    const route = jsonRouteOf(mail.data as Record<string, unknown>);
-    if (route) return this.#sendJson(mail, route);
+    const data = mail.data as Record<string, unknown>;
+    const route = jsonRouteOf(data);
+    const idempotencyKey = undefined;
+    const options = { signal: signalOf(mail), paced: true };
+    const { requester } = this.#engine;
+    if (route?.kind === 'group') {
+      return requester.run(`POST ${API_PATHS.sendGroup(route.groupId)}`, options, (call) =>
+        this.#sendGroup(call, mail, route, idempotencyKey),
+      );
+    }
+    if (route?.kind === 'email') {
+      return requester.run(`POST ${API_PATHS.sendEmail}`, options, (call) =>
+        this.#sendTracked(call, mail, route, idempotencyKey),
+      );
+    }
+    return requester.run(`POST ${API_PATHS.sendEml}`, options, (call) => this.#sendEml(call, mail, idempotencyKey));
+  }
+
+  async #sendEml(call: Call, mail: NodemailerMail, idempotencyKey: string | undefined): Promise<EmlApiSentMessageInfo> {
+    call.stage = 'building';
     // The service reads recipients from To, Cc and Bcc and strips Bcc itself,
     // so Bcc must stay in the uploaded message (as sendmail and SES transports do).
     mail.message.keepBcc = true;
-    const signal = signalOf(mail);
     sliceLargeContents(mail.message as unknown as Parameters<typeof sliceLargeContents>[0]);
     // Built once; large messages go to a spool file while Nodemailer writes them.
-    const spooled = await spoolMessage(mail.message.createReadStream(), this.client.options.spool, signal);
-    let result: SendResult;
-    let resolved: ReturnType<typeof resolveEnvelope>;
+    const spooled = await spoolMessage(mail.message.createReadStream(), this.#engine.options.spool, call.signal);
     try {
-      resolved = resolveEnvelope(mail, spooled.head);
+      const resolved = resolveEnvelope(mail, spooled.head);
       if (resolved.fromDiffers) {
         this.#logger.info(
           { envelopeFrom: resolved.envelope.from },
@@ -157,56 +192,67 @@ export class EmlApiTransport extends EventEmitter {
         );
       }
       this.#logger.debug({ recipients: resolved.envelope.to.length, bytes: spooled.size }, 'Sending message');
-      result = await this.client.sendEmlBody(spooled.body, { signal });
-    } finally {
-      await spooled.body.dispose();
-    }
-    const { envelope } = resolved;
-    // The Message-ID written in the uploaded bytes is the truth: with `raw`,
-    // Nodemailer's own messageId() is one it made up and never wrote.
-    const messageId = resolved.messageId ?? result.messageId ?? mail.message.messageId();
-    this.#logger.info({ messageId, id: result.id, response: result.response }, 'Message accepted');
-    return {
-      envelope,
-      messageId,
-      accepted: [...envelope.to],
-      rejected: [],
-      pending: [],
-      response: result.response,
-      id: result.id,
-      apiResponse: result.data,
-      idempotencyKey: result.idempotencyKey,
-    };
-  }
-
-  async #sendJson(mail: NodemailerMail, route: JsonRoute): Promise<EmlApiSentMessageInfo> {
-    const input = await jsonSendFromMail(mail, route);
-    if (route.kind === 'group') {
-      const { from, subject, textContent } = input;
-      const result = await this.client.sendToGroup(
-        route.groupId,
-        { from, subject, textContent },
-        { signal: signalOf(mail) },
-      );
-      this.#logger.info({ group: route.groupId, id: result.id, response: result.response }, 'Group email accepted');
+      const result = await postEml(call, spooled.body, idempotencyKey);
+      const { envelope } = resolved;
+      // The Message-ID written in the uploaded bytes is the truth: with `raw`,
+      // Nodemailer's own messageId() is one it made up and never wrote.
+      const messageId = resolved.messageId ?? result.messageId ?? mail.message.messageId();
+      this.#logger.info({ messageId, id: result.id, response: result.response }, 'Message accepted');
       return {
-        envelope: { from: input.from.email, to: [] },
-        messageId: '',
-        accepted: [],
+        envelope,
+        messageId,
+        accepted: [...envelope.to],
         rejected: [],
         pending: [],
         response: result.response,
         id: result.id,
         apiResponse: result.data,
         idempotencyKey: result.idempotencyKey,
-        group: route.groupId,
       };
+    } finally {
+      await spooled.body.dispose();
     }
-    const result = await this.client.sendEmail(input, { signal: signalOf(mail) });
-    this.#logger.info({ id: result.id, response: result.response }, 'Tracked email accepted');
-    const to = input.to.map((a) => a.email);
+  }
+
+  async #sendGroup(
+    call: Call,
+    mail: NodemailerMail,
+    route: Extract<JsonRoute, { kind: 'group' }>,
+    idempotencyKey: string | undefined,
+  ): Promise<EmlApiSentMessageInfo> {
+    call.stage = 'building';
+    const { from, subject, textContent } = await jsonSendFromMail(mail, route, call.signal);
+    const body = toGroupEmailRequest({ from, subject, textContent }, 'sendMail');
+    const result = await postGroupSend(call, route.groupId, JSON.stringify(body), idempotencyKey);
+    this.#logger.info({ group: route.groupId, id: result.id, response: result.response }, 'Group email accepted');
     return {
-      envelope: { from: input.from.email, to },
+      envelope: { from: body.from.email, to: [] },
+      messageId: '',
+      accepted: [],
+      rejected: [],
+      pending: [],
+      response: result.response,
+      id: result.id,
+      apiResponse: result.data,
+      idempotencyKey: result.idempotencyKey,
+      group: route.groupId,
+    };
+  }
+
+  async #sendTracked(
+    call: Call,
+    mail: NodemailerMail,
+    route: JsonRoute,
+    idempotencyKey: string | undefined,
+  ): Promise<EmlApiSentMessageInfo> {
+    call.stage = 'building';
+    const input = await jsonSendFromMail(mail, route, call.signal);
+    const body = toStandardEmailRequest(input, 'sendMail');
+    const result = await postSend(call, API_PATHS.sendEmail, JSON.stringify(body), idempotencyKey);
+    this.#logger.info({ id: result.id, response: result.response }, 'Tracked email accepted');
+    const to = body.to.map((a) => a.email);
+    return {
+      envelope: { from: body.from.email, to },
       messageId: result.messageId ?? '',
       accepted: to,
       rejected: [],

@@ -1,29 +1,10 @@
 import { toApiAddress, toApiAddressList } from '../client/address-input.js';
 import type { ApiAddress } from '../protocol/api-types.js';
 import { imageFormat, type ImageInput, type TextContentInput } from '../client/content-input.js';
+import { inputError } from '../client/input-checks.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import type { JsonRoute } from './json-route.js';
 import type { NodemailerMail } from './nodemailer-types.js';
-
-/** Which JSON endpoint a `sendMail` call goes to, from its `group` and `tracking` fields. */
-export type JsonRoute = { kind: 'group'; groupId: string; tracking: boolean | undefined } | { kind: 'email' };
-
-/**
- * Reads `group` and `tracking` from the message data.
- * @returns the JSON route, or undefined for a plain EML send
- * @throws {EmlApiError} `EMESSAGE` when they have the wrong type
- */
-export function jsonRouteOf(data: Record<string, unknown>): JsonRoute | undefined {
-  const { group, tracking } = data;
-  if (tracking !== undefined && typeof tracking !== 'boolean') {
-    throw messageError('The tracking option must be true or false');
-  }
-  if (group !== undefined) {
-    if (typeof group !== 'string' || group.length === 0)
-      throw messageError('The group option must be a non-empty group id');
-    return { kind: 'group', groupId: group, tracking };
-  }
-  return tracking === true ? { kind: 'email' } : undefined;
-}
 
 /** Message data after Nodemailer's `normalize()`: contents resolved, attachments Base64 where they were bytes. */
 interface NormalizedAttachment {
@@ -72,7 +53,11 @@ const UNSUPPORTED: [field: string, label: string][] = [
  *
  * @throws {EmlApiError} `EMESSAGE`
  */
-export async function jsonSendFromMail(mail: NodemailerMail, route: JsonRoute): Promise<JsonSendInput> {
+export async function jsonSendFromMail(
+  mail: NodemailerMail,
+  route: JsonRoute,
+  signal: AbortSignal,
+): Promise<JsonSendInput> {
   const data = mail.data as Record<string, unknown>;
   const form = route.kind === 'group' ? `a group email (group "${route.groupId}")` : 'a tracked email (/v1/send/email)';
   const problems: string[] = [];
@@ -90,7 +75,7 @@ export async function jsonSendFromMail(mail: NodemailerMail, route: JsonRoute): 
       : [];
   if (headerNames.length > 0) problems.push(`custom headers (${headerNames.join(', ')})`);
 
-  const normalized = await normalize(mail);
+  const normalized = await normalize(mail, signal);
   const attachments = (normalized.attachments as NormalizedAttachment[] | undefined) ?? [];
   const images: ImageInput[] = [];
   const cidNames = new Map<string, string>();
@@ -115,7 +100,7 @@ export async function jsonSendFromMail(mail: NodemailerMail, route: JsonRoute): 
     images.push({ name: placeholder, data: bytes, mimeType: format });
   }
   if (problems.length > 0) {
-    throw messageError(
+    throw inputError(
       `This message cannot be sent as ${form}: it has ${problems.join('; ')}. ` +
         'Remove those parts, or send without the group/tracking option to use the EML endpoint, which carries everything',
     );
@@ -128,8 +113,8 @@ export async function jsonSendFromMail(mail: NodemailerMail, route: JsonRoute): 
   }
   const text = typeof normalized.text === 'string' ? normalized.text : undefined;
   const subject = typeof data.subject === 'string' ? data.subject : '';
-  if (!subject) throw messageError(`${capitalise(form)} needs a subject`);
-  if (!present(data.from)) throw messageError(`${capitalise(form)} needs a from address`);
+  if (!subject) throw inputError(`${capitalise(form)} needs a subject`);
+  if (!present(data.from)) throw inputError(`${capitalise(form)} needs a from address`);
   const textContent: TextContentInput = {};
   if (html !== undefined) textContent.html = html;
   if (text !== undefined) textContent.text = text;
@@ -144,9 +129,18 @@ export async function jsonSendFromMail(mail: NodemailerMail, route: JsonRoute): 
   };
 }
 
-function normalize(mail: NodemailerMail): Promise<Record<string, unknown>> {
+/**
+ * Resolves the message's contents (streams, paths, URLs). Nodemailer cannot
+ * stop a stalled source, so an abort (or the call's total timeout) rejects at
+ * once and leaves the source to end on its own.
+ */
+function normalize(mail: NodemailerMail, signal: AbortSignal): Promise<Record<string, unknown>> {
   return new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason);
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
     mail.normalize((err, data) => {
+      signal.removeEventListener('abort', onAbort);
       if (err)
         reject(
           new EmlApiError('EMESSAGE', `Could not read the message content: ${err.message}`, {
@@ -187,8 +181,4 @@ function uniqueName(cid: string, taken: Map<string, string>): string {
 
 function capitalise(text: string): string {
   return text.charAt(0).toUpperCase() + text.slice(1);
-}
-
-function messageError(message: string): EmlApiError {
-  return new EmlApiError('EMESSAGE', message, { permanent: true });
 }

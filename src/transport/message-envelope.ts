@@ -1,4 +1,5 @@
-import { parseAddressList, parseHeaderFields } from '../protocol/header-fields.js';
+import { parseAddressList } from '../protocol/address-list.js';
+import { parseHeaderFields } from '../protocol/header-fields.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { MailEnvelope, NodemailerMail } from './nodemailer-types.js';
 

@@ -1,5 +1,6 @@
 import { parseArgs } from 'node:util';
-import { DEFAULT_ADD_BATCH_SIZE, type EmlApiClient, type MemberInput } from '../../client/eml-api-client.js';
+import type { EmlApiClient } from '../../client/eml-api-client.js';
+import { DEFAULT_ADD_BATCH_SIZE, type MemberInput } from '../../client/client-types.js';
 import type { OnFailure } from '../../protocol/api-types.js';
 import type { CliIo } from '../cli-io.js';
 import { membersFromCsv } from '../lib/csv-members.js';

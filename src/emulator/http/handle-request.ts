@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { API_KEY_HEADER, IDEMPOTENCY_KEY_HEADER, type ApiErrorBody } from '../../protocol/api-types.js';
+import { API_KEY_HEADER, IDEMPOTENCY_KEY_HEADER } from '../../protocol/api-paths.js';
+import type { ApiErrorBody } from '../../protocol/api-types.js';
 import { requireScope } from '../state/api-key-store.js';
 import type { EmulatorState } from '../state/emulator-state.js';
 import { HttpError } from './http-error.js';

@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import {
-  API_PATHS,
-  type AddToGroupResponse,
-  type GroupCheckResponse,
-  type GroupSendAcceptedResponse,
-  type RemoveFromGroupResponse,
+import { API_PATHS } from '../../protocol/api-paths.js';
+import type {
+  AddToGroupResponse,
+  GroupCheckResponse,
+  GroupSendAcceptedResponse,
+  RemoveFromGroupResponse,
 } from '../../protocol/api-types.js';
 import { composeMessage } from './compose-message.js';
 import { isUndeliverable, type EmulatorState } from '../state/emulator-state.js';

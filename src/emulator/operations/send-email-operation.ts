@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { API_PATHS, type SendAcceptedResponse } from '../../protocol/api-types.js';
+import { API_PATHS } from '../../protocol/api-paths.js';
+import type { SendAcceptedResponse } from '../../protocol/api-types.js';
 import { composeMessage } from './compose-message.js';
 import { isUndeliverable } from '../state/emulator-state.js';
 import { HttpError } from '../http/http-error.js';

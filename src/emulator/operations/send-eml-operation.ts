@@ -1,4 +1,5 @@
-import { API_PATHS, type SendAcceptedResponse } from '../../protocol/api-types.js';
+import { API_PATHS } from '../../protocol/api-paths.js';
+import type { SendAcceptedResponse } from '../../protocol/api-types.js';
 import { decodeBase64Strict } from './decode-base64.js';
 import { HttpError } from '../http/http-error.js';
 import { newMessageId } from './json-send-content.js';

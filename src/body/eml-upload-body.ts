@@ -1,21 +1,13 @@
+/**
+ * Request bodies of `POST /v1/send/eml`: `{"mail":"<base64>"}` framed around
+ * a message held in memory or spooled to a file, encoded slice by slice so the
+ * Base64 text (4/3 of the message) never exists whole.
+ */
 import { createReadStream } from 'node:fs';
 import { rm } from 'node:fs/promises';
-import { Readable, Transform, type TransformCallback } from 'node:stream';
-
-/**
- * The JSON body of one request, readable once per attempt so retries resend
- * exactly the same bytes. Large EML bodies are streamed, never held whole.
- */
-export interface UploadBody {
-  /** Byte length of the JSON body (the request's Content-Length). */
-  readonly length: number;
-  /** The whole body, when it is small enough to keep in memory. */
-  readonly bytes: Buffer | undefined;
-  /** A fresh stream of the body bytes, for one attempt. */
-  open(): Readable;
-  /** Releases what the body holds (removes a spool file). Safe to call twice. */
-  dispose(): Promise<void>;
-}
+import { Readable } from 'node:stream';
+import { bytesBody, type UploadBody } from '../http/upload-body.js';
+import { Base64Encoder } from './base64-encoder.js';
 
 const PREFIX = Buffer.from('{"mail":"');
 const SUFFIX = Buffer.from('"}');
@@ -28,16 +20,6 @@ export const STREAM_ABOVE = 256 * 1024;
 /** Length of the `{"mail":"<base64>"}` body for an EML of `size` bytes. */
 export function emlBodyLength(size: number): number {
   return PREFIX.length + 4 * Math.ceil(size / 3) + SUFFIX.length;
-}
-
-/** A body held in memory. */
-export function bytesBody(bytes: Buffer): UploadBody {
-  return {
-    length: bytes.length,
-    bytes,
-    open: () => Readable.from([bytes], { objectMode: false }),
-    dispose: () => Promise.resolve(),
-  };
 }
 
 /**
@@ -87,23 +69,5 @@ async function* frame(base64: AsyncIterable<Buffer> | Iterable<Buffer>): AsyncGe
 function* sliceBase64(eml: Buffer): Generator<Buffer> {
   for (let at = 0; at < eml.length; at += SLICE) {
     yield Buffer.from(eml.subarray(at, at + SLICE).toString('base64'), 'latin1');
-  }
-}
-
-/** Streaming Base64: carries the 0-2 bytes that do not fill a 3-byte group to the next chunk. */
-export class Base64Encoder extends Transform {
-  #rest: Buffer = Buffer.alloc(0);
-
-  override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
-    const data = this.#rest.length > 0 ? Buffer.concat([this.#rest, chunk]) : chunk;
-    const whole = data.length - (data.length % 3);
-    this.#rest = Buffer.from(data.subarray(whole));
-    if (whole > 0) this.push(Buffer.from(data.subarray(0, whole).toString('base64'), 'latin1'));
-    callback();
-  }
-
-  override _flush(callback: TransformCallback): void {
-    if (this.#rest.length > 0) this.push(Buffer.from(this.#rest.toString('base64'), 'latin1'));
-    callback();
   }
 }

@@ -1,0 +1,140 @@
+import type { GroupSendAcceptedResponse, OnFailure, SendAcceptedResponse } from '../protocol/api-types.js';
+import type { ServiceResponse } from '../http/service-response.js';
+import type { AddressInput } from './address-input.js';
+import type { TextContentInput } from './content-input.js';
+
+/**
+ * Per-call options of the client's methods.
+ *
+ * @example
+ * await client.sendEml(eml, { signal: AbortSignal.timeout(10_000) });
+ */
+export interface RequestOptions {
+  /** Aborts the request; the call rejects with `EABORT`. */
+  signal?: AbortSignal;
+}
+
+/** Per-call options of sends. */
+export interface SendOptions extends RequestOptions {
+  /**
+   * `Idempotency-Key` of this logical send: 1 to 255 printable ASCII characters
+   * without spaces (anything else rejects with `EMESSAGE` before any request).
+   * @default a new random UUID per call
+   */
+  idempotencyKey?: string;
+}
+
+/**
+ * Result of an accepted send. `data` is the service's JSON answer when it
+ * sent one (the fields are read leniently: a real service may omit them).
+ *
+ * @example
+ * const { id, messageId, response } = await client.sendEml(eml); // response: '202 Accepted'
+ */
+export interface SendResult extends ServiceResponse<Partial<SendAcceptedResponse>> {
+  /** The service's id for the send, when it gave one. */
+  id: string | undefined;
+  /** The Message-ID the service reported, when it gave one. */
+  messageId: string | undefined;
+  /** The `Idempotency-Key` the send carried. */
+  idempotencyKey: string;
+}
+
+/**
+ * A standard JSON email for {@link EmlApiClient.sendEmail}.
+ *
+ * @example
+ * const email: EmailInput = { from: 'Shop <shop@example.com>', to: 'ann@example.net', subject: 'Hi', textContent: { html: '<p>Hi</p>', tracking: true } };
+ */
+export interface EmailInput {
+  /** One recipient or several, in any Nodemailer address form. */
+  to: AddressInput | AddressInput[];
+  from: AddressInput;
+  subject: string;
+  textContent: TextContentInput;
+}
+
+/**
+ * A group email for {@link EmlApiClient.sendToGroup}: the recipients are the group's members.
+ *
+ * @example
+ * const newsletter: GroupEmailInput = { from: 'news@example.com', subject: 'Hello {{first_name}}', textContent: { html: '<p>…</p><a href="{{unsubscribe}}">Unsubscribe</a>' } };
+ */
+export interface GroupEmailInput {
+  from: AddressInput;
+  subject: string;
+  textContent: TextContentInput;
+}
+
+/** Result of an accepted group send. */
+export interface GroupSendResult extends ServiceResponse<Partial<GroupSendAcceptedResponse>> {
+  id: string | undefined;
+  /** Members the email went to, when the service said. */
+  recipients: number | undefined;
+  /** Members whose delivery failed (and who were removed from the group), when the service said. */
+  failed: number | undefined;
+  idempotencyKey: string;
+}
+
+/**
+ * One member to add: an address in any Nodemailer form, or an object with
+ * `email`, `name` and `substitutions` (keys with or without braces).
+ *
+ * @example
+ * const member: MemberInput = { email: 'ann@example.net', name: 'Ann', substitutions: { first_name: 'Ann' } };
+ */
+export type MemberInput =
+  | string
+  | { email: string; name?: string; substitutions?: Record<string, string | number | boolean> }
+  | { address: string; name?: string; substitutions?: Record<string, string | number | boolean> };
+
+/** Progress of {@link EmlApiClient.addToGroup}, reported after each batch. */
+export interface AddToGroupProgress {
+  /** Batches done so far (1 after the first). */
+  batch: number;
+  /** Batches in all. */
+  batches: number;
+  /** Entries sent so far, over all batches done. */
+  entriesDone: number;
+  /** Entries in all. */
+  entries: number;
+  /** What this batch added. */
+  added: string[];
+  /** What this batch skipped, with the service's reasons. */
+  skipped: { email: string; reason: string }[];
+}
+
+/** Options of {@link EmlApiClient.addToGroup}. */
+export interface AddToGroupOptions extends RequestOptions {
+  /**
+   * `SKIP` adds the valid entries and reports the others; `ABORT` adds nothing
+   * from a request when any entry fails (across batches, see the README).
+   * @default 'ABORT'
+   */
+  onFailure?: OnFailure;
+  /**
+   * Entries per request; larger lists are sent in several requests.
+   * @default 500
+   */
+  batchSize?: number;
+  /**
+   * Called after each batch the service accepted, e.g. to draw a progress bar.
+   * @default undefined
+   * @example
+   * await client.addToGroup('news', members, { onBatch: (p) => console.log(`${p.entriesDone}/${p.entries}`) });
+   */
+  onBatch?: (progress: AddToGroupProgress) => void;
+}
+
+/** Result of {@link EmlApiClient.addToGroup}, covering every batch. */
+export interface AddToGroupResult {
+  /** Addresses added (or updated, when already members). */
+  added: string[];
+  /** Entries the service skipped, with its reasons. */
+  skipped: { email: string; reason: string }[];
+  /** Requests made. */
+  batches: number;
+}
+
+/** Default entries per add request. */
+export const DEFAULT_ADD_BATCH_SIZE = 500;

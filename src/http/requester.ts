@@ -1,0 +1,298 @@
+import { Agent, type Dispatcher } from 'undici';
+import { EmlApiError } from '../shared/eml-api-error.js';
+import { ClientClosedReason, TotalTimeoutReason } from './abort-reasons.js';
+import { ConcurrencyLimiter } from './concurrency-limiter.js';
+import { exchange, ExchangeFailure, type RawResponse } from './exchange.js';
+import { errorFromFailure, errorFromResponse, type CallStage, type FailureContext } from './request-error.js';
+
+export type { CallStage };
+import type { RequesterSettings } from './requester-options.js';
+import { backoffDelay, classifyStatus, parseRetryAfter, sleep, type RetryClass } from './retry-policy.js';
+import { SendPacer } from './send-pacer.js';
+import { readServiceResponse, type ServiceResponse } from './service-response.js';
+import { SignalFanout } from './signal-fanout.js';
+import { bytesBody, type UploadBody } from './upload-body.js';
+
+/** One HTTP request of a call. */
+export interface HttpRequest {
+  method: 'GET' | 'POST' | 'DELETE';
+  /** Path under the base URL, e.g. `/v1/send/eml`. */
+  path: string;
+  /** A JSON text, or a replayable body. */
+  body?: string | UploadBody;
+  headers?: Record<string, string>;
+  /** Repeating it cannot do harm (a check, an add), so ambiguous failures are retried too. */
+  replaySafe?: boolean;
+  /** Non-2xx statuses the caller reads itself instead of failing on them. */
+  acceptStatus?: (status: number) => boolean;
+}
+
+/** Options of one call. */
+export interface CallOptions {
+  /** The caller's signal: aborts the call wherever it is. */
+  signal?: AbortSignal | undefined;
+  /** A send: paced by `maxMessagesPerSecond` before it takes a connection slot. */
+  paced?: boolean;
+}
+
+/**
+ * One logical call in progress. It holds a connection slot from the moment
+ * its work starts until it ends, so whatever it builds (a message) counts
+ * against `maxConnections`.
+ */
+export interface Call {
+  /** Aborted by the caller's signal, `timeouts.total` or `close({ abort: true })`. */
+  readonly signal: AbortSignal;
+  /** What the call is doing now. */
+  stage: CallStage;
+  /**
+   * Sends one request, retrying what the retry policy allows, with backoff.
+   * @returns a 2xx answer, or one `acceptStatus` accepts
+   * @throws {EmlApiError} for any other answer; the raw failure (mapped by the call) when no answer came
+   */
+  request<T>(request: HttpRequest): Promise<ServiceResponse<T>>;
+}
+
+/**
+ * The request engine: runs calls within `maxConnections` slots, with pacing,
+ * a total timeout per call, retries with backoff, abort from the caller's
+ * signal or from `close({ abort: true })`, and a graceful close that waits for
+ * every call made before it. It knows nothing of email.
+ */
+export class Requester {
+  readonly #settings: RequesterSettings;
+  readonly #dispatcher: Dispatcher;
+  readonly #ownsDispatcher: boolean;
+  readonly #limiter: ConcurrencyLimiter;
+  readonly #pacer: SendPacer | undefined;
+  readonly #fanout = new SignalFanout();
+  readonly #releaseListeners = new Set<() => void>();
+  /** Calls in progress (settled when they end), so close() can wait for them. */
+  readonly #inflight = new Set<Promise<void>>();
+  /** The controllers of calls in progress, aborted by close({ abort: true }). */
+  readonly #controllers = new Set<AbortController>();
+  #closed = false;
+  #abortedByClose = false;
+  #closing: Promise<void> | undefined;
+
+  constructor(settings: RequesterSettings) {
+    this.#settings = settings;
+    this.#ownsDispatcher = settings.dispatcher === undefined;
+    this.#dispatcher =
+      settings.dispatcher ??
+      new Agent({
+        connections: settings.maxConnections,
+        keepAliveTimeout: 30_000,
+        keepAliveMaxTimeout: 600_000,
+        connect: { timeout: settings.timeouts.connect },
+      });
+    this.#pacer =
+      settings.maxMessagesPerSecond === undefined ? undefined : new SendPacer(settings.maxMessagesPerSecond);
+    this.#limiter = new ConcurrencyLimiter(settings.maxConnections, () => {
+      for (const listener of this.#releaseListeners) listener();
+    });
+  }
+
+  /** Calls holding a slot now. */
+  get active(): number {
+    return this.#limiter.active;
+  }
+
+  /** Calls waiting for a slot. */
+  get pending(): number {
+    return this.#limiter.pending;
+  }
+
+  /** Whether a new call would start at once. */
+  get hasFreeSlot(): boolean {
+    return this.#limiter.hasFreeSlot;
+  }
+
+  /** Whether {@link close} was called. */
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** Calls `listener` each time a call ends and frees its slot. @returns a function that removes it */
+  onSlotReleased(listener: () => void): () => void {
+    this.#releaseListeners.add(listener);
+    return () => this.#releaseListeners.delete(listener);
+  }
+
+  /**
+   * Runs one logical call: waits for its pace and a free slot, then runs
+   * `work` with the slot held. The call is registered before this returns,
+   * so a later close() waits for it; after close() it is refused.
+   *
+   * @param command names the call in errors, e.g. `POST /v1/send/eml`
+   * @throws {EmlApiError} every failure, mapped (`EABORT`, `ETIMEDOUT`, `ECONNECTION`...)
+   */
+  run<T>(command: string, options: CallOptions, work: (call: Call) => Promise<T>): Promise<T> {
+    return this.track(command, () => this.#run(command, options, work));
+  }
+
+  /**
+   * Registers an operation made of several calls (the batches of an import),
+   * each with its own total timeout: close() waits for the whole operation,
+   * whose calls still run after close() was called.
+   *
+   * @param operation gets the function that runs each of its calls
+   */
+  track<T>(
+    command: string,
+    operation: (
+      run: <R>(command: string, options: CallOptions, work: (call: Call) => Promise<R>) => Promise<R>,
+    ) => Promise<T>,
+  ): Promise<T> {
+    if (this.#closed) {
+      return Promise.reject(
+        new EmlApiError('ECONNECTION', `${command} refused: the client is closed`, { permanent: true }),
+      );
+    }
+    let finish!: () => void;
+    const finished = new Promise<void>((resolve) => (finish = resolve));
+    this.#inflight.add(finished);
+    const run = <R>(cmd: string, options: CallOptions, work: (call: Call) => Promise<R>) =>
+      this.#run(cmd, options, work);
+    let result: Promise<T>;
+    try {
+      result = operation(run);
+    } catch (err) {
+      result = Promise.reject(err);
+    }
+    return result.finally(() => {
+      this.#inflight.delete(finished);
+      finish();
+    });
+  }
+
+  /**
+   * Stops accepting calls, lets the calls already made finish (queued ones
+   * included), then closes the dispatcher it created. With `{ abort: true }`
+   * the calls still running are aborted instead.
+   */
+  close(options: { abort?: boolean } = {}): Promise<void> {
+    this.#closed = true;
+    if (options.abort) {
+      this.#abortedByClose = true;
+      for (const controller of this.#controllers) controller.abort(new ClientClosedReason());
+    }
+    this.#closing ??= (async () => {
+      while (this.#inflight.size > 0) await Promise.allSettled([...this.#inflight]);
+      if (this.#ownsDispatcher) await this.#dispatcher.close();
+    })();
+    return this.#closing;
+  }
+
+  async #run<T>(command: string, options: CallOptions, work: (call: Call) => Promise<T>): Promise<T> {
+    // One controller per call, fed by the caller's signal, the total timeout and close({ abort }).
+    // (AbortSignal.any costs noticeably more per call on Node 20.)
+    const controller = new AbortController();
+    this.#controllers.add(controller);
+    if (this.#abortedByClose) controller.abort(new ClientClosedReason());
+    if (options.signal) this.#fanout.follow(options.signal, controller);
+    const total = this.#settings.timeouts.total;
+    const timer = setTimeout(() => controller.abort(new TotalTimeoutReason(total)), total);
+    const call = new RunningCall(this.#settings, this.#dispatcher, this.#ownsDispatcher, controller.signal, command);
+    try {
+      if (options.paced && this.#pacer) await this.#pacer.wait(controller.signal);
+      return await this.#limiter.run(() => {
+        call.stage = 'sending';
+        return work(call);
+      }, controller.signal);
+    } catch (err) {
+      throw errorFromFailure(err, call.context());
+    } finally {
+      clearTimeout(timer);
+      if (options.signal) this.#fanout.unfollow(options.signal, controller);
+      this.#controllers.delete(controller);
+    }
+  }
+}
+
+/** A call in progress: its signal, stage and attempts, and the retry loop of its requests. */
+class RunningCall implements Call {
+  stage: CallStage = 'queued';
+  #command: string;
+  #attempts = 0;
+
+  constructor(
+    readonly settings: RequesterSettings,
+    readonly dispatcher: Dispatcher,
+    readonly tracksWrites: boolean,
+    readonly signal: AbortSignal,
+    command: string,
+  ) {
+    this.#command = command;
+  }
+
+  /** What error mapping needs to know about this call. */
+  context(): FailureContext {
+    return {
+      command: this.#command,
+      origin: this.settings.origin,
+      secret: this.settings.secret,
+      signal: this.signal,
+      attempts: this.#attempts,
+      responseTimeout: this.settings.timeouts.response,
+      stage: this.stage,
+    };
+  }
+
+  async request<T>(init: HttpRequest): Promise<ServiceResponse<T>> {
+    const { settings, signal } = this;
+    const { retries, timeouts, secret } = settings;
+    const command = `${init.method} ${init.path}`;
+    this.#command = command;
+    this.#attempts = 0;
+    this.stage = 'sending';
+    const headers: Record<string, string> = { ...settings.headers, ...init.headers };
+    if (init.body !== undefined) headers['content-type'] = 'application/json';
+    const body = typeof init.body === 'string' ? bytesBody(Buffer.from(init.body)) : init.body;
+    for (;;) {
+      this.#attempts++;
+      let answer: RawResponse | undefined;
+      let failure: unknown;
+      try {
+        answer = await exchange(this.dispatcher, {
+          origin: settings.origin,
+          path: settings.basePath + init.path,
+          method: init.method,
+          headers,
+          body,
+          signal,
+          headersTimeout: timeouts.response,
+          tracksWrites: this.tracksWrites,
+        });
+      } catch (err) {
+        failure = err;
+      }
+      let retryClass: RetryClass;
+      let wait: number | undefined;
+      let res: ServiceResponse<T> | undefined;
+      if (answer) {
+        res = readServiceResponse<T>(answer.statusCode, answer.headers['content-type'], answer.text);
+        if ((res.statusCode >= 200 && res.statusCode < 300) || init.acceptStatus?.(res.statusCode)) return res;
+        retryClass = classifyStatus(res.statusCode);
+        wait = parseRetryAfter(answer.headers['retry-after']);
+      } else {
+        if (signal.aborted || !(failure instanceof ExchangeFailure)) throw failure;
+        retryClass = failure.phase === 'sent' ? 'ambiguous' : 'safe';
+      }
+      const allowed =
+        retryClass === 'safe' || (retryClass === 'ambiguous' && (retries.retryAmbiguous || init.replaySafe === true));
+      const delay = wait ?? backoffDelay(this.#attempts - 1, retries);
+      if (!allowed || this.#attempts > retries.limit || delay > retries.maxDelay) {
+        if (res) {
+          const note =
+            wait !== undefined && delay > retries.maxDelay
+              ? `the service asks to retry after ${Math.ceil(delay / 1000)} s, longer than retries.maxDelay`
+              : undefined;
+          throw errorFromResponse(command, res, secret, { attempts: this.#attempts, ...(note ? { note } : {}) });
+        }
+        throw failure;
+      }
+      await sleep(delay, signal);
+    }
+  }
+}

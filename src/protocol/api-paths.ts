@@ -1,0 +1,37 @@
+/**
+ * Where the service's operations live and the headers every request carries,
+ * shared by the client, the emulator and the CLI.
+ */
+
+/** Header carrying the API key. */
+export const API_KEY_HEADER = 'x-api-key';
+
+/** Header carrying the idempotency key of a logical send. */
+export const IDEMPOTENCY_KEY_HEADER = 'idempotency-key';
+
+/**
+ * Paths of the service's operations, relative to the base URL. Path parameters
+ * are percent-encoded so that no value can change the path.
+ */
+export const API_PATHS = {
+  sendEml: '/v1/send/eml',
+  sendEmail: '/v1/send/email',
+  sendGroup: (groupId: string): string => `/v1/send/group/${encodePathSegment(groupId)}`,
+  group: (groupId: string): string => `/v1/group/${encodePathSegment(groupId)}`,
+  groupCheck: (groupId: string, email: string): string =>
+    `/v1/group/${encodePathSegment(groupId)}/check/${encodePathSegment(email)}`,
+} as const;
+
+/**
+ * Percent-encodes one path segment. Beyond `encodeURIComponent`, a segment made
+ * only of dots is encoded too, since `.` and `..` would otherwise be resolved
+ * as dot segments by URL parsers and proxies and change the path.
+ *
+ * @example
+ * encodePathSegment('../admin'); // '..%2Fadmin'
+ * encodePathSegment('..');       // '%2E%2E'
+ */
+export function encodePathSegment(value: string): string {
+  const encoded = encodeURIComponent(value);
+  return /^\.+$/.test(encoded) ? encoded.replace(/\./g, '%2E') : encoded;
+}
