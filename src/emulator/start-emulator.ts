@@ -6,7 +6,9 @@ import { resolveEmulatorOptions, type EmulatorOptions } from './emulator-options
 import type { DeliveredMessage, EmulatorMember, EmulatorMessage } from './state/emulator-records.js';
 import { EmulatorState } from './state/emulator-state.js';
 import { FaultInjector, type EmulatorFaults, type FaultStats } from './http/fault-injector.js';
-import { handleRequest } from './http/handle-request.js';
+import { createRequestHandler } from './http/handle-request.js';
+import { inboxSection } from './inbox/inbox-section.js';
+import { publicPages } from './pages/public-pages.js';
 
 /**
  * A running emulator of the email service.
@@ -73,8 +75,11 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   state.keys.add(apiKey, API_SCOPES, 'plus');
   for (const key of resolved.apiKeys) state.keys.add(key.key, key.scopes, key.plan);
 
+  // The composition root: the only place that knows which sections the site has.
+  const sections = [publicPages(state), inboxSection(state)];
+  const handleRequest = createRequestHandler(state, sections);
   const server = createServer({ maxHeaderSize: 16 * 1024, requestTimeout: 120_000 }, (req, res) => {
-    handleRequest(state, req, res).catch((err: unknown) => {
+    handleRequest(req, res).catch((err: unknown) => {
       resolved.onInternalError(err);
       res.destroy();
     });
@@ -117,7 +122,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     faultStats: () => (state.faults ? { ...state.faults.stats } : undefined),
     close: () =>
       (closing ??= new Promise<void>((resolve, reject) => {
-        state.inboxEvents.close();
+        for (const section of sections) section.close?.();
         server.close((err) => (err ? reject(err) : resolve()));
         server.closeAllConnections();
       })),

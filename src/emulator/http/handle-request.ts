@@ -1,177 +1,32 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { API_KEY_HEADER, IDEMPOTENCY_KEY_HEADER } from '../../protocol/api-paths.js';
-import type { ApiErrorBody } from '../../protocol/api-types.js';
-import { requireScope } from '../state/api-key-store.js';
 import type { EmulatorState } from '../state/emulator-state.js';
-import { HttpError } from './http-error.js';
-import { parseJsonObject, readBody } from './read-body.js';
-import type { Answer, Operation, RequestContext } from './route.js';
-import { ROUTES } from './routes.js';
-import { handlePublicRoute, type PageAnswer } from '../pages/public-routes.js';
-import { INBOX_EVENTS_PATH } from '../inbox/inbox-events.js';
-import { isInboxRequest } from '../inbox/inbox-routes.js';
-
-const MAX_PATH_LENGTH = 2048;
+import { answerApi } from './api-router.js';
+import type { SiteSection } from './site-section.js';
 
 /**
- * Answers one HTTP request of the API. Every failure caused by the request is
- * a 4xx JSON error; only a bug in the emulator gives 500.
+ * The emulator's request handler: a request a site section owns (public
+ * pages, the web inbox) goes to it; everything else is the JSON API.
  */
-export async function handleRequest(state: EmulatorState, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  const target = req.url ?? '/';
-  const path = target.split('?', 1)[0]!;
-  const inbox = isInboxRequest(req.method, path);
-  if (inbox && path === INBOX_EVENTS_PATH) {
-    state.inboxEvents.serve(state, req, res, target.slice(path.length + 1));
-    return;
-  }
-  if (path.startsWith('/unsubscribe/') || path.startsWith('/images/') || inbox) {
-    let pageAnswer: PageAnswer | undefined;
+export function createRequestHandler(
+  state: EmulatorState,
+  sections: readonly SiteSection[],
+): (req: IncomingMessage, res: ServerResponse) => Promise<void> {
+  return async (req, res) => {
+    const target = req.url ?? '/';
+    const queryAt = target.indexOf('?');
+    const path = queryAt === -1 ? target : target.slice(0, queryAt);
+    const query = queryAt === -1 ? '' : target.slice(queryAt + 1);
+    const method = (req.method ?? 'GET').toUpperCase();
+    const section = sections.find((s) => s.owns(method, path));
+    if (!section) return answerApi(state, req, res);
     try {
-      pageAnswer = await handlePublicRoute(state, req, path);
+      await section.serve(req, res, path, query);
     } catch (err) {
       state.options.onInternalError(err);
-      pageAnswer = { status: 500, contentType: 'text/plain; charset=utf-8', body: 'Internal error\n' };
+      if (!res.headersSent && !res.destroyed) {
+        res.writeHead(500, { 'content-type': 'text/plain; charset=utf-8', 'content-length': '15' });
+        res.end('Internal error\n');
+      }
     }
-    if (pageAnswer && !res.headersSent && !res.destroyed) {
-      res.writeHead(pageAnswer.status, {
-        'content-type': pageAnswer.contentType,
-        'content-length': Buffer.byteLength(pageAnswer.body),
-        ...pageAnswer.headers,
-      });
-      res.end(req.method === 'HEAD' ? undefined : pageAnswer.body);
-      return;
-    }
-  }
-  const fault = state.faults?.draw();
-  if (fault && fault.latencyMs > 0) await new Promise((resolve) => setTimeout(resolve, fault.latencyMs));
-  if (fault?.kind === 'resetBeforeProcessing') {
-    req.socket.destroy();
-    return;
-  }
-  let answer: Answer;
-  try {
-    if (fault?.kind === 'unavailable' || fault?.kind === 'rateLimited') {
-      const [status, code, message] =
-        fault.kind === 'unavailable'
-          ? ([503, 'unavailable', 'The service is unavailable (injected fault); retry later'] as const)
-          : ([429, 'rate_limited', 'Too many requests (injected fault); retry after the Retry-After delay'] as const);
-      throw new HttpError(status, code, message, { 'retry-after': String(fault.retryAfterSeconds) });
-    }
-    answer = await route(state, req);
-    if (fault?.kind === 'resetAfterProcessing') {
-      // Processed (mail delivered), but the answer is lost on the way.
-      req.socket.destroy();
-      return;
-    }
-  } catch (err) {
-    answer = errorAnswer(state, err);
-    // The body may be partly unread (413, early errors): do not reuse the connection.
-    if (!req.complete) res.setHeader('connection', 'close');
-  }
-  if (res.headersSent || res.destroyed) return;
-  const payload = JSON.stringify(answer.body);
-  res.writeHead(answer.status, {
-    'content-type': 'application/json; charset=utf-8',
-    'content-length': Buffer.byteLength(payload),
-    'cache-control': 'no-store',
-    ...answer.headers,
-  });
-  res.end(payload);
-}
-
-async function route(state: EmulatorState, req: IncomingMessage): Promise<Answer> {
-  const rawUrl = req.url ?? '/';
-  if (rawUrl.length > MAX_PATH_LENGTH) {
-    throw new HttpError(400, 'invalid_request', `The request URL is longer than ${MAX_PATH_LENGTH} characters`);
-  }
-  // Match on the raw path: a URL parser would resolve %2E%2E and dot segments
-  // and let a path parameter reach another route.
-  const path = rawUrl.split('?', 1)[0]!;
-  for (const candidate of ROUTES) {
-    const match = candidate.pattern.exec(path);
-    if (!match) continue;
-    const method = (req.method ?? 'GET').toUpperCase();
-    const operation = candidate.methods[method as keyof typeof candidate.methods];
-    if (!operation) {
-      throw new HttpError(405, 'method_not_allowed', `${method} is not allowed on ${path.slice(0, 200)}`, {
-        allow: Object.keys(candidate.methods).join(', '),
-      });
-    }
-    const params = match.slice(1).map((segment, i) => decodeParam(segment!, i));
-    return run(state, req, operation, params, `${method} ${candidate.pattern.source}`);
-  }
-  throw new HttpError(404, 'not_found', `No operation at ${req.method ?? 'GET'} ${path.slice(0, 200)}`);
-}
-
-async function run(
-  state: EmulatorState,
-  req: IncomingMessage,
-  operation: Operation,
-  params: string[],
-  routeId: string,
-): Promise<Answer> {
-  const key = state.keys.authenticate(req.headers[API_KEY_HEADER]);
-  const wait = state.options.rateLimiter?.take(key.label) ?? 0;
-  if (wait > 0) {
-    throw new HttpError(429, 'rate_limited', `This API key is over its rate limit; retry after ${wait} s`, {
-      'retry-after': String(wait),
-    });
-  }
-  requireScope(key, operation.scopes);
-  if (operation.hasBody) {
-    const type = (req.headers['content-type'] ?? '').split(';', 1)[0]!.trim().toLowerCase();
-    if (type !== 'application/json') {
-      throw new HttpError(
-        415,
-        'unsupported_media_type',
-        `Content-Type must be application/json, got ${type ? JSON.stringify(type.slice(0, 100)) : 'none'}`,
-      );
-    }
-  }
-  const now = state.now();
-  let parsed: Promise<Record<string, unknown>> | undefined;
-  const ctx: RequestContext = {
-    req,
-    params,
-    key,
-    state,
-    now,
-    json: () => (parsed ??= readBody(req, state.options.bodyLimit).then(parseJsonObject)),
   };
-  const idempotencyKey = req.headers[IDEMPOTENCY_KEY_HEADER];
-  if (!operation.idempotent || typeof idempotencyKey !== 'string' || idempotencyKey.length === 0) {
-    return operation.handle(ctx);
-  }
-  if (idempotencyKey.length > 255) {
-    throw new HttpError(400, 'invalid_request', 'The Idempotency-Key header is longer than 255 characters');
-  }
-  const { answer, replayed } = await state.idempotency.run(
-    `${key.label}\n${routeId}\n${params.join('\n')}\n${idempotencyKey}`,
-    now.getTime(),
-    () => operation.handle(ctx),
-  );
-  // The repeat's own body was never read; drain it so the connection stays usable.
-  if (replayed) await ctx.json().catch(() => undefined);
-  return replayed ? { ...answer, headers: { ...answer.headers, 'idempotent-replayed': 'true' } } : answer;
-}
-
-function decodeParam(segment: string, index: number): string {
-  try {
-    return decodeURIComponent(segment);
-  } catch {
-    throw new HttpError(400, 'invalid_request', `Path parameter ${index + 1} is not valid percent-encoding`);
-  }
-}
-
-function errorAnswer(state: EmulatorState, err: unknown): Answer {
-  if (err instanceof HttpError) {
-    const body: ApiErrorBody = { error: { code: err.code, message: err.message } };
-    return { status: err.status, body, headers: err.headers };
-  }
-  state.options.onInternalError(err);
-  const body: ApiErrorBody = {
-    error: { code: 'internal_error', message: 'The emulator failed unexpectedly; see its log' },
-  };
-  return { status: 500, body };
 }

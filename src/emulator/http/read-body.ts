@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http';
-import { HttpError } from './http-error.js';
+import { HttpError } from '../operations/http-error.js';
 
 /**
  * Reads a request body up to `limit` bytes. A declared or actual size over the
@@ -39,24 +39,4 @@ export function parseJsonObject(body: Buffer): Record<string, unknown> {
     throw new HttpError(400, 'invalid_request', 'The request body must be a JSON object');
   }
   return value as Record<string, unknown>;
-}
-
-/**
- * Rejects fields a request type does not have, so that a typo is reported
- * instead of silently ignored.
- */
-export function rejectUnknownFields(
-  body: Record<string, unknown>,
-  allowed: readonly string[],
-  where = 'request body',
-): void {
-  for (const key of Object.keys(body)) {
-    if (!allowed.includes(key)) {
-      throw new HttpError(
-        400,
-        'invalid_request',
-        `Unknown field "${key.slice(0, 64)}" in the ${where}; allowed: ${allowed.join(', ')}`,
-      );
-    }
-  }
 }

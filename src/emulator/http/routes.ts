@@ -4,7 +4,7 @@ import {
   removeFromGroupOperation,
   sendGroupOperation,
 } from '../operations/group-operations.js';
-import type { Route } from './route.js';
+import type { Route } from '../operations/operation.js';
 import { sendEmailOperation } from '../operations/send-email-operation.js';
 import { sendEmlOperation } from '../operations/send-eml-operation.js';
 

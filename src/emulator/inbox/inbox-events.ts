@@ -20,9 +20,15 @@ const HEARTBEAT_MS = 15_000;
 export class InboxEvents {
   /** Each open stream and the function that ends it. */
   readonly #open = new Map<ServerResponse, () => void>();
+  readonly #state: EmulatorState;
   #closed = false;
 
-  serve(state: EmulatorState, req: IncomingMessage, res: ServerResponse, query: string): void {
+  constructor(state: EmulatorState) {
+    this.#state = state;
+  }
+
+  serve(req: IncomingMessage, res: ServerResponse, query: string): void {
+    const state = this.#state;
     if (res.destroyed) return;
     const since = Math.max(
       cursorValue(new URLSearchParams(query).get('since')),

@@ -1,3 +1,5 @@
+import { html, type SafeHtml } from '../pages/html.js';
+
 /**
  * A timestamp of the emulator's clock as the inbox shows it, in UTC:
  * `2025-03-01 09:30:00 UTC`. Empty for an invalid date.
@@ -8,9 +10,9 @@ export function formatTime(date: Date): string {
 }
 
 /** `<time>` element of {@link formatTime}, with the ISO timestamp in `datetime`. */
-export function timeElement(date: Date): string {
-  if (Number.isNaN(date.getTime())) return '<time></time>';
-  return `<time datetime="${date.toISOString()}">${formatTime(date)}</time>`;
+export function timeElement(date: Date): SafeHtml {
+  if (Number.isNaN(date.getTime())) return html`<time></time>`;
+  return html`<time datetime="${date.toISOString()}">${formatTime(date)}</time>`;
 }
 
 /** A byte count for people: `512 B`, `1.5 KB`, `2.0 MB`. */

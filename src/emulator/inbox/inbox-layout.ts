@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import type { PageAnswer } from '../pages/public-routes.js';
-import { escapeHtml } from '../operations/render-placeholders.js';
+import { html, raw, type SafeHtml } from '../pages/html.js';
+import type { PageAnswer } from '../pages/page-answer.js';
 import { INBOX_CSS } from './inbox-styles.js';
 
 /** A small envelope icon, inline so the browser never asks for /favicon.ico. */
@@ -20,8 +20,8 @@ export interface InboxPage {
   title: string;
   /** Which top navigation link is current. */
   current?: 'inbox' | 'groups';
-  /** The page content, already escaped HTML. */
-  main: string;
+  /** The page content. */
+  main: SafeHtml;
   /** A script for the end of the body, run under the page's nonce. */
   script?: string;
 }
@@ -34,20 +34,20 @@ export interface InboxPage {
 export function inboxPage(page: InboxPage): PageAnswer {
   const nonce = randomBytes(16).toString('base64');
   const link = (href: string, label: string, name: InboxPage['current']) =>
-    `<a href="${href}"${page.current === name ? ' aria-current="page"' : ''}>${label}</a>`;
-  const body = `<!doctype html>
+    html`<a href="${href}"${page.current === name ? raw(' aria-current="page"') : ''}>${label}</a>`;
+  const body = html`<!doctype html>
 <html lang="en" class="no-js"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${escapeHtml(page.title)}</title>
-<link rel="icon" href="${FAVICON}">
-<style>${INBOX_CSS}</style>
+<title>${page.title}</title>
+<link rel="icon" href="${raw(FAVICON)}">
+<style>${raw(INBOX_CSS)}</style>
 </head><body>
 <header class="bar"><div class="brand">EML API <span>emulator</span></div>
 <nav>${link('/', 'Inbox', 'inbox')}${link('/inbox/groups', 'Groups', 'groups')}</nav></header>
 <main>
 ${page.main}
 </main>
-<script nonce="${nonce}">document.documentElement.className = 'js';${page.script ?? ''}</script>
+<script nonce="${nonce}">document.documentElement.className = 'js';${raw(page.script ?? '')}</script>
 </body></html>
 `;
   return {
@@ -76,7 +76,7 @@ export function notFoundPage(what: string, detail: string): PageAnswer {
   return inboxPage({
     status: 404,
     title: `${what} not found`,
-    main: `<div class="head"><h1>${escapeHtml(what)} not found</h1></div>
-<div class="card"><p class="empty">${escapeHtml(detail)} <a href="/">Back to the inbox</a></p></div>`,
+    main: html`<div class="head"><h1>${what} not found</h1></div>
+<div class="card"><p class="empty">${detail} <a href="/">Back to the inbox</a></p></div>`,
   });
 }

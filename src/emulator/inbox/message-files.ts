@@ -2,7 +2,7 @@ import type { IncomingMessage } from 'node:http';
 import { simpleParser } from 'mailparser';
 import type { DeliveredMessage } from '../state/emulator-records.js';
 import type { EmulatorState } from '../state/emulator-state.js';
-import type { PageAnswer } from '../pages/public-routes.js';
+import type { PageAnswer } from '../pages/page-answer.js';
 import { INBOX_HEADERS } from './inbox-layout.js';
 
 /** For answers a browser must never run anything from. */

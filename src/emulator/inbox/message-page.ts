@@ -2,8 +2,8 @@ import { simpleParser, type AddressObject } from 'mailparser';
 import { headerSectionLength, parseHeaderFields } from '../../protocol/header-fields.js';
 import type { DeliveredMessage } from '../state/emulator-records.js';
 import type { EmulatorState } from '../state/emulator-state.js';
-import type { PageAnswer } from '../pages/public-routes.js';
-import { escapeHtml } from '../operations/render-placeholders.js';
+import { html, type SafeHtml } from '../pages/html.js';
+import type { PageAnswer } from '../pages/page-answer.js';
 import { formatSize, timeElement } from './inbox-format.js';
 import { inboxPage } from './inbox-layout.js';
 import { TABS_SCRIPT } from './inbox-scripts.js';
@@ -19,7 +19,7 @@ export const FRAME_SANDBOX = 'allow-popups allow-popups-to-escape-sandbox';
 interface Panel {
   tab: string;
   label: string;
-  content: string;
+  content: SafeHtml;
 }
 
 /** `GET /inbox/messages/{id}`: one delivered copy with its HTML (sandboxed), text, headers, raw source and attachments. */
@@ -30,21 +30,21 @@ export async function messagePage(state: EmulatorState, copy: DeliveredMessage):
   // Only the header section: names in From, To and Cc decoded (RFC 2047) without reading the body.
   const head = await simpleParser(copy.raw.subarray(0, headerSectionLength(copy.raw)));
   const cc = addressText(head.cc);
-  const meta: [string, string][] = [
-    ['From', escapeHtml(addressText(head.from) ?? copy.from)],
-    ['To', escapeHtml(addressText(head.to) ?? copy.to)],
-    ...(cc === undefined ? [] : [['Cc', escapeHtml(cc)] as [string, string]]),
-    ['Delivered to', escapeHtml(copy.to)],
+  const meta: [string, string | SafeHtml][] = [
+    ['From', addressText(head.from) ?? copy.from],
+    ['To', addressText(head.to) ?? copy.to],
+    ...(cc === undefined ? [] : [['Cc', cc] as [string, string]]),
+    ['Delivered to', copy.to],
     ['Received', timeElement(copy.deliveredAt)],
-    ['Message-ID', `<code>${escapeHtml(copy.messageId)}</code>`],
-    ...(group === undefined ? [] : [['Group', escapeHtml(group)] as [string, string]]),
+    ['Message-ID', html`<code>${copy.messageId}</code>`],
+    ...(group === undefined ? [] : [['Group', group] as [string, string]]),
   ];
 
   const files = copy.attachments.map((a, i) => {
     const name = attachmentName(a, i);
     const details = [a.contentType, formatSize(a.size), ...(a.disposition === 'inline' ? ['inline'] : [])];
-    return `<li><a class="attachment" href="${escapeHtml(`${base}/attachments/${i}`)}" download>${escapeHtml(name)}</a>
-<span class="muted">${escapeHtml(details.join(' \u00b7 '))}</span></li>`;
+    return html`<li><a class="attachment" href="${`${base}/attachments/${i}`}" download>${name}</a>
+<span class="muted">${details.join(' \u00b7 ')}</span></li>`;
   });
 
   const raw = copy.raw.subarray(0, RAW_PREVIEW_BYTES).toString('utf8');
@@ -55,7 +55,7 @@ export async function messagePage(state: EmulatorState, copy: DeliveredMessage):
           {
             tab: 'html',
             label: 'HTML',
-            content: `<iframe id="html-body" title="HTML body of the message" sandbox="${FRAME_SANDBOX}" referrerpolicy="no-referrer" src="${escapeHtml(`${base}/html`)}"></iframe>`,
+            content: html`<iframe id="html-body" title="HTML body of the message" sandbox="${FRAME_SANDBOX}" referrerpolicy="no-referrer" src="${`${base}/html`}"></iframe>`,
           },
         ]),
     {
@@ -63,35 +63,35 @@ export async function messagePage(state: EmulatorState, copy: DeliveredMessage):
       label: 'Text',
       content:
         copy.text === undefined
-          ? '<p class="empty">This message has no plain-text part.</p>'
-          : `<pre id="text-body">${escapeHtml(copy.text)}</pre>`,
+          ? html`<p class="empty">This message has no plain-text part.</p>`
+          : html`<pre id="text-body">${copy.text}</pre>`,
     },
     {
       tab: 'headers',
       label: 'Headers',
-      content: `<table class="headers"><tbody>
-${fields.map((f) => `<tr><td>${escapeHtml(f.name)}</td><td>${escapeHtml(f.value)}</td></tr>`).join('\n')}
+      content: html`<table class="headers"><tbody>
+${lines(fields, (f) => html`<tr><td>${f.name}</td><td>${f.value}</td></tr>`)}
 </tbody></table>`,
     },
     {
       tab: 'raw',
       label: 'Raw',
-      content: `<pre id="raw-source">${escapeHtml(raw)}</pre>
-<p class="note">${copy.raw.length > RAW_PREVIEW_BYTES ? `Showing the first ${formatSize(RAW_PREVIEW_BYTES)} of ${formatSize(copy.raw.length)}. ` : ''}<a href="${escapeHtml(`${base}/raw`)}">Open the raw source</a> \u00b7 <a href="${escapeHtml(`${base}/raw`)}" download="${escapeHtml(copy.id)}.eml">Download .eml</a></p>`,
+      content: html`<pre id="raw-source">${raw}</pre>
+<p class="note">${copy.raw.length > RAW_PREVIEW_BYTES ? `Showing the first ${formatSize(RAW_PREVIEW_BYTES)} of ${formatSize(copy.raw.length)}. ` : ''}<a href="${`${base}/raw`}">Open the raw source</a> \u00b7 <a href="${`${base}/raw`}" download="${copy.id}.eml">Download .eml</a></p>`,
     },
   ];
 
-  const main = `<p><a href="/">\u2190 Inbox</a></p>
-<div class="head"><h1 id="subject">${escapeHtml(copy.subject || '(no subject)')}</h1>${group === undefined ? '' : `<span class="badge">group: ${escapeHtml(group)}</span>`}</div>
+  const main = html`<p><a href="/">\u2190 Inbox</a></p>
+<div class="head"><h1 id="subject">${copy.subject || '(no subject)'}</h1>${group === undefined ? '' : html`<span class="badge">group: ${group}</span>`}</div>
 <div class="card"><dl class="meta">
-${meta.map(([name, value]) => `<dt>${name}</dt><dd>${value}</dd>`).join('\n')}
+${lines(meta, ([name, value]) => html`<dt>${name}</dt><dd>${value}</dd>`)}
 </dl></div>
-${files.length === 0 ? '' : `<div class="card" id="attachments"><h2>Attachments</h2><ul class="files">\n${files.join('\n')}\n</ul></div>`}
+${files.length === 0 ? '' : html`<div class="card" id="attachments"><h2>Attachments</h2><ul class="files">\n${lines(files, (f) => f)}\n</ul></div>`}
 <div class="card">
 <div class="tabs" role="tablist" aria-label="Message parts">
-${panels.map((p) => `<button type="button" role="tab" id="tab-${p.tab}" data-tab="${p.tab}" aria-controls="panel-${p.tab}">${p.label}</button>`).join('')}
+${panels.map((p) => html`<button type="button" role="tab" id="tab-${p.tab}" data-tab="${p.tab}" aria-controls="panel-${p.tab}">${p.label}</button>`)}
 </div>
-${panels.map((p) => `<section class="panel" id="panel-${p.tab}" role="tabpanel" aria-labelledby="tab-${p.tab}"><h2>${p.label}</h2>\n${p.content}\n</section>`).join('\n')}
+${lines(panels, (p) => html`<section class="panel" id="panel-${p.tab}" role="tabpanel" aria-labelledby="tab-${p.tab}"><h2>${p.label}</h2>\n${p.content}\n</section>`)}
 </div>`;
   return inboxPage({ title: copy.subject || '(no subject)', current: 'inbox', main, script: TABS_SCRIPT });
 }
@@ -100,4 +100,9 @@ function addressText(value: AddressObject | AddressObject[] | undefined): string
   if (!value) return undefined;
   const text = (Array.isArray(value) ? value : [value]).map((a) => a.text).join(', ');
   return text || undefined;
+}
+
+/** Items one per line, as the page's source shows them. */
+function lines<T>(items: T[], line: (item: T) => SafeHtml): SafeHtml[] {
+  return items.map((item, i) => html`${i > 0 ? '\n' : ''}${line(item)}`);
 }

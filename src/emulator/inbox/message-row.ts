@@ -1,6 +1,6 @@
 import type { DeliveredMessage } from '../state/emulator-records.js';
 import type { EmulatorState } from '../state/emulator-state.js';
-import { escapeHtml } from '../operations/render-placeholders.js';
+import { html, raw, type SafeHtml } from '../pages/html.js';
 import { plural, timeElement } from './inbox-format.js';
 
 /** A delivery as the inbox feed reports it. */
@@ -39,16 +39,14 @@ export function groupOf(state: EmulatorState, copy: DeliveredMessage): string | 
 }
 
 /** One row of the message list; every value is escaped. */
-export function messageRow(state: EmulatorState, copy: DeliveredMessage, fresh = false): string {
+export function messageRow(state: EmulatorState, copy: DeliveredMessage, fresh = false): SafeHtml {
   const group = groupOf(state, copy);
   const attachments = countAttachments(copy);
-  const badges =
-    (group === undefined ? '' : `<span class="badge" title="Group send">group: ${escapeHtml(group)}</span>`) +
-    (attachments === 0 ? '' : `<span class="badge">${plural(attachments, 'attachment')}</span>`);
-  return `<tr id="${escapeHtml(copy.id)}"${fresh ? ' class="new"' : ''}>
-<td class="addr to">${escapeHtml(copy.to)}</td>
-<td class="addr from">${escapeHtml(copy.from)}</td>
-<td class="subject"><a href="${escapeHtml(messagePath(copy.id))}">${escapeHtml(copy.subject || '(no subject)')}</a>${badges}</td>
+  const badges = html`${group === undefined ? '' : html`<span class="badge" title="Group send">group: ${group}</span>`}${attachments === 0 ? '' : html`<span class="badge">${plural(attachments, 'attachment')}</span>`}`;
+  return html`<tr id="${copy.id}"${fresh ? raw(' class="new"') : ''}>
+<td class="addr to">${copy.to}</td>
+<td class="addr from">${copy.from}</td>
+<td class="subject"><a href="${messagePath(copy.id)}">${copy.subject || '(no subject)'}</a>${badges}</td>
 <td class="time">${timeElement(copy.deliveredAt)}</td>
 </tr>`;
 }
@@ -65,6 +63,6 @@ export function deliverySummary(state: EmulatorState, seq: number, copy: Deliver
     group: groupOf(state, copy) ?? null,
     attachments: countAttachments(copy),
     url: messagePath(copy.id),
-    row: messageRow(state, copy, true),
+    row: messageRow(state, copy, true).value,
   };
 }

@@ -1,4 +1,4 @@
-import { HttpError } from '../http/http-error.js';
+import { HttpError } from './http-error.js';
 
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 

@@ -7,14 +7,15 @@ import type {
   RemoveFromGroupResponse,
 } from '../../protocol/api-types.js';
 import { composeMessage } from './compose-message.js';
-import { isUndeliverable, type EmulatorState } from '../state/emulator-state.js';
+import type { EmulatorState } from '../state/emulator-state.js';
+import { isUndeliverable } from './undeliverable.js';
 import type { GroupMember } from '../state/group-store.js';
-import { HttpError } from '../http/http-error.js';
+import { HttpError } from './http-error.js';
 import { hostImages, newMessageId, renderContent } from './json-send-content.js';
 import { isValidAddress } from '../../client/address-input.js';
-import { rejectUnknownFields } from '../http/read-body.js';
+import { rejectUnknownFields } from './reject-unknown-fields.js';
 import { bareKey } from './render-placeholders.js';
-import type { Operation } from '../http/route.js';
+import type { Operation } from './operation.js';
 import { requirePlusForImages } from './require-plan.js';
 import { validateAddress, validateSubject, validateTextContent } from './validate-json-send.js';
 

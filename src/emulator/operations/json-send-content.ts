@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { EmulatorState } from '../state/emulator-state.js';
-import { escapeHtml, renderPlaceholders } from './render-placeholders.js';
+import { escapeHtml } from '../../shared/escape-html.js';
+import { renderPlaceholders } from './render-placeholders.js';
 import type { ValidTextContent } from './validate-json-send.js';
 
 /** Subject, html and text of one message after placeholders were replaced. */

@@ -2,7 +2,7 @@ import { simpleParser, type AddressObject, type EmailAddress } from 'mailparser'
 import { isValidAddress } from '../../client/address-input.js';
 import { parseHeaderFields } from '../../protocol/header-fields.js';
 import type { EmulatorAttachment } from '../state/emulator-records.js';
-import { HttpError } from '../http/http-error.js';
+import { HttpError } from './http-error.js';
 
 /** What the emulator reads from an uploaded EML message. */
 export interface ParsedEml {

@@ -18,16 +18,6 @@ export function renderPlaceholders(
   });
 }
 
-/** Escapes text for HTML content and attribute values. */
-export function escapeHtml(value: string): string {
-  return value
-    .replace(/&/g, '&amp;')
-    .replace(/</g, '&lt;')
-    .replace(/>/g, '&gt;')
-    .replace(/"/g, '&quot;')
-    .replace(/'/g, '&#39;');
-}
-
 /** `{{key}}` → `key`; a bare key stays as it is. */
 export function bareKey(key: string): string {
   const m = /^\{\{\s*([^{}\s]+)\s*\}\}$/.exec(key);

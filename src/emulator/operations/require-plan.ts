@@ -1,5 +1,5 @@
 import type { KnownKey } from '../state/api-key-store.js';
-import { HttpError } from '../http/http-error.js';
+import { HttpError } from './http-error.js';
 import type { ValidTextContent } from './validate-json-send.js';
 
 /**

@@ -2,11 +2,11 @@ import { randomUUID } from 'node:crypto';
 import { API_PATHS } from '../../protocol/api-paths.js';
 import type { SendAcceptedResponse } from '../../protocol/api-types.js';
 import { composeMessage } from './compose-message.js';
-import { isUndeliverable } from '../state/emulator-state.js';
-import { HttpError } from '../http/http-error.js';
+import { isUndeliverable } from './undeliverable.js';
+import { HttpError } from './http-error.js';
 import { hostImages, newMessageId, renderContent } from './json-send-content.js';
-import { rejectUnknownFields } from '../http/read-body.js';
-import type { Operation } from '../http/route.js';
+import { rejectUnknownFields } from './reject-unknown-fields.js';
+import type { Operation } from './operation.js';
 import { requirePlusForImages } from './require-plan.js';
 import { validateAddress, validateSubject, validateTextContent } from './validate-json-send.js';
 

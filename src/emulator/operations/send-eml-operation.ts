@@ -1,11 +1,11 @@
 import { API_PATHS } from '../../protocol/api-paths.js';
 import type { SendAcceptedResponse } from '../../protocol/api-types.js';
 import { decodeBase64Strict } from './decode-base64.js';
-import { HttpError } from '../http/http-error.js';
+import { HttpError } from './http-error.js';
 import { newMessageId } from './json-send-content.js';
 import { parseEml } from './parse-eml.js';
-import { rejectUnknownFields } from '../http/read-body.js';
-import type { Operation } from '../http/route.js';
+import { rejectUnknownFields } from './reject-unknown-fields.js';
+import type { Operation } from './operation.js';
 
 /**
  * `POST /v1/send/eml`: decodes the Base64 message, parses it, takes the

@@ -1,8 +1,8 @@
 import type { ApiAddress, ApiImage } from '../../protocol/api-types.js';
 import { decodeBase64Strict } from './decode-base64.js';
-import { HttpError } from '../http/http-error.js';
+import { HttpError } from './http-error.js';
 import { isValidAddress } from '../../client/address-input.js';
-import { rejectUnknownFields } from '../http/read-body.js';
+import { rejectUnknownFields } from './reject-unknown-fields.js';
 import { bareKey } from './render-placeholders.js';
 
 /** An embedded image after validation, with its bytes decoded. */

@@ -4,7 +4,6 @@ import type { ResolvedEmulatorOptions } from '../emulator-options.js';
 import { GroupStore } from './group-store.js';
 import { IdempotencyCache } from './idempotency-cache.js';
 import { ImageStore } from './image-store.js';
-import { InboxEvents } from '../inbox/inbox-events.js';
 import { MailStore } from './mail-store.js';
 
 /** Everything the emulator remembers; handlers read and change it. */
@@ -14,8 +13,6 @@ export class EmulatorState {
   readonly idempotency = new IdempotencyCache();
   readonly groups = new GroupStore();
   readonly images = new ImageStore();
-  /** Open event streams of the web inbox. */
-  readonly inboxEvents = new InboxEvents();
   /** Public base URL for links in delivered mail (unsubscribe, hosted images); set once listening. */
   baseUrl = '';
   /** Faults injected into API requests, if any. */
@@ -37,13 +34,4 @@ export class EmulatorState {
     this.images.clear();
     this.idempotency.clear();
   }
-}
-
-/**
- * Whether delivery to an address fails. Domains ending in `.invalid` (reserved
- * by RFC 2606) are undeliverable, so tests can trigger failures on purpose.
- */
-export function isUndeliverable(address: string): boolean {
-  const domain = address.slice(address.lastIndexOf('@') + 1).toLowerCase();
-  return domain === 'invalid' || domain.endsWith('.invalid');
 }

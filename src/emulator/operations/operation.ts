@@ -3,8 +3,8 @@ import type { ApiScope } from '../../protocol/api-types.js';
 import type { KnownKey } from '../state/api-key-store.js';
 import type { EmulatorState } from '../state/emulator-state.js';
 
-/** An answer of a handler: status and JSON body. */
-export interface Answer {
+/** An answer of an API operation: status and JSON body. */
+export interface ApiAnswer {
   status: number;
   body: unknown;
   headers?: Record<string, string>;
@@ -31,7 +31,7 @@ export interface Operation {
   hasBody: boolean;
   /** Whether a repeated `Idempotency-Key` replays the first answer. */
   idempotent: boolean;
-  handle(ctx: RequestContext): Promise<Answer>;
+  handle(ctx: RequestContext): Promise<ApiAnswer>;
 }
 
 /** A path pattern and the methods it answers. */

@@ -1,7 +1,9 @@
 import type { IncomingMessage } from 'node:http';
 import type { EmulatorState } from '../state/emulator-state.js';
-import type { PageAnswer } from '../pages/public-routes.js';
+import type { SiteSection } from '../http/site-section.js';
+import { sendPage, type PageAnswer } from '../pages/page-answer.js';
 import { groupsPage } from './groups-page.js';
+import { INBOX_EVENTS_PATH, InboxEvents } from './inbox-events.js';
 import { notFoundPage } from './inbox-layout.js';
 import { attachmentAnswer, htmlAnswer, rawAnswer } from './message-files.js';
 import { messageListPage } from './message-list-page.js';
@@ -10,13 +12,24 @@ import { messagePage } from './message-page.js';
 const MESSAGE = /^\/inbox\/messages\/(dlv_[A-Za-z0-9-]{1,100})(?:\/(raw|html|attachments\/(0|[1-9]\d{0,4})))?$/;
 
 /**
- * Whether a request is for the web inbox: GET or HEAD of `/` or a path under
- * `/inbox/`. Other methods go on to the API router (JSON 404), so the API
- * answers as before.
+ * The web inbox as a site section: GET and HEAD of `/` and of paths under
+ * `/inbox/` (other methods go on to the API, which answers them as before),
+ * the live event feed included. It reads the stores and follows the mail
+ * store's changes; nothing else depends on it.
  */
-export function isInboxRequest(method: string | undefined, path: string): boolean {
-  const m = (method ?? 'GET').toUpperCase();
-  return (m === 'GET' || m === 'HEAD') && (path === '/' || path.startsWith('/inbox/'));
+export function inboxSection(state: EmulatorState): SiteSection {
+  const events = new InboxEvents(state);
+  return {
+    owns: (method, path) => (method === 'GET' || method === 'HEAD') && (path === '/' || path.startsWith('/inbox/')),
+    async serve(req, res, path, query) {
+      if (path === INBOX_EVENTS_PATH) {
+        events.serve(req, res, query);
+        return;
+      }
+      sendPage(res, req.method, await answerInbox(state, req, path));
+    },
+    close: () => events.close(),
+  };
 }
 
 /**
@@ -24,7 +37,7 @@ export function isInboxRequest(method: string | undefined, path: string): boolea
  * inbox-events.ts): the message list, a message with its raw source, HTML
  * body and attachments, and the groups. Unknown paths get an HTML 404.
  */
-export async function answerInbox(state: EmulatorState, req: IncomingMessage, path: string): Promise<PageAnswer> {
+async function answerInbox(state: EmulatorState, req: IncomingMessage, path: string): Promise<PageAnswer> {
   if (path === '/') return messageListPage(state);
   if (path === '/inbox/groups') return groupsPage(state);
   const match = MESSAGE.exec(path);
