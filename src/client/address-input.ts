@@ -1,4 +1,5 @@
 import type { ApiAddress } from '../protocol/api-types.js';
+import { isValidAddress } from '../protocol/address-rules.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 
 /**
@@ -10,25 +11,6 @@ import { EmlApiError } from '../shared/eml-api-error.js';
  * const to: AddressInput[] = ['Ann <ann@example.test>', { name: 'Bob', address: 'bob@example.test' }];
  */
 export type AddressInput = string | { address: string; name?: string } | { email: string; name?: string };
-
-/**
- * A deliberately plain address check: one @, no spaces or delimiters;
- * non-ASCII (RFC 6531) is allowed. Shared by the client and the emulator.
- */
-export function isValidAddress(address: string): boolean {
-  return (
-    address.length <= 254 && /^[^\s@<>()[\]",;:\\]+@[^\s@<>()[\]",;:\\]+$/u.test(address) && !hasLoneSurrogate(address)
-  );
-}
-
-/**
- * Whether a string holds a lone UTF-16 surrogate: text that is no valid
- * Unicode and that `encodeURIComponent` refuses with a URIError.
- */
-export function hasLoneSurrogate(text: string): boolean {
-  // With the u flag, this class matches only surrogates that are not part of a pair.
-  return /[\uD800-\uDFFF]/u.test(text);
-}
 
 /**
  * Converts one Nodemailer-style address to the service's `{ email, name }`.

@@ -1,4 +1,6 @@
 import type { ApiImage, ApiTextContent } from '../protocol/api-types.js';
+import { base64Problem, compactBase64 } from '../protocol/base64-text.js';
+import { bracedKey, isPlaceholderKey, PLACEHOLDER_KEY_RULE, stripBraces } from '../protocol/placeholder-key.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 
 /**
@@ -74,19 +76,16 @@ export function toApiTextContent(input: unknown, where: string): ApiTextContent 
     out.images = o.images.map((image, i) => {
       const at = `${where}: textContent.images[${i}]`;
       if (typeof image !== 'object' || image === null) throw fail(`${at} must be { name, data, mimeType }`);
-      const name = typeof image.name === 'string' ? image.name.trim().replace(/^\{\{\s*(.*?)\s*\}\}$/, '$1') : '';
-      if (!/^[A-Za-z0-9_.-]{1,64}$/.test(name)) {
-        throw fail(`${at}.name must be 1-64 letters, digits, "_", "-" or "." (braces optional)`);
-      }
+      const name = typeof image.name === 'string' ? stripBraces(image.name) : '';
+      if (!isPlaceholderKey(name)) throw fail(`${at}.name must be ${PLACEHOLDER_KEY_RULE} (braces optional)`);
       const format = imageFormat(image.mimeType);
       if (!format) throw fail(`${at}.mimeType ${JSON.stringify(String(image.mimeType))} is not PNG, JPEG, GIF or WEBP`);
       let data: string;
-      if (typeof image.data === 'string') data = image.data.replace(/\s+/g, '');
+      if (typeof image.data === 'string') data = compactBase64(image.data);
       else if (image.data instanceof Uint8Array) data = Buffer.from(image.data).toString('base64');
       else throw fail(`${at}.data must be a Buffer or a Base64 string`);
-      if (data.length === 0 || !/^[A-Za-z0-9+/]*={0,2}$/.test(data) || data.length % 4 !== 0) {
-        throw fail(`${at}.data is not valid Base64`);
-      }
+      const problem = base64Problem(data);
+      if (problem !== undefined) throw fail(`${at}.data is not valid Base64: ${problem}`);
       return { name, data, mimeType: format };
     });
   }
@@ -104,10 +103,10 @@ export function toApiSubstitutions(input: unknown, where: string): Record<string
   }
   const out: Record<string, string> = {};
   for (const [rawKey, value] of Object.entries(input)) {
-    const key = rawKey.trim().replace(/^\{\{\s*(.*?)\s*\}\}$/, '$1');
-    if (!/^[A-Za-z0-9_.-]{1,64}$/.test(key)) {
+    const key = stripBraces(rawKey);
+    if (!isPlaceholderKey(key)) {
       throw fail(
-        `${where}.substitutions key ${JSON.stringify(rawKey.slice(0, 80))} must be letters, digits, "_", "-" or "." (braces optional)`,
+        `${where}.substitutions key ${JSON.stringify(rawKey.slice(0, 80))} must be ${PLACEHOLDER_KEY_RULE} (braces optional)`,
       );
     }
     if (key === 'unsubscribe')
@@ -115,7 +114,7 @@ export function toApiSubstitutions(input: unknown, where: string): Record<string
     if (typeof value !== 'string' && typeof value !== 'number' && typeof value !== 'boolean') {
       throw fail(`${where}.substitutions["${key}"] must be a string`);
     }
-    out[`{{${key}}}`] = String(value);
+    out[bracedKey(key)] = String(value);
   }
   return out;
 }

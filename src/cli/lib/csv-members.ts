@@ -1,7 +1,6 @@
+import { bracedKey, isPlaceholderKey, stripBraces } from '../../protocol/placeholder-key.js';
 import { checkMember, isRejected, type MemberRows } from './member-rows.js';
 import { CsvSyntaxError, decodeCsv, parseCsv } from './read-csv.js';
-
-const SUBSTITUTION_KEY = /^[A-Za-z0-9_.-]{1,64}$/;
 
 /**
  * Reads members from CSV bytes. The first record is the header: an `email`
@@ -78,14 +77,14 @@ function readHeader(fields: string[], source: string): Columns {
     if (raw === '') throw new CsvSyntaxError(`${source}: column ${index + 1} of the header row has no name`);
     const lower = raw.toLowerCase();
     const builtIn = lower === 'email' || lower === 'name';
-    const key = builtIn ? lower : raw.replace(/^\{\{\s*(.*?)\s*\}\}$/, '$1');
-    const id = builtIn ? key : `{{${key}}}`;
+    const key = builtIn ? lower : stripBraces(raw);
+    const id = builtIn ? key : bracedKey(key);
     if (seen.has(id))
       throw new CsvSyntaxError(`${source}: column ${JSON.stringify(raw)} appears twice in the header row`);
     seen.add(id);
     if (id === 'email') columns.email = index;
     else if (id === 'name') columns.name = index;
-    else if (!SUBSTITUTION_KEY.test(key)) {
+    else if (!isPlaceholderKey(key)) {
       throw new CsvSyntaxError(
         `${source}: column ${JSON.stringify(raw.slice(0, 80))} is not a valid substitution key (letters, digits, "_", "-" or "." only)`,
       );

@@ -1,4 +1,5 @@
-import { isValidAddress, toApiAddress } from '../../client/address-input.js';
+import { toApiAddress } from '../../client/address-input.js';
+import { isValidAddress } from '../../protocol/address-rules.js';
 
 /** A member ready to add, with where it came from (for messages). */
 export interface MemberRow {

@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { API_KEY_HEADER, IDEMPOTENCY_KEY_HEADER } from '../../protocol/api-paths.js';
 import type { ApiErrorBody } from '../../protocol/api-types.js';
+import { isValidIdempotencyKey, MAX_IDEMPOTENCY_KEY } from '../../protocol/idempotency-key.js';
 import { authenticate, requireScope } from './authenticate.js';
 import type { EmulatorState } from '../state/emulator-state.js';
 import { HttpError } from '../operations/http-error.js';
@@ -116,8 +117,12 @@ async function run(
   if (!operation.idempotent || typeof idempotencyKey !== 'string' || idempotencyKey.length === 0) {
     return operation.handle(ctx);
   }
-  if (idempotencyKey.length > 255) {
-    throw new HttpError(400, 'invalid_request', 'The Idempotency-Key header is longer than 255 characters');
+  if (!isValidIdempotencyKey(idempotencyKey)) {
+    throw new HttpError(
+      400,
+      'invalid_request',
+      `The Idempotency-Key header must be 1 to ${MAX_IDEMPOTENCY_KEY} printable ASCII characters without spaces`,
+    );
   }
   const { answer, replayed } = await state.idempotency.run(
     `${key.label}\n${routeId}\n${params.join('\n')}\n${idempotencyKey}`,

@@ -1,9 +1,7 @@
-import {
-  addToGroupOperation,
-  checkGroupOperation,
-  removeFromGroupOperation,
-  sendGroupOperation,
-} from '../operations/group-operations.js';
+import { addToGroupOperation } from '../operations/add-to-group-operation.js';
+import { checkGroupOperation } from '../operations/check-group-operation.js';
+import { removeFromGroupOperation } from '../operations/remove-from-group-operation.js';
+import { sendGroupOperation } from '../operations/send-group-operation.js';
 import type { Route } from '../operations/operation.js';
 import { sendEmailOperation } from '../operations/send-email-operation.js';
 import { sendEmlOperation } from '../operations/send-eml-operation.js';

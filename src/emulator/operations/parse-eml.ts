@@ -1,5 +1,5 @@
 import { simpleParser, type AddressObject, type EmailAddress } from 'mailparser';
-import { isValidAddress } from '../../client/address-input.js';
+import { isValidAddress } from '../../protocol/address-rules.js';
 import { parseHeaderFields } from '../../protocol/header-fields.js';
 import type { EmulatorAttachment } from '../state/emulator-records.js';
 import { HttpError } from './http-error.js';

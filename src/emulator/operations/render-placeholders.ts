@@ -1,4 +1,4 @@
-const PLACEHOLDER = /\{\{\s*([^{}\s]+)\s*\}\}/g;
+import { PLACEHOLDER_PATTERN } from '../../protocol/placeholder-key.js';
 
 /**
  * Replaces `{{key}}` placeholders in one pass, so a substituted value that
@@ -12,14 +12,8 @@ export function renderPlaceholders(
   values: ReadonlyMap<string, string>,
   escape = (v: string) => v,
 ): string {
-  return template.replace(PLACEHOLDER, (whole, key: string) => {
+  return template.replace(PLACEHOLDER_PATTERN, (whole, key: string) => {
     const value = values.get(key);
     return value === undefined ? whole : escape(value);
   });
-}
-
-/** `{{key}}` → `key`; a bare key stays as it is. */
-export function bareKey(key: string): string {
-  const m = /^\{\{\s*([^{}\s]+)\s*\}\}$/.exec(key);
-  return m ? m[1]! : key;
 }

@@ -1,9 +1,9 @@
 import type { ApiAddress, ApiImage } from '../../protocol/api-types.js';
 import { decodeBase64Strict } from './decode-base64.js';
 import { HttpError } from './http-error.js';
-import { isValidAddress } from '../../client/address-input.js';
+import { isValidAddress } from '../../protocol/address-rules.js';
 import { rejectUnknownFields } from './reject-unknown-fields.js';
-import { bareKey } from './render-placeholders.js';
+import { isPlaceholderKey, PLACEHOLDER_KEY_RULE, stripBraces } from '../../protocol/placeholder-key.js';
 
 /** An embedded image after validation, with its bytes decoded. */
 export interface ValidImage {
@@ -21,7 +21,6 @@ export interface ValidTextContent {
 }
 
 const IMAGE_TYPES: readonly ApiImage['mimeType'][] = ['PNG', 'JPEG', 'GIF', 'WEBP'];
-const IMAGE_NAME = /^[A-Za-z0-9_.-]{1,64}$/;
 
 const bad = (message: string, code: 'invalid_request' | 'invalid_address' = 'invalid_request') =>
   new HttpError(400, code, message);
@@ -84,9 +83,9 @@ function validateImage(value: unknown, path: string): ValidImage {
   const o = value as Record<string, unknown>;
   rejectUnknownFields(o, ['name', 'data', 'mimeType'], path);
   // The spec writes image names in double braces; the bare name is accepted too.
-  const name = typeof o.name === 'string' ? bareKey(o.name) : undefined;
-  if (name === undefined || !IMAGE_NAME.test(name)) {
-    throw bad(`${path}.name must be 1-64 letters, digits, "_", "-" or ".", optionally written {{name}}`);
+  const name = typeof o.name === 'string' ? stripBraces(o.name) : undefined;
+  if (name === undefined || !isPlaceholderKey(name)) {
+    throw bad(`${path}.name must be ${PLACEHOLDER_KEY_RULE}, optionally written {{name}}`);
   }
   if (name === 'unsubscribe') throw bad(`${path}.name "unsubscribe" is reserved for the unsubscribe link`);
   if (typeof o.mimeType !== 'string' || !IMAGE_TYPES.includes(o.mimeType as ApiImage['mimeType'])) {
