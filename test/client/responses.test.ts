@@ -14,7 +14,7 @@ import type { AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
 import { inspect } from 'node:util';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { EmlApiClient, EmlApiError, type EmlApiClientOptions } from '../src/index.js';
+import { EmlApiClient, EmlApiError, type EmlApiClientOptions } from '../../src/index.js';
 
 const API_KEY = 'sk_live_SECRET123';
 const SECRET = 'SECRET123';
@@ -59,7 +59,7 @@ function replyLater(ms: number, inner: Handler): Handler {
 }
 
 function makeClient(options: Partial<EmlApiClientOptions> = {}): EmlApiClient {
-  // Retries are off here: this file is about reading answers; test/client-retries.test.ts covers retrying.
+  // Retries are off here: this file is about reading answers; client/retries.test.ts covers retrying.
   const client = new EmlApiClient({ apiKey: API_KEY, baseUrl, retries: false, ...options });
   clients.push(client);
   return client;

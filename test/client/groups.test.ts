@@ -1,8 +1,8 @@
 import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { EmlApiClient, EmlApiError, encodePathSegment } from '../src/index.js';
-import { startEmulator, type Emulator } from '../src/emulator/index.js';
+import { EmlApiClient, EmlApiError, encodePathSegment } from '../../src/index.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 
 const PNG = Buffer.from(
   'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==',

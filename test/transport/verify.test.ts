@@ -1,9 +1,9 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EmlApiError, EmlApiTransport } from '../src/index.js';
-import { startEmulator, type Emulator } from '../src/emulator/index.js';
-import { NODEMAILERS } from './helpers/nodemailer-versions.js';
+import { EmlApiError, EmlApiTransport } from '../../src/index.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { NODEMAILERS } from '../helpers/nodemailer-versions.js';
 
 describe.each(NODEMAILERS)('$label: transporter.verify()', ({ nodemailer }) => {
   let emu: Emulator;
@@ -17,7 +17,7 @@ describe.each(NODEMAILERS)('$label: transporter.verify()', ({ nodemailer }) => {
   });
   afterAll(() => emu.close());
 
-  // Retries off: a refused connection would otherwise be retried with backoff (covered in client-retries).
+  // Retries off: a refused connection would otherwise be retried with backoff (covered in client/retries.test.ts).
   const transporterFor = (apiKey: string, baseUrl = emu.url) =>
     nodemailer.createTransport(new EmlApiTransport({ apiKey, baseUrl, retries: false }));
 

@@ -4,11 +4,11 @@ import type { AddressInfo } from 'node:net';
 import { inspect } from 'node:util';
 import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EmlApiError, EmlApiTransport } from '../src/index.js';
-import { startEmulator, type Emulator } from '../src/emulator/index.js';
-import { VERSION } from '../src/version.js';
-import { startHoldingService } from './helpers/holding-service.js';
-import pkg from '../package.json' with { type: 'json' };
+import { EmlApiError, EmlApiTransport } from '../../src/index.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { VERSION } from '../../src/version.js';
+import { startHoldingService } from '../helpers/holding-service.js';
+import pkg from '../../package.json' with { type: 'json' };
 
 const message = (n: number) => ({
   from: 'shop@example.test',

@@ -5,10 +5,10 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import nodemailer from 'nodemailer';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { EmlApiClient, EmlApiTransport, type EmlApiTransportOptions } from '../src/index.js';
-import { startEmulator } from '../src/emulator/index.js';
-import { Base64Encoder } from '../src/upload-body.js';
-import { startScriptedService, type ScriptedService } from './helpers/scripted-service.js';
+import { EmlApiClient, EmlApiTransport, type EmlApiTransportOptions } from '../../src/index.js';
+import { startEmulator } from '../../src/emulator/index.js';
+import { Base64Encoder } from '../../src/upload-body.js';
+import { startScriptedService, type ScriptedService } from '../helpers/scripted-service.js';
 
 /** A fixed message of about `size` bytes, so two builds are the same bytes. */
 function fixedEml(size: number): Buffer {

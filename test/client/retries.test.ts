@@ -2,9 +2,9 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import nodemailer from 'nodemailer';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { EmlApiClient, EmlApiError, EmlApiTransport, type EmlApiClientOptions } from '../src/index.js';
-import { backoffDelay, parseRetryAfter } from '../src/retry-policy.js';
-import { startScriptedService, type ScriptedService } from './helpers/scripted-service.js';
+import { EmlApiClient, EmlApiError, EmlApiTransport, type EmlApiClientOptions } from '../../src/index.js';
+import { backoffDelay, parseRetryAfter } from '../../src/retry-policy.js';
+import { startScriptedService, type ScriptedService } from '../helpers/scripted-service.js';
 
 const EML = 'From: a@example.test\r\nTo: b@example.test\r\nSubject: s\r\n\r\nbody\r\n';
 const FAST = { limit: 3, baseDelay: 10, maxDelay: 2000 };

@@ -3,20 +3,20 @@ import { readFileSync } from 'node:fs';
 import { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { CliIo } from '../src/cli/cli-io.js';
-import { canDrawProgress, ProgressBar, renderProgressBar } from '../src/cli/progress-bar.js';
-import { parseCsv } from '../src/cli/read-csv.js';
-import { runCli } from '../src/cli/run-cli.js';
-import { EXIT } from '../src/cli/usage-error.js';
-import { startEmulator, type Emulator } from '../src/emulator/index.js';
+import type { CliIo } from '../../src/cli/cli-io.js';
+import { canDrawProgress, ProgressBar, renderProgressBar } from '../../src/cli/progress-bar.js';
+import { parseCsv } from '../../src/cli/read-csv.js';
+import { runCli } from '../../src/cli/run-cli.js';
+import { EXIT } from '../../src/cli/usage-error.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 
 /**
  * The `eml-api` CLI run in-process through runCli() with captured streams,
  * against a real emulator; one test runs the entry point as a child process.
  */
 
-const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/cli/${name}`, import.meta.url));
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const fixture = (name: string) => fileURLToPath(new URL(`../fixtures/cli/${name}`, import.meta.url));
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
 interface Run {
   code: number;

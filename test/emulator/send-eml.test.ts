@@ -2,7 +2,7 @@ import { connect } from 'node:net';
 import { Readable } from 'node:stream';
 import { Client, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startEmulator, type Emulator } from '../src/emulator/index.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 
 /**
  * Real HTTP requests against the emulator's POST /v1/send/eml, checked against

@@ -4,8 +4,8 @@ import { fileURLToPath } from 'node:url';
 import { simpleParser } from 'mailparser';
 import { Client, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ApiScope } from '../src/api-types.js';
-import { startEmulator, type DeliveredMessage, type Emulator } from '../src/emulator/index.js';
+import type { ApiScope } from '../../src/api-types.js';
+import { startEmulator, type DeliveredMessage, type Emulator } from '../../src/emulator/index.js';
 
 /**
  * Real HTTP requests against the emulator's group endpoints, standard sends,
@@ -13,7 +13,7 @@ import { startEmulator, type DeliveredMessage, type Emulator } from '../src/emul
  * 2, 3 and 5 and the decisions of ../shared/CONTRACT.md.
  */
 
-const LOGO = readFileSync(fileURLToPath(new URL('./fixtures/logo.png', import.meta.url)));
+const LOGO = readFileSync(fileURLToPath(new URL('../fixtures/logo.png', import.meta.url)));
 const LOGO_SHA256 = createHash('sha256').update(LOGO).digest('hex');
 /** The first bytes of a JFIF JPEG: not a PNG. */
 const JPEG_BYTES = Buffer.from([0xff, 0xd8, 0xff, 0xe0, 0x00, 0x10, 0x4a, 0x46, 0x49, 0x46, 0x00, 0x01, 0x01, 0x00]);
