@@ -1,12 +1,10 @@
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { inspect } from 'node:util';
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EmlApiError } from '../src/index.js';
 import { EmlApiTransport, type EmlApiLogger } from '../src/index.js';
 import { startEmulator, type Emulator } from '../src/emulator/index.js';
-import { startScriptedService, type ScriptedService } from './helpers/scripted-service.js';
+import { closedPort, startFakeService, type FakeService } from './helpers/fake-service.js';
 
 const SECRET = 'sk_live_SECRET_9f8e7d6c';
 const FRAGMENT = 'SECRET_9f8e7d6c';
@@ -23,7 +21,7 @@ function channels(value: unknown): string[] {
 
 describe('the API key stays secret', () => {
   let emu: Emulator;
-  let service: ScriptedService;
+  let service: FakeService;
   const logLines: string[] = [];
   const logger: EmlApiLogger = {
     debug: (meta, message) => logLines.push(inspect([meta, message], { depth: Infinity })),
@@ -33,7 +31,7 @@ describe('the API key stays secret', () => {
   };
   beforeAll(async () => {
     emu = await startEmulator({ apiKeys: [{ key: SECRET, scopes: ['group:insert'] }] });
-    service = await startScriptedService();
+    service = await startFakeService();
   });
   afterAll(async () => {
     await emu.close();
@@ -72,10 +70,7 @@ describe('the API key stays secret', () => {
       nodemailer.createTransport(transportTo(service.url, { timeouts: { response: 100 } })).sendMail(message),
     );
     // Nothing listening.
-    const probe = createServer();
-    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-    const { port } = probe.address() as AddressInfo;
-    await new Promise<void>((resolve) => probe.close(() => resolve()));
+    const port = await closedPort();
     await collect(nodemailer.createTransport(transportTo(`http://127.0.0.1:${port}`)).sendMail(message));
     // Aborted, refused envelope, unbuildable message, verify.
     const controller = new AbortController();

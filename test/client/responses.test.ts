@@ -9,93 +9,22 @@
  * redirects, slow answers. Each request the server receives is recorded so the
  * tests can check what the client actually put on the wire.
  */
-import { createServer, type IncomingHttpHeaders, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
 import { inspect } from 'node:util';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { EmlApiClient, EmlApiError, type EmlApiClientOptions } from '../../src/index.js';
+import { rejectionOf, thrownBy, waitFor } from '../helpers/async.js';
+import { clientFactory } from '../helpers/clients.js';
+import { closedPort, startFakeService, type FakeRequest, type FakeService } from '../helpers/fake-service.js';
 
 const API_KEY = 'sk_live_SECRET123';
 const SECRET = 'SECRET123';
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const EML = 'From: a@example.test\r\nTo: b@example.test\r\nSubject: Hi\r\n\r\nHello ünïcødé\r\n';
 
-interface RecordedRequest {
-  method: string;
-  url: string;
-  headers: IncomingHttpHeaders;
-  body: string;
-}
-
-type Handler = (req: RecordedRequest, res: ServerResponse) => void;
-
-let server: Server;
-let baseUrl: string;
-let requests: RecordedRequest[];
-let handler: Handler;
-/** Requests received and not yet answered, and the most at once. */
-let openRequests = 0;
-let maxOpenRequests = 0;
-const clients: EmlApiClient[] = [];
-
-function reply(status: number, body = '', headers: Record<string, string> = {}): Handler {
-  return (_req, res) => {
-    res.writeHead(status, headers);
-    res.end(body);
-  };
-}
-
-function replyJson(status: number, body: unknown): Handler {
-  return reply(status, JSON.stringify(body), { 'content-type': 'application/json' });
-}
-
-/** Answers after `ms` unless the client went away first. */
-function replyLater(ms: number, inner: Handler): Handler {
-  return (req, res) => {
-    const timer = setTimeout(() => inner(req, res), ms);
-    res.on('close', () => clearTimeout(timer));
-  };
-}
-
-function makeClient(options: Partial<EmlApiClientOptions> = {}): EmlApiClient {
-  // Retries are off here: this file is about reading answers; client/retries.test.ts covers retrying.
-  const client = new EmlApiClient({ apiKey: API_KEY, baseUrl, retries: false, ...options });
-  clients.push(client);
-  return client;
-}
-
-/** The rejection of `promise`, which must be an EmlApiError. */
-async function rejectionOf(promise: Promise<unknown>): Promise<EmlApiError> {
-  const err = await promise.then(
-    (value) => {
-      throw new Error(`expected a rejection, got ${inspect(value)}`);
-    },
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(EmlApiError);
-  return err as EmlApiError;
-}
-
-/** The error `fn` throws synchronously, which must be an EmlApiError. */
-function thrownBy(fn: () => unknown): EmlApiError {
-  let caught: unknown;
-  try {
-    fn();
-  } catch (e) {
-    caught = e;
-  }
-  expect(caught).toBeInstanceOf(EmlApiError);
-  return caught as EmlApiError;
-}
-
-async function waitFor(condition: () => boolean, timeoutMs = 5000): Promise<void> {
-  const start = Date.now();
-  while (!condition()) {
-    if (Date.now() - start > timeoutMs) throw new Error('waitFor timed out');
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-}
+let service: FakeService;
+// Retries are off here: this file is about reading answers; client/retries.test.ts covers retrying.
+const { makeClient, closeClients } = clientFactory(() => ({ apiKey: API_KEY, baseUrl: service.url, retries: false }));
 
 function expectNoSecret(err: EmlApiError): void {
   expect(err.message).not.toContain(SECRET);
@@ -106,79 +35,42 @@ function expectNoSecret(err: EmlApiError): void {
   expect(inspect(err, { depth: 10 })).not.toContain(SECRET);
 }
 
-function decodedMail(req: RecordedRequest | undefined): Buffer {
-  const parsed = JSON.parse(req?.body ?? '') as { mail: string };
+function decodedMail(req: FakeRequest | undefined): Buffer {
+  const parsed = JSON.parse(req?.text ?? '') as { mail: string };
   return Buffer.from(parsed.mail, 'base64');
 }
 
-async function closedPort(): Promise<number> {
-  const probe = createServer();
-  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-  const { port } = probe.address() as AddressInfo;
-  await new Promise<void>((resolve) => probe.close(() => resolve()));
-  return port;
-}
-
 beforeAll(async () => {
-  server = createServer((req, res) => {
-    openRequests++;
-    maxOpenRequests = Math.max(maxOpenRequests, openRequests);
-    let done = false;
-    const settle = () => {
-      if (!done) {
-        done = true;
-        openRequests--;
-      }
-    };
-    res.on('finish', settle);
-    res.on('close', settle);
-    const chunks: Buffer[] = [];
-    req.on('data', (chunk: Buffer) => chunks.push(chunk));
-    req.on('end', () => {
-      const recorded: RecordedRequest = {
-        method: req.method ?? '',
-        url: req.url ?? '',
-        headers: req.headers,
-        body: Buffer.concat(chunks).toString('utf8'),
-      };
-      requests.push(recorded);
-      handler(recorded, res);
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  service = await startFakeService();
 });
 
 beforeEach(() => {
-  requests = [];
-  openRequests = 0;
-  maxOpenRequests = 0;
-  handler = replyJson(202, { id: 'svc-1', messageId: '<m1@example.test>', recipients: 1 });
+  service.clear();
+  service.answer({ status: 202, body: { id: 'svc-1', messageId: '<m1@example.test>', recipients: 1 } });
 });
 
 afterEach(async () => {
-  await Promise.all(clients.splice(0).map((c) => c.close()));
+  await closeClients();
 });
 
 afterAll(async () => {
-  server.closeAllConnections();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
+  await service.close();
 });
 
 describe('sendEml request on the wire', () => {
   it('POSTs {"mail":"<base64>"} to {baseUrl}/v1/send/eml with key, JSON type, UUID idempotency key and user agent', async () => {
     const result = await makeClient().sendEml(Buffer.from(EML, 'utf8'));
 
-    expect(requests).toHaveLength(1);
-    const req = requests[0]!;
+    expect(service.requests).toHaveLength(1);
+    const req = service.requests[0]!;
     expect(req.method).toBe('POST');
     expect(req.url).toBe('/v1/send/eml');
     expect(req.headers['x-api-key']).toBe(API_KEY);
     expect(req.headers['content-type']).toBe('application/json');
     expect(req.headers['idempotency-key']).toMatch(UUID_RE);
     expect(req.headers['user-agent']).toMatch(/^nodemailer-eml-api\//);
-    expect(req.body).toBe(`{"mail":"${Buffer.from(EML, 'utf8').toString('base64')}"}`);
-    expect(Object.keys(JSON.parse(req.body) as object)).toEqual(['mail']);
+    expect(req.text).toBe(`{"mail":"${Buffer.from(EML, 'utf8').toString('base64')}"}`);
+    expect(Object.keys(JSON.parse(req.text) as object)).toEqual(['mail']);
     expect(decodedMail(req).toString('utf8')).toBe(EML);
 
     expect(result).toMatchObject({
@@ -192,14 +84,14 @@ describe('sendEml request on the wire', () => {
 
   it('encodes a string input as its UTF-8 bytes', async () => {
     await makeClient().sendEml(EML);
-    expect(decodedMail(requests[0]).equals(Buffer.from(EML, 'utf8'))).toBe(true);
+    expect(decodedMail(service.requests[0]).equals(Buffer.from(EML, 'utf8'))).toBe(true);
   });
 
   it('reads a Readable input to the end and sends all of its bytes', async () => {
     const bytes = Buffer.from(EML.repeat(50), 'utf8');
     const chunks = [bytes.subarray(0, 7), bytes.subarray(7, 300), bytes.subarray(300)];
     await makeClient().sendEml(Readable.from(chunks));
-    expect(decodedMail(requests[0]).equals(bytes)).toBe(true);
+    expect(decodedMail(service.requests[0]).equals(bytes)).toBe(true);
   });
 
   it('refuses a bad idempotencyKey with EMESSAGE before reading a stream or sending anything', async () => {
@@ -211,30 +103,30 @@ describe('sendEml request on the wire', () => {
     expect((err as EmlApiError).code).toBe('EMESSAGE');
     expect((err as EmlApiError).message).toMatch(/idempotencyKey/);
     expect(stream.readableEnded).toBe(false);
-    expect(requests).toEqual([]);
+    expect(service.requests).toEqual([]);
   });
 
   it('sends binary bytes unchanged (no text re-encoding)', async () => {
     const bytes = Buffer.from([0x46, 0x3a, 0x20, 0xff, 0xfe, 0x00, 0x0d, 0x0a, 0x80]);
     await makeClient().sendEml(bytes);
-    expect(decodedMail(requests[0]).equals(bytes)).toBe(true);
+    expect(decodedMail(service.requests[0]).equals(bytes)).toBe(true);
   });
 
   it('joins the path under a base URL with a path prefix and trailing slash', async () => {
-    await makeClient({ baseUrl: `${baseUrl}/api/` }).sendEml(EML);
-    expect(requests.map((r) => r.url)).toEqual(['/api/v1/send/eml']);
+    await makeClient({ baseUrl: `${service.url}/api/` }).sendEml(EML);
+    expect(service.requests.map((r) => r.url)).toEqual(['/api/v1/send/eml']);
   });
 
   it('joins the path under a base URL with a path prefix and no trailing slash', async () => {
-    await makeClient({ baseUrl: `${baseUrl}/api` }).sendEml(EML);
-    expect(requests.map((r) => r.url)).toEqual(['/api/v1/send/eml']);
+    await makeClient({ baseUrl: `${service.url}/api` }).sendEml(EML);
+    expect(service.requests.map((r) => r.url)).toEqual(['/api/v1/send/eml']);
   });
 
   it('gives two sends two different idempotency keys', async () => {
     const client = makeClient();
     const a = await client.sendEml(EML);
     const b = await client.sendEml(EML);
-    const keys = requests.map((r) => r.headers['idempotency-key']);
+    const keys = service.requests.map((r) => r.headers['idempotency-key']);
     expect(keys).toHaveLength(2);
     expect(keys[0]).not.toBe(keys[1]);
     expect([a.idempotencyKey, b.idempotencyKey]).toEqual(keys);
@@ -242,21 +134,21 @@ describe('sendEml request on the wire', () => {
 
   it('uses an explicit idempotencyKey as is', async () => {
     const result = await makeClient().sendEml(EML, { idempotencyKey: 'k1' });
-    expect(requests[0]?.headers['idempotency-key']).toBe('k1');
+    expect(service.requests[0]?.headers['idempotency-key']).toBe('k1');
     expect(result.idempotencyKey).toBe('k1');
   });
 });
 
 describe('lenient reading of success answers', () => {
   it('accepts 200 with a JSON body', async () => {
-    handler = replyJson(200, { id: 'x-200', messageId: '<a@b>' });
+    service.answer({ status: 200, body: { id: 'x-200', messageId: '<a@b>' } });
     const result = await makeClient().sendEml(EML);
     expect(result).toMatchObject({ statusCode: 200, response: '200 OK', id: 'x-200', messageId: '<a@b>' });
     expect(result.data).toEqual({ id: 'x-200', messageId: '<a@b>' });
   });
 
   it('accepts 202 with an empty body', async () => {
-    handler = reply(202);
+    service.answer({ status: 202 });
     const result = await makeClient().sendEml(EML);
     expect(result).toMatchObject({ statusCode: 202, response: '202 Accepted', text: '' });
     expect(result.data).toBeUndefined();
@@ -265,7 +157,7 @@ describe('lenient reading of success answers', () => {
   });
 
   it('accepts 201 with a text/plain "OK" body and keeps the text', async () => {
-    handler = reply(201, 'OK', { 'content-type': 'text/plain' });
+    service.answer({ status: 201, text: 'OK', headers: { 'content-type': 'text/plain' } });
     const result = await makeClient().sendEml(EML);
     expect(result).toMatchObject({ statusCode: 201, response: '201 Created', text: 'OK' });
     expect(result.data).toBeUndefined();
@@ -273,14 +165,14 @@ describe('lenient reading of success answers', () => {
   });
 
   it('accepts 204 No Content', async () => {
-    handler = reply(204);
+    service.answer({ status: 204 });
     const result = await makeClient().sendEml(EML);
     expect(result).toMatchObject({ statusCode: 204, text: '' });
     expect(result.id).toBeUndefined();
   });
 
   it('gives id undefined for a JSON body without id, without crashing', async () => {
-    handler = replyJson(202, { status: 'queued' });
+    service.answer({ status: 202, body: { status: 'queued' } });
     const result = await makeClient().sendEml(EML);
     expect(result.id).toBeUndefined();
     expect(result.messageId).toBeUndefined();
@@ -290,7 +182,7 @@ describe('lenient reading of success answers', () => {
   it('does not crash on JSON bodies that are not objects or have odd field types', async () => {
     const client = makeClient();
     for (const body of [null, 'queued', 42, [], { id: 7, messageId: { x: 1 } }]) {
-      handler = replyJson(202, body);
+      service.answer({ status: 202, body });
       const result = await client.sendEml(EML);
       expect(result.statusCode).toBe(202);
       expect(result.id).toBeUndefined();
@@ -299,7 +191,7 @@ describe('lenient reading of success answers', () => {
   });
 
   it('keeps the text of a 2xx body that claims JSON but is not', async () => {
-    handler = reply(202, '{"id": "trunc', { 'content-type': 'application/json' });
+    service.answer({ status: 202, text: '{"id": "trunc', headers: { 'content-type': 'application/json' } });
     const result = await makeClient().sendEml(EML);
     expect(result.data).toBeUndefined();
     expect(result.text).toBe('{"id": "trunc');
@@ -311,7 +203,7 @@ describe('lenient reading of error answers', () => {
   const HTML = '<html><head><title>502 Bad Gateway</title></head><body><h1>Bad Gateway</h1>nginx</body></html>';
 
   it('rejects an HTML 502 page from a proxy with EAPI, responseCode 502 and the HTML in response', async () => {
-    handler = reply(502, HTML, { 'content-type': 'text/html' });
+    service.answer({ status: 502, text: HTML, headers: { 'content-type': 'text/html' } });
     const err = await rejectionOf(makeClient().sendEml(EML));
     expect(err.code).toBe('EAPI');
     expect(err.responseCode).toBe(502);
@@ -322,7 +214,7 @@ describe('lenient reading of error answers', () => {
   });
 
   it('reads { error: { code, message } } into apiCode and the message', async () => {
-    handler = replyJson(500, { error: { code: 'internal_error', message: 'boom' } });
+    service.answer({ status: 500, body: { error: { code: 'internal_error', message: 'boom' } } });
     const err = await rejectionOf(makeClient().sendEml(EML));
     expect(err.code).toBe('EAPI');
     expect(err.responseCode).toBe(500);
@@ -333,7 +225,7 @@ describe('lenient reading of error answers', () => {
   });
 
   it('reflects a string-shaped { error: "bad_thing" } body without crashing', async () => {
-    handler = replyJson(400, { error: 'bad_thing' });
+    service.answer({ status: 400, body: { error: 'bad_thing' } });
     const err = await rejectionOf(makeClient().sendEml(EML));
     expect(err.code).toBe('EAPI');
     expect(err.responseCode).toBe(400);
@@ -343,7 +235,7 @@ describe('lenient reading of error answers', () => {
   });
 
   it('reflects a { message: "x" } body without crashing', async () => {
-    handler = replyJson(422, { message: 'x' });
+    service.answer({ status: 422, body: { message: 'x' } });
     const err = await rejectionOf(makeClient().sendEml(EML));
     expect(err.code).toBe('EAPI');
     expect(err.responseCode).toBe(422);
@@ -364,7 +256,7 @@ describe('lenient reading of error answers', () => {
       ['Service Unavailable', 'text/plain'],
     ];
     for (const [body, type] of bodies) {
-      handler = reply(503, body, { 'content-type': type });
+      service.answer({ status: 503, text: body, headers: { 'content-type': type } });
       const err = await rejectionOf(client.sendEml(EML));
       expect(err.code).toBe('EAPI');
       expect(err.responseCode).toBe(503);
@@ -374,7 +266,7 @@ describe('lenient reading of error answers', () => {
   });
 
   it('truncates a huge error body in response', async () => {
-    handler = reply(500, 'x'.repeat(100_000), { 'content-type': 'text/plain' });
+    service.answer({ status: 500, text: 'x'.repeat(100_000), headers: { 'content-type': 'text/plain' } });
     const err = await rejectionOf(makeClient().sendEml(EML));
     expect(err.response!.length).toBeLessThan(2100);
   });
@@ -382,7 +274,7 @@ describe('lenient reading of error answers', () => {
 
 describe('status codes map to code and permanent', () => {
   it('401 → EAUTH, responseCode 401, permanent', async () => {
-    handler = replyJson(401, { error: { code: 'invalid_api_key', message: 'unknown key' } });
+    service.answer({ status: 401, body: { error: { code: 'invalid_api_key', message: 'unknown key' } } });
     const err = await rejectionOf(makeClient().sendEml(EML));
     expect(err.code).toBe('EAUTH');
     expect(err.responseCode).toBe(401);
@@ -392,7 +284,7 @@ describe('status codes map to code and permanent', () => {
   });
 
   it('403 → EAUTH, permanent', async () => {
-    handler = replyJson(403, { error: { code: 'missing_scope', message: 'needs sender' } });
+    service.answer({ status: 403, body: { error: { code: 'missing_scope', message: 'needs sender' } } });
     const err = await rejectionOf(makeClient().sendEml(EML));
     expect(err.code).toBe('EAUTH');
     expect(err.responseCode).toBe(403);
@@ -401,9 +293,13 @@ describe('status codes map to code and permanent', () => {
   });
 
   it('429 → EAPI, not permanent', async () => {
-    handler = reply(429, '{"error":{"code":"rate_limited","message":"slow down"}}', {
-      'content-type': 'application/json',
-      'retry-after': '1',
+    service.answer({
+      status: 429,
+      text: '{"error":{"code":"rate_limited","message":"slow down"}}',
+      headers: {
+        'content-type': 'application/json',
+        'retry-after': '1',
+      },
     });
     const err = await rejectionOf(makeClient().sendEml(EML));
     expect(err.code).toBe('EAPI');
@@ -412,7 +308,7 @@ describe('status codes map to code and permanent', () => {
   });
 
   it('400 → EAPI, permanent', async () => {
-    handler = replyJson(400, { error: { code: 'invalid_eml', message: 'no From' } });
+    service.answer({ status: 400, body: { error: { code: 'invalid_eml', message: 'no From' } } });
     const err = await rejectionOf(makeClient().sendEml(EML));
     expect(err.code).toBe('EAPI');
     expect(err.responseCode).toBe(400);
@@ -420,7 +316,7 @@ describe('status codes map to code and permanent', () => {
   });
 
   it('408 → not permanent', async () => {
-    handler = reply(408);
+    service.answer({ status: 408 });
     const err = await rejectionOf(makeClient().sendEml(EML));
     expect(err.responseCode).toBe(408);
     expect(err.permanent).toBe(false);
@@ -429,27 +325,26 @@ describe('status codes map to code and permanent', () => {
 
 describe('redirects', () => {
   it.each([302, 307])('does not follow a %i redirect and rejects with EAPI', async (status) => {
-    handler = (req, res) => {
-      if (req.url === '/v1/send/eml') {
-        res.writeHead(status, { location: '/elsewhere/v1/send/eml' });
-        res.end();
-      } else {
-        replyJson(202, { id: 'followed' })(req, res);
-      }
-    };
+    service.script([{ status, headers: { location: '/elsewhere/v1/send/eml' } }], {
+      status: 202,
+      body: { id: 'followed' },
+    });
     const err = await rejectionOf(makeClient().sendEml(EML));
     expect(err.code).toBe('EAPI');
     expect(err.responseCode).toBe(status);
-    expect(requests).toHaveLength(1);
-    expect(requests[0]?.url).toBe('/v1/send/eml');
+    expect(service.requests).toHaveLength(1);
+    expect(service.requests[0]?.url).toBe('/v1/send/eml');
   });
 });
 
 describe('the API key stays secret', () => {
   it('redacts the key the service echoes in its error body and message', async () => {
-    handler = replyJson(401, {
-      error: { code: 'invalid_api_key', message: `The API key ${API_KEY} is not valid` },
-      key: API_KEY,
+    service.answer({
+      status: 401,
+      body: {
+        error: { code: 'invalid_api_key', message: `The API key ${API_KEY} is not valid` },
+        key: API_KEY,
+      },
     });
     const err = await rejectionOf(makeClient().sendEml(EML));
     expect(err.code).toBe('EAUTH');
@@ -457,21 +352,25 @@ describe('the API key stays secret', () => {
   });
 
   it('redacts the key echoed in a plain-text error body', async () => {
-    handler = reply(500, `upstream said: bad header x-api-key: ${API_KEY}`, { 'content-type': 'text/plain' });
+    service.answer({
+      status: 500,
+      text: `upstream said: bad header x-api-key: ${API_KEY}`,
+      headers: { 'content-type': 'text/plain' },
+    });
     const err = await rejectionOf(makeClient().sendEml(EML));
     expect(err.code).toBe('EAPI');
     expectNoSecret(err);
   });
 
   it('redacts the key echoed in a string-shaped { error: "..." } body', async () => {
-    handler = replyJson(401, { error: `Invalid API key: ${API_KEY}` });
+    service.answer({ status: 401, body: { error: `Invalid API key: ${API_KEY}` } });
     const err = await rejectionOf(makeClient().sendEml(EML));
     expect(err.code).toBe('EAUTH');
     expectNoSecret(err);
   });
 
   it('redacts the key echoed in error.code', async () => {
-    handler = replyJson(403, { error: { code: `key_${API_KEY}_lacks_scope`, message: 'no scope' } });
+    service.answer({ status: 403, body: { error: { code: `key_${API_KEY}_lacks_scope`, message: 'no scope' } } });
     const err = await rejectionOf(makeClient().sendEml(EML));
     expect(err.code).toBe('EAUTH');
     expectNoSecret(err);
@@ -499,7 +398,7 @@ describe('the API key stays secret', () => {
     ['a non-ASCII character', 'sk_live_é_SECRET123'],
     ['a trailing CRLF', 'sk_live_SECRET123\r\n'],
   ])('does not echo a key containing %s in the config error', (_what, apiKey) => {
-    const err = thrownBy(() => new EmlApiClient({ apiKey, baseUrl }));
+    const err = thrownBy(() => new EmlApiClient({ apiKey, baseUrl: service.url }));
     expect(err.code).toBe('ECONFIG');
     expect(err.message).toContain('apiKey');
     expectNoSecret(err);
@@ -508,29 +407,29 @@ describe('the API key stays secret', () => {
 
 describe('verify()', () => {
   it('resolves true when the service answers 400 to the empty body {}', async () => {
-    handler = replyJson(400, { error: { code: 'invalid_request', message: 'mail is required' } });
+    service.answer({ status: 400, body: { error: { code: 'invalid_request', message: 'mail is required' } } });
     await expect(makeClient().verify()).resolves.toBe(true);
-    expect(requests).toHaveLength(1);
-    expect(requests[0]).toMatchObject({ method: 'POST', url: '/v1/send/eml', body: '{}' });
-    expect(requests[0]?.headers['x-api-key']).toBe(API_KEY);
+    expect(service.requests).toHaveLength(1);
+    expect(service.requests[0]).toMatchObject({ method: 'POST', url: '/v1/send/eml', text: '{}' });
+    expect(service.requests[0]?.headers['x-api-key']).toBe(API_KEY);
   });
 
   it('rejects with EAUTH on 401', async () => {
-    handler = replyJson(401, { error: { code: 'invalid_api_key', message: 'unknown key' } });
+    service.answer({ status: 401, body: { error: { code: 'invalid_api_key', message: 'unknown key' } } });
     const err = await rejectionOf(makeClient().verify());
     expect(err.code).toBe('EAUTH');
     expect(err.responseCode).toBe(401);
   });
 
   it('rejects with EAUTH on 403', async () => {
-    handler = replyJson(403, { error: { code: 'missing_scope', message: 'needs sender' } });
+    service.answer({ status: 403, body: { error: { code: 'missing_scope', message: 'needs sender' } } });
     const err = await rejectionOf(makeClient().verify());
     expect(err.code).toBe('EAUTH');
     expect(err.responseCode).toBe(403);
   });
 
   it('rejects with EAPI on a 5xx', async () => {
-    handler = reply(502, '<html>bad gateway</html>', { 'content-type': 'text/html' });
+    service.answer({ status: 502, text: '<html>bad gateway</html>', headers: { 'content-type': 'text/html' } });
     const err = await rejectionOf(makeClient().verify());
     expect(err.code).toBe('EAPI');
     expect(err.responseCode).toBe(502);
@@ -549,7 +448,7 @@ describe('connection failures and aborts', () => {
   });
 
   it('rejects with ECONNECTION when the service drops the connection without answering', async () => {
-    handler = (_req, res) => res.socket?.destroy();
+    service.answer('reset-after-body');
     const err = await rejectionOf(makeClient().sendEml(EML));
     expect(err.code).toBe('ECONNECTION');
   });
@@ -559,14 +458,14 @@ describe('connection failures and aborts', () => {
     controller.abort();
     const err = await rejectionOf(makeClient().sendEml(EML, { signal: controller.signal }));
     expect(err.code).toBe('EABORT');
-    expect(requests).toHaveLength(0);
+    expect(service.requests).toHaveLength(0);
   });
 
   it('rejects with EABORT when aborted while the service delays its answer', async () => {
-    handler = replyLater(5000, replyJson(202, { id: 'late' }));
+    service.answer({ status: 202, body: { id: 'late' }, delayMs: 5000 });
     const controller = new AbortController();
     const pending = rejectionOf(makeClient().sendEml(EML, { signal: controller.signal }));
-    await waitFor(() => requests.length === 1);
+    await waitFor(() => service.requests.length === 1);
     const started = Date.now();
     controller.abort();
     const err = await pending;
@@ -577,20 +476,20 @@ describe('connection failures and aborts', () => {
 
   it('rejects with EABORT when aborted with a custom reason while the service delays', async () => {
     // RequestOptions.signal is documented as "the call rejects with EABORT", whatever the reason given to abort().
-    handler = replyLater(5000, replyJson(202, { id: 'late' }));
+    service.answer({ status: 202, body: { id: 'late' }, delayMs: 5000 });
     const controller = new AbortController();
     const pending = rejectionOf(makeClient().sendEml(EML, { signal: controller.signal }));
-    await waitFor(() => requests.length === 1);
+    await waitFor(() => service.requests.length === 1);
     controller.abort(new Error('user cancelled'));
     const err = await pending;
     expect(err.code).toBe('EABORT');
   });
 
   it('rejects with EABORT when a send is aborted while it waits in the maxConnections queue', async () => {
-    handler = replyLater(200, replyJson(202, { id: 'ok' }));
+    service.answer({ status: 202, body: { id: 'ok' }, delayMs: 200 });
     const client = makeClient({ maxConnections: 1 });
     const first = client.sendEml(EML);
-    await waitFor(() => requests.length === 1);
+    await waitFor(() => service.requests.length === 1);
     const controller = new AbortController();
     const queued = rejectionOf(client.sendEml(EML, { signal: controller.signal }));
     await waitFor(() => client.queuedRequests === 1);
@@ -598,12 +497,12 @@ describe('connection failures and aborts', () => {
     const err = await queued;
     expect(err.code).toBe('EABORT');
     await expect(first).resolves.toMatchObject({ statusCode: 202 });
-    expect(requests).toHaveLength(1);
+    expect(service.requests).toHaveLength(1);
   });
 
   it('rejects with an EmlApiError when an AbortSignal.timeout() signal fires while the service delays', async () => {
     // The documented example of RequestOptions is `{ signal: AbortSignal.timeout(10_000) }`.
-    handler = replyLater(5000, replyJson(202, { id: 'late' }));
+    service.answer({ status: 202, body: { id: 'late' }, delayMs: 5000 });
     const err = await rejectionOf(makeClient().sendEml(EML, { signal: AbortSignal.timeout(100) }));
     expect(['EABORT', 'ETIMEDOUT']).toContain(err.code);
   });
@@ -611,13 +510,13 @@ describe('connection failures and aborts', () => {
 
 describe('maxConnections', () => {
   it('never has more than maxConnections requests at the service, and every send succeeds', async () => {
-    handler = replyLater(100, replyJson(202, { id: 'ok' }));
+    service.answer({ status: 202, body: { id: 'ok' }, delayMs: 100 });
     const client = makeClient({ maxConnections: 2 });
     const results = await Promise.all(Array.from({ length: 6 }, () => client.sendEml(EML)));
     expect(results.map((r) => r.statusCode)).toEqual([202, 202, 202, 202, 202, 202]);
-    expect(requests).toHaveLength(6);
-    expect(maxOpenRequests).toBe(2);
-    expect(new Set(requests.map((r) => r.headers['idempotency-key'])).size).toBe(6);
+    expect(service.requests).toHaveLength(6);
+    expect(service.maxOpen).toBe(2);
+    expect(new Set(service.requests.map((r) => r.headers['idempotency-key'])).size).toBe(6);
   });
 });
 
@@ -675,7 +574,7 @@ describe('options validation', () => {
   });
 
   it('checks options before any request', () => {
-    thrownBy(() => new EmlApiClient({ apiKey: 'a\nb', baseUrl }));
-    expect(requests).toHaveLength(0);
+    thrownBy(() => new EmlApiClient({ apiKey: 'a\nb', baseUrl: service.url }));
+    expect(service.requests).toHaveLength(0);
   });
 });

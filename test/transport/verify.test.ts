@@ -1,8 +1,7 @@
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EmlApiError, EmlApiTransport } from '../../src/index.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { closedPort } from '../helpers/fake-service.js';
 import { NODEMAILERS } from '../helpers/nodemailer-versions.js';
 
 describe.each(NODEMAILERS)('$label: transporter.verify()', ({ nodemailer }) => {
@@ -64,10 +63,7 @@ describe.each(NODEMAILERS)('$label: transporter.verify()', ({ nodemailer }) => {
   });
 
   it('fails with ECONNECTION when nothing listens at the base URL', async () => {
-    const server = createServer();
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    const { port } = server.address() as AddressInfo;
-    await new Promise<void>((resolve) => server.close(() => resolve()));
+    const port = await closedPort();
     const err = await transporterFor('k-send', `http://127.0.0.1:${port}`)
       .verify()
       .catch((e: unknown) => e);
