@@ -1,6 +1,5 @@
-import type { ApiScope } from '../../src/api-types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { startEmulator, type ApiScope, type Emulator } from '../../src/emulator/index.js';
 import {
   b64,
   checkPath,
