@@ -4,9 +4,9 @@ import { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { CliIo } from '../../src/cli/cli-io.js';
-import { renderProgressBar } from '../../src/cli/progress-bar.js';
+import { renderProgressBar } from '../../src/cli/lib/progress-bar.js';
 import { runCli } from '../../src/cli/run-cli.js';
-import { EXIT } from '../../src/cli/usage-error.js';
+import { EXIT } from '../../src/cli/lib/usage-error.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 
 /**
