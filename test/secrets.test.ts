@@ -1,12 +1,12 @@
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { inspect } from 'node:util';
 import nodemailer from 'nodemailer';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { EmlApiError } from '../src/index.js';
-import { EmlApiTransport, type EmlApiLogger } from '../src/index.js';
+import { EmlApiClient, EmlApiTransport, type EmlApiLogger } from '../src/index.js';
 import { startEmulator, type Emulator } from '../src/emulator/index.js';
-import { startScriptedService, type ScriptedService } from './helpers/scripted-service.js';
+import { rejectionOf, thrownBy } from './helpers/async.js';
+import { clientFactory } from './helpers/clients.js';
+import { closedPort, startFakeService, type FakeService } from './helpers/fake-service.js';
 
 const SECRET = 'sk_live_SECRET_9f8e7d6c';
 const FRAGMENT = 'SECRET_9f8e7d6c';
@@ -23,7 +23,7 @@ function channels(value: unknown): string[] {
 
 describe('the API key stays secret', () => {
   let emu: Emulator;
-  let service: ScriptedService;
+  let service: FakeService;
   const logLines: string[] = [];
   const logger: EmlApiLogger = {
     debug: (meta, message) => logLines.push(inspect([meta, message], { depth: Infinity })),
@@ -33,7 +33,7 @@ describe('the API key stays secret', () => {
   };
   beforeAll(async () => {
     emu = await startEmulator({ apiKeys: [{ key: SECRET, scopes: ['group:insert'] }] });
-    service = await startScriptedService();
+    service = await startFakeService();
   });
   afterAll(async () => {
     await emu.close();
@@ -72,10 +72,7 @@ describe('the API key stays secret', () => {
       nodemailer.createTransport(transportTo(service.url, { timeouts: { response: 100 } })).sendMail(message),
     );
     // Nothing listening.
-    const probe = createServer();
-    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-    const { port } = probe.address() as AddressInfo;
-    await new Promise<void>((resolve) => probe.close(() => resolve()));
+    const port = await closedPort();
     await collect(nodemailer.createTransport(transportTo(`http://127.0.0.1:${port}`)).sendMail(message));
     // Aborted, refused envelope, unbuildable message, verify.
     const controller = new AbortController();
@@ -154,5 +151,94 @@ describe('the API key stays secret', () => {
     expect(elsewhere).toEqual([]);
     expect(seen[0]!.body.toString()).not.toContain(FRAGMENT);
     expect(seen[0]!.url).not.toContain(FRAGMENT);
+  });
+});
+
+describe('the API key stays secret in what the client reports', () => {
+  const API_KEY = 'sk_live_SECRET123';
+  const KEY_FRAGMENT = 'SECRET123';
+  const EML = 'From: a@example.test\r\nTo: b@example.test\r\nSubject: Hi\r\n\r\nHello ünïcødé\r\n';
+  let service: FakeService;
+  const { makeClient, closeClients } = clientFactory(() => ({ apiKey: API_KEY, baseUrl: service.url, retries: false }));
+  beforeAll(async () => {
+    service = await startFakeService();
+  });
+  beforeEach(() => service.clear());
+  afterEach(() => closeClients());
+  afterAll(() => service.close());
+
+  function expectNoSecret(err: EmlApiError): void {
+    expect(err.message).not.toContain(KEY_FRAGMENT);
+    expect(err.response ?? '').not.toContain(KEY_FRAGMENT);
+    expect(err.apiCode ?? '').not.toContain(KEY_FRAGMENT);
+    expect(String(err.stack)).not.toContain(KEY_FRAGMENT);
+    expect(JSON.stringify(err)).not.toContain(KEY_FRAGMENT);
+    expect(inspect(err, { depth: 10 })).not.toContain(KEY_FRAGMENT);
+  }
+
+  it('redacts the key the service echoes in its error body and message', async () => {
+    service.answer({
+      status: 401,
+      body: {
+        error: { code: 'invalid_api_key', message: `The API key ${API_KEY} is not valid` },
+        key: API_KEY,
+      },
+    });
+    const err = await rejectionOf(makeClient().sendEml(EML));
+    expect(err.code).toBe('EAUTH');
+    expectNoSecret(err);
+  });
+
+  it('redacts the key echoed in a plain-text error body', async () => {
+    service.answer({
+      status: 500,
+      text: `upstream said: bad header x-api-key: ${API_KEY}`,
+      headers: { 'content-type': 'text/plain' },
+    });
+    const err = await rejectionOf(makeClient().sendEml(EML));
+    expect(err.code).toBe('EAPI');
+    expectNoSecret(err);
+  });
+
+  it('redacts the key echoed in a string-shaped { error: "..." } body', async () => {
+    service.answer({ status: 401, body: { error: `Invalid API key: ${API_KEY}` } });
+    const err = await rejectionOf(makeClient().sendEml(EML));
+    expect(err.code).toBe('EAUTH');
+    expectNoSecret(err);
+  });
+
+  it('redacts the key echoed in error.code', async () => {
+    service.answer({ status: 403, body: { error: { code: `key_${API_KEY}_lacks_scope`, message: 'no scope' } } });
+    const err = await rejectionOf(makeClient().sendEml(EML));
+    expect(err.code).toBe('EAUTH');
+    expectNoSecret(err);
+  });
+
+  it('keeps the key out of connection failure errors', async () => {
+    const port = await closedPort();
+    const err = await rejectionOf(makeClient({ baseUrl: `http://127.0.0.1:${port}` }).sendEml(EML));
+    expect(err.code).toBe('ECONNECTION');
+    expectNoSecret(err);
+  });
+
+  it('keeps the key out of util.inspect(client) and JSON.stringify(client)', async () => {
+    const client = makeClient();
+    await client.sendEml(EML);
+    expect(inspect(client, { depth: 10, showHidden: true })).not.toContain(KEY_FRAGMENT);
+    expect(JSON.stringify(client)).not.toContain(KEY_FRAGMENT);
+    expect(JSON.stringify(client.options)).not.toContain(KEY_FRAGMENT);
+  });
+
+  it.each([
+    ['a line feed', 'sk_live\nSECRET123'],
+    ['a carriage return', 'sk_live\rSECRET123'],
+    ['a space', 'sk_live SECRET123'],
+    ['a non-ASCII character', 'sk_live_é_SECRET123'],
+    ['a trailing CRLF', 'sk_live_SECRET123\r\n'],
+  ])('does not echo a key containing %s in the config error', (_what, apiKey) => {
+    const err = thrownBy(() => new EmlApiClient({ apiKey, baseUrl: service.url }));
+    expect(err.code).toBe('ECONFIG');
+    expect(err.message).toContain('apiKey');
+    expectNoSecret(err);
   });
 });

@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EmlApiTransport } from '../src/index.js';
-import { startEmulator, type Emulator } from '../src/emulator/index.js';
-import { normalizeMessage } from './helpers/normalize.js';
-import { NODEMAILERS } from './helpers/nodemailer-versions.js';
-import { richMessage } from './helpers/rich-message.js';
-import { startSmtpSink, type SmtpSink } from './helpers/smtp-sink.js';
+import { EmlApiTransport } from '../../src/index.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { normalizeMessage } from '../helpers/normalize.js';
+import { NODEMAILERS } from '../helpers/nodemailer-versions.js';
+import { richMessage } from '../helpers/rich-message.js';
+import { startSmtpSink, type SmtpSink } from '../helpers/smtp-sink.js';
 
 describe.each(NODEMAILERS)('$label: a message with every relay feature', ({ nodemailer }) => {
   let emu: Emulator;

@@ -1,8 +1,7 @@
-import { createServer, type IncomingMessage } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { EmlApiClient, EmlApiError, encodePathSegment } from '../src/index.js';
-import { startEmulator, type Emulator } from '../src/emulator/index.js';
+import { EmlApiClient, EmlApiError, encodePathSegment } from '../../src/index.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 
 const PNG = Buffer.from(
   'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==',
@@ -231,55 +230,45 @@ describe('hostile path parameters', () => {
 });
 
 describe('isInGroup and removeFromGroup against other response styles', () => {
-  // A scripted stand-in for a real service whose answer shapes differ from the
+  // A stand-in for a real service whose answer shapes differ from the
   // emulator's: the contract says the client must cope with them.
-  let answer: (req: IncomingMessage) => { status: number; body?: string };
-  let url: string;
-  const server = createServer((req, res) => {
-    req.resume();
-    req.on('end', () => {
-      const { status, body } = answer(req);
-      res.writeHead(status, body ? { 'content-type': 'application/json' } : {});
-      res.end(body);
-    });
-  });
+  let service: FakeService;
   beforeAll(async () => {
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    service = await startFakeService();
   });
-  afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  afterAll(() => service.close());
 
-  const cases: [string, number, string | undefined, boolean][] = [
-    ['{ "member": true }', 200, '{"member":true}', true],
-    ['{ "member": false }', 200, '{"member":false}', false],
-    ['{ "isMember": false }', 200, '{"isMember":false}', false],
-    ['{ "exists": true }', 200, '{"exists":true}', true],
-    ['a bare false', 200, 'false', false],
+  const cases: [string, number, unknown, boolean][] = [
+    ['{ "member": true }', 200, { member: true }, true],
+    ['{ "member": false }', 200, { member: false }, false],
+    ['{ "isMember": false }', 200, { isMember: false }, false],
+    ['{ "exists": true }', 200, { exists: true }, true],
+    ['a bare false', 200, false, false],
     ['200 with no body', 200, undefined, true],
     ['204', 204, undefined, true],
     ['404 with no body', 404, undefined, false],
-    ['404 not_a_member', 404, '{"error":{"code":"not_a_member","message":"no"}}', false],
+    ['404 not_a_member', 404, { error: { code: 'not_a_member', message: 'no' } }, false],
   ];
   for (const [label, status, body, expected] of cases) {
     it(`isInGroup reads ${label} as ${expected}`, async () => {
-      answer = () => ({ status, body });
-      const client = new EmlApiClient({ apiKey: 'k', baseUrl: url });
+      service.answer({ status, body });
+      const client = new EmlApiClient({ apiKey: 'k', baseUrl: service.url });
       await expect(client.isInGroup('g', 'a@example.test')).resolves.toBe(expected);
       await client.close();
     });
   }
 
   it('isInGroup and removeFromGroup throw for 404 group_not_found', async () => {
-    answer = () => ({ status: 404, body: '{"error":{"code":"group_not_found","message":"no group"}}' });
-    const client = new EmlApiClient({ apiKey: 'k', baseUrl: url });
+    service.answer({ status: 404, body: { error: { code: 'group_not_found', message: 'no group' } } });
+    const client = new EmlApiClient({ apiKey: 'k', baseUrl: service.url });
     await expect(client.isInGroup('g', 'a@example.test')).rejects.toMatchObject({ apiCode: 'group_not_found' });
     await expect(client.removeFromGroup('g', 'a@example.test')).rejects.toMatchObject({ apiCode: 'group_not_found' });
     await client.close();
   });
 
   it('addToGroup counts a whole batch as added when the service lists nothing', async () => {
-    answer = () => ({ status: 204 });
-    const client = new EmlApiClient({ apiKey: 'k', baseUrl: url });
+    service.answer({ status: 204 });
+    const client = new EmlApiClient({ apiKey: 'k', baseUrl: service.url });
     await expect(client.addToGroup('g', ['a@example.test', 'b@example.test'])).resolves.toEqual({
       added: ['a@example.test', 'b@example.test'],
       skipped: [],
@@ -289,12 +278,11 @@ describe('isInGroup and removeFromGroup against other response styles', () => {
   });
 
   it('addToGroup reports what earlier batches added when a later one fails', async () => {
-    let requests = 0;
-    answer = () =>
-      ++requests === 1
-        ? { status: 200, body: '{"added":["a@example.test","b@example.test"],"skipped":[]}' }
-        : { status: 400, body: '{"error":{"code":"invalid_address","message":"entries[0].email is not valid"}}' };
-    const client = new EmlApiClient({ apiKey: 'k', baseUrl: url });
+    service.script([{ status: 200, body: { added: ['a@example.test', 'b@example.test'], skipped: [] } }], {
+      status: 400,
+      body: { error: { code: 'invalid_address', message: 'entries[0].email is not valid' } },
+    });
+    const client = new EmlApiClient({ apiKey: 'k', baseUrl: service.url });
     const err = await client
       .addToGroup('g', ['a@example.test', 'b@example.test', 'c@example.test'], { batchSize: 2 })
       .catch((e: unknown) => e);

@@ -13,8 +13,8 @@ import { inspect } from 'node:util';
 import fc from 'fast-check';
 import { Agent, type Dispatcher } from 'undici';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { EmlApiClient, EmlApiError } from '../src/index.js';
-import { startEmulator, type Emulator } from '../src/emulator/index.js';
+import { EmlApiClient, EmlApiError } from '../../src/index.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 
 const PROPERTY_TIMEOUT = 60_000;
 

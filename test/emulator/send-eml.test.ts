@@ -1,8 +1,19 @@
 import { connect } from 'node:net';
 import { Readable } from 'node:stream';
-import { Client, request } from 'undici';
+import { Client } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startEmulator, type Emulator } from '../src/emulator/index.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import {
+  b64,
+  call,
+  type CallOptions,
+  checkAnswer,
+  eml,
+  emulatorApi,
+  expectAccepted,
+  expectError,
+  mailBody,
+} from '../helpers/emulator-api.js';
 
 /**
  * Real HTTP requests against the emulator's POST /v1/send/eml, checked against
@@ -13,105 +24,8 @@ const SEND_EML = '/v1/send/eml';
 const GROUPS_KEY = 'k-groups';
 const SENDER_KEY = 'k-sender';
 
-interface Answer {
-  status: number;
-  headers: Record<string, string | string[] | undefined>;
-  text: string;
-  json: unknown;
-}
-
-interface CallOptions {
-  method?: 'GET' | 'POST' | 'DELETE' | 'PUT';
-  body?: string | Readable;
-  headers?: Record<string, string>;
-  /** Send the path as written (no URL parsing, so no dot-segment or %2E%2E resolution). */
-  raw?: boolean;
-}
-
 let emu: Emulator;
-
-/**
- * Checks what every API answer must have (JSON content type, a parseable JSON
- * body, never 5xx) and returns it parsed.
- */
-function checkAnswer(status: number, headers: Answer['headers'], text: string): Answer {
-  expect(headers['content-type'], `content-type of a ${status} answer`).toMatch(/^application\/json\b/);
-  let json: unknown;
-  expect(() => (json = JSON.parse(text)), `JSON body of a ${status} answer: ${text.slice(0, 200)}`).not.toThrow();
-  expect(status, `unexpected 5xx answer: ${text.slice(0, 200)}`).toBeLessThan(500);
-  return { status, headers, text, json };
-}
-
-async function call(base: string, path: string, options: CallOptions = {}): Promise<Answer> {
-  const method = options.method ?? 'POST';
-  if (options.raw) {
-    // undici's request() parses the URL, which resolves "/../" and "%2E%2E";
-    // a Client sends the path bytes unchanged.
-    const client = new Client(base);
-    try {
-      const res = await client.request({ method, path, headers: options.headers, body: options.body });
-      return checkAnswer(res.statusCode, res.headers, await res.body.text());
-    } finally {
-      await client.close();
-    }
-  }
-  const res = await request(`${base}${path}`, { method, headers: options.headers, body: options.body });
-  return checkAnswer(res.statusCode, res.headers, await res.body.text());
-}
-
-/** POST with the all-scopes key and a JSON content type unless overridden. */
-function post(path: string, body?: string, headers: Record<string, string> = {}): Promise<Answer> {
-  return call(emu.url, path, {
-    body,
-    headers: { 'x-api-key': emu.apiKey, 'content-type': 'application/json', ...headers },
-  });
-}
-
-/** Asserts an error answer and returns its message. */
-function expectError(answer: Answer, status: number, code: string): string {
-  expect(answer.status, answer.text).toBe(status);
-  const body = answer.json as { error?: { code?: unknown; message?: unknown } };
-  expect(body.error?.code, answer.text).toBe(code);
-  expect(typeof body.error?.message).toBe('string');
-  expect((body.error?.message as string).length).toBeGreaterThan(0);
-  return body.error?.message as string;
-}
-
-interface Accepted {
-  id: string;
-  messageId: string;
-  recipients: number;
-}
-
-function expectAccepted(answer: Answer): Accepted {
-  expect(answer.status, answer.text).toBe(202);
-  const body = answer.json as Accepted;
-  expect(Object.keys(body).sort()).toEqual(['id', 'messageId', 'recipients']);
-  expect(typeof body.id).toBe('string');
-  expect(body.id.length).toBeGreaterThan(0);
-  expect(typeof body.messageId).toBe('string');
-  expect(typeof body.recipients).toBe('number');
-  return body;
-}
-
-const b64 = (text: string | Buffer): string => Buffer.from(text).toString('base64');
-
-let counter = 0;
-/** A small EML message with a unique Message-ID; `extra` header lines replace the default To. */
-function eml(extra: string[] = ['To: ann@example.test'], body = 'Hello'): string {
-  counter += 1;
-  return [
-    'From: Shop <shop@example.test>',
-    ...extra,
-    `Subject: Test ${counter}`,
-    `Message-ID: <m${counter}.${Date.now()}@example.test>`,
-    '',
-    body,
-  ].join('\r\n');
-}
-
-/** JSON body of a send: `{ "mail": base64(eml) }`. */
-const mailBody = (text: string = eml()): string => JSON.stringify({ mail: b64(text) });
+const { post } = emulatorApi(() => emu);
 
 beforeAll(async () => {
   emu = await startEmulator({
@@ -334,171 +248,6 @@ describe('POST /v1/send/eml body limit', () => {
     expect(Buffer.byteLength(body)).toBeLessThan(1024);
     expectAccepted(await call(small.url, SEND_EML, { body, headers: headers() }));
     expect(small.messages()).toHaveLength(1);
-  });
-});
-
-describe('routing', () => {
-  it('answers 404 not_found for unknown paths', async () => {
-    for (const path of ['/v1/send/nothing', '/v2/send/eml', '/v1/send/eml/', '/v1/send', '/', '/V1/SEND/EML']) {
-      expectError(await post(path, mailBody()), 404, 'not_found');
-    }
-  });
-
-  it('answers 405 method_not_allowed with an Allow header for GET /v1/send/eml', async () => {
-    const answer = await call(emu.url, SEND_EML, { method: 'GET', headers: { 'x-api-key': emu.apiKey } });
-    expectError(answer, 405, 'method_not_allowed');
-    expect(answer.headers['allow']).toBe('POST');
-  });
-
-  it('answers 405 method_not_allowed for PUT and DELETE on /v1/send/eml', async () => {
-    for (const method of ['PUT', 'DELETE'] as const) {
-      const answer = await call(emu.url, SEND_EML, {
-        method,
-        body: mailBody(),
-        headers: { 'x-api-key': emu.apiKey, 'content-type': 'application/json' },
-      });
-      expectError(answer, 405, 'method_not_allowed');
-      expect(answer.headers['allow']).toBe('POST');
-    }
-  });
-
-  it('serves a query string on /v1/send/eml like the bare path', async () => {
-    expectAccepted(await post(`${SEND_EML}?debug=1`, mailBody()));
-  });
-});
-
-describe('the other endpoints', () => {
-  // CONTRACT.md: "sender" for /v1/send/email, "group.sender" for group sends,
-  // "group:insert" for adds, "group:remove" for removes, any group scope for check.
-  const others = [
-    {
-      method: 'POST',
-      path: '/v1/send/email',
-      body: JSON.stringify({
-        to: [{ email: 'ann@example.test' }],
-        from: { email: 'shop@example.test' },
-        subject: 'Hi',
-        textContent: { text: 'Hi' },
-      }),
-      key: GROUPS_KEY,
-      scopes: ['sender'],
-    },
-    {
-      method: 'POST',
-      path: '/v1/send/group/x',
-      body: JSON.stringify({ from: { email: 'shop@example.test' }, subject: 'Hi', textContent: { text: 'Hi' } }),
-      key: SENDER_KEY,
-      scopes: ['group.sender'],
-    },
-    {
-      method: 'POST',
-      path: '/v1/group/x',
-      body: JSON.stringify({ entries: [{ email: 'ann@example.test' }], groupId: 'x' }),
-      key: SENDER_KEY,
-      scopes: ['group:insert'],
-    },
-    {
-      method: 'DELETE',
-      path: '/v1/group/x',
-      body: JSON.stringify({ email: 'ann@example.test' }),
-      key: SENDER_KEY,
-      scopes: ['group:remove'],
-    },
-    {
-      method: 'GET',
-      path: '/v1/group/x/check/a%40b.test',
-      body: undefined,
-      key: SENDER_KEY,
-      scopes: ['group:insert', 'group:remove', 'group.sender'],
-    },
-  ] as const;
-
-  for (const other of others) {
-    it(`answers 403 missing_scope for ${other.method} ${other.path} with a key lacking ${other.scopes.join(' / ')}`, async () => {
-      const answer = await call(emu.url, other.path, {
-        method: other.method,
-        body: other.body,
-        headers: { 'x-api-key': other.key, ...(other.body ? { 'content-type': 'application/json' } : {}) },
-      });
-      const message = expectError(answer, 403, 'missing_scope');
-      for (const scope of other.scopes) expect(message).toContain(scope);
-    });
-
-    it(`routes ${other.method} ${other.path} to its own operation with the all-scopes key`, async () => {
-      const answer = await call(emu.url, other.path, {
-        method: other.method,
-        body: other.body,
-        headers: { 'x-api-key': emu.apiKey, ...(other.body ? { 'content-type': 'application/json' } : {}) },
-      });
-      // Not swallowed by /v1/send/eml, the router's 404 or a 405 (and never 5xx, checked in call()).
-      expect(answer.status, answer.text).not.toBe(405);
-      const code = (answer.json as { error?: { code?: string } }).error?.code;
-      expect(code).not.toBe('not_found');
-      expect(code).not.toBe('method_not_allowed');
-      if (other.path === '/v1/send/email') {
-        expect(answer.status, answer.text).toBe(202);
-      } else {
-        // Group "x" does not exist: CONTRACT.md answers 404 group_not_found.
-        expect(code, answer.text).toBe('group_not_found');
-      }
-    });
-  }
-});
-
-describe('hostile paths', () => {
-  const headers = () => ({ 'x-api-key': emu.apiKey, 'content-type': 'application/json' });
-
-  it('does not resolve dot segments: /v1/send/eml/../eml is not /v1/send/eml', async () => {
-    const before = emu.messages().length;
-    const answer = await call(emu.url, '/v1/send/eml/../eml', { raw: true, body: mailBody(), headers: headers() });
-    expectError(answer, 404, 'not_found');
-    expect(emu.messages()).toHaveLength(before);
-  });
-
-  it('does not decode %2E%2E into a dot segment: /v1/send/%2E%2E/eml', async () => {
-    const before = emu.messages().length;
-    for (const path of ['/v1/send/%2E%2E/eml', '/v1/send/eml/%2e%2e/eml', '/v1/send%2Feml', '/v1/send/eml%2F']) {
-      const answer = await call(emu.url, path, { raw: true, body: mailBody(), headers: headers() });
-      expectError(answer, 404, 'not_found');
-    }
-    expect(emu.messages()).toHaveLength(before);
-  });
-
-  it('keeps an encoded slash inside one path parameter: /v1/group/%2F/check/x', async () => {
-    const answer = await call(emu.url, '/v1/group/%2F/check/x', { raw: true, method: 'GET', headers: headers() });
-    expect(answer.status, answer.text).toBeGreaterThanOrEqual(400);
-    expect(answer.status, answer.text).not.toBe(405);
-    expect((answer.json as { error?: { code?: string } }).error?.code).not.toBe('not_found');
-  });
-
-  it('answers a 4xx JSON error for bad percent-encoding: /v1/group/%E0%A4%A/check/x', async () => {
-    const answer = await call(emu.url, '/v1/group/%E0%A4%A/check/x', {
-      raw: true,
-      method: 'GET',
-      headers: headers(),
-    });
-    expect([400, 404]).toContain(answer.status);
-    expect((answer.json as { error?: { code?: unknown } }).error?.code).toEqual(expect.any(String));
-  });
-
-  it('never answers 5xx for odd paths', async () => {
-    const paths = [
-      '/v1/send/eml%00',
-      '/v1/send/eml;x=1',
-      '/v1/send//eml',
-      '//v1/send/eml',
-      '/v1/send/group/%E0%A4%A',
-      '/v1/send/group/..',
-      '/v1/group/%2E%2E',
-      '/v1/group/x/check/%',
-      '/v1/group/x/check/a%40b.test/extra',
-      `/v1/send/${'a'.repeat(3000)}`,
-    ];
-    for (const path of paths) {
-      const answer = await call(emu.url, path, { raw: true, body: mailBody(), headers: headers() });
-      expect(answer.status, `${path.slice(0, 60)} -> ${answer.text}`).toBeGreaterThanOrEqual(400);
-      expect(answer.status, `${path.slice(0, 60)} -> ${answer.text}`).toBeLessThan(500);
-    }
   });
 });
 

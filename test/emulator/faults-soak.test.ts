@@ -1,7 +1,7 @@
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EmlApiError, EmlApiTransport } from '../src/index.js';
-import { startEmulator, type Emulator, type EmulatorFaults } from '../src/emulator/index.js';
+import { EmlApiError, EmlApiTransport } from '../../src/index.js';
+import { startEmulator, type Emulator, type EmulatorFaults } from '../../src/emulator/index.js';
 
 const FAULTS: EmulatorFaults = {
   seed: 20261122,

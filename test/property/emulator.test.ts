@@ -13,7 +13,7 @@ import { Readable } from 'node:stream';
 import fc from 'fast-check';
 import { Pool, errors as undiciErrors, request } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startEmulator, type Emulator } from '../src/emulator/index.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 
 const FREE_KEY = 'k-free';
 const PROPERTY_TIMEOUT = 60_000;

@@ -2,8 +2,8 @@ import { randomBytes } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EmlApiClient } from '../src/index.js';
-import { startEmulator, type Emulator } from '../src/emulator/index.js';
+import { EmlApiClient } from '../../src/index.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 
 /**
  * The emulator's web inbox over real HTTP: the message list at `/`, the

@@ -1,7 +1,7 @@
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EmlApiError, EmlApiTransport, type EmlApiLogger } from '../src/index.js';
-import { startEmulator, type Emulator } from '../src/emulator/index.js';
+import { EmlApiError, EmlApiTransport, type EmlApiLogger } from '../../src/index.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 
 describe('custom envelopes', () => {
   let emu: Emulator;

@@ -1,14 +1,12 @@
 import nodemailer from 'nodemailer';
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { inspect } from 'node:util';
 import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EmlApiError, EmlApiTransport } from '../src/index.js';
-import { startEmulator, type Emulator } from '../src/emulator/index.js';
-import { VERSION } from '../src/shared/version.js';
-import { startHoldingService } from './helpers/holding-service.js';
-import pkg from '../package.json' with { type: 'json' };
+import { EmlApiError, EmlApiTransport, VERSION } from '../../src/index.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { waitFor } from '../helpers/async.js';
+import { startFakeService } from '../helpers/fake-service.js';
+import pkg from '../../package.json' with { type: 'json' };
 
 const message = (n: number) => ({
   from: 'shop@example.test',
@@ -99,18 +97,19 @@ describe('the Nodemailer transport contract', () => {
   });
 
   it('reports isIdle() false while maxConnections sends are in flight and emits idle when they end', async () => {
-    const service = await startHoldingService();
+    const service = await startFakeService();
+    service.answer('hold');
     const transport = new EmlApiTransport({ apiKey: 'k', baseUrl: service.url, maxConnections: 2 });
     const transporter = nodemailer.createTransport(transport);
     let idleEvents = 0;
     transporter.on('idle', () => idleEvents++);
     expect(transporter.isIdle()).toBe(true);
     const sends = [1, 2, 3].map((n) => transporter.sendMail(message(n)));
-    await service.waitForHeld(2);
+    await waitFor(() => service.held >= 2);
     expect(transporter.isIdle()).toBe(false);
     expect(idleEvents).toBe(0);
     service.releaseAll();
-    await service.waitForHeld(1);
+    await waitFor(() => service.held >= 1);
     // The third send took the freed slot: still at most two in flight.
     expect(service.maxHeld).toBe(2);
     service.releaseAll();
@@ -180,23 +179,13 @@ describe('the Nodemailer transport contract', () => {
   });
 
   it('reuses keep-alive connections: 30 sequential sends open one TCP connection', async () => {
-    let connections = 0;
-    const server = createServer((req, res) => {
-      req.resume();
-      req.on('end', () => {
-        res.writeHead(202, { 'content-type': 'application/json' });
-        res.end('{"id":"x","messageId":"<x@example.test>","recipients":1}');
-      });
-    });
-    server.on('connection', () => connections++);
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    const { port } = server.address() as AddressInfo;
-    const transport = new EmlApiTransport({ apiKey: 'k', baseUrl: `http://127.0.0.1:${port}` });
+    const service = await startFakeService();
+    const transport = new EmlApiTransport({ apiKey: 'k', baseUrl: service.url });
     const transporter = nodemailer.createTransport(transport);
     for (let n = 0; n < 30; n++) await transporter.sendMail(message(n));
-    expect(connections).toBe(1);
+    expect(service.connections).toBe(1);
     await transport.close();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await service.close();
   });
 
   it('sends through a dispatcher the user passed and leaves it open on close()', async () => {

@@ -3,10 +3,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 // mailauth verifies DKIM the way receiving servers do; its DNS lookup is replaced
 // by a resolver answering with our test key, since there is no DNS here.
 import { dkimVerify } from 'mailauth/lib/dkim/verify.js';
-import { EmlApiTransport } from '../src/index.js';
-import { startEmulator, type Emulator } from '../src/emulator/index.js';
-import { NODEMAILERS } from './helpers/nodemailer-versions.js';
-import { richMessage } from './helpers/rich-message.js';
+import { EmlApiTransport } from '../../src/index.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { NODEMAILERS } from '../helpers/nodemailer-versions.js';
+import { richMessage } from '../helpers/rich-message.js';
 
 const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
 const privatePem = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { EmlApiClient, EmlApiError, EmlApiTransport } from '../src/index.js';
-import { startEmulator, type Emulator } from '../src/emulator/index.js';
-import { NODEMAILERS } from './helpers/nodemailer-versions.js';
-import { FIXTURES } from './helpers/rich-message.js';
+import { EmlApiClient, EmlApiError, EmlApiTransport } from '../../src/index.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { NODEMAILERS } from '../helpers/nodemailer-versions.js';
+import { FIXTURES } from '../helpers/rich-message.js';
 
 describe.each(NODEMAILERS)('$label: sendMail with group or tracking', ({ nodemailer }) => {
   let emu: Emulator;

@@ -1,9 +1,8 @@
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EmlApiError, EmlApiTransport } from '../src/index.js';
-import { startEmulator, type Emulator } from '../src/emulator/index.js';
-import { NODEMAILERS } from './helpers/nodemailer-versions.js';
+import { EmlApiError, EmlApiTransport } from '../../src/index.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { closedPort } from '../helpers/fake-service.js';
+import { NODEMAILERS } from '../helpers/nodemailer-versions.js';
 
 describe.each(NODEMAILERS)('$label: transporter.verify()', ({ nodemailer }) => {
   let emu: Emulator;
@@ -17,7 +16,7 @@ describe.each(NODEMAILERS)('$label: transporter.verify()', ({ nodemailer }) => {
   });
   afterAll(() => emu.close());
 
-  // Retries off: a refused connection would otherwise be retried with backoff (covered in client-retries).
+  // Retries off: a refused connection would otherwise be retried with backoff (covered in client/retries.test.ts).
   const transporterFor = (apiKey: string, baseUrl = emu.url) =>
     nodemailer.createTransport(new EmlApiTransport({ apiKey, baseUrl, retries: false }));
 
@@ -64,10 +63,7 @@ describe.each(NODEMAILERS)('$label: transporter.verify()', ({ nodemailer }) => {
   });
 
   it('fails with ECONNECTION when nothing listens at the base URL', async () => {
-    const server = createServer();
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    const { port } = server.address() as AddressInfo;
-    await new Promise<void>((resolve) => server.close(() => resolve()));
+    const port = await closedPort();
     const err = await transporterFor('k-send', `http://127.0.0.1:${port}`)
       .verify()
       .catch((e: unknown) => e);
@@ -95,39 +91,5 @@ describe.each(NODEMAILERS)('$label: transporter.verify()', ({ nodemailer }) => {
       .catch((e: unknown) => e);
     expect(err).toMatchObject({ code: 'EAUTH', responseCode: 401 });
     expect(emu.mailbox('nobody@example.test')).toHaveLength(0);
-  });
-});
-
-describe('constructor option errors', () => {
-  it('names the option and the problem', () => {
-    const attempts: [unknown, RegExp][] = [
-      [undefined, /Options must be an object/],
-      [{ baseUrl: 'https://api.example.test' }, /Invalid option apiKey: it is missing/],
-      [{ apiKey: 'k' }, /Invalid option baseUrl: it is missing/],
-      [{ apiKey: 'k', baseUrl: 'api.example.test' }, /Invalid option baseUrl: it is not an absolute URL/],
-      [
-        { apiKey: 'k', baseUrl: 'http://mail.example.test' },
-        /Invalid option baseUrl: http:\/\/ to the non-loopback host/,
-      ],
-      [{ apiKey: 'k\n', baseUrl: 'https://api.example.test' }, /Invalid option apiKey: it contains a line feed/],
-      [{ apiKey: 'k', baseUrl: 'https://api.example.test', maxConnections: 0 }, /Invalid option maxConnections/],
-    ];
-    for (const [options, expected] of attempts) {
-      let error: unknown;
-      try {
-        new EmlApiTransport(options as never);
-      } catch (e) {
-        error = e;
-      }
-      expect(error).toBeInstanceOf(EmlApiError);
-      expect(error).toMatchObject({ code: 'ECONFIG' });
-      expect((error as Error).message).toMatch(expected);
-    }
-  });
-
-  it('accepts http:// to a non-loopback host only with allowInsecureHttp', () => {
-    expect(
-      () => new EmlApiTransport({ apiKey: 'k', baseUrl: 'http://mail.example.test', allowInsecureHttp: true }),
-    ).not.toThrow();
   });
 });

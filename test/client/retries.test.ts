@@ -1,35 +1,22 @@
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import nodemailer from 'nodemailer';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { EmlApiClient, EmlApiError, EmlApiTransport, type EmlApiClientOptions } from '../src/index.js';
-import { backoffDelay, parseRetryAfter } from '../src/http/retry-policy.js';
-import { startScriptedService, type ScriptedService } from './helpers/scripted-service.js';
+import { EmlApiTransport } from '../../src/index.js';
+import { backoffDelay, parseRetryAfter } from '../../src/http/retry-policy.js';
+import { rejectionOf, waitFor } from '../helpers/async.js';
+import { clientFactory } from '../helpers/clients.js';
+import { closedPort, startFakeService, type FakeService } from '../helpers/fake-service.js';
 
 const EML = 'From: a@example.test\r\nTo: b@example.test\r\nSubject: s\r\n\r\nbody\r\n';
 const FAST = { limit: 3, baseDelay: 10, maxDelay: 2000 };
 
-let service: ScriptedService;
-const clients: EmlApiClient[] = [];
-const makeClient = (options: Partial<EmlApiClientOptions> = {}) => {
-  const client = new EmlApiClient({ apiKey: 'k', baseUrl: service.url, retries: FAST, ...options });
-  clients.push(client);
-  return client;
-};
-const rejection = async (promise: Promise<unknown>): Promise<EmlApiError> => {
-  const err = await promise.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(EmlApiError);
-  return err as EmlApiError;
-};
+let service: FakeService;
+const { makeClient, closeClients } = clientFactory(() => ({ apiKey: 'k', baseUrl: service.url, retries: FAST }));
 
 beforeEach(async () => {
-  service = await startScriptedService();
+  service = await startFakeService();
 });
 afterEach(async () => {
-  for (const client of clients.splice(0)) await client.close({ abort: true });
+  await closeClients({ abort: true });
   await service.close();
 });
 
@@ -60,7 +47,7 @@ describe('retries of failures the service surely did not process', () => {
         body: { error: { code: 'rate_limited', message: 'slow down' } },
       },
     ]);
-    const err = await rejection(makeClient().sendEml(EML));
+    const err = await rejectionOf(makeClient().sendEml(EML));
     expect(err).toMatchObject({ code: 'EAPI', responseCode: 429, apiCode: 'rate_limited', permanent: false });
     expect(err.message).toContain('retry after 120 s');
     expect(service.requests).toHaveLength(1);
@@ -68,7 +55,7 @@ describe('retries of failures the service surely did not process', () => {
 
   it('stops after retries.limit retries and reports the attempts', async () => {
     service.script([], { status: 503 });
-    const err = await rejection(makeClient({ retries: { ...FAST, limit: 2 } }).sendEml(EML));
+    const err = await rejectionOf(makeClient({ retries: { ...FAST, limit: 2 } }).sendEml(EML));
     expect(err).toMatchObject({ code: 'EAPI', responseCode: 503, attempts: 3, mayHaveBeenAccepted: false });
     expect(err.message).toContain('after 3 attempts');
     expect(service.requests).toHaveLength(3);
@@ -76,16 +63,13 @@ describe('retries of failures the service surely did not process', () => {
 
   it('does not retry at all with retries: false', async () => {
     service.script([{ status: 503 }]);
-    await rejection(makeClient({ retries: false }).sendEml(EML));
+    await rejectionOf(makeClient({ retries: false }).sendEml(EML));
     expect(service.requests).toHaveLength(1);
   });
 
   it('retries a refused connection and reports ECONNREFUSED after the last attempt', async () => {
-    const probe = createServer();
-    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-    const { port } = probe.address() as AddressInfo;
-    await new Promise<void>((resolve) => probe.close(() => resolve()));
-    const err = await rejection(
+    const port = await closedPort();
+    const err = await rejectionOf(
       makeClient({ baseUrl: `http://127.0.0.1:${port}`, retries: { ...FAST, limit: 2 } }).sendEml(EML),
     );
     expect(err).toMatchObject({ code: 'ECONNECTION', attempts: 3, mayHaveBeenAccepted: false, permanent: false });
@@ -105,7 +89,7 @@ describe('retries of failures the service surely did not process', () => {
 describe('ambiguous failures', () => {
   it('does not retry a reset after the request was sent, and says the message may have been accepted', async () => {
     service.script(['reset-after-body']);
-    const err = await rejection(makeClient().sendEml(EML));
+    const err = await rejectionOf(makeClient().sendEml(EML));
     expect(err).toMatchObject({ code: 'ECONNECTION', mayHaveBeenAccepted: true, attempts: 1 });
     expect(err.message).toContain('may have accepted it');
     expect(service.requests).toHaveLength(1);
@@ -115,7 +99,7 @@ describe('ambiguous failures', () => {
     for (const status of [502, 504]) {
       service.script([{ status }]);
       const before = service.requests.length;
-      const err = await rejection(makeClient().sendEml(EML));
+      const err = await rejectionOf(makeClient().sendEml(EML));
       expect(err).toMatchObject({ code: 'EAPI', responseCode: status, mayHaveBeenAccepted: true });
       expect(service.requests.length - before).toBe(1);
     }
@@ -134,7 +118,7 @@ describe('ambiguous failures', () => {
     await expect(makeClient().isInGroup('g', 'a@example.test')).resolves.toBe(true);
     expect(service.requests).toHaveLength(2);
     service.script(['reset-after-body'], { status: 200, body: { removed: true } });
-    const err = await rejection(makeClient().removeFromGroup('g', 'a@example.test'));
+    const err = await rejectionOf(makeClient().removeFromGroup('g', 'a@example.test'));
     expect(err.mayHaveBeenAccepted).toBe(true);
     expect(service.requests).toHaveLength(3);
   });
@@ -143,7 +127,7 @@ describe('ambiguous failures', () => {
 describe('timeouts', () => {
   it('fails with ETIMEDOUT naming the response timeout, without retrying', async () => {
     service.script(['hang']);
-    const err = await rejection(makeClient({ timeouts: { response: 200 } }).sendEml(EML));
+    const err = await rejectionOf(makeClient({ timeouts: { response: 200 } }).sendEml(EML));
     expect(err).toMatchObject({ code: 'ETIMEDOUT', mayHaveBeenAccepted: true, attempts: 1 });
     expect(err.message).toContain('response timeout (timeouts.response, 200 ms)');
     expect(service.requests).toHaveLength(1);
@@ -151,7 +135,7 @@ describe('timeouts', () => {
 
   it('fails with ETIMEDOUT naming the overall timeout, retries and backoff included', async () => {
     service.script([], { status: 503 });
-    const err = await rejection(
+    const err = await rejectionOf(
       makeClient({ timeouts: { total: 300 }, retries: { limit: 100, baseDelay: 50, maxDelay: 50 } }).sendEml(EML),
     );
     expect(err.code).toBe('ETIMEDOUT');
@@ -177,7 +161,7 @@ describe('cancellation', () => {
     });
     await new Promise((resolve) => setTimeout(resolve, 100));
     controller.abort();
-    const err = await rejection(pending);
+    const err = await rejectionOf(pending);
     expect(err.code).toBe('EABORT');
     expect(service.requests).toHaveLength(1);
   });
@@ -195,7 +179,7 @@ describe('cancellation', () => {
       text: 't',
       signal: controller.signal,
     });
-    while (service.requests.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    await waitFor(() => service.requests.length > 0);
     controller.abort();
     await expect(sending).rejects.toMatchObject({ code: 'EABORT' });
     await transport.close({ abort: true });
@@ -209,7 +193,7 @@ describe('cancellation', () => {
     const first = transporter.sendMail(message).catch((e: unknown) => e);
     const controller = new AbortController();
     const second = transporter.sendMail({ ...message, signal: controller.signal });
-    while (service.requests.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    await waitFor(() => service.requests.length > 0);
     controller.abort();
     await expect(second).rejects.toMatchObject({ code: 'EABORT' });
     expect(service.requests).toHaveLength(1);
@@ -220,12 +204,10 @@ describe('cancellation', () => {
 
 describe('close()', () => {
   it('lets a send in flight finish, refuses new ones, then resolves', async () => {
-    service.script([{ status: 202, body: { id: 'slow' } }]);
     const client = makeClient();
-    // Hold the answer: the first request hangs until we reply through a second script.
     service.script(['hang']);
     const pending = client.sendEml(EML).catch((e: unknown) => e);
-    while (service.requests.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    await waitFor(() => service.requests.length > 0);
     let closed = false;
     const closing = client.close().then(() => (closed = true));
     await new Promise((resolve) => setTimeout(resolve, 50));

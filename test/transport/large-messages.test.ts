@@ -5,10 +5,11 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import nodemailer from 'nodemailer';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { EmlApiClient, EmlApiTransport, type EmlApiTransportOptions } from '../src/index.js';
-import { startEmulator } from '../src/emulator/index.js';
-import { Base64Encoder } from '../src/body/base64-encoder.js';
-import { startScriptedService, type ScriptedService } from './helpers/scripted-service.js';
+import { EmlApiClient, EmlApiTransport, type EmlApiTransportOptions } from '../../src/index.js';
+import { startEmulator } from '../../src/emulator/index.js';
+import { Base64Encoder } from '../../src/body/base64-encoder.js';
+import { waitFor } from '../helpers/async.js';
+import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 
 /** A fixed message of about `size` bytes, so two builds are the same bytes. */
 function fixedEml(size: number): Buffer {
@@ -20,10 +21,10 @@ function fixedEml(size: number): Buffer {
 
 const expectedBody = (eml: Buffer) => Buffer.from(`{"mail":"${eml.toString('base64')}"}`);
 
-let service: ScriptedService;
+let service: FakeService;
 let spoolDir: string;
 beforeEach(async () => {
-  service = await startScriptedService();
+  service = await startFakeService();
   spoolDir = await mkdtemp(join(tmpdir(), 'eml-api-spool-test-'));
 });
 afterEach(async () => {
@@ -84,7 +85,7 @@ describe('large messages', () => {
       .createTransport(transport)
       .sendMail({ raw: fixedEml(512 * 1024), signal: controller.signal })
       .catch((e: unknown) => e);
-    while (service.requests.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    await waitFor(() => service.requests.length > 0);
     const during = await readdir(spoolDir);
     expect(during).toHaveLength(1);
     expect(await readdir(join(spoolDir, during[0]!))).toEqual(['message.eml']);

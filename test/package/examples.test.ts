@@ -4,7 +4,7 @@ import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 
 const run = promisify(execFile);
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const tsx = (args: string[]) => run(process.execPath, ['--import', 'tsx', ...args], { cwd: ROOT, timeout: 60_000 });
 
 describe('the examples run as documented', () => {

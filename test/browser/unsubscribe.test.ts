@@ -2,9 +2,9 @@ import nodemailer from 'nodemailer';
 import { mkdir } from 'node:fs/promises';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EmlApiClient, EmlApiTransport } from '../src/index.js';
-import { startEmulator, type Emulator } from '../src/emulator/index.js';
-import { chromiumPath, hasChromium, launchChromium } from './helpers/browser.js';
+import { EmlApiClient, EmlApiTransport } from '../../src/index.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { chromiumPath, hasChromium, launchChromium } from '../helpers/browser.js';
 
 const SCREENSHOTS = 'test-output';
 const chromiumMissing = !hasChromium();

@@ -1,0 +1,77 @@
+/**
+ * The options of EmlApiClient: which are refused (ECONFIG naming the option)
+ * and which are accepted, checked before any request.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EmlApiClient, type EmlApiClientOptions } from '../../src/index.js';
+import { thrownBy } from '../helpers/async.js';
+import { startFakeService, type FakeService } from '../helpers/fake-service.js';
+
+let service: FakeService;
+
+beforeAll(async () => {
+  service = await startFakeService();
+});
+
+afterAll(async () => {
+  await service.close();
+});
+
+describe('options validation', () => {
+  const rejected: [string, Record<string, unknown>, string][] = [
+    ['a missing apiKey', { apiKey: undefined }, 'apiKey'],
+    ['an empty apiKey', { apiKey: '' }, 'apiKey'],
+    ['an apiKey with CR', { apiKey: 'abc\rdef' }, 'apiKey'],
+    ['an apiKey with LF', { apiKey: 'abc\ndef' }, 'apiKey'],
+    ['an apiKey with a space', { apiKey: 'abc def' }, 'apiKey'],
+    ['an apiKey with non-ASCII', { apiKey: 'abcédef' }, 'apiKey'],
+    ['a non-string apiKey', { apiKey: 12345 }, 'apiKey'],
+    ['a missing baseUrl', { baseUrl: undefined }, 'baseUrl'],
+    ['baseUrl "not a url"', { baseUrl: 'not a url' }, 'baseUrl'],
+    ['baseUrl "ftp://x"', { baseUrl: 'ftp://x' }, 'baseUrl'],
+    ['a baseUrl with credentials', { baseUrl: 'https://user:pw@api.example.com' }, 'baseUrl'],
+    ['a baseUrl with a query string', { baseUrl: 'https://api.example.com/?a=1' }, 'baseUrl'],
+    ['a baseUrl with a fragment', { baseUrl: 'https://api.example.com/#x' }, 'baseUrl'],
+    ['http:// to a non-loopback host', { baseUrl: 'http://mail.example.com' }, 'baseUrl'],
+    ['maxConnections 0', { maxConnections: 0 }, 'maxConnections'],
+    ['maxConnections 1.5', { maxConnections: 1.5 }, 'maxConnections'],
+    ['maxConnections "5"', { maxConnections: '5' }, 'maxConnections'],
+    ['maxConnections -1', { maxConnections: -1 }, 'maxConnections'],
+    ['dispatcher {}', { dispatcher: {} }, 'dispatcher'],
+    ['allowInsecureHttp "yes"', { allowInsecureHttp: 'yes' }, 'allowInsecureHttp'],
+  ];
+
+  it.each(rejected)('rejects %s with ECONFIG naming the option', (_label, override, option) => {
+    const options = { apiKey: 'k', baseUrl: 'https://api.example.com', ...override };
+    const err = thrownBy(() => new EmlApiClient(options as unknown as EmlApiClientOptions));
+    expect(err.code).toBe('ECONFIG');
+    expect(err.message).toContain(option);
+    expect(err.permanent).toBe(true);
+  });
+
+  it('rejects options that are not an object with ECONFIG', () => {
+    const err = thrownBy(() => new EmlApiClient(undefined as unknown as EmlApiClientOptions));
+    expect(err.code).toBe('ECONFIG');
+  });
+
+  it.each([
+    [
+      'http:// to a non-loopback host with allowInsecureHttp: true',
+      { baseUrl: 'http://mail.example.com', allowInsecureHttp: true },
+    ],
+    ['http://localhost:1', { baseUrl: 'http://localhost:1' }],
+    ['http://127.0.0.2:1', { baseUrl: 'http://127.0.0.2:1' }],
+    ['http://[::1]:1', { baseUrl: 'http://[::1]:1' }],
+    ['an https:// base URL with a path', { baseUrl: 'https://api.example.com/mail/' }],
+    ['a URL object', { baseUrl: new URL('https://api.example.com') }],
+    ['maxConnections 1', { maxConnections: 1 }],
+  ])('accepts %s', async (_label, override) => {
+    const client = new EmlApiClient({ apiKey: 'k', baseUrl: 'https://api.example.com', ...override });
+    await client.close();
+  });
+
+  it('checks options before any request', () => {
+    thrownBy(() => new EmlApiClient({ apiKey: 'a\nb', baseUrl: service.url }));
+    expect(service.requests).toHaveLength(0);
+  });
+});

@@ -1,0 +1,60 @@
+/**
+ * EmlApiClient.verify(): a POST of the empty body {} that the service must
+ * refuse with 400 when the key is good, against a fake service.
+ */
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { rejectionOf } from '../helpers/async.js';
+import { clientFactory } from '../helpers/clients.js';
+import { startFakeService, type FakeService } from '../helpers/fake-service.js';
+
+const API_KEY = 'sk_live_SECRET123';
+
+let service: FakeService;
+const { makeClient, closeClients } = clientFactory(() => ({ apiKey: API_KEY, baseUrl: service.url, retries: false }));
+
+beforeAll(async () => {
+  service = await startFakeService();
+});
+
+beforeEach(() => {
+  service.clear();
+});
+
+afterEach(async () => {
+  await closeClients();
+});
+
+afterAll(async () => {
+  await service.close();
+});
+
+describe('verify()', () => {
+  it('resolves true when the service answers 400 to the empty body {}', async () => {
+    service.answer({ status: 400, body: { error: { code: 'invalid_request', message: 'mail is required' } } });
+    await expect(makeClient().verify()).resolves.toBe(true);
+    expect(service.requests).toHaveLength(1);
+    expect(service.requests[0]).toMatchObject({ method: 'POST', url: '/v1/send/eml', text: '{}' });
+    expect(service.requests[0]?.headers['x-api-key']).toBe(API_KEY);
+  });
+
+  it('rejects with EAUTH on 401', async () => {
+    service.answer({ status: 401, body: { error: { code: 'invalid_api_key', message: 'unknown key' } } });
+    const err = await rejectionOf(makeClient().verify());
+    expect(err.code).toBe('EAUTH');
+    expect(err.responseCode).toBe(401);
+  });
+
+  it('rejects with EAUTH on 403', async () => {
+    service.answer({ status: 403, body: { error: { code: 'missing_scope', message: 'needs sender' } } });
+    const err = await rejectionOf(makeClient().verify());
+    expect(err.code).toBe('EAUTH');
+    expect(err.responseCode).toBe(403);
+  });
+
+  it('rejects with EAPI on a 5xx', async () => {
+    service.answer({ status: 502, text: '<html>bad gateway</html>', headers: { 'content-type': 'text/html' } });
+    const err = await rejectionOf(makeClient().verify());
+    expect(err.code).toBe('EAPI');
+    expect(err.responseCode).toBe(502);
+  });
+});
