@@ -1,13 +1,31 @@
 import { defineConfig } from 'tsup';
 
-export default defineConfig({
-  entry: { index: 'src/index.ts', emulator: 'src/emulator/index.ts', cli: 'src/cli/main.ts' },
-  format: ['esm', 'cjs'],
-  dts: { entry: { index: 'src/index.ts', emulator: 'src/emulator/index.ts' } },
+const common = {
   target: 'node20',
   platform: 'node',
   sourcemap: true,
-  clean: true,
   splitting: false,
-  shims: false,
-});
+  // `import.meta.url` in the CommonJS build (the optional peers are loaded with createRequire).
+  shims: true,
+} as const;
+
+export default defineConfig([
+  {
+    ...common,
+    // The library: ESM and CommonJS, with types for both.
+    entry: { index: 'src/index.ts', emulator: 'src/emulator/index.ts' },
+    format: ['esm', 'cjs'],
+    dts: {
+      entry: { index: 'src/index.ts', emulator: 'src/emulator/index.ts' },
+      compilerOptions: { stripInternal: true },
+    },
+    clean: true,
+  },
+  {
+    ...common,
+    // The eml-api command: ESM only (the package is "type": "module").
+    entry: { cli: 'src/cli/main.ts' },
+    format: ['esm'],
+    clean: false,
+  },
+]);

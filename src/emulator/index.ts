@@ -1,11 +1,6 @@
 export { startEmulator, type Emulator } from './start-emulator.js';
 export type { EmulatorOptions, EmulatorApiKey } from './emulator-options.js';
-export type {
-  EmulatorMessage,
-  DeliveredMessage,
-  EmulatorAttachment,
-  EmulatorMember,
-} from './state/emulator-records.js';
+export type { EmulatorMessage, DeliveredMessage, EmulatorAttachment, EmulatorMember } from './state/records.js';
 export type { ApiScope, ApiPlan } from '../protocol/api-types.js';
 export type { EmulatorFaults, FaultStats, FaultKind } from './http/fault-injector.js';
 export type { EmulatorRateLimit } from './http/key-rate-limiter.js';

@@ -3,11 +3,12 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { API_SCOPES } from '../protocol/api-types.js';
 import { resolveEmulatorOptions, type EmulatorOptions } from './emulator-options.js';
-import type { DeliveredMessage, EmulatorMember, EmulatorMessage } from './state/emulator-records.js';
+import type { DeliveredMessage, EmulatorMember, EmulatorMessage } from './state/records.js';
 import { EmulatorState } from './state/emulator-state.js';
 import { FaultInjector, type EmulatorFaults, type FaultStats } from './http/fault-injector.js';
 import { createRequestHandler } from './http/handle-request.js';
 import { inboxSection } from './inbox/inbox-section.js';
+import { loadMimeParser } from './operations/mime-parser.js';
 import { publicPages } from './pages/public-pages.js';
 
 /**
@@ -70,6 +71,8 @@ export interface Emulator {
  */
 export async function startEmulator(options: EmulatorOptions = {}): Promise<Emulator> {
   const resolved = resolveEmulatorOptions(options);
+  // Fails here, saying what to install, rather than on the first message.
+  loadMimeParser();
   const state = new EmulatorState(resolved);
   const apiKey = `emu_${randomBytes(18).toString('base64url')}`;
   state.keys.add(apiKey, API_SCOPES, 'plus');

@@ -37,6 +37,8 @@ if ! (cd "$root" && npm pack --pack-destination "$tmp" "${npm_flags[@]}") >"$tmp
   exit 1
 fi
 tarball="$(ls "$tmp"/*.tgz)"
+# The emulator's optional peer, as apps that test against the emulator install it.
+mailparser="mailparser@$(node -p "require('$root/package.json').devDependencies.mailparser")"
 echo "   $(basename "$tarball") in $(($(now) - t0)) s"
 
 total_pass=0
@@ -56,10 +58,10 @@ for name in "${fixtures[@]}"; do
   fi
   before="$(checksum "$dir")"
   t0=$(now)
-  # npm ci: exactly the committed lock; then the packed package on top, without
+  # npm ci: exactly the committed lock; then the packed package (and mailparser) on top, without
   # writing it into package.json or the lock (its path exists only on this machine).
   if ! (cd "$dir" && timeout 600 npm ci "${npm_flags[@]}" &&
-    timeout 300 npm install --no-save "${npm_flags[@]}" "$tarball") >"$log" 2>&1; then
+    timeout 300 npm install --no-save "${npm_flags[@]}" "$tarball" "$mailparser") >"$log" 2>&1; then
     cat "$log"
     echo "   install FAILED"
     failed+=("$name")

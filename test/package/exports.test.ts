@@ -1,12 +1,14 @@
 import { execFile } from 'node:child_process';
-import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import mailparserPkg from 'mailparser/package.json' with { type: 'json' };
 import nodemailerPkg from 'nodemailer/package.json' with { type: 'json' };
 import pkg from '../../package.json' with { type: 'json' };
+import { startEmulator } from '../../src/emulator/index.js';
 
 const run = promisify(execFile);
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -70,6 +72,49 @@ describe('the packed package', () => {
   afterAll(async () => {
     if (dir) await rm(dir, { recursive: true, force: true });
   });
+
+  it('installs no MIME parser with the transport; the emulator then says what to install', async () => {
+    // mailparser is an optional peer, needed by the emulator only.
+    await expect(stat(join(dir, 'node_modules', 'mailparser'))).rejects.toThrow(/ENOENT/);
+    const emu = await startEmulator();
+    try {
+      await writeFile(
+        join(dir, 'transport-only.mjs'),
+        `import nodemailer from 'nodemailer';
+import { EmlApiTransport } from 'nodemailer-eml-api';
+const transporter = nodemailer.createTransport(new EmlApiTransport({ apiKey: process.env.KEY, baseUrl: process.env.URL }));
+const info = await transporter.sendMail({ from: 'a@example.test', to: 'b@example.test', subject: 'lean', text: 'hi' });
+let emulatorError;
+try {
+  const { startEmulator } = await import('nodemailer-eml-api/emulator');
+  await startEmulator();
+} catch (err) {
+  emulatorError = { code: err.code, message: err.message };
+}
+console.log(JSON.stringify({ response: info.response, emulatorError }));
+await transporter.close();
+`,
+      );
+      const { stdout } = await run('node', ['transport-only.mjs'], {
+        cwd: dir,
+        env: { ...process.env, KEY: emu.apiKey, URL: emu.url },
+      });
+      const result = JSON.parse(stdout) as { response: string; emulatorError: { code: string; message: string } };
+      expect(result.response).toBe('202 Accepted');
+      expect(emu.mailbox('b@example.test')).toHaveLength(1);
+      expect(result.emulatorError.code).toBe('ECONFIG');
+      expect(result.emulatorError.message).toContain('npm install --save-dev mailparser');
+    } finally {
+      await emu.close();
+    }
+    await run(
+      'npm',
+      ['install', '--prefer-offline', '--no-audit', '--no-fund', `mailparser@${mailparserPkg.version}`],
+      {
+        cwd: dir,
+      },
+    );
+  }, 120_000);
 
   it('contains only what users need', async () => {
     const { stdout } = await run('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: ROOT });

@@ -84,40 +84,26 @@ async function importRows(
     );
   }
   const skippedLines = rejected.map((r) => `skipped ${r.reason}`);
-  let added = 0;
-  let batches = 0;
+  const rowsByEmail = new Map<string, MemberRow>();
+  for (const row of [...members].reverse()) rowsByEmail.set(row.email, row);
   const total = members.length;
   const bar = new ProgressBar(io.stderr, total, total > options.batchSize && canDrawProgress(io.stderr, io.env));
+  let result;
   try {
     bar.update(0);
-    for (let start = 0; start < total; start += options.batchSize) {
-      const batch = members.slice(start, start + options.batchSize);
-      let result;
-      try {
-        result = await client.addToGroup(groupId, batch.map(toMemberInput), {
-          onFailure: options.onFailure,
-          batchSize: batch.length,
-        });
-      } catch (err) {
-        if (batches === 0) throw err;
-        const count = Math.ceil(total / options.batchSize);
-        throw new Error(
-          `${(err as Error).message} (batch ${batches + 1} of ${count}; the ${added} members of earlier batches were added)`,
-          { cause: err },
-        );
-      }
-      batches += result.batches;
-      added += result.added.length;
-      for (const skip of result.skipped) skippedLines.push(`skipped ${describeSkip(batch, skip)}`);
-      bar.update(start + batch.length);
-    }
+    result = await client.addToGroup(groupId, members.map(toMemberInput), {
+      onFailure: options.onFailure,
+      batchSize: options.batchSize,
+      onBatch: (progress) => bar.update(progress.entriesDone),
+    });
   } finally {
     bar.finish();
   }
+  for (const skip of result.skipped) skippedLines.push(`skipped ${describeSkip(rowsByEmail, skip)}`);
   for (const line of skippedLines) io.stdout.write(`${line}\n`);
-  const skipped = skippedLines.length;
+  const { batches } = result;
   io.stdout.write(
-    `added ${added}, skipped ${skipped} (${batches} ${batches === 1 ? 'batch' : 'batches'}) to group ${JSON.stringify(groupId)}\n`,
+    `added ${result.added.length}, skipped ${skippedLines.length} (${batches} ${batches === 1 ? 'batch' : 'batches'}) to group ${JSON.stringify(groupId)}\n`,
   );
   return EXIT.ok;
 }
@@ -130,9 +116,9 @@ function toMemberInput(row: MemberRow): MemberInput {
   };
 }
 
-/** A skip the service reported, with the row it came from when the address is found in the batch. */
-function describeSkip(batch: MemberRow[], skip: { email: string; reason: string }): string {
-  const row = batch.find((m) => m.email === skip.email);
+/** A skip the service reported, with the row it came from when the address is found among the rows. */
+function describeSkip(rows: Map<string, MemberRow>, skip: { email: string; reason: string }): string {
+  const row = rows.get(skip.email);
   const email = skip.email || '(no address)';
   return row ? `${row.where} (${email}): ${skip.reason}` : `${email}: ${skip.reason}`;
 }

@@ -1,9 +1,9 @@
 import { html } from '../pages/html.js';
 import type { PageAnswer } from '../pages/page-answer.js';
 import type { EmulatorState } from '../state/emulator-state.js';
-import { plural, timeElement } from './inbox-format.js';
-import { inboxPage } from './inbox-layout.js';
-import { GROUPS_SCRIPT } from './inbox-scripts.js';
+import { plural, timeElement } from './display-format.js';
+import { inboxPage } from './page-layout.js';
+import { GROUPS_SCRIPT } from './page-scripts.js';
 
 /** `GET /inbox/groups`: every group with its members and their substitutions. */
 export function groupsPage(state: EmulatorState): PageAnswer {

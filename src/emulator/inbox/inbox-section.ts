@@ -3,8 +3,8 @@ import type { EmulatorState } from '../state/emulator-state.js';
 import type { SiteSection } from '../http/site-section.js';
 import { sendPage, type PageAnswer } from '../pages/page-answer.js';
 import { groupsPage } from './groups-page.js';
-import { INBOX_EVENTS_PATH, InboxEvents } from './inbox-events.js';
-import { notFoundPage } from './inbox-layout.js';
+import { INBOX_EVENTS_PATH, InboxEventFeed } from './event-feed.js';
+import { notFoundPage } from './page-layout.js';
 import { attachmentAnswer, htmlAnswer, rawAnswer } from './message-files.js';
 import { messageListPage } from './message-list-page.js';
 import { messagePage } from './message-page.js';
@@ -18,7 +18,7 @@ const MESSAGE = /^\/inbox\/messages\/(dlv_[A-Za-z0-9-]{1,100})(?:\/(raw|html|att
  * store's changes; nothing else depends on it.
  */
 export function inboxSection(state: EmulatorState): SiteSection {
-  const events = new InboxEvents(state);
+  const events = new InboxEventFeed(state);
   return {
     owns: (method, path) => (method === 'GET' || method === 'HEAD') && (path === '/' || path.startsWith('/inbox/')),
     async serve(req, res, path, query) {
@@ -34,7 +34,7 @@ export function inboxSection(state: EmulatorState): SiteSection {
 
 /**
  * Answers a page or file of the web inbox (the event stream excepted, see
- * inbox-events.ts): the message list, a message with its raw source, HTML
+ * event-feed.ts): the message list, a message with its raw source, HTML
  * body and attachments, and the groups. Unknown paths get an HTML 404.
  */
 async function answerInbox(state: EmulatorState, req: IncomingMessage, path: string): Promise<PageAnswer> {

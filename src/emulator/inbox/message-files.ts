@@ -1,9 +1,9 @@
 import type { IncomingMessage } from 'node:http';
-import { simpleParser } from 'mailparser';
-import type { DeliveredMessage } from '../state/emulator-records.js';
+import { parseMime } from '../operations/mime-parser.js';
+import type { DeliveredMessage } from '../state/records.js';
 import type { EmulatorState } from '../state/emulator-state.js';
 import type { PageAnswer } from '../pages/page-answer.js';
-import { INBOX_HEADERS } from './inbox-layout.js';
+import { INBOX_HEADERS } from './page-layout.js';
 
 /** For answers a browser must never run anything from. */
 const INERT = "sandbox; default-src 'none'";
@@ -46,7 +46,7 @@ export async function htmlAnswer(
   copy: DeliveredMessage,
 ): Promise<PageAnswer | undefined> {
   if (copy.html === undefined) return undefined;
-  const parsed = await simpleParser(copy.raw, { skipHtmlToText: true, skipTextToHtml: true, skipTextLinks: true });
+  const parsed = await parseMime(copy.raw, { skipHtmlToText: true, skipTextToHtml: true, skipTextLinks: true });
   const html = typeof parsed.html === 'string' ? parsed.html : copy.html;
   const origins = new Set([state.baseUrl]);
   const host = req.headers.host;
@@ -78,7 +78,7 @@ export async function htmlAnswer(
  */
 export async function attachmentAnswer(copy: DeliveredMessage, index: number): Promise<PageAnswer | undefined> {
   if (index >= copy.attachments.length) return undefined;
-  const parsed = await simpleParser(copy.raw, {
+  const parsed = await parseMime(copy.raw, {
     skipHtmlToText: true,
     skipImageLinks: true,
     skipTextToHtml: true,

@@ -1,9 +1,9 @@
 import { html, raw } from '../pages/html.js';
 import type { PageAnswer } from '../pages/page-answer.js';
 import type { EmulatorState } from '../state/emulator-state.js';
-import { plural } from './inbox-format.js';
-import { inboxPage } from './inbox-layout.js';
-import { LIST_SCRIPT } from './inbox-scripts.js';
+import { plural } from './display-format.js';
+import { inboxPage } from './page-layout.js';
+import { LIST_SCRIPT } from './page-scripts.js';
 import { messageRow } from './message-row.js';
 
 /** Most rows the list shows; older deliveries stay reachable by their URL. */

@@ -1,12 +1,13 @@
-import { simpleParser, type AddressObject } from 'mailparser';
+import type { AddressObject } from 'mailparser';
+import { parseMime } from '../operations/mime-parser.js';
 import { headerSectionLength, parseHeaderFields } from '../../protocol/header-fields.js';
-import type { DeliveredMessage } from '../state/emulator-records.js';
+import type { DeliveredMessage } from '../state/records.js';
 import type { EmulatorState } from '../state/emulator-state.js';
 import { html, type SafeHtml } from '../pages/html.js';
 import type { PageAnswer } from '../pages/page-answer.js';
-import { formatSize, timeElement } from './inbox-format.js';
-import { inboxPage } from './inbox-layout.js';
-import { TABS_SCRIPT } from './inbox-scripts.js';
+import { formatSize, timeElement } from './display-format.js';
+import { inboxPage } from './page-layout.js';
+import { TABS_SCRIPT } from './page-scripts.js';
 import { attachmentName } from './message-files.js';
 import { groupOf, messagePath } from './message-row.js';
 
@@ -28,7 +29,7 @@ export async function messagePage(state: EmulatorState, copy: DeliveredMessage):
   const group = groupOf(state, copy);
   const fields = parseHeaderFields(copy.raw);
   // Only the header section: names in From, To and Cc decoded (RFC 2047) without reading the body.
-  const head = await simpleParser(copy.raw.subarray(0, headerSectionLength(copy.raw)));
+  const head = await parseMime(copy.raw.subarray(0, headerSectionLength(copy.raw)));
   const cc = addressText(head.cc);
   const meta: [string, string | SafeHtml][] = [
     ['From', addressText(head.from) ?? copy.from],

@@ -1,7 +1,7 @@
-import type { DeliveredMessage } from '../state/emulator-records.js';
+import type { DeliveredMessage } from '../state/records.js';
 import type { EmulatorState } from '../state/emulator-state.js';
 import { html, raw, type SafeHtml } from '../pages/html.js';
-import { plural, timeElement } from './inbox-format.js';
+import { plural, timeElement } from './display-format.js';
 
 /** A delivery as the inbox feed reports it. */
 export interface DeliverySummary {

@@ -1,7 +1,8 @@
-import { simpleParser, type AddressObject, type EmailAddress } from 'mailparser';
+import type { AddressObject, EmailAddress } from 'mailparser';
+import { parseMime } from './mime-parser.js';
 import { isValidAddress } from '../../protocol/address-rules.js';
 import { parseHeaderFields } from '../../protocol/header-fields.js';
-import type { EmulatorAttachment } from '../state/emulator-records.js';
+import type { EmulatorAttachment } from '../state/records.js';
 import { HttpError } from './http-error.js';
 
 /** What the emulator reads from an uploaded EML message. */
@@ -37,7 +38,7 @@ export async function parseEml(raw: Buffer): Promise<ParsedEml> {
   }
   let parsed;
   try {
-    parsed = await simpleParser(raw, { skipImageLinks: true, skipTextToHtml: true, skipTextLinks: true });
+    parsed = await parseMime(raw, { skipImageLinks: true, skipTextToHtml: true, skipTextLinks: true });
   } catch (err) {
     throw new HttpError(400, 'invalid_eml', `mail: the message could not be parsed: ${(err as Error).message}`);
   }

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { removeHeaderFields } from '../../protocol/header-fields.js';
-import type { DeliveredMessage, EmulatorMessage } from './emulator-records.js';
+import type { DeliveredMessage, EmulatorMessage } from './records.js';
 import type { ParsedEml } from '../operations/parse-eml.js';
 
 /**

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { html, raw, type SafeHtml } from '../pages/html.js';
 import type { PageAnswer } from '../pages/page-answer.js';
-import { INBOX_CSS } from './inbox-styles.js';
+import { INBOX_CSS } from './page-styles.js';
 
 /** A small envelope icon, inline so the browser never asks for /favicon.ico. */
 const FAVICON =

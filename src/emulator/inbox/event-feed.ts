@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { EmulatorState } from '../state/emulator-state.js';
 import type { MailChange } from '../state/mail-store.js';
-import { INBOX_HEADERS } from './inbox-layout.js';
+import { INBOX_HEADERS } from './page-layout.js';
 import { deliverySummary } from './message-row.js';
 
 /** Path of the inbox's Server-Sent Events stream. */
@@ -17,7 +17,7 @@ const HEARTBEAT_MS = 15_000;
  * after `since` (or the `Last-Event-ID` of a reconnecting EventSource) first.
  * Open streams are tracked so the emulator can end them when it closes.
  */
-export class InboxEvents {
+export class InboxEventFeed {
   /** Each open stream and the function that ends it. */
   readonly #open = new Map<ServerResponse, () => void>();
   readonly #state: EmulatorState;
