@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Call } from '../http/requester.js';
+import type { ServiceResponse } from '../http/service-response.js';
 import type { UploadBody } from '../http/upload-body.js';
 import { emlBodyLength } from '../body/eml-upload-body.js';
 import { API_PATHS, IDEMPOTENCY_KEY_HEADER } from '../protocol/api-paths.js';
@@ -33,13 +34,7 @@ export async function postSend(
   body: string | UploadBody,
   idempotencyKey: string | undefined,
 ): Promise<SendResult> {
-  const key = idempotencyKey ?? randomUUID();
-  const res = await call.request<Partial<SendAcceptedResponse>>({
-    method: 'POST',
-    path,
-    body,
-    headers: { [IDEMPOTENCY_KEY_HEADER]: key },
-  });
+  const { key, res } = await postIdempotent<SendAcceptedResponse>(call, path, body, idempotencyKey);
   const data = objectOrUndefined(res.data);
   return {
     ...res,
@@ -56,13 +51,12 @@ export async function postGroupSend(
   body: string,
   idempotencyKey: string | undefined,
 ): Promise<GroupSendResult> {
-  const key = idempotencyKey ?? randomUUID();
-  const res = await call.request<Partial<GroupSendAcceptedResponse>>({
-    method: 'POST',
-    path: API_PATHS.sendGroup(groupId),
+  const { key, res } = await postIdempotent<GroupSendAcceptedResponse>(
+    call,
+    API_PATHS.sendGroup(groupId),
     body,
-    headers: { [IDEMPOTENCY_KEY_HEADER]: key },
-  });
+    idempotencyKey,
+  );
   const data = objectOrUndefined(res.data);
   return {
     ...res,
@@ -71,4 +65,21 @@ export async function postGroupSend(
     failed: numberOrUndefined(data?.failed),
     idempotencyKey: key,
   };
+}
+
+/** One logical send: a POST carrying its `Idempotency-Key`, the caller's or a new UUID. */
+async function postIdempotent<T>(
+  call: Call,
+  path: string,
+  body: string | UploadBody,
+  idempotencyKey: string | undefined,
+): Promise<{ key: string; res: ServiceResponse<Partial<T>> }> {
+  const key = idempotencyKey ?? randomUUID();
+  const res = await call.request<Partial<T>>({
+    method: 'POST',
+    path,
+    body,
+    headers: { [IDEMPOTENCY_KEY_HEADER]: key },
+  });
+  return { key, res };
 }

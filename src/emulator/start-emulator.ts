@@ -7,6 +7,7 @@ import type { DeliveredMessage, EmulatorMember, EmulatorMessage } from './state/
 import { EmulatorState } from './state/emulator-state.js';
 import { FaultInjector, type EmulatorFaults, type FaultStats } from './http/fault-injector.js';
 import { createRequestHandler } from './http/handle-request.js';
+import type { ServerContext } from './http/server-context.js';
 import { inboxSection } from './inbox/inbox-section.js';
 import { loadMimeParser } from './operations/mime-parser.js';
 import { publicPages } from './pages/public-pages.js';
@@ -73,14 +74,21 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   const resolved = resolveEmulatorOptions(options);
   // Fails here, saying what to install, rather than on the first message.
   loadMimeParser();
-  const state = new EmulatorState(resolved);
+  const state = new EmulatorState(resolved.now, resolved.groups);
   const apiKey = `emu_${randomBytes(18).toString('base64url')}`;
   state.keys.add(apiKey, API_SCOPES, 'plus');
   for (const key of resolved.apiKeys) state.keys.add(key.key, key.scopes, key.plan);
 
   // The composition root: the only place that knows which sections the site has.
   const sections = [publicPages(state), inboxSection(state)];
-  const handleRequest = createRequestHandler(state, sections);
+  const context: ServerContext = {
+    state,
+    bodyLimit: resolved.bodyLimit,
+    onInternalError: resolved.onInternalError,
+    rateLimiter: resolved.rateLimiter,
+    faults: resolved.faults,
+  };
+  const handleRequest = createRequestHandler(context, sections);
   const server = createServer({ maxHeaderSize: 16 * 1024, requestTimeout: 120_000 }, (req, res) => {
     handleRequest(req, res).catch((err: unknown) => {
       resolved.onInternalError(err);
@@ -120,9 +128,9 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     groups: () => state.groups.ids(),
     reset: () => state.reset(),
     setFaults: (faults: EmulatorFaults | undefined) => {
-      state.faults = faults === undefined ? undefined : new FaultInjector(faults);
+      context.faults = faults === undefined ? undefined : new FaultInjector(faults);
     },
-    faultStats: () => (state.faults ? { ...state.faults.stats } : undefined),
+    faultStats: () => (context.faults ? { ...context.faults.stats } : undefined),
     close: () =>
       (closing ??= new Promise<void>((resolve, reject) => {
         for (const section of sections) section.close?.();

@@ -13,7 +13,7 @@ import { jsonRouteOf, type JsonRoute } from './json-route.js';
 import { jsonSendFromMail } from './json-send-from-mail.js';
 import { resolveEnvelope } from './message-envelope.js';
 import type { NodemailerMail } from './nodemailer-types.js';
-import type { EmlApiSentMessageInfo } from './sent-message-info.js';
+import { sentMessageInfo, type EmlApiSentMessageInfo } from './sent-message-info.js';
 import { sliceLargeContents } from './slice-large-contents.js';
 import type { EmlApiTransportOptions } from './transport-options.js';
 
@@ -198,17 +198,7 @@ export class EmlApiTransport extends EventEmitter {
       // Nodemailer's own messageId() is one it made up and never wrote.
       const messageId = resolved.messageId ?? result.messageId ?? mail.message.messageId();
       this.#logger.info({ messageId, id: result.id, response: result.response }, 'Message accepted');
-      return {
-        envelope,
-        messageId,
-        accepted: [...envelope.to],
-        rejected: [],
-        pending: [],
-        response: result.response,
-        id: result.id,
-        apiResponse: result.data,
-        idempotencyKey: result.idempotencyKey,
-      };
+      return sentMessageInfo(envelope, messageId, result);
     } finally {
       await spooled.body.dispose();
     }
@@ -225,18 +215,7 @@ export class EmlApiTransport extends EventEmitter {
     const body = toGroupEmailRequest({ from, subject, textContent }, 'sendMail');
     const result = await postGroupSend(call, route.groupId, JSON.stringify(body), idempotencyKey);
     this.#logger.info({ group: route.groupId, id: result.id, response: result.response }, 'Group email accepted');
-    return {
-      envelope: { from: body.from.email, to: [] },
-      messageId: '',
-      accepted: [],
-      rejected: [],
-      pending: [],
-      response: result.response,
-      id: result.id,
-      apiResponse: result.data,
-      idempotencyKey: result.idempotencyKey,
-      group: route.groupId,
-    };
+    return { ...sentMessageInfo({ from: body.from.email, to: [] }, '', result), group: route.groupId };
   }
 
   async #sendTracked(
@@ -250,18 +229,8 @@ export class EmlApiTransport extends EventEmitter {
     const body = toStandardEmailRequest(input, 'sendMail');
     const result = await postSend(call, API_PATHS.sendEmail, JSON.stringify(body), idempotencyKey);
     this.#logger.info({ id: result.id, response: result.response }, 'Tracked email accepted');
-    const to = body.to.map((a) => a.email);
-    return {
-      envelope: { from: body.from.email, to },
-      messageId: result.messageId ?? '',
-      accepted: to,
-      rejected: [],
-      pending: [],
-      response: result.response,
-      id: result.id,
-      apiResponse: result.data,
-      idempotencyKey: result.idempotencyKey,
-    };
+    const envelope = { from: body.from.email, to: body.to.map((a) => a.email) };
+    return sentMessageInfo(envelope, result.messageId ?? '', result);
   }
 }
 

@@ -1,4 +1,5 @@
 import type { GroupSendAcceptedResponse, SendAcceptedResponse } from '../protocol/api-types.js';
+import type { GroupSendResult, SendResult } from '../client/client-types.js';
 import type { MailEnvelope } from './nodemailer-types.js';
 
 /**
@@ -35,4 +36,26 @@ export interface EmlApiSentMessageInfo {
   group?: string;
   /** The `Idempotency-Key` the send carried. */
   idempotencyKey: string;
+}
+
+/**
+ * The info of an accepted send: every envelope recipient accepted (the
+ * service takes or refuses a message as a whole), with the service's answer.
+ */
+export function sentMessageInfo(
+  envelope: MailEnvelope,
+  messageId: string,
+  result: SendResult | GroupSendResult,
+): EmlApiSentMessageInfo {
+  return {
+    envelope,
+    messageId,
+    accepted: [...envelope.to],
+    rejected: [],
+    pending: [],
+    response: result.response,
+    id: result.id,
+    apiResponse: result.data,
+    idempotencyKey: result.idempotencyKey,
+  };
 }

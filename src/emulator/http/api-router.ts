@@ -3,7 +3,7 @@ import { API_KEY_HEADER, IDEMPOTENCY_KEY_HEADER } from '../../protocol/api-paths
 import type { ApiErrorBody } from '../../protocol/api-types.js';
 import { isValidIdempotencyKey, MAX_IDEMPOTENCY_KEY } from '../../protocol/idempotency-key.js';
 import { authenticate, requireScope } from './authenticate.js';
-import type { EmulatorState } from '../state/emulator-state.js';
+import type { ServerContext } from './server-context.js';
 import { HttpError } from '../operations/http-error.js';
 import { parseJsonObject, readBody } from './read-body.js';
 import type { ApiAnswer, Operation, RequestContext } from '../operations/operation.js';
@@ -16,8 +16,8 @@ const MAX_PATH_LENGTH = 2048;
  * failure caused by the request is a 4xx JSON error; only a bug in the
  * emulator gives 500.
  */
-export async function answerApi(state: EmulatorState, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  const fault = state.faults?.draw();
+export async function answerApi(server: ServerContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const fault = server.faults?.draw();
   if (fault && fault.latencyMs > 0) await new Promise((resolve) => setTimeout(resolve, fault.latencyMs));
   if (fault?.kind === 'resetBeforeProcessing') {
     req.socket.destroy();
@@ -32,14 +32,14 @@ export async function answerApi(state: EmulatorState, req: IncomingMessage, res:
           : ([429, 'rate_limited', 'Too many requests (injected fault); retry after the Retry-After delay'] as const);
       throw new HttpError(status, code, message, { 'retry-after': String(fault.retryAfterSeconds) });
     }
-    answer = await route(state, req);
+    answer = await route(server, req);
     if (fault?.kind === 'resetAfterProcessing') {
       // Processed (mail delivered), but the answer is lost on the way.
       req.socket.destroy();
       return;
     }
   } catch (err) {
-    answer = errorAnswer(state, err);
+    answer = errorAnswer(server, err);
     // The body may be partly unread (413, early errors): do not reuse the connection.
     if (!req.complete) res.setHeader('connection', 'close');
   }
@@ -54,7 +54,7 @@ export async function answerApi(state: EmulatorState, req: IncomingMessage, res:
   res.end(payload);
 }
 
-async function route(state: EmulatorState, req: IncomingMessage): Promise<ApiAnswer> {
+async function route(server: ServerContext, req: IncomingMessage): Promise<ApiAnswer> {
   const rawUrl = req.url ?? '/';
   if (rawUrl.length > MAX_PATH_LENGTH) {
     throw new HttpError(400, 'invalid_request', `The request URL is longer than ${MAX_PATH_LENGTH} characters`);
@@ -73,20 +73,21 @@ async function route(state: EmulatorState, req: IncomingMessage): Promise<ApiAns
       });
     }
     const params = match.slice(1).map((segment, i) => decodeParam(segment!, i));
-    return run(state, req, operation, params, `${method} ${candidate.pattern.source}`);
+    return run(server, req, operation, params, `${method} ${candidate.pattern.source}`);
   }
   throw new HttpError(404, 'not_found', `No operation at ${req.method ?? 'GET'} ${path.slice(0, 200)}`);
 }
 
 async function run(
-  state: EmulatorState,
+  server: ServerContext,
   req: IncomingMessage,
   operation: Operation,
   params: string[],
   routeId: string,
 ): Promise<ApiAnswer> {
+  const { state } = server;
   const key = authenticate(state.keys, req.headers[API_KEY_HEADER]);
-  const wait = state.options.rateLimiter?.take(key.label) ?? 0;
+  const wait = server.rateLimiter?.take(key.label) ?? 0;
   if (wait > 0) {
     throw new HttpError(429, 'rate_limited', `This API key is over its rate limit; retry after ${wait} s`, {
       'retry-after': String(wait),
@@ -111,7 +112,7 @@ async function run(
     key,
     state,
     now,
-    json: () => (parsed ??= readBody(req, state.options.bodyLimit).then(parseJsonObject)),
+    json: () => (parsed ??= readBody(req, server.bodyLimit).then(parseJsonObject)),
   };
   const idempotencyKey = req.headers[IDEMPOTENCY_KEY_HEADER];
   if (!operation.idempotent || typeof idempotencyKey !== 'string' || idempotencyKey.length === 0) {
@@ -142,12 +143,12 @@ function decodeParam(segment: string, index: number): string {
   }
 }
 
-function errorAnswer(state: EmulatorState, err: unknown): ApiAnswer {
+function errorAnswer(server: ServerContext, err: unknown): ApiAnswer {
   if (err instanceof HttpError) {
     const body: ApiErrorBody = { error: { code: err.code, message: err.message } };
     return { status: err.status, body, headers: err.headers };
   }
-  state.options.onInternalError(err);
+  server.onInternalError(err);
   const body: ApiErrorBody = {
     error: { code: 'internal_error', message: 'The emulator failed unexpectedly; see its log' },
   };

@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { EmulatorState } from '../state/emulator-state.js';
 import { answerApi } from './api-router.js';
+import type { ServerContext } from './server-context.js';
 import type { SiteSection } from './site-section.js';
 
 /**
@@ -8,7 +8,7 @@ import type { SiteSection } from './site-section.js';
  * pages, the web inbox) goes to it; everything else is the JSON API.
  */
 export function createRequestHandler(
-  state: EmulatorState,
+  server: ServerContext,
   sections: readonly SiteSection[],
 ): (req: IncomingMessage, res: ServerResponse) => Promise<void> {
   return async (req, res) => {
@@ -18,11 +18,11 @@ export function createRequestHandler(
     const query = queryAt === -1 ? '' : target.slice(queryAt + 1);
     const method = (req.method ?? 'GET').toUpperCase();
     const section = sections.find((s) => s.owns(method, path));
-    if (!section) return answerApi(state, req, res);
+    if (!section) return answerApi(server, req, res);
     try {
       await section.serve(req, res, path, query);
     } catch (err) {
-      state.options.onInternalError(err);
+      server.onInternalError(err);
       if (!res.headersSent && !res.destroyed) {
         res.writeHead(500, { 'content-type': 'text/plain; charset=utf-8', 'content-length': '15' });
         res.end('Internal error\n');

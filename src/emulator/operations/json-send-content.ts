@@ -47,3 +47,31 @@ export function renderContent(
 export function newMessageId(): string {
   return `<${randomUUID()}@emulator.eml-api.test>`;
 }
+
+/** One composed copy of a JSON or group send, for one recipient. */
+export interface ComposedCopy {
+  /** The accepted message it belongs to. */
+  messageRef: string;
+  to: string;
+  from: string;
+  messageId: string;
+  raw: Buffer;
+  rendered: RenderedContent;
+}
+
+/** Puts a composed copy in its recipient's mailbox. */
+export function deliverComposed(state: EmulatorState, copy: ComposedCopy, now: Date): void {
+  state.mail.deliver({
+    id: `dlv_${randomUUID()}`,
+    messageRef: copy.messageRef,
+    to: copy.to,
+    from: copy.from,
+    subject: copy.rendered.subject,
+    messageId: copy.messageId,
+    raw: copy.raw,
+    text: copy.rendered.text,
+    html: copy.rendered.html,
+    attachments: [],
+    deliveredAt: now,
+  });
+}

@@ -2,20 +2,11 @@ import type { AddressObject, EmailAddress } from 'mailparser';
 import { parseMime } from './mime-parser.js';
 import { isValidAddress } from '../../protocol/address-rules.js';
 import { parseHeaderFields } from '../../protocol/header-fields.js';
-import type { EmulatorAttachment } from '../state/records.js';
+import type { ReadMessage } from '../state/records.js';
 import { HttpError } from './http-error.js';
 
-/** What the emulator reads from an uploaded EML message. */
-export interface ParsedEml {
-  from: string;
-  /** To, Cc and Bcc addresses in order, duplicates (case-insensitive) removed. */
-  recipients: string[];
-  subject: string;
-  messageId: string;
-  text: string | undefined;
-  html: string | undefined;
-  attachments: EmulatorAttachment[];
-}
+/** An uploaded message as the emulator reads it. */
+export type ParsedEml = ReadMessage;
 
 /**
  * Parses an uploaded message with mailparser and checks what delivery needs:

@@ -4,7 +4,7 @@ import type { SendAcceptedResponse } from '../../protocol/api-types.js';
 import { composeMessage } from './compose-message.js';
 import { isUndeliverable } from './undeliverable.js';
 import { HttpError } from './http-error.js';
-import { hostImages, newMessageId, renderContent } from './json-send-content.js';
+import { deliverComposed, hostImages, newMessageId, renderContent } from './json-send-content.js';
 import { rejectUnknownFields } from './reject-unknown-fields.js';
 import type { Operation } from './operation.js';
 import { requirePlusForImages } from './require-plan.js';
@@ -72,19 +72,11 @@ export const sendEmailOperation: Operation = {
       failed,
     });
     for (const recipient of delivered) {
-      ctx.state.mail.deliver({
-        id: `dlv_${randomUUID()}`,
-        messageRef: id,
-        to: recipient.email,
-        from: from.email,
-        subject: rendered.subject,
-        messageId,
-        raw,
-        text: rendered.text,
-        html: rendered.html,
-        attachments: [],
-        deliveredAt: ctx.now,
-      });
+      deliverComposed(
+        ctx.state,
+        { messageRef: id, to: recipient.email, from: from.email, messageId, raw, rendered },
+        ctx.now,
+      );
     }
     const answer: SendAcceptedResponse = { id, messageId, recipients: unique.length };
     return { status: 202, body: answer };

@@ -5,7 +5,7 @@ import { composeMessage } from './compose-message.js';
 import { isUndeliverable } from './undeliverable.js';
 import type { GroupMember } from '../state/group-store.js';
 import { HttpError } from './http-error.js';
-import { hostImages, newMessageId, renderContent } from './json-send-content.js';
+import { deliverComposed, hostImages, newMessageId, renderContent } from './json-send-content.js';
 import { rejectUnknownFields } from './reject-unknown-fields.js';
 import type { Operation } from './operation.js';
 import { requirePlusForImages } from './require-plan.js';
@@ -106,19 +106,7 @@ export const sendGroupOperation: Operation = {
       failed,
     });
     for (const copy of copies) {
-      ctx.state.mail.deliver({
-        id: `dlv_${randomUUID()}`,
-        messageRef: id,
-        to: copy.member.email,
-        from: from.email,
-        subject: copy.rendered.subject,
-        messageId: copy.messageId,
-        raw: copy.raw,
-        text: copy.rendered.text,
-        html: copy.rendered.html,
-        attachments: [],
-        deliveredAt: ctx.now,
-      });
+      deliverComposed(ctx.state, { messageRef: id, to: copy.member.email, from: from.email, ...copy }, ctx.now);
     }
     const answer: GroupSendAcceptedResponse = { id, recipients: delivered.length, failed: failed.length };
     return { status: 202, body: answer };

@@ -1,6 +1,4 @@
 import { ApiKeyStore } from './api-key-store.js';
-import type { FaultInjector } from '../http/fault-injector.js';
-import type { ResolvedEmulatorOptions } from '../emulator-options.js';
 import { GroupStore } from './group-store.js';
 import { IdempotencyCache } from './idempotency-cache.js';
 import { ImageStore } from './image-store.js';
@@ -15,16 +13,19 @@ export class EmulatorState {
   readonly images = new ImageStore();
   /** Public base URL for links in delivered mail (unsubscribe, hosted images); set once listening. */
   baseUrl = '';
-  /** Faults injected into API requests, if any. */
-  faults: FaultInjector | undefined;
+  readonly #clock: () => Date;
 
-  constructor(readonly options: ResolvedEmulatorOptions) {
-    for (const group of options.groups) this.groups.create(group);
-    this.faults = options.faults;
+  /**
+   * @param clock the emulator's clock: timestamps, image expiry, idempotency windows
+   * @param groups the groups that exist from the start
+   */
+  constructor(clock: () => Date, groups: readonly string[]) {
+    this.#clock = clock;
+    for (const group of groups) this.groups.create(group);
   }
 
   now(): Date {
-    return this.options.now();
+    return this.#clock();
   }
 
   /** Forgets messages, mailboxes, members, images and idempotency keys; groups and keys stay. */

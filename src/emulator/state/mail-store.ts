@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { removeHeaderFields } from '../../protocol/header-fields.js';
-import type { DeliveredMessage, EmulatorMessage } from './records.js';
-import type { ParsedEml } from '../operations/parse-eml.js';
+import type { DeliveredMessage, EmulatorMessage, ReadMessage } from './records.js';
 
 /**
  * One change of the delivered mail, numbered: `seq` grows by one per change,
@@ -37,7 +36,7 @@ export class MailStore {
    * Records an accepted message and delivers one copy per recipient, each
    * without a Bcc header.
    */
-  accept(endpoint: string, raw: Buffer, parsed: ParsedEml, now: Date): EmulatorMessage {
+  accept(endpoint: string, raw: Buffer, parsed: ReadMessage, now: Date): EmulatorMessage {
     const message: EmulatorMessage = {
       id: `msg_${randomUUID()}`,
       endpoint,

@@ -88,3 +88,15 @@ export interface EmulatorMember {
   /** Keys written `{{key}}`. */
   substitutions: Record<string, string>;
 }
+
+/** What the mail store needs of an uploaded message to deliver it: the parser's reading of it. */
+export interface ReadMessage {
+  from: string;
+  /** To, Cc and Bcc addresses in order, duplicates (case-insensitive) removed. */
+  recipients: string[];
+  subject: string;
+  messageId: string;
+  text: string | undefined;
+  html: string | undefined;
+  attachments: EmulatorAttachment[];
+}

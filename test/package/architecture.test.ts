@@ -1,0 +1,110 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const SRC = fileURLToPath(new URL('../../src', import.meta.url));
+
+/** Every .ts file under src/, relative to it. */
+function sourceFiles(dir = SRC): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) return sourceFiles(path);
+    return entry.name.endsWith('.ts') ? [relative(SRC, path)] : [];
+  });
+}
+
+/** The src/ files a file imports (types included), relative to src/. */
+function importsOf(file: string): string[] {
+  const text = readFileSync(join(SRC, file), 'utf8');
+  const specifiers = [...text.matchAll(/(?:from|import)\s*\(?\s*'(\.{1,2}\/[^']+)'/g)].map((m) => m[1]!);
+  return specifiers.map((s) => relative(SRC, resolve(dirname(join(SRC, file)), s)).replace(/\.js$/, '.ts'));
+}
+
+/**
+ * The layer of a file: its top folder, and inside the emulator its sub-folder.
+ * Files at the top of src/ (index.ts) and of the emulator (its entry and
+ * composition root) are marked as roots.
+ */
+function layerOf(file: string): string {
+  const parts = file.split('/');
+  if (parts.length === 1) return 'root';
+  if (parts[0] === 'emulator') return parts.length === 2 ? 'emulator/root' : `emulator/${parts[1]}`;
+  return parts[0]!;
+}
+
+/** What each layer may import besides itself. */
+const ALLOWED: Record<string, string[]> = {
+  shared: [],
+  protocol: ['shared'],
+  http: ['shared'],
+  body: ['http', 'protocol', 'shared'],
+  client: ['http', 'body', 'protocol', 'shared'],
+  transport: ['client', 'http', 'body', 'protocol', 'shared'],
+  queue: ['transport', 'client', 'http', 'body', 'protocol', 'shared'],
+  relay: ['queue', 'transport', 'client', 'http', 'body', 'protocol', 'shared'],
+  'emulator/state': ['protocol', 'shared'],
+  'emulator/operations': ['emulator/state', 'protocol', 'shared'],
+  'emulator/http': ['emulator/operations', 'emulator/state', 'protocol', 'shared'],
+  'emulator/pages': ['emulator/http', 'emulator/operations', 'emulator/state', 'protocol', 'shared'],
+  'emulator/inbox': ['emulator/pages', 'emulator/http', 'emulator/operations', 'emulator/state', 'protocol', 'shared'],
+  'emulator/root': [
+    'emulator/inbox',
+    'emulator/pages',
+    'emulator/http',
+    'emulator/operations',
+    'emulator/state',
+    'protocol',
+    'shared',
+  ],
+  cli: ['emulator/root', 'relay', 'queue', 'transport', 'client', 'http', 'body', 'protocol', 'shared'],
+  root: ['relay', 'queue', 'transport', 'client', 'http', 'body', 'protocol', 'shared'],
+};
+
+describe('the layers of src/', () => {
+  const files = sourceFiles();
+
+  it('import one way: each layer only from the layers below it', () => {
+    const wrong: string[] = [];
+    for (const file of files) {
+      const from = layerOf(file);
+      const allowed = ALLOWED[from];
+      expect(allowed, `${file}: layer ${from} has no rule`).toBeDefined();
+      for (const target of importsOf(file)) {
+        const to = layerOf(target);
+        if (to !== from && !allowed!.includes(to)) wrong.push(`${file} (${from}) imports ${target} (${to})`);
+      }
+    }
+    expect(wrong).toEqual([]);
+  });
+
+  it('have no import cycle', () => {
+    const graph = new Map(files.map((f) => [f, importsOf(f)]));
+    const cycles: string[] = [];
+    const state = new Map<string, 'visiting' | 'done'>();
+    const visit = (file: string, path: string[]): void => {
+      if (state.get(file) === 'done') return;
+      if (state.get(file) === 'visiting') {
+        cycles.push([...path.slice(path.indexOf(file)), file].join(' -> '));
+        return;
+      }
+      state.set(file, 'visiting');
+      for (const next of graph.get(file) ?? []) visit(next, [...path, file]);
+      state.set(file, 'done');
+    };
+    for (const file of files) visit(file, []);
+    expect(cycles).toEqual([]);
+  });
+
+  it('keep every file under 400 lines', () => {
+    const long = files
+      .map((file) => ({ file, lines: readFileSync(join(SRC, file), 'utf8').split('\n').length }))
+      .filter(({ lines }) => lines > 400);
+    expect(long).toEqual([]);
+  });
+
+  it('let only the entry points and the CLI reach the web inbox', () => {
+    const users = files.filter((f) => importsOf(f).some((t) => t.startsWith('emulator/inbox/')));
+    expect(users.filter((f) => !f.startsWith('emulator/inbox/'))).toEqual(['emulator/start-emulator.ts']);
+  });
+});
