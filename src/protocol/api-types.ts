@@ -162,6 +162,7 @@ export type ApiErrorCode =
   | 'group_not_found'
   | 'not_a_member'
   | 'not_found'
+  | 'idempotency_key_reused'
   | 'method_not_allowed'
   | 'payload_too_large'
   | 'unsupported_media_type'

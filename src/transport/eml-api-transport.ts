@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
-import { spoolMessage } from '../body/message-spool.js';
 import { clientInternals, type ClientInternals } from '../client/client-internals.js';
 import { EmlApiClient } from '../client/eml-api-client.js';
+import { checkIdempotencyKey } from '../client/input-checks.js';
 import { toGroupEmailRequest, toStandardEmailRequest } from '../client/request-bodies.js';
 import { postEml, postGroupSend, postSend } from '../client/send-requests.js';
 import type { Call } from '../http/requester.js';
@@ -9,12 +9,11 @@ import { API_PATHS } from '../protocol/api-paths.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
 import { VERSION } from '../shared/version.js';
+import { buildMessage } from './build-message.js';
 import { jsonRouteOf, type JsonRoute } from './json-route.js';
 import { jsonSendFromMail } from './json-send-from-mail.js';
-import { resolveEnvelope } from './message-envelope.js';
 import type { NodemailerMail } from './nodemailer-types.js';
 import { sentMessageInfo, type EmlApiSentMessageInfo } from './sent-message-info.js';
-import { sliceLargeContents } from './slice-large-contents.js';
 import type { EmlApiTransportOptions } from './transport-options.js';
 
 /** Nodemailer's callback of `transport.send`. */
@@ -159,7 +158,7 @@ export class EmlApiTransport extends EventEmitter {
     }
     const data = mail.data as Record<string, unknown>;
     const route = jsonRouteOf(data);
-    const idempotencyKey = undefined;
+    const idempotencyKey = checkIdempotencyKey(data.idempotencyKey);
     const options = { signal: signalOf(mail), paced: true };
     const { requester } = this.#engine;
     if (route?.kind === 'group') {
@@ -177,30 +176,21 @@ export class EmlApiTransport extends EventEmitter {
 
   async #sendEml(call: Call, mail: NodemailerMail, idempotencyKey: string | undefined): Promise<EmlApiSentMessageInfo> {
     call.stage = 'building';
-    // The service reads recipients from To, Cc and Bcc and strips Bcc itself,
-    // so Bcc must stay in the uploaded message (as sendmail and SES transports do).
-    mail.message.keepBcc = true;
-    sliceLargeContents(mail.message as unknown as Parameters<typeof sliceLargeContents>[0]);
-    // Built once; large messages go to a spool file while Nodemailer writes them.
-    const spooled = await spoolMessage(mail.message.createReadStream(), this.#engine.options.spool, call.signal);
+    const built = await buildMessage(mail, this.#engine.options.spool, call.signal);
     try {
-      const resolved = resolveEnvelope(mail, spooled.head);
-      if (resolved.fromDiffers) {
+      const { envelope } = built;
+      if (built.fromDiffers) {
         this.#logger.info(
-          { envelopeFrom: resolved.envelope.from },
+          { envelopeFrom: envelope.from },
           'Envelope sender differs from From; the service sets its own return path, so the envelope sender is not used',
         );
       }
-      this.#logger.debug({ recipients: resolved.envelope.to.length, bytes: spooled.size }, 'Sending message');
-      const result = await postEml(call, spooled.body, idempotencyKey);
-      const { envelope } = resolved;
-      // The Message-ID written in the uploaded bytes is the truth: with `raw`,
-      // Nodemailer's own messageId() is one it made up and never wrote.
-      const messageId = resolved.messageId ?? result.messageId ?? mail.message.messageId();
-      this.#logger.info({ messageId, id: result.id, response: result.response }, 'Message accepted');
-      return sentMessageInfo(envelope, messageId, result);
+      this.#logger.debug({ recipients: envelope.to.length, bytes: built.spooled.size }, 'Sending message');
+      const result = await postEml(call, built.spooled.body, idempotencyKey);
+      this.#logger.info({ messageId: built.messageId, id: result.id, response: result.response }, 'Message accepted');
+      return sentMessageInfo(envelope, built.messageId, result);
     } finally {
-      await spooled.body.dispose();
+      await built.spooled.body.dispose();
     }
   }
 

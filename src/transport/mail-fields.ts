@@ -8,6 +8,7 @@ import type {} from 'nodemailer/lib/mailer';
  * @example
  * await transporter.sendMail({ from, subject: 'Hi {{first_name}}', html, group: 'newsletter' });
  * await transporter.sendMail({ from, to, subject, html, tracking: true });
+ * await transporter.sendMail({ raw, idempotencyKey: `receipt-${order.id}` });
  */
 export interface EmlApiMailOptions {
   /**
@@ -23,6 +24,17 @@ export interface EmlApiMailOptions {
    * @default undefined (EML send)
    */
   tracking?: boolean;
+  /**
+   * `Idempotency-Key` of this logical send: the service delivers a repeat of
+   * the same request under the same key once (within its window) and refuses
+   * a different request under a used key (`EAPI` 422 `idempotency_key_reused`).
+   * Nodemailer builds a message anew on every `sendMail` (a new Date, boundaries
+   * and, unless given, Message-ID), so a repeat is the same request only when
+   * the message is the same bytes: `raw`, or the outbox, which builds once.
+   * 1 to 255 printable ASCII characters without spaces.
+   * @default a new random UUID per send
+   */
+  idempotencyKey?: string;
 }
 
 declare module 'nodemailer/lib/mailer' {

@@ -369,6 +369,32 @@ describe('POST /v1/send/eml Idempotency-Key', () => {
     expect(emu.mailbox('idem-2@example.test')).toHaveLength(1);
   });
 
+  it('refuses a repeated key with a different body with 422 idempotency_key_reused, delivering nothing more', async () => {
+    const first = mailBody(eml(['To: idem-7@example.test'], 'first message'));
+    const second = mailBody(eml(['To: idem-7b@example.test'], 'a different message'));
+    expectAccepted(await post(SEND_EML, first, { 'idempotency-key': 'idem-key-7' }));
+    const reused = await post(SEND_EML, second, { 'idempotency-key': 'idem-key-7' });
+    expect(expectError(reused, 422, 'idempotency_key_reused')).toContain('Idempotency-Key');
+    expect(emu.mailbox('idem-7@example.test')).toHaveLength(1);
+    expect(emu.mailbox('idem-7b@example.test')).toHaveLength(0);
+    // The first body still replays.
+    const replay = await post(SEND_EML, first, { 'idempotency-key': 'idem-key-7' });
+    expectAccepted(replay);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+  });
+
+  it('refuses a different body under a key whose first request is still being handled', async () => {
+    const first = mailBody(eml(['To: idem-8@example.test'], 'x'.repeat(200_000)));
+    const second = mailBody(eml(['To: idem-8b@example.test'], 'other'));
+    const [a, b] = await Promise.all([
+      post(SEND_EML, first, { 'idempotency-key': 'idem-key-8' }),
+      post(SEND_EML, second, { 'idempotency-key': 'idem-key-8' }),
+    ]);
+    const statuses = [a.status, b.status].sort();
+    expect(statuses).toEqual([202, 422]);
+    expect(emu.mailbox('idem-8@example.test').length + emu.mailbox('idem-8b@example.test').length).toBe(1);
+  });
+
   it('delivers again for a different key', async () => {
     const body = mailBody(eml(['To: idem-3@example.test']));
     const a = expectAccepted(await post(SEND_EML, body, { 'idempotency-key': 'idem-key-3a' }));

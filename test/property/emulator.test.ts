@@ -123,6 +123,7 @@ const ERROR_STATUS: Record<string, number> = {
   group_not_found: 404,
   not_a_member: 404,
   not_found: 404,
+  idempotency_key_reused: 422,
   method_not_allowed: 405,
   payload_too_large: 413,
   unsupported_media_type: 415,

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { API_KEY_HEADER, IDEMPOTENCY_KEY_HEADER } from '../../protocol/api-paths.js';
 import type { ApiErrorBody } from '../../protocol/api-types.js';
@@ -105,6 +106,8 @@ async function run(
     }
   }
   const now = state.now();
+  let body: Promise<Buffer> | undefined;
+  const readRequestBody = () => (body ??= readBody(req, server.bodyLimit));
   let parsed: Promise<Record<string, unknown>> | undefined;
   const ctx: RequestContext = {
     req,
@@ -112,7 +115,7 @@ async function run(
     key,
     state,
     now,
-    json: () => (parsed ??= readBody(req, server.bodyLimit).then(parseJsonObject)),
+    json: () => (parsed ??= readRequestBody().then(parseJsonObject)),
   };
   const idempotencyKey = req.headers[IDEMPOTENCY_KEY_HEADER];
   if (!operation.idempotent || typeof idempotencyKey !== 'string' || idempotencyKey.length === 0) {
@@ -125,13 +128,24 @@ async function run(
       `The Idempotency-Key header must be 1 to ${MAX_IDEMPOTENCY_KEY} printable ASCII characters without spaces`,
     );
   }
-  const { answer, replayed } = await state.idempotency.run(
+  // The body is read first: a key reused with another body is refused, not replayed.
+  const fingerprint = createHash('sha256')
+    .update(await readRequestBody())
+    .digest('base64');
+  const outcome = await state.idempotency.run(
     `${key.label}\n${routeId}\n${params.join('\n')}\n${idempotencyKey}`,
+    fingerprint,
     now.getTime(),
     () => operation.handle(ctx),
   );
-  // The repeat's own body was never read; drain it so the connection stays usable.
-  if (replayed) await ctx.json().catch(() => undefined);
+  if (outcome === 'conflict') {
+    throw new HttpError(
+      422,
+      'idempotency_key_reused',
+      'This Idempotency-Key was already used with a different request body; a new message needs a new key',
+    );
+  }
+  const { answer, replayed } = outcome;
   return replayed ? { ...answer, headers: { ...answer.headers, 'idempotent-replayed': 'true' } } : answer;
 }
 

@@ -7,6 +7,8 @@ export interface StoredAnswer {
 
 interface Entry {
   answer: Promise<StoredAnswer>;
+  /** Digest of the request body the key was first used with. */
+  fingerprint: string;
   storedAt: number;
 }
 
@@ -18,22 +20,26 @@ export const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000;
  * for 24 hours, so a retried send returns the first answer and delivers
  * nothing twice. A repeat that arrives while the first is still being handled
  * waits for it. Only successful answers are kept: a failed request may be
- * retried for real.
+ * retried for real. A key used again with a different request body is a
+ * conflict (a caller's bug), never a replay that would drop the second request.
  */
 export class IdempotencyCache {
   readonly #entries = new Map<string, Entry>();
 
   /**
-   * Runs `handle` once per scope key within the window; repeats get its answer.
-   * @returns the answer and whether it was replayed
+   * Runs `handle` once per scope key within the window; repeats with the same
+   * `fingerprint` get its answer.
+   * @returns the answer and whether it was replayed, or `conflict` when the key was used with another body
    */
   async run(
     scopeKey: string,
+    fingerprint: string,
     nowMs: number,
     handle: () => Promise<StoredAnswer>,
-  ): Promise<{ answer: StoredAnswer; replayed: boolean }> {
+  ): Promise<{ answer: StoredAnswer; replayed: boolean } | 'conflict'> {
     this.#expire(nowMs);
     const existing = this.#entries.get(scopeKey);
+    if (existing && existing.fingerprint !== fingerprint) return 'conflict';
     if (existing) {
       try {
         return { answer: await existing.answer, replayed: true };
@@ -42,7 +48,7 @@ export class IdempotencyCache {
       }
     }
     const answer = handle();
-    const entry: Entry = { answer, storedAt: nowMs };
+    const entry: Entry = { answer, fingerprint, storedAt: nowMs };
     this.#entries.set(scopeKey, entry);
     try {
       const result = await answer;
