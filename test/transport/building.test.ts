@@ -1,0 +1,107 @@
+import { Readable } from 'node:stream';
+import nodemailer from 'nodemailer';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { EmlApiTransport } from '../../src/index.js';
+import { rejectionOf, waitFor } from '../helpers/async.js';
+import { NODEMAILERS } from '../helpers/nodemailer-versions.js';
+
+/**
+ * Building a message is part of its send: it waits for a connection slot like
+ * the upload (memory bounded by maxConnections, as Nodemailer's SMTP pool
+ * does), and timeouts.total and close() cover it.
+ */
+
+let emu: Emulator;
+
+beforeAll(async () => {
+  emu = await startEmulator();
+});
+
+afterAll(() => emu.close());
+
+/** An attachment stream that sends one chunk and then never ends (a stalled upload or URL). */
+function stalledStream(): Readable {
+  let sent = false;
+  return new Readable({
+    read() {
+      if (!sent) this.push(Buffer.from('partial content '));
+      sent = true;
+    },
+  });
+}
+
+const message = (to: string, content: Readable | Buffer | string) => ({
+  from: 'shop@example.test',
+  to,
+  subject: 'Report',
+  text: 'See the attachment',
+  attachments: [{ filename: 'report.txt', content }],
+});
+
+describe('a send whose attachment stalls', () => {
+  it('fails with ETIMEDOUT after timeouts.total, naming the build, instead of hanging', async () => {
+    const transport = new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url, timeouts: { total: 300 } });
+    const transporter = nodemailer.createTransport(transport);
+    const err = await rejectionOf(transporter.sendMail(message('stall-1@example.test', stalledStream())));
+    expect(err.code).toBe('ETIMEDOUT');
+    expect(err.message).toContain('timeouts.total, 300 ms');
+    expect(err.message).toContain('while the message was being built');
+    expect(emu.mailbox('stall-1@example.test')).toHaveLength(0);
+    await transport.close();
+  });
+
+  it('keeps close() waiting until it ends, and close({ abort: true }) ends it with EABORT', async () => {
+    const transport = new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url });
+    const transporter = nodemailer.createTransport(transport);
+    const sending = rejectionOf(transporter.sendMail(message('stall-2@example.test', stalledStream())));
+    await waitFor(() => transport.client.activeRequests === 1);
+    let closed = false;
+    const closing = transport.close().then(() => (closed = true));
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    expect(closed).toBe(false);
+    await transport.close({ abort: true });
+    await closing;
+    const err = await sending;
+    expect(err.code).toBe('EABORT');
+    expect(err.message).toContain('closed with { abort: true }');
+  });
+});
+
+describe.each(NODEMAILERS)('with $label, queued sends', ({ nodemailer: mailer }) => {
+  it('are built only once a connection slot is free: never more than maxConnections at once', async () => {
+    emu.setFaults({ latencyMs: 40 });
+    const transport = new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url, maxConnections: 2 });
+    const transporter = mailer.createTransport(transport);
+    let started = 0;
+    let finished = 0;
+    let mostInMemory = 0;
+    // Each attachment records, when Nodemailer starts reading it, how many messages are built but not yet sent.
+    const tracked = () => {
+      let read = false;
+      return new Readable({
+        read() {
+          if (!read) {
+            read = true;
+            started++;
+            mostInMemory = Math.max(mostInMemory, started - finished);
+          }
+          this.push(Buffer.alloc(64 * 1024, 'a'));
+          this.push(null);
+        },
+      });
+    };
+    try {
+      await Promise.all(
+        Array.from({ length: 12 }, (_, i) =>
+          transporter.sendMail(message(`slots-${i}@example.test`, tracked())).then(() => finished++),
+        ),
+      );
+    } finally {
+      emu.setFaults(undefined);
+      await transport.close();
+    }
+    expect(started).toBe(12);
+    expect(mostInMemory).toBeLessThanOrEqual(2);
+  });
+});
