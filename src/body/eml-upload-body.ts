@@ -4,7 +4,6 @@
  * Base64 text (4/3 of the message) never exists whole.
  */
 import { createReadStream } from 'node:fs';
-import { rm } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import { bytesBody, type UploadBody } from '../http/upload-body.js';
 import { Base64Encoder } from './base64-encoder.js';
@@ -44,8 +43,8 @@ export function emlBodyFromBuffer(eml: Buffer, streamAbove: number): UploadBody 
   };
 }
 
-/** The EML request body for a message spooled to a file; `dispose` removes `removeOnDispose`. */
-export function emlBodyFromFile(path: string, size: number, removeOnDispose: string): UploadBody {
+/** The EML request body for a message spooled to a file; `remove` is called (once) on dispose. */
+export function emlBodyFromFile(path: string, size: number, remove: () => Promise<void>): UploadBody {
   let disposed: Promise<void> | undefined;
   return {
     length: emlBodyLength(size),
@@ -56,7 +55,7 @@ export function emlBodyFromFile(path: string, size: number, removeOnDispose: str
       file.once('error', (err) => encoder.destroy(err));
       return Readable.from(frame(file.pipe(encoder)), { objectMode: false });
     },
-    dispose: () => (disposed ??= rm(removeOnDispose, { recursive: true, force: true })),
+    dispose: () => (disposed ??= remove()),
   };
 }
 

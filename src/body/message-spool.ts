@@ -1,12 +1,9 @@
-import { once } from 'node:events';
-import { createWriteStream, type WriteStream } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import type { UploadBody } from '../http/upload-body.js';
 import { headerSectionEnd } from '../protocol/header-fields.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { emlBodyFromBuffer, emlBodyFromFile, STREAM_ABOVE } from './eml-upload-body.js';
+import { SpoolFile } from './spool-file.js';
 import type { SpoolSettings } from './spool-options.js';
 
 /** A built message: its header section, and the upload body of the whole message. */
@@ -84,15 +81,14 @@ class HeadScanner {
   }
 }
 
-/** Collects chunks in memory, then in a file once past the threshold. */
+/** Collects chunks in memory, then in a spool file once past the threshold. */
 class Collector {
   readonly #settings: SpoolSettings;
   readonly #chunks: Buffer[] = [];
   readonly #head = new HeadScanner();
   #size = 0;
-  #dir: string | undefined;
-  #file: WriteStream | undefined;
-  /** The file being opened, so discard() cannot run before the folder exists. */
+  #file: SpoolFile | undefined;
+  /** The file being opened, so discard() cannot run before it exists. */
   #opening: Promise<void> | undefined;
 
   constructor(settings: SpoolSettings) {
@@ -114,7 +110,7 @@ class Collector {
       if (signal?.aborted) return onAbort();
       signal?.addEventListener('abort', onAbort, { once: true });
       stream.on('data', (part: Buffer | string) => {
-        const pending = this.#add(typeof part === 'string' ? Buffer.from(part) : part);
+        const pending = this.#add(typeof part === 'string' ? Buffer.from(part) : part, fail);
         if (pending) {
           stream.pause();
           pending.then(() => stream.resume(), fail);
@@ -130,31 +126,32 @@ class Collector {
   }
 
   /** Takes one chunk. @returns a promise when the caller must wait (opening the file, backpressure) */
-  #add(chunk: Buffer): Promise<void> | undefined {
+  #add(chunk: Buffer, fail: (err: unknown) => void): Promise<void> | undefined {
     this.#size += chunk.length;
     this.#head.scan(chunk);
-    if (this.#file) return this.#file.write(chunk) ? undefined : once(this.#file, 'drain').then(() => undefined);
+    if (this.#file) return this.#file.write(chunk);
     this.#chunks.push(chunk);
     if (this.#size <= this.#settings.threshold) return undefined;
-    this.#opening = this.#openFile();
+    this.#opening = this.#openFile(fail);
     return this.#opening;
   }
 
-  async #openFile(): Promise<void> {
-    this.#dir = await mkdtemp(join(this.#settings.directory, 'eml-api-'));
-    this.#file = createWriteStream(join(this.#dir, 'message.eml'));
+  async #openFile(fail: (err: unknown) => void): Promise<void> {
+    const file = await SpoolFile.create(this.#settings.directory);
+    this.#file = file;
+    // A write that fails while the source is flowing ends the read at once.
+    file.onError(fail);
     const buffered = Buffer.concat(this.#chunks);
     this.#chunks.length = 0;
-    if (!this.#file.write(buffered)) await once(this.#file, 'drain');
+    await file.write(buffered);
   }
 
   async finish(): Promise<SpooledMessage> {
     const head = this.#head.finish();
     if (this.#file) {
       const file = this.#file;
-      file.end();
-      await once(file, 'finish');
-      return { head, size: this.#size, body: emlBodyFromFile(file.path as string, this.#size, this.#dir!) };
+      await file.end();
+      return { head, size: this.#size, body: emlBodyFromFile(file.path, this.#size, () => file.remove()) };
     }
     const eml = this.#chunks.length === 1 ? this.#chunks[0]! : Buffer.concat(this.#chunks, this.#size);
     return { head, size: this.#size, body: emlBodyFromBuffer(eml, STREAM_ABOVE) };
@@ -162,7 +159,6 @@ class Collector {
 
   async discard(): Promise<void> {
     await this.#opening?.catch(() => undefined);
-    this.#file?.destroy();
-    if (this.#dir) await rm(this.#dir, { recursive: true, force: true });
+    await this.#file?.remove();
   }
 }

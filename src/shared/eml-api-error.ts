@@ -4,6 +4,7 @@
  * - `EAUTH`: the service refused the API key (401) or its scope or plan (403)
  * - `EENVELOPE`: the envelope cannot be expressed (custom recipients, none at all)
  * - `EMESSAGE`: the message cannot be sent in the requested form
+ * - `ESTREAM`: a local stream failed: the message's spool file could not be written (disk full, I/O error)
  * - `ETIMEDOUT`: a connect, header or overall timeout elapsed
  * - `ECONNECTION`: the service could not be reached or the connection broke
  * - `EABORT`: the send was aborted through its `AbortSignal`
@@ -11,7 +12,7 @@
  * - `EAPI`: any other answer of the service that is not a success
  */
 export type EmlApiErrorCode =
-  'EAUTH' | 'EENVELOPE' | 'EMESSAGE' | 'ETIMEDOUT' | 'ECONNECTION' | 'EABORT' | 'ECONFIG' | 'EAPI';
+  'EAUTH' | 'EENVELOPE' | 'EMESSAGE' | 'ESTREAM' | 'ETIMEDOUT' | 'ECONNECTION' | 'EABORT' | 'ECONFIG' | 'EAPI';
 
 /** Fields an {@link EmlApiError} can carry besides its message. */
 export interface EmlApiErrorDetails {
