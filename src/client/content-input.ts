@@ -1,7 +1,7 @@
 import type { ApiImage, ApiTextContent } from '../protocol/api-types.js';
 import { base64Problem, compactBase64 } from '../protocol/base64-text.js';
 import { bracedKey, isPlaceholderKey, PLACEHOLDER_KEY_RULE, stripBraces } from '../protocol/placeholder-key.js';
-import { EmlApiError } from '../shared/eml-api-error.js';
+import { inputError } from './input-error.js';
 
 /**
  * An embedded image as the client accepts it: bytes or Base64, and a format
@@ -52,22 +52,23 @@ export function imageFormat(mimeType: string | undefined): ApiImage['mimeType'] 
   return mimeType === undefined ? undefined : FORMATS[mimeType.trim().toLowerCase().split(';', 1)[0]!];
 }
 
-const fail = (message: string) => new EmlApiError('EMESSAGE', message, { permanent: true });
-
 /**
  * Checks and converts `textContent` for the wire.
  * @throws {EmlApiError} `EMESSAGE` naming the field
  */
 export function toApiTextContent(input: unknown, where: string): ApiTextContent {
   if (typeof input !== 'object' || input === null)
-    throw fail(`${where}: textContent must be an object with html and/or text`);
+    throw inputError(`${where}: textContent must be an object with html and/or text`);
   const o = input as TextContentInput;
-  if (o.html !== undefined && typeof o.html !== 'string') throw fail(`${where}: textContent.html must be a string`);
-  if (o.text !== undefined && typeof o.text !== 'string') throw fail(`${where}: textContent.text must be a string`);
-  if (!o.html && !o.text) throw fail(`${where}: textContent needs html or text`);
+  if (o.html !== undefined && typeof o.html !== 'string')
+    throw inputError(`${where}: textContent.html must be a string`);
+  if (o.text !== undefined && typeof o.text !== 'string')
+    throw inputError(`${where}: textContent.text must be a string`);
+  if (!o.html && !o.text) throw inputError(`${where}: textContent needs html or text`);
   if (o.tracking !== undefined && typeof o.tracking !== 'boolean')
-    throw fail(`${where}: textContent.tracking must be true or false`);
-  if (o.images !== undefined && !Array.isArray(o.images)) throw fail(`${where}: textContent.images must be an array`);
+    throw inputError(`${where}: textContent.tracking must be true or false`);
+  if (o.images !== undefined && !Array.isArray(o.images))
+    throw inputError(`${where}: textContent.images must be an array`);
   const out: ApiTextContent = {};
   if (o.html !== undefined) out.html = o.html;
   if (o.text !== undefined) out.text = o.text;
@@ -75,17 +76,18 @@ export function toApiTextContent(input: unknown, where: string): ApiTextContent 
   if (o.images && o.images.length > 0) {
     out.images = o.images.map((image, i) => {
       const at = `${where}: textContent.images[${i}]`;
-      if (typeof image !== 'object' || image === null) throw fail(`${at} must be { name, data, mimeType }`);
+      if (typeof image !== 'object' || image === null) throw inputError(`${at} must be { name, data, mimeType }`);
       const name = typeof image.name === 'string' ? stripBraces(image.name) : '';
-      if (!isPlaceholderKey(name)) throw fail(`${at}.name must be ${PLACEHOLDER_KEY_RULE} (braces optional)`);
+      if (!isPlaceholderKey(name)) throw inputError(`${at}.name must be ${PLACEHOLDER_KEY_RULE} (braces optional)`);
       const format = imageFormat(image.mimeType);
-      if (!format) throw fail(`${at}.mimeType ${JSON.stringify(String(image.mimeType))} is not PNG, JPEG, GIF or WEBP`);
+      if (!format)
+        throw inputError(`${at}.mimeType ${JSON.stringify(String(image.mimeType))} is not PNG, JPEG, GIF or WEBP`);
       let data: string;
       if (typeof image.data === 'string') data = compactBase64(image.data);
       else if (image.data instanceof Uint8Array) data = Buffer.from(image.data).toString('base64');
-      else throw fail(`${at}.data must be a Buffer or a Base64 string`);
+      else throw inputError(`${at}.data must be a Buffer or a Base64 string`);
       const problem = base64Problem(data);
-      if (problem !== undefined) throw fail(`${at}.data is not valid Base64: ${problem}`);
+      if (problem !== undefined) throw inputError(`${at}.data is not valid Base64: ${problem}`);
       return { name, data, mimeType: format };
     });
   }
@@ -99,20 +101,20 @@ export function toApiTextContent(input: unknown, where: string): ApiTextContent 
 export function toApiSubstitutions(input: unknown, where: string): Record<string, string> | undefined {
   if (input === undefined) return undefined;
   if (typeof input !== 'object' || input === null || Array.isArray(input)) {
-    throw fail(`${where}.substitutions must be an object of key: value`);
+    throw inputError(`${where}.substitutions must be an object of key: value`);
   }
   const out: Record<string, string> = {};
   for (const [rawKey, value] of Object.entries(input)) {
     const key = stripBraces(rawKey);
     if (!isPlaceholderKey(key)) {
-      throw fail(
+      throw inputError(
         `${where}.substitutions key ${JSON.stringify(rawKey.slice(0, 80))} must be ${PLACEHOLDER_KEY_RULE} (braces optional)`,
       );
     }
     if (key === 'unsubscribe')
-      throw fail(`${where}.substitutions key "unsubscribe" is reserved for the unsubscribe link`);
+      throw inputError(`${where}.substitutions key "unsubscribe" is reserved for the unsubscribe link`);
     if (typeof value !== 'string' && typeof value !== 'number' && typeof value !== 'boolean') {
-      throw fail(`${where}.substitutions["${key}"] must be a string`);
+      throw inputError(`${where}.substitutions["${key}"] must be a string`);
     }
     out[bracedKey(key)] = String(value);
   }

@@ -25,7 +25,8 @@ import {
   type SendOptions,
   type SendResult,
 } from './client-types.js';
-import { checkGroupId, checkIdempotencyKey, inputError, toMemberEntry } from './input-checks.js';
+import { checkGroupId, checkIdempotencyKey, toMemberEntry } from './input-checks.js';
+import { inputError } from './input-error.js';
 import { readMembership } from './membership-answer.js';
 import { toGroupEmailRequest, toStandardEmailRequest } from './request-bodies.js';
 import { resolveClientOptions } from './resolve-client-options.js';

@@ -1,14 +1,9 @@
 import type { GroupMemberEntry } from '../protocol/api-types.js';
 import { hasLoneSurrogate } from '../protocol/address-rules.js';
 import { isValidIdempotencyKey } from '../protocol/idempotency-key.js';
-import { EmlApiError } from '../shared/eml-api-error.js';
 import { toApiAddress } from './address-input.js';
 import { toApiSubstitutions } from './content-input.js';
-
-/** An `EMESSAGE` error for bad input, found before any request. */
-export function inputError(message: string): EmlApiError {
-  return new EmlApiError('EMESSAGE', message, { permanent: true });
-}
+import { inputError } from './input-error.js';
 
 /** @throws {EmlApiError} `EMESSAGE` unless `groupId` is a usable group id */
 export function checkGroupId(groupId: unknown, method: string): asserts groupId is string {

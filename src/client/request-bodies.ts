@@ -2,7 +2,8 @@ import type { GroupEmailRequest, StandardEmailRequest } from '../protocol/api-ty
 import { toApiAddress, toApiAddressList } from './address-input.js';
 import type { EmailInput, GroupEmailInput } from './client-types.js';
 import { toApiTextContent } from './content-input.js';
-import { checkSubject, inputError } from './input-checks.js';
+import { checkSubject } from './input-checks.js';
+import { inputError } from './input-error.js';
 
 /**
  * The body of `POST /v1/send/email` for a standard email, every field checked.

@@ -1,54 +1,57 @@
+import { createRequire } from 'node:module';
+
+/** One entry of Nodemailer's address parser: an address, or a group of them. */
+interface ParsedEntry {
+  name: string;
+  address?: string;
+  group?: ParsedEntry[];
+}
+
+type AddressParser = (text: string) => ParsedEntry[];
+
+// Nodemailer's own parser (a peer dependency), so addresses read here are the ones Nodemailer
+// would read from the same text. Nodemailer 10 exports it as `default` too; 6.9 as the module.
+const loaded = createRequire(import.meta.url)('nodemailer/lib/addressparser') as
+  AddressParser | { default: AddressParser };
+const addressparser: AddressParser = typeof loaded === 'function' ? loaded : loaded.default;
+
+/** An address with its display name ('' when none). */
+export interface NamedAddress {
+  name: string;
+  address: string;
+}
+
 /**
- * Extracts the addresses of an RFC 5322 address list: display names, comments
- * and group syntax (`Team: a@x, b@y;`) are handled; only addresses are returned.
+ * Parses an RFC 5322 address list with Nodemailer's parser: display names,
+ * comments and group syntax (`Team: a@x, b@y;`) handled, group members
+ * flattened in order. Entries without an address are dropped. Linear in
+ * the input for Nodemailer 7 and later; callers cap the length first.
+ *
+ * @example
+ * parseAddresses('"Doe, Jane" <jane@x.test>, Team: a@x.test;');
+ * // [{ name: 'Doe, Jane', address: 'jane@x.test' }, { name: '', address: 'a@x.test' }]
+ */
+export function parseAddresses(value: string): NamedAddress[] {
+  const out: NamedAddress[] = [];
+  const walk = (entries: ParsedEntry[]): void => {
+    for (const entry of entries) {
+      if (entry.group) walk(entry.group);
+      else if (entry.address) out.push({ name: entry.name ?? '', address: entry.address });
+    }
+  };
+  walk(addressparser(value));
+  return out;
+}
+
+/**
+ * The addresses of an address list, without names; entries that hold no `@`
+ * (`undisclosed-recipients:;`) are dropped.
  *
  * @example
  * parseAddressList('"Doe, Jane" <jane@x.test>, Team: a@x.test;') // ['jane@x.test', 'a@x.test']
  */
 export function parseAddressList(value: string): string[] {
-  const addresses: string[] = [];
-  let bare = '';
-  let angle: string | undefined;
-  let inAngle = false;
-  let quote = false;
-  let comment = 0;
-  const flush = (): void => {
-    const address = (angle ?? bare).trim().replace(/\s+/g, '');
-    if (address.length > 0) addresses.push(address);
-    bare = '';
-    angle = undefined;
-  };
-  for (let i = 0; i < value.length; i++) {
-    const ch = value[i]!;
-    if (quote) {
-      if (ch === '\\') i++;
-      else if (ch === '"') quote = false;
-      continue;
-    }
-    if (comment > 0) {
-      if (ch === '\\') i++;
-      else if (ch === '(') comment++;
-      else if (ch === ')') comment--;
-      continue;
-    }
-    if (inAngle) {
-      if (ch === '>') inAngle = false;
-      else angle += ch;
-      continue;
-    }
-    if (ch === '"') {
-      quote = true;
-      // Quoted text before an angle address is a display name, not an address.
-      bare += ' ';
-    } else if (ch === '(') comment++;
-    else if (ch === '<') {
-      inAngle = true;
-      angle = '';
-    } else if (ch === ':') bare = '';
-    else if (ch === ',' || ch === ';') flush();
-    else bare += ch;
-  }
-  flush();
-  // A bare "display name" without an address (e.g. `undisclosed-recipients:;`) has no @.
-  return addresses.filter((a) => a.includes('@'));
+  return parseAddresses(value)
+    .map((entry) => entry.address)
+    .filter((address) => address.includes('@'));
 }

@@ -1,4 +1,4 @@
-import { inputError } from '../client/input-checks.js';
+import { inputError } from '../client/input-error.js';
 
 /** Which JSON endpoint a `sendMail` call goes to, from its `group` and `tracking` fields. */
 export type JsonRoute = { kind: 'group'; groupId: string; tracking: boolean | undefined } | { kind: 'email' };

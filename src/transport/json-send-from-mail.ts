@@ -1,7 +1,7 @@
 import { toApiAddress, toApiAddressList } from '../client/address-input.js';
 import type { ApiAddress } from '../protocol/api-types.js';
 import { imageFormat, type ImageInput, type TextContentInput } from '../client/content-input.js';
-import { inputError } from '../client/input-checks.js';
+import { inputError } from '../client/input-error.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { JsonRoute } from './json-route.js';
 import type { NodemailerMail } from './nodemailer-types.js';

@@ -1,6 +1,6 @@
 import type { AddToGroupResponse } from '../../protocol/api-types.js';
 import { HttpError } from './http-error.js';
-import { isValidAddress } from '../../protocol/address-rules.js';
+import { addressProblem } from '../../protocol/address-rules.js';
 import { rejectUnknownFields } from './reject-unknown-fields.js';
 import type { Operation } from './operation.js';
 import { requireGroup } from './require-group.js';
@@ -37,8 +37,8 @@ function checkEntry(
   const unknown = Object.keys(o).find((k) => !['email', 'name', 'substitutions'].includes(k));
   if (unknown !== undefined) return fail(`${path} has an unknown field "${unknown.slice(0, 64)}"`);
   if (typeof o.email !== 'string') return fail(`${path}.email is required and must be a string`);
-  if (!isValidAddress(o.email))
-    return fail(`${path}.email is not a valid address: ${JSON.stringify(o.email.slice(0, 100))}`, 'invalid_address');
+  const problem = addressProblem(o.email);
+  if (problem) return fail(`${path}.email ${problem}: ${JSON.stringify(o.email.slice(0, 100))}`, 'invalid_address');
   if (o.name !== undefined && (typeof o.name !== 'string' || /[\r\n]/.test(o.name))) {
     return fail(`${path}.name must be a single-line string`);
   }

@@ -1,12 +1,15 @@
 import type { AddressObject, EmailAddress } from 'mailparser';
 import { parseMime } from './mime-parser.js';
-import { isValidAddress } from '../../protocol/address-rules.js';
+import { findForbiddenCharacter, isValidAddress } from '../../protocol/address-rules.js';
 import { parseHeaderFields } from '../../protocol/header-fields.js';
 import type { ReadMessage } from '../state/records.js';
 import { HttpError } from './http-error.js';
 
 /** An uploaded message as the emulator reads it. */
 export type ParsedEml = ReadMessage;
+
+/** Header fields that hold addresses. */
+const ADDRESS_FIELDS = new Set(['from', 'to', 'cc', 'bcc', 'sender', 'reply-to']);
 
 /**
  * Parses an uploaded message with mailparser and checks what delivery needs:
@@ -26,6 +29,18 @@ export async function parseEml(raw: Buffer): Promise<ParsedEml> {
   const fromFields = fields.filter((f) => f.name.toLowerCase() === 'from');
   if (fromFields.length === 0) {
     throw new HttpError(400, 'invalid_eml', 'mail: the message has no From header');
+  }
+  // Checked on the header text itself: the MIME parser would silently drop a NUL and deliver elsewhere.
+  for (const field of fields) {
+    if (!ADDRESS_FIELDS.has(field.name.toLowerCase())) continue;
+    const bad = findForbiddenCharacter(field.value, { allowTab: true });
+    if (bad) {
+      throw new HttpError(
+        400,
+        'invalid_address',
+        `mail: the ${field.name} header contains ${bad.what} at position ${bad.index}`,
+      );
+    }
   }
   let parsed;
   try {

@@ -1,6 +1,6 @@
 import type { RemoveFromGroupResponse } from '../../protocol/api-types.js';
 import { HttpError } from './http-error.js';
-import { isValidAddress } from '../../protocol/address-rules.js';
+import { addressProblem } from '../../protocol/address-rules.js';
 import { rejectUnknownFields } from './reject-unknown-fields.js';
 import type { Operation } from './operation.js';
 import { requireGroup } from './require-group.js';
@@ -17,12 +17,9 @@ export const removeFromGroupOperation: Operation = {
     rejectUnknownFields(body, ['email']);
     if (typeof body.email !== 'string')
       throw new HttpError(400, 'invalid_request', 'email is required and must be a string');
-    if (!isValidAddress(body.email))
-      throw new HttpError(
-        400,
-        'invalid_address',
-        `email is not a valid address: ${JSON.stringify(body.email.slice(0, 100))}`,
-      );
+    const problem = addressProblem(body.email);
+    if (problem)
+      throw new HttpError(400, 'invalid_address', `email ${problem}: ${JSON.stringify(body.email.slice(0, 100))}`);
     if (!ctx.state.groups.remove(groupId, body.email)) {
       throw new HttpError(404, 'not_a_member', `${body.email} is not a member of ${groupId}`);
     }

@@ -1,7 +1,7 @@
 import type { ApiAddress, ApiImage } from '../../protocol/api-types.js';
 import { decodeBase64Strict } from './decode-base64.js';
 import { HttpError } from './http-error.js';
-import { isValidAddress } from '../../protocol/address-rules.js';
+import { addressProblem } from '../../protocol/address-rules.js';
 import { rejectUnknownFields } from './reject-unknown-fields.js';
 import { isPlaceholderKey, PLACEHOLDER_KEY_RULE, stripBraces } from '../../protocol/placeholder-key.js';
 
@@ -33,8 +33,8 @@ export function validateAddress(value: unknown, path: string): ApiAddress {
   const o = value as Record<string, unknown>;
   rejectUnknownFields(o, ['email', 'name'], path);
   if (typeof o.email !== 'string') throw bad(`${path}.email is required and must be a string`);
-  if (!isValidAddress(o.email))
-    throw bad(`${path}.email is not a valid address: ${JSON.stringify(o.email.slice(0, 100))}`, 'invalid_address');
+  const problem = addressProblem(o.email);
+  if (problem) throw bad(`${path}.email ${problem}: ${JSON.stringify(o.email.slice(0, 100))}`, 'invalid_address');
   if (o.name !== undefined && typeof o.name !== 'string') throw bad(`${path}.name must be a string`);
   if (typeof o.name === 'string' && /[\r\n]/.test(o.name)) throw bad(`${path}.name must not contain line breaks`);
   return o.name === undefined ? { email: o.email } : { email: o.email, name: o.name };
