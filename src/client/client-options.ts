@@ -1,6 +1,7 @@
 import type { Dispatcher } from 'undici';
 import type { SpoolOptions, SpoolSettings } from '../body/spool-options.js';
 import type { RetryOptions, TimeoutOptions } from '../http/requester-options.js';
+import type { EmlApiLogger } from '../shared/logger.js';
 
 /**
  * Options of {@link EmlApiClient} (and, through {@link EmlApiTransportOptions},
@@ -76,6 +77,13 @@ export interface EmlApiClientOptions {
    * @default undefined (no pacing)
    */
   maxMessagesPerSecond?: number;
+  /**
+   * Where the client (and the transport built on it) logs: `true` for the
+   * console, or a logger object (pino, bunyan, console...). Warnings include
+   * a 2xx answer that was not the service's. The API key is never logged.
+   * @default false
+   */
+  logger?: boolean | EmlApiLogger;
 }
 
 /** Options after validation. The API key is kept apart from them. */
@@ -91,4 +99,6 @@ export interface ResolvedClientOptions {
   timeouts: Required<TimeoutOptions>;
   maxMessagesPerSecond: number | undefined;
   spool: SpoolSettings;
+  /** The logger, silent when none was given. */
+  logger: EmlApiLogger;
 }

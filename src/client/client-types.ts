@@ -38,6 +38,12 @@ export interface SendResult extends ServiceResponse<Partial<SendAcceptedResponse
   messageId: string | undefined;
   /** The `Idempotency-Key` the send carried. */
   idempotencyKey: string;
+  /**
+   * Set when the 2xx answer was not the service's JSON (an HTML page from a web
+   * server or single-page app behind a wrong `baseUrl`): the message may not
+   * have been sent. Also logged as a warning.
+   */
+  warning?: string;
 }
 
 /**
@@ -74,6 +80,8 @@ export interface GroupSendResult extends ServiceResponse<Partial<GroupSendAccept
   /** Members whose delivery failed (and who were removed from the group), when the service said. */
   failed: number | undefined;
   idempotencyKey: string;
+  /** As {@link SendResult.warning}. */
+  warning?: string;
 }
 
 /**

@@ -2,7 +2,7 @@ import type { Readable } from 'node:stream';
 import { spoolMessage } from '../body/message-spool.js';
 import { emlBodyFromBuffer, STREAM_ABOVE } from '../body/eml-upload-body.js';
 import { Requester, type Call } from '../http/requester.js';
-import { errorFromResponse } from '../http/request-error.js';
+import { errorFromResponse, errorFromUnreadableAnswer } from '../http/request-error.js';
 import { readApiError, type ServiceResponse } from '../http/service-response.js';
 import type { UploadBody } from '../http/upload-body.js';
 import { API_KEY_HEADER, API_PATHS } from '../protocol/api-paths.js';
@@ -74,6 +74,7 @@ export class EmlApiClient {
       retries: resolved.retries,
       timeouts: resolved.timeouts,
       maxMessagesPerSecond: resolved.maxMessagesPerSecond,
+      logger: resolved.logger,
     });
     registerClientInternals(this, { requester: this.#requester, options: this.options });
   }
@@ -301,7 +302,16 @@ export class EmlApiClient {
         if (code === undefined || code === 'not_a_member' || code === 'not_found_member') return false;
         throw errorFromResponse(`GET ${path}`, res, this.#apiKey);
       }
-      return readMembership(res.data);
+      const member = readMembership(res);
+      if (member === undefined)
+        throw errorFromUnreadableAnswer(
+          `GET ${path}`,
+          res,
+          this.#apiKey,
+          'a membership answer',
+          '{"member": true|false}',
+        );
+      return member;
     });
   }
 

@@ -7,6 +7,7 @@ import {
   type TimeoutOptions,
 } from '../http/requester-options.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
 import type { ResolvedClientOptions } from './client-options.js';
 
 const DEFAULT_MAX_CONNECTIONS = 5;
@@ -56,10 +57,12 @@ export function resolveClientOptions(options: unknown): { apiKey: string; resolv
     throw configError('maxMessagesPerSecond', `expected a positive number, got ${describe(maxMessagesPerSecond)}`);
   }
   const spool = resolveSpool(o.spool);
+  const logger = resolveLoggerOption(o.logger);
   return {
     apiKey,
     resolved: {
       spool,
+      logger,
       retries,
       timeouts,
       maxMessagesPerSecond: maxMessagesPerSecond as number | undefined,
@@ -228,4 +231,11 @@ export function describe(value: unknown): string {
   if (typeof value === 'string') return `the string ${JSON.stringify(value.slice(0, 50))}`;
   if (typeof value === 'number' || typeof value === 'boolean') return String(value);
   return typeof value === 'object' ? 'an object' : typeof value;
+}
+
+function resolveLoggerOption(value: unknown): EmlApiLogger {
+  if (value !== undefined && typeof value !== 'boolean' && (typeof value !== 'object' || value === null)) {
+    throw configError('logger', `expected true, false or a logger object (pino, console...), got ${describe(value)}`);
+  }
+  return resolveLogger(value as boolean | EmlApiLogger | undefined);
 }

@@ -36,12 +36,10 @@ export async function postSend(
 ): Promise<SendResult> {
   const { key, res } = await postIdempotent<SendAcceptedResponse>(call, path, body, idempotencyKey);
   const data = objectOrUndefined(res.data);
-  return {
-    ...res,
-    id: stringOrUndefined(data?.id),
-    messageId: stringOrUndefined(data?.messageId),
-    idempotencyKey: key,
-  };
+  return withWarning(
+    { ...res, id: stringOrUndefined(data?.id), messageId: stringOrUndefined(data?.messageId), idempotencyKey: key },
+    call,
+  );
 }
 
 /** `POST /v1/send/group/{groupId}` with a JSON group email. */
@@ -58,13 +56,16 @@ export async function postGroupSend(
     idempotencyKey,
   );
   const data = objectOrUndefined(res.data);
-  return {
-    ...res,
-    id: stringOrUndefined(data?.id),
-    recipients: numberOrUndefined(data?.recipients),
-    failed: numberOrUndefined(data?.failed),
-    idempotencyKey: key,
-  };
+  return withWarning(
+    {
+      ...res,
+      id: stringOrUndefined(data?.id),
+      recipients: numberOrUndefined(data?.recipients),
+      failed: numberOrUndefined(data?.failed),
+      idempotencyKey: key,
+    },
+    call,
+  );
 }
 
 /** One logical send: a POST carrying its `Idempotency-Key`, the caller's or a new UUID. */
@@ -82,4 +83,24 @@ async function postIdempotent<T>(
     headers: { [IDEMPOTENCY_KEY_HEADER]: key },
   });
   return { key, res };
+}
+
+/**
+ * Adds a warning to an accepted send whose body is not the service's JSON
+ * (an empty body is fine: a service may answer 202 with none). The contract
+ * takes any 2xx as success, but a page from a web server or a single-page app
+ * behind a wrong baseUrl answers every path with 200.
+ */
+function withWarning<T extends SendResult | GroupSendResult>(result: T, call: Call): T {
+  const { data, text } = result;
+  if (text.trim() === '' || (typeof data === 'object' && data !== null && !Array.isArray(data))) return result;
+  const what =
+    data === undefined
+      ? text.trimStart().startsWith('<')
+        ? 'an HTML page'
+        : 'a body that is not JSON'
+      : 'JSON that is not an object';
+  const warning = `The service answered ${result.response}, but with ${what}, not the service's JSON: the message may not have been sent; check baseUrl (a web server or single-page app may answer every path)`;
+  call.log('warn', { command: call.command, responseCode: result.statusCode }, warning);
+  return { ...result, warning };
 }

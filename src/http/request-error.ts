@@ -70,6 +70,28 @@ export function errorFromResponse(
   );
 }
 
+/**
+ * An {@link EmlApiError} (`EAPI`, permanent) for a 2xx answer the caller had
+ * to read and could not: the answer states nothing it recognises, so it is
+ * neither a yes nor a no.
+ *
+ * @param expected what a readable answer looks like, e.g. `{"member": true|false}`
+ */
+export function errorFromUnreadableAnswer(
+  command: string,
+  res: ServiceResponse,
+  secret: string,
+  what: string,
+  expected: string,
+): EmlApiError {
+  const shown = res.text.trim() === '' ? 'an empty body' : res.data === undefined ? 'a body that is not JSON' : 'JSON';
+  return new EmlApiError(
+    'EAPI',
+    `${command} answered ${res.response} with ${shown}, which is not ${what} (expected ${expected}); is baseUrl the service's?`,
+    { responseCode: res.statusCode, response: redact(res.text, secret), command, permanent: true },
+  );
+}
+
 const TIMEOUT_CODES: Record<string, string> = {
   UND_ERR_CONNECT_TIMEOUT: 'connect timeout',
   UND_ERR_HEADERS_TIMEOUT: 'response timeout',

@@ -1,4 +1,5 @@
 import type { Dispatcher } from 'undici';
+import type { EmlApiLogger } from '../shared/logger.js';
 
 /**
  * Retry settings.
@@ -88,4 +89,6 @@ export interface RequesterSettings {
   retries: Required<RetryOptions>;
   timeouts: Required<TimeoutOptions>;
   maxMessagesPerSecond: number | undefined;
+  /** Where calls log (retries at debug level, warnings of the layers above). */
+  logger: EmlApiLogger;
 }

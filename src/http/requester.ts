@@ -45,6 +45,10 @@ export interface Call {
   readonly signal: AbortSignal;
   /** What the call is doing now. */
   stage: CallStage;
+  /** The request being made (or the call's own name before the first), e.g. `POST /v1/send/eml`. */
+  readonly command: string;
+  /** Logs through the client's logger. */
+  log(level: 'debug' | 'info' | 'warn', meta: Record<string, unknown>, message: string): void;
   /**
    * Sends one request, retrying what the retry policy allows, with backoff.
    * @returns a 2xx answer, or one `acceptStatus` accepts
@@ -227,6 +231,14 @@ class RunningCall implements Call {
   }
 
   /** What error mapping needs to know about this call. */
+  get command(): string {
+    return this.#command;
+  }
+
+  log(level: 'debug' | 'info' | 'warn', meta: Record<string, unknown>, message: string): void {
+    this.settings.logger[level](meta, message);
+  }
+
   context(): FailureContext {
     return {
       command: this.#command,
@@ -292,6 +304,11 @@ class RunningCall implements Call {
         }
         throw failure;
       }
+      this.log(
+        'debug',
+        { command, attempt: this.#attempts, delayMs: delay },
+        'Retrying after a failure the service did not process',
+      );
       await sleep(delay, signal);
     }
   }

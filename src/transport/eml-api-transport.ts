@@ -7,7 +7,7 @@ import { postEml, postGroupSend, postSend } from '../client/send-requests.js';
 import type { Call } from '../http/requester.js';
 import { API_PATHS } from '../protocol/api-paths.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
+import type { EmlApiLogger } from '../shared/logger.js';
 import { VERSION } from '../shared/version.js';
 import { buildMessage } from './build-message.js';
 import { jsonRouteOf, type JsonRoute } from './json-route.js';
@@ -65,7 +65,7 @@ export class EmlApiTransport extends EventEmitter {
     super();
     this.client = new EmlApiClient(options);
     this.#engine = clientInternals(this.client);
-    this.#logger = resolveLogger(options.logger);
+    this.#logger = this.client.options.logger;
     this.#engine.requester.onSlotReleased(() => {
       if (this.isIdle()) this.emit('idle');
     });

@@ -36,6 +36,11 @@ export interface EmlApiSentMessageInfo {
   group?: string;
   /** The `Idempotency-Key` the send carried. */
   idempotencyKey: string;
+  /**
+   * Set when the 2xx answer was not the service's JSON (an HTML page behind a
+   * wrong `baseUrl`): the message may not have been sent. Also logged as a warning.
+   */
+  warning?: string;
 }
 
 /**
@@ -57,5 +62,6 @@ export function sentMessageInfo(
     id: result.id,
     apiResponse: result.data,
     idempotencyKey: result.idempotencyKey,
+    ...(result.warning === undefined ? {} : { warning: result.warning }),
   };
 }

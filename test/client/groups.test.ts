@@ -1,3 +1,4 @@
+import { rejectionOf } from '../helpers/async.js';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { EmlApiClient, EmlApiError, encodePathSegment } from '../../src/index.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
@@ -244,8 +245,8 @@ describe('isInGroup and removeFromGroup against other response styles', () => {
     ['{ "isMember": false }', 200, { isMember: false }, false],
     ['{ "exists": true }', 200, { exists: true }, true],
     ['a bare false', 200, false, false],
-    ['200 with no body', 200, undefined, true],
-    ['204', 204, undefined, true],
+    ['{ "data": { "member": false } }', 200, { data: { member: false } }, false],
+    ['204 (status-style services: 204 member, 404 not)', 204, undefined, true],
     ['404 with no body', 404, undefined, false],
     ['404 not_a_member', 404, { error: { code: 'not_a_member', message: 'no' } }, false],
   ];
@@ -254,6 +255,34 @@ describe('isInGroup and removeFromGroup against other response styles', () => {
       service.answer({ status, body });
       const client = new EmlApiClient({ apiKey: 'k', baseUrl: service.url });
       await expect(client.isInGroup('g', 'a@example.test')).resolves.toBe(expected);
+      await client.close();
+    });
+  }
+
+  // A 2xx the client cannot read must never count as "member": code that checks
+  // membership before mailing someone would mail non-members.
+  const unreadable: [string, { status: number; body?: unknown; text?: string; headers?: Record<string, string> }][] = [
+    ['{ "member": "false" } (a string)', { status: 200, body: { member: 'false' } }],
+    ['{ "result": "yes" }', { status: 200, body: { result: 'yes' } }],
+    ['an empty JSON object', { status: 200, body: {} }],
+    ['200 with no body', { status: 200 }],
+    [
+      'an nginx welcome page (a wrong baseUrl)',
+      {
+        status: 200,
+        text: '<html><head><title>Welcome to nginx!</title></head></html>',
+        headers: { 'content-type': 'text/html' },
+      },
+    ],
+  ];
+  for (const [label, reply] of unreadable) {
+    it(`isInGroup refuses ${label} with EAPI instead of reading it as a member`, async () => {
+      service.answer(reply);
+      const client = new EmlApiClient({ apiKey: 'k', baseUrl: service.url });
+      const err = await rejectionOf(client.isInGroup('g', 'a@example.test'));
+      expect(err.code).toBe('EAPI');
+      expect(err.responseCode).toBe(reply.status);
+      expect(err.message).toContain('not a membership answer');
       await client.close();
     });
   }

@@ -166,7 +166,7 @@ const { startEmulator } = require('nodemailer-eml-api/emulator');`),
     for (const file of ['check.mts', 'check.cts']) {
       await expect(run('node', [tsc, ...args, '--esModuleInterop', file], { cwd: dir })).resolves.toBeDefined();
     }
-  });
+  }, 120_000);
 
   it('installs the eml-api command', async () => {
     const { stdout } = await run(join(dir, 'node_modules', '.bin', 'eml-api'), ['--version'], { cwd: dir });
