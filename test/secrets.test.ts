@@ -242,3 +242,79 @@ describe('the API key stays secret in what the client reports', () => {
     expectNoSecret(err);
   });
 });
+
+describe('the API key stays secret when the service echoes it escaped', () => {
+  let service: FakeService;
+  beforeAll(async () => {
+    service = await startFakeService();
+  });
+  afterAll(() => service.close());
+
+  // Keys with characters that JSON, HTML and URLs escape.
+  const KEYS = ['key"with\\quote_0123456789', 'key<with>&amp_0123456789', 'sk+live/base64=key0123456789=='];
+
+  /** The ways a service or a proxy writes a string back: raw, JSON-, HTML- and URL-escaped. */
+  function echoes(key: string): string[] {
+    const html = key.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
+    const numeric = [...key].map((c) => (/[A-Za-z0-9_]/.test(c) ? c : `&#${c.charCodeAt(0)};`)).join('');
+    const hex = [...key].map((c) => (/[A-Za-z0-9_]/.test(c) ? c : `&#x${c.charCodeAt(0).toString(16)};`)).join('');
+    const goJson = JSON.stringify(key)
+      .slice(1, -1)
+      .replace(/</g, '\\u003c')
+      .replace(/>/g, '\\u003e')
+      .replace(/&/g, '\\u0026');
+    return [
+      key,
+      JSON.stringify(key).slice(1, -1),
+      goJson,
+      html,
+      numeric,
+      hex,
+      encodeURIComponent(key),
+      encodeURIComponent(key).toLowerCase(),
+    ];
+  }
+
+  /** Every form of the key that must not be found. */
+  const forms = (key: string) => [...new Set([...echoes(key), JSON.stringify(key)])];
+
+  it.each(KEYS)('redacts %s in every escaped form from errors', async (key) => {
+    const client = new EmlApiClient({ apiKey: key, baseUrl: service.url, retries: false });
+    for (const echo of echoes(key)) {
+      service.answer({ status: 400, text: `{"error":{"code":"bad","message":"no key ${echo} here"}} ${echo}` });
+      const err = await rejectionOf(client.sendEml('From: a@x.test\r\nTo: b@x.test\r\n\r\nhi\r\n'));
+      for (const channel of channels(err)) for (const form of forms(key)) expect(channel).not.toContain(form);
+      expect(err.response).toContain('[redacted]');
+    }
+    await client.close();
+  });
+
+  it.each(KEYS)('redacts %s echoed in a 2xx answer (result data and text, sendMail info)', async (key) => {
+    const transport = new EmlApiTransport({ apiKey: key, baseUrl: service.url, retries: false });
+    // Echoed inside a JSON string, as a JSON writer would put each form there (the raw key JSON-escaped).
+    for (const echo of echoes(key).map((e) => (e === key ? JSON.stringify(key).slice(1, -1) : e))) {
+      service.answer({ status: 202, text: `{"id":"x","note":"accepted for ${echo}"}` });
+      const info = await nodemailer
+        .createTransport(transport)
+        .sendMail({ from: 'a@x.test', to: 'b@x.test', text: 'hi' });
+      for (const channel of channels(info)) for (const form of forms(key)) expect(channel).not.toContain(form);
+      const result = await transport.client.sendEml('From: a@x.test\r\nTo: b@x.test\r\n\r\nhi\r\n');
+      for (const channel of channels(result)) for (const form of forms(key)) expect(channel).not.toContain(form);
+      expect(JSON.stringify(result.data)).toContain('[redacted]');
+    }
+    await transport.close();
+  });
+
+  it('does not mangle ordinary text for a very short key', async () => {
+    const client = new EmlApiClient({ apiKey: 'e', baseUrl: service.url, retries: false });
+    service.answer({
+      status: 400,
+      body: { error: { code: 'invalid_request', message: 'The request has a bad field' } },
+    });
+    const err = await rejectionOf(client.sendEml('From: a@x.test\r\nTo: b@x.test\r\n\r\nhi\r\n'));
+    expect(err.message).toContain('The request has a bad field');
+    expect(err.apiCode).toBe('invalid_request');
+    expect(err.response).not.toContain('[redacted]');
+    await client.close();
+  });
+});

@@ -3,6 +3,7 @@ import { EmlApiError } from '../shared/eml-api-error.js';
 import { ClientClosedReason, TotalTimeoutReason } from './abort-reasons.js';
 import { ConcurrencyLimiter } from './concurrency-limiter.js';
 import { exchange, ExchangeFailure, type RawResponse } from './exchange.js';
+import { redact } from './redact.js';
 import { errorFromFailure, errorFromResponse, type CallStage, type FailureContext } from './request-error.js';
 
 export type { CallStage };
@@ -283,7 +284,8 @@ class RunningCall implements Call {
       let wait: number | undefined;
       let res: ServiceResponse<T> | undefined;
       if (answer) {
-        res = readServiceResponse<T>(answer.statusCode, answer.headers['content-type'], answer.text);
+        // Redacted where the answer comes in: a service that echoes the key must not put it in results or errors.
+        res = readServiceResponse<T>(answer.statusCode, answer.headers['content-type'], redact(answer.text, secret));
         if ((res.statusCode >= 200 && res.statusCode < 300) || init.acceptStatus?.(res.statusCode)) return res;
         retryClass = classifyStatus(res.statusCode);
         wait = parseRetryAfter(answer.headers['retry-after']);
