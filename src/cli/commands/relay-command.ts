@@ -3,6 +3,7 @@ import { parseArgs } from 'node:util';
 import { EmlApiError } from '../../shared/eml-api-error.js';
 import type { EmlApiLogger } from '../../shared/logger.js';
 import { startSmtpRelay } from '../../relay/start-smtp-relay.js';
+import { loadSmtpServer } from '../../relay/smtp-server-peer.js';
 import type { SmtpRelayOptions } from '../../relay/relay-options.js';
 import type { CliIo } from '../cli-io.js';
 import { untilStopped } from '../lib/until-stopped.js';
@@ -71,6 +72,8 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
     io.stdout.write(RELAY_HELP);
     return EXIT.ok;
   }
+  // Says what to install (exit 1) before anything else, when the optional peer is missing.
+  loadSmtpServer();
   const baseUrl = values.url ?? io.env.EML_API_URL;
   if (!baseUrl) throw new UsageError('no service URL: pass --url or set EML_API_URL');
   const apiKey = values.key ?? io.env.EML_API_KEY;
