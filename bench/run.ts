@@ -14,6 +14,7 @@ import nodemailer from 'nodemailer';
 import { Agent } from 'undici';
 import { EmlApiTransport } from '../src/index.js';
 import { benchMessage } from './bench-message.js';
+import { relayBenchmarks } from './relay-bench.js';
 import { startSinks, type Sinks } from './sinks.js';
 
 const run = promisify(execFile);
@@ -370,6 +371,56 @@ async function memory(sinks: Sinks): Promise<void> {
   }
 }
 
+const RELAY_ROUNDS = 5;
+const RELAY_COUNT = 800;
+
+async function relay(sinks: Sinks): Promise<void> {
+  const figures = await relayBenchmarks(sinks, interleaved, rate, RELAY_ROUNDS, RELAY_COUNT);
+  const ratios = figures.relay.map((r, i) => r / figures.direct[i]!);
+  const ratio = median(ratios);
+  console.log(`    relay / direct per round: ${ratios.map((r) => r.toFixed(2)).join(' ')}`);
+  const relayRate = median(figures.relay);
+  rows.push({
+    benchmark: 'relay throughput',
+    case: `Nodemailer SMTP pool (${figures.concurrency}) → relay process → sink, vs the direct transport (${figures.concurrency} connections)`,
+    value: relayRate,
+    unit: 'msg/s',
+    reference: 'direct transport, same run',
+    referenceValue: median(figures.direct),
+    ratio,
+    target: '>= 0.5',
+    met: ratio >= 0.5,
+  });
+  console.log(
+    `relay throughput: ${relayRate.toFixed(1)} msg/s vs direct ${median(figures.direct).toFixed(1)} → median ratio ${ratio.toFixed(2)} (target >= 0.5) ${ratio >= 0.5 ? 'MET' : 'NOT MET'}`,
+  );
+  const runs = figures.memoryRuns;
+  spread.set('relay', `${Math.min(...runs).toFixed(0)}-${Math.max(...runs).toFixed(0)} MB`);
+  record({
+    benchmark: 'relay memory',
+    case: `one 25 MB message through the relay, peak extra RSS of the relay process (runs ${spread.get('relay')})`,
+    value: median(runs),
+    unit: 'MB',
+    reference: 'budget 48 MB',
+    referenceValue: 48,
+    target: '<= 1',
+    better: 'lower',
+    targetRatio: 1,
+  });
+  const small = median(figures.smallRuns);
+  rows.push({
+    benchmark: 'relay memory (reference)',
+    case: `one 8 MB message through the relay (runs ${Math.min(...figures.smallRuns).toFixed(0)}-${Math.max(...figures.smallRuns).toFixed(0)} MB): the peak does not grow with the message`,
+    value: small,
+    unit: 'MB',
+    reference: '25 MB message',
+    referenceValue: median(runs),
+    ratio: small / median(runs),
+    target: '-',
+    met: true,
+  });
+}
+
 let profileShares: { cpuMsPerMessage: number; shares: Record<string, number> } | undefined;
 
 async function profile(sinks: Sinks): Promise<void> {
@@ -445,21 +496,34 @@ const ANALYSIS = [
   '  Peak RSS depends on when the garbage collector runs and how freed memory is reused, so single runs vary by',
   '  tens of MB (the range is shown next to each median; a run near 0 reused memory the process already held after',
   '  its warm-up).',
+  '- **Relay.** The relay is a separate process between Nodemailer and the sink: each message is built by Nodemailer,',
+  '  sent over SMTP, parsed by smtp-server, spooled and hashed, then uploaded, so it costs a second protocol hop on the',
+  '  same two cores the direct transport has to itself. Its memory stays flat: the message streams to the spool file',
+  '  (past 512 KiB) and is uploaded from it in Base64 slices; the peak above the baseline is the same for 8 MB and 25 MB',
+  "  (V8's heap and buffer pools growing while chunks pass through), not a copy of the message.",
   '',
 ];
 
 const started = performance.now();
+// BENCH_ONLY=relay runs the relay's benchmarks alone and writes nothing.
+const only = process.env.BENCH_ONLY;
 console.log(`Machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGb} GiB, Node ${machine.node}`);
 const sinks = await startSinks();
 try {
-  await throughput(sinks);
-  await latencyBound(sinks);
-  await connections(sinks);
-  await memory(sinks);
-  await profile(sinks);
+  if (only === 'relay') {
+    await relay(sinks);
+  } else {
+    await throughput(sinks);
+    await latencyBound(sinks);
+    await connections(sinks);
+    await memory(sinks);
+    await profile(sinks);
+    await relay(sinks);
+  }
 } finally {
   await sinks.stop();
 }
+if (only !== undefined) process.exit(0);
 await writeFile(
   join(ROOT, 'bench', 'results.json'),
   `${JSON.stringify({ machine, date: new Date().toISOString(), rows }, null, 2)}\n`,

@@ -24,7 +24,7 @@ export interface CliIo {
   /** Where `EML_API_URL`, `EML_API_KEY` and `CI` are read. */
   env: Readonly<Record<string, string | undefined>>;
   /**
-   * Stops long-running commands (`serve`). Without it, `serve` runs until
+   * Stops long-running commands (`serve`, `relay`). Without it, they run until
    * SIGINT or SIGTERM.
    */
   signal?: AbortSignal;

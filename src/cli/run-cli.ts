@@ -2,6 +2,7 @@ import { VERSION } from '../shared/version.js';
 import { resolveCliIo, type CliIo } from './cli-io.js';
 import { formatErrorDetails, formatErrorLine } from './lib/format-error.js';
 import { groupCommand, GROUP_SUBCOMMANDS } from './commands/group-command.js';
+import { relayCommand } from './commands/relay-command.js';
 import { sendCommand } from './commands/send-command.js';
 import { serveCommand } from './commands/serve-command.js';
 import { EXIT, isUsageError, UsageError } from './lib/usage-error.js';
@@ -11,6 +12,7 @@ export const CLI_HELP = `Usage: eml-api <command> [options]
 
 Commands:
   serve                                   run the local emulator of the email service
+  relay                                   run an SMTP relay that forwards mail to the service
   send <file.eml | ->                     send an EML file (or standard input)
   group add <group> <file.csv | - | address...>
                                           add members (CSV with email, name, substitution columns)
@@ -32,6 +34,7 @@ Options: -h, --help   show this help; -v, --version   print the version
 
 const COMMANDS = {
   serve: serveCommand,
+  relay: relayCommand,
   send: sendCommand,
   group: groupCommand,
 } as const;

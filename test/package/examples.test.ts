@@ -20,6 +20,12 @@ describe('the examples run as documented', () => {
     expect(stdout).toContain('bob@customer.example got: Bob, our autumn news');
   });
 
+  it('SMTP relay example delivers through the relay, Bcc hidden', async () => {
+    const { stdout } = await tsx(['examples/smtp-relay.ts']);
+    expect(stdout).toMatch(/^SMTP reply: 250 2\.0\.0 Ok: msg_/m);
+    expect(stdout).toContain('audit@shop.example got "Your invoice" (Bcc header visible: false)');
+  });
+
   it('DKIM example uploads a signed message', async () => {
     const { stdout } = await tsx(['examples/dkim.ts']);
     expect(stdout).toMatch(/^DKIM-Signature: v=1; a=rsa-sha256;.*d=acme\.example/m);

@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import mailparserPkg from 'mailparser/package.json' with { type: 'json' };
+import smtpServerPkg from 'smtp-server/package.json' with { type: 'json' };
 import nodemailerPkg from 'nodemailer/package.json' with { type: 'json' };
 import pkg from '../../package.json' with { type: 'json' };
 import { startEmulator } from '../../src/emulator/index.js';
@@ -172,6 +173,72 @@ const { startEmulator } = require('nodemailer-eml-api/emulator');`),
     const { stdout } = await run(join(dir, 'node_modules', '.bin', 'eml-api'), ['--version'], { cwd: dir });
     expect(stdout.trim()).toBe(pkg.version);
   });
+
+  it('nodemailer-eml-api/relay says what to install without smtp-server (eml-api send still works), and relays from ESM and CommonJS with it', async () => {
+    await expect(stat(join(dir, 'node_modules', 'smtp-server'))).rejects.toThrow(/ENOENT/);
+    const emu = await startEmulator();
+    const env = { ...process.env, EML_API_URL: emu.url, EML_API_KEY: emu.apiKey };
+    const bin = join(dir, 'node_modules', '.bin', 'eml-api');
+    try {
+      await writeFile(
+        join(dir, 'relay-missing.mjs'),
+        `try { await import('nodemailer-eml-api/relay'); console.log('{}'); } catch (err) { console.log(JSON.stringify({ code: err.code, message: err.message })); }`,
+      );
+      const missing = JSON.parse((await run('node', ['relay-missing.mjs'], { cwd: dir })).stdout) as Record<
+        string,
+        string
+      >;
+      expect(missing.code).toBe('ECONFIG');
+      expect(missing.message).toContain('npm install smtp-server');
+      await writeFile(
+        join(dir, 'cli.eml'),
+        'From: a@example.test\r\nTo: cli@example.test\r\nSubject: cli\r\n\r\nhi\r\n',
+      );
+      expect((await run(bin, ['send', 'cli.eml'], { cwd: dir, env })).stdout).toMatch(/^202 Accepted/);
+      const relayCli = await run(bin, ['relay', '--port', '0'], { cwd: dir, env }).catch(
+        (e: { code: number; stderr: string }) => e,
+      );
+      expect(relayCli).toMatchObject({ code: 1, stderr: expect.stringContaining('npm install smtp-server') });
+
+      await run(
+        'npm',
+        ['install', '--prefer-offline', '--no-audit', '--no-fund', `smtp-server@${smtpServerPkg.version}`],
+        {
+          cwd: dir,
+        },
+      );
+      const usage = (load: string) => `${load}
+(async () => {
+  const emu = await startEmulator();
+  const relay = await startSmtpRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0 });
+  const transporter = nodemailer.createTransport({ host: '127.0.0.1', port: relay.port, ignoreTLS: true });
+  const info = await transporter.sendMail({ from: 'a@example.test', to: 'b@example.test', bcc: 'c@example.test', subject: 'relayed', text: 'hi' });
+  transporter.close();
+  console.log(JSON.stringify({ response: info.response.slice(0, 13), delivered: emu.mailbox('c@example.test').length }));
+  await relay.close();
+  await emu.close();
+})();
+`;
+      await writeFile(
+        join(dir, 'relay.mjs'),
+        usage(`import nodemailer from 'nodemailer';
+import { startSmtpRelay } from 'nodemailer-eml-api/relay';
+import { startEmulator } from 'nodemailer-eml-api/emulator';`),
+      );
+      await writeFile(
+        join(dir, 'relay.cjs'),
+        usage(`const nodemailer = require('nodemailer');
+const { startSmtpRelay } = require('nodemailer-eml-api/relay');
+const { startEmulator } = require('nodemailer-eml-api/emulator');`),
+      );
+      for (const file of ['relay.mjs', 'relay.cjs']) {
+        const { stdout } = await run('node', [file], { cwd: dir });
+        expect(JSON.parse(stdout), file).toEqual({ response: '250 2.0.0 Ok:', delivered: 1 });
+      }
+    } finally {
+      await emu.close();
+    }
+  }, 120_000);
 
   it('type-checks for Nodemailer 6 users, group and tracking included; their @types/nodemailer types info as SMTP info', async () => {
     const dir6 = join(dir, 'nodemailer6');

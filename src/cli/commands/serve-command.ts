@@ -3,6 +3,7 @@ import { API_SCOPES, type ApiScope } from '../../protocol/api-types.js';
 import { startEmulator } from '../../emulator/index.js';
 import type { EmulatorApiKey } from '../../emulator/emulator-options.js';
 import type { CliIo } from '../cli-io.js';
+import { untilStopped } from '../lib/until-stopped.js';
 import { EXIT, UsageError } from '../lib/usage-error.js';
 
 /** Help of `eml-api serve`. */
@@ -55,25 +56,6 @@ export async function serveCommand(args: string[], io: CliIo): Promise<number> {
     await emu.close();
   }
   return EXIT.ok;
-}
-
-/** Resolves when the signal aborts or, without one, on SIGINT or SIGTERM. */
-function untilStopped(signal: AbortSignal | undefined): Promise<void> {
-  if (signal) {
-    return new Promise((resolve) => {
-      if (signal.aborted) resolve();
-      else signal.addEventListener('abort', () => resolve(), { once: true });
-    });
-  }
-  return new Promise((resolve) => {
-    const stop = () => {
-      process.off('SIGINT', stop);
-      process.off('SIGTERM', stop);
-      resolve();
-    };
-    process.on('SIGINT', stop);
-    process.on('SIGTERM', stop);
-  });
 }
 
 function parseKeySpec(spec: string): EmulatorApiKey {

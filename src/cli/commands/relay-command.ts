@@ -1,0 +1,166 @@
+import { readFile } from 'node:fs/promises';
+import { parseArgs } from 'node:util';
+import { EmlApiError } from '../../shared/eml-api-error.js';
+import type { EmlApiLogger } from '../../shared/logger.js';
+import { startSmtpRelay } from '../../relay/start-smtp-relay.js';
+import { loadSmtpServer } from '../../relay/smtp-server-peer.js';
+import type { SmtpRelayOptions } from '../../relay/relay-options.js';
+import type { CliIo } from '../cli-io.js';
+import { untilStopped } from '../lib/until-stopped.js';
+import { EXIT, UsageError } from '../lib/usage-error.js';
+
+/** Help of `eml-api relay`. */
+export const RELAY_HELP = `Usage: eml-api relay [options]
+
+Runs an SMTP server that hands every message it accepts to the email service
+(POST /v1/send/eml), for senders that still speak SMTP (Postfix, PHP, Django,
+Rails, cron...). It answers 250 only once the service accepted the message,
+451 when the failure is transient (the client retries), 5xx when the message
+can never be sent as it is. Runs until interrupted (Ctrl-C or SIGTERM), then
+lets the messages in progress finish.
+
+Without a key, each client authenticates with its own API key as the SMTP
+password (any user name). With --key (or EML_API_KEY), clients on --allow
+(loopback by default) send without AUTH, with that key. AUTH is offered over
+TLS, or from loopback, only.
+
+Options:
+  --port <n>              port to listen on (default 2525; 0 picks a free one)
+  --host <host>           interface to listen on (default 127.0.0.1)
+  --url <url>             base URL of the service (or EML_API_URL)
+  --key <key>             the relay's own API key (or EML_API_KEY; prefer the variable: flags show in ps)
+  --allow <cidr>          client addresses that may send without AUTH, with the relay's key (repeatable;
+                          default 127.0.0.0/8 and ::1)
+  --tls-cert <file>       PEM certificate: offers STARTTLS (with --tls-key)
+  --tls-key <file>        PEM private key
+  --tls-implicit          TLS from the first byte (as on port 465) instead of STARTTLS
+  --max-size <bytes>      largest message, advertised as SIZE (default 39321591: fits a 50 MiB request)
+  --max-recipients <n>    recipients per message (default 100)
+  --max-clients <n>       SMTP connections at once (default 100)
+  --redis <url>           store-and-forward through the outbox (not available in this version)
+  --allow-insecure-http   allow http:// to a non-loopback service (keys cross the network in clear)
+  --quiet                 log refusals and errors only, not every accepted message
+  -h, --help              show this help
+
+Exit codes: 0 stopped, 1 could not start (port in use, key refused...), 2 wrong usage.
+`;
+
+/** `eml-api relay`: runs the SMTP relay until SIGINT/SIGTERM (or `io.signal`). */
+export async function relayCommand(args: string[], io: CliIo): Promise<number> {
+  const { values } = parseArgs({
+    args,
+    options: {
+      port: { type: 'string', default: '2525' },
+      host: { type: 'string', default: '127.0.0.1' },
+      url: { type: 'string' },
+      key: { type: 'string' },
+      allow: { type: 'string', multiple: true },
+      'tls-cert': { type: 'string' },
+      'tls-key': { type: 'string' },
+      'tls-implicit': { type: 'boolean' },
+      'max-size': { type: 'string' },
+      'max-recipients': { type: 'string' },
+      'max-clients': { type: 'string' },
+      redis: { type: 'string' },
+      'allow-insecure-http': { type: 'boolean' },
+      quiet: { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
+    },
+    strict: true,
+  });
+  if (values.help) {
+    io.stdout.write(RELAY_HELP);
+    return EXIT.ok;
+  }
+  // Says what to install (exit 1) before anything else, when the optional peer is missing.
+  loadSmtpServer();
+  const baseUrl = values.url ?? io.env.EML_API_URL;
+  if (!baseUrl) throw new UsageError('no service URL: pass --url or set EML_API_URL');
+  const apiKey = values.key ?? io.env.EML_API_KEY;
+  if ((values['tls-cert'] === undefined) !== (values['tls-key'] === undefined))
+    throw new UsageError('--tls-cert and --tls-key go together');
+  if (values['tls-implicit'] && values['tls-cert'] === undefined)
+    throw new UsageError('--tls-implicit needs --tls-cert and --tls-key');
+  if (values.allow && !apiKey)
+    throw new UsageError(
+      "--allow needs the relay's own key (--key or EML_API_KEY): clients that do not AUTH send with it",
+    );
+  const options: SmtpRelayOptions = {
+    baseUrl,
+    port: whole(values.port, '--port', 0, 65535),
+    host: values.host,
+    allowInsecureHttp: values['allow-insecure-http'] ?? false,
+    logger: lineLogger(io, values.quiet ?? false),
+    ...(apiKey ? { apiKey } : {}),
+    ...(values.allow ? { allowUnauthenticatedFrom: values.allow } : {}),
+    ...(values['max-size'] ? { maxMessageSize: whole(values['max-size'], '--max-size', 1, 2 ** 40) } : {}),
+    ...(values['max-recipients']
+      ? { maxRecipients: whole(values['max-recipients'], '--max-recipients', 1, 100_000) }
+      : {}),
+    ...(values['max-clients'] ? { maxClients: whole(values['max-clients'], '--max-clients', 1, 100_000) } : {}),
+    ...(values.redis !== undefined ? { queue: { redis: values.redis } } : {}),
+  };
+  if (values['tls-cert'] && values['tls-key']) {
+    options.tls = {
+      cert: await readPem(values['tls-cert'], '--tls-cert'),
+      key: await readPem(values['tls-key'], '--tls-key'),
+      implicit: values['tls-implicit'] ?? false,
+    };
+  }
+  let relay;
+  try {
+    relay = await startSmtpRelay(options);
+  } catch (err) {
+    // A bad option is a usage mistake; a port in use or a refused key is a failure to start.
+    if (err instanceof EmlApiError && err.code === 'ECONFIG' && !listenFailure(err)) throw new UsageError(err.message);
+    throw err;
+  }
+  const tls = options.tls ? (options.tls.implicit ? ', implicit TLS' : ', STARTTLS') : '';
+  io.stdout.write(`SMTP relay listening on ${relay.host}:${relay.port}${tls}, forwarding to ${baseUrl}\n`);
+  io.stdout.write(
+    apiKey
+      ? `Clients on ${(values.allow ?? ['127.0.0.0/8', '::1']).join(', ')} send without AUTH, with the relay's key; others AUTH with their own API key as the password\n`
+      : 'Clients AUTH with their own API key as the password (any user name)\n',
+  );
+  await untilStopped(io.signal);
+  io.stdout.write('Stopping: letting the messages in progress finish\n');
+  await relay.close();
+  io.stdout.write('SMTP relay stopped\n');
+  return EXIT.ok;
+}
+
+/** A logger that writes one line per event: accepted messages to standard output, the rest to standard error. */
+function lineLogger(io: CliIo, quiet: boolean): EmlApiLogger {
+  const line = (meta: Record<string, unknown>, message: string) =>
+    `${new Date().toISOString()} ${message}${Object.entries(meta)
+      .filter(([, v]) => v !== undefined)
+      .map(([k, v]) => ` ${k}=${typeof v === 'string' && /\s/.test(v) ? JSON.stringify(v) : String(v)}`)
+      .join('')}\n`;
+  return {
+    debug: () => {},
+    info: (meta, message) => {
+      if (!quiet && message === 'Message accepted') io.stdout.write(line(meta, message));
+    },
+    warn: (meta, message) => io.stderr.write(line(meta, `WARN ${message}`)),
+    error: (meta, message) => io.stderr.write(line(meta, `ERROR ${message}`)),
+  };
+}
+
+function listenFailure(err: EmlApiError): boolean {
+  return (err.cause as NodeJS.ErrnoException | undefined)?.syscall === 'listen';
+}
+
+async function readPem(path: string, flag: string): Promise<Buffer> {
+  try {
+    return await readFile(path);
+  } catch (err) {
+    throw new UsageError(`${flag}: cannot read ${path}: ${(err as Error).message}`);
+  }
+}
+
+function whole(value: string, flag: string, min: number, max: number): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || n < min || n > max)
+    throw new UsageError(`${flag}: expected ${min}-${max}, got "${value}"`);
+  return n;
+}

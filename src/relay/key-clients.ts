@@ -1,0 +1,129 @@
+import { createHash } from 'node:crypto';
+import type { EmlApiClient } from '../client/eml-api-client.js';
+
+/** How long a key the service accepted is trusted for new AUTHs without asking again. */
+export const VERIFIED_FOR_MS = 5 * 60_000;
+
+/** The client of one API key given as an SMTP password. */
+export interface KeyClient {
+  /** A short fingerprint of the key (a SHA-256 prefix), for logs and the session; never the key. */
+  readonly id: string;
+  readonly client: EmlApiClient;
+}
+
+interface Entry extends KeyClient {
+  verifiedUntil: number;
+  verifying: Promise<unknown> | undefined;
+  /** SMTP sessions authenticated with the key now. */
+  sessions: number;
+  lastUsed: number;
+}
+
+/**
+ * The clients of the API keys SMTP clients authenticate with (their
+ * password is their key; the relay stores none). One client per key, made at
+ * its first AUTH and checked like `client.verify()` does; a key the service
+ * accepted is trusted for {@link VERIFIED_FOR_MS} before it is asked again.
+ * At most `max` clients are kept beyond those in use: the least recently
+ * used idle one is closed (gracefully) when the bound is passed. Keys live
+ * only inside their clients; entries are found by fingerprint.
+ */
+export class KeyClients {
+  readonly #createClient: (apiKey: string) => EmlApiClient;
+  readonly #max: number;
+  readonly #now: () => number;
+  readonly #entries = new Map<string, Entry>();
+  readonly #closing = new Set<Promise<void>>();
+
+  constructor(createClient: (apiKey: string) => EmlApiClient, max: number, now: () => number = Date.now) {
+    this.#createClient = createClient;
+    this.#max = max;
+    this.#now = now;
+  }
+
+  /** Clients kept now. */
+  get size(): number {
+    return this.#entries.size;
+  }
+
+  /**
+   * Checks a key with the service and returns its client, retained for one
+   * session (call {@link release} when the session ends).
+   *
+   * @throws {EmlApiError} `ECONFIG` when the text cannot be a key; what `verify()` throws (`EAUTH` when refused)
+   */
+  async authenticate(apiKey: string): Promise<KeyClient> {
+    const id = fingerprint(apiKey);
+    let entry = this.#entries.get(id);
+    if (!entry) {
+      entry = {
+        id,
+        client: this.#createClient(apiKey),
+        verifiedUntil: 0,
+        verifying: undefined,
+        sessions: 0,
+        lastUsed: 0,
+      };
+      this.#entries.set(id, entry);
+    }
+    entry.lastUsed = this.#now();
+    entry.sessions++;
+    try {
+      if (entry.verifiedUntil <= this.#now()) {
+        const current = entry;
+        current.verifying ??= current.client.verify().finally(() => (current.verifying = undefined));
+        await current.verifying;
+        current.verifiedUntil = this.#now() + VERIFIED_FOR_MS;
+      }
+      return entry;
+    } catch (err) {
+      this.#release(entry, true);
+      throw err;
+    }
+  }
+
+  /** Ends a session's hold on a client (from {@link authenticate}). */
+  release(held: KeyClient): void {
+    const entry = this.#entries.get(held.id);
+    if (entry && entry === held) this.#release(entry, false);
+  }
+
+  /** Closes every client, letting their sends finish. */
+  async close(): Promise<void> {
+    const clients = [...this.#entries.values()].map((e) => e.client.close());
+    this.#entries.clear();
+    await Promise.allSettled([...clients, ...this.#closing]);
+  }
+
+  #release(entry: Entry, failed: boolean): void {
+    entry.sessions = Math.max(0, entry.sessions - 1);
+    // A key that was never accepted is not kept: a wrong password must not occupy the cache.
+    if (failed && entry.sessions === 0 && entry.verifiedUntil === 0) this.#drop(entry);
+    this.#evict();
+  }
+
+  /** Closes the least recently used idle clients while more than `max` are kept. */
+  #evict(): void {
+    while (this.#entries.size > this.#max) {
+      let oldest: Entry | undefined;
+      for (const entry of this.#entries.values()) {
+        if (entry.sessions === 0 && (!oldest || entry.lastUsed < oldest.lastUsed)) oldest = entry;
+      }
+      if (!oldest) return;
+      this.#drop(oldest);
+    }
+  }
+
+  #drop(entry: Entry): void {
+    if (this.#entries.get(entry.id) !== entry) return;
+    this.#entries.delete(entry.id);
+    const closing = entry.client.close().catch(() => undefined);
+    this.#closing.add(closing);
+    void closing.finally(() => this.#closing.delete(closing));
+  }
+}
+
+/** A short SHA-256 fingerprint of a key: names its client without holding or showing the key. */
+function fingerprint(apiKey: string): string {
+  return createHash('sha256').update(apiKey).digest('hex').slice(0, 24);
+}

@@ -1,0 +1,69 @@
+import type { SpooledMessage } from '../body/message-spool.js';
+import { clientInternals } from '../client/client-internals.js';
+import type { EmlApiClient } from '../client/eml-api-client.js';
+import { postEml } from '../client/send-requests.js';
+import { API_PATHS } from '../protocol/api-paths.js';
+import type { KeyOwner } from './smtp-replies.js';
+
+/** A message the relay received and checked, ready to leave. */
+export interface RelayedMessage {
+  /**
+   * The message as it is to be uploaded (a `Bcc` field added for the
+   * envelope-only recipients), spooled: its header section, its size, and
+   * its `{"mail":"<base64>"}` request body (replayable). The relay disposes
+   * of the body after {@link MessageDestination.deliver} settles.
+   */
+  readonly spooled: SpooledMessage;
+  /** The `Idempotency-Key` of the send (derived from the bytes when the message has a Message-ID), or undefined for a new one. */
+  readonly idempotencyKey: string | undefined;
+  /** The Message-ID header, when there is one. */
+  readonly messageId: string | undefined;
+  /** `MAIL FROM` (not used by the service, which sets its own return path) and the `RCPT TO` recipients. */
+  readonly envelope: { readonly from: string; readonly to: readonly string[] };
+}
+
+/** Who a message is sent for: the client holding the API key, and whose key it is. */
+export interface MessageSender {
+  readonly client: EmlApiClient;
+  readonly owner: KeyOwner;
+}
+
+/** What a destination answers once it holds the message safely. */
+export interface DeliveryReceipt {
+  /** The id named in `250 2.0.0 Ok: <id>` and in the log: the service's id, or the outbox's. */
+  readonly id: string | undefined;
+}
+
+/**
+ * Where an accepted message goes. The relay answers `250` only once
+ * `deliver` resolves, so a destination resolves only when the message is
+ * safe: the service accepted it (direct), or the outbox stored it. What it
+ * rejects with is mapped to the SMTP reply (`EmlApiError` codes: see
+ * `failureReply`).
+ */
+export interface MessageDestination {
+  /** Names the destination in logs, e.g. `service` or `outbox`. */
+  readonly name: string;
+  deliver(message: RelayedMessage, sender: MessageSender, signal: AbortSignal): Promise<DeliveryReceipt>;
+  /** Stops the destination, letting deliveries in progress finish. */
+  close(): Promise<void>;
+}
+
+/**
+ * Uploads each message to `POST /v1/send/eml` through the sender's client,
+ * as one call of its request engine: it waits for a connection slot and the
+ * pace, is retried where that is safe, and is bounded by `timeouts.total`.
+ */
+export function directDestination(): MessageDestination {
+  return {
+    name: 'service',
+    async deliver(message, sender, signal) {
+      const { requester } = clientInternals(sender.client);
+      const result = await requester.run(`POST ${API_PATHS.sendEml}`, { signal, paced: true }, (call) =>
+        postEml(call, message.spooled.body, message.idempotencyKey),
+      );
+      return { id: result.id };
+    },
+    close: () => Promise.resolve(),
+  };
+}

@@ -1,0 +1,113 @@
+import type { SecureContextOptions } from 'node:tls';
+import type { EmlApiClientOptions } from '../client/client-options.js';
+import type { EmlApiLogger } from '../shared/logger.js';
+
+/**
+ * TLS of the relay: STARTTLS on the plain port (the default), or TLS from
+ * the first byte (`implicit`, as on port 465). Any other option of
+ * `tls.createSecureContext` (`ca`, `passphrase`, `minVersion`...) may be added.
+ *
+ * @example
+ * tls: { cert: readFileSync('/etc/ssl/relay.crt'), key: readFileSync('/etc/ssl/relay.key') }
+ */
+export interface SmtpRelayTlsOptions extends SecureContextOptions {
+  /** The certificate chain, PEM. */
+  cert: string | Buffer;
+  /** The private key, PEM. */
+  key: string | Buffer;
+  /**
+   * TLS from the first byte (SMTPS) instead of STARTTLS.
+   * @default false
+   */
+  implicit?: boolean;
+}
+
+/**
+ * Options of {@link startSmtpRelay}: where to listen, the service to relay
+ * to, and every option of {@link EmlApiClientOptions} (timeouts, retries,
+ * `maxConnections` to the service, spool...) for the clients it sends with.
+ *
+ * @example
+ * const relay = await startSmtpRelay({ baseUrl: 'https://api.mail.example.com', port: 2525 });
+ */
+export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
+  /**
+   * TCP port; 0 picks a free one (see `relay.port`).
+   * @default 2525
+   */
+  port?: number;
+  /**
+   * Interface to listen on. Listening on another than loopback makes the
+   * relay reachable from the network: see `tls` and `allowUnauthenticatedFrom`.
+   * @default '127.0.0.1'
+   */
+  host?: string;
+  /**
+   * The relay's own API key. Without it, each SMTP client authenticates with
+   * its own key as the password (any user name) and the relay stores none.
+   * With it, clients on `allowUnauthenticatedFrom` send without AUTH, with
+   * this key; clients that AUTH still send with their own key.
+   * @default undefined
+   */
+  apiKey?: string;
+  /**
+   * Client addresses and networks (`10.0.0.0/8`, `fd00::/8`, `192.0.2.7`)
+   * that may send without AUTH, with the relay's `apiKey`. Ignored without `apiKey`.
+   * @default ['127.0.0.0/8', '::1/128'] (loopback)
+   */
+  allowUnauthenticatedFrom?: string[];
+  /**
+   * Store-and-forward through the outbox (`nodemailer-eml-api/queue`): `250`
+   * once the message is stored, sent when the service can take it. Not
+   * available in this version: passing it throws `ECONFIG`.
+   * @default undefined (each message is uploaded before the relay answers)
+   */
+  queue?: unknown;
+  /**
+   * STARTTLS (or implicit TLS) with this certificate. Without it, STARTTLS
+   * is not offered, and clients other than loopback cannot AUTH (the
+   * password is an API key: it never crosses the network in clear).
+   * @default undefined
+   */
+  tls?: SmtpRelayTlsOptions;
+  /**
+   * Largest message accepted, in bytes, advertised as `SIZE`. The default is
+   * the largest message whose upload (Base64 in JSON, 4/3 of its size) fits
+   * a 50 MiB request, the emulator's limit; set your service's.
+   * @default 39321591
+   */
+  maxMessageSize?: number;
+  /**
+   * Recipients per message (`452 4.5.3` past it).
+   * @default 100
+   */
+  maxRecipients?: number;
+  /**
+   * SMTP connections at once (`421` past it).
+   * @default 100
+   */
+  maxClients?: number;
+  /**
+   * Milliseconds a client may stay silent while the relay waits for it before
+   * it is disconnected (`421`). RFC 5321 suggests 5 minutes.
+   * @default 300000
+   */
+  idleTimeout?: number;
+  /**
+   * The name the relay greets with (`220 <name> ESMTP`).
+   * @default os.hostname()
+   */
+  hostname?: string;
+  /**
+   * API keys (given as SMTP passwords) whose clients are kept between
+   * sessions; the least recently used idle one is closed past it.
+   * @default 100
+   */
+  maxKeys?: number;
+  /**
+   * Where the relay logs: every accepted message with its id, every refusal,
+   * AUTH failures. `true` for the console, or a pino/bunyan/console-like object.
+   * @default false
+   */
+  logger?: boolean | EmlApiLogger;
+}

@@ -1,0 +1,132 @@
+import { hostname as osHostname } from 'node:os';
+import type { SpoolSettings } from '../body/spool-options.js';
+import type { EmlApiClientOptions } from '../client/client-options.js';
+import { resolveClientOptions } from '../client/resolve-client-options.js';
+import { emlBodyLength } from '../body/eml-upload-body.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
+import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
+import { ClientAddressList, LOOPBACK_NETWORKS } from './client-address-list.js';
+import type { SmtpRelayOptions, SmtpRelayTlsOptions } from './relay-options.js';
+
+/** The service limit the default `maxMessageSize` is computed from: the emulator's 50 MiB per request. */
+const DEFAULT_REQUEST_LIMIT = 50 * 1024 * 1024;
+
+/** The relay spools past 512 KiB unless told otherwise: up to `maxClients` messages may arrive at once. */
+const DEFAULT_SPOOL_THRESHOLD = 512 * 1024;
+
+/** Relay options after validation. The API key is not among them. */
+export interface RelaySettings {
+  port: number;
+  host: string;
+  allowUnauthenticatedFrom: ClientAddressList;
+  tls: SmtpRelayTlsOptions | undefined;
+  maxMessageSize: number;
+  maxRecipients: number;
+  maxClients: number;
+  idleTimeout: number;
+  hostname: string;
+  maxKeys: number;
+  logger: EmlApiLogger;
+  queue: unknown;
+  /** Options of every client the relay makes, without a key. */
+  clientOptions: Omit<EmlApiClientOptions, 'apiKey'>;
+  spool: SpoolSettings;
+}
+
+const RELAY_KEYS = [
+  'port',
+  'host',
+  'apiKey',
+  'allowUnauthenticatedFrom',
+  'queue',
+  'tls',
+  'maxMessageSize',
+  'maxRecipients',
+  'maxClients',
+  'idleTimeout',
+  'hostname',
+  'maxKeys',
+  'logger',
+] as const;
+
+/**
+ * The largest message whose `{"mail":"<base64>"}` upload fits in a request of `limit` bytes.
+ * @example maxUploadableSize(50 * 1024 * 1024) // 39321591
+ */
+export function maxUploadableSize(limit: number): number {
+  return 3 * Math.floor((limit - emlBodyLength(0)) / 4);
+}
+
+/**
+ * Validates the relay's options and splits off its API key.
+ *
+ * @throws {EmlApiError} `ECONFIG` naming the first bad option
+ */
+export function resolveRelayOptions(options: SmtpRelayOptions): {
+  apiKey: string | undefined;
+  settings: RelaySettings;
+} {
+  if (typeof options !== 'object' || options === null) {
+    throw new EmlApiError('ECONFIG', 'Options must be an object with at least baseUrl', { permanent: true });
+  }
+  const o = options as unknown as Record<string, unknown>;
+  const clientOptions: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(o)) {
+    if (!(RELAY_KEYS as readonly string[]).includes(key)) clientOptions[key] = value;
+  }
+  clientOptions.spool = { threshold: DEFAULT_SPOOL_THRESHOLD, ...(o.spool as object | undefined) };
+  const apiKey = o.apiKey === undefined || o.apiKey === null || o.apiKey === '' ? undefined : o.apiKey;
+  // Checks the client options (and the key's form) as every client the relay makes will.
+  const { resolved } = resolveClientOptions({ ...clientOptions, apiKey: apiKey ?? 'relay-option-check' });
+  const tls = o.tls === undefined ? undefined : checkTls(o.tls);
+  const settings: RelaySettings = {
+    port: whole(o.port ?? 2525, 'port', 0, 65535),
+    host: text(o.host ?? '127.0.0.1', 'host'),
+    allowUnauthenticatedFrom: new ClientAddressList(
+      (o.allowUnauthenticatedFrom as string[] | undefined) ?? LOOPBACK_NETWORKS,
+      'allowUnauthenticatedFrom',
+    ),
+    tls,
+    maxMessageSize: whole(o.maxMessageSize ?? maxUploadableSize(DEFAULT_REQUEST_LIMIT), 'maxMessageSize', 1, 2 ** 40),
+    maxRecipients: whole(o.maxRecipients ?? 100, 'maxRecipients', 1, 100_000),
+    maxClients: whole(o.maxClients ?? 100, 'maxClients', 1, 100_000),
+    idleTimeout: whole(o.idleTimeout ?? 300_000, 'idleTimeout', 1, 24 * 3_600_000),
+    hostname: text(o.hostname ?? osHostname(), 'hostname'),
+    maxKeys: whole(o.maxKeys ?? 100, 'maxKeys', 1, 100_000),
+    logger: resolveLogger(o.logger as boolean | EmlApiLogger | undefined),
+    queue: o.queue,
+    clientOptions: clientOptions as Omit<EmlApiClientOptions, 'apiKey'>,
+    spool: resolved.spool,
+  };
+  return { apiKey: apiKey as string | undefined, settings };
+}
+
+function checkTls(value: unknown): SmtpRelayTlsOptions {
+  const tls = value as Partial<SmtpRelayTlsOptions> | null;
+  const pem = (v: unknown) => typeof v === 'string' || Buffer.isBuffer(v);
+  if (typeof tls !== 'object' || tls === null || !pem(tls.cert) || !pem(tls.key)) {
+    throw config('tls', 'expected { cert, key } (PEM strings or Buffers), and optionally implicit: true');
+  }
+  if (tls.implicit !== undefined && typeof tls.implicit !== 'boolean')
+    throw config('tls.implicit', 'expected a boolean');
+  return tls as SmtpRelayTlsOptions;
+}
+
+function whole(value: unknown, name: string, min: number, max: number): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw config(
+      name,
+      `expected a whole number from ${min} to ${max}, got ${typeof value === 'number' ? value : typeof value}`,
+    );
+  }
+  return value;
+}
+
+function text(value: unknown, name: string): string {
+  if (typeof value !== 'string' || !/^[\x21-\x7e]+$/.test(value)) throw config(name, 'expected a non-empty string');
+  return value;
+}
+
+function config(option: string, problem: string): EmlApiError {
+  return new EmlApiError('ECONFIG', `Invalid option ${option}: ${problem}`, { permanent: true });
+}

@@ -1,0 +1,105 @@
+import { EmlApiError } from '../shared/eml-api-error.js';
+
+/** An SMTP reply: its code, and its text starting with the enhanced status code (RFC 3463). */
+export interface SmtpReply {
+  code: number;
+  /** E.g. `4.4.1 The email service could not be reached, try again later: ...` */
+  text: string;
+}
+
+/** Whose API key a message is sent with: the client's own (its AUTH password) or the relay's. */
+export type KeyOwner = 'client' | 'relay';
+
+/** The longest reason quoted in a reply: a reply line must stay under 512 characters (RFC 5321 4.5.3.1.5). */
+const MAX_REASON = 380;
+
+/** `250 2.0.0 Ok: <id>`, naming the id the service (or the outbox) gave the message. */
+export function acceptedReply(id: string | undefined): SmtpReply {
+  return { code: 250, text: `2.0.0 Ok: ${id ?? 'accepted (the service gave no id)'}` };
+}
+
+/**
+ * The reply to a message that could not be handed on. Transient failures
+ * (the service unreachable, a timeout, 5xx, 429) answer `451`, so the
+ * client's queue retries later; failures that the same message can never get
+ * past answer `5xx` with the service's reason.
+ *
+ * | failure | reply |
+ * | --- | --- |
+ * | headers name recipients not in RCPT TO (`EENVELOPE`) | `550 5.7.1` |
+ * | 400 `invalid_address` | `554 5.1.3` |
+ * | other 400 (`invalid_eml`, `no_recipients`...) | `554 5.6.0` |
+ * | 413 | `552 5.3.4` |
+ * | 401/403 for the client's own key | `550 5.7.1` |
+ * | 401/403 for the relay's key (the relay is misconfigured) | `451 4.7.1` |
+ * | other 4xx | `554 5.0.0` |
+ * | 429 | `451 4.4.5` |
+ * | 408, timeout | `451 4.4.2` |
+ * | unreachable, connection broke | `451 4.4.1` |
+ * | 5xx | `451 4.3.0` |
+ * | the relay is shutting down | `451 4.3.2` |
+ * | a message that could not be read (permanent) | `554 5.6.0` |
+ * | anything else | `451 4.3.0` |
+ */
+export function failureReply(err: unknown, owner: KeyOwner): SmtpReply {
+  if (!(err instanceof EmlApiError)) return { code: 451, text: `4.3.0 Local error in processing: ${reason(err)}` };
+  const why = reason(err);
+  const status = err.responseCode;
+  switch (err.code) {
+    case 'EENVELOPE':
+      return { code: 550, text: `5.7.1 ${why}` };
+    case 'EAUTH':
+      return owner === 'relay'
+        ? { code: 451, text: `4.7.1 The service refused the relay's API key; the relay's operator must fix it: ${why}` }
+        : { code: 550, text: `5.7.1 The service refused your API key for sending: ${why}` };
+    case 'ECONNECTION':
+      return { code: 451, text: `4.4.1 The email service could not be reached, try again later: ${why}` };
+    case 'ETIMEDOUT':
+      return { code: 451, text: `4.4.2 The email service did not answer in time, try again later: ${why}` };
+    case 'EABORT':
+      return { code: 451, text: `4.3.2 The relay is shutting down, try again later: ${why}` };
+    case 'EMESSAGE':
+      return err.permanent
+        ? { code: 554, text: `5.6.0 The message cannot be sent: ${why}` }
+        : { code: 451, text: `4.3.0 Local error in processing: ${why}` };
+    case 'ECONFIG':
+      return { code: 451, text: `4.3.5 The relay is not configured to send this: ${why}` };
+    default:
+      break;
+  }
+  if (status === 413) return { code: 552, text: `5.3.4 The message is too large for the email service: ${why}` };
+  if (status === 429) return { code: 451, text: `4.4.5 The email service is rate limiting, try again later: ${why}` };
+  if (status === 408) return { code: 451, text: `4.4.2 The email service timed out, try again later: ${why}` };
+  if (status === 400 && err.apiCode === 'invalid_address')
+    return { code: 554, text: `5.1.3 The email service refused an address: ${why}` };
+  if (status === 400) return { code: 554, text: `5.6.0 The email service refused the message: ${why}` };
+  if (status !== undefined && status >= 400 && status < 500 && err.permanent)
+    return { code: 554, text: `5.0.0 The email service refused the message: ${why}` };
+  return { code: 451, text: `4.3.0 The email service failed, try again later: ${why}` };
+}
+
+/**
+ * The reply to an `AUTH` whose password (the API key) could not be
+ * accepted: `535 5.7.8` when the service refused it (or it cannot be a key),
+ * `454 4.7.0` when the service could not tell (unreachable, failing).
+ */
+export function authFailureReply(err: unknown): SmtpReply {
+  if (err instanceof EmlApiError && err.code === 'EAUTH') {
+    return { code: 535, text: `5.7.8 Authentication credentials invalid: ${reason(err)}` };
+  }
+  if (err instanceof EmlApiError && err.code === 'ECONFIG') {
+    return { code: 535, text: '5.7.8 Authentication credentials invalid: the password is not an API key' };
+  }
+  return { code: 454, text: `4.7.0 Temporary authentication failure, try again later: ${reason(err)}` };
+}
+
+/** An error that smtp-server turns into `reply` (its `responseCode` and message). */
+export function replyError(reply: SmtpReply): Error & { responseCode: number } {
+  return Object.assign(new Error(reply.text), { responseCode: reply.code });
+}
+
+/** The error's message on one line, cut to {@link MAX_REASON} characters. */
+function reason(err: unknown): string {
+  const text = (err instanceof Error ? err.message : String(err)).replace(/\s+/g, ' ').trim();
+  return text.length > MAX_REASON ? `${text.slice(0, MAX_REASON - 1)}…` : text;
+}

@@ -1,0 +1,197 @@
+import type { AddressInfo } from 'node:net';
+import type { SMTPServer } from 'smtp-server';
+import { EmlApiClient } from '../client/eml-api-client.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
+import { isLoopbackAddress } from './client-address-list.js';
+import { KeyClients } from './key-clients.js';
+import { directDestination } from './message-destination.js';
+import { keepOwnStatusCodes } from './own-status-codes.js';
+import { queueDestination } from './queue-destination.js';
+import { relaySessionHandlers } from './relay-sessions.js';
+import type { SmtpRelayOptions } from './relay-options.js';
+import { resolveRelayOptions, type RelaySettings } from './resolve-relay-options.js';
+import { loadSmtpServer } from './smtp-server-peer.js';
+
+/**
+ * A running SMTP relay.
+ *
+ * @example
+ * const relay = await startSmtpRelay({ baseUrl, port: 0 });
+ * console.log(`SMTP relay on ${relay.host}:${relay.port}`);
+ * await relay.close();
+ */
+export interface SmtpRelay {
+  /** The port it listens on (the one picked when `port` was 0). */
+  readonly port: number;
+  /** The interface it listens on. */
+  readonly host: string;
+  /**
+   * Stops the relay: no new connections or transactions (`421`), messages
+   * in progress finish and get their reply, then every connection is closed
+   * and the clients with it. With `{ abort: true }` messages still being
+   * uploaded are aborted instead (their clients get `451`, and try again).
+   * @example
+   * process.once('SIGTERM', () => relay.close());
+   */
+  close(options?: { abort?: boolean }): Promise<void>;
+}
+
+/**
+ * Starts an SMTP server that hands every message it accepts to the email
+ * service's `POST /v1/send/eml`, for the senders that still speak SMTP
+ * (Postfix, PHP, Django, Rails, cron, monitoring tools...). It answers `250`
+ * only once the service accepted the message (`250 2.0.0 Ok: <id>`), `451`
+ * when the failure is transient (the client's queue retries), `5xx` with the
+ * service's reason when the message can never be sent as it is.
+ *
+ * Without `apiKey`, each client authenticates with its own API key as the
+ * password (any user name) and the relay stores none; with it, clients on
+ * `allowUnauthenticatedFrom` (loopback by default) send without AUTH. AUTH is
+ * offered over TLS, or from loopback, only.
+ *
+ * Needs the optional peer `smtp-server` (`npm install smtp-server`).
+ *
+ * @returns the running relay, once it listens
+ * @throws {EmlApiError} `ECONFIG` for a bad option, a port it cannot listen on, or `queue` (not available yet);
+ *   `EAUTH` when the service refuses the relay's `apiKey`
+ * @example
+ * import { startSmtpRelay } from 'nodemailer-eml-api/relay';
+ *
+ * const relay = await startSmtpRelay({
+ *   baseUrl: 'https://api.mail.example.com',
+ *   apiKey: process.env.EML_API_KEY, // optional: without it, clients AUTH with their own key
+ *   port: 2525,
+ * });
+ */
+export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRelay> {
+  const { SMTPServer: Server } = loadSmtpServer();
+  const { apiKey, settings } = resolveRelayOptions(options);
+  const { logger } = settings;
+  const destination = settings.queue === undefined ? directDestination() : queueDestination(settings.queue);
+  const makeClient = (key: string) => new EmlApiClient({ ...settings.clientOptions, apiKey: key });
+  const relayClient = apiKey === undefined ? undefined : makeClient(apiKey);
+  const keyClients = new KeyClients(makeClient, settings.maxKeys);
+  const stop = async () => {
+    await Promise.allSettled([keyClients.close(), relayClient?.close(), destination.close()]);
+  };
+  if (relayClient) await checkOwnKey(relayClient, settings, stop);
+
+  const aborter = new AbortController();
+  const inflight = new Set<Promise<unknown>>();
+  let closing = false;
+  const handlers = relaySessionHandlers({
+    settings,
+    keyClients,
+    relayClient,
+    destination,
+    signal: aborter.signal,
+    closing: () => closing,
+    track(work) {
+      const settled = work.catch(() => undefined);
+      inflight.add(settled);
+      void settled.finally(() => inflight.delete(settled));
+    },
+  });
+  const { implicit, ...tlsContext } = settings.tls ?? {};
+  const server: SMTPServer = new Server({
+    ...(settings.tls ? { ...tlsContext, secure: implicit === true } : { disabledCommands: ['STARTTLS'] }),
+    name: settings.hostname,
+    banner: 'nodemailer-eml-api relay',
+    logger: false,
+    authMethods: ['PLAIN', 'LOGIN'],
+    // Who may send is decided at MAIL FROM (session-rules), with the reply saying what to do.
+    authOptional: true,
+    // AUTH is hidden per connection where it is not allowed (plain text from another host).
+    allowInsecureAuth: true,
+    size: settings.maxMessageSize,
+    rejectOversized: true,
+    maxRecipients: settings.maxRecipients,
+    maxClients: settings.maxClients,
+    socketTimeout: settings.idleTimeout,
+    disableReverseLookup: true,
+    hideENHANCEDSTATUSCODES: false,
+    ...handlers,
+  });
+  keepOwnStatusCodes(server);
+  server.on('error', (err) => logger.warn({ err: err.message }, 'SMTP connection error'));
+  try {
+    await listen(server, settings);
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  const address = server.server.address() as AddressInfo;
+  const listening = { port: address.port, host: settings.host };
+  logger.info(
+    {
+      ...listening,
+      tls: settings.tls ? (implicit ? 'implicit' : 'starttls') : 'none',
+      keys: relayClient ? 'relay key, or AUTH with a client key' : 'AUTH with a client key',
+      destination: destination.name,
+    },
+    'SMTP relay listening',
+  );
+  if (!isLoopbackAddress(settings.host) && !settings.tls && !relayClient) {
+    logger.warn(
+      listening,
+      'The relay listens beyond loopback without TLS or an API key of its own: no client off this machine can send (AUTH needs TLS there)',
+    );
+  }
+
+  let closed: Promise<void> | undefined;
+  return {
+    ...listening,
+    close(closeOptions = {}) {
+      if (closeOptions.abort) {
+        aborter.abort(new EmlApiError('EABORT', 'the relay was closed with { abort: true }', { permanent: false }));
+      }
+      closed ??= (async () => {
+        closing = true;
+        // No new connections; transactions in progress finish and get their reply.
+        server.server.close();
+        while (inflight.size > 0) await Promise.allSettled([...inflight]);
+        // Then every connection left is told (421) and closed.
+        server.options.closeTimeout = 1;
+        await new Promise<void>((resolve) => server.close(() => resolve()));
+        await stop();
+        logger.info(listening, 'SMTP relay stopped');
+      })();
+      return closed;
+    },
+  };
+}
+
+/** Checks the relay's own key at start: a refused key stops the start; an unreachable service only warns. */
+async function checkOwnKey(client: EmlApiClient, settings: RelaySettings, stop: () => Promise<void>): Promise<void> {
+  try {
+    await client.verify();
+  } catch (err) {
+    if (err instanceof EmlApiError && err.code === 'EAUTH') {
+      await stop();
+      throw err;
+    }
+    settings.logger.warn(
+      { err: err instanceof Error ? err.message : String(err) },
+      "Could not check the relay's API key; starting anyway (messages get 451 until the service answers)",
+    );
+  }
+}
+
+function listen(server: SMTPServer, settings: RelaySettings): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onError = (err: NodeJS.ErrnoException) => {
+      reject(
+        new EmlApiError(
+          'ECONFIG',
+          `The SMTP relay could not listen on ${settings.host}:${settings.port}: ${err.message} (${err.code ?? 'error'})`,
+          { cause: err, permanent: true },
+        ),
+      );
+    };
+    server.server.once('error', onError);
+    server.listen(settings.port, settings.host, () => {
+      server.server.off('error', onError);
+      resolve();
+    });
+  });
+}

@@ -1,0 +1,218 @@
+/**
+ * Who may send: AUTH with an API key as the password (checked with the
+ * service), the relay's own key for allowed addresses, AUTH only over TLS
+ * from other hosts (STARTTLS with a test certificate, implicit TLS).
+ */
+import nodemailer from 'nodemailer';
+import { readFileSync } from 'node:fs';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { rejectionOf } from '../helpers/async.js';
+import { closedPort } from '../helpers/fake-service.js';
+import { makeNetns, smtplibSend, SmtpDialog, TEST_CERT, testTls } from './relay-harness.js';
+
+let emu: Emulator;
+/** No key of its own, STARTTLS offered: clients AUTH with their key. */
+let relay: SmtpRelay;
+const opened: SmtpDialog[] = [];
+const relays: SmtpRelay[] = [];
+const plain = (user: string, password: string) => Buffer.from(`\0${user}\0${password}`).toString('base64');
+
+beforeAll(async () => {
+  emu = await startEmulator({ apiKeys: [{ key: 'k-groups-only', scopes: ['group:insert'] }] });
+  relay = await startSmtpRelay({ baseUrl: emu.url, port: 0, retries: false, tls: testTls() });
+});
+afterEach(() => {
+  for (const dialog of opened.splice(0)) dialog.close();
+});
+afterAll(async () => {
+  await Promise.all(relays.map((r) => r.close()));
+  await relay?.close();
+  await emu?.close();
+});
+
+async function ehlo(port = relay.port, host = '127.0.0.1', localAddress?: string) {
+  const { dialog } = await SmtpDialog.open(port, host, localAddress ? { localAddress } : {});
+  opened.push(dialog);
+  const reply = await dialog.command('EHLO client.example');
+  return { dialog, features: reply.lines.slice(1) };
+}
+
+const message = (id: string) =>
+  `From: app@example.test\r\nTo: ann@example.test\r\nSubject: ${id}\r\nMessage-ID: <${id}@example.test>\r\n\r\nHi\r\n`;
+
+describe('AUTH with the API key as the password', () => {
+  it('a key the service accepts: 235, and the message goes out with it', async () => {
+    const { dialog } = await ehlo();
+    const auth = await dialog.command(`AUTH PLAIN ${plain('anything', emu.apiKey)}`);
+    expect(auth.code).toBe(235);
+    expect((await dialog.command('MAIL FROM:<app@example.test>')).code).toBe(250);
+    expect((await dialog.command('RCPT TO:<ann@example.test>')).code).toBe(250);
+    expect((await dialog.data(message('auth-ok'))).code).toBe(250);
+    expect(emu.mailbox('ann@example.test').some((c) => c.messageId === '<auth-ok@example.test>')).toBe(true);
+  });
+
+  it('AUTH LOGIN works the same', async () => {
+    const { dialog } = await ehlo();
+    expect((await dialog.command('AUTH LOGIN')).code).toBe(334);
+    expect((await dialog.command(Buffer.from('user').toString('base64'))).code).toBe(334);
+    expect((await dialog.command(Buffer.from(emu.apiKey).toString('base64'))).code).toBe(235);
+  });
+
+  it('a wrong key: 535 5.7.8; a key without the sender scope: 535 5.7.8 saying so; no AUTH: MAIL gets 530', async () => {
+    const { dialog } = await ehlo();
+    const wrong = await dialog.command(`AUTH PLAIN ${plain('u', 'emu_wrong_key')}`);
+    expect(wrong.code).toBe(535);
+    expect(wrong.text).toMatch(/^5\.7\.8 Authentication credentials invalid: .*401 invalid_api_key/);
+    const scope = await dialog.command(`AUTH PLAIN ${plain('u', 'k-groups-only')}`);
+    expect(scope.code).toBe(535);
+    expect(scope.text).toMatch(/403 missing_scope/);
+    const mail = await dialog.command('MAIL FROM:<app@example.test>');
+    expect(mail.code).toBe(530);
+    expect(mail.text).toMatch(/^5\.7\.0 Authentication required/);
+  });
+
+  it('closes the connection (421) after three failed AUTHs', async () => {
+    const { dialog } = await ehlo();
+    expect((await dialog.command(`AUTH PLAIN ${plain('u', 'bad-1')}`)).code).toBe(535);
+    expect((await dialog.command(`AUTH PLAIN ${plain('u', 'bad-2')}`)).code).toBe(535);
+    expect((await dialog.command(`AUTH PLAIN ${plain('u', 'bad-3')}`)).code).toBe(421);
+  });
+
+  it('a service it cannot reach: 454 4.7.0 (try again later), not 535', async () => {
+    const down = await startSmtpRelay({ baseUrl: `http://127.0.0.1:${await closedPort()}`, port: 0, retries: false });
+    relays.push(down);
+    const { dialog } = await ehlo(down.port);
+    const auth = await dialog.command(`AUTH PLAIN ${plain('u', emu.apiKey)}`);
+    expect(auth.code).toBe(454);
+    expect(auth.text).toMatch(/^4\.7\.0 Temporary authentication failure/);
+  });
+});
+
+describe('TLS', () => {
+  it('STARTTLS with the test certificate, then AUTH and send (Python smtplib)', async () => {
+    const result = await smtplibSend({
+      host: '127.0.0.1',
+      port: relay.port,
+      starttls: TEST_CERT,
+      password: emu.apiKey,
+      from: 'app@example.test',
+      to: ['ann@example.test'],
+      subject: 'over TLS',
+      body: 'secret',
+      message_id: '<tls-1@example.test>',
+      date: 'Mon, 23 Nov 2026 10:00:00 +0000',
+    });
+    expect(result.error).toBeUndefined();
+    expect(result.features).toContain('starttls');
+    expect(result.features_tls).not.toContain('starttls');
+    expect(emu.mailbox('ann@example.test').some((c) => c.messageId === '<tls-1@example.test>')).toBe(true);
+  });
+
+  it('implicit TLS (Nodemailer secure: true)', async () => {
+    const tls = await startSmtpRelay({
+      baseUrl: emu.url,
+      port: 0,
+      retries: false,
+      tls: { ...testTls(), implicit: true },
+    });
+    relays.push(tls);
+    const transporter = nodemailer.createTransport({
+      host: '127.0.0.1',
+      port: tls.port,
+      secure: true,
+      tls: { ca: readFileSync(TEST_CERT), servername: 'localhost' },
+      auth: { user: 'app', pass: emu.apiKey },
+    });
+    const info = await transporter.sendMail({
+      from: 'app@example.test',
+      to: 'ann@example.test',
+      subject: 'implicit',
+      text: 'x',
+      messageId: '<tls-2@example.test>',
+    });
+    transporter.close();
+    expect(info.response).toMatch(/^250 2\.0\.0 Ok: msg_/);
+  });
+});
+
+describe("the relay's own key", () => {
+  it('loopback sends without AUTH; a key the service refuses stops the start with EAUTH', async () => {
+    const own = await startSmtpRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0 });
+    relays.push(own);
+    const { dialog } = await ehlo(own.port);
+    expect((await dialog.command('MAIL FROM:<cron@example.test>')).code).toBe(250);
+    const err = await rejectionOf(
+      startSmtpRelay({ baseUrl: emu.url, apiKey: 'emu_not_a_key', port: 0, retries: false }),
+    );
+    expect(err.code).toBe('EAUTH');
+  });
+});
+
+// A client that is not on loopback: a network namespace joined to this one by a veth pair, with
+// addresses from 198.18.0.0/15 (set aside for network tests). Python runs inside the namespace;
+// the hand-driven dialogs bind to the host side's address, which is not loopback either.
+const netns = makeNetns();
+afterAll(() => {
+  if (typeof netns === 'object') netns.remove();
+});
+if (typeof netns === 'string') console.warn(`relay auth: non-loopback tests skipped: ${netns}`);
+
+describe.skipIf(typeof netns === 'string')('clients on another address than loopback', () => {
+  const ns = netns as Exclude<typeof netns, string>;
+  let remote: SmtpRelay;
+  beforeAll(async () => {
+    remote = await startSmtpRelay({ baseUrl: emu.url, host: ns.hostAddress, port: 0, retries: false, tls: testTls() });
+    relays.push(remote);
+  });
+  const spec = (id: string, extra: Record<string, unknown>) => ({
+    host: ns.hostAddress,
+    port: remote.port,
+    from: 'app@example.test',
+    to: ['ann@example.test'],
+    subject: id,
+    body: 'Hi',
+    message_id: `<${id}@example.test>`,
+    date: 'Mon, 23 Nov 2026 10:00:00 +0000',
+    ...extra,
+  });
+
+  it('plain text: AUTH is not offered and is refused (538 5.7.11); MAIL says STARTTLS first', async () => {
+    const python = await smtplibSend(spec('ns-plain', { password: emu.apiKey }), ns.prefix);
+    expect(python.features).not.toContain('auth');
+    expect(python.error?.type).toBe('SMTPNotSupportedError');
+    const { dialog, features } = await ehlo(remote.port, ns.hostAddress, ns.hostAddress);
+    expect(features).toContain('STARTTLS');
+    expect(features.some((f) => f.startsWith('AUTH'))).toBe(false);
+    const auth = await dialog.command(`AUTH PLAIN ${plain('u', emu.apiKey)}`);
+    expect(auth.code).toBe(538);
+    expect(auth.text).toMatch(/^5\.7\.11 /);
+    const mail = await dialog.command('MAIL FROM:<app@example.test>');
+    expect(mail.code).toBe(530);
+    expect(mail.text).toMatch(/STARTTLS/);
+  });
+
+  it('after STARTTLS, AUTH is offered and the message is delivered', async () => {
+    const python = await smtplibSend(spec('ns-tls', { password: emu.apiKey, starttls: TEST_CERT }), ns.prefix);
+    expect(python.error).toBeUndefined();
+    expect(python.features_tls).toContain('auth');
+    expect(emu.mailbox('ann@example.test').some((c) => c.messageId === '<ns-tls@example.test>')).toBe(true);
+  });
+
+  it("with the relay's key: an allowed address sends without AUTH; another gets 530", async () => {
+    const own = await startSmtpRelay({
+      baseUrl: emu.url,
+      apiKey: emu.apiKey,
+      host: ns.hostAddress,
+      port: 0,
+      allowUnauthenticatedFrom: [`${ns.clientAddress}/32`],
+    });
+    relays.push(own);
+    const python = await smtplibSend({ ...spec('ns-allowed', {}), port: own.port }, ns.prefix);
+    expect(python.error).toBeUndefined();
+    expect(emu.mailbox('ann@example.test').some((c) => c.messageId === '<ns-allowed@example.test>')).toBe(true);
+    const { dialog } = await ehlo(own.port, ns.hostAddress, ns.hostAddress);
+    expect((await dialog.command('MAIL FROM:<app@example.test>')).code).toBe(530);
+  });
+});

@@ -1,0 +1,94 @@
+/** `eml-api relay`, run in-process through runCli with captured streams and a stop signal. */
+import { createServer } from 'node:net';
+import type { AddressInfo } from 'node:net';
+import nodemailer from 'nodemailer';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runCli } from '../../src/cli/run-cli.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { waitFor } from '../helpers/async.js';
+import { TEST_CERT, TEST_KEY } from './relay-harness.js';
+
+let emu: Emulator;
+beforeAll(async () => {
+  emu = await startEmulator();
+});
+afterAll(async () => {
+  await emu?.close();
+});
+
+function cli(args: string[], env: Record<string, string> = {}) {
+  const out: string[] = [];
+  const err: string[] = [];
+  const stop = new AbortController();
+  const exit = runCli(['relay', ...args], {
+    stdout: { write: (s: string) => out.push(s) },
+    stderr: { write: (s: string) => err.push(s) },
+    env,
+    signal: stop.signal,
+  });
+  return { out, err, stop: () => stop.abort(), exit, text: () => out.join(''), errors: () => err.join('') };
+}
+
+describe('eml-api relay', () => {
+  it('prints where it listens, logs each accepted message with its id, and stops gracefully', async () => {
+    const run = cli(['--port', '0', '--url', emu.url, '--tls-cert', TEST_CERT, '--tls-key', TEST_KEY], {
+      EML_API_KEY: emu.apiKey,
+    });
+    await waitFor(() => /listening on/.test(run.text()));
+    const port = Number(/listening on 127\.0\.0\.1:(\d+), STARTTLS/.exec(run.text())![1]);
+    expect(run.text()).toContain('send without AUTH');
+    const transporter = nodemailer.createTransport({ host: '127.0.0.1', port, ignoreTLS: true });
+    const info = await transporter.sendMail({
+      from: 'cron@example.test',
+      to: 'ops@example.test',
+      subject: 's',
+      text: 't',
+    });
+    transporter.close();
+    const id = emu.messages().at(-1)!.id;
+    expect(info.response).toBe(`250 2.0.0 Ok: ${id}`);
+    await waitFor(() => run.text().includes(`Message accepted`));
+    expect(run.text()).toMatch(new RegExp(`Message accepted .*id=${id}`));
+    run.stop();
+    expect(await run.exit).toBe(0);
+    expect(run.text()).toContain('SMTP relay stopped');
+    expect(run.text() + run.errors()).not.toContain(emu.apiKey);
+  });
+
+  it.each([
+    [['--redis', 'redis://127.0.0.1:6379'], /not available in this version/],
+    [['--tls-cert', TEST_CERT], /--tls-cert and --tls-key go together/],
+    [['--allow', '10.0.0.0/8'], /--allow needs the relay's own key/],
+    [['--port', '70000'], /--port: expected 0-65535/],
+    [['--max-size', 'big'], /--max-size/],
+  ])('%j is a usage error (exit 2)', async (args, message) => {
+    const run = cli(['--url', emu.url, '--port', '0', ...args]);
+    expect(await run.exit).toBe(2);
+    expect(run.errors()).toMatch(message);
+  });
+
+  it('needs a URL (exit 2); a port in use cannot start (exit 1)', async () => {
+    const noUrl = cli([]);
+    expect(await noUrl.exit).toBe(2);
+    expect(noUrl.errors()).toMatch(/no service URL/);
+    const busy = createServer();
+    await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+    try {
+      const port = (busy.address() as AddressInfo).port;
+      const run = cli(['--url', emu.url, '--port', String(port)]);
+      expect(await run.exit).toBe(1);
+      expect(run.errors()).toMatch(/could not listen on 127\.0\.0\.1:\d+.*EADDRINUSE/);
+    } finally {
+      busy.close();
+    }
+  });
+
+  it('is listed in the help, and has its own', async () => {
+    const help = cli(['--help']);
+    expect(await help.exit).toBe(0);
+    expect(help.text()).toContain('--tls-cert <file>');
+    const out: string[] = [];
+    await runCli(['--help'], { stdout: { write: (s: string) => out.push(s) } });
+    expect(out.join('')).toMatch(/relay\s+run an SMTP relay/);
+  });
+});

@@ -1,0 +1,263 @@
+/**
+ * The replies an MTA relies on, read off a hand-driven SMTP session: 250
+ * only once the service accepted the message (naming its id), 451 for what
+ * a later try can get past, 5xx with the service's reason for what it cannot;
+ * the extensions and limits.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import type { EmlApiLogger } from '../../src/index.js';
+import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { waitFor } from '../helpers/async.js';
+import { closedPort } from '../helpers/fake-service.js';
+import { SmtpDialog } from './relay-harness.js';
+
+let emu: Emulator;
+let relay: SmtpRelay;
+const logged: { level: string; meta: Record<string, unknown>; message: string }[] = [];
+const logger: EmlApiLogger = {
+  debug: () => {},
+  info: (meta, message) => logged.push({ level: 'info', meta, message }),
+  warn: (meta, message) => logged.push({ level: 'warn', meta, message }),
+  error: (meta, message) => logged.push({ level: 'error', meta, message }),
+};
+const opened: SmtpDialog[] = [];
+const relays: SmtpRelay[] = [];
+
+beforeAll(async () => {
+  emu = await startEmulator();
+  relay = await startSmtpRelay({
+    baseUrl: emu.url,
+    apiKey: emu.apiKey,
+    port: 0,
+    retries: false,
+    maxMessageSize: 64 * 1024,
+    maxRecipients: 3,
+    logger,
+  });
+});
+afterEach(() => {
+  emu.setFaults(undefined);
+  for (const dialog of opened.splice(0)) dialog.close();
+});
+afterAll(async () => {
+  await Promise.all(relays.map((r) => r.close()));
+  await relay?.close();
+  await emu?.close();
+});
+
+async function session(port = relay.port) {
+  const { dialog, greeting } = await SmtpDialog.open(port);
+  opened.push(dialog);
+  return { dialog, greeting };
+}
+
+/** A session up to DATA's final reply. */
+async function send(message: string, rcpts: string[], port = relay.port) {
+  const { dialog } = await session(port);
+  await dialog.command('EHLO client.example');
+  expect((await dialog.command('MAIL FROM:<shop@example.test>')).code).toBe(250);
+  for (const rcpt of rcpts) expect((await dialog.command(`RCPT TO:<${rcpt}>`)).code).toBe(250);
+  return dialog.data(message);
+}
+
+const eml = (id: string, headers: string[] = ['To: ann@example.test'], body = 'Hello') =>
+  ['From: shop@example.test', ...headers, `Subject: ${id}`, `Message-ID: <${id}@example.test>`, '', body, ''].join(
+    '\r\n',
+  );
+
+describe('extensions', () => {
+  it('EHLO offers PIPELINING, 8BITMIME, SMTPUTF8, ENHANCEDSTATUSCODES, SIZE and AUTH (from loopback), no STARTTLS without a certificate', async () => {
+    const { dialog, greeting } = await session();
+    expect(greeting.code).toBe(220);
+    const ehlo = await dialog.command('EHLO client.example');
+    expect(ehlo.code).toBe(250);
+    expect(ehlo.lines.slice(1)).toEqual(
+      expect.arrayContaining([
+        'PIPELINING',
+        '8BITMIME',
+        'SMTPUTF8',
+        'ENHANCEDSTATUSCODES',
+        'SIZE 65536',
+        'AUTH PLAIN LOGIN',
+      ]),
+    );
+    expect(ehlo.lines).not.toContain('STARTTLS');
+  });
+
+  it('pipelined commands get their replies in order', async () => {
+    const { dialog } = await session();
+    await dialog.command('EHLO client.example');
+    dialog.write(
+      'MAIL FROM:<shop@example.test>\r\nRCPT TO:<ann@example.test>\r\nRCPT TO:<bob@example.test>\r\nDATA\r\n',
+    );
+    const replies = [await dialog.reply(), await dialog.reply(), await dialog.reply(), await dialog.reply()];
+    expect(replies.map((r) => r.code)).toEqual([250, 250, 250, 354]);
+    dialog.write(`${eml('pipelined', ['To: ann@example.test, bob@example.test'])}.\r\n`);
+    expect((await dialog.reply()).code).toBe(250);
+  });
+});
+
+describe('250 means the service accepted it', () => {
+  it('names the service id in the reply and in the log', async () => {
+    const reply = await send(eml('accepted'), ['ann@example.test']);
+    const message = emu.messages().find((m) => m.messageId === '<accepted@example.test>')!;
+    expect(reply.code).toBe(250);
+    expect(reply.text).toBe(`2.0.0 Ok: ${message.id}`);
+    const line = logged.find((l) => l.message === 'Message accepted' && l.meta.id === message.id);
+    expect(line?.meta).toMatchObject({ messageId: '<accepted@example.test>', recipients: 1, client: '127.0.0.1' });
+  });
+
+  it('a recipient only in RCPT TO (Bcc stripped by the client) is delivered, without seeing the Bcc', async () => {
+    const reply = await send(eml('bcc-stripped'), ['ann@example.test', 'audit@example.test']);
+    expect(reply.code).toBe(250);
+    const [copy] = emu.mailbox('audit@example.test').filter((c) => c.messageId === '<bcc-stripped@example.test>');
+    expect(copy).toBeDefined();
+    expect(copy!.raw.toString()).not.toMatch(/^bcc:/im);
+    expect(emu.mailbox('ann@example.test').some((c) => c.messageId === '<bcc-stripped@example.test>')).toBe(true);
+  });
+
+  it('matches an IDN domain written as xn-- in RCPT TO and in Unicode in the header (nothing added as Bcc)', async () => {
+    const reply = await send(eml('idn', ['To: jörg@bücher.example']), ['jörg@xn--bcher-kva.example']);
+    expect(reply.code).toBe(250);
+    const message = emu.messages().find((m) => m.messageId === '<idn@example.test>')!;
+    expect(message.raw.toString()).not.toMatch(/^bcc:/im);
+    expect(message.recipients).toEqual(['jörg@bücher.example']);
+  });
+
+  it('a client retrying the same message (same bytes) is delivered once', async () => {
+    const first = await send(eml('retried'), ['ann@example.test']);
+    const second = await send(eml('retried'), ['ann@example.test']);
+    expect(second.text).toBe(first.text);
+    expect(emu.mailbox('ann@example.test').filter((c) => c.messageId === '<retried@example.test>')).toHaveLength(1);
+  });
+});
+
+describe('transient failures answer 451 (the client retries later)', () => {
+  it('503 from the service: 451 4.3.0; the same message goes through once the service is back', async () => {
+    emu.setFaults({ unavailable: 1 });
+    const reply = await send(eml('unavailable'), ['ann@example.test']);
+    expect(reply.code).toBe(451);
+    expect(reply.text).toMatch(/^4\.3\.0 .*503 unavailable/);
+    emu.setFaults(undefined);
+    expect((await send(eml('unavailable'), ['ann@example.test'])).code).toBe(250);
+    expect(emu.mailbox('ann@example.test').filter((c) => c.messageId === '<unavailable@example.test>')).toHaveLength(1);
+  });
+
+  it('429 from the service: 451 4.4.5', async () => {
+    emu.setFaults({ rateLimited: 1, retryAfterSeconds: 1 });
+    const reply = await send(eml('limited'), ['ann@example.test']);
+    expect(reply.code).toBe(451);
+    expect(reply.text).toMatch(/^4\.4\.5 .*429/);
+  });
+
+  it('an unreachable service: 451 4.4.1 (the relay starts anyway, and says so)', async () => {
+    const down = await startSmtpRelay({
+      baseUrl: `http://127.0.0.1:${await closedPort()}`,
+      apiKey: 'k-unreachable',
+      port: 0,
+      retries: false,
+      logger,
+    });
+    relays.push(down);
+    expect(logged.some((l) => l.level === 'warn' && /Could not check the relay's API key/.test(l.message))).toBe(true);
+    const reply = await send(eml('down'), ['ann@example.test'], down.port);
+    expect(reply.code).toBe(451);
+    expect(reply.text).toMatch(/^4\.4\.1 The email service could not be reached/);
+  });
+});
+
+describe('permanent failures answer 5xx with the reason', () => {
+  it('invalid EML (no From header): 554 5.6.0 with the service reason', async () => {
+    const reply = await send('To: ann@example.test\r\nSubject: no sender\r\n\r\nHello\r\n', ['ann@example.test']);
+    expect(reply.code).toBe(554);
+    expect(reply.text).toMatch(/^5\.6\.0 .*invalid_eml.*no From header/);
+  });
+
+  it('headers naming a recipient not in RCPT TO: 550 5.7.1 naming it, nothing delivered', async () => {
+    const reply = await send(eml('mismatch', ['To: ann@example.test', 'Cc: carol@example.test']), ['ann@example.test']);
+    expect(reply.code).toBe(550);
+    expect(reply.text).toMatch(/^5\.7\.1 The headers name recipients that are not in RCPT TO: carol@example\.test\./);
+    expect(emu.messages().some((m) => m.messageId === '<mismatch@example.test>')).toBe(false);
+  });
+
+  it('SIZE= over the limit: 552 at MAIL FROM; a message over it without SIZE=: 552 5.3.4 after DATA', async () => {
+    const { dialog } = await session();
+    await dialog.command('EHLO client.example');
+    const declared = await dialog.command('MAIL FROM:<shop@example.test> SIZE=70000');
+    expect(declared.code).toBe(552);
+    expect(declared.text).toMatch(/^5\.3\.4 /);
+    const reply = await send(eml('too-big', undefined, 'x'.repeat(70_000)), ['ann@example.test']);
+    expect(reply.code).toBe(552);
+    expect(reply.text).toMatch(/^5\.3\.4 /);
+    expect(emu.messages().some((m) => m.messageId === '<too-big@example.test>')).toBe(false);
+  });
+
+  it('413 from the service (its limit below the relay one): 552 5.3.4', async () => {
+    const small = await startEmulator({ bodyLimit: 32 * 1024 });
+    try {
+      const r = await startSmtpRelay({ baseUrl: small.url, apiKey: small.apiKey, port: 0, retries: false });
+      relays.push(r);
+      const reply = await send(eml('service-limit', undefined, 'y'.repeat(40_000)), ['ann@example.test'], r.port);
+      expect(reply.code).toBe(552);
+      expect(reply.text).toMatch(/^5\.3\.4 .*413/);
+    } finally {
+      await small.close();
+    }
+  });
+
+  it('an address the service refuses is refused at RCPT TO (553 5.1.3)', async () => {
+    const { dialog } = await session();
+    await dialog.command('EHLO client.example');
+    await dialog.command('MAIL FROM:<shop@example.test>');
+    const reply = await dialog.command('RCPT TO:<"a,b"@example.test>');
+    expect(reply.code).toBeGreaterThanOrEqual(500);
+  });
+});
+
+describe('limits', () => {
+  it('recipients past maxRecipients: 452 4.5.3', async () => {
+    const { dialog } = await session();
+    await dialog.command('EHLO client.example');
+    await dialog.command('MAIL FROM:<shop@example.test>');
+    for (const n of [1, 2, 3]) expect((await dialog.command(`RCPT TO:<r${n}@example.test>`)).code).toBe(250);
+    const fourth = await dialog.command('RCPT TO:<r4@example.test>');
+    expect(fourth.code).toBe(452);
+    expect(fourth.text).toMatch(/^4\.5\.3 /);
+  });
+
+  it('connections past maxClients get 421; a silent client is disconnected after idleTimeout', async () => {
+    const tight = await startSmtpRelay({
+      baseUrl: emu.url,
+      apiKey: emu.apiKey,
+      port: 0,
+      maxClients: 1,
+      idleTimeout: 400,
+    });
+    relays.push(tight);
+    const first = await session(tight.port);
+    expect(first.greeting.code).toBe(220);
+    const second = await session(tight.port);
+    expect(second.greeting.code).toBe(421);
+    const idle = await first.dialog.reply();
+    expect(idle.code).toBe(421);
+    await waitFor(() => first.dialog.closed);
+  });
+
+  it('close() lets a message in flight get its 250, refuses new transactions, then closes idle connections', async () => {
+    const closing = await startSmtpRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retries: false });
+    emu.setFaults({ latencyMs: 400 });
+    const idle = await session(closing.port);
+    await idle.dialog.command('EHLO idle.example');
+    const inFlight = send(eml('in-flight'), ['ann@example.test'], closing.port);
+    // The upload has reached the service (which holds it 400 ms): the message is in flight.
+    await waitFor(() => (emu.faultStats()?.none ?? 0) > 0);
+    const closed = closing.close();
+    const late = await idle.dialog.command('MAIL FROM:<shop@example.test>');
+    expect(late.code).toBe(421);
+    expect((await inFlight).code).toBe(250);
+    await closed;
+    await waitFor(() => idle.dialog.closed);
+    expect(emu.mailbox('ann@example.test').some((c) => c.messageId === '<in-flight@example.test>')).toBe(true);
+  });
+});

@@ -1,0 +1,210 @@
+/**
+ * The relay's decisions, as pure functions: address matching, the envelope
+ * plan (Bcc added, header-only recipients refused), the header rewriter, who
+ * may AUTH and send (the same decision the non-loopback socket tests exercise),
+ * client address lists, and the reply for each failure.
+ */
+import { Readable } from 'node:stream';
+import { buffer } from 'node:stream/consumers';
+import { describe, expect, it } from 'vitest';
+import { EmlApiError } from '../../src/index.js';
+import { parseAddressList } from '../../src/protocol/address-list.js';
+import { parseHeaderFields } from '../../src/protocol/header-fields.js';
+import { addressKey } from '../../src/relay/address-key.js';
+import { ClientAddressList, isLoopbackAddress } from '../../src/relay/client-address-list.js';
+import { planEnvelope } from '../../src/relay/envelope-plan.js';
+import { MessageRewriter } from '../../src/relay/message-rewriter.js';
+import { maxUploadableSize } from '../../src/relay/resolve-relay-options.js';
+import { authOffered, mailRefusal, type RelayPolicy } from '../../src/relay/session-rules.js';
+import { authFailureReply, failureReply } from '../../src/relay/smtp-replies.js';
+import { thrownBy } from '../helpers/async.js';
+
+describe('addressKey', () => {
+  it.each([
+    ['Ann@Example.TEST', 'ann@example.test'],
+    ['"ann"@example.test', 'ann@example.test'],
+    ['"a\\"b"@example.test', 'a"b@example.test'],
+    ['jörg@Bücher.example', 'jörg@xn--bcher-kva.example'],
+    ['jörg@xn--bcher-kva.example', 'jörg@xn--bcher-kva.example'],
+    ['zoe\u0308@example.test', 'zoë@example.test'],
+    ['a@[192.0.2.1]', 'a@[192.0.2.1]'],
+  ])('%s compares as %s', (address, key) => {
+    expect(addressKey(address)).toBe(addressKey(key));
+  });
+  it('keeps different mailboxes apart', () => {
+    expect(addressKey('ann@example.test')).not.toBe(addressKey('ann@example.net'));
+    expect(addressKey('ann@example.test')).not.toBe(addressKey('anne@example.test'));
+  });
+});
+
+describe('planEnvelope', () => {
+  const head = (lines: string[], eol = '\r\n') => Buffer.from([...lines, '', ''].join(eol));
+
+  it('adds RCPT-only recipients as one Bcc field at the end of the header section, in its line-break style', () => {
+    for (const eol of ['\r\n', '\n']) {
+      const plan = planEnvelope(head(['From: a@x.test', 'To: Ann <ann@x.test>'], eol), ['ANN@x.test', 'audit@x.test']);
+      expect(plan.addedBcc).toEqual(['audit@x.test']);
+      expect(plan.head.toString()).toBe(
+        ['From: a@x.test', 'To: Ann <ann@x.test>', 'Bcc: audit@x.test', '', ''].join(eol),
+      );
+    }
+  });
+
+  it('leaves the header section untouched when the envelope matches it', () => {
+    const original = head(['From: a@x.test', 'To: ann@x.test', 'Cc: "Doe, Bob" <bob@x.test>', 'Bcc: c@x.test']);
+    const plan = planEnvelope(original, ['c@x.test', 'bob@x.test', 'ann@x.test']);
+    expect(plan.head).toBe(original);
+    expect(plan.addedBcc).toEqual([]);
+  });
+
+  it('merges an existing Bcc field, and folds a long one into lines of at most 78 characters', () => {
+    const rcpts = Array.from({ length: 60 }, (_, i) => `member${i}@lists.example.test`);
+    const plan = planEnvelope(head(['From: a@x.test', 'Bcc: member0@lists.example.test']), rcpts);
+    const text = plan.head.toString();
+    expect(text.match(/^Bcc:/gim)).toHaveLength(1);
+    for (const line of text.split('\r\n')) expect(line.length).toBeLessThanOrEqual(78);
+    const bcc = parseHeaderFields(plan.head).find((f) => f.name === 'Bcc')!;
+    expect(parseAddressList(bcc.value)).toEqual(rcpts);
+  });
+
+  it('adds the field to a message that is all header', () => {
+    const plan = planEnvelope(Buffer.from('From: a@x.test\r\nSubject: no body'), ['b@x.test']);
+    expect(plan.head.toString()).toBe('From: a@x.test\r\nSubject: no body\r\nBcc: b@x.test\r\n');
+  });
+
+  it('refuses header recipients that are not in RCPT TO with EENVELOPE, naming five and counting the rest', () => {
+    const others = Array.from({ length: 8 }, (_, i) => `p${i}@x.test`);
+    const err = thrownBy(() => planEnvelope(head(['From: a@x.test', `To: ${others.join(', ')}`]), ['p0@x.test']));
+    expect(err.code).toBe('EENVELOPE');
+    expect(err.message).toContain('not in RCPT TO: p1@x.test, p2@x.test, p3@x.test, p4@x.test, p5@x.test and 2 more');
+  });
+});
+
+describe('MessageRewriter', () => {
+  const through = async (chunks: string[], rewrite: (head: Buffer) => Buffer, tooLarge = () => undefined) => {
+    const rewriter = new MessageRewriter(rewrite, tooLarge);
+    const out = await buffer(Readable.from(chunks.map((c) => Buffer.from(c))).pipe(rewriter));
+    return { out: out.toString(), rewriter };
+  };
+
+  it('finds the header section across chunk boundaries, rewrites it once and hashes what leaves', async () => {
+    const heads: string[] = [];
+    const { out, rewriter } = await through(['From: a\r', '\n\r', '\nbody\r\n', 'more'], (h) => {
+      heads.push(h.toString());
+      return Buffer.from('X: 1\r\n\r\n');
+    });
+    expect(heads).toEqual(['From: a\r\n\r\n']);
+    expect(out).toBe('X: 1\r\n\r\nbody\r\nmore');
+    const again = await through(['X: 1\r\n\r\nbody\r\nmore'], (h) => h);
+    expect(again.rewriter.digest()).toBe(rewriter.digest());
+  });
+
+  it('fails on a header section over 1 MiB, and on whatever the size check reports', async () => {
+    const long = Array.from({ length: 20 }, () => `X-Long: ${'a'.repeat(64 * 1024)}\r\n`);
+    await expect(through(long, (h) => h)).rejects.toThrow(/header section is longer/);
+    const err = new Error('too large');
+    await expect(
+      through(
+        ['a'],
+        (h) => h,
+        () => err as never,
+      ),
+    ).rejects.toBe(err);
+  });
+});
+
+describe('who may AUTH and send', () => {
+  const policy = (hasOwnKey: boolean, hasTls: boolean): RelayPolicy => ({
+    hasOwnKey,
+    hasTls,
+    allowUnauthenticatedFrom: new ClientAddressList(['127.0.0.0/8', '::1', '10.1.0.0/16'], 'test'),
+  });
+
+  it('offers AUTH over TLS or from loopback only', () => {
+    expect(authOffered({ remoteAddress: '127.0.0.1', secure: false })).toBe(true);
+    expect(authOffered({ remoteAddress: '::ffff:127.0.0.2', secure: false })).toBe(true);
+    expect(authOffered({ remoteAddress: '::1', secure: false })).toBe(true);
+    expect(authOffered({ remoteAddress: '198.18.0.2', secure: false })).toBe(false);
+    expect(authOffered({ remoteAddress: '198.18.0.2', secure: true })).toBe(true);
+  });
+
+  it('lets authenticated clients send, and unauthenticated ones only with the relay key from an allowed address', () => {
+    const facts = (remoteAddress: string, secure = false, authenticated = false) => ({
+      remoteAddress,
+      secure,
+      authenticated,
+    });
+    expect(mailRefusal(facts('198.18.0.2', true, true), policy(false, true))).toBeUndefined();
+    expect(mailRefusal(facts('10.1.2.3'), policy(true, false))).toBeUndefined();
+    expect(mailRefusal(facts('10.1.2.3'), policy(false, false))?.code).toBe(530);
+    expect(mailRefusal(facts('10.2.0.1'), policy(true, true))?.text).toMatch(/STARTTLS/);
+    expect(mailRefusal(facts('10.2.0.1'), policy(true, false))?.text).toMatch(/only from loopback/);
+    expect(mailRefusal(facts('127.0.0.1'), policy(false, false))?.text).toMatch(/AUTH with your API key/);
+  });
+
+  it('reads address lists with CIDRs and IPv4-mapped addresses; refuses what is not one with ECONFIG', () => {
+    const list = new ClientAddressList(['192.0.2.0/24', 'fd00::/8', '203.0.113.7'], 'allowUnauthenticatedFrom');
+    expect(list.includes('192.0.2.200')).toBe(true);
+    expect(list.includes('::ffff:192.0.2.9')).toBe(true);
+    expect(list.includes('fd12::1')).toBe(true);
+    expect(list.includes('203.0.113.8')).toBe(false);
+    expect(isLoopbackAddress('127.8.9.10')).toBe(true);
+    for (const bad of ['10.0.0.0/33', 'example.com', '10.0.0.1/8/1', ''])
+      expect(thrownBy(() => new ClientAddressList([bad], 'allowUnauthenticatedFrom')).message).toContain(
+        'allowUnauthenticatedFrom',
+      );
+  });
+});
+
+describe('replies', () => {
+  const api = (responseCode: number, apiCode?: string) =>
+    new EmlApiError(responseCode === 401 || responseCode === 403 ? 'EAUTH' : 'EAPI', `failed (${responseCode})`, {
+      responseCode,
+      ...(apiCode ? { apiCode } : {}),
+    });
+
+  it.each([
+    [new EmlApiError('EENVELOPE', 'x'), 'client', 550, '5.7.1'],
+    [api(400, 'invalid_eml'), 'client', 554, '5.6.0'],
+    [api(400, 'invalid_address'), 'client', 554, '5.1.3'],
+    [api(413), 'client', 552, '5.3.4'],
+    [api(401), 'client', 550, '5.7.1'],
+    [api(403), 'relay', 451, '4.7.1'],
+    [api(404), 'client', 554, '5.0.0'],
+    [api(429), 'client', 451, '4.4.5'],
+    [api(408), 'client', 451, '4.4.2'],
+    [api(503, 'unavailable'), 'client', 451, '4.3.0'],
+    [api(502), 'client', 451, '4.3.0'],
+    [new EmlApiError('ECONNECTION', 'refused'), 'client', 451, '4.4.1'],
+    [new EmlApiError('ETIMEDOUT', 'slow'), 'client', 451, '4.4.2'],
+    [new EmlApiError('EABORT', 'closed'), 'client', 451, '4.3.2'],
+    [new EmlApiError('EMESSAGE', 'unreadable', { permanent: true }), 'client', 554, '5.6.0'],
+    [new EmlApiError('EMESSAGE', 'disk full', { permanent: false }), 'client', 451, '4.3.0'],
+    [new Error('bug'), 'client', 451, '4.3.0'],
+  ] as const)('%s (%s key) → %i %s', (err, owner, code, enhanced) => {
+    const reply = failureReply(err, owner);
+    expect(reply.code).toBe(code);
+    expect(reply.text.startsWith(`${enhanced} `)).toBe(true);
+    expect(reply.text).not.toMatch(/[\r\n]/);
+  });
+
+  it('AUTH: a refused key is 535 5.7.8, a service that cannot tell is 454 4.7.0', () => {
+    expect(authFailureReply(api(401))).toMatchObject({ code: 535 });
+    expect(authFailureReply(new EmlApiError('ECONFIG', 'bad key'))).toMatchObject({ code: 535 });
+    expect(authFailureReply(new EmlApiError('ECONNECTION', 'down'))).toMatchObject({ code: 454 });
+    expect(authFailureReply(api(503))).toMatchObject({ code: 454 });
+  });
+
+  it('keeps replies under the 512-character line limit', () => {
+    expect(
+      failureReply(new EmlApiError('EAPI', 'x'.repeat(5000), { responseCode: 400 }), 'client').text.length,
+    ).toBeLessThan(500);
+  });
+
+  it('SIZE defaults to the largest message whose upload fits a 50 MiB request', () => {
+    const size = maxUploadableSize(50 * 1024 * 1024);
+    expect(size).toBe(39321591);
+    expect(11 + 4 * Math.ceil(size / 3)).toBeLessThanOrEqual(50 * 1024 * 1024);
+    expect(11 + 4 * Math.ceil((size + 3) / 3)).toBeGreaterThan(50 * 1024 * 1024);
+  });
+});

@@ -1,0 +1,87 @@
+/** API keys given to the relay, or as SMTP passwords, never show in logs, replies, errors or util.inspect. */
+import { inspect } from 'node:util';
+import nodemailer from 'nodemailer';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import type { EmlApiLogger } from '../../src/index.js';
+import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { rejectionOf } from '../helpers/async.js';
+import { SmtpDialog } from './relay-harness.js';
+
+const GOOD = 'sk_live_RELAYSECRET_4f3e2d';
+const WRONG = 'sk_live_WRONGSECRET_9a8b7c';
+const NO_SCOPE = 'sk_live_SCOPESECRET_1a2b3c';
+const FRAGMENTS = ['RELAYSECRET', 'WRONGSECRET', 'SCOPESECRET'];
+
+let emu: Emulator;
+const lines: string[] = [];
+const capture = (meta: Record<string, unknown>, message: string) =>
+  lines.push(inspect([meta, message], { depth: Infinity }));
+const logger: EmlApiLogger = { debug: capture, info: capture, warn: capture, error: capture };
+const relays: SmtpRelay[] = [];
+
+beforeAll(async () => {
+  emu = await startEmulator({
+    apiKeys: [
+      { key: GOOD, scopes: ['sender'] },
+      { key: NO_SCOPE, scopes: ['group:insert'] },
+    ],
+  });
+});
+afterAll(async () => {
+  await Promise.all(relays.map((r) => r.close()));
+  await emu?.close();
+});
+
+describe('the relay keeps keys secret', () => {
+  it('in logs, SMTP replies, util.inspect of the relay and start-up errors', async () => {
+    const own = await startSmtpRelay({ baseUrl: emu.url, apiKey: GOOD, port: 0, retries: false, logger });
+    const auth = await startSmtpRelay({ baseUrl: emu.url, port: 0, retries: false, logger });
+    relays.push(own, auth);
+    const replies: string[] = [];
+    const { dialog } = await SmtpDialog.open(auth.port);
+    await dialog.command('EHLO client.example');
+    for (const key of [WRONG, NO_SCOPE, GOOD]) {
+      const reply = await dialog.command(`AUTH PLAIN ${Buffer.from(`\0${key}\0${key}`).toString('base64')}`);
+      replies.push(`${reply.code} ${reply.lines.join('\n')}`);
+    }
+    expect(replies[2]).toMatch(/^235/);
+    dialog.close();
+    for (const relay of [own, auth]) {
+      const transporter = nodemailer.createTransport({
+        host: '127.0.0.1',
+        port: relay.port,
+        ignoreTLS: true,
+        ...(relay === auth ? { auth: { user: GOOD, pass: GOOD } } : {}),
+        logger: false,
+      });
+      const info = await transporter.sendMail({
+        from: 'a@example.test',
+        to: 'b@example.test',
+        subject: 's',
+        text: 't',
+      });
+      replies.push(info.response);
+      emu.setFaults({ unavailable: 1 });
+      const err = await transporter
+        .sendMail({ from: 'a@example.test', to: 'b@example.test', subject: 's', text: 'u' })
+        .catch((e: Error) => e);
+      emu.setFaults(undefined);
+      replies.push(String(err), inspect(err, { depth: Infinity }));
+      transporter.close();
+    }
+    const refused = await rejectionOf(
+      startSmtpRelay({ baseUrl: emu.url, apiKey: WRONG, port: 0, retries: false, logger }),
+    );
+    const everything = [
+      ...lines,
+      ...replies,
+      inspect(own, { depth: Infinity, showHidden: true }),
+      inspect(auth, { depth: Infinity, showHidden: true }),
+      inspect(refused, { depth: Infinity }),
+      JSON.stringify(refused),
+    ].join('\n');
+    expect(lines.length).toBeGreaterThan(4);
+    for (const fragment of FRAGMENTS) expect(everything).not.toContain(fragment);
+  });
+});
