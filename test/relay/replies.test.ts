@@ -210,7 +210,7 @@ describe('permanent failures answer 5xx with the reason', () => {
     const { dialog } = await session();
     await dialog.command('EHLO client.example');
     await dialog.command('MAIL FROM:<shop@example.test>');
-    const reply = await dialog.command('RCPT TO:<"a,b"@example.test>');
+    const reply = await dialog.command('RCPT TO:<a[b]@example.test>');
     expect(reply.code).toBeGreaterThanOrEqual(500);
   });
 });
