@@ -66,6 +66,7 @@ export async function receiveMessage(
     // The rest of the message is read and dropped, so that smtp-server can answer.
     stream.resume();
     if (err === rewriter.failure || context.signal.aborted) throw err;
+    if (err instanceof EmlApiError && err.code === 'ESTREAM') throw err;
     // The spool could not store it (a full disk...): the client may try again.
     throw new EmlApiError('EMESSAGE', `The relay could not store the message: ${(err as Error).message}`, {
       cause: err,

@@ -39,6 +39,7 @@ export function acceptedReply(id: string | undefined): SmtpReply {
  * | 5xx | `451 4.3.0` |
  * | the relay is shutting down | `451 4.3.2` |
  * | a message that could not be read (permanent) | `554 5.6.0` |
+ * | the relay's spool could not store it (`ESTREAM`: disk full...) | `451 4.3.0` |
  * | anything else | `451 4.3.0` |
  */
 export function failureReply(err: unknown, owner: KeyOwner): SmtpReply {
@@ -62,6 +63,8 @@ export function failureReply(err: unknown, owner: KeyOwner): SmtpReply {
       return err.permanent
         ? { code: 554, text: `5.6.0 The message cannot be sent: ${why}` }
         : { code: 451, text: `4.3.0 Local error in processing: ${why}` };
+    case 'ESTREAM':
+      return { code: 451, text: `4.3.0 The relay could not store the message, try again later: ${why}` };
     case 'ECONFIG':
       return { code: 451, text: `4.3.5 The relay is not configured to send this: ${why}` };
     default:
