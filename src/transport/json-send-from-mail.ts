@@ -105,12 +105,7 @@ export async function jsonSendFromMail(
         'Remove those parts, or send without the group/tracking option to use the EML endpoint, which carries everything',
     );
   }
-  let html = typeof normalized.html === 'string' ? normalized.html : undefined;
-  if (html !== undefined) {
-    for (const [cid, placeholder] of cidNames) {
-      html = html.split(`cid:${cid}`).join(`{{${placeholder}}}`);
-    }
-  }
+  const html = typeof normalized.html === 'string' ? replaceCidReferences(normalized.html, cidNames) : undefined;
   const text = typeof normalized.text === 'string' ? normalized.text : undefined;
   const subject = typeof data.subject === 'string' ? data.subject : '';
   if (!subject) throw inputError(`${capitalise(form)} needs a subject`);
@@ -181,4 +176,17 @@ function uniqueName(cid: string, taken: Map<string, string>): string {
 
 function capitalise(text: string): string {
   return text.charAt(0).toUpperCase() + text.slice(1);
+}
+
+/**
+ * Rewrites `cid:NAME` references to `{{placeholder}}` in one pass, matching
+ * each reference whole (up to a quote, bracket or space), so `cid:logo` never
+ * rewrites the start of `cid:logo2`. Unknown references stay as they are.
+ */
+function replaceCidReferences(html: string, placeholders: ReadonlyMap<string, string>): string {
+  if (placeholders.size === 0) return html;
+  return html.replace(/cid:([^\s"'<>()]+)/gi, (whole, cid: string) => {
+    const placeholder = placeholders.get(cid);
+    return placeholder === undefined ? whole : `{{${placeholder}}}`;
+  });
 }

@@ -63,6 +63,27 @@ describe.each(NODEMAILERS)('$label: sendMail with group or tracking', ({ nodemai
     expect(ann!.html).not.toContain('cid:');
   });
 
+  it('keeps apart inline images whose cid is the start of another (cid:logo and cid:logo2)', async () => {
+    const gif = Buffer.from('R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7', 'base64');
+    await transporter.sendMail({
+      from: 'news@example.test',
+      subject: 'Two logos',
+      html: '<img src="cid:logo"><img src="cid:logo2"><img src=\'cid:logo\'>',
+      attachments: [
+        { filename: 'logo.png', path: `${FIXTURES}logo.png`, cid: 'logo' },
+        { filename: 'logo2.gif', content: gif, cid: 'logo2' },
+      ],
+      group: 'newsletter',
+    });
+    const [ann] = emu.mailbox('ann@example.test');
+    const sources = [...ann!.html!.matchAll(/src=["']([^"']*)["']/g)].map((m) => m[1]!);
+    expect(sources).toHaveLength(3);
+    for (const src of sources) expect(src).toMatch(new RegExp(`^${emu.url}/images/[0-9a-f]{64}$`));
+    expect(sources[0]).toBe(sources[2]);
+    expect(sources[1]).not.toBe(sources[0]);
+    expect((await fetch(sources[1]!)).headers.get('content-type')).toBe('image/gif');
+  });
+
   it('sends tracking: true through /v1/send/email with tracking on', async () => {
     const info = await transporter.sendMail({
       from: 'shop@example.test',
