@@ -1,5 +1,6 @@
 import { parseAddressList } from '../protocol/address-list.js';
 import { parseHeaderFields } from '../protocol/header-fields.js';
+import { isValidAddress } from '../protocol/address-rules.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { MailEnvelope, NodemailerMail } from './nodemailer-types.js';
 
@@ -38,21 +39,26 @@ export function readHeaderAddresses(eml: Buffer): HeaderAddresses {
 
 /**
  * Decides the envelope of a send through `/v1/send/eml`, where the service
- * takes recipients from the headers. A custom Nodemailer `envelope` whose
- * recipients differ from the headers cannot be honoured and is refused.
+ * takes recipients from the headers. Recipients the caller gave that differ
+ * from the headers cannot be honoured and are refused: a custom Nodemailer
+ * `envelope`, or `to`/`cc`/`bcc` given with `raw` (Nodemailer makes its
+ * envelope from them, while the service reads the raw message's headers).
  *
  * @returns the envelope, whether its sender differs from the From header, and the message's Message-ID
- * @throws {EmlApiError} `EENVELOPE` when recipients differ or there are none
+ * @throws {EmlApiError} `EENVELOPE` when recipients differ or there are none; `EMESSAGE` without a From address
  */
 export function resolveEnvelope(
   mail: NodemailerMail,
   eml: Buffer,
 ): { envelope: MailEnvelope; fromDiffers: boolean; messageId: string | undefined } {
-  const custom = mail.data.envelope !== undefined && mail.data.envelope !== null;
+  const { data } = mail;
+  const custom = data.envelope !== undefined && data.envelope !== null;
+  const raw = Boolean(data.raw);
   const nodemailerEnvelope = mail.message.getEnvelope();
-  if (!custom && !mail.data.raw) {
+  if (!custom && !raw) {
     // Nodemailer wrote the headers from the same data its envelope comes from:
     // no need to read them back from the bytes (the common, hot path).
+    checkFrom(firstAddress(mail.message.getAddresses().from));
     if (nodemailerEnvelope.to.length === 0) throw noRecipients();
     return {
       envelope: { from: nodemailerEnvelope.from, to: [...nodemailerEnvelope.to] },
@@ -61,26 +67,31 @@ export function resolveEnvelope(
     };
   }
   const headers = readHeaderAddresses(eml);
-  const envelope: MailEnvelope = custom
+  checkFrom(headers.from || undefined);
+  if (headers.recipients.length === 0) throw noRecipients();
+  const given = custom || (raw && (present(data.to) || present(data.cc) || present(data.bcc)));
+  const envelope: MailEnvelope = given
     ? { from: nodemailerEnvelope.from, to: [...nodemailerEnvelope.to] }
     : // A raw message has no parsed headers in Nodemailer, so read them from the bytes.
       { from: nodemailerEnvelope.from || headers.from, to: headers.recipients };
-
-  if (headers.recipients.length === 0) throw noRecipients();
-  if (custom) {
+  if (given) {
     const inHeaders = new Set(headers.recipients.map((a) => a.toLowerCase()));
     const inEnvelope = new Set(envelope.to.map((a) => a.toLowerCase()));
     const onlyEnvelope = envelope.to.filter((a) => !inHeaders.has(a.toLowerCase()));
     const onlyHeaders = headers.recipients.filter((a) => !inEnvelope.has(a.toLowerCase()));
     if (onlyEnvelope.length > 0 || onlyHeaders.length > 0) {
       const parts: string[] = [];
-      if (onlyEnvelope.length > 0) parts.push(`in the envelope only: ${onlyEnvelope.join(', ')}`);
+      const yours = custom ? 'in the envelope only' : 'in to/cc/bcc only';
+      if (onlyEnvelope.length > 0) parts.push(`${yours}: ${onlyEnvelope.join(', ')}`);
       if (onlyHeaders.length > 0) parts.push(`in the headers only: ${onlyHeaders.join(', ')}`);
+      const what = custom ? 'envelope recipients' : 'to/cc/bcc given with raw';
+      const fix = custom
+        ? 'put the recipients in to/cc/bcc (Bcc stays hidden from recipients) and drop the custom envelope'
+        : 'put the recipients in the To/Cc/Bcc headers of the raw message and leave to/cc/bcc out';
       throw new EmlApiError(
         'EENVELOPE',
-        `The envelope recipients differ from the To/Cc/Bcc headers (${parts.join('; ')}). ` +
-          'The EML endpoint delivers to the header recipients only, so this envelope cannot be honoured; ' +
-          'put the recipients in to/cc/bcc (Bcc stays hidden from recipients) and drop the custom envelope',
+        `The ${what} differ from the To/Cc/Bcc headers of the message (${parts.join('; ')}). ` +
+          `The EML endpoint delivers to the header recipients only, so these recipients cannot be honoured; ${fix}`,
         { command: 'envelope', permanent: true },
       );
     }
@@ -88,6 +99,34 @@ export function resolveEnvelope(
   const fromDiffers =
     envelope.from !== false && headers.from !== false && envelope.from.toLowerCase() !== headers.from.toLowerCase();
   return { envelope, fromDiffers, messageId: headers.messageId };
+}
+
+/** The service needs a From address: refused here, before anything is sent. */
+function checkFrom(from: string | undefined): void {
+  if (from === undefined || from === '') {
+    throw new EmlApiError('EMESSAGE', 'The message has no From address; set from (the service needs one to send)', {
+      command: 'envelope',
+      permanent: true,
+    });
+  }
+  if (!isValidAddress(from)) {
+    throw new EmlApiError('EMESSAGE', `The From address ${JSON.stringify(from.slice(0, 100))} is not a valid address`, {
+      command: 'envelope',
+      permanent: true,
+    });
+  }
+}
+
+/** The address of the first entry of a parsed address header. */
+function firstAddress(list: unknown): string | undefined {
+  const first: unknown = Array.isArray(list) ? list[0] : undefined;
+  if (typeof first === 'string') return first;
+  const address = (first as { address?: unknown } | undefined)?.address;
+  return typeof address === 'string' ? address : undefined;
+}
+
+function present(value: unknown): boolean {
+  return value !== undefined && value !== null && value !== '' && !(Array.isArray(value) && value.length === 0);
 }
 
 function noRecipients(): EmlApiError {

@@ -9,6 +9,12 @@ export interface NodemailerMimeNode {
   keepBcc: boolean;
   createReadStream(): Readable;
   getEnvelope(): { from: string | false; to: string[] };
+  /**
+   * The addresses of the message's address headers, as Nodemailer parsed them:
+   * `{ address, name }` objects at run time in every major (typed differently
+   * by Nodemailer 10 and by @types/nodemailer, hence `unknown` here).
+   */
+  getAddresses(): { from?: unknown };
   messageId(): string;
 }
 
@@ -17,7 +23,7 @@ export interface NodemailerMimeNode {
  * the transport uses.
  */
 export interface NodemailerMail {
-  data: { envelope?: unknown; raw?: unknown };
+  data: { envelope?: unknown; raw?: unknown; to?: unknown; cc?: unknown; bcc?: unknown };
   message: NodemailerMimeNode;
   /** Resolves every content value (streams, paths, URLs); attachments that were bytes come back Base64. */
   normalize(callback: (err: Error | null, data?: unknown) => void): void;

@@ -87,4 +87,40 @@ describe('custom envelopes', () => {
     expect((err as Error).message).toContain('No recipients defined');
     expect(emu.messages().length).toBe(before);
   });
+
+  const RAW = 'From: shop@example.test\r\nTo: ann@example.test\r\nSubject: raw\r\n\r\nHello\r\n';
+
+  it('rejects raw with to/cc/bcc naming other people than its headers, with EENVELOPE and nothing sent', async () => {
+    const before = emu.messages().length;
+    for (const extra of [{ to: 'bob@example.test' }, { cc: 'bob@example.test' }, { bcc: 'bob@example.test' }]) {
+      const err = await transporter()
+        .sendMail({ raw: RAW, ...extra })
+        .catch((e: unknown) => e);
+      expect(err).toMatchObject({ code: 'EENVELOPE', permanent: true });
+      expect((err as Error).message).toContain('bob@example.test');
+    }
+    expect(emu.messages().length).toBe(before);
+    expect(emu.mailbox('bob@example.test')).toHaveLength(0);
+  });
+
+  it('sends raw with to/cc/bcc that name exactly its header recipients', async () => {
+    const info = await transporter().sendMail({ raw: RAW, to: 'Ann <ANN@example.test>' });
+    expect(info.accepted).toEqual(['ANN@example.test']);
+    expect(emu.mailbox('ann@example.test').at(-1)!.subject).toBe('raw');
+  });
+
+  it.each([
+    ['no From at all', { to: 'ann@example.test', subject: 'x', text: 'x' }],
+    ['a From without an address', { from: 'Shop', to: 'ann@example.test', subject: 'x', text: 'x' }],
+    ['a raw message without From', { raw: 'To: ann@example.test\r\nSubject: x\r\n\r\nx\r\n' }],
+  ])('refuses %s with EMESSAGE before any request', async (_label, message) => {
+    const before = emu.messages().length;
+    const err = await transporter()
+      .sendMail(message)
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(EmlApiError);
+    expect(err).toMatchObject({ code: 'EMESSAGE', permanent: true });
+    expect((err as Error).message).toContain('From');
+    expect(emu.messages().length).toBe(before);
+  });
 });

@@ -2,19 +2,24 @@ import nodemailer from 'nodemailer';
 import MailComposer from 'nodemailer/lib/mail-composer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiError, EmlApiTransport, type EmlApiSentMessageInfo } from '../../src/index.js';
+import { EmlApiError, EmlApiTransport } from '../../src/index.js';
 import { rejectionOf } from '../helpers/async.js';
 
 let emu: Emulator;
-let transporter: ReturnType<typeof nodemailer.createTransport<EmlApiSentMessageInfo>>;
+let transport: EmlApiTransport;
+const transporter = {
+  sendMail: (message: Parameters<ReturnType<typeof nodemailer.createTransport>['sendMail']>[0]) =>
+    nodemailer.createTransport(transport).sendMail(message),
+  close: () => transport.close(),
+};
 
 beforeAll(async () => {
   emu = await startEmulator();
-  transporter = nodemailer.createTransport(new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url }));
+  transport = new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url });
 });
 
 afterAll(async () => {
-  transporter.close();
+  await transporter.close();
   await emu.close();
 });
 
