@@ -8,9 +8,40 @@ import {
 } from '../http/requester-options.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
-import type { ResolvedClientOptions } from './client-options.js';
+import type { EmlApiClientOptions, ResolvedClientOptions } from './client-options.js';
+import { nearestName } from './nearest-name.js';
 
 const DEFAULT_MAX_CONNECTIONS = 5;
+
+/** Every option of the client (and of the transport, which takes the same). */
+const CLIENT_OPTIONS = [
+  'apiKey',
+  'baseUrl',
+  'maxConnections',
+  'dispatcher',
+  'allowInsecureHttp',
+  'userAgent',
+  'retries',
+  'timeouts',
+  'spool',
+  'maxMessagesPerSecond',
+  'logger',
+] as const satisfies readonly (keyof EmlApiClientOptions)[];
+
+/**
+ * A misspelt option would otherwise be ignored in silence (a `timeout` that
+ * never applies): refused, naming the nearest valid option.
+ */
+function rejectUnknownOptions(given: Record<string, unknown>, known: readonly string[], prefix: string): void {
+  for (const key of Object.keys(given)) {
+    if (known.includes(key)) continue;
+    const nearest = nearestName(key, known);
+    throw configError(
+      `${prefix}${key.slice(0, 64)}`,
+      `unknown option${nearest ? `; did you mean ${prefix}${nearest}?` : ''} (known: ${known.join(', ')})`,
+    );
+  }
+}
 
 /** Throws an `ECONFIG` error naming the option. */
 export function configError(option: string, problem: string): EmlApiError {
@@ -29,6 +60,7 @@ export function resolveClientOptions(options: unknown): { apiKey: string; resolv
     });
   }
   const o = options as Record<string, unknown>;
+  rejectUnknownOptions(o, CLIENT_OPTIONS, '');
   const apiKey = validateApiKey(o.apiKey);
   const allowInsecureHttp = optionalBoolean(o.allowInsecureHttp, 'allowInsecureHttp') ?? false;
   const baseUrl = validateBaseUrl(o.baseUrl, allowInsecureHttp);
@@ -87,10 +119,7 @@ function resolveRetries(value: unknown): Required<RetryOptions> {
     );
   }
   const r = value as Record<string, unknown>;
-  for (const key of Object.keys(r)) {
-    if (!['limit', 'baseDelay', 'maxDelay', 'retryAmbiguous'].includes(key))
-      throw configError(`retries.${key}`, 'unknown option');
-  }
+  rejectUnknownOptions(r, ['limit', 'baseDelay', 'maxDelay', 'retryAmbiguous'], 'retries.');
   const resolved = {
     limit: r.limit === undefined ? DEFAULT_RETRIES.limit : wholeNumber(r.limit, 'retries.limit', 0, 100),
     baseDelay:
@@ -113,9 +142,7 @@ function resolveSpool(value: unknown): SpoolSettings {
     throw configError('spool', `expected { threshold, directory }, got ${describe(value)}`);
   }
   const v = value as Record<string, unknown>;
-  for (const key of Object.keys(v)) {
-    if (!['threshold', 'directory'].includes(key)) throw configError(`spool.${key}`, 'unknown option');
-  }
+  rejectUnknownOptions(v, ['threshold', 'directory'], 'spool.');
   const threshold =
     v.threshold === undefined ? defaults.threshold : wholeNumber(v.threshold, 'spool.threshold', 0, 2 ** 40);
   if (v.directory !== undefined && (typeof v.directory !== 'string' || v.directory.length === 0)) {
@@ -130,9 +157,7 @@ function resolveTimeouts(value: unknown): Required<TimeoutOptions> {
     throw configError('timeouts', `expected { connect, response, total } in milliseconds, got ${describe(value)}`);
   }
   const t = value as Record<string, unknown>;
-  for (const key of Object.keys(t)) {
-    if (!['connect', 'response', 'total'].includes(key)) throw configError(`timeouts.${key}`, 'unknown option');
-  }
+  rejectUnknownOptions(t, ['connect', 'response', 'total'], 'timeouts.');
   const pick = (key: 'connect' | 'response' | 'total') =>
     t[key] === undefined ? DEFAULT_TIMEOUTS[key] : wholeNumber(t[key], `timeouts.${key}`, 1, 24 * 3_600_000);
   return { connect: pick('connect'), response: pick('response'), total: pick('total') };
@@ -213,7 +238,9 @@ function validateBaseUrl(value: unknown, allowInsecureHttp: boolean): URL {
  */
 export function isLoopbackHost(hostname: string): boolean {
   const host = hostname.toLowerCase();
-  if (host === 'localhost' || host.endsWith('.localhost')) return true;
+  // Only `localhost` itself (connections to it are resolved to loopback addresses only);
+  // other *.localhost names go through DNS, which may answer anything.
+  if (host === 'localhost') return true;
   if (host === '[::1]' || host === '::1') return true;
   return /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
 }

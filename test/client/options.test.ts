@@ -3,7 +3,7 @@
  * and which are accepted, checked before any request.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EmlApiClient, type EmlApiClientOptions } from '../../src/index.js';
+import { EmlApiClient, EmlApiTransport, type EmlApiClientOptions } from '../../src/index.js';
 import { thrownBy } from '../helpers/async.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 
@@ -73,5 +73,47 @@ describe('options validation', () => {
   it('checks options before any request', () => {
     thrownBy(() => new EmlApiClient({ apiKey: 'a\nb', baseUrl: service.url }));
     expect(service.requests).toHaveLength(0);
+  });
+});
+
+describe('options the client does not know', () => {
+  it.each([
+    ['timeout', 'timeouts'],
+    ['retry', 'retries'],
+    ['apikey', 'apiKey'],
+    ['baseURL', 'baseUrl'],
+    ['maxConnection', 'maxConnections'],
+  ])('refuses %s with ECONFIG naming it and the nearest valid one (%s)', (typo, nearest) => {
+    for (const make of [
+      (o: object) => new EmlApiClient(o as EmlApiClientOptions),
+      (o: object) => new EmlApiTransport(o as EmlApiClientOptions),
+    ]) {
+      const err = thrownBy(() => make({ apiKey: 'k', baseUrl: 'https://api.example.test', [typo]: 5000 }));
+      expect(err.code).toBe('ECONFIG');
+      expect(err.message).toContain(`Invalid option ${typo}: unknown option`);
+      expect(err.message).toContain(`did you mean ${nearest}?`);
+    }
+  });
+
+  it('names no suggestion when nothing is close', () => {
+    const err = thrownBy(() => new EmlApiClient({ apiKey: 'k', baseUrl: 'https://x.test', zzzzzz: 1 } as never));
+    expect(err.message).toContain('Invalid option zzzzzz: unknown option');
+    expect(err.message).not.toContain('did you mean');
+  });
+});
+
+describe('plain http:// hosts', () => {
+  it('accepts localhost and literal loopback addresses', () => {
+    for (const baseUrl of ['http://localhost:8025', 'http://127.0.0.1:8025', 'http://127.9.9.9', 'http://[::1]:8025']) {
+      expect(() => new EmlApiClient({ apiKey: 'k', baseUrl })).not.toThrow();
+    }
+  });
+
+  it('refuses *.localhost names, which are resolved through DNS and may point anywhere', () => {
+    for (const baseUrl of ['http://api.localhost:8025', 'http://evil.localhost']) {
+      const err = thrownBy(() => new EmlApiClient({ apiKey: 'k', baseUrl }));
+      expect(err.code).toBe('ECONFIG');
+      expect(err.message).toContain('clear text');
+    }
   });
 });
