@@ -1,5 +1,5 @@
 import type { LookupAddress } from 'node:dns';
-import { lookup as dnsLookup } from 'node:dns';
+import type { lookup as dnsLookup } from 'node:dns';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { localhostOnlyLoopback } from '../../src/http/localhost-lookup.js';
