@@ -33,10 +33,32 @@ export interface EmulatorOptions {
    */
   port?: number;
   /**
-   * Interface to listen on.
+   * Interface to listen on. `0.0.0.0` or `::` listens on every interface: the
+   * API (with its keys) and the public pages are then reachable from the
+   * network; the web inbox still answers only the hosts below.
    * @default '127.0.0.1'
    */
   host?: string;
+  /**
+   * Host names (besides localhost and loopback addresses, which always work)
+   * under which the web inbox, its event feed and the groups page answer.
+   * Requests for any other Host get 403: a defence against DNS rebinding,
+   * where a web page on another site renames itself to 127.0.0.1 to read
+   * the captured mail.
+   * @default []
+   * @example
+   * await startEmulator({ host: '0.0.0.0', allowedHosts: ['mail-emulator.internal'] });
+   */
+  allowedHosts?: string[];
+  /**
+   * Base URL of the emulator as mail recipients reach it, for the links it
+   * puts in delivered mail (unsubscribe, hosted images). Its host may also
+   * open the web inbox.
+   * @default the URL it listens on (`emu.url`)
+   * @example
+   * await startEmulator({ host: '0.0.0.0', port: 8025, publicUrl: 'http://emulator.lan:8025' });
+   */
+  publicUrl?: string;
   /**
    * Extra API keys, besides the ready key `emu.apiKey` (all scopes, plan 'plus').
    * @default []
@@ -79,6 +101,10 @@ export interface EmulatorOptions {
 export interface ResolvedEmulatorOptions {
   port: number;
   host: string;
+  /** Lower-cased host names the web inbox answers besides loopback ones. */
+  allowedHosts: string[];
+  /** Base URL for links in mail, without a trailing slash. */
+  publicUrl: string | undefined;
   apiKeys: Required<EmulatorApiKey>[];
   groups: string[];
   bodyLimit: number;
@@ -104,6 +130,28 @@ export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedE
   const host = options.host ?? '127.0.0.1';
   if (typeof host !== 'string' || host.length === 0)
     throw new TypeError('startEmulator option host: expected a host name or IP address');
+  const allowedHosts = options.allowedHosts ?? [];
+  if (
+    !Array.isArray(allowedHosts) ||
+    allowedHosts.some((h) => typeof h !== 'string' || !/^[A-Za-z0-9.-]{1,253}$|^\[[0-9A-Fa-f:.]{2,45}\]$/.test(h))
+  ) {
+    throw new TypeError(
+      'startEmulator option allowedHosts: expected an array of host names (e.g. "mail-emulator.internal")',
+    );
+  }
+  let publicUrl: string | undefined;
+  if (options.publicUrl !== undefined) {
+    let url: URL | undefined;
+    try {
+      url = new URL(String(options.publicUrl));
+    } catch {
+      url = undefined;
+    }
+    if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.search || url.hash || url.username) {
+      throw new TypeError('startEmulator option publicUrl: expected an http(s) URL such as "http://emulator.lan:8025"');
+    }
+    publicUrl = url.href.replace(/\/+$/, '');
+  }
   const bodyLimit = options.bodyLimit ?? DEFAULT_BODY_LIMIT;
   if (!Number.isInteger(bodyLimit) || bodyLimit < 1) {
     throw new TypeError(
@@ -133,5 +181,17 @@ export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedE
     options.onInternalError ?? ((err: unknown) => console.error('[eml-api emulator] internal error:', err));
   const faults = options.faults === undefined ? undefined : new FaultInjector(options.faults);
   const rateLimiter = options.rateLimit === undefined ? undefined : new KeyRateLimiter(options.rateLimit);
-  return { port, host, apiKeys, groups: [...groups], bodyLimit, now, onInternalError, faults, rateLimiter };
+  return {
+    port,
+    host,
+    allowedHosts: allowedHosts.map((h) => h.toLowerCase()),
+    publicUrl,
+    apiKeys,
+    groups: [...groups],
+    bodyLimit,
+    now,
+    onInternalError,
+    faults,
+    rateLimiter,
+  };
 }

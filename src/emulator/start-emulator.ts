@@ -22,7 +22,10 @@ import { publicPages } from './pages/public-pages.js';
  * await emu.close();
  */
 export interface Emulator {
-  /** Base URL to give clients, e.g. `http://127.0.0.1:39123`. */
+  /**
+   * Base URL to give clients on this machine, e.g. `http://127.0.0.1:39123`
+   * (a loopback address also when listening on every interface).
+   */
   readonly url: string;
   readonly host: string;
   readonly port: number;
@@ -80,7 +83,8 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   for (const key of resolved.apiKeys) state.keys.add(key.key, key.scopes, key.plan);
 
   // The composition root: the only place that knows which sections the site has.
-  const sections = [publicPages(state), inboxSection(state)];
+  const publicHost = resolved.publicUrl === undefined ? [] : [new URL(resolved.publicUrl).hostname.toLowerCase()];
+  const sections = [publicPages(state), inboxSection(state, [...resolved.allowedHosts, ...publicHost])];
   const context: ServerContext = {
     state,
     bodyLimit: resolved.bodyLimit,
@@ -104,12 +108,12 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   });
   await listen(server, resolved.port, resolved.host);
   const address = server.address() as AddressInfo;
-  const hostForUrl = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-  state.baseUrl = `http://${hostForUrl}:${address.port}`;
+  const url = `http://${hostForUrl(address)}:${address.port}`;
+  state.baseUrl = resolved.publicUrl ?? url;
   let closing: Promise<void> | undefined;
 
   return {
-    url: state.baseUrl,
+    url,
     host: address.address,
     port: address.port,
     apiKey,
@@ -148,4 +152,15 @@ function listen(server: Server, port: number, host: string): Promise<void> {
       resolve();
     });
   });
+}
+
+/**
+ * The host of a URL that reaches the server from this machine: listening on
+ * every interface (`0.0.0.0`, `::`) is reached through loopback, never through
+ * the unspecified address itself (which clients refuse or cannot connect to).
+ */
+function hostForUrl(address: AddressInfo): string {
+  if (address.address === '0.0.0.0') return '127.0.0.1';
+  if (address.address === '::') return '[::1]';
+  return address.family === 'IPv6' ? `[${address.address}]` : address.address;
 }

@@ -29,6 +29,7 @@ interface RunOptions {
   stderrIsTTY?: boolean;
   signal?: AbortSignal;
   onStdout?: (text: string) => void;
+  onStderr?: (text: string) => void;
 }
 
 async function run(argv: string[], options: RunOptions = {}): Promise<Run> {
@@ -43,7 +44,11 @@ async function run(argv: string[], options: RunOptions = {}): Promise<Run> {
       },
     },
     stderr: {
-      write: (s: string) => (stderr += s),
+      write: (s: string) => {
+        stderr += s;
+        options.onStderr?.(s);
+        return true;
+      },
       ...(options.stderrIsTTY ? { isTTY: true } : {}),
     },
     stdin: Readable.from(options.stdin === undefined ? [] : [Buffer.from(options.stdin)]),
@@ -391,6 +396,29 @@ describe('serve', () => {
     const serveEnv = { EML_API_URL: url, EML_API_KEY: key };
     expect((await run(['group', 'add', 'team', 'ann@example.test'], { env: serveEnv })).code).toBe(0);
     expect((await run(['group', 'check', 'team', 'ann@example.test'], { env: serveEnv })).code).toBe(0);
+    stop.abort();
+    expect((await serving).code).toBe(0);
+  });
+
+  it('on --host 0.0.0.0 warns that it is reachable from the network and prints a URL that works', async () => {
+    const stop = new AbortController();
+    let announced!: (text: string) => void;
+    const ready = new Promise<string>((resolve) => (announced = resolve));
+    let stderr = '';
+    const serving = run(['serve', '--port', '0', '--host', '0.0.0.0'], {
+      signal: stop.signal,
+      onStdout: (text) => {
+        if (text.includes('Try:')) announced(text);
+      },
+      onStderr: (text) => (stderr += text),
+    });
+    const text = await ready;
+    expect(text).not.toContain('0.0.0.0');
+    const url = /listening on (\S+)/.exec(text)?.[1];
+    expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect(stderr).toMatch(/warning: .*every network interface/i);
+    expect(stderr).toContain('--allow-host');
+    expect(stderr).toContain('--public-url');
     stop.abort();
     expect((await serving).code).toBe(0);
   });

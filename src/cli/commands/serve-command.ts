@@ -14,7 +14,15 @@ its URL and a ready API key holding every scope.
 
 Options:
   --port <n>        port to listen on (default 8025; 0 picks a free one)
-  --host <host>     interface to listen on (default 127.0.0.1)
+  --host <host>     interface to listen on (default 127.0.0.1; 0.0.0.0 for every
+                    interface: the API and the public pages are then reachable
+                    from the network)
+  --allow-host <name>
+                    a host name under which the web inbox answers, besides
+                    localhost and loopback addresses (repeatable)
+  --public-url <url>
+                    the emulator's URL as recipients reach it, for the links
+                    in delivered mail (default: the URL it listens on)
   --group <id>      create a group (repeatable)
   --key <spec>      extra API key: KEY or KEY:scope,scope[:plan] (repeatable)
                     scopes: ${API_SCOPES.join(', ')}; plan: free or plus
@@ -30,6 +38,8 @@ export async function serveCommand(args: string[], io: CliIo): Promise<number> {
     options: {
       port: { type: 'string', default: '8025' },
       host: { type: 'string', default: '127.0.0.1' },
+      'allow-host': { type: 'string', multiple: true, default: [] },
+      'public-url': { type: 'string' },
       group: { type: 'string', multiple: true, default: [] },
       key: { type: 'string', multiple: true, default: [] },
       help: { type: 'boolean', short: 'h' },
@@ -44,7 +54,28 @@ export async function serveCommand(args: string[], io: CliIo): Promise<number> {
   if (!/^\d+$/.test(values.port) || !Number.isInteger(port) || port < 0 || port > 65535)
     throw new UsageError(`--port: expected 0-65535, got "${values.port}"`);
   const apiKeys = values.key.map(parseKeySpec);
-  const emu = await startEmulator({ port, host: values.host, groups: values.group, apiKeys });
+  let emu;
+  try {
+    emu = await startEmulator({
+      port,
+      host: values.host,
+      groups: values.group,
+      apiKeys,
+      allowedHosts: values['allow-host'],
+      ...(values['public-url'] === undefined ? {} : { publicUrl: values['public-url'] }),
+    });
+  } catch (err) {
+    // Bad --allow-host or --public-url values are usage errors; a port in use is not.
+    if (err instanceof TypeError) throw new UsageError(err.message.replace(/^startEmulator option /, '--'));
+    throw err;
+  }
+  if (!isLoopbackInterface(values.host)) {
+    const where =
+      values.host === '0.0.0.0' || values.host === '::' ? `${values.host} (every network interface)` : values.host;
+    io.stderr.write(
+      `eml-api: warning: listening on ${where}, so other machines can reach it: anyone who can reach this port can use the API key printed below and the public pages. The web inbox still answers only localhost; open it under another name with --allow-host NAME, and set --public-url for the links in delivered mail.\n`,
+    );
+  }
   try {
     io.stdout.write(`Emulator listening on ${emu.url}\n`);
     io.stdout.write(`Web inbox: ${emu.url}/\n`);
@@ -67,4 +98,9 @@ function parseKeySpec(spec: string): EmulatorApiKey {
   if (plan !== undefined && plan !== 'free' && plan !== 'plus')
     throw new UsageError(`--key: plan must be free or plus, got "${plan}"`);
   return { key, scopes, plan: plan ?? 'free' };
+}
+
+/** Whether the emulator would listen on a loopback interface only. */
+function isLoopbackInterface(host: string): boolean {
+  return host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host);
 }

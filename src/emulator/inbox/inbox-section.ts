@@ -3,6 +3,7 @@ import type { EmulatorState } from '../state/emulator-state.js';
 import type { SiteSection } from '../http/site-section.js';
 import { sendPage, type PageAnswer } from '../pages/page-answer.js';
 import { groupsPage } from './groups-page.js';
+import { isAllowedHost } from './host-check.js';
 import { INBOX_EVENTS_PATH, InboxEventFeed } from './event-feed.js';
 import { notFoundPage } from './page-layout.js';
 import { attachmentAnswer, htmlAnswer, rawAnswer } from './message-files.js';
@@ -15,13 +16,19 @@ const MESSAGE = /^\/inbox\/messages\/(dlv_[A-Za-z0-9-]{1,100})(?:\/(raw|html|att
  * The web inbox as a site section: GET and HEAD of `/` and of paths under
  * `/inbox/` (other methods go on to the API, which answers them as before),
  * the live event feed included. It reads the stores and follows the mail
- * store's changes; nothing else depends on it.
+ * store's changes; nothing else depends on it. It answers only requests for
+ * loopback names or the allowed hosts (see host-check.ts).
  */
-export function inboxSection(state: EmulatorState): SiteSection {
+export function inboxSection(state: EmulatorState, allowedHosts: readonly string[]): SiteSection {
   const events = new InboxEventFeed(state);
+  const allowed = new Set(allowedHosts);
   return {
     owns: (method, path) => (method === 'GET' || method === 'HEAD') && (path === '/' || path.startsWith('/inbox/')),
     async serve(req, res, path, query) {
+      if (!isAllowedHost(req.headers.host, allowed)) {
+        sendPage(res, req.method, refusedHost(req.headers.host));
+        return;
+      }
       if (path === INBOX_EVENTS_PATH) {
         events.serve(req, res, query);
         return;
@@ -56,4 +63,14 @@ async function answerInbox(state: EmulatorState, req: IncomingMessage, path: str
     (await attachmentAnswer(copy, Number(index))) ??
     notFoundPage('Attachment', 'This message has no attachment with that number.')
   );
+}
+
+/** The answer to a request for a host the inbox does not answer. */
+function refusedHost(host: string | undefined): PageAnswer {
+  return {
+    status: 403,
+    contentType: 'text/plain; charset=utf-8',
+    body: `This web inbox shows every captured message, so it answers only requests for localhost or a loopback address (this one was for ${JSON.stringify((host ?? '').slice(0, 100))}). To open it under another name, start the emulator with allowedHosts (eml-api serve --allow-host NAME).\n`,
+    headers: { 'cache-control': 'no-store' },
+  };
 }
