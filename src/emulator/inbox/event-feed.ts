@@ -1,8 +1,9 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { EmulatorState } from '../state/emulator-state.js';
 import type { MailChange } from '../state/mail-store.js';
-import { INBOX_HEADERS } from './page-layout.js';
+import { LIST_LIMIT } from './message-list-page.js';
 import { deliverySummary } from './message-row.js';
+import { INBOX_HEADERS } from './page-layout.js';
 
 /** Path of the inbox's Server-Sent Events stream. */
 export const INBOX_EVENTS_PATH = '/inbox/events';
@@ -10,12 +11,21 @@ export const INBOX_EVENTS_PATH = '/inbox/events';
 /** A comment line this often keeps idle proxies from dropping the stream. */
 const HEARTBEAT_MS = 15_000;
 
+/** Event streams open at once; more are refused with 503 (each browser tab holds one). */
+export const MAX_EVENT_STREAMS = 50;
+
 /**
  * `GET /inbox/events?since=<cursor>`: Server-Sent Events for the inbox page.
  * Each delivery is an event `delivery` (data: a {@link DeliverySummary}, id:
- * its cursor); `emu.reset()` is an event `reset`. A client gets what it missed
+ * its cursor); `emu.reset()` is an event `reset` (data: `{ before }`, the
+ * deliveries not replayed after it). A client gets what it missed
  * after `since` (or the `Last-Event-ID` of a reconnecting EventSource) first.
- * Open streams are tracked so the emulator can end them when it closes.
+ *
+ * Memory stays bounded whatever clients do: each stream keeps only a cursor
+ * and is written to while its socket drains (a client that stops reading
+ * gets nothing more until it reads again); a client more than the list's
+ * 500 rows behind gets a reset and the newest 500, as the page shows no more;
+ * and at most 50 streams are open. Open streams are ended when the emulator closes.
  */
 export class InboxEventFeed {
   /** Each open stream and the function that ends it. */
@@ -28,41 +38,66 @@ export class InboxEventFeed {
   }
 
   serve(req: IncomingMessage, res: ServerResponse, query: string): void {
-    const state = this.#state;
     if (res.destroyed) return;
-    const since = Math.max(
-      cursorValue(new URLSearchParams(query).get('since')),
-      cursorValue(headerValue(req.headers['last-event-id'])),
-    );
-    res.writeHead(this.#closed ? 503 : 200, {
+    if (this.#closed || this.#open.size >= MAX_EVENT_STREAMS) {
+      const text = this.#closed
+        ? 'The emulator is closing\n'
+        : `Too many open event streams (${MAX_EVENT_STREAMS}); close some inbox tabs\n`;
+      res.writeHead(503, { ...INBOX_HEADERS, 'content-type': 'text/plain; charset=utf-8', 'retry-after': '5' });
+      res.end(text);
+      return;
+    }
+    res.writeHead(200, {
       ...INBOX_HEADERS,
       'content-type': 'text/event-stream; charset=utf-8',
       'x-accel-buffering': 'no',
     });
-    if (this.#closed || req.method === 'HEAD') {
+    if (req.method === 'HEAD') {
       res.end();
       return;
     }
-    // Never write after the end: that would be an 'error' event nobody listens to.
-    const write = (text: string) => {
-      if (!res.writableEnded && !res.destroyed) res.write(text);
+    const state = this.#state;
+    let cursor = Math.max(
+      cursorValue(new URLSearchParams(query).get('since')),
+      cursorValue(headerValue(req.headers['last-event-id'])),
+    );
+    let draining = false;
+    const live = () => !res.writableEnded && !res.destroyed;
+    // A reset says how many deliveries precede the ones that follow it (0 after emu.reset(), more for a
+    // client rebuilt from the newest rows), so the page's count stays right.
+    const format = (change: MailChange, before: number) =>
+      change.kind === 'reset'
+        ? `id: ${change.seq}\nevent: reset\ndata: {"before":${before}}\n\n`
+        : `id: ${change.seq}\nevent: delivery\ndata: ${JSON.stringify(deliverySummary(state, change.seq, change.copy))}\n\n`;
+    // Writes what the client has not had yet, until the socket asks to wait.
+    const pump = () => {
+      if (draining || !live()) return;
+      const changes = state.mail.changesSince(cursor, LIST_LIMIT);
+      const before = state.mail.deliveryCount() - changes.filter((c) => c.kind === 'delivery').length;
+      for (const change of changes) {
+        cursor = change.seq;
+        if (!res.write(format(change, before))) {
+          draining = true;
+          res.once('drain', () => {
+            draining = false;
+            pump();
+          });
+          return;
+        }
+      }
     };
-    const send = (change: MailChange) =>
-      write(
-        change.kind === 'reset'
-          ? `id: ${change.seq}\nevent: reset\ndata: {}\n\n`
-          : `id: ${change.seq}\nevent: delivery\ndata: ${JSON.stringify(deliverySummary(state, change.seq, change.copy))}\n\n`,
-      );
     // Reconnect quickly after the emulator restarts; the page shows "Reconnecting…" meanwhile.
-    write('retry: 1000\n\n');
-    for (const change of state.mail.changesSince(since)) send(change);
-    const unsubscribe = state.mail.subscribe(send);
-    const heartbeat = setInterval(() => write(': ping\n\n'), HEARTBEAT_MS).unref();
+    res.write('retry: 1000\n\n');
+    pump();
+    const unsubscribe = state.mail.subscribe(pump);
+    const heartbeat = setInterval(() => {
+      if (!draining && live()) res.write(': ping\n\n');
+    }, HEARTBEAT_MS).unref();
     const stop = () => {
       unsubscribe();
       clearInterval(heartbeat);
       this.#open.delete(res);
-      if (!res.writableEnded && !res.destroyed) res.end();
+      if (live()) res.end();
     };
     this.#open.set(res, stop);
     res.on('close', stop);

@@ -35,9 +35,9 @@ export const LIST_SCRIPT = `
     total += 1;
     show();
   });
-  events.addEventListener('reset', () => {
+  events.addEventListener('reset', (event) => {
     rows.replaceChildren();
-    total = 0;
+    total = Number(JSON.parse(event.data).before) || 0;
     show();
   });
 })();

@@ -136,17 +136,22 @@ export class MailStore {
   }
 
   /**
-   * The changes after cursor `since`, oldest first. A reader whose cursor is
-   * from before the last clear (or from another run, when larger than the
-   * current cursor) gets a reset and then every current delivery.
+   * The changes after cursor `since`, oldest first, at most `limit`
+   * deliveries. A reader whose cursor is from before the last clear (or from
+   * another run, when larger than the current cursor), or that is more than
+   * `limit` deliveries behind, gets a reset and then the newest `limit`
+   * deliveries: the list it shows is rebuilt rather than replayed in full.
    */
-  changesSince(since: number): MailChange[] {
-    if (since < this.#clearedAt || since > this.#seq) {
-      return [{ kind: 'reset', seq: this.#clearedAt }, ...this.#deliveries];
-    }
+  changesSince(since: number, limit = Infinity): MailChange[] {
     let first = this.#deliveries.length;
-    while (first > 0 && this.#deliveries[first - 1]!.seq > since) first--;
-    return this.#deliveries.slice(first);
+    const stale = since < this.#clearedAt || since > this.#seq;
+    if (!stale) {
+      while (first > 0 && this.#deliveries[first - 1]!.seq > since) first--;
+      if (this.#deliveries.length - first <= limit) return this.#deliveries.slice(first);
+    }
+    const kept = this.#deliveries.slice(Math.max(0, this.#deliveries.length - limit));
+    const resetSeq = kept.length > 0 ? kept[0]!.seq - 1 : this.#seq;
+    return [{ kind: 'reset', seq: stale ? this.#clearedAt : resetSeq }, ...kept];
   }
 
   /** Calls `listener` with every change from now on. @returns a function that stops it */
