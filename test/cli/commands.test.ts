@@ -8,6 +8,7 @@ import { renderProgressBar } from '../../src/cli/lib/progress-bar.js';
 import { runCli } from '../../src/cli/run-cli.js';
 import { EXIT } from '../../src/cli/lib/usage-error.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 
 /**
  * The `eml-api` CLI run in-process through runCli() with captured streams,
@@ -427,5 +428,46 @@ describe('serve', () => {
     const r = await run(['serve', '--port', '70000']);
     expect(r.code).toBe(2);
     expect(r.stderr).toBe('eml-api: --port: expected 0-65535, got "70000" (see "eml-api serve --help")\n');
+  });
+});
+
+describe('text the service sent', () => {
+  const HOSTILE = 'bad\x1b]0;pwned\x07 \x1b[2J\x1b[1;1H\rforged: all good\u202egnp.exe\x9b31m';
+  let service: FakeService;
+  beforeAll(async () => {
+    service = await startFakeService();
+  });
+  afterAll(() => service.close());
+
+  const controls = /[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]/;
+
+  it('is printed with its control and bidi characters escaped, in errors', async () => {
+    service.answer({ status: 400, body: { error: { code: 'invalid_eml', message: HOSTILE } } });
+    const r = await run(['send', '-'], {
+      env: { EML_API_URL: service.url, EML_API_KEY: 'k' },
+      stdin: 'From: a@x.test\r\nTo: b@x.test\r\n\r\nhi\r\n',
+    });
+    expect(r.code).toBe(1);
+    expect(r.stderr).not.toMatch(controls);
+    expect(r.stderr).toContain('\\x1b]0;pwned\\x07');
+    expect(r.stderr.split('\n').filter(Boolean)).toHaveLength(1);
+  });
+
+  it('is printed with its control and bidi characters escaped, in skip reasons and sent ids', async () => {
+    service.answer({ status: 200, body: { added: [], skipped: [{ email: 'a@x.test', reason: HOSTILE }] } });
+    const added = await run(['group', 'add', 'news', 'a@x.test', '--on-failure', 'skip'], {
+      env: { EML_API_URL: service.url, EML_API_KEY: 'k' },
+    });
+    expect(added.code).toBe(0);
+    expect(added.stdout).not.toMatch(controls);
+    expect(added.stdout.split('\n').filter(Boolean)).toHaveLength(2);
+    service.answer({ status: 202, body: { id: HOSTILE, messageId: HOSTILE, recipients: 1 } });
+    const sent = await run(['send', '-'], {
+      env: { EML_API_URL: service.url, EML_API_KEY: 'k' },
+      stdin: 'From: a@x.test\r\nTo: b@x.test\r\n\r\nhi\r\n',
+    });
+    expect(sent.code).toBe(0);
+    expect(sent.stdout).not.toMatch(controls);
+    expect(sent.stdout.split('\n').filter(Boolean)).toHaveLength(1);
   });
 });

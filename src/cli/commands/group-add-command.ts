@@ -9,6 +9,7 @@ import { canDrawProgress, ProgressBar } from '../lib/progress-bar.js';
 import { readInput } from '../lib/read-input.js';
 import { createServiceClient, SERVICE_ARG_OPTIONS, SERVICE_OPTIONS_HELP } from '../lib/service-config.js';
 import { EXIT, UsageError } from '../lib/usage-error.js';
+import { terminalText } from '../lib/terminal-text.js';
 
 /** Help of `eml-api group add`. */
 export const GROUP_ADD_HELP = `Usage: eml-api group add <group> <file.csv | - | address...> [options]
@@ -100,7 +101,7 @@ async function importRows(
     bar.finish();
   }
   for (const skip of result.skipped) skippedLines.push(`skipped ${describeSkip(rowsByEmail, skip)}`);
-  for (const line of skippedLines) io.stdout.write(`${line}\n`);
+  for (const line of skippedLines) io.stdout.write(`${terminalText(line)}\n`);
   const { batches } = result;
   io.stdout.write(
     `added ${result.added.length}, skipped ${skippedLines.length} (${batches} ${batches === 1 ? 'batch' : 'batches'}) to group ${JSON.stringify(groupId)}\n`,

@@ -8,6 +8,7 @@ import type { SmtpRelayOptions } from '../../relay/relay-options.js';
 import type { CliIo } from '../cli-io.js';
 import { untilStopped } from '../lib/until-stopped.js';
 import { EXIT, UsageError } from '../lib/usage-error.js';
+import { terminalText } from '../lib/terminal-text.js';
 
 /** Help of `eml-api relay`. */
 export const RELAY_HELP = `Usage: eml-api relay [options]
@@ -131,10 +132,11 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
 
 /** A logger that writes one line per event: accepted messages to standard output, the rest to standard error. */
 function lineLogger(io: CliIo, quiet: boolean): EmlApiLogger {
+  // Values may quote the service or an SMTP client: made safe for the terminal.
   const line = (meta: Record<string, unknown>, message: string) =>
-    `${new Date().toISOString()} ${message}${Object.entries(meta)
+    `${new Date().toISOString()} ${terminalText(message)}${Object.entries(meta)
       .filter(([, v]) => v !== undefined)
-      .map(([k, v]) => ` ${k}=${typeof v === 'string' && /\s/.test(v) ? JSON.stringify(v) : String(v)}`)
+      .map(([k, v]) => ` ${k}=${terminalText(typeof v === 'string' && /\s/.test(v) ? JSON.stringify(v) : String(v))}`)
       .join('')}\n`;
   return {
     debug: () => {},

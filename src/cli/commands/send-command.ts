@@ -3,6 +3,7 @@ import type { CliIo } from '../cli-io.js';
 import { readInput } from '../lib/read-input.js';
 import { createServiceClient, SERVICE_ARG_OPTIONS, SERVICE_OPTIONS_HELP } from '../lib/service-config.js';
 import { EXIT, UsageError } from '../lib/usage-error.js';
+import { terminalText } from '../lib/terminal-text.js';
 
 /** Help of `eml-api send`. */
 export const SEND_HELP = `Usage: eml-api send <file.eml | -> [options]
@@ -33,7 +34,9 @@ export async function sendCommand(args: string[], io: CliIo): Promise<number> {
   try {
     const eml = await readInput(positionals[0]!, io.stdin);
     const result = await client.sendEml(eml);
-    io.stdout.write(`${result.response} id=${result.id ?? '-'} messageId=${result.messageId ?? '-'}\n`);
+    io.stdout.write(
+      terminalText(`${result.response} id=${result.id ?? '-'} messageId=${result.messageId ?? '-'}`) + '\n',
+    );
     return EXIT.ok;
   } finally {
     await client.close();

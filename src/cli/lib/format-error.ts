@@ -1,5 +1,6 @@
 import { inspect } from 'node:util';
 import { EmlApiError } from '../../shared/eml-api-error.js';
+import { terminalText } from './terminal-text.js';
 
 /**
  * The one line the CLI prints for a failure: the message on a single line,
@@ -8,7 +9,10 @@ import { EmlApiError } from '../../shared/eml-api-error.js';
  * Never a stack trace (see {@link formatErrorDetails}).
  */
 export function formatErrorLine(err: unknown): string {
-  const message = (err instanceof Error ? err.message : String(err)).replace(/\s*[\r\n]+\s*/g, ' ').trim();
+  // The message may quote the service, so it is made safe for the terminal after joining its lines.
+  const message = terminalText(
+    (err instanceof Error ? err.message : String(err)).replace(/\s*[\r\n]+\s*/g, ' ').trim(),
+  );
   const api =
     err instanceof EmlApiError ? err : err instanceof Error && err.cause instanceof EmlApiError ? err.cause : undefined;
   return api ? `${message} [${api.code}]` : message;
