@@ -439,6 +439,7 @@ describe('text the service sent', () => {
   });
   afterAll(() => service.close());
 
+  // eslint-disable-next-line no-control-regex -- the test looks for control characters
   const controls = /[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]/;
 
   it('is printed with its control and bidi characters escaped, in errors', async () => {
