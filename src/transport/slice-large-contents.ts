@@ -5,6 +5,9 @@ interface ContentNode {
   content?: unknown;
   childNodes?: ContentNode[];
   setContent?(content: unknown): unknown;
+  getTransferEncoding?(): string | false;
+  getHeader?(name: string): unknown;
+  setHeader?(name: string, value: string): unknown;
 }
 
 /** Contents larger than this are fed to Nodemailer's encoder in slices. */
@@ -17,12 +20,19 @@ const SLICE = 3 * 64 * 1024;
  * message with streams of slices of the same Buffer. Nodemailer encodes a
  * Buffer in one piece, making several full-size copies (Base64 text, wrapped
  * lines); slices keep its encoder's memory flat. The bytes are the same: the
- * slices are views of the caller's Buffer, not copies.
+ * slices are views of the caller's Buffer, not copies, and the transfer
+ * encoding Nodemailer chose for the Buffer (it reads a text Buffer to pick
+ * quoted-printable or Base64, which it cannot do for a stream) is kept.
  */
 export function sliceLargeContents(node: ContentNode): void {
   if (Buffer.isBuffer(node.content) && node.content.length > SLICE_ABOVE && typeof node.setContent === 'function') {
     const content = node.content;
+    // Decided while the content is still a Buffer, then fixed in the header, which Nodemailer honours.
+    const encoding = node.getTransferEncoding?.();
     node.setContent(Readable.from(slices(content), { objectMode: false }));
+    if ((encoding === 'base64' || encoding === 'quoted-printable') && !node.getHeader?.('Content-Transfer-Encoding')) {
+      node.setHeader?.('Content-Transfer-Encoding', encoding);
+    }
   }
   for (const child of node.childNodes ?? []) sliceLargeContents(child);
 }

@@ -10,6 +10,7 @@ import { startEmulator } from '../../src/emulator/index.js';
 import { Base64Encoder } from '../../src/body/base64-encoder.js';
 import { waitFor } from '../helpers/async.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
+import { NODEMAILERS } from '../helpers/nodemailer-versions.js';
 
 /** A fixed message of about `size` bytes, so two builds are the same bytes. */
 function fixedEml(size: number): Buffer {
@@ -155,6 +156,47 @@ describe('large messages', () => {
     await transport.close();
     await emu.close();
   }, 60_000);
+});
+
+describe.each(NODEMAILERS)('with $label, large Buffer contents', ({ nodemailer: mailer }) => {
+  // 4.5 MB of Cyrillic text: Nodemailer picks Base64 for it (QP would take 9 bytes for each 2-byte letter).
+  const cyrillic = Buffer.from('Съешь же ещё этих мягких французских булок, да выпей чаю. '.repeat(45_000));
+  const message = {
+    from: 'a@example.test',
+    to: 'b@example.test',
+    subject: 'Report',
+    messageId: '<same@example.test>',
+    date: new Date('2026-01-01T00:00:00Z'),
+    text: cyrillic,
+    attachments: [
+      { filename: 'report.csv', content: cyrillic, contentType: 'text/csv; charset=utf-8' },
+      { filename: 'data.bin', content: randomBytes(1_500_000) },
+    ],
+  };
+
+  it('are uploaded in the same encoding, to the byte, as Nodemailer builds them unsliced', async () => {
+    const service = await startFakeService();
+    try {
+      const reference = await mailer
+        .createTransport({ streamTransport: true, buffer: true, keepBcc: true })
+        .sendMail({ ...message, baseBoundary: 'fixed' } as never);
+      const transport = new EmlApiTransport({ apiKey: 'k', baseUrl: service.url });
+      await mailer.createTransport(transport).sendMail({ ...message, baseBoundary: 'fixed' } as never);
+      await transport.close();
+      const uploaded = Buffer.from(
+        (JSON.parse(service.requests[0]!.body.toString()) as { mail: string }).mail,
+        'base64',
+      );
+      const expected = reference.message as Buffer;
+      expect(uploaded.toString().match(/^Content-Transfer-Encoding: .*$/gim)).toEqual(
+        expected.toString().match(/^Content-Transfer-Encoding: .*$/gim),
+      );
+      expect(uploaded.length).toBe(expected.length);
+      expect(uploaded.equals(expected)).toBe(true);
+    } finally {
+      await service.close();
+    }
+  });
 });
 
 describe('streaming Base64', () => {
