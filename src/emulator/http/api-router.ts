@@ -6,7 +6,7 @@ import { isValidIdempotencyKey, MAX_IDEMPOTENCY_KEY } from '../../protocol/idemp
 import { authenticate, requireScope } from './authenticate.js';
 import type { ServerContext } from './server-context.js';
 import { HttpError } from '../operations/http-error.js';
-import { parseJsonObject, readBody } from './read-body.js';
+import { ClientGoneError, parseJsonObject, readBody } from './read-body.js';
 import type { ApiAnswer, Operation, RequestContext } from '../operations/operation.js';
 import { ROUTES } from './routes.js';
 
@@ -158,6 +158,10 @@ function decodeParam(segment: string, index: number): string {
 }
 
 function errorAnswer(server: ServerContext, err: unknown): ApiAnswer {
+  if (err instanceof ClientGoneError) {
+    // Nothing is reported: the client left; the answer goes nowhere.
+    return { status: 400, body: { error: { code: 'invalid_request', message: err.message } } };
+  }
   if (err instanceof HttpError) {
     const body: ApiErrorBody = { error: { code: err.code, message: err.message } };
     return { status: err.status, body, headers: err.headers };

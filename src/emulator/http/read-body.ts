@@ -12,12 +12,29 @@ export async function readBody(req: IncomingMessage, limit: number): Promise<Buf
   }
   const chunks: Buffer[] = [];
   let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > limit) throw tooLarge(limit);
-    chunks.push(chunk);
+  try {
+    for await (const chunk of req as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size > limit) throw tooLarge(limit);
+      chunks.push(chunk);
+    }
+  } catch (err) {
+    if (err instanceof HttpError) throw err;
+    // The stream fails ('aborted', ECONNRESET) when the client goes away mid-body.
+    throw new ClientGoneError(err);
   }
   return Buffer.concat(chunks, size);
+}
+
+/**
+ * The client went away before its request was read: its own doing, never an
+ * internal error of the emulator. There is nobody left to answer.
+ */
+export class ClientGoneError extends Error {
+  override readonly name = 'ClientGoneError';
+  constructor(cause: unknown) {
+    super('the client disconnected before its request was read', { cause });
+  }
 }
 
 function tooLarge(limit: number): HttpError {
