@@ -1,8 +1,8 @@
 import { once } from 'node:events';
-import { createWriteStream, type WriteStream } from 'node:fs';
+import { createReadStream, createWriteStream, type WriteStream } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 import type { UploadBody } from '../http/upload-body.js';
 import { headerSectionEnd } from '../protocol/header-fields.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
@@ -17,7 +17,15 @@ export interface SpooledMessage {
   size: number;
   /** The `{"mail":"<base64>"}` request body. */
   body: UploadBody;
+  /**
+   * A fresh stream of the message bytes themselves (from memory, or from the
+   * spool file in chunks), e.g. to store them elsewhere. Valid until `body.dispose()`.
+   */
+  open(): Readable;
 }
+
+/** Chunks in which a spooled message is read back by `open()`. */
+const FILE_CHUNK = 1024 * 1024;
 
 /** Header sections longer than this are cut: no real message needs more to name its recipients. */
 const MAX_HEAD = 1024 * 1024;
@@ -154,10 +162,21 @@ class Collector {
       const file = this.#file;
       file.end();
       await once(file, 'finish');
-      return { head, size: this.#size, body: emlBodyFromFile(file.path as string, this.#size, this.#dir!) };
+      const path = file.path as string;
+      return {
+        head,
+        size: this.#size,
+        body: emlBodyFromFile(path, this.#size, this.#dir!),
+        open: () => createReadStream(path, { highWaterMark: FILE_CHUNK }),
+      };
     }
     const eml = this.#chunks.length === 1 ? this.#chunks[0]! : Buffer.concat(this.#chunks, this.#size);
-    return { head, size: this.#size, body: emlBodyFromBuffer(eml, STREAM_ABOVE) };
+    return {
+      head,
+      size: this.#size,
+      body: emlBodyFromBuffer(eml, STREAM_ABOVE),
+      open: () => Readable.from([eml], { objectMode: false }),
+    };
   }
 
   async discard(): Promise<void> {
