@@ -96,6 +96,15 @@ describe('eml-api worker', () => {
     expect(await transport.queue.getJobCounts('completed', 'active')).toEqual({ completed: 1, active: 0 });
   }, 30_000);
 
+  it('refuses to start with a key the service refuses, rather than failing every queued message', async () => {
+    await send('ann@example.test');
+    const r = await cli(['worker'], { env: { ...env, EML_API_KEY: 'wrong-key' } });
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/401 invalid_api_key.*\[EAUTH\]/);
+    expect(r.stderr).not.toContain('wrong-key');
+    expect(await transport.queue.getJobCounts('waiting', 'failed')).toEqual({ waiting: 1, failed: 0 });
+  });
+
   it('reports wrong usage with exit code 2', async () => {
     expect(await cli(['worker'], { env: { EML_API_URL: emu.url, EML_API_KEY: emu.apiKey } })).toMatchObject({
       code: 2,

@@ -2,7 +2,8 @@ import { parseArgs } from 'node:util';
 import { EmlApiWorker, type OutboxJob } from '../../queue/eml-api-worker.js';
 import type { OutboxSendResult } from '../../queue/outbox-job.js';
 import { requireQueuePeers } from '../../queue/queue-peers.js';
-import type { EmlApiError } from '../../shared/eml-api-error.js';
+import { EmlApiClient } from '../../client/eml-api-client.js';
+import { EmlApiError } from '../../shared/eml-api-error.js';
 import type { CliIo } from '../cli-io.js';
 import { outboxLocation, parseRate, REDIS_ARG_OPTIONS, REDIS_OPTIONS_HELP } from '../lib/redis-config.js';
 import { asUsageError, SERVICE_ARG_OPTIONS, SERVICE_OPTIONS_HELP, serviceOptions } from '../lib/service-config.js';
@@ -26,7 +27,10 @@ ${REDIS_OPTIONS_HELP}  --concurrency <n>       messages sent at once by this wor
   --rate <N/s>            at most N sends per second across all workers (also N/m, N/h)
 ${SERVICE_OPTIONS_HELP}
 Environment: REDIS_URL, EML_API_URL, EML_API_KEY.
-Exit codes: 0 stopped, 1 could not start, 2 wrong usage.
+It checks the key first (without sending mail): a key the service refuses
+would fail every queued message, so the worker does not start with one.
+
+Exit codes: 0 stopped, 1 could not start (refused key...), 2 wrong usage.
 `;
 
 /** `eml-api worker`: runs an outbox worker until SIGINT/SIGTERM (or `io.signal`). */
@@ -56,6 +60,7 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
   const service = serviceOptions(values, io.env);
   // A missing bullmq or ioredis is a failure to run (exit 1), not a usage mistake.
   requireQueuePeers();
+  await checkKey(service, io);
   const outbox = asUsageError(
     () => new EmlApiWorker({ ...location, ...service, concurrency, ...(limiter ? { limiter } : {}) }),
   );
@@ -91,6 +96,25 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
   }
   io.stdout.write(`Worker stopped: ${sent} sent, ${failed} failed\n`);
   return EXIT.ok;
+}
+
+/**
+ * Checks the key before the worker takes any job: a key the service refuses
+ * would fail every queued message at once (401 and 403 are permanent). An
+ * unreachable service is only a warning: the queue retries.
+ */
+async function checkKey(service: ReturnType<typeof serviceOptions>, io: CliIo): Promise<void> {
+  const client = asUsageError(() => new EmlApiClient({ ...service, retries: false, timeouts: { total: 10_000 } }));
+  try {
+    await client.verify();
+  } catch (err) {
+    if (err instanceof EmlApiError && err.code === 'EAUTH') throw err;
+    io.stderr.write(
+      `warning: could not check the key (${terminalText((err as Error).message)}); starting anyway, the queue retries\n`,
+    );
+  } finally {
+    await client.close();
+  }
 }
 
 function jobName(job: OutboxJob): string {
