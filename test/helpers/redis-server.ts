@@ -90,7 +90,15 @@ async function launch(args: string[], port: number): Promise<ChildProcess> {
   child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
   const failed = new Promise<never>((_, reject) => {
-    child.once('error', reject);
+    child.once('error', (err: NodeJS.ErrnoException) =>
+      reject(
+        err.code === 'ENOENT'
+          ? new Error(
+              'redis-server is not installed; the outbox tests run a real Redis: apt-get install -y redis-server (or set REDIS_SERVER to its path)',
+            )
+          : err,
+      ),
+    );
     child.once('exit', (code) => reject(new Error(`redis-server exited (${code}) before answering:\n${output}`)));
   });
   // Ready once it answers PING.
