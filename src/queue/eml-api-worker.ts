@@ -8,7 +8,7 @@ import { sweepStoredContent } from './content-sweeper.js';
 import { failureAction, outboxJobError } from './job-failure.js';
 import { readOutboxJobData, type OutboxJobData, type OutboxJobError, type OutboxSendResult } from './outbox-job.js';
 import type { QueueLocation } from './queue-location.js';
-import { loadBullmq } from './queue-peers.js';
+import { loadBullmq, type BullmqModule } from './queue-peers.js';
 import { closeOutboxRedis, openOutboxRedis, type OutboxRedis } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
 import { resolveWorkerOptions } from './resolve-worker-options.js';
@@ -168,13 +168,13 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   async #process(job: OutboxJob, token: string | undefined): Promise<OutboxSendResult> {
-    const { UnrecoverableError, Worker, WaitingError } = loadBullmq();
-    if (this.#forcing) return this.#handBack(job, token, new WaitingError());
+    const { UnrecoverableError, Worker } = loadBullmq();
+    if (this.#forcing) return this.#handBack(job, token);
     try {
       const data = readOutboxJobData(job.data, this.#location.contentKeyPrefix);
       return await sendOutboxJob(clientInternals(this.client).requester, this.#redis.redis, data);
     } catch (err) {
-      if (this.#forcing) return this.#handBack(job, token, new WaitingError());
+      if (this.#forcing) return this.#handBack(job, token);
       const action = failureAction(err);
       if (action.kind === 'pause') {
         // BullMQ's rate limit key pauses every worker of the queue; the job goes back without using an attempt.
@@ -192,10 +192,17 @@ export class EmlApiWorker extends EventEmitter {
     }
   }
 
-  /** Puts a job of a forced close back in the queue at once, instead of waiting for its lock to expire. */
-  async #handBack(job: OutboxJob, token: string | undefined, signal: Error): Promise<never> {
-    await job.moveToWait(token).catch(() => undefined);
-    throw signal;
+  /**
+   * Puts a job of a forced close back in the queue at once, instead of waiting
+   * for its lock to expire, then tells BullMQ the job was moved (so it neither
+   * fails nor completes it). BullMQ releases before 5.x's WaitingError and
+   * `moveToWait` leave the job to the lock expiry instead.
+   */
+  async #handBack(job: OutboxJob, token: string | undefined): Promise<never> {
+    const { WaitingError, DelayedError } = loadBullmq() as Omit<BullmqModule, 'WaitingError'> &
+      Partial<Pick<BullmqModule, 'WaitingError'>>;
+    if (typeof job.moveToWait === 'function') await job.moveToWait(token).catch(() => undefined);
+    throw WaitingError ? new WaitingError() : new DelayedError();
   }
 
   /** Keeps the error of a failed attempt on the job, for `queue status` and dashboards. */
