@@ -13,10 +13,20 @@ export default defineConfig([
   {
     ...common,
     // The library: ESM and CommonJS, with types for both.
-    entry: { index: 'src/index.ts', emulator: 'src/emulator/index.ts', relay: 'src/relay/index.ts' },
+    entry: {
+      index: 'src/index.ts',
+      emulator: 'src/emulator/index.ts',
+      queue: 'src/queue/index.ts',
+      relay: 'src/relay/index.ts',
+    },
     format: ['esm', 'cjs'],
     dts: {
-      entry: { index: 'src/index.ts', emulator: 'src/emulator/index.ts', relay: 'src/relay/index.ts' },
+      entry: {
+        index: 'src/index.ts',
+        emulator: 'src/emulator/index.ts',
+        queue: 'src/queue/index.ts',
+        relay: 'src/relay/index.ts',
+      },
       compilerOptions: { stripInternal: true },
     },
     clean: true,

@@ -14,6 +14,7 @@ import nodemailer from 'nodemailer';
 import { Agent } from 'undici';
 import { EmlApiTransport } from '../src/index.js';
 import { benchMessage } from './bench-message.js';
+import { queueBenchmarks } from './queue-cases.js';
 import { relayBenchmarks } from './relay-bench.js';
 import { startSinks, type Sinks } from './sinks.js';
 
@@ -442,7 +443,8 @@ function markdown(): string {
     '',
     `Latest run: ${new Date().toISOString()} on ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGb} GiB, Node ${machine.node}.`,
     '',
-    'Reproduce with `npm ci && npm run bench` (under 5 minutes). Sinks run in a separate process; each memory case runs in a fresh process.',
+    'Reproduce with `npm ci && npm run bench` (about 7 minutes; `npm run bench -- --only queue` runs the outbox cases alone and prints them).',
+    'Sinks run in a separate process; each memory case runs in a fresh process; the outbox cases use a redis-server started for the run.',
     'Every figure is compared with a reference measured in the same run. Throughput: the transport and its references run in',
     `${THROUGHPUT_ROUNDS} interleaved rounds of ${THROUGHPUT_COUNT} messages (10 KB HTML and a 2 KB attachment) after a warm-up; values are medians and`,
     'each ratio is the median of the per-round ratios, because the speed of a shared machine drifts by tens of percent between',
@@ -496,6 +498,17 @@ const ANALYSIS = [
   '  Peak RSS depends on when the garbage collector runs and how freed memory is reused, so single runs vary by',
   '  tens of MB (the range is shown next to each median; a run near 0 reused memory the process already held after',
   '  its warm-up).',
+  '- **Outbox enqueue.** `sendMail` through `EmlApiQueueTransport` builds the message exactly as the direct transport',
+  "  does, then writes it to Redis and adds a job, without waiting for the service. Both are bound by Nodemailer's build,",
+  '  so the rates are close (a direct send spends the time the producer spends on Redis on the HTTP request).',
+  '- **Outbox drain.** Each worker process runs `concurrency` sends at once; the ideal is linear in workers × concurrency',
+  '  over the 50 ms latency. Per job a worker makes a few Redis round trips (take the job, check and read its content,',
+  '  complete it, delete the content) besides the request; on 2 cores the worker processes, Redis, the sink and the',
+  '  benchmark share the CPU.',
+  "- **Outbox memory.** The message is 34 MiB as EML (the 25 MB attachment Base64-encoded inside). The producer's figure",
+  "  includes the 25 MB Buffer the caller allocates after the baseline and Nodemailer's build; the message goes to a",
+  '  spool file and from there to Redis in 1 MiB chunks, and the worker reads it back in 1 MiB chunks and encodes it as it',
+  '  uploads, so neither holds the message whole; what remains of the peak is chunks V8 has not collected yet.',
   '- **Relay.** The relay is a separate process between Nodemailer and the sink: each message is built by Nodemailer,',
   '  sent over SMTP, parsed by smtp-server, spooled and hashed, then uploaded, so it costs a second protocol hop on the',
   '  same two cores the direct transport has to itself. Its memory stays flat: the message streams to the spool file',
@@ -504,21 +517,35 @@ const ANALYSIS = [
   '',
 ];
 
+// `npm run bench -- --only queue` runs one section and prints it, leaving results.json and BENCHMARKS.md as they are.
+const only = process.argv.includes('--only') ? process.argv[process.argv.indexOf('--only') + 1] : undefined;
+const sections: Record<string, (sinks: Sinks) => Promise<void>> = {
+  throughput,
+  latency: latencyBound,
+  connections,
+  memory,
+  profile,
+  relay,
+  queue: async (sinks) => {
+    const queueRows = await queueBenchmarks(sinks);
+    rows.push(...queueRows);
+    for (const row of queueRows) {
+      console.log(
+        `${row.benchmark} | ${row.case}: ${row.value.toFixed(1)} ${row.unit} vs ${row.reference} ${row.referenceValue.toFixed(1)} → ratio ${row.ratio.toFixed(2)}`,
+      );
+    }
+  },
+};
+if (only !== undefined && !Object.hasOwn(sections, only)) {
+  throw new Error(`--only: expected one of ${Object.keys(sections).join(', ')}`);
+}
+
 const started = performance.now();
-// BENCH_ONLY=relay runs the relay's benchmarks alone and writes nothing.
-const only = process.env.BENCH_ONLY;
 console.log(`Machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGb} GiB, Node ${machine.node}`);
 const sinks = await startSinks();
 try {
-  if (only === 'relay') {
-    await relay(sinks);
-  } else {
-    await throughput(sinks);
-    await latencyBound(sinks);
-    await connections(sinks);
-    await memory(sinks);
-    await profile(sinks);
-    await relay(sinks);
+  for (const [name, section] of Object.entries(sections)) {
+    if (only === undefined || only === name) await section(sinks);
   }
 } finally {
   await sinks.stop();

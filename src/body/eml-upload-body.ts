@@ -45,17 +45,27 @@ export function emlBodyFromBuffer(eml: Buffer, streamAbove: number): UploadBody 
 
 /** The EML request body for a message spooled to a file; `remove` is called (once) on dispose. */
 export function emlBodyFromFile(path: string, size: number, remove: () => Promise<void>): UploadBody {
+  return emlBodyFromStream(size, () => createReadStream(path, { highWaterMark: SLICE }), remove);
+}
+
+/**
+ * The EML request body for a message of `size` bytes read from a stream that
+ * `open` makes anew for each attempt (a file, a store read in chunks), encoded
+ * as it streams: neither the message nor its Base64 text is held whole.
+ * `dispose` runs once, however often it is called.
+ */
+export function emlBodyFromStream(size: number, open: () => Readable, dispose: () => Promise<void>): UploadBody {
   let disposed: Promise<void> | undefined;
   return {
     length: emlBodyLength(size),
     bytes: undefined,
     open: () => {
-      const file = createReadStream(path, { highWaterMark: SLICE });
+      const source = open();
       const encoder = new Base64Encoder();
-      file.once('error', (err) => encoder.destroy(err));
-      return Readable.from(frame(file.pipe(encoder)), { objectMode: false });
+      source.once('error', (err) => encoder.destroy(err));
+      return Readable.from(frame(source.pipe(encoder)), { objectMode: false });
     },
-    dispose: () => (disposed ??= remove()),
+    dispose: () => (disposed ??= dispose()),
   };
 }
 

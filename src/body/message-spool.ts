@@ -1,4 +1,5 @@
-import type { Readable } from 'node:stream';
+import { createReadStream } from 'node:fs';
+import { Readable } from 'node:stream';
 import type { UploadBody } from '../http/upload-body.js';
 import { headerSectionEnd } from '../protocol/header-fields.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
@@ -14,7 +15,15 @@ export interface SpooledMessage {
   size: number;
   /** The `{"mail":"<base64>"}` request body. */
   body: UploadBody;
+  /**
+   * A fresh stream of the message bytes themselves (from memory, or from the
+   * spool file in chunks), e.g. to store them elsewhere. Valid until `body.dispose()`.
+   */
+  open(): Readable;
 }
+
+/** Chunks in which a spooled message is read back by `open()`. */
+const FILE_CHUNK = 1024 * 1024;
 
 /** Header sections longer than this are cut: no real message needs more to name its recipients. */
 const MAX_HEAD = 1024 * 1024;
@@ -151,10 +160,21 @@ class Collector {
     if (this.#file) {
       const file = this.#file;
       await file.end();
-      return { head, size: this.#size, body: emlBodyFromFile(file.path, this.#size, () => file.remove()) };
+      const path = file.path;
+      return {
+        head,
+        size: this.#size,
+        body: emlBodyFromFile(path, this.#size, () => file.remove()),
+        open: () => createReadStream(path, { highWaterMark: FILE_CHUNK }),
+      };
     }
     const eml = this.#chunks.length === 1 ? this.#chunks[0]! : Buffer.concat(this.#chunks, this.#size);
-    return { head, size: this.#size, body: emlBodyFromBuffer(eml, STREAM_ABOVE) };
+    return {
+      head,
+      size: this.#size,
+      body: emlBodyFromBuffer(eml, STREAM_ABOVE),
+      open: () => Readable.from([eml], { objectMode: false }),
+    };
   }
 
   async discard(): Promise<void> {

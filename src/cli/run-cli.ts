@@ -2,9 +2,11 @@ import { VERSION } from '../shared/version.js';
 import { resolveCliIo, type CliIo } from './cli-io.js';
 import { formatErrorDetails, formatErrorLine } from './lib/format-error.js';
 import { groupCommand, GROUP_SUBCOMMANDS } from './commands/group-command.js';
+import { queueCommand, QUEUE_SUBCOMMANDS } from './commands/queue-command.js';
 import { relayCommand } from './commands/relay-command.js';
 import { sendCommand } from './commands/send-command.js';
 import { serveCommand } from './commands/serve-command.js';
+import { workerCommand } from './commands/worker-command.js';
 import { EXIT, isUsageError, UsageError } from './lib/usage-error.js';
 
 /** Help of `eml-api` itself. */
@@ -18,9 +20,13 @@ Commands:
                                           add members (CSV with email, name, substitution columns)
   group remove <group> <address...>       remove members
   group check <group> <address...>        check membership
+  worker                                  send the messages queued in Redis (the outbox) until stopped
+  queue status                            the outbox: counts by state, failed messages and their errors
+  queue retry [job...]                    put failed messages back in the outbox
 
 Run "eml-api <command> --help" (or "eml-api group <subcommand> --help") for options.
 Environment: EML_API_URL (base URL), EML_API_KEY (API key); --url and --key override them.
+REDIS_URL (the outbox's Redis, for worker and queue); --redis overrides it.
 
 Exit codes:
   0  success
@@ -37,6 +43,8 @@ const COMMANDS = {
   relay: relayCommand,
   send: sendCommand,
   group: groupCommand,
+  worker: workerCommand,
+  queue: queueCommand,
 } as const;
 
 /**
@@ -100,5 +108,7 @@ function helpTopic(command: string | undefined, rest: string[]): string {
   if (command === undefined || !Object.hasOwn(COMMANDS, command)) return '';
   if (command === 'group' && rest[0] !== undefined && Object.hasOwn(GROUP_SUBCOMMANDS, rest[0]))
     return `group ${rest[0]} `;
+  if (command === 'queue' && rest[0] !== undefined && Object.hasOwn(QUEUE_SUBCOMMANDS, rest[0]))
+    return `queue ${rest[0]} `;
   return `${command} `;
 }

@@ -135,7 +135,8 @@ function resolveRetries(value: unknown): Required<RetryOptions> {
   return resolved;
 }
 
-function resolveSpool(value: unknown): SpoolSettings {
+/** Validates `spool` options and completes them with the defaults. */
+export function resolveSpool(value: unknown): SpoolSettings {
   const defaults = defaultSpoolSettings();
   if (value === undefined) return defaults;
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {

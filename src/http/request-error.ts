@@ -40,7 +40,7 @@ export function errorFromResponse(
   command: string,
   res: ServiceResponse,
   secret: string,
-  extra: { attempts?: number; note?: string } = {},
+  extra: { attempts?: number; note?: string; retryAfter?: number } = {},
 ): EmlApiError {
   const text = redact(res.text, secret);
   const raw = readApiError(res.data);
@@ -65,6 +65,7 @@ export function errorFromResponse(
       command,
       ...(apiCode === undefined ? {} : { apiCode }),
       ...(extra.attempts === undefined ? {} : { attempts: extra.attempts }),
+      ...(extra.retryAfter === undefined ? {} : { retryAfter: extra.retryAfter }),
       mayHaveBeenAccepted: ambiguous,
     },
   );

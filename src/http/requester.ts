@@ -303,7 +303,11 @@ class RunningCall implements Call {
             wait !== undefined && delay > retries.maxDelay
               ? `the service asks to retry after ${Math.ceil(delay / 1000)} s, longer than retries.maxDelay`
               : undefined;
-          throw errorFromResponse(command, res, secret, { attempts: this.#attempts, ...(note ? { note } : {}) });
+          throw errorFromResponse(command, res, secret, {
+            attempts: this.#attempts,
+            ...(note ? { note } : {}),
+            ...(wait === undefined ? {} : { retryAfter: wait }),
+          });
         }
         throw failure;
       }

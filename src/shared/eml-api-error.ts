@@ -34,9 +34,14 @@ export interface EmlApiErrorDetails {
   mayHaveBeenAccepted?: boolean;
   /** Attempts made, retries included. */
   attempts?: number;
+  /** How long the service asked to wait before trying again (its `Retry-After`), in ms. */
+  retryAfter?: number;
 }
 
 const MAX_RESPONSE_CHARS = 2000;
+
+/** Marks every EmlApiError, whichever copy of this module made it (see `Symbol.hasInstance` below). */
+const BRAND = Symbol.for('nodemailer-eml-api.EmlApiError');
 
 /**
  * The one error class of this package. Every failure of the client, the
@@ -56,6 +61,16 @@ const MAX_RESPONSE_CHARS = 2000;
  * }
  */
 export class EmlApiError extends Error {
+  /**
+   * `err instanceof EmlApiError` holds for an error made by any copy of this
+   * class: each entry point (`nodemailer-eml-api`, `/queue`, `/emulator`) and
+   * each format (ESM, CommonJS) bundles its own, and an error from one must
+   * still be recognised with the class imported from another.
+   */
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[BRAND] === true;
+  }
+
   override readonly name = 'EmlApiError';
   /** Nodemailer-style error code. */
   readonly code: EmlApiErrorCode;
@@ -79,9 +94,15 @@ export class EmlApiError extends Error {
   readonly mayHaveBeenAccepted: boolean;
   /** Attempts made, retries included (1 when there was no retry). */
   readonly attempts?: number;
+  /**
+   * How long the service asked to wait before trying again, in ms: its
+   * `Retry-After` on the answer that failed the call (429, 503), when it sent one.
+   */
+  readonly retryAfter?: number;
 
   constructor(code: EmlApiErrorCode, message: string, details: EmlApiErrorDetails = {}) {
     super(message, details.cause === undefined ? undefined : { cause: details.cause });
+    Object.defineProperty(this, BRAND, { value: true });
     this.code = code;
     if (details.responseCode !== undefined) this.responseCode = details.responseCode;
     if (details.response !== undefined) this.response = truncate(details.response);
@@ -91,6 +112,7 @@ export class EmlApiError extends Error {
     if (details.partial !== undefined) this.partial = details.partial;
     this.mayHaveBeenAccepted = details.mayHaveBeenAccepted ?? false;
     if (details.attempts !== undefined) this.attempts = details.attempts;
+    if (details.retryAfter !== undefined) this.retryAfter = details.retryAfter;
   }
 }
 

@@ -442,7 +442,7 @@ describe('text the service sent', () => {
   // eslint-disable-next-line no-control-regex -- the test looks for control characters
   const controls = /[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]/;
 
-  it('is printed with its control and bidi characters escaped, in errors', async () => {
+  it('is printed without its escape sequences, control and bidi characters, in errors', async () => {
     service.answer({ status: 400, body: { error: { code: 'invalid_eml', message: HOSTILE } } });
     const r = await run(['send', '-'], {
       env: { EML_API_URL: service.url, EML_API_KEY: 'k' },
@@ -450,11 +450,13 @@ describe('text the service sent', () => {
     });
     expect(r.code).toBe(1);
     expect(r.stderr).not.toMatch(controls);
-    expect(r.stderr).toContain('\\x1b]0;pwned\\x07');
+    // The window-title sequence is gone whole; the forged line stays on this one.
+    expect(r.stderr).not.toContain('pwned');
+    expect(r.stderr).toMatch(/bad .*forged: all good/);
     expect(r.stderr.split('\n').filter(Boolean)).toHaveLength(1);
   });
 
-  it('is printed with its control and bidi characters escaped, in skip reasons and sent ids', async () => {
+  it('is printed without its escape sequences, control and bidi characters, in skip reasons and sent ids', async () => {
     service.answer({ status: 200, body: { added: [], skipped: [{ email: 'a@x.test', reason: HOSTILE }] } });
     const added = await run(['group', 'add', 'news', 'a@x.test', '--on-failure', 'skip'], {
       env: { EML_API_URL: service.url, EML_API_KEY: 'k' },

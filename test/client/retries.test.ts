@@ -51,6 +51,14 @@ describe('retries of failures the service surely did not process', () => {
     expect(err).toMatchObject({ code: 'EAPI', responseCode: 429, apiCode: 'rate_limited', permanent: false });
     expect(err.message).toContain('retry after 120 s');
     expect(service.requests).toHaveLength(1);
+    // The wait the service asked for travels on the error (the outbox pauses its queue that long).
+    expect(err.retryAfter).toBe(120_000);
+  });
+
+  it('carries no retryAfter when the failing answer had no Retry-After', async () => {
+    service.script([{ status: 503 }]);
+    const err = await rejectionOf(makeClient({ retries: false }).sendEml(EML));
+    expect(err.retryAfter).toBeUndefined();
   });
 
   it('stops after retries.limit retries and reports the attempts', async () => {

@@ -5,11 +5,14 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import bullmqPkg from 'bullmq/package.json' with { type: 'json' };
+import ioredisPkg from 'ioredis/package.json' with { type: 'json' };
 import mailparserPkg from 'mailparser/package.json' with { type: 'json' };
 import smtpServerPkg from 'smtp-server/package.json' with { type: 'json' };
 import nodemailerPkg from 'nodemailer/package.json' with { type: 'json' };
 import pkg from '../../package.json' with { type: 'json' };
 import { startEmulator } from '../../src/emulator/index.js';
+import { startRedisServer } from '../helpers/redis-server.js';
 
 const run = promisify(execFile);
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -36,6 +39,13 @@ const TYPES_USAGE = `
 import nodemailer from 'nodemailer';
 import { EmlApiTransport, EmlApiError, type EmlApiSentMessageInfo } from 'nodemailer-eml-api';
 import { startEmulator, type Emulator } from 'nodemailer-eml-api/emulator';
+import {
+  EmlApiQueueTransport,
+  startEmlApiWorker,
+  type EmlApiQueuedMessageInfo,
+  type OutboxJob,
+  type OutboxSendResult,
+} from 'nodemailer-eml-api/queue';
 export async function check(): Promise<string> {
   const emu: Emulator = await startEmulator({ apiKeys: [{ key: 'k', scopes: ['sender'] }] });
   const transporter = nodemailer.createTransport(new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url }));
@@ -45,6 +55,15 @@ export async function check(): Promise<string> {
   await transporter.sendMail({ from: 'a@x.test', to: 'b@x.test', subject: 's', html: 'x', tracking: true });
   const err = new EmlApiError('EAPI', 'x');
   return info.messageId + err.code;
+}
+export async function checkQueue(): Promise<string> {
+  const transport = new EmlApiQueueTransport({ connection: 'redis://127.0.0.1:6379', retry: { attempts: 10 } });
+  const transporter = nodemailer.createTransport(transport);
+  const info = (await transporter.sendMail({ from: 'a@x.test', to: 'b@x.test', text: 'x', idempotencyKey: 'k1' })) as EmlApiQueuedMessageInfo;
+  const outbox = await startEmlApiWorker({ connection: 'redis://127.0.0.1:6379', apiKey: 'k', baseUrl: 'http://127.0.0.1:1', limiter: { max: 20, duration: 1000 } });
+  outbox.on('sent', (job: OutboxJob, result: OutboxSendResult) => console.log(job.id, result.response));
+  await outbox.close({ force: true });
+  return info.queueId + info.response;
 }
 `;
 
@@ -117,6 +136,106 @@ await transporter.close();
     );
   }, 120_000);
 
+  it('needs bullmq and ioredis for the outbox only, says so, and with them queues and sends from ESM and CJS', async () => {
+    // Without them: the entry point says what to install as it is imported; the CLI still runs.
+    await expect(stat(join(dir, 'node_modules', 'bullmq'))).rejects.toThrow(/ENOENT/);
+    await writeFile(
+      join(dir, 'queue-missing.mjs'),
+      `import { createRequire } from 'node:module';
+const describe = (err) => ({ code: err.code, message: err.message });
+let esm;
+try { await import('nodemailer-eml-api/queue'); } catch (err) { esm = describe(err); }
+let cjs;
+try { createRequire(import.meta.url)('nodemailer-eml-api/queue'); } catch (err) { cjs = describe(err); }
+console.log(JSON.stringify({ esm, cjs }));
+`,
+    );
+    const missing = JSON.parse((await run('node', ['queue-missing.mjs'], { cwd: dir })).stdout) as Record<
+      string,
+      { code: string; message: string }
+    >;
+    for (const format of ['esm', 'cjs']) {
+      expect(missing[format]?.code).toBe('ECONFIG');
+      expect(missing[format]?.message).toContain('npm install bullmq ioredis');
+    }
+    const cli = await run(
+      join(dir, 'node_modules', '.bin', 'eml-api'),
+      ['queue', 'status', '--redis', 'redis://127.0.0.1:1'],
+      {
+        cwd: dir,
+      },
+    ).catch((err: { code: number; stderr: string }) => err);
+    expect(cli).toMatchObject({ code: 1, stderr: expect.stringContaining('npm install bullmq ioredis') });
+
+    await run(
+      'npm',
+      [
+        'install',
+        '--prefer-offline',
+        '--no-audit',
+        '--no-fund',
+        `bullmq@${bullmqPkg.version}`,
+        `ioredis@${ioredisPkg.version}`,
+      ],
+      { cwd: dir },
+    );
+    const program = (load: string, queue: string) => `${load}
+(async () => {
+  const transport = new EmlApiQueueTransport({ connection: process.env.REDIS, queueName: '${queue}', maxMessageBytes: 4000 });
+  const transporter = nodemailer.createTransport(transport);
+  const info = await transporter.sendMail({ from: 'a@example.test', to: '${queue}@example.test', subject: 'packed', text: 'hi' });
+  let tooLarge;
+  try { await transporter.sendMail({ from: 'a@example.test', to: 'b@example.test', text: 'x'.repeat(5000) }); } catch (e) { tooLarge = e; }
+  const worker = await startEmlApiWorker({ connection: process.env.REDIS, queueName: '${queue}', apiKey: process.env.KEY, baseUrl: process.env.URL, cleanupInterval: 0 });
+  const sent = await new Promise((resolve) => worker.once('sent', (job, result) => resolve(result.response)));
+  await worker.close();
+  await transport.close();
+  console.log(JSON.stringify({ queued: info.response, sent, isEmlApiError: tooLarge instanceof EmlApiError, code: tooLarge.code }));
+})();
+`;
+    await writeFile(
+      join(dir, 'queue.mjs'),
+      program(
+        `import nodemailer from 'nodemailer';
+import { EmlApiError } from 'nodemailer-eml-api';
+import { EmlApiQueueTransport, startEmlApiWorker } from 'nodemailer-eml-api/queue';`,
+        'esm',
+      ),
+    );
+    await writeFile(
+      join(dir, 'queue.cjs'),
+      program(
+        `const nodemailer = require('nodemailer');
+const { EmlApiError } = require('nodemailer-eml-api');
+const { EmlApiQueueTransport, startEmlApiWorker } = require('nodemailer-eml-api/queue');`,
+        'cjs',
+      ),
+    );
+    const [redis, emu] = await Promise.all([startRedisServer(), startEmulator()]);
+    try {
+      for (const [file, queue] of [
+        ['queue.mjs', 'esm'],
+        ['queue.cjs', 'cjs'],
+      ] as const) {
+        const { stdout } = await run('node', [file], {
+          cwd: dir,
+          env: { ...process.env, REDIS: redis.url, KEY: emu.apiKey, URL: emu.url },
+        });
+        // An error of the outbox is an EmlApiError of the main entry point too.
+        expect(JSON.parse(stdout)).toEqual({
+          queued: expect.stringMatching(/^250 Queued as [0-9a-f-]{36}$/),
+          sent: '202 Accepted',
+          isEmlApiError: true,
+          code: 'EMESSAGE',
+        });
+        expect(emu.mailbox(`${queue}@example.test`)).toHaveLength(1);
+      }
+    } finally {
+      await emu.close();
+      await redis.stop();
+    }
+  }, 180_000);
+
   it('contains only what users need', async () => {
     const { stdout } = await run('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: ROOT });
     const files = (JSON.parse(stdout) as { files: { path: string }[] }[])[0]!.files.map((f) => f.path);
@@ -159,7 +278,7 @@ const { startEmulator } = require('nodemailer-eml-api/emulator');`),
     });
   });
 
-  it('type-checks for ESM and CommonJS consumers, group and tracking on sendMail included', async () => {
+  it('type-checks for ESM and CommonJS consumers, group and tracking on sendMail and the outbox included', async () => {
     await writeFile(join(dir, 'check.mts'), TYPES_USAGE);
     await writeFile(join(dir, 'check.cts'), TYPES_USAGE);
     const tsc = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');

@@ -36,15 +36,39 @@ export function createServiceClient(
   flags: ServiceFlags,
   env: Readonly<Record<string, string | undefined>>,
 ): EmlApiClient {
+  const options = serviceOptions(flags, env);
+  return asUsageError(() => new EmlApiClient(options));
+}
+
+/**
+ * The service's URL and key from flags, falling back to `EML_API_URL` and `EML_API_KEY`.
+ *
+ * @throws {UsageError} when the URL or the key is missing (exit code 2)
+ */
+export function serviceOptions(
+  flags: ServiceFlags,
+  env: Readonly<Record<string, string | undefined>>,
+): { apiKey: string; baseUrl: string; allowInsecureHttp: boolean } {
   const baseUrl = flags.url ?? env.EML_API_URL;
   const apiKey = flags.key ?? env.EML_API_KEY;
   if (!baseUrl) throw new UsageError('no service URL: pass --url or set EML_API_URL');
   if (!apiKey) throw new UsageError('no API key: set EML_API_KEY (or pass --key)');
-  try {
-    return new EmlApiClient({ apiKey, baseUrl, allowInsecureHttp: flags['allow-insecure-http'] ?? false });
-  } catch (err) {
-    // A bad URL or key is a configuration mistake, reported like a wrong flag.
+  return { apiKey, baseUrl, allowInsecureHttp: flags['allow-insecure-http'] ?? false };
+}
+
+/**
+ * Runs `make`, reporting an `ECONFIG` error (a bad URL, key or option) as a
+ * usage error: a configuration mistake, reported like a wrong flag.
+ */
+export function asUsageError<T>(make: () => T): T {
+  const convert = (err: unknown): never => {
     if (err instanceof EmlApiError && err.code === 'ECONFIG') throw new UsageError(err.message);
     throw err;
+  };
+  try {
+    const made = make();
+    return (made instanceof Promise ? made.catch(convert) : made) as T;
+  } catch (err) {
+    return convert(err);
   }
 }

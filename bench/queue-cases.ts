@@ -1,0 +1,238 @@
+/**
+ * The outbox's benchmarks for `npm run bench`: how fast the producer queues
+ * compared with sending directly, how the drain rate grows with worker
+ * processes against a sink with 50 ms latency, and the memory a 25 MB
+ * message takes in the producer and in a worker. Each runs against a real
+ * redis-server started for the run.
+ */
+import { fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import nodemailer from 'nodemailer';
+import { EmlApiTransport } from '../src/index.js';
+import { EmlApiQueueTransport } from '../src/queue/index.js';
+import { startRedisServer, type RedisServer } from '../test/helpers/redis-server.js';
+import { startWorkerProcess, type WorkerProcess } from '../test/helpers/outbox.js';
+import { benchMessage } from './bench-message.js';
+import type { Sinks } from './sinks.js';
+
+/** A row of the benchmark table (the shape bench/run.ts keeps). */
+export interface QueueRow {
+  benchmark: string;
+  case: string;
+  value: number;
+  unit: string;
+  reference: string;
+  referenceValue: number;
+  ratio: number;
+  target: string;
+  met: boolean;
+}
+
+const MEMORY_CASE = fileURLToPath(new URL('./queue-memory-case.ts', import.meta.url));
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+};
+
+async function rate(count: number, concurrency: number, task: (n: number) => Promise<unknown>): Promise<number> {
+  let next = 0;
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < count) await task(next++);
+    }),
+  );
+  return count / ((performance.now() - started) / 1000);
+}
+
+/** Runs the outbox's benchmarks; returns their rows. */
+export async function queueBenchmarks(sinks: Sinks): Promise<QueueRow[]> {
+  const redis = await startRedisServer();
+  const rows: QueueRow[] = [];
+  try {
+    rows.push(...(await enqueueRate(redis, sinks)));
+    rows.push(...(await drainRate(redis, sinks)));
+    rows.push(...(await memory(redis, sinks)));
+  } finally {
+    await redis.stop();
+  }
+  return rows;
+}
+
+const ENQUEUE_ROUNDS = 5;
+const ENQUEUE_COUNT = 1000;
+
+async function enqueueRate(redis: RedisServer, sinks: Sinks): Promise<QueueRow[]> {
+  console.log(`\nOutbox: enqueue rate, ${ENQUEUE_ROUNDS} interleaved rounds of ${ENQUEUE_COUNT}, 20 callers`);
+  await sinks.setDelay(0);
+  const producer = new EmlApiQueueTransport({ connection: redis.url, queueName: 'bench-enqueue', concurrency: 20 });
+  const direct = new EmlApiTransport({ apiKey: 'k', baseUrl: sinks.httpUrl, maxConnections: 20, retries: false });
+  const viaQueue = nodemailer.createTransport(producer);
+  const viaApi = nodemailer.createTransport(direct);
+  const runs: Record<'enqueue' | 'direct', (count: number) => Promise<number>> = {
+    enqueue: async (count) => {
+      const r = await rate(count, 20, (n) => viaQueue.sendMail(benchMessage(n)));
+      await producer.queue.obliterate({ force: true });
+      return r;
+    },
+    direct: (count) => rate(count, 20, (n) => viaApi.sendMail(benchMessage(n))),
+  };
+  // Warm-up: compiled code and open connections on both sides before the first round.
+  await runs.enqueue(600);
+  await runs.direct(600);
+  const rates = { enqueue: [] as number[], direct: [] as number[] };
+  for (let round = 0; round < ENQUEUE_ROUNDS; round++) {
+    for (const name of round % 2 ? (['direct', 'enqueue'] as const) : (['enqueue', 'direct'] as const)) {
+      rates[name].push(await runs[name](ENQUEUE_COUNT));
+    }
+  }
+  await producer.close();
+  await direct.close();
+  const ratios = rates.enqueue.map((r, i) => r / rates.direct[i]!);
+  console.log(`  enqueue ${rates.enqueue.map((r) => r.toFixed(0)).join(' ')} msg/s`);
+  console.log(`  direct  ${rates.direct.map((r) => r.toFixed(0)).join(' ')} msg/s`);
+  const ratio = median(ratios);
+  console.log(
+    `  enqueue / direct per round: ${ratios.map((r) => r.toFixed(2)).join(' ')} → median ${ratio.toFixed(2)}`,
+  );
+  return [
+    {
+      benchmark: 'outbox enqueue',
+      case: 'sendMail into Redis, 20 callers (build, store content, add job)',
+      value: median(rates.enqueue),
+      unit: 'msg/s',
+      reference: 'direct EmlApiTransport sendMail to the sink, 20 connections',
+      referenceValue: median(rates.direct),
+      ratio,
+      target: '-',
+      met: true,
+    },
+  ];
+}
+
+const DRAIN_CONCURRENCY = 5;
+const DRAIN_SECONDS = 3;
+
+async function drainRate(redis: RedisServer, sinks: Sinks): Promise<QueueRow[]> {
+  console.log(
+    `\nOutbox: drain rate against a sink answering after 50 ms, concurrency ${DRAIN_CONCURRENCY} per worker process`,
+  );
+  await sinks.setDelay(50);
+  const rows: QueueRow[] = [];
+  for (const workers of [1, 2, 4]) {
+    const queueName = `bench-drain-${workers}`;
+    const ideal = (workers * DRAIN_CONCURRENCY) / 0.05;
+    const count = Math.round(ideal * DRAIN_SECONDS);
+    const producer = new EmlApiQueueTransport({ connection: redis.url, queueName, concurrency: 20 });
+    await producer.queue.pause();
+    const transporter = nodemailer.createTransport(producer);
+    await rate(count, 20, (n) => transporter.sendMail(benchMessage(n)));
+    const started: WorkerProcess[] = await Promise.all(
+      Array.from({ length: workers }, () =>
+        startWorkerProcess({
+          connection: redis.url,
+          queueName,
+          apiKey: 'k',
+          baseUrl: sinks.httpUrl,
+          concurrency: DRAIN_CONCURRENCY,
+          cleanupInterval: 0,
+        }),
+      ),
+    );
+    const t0 = performance.now();
+    await producer.queue.resume();
+    while (((await producer.queue.getJobCounts('completed')).completed ?? 0) < count) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    const measured = count / ((performance.now() - t0) / 1000);
+    await Promise.all(started.map((w) => w.stop()));
+    await producer.queue.obliterate({ force: true });
+    await producer.close();
+    console.log(
+      `  ${workers} worker process(es): ${measured.toFixed(0)} msg/s of an ideal ${ideal} (${count} messages)`,
+    );
+    rows.push({
+      benchmark: 'outbox drain',
+      case: `${workers} worker process${workers > 1 ? 'es' : ''} × concurrency ${DRAIN_CONCURRENCY}, sink latency 50 ms`,
+      value: measured,
+      unit: 'msg/s',
+      reference: 'ideal workers × concurrency / 0.05 s',
+      referenceValue: ideal,
+      ratio: measured / ideal,
+      target: '-',
+      met: true,
+    });
+  }
+  await sinks.setDelay(0);
+  return rows;
+}
+
+const MEMORY_RUNS = 5;
+
+async function memory(redis: RedisServer, sinks: Sinks): Promise<QueueRow[]> {
+  console.log('\nOutbox: memory for one message with a 25 MB attachment (each run in a fresh process)');
+  const producerRuns: number[] = [];
+  const workerRuns: number[] = [];
+  let messageBytes = 0;
+  for (let run = 0; run < MEMORY_RUNS; run++) {
+    const queueName = `bench-memory-${run}`;
+    const produced = JSON.parse(await caseOutput(['producer', redis.url, queueName])) as {
+      extraMb: number;
+      messageBytes: number;
+    };
+    producerRuns.push(produced.extraMb);
+    messageBytes = produced.messageBytes;
+    // The worker: the two messages the producer case queued (3 MB warm-up, then the 25 MB one) must wait for its baseline.
+    const producer = new EmlApiQueueTransport({ connection: redis.url, queueName });
+    const jobs = await producer.queue.getWaiting();
+    const big = jobs.find((j) => j.data.size > 30 * 2 ** 20)!;
+    await big.remove();
+    const { data } = big;
+    workerRuns.push(
+      (
+        JSON.parse(
+          await caseOutput(['worker', redis.url, queueName, sinks.httpUrl], async () => {
+            await producer.queue.add('eml', data, { jobId: big.id! });
+          }),
+        ) as { extraMb: number }
+      ).extraMb,
+    );
+    await producer.queue.obliterate({ force: true });
+    await producer.close();
+  }
+  const mb = messageBytes / 2 ** 20;
+  console.log(`  message: ${mb.toFixed(1)} MiB as EML (the attachment Base64-encoded inside)`);
+  console.log(`  producer: ${producerRuns.map((r) => r.toFixed(1)).join(', ')} MB`);
+  console.log(`  worker:   ${workerRuns.map((r) => r.toFixed(1)).join(', ')} MB`);
+  const row = (who: string, runs: number[]): QueueRow => ({
+    benchmark: 'outbox memory',
+    case: `${who}, 25 MB attachment (${mb.toFixed(1)} MiB EML), peak extra RSS (runs ${Math.min(...runs).toFixed(0)}-${Math.max(...runs).toFixed(0)} MB)`,
+    value: median(runs),
+    unit: 'MB',
+    reference: 'message size',
+    referenceValue: mb,
+    ratio: median(runs) / mb,
+    target: '-',
+    met: true,
+  });
+  return [row('producer (Buffer attachment allocated after the baseline)', producerRuns), row('worker', workerRuns)];
+}
+
+/** Runs a memory case in a fresh process; `onBaseline` runs when a worker case has taken its baseline. */
+function caseOutput(args: string[], onBaseline?: () => Promise<void>): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = fork(MEMORY_CASE, args, {
+      execArgv: ['--expose-gc', '--import', 'tsx'],
+      stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
+    });
+    let out = '';
+    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    child.on('message', (m) => {
+      if (m === 'baseline') void onBaseline?.();
+    });
+    child.once('exit', (code) =>
+      code === 0 ? resolve(out.trim().split('\n').at(-1)!) : reject(new Error(`memory case exited ${code}`)),
+    );
+  });
+}

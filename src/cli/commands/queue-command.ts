@@ -1,0 +1,38 @@
+import type { CliIo } from '../cli-io.js';
+import { EXIT, UsageError } from '../lib/usage-error.js';
+import { queueRetryCommand } from './queue-retry-command.js';
+import { queueStatusCommand } from './queue-status-command.js';
+
+/** Help of `eml-api queue`. */
+export const QUEUE_HELP = `Usage: eml-api queue <subcommand> [options]
+
+Looks after the outbox: the messages EmlApiQueueTransport queued in Redis
+for "eml-api worker" to send.
+
+Subcommands:
+  status            counts by state, and the failed messages with their errors
+  retry [job...]    put failed messages back in the queue (all of them, or those named)
+
+Run "eml-api queue <subcommand> --help" for its options.
+Environment: REDIS_URL (or --redis).
+`;
+
+/** The subcommands of `eml-api queue`. */
+export const QUEUE_SUBCOMMANDS = {
+  status: queueStatusCommand,
+  retry: queueRetryCommand,
+} as const;
+
+/** `eml-api queue`: dispatches to status or retry. */
+export async function queueCommand(args: string[], io: CliIo): Promise<number> {
+  const [sub, ...rest] = args;
+  if (sub === '--help' || sub === '-h' || sub === 'help') {
+    io.stdout.write(QUEUE_HELP);
+    return EXIT.ok;
+  }
+  if (sub === undefined) throw new UsageError('queue needs a subcommand: status or retry');
+  if (!Object.hasOwn(QUEUE_SUBCOMMANDS, sub)) {
+    throw new UsageError(`unknown queue subcommand "${sub}"; expected status or retry`);
+  }
+  return QUEUE_SUBCOMMANDS[sub as keyof typeof QUEUE_SUBCOMMANDS](rest, io);
+}

@@ -1,0 +1,78 @@
+import { parseArgs } from 'node:util';
+import { OUTBOX_STATES, readOutboxStatus, type FailedSend } from '../../queue/outbox-inspection.js';
+import { openOutboxQueue } from '../../queue/outbox-queue.js';
+import { requireQueuePeers } from '../../queue/queue-peers.js';
+import type { CliIo } from '../cli-io.js';
+import { outboxLocation, REDIS_ARG_OPTIONS, REDIS_OPTIONS_HELP } from '../lib/redis-config.js';
+import { asUsageError } from '../lib/service-config.js';
+import { terminalText } from '../lib/terminal-text.js';
+import { EXIT, UsageError } from '../lib/usage-error.js';
+
+/** Help of `eml-api queue status`. */
+export const QUEUE_STATUS_HELP = `Usage: eml-api queue status [options]
+
+Prints how many messages of the outbox are in each state, and the newest
+failed ones with their errors (what the service answered).
+
+Options:
+${REDIS_OPTIONS_HELP}  --limit <n>             failed messages to list, newest first (default 20)
+  --json                  print JSON instead
+  -h, --help              show this help
+
+Environment: REDIS_URL.
+Exit codes: 0 done, 1 Redis unreachable, 2 wrong usage.
+`;
+
+/** `eml-api queue status`: counts by state and the failed messages. */
+export async function queueStatusCommand(args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args,
+    options: {
+      ...REDIS_ARG_OPTIONS,
+      limit: { type: 'string' },
+      json: { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
+    },
+    allowPositionals: true,
+    strict: true,
+  });
+  if (values.help) {
+    io.stdout.write(QUEUE_STATUS_HELP);
+    return EXIT.ok;
+  }
+  if (positionals.length > 0) throw new UsageError(`queue status takes no arguments, got "${positionals[0]}"`);
+  const limit = values.limit === undefined ? 20 : Number(values.limit);
+  if (!/^\d+$/.test(values.limit ?? '20') || !Number.isSafeInteger(limit)) {
+    throw new UsageError(`--limit: expected a whole number, got "${values.limit}"`);
+  }
+  const location = outboxLocation(values, io.env);
+  requireQueuePeers();
+  const admin = await asUsageError(() => openOutboxQueue(location));
+  try {
+    const status = await readOutboxStatus(admin.queue, { limit });
+    if (values.json) {
+      io.stdout.write(`${JSON.stringify({ queue: admin.queue.name, ...status }, null, 2)}\n`);
+      return EXIT.ok;
+    }
+    const counts = OUTBOX_STATES.map((state) => `${state} ${status.counts[state]}`).join(', ');
+    io.stdout.write(`Queue "${terminalText(admin.queue.name)}"${status.paused ? ' (paused)' : ''}: ${counts}\n`);
+    if (status.failed.length > 0) {
+      const more = status.counts.failed > status.failed.length ? ` (newest ${status.failed.length})` : '';
+      io.stdout.write(`Failed${more}:\n`);
+      for (const send of status.failed) io.stdout.write(failedLine(send));
+    }
+    return EXIT.ok;
+  } finally {
+    await admin.close();
+  }
+}
+
+/** Two lines per failed message: what it was, and why it failed. Everything from outside is made terminal-safe. */
+function failedLine(send: FailedSend): string {
+  const { error } = send;
+  const to = send.group ? `group ${send.group}` : (send.envelope?.to ?? []).join(', ') || '-';
+  const when = send.failedAt ? send.failedAt.toISOString() : '-';
+  const status = [error.code, error.responseCode, error.apiCode].filter((v) => v !== undefined).join(' ');
+  const head = `  ${send.queueId}  ${when}  ${send.kind ?? '?'} to ${to}  attempts ${send.attempts}`;
+  return `${terminalText(head)}\n    ${terminalText(status ? `${status}: ${error.message}` : error.message)}\n`;
+}

@@ -1,0 +1,163 @@
+import { parseArgs } from 'node:util';
+import { EmlApiWorker, type OutboxJob } from '../../queue/eml-api-worker.js';
+import type { OutboxSendResult } from '../../queue/outbox-job.js';
+import { requireQueuePeers } from '../../queue/queue-peers.js';
+import { EmlApiClient } from '../../client/eml-api-client.js';
+import { EmlApiError } from '../../shared/eml-api-error.js';
+import type { CliIo } from '../cli-io.js';
+import { outboxLocation, parseRate, REDIS_ARG_OPTIONS, REDIS_OPTIONS_HELP } from '../lib/redis-config.js';
+import { asUsageError, SERVICE_ARG_OPTIONS, SERVICE_OPTIONS_HELP, serviceOptions } from '../lib/service-config.js';
+import { terminalText } from '../lib/terminal-text.js';
+import { EXIT, UsageError } from '../lib/usage-error.js';
+
+/** Help of `eml-api worker`. */
+export const WORKER_HELP = `Usage: eml-api worker [options]
+
+Sends the messages EmlApiQueueTransport queued in Redis through the service,
+until SIGTERM or SIGINT: then it takes no new message, lets the sends in
+flight finish and stops (a second signal stops at once and puts the sends in
+flight back in the queue for another worker). Run as many workers as you
+like, on any machines, against the same Redis.
+
+Prints a line per message: "sent <job> <status> id=<id>", "retry <job> in <s>s: <error>",
+or "failed <job>: <error>" (failed messages stay in the queue: see eml-api queue status).
+
+Options:
+${REDIS_OPTIONS_HELP}  --concurrency <n>       messages sent at once by this worker (default 5)
+  --rate <N/s>            at most N sends per second across all workers (also N/m, N/h)
+${SERVICE_OPTIONS_HELP}
+Environment: REDIS_URL, EML_API_URL, EML_API_KEY.
+It checks the key first (without sending mail): a key the service refuses
+would fail every queued message, so the worker does not start with one.
+
+Exit codes: 0 stopped, 1 could not start (refused key...), 2 wrong usage.
+`;
+
+/** `eml-api worker`: runs an outbox worker until SIGINT/SIGTERM (or `io.signal`). */
+export async function workerCommand(args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args,
+    options: {
+      ...SERVICE_ARG_OPTIONS,
+      ...REDIS_ARG_OPTIONS,
+      concurrency: { type: 'string' },
+      rate: { type: 'string' },
+    },
+    allowPositionals: true,
+    strict: true,
+  });
+  if (values.help) {
+    io.stdout.write(WORKER_HELP);
+    return EXIT.ok;
+  }
+  if (positionals.length > 0) throw new UsageError(`worker takes no arguments, got "${positionals[0]}"`);
+  const concurrency = values.concurrency === undefined ? 5 : Number(values.concurrency);
+  if (!/^\d+$/.test(values.concurrency ?? '5') || !Number.isInteger(concurrency) || concurrency < 1) {
+    throw new UsageError(`--concurrency: expected a whole number of at least 1, got "${values.concurrency}"`);
+  }
+  const limiter = values.rate === undefined ? undefined : parseRate(values.rate);
+  const location = outboxLocation(values, io.env);
+  const service = serviceOptions(values, io.env);
+  // A missing bullmq or ioredis is a failure to run (exit 1), not a usage mistake.
+  requireQueuePeers();
+  await checkKey(service, io);
+  const outbox = asUsageError(
+    () => new EmlApiWorker({ ...location, ...service, concurrency, ...(limiter ? { limiter } : {}) }),
+  );
+  let sent = 0;
+  let failed = 0;
+  outbox.on('sent', (job: OutboxJob, result: OutboxSendResult) => {
+    sent++;
+    io.stdout.write(`sent ${jobName(job)} ${terminalText(result.response)} id=${terminalText(result.id ?? '-')}\n`);
+  });
+  outbox.on('retrying', (job: OutboxJob, err: EmlApiError, delayMs: number | undefined) => {
+    const wait = delayMs === undefined ? '' : ` in ${Math.ceil(delayMs / 1000)}s`;
+    io.stderr.write(`retry ${jobName(job)}${wait}: ${describeError(err)}\n`);
+  });
+  outbox.on('failed', (job: OutboxJob, err: EmlApiError) => {
+    failed++;
+    io.stderr.write(`failed ${jobName(job)}: ${describeError(err)}\n`);
+  });
+  outbox.on('error', (err: Error) => io.stderr.write(`worker error: ${terminalText(err.message)}\n`));
+
+  const stop = stopSignals(io.signal);
+  try {
+    const ready = await Promise.race([outbox.worker.waitUntilReady().then(() => true), stop.first.then(() => false)]);
+    if (ready) {
+      const rate = limiter ? `, at most ${limiter.max} per ${limiter.duration / 1000} s across all workers` : '';
+      io.stdout.write(`Worker sending from queue "${outbox.queueName}", ${concurrency} at a time${rate}\n`);
+      await stop.first;
+      io.stdout.write('Stopping: finishing the sends in flight (signal again to stop at once)\n');
+    }
+    await Promise.race([outbox.close(), stop.second.then(() => outbox.close({ force: true }))]);
+    await outbox.close();
+  } finally {
+    stop.dispose();
+  }
+  io.stdout.write(`Worker stopped: ${sent} sent, ${failed} failed\n`);
+  return EXIT.ok;
+}
+
+/**
+ * Checks the key before the worker takes any job: a key the service refuses
+ * would fail every queued message at once (401 and 403 are permanent). An
+ * unreachable service is only a warning: the queue retries.
+ */
+async function checkKey(service: ReturnType<typeof serviceOptions>, io: CliIo): Promise<void> {
+  const client = asUsageError(() => new EmlApiClient({ ...service, retries: false, timeouts: { total: 10_000 } }));
+  try {
+    await client.verify();
+  } catch (err) {
+    if (err instanceof EmlApiError && err.code === 'EAUTH') throw err;
+    io.stderr.write(
+      `warning: could not check the key (${terminalText((err as Error).message)}); starting anyway, the queue retries\n`,
+    );
+  } finally {
+    await client.close();
+  }
+}
+
+function jobName(job: OutboxJob): string {
+  return terminalText(String(job.id));
+}
+
+function describeError(err: EmlApiError): string {
+  const code = typeof err.code === 'string' ? ` [${err.code}]` : '';
+  return `${terminalText(err.message)}${code}`;
+}
+
+/**
+ * The first and second stop requests: SIGINT/SIGTERM, or the abort of `signal`
+ * (tests), which counts as the first.
+ */
+function stopSignals(signal: AbortSignal | undefined): {
+  first: Promise<void>;
+  second: Promise<void>;
+  dispose: () => void;
+} {
+  let count = 0;
+  let resolveFirst!: () => void;
+  let resolveSecond!: () => void;
+  const first = new Promise<void>((resolve) => (resolveFirst = resolve));
+  const second = new Promise<void>((resolve) => (resolveSecond = resolve));
+  const onStop = () => {
+    count++;
+    if (count === 1) resolveFirst();
+    else resolveSecond();
+  };
+  if (signal) {
+    if (signal.aborted) onStop();
+    else signal.addEventListener('abort', onStop, { once: true });
+    return { first, second, dispose: () => signal.removeEventListener('abort', onStop) };
+  }
+  process.on('SIGINT', onStop);
+  process.on('SIGTERM', onStop);
+  return {
+    first,
+    second,
+    dispose: () => {
+      process.off('SIGINT', onStop);
+      process.off('SIGTERM', onStop);
+    },
+  };
+}

@@ -1,0 +1,275 @@
+import { randomUUID } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import type { Queue } from 'bullmq';
+import { checkIdempotencyKey } from '../client/input-checks.js';
+import { ConcurrencyLimiter } from '../http/concurrency-limiter.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
+import { VERSION } from '../shared/version.js';
+import { jsonRouteOf } from '../transport/json-route.js';
+import type { NodemailerMail } from '../transport/nodemailer-types.js';
+import { newContentKey, writeContent } from './content-store.js';
+import { outboxJobId } from './outbox-job-id.js';
+import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
+import { loadBullmq } from './queue-peers.js';
+import type { EmlApiQueueTransportOptions } from './queue-transport-options.js';
+import { prepareQueuedContent, type QueuedContent } from './queued-content.js';
+import { queuedMessageInfo, type EmlApiQueuedMessageInfo } from './queued-message-info.js';
+import { closeOutboxRedis, openOutboxRedis, type OutboxRedis } from './redis-connection.js';
+import { withDeadline } from './deadline.js';
+import { redisFailure } from './redis-failure.js';
+import { resolveQueueTransportOptions, type ResolvedQueueTransportOptions } from './resolve-queue-transport-options.js';
+
+/**
+ * Nodemailer's callback of `transport.send`.
+ * @example
+ * transport.send(mail, (err, info) => console.log(err ?? info?.response));
+ */
+export type QueueSendCallback = (err: Error | null, info?: EmlApiQueuedMessageInfo) => void;
+
+/**
+ * Nodemailer transport that queues messages in Redis (BullMQ) instead of
+ * sending them: `sendMail` resolves once Redis has stored the message, like
+ * a relay answering `250` once the message is on disk. Workers
+ * ({@link startEmlApiWorker}, `eml-api worker`), on any number of machines,
+ * send the queued messages through the service, retrying for about a day.
+ *
+ * Messages are built exactly as {@link EmlApiTransport} builds them (plugins
+ * and DKIM applied, Bcc kept) and refused with the same errors before anything
+ * is stored. The producer holds no API key.
+ *
+ * @example
+ * import nodemailer from 'nodemailer';
+ * import { EmlApiQueueTransport } from 'nodemailer-eml-api/queue';
+ *
+ * const transporter = nodemailer.createTransport(new EmlApiQueueTransport({ connection: process.env.REDIS_URL! }));
+ * const info = await transporter.sendMail({ from: 'shop@example.com', to: 'ann@example.net', subject: 'Hi', text: 'Hello', idempotencyKey: 'welcome-ann' });
+ * console.log(info.response); // '250 Queued as welcome-ann'
+ */
+export class EmlApiQueueTransport extends EventEmitter {
+  /** Transport name, used by Nodemailer in logs. */
+  readonly name = 'EmlApiQueueTransport';
+  /** Package version, used by Nodemailer in logs. */
+  readonly version = VERSION;
+  /** `sendMail({ signal })` aborts a send until its job is stored (`EABORT`). */
+  readonly supportsAbortSignal = true;
+  /** The BullMQ queue jobs are added to: counts, jobs and events through BullMQ's own API. */
+  readonly queue: Queue<OutboxJobData, OutboxSendResult>;
+  /** Name of the queue. */
+  readonly queueName: string;
+  readonly #settings: ResolvedQueueTransportOptions;
+  readonly #redis: OutboxRedis;
+  readonly #limiter: ConcurrencyLimiter;
+  readonly #inflight = new Set<Promise<unknown>>();
+  #closed = false;
+  #closing: Promise<void> | undefined;
+
+  /**
+   * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid
+   */
+  constructor(options: EmlApiQueueTransportOptions) {
+    super();
+    this.#settings = resolveQueueTransportOptions(options);
+    const { Queue } = loadBullmq();
+    this.#redis = openOutboxRedis(options.connection, 'producer');
+    this.queueName = this.#settings.queueName;
+    this.queue = new Queue<OutboxJobData, OutboxSendResult>(this.queueName, {
+      connection: this.#redis.redis,
+      prefix: this.#settings.prefix,
+    });
+    const logger = this.#settings.logger;
+    // An 'error' event without a listener would end the process; Redis errors reach the sends anyway.
+    this.queue.on('error', (err: Error) => logger.warn({ error: err.message }, 'Redis error (queue)'));
+    this.#redis.redis.on('error', (err: Error) => logger.debug({ error: err.message }, 'Redis error'));
+    this.#limiter = new ConcurrencyLimiter(this.#settings.concurrency, () => {
+      if (this.isIdle()) this.emit('idle');
+    });
+  }
+
+  /**
+   * Queues one message; called by Nodemailer's `sendMail`. The callback is
+   * called exactly once.
+   */
+  readonly send = (mail: NodemailerMail, callback: QueueSendCallback): void => {
+    let called = false;
+    let queued: Promise<EmlApiQueuedMessageInfo>;
+    try {
+      queued = this.#send(mail);
+    } catch (err) {
+      queued = Promise.reject(err);
+    }
+    queued.then(
+      (info) => {
+        if (called) return;
+        called = true;
+        callback(null, info);
+      },
+      (err: unknown) => {
+        if (called) return;
+        called = true;
+        callback(err instanceof Error ? err : new Error(String(err)));
+      },
+    );
+  };
+
+  /**
+   * Checks that Redis answers (a PING). Returns a Promise when called without a callback.
+   *
+   * @throws {EmlApiError} `ECONNECTION` when Redis cannot be reached
+   * @example
+   * await transporter.verify(); // true
+   */
+  readonly verify: {
+    (): Promise<true>;
+    (callback: (err: Error | null, success?: true) => void): void;
+  } = ((callback?: (err: Error | null, success?: true) => void): Promise<true> | void => {
+    const promise = withDeadline(this.#redis.redis.ping(), this.#settings.storeTimeout).then(
+      () => true as const,
+      (err: unknown) => {
+        throw redisFailure(err, `Redis at ${this.#redis.where} did not answer`, false);
+      },
+    );
+    if (typeof callback !== 'function') return promise;
+    promise.then(
+      (ok) => callback(null, ok),
+      (err: Error) => callback(err),
+    );
+  }) as EmlApiQueueTransport['verify'];
+
+  /**
+   * Stops the transport: new sends fail with `ECONNECTION`; sends already
+   * made are stored, then the Redis connection is closed (one you passed in
+   * is left open). Returns a Promise; an optional callback is called once.
+   *
+   * @example
+   * await transporter.close();
+   */
+  readonly close = (callback?: (err?: Error | null) => void): Promise<void> => {
+    this.#closed = true;
+    this.#closing ??= (async () => {
+      while (this.#inflight.size > 0) await Promise.allSettled([...this.#inflight]);
+      await this.queue.close().catch(() => undefined);
+      await closeOutboxRedis(this.#redis);
+    })();
+    if (typeof callback === 'function') {
+      this.#closing.then(
+        () => callback(null),
+        (err: Error) => callback(err),
+      );
+    }
+    return this.#closing;
+  };
+
+  /** Whether a send would start at once (fewer than `concurrency` building or storing). */
+  readonly isIdle = (): boolean => !this.#closed && this.#limiter.hasFreeSlot;
+
+  #send(mail: NodemailerMail): Promise<EmlApiQueuedMessageInfo> {
+    if (this.#closed) {
+      throw new EmlApiError('ECONNECTION', 'The transport is closed; create a new one to queue more mail', {
+        permanent: true,
+      });
+    }
+    const data = mail.data as Record<string, unknown>;
+    const route = jsonRouteOf(data);
+    const idempotencyKey = checkIdempotencyKey(data.idempotencyKey) ?? randomUUID();
+    const signal = signalOf(mail);
+    const run = this.#limiter
+      .run(() => this.#enqueue(mail, route, idempotencyKey, signal ?? new AbortController().signal), signal)
+      .catch((err: unknown) => {
+        if (signal?.aborted && !(err instanceof EmlApiError)) {
+          throw new EmlApiError('EABORT', 'sendMail was aborted before the message was queued: nothing was stored', {
+            cause: err,
+            permanent: true,
+          });
+        }
+        throw err;
+      });
+    this.#inflight.add(run);
+    void run.finally(() => this.#inflight.delete(run)).catch(() => undefined);
+    return run;
+  }
+
+  async #enqueue(
+    mail: NodemailerMail,
+    route: ReturnType<typeof jsonRouteOf>,
+    idempotencyKey: string,
+    signal: AbortSignal,
+  ): Promise<EmlApiQueuedMessageInfo> {
+    const settings = this.#settings;
+    const content = await prepareQueuedContent(mail, route, settings.spool, signal);
+    try {
+      if (content.requestBytes > settings.maxMessageBytes) throw tooLarge(content, settings.maxMessageBytes);
+      if (content.fromDiffers) {
+        settings.logger.info(
+          { envelopeFrom: content.envelope.from },
+          'Envelope sender differs from From; the service sets its own return path, so the envelope sender is not used',
+        );
+      }
+      signal.throwIfAborted();
+      const info = await this.#store(content, idempotencyKey, signal);
+      settings.logger.info(
+        { queueId: info.queueId, messageId: info.messageId, bytes: content.size, duplicate: info.duplicate },
+        info.duplicate ? 'Message already queued under this idempotency key' : 'Message queued',
+      );
+      return info;
+    } finally {
+      await content.dispose();
+    }
+  }
+
+  /** Stores the content, then the job that points at it: a job never points at content not fully stored. */
+  async #store(content: QueuedContent, idempotencyKey: string, signal: AbortSignal): Promise<EmlApiQueuedMessageInfo> {
+    const { redis, where } = this.#redis;
+    const jobId = outboxJobId(idempotencyKey);
+    const contentKey = newContentKey(this.#settings.contentKeyPrefix, jobId);
+    const deadline = Date.now() + this.#settings.storeTimeout;
+    const left = () => Math.max(1, deadline - Date.now());
+    const data: OutboxJobData = {
+      v: 1,
+      kind: content.kind,
+      ...(content.group === undefined ? {} : { group: content.group }),
+      contentKey,
+      size: content.size,
+      envelope: content.envelope,
+      messageId: content.messageId,
+      idempotencyKey,
+    };
+    try {
+      await withDeadline(writeContent(redis, contentKey, content.open()), left());
+    } catch (err) {
+      void redis.del(contentKey).catch(() => undefined);
+      throw redisFailure(err, `Could not store the message in Redis at ${where}`, false);
+    }
+    if (signal.aborted) {
+      await redis.del(contentKey).catch(() => undefined);
+      signal.throwIfAborted();
+    }
+    let stored: OutboxJobData | undefined;
+    try {
+      await withDeadline(this.queue.add(content.kind, data, { ...this.#settings.jobOptions, jobId }), left());
+      // A job with this id was there already: BullMQ kept it and ignored this one.
+      stored = (await withDeadline(this.queue.getJob(jobId), left()))?.data;
+    } catch (err) {
+      throw redisFailure(err, `Could not queue the message in Redis at ${where}`, true);
+    }
+    const duplicate = stored !== undefined && stored.contentKey !== contentKey;
+    if (duplicate) await redis.del(contentKey).catch(() => undefined);
+    return queuedMessageInfo(duplicate ? stored! : data, jobId, duplicate);
+  }
+}
+
+function tooLarge(content: QueuedContent, limit: number): EmlApiError {
+  const mib = (n: number) => `${(n / 1024 / 1024).toFixed(1)} MiB`;
+  const what =
+    content.kind === 'eml'
+      ? `The message is ${mib(content.size)}; uploaded Base64-encoded it makes a ${mib(content.requestBytes)} request`
+      : `The request body is ${mib(content.requestBytes)}`;
+  return new EmlApiError('EMESSAGE', `${what}, over maxMessageBytes (${mib(limit)}): not queued, nothing was stored`, {
+    permanent: true,
+  });
+}
+
+/** The AbortSignal of `sendMail({ signal })`, if any. */
+function signalOf(mail: NodemailerMail): AbortSignal | undefined {
+  const signal = (mail.data as { signal?: unknown }).signal;
+  return signal instanceof AbortSignal ? signal : undefined;
+}

@@ -1,0 +1,275 @@
+import { EventEmitter } from 'node:events';
+import type { Job, MinimalJob, Worker } from 'bullmq';
+import { clientInternals } from '../client/client-internals.js';
+import { EmlApiClient } from '../client/eml-api-client.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
+import type { EmlApiLogger } from '../shared/logger.js';
+import { sweepStoredContent } from './content-sweeper.js';
+import { failureAction, outboxJobError } from './job-failure.js';
+import { readOutboxJobData, type OutboxJobData, type OutboxJobError, type OutboxSendResult } from './outbox-job.js';
+import type { QueueLocation } from './queue-location.js';
+import { loadBullmq, type BullmqModule } from './queue-peers.js';
+import { closeOutboxRedis, openOutboxRedis, type OutboxRedis } from './redis-connection.js';
+import { withDeadline } from './deadline.js';
+import { resolveWorkerOptions } from './resolve-worker-options.js';
+import { outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
+import { sendOutboxJob } from './send-outbox-job.js';
+import type { EmlApiWorkerOptions } from './worker-options.js';
+
+/**
+ * A job of the outbox, as BullMQ hands it to workers and events.
+ * @example
+ * outbox.on('failed', (job: OutboxJob, err) => console.log(job.id, job.data.envelope.to, err.message));
+ */
+export type OutboxJob = Job<OutboxJobData, OutboxSendResult>;
+
+/**
+ * Options of {@link EmlApiWorker.close}.
+ * @example
+ * await outbox.close({ force: true });
+ */
+export interface WorkerCloseOptions {
+  /**
+   * `false`: stop taking jobs and let the sends in flight finish. `true`:
+   * abort them and put their jobs straight back in the queue for another
+   * worker (the service's idempotency window makes a resend deliver once).
+   * @default false
+   */
+  force?: boolean;
+}
+
+/** How long a forced close waits for aborted sends to hand their jobs back, in ms. */
+const HAND_BACK_WAIT = 5_000;
+
+/**
+ * A running outbox worker: takes jobs from the queue and posts them through
+ * the service with each job's idempotency key. Made by {@link startEmlApiWorker}.
+ *
+ * Events:
+ * - `'sent'` `(job, result: OutboxSendResult)`: the service accepted a send
+ * - `'retrying'` `(job, error: EmlApiError, delayMs)`: a send failed for a passing reason and will be tried again
+ * - `'failed'` `(job, error: EmlApiError)`: a send failed for good (a permanent error, or out of attempts)
+ * - `'error'` `(error)`: the worker itself failed (Redis unreachable...); logged when nobody listens
+ *
+ * @example
+ * const outbox = await startEmlApiWorker({ connection, apiKey, baseUrl });
+ * outbox.on('sent', (job, result) => metrics.increment('mail.sent'));
+ * outbox.on('failed', (job, err) => log.error({ job: job.id, code: err.code }, err.message));
+ * process.once('SIGTERM', () => outbox.close());
+ */
+export class EmlApiWorker extends EventEmitter {
+  /** The BullMQ worker (pause, resume, events: BullMQ's own API). */
+  readonly worker: Worker<OutboxJobData, OutboxSendResult>;
+  /** The API client the worker sends through. */
+  readonly client: EmlApiClient;
+  /** Name of the queue. */
+  readonly queueName: string;
+  readonly #redis: OutboxRedis;
+  readonly #location: QueueLocation;
+  readonly #logger: EmlApiLogger;
+  readonly #running = new Set<Promise<unknown>>();
+  #forcing = false;
+  #closing: Promise<void> | undefined;
+  #sweeper: NodeJS.Timeout | undefined;
+
+  /**
+   * Prefer {@link startEmlApiWorker}, which also waits until the worker is connected.
+   * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid
+   */
+  constructor(options: EmlApiWorkerOptions) {
+    super();
+    const settings = resolveWorkerOptions(options);
+    const { Worker } = loadBullmq();
+    this.client = new EmlApiClient(settings.client);
+    this.#location = settings;
+    this.#logger = settings.logger;
+    this.queueName = settings.queueName;
+    this.#redis = openOutboxRedis(options.connection, 'worker');
+    this.#redis.redis.on('error', (err: Error) => this.#logger.debug({ error: err.message }, 'Redis error'));
+    this.worker = new Worker<OutboxJobData, OutboxSendResult>(
+      settings.queueName,
+      (job, token) => this.#track(this.#process(job, token)),
+      {
+        ...settings.workerOptions,
+        connection: this.#redis.redis,
+        prefix: settings.prefix,
+        concurrency: settings.concurrency,
+        limiter: settings.limiter,
+        settings: {
+          backoffStrategy: (attemptsMade: number, _type?: string, err?: Error, job?: MinimalJob) =>
+            outboxBackoffDelay(attemptsMade, job?.opts.backoff as Partial<OutboxBackoffOptions> | undefined, err),
+        },
+      },
+    );
+    this.worker.on('error', (err) => this.#reportError(err));
+    this.worker.on('stalled', (jobId) =>
+      this.#logger.warn({ job: jobId }, 'A job was left by a worker that stopped answering; it goes to another one'),
+    );
+    this.worker.on('completed', (job, result) => this.#onSent(job, result));
+    this.worker.on('failed', (job, err) => {
+      if (job) this.#onFailed(job, err);
+    });
+    if (settings.cleanupInterval > 0) {
+      const sweep = () => {
+        sweepStoredContent(this.#redis.redis, this.#location).then(
+          (removed) => {
+            if (removed > 0) this.#logger.info({ removed }, 'Removed stored content no job needs');
+          },
+          (err: unknown) => this.#logger.warn({ error: (err as Error).message }, 'Could not sweep stored content'),
+        );
+      };
+      this.#sweeper = setInterval(sweep, settings.cleanupInterval);
+      this.#sweeper.unref();
+      void this.worker.waitUntilReady().then(sweep, () => undefined);
+    }
+  }
+
+  /**
+   * Stops the worker. By default it takes no new jobs, lets the sends in
+   * flight finish, then closes its connections. With `{ force: true }` the
+   * sends in flight are aborted and their jobs put back in the queue at once,
+   * for another worker.
+   *
+   * @example
+   * process.once('SIGTERM', () => outbox.close());
+   */
+  close(options: WorkerCloseOptions = {}): Promise<void> {
+    if (options.force && !this.#forcing) {
+      this.#forcing = true;
+      void this.client.close({ abort: true });
+    }
+    this.#closing ??= this.#close();
+    return this.#closing;
+  }
+
+  async #close(): Promise<void> {
+    if (this.#sweeper) clearInterval(this.#sweeper);
+    if (this.#forcing) {
+      // Stop taking jobs, then wait (briefly) for the aborted sends to put their jobs back
+      // while the worker still holds its connections; jobs fetched meanwhile are put back too.
+      await withDeadline(this.worker.pause(true), HAND_BACK_WAIT).catch(() => undefined);
+      const until = Date.now() + HAND_BACK_WAIT;
+      while (this.#running.size > 0 && Date.now() < until) {
+        await withDeadline(Promise.allSettled([...this.#running]), until - Date.now()).catch(() => undefined);
+      }
+    }
+    await this.worker.close(this.#forcing);
+    await this.client.close({ abort: this.#forcing });
+    await closeOutboxRedis(this.#redis);
+  }
+
+  #track<T>(run: Promise<T>): Promise<T> {
+    this.#running.add(run);
+    void run.then(
+      () => this.#running.delete(run),
+      () => this.#running.delete(run),
+    );
+    return run;
+  }
+
+  async #process(job: OutboxJob, token: string | undefined): Promise<OutboxSendResult> {
+    const { UnrecoverableError, Worker } = loadBullmq();
+    if (this.#forcing) return this.#handBack(job, token);
+    try {
+      const data = readOutboxJobData(job.data, this.#location.contentKeyPrefix);
+      return await sendOutboxJob(clientInternals(this.client).requester, this.#redis.redis, data);
+    } catch (err) {
+      if (this.#forcing) return this.#handBack(job, token);
+      const action = failureAction(err);
+      if (action.kind === 'pause') {
+        // BullMQ's rate limit key pauses every worker of the queue; the job goes back without using an attempt.
+        await this.worker.rateLimit(action.ms);
+        this.#logger.warn({ job: job.id, pauseMs: action.ms }, 'The service is rate limiting: queue paused');
+        await this.#record(job, outboxJobError(err, job.attemptsMade + 1, false));
+        throw Worker.RateLimitError();
+      }
+      const permanent = action.kind === 'fail';
+      await this.#record(job, outboxJobError(err, job.attemptsMade + 1, permanent));
+      if (!permanent) throw err;
+      const unrecoverable = new UnrecoverableError((err as Error).message);
+      Object.defineProperty(unrecoverable, 'cause', { value: err, enumerable: false });
+      throw unrecoverable;
+    }
+  }
+
+  /**
+   * Puts a job of a forced close back in the queue at once, instead of waiting
+   * for its lock to expire, then tells BullMQ the job was moved (so it neither
+   * fails nor completes it). BullMQ releases before 5.x's WaitingError and
+   * `moveToWait` leave the job to the lock expiry instead.
+   */
+  async #handBack(job: OutboxJob, token: string | undefined): Promise<never> {
+    const { WaitingError, DelayedError } = loadBullmq() as Omit<BullmqModule, 'WaitingError'> &
+      Partial<Pick<BullmqModule, 'WaitingError'>>;
+    if (typeof job.moveToWait === 'function') await job.moveToWait(token).catch(() => undefined);
+    throw WaitingError ? new WaitingError() : new DelayedError();
+  }
+
+  /** Keeps the error of a failed attempt on the job, for `queue status` and dashboards. */
+  async #record(job: OutboxJob, lastError: OutboxJobError): Promise<void> {
+    try {
+      await job.updateData({ ...job.data, lastError });
+    } catch (err) {
+      this.#logger.warn({ job: job.id, error: (err as Error).message }, 'Could not record the error on the job');
+    }
+  }
+
+  #onSent(job: OutboxJob, result: OutboxSendResult): void {
+    const { contentKey } = job.data;
+    if (typeof contentKey === 'string' && contentKey.startsWith(this.#location.contentKeyPrefix)) {
+      // Sent: the content is not needed any more (the sweeper catches it if this process dies first).
+      this.#redis.redis.del(contentKey).catch(() => undefined);
+    }
+    this.#logger.info({ job: job.id, id: result?.id, response: result?.response }, 'Queued message sent');
+    this.emit('sent', job, result);
+  }
+
+  #onFailed(job: OutboxJob, thrown: Error): void {
+    const cause = (thrown as { cause?: unknown }).cause;
+    const error = cause instanceof EmlApiError ? cause : thrown;
+    if (job.finishedOn) {
+      this.#logger.error({ job: job.id, code: (error as EmlApiError).code }, `Queued message failed: ${error.message}`);
+      this.emit('failed', job, error);
+    } else {
+      this.#logger.warn({ job: job.id, delayMs: job.delay }, `Queued message will be retried: ${error.message}`);
+      this.emit('retrying', job, error, job.delay);
+    }
+  }
+
+  #reportError(err: Error): void {
+    if (this.listenerCount('error') > 0) this.emit('error', err);
+    else this.#logger.error({ error: err.message }, 'Outbox worker error');
+  }
+}
+
+/**
+ * Starts a worker of the outbox: it takes the jobs {@link EmlApiQueueTransport}
+ * queued and posts each through the service with the job's idempotency key,
+ * `concurrency` at a time. Passing failures (unreachable, timeouts, 5xx) are
+ * retried on the job's schedule; a 429 pauses every worker for its
+ * `Retry-After`; permanent failures (4xx, `EAUTH`, `EMESSAGE`) fail the job at
+ * once, keeping the error on it. Resolves once the worker is connected.
+ *
+ * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid
+ * @example
+ * import { startEmlApiWorker } from 'nodemailer-eml-api/queue';
+ *
+ * const outbox = await startEmlApiWorker({
+ *   connection: process.env.REDIS_URL!,
+ *   apiKey: process.env.EML_API_KEY!,
+ *   baseUrl: 'https://api.mail.example.com',
+ *   concurrency: 10,
+ *   limiter: { max: 50, duration: 1000 },
+ * });
+ * process.once('SIGTERM', () => outbox.close());
+ */
+export async function startEmlApiWorker(options: EmlApiWorkerOptions): Promise<EmlApiWorker> {
+  const outbox = new EmlApiWorker(options);
+  try {
+    await outbox.worker.waitUntilReady();
+  } catch (err) {
+    await outbox.close({ force: true }).catch(() => undefined);
+    throw err;
+  }
+  return outbox;
+}

@@ -1,0 +1,128 @@
+import type { MailEnvelope } from '../transport/nodemailer-types.js';
+import { EmlApiError, type EmlApiErrorCode } from '../shared/eml-api-error.js';
+
+/**
+ * Which endpoint a queued send goes to: `eml` (`/v1/send/eml`, the default),
+ * `email` (`/v1/send/email`, a `tracking` send) or `group`
+ * (`/v1/send/group/{group}`). It is also the BullMQ job name.
+ *
+ * @example
+ * const counts = { eml: 0, email: 0, group: 0 } satisfies Record<OutboxSendKind, number>;
+ */
+export type OutboxSendKind = 'eml' | 'email' | 'group';
+
+/**
+ * The error of a failed attempt, kept on the job (in its data, as
+ * `lastError`) so that `eml-api queue status` and your tools can show it.
+ * The API key never appears in it.
+ *
+ * @example
+ * const job = await transport.queue.getJob(info.queueId);
+ * console.log(job?.data.lastError?.apiCode); // 'invalid_address'
+ */
+export interface OutboxJobError {
+  /** The {@link EmlApiError} code, e.g. `EAPI` (another error's own code, or `ERROR`, for failures that are not). */
+  code: EmlApiErrorCode | (string & {});
+  /** The error's message. */
+  message: string;
+  /** HTTP status of the service's answer, when there was one. */
+  responseCode?: number;
+  /** The service's own error code, e.g. `invalid_address`. */
+  apiCode?: string;
+  /** `true` when the job was failed at once, without retries. */
+  permanent: boolean;
+  /** The attempt that failed (1 for the first). */
+  attempt: number;
+  /** When it failed (ISO 8601). */
+  at: string;
+}
+
+/**
+ * What a job of the outbox holds in its BullMQ data: where its content is,
+ * and what `sendMail` reported. Never the API key (workers have their own),
+ * never the message bytes (they are under `contentKey`, see the README).
+ *
+ * @example
+ * const job = await transport.queue.getJob(info.queueId);
+ * console.log(job?.data.envelope.to, job?.data.size);
+ */
+export interface OutboxJobData {
+  /** Format version of this record. */
+  v: 1;
+  /** The endpoint. */
+  kind: OutboxSendKind;
+  /** The group of a group send. */
+  group?: string;
+  /**
+   * Redis key of the content: the EML bytes, or the JSON request body of a
+   * group or tracked send, exactly as they will be posted on every attempt.
+   */
+  contentKey: string;
+  /** Bytes under `contentKey`. */
+  size: number;
+  /** Sender and recipients (for a group send, no recipients: the members are). */
+  envelope: MailEnvelope;
+  /** Message-ID of the EML ('' for JSON sends: the service gives each copy its own). */
+  messageId: string;
+  /** `Idempotency-Key` of every attempt. */
+  idempotencyKey: string;
+  /** The last failed attempt, if any. */
+  lastError?: OutboxJobError;
+}
+
+/**
+ * What a job returns when the service accepted its send: its BullMQ return
+ * value, and what the worker's `'sent'` event carries.
+ *
+ * @example
+ * outbox.on('sent', (job, result: OutboxSendResult) => log.info({ job: job.id, id: result.id }, result.response));
+ */
+export interface OutboxSendResult {
+  /** HTTP status line of the service's answer, e.g. `202 Accepted`. */
+  response: string;
+  /** The service's id for the send, when it gave one. */
+  id?: string;
+  /** The Message-ID the service reported, when it gave one. */
+  messageId?: string;
+  /** Members a group send went to, when the service said. */
+  recipients?: number;
+  /** Members whose delivery failed, when the service said. */
+  failed?: number;
+  /** The `Idempotency-Key` the send carried. */
+  idempotencyKey: string;
+}
+
+const KINDS: readonly OutboxSendKind[] = ['eml', 'email', 'group'];
+
+/**
+ * Reads a job's data back, checking its shape and that its content key lies
+ * in this queue's content space (so a forged job cannot make a worker upload
+ * another Redis key).
+ *
+ * @throws {EmlApiError} `EMESSAGE` (permanent) when the job is not one of this outbox
+ * @example
+ * const data = readOutboxJobData(job.data, 'bull:eml-api:content:');
+ */
+export function readOutboxJobData(data: unknown, contentKeyPrefix: string): OutboxJobData {
+  const o = (typeof data === 'object' && data !== null ? data : {}) as Partial<OutboxJobData>;
+  const valid =
+    o.v === 1 &&
+    KINDS.includes(o.kind as OutboxSendKind) &&
+    (o.kind !== 'group' || (typeof o.group === 'string' && o.group.length > 0)) &&
+    typeof o.contentKey === 'string' &&
+    o.contentKey.startsWith(contentKeyPrefix) &&
+    Number.isSafeInteger(o.size) &&
+    typeof o.idempotencyKey === 'string' &&
+    typeof o.messageId === 'string' &&
+    typeof o.envelope === 'object' &&
+    o.envelope !== null &&
+    Array.isArray(o.envelope.to);
+  if (!valid) {
+    throw new EmlApiError(
+      'EMESSAGE',
+      'This job was not queued by EmlApiQueueTransport (or by another version of it): its data has no content key of this queue',
+      { permanent: true },
+    );
+  }
+  return o as OutboxJobData;
+}

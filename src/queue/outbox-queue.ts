@@ -1,0 +1,61 @@
+import type { Queue } from 'bullmq';
+import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
+import { resolveQueueLocation } from './queue-location.js';
+import { loadBullmq } from './queue-peers.js';
+import { closeOutboxRedis, openOutboxRedis, type RedisConnectionInput } from './redis-connection.js';
+import { withDeadline } from './deadline.js';
+import { redisFailure } from './redis-failure.js';
+
+/**
+ * The outbox's BullMQ queue opened for administration (counts, failed jobs,
+ * retries, BullMQ's whole API), without a producer.
+ *
+ * @example
+ * const admin = await openOutboxQueue({ connection: process.env.REDIS_URL! });
+ * console.log(await readOutboxStatus(admin.queue));
+ * await admin.close();
+ */
+export interface OutboxQueue {
+  readonly queue: Queue<OutboxJobData, OutboxSendResult>;
+  /** Host and port of Redis (never its password), for messages. */
+  readonly where: string;
+  close(): Promise<void>;
+}
+
+/**
+ * Opens the outbox's queue and checks that Redis answers.
+ *
+ * @param options `connection`; `queueName` @default 'eml-api'; `prefix` @default 'bull' (as the producers use them)
+ * @param timeout how long Redis may take to answer, in ms @default 10000
+ * @throws {EmlApiError} `ECONFIG` for a bad option; `ECONNECTION` or `ETIMEDOUT` when Redis does not answer
+ * @example
+ * const { queue, close } = await openOutboxQueue({ connection: 'redis://127.0.0.1:6379', queueName: 'mail' });
+ */
+export async function openOutboxQueue(
+  options: { connection: RedisConnectionInput; queueName?: string; prefix?: string },
+  timeout = 10_000,
+): Promise<OutboxQueue> {
+  const location = resolveQueueLocation(options.queueName, options.prefix);
+  const { Queue } = loadBullmq();
+  const client = openOutboxRedis(options.connection, 'producer');
+  client.redis.on('error', () => undefined);
+  try {
+    await withDeadline(client.redis.ping(), timeout);
+  } catch (err) {
+    if (client.owned) client.redis.disconnect();
+    throw redisFailure(err, `Redis at ${client.where} did not answer`, false);
+  }
+  const queue = new Queue<OutboxJobData, OutboxSendResult>(location.queueName, {
+    connection: client.redis,
+    prefix: location.prefix,
+  });
+  queue.on('error', () => undefined);
+  return {
+    queue,
+    where: client.where,
+    close: async () => {
+      await queue.close().catch(() => undefined);
+      await closeOutboxRedis(client);
+    },
+  };
+}

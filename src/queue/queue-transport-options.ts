@@ -1,0 +1,79 @@
+import type { JobsOptions } from 'bullmq';
+import type { SpoolOptions } from '../body/spool-options.js';
+import type { EmlApiLogger } from '../shared/logger.js';
+import type { RedisConnectionInput } from './redis-connection.js';
+import type { RetryScheduleOptions } from './retry-schedule.js';
+
+/**
+ * BullMQ job options a producer may set on its jobs. The job id is the
+ * send's idempotency key, so it is not among them.
+ *
+ * @example
+ * const jobOptions: OutboxJobOptions = { priority: 1, removeOnFail: { age: 30 * 86400 } };
+ */
+export type OutboxJobOptions = Omit<JobsOptions, 'jobId' | 'repeat' | 'parent' | 'deduplication' | 'debounce'>;
+
+/**
+ * Options of {@link EmlApiQueueTransport}. No API key: the producer only
+ * stores messages; the workers that send them have the key.
+ *
+ * @example
+ * const transport = new EmlApiQueueTransport({ connection: process.env.REDIS_URL!, queueName: 'mail' });
+ */
+export interface EmlApiQueueTransportOptions {
+  /** Redis: a `redis://` or `rediss://` URL, ioredis options, or an ioredis instance (which you then close). */
+  connection: RedisConnectionInput;
+  /**
+   * Name of the BullMQ queue; workers must use the same.
+   * @default 'eml-api'
+   */
+  queueName?: string;
+  /**
+   * Prefix of every Redis key of the queue (BullMQ's `prefix`); workers must use the same.
+   * @default 'bull'
+   */
+  prefix?: string;
+  /**
+   * When failed sends are tried again. See the README, "Durable sending and scaling out".
+   * @default { attempts: 34, delay: 5000, maxDelay: 3600000, jitter: 0.2 } (about 24 hours)
+   */
+  retry?: RetryScheduleOptions;
+  /**
+   * BullMQ options of every job, over the outbox's (`attempts` and `backoff`
+   * from `retry`; sent jobs kept 24 hours, the service's idempotency window,
+   * so a repeated `idempotencyKey` is still recognised; failed jobs kept 7 days).
+   * @default { removeOnComplete: { age: 86400 }, removeOnFail: { age: 604800 } }
+   */
+  jobOptions?: OutboxJobOptions;
+  /**
+   * Largest request a queued send may make, in bytes, as the service counts
+   * it: an EML travels Base64-encoded in JSON (4/3 of its size), so the
+   * default takes messages up to 37.5 MiB. Larger ones are refused with
+   * `EMESSAGE` before anything is stored.
+   * @default 52428800 (50 MiB, the service's request limit)
+   */
+  maxMessageBytes?: number;
+  /**
+   * Sends building and storing at once; more wait in order. `isIdle()` is
+   * true while one more would start at once.
+   * @default 10
+   */
+  concurrency?: number;
+  /**
+   * Where large messages are spooled while they are built (as with the direct transport).
+   * @default { threshold: 2097152 (2 MiB), directory: os.tmpdir() }
+   */
+  spool?: SpoolOptions;
+  /**
+   * Time allowed to store a message and its job in Redis, in ms. A send that
+   * takes longer fails with `ETIMEDOUT` (when the job may still have been
+   * stored, the error says so: `mayHaveBeenAccepted`).
+   * @default 30000
+   */
+  storeTimeout?: number;
+  /**
+   * Where the transport logs: `true` for the console, or a logger object.
+   * @default false
+   */
+  logger?: boolean | EmlApiLogger;
+}

@@ -1,0 +1,89 @@
+import type { SpoolSettings } from '../body/spool-options.js';
+import { configError, describe, resolveSpool } from '../client/resolve-client-options.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
+import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
+import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
+import { wholeNumberOption } from './whole-number-option.js';
+import type { EmlApiQueueTransportOptions, OutboxJobOptions } from './queue-transport-options.js';
+import { resolveRetrySchedule, retryJobOptions } from './retry-schedule.js';
+
+/**
+ * The default of `maxMessageBytes`: the service's request limit, 50 MiB.
+ * @example
+ * new EmlApiQueueTransport({ connection, maxMessageBytes: DEFAULT_MAX_MESSAGE_BYTES / 2 });
+ */
+export const DEFAULT_MAX_MESSAGE_BYTES = 50 * 1024 * 1024;
+/**
+ * How long sent jobs are kept, in seconds: the service's idempotency window
+ * (24 hours), so a repeated `idempotencyKey` is still recognised.
+ * @example
+ * new EmlApiQueueTransport({ connection, jobOptions: { removeOnComplete: { age: KEEP_SENT_SECONDS, count: 100_000 } } });
+ */
+export const KEEP_SENT_SECONDS = 24 * 3600;
+/**
+ * How long failed jobs are kept, in seconds: 7 days, to be looked at and retried.
+ * @example
+ * new EmlApiQueueTransport({ connection, jobOptions: { removeOnFail: { age: 2 * KEEP_FAILED_SECONDS } } });
+ */
+export const KEEP_FAILED_SECONDS = 7 * 24 * 3600;
+
+/**
+ * Producer options after validation.
+ * @example
+ * const { queueName, maxMessageBytes } = resolveQueueTransportOptions({ connection });
+ */
+export interface ResolvedQueueTransportOptions extends QueueLocation {
+  jobOptions: OutboxJobOptions;
+  maxMessageBytes: number;
+  concurrency: number;
+  spool: SpoolSettings;
+  storeTimeout: number;
+  logger: EmlApiLogger;
+}
+
+/**
+ * Checks the options of {@link EmlApiQueueTransport} (all but `connection`).
+ * @throws {EmlApiError} `ECONFIG` naming the option
+ * @example
+ * const settings = resolveQueueTransportOptions({ connection: 'redis://127.0.0.1:6379', retry: { attempts: 10 } });
+ */
+export function resolveQueueTransportOptions(options: EmlApiQueueTransportOptions): ResolvedQueueTransportOptions {
+  if (typeof options !== 'object' || options === null) {
+    throw new EmlApiError('ECONFIG', 'Options must be an object with at least connection', { permanent: true });
+  }
+  if (options.connection === undefined || options.connection === null) {
+    throw configError('connection', 'required: a redis:// URL, ioredis options or an ioredis instance');
+  }
+  const jobOptions = options.jobOptions ?? {};
+  if (typeof jobOptions !== 'object' || jobOptions === null || Array.isArray(jobOptions)) {
+    throw configError('jobOptions', `expected BullMQ job options, got ${describe(jobOptions)}`);
+  }
+  if ('jobId' in jobOptions) {
+    throw configError(
+      'jobOptions.jobId',
+      'the job id is the idempotency key; pass sendMail({ idempotencyKey }) instead',
+    );
+  }
+  const schedule = resolveRetrySchedule(options.retry);
+  const storeTimeout = wholeNumberOption(options.storeTimeout, 'storeTimeout', 30_000, 1, 3_600_000);
+  return {
+    ...resolveQueueLocation(options.queueName, options.prefix),
+    jobOptions: {
+      ...retryJobOptions(schedule),
+      removeOnComplete: { age: KEEP_SENT_SECONDS },
+      removeOnFail: { age: KEEP_FAILED_SECONDS },
+      ...jobOptions,
+    },
+    maxMessageBytes: wholeNumberOption(
+      options.maxMessageBytes,
+      'maxMessageBytes',
+      DEFAULT_MAX_MESSAGE_BYTES,
+      1,
+      2 ** 40,
+    ),
+    concurrency: wholeNumberOption(options.concurrency, 'concurrency', 10, 1, 10_000),
+    spool: resolveSpool(options.spool),
+    storeTimeout,
+    logger: resolveLogger(options.logger),
+  };
+}

@@ -1,0 +1,166 @@
+import type { BackoffOptions } from 'bullmq';
+import { EmlApiError } from '../shared/eml-api-error.js';
+
+/**
+ * When a send that failed for a passing reason (the service unreachable, a
+ * timeout, a 5xx, a 429) is tried again: `delay` after the first failure,
+ * doubling each time up to `maxDelay`, each wait shortened by a random share
+ * of up to `jitter`, for `attempts` attempts in all. The default keeps
+ * trying for about a day, as an SMTP relay does: 5 s, 10 s, 20 s ... 43 min,
+ * then hourly, 34 attempts over 22 to 24 hours. A `Retry-After` longer than
+ * the scheduled wait is honoured.
+ *
+ * @example
+ * // Give up after about 2 hours instead: 5 s doubling to 10 min, 20 attempts.
+ * new EmlApiQueueTransport({ connection, retry: { attempts: 20, delay: 5_000, maxDelay: 600_000 } });
+ */
+export interface RetryScheduleOptions {
+  /**
+   * Attempts in all, the first included.
+   * @default 34
+   */
+  attempts?: number;
+  /**
+   * Wait after the first failed attempt, in ms; doubled after each further one.
+   * @default 5000
+   */
+  delay?: number;
+  /**
+   * Longest wait between attempts, in ms.
+   * @default 3600000 (1 hour)
+   */
+  maxDelay?: number;
+  /**
+   * Share of each wait drawn at random (0 to 1), so that sends that failed
+   * together do not all come back together.
+   * @default 0.2
+   */
+  jitter?: number;
+}
+
+/**
+ * The default retry schedule: 34 attempts over about 24 hours.
+ * @example
+ * new EmlApiQueueTransport({ connection, retry: { ...DEFAULT_RETRY_SCHEDULE, maxDelay: 600_000 } });
+ */
+export const DEFAULT_RETRY_SCHEDULE: Readonly<Required<RetryScheduleOptions>> = Object.freeze({
+  attempts: 34,
+  delay: 5_000,
+  maxDelay: 3_600_000,
+  jitter: 0.2,
+});
+
+/**
+ * The BullMQ backoff type of the outbox; its workers compute the waits ({@link outboxBackoffDelay}).
+ * @example
+ * job.opts.backoff; // { type: 'eml-api-relay', delay: 5000, maxDelay: 3600000, jitter: 0.2 }
+ */
+export const OUTBOX_BACKOFF_TYPE = 'eml-api-relay';
+
+/**
+ * BullMQ backoff options of the outbox: BullMQ's own, plus the cap.
+ * @example
+ * const backoff: OutboxBackoffOptions = { type: OUTBOX_BACKOFF_TYPE, delay: 5000, maxDelay: 3_600_000, jitter: 0.2 };
+ */
+export interface OutboxBackoffOptions extends BackoffOptions {
+  type: typeof OUTBOX_BACKOFF_TYPE;
+  delay: number;
+  maxDelay: number;
+  jitter: number;
+}
+
+/**
+ * Checks a schedule and completes it with the defaults.
+ * @param options @default DEFAULT_RETRY_SCHEDULE
+ * @throws {EmlApiError} `ECONFIG` naming the bad field
+ * @example
+ * resolveRetrySchedule({ attempts: 10 }); // { attempts: 10, delay: 5000, maxDelay: 3600000, jitter: 0.2 }
+ */
+export function resolveRetrySchedule(options: RetryScheduleOptions | undefined): Required<RetryScheduleOptions> {
+  if (options !== undefined && (typeof options !== 'object' || options === null)) {
+    throw new EmlApiError('ECONFIG', 'retry: expected { attempts, delay, maxDelay, jitter }', { permanent: true });
+  }
+  const schedule = { ...DEFAULT_RETRY_SCHEDULE, ...stripUndefined(options ?? {}) };
+  const wholeAtLeast = (name: keyof RetryScheduleOptions, min: number) => {
+    const value = schedule[name];
+    if (!Number.isSafeInteger(value) || value < min) {
+      throw new EmlApiError(
+        'ECONFIG',
+        `retry.${name}: expected a whole number of at least ${min}, got ${String(value)}`,
+        {
+          permanent: true,
+        },
+      );
+    }
+  };
+  wholeAtLeast('attempts', 1);
+  wholeAtLeast('delay', 0);
+  wholeAtLeast('maxDelay', schedule.delay);
+  if (typeof schedule.jitter !== 'number' || !(schedule.jitter >= 0 && schedule.jitter <= 1)) {
+    throw new EmlApiError('ECONFIG', `retry.jitter: expected a number from 0 to 1, got ${String(schedule.jitter)}`, {
+      permanent: true,
+    });
+  }
+  return schedule;
+}
+
+/**
+ * The BullMQ job options of a schedule: `attempts` and the outbox's backoff.
+ * @example
+ * await queue.add('eml', data, { ...retryJobOptions(DEFAULT_RETRY_SCHEDULE), jobId });
+ */
+export function retryJobOptions(schedule: Required<RetryScheduleOptions>): {
+  attempts: number;
+  backoff: OutboxBackoffOptions;
+} {
+  return {
+    attempts: schedule.attempts,
+    backoff: {
+      type: OUTBOX_BACKOFF_TYPE,
+      delay: schedule.delay,
+      maxDelay: schedule.maxDelay,
+      jitter: schedule.jitter,
+    },
+  };
+}
+
+/**
+ * The wait before the next attempt after `attemptsMade` failed ones:
+ * `delay · 2^(attemptsMade − 1)`, capped at `maxDelay`, shortened by up to
+ * `jitter` of itself; at least the `Retry-After` the service sent.
+ *
+ * @param random @default Math.random
+ * @example
+ * outboxBackoffDelay(3, { delay: 5000, maxDelay: 3_600_000, jitter: 0 }, err); // 20000
+ */
+export function outboxBackoffDelay(
+  attemptsMade: number,
+  backoff: Partial<OutboxBackoffOptions> | undefined,
+  err: unknown,
+  random: () => number = Math.random,
+): number {
+  const delay = backoff?.delay ?? DEFAULT_RETRY_SCHEDULE.delay;
+  const maxDelay = backoff?.maxDelay ?? DEFAULT_RETRY_SCHEDULE.maxDelay;
+  const jitter = backoff?.jitter ?? DEFAULT_RETRY_SCHEDULE.jitter;
+  const full = Math.min(maxDelay, delay * 2 ** Math.max(0, attemptsMade - 1));
+  const wait = Math.round(full * (1 - jitter * random()));
+  const retryAfter = err instanceof EmlApiError ? err.retryAfter : undefined;
+  return retryAfter !== undefined && retryAfter > wait ? retryAfter : wait;
+}
+
+/**
+ * How long a schedule keeps trying, from the first failure to the last attempt, without jitter, in ms.
+ * @example
+ * retrySpan(DEFAULT_RETRY_SCHEDULE) / 3_600_000; // 24.4 (hours)
+ */
+export function retrySpan(schedule: Required<RetryScheduleOptions>): number {
+  let total = 0;
+  for (let made = 1; made < schedule.attempts; made++) {
+    total += Math.min(schedule.maxDelay, schedule.delay * 2 ** (made - 1));
+  }
+  return total;
+}
+
+function stripUndefined<T extends object>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}

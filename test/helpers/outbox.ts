@@ -1,0 +1,84 @@
+import { fork, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+import type { Redis } from 'ioredis';
+import type { EmlApiWorkerOptions } from '../../src/queue/index.js';
+
+/**
+ * Helpers of the outbox tests (test/queue/): worker processes, reading the
+ * whole of Redis, and waiting for queue states.
+ */
+
+const WORKER_PROCESS = fileURLToPath(new URL('../queue/worker-process.ts', import.meta.url));
+
+/** A worker running in a child process (test/queue/worker-process.ts). */
+export interface WorkerProcess {
+  readonly child: ChildProcess;
+  /** Job ids this process reported sent. */
+  readonly sent: string[];
+  /** Stops it with SIGTERM (graceful close) and resolves with its exit code. */
+  stop(): Promise<number | null>;
+  /** Kills it with SIGKILL: no close, no cleanup, its jobs left active with their locks. */
+  kill(): Promise<void>;
+}
+
+/** Starts a worker process and resolves once it is connected to Redis. */
+export async function startWorkerProcess(options: EmlApiWorkerOptions): Promise<WorkerProcess> {
+  const child = fork(WORKER_PROCESS, [JSON.stringify(options)], {
+    execArgv: ['--import', 'tsx'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const sent: string[] = [];
+  const ready = new Promise<void>((resolve, reject) => {
+    child.once('exit', (code) => reject(new Error(`worker process exited (${code}) before it was ready`)));
+    child.on('message', (m: { event: string; jobId?: string }) => {
+      if (m.event === 'ready') resolve();
+      if (m.event === 'sent') sent.push(m.jobId!);
+    });
+  });
+  await ready;
+  const exited = once(child, 'exit').then(([code]) => code as number | null);
+  return {
+    child,
+    sent,
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
+      child.kill('SIGTERM');
+      return exited;
+    },
+    async kill() {
+      child.kill('SIGKILL');
+      await exited;
+    },
+  };
+}
+
+/** Every key and value in Redis, as text: to check what is (and is not) stored. */
+export async function dumpRedis(redis: Redis): Promise<string> {
+  const keys = await redis.keys('*');
+  const parts: string[] = [];
+  for (const key of keys.sort()) {
+    const type = await redis.type(key);
+    let value: unknown;
+    if (type === 'string') value = (await redis.getBuffer(key))?.toString('latin1');
+    else if (type === 'hash') value = await redis.hgetall(key);
+    else if (type === 'list') value = await redis.lrange(key, 0, -1);
+    else if (type === 'set') value = await redis.smembers(key);
+    else if (type === 'zset') value = await redis.zrange(key, 0, -1, 'WITHSCORES');
+    else if (type === 'stream') value = await redis.xrange(key, '-', '+');
+    parts.push(`${key} (${type}): ${JSON.stringify(value)}`);
+  }
+  return parts.join('\n');
+}
+
+/** Resolves once `condition()` resolves true, checking every 25 ms; rejects after `timeout` ms. */
+export async function eventually(
+  condition: () => boolean | Promise<boolean>,
+  { timeout = 20_000, what = 'condition' }: { timeout?: number; what?: string } = {},
+): Promise<void> {
+  const start = Date.now();
+  while (!(await condition())) {
+    if (Date.now() - start > timeout) throw new Error(`timed out after ${timeout} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}

@@ -1,0 +1,149 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+
+/**
+ * A real redis-server (Debian's package; `.ci/run` installs it) on a free
+ * port in a temporary directory: no Redis mocks in the tests.
+ * @example
+ * const redis = await startRedisServer();
+ * // ... connection: redis.url
+ * await redis.stop();
+ */
+export interface RedisServer {
+  /** `redis://127.0.0.1:<port>` */
+  readonly url: string;
+  readonly port: number;
+  /** The folder holding its files (the AOF when `appendonly` is on). */
+  readonly dir: string;
+  /** A client for the test's own checks (closed by stop()). */
+  readonly client: Redis;
+  /**
+   * Stops the server and starts it again on the same port and folder: with
+   * SIGKILL (a crash: only what is already in the AOF survives), or SIGTERM.
+   */
+  restart(how?: 'crash' | 'shutdown'): Promise<void>;
+  /** Stops the server and removes its folder. */
+  stop(): Promise<void>;
+}
+
+export interface RedisServerOptions {
+  /** Turn on the append-only file, for tests of what survives a crash of Redis. */
+  appendonly?: boolean;
+  /** How often the AOF is flushed to disk. @default 'everysec' (what the README asks for) */
+  appendfsync?: 'always' | 'everysec';
+}
+
+/** The redis-server to run: `REDIS_SERVER`, or the one on the PATH. */
+function redisServerPath(): string {
+  return process.env.REDIS_SERVER ?? 'redis-server';
+}
+
+export async function startRedisServer(options: RedisServerOptions = {}): Promise<RedisServer> {
+  const dir = await mkdtemp(join(tmpdir(), 'eml-api-redis-'));
+  const port = await freePort();
+  const args = [
+    '--port',
+    String(port),
+    '--bind',
+    '127.0.0.1',
+    '--dir',
+    dir,
+    '--save',
+    '',
+    '--daemonize',
+    'no',
+    ...(options.appendonly
+      ? ['--appendonly', 'yes', '--appendfsync', options.appendfsync ?? 'everysec']
+      : ['--appendonly', 'no']),
+  ];
+  let server = await launch(args, port);
+  const url = `redis://127.0.0.1:${port}`;
+  const client = new Redis(url, { maxRetriesPerRequest: null, lazyConnect: true });
+  client.on('error', () => undefined);
+  await client.connect();
+  return {
+    url,
+    port,
+    dir,
+    client,
+    async restart(how = 'crash') {
+      await terminate(server, how === 'crash' ? 'SIGKILL' : 'SIGTERM');
+      server = await launch(args, port);
+      await client.ping();
+    },
+    async stop() {
+      client.disconnect();
+      await terminate(server);
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+async function launch(args: string[], port: number): Promise<ChildProcess> {
+  const child = spawn(redisServerPath(), args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+  const failed = new Promise<never>((_, reject) => {
+    child.once('error', (err: NodeJS.ErrnoException) =>
+      reject(
+        err.code === 'ENOENT'
+          ? new Error(
+              'redis-server is not installed; the outbox tests run a real Redis: apt-get install -y redis-server (or set REDIS_SERVER to its path)',
+            )
+          : err,
+      ),
+    );
+    child.once('exit', (code) => reject(new Error(`redis-server exited (${code}) before answering:\n${output}`)));
+  });
+  // Ready once it answers PING.
+  const deadline = Date.now() + 10_000;
+  const probe = new Redis({
+    port,
+    host: '127.0.0.1',
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+  });
+  probe.on('error', () => undefined);
+  try {
+    for (;;) {
+      try {
+        await Promise.race([failed, probe.connect().then(() => probe.ping())]);
+        return child;
+      } catch (err) {
+        if (child.exitCode !== null || Date.now() > deadline) throw err;
+        probe.disconnect();
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    }
+  } finally {
+    probe.disconnect();
+    failed.catch(() => undefined);
+  }
+}
+
+async function terminate(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = once(child, 'exit');
+  child.kill(signal);
+  const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+  await exited;
+  clearTimeout(timer);
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}

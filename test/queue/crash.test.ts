@@ -1,0 +1,106 @@
+import nodemailer from 'nodemailer';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { EmlApiQueueTransport, type EmlApiWorkerOptions } from '../../src/queue/index.js';
+import { eventually, startWorkerProcess, type WorkerProcess } from '../helpers/outbox.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
+
+/**
+ * Issue 11, test 1: 300 messages queued, two worker processes, one killed
+ * with SIGKILL while it has sends in flight, a new worker drains the rest:
+ * every message delivered exactly once. The emulator adds latency before it
+ * processes a request, and a proxy holds its answers back after, so the
+ * killed worker dies with sends in both states: not yet delivered, and
+ * delivered without the worker knowing (those the newcomer sends again,
+ * and the idempotency key keeps them from being delivered twice).
+ */
+
+const MESSAGES = 300;
+let redis: RedisServer;
+let emu: Emulator;
+let proxy: SlowAnswerProxy;
+const workers: WorkerProcess[] = [];
+
+beforeAll(async () => {
+  [redis, emu] = await Promise.all([startRedisServer(), startEmulator({ faults: { latencyMs: [10, 30] } })]);
+  proxy = await startSlowAnswerProxy(emu.url, 40);
+});
+
+afterAll(async () => {
+  await Promise.all(workers.map((w) => w.kill()));
+  await proxy?.close();
+  await emu?.close();
+  await redis?.stop();
+});
+
+describe('a worker killed mid-batch', () => {
+  it('leaves its jobs to the others: all 300 delivered exactly once, none failed, none left', async () => {
+    const transport = new EmlApiQueueTransport({ connection: redis.url });
+    const transporter = nodemailer.createTransport(transport);
+    const queued = await Promise.all(
+      Array.from({ length: MESSAGES }, (_, i) =>
+        transporter.sendMail({
+          from: 'shop@example.test',
+          to: `customer${i}@example.test`,
+          subject: `Order ${i}`,
+          text: `Order ${i} confirmed`,
+        }),
+      ),
+    );
+    const messageIds = new Set(queued.map((info) => info.messageId));
+    expect(messageIds.size).toBe(MESSAGES);
+
+    // Short locks and stall checks, so the killed worker's jobs come back in about a second.
+    const options = (name: string): EmlApiWorkerOptions => ({
+      connection: redis.url,
+      apiKey: emu.apiKey,
+      baseUrl: proxy.url,
+      concurrency: 5,
+      cleanupInterval: 0,
+      workerOptions: { name, lockDuration: 1000, stalledInterval: 500, maxStalledCount: 10 },
+    });
+    const [doomed, survivor] = await Promise.all([
+      startWorkerProcess(options('doomed')),
+      startWorkerProcess(options('survivor')),
+    ]);
+    workers.push(doomed, survivor);
+
+    await eventually(() => emu.messages().length >= 60, { what: '60 deliveries' });
+    await doomed.kill();
+    // Mid-batch: the killed worker left jobs active, locked, half done.
+    const active = await redis.client.lrange('bull:eml-api:active', 0, -1);
+    const heldByDoomed: string[] = [];
+    for (const id of active) {
+      if ((await redis.client.hget(`bull:eml-api:${id}`, 'pb')) === 'doomed') heldByDoomed.push(id);
+    }
+    expect(heldByDoomed.length).toBeGreaterThan(0);
+    expect(emu.messages().length).toBeLessThan(MESSAGES);
+
+    workers.push(await startWorkerProcess(options('newcomer')));
+    await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === MESSAGES, {
+      timeout: 60_000,
+      what: 'all jobs completed',
+    });
+
+    const delivered = emu.messages().map((m) => m.messageId);
+    expect(delivered).toHaveLength(MESSAGES);
+    expect(new Set(delivered)).toEqual(messageIds);
+    const counts = await transport.queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'completed');
+    expect(counts).toEqual({ waiting: 0, active: 0, delayed: 0, failed: 0, completed: MESSAGES });
+    // The jobs the killed worker had in flight were finished by the others.
+    for (const id of heldByDoomed) {
+      expect(await redis.client.hget(`bull:eml-api:${id}`, 'pb')).not.toBe('doomed');
+    }
+    // Sent jobs keep no content in Redis.
+    expect(await redis.client.keys('bull:eml-api:content:*')).toEqual([]);
+    // Some of the killed worker's sends had been delivered: the newcomer's resends were answered from the idempotency cache.
+    expect(proxy.lostAnswers).toBeGreaterThan(0);
+    console.log(
+      `crash: ${heldByDoomed.length} sends in flight in the killed worker (${proxy.lostAnswers} of them delivered, answer lost), taken over; ${delivered.length} delivered once each`,
+    );
+
+    expect(await Promise.all(workers.slice(1).map((w) => w.stop()))).toEqual([0, 0]);
+    await transport.close();
+  }, 90_000);
+});

@@ -1,0 +1,246 @@
+import { inspect } from 'node:util';
+import { Readable } from 'node:stream';
+import nodemailer, { type Transporter } from 'nodemailer';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { runCli } from '../../src/cli/run-cli.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { EmlApiError } from '../../src/index.js';
+import {
+  EmlApiQueueTransport,
+  readOutboxStatus,
+  startEmlApiWorker,
+  type EmlApiQueuedMessageInfo,
+  type EmlApiWorker,
+  type EmlApiWorkerOptions,
+  type OutboxJobData,
+} from '../../src/queue/index.js';
+import { startFakeService, type FakeService } from '../helpers/fake-service.js';
+import { dumpRedis, eventually } from '../helpers/outbox.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+
+/**
+ * How the outbox fails: permanent errors fail the job at once and keep the
+ * error on it (shown by `eml-api queue status`, retried by `eml-api queue
+ * retry`), a 429 pauses every worker, close() and close({ force }), and the
+ * API key never reaching Redis or the CLI's output.
+ */
+
+let redis: RedisServer;
+let emu: Emulator;
+let service: FakeService;
+let transport: EmlApiQueueTransport;
+let transporter: Transporter<EmlApiQueuedMessageInfo>;
+let workers: EmlApiWorker[] = [];
+
+beforeAll(async () => {
+  [redis, emu, service] = await Promise.all([startRedisServer(), startEmulator(), startFakeService()]);
+  transport = new EmlApiQueueTransport({ connection: redis.url, retry: { delay: 200, maxDelay: 1000, jitter: 0 } });
+  transporter = nodemailer.createTransport(transport) as unknown as Transporter<EmlApiQueuedMessageInfo>;
+});
+
+afterAll(async () => {
+  await transport?.close();
+  await Promise.all([emu?.close(), service?.close()]);
+  await redis?.stop();
+});
+
+beforeEach(async () => {
+  emu.reset();
+  service.clear();
+  await transport.queue.obliterate({ force: true });
+});
+
+afterEach(async () => {
+  await Promise.all(workers.map((w) => w.close({ force: true })));
+  workers = [];
+});
+
+async function worker(options: Partial<EmlApiWorkerOptions> = {}): Promise<EmlApiWorker> {
+  const w = await startEmlApiWorker({
+    connection: redis.url,
+    apiKey: emu.apiKey,
+    baseUrl: emu.url,
+    cleanupInterval: 0,
+    ...options,
+  });
+  workers.push(w);
+  return w;
+}
+
+async function cli(argv: string[], env: Record<string, string> = { REDIS_URL: redis.url }) {
+  let stdout = '';
+  let stderr = '';
+  const code = await runCli(argv, {
+    stdout: { write: (s: string) => (stdout += s) },
+    stderr: { write: (s: string) => (stderr += s) },
+    stdin: Readable.from([]),
+    env,
+  });
+  return { code, stdout, stderr };
+}
+
+const message = (to: string) => ({ from: 'shop@example.test', to, subject: 'Order', text: 'Thanks' });
+
+describe('a permanent failure', () => {
+  it('fails the job after one attempt, keeps the error on it, and queue status shows it', async () => {
+    const info = await transporter.sendMail(message('ann@'));
+    const w = await worker();
+    const failed = new Promise<[unknown, EmlApiError]>((resolve) =>
+      w.once('failed', (job, err) => resolve([job, err])),
+    );
+    const [, err] = await failed;
+    expect(err).toBeInstanceOf(EmlApiError);
+    expect(err).toMatchObject({ code: 'EAPI', responseCode: 400, apiCode: 'invalid_address', permanent: true });
+
+    const job = await transport.queue.getJob(info.queueId);
+    expect(await job!.getState()).toBe('failed');
+    expect(job!.attemptsMade).toBe(1);
+    expect((job!.data as OutboxJobData).lastError).toMatchObject({
+      code: 'EAPI',
+      responseCode: 400,
+      apiCode: 'invalid_address',
+      permanent: true,
+      attempt: 1,
+      message: expect.stringContaining('invalid address'),
+    });
+    expect(job!.failedReason).toContain('400 invalid_address');
+    // Its content stays, so it can be retried.
+    expect(await redis.client.exists(job!.data.contentKey)).toBe(1);
+
+    const status = await cli(['queue', 'status']);
+    expect(status.code).toBe(0);
+    expect(status.stdout).toMatch(/^Queue "eml-api": waiting 0, .*failed 1, completed 0$/m);
+    expect(status.stdout).toContain(`  ${info.queueId}  `);
+    expect(status.stdout).toContain('eml to ann@  attempts 1');
+    expect(status.stdout).toMatch(/EAPI 400 invalid_address: POST \/v1\/send\/eml failed/);
+    const json = JSON.parse((await cli(['queue', 'status', '--json'])).stdout) as { failed: { queueId: string }[] };
+    expect(json.failed.map((f) => f.queueId)).toEqual([info.queueId]);
+    expect(status.stdout + JSON.stringify(json)).not.toContain(emu.apiKey);
+
+    // Put back with a fresh schedule: it is tried (and refused) again.
+    await w.close();
+    const retried = await cli(['queue', 'retry']);
+    expect(retried).toMatchObject({ code: 0, stdout: 'Put back 1 failed message\n' });
+    expect(await transport.queue.getJobCounts('waiting', 'failed')).toEqual({ waiting: 1, failed: 0 });
+    expect(await cli(['queue', 'retry', 'no-such-job'])).toMatchObject({
+      code: 1,
+      stderr: 'no-such-job: not a failed job\n',
+    });
+  });
+
+  it('never lets the service rewrite the terminal: escape sequences in its answers are stripped', async () => {
+    service.answer({
+      status: 400,
+      body: {
+        error: { code: 'invalid_eml', message: 'bad\u001b[2J\u001b]0;owned\u0007 message\r\nwith\u009b31m junk' },
+      },
+    });
+    await transporter.sendMail(message('ann@example.test'));
+    const w = await worker({ baseUrl: service.url });
+    await new Promise((resolve) => w.once('failed', resolve));
+    const { stdout } = await cli(['queue', 'status']);
+    expect(stdout).toContain('bad message with junk');
+    const controls = [...stdout].filter((ch) => {
+      const c = ch.charCodeAt(0);
+      return (c < 0x20 && c !== 0x0a) || (c >= 0x7f && c <= 0x9f);
+    });
+    expect(controls).toEqual([]);
+  });
+
+  it('is also what a message out of attempts ends as, after its schedule', async () => {
+    const quick = new EmlApiQueueTransport({ connection: redis.url, retry: { attempts: 3, delay: 50, jitter: 0 } });
+    await nodemailer.createTransport(quick).sendMail(message('ann@example.test'));
+    await quick.close();
+    service.answer({ status: 500, body: { error: { code: 'internal_error', message: 'boom' } } });
+    const w = await worker({ baseUrl: service.url });
+    const events: string[] = [];
+    w.on('retrying', () => events.push('retrying'));
+    const failed = new Promise<EmlApiError>((resolve) => w.once('failed', (_job, err) => resolve(err)));
+    expect(await failed).toMatchObject({ code: 'EAPI', responseCode: 500, permanent: false });
+    expect(events).toEqual(['retrying', 'retrying']);
+    expect(service.requests).toHaveLength(3);
+  });
+});
+
+describe('a 429 with Retry-After', () => {
+  it('pauses every worker for that long, without using an attempt', async () => {
+    service.script([
+      { status: 429, headers: { 'retry-after': '2' }, body: { error: { code: 'rate_limited', message: 'slow down' } } },
+    ]);
+    await Promise.all([worker({ baseUrl: service.url }), worker({ baseUrl: service.url })]);
+    const info = await transporter.sendMail(message('first@example.test'));
+    // worker.rateLimit() sets BullMQ's limiter key far above any limit, for the Retry-After.
+    await eventually(async () => Number(await redis.client.get('bull:eml-api:limiter')) > 1e12, {
+      what: 'the queue paused',
+    });
+    const limited = service.requests[0]!.at;
+    // Both workers are free and four more messages wait: none may go out during the pause.
+    for (let i = 0; i < 4; i++) await transporter.sendMail(message(`m${i}@example.test`));
+    await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 5, {
+      what: 'all sent after the pause',
+    });
+    const after = service.requests.slice(1).map((r) => r.at - limited);
+    expect(after).toHaveLength(5);
+    expect(Math.min(...after)).toBeGreaterThanOrEqual(1950);
+    expect(Math.min(...after)).toBeLessThan(4000);
+    const job = await transport.queue.getJob(info.queueId);
+    expect(job!.attemptsMade).toBe(1); // the 429 did not count
+    expect(job!.data.lastError).toMatchObject({ responseCode: 429, apiCode: 'rate_limited' });
+    console.log(`429: the next request came ${Math.round(Math.min(...after))} ms after it (Retry-After: 2)`);
+  });
+});
+
+describe('closing a worker', () => {
+  it('close() lets the sends in flight finish; close({ force: true }) hands them to another worker at once', async () => {
+    service.answer('hold');
+    for (let i = 0; i < 2; i++) await transporter.sendMail(message(`g${i}@example.test`));
+    const graceful = await worker({ baseUrl: service.url, concurrency: 2 });
+    await eventually(() => service.held === 2, { what: 'two sends in flight' });
+    let closed = false;
+    const closing = graceful.close().then(() => (closed = true));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(closed).toBe(false);
+    service.releaseAll();
+    await closing;
+    expect(await transport.queue.getJobCounts('completed', 'active')).toEqual({ completed: 2, active: 0 });
+
+    service.clear();
+    service.answer('hold');
+    for (let i = 0; i < 2; i++) await transporter.sendMail(message(`f${i}@example.test`));
+    const forced = await worker({ baseUrl: service.url, concurrency: 2 });
+    await eventually(() => service.held === 2, { what: 'two sends in flight' });
+    const started = Date.now();
+    await forced.close({ force: true });
+    expect(Date.now() - started).toBeLessThan(3000);
+    // Back in the queue now, not after their locks expire (30 s by default).
+    expect(await transport.queue.getJobCounts('waiting', 'active', 'failed')).toEqual({
+      waiting: 2,
+      active: 0,
+      failed: 0,
+    });
+    service.answer({ status: 202, body: { id: 'ok', messageId: '<x@example.test>', recipients: 1 } });
+    await worker({ baseUrl: service.url });
+    await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 4, {
+      what: 'the handed-back jobs sent by another worker',
+    });
+  });
+});
+
+describe('the API key', () => {
+  it('is never stored in Redis nor shown by the worker or queue status', async () => {
+    await transporter.sendMail(message('ann@example.test'));
+    await transporter.sendMail(message('ann@'));
+    const w = await worker();
+    await eventually(async () => {
+      const counts = await transport.queue.getJobCounts('completed', 'failed');
+      return counts.completed === 1 && counts.failed === 1;
+    });
+    const everything = await dumpRedis(redis.client);
+    expect(everything).toContain('ann@'); // the dump is real
+    expect(everything).not.toContain(emu.apiKey);
+    const status = await readOutboxStatus(transport.queue);
+    expect(JSON.stringify(status)).not.toContain(emu.apiKey);
+    expect((await cli(['queue', 'status'])).stdout).not.toContain(emu.apiKey);
+    expect(inspect(w, { depth: 4 })).not.toContain(emu.apiKey);
+  });
+});

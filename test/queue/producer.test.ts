@@ -1,0 +1,375 @@
+import { inspect } from 'node:util';
+import nodemailer, { type Transporter } from 'nodemailer';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { EmlApiError, EmlApiTransport } from '../../src/index.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import {
+  DEFAULT_RETRY_SCHEDULE,
+  EmlApiQueueTransport,
+  outboxJobId,
+  type EmlApiQueuedMessageInfo,
+  type OutboxJobData,
+} from '../../src/queue/index.js';
+import { outboxBackoffDelay, retrySpan } from '../../src/queue/retry-schedule.js';
+import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
+import { resolveQueueLocation } from '../../src/queue/queue-location.js';
+import { FIXTURES } from '../helpers/rich-message.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+
+/**
+ * The producer side of the outbox: what sendMail resolves with, what is
+ * stored (and what is not), the same refusals as the direct transport, the
+ * size cap, idempotency keys as job ids. Real redis-server, real emulator.
+ */
+
+let redis: RedisServer;
+let emu: Emulator;
+let transport: EmlApiQueueTransport;
+let transporter: Transporter<EmlApiQueuedMessageInfo>;
+
+beforeAll(async () => {
+  [redis, emu] = await Promise.all([startRedisServer(), startEmulator({ groups: ['newsletter'] })]);
+  transport = new EmlApiQueueTransport({ connection: redis.url });
+  transporter = nodemailer.createTransport(transport) as unknown as Transporter<EmlApiQueuedMessageInfo>;
+});
+
+afterAll(async () => {
+  await transport?.close();
+  await emu?.close();
+  await redis?.stop();
+});
+
+beforeEach(async () => {
+  await redis.client.flushall();
+});
+
+/** What a send stores: content keys and jobs (BullMQ's own bookkeeping keys, such as its meta hash, are not counted). */
+async function stored(): Promise<{ content: number; jobs: number }> {
+  const content = (await redis.client.keys('bull:eml-api:content:*')).length;
+  const counts = await transport.queue.getJobCounts(
+    'waiting',
+    'delayed',
+    'prioritized',
+    'active',
+    'failed',
+    'completed',
+  );
+  return { content, jobs: Object.values(counts).reduce((a, b) => a + b, 0) };
+}
+
+describe('sendMail through EmlApiQueueTransport', () => {
+  it('resolves once Redis has the job, with the info of a relay that took the message', async () => {
+    const info = await transporter.sendMail({
+      from: 'Shop <shop@example.test>',
+      to: 'ann@example.test',
+      cc: 'bob@example.test',
+      bcc: 'audit@example.test',
+      subject: 'Your order',
+      text: 'Thanks',
+      idempotencyKey: 'order-1042',
+    });
+    expect(info).toEqual({
+      envelope: { from: 'shop@example.test', to: ['ann@example.test', 'bob@example.test', 'audit@example.test'] },
+      messageId: expect.stringMatching(/^<.+@example\.test>$/),
+      accepted: ['ann@example.test', 'bob@example.test', 'audit@example.test'],
+      rejected: [],
+      pending: [],
+      response: '250 Queued as order-1042',
+      queueId: 'order-1042',
+      idempotencyKey: 'order-1042',
+      duplicate: false,
+    });
+    const job = await transport.queue.getJob('order-1042');
+    expect(job?.name).toBe('eml');
+    const data = job!.data as OutboxJobData;
+    expect(data).toMatchObject({ v: 1, kind: 'eml', messageId: info.messageId, idempotencyKey: 'order-1042' });
+    // The bytes are beside the job, raw (not Base64), Bcc kept for the service to strip.
+    const stored = await redis.client.getBuffer(data.contentKey);
+    expect(stored!.length).toBe(data.size);
+    expect(stored!.toString()).toMatch(/^Bcc: audit@example\.test\r$/m);
+    expect(stored!.toString()).toContain(`Message-ID: ${info.messageId}`);
+    expect(job!.opts.attempts).toBe(DEFAULT_RETRY_SCHEDULE.attempts);
+  });
+
+  it('makes an idempotency key the job id, so queueing the same message twice stores it once', async () => {
+    const message = { from: 'shop@example.test', to: 'ann@example.test', subject: 'Receipt', text: 'x' };
+    const first = await transporter.sendMail({ ...message, idempotencyKey: 'receipt:7' });
+    const again = await transporter.sendMail({
+      ...message,
+      to: 'someone-else@example.test',
+      idempotencyKey: 'receipt:7',
+    });
+    expect(first.queueId).toBe('receipt%3A7');
+    expect(again).toEqual({ ...first, duplicate: true });
+    expect(await transport.queue.getJobCounts('waiting')).toEqual({ waiting: 1 });
+    expect(await redis.client.keys('bull:eml-api:content:*')).toHaveLength(1);
+  });
+
+  it('gives each send without a key its own UUID key and job', async () => {
+    const a = await transporter.sendMail({ from: 'a@example.test', to: 'b@example.test', text: '1' });
+    const b = await transporter.sendMail({ from: 'a@example.test', to: 'b@example.test', text: '2' });
+    expect(a.idempotencyKey).toMatch(/^[0-9a-f-]{36}$/);
+    expect(a.queueId).toBe(a.idempotencyKey);
+    expect(b.queueId).not.toBe(a.queueId);
+  });
+
+  it('queues group and tracked sends as their JSON request bodies, images included', async () => {
+    const group = await transporter.sendMail({
+      from: 'News <news@example.test>',
+      subject: 'Hi {{first_name}}',
+      html: '<p>Hi {{first_name}}</p><img src="cid:logo">',
+      attachments: [{ filename: 'logo.png', path: `${FIXTURES}logo.png`, cid: 'logo' }],
+      group: 'newsletter',
+    });
+    expect(group).toMatchObject({ group: 'newsletter', accepted: [], envelope: { from: 'news@example.test', to: [] } });
+    const tracked = await transporter.sendMail({
+      from: 'shop@example.test',
+      to: ['ann@example.test', 'Bob <bob@example.test>'],
+      subject: 'Tracked',
+      html: '<p>x</p>',
+      tracking: true,
+    });
+    expect(tracked.accepted).toEqual(['ann@example.test', 'bob@example.test']);
+    const groupJob = await transport.queue.getJob(group.queueId);
+    expect(groupJob!.name).toBe('group');
+    const body = JSON.parse((await redis.client.get(groupJob!.data.contentKey))!) as {
+      subject: string;
+      textContent: { html: string; images: unknown[] };
+    };
+    expect(body.subject).toBe('Hi {{first_name}}');
+    expect(body.textContent.html).toBe('<p>Hi {{first_name}}</p><img src="{{logo}}">');
+    expect(body.textContent.images[0]).toMatchObject({ name: 'logo', mimeType: 'PNG' });
+    const trackedJob = await transport.queue.getJob(tracked.queueId);
+    expect(trackedJob!.name).toBe('email');
+    expect(JSON.parse((await redis.client.get(trackedJob!.data.contentKey))!)).toMatchObject({
+      to: [{ email: 'ann@example.test' }, { email: 'bob@example.test', name: 'Bob' }],
+      textContent: { tracking: true },
+    });
+  });
+
+  it('refuses a message over maxMessageBytes with EMESSAGE, storing nothing', async () => {
+    const small = new EmlApiQueueTransport({ connection: redis.url, maxMessageBytes: 1024 * 1024 });
+    try {
+      await small.verify();
+      const err = await nodemailer
+        .createTransport(small)
+        .sendMail({
+          from: 'a@example.test',
+          to: 'b@example.test',
+          text: 'big',
+          attachments: [{ filename: 'big.bin', content: Buffer.alloc(900 * 1024, 7) }],
+        })
+        .catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(EmlApiError);
+      expect(err).toMatchObject({ code: 'EMESSAGE', permanent: true });
+      expect((err as Error).message).toMatch(/over maxMessageBytes \(1\.0 MiB\): not queued/);
+      expect(await stored()).toEqual({ content: 0, jobs: 0 });
+      // Just under the cap is queued.
+      await nodemailer.createTransport(small).sendMail({
+        from: 'a@example.test',
+        to: 'b@example.test',
+        attachments: [{ filename: 'ok.bin', content: Buffer.alloc(400 * 1024, 7) }],
+      });
+      expect(await stored()).toEqual({ content: 1, jobs: 1 });
+    } finally {
+      await small.close();
+    }
+  });
+
+  it('holds no API key at all (it has none), and inspecting it shows none', () => {
+    expect(Object.keys(transport)).not.toContain('apiKey');
+    expect(inspect(transport, { depth: 3 })).not.toMatch(/apiKey/i);
+  });
+
+  it('checks that Redis answers in verify(), and says which Redis when it does not', async () => {
+    await expect(transporter.verify()).resolves.toBe(true);
+    const nowhere = new EmlApiQueueTransport({ connection: 'redis://127.0.0.1:1', storeTimeout: 5000 });
+    try {
+      const err = (await nowhere.verify().catch((e: unknown) => e)) as EmlApiError;
+      expect(err).toBeInstanceOf(EmlApiError);
+      expect(err.code).toMatch(/^(ECONNECTION|ETIMEDOUT)$/);
+      expect(err.message).toContain('127.0.0.1:1');
+      // And a send fails instead of hanging.
+      const send = await nodemailer
+        .createTransport(nowhere)
+        .sendMail({ from: 'a@example.test', to: 'b@example.test', text: 'x' })
+        .catch((e: unknown) => e);
+      expect(send).toMatchObject({ code: expect.stringMatching(/^(ECONNECTION|ETIMEDOUT)$/) });
+    } finally {
+      await nowhere.close();
+    }
+  });
+
+  it('calls the send callback once, is idle between sends, and refuses sends after close()', async () => {
+    const own = new EmlApiQueueTransport({ connection: redis.url, concurrency: 1 });
+    const calls: unknown[] = [];
+    await new Promise<void>((resolve) => {
+      own.send({ data: {}, message: {} } as never, (err) => {
+        calls.push(err);
+        resolve();
+      });
+    });
+    expect(calls).toHaveLength(1);
+    expect(own.isIdle()).toBe(true);
+    const idle = new Promise((resolve) => own.once('idle', resolve));
+    const sending = nodemailer
+      .createTransport(own)
+      .sendMail({ from: 'a@example.test', to: 'b@example.test', text: 'x' });
+    expect(own.isIdle()).toBe(false);
+    await sending;
+    await idle;
+    await own.close();
+    expect(own.isIdle()).toBe(false);
+    const err = await nodemailer
+      .createTransport(own)
+      .sendMail({ from: 'a@example.test', to: 'b@example.test', text: 'x' })
+      .catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'ECONNECTION' });
+  });
+
+  it('names the option in configuration errors', () => {
+    const bad = (options: object) => {
+      try {
+        new EmlApiQueueTransport(options as never);
+      } catch (err) {
+        return err as EmlApiError;
+      }
+      throw new Error('expected a configuration error');
+    };
+    expect(bad({})).toMatchObject({ code: 'ECONFIG', message: expect.stringContaining('connection') });
+    expect(bad({ connection: 'http://x' })).toMatchObject({ message: expect.stringContaining('redis://') });
+    expect(bad({ connection: redis.url, queueName: 'a:b' })).toMatchObject({
+      message: expect.stringContaining('queueName'),
+    });
+    expect(bad({ connection: redis.url, retry: { attempts: 0 } })).toMatchObject({
+      message: expect.stringContaining('retry.attempts'),
+    });
+    expect(bad({ connection: redis.url, jobOptions: { jobId: 'x' } })).toMatchObject({
+      message: expect.stringContaining('idempotencyKey'),
+    });
+    expect(bad({ connection: redis.url, maxMessageBytes: -1 })).toMatchObject({
+      message: expect.stringContaining('maxMessageBytes'),
+    });
+  });
+});
+
+describe('producer parity: what the direct transport refuses before sending is refused before storing', () => {
+  const refused: [string, Record<string, unknown>][] = [
+    ['no recipient', { from: 'a@example.test', subject: 'x', text: 'x' }],
+    [
+      'an envelope naming other recipients',
+      {
+        from: 'a@example.test',
+        to: 'b@example.test',
+        text: 'x',
+        envelope: { from: 'a@example.test', to: 'c@example.test' },
+      },
+    ],
+    [
+      'an attachment that cannot be read',
+      { from: 'a@example.test', to: 'b@example.test', attachments: [{ path: '/nonexistent/x.pdf' }] },
+    ],
+    ['a bad idempotency key', { from: 'a@example.test', to: 'b@example.test', text: 'x', idempotencyKey: 'has space' }],
+    ['a group option that is not a string', { from: 'a@example.test', subject: 's', html: 'x', group: 42 }],
+    [
+      'a tracking option that is not a boolean',
+      { from: 'a@example.test', to: 'b@example.test', html: 'x', tracking: 'yes' },
+    ],
+    [
+      'a group send with recipients',
+      { from: 'a@example.test', to: 'b@example.test', subject: 's', html: 'x', group: 'newsletter' },
+    ],
+    [
+      'a group send with a file attachment',
+      {
+        from: 'a@example.test',
+        subject: 's',
+        html: 'x',
+        group: 'newsletter',
+        attachments: [{ filename: 'a.txt', content: 'x' }],
+      },
+    ],
+    ['a group send without a subject', { from: 'a@example.test', html: 'x', group: 'newsletter' }],
+    ['a tracked send without a recipient', { from: 'a@example.test', subject: 's', html: 'x', tracking: true }],
+    [
+      'a tracked send with custom headers',
+      {
+        from: 'a@example.test',
+        to: 'b@example.test',
+        subject: 's',
+        html: 'x',
+        tracking: true,
+        headers: { 'X-A': '1' },
+      },
+    ],
+    [
+      'a tracked send with cc',
+      { from: 'a@example.test', to: 'b@example.test', cc: 'c@example.test', subject: 's', html: 'x', tracking: true },
+    ],
+    ['an empty raw message', { raw: '' }],
+    ['an aborted send', { from: 'a@example.test', to: 'b@example.test', text: 'x', signal: AbortSignal.abort() }],
+  ];
+
+  it.each(refused)('%s', async (_label, message) => {
+    const direct = new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url });
+    const sent = emu.messages().length;
+    const directError = (await nodemailer
+      .createTransport(direct)
+      .sendMail(message)
+      .catch((e: unknown) => e)) as Error;
+    await direct.close();
+    expect(directError).toBeInstanceOf(Error);
+    expect(emu.messages().length).toBe(sent);
+
+    const queuedError = (await transporter.sendMail(message).catch((e: unknown) => e)) as Error;
+    expect(queuedError).toBeInstanceOf(Error);
+    // The same kind of error with the same code (an aborted send is refused by Nodemailer itself, in both).
+    expect(queuedError instanceof EmlApiError).toBe(directError instanceof EmlApiError);
+    expect((queuedError as EmlApiError).code).toBe((directError as EmlApiError).code);
+    expect((queuedError as EmlApiError).code).toMatch(/^E[A-Z]+$/);
+    expect(await stored()).toEqual({ content: 0, jobs: 0 });
+  });
+});
+
+describe('job ids and the retry schedule', () => {
+  it('maps idempotency keys one to one onto ids BullMQ accepts', () => {
+    expect(outboxJobId('order-1042')).toBe('order-1042');
+    expect(outboxJobId('a:b')).toBe('a%3Ab');
+    expect(outboxJobId('a%3Ab')).toBe('a%253Ab');
+    expect(outboxJobId('42')).toBe('%342');
+    expect(outboxJobId('042')).toBe('%3042');
+    expect(decodeURIComponent(outboxJobId('42'))).toBe('42');
+    for (const key of ['x:y:z', '100%', '7', 'ok']) expect(decodeURIComponent(outboxJobId(key))).toBe(key);
+  });
+
+  it('keeps trying for about a day by default: 34 attempts, 5 s doubling to an hourly cap', () => {
+    const span = retrySpan(DEFAULT_RETRY_SCHEDULE);
+    expect(span / 3_600_000).toBeGreaterThan(23);
+    expect(span / 3_600_000).toBeLessThan(25);
+    const backoff = { delay: 5000, maxDelay: 3_600_000, jitter: 0.2 };
+    expect(outboxBackoffDelay(1, backoff, undefined, () => 0)).toBe(5000);
+    expect(outboxBackoffDelay(2, backoff, undefined, () => 0)).toBe(10_000);
+    expect(outboxBackoffDelay(30, backoff, undefined, () => 0)).toBe(3_600_000);
+    expect(outboxBackoffDelay(1, backoff, undefined, () => 1)).toBe(4000);
+    // A Retry-After longer than the scheduled wait is honoured.
+    const busy = new EmlApiError('EAPI', '503', { responseCode: 503, retryAfter: 60_000 });
+    expect(outboxBackoffDelay(1, backoff, busy, () => 0)).toBe(60_000);
+  });
+});
+
+describe('stored content nobody needs', () => {
+  it('is swept: content whose job is gone or was sent; content of waiting jobs stays', async () => {
+    const location = resolveQueueLocation(undefined, undefined);
+    const kept = await transporter.sendMail({ from: 'a@example.test', to: 'b@example.test', text: 'kept' });
+    const gone = await transporter.sendMail({ from: 'a@example.test', to: 'b@example.test', text: 'gone' });
+    const goneJob = await transport.queue.getJob(gone.queueId);
+    const goneKey = goneJob!.data.contentKey;
+    await goneJob!.remove();
+    // Too young: it might belong to a job being added right now.
+    expect(await sweepStoredContent(redis.client, location)).toBe(0);
+    expect(await sweepStoredContent(redis.client, location, { now: Date.now() + 2 * 3_600_000 })).toBe(1);
+    expect(await redis.client.exists(goneKey)).toBe(0);
+    const keptJob = await transport.queue.getJob(kept.queueId);
+    expect(await redis.client.exists(keptJob!.data.contentKey)).toBe(1);
+  });
+});
