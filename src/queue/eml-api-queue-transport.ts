@@ -13,6 +13,7 @@ import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
 import { loadBullmq } from './queue-peers.js';
 import type { EmlApiQueueTransportOptions } from './queue-transport-options.js';
 import { prepareQueuedContent, type QueuedContent } from './queued-content.js';
+import { registerQueueTransportInternals } from './queue-transport-internals.js';
 import { queuedMessageInfo, type EmlApiQueuedMessageInfo } from './queued-message-info.js';
 import { closeOutboxRedis, openOutboxRedis, type OutboxRedis } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
@@ -82,6 +83,10 @@ export class EmlApiQueueTransport extends EventEmitter {
     this.#redis.redis.on('error', (err: Error) => logger.debug({ error: err.message }, 'Redis error'));
     this.#limiter = new ConcurrencyLimiter(this.#settings.concurrency, () => {
       if (this.isIdle()) this.emit('idle');
+    });
+    registerQueueTransportInternals(this, {
+      enqueue: (content, idempotencyKey, signal) =>
+        this.#track(this.#limiter.run(() => this.#storeChecked(content, idempotencyKey, signal), signal)),
     });
   }
 
@@ -183,6 +188,18 @@ export class EmlApiQueueTransport extends EventEmitter {
         }
         throw err;
       });
+    return this.#track(run);
+  }
+
+  /** Registers a send with close(), which waits for it. */
+  #track<T>(run: Promise<T>): Promise<T> {
+    if (this.#closed) {
+      return Promise.reject(
+        new EmlApiError('ECONNECTION', 'The transport is closed; create a new one to queue more mail', {
+          permanent: true,
+        }),
+      );
+    }
     this.#inflight.add(run);
     void run.finally(() => this.#inflight.delete(run)).catch(() => undefined);
     return run;
@@ -197,23 +214,33 @@ export class EmlApiQueueTransport extends EventEmitter {
     const settings = this.#settings;
     const content = await prepareQueuedContent(mail, route, settings.spool, signal);
     try {
-      if (content.requestBytes > settings.maxMessageBytes) throw tooLarge(content, settings.maxMessageBytes);
       if (content.fromDiffers) {
         settings.logger.info(
           { envelopeFrom: content.envelope.from },
           'Envelope sender differs from From; the service sets its own return path, so the envelope sender is not used',
         );
       }
-      signal.throwIfAborted();
-      const info = await this.#store(content, idempotencyKey, signal);
-      settings.logger.info(
-        { queueId: info.queueId, messageId: info.messageId, bytes: content.size, duplicate: info.duplicate },
-        info.duplicate ? 'Message already queued under this idempotency key' : 'Message queued',
-      );
-      return info;
+      return await this.#storeChecked(content, idempotencyKey, signal);
     } finally {
       await content.dispose();
     }
+  }
+
+  /** Checks the size, then stores content that is built. */
+  async #storeChecked(
+    content: QueuedContent,
+    idempotencyKey: string,
+    signal: AbortSignal,
+  ): Promise<EmlApiQueuedMessageInfo> {
+    const settings = this.#settings;
+    if (content.requestBytes > settings.maxMessageBytes) throw tooLarge(content, settings.maxMessageBytes);
+    signal.throwIfAborted();
+    const info = await this.#store(content, idempotencyKey, signal);
+    settings.logger.info(
+      { queueId: info.queueId, messageId: info.messageId, bytes: content.size, duplicate: info.duplicate },
+      info.duplicate ? 'Message already queued under this idempotency key' : 'Message queued',
+    );
+    return info;
   }
 
   /** Stores the content, then the job that points at it: a job never points at content not fully stored. */

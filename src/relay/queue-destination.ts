@@ -1,22 +1,44 @@
-import { EmlApiError } from '../shared/eml-api-error.js';
+import { randomUUID } from 'node:crypto';
+import { emlBodyLength } from '../body/eml-upload-body.js';
+import { EmlApiQueueTransport } from '../queue/eml-api-queue-transport.js';
+import type { EmlApiQueueTransportOptions } from '../queue/queue-transport-options.js';
+import { queueTransportInternals } from '../queue/queue-transport-internals.js';
 import type { MessageDestination } from './message-destination.js';
 
 /**
- * The destination for the `queue` option (`eml-api relay --redis`): the
- * outbox, which stores each message in Redis and answers `250` once it is
- * stored, then sends it when the service can take it.
+ * The destination of the `queue` option (`eml-api relay --redis`): the
+ * outbox. The relay answers `250` once Redis has stored the message; the
+ * outbox's workers send it when the service can take it, retrying for about a
+ * day, under the message's idempotency key.
  *
- * The outbox (`nodemailer-eml-api/queue`) is not part of this version yet,
- * so this refuses the option clearly instead of ignoring it.
- *
- * @throws {EmlApiError} `ECONFIG`, always (for now)
+ * @param queue a queue transport the caller owns (left open on close), or the
+ *   options of one the relay makes and closes
  */
-export function queueDestination(queue: unknown): MessageDestination {
-  void queue;
-  throw new EmlApiError(
-    'ECONFIG',
-    'Invalid option queue: store-and-forward through the outbox (nodemailer-eml-api/queue, --redis) is not available ' +
-      'in this version yet; run the relay without it (messages are then uploaded directly, and 250 means the service accepted them)',
-    { permanent: true },
-  );
+export function queueDestination(queue: EmlApiQueueTransport | EmlApiQueueTransportOptions): MessageDestination {
+  const owned = !(queue instanceof EmlApiQueueTransport);
+  const transport = queue instanceof EmlApiQueueTransport ? queue : new EmlApiQueueTransport(queue);
+  const { enqueue } = queueTransportInternals(transport);
+  return {
+    name: 'outbox',
+    async deliver(message, _sender, signal) {
+      const { spooled } = message;
+      const info = await enqueue(
+        {
+          kind: 'eml',
+          envelope: { from: message.envelope.from || false, to: [...message.envelope.to] },
+          messageId: message.messageId ?? '',
+          size: spooled.size,
+          requestBytes: emlBodyLength(spooled.size),
+          fromDiffers: false,
+          open: () => spooled.open(),
+          // The relay disposes of the spooled message once deliver() settles.
+          dispose: () => Promise.resolve(),
+        },
+        message.idempotencyKey ?? `smtp-relay-${randomUUID()}`,
+        signal,
+      );
+      return { id: info.queueId };
+    },
+    close: () => (owned ? transport.close() : Promise.resolve()),
+  };
 }

@@ -1,3 +1,5 @@
+import type { EmlApiQueueTransport } from '../queue/eml-api-queue-transport.js';
+import type { EmlApiQueueTransportOptions } from '../queue/queue-transport-options.js';
 import type { SecureContextOptions } from 'node:tls';
 import type { EmlApiClientOptions } from '../client/client-options.js';
 import type { EmlApiLogger } from '../shared/logger.js';
@@ -57,12 +59,17 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    */
   allowUnauthenticatedFrom?: string[];
   /**
-   * Store-and-forward through the outbox (`nodemailer-eml-api/queue`): `250`
-   * once the message is stored, sent when the service can take it. Not
-   * available in this version: passing it throws `ECONFIG`.
+   * Store-and-forward through the outbox (`nodemailer-eml-api/queue`): the
+   * relay answers `250` once Redis has stored the message, and the outbox's
+   * workers (`eml-api worker`, `startEmlApiWorker`) send it when the service
+   * can take it. A queue transport you made (left open when the relay closes),
+   * or its options. Needs `apiKey` (the relay's own key; the workers send with
+   * theirs), bullmq and ioredis.
    * @default undefined (each message is uploaded before the relay answers)
+   * @example
+   * await startSmtpRelay({ baseUrl, apiKey, queue: { connection: process.env.REDIS_URL! } });
    */
-  queue?: unknown;
+  queue?: EmlApiQueueTransport | EmlApiQueueTransportOptions;
   /**
    * STARTTLS (or implicit TLS) with this certificate. Without it, STARTTLS
    * is not offered, and clients other than loopback cannot AUTH (the

@@ -1,3 +1,5 @@
+import type { EmlApiQueueTransport } from '../queue/eml-api-queue-transport.js';
+import type { EmlApiQueueTransportOptions } from '../queue/queue-transport-options.js';
 import { hostname as osHostname } from 'node:os';
 import type { SpoolSettings } from '../body/spool-options.js';
 import type { EmlApiClientOptions } from '../client/client-options.js';
@@ -27,7 +29,8 @@ export interface RelaySettings {
   hostname: string;
   maxKeys: number;
   logger: EmlApiLogger;
-  queue: unknown;
+  /** The outbox to store messages in, when store-and-forward is on. */
+  queue: EmlApiQueueTransport | EmlApiQueueTransportOptions | undefined;
   /** Options of every client the relay makes, without a key. */
   clientOptions: Omit<EmlApiClientOptions, 'apiKey'>;
   spool: SpoolSettings;
@@ -94,7 +97,7 @@ export function resolveRelayOptions(options: SmtpRelayOptions): {
     hostname: text(o.hostname ?? osHostname(), 'hostname'),
     maxKeys: whole(o.maxKeys ?? 100, 'maxKeys', 1, 100_000),
     logger: resolveLogger(o.logger as boolean | EmlApiLogger | undefined),
-    queue: o.queue,
+    queue: checkQueue(o.queue, apiKey),
     clientOptions: clientOptions as Omit<EmlApiClientOptions, 'apiKey'>,
     spool: resolved.spool,
   };
@@ -129,4 +132,23 @@ function text(value: unknown, name: string): string {
 
 function config(option: string, problem: string): EmlApiError {
   return new EmlApiError('ECONFIG', `Invalid option ${option}: ${problem}`, { permanent: true });
+}
+
+/**
+ * The `queue` option: an object (a queue transport, or its options, checked
+ * when the outbox is made). The outbox sends later with its workers' key, so
+ * the relay must hold a key of its own: clients' AUTH keys are never stored.
+ */
+function checkQueue(value: unknown, apiKey: unknown): EmlApiQueueTransport | EmlApiQueueTransportOptions | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'object' || value === null) {
+    throw config('queue', 'expected an EmlApiQueueTransport or its options, e.g. { connection: process.env.REDIS_URL }');
+  }
+  if (apiKey === undefined) {
+    throw config(
+      'queue',
+      "store-and-forward needs the relay's own apiKey (the outbox's workers send with theirs; client AUTH keys are never stored in Redis)",
+    );
+  }
+  return value as EmlApiQueueTransport | EmlApiQueueTransportOptions;
 }

@@ -56,7 +56,7 @@ describe('eml-api relay', () => {
   });
 
   it.each([
-    [['--redis', 'redis://127.0.0.1:6379'], /not available in this version/],
+    [['--redis', 'redis://127.0.0.1:6379'], /needs the relay's own apiKey/],
     [['--tls-cert', TEST_CERT], /--tls-cert and --tls-key go together/],
     [['--allow', '10.0.0.0/8'], /--allow needs the relay's own key/],
     [['--port', '70000'], /--port: expected 0-65535/],

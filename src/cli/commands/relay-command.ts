@@ -38,7 +38,10 @@ Options:
   --max-size <bytes>      largest message, advertised as SIZE (default 39321591: fits a 50 MiB request)
   --max-recipients <n>    recipients per message (default 100)
   --max-clients <n>       SMTP connections at once (default 100)
-  --redis <url>           store-and-forward through the outbox (not available in this version)
+  --redis <url>           store-and-forward through the outbox in this Redis: 250 once stored,
+                          sent by \`eml-api worker\` processes (needs the relay's own key)
+  --queue <name>          the outbox's queue name (default eml-api)
+  --prefix <prefix>       the outbox's Redis key prefix (default bull)
   --allow-insecure-http   allow http:// to a non-loopback service (keys cross the network in clear)
   --quiet                 log refusals and errors only, not every accepted message
   -h, --help              show this help
@@ -63,6 +66,8 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       'max-recipients': { type: 'string' },
       'max-clients': { type: 'string' },
       redis: { type: 'string' },
+      queue: { type: 'string' },
+      prefix: { type: 'string' },
       'allow-insecure-http': { type: 'boolean' },
       quiet: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
@@ -99,7 +104,16 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       ? { maxRecipients: whole(values['max-recipients'], '--max-recipients', 1, 100_000) }
       : {}),
     ...(values['max-clients'] ? { maxClients: whole(values['max-clients'], '--max-clients', 1, 100_000) } : {}),
-    ...(values.redis !== undefined ? { queue: { redis: values.redis } } : {}),
+    ...(values.redis !== undefined
+      ? {
+          queue: {
+            connection: values.redis,
+            ...(values.queue === undefined ? {} : { queueName: values.queue }),
+            ...(values.prefix === undefined ? {} : { prefix: values.prefix }),
+            logger: lineLogger(io, values.quiet ?? false),
+          },
+        }
+      : {}),
   };
   if (values['tls-cert'] && values['tls-key']) {
     options.tls = {

@@ -1,0 +1,30 @@
+import type { QueuedContent } from './queued-content.js';
+import type { EmlApiQueuedMessageInfo } from './queued-message-info.js';
+
+/**
+ * What other parts of the package reach in a queue transport besides its
+ * public methods: queueing content that is already built (the SMTP relay
+ * receives a complete message, not a Nodemailer mail). Kept in a
+ * module-private registry, so it is not part of the public type.
+ */
+export interface QueueTransportInternals {
+  /**
+   * Stores `content` as a job with the same checks and limits as `sendMail`
+   * (`maxMessageBytes`, concurrency, close). The caller disposes `content`.
+   */
+  enqueue(content: QueuedContent, idempotencyKey: string, signal: AbortSignal): Promise<EmlApiQueuedMessageInfo>;
+}
+
+const registry = new WeakMap<object, QueueTransportInternals>();
+
+/** Records the internals of a queue transport (its constructor calls this). */
+export function registerQueueTransportInternals(transport: object, internals: QueueTransportInternals): void {
+  registry.set(transport, internals);
+}
+
+/** The internals of a queue transport made by this package. */
+export function queueTransportInternals(transport: object): QueueTransportInternals {
+  const internals = registry.get(transport);
+  if (!internals) throw new TypeError('not an EmlApiQueueTransport of this package');
+  return internals;
+}
