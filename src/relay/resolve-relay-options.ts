@@ -142,7 +142,10 @@ function config(option: string, problem: string): EmlApiError {
 function checkQueue(value: unknown, apiKey: unknown): EmlApiQueueTransport | EmlApiQueueTransportOptions | undefined {
   if (value === undefined) return undefined;
   if (typeof value !== 'object' || value === null) {
-    throw config('queue', 'expected an EmlApiQueueTransport or its options, e.g. { connection: process.env.REDIS_URL }');
+    throw config(
+      'queue',
+      'expected an EmlApiQueueTransport or its options, e.g. { connection: process.env.REDIS_URL }',
+    );
   }
   if (apiKey === undefined) {
     throw config(

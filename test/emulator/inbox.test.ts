@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import { request } from 'undici';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { EmlApiClient } from '../../src/index.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 
@@ -558,5 +558,25 @@ describe('live updates over /inbox/events', () => {
     for (const events of await Promise.all(ended)) expect(events).toEqual([]);
     // New requests are refused: the server is gone.
     await expect(request(`${own.url}/`)).rejects.toThrow();
+  });
+});
+
+describe('a message opened in the inbox', () => {
+  it('is parsed once for its HTML frame and every attachment download', async () => {
+    const parser = await import('../../src/emulator/operations/mime-parser.js');
+    const ref = await sendEml(
+      richEml({ subject: 'Parsed once', messageId: '<parsed-once@x>', attachment: Buffer.from('file body') }),
+    );
+    const copy = copyOf(ref);
+    const spy = vi.spyOn(parser, 'parseMime');
+    try {
+      for (let i = 0; i < 3; i++) {
+        expect((await get(`${emu.url}/inbox/messages/${copy.id}/html`)).status).toBe(200);
+        expect((await get(`${emu.url}/inbox/messages/${copy.id}/attachments/0`)).status).toBe(200);
+      }
+      expect(spy.mock.calls.filter(([raw]) => raw === copy.raw)).toHaveLength(1);
+    } finally {
+      spy.mockRestore();
+    }
   });
 });

@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http';
-import { parseMime } from '../operations/mime-parser.js';
+import { parsedDelivery } from './parsed-deliveries.js';
 import type { DeliveredMessage } from '../state/records.js';
 import type { EmulatorState } from '../state/emulator-state.js';
 import type { PageAnswer } from '../pages/page-answer.js';
@@ -46,7 +46,7 @@ export async function htmlAnswer(
   copy: DeliveredMessage,
 ): Promise<PageAnswer | undefined> {
   if (copy.html === undefined) return undefined;
-  const parsed = await parseMime(copy.raw, { skipHtmlToText: true, skipTextToHtml: true, skipTextLinks: true });
+  const parsed = await parsedDelivery(copy);
   const html = typeof parsed.html === 'string' ? parsed.html : copy.html;
   const origins = new Set([state.baseUrl]);
   const host = req.headers.host;
@@ -73,17 +73,12 @@ export async function htmlAnswer(
 /**
  * `GET /inbox/messages/{id}/attachments/{index}`: one attachment's decoded
  * bytes, as a download under its own name and content type. The delivered
- * message is parsed again for it; the emulator keeps only summaries.
+ * message is parsed once for its page, frame and downloads (parsed-deliveries.ts).
  * @returns undefined when there is no attachment at that index
  */
 export async function attachmentAnswer(copy: DeliveredMessage, index: number): Promise<PageAnswer | undefined> {
   if (index >= copy.attachments.length) return undefined;
-  const parsed = await parseMime(copy.raw, {
-    skipHtmlToText: true,
-    skipImageLinks: true,
-    skipTextToHtml: true,
-    skipTextLinks: true,
-  });
+  const parsed = await parsedDelivery(copy);
   const attachment = parsed.attachments[index];
   if (!attachment) return undefined;
   const type = /^[\w.+-]+\/[\w.+-]+$/.test(attachment.contentType)
