@@ -2,7 +2,7 @@ import { Readable } from 'node:stream';
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiTransport } from '../../src/index.js';
+import { EmlApiError, EmlApiTransport } from '../../src/index.js';
 import { rejectionOf, waitFor } from '../helpers/async.js';
 import { NODEMAILERS } from '../helpers/nodemailer-versions.js';
 
@@ -103,5 +103,31 @@ describe.each(NODEMAILERS)('with $label, queued sends', ({ nodemailer: mailer })
     }
     expect(started).toBe(12);
     expect(mostInMemory).toBeLessThanOrEqual(2);
+  });
+});
+
+describe.each(NODEMAILERS)('with $label, a signal that is already aborted', ({ label, nodemailer: mailer }) => {
+  it('ends the send with code EABORT before anything is built or sent', async () => {
+    const transport = new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url });
+    const controller = new AbortController();
+    controller.abort();
+    let built = false;
+    const content = new Readable({
+      read() {
+        built = true;
+        this.push(null);
+      },
+    });
+    const err = await mailer
+      .createTransport(transport)
+      .sendMail({ ...message('pre-aborted@example.test', content), signal: controller.signal } as never)
+      .catch((e: unknown) => e as Error & { code?: string });
+    await transport.close();
+    expect(err).toMatchObject({ code: 'EABORT' });
+    expect(built).toBe(false);
+    expect(emu.mailbox('pre-aborted@example.test')).toHaveLength(0);
+    // Nodemailer 10 answers a pre-aborted signal itself, before it calls any transport;
+    // with older majors the transport gets the send and answers with its own error.
+    if (label === 'nodemailer 6.9') expect(err).toBeInstanceOf(EmlApiError);
   });
 });
