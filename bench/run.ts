@@ -424,6 +424,76 @@ async function relay(sinks: Sinks): Promise<void> {
 
 let profileShares: { cpuMsPerMessage: number; shares: Record<string, number> } | undefined;
 
+/**
+ * Many sends queued at once with a 1.4 MB attachment each and 2 connections:
+ * the transport builds a message only once a connection slot is free, as
+ * Nodemailer's SMTP pool does, so memory follows maxConnections, not the
+ * number of sends waiting.
+ */
+async function queuedMemory(sinks: Sinks): Promise<void> {
+  console.log('\nMemory: 300 sends at once, a 1.4 MB attachment each, maxConnections 2 (fresh process each run)');
+  await sinks.setDelay(5);
+  const runs: number[] = [];
+  try {
+    for (let i = 0; i < 5; i++) {
+      const { stdout } = await run(
+        process.execPath,
+        ['--expose-gc', '--import', 'tsx', 'bench/queued-memory-case.ts', sinks.httpUrl, '300', '2'],
+        { cwd: ROOT, maxBuffer: 1024 * 1024 },
+      );
+      runs.push((JSON.parse(stdout.trim().split('\n').at(-1)!) as { extraMb: number }).extraMb);
+    }
+  } finally {
+    await sinks.setDelay(0);
+  }
+  console.log(`    runs: ${runs.map((r) => r.toFixed(1)).join(', ')} MB`);
+  record({
+    benchmark: 'memory',
+    case: `300 sends queued at once, 1.4 MB attachment each, maxConnections 2, peak extra RSS (runs ${Math.min(...runs).toFixed(0)}-${Math.max(...runs).toFixed(0)} MB)`,
+    value: median(runs),
+    unit: 'MB',
+    reference: 'budget 150 MB',
+    referenceValue: 150,
+    target: '<= 1',
+    better: 'lower',
+    targetRatio: 1,
+  });
+}
+
+/**
+ * How the cost of parsing adversarial input grows with its size, for each
+ * parser that reads all of its input (in a fresh process): 100 KB against
+ * 10 KB of the worst shape found at 10 KB. Linear is about 10, quadratic 100.
+ */
+async function parseCost(): Promise<void> {
+  console.log('\nParsing adversarial input: 100 KB against 10 KB of the worst shape (3 fresh processes, median)');
+  const results: { parser: string; shape: string; smallMs: number; largeMs: number; ratio: number }[][] = [];
+  for (let i = 0; i < 3; i++) {
+    const { stdout } = await run(process.execPath, ['--import', 'tsx', 'bench/parse-cost-case.ts'], {
+      cwd: ROOT,
+      maxBuffer: 1024 * 1024,
+    });
+    results.push(JSON.parse(stdout.trim().split('\n').at(-1)!) as (typeof results)[number]);
+  }
+  for (const [index, first] of results[0]!.entries()) {
+    const ratios = results.map((r) => r[index]!.ratio);
+    const small = median(results.map((r) => r[index]!.smallMs));
+    const large = median(results.map((r) => r[index]!.largeMs));
+    console.log(`    ${first.parser} (${first.shape}): ${ratios.map((r) => r.toFixed(1)).join(', ')}`);
+    record({
+      benchmark: 'parse cost',
+      case: `${first.parser}, adversarial "${first.shape}" input: 100 KB vs 10 KB (per-run ratios ${ratios.map((r) => r.toFixed(1)).join(', ')})`,
+      value: large,
+      unit: 'ms',
+      reference: '10 KB',
+      referenceValue: small,
+      target: '<= 30 (linear: 10; quadratic: 100)',
+      better: 'lower',
+      targetRatio: 30,
+    });
+  }
+}
+
 async function profile(sinks: Sinks): Promise<void> {
   console.log("\nProfile: where the sender's CPU goes (transport, concurrency 5, 3,000 messages, fresh process)");
   const { stdout } = await run(process.execPath, ['--import', 'tsx', 'bench/profile-case.ts', sinks.httpUrl], {
@@ -524,6 +594,8 @@ const sections: Record<string, (sinks: Sinks) => Promise<void>> = {
   latency: latencyBound,
   connections,
   memory,
+  queued: queuedMemory,
+  parsing: parseCost,
   profile,
   relay,
   queue: async (sinks) => {
