@@ -6,6 +6,7 @@ import {
   type RetryOptions,
   type TimeoutOptions,
 } from '../http/requester-options.js';
+import { invalidApiKeyAt } from '../protocol/api-key-rule.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
 import type { EmlApiClientOptions, ResolvedClientOptions } from './client-options.js';
@@ -178,9 +179,7 @@ function validateApiKey(value: unknown): string {
   if (typeof value !== 'string') {
     throw configError('apiKey', `expected a string, got ${describe(value)}`);
   }
-  // Header injection guard: CR, LF, spaces or non-ASCII in a header value are a
-  // configuration mistake (often a pasted newline), never a valid key.
-  const bad = value.search(/[^\x21-\x7e]/);
+  const bad = invalidApiKeyAt(value);
   if (bad !== -1) {
     const ch = value.charCodeAt(bad);
     const what =

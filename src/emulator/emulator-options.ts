@@ -1,3 +1,4 @@
+import { invalidApiKeyAt } from '../protocol/api-key-rule.js';
 import { API_SCOPES, type ApiPlan, type ApiScope } from '../protocol/api-types.js';
 import { FaultInjector, type EmulatorFaults } from './http/fault-injector.js';
 import { KeyRateLimiter, type EmulatorRateLimit } from './http/key-rate-limiter.js';
@@ -161,7 +162,7 @@ export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedE
   const apiKeys = (options.apiKeys ?? []).map((entry, i) => {
     const where = `startEmulator option apiKeys[${i}]`;
     if (typeof entry !== 'object' || entry === null) throw new TypeError(`${where}: expected { key, scopes, plan }`);
-    if (typeof entry.key !== 'string' || !/^[\x21-\x7e]+$/.test(entry.key)) {
+    if (typeof entry.key !== 'string' || invalidApiKeyAt(entry.key) !== -1) {
       throw new TypeError(`${where}.key: expected a non-empty string of visible ASCII characters`);
     }
     if (!Array.isArray(entry.scopes) || entry.scopes.some((s) => !API_SCOPES.includes(s))) {
