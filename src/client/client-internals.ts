@@ -1,4 +1,5 @@
 import type { Requester } from '../http/requester.js';
+import { privateRegistry } from '../shared/private-registry.js';
 import type { ResolvedClientOptions } from './client-options.js';
 
 /**
@@ -12,16 +13,10 @@ export interface ClientInternals {
   readonly options: Readonly<ResolvedClientOptions>;
 }
 
-const registry = new WeakMap<object, ClientInternals>();
+const registry = privateRegistry<ClientInternals>('EmlApiClient');
 
 /** Records the internals of a client (its constructor calls this). */
-export function registerClientInternals(client: object, internals: ClientInternals): void {
-  registry.set(client, internals);
-}
+export const registerClientInternals = registry.register;
 
 /** The internals of a client made by this package. */
-export function clientInternals(client: object): ClientInternals {
-  const internals = registry.get(client);
-  if (!internals) throw new TypeError('not an EmlApiClient of this package');
-  return internals;
-}
+export const clientInternals = registry.get;

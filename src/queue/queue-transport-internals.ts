@@ -1,3 +1,4 @@
+import { privateRegistry } from '../shared/private-registry.js';
 import type { QueuedContent } from './queued-content.js';
 import type { EmlApiQueuedMessageInfo } from './queued-message-info.js';
 
@@ -15,16 +16,10 @@ export interface QueueTransportInternals {
   enqueue(content: QueuedContent, idempotencyKey: string, signal: AbortSignal): Promise<EmlApiQueuedMessageInfo>;
 }
 
-const registry = new WeakMap<object, QueueTransportInternals>();
+const registry = privateRegistry<QueueTransportInternals>('EmlApiQueueTransport');
 
 /** Records the internals of a queue transport (its constructor calls this). */
-export function registerQueueTransportInternals(transport: object, internals: QueueTransportInternals): void {
-  registry.set(transport, internals);
-}
+export const registerQueueTransportInternals = registry.register;
 
 /** The internals of a queue transport made by this package. */
-export function queueTransportInternals(transport: object): QueueTransportInternals {
-  const internals = registry.get(transport);
-  if (!internals) throw new TypeError('not an EmlApiQueueTransport of this package');
-  return internals;
-}
+export const queueTransportInternals = registry.get;

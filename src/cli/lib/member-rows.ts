@@ -39,7 +39,9 @@ export function checkMember(
   const written = typeof input === 'string' ? input : input.email;
   if (typeof input !== 'string' && !isValidAddress(input.email)) {
     const reason =
-      input.email === '' ? 'the email cell is empty' : `${JSON.stringify(input.email.slice(0, 100))} is not a valid email address`;
+      input.email === ''
+        ? 'the email cell is empty'
+        : `${JSON.stringify(input.email.slice(0, 100))} is not a valid email address`;
     return { where, email: written, reason: `${where}: ${reason}` };
   }
   try {
