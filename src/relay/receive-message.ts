@@ -12,6 +12,12 @@ export interface ReceiveContext {
   destination: MessageDestination;
   /** Aborted when the relay is closed with `{ abort: true }`. */
   signal: AbortSignal;
+  /**
+   * Aborted as soon as the relay is closed (whether or not with `abort`): a
+   * message still arriving then is given up, so that a slow or stalled
+   * client cannot hold close().
+   */
+  arriving: AbortSignal;
 }
 
 /** A message handed on. */
@@ -37,7 +43,9 @@ export interface ReceivedMessage {
  * `Idempotency-Key`.
  *
  * @throws {EmlApiError} `EENVELOPE`, a permanent `EMESSAGE` (the message cannot be read as one),
- *   a transient `EMESSAGE` (the relay could not store it), or what the destination throws
+ *   a transient `EMESSAGE` (the relay could not store it), `ESTREAM` ({@link isClientGone}) when the client left
+ *   before the end of DATA, `EABORT` when the relay closed while the message was arriving, or what
+ *   the destination throws
  */
 export async function receiveMessage(
   stream: SMTPServerDataStream,
@@ -58,20 +66,30 @@ export async function receiveMessage(
         : undefined,
   );
   stream.pipe(rewriter);
+  // smtp-server destroys the DATA stream when the client disconnects mid-message, and pipe() does
+  // not pass that on: without this, the spool would wait for the rest forever (its file kept, and
+  // close() waiting for the message).
+  const gone = clientGone();
+  const onClose = () => {
+    if (!stream.readableEnded) rewriter.destroy(gone);
+  };
+  stream.once('close', onClose);
   let spooled;
   try {
-    spooled = await spoolMessage(rewriter, context.spool, context.signal);
+    spooled = await spoolMessage(rewriter, context.spool, context.arriving);
   } catch (err) {
     stream.unpipe(rewriter);
     // The rest of the message is read and dropped, so that smtp-server can answer.
     stream.resume();
-    if (err === rewriter.failure || context.signal.aborted) throw err;
+    if (err === rewriter.failure || err === gone || context.signal.aborted || context.arriving.aborted) throw err;
     if (err instanceof EmlApiError && err.code === 'ESTREAM') throw err;
     // The spool could not store it (a full disk...): the client may try again.
     throw new EmlApiError('EMESSAGE', `The relay could not store the message: ${(err as Error).message}`, {
       cause: err,
       permanent: false,
     });
+  } finally {
+    stream.off('close', onClose);
   }
   try {
     const { messageId, addedBcc } = plan!;
@@ -89,4 +107,20 @@ export async function receiveMessage(
   } finally {
     await spooled.body.dispose();
   }
+}
+
+/** The errors made by {@link clientGone} (EmlApiError's `instanceof` matches every EmlApiError, so no subclass). */
+const goneErrors = new WeakSet<Error>();
+
+function clientGone(): EmlApiError {
+  const err = new EmlApiError('ESTREAM', 'The SMTP client disconnected before the end of its message (DATA)', {
+    permanent: false,
+  });
+  goneErrors.add(err);
+  return err;
+}
+
+/** Whether {@link receiveMessage} failed because the client disconnected before the end of DATA (nobody to answer). */
+export function isClientGone(err: unknown): err is EmlApiError {
+  return err instanceof Error && goneErrors.has(err);
 }

@@ -9,7 +9,7 @@ import type { EmlApiClient } from '../client/eml-api-client.js';
 import { isValidAddress } from '../protocol/address-rules.js';
 import type { KeyClient, KeyClients } from './key-clients.js';
 import type { MessageDestination, MessageSender } from './message-destination.js';
-import { receiveMessage } from './receive-message.js';
+import { isClientGone, receiveMessage } from './receive-message.js';
 import type { RelaySettings } from './resolve-relay-options.js';
 import { authOffered, mailRefusal, type RelayPolicy } from './session-rules.js';
 import { acceptedReply, authFailureReply, failureReply, replyError, type SmtpReply } from './smtp-replies.js';
@@ -26,6 +26,8 @@ export interface RelayState {
   readonly destination: MessageDestination;
   /** Aborted by `close({ abort: true })`. */
   readonly signal: AbortSignal;
+  /** Aborted by any close(): messages still arriving are given up. */
+  readonly arriving: AbortSignal;
   /** True once close() was called: new transactions are refused with `421`. */
   closing(): boolean;
   /** Registers a message in progress, so close() waits for it. */
@@ -143,7 +145,12 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         session: session.id,
         key: sender.owner === 'relay' ? 'relay' : held!.id,
       };
-      const context = { spool: settings.spool, destination: relay.destination, signal: relay.signal };
+      const context = {
+        spool: settings.spool,
+        destination: relay.destination,
+        signal: relay.signal,
+        arriving: relay.arriving,
+      };
       const work = receiveMessage(stream, session, sender, context).then(
         (received) => {
           const reply = acceptedReply(received.id);
@@ -162,6 +169,10 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
           callback(null, reply.text);
         },
         (err: unknown) => {
+          if (isClientGone(err)) {
+            logger.warn(where, 'Message abandoned: the client disconnected before the end of DATA');
+            return callback(replyError({ code: 451, text: `4.4.2 ${err.message}` }));
+          }
           const reply: SmtpReply = stream.sizeExceeded
             ? { code: 552, text: `5.3.4 The message is larger than ${settings.maxMessageSize} bytes` }
             : failureReply(err, sender.owner);

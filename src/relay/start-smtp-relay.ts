@@ -27,8 +27,9 @@ export interface SmtpRelay {
   readonly host: string;
   /**
    * Stops the relay: no new connections or transactions (`421`), messages
-   * in progress finish and get their reply, then every connection is closed
-   * and the clients with it. With `{ abort: true }` messages still being
+   * that arrived in full are handed on and get their reply, messages still
+   * arriving are given up (`421`: the client sends them again later), then
+   * every connection is closed and the clients with it. With `{ abort: true }` messages still being
    * uploaded are aborted instead (their clients get `451`, and try again).
    * @example
    * process.once('SIGTERM', () => relay.close());
@@ -77,6 +78,7 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
   if (relayClient) await checkOwnKey(relayClient, settings, stop);
 
   const aborter = new AbortController();
+  const arriving = new AbortController();
   const inflight = new Set<Promise<unknown>>();
   let closing = false;
   const handlers = relaySessionHandlers({
@@ -85,6 +87,7 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
     relayClient,
     destination,
     signal: aborter.signal,
+    arriving: arriving.signal,
     closing: () => closing,
     track(work) {
       const settled = work.catch(() => undefined);
@@ -147,7 +150,14 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
       }
       closed ??= (async () => {
         closing = true;
-        // No new connections; transactions in progress finish and get their reply.
+        // A message still arriving is given up (the client gets 421 below, and retries): a slow or
+        // stalled client would otherwise hold close() for as long as it keeps the connection open.
+        arriving.abort(
+          new EmlApiError('EABORT', 'the relay is closing and the message had not arrived in full', {
+            permanent: false,
+          }),
+        );
+        // No new connections; messages that arrived in full are handed on and get their reply.
         server.server.close();
         while (inflight.size > 0) await Promise.allSettled([...inflight]);
         // Then every connection left is told (421) and closed.

@@ -18,7 +18,8 @@ Runs an SMTP server that hands every message it accepts to the email service
 Rails, cron...). It answers 250 only once the service accepted the message,
 451 when the failure is transient (the client retries), 5xx when the message
 can never be sent as it is. Runs until interrupted (Ctrl-C or SIGTERM), then
-lets the messages in progress finish.
+lets the messages it received finish (one still arriving gets 421, and its
+sender retries).
 
 Without a key, each client authenticates with its own API key as the SMTP
 password (any user name). With --key (or EML_API_KEY), clients on --allow
