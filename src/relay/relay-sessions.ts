@@ -38,6 +38,8 @@ export interface RelayState {
 interface SessionState {
   held: KeyClient | undefined;
   authFailures: number;
+  /** The connection has closed (an AUTH check may still answer after that). */
+  closed: boolean;
 }
 
 type Handlers = Required<
@@ -61,7 +63,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
   const sessions = new WeakMap<SMTPServerSession, SessionState>();
   const stateOf = (session: SMTPServerSession): SessionState => {
     let state = sessions.get(session);
-    if (!state) sessions.set(session, (state = { held: undefined, authFailures: 0 }));
+    if (!state) sessions.set(session, (state = { held: undefined, authFailures: 0, closed: false }));
     return state;
   };
   // The per-session command list also decides what EHLO advertises.
@@ -98,6 +100,9 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         (held) => {
           release(state);
           state.held = held;
+          // The client left while its key was being checked: onClose has run already, so the hold
+          // is released here (a held client is never evicted, and would be kept until the relay stops).
+          if (state.closed) release(state);
           const user: SMTPServerAuthenticationResponse['user'] = { username: auth.username, key: held.id };
           logger.debug({ client: session.remoteAddress, session: session.id, key: held.id }, 'AUTH accepted');
           callback(null, { user });
@@ -185,7 +190,9 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
     },
     onClose(session) {
       const state = sessions.get(session);
-      if (state) release(state);
+      if (!state) return;
+      state.closed = true;
+      release(state);
     },
   };
 }
