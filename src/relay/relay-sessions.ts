@@ -181,7 +181,10 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
           const reply: SmtpReply = stream.sizeExceeded
             ? { code: 552, text: `5.3.4 The message is larger than ${settings.maxMessageSize} bytes` }
             : failureReply(err, sender.owner);
-          const log = sender.owner === 'relay' && reply.text.startsWith('4.7.1') ? logger.error : logger.warn;
+          // What only the relay's operator can fix is an error: its key refused, its base URL wrong.
+          const misconfigured =
+            (sender.owner === 'relay' && reply.text.startsWith('4.7.1')) || reply.text.startsWith('4.3.5');
+          const log = misconfigured ? logger.error : logger.warn;
           log({ ...where, reply: `${reply.code} ${reply.text}` }, 'Message refused');
           callback(replyError(reply));
         },

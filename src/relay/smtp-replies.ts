@@ -32,6 +32,7 @@ export function acceptedReply(id: string | undefined): SmtpReply {
  * | 413 | `552 5.3.4` |
  * | 401/403 for the client's own key | `550 5.7.1` |
  * | 401/403 for the relay's key (the relay is misconfigured) | `451 4.7.1` |
+ * | 404, 405: no send endpoint at the relay's base URL (misconfigured) | `451 4.3.5` |
  * | other 4xx | `554 5.0.0` |
  * | 429 | `451 4.4.5` |
  * | 408, timeout | `451 4.4.2` |
@@ -76,6 +77,12 @@ export function failureReply(err: unknown, owner: KeyOwner): SmtpReply {
   if (status === 400 && err.apiCode === 'invalid_address')
     return { code: 554, text: `5.1.3 The email service refused an address: ${why}` };
   if (status === 400) return { code: 554, text: `5.6.0 The email service refused the message: ${why}` };
+  // The one path the relay posts to is not there (a wrong base URL, a proxy's route): no message
+  // can get past that until the relay is fixed, so the mail waits in the senders' queues, as it
+  // does when the service refuses the relay's key, instead of bouncing.
+  if (status === 404 || status === 405) {
+    return { code: 451, text: `4.3.5 The relay cannot reach the service's send endpoint (check its base URL): ${why}` };
+  }
   if (status !== undefined && status >= 400 && status < 500 && err.permanent)
     return { code: 554, text: `5.0.0 The email service refused the message: ${why}` };
   return { code: 451, text: `4.3.0 The email service failed, try again later: ${why}` };

@@ -165,6 +165,21 @@ describe('transient failures answer 451 (the client retries later)', () => {
     expect(reply.code).toBe(451);
     expect(reply.text).toMatch(/^4\.4\.1 The email service could not be reached/);
   });
+
+  it('a base URL without the send endpoint (404, a wrong --url or proxy route): 451 4.3.5, the mail waits at the sender instead of bouncing', async () => {
+    const misrouted = await startSmtpRelay({
+      baseUrl: `${emu.url}/not-the-api`,
+      apiKey: emu.apiKey,
+      port: 0,
+      retries: false,
+      logger,
+    });
+    relays.push(misrouted);
+    const reply = await send(eml('misrouted'), ['ann@example.test'], misrouted.port);
+    expect(reply.code).toBe(451);
+    expect(reply.text).toMatch(/^4\.3\.5 .*404/);
+    expect(emu.mailbox('ann@example.test').some((c) => c.messageId === '<misrouted@example.test>')).toBe(false);
+  });
 });
 
 describe('permanent failures answer 5xx with the reason', () => {
