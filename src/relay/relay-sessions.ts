@@ -122,12 +122,19 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       );
     },
     onMailFrom(_address, session, callback) {
-      if (relay.closing()) return callback(replyError(SHUTTING_DOWN));
-      const refusal = mailRefusal(
-        { remoteAddress: session.remoteAddress, secure: session.secure, authenticated: Boolean(session.user) },
-        policy,
-      );
-      callback(refusal ? replyError(refusal) : undefined);
+      const refusal = relay.closing()
+        ? SHUTTING_DOWN
+        : mailRefusal(
+            { remoteAddress: session.remoteAddress, secure: session.secure, authenticated: Boolean(session.user) },
+            policy,
+          );
+      // Answered on the next turn of the event loop, never synchronously: smtp-server (3.21) loses
+      // its place when a client wrote the next transaction, message and all, without waiting for
+      // the replies (`nc relay 2525 < session.txt`). Its parser resumes after a message by running
+      // the rest of the input, and a MAIL answered synchronously lets that run reach the end of
+      // the next message at once; the parser then forgets that it must resume after that one, and
+      // the session stalls (the third message and QUIT never answered).
+      setImmediate(() => callback(refusal ? replyError(refusal) : undefined));
     },
     onRcptTo(address, _session, callback) {
       if (isValidAddress(address.address)) return callback();

@@ -96,6 +96,20 @@ describe('extensions', () => {
     dialog.write(`${eml('pipelined', ['To: ann@example.test, bob@example.test'])}.\r\n`);
     expect((await dialog.reply()).code).toBe(250);
   });
+
+  it('a session written all at once (as `nc relay 2525 < session.txt` does): every message and QUIT get their reply', async () => {
+    const { dialog } = await session();
+    await dialog.command('EHLO client.example');
+    const transaction = (id: string) =>
+      `MAIL FROM:<shop@example.test>\r\nRCPT TO:<ann@example.test>\r\nDATA\r\n${eml(id)}.\r\n`;
+    dialog.write(`${transaction('blast-1')}${transaction('blast-2')}${transaction('blast-3')}QUIT\r\n`);
+    const codes: number[] = [];
+    for (let i = 0; i < 13; i++) codes.push((await dialog.reply()).code);
+    expect(codes).toEqual([250, 250, 354, 250, 250, 250, 354, 250, 250, 250, 354, 250, 221]);
+    for (const id of ['blast-1', 'blast-2', 'blast-3']) {
+      expect(emu.mailbox('ann@example.test').some((c) => c.messageId === `<${id}@example.test>`)).toBe(true);
+    }
+  });
 });
 
 describe('250 means the service accepted it', () => {
