@@ -25,15 +25,21 @@ export function headerSectionLength(message: Buffer): number {
 }
 
 /**
- * Offset just past the blank line that ends the header section (CRLF or bare
- * LF line breaks), or undefined when `bytes` holds none.
+ * Offset just past the blank line that ends the header section, or undefined
+ * when `bytes` holds none. The blank line is the first empty line after a
+ * line break, whatever the mix of CRLF and bare LF: `\r\n\r\n`, `\n\n`,
+ * `\r\n\n` and `\n\r\n` (LF header lines ended by a CRLF blank line, as
+ * scripts that build headers with "\n" write), as MIME parsers and the
+ * service read it.
  */
 export function headerSectionEnd(bytes: Buffer): number | undefined {
-  const crlf = bytes.indexOf('\r\n\r\n');
-  const lf = bytes.indexOf('\n\n');
-  if (crlf === -1 && lf === -1) return undefined;
-  if (crlf !== -1 && (lf === -1 || crlf < lf)) return crlf + 4;
-  return lf + 2;
+  let at = bytes.indexOf(0x0a);
+  while (at !== -1) {
+    if (bytes[at + 1] === 0x0a) return at + 2;
+    if (bytes[at + 1] === 0x0d && bytes[at + 2] === 0x0a) return at + 3;
+    at = bytes.indexOf(0x0a, at + 1);
+  }
+  return undefined;
 }
 
 /**

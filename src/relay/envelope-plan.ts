@@ -67,9 +67,9 @@ function withBcc(head: Buffer, added: readonly string[]): Buffer {
   let eol: string;
   let lead = '';
   if (end !== undefined) {
-    // Before the blank line that ends the header section, in the section's own line-break style.
-    eol = section.subarray(end - 4, end).toString('latin1') === '\r\n\r\n' ? '\r\n' : '\n';
-    at = end - eol.length;
+    // Before the blank line that ends the header section (`\r\n` or `\n`), ending like the line before it.
+    at = end - (section[end - 2] === 0x0d ? 2 : 1);
+    eol = section[at - 2] === 0x0d ? '\r\n' : '\n';
   } else {
     // A message without a body: all of it is header.
     eol = section.includes('\r\n') ? '\r\n' : '\n';

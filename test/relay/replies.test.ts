@@ -131,6 +131,16 @@ describe('250 means the service accepted it', () => {
     expect(emu.mailbox('ann@example.test').some((c) => c.messageId === '<bcc-stripped@example.test>')).toBe(true);
   });
 
+  it('a header section of LF lines ended by a CRLF blank line (PHP-style mixed breaks): the RCPT-only recipient is delivered, its address in no body', async () => {
+    const mixed =
+      'From: shop@example.test\nTo: ann@example.test\nSubject: mixed\nMessage-ID: <mixed@example.test>\n\r\nHello\r\n';
+    expect((await send(mixed, ['ann@example.test', 'audit@example.test'])).code).toBe(250);
+    const [copy] = emu.mailbox('audit@example.test').filter((c) => c.messageId === '<mixed@example.test>');
+    expect(copy).toBeDefined();
+    const [annCopy] = emu.mailbox('ann@example.test').filter((c) => c.messageId === '<mixed@example.test>');
+    expect(annCopy!.raw.toString()).not.toContain('audit@example.test');
+  });
+
   it('matches an IDN domain written as xn-- in RCPT TO and in Unicode in the header (nothing added as Bcc)', async () => {
     const reply = await send(eml('idn', ['To: jörg@bücher.example']), ['jörg@xn--bcher-kva.example']);
     expect(reply.code).toBe(250);

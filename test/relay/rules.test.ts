@@ -67,6 +67,13 @@ describe('planEnvelope', () => {
     expect(parseAddressList(bcc.value)).toEqual(rcpts);
   });
 
+  it('finds a header section of LF lines ended by a CRLF blank line, and adds the field before that line', () => {
+    const plan = planEnvelope(Buffer.from('From: a@x.test\nTo: ann@x.test\n\r\n'), ['ann@x.test', 'b@x.test']);
+    expect(plan.head.toString()).toBe('From: a@x.test\nTo: ann@x.test\nBcc: b@x.test\n\r\n');
+    const crlfThenLf = planEnvelope(Buffer.from('From: a@x.test\r\nTo: ann@x.test\r\n\n'), ['ann@x.test', 'b@x.test']);
+    expect(crlfThenLf.head.toString()).toBe('From: a@x.test\r\nTo: ann@x.test\r\nBcc: b@x.test\r\n\n');
+  });
+
   it('adds the field to a message that is all header', () => {
     const plan = planEnvelope(Buffer.from('From: a@x.test\r\nSubject: no body'), ['b@x.test']);
     expect(plan.head.toString()).toBe('From: a@x.test\r\nSubject: no body\r\nBcc: b@x.test\r\n');
