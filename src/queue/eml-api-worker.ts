@@ -9,7 +9,7 @@ import { failureAction, outboxJobError } from './job-failure.js';
 import { readOutboxJobData, type OutboxJobData, type OutboxJobError, type OutboxSendResult } from './outbox-job.js';
 import type { QueueLocation } from './queue-location.js';
 import { loadBullmq, type BullmqModule } from './queue-peers.js';
-import { closeOutboxRedis, openOutboxRedis, type OutboxRedis } from './redis-connection.js';
+import { closeOutboxRedis, openOutboxRedis, QUIT_WAIT, type OutboxRedis } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
 import { resolveWorkerOptions } from './resolve-worker-options.js';
 import { outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
@@ -137,9 +137,30 @@ export class EmlApiWorker extends EventEmitter {
     if (options.force && !this.#forcing) {
       this.#forcing = true;
       void this.client.close({ abort: true });
+      // A graceful close under way waits for BullMQ, which waits for Redis to record the sends
+      // in flight: for ever while Redis is unreachable. The forced close bounds that wait.
+      if (this.#closing) this.#closing = this.#cutShort(this.#closing);
     }
     this.#closing ??= this.#close();
     return this.#closing;
+  }
+
+  /**
+   * Ends a graceful close that a forced one overtook: it gets the time a
+   * forced close takes, then the connections are dropped (BullMQ's with
+   * them; a job it could not put back returns to the queue when its lock
+   * expires, as after a crash).
+   */
+  async #cutShort(graceful: Promise<void>): Promise<void> {
+    const ended = await withDeadline(graceful, 2 * HAND_BACK_WAIT).then(
+      () => true,
+      () => false,
+    );
+    if (ended) return;
+    this.#logger.warn({}, 'Redis does not answer: closing the worker without it');
+    await withDeadline(this.worker.disconnect(), QUIT_WAIT).catch(() => undefined);
+    await this.client.close({ abort: true });
+    await closeOutboxRedis(this.#redis);
   }
 
   async #close(): Promise<void> {
@@ -153,7 +174,10 @@ export class EmlApiWorker extends EventEmitter {
         await withDeadline(Promise.allSettled([...this.#running]), until - Date.now()).catch(() => undefined);
       }
     }
-    await this.worker.close(this.#forcing);
+    // With Redis unreachable and no send in flight there is nothing to finish, and BullMQ's
+    // graceful close would first wait for its connections to come up: for ever if Redis stays down.
+    const nothingToFinish = this.#running.size === 0 && this.#redis.redis.status !== 'ready';
+    await this.worker.close(this.#forcing || nothingToFinish);
     await this.client.close({ abort: this.#forcing });
     await closeOutboxRedis(this.#redis);
   }
@@ -201,7 +225,10 @@ export class EmlApiWorker extends EventEmitter {
   async #handBack(job: OutboxJob, token: string | undefined): Promise<never> {
     const { WaitingError, DelayedError } = loadBullmq() as Omit<BullmqModule, 'WaitingError'> &
       Partial<Pick<BullmqModule, 'WaitingError'>>;
-    if (typeof job.moveToWait === 'function') await job.moveToWait(token).catch(() => undefined);
+    // Bounded: with Redis unreachable the job cannot be moved, and its lock expiry returns it instead.
+    if (typeof job.moveToWait === 'function') {
+      await withDeadline(job.moveToWait(token), HAND_BACK_WAIT).catch(() => undefined);
+    }
     throw WaitingError ? new WaitingError() : new DelayedError();
   }
 
