@@ -86,21 +86,29 @@ export class EmlApiWorker extends EventEmitter {
     this.queueName = settings.queueName;
     this.#redis = openOutboxRedis(options.connection, 'worker');
     this.#redis.redis.on('error', (err: Error) => this.#logger.debug({ error: err.message }, 'Redis error'));
-    this.worker = new Worker<OutboxJobData, OutboxSendResult>(
-      settings.queueName,
-      (job, token) => this.#track(this.#process(job, token)),
-      {
-        ...settings.workerOptions,
-        connection: this.#redis.redis,
-        prefix: settings.prefix,
-        concurrency: settings.concurrency,
-        limiter: settings.limiter,
-        settings: {
-          backoffStrategy: (attemptsMade: number, _type?: string, err?: Error, job?: MinimalJob) =>
-            outboxBackoffDelay(attemptsMade, job?.opts.backoff as Partial<OutboxBackoffOptions> | undefined, err),
+    try {
+      this.worker = new Worker<OutboxJobData, OutboxSendResult>(
+        settings.queueName,
+        (job, token) => this.#track(this.#process(job, token)),
+        {
+          ...settings.workerOptions,
+          connection: this.#redis.redis,
+          prefix: settings.prefix,
+          concurrency: settings.concurrency,
+          limiter: settings.limiter,
+          settings: {
+            backoffStrategy: (attemptsMade: number, _type?: string, err?: Error, job?: MinimalJob) =>
+              outboxBackoffDelay(attemptsMade, job?.opts.backoff as Partial<OutboxBackoffOptions> | undefined, err),
+          },
         },
-      },
-    );
+      );
+    } catch (err) {
+      // BullMQ refuses some workerOptions in its constructor: the connection opened for it
+      // would otherwise stay open (and keep the process alive) with no worker to close it.
+      if (this.#redis.owned) this.#redis.redis.disconnect();
+      void this.client.close();
+      throw new EmlApiError('ECONFIG', `workerOptions: ${(err as Error).message}`, { cause: err, permanent: true });
+    }
     this.worker.on('error', (err) => this.#reportError(err));
     this.worker.on('stalled', (jobId) =>
       this.#logger.warn({ job: jobId }, 'A job was left by a worker that stopped answering; it goes to another one'),
