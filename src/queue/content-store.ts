@@ -59,13 +59,20 @@ export function parseContentKey(keyPrefix: string, key: string): { jobId: string
 /**
  * Writes content to a new key: the first chunk with SET, the others with
  * APPEND, one command at a time, so memory holds one chunk whatever the size.
- * A failed write removes what it wrote (best effort; the sweeper removes the rest).
+ * A failed or aborted write removes what it wrote once its last command is
+ * answered (best effort; the sweeper removes the rest).
  *
+ * @param signal stops the writes (a deadline passed): no command is sent after it aborts
  * @returns the bytes written
  * @example
  * await writeContent(redis, key, spooled.open()); // a stream of the built message
  */
-export async function writeContent(redis: Redis, key: string, source: Readable | Buffer): Promise<number> {
+export async function writeContent(
+  redis: Redis,
+  key: string,
+  source: Readable | Buffer,
+  signal?: AbortSignal,
+): Promise<number> {
   let written = 0;
   try {
     const chunks = Buffer.isBuffer(source) ? [source] : source;
@@ -73,6 +80,8 @@ export async function writeContent(redis: Redis, key: string, source: Readable |
       const chunk = typeof part === 'string' ? Buffer.from(part) : part;
       for (let at = 0; at < chunk.length; at += CONTENT_CHUNK) {
         const piece = chunk.length <= CONTENT_CHUNK ? chunk : chunk.subarray(at, at + CONTENT_CHUNK);
+        // Checked before every command: a DEL sent while writes go on would run before the next APPEND.
+        signal?.throwIfAborted();
         if (written === 0) await redis.set(key, piece);
         else await redis.append(key, piece);
         written += piece.length;

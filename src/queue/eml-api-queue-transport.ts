@@ -260,10 +260,14 @@ export class EmlApiQueueTransport extends EventEmitter {
       messageId: content.messageId,
       idempotencyKey,
     };
+    const writing = new AbortController();
     try {
-      await withDeadline(writeContent(redis, contentKey, content.open()), left());
+      await withDeadline(writeContent(redis, contentKey, content.open(), writing.signal), left());
     } catch (err) {
-      void redis.del(contentKey).catch(() => undefined);
+      // Past the deadline the writes may still be going on (a slow Redis): stop them. The writer
+      // deletes the key itself after its last command; a DEL sent from here would run before the
+      // APPENDs still to come, which would then leave the message in Redis with no job.
+      writing.abort();
       throw redisFailure(err, `Could not store the message in Redis at ${where}`, false);
     }
     if (signal.aborted) {

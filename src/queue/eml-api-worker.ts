@@ -9,7 +9,7 @@ import { failureAction, outboxJobError } from './job-failure.js';
 import { readOutboxJobData, type OutboxJobData, type OutboxJobError, type OutboxSendResult } from './outbox-job.js';
 import type { QueueLocation } from './queue-location.js';
 import { loadBullmq, type BullmqModule } from './queue-peers.js';
-import { closeOutboxRedis, openOutboxRedis, type OutboxRedis } from './redis-connection.js';
+import { closeOutboxRedis, openOutboxRedis, QUIT_WAIT, type OutboxRedis } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
 import { resolveWorkerOptions } from './resolve-worker-options.js';
 import { outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
@@ -86,21 +86,29 @@ export class EmlApiWorker extends EventEmitter {
     this.queueName = settings.queueName;
     this.#redis = openOutboxRedis(options.connection, 'worker');
     this.#redis.redis.on('error', (err: Error) => this.#logger.debug({ error: err.message }, 'Redis error'));
-    this.worker = new Worker<OutboxJobData, OutboxSendResult>(
-      settings.queueName,
-      (job, token) => this.#track(this.#process(job, token)),
-      {
-        ...settings.workerOptions,
-        connection: this.#redis.redis,
-        prefix: settings.prefix,
-        concurrency: settings.concurrency,
-        limiter: settings.limiter,
-        settings: {
-          backoffStrategy: (attemptsMade: number, _type?: string, err?: Error, job?: MinimalJob) =>
-            outboxBackoffDelay(attemptsMade, job?.opts.backoff as Partial<OutboxBackoffOptions> | undefined, err),
+    try {
+      this.worker = new Worker<OutboxJobData, OutboxSendResult>(
+        settings.queueName,
+        (job, token) => this.#track(this.#process(job, token)),
+        {
+          ...settings.workerOptions,
+          connection: this.#redis.redis,
+          prefix: settings.prefix,
+          concurrency: settings.concurrency,
+          limiter: settings.limiter,
+          settings: {
+            backoffStrategy: (attemptsMade: number, _type?: string, err?: Error, job?: MinimalJob) =>
+              outboxBackoffDelay(attemptsMade, job?.opts.backoff as Partial<OutboxBackoffOptions> | undefined, err),
+          },
         },
-      },
-    );
+      );
+    } catch (err) {
+      // BullMQ refuses some workerOptions in its constructor: the connection opened for it
+      // would otherwise stay open (and keep the process alive) with no worker to close it.
+      if (this.#redis.owned) this.#redis.redis.disconnect();
+      void this.client.close();
+      throw new EmlApiError('ECONFIG', `workerOptions: ${(err as Error).message}`, { cause: err, permanent: true });
+    }
     this.worker.on('error', (err) => this.#reportError(err));
     this.worker.on('stalled', (jobId) =>
       this.#logger.warn({ job: jobId }, 'A job was left by a worker that stopped answering; it goes to another one'),
@@ -137,9 +145,30 @@ export class EmlApiWorker extends EventEmitter {
     if (options.force && !this.#forcing) {
       this.#forcing = true;
       void this.client.close({ abort: true });
+      // A graceful close under way waits for BullMQ, which waits for Redis to record the sends
+      // in flight: for ever while Redis is unreachable. The forced close bounds that wait.
+      if (this.#closing) this.#closing = this.#cutShort(this.#closing);
     }
     this.#closing ??= this.#close();
     return this.#closing;
+  }
+
+  /**
+   * Ends a graceful close that a forced one overtook: it gets the time a
+   * forced close takes, then the connections are dropped (BullMQ's with
+   * them; a job it could not put back returns to the queue when its lock
+   * expires, as after a crash).
+   */
+  async #cutShort(graceful: Promise<void>): Promise<void> {
+    const ended = await withDeadline(graceful, 2 * HAND_BACK_WAIT).then(
+      () => true,
+      () => false,
+    );
+    if (ended) return;
+    this.#logger.warn({}, 'Redis does not answer: closing the worker without it');
+    await withDeadline(this.worker.disconnect(), QUIT_WAIT).catch(() => undefined);
+    await this.client.close({ abort: true });
+    await closeOutboxRedis(this.#redis);
   }
 
   async #close(): Promise<void> {
@@ -153,7 +182,10 @@ export class EmlApiWorker extends EventEmitter {
         await withDeadline(Promise.allSettled([...this.#running]), until - Date.now()).catch(() => undefined);
       }
     }
-    await this.worker.close(this.#forcing);
+    // With Redis unreachable and no send in flight there is nothing to finish, and BullMQ's
+    // graceful close would first wait for its connections to come up: for ever if Redis stays down.
+    const nothingToFinish = this.#running.size === 0 && this.#redis.redis.status !== 'ready';
+    await this.worker.close(this.#forcing || nothingToFinish);
     await this.client.close({ abort: this.#forcing });
     await closeOutboxRedis(this.#redis);
   }
@@ -201,7 +233,10 @@ export class EmlApiWorker extends EventEmitter {
   async #handBack(job: OutboxJob, token: string | undefined): Promise<never> {
     const { WaitingError, DelayedError } = loadBullmq() as Omit<BullmqModule, 'WaitingError'> &
       Partial<Pick<BullmqModule, 'WaitingError'>>;
-    if (typeof job.moveToWait === 'function') await job.moveToWait(token).catch(() => undefined);
+    // Bounded: with Redis unreachable the job cannot be moved, and its lock expiry returns it instead.
+    if (typeof job.moveToWait === 'function') {
+      await withDeadline(job.moveToWait(token), HAND_BACK_WAIT).catch(() => undefined);
+    }
     throw WaitingError ? new WaitingError() : new DelayedError();
   }
 

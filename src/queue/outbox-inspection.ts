@@ -93,7 +93,8 @@ export async function readOutboxStatus(
 
 /**
  * Puts failed sends back in the queue with a fresh retry schedule (what
- * `eml-api queue retry` does): the ones named, or every failed one.
+ * `eml-api queue retry` does): the ones named, or every one failed when it
+ * is called (each once, even if a running worker fails it again meanwhile).
  *
  * @param options `ids`: the jobs to put back @default every failed job
  * @returns the job ids put back, and those named that were not failed jobs
@@ -117,12 +118,10 @@ export async function retryFailedSends(
     for (const id of ids) if (!(await retry(id))) notFailed.push(id);
     return { retried, notFailed };
   }
-  // Each pass takes the oldest failed jobs; those that could not be retried are skipped over.
-  let skipped = 0;
-  for (;;) {
-    const page = await queue.getFailed(skipped, skipped + 99);
-    if (page.length === 0) break;
-    for (const job of page) if (!(await retry(String(job.id)))) skipped++;
-  }
+  // The failed jobs of this moment, read before any is put back: workers run meanwhile, and one
+  // that fails a put-back job again within milliseconds would put it back in the failed list,
+  // where reading as we go found it again, and again (a request to the service each time).
+  const failed = await queue.getRanges(['failed'], 0, -1, true);
+  for (const id of new Set(failed)) await retry(id);
   return { retried, notFailed };
 }

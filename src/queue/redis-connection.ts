@@ -1,5 +1,6 @@
 import type { Redis, RedisOptions } from 'ioredis';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import { withDeadline } from './deadline.js';
 import { loadRedis } from './queue-peers.js';
 
 /**
@@ -78,17 +79,35 @@ export function openOutboxRedis(connection: unknown, role: RedisRole, option = '
 }
 
 /**
- * Closes a client the outbox made; leaves one it was given open.
+ * How long closing waits for Redis to answer QUIT before dropping the connection, in ms.
+ * @example
+ * await closeOutboxRedis(client, QUIT_WAIT);
+ */
+export const QUIT_WAIT = 2_000;
+
+/**
+ * Closes a client the outbox made; leaves one it was given open. Never waits
+ * longer than `wait` for Redis: a QUIT that gets no answer (Redis down, and
+ * a worker's client queues commands until it is back; or a network
+ * partition, where the socket stays open) would otherwise keep close(), and
+ * the process, waiting for ever.
+ *
+ * @param wait ms to wait for the answer to QUIT @default QUIT_WAIT
  * @example
  * await closeOutboxRedis(client);
  */
-export async function closeOutboxRedis(client: OutboxRedis): Promise<void> {
+export async function closeOutboxRedis(client: OutboxRedis, wait = QUIT_WAIT): Promise<void> {
   if (!client.owned) return;
+  const { redis } = client;
+  if (redis.status !== 'ready') {
+    // Not connected: nothing to say goodbye to; stop the reconnection attempts.
+    redis.disconnect();
+    return;
+  }
   try {
-    await client.redis.quit();
+    await withDeadline(redis.quit(), wait);
   } catch {
-    // Not connected (Redis is down): drop the connection attempts instead.
-    client.redis.disconnect();
+    redis.disconnect();
   }
 }
 

@@ -27,6 +27,9 @@ export const KEEP_SENT_SECONDS = 24 * 3600;
  */
 export const KEEP_FAILED_SECONDS = 7 * 24 * 3600;
 
+/** The highest job priority BullMQ takes (its `PRIORITY_LIMIT`, 2^21 - 1). */
+const BULLMQ_PRIORITY_LIMIT = 2 ** 21 - 1;
+
 /**
  * Producer options after validation.
  * @example
@@ -63,6 +66,10 @@ export function resolveQueueTransportOptions(options: EmlApiQueueTransportOption
       'jobOptions.jobId',
       'the job id is the idempotency key; pass sendMail({ idempotencyKey }) instead',
     );
+  }
+  if (jobOptions.priority !== undefined) {
+    // BullMQ checks it only when a job is added, where its refusal would read as a Redis failure.
+    wholeNumberOption(jobOptions.priority, 'jobOptions.priority', 0, 0, BULLMQ_PRIORITY_LIMIT);
   }
   const schedule = resolveRetrySchedule(options.retry);
   const storeTimeout = wholeNumberOption(options.storeTimeout, 'storeTimeout', 30_000, 1, 3_600_000);

@@ -93,6 +93,7 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
   if (workerOptions !== undefined && (typeof workerOptions !== 'object' || workerOptions === null)) {
     throw configError('workerOptions', `expected BullMQ worker options, got ${describe(workerOptions)}`);
   }
+  checkBullmqWorkerTuning(workerOptions ?? {});
   return {
     ...resolveQueueLocation(queueName, prefix),
     client: { ...client, maxConnections: client.maxConnections ?? concurrency, retries: client.retries ?? false },
@@ -102,4 +103,22 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
     workerOptions: workerOptions ?? {},
     logger: resolveLogger(logger),
   };
+}
+
+/**
+ * The checks BullMQ's Worker constructor makes, made before any connection
+ * is opened: BullMQ makes them after opening its own, which then stays open
+ * (and keeps the process alive) with no worker to close it.
+ */
+function checkBullmqWorkerTuning(tuning: Record<string, unknown>): void {
+  const day = 24 * 3_600_000;
+  const numbers: [string, number][] = [
+    ['stalledInterval', 1],
+    ['drainDelay', 1],
+    ['maxStalledCount', 0],
+    ['maxStartedAttempts', 0],
+  ];
+  for (const [name, min] of numbers) {
+    if (tuning[name] !== undefined) wholeNumberOption(tuning[name], `workerOptions.${name}`, 0, min, day);
+  }
 }

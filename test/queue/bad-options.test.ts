@@ -1,0 +1,56 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EmlApiError } from '../../src/index.js';
+import { EmlApiQueueTransport, startEmlApiWorker } from '../../src/queue/index.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+
+/**
+ * Options BullMQ refuses are configuration errors (`ECONFIG`, naming the
+ * option), found when the producer or worker is made, with no connection
+ * left open. A worker's used to be a plain Error from BullMQ with its Redis
+ * connection left open (the process could not exit); a producer's priority
+ * out of BullMQ's range failed every sendMail with ECONNECTION, "the job may
+ * have been stored", leaving its content in Redis. Real redis-server.
+ */
+
+let redis: RedisServer;
+
+beforeAll(async () => {
+  redis = await startRedisServer();
+});
+
+afterAll(async () => {
+  await redis?.stop();
+});
+
+/** Clients connected to the test's Redis, besides the test's own. */
+async function otherClients(): Promise<number> {
+  const list = (await redis.client.call('CLIENT', 'LIST')) as string;
+  return list.trim().split('\n').length - 1;
+}
+
+describe('options BullMQ refuses', () => {
+  it('a worker: ECONFIG naming workerOptions, and no connection left open', async () => {
+    const err = await startEmlApiWorker({
+      connection: redis.url,
+      apiKey: 'k_0123456789abcdef',
+      baseUrl: 'http://127.0.0.1:9',
+      workerOptions: { stalledInterval: 0 },
+    }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(EmlApiError);
+    expect(err).toMatchObject({ code: 'ECONFIG', message: expect.stringContaining('workerOptions.stalledInterval') });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(await otherClients()).toBe(0);
+  });
+
+  it('a producer: ECONFIG naming jobOptions.priority, before anything is stored', () => {
+    for (const priority of [3_000_000, 1.5, -1]) {
+      let err: unknown;
+      try {
+        new EmlApiQueueTransport({ connection: redis.url, jobOptions: { priority } });
+      } catch (e) {
+        err = e;
+      }
+      expect(err).toMatchObject({ code: 'ECONFIG', message: expect.stringContaining('jobOptions.priority') });
+    }
+  });
+});

@@ -1,0 +1,150 @@
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import nodemailer from 'nodemailer';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { EmlApiQueueTransport, EmlApiWorker, startEmlApiWorker } from '../../src/queue/index.js';
+import { startFakeService, type FakeService } from '../helpers/fake-service.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+
+/**
+ * close() of the producer and of workers, and stopping `eml-api worker`,
+ * when Redis is down or stops answering (a network partition: the socket
+ * stays open, nothing comes back). They used to wait for ever for Redis to
+ * answer QUIT, or for BullMQ to connect: a process that could not be stopped
+ * but with SIGKILL. Real redis-server, frozen with SIGSTOP.
+ */
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+/** A port nothing listens on. */
+const NOWHERE = 'redis://127.0.0.1:1';
+
+let redis: RedisServer;
+let emu: Emulator;
+let service: FakeService;
+let frozen: number | undefined;
+
+beforeAll(async () => {
+  [redis, emu, service] = await Promise.all([startRedisServer(), startEmulator(), startFakeService()]);
+});
+
+afterEach(() => {
+  if (frozen !== undefined) process.kill(frozen, 'SIGCONT');
+  frozen = undefined;
+});
+
+afterAll(async () => {
+  await Promise.all([emu?.close(), service?.close()]);
+  await redis?.stop();
+});
+
+/** Stops the Redis server answering, without closing its connections. */
+async function freezeRedis(): Promise<void> {
+  const info = await redis.client.info('server');
+  frozen = Number(/process_id:(\d+)/.exec(info)![1]);
+  process.kill(frozen, 'SIGSTOP');
+}
+
+/** How `promise` ended within `ms`: 'resolved', 'rejected', or 'pending'. */
+async function within(promise: Promise<unknown>, ms: number): Promise<string> {
+  let timer: NodeJS.Timeout | undefined;
+  const outcome = await Promise.race([
+    promise.then(
+      () => 'resolved',
+      () => 'rejected',
+    ),
+    new Promise<string>((resolve) => (timer = setTimeout(() => resolve('pending'), ms))),
+  ]);
+  clearTimeout(timer);
+  return outcome;
+}
+
+describe('close() when Redis does not answer', () => {
+  it('the producer closes, its sends failed with ETIMEDOUT', async () => {
+    const transport = new EmlApiQueueTransport({ connection: redis.url, storeTimeout: 1000 });
+    await transport.verify();
+    await freezeRedis();
+    const err = await nodemailer
+      .createTransport(transport)
+      .sendMail({ from: 'a@example.test', to: 'b@example.test', text: 'x' })
+      .catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'ETIMEDOUT' });
+    expect(await within(transport.close(), 10_000)).toBe('resolved');
+  });
+
+  it('eml-api worker stops on a second SIGTERM while a send waits for Redis to record it', async () => {
+    await redis.client.flushall();
+    const transport = new EmlApiQueueTransport({ connection: redis.url });
+    await nodemailer.createTransport(transport).sendMail({ from: 'a@example.test', to: 'b@example.test', text: 'x' });
+    await transport.close();
+    // The key check gets a 400 (the key may send), the queued send is held.
+    service.script([{ status: 400, body: { error: { code: 'invalid_request', message: 'no mail' } } }], 'hold');
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'worker'], {
+      cwd: ROOT,
+      env: { ...process.env, REDIS_URL: redis.url, EML_API_URL: service.url, EML_API_KEY: 'k_0123456789abcdef' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
+    const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    try {
+      while (service.held < 1) await new Promise((resolve) => setTimeout(resolve, 50));
+      await freezeRedis();
+      child.kill('SIGTERM');
+      service.releaseAll(); // sent: the worker now waits for Redis to record it, which it cannot
+      expect(await within(exited, 2_000)).toBe('pending');
+      child.kill('SIGTERM');
+      expect(await within(exited, 20_000)).toBe('resolved');
+      expect(await exited).toBe(0);
+      expect(output).toMatch(/Worker stopped/);
+    } finally {
+      child.kill('SIGKILL');
+    }
+  }, 40_000);
+
+  it('a worker closes', async () => {
+    const worker = await startEmlApiWorker({
+      connection: redis.url,
+      apiKey: emu.apiKey,
+      baseUrl: emu.url,
+      cleanupInterval: 0,
+    });
+    worker.on('error', () => undefined);
+    await freezeRedis();
+    expect(await within(worker.close(), 15_000)).toBe('resolved');
+  });
+});
+
+describe('close() when Redis is down', () => {
+  it('a worker that never connected closes, gracefully or forced', async () => {
+    for (const force of [false, true]) {
+      const worker = new EmlApiWorker({ connection: NOWHERE, apiKey: emu.apiKey, baseUrl: emu.url });
+      worker.on('error', () => undefined);
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect({ force, closed: await within(worker.close({ force }), 15_000) }).toEqual({ force, closed: 'resolved' });
+    }
+  });
+
+  it('eml-api worker stops on SIGTERM', async () => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'worker'], {
+      cwd: ROOT,
+      env: { ...process.env, REDIS_URL: NOWHERE, EML_API_URL: emu.url, EML_API_KEY: emu.apiKey },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
+    const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    try {
+      // Started: it reports that it cannot reach Redis.
+      while (!output.includes('ECONNREFUSED')) await new Promise((resolve) => setTimeout(resolve, 50));
+      child.kill('SIGTERM');
+      expect(await within(exited, 15_000)).toBe('resolved');
+      expect(await exited).toBe(0);
+      expect(output).toMatch(/Worker stopped: 0 sent, 0 failed/);
+    } finally {
+      child.kill('SIGKILL');
+    }
+  }, 40_000);
+});

@@ -1,0 +1,84 @@
+import { Readable } from 'node:stream';
+import nodemailer from 'nodemailer';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runCli } from '../../src/cli/run-cli.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { EmlApiQueueTransport, retryFailedSends, startEmlApiWorker } from '../../src/queue/index.js';
+import { eventually } from '../helpers/outbox.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+
+/**
+ * `eml-api queue retry` (retryFailedSends) while workers run, which is how
+ * it is used: a put-back message that fails again at once must not be put
+ * back again by the same call. The call used to read the failed list while
+ * it retried, so a worker failing the messages again as fast as they came
+ * back kept it going without end, each round a new request to the service.
+ * Real redis-server, real emulator (400 invalid_address for `ann@`).
+ */
+
+const MESSAGES = 150;
+
+let redis: RedisServer;
+let emu: Emulator;
+let transport: EmlApiQueueTransport;
+
+beforeAll(async () => {
+  [redis, emu] = await Promise.all([startRedisServer(), startEmulator()]);
+  transport = new EmlApiQueueTransport({ connection: redis.url });
+});
+
+afterAll(async () => {
+  await transport?.close();
+  await emu?.close();
+  await redis?.stop();
+});
+
+describe('putting failed messages back while workers run', () => {
+  it('puts each failed message back once and returns, even when the workers fail them again at once', async () => {
+    const transporter = nodemailer.createTransport(transport);
+    for (let i = 0; i < MESSAGES; i++) {
+      await transporter.sendMail({ from: 'shop@example.test', to: 'ann@', subject: `#${i}`, text: 'x' });
+    }
+    const worker = await startEmlApiWorker({
+      connection: redis.url,
+      apiKey: emu.apiKey,
+      baseUrl: emu.url,
+      concurrency: 20,
+      cleanupInterval: 0,
+    });
+    try {
+      let failures = 0;
+      worker.on('failed', () => failures++);
+      const allFailed = () =>
+        eventually(async () => (await transport.queue.getJobCounts('failed')).failed === MESSAGES, {
+          what: `${MESSAGES} failed messages`,
+        });
+      await allFailed();
+      expect(failures).toBe(MESSAGES);
+
+      failures = 0;
+      const outcome = await Promise.race([
+        retryFailedSends(transport.queue),
+        new Promise<'still retrying'>((resolve) => setTimeout(() => resolve('still retrying'), 15_000)),
+      ]);
+      expect(outcome === 'still retrying' ? outcome : outcome.retried.length).toBe(MESSAGES);
+      await allFailed();
+      await eventually(async () => (await transport.queue.getJobCounts('active', 'waiting')).active === 0);
+      // One more attempt each: one more request each to the service, no more.
+      expect(failures).toBe(MESSAGES);
+
+      // With nothing failed, the command says so and succeeds.
+      await transport.queue.clean(0, 0, 'failed');
+      let stdout = '';
+      const code = await runCli(['queue', 'retry'], {
+        stdout: { write: (s: string) => (stdout += s) },
+        stderr: { write: () => undefined },
+        stdin: Readable.from([]),
+        env: { REDIS_URL: redis.url },
+      });
+      expect({ code, stdout }).toEqual({ code: 0, stdout: 'Put back 0 failed messages\n' });
+    } finally {
+      await worker.close({ force: true });
+    }
+  }, 60_000);
+});
