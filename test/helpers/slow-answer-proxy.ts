@@ -6,7 +6,8 @@ import type { AddressInfo, Socket } from 'node:net';
  * holds the answer back for `delayMs`: the request is processed (the mail
  * delivered) before the client hears of it. A client that dies in that window
  * has had its mail delivered without knowing it, the case idempotency keys
- * exist for.
+ * exist for. With `requestDelayMs`, it also holds each request back before
+ * passing it on: a client that dies then has had nothing delivered.
  * @example
  * const proxy = await startSlowAnswerProxy(emu.url, 50);
  * // ... baseUrl: proxy.url
@@ -16,18 +17,45 @@ export interface SlowAnswerProxy {
   readonly url: string;
   /** Answers the service gave that the client never received (it went away first). */
   readonly lostAnswers: number;
+  /** Answers the service gave that are being held back right now. */
+  readonly heldAnswers: number;
+  /** Requests being held back right now, before the service has seen them. */
+  readonly heldRequests: number;
+  /**
+   * From now on passes nothing on, either way: what it holds is dropped (the
+   * requests never reach the service, the answers never reach the client).
+   * Call it just before killing the client, so that the client dies with
+   * exactly what is held at this instant: a killed process's sockets close
+   * only some time after the signal, long enough for held answers to get out.
+   */
+  cutOff(): void;
   close(): Promise<void>;
 }
 
-export async function startSlowAnswerProxy(target: string, delayMs: number): Promise<SlowAnswerProxy> {
+export async function startSlowAnswerProxy(
+  target: string,
+  delayMs: number,
+  { requestDelayMs = 0 }: { requestDelayMs?: number } = {},
+): Promise<SlowAnswerProxy> {
   const upstream = new URL(target);
   let lostAnswers = 0;
+  let heldAnswers = 0;
+  let heldRequests = 0;
   const sockets = new Set<Socket>();
+  let cut = false;
+  const clientGone = (socket: Socket): boolean => cut || socket.destroyed;
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
-      const body = Buffer.concat(chunks);
+      if (cut) return void res.destroy();
+      heldRequests++;
+      setTimeout(() => {
+        heldRequests--;
+        if (!clientGone(req.socket)) pass(Buffer.concat(chunks));
+      }, requestDelayMs);
+    });
+    const pass = (body: Buffer): void => {
       const forward = request(
         {
           host: upstream.hostname,
@@ -40,8 +68,10 @@ export async function startSlowAnswerProxy(target: string, delayMs: number): Pro
           const parts: Buffer[] = [];
           answer.on('data', (c: Buffer) => parts.push(c));
           answer.on('end', () => {
+            heldAnswers++;
             setTimeout(() => {
-              if (res.destroyed || req.socket.destroyed) {
+              heldAnswers--;
+              if (res.destroyed || clientGone(req.socket)) {
                 lostAnswers++;
                 return;
               }
@@ -56,7 +86,7 @@ export async function startSlowAnswerProxy(target: string, delayMs: number): Pro
       );
       forward.on('error', () => res.destroy());
       forward.end(body);
-    });
+    };
   });
   server.on('connection', (socket: Socket) => {
     sockets.add(socket);
@@ -68,6 +98,15 @@ export async function startSlowAnswerProxy(target: string, delayMs: number): Pro
     url: `http://127.0.0.1:${port}`,
     get lostAnswers() {
       return lostAnswers;
+    },
+    get heldAnswers() {
+      return heldAnswers;
+    },
+    get heldRequests() {
+      return heldRequests;
+    },
+    cutOff() {
+      cut = true;
     },
     close: () =>
       new Promise<void>((resolve) => {
