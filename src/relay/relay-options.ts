@@ -80,8 +80,11 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
   /**
    * Largest message accepted, in bytes, advertised as `SIZE`. The default is
    * the largest message whose upload (Base64 in JSON, 4/3 of its size) fits
-   * a 50 MiB request, the emulator's limit; set your service's.
-   * @default 39321591
+   * a 50 MiB request, the emulator's limit, with room left for the `Bcc`
+   * field the relay writes for `maxRecipients` envelope-only recipients
+   * (766 bytes each); set your service's, less that room. Without it,
+   * `maxRecipients` above about 25,000 is `ECONFIG`.
+   * @default 39244983 (with maxRecipients 100)
    */
   maxMessageSize?: number;
   /**

@@ -6,6 +6,7 @@ import type { EmlApiClientOptions } from '../client/client-options.js';
 import { resolveClientOptions } from '../client/resolve-client-options.js';
 import { emlBodyLength } from '../body/eml-upload-body.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import { MAX_ADDRESS_LENGTH } from '../protocol/address-rules.js';
 import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
 import { ClientAddressList, LOOPBACK_NETWORKS } from './client-address-list.js';
 import type { SmtpRelayOptions, SmtpRelayTlsOptions } from './relay-options.js';
@@ -61,6 +62,26 @@ export function maxUploadableSize(limit: number): number {
 }
 
 /**
+ * Bytes the `Bcc` field the relay writes can grow a message by, per recipient: a separator, a fold and the
+ * longest address in UTF-8 (up to 3 bytes per UTF-16 unit). An address already in a Bcc field grows by less.
+ */
+const BCC_BYTES_PER_RECIPIENT = 4 + 3 * MAX_ADDRESS_LENGTH;
+
+/**
+ * The default `maxMessageSize` (advertised as `SIZE`) for a service that takes requests of up to
+ * `requestLimit` bytes: the largest message whose upload still fits once the relay has written its
+ * `maxRecipients` recipients into a `Bcc` field, so a message the relay accepted by `SIZE` is not refused
+ * by the service for the field the relay added.
+ * @returns at least half of {@link maxUploadableSize}; undefined when `maxRecipients` would leave less
+ * @example defaultMaxMessageSize(50 * 1024 * 1024, 100) // 39244983
+ */
+export function defaultMaxMessageSize(requestLimit: number, maxRecipients: number): number | undefined {
+  const uploadable = maxUploadableSize(requestLimit);
+  const size = uploadable - (maxRecipients * BCC_BYTES_PER_RECIPIENT + 'Bcc:\r\n\r\n'.length);
+  return size >= uploadable / 2 ? size : undefined;
+}
+
+/**
  * Validates the relay's options and splits off its API key.
  *
  * @throws {EmlApiError} `ECONFIG` naming the first bad option
@@ -82,6 +103,7 @@ export function resolveRelayOptions(options: SmtpRelayOptions): {
   // Checks the client options (and the key's form) as every client the relay makes will.
   const { resolved } = resolveClientOptions({ ...clientOptions, apiKey: apiKey ?? 'relay-option-check' });
   const tls = o.tls === undefined ? undefined : checkTls(o.tls);
+  const maxRecipients = whole(o.maxRecipients ?? 100, 'maxRecipients', 1, 100_000);
   const settings: RelaySettings = {
     port: whole(o.port ?? 2525, 'port', 0, 65535),
     host: text(o.host ?? '127.0.0.1', 'host'),
@@ -90,8 +112,8 @@ export function resolveRelayOptions(options: SmtpRelayOptions): {
       'allowUnauthenticatedFrom',
     ),
     tls,
-    maxMessageSize: whole(o.maxMessageSize ?? maxUploadableSize(DEFAULT_REQUEST_LIMIT), 'maxMessageSize', 1, 2 ** 40),
-    maxRecipients: whole(o.maxRecipients ?? 100, 'maxRecipients', 1, 100_000),
+    maxMessageSize: whole(o.maxMessageSize ?? defaultSize(maxRecipients), 'maxMessageSize', 1, 2 ** 40),
+    maxRecipients,
     maxClients: whole(o.maxClients ?? 100, 'maxClients', 1, 100_000),
     idleTimeout: whole(o.idleTimeout ?? 300_000, 'idleTimeout', 1, 24 * 3_600_000),
     hostname: text(o.hostname ?? osHostname(), 'hostname'),
@@ -113,6 +135,16 @@ function checkTls(value: unknown): SmtpRelayTlsOptions {
   if (tls.implicit !== undefined && typeof tls.implicit !== 'boolean')
     throw config('tls.implicit', 'expected a boolean');
   return tls as SmtpRelayTlsOptions;
+}
+
+/** The default `maxMessageSize` for the emulator's request limit, or an error asking for one. */
+function defaultSize(maxRecipients: number): number {
+  const size = defaultMaxMessageSize(DEFAULT_REQUEST_LIMIT, maxRecipients);
+  if (size !== undefined) return size;
+  throw config(
+    'maxMessageSize',
+    `with maxRecipients ${maxRecipients}, the Bcc field the relay may add leaves no room for a default: set maxMessageSize to fit your service's request limit`,
+  );
 }
 
 function whole(value: unknown, name: string, min: number, max: number): number {

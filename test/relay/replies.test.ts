@@ -8,6 +8,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import type { EmlApiLogger } from '../../src/index.js';
 import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { defaultMaxMessageSize } from '../../src/relay/resolve-relay-options.js';
 import { waitFor } from '../helpers/async.js';
 import { closedPort } from '../helpers/fake-service.js';
 import { SmtpDialog } from './relay-harness.js';
@@ -240,6 +241,41 @@ describe('permanent failures answer 5xx with the reason', () => {
       const reply = await send(eml('service-limit', undefined, 'y'.repeat(40_000)), ['ann@example.test'], r.port);
       expect(reply.code).toBe(552);
       expect(reply.text).toMatch(/^5\.3\.4 .*413/);
+    } finally {
+      await small.close();
+    }
+  });
+
+  it('a message of exactly the default SIZE for the service limit, to maxRecipients RCPT-only recipients with the longest addresses: 250 (the Bcc field the relay adds still fits the upload)', async () => {
+    const limit = 8192;
+    const small = await startEmulator({ bodyLimit: limit });
+    try {
+      const maxRecipients = 2;
+      const r = await startSmtpRelay({
+        baseUrl: small.url,
+        apiKey: small.apiKey,
+        port: 0,
+        retries: false,
+        maxRecipients,
+        maxMessageSize: defaultMaxMessageSize(limit, maxRecipients),
+      });
+      relays.push(r);
+      const size = defaultMaxMessageSize(limit, maxRecipients)!;
+      // 253 characters, the longest address smtp-server takes (a path of 256 octets with its brackets).
+      const longest = (tag: string) =>
+        `${tag.padEnd(64, 'x')}@${'d'.repeat(63)}.${'e'.repeat(63)}.${'f'.repeat(55)}.test`;
+      const rcpts = [longest('ann'), longest('bob')];
+      expect(rcpts.map((a) => a.length)).toEqual([253, 253]);
+      // No To or Cc: every recipient is RCPT-only, so the relay writes them all into a Bcc field.
+      let message = eml('at-size', [], '');
+      let left = size - message.length;
+      for (; left > 80; left -= 78) message += `${'z'.repeat(76)}\r\n`;
+      message += `${'z'.repeat(left - 2)}\r\n`;
+      expect(Buffer.byteLength(message)).toBe(size);
+      const reply = await send(message, rcpts, r.port);
+      expect(reply).toMatchObject({ code: 250 });
+      const [delivered] = small.messages().filter((m) => m.messageId === '<at-size@example.test>');
+      expect([...(delivered?.recipients ?? [])].sort()).toEqual(rcpts);
     } finally {
       await small.close();
     }

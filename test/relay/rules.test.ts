@@ -14,7 +14,11 @@ import { addressKey } from '../../src/relay/address-key.js';
 import { ClientAddressList, isLoopbackAddress } from '../../src/relay/client-address-list.js';
 import { planEnvelope } from '../../src/relay/envelope-plan.js';
 import { MessageRewriter } from '../../src/relay/message-rewriter.js';
-import { maxUploadableSize } from '../../src/relay/resolve-relay-options.js';
+import {
+  defaultMaxMessageSize,
+  maxUploadableSize,
+  resolveRelayOptions,
+} from '../../src/relay/resolve-relay-options.js';
 import { authOffered, mailRefusal, type RelayPolicy } from '../../src/relay/session-rules.js';
 import { authFailureReply, failureReply } from '../../src/relay/smtp-replies.js';
 import { thrownBy } from '../helpers/async.js';
@@ -211,10 +215,23 @@ describe('replies', () => {
     ).toBeLessThan(500);
   });
 
-  it('SIZE defaults to the largest message whose upload fits a 50 MiB request', () => {
-    const size = maxUploadableSize(50 * 1024 * 1024);
-    expect(size).toBe(39321591);
-    expect(11 + 4 * Math.ceil(size / 3)).toBeLessThanOrEqual(50 * 1024 * 1024);
-    expect(11 + 4 * Math.ceil((size + 3) / 3)).toBeGreaterThan(50 * 1024 * 1024);
+  it('SIZE defaults to the largest message whose upload fits a 50 MiB request with a Bcc field for every recipient', () => {
+    const uploadable = maxUploadableSize(50 * 1024 * 1024);
+    expect(uploadable).toBe(39321591);
+    expect(11 + 4 * Math.ceil(uploadable / 3)).toBeLessThanOrEqual(50 * 1024 * 1024);
+    expect(11 + 4 * Math.ceil((uploadable + 3) / 3)).toBeGreaterThan(50 * 1024 * 1024);
+    // 100 recipients of 254 characters of 3 UTF-8 bytes each, folded: 76,608 bytes kept for the Bcc field.
+    expect(defaultMaxMessageSize(50 * 1024 * 1024, 100)).toBe(39244983);
+    const base = { baseUrl: 'http://127.0.0.1:1', apiKey: 'relay-test-key' };
+    expect(resolveRelayOptions(base).settings.maxMessageSize).toBe(39244983);
+    expect(resolveRelayOptions({ ...base, maxRecipients: 10 }).settings.maxMessageSize).toBe(
+      defaultMaxMessageSize(50 * 1024 * 1024, 10),
+    );
+    expect(() => resolveRelayOptions({ ...base, maxRecipients: 30_000 })).toThrow(
+      expect.objectContaining({ code: 'ECONFIG', message: expect.stringMatching(/maxMessageSize/) }),
+    );
+    expect(resolveRelayOptions({ ...base, maxRecipients: 30_000, maxMessageSize: 1e6 }).settings.maxMessageSize).toBe(
+      1e6,
+    );
   });
 });

@@ -36,7 +36,8 @@ Options:
   --tls-cert <file>       PEM certificate: offers STARTTLS (with --tls-key)
   --tls-key <file>        PEM private key
   --tls-implicit          TLS from the first byte (as on port 465) instead of STARTTLS
-  --max-size <bytes>      largest message, advertised as SIZE (default 39321591: fits a 50 MiB request)
+  --max-size <bytes>      largest message, advertised as SIZE (default 39244983: fits a 50 MiB request
+                          with a Bcc field for every recipient)
   --max-recipients <n>    recipients per message (default 100)
   --max-clients <n>       SMTP connections at once (default 100)
   --redis <url>           store-and-forward through the outbox in this Redis: 250 once stored,
