@@ -1,3 +1,4 @@
+import { QueueKeys } from 'bullmq';
 import nodemailer, { type Transporter } from 'nodemailer';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
@@ -20,27 +21,11 @@ import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
  * for every later message. Real redis-server, real emulator.
  */
 
-/** BullMQ 5/6's per-queue keys (QueueKeys.getKeys) and others it builds from the queue name. */
-const BULLMQ_KEY_NAMES = [
-  'active',
-  'wait',
-  'waiting-children',
-  'paused',
-  'id',
-  'delayed',
-  'prioritized',
-  'stalled-check',
-  'completed',
-  'failed',
-  'stalled',
-  'repeat',
-  'limiter',
-  'meta',
-  'events',
-  'pc',
-  'marker',
-  'de',
-];
+/**
+ * The names of BullMQ's own keys of a queue, read from the installed BullMQ (not copied from our list, so a key
+ * a new BullMQ adds fails this test until outboxJobId knows it).
+ */
+const BULLMQ_KEY_NAMES = Object.keys(new QueueKeys('bull').getKeys('eml-api')).filter((name) => name !== '');
 
 let redis: RedisServer;
 let emu: Emulator;
