@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import nodemailer from 'nodemailer';
 import { request } from 'undici';
 import { EmlApiTransport } from '../src/index.js';
+import { startPeakRss } from './peak-rss.js';
 
 const [sinkUrl, source, mode, file] = process.argv.slice(2) as [string, 'buffer' | 'path', string, string | undefined];
 const SIZE = 25 * 1024 * 1024;
@@ -45,20 +46,10 @@ async function send(attachments: { filename: string; content?: Buffer; path?: st
 
 // Warm up: load every module and open the paths once, so the baseline includes them.
 await send([{ filename: 'small.txt', content: Buffer.from('warm-up') }]);
-(globalThis as { gc?: () => void }).gc?.();
-await new Promise((resolve) => setTimeout(resolve, 100));
-const baselineRss = process.memoryUsage.rss();
-// Sampled instead of the process's lifetime maxRSS, which may come from start-up (module loading) and hide the send.
-let peakRss = baselineRss;
-const sample = () => {
-  peakRss = Math.max(peakRss, process.memoryUsage.rss());
-};
-const sampler = setInterval(sample, 1);
+const measure = await startPeakRss();
 // The attachment is allocated after the baseline: a Buffer attachment counts against the budget.
 const attachment =
   source === 'buffer' ? { filename: 'big.bin', content: randomBytes(SIZE) } : { filename: 'big.bin', path: file! };
-sample();
+measure.sample();
 await send([attachment]);
-sample();
-clearInterval(sampler);
-console.log(JSON.stringify({ baselineRss, peakRss, extraMb: (peakRss - baselineRss) / 1024 / 1024 }));
+console.log(JSON.stringify(measure.stop()));

@@ -13,20 +13,8 @@ import { EmlApiQueueTransport } from '../src/queue/index.js';
 import { startRedisServer, type RedisServer } from '../test/helpers/redis-server.js';
 import { startWorkerProcess, type WorkerProcess } from '../test/helpers/outbox.js';
 import { benchMessage } from './bench-message.js';
+import type { BenchRow } from './bench-row.js';
 import type { Sinks } from './sinks.js';
-
-/** A row of the benchmark table (the shape bench/run.ts keeps). */
-export interface QueueRow {
-  benchmark: string;
-  case: string;
-  value: number;
-  unit: string;
-  reference: string;
-  referenceValue: number;
-  ratio: number;
-  target: string;
-  met: boolean;
-}
 
 const MEMORY_CASE = fileURLToPath(new URL('./queue-memory-case.ts', import.meta.url));
 const median = (values: number[]) => {
@@ -47,9 +35,9 @@ async function rate(count: number, concurrency: number, task: (n: number) => Pro
 }
 
 /** Runs the outbox's benchmarks; returns their rows. */
-export async function queueBenchmarks(sinks: Sinks): Promise<QueueRow[]> {
+export async function queueBenchmarks(sinks: Sinks): Promise<BenchRow[]> {
   const redis = await startRedisServer();
-  const rows: QueueRow[] = [];
+  const rows: BenchRow[] = [];
   try {
     rows.push(...(await enqueueRate(redis, sinks)));
     rows.push(...(await drainRate(redis, sinks)));
@@ -63,7 +51,7 @@ export async function queueBenchmarks(sinks: Sinks): Promise<QueueRow[]> {
 const ENQUEUE_ROUNDS = 5;
 const ENQUEUE_COUNT = 1000;
 
-async function enqueueRate(redis: RedisServer, sinks: Sinks): Promise<QueueRow[]> {
+async function enqueueRate(redis: RedisServer, sinks: Sinks): Promise<BenchRow[]> {
   console.log(`\nOutbox: enqueue rate, ${ENQUEUE_ROUNDS} interleaved rounds of ${ENQUEUE_COUNT}, 20 callers`);
   await sinks.setDelay(0);
   const producer = new EmlApiQueueTransport({ connection: redis.url, queueName: 'bench-enqueue', concurrency: 20 });
@@ -114,12 +102,12 @@ async function enqueueRate(redis: RedisServer, sinks: Sinks): Promise<QueueRow[]
 const DRAIN_CONCURRENCY = 5;
 const DRAIN_SECONDS = 3;
 
-async function drainRate(redis: RedisServer, sinks: Sinks): Promise<QueueRow[]> {
+async function drainRate(redis: RedisServer, sinks: Sinks): Promise<BenchRow[]> {
   console.log(
     `\nOutbox: drain rate against a sink answering after 50 ms, concurrency ${DRAIN_CONCURRENCY} per worker process`,
   );
   await sinks.setDelay(50);
-  const rows: QueueRow[] = [];
+  const rows: BenchRow[] = [];
   for (const workers of [1, 2, 4]) {
     const queueName = `bench-drain-${workers}`;
     const ideal = (workers * DRAIN_CONCURRENCY) / 0.05;
@@ -170,7 +158,7 @@ async function drainRate(redis: RedisServer, sinks: Sinks): Promise<QueueRow[]> 
 
 const MEMORY_RUNS = 5;
 
-async function memory(redis: RedisServer, sinks: Sinks): Promise<QueueRow[]> {
+async function memory(redis: RedisServer, sinks: Sinks): Promise<BenchRow[]> {
   console.log('\nOutbox: memory for one message with a 25 MB attachment (each run in a fresh process)');
   const producerRuns: number[] = [];
   const workerRuns: number[] = [];
@@ -205,7 +193,7 @@ async function memory(redis: RedisServer, sinks: Sinks): Promise<QueueRow[]> {
   console.log(`  message: ${mb.toFixed(1)} MiB as EML (the attachment Base64-encoded inside)`);
   console.log(`  producer: ${producerRuns.map((r) => r.toFixed(1)).join(', ')} MB`);
   console.log(`  worker:   ${workerRuns.map((r) => r.toFixed(1)).join(', ')} MB`);
-  const row = (who: string, runs: number[]): QueueRow => ({
+  const row = (who: string, runs: number[]): BenchRow => ({
     benchmark: 'outbox memory',
     case: `${who}, 25 MB attachment (${mb.toFixed(1)} MiB EML), peak extra RSS (runs ${Math.min(...runs).toFixed(0)}-${Math.max(...runs).toFixed(0)} MB)`,
     value: median(runs),

@@ -10,24 +10,11 @@
 import { randomBytes } from 'node:crypto';
 import nodemailer from 'nodemailer';
 import { EmlApiQueueTransport, startEmlApiWorker } from '../src/queue/index.js';
+import { startPeakRss } from './peak-rss.js';
 
 const [mode, redisUrl, queueName, sinkUrl] = process.argv.slice(2) as [string, string, string, string | undefined];
 const SIZE = 25 * 1024 * 1024;
 const base = { from: 'a@example.test', to: 'b@example.test', subject: 'memory', text: 'see attachment' };
-const gc = () => (globalThis as { gc?: () => void }).gc?.();
-
-let peakRss = 0;
-let baselineRss = 0;
-const sample = () => {
-  peakRss = Math.max(peakRss, process.memoryUsage.rss());
-};
-const measureFrom = async () => {
-  gc();
-  await new Promise((resolve) => setTimeout(resolve, 100));
-  baselineRss = process.memoryUsage.rss();
-  peakRss = baselineRss;
-  return setInterval(sample, 1);
-};
 
 if (mode === 'producer') {
   const transport = new EmlApiQueueTransport({ connection: redisUrl, queueName });
@@ -37,19 +24,16 @@ if (mode === 'producer') {
     ...base,
     attachments: [{ filename: 'warm.bin', content: randomBytes(3 * 1024 * 1024) }],
   });
-  const sampler = await measureFrom();
+  const measure = await startPeakRss();
   // Allocated after the baseline: a Buffer attachment counts against the budget.
   const info = await transporter.sendMail({
     ...base,
     attachments: [{ filename: 'big.bin', content: randomBytes(SIZE) }],
   });
-  sample();
-  clearInterval(sampler);
+  const figures = measure.stop();
   const job = await transport.queue.getJob(info.queueId);
   await transport.close();
-  console.log(
-    JSON.stringify({ baselineRss, peakRss, extraMb: (peakRss - baselineRss) / 2 ** 20, messageBytes: job?.data.size }),
-  );
+  console.log(JSON.stringify({ ...figures, messageBytes: job?.data.size }));
 } else {
   const outbox = await startEmlApiWorker({
     connection: redisUrl,
@@ -61,13 +45,12 @@ if (mode === 'producer') {
   });
   // The parent queued a 3 MB warm-up message (streamed from Redis in chunks, as the big one will be).
   await new Promise((resolve) => outbox.once('sent', resolve));
-  const sampler = await measureFrom();
+  const measure = await startPeakRss();
   const sent = new Promise((resolve) => outbox.once('sent', resolve));
   process.send!('baseline');
   await sent;
-  sample();
-  clearInterval(sampler);
+  const figures = measure.stop();
   await outbox.close();
-  console.log(JSON.stringify({ baselineRss, peakRss, extraMb: (peakRss - baselineRss) / 2 ** 20 }));
+  console.log(JSON.stringify(figures));
   process.disconnect();
 }

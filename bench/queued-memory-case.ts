@@ -10,6 +10,7 @@
 import { randomBytes } from 'node:crypto';
 import nodemailer from 'nodemailer';
 import { EmlApiTransport } from '../src/index.js';
+import { startPeakRss } from './peak-rss.js';
 
 const [sinkUrl, count, maxConnections] = process.argv.slice(2) as [string, string, string];
 const attachment = randomBytes(1.4 * 1024 * 1024);
@@ -30,16 +31,8 @@ const message = (i: number) => ({
 });
 
 await transporter.sendMail(message(-1));
-(globalThis as { gc?: () => void }).gc?.();
-await new Promise((resolve) => setTimeout(resolve, 100));
-const baselineRss = process.memoryUsage.rss();
-let peakRss = baselineRss;
-const sample = () => {
-  peakRss = Math.max(peakRss, process.memoryUsage.rss());
-};
-const sampler = setInterval(sample, 1);
+const measure = await startPeakRss();
 await Promise.all(Array.from({ length: Number(count) }, (_, i) => transporter.sendMail(message(i))));
-sample();
-clearInterval(sampler);
+const figures = measure.stop();
 await transport.close();
-console.log(JSON.stringify({ baselineRss, peakRss, extraMb: (peakRss - baselineRss) / 1024 / 1024 }));
+console.log(JSON.stringify(figures));

@@ -5,25 +5,20 @@
  * { cmd: 'peak' } → { baselineRss, peakRss }; { cmd: 'stop' }.
  */
 import { startSmtpRelay, type SmtpRelay } from '../src/relay/index.js';
+import { startPeakRss, type PeakRssMeasure } from './peak-rss.js';
 
 let relay: SmtpRelay | undefined;
-let baselineRss = 0;
-let peakRss = 0;
-let sampler: NodeJS.Timeout | undefined;
+let measure: PeakRssMeasure | undefined;
 
 process.on('message', async (message: { cmd: string; baseUrl?: string }) => {
   if (message.cmd === 'start') {
     relay = await startSmtpRelay({ baseUrl: message.baseUrl!, apiKey: 'k', port: 0, retries: false, maxClients: 1000 });
     process.send!({ port: relay.port });
   } else if (message.cmd === 'mark') {
-    (globalThis as { gc?: () => void }).gc?.();
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    baselineRss = peakRss = process.memoryUsage.rss();
-    sampler = setInterval(() => (peakRss = Math.max(peakRss, process.memoryUsage.rss())), 1);
+    measure = await startPeakRss();
     process.send!({});
   } else if (message.cmd === 'peak') {
-    if (sampler) clearInterval(sampler);
-    peakRss = Math.max(peakRss, process.memoryUsage.rss());
+    const { baselineRss, peakRss } = measure!.stop();
     process.send!({ baselineRss, peakRss });
   } else if (message.cmd === 'stop') {
     await relay?.close();

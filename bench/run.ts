@@ -17,6 +17,7 @@ import { benchMessage } from './bench-message.js';
 import { queueBenchmarks } from './queue-cases.js';
 import { relayBenchmarks } from './relay-bench.js';
 import { startSinks, type Sinks } from './sinks.js';
+import type { BenchRow } from './bench-row.js';
 
 const run = promisify(execFile);
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -27,19 +28,8 @@ const machine = {
   node: process.version,
 };
 
-interface Row {
-  benchmark: string;
-  case: string;
-  value: number;
-  unit: string;
-  reference: string;
-  referenceValue: number;
-  ratio: number;
-  target: string;
-  met: boolean;
-}
-const rows: Row[] = [];
-function record(row: Omit<Row, 'ratio' | 'met'> & { better: 'higher' | 'lower'; targetRatio: number }): void {
+const rows: BenchRow[] = [];
+function record(row: Omit<BenchRow, 'ratio' | 'met'> & { better: 'higher' | 'lower'; targetRatio: number }): void {
   const ratio = row.value / row.referenceValue;
   const met = row.better === 'higher' ? ratio >= row.targetRatio : ratio <= row.targetRatio;
   const { better: _b, targetRatio: _t, ...rest } = row;
@@ -161,7 +151,7 @@ async function throughput(sinks: Sinks): Promise<void> {
       referenceValue: number,
       ratios: number[],
       target?: number,
-    ): Row => {
+    ): BenchRow => {
       const ratio = median(ratios);
       return {
         benchmark: target === undefined ? 'throughput (reference)' : 'throughput',
@@ -175,7 +165,7 @@ async function throughput(sinks: Sinks): Promise<void> {
         met: target === undefined || ratio >= target,
       };
     };
-    const reference = (name: string, values: number[]): Row => ({
+    const reference = (name: string, values: number[]): BenchRow => ({
       benchmark: 'throughput (reference)',
       case: `${name}, concurrency ${concurrency}`,
       value: median(values),

@@ -2,7 +2,7 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import type { EmlApiWorkerOptions } from '../../src/queue/index.js';
+import { startEmlApiWorker, type EmlApiWorker, type EmlApiWorkerOptions } from '../../src/queue/index.js';
 
 /**
  * Helpers of the outbox tests (test/queue/): worker processes, reading the
@@ -81,4 +81,36 @@ export async function eventually(
     if (Date.now() - start > timeout) throw new Error(`timed out after ${timeout} ms waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 25));
   }
+}
+
+/** Workers started in this process by a test file, closed together after each test. */
+export interface InProcessWorkers {
+  /** Starts a worker with the file's settings and `options` over them. */
+  start(options?: Partial<EmlApiWorkerOptions>): Promise<EmlApiWorker>;
+  /** Force-closes every worker started since the last call. */
+  closeAll(): Promise<void>;
+}
+
+/**
+ * Workers in this process with the test file's settings: no content sweep
+ * (the tests count what Redis holds), the rest from `settings()`.
+ * @example
+ * const workers = inProcessWorkers(() => ({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url }));
+ * afterEach(() => workers.closeAll());
+ * const w = await workers.start({ concurrency: 2 });
+ */
+export function inProcessWorkers(settings: () => EmlApiWorkerOptions): InProcessWorkers {
+  let started: EmlApiWorker[] = [];
+  return {
+    async start(options = {}) {
+      const worker = await startEmlApiWorker({ cleanupInterval: 0, ...settings(), ...options });
+      started.push(worker);
+      return worker;
+    },
+    async closeAll() {
+      const closing = started;
+      started = [];
+      await Promise.all(closing.map((w) => w.close({ force: true })));
+    },
+  };
 }

@@ -1,13 +1,12 @@
 import { spawn } from 'node:child_process';
-import { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { terminalText } from '../../src/cli/lib/terminal-text.js';
 import { parseRate } from '../../src/cli/lib/redis-config.js';
-import { runCli } from '../../src/cli/run-cli.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiQueueTransport } from '../../src/queue/index.js';
+import { runCliCapturing } from '../helpers/cli-run.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
@@ -37,17 +36,8 @@ beforeEach(async () => {
   await transport.queue.obliterate({ force: true });
 });
 
-async function cli(argv: string[], options: { env?: Record<string, string>; signal?: AbortSignal } = {}) {
-  let stdout = '';
-  let stderr = '';
-  const code = await runCli(argv, {
-    stdout: { write: (s: string) => (stdout += s) },
-    stderr: { write: (s: string) => (stderr += s) },
-    stdin: Readable.from([]),
-    env: options.env ?? env,
-    ...(options.signal ? { signal: options.signal } : {}),
-  });
-  return { code, stdout, stderr };
+function cli(argv: string[], options: { env?: Record<string, string>; signal?: AbortSignal } = {}) {
+  return runCliCapturing(argv, { env: options.env ?? env, ...(options.signal ? { signal: options.signal } : {}) });
 }
 
 const send = (to: string) =>

@@ -3,14 +3,8 @@ import nodemailer, { type Transporter } from 'nodemailer';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiClient } from '../../src/index.js';
-import {
-  EmlApiQueueTransport,
-  startEmlApiWorker,
-  type EmlApiQueuedMessageInfo,
-  type EmlApiWorker,
-  type EmlApiWorkerOptions,
-} from '../../src/queue/index.js';
-import { eventually } from '../helpers/outbox.js';
+import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo, type EmlApiWorkerOptions } from '../../src/queue/index.js';
+import { eventually, inProcessWorkers } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 /**
@@ -23,7 +17,7 @@ let redis: RedisServer;
 let emu: Emulator;
 let transport: EmlApiQueueTransport;
 let transporter: Transporter<EmlApiQueuedMessageInfo>;
-let workers: EmlApiWorker[] = [];
+const workers = inProcessWorkers(() => ({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url }));
 
 /** Fast retries for tests: 200 ms doubling to 1 s. */
 const FAST_RETRY = { attempts: 40, delay: 200, maxDelay: 1000, jitter: 0 };
@@ -46,22 +40,9 @@ beforeEach(async () => {
   await transport.queue.obliterate({ force: true });
 });
 
-afterEach(async () => {
-  await Promise.all(workers.map((w) => w.close({ force: true })));
-  workers = [];
-});
+afterEach(() => workers.closeAll());
 
-async function worker(options: Partial<EmlApiWorkerOptions> = {}): Promise<EmlApiWorker> {
-  const w = await startEmlApiWorker({
-    connection: redis.url,
-    apiKey: emu.apiKey,
-    baseUrl: emu.url,
-    cleanupInterval: 0,
-    ...options,
-  });
-  workers.push(w);
-  return w;
-}
+const worker = (options: Partial<EmlApiWorkerOptions> = {}) => workers.start(options);
 
 const allSent = (n: number) => async () => (await transport.queue.getJobCounts('completed')).completed === n;
 

@@ -1,21 +1,18 @@
 import { inspect } from 'node:util';
-import { Readable } from 'node:stream';
 import nodemailer, { type Transporter } from 'nodemailer';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { runCli } from '../../src/cli/run-cli.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiError } from '../../src/index.js';
 import {
   EmlApiQueueTransport,
   readOutboxStatus,
-  startEmlApiWorker,
   type EmlApiQueuedMessageInfo,
-  type EmlApiWorker,
   type EmlApiWorkerOptions,
   type OutboxJobData,
 } from '../../src/queue/index.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
-import { dumpRedis, eventually } from '../helpers/outbox.js';
+import { runCliCapturing } from '../helpers/cli-run.js';
+import { dumpRedis, eventually, inProcessWorkers } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 /**
@@ -30,7 +27,7 @@ let emu: Emulator;
 let service: FakeService;
 let transport: EmlApiQueueTransport;
 let transporter: Transporter<EmlApiQueuedMessageInfo>;
-let workers: EmlApiWorker[] = [];
+const workers = inProcessWorkers(() => ({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url }));
 
 beforeAll(async () => {
   [redis, emu, service] = await Promise.all([startRedisServer(), startEmulator(), startFakeService()]);
@@ -50,33 +47,12 @@ beforeEach(async () => {
   await transport.queue.obliterate({ force: true });
 });
 
-afterEach(async () => {
-  await Promise.all(workers.map((w) => w.close({ force: true })));
-  workers = [];
-});
+afterEach(() => workers.closeAll());
 
-async function worker(options: Partial<EmlApiWorkerOptions> = {}): Promise<EmlApiWorker> {
-  const w = await startEmlApiWorker({
-    connection: redis.url,
-    apiKey: emu.apiKey,
-    baseUrl: emu.url,
-    cleanupInterval: 0,
-    ...options,
-  });
-  workers.push(w);
-  return w;
-}
+const worker = (options: Partial<EmlApiWorkerOptions> = {}) => workers.start(options);
 
-async function cli(argv: string[], env: Record<string, string> = { REDIS_URL: redis.url }) {
-  let stdout = '';
-  let stderr = '';
-  const code = await runCli(argv, {
-    stdout: { write: (s: string) => (stdout += s) },
-    stderr: { write: (s: string) => (stderr += s) },
-    stdin: Readable.from([]),
-    env,
-  });
-  return { code, stdout, stderr };
+function cli(argv: string[], env: Record<string, string> = { REDIS_URL: redis.url }) {
+  return runCliCapturing(argv, { env });
 }
 
 const message = (to: string) => ({ from: 'shop@example.test', to, subject: 'Order', text: 'Thanks' });

@@ -1,9 +1,8 @@
-import { Readable } from 'node:stream';
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runCli } from '../../src/cli/run-cli.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiQueueTransport, retryFailedSends, startEmlApiWorker } from '../../src/queue/index.js';
+import { runCliCapturing } from '../helpers/cli-run.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
@@ -69,13 +68,7 @@ describe('putting failed messages back while workers run', () => {
 
       // With nothing failed, the command says so and succeeds.
       await transport.queue.clean(0, 0, 'failed');
-      let stdout = '';
-      const code = await runCli(['queue', 'retry'], {
-        stdout: { write: (s: string) => (stdout += s) },
-        stderr: { write: () => undefined },
-        stdin: Readable.from([]),
-        env: { REDIS_URL: redis.url },
-      });
+      const { code, stdout } = await runCliCapturing(['queue', 'retry'], { env: { REDIS_URL: redis.url } });
       expect({ code, stdout }).toEqual({ code: 0, stdout: 'Put back 0 failed messages\n' });
     } finally {
       await worker.close({ force: true });
