@@ -87,8 +87,9 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
       const rate = limiter ? `, at most ${limiter.max} per ${limiter.duration / 1000} s across all workers` : '';
       io.stdout.write(`Worker sending from queue "${outbox.queueName}", ${concurrency} at a time${rate}\n`);
       await stop.first;
-      io.stdout.write('Stopping: finishing the sends in flight (signal again to stop at once)\n');
     }
+    // Also when the signal came before the worker was ready: it may have taken jobs already.
+    io.stdout.write('Stopping: finishing the sends in flight (signal again to stop at once)\n');
     await Promise.race([outbox.close(), stop.second.then(() => outbox.close({ force: true }))]);
     await outbox.close();
   } finally {
