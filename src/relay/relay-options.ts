@@ -54,10 +54,30 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
   apiKey?: string;
   /**
    * Client addresses and networks (`10.0.0.0/8`, `fd00::/8`, `192.0.2.7`)
-   * that may send without AUTH, with the relay's `apiKey`. Ignored without `apiKey`.
+   * that may send without AUTH, with the relay's `apiKey` (Postfix's
+   * `permit_mynetworks`). Ignored without `apiKey`. Behind a sidecar that
+   * forwards from loopback (`127.0.0.6`), loopback is every client: narrow it,
+   * e.g. to `['127.0.0.1/32']`, or to `[]`.
    * @default ['127.0.0.0/8', '::1/128'] (loopback)
+   * @example
+   * allowUnauthenticatedFrom: ['10.0.0.0/8']
    */
   allowUnauthenticatedFrom?: string[];
+  /**
+   * Client addresses and networks whose path to the relay is trusted, as
+   * Postfix's `mynetworks` is for its per-client limits: clients there may AUTH
+   * on a plain-text connection (the password crosses no network in clear), and
+   * are exempt from the per-address limits (`maxClientsPerAddress`, the AUTH
+   * failure budget), as Postfix exempts `smtpd_client_event_limit_exceptions`.
+   * List a proxy or sidecar whose one address stands for many clients: an
+   * Istio/Envoy sidecar forwards every inbound connection from `127.0.0.6`.
+   * Being trusted does not let a client send without AUTH: that is
+   * `allowUnauthenticatedFrom`.
+   * @default ['127.0.0.0/8', '::1/128'] (loopback)
+   * @example
+   * trustedNetworks: ['127.0.0.1/32', '127.0.0.6/32'] // the machine itself and the sidecar
+   */
+  trustedNetworks?: string[];
   /**
    * Store-and-forward through the outbox (`nodemailer-eml-api/queue`): the
    * relay answers `250` once Redis has stored the message, and the outbox's
@@ -72,7 +92,7 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
   queue?: EmlApiQueueTransport | EmlApiQueueTransportOptions;
   /**
    * STARTTLS (or implicit TLS) with this certificate. Without it, STARTTLS
-   * is not offered, and clients other than loopback cannot AUTH (the
+   * is not offered, and clients outside `trustedNetworks` cannot AUTH (the
    * password is an API key: it never crosses the network in clear).
    * @default undefined
    */

@@ -59,6 +59,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
     hasOwnKey: relay.relayClient !== undefined,
     hasTls: settings.tls !== undefined,
     allowUnauthenticatedFrom: settings.allowUnauthenticatedFrom,
+    trustedNetworks: settings.trustedNetworks,
   };
   const sessions = new WeakMap<SMTPServerSession, SessionState>();
   const stateOf = (session: SMTPServerSession): SessionState => {
@@ -69,7 +70,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
   // The per-session command list also decides what EHLO advertises.
   const commandsFor = (session: SMTPServerSession): string[] => [
     ...(policy.hasTls ? [] : ['STARTTLS']),
-    ...(authOffered(session) ? [] : ['AUTH']),
+    ...(authOffered(session, policy) ? [] : ['AUTH']),
   ];
   const release = (state: SessionState) => {
     if (state.held) keyClients.release(state.held);
@@ -92,7 +93,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
     onAuth(auth: SMTPServerAuthentication, session, callback) {
       const state = stateOf(session);
       const refuse = (reply: SmtpReply) => callback(null, { message: reply.text, responseCode: reply.code });
-      if (!authOffered(session)) return refuse({ code: 538, text: '5.7.11 Encryption required for AUTH' });
+      if (!authOffered(session, policy)) return refuse({ code: 538, text: '5.7.11 Encryption required for AUTH' });
       if (auth.method !== 'PLAIN' && auth.method !== 'LOGIN') {
         return refuse({ code: 504, text: '5.5.4 Unrecognized authentication type' });
       }

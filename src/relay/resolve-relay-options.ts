@@ -22,6 +22,7 @@ export interface RelaySettings {
   port: number;
   host: string;
   allowUnauthenticatedFrom: ClientAddressList;
+  trustedNetworks: ClientAddressList;
   tls: SmtpRelayTlsOptions | undefined;
   maxMessageSize: number;
   maxRecipients: number;
@@ -42,6 +43,7 @@ const RELAY_KEYS = [
   'host',
   'apiKey',
   'allowUnauthenticatedFrom',
+  'trustedNetworks',
   'queue',
   'tls',
   'maxMessageSize',
@@ -110,6 +112,10 @@ export function resolveRelayOptions(options: SmtpRelayOptions): {
     allowUnauthenticatedFrom: new ClientAddressList(
       (o.allowUnauthenticatedFrom as string[] | undefined) ?? LOOPBACK_NETWORKS,
       'allowUnauthenticatedFrom',
+    ),
+    trustedNetworks: new ClientAddressList(
+      (o.trustedNetworks as string[] | undefined) ?? LOOPBACK_NETWORKS,
+      'trustedNetworks',
     ),
     tls,
     maxMessageSize: whole(o.maxMessageSize ?? defaultSize(maxRecipients), 'maxMessageSize', 1, 2 ** 40),

@@ -48,7 +48,7 @@ export interface SmtpRelay {
  * Without `apiKey`, each client authenticates with its own API key as the
  * password (any user name) and the relay stores none; with it, clients on
  * `allowUnauthenticatedFrom` (loopback by default) send without AUTH. AUTH is
- * offered over TLS, or from loopback, only.
+ * offered over TLS, or from `trustedNetworks` (loopback by default), only.
  *
  * Needs the optional peer `smtp-server` (`npm install smtp-server`).
  *

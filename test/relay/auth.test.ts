@@ -150,6 +150,34 @@ describe("the relay's own key", () => {
   });
 });
 
+describe('trustedNetworks: where AUTH is offered on plain text', () => {
+  it('loopback by default; a sidecar address (127.0.0.6) when told, and then not the rest of loopback', async () => {
+    const { features: byDefault } = await ehlo(relay.port, '127.0.0.1', '127.0.0.2');
+    expect(byDefault).toContain('AUTH PLAIN LOGIN');
+    const sidecar = await startSmtpRelay({
+      baseUrl: emu.url,
+      port: 0,
+      retries: false,
+      trustedNetworks: ['127.0.0.6/32'],
+    });
+    relays.push(sidecar);
+    const { dialog, features } = await ehlo(sidecar.port, '127.0.0.1', '127.0.0.6');
+    expect(features).toContain('AUTH PLAIN LOGIN');
+    expect((await dialog.command(`AUTH PLAIN ${plain('app', emu.apiKey)}`)).code).toBe(235);
+    const other = await ehlo(sidecar.port, '127.0.0.1', '127.0.0.1');
+    expect(other.features.some((f) => f.startsWith('AUTH'))).toBe(false);
+    const refused = await other.dialog.command(`AUTH PLAIN ${plain('app', emu.apiKey)}`);
+    expect(refused.code).toBe(538);
+    expect(refused.text).toMatch(/trusted networks/);
+  });
+
+  it('names the option in ECONFIG for an entry that is not a network', async () => {
+    const err = await rejectionOf(startSmtpRelay({ baseUrl: emu.url, port: 0, trustedNetworks: ['sidecar'] }));
+    expect(err.code).toBe('ECONFIG');
+    expect(err.message).toContain('trustedNetworks');
+  });
+});
+
 // A client that is not on loopback: a network namespace joined to this one by a veth pair, with
 // addresses from 198.18.0.0/15 (set aside for network tests). Python runs inside the namespace;
 // the hand-driven dialogs bind to the host side's address, which is not loopback either.

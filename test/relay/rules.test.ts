@@ -129,14 +129,19 @@ describe('who may AUTH and send', () => {
     hasOwnKey,
     hasTls,
     allowUnauthenticatedFrom: new ClientAddressList(['127.0.0.0/8', '::1', '10.1.0.0/16'], 'test'),
+    trustedNetworks: new ClientAddressList(['127.0.0.0/8', '::1'], 'test'),
   });
 
-  it('offers AUTH over TLS or from loopback only', () => {
-    expect(authOffered({ remoteAddress: '127.0.0.1', secure: false })).toBe(true);
-    expect(authOffered({ remoteAddress: '::ffff:127.0.0.2', secure: false })).toBe(true);
-    expect(authOffered({ remoteAddress: '::1', secure: false })).toBe(true);
-    expect(authOffered({ remoteAddress: '198.18.0.2', secure: false })).toBe(false);
-    expect(authOffered({ remoteAddress: '198.18.0.2', secure: true })).toBe(true);
+  it('offers AUTH over TLS or from trusted networks only', () => {
+    const loopback = policy(false, false);
+    expect(authOffered({ remoteAddress: '127.0.0.1', secure: false }, loopback)).toBe(true);
+    expect(authOffered({ remoteAddress: '::ffff:127.0.0.2', secure: false }, loopback)).toBe(true);
+    expect(authOffered({ remoteAddress: '::1', secure: false }, loopback)).toBe(true);
+    expect(authOffered({ remoteAddress: '198.18.0.2', secure: false }, loopback)).toBe(false);
+    expect(authOffered({ remoteAddress: '198.18.0.2', secure: true }, loopback)).toBe(true);
+    const sidecar = { trustedNetworks: new ClientAddressList(['127.0.0.6/32'], 'trustedNetworks') };
+    expect(authOffered({ remoteAddress: '127.0.0.6', secure: false }, sidecar)).toBe(true);
+    expect(authOffered({ remoteAddress: '127.0.0.1', secure: false }, sidecar)).toBe(false);
   });
 
   it('lets authenticated clients send, and unauthenticated ones only with the relay key from an allowed address', () => {
@@ -149,7 +154,7 @@ describe('who may AUTH and send', () => {
     expect(mailRefusal(facts('10.1.2.3'), policy(true, false))).toBeUndefined();
     expect(mailRefusal(facts('10.1.2.3'), policy(false, false))?.code).toBe(530);
     expect(mailRefusal(facts('10.2.0.1'), policy(true, true))?.text).toMatch(/STARTTLS/);
-    expect(mailRefusal(facts('10.2.0.1'), policy(true, false))?.text).toMatch(/only from loopback/);
+    expect(mailRefusal(facts('10.2.0.1'), policy(true, false))?.text).toMatch(/only from its trusted networks/);
     expect(mailRefusal(facts('127.0.0.1'), policy(false, false))?.text).toMatch(/AUTH with your API key/);
   });
 
