@@ -12,10 +12,29 @@ import type { MessageDestination, MessageSender } from './message-destination.js
 import { isClientGone, receiveMessage } from './receive-message.js';
 import type { RelaySettings } from './resolve-relay-options.js';
 import { authOffered, mailRefusal, type RelayPolicy } from './session-rules.js';
-import { acceptedReply, authFailureReply, failureReply, replyError, type SmtpReply } from './smtp-replies.js';
+import { redact } from '../http/redact.js';
+import {
+  acceptedReply,
+  authFailureReply,
+  failureReply,
+  isInternalError,
+  replyError,
+  type SmtpReply,
+} from './smtp-replies.js';
 
 /** Failed AUTHs after which a connection is closed (`421`): each one costs the service a request. */
 const MAX_AUTH_FAILURES = 3;
+
+/**
+ * The longest password the relay considers (UTF-16 units). API keys are far shorter; a longer password
+ * is refused (`535`) without asking the service, and is never copied into a pattern, reply or log.
+ */
+export const MAX_PASSWORD_LENGTH = 1024;
+
+const PASSWORD_TOO_LONG: SmtpReply = {
+  code: 535,
+  text: `5.7.8 Authentication credentials invalid: the password is too long to be an API key (over ${MAX_PASSWORD_LENGTH} characters)`,
+};
 
 /** What the session handlers share with the relay that runs them. */
 export interface RelayState {
@@ -97,7 +116,28 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       if (auth.method !== 'PLAIN' && auth.method !== 'LOGIN') {
         return refuse({ code: 504, text: '5.5.4 Unrecognized authentication type' });
       }
-      keyClients.authenticate(auth.password ?? '').then(
+      const password = auth.password ?? '';
+      const failed = (reply: SmtpReply, err?: unknown) => {
+        state.authFailures++;
+        const final =
+          state.authFailures >= MAX_AUTH_FAILURES
+            ? { code: 421, text: '4.7.0 Too many failed authentications, closing the connection' }
+            : reply;
+        const where = { client: session.remoteAddress, session: session.id, reply: `${final.code} ${final.text}` };
+        if (err !== undefined && isInternalError(err)) {
+          // The detail is for the operator; the password is taken out of it (it may quote what it failed on).
+          const detail = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+          logger.error(
+            { ...where, err: redact(detail, password) },
+            'AUTH could not be checked: error inside the relay',
+          );
+        } else {
+          logger.warn(where, 'AUTH refused');
+        }
+        refuse(final);
+      };
+      if (password.length > MAX_PASSWORD_LENGTH) return failed(PASSWORD_TOO_LONG);
+      keyClients.authenticate(password).then(
         (held) => {
           release(state);
           state.held = held;
@@ -108,18 +148,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
           logger.debug({ client: session.remoteAddress, session: session.id, key: held.id }, 'AUTH accepted');
           callback(null, { user });
         },
-        (err: unknown) => {
-          state.authFailures++;
-          const reply =
-            state.authFailures >= MAX_AUTH_FAILURES
-              ? { code: 421, text: '4.7.0 Too many failed authentications, closing the connection' }
-              : authFailureReply(err);
-          logger.warn(
-            { client: session.remoteAddress, session: session.id, reply: `${reply.code} ${reply.text}` },
-            'AUTH refused',
-          );
-          refuse(reply);
-        },
+        (err: unknown) => failed(authFailureReply(err), err),
       );
     },
     onMailFrom(_address, session, callback) {
@@ -192,8 +221,16 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
           // What only the relay's operator can fix is an error: its key refused, its base URL wrong.
           const misconfigured =
             (sender.owner === 'relay' && reply.text.startsWith('4.7.1')) || reply.text.startsWith('4.3.5');
-          const log = misconfigured ? logger.error : logger.warn;
-          log({ ...where, reply: `${reply.code} ${reply.text}` }, 'Message refused');
+          const internal = isInternalError(err) && !stream.sizeExceeded;
+          const log = misconfigured || internal ? logger.error : logger.warn;
+          log(
+            {
+              ...where,
+              reply: `${reply.code} ${reply.text}`,
+              ...(internal ? { err: err instanceof Error ? `${err.name}: ${err.message}` : String(err) } : {}),
+            },
+            internal ? 'Message refused: error inside the relay' : 'Message refused',
+          );
           callback(replyError(reply));
         },
       );

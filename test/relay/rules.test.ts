@@ -214,6 +214,14 @@ describe('replies', () => {
     expect(authFailureReply(api(503))).toMatchObject({ code: 454 });
   });
 
+  it('never quotes an error from inside the relay (not an EmlApiError): generic text, the detail is only logged', () => {
+    const internal = new SyntaxError('Invalid regular expression: /(?:s|%73)(?:k|%6b)/: Regular expression too large');
+    const auth = authFailureReply(internal);
+    expect(auth).toEqual({ code: 454, text: '4.7.0 Temporary authentication failure, try again later' });
+    const data = failureReply(new TypeError('Cannot read properties of undefined (reading /srv/spool/x)'), 'client');
+    expect(data).toEqual({ code: 451, text: '4.3.0 Local error in processing, try again later' });
+  });
+
   it('keeps replies under the 512-character line limit', () => {
     expect(
       failureReply(new EmlApiError('EAPI', 'x'.repeat(5000), { responseCode: 400 }), 'client').text.length,
