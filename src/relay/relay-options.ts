@@ -124,6 +124,34 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    */
   idleTimeout?: number;
   /**
+   * Milliseconds a failed AUTH waits before its reply (Dovecot's
+   * `auth_failure_delay`): the connection reads no further command meanwhile,
+   * so a guesser gets one try per delay per connection. 0 answers at once.
+   * @default 2000
+   * @example
+   * authFailureDelay: 5_000
+   */
+  authFailureDelay?: number;
+  /**
+   * Failed AUTHs (wrong credentials) a client address may make within
+   * `authFailureWindow`, across its connections; past it, its AUTHs are
+   * answered `454 4.7.0` without asking the service until the oldest failure
+   * leaves the window. IPv6 clients count per /64. `trustedNetworks` are
+   * exempt (a proxy's one address stands for many clients). Postfix's
+   * `smtpd_client_auth_rate_limit`, counting failures only.
+   * @default 10
+   * @example
+   * maxAuthFailuresPerAddress: 5
+   */
+  maxAuthFailuresPerAddress?: number;
+  /**
+   * The window of `maxAuthFailuresPerAddress`, in milliseconds.
+   * @default 600000 (10 minutes)
+   * @example
+   * authFailureWindow: 3_600_000
+   */
+  authFailureWindow?: number;
+  /**
    * The name the relay greets with (`220 <name> ESMTP`).
    * @default os.hostname()
    */

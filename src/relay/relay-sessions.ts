@@ -13,6 +13,7 @@ import { isClientGone, receiveMessage } from './receive-message.js';
 import type { RelaySettings } from './resolve-relay-options.js';
 import { authOffered, mailRefusal, type RelayPolicy } from './session-rules.js';
 import { redact } from '../http/redact.js';
+import { AuthFailureBudget } from './auth-failures.js';
 import {
   acceptedReply,
   authFailureReply,
@@ -91,6 +92,10 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
     ...(policy.hasTls ? [] : ['STARTTLS']),
     ...(authOffered(session, policy) ? [] : ['AUTH']),
   ];
+  const authFailures = new AuthFailureBudget({
+    limit: settings.maxAuthFailuresPerAddress,
+    window: settings.authFailureWindow,
+  });
   const release = (state: SessionState) => {
     if (state.held) keyClients.release(state.held);
     state.held = undefined;
@@ -117,7 +122,12 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         return refuse({ code: 504, text: '5.5.4 Unrecognized authentication type' });
       }
       const password = auth.password ?? '';
+      // A proxy or sidecar on trustedNetworks speaks for many clients: one of them guessing must not
+      // lock the others out (Postfix exempts $mynetworks from its per-client limits the same way).
+      const budgeted = !settings.trustedNetworks.includes(session.remoteAddress);
       const failed = (reply: SmtpReply, err?: unknown) => {
+        // Wrong credentials count against the address; a service that could not tell (454) does not.
+        if (budgeted && reply.code === 535) authFailures.record(session.remoteAddress);
         state.authFailures++;
         const final =
           state.authFailures >= MAX_AUTH_FAILURES
@@ -134,8 +144,18 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         } else {
           logger.warn(where, 'AUTH refused');
         }
-        refuse(final);
+        // Answered after a pause, as Dovecot's auth_failure_delay: smtp-server reads no further command
+        // of the connection meanwhile, so a guesser gets one try per pause per connection.
+        if (settings.authFailureDelay === 0) return refuse(final);
+        setTimeout(() => refuse(final), settings.authFailureDelay).unref();
       };
+      const wait = budgeted ? authFailures.retryAfter(session.remoteAddress) : 0;
+      if (wait > 0) {
+        return failed({
+          code: 454,
+          text: `4.7.0 Too many failed authentications from your address, try again in ${Math.ceil(wait / 60_000)} minute(s)`,
+        });
+      }
       if (password.length > MAX_PASSWORD_LENGTH) return failed(PASSWORD_TOO_LONG);
       keyClients.authenticate(password).then(
         (held) => {

@@ -28,6 +28,9 @@ export interface RelaySettings {
   maxRecipients: number;
   maxClients: number;
   idleTimeout: number;
+  authFailureDelay: number;
+  maxAuthFailuresPerAddress: number;
+  authFailureWindow: number;
   hostname: string;
   maxKeys: number;
   logger: EmlApiLogger;
@@ -50,6 +53,9 @@ const RELAY_KEYS = [
   'maxRecipients',
   'maxClients',
   'idleTimeout',
+  'authFailureDelay',
+  'maxAuthFailuresPerAddress',
+  'authFailureWindow',
   'hostname',
   'maxKeys',
   'logger',
@@ -122,6 +128,9 @@ export function resolveRelayOptions(options: SmtpRelayOptions): {
     maxRecipients,
     maxClients: whole(o.maxClients ?? 100, 'maxClients', 1, 100_000),
     idleTimeout: whole(o.idleTimeout ?? 300_000, 'idleTimeout', 1, 24 * 3_600_000),
+    authFailureDelay: whole(o.authFailureDelay ?? 2_000, 'authFailureDelay', 0, 60_000),
+    maxAuthFailuresPerAddress: whole(o.maxAuthFailuresPerAddress ?? 10, 'maxAuthFailuresPerAddress', 1, 100_000),
+    authFailureWindow: whole(o.authFailureWindow ?? 600_000, 'authFailureWindow', 1_000, 24 * 3_600_000),
     hostname: text(o.hostname ?? osHostname(), 'hostname'),
     maxKeys: whole(o.maxKeys ?? 100, 'maxKeys', 1, 100_000),
     logger: resolveLogger(o.logger as boolean | EmlApiLogger | undefined),

@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
-import { rejectionOf } from '../helpers/async.js';
+import { rejectionOf, waitFor } from '../helpers/async.js';
 import { closedPort } from '../helpers/fake-service.js';
 import { makeNetns, smtplibSend, SmtpDialog, TEST_CERT, testTls } from './relay-harness.js';
 
@@ -21,7 +21,8 @@ const plain = (user: string, password: string) => Buffer.from(`\0${user}\0${pass
 
 beforeAll(async () => {
   emu = await startEmulator({ apiKeys: [{ key: 'k-groups-only', scopes: ['group:insert'] }] });
-  relay = await startSmtpRelay({ baseUrl: emu.url, port: 0, retries: false, tls: testTls() });
+  // No pause before failed AUTHs' replies here: the tests below that refuse keys stay fast ('AUTH guessing' tests it).
+  relay = await startSmtpRelay({ baseUrl: emu.url, port: 0, retries: false, tls: testTls(), authFailureDelay: 0 });
 });
 afterEach(() => {
   for (const dialog of opened.splice(0)) dialog.close();
@@ -81,7 +82,12 @@ describe('AUTH with the API key as the password', () => {
   });
 
   it('a service it cannot reach: 454 4.7.0 (try again later), not 535', async () => {
-    const down = await startSmtpRelay({ baseUrl: `http://127.0.0.1:${await closedPort()}`, port: 0, retries: false });
+    const down = await startSmtpRelay({
+      baseUrl: `http://127.0.0.1:${await closedPort()}`,
+      port: 0,
+      retries: false,
+      authFailureDelay: 0,
+    });
     relays.push(down);
     const { dialog } = await ehlo(down.port);
     const auth = await dialog.command(`AUTH PLAIN ${plain('u', emu.apiKey)}`);
@@ -147,6 +153,80 @@ describe("the relay's own key", () => {
       startSmtpRelay({ baseUrl: emu.url, apiKey: 'emu_not_a_key', port: 0, retries: false }),
     );
     expect(err.code).toBe('EAUTH');
+  });
+});
+
+describe('AUTH guessing', () => {
+  /** Requests the emulator received since `count()` was made. */
+  const serviceRequests = () => {
+    emu.setFaults({});
+    return () => emu.faultStats()!.none;
+  };
+  afterEach(() => emu.setFaults(undefined));
+
+  /** A session over STARTTLS from `localAddress` (not in trustedNetworks: loopback is not trusted by these relays). */
+  async function overTls(port: number, localAddress = '127.0.0.1') {
+    const { dialog } = await ehlo(port, '127.0.0.1', localAddress);
+    expect((await dialog.starttls()).code).toBe(220);
+    await dialog.command('EHLO client.example');
+    return dialog;
+  }
+
+  it('a failed AUTH is answered only after authFailureDelay; meanwhile other clients are served', async () => {
+    const slow = await startSmtpRelay({ baseUrl: emu.url, port: 0, retries: false, authFailureDelay: 60_000 });
+    relays.push(slow);
+    const count = serviceRequests();
+    const { dialog: guesser } = await ehlo(slow.port);
+    guesser.write(`AUTH PLAIN ${plain('u', 'emu_guess_1')}\r\n`);
+    await waitFor(() => count() === 1);
+    // The guess was refused by the service; another client authenticates and sends a whole message.
+    const { dialog } = await ehlo(slow.port);
+    expect((await dialog.command(`AUTH PLAIN ${plain('u', emu.apiKey)}`)).code).toBe(235);
+    expect((await dialog.command('MAIL FROM:<app@example.test>')).code).toBe(250);
+    expect((await dialog.command('RCPT TO:<ann@example.test>')).code).toBe(250);
+    expect((await dialog.data(message('while-guessing'))).code).toBe(250);
+    expect((await dialog.command('NOOP')).code).toBe(250);
+    expect(guesser.hasUnreadReply()).toBe(false);
+  });
+
+  it('counts failures per client address across connections, then answers 454 without asking the service', async () => {
+    const budget = await startSmtpRelay({
+      baseUrl: emu.url,
+      port: 0,
+      retries: false,
+      tls: testTls(),
+      trustedNetworks: [],
+      authFailureDelay: 0,
+      maxAuthFailuresPerAddress: 3,
+    });
+    relays.push(budget);
+    const count = serviceRequests();
+    const first = await overTls(budget.port);
+    expect((await first.command(`AUTH PLAIN ${plain('u', 'emu_guess_a')}`)).code).toBe(535);
+    expect((await first.command(`AUTH PLAIN ${plain('u', 'emu_guess_b')}`)).code).toBe(535);
+    const second = await overTls(budget.port);
+    expect((await second.command(`AUTH PLAIN ${plain('u', 'emu_guess_c')}`)).code).toBe(535);
+    expect(count()).toBe(3);
+    // The budget of 127.0.0.1 is spent: even the right key is refused, and the service is not asked.
+    const third = await overTls(budget.port);
+    const refused = await third.command(`AUTH PLAIN ${plain('u', emu.apiKey)}`);
+    expect(refused.code).toBe(454);
+    expect(refused.text).toMatch(/^4\.7\.0 Too many failed authentications from your address/);
+    expect(count()).toBe(3);
+    // Another address is not affected.
+    const other = await overTls(budget.port, '127.0.0.2');
+    expect((await other.command(`AUTH PLAIN ${plain('u', emu.apiKey)}`)).code).toBe(235);
+  });
+
+  it('a key the service refused is refused again for a while without asking the service', async () => {
+    const count = serviceRequests();
+    for (let i = 0; i < 3; i++) {
+      const { dialog } = await ehlo();
+      const reply = await dialog.command(`AUTH PLAIN ${plain('u', 'emu_same_guess')}`);
+      expect(reply.code).toBe(535);
+      expect(reply.text).toMatch(/401 invalid_api_key/);
+    }
+    expect(count()).toBe(1);
   });
 });
 

@@ -11,7 +11,8 @@ import { EmlApiError } from '../../src/index.js';
 import { parseAddressList } from '../../src/protocol/address-list.js';
 import { parseHeaderFields } from '../../src/protocol/header-fields.js';
 import { addressKey } from '../../src/relay/address-key.js';
-import { ClientAddressList, isLoopbackAddress } from '../../src/relay/client-address-list.js';
+import { AuthFailureBudget } from '../../src/relay/auth-failures.js';
+import { ClientAddressList, clientKey, isLoopbackAddress } from '../../src/relay/client-address-list.js';
 import { planEnvelope } from '../../src/relay/envelope-plan.js';
 import { MessageRewriter } from '../../src/relay/message-rewriter.js';
 import {
@@ -169,6 +170,37 @@ describe('who may AUTH and send', () => {
       expect(thrownBy(() => new ClientAddressList([bad], 'allowUnauthenticatedFrom')).message).toContain(
         'allowUnauthenticatedFrom',
       );
+  });
+});
+
+describe('the AUTH failure budget of each client address', () => {
+  it('refuses after `limit` failures within the window, until the oldest leaves it', () => {
+    let now = 0;
+    const budget = new AuthFailureBudget({ limit: 3, window: 60_000, now: () => now });
+    for (const at of [0, 10_000, 20_000]) {
+      now = at;
+      expect(budget.retryAfter('192.0.2.7')).toBe(0);
+      budget.record('192.0.2.7');
+    }
+    expect(budget.retryAfter('::ffff:192.0.2.7')).toBe(40_000);
+    expect(budget.retryAfter('192.0.2.8')).toBe(0);
+    now = 60_000;
+    expect(budget.retryAfter('192.0.2.7')).toBe(0);
+    now = 200_000;
+    expect(budget.retryAfter('192.0.2.7')).toBe(0);
+    expect(budget.size).toBe(0);
+  });
+
+  it('counts IPv6 clients per /64, and remembers at most maxAddresses', () => {
+    const budget = new AuthFailureBudget({ limit: 2, window: 60_000, maxAddresses: 100 });
+    budget.record('2001:db8:1:2::a');
+    budget.record('2001:db8:1:2:ffff::b');
+    expect(budget.retryAfter('2001:db8:1:2::c')).toBeGreaterThan(0);
+    expect(budget.retryAfter('2001:db8:1:3::c')).toBe(0);
+    for (let i = 0; i < 1000; i++) budget.record(`10.0.${i >> 8}.${i & 255}`);
+    expect(budget.size).toBe(100);
+    expect(clientKey('2001:DB8::1')).toBe('2001:db8:0:0::/64');
+    expect(clientKey('::ffff:198.51.100.1')).toBe('198.51.100.1');
   });
 });
 
