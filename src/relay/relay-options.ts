@@ -3,6 +3,7 @@ import type { EmlApiQueueTransportOptions } from '../queue/queue-transport-optio
 import type { SecureContextOptions } from 'node:tls';
 import type { EmlApiClientOptions } from '../client/client-options.js';
 import type { EmlApiLogger } from '../shared/logger.js';
+import type { SmtpRelayUser } from './relay-users.js';
 
 /**
  * TLS of the relay: STARTTLS on the plain port (the default), or TLS from
@@ -47,8 +48,8 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
   /**
    * The relay's own API key. Without it, each SMTP client authenticates with
    * its own key as the password (any user name) and the relay stores none.
-   * With it, clients on `allowUnauthenticatedFrom` send without AUTH, with
-   * this key; clients that AUTH still send with their own key.
+   * With it, clients on `allowUnauthenticatedFrom` and the `users` send with
+   * this key; clients that AUTH with an API key send with their own (not under `queue`).
    * @default undefined
    */
   apiKey?: string;
@@ -79,12 +80,27 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    */
   trustedNetworks?: string[];
   /**
+   * The relay's own SMTP users: a client that AUTHs with one of these user
+   * names and its password sends with the relay's `apiKey` (so `apiKey` is
+   * needed). Give each sender its own login instead of an API key, as
+   * Postfix with Dovecot SASL does; store hashes (`passwordHash`, made by
+   * `hashRelayPassword` or `eml-api relay --hash-password`), not passwords.
+   * A listed user name is checked only against its password, never as an
+   * API key. With `queue`, only these users and the relay's own key can AUTH.
+   * @default undefined (no users: clients AUTH with an API key, or with the relay's key under `queue`)
+   * @example
+   * users: [{ username: 'billing', passwordHash: process.env.BILLING_SMTP_HASH! }]
+   */
+  users?: SmtpRelayUser[];
+  /**
    * Store-and-forward through the outbox (`nodemailer-eml-api/queue`): the
    * relay answers `250` once Redis has stored the message, and the outbox's
    * workers (`eml-api worker`, `startEmlApiWorker`) send it when the service
    * can take it. A queue transport you made (left open when the relay closes),
    * or its options. Needs `apiKey` (the relay's own key; the workers send with
-   * theirs), bullmq and ioredis.
+   * theirs), bullmq and ioredis. Every message then goes out under the
+   * workers' key, so AUTH accepts only the relay's own key (as the password,
+   * any user name) and the `users`, never another API key.
    * @default undefined (each message is uploaded before the relay answers)
    * @example
    * await startSmtpRelay({ baseUrl, apiKey, queue: { connection: process.env.REDIS_URL! } });

@@ -43,6 +43,8 @@ export interface RelayState {
   readonly keyClients: KeyClients;
   /** The client of the relay's own key, when it has one. */
   readonly relayClient: EmlApiClient | undefined;
+  /** Whether a password is the relay's own key (compared in constant time; always false without one). */
+  readonly isOwnKey: (password: string) => boolean;
   readonly destination: MessageDestination;
   /** Aborted by `close({ abort: true })`. */
   readonly signal: AbortSignal;
@@ -65,6 +67,13 @@ interface SessionState {
 type Handlers = Required<
   Pick<SMTPServerOptions, 'onConnect' | 'onSecure' | 'onAuth' | 'onMailFrom' | 'onRcptTo' | 'onData' | 'onClose'>
 >;
+
+const BAD_PASSWORD: SmtpReply = { code: 535, text: '5.7.8 Authentication credentials invalid' };
+
+const NOT_A_RELAY_USER: SmtpReply = {
+  code: 535,
+  text: '5.7.8 Authentication credentials invalid: this relay stores mail for its own workers, and accepts only its users and its own key, not another API key',
+};
 
 const SHUTTING_DOWN: SmtpReply = { code: 421, text: '4.3.2 The relay is shutting down, try again later' };
 
@@ -92,6 +101,8 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
     ...(policy.hasTls ? [] : ['STARTTLS']),
     ...(authOffered(session, policy) ? [] : ['AUTH']),
   ];
+  // Store-and-forward: every message leaves with the outbox workers' key, whoever AUTHed.
+  const storing = settings.queue !== undefined;
   const authFailures = new AuthFailureBudget({
     limit: settings.maxAuthFailuresPerAddress,
     window: settings.authFailureWindow,
@@ -157,6 +168,25 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         });
       }
       if (password.length > MAX_PASSWORD_LENGTH) return failed(PASSWORD_TOO_LONG);
+      const username = auth.username ?? '';
+      const asRelay = () => {
+        // Sends with the relay's key: onData falls back to it when the session holds no key client.
+        release(state);
+        const user: SMTPServerAuthenticationResponse['user'] = { username, key: 'relay' };
+        logger.debug({ client: session.remoteAddress, session: session.id, key: 'relay' }, 'AUTH accepted');
+        callback(null, { user });
+      };
+      if (settings.users?.has(username) || (storing && !relay.isOwnKey(password))) {
+        // The relay's own users (a listed name is never tried as an API key); under `queue`, nobody else
+        // but the relay's key: the outbox sends with the workers' key, so an API key proves nothing there.
+        const users = settings.users;
+        (users ? users.verify(username, password) : Promise.resolve(false)).then(
+          (ok) => (ok ? asRelay() : failed(storing && !users?.has(username) ? NOT_A_RELAY_USER : BAD_PASSWORD)),
+          (err: unknown) => failed(authFailureReply(err), err),
+        );
+        return;
+      }
+      if (storing) return asRelay();
       keyClients.authenticate(password).then(
         (held) => {
           release(state);
@@ -164,7 +194,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
           // The client left while its key was being checked: onClose has run already, so the hold
           // is released here (a held client is never evicted, and would be kept until the relay stops).
           if (state.closed) release(state);
-          const user: SMTPServerAuthenticationResponse['user'] = { username: auth.username, key: held.id };
+          const user: SMTPServerAuthenticationResponse['user'] = { username, key: held.id };
           logger.debug({ client: session.remoteAddress, session: session.id, key: held.id }, 'AUTH accepted');
           callback(null, { user });
         },

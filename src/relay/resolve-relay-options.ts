@@ -10,6 +10,7 @@ import { MAX_ADDRESS_LENGTH } from '../protocol/address-rules.js';
 import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
 import { ClientAddressList, LOOPBACK_NETWORKS } from './client-address-list.js';
 import type { SmtpRelayOptions, SmtpRelayTlsOptions } from './relay-options.js';
+import { RelayUsers, type SmtpRelayUser } from './relay-users.js';
 
 /** The service limit the default `maxMessageSize` is computed from: the emulator's 50 MiB per request. */
 const DEFAULT_REQUEST_LIMIT = 50 * 1024 * 1024;
@@ -23,6 +24,8 @@ export interface RelaySettings {
   host: string;
   allowUnauthenticatedFrom: ClientAddressList;
   trustedNetworks: ClientAddressList;
+  /** The relay's own SMTP users, who send with its key. */
+  users: RelayUsers | undefined;
   tls: SmtpRelayTlsOptions | undefined;
   maxMessageSize: number;
   maxRecipients: number;
@@ -47,6 +50,7 @@ const RELAY_KEYS = [
   'apiKey',
   'allowUnauthenticatedFrom',
   'trustedNetworks',
+  'users',
   'queue',
   'tls',
   'maxMessageSize',
@@ -123,6 +127,7 @@ export function resolveRelayOptions(options: SmtpRelayOptions): {
       (o.trustedNetworks as string[] | undefined) ?? LOOPBACK_NETWORKS,
       'trustedNetworks',
     ),
+    users: checkUsers(o.users, apiKey),
     tls,
     maxMessageSize: whole(o.maxMessageSize ?? defaultSize(maxRecipients), 'maxMessageSize', 1, 2 ** 40),
     maxRecipients,
@@ -201,4 +206,14 @@ function checkQueue(value: unknown, apiKey: unknown): EmlApiQueueTransport | Eml
     );
   }
   return value as EmlApiQueueTransport | EmlApiQueueTransportOptions;
+}
+
+/** The `users` option: they send with the relay's own key, so there must be one. */
+function checkUsers(value: unknown, apiKey: unknown): RelayUsers | undefined {
+  if (value === undefined) return undefined;
+  const users = new RelayUsers(value as SmtpRelayUser[]);
+  if (apiKey === undefined) {
+    throw config('users', "the relay's users send with its own apiKey: set apiKey (or EML_API_KEY) too");
+  }
+  return users;
 }

@@ -10,6 +10,7 @@ import { queueDestination } from './queue-destination.js';
 import { relaySessionHandlers } from './relay-sessions.js';
 import type { SmtpRelayOptions } from './relay-options.js';
 import { resolveRelayOptions, type RelaySettings } from './resolve-relay-options.js';
+import { secretMatcher } from './relay-users.js';
 import { loadSmtpServer } from './smtp-server-peer.js';
 
 /**
@@ -85,6 +86,7 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
     settings,
     keyClients,
     relayClient,
+    isOwnKey: apiKey === undefined ? () => false : secretMatcher(apiKey),
     destination,
     signal: aborter.signal,
     arriving: arriving.signal,
@@ -129,7 +131,11 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
     {
       ...listening,
       tls: settings.tls ? (implicit ? 'implicit' : 'starttls') : 'none',
-      keys: relayClient ? 'relay key, or AUTH with a client key' : 'AUTH with a client key',
+      keys: settings.queue
+        ? "relay key: AUTH with the relay's users or its key"
+        : relayClient
+          ? `relay key${settings.users ? " (also for the relay's users)" : ''}, or AUTH with a client key`
+          : 'AUTH with a client key',
       destination: destination.name,
     },
     'SMTP relay listening',

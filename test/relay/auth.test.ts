@@ -7,7 +7,7 @@ import nodemailer from 'nodemailer';
 import { readFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { hashRelayPassword, startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
 import { rejectionOf, waitFor } from '../helpers/async.js';
 import { closedPort } from '../helpers/fake-service.js';
 import { makeNetns, smtplibSend, SmtpDialog, TEST_CERT, testTls } from './relay-harness.js';
@@ -153,6 +153,43 @@ describe("the relay's own key", () => {
       startSmtpRelay({ baseUrl: emu.url, apiKey: 'emu_not_a_key', port: 0, retries: false }),
     );
     expect(err.code).toBe('EAUTH');
+  });
+});
+
+describe("the relay's own users (direct mode, with the relay's key)", () => {
+  it('a listed user sends with the relay key; its name is never tried as an API key; other names still AUTH with a key', async () => {
+    const own = await startSmtpRelay({
+      baseUrl: emu.url,
+      apiKey: emu.apiKey,
+      port: 0,
+      retries: false,
+      authFailureDelay: 0,
+      allowUnauthenticatedFrom: [],
+      users: [{ username: 'billing', passwordHash: await hashRelayPassword('pw-billing') }],
+    });
+    relays.push(own);
+    const { dialog } = await ehlo(own.port);
+    emu.setFaults({});
+    const asKey = await dialog.command(`AUTH PLAIN ${plain('billing', emu.apiKey)}`);
+    const asked = emu.faultStats()!.none;
+    emu.setFaults(undefined);
+    expect(asKey.code).toBe(535);
+    expect(asked).toBe(0);
+    expect((await dialog.command(`AUTH PLAIN ${plain('billing', 'pw-billing')}`)).code).toBe(235);
+    expect((await dialog.command('MAIL FROM:<billing@example.test>')).code).toBe(250);
+    expect((await dialog.command('RCPT TO:<ann@example.test>')).code).toBe(250);
+    expect((await dialog.data(message('as-relay-user'))).code).toBe(250);
+    expect(emu.mailbox('ann@example.test').some((c) => c.messageId === '<as-relay-user@example.test>')).toBe(true);
+    const other = await ehlo(own.port);
+    expect((await other.dialog.command(`AUTH PLAIN ${plain('someone', emu.apiKey)}`)).code).toBe(235);
+  });
+
+  it("users without the relay's key is ECONFIG", async () => {
+    const err = await rejectionOf(
+      startSmtpRelay({ baseUrl: emu.url, port: 0, users: [{ username: 'a', password: 'b' }] }),
+    );
+    expect(err.code).toBe('ECONFIG');
+    expect(err.message).toMatch(/users.*apiKey/);
   });
 });
 

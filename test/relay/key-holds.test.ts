@@ -31,6 +31,7 @@ describe('key clients held by sessions', () => {
       settings,
       keyClients,
       relayClient: undefined,
+      isOwnKey: () => false,
       destination: directDestination(),
       signal: new AbortController().signal,
       arriving: new AbortController().signal,

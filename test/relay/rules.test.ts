@@ -5,6 +5,7 @@
  * client address lists, and the reply for each failure.
  */
 import { Readable } from 'node:stream';
+import { inspect } from 'node:util';
 import { buffer } from 'node:stream/consumers';
 import { describe, expect, it } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
@@ -12,6 +13,7 @@ import { parseAddressList } from '../../src/protocol/address-list.js';
 import { parseHeaderFields } from '../../src/protocol/header-fields.js';
 import { addressKey } from '../../src/relay/address-key.js';
 import { AuthFailureBudget } from '../../src/relay/auth-failures.js';
+import { hashRelayPassword, parseUsersFile, RelayUsers } from '../../src/relay/relay-users.js';
 import { ClientAddressList, clientKey, isLoopbackAddress } from '../../src/relay/client-address-list.js';
 import { planEnvelope } from '../../src/relay/envelope-plan.js';
 import { MessageRewriter } from '../../src/relay/message-rewriter.js';
@@ -170,6 +172,64 @@ describe('who may AUTH and send', () => {
       expect(thrownBy(() => new ClientAddressList([bad], 'allowUnauthenticatedFrom')).message).toContain(
         'allowUnauthenticatedFrom',
       );
+  });
+});
+
+describe("the relay's users", () => {
+  it('checks passwords given plain or as scrypt hashes; unknown names and wrong passwords fail', async () => {
+    const hash = await hashRelayPassword('s3cret pass');
+    expect(hash).toMatch(/^\$scrypt\$ln=14,r=8,p=1\$[A-Za-z0-9+/]{22}\$[A-Za-z0-9+/]{43}$/);
+    expect(await hashRelayPassword('s3cret pass')).not.toBe(hash);
+    const users = new RelayUsers([
+      { username: 'billing', passwordHash: hash },
+      { username: 'cron', password: 'plain-pw' },
+    ]);
+    expect(await users.verify('billing', 's3cret pass')).toBe(true);
+    expect(await users.verify('billing', 's3cret pasS')).toBe(false);
+    expect(await users.verify('Billing', 's3cret pass')).toBe(false);
+    expect(await users.verify('cron', 'plain-pw')).toBe(true);
+    expect(await users.verify('cron', 'plain-pw ')).toBe(false);
+    expect(await users.verify('nobody', 's3cret pass')).toBe(false);
+    expect(inspect(users, { showHidden: true, depth: Infinity })).not.toMatch(/plain-pw|scrypt/);
+  });
+
+  it('refuses bad entries with ECONFIG naming them, never quoting a password or hash', () => {
+    const cases: [unknown, RegExp][] = [
+      [[{ username: 'a b', password: 'pw-1' }], /users\[0\]\.username/],
+      [[{ username: 'a', password: 'pw-1', passwordHash: '$scrypt$' }], /users\[0\]: give either/],
+      [[{ username: 'a', passwordHash: '$2b$10$pw-1-bcrypt-hash-here' }], /users\[0\]\.passwordHash/],
+      [
+        [{ username: 'a', passwordHash: '$scrypt$ln=30,r=8,p=1$c2FsdHNhbHRzYWx0c2FsdA$pw1pw1pw1pw1pw1pw1pw1pw1pw1' }],
+        /passwordHash/,
+      ],
+      [
+        [
+          { username: 'a', password: 'pw-1' },
+          { username: 'a', password: 'pw-2' },
+        ],
+        /users\[1\]\.username: "a" is listed twice/,
+      ],
+      ['pw-1', /users: expected an array/],
+    ];
+    for (const [users, message] of cases) {
+      const err = thrownBy(() => new RelayUsers(users as never));
+      expect(err.code).toBe('ECONFIG');
+      expect(err.message).toMatch(message);
+      expect(err.message).not.toMatch(/pw-1|pw1/);
+    }
+  });
+
+  it('reads a users file of name:hash lines, naming the line of a bad one', async () => {
+    const hash = await hashRelayPassword('pw');
+    const text = `# relay users\n\nbilling:${hash}\r\ncron:${hash}:1000:1000::/home/cron\n`;
+    expect(parseUsersFile(text, 'users.txt')).toEqual([
+      { username: 'billing', passwordHash: hash },
+      { username: 'cron', passwordHash: hash },
+    ]);
+    expect(thrownBy(() => parseUsersFile('a:plain-password\n', 'users.txt')).message).toMatch(
+      /users\.txt line 1: the hash is not an scrypt hash/,
+    );
+    expect(thrownBy(() => parseUsersFile(`\nno-hash\n`, 'users.txt')).message).toMatch(/users\.txt line 2/);
   });
 });
 
