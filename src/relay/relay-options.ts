@@ -140,6 +140,44 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    */
   idleTimeout?: number;
   /**
+   * SMTP connections at once from one client address (`421 4.7.0` past it),
+   * so that one client cannot take every slot: Postfix's
+   * `smtpd_client_connection_count_limit`. IPv6 clients count per /64;
+   * `trustedNetworks` are exempt (a sidecar's one address stands for many clients).
+   * @default 50
+   * @example
+   * maxClientsPerAddress: 10
+   */
+  maxClientsPerAddress?: number;
+  /**
+   * The idle timeout, in milliseconds, while the relay is nearly full (from
+   * 80% of `maxClients` connections on), for every connection: Postfix's
+   * stress mode (`smtpd_timeout = ${stress?{10}:{300}}s`). The idle clients
+   * leave room for those that send.
+   * @default 10000
+   * @example
+   * stressIdleTimeout: 5_000
+   */
+  stressIdleTimeout?: number;
+  /**
+   * Milliseconds a message may take to arrive, from DATA to its final dot,
+   * whatever its rate (`421 4.4.2` past it: the message is abandoned, and the
+   * client sends it again later). Raise it for large messages over slow links.
+   * @default 600000 (10 minutes)
+   * @example
+   * dataTimeout: 1_800_000
+   */
+  dataTimeout?: number;
+  /**
+   * The slowest a message may arrive, in bytes a second, after a grace of the
+   * idle timeout (Postfix's `smtpd_min_data_rate`, with its per-request
+   * deadline): a client sending a byte per idle period is closed (`421 4.4.2`).
+   * @default 500
+   * @example
+   * minDataRate: 2_000
+   */
+  minDataRate?: number;
+  /**
    * Milliseconds a failed AUTH waits before its reply (Dovecot's
    * `auth_failure_delay`): the connection reads no further command meanwhile,
    * so a guesser gets one try per delay per connection. 0 answers at once.

@@ -14,6 +14,7 @@ import type { RelaySettings } from './resolve-relay-options.js';
 import { authOffered, mailRefusal, type RelayPolicy } from './session-rules.js';
 import { redact } from '../http/redact.js';
 import { AuthFailureBudget } from './auth-failures.js';
+import type { ClientSlots } from './client-slots.js';
 import {
   acceptedReply,
   authFailureReply,
@@ -46,6 +47,8 @@ export interface RelayState {
   /** Whether a password is the relay's own key (compared in constant time; always false without one). */
   readonly isOwnKey: (password: string) => boolean;
   readonly destination: MessageDestination;
+  /** The connection slots: per-address cap, stress, DATA deadline. */
+  readonly slots: ClientSlots;
   /** Aborted by `close({ abort: true })`. */
   readonly signal: AbortSignal;
   /** Aborted by any close(): messages still arriving are given up. */
@@ -115,6 +118,14 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
   return {
     onConnect(session, callback) {
       if (relay.closing()) return callback(replyError(SHUTTING_DOWN));
+      const refusal = relay.slots.admit(session);
+      if (refusal) {
+        logger.warn(
+          { client: session.remoteAddress, session: session.id },
+          'Connection refused: too many from the address',
+        );
+        return callback(replyError(refusal));
+      }
       session.disabledCommands = commandsFor(session);
       callback();
     },
@@ -221,6 +232,8 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       callback(replyError({ code: 553, text: '5.1.3 The email service accepts no such address' }));
     },
     onData(stream: SMTPServerDataStream, session, callback) {
+      // Times the message while it arrives: too slow, and the connection is closed (421).
+      relay.slots.watchData(session, stream);
       const held = stateOf(session).held;
       const sender: MessageSender | undefined =
         session.user && held
@@ -287,6 +300,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       relay.track(work);
     },
     onClose(session) {
+      relay.slots.leave(session);
       const state = sessions.get(session);
       if (!state) return;
       state.closed = true;

@@ -31,6 +31,10 @@ export interface RelaySettings {
   maxRecipients: number;
   maxClients: number;
   idleTimeout: number;
+  maxClientsPerAddress: number;
+  stressIdleTimeout: number;
+  dataTimeout: number;
+  minDataRate: number;
   authFailureDelay: number;
   maxAuthFailuresPerAddress: number;
   authFailureWindow: number;
@@ -57,6 +61,10 @@ const RELAY_KEYS = [
   'maxRecipients',
   'maxClients',
   'idleTimeout',
+  'maxClientsPerAddress',
+  'stressIdleTimeout',
+  'dataTimeout',
+  'minDataRate',
   'authFailureDelay',
   'maxAuthFailuresPerAddress',
   'authFailureWindow',
@@ -133,6 +141,10 @@ export function resolveRelayOptions(options: SmtpRelayOptions): {
     maxRecipients,
     maxClients: whole(o.maxClients ?? 100, 'maxClients', 1, 100_000),
     idleTimeout: whole(o.idleTimeout ?? 300_000, 'idleTimeout', 1, 24 * 3_600_000),
+    maxClientsPerAddress: whole(o.maxClientsPerAddress ?? 50, 'maxClientsPerAddress', 1, 100_000),
+    stressIdleTimeout: whole(o.stressIdleTimeout ?? 10_000, 'stressIdleTimeout', 1, 24 * 3_600_000),
+    dataTimeout: whole(o.dataTimeout ?? 600_000, 'dataTimeout', 1, 7 * 24 * 3_600_000),
+    minDataRate: whole(o.minDataRate ?? 500, 'minDataRate', 1, 2 ** 40),
     authFailureDelay: whole(o.authFailureDelay ?? 2_000, 'authFailureDelay', 0, 60_000),
     maxAuthFailuresPerAddress: whole(o.maxAuthFailuresPerAddress ?? 10, 'maxAuthFailuresPerAddress', 1, 100_000),
     authFailureWindow: whole(o.authFailureWindow ?? 600_000, 'authFailureWindow', 1_000, 24 * 3_600_000),

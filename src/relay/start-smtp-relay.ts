@@ -3,6 +3,7 @@ import type { SMTPServer } from 'smtp-server';
 import { EmlApiClient } from '../client/eml-api-client.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { isLoopbackAddress } from './client-address-list.js';
+import { ClientSlots } from './client-slots.js';
 import { KeyClients } from './key-clients.js';
 import { directDestination } from './message-destination.js';
 import { keepOwnStatusCodes } from './own-status-codes.js';
@@ -82,12 +83,14 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
   const arriving = new AbortController();
   const inflight = new Set<Promise<unknown>>();
   let closing = false;
+  const slots = new ClientSlots(settings);
   const handlers = relaySessionHandlers({
     settings,
     keyClients,
     relayClient,
     isOwnKey: apiKey === undefined ? () => false : secretMatcher(apiKey),
     destination,
+    slots,
     signal: aborter.signal,
     arriving: arriving.signal,
     closing: () => closing,
@@ -118,6 +121,7 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
     ...handlers,
   });
   keepOwnStatusCodes(server);
+  slots.attach(server);
   server.on('error', (err) => logger.warn({ err: err.message }, 'SMTP connection error'));
   try {
     await listen(server, settings);
