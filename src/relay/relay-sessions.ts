@@ -13,6 +13,7 @@ import { isClientGone, receiveMessage } from './receive-message.js';
 import type { RelaySettings } from './resolve-relay-options.js';
 import { authOffered, mailRefusal, type RelayPolicy } from './session-rules.js';
 import { redact } from '../http/redact.js';
+import { SignalFanout } from '../http/signal-fanout.js';
 import { AuthFailureBudget } from './auth-failures.js';
 import type { ClientSlots } from './client-slots.js';
 import {
@@ -94,6 +95,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
     trustedNetworks: settings.trustedNetworks,
   };
   const sessions = new WeakMap<SMTPServerSession, SessionState>();
+  const signals = new SignalFanout();
   const stateOf = (session: SMTPServerSession): SessionState => {
     let state = sessions.get(session);
     if (!state) sessions.set(session, (state = { held: undefined, authFailures: 0, closed: false }));
@@ -250,11 +252,17 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         session: session.id,
         key: sender.owner === 'relay' ? 'relay' : held!.id,
       };
+      // Each message gets signals of its own, fed by the relay's through one listener each: one
+      // listener per message in flight on the relay's signals passed Node's MaxListeners (10).
+      const aborted = new AbortController();
+      const stopped = new AbortController();
+      signals.follow(relay.signal, aborted);
+      signals.follow(relay.arriving, stopped);
       const context = {
         spool: settings.spool,
         destination: relay.destination,
-        signal: relay.signal,
-        arriving: relay.arriving,
+        signal: aborted.signal,
+        arriving: stopped.signal,
       };
       const work = receiveMessage(stream, session, sender, context).then(
         (received) => {
@@ -297,7 +305,12 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
           callback(replyError(reply));
         },
       );
-      relay.track(work);
+      relay.track(
+        work.finally(() => {
+          signals.unfollow(relay.signal, aborted);
+          signals.unfollow(relay.arriving, stopped);
+        }),
+      );
     },
     onClose(session) {
       relay.slots.leave(session);

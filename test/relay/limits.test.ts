@@ -5,6 +5,7 @@
  * take different loopback addresses (127.0.0.2, 127.0.0.3...) to stand for
  * different hosts; loopback is trusted (exempt) only where a test says so.
  */
+import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { startSmtpRelay, type SmtpRelay, type SmtpRelayOptions } from '../../src/relay/index.js';
@@ -144,5 +145,43 @@ describe('DATA deadline and minimum rate (dataTimeout, minDataRate)', () => {
     } finally {
       emu.setFaults(undefined);
     }
+  });
+});
+
+describe('many messages in flight', () => {
+  it('30 messages at once (Nodemailer pool) draw no MaxListenersExceededWarning from the relay', async () => {
+    const warnings: Error[] = [];
+    const onWarning = (warning: Error) => warnings.push(warning);
+    process.on('warning', onWarning);
+    const relay = await start({ maxClients: 40 });
+    // The service takes 200 ms a message, so that all 30 are in the relay at once.
+    emu.setFaults({ latencyMs: 200 });
+    const transporter = nodemailer.createTransport({
+      host: '127.0.0.1',
+      port: relay.port,
+      ignoreTLS: true,
+      pool: true,
+      maxConnections: 30,
+    });
+    try {
+      const infos = await Promise.all(
+        Array.from({ length: 30 }, (_, i) =>
+          transporter.sendMail({
+            from: 'app@example.test',
+            to: 'ann@example.test',
+            subject: `inflight-${i}`,
+            text: 'x',
+          }),
+        ),
+      );
+      for (const info of infos) expect(info.response).toMatch(/^250 /);
+      // Node emits the warning on the next turn of the event loop.
+      await new Promise((resolve) => setImmediate(resolve));
+    } finally {
+      transporter.close();
+      emu.setFaults(undefined);
+      process.off('warning', onWarning);
+    }
+    expect(warnings.map((w) => `${w.name}: ${w.message}`)).toEqual([]);
   });
 });
