@@ -16,6 +16,7 @@ import { redact } from '../http/redact.js';
 import { SignalFanout } from '../http/signal-fanout.js';
 import { AuthFailureBudget } from './auth-failures.js';
 import type { ClientSlots } from './client-slots.js';
+import { mailParameterRefusal, rcptParameterRefusal } from './mail-parameters.js';
 import {
   acceptedReply,
   authFailureReply,
@@ -214,13 +215,14 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         (err: unknown) => failed(authFailureReply(err), err),
       );
     },
-    onMailFrom(_address, session, callback) {
+    onMailFrom(address, session, callback) {
       const refusal = relay.closing()
         ? SHUTTING_DOWN
-        : mailRefusal(
+        : (mailParameterRefusal(address, session) ??
+          mailRefusal(
             { remoteAddress: session.remoteAddress, secure: session.secure, authenticated: Boolean(session.user) },
             policy,
-          );
+          ));
       // Answered on the next turn of the event loop, never synchronously: smtp-server (3.21) loses
       // its place when a client wrote the next transaction, message and all, without waiting for
       // the replies (`nc relay 2525 < session.txt`). Its parser resumes after a message by running
@@ -229,7 +231,9 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       // the session stalls (the third message and QUIT never answered).
       setImmediate(() => callback(refusal ? replyError(refusal) : undefined));
     },
-    onRcptTo(address, _session, callback) {
+    onRcptTo(address, session, callback) {
+      const refusal = rcptParameterRefusal(address, session);
+      if (refusal) return callback(replyError(refusal));
       if (isValidAddress(address.address)) return callback();
       callback(replyError({ code: 553, text: '5.1.3 The email service accepts no such address' }));
     },

@@ -5,6 +5,7 @@ import { EmlApiError } from '../shared/eml-api-error.js';
 import { isLoopbackAddress } from './client-address-list.js';
 import { ClientSlots } from './client-slots.js';
 import { KeyClients } from './key-clients.js';
+import { keepCommandLines } from './mail-parameters.js';
 import { directDestination } from './message-destination.js';
 import { keepOwnStatusCodes } from './own-status-codes.js';
 import { queueDestination } from './queue-destination.js';
@@ -121,6 +122,7 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
     ...handlers,
   });
   keepOwnStatusCodes(server);
+  keepCommandLines(server);
   slots.attach(server);
   server.on('error', (err) => logger.warn({ err: err.message }, 'SMTP connection error'));
   try {
