@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { waitFor } from '../helpers/async.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
-import { TEST_CERT, TEST_KEY } from './relay-harness.js';
+import { SmtpDialog, TEST_CERT, TEST_KEY } from './relay-harness.js';
 
 let emu: Emulator;
 beforeAll(async () => {
@@ -66,6 +66,8 @@ describe('eml-api relay', () => {
     [['--port', '70000'], /--port: expected 0-65535/],
     [['--max-size', 'big'], /--max-size/],
     [['--users', '/nonexistent/users'], /--users: cannot read \/nonexistent\/users/],
+    [['--auth-failure-delay', '61'], /--auth-failure-delay: expected 0-60/],
+    [['--trusted', 'sidecar'], /trustedNetworks: "sidecar" is not an IP address/],
   ])('%j is a usage error (exit 2)', async (args, message) => {
     const run = cli(['--url', emu.url, '--port', '0', ...args]);
     expect(await run.exit).toBe(2);
@@ -116,6 +118,22 @@ describe('eml-api relay', () => {
     } finally {
       await rm(dir, { recursive: true });
     }
+  });
+
+  it('--max-clients-per-address and --trusted: a second connection from an untrusted address gets 421', async () => {
+    const run = cli(['--port', '0', '--url', emu.url, '--max-clients-per-address', '1', '--trusted', '127.0.0.1/32'], {
+      EML_API_KEY: emu.apiKey,
+    });
+    await waitFor(() => /listening on/.test(run.text()));
+    const port = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(run.text())![1]);
+    const first = await SmtpDialog.open(port, '127.0.0.1', { localAddress: '127.0.0.2' });
+    const second = await SmtpDialog.open(port, '127.0.0.1', { localAddress: '127.0.0.2' });
+    const trusted = await SmtpDialog.open(port, '127.0.0.1', { localAddress: '127.0.0.1' });
+    const again = await SmtpDialog.open(port, '127.0.0.1', { localAddress: '127.0.0.1' });
+    expect([first, second, trusted, again].map((d) => d.greeting.code)).toEqual([220, 421, 220, 220]);
+    for (const { dialog } of [first, second, trusted, again]) dialog.close();
+    run.stop();
+    expect(await run.exit).toBe(0);
   });
 
   it('is listed in the help, and has its own', async () => {

@@ -47,6 +47,20 @@ Options:
                           with a Bcc field for every recipient)
   --max-recipients <n>    recipients per message (default 100)
   --max-clients <n>       SMTP connections at once (default 100)
+  --max-clients-per-address <n>
+                          connections at once from one client address, IPv6 per /64; --trusted exempt
+                          (default 50, Postfix's smtpd_client_connection_count_limit)
+  --idle-timeout <s>      seconds a client may stay silent (default 300)
+  --stress-idle-timeout <s>
+                          the same from 80% of --max-clients on (default 10, Postfix's stress mode)
+  --data-timeout <s>      seconds a message may take to arrive after DATA (default 600)
+  --min-data-rate <n>     bytes a second a message must arrive at, at least (default 500)
+  --auth-failure-delay <s>
+                          seconds before the reply to a failed AUTH (default 2)
+  --max-auth-failures <n> failed AUTHs per client address within --auth-failure-window, then 454
+                          without asking the service; --trusted exempt (default 10)
+  --auth-failure-window <s>
+                          seconds (default 600)
   --redis <url>           store-and-forward through the outbox in this Redis: 250 once stored,
                           sent by \`eml-api worker\` processes (needs the relay's own key)
   --queue <name>          the outbox's queue name (default eml-api)
@@ -77,6 +91,14 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       'max-size': { type: 'string' },
       'max-recipients': { type: 'string' },
       'max-clients': { type: 'string' },
+      'max-clients-per-address': { type: 'string' },
+      'idle-timeout': { type: 'string' },
+      'stress-idle-timeout': { type: 'string' },
+      'data-timeout': { type: 'string' },
+      'min-data-rate': { type: 'string' },
+      'auth-failure-delay': { type: 'string' },
+      'max-auth-failures': { type: 'string' },
+      'auth-failure-window': { type: 'string' },
       redis: { type: 'string' },
       queue: { type: 'string' },
       prefix: { type: 'string' },
@@ -119,6 +141,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       ? { maxRecipients: whole(values['max-recipients'], '--max-recipients', 1, 100_000) }
       : {}),
     ...(values['max-clients'] ? { maxClients: whole(values['max-clients'], '--max-clients', 1, 100_000) } : {}),
+    ...limitOptions(values),
     ...(values.redis !== undefined
       ? {
           queue: {
@@ -162,6 +185,34 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
   await relay.close();
   io.stdout.write('SMTP relay stopped\n');
   return EXIT.ok;
+}
+
+/** The flags of the per-client limits, as options (seconds become milliseconds). */
+function limitOptions(values: Record<string, string | boolean | string[] | undefined>): Partial<SmtpRelayOptions> {
+  const flag = (name: string) => values[name] as string | undefined;
+  const options: Partial<SmtpRelayOptions> = {};
+  const count = (name: string, option: 'maxClientsPerAddress' | 'minDataRate' | 'maxAuthFailuresPerAddress') => {
+    const value = flag(name);
+    if (value !== undefined) options[option] = whole(value, `--${name}`, 1, 1_000_000_000);
+  };
+  const seconds = (
+    name: string,
+    option: 'idleTimeout' | 'stressIdleTimeout' | 'dataTimeout' | 'authFailureDelay' | 'authFailureWindow',
+    min: number,
+    max: number,
+  ) => {
+    const value = flag(name);
+    if (value !== undefined) options[option] = whole(value, `--${name}`, min, max) * 1000;
+  };
+  count('max-clients-per-address', 'maxClientsPerAddress');
+  count('min-data-rate', 'minDataRate');
+  count('max-auth-failures', 'maxAuthFailuresPerAddress');
+  seconds('idle-timeout', 'idleTimeout', 1, 86_400);
+  seconds('stress-idle-timeout', 'stressIdleTimeout', 1, 86_400);
+  seconds('data-timeout', 'dataTimeout', 1, 604_800);
+  seconds('auth-failure-delay', 'authFailureDelay', 0, 60);
+  seconds('auth-failure-window', 'authFailureWindow', 1, 86_400);
+  return options;
 }
 
 /** A logger that writes one line per event: accepted messages to standard output, the rest to standard error. */
