@@ -146,10 +146,11 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
     },
     'SMTP relay listening',
   );
-  if (!isLoopbackAddress(settings.host) && !settings.tls && !relayClient) {
+  const trustsOthers = settings.trustedNetworks.entries.some((entry) => !isLoopbackAddress(entry.split('/')[0]!));
+  if (!isLoopbackAddress(settings.host) && !settings.tls && !relayClient && !trustsOthers) {
     logger.warn(
       listening,
-      'The relay listens beyond loopback without TLS or an API key of its own: no client off this machine can send (AUTH needs TLS there)',
+      'The relay listens beyond loopback without TLS or an API key of its own: no client off this machine can send (AUTH needs TLS there, or trustedNetworks)',
     );
   }
 

@@ -360,4 +360,35 @@ describe.skipIf(typeof netns === 'string')('clients on another address than loop
     const { dialog } = await ehlo(own.port, ns.hostAddress, ns.hostAddress);
     expect((await dialog.command('MAIL FROM:<app@example.test>')).code).toBe(530);
   });
+
+  it('a trusted network beyond loopback AUTHs on plain text, and the relay does not warn that nobody can', async () => {
+    const warnings: string[] = [];
+    const logger = {
+      debug() {},
+      info() {},
+      error() {},
+      warn: (_meta: unknown, message: string) => warnings.push(message),
+    };
+    const untrusted = await startSmtpRelay({ baseUrl: emu.url, host: ns.hostAddress, port: 0, logger });
+    relays.push(untrusted);
+    expect(warnings.some((w) => w.includes('no client off this machine can send'))).toBe(true);
+    warnings.length = 0;
+    const trusting = await startSmtpRelay({
+      baseUrl: emu.url,
+      host: ns.hostAddress,
+      port: 0,
+      retries: false,
+      logger,
+      trustedNetworks: [`${ns.clientAddress}/32`],
+    });
+    relays.push(trusting);
+    expect(warnings).toEqual([]);
+    const python = await smtplibSend(
+      { ...spec('ns-trusted', { password: emu.apiKey }), port: trusting.port },
+      ns.prefix,
+    );
+    expect(python.error).toBeUndefined();
+    expect(python.features).toContain('auth');
+    expect(emu.mailbox('ann@example.test').some((c) => c.messageId === '<ns-trusted@example.test>')).toBe(true);
+  });
 });
