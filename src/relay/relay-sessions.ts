@@ -17,6 +17,7 @@ import { SignalFanout } from '../http/signal-fanout.js';
 import { AuthFailureBudget } from './auth-failures.js';
 import type { ClientSlots } from './client-slots.js';
 import { mailParameterRefusal, rcptParameterRefusal } from './mail-parameters.js';
+import { MAX_PASSWORD_LENGTH } from './relay-users.js';
 import {
   acceptedReply,
   authFailureReply,
@@ -28,12 +29,6 @@ import {
 
 /** Failed AUTHs after which a connection is closed (`421`): each one costs the service a request. */
 const MAX_AUTH_FAILURES = 3;
-
-/**
- * The longest password the relay considers (UTF-16 units). API keys are far shorter; a longer password
- * is refused (`535`) without asking the service, and is never copied into a pattern, reply or log.
- */
-export const MAX_PASSWORD_LENGTH = 1024;
 
 const PASSWORD_TOO_LONG: SmtpReply = {
   code: 535,

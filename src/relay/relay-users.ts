@@ -20,8 +20,12 @@ export interface SmtpRelayUser {
   passwordHash?: string;
 }
 
-/** The longest password the relay considers (UTF-16 units); see `MAX_PASSWORD_LENGTH` in relay-sessions. */
-const MAX_USER_PASSWORD = 1024;
+/**
+ * The longest password the relay considers (UTF-16 units), a user's or an API key given as one. API keys
+ * are far shorter; a longer password is refused (`535`) without asking the service, and is never copied
+ * into a pattern, reply or log.
+ */
+export const MAX_PASSWORD_LENGTH = 1024;
 
 /** scrypt cost of new hashes: N = 2^14, r = 8, p = 1 (16 MiB, some tens of ms), Node's and RFC 7914's interactive choice. */
 const NEW_HASH = { ln: 14, r: 8, p: 1, saltBytes: 16, hashBytes: 32 };
@@ -50,8 +54,8 @@ type Secret = { kind: 'plain'; digest: Buffer } | { kind: 'scrypt'; hash: Scrypt
  * await hashRelayPassword('correct horse battery staple') // '$scrypt$ln=14,r=8,p=1$<salt>$<hash>'
  */
 export async function hashRelayPassword(password: string): Promise<string> {
-  if (typeof password !== 'string' || password.length === 0 || password.length > MAX_USER_PASSWORD) {
-    throw new EmlApiError('ECONFIG', `A relay password must be a string of 1 to ${MAX_USER_PASSWORD} characters`, {
+  if (typeof password !== 'string' || password.length === 0 || password.length > MAX_PASSWORD_LENGTH) {
+    throw new EmlApiError('ECONFIG', `A relay password must be a string of 1 to ${MAX_PASSWORD_LENGTH} characters`, {
       permanent: true,
     });
   }
@@ -87,8 +91,8 @@ export class RelayUsers {
         throw config(name, 'give either password or passwordHash');
       }
       if (password !== undefined) {
-        if (typeof password !== 'string' || password.length === 0 || password.length > MAX_USER_PASSWORD) {
-          throw config(`${name}.password`, `expected a string of 1 to ${MAX_USER_PASSWORD} characters`);
+        if (typeof password !== 'string' || password.length === 0 || password.length > MAX_PASSWORD_LENGTH) {
+          throw config(`${name}.password`, `expected a string of 1 to ${MAX_PASSWORD_LENGTH} characters`);
         }
         this.#users.set(username, { kind: 'plain', digest: digest(password) });
         return;

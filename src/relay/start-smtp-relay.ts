@@ -50,8 +50,12 @@ export interface SmtpRelay {
  *
  * Without `apiKey`, each client authenticates with its own API key as the
  * password (any user name) and the relay stores none; with it, clients on
- * `allowUnauthenticatedFrom` (loopback by default) send without AUTH. AUTH is
- * offered over TLS, or from `trustedNetworks` (loopback by default), only.
+ * `allowUnauthenticatedFrom` (loopback by default) send without AUTH, and the
+ * relay's `users` with AUTH, both with the relay's key. With `queue`, AUTH
+ * accepts only the `users` and the relay's own key. AUTH is offered over TLS,
+ * or from `trustedNetworks` (loopback by default), only. Per-address limits,
+ * stress timeouts, a DATA deadline and AUTH throttling keep one client from
+ * starving the others (see the options).
  *
  * Needs the optional peer `smtp-server` (`npm install smtp-server`).
  *
