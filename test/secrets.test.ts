@@ -305,6 +305,19 @@ describe('the API key stays secret when the service echoes it escaped', () => {
     await transport.close();
   });
 
+  it('redacts a key of any length (12,000 characters: the most a request header carries), echoed raw and escaped', async () => {
+    const key = `sk_live_${'A1b2+/='.repeat(2_000)}`.slice(0, 12_000);
+    const client = new EmlApiClient({ apiKey: key, baseUrl: service.url, retries: false });
+    for (const echo of [key, encodeURIComponent(key), JSON.stringify(key).slice(1, -1)]) {
+      service.answer({ status: 400, text: `{"error":{"code":"bad","message":"no key ${echo} here"}}` });
+      const err = await rejectionOf(client.sendEml('From: a@x.test\r\nTo: b@x.test\r\n\r\nhi\r\n'));
+      expect(err.code).toBe('EAPI');
+      expect(err.message).toContain('no key [redacted] here');
+      for (const channel of channels(err)) expect(channel).not.toContain('A1b2+/=A1b2');
+    }
+    await client.close();
+  });
+
   it('does not mangle ordinary text for a very short key', async () => {
     const client = new EmlApiClient({ apiKey: 'e', baseUrl: service.url, retries: false });
     service.answer({

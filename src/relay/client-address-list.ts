@@ -65,6 +65,33 @@ export function isLoopbackAddress(address: string): boolean {
   return loopback.includes(address);
 }
 
+/**
+ * What the per-address limits count a client as: its IPv4 address, or the
+ * /64 of its IPv6 address (one host, or one site, is usually given a whole
+ * /64, and could otherwise take a new address for every connection).
+ *
+ * @example
+ * clientKey('::ffff:192.0.2.7') // '192.0.2.7'
+ * clientKey('2001:db8:1:2:a:b:c:d') // '2001:db8:1:2::/64'
+ */
+export function clientKey(address: string): string {
+  const plain = unmapIpv4(address);
+  if (isIP(plain) !== 6) return plain;
+  const bare = plain.split('%')[0]!.toLowerCase();
+  const [head = '', tail] = bare.split('::');
+  const groups = (part: string) =>
+    part === '' ? [] : part.split(':').flatMap((g) => (g.includes('.') ? ['0', '0'] : [g]));
+  const front = groups(head);
+  const all =
+    tail === undefined
+      ? front
+      : [...front, ...Array(8 - front.length - groups(tail).length).fill('0'), ...groups(tail)];
+  return `${all
+    .slice(0, 4)
+    .map((g) => parseInt(g, 16).toString(16))
+    .join(':')}::/64`;
+}
+
 function unmapIpv4(address: string): string {
   const match = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/i.exec(address);
   return match ? match[1]! : address;

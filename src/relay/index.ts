@@ -6,3 +6,4 @@ loadSmtpServer();
 
 export { startSmtpRelay, type SmtpRelay } from './start-smtp-relay.js';
 export type { SmtpRelayOptions, SmtpRelayTlsOptions } from './relay-options.js';
+export { hashRelayPassword, type SmtpRelayUser } from './relay-users.js';

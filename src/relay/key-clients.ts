@@ -1,8 +1,20 @@
 import { createHash } from 'node:crypto';
 import type { EmlApiClient } from '../client/eml-api-client.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
 
 /** How long a key the service accepted is trusted for new AUTHs without asking again. */
 export const VERIFIED_FOR_MS = 5 * 60_000;
+
+/**
+ * How long a key the service refused is refused again without asking: a
+ * guesser that repeats a key, or a client retrying with a revoked one, costs
+ * the service one request a minute, and a key given its scope in the
+ * dashboard works again within that time.
+ */
+export const REFUSED_FOR_MS = 60_000;
+
+/** Refused keys remembered at most (their fingerprints, with the refusal); the oldest is forgotten first. */
+export const MAX_REFUSED_KEYS = 1_000;
 
 /** The client of one API key given as an SMTP password. */
 export interface KeyClient {
@@ -23,7 +35,9 @@ interface Entry extends KeyClient {
  * The clients of the API keys SMTP clients authenticate with (their
  * password is their key; the relay stores none). One client per key, made at
  * its first AUTH and checked like `client.verify()` does; a key the service
- * accepted is trusted for {@link VERIFIED_FOR_MS} before it is asked again.
+ * accepted is trusted for {@link VERIFIED_FOR_MS} before it is asked again;
+ * one it refused is refused again without asking for {@link REFUSED_FOR_MS}
+ * (at most {@link MAX_REFUSED_KEYS} remembered, by fingerprint).
  * At most `max` clients are kept beyond those in use: the least recently
  * used idle one is closed (gracefully) when the bound is passed. Keys live
  * only inside their clients; entries are found by fingerprint.
@@ -34,6 +48,8 @@ export class KeyClients {
   readonly #now: () => number;
   readonly #entries = new Map<string, Entry>();
   readonly #closing = new Set<Promise<void>>();
+  /** Fingerprints of keys the service refused, with the refusal and when it stops counting; oldest first. */
+  readonly #refused = new Map<string, { until: number; err: unknown }>();
 
   constructor(createClient: (apiKey: string) => EmlApiClient, max: number, now: () => number = Date.now) {
     this.#createClient = createClient;
@@ -54,6 +70,9 @@ export class KeyClients {
    */
   async authenticate(apiKey: string): Promise<KeyClient> {
     const id = fingerprint(apiKey);
+    const refused = this.#refused.get(id);
+    if (refused && refused.until > this.#now()) throw refused.err;
+    if (refused) this.#refused.delete(id);
     let entry = this.#entries.get(id);
     if (!entry) {
       entry = {
@@ -77,8 +96,19 @@ export class KeyClients {
       }
       return entry;
     } catch (err) {
+      if (err instanceof EmlApiError && err.code === 'EAUTH') this.#remember(id, err);
       this.#release(entry, true);
       throw err;
+    }
+  }
+
+  /** Refuses the key again without asking for {@link REFUSED_FOR_MS}. */
+  #remember(id: string, err: EmlApiError): void {
+    this.#refused.delete(id);
+    this.#refused.set(id, { until: this.#now() + REFUSED_FOR_MS, err });
+    for (const [key, { until }] of this.#refused) {
+      if (this.#refused.size <= MAX_REFUSED_KEYS && until > this.#now()) break;
+      this.#refused.delete(key);
     }
   }
 
@@ -92,6 +122,7 @@ export class KeyClients {
   async close(): Promise<void> {
     const clients = [...this.#entries.values()].map((e) => e.client.close());
     this.#entries.clear();
+    this.#refused.clear();
     await Promise.allSettled([...clients, ...this.#closing]);
   }
 

@@ -3,8 +3,9 @@ import type { SMTPServer } from 'smtp-server';
 /** A reply text that starts with its own enhanced status code (RFC 3463), e.g. `4.4.1 ...`. */
 const OWN_CODE = /^[245]\.\d{1,3}\.\d{1,3} /;
 
-/** The reply to AUTH on a connection where it is not offered (plain text, not loopback). */
-const AUTH_NEEDS_TLS = '5.7.11 Encryption required: AUTH is accepted over TLS (STARTTLS first) or from loopback only';
+/** The reply to AUTH on a connection where it is not offered (plain text, not from `trustedNetworks`). */
+const AUTH_NEEDS_TLS =
+  '5.7.11 Encryption required: AUTH is accepted over TLS (STARTTLS first), or from trusted networks only';
 
 type Send = (code: number, data?: string | string[] | null, context?: string | false) => void;
 
@@ -15,7 +16,7 @@ type Send = (code: number, data?: string | string[] | null, context?: string | f
  * the relay's replies name a precise one (`550 5.7.1`, `552 5.3.4`,
  * `250 2.0.0 Ok: <id>`), so a reply text that starts with its own code is
  * sent as it is. And AUTH on a connection where it is not offered (it is
- * hidden from EHLO on plain-text connections from other hosts, so that a
+ * hidden from EHLO on plain-text connections from hosts outside `trustedNetworks`, so that a
  * client never sends the key in clear) is answered `538 5.7.11`, as RFC 4954
  * says, instead of "command not recognized".
  */

@@ -3,6 +3,7 @@ import type { EmlApiQueueTransportOptions } from '../queue/queue-transport-optio
 import type { SecureContextOptions } from 'node:tls';
 import type { EmlApiClientOptions } from '../client/client-options.js';
 import type { EmlApiLogger } from '../shared/logger.js';
+import type { SmtpRelayUser } from './relay-users.js';
 
 /**
  * TLS of the relay: STARTTLS on the plain port (the default), or TLS from
@@ -47,24 +48,59 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
   /**
    * The relay's own API key. Without it, each SMTP client authenticates with
    * its own key as the password (any user name) and the relay stores none.
-   * With it, clients on `allowUnauthenticatedFrom` send without AUTH, with
-   * this key; clients that AUTH still send with their own key.
+   * With it, clients on `allowUnauthenticatedFrom` and the `users` send with
+   * this key; clients that AUTH with an API key send with their own (not under `queue`).
    * @default undefined
    */
   apiKey?: string;
   /**
    * Client addresses and networks (`10.0.0.0/8`, `fd00::/8`, `192.0.2.7`)
-   * that may send without AUTH, with the relay's `apiKey`. Ignored without `apiKey`.
+   * that may send without AUTH, with the relay's `apiKey` (Postfix's
+   * `permit_mynetworks`). Ignored without `apiKey`. Behind a sidecar that
+   * forwards from loopback (`127.0.0.6`), loopback is every client: narrow it,
+   * e.g. to `['127.0.0.1/32']`, or to `[]`.
    * @default ['127.0.0.0/8', '::1/128'] (loopback)
+   * @example
+   * allowUnauthenticatedFrom: ['10.0.0.0/8']
    */
   allowUnauthenticatedFrom?: string[];
+  /**
+   * Client addresses and networks whose path to the relay is trusted, as
+   * Postfix's `mynetworks` is for its per-client limits: clients there may AUTH
+   * on a plain-text connection (the password crosses no network in clear), and
+   * are exempt from the per-address limits (`maxClientsPerAddress`, the AUTH
+   * failure budget), as Postfix exempts `smtpd_client_event_limit_exceptions`.
+   * List a proxy or sidecar whose one address stands for many clients: an
+   * Istio/Envoy sidecar forwards every inbound connection from `127.0.0.6`.
+   * Being trusted does not let a client send without AUTH: that is
+   * `allowUnauthenticatedFrom`.
+   * @default ['127.0.0.0/8', '::1/128'] (loopback)
+   * @example
+   * trustedNetworks: ['127.0.0.1/32', '127.0.0.6/32'] // the machine itself and the sidecar
+   */
+  trustedNetworks?: string[];
+  /**
+   * The relay's own SMTP users: a client that AUTHs with one of these user
+   * names and its password sends with the relay's `apiKey` (so `apiKey` is
+   * needed). Give each sender its own login instead of an API key, as
+   * Postfix with Dovecot SASL does; store hashes (`passwordHash`, made by
+   * `hashRelayPassword` or `eml-api relay --hash-password`), not passwords.
+   * A listed user name is checked only against its password, never as an
+   * API key. With `queue`, only these users and the relay's own key can AUTH.
+   * @default undefined (no users: clients AUTH with an API key, or with the relay's key under `queue`)
+   * @example
+   * users: [{ username: 'billing', passwordHash: process.env.BILLING_SMTP_HASH! }]
+   */
+  users?: SmtpRelayUser[];
   /**
    * Store-and-forward through the outbox (`nodemailer-eml-api/queue`): the
    * relay answers `250` once Redis has stored the message, and the outbox's
    * workers (`eml-api worker`, `startEmlApiWorker`) send it when the service
    * can take it. A queue transport you made (left open when the relay closes),
    * or its options. Needs `apiKey` (the relay's own key; the workers send with
-   * theirs), bullmq and ioredis.
+   * theirs), bullmq and ioredis. Every message then goes out under the
+   * workers' key, so AUTH accepts only the relay's own key (as the password,
+   * any user name) and the `users`, never another API key.
    * @default undefined (each message is uploaded before the relay answers)
    * @example
    * await startSmtpRelay({ baseUrl, apiKey, queue: { connection: process.env.REDIS_URL! } });
@@ -72,7 +108,7 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
   queue?: EmlApiQueueTransport | EmlApiQueueTransportOptions;
   /**
    * STARTTLS (or implicit TLS) with this certificate. Without it, STARTTLS
-   * is not offered, and clients other than loopback cannot AUTH (the
+   * is not offered, and clients outside `trustedNetworks` cannot AUTH (the
    * password is an API key: it never crosses the network in clear).
    * @default undefined
    */
@@ -103,6 +139,72 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    * @default 300000
    */
   idleTimeout?: number;
+  /**
+   * SMTP connections at once from one client address (`421 4.7.0` past it),
+   * so that one client cannot take every slot: Postfix's
+   * `smtpd_client_connection_count_limit`. IPv6 clients count per /64;
+   * `trustedNetworks` are exempt (a sidecar's one address stands for many clients).
+   * @default 50
+   * @example
+   * maxClientsPerAddress: 10
+   */
+  maxClientsPerAddress?: number;
+  /**
+   * The idle timeout, in milliseconds, while the relay is nearly full (from
+   * 80% of `maxClients` connections on), for every connection: Postfix's
+   * stress mode (`smtpd_timeout = ${stress?{10}:{300}}s`). The idle clients
+   * leave room for those that send.
+   * @default 10000
+   * @example
+   * stressIdleTimeout: 5_000
+   */
+  stressIdleTimeout?: number;
+  /**
+   * Milliseconds a message may take to arrive, from DATA to its final dot,
+   * whatever its rate (`421 4.4.2` past it: the message is abandoned, and the
+   * client sends it again later). Raise it for large messages over slow links.
+   * @default 600000 (10 minutes)
+   * @example
+   * dataTimeout: 1_800_000
+   */
+  dataTimeout?: number;
+  /**
+   * The slowest a message may arrive, in bytes a second, after a grace of the
+   * idle timeout (Postfix's `smtpd_min_data_rate`, with its per-request
+   * deadline): a client sending a byte per idle period is closed (`421 4.4.2`).
+   * @default 500
+   * @example
+   * minDataRate: 2_000
+   */
+  minDataRate?: number;
+  /**
+   * Milliseconds a failed AUTH waits before its reply (Dovecot's
+   * `auth_failure_delay`): the connection reads no further command meanwhile,
+   * so a guesser gets one try per delay per connection. 0 answers at once.
+   * @default 2000
+   * @example
+   * authFailureDelay: 5_000
+   */
+  authFailureDelay?: number;
+  /**
+   * Failed AUTHs (wrong credentials) a client address may make within
+   * `authFailureWindow`, across its connections; past it, its AUTHs are
+   * answered `454 4.7.0` without asking the service until the oldest failure
+   * leaves the window. IPv6 clients count per /64. `trustedNetworks` are
+   * exempt (a proxy's one address stands for many clients). Postfix's
+   * `smtpd_client_auth_rate_limit`, counting failures only.
+   * @default 10
+   * @example
+   * maxAuthFailuresPerAddress: 5
+   */
+  maxAuthFailuresPerAddress?: number;
+  /**
+   * The window of `maxAuthFailuresPerAddress`, in milliseconds.
+   * @default 600000 (10 minutes)
+   * @example
+   * authFailureWindow: 3_600_000
+   */
+  authFailureWindow?: number;
   /**
    * The name the relay greets with (`220 <name> ESMTP`).
    * @default os.hostname()

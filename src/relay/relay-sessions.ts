@@ -12,10 +12,28 @@ import type { MessageDestination, MessageSender } from './message-destination.js
 import { isClientGone, receiveMessage } from './receive-message.js';
 import type { RelaySettings } from './resolve-relay-options.js';
 import { authOffered, mailRefusal, type RelayPolicy } from './session-rules.js';
-import { acceptedReply, authFailureReply, failureReply, replyError, type SmtpReply } from './smtp-replies.js';
+import { redact } from '../http/redact.js';
+import { SignalFanout } from '../http/signal-fanout.js';
+import { AuthFailureBudget } from './auth-failures.js';
+import type { ClientSlots } from './client-slots.js';
+import { mailParameterRefusal, rcptParameterRefusal } from './mail-parameters.js';
+import { MAX_PASSWORD_LENGTH } from './relay-users.js';
+import {
+  acceptedReply,
+  authFailureReply,
+  failureReply,
+  isInternalError,
+  replyError,
+  type SmtpReply,
+} from './smtp-replies.js';
 
 /** Failed AUTHs after which a connection is closed (`421`): each one costs the service a request. */
 const MAX_AUTH_FAILURES = 3;
+
+const PASSWORD_TOO_LONG: SmtpReply = {
+  code: 535,
+  text: `5.7.8 Authentication credentials invalid: the password is too long to be an API key (over ${MAX_PASSWORD_LENGTH} characters)`,
+};
 
 /** What the session handlers share with the relay that runs them. */
 export interface RelayState {
@@ -23,7 +41,11 @@ export interface RelayState {
   readonly keyClients: KeyClients;
   /** The client of the relay's own key, when it has one. */
   readonly relayClient: EmlApiClient | undefined;
+  /** Whether a password is the relay's own key (compared in constant time; always false without one). */
+  readonly isOwnKey: (password: string) => boolean;
   readonly destination: MessageDestination;
+  /** The connection slots: per-address cap, stress, DATA deadline. */
+  readonly slots: ClientSlots;
   /** Aborted by `close({ abort: true })`. */
   readonly signal: AbortSignal;
   /** Aborted by any close(): messages still arriving are given up. */
@@ -46,6 +68,13 @@ type Handlers = Required<
   Pick<SMTPServerOptions, 'onConnect' | 'onSecure' | 'onAuth' | 'onMailFrom' | 'onRcptTo' | 'onData' | 'onClose'>
 >;
 
+const BAD_PASSWORD: SmtpReply = { code: 535, text: '5.7.8 Authentication credentials invalid' };
+
+const NOT_A_RELAY_USER: SmtpReply = {
+  code: 535,
+  text: '5.7.8 Authentication credentials invalid: this relay stores mail for its own workers, and accepts only its users and its own key, not another API key',
+};
+
 const SHUTTING_DOWN: SmtpReply = { code: 421, text: '4.3.2 The relay is shutting down, try again later' };
 
 /**
@@ -59,8 +88,10 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
     hasOwnKey: relay.relayClient !== undefined,
     hasTls: settings.tls !== undefined,
     allowUnauthenticatedFrom: settings.allowUnauthenticatedFrom,
+    trustedNetworks: settings.trustedNetworks,
   };
   const sessions = new WeakMap<SMTPServerSession, SessionState>();
+  const signals = new SignalFanout();
   const stateOf = (session: SMTPServerSession): SessionState => {
     let state = sessions.get(session);
     if (!state) sessions.set(session, (state = { held: undefined, authFailures: 0, closed: false }));
@@ -69,8 +100,14 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
   // The per-session command list also decides what EHLO advertises.
   const commandsFor = (session: SMTPServerSession): string[] => [
     ...(policy.hasTls ? [] : ['STARTTLS']),
-    ...(authOffered(session) ? [] : ['AUTH']),
+    ...(authOffered(session, policy) ? [] : ['AUTH']),
   ];
+  // Store-and-forward: every message leaves with the outbox workers' key, whoever AUTHed.
+  const storing = settings.queue !== undefined;
+  const authFailures = new AuthFailureBudget({
+    limit: settings.maxAuthFailuresPerAddress,
+    window: settings.authFailureWindow,
+  });
   const release = (state: SessionState) => {
     if (state.held) keyClients.release(state.held);
     state.held = undefined;
@@ -79,6 +116,14 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
   return {
     onConnect(session, callback) {
       if (relay.closing()) return callback(replyError(SHUTTING_DOWN));
+      const refusal = relay.slots.admit(session);
+      if (refusal) {
+        logger.warn(
+          { client: session.remoteAddress, session: session.id },
+          'Connection refused: too many from the address',
+        );
+        return callback(replyError(refusal));
+      }
       session.disabledCommands = commandsFor(session);
       callback();
     },
@@ -92,42 +137,87 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
     onAuth(auth: SMTPServerAuthentication, session, callback) {
       const state = stateOf(session);
       const refuse = (reply: SmtpReply) => callback(null, { message: reply.text, responseCode: reply.code });
-      if (!authOffered(session)) return refuse({ code: 538, text: '5.7.11 Encryption required for AUTH' });
+      if (!authOffered(session, policy)) return refuse({ code: 538, text: '5.7.11 Encryption required for AUTH' });
       if (auth.method !== 'PLAIN' && auth.method !== 'LOGIN') {
         return refuse({ code: 504, text: '5.5.4 Unrecognized authentication type' });
       }
-      keyClients.authenticate(auth.password ?? '').then(
+      const password = auth.password ?? '';
+      // A proxy or sidecar on trustedNetworks speaks for many clients: one of them guessing must not
+      // lock the others out (Postfix exempts $mynetworks from its per-client limits the same way).
+      const budgeted = !settings.trustedNetworks.includes(session.remoteAddress);
+      const failed = (reply: SmtpReply, err?: unknown) => {
+        // Wrong credentials count against the address; a service that could not tell (454) does not.
+        if (budgeted && reply.code === 535) authFailures.record(session.remoteAddress);
+        state.authFailures++;
+        const final =
+          state.authFailures >= MAX_AUTH_FAILURES
+            ? { code: 421, text: '4.7.0 Too many failed authentications, closing the connection' }
+            : reply;
+        const where = { client: session.remoteAddress, session: session.id, reply: `${final.code} ${final.text}` };
+        if (err !== undefined && isInternalError(err)) {
+          // The detail is for the operator; the password is taken out of it (it may quote what it failed on).
+          const detail = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+          logger.error(
+            { ...where, err: redact(detail, password) },
+            'AUTH could not be checked: error inside the relay',
+          );
+        } else {
+          logger.warn(where, 'AUTH refused');
+        }
+        // Answered after a pause, as Dovecot's auth_failure_delay: smtp-server reads no further command
+        // of the connection meanwhile, so a guesser gets one try per pause per connection.
+        if (settings.authFailureDelay === 0) return refuse(final);
+        setTimeout(() => refuse(final), settings.authFailureDelay).unref();
+      };
+      const wait = budgeted ? authFailures.retryAfter(session.remoteAddress) : 0;
+      if (wait > 0) {
+        return failed({
+          code: 454,
+          text: `4.7.0 Too many failed authentications from your address, try again in ${Math.ceil(wait / 60_000)} minute(s)`,
+        });
+      }
+      if (password.length > MAX_PASSWORD_LENGTH) return failed(PASSWORD_TOO_LONG);
+      const username = auth.username ?? '';
+      const asRelay = () => {
+        // Sends with the relay's key: onData falls back to it when the session holds no key client.
+        release(state);
+        const user: SMTPServerAuthenticationResponse['user'] = { username, key: 'relay' };
+        logger.debug({ client: session.remoteAddress, session: session.id, key: 'relay' }, 'AUTH accepted');
+        callback(null, { user });
+      };
+      if (settings.users?.has(username) || (storing && !relay.isOwnKey(password))) {
+        // The relay's own users (a listed name is never tried as an API key); under `queue`, nobody else
+        // but the relay's key: the outbox sends with the workers' key, so an API key proves nothing there.
+        const users = settings.users;
+        (users ? users.verify(username, password) : Promise.resolve(false)).then(
+          (ok) => (ok ? asRelay() : failed(storing && !users?.has(username) ? NOT_A_RELAY_USER : BAD_PASSWORD)),
+          (err: unknown) => failed(authFailureReply(err), err),
+        );
+        return;
+      }
+      if (storing) return asRelay();
+      keyClients.authenticate(password).then(
         (held) => {
           release(state);
           state.held = held;
           // The client left while its key was being checked: onClose has run already, so the hold
           // is released here (a held client is never evicted, and would be kept until the relay stops).
           if (state.closed) release(state);
-          const user: SMTPServerAuthenticationResponse['user'] = { username: auth.username, key: held.id };
+          const user: SMTPServerAuthenticationResponse['user'] = { username, key: held.id };
           logger.debug({ client: session.remoteAddress, session: session.id, key: held.id }, 'AUTH accepted');
           callback(null, { user });
         },
-        (err: unknown) => {
-          state.authFailures++;
-          const reply =
-            state.authFailures >= MAX_AUTH_FAILURES
-              ? { code: 421, text: '4.7.0 Too many failed authentications, closing the connection' }
-              : authFailureReply(err);
-          logger.warn(
-            { client: session.remoteAddress, session: session.id, reply: `${reply.code} ${reply.text}` },
-            'AUTH refused',
-          );
-          refuse(reply);
-        },
+        (err: unknown) => failed(authFailureReply(err), err),
       );
     },
-    onMailFrom(_address, session, callback) {
+    onMailFrom(address, session, callback) {
       const refusal = relay.closing()
         ? SHUTTING_DOWN
-        : mailRefusal(
+        : (mailParameterRefusal(address, session) ??
+          mailRefusal(
             { remoteAddress: session.remoteAddress, secure: session.secure, authenticated: Boolean(session.user) },
             policy,
-          );
+          ));
       // Answered on the next turn of the event loop, never synchronously: smtp-server (3.21) loses
       // its place when a client wrote the next transaction, message and all, without waiting for
       // the replies (`nc relay 2525 < session.txt`). Its parser resumes after a message by running
@@ -136,11 +226,15 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       // the session stalls (the third message and QUIT never answered).
       setImmediate(() => callback(refusal ? replyError(refusal) : undefined));
     },
-    onRcptTo(address, _session, callback) {
+    onRcptTo(address, session, callback) {
+      const refusal = rcptParameterRefusal(address, session);
+      if (refusal) return callback(replyError(refusal));
       if (isValidAddress(address.address)) return callback();
       callback(replyError({ code: 553, text: '5.1.3 The email service accepts no such address' }));
     },
     onData(stream: SMTPServerDataStream, session, callback) {
+      // Times the message while it arrives: too slow, and the connection is closed (421).
+      relay.slots.watchData(session, stream);
       const held = stateOf(session).held;
       const sender: MessageSender | undefined =
         session.user && held
@@ -157,11 +251,17 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         session: session.id,
         key: sender.owner === 'relay' ? 'relay' : held!.id,
       };
+      // Each message gets signals of its own, fed by the relay's through one listener each: one
+      // listener per message in flight on the relay's signals passed Node's MaxListeners (10).
+      const aborted = new AbortController();
+      const stopped = new AbortController();
+      signals.follow(relay.signal, aborted);
+      signals.follow(relay.arriving, stopped);
       const context = {
         spool: settings.spool,
         destination: relay.destination,
-        signal: relay.signal,
-        arriving: relay.arriving,
+        signal: aborted.signal,
+        arriving: stopped.signal,
       };
       const work = receiveMessage(stream, session, sender, context).then(
         (received) => {
@@ -191,14 +291,28 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
           // What only the relay's operator can fix is an error: its key refused, its base URL wrong.
           const misconfigured =
             (sender.owner === 'relay' && reply.text.startsWith('4.7.1')) || reply.text.startsWith('4.3.5');
-          const log = misconfigured ? logger.error : logger.warn;
-          log({ ...where, reply: `${reply.code} ${reply.text}` }, 'Message refused');
+          const internal = isInternalError(err) && !stream.sizeExceeded;
+          const log = misconfigured || internal ? logger.error : logger.warn;
+          log(
+            {
+              ...where,
+              reply: `${reply.code} ${reply.text}`,
+              ...(internal ? { err: err instanceof Error ? `${err.name}: ${err.message}` : String(err) } : {}),
+            },
+            internal ? 'Message refused: error inside the relay' : 'Message refused',
+          );
           callback(replyError(reply));
         },
       );
-      relay.track(work);
+      relay.track(
+        work.finally(() => {
+          signals.unfollow(relay.signal, aborted);
+          signals.unfollow(relay.arriving, stopped);
+        }),
+      );
     },
     onClose(session) {
+      relay.slots.leave(session);
       const state = sessions.get(session);
       if (!state) return;
       state.closed = true;

@@ -10,6 +10,7 @@ import { MAX_ADDRESS_LENGTH } from '../protocol/address-rules.js';
 import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
 import { ClientAddressList, LOOPBACK_NETWORKS } from './client-address-list.js';
 import type { SmtpRelayOptions, SmtpRelayTlsOptions } from './relay-options.js';
+import { RelayUsers, type SmtpRelayUser } from './relay-users.js';
 
 /** The service limit the default `maxMessageSize` is computed from: the emulator's 50 MiB per request. */
 const DEFAULT_REQUEST_LIMIT = 50 * 1024 * 1024;
@@ -22,11 +23,21 @@ export interface RelaySettings {
   port: number;
   host: string;
   allowUnauthenticatedFrom: ClientAddressList;
+  trustedNetworks: ClientAddressList;
+  /** The relay's own SMTP users, who send with its key. */
+  users: RelayUsers | undefined;
   tls: SmtpRelayTlsOptions | undefined;
   maxMessageSize: number;
   maxRecipients: number;
   maxClients: number;
   idleTimeout: number;
+  maxClientsPerAddress: number;
+  stressIdleTimeout: number;
+  dataTimeout: number;
+  minDataRate: number;
+  authFailureDelay: number;
+  maxAuthFailuresPerAddress: number;
+  authFailureWindow: number;
   hostname: string;
   maxKeys: number;
   logger: EmlApiLogger;
@@ -42,12 +53,21 @@ const RELAY_KEYS = [
   'host',
   'apiKey',
   'allowUnauthenticatedFrom',
+  'trustedNetworks',
+  'users',
   'queue',
   'tls',
   'maxMessageSize',
   'maxRecipients',
   'maxClients',
   'idleTimeout',
+  'maxClientsPerAddress',
+  'stressIdleTimeout',
+  'dataTimeout',
+  'minDataRate',
+  'authFailureDelay',
+  'maxAuthFailuresPerAddress',
+  'authFailureWindow',
   'hostname',
   'maxKeys',
   'logger',
@@ -111,11 +131,23 @@ export function resolveRelayOptions(options: SmtpRelayOptions): {
       (o.allowUnauthenticatedFrom as string[] | undefined) ?? LOOPBACK_NETWORKS,
       'allowUnauthenticatedFrom',
     ),
+    trustedNetworks: new ClientAddressList(
+      (o.trustedNetworks as string[] | undefined) ?? LOOPBACK_NETWORKS,
+      'trustedNetworks',
+    ),
+    users: checkUsers(o.users, apiKey),
     tls,
     maxMessageSize: whole(o.maxMessageSize ?? defaultSize(maxRecipients), 'maxMessageSize', 1, 2 ** 40),
     maxRecipients,
     maxClients: whole(o.maxClients ?? 100, 'maxClients', 1, 100_000),
     idleTimeout: whole(o.idleTimeout ?? 300_000, 'idleTimeout', 1, 24 * 3_600_000),
+    maxClientsPerAddress: whole(o.maxClientsPerAddress ?? 50, 'maxClientsPerAddress', 1, 100_000),
+    stressIdleTimeout: whole(o.stressIdleTimeout ?? 10_000, 'stressIdleTimeout', 1, 24 * 3_600_000),
+    dataTimeout: whole(o.dataTimeout ?? 600_000, 'dataTimeout', 1, 7 * 24 * 3_600_000),
+    minDataRate: whole(o.minDataRate ?? 500, 'minDataRate', 1, 2 ** 40),
+    authFailureDelay: whole(o.authFailureDelay ?? 2_000, 'authFailureDelay', 0, 60_000),
+    maxAuthFailuresPerAddress: whole(o.maxAuthFailuresPerAddress ?? 10, 'maxAuthFailuresPerAddress', 1, 100_000),
+    authFailureWindow: whole(o.authFailureWindow ?? 600_000, 'authFailureWindow', 1_000, 24 * 3_600_000),
     hostname: text(o.hostname ?? osHostname(), 'hostname'),
     maxKeys: whole(o.maxKeys ?? 100, 'maxKeys', 1, 100_000),
     logger: resolveLogger(o.logger as boolean | EmlApiLogger | undefined),
@@ -186,4 +218,14 @@ function checkQueue(value: unknown, apiKey: unknown): EmlApiQueueTransport | Eml
     );
   }
   return value as EmlApiQueueTransport | EmlApiQueueTransportOptions;
+}
+
+/** The `users` option: they send with the relay's own key, so there must be one. */
+function checkUsers(value: unknown, apiKey: unknown): RelayUsers | undefined {
+  if (value === undefined) return undefined;
+  const users = new RelayUsers(value as SmtpRelayUser[]);
+  if (apiKey === undefined) {
+    throw config('users', "the relay's users send with its own apiKey: set apiKey (or EML_API_KEY) too");
+  }
+  return users;
 }

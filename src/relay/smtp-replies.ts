@@ -42,9 +42,15 @@ export function acceptedReply(id: string | undefined): SmtpReply {
  * | a message that could not be read (permanent) | `554 5.6.0` |
  * | the relay's spool could not store it (`ESTREAM`: disk full...) | `451 4.3.0` |
  * | anything else | `451 4.3.0` |
+ *
+ * The reason quoted is an `EmlApiError`'s message, written to be shown (the
+ * service's reason, keys redacted); any other error is answered with generic
+ * text (see {@link isInternalError}).
  */
 export function failureReply(err: unknown, owner: KeyOwner): SmtpReply {
-  if (!(err instanceof EmlApiError)) return { code: 451, text: `4.3.0 Local error in processing: ${reason(err)}` };
+  // Not one of this package's errors: a bug or a failure inside the relay, whose text (a stack frame, a
+  // pattern, a path) is no business of the client's and may quote what it sent. Logged, not told.
+  if (!(err instanceof EmlApiError)) return { code: 451, text: '4.3.0 Local error in processing, try again later' };
   const why = reason(err);
   const status = err.responseCode;
   switch (err.code) {
@@ -91,7 +97,8 @@ export function failureReply(err: unknown, owner: KeyOwner): SmtpReply {
 /**
  * The reply to an `AUTH` whose password (the API key) could not be
  * accepted: `535 5.7.8` when the service refused it (or it cannot be a key),
- * `454 4.7.0` when the service could not tell (unreachable, failing).
+ * `454 4.7.0` when the service could not tell (unreachable, failing), with
+ * generic text for an error inside the relay (see {@link isInternalError}).
  */
 export function authFailureReply(err: unknown): SmtpReply {
   if (err instanceof EmlApiError && err.code === 'EAUTH') {
@@ -100,7 +107,18 @@ export function authFailureReply(err: unknown): SmtpReply {
   if (err instanceof EmlApiError && err.code === 'ECONFIG') {
     return { code: 535, text: '5.7.8 Authentication credentials invalid: the password is not an API key' };
   }
+  if (!(err instanceof EmlApiError))
+    return { code: 454, text: '4.7.0 Temporary authentication failure, try again later' };
   return { code: 454, text: `4.7.0 Temporary authentication failure, try again later: ${reason(err)}` };
+}
+
+/**
+ * Whether an error came from inside the relay rather than from the service
+ * or the client: anything but an `EmlApiError`. Its text never reaches a
+ * reply; the relay logs it, with the client's password taken out.
+ */
+export function isInternalError(err: unknown): boolean {
+  return !(err instanceof EmlApiError);
 }
 
 /** An error that smtp-server turns into `reply` (its `responseCode` and message). */

@@ -3,13 +3,16 @@ import type { SMTPServer } from 'smtp-server';
 import { EmlApiClient } from '../client/eml-api-client.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { isLoopbackAddress } from './client-address-list.js';
+import { ClientSlots } from './client-slots.js';
 import { KeyClients } from './key-clients.js';
+import { keepCommandLines } from './mail-parameters.js';
 import { directDestination } from './message-destination.js';
 import { keepOwnStatusCodes } from './own-status-codes.js';
 import { queueDestination } from './queue-destination.js';
 import { relaySessionHandlers } from './relay-sessions.js';
 import type { SmtpRelayOptions } from './relay-options.js';
 import { resolveRelayOptions, type RelaySettings } from './resolve-relay-options.js';
+import { secretMatcher } from './relay-users.js';
 import { loadSmtpServer } from './smtp-server-peer.js';
 
 /**
@@ -47,8 +50,12 @@ export interface SmtpRelay {
  *
  * Without `apiKey`, each client authenticates with its own API key as the
  * password (any user name) and the relay stores none; with it, clients on
- * `allowUnauthenticatedFrom` (loopback by default) send without AUTH. AUTH is
- * offered over TLS, or from loopback, only.
+ * `allowUnauthenticatedFrom` (loopback by default) send without AUTH, and the
+ * relay's `users` with AUTH, both with the relay's key. With `queue`, AUTH
+ * accepts only the `users` and the relay's own key. AUTH is offered over TLS,
+ * or from `trustedNetworks` (loopback by default), only. Per-address limits,
+ * stress timeouts, a DATA deadline and AUTH throttling keep one client from
+ * starving the others (see the options).
  *
  * Needs the optional peer `smtp-server` (`npm install smtp-server`).
  *
@@ -81,11 +88,14 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
   const arriving = new AbortController();
   const inflight = new Set<Promise<unknown>>();
   let closing = false;
+  const slots = new ClientSlots(settings);
   const handlers = relaySessionHandlers({
     settings,
     keyClients,
     relayClient,
+    isOwnKey: apiKey === undefined ? () => false : secretMatcher(apiKey),
     destination,
+    slots,
     signal: aborter.signal,
     arriving: arriving.signal,
     closing: () => closing,
@@ -116,6 +126,8 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
     ...handlers,
   });
   keepOwnStatusCodes(server);
+  keepCommandLines(server);
+  slots.attach(server);
   server.on('error', (err) => logger.warn({ err: err.message }, 'SMTP connection error'));
   try {
     await listen(server, settings);
@@ -129,15 +141,20 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
     {
       ...listening,
       tls: settings.tls ? (implicit ? 'implicit' : 'starttls') : 'none',
-      keys: relayClient ? 'relay key, or AUTH with a client key' : 'AUTH with a client key',
+      keys: settings.queue
+        ? "relay key: AUTH with the relay's users or its key"
+        : relayClient
+          ? `relay key${settings.users ? " (also for the relay's users)" : ''}, or AUTH with a client key`
+          : 'AUTH with a client key',
       destination: destination.name,
     },
     'SMTP relay listening',
   );
-  if (!isLoopbackAddress(settings.host) && !settings.tls && !relayClient) {
+  const trustsOthers = settings.trustedNetworks.entries.some((entry) => !isLoopbackAddress(entry.split('/')[0]!));
+  if (!isLoopbackAddress(settings.host) && !settings.tls && !relayClient && !trustsOthers) {
     logger.warn(
       listening,
-      'The relay listens beyond loopback without TLS or an API key of its own: no client off this machine can send (AUTH needs TLS there)',
+      'The relay listens beyond loopback without TLS or an API key of its own: no client off this machine can send (AUTH needs TLS there, or trustedNetworks)',
     );
   }
 

@@ -9,21 +9,21 @@ export interface CapturedRun {
 }
 
 /**
- * Runs the CLI in this process with empty standard input, collecting what it
- * prints.
+ * Runs the CLI in this process with the given standard input (empty by
+ * default), collecting what it prints.
  * @example
  * const { code, stdout } = await runCliCapturing(['queue', 'status'], { env: { REDIS_URL: redis.url } });
  */
 export async function runCliCapturing(
   argv: string[],
-  { env, signal }: { env: Record<string, string>; signal?: AbortSignal },
+  { env, signal, stdin = '' }: { env: Record<string, string>; signal?: AbortSignal; stdin?: string },
 ): Promise<CapturedRun> {
   let stdout = '';
   let stderr = '';
   const code = await runCli(argv, {
     stdout: { write: (s: string) => (stdout += s) },
     stderr: { write: (s: string) => (stderr += s) },
-    stdin: Readable.from([]),
+    stdin: Readable.from(stdin === '' ? [] : [Buffer.from(stdin)]),
     env,
     ...(signal ? { signal } : {}),
   });

@@ -7,8 +7,8 @@ import nodemailer from 'nodemailer';
 import { readFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
-import { rejectionOf } from '../helpers/async.js';
+import { hashRelayPassword, startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { rejectionOf, waitFor } from '../helpers/async.js';
 import { closedPort } from '../helpers/fake-service.js';
 import { makeNetns, smtplibSend, SmtpDialog, TEST_CERT, testTls } from './relay-harness.js';
 
@@ -21,7 +21,8 @@ const plain = (user: string, password: string) => Buffer.from(`\0${user}\0${pass
 
 beforeAll(async () => {
   emu = await startEmulator({ apiKeys: [{ key: 'k-groups-only', scopes: ['group:insert'] }] });
-  relay = await startSmtpRelay({ baseUrl: emu.url, port: 0, retries: false, tls: testTls() });
+  // No pause before failed AUTHs' replies here: the tests below that refuse keys stay fast ('AUTH guessing' tests it).
+  relay = await startSmtpRelay({ baseUrl: emu.url, port: 0, retries: false, tls: testTls(), authFailureDelay: 0 });
 });
 afterEach(() => {
   for (const dialog of opened.splice(0)) dialog.close();
@@ -81,7 +82,12 @@ describe('AUTH with the API key as the password', () => {
   });
 
   it('a service it cannot reach: 454 4.7.0 (try again later), not 535', async () => {
-    const down = await startSmtpRelay({ baseUrl: `http://127.0.0.1:${await closedPort()}`, port: 0, retries: false });
+    const down = await startSmtpRelay({
+      baseUrl: `http://127.0.0.1:${await closedPort()}`,
+      port: 0,
+      retries: false,
+      authFailureDelay: 0,
+    });
     relays.push(down);
     const { dialog } = await ehlo(down.port);
     const auth = await dialog.command(`AUTH PLAIN ${plain('u', emu.apiKey)}`);
@@ -150,6 +156,145 @@ describe("the relay's own key", () => {
   });
 });
 
+describe("the relay's own users (direct mode, with the relay's key)", () => {
+  it('a listed user sends with the relay key; its name is never tried as an API key; other names still AUTH with a key', async () => {
+    const own = await startSmtpRelay({
+      baseUrl: emu.url,
+      apiKey: emu.apiKey,
+      port: 0,
+      retries: false,
+      authFailureDelay: 0,
+      allowUnauthenticatedFrom: [],
+      users: [{ username: 'billing', passwordHash: await hashRelayPassword('pw-billing') }],
+    });
+    relays.push(own);
+    const { dialog } = await ehlo(own.port);
+    emu.setFaults({});
+    const asKey = await dialog.command(`AUTH PLAIN ${plain('billing', emu.apiKey)}`);
+    const asked = emu.faultStats()!.none;
+    emu.setFaults(undefined);
+    expect(asKey.code).toBe(535);
+    expect(asked).toBe(0);
+    expect((await dialog.command(`AUTH PLAIN ${plain('billing', 'pw-billing')}`)).code).toBe(235);
+    expect((await dialog.command('MAIL FROM:<billing@example.test>')).code).toBe(250);
+    expect((await dialog.command('RCPT TO:<ann@example.test>')).code).toBe(250);
+    expect((await dialog.data(message('as-relay-user'))).code).toBe(250);
+    expect(emu.mailbox('ann@example.test').some((c) => c.messageId === '<as-relay-user@example.test>')).toBe(true);
+    const other = await ehlo(own.port);
+    expect((await other.dialog.command(`AUTH PLAIN ${plain('someone', emu.apiKey)}`)).code).toBe(235);
+  });
+
+  it("users without the relay's key is ECONFIG", async () => {
+    const err = await rejectionOf(
+      startSmtpRelay({ baseUrl: emu.url, port: 0, users: [{ username: 'a', password: 'b' }] }),
+    );
+    expect(err.code).toBe('ECONFIG');
+    expect(err.message).toMatch(/users.*apiKey/);
+  });
+});
+
+describe('AUTH guessing', () => {
+  /** Requests the emulator received since `count()` was made. */
+  const serviceRequests = () => {
+    emu.setFaults({});
+    return () => emu.faultStats()!.none;
+  };
+  afterEach(() => emu.setFaults(undefined));
+
+  /** A session over STARTTLS from `localAddress` (not in trustedNetworks: loopback is not trusted by these relays). */
+  async function overTls(port: number, localAddress = '127.0.0.1') {
+    const { dialog } = await ehlo(port, '127.0.0.1', localAddress);
+    expect((await dialog.starttls()).code).toBe(220);
+    await dialog.command('EHLO client.example');
+    return dialog;
+  }
+
+  it('a failed AUTH is answered only after authFailureDelay; meanwhile other clients are served', async () => {
+    const slow = await startSmtpRelay({ baseUrl: emu.url, port: 0, retries: false, authFailureDelay: 60_000 });
+    relays.push(slow);
+    const count = serviceRequests();
+    const { dialog: guesser } = await ehlo(slow.port);
+    guesser.write(`AUTH PLAIN ${plain('u', 'emu_guess_1')}\r\n`);
+    await waitFor(() => count() === 1);
+    // The guess was refused by the service; another client authenticates and sends a whole message.
+    const { dialog } = await ehlo(slow.port);
+    expect((await dialog.command(`AUTH PLAIN ${plain('u', emu.apiKey)}`)).code).toBe(235);
+    expect((await dialog.command('MAIL FROM:<app@example.test>')).code).toBe(250);
+    expect((await dialog.command('RCPT TO:<ann@example.test>')).code).toBe(250);
+    expect((await dialog.data(message('while-guessing'))).code).toBe(250);
+    expect((await dialog.command('NOOP')).code).toBe(250);
+    expect(guesser.hasUnreadReply()).toBe(false);
+  });
+
+  it('counts failures per client address across connections, then answers 454 without asking the service', async () => {
+    const budget = await startSmtpRelay({
+      baseUrl: emu.url,
+      port: 0,
+      retries: false,
+      tls: testTls(),
+      trustedNetworks: [],
+      authFailureDelay: 0,
+      maxAuthFailuresPerAddress: 3,
+    });
+    relays.push(budget);
+    const count = serviceRequests();
+    const first = await overTls(budget.port);
+    expect((await first.command(`AUTH PLAIN ${plain('u', 'emu_guess_a')}`)).code).toBe(535);
+    expect((await first.command(`AUTH PLAIN ${plain('u', 'emu_guess_b')}`)).code).toBe(535);
+    const second = await overTls(budget.port);
+    expect((await second.command(`AUTH PLAIN ${plain('u', 'emu_guess_c')}`)).code).toBe(535);
+    expect(count()).toBe(3);
+    // The budget of 127.0.0.1 is spent: even the right key is refused, and the service is not asked.
+    const third = await overTls(budget.port);
+    const refused = await third.command(`AUTH PLAIN ${plain('u', emu.apiKey)}`);
+    expect(refused.code).toBe(454);
+    expect(refused.text).toMatch(/^4\.7\.0 Too many failed authentications from your address/);
+    expect(count()).toBe(3);
+    // Another address is not affected.
+    const other = await overTls(budget.port, '127.0.0.2');
+    expect((await other.command(`AUTH PLAIN ${plain('u', emu.apiKey)}`)).code).toBe(235);
+  });
+
+  it('a key the service refused is refused again for a while without asking the service', async () => {
+    const count = serviceRequests();
+    for (let i = 0; i < 3; i++) {
+      const { dialog } = await ehlo();
+      const reply = await dialog.command(`AUTH PLAIN ${plain('u', 'emu_same_guess')}`);
+      expect(reply.code).toBe(535);
+      expect(reply.text).toMatch(/401 invalid_api_key/);
+    }
+    expect(count()).toBe(1);
+  });
+});
+
+describe('trustedNetworks: where AUTH is offered on plain text', () => {
+  it('loopback by default; a sidecar address (127.0.0.6) when told, and then not the rest of loopback', async () => {
+    const { features: byDefault } = await ehlo(relay.port, '127.0.0.1', '127.0.0.2');
+    expect(byDefault).toContain('AUTH PLAIN LOGIN');
+    const sidecar = await startSmtpRelay({
+      baseUrl: emu.url,
+      port: 0,
+      retries: false,
+      trustedNetworks: ['127.0.0.6/32'],
+    });
+    relays.push(sidecar);
+    const { dialog, features } = await ehlo(sidecar.port, '127.0.0.1', '127.0.0.6');
+    expect(features).toContain('AUTH PLAIN LOGIN');
+    expect((await dialog.command(`AUTH PLAIN ${plain('app', emu.apiKey)}`)).code).toBe(235);
+    const other = await ehlo(sidecar.port, '127.0.0.1', '127.0.0.1');
+    expect(other.features.some((f) => f.startsWith('AUTH'))).toBe(false);
+    const refused = await other.dialog.command(`AUTH PLAIN ${plain('app', emu.apiKey)}`);
+    expect(refused.code).toBe(538);
+    expect(refused.text).toMatch(/trusted networks/);
+  });
+
+  it('names the option in ECONFIG for an entry that is not a network', async () => {
+    const err = await rejectionOf(startSmtpRelay({ baseUrl: emu.url, port: 0, trustedNetworks: ['sidecar'] }));
+    expect(err.code).toBe('ECONFIG');
+    expect(err.message).toContain('trustedNetworks');
+  });
+});
+
 // A client that is not on loopback: a network namespace joined to this one by a veth pair, with
 // addresses from 198.18.0.0/15 (set aside for network tests). Python runs inside the namespace;
 // the hand-driven dialogs bind to the host side's address, which is not loopback either.
@@ -214,5 +359,36 @@ describe.skipIf(typeof netns === 'string')('clients on another address than loop
     expect(emu.mailbox('ann@example.test').some((c) => c.messageId === '<ns-allowed@example.test>')).toBe(true);
     const { dialog } = await ehlo(own.port, ns.hostAddress, ns.hostAddress);
     expect((await dialog.command('MAIL FROM:<app@example.test>')).code).toBe(530);
+  });
+
+  it('a trusted network beyond loopback AUTHs on plain text, and the relay does not warn that nobody can', async () => {
+    const warnings: string[] = [];
+    const logger = {
+      debug() {},
+      info() {},
+      error() {},
+      warn: (_meta: unknown, message: string) => warnings.push(message),
+    };
+    const untrusted = await startSmtpRelay({ baseUrl: emu.url, host: ns.hostAddress, port: 0, logger });
+    relays.push(untrusted);
+    expect(warnings.some((w) => w.includes('no client off this machine can send'))).toBe(true);
+    warnings.length = 0;
+    const trusting = await startSmtpRelay({
+      baseUrl: emu.url,
+      host: ns.hostAddress,
+      port: 0,
+      retries: false,
+      logger,
+      trustedNetworks: [`${ns.clientAddress}/32`],
+    });
+    relays.push(trusting);
+    expect(warnings).toEqual([]);
+    const python = await smtplibSend(
+      { ...spec('ns-trusted', { password: emu.apiKey }), port: trusting.port },
+      ns.prefix,
+    );
+    expect(python.error).toBeUndefined();
+    expect(python.features).toContain('auth');
+    expect(emu.mailbox('ann@example.test').some((c) => c.messageId === '<ns-trusted@example.test>')).toBe(true);
   });
 });

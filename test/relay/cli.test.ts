@@ -5,8 +5,12 @@ import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCli } from '../../src/cli/run-cli.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { waitFor } from '../helpers/async.js';
-import { TEST_CERT, TEST_KEY } from './relay-harness.js';
+import { runCliCapturing } from '../helpers/cli-run.js';
+import { SmtpDialog, TEST_CERT, TEST_KEY } from './relay-harness.js';
 
 let emu: Emulator;
 beforeAll(async () => {
@@ -61,6 +65,9 @@ describe('eml-api relay', () => {
     [['--allow', '10.0.0.0/8'], /--allow needs the relay's own key/],
     [['--port', '70000'], /--port: expected 0-65535/],
     [['--max-size', 'big'], /--max-size/],
+    [['--users', '/nonexistent/users'], /--users: cannot read \/nonexistent\/users/],
+    [['--auth-failure-delay', '61'], /--auth-failure-delay: expected 0-60/],
+    [['--trusted', 'sidecar'], /trustedNetworks: "sidecar" is not an IP address/],
   ])('%j is a usage error (exit 2)', async (args, message) => {
     const run = cli(['--url', emu.url, '--port', '0', ...args]);
     expect(await run.exit).toBe(2);
@@ -81,6 +88,52 @@ describe('eml-api relay', () => {
     } finally {
       busy.close();
     }
+  });
+
+  it('--hash-password hashes standard input; --users serves those users (they send with the relay key)', async () => {
+    const hashed = await runCliCapturing(['relay', '--hash-password'], { env: {}, stdin: 'pw for billing\n' });
+    expect(hashed.code).toBe(0);
+    const hash = hashed.stdout.trim();
+    expect(hash).toMatch(/^\$scrypt\$/);
+    expect(hashed.stdout + hashed.stderr).not.toContain('pw for billing');
+    const dir = await mkdtemp(join(tmpdir(), 'relay-users-'));
+    const file = join(dir, 'users');
+    await writeFile(file, `# SMTP users of the relay\nbilling:${hash}\n`);
+    try {
+      const run = cli(['--port', '0', '--url', emu.url, '--users', file, '--allow', '192.0.2.1'], {
+        EML_API_KEY: emu.apiKey,
+      });
+      await waitFor(() => /listening on/.test(run.text()));
+      expect(run.text()).toMatch(/as do the 1 user\(s\) of --users after AUTH/);
+      const port = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(run.text())![1]);
+      const send = (pass: string) => {
+        const transporter = nodemailer.createTransport({ host: '127.0.0.1', port, auth: { user: 'billing', pass } });
+        return transporter
+          .sendMail({ from: 'billing@example.test', to: 'ann@example.test', text: 'x' })
+          .finally(() => transporter.close());
+      };
+      expect((await send('pw for billing')).response).toMatch(/^250 2\.0\.0 Ok: /);
+      run.stop();
+      expect(await run.exit).toBe(0);
+    } finally {
+      await rm(dir, { recursive: true });
+    }
+  });
+
+  it('--max-clients-per-address and --trusted: a second connection from an untrusted address gets 421', async () => {
+    const run = cli(['--port', '0', '--url', emu.url, '--max-clients-per-address', '1', '--trusted', '127.0.0.1/32'], {
+      EML_API_KEY: emu.apiKey,
+    });
+    await waitFor(() => /listening on/.test(run.text()));
+    const port = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(run.text())![1]);
+    const first = await SmtpDialog.open(port, '127.0.0.1', { localAddress: '127.0.0.2' });
+    const second = await SmtpDialog.open(port, '127.0.0.1', { localAddress: '127.0.0.2' });
+    const trusted = await SmtpDialog.open(port, '127.0.0.1', { localAddress: '127.0.0.1' });
+    const again = await SmtpDialog.open(port, '127.0.0.1', { localAddress: '127.0.0.1' });
+    expect([first, second, trusted, again].map((d) => d.greeting.code)).toEqual([220, 421, 220, 220]);
+    for (const { dialog } of [first, second, trusted, again]) dialog.close();
+    run.stop();
+    expect(await run.exit).toBe(0);
   });
 
   it('is listed in the help, and has its own', async () => {

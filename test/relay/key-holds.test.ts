@@ -8,6 +8,7 @@ import type { SMTPServerAuthentication, SMTPServerSession } from 'smtp-server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiClient } from '../../src/index.js';
+import { ClientSlots } from '../../src/relay/client-slots.js';
 import { KeyClients } from '../../src/relay/key-clients.js';
 import { directDestination } from '../../src/relay/message-destination.js';
 import { relaySessionHandlers } from '../../src/relay/relay-sessions.js';
@@ -31,7 +32,9 @@ describe('key clients held by sessions', () => {
       settings,
       keyClients,
       relayClient: undefined,
+      isOwnKey: () => false,
       destination: directDestination(),
+      slots: new ClientSlots(settings),
       signal: new AbortController().signal,
       arriving: new AbortController().signal,
       closing: () => false,

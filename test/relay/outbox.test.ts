@@ -3,7 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiError } from '../../src/index.js';
 import { EmlApiQueueTransport, startEmlApiWorker } from '../../src/queue/index.js';
-import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { hashRelayPassword, startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { SmtpDialog } from './relay-harness.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
@@ -19,12 +20,22 @@ let relay: SmtpRelay;
 const FAST_RETRY = { attempts: 40, delay: 200, maxDelay: 1000, jitter: 0 };
 
 beforeAll(async () => {
-  [redis, emu] = await Promise.all([startRedisServer(), startEmulator()]);
+  [redis, emu] = await Promise.all([
+    startRedisServer(),
+    // Another account's key, valid for sending: it must not let a client send through this relay.
+    startEmulator({ apiKeys: [{ key: 'k-another-account', scopes: ['sender'] }] }),
+  ]);
   relay = await startSmtpRelay({
     baseUrl: emu.url,
     apiKey: emu.apiKey,
     port: 0,
     queue: { connection: redis.url, retry: FAST_RETRY },
+    users: [
+      { username: 'billing', passwordHash: await hashRelayPassword('billing-secret-pw') },
+      { username: 'cron', password: 'cron-secret-pw' },
+    ],
+    // Failed AUTHs are answered at once: the test refuses several.
+    authFailureDelay: 0,
   });
 });
 
@@ -84,6 +95,44 @@ describe('the relay with the outbox', () => {
     } finally {
       await queue.close();
     }
+  });
+
+  it("AUTH: only the relay's users and its own key, never another API key the service accepts; the service is not asked", async () => {
+    const plain = (user: string, password: string) => Buffer.from(`\0${user}\0${password}`).toString('base64');
+    emu.setFaults({});
+    const tries: [string, string, number][] = [
+      ['app', 'k-another-account', 535],
+      ['billing', 'billing-secret-pw', 235],
+      ['billing', 'cron-secret-pw', 535],
+      ['cron', 'cron-secret-pw', 235],
+      ['anyone', emu.apiKey, 235],
+    ];
+    for (const [user, password, code] of tries) {
+      const { dialog } = await SmtpDialog.open(relay.port);
+      await dialog.command('EHLO client.example');
+      const reply = await dialog.command(`AUTH PLAIN ${plain(user, password)}`);
+      expect([user, reply.code]).toEqual([user, code]);
+      if (code === 535) {
+        expect(reply.text).toMatch(/^5\.7\.8 Authentication credentials invalid/);
+      } else {
+        expect((await dialog.command('MAIL FROM:<app@example.test>')).code).toBe(250);
+      }
+      dialog.close();
+    }
+    const asked = emu.faultStats()!.none;
+    emu.setFaults(undefined);
+    expect(asked).toBe(0);
+    // Loopback may send without AUTH (allowUnauthenticatedFrom), so the relay's users matter from other hosts;
+    // Nodemailer's SMTP transport with a user's login stores the message.
+    const transporter = nodemailer.createTransport({
+      host: '127.0.0.1',
+      port: relay.port,
+      ignoreTLS: true,
+      auth: { user: 'billing', pass: 'billing-secret-pw' },
+    });
+    const info = await transporter.sendMail({ from: 'billing@example.test', to: 'ann@example.test', text: 'x' });
+    transporter.close();
+    expect(info.response).toMatch(/^250 2\.0\.0 Ok: \S+/);
   });
 
   it("needs the relay's own key: the workers send later with theirs", async () => {

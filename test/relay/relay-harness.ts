@@ -75,6 +75,11 @@ export class SmtpDialog {
     });
   }
 
+  /** Whether a reply arrived that nobody has read yet (without waiting for one). */
+  hasUnreadReply(): boolean {
+    return this.#replies.length > 0;
+  }
+
   /** Sends a whole message after DATA (dot-stuffed, terminated) and reads the final reply. */
   async data(message: string | Buffer): Promise<Reply> {
     const go = await this.command('DATA');

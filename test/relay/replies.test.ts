@@ -54,10 +54,10 @@ async function session(port = relay.port) {
 }
 
 /** A session up to DATA's final reply. */
-async function send(message: string, rcpts: string[], port = relay.port) {
+async function send(message: string, rcpts: string[], port = relay.port, mailParameters = '') {
   const { dialog } = await session(port);
   await dialog.command('EHLO client.example');
-  expect((await dialog.command('MAIL FROM:<shop@example.test>')).code).toBe(250);
+  expect((await dialog.command(`MAIL FROM:<shop@example.test>${mailParameters}`)).code).toBe(250);
   for (const rcpt of rcpts) expect((await dialog.command(`RCPT TO:<${rcpt}>`)).code).toBe(250);
   return dialog.data(message);
 }
@@ -113,6 +113,45 @@ describe('extensions', () => {
   });
 });
 
+describe('MAIL and RCPT parameters', () => {
+  it('a non-ASCII address without SMTPUTF8 is 553 5.6.7, at MAIL and at RCPT; with it, or in xn-- form, it is accepted', async () => {
+    const { dialog } = await session();
+    await dialog.command('EHLO client.example');
+    const mail = await dialog.command('MAIL FROM:<jörg@bücher.example>');
+    expect(mail.code).toBe(553);
+    expect(mail.text).toMatch(/^5\.6\.7 .*SMTPUTF8/);
+    expect((await dialog.command('MAIL FROM:<shop@example.test>')).code).toBe(250);
+    const rcpt = await dialog.command('RCPT TO:<zoë@example.test>');
+    expect(rcpt.code).toBe(553);
+    expect(rcpt.text).toMatch(/^5\.6\.7 .*SMTPUTF8/);
+    // So does a Unicode domain (smtp-server hands it over as Unicode either way: the line sent tells them apart);
+    // in its ASCII (xn--) form it needs no SMTPUTF8.
+    expect((await dialog.command('RCPT TO:<ann@bücher.example>')).code).toBe(553);
+    expect((await dialog.command('RCPT TO:<ann@xn--bcher-kva.example>')).code).toBe(250);
+    expect((await dialog.command('RSET')).code).toBe(250);
+    expect((await dialog.command('MAIL FROM:<jörg@bücher.example> SMTPUTF8')).code).toBe(250);
+    expect((await dialog.command('RCPT TO:<zoë@example.test>')).code).toBe(250);
+  });
+
+  it('a parameter the relay did not advertise is 555 5.5.4; SIZE, BODY, SMTPUTF8 and AUTH are taken', async () => {
+    const { dialog } = await session();
+    await dialog.command('EHLO client.example');
+    for (const parameter of ['RET=HDRS', 'ENVID=abc', 'XYZZY', 'MT-PRIORITY=3']) {
+      const reply = await dialog.command(`MAIL FROM:<shop@example.test> ${parameter}`);
+      expect([parameter, reply.code]).toEqual([parameter, 555]);
+      expect(reply.text).toMatch(/^5\.5\.4 /);
+    }
+    const ok = await dialog.command('MAIL FROM:<shop@example.test> SIZE=1000 BODY=8BITMIME SMTPUTF8 AUTH=<>');
+    expect(ok.code).toBe(250);
+    for (const parameter of ['NOTIFY=SUCCESS', 'ORCPT=rfc822;ann@example.test', 'XYZZY=1']) {
+      const reply = await dialog.command(`RCPT TO:<ann@example.test> ${parameter}`);
+      expect([parameter, reply.code]).toEqual([parameter, 555]);
+      expect(reply.text).toMatch(/^5\.5\.4 /);
+    }
+    expect((await dialog.command('RCPT TO:<ann@example.test>')).code).toBe(250);
+  });
+});
+
 describe('250 means the service accepted it', () => {
   it('names the service id in the reply and in the log', async () => {
     const reply = await send(eml('accepted'), ['ann@example.test']);
@@ -143,7 +182,12 @@ describe('250 means the service accepted it', () => {
   });
 
   it('matches an IDN domain written as xn-- in RCPT TO and in Unicode in the header (nothing added as Bcc)', async () => {
-    const reply = await send(eml('idn', ['To: jörg@bücher.example']), ['jörg@xn--bcher-kva.example']);
+    const reply = await send(
+      eml('idn', ['To: jörg@bücher.example']),
+      ['jörg@xn--bcher-kva.example'],
+      relay.port,
+      ' SMTPUTF8',
+    );
     expect(reply.code).toBe(250);
     const message = emu.messages().find((m) => m.messageId === '<idn@example.test>')!;
     expect(message.raw.toString()).not.toMatch(/^bcc:/im);

@@ -5,13 +5,16 @@
  * client address lists, and the reply for each failure.
  */
 import { Readable } from 'node:stream';
+import { inspect } from 'node:util';
 import { buffer } from 'node:stream/consumers';
 import { describe, expect, it } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
 import { parseAddressList } from '../../src/protocol/address-list.js';
 import { parseHeaderFields } from '../../src/protocol/header-fields.js';
 import { addressKey } from '../../src/relay/address-key.js';
-import { ClientAddressList, isLoopbackAddress } from '../../src/relay/client-address-list.js';
+import { AuthFailureBudget } from '../../src/relay/auth-failures.js';
+import { hashRelayPassword, parseUsersFile, RelayUsers } from '../../src/relay/relay-users.js';
+import { ClientAddressList, clientKey, isLoopbackAddress } from '../../src/relay/client-address-list.js';
 import { planEnvelope } from '../../src/relay/envelope-plan.js';
 import { MessageRewriter } from '../../src/relay/message-rewriter.js';
 import {
@@ -129,14 +132,19 @@ describe('who may AUTH and send', () => {
     hasOwnKey,
     hasTls,
     allowUnauthenticatedFrom: new ClientAddressList(['127.0.0.0/8', '::1', '10.1.0.0/16'], 'test'),
+    trustedNetworks: new ClientAddressList(['127.0.0.0/8', '::1'], 'test'),
   });
 
-  it('offers AUTH over TLS or from loopback only', () => {
-    expect(authOffered({ remoteAddress: '127.0.0.1', secure: false })).toBe(true);
-    expect(authOffered({ remoteAddress: '::ffff:127.0.0.2', secure: false })).toBe(true);
-    expect(authOffered({ remoteAddress: '::1', secure: false })).toBe(true);
-    expect(authOffered({ remoteAddress: '198.18.0.2', secure: false })).toBe(false);
-    expect(authOffered({ remoteAddress: '198.18.0.2', secure: true })).toBe(true);
+  it('offers AUTH over TLS or from trusted networks only', () => {
+    const loopback = policy(false, false);
+    expect(authOffered({ remoteAddress: '127.0.0.1', secure: false }, loopback)).toBe(true);
+    expect(authOffered({ remoteAddress: '::ffff:127.0.0.2', secure: false }, loopback)).toBe(true);
+    expect(authOffered({ remoteAddress: '::1', secure: false }, loopback)).toBe(true);
+    expect(authOffered({ remoteAddress: '198.18.0.2', secure: false }, loopback)).toBe(false);
+    expect(authOffered({ remoteAddress: '198.18.0.2', secure: true }, loopback)).toBe(true);
+    const sidecar = { trustedNetworks: new ClientAddressList(['127.0.0.6/32'], 'trustedNetworks') };
+    expect(authOffered({ remoteAddress: '127.0.0.6', secure: false }, sidecar)).toBe(true);
+    expect(authOffered({ remoteAddress: '127.0.0.1', secure: false }, sidecar)).toBe(false);
   });
 
   it('lets authenticated clients send, and unauthenticated ones only with the relay key from an allowed address', () => {
@@ -149,7 +157,7 @@ describe('who may AUTH and send', () => {
     expect(mailRefusal(facts('10.1.2.3'), policy(true, false))).toBeUndefined();
     expect(mailRefusal(facts('10.1.2.3'), policy(false, false))?.code).toBe(530);
     expect(mailRefusal(facts('10.2.0.1'), policy(true, true))?.text).toMatch(/STARTTLS/);
-    expect(mailRefusal(facts('10.2.0.1'), policy(true, false))?.text).toMatch(/only from loopback/);
+    expect(mailRefusal(facts('10.2.0.1'), policy(true, false))?.text).toMatch(/only from its trusted networks/);
     expect(mailRefusal(facts('127.0.0.1'), policy(false, false))?.text).toMatch(/AUTH with your API key/);
   });
 
@@ -164,6 +172,95 @@ describe('who may AUTH and send', () => {
       expect(thrownBy(() => new ClientAddressList([bad], 'allowUnauthenticatedFrom')).message).toContain(
         'allowUnauthenticatedFrom',
       );
+  });
+});
+
+describe("the relay's users", () => {
+  it('checks passwords given plain or as scrypt hashes; unknown names and wrong passwords fail', async () => {
+    const hash = await hashRelayPassword('s3cret pass');
+    expect(hash).toMatch(/^\$scrypt\$ln=14,r=8,p=1\$[A-Za-z0-9+/]{22}\$[A-Za-z0-9+/]{43}$/);
+    expect(await hashRelayPassword('s3cret pass')).not.toBe(hash);
+    const users = new RelayUsers([
+      { username: 'billing', passwordHash: hash },
+      { username: 'cron', password: 'plain-pw' },
+    ]);
+    expect(await users.verify('billing', 's3cret pass')).toBe(true);
+    expect(await users.verify('billing', 's3cret pasS')).toBe(false);
+    expect(await users.verify('Billing', 's3cret pass')).toBe(false);
+    expect(await users.verify('cron', 'plain-pw')).toBe(true);
+    expect(await users.verify('cron', 'plain-pw ')).toBe(false);
+    expect(await users.verify('nobody', 's3cret pass')).toBe(false);
+    expect(inspect(users, { showHidden: true, depth: Infinity })).not.toMatch(/plain-pw|scrypt/);
+  });
+
+  it('refuses bad entries with ECONFIG naming them, never quoting a password or hash', () => {
+    const cases: [unknown, RegExp][] = [
+      [[{ username: 'a b', password: 'pw-1' }], /users\[0\]\.username/],
+      [[{ username: 'a', password: 'pw-1', passwordHash: '$scrypt$' }], /users\[0\]: give either/],
+      [[{ username: 'a', passwordHash: '$2b$10$pw-1-bcrypt-hash-here' }], /users\[0\]\.passwordHash/],
+      [
+        [{ username: 'a', passwordHash: '$scrypt$ln=30,r=8,p=1$c2FsdHNhbHRzYWx0c2FsdA$pw1pw1pw1pw1pw1pw1pw1pw1pw1' }],
+        /passwordHash/,
+      ],
+      [
+        [
+          { username: 'a', password: 'pw-1' },
+          { username: 'a', password: 'pw-2' },
+        ],
+        /users\[1\]\.username: "a" is listed twice/,
+      ],
+      ['pw-1', /users: expected an array/],
+    ];
+    for (const [users, message] of cases) {
+      const err = thrownBy(() => new RelayUsers(users as never));
+      expect(err.code).toBe('ECONFIG');
+      expect(err.message).toMatch(message);
+      expect(err.message).not.toMatch(/pw-1|pw1/);
+    }
+  });
+
+  it('reads a users file of name:hash lines, naming the line of a bad one', async () => {
+    const hash = await hashRelayPassword('pw');
+    const text = `# relay users\n\nbilling:${hash}\r\ncron:${hash}:1000:1000::/home/cron\n`;
+    expect(parseUsersFile(text, 'users.txt')).toEqual([
+      { username: 'billing', passwordHash: hash },
+      { username: 'cron', passwordHash: hash },
+    ]);
+    expect(thrownBy(() => parseUsersFile('a:plain-password\n', 'users.txt')).message).toMatch(
+      /users\.txt line 1: the hash is not an scrypt hash/,
+    );
+    expect(thrownBy(() => parseUsersFile(`\nno-hash\n`, 'users.txt')).message).toMatch(/users\.txt line 2/);
+  });
+});
+
+describe('the AUTH failure budget of each client address', () => {
+  it('refuses after `limit` failures within the window, until the oldest leaves it', () => {
+    let now = 0;
+    const budget = new AuthFailureBudget({ limit: 3, window: 60_000, now: () => now });
+    for (const at of [0, 10_000, 20_000]) {
+      now = at;
+      expect(budget.retryAfter('192.0.2.7')).toBe(0);
+      budget.record('192.0.2.7');
+    }
+    expect(budget.retryAfter('::ffff:192.0.2.7')).toBe(40_000);
+    expect(budget.retryAfter('192.0.2.8')).toBe(0);
+    now = 60_000;
+    expect(budget.retryAfter('192.0.2.7')).toBe(0);
+    now = 200_000;
+    expect(budget.retryAfter('192.0.2.7')).toBe(0);
+    expect(budget.size).toBe(0);
+  });
+
+  it('counts IPv6 clients per /64, and remembers at most maxAddresses', () => {
+    const budget = new AuthFailureBudget({ limit: 2, window: 60_000, maxAddresses: 100 });
+    budget.record('2001:db8:1:2::a');
+    budget.record('2001:db8:1:2:ffff::b');
+    expect(budget.retryAfter('2001:db8:1:2::c')).toBeGreaterThan(0);
+    expect(budget.retryAfter('2001:db8:1:3::c')).toBe(0);
+    for (let i = 0; i < 1000; i++) budget.record(`10.0.${i >> 8}.${i & 255}`);
+    expect(budget.size).toBe(100);
+    expect(clientKey('2001:DB8::1')).toBe('2001:db8:0:0::/64');
+    expect(clientKey('::ffff:198.51.100.1')).toBe('198.51.100.1');
   });
 });
 
@@ -207,6 +304,14 @@ describe('replies', () => {
     expect(authFailureReply(new EmlApiError('ECONFIG', 'bad key'))).toMatchObject({ code: 535 });
     expect(authFailureReply(new EmlApiError('ECONNECTION', 'down'))).toMatchObject({ code: 454 });
     expect(authFailureReply(api(503))).toMatchObject({ code: 454 });
+  });
+
+  it('never quotes an error from inside the relay (not an EmlApiError): generic text, the detail is only logged', () => {
+    const internal = new SyntaxError('Invalid regular expression: /(?:s|%73)(?:k|%6b)/: Regular expression too large');
+    const auth = authFailureReply(internal);
+    expect(auth).toEqual({ code: 454, text: '4.7.0 Temporary authentication failure, try again later' });
+    const data = failureReply(new TypeError('Cannot read properties of undefined (reading /srv/spool/x)'), 'client');
+    expect(data).toEqual({ code: 451, text: '4.3.0 Local error in processing, try again later' });
   });
 
   it('keeps replies under the 512-character line limit', () => {

@@ -36,7 +36,8 @@ afterAll(async () => {
 describe('the relay keeps keys secret', () => {
   it('in logs, SMTP replies, util.inspect of the relay and start-up errors', async () => {
     const own = await startSmtpRelay({ baseUrl: emu.url, apiKey: GOOD, port: 0, retries: false, logger });
-    const auth = await startSmtpRelay({ baseUrl: emu.url, port: 0, retries: false, logger });
+    // No pause before the replies to the refused keys: the test stays fast.
+    const auth = await startSmtpRelay({ baseUrl: emu.url, port: 0, retries: false, logger, authFailureDelay: 0 });
     relays.push(own, auth);
     const replies: string[] = [];
     const { dialog } = await SmtpDialog.open(auth.port);
@@ -83,5 +84,25 @@ describe('the relay keeps keys secret', () => {
     ].join('\n');
     expect(lines.length).toBeGreaterThan(4);
     for (const fragment of FRAGMENTS) expect(everything).not.toContain(fragment);
+  });
+
+  it('a password too long to be a key (10,000 characters) is 535 at once: not asked of the service, not echoed', async () => {
+    const relay = await startSmtpRelay({ baseUrl: emu.url, port: 0, retries: false, logger });
+    relays.push(relay);
+    const password = `sk_live_LONGSECRET_${Array.from({ length: 1000 }, (_, i) => `${i}x`).join('')}`.padEnd(
+      10_000,
+      'q',
+    );
+    emu.setFaults({});
+    const { dialog } = await SmtpDialog.open(relay.port);
+    await dialog.command('EHLO client.example');
+    const reply = await dialog.command(`AUTH PLAIN ${Buffer.from(`\0app\0${password}`).toString('base64')}`);
+    dialog.close();
+    const requests = emu.faultStats()!.none;
+    emu.setFaults(undefined);
+    expect(reply.code).toBe(535);
+    expect(reply.text).toMatch(/^5\.7\.8 Authentication credentials invalid: the password is too long/);
+    expect(requests).toBe(0);
+    for (const text of [reply.lines.join('\n'), ...lines]) expect(text).not.toContain('LONGSECRET');
   });
 });

@@ -5,6 +5,8 @@ import type { EmlApiLogger } from '../../shared/logger.js';
 import { startSmtpRelay } from '../../relay/start-smtp-relay.js';
 import { loadSmtpServer } from '../../relay/smtp-server-peer.js';
 import type { SmtpRelayOptions } from '../../relay/relay-options.js';
+import { hashRelayPassword, parseUsersFile, type SmtpRelayUser } from '../../relay/relay-users.js';
+import { readAll } from '../lib/read-input.js';
 import type { CliIo } from '../cli-io.js';
 import { untilStopped } from '../lib/until-stopped.js';
 import { EXIT, UsageError } from '../lib/usage-error.js';
@@ -23,8 +25,9 @@ sender retries).
 
 Without a key, each client authenticates with its own API key as the SMTP
 password (any user name). With --key (or EML_API_KEY), clients on --allow
-(loopback by default) send without AUTH, with that key. AUTH is offered over
-TLS, or from loopback, only.
+(loopback by default) and the users of --users send with that key. With
+--redis, AUTH accepts only the --users and the relay's own key. AUTH is
+offered over TLS, or from --trusted networks (loopback by default), only.
 
 Options:
   --port <n>              port to listen on (default 2525; 0 picks a free one)
@@ -33,6 +36,10 @@ Options:
   --key <key>             the relay's own API key (or EML_API_KEY; prefer the variable: flags show in ps)
   --allow <cidr>          client addresses that may send without AUTH, with the relay's key (repeatable;
                           default 127.0.0.0/8 and ::1)
+  --trusted <cidr>        networks whose clients may AUTH without TLS and are exempt from the per-address
+                          limits, e.g. a sidecar's 127.0.0.6 (repeatable; default 127.0.0.0/8 and ::1)
+  --users <file>          the relay's own SMTP users, one name:hash per line; they send with the relay's key
+  --hash-password         print the hash of the password read from standard input (for --users), and exit
   --tls-cert <file>       PEM certificate: offers STARTTLS (with --tls-key)
   --tls-key <file>        PEM private key
   --tls-implicit          TLS from the first byte (as on port 465) instead of STARTTLS
@@ -40,6 +47,20 @@ Options:
                           with a Bcc field for every recipient)
   --max-recipients <n>    recipients per message (default 100)
   --max-clients <n>       SMTP connections at once (default 100)
+  --max-clients-per-address <n>
+                          connections at once from one client address, IPv6 per /64; --trusted exempt
+                          (default 50, Postfix's smtpd_client_connection_count_limit)
+  --idle-timeout <s>      seconds a client may stay silent (default 300)
+  --stress-idle-timeout <s>
+                          the same from 80% of --max-clients on (default 10, Postfix's stress mode)
+  --data-timeout <s>      seconds a message may take to arrive after DATA (default 600)
+  --min-data-rate <n>     bytes a second a message must arrive at, at least (default 500)
+  --auth-failure-delay <s>
+                          seconds before the reply to a failed AUTH (default 2)
+  --max-auth-failures <n> failed AUTHs per client address within --auth-failure-window, then 454
+                          without asking the service; --trusted exempt (default 10)
+  --auth-failure-window <s>
+                          seconds (default 600)
   --redis <url>           store-and-forward through the outbox in this Redis: 250 once stored,
                           sent by \`eml-api worker\` processes (needs the relay's own key)
   --queue <name>          the outbox's queue name (default eml-api)
@@ -61,12 +82,23 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       url: { type: 'string' },
       key: { type: 'string' },
       allow: { type: 'string', multiple: true },
+      trusted: { type: 'string', multiple: true },
+      users: { type: 'string' },
+      'hash-password': { type: 'boolean' },
       'tls-cert': { type: 'string' },
       'tls-key': { type: 'string' },
       'tls-implicit': { type: 'boolean' },
       'max-size': { type: 'string' },
       'max-recipients': { type: 'string' },
       'max-clients': { type: 'string' },
+      'max-clients-per-address': { type: 'string' },
+      'idle-timeout': { type: 'string' },
+      'stress-idle-timeout': { type: 'string' },
+      'data-timeout': { type: 'string' },
+      'min-data-rate': { type: 'string' },
+      'auth-failure-delay': { type: 'string' },
+      'max-auth-failures': { type: 'string' },
+      'auth-failure-window': { type: 'string' },
       redis: { type: 'string' },
       queue: { type: 'string' },
       prefix: { type: 'string' },
@@ -80,6 +112,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
     io.stdout.write(RELAY_HELP);
     return EXIT.ok;
   }
+  if (values['hash-password']) return hashPassword(io);
   // Says what to install (exit 1) before anything else, when the optional peer is missing.
   loadSmtpServer();
   const baseUrl = values.url ?? io.env.EML_API_URL;
@@ -101,11 +134,14 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
     logger: lineLogger(io, values.quiet ?? false),
     ...(apiKey ? { apiKey } : {}),
     ...(values.allow ? { allowUnauthenticatedFrom: values.allow } : {}),
+    ...(values.trusted ? { trustedNetworks: values.trusted } : {}),
+    ...(values.users !== undefined ? { users: await readUsers(values.users) } : {}),
     ...(values['max-size'] ? { maxMessageSize: whole(values['max-size'], '--max-size', 1, 2 ** 40) } : {}),
     ...(values['max-recipients']
       ? { maxRecipients: whole(values['max-recipients'], '--max-recipients', 1, 100_000) }
       : {}),
     ...(values['max-clients'] ? { maxClients: whole(values['max-clients'], '--max-clients', 1, 100_000) } : {}),
+    ...limitOptions(values),
     ...(values.redis !== undefined
       ? {
           queue: {
@@ -134,9 +170,14 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
   }
   const tls = options.tls ? (options.tls.implicit ? ', implicit TLS' : ', STARTTLS') : '';
   io.stdout.write(`SMTP relay listening on ${relay.host}:${relay.port}${tls}, forwarding to ${baseUrl}\n`);
+  const users = options.users ? `, as do the ${options.users.length} user(s) of --users after AUTH` : '';
   io.stdout.write(
     apiKey
-      ? `Clients on ${(values.allow ?? ['127.0.0.0/8', '::1']).join(', ')} send without AUTH, with the relay's key; others AUTH with their own API key as the password\n`
+      ? `Clients on ${(values.allow ?? ['127.0.0.0/8', '::1']).join(', ')} send without AUTH, with the relay's key${users}; ${
+          options.queue
+            ? "AUTH accepts only the relay's users and its own key (the outbox's workers send)"
+            : 'others AUTH with their own API key as the password'
+        }\n`
       : 'Clients AUTH with their own API key as the password (any user name)\n',
   );
   await untilStopped(io.signal);
@@ -144,6 +185,34 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
   await relay.close();
   io.stdout.write('SMTP relay stopped\n');
   return EXIT.ok;
+}
+
+/** The flags of the per-client limits, as options (seconds become milliseconds). */
+function limitOptions(values: Record<string, string | boolean | string[] | undefined>): Partial<SmtpRelayOptions> {
+  const flag = (name: string) => values[name] as string | undefined;
+  const options: Partial<SmtpRelayOptions> = {};
+  const count = (name: string, option: 'maxClientsPerAddress' | 'minDataRate' | 'maxAuthFailuresPerAddress') => {
+    const value = flag(name);
+    if (value !== undefined) options[option] = whole(value, `--${name}`, 1, 1_000_000_000);
+  };
+  const seconds = (
+    name: string,
+    option: 'idleTimeout' | 'stressIdleTimeout' | 'dataTimeout' | 'authFailureDelay' | 'authFailureWindow',
+    min: number,
+    max: number,
+  ) => {
+    const value = flag(name);
+    if (value !== undefined) options[option] = whole(value, `--${name}`, min, max) * 1000;
+  };
+  count('max-clients-per-address', 'maxClientsPerAddress');
+  count('min-data-rate', 'minDataRate');
+  count('max-auth-failures', 'maxAuthFailuresPerAddress');
+  seconds('idle-timeout', 'idleTimeout', 1, 86_400);
+  seconds('stress-idle-timeout', 'stressIdleTimeout', 1, 86_400);
+  seconds('data-timeout', 'dataTimeout', 1, 604_800);
+  seconds('auth-failure-delay', 'authFailureDelay', 0, 60);
+  seconds('auth-failure-window', 'authFailureWindow', 1, 86_400);
+  return options;
 }
 
 /** A logger that writes one line per event: accepted messages to standard output, the rest to standard error. */
@@ -162,6 +231,29 @@ function lineLogger(io: CliIo, quiet: boolean): EmlApiLogger {
     warn: (meta, message) => io.stderr.write(line(meta, `WARN ${message}`)),
     error: (meta, message) => io.stderr.write(line(meta, `ERROR ${message}`)),
   };
+}
+
+/** `--hash-password`: the password is read from standard input (a flag would show in `ps` and shell history). */
+async function hashPassword(io: CliIo): Promise<number> {
+  const password = (await readAll(io.stdin)).toString('utf8').replace(/\r?\n$/, '');
+  if (password === '') throw new UsageError('--hash-password reads the password from standard input, and got none');
+  io.stdout.write(`${await hashRelayPassword(password)}\n`);
+  return EXIT.ok;
+}
+
+/** `--users <file>`: `name:hash` lines. */
+async function readUsers(path: string): Promise<SmtpRelayUser[]> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    throw new UsageError(`--users: cannot read ${path}: ${(err as Error).message}`);
+  }
+  try {
+    return parseUsersFile(text, `--users ${path}`);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
 }
 
 function listenFailure(err: EmlApiError): boolean {

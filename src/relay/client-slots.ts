@@ -1,0 +1,195 @@
+import type { SMTPServer, SMTPServerDataStream, SMTPServerSession } from 'smtp-server';
+import type { ClientAddressList } from './client-address-list.js';
+import { clientKey } from './client-address-list.js';
+import type { SmtpReply } from './smtp-replies.js';
+
+/**
+ * The share of `maxClients` from which the relay is under stress, and idle
+ * clients get `stressIdleTimeout` instead of `idleTimeout`. Postfix enters
+ * stress when every smtpd process is busy; the relay a little before its
+ * limit, so that the slots are freed before anyone is turned away.
+ */
+export const STRESS_SHARE = 0.8;
+
+/** What the slots are given of the relay's settings. */
+export interface ClientSlotSettings {
+  maxClients: number;
+  maxClientsPerAddress: number;
+  trustedNetworks: ClientAddressList;
+  idleTimeout: number;
+  stressIdleTimeout: number;
+  dataTimeout: number;
+  minDataRate: number;
+}
+
+/**
+ * What the slots use of an smtp-server connection. `send` and `session` are
+ * its public API; `_socket` (the socket it reads from now: the TLS socket
+ * after STARTTLS) is not, and is pinned by the relay's tests. The idle
+ * timeout smtp-server arms is the socket's own (`socket.setTimeout`), whose
+ * listener it re-arms with `options.socketTimeout`: giving the socket another
+ * duration changes the timeout of that connection alone.
+ */
+interface SlotConnection {
+  session: SMTPServerSession;
+  _socket?: { setTimeout(ms: number): unknown } | undefined;
+  send(code: number, data?: string, context?: string | false): void;
+}
+
+/**
+ * The connection slots of the relay, so that no client can starve the
+ * others (the protections of Postfix's smtpd and anvil):
+ *
+ * - at most `maxClientsPerAddress` connections from one client address
+ *   (`smtpd_client_connection_count_limit`; IPv6 counted per /64), clients on
+ *   `trustedNetworks` exempt (`smtpd_client_event_limit_exceptions`, which
+ *   is `$mynetworks`): `421 4.7.0` past it;
+ * - under stress, from {@link STRESS_SHARE} of `maxClients` connections on,
+ *   idle clients are given `stressIdleTimeout` instead of `idleTimeout`
+ *   (`smtpd_timeout = ${stress?{10}:{300}}s`);
+ * - DATA must arrive at `minDataRate` bytes a second at least, after a grace
+ *   of the idle timeout (`smtpd_min_data_rate`, with a per-request deadline),
+ *   and within `dataTimeout` in all: a client sending a byte per idle period
+ *   no longer holds its slot for ever. `421 4.4.2` closes it.
+ */
+export class ClientSlots {
+  readonly #settings: ClientSlotSettings;
+  readonly #stressFrom: number;
+  /** Connections admitted, per client key. */
+  readonly #perAddress = new Map<string, number>();
+  /** The sessions admitted, with the key they count under. */
+  readonly #admitted = new WeakMap<SMTPServerSession, string>();
+  readonly #connections = new WeakMap<SMTPServerSession, SlotConnection>();
+  #open = 0;
+  #stressed = false;
+  #server: SMTPServer | undefined;
+
+  constructor(settings: ClientSlotSettings) {
+    this.#settings = settings;
+    this.#stressFrom = Math.max(1, Math.ceil(settings.maxClients * STRESS_SHARE));
+  }
+
+  /** Whether the relay is under stress now (idle clients get `stressIdleTimeout`). */
+  get stressed(): boolean {
+    return this.#stressed;
+  }
+
+  /** Connections admitted and still open. */
+  get open(): number {
+    return this.#open;
+  }
+
+  /** The idle timeout in force now. */
+  get idleTimeout(): number {
+    return this.#stressed ? this.#settings.stressIdleTimeout : this.#settings.idleTimeout;
+  }
+
+  /** The server whose connections the slots time; before it, sessions are counted but not timed. */
+  attach(server: SMTPServer): void {
+    this.#server = server;
+  }
+
+  /**
+   * Admits a new session (from `onConnect`), or says why not.
+   * @returns undefined when admitted (call {@link leave} when it closes), else the `421` reply
+   */
+  admit(session: SMTPServerSession): SmtpReply | undefined {
+    const address = session.remoteAddress;
+    const key = clientKey(address);
+    const count = this.#perAddress.get(key) ?? 0;
+    if (count >= this.#settings.maxClientsPerAddress && !this.#settings.trustedNetworks.includes(address)) {
+      return {
+        code: 421,
+        text: `4.7.0 Too many connections from your address (at most ${this.#settings.maxClientsPerAddress}), try again later`,
+      };
+    }
+    this.#perAddress.set(key, count + 1);
+    this.#admitted.set(session, key);
+    this.#open++;
+    this.#checkStress();
+    // A session admitted under stress starts with the short timeout too.
+    if (this.#stressed) this.#connectionOf(session)?._socket?.setTimeout(this.#settings.stressIdleTimeout);
+    return undefined;
+  }
+
+  /** Frees the slot of a session that closed (from `onClose`); sessions never admitted are ignored. */
+  leave(session: SMTPServerSession): void {
+    const key = this.#admitted.get(session);
+    if (key === undefined) return;
+    this.#admitted.delete(session);
+    const count = (this.#perAddress.get(key) ?? 1) - 1;
+    if (count > 0) this.#perAddress.set(key, count);
+    else this.#perAddress.delete(key);
+    this.#open--;
+    this.#checkStress();
+  }
+
+  /**
+   * Times a message while it arrives (from `onData`): it must come at
+   * `minDataRate` after a grace of the idle timeout, and whole within
+   * `dataTimeout`; otherwise the connection is closed with `421 4.4.2` (the
+   * message is abandoned and nothing is sent). Stops at the end of the
+   * message: the time the service then takes is not the client's.
+   *
+   * @returns stops the timer (call it once the message is in, or failed)
+   */
+  watchData(session: SMTPServerSession, stream: SMTPServerDataStream): () => void {
+    const { dataTimeout, minDataRate } = this.#settings;
+    const started = Date.now();
+    let timer: NodeJS.Timeout | undefined;
+    const allowed = () => Math.min(dataTimeout, this.idleTimeout + (stream.byteLength / minDataRate) * 1000);
+    const check = () => {
+      const left = allowed() - (Date.now() - started);
+      if (left > 0) {
+        timer = setTimeout(check, left);
+        timer.unref();
+        return;
+      }
+      timer = undefined;
+      this.#connectionOf(session)?.send(
+        421,
+        `4.4.2 The message did not arrive in time (at least ${minDataRate} bytes a second, all of it within ${duration(dataTimeout)}), closing the connection`,
+      );
+    };
+    timer = setTimeout(check, allowed());
+    timer.unref();
+    const stop = () => {
+      if (timer) clearTimeout(timer);
+      timer = undefined;
+      stream.off('end', stop);
+      stream.off('close', stop);
+    };
+    stream.once('end', stop);
+    stream.once('close', stop);
+    return stop;
+  }
+
+  /** Enters or leaves stress, giving every connection the idle timeout in force. */
+  #checkStress(): void {
+    const stressed = this.#open >= this.#stressFrom;
+    if (stressed === this.#stressed) return;
+    this.#stressed = stressed;
+    const server = this.#server;
+    if (!server) return;
+    // smtp-server re-arms a connection's timeout with this value after it fired while a handler ran.
+    server.options.socketTimeout = this.idleTimeout;
+    for (const connection of server.connections as Set<unknown> as Set<SlotConnection>) {
+      connection._socket?.setTimeout(this.idleTimeout);
+    }
+  }
+
+  /** The smtp-server connection of a session (found once, among at most `maxClients`). */
+  #connectionOf(session: SMTPServerSession): SlotConnection | undefined {
+    let connection = this.#connections.get(session);
+    if (connection || !this.#server) return connection;
+    for (const candidate of this.#server.connections as Set<unknown> as Set<SlotConnection>) {
+      if (candidate.session === session) connection = candidate;
+    }
+    if (connection) this.#connections.set(session, connection);
+    return connection;
+  }
+}
+
+function duration(ms: number): string {
+  return ms % 1000 === 0 ? `${ms / 1000} s` : `${ms} ms`;
+}
