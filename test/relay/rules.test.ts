@@ -5,6 +5,7 @@
  * client address lists, and the reply for each failure.
  */
 import { Readable } from 'node:stream';
+import fc from 'fast-check';
 import { buffer } from 'node:stream/consumers';
 import { describe, expect, it } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
@@ -108,6 +109,34 @@ describe('MessageRewriter', () => {
     expect(out).toBe('X: 1\r\n\r\nbody\r\nmore');
     const again = await through(['X: 1\r\n\r\nbody\r\nmore'], (h) => h);
     expect(again.rewriter.digest()).toBe(rewriter.digest());
+  });
+
+  it('makes every bare LF and bare CR a CRLF, wherever the chunks split the message (a CR last in one chunk, its LF first in the next)', async () => {
+    const bytes = fc
+      .array(fc.constantFrom('a', '.', ' ', ':', '\r', '\n', '\r\n'), { maxLength: 40 })
+      .map((a) => a.join(''));
+    await fc.assert(
+      fc.asyncProperty(bytes, fc.array(fc.nat(), { maxLength: 6 }), async (text, cuts) => {
+        const at = [...new Set(cuts.map((c) => c % (text.length + 1)))].sort((a, b) => a - b);
+        const chunks = [0, ...at].map((start, i) => text.slice(start, at[i] ?? text.length)).filter((c) => c !== '');
+        const { out } = await through(chunks, (h) => h);
+        expect(out).toBe(text.replace(/\r\n|\r|\n/g, '\r\n'));
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('passes a body chunk without bare line ends through as it is (no copy)', async () => {
+    const rewriter = new MessageRewriter(
+      (h) => h,
+      () => undefined,
+    );
+    const parts: Buffer[] = [];
+    rewriter.on('data', (c: Buffer) => parts.push(c));
+    const body = Buffer.alloc(64 * 1024, 'line\r\n');
+    rewriter.write(Buffer.from('From: a\r\n\r\n'));
+    await new Promise<void>((resolve) => rewriter.end(body, resolve));
+    expect(parts.at(-1)).toBe(body);
   });
 
   it('fails on a header section over 1 MiB, and on whatever the size check reports', async () => {

@@ -1,0 +1,96 @@
+/**
+ * What the relay reads from a message and what it forwards, over real
+ * sockets to the emulator: line ends (bare LF and CR never reach the
+ * service), recipients (only the envelope's; a header the relay cannot read
+ * is refused, never dropped), and the identity of a message (a retry after
+ * an ambiguous `451` is not delivered twice).
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { SmtpDialog } from './relay-harness.js';
+
+let emu: Emulator;
+let relay: SmtpRelay;
+const opened: SmtpDialog[] = [];
+
+beforeAll(async () => {
+  emu = await startEmulator();
+  relay = await startSmtpRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retries: false });
+});
+afterEach(() => {
+  for (const dialog of opened.splice(0)) dialog.close();
+});
+afterAll(async () => {
+  await relay?.close();
+  await emu?.close();
+});
+
+/** A session up to the DATA command's `354`, for writing the message by hand. */
+async function openData(rcpts: string[], port = relay.port): Promise<SmtpDialog> {
+  const { dialog } = await SmtpDialog.open(port);
+  opened.push(dialog);
+  await dialog.command('EHLO client.example');
+  expect((await dialog.command('MAIL FROM:<shop@example.test>')).code).toBe(250);
+  for (const rcpt of rcpts) expect((await dialog.command(`RCPT TO:<${rcpt}>`)).code).toBe(250);
+  expect((await dialog.command('DATA')).code).toBe(354);
+  return dialog;
+}
+
+/** Every CR and LF of `bytes` is part of a CRLF pair. */
+function onlyCrlf(bytes: Buffer): boolean {
+  const text = bytes.toString('latin1');
+  return !/\r(?!\n)|(?<!\r)\n/.test(text);
+}
+
+describe('bare line ends (smtpd_forbid_bare_newline = normalize)', () => {
+  // The four sequences of the SMTP smuggling research that end DATA at some servers and not at others.
+  it.each([
+    ['\\n.\\n', '\n.\n'],
+    ['\\n.\\r\\n', '\n.\r\n'],
+    ['\\r.\\r\\n', '\r.\r\n'],
+    ['\\r\\n.\\n', '\r\n.\n'],
+  ])('%s inside DATA does not end the message, and reaches the service as CRLF lines', async (label, sequence) => {
+    const id = `bare-${label.replace(/\W/g, '')}`;
+    const dialog = await openData(['ann@example.test']);
+    // What a smuggler writes after the false terminator: a second transaction to someone else.
+    const smuggled = `MAIL FROM:<ceo@example.test>${sequence.slice(-2) === '\r\n' ? '\r\n' : '\n'}RCPT TO:<eve@example.test>\r\n`;
+    dialog.write(
+      `From: shop@example.test\r\nTo: ann@example.test\r\nSubject: ${id}\r\nMessage-ID: <${id}@example.test>\r\n\r\n` +
+        `Hello${sequence}${smuggled}tail\r\n.\r\n`,
+    );
+    const reply = await dialog.reply();
+    expect(reply.code).toBe(250);
+    // One reply for one message: smtp-server did not end DATA at the bare sequence.
+    expect((await dialog.command('NOOP')).code).toBe(250);
+    const message = emu.messages().find((m) => m.messageId === `<${id}@example.test>`)!;
+    expect(message.recipients).toEqual(['ann@example.test']);
+    expect(emu.mailbox('eve@example.test')).toEqual([]);
+    expect(onlyCrlf(message.raw), JSON.stringify(message.raw.toString('latin1'))).toBe(true);
+    const body = message.raw.toString('latin1').split('\r\n\r\n').slice(1).join('\r\n\r\n');
+    expect(body).toBe('Hello\r\n.\r\nMAIL FROM:<ceo@example.test>\r\nRCPT TO:<eve@example.test>\r\ntail\r\n');
+  });
+
+  it('a message of bare LF lines (a script, curl on a Unix file) is delivered with CRLF lines, its text unchanged', async () => {
+    const dialog = await openData(['ann@example.test', 'audit@example.test']);
+    const lines = ['From: shop@example.test', 'To: ann@example.test', 'Subject: lf', 'Message-ID: <lf@example.test>'];
+    dialog.write(`${lines.join('\n')}\n\nline one\nline two\r\n.\r\n`);
+    expect((await dialog.reply()).code).toBe(250);
+    const message = emu.messages().find((m) => m.messageId === '<lf@example.test>')!;
+    expect(message.raw.toString('latin1')).toBe(
+      `${lines.join('\r\n')}\r\nBcc: audit@example.test\r\n\r\nline one\r\nline two\r\n`,
+    );
+  });
+
+  it('a bare CR in a header is a line break for the service too: the field after it is read as a field', async () => {
+    const dialog = await openData(['ann@example.test']);
+    dialog.write(
+      'From: shop@example.test\r\nTo: ann@example.test\r\nSubject: cr\rCc: eve@example.test\r\n' +
+        'Message-ID: <bare-cr@example.test>\r\n\r\nHello\r\n.\r\n',
+    );
+    const reply = await dialog.reply();
+    expect(reply.code).toBe(550);
+    expect(reply.text).toMatch(/^5\.7\.1 .*eve@example\.test/);
+    expect(emu.mailbox('eve@example.test')).toEqual([]);
+  });
+});
