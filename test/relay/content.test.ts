@@ -94,3 +94,80 @@ describe('bare line ends (smtpd_forbid_bare_newline = normalize)', () => {
     expect(emu.mailbox('eve@example.test')).toEqual([]);
   });
 });
+
+describe('recipients come only from the envelope: a header the relay cannot read is refused', () => {
+  /** Sends a message whose header section is `head` (then From, Subject, Message-ID) to `rcpts`. */
+  async function sendHead(head: string, rcpts: string[], id: string) {
+    const dialog = await openData(rcpts);
+    dialog.write(
+      `${head}From: shop@example.test\r\nSubject: ${id}\r\nMessage-ID: <${id}@example.test>\r\n\r\nHello\r\n.\r\n`,
+    );
+    return dialog.reply();
+  }
+  const delivered = (id: string) => emu.messages().filter((m) => m.messageId === `<${id}@example.test>`);
+  const b64 = (text: string) => Buffer.from(text).toString('base64');
+
+  it.each([
+    [
+      'an encoded word holding 150 addresses (Cc: =?utf-8?B?...?=)',
+      `To: ann@example.test\r\nCc: =?utf-8?B?${b64(Array.from({ length: 150 }, (_, i) => `<v${i}@example.test>`).join(', '))}?=\r\n`,
+      /^5\.6\.0 .*Cc.*encoded word/,
+    ],
+    [
+      'an encoded word in an address (Q encoding)',
+      'To: ann@example.test\r\nCc: =?utf-8?Q?=3Cv1@example.test=3E?=\r\n',
+      /^5\.6\.0 .*encoded word/,
+    ],
+    [
+      'an encoded word as a group name',
+      `To: =?utf-8?B?${b64('<v1@example.test>')}?=: ann@example.test;\r\n`,
+      /^5\.6\.0 .*encoded word/,
+    ],
+    [
+      'a field name without a colon, folded onto the next line (Cc⏎ : v@x)',
+      'To: ann@example.test\r\nCc\r\n : v1@example.test\r\n',
+      /^5\.6\.0 .*line 2.*neither a header field nor/,
+    ],
+    [
+      'a first header line that starts with white space',
+      ' Cc: v1@example.test\r\nTo: ann@example.test\r\n',
+      /^5\.6\.0 .*line 1.*folded/,
+    ],
+    [
+      'white space before the colon of a name the service still reads (Cc\\v:)',
+      'To: ann@example.test\r\nCc\v: v1@example.test\r\n',
+      /^5\.6\.0 .*line 2/,
+    ],
+    ['an entry with no address', 'To: ann@example.test, Ann Other\r\n', /^5\.6\.0 .*To.*no address/],
+    ['an address in brackets after another address', 'To: v1@example.test <ann@example.test>\r\n', /^5\.6\.0 /],
+  ])('%s: 554 5.6.0 with the reason, nothing delivered', async (label, head, reason) => {
+    const id = `unreadable-${label.replace(/\W+/g, '-').slice(0, 40)}`;
+    const reply = await sendHead(head, ['ann@example.test'], id);
+    expect(reply.code).toBe(554);
+    expect(reply.text).toMatch(reason);
+    expect(delivered(id)).toEqual([]);
+    expect(emu.mailbox('v1@example.test')).toEqual([]);
+  });
+
+  it('an empty group (To: undisclosed-recipients:;) is no recipient: the envelope recipients are added as Bcc and delivered', async () => {
+    const reply = await sendHead('To: undisclosed-recipients:;\r\n', ['ann@example.test'], 'undisclosed');
+    expect(reply.code).toBe(250);
+    expect(delivered('undisclosed')[0]!.recipients).toEqual(['ann@example.test']);
+  });
+
+  it('encoded words in display names, groups, comments and quoted local parts are read as the service reads them', async () => {
+    const head =
+      `To: =?utf-8?B?${b64('Ann <not-this@example.test>')}?= <ann@example.test>, "Doe, Bob" <bob@example.test>\r\n` +
+      'Cc: Team: "c,d"@example.test, dave@example.test (Dave);, =?utf-8?Q?Zo=C3=AB?= <zoe@example.test>\r\n';
+    const rcpts = [
+      'ann@example.test',
+      'bob@example.test',
+      '"c,d"@example.test',
+      'dave@example.test',
+      'zoe@example.test',
+    ];
+    const reply = await sendHead(head, rcpts, 'readable');
+    expect(reply.code).toBe(250);
+    expect([...delivered('readable')[0]!.recipients].sort()).toEqual([...rcpts].sort());
+  });
+});

@@ -14,6 +14,7 @@ import { parseHeaderFields } from '../../src/protocol/header-fields.js';
 import { addressKey } from '../../src/relay/address-key.js';
 import { ClientAddressList, isLoopbackAddress } from '../../src/relay/client-address-list.js';
 import { planEnvelope } from '../../src/relay/envelope-plan.js';
+import { readAddressList, readRelayHeaders } from '../../src/relay/relay-headers.js';
 import { MessageRewriter } from '../../src/relay/message-rewriter.js';
 import {
   defaultMaxMessageSize,
@@ -89,6 +90,57 @@ describe('planEnvelope', () => {
     const err = thrownBy(() => planEnvelope(head(['From: a@x.test', `To: ${others.join(', ')}`]), ['p0@x.test']));
     expect(err.code).toBe('EENVELOPE');
     expect(err.message).toContain('not in RCPT TO: p1@x.test, p2@x.test, p3@x.test, p4@x.test, p5@x.test and 2 more');
+  });
+});
+
+describe('the strict header reading (fail closed)', () => {
+  it.each([
+    ['ann@x.test', ['ann@x.test']],
+    ['"Doe, Ann" <ann@x.test>, Bob<bob@x.test>', ['ann@x.test', 'bob@x.test']],
+    ['=?utf-8?B?QW5u?= <ann@x.test> (Sales)', ['ann@x.test']],
+    ['Team: a@x.test, "b,c"@x.test;, d@x.test', ['a@x.test', '"b,c"@x.test', 'd@x.test']],
+    ['undisclosed-recipients:;', []],
+    ['a@x.test; b@x.test,, ', ['a@x.test', 'b@x.test']],
+    ['< a@[192.0.2.1] >', ['a@[192.0.2.1]']],
+  ])('reads %s', (value, addresses) => {
+    expect(readAddressList(value, 'To')).toEqual(addresses);
+  });
+
+  it.each([
+    ['Ann', /no address/],
+    ['=?utf-8?B?PGFAeC50ZXN0Pg==?=', /encoded word/],
+    ['(a@x.test)', /encoded word \(RFC 2047\) or a comment/],
+    ['=?utf-8?B?PGFAeC50ZXN0Pg==?=: b@x.test;', /encoded word/],
+    ['=?utf-8?Q?a?=@x.test', /encoded word/],
+    ['<=?utf-8?Q?a?=@x.test>', /encoded word/],
+    ['a@x.test <b@x.test>', /more after an address/],
+    ['<a@x.test> <b@x.test>', /more after an address/],
+    ['a @x.test', /not one addr-spec/],
+    ['<@route.test:a@x.test>', /source route/],
+    ['<>', /no address/],
+    ['g: h: a@x.test;;', /group inside a group/],
+    ['" a"@x.test', /quoted local part/],
+    ['a@b@x.test', /more after an address|not valid/],
+    ['a\u202e@x.test', /bidirectional/],
+  ])('refuses %s', (value, reason) => {
+    const err = thrownBy(() => readAddressList(value, 'Cc'));
+    expect(err).toMatchObject({ code: 'EMESSAGE', permanent: true });
+    expect(err.message).toMatch(/^The relay cannot read the message's recipients for certain \(the Cc header /);
+    expect(err.message).toMatch(reason);
+  });
+
+  it('refuses a line that is neither a field nor a continuation, naming it, and reads the rest once', () => {
+    const read = (text: string) => () => readRelayHeaders(Buffer.from(text));
+    expect(thrownBy(read('From: a@x.test\r\nCc\r\n : v@x.test\r\n\r\n')).message).toMatch(/header line 2 is neither/);
+    expect(thrownBy(read(' Cc: v@x.test\r\nFrom: a@x.test\r\n\r\n')).message).toMatch(
+      /header line 1 starts with white space/,
+    );
+    expect(thrownBy(read('From a@x.test Mon Nov 23 2026\r\n\r\n')).message).toMatch(/header line 1 is neither/);
+    const headers = readRelayHeaders(
+      Buffer.from('To : Ann <ANN@x.test>,\r\n\tbob@x.test\r\nCC: ann@x.test\r\nDate: now\r\nMessage-ID: <m@x>\r\n\r\n'),
+    );
+    expect(headers).toMatchObject({ recipients: ['ANN@x.test', 'bob@x.test'], hasDate: true, messageId: '<m@x>' });
+    expect(headers.fields.map((f) => [f.name, f.value])).toContainEqual(['To', 'Ann <ANN@x.test>, bob@x.test']);
   });
 });
 
