@@ -62,6 +62,20 @@ export function planEnvelope(head: Buffer, rcptTo: readonly string[]): EnvelopeP
   return { ...plan, head: appendField(withoutFields(head, bcc), foldedBcc([...existing, ...addedBcc], eolOf(head))) };
 }
 
+/**
+ * The header section with `messageId` as its Message-ID field, added at its
+ * end; a Message-ID field without a value (the only kind a message the relay
+ * names has) is removed, as a message has one Message-ID at most.
+ *
+ * @example
+ * withMessageId(Buffer.from('From: a@x.test\r\n\r\n'), '<1.eml-api-relay@x.test>').toString();
+ * // 'From: a@x.test\r\nMessage-ID: <1.eml-api-relay@x.test>\r\n\r\n'
+ */
+export function withMessageId(head: Buffer, messageId: string): Buffer {
+  const empty = readRelayHeaders(head).fields.filter((f) => f.name.toLowerCase() === 'message-id');
+  return appendField(withoutFields(head, empty), `Message-ID: ${messageId}${eolOf(head)}`);
+}
+
 /** The header section without these fields (folded lines included). */
 function withoutFields(head: Buffer, doomed: readonly RelayHeaderField[]): Buffer {
   if (doomed.length === 0) return head;

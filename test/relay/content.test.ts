@@ -8,21 +8,37 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { waitFor } from '../helpers/async.js';
+import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
 import { SmtpDialog } from './relay-harness.js';
 
 let emu: Emulator;
 let relay: SmtpRelay;
+/** A proxy in front of the emulator that can hold the service's answers back, and a relay behind it. */
+let proxy: SlowAnswerProxy;
+let lossy: SmtpRelay;
 const opened: SmtpDialog[] = [];
 
 beforeAll(async () => {
   emu = await startEmulator();
   relay = await startSmtpRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retries: false });
+  proxy = await startSlowAnswerProxy(emu.url, 0);
+  // The relay gives up on an answer after 300 ms; the proxy, when told to, holds answers 5 s.
+  lossy = await startSmtpRelay({
+    baseUrl: proxy.url,
+    apiKey: emu.apiKey,
+    port: 0,
+    retries: false,
+    timeouts: { response: 300 },
+  });
 });
 afterEach(() => {
+  proxy.setAnswerDelay(0);
   for (const dialog of opened.splice(0)) dialog.close();
 });
 afterAll(async () => {
-  await relay?.close();
+  await Promise.all([relay?.close(), lossy?.close()]);
+  await proxy?.close();
   await emu?.close();
 });
 
@@ -169,5 +185,63 @@ describe('recipients come only from the envelope: a header the relay cannot read
     const reply = await sendHead(head, rcpts, 'readable');
     expect(reply.code).toBe(250);
     expect([...delivered('readable')[0]!.recipients].sort()).toEqual([...rcpts].sort());
+  });
+});
+
+describe('an ambiguous 451 is not a duplicate later', () => {
+  const DATE = 'Date: Mon, 23 Nov 2026 10:00:00 +0000\r\n';
+  /** A message as msmtp, mailx or cron send it: no Message-ID (and, from a bare script, no Date either). */
+  const bare = (subject: string, date: string) =>
+    `From: cron@example.test\r\nTo: ops@example.test\r\nSubject: ${subject}\r\n${date}\r\nbackup done\r\n`;
+  async function send(port: number, message: string) {
+    const dialog = await openData(['ops@example.test'], port);
+    dialog.write(`${message}.\r\n`);
+    return dialog.reply();
+  }
+  const sent = (subject: string) => emu.messages().filter((m) => m.subject === subject);
+  const copies = (subject: string) => emu.mailbox('ops@example.test').filter((c) => c.subject === subject);
+
+  /** The upload reaches the service, which delivers it, but its answer is lost: the relay answers 451. */
+  async function loseTheAnswer(message: string, subject: string) {
+    proxy.setAnswerDelay(5_000);
+    const reply = await send(lossy.port, message);
+    expect(reply.code).toBe(451);
+    expect(reply.text).toMatch(/^4\.4\.2 /);
+    await waitFor(() => sent(subject).length === 1);
+    proxy.setAnswerDelay(0);
+    return sent(subject)[0]!;
+  }
+
+  it.each([
+    ['with a Date (msmtp, mailx, cron)', DATE],
+    ['without a Date either (a bare script)', ''],
+  ])(
+    'a message without Message-ID %s, retried after the answer was lost: delivered once, under a Message-ID the relay added',
+    async (label, date) => {
+      const subject = `lost answer ${label}`;
+      const message = bare(subject, date);
+      const first = await loseTheAnswer(message, subject);
+      const retry = await send(lossy.port, message);
+      expect(retry.code).toBe(250);
+      expect(retry.text).toBe(`2.0.0 Ok: ${first.id}`);
+      expect(copies(subject)).toHaveLength(1);
+      expect(first.messageId).toMatch(/^<[0-9a-f]{32}\.eml-api-relay@example\.test>$/);
+    },
+  );
+
+  it('with a Date, the retry may reach another relay (or this one after a restart): delivered once', async () => {
+    const subject = 'lost answer, retried elsewhere';
+    const first = await loseTheAnswer(bare(subject, DATE), subject);
+    const retry = await send(relay.port, bare(subject, DATE));
+    expect(retry.text).toBe(`2.0.0 Ok: ${first.id}`);
+    expect(copies(subject)).toHaveLength(1);
+  });
+
+  it('a message without Message-ID or Date sent again after a 250 (an hourly alert) is delivered again, under a new Message-ID', async () => {
+    const subject = 'disk almost full';
+    expect((await send(relay.port, bare(subject, ''))).code).toBe(250);
+    expect((await send(relay.port, bare(subject, ''))).code).toBe(250);
+    expect(copies(subject)).toHaveLength(2);
+    expect(new Set(copies(subject).map((c) => c.messageId)).size).toBe(2);
   });
 });

@@ -13,8 +13,9 @@ import { parseAddressList } from '../../src/protocol/address-list.js';
 import { parseHeaderFields } from '../../src/protocol/header-fields.js';
 import { addressKey } from '../../src/relay/address-key.js';
 import { ClientAddressList, isLoopbackAddress } from '../../src/relay/client-address-list.js';
-import { planEnvelope } from '../../src/relay/envelope-plan.js';
+import { planEnvelope, withMessageId } from '../../src/relay/envelope-plan.js';
 import { readAddressList, readRelayHeaders } from '../../src/relay/relay-headers.js';
+import { IDEMPOTENCY_WINDOW_MS, MessageIdentities } from '../../src/relay/message-identity.js';
 import { MessageRewriter } from '../../src/relay/message-rewriter.js';
 import {
   defaultMaxMessageSize,
@@ -85,6 +86,14 @@ describe('planEnvelope', () => {
     expect(plan.head.toString()).toBe('From: a@x.test\r\nSubject: no body\r\nBcc: b@x.test\r\n');
   });
 
+  it('adds a Message-ID as the last field, in place of an empty one', () => {
+    const id = '<1.eml-api-relay@x.test>';
+    expect(withMessageId(head(['From: a@x.test', 'Message-ID:', 'To: b@x.test']), id).toString()).toBe(
+      ['From: a@x.test', 'To: b@x.test', `Message-ID: ${id}`, '', ''].join('\r\n'),
+    );
+    expect(withMessageId(Buffer.from('From: a@x.test'), id).toString()).toBe(`From: a@x.test\r\nMessage-ID: ${id}\r\n`);
+  });
+
   it('refuses header recipients that are not in RCPT TO with EENVELOPE, naming five and counting the rest', () => {
     const others = Array.from({ length: 8 }, (_, i) => `p${i}@x.test`);
     const err = thrownBy(() => planEnvelope(head(['From: a@x.test', `To: ${others.join(', ')}`]), ['p0@x.test']));
@@ -141,6 +150,61 @@ describe('the strict header reading (fail closed)', () => {
     );
     expect(headers).toMatchObject({ recipients: ['ANN@x.test', 'bob@x.test'], hasDate: true, messageId: '<m@x>' });
     expect(headers.fields.map((f) => [f.name, f.value])).toContainEqual(['To', 'Ann <ANN@x.test>, bob@x.test']);
+  });
+});
+
+describe('MessageIdentities', () => {
+  const facts = (over: Partial<Parameters<MessageIdentities['identify']>[0]> = {}) => ({
+    envelope: { from: 'cron@x.test', to: ['ops@x.test'] },
+    digest: 'a'.repeat(64),
+    hasMessageId: false,
+    hasDate: true,
+    from: 'cron@Bücher.example' as string | false,
+    ...over,
+  });
+  const transient = new EmlApiError('ETIMEDOUT', 'no answer', { permanent: false });
+
+  it('names a message with a Message-ID or a Date by its envelope and bytes alone, from any relay', () => {
+    const a = new MessageIdentities().identify(facts());
+    const b = new MessageIdentities().identify(facts());
+    expect(b.idempotencyKey).toBe(a.idempotencyKey);
+    expect(a.idempotencyKey).toMatch(/^smtp-relay-[0-9a-f]{64}$/);
+    expect(a.addedMessageId).toMatch(/^<[0-9a-f]{32}\.eml-api-relay@xn--bcher-kva\.example>$/);
+    expect(new MessageIdentities().identify(facts({ hasMessageId: true })).addedMessageId).toBeUndefined();
+    for (const other of [
+      facts({ envelope: { from: 'cron@x.test', to: ['ops@x.test', 'audit@x.test'] } }),
+      facts({ envelope: { from: '', to: ['ops@x.test'] } }),
+      facts({ digest: 'b'.repeat(64) }),
+    ]) {
+      expect(new MessageIdentities().identify(other).idempotencyKey).not.toBe(a.idempotencyKey);
+    }
+  });
+
+  it('without either, keeps an identity only for the retry of a try whose outcome it could not know, for 24 hours', () => {
+    let now = 0;
+    const identities = new MessageIdentities({ now: () => now });
+    const bare = facts({ hasDate: false });
+    const first = identities.identify(bare);
+    identities.settle(first, undefined);
+    const repeat = identities.identify(bare);
+    expect(repeat.idempotencyKey).not.toBe(first.idempotencyKey);
+    identities.settle(repeat, transient);
+    const retry = identities.identify(bare);
+    expect([retry.idempotencyKey, retry.addedMessageId]).toEqual([repeat.idempotencyKey, repeat.addedMessageId]);
+    identities.settle(retry, new EmlApiError('EAPI', 'refused', { permanent: true }));
+    expect(identities.identify(bare).idempotencyKey).not.toBe(retry.idempotencyKey);
+    const late = identities.identify(bare);
+    identities.settle(late, transient);
+    now += IDEMPOTENCY_WINDOW_MS;
+    expect(identities.identify(bare).idempotencyKey).not.toBe(late.idempotencyKey);
+  });
+
+  it('remembers at most `capacity` tries, forgetting the oldest', () => {
+    const identities = new MessageIdentities({ capacity: 2 });
+    const tries = ['1', '2', '3'].map((d) => identities.identify(facts({ hasDate: false, digest: d })));
+    for (const t of tries) identities.settle(t, transient);
+    const again = ['1', '2', '3'].map((d) => identities.identify(facts({ hasDate: false, digest: d })).idempotencyKey);
+    expect(again.map((key, i) => key === tries[i]!.idempotencyKey)).toEqual([false, true, true]);
   });
 });
 
