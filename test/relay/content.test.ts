@@ -226,6 +226,9 @@ describe('an ambiguous 451 is not a duplicate later', () => {
       expect(retry.text).toBe(`2.0.0 Ok: ${first.id}`);
       expect(copies(subject)).toHaveLength(1);
       expect(first.messageId).toMatch(/^<[0-9a-f]{32}\.eml-api-relay@example\.test>$/);
+      // The field is added last in the header section; nothing else changes.
+      const [head, ...rest] = message.split('\r\n\r\n');
+      expect(first.raw.toString()).toBe([`${head}\r\nMessage-ID: ${first.messageId}`, ...rest].join('\r\n\r\n'));
     },
   );
 
@@ -235,6 +238,17 @@ describe('an ambiguous 451 is not a duplicate later', () => {
     const retry = await send(relay.port, bare(subject, DATE));
     expect(retry.text).toBe(`2.0.0 Ok: ${first.id}`);
     expect(copies(subject)).toHaveLength(1);
+  });
+
+  it('a message past the spool threshold (spooled to a file) gets its Message-ID too, every byte of its body kept', async () => {
+    const subject = 'large, no Message-ID';
+    const body = Array.from({ length: 12_000 }, (_, i) => `line ${i} ${'x'.repeat(60)}`).join('\r\n');
+    const message = `From: cron@example.test\r\nTo: ops@example.test\r\nSubject: ${subject}\r\n${DATE}\r\n${body}\r\n`;
+    expect(Buffer.byteLength(message)).toBeGreaterThan(512 * 1024);
+    expect((await send(relay.port, message)).code).toBe(250);
+    const [copy] = copies(subject);
+    expect(copy!.messageId).toMatch(/^<[0-9a-f]{32}\.eml-api-relay@example\.test>$/);
+    expect(copy!.raw.toString()).toBe(message.replace('\r\n\r\n', `\r\nMessage-ID: ${copy!.messageId}\r\n\r\n`));
   });
 
   it('a message without Message-ID or Date sent again after a 250 (an hourly alert) is delivered again, under a new Message-ID', async () => {
