@@ -13,9 +13,10 @@
  *    relay would upload (its header section rewritten, envelope-only
  *    recipients added as Bcc) — thousands of cases, in process;
  * 2. through the real relay over SMTP, the emulator delivers to exactly the
- *    `RCPT TO` recipients — a few hundred cases, each a real SMTP session
- *    and upload, with `RCPT TO` short of some header recipients so that a
- *    misreading relay would be caught mailing them.
+ *    `RCPT TO` recipients — a few hundred cases, each a real SMTP transaction
+ *    and upload (one session, reset between cases), with `RCPT TO` short of
+ *    some header recipients so that a misreading relay would be caught
+ *    mailing them.
  */
 import { Readable } from 'node:stream';
 import { buffer } from 'node:stream/consumers';
