@@ -58,6 +58,24 @@ export async function spoolMessage(
 }
 
 /**
+ * A message held in memory as a {@link SpooledMessage}, without reading it
+ * through a stream: for a message already whole in memory (the relay adding
+ * a field to one it spooled).
+ *
+ * @param head its header section (up to and including the blank line), or the whole message when it has no body
+ * @example
+ * const spooled = spooledInMemory(Buffer.from('From: a@x.test\r\n\r\nHi\r\n'), Buffer.from('From: a@x.test\r\n\r\n'));
+ */
+export function spooledInMemory(eml: Buffer, head: Buffer): SpooledMessage {
+  return {
+    head,
+    size: eml.length,
+    body: emlBodyFromBuffer(eml, STREAM_ABOVE),
+    open: () => Readable.from([eml], { objectMode: false }),
+  };
+}
+
+/**
  * Finds the header section of a message arriving in chunks: looks only at new
  * bytes (plus the last 3 of the previous chunk), so the cost stays linear.
  */
@@ -168,13 +186,10 @@ class Collector {
         open: () => createReadStream(path, { highWaterMark: FILE_CHUNK }),
       };
     }
-    const eml = this.#chunks.length === 1 ? this.#chunks[0]! : Buffer.concat(this.#chunks, this.#size);
-    return {
+    return spooledInMemory(
+      this.#chunks.length === 1 ? this.#chunks[0]! : Buffer.concat(this.#chunks, this.#size),
       head,
-      size: this.#size,
-      body: emlBodyFromBuffer(eml, STREAM_ABOVE),
-      open: () => Readable.from([eml], { objectMode: false }),
-    };
+    );
   }
 
   async discard(): Promise<void> {

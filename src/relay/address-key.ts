@@ -23,8 +23,9 @@ export function addressKey(address: string): string {
   if (local.length >= 2 && local.startsWith('"') && local.endsWith('"')) {
     local = local.slice(1, -1).replace(/\\(.)/g, '$1');
   }
-  // The header parser drops white space inside addresses; drop it here too, so both sides agree.
-  local = local.replace(/\s+/g, '').normalize('NFC').toLowerCase();
+  // White space is kept: in a quoted local part it is part of the mailbox ("a b"@x is not ab@x), and the
+  // relay reads no address with white space outside quotes (relay-headers.ts refuses it).
+  local = local.normalize('NFC').toLowerCase();
   const ascii = domain.startsWith('[') ? domain : domainToASCII(domain);
   return `${local}@${ascii || domain}`;
 }

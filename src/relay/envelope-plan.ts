@@ -1,8 +1,7 @@
-import { parseAddressList } from '../protocol/address-list.js';
-import { headerSectionEnd, parseHeaderFields, removeHeaderFields } from '../protocol/header-fields.js';
-import { readHeaderAddresses } from '../transport/message-envelope.js';
+import { headerSectionEnd } from '../protocol/header-fields.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { addressKey } from './address-key.js';
+import { readAddressList, readRelayHeaders, type RelayHeaderField } from './relay-headers.js';
 
 /** What the relay does to the header section of a message before it leaves. */
 export interface EnvelopePlan {
@@ -14,6 +13,8 @@ export interface EnvelopePlan {
   from: string | false;
   /** The Message-ID header, when there is one. */
   messageId: string | undefined;
+  /** Whether the message has a Date header. */
+  hasDate: boolean;
 }
 
 /** Recipients named in the refusal before "and N more". */
@@ -31,13 +32,16 @@ const NAMED = 5;
  *   would mail people this transaction did not ask for.
  *
  * Addresses compare as {@link addressKey} says (quoted local parts, case, IDN).
+ * The headers are read strictly ({@link readRelayHeaders}): what the relay
+ * cannot read for certain is refused, never skipped.
  *
  * @param head the header section as received, ending with its blank line when there is a body
  * @param rcptTo the envelope recipients
- * @throws {EmlApiError} `EENVELOPE` naming the header recipients missing from `RCPT TO`
+ * @throws {EmlApiError} `EENVELOPE` naming the header recipients missing from `RCPT TO`; a permanent
+ *   `EMESSAGE` naming a header line or a To/Cc/Bcc entry the relay cannot read for certain
  */
 export function planEnvelope(head: Buffer, rcptTo: readonly string[]): EnvelopePlan {
-  const headers = readHeaderAddresses(head);
+  const headers = readRelayHeaders(head);
   const envelopeKeys = new Set(rcptTo.map(addressKey));
   const headerKeys = new Set(headers.recipients.map(addressKey));
   const notInEnvelope = headers.recipients.filter((a) => !envelopeKeys.has(addressKey(a)));
@@ -51,33 +55,67 @@ export function planEnvelope(head: Buffer, rcptTo: readonly string[]): EnvelopeP
       addedBcc.push(address);
     }
   }
-  const plan = { from: headers.from, messageId: headers.messageId, addedBcc };
+  const plan = { from: headers.from, messageId: headers.messageId, hasDate: headers.hasDate, addedBcc };
   if (addedBcc.length === 0) return { ...plan, head };
-  return { ...plan, head: withBcc(head, addedBcc) };
+  const bcc = headers.fields.filter((f) => f.name.toLowerCase() === 'bcc');
+  const existing = bcc.flatMap((f) => readAddressList(f.value, f.name));
+  return { ...plan, head: appendField(withoutFields(head, bcc), foldedBcc([...existing, ...addedBcc], eolOf(head))) };
 }
 
-/** The header section with one `Bcc` field holding its existing Bcc addresses and `added`. */
-function withBcc(head: Buffer, added: readonly string[]): Buffer {
-  const existing = parseHeaderFields(head)
-    .filter((f) => f.name.toLowerCase() === 'bcc')
-    .flatMap((f) => parseAddressList(f.value));
-  const section = existing.length > 0 ? removeHeaderFields(head, 'bcc') : head;
+/**
+ * The header section with `messageId` as its Message-ID field, added at its
+ * end; a Message-ID field without a value (the only kind a message the relay
+ * names has) is removed, as a message has one Message-ID at most.
+ *
+ * @example
+ * withMessageId(Buffer.from('From: a@x.test\r\n\r\n'), '<1.eml-api-relay@x.test>').toString();
+ * // 'From: a@x.test\r\nMessage-ID: <1.eml-api-relay@x.test>\r\n\r\n'
+ */
+export function withMessageId(head: Buffer, messageId: string): Buffer {
+  const empty = readRelayHeaders(head).fields.filter((f) => f.name.toLowerCase() === 'message-id');
+  return appendField(withoutFields(head, empty), `Message-ID: ${messageId}${eolOf(head)}`);
+}
+
+/** The header section without these fields (folded lines included). */
+function withoutFields(head: Buffer, doomed: readonly RelayHeaderField[]): Buffer {
+  if (doomed.length === 0) return head;
+  const parts: Buffer[] = [];
+  let pos = 0;
+  for (const field of doomed) {
+    parts.push(head.subarray(pos, field.start));
+    pos = field.end;
+  }
+  parts.push(head.subarray(pos));
+  return Buffer.concat(parts);
+}
+
+/** The line break the header section uses: `\n` for a section of bare LF lines (the relay's own are CRLF). */
+function eolOf(head: Buffer): string {
+  const lf = head.indexOf(0x0a);
+  return lf === -1 || head[lf - 1] === 0x0d ? '\r\n' : '\n';
+}
+
+/**
+ * The header section with `field` (a whole field, ending with its line break)
+ * added as its last field, before the blank line that ends the section.
+ *
+ * @example
+ * appendField(Buffer.from('From: a@x.test\r\n\r\n'), 'Bcc: b@x.test\r\n').toString();
+ * // 'From: a@x.test\r\nBcc: b@x.test\r\n\r\n'
+ */
+export function appendField(section: Buffer, field: string): Buffer {
   const end = headerSectionEnd(section);
   let at: number;
-  let eol: string;
   let lead = '';
   if (end !== undefined) {
-    // Before the blank line that ends the header section (`\r\n` or `\n`), ending like the line before it.
+    // Before the blank line that ends the header section (`\r\n` or `\n`).
     at = end - (section[end - 2] === 0x0d ? 2 : 1);
-    eol = section[at - 2] === 0x0d ? '\r\n' : '\n';
   } else {
     // A message without a body: all of it is header.
-    eol = section.includes('\r\n') ? '\r\n' : '\n';
     at = section.length;
-    if (at > 0 && section[at - 1] !== 0x0a) lead = eol;
+    if (at > 0 && section[at - 1] !== 0x0a) lead = eolOf(section);
   }
-  const field = Buffer.from(`${lead}${foldedBcc([...existing, ...added], eol)}`, 'utf8');
-  return Buffer.concat([section.subarray(0, at), field, section.subarray(at)]);
+  return Buffer.concat([section.subarray(0, at), Buffer.from(`${lead}${field}`, 'utf8'), section.subarray(at)]);
 }
 
 /**

@@ -14,10 +14,10 @@ export interface RelayedMessage {
    * of the body after {@link MessageDestination.deliver} settles.
    */
   readonly spooled: SpooledMessage;
-  /** The `Idempotency-Key` of the send (derived from the bytes when the message has a Message-ID), or undefined for a new one. */
-  readonly idempotencyKey: string | undefined;
-  /** The Message-ID header, when there is one. */
-  readonly messageId: string | undefined;
+  /** The `Idempotency-Key` of the send, from the message's identity (see `MessageIdentities`). */
+  readonly idempotencyKey: string;
+  /** The Message-ID header: the client's, or the one the relay added. */
+  readonly messageId: string;
   /** `MAIL FROM` (not used by the service, which sets its own return path) and the `RCPT TO` recipients. */
   readonly envelope: { readonly from: string; readonly to: readonly string[] };
 }

@@ -3,14 +3,29 @@ import { Transform, type TransformCallback } from 'node:stream';
 import { headerSectionEnd } from '../protocol/header-fields.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 
+const CR = 0x0d;
+const LF = 0x0a;
+const CRLF = Buffer.from('\r\n');
+
 /** Header sections longer than this are refused: no real message needs more. */
 export const MAX_HEADER_SECTION = 1024 * 1024;
 
 /**
- * The message as it arrives from DATA, passed through with its header
- * section replaced by what `rewriteHead` makes of it, and hashed (SHA-256)
- * as it leaves. It holds at most the header section in memory; the body
- * streams through with backpressure.
+ * The message as it arrives from DATA, passed through with every bare line
+ * end made CRLF, its header section replaced by what `rewriteHead` makes of
+ * it, and hashed (SHA-256) as it leaves. It holds at most the header section
+ * in memory; the body streams through with backpressure.
+ *
+ * A bare LF or a bare CR (one that is not half of a CRLF) becomes CRLF, as
+ * Postfix's `smtpd_forbid_bare_newline = normalize` (its default since 3.9)
+ * treats bare LF: `\n.\n`, `\n.\r\n`, `\r.\r\n` and `\r\n.\n` inside DATA
+ * never reach the service, where a later SMTP hop could read them as the end
+ * of the message (SMTP smuggling); they arrive as a line holding a dot, which
+ * every SMTP client dot-stuffs. DATA itself ends only at CRLF.CRLF
+ * (smtp-server's rule, and the "normalize" rule). Bare CR is made a line
+ * break too, where Postfix keeps it as a byte: MIME parsers read a bare CR
+ * in a header field each their own way (mailparser unfolds it like a line
+ * break), and as a CRLF it reads the same to the relay and to the service.
  */
 export class MessageRewriter extends Transform {
   readonly #rewriteHead: (head: Buffer) => Buffer;
@@ -20,6 +35,8 @@ export class MessageRewriter extends Transform {
   #size = 0;
   #tail = Buffer.alloc(0);
   #headDone = false;
+  /** The last chunk ended with a CR: whether it is bare depends on the next byte. */
+  #pendingCr = false;
   /** The error this stream failed with (a refused envelope, an oversized message or header), if any. */
   failure: Error | undefined;
 
@@ -40,13 +57,63 @@ export class MessageRewriter extends Transform {
   }
 
   override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
-    this.#step(chunk, (err) => callback(this.#fail(err)));
+    this.#step(this.#crlf(chunk), (err) => callback(this.#fail(err)));
   }
 
   override _flush(callback: TransformCallback): void {
-    const oversize = this.#tooLarge();
-    // A message without a blank line is all header.
-    callback(this.#fail(oversize ?? (this.#headDone ? undefined : this.#finishHead(this.#size))));
+    const last = this.#pendingCr ? CRLF : undefined;
+    this.#pendingCr = false;
+    const finish = () => {
+      const oversize = this.#tooLarge();
+      // A message without a blank line is all header.
+      callback(this.#fail(oversize ?? (this.#headDone ? undefined : this.#finishHead(this.#size))));
+    };
+    if (!last) return finish();
+    this.#step(last, (err) => (err ? callback(this.#fail(err)) : finish()));
+  }
+
+  /**
+   * The chunk with each bare LF and bare CR made CRLF. A CR at the end of the
+   * chunk is held back until the next byte tells whether an LF follows it.
+   * Copies nothing when the chunk has no bare line end (the common case).
+   */
+  #crlf(chunk: Buffer): Buffer {
+    const parts: Buffer[] = [];
+    let from = 0;
+    let at = 0;
+    if (this.#pendingCr) {
+      this.#pendingCr = false;
+      parts.push(CRLF);
+      // The held CR and this LF are one CRLF; without the LF the CR was bare, and is a CRLF all the same.
+      if (chunk[0] === LF) from = at = 1;
+    }
+    let cr = chunk.indexOf(CR, at);
+    let lf = chunk.indexOf(LF, at);
+    while (cr !== -1 || lf !== -1) {
+      if (cr !== -1 && (lf === -1 || cr < lf)) {
+        if (cr === chunk.length - 1) {
+          parts.push(chunk.subarray(from, cr));
+          this.#pendingCr = true;
+          from = chunk.length;
+          break;
+        }
+        if (chunk[cr + 1] !== LF) {
+          parts.push(chunk.subarray(from, cr), CRLF);
+          from = cr + 1;
+        } else {
+          // A CRLF: the LF found next is this one.
+          lf = chunk.indexOf(LF, cr + 2);
+        }
+        cr = chunk.indexOf(CR, cr + 1);
+      } else {
+        parts.push(chunk.subarray(from, lf), CRLF);
+        from = lf + 1;
+        lf = chunk.indexOf(LF, lf + 1);
+      }
+    }
+    if (parts.length === 0) return chunk;
+    parts.push(chunk.subarray(from));
+    return Buffer.concat(parts);
   }
 
   #fail(err: Error | null | undefined): Error | undefined {

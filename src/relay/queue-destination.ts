@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { emlBodyLength } from '../body/eml-upload-body.js';
 import { EmlApiQueueTransport } from '../queue/eml-api-queue-transport.js';
 import type { EmlApiQueueTransportOptions } from '../queue/queue-transport-options.js';
@@ -26,7 +25,7 @@ export function queueDestination(queue: EmlApiQueueTransport | EmlApiQueueTransp
         {
           kind: 'eml',
           envelope: { from: message.envelope.from || false, to: [...message.envelope.to] },
-          messageId: message.messageId ?? '',
+          messageId: message.messageId,
           size: spooled.size,
           requestBytes: emlBodyLength(spooled.size),
           fromDiffers: false,
@@ -34,7 +33,7 @@ export function queueDestination(queue: EmlApiQueueTransport | EmlApiQueueTransp
           // The relay disposes of the spooled message once deliver() settles.
           dispose: () => Promise.resolve(),
         },
-        message.idempotencyKey ?? `smtp-relay-${randomUUID()}`,
+        message.idempotencyKey,
         signal,
       );
       return { id: info.queueId };

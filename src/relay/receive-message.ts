@@ -1,9 +1,11 @@
+import { Readable } from 'node:stream';
 import type { SMTPServerDataStream, SMTPServerSession } from 'smtp-server';
-import { spoolMessage } from '../body/message-spool.js';
+import { spooledInMemory, spoolMessage, type SpooledMessage } from '../body/message-spool.js';
 import type { SpoolSettings } from '../body/spool-options.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { planEnvelope, type EnvelopePlan } from './envelope-plan.js';
+import { planEnvelope, withMessageId, type EnvelopePlan } from './envelope-plan.js';
 import type { MessageDestination, MessageSender } from './message-destination.js';
+import type { MessageIdentities } from './message-identity.js';
 import { MessageRewriter } from './message-rewriter.js';
 
 /** What receiving a message needs from the relay. */
@@ -18,13 +20,16 @@ export interface ReceiveContext {
    * client cannot hold close().
    */
   arriving: AbortSignal;
+  /** How the relay names the messages it sends (one per relay: it remembers sends whose outcome it could not know). */
+  identities: MessageIdentities;
 }
 
 /** A message handed on. */
 export interface ReceivedMessage {
   /** The id the destination gave it. */
   id: string | undefined;
-  messageId: string | undefined;
+  /** Its Message-ID: the client's, or the one the relay added. */
+  messageId: string;
   /** Bytes uploaded. */
   size: number;
   /** Recipients written into the Bcc field (envelope-only recipients). */
@@ -36,11 +41,11 @@ export interface ReceivedMessage {
  * section is reconciled with the envelope (envelope-only recipients added as
  * Bcc; header recipients missing from RCPT TO refused), the message streams
  * into the spool (memory, or a temporary file past the threshold, never whole
- * in memory) while it is hashed, and the destination takes it. The key of
- * the send is derived from the bytes when the message has a Message-ID, so a
- * client that retries after a `451` (a timeout after the service may have
- * accepted it) is not delivered twice by a service that honours
- * `Idempotency-Key`.
+ * in memory) while it is hashed, and the destination takes it. Its
+ * idempotency key, and the Message-ID added when it has none, come from
+ * {@link MessageIdentities}: a client that retries after a `451` (a timeout
+ * after the service may have accepted it) is not delivered twice by a
+ * service that honours `Idempotency-Key`.
  *
  * @throws {EmlApiError} `EENVELOPE`, a permanent `EMESSAGE` (the message cannot be read as one),
  *   a transient `EMESSAGE` (the relay could not store it), `ESTREAM` ({@link isClientGone}) when the client left
@@ -74,7 +79,7 @@ export async function receiveMessage(
     if (!stream.readableEnded) rewriter.destroy(gone);
   };
   stream.once('close', onClose);
-  let spooled;
+  let spooled: SpooledMessage;
   try {
     spooled = await spoolMessage(rewriter, context.spool, context.arriving);
   } catch (err) {
@@ -91,21 +96,72 @@ export async function receiveMessage(
   } finally {
     stream.off('close', onClose);
   }
+  const { addedBcc } = plan!;
+  const envelope = { from: session.envelope.mailFrom ? session.envelope.mailFrom.address : '', to: rcptTo };
+  const identity = context.identities.identify({
+    envelope,
+    digest: rewriter.digest(),
+    hasMessageId: plan!.messageId !== undefined,
+    hasDate: plan!.hasDate,
+    from: plan!.from,
+  });
+  const messageId = plan!.messageId ?? identity.addedMessageId!;
+  let failure: unknown;
   try {
-    const { messageId, addedBcc } = plan!;
+    if (plan!.messageId === undefined) {
+      const first = spooled;
+      spooled = await respool(first, messageId, context);
+      await first.body.dispose();
+    }
     const receipt = await context.destination.deliver(
-      {
-        spooled,
-        idempotencyKey: messageId === undefined ? undefined : `smtp-relay-${rewriter.digest()}`,
-        messageId,
-        envelope: { from: session.envelope.mailFrom ? session.envelope.mailFrom.address : '', to: rcptTo },
-      },
+      { spooled, idempotencyKey: identity.idempotencyKey, messageId, envelope },
       sender,
       context.signal,
     );
     return { id: receipt.id, messageId, size: spooled.size, addedBcc: addedBcc.length };
+  } catch (err) {
+    failure = err;
+    throw err;
   } finally {
+    context.identities.settle(identity, failure);
     await spooled.body.dispose();
+  }
+}
+
+/**
+ * The spooled message again, with a Message-ID field added at the end of its
+ * header section. Made only for messages without one, once their bytes are
+ * known (the Message-ID is made from them): one more pass over the message,
+ * in memory up to the spool threshold.
+ */
+async function respool(spooled: SpooledMessage, messageId: string, context: ReceiveContext): Promise<SpooledMessage> {
+  const head = withMessageId(spooled.head, messageId);
+  if (spooled.size + head.length - spooled.head.length <= context.spool.threshold) {
+    // Small enough to stay in memory: one copy, without the spool's stream machinery (about 13 µs instead of 70).
+    const parts: Buffer[] = [];
+    for await (const chunk of spooled.open() as AsyncIterable<Buffer>) parts.push(chunk);
+    return spooledInMemory(Buffer.concat([head, Buffer.concat(parts).subarray(spooled.head.length)]), head);
+  }
+  const rest = async function* (): AsyncGenerator<Buffer> {
+    yield head;
+    let skip = spooled.head.length;
+    for await (const chunk of spooled.open() as AsyncIterable<Buffer>) {
+      if (skip >= chunk.length) {
+        skip -= chunk.length;
+        continue;
+      }
+      yield skip > 0 ? chunk.subarray(skip) : chunk;
+      skip = 0;
+    }
+  };
+  try {
+    return await spoolMessage(Readable.from(rest(), { objectMode: false }), context.spool, context.arriving);
+  } catch (err) {
+    if (context.signal.aborted || context.arriving.aborted) throw err;
+    throw new EmlApiError('EMESSAGE', `The relay could not store the message: ${(err as Error).message}`, {
+      cause: err,
+      permanent: false,
+    });
   }
 }
 

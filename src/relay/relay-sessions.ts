@@ -9,6 +9,7 @@ import type { EmlApiClient } from '../client/eml-api-client.js';
 import { isValidAddress } from '../protocol/address-rules.js';
 import type { KeyClient, KeyClients } from './key-clients.js';
 import type { MessageDestination, MessageSender } from './message-destination.js';
+import { MessageIdentities } from './message-identity.js';
 import { isClientGone, receiveMessage } from './receive-message.js';
 import type { RelaySettings } from './resolve-relay-options.js';
 import { authOffered, mailRefusal, type RelayPolicy } from './session-rules.js';
@@ -92,6 +93,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
   };
   const sessions = new WeakMap<SMTPServerSession, SessionState>();
   const signals = new SignalFanout();
+  const identities = new MessageIdentities();
   const stateOf = (session: SMTPServerSession): SessionState => {
     let state = sessions.get(session);
     if (!state) sessions.set(session, (state = { held: undefined, authFailures: 0, closed: false }));
@@ -262,6 +264,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         destination: relay.destination,
         signal: aborted.signal,
         arriving: stopped.signal,
+        identities,
       };
       const work = receiveMessage(stream, session, sender, context).then(
         (received) => {

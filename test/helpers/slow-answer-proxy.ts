@@ -29,6 +29,8 @@ export interface SlowAnswerProxy {
    * only some time after the signal, long enough for held answers to get out.
    */
   cutOff(): void;
+  /** From now on holds each answer `ms` instead (0: passes answers on at once, the glitch is over). */
+  setAnswerDelay(ms: number): void;
   close(): Promise<void>;
 }
 
@@ -41,6 +43,7 @@ export async function startSlowAnswerProxy(
   let lostAnswers = 0;
   let heldAnswers = 0;
   let heldRequests = 0;
+  let answerDelay = delayMs;
   const sockets = new Set<Socket>();
   let cut = false;
   const clientGone = (socket: Socket): boolean => cut || socket.destroyed;
@@ -80,7 +83,7 @@ export async function startSlowAnswerProxy(
               delete headers['keep-alive'];
               res.writeHead(answer.statusCode ?? 502, headers);
               res.end(Buffer.concat(parts));
-            }, delayMs);
+            }, answerDelay);
           });
         },
       );
@@ -107,6 +110,9 @@ export async function startSlowAnswerProxy(
     },
     cutOff() {
       cut = true;
+    },
+    setAnswerDelay(ms) {
+      answerDelay = ms;
     },
     close: () =>
       new Promise<void>((resolve) => {

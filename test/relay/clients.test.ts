@@ -2,8 +2,8 @@
  * Real SMTP clients nobody on this project wrote (Python's smtplib, curl,
  * Nodemailer's SMTP transport) send through the relay to the emulator. What
  * each sent arrives unchanged (byte for byte what smtp-server, the reference
- * SMTP server, receives from the same client), to exactly the envelope
- * recipients, with Bcc hidden.
+ * SMTP server, receives from the same client, bare line ends made CRLF), to
+ * exactly the envelope recipients, with Bcc hidden.
  */
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -120,7 +120,7 @@ describe('curl as an SMTP client', () => {
     ['CRLF', '\r\n'],
     ['bare LF', '\n'],
   ])(
-    'uploads a %s file to To plus an envelope-only recipient: delivered unchanged, the extra one as Bcc',
+    'uploads a %s file to To plus an envelope-only recipient: delivered unchanged (bare LF lines as CRLF lines), the extra one as Bcc',
     async (label, lineBreak) => {
       const id = `curl-${label.replace(/\W/g, '')}`;
       const file = join(dir, `${id}.eml`);
@@ -150,7 +150,10 @@ describe('curl as an SMTP client', () => {
       expect(sent.exitCode).toBe(0);
       const accepted = emu.messages().find((m) => m.messageId === `<${id}@example.test>`)!;
       expect(sent.replies).toContain(`250 2.0.0 Ok: ${accepted.id}`);
-      expectDelivered(`<${id}@example.test>`, viaSink.to, viaSink.raw);
+      // curl sends the file's line ends as they are; the relay makes them CRLF (smtpd_forbid_bare_newline = normalize).
+      const crlf = Buffer.from(viaSink.raw.toString('latin1').replace(/\r?\n/g, '\r\n'), 'latin1');
+      expect(crlf.equals(viaSink.raw)).toBe(lineBreak === '\r\n');
+      expectDelivered(`<${id}@example.test>`, viaSink.to, crlf);
       // The service saw the envelope-only recipient as Bcc; its copy does not show it.
       expect(accepted.raw.toString('latin1')).toMatch(/^Bcc: oncall@example\.test\r?$/m);
     },

@@ -6,6 +6,7 @@
  */
 import { Readable } from 'node:stream';
 import { inspect } from 'node:util';
+import fc from 'fast-check';
 import { buffer } from 'node:stream/consumers';
 import { describe, expect, it } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
@@ -15,7 +16,9 @@ import { addressKey } from '../../src/relay/address-key.js';
 import { AuthFailureBudget } from '../../src/relay/auth-failures.js';
 import { hashRelayPassword, parseUsersFile, RelayUsers } from '../../src/relay/relay-users.js';
 import { ClientAddressList, clientKey, isLoopbackAddress } from '../../src/relay/client-address-list.js';
-import { planEnvelope } from '../../src/relay/envelope-plan.js';
+import { planEnvelope, withMessageId } from '../../src/relay/envelope-plan.js';
+import { readAddressList, readRelayHeaders } from '../../src/relay/relay-headers.js';
+import { IDEMPOTENCY_WINDOW_MS, MessageIdentities } from '../../src/relay/message-identity.js';
 import { MessageRewriter } from '../../src/relay/message-rewriter.js';
 import {
   defaultMaxMessageSize,
@@ -86,11 +89,125 @@ describe('planEnvelope', () => {
     expect(plan.head.toString()).toBe('From: a@x.test\r\nSubject: no body\r\nBcc: b@x.test\r\n');
   });
 
+  it('adds a Message-ID as the last field, in place of an empty one', () => {
+    const id = '<1.eml-api-relay@x.test>';
+    expect(withMessageId(head(['From: a@x.test', 'Message-ID:', 'To: b@x.test']), id).toString()).toBe(
+      ['From: a@x.test', 'To: b@x.test', `Message-ID: ${id}`, '', ''].join('\r\n'),
+    );
+    expect(withMessageId(Buffer.from('From: a@x.test'), id).toString()).toBe(`From: a@x.test\r\nMessage-ID: ${id}\r\n`);
+  });
+
   it('refuses header recipients that are not in RCPT TO with EENVELOPE, naming five and counting the rest', () => {
     const others = Array.from({ length: 8 }, (_, i) => `p${i}@x.test`);
     const err = thrownBy(() => planEnvelope(head(['From: a@x.test', `To: ${others.join(', ')}`]), ['p0@x.test']));
     expect(err.code).toBe('EENVELOPE');
     expect(err.message).toContain('not in RCPT TO: p1@x.test, p2@x.test, p3@x.test, p4@x.test, p5@x.test and 2 more');
+  });
+});
+
+describe('the strict header reading (fail closed)', () => {
+  it.each([
+    ['ann@x.test', ['ann@x.test']],
+    ['"Doe, Ann" <ann@x.test>, Bob<bob@x.test>', ['ann@x.test', 'bob@x.test']],
+    ['=?utf-8?B?QW5u?= <ann@x.test> (Sales)', ['ann@x.test']],
+    ['Team: a@x.test, "b,c"@x.test;, d@x.test', ['a@x.test', '"b,c"@x.test', 'd@x.test']],
+    ['undisclosed-recipients:;', []],
+    ['a@x.test; b@x.test,, ', ['a@x.test', 'b@x.test']],
+    ['< a@[192.0.2.1] >', ['a@[192.0.2.1]']],
+  ])('reads %s', (value, addresses) => {
+    expect(readAddressList(value, 'To')).toEqual(addresses);
+  });
+
+  it.each([
+    ['Ann', /no address/],
+    ['=?utf-8?B?PGFAeC50ZXN0Pg==?=', /encoded word/],
+    ['(a@x.test)', /encoded word \(RFC 2047\) or a comment/],
+    ['=?utf-8?B?PGFAeC50ZXN0Pg==?=: b@x.test;', /encoded word/],
+    ['=?utf-8?Q?a?=@x.test', /encoded word/],
+    ['<=?utf-8?Q?a?=@x.test>', /encoded word/],
+    ['a@x.test <b@x.test>', /more after an address/],
+    ['<a@x.test> <b@x.test>', /more after an address/],
+    ['a @x.test', /not one addr-spec/],
+    ['<@route.test:a@x.test>', /source route/],
+    ['<>', /no address/],
+    ['g: h: a@x.test;;', /group inside a group/],
+    ['" a"@x.test', /quoted local part/],
+    ['a@b@x.test', /more after an address|not valid/],
+    ['a\u202e@x.test', /bidirectional/],
+  ])('refuses %s', (value, reason) => {
+    const err = thrownBy(() => readAddressList(value, 'Cc'));
+    expect(err).toMatchObject({ code: 'EMESSAGE', permanent: true });
+    expect(err.message).toMatch(/^The relay cannot read the message's recipients for certain \(the Cc header /);
+    expect(err.message).toMatch(reason);
+  });
+
+  it('refuses a line that is neither a field nor a continuation, naming it, and reads the rest once', () => {
+    const read = (text: string) => () => readRelayHeaders(Buffer.from(text));
+    expect(thrownBy(read('From: a@x.test\r\nCc\r\n : v@x.test\r\n\r\n')).message).toMatch(/header line 2 is neither/);
+    expect(thrownBy(read(' Cc: v@x.test\r\nFrom: a@x.test\r\n\r\n')).message).toMatch(
+      /header line 1 starts with white space/,
+    );
+    expect(thrownBy(read('From a@x.test Mon Nov 23 2026\r\n\r\n')).message).toMatch(/header line 1 is neither/);
+    const headers = readRelayHeaders(
+      Buffer.from('To : Ann <ANN@x.test>,\r\n\tbob@x.test\r\nCC: ann@x.test\r\nDate: now\r\nMessage-ID: <m@x>\r\n\r\n'),
+    );
+    expect(headers).toMatchObject({ recipients: ['ANN@x.test', 'bob@x.test'], hasDate: true, messageId: '<m@x>' });
+    expect(headers.fields.map((f) => [f.name, f.value])).toContainEqual(['To', 'Ann <ANN@x.test>, bob@x.test']);
+  });
+});
+
+describe('MessageIdentities', () => {
+  const facts = (over: Partial<Parameters<MessageIdentities['identify']>[0]> = {}) => ({
+    envelope: { from: 'cron@x.test', to: ['ops@x.test'] },
+    digest: 'a'.repeat(64),
+    hasMessageId: false,
+    hasDate: true,
+    from: 'cron@Bücher.example' as string | false,
+    ...over,
+  });
+  const transient = new EmlApiError('ETIMEDOUT', 'no answer', { permanent: false });
+
+  it('names a message with a Message-ID or a Date by its envelope and bytes alone, from any relay', () => {
+    const a = new MessageIdentities().identify(facts());
+    const b = new MessageIdentities().identify(facts());
+    expect(b.idempotencyKey).toBe(a.idempotencyKey);
+    expect(a.idempotencyKey).toMatch(/^smtp-relay-[0-9a-f]{64}$/);
+    expect(a.addedMessageId).toMatch(/^<[0-9a-f]{32}\.eml-api-relay@xn--bcher-kva\.example>$/);
+    expect(new MessageIdentities().identify(facts({ hasMessageId: true })).addedMessageId).toBeUndefined();
+    for (const other of [
+      facts({ envelope: { from: 'cron@x.test', to: ['ops@x.test', 'audit@x.test'] } }),
+      facts({ envelope: { from: '', to: ['ops@x.test'] } }),
+      facts({ digest: 'b'.repeat(64) }),
+    ]) {
+      expect(new MessageIdentities().identify(other).idempotencyKey).not.toBe(a.idempotencyKey);
+    }
+  });
+
+  it('without either, keeps an identity only for the retry of a try whose outcome it could not know, for 24 hours', () => {
+    let now = 0;
+    const identities = new MessageIdentities({ now: () => now });
+    const bare = facts({ hasDate: false });
+    const first = identities.identify(bare);
+    identities.settle(first, undefined);
+    const repeat = identities.identify(bare);
+    expect(repeat.idempotencyKey).not.toBe(first.idempotencyKey);
+    identities.settle(repeat, transient);
+    const retry = identities.identify(bare);
+    expect([retry.idempotencyKey, retry.addedMessageId]).toEqual([repeat.idempotencyKey, repeat.addedMessageId]);
+    identities.settle(retry, new EmlApiError('EAPI', 'refused', { permanent: true }));
+    expect(identities.identify(bare).idempotencyKey).not.toBe(retry.idempotencyKey);
+    const late = identities.identify(bare);
+    identities.settle(late, transient);
+    now += IDEMPOTENCY_WINDOW_MS;
+    expect(identities.identify(bare).idempotencyKey).not.toBe(late.idempotencyKey);
+  });
+
+  it('remembers at most `capacity` tries, forgetting the oldest', () => {
+    const identities = new MessageIdentities({ capacity: 2 });
+    const tries = ['1', '2', '3'].map((d) => identities.identify(facts({ hasDate: false, digest: d })));
+    for (const t of tries) identities.settle(t, transient);
+    const again = ['1', '2', '3'].map((d) => identities.identify(facts({ hasDate: false, digest: d })).idempotencyKey);
+    expect(again.map((key, i) => key === tries[i]!.idempotencyKey)).toEqual([false, true, true]);
   });
 });
 
@@ -111,6 +228,34 @@ describe('MessageRewriter', () => {
     expect(out).toBe('X: 1\r\n\r\nbody\r\nmore');
     const again = await through(['X: 1\r\n\r\nbody\r\nmore'], (h) => h);
     expect(again.rewriter.digest()).toBe(rewriter.digest());
+  });
+
+  it('makes every bare LF and bare CR a CRLF, wherever the chunks split the message (a CR last in one chunk, its LF first in the next)', async () => {
+    const bytes = fc
+      .array(fc.constantFrom('a', '.', ' ', ':', '\r', '\n', '\r\n'), { maxLength: 40 })
+      .map((a) => a.join(''));
+    await fc.assert(
+      fc.asyncProperty(bytes, fc.array(fc.nat(), { maxLength: 6 }), async (text, cuts) => {
+        const at = [...new Set(cuts.map((c) => c % (text.length + 1)))].sort((a, b) => a - b);
+        const chunks = [0, ...at].map((start, i) => text.slice(start, at[i] ?? text.length)).filter((c) => c !== '');
+        const { out } = await through(chunks, (h) => h);
+        expect(out).toBe(text.replace(/\r\n|\r|\n/g, '\r\n'));
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('passes a body chunk without bare line ends through as it is (no copy)', async () => {
+    const rewriter = new MessageRewriter(
+      (h) => h,
+      () => undefined,
+    );
+    const parts: Buffer[] = [];
+    rewriter.on('data', (c: Buffer) => parts.push(c));
+    const body = Buffer.alloc(64 * 1024, 'line\r\n');
+    rewriter.write(Buffer.from('From: a\r\n\r\n'));
+    await new Promise<void>((resolve) => rewriter.end(body, resolve));
+    expect(parts.at(-1)).toBe(body);
   });
 
   it('fails on a header section over 1 MiB, and on whatever the size check reports', async () => {

@@ -1,0 +1,395 @@
+import { findForbiddenCharacter, isValidAddress } from '../protocol/address-rules.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
+import { addressKey } from './address-key.js';
+
+/**
+ * The relay reads a message's header section strictly, because the service
+ * reads it leniently: a line, an address or an encoded word that the relay
+ * skipped while the service read it as a recipient would send mail to people
+ * who were never in `RCPT TO`. So whatever the relay cannot read for certain
+ * is refused (`554 5.6.0`, naming it), never skipped. What it accepts is a
+ * subset of RFC 5322 on which MIME parsers agree: the property tests check
+ * that mailparser (the emulator's parser) reads the same recipients from
+ * every header section the relay accepts.
+ *
+ * Every function here scans its input once: linear in the header section,
+ * which the relay caps at 1 MiB.
+ */
+
+/** One header field as the relay read it. */
+export interface RelayHeaderField {
+  /** The name as written, without the white space some senders put before the colon. */
+  name: string;
+  /** The value unfolded as MIME parsers unfold it (each line break and the white space after it one space), trimmed, as UTF-8. */
+  value: string;
+  /** Byte offset of the field's first line. */
+  start: number;
+  /** Byte offset just past the field's last line break. */
+  end: number;
+}
+
+/** What the relay reads from a header section. */
+export interface RelayHeaders {
+  fields: RelayHeaderField[];
+  /** The To, Cc and Bcc recipients, in order, each once (as {@link addressKey} compares them). */
+  recipients: string[];
+  /** The first address of the first From field, or false. */
+  from: string | false;
+  /** The first non-empty Message-ID field, or undefined. */
+  messageId: string | undefined;
+  /** Whether the message has a Date field. */
+  hasDate: boolean;
+}
+
+/** The fields whose addresses the service sends to. */
+const RECIPIENT_FIELDS = new Set(['to', 'cc', 'bcc']);
+
+/** Characters of a value quoted in an error. */
+const SHOWN = 60;
+
+/**
+ * Reads a header section the way the relay trusts: every line is a field
+ * (`name:` or `name :`, the name printable ASCII) or the folded continuation
+ * of one, and every To, Cc and Bcc field is an address list the relay reads
+ * for certain (see {@link readAddressList}).
+ *
+ * @param head the header section, with or without its blank line; the relay passes it with CRLF line ends only
+ * @throws {EmlApiError} `EMESSAGE` (permanent) naming the line or the field that cannot be read
+ * @example
+ * readRelayHeaders(Buffer.from('From: a@x.test\r\nTo: Ann <ann@x.test>, bob@x.test\r\n\r\n')).recipients;
+ * // ['ann@x.test', 'bob@x.test']
+ */
+export function readRelayHeaders(head: Buffer): RelayHeaders {
+  const fields = splitFields(head);
+  const recipients: string[] = [];
+  const seen = new Set<string>();
+  let from: string | false = false;
+  let messageId: string | undefined;
+  let hasDate = false;
+  for (const field of fields) {
+    const name = field.name.toLowerCase();
+    if (RECIPIENT_FIELDS.has(name)) {
+      for (const address of readAddressList(field.value, field.name)) {
+        const key = addressKey(address);
+        if (!seen.has(key)) {
+          seen.add(key);
+          recipients.push(address);
+        }
+      }
+    } else if (name === 'from' && from === false) {
+      from = firstAddress(field.value);
+    } else if (name === 'message-id' && messageId === undefined) {
+      messageId = field.value || undefined;
+    } else if (name === 'date') {
+      hasDate = true;
+    }
+  }
+  return { fields, recipients, from, messageId, hasDate };
+}
+
+/** The fields of a header section; a line that is neither a field nor a continuation is refused. */
+function splitFields(head: Buffer): RelayHeaderField[] {
+  const fields: RelayHeaderField[] = [];
+  let current: { field: RelayHeaderField; parts: string[] } | undefined;
+  const close = () => {
+    if (!current) return;
+    const value = current.parts.join(' ').trim();
+    current.field.value = Buffer.from(value, 'latin1').toString('utf8');
+    current = undefined;
+  };
+  let pos = 0;
+  for (let number = 1; pos < head.length; number++) {
+    const lf = head.indexOf(0x0a, pos);
+    const next = lf === -1 ? head.length : lf + 1;
+    const lineEnd = lf === -1 ? head.length : lf > pos && head[lf - 1] === 0x0d ? lf - 1 : lf;
+    if (lineEnd === pos) break;
+    const line = head.toString('latin1', pos, lineEnd);
+    if (line.includes('\r')) throw unreadable(`header line ${number} holds a bare CR`);
+    if (line[0] === ' ' || line[0] === '\t') {
+      if (!current) {
+        throw unreadable(
+          `header line ${number} starts with white space (a folded continuation) but no field precedes it: ${shown(line)}`,
+        );
+      }
+      current.parts.push(line.replace(/^[ \t]+/, ''));
+      current.field.end = next;
+    } else {
+      close();
+      const colon = fieldColon(line);
+      if (colon === undefined) {
+        throw unreadable(
+          `header line ${number} is neither a header field nor the folded continuation of one: ${shown(line)}`,
+        );
+      }
+      const field = { name: line.slice(0, colon).trimEnd(), value: '', start: pos, end: next };
+      fields.push(field);
+      current = { field, parts: [line.slice(colon + 1)] };
+    }
+    pos = next;
+  }
+  close();
+  return fields;
+}
+
+/** The index of the colon of a field line (a name of printable ASCII, white space allowed before the colon). */
+function fieldColon(line: string): number | undefined {
+  let i = 0;
+  for (; i < line.length; i++) {
+    const code = line.charCodeAt(i);
+    if (code < 0x21 || code > 0x7e || code === 0x3a) break;
+  }
+  if (i === 0) return undefined;
+  while (line[i] === ' ' || line[i] === '\t') i++;
+  return line[i] === ':' ? i : undefined;
+}
+
+/** Characters that end an atom (RFC 5322 specials and white space). */
+const SPECIALS = '()<>[]:;@\\,."\t ';
+
+/** Characters that end a domain written as labels: the specials but the dot. */
+const DOMAIN_END = SPECIALS.replace('.', '');
+
+/**
+ * Reads one address list (a To, Cc or Bcc value) as the relay trusts it:
+ * addresses (`a@x`), display names with an address in angle brackets
+ * (`Ann <a@x>`, `"Doe, Ann" <a@x>`, `=?utf-8?B?...?= <a@x>`), groups
+ * (`Team: a@x, b@x;`, `undisclosed-recipients:;`), comments beside an address,
+ * and `,` or `;` between entries. Refused, because parsers read them
+ * differently: an entry without an address (a name alone, a comment alone,
+ * `<>`), an encoded word (RFC 2047) anywhere but in a display name before an
+ * address (mailparser reads a Base64 word standing alone as the addresses it
+ * holds), a group in a group, a source route, and an address that is not
+ * valid.
+ *
+ * @param value the unfolded field value
+ * @param field the field's name, for the error
+ * @returns the addresses, in order
+ * @throws {EmlApiError} `EMESSAGE` (permanent) naming the field and the entry
+ * @example
+ * readAddressList('"Doe, Ann" <ann@x.test>, Team: bob@x.test;', 'To'); // ['ann@x.test', 'bob@x.test']
+ */
+export function readAddressList(value: string, field: string): string[] {
+  return new AddressListReader(value, field).read();
+}
+
+class AddressListReader {
+  readonly #text: string;
+  readonly #field: string;
+  #at = 0;
+  readonly #out: string[] = [];
+
+  constructor(text: string, field: string) {
+    this.#text = text;
+    this.#field = field;
+  }
+
+  read(): string[] {
+    const bad = findForbiddenCharacter(this.#text, { allowTab: true });
+    if (bad) throw this.#refuse(`holds ${bad.what}`);
+    let inGroup = false;
+    for (;;) {
+      this.#skipSpace();
+      if (this.#at >= this.#text.length) break;
+      const ch = this.#text[this.#at]!;
+      if (ch === ',' || (ch === ';' && !inGroup)) {
+        this.#at++;
+        continue;
+      }
+      if (ch === ';') {
+        this.#at++;
+        inGroup = false;
+        continue;
+      }
+      const group = this.#entry(inGroup);
+      if (group) inGroup = true;
+    }
+    return this.#out;
+  }
+
+  /** Reads one entry; @returns true when it opened a group. */
+  #entry(inGroup: boolean): boolean {
+    const start = this.#at;
+    const { phrase, comments } = this.#phrase();
+    const ch = this.#text[this.#at];
+    if (ch === '<') {
+      this.#angleAddress(start);
+    } else if (ch === '@') {
+      this.#addrSpec(start, phrase);
+    } else if (ch === ':') {
+      if (inGroup) throw this.#refuse(`has a group inside a group: ${this.#shownFrom(start)}`);
+      if (phrase.encoded) throw this.#encoded(start);
+      if (phrase.text === '') throw this.#refuse(`has a group without a name: ${this.#shownFrom(start)}`);
+      this.#at++;
+      return true;
+    } else if (phrase.text !== '' || comments) {
+      // A name (or a comment) and no address: some parsers take it for one, mailparser decodes a Base64 word into several.
+      if (phrase.encoded || comments) throw this.#encoded(start);
+      throw this.#refuse(`has an entry with no address: ${this.#shownFrom(start)}`);
+    } else {
+      throw this.#refuse(`has ${shown(ch ?? '')} where an entry should start: ${this.#shownFrom(start)}`);
+    }
+    this.#trailer(start);
+    return false;
+  }
+
+  /** Words before `<`, `@` or `:` (atoms, dots, quoted strings, encoded words; comments skipped), and what they held. */
+  #phrase(): { phrase: { text: string; encoded: boolean }; comments: boolean } {
+    const words: string[] = [];
+    let encoded = false;
+    let comments = false;
+    for (;;) {
+      this.#skipSpace();
+      const ch = this.#text[this.#at];
+      if (ch === undefined || ch === '<' || ch === '@' || ch === ':' || ch === ',' || ch === ';') break;
+      if (ch === '(') {
+        this.#comment();
+        comments = true;
+      } else if (ch === '"') {
+        const quoted = this.#quoted();
+        if (quoted.includes('=?')) encoded = true;
+        words.push(quoted);
+      } else if (ch === '.') {
+        this.#at++;
+        words.push('.');
+      } else if (SPECIALS.includes(ch)) {
+        throw this.#refuse(`has ${shown(ch)} out of place: ${this.#shownFrom(this.#at)}`);
+      } else {
+        const atom = this.#atom();
+        if (atom.includes('=?')) encoded = true;
+        words.push(atom);
+      }
+    }
+    return { phrase: { text: words.join(' '), encoded }, comments };
+  }
+
+  /** `<addr-spec>`, white space allowed inside the brackets. */
+  #angleAddress(start: number): void {
+    this.#at++;
+    this.#skipSpace();
+    const from = this.#at;
+    const close = this.#text.indexOf('>', from);
+    if (close === -1) throw this.#refuse(`has an unclosed <: ${this.#shownFrom(start)}`);
+    const inner = this.#text.slice(from, close).trim();
+    if (inner === '') throw this.#refuse(`has an entry with no address: ${this.#shownFrom(start)}`);
+    if (inner.startsWith('@')) throw this.#refuse(`has a source route (obsolete): ${this.#shownFrom(start)}`);
+    this.#push(inner, start);
+    this.#at = close + 1;
+  }
+
+  /** `local@domain` where the phrase just read is the local part. */
+  #addrSpec(start: number, local: { encoded: boolean }): void {
+    const written = this.#text.slice(start, this.#at).trimStart();
+    // The local part: one atom (dots allowed) or one quoted string, written without white space (a fold
+    // inside an address leaves one, which parsers keep or drop) or comments.
+    if (written === '' || /[\s()]/.test(written.replace(/"(?:[^"\\]|\\.)*"/g, '""'))) {
+      throw this.#refuse(`has an address that is not one addr-spec: ${this.#shownFrom(start)}`);
+    }
+    if (local.encoded) throw this.#encoded(start);
+    this.#at++;
+    const from = this.#at;
+    if (this.#text[this.#at] === '[') {
+      const close = this.#text.indexOf(']', this.#at);
+      if (close === -1) throw this.#refuse(`has an unclosed [: ${this.#shownFrom(start)}`);
+      this.#at = close + 1;
+    } else {
+      while (this.#at < this.#text.length && !DOMAIN_END.includes(this.#text[this.#at]!)) this.#at++;
+    }
+    this.#push(`${written}@${this.#text.slice(from, this.#at)}`, start);
+  }
+
+  /** After an address: comments and white space, then a separator or the end. */
+  #trailer(start: number): void {
+    for (;;) {
+      this.#skipSpace();
+      const ch = this.#text[this.#at];
+      if (ch === undefined || ch === ',' || ch === ';') return;
+      if (ch !== '(') throw this.#refuse(`has more after an address: ${this.#shownFrom(start)}`);
+      this.#comment();
+    }
+  }
+
+  #push(address: string, start: number): void {
+    if (address.includes('=?')) throw this.#encoded(start);
+    if (address.includes('\uFFFD'))
+      throw this.#refuse(`has an address that is not valid UTF-8: ${this.#shownFrom(start)}`);
+    if (!isValidAddress(address)) throw this.#refuse(`has an address that is not valid: ${shown(address)}`);
+    // Parsers trim a quoted local part, or drop its quotes, when it starts or ends with white space.
+    if (address.startsWith('"') && /^"[ \t]|[ \t]"@|\t/.test(address)) {
+      throw this.#refuse(`has a quoted local part with white space at its ends or a tab: ${shown(address)}`);
+    }
+    this.#out.push(address);
+  }
+
+  #atom(): string {
+    const from = this.#at;
+    while (this.#at < this.#text.length && !SPECIALS.includes(this.#text[this.#at]!)) this.#at++;
+    return this.#text.slice(from, this.#at);
+  }
+
+  /** A quoted string, quotes included; a backslash escapes the next character. */
+  #quoted(): string {
+    const from = this.#at++;
+    while (this.#at < this.#text.length) {
+      const ch = this.#text[this.#at++];
+      if (ch === '\\') this.#at++;
+      else if (ch === '"') return this.#text.slice(from, this.#at);
+    }
+    throw this.#refuse(`has an unclosed quoted string: ${this.#shownFrom(from)}`);
+  }
+
+  /**
+   * Skips a comment, nested comments and escapes included. A comment is read
+   * only beside an address: an entry that is a comment alone is refused, as
+   * parsers read one as a name or as an address.
+   */
+  #comment(): void {
+    const from = this.#at;
+    let depth = 0;
+    while (this.#at < this.#text.length) {
+      const ch = this.#text[this.#at++];
+      if (ch === '\\') this.#at++;
+      else if (ch === '(') depth++;
+      else if (ch === ')' && --depth === 0) return;
+    }
+    throw this.#refuse(`has an unclosed comment: ${this.#shownFrom(from)}`);
+  }
+
+  #skipSpace(): void {
+    while (this.#text[this.#at] === ' ' || this.#text[this.#at] === '\t') this.#at++;
+  }
+
+  #shownFrom(start: number): string {
+    return shown(this.#text.slice(start));
+  }
+
+  #encoded(start: number): EmlApiError {
+    return this.#refuse(
+      `has an encoded word (RFC 2047) or a comment where an address must be, which the service may read as addresses: ${this.#shownFrom(start)}`,
+    );
+  }
+
+  #refuse(problem: string): EmlApiError {
+    return unreadable(`the ${this.#field} header ${problem}`);
+  }
+}
+
+/** The first address of a From value, read leniently: the service checks From itself. */
+function firstAddress(value: string): string | false {
+  try {
+    return readAddressList(value, 'From')[0] ?? false;
+  } catch {
+    return false;
+  }
+}
+
+function shown(text: string): string {
+  return JSON.stringify(text.length > SHOWN ? `${text.slice(0, SHOWN)}…` : text);
+}
+
+function unreadable(problem: string): EmlApiError {
+  return new EmlApiError(
+    'EMESSAGE',
+    `The relay cannot read the message's recipients for certain (${problem}); the service might read others from it`,
+    { command: 'DATA', permanent: true },
+  );
+}
