@@ -17,7 +17,7 @@ import { registerQueueTransportInternals } from './queue-transport-internals.js'
 import { queuedMessageInfo, type EmlApiQueuedMessageInfo } from './queued-message-info.js';
 import { closeOutboxRedis, openOutboxRedis, type OutboxRedis } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
-import { redisFailure } from './redis-failure.js';
+import { redisFailure, type StoredSend } from './redis-failure.js';
 import { resolveQueueTransportOptions, type ResolvedQueueTransportOptions } from './resolve-queue-transport-options.js';
 
 /**
@@ -184,6 +184,8 @@ export class EmlApiQueueTransport extends EventEmitter {
           throw new EmlApiError('EABORT', 'sendMail was aborted before the message was queued: nothing was stored', {
             cause: err,
             permanent: true,
+            idempotencyKey,
+            queueId: outboxJobId(idempotencyKey),
           });
         }
         throw err;
@@ -247,6 +249,8 @@ export class EmlApiQueueTransport extends EventEmitter {
   async #store(content: QueuedContent, idempotencyKey: string, signal: AbortSignal): Promise<EmlApiQueuedMessageInfo> {
     const { redis, where } = this.#redis;
     const jobId = outboxJobId(idempotencyKey);
+    // On every error of this send: the caller can queue it again safely and look the job up.
+    const send: StoredSend = { idempotencyKey, queueId: jobId };
     const contentKey = newContentKey(this.#settings.contentKeyPrefix, jobId);
     const deadline = Date.now() + this.#settings.storeTimeout;
     const left = () => Math.max(1, deadline - Date.now());
@@ -268,7 +272,7 @@ export class EmlApiQueueTransport extends EventEmitter {
       // deletes the key itself after its last command; a DEL sent from here would run before the
       // APPENDs still to come, which would then leave the message in Redis with no job.
       writing.abort();
-      throw redisFailure(err, `Could not store the message in Redis at ${where}`, false);
+      throw redisFailure(err, `Could not store the message in Redis at ${where}`, false, send);
     }
     if (signal.aborted) {
       await redis.del(contentKey).catch(() => undefined);
@@ -280,7 +284,7 @@ export class EmlApiQueueTransport extends EventEmitter {
       // A job with this id was there already: BullMQ kept it and ignored this one.
       stored = (await withDeadline(this.queue.getJob(jobId), left()))?.data;
     } catch (err) {
-      throw redisFailure(err, `Could not queue the message in Redis at ${where}`, true);
+      throw redisFailure(err, `Could not queue the message in Redis at ${where}`, true, send);
     }
     const duplicate = stored !== undefined && stored.contentKey !== contentKey;
     if (duplicate) await redis.del(contentKey).catch(() => undefined);
