@@ -5,8 +5,9 @@ import { EmlApiClient } from '../client/eml-api-client.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { EmlApiLogger } from '../shared/logger.js';
 import { sweepStoredContent } from './content-sweeper.js';
-import { failureAction, outboxJobError } from './job-failure.js';
-import { readOutboxJobData, type OutboxJobData, type OutboxJobError, type OutboxSendResult } from './outbox-job.js';
+import { explainFailure, failureAction, failureOutcome, outboxJobError } from './job-failure.js';
+import { recordSent } from './job-record.js';
+import { readOutboxJobData, type OutboxJobData, type OutboxSendResult } from './outbox-job.js';
 import type { QueueLocation } from './queue-location.js';
 import { loadBullmq, type BullmqModule } from './queue-peers.js';
 import { closeOutboxRedis, openOutboxRedis, QUIT_WAIT, type OutboxRedis } from './redis-connection.js';
@@ -68,6 +69,8 @@ export class EmlApiWorker extends EventEmitter {
   readonly #location: QueueLocation;
   readonly #logger: EmlApiLogger;
   readonly #running = new Set<Promise<unknown>>();
+  /** Jobs run again after they were sent: they complete without a `'sent'` event. */
+  readonly #alreadySent = new WeakSet<OutboxJob>();
   #forcing = false;
   #closing: Promise<void> | undefined;
   #sweeper: NodeJS.Timeout | undefined;
@@ -202,9 +205,21 @@ export class EmlApiWorker extends EventEmitter {
   async #process(job: OutboxJob, token: string | undefined): Promise<OutboxSendResult> {
     const { UnrecoverableError, Worker } = loadBullmq();
     if (this.#forcing) return this.#handBack(job, token);
+    let data: OutboxJobData | undefined;
     try {
-      const data = readOutboxJobData(job.data, this.#location.contentKeyPrefix);
-      return await sendOutboxJob(clientInternals(this.client).requester, this.#redis.redis, data);
+      data = readOutboxJobData(job.data, this.#location.contentKeyPrefix);
+      if (data.sent) {
+        // Sent already (a dashboard's "Retry" on a completed job, or a worker that died before completing it):
+        // complete again with the service's first answer; posting again could only fail for want of content.
+        this.#alreadySent.add(job);
+        return data.sent;
+      }
+      const result = await sendOutboxJob(clientInternals(this.client).requester, this.#redis.redis, data);
+      await recordSent(this.#redis.redis, this.#jobKey(job), data, result).catch((err: unknown) =>
+        // The send stands; without the record a re-run posts again and the service answers from the first send.
+        this.#logger.warn({ job: job.id, error: (err as Error).message }, 'Could not record the send on the job'),
+      );
+      return result;
     } catch (err) {
       if (this.#forcing) return this.#handBack(job, token);
       const action = failureAction(err);
@@ -212,16 +227,30 @@ export class EmlApiWorker extends EventEmitter {
         // BullMQ's rate limit key pauses every worker of the queue; the job goes back without using an attempt.
         await this.worker.rateLimit(action.ms);
         this.#logger.warn({ job: job.id, pauseMs: action.ms }, 'The service is rate limiting: queue paused');
-        await this.#record(job, outboxJobError(err, job.attemptsMade + 1, false));
+        await this.#record(job, { lastError: outboxJobError(err, job.attemptsMade + 1, false) });
         throw Worker.RateLimitError();
       }
+      const attempt = job.attemptsMade + 1;
+      const outcome = failureOutcome(err, attempt, job.opts.attempts ?? 1);
+      const reported = explainFailure(err, outcome);
       const permanent = action.kind === 'fail';
-      await this.#record(job, outboxJobError(err, job.attemptsMade + 1, permanent));
-      if (!permanent) throw err;
-      const unrecoverable = new UnrecoverableError((err as Error).message);
-      Object.defineProperty(unrecoverable, 'cause', { value: err, enumerable: false });
+      // The service refused these very bytes: nothing can send them, so they leave Redis now, not in 7 days.
+      const refused = outcome.kind === 'refused' && data !== undefined;
+      await this.#record(
+        job,
+        { lastError: outboxJobError(reported, attempt, permanent), ...(refused ? { contentRemoved: true } : {}) },
+        refused ? data!.contentKey : undefined,
+      );
+      if (!permanent) throw reported;
+      const unrecoverable = new UnrecoverableError(reported.message);
+      Object.defineProperty(unrecoverable, 'cause', { value: reported, enumerable: false });
       throw unrecoverable;
     }
+  }
+
+  /** The Redis key of a job's hash. */
+  #jobKey(job: OutboxJob): string {
+    return `${this.#location.prefix}:${this.#location.queueName}:${job.id}`;
   }
 
   /**
@@ -240,20 +269,29 @@ export class EmlApiWorker extends EventEmitter {
     throw WaitingError ? new WaitingError() : new DelayedError();
   }
 
-  /** Keeps the error of a failed attempt on the job, for `queue status` and dashboards. */
-  async #record(job: OutboxJob, lastError: OutboxJobError): Promise<void> {
+  /**
+   * Keeps the record of a failed attempt on the job (its error, for `queue
+   * status` and dashboards), and removes its content when `dropContent` names it.
+   */
+  async #record(job: OutboxJob, fields: Partial<OutboxJobData>, dropContent?: string): Promise<void> {
     try {
-      await job.updateData({ ...job.data, lastError });
+      await Promise.all([
+        job.updateData({ ...job.data, ...fields }),
+        dropContent === undefined ? undefined : this.#redis.redis.del(dropContent),
+      ]);
     } catch (err) {
       this.#logger.warn({ job: job.id, error: (err as Error).message }, 'Could not record the error on the job');
     }
   }
 
   #onSent(job: OutboxJob, result: OutboxSendResult): void {
-    const { contentKey } = job.data;
-    if (typeof contentKey === 'string' && contentKey.startsWith(this.#location.contentKeyPrefix)) {
-      // Sent: the content is not needed any more (the sweeper catches it if this process dies first).
-      this.#redis.redis.del(contentKey).catch(() => undefined);
+    // The content was deleted with the record of the send (recordSent); the sweeper catches what a failed record left.
+    if (this.#alreadySent.delete(job)) {
+      this.#logger.info(
+        { job: job.id, id: result?.id },
+        'Queued message was sent already: completed again, nothing posted',
+      );
+      return;
     }
     this.#logger.info({ job: job.id, id: result?.id, response: result?.response }, 'Queued message sent');
     this.emit('sent', job, result);

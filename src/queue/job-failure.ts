@@ -1,4 +1,5 @@
-import { EmlApiError } from '../shared/eml-api-error.js';
+import { MAY_HAVE_BEEN_ACCEPTED } from '../http/request-error.js';
+import { EmlApiError, errorDetails } from '../shared/eml-api-error.js';
 import type { OutboxJobError } from './outbox-job.js';
 
 /**
@@ -52,4 +53,88 @@ export function outboxJobError(err: unknown, attempt: number, permanent: boolean
     attempt,
     at: at.toISOString(),
   };
+}
+
+/**
+ * What the outbox does with a job after a failed attempt, as what it reports
+ * (events, `lastError`, BullMQ's `failedReason`, `eml-api queue status`) says:
+ * - `retry`: tried again on the job's schedule
+ * - `exhausted`: out of attempts on a passing failure; failed, its content kept to be put back
+ * - `refused`: the service refused these very bytes (400, 413, 422): failed, its content removed
+ * - `held`: the service refused something a fix elsewhere can cure (a key, a missing group): failed, its content kept
+ * - `broken`: the job itself cannot be sent (its content gone, not a job of this outbox): failed
+ *
+ * @example
+ * const outcome: FailureOutcome = { kind: 'exhausted', attempts: 34 };
+ */
+export type FailureOutcome =
+  | { kind: 'retry' }
+  | { kind: 'exhausted'; attempts: number }
+  | { kind: 'refused' }
+  | { kind: 'held' }
+  | { kind: 'broken' };
+
+/** Statuses by which the service refuses the request itself: the same bytes can never be sent. */
+const REFUSED_REQUEST = new Set([400, 413, 422]);
+
+/**
+ * What became of a job after a failed attempt that {@link failureAction} did not pause on.
+ * @param attempt the attempt that failed (1 for the first)
+ * @param attempts the job's attempts in all
+ * @example
+ * const outcome = failureOutcome(err, job.attemptsMade + 1, job.opts.attempts ?? 1);
+ */
+export function failureOutcome(err: unknown, attempt: number, attempts: number): FailureOutcome {
+  if (failureAction(err).kind === 'retry') {
+    return attempt >= attempts ? { kind: 'exhausted', attempts: attempt } : { kind: 'retry' };
+  }
+  if (refusesRequest(err)) return { kind: 'refused' };
+  return err instanceof EmlApiError && err.responseCode !== undefined ? { kind: 'held' } : { kind: 'broken' };
+}
+
+/**
+ * Whether a permanent failure is the service refusing these very bytes (400,
+ * 413, 422), which no retry and no fix elsewhere can make succeed: the job's
+ * content can go. A refused key (401, 403) or a missing group (404) can be
+ * fixed, after which the same request succeeds: their content stays.
+ * @example
+ * if (refusesRequest(err)) await redis.del(job.data.contentKey);
+ */
+export function refusesRequest(err: unknown): boolean {
+  return err instanceof EmlApiError && err.permanent && REFUSED_REQUEST.has(err.responseCode ?? 0);
+}
+
+const SENT_AND_RETRIED =
+  'the request was sent, so the service may have accepted it; the outbox sends it again with the same Idempotency-Key, which the service answers from the first send';
+const SENT = 'the request was sent, so the service may have accepted it';
+
+/**
+ * The error of a failed attempt as the outbox reports it: the client's own
+ * words about retries ("not retried to avoid sending twice", true of a direct
+ * send) replaced by what the outbox does, and that said at the end.
+ * `EmlApiError`s stay `EmlApiError`s with the same fields.
+ *
+ * @example
+ * throw explainFailure(err, { kind: 'retry' }); // '...; the outbox sends it again with the same Idempotency-Key...'
+ */
+export function explainFailure(err: unknown, outcome: FailureOutcome): Error {
+  const e = err instanceof Error ? err : new Error(String(err));
+  let message = e.message.replace(MAY_HAVE_BEEN_ACCEPTED, outcome.kind === 'retry' ? SENT_AND_RETRIED : SENT);
+  if (outcome.kind === 'exhausted') {
+    message += `; the outbox gave up after ${outcome.attempts} attempts (its retry schedule): the job failed, its content is kept for eml-api queue retry`;
+  } else if (outcome.kind === 'refused') {
+    message +=
+      '; not retried: the service refused this request, so these bytes can never be sent; its content was removed from Redis (the failed job is kept to be looked at: queue a corrected message with sendMail, under the same idempotencyKey if you like)';
+  } else if (outcome.kind === 'held') {
+    message +=
+      '; not retried until it is put back (eml-api queue retry) once the cause is fixed; its content stays in Redis';
+  } else if (outcome.kind === 'broken') {
+    message += '; not retried';
+  }
+  if (message === e.message) return e;
+  if (e instanceof EmlApiError) return new EmlApiError(e.code, message, errorDetails(e));
+  const plain = new Error(message, { cause: e });
+  const code = (e as { code?: unknown }).code;
+  if (code !== undefined) Object.assign(plain, { code });
+  return plain;
 }

@@ -68,6 +68,19 @@ export interface OutboxJobData {
   idempotencyKey: string;
   /** The last failed attempt, if any. */
   lastError?: OutboxJobError;
+  /**
+   * What the service answered when it accepted the send, recorded before the
+   * job completes: a job run again after that (a worker that died before
+   * completing it, Bull Board's "Retry" on a completed job) completes with
+   * this result and posts nothing.
+   */
+  sent?: OutboxSendResult;
+  /**
+   * `true` when the content was removed because the service refused these
+   * very bytes (400, 413, 422): the job is kept to be looked at, and cannot be
+   * put back (a `sendMail` with the same `idempotencyKey` replaces it).
+   */
+  contentRemoved?: true;
 }
 
 /**
