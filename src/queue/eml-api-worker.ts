@@ -5,7 +5,14 @@ import { EmlApiClient } from '../client/eml-api-client.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { EmlApiLogger } from '../shared/logger.js';
 import { sweepStoredContent } from './content-sweeper.js';
-import { explainFailure, failureAction, failureOutcome, outboxJobError } from './job-failure.js';
+import {
+  explainFailure,
+  failureAction,
+  failureOutcome,
+  outboxJobError,
+  parkedAfterStalls,
+  stallFailure,
+} from './job-failure.js';
 import { recordSent } from './job-record.js';
 import { readOutboxJobData, type OutboxJobData, type OutboxSendResult } from './outbox-job.js';
 import type { QueueLocation } from './queue-location.js';
@@ -68,6 +75,7 @@ export class EmlApiWorker extends EventEmitter {
   readonly #redis: OutboxRedis;
   readonly #location: QueueLocation;
   readonly #logger: EmlApiLogger;
+  readonly #maxStalls: number;
   readonly #running = new Set<Promise<unknown>>();
   /** Jobs run again after they were sent: they complete without a `'sent'` event. */
   readonly #alreadySent = new WeakSet<OutboxJob>();
@@ -86,6 +94,7 @@ export class EmlApiWorker extends EventEmitter {
     this.client = new EmlApiClient(settings.client);
     this.#location = settings;
     this.#logger = settings.logger;
+    this.#maxStalls = settings.maxStalls;
     this.queueName = settings.queueName;
     this.#redis = openOutboxRedis(options.connection, 'worker');
     this.#redis.redis.on('error', (err: Error) => this.#logger.debug({ error: err.message }, 'Redis error'));
@@ -114,7 +123,10 @@ export class EmlApiWorker extends EventEmitter {
     }
     this.worker.on('error', (err) => this.#reportError(err));
     this.worker.on('stalled', (jobId) =>
-      this.#logger.warn({ job: jobId }, 'A job was left by a worker that stopped answering; it goes to another one'),
+      this.#logger.warn(
+        { job: jobId },
+        'A job was left by a worker that stopped answering: a failed attempt, retried after its backoff',
+      ),
     );
     this.worker.on('completed', (job, result) => this.#onSent(job, result));
     this.worker.on('failed', (job, err) => {
@@ -203,17 +215,24 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   async #process(job: OutboxJob, token: string | undefined): Promise<OutboxSendResult> {
-    const { UnrecoverableError, Worker } = loadBullmq();
     if (this.#forcing) return this.#handBack(job, token);
-    let data: OutboxJobData | undefined;
+    let data: OutboxJobData;
     try {
       data = readOutboxJobData(job.data, this.#location.contentKeyPrefix);
-      if (data.sent) {
-        // Sent already (a dashboard's "Retry" on a completed job, or a worker that died before completing it):
-        // complete again with the service's first answer; posting again could only fail for want of content.
-        this.#alreadySent.add(job);
-        return data.sent;
-      }
+    } catch (err) {
+      return this.#fail(job, token, err, undefined);
+    }
+    if (data.sent) {
+      // Sent already (a dashboard's "Retry" on a completed job, or a worker that died before completing it):
+      // complete again with the service's first answer; posting again could only fail for want of content.
+      this.#alreadySent.add(job);
+      return data.sent;
+    }
+    // BullMQ counts stalls (a worker that stopped while it held the job) and moves the job straight back
+    // to the queue; the outbox makes each one a failed attempt, retried after its backoff, up to maxStalls.
+    const stalled = (job.stalledCounter ?? 0) - (data.stallsSeen ?? 0);
+    if (stalled > 0) return this.#failStalled(job, data, stalled);
+    try {
       const result = await sendOutboxJob(clientInternals(this.client).requester, this.#redis.redis, data);
       await recordSent(this.#redis.redis, this.#jobKey(job), data, result).catch((err: unknown) =>
         // The send stands; without the record a re-run posts again and the service answers from the first send.
@@ -221,31 +240,62 @@ export class EmlApiWorker extends EventEmitter {
       );
       return result;
     } catch (err) {
-      if (this.#forcing) return this.#handBack(job, token);
-      const action = failureAction(err);
-      if (action.kind === 'pause') {
-        // BullMQ's rate limit key pauses every worker of the queue; the job goes back without using an attempt.
-        await this.worker.rateLimit(action.ms);
-        this.#logger.warn({ job: job.id, pauseMs: action.ms }, 'The service is rate limiting: queue paused');
-        await this.#record(job, { lastError: outboxJobError(err, job.attemptsMade + 1, false) });
-        throw Worker.RateLimitError();
-      }
-      const attempt = job.attemptsMade + 1;
-      const outcome = failureOutcome(err, attempt, job.opts.attempts ?? 1);
-      const reported = explainFailure(err, outcome);
-      const permanent = action.kind === 'fail';
-      // The service refused these very bytes: nothing can send them, so they leave Redis now, not in 7 days.
-      const refused = outcome.kind === 'refused' && data !== undefined;
-      await this.#record(
-        job,
-        { lastError: outboxJobError(reported, attempt, permanent), ...(refused ? { contentRemoved: true } : {}) },
-        refused ? data!.contentKey : undefined,
-      );
-      if (!permanent) throw reported;
-      const unrecoverable = new UnrecoverableError(reported.message);
-      Object.defineProperty(unrecoverable, 'cause', { value: reported, enumerable: false });
-      throw unrecoverable;
+      return this.#fail(job, token, err, data);
     }
+  }
+
+  /** Ends a run whose attempt failed: records why on the job and tells BullMQ what to do with it. */
+  async #fail(
+    job: OutboxJob,
+    token: string | undefined,
+    err: unknown,
+    data: OutboxJobData | undefined,
+  ): Promise<never> {
+    if (this.#forcing) return this.#handBack(job, token);
+    const action = failureAction(err);
+    if (action.kind === 'pause') {
+      // BullMQ's rate limit key pauses every worker of the queue; the job goes back without using an attempt.
+      await this.worker.rateLimit(action.ms);
+      this.#logger.warn({ job: job.id, pauseMs: action.ms }, 'The service is rate limiting: queue paused');
+      await this.#record(job, { lastError: outboxJobError(err, job.attemptsMade + 1, false) });
+      throw loadBullmq().Worker.RateLimitError();
+    }
+    const attempt = job.attemptsMade + 1;
+    const outcome = failureOutcome(err, attempt, job.opts.attempts ?? 1);
+    const reported = explainFailure(err, outcome);
+    const permanent = action.kind === 'fail';
+    // The service refused these very bytes: nothing can send them, so they leave Redis now, not in 7 days.
+    const refused = outcome.kind === 'refused' && data !== undefined;
+    await this.#record(
+      job,
+      { lastError: outboxJobError(reported, attempt, permanent), ...(refused ? { contentRemoved: true } : {}) },
+      refused ? data.contentKey : undefined,
+    );
+    throw permanent ? unrecoverable(reported) : reported;
+  }
+
+  /**
+   * Ends a run that found its job stalled: the worker of an earlier run stopped
+   * while it sent it. That attempt failed, its outcome unknown: retried after
+   * its backoff like any other, or, past `maxStalls`, parked for a person.
+   */
+  async #failStalled(job: OutboxJob, data: OutboxJobData, stalled: number): Promise<never> {
+    const stalls = (data.stalls ?? 0) + stalled;
+    const counted = { stalls, stallsSeen: job.stalledCounter };
+    const attempt = job.attemptsMade + 1;
+    if (stalls > this.#maxStalls) {
+      const parked = parkedAfterStalls(stalls, String(job.id));
+      this.#logger.error({ job: job.id, stalls }, parked.message);
+      await this.#record(job, {
+        ...counted,
+        lastError: { ...outboxJobError(parked, attempt, true), parked: 'stalls' },
+      });
+      throw unrecoverable(parked);
+    }
+    const err = stallFailure(stalled);
+    const reported = explainFailure(err, failureOutcome(err, attempt, job.opts.attempts ?? 1));
+    await this.#record(job, { ...counted, lastError: outboxJobError(reported, attempt, false) });
+    throw reported;
   }
 
   /** The Redis key of a job's hash. */
@@ -313,6 +363,13 @@ export class EmlApiWorker extends EventEmitter {
     if (this.listenerCount('error') > 0) this.emit('error', err);
     else this.#logger.error({ error: err.message }, 'Outbox worker error');
   }
+}
+
+/** BullMQ's error for a job that fails at once, whatever attempts it has left; the outbox's error is its cause. */
+function unrecoverable(err: Error): Error {
+  const wrapped = new (loadBullmq().UnrecoverableError)(err.message);
+  Object.defineProperty(wrapped, 'cause', { value: err, enumerable: false });
+  return wrapped;
 }
 
 /**

@@ -138,3 +138,33 @@ export function explainFailure(err: unknown, outcome: FailureOutcome): Error {
   if (code !== undefined) Object.assign(plain, { code });
   return plain;
 }
+
+/**
+ * The failure of an attempt whose worker stopped before it finished (a
+ * stall): killed, crashed, out of memory, or cut off from Redis for longer
+ * than `lockDuration`. Its send may have reached the service.
+ * @param stalls stalls found at once (more than 1 when a worker died before it could count the previous one)
+ * @example
+ * throw explainFailure(stallFailure(1), { kind: 'retry' });
+ */
+export function stallFailure(stalls: number): EmlApiError {
+  const times = stalls === 1 ? '' : ` (${stalls} times)`;
+  return new EmlApiError(
+    'ECONNECTION',
+    `The worker sending this message stopped before it finished${times}: killed, crashed (out of memory?) or cut off from Redis for longer than lockDuration; ${MAY_HAVE_BEEN_ACCEPTED}`,
+    { permanent: false, mayHaveBeenAccepted: true },
+  );
+}
+
+/**
+ * Why a job that stalled more than `maxStalls` times is parked.
+ * @example
+ * throw new UnrecoverableError(parkedAfterStalls(6, 'order-1042').message);
+ */
+export function parkedAfterStalls(stalls: number, queueId: string): EmlApiError {
+  return new EmlApiError(
+    'ECONNECTION',
+    `Parked after ${stalls} stalls: each time, the worker sending this message stopped before it finished (killed, crashed, out of memory, or cut off from Redis). A message that crashes workers would crash every one that takes it, so it waits for a person; an attempt may have been delivered. Look at it (eml-api queue status), then put it back with eml-api queue retry ${queueId}`,
+    { permanent: true, mayHaveBeenAccepted: true },
+  );
+}

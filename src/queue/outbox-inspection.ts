@@ -130,6 +130,8 @@ export async function retryFailedSends(
       skipped.push({ queueId: id, reason: CONTENT_REMOVED });
       return true;
     }
+    // A fresh schedule: its attempts, and its stalls (a job parked after too many starts again from 0).
+    if (job.data?.stalls) await job.updateData({ ...job.data, stalls: 0 });
     await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
     retried.push(id);
     return true;

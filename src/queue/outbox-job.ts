@@ -35,7 +35,20 @@ export interface OutboxJobError {
   attempt: number;
   /** When it failed (ISO 8601). */
   at: string;
+  /**
+   * Set when the job was failed to wait for a person rather than be tried
+   * again: `'stalls'`, it stalled more than `maxStalls` times (a message that
+   * crashes workers?). The message says what to check.
+   */
+  parked?: OutboxParkReason;
 }
+
+/**
+ * Why a job was parked (failed for a person to look at): see {@link OutboxJobError.parked}.
+ * @example
+ * if (job.data.lastError?.parked === 'stalls') alert(`${job.id} crashes workers`);
+ */
+export type OutboxParkReason = 'stalls';
 
 /**
  * What a job of the outbox holds in its BullMQ data: where its content is,
@@ -81,6 +94,14 @@ export interface OutboxJobData {
    * put back (a `sendMail` with the same `idempotencyKey` replaces it).
    */
   contentRemoved?: true;
+  /**
+   * Stalls counted as failed attempts since the job was queued or put back:
+   * each time, the worker sending it stopped before it finished. Past the
+   * workers' `maxStalls` the job is parked.
+   */
+  stalls?: number;
+  /** BullMQ's stall counter of the job (`stalledCounter`) when the outbox last counted its stalls. */
+  stallsSeen?: number;
 }
 
 /**

@@ -18,16 +18,17 @@ export interface OutboxRateLimit {
 }
 
 /**
- * BullMQ worker options the outbox lets through, e.g. `lockDuration`,
- * `stalledInterval` and `maxStalledCount` (how fast the jobs of a crashed
- * worker go to another one), or `name`.
+ * BullMQ worker options the outbox lets through, e.g. `lockDuration` and
+ * `stalledInterval` (how fast the jobs of a crashed worker go to another
+ * one), or `name`. Not `maxStalledCount`: the outbox counts stalls itself
+ * (see {@link EmlApiWorkerOptions.maxStalls}).
  *
  * @example
- * const workerOptions: OutboxWorkerTuning = { name: os.hostname(), lockDuration: 60_000, maxStalledCount: 3 };
+ * const workerOptions: OutboxWorkerTuning = { name: os.hostname(), lockDuration: 60_000 };
  */
 export type OutboxWorkerTuning = Omit<
   WorkerOptions,
-  'connection' | 'concurrency' | 'limiter' | 'prefix' | 'autorun' | 'settings' | 'useWorkerThreads'
+  'connection' | 'concurrency' | 'limiter' | 'prefix' | 'autorun' | 'settings' | 'useWorkerThreads' | 'maxStalledCount'
 >;
 
 /**
@@ -85,8 +86,23 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool'> 
    */
   cleanupInterval?: number;
   /**
+   * How many times a job may stall and still be retried. A job stalls when
+   * the worker sending it stops before it finishes (killed, crashed, out of
+   * memory, cut off from Redis for longer than `lockDuration`); its send may
+   * have reached the service, so a stall counts as a failed attempt of the
+   * job's retry schedule, retried after its backoff under the same
+   * idempotency key. A job that stalls once more than this is parked (failed,
+   * `lastError.parked: 'stalls'`, its content kept) for a person: a message
+   * that crashes every worker that takes it would otherwise crash them all,
+   * again and again. `eml-api queue retry` puts it back with its count at 0.
+   * @default 5
+   * @example
+   * await startEmlApiWorker({ connection, apiKey, baseUrl, maxStalls: 2 });
+   */
+  maxStalls?: number;
+  /**
    * More BullMQ worker options.
-   * @default BullMQ's (lockDuration 30 s, stalledInterval 30 s, maxStalledCount 1)
+   * @default BullMQ's (lockDuration 30 s, stalledInterval 30 s)
    */
   workerOptions?: OutboxWorkerTuning;
   /**
