@@ -9,8 +9,10 @@ import {
   explainFailure,
   failureAction,
   failureOutcome,
+  mayHaveBeenAccepted,
   outboxJobError,
   parkedAfterStalls,
+  parkedAfterWindow,
   stallFailure,
 } from './job-failure.js';
 import { recordSent } from './job-record.js';
@@ -20,7 +22,7 @@ import { loadBullmq, type BullmqModule } from './queue-peers.js';
 import { closeOutboxRedis, openOutboxRedis, QUIT_WAIT, type OutboxRedis } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
 import { resolveWorkerOptions } from './resolve-worker-options.js';
-import { outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
+import { outboxBackoffDelay, RETRY_PRIORITY, type OutboxBackoffOptions } from './retry-schedule.js';
 import { sendOutboxJob } from './send-outbox-job.js';
 import type { EmlApiWorkerOptions } from './worker-options.js';
 
@@ -76,6 +78,7 @@ export class EmlApiWorker extends EventEmitter {
   readonly #location: QueueLocation;
   readonly #logger: EmlApiLogger;
   readonly #maxStalls: number;
+  readonly #resendWithin: number;
   readonly #running = new Set<Promise<unknown>>();
   /** Jobs run again after they were sent: they complete without a `'sent'` event. */
   readonly #alreadySent = new WeakSet<OutboxJob>();
@@ -95,6 +98,7 @@ export class EmlApiWorker extends EventEmitter {
     this.#location = settings;
     this.#logger = settings.logger;
     this.#maxStalls = settings.maxStalls;
+    this.#resendWithin = settings.resendWithin;
     this.queueName = settings.queueName;
     this.#redis = openOutboxRedis(options.connection, 'worker');
     this.#redis.redis.on('error', (err: Error) => this.#logger.debug({ error: err.message }, 'Redis error'));
@@ -232,6 +236,8 @@ export class EmlApiWorker extends EventEmitter {
     // to the queue; the outbox makes each one a failed attempt, retried after its backoff, up to maxStalls.
     const stalled = (job.stalledCounter ?? 0) - (data.stallsSeen ?? 0);
     if (stalled > 0) return this.#failStalled(job, data, stalled);
+    if (data.resendUntil !== undefined && Date.now() >= data.resendUntil) return this.#parkAfterWindow(job, data);
+    const startedAt = Date.now();
     try {
       const result = await sendOutboxJob(clientInternals(this.client).requester, this.#redis.redis, data);
       await recordSent(this.#redis.redis, this.#jobKey(job), data, result).catch((err: unknown) =>
@@ -240,7 +246,7 @@ export class EmlApiWorker extends EventEmitter {
       );
       return result;
     } catch (err) {
-      return this.#fail(job, token, err, data);
+      return this.#fail(job, token, err, data, startedAt);
     }
   }
 
@@ -250,6 +256,7 @@ export class EmlApiWorker extends EventEmitter {
     token: string | undefined,
     err: unknown,
     data: OutboxJobData | undefined,
+    startedAt?: number,
   ): Promise<never> {
     if (this.#forcing) return this.#handBack(job, token);
     const action = failureAction(err);
@@ -266,12 +273,36 @@ export class EmlApiWorker extends EventEmitter {
     const permanent = action.kind === 'fail';
     // The service refused these very bytes: nothing can send them, so they leave Redis now, not in 7 days.
     const refused = outcome.kind === 'refused' && data !== undefined;
+    const window = data && startedAt !== undefined && mayHaveBeenAccepted(err) ? this.#window(data, startedAt) : {};
     await this.#record(
       job,
-      { lastError: outboxJobError(reported, attempt, permanent), ...(refused ? { contentRemoved: true } : {}) },
-      refused ? data.contentKey : undefined,
+      {
+        lastError: outboxJobError(reported, attempt, permanent),
+        ...window,
+        ...(refused ? { contentRemoved: true } : {}),
+      },
+      { dropContent: refused ? data.contentKey : undefined, retry: outcome.kind === 'retry' },
     );
     throw permanent ? unrecoverable(reported) : reported;
+  }
+
+  /**
+   * The window of a send that may have been accepted, from its first such
+   * attempt (`startedAt` when this is the first): how long the service
+   * answers a resend from it, and so until when the job may be sent again.
+   */
+  #window(data: OutboxJobData, startedAt: number): Pick<OutboxJobData, 'possiblyAcceptedAt' | 'resendUntil'> {
+    const possiblyAcceptedAt = data.possiblyAcceptedAt ?? startedAt;
+    return { possiblyAcceptedAt, resendUntil: possiblyAcceptedAt + this.#resendWithin };
+  }
+
+  /** Parks a job whose send may have been accepted, now that the service may have forgotten its key. */
+  async #parkAfterWindow(job: OutboxJob, data: OutboxJobData): Promise<never> {
+    const parked = parkedAfterWindow(data.possiblyAcceptedAt ?? data.resendUntil!, String(job.id));
+    this.#logger.error({ job: job.id }, parked.message);
+    const lastError = { ...outboxJobError(parked, job.attemptsMade + 1, true), parked: 'idempotency-window' as const };
+    await this.#record(job, { lastError });
+    throw unrecoverable(parked);
   }
 
   /**
@@ -281,7 +312,10 @@ export class EmlApiWorker extends EventEmitter {
    */
   async #failStalled(job: OutboxJob, data: OutboxJobData, stalled: number): Promise<never> {
     const stalls = (data.stalls ?? 0) + stalled;
-    const counted = { stalls, stallsSeen: job.stalledCounter };
+    // The stalled attempt started after the job was queued and after the attempt before it failed: the
+    // later of the two is the earliest it can have been accepted (early is the safe side for the window).
+    const earliest = Math.max(job.timestamp, Date.parse(data.lastError?.at ?? '') || 0);
+    const counted = { stalls, stallsSeen: job.stalledCounter, ...this.#window(data, earliest) };
     const attempt = job.attemptsMade + 1;
     if (stalls > this.#maxStalls) {
       const parked = parkedAfterStalls(stalls, String(job.id));
@@ -293,8 +327,13 @@ export class EmlApiWorker extends EventEmitter {
       throw unrecoverable(parked);
     }
     const err = stallFailure(stalled);
-    const reported = explainFailure(err, failureOutcome(err, attempt, job.opts.attempts ?? 1));
-    await this.#record(job, { ...counted, lastError: outboxJobError(reported, attempt, false) });
+    const outcome = failureOutcome(err, attempt, job.opts.attempts ?? 1);
+    const reported = explainFailure(err, outcome);
+    await this.#record(
+      job,
+      { ...counted, lastError: outboxJobError(reported, attempt, false) },
+      { retry: outcome.kind === 'retry' },
+    );
     throw reported;
   }
 
@@ -321,13 +360,21 @@ export class EmlApiWorker extends EventEmitter {
 
   /**
    * Keeps the record of a failed attempt on the job (its error, for `queue
-   * status` and dashboards), and removes its content when `dropContent` names it.
+   * status` and dashboards), removes its content when `dropContent` names it,
+   * and, when it is to be tried again, gives it the priority of retries,
+   * which workers take before new messages.
    */
-  async #record(job: OutboxJob, fields: Partial<OutboxJobData>, dropContent?: string): Promise<void> {
+  async #record(
+    job: OutboxJob,
+    fields: Partial<OutboxJobData>,
+    { dropContent, retry = false }: { dropContent?: string | undefined; retry?: boolean } = {},
+  ): Promise<void> {
     try {
       await Promise.all([
         job.updateData({ ...job.data, ...fields }),
         dropContent === undefined ? undefined : this.#redis.redis.del(dropContent),
+        // Read by BullMQ when it promotes the job from delayed: priority 0 puts it in the wait list, taken first.
+        retry && job.priority !== RETRY_PRIORITY ? job.changePriority({ priority: RETRY_PRIORITY }) : undefined,
       ]);
     } catch (err) {
       this.#logger.warn({ job: job.id, error: (err as Error).message }, 'Could not record the error on the job');

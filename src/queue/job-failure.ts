@@ -168,3 +168,32 @@ export function parkedAfterStalls(stalls: number, queueId: string): EmlApiError 
     { permanent: true, mayHaveBeenAccepted: true },
   );
 }
+
+/**
+ * Whether a failed attempt may have been accepted by the service: its outcome
+ * is unknown (a timeout or a connection lost after the request was sent, 502,
+ * 504), or the service failed after it had the request (a 5xx other than 503,
+ * which the contract keeps for "not processed").
+ * @example
+ * if (mayHaveBeenAccepted(err)) data.possiblyAcceptedAt ??= attemptStartedAt;
+ */
+export function mayHaveBeenAccepted(err: unknown): boolean {
+  if (!(err instanceof EmlApiError)) return false;
+  const status = err.responseCode;
+  return err.mayHaveBeenAccepted || (status !== undefined && status >= 500 && status !== 503);
+}
+
+/**
+ * Why a job whose send may have been accepted is not sent again once the
+ * service's idempotency window has passed (or is about to).
+ * @param possiblyAcceptedAt when the first attempt that may have been accepted started (ms)
+ * @example
+ * throw new UnrecoverableError(parkedAfterWindow(job.data.possiblyAcceptedAt, 'order-1042').message);
+ */
+export function parkedAfterWindow(possiblyAcceptedAt: number, queueId: string): EmlApiError {
+  return new EmlApiError(
+    'ETIMEDOUT',
+    `Parked: this message may have been delivered (the outcome of an attempt at ${new Date(possiblyAcceptedAt).toISOString()} is unknown) and the service's idempotency window has passed, or is about to, so sending it again could deliver it twice; check before retrying: if it did not arrive, put it back with eml-api queue retry ${queueId}`,
+    { permanent: true, mayHaveBeenAccepted: true },
+  );
+}

@@ -103,13 +103,20 @@ export interface SkippedSend {
 
 /** Why a job whose content was removed is not put back. */
 const CONTENT_REMOVED = 'its content was removed when the service refused it; queue a corrected message with sendMail';
+/** Why a job that may have been delivered is not put back with the others. */
+const MAY_HAVE_BEEN_DELIVERED =
+  "it may have been delivered and the service's idempotency window has passed: check, then put it back by naming it";
 
 /**
  * Puts failed sends back in the queue with a fresh retry schedule (what
  * `eml-api queue retry` does): the ones named, or every one failed when it
  * is called (each once, even if a running worker fails it again meanwhile).
  * Sends that cannot be sent as they are stay failed, in `skipped`: those
- * whose content was removed because the service refused it.
+ * whose content was removed because the service refused it. So do, unless
+ * named, those that may have been delivered and whose idempotency window has
+ * passed (`resendUntil`): a worker would park them again. Named, they are put
+ * back for one more send, taken as a person's word that they were not
+ * delivered.
  *
  * @param options `ids`: the jobs to put back @default every failed job
  * @returns the job ids put back, those named that were not failed jobs, and those left with the reason
@@ -126,12 +133,22 @@ export async function retryFailedSends(
   const retry = async (id: string) => {
     const job = await queue.getJob(id);
     if (!job || !(await job.isFailed())) return false;
-    if ((job.data as Partial<OutboxJobData> | undefined)?.contentRemoved) {
+    const data = (job.data ?? {}) as Partial<OutboxJobData>;
+    if (data.contentRemoved) {
       skipped.push({ queueId: id, reason: CONTENT_REMOVED });
       return true;
     }
-    // A fresh schedule: its attempts, and its stalls (a job parked after too many starts again from 0).
-    if (job.data?.stalls) await job.updateData({ ...job.data, stalls: 0 });
+    const pastWindow = data.resendUntil !== undefined && data.resendUntil <= Date.now();
+    if (pastWindow && !ids) {
+      skipped.push({ queueId: id, reason: MAY_HAVE_BEEN_DELIVERED });
+      return true;
+    }
+    // A fresh schedule: its attempts, and its stalls (a job parked after too many starts again from 0);
+    // named past its window, the person's word that it was not delivered: the window starts again.
+    if (data.stalls || pastWindow) {
+      const { possiblyAcceptedAt: _at, resendUntil: _until, ...rest } = data;
+      await job.updateData({ ...(pastWindow ? rest : data), stalls: 0 } as OutboxJobData);
+    }
     await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
     retried.push(id);
     return true;

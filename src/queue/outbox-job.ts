@@ -38,7 +38,9 @@ export interface OutboxJobError {
   /**
    * Set when the job was failed to wait for a person rather than be tried
    * again: `'stalls'`, it stalled more than `maxStalls` times (a message that
-   * crashes workers?). The message says what to check.
+   * crashes workers?); `'idempotency-window'`, an attempt may have been
+   * accepted and the service's idempotency window has passed (a resend could
+   * deliver it twice). The message says what to check.
    */
   parked?: OutboxParkReason;
 }
@@ -48,7 +50,7 @@ export interface OutboxJobError {
  * @example
  * if (job.data.lastError?.parked === 'stalls') alert(`${job.id} crashes workers`);
  */
-export type OutboxParkReason = 'stalls';
+export type OutboxParkReason = 'stalls' | 'idempotency-window';
 
 /**
  * What a job of the outbox holds in its BullMQ data: where its content is,
@@ -102,6 +104,21 @@ export interface OutboxJobData {
   stalls?: number;
   /** BullMQ's stall counter of the job (`stalledCounter`) when the outbox last counted its stalls. */
   stallsSeen?: number;
+  /**
+   * When (ms since the epoch, the worker's clock) the first attempt started
+   * whose outcome the worker could not learn: a timeout or a connection lost
+   * after the request was sent, a 5xx other than 503, a worker that stopped
+   * mid-send (then the earliest it can have started). The service may have
+   * accepted it, and remembers its idempotency key from then.
+   */
+  possiblyAcceptedAt?: number;
+  /**
+   * Until when (ms since the epoch) sending again is safe: `possiblyAcceptedAt`
+   * plus the workers' `idempotencyWindow` less `idempotencyMargin`. After it,
+   * the job is parked, not sent again; `eml-api queue retry <id>` (a person
+   * who checked) clears both.
+   */
+  resendUntil?: number;
 }
 
 /**

@@ -21,6 +21,21 @@ import type { EmlApiWorkerOptions, OutboxRateLimit, OutboxWorkerTuning } from '.
 export const DEFAULT_MAX_STALLS = 5;
 
 /**
+ * The default of `idempotencyWindow`: how long the service remembers an
+ * `Idempotency-Key` (24 hours, the emulator's and CONTRACT.md's), in ms.
+ * @example
+ * await startEmlApiWorker({ connection, apiKey, baseUrl, idempotencyWindow: DEFAULT_IDEMPOTENCY_WINDOW / 2 });
+ */
+export const DEFAULT_IDEMPOTENCY_WINDOW = 24 * 3_600_000;
+
+/**
+ * The default of `idempotencyMargin` (when the window is longer): 1 hour, in ms.
+ * @example
+ * await startEmlApiWorker({ connection, apiKey, baseUrl, idempotencyMargin: DEFAULT_IDEMPOTENCY_MARGIN * 2 });
+ */
+export const DEFAULT_IDEMPOTENCY_MARGIN = 3_600_000;
+
+/**
  * BullMQ's own stall limit, set out of reach: BullMQ fails a job over it
  * without calling the worker (no error on the job, outside its retry
  * schedule, 1 by default), while the outbox counts stalls as attempts itself.
@@ -63,6 +78,8 @@ export interface ResolvedWorkerOptions extends QueueLocation {
   limiter: OutboxRateLimit;
   cleanupInterval: number;
   maxStalls: number;
+  /** When a send that may have been accepted is no longer sent again: its first such attempt's start plus this, in ms. */
+  resendWithin: number;
   workerOptions: OutboxWorkerTuning & { maxStalledCount: number };
   logger: EmlApiLogger;
 }
@@ -88,6 +105,8 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
     limiter: rawLimiter,
     cleanupInterval,
     maxStalls,
+    idempotencyWindow: rawWindow,
+    idempotencyMargin: rawMargin,
     workerOptions,
     logger,
     ...client
@@ -116,6 +135,14 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
     );
   }
   checkBullmqWorkerTuning(workerOptions ?? {});
+  const window = wholeNumberOption(rawWindow, 'idempotencyWindow', DEFAULT_IDEMPOTENCY_WINDOW, 0, 365 * 24 * 3_600_000);
+  const margin = wholeNumberOption(
+    rawMargin,
+    'idempotencyMargin',
+    Math.min(DEFAULT_IDEMPOTENCY_MARGIN, window),
+    0,
+    window,
+  );
   return {
     ...resolveQueueLocation(queueName, prefix),
     client: { ...client, maxConnections: client.maxConnections ?? concurrency, retries: client.retries ?? false },
@@ -123,6 +150,7 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
     limiter,
     cleanupInterval: wholeNumberOption(cleanupInterval, 'cleanupInterval', 600_000, 0, 24 * 3_600_000),
     maxStalls: wholeNumberOption(maxStalls, 'maxStalls', DEFAULT_MAX_STALLS, 0, 1000),
+    resendWithin: window - margin,
     workerOptions: { ...workerOptions, maxStalledCount: BULLMQ_STALL_LIMIT },
     logger: resolveLogger(logger),
   };

@@ -286,8 +286,8 @@ describe('closing a worker', () => {
     await forced.close({ force: true });
     expect(Date.now() - started).toBeLessThan(3000);
     // Back in the queue now, not after their locks expire (30 s by default).
-    expect(await transport.queue.getJobCounts('waiting', 'active', 'failed')).toEqual({
-      waiting: 2,
+    expect(await transport.queue.getJobCounts('prioritized', 'active', 'failed')).toEqual({
+      prioritized: 2,
       active: 0,
       failed: 0,
     });

@@ -69,6 +69,8 @@ describe('putting failed messages back while workers run', () => {
       expect(outcome === 'still retrying' ? outcome : outcome.retried.length).toBe(MESSAGES);
       await allFailed();
       await eventually(async () => (await transport.queue.getJobCounts('active', 'waiting')).active === 0);
+      // A worker tells of a failure just after Redis has it: wait for the last 'failed' events.
+      await eventually(() => failures >= MESSAGES, { what: `${MESSAGES} failed events` });
       // One more attempt each: one more request each to the service, no more.
       expect(failures).toBe(MESSAGES);
 

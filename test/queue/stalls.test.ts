@@ -90,6 +90,10 @@ describe('a job whose workers die while sending it', () => {
     expect(job!.data.lastError).toMatchObject({ code: 'ECONNECTION', attempt: 2, permanent: false });
     expect(job!.data.lastError!.message).toContain('The worker sending this message stopped before it finished');
     expect(job!.data.lastError!.message).toContain('the outbox sends it again with the same Idempotency-Key');
+    // The first crashed attempt may have been accepted: from the earliest it can have started, the service's
+    // idempotency window runs, and the job is sent again only within it.
+    expect(job!.data.possiblyAcceptedAt).toBe(job!.timestamp);
+    expect(job!.data.resendUntil).toBe(job!.timestamp + 23 * 3_600_000);
   }, 60_000);
 
   it('is parked for a person once it has stalled more than maxStalls times, with the reason on it', async () => {

@@ -15,7 +15,9 @@ Puts failed messages back in the outbox's queue, with a fresh retry schedule:
 the jobs named (ids as "eml-api queue status" prints them), or every failed one.
 Messages that cannot be sent as they are stay failed, and it says why: those
 whose content was removed when the service refused it (queue a corrected
-message with sendMail instead).
+message with sendMail instead), and, unless named, those that may have been
+delivered after the service's idempotency window passed (check whether they
+arrived; name them to send them again).
 
 Options:
 ${REDIS_OPTIONS_HELP}  -h, --help              show this help
