@@ -8,6 +8,7 @@ import { VERSION } from '../shared/version.js';
 import { jsonRouteOf } from '../transport/json-route.js';
 import type { NodemailerMail } from '../transport/nodemailer-types.js';
 import { newContentKey, writeContent } from './content-store.js';
+import { settleDuplicate, type DuplicateSettlement } from './duplicate-send.js';
 import { outboxJobId } from './outbox-job-id.js';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
 import { loadBullmq } from './queue-peers.js';
@@ -239,8 +240,18 @@ export class EmlApiQueueTransport extends EventEmitter {
     signal.throwIfAborted();
     const info = await this.#store(content, idempotencyKey, signal);
     settings.logger.info(
-      { queueId: info.queueId, messageId: info.messageId, bytes: content.size, duplicate: info.duplicate },
-      info.duplicate ? 'Message already queued under this idempotency key' : 'Message queued',
+      {
+        queueId: info.queueId,
+        messageId: info.messageId,
+        bytes: content.size,
+        duplicate: info.duplicate,
+        requeued: info.requeued,
+      },
+      info.requeued
+        ? `A failed message under this idempotency key was put back (${info.requeued})`
+        : info.duplicate
+          ? 'Message already queued under this idempotency key'
+          : 'Message queued',
     );
     return info;
   }
@@ -278,17 +289,38 @@ export class EmlApiQueueTransport extends EventEmitter {
       await redis.del(contentKey).catch(() => undefined);
       signal.throwIfAborted();
     }
-    let stored: OutboxJobData | undefined;
+    let settled: DuplicateSettlement = { kind: 'gone' };
     try {
-      await withDeadline(this.queue.add(content.kind, data, { ...this.#settings.jobOptions, jobId }), left());
-      // A job with this id was there already: BullMQ kept it and ignored this one.
-      stored = (await withDeadline(this.queue.getJob(jobId), left()))?.data;
+      // A job with this id may be there already: BullMQ then keeps it and ignores this one, and what the
+      // call does depends on that job (see duplicate-send.ts). Removed in between, it is added again.
+      for (let tries = 0; settled.kind === 'gone' && tries < 3; tries++) {
+        await withDeadline(this.queue.add(content.kind, data, { ...this.#settings.jobOptions, jobId }), left());
+        settled = await withDeadline(settleDuplicate(this.queue, redis, jobId, data), left());
+      }
     } catch (err) {
+      if (err instanceof EmlApiError) {
+        // Refused (a job parked for a person): nothing of this call is kept.
+        await redis.del(contentKey).catch(() => undefined);
+        throw err;
+      }
       throw redisFailure(err, `Could not queue the message in Redis at ${where}`, true, send);
     }
-    const duplicate = stored !== undefined && stored.contentKey !== contentKey;
-    if (duplicate) await redis.del(contentKey).catch(() => undefined);
-    return queuedMessageInfo(duplicate ? stored! : data, jobId, duplicate);
+    if (settled.kind === 'gone') {
+      throw redisFailure(
+        new Error('the job was removed as it was added, three times'),
+        `Could not queue the message in Redis at ${where}`,
+        true,
+        send,
+      );
+    }
+    if (settled.kind === 'duplicate' || settled.kind === 'retried') {
+      await redis.del(contentKey).catch(() => undefined);
+      return queuedMessageInfo(settled.data, jobId, true, settled.kind === 'retried' ? 'retried' : undefined);
+    }
+    if (settled.kind === 'replaced' && settled.removeContent !== undefined) {
+      await redis.del(settled.removeContent).catch(() => undefined);
+    }
+    return queuedMessageInfo(data, jobId, false, settled.kind === 'replaced' ? 'replaced' : undefined);
   }
 }
 
