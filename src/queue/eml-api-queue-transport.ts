@@ -33,7 +33,7 @@ export type QueueSendCallback = (err: Error | null, info?: EmlApiQueuedMessageIn
  * sending them: `sendMail` resolves once Redis has stored the message, like
  * a relay answering `250` once the message is on disk. Workers
  * ({@link startEmlApiWorker}, `eml-api worker`), on any number of machines,
- * send the queued messages through the service, retrying for about a day.
+ * send the queued messages through the service, retrying for most of a day (inside the service's idempotency window).
  *
  * Messages are built exactly as {@link EmlApiTransport} builds them (plugins
  * and DKIM applied, Bcc kept) and refused with the same errors before anything
