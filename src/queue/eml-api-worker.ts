@@ -1,37 +1,21 @@
 import { EventEmitter } from 'node:events';
-import type { Job, MinimalJob, Worker } from 'bullmq';
+import type { MinimalJob, Worker } from 'bullmq';
 import { clientInternals } from '../client/client-internals.js';
 import { EmlApiClient } from '../client/eml-api-client.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { EmlApiLogger } from '../shared/logger.js';
 import { sweepStoredContent } from './content-sweeper.js';
-import {
-  explainFailure,
-  failureAction,
-  failureOutcome,
-  mayHaveBeenAccepted,
-  outboxJobError,
-  parkedAfterStalls,
-  parkedAfterWindow,
-  stallFailure,
-} from './job-failure.js';
-import { recordSent } from './job-record.js';
-import { readOutboxJobData, type OutboxJobData, type OutboxSendResult } from './outbox-job.js';
+import { OutboxJobRunner } from './job-runner.js';
+import type { OutboxJob, OutboxJobData, OutboxSendResult } from './outbox-job.js';
 import type { QueueLocation } from './queue-location.js';
 import { loadBullmq, type BullmqModule } from './queue-peers.js';
 import { closeOutboxRedis, openOutboxRedis, QUIT_WAIT, type OutboxRedis } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
 import { resolveWorkerOptions } from './resolve-worker-options.js';
-import { outboxBackoffDelay, RETRY_PRIORITY, type OutboxBackoffOptions } from './retry-schedule.js';
-import { sendOutboxJob } from './send-outbox-job.js';
+import { outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
 import type { EmlApiWorkerOptions } from './worker-options.js';
 
-/**
- * A job of the outbox, as BullMQ hands it to workers and events.
- * @example
- * outbox.on('failed', (job: OutboxJob, err) => console.log(job.id, job.data.envelope.to, err.message));
- */
-export type OutboxJob = Job<OutboxJobData, OutboxSendResult>;
+export type { OutboxJob } from './outbox-job.js';
 
 /**
  * Options of {@link EmlApiWorker.close}.
@@ -77,11 +61,8 @@ export class EmlApiWorker extends EventEmitter {
   readonly #redis: OutboxRedis;
   readonly #location: QueueLocation;
   readonly #logger: EmlApiLogger;
-  readonly #maxStalls: number;
-  readonly #resendWithin: number;
+  readonly #runner: OutboxJobRunner;
   readonly #running = new Set<Promise<unknown>>();
-  /** Jobs run again after they were sent: they complete without a `'sent'` event. */
-  readonly #alreadySent = new WeakSet<OutboxJob>();
   #forcing = false;
   #closing: Promise<void> | undefined;
   #sweeper: NodeJS.Timeout | undefined;
@@ -97,15 +78,24 @@ export class EmlApiWorker extends EventEmitter {
     this.client = new EmlApiClient(settings.client);
     this.#location = settings;
     this.#logger = settings.logger;
-    this.#maxStalls = settings.maxStalls;
-    this.#resendWithin = settings.resendWithin;
     this.queueName = settings.queueName;
     this.#redis = openOutboxRedis(options.connection, 'worker');
+    this.#runner = new OutboxJobRunner({
+      redis: this.#redis.redis,
+      location: settings,
+      logger: this.#logger,
+      maxStalls: settings.maxStalls,
+      resendWithin: settings.resendWithin,
+      requester: () => clientInternals(this.client).requester,
+      rateLimit: (ms) => this.worker.rateLimit(ms),
+      stopping: () => this.#forcing,
+      handBack: (job, token) => this.#handBack(job, token),
+    });
     this.#redis.redis.on('error', (err: Error) => this.#logger.debug({ error: err.message }, 'Redis error'));
     try {
       this.worker = new Worker<OutboxJobData, OutboxSendResult>(
         settings.queueName,
-        (job, token) => this.#track(this.#process(job, token)),
+        (job, token) => this.#track(this.#runner.run(job, token)),
         {
           ...settings.workerOptions,
           connection: this.#redis.redis,
@@ -218,130 +208,6 @@ export class EmlApiWorker extends EventEmitter {
     return run;
   }
 
-  async #process(job: OutboxJob, token: string | undefined): Promise<OutboxSendResult> {
-    if (this.#forcing) return this.#handBack(job, token);
-    let data: OutboxJobData;
-    try {
-      data = readOutboxJobData(job.data, this.#location.contentKeyPrefix);
-    } catch (err) {
-      return this.#fail(job, token, err, undefined);
-    }
-    if (data.sent) {
-      // Sent already (a dashboard's "Retry" on a completed job, or a worker that died before completing it):
-      // complete again with the service's first answer; posting again could only fail for want of content.
-      this.#alreadySent.add(job);
-      return data.sent;
-    }
-    // BullMQ counts stalls (a worker that stopped while it held the job) and moves the job straight back
-    // to the queue; the outbox makes each one a failed attempt, retried after its backoff, up to maxStalls.
-    const stalled = (job.stalledCounter ?? 0) - (data.stallsSeen ?? 0);
-    if (stalled > 0) return this.#failStalled(job, data, stalled);
-    if (data.resendUntil !== undefined && Date.now() >= data.resendUntil) return this.#parkAfterWindow(job, data);
-    const startedAt = Date.now();
-    try {
-      const result = await sendOutboxJob(clientInternals(this.client).requester, this.#redis.redis, data);
-      await recordSent(this.#redis.redis, this.#jobKey(job), data, result).catch((err: unknown) =>
-        // The send stands; without the record a re-run posts again and the service answers from the first send.
-        this.#logger.warn({ job: job.id, error: (err as Error).message }, 'Could not record the send on the job'),
-      );
-      return result;
-    } catch (err) {
-      return this.#fail(job, token, err, data, startedAt);
-    }
-  }
-
-  /** Ends a run whose attempt failed: records why on the job and tells BullMQ what to do with it. */
-  async #fail(
-    job: OutboxJob,
-    token: string | undefined,
-    err: unknown,
-    data: OutboxJobData | undefined,
-    startedAt?: number,
-  ): Promise<never> {
-    if (this.#forcing) return this.#handBack(job, token);
-    const action = failureAction(err);
-    if (action.kind === 'pause') {
-      // BullMQ's rate limit key pauses every worker of the queue; the job goes back without using an attempt.
-      await this.worker.rateLimit(action.ms);
-      this.#logger.warn({ job: job.id, pauseMs: action.ms }, 'The service is rate limiting: queue paused');
-      await this.#record(job, { lastError: outboxJobError(err, job.attemptsMade + 1, false) });
-      throw loadBullmq().Worker.RateLimitError();
-    }
-    const attempt = job.attemptsMade + 1;
-    const outcome = failureOutcome(err, attempt, job.opts.attempts ?? 1);
-    const reported = explainFailure(err, outcome);
-    const permanent = action.kind === 'fail';
-    // The service refused these very bytes: nothing can send them, so they leave Redis now, not in 7 days.
-    const refused = outcome.kind === 'refused' && data !== undefined;
-    const window = data && startedAt !== undefined && mayHaveBeenAccepted(err) ? this.#window(data, startedAt) : {};
-    await this.#record(
-      job,
-      {
-        lastError: outboxJobError(reported, attempt, permanent),
-        ...window,
-        ...(refused ? { contentRemoved: true } : {}),
-      },
-      { dropContent: refused ? data.contentKey : undefined, retry: outcome.kind === 'retry' },
-    );
-    throw permanent ? unrecoverable(reported) : reported;
-  }
-
-  /**
-   * The window of a send that may have been accepted, from its first such
-   * attempt (`startedAt` when this is the first): how long the service
-   * answers a resend from it, and so until when the job may be sent again.
-   */
-  #window(data: OutboxJobData, startedAt: number): Pick<OutboxJobData, 'possiblyAcceptedAt' | 'resendUntil'> {
-    const possiblyAcceptedAt = data.possiblyAcceptedAt ?? startedAt;
-    return { possiblyAcceptedAt, resendUntil: possiblyAcceptedAt + this.#resendWithin };
-  }
-
-  /** Parks a job whose send may have been accepted, now that the service may have forgotten its key. */
-  async #parkAfterWindow(job: OutboxJob, data: OutboxJobData): Promise<never> {
-    const parked = parkedAfterWindow(data.possiblyAcceptedAt ?? data.resendUntil!, String(job.id));
-    this.#logger.error({ job: job.id }, parked.message);
-    const lastError = { ...outboxJobError(parked, job.attemptsMade + 1, true), parked: 'idempotency-window' as const };
-    await this.#record(job, { lastError });
-    throw unrecoverable(parked);
-  }
-
-  /**
-   * Ends a run that found its job stalled: the worker of an earlier run stopped
-   * while it sent it. That attempt failed, its outcome unknown: retried after
-   * its backoff like any other, or, past `maxStalls`, parked for a person.
-   */
-  async #failStalled(job: OutboxJob, data: OutboxJobData, stalled: number): Promise<never> {
-    const stalls = (data.stalls ?? 0) + stalled;
-    // The stalled attempt started after the job was queued and after the attempt before it failed: the
-    // later of the two is the earliest it can have been accepted (early is the safe side for the window).
-    const earliest = Math.max(job.timestamp, Date.parse(data.lastError?.at ?? '') || 0);
-    const counted = { stalls, stallsSeen: job.stalledCounter, ...this.#window(data, earliest) };
-    const attempt = job.attemptsMade + 1;
-    if (stalls > this.#maxStalls) {
-      const parked = parkedAfterStalls(stalls, String(job.id));
-      this.#logger.error({ job: job.id, stalls }, parked.message);
-      await this.#record(job, {
-        ...counted,
-        lastError: { ...outboxJobError(parked, attempt, true), parked: 'stalls' },
-      });
-      throw unrecoverable(parked);
-    }
-    const err = stallFailure(stalled);
-    const outcome = failureOutcome(err, attempt, job.opts.attempts ?? 1);
-    const reported = explainFailure(err, outcome);
-    await this.#record(
-      job,
-      { ...counted, lastError: outboxJobError(reported, attempt, false) },
-      { retry: outcome.kind === 'retry' },
-    );
-    throw reported;
-  }
-
-  /** The Redis key of a job's hash. */
-  #jobKey(job: OutboxJob): string {
-    return `${this.#location.prefix}:${this.#location.queueName}:${job.id}`;
-  }
-
   /**
    * Puts a job of a forced close back in the queue at once, instead of waiting
    * for its lock to expire, then tells BullMQ the job was moved (so it neither
@@ -358,32 +224,9 @@ export class EmlApiWorker extends EventEmitter {
     throw WaitingError ? new WaitingError() : new DelayedError();
   }
 
-  /**
-   * Keeps the record of a failed attempt on the job (its error, for `queue
-   * status` and dashboards), removes its content when `dropContent` names it,
-   * and, when it is to be tried again, gives it the priority of retries,
-   * which workers take before new messages.
-   */
-  async #record(
-    job: OutboxJob,
-    fields: Partial<OutboxJobData>,
-    { dropContent, retry = false }: { dropContent?: string | undefined; retry?: boolean } = {},
-  ): Promise<void> {
-    try {
-      await Promise.all([
-        job.updateData({ ...job.data, ...fields }),
-        dropContent === undefined ? undefined : this.#redis.redis.del(dropContent),
-        // Read by BullMQ when it promotes the job from delayed: priority 0 puts it in the wait list, taken first.
-        retry && job.priority !== RETRY_PRIORITY ? job.changePriority({ priority: RETRY_PRIORITY }) : undefined,
-      ]);
-    } catch (err) {
-      this.#logger.warn({ job: job.id, error: (err as Error).message }, 'Could not record the error on the job');
-    }
-  }
-
   #onSent(job: OutboxJob, result: OutboxSendResult): void {
     // The content was deleted with the record of the send (recordSent); the sweeper catches what a failed record left.
-    if (this.#alreadySent.delete(job)) {
+    if (this.#runner.takeAlreadySent(job)) {
       this.#logger.info(
         { job: job.id, id: result?.id },
         'Queued message was sent already: completed again, nothing posted',
@@ -410,13 +253,6 @@ export class EmlApiWorker extends EventEmitter {
     if (this.listenerCount('error') > 0) this.emit('error', err);
     else this.#logger.error({ error: err.message }, 'Outbox worker error');
   }
-}
-
-/** BullMQ's error for a job that fails at once, whatever attempts it has left; the outbox's error is its cause. */
-function unrecoverable(err: Error): Error {
-  const wrapped = new (loadBullmq().UnrecoverableError)(err.message);
-  Object.defineProperty(wrapped, 'cause', { value: err, enumerable: false });
-  return wrapped;
 }
 
 /**

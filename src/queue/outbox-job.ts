@@ -1,3 +1,4 @@
+import type { Job } from 'bullmq';
 import type { MailEnvelope } from '../transport/nodemailer-types.js';
 import { EmlApiError, type EmlApiErrorCode } from '../shared/eml-api-error.js';
 
@@ -142,6 +143,13 @@ export interface OutboxSendResult {
   /** The `Idempotency-Key` the send carried. */
   idempotencyKey: string;
 }
+
+/**
+ * A job of the outbox, as BullMQ hands it to workers and events.
+ * @example
+ * outbox.on('failed', (job: OutboxJob, err) => console.log(job.id, job.data.envelope.to, err.message));
+ */
+export type OutboxJob = Job<OutboxJobData, OutboxSendResult>;
 
 const KINDS: readonly OutboxSendKind[] = ['eml', 'email', 'group'];
 
