@@ -23,8 +23,11 @@ import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
  *   not touched; `sendMail` rejects saying why.
  *
  * The change of a failed job is a compare-and-set of its data in one Lua
- * script (still failed, data as read): of producers racing, one replaces or
- * puts back the job, the others find it changed and answer duplicate.
+ * script (still failed, data as read), which also marks the data with the
+ * failure it takes over (`putBackFrom`: the job's `finishedOn`); then the job
+ * is put back (BullMQ's `job.retry`). Of producers racing, one replaces or
+ * puts back the job; the others find its data changed, or, looking between
+ * the two steps, the failure taken over already, and answer duplicate.
  */
 
 /**
@@ -69,21 +72,30 @@ export async function settleDuplicate(
 ): Promise<DuplicateSettlement> {
   const jobKey = queue.toKey(jobId);
   const failedKey = queue.toKey('failed');
-  const [[, raw], [, failedAt]] = (await redis.pipeline().hget(jobKey, 'data').zscore(failedKey, jobId).exec()) as [
-    [unknown, string | null],
-    [unknown, string | null],
-  ];
+  const [[, raw], [, failedAt], [, finished]] = (await redis
+    .pipeline()
+    .hget(jobKey, 'data')
+    .zscore(failedKey, jobId)
+    .hget(jobKey, 'finishedOn')
+    .exec()) as [[unknown, string | null], [unknown, string | null], [unknown, string | null]];
   if (raw === null) return { kind: 'gone' };
   const stored = JSON.parse(raw) as OutboxJobData;
   if (stored.contentKey === ours.contentKey) return { kind: 'new' };
   if (failedAt === null) return { kind: 'duplicate', data: stored };
+  const finishedOn = Number(finished);
+  if (stored.putBackFrom === finishedOn) {
+    // Another producer took this very failure over and is putting the job back (or died doing it): help it.
+    const job = await queue.getJob(jobId);
+    if (job) await putBack(job);
+    return { kind: 'duplicate', data: stored };
+  }
 
   const parked = stored.lastError?.parked ?? (stored.resendUntil !== undefined && stored.resendUntil <= now);
   if (parked) throw parkedJobError(stored, jobId);
   // The service may hold the key with the job's own bytes: those go again, and only those.
   const retry =
     stored.possiblyAcceptedAt !== undefined && !stored.contentRemoved && (await redis.exists(stored.contentKey)) === 1;
-  const next: OutboxJobData = retry ? { ...stored, stalls: 0 } : ours;
+  const next: OutboxJobData = { ...(retry ? { ...stored, stalls: 0 } : ours), putBackFrom: finishedOn };
   const won = (await redis.eval(SET_IF_UNCHANGED, 2, jobKey, failedKey, jobId, raw, JSON.stringify(next))) === 1;
   const job = await queue.getJob(jobId);
   if (!won) {
@@ -91,8 +103,10 @@ export async function settleDuplicate(
     if (job && (await job.isFailed())) await putBack(job);
     return { kind: 'duplicate', data: (job?.data as OutboxJobData | undefined) ?? stored };
   }
+  // Put back after the data is set: a worker never takes it with the data it failed with.
   if (job) await putBack(job);
   if (retry) return { kind: 'retried', data: next };
+  // Ours is the job's data now; the info describes it.
   return { kind: 'replaced', removeContent: stored.contentRemoved ? undefined : stored.contentKey };
 }
 

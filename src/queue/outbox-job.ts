@@ -120,6 +120,12 @@ export interface OutboxJobData {
    * who checked) clears both.
    */
   resendUntil?: number;
+  /**
+   * The `finishedOn` of the failure a `sendMail` with this job's key took
+   * over (replacing the job or putting it back): other producers racing with
+   * the same key see that this failure is taken, and answer duplicate.
+   */
+  putBackFrom?: number;
 }
 
 /**
