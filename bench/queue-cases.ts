@@ -173,7 +173,8 @@ async function memory(redis: RedisServer, sinks: Sinks): Promise<BenchRow[]> {
     messageBytes = produced.messageBytes;
     // The worker: the two messages the producer case queued (3 MB warm-up, then the 25 MB one) must wait for its baseline.
     const producer = new EmlApiQueueTransport({ connection: redis.url, queueName });
-    const jobs = await producer.queue.getWaiting();
+    // New messages wait in BullMQ's prioritized set (retries go first, in its wait list).
+    const jobs = await producer.queue.getJobs(['waiting', 'prioritized']);
     const big = jobs.find((j) => j.data.size > 30 * 2 ** 20)!;
     await big.remove();
     const { data } = big;

@@ -4,10 +4,17 @@ import { FaultInjector, type EmulatorFaults } from './http/fault-injector.js';
 import { KeyRateLimiter, type EmulatorRateLimit } from './http/key-rate-limiter.js';
 
 /**
+ * The account keys belong to unless told otherwise, the ready key `emu.apiKey` included.
+ * @example
+ * await startEmulator({ apiKeys: [{ key: 'k-rotated', scopes: ['sender'], account: DEFAULT_EMULATOR_ACCOUNT }] });
+ */
+export const DEFAULT_EMULATOR_ACCOUNT = 'default';
+
+/**
  * An API key the emulator accepts.
  *
  * @example
- * const key: EmulatorApiKey = { key: 'k-send', scopes: ['sender'], plan: 'free' };
+ * const key: EmulatorApiKey = { key: 'k-send', scopes: ['sender'], plan: 'free', account: 'shop' };
  */
 export interface EmulatorApiKey {
   /** The key's value, sent by clients in `X-API-KEY`. Visible ASCII. */
@@ -19,6 +26,16 @@ export interface EmulatorApiKey {
    * @default 'free'
    */
   plan?: ApiPlan;
+  /**
+   * The account the key belongs to. Idempotency keys are scoped to the
+   * account, as on the service: a send repeated under another key of the same
+   * account (a key rotated while a worker fleet retries) is answered from the
+   * first one, and two accounts never see each other's keys.
+   * @default 'default' (the account of the ready key `emu.apiKey`)
+   * @example
+   * await startEmulator({ apiKeys: [{ key: 'k-old', scopes: ['sender'], account: 'shop' }, { key: 'k-new', scopes: ['sender'], account: 'shop' }] });
+   */
+  account?: string;
 }
 
 /**
@@ -170,7 +187,13 @@ export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedE
     }
     const plan = entry.plan ?? 'free';
     if (plan !== 'free' && plan !== 'plus') throw new TypeError(`${where}.plan: expected 'free' or 'plus'`);
-    return { key: entry.key, scopes: [...entry.scopes], plan };
+    const account = entry.account ?? DEFAULT_EMULATOR_ACCOUNT;
+    if (typeof account !== 'string' || !/^[\x21-\x7e]{1,100}$/.test(account)) {
+      throw new TypeError(
+        `${where}.account: expected 1 to 100 visible ASCII characters, got ${JSON.stringify(account)}`,
+      );
+    }
+    return { key: entry.key, scopes: [...entry.scopes], plan, account };
   });
   const groups = options.groups ?? [];
   if (!Array.isArray(groups) || groups.some((g) => typeof g !== 'string' || g.length === 0)) {

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { API_SCOPES } from '../protocol/api-types.js';
-import { resolveEmulatorOptions, type EmulatorOptions } from './emulator-options.js';
+import { DEFAULT_EMULATOR_ACCOUNT, resolveEmulatorOptions, type EmulatorOptions } from './emulator-options.js';
 import type { DeliveredMessage, EmulatorMember, EmulatorMessage } from './state/records.js';
 import { EmulatorState } from './state/emulator-state.js';
 import { FaultInjector, type EmulatorFaults, type FaultStats } from './http/fault-injector.js';
@@ -29,7 +29,7 @@ export interface Emulator {
   readonly url: string;
   readonly host: string;
   readonly port: number;
-  /** A ready API key holding every scope, on the `plus` plan. */
+  /** A ready API key holding every scope, on the `plus` plan, of the account `'default'`. */
   readonly apiKey: string;
   /** Accepted messages, oldest first. */
   messages(): EmulatorMessage[];
@@ -79,8 +79,8 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   loadMimeParser();
   const state = new EmulatorState(resolved.now, resolved.groups);
   const apiKey = `emu_${randomBytes(18).toString('base64url')}`;
-  state.keys.add(apiKey, API_SCOPES, 'plus');
-  for (const key of resolved.apiKeys) state.keys.add(key.key, key.scopes, key.plan);
+  state.keys.add(apiKey, API_SCOPES, 'plus', DEFAULT_EMULATOR_ACCOUNT);
+  for (const key of resolved.apiKeys) state.keys.add(key.key, key.scopes, key.plan, key.account);
 
   // The composition root: the only place that knows which sections the site has.
   const publicHost = resolved.publicUrl === undefined ? [] : [new URL(resolved.publicUrl).hostname.toLowerCase()];

@@ -28,7 +28,13 @@ const STAGE_TEXT = {
   sending: '',
 } as const;
 
-const MAY_HAVE_BEEN_ACCEPTED =
+/**
+ * What an ambiguous failure's message says of the client's own retries. The
+ * outbox, which does retry such sends, replaces it in what it reports.
+ * @example
+ * err.message.includes(MAY_HAVE_BEEN_ACCEPTED); // a timeout after the request was sent
+ */
+export const MAY_HAVE_BEEN_ACCEPTED =
   'the request was sent, so the service may have accepted it; not retried to avoid sending twice (see retries.retryAmbiguous)';
 
 /**

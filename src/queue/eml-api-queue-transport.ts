@@ -8,6 +8,7 @@ import { VERSION } from '../shared/version.js';
 import { jsonRouteOf } from '../transport/json-route.js';
 import type { NodemailerMail } from '../transport/nodemailer-types.js';
 import { newContentKey, writeContent } from './content-store.js';
+import { settleDuplicate, type DuplicateSettlement } from './duplicate-send.js';
 import { outboxJobId } from './outbox-job-id.js';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
 import { loadBullmq } from './queue-peers.js';
@@ -17,7 +18,7 @@ import { registerQueueTransportInternals } from './queue-transport-internals.js'
 import { queuedMessageInfo, type EmlApiQueuedMessageInfo } from './queued-message-info.js';
 import { closeOutboxRedis, openOutboxRedis, type OutboxRedis } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
-import { redisFailure } from './redis-failure.js';
+import { redisFailure, type StoredSend } from './redis-failure.js';
 import { resolveQueueTransportOptions, type ResolvedQueueTransportOptions } from './resolve-queue-transport-options.js';
 
 /**
@@ -32,7 +33,7 @@ export type QueueSendCallback = (err: Error | null, info?: EmlApiQueuedMessageIn
  * sending them: `sendMail` resolves once Redis has stored the message, like
  * a relay answering `250` once the message is on disk. Workers
  * ({@link startEmlApiWorker}, `eml-api worker`), on any number of machines,
- * send the queued messages through the service, retrying for about a day.
+ * send the queued messages through the service, retrying for most of a day (inside the service's idempotency window).
  *
  * Messages are built exactly as {@link EmlApiTransport} builds them (plugins
  * and DKIM applied, Bcc kept) and refused with the same errors before anything
@@ -184,6 +185,8 @@ export class EmlApiQueueTransport extends EventEmitter {
           throw new EmlApiError('EABORT', 'sendMail was aborted before the message was queued: nothing was stored', {
             cause: err,
             permanent: true,
+            idempotencyKey,
+            queueId: outboxJobId(idempotencyKey),
           });
         }
         throw err;
@@ -237,8 +240,18 @@ export class EmlApiQueueTransport extends EventEmitter {
     signal.throwIfAborted();
     const info = await this.#store(content, idempotencyKey, signal);
     settings.logger.info(
-      { queueId: info.queueId, messageId: info.messageId, bytes: content.size, duplicate: info.duplicate },
-      info.duplicate ? 'Message already queued under this idempotency key' : 'Message queued',
+      {
+        queueId: info.queueId,
+        messageId: info.messageId,
+        bytes: content.size,
+        duplicate: info.duplicate,
+        requeued: info.requeued,
+      },
+      info.requeued
+        ? `A failed message under this idempotency key was put back (${info.requeued})`
+        : info.duplicate
+          ? 'Message already queued under this idempotency key'
+          : 'Message queued',
     );
     return info;
   }
@@ -247,6 +260,8 @@ export class EmlApiQueueTransport extends EventEmitter {
   async #store(content: QueuedContent, idempotencyKey: string, signal: AbortSignal): Promise<EmlApiQueuedMessageInfo> {
     const { redis, where } = this.#redis;
     const jobId = outboxJobId(idempotencyKey);
+    // On every error of this send: the caller can queue it again safely and look the job up.
+    const send: StoredSend = { idempotencyKey, queueId: jobId };
     const contentKey = newContentKey(this.#settings.contentKeyPrefix, jobId);
     const deadline = Date.now() + this.#settings.storeTimeout;
     const left = () => Math.max(1, deadline - Date.now());
@@ -268,23 +283,44 @@ export class EmlApiQueueTransport extends EventEmitter {
       // deletes the key itself after its last command; a DEL sent from here would run before the
       // APPENDs still to come, which would then leave the message in Redis with no job.
       writing.abort();
-      throw redisFailure(err, `Could not store the message in Redis at ${where}`, false);
+      throw redisFailure(err, `Could not store the message in Redis at ${where}`, false, send);
     }
     if (signal.aborted) {
       await redis.del(contentKey).catch(() => undefined);
       signal.throwIfAborted();
     }
-    let stored: OutboxJobData | undefined;
+    let settled: DuplicateSettlement = { kind: 'gone' };
     try {
-      await withDeadline(this.queue.add(content.kind, data, { ...this.#settings.jobOptions, jobId }), left());
-      // A job with this id was there already: BullMQ kept it and ignored this one.
-      stored = (await withDeadline(this.queue.getJob(jobId), left()))?.data;
+      // A job with this id may be there already: BullMQ then keeps it and ignores this one, and what the
+      // call does depends on that job (see duplicate-send.ts). Removed in between, it is added again.
+      for (let tries = 0; settled.kind === 'gone' && tries < 3; tries++) {
+        await withDeadline(this.queue.add(content.kind, data, { ...this.#settings.jobOptions, jobId }), left());
+        settled = await withDeadline(settleDuplicate(this.queue, redis, jobId, data), left());
+      }
     } catch (err) {
-      throw redisFailure(err, `Could not queue the message in Redis at ${where}`, true);
+      if (err instanceof EmlApiError) {
+        // Refused (a job parked for a person): nothing of this call is kept.
+        await redis.del(contentKey).catch(() => undefined);
+        throw err;
+      }
+      throw redisFailure(err, `Could not queue the message in Redis at ${where}`, true, send);
     }
-    const duplicate = stored !== undefined && stored.contentKey !== contentKey;
-    if (duplicate) await redis.del(contentKey).catch(() => undefined);
-    return queuedMessageInfo(duplicate ? stored! : data, jobId, duplicate);
+    if (settled.kind === 'gone') {
+      throw redisFailure(
+        new Error('the job was removed as it was added, three times'),
+        `Could not queue the message in Redis at ${where}`,
+        true,
+        send,
+      );
+    }
+    if (settled.kind === 'duplicate' || settled.kind === 'retried') {
+      await redis.del(contentKey).catch(() => undefined);
+      return queuedMessageInfo(settled.data, jobId, true, settled.kind === 'retried' ? 'retried' : undefined);
+    }
+    if (settled.kind === 'replaced' && settled.removeContent !== undefined) {
+      await redis.del(settled.removeContent).catch(() => undefined);
+    }
+    return queuedMessageInfo(data, jobId, false, settled.kind === 'replaced' ? 'replaced' : undefined);
   }
 }
 

@@ -1,27 +1,21 @@
 import { EventEmitter } from 'node:events';
-import type { Job, MinimalJob, Worker } from 'bullmq';
+import type { MinimalJob, Worker } from 'bullmq';
 import { clientInternals } from '../client/client-internals.js';
 import { EmlApiClient } from '../client/eml-api-client.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { EmlApiLogger } from '../shared/logger.js';
 import { sweepStoredContent } from './content-sweeper.js';
-import { failureAction, outboxJobError } from './job-failure.js';
-import { readOutboxJobData, type OutboxJobData, type OutboxJobError, type OutboxSendResult } from './outbox-job.js';
+import { OutboxJobRunner } from './job-runner.js';
+import type { OutboxJob, OutboxJobData, OutboxSendResult } from './outbox-job.js';
 import type { QueueLocation } from './queue-location.js';
 import { loadBullmq, type BullmqModule } from './queue-peers.js';
 import { closeOutboxRedis, openOutboxRedis, QUIT_WAIT, type OutboxRedis } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
 import { resolveWorkerOptions } from './resolve-worker-options.js';
 import { outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
-import { sendOutboxJob } from './send-outbox-job.js';
 import type { EmlApiWorkerOptions } from './worker-options.js';
 
-/**
- * A job of the outbox, as BullMQ hands it to workers and events.
- * @example
- * outbox.on('failed', (job: OutboxJob, err) => console.log(job.id, job.data.envelope.to, err.message));
- */
-export type OutboxJob = Job<OutboxJobData, OutboxSendResult>;
+export type { OutboxJob } from './outbox-job.js';
 
 /**
  * Options of {@link EmlApiWorker.close}.
@@ -67,6 +61,7 @@ export class EmlApiWorker extends EventEmitter {
   readonly #redis: OutboxRedis;
   readonly #location: QueueLocation;
   readonly #logger: EmlApiLogger;
+  readonly #runner: OutboxJobRunner;
   readonly #running = new Set<Promise<unknown>>();
   #forcing = false;
   #closing: Promise<void> | undefined;
@@ -85,11 +80,22 @@ export class EmlApiWorker extends EventEmitter {
     this.#logger = settings.logger;
     this.queueName = settings.queueName;
     this.#redis = openOutboxRedis(options.connection, 'worker');
+    this.#runner = new OutboxJobRunner({
+      redis: this.#redis.redis,
+      location: settings,
+      logger: this.#logger,
+      maxStalls: settings.maxStalls,
+      resendWithin: settings.resendWithin,
+      requester: () => clientInternals(this.client).requester,
+      rateLimit: (ms) => this.worker.rateLimit(ms),
+      stopping: () => this.#forcing,
+      handBack: (job, token) => this.#handBack(job, token),
+    });
     this.#redis.redis.on('error', (err: Error) => this.#logger.debug({ error: err.message }, 'Redis error'));
     try {
       this.worker = new Worker<OutboxJobData, OutboxSendResult>(
         settings.queueName,
-        (job, token) => this.#track(this.#process(job, token)),
+        (job, token) => this.#track(this.#runner.run(job, token)),
         {
           ...settings.workerOptions,
           connection: this.#redis.redis,
@@ -111,7 +117,10 @@ export class EmlApiWorker extends EventEmitter {
     }
     this.worker.on('error', (err) => this.#reportError(err));
     this.worker.on('stalled', (jobId) =>
-      this.#logger.warn({ job: jobId }, 'A job was left by a worker that stopped answering; it goes to another one'),
+      this.#logger.warn(
+        { job: jobId },
+        'A job was left by a worker that stopped answering: a failed attempt, retried after its backoff',
+      ),
     );
     this.worker.on('completed', (job, result) => this.#onSent(job, result));
     this.worker.on('failed', (job, err) => {
@@ -199,31 +208,6 @@ export class EmlApiWorker extends EventEmitter {
     return run;
   }
 
-  async #process(job: OutboxJob, token: string | undefined): Promise<OutboxSendResult> {
-    const { UnrecoverableError, Worker } = loadBullmq();
-    if (this.#forcing) return this.#handBack(job, token);
-    try {
-      const data = readOutboxJobData(job.data, this.#location.contentKeyPrefix);
-      return await sendOutboxJob(clientInternals(this.client).requester, this.#redis.redis, data);
-    } catch (err) {
-      if (this.#forcing) return this.#handBack(job, token);
-      const action = failureAction(err);
-      if (action.kind === 'pause') {
-        // BullMQ's rate limit key pauses every worker of the queue; the job goes back without using an attempt.
-        await this.worker.rateLimit(action.ms);
-        this.#logger.warn({ job: job.id, pauseMs: action.ms }, 'The service is rate limiting: queue paused');
-        await this.#record(job, outboxJobError(err, job.attemptsMade + 1, false));
-        throw Worker.RateLimitError();
-      }
-      const permanent = action.kind === 'fail';
-      await this.#record(job, outboxJobError(err, job.attemptsMade + 1, permanent));
-      if (!permanent) throw err;
-      const unrecoverable = new UnrecoverableError((err as Error).message);
-      Object.defineProperty(unrecoverable, 'cause', { value: err, enumerable: false });
-      throw unrecoverable;
-    }
-  }
-
   /**
    * Puts a job of a forced close back in the queue at once, instead of waiting
    * for its lock to expire, then tells BullMQ the job was moved (so it neither
@@ -240,20 +224,14 @@ export class EmlApiWorker extends EventEmitter {
     throw WaitingError ? new WaitingError() : new DelayedError();
   }
 
-  /** Keeps the error of a failed attempt on the job, for `queue status` and dashboards. */
-  async #record(job: OutboxJob, lastError: OutboxJobError): Promise<void> {
-    try {
-      await job.updateData({ ...job.data, lastError });
-    } catch (err) {
-      this.#logger.warn({ job: job.id, error: (err as Error).message }, 'Could not record the error on the job');
-    }
-  }
-
   #onSent(job: OutboxJob, result: OutboxSendResult): void {
-    const { contentKey } = job.data;
-    if (typeof contentKey === 'string' && contentKey.startsWith(this.#location.contentKeyPrefix)) {
-      // Sent: the content is not needed any more (the sweeper catches it if this process dies first).
-      this.#redis.redis.del(contentKey).catch(() => undefined);
+    // The content was deleted with the record of the send (recordSent); the sweeper catches what a failed record left.
+    if (this.#runner.takeAlreadySent(job)) {
+      this.#logger.info(
+        { job: job.id, id: result?.id },
+        'Queued message was sent already: completed again, nothing posted',
+      );
+      return;
     }
     this.#logger.info({ job: job.id, id: result?.id, response: result?.response }, 'Queued message sent');
     this.emit('sent', job, result);

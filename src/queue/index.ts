@@ -8,7 +8,13 @@ export type { EmlApiQueueTransportOptions, OutboxJobOptions } from './queue-tran
 export type { EmlApiQueuedMessageInfo } from './queued-message-info.js';
 export { startEmlApiWorker, EmlApiWorker, type OutboxJob, type WorkerCloseOptions } from './eml-api-worker.js';
 export type { EmlApiWorkerOptions, OutboxRateLimit, OutboxWorkerTuning } from './worker-options.js';
-export type { OutboxJobData, OutboxJobError, OutboxSendKind, OutboxSendResult } from './outbox-job.js';
+export type {
+  OutboxJobData,
+  OutboxJobError,
+  OutboxParkReason,
+  OutboxSendKind,
+  OutboxSendResult,
+} from './outbox-job.js';
 export { outboxJobId } from './outbox-job-id.js';
 export { DEFAULT_RETRY_SCHEDULE, type RetryScheduleOptions } from './retry-schedule.js';
 export type { RedisConnectionInput } from './redis-connection.js';

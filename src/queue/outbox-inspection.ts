@@ -92,36 +92,75 @@ export async function readOutboxStatus(
 }
 
 /**
+ * A failed send {@link retryFailedSends} left where it is, and why.
+ * @example
+ * for (const { queueId, reason } of skipped) console.log(`${queueId}: not put back: ${reason}`);
+ */
+export interface SkippedSend {
+  queueId: string;
+  reason: string;
+}
+
+/** Why a job whose content was removed is not put back. */
+const CONTENT_REMOVED = 'its content was removed when the service refused it; queue a corrected message with sendMail';
+/** Why a job that may have been delivered is not put back with the others. */
+const MAY_HAVE_BEEN_DELIVERED =
+  "it may have been delivered and the service's idempotency window has passed: check, then put it back by naming it";
+
+/**
  * Puts failed sends back in the queue with a fresh retry schedule (what
  * `eml-api queue retry` does): the ones named, or every one failed when it
  * is called (each once, even if a running worker fails it again meanwhile).
+ * Sends that cannot be sent as they are stay failed, in `skipped`: those
+ * whose content was removed because the service refused it. So do, unless
+ * named, those that may have been delivered and whose idempotency window has
+ * passed (`resendUntil`): a worker would park them again. Named, they are put
+ * back for one more send, taken as a person's word that they were not
+ * delivered.
  *
  * @param options `ids`: the jobs to put back @default every failed job
- * @returns the job ids put back, and those named that were not failed jobs
+ * @returns the job ids put back, those named that were not failed jobs, and those left with the reason
  * @example
- * const { retried } = await retryFailedSends(transport.queue); // all of them
+ * const { retried, skipped } = await retryFailedSends(transport.queue); // all of them
  */
 export async function retryFailedSends(
   queue: Queue<OutboxJobData, OutboxSendResult>,
   { ids }: { ids?: readonly string[] } = {},
-): Promise<{ retried: string[]; notFailed: string[] }> {
+): Promise<{ retried: string[]; notFailed: string[]; skipped: SkippedSend[] }> {
   const retried: string[] = [];
   const notFailed: string[] = [];
+  const skipped: SkippedSend[] = [];
   const retry = async (id: string) => {
     const job = await queue.getJob(id);
     if (!job || !(await job.isFailed())) return false;
+    const data = (job.data ?? {}) as Partial<OutboxJobData>;
+    if (data.contentRemoved) {
+      skipped.push({ queueId: id, reason: CONTENT_REMOVED });
+      return true;
+    }
+    const pastWindow = data.resendUntil !== undefined && data.resendUntil <= Date.now();
+    if (pastWindow && !ids) {
+      skipped.push({ queueId: id, reason: MAY_HAVE_BEEN_DELIVERED });
+      return true;
+    }
+    // A fresh schedule: its attempts, and its stalls (a job parked after too many starts again from 0);
+    // named past its window, the person's word that it was not delivered: the window starts again.
+    if (data.stalls || pastWindow) {
+      const { possiblyAcceptedAt: _at, resendUntil: _until, ...rest } = data;
+      await job.updateData({ ...(pastWindow ? rest : data), stalls: 0 } as OutboxJobData);
+    }
     await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
     retried.push(id);
     return true;
   };
   if (ids) {
     for (const id of ids) if (!(await retry(id))) notFailed.push(id);
-    return { retried, notFailed };
+    return { retried, notFailed, skipped };
   }
   // The failed jobs of this moment, read before any is put back: workers run meanwhile, and one
   // that fails a put-back job again within milliseconds would put it back in the failed list,
   // where reading as we go found it again, and again (a request to the service each time).
   const failed = await queue.getRanges(['failed'], 0, -1, true);
   for (const id of new Set(failed)) await retry(id);
-  return { retried, notFailed };
+  return { retried, notFailed, skipped };
 }

@@ -1,3 +1,4 @@
+import type { Job } from 'bullmq';
 import type { MailEnvelope } from '../transport/nodemailer-types.js';
 import { EmlApiError, type EmlApiErrorCode } from '../shared/eml-api-error.js';
 
@@ -35,7 +36,22 @@ export interface OutboxJobError {
   attempt: number;
   /** When it failed (ISO 8601). */
   at: string;
+  /**
+   * Set when the job was failed to wait for a person rather than be tried
+   * again: `'stalls'`, it stalled more than `maxStalls` times (a message that
+   * crashes workers?); `'idempotency-window'`, an attempt may have been
+   * accepted and the service's idempotency window has passed (a resend could
+   * deliver it twice). The message says what to check.
+   */
+  parked?: OutboxParkReason;
 }
+
+/**
+ * Why a job was parked (failed for a person to look at): see {@link OutboxJobError.parked}.
+ * @example
+ * if (job.data.lastError?.parked === 'stalls') alert(`${job.id} crashes workers`);
+ */
+export type OutboxParkReason = 'stalls' | 'idempotency-window';
 
 /**
  * What a job of the outbox holds in its BullMQ data: where its content is,
@@ -68,6 +84,48 @@ export interface OutboxJobData {
   idempotencyKey: string;
   /** The last failed attempt, if any. */
   lastError?: OutboxJobError;
+  /**
+   * What the service answered when it accepted the send, recorded before the
+   * job completes: a job run again after that (a worker that died before
+   * completing it, Bull Board's "Retry" on a completed job) completes with
+   * this result and posts nothing.
+   */
+  sent?: OutboxSendResult;
+  /**
+   * `true` when the content was removed because the service refused these
+   * very bytes (400, 413, 422): the job is kept to be looked at, and cannot be
+   * put back (a `sendMail` with the same `idempotencyKey` replaces it).
+   */
+  contentRemoved?: true;
+  /**
+   * Stalls counted as failed attempts since the job was queued or put back:
+   * each time, the worker sending it stopped before it finished. Past the
+   * workers' `maxStalls` the job is parked.
+   */
+  stalls?: number;
+  /** BullMQ's stall counter of the job (`stalledCounter`) when the outbox last counted its stalls. */
+  stallsSeen?: number;
+  /**
+   * When (ms since the epoch, the worker's clock) the first attempt started
+   * whose outcome the worker could not learn: a timeout or a connection lost
+   * after the request was sent, a 5xx other than 503, a worker that stopped
+   * mid-send (then the earliest it can have started). The service may have
+   * accepted it, and remembers its idempotency key from then.
+   */
+  possiblyAcceptedAt?: number;
+  /**
+   * Until when (ms since the epoch) sending again is safe: `possiblyAcceptedAt`
+   * plus the workers' `idempotencyWindow` less `idempotencyMargin`. After it,
+   * the job is parked, not sent again; `eml-api queue retry <id>` (a person
+   * who checked) clears both.
+   */
+  resendUntil?: number;
+  /**
+   * The `finishedOn` of the failure a `sendMail` with this job's key took
+   * over (replacing the job or putting it back): other producers racing with
+   * the same key see that this failure is taken, and answer duplicate.
+   */
+  putBackFrom?: number;
 }
 
 /**
@@ -91,6 +149,13 @@ export interface OutboxSendResult {
   /** The `Idempotency-Key` the send carried. */
   idempotencyKey: string;
 }
+
+/**
+ * A job of the outbox, as BullMQ hands it to workers and events.
+ * @example
+ * outbox.on('failed', (job: OutboxJob, err) => console.log(job.id, job.data.envelope.to, err.message));
+ */
+export type OutboxJob = Job<OutboxJobData, OutboxSendResult>;
 
 const KINDS: readonly OutboxSendKind[] = ['eml', 'email', 'group'];
 

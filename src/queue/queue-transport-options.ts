@@ -35,13 +35,15 @@ export interface EmlApiQueueTransportOptions {
   prefix?: string;
   /**
    * When failed sends are tried again. See the README, "Durable sending and scaling out".
-   * @default { attempts: 34, delay: 5000, maxDelay: 3600000, jitter: 0.2 } (about 24 hours)
+   * @default { attempts: 30, delay: 5000, maxDelay: 3600000, jitter: 0.2 } (waits of 16.3 to 20.4 hours in all)
    */
   retry?: RetryScheduleOptions;
   /**
    * BullMQ options of every job, over the outbox's (`attempts` and `backoff`
    * from `retry`; sent jobs kept 24 hours, the service's idempotency window,
    * so a repeated `idempotencyKey` is still recognised; failed jobs kept 7 days).
+   * `priority` (0 to 2^21 - 2, lower first) orders new messages among
+   * themselves; BullMQ stores it plus 1, as retries, which go first, have 0.
    * @default { removeOnComplete: { age: 86400 }, removeOnFail: { age: 604800 } }
    */
   jobOptions?: OutboxJobOptions;

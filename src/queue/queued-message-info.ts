@@ -33,10 +33,24 @@ export interface EmlApiQueuedMessageInfo {
    * new was stored, and the other fields describe the job queued first.
    */
   duplicate: boolean;
+  /**
+   * Set when the job this idempotency key names had failed and this call put
+   * it back in the queue with a fresh retry schedule:
+   * - `'replaced'`: with this message (`duplicate: false`). No attempt of the
+   *   failed one can have been accepted (the service refused it, or never had
+   *   it), so its key is free at the service.
+   * - `'retried'`: with its own stored bytes (`duplicate: true`, the fields
+   *   describe it). An attempt of it may have been accepted: the service
+   *   answers the same bytes under the key from that attempt, and would
+   *   refuse other bytes (422 `idempotency_key_reused`).
+   * A failed job parked for a person is not put back: `sendMail` rejects.
+   */
+  requeued?: 'replaced' | 'retried';
 }
 
 /**
  * The info of a queued send.
+ * @param requeued how a failed job under the key was put back, if it was @default undefined
  * @example
  * return queuedMessageInfo({ envelope, messageId, idempotencyKey }, 'order-1042', false); // response '250 Queued as order-1042'
  */
@@ -44,6 +58,7 @@ export function queuedMessageInfo(
   fields: { envelope: MailEnvelope; messageId: string; group?: string | undefined; idempotencyKey: string },
   queueId: string,
   duplicate: boolean,
+  requeued?: 'replaced' | 'retried',
 ): EmlApiQueuedMessageInfo {
   return {
     envelope: { from: fields.envelope.from, to: [...fields.envelope.to] },
@@ -56,5 +71,6 @@ export function queuedMessageInfo(
     idempotencyKey: fields.idempotencyKey,
     ...(fields.group === undefined ? {} : { group: fields.group }),
     duplicate,
+    ...(requeued === undefined ? {} : { requeued }),
   };
 }

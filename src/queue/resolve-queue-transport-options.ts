@@ -5,7 +5,7 @@ import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
 import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
 import { wholeNumberOption } from './whole-number-option.js';
 import type { EmlApiQueueTransportOptions, OutboxJobOptions } from './queue-transport-options.js';
-import { resolveRetrySchedule, retryJobOptions } from './retry-schedule.js';
+import { MAX_OUTBOX_PRIORITY, newMessagePriority, resolveRetrySchedule, retryJobOptions } from './retry-schedule.js';
 
 /**
  * The default of `maxMessageBytes`: the service's request limit, 50 MiB.
@@ -26,9 +26,6 @@ export const KEEP_SENT_SECONDS = 24 * 3600;
  * new EmlApiQueueTransport({ connection, jobOptions: { removeOnFail: { age: 2 * KEEP_FAILED_SECONDS } } });
  */
 export const KEEP_FAILED_SECONDS = 7 * 24 * 3600;
-
-/** The highest job priority BullMQ takes (its `PRIORITY_LIMIT`, 2^21 - 1). */
-const BULLMQ_PRIORITY_LIMIT = 2 ** 21 - 1;
 
 /**
  * Producer options after validation.
@@ -69,7 +66,7 @@ export function resolveQueueTransportOptions(options: EmlApiQueueTransportOption
   }
   if (jobOptions.priority !== undefined) {
     // BullMQ checks it only when a job is added, where its refusal would read as a Redis failure.
-    wholeNumberOption(jobOptions.priority, 'jobOptions.priority', 0, 0, BULLMQ_PRIORITY_LIMIT);
+    wholeNumberOption(jobOptions.priority, 'jobOptions.priority', 0, 0, MAX_OUTBOX_PRIORITY);
   }
   const schedule = resolveRetrySchedule(options.retry);
   const storeTimeout = wholeNumberOption(options.storeTimeout, 'storeTimeout', 30_000, 1, 3_600_000);
@@ -80,6 +77,8 @@ export function resolveQueueTransportOptions(options: EmlApiQueueTransportOption
       removeOnComplete: { age: KEEP_SENT_SECONDS },
       removeOnFail: { age: KEEP_FAILED_SECONDS },
       ...jobOptions,
+      // New messages go after retries, which BullMQ takes first (see RETRY_PRIORITY).
+      priority: newMessagePriority(jobOptions.priority),
     },
     maxMessageBytes: wholeNumberOption(
       options.maxMessageBytes,

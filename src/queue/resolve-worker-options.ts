@@ -13,6 +13,35 @@ import type { EmlApiWorkerOptions, OutboxRateLimit, OutboxWorkerTuning } from '.
  * @example
  * const limiter = options.limiter ? evenRate(options.limiter) : UNLIMITED_RATE;
  */
+/**
+ * The default of `maxStalls`: stalls a job may have and still be retried.
+ * @example
+ * await startEmlApiWorker({ connection, apiKey, baseUrl, maxStalls: DEFAULT_MAX_STALLS + 2 });
+ */
+export const DEFAULT_MAX_STALLS = 5;
+
+/**
+ * The default of `idempotencyWindow`: how long the service remembers an
+ * `Idempotency-Key` (24 hours, the emulator's and CONTRACT.md's), in ms.
+ * @example
+ * await startEmlApiWorker({ connection, apiKey, baseUrl, idempotencyWindow: DEFAULT_IDEMPOTENCY_WINDOW / 2 });
+ */
+export const DEFAULT_IDEMPOTENCY_WINDOW = 24 * 3_600_000;
+
+/**
+ * The default of `idempotencyMargin` (when the window is longer): 1 hour, in ms.
+ * @example
+ * await startEmlApiWorker({ connection, apiKey, baseUrl, idempotencyMargin: DEFAULT_IDEMPOTENCY_MARGIN * 2 });
+ */
+export const DEFAULT_IDEMPOTENCY_MARGIN = 3_600_000;
+
+/**
+ * BullMQ's own stall limit, set out of reach: BullMQ fails a job over it
+ * without calling the worker (no error on the job, outside its retry
+ * schedule, 1 by default), while the outbox counts stalls as attempts itself.
+ */
+const BULLMQ_STALL_LIMIT = 1_000_000;
+
 export const UNLIMITED_RATE: Readonly<OutboxRateLimit> = Object.freeze({ max: 1_000_000_000, duration: 1000 });
 
 /** The shortest window the even limiter uses, in ms: faster rates send in small groups. */
@@ -48,7 +77,10 @@ export interface ResolvedWorkerOptions extends QueueLocation {
   concurrency: number;
   limiter: OutboxRateLimit;
   cleanupInterval: number;
-  workerOptions: OutboxWorkerTuning;
+  maxStalls: number;
+  /** When a send that may have been accepted is no longer sent again: its first such attempt's start plus this, in ms. */
+  resendWithin: number;
+  workerOptions: OutboxWorkerTuning & { maxStalledCount: number };
   logger: EmlApiLogger;
 }
 
@@ -72,6 +104,9 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
     concurrency: rawConcurrency,
     limiter: rawLimiter,
     cleanupInterval,
+    maxStalls,
+    idempotencyWindow: rawWindow,
+    idempotencyMargin: rawMargin,
     workerOptions,
     logger,
     ...client
@@ -93,14 +128,30 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
   if (workerOptions !== undefined && (typeof workerOptions !== 'object' || workerOptions === null)) {
     throw configError('workerOptions', `expected BullMQ worker options, got ${describe(workerOptions)}`);
   }
+  if (workerOptions !== undefined && 'maxStalledCount' in workerOptions) {
+    throw configError(
+      'workerOptions.maxStalledCount',
+      'the outbox counts stalls itself, as failed attempts retried with backoff: set maxStalls (default 5) instead',
+    );
+  }
   checkBullmqWorkerTuning(workerOptions ?? {});
+  const window = wholeNumberOption(rawWindow, 'idempotencyWindow', DEFAULT_IDEMPOTENCY_WINDOW, 0, 365 * 24 * 3_600_000);
+  const margin = wholeNumberOption(
+    rawMargin,
+    'idempotencyMargin',
+    Math.min(DEFAULT_IDEMPOTENCY_MARGIN, window),
+    0,
+    window,
+  );
   return {
     ...resolveQueueLocation(queueName, prefix),
     client: { ...client, maxConnections: client.maxConnections ?? concurrency, retries: client.retries ?? false },
     concurrency,
     limiter,
     cleanupInterval: wholeNumberOption(cleanupInterval, 'cleanupInterval', 600_000, 0, 24 * 3_600_000),
-    workerOptions: workerOptions ?? {},
+    maxStalls: wholeNumberOption(maxStalls, 'maxStalls', DEFAULT_MAX_STALLS, 0, 1000),
+    resendWithin: window - margin,
+    workerOptions: { ...workerOptions, maxStalledCount: BULLMQ_STALL_LIMIT },
     logger: resolveLogger(logger),
   };
 }
@@ -115,7 +166,6 @@ function checkBullmqWorkerTuning(tuning: Record<string, unknown>): void {
   const numbers: [string, number][] = [
     ['stalledInterval', 1],
     ['drainDelay', 1],
-    ['maxStalledCount', 0],
     ['maxStartedAttempts', 0],
   ];
   for (const [name, min] of numbers) {

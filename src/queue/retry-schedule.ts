@@ -3,12 +3,17 @@ import { EmlApiError } from '../shared/eml-api-error.js';
 
 /**
  * When a send that failed for a passing reason (the service unreachable, a
- * timeout, a 5xx, a 429) is tried again: `delay` after the first failure,
- * doubling each time up to `maxDelay`, each wait shortened by a random share
- * of up to `jitter`, for `attempts` attempts in all. The default keeps
- * trying for about a day, as an SMTP relay does: 5 s, 10 s, 20 s ... 43 min,
- * then hourly, 34 attempts over 22 to 24 hours. A `Retry-After` longer than
- * the scheduled wait is honoured.
+ * timeout, a 5xx, a worker that stopped mid-send) is tried again: `delay`
+ * after the first failure, doubling each time up to `maxDelay`, each wait
+ * shortened by a random share of up to `jitter`, for `attempts` attempts in
+ * all. The default keeps trying for most of a day, as an SMTP relay does:
+ * 5 s, 10 s, 20 s ... 43 min, then hourly, 30 attempts whose waits add up to
+ * 16.3 to 20.4 hours (plus the time the attempts take). It ends before the
+ * service's idempotency window (24 hours) less the workers' margin (1 hour)
+ * closes, so a send whose answer was lost is answered from its first attempt
+ * to the last; a job still retrying then (rate-limit pauses, stalls) is
+ * parked rather than sent again blindly. A `Retry-After` longer than the
+ * scheduled wait is honoured. Retries are taken before new messages.
  *
  * @example
  * // Give up after about 2 hours instead: 5 s doubling to 10 min, 20 attempts.
@@ -17,7 +22,7 @@ import { EmlApiError } from '../shared/eml-api-error.js';
 export interface RetryScheduleOptions {
   /**
    * Attempts in all, the first included.
-   * @default 34
+   * @default 30
    */
   attempts?: number;
   /**
@@ -39,12 +44,12 @@ export interface RetryScheduleOptions {
 }
 
 /**
- * The default retry schedule: 34 attempts over about 24 hours.
+ * The default retry schedule: 30 attempts, their waits 16.3 to 20.4 hours in all.
  * @example
  * new EmlApiQueueTransport({ connection, retry: { ...DEFAULT_RETRY_SCHEDULE, maxDelay: 600_000 } });
  */
 export const DEFAULT_RETRY_SCHEDULE: Readonly<Required<RetryScheduleOptions>> = Object.freeze({
-  attempts: 34,
+  attempts: 30,
   delay: 5_000,
   maxDelay: 3_600_000,
   jitter: 0.2,
@@ -151,7 +156,7 @@ export function outboxBackoffDelay(
 /**
  * How long a schedule keeps trying, from the first failure to the last attempt, without jitter, in ms.
  * @example
- * retrySpan(DEFAULT_RETRY_SCHEDULE) / 3_600_000; // 24.4 (hours)
+ * retrySpan(DEFAULT_RETRY_SCHEDULE) / 3_600_000; // 20.4 (hours)
  */
 export function retrySpan(schedule: Required<RetryScheduleOptions>): number {
   let total = 0;
@@ -163,4 +168,40 @@ export function retrySpan(schedule: Required<RetryScheduleOptions>): number {
 
 function stripUndefined<T extends object>(o: T): Partial<T> {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
+
+/**
+ * The BullMQ priority of a job while it is tried again: 0, BullMQ's
+ * "no priority". BullMQ takes jobs from its wait list (priority 0) before its
+ * prioritized set, and promotes a backed-off job to the back of the list it
+ * belongs to; new messages go to the prioritized set ({@link newMessagePriority}),
+ * so the wait list holds only retries, and a retry goes before every new
+ * message instead of behind the whole backlog (past the service's idempotency
+ * window, a send whose answer was lost would be delivered twice).
+ * @example
+ * await job.changePriority({ priority: RETRY_PRIORITY });
+ */
+export const RETRY_PRIORITY = 0;
+
+/**
+ * The highest `jobOptions.priority` a producer takes: BullMQ's `PRIORITY_LIMIT`
+ * (2^21 - 1) less the 1 the outbox adds ({@link newMessagePriority}).
+ * @example
+ * new EmlApiQueueTransport({ connection, jobOptions: { priority: MAX_OUTBOX_PRIORITY } }); // the lowest
+ */
+export const MAX_OUTBOX_PRIORITY = 2 ** 21 - 2;
+
+/**
+ * The BullMQ priority a new message is queued with: the producer's
+ * `jobOptions.priority` plus 1 (none: 1). BullMQ's order among new messages
+ * stays as you set it (no priority first, then 1, 2 ...), and all of them
+ * come after retries ({@link RETRY_PRIORITY}). Among messages of one priority,
+ * first in, first out.
+ * @param priority the producer's `jobOptions.priority` (0 or none: the highest)
+ * @example
+ * newMessagePriority(undefined); // 1
+ * newMessagePriority(10); // 11
+ */
+export function newMessagePriority(priority: number | undefined): number {
+  return (priority ?? 0) + 1;
 }

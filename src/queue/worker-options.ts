@@ -18,16 +18,17 @@ export interface OutboxRateLimit {
 }
 
 /**
- * BullMQ worker options the outbox lets through, e.g. `lockDuration`,
- * `stalledInterval` and `maxStalledCount` (how fast the jobs of a crashed
- * worker go to another one), or `name`.
+ * BullMQ worker options the outbox lets through, e.g. `lockDuration` and
+ * `stalledInterval` (how fast the jobs of a crashed worker go to another
+ * one), or `name`. Not `maxStalledCount`: the outbox counts stalls itself
+ * (see {@link EmlApiWorkerOptions.maxStalls}).
  *
  * @example
- * const workerOptions: OutboxWorkerTuning = { name: os.hostname(), lockDuration: 60_000, maxStalledCount: 3 };
+ * const workerOptions: OutboxWorkerTuning = { name: os.hostname(), lockDuration: 60_000 };
  */
 export type OutboxWorkerTuning = Omit<
   WorkerOptions,
-  'connection' | 'concurrency' | 'limiter' | 'prefix' | 'autorun' | 'settings' | 'useWorkerThreads'
+  'connection' | 'concurrency' | 'limiter' | 'prefix' | 'autorun' | 'settings' | 'useWorkerThreads' | 'maxStalledCount'
 >;
 
 /**
@@ -85,8 +86,51 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool'> 
    */
   cleanupInterval?: number;
   /**
+   * How many times a job may stall and still be retried. A job stalls when
+   * the worker sending it stops before it finishes (killed, crashed, out of
+   * memory, cut off from Redis for longer than `lockDuration`); its send may
+   * have reached the service, so a stall counts as a failed attempt of the
+   * job's retry schedule, retried after its backoff under the same
+   * idempotency key. A job that stalls once more than this is parked (failed,
+   * `lastError.parked: 'stalls'`, its content kept) for a person: a message
+   * that crashes every worker that takes it would otherwise crash them all,
+   * again and again. `eml-api queue retry` puts it back with its count at 0.
+   * @default 5
+   * @example
+   * await startEmlApiWorker({ connection, apiKey, baseUrl, maxStalls: 2 });
+   */
+  maxStalls?: number;
+  /**
+   * How long the service remembers an `Idempotency-Key`, in ms. A send
+   * whose outcome the worker could not learn (a timeout or a connection lost
+   * after the request was sent, a 5xx other than 503, a worker that stopped
+   * mid-send) may have been accepted; within this window a resend under the
+   * same key is answered from the first send, after it a resend is a new
+   * message. So the job records when its first such attempt started
+   * (`possiblyAcceptedAt`) and, from `idempotencyWindow - idempotencyMargin`
+   * after it (`resendUntil`), is parked instead of sent again: failed, with
+   * `lastError.parked: 'idempotency-window'` and a reason saying to check
+   * whether it was delivered before putting it back. 0 for a service that
+   * ignores the header: such a job is never sent again without a person.
+   * Every worker of a queue should say the same.
+   * @default 86400000 (24 hours: the emulator's, and CONTRACT.md's)
+   * @example
+   * await startEmlApiWorker({ connection, apiKey, baseUrl, idempotencyWindow: 12 * 3_600_000 });
+   */
+  idempotencyWindow?: number;
+  /**
+   * How long before the end of `idempotencyWindow` the worker stops sending
+   * again a send that may have been accepted, in ms: room for the worker's
+   * and the service's clocks to differ, and for the attempt itself to take
+   * its time (`timeouts`).
+   * @default 3600000 (1 hour), or `idempotencyWindow` when that is shorter
+   * @example
+   * await startEmlApiWorker({ connection, apiKey, baseUrl, idempotencyMargin: 10 * 60_000 });
+   */
+  idempotencyMargin?: number;
+  /**
    * More BullMQ worker options.
-   * @default BullMQ's (lockDuration 30 s, stalledInterval 30 s, maxStalledCount 1)
+   * @default BullMQ's (lockDuration 30 s, stalledInterval 30 s)
    */
   workerOptions?: OutboxWorkerTuning;
   /**

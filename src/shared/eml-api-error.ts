@@ -36,6 +36,10 @@ export interface EmlApiErrorDetails {
   attempts?: number;
   /** How long the service asked to wait before trying again (its `Retry-After`), in ms. */
   retryAfter?: number;
+  /** The `Idempotency-Key` of the send that failed, to try it again safely. */
+  idempotencyKey?: string;
+  /** The outbox job id of the send that failed (see `outboxJobId`). */
+  queueId?: string;
 }
 
 const MAX_RESPONSE_CHARS = 2000;
@@ -99,6 +103,18 @@ export class EmlApiError extends Error {
    * `Retry-After` on the answer that failed the call (429, 503), when it sent one.
    */
   readonly retryAfter?: number;
+  /**
+   * The `Idempotency-Key` of the send that failed: queueing or sending again
+   * with it (`sendMail({ idempotencyKey })`) cannot deliver the message twice.
+   * Set on the outbox's storing errors, also when `sendMail` was given no key
+   * and the outbox made one up. Never a secret (the API key is never here).
+   */
+  readonly idempotencyKey?: string;
+  /**
+   * The outbox job id the message is (or may be) queued under, on the outbox's
+   * storing errors: `transport.queue.getJob(err.queueId)` tells whether it landed.
+   */
+  readonly queueId?: string;
 
   constructor(code: EmlApiErrorCode, message: string, details: EmlApiErrorDetails = {}) {
     super(message, details.cause === undefined ? undefined : { cause: details.cause });
@@ -113,7 +129,35 @@ export class EmlApiError extends Error {
     this.mayHaveBeenAccepted = details.mayHaveBeenAccepted ?? false;
     if (details.attempts !== undefined) this.attempts = details.attempts;
     if (details.retryAfter !== undefined) this.retryAfter = details.retryAfter;
+    if (details.idempotencyKey !== undefined) this.idempotencyKey = details.idempotencyKey;
+    if (details.queueId !== undefined) this.queueId = details.queueId;
   }
+}
+
+/**
+ * The fields of an error as constructor details, to make another error like
+ * it (another message, more fields): `new EmlApiError(err.code, text, { ...errorDetails(err), queueId })`.
+ * @example
+ * const copy = new EmlApiError(err.code, `${err.message}; retried`, errorDetails(err));
+ */
+export function errorDetails(err: EmlApiError): EmlApiErrorDetails {
+  const details: EmlApiErrorDetails = { permanent: err.permanent, mayHaveBeenAccepted: err.mayHaveBeenAccepted };
+  const optional = [
+    'responseCode',
+    'response',
+    'command',
+    'apiCode',
+    'partial',
+    'attempts',
+    'retryAfter',
+    'idempotencyKey',
+    'queueId',
+    'cause',
+  ] as const;
+  for (const name of optional) {
+    if (err[name] !== undefined) (details as Record<string, unknown>)[name] = err[name];
+  }
+  return details;
 }
 
 /**

@@ -90,3 +90,13 @@ describe('programmatic API: reset, createGroup, members', () => {
     expect(() => local.members('never-created')).toThrow(/never-created/);
   });
 });
+
+describe('API key accounts', () => {
+  it('refuses an account that is not 1 to 100 visible ASCII characters, naming the option', async () => {
+    for (const account of ['', 'has space', 'x'.repeat(101), 7]) {
+      await expect(
+        startEmulator({ apiKeys: [{ key: 'k-acc', scopes: ['sender'], account: account as string }] }),
+      ).rejects.toThrow(/^startEmulator option apiKeys\[0\]\.account: expected 1 to 100 visible ASCII characters/);
+    }
+  });
+});

@@ -23,6 +23,8 @@ import {
 const SEND_EML = '/v1/send/eml';
 const GROUPS_KEY = 'k-groups';
 const SENDER_KEY = 'k-sender';
+/** A key of another account than the ready key's. */
+const OTHER_ACCOUNT_KEY = 'k-other-account';
 
 let emu: Emulator;
 const { post } = emulatorApi(() => emu);
@@ -32,6 +34,7 @@ beforeAll(async () => {
     apiKeys: [
       { key: GROUPS_KEY, scopes: ['group:insert'] },
       { key: SENDER_KEY, scopes: ['sender'] },
+      { key: OTHER_ACCOUNT_KEY, scopes: ['sender'], account: 'other' },
     ],
   });
 });
@@ -393,6 +396,28 @@ describe('POST /v1/send/eml Idempotency-Key', () => {
     const statuses = [a.status, b.status].sort();
     expect(statuses).toEqual([202, 422]);
     expect(emu.mailbox('idem-8@example.test').length + emu.mailbox('idem-8b@example.test').length).toBe(1);
+  });
+
+  it('is scoped to the account: another key of the account replays, another account sends its own', async () => {
+    const body = mailBody(eml(['To: idem-9@example.test']));
+    // The ready key and SENDER_KEY belong to the default account: a worker fleet rotating its key.
+    const first = await post(SEND_EML, body, { 'idempotency-key': 'idem-key-9' });
+    const rotated = await post(SEND_EML, body, { 'idempotency-key': 'idem-key-9', 'x-api-key': SENDER_KEY });
+    expect(expectAccepted(rotated).id).toBe(expectAccepted(first).id);
+    expect(rotated.headers['idempotent-replayed']).toBe('true');
+    expect(emu.mailbox('idem-9@example.test')).toHaveLength(1);
+    // Another account never sees the first account's key: a different body is its own send, not a 422.
+    const elsewhere = mailBody(eml(['To: idem-9b@example.test'], 'another account'));
+    const other = await post(SEND_EML, elsewhere, { 'idempotency-key': 'idem-key-9', 'x-api-key': OTHER_ACCOUNT_KEY });
+    expect(expectAccepted(other).id).not.toBe(expectAccepted(first).id);
+    expect(other.headers['idempotent-replayed']).toBeUndefined();
+    expect(emu.mailbox('idem-9b@example.test')).toHaveLength(1);
+    // Nor does the first account see the other's: its own body still replays, the other's is refused.
+    const again = await post(SEND_EML, body, { 'idempotency-key': 'idem-key-9', 'x-api-key': SENDER_KEY });
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expectError(await post(SEND_EML, elsewhere, { 'idempotency-key': 'idem-key-9' }), 422, 'idempotency_key_reused');
+    expect(emu.mailbox('idem-9@example.test')).toHaveLength(1);
+    expect(emu.mailbox('idem-9b@example.test')).toHaveLength(1);
   });
 
   it('delivers again for a different key', async () => {

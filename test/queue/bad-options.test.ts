@@ -42,6 +42,23 @@ describe('options BullMQ refuses', () => {
     expect(await otherClients()).toBe(0);
   });
 
+  it('a worker: maxStalledCount is refused for maxStalls (the outbox counts stalls itself), which is checked', async () => {
+    const base = { connection: redis.url, apiKey: 'k_0123456789abcdef', baseUrl: 'http://127.0.0.1:9' };
+    const bullmqLimit = await startEmlApiWorker({
+      ...base,
+      workerOptions: { maxStalledCount: 3 } as Record<string, unknown>,
+    }).catch((e: unknown) => e);
+    expect(bullmqLimit).toMatchObject({
+      code: 'ECONFIG',
+      message: expect.stringMatching(/^Invalid option workerOptions\.maxStalledCount: .*set maxStalls/),
+    });
+    for (const maxStalls of [-1, 1.5, '3']) {
+      const err = await startEmlApiWorker({ ...base, maxStalls: maxStalls as number }).catch((e: unknown) => e);
+      expect(err).toMatchObject({ code: 'ECONFIG', message: expect.stringContaining('maxStalls') });
+    }
+    expect(await otherClients()).toBe(0);
+  });
+
   it('a producer: ECONFIG naming jobOptions.priority, before anything is stored', () => {
     for (const priority of [3_000_000, 1.5, -1]) {
       let err: unknown;

@@ -92,7 +92,7 @@ describe('eml-api worker', () => {
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/401 invalid_api_key.*\[EAUTH\]/);
     expect(r.stderr).not.toContain('wrong-key');
-    expect(await transport.queue.getJobCounts('waiting', 'failed')).toEqual({ waiting: 1, failed: 0 });
+    expect(await transport.queue.getJobCounts('prioritized', 'failed')).toEqual({ prioritized: 1, failed: 0 });
   });
 
   it('reports wrong usage with exit code 2', async () => {
@@ -133,7 +133,7 @@ describe('eml-api queue status', () => {
     const { code, stdout } = await cli(['queue', 'status']);
     expect(code).toBe(0);
     expect(stdout).toBe(
-      'Queue "eml-api": waiting 2, prioritized 0, delayed 0, active 0, waiting-children 0, failed 0, completed 0\n',
+      'Queue "eml-api": waiting 0, prioritized 2, delayed 0, active 0, waiting-children 0, failed 0, completed 0\n',
     );
   });
 

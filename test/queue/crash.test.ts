@@ -69,7 +69,7 @@ describe('a worker killed mid-batch', () => {
       baseUrl: via.url,
       concurrency: 5,
       cleanupInterval: 0,
-      workerOptions: { name, lockDuration: 1000, stalledInterval: 500, maxStalledCount: 10 },
+      workerOptions: { name, lockDuration: 1000, stalledInterval: 500 },
     });
     const [doomed, survivor] = await Promise.all([
       startWorkerProcess(options('doomed', doomedProxy)),

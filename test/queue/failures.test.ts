@@ -9,6 +9,7 @@ import {
   type EmlApiQueuedMessageInfo,
   type EmlApiWorkerOptions,
   type OutboxJobData,
+  type OutboxSendResult,
 } from '../../src/queue/index.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
@@ -28,9 +29,15 @@ let service: FakeService;
 let transport: EmlApiQueueTransport;
 let transporter: Transporter<EmlApiQueuedMessageInfo>;
 const workers = inProcessWorkers(() => ({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url }));
+/** A key the service refuses for sends (403 missing_scope): a permanent failure a fix of the key cures. */
+const GROUPS_ONLY_KEY = 'k-groups-only';
 
 beforeAll(async () => {
-  [redis, emu, service] = await Promise.all([startRedisServer(), startEmulator(), startFakeService()]);
+  [redis, emu, service] = await Promise.all([
+    startRedisServer(),
+    startEmulator({ apiKeys: [{ key: GROUPS_ONLY_KEY, scopes: ['group:insert'] }] }),
+    startFakeService(),
+  ]);
   transport = new EmlApiQueueTransport({ connection: redis.url, retry: { delay: 200, maxDelay: 1000, jitter: 0 } });
   transporter = nodemailer.createTransport(transport) as unknown as Transporter<EmlApiQueuedMessageInfo>;
 });
@@ -43,6 +50,7 @@ afterAll(async () => {
 
 beforeEach(async () => {
   emu.reset();
+  emu.setFaults(undefined);
   service.clear();
   await transport.queue.obliterate({ force: true });
 });
@@ -58,7 +66,7 @@ function cli(argv: string[], env: Record<string, string> = { REDIS_URL: redis.ur
 const message = (to: string) => ({ from: 'shop@example.test', to, subject: 'Order', text: 'Thanks' });
 
 describe('a permanent failure', () => {
-  it('fails the job after one attempt, keeps the error on it, and queue status shows it', async () => {
+  it('fails the job after one attempt, keeps the error on it, drops its content, and queue status shows it', async () => {
     const info = await transporter.sendMail(message('ann@'));
     const w = await worker();
     const failed = new Promise<[unknown, EmlApiError]>((resolve) =>
@@ -80,8 +88,11 @@ describe('a permanent failure', () => {
       message: expect.stringContaining('invalid address'),
     });
     expect(job!.failedReason).toContain('400 invalid_address');
-    // Its content stays, so it can be retried.
-    expect(await redis.client.exists(job!.data.contentKey)).toBe(1);
+    // The service refused these very bytes: they can never be sent, so they leave Redis now (the job stays 7 days).
+    expect(job!.failedReason).toContain('not retried: the service refused this request');
+    expect(job!.failedReason).toContain('its content was removed from Redis');
+    expect(job!.data.contentRemoved).toBe(true);
+    expect(await redis.client.exists(job!.data.contentKey)).toBe(0);
 
     const status = await cli(['queue', 'status']);
     expect(status.code).toBe(0);
@@ -93,15 +104,38 @@ describe('a permanent failure', () => {
     expect(json.failed.map((f) => f.queueId)).toEqual([info.queueId]);
     expect(status.stdout + JSON.stringify(json)).not.toContain(emu.apiKey);
 
-    // Put back with a fresh schedule: it is tried (and refused) again.
+    // Not put back: there is nothing left to send. Named, it says why and exits 1; in bulk, it is left and said so.
     await w.close();
-    const retried = await cli(['queue', 'retry']);
-    expect(retried).toMatchObject({ code: 0, stdout: 'Put back 1 failed message\n' });
-    expect(await transport.queue.getJobCounts('waiting', 'failed')).toEqual({ waiting: 1, failed: 0 });
+    expect(await cli(['queue', 'retry', info.queueId])).toMatchObject({
+      code: 1,
+      stdout: 'Put back 0 failed messages\n',
+      stderr: `${info.queueId}: not put back: its content was removed when the service refused it; queue a corrected message with sendMail\n`,
+    });
+    expect(await cli(['queue', 'retry'])).toMatchObject({ code: 0, stdout: 'Put back 0 failed messages\n' });
+    expect(await transport.queue.getJobCounts('failed')).toEqual({ failed: 1 });
     expect(await cli(['queue', 'retry', 'no-such-job'])).toMatchObject({
       code: 1,
       stderr: 'no-such-job: not a failed job\n',
     });
+  });
+
+  it('keeps the content when a fix elsewhere can make the same request succeed (a refused key), so it can be put back', async () => {
+    const info = await transporter.sendMail(message('ann@example.test'));
+    const w = await worker({ apiKey: GROUPS_ONLY_KEY });
+    const err = await new Promise<EmlApiError>((resolve) => w.once('failed', (_job, e) => resolve(e)));
+    expect(err).toMatchObject({ code: 'EAUTH', responseCode: 403, permanent: true });
+    const job = await transport.queue.getJob(info.queueId);
+    expect(job!.failedReason).toContain('not retried until it is put back (eml-api queue retry)');
+    expect(job!.data.contentRemoved).toBeUndefined();
+    expect(await redis.client.exists(job!.data.contentKey)).toBe(1);
+    await w.close();
+    // After fixing the key: put back with a fresh schedule, and sent.
+    expect(await cli(['queue', 'retry'])).toMatchObject({ code: 0, stdout: 'Put back 1 failed message\n' });
+    await worker();
+    await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 1, {
+      what: 'sent after the key was fixed',
+    });
+    expect(emu.mailbox('ann@example.test')).toHaveLength(1);
   });
 
   it('never lets the service rewrite the terminal: escape sequences in its answers are stripped', async () => {
@@ -135,6 +169,69 @@ describe('a permanent failure', () => {
     expect(await failed).toMatchObject({ code: 'EAPI', responseCode: 500, permanent: false });
     expect(events).toEqual(['retrying', 'retrying']);
     expect(service.requests).toHaveLength(3);
+  });
+});
+
+describe('what a failed attempt says', () => {
+  it('says it is retried when it is, and that the outbox gave up when it did: never "not retried"', async () => {
+    const quick = new EmlApiQueueTransport({ connection: redis.url, retry: { attempts: 2, delay: 50, jitter: 0 } });
+    const info = await nodemailer.createTransport(quick).sendMail(message('ann@example.test'));
+    await quick.close();
+    // Processed, then the connection reset: the outcome of every attempt is unknown to the worker.
+    emu.setFaults({ resetAfterProcessing: 1 });
+    const w = await worker();
+    const retrying: EmlApiError[] = [];
+    w.on('retrying', (_job, err: EmlApiError) => retrying.push(err));
+    const failed = await new Promise<EmlApiError>((resolve) => w.once('failed', (_job, err) => resolve(err)));
+    emu.setFaults(undefined);
+    expect(retrying).toHaveLength(1);
+    expect(retrying[0]).toMatchObject({ code: 'ECONNECTION', mayHaveBeenAccepted: true, permanent: false });
+    expect(retrying[0]!.message).toContain('the outbox sends it again with the same Idempotency-Key');
+    expect(failed.message).toContain('gave up after 2 attempts');
+    const job = await transport.queue.getJob(info.queueId);
+    const { stdout } = await cli(['queue', 'status']);
+    for (const text of [
+      retrying[0]!.message,
+      failed.message,
+      job!.failedReason,
+      job!.data.lastError!.message,
+      stdout,
+    ]) {
+      expect(text).not.toContain('not retried');
+    }
+    expect(job!.failedReason).toContain('gave up after 2 attempts');
+    expect(stdout).toContain('gave up after 2 attempts');
+    // Out of attempts on a passing failure: the content stays, to be put back.
+    expect(await redis.client.exists(job!.data.contentKey)).toBe(1);
+    // Delivered by the first attempt; the second was answered from the first (idempotency key).
+    expect(emu.mailbox('ann@example.test')).toHaveLength(1);
+  });
+});
+
+describe('a sent job run again (Bull Board\'s "Retry" on a completed job)', () => {
+  it('completes again with its first result, without posting anything', async () => {
+    const info = await transporter.sendMail(message('ann@example.test'));
+    const w = await worker();
+    const [, first] = await new Promise<[unknown, OutboxSendResult]>((resolve) =>
+      w.once('sent', (job, result) => resolve([job, result])),
+    );
+    await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 1);
+    let job = await transport.queue.getJob(info.queueId);
+    // Sent: its content is gone from Redis.
+    await eventually(async () => (await redis.client.exists(job!.data.contentKey)) === 0, { what: 'content removed' });
+    await job!.retry('completed');
+    await eventually(
+      async () => {
+        const { completed, failed } = await transport.queue.getJobCounts('completed', 'failed');
+        return completed! + failed! === 1;
+      },
+      { what: 'run again' },
+    );
+    job = await transport.queue.getJob(info.queueId);
+    expect(await job!.getState()).toBe('completed');
+    expect(job!.returnvalue).toEqual(first);
+    expect(await transport.queue.getJobCounts('failed')).toEqual({ failed: 0 });
+    expect(emu.mailbox('ann@example.test')).toHaveLength(1);
   });
 });
 
@@ -189,8 +286,8 @@ describe('closing a worker', () => {
     await forced.close({ force: true });
     expect(Date.now() - started).toBeLessThan(3000);
     // Back in the queue now, not after their locks expire (30 s by default).
-    expect(await transport.queue.getJobCounts('waiting', 'active', 'failed')).toEqual({
-      waiting: 2,
+    expect(await transport.queue.getJobCounts('prioritized', 'active', 'failed')).toEqual({
+      prioritized: 2,
       active: 0,
       failed: 0,
     });

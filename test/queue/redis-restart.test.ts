@@ -48,7 +48,7 @@ describe('Redis crashing with queued jobs', () => {
     servers.push(redis);
     const { transport, infos } = await queueTwenty(redis);
     await redis.restart('crash');
-    expect(await transport.queue.getJobCounts('waiting')).toEqual({ waiting: 20 });
+    expect(await transport.queue.getJobCounts('prioritized')).toEqual({ prioritized: 20 });
     // The producer reconnects by itself and keeps queueing.
     const after = await nodemailer
       .createTransport(transport)
@@ -73,7 +73,7 @@ describe('Redis crashing with queued jobs', () => {
     servers.push(redis);
     const { transport } = await queueTwenty(redis);
     await redis.restart('crash');
-    expect(await transport.queue.getJobCounts('waiting')).toEqual({ waiting: 0 });
+    expect(await transport.queue.getJobCounts('prioritized')).toEqual({ prioritized: 0 });
     await transport.close();
   });
 });

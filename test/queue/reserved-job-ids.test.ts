@@ -83,7 +83,7 @@ describe('idempotency keys named like BullMQ keys', () => {
       infos.push(info);
     }
     await transporter.sendMail(message('after'));
-    expect(await transport.queue.getJobCounts('waiting')).toEqual({ waiting: BULLMQ_KEY_NAMES.length + 2 });
+    expect(await transport.queue.getJobCounts('prioritized')).toEqual({ prioritized: BULLMQ_KEY_NAMES.length + 2 });
     worker = await startEmlApiWorker({
       connection: redis.url,
       apiKey: emu.apiKey,

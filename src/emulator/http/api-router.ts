@@ -132,8 +132,9 @@ async function run(
   const fingerprint = createHash('sha256')
     .update(await readRequestBody())
     .digest('base64');
+  // Scoped to the account, not the API key (CONTRACT.md): a fleet that rotates keys must not send twice.
   const outcome = await state.idempotency.run(
-    `${key.label}\n${routeId}\n${params.join('\n')}\n${idempotencyKey}`,
+    `${key.account}\n${routeId}\n${params.join('\n')}\n${idempotencyKey}`,
     fingerprint,
     now.getTime(),
     () => operation.handle(ctx),

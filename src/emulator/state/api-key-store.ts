@@ -7,6 +7,8 @@ export interface KnownKey {
   label: string;
   scopes: ReadonlySet<ApiScope>;
   plan: ApiPlan;
+  /** The account the key belongs to: the scope of its idempotency keys. */
+  account: string;
 }
 
 interface StoredKey extends KnownKey {
@@ -21,12 +23,13 @@ interface StoredKey extends KnownKey {
 export class ApiKeyStore {
   readonly #keys: StoredKey[] = [];
 
-  add(key: string, scopes: readonly ApiScope[], plan: ApiPlan): void {
+  add(key: string, scopes: readonly ApiScope[], plan: ApiPlan, account: string): void {
     const digest = sha256(key);
     this.#keys.push({
       digest,
       scopes: new Set(scopes),
       plan,
+      account,
       label: `${key.slice(0, 4)}…${digest.toString('hex').slice(0, 8)}`,
     });
   }

@@ -16,7 +16,7 @@ interface Entry {
 export const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000;
 
 /**
- * Remembers the answer of each `Idempotency-Key` (per API key and endpoint)
+ * Remembers the answer of each `Idempotency-Key` (per account and endpoint)
  * for 24 hours, so a retried send returns the first answer and delivers
  * nothing twice. A repeat that arrives while the first is still being handled
  * waits for it. Only successful answers are kept: a failed request may be

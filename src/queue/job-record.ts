@@ -1,0 +1,41 @@
+import type { Redis } from 'ioredis';
+import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
+
+/**
+ * What a worker writes on a job of the outbox besides BullMQ's own fields:
+ * that the service accepted its send. The other records (a failed attempt's
+ * error, a stall, when an attempt may have been accepted) go through BullMQ's
+ * `job.updateData`, off the path every sent message takes.
+ */
+
+/**
+ * In one step: the service's answer into the job's data (only while the job
+ * exists: a job removed meanwhile is not brought back as a hash of one
+ * field), and the content deleted. KEYS: job hash, content key. ARGV: the data as JSON.
+ */
+const RECORD_SENT = `
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'data', ARGV[1]) end
+redis.call('DEL', KEYS[2])
+return 1
+`;
+
+/**
+ * Records that the service accepted a job's send, before BullMQ completes
+ * the job: its answer goes into the job's data (`sent`) and its content is
+ * deleted, in one step. A job run again afterwards (a worker that died before
+ * completing it, a dashboard's "Retry" on the completed job) finds `sent`
+ * and completes with it, posting nothing, instead of failing for want of its
+ * content. Costs what deleting the content cost before: one command.
+ *
+ * @param jobKey the job's hash, `{prefix}:{queue}:{jobId}`
+ * @example
+ * await recordSent(redis, `bull:eml-api:${job.id}`, job.data, result);
+ */
+export async function recordSent(
+  redis: Redis,
+  jobKey: string,
+  data: OutboxJobData,
+  result: OutboxSendResult,
+): Promise<void> {
+  await redis.eval(RECORD_SENT, 2, jobKey, data.contentKey, JSON.stringify({ ...data, sent: result }));
+}

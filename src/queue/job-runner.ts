@@ -1,0 +1,240 @@
+import type { Redis } from 'ioredis';
+import type { Requester } from '../http/requester.js';
+import type { EmlApiLogger } from '../shared/logger.js';
+import {
+  explainFailure,
+  failureAction,
+  failureOutcome,
+  mayHaveBeenAccepted,
+  outboxJobError,
+  parkedAfterStalls,
+  parkedAfterWindow,
+  stallFailure,
+} from './job-failure.js';
+import { recordSent } from './job-record.js';
+import { readOutboxJobData, type OutboxJob, type OutboxJobData, type OutboxSendResult } from './outbox-job.js';
+import type { QueueLocation } from './queue-location.js';
+import { loadBullmq } from './queue-peers.js';
+import { RETRY_PRIORITY } from './retry-schedule.js';
+import { sendOutboxJob } from './send-outbox-job.js';
+
+/**
+ * What a job runner needs from its worker.
+ * @example
+ * const runner = new OutboxJobRunner({ redis, location, logger, maxStalls: 5, resendWithin: 23 * 3_600_000, ... });
+ */
+export interface JobRunnerSettings {
+  /** The worker's Redis connection. */
+  redis: Redis;
+  location: QueueLocation;
+  logger: EmlApiLogger;
+  /** Stalls a job may have and be retried. */
+  maxStalls: number;
+  /** From a send's first possibly-accepted attempt, how long it may be sent again, in ms. */
+  resendWithin: number;
+  /** The worker's request engine (one attempt per job run). */
+  requester: () => Requester;
+  /** Pauses every worker of the queue (a 429's `Retry-After`), in ms. */
+  rateLimit: (ms: number) => Promise<void>;
+  /** Whether the worker is closing with `{ force: true }`: its jobs are handed back, not failed. */
+  stopping: () => boolean;
+  /** Puts a job back in the queue for another worker and tells BullMQ so (never returns). */
+  handBack: (job: OutboxJob, token: string | undefined) => Promise<never>;
+}
+
+/**
+ * How a worker runs one job of the outbox, and what it records on the job
+ * about each attempt: the service's answer (`sent`), the error of a failed
+ * attempt, stalls counted as attempts (`stalls`, `stallsSeen`), when an
+ * attempt may have been accepted (`possiblyAcceptedAt`, `resendUntil`), and
+ * why a job was parked. The worker ({@link EmlApiWorker}) keeps the rest: its
+ * connections, events and close.
+ *
+ * @example
+ * const result = await runner.run(job, token);
+ */
+export class OutboxJobRunner {
+  readonly #settings: JobRunnerSettings;
+  /** Jobs run again after they were sent: they complete without a `'sent'` event. */
+  readonly #alreadySent = new WeakSet<OutboxJob>();
+
+  constructor(settings: JobRunnerSettings) {
+    this.#settings = settings;
+  }
+
+  /**
+   * Whether `job` completed as one sent already (posting nothing); asked once, when it completes.
+   * @example
+   * if (!runner.takeAlreadySent(job)) this.emit('sent', job, result);
+   */
+  takeAlreadySent(job: OutboxJob): boolean {
+    return this.#alreadySent.delete(job);
+  }
+
+  /**
+   * Runs one job: completes a job sent already with its first answer, counts
+   * a stall, parks a job past its `resendUntil`, or posts it and records the
+   * outcome. Resolves with the result BullMQ completes the job with; throws
+   * what BullMQ should do otherwise (retry, fail at once, rate limit, moved).
+   */
+  async run(job: OutboxJob, token: string | undefined): Promise<OutboxSendResult> {
+    const { stopping, handBack } = this.#settings;
+    if (stopping()) return handBack(job, token);
+    let data: OutboxJobData;
+    try {
+      data = readOutboxJobData(job.data, this.#settings.location.contentKeyPrefix);
+    } catch (err) {
+      return this.#fail(job, token, err, undefined);
+    }
+    if (data.sent) {
+      // Sent already (a dashboard's "Retry" on a completed job, or a worker that died before completing it):
+      // complete again with the service's first answer; posting again could only fail for want of content.
+      this.#alreadySent.add(job);
+      return data.sent;
+    }
+    // BullMQ counts stalls (a worker that stopped while it held the job) and moves the job straight back
+    // to the queue; the outbox makes each one a failed attempt, retried after its backoff, up to maxStalls.
+    const stalled = (job.stalledCounter ?? 0) - (data.stallsSeen ?? 0);
+    if (stalled > 0) return this.#failStalled(job, data, stalled);
+    if (data.resendUntil !== undefined && Date.now() >= data.resendUntil) return this.#parkAfterWindow(job, data);
+    const startedAt = Date.now();
+    try {
+      const result = await sendOutboxJob(this.#settings.requester(), this.#settings.redis, data);
+      await recordSent(this.#settings.redis, this.#jobKey(job), data, result).catch((err: unknown) =>
+        // The send stands; without the record a re-run posts again and the service answers from the first send.
+        this.#settings.logger.warn(
+          { job: job.id, error: (err as Error).message },
+          'Could not record the send on the job',
+        ),
+      );
+      return result;
+    } catch (err) {
+      return this.#fail(job, token, err, data, startedAt);
+    }
+  }
+
+  /** Ends a run whose attempt failed: records why on the job and tells BullMQ what to do with it. */
+  async #fail(
+    job: OutboxJob,
+    token: string | undefined,
+    err: unknown,
+    data: OutboxJobData | undefined,
+    startedAt?: number,
+  ): Promise<never> {
+    if (this.#settings.stopping()) return this.#settings.handBack(job, token);
+    const action = failureAction(err);
+    if (action.kind === 'pause') {
+      // BullMQ's rate limit key pauses every worker of the queue; the job goes back without using an attempt.
+      await this.#settings.rateLimit(action.ms);
+      this.#settings.logger.warn({ job: job.id, pauseMs: action.ms }, 'The service is rate limiting: queue paused');
+      await this.#record(job, { lastError: outboxJobError(err, job.attemptsMade + 1, false) });
+      throw loadBullmq().Worker.RateLimitError();
+    }
+    const attempt = job.attemptsMade + 1;
+    const outcome = failureOutcome(err, attempt, job.opts.attempts ?? 1);
+    const reported = explainFailure(err, outcome);
+    const permanent = action.kind === 'fail';
+    // The service refused these very bytes: nothing can send them, so they leave Redis now, not in 7 days.
+    const refused = outcome.kind === 'refused' && data !== undefined;
+    const window = data && startedAt !== undefined && mayHaveBeenAccepted(err) ? this.#window(data, startedAt) : {};
+    await this.#record(
+      job,
+      {
+        lastError: outboxJobError(reported, attempt, permanent),
+        ...window,
+        ...(refused ? { contentRemoved: true } : {}),
+      },
+      { dropContent: refused ? data.contentKey : undefined, retry: outcome.kind === 'retry' },
+    );
+    throw permanent ? unrecoverable(reported) : reported;
+  }
+
+  /**
+   * The window of a send that may have been accepted, from its first such
+   * attempt (`startedAt` when this is the first): how long the service
+   * answers a resend from it, and so until when the job may be sent again.
+   */
+  #window(data: OutboxJobData, startedAt: number): Pick<OutboxJobData, 'possiblyAcceptedAt' | 'resendUntil'> {
+    const possiblyAcceptedAt = data.possiblyAcceptedAt ?? startedAt;
+    return { possiblyAcceptedAt, resendUntil: possiblyAcceptedAt + this.#settings.resendWithin };
+  }
+
+  /** Parks a job whose send may have been accepted, now that the service may have forgotten its key. */
+  async #parkAfterWindow(job: OutboxJob, data: OutboxJobData): Promise<never> {
+    const parked = parkedAfterWindow(data.possiblyAcceptedAt ?? data.resendUntil!, String(job.id));
+    this.#settings.logger.error({ job: job.id }, parked.message);
+    const lastError = { ...outboxJobError(parked, job.attemptsMade + 1, true), parked: 'idempotency-window' as const };
+    await this.#record(job, { lastError });
+    throw unrecoverable(parked);
+  }
+
+  /**
+   * Ends a run that found its job stalled: the worker of an earlier run stopped
+   * while it sent it. That attempt failed, its outcome unknown: retried after
+   * its backoff like any other, or, past `maxStalls`, parked for a person.
+   */
+  async #failStalled(job: OutboxJob, data: OutboxJobData, stalled: number): Promise<never> {
+    const stalls = (data.stalls ?? 0) + stalled;
+    // The stalled attempt started after the job was queued and after the attempt before it failed: the
+    // later of the two is the earliest it can have been accepted (early is the safe side for the window).
+    const earliest = Math.max(job.timestamp, Date.parse(data.lastError?.at ?? '') || 0);
+    const counted = { stalls, stallsSeen: job.stalledCounter, ...this.#window(data, earliest) };
+    const attempt = job.attemptsMade + 1;
+    if (stalls > this.#settings.maxStalls) {
+      const parked = parkedAfterStalls(stalls, String(job.id));
+      this.#settings.logger.error({ job: job.id, stalls }, parked.message);
+      await this.#record(job, {
+        ...counted,
+        lastError: { ...outboxJobError(parked, attempt, true), parked: 'stalls' },
+      });
+      throw unrecoverable(parked);
+    }
+    const err = stallFailure(stalled);
+    const outcome = failureOutcome(err, attempt, job.opts.attempts ?? 1);
+    const reported = explainFailure(err, outcome);
+    await this.#record(
+      job,
+      { ...counted, lastError: outboxJobError(reported, attempt, false) },
+      { retry: outcome.kind === 'retry' },
+    );
+    throw reported;
+  }
+
+  /** The Redis key of a job's hash. */
+  #jobKey(job: OutboxJob): string {
+    return `${this.#settings.location.prefix}:${this.#settings.location.queueName}:${job.id}`;
+  }
+
+  /**
+   * Keeps the record of a failed attempt on the job (its error, for `queue
+   * status` and dashboards), removes its content when `dropContent` names it,
+   * and, when it is to be tried again, gives it the priority of retries,
+   * which workers take before new messages.
+   */
+  async #record(
+    job: OutboxJob,
+    fields: Partial<OutboxJobData>,
+    { dropContent, retry = false }: { dropContent?: string | undefined; retry?: boolean } = {},
+  ): Promise<void> {
+    try {
+      await Promise.all([
+        job.updateData({ ...job.data, ...fields }),
+        dropContent === undefined ? undefined : this.#settings.redis.del(dropContent),
+        // Read by BullMQ when it promotes the job from delayed: priority 0 puts it in the wait list, taken first.
+        retry && job.priority !== RETRY_PRIORITY ? job.changePriority({ priority: RETRY_PRIORITY }) : undefined,
+      ]);
+    } catch (err) {
+      this.#settings.logger.warn(
+        { job: job.id, error: (err as Error).message },
+        'Could not record the error on the job',
+      );
+    }
+  }
+}
+
+/** BullMQ's error for a job that fails at once, whatever attempts it has left; the outbox's error is its cause. */
+function unrecoverable(err: Error): Error {
+  const wrapped = new (loadBullmq().UnrecoverableError)(err.message);
+  Object.defineProperty(wrapped, 'cause', { value: err, enumerable: false });
+  return wrapped;
+}

@@ -1,0 +1,73 @@
+import { connect, createServer, type Socket } from 'node:net';
+
+/**
+ * A TCP proxy in front of a real redis-server that can hold back one
+ * command: the first chunk a client writes that matches a pattern, and
+ * everything that client writes after it, until the test releases them.
+ * Redis then runs the held command late, as a slow network or a Redis
+ * busy with a long fork would: the client's deadline passes while the
+ * command is still on its way, and it lands all the same.
+ * @example
+ * const proxy = await startRedisHoldProxy(redis.port);
+ * proxy.holdNext(/evalsha/i); // the next Lua script call waits
+ * // ... connection: proxy.url
+ * proxy.release();
+ */
+export interface RedisHoldProxy {
+  /** `redis://127.0.0.1:<port>` of the proxy. */
+  readonly url: string;
+  /** Chunks held right now. */
+  readonly held: number;
+  /** Holds the next chunk a client writes that matches `pattern` (in its text), and what follows it. */
+  holdNext(pattern: RegExp): void;
+  /** Passes on everything held, in order, and stops holding. */
+  release(): void;
+  close(): Promise<void>;
+}
+
+export async function startRedisHoldProxy(redisPort: number): Promise<RedisHoldProxy> {
+  let pattern: RegExp | undefined;
+  const held: { to: Socket; chunk: Buffer }[] = [];
+  const holding = new Set<Socket>();
+  const sockets = new Set<Socket>();
+  const server = createServer((client) => {
+    const upstream = connect(redisPort, '127.0.0.1');
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on('close', () => sockets.delete(s));
+      s.on('error', () => undefined);
+    }
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => client.destroy());
+    upstream.on('data', (chunk: Buffer) => client.write(chunk));
+    client.on('data', (chunk: Buffer) => {
+      if (!holding.has(upstream) && pattern?.test(chunk.toString('latin1'))) {
+        pattern = undefined;
+        holding.add(upstream);
+      }
+      if (holding.has(upstream)) held.push({ to: upstream, chunk });
+      else upstream.write(chunk);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    get held() {
+      return held.length;
+    },
+    holdNext(p: RegExp) {
+      pattern = p;
+    },
+    release() {
+      pattern = undefined;
+      holding.clear();
+      for (const { to, chunk } of held.splice(0)) to.write(chunk);
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}

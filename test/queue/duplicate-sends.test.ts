@@ -1,0 +1,150 @@
+import nodemailer, { type Transporter } from 'nodemailer';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { EmlApiError } from '../../src/index.js';
+import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import { eventually, inProcessWorkers } from '../helpers/outbox.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+
+/**
+ * `sendMail` again with the `idempotencyKey` of a job that failed. It used
+ * to answer `250 ... duplicate` and send nothing, for the 7 days failed jobs
+ * are kept. Now it looks at why the job failed: a job the service never
+ * accepted is replaced by the new message (it may differ: a corrected
+ * address); a job an attempt of which the service may have accepted is put
+ * back with its own bytes (the service answers the same key with a new body
+ * by 422 idempotency_key_reused, the old one it replays); a job parked for a
+ * person is not touched, and sendMail rejects saying why. Two producers
+ * racing to replace a job replace it once. Real redis-server, the emulator,
+ * workers in this process.
+ */
+
+let redis: RedisServer;
+let emu: Emulator;
+let transport: EmlApiQueueTransport;
+let transporter: Transporter<EmlApiQueuedMessageInfo>;
+const workers = inProcessWorkers(() => ({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url }));
+
+beforeAll(async () => {
+  [redis, emu] = await Promise.all([startRedisServer(), startEmulator()]);
+  transport = new EmlApiQueueTransport({ connection: redis.url, retry: { attempts: 2, delay: 50, jitter: 0 } });
+  transporter = nodemailer.createTransport(transport) as unknown as Transporter<EmlApiQueuedMessageInfo>;
+});
+
+afterAll(async () => {
+  await transport?.close();
+  await emu?.close();
+  await redis?.stop();
+});
+
+beforeEach(async () => {
+  emu.reset();
+  emu.setFaults(undefined);
+  await transport.queue.obliterate({ force: true });
+  await redis.client.flushall();
+});
+
+afterEach(() => workers.closeAll());
+
+const order = (to: string) => ({
+  from: 'shop@example.test',
+  to,
+  subject: 'Your order',
+  text: 'Thanks',
+  idempotencyKey: 'order-1042',
+});
+
+/** Queues `order(to)`, runs a worker until the job has failed, and closes the worker. */
+async function failedJob(to: string): Promise<EmlApiQueuedMessageInfo> {
+  const info = await transporter.sendMail(order(to));
+  await workers.start();
+  await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === 1, { what: 'failed' });
+  await workers.closeAll();
+  return info;
+}
+
+const contentKeys = () => redis.client.keys('bull:eml-api:content:*');
+
+describe('sendMail with the idempotency key of a failed job', () => {
+  it('replaces a job the service refused with the new message, which is sent', async () => {
+    const first = await failedJob('ann@'); // 400 invalid_address: the service accepted nothing
+    const again = await transporter.sendMail(order('ann@example.test'));
+    expect(again).toMatchObject({ duplicate: false, requeued: 'replaced', queueId: first.queueId });
+    expect(again.messageId).not.toBe(first.messageId);
+    expect(await contentKeys()).toHaveLength(1);
+    await workers.start();
+    await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 1, {
+      what: 'the replacement sent',
+    });
+    expect(emu.mailbox('ann@example.test').map((m) => m.messageId)).toEqual([again.messageId]);
+  });
+
+  it('puts back, with its own bytes, a job an attempt of which the service may have accepted: delivered once', async () => {
+    // Processed, then the connection reset, on every attempt: delivered once, the worker never knows.
+    emu.setFaults({ resetAfterProcessing: 1 });
+    const first = await failedJob('bob@example.test');
+    emu.setFaults(undefined);
+    expect(emu.mailbox('bob@example.test')).toHaveLength(1);
+    // Built again, the message has other bytes (Date, Message-ID): under this key the service would refuse them.
+    const again = await transporter.sendMail(order('bob@example.test'));
+    expect(again).toMatchObject({ duplicate: true, requeued: 'retried', messageId: first.messageId });
+    expect(await contentKeys()).toHaveLength(1);
+    await workers.start();
+    await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 1, {
+      what: 'sent again, answered from the first',
+    });
+    expect(emu.mailbox('bob@example.test')).toHaveLength(1);
+  });
+
+  it('rejects, saying why, for a job parked for a person; nothing is stored', async () => {
+    emu.setFaults({ resetAfterProcessing: 1 });
+    const info = await transporter.sendMail(order('cy@example.test'));
+    // A service that keeps keys 0 ms: the first unknown outcome parks the job.
+    await workers.start({ idempotencyWindow: 0 });
+    await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === 1, { what: 'parked' });
+    await workers.closeAll();
+    const before = await contentKeys();
+    const err = (await transporter.sendMail(order('cy@example.test')).catch((e: unknown) => e)) as EmlApiError;
+    expect(err).toBeInstanceOf(EmlApiError);
+    expect(err).toMatchObject({
+      code: 'EMESSAGE',
+      permanent: true,
+      idempotencyKey: 'order-1042',
+      queueId: info.queueId,
+    });
+    expect(err.message).toContain('parked');
+    expect(err.message).toContain('may have been delivered');
+    expect(err.message).toContain(`eml-api queue retry ${info.queueId}`);
+    expect(await contentKeys()).toEqual(before);
+    expect(await transport.queue.getJobCounts('failed')).toEqual({ failed: 1 });
+  });
+
+  it('is replaced once when producers race to replace it', async () => {
+    // Four producers at once, three rounds: one replaces the job, the others find it replaced (also those
+    // that look at it between the winner's replacing and its putting the job back).
+    const others = Array.from({ length: 3 }, () => new EmlApiQueueTransport({ connection: redis.url }));
+    try {
+      for (let round = 0; round < 3; round++) {
+        emu.reset();
+        await transport.queue.obliterate({ force: true });
+        await redis.client.flushall();
+        await failedJob(`dee${round}@`);
+        const racers = [transporter, ...others.map((o) => nodemailer.createTransport(o))];
+        const all = await Promise.all(racers.map((t) => t.sendMail(order(`dee${round}@example.test`))));
+        const outcomes = all.map((info) => info.requeued ?? (info.duplicate ? 'duplicate' : 'new')).sort();
+        expect(outcomes).toEqual(['duplicate', 'duplicate', 'duplicate', 'replaced']);
+        const winner = all.find((info) => info.requeued === 'replaced')!;
+        for (const info of all.filter((i) => i.duplicate)) expect(info.messageId).toBe(winner.messageId);
+        expect(await contentKeys()).toHaveLength(1);
+        await workers.start();
+        await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 1, {
+          what: 'sent',
+        });
+        await workers.closeAll();
+        expect(emu.mailbox(`dee${round}@example.test`).map((m) => m.messageId)).toEqual([winner.messageId]);
+      }
+    } finally {
+      await Promise.all(others.map((o) => o.close()));
+    }
+  });
+});

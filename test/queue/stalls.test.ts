@@ -1,0 +1,126 @@
+import nodemailer from 'nodemailer';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { EmlApiQueueTransport, type EmlApiWorkerOptions } from '../../src/queue/index.js';
+import { runCliCapturing } from '../helpers/cli-run.js';
+import { eventually, startWorkerProcess, type WorkerProcess } from '../helpers/outbox.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
+
+/**
+ * A job held by workers that die (OOM-killed pods, a crash loop): worker
+ * processes killed with SIGKILL while their send is in flight. BullMQ's own
+ * stall limit (maxStalledCount, 1) failed a job held by two such workers,
+ * with no delivery, no error on the job, outside its retry schedule. A stall
+ * is a failed attempt whose outcome is unknown: retried with backoff, under
+ * the same idempotency key; and a job that stalls again and again (a message
+ * that crashes every worker) is parked for a person after `maxStalls`.
+ * Real redis-server, real worker processes, the emulator behind a proxy that
+ * holds the doomed workers' requests (so they die with the send in flight and
+ * nothing delivered).
+ */
+
+let redis: RedisServer;
+let emu: Emulator;
+let holding: SlowAnswerProxy;
+let transport: EmlApiQueueTransport;
+const processes: WorkerProcess[] = [];
+
+beforeAll(async () => {
+  [redis, emu] = await Promise.all([startRedisServer(), startEmulator()]);
+  holding = await startSlowAnswerProxy(emu.url, 0, { requestDelayMs: 600_000 });
+  transport = new EmlApiQueueTransport({ connection: redis.url, retry: { delay: 100, maxDelay: 400, jitter: 0 } });
+});
+
+afterAll(async () => {
+  await Promise.all(processes.map((p) => p.kill()));
+  await transport?.close();
+  await holding?.close();
+  await emu?.close();
+  await redis?.stop();
+});
+
+afterEach(async () => {
+  await Promise.all(processes.splice(0).map((p) => p.kill()));
+  emu.reset();
+  await transport.queue.obliterate({ force: true });
+});
+
+/** Short locks and stall checks, so a killed worker's job comes back within about a second. */
+const options = (baseUrl: string, more: Partial<EmlApiWorkerOptions> = {}): EmlApiWorkerOptions => ({
+  connection: redis.url,
+  apiKey: emu.apiKey,
+  baseUrl,
+  cleanupInterval: 0,
+  workerOptions: { lockDuration: 800, stalledInterval: 300 },
+  ...more,
+});
+
+/** Starts a worker process that takes the job, and kills it with SIGKILL while its request is held. */
+async function crashWithSendInFlight(more: Partial<EmlApiWorkerOptions> = {}): Promise<void> {
+  const before = holding.heldRequests;
+  const doomed = await startWorkerProcess(options(holding.url, more));
+  processes.push(doomed);
+  await eventually(() => holding.heldRequests > before, { what: 'the doomed worker sending' });
+  await doomed.kill();
+}
+
+describe('a job whose workers die while sending it', () => {
+  it('is retried with backoff after each crash, and sent once by the next worker: two crashes do not park it', async () => {
+    const info = await nodemailer
+      .createTransport(transport)
+      .sendMail({ from: 'shop@example.test', to: 'ann@example.test', subject: 'Order', text: 'Thanks' });
+    await crashWithSendInFlight();
+    await crashWithSendInFlight();
+    const survivor = await startWorkerProcess(options(emu.url));
+    processes.push(survivor);
+    await eventually(
+      async () => {
+        const { completed, failed } = await transport.queue.getJobCounts('completed', 'failed');
+        return completed! + failed! === 1;
+      },
+      { what: 'the job sent or failed' },
+    );
+    const job = await transport.queue.getJob(info.queueId);
+    expect(await job!.getState()).toBe('completed');
+    expect(emu.mailbox('ann@example.test')).toHaveLength(1);
+    // Each crash was a failed attempt of its schedule, recorded on the job.
+    expect(job!.data.stalls).toBe(2);
+    expect(job!.attemptsMade).toBe(3);
+    expect(job!.data.lastError).toMatchObject({ code: 'ECONNECTION', attempt: 2, permanent: false });
+    expect(job!.data.lastError!.message).toContain('The worker sending this message stopped before it finished');
+    expect(job!.data.lastError!.message).toContain('the outbox sends it again with the same Idempotency-Key');
+    // The first crashed attempt may have been accepted: from the earliest it can have started, the service's
+    // idempotency window runs, and the job is sent again only within it.
+    expect(job!.data.possiblyAcceptedAt).toBe(job!.timestamp);
+    expect(job!.data.resendUntil).toBe(job!.timestamp + 23 * 3_600_000);
+  }, 60_000);
+
+  it('is parked for a person once it has stalled more than maxStalls times, with the reason on it', async () => {
+    const info = await nodemailer
+      .createTransport(transport)
+      .sendMail({ from: 'shop@example.test', to: 'bob@example.test', subject: 'Order', text: 'Thanks' });
+    await crashWithSendInFlight({ maxStalls: 1 });
+    await crashWithSendInFlight({ maxStalls: 1 });
+    const next = await startWorkerProcess(options(emu.url, { maxStalls: 1 }));
+    processes.push(next);
+    await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === 1, {
+      what: 'the job parked',
+    });
+    const job = await transport.queue.getJob(info.queueId);
+    expect(job!.data.lastError).toMatchObject({ parked: 'stalls', permanent: true });
+    expect(job!.failedReason).toContain('Parked after 2 stalls');
+    expect(job!.failedReason).toContain(`eml-api queue retry ${info.queueId}`);
+    // Nothing was sent by the worker that parked it; its content stays, to be put back.
+    expect(emu.messages()).toHaveLength(0);
+    expect(await redis.client.exists(job!.data.contentKey)).toBe(1);
+    const { stdout } = await runCliCapturing(['queue', 'status'], { env: { REDIS_URL: redis.url } });
+    expect(stdout).toContain('Parked after 2 stalls');
+    // Put back by a person, it is sent (its stall count starts again).
+    await runCliCapturing(['queue', 'retry', info.queueId], { env: { REDIS_URL: redis.url } });
+    await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 1, {
+      what: 'sent after it was put back',
+    });
+    expect(emu.mailbox('bob@example.test')).toHaveLength(1);
+  }, 60_000);
+});
