@@ -1,5 +1,7 @@
 import { generateKeyPairSync } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { writeFile, rm } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -11,7 +13,7 @@ import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiTransport, type EmlApiLogger } from '../../src/index.js';
 import { buildMessage } from '../../src/transport/build-message.js';
 import { BuildThreadPool } from '../../src/transport/build-threads/pool.js';
-import { portableMail } from '../../src/transport/build-threads/portable-mail.js';
+import { BUILD_FIELDS, portableMail } from '../../src/transport/build-threads/portable-mail.js';
 import type { NodemailerMail } from '../../src/transport/nodemailer-types.js';
 import { rejectionOf, waitFor } from '../helpers/async.js';
 import { neutralEml, spooledBytes, streamBytes } from '../helpers/eml-bytes.js';
@@ -331,6 +333,30 @@ describe('the build thread pool', () => {
     }
     expect(posted.some((p) => p.includes('attachment bytes'))).toBe(true);
     expect(posted.filter((p) => p.includes(emu.apiKey))).toEqual([]);
+  });
+});
+
+describe('the fields a thread carries', () => {
+  it.each([
+    ['nodemailer 10', 'nodemailer'],
+    ['nodemailer 6.9', 'nodemailer6'],
+  ])('are every field of mail.data the composer and MailMessage of %s read', (_label, name) => {
+    const require = createRequire(import.meta.url);
+    const read = new Set<string>();
+    for (const module of ['lib/mail-composer', 'lib/mailer/mail-message']) {
+      const source = readFileSync(require.resolve(`${name}/${module}`), 'utf8');
+      for (const [, key] of source.matchAll(/this\.(?:mail|data)\.([A-Za-z_]\w*)/g)) read.add(key!);
+      // The composer's root headers, read as this.mail[key] from a list of header names.
+      const list = /\[('from', 'sender'[^\]]*)\]\.forEach/.exec(source)?.[1];
+      if (module === 'lib/mail-composer') {
+        expect(list).toBeDefined();
+        for (const [, header] of list!.matchAll(/'([^']+)'/g)) {
+          read.add(header!.replace(/-(\w)/g, (_m, c: string) => c.toUpperCase()));
+        }
+      }
+    }
+    expect(read.size).toBeGreaterThan(20);
+    expect([...read].filter((key) => !(BUILD_FIELDS as readonly string[]).includes(key))).toEqual([]);
   });
 });
 
