@@ -3,7 +3,7 @@ import { Readable, Writable } from 'node:stream';
 import type { UploadBody } from '../http/upload-body.js';
 import { headerSectionEnd } from '../protocol/header-fields.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { emlBodyFromBuffer, emlBodyFromFile, STREAM_ABOVE } from './eml-upload-body.js';
+import { emlBodyFromBuffer, emlBodyFromFile, LEAN_MESSAGE_BYTES } from './eml-upload-body.js';
 import { SpoolFile } from './spool-file.js';
 import type { SpoolSettings } from './spool-options.js';
 
@@ -147,7 +147,10 @@ export function lastByteOf(chunk: unknown, previous: number): number {
   return previous;
 }
 
-/** A message held in memory: one Buffer, its header section found only if asked for. */
+/**
+ * A message held in memory: one Buffer, its header section found only if
+ * asked for; uploaded lean (one body, one write) up to LEAN_MESSAGE_BYTES.
+ */
 function inMemory(eml: Buffer): SpooledMessage {
   let head: Buffer | undefined;
   return {
@@ -160,7 +163,7 @@ function inMemory(eml: Buffer): SpooledMessage {
       return head;
     },
     size: eml.length,
-    body: emlBodyFromBuffer(eml, STREAM_ABOVE),
+    body: emlBodyFromBuffer(eml, LEAN_MESSAGE_BYTES),
     open: () => Readable.from([eml], { objectMode: false }),
   };
 }
