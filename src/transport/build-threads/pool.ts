@@ -27,6 +27,9 @@ export type ThreadBuilt =
 
 type MovableMail = Extract<Portable, { movable: true }>;
 
+/** Builds a thread holds (one running, the rest waiting) before the pool starts another. */
+const QUEUED_BEFORE_NEW_THREAD = 2;
+
 /** Most threads a pool takes: more than any machine gives a transport. */
 export const MAX_BUILD_THREADS = 256;
 
@@ -156,10 +159,17 @@ export class BuildThreadPool {
     await Promise.all(this.#threads.map((thread) => thread.worker.terminate()));
   }
 
+  /**
+   * The least busy thread, the first started among equals; a new thread
+   * only once every running one has a build waiting behind the one it runs.
+   * Builds gather on the fewest threads: on a machine with few cores, a
+   * thread more than the work needs costs CPU (switching, cold caches, its
+   * own garbage collection) instead of adding any.
+   */
   #pick(): BuildThread {
     let best: BuildThread | undefined;
     for (const thread of this.#threads) if (!best || thread.jobs.size < best.jobs.size) best = thread;
-    if (best && (best.jobs.size === 0 || this.#threads.length >= this.#size)) return best;
+    if (best && (best.jobs.size < QUEUED_BEFORE_NEW_THREAD || this.#threads.length >= this.#size)) return best;
     return this.#start();
   }
 
