@@ -85,6 +85,10 @@ async function interleaved(
 
 const THROUGHPUT_ROUNDS = 7;
 const THROUGHPUT_COUNT = 1500;
+/** The threaded case: as many build threads as this 2-core machine has cores. */
+const BENCH_BUILD_THREADS = 2;
+/** Per concurrency: the threaded case's CPU per message, on the sending thread and in all of the process. */
+const threadCosts = new Map<number, { mainMs: number; processMs: number }>();
 
 async function throughput(sinks: Sinks): Promise<void> {
   const built = await nodemailer.createTransport({ streamTransport: true, buffer: true }).sendMail(message(0));
@@ -110,6 +114,27 @@ async function throughput(sinks: Sinks): Promise<void> {
       retries: false,
     });
     const viaApi = nodemailer.createTransport(transport);
+    const threaded = new EmlApiTransport({
+      apiKey: 'k',
+      baseUrl: sinks.httpUrl,
+      maxConnections: concurrency,
+      retries: false,
+      buildThreads: BENCH_BUILD_THREADS,
+    });
+    const viaThreads = nodemailer.createTransport(threaded);
+    // CPU of the sending thread (its event loop's busy time) and of the whole process, per threaded send.
+    const threadCost = { mainMs: [] as number[], processMs: [] as number[] };
+    const threads = async (count: number) => {
+      const elu = performance.eventLoopUtilization();
+      const cpu = process.cpuUsage();
+      const started = performance.now();
+      const measured = await rate(count, concurrency, (n) => viaThreads.sendMail(message(n)));
+      const busy = performance.eventLoopUtilization(elu).utilization * (performance.now() - started);
+      const used = process.cpuUsage(cpu);
+      threadCost.mainMs.push(busy / count);
+      threadCost.processMs.push((used.user + used.system) / 1000 / count);
+      return measured;
+    };
     const viaSmtp = nodemailer.createTransport({
       host: '127.0.0.1',
       port: sinks.smtpPort,
@@ -124,6 +149,7 @@ async function throughput(sinks: Sinks): Promise<void> {
         compile: (count) => rate(count, concurrency, (n) => compiler.sendMail(message(n))),
         http: (count) => rate(count, concurrency, post),
         transport: (count) => rate(count, concurrency, (n) => viaApi.sendMail(message(n))),
+        threads,
         smtp: (count) => rate(count, concurrency, (n) => viaSmtp.sendMail(message(n))),
       },
       THROUGHPUT_ROUNDS,
@@ -131,11 +157,14 @@ async function throughput(sinks: Sinks): Promise<void> {
     );
     await agent.close();
     await transport.close();
+    await threaded.close();
     viaSmtp.close();
     const floors = rates.compile!.map((compile, i) => 1 / (1 / compile + 1 / rates.http![i]!));
     const vsFloor = rates.transport!.map((api, i) => api / floors[i]!);
     const vsCompile = rates.transport!.map((api, i) => api / rates.compile![i]!);
     const vsSmtp = rates.transport!.map((api, i) => api / rates.smtp![i]!);
+    const threadsVsSmtp = rates.threads!.map((api, i) => api / rates.smtp![i]!);
+    const threadsVsFloor = rates.threads!.map((api, i) => api / floors[i]!);
     const fmt = (values: number[], digits = 0) => values.map((v) => v.toFixed(digits)).join(' ');
     console.log(
       `  concurrency ${concurrency}, ${THROUGHPUT_ROUNDS} interleaved rounds of ${THROUGHPUT_COUNT} (msg/s):`,
@@ -144,6 +173,11 @@ async function throughput(sinks: Sinks): Promise<void> {
     console.log(`    transport / combined floor per round: ${fmt(vsFloor, 2)}`);
     console.log(`    transport / compile floor per round:  ${fmt(vsCompile, 2)}`);
     console.log(`    transport / SMTP per round:           ${fmt(vsSmtp, 2)}`);
+    console.log(`    threads / SMTP per round:             ${fmt(threadsVsSmtp, 2)}`);
+    console.log(
+      `    threads: sending thread ${fmt(threadCost.mainMs, 3)} ms/msg busy; process ${fmt(threadCost.processMs, 3)} ms/msg CPU`,
+    );
+    threadCosts.set(concurrency, { mainMs: median(threadCost.mainMs), processMs: median(threadCost.processMs) });
     const api = median(rates.transport!);
     const paired = (
       name: string,
@@ -151,12 +185,13 @@ async function throughput(sinks: Sinks): Promise<void> {
       referenceValue: number,
       ratios: number[],
       target?: number,
+      value = api,
     ): BenchRow => {
       const ratio = median(ratios);
       return {
         benchmark: target === undefined ? 'throughput (reference)' : 'throughput',
         case: `${name}, concurrency ${concurrency}`,
-        value: api,
+        value,
         unit: 'msg/s',
         reference,
         referenceValue,
@@ -178,7 +213,23 @@ async function throughput(sinks: Sinks): Promise<void> {
     });
     const added = [
       paired('transport', 'combined floor 1/(1/compile+1/http)', median(floors), vsFloor, 0.9),
-      paired('transport vs SMTP', 'Nodemailer pooled SMTP to smtp-server', median(rates.smtp!), vsSmtp, 1.4),
+      paired('transport vs SMTP', 'Nodemailer pooled SMTP to smtp-server', median(rates.smtp!), vsSmtp),
+      paired(
+        `transport, buildThreads: ${BENCH_BUILD_THREADS}, vs SMTP`,
+        'Nodemailer pooled SMTP to smtp-server',
+        median(rates.smtp!),
+        threadsVsSmtp,
+        1.4,
+        median(rates.threads!),
+      ),
+      paired(
+        `transport, buildThreads: ${BENCH_BUILD_THREADS}`,
+        'combined floor 1/(1/compile+1/http)',
+        median(floors),
+        threadsVsFloor,
+        undefined,
+        median(rates.threads!),
+      ),
       paired('transport vs compile alone', 'compile floor', median(rates.compile!), vsCompile),
       reference('compile floor', rates.compile!),
       reference('http floor', rates.http!),
@@ -309,6 +360,7 @@ async function memory(sinks: Sinks): Promise<void> {
       const floor = await measure(source, 'compile-only');
       const naive = await measure(source, 'naive');
       const inMemory = await measure(source, 'transport-no-spool');
+      const onThread = await measure(source, 'transport-threads');
       console.log(
         `  ${source} (medians): transport ${ours.toFixed(1)} MB, Nodemailer build alone ${floor.toFixed(1)} MB, transport without spool ${inMemory.toFixed(1)} MB, naive build-then-encode ${naive.toFixed(1)} MB`,
       );
@@ -353,6 +405,17 @@ async function memory(sinks: Sinks): Promise<void> {
         reference: 'transport',
         referenceValue: ours,
         ratio: inMemory / ours,
+        target: '-',
+        met: true,
+      });
+      rows.push({
+        benchmark: 'memory (reference)',
+        case: `transport with buildThreads: 1 (${source === 'buffer' ? 'over 2 MiB in memory: built on the sending thread' : 'built on the thread'}), ${source} (runs ${spread.get(`${source} transport-threads`)})`,
+        value: onThread,
+        unit: 'MB',
+        reference: 'transport',
+        referenceValue: ours,
+        ratio: onThread / ours,
         target: '-',
         met: true,
       });
@@ -410,6 +473,76 @@ async function relay(sinks: Sinks): Promise<void> {
     target: '-',
     met: true,
   });
+}
+
+/** The lean path's crossover, for the analysis. */
+let leanCrossover: { size: number; leanUs: number; streamedUs: number }[] | undefined;
+
+/**
+ * Where uploading a message as one Buffer stops paying off against
+ * streaming it: CPU per upload of each, by message size (a fresh process;
+ * see bench/lean-crossover-case.ts). The lean path's limit
+ * (LEAN_MESSAGE_BYTES, WHOLE_BODY_BYTES) comes from here.
+ */
+async function lean(sinks: Sinks): Promise<void> {
+  console.log('\nLean uploads: one Buffer, one write, against a streamed upload, by message size (CPU per upload)');
+  const { stdout } = await run(process.execPath, ['--import', 'tsx', 'bench/lean-crossover-case.ts', sinks.httpUrl], {
+    cwd: ROOT,
+    maxBuffer: 1024 * 1024,
+  });
+  leanCrossover = JSON.parse(stdout.trim().split('\n').at(-1)!) as typeof leanCrossover;
+  for (const r of leanCrossover!) {
+    const kb = r.size / 1024;
+    console.log(
+      `    ${String(kb).padStart(4)} KiB: lean ${r.leanUs.toFixed(0)} µs, streamed ${r.streamedUs.toFixed(0)} µs`,
+    );
+    rows.push({
+      benchmark: 'lean upload (reference)',
+      case: `${kb} KiB message, one Buffer and one write vs streamed in slices (CPU per upload)`,
+      value: r.leanUs,
+      unit: 'µs',
+      reference: 'streamed',
+      referenceValue: r.streamedUs,
+      ratio: r.leanUs / r.streamedUs,
+      target: '-',
+      met: true,
+    });
+  }
+}
+
+/** What build threads cost in memory, idle after work (fresh processes, the built package). */
+async function threadMemory(sinks: Sinks): Promise<void> {
+  console.log(
+    '\nMemory of build threads: RSS after 400 sends, against the same sends without threads (5 fresh processes each)',
+  );
+  await run('npm', ['run', 'build'], { cwd: ROOT, maxBuffer: 16 * 1024 * 1024 });
+  const once = async (threads: number) => {
+    const { stdout } = await run(
+      process.execPath,
+      ['--expose-gc', '--import', 'tsx', 'bench/thread-memory-case.ts', sinks.httpUrl, String(threads)],
+      { cwd: ROOT, maxBuffer: 1024 * 1024 },
+    );
+    return (JSON.parse(stdout.trim().split('\n').at(-1)!) as { extraMb: number }).extraMb;
+  };
+  const runs: Record<number, number[]> = { 0: [], 1: [], 2: [] };
+  for (let i = 0; i < 5; i++) for (const threads of [0, 1, 2]) runs[threads]!.push(await once(threads));
+  for (const threads of [0, 1, 2]) {
+    console.log(`    ${threads} threads: ${runs[threads]!.map((r) => r.toFixed(1)).join(', ')} MB`);
+  }
+  const none = median(runs[0]!);
+  for (const threads of [1, 2]) {
+    rows.push({
+      benchmark: 'thread memory (reference)',
+      case: `buildThreads: ${threads}, idle after 400 sends, RSS above the same sends without threads (runs ${runs[threads]!.map((r) => (r - none).toFixed(0)).join(', ')} MB)`,
+      value: median(runs[threads]!) - none,
+      unit: 'MB',
+      reference: '-',
+      referenceValue: median(runs[threads]!) - none,
+      ratio: 1,
+      target: '-',
+      met: true,
+    });
+  }
 }
 
 let profileShares: { cpuMsPerMessage: number; shares: Record<string, number> } | undefined;
@@ -503,7 +636,7 @@ function markdown(): string {
     '',
     `Latest run: ${new Date().toISOString()} on ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGb} GiB, Node ${machine.node}.`,
     '',
-    'Reproduce with `npm ci && npm run bench` (about 8 minutes; `npm run bench -- --only <section>` runs one section (throughput, latency, connections, memory, queued, parsing, profile, relay, queue) and prints it).',
+    'Reproduce with `npm ci && npm run bench` (about 8 minutes; `npm run bench -- --only <section>` runs one section (throughput, latency, connections, memory, queued, parsing, lean, threads, profile, relay, queue) and prints it).',
     'Sinks run in a separate process; each memory case runs in a fresh process; the outbox cases use a redis-server started for the run.',
     'Every figure is compared with a reference measured in the same run. Throughput: the transport and its references run in',
     `${THROUGHPUT_ROUNDS} interleaved rounds of ${THROUGHPUT_COUNT} messages (10 KB HTML and a 2 KB attachment) after a warm-up; values are medians and`,
@@ -597,6 +730,8 @@ const sections: Record<string, (sinks: Sinks) => Promise<void>> = {
   memory,
   queued: queuedMemory,
   parsing: parseCost,
+  lean,
+  threads: threadMemory,
   profile,
   relay,
   queue: async (sinks) => {
