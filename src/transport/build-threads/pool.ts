@@ -83,7 +83,8 @@ class BuildThread {
  *
  * @example
  * const pool = new BuildThreadPool(2, logger);
- * const built = await pool.build(portableMail(mail), signal);
+ * const portable = portableMail(mail);
+ * if (portable.movable) console.log((await pool.build(portable, signal)).kind); // 'whole'
  * await pool.close();
  */
 export class BuildThreadPool {
@@ -106,8 +107,8 @@ export class BuildThreadPool {
   }
 
   /**
-   * Builds a message on the least busy thread (starting one while fewer
-   * than the pool's size run and all are busy).
+   * Builds a message on a thread (see `#pick` for which), starting one when
+   * needed and fewer than the pool's size run.
    *
    * @throws {EmlApiError} `EMESSAGE` when Nodemailer fails to build it, `ESTREAM` when its thread dies;
    *   the signal's reason when it aborts
@@ -160,17 +161,19 @@ export class BuildThreadPool {
   }
 
   /**
-   * The least busy thread, the first started among equals; a new thread
-   * only once every running one has a build waiting behind the one it runs.
-   * Builds gather on the fewest threads: on a machine with few cores, a
-   * thread more than the work needs costs CPU (switching, cold caches, its
-   * own garbage collection) instead of adding any.
+   * The first started thread with room (fewer than
+   * QUEUED_BEFORE_NEW_THREAD builds); a new thread only once every running
+   * one has a build waiting behind the one it runs; past the pool's size, the
+   * least busy. Builds gather on the fewest threads: on a machine with few
+   * cores, a thread more than the work needs costs CPU (switching, cold
+   * caches, its own garbage collection) instead of adding any.
    */
   #pick(): BuildThread {
-    let best: BuildThread | undefined;
-    for (const thread of this.#threads) if (!best || thread.jobs.size < best.jobs.size) best = thread;
-    if (best && (best.jobs.size < QUEUED_BEFORE_NEW_THREAD || this.#threads.length >= this.#size)) return best;
-    return this.#start();
+    for (const thread of this.#threads) if (thread.jobs.size < QUEUED_BEFORE_NEW_THREAD) return thread;
+    if (this.#threads.length < this.#size) return this.#start();
+    let best = this.#threads[0]!;
+    for (const thread of this.#threads) if (thread.jobs.size < best.jobs.size) best = thread;
+    return best;
   }
 
   #start(): BuildThread {
