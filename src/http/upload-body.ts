@@ -17,9 +17,10 @@ export interface UploadBody {
 
 /**
  * Bodies up to this size are written in one piece; larger ones in chunks,
- * with backpressure. One write costs about 30% less CPU per request than a
- * stream of slices for small bodies, and stops paying off between 130 and
- * 170 KiB (bench/lean-crossover-case.ts, `npm run bench -- --only lean`).
+ * with backpressure. One piece costs 15-30% less CPU per request than a
+ * stream of slices for messages up to 96 KiB, and stops paying off at
+ * messages of 112-128 KiB, bodies of 150-170 KiB
+ * (bench/lean-crossover-case.ts, `npm run bench -- --only lean`).
  * undici reports a body written in one piece as sent once it is queued, so a
  * reset during its upload counts as after it (not retried without
  * `retryAmbiguous`): a small price for bodies this small.
