@@ -511,7 +511,7 @@ async function lean(sinks: Sinks): Promise<void> {
   for (const r of leanCrossover!) {
     const kb = r.size / 1024;
     console.log(
-      `    ${String(kb).padStart(4)} KiB: lean ${r.leanUs.toFixed(0)} µs, streamed ${r.streamedUs.toFixed(0)} µs`,
+      `    ${String(kb).padStart(4)} KiB: lean ${r.leanUs.toFixed(0)} µs, streamed ${r.streamedUs.toFixed(0)} µs, per-round ratio ${r.ratio.toFixed(2)}`,
     );
     rows.push({
       benchmark: 'lean upload (reference)',
