@@ -725,7 +725,10 @@ function threadsAndLeanAnalysis(): string[] {
     lines.push(
       `- **A thread's memory.** ${memory.map((r) => `${r.case.split(',')[0]}: ${r.value.toFixed(0)} MB`).join('; ')} of RSS above the`,
       '  same sends without threads: a worker thread is a V8 isolate with its own heap (about 10 MB bare), Nodemailer',
-      '  loaded in it and the young generation it grew while building.',
+      '  loaded in it and the young generation it grew while building. A 25 MB file attachment built on a thread peaks',
+      "  higher than on the sending thread (the memory reference rows): the thread's heap grows for that build on top of",
+      "  the sending thread's, so very large messages from files cost more memory with threads (a Buffer that large stays",
+      '  on the sending thread anyway).',
     );
   }
   lines.push(`- **Load.** \`uptime\` when the run ended: ${loadAtEnd}.`, '');
