@@ -33,6 +33,15 @@ export default defineConfig([
   },
   {
     ...common,
+    // The script of a build thread (buildThreads), a file of its own beside the entry points:
+    // the ES module build starts dist/build-thread.js, the CommonJS build dist/build-thread.cjs.
+    // No types: it is no entry point of the package.
+    entry: { 'build-thread': 'src/transport/build-threads/thread.ts' },
+    format: ['esm', 'cjs'],
+    clean: false,
+  },
+  {
+    ...common,
     // The eml-api command: ESM only (the package is "type": "module").
     entry: { cli: 'src/cli/main.ts' },
     format: ['esm'],

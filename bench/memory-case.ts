@@ -1,6 +1,7 @@
 /**
  * One memory case, in a fresh process so its peak RSS is its own. Usage:
- *   memory-case.ts <sinkUrl> <buffer|path> <transport|transport-no-spool|naive> [file]
+ *   memory-case.ts <sinkUrl> <buffer|path> <transport|transport-no-spool|transport-threads|naive|compile-only> [file]
+ * transport-threads builds on one build thread, started by the warm-up (so its own memory is in the baseline).
  * Prints { baselineRss, peakRss, extraMb } as JSON; the peak is RSS sampled every millisecond during the send.
  */
 import { randomBytes } from 'node:crypto';
@@ -34,6 +35,10 @@ async function send(attachments: { filename: string; content?: Buffer; path?: st
     await res.body.text();
     return;
   }
+  if (mode === 'transport-threads') {
+    await threaded.sendMail({ ...base, attachments });
+    return;
+  }
   const transport = new EmlApiTransport({
     apiKey: 'k',
     baseUrl: sinkUrl,
@@ -44,6 +49,9 @@ async function send(attachments: { filename: string; content?: Buffer; path?: st
   await transport.close();
 }
 
+const threadedTransport = new EmlApiTransport({ apiKey: 'k', baseUrl: sinkUrl, retries: false, buildThreads: 1 });
+const threaded = nodemailer.createTransport(threadedTransport);
+
 // Warm up: load every module and open the paths once, so the baseline includes them.
 await send([{ filename: 'small.txt', content: Buffer.from('warm-up') }]);
 const measure = await startPeakRss();
@@ -52,4 +60,6 @@ const attachment =
   source === 'buffer' ? { filename: 'big.bin', content: randomBytes(SIZE) } : { filename: 'big.bin', path: file! };
 measure.sample();
 await send([attachment]);
-console.log(JSON.stringify(measure.stop()));
+const result = measure.stop();
+await threadedTransport.close();
+console.log(JSON.stringify(result));

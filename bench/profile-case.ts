@@ -58,7 +58,8 @@ function categoryOf(frame: ProfileNode['callFrame']): string | undefined {
   if (frame.functionName === '(garbage collector)') return 'garbage collector';
   if (frame.url.includes('/node_modules/nodemailer/')) return 'Nodemailer (compile)';
   if (frame.url.includes('/node_modules/undici/')) return 'undici (HTTP)';
-  if (/\/src\/[^/]+\.ts$/.test(frame.url) || frame.url.includes('/src/emulator/')) return 'nodemailer-eml-api';
+  // Any module under src/ (this package's own code, in its sub-folders too).
+  if (/\/src\/.+\.ts$/.test(frame.url)) return 'nodemailer-eml-api';
   return undefined;
 }
 

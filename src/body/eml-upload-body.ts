@@ -5,7 +5,7 @@
  */
 import { createReadStream } from 'node:fs';
 import { Readable } from 'node:stream';
-import { bytesBody, type UploadBody } from '../http/upload-body.js';
+import { bytesBody, WHOLE_BODY_BYTES, type UploadBody } from '../http/upload-body.js';
 import { Base64Encoder } from './base64-encoder.js';
 
 const PREFIX = Buffer.from('{"mail":"');
@@ -15,6 +15,14 @@ const SLICE = 3 * 16 * 1024;
 
 /** In-memory messages above this size are Base64-encoded in slices per attempt instead of at once. */
 export const STREAM_ABOVE = 256 * 1024;
+
+/**
+ * The largest message uploaded lean: Base64-encoded at once into one
+ * `{"mail":...}` body that is written in one piece ({@link WHOLE_BODY_BYTES},
+ * about 96 KiB of message). Above it, streaming the Base64 in slices costs
+ * no more CPU and holds less memory (bench/lean-crossover-case.ts).
+ */
+export const LEAN_MESSAGE_BYTES = Math.floor((WHOLE_BODY_BYTES - PREFIX.length - SUFFIX.length) / 4) * 3;
 
 /** Length of the `{"mail":"<base64>"}` body for an EML of `size` bytes. */
 export function emlBodyLength(size: number): number {

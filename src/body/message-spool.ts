@@ -1,9 +1,9 @@
 import { createReadStream } from 'node:fs';
-import { Readable } from 'node:stream';
+import { Readable, Writable } from 'node:stream';
 import type { UploadBody } from '../http/upload-body.js';
 import { headerSectionEnd } from '../protocol/header-fields.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { emlBodyFromBuffer, emlBodyFromFile, STREAM_ABOVE } from './eml-upload-body.js';
+import { emlBodyFromBuffer, emlBodyFromFile, LEAN_MESSAGE_BYTES } from './eml-upload-body.js';
 import { SpoolFile } from './spool-file.js';
 import type { SpoolSettings } from './spool-options.js';
 
@@ -48,12 +48,7 @@ export async function spoolMessage(
     return await collector.finish();
   } catch (err) {
     await collector.discard();
-    if (err instanceof EmlApiError) throw err;
-    if (signal?.aborted) throw signal.reason;
-    throw new EmlApiError('EMESSAGE', `Could not build the message: ${(err as Error).message}`, {
-      cause: err,
-      permanent: true,
-    });
+    throw failure(err, signal);
   }
 }
 
@@ -67,10 +62,121 @@ export async function spoolMessage(
  * const spooled = spooledInMemory(Buffer.from('From: a@x.test\r\n\r\nHi\r\n'), Buffer.from('From: a@x.test\r\n\r\n'));
  */
 export function spooledInMemory(eml: Buffer, head: Buffer): SpooledMessage {
+  return inMemory(eml, head);
+}
+
+/**
+ * A {@link MessageSink}'s producer: writes the message into `sink` (respecting
+ * its backpressure, as `pipe` does) and calls `done` once, when all is written
+ * or with the error that stopped it.
+ */
+export type MessageProducer = (sink: MessageSink, done: (err?: Error | null) => void) => void;
+
+/**
+ * Spools what a producer writes, as {@link spoolMessage} spools a stream, with
+ * no stream of its own in between: a producer that can write into a Writable
+ * (Nodemailer's MimeNode) saves the readable side, its pipeline and a copy
+ * pass per chunk.
+ *
+ * @throws {EmlApiError} `EMESSAGE` when the producer fails; the signal's reason when it aborts
+ */
+export async function spoolWritten(
+  produce: MessageProducer,
+  settings: SpoolSettings,
+  signal?: AbortSignal,
+): Promise<SpooledMessage> {
+  const collector = new Collector(settings);
+  try {
+    await collector.write(produce, signal);
+    return await collector.finish();
+  } catch (err) {
+    await collector.discard();
+    throw failure(err, signal);
+  }
+}
+
+/**
+ * A message already in one Buffer (built by a thread), as a spooled message:
+ * kept as it is up to `threshold`, written to a spool file past it.
+ */
+export function spoolBuffer(eml: Buffer, settings: SpoolSettings, signal?: AbortSignal): Promise<SpooledMessage> {
+  if (eml.length <= settings.threshold) return Promise.resolve(inMemory(eml));
+  return spoolMessage(Readable.from([eml], { objectMode: false }), settings, signal);
+}
+
+/**
+ * The error of a message that could not be built: `EMESSAGE`, permanent,
+ * naming what failed (a missing attachment file...).
+ */
+export function buildError(cause: Error): EmlApiError {
+  return new EmlApiError('EMESSAGE', `Could not build the message: ${cause.message}`, { cause, permanent: true });
+}
+
+function failure(err: unknown, signal: AbortSignal | undefined): unknown {
+  if (err instanceof EmlApiError) return err;
+  if (signal?.aborted) return signal.reason;
+  return buildError(err as Error);
+}
+
+/** The Writable a {@link MessageProducer} writes into; it knows the last byte written (for a final newline). */
+export class MessageSink extends Writable {
+  #lastByte = -1;
+  readonly #take: (chunk: Buffer) => Promise<void> | undefined;
+
+  constructor(take: (chunk: Buffer) => Promise<void> | undefined) {
+    super({ decodeStrings: true });
+    this.#take = take;
+  }
+
+  /** The last byte written so far (-1 before any): known at write(), before the chunk is taken. */
+  get lastByte(): number {
+    return this.#lastByte;
+  }
+
+  override write(chunk: unknown, ...rest: unknown[]): boolean {
+    this.#lastByte = lastByteOf(chunk, this.#lastByte);
+    return (super.write as (...args: unknown[]) => boolean)(chunk, ...rest);
+  }
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (err?: Error | null) => void): void {
+    const pending = this.#take(chunk);
+    if (pending) pending.then(() => callback(), callback);
+    else callback();
+  }
+}
+
+/**
+ * The last byte of a chunk about to be written, or `previous` for an empty
+ * one. For a string, what matters is whether it ends with CR or LF: any
+ * other last character is reported as 0xff.
+ */
+export function lastByteOf(chunk: unknown, previous: number): number {
+  if (typeof chunk === 'string') {
+    if (chunk.length === 0) return previous;
+    const code = chunk.charCodeAt(chunk.length - 1);
+    return code === 0x0a || code === 0x0d ? code : 0xff;
+  }
+  if (chunk instanceof Uint8Array) return chunk.length === 0 ? previous : chunk[chunk.length - 1]!;
+  return previous;
+}
+
+/**
+ * A message held in memory: one Buffer, its header section found only if
+ * asked for; uploaded lean (one body, one write) up to LEAN_MESSAGE_BYTES.
+ */
+function inMemory(eml: Buffer, knownHead?: Buffer): SpooledMessage {
+  let head: Buffer | undefined = knownHead;
   return {
-    head,
+    get head() {
+      if (!head) {
+        const scanner = new HeadScanner();
+        scanner.scan(eml);
+        head = scanner.finish();
+      }
+      return head;
+    },
     size: eml.length,
-    body: emlBodyFromBuffer(eml, STREAM_ABOVE),
+    body: emlBodyFromBuffer(eml, LEAN_MESSAGE_BYTES),
     open: () => Readable.from([eml], { objectMode: false }),
   };
 }
@@ -122,6 +228,38 @@ class Collector {
     this.#settings = settings;
   }
 
+  /**
+   * Lets `produce` write the whole message into a sink, with backpressure
+   * (a chunk's write completes once the spool took it).
+   */
+  write(produce: MessageProducer, signal: AbortSignal | undefined): Promise<void> {
+    return new Promise((resolve, reject) => {
+      let failed = false;
+      const sink = new MessageSink((chunk) => this.#add(chunk, fail));
+      const fail = (err: unknown) => {
+        if (failed) return;
+        failed = true;
+        signal?.removeEventListener('abort', onAbort);
+        sink.destroy();
+        reject(err);
+      };
+      const onAbort = () => fail(signal!.reason);
+      if (signal?.aborted) return onAbort();
+      signal?.addEventListener('abort', onAbort, { once: true });
+      sink.on('error', fail);
+      produce(sink, (err) => {
+        if (err) return fail(err);
+        if (failed) return;
+        // Resolved once the chunks still waiting in the sink (behind a spool file's backpressure) are taken.
+        sink.end(() => {
+          if (failed) return;
+          signal?.removeEventListener('abort', onAbort);
+          resolve();
+        });
+      });
+    });
+  }
+
   /** Reads the whole stream with 'data' events (many small chunks: cheaper than async iteration). */
   read(stream: Readable, signal: AbortSignal | undefined): Promise<void> {
     return new Promise((resolve, reject) => {
@@ -155,8 +293,11 @@ class Collector {
   /** Takes one chunk. @returns a promise when the caller must wait (opening the file, backpressure) */
   #add(chunk: Buffer, fail: (err: unknown) => void): Promise<void> | undefined {
     this.#size += chunk.length;
-    this.#head.scan(chunk);
-    if (this.#file) return this.#file.write(chunk);
+    if (this.#file) {
+      // Found while the message streams to the file: the file is not read back for it.
+      this.#head.scan(chunk);
+      return this.#file.write(chunk);
+    }
     this.#chunks.push(chunk);
     if (this.#size <= this.#settings.threshold) return undefined;
     this.#opening = this.#openFile(fail);
@@ -170,12 +311,13 @@ class Collector {
     file.onError(fail);
     const buffered = Buffer.concat(this.#chunks);
     this.#chunks.length = 0;
+    this.#head.scan(buffered);
     await file.write(buffered);
   }
 
   async finish(): Promise<SpooledMessage> {
-    const head = this.#head.finish();
     if (this.#file) {
+      const head = this.#head.finish();
       const file = this.#file;
       await file.end();
       const path = file.path;
@@ -186,10 +328,7 @@ class Collector {
         open: () => createReadStream(path, { highWaterMark: FILE_CHUNK }),
       };
     }
-    return spooledInMemory(
-      this.#chunks.length === 1 ? this.#chunks[0]! : Buffer.concat(this.#chunks, this.#size),
-      head,
-    );
+    return inMemory(this.#chunks.length === 1 ? this.#chunks[0]! : Buffer.concat(this.#chunks, this.#size));
   }
 
   async discard(): Promise<void> {

@@ -14,8 +14,8 @@ import { nearestName } from './nearest-name.js';
 
 const DEFAULT_MAX_CONNECTIONS = 5;
 
-/** Every option of the client (and of the transport, which takes the same). */
-const CLIENT_OPTIONS = [
+/** Every option of the client (and of the transport, which takes the same and its own). */
+export const CLIENT_OPTIONS = [
   'apiKey',
   'baseUrl',
   'maxConnections',
@@ -33,7 +33,7 @@ const CLIENT_OPTIONS = [
  * A misspelt option would otherwise be ignored in silence (a `timeout` that
  * never applies): refused, naming the nearest valid option.
  */
-function rejectUnknownOptions(given: Record<string, unknown>, known: readonly string[], prefix: string): void {
+export function rejectUnknownOptions(given: Record<string, unknown>, known: readonly string[], prefix: string): void {
   for (const key of Object.keys(given)) {
     if (known.includes(key)) continue;
     const nearest = nearestName(key, known);

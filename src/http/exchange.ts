@@ -1,6 +1,6 @@
 import { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
-import type { UploadBody } from './upload-body.js';
+import { WHOLE_BODY_BYTES, type UploadBody } from './upload-body.js';
 
 /** Where a request got to before it failed: decides whether a retry is safe. */
 export type FailurePhase =
@@ -43,7 +43,7 @@ export interface ExchangeRequest {
   tracksWrites: boolean;
 }
 
-/** Bodies larger than this are written in chunks of this size. */
+/** Bodies larger than {@link WHOLE_BODY_BYTES} are written in chunks of this size. */
 const CHUNK_BYTES = 64 * 1024;
 
 function* chunksOf(body: Buffer): Generator<Buffer> {
@@ -147,11 +147,11 @@ export function exchange(dispatcher: Dispatcher, request: ExchangeRequest): Prom
           headers: body === undefined ? request.headers : { ...request.headers, 'content-length': String(body.length) },
           // Written as a stream with backpressure, `onRequestSent` means the socket took the last
           // chunk; a buffer body is reported sent as soon as it is queued, so a reset during the
-          // upload would look like one after it.
+          // upload would look like one after it: only small bodies go in one piece.
           body:
             body === undefined
               ? undefined
-              : body.bytes !== undefined && body.bytes.length <= CHUNK_BYTES
+              : body.bytes !== undefined && body.bytes.length <= WHOLE_BODY_BYTES
                 ? body.bytes
                 : body.bytes !== undefined
                   ? Readable.from(chunksOf(body.bytes), { objectMode: false })

@@ -5,6 +5,8 @@ import { checkIdempotencyKey } from '../client/input-checks.js';
 import { ConcurrencyLimiter } from '../http/concurrency-limiter.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { VERSION } from '../shared/version.js';
+import type { BuildThreads } from '../transport/build-message.js';
+import { BuildThreadPool } from '../transport/build-threads/pool.js';
 import { jsonRouteOf } from '../transport/json-route.js';
 import type { NodemailerMail } from '../transport/nodemailer-types.js';
 import { newContentKey, writeContent } from './content-store.js';
@@ -61,6 +63,8 @@ export class EmlApiQueueTransport extends EventEmitter {
   readonly #settings: ResolvedQueueTransportOptions;
   readonly #redis: OutboxRedis;
   readonly #limiter: ConcurrencyLimiter;
+  /** The build threads (`buildThreads`), none started until a send needs one. */
+  readonly #threads: BuildThreads | undefined;
   readonly #inflight = new Set<Promise<unknown>>();
   #closed = false;
   #closing: Promise<void> | undefined;
@@ -79,6 +83,8 @@ export class EmlApiQueueTransport extends EventEmitter {
       prefix: this.#settings.prefix,
     });
     const logger = this.#settings.logger;
+    const { buildThreads } = this.#settings;
+    this.#threads = buildThreads > 0 ? { pool: new BuildThreadPool(buildThreads, logger), logger } : undefined;
     // An 'error' event without a listener would end the process; Redis errors reach the sends anyway.
     this.queue.on('error', (err: Error) => logger.warn({ error: err.message }, 'Redis error (queue)'));
     this.#redis.redis.on('error', (err: Error) => logger.debug({ error: err.message }, 'Redis error'));
@@ -144,7 +150,7 @@ export class EmlApiQueueTransport extends EventEmitter {
   /**
    * Stops the transport: new sends fail with `ECONNECTION`; sends already
    * made are stored, then the Redis connection is closed (one you passed in
-   * is left open). Returns a Promise; an optional callback is called once.
+   * is left open) and the build threads end. Returns a Promise; an optional callback is called once.
    *
    * @example
    * await transporter.close();
@@ -155,6 +161,7 @@ export class EmlApiQueueTransport extends EventEmitter {
       while (this.#inflight.size > 0) await Promise.allSettled([...this.#inflight]);
       await this.queue.close().catch(() => undefined);
       await closeOutboxRedis(this.#redis);
+      await this.#threads?.pool.close();
     })();
     if (typeof callback === 'function') {
       this.#closing.then(
@@ -215,7 +222,7 @@ export class EmlApiQueueTransport extends EventEmitter {
     signal: AbortSignal,
   ): Promise<EmlApiQueuedMessageInfo> {
     const settings = this.#settings;
-    const content = await prepareQueuedContent(mail, route, settings.spool, signal);
+    const content = await prepareQueuedContent(mail, route, settings.spool, signal, this.#threads);
     try {
       if (content.fromDiffers) {
         settings.logger.info(

@@ -74,6 +74,15 @@ export interface EmlApiQueueTransportOptions {
    */
   storeTimeout?: number;
   /**
+   * Build messages on this many worker threads (`'auto'`: one per core), as
+   * the direct transport's `buildThreads` does: the same bytes, off the
+   * thread that calls `sendMail`.
+   * @default undefined (off)
+   * @example
+   * new EmlApiQueueTransport({ connection, buildThreads: 2 });
+   */
+  buildThreads?: number | 'auto' | false;
+  /**
    * Where the transport logs: `true` for the console, or a logger object.
    * @default false
    */

@@ -4,7 +4,7 @@ import type { SpoolSettings } from '../body/spool-options.js';
 import { checkGroupId } from '../client/input-checks.js';
 import { toGroupEmailRequest, toStandardEmailRequest } from '../client/request-bodies.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { buildMessage } from '../transport/build-message.js';
+import { buildMessage, type BuildThreads } from '../transport/build-message.js';
 import type { JsonRoute } from '../transport/json-route.js';
 import { jsonSendFromMail } from '../transport/json-send-from-mail.js';
 import type { MailEnvelope, NodemailerMail } from '../transport/nodemailer-types.js';
@@ -46,6 +46,7 @@ export interface QueuedContent {
  * same request, under the same idempotency key, on every attempt.
  *
  * @param route the `group`/`tracking` route of the message, or undefined for an EML send
+ * @param threads build threads to build an EML on (`buildThreads`)
  * @throws {EmlApiError} `EENVELOPE` or `EMESSAGE`, as the direct transport; the signal's reason when it aborts
  * @example
  * const content = await prepareQueuedContent(mail, jsonRouteOf(mail.data), spool, signal);
@@ -55,9 +56,10 @@ export async function prepareQueuedContent(
   route: JsonRoute | undefined,
   spool: SpoolSettings,
   signal: AbortSignal,
+  threads?: BuildThreads,
 ): Promise<QueuedContent> {
   if (route) return prepareJson(mail, route, signal);
-  const built = await buildMessage(mail, spool, signal);
+  const built = await buildMessage(mail, spool, signal, threads);
   const { spooled } = built;
   if (spooled.size === 0) {
     await spooled.body.dispose();

@@ -2,6 +2,7 @@ import type { SpoolSettings } from '../body/spool-options.js';
 import { configError, describe, resolveSpool } from '../client/resolve-client-options.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
+import { resolveBuildThreads } from '../transport/build-threads/pool.js';
 import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
 import { wholeNumberOption } from './whole-number-option.js';
 import type { EmlApiQueueTransportOptions, OutboxJobOptions } from './queue-transport-options.js';
@@ -38,6 +39,8 @@ export interface ResolvedQueueTransportOptions extends QueueLocation {
   concurrency: number;
   spool: SpoolSettings;
   storeTimeout: number;
+  /** Build threads (0: none). */
+  buildThreads: number;
   logger: EmlApiLogger;
 }
 
@@ -90,6 +93,7 @@ export function resolveQueueTransportOptions(options: EmlApiQueueTransportOption
     concurrency: wholeNumberOption(options.concurrency, 'concurrency', 10, 1, 10_000),
     spool: resolveSpool(options.spool),
     storeTimeout,
+    buildThreads: resolveBuildThreads(options.buildThreads),
     logger: resolveLogger(options.logger),
   };
 }

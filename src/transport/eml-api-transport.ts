@@ -9,12 +9,13 @@ import { API_PATHS } from '../protocol/api-paths.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { EmlApiLogger } from '../shared/logger.js';
 import { VERSION } from '../shared/version.js';
-import { buildMessage } from './build-message.js';
+import { buildMessage, type BuildThreads } from './build-message.js';
+import { BuildThreadPool } from './build-threads/pool.js';
 import { jsonRouteOf, type JsonRoute } from './json-route.js';
 import { jsonSendFromMail } from './json-send-from-mail.js';
 import type { NodemailerMail } from './nodemailer-types.js';
 import { sentMessageInfo, type EmlApiSentMessageInfo } from './sent-message-info.js';
-import type { EmlApiTransportOptions } from './transport-options.js';
+import { splitTransportOptions, type EmlApiTransportOptions } from './transport-options.js';
 
 /** Nodemailer's callback of `transport.send`. */
 export type SendCallback = (err: Error | null, info?: EmlApiSentMessageInfo) => void;
@@ -56,6 +57,8 @@ export class EmlApiTransport extends EventEmitter {
   readonly client: EmlApiClient;
   readonly #engine: ClientInternals;
   readonly #logger: EmlApiLogger;
+  /** The build threads (`buildThreads`), none started until a send needs one. */
+  readonly #threads: BuildThreads | undefined;
   #closed = false;
 
   /**
@@ -63,9 +66,12 @@ export class EmlApiTransport extends EventEmitter {
    */
   constructor(options: EmlApiTransportOptions) {
     super();
-    this.client = new EmlApiClient(options);
+    const { clientOptions, buildThreads } = splitTransportOptions(options);
+    this.client = new EmlApiClient(clientOptions);
     this.#engine = clientInternals(this.client);
     this.#logger = this.client.options.logger;
+    this.#threads =
+      buildThreads > 0 ? { pool: new BuildThreadPool(buildThreads, this.#logger), logger: this.#logger } : undefined;
     this.#engine.requester.onSlotReleased(() => {
       if (this.isIdle()) this.emit('idle');
     });
@@ -118,8 +124,9 @@ export class EmlApiTransport extends EventEmitter {
   /**
    * Stops the transport: new sends fail with `ECONNECTION`; sends already
    * made (queued and building ones included) finish, then the connections are
-   * closed. With `{ abort: true }` the sends still running are aborted instead
-   * (`EABORT`). Returns a Promise; an optional callback is called once when done.
+   * closed, and the build threads end. With `{ abort: true }` the sends still
+   * running are aborted instead (`EABORT`). Returns a Promise; an optional
+   * callback is called once when done.
    *
    * @example
    * await transporter.close();                // graceful, what Nodemailer calls
@@ -132,7 +139,10 @@ export class EmlApiTransport extends EventEmitter {
     const options = typeof optionsOrCallback === 'object' && optionsOrCallback !== null ? optionsOrCallback : {};
     const callback = typeof optionsOrCallback === 'function' ? optionsOrCallback : maybeCallback;
     this.#closed = true;
-    const promise = this.client.close(options);
+    const threads = this.#threads;
+    const promise = threads
+      ? this.client.close(options).finally(() => threads.pool.close())
+      : this.client.close(options);
     if (typeof callback === 'function') {
       promise.then(
         () => callback(null),
@@ -176,7 +186,7 @@ export class EmlApiTransport extends EventEmitter {
 
   async #sendEml(call: Call, mail: NodemailerMail, idempotencyKey: string | undefined): Promise<EmlApiSentMessageInfo> {
     call.stage = 'building';
-    const built = await buildMessage(mail, this.#engine.options.spool, call.signal);
+    const built = await buildMessage(mail, this.#engine.options.spool, call.signal, this.#threads);
     try {
       const { envelope } = built;
       if (built.fromDiffers) {
@@ -185,7 +195,10 @@ export class EmlApiTransport extends EventEmitter {
           'Envelope sender differs from From; the service sets its own return path, so the envelope sender is not used',
         );
       }
-      this.#logger.debug({ recipients: envelope.to.length, bytes: built.spooled.size }, 'Sending message');
+      this.#logger.debug(
+        { recipients: envelope.to.length, bytes: built.spooled.size, builtOnThread: built.onThread },
+        'Sending message',
+      );
       const result = await postEml(call, built.spooled.body, idempotencyKey);
       this.#logger.info({ messageId: built.messageId, id: result.id, response: result.response }, 'Message accepted');
       return sentMessageInfo(envelope, built.messageId, result);

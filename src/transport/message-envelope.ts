@@ -44,12 +44,13 @@ export function readHeaderAddresses(eml: Buffer): HeaderAddresses {
  * `envelope`, or `to`/`cc`/`bcc` given with `raw` (Nodemailer makes its
  * envelope from them, while the service reads the raw message's headers).
  *
+ * @param built the built message; its header section is read only when Nodemailer's own view cannot be trusted
  * @returns the envelope, whether its sender differs from the From header, and the message's Message-ID
  * @throws {EmlApiError} `EENVELOPE` when recipients differ or there are none; `EMESSAGE` without a From address
  */
 export function resolveEnvelope(
   mail: NodemailerMail,
-  eml: Buffer,
+  built: { readonly head: Buffer },
 ): { envelope: MailEnvelope; fromDiffers: boolean; messageId: string | undefined } {
   const { data } = mail;
   const custom = data.envelope !== undefined && data.envelope !== null;
@@ -66,7 +67,7 @@ export function resolveEnvelope(
       messageId: mail.message.messageId(),
     };
   }
-  const headers = readHeaderAddresses(eml);
+  const headers = readHeaderAddresses(built.head);
   checkFrom(headers.from || undefined);
   if (headers.recipients.length === 0) throw noRecipients();
   const given = custom || (raw && (present(data.to) || present(data.cc) || present(data.bcc)));

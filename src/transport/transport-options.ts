@@ -1,5 +1,7 @@
 import type { EmlApiClientOptions } from '../client/client-options.js';
+import { CLIENT_OPTIONS, rejectUnknownOptions } from '../client/resolve-client-options.js';
 import type { EmlApiLogger } from '../shared/logger.js';
+import { resolveBuildThreads } from './build-threads/pool.js';
 
 /**
  * Options of {@link EmlApiTransport}: every {@link EmlApiClientOptions} option,
@@ -17,4 +19,40 @@ export interface EmlApiTransportOptions extends EmlApiClientOptions {
    * @default false
    */
   logger?: boolean | EmlApiLogger;
+  /**
+   * Build messages on this many worker threads instead of the thread that
+   * calls `sendMail` (`'auto'`: one per core, `os.availableParallelism()`).
+   * Nodemailer's build (MIME encoding, DKIM signing, reading attachment
+   * files) is most of a send's CPU: on threads, the app's own thread stays
+   * free and sends go out faster on a machine with cores to spare. The bytes
+   * are the same as a build on the sending thread. Messages a thread cannot
+   * reproduce (stream or function content, a stream plugin, values that are
+   * not plain data, in-memory contents over 2 MiB) are built on the sending
+   * thread, and the debug log says why. Threads start with the first send
+   * that needs one, are reused, never keep the process alive while idle,
+   * and end with `close()`; each costs some memory (see BENCHMARKS.md).
+   * @default undefined (off: messages are built on the sending thread)
+   * @example
+   * new EmlApiTransport({ apiKey, baseUrl, buildThreads: 2 });
+   */
+  buildThreads?: number | 'auto' | false;
+}
+
+/** Names of the options the transport takes besides the client's. */
+const TRANSPORT_OPTIONS = ['buildThreads'] as const satisfies readonly (keyof EmlApiTransportOptions)[];
+
+/**
+ * Splits the transport's own options from the client's, checking them.
+ *
+ * @returns the client's options and the number of build threads (0: none)
+ * @throws {EmlApiError} `ECONFIG` naming the option (an unknown one too, with the nearest valid name)
+ */
+export function splitTransportOptions(options: EmlApiTransportOptions): {
+  clientOptions: EmlApiClientOptions;
+  buildThreads: number;
+} {
+  if (typeof options !== 'object' || options === null) return { clientOptions: options, buildThreads: 0 };
+  rejectUnknownOptions(options as unknown as Record<string, unknown>, [...CLIENT_OPTIONS, ...TRANSPORT_OPTIONS], '');
+  const { buildThreads, ...clientOptions } = options;
+  return { clientOptions, buildThreads: resolveBuildThreads(buildThreads) };
 }

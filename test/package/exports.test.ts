@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdir, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -247,6 +247,8 @@ const { EmlApiQueueTransport, startEmlApiWorker } = require('nodemailer-eml-api/
     expect(files).toContain('dist/index.cjs');
     expect(files).toContain('dist/index.d.ts');
     expect(files).toContain('dist/emulator.d.cts');
+    expect(files).toContain('dist/build-thread.js');
+    expect(files).toContain('dist/build-thread.cjs');
     expect(files.some((f) => f.startsWith('src/') || f.startsWith('test/'))).toBe(false);
   });
 
@@ -280,6 +282,67 @@ const { startEmulator } = require('nodemailer-eml-api/emulator');`),
       isEmlApiError: true,
       code: 'ECONFIG',
     });
+  });
+
+  it('builds on threads from ESM and CommonJS, each format with its own thread script, and exits without close()', async () => {
+    const program = (load: string, format: string) => `${load}
+(async () => {
+  const logs = [];
+  const keep = (meta, message) => logs.push({ message, meta });
+  const logger = { debug: keep, info() {}, warn: keep, error: keep };
+  const transport = new EmlApiTransport({ apiKey: process.env.KEY, baseUrl: process.env.URL, buildThreads: 2, logger });
+  const info = await nodemailer.createTransport(transport).sendMail({
+    from: 'a@example.test', to: 'threads-${format}@example.test', subject: 'threads', text: 'hi',
+    attachments: [{ filename: 'a.txt', content: Buffer.from('attached') }],
+  });
+  const sending = logs.find((l) => l.message === 'Sending message');
+  console.log(JSON.stringify({
+    response: info.response,
+    builtOnThread: sending.meta.builtOnThread,
+    others: logs.filter((l) => l !== sending).map((l) => l.message),
+  }));
+  // No close(): idle build threads must not keep the process alive.
+})();
+`;
+    await writeFile(
+      join(dir, 'threads.mjs'),
+      program(
+        `import nodemailer from 'nodemailer';
+import { EmlApiTransport } from 'nodemailer-eml-api';`,
+        'esm',
+      ),
+    );
+    await writeFile(
+      join(dir, 'threads.cjs'),
+      program(
+        `const nodemailer = require('nodemailer');
+const { EmlApiTransport } = require('nodemailer-eml-api');`,
+        'cjs',
+      ),
+    );
+    const dist = join(dir, 'node_modules', 'nodemailer-eml-api', 'dist');
+    const emu = await startEmulator();
+    try {
+      for (const [file, format, other] of [
+        ['threads.mjs', 'esm', 'build-thread.cjs'],
+        ['threads.cjs', 'cjs', 'build-thread.js'],
+      ] as const) {
+        // The other format's script is moved away: each format starts its own.
+        await rename(join(dist, other), join(dist, `${other}.away`));
+        try {
+          const { stdout } = await run('node', [file], {
+            cwd: dir,
+            env: { ...process.env, KEY: emu.apiKey, URL: emu.url },
+          });
+          expect(JSON.parse(stdout), file).toEqual({ response: '202 Accepted', builtOnThread: true, others: [] });
+        } finally {
+          await rename(join(dist, `${other}.away`), join(dist, other));
+        }
+        expect(emu.mailbox(`threads-${format}@example.test`)).toHaveLength(1);
+      }
+    } finally {
+      await emu.close();
+    }
   });
 
   it('type-checks for ESM and CommonJS consumers, group and tracking on sendMail and the outbox included', async () => {

@@ -1,6 +1,7 @@
 import { inspect } from 'node:util';
+import { Worker } from 'node:worker_threads';
 import nodemailer, { type Transporter } from 'nodemailer';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { EmlApiError, EmlApiTransport } from '../../src/index.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import {
@@ -14,6 +15,8 @@ import { outboxBackoffDelay, retrySpan } from '../../src/queue/retry-schedule.js
 import { DEFAULT_IDEMPOTENCY_MARGIN, DEFAULT_IDEMPOTENCY_WINDOW } from '../../src/queue/resolve-worker-options.js';
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
 import { resolveQueueLocation } from '../../src/queue/queue-location.js';
+import { neutralEml } from '../helpers/eml-bytes.js';
+import { richMovable } from '../helpers/message-corpus.js';
 import { FIXTURES } from '../helpers/rich-message.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
@@ -90,6 +93,34 @@ describe('sendMail through EmlApiQueueTransport', () => {
     expect(stored!.toString()).toMatch(/^Bcc: audit@example\.test\r$/m);
     expect(stored!.toString()).toContain(`Message-ID: ${info.messageId}`);
     expect(job!.opts.attempts).toBe(DEFAULT_RETRY_SCHEDULE.attempts);
+  });
+
+  it('with buildThreads, stores what a build on the sending thread stores, built on a thread', async () => {
+    const threaded = new EmlApiQueueTransport({ connection: redis.url, buildThreads: 1 });
+    const posted: unknown[] = [];
+    const original = Worker.prototype.postMessage;
+    const spy = vi.spyOn(Worker.prototype, 'postMessage').mockImplementation(function (this: Worker, ...args) {
+      posted.push(args[0]);
+      return original.apply(this, args);
+    });
+    let onThread: EmlApiQueuedMessageInfo;
+    try {
+      onThread = await nodemailer.createTransport(threaded).sendMail({ ...richMovable(), idempotencyKey: 'on-thread' });
+    } finally {
+      spy.mockRestore();
+      await threaded.close();
+    }
+    const here = await transporter.sendMail({ ...richMovable(), idempotencyKey: 'here' });
+    expect(posted).toEqual([expect.objectContaining({ type: 'build' })]);
+    const content = async (info: EmlApiQueuedMessageInfo) => {
+      const data = (await transport.queue.getJob(info.queueId))!.data as OutboxJobData;
+      return (await redis.client.getBuffer(data.contentKey))!;
+    };
+    expect(onThread.envelope).toEqual(here.envelope);
+    // The rich message fixes its Message-ID and Date: only the boundaries are random per build.
+    expect(neutralEml(await content(onThread), { keepIds: true })).toBe(
+      neutralEml(await content(here), { keepIds: true }),
+    );
   });
 
   it('makes an idempotency key the job id, so queueing the same message twice stores it once', async () => {
@@ -250,6 +281,10 @@ describe('sendMail through EmlApiQueueTransport', () => {
     });
     expect(bad({ connection: redis.url, maxMessageBytes: -1 })).toMatchObject({
       message: expect.stringContaining('maxMessageBytes'),
+    });
+    expect(bad({ connection: redis.url, buildThreads: 'several' })).toMatchObject({
+      code: 'ECONFIG',
+      message: expect.stringMatching(/^Invalid option buildThreads/),
     });
   });
 });

@@ -1,0 +1,285 @@
+/**
+ * A compiled mail made movable to a build thread, and back into mail data
+ * there. The thread rebuilds the message from `mail.data` exactly as
+ * Nodemailer's `sendMail` did on the sending thread (compile, X-Mailer,
+ * priority and List-* headers, DKIM), with what that compile chose at random
+ * (Date, Message-ID, the base of the MIME boundaries) carried over, so the
+ * bytes are the same as a build on the sending thread, byte for byte.
+ *
+ * A message moves only when that is certain. Anything the thread could not
+ * reproduce keeps it on the sending thread, with the reason: content that is
+ * a stream or a function, a stream plugin or a transform Nodemailer's tree
+ * carries, values that are not plain data (class instances lose their
+ * methods when copied across threads), or a Nodemailer whose modules cannot
+ * be found on disk (bundled into the app).
+ */
+import { fileURLToPath } from 'node:url';
+import type { NodemailerMail } from '../nodemailer-types.js';
+import type { BuildRequest, CarriedBytes, DataPath } from './protocol.js';
+
+/**
+ * The fields of `mail.data` a build reads, in Nodemailer 6.9 to 10: the mail
+ * composer's, the headers `sendMail` adds (X-Mailer, priority, List-*) and
+ * DKIM's. Only these are carried (an app's own fields, such as a template
+ * context, do not keep a message from moving). A test checks the list
+ * against the composer of every Nodemailer the suite runs.
+ */
+export const BUILD_FIELDS = [
+  'from',
+  'sender',
+  'to',
+  'cc',
+  'bcc',
+  'replyTo',
+  'inReplyTo',
+  'references',
+  'subject',
+  'messageId',
+  'date',
+  'headers',
+  'text',
+  'html',
+  'watchHtml',
+  'amp',
+  'icalEvent',
+  'alternatives',
+  'attachments',
+  'raw',
+  'envelope',
+  'encoding',
+  'textEncoding',
+  'newline',
+  'normalizeHeaderKey',
+  'baseBoundary',
+  'boundaryPrefix',
+  'disableFileAccess',
+  'disableUrlAccess',
+  'otp',
+  'list',
+  'priority',
+  'xMailer',
+  'dkim',
+  '_dkim',
+] as const;
+
+/**
+ * In-memory content (strings and Buffers) above this stays on the sending
+ * thread: copying it to a thread would cost its size in memory again.
+ * Files and URLs are read by the thread itself, whatever their size.
+ */
+export const MAX_CARRIED_BYTES = 2 * 1024 * 1024;
+
+/** Nested deeper than this is not mail data (or is a cycle). */
+const MAX_DEPTH = 16;
+
+/** What a build thread needs, or why the message stays on the sending thread. */
+export type Portable =
+  | { movable: true; request: Omit<BuildRequest, 'type' | 'id'>; transfer: ArrayBuffer[] }
+  | { movable: false; reason: string };
+
+/** The fields of Nodemailer's objects this reads, present in Nodemailer 6.9 to 10. */
+interface TreeNode {
+  constructor: unknown;
+  childNodes?: TreeNode[];
+  _transforms?: unknown[];
+  _processFuncs?: unknown[];
+  date?: unknown;
+  baseBoundary?: unknown;
+  getHeader?(name: string): unknown;
+}
+interface Mailer {
+  options?: { dkim?: unknown };
+  dkim?: unknown;
+  _userPlugins?: { stream?: unknown[] };
+}
+
+class Unmovable extends Error {}
+
+/**
+ * Decides whether a compiled mail can be built on a thread, and if so
+ * prepares what the thread needs (Buffers copied into ArrayBuffers of their
+ * own, to be transferred).
+ */
+export function portableMail(mail: NodemailerMail): Portable {
+  try {
+    return { movable: true, ...prepare(mail) };
+  } catch (err) {
+    if (err instanceof Unmovable) return { movable: false, reason: err.message };
+    throw err;
+  }
+}
+
+function prepare(mail: NodemailerMail): { request: Omit<BuildRequest, 'type' | 'id'>; transfer: ArrayBuffer[] } {
+  const mailer = (mail as unknown as { mailer?: Mailer }).mailer;
+  const root = mail.message as unknown as TreeNode;
+  if (!mailer || typeof mailer !== 'object') throw new Unmovable('it was not sent through sendMail');
+  const streamPlugins = mailer._userPlugins?.stream;
+  if (!Array.isArray(streamPlugins)) throw new Unmovable("Nodemailer's plugins cannot be inspected");
+  if (streamPlugins.length > 0) throw new Unmovable("a stream plugin is registered (transporter.use('stream', ...))");
+  const data = mail.data as Record<string, unknown>;
+  const signs = Boolean(data.dkim) || Boolean(mailer.dkim);
+  checkTree(root, signs ? 1 : 0);
+  const nodemailer = nodemailerFile(root.constructor);
+  const date = root.date;
+  const messageId = root.getHeader?.('Message-ID');
+  if (!(date instanceof Date) || typeof messageId !== 'string' || typeof root.baseBoundary !== 'string') {
+    throw new Unmovable("Nodemailer's compiled message is not of a known shape");
+  }
+  const carrier = new Carrier();
+  const carried: Record<string, unknown> = {};
+  for (const key of BUILD_FIELDS) {
+    if (Object.hasOwn(data, key) && data[key] !== undefined) carried[key] = carrier.copy(data[key], [key], 0);
+  }
+  const mailerDkim = mailer.dkim ? carrier.copy(mailer.options?.dkim, ['dkim (transporter)'], 0) : undefined;
+  return {
+    request: {
+      nodemailer,
+      data: carried,
+      buffers: carrier.buffers,
+      mailerDkim: mailerDkim as Record<string, unknown> | undefined,
+      date: date.getTime(),
+      messageId,
+      baseBoundary: root.baseBoundary,
+    },
+    transfer: carrier.buffers.map((b) => b.bytes.buffer as ArrayBuffer),
+  };
+}
+
+/**
+ * Nodemailer's tree may carry stream stages only DKIM put there (the thread
+ * adds its own): anything else came from code the thread cannot run.
+ */
+function checkTree(root: TreeNode, expectedProcessFuncs: number): void {
+  const processFuncs = root._processFuncs;
+  if (!Array.isArray(processFuncs)) throw new Unmovable("Nodemailer's compiled message is not of a known shape");
+  if (processFuncs.length !== expectedProcessFuncs) {
+    throw new Unmovable('the compiled message has a processFunc of its own (not DKIM)');
+  }
+  const visit = (node: TreeNode): void => {
+    if (!Array.isArray(node._transforms)) throw new Unmovable("Nodemailer's compiled message is not of a known shape");
+    if (node._transforms.length > 0) throw new Unmovable('the compiled message has a transform stream');
+    for (const child of node.childNodes ?? []) visit(child);
+  };
+  visit(root);
+}
+
+/** Copies plain mail data, checking that a thread will read it the same; collects its Buffers. */
+class Carrier {
+  readonly buffers: CarriedBytes[] = [];
+  #bytes = 0;
+
+  copy(value: unknown, path: DataPath, depth: number): unknown {
+    if (value === null || typeof value !== 'object') {
+      if (typeof value === 'string') this.#count(value.length);
+      if (typeof value === 'function') throw new Unmovable(`${describePath(path)} is a function`);
+      if (typeof value === 'symbol') throw new Unmovable(`${describePath(path)} is a symbol`);
+      return value;
+    }
+    if (depth > MAX_DEPTH) throw new Unmovable(`${describePath(path)} is nested too deep`);
+    if (Buffer.isBuffer(value)) {
+      this.#count(value.length);
+      // A copy of exactly these bytes: the Buffer may be a view of a larger ArrayBuffer (Node's pool, a file).
+      this.buffers.push({ path, bytes: new Uint8Array(value) });
+      return null;
+    }
+    if (value instanceof Date) return new Date(value.getTime());
+    if (typeof (value as { pipe?: unknown }).pipe === 'function') {
+      throw new Unmovable(`${describePath(path)} is a stream`);
+    }
+    const proto: unknown = Object.getPrototypeOf(value);
+    if (Array.isArray(value) && proto === Array.prototype) {
+      return value.map((item, i) => this.copy(item, [...path, i], depth + 1));
+    }
+    if (proto !== Object.prototype && proto !== null) {
+      const name = (value as { constructor?: { name?: unknown } }).constructor?.name;
+      throw new Unmovable(
+        `${describePath(path)} is ${typeof name === 'string' && name ? `a ${name}` : 'not plain data'}`,
+      );
+    }
+    const keys = Object.keys(value);
+    // Keys Nodemailer can read but a copy would drop.
+    if (Object.getOwnPropertyNames(value).length !== keys.length) {
+      throw new Unmovable(`${describePath(path)} has non-enumerable properties`);
+    }
+    const out: Record<string, unknown> = {};
+    for (const key of keys) out[key] = this.copy((value as Record<string, unknown>)[key], [...path, key], depth + 1);
+    return out;
+  }
+
+  #count(bytes: number): void {
+    this.#bytes += bytes;
+    if (this.#bytes > MAX_CARRIED_BYTES) {
+      throw new Unmovable(
+        `its in-memory contents are over ${MAX_CARRIED_BYTES / 1024 / 1024} MiB (a thread would need a copy)`,
+      );
+    }
+  }
+}
+
+/** `attachments[2].content` */
+function describePath(path: DataPath): string {
+  return path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i === 0 ? p : `.${p}`)).join('');
+}
+
+/** Files of the MimeNode modules met, by constructor (found once each). */
+const located = new WeakMap<object, string>();
+
+/**
+ * The file of the module that defines Nodemailer's MimeNode class the mail
+ * was compiled with: the thread loads the composer, DKIM and MailMessage
+ * beside it, so it builds with the very Nodemailer the app uses (6.9 or 10,
+ * ESM or CommonJS). Read from the stack of the constructor, as it reads an
+ * option through a getter.
+ */
+function nodemailerFile(ctor: unknown): string {
+  if (typeof ctor !== 'function') throw new Unmovable("Nodemailer's compiled message is not of a known shape");
+  const known = located.get(ctor);
+  if (known) return known;
+  const file = constructorFile(ctor as new (type: unknown, options: unknown) => unknown);
+  if (file === undefined) throw new Unmovable("Nodemailer's modules were not found on disk (is it bundled?)");
+  located.set(ctor, file);
+  return file;
+}
+
+function constructorFile(Ctor: new (type: unknown, options: unknown) => unknown): string | undefined {
+  let sites: NodeJS.CallSite[] | undefined;
+  const options = {
+    get baseBoundary() {
+      // The first read is the constructor's own (a subclass reads before its base class does).
+      if (sites) return 'located';
+      const savedPrepare = Error.prepareStackTrace;
+      const savedLimit = Error.stackTraceLimit;
+      try {
+        Error.stackTraceLimit = 2;
+        Error.prepareStackTrace = (_err, callSites) => callSites;
+        const holder: { stack?: unknown } = {};
+        Error.captureStackTrace(holder);
+        sites = holder.stack as NodeJS.CallSite[];
+      } finally {
+        Error.prepareStackTrace = savedPrepare;
+        Error.stackTraceLimit = savedLimit;
+      }
+      return 'located';
+    },
+  };
+  try {
+    new Ctor('text/plain', options);
+  } catch {
+    return undefined;
+  }
+  // sites[0] is the getter, sites[1] the constructor reading the option.
+  const name = sites?.[1]?.getFileName();
+  if (typeof name !== 'string') return undefined;
+  if (name.startsWith('file:')) return fileURLToPath(name);
+  return name.startsWith('/') || /^[A-Za-z]:[\\/]/.test(name) ? name : undefined;
+}
+
+/** On the thread: the mail data with its Buffers put back. */
+export function restoreMailData(data: Record<string, unknown>, buffers: CarriedBytes[]): Record<string, unknown> {
+  for (const { path, bytes } of buffers) {
+    let at: Record<string | number, unknown> = data;
+    for (const key of path.slice(0, -1)) at = at[key] as Record<string | number, unknown>;
+    at[path.at(-1)!] = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  }
+  return data;
+}

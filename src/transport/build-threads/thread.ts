@@ -1,0 +1,224 @@
+/**
+ * A build thread (node:worker_threads): rebuilds messages with the
+ * Nodemailer that compiled them on the sending thread and posts their bytes
+ * back (see ./protocol.ts). It holds no API key and makes no request: it only
+ * turns mail data into bytes.
+ *
+ * Built as a file of its own (dist/build-thread.js and .cjs); from source it
+ * runs under tsx (see ./pool.ts).
+ */
+import { dirname, join } from 'node:path';
+import { Writable, type Readable } from 'node:stream';
+import { pathToFileURL } from 'node:url';
+import { parentPort } from 'node:worker_threads';
+import { lastByteOf } from '../../body/message-spool.js';
+import { prepareForUpload, writeMessage, type WritableTree } from '../message-writer.js';
+import { restoreMailData } from './portable-mail.js';
+import {
+  BATCH_BYTES,
+  ownBuffer,
+  toThreadError,
+  WINDOW_BYTES,
+  type BuildRequest,
+  type FromThread,
+  type ToThread,
+} from './protocol.js';
+
+/** The parts of Nodemailer a build uses, loaded from beside the MimeNode module the app's mail came from. */
+interface NodemailerParts {
+  compose(data: Record<string, unknown>): MimeTree;
+  /** MailMessage.prototype: its header setters run as `sendMail` runs them. */
+  mailMessage: {
+    setMailerHeader(this: unknown): void;
+    setPriorityHeaders(this: unknown): void;
+    setListHeaders(this: unknown): void;
+  };
+  dkim(options: unknown): { sign(input: Readable, extra: unknown): Readable };
+}
+
+interface MimeTree extends WritableTree {
+  date: Date;
+  setHeader(name: string, value: string): unknown;
+  processFunc(fn: (input: Readable) => Readable): unknown;
+}
+
+const port = parentPort!;
+const loaded = new Map<string, Promise<NodemailerParts>>();
+/** Builds in progress, by id. */
+const builds = new Map<number, PostingSink>();
+/** Builds waiting for Nodemailer to load, and those of them cancelled meanwhile. */
+const loading = new Set<number>();
+const cancelled = new Set<number>();
+
+function post(message: FromThread, transfer: ArrayBuffer[] = []): void {
+  port.postMessage(message, transfer);
+}
+
+async function importDefault<T>(file: string): Promise<T> {
+  const module = (await import(pathToFileURL(file).href)) as { default?: unknown };
+  return (module.default ?? module) as T;
+}
+
+/** Nodemailer's composer, MailMessage and DKIM from the folder of the given MimeNode module. */
+function nodemailerBeside(mimeNodeFile: string): Promise<NodemailerParts> {
+  let parts = loaded.get(mimeNodeFile);
+  if (!parts) {
+    const lib = dirname(dirname(mimeNodeFile));
+    parts = (async () => {
+      type Ctor<T> = new (...args: unknown[]) => T;
+      const [MailComposer, MailMessage, DKIM] = await Promise.all([
+        importDefault<Ctor<{ compile(): MimeTree }>>(join(lib, 'mail-composer', 'index.js')),
+        importDefault<{ prototype: NodemailerParts['mailMessage'] }>(join(lib, 'mailer', 'mail-message.js')),
+        importDefault<Ctor<ReturnType<NodemailerParts['dkim']>>>(join(lib, 'dkim', 'index.js')),
+      ]);
+      return {
+        compose: (data) => new MailComposer(data).compile(),
+        mailMessage: MailMessage.prototype,
+        dkim: (options) => new DKIM(options),
+      };
+    })();
+    loaded.set(mimeNodeFile, parts);
+  }
+  return parts;
+}
+
+/**
+ * Builds as `sendMail` builds: compile, then the headers it adds, then
+ * DKIM's processFunc, with the sending thread's random choices put back;
+ * then what the transport does to every message (Bcc kept, large Buffers
+ * sliced).
+ */
+function compose(parts: NodemailerParts, request: BuildRequest): MimeTree {
+  const data = restoreMailData(request.data, request.buffers);
+  data.baseBoundary = request.baseBoundary;
+  const message = parts.compose(data);
+  const mail = Object.assign(Object.create(parts.mailMessage) as object, { data, message });
+  parts.mailMessage.setMailerHeader.call(mail);
+  parts.mailMessage.setPriorityHeaders.call(mail);
+  parts.mailMessage.setListHeaders.call(mail);
+  message.date = new Date(request.date);
+  // Replaces the Message-ID this compile made up, in place (the header keeps its position).
+  message.setHeader('Message-ID', request.messageId);
+  const dkimOptions = data.dkim || request.mailerDkim;
+  if (dkimOptions) message.processFunc((input) => parts.dkim(dkimOptions).sign(input, data._dkim));
+  prepareForUpload(message);
+  return message;
+}
+
+/**
+ * The Writable a build writes into: posts the bytes in batches (their
+ * ArrayBuffers transferred), and holds the build back (its write does not
+ * complete) while a window's worth is posted and not yet taken.
+ */
+class PostingSink extends Writable {
+  readonly #id: number;
+  #lastByte = -1;
+  #chunks: Buffer[] = [];
+  #pending = 0;
+  #size = 0;
+  #unacked = 0;
+  #waiting: (() => void) | undefined;
+
+  constructor(id: number) {
+    super();
+    this.#id = id;
+  }
+
+  get lastByte(): number {
+    return this.#lastByte;
+  }
+
+  override write(chunk: unknown, ...rest: unknown[]): boolean {
+    this.#lastByte = lastByteOf(chunk, this.#lastByte);
+    return (super.write as (...args: unknown[]) => boolean)(chunk, ...rest);
+  }
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: () => void): void {
+    this.#chunks.push(chunk);
+    this.#pending += chunk.length;
+    this.#size += chunk.length;
+    if (this.#pending < BATCH_BYTES) return callback();
+    const batch = this.#take();
+    this.#unacked += batch.length;
+    post({ type: 'chunk', id: this.#id, bytes: batch }, [batch.buffer as ArrayBuffer]);
+    if (this.#unacked < WINDOW_BYTES) return callback();
+    this.#waiting = callback;
+  }
+
+  /** The sending thread took `bytes`. */
+  ack(bytes: number): void {
+    this.#unacked -= bytes;
+    if (this.#unacked >= WINDOW_BYTES || !this.#waiting) return;
+    const resume = this.#waiting;
+    this.#waiting = undefined;
+    resume();
+  }
+
+  /** Posts the rest of the message and its size. */
+  done(): void {
+    const rest = this.#take();
+    post({ type: 'done', id: this.#id, bytes: rest, size: this.#size }, [rest.buffer as ArrayBuffer]);
+  }
+
+  #take(): Buffer {
+    const bytes = ownBuffer(this.#chunks, this.#pending);
+    this.#chunks = [];
+    this.#pending = 0;
+    return bytes;
+  }
+}
+
+async function build(request: BuildRequest): Promise<void> {
+  const { id } = request;
+  let parts: NodemailerParts;
+  loading.add(id);
+  try {
+    parts = await nodemailerBeside(request.nodemailer);
+  } catch (err) {
+    cancelled.delete(id);
+    post({
+      type: 'unmovable',
+      id,
+      reason: `Nodemailer did not load in the build thread: ${toThreadError(err).message}`,
+    });
+    return;
+  } finally {
+    loading.delete(id);
+  }
+  if (cancelled.delete(id)) return;
+  const sink = new PostingSink(id);
+  builds.set(id, sink);
+  const fail = (err: unknown) => {
+    if (!builds.delete(id)) return;
+    sink.destroy();
+    post({ type: 'failed', id, error: toThreadError(err) });
+  };
+  sink.on('error', fail);
+  try {
+    writeMessage(compose(parts, request), sink, (err) => {
+      if (err) return fail(err);
+      // Every write has been taken (the last ones may have waited for an ack).
+      sink.end(() => {
+        if (builds.delete(id)) sink.done();
+      });
+    });
+  } catch (err) {
+    fail(err);
+  }
+}
+
+port.on('message', (message: ToThread) => {
+  if (message.type === 'build') {
+    void build(message);
+  } else if (message.type === 'ack') {
+    builds.get(message.id)?.ack(message.bytes);
+  } else if (message.type === 'cancel') {
+    const running = builds.get(message.id);
+    if (loading.has(message.id)) cancelled.add(message.id);
+    builds.delete(message.id);
+    // Destroying the sink stops Nodemailer's build and releases the files it reads.
+    running?.destroy();
+  }
+});
+
+post({ type: 'ready' });
