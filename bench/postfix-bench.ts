@@ -425,7 +425,9 @@ export async function postfixBenchmarks(sinks: Sinks): Promise<{ rows: BenchRow[
     }
     return { rows };
   } finally {
-    await redis?.stop();
+    const started = redis;
+    redis = undefined;
+    await started?.stop();
     cleanup.run();
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
