@@ -76,7 +76,8 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
   const { SMTPServer: Server } = loadSmtpServer();
   const { apiKey, settings } = resolveRelayOptions(options);
   const { logger } = settings;
-  const destination = settings.queue === undefined ? directDestination() : queueDestination(settings.queue, settings.maxClients);
+  const destination =
+    settings.queue === undefined ? directDestination() : queueDestination(settings.queue, settings.maxClients);
   const makeClient = (key: string) => new EmlApiClient({ ...settings.clientOptions, apiKey: key });
   const relayClient = apiKey === undefined ? undefined : makeClient(apiKey);
   const keyClients = new KeyClients(makeClient, settings.maxKeys);
