@@ -70,6 +70,7 @@ async function earlyTalker(port: number, line: string): Promise<string> {
     const child = spawn('python3', [script, String(port), line, marker], { stdio: ['ignore', 'pipe', 'inherit'] });
     let output = '';
     child.stdout.setEncoding('latin1').on('data', (chunk: string) => (output += chunk));
+    child.once('error', () => undefined); // python3 missing: the wait below says the client never connected
     const exited = once(child, 'exit');
     // Blocks the event loop (Atomics.wait sleeps the thread) until the client has sent its line.
     const pause = new Int32Array(new SharedArrayBuffer(4));
