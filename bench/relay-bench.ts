@@ -37,17 +37,27 @@ function ask<T>(child: ChildProcess, message: object): Promise<T> {
   });
 }
 
-async function startRelayProcess(baseUrl: string): Promise<{ child: ChildProcess; port: number }> {
+/**
+ * Starts the relay in its own process (bench/relay-process.ts), relaying to `baseUrl`, or with
+ * `queue` storing in that Redis (store-and-forward). `execArgv` adds Node flags (e.g. `--cpu-prof`).
+ */
+export async function startRelayProcess(
+  baseUrl: string,
+  queue?: { redisUrl: string; queueName: string },
+  execArgv: string[] = [],
+): Promise<{ child: ChildProcess; port: number }> {
   const child = fork(fileURLToPath(new URL('./relay-process.ts', import.meta.url)), [], {
-    execArgv: ['--expose-gc', '--import', 'tsx'],
+    execArgv: ['--expose-gc', '--import', 'tsx', ...execArgv],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
-  const { port } = await ask<{ port: number }>(child, { cmd: 'start', baseUrl });
+  const { port } = await ask<{ port: number }>(child, { cmd: 'start', baseUrl, ...queue });
   return { child, port };
 }
 
-const stopRelay = (child: ChildProcess) =>
+/** Stops a relay process started by {@link startRelayProcess} (its close() first, then it exits). */
+export const stopRelay = (child: ChildProcess) =>
   new Promise<void>((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) return resolve();
     child.once('exit', () => resolve());
     child.send({ cmd: 'stop' });
   });

@@ -1,8 +1,10 @@
 /**
  * The SMTP relay in its own process, as it runs in production, for the
  * throughput and memory benchmarks. Controlled over IPC:
- * { cmd: 'start', baseUrl, spool? } → { port }; { cmd: 'mark' } → {} (RSS baseline taken, sampling every ms);
+ * { cmd: 'start', baseUrl, redisUrl?, queueName? } → { port } (with `redisUrl`: store-and-forward, as
+ * `eml-api relay --redis` runs it); { cmd: 'mark' } → {} (RSS baseline taken, sampling every ms);
  * { cmd: 'peak' } → { baselineRss, peakRss }; { cmd: 'stop' }.
+ * It exits when the benchmark's process goes away, so an interrupted run leaves no relay behind.
  */
 import { startSmtpRelay, type SmtpRelay } from '../src/relay/index.js';
 import { startPeakRss, type PeakRssMeasure } from './peak-rss.js';
@@ -10,9 +12,19 @@ import { startPeakRss, type PeakRssMeasure } from './peak-rss.js';
 let relay: SmtpRelay | undefined;
 let measure: PeakRssMeasure | undefined;
 
-process.on('message', async (message: { cmd: string; baseUrl?: string }) => {
+process.on('disconnect', () => process.exit(0));
+process.on('message', async (message: { cmd: string; baseUrl?: string; redisUrl?: string; queueName?: string }) => {
   if (message.cmd === 'start') {
-    relay = await startSmtpRelay({ baseUrl: message.baseUrl!, apiKey: 'k', port: 0, retries: false, maxClients: 1000 });
+    relay = await startSmtpRelay({
+      baseUrl: message.baseUrl!,
+      apiKey: 'k',
+      port: 0,
+      retries: false,
+      maxClients: 1000,
+      ...(message.redisUrl === undefined
+        ? {}
+        : { queue: { connection: message.redisUrl, queueName: message.queueName ?? 'eml-api' } }),
+    });
     process.send!({ port: relay.port });
   } else if (message.cmd === 'mark') {
     measure = await startPeakRss();

@@ -43,6 +43,8 @@ const smtp = new SMTPServer({
 const listen = (server: { listen: (port: number, host: string, cb: () => void) => unknown }) =>
   new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
 
+// An interrupted benchmark leaves no sink behind.
+process.on('disconnect', () => process.exit(0));
 process.on('message', async (message: { cmd: string; httpDelayMs?: number }) => {
   if (message.cmd === 'start') {
     delayMs = message.httpDelayMs ?? 0;

@@ -3,6 +3,8 @@ import { fileURLToPath } from 'node:url';
 
 /** Handle to the sink process. */
 export interface Sinks {
+  /** The sink process's pid (for its CPU time). */
+  pid: number;
   httpUrl: string;
   smtpPort: number;
   setDelay(ms: number): Promise<void>;
@@ -29,6 +31,7 @@ export async function startSinks(httpDelayMs = 0): Promise<Sinks> {
     httpDelayMs,
   });
   return {
+    pid: child.pid!,
     httpUrl: `http://127.0.0.1:${httpPort}`,
     smtpPort,
     setDelay: async (ms) => {

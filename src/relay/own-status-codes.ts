@@ -24,7 +24,7 @@ export function keepOwnStatusCodes(server: SMTPServer): void {
   const connect = server.connect.bind(server);
   server.connect = (socket, options) => {
     connect(socket, options);
-    // connect() adds the new connection last; the greeting is sent later, after a timer.
+    // connect() adds the new connection last; the greeting is sent later (see prompt-greeting.ts).
     let newest: (typeof server.connections extends Set<infer C> ? C : never) | undefined;
     for (const connection of server.connections) newest = connection;
     if (!newest) return;

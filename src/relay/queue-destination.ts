@@ -4,6 +4,9 @@ import type { EmlApiQueueTransportOptions } from '../queue/queue-transport-optio
 import { queueTransportInternals } from '../queue/queue-transport-internals.js';
 import type { MessageDestination } from './message-destination.js';
 
+/** The largest `concurrency` the queue transport takes. */
+const MAX_CONCURRENCY = 10_000;
+
 /**
  * The destination of the `queue` option (`eml-api relay --redis`): the
  * outbox. The relay answers `250` once Redis has stored the message; the
@@ -12,10 +15,22 @@ import type { MessageDestination } from './message-destination.js';
  *
  * @param queue a queue transport the caller owns (left open on close), or the
  *   options of one the relay makes and closes
+ * @param maxClients the relay's `maxClients`: a transport the relay makes
+ *   stores that many messages at once unless its options set `concurrency`
  */
-export function queueDestination(queue: EmlApiQueueTransport | EmlApiQueueTransportOptions): MessageDestination {
+export function queueDestination(
+  queue: EmlApiQueueTransport | EmlApiQueueTransportOptions,
+  maxClients: number,
+): MessageDestination {
   const owned = !(queue instanceof EmlApiQueueTransport);
-  const transport = queue instanceof EmlApiQueueTransport ? queue : new EmlApiQueueTransport(queue);
+  // The transport's `concurrency` (10 by default) bounds how many messages Nodemailer builds at
+  // once. A relay's messages are already spooled when they reach it, and each connection has one
+  // at a time: a limit below maxClients only makes clients wait in line for Redis (20 sessions of
+  // smtp-source were accepted 2-10% faster with it at maxClients).
+  const transport =
+    queue instanceof EmlApiQueueTransport
+      ? queue
+      : new EmlApiQueueTransport({ concurrency: Math.min(maxClients, MAX_CONCURRENCY), ...queue });
   const { enqueue } = queueTransportInternals(transport);
   return {
     name: 'outbox',

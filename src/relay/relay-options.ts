@@ -100,7 +100,9 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    * or its options. Needs `apiKey` (the relay's own key; the workers send with
    * theirs), bullmq and ioredis. Every message then goes out under the
    * workers' key, so AUTH accepts only the relay's own key (as the password,
-   * any user name) and the `users`, never another API key.
+   * any user name) and the `users`, never another API key. A transport the
+   * relay makes from options stores up to `maxClients` messages at once,
+   * unless the options set `concurrency`.
    * @default undefined (each message is uploaded before the relay answers)
    * @example
    * await startSmtpRelay({ baseUrl, apiKey, queue: { connection: process.env.REDIS_URL! } });

@@ -8,6 +8,7 @@ import { KeyClients } from './key-clients.js';
 import { keepCommandLines } from './mail-parameters.js';
 import { directDestination } from './message-destination.js';
 import { keepOwnStatusCodes } from './own-status-codes.js';
+import { greetPromptly } from './prompt-greeting.js';
 import { queueDestination } from './queue-destination.js';
 import { relaySessionHandlers } from './relay-sessions.js';
 import type { SmtpRelayOptions } from './relay-options.js';
@@ -75,7 +76,8 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
   const { SMTPServer: Server } = loadSmtpServer();
   const { apiKey, settings } = resolveRelayOptions(options);
   const { logger } = settings;
-  const destination = settings.queue === undefined ? directDestination() : queueDestination(settings.queue);
+  const destination =
+    settings.queue === undefined ? directDestination() : queueDestination(settings.queue, settings.maxClients);
   const makeClient = (key: string) => new EmlApiClient({ ...settings.clientOptions, apiKey: key });
   const relayClient = apiKey === undefined ? undefined : makeClient(apiKey);
   const keyClients = new KeyClients(makeClient, settings.maxKeys);
@@ -127,6 +129,7 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
   });
   keepOwnStatusCodes(server);
   keepCommandLines(server);
+  greetPromptly(server);
   slots.attach(server);
   server.on('error', (err) => logger.warn({ err: err.message }, 'SMTP connection error'));
   try {

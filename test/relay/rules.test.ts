@@ -318,6 +318,21 @@ describe('who may AUTH and send', () => {
         'allowUnauthenticatedFrom',
       );
   });
+
+  it('answers the same when asked again about an address, also after more addresses than it remembers', () => {
+    const list = new ClientAddressList(['10.0.0.0/16', 'fd00::/8'], 'trustedNetworks');
+    const addresses = Array.from({ length: 3000 }, (_, i) =>
+      i % 3 === 0 ? `10.${i % 2}.${(i >> 8) & 255}.${i & 255}` : i % 3 === 1 ? `fd00::${i.toString(16)}` : `fe80::${i}`,
+    );
+    const expected = (a: string) => a.startsWith('10.0.') || a.startsWith('fd00:');
+    for (let pass = 0; pass < 2; pass++) {
+      for (const address of addresses) expect(list.includes(address)).toBe(expected(address));
+    }
+    expect(list.includes('::ffff:10.0.1.2')).toBe(true);
+    expect(list.includes('::ffff:10.0.1.2')).toBe(true);
+    expect(list.includes('not an address')).toBe(false);
+    expect(list.includes('not an address')).toBe(false);
+  });
 });
 
 describe("the relay's users", () => {
