@@ -292,7 +292,11 @@ class RunningCall implements Call {
         retryClass = classifyStatus(res.statusCode);
         wait = parseRetryAfter(answer.headers['retry-after']);
       } else {
-        if (signal.aborted || !(failure instanceof ExchangeFailure)) throw failure;
+        // A body that failed to produce its bytes (a stored message that does not match its hash)
+        // fails the call with its own error: no retry makes it right.
+        if (signal.aborted || !(failure instanceof ExchangeFailure) || failure.cause instanceof EmlApiError) {
+          throw failure;
+        }
         retryClass = failure.phase === 'sent' ? 'ambiguous' : 'safe';
       }
       const allowed =

@@ -7,7 +7,7 @@ import { EmlApiError } from '../shared/eml-api-error.js';
 import { VERSION } from '../shared/version.js';
 import { jsonRouteOf } from '../transport/json-route.js';
 import type { NodemailerMail } from '../transport/nodemailer-types.js';
-import { newContentKey, writeContent } from './content-store.js';
+import { ContentStore } from './content-store.js';
 import { outboxJobId } from './outbox-job-id.js';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
 import { loadBullmq } from './queue-peers.js';
@@ -59,6 +59,7 @@ export class EmlApiQueueTransport extends EventEmitter {
   readonly queueName: string;
   readonly #settings: ResolvedQueueTransportOptions;
   readonly #redis: OutboxRedis;
+  readonly #content: ContentStore;
   readonly #limiter: ConcurrencyLimiter;
   readonly #inflight = new Set<Promise<unknown>>();
   #closed = false;
@@ -72,6 +73,7 @@ export class EmlApiQueueTransport extends EventEmitter {
     this.#settings = resolveQueueTransportOptions(options);
     const { Queue } = loadBullmq();
     this.#redis = openOutboxRedis(options.connection, 'producer');
+    this.#content = new ContentStore(this.#redis.redis, this.#settings);
     this.queueName = this.#settings.queueName;
     this.queue = new Queue<OutboxJobData, OutboxSendResult>(this.queueName, {
       connection: this.#redis.redis,
@@ -245,9 +247,9 @@ export class EmlApiQueueTransport extends EventEmitter {
 
   /** Stores the content, then the job that points at it: a job never points at content not fully stored. */
   async #store(content: QueuedContent, idempotencyKey: string, signal: AbortSignal): Promise<EmlApiQueuedMessageInfo> {
-    const { redis, where } = this.#redis;
+    const { where } = this.#redis;
     const jobId = outboxJobId(idempotencyKey);
-    const contentKey = newContentKey(this.#settings.contentKeyPrefix, jobId);
+    const contentKey = this.#content.newKey(jobId);
     const deadline = Date.now() + this.#settings.storeTimeout;
     const left = () => Math.max(1, deadline - Date.now());
     const data: OutboxJobData = {
@@ -262,16 +264,19 @@ export class EmlApiQueueTransport extends EventEmitter {
     };
     const writing = new AbortController();
     try {
-      await withDeadline(writeContent(redis, contentKey, content.open(), writing.signal), left());
+      data.sha256 = (
+        await withDeadline(this.#content.write(contentKey, content.open(), writing.signal), left())
+      ).sha256;
     } catch (err) {
-      // Past the deadline the writes may still be going on (a slow Redis): stop them. The writer
-      // deletes the key itself after its last command; a DEL sent from here would run before the
-      // APPENDs still to come, which would then leave the message in Redis with no job.
+      // Past the deadline the writes may still be going on (a slow Redis): stop them, and discard
+      // what was written. The discard leaves a tombstone on which every write still to come fails
+      // (writes are conditional on the stored length), so none can bring the message back with no job.
       writing.abort();
+      void this.#content.discard(contentKey).catch(() => undefined);
       throw redisFailure(err, `Could not store the message in Redis at ${where}`, false);
     }
     if (signal.aborted) {
-      await redis.del(contentKey).catch(() => undefined);
+      await this.#content.discard(contentKey).catch(() => undefined);
       signal.throwIfAborted();
     }
     let stored: OutboxJobData | undefined;
@@ -283,8 +288,38 @@ export class EmlApiQueueTransport extends EventEmitter {
       throw redisFailure(err, `Could not queue the message in Redis at ${where}`, true);
     }
     const duplicate = stored !== undefined && stored.contentKey !== contentKey;
-    if (duplicate) await redis.del(contentKey).catch(() => undefined);
+    if (duplicate) await this.#content.remove(contentKey).catch(() => undefined);
+    else await this.#confirmStored(jobId, contentKey, content.size, left());
     return queuedMessageInfo(duplicate ? stored! : data, jobId, duplicate);
+  }
+
+  /**
+   * Acknowledges only what Redis holds whole: once the job is added, checks in
+   * one step that it points at this content and that the content is all
+   * there. BullMQ adds a job with a script of its own, so the check cannot be
+   * in the same script as the add; it comes after it instead, and sendMail
+   * resolves only when it sees both. Redis may have lost data since the
+   * content was written (a restart without AOF, a failover) and a re-sent add
+   * re-created the job alone: then the job is removed (a worker that took it
+   * meanwhile finds no content and fails it, sending nothing) and the send is
+   * refused, so the app queues it again.
+   */
+  async #confirmStored(jobId: string, contentKey: string, size: number, ms: number): Promise<void> {
+    let state;
+    try {
+      state = await withDeadline(this.#content.confirm(jobId, contentKey, size), ms);
+    } catch (err) {
+      throw redisFailure(err, `Could not queue the message in Redis at ${this.#redis.where}`, true);
+    }
+    if (state === 'stored') return;
+    if (state === 'lost') await this.queue.remove(jobId).catch(() => undefined);
+    await this.#content.discard(contentKey).catch(() => undefined);
+    throw new EmlApiError(
+      'ECONNECTION',
+      `Redis at ${this.#redis.where} lost the message as it was queued (it restarted or failed over): ` +
+        'not queued, nothing will be sent; queue it again',
+      { permanent: false, mayHaveBeenAccepted: false },
+    );
   }
 }
 

@@ -4,6 +4,7 @@ import { clientInternals } from '../client/client-internals.js';
 import { EmlApiClient } from '../client/eml-api-client.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { EmlApiLogger } from '../shared/logger.js';
+import { ContentStore } from './content-store.js';
 import { sweepStoredContent } from './content-sweeper.js';
 import { failureAction, outboxJobError } from './job-failure.js';
 import { readOutboxJobData, type OutboxJobData, type OutboxJobError, type OutboxSendResult } from './outbox-job.js';
@@ -65,6 +66,7 @@ export class EmlApiWorker extends EventEmitter {
   /** Name of the queue. */
   readonly queueName: string;
   readonly #redis: OutboxRedis;
+  readonly #content: ContentStore;
   readonly #location: QueueLocation;
   readonly #logger: EmlApiLogger;
   readonly #running = new Set<Promise<unknown>>();
@@ -85,6 +87,7 @@ export class EmlApiWorker extends EventEmitter {
     this.#logger = settings.logger;
     this.queueName = settings.queueName;
     this.#redis = openOutboxRedis(options.connection, 'worker');
+    this.#content = new ContentStore(this.#redis.redis, settings);
     this.#redis.redis.on('error', (err: Error) => this.#logger.debug({ error: err.message }, 'Redis error'));
     try {
       this.worker = new Worker<OutboxJobData, OutboxSendResult>(
@@ -204,7 +207,7 @@ export class EmlApiWorker extends EventEmitter {
     if (this.#forcing) return this.#handBack(job, token);
     try {
       const data = readOutboxJobData(job.data, this.#location.contentKeyPrefix);
-      return await sendOutboxJob(clientInternals(this.client).requester, this.#redis.redis, data);
+      return await sendOutboxJob(clientInternals(this.client).requester, this.#content, data);
     } catch (err) {
       if (this.#forcing) return this.#handBack(job, token);
       const action = failureAction(err);
@@ -253,7 +256,7 @@ export class EmlApiWorker extends EventEmitter {
     const { contentKey } = job.data;
     if (typeof contentKey === 'string' && contentKey.startsWith(this.#location.contentKeyPrefix)) {
       // Sent: the content is not needed any more (the sweeper catches it if this process dies first).
-      this.#redis.redis.del(contentKey).catch(() => undefined);
+      this.#content.remove(contentKey).catch(() => undefined);
     }
     this.#logger.info({ job: job.id, id: result?.id, response: result?.response }, 'Queued message sent');
     this.emit('sent', job, result);

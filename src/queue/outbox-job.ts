@@ -60,6 +60,12 @@ export interface OutboxJobData {
   contentKey: string;
   /** Bytes under `contentKey`. */
   size: number;
+  /**
+   * SHA-256 (hex) of the bytes under `contentKey`, written by the producer as
+   * it stored them: a worker posts nothing that does not match. Jobs queued
+   * by versions before 0.2 have none.
+   */
+  sha256?: string;
   /** Sender and recipients (for a group send, no recipients: the members are). */
   envelope: MailEnvelope;
   /** Message-ID of the EML ('' for JSON sends: the service gives each copy its own). */
@@ -114,6 +120,7 @@ export function readOutboxJobData(data: unknown, contentKeyPrefix: string): Outb
     Number.isSafeInteger(o.size) &&
     typeof o.idempotencyKey === 'string' &&
     typeof o.messageId === 'string' &&
+    (o.sha256 === undefined || (typeof o.sha256 === 'string' && /^[0-9a-f]{64}$/.test(o.sha256))) &&
     typeof o.envelope === 'object' &&
     o.envelope !== null &&
     Array.isArray(o.envelope.to);
