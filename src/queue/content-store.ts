@@ -41,6 +41,25 @@ export function contentKeyPrefix(prefix: string, queueName: string): string {
 }
 
 /**
+ * The outbox's own keys of a queue, beside BullMQ's. Their names have a colon
+ * after `outbox`, which no job id has (job ids escape ":"), so no job's key
+ * can be one of them.
+ * @example
+ * outboxKeys(resolveQueueLocation('eml-api', 'bull')).contentIndex; // 'bull:eml-api:outbox:content-index'
+ */
+export function outboxKeys(location: Pick<QueueLocation, 'prefix' | 'queueName'>): {
+  /** Sorted set: every content key, scored with when it was written (or last found needed), Redis time in ms. */
+  contentIndex: string;
+  /** The lock of the one sweeper at work. */
+  sweepLock: string;
+  /** Set while the last sweep for content written before the index is recent. */
+  legacyScan: string;
+} {
+  const base = `${location.prefix}:${location.queueName}:outbox:`;
+  return { contentIndex: `${base}content-index`, sweepLock: `${base}sweep-lock`, legacyScan: `${base}legacy-scan` };
+}
+
+/**
  * A new content key for a job.
  * @param now the creation time written in the key @default Date.now()
  * @example
@@ -104,6 +123,8 @@ export type ContentConfirmation = 'stored' | 'duplicate' | 'lost';
  * after its answer was lost); further on, the string must be exactly
  * `offset` bytes long (or `offset` plus this chunk, likewise). Anything else,
  * a key gone or cut because Redis lost data, answers -1 and writes nothing.
+ * The first write also enters the key in the queue's content index, at
+ * Redis's own time (see content-sweeper.ts).
  */
 const WRITE_AT = `
 local kind = redis.call('TYPE', KEYS[1]).ok
@@ -112,6 +133,8 @@ local length = string.len(ARGV[2])
 if kind == 'none' then
   if offset ~= 0 then return -1 end
   redis.call('SET', KEYS[1], ARGV[2])
+  local now = redis.call('TIME')
+  redis.call('ZADD', KEYS[2], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), KEYS[1])
   return length
 end
 if kind ~= 'string' then return -1 end
@@ -131,7 +154,14 @@ const DISCARD = `
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'discarded', '1')
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], KEYS[1])
 return 1
+`;
+
+/** Removes content and its entry in the index. */
+const REMOVE = `
+redis.call('ZREM', KEYS[2], KEYS[1])
+return redis.call('DEL', KEYS[1])
 `;
 
 /**
@@ -155,8 +185,9 @@ return redis.call('STRLEN', KEYS[1])
 const TOMBSTONE_MS = 60 * 60 * 1000;
 
 interface ContentCommands {
-  emlApiWriteAt(key: string, offset: number, chunk: Buffer): Promise<number>;
-  emlApiDiscard(key: string, ttl: number): Promise<number>;
+  emlApiWriteAt(key: string, index: string, offset: number, chunk: Buffer): Promise<number>;
+  emlApiDiscard(key: string, index: string, ttl: number): Promise<number>;
+  emlApiRemove(key: string, index: string): Promise<number>;
   emlApiConfirm(jobKey: string, key: string): Promise<[number, string]>;
   emlApiLength(key: string): Promise<number>;
 }
@@ -166,8 +197,9 @@ const defined = new WeakSet<Redis>();
 /** The outbox's Lua commands on a client (defined once per client; ioredis sends EVALSHA, falling back to EVAL). */
 function commands(redis: Redis): Redis & ContentCommands {
   if (!defined.has(redis)) {
-    redis.defineCommand('emlApiWriteAt', { numberOfKeys: 1, lua: WRITE_AT });
-    redis.defineCommand('emlApiDiscard', { numberOfKeys: 1, lua: DISCARD });
+    redis.defineCommand('emlApiWriteAt', { numberOfKeys: 2, lua: WRITE_AT });
+    redis.defineCommand('emlApiDiscard', { numberOfKeys: 2, lua: DISCARD });
+    redis.defineCommand('emlApiRemove', { numberOfKeys: 2, lua: REMOVE });
     redis.defineCommand('emlApiConfirm', { numberOfKeys: 2, lua: CONFIRM });
     redis.defineCommand('emlApiLength', { numberOfKeys: 1, lua: LENGTH });
     defined.add(redis);
@@ -186,10 +218,12 @@ function commands(redis: Redis): Redis & ContentCommands {
 export class ContentStore {
   readonly #redis: Redis & ContentCommands;
   readonly #location: QueueLocation;
+  readonly #index: string;
 
   constructor(redis: Redis, location: QueueLocation) {
     this.#redis = commands(redis);
     this.#location = location;
+    this.#index = outboxKeys(location).contentIndex;
   }
 
   /** A new content key for a job of this queue. */
@@ -214,7 +248,7 @@ export class ContentStore {
     const put = async (piece: Buffer) => {
       // Checked before every command: nothing is sent once the send was given up.
       signal?.throwIfAborted();
-      const stored = await this.#redis.emlApiWriteAt(key, written, piece);
+      const stored = await this.#redis.emlApiWriteAt(key, this.#index, written, piece);
       if (stored !== written + piece.length) throw lostWhileWriting(written);
       hash.update(piece);
       written += piece.length;
@@ -242,7 +276,7 @@ export class ContentStore {
    * await store.discard(contentKey);
    */
   async discard(key: string): Promise<void> {
-    await this.#redis.emlApiDiscard(key, TOMBSTONE_MS);
+    await this.#redis.emlApiDiscard(key, this.#index, TOMBSTONE_MS);
   }
 
   /**
@@ -251,7 +285,7 @@ export class ContentStore {
    * await store.remove(job.data.contentKey);
    */
   async remove(key: string): Promise<void> {
-    await this.#redis.del(key);
+    await this.#redis.emlApiRemove(key, this.#index);
   }
 
   /**

@@ -79,8 +79,10 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool'> 
    */
   retries?: EmlApiClientOptions['retries'];
   /**
-   * How often this worker removes stored content whose job is gone (removed
-   * by age, by hand, or a crash between storing and queueing), in ms; 0 turns it off.
+   * How often this worker sweeps stored content whose job is gone (removed
+   * by age, by hand, or a crash between storing and queueing), in ms; 0
+   * turns it off. One worker of the queue sweeps at a time (a lock in Redis):
+   * the others skip that round.
    * @default 600000 (10 minutes)
    */
   cleanupInterval?: number;
