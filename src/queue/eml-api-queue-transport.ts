@@ -18,6 +18,7 @@ import { queuedMessageInfo, type EmlApiQueuedMessageInfo } from './queued-messag
 import { closeOutboxRedis, openOutboxRedis, type OutboxRedis } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
 import { redisFailure } from './redis-failure.js';
+import { checkRedisSettings } from './redis-settings.js';
 import { resolveQueueTransportOptions, type ResolvedQueueTransportOptions } from './resolve-queue-transport-options.js';
 
 /**
@@ -62,6 +63,7 @@ export class EmlApiQueueTransport extends EventEmitter {
   readonly #content: ContentStore;
   readonly #limiter: ConcurrencyLimiter;
   readonly #inflight = new Set<Promise<unknown>>();
+  #redisChecked: Promise<void> | undefined;
   #closed = false;
   #closing: Promise<void> | undefined;
 
@@ -119,9 +121,13 @@ export class EmlApiQueueTransport extends EventEmitter {
   };
 
   /**
-   * Checks that Redis answers (a PING). Returns a Promise when called without a callback.
+   * Checks that Redis answers (a PING) and keeps what is queued: its
+   * `maxmemory-policy` must be `noeviction`, and its persistence what the
+   * `durability` option asks (a warning is logged when the append-only file
+   * is off). Returns a Promise when called without a callback.
    *
-   * @throws {EmlApiError} `ECONNECTION` when Redis cannot be reached
+   * @throws {EmlApiError} `ECONNECTION` when Redis cannot be reached; `ECONFIG` naming the
+   *   Redis setting (and the command that fixes it) when Redis would lose queued mail
    * @example
    * await transporter.verify(); // true
    */
@@ -130,7 +136,11 @@ export class EmlApiQueueTransport extends EventEmitter {
     (callback: (err: Error | null, success?: true) => void): void;
   } = ((callback?: (err: Error | null, success?: true) => void): Promise<true> | void => {
     const promise = withDeadline(this.#redis.redis.ping(), this.#settings.storeTimeout).then(
-      () => true as const,
+      async () => {
+        await this.#checkRedis();
+        this.#redisChecked ??= Promise.resolve();
+        return true as const;
+      },
       (err: unknown) => {
         throw redisFailure(err, `Redis at ${this.#redis.where} did not answer`, false);
       },
@@ -236,6 +246,7 @@ export class EmlApiQueueTransport extends EventEmitter {
   ): Promise<EmlApiQueuedMessageInfo> {
     const settings = this.#settings;
     if (content.requestBytes > settings.maxMessageBytes) throw tooLarge(content, settings.maxMessageBytes);
+    await this.#checkRedisOnce();
     signal.throwIfAborted();
     const info = await this.#store(content, idempotencyKey, signal);
     settings.logger.info(
@@ -291,6 +302,32 @@ export class EmlApiQueueTransport extends EventEmitter {
     if (duplicate) await this.#content.remove(contentKey).catch(() => undefined);
     else await this.#confirmStored(jobId, contentKey, content.size, left());
     return queuedMessageInfo(duplicate ? stored! : data, jobId, duplicate);
+  }
+
+  /**
+   * Checks Redis's settings before the first message is queued (issue 20,
+   * item 4); a failed check (a refusal, or Redis unreachable) is made again
+   * on the next send, so fixing Redis needs no restart.
+   */
+  #checkRedisOnce(): Promise<void> {
+    this.#redisChecked ??= this.#checkRedis().catch((err: unknown) => {
+      this.#redisChecked = undefined;
+      throw err;
+    });
+    return this.#redisChecked;
+  }
+
+  async #checkRedis(): Promise<void> {
+    const { redis, where } = this.#redis;
+    const { durability, logger, storeTimeout } = this.#settings;
+    try {
+      await withDeadline(
+        checkRedisSettings(redis, where, durability, (message) => logger.warn({}, message)),
+        storeTimeout,
+      );
+    } catch (err) {
+      throw redisFailure(err, `Could not read the settings of Redis at ${where}`, false);
+    }
   }
 
   /**

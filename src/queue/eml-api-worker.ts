@@ -13,6 +13,7 @@ import { loadBullmq, type BullmqModule } from './queue-peers.js';
 import { closeOutboxRedis, openOutboxRedis, QUIT_WAIT, type OutboxRedis } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
 import { resolveWorkerOptions } from './resolve-worker-options.js';
+import { checkRedisSettings } from './redis-settings.js';
 import { outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
 import { sendOutboxJob } from './send-outbox-job.js';
 import type { EmlApiWorkerOptions } from './worker-options.js';
@@ -51,6 +52,8 @@ const HAND_BACK_WAIT = 5_000;
  * - `'retrying'` `(job, error: EmlApiError, delayMs)`: a send failed for a passing reason and will be tried again
  * - `'failed'` `(job, error: EmlApiError)`: a send failed for good (a permanent error, or out of attempts)
  * - `'error'` `(error)`: the worker itself failed (Redis unreachable...); logged when nobody listens
+ * - `'warning'` `(message: string)`: Redis keeps queued mail less safely than it should (it runs without
+ *   its append-only file), or its settings cannot be read; also logged
  *
  * @example
  * const outbox = await startEmlApiWorker({ connection, apiKey, baseUrl });
@@ -65,6 +68,16 @@ export class EmlApiWorker extends EventEmitter {
   readonly client: EmlApiClient;
   /** Name of the queue. */
   readonly queueName: string;
+  /**
+   * Resolves once the worker is connected, has checked that Redis keeps what
+   * is queued, and takes jobs; rejects (`ECONFIG`, the worker then closed)
+   * when Redis evicts keys (`maxmemory-policy` other than `noeviction`: queued
+   * mail would be lost silently). {@link startEmlApiWorker} waits for it.
+   * @example
+   * const outbox = new EmlApiWorker(options);
+   * await outbox.started;
+   */
+  readonly started: Promise<void>;
   readonly #redis: OutboxRedis;
   readonly #content: ContentStore;
   readonly #location: QueueLocation;
@@ -99,6 +112,8 @@ export class EmlApiWorker extends EventEmitter {
           prefix: settings.prefix,
           concurrency: settings.concurrency,
           limiter: settings.limiter,
+          // Started by #start once Redis's settings are checked: no job is taken from a Redis that evicts.
+          autorun: false,
           settings: {
             backoffStrategy: (attemptsMade: number, _type?: string, err?: Error, job?: MinimalJob) =>
               outboxBackoffDelay(attemptsMade, job?.opts.backoff as Partial<OutboxBackoffOptions> | undefined, err),
@@ -133,6 +148,30 @@ export class EmlApiWorker extends EventEmitter {
       this.#sweeper.unref();
       void this.worker.waitUntilReady().then(sweep, () => undefined);
     }
+    this.started = this.#start();
+    // Whoever made the worker awaits `started` (startEmlApiWorker does); else it is only logged.
+    this.started.catch((err: Error) => this.#logger.error({ error: err.message }, 'Outbox worker not started'));
+  }
+
+  /**
+   * Checks Redis's settings (issue 20, item 4) once connected, then takes
+   * jobs. Running without the append-only file is a warning; evicting keys
+   * is a refusal: the worker closes.
+   */
+  async #start(): Promise<void> {
+    try {
+      await this.worker.waitUntilReady();
+      await checkRedisSettings(this.#redis.redis, this.#redis.where, 'warn', (message) => {
+        this.#logger.warn({}, message);
+        this.emit('warning', message);
+      });
+    } catch (err) {
+      await this.close({ force: true }).catch(() => undefined);
+      throw err;
+    }
+    if (this.#closing) return;
+    // run() resolves when the worker closes; its failures reach the 'error' event.
+    this.worker.run().catch((err: Error) => this.#reportError(err));
   }
 
   /**
@@ -288,7 +327,13 @@ export class EmlApiWorker extends EventEmitter {
  * `Retry-After`; permanent failures (4xx, `EAUTH`, `EMESSAGE`) fail the job at
  * once, keeping the error on it. Resolves once the worker is connected.
  *
- * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid
+ * Before it takes any job it checks that Redis keeps what is queued: a
+ * `maxmemory-policy` other than `noeviction` is refused (queued mail would be
+ * evicted silently); running without the append-only file is logged as a
+ * warning (see {@link EmlApiWorker.started}).
+ *
+ * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid, or naming the
+ *   Redis setting (and the command that fixes it) when Redis would lose queued mail
  * @example
  * import { startEmlApiWorker } from 'nodemailer-eml-api/queue';
  *
@@ -304,7 +349,7 @@ export class EmlApiWorker extends EventEmitter {
 export async function startEmlApiWorker(options: EmlApiWorkerOptions): Promise<EmlApiWorker> {
   const outbox = new EmlApiWorker(options);
   try {
-    await outbox.worker.waitUntilReady();
+    await outbox.started;
   } catch (err) {
     await outbox.close({ force: true }).catch(() => undefined);
     throw err;

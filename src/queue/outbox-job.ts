@@ -111,6 +111,15 @@ const KINDS: readonly OutboxSendKind[] = ['eml', 'email', 'group'];
  */
 export function readOutboxJobData(data: unknown, contentKeyPrefix: string): OutboxJobData {
   const o = (typeof data === 'object' && data !== null ? data : {}) as Partial<OutboxJobData>;
+  if (Object.keys(o).length === 0) {
+    // BullMQ hands a job whose hash is gone (evicted) to a worker with empty data.
+    throw new EmlApiError(
+      'EMESSAGE',
+      'The data of this job is missing from Redis (evicted or removed): nothing to send. ' +
+        'Redis must run with maxmemory-policy noeviction (see "Durable sending" in the README)',
+      { permanent: true },
+    );
+  }
   const valid =
     o.v === 1 &&
     KINDS.includes(o.kind as OutboxSendKind) &&

@@ -2,6 +2,7 @@ import type { JobsOptions } from 'bullmq';
 import type { SpoolOptions } from '../body/spool-options.js';
 import type { EmlApiLogger } from '../shared/logger.js';
 import type { RedisConnectionInput } from './redis-connection.js';
+import type { OutboxDurability } from './redis-settings.js';
 import type { RetryScheduleOptions } from './retry-schedule.js';
 
 /**
@@ -71,6 +72,20 @@ export interface EmlApiQueueTransportOptions {
    * @default 30000
    */
   storeTimeout?: number;
+  /**
+   * What Redis must guarantee before mail is queued; checked on the first
+   * send and by `verify()`, with `maxmemory-policy noeviction` always
+   * required. `'warn'` queues in any case and logs a warning when Redis runs
+   * without its append-only file (a queued message then survives no restart
+   * of Redis); `'aof'` refuses (`ECONFIG`) unless `appendonly yes`;
+   * `'aof-always'` also needs `appendfsync always` (every write on disk
+   * before `sendMail` resolves, as Postfix fsyncs before its `250`). Where
+   * Redis does not let the settings be read, a warning is logged instead.
+   * @default 'warn'
+   * @example
+   * new EmlApiQueueTransport({ connection: process.env.REDIS_URL!, durability: 'aof' });
+   */
+  durability?: OutboxDurability;
   /**
    * Where the transport logs: `true` for the console, or a logger object.
    * @default false

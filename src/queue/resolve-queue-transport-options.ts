@@ -6,6 +6,7 @@ import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
 import { wholeNumberOption } from './whole-number-option.js';
 import type { EmlApiQueueTransportOptions, OutboxJobOptions } from './queue-transport-options.js';
 import { resolveRetrySchedule, retryJobOptions } from './retry-schedule.js';
+import { OUTBOX_DURABILITIES, type OutboxDurability } from './redis-settings.js';
 
 /**
  * The default of `maxMessageBytes`: the service's request limit, 50 MiB.
@@ -41,6 +42,7 @@ export interface ResolvedQueueTransportOptions extends QueueLocation {
   concurrency: number;
   spool: SpoolSettings;
   storeTimeout: number;
+  durability: OutboxDurability;
   logger: EmlApiLogger;
 }
 
@@ -91,6 +93,15 @@ export function resolveQueueTransportOptions(options: EmlApiQueueTransportOption
     concurrency: wholeNumberOption(options.concurrency, 'concurrency', 10, 1, 10_000),
     spool: resolveSpool(options.spool),
     storeTimeout,
+    durability: resolveDurability(options.durability),
     logger: resolveLogger(options.logger),
   };
+}
+
+function resolveDurability(value: unknown): OutboxDurability {
+  if (value === undefined) return 'warn';
+  if (typeof value === 'string' && (OUTBOX_DURABILITIES as readonly string[]).includes(value)) {
+    return value as OutboxDurability;
+  }
+  throw configError('durability', `expected 'warn', 'aof' or 'aof-always', got ${describe(value)}`);
 }

@@ -129,7 +129,9 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
     relay = await startSmtpRelay(options);
   } catch (err) {
     // A bad option is a usage mistake; a port in use or a refused key is a failure to start.
-    if (err instanceof EmlApiError && err.code === 'ECONFIG' && !listenFailure(err)) throw new UsageError(err.message);
+    if (err instanceof EmlApiError && err.code === 'ECONFIG' && !listenFailure(err) && !redisSetting(err)) {
+      throw new UsageError(err.message);
+    }
     throw err;
   }
   const tls = options.tls ? (options.tls.implicit ? ', implicit TLS' : ', STARTTLS') : '';
@@ -166,6 +168,11 @@ function lineLogger(io: CliIo, quiet: boolean): EmlApiLogger {
 
 function listenFailure(err: EmlApiError): boolean {
   return (err.cause as NodeJS.ErrnoException | undefined)?.syscall === 'listen';
+}
+
+/** A refusal of the outbox's Redis (its eviction policy, its persistence): a failure to start, not a usage mistake. */
+function redisSetting(err: EmlApiError): boolean {
+  return err.command?.startsWith('CONFIG GET ') === true;
 }
 
 async function readPem(path: string, flag: string): Promise<Buffer> {

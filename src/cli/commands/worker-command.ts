@@ -28,7 +28,10 @@ ${REDIS_OPTIONS_HELP}  --concurrency <n>       messages sent at once by this wor
 ${SERVICE_OPTIONS_HELP}
 Environment: REDIS_URL, EML_API_URL, EML_API_KEY.
 It checks the key first (without sending mail): a key the service refuses
-would fail every queued message, so the worker does not start with one.
+would fail every queued message, so the worker does not start with one. Nor
+does it start with a Redis that evicts keys (maxmemory-policy other than
+noeviction: queued mail would be lost silently); it warns when Redis runs
+without its append-only file.
 
 Exit codes: 0 stopped, 1 could not start (refused key...), 2 wrong usage.
 `;
@@ -79,10 +82,12 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
     io.stderr.write(`failed ${jobName(job)}: ${describeError(err)}\n`);
   });
   outbox.on('error', (err: Error) => io.stderr.write(`worker error: ${terminalText(err.message)}\n`));
+  outbox.on('warning', (message: string) => io.stderr.write(`warning: ${terminalText(message)}\n`));
 
   const stop = stopSignals(io.signal);
   try {
-    const ready = await Promise.race([outbox.worker.waitUntilReady().then(() => true), stop.first.then(() => false)]);
+    // Started once Redis's settings are checked: an evicting Redis rejects it (exit 1, the worker closed).
+    const ready = await Promise.race([outbox.started.then(() => true), stop.first.then(() => false)]);
     if (ready) {
       const rate = limiter ? `, at most ${limiter.max} per ${limiter.duration / 1000} s across all workers` : '';
       io.stdout.write(`Worker sending from queue "${outbox.queueName}", ${concurrency} at a time${rate}\n`);
