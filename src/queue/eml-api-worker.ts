@@ -69,10 +69,10 @@ export class EmlApiWorker extends EventEmitter {
   /** Name of the queue. */
   readonly queueName: string;
   /**
-   * Resolves once the worker is connected, has checked that Redis keeps what
-   * is queued, and takes jobs; rejects (`ECONFIG`, the worker then closed)
-   * when Redis evicts keys (`maxmemory-policy` other than `noeviction`: queued
-   * mail would be lost silently). {@link startEmlApiWorker} waits for it.
+   * Resolves once the worker is connected and has checked that Redis keeps
+   * what is queued; rejects (`ECONFIG`, the worker then closed) when Redis
+   * evicts keys (`maxmemory-policy` other than `noeviction`: queued mail would
+   * be lost silently). {@link startEmlApiWorker} waits for it.
    * @example
    * const outbox = new EmlApiWorker(options);
    * await outbox.started;
@@ -112,8 +112,6 @@ export class EmlApiWorker extends EventEmitter {
           prefix: settings.prefix,
           concurrency: settings.concurrency,
           limiter: settings.limiter,
-          // Started by #start once Redis's settings are checked: no job is taken from a Redis that evicts.
-          autorun: false,
           settings: {
             backoffStrategy: (attemptsMade: number, _type?: string, err?: Error, job?: MinimalJob) =>
               outboxBackoffDelay(attemptsMade, job?.opts.backoff as Partial<OutboxBackoffOptions> | undefined, err),
@@ -154,9 +152,12 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   /**
-   * Checks Redis's settings (issue 20, item 4) once connected, then takes
-   * jobs. Running without the append-only file is a warning; evicting keys
-   * is a refusal: the worker closes.
+   * Checks Redis's settings (issue 20, item 4) once connected. Running
+   * without the append-only file is a warning; evicting keys is a refusal:
+   * the worker closes, handing back any job it took meanwhile. (Holding the
+   * jobs back until the check, with BullMQ's autorun off, started the worker
+   * with its first commands still in flight, which a close while Redis
+   * stopped answering then waited for.)
    */
   async #start(): Promise<void> {
     try {
@@ -169,9 +170,6 @@ export class EmlApiWorker extends EventEmitter {
       await this.close({ force: true }).catch(() => undefined);
       throw err;
     }
-    if (this.#closing) return;
-    // run() resolves when the worker closes; its failures reach the 'error' event.
-    this.worker.run().catch((err: Error) => this.#reportError(err));
   }
 
   /**
@@ -327,7 +325,7 @@ export class EmlApiWorker extends EventEmitter {
  * `Retry-After`; permanent failures (4xx, `EAUTH`, `EMESSAGE`) fail the job at
  * once, keeping the error on it. Resolves once the worker is connected.
  *
- * Before it takes any job it checks that Redis keeps what is queued: a
+ * As it starts it checks that Redis keeps what is queued: a
  * `maxmemory-policy` other than `noeviction` is refused (queued mail would be
  * evicted silently); running without the append-only file is logged as a
  * warning (see {@link EmlApiWorker.started}).
