@@ -1,15 +1,21 @@
-import { createHash, randomBytes, type Hash } from 'node:crypto';
+import { createHash, type Hash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import type { Redis } from 'ioredis';
 import { emlBodyFromBuffer, emlBodyFromStream, STREAM_ABOVE } from '../body/eml-upload-body.js';
 import type { UploadBody } from '../http/upload-body.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import type { MailEnvelope } from '../transport/nodemailer-types.js';
+import { NO_KEYS, recordAad, type OutboxKeyring } from './content-cipher.js';
+import { CONTENT_CHUNK, exactChunks, pieces, plainSpans, records, storedLength } from './content-layout.js';
+import { newContentKey, outboxKeys } from './content-keys.js';
+import { contentCommands, TOMBSTONE_MS, type ContentCommands } from './content-scripts.js';
+import type { OutboxJobData } from './outbox-job.js';
 import type { QueueLocation } from './queue-location.js';
 
 /**
  * Where the outbox keeps the content of queued sends: one Redis string per
  * send, beside (not inside) its BullMQ job, written and read in chunks of
- * {@link CONTENT_CHUNK} bytes. Keys are
+ * CONTENT_CHUNK bytes (content-layout.ts). Keys are
  * `{prefix}:{queue}:content:{jobId}:{createdMs}-{random}`: the job id lets the
  * sweeper find keys whose job is gone, and the random part keeps a second
  * enqueue of the same job id from overwriting the first one's bytes.
@@ -24,75 +30,19 @@ import type { QueueLocation } from './queue-location.js';
  */
 
 /**
- * Bytes per Redis command when content is written or read: what a producer
- * or a worker holds of a large message at a time.
- * @example
- * const commands = Math.ceil(size / CONTENT_CHUNK); // 25 for a 25 MiB message
- */
-export const CONTENT_CHUNK = 1024 * 1024;
-
-/**
- * Where the content keys of a queue start.
- * @example
- * contentKeyPrefix('bull', 'eml-api'); // 'bull:eml-api:content:'
- */
-export function contentKeyPrefix(prefix: string, queueName: string): string {
-  return `${prefix}:${queueName}:content:`;
-}
-
-/**
- * The outbox's own keys of a queue, beside BullMQ's. Their names have a colon
- * after `outbox`, which no job id has (job ids escape ":"), so no job's key
- * can be one of them.
- * @example
- * outboxKeys(resolveQueueLocation('eml-api', 'bull')).contentIndex; // 'bull:eml-api:outbox:content-index'
- */
-export function outboxKeys(location: Pick<QueueLocation, 'prefix' | 'queueName'>): {
-  /** Sorted set: every content key, scored with when it was written (or last found needed), Redis time in ms. */
-  contentIndex: string;
-  /** The lock of the one sweeper at work. */
-  sweepLock: string;
-  /** Set while the last sweep for content written before the index is recent. */
-  legacyScan: string;
-} {
-  const base = `${location.prefix}:${location.queueName}:outbox:`;
-  return { contentIndex: `${base}content-index`, sweepLock: `${base}sweep-lock`, legacyScan: `${base}legacy-scan` };
-}
-
-/**
- * A new content key for a job.
- * @param now the creation time written in the key @default Date.now()
- * @example
- * newContentKey('bull:eml-api:content:', 'order-1042'); // 'bull:eml-api:content:order-1042:1795453916326-e6f0dafa'
- */
-export function newContentKey(keyPrefix: string, jobId: string, now = Date.now()): string {
-  return `${keyPrefix}${jobId}:${now}-${randomBytes(4).toString('hex')}`;
-}
-
-/**
- * The job id and creation time a content key names, or undefined for a key of another form.
- * @example
- * parseContentKey('bull:eml-api:content:', 'bull:eml-api:content:a:1795453916326-e6f0dafa'); // { jobId: 'a', createdAt: 1795453916326 }
- */
-export function parseContentKey(keyPrefix: string, key: string): { jobId: string; createdAt: number } | undefined {
-  if (!key.startsWith(keyPrefix)) return undefined;
-  const rest = key.slice(keyPrefix.length);
-  const colon = rest.lastIndexOf(':');
-  const match = /^(\d+)-[0-9a-f]+$/.exec(rest.slice(colon + 1));
-  if (colon <= 0 || !match) return undefined;
-  return { jobId: rest.slice(0, colon), createdAt: Number(match[1]) };
-}
-
-/**
  * What a finished write stored, for the job's data.
  * @example
  * const { size, sha256 } = await store.write(key, content.open(), signal);
  */
 export interface WrittenContent {
-  /** Bytes stored under the key. */
+  /** Bytes of the content (before encryption). */
   size: number;
-  /** SHA-256 of the bytes stored under the key, hex. */
+  /** Bytes stored under the key (with encryption, the records' nonces and tags added). */
+  stored: number;
+  /** SHA-256 of the bytes stored under the key, hex: of the ciphertext, when encrypted. */
   sha256: string;
+  /** The key the content was encrypted with, if it was. */
+  keyId?: string;
 }
 
 /**
@@ -103,8 +53,11 @@ export interface WrittenContent {
  */
 export interface StoredContentRef {
   contentKey: string;
+  /** Bytes of the content (before encryption). */
   size: number;
   sha256?: string | undefined;
+  /** Set when the content is encrypted: the id of its key. */
+  encryption?: { keyId: string } | undefined;
 }
 
 /**
@@ -118,112 +71,29 @@ export interface StoredContentRef {
 export type ContentConfirmation = 'stored' | 'duplicate' | 'lost';
 
 /**
- * Writes a chunk only where the stored length says it goes. At offset 0 the
- * key must not exist (or hold exactly this chunk: the same write, repeated
- * after its answer was lost); further on, the string must be exactly
- * `offset` bytes long (or `offset` plus this chunk, likewise). Anything else,
- * a key gone or cut because Redis lost data, answers -1 and writes nothing.
- * The first write also enters the key in the queue's content index, at
- * Redis's own time (see content-sweeper.ts).
- */
-const WRITE_AT = `
-local kind = redis.call('TYPE', KEYS[1]).ok
-local offset = tonumber(ARGV[1])
-local length = string.len(ARGV[2])
-if kind == 'none' then
-  if offset ~= 0 then return -1 end
-  redis.call('SET', KEYS[1], ARGV[2])
-  local now = redis.call('TIME')
-  redis.call('ZADD', KEYS[2], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), KEYS[1])
-  return length
-end
-if kind ~= 'string' then return -1 end
-local stored = redis.call('STRLEN', KEYS[1])
-if stored == offset + length then return stored end
-if stored ~= offset or offset == 0 then return -1 end
-return redis.call('APPEND', KEYS[1], ARGV[2])
-`;
-
-/**
- * Removes content so that no write still on its way can bring it back: the
- * key becomes a small hash (a tombstone) for an hour, on which every write of
- * {@link WRITE_AT} fails. Used when a store fails or times out, when commands
- * may still be queued in the client.
- */
-const DISCARD = `
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'discarded', '1')
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[2], KEYS[1])
-return 1
-`;
-
-/** Removes content and its entry in the index. */
-const REMOVE = `
-redis.call('ZREM', KEYS[2], KEYS[1])
-return redis.call('DEL', KEYS[1])
-`;
-
-/**
- * The job's `data` and the stored length of the content, in one step, so
- * that both are seen as they stand together.
- */
-const CONFIRM = `
-local data = redis.call('HGET', KEYS[1], 'data')
-local stored = -1
-if redis.call('TYPE', KEYS[2]).ok == 'string' then stored = redis.call('STRLEN', KEYS[2]) end
-return { stored, data or '' }
-`;
-
-/** The stored length of the content, or -1 when it is not there (gone, or a tombstone). */
-const LENGTH = `
-if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return -1 end
-return redis.call('STRLEN', KEYS[1])
-`;
-
-/** How long a discarded key stays a tombstone, in ms (1 hour). */
-const TOMBSTONE_MS = 60 * 60 * 1000;
-
-interface ContentCommands {
-  emlApiWriteAt(key: string, index: string, offset: number, chunk: Buffer): Promise<number>;
-  emlApiDiscard(key: string, index: string, ttl: number): Promise<number>;
-  emlApiRemove(key: string, index: string): Promise<number>;
-  emlApiConfirm(jobKey: string, key: string): Promise<[number, string]>;
-  emlApiLength(key: string): Promise<number>;
-}
-
-const defined = new WeakSet<Redis>();
-
-/** The outbox's Lua commands on a client (defined once per client; ioredis sends EVALSHA, falling back to EVAL). */
-function commands(redis: Redis): Redis & ContentCommands {
-  if (!defined.has(redis)) {
-    redis.defineCommand('emlApiWriteAt', { numberOfKeys: 2, lua: WRITE_AT });
-    redis.defineCommand('emlApiDiscard', { numberOfKeys: 2, lua: DISCARD });
-    redis.defineCommand('emlApiRemove', { numberOfKeys: 2, lua: REMOVE });
-    redis.defineCommand('emlApiConfirm', { numberOfKeys: 2, lua: CONFIRM });
-    redis.defineCommand('emlApiLength', { numberOfKeys: 1, lua: LENGTH });
-    defined.add(redis);
-  }
-  return redis as Redis & ContentCommands;
-}
-
-/**
  * The content of a queue's sends in Redis: writing it (producers), reading
- * and checking it (workers), removing it.
+ * and checking it (workers), removing it. With a keyring, content is stored
+ * encrypted (AES-256-GCM), in records of one chunk each: a 12-byte nonce,
+ * the chunk encrypted, its 16-byte tag, bound to the key, its position and
+ * the message's size; a worker decrypts each record, its tag checked, before
+ * any of it goes out.
  * @example
  * const store = new ContentStore(redis, resolveQueueLocation('eml-api', 'bull'));
  * const key = store.newKey('order-1042');
- * const written = await store.write(key, content.open(), signal);
+ * const written = await store.write(key, content.open(), { size: content.size, signal });
  */
 export class ContentStore {
   readonly #redis: Redis & ContentCommands;
   readonly #location: QueueLocation;
   readonly #index: string;
+  readonly #keyring: OutboxKeyring | undefined;
 
-  constructor(redis: Redis, location: QueueLocation) {
-    this.#redis = commands(redis);
+  /** @param keyring encrypts what is written (with its current key), decrypts what is read */
+  constructor(redis: Redis, location: QueueLocation, keyring?: OutboxKeyring) {
+    this.#redis = contentCommands(redis);
     this.#location = location;
     this.#index = outboxKeys(location).contentIndex;
+    this.#keyring = keyring;
   }
 
   /** A new content key for a job of this queue. */
@@ -237,12 +107,17 @@ export class ContentStore {
    * already stored, hashing what it writes. A failed or aborted write
    * discards what it wrote (best effort; the sweeper removes the rest).
    *
-   * @param signal stops the writes (a deadline passed): no command is sent after it aborts
+   * @param options `size`: the content's bytes (encrypted records are bound to it); `signal` stops
+   *   the writes (a deadline passed): no command is sent after it aborts
    * @throws {EmlApiError} `ECONNECTION` when Redis lost part of the message meanwhile; Redis's own errors
    * @example
-   * const { size, sha256 } = await store.write(key, spooled.open());
+   * const { stored, sha256 } = await store.write(key, spooled.open(), { size: spooled.size });
    */
-  async write(key: string, source: Readable | Buffer, signal?: AbortSignal): Promise<WrittenContent> {
+  async write(
+    key: string,
+    source: Readable | Buffer,
+    { size, signal }: { size: number; signal?: AbortSignal | undefined },
+  ): Promise<WrittenContent> {
     const hash = createHash('sha256');
     let written = 0;
     const put = async (piece: Buffer) => {
@@ -254,18 +129,81 @@ export class ContentStore {
       written += piece.length;
     };
     try {
-      const chunks = Buffer.isBuffer(source) ? [source] : source;
-      for await (const part of chunks as AsyncIterable<Buffer | string>) {
-        const chunk = typeof part === 'string' ? Buffer.from(part) : part;
-        for (let at = 0; at < chunk.length; at += CONTENT_CHUNK) {
-          await put(chunk.length <= CONTENT_CHUNK ? chunk : chunk.subarray(at, at + CONTENT_CHUNK));
+      const keyId = this.#keyring?.keyId;
+      if (keyId !== undefined) {
+        // Records of exactly CONTENT_CHUNK bytes of content (the last one shorter), so a reader finds
+        // each record where its position says.
+        let index = 0;
+        for await (const chunk of exactChunks(source)) {
+          await put(this.#keyring!.seal(chunk, recordAad(key, index++, size)));
+        }
+        return { size, stored: written, sha256: hash.digest('hex'), keyId };
+      }
+      for await (const part of pieces(source)) {
+        for (let at = 0; at < part.length; at += CONTENT_CHUNK) {
+          await put(part.length <= CONTENT_CHUNK ? part : part.subarray(at, at + CONTENT_CHUNK));
         }
       }
       if (written === 0) await put(Buffer.alloc(0));
-      return { size: written, sha256: hash.digest('hex') };
+      return { size: written, stored: written, sha256: hash.digest('hex') };
     } catch (err) {
       await this.discard(key).catch(() => undefined);
       throw err;
+    }
+  }
+
+  /**
+   * The fields of a job's data that describe its stored content: its SHA-256
+   * and, when encrypted, the key id, the envelope and Message-ID sealed with
+   * the same key (in clear they would name every recipient, Bcc included),
+   * and `v: 2`, which workers before 0.2 refuse instead of posting ciphertext.
+   * @example
+   * Object.assign(data, store.jobFields(contentKey, written, content));
+   */
+  jobFields(
+    contentKey: string,
+    written: WrittenContent,
+    clear: { envelope: MailEnvelope; messageId: string },
+  ): Partial<OutboxJobData> {
+    if (written.keyId === undefined) return { sha256: written.sha256 };
+    const meta = JSON.stringify({ envelope: clear.envelope, messageId: clear.messageId });
+    return {
+      v: 2,
+      sha256: written.sha256,
+      encryption: {
+        keyId: written.keyId,
+        meta: this.#keyring!.seal(Buffer.from(meta), recordAad(contentKey, 'meta', written.size)).toString('base64'),
+      },
+      envelope: { from: false, to: [] },
+      messageId: '',
+    };
+  }
+
+  /**
+   * Bytes stored under a job's content key (with encryption, the records' nonces and tags added).
+   * @example
+   * await store.confirm(jobId, data.contentKey, store.storedSize(data));
+   */
+  storedSize(ref: StoredContentRef): number {
+    return storedLength(ref);
+  }
+
+  /**
+   * A job's data with its envelope and Message-ID in clear: decrypted from
+   * an encrypted job (when this store holds its key), as they are otherwise.
+   * @example
+   * const info = queuedMessageInfo(store.reveal(existing), jobId, true);
+   */
+  reveal<T extends Pick<OutboxJobData, 'contentKey' | 'size' | 'envelope' | 'messageId' | 'encryption'>>(data: T): T {
+    if (data.encryption === undefined) return data;
+    try {
+      const aad = recordAad(data.contentKey, 'meta', data.size);
+      const sealed = Buffer.from(data.encryption.meta, 'base64');
+      const meta = (this.#keyring ?? NO_KEYS).open(data.encryption.keyId, sealed, aad, 'envelope');
+      const { envelope, messageId } = JSON.parse(meta.toString('utf8')) as Pick<T, 'envelope' | 'messageId'>;
+      return { ...data, envelope, messageId };
+    } catch {
+      return data;
     }
   }
 
@@ -342,7 +280,9 @@ export class ContentStore {
   }
 
   /** Checks that a job's content is all there before it is read. */
-  async #check({ contentKey, size }: StoredContentRef): Promise<void> {
+  async #check(ref: StoredContentRef): Promise<void> {
+    const { contentKey } = ref;
+    const size = storedLength(ref);
     const stored = await this.#redis.emlApiLength(contentKey);
     if (stored === -1 || (stored === 0 && size > 0)) {
       throw new EmlApiError(
@@ -363,24 +303,38 @@ export class ContentStore {
 
   async #readWhole(ref: StoredContentRef): Promise<Buffer> {
     const bytes = await this.#redis.getBuffer(ref.contentKey);
-    if (!bytes || bytes.length !== ref.size) throw changedWhileReading(ref.contentKey);
+    if (!bytes || bytes.length !== storedLength(ref)) throw changedWhileReading(ref.contentKey);
     const hash = createHash('sha256').update(bytes);
     verify(hash, ref);
-    return bytes;
+    if (ref.encryption === undefined) return bytes;
+    const plain: Buffer[] = [];
+    for (const { index, start, end } of records(ref.size))
+      plain.push(this.#open(ref, index, bytes.subarray(start, end)));
+    return Buffer.concat(plain, ref.size);
   }
 
   async *#readChunks(ref: StoredContentRef): AsyncGenerator<Buffer> {
-    const { contentKey: key, size } = ref;
+    const { contentKey: key } = ref;
+    const stored = storedLength(ref);
     const hash: Hash = createHash('sha256');
-    for (let at = 0; at < size; at += CONTENT_CHUNK) {
-      const end = Math.min(size, at + CONTENT_CHUNK);
-      const chunk = await this.#redis.getrangeBuffer(key, at, end - 1);
-      if (chunk.length !== end - at) throw changedWhileReading(key);
+    const spans =
+      ref.encryption === undefined
+        ? plainSpans(ref.size)
+        : records(ref.size).map(({ index, start, end }) => ({ index, start, end }));
+    for (const { index, start, end } of spans) {
+      const chunk = await this.#redis.getrangeBuffer(key, start, end - 1);
+      if (chunk.length !== end - start) throw changedWhileReading(key);
       hash.update(chunk);
       // The last chunk goes out only once the whole content is known to match.
-      if (end === size) verify(hash, ref);
-      yield chunk;
+      if (end === stored) verify(hash, ref);
+      // A record is decrypted, its tag checked, before any of it is passed on.
+      yield ref.encryption === undefined ? chunk : this.#open(ref, index, chunk);
     }
+  }
+
+  #open(ref: StoredContentRef, index: number, record: Buffer): Buffer {
+    const aad = recordAad(ref.contentKey, index, ref.size);
+    return (this.#keyring ?? NO_KEYS).open(ref.encryption!.keyId, record, aad, 'content');
   }
 }
 

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { outboxKeys, parseContentKey } from './content-store.js';
+import { outboxKeys, parseContentKey } from './content-keys.js';
 import type { QueueLocation } from './queue-location.js';
 
 /**
@@ -11,8 +11,12 @@ import type { QueueLocation } from './queue-location.js';
  * the machine it runs on: a worker whose clock runs hours ahead would have
  * removed content being written. One worker sweeps at a time (a lock with an
  * expiry in Redis). Content written before the index existed (by versions
- * before 0.2) is found by a SCAN for the queue's content keys, by one worker
- * once a day, and entered in the index.
+ * before 0.2: the content of their failed jobs, removed by age after 7 days,
+ * would otherwise stay for ever) is found by a SCAN for the queue's content
+ * keys, by each worker once a day (its first sweep, then every 24 hours, one
+ * worker at a time), and entered in the index. When it last did is kept in
+ * the worker's memory, not in Redis, so that removing a queue
+ * (`queue.obliterate()`) leaves no key of the outbox behind.
  */
 
 /**
@@ -22,7 +26,7 @@ import type { QueueLocation } from './queue-location.js';
  */
 export const SWEEP_GRACE_MS = 60 * 60 * 1000;
 
-/** How often content written before the index is looked for, across every worker of a queue (24 hours). */
+/** How often a worker looks for content written before the index (24 hours). */
 export const LEGACY_SCAN_EVERY_MS = 24 * 60 * 60 * 1000;
 
 /** Index entries judged per script run: each run holds Redis for a moment only. */
@@ -95,6 +99,8 @@ interface SweepCommands {
 }
 
 const defined = new WeakSet<Redis>();
+/** When this process last looked for content written before the index, per client and index (Redis time). */
+const lastLegacyScan = new WeakMap<Redis, Map<string, number>>();
 
 function commands(redis: Redis): Redis & SweepCommands {
   if (!defined.has(redis)) {
@@ -118,8 +124,8 @@ export interface SweepOptions {
    */
   graceMs?: number;
   /**
-   * How often, across every worker of the queue, content written before the
-   * index existed is looked for with a SCAN of the queue's content keys, in ms.
+   * How often this process looks for content written before the index
+   * existed, with a SCAN of the queue's content keys, in ms.
    * @default LEGACY_SCAN_EVERY_MS (24 hours)
    */
   legacyScanEveryMs?: number;
@@ -150,8 +156,12 @@ export async function sweepStoredContent(
   try {
     // Redis's clock, the one the index was written with: never this machine's.
     const now = await redisTime(r);
-    if ((await r.set(keys.legacyScan, token, 'PX', legacyScanEveryMs, 'NX')) === 'OK') {
+    const scanned = lastLegacyScan.get(r) ?? new Map<string, number>();
+    lastLegacyScan.set(r, scanned);
+    const last = scanned.get(keys.contentIndex);
+    if (last === undefined || now - last >= legacyScanEveryMs) {
       await indexLegacyContent(r, location, keys.contentIndex, now);
+      scanned.set(keys.contentIndex, now);
     }
     const jobKeyBase = `${location.prefix}:${location.queueName}:`;
     let removed = 0;

@@ -75,7 +75,7 @@ export class EmlApiQueueTransport extends EventEmitter {
     this.#settings = resolveQueueTransportOptions(options);
     const { Queue } = loadBullmq();
     this.#redis = openOutboxRedis(options.connection, 'producer');
-    this.#content = new ContentStore(this.#redis.redis, this.#settings);
+    this.#content = new ContentStore(this.#redis.redis, this.#settings, this.#settings.keyring);
     this.queueName = this.#settings.queueName;
     this.queue = new Queue<OutboxJobData, OutboxSendResult>(this.queueName, {
       connection: this.#redis.redis,
@@ -275,9 +275,12 @@ export class EmlApiQueueTransport extends EventEmitter {
     };
     const writing = new AbortController();
     try {
-      data.sha256 = (
-        await withDeadline(this.#content.write(contentKey, content.open(), writing.signal), left())
-      ).sha256;
+      const written = await withDeadline(
+        this.#content.write(contentKey, content.open(), { size: content.size, signal: writing.signal }),
+        left(),
+      );
+      // The SHA-256 a worker checks; encrypted, the key id and the envelope sealed (issue 20, items 1, 11).
+      Object.assign(data, this.#content.jobFields(contentKey, written, content));
     } catch (err) {
       // Past the deadline the writes may still be going on (a slow Redis): stop them, and discard
       // what was written. The discard leaves a tombstone on which every write still to come fails
@@ -300,8 +303,9 @@ export class EmlApiQueueTransport extends EventEmitter {
     }
     const duplicate = stored !== undefined && stored.contentKey !== contentKey;
     if (duplicate) await this.#content.remove(contentKey).catch(() => undefined);
-    else await this.#confirmStored(jobId, contentKey, content.size, left());
-    return queuedMessageInfo(duplicate ? stored! : data, jobId, duplicate);
+    else await this.#confirmStored(jobId, contentKey, this.#content.storedSize(data), left());
+    const clear = { ...data, envelope: content.envelope, messageId: content.messageId };
+    return queuedMessageInfo(duplicate ? this.#content.reveal(stored!) : clear, jobId, duplicate);
   }
 
   /**

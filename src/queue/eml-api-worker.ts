@@ -100,7 +100,7 @@ export class EmlApiWorker extends EventEmitter {
     this.#logger = settings.logger;
     this.queueName = settings.queueName;
     this.#redis = openOutboxRedis(options.connection, 'worker');
-    this.#content = new ContentStore(this.#redis.redis, settings);
+    this.#content = new ContentStore(this.#redis.redis, settings, settings.keyring);
     this.#redis.redis.on('error', (err: Error) => this.#logger.debug({ error: err.message }, 'Redis error'));
     try {
       this.worker = new Worker<OutboxJobData, OutboxSendResult>(

@@ -12,6 +12,8 @@ export type { OutboxJobData, OutboxJobError, OutboxSendKind, OutboxSendResult } 
 export { outboxJobId } from './outbox-job-id.js';
 export { DEFAULT_RETRY_SCHEDULE, type RetryScheduleOptions } from './retry-schedule.js';
 export type { RedisConnectionInput } from './redis-connection.js';
+export type { OutboxDurability } from './redis-settings.js';
+export type { OutboxEncryption } from './content-cipher.js';
 export {
   readOutboxStatus,
   retryFailedSends,

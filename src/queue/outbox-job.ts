@@ -47,8 +47,11 @@ export interface OutboxJobError {
  * console.log(job?.data.envelope.to, job?.data.size);
  */
 export interface OutboxJobData {
-  /** Format version of this record. */
-  v: 1;
+  /**
+   * Format version of this record: 2 for encrypted content (workers before
+   * 0.2 refuse it rather than post ciphertext), 1 otherwise.
+   */
+  v: 1 | 2;
   /** The endpoint. */
   kind: OutboxSendKind;
   /** The group of a group send. */
@@ -66,9 +69,18 @@ export interface OutboxJobData {
    * by versions before 0.2 have none.
    */
   sha256?: string;
-  /** Sender and recipients (for a group send, no recipients: the members are). */
+  /**
+   * Set when the content is encrypted (the producer's `encryption` option):
+   * the id of the key, and the envelope and Message-ID sealed with it
+   * (Base64), which `envelope` and `messageId` then do not hold in clear.
+   */
+  encryption?: { keyId: string; meta: string };
+  /**
+   * Sender and recipients (for a group send, no recipients: the members are).
+   * Empty when the content is encrypted: sealed in `encryption.meta`.
+   */
   envelope: MailEnvelope;
-  /** Message-ID of the EML ('' for JSON sends: the service gives each copy its own). */
+  /** Message-ID of the EML ('' for JSON sends: the service gives each copy its own; '' when encrypted). */
   messageId: string;
   /** `Idempotency-Key` of every attempt. */
   idempotencyKey: string;
@@ -120,8 +132,15 @@ export function readOutboxJobData(data: unknown, contentKeyPrefix: string): Outb
       { permanent: true },
     );
   }
+  const encryption = o.encryption as { keyId?: unknown; meta?: unknown } | undefined;
   const valid =
-    o.v === 1 &&
+    ((o.v === 1 && encryption === undefined) ||
+      (o.v === 2 &&
+        typeof encryption === 'object' &&
+        encryption !== null &&
+        typeof encryption.keyId === 'string' &&
+        typeof encryption.meta === 'string' &&
+        typeof o.sha256 === 'string')) &&
     KINDS.includes(o.kind as OutboxSendKind) &&
     (o.kind !== 'group' || (typeof o.group === 'string' && o.group.length > 0)) &&
     typeof o.contentKey === 'string' &&

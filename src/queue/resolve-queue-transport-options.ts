@@ -7,6 +7,7 @@ import { wholeNumberOption } from './whole-number-option.js';
 import type { EmlApiQueueTransportOptions, OutboxJobOptions } from './queue-transport-options.js';
 import { resolveRetrySchedule, retryJobOptions } from './retry-schedule.js';
 import { OUTBOX_DURABILITIES, type OutboxDurability } from './redis-settings.js';
+import { resolveEncryption, type OutboxKeyring } from './content-cipher.js';
 
 /**
  * The default of `maxMessageBytes`: the service's request limit, 50 MiB.
@@ -43,6 +44,8 @@ export interface ResolvedQueueTransportOptions extends QueueLocation {
   spool: SpoolSettings;
   storeTimeout: number;
   durability: OutboxDurability;
+  /** The `encryption` keys, if any. */
+  keyring: OutboxKeyring | undefined;
   logger: EmlApiLogger;
 }
 
@@ -94,6 +97,7 @@ export function resolveQueueTransportOptions(options: EmlApiQueueTransportOption
     spool: resolveSpool(options.spool),
     storeTimeout,
     durability: resolveDurability(options.durability),
+    keyring: resolveEncryption(options.encryption, 'producer'),
     logger: resolveLogger(options.logger),
   };
 }

@@ -4,6 +4,7 @@ import { EmlApiError } from '../shared/eml-api-error.js';
 import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
 import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
 import { wholeNumberOption } from './whole-number-option.js';
+import { resolveEncryption, type OutboxKeyring } from './content-cipher.js';
 import type { EmlApiWorkerOptions, OutboxRateLimit, OutboxWorkerTuning } from './worker-options.js';
 
 /**
@@ -49,6 +50,8 @@ export interface ResolvedWorkerOptions extends QueueLocation {
   limiter: OutboxRateLimit;
   cleanupInterval: number;
   workerOptions: OutboxWorkerTuning;
+  /** The `encryption` keys, if any. */
+  keyring: OutboxKeyring | undefined;
   logger: EmlApiLogger;
 }
 
@@ -73,6 +76,7 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
     limiter: rawLimiter,
     cleanupInterval,
     workerOptions,
+    encryption,
     logger,
     ...client
   } = options;
@@ -101,6 +105,7 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
     limiter,
     cleanupInterval: wholeNumberOption(cleanupInterval, 'cleanupInterval', 600_000, 0, 24 * 3_600_000),
     workerOptions: workerOptions ?? {},
+    keyring: resolveEncryption(encryption, 'worker'),
     logger: resolveLogger(logger),
   };
 }

@@ -117,8 +117,8 @@ describe('the content sweeper', () => {
       // Another app's keys in the same Redis.
       await redis.client.mset(Object.fromEntries(Array.from({ length: 2000 }, (_, i) => [`cache:${i}`, 'x'])));
       const first = await orphan(transport, 'first');
-      // The first sweep of the day also looks for content written before the index (versions before 0.2).
-      await sweepStoredContent(redis.client, location, { graceMs: 0 });
+      // A worker's first sweep of the day also looks for content written before the index (versions before 0.2).
+      await sweepStoredContent(redis.client, location, { graceMs: 0, legacyScanEveryMs: 0 });
       expect(await redis.client.exists(first)).toBe(0);
       const second = await orphan(transport, 'second');
       const scans = await scanCalls();
@@ -139,8 +139,9 @@ describe('the content sweeper', () => {
       const old = await orphan(transport, 'orphan of 0.1');
       // As a producer before the index wrote them: not in the index.
       await redis.client.del('bull:eml-api:outbox:content-index');
-      // Found by the first sweep and entered in the index, as new there: their grace runs from then.
-      expect(await sweepStoredContent(redis.client, location)).toBe(0);
+      // Found by the next look for them (here forced) and entered in the index, as new there: their grace
+      // runs from then.
+      expect(await sweepStoredContent(redis.client, location, { legacyScanEveryMs: 0 })).toBe(0);
       expect(await sweepStoredContent(redis.client, location, { graceMs: 0 })).toBe(1);
       expect(await redis.client.exists(old)).toBe(0);
       await workers.start();

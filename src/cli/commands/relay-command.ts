@@ -9,6 +9,7 @@ import type { CliIo } from '../cli-io.js';
 import { untilStopped } from '../lib/until-stopped.js';
 import { EXIT, UsageError } from '../lib/usage-error.js';
 import { terminalText } from '../lib/terminal-text.js';
+import { outboxEncryption, OUTBOX_KEYS_HELP } from '../lib/redis-config.js';
 
 /** Help of `eml-api relay`. */
 export const RELAY_HELP = `Usage: eml-api relay [options]
@@ -48,7 +49,8 @@ Options:
   --quiet                 log refusals and errors only, not every accepted message
   -h, --help              show this help
 
-Exit codes: 0 stopped, 1 could not start (port in use, key refused...), 2 wrong usage.
+With --redis, ${OUTBOX_KEYS_HELP}
+Exit codes: 0 stopped, 1 could not start (port in use, key refused, Redis that evicts...), 2 wrong usage.
 `;
 
 /** `eml-api relay`: runs the SMTP relay until SIGINT/SIGTERM (or `io.signal`). */
@@ -110,6 +112,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       ? {
           queue: {
             connection: values.redis,
+            ...optional('encryption', outboxEncryption(io.env)),
             ...(values.queue === undefined ? {} : { queueName: values.queue }),
             ...(values.prefix === undefined ? {} : { prefix: values.prefix }),
             logger: lineLogger(io, values.quiet ?? false),
@@ -188,4 +191,9 @@ function whole(value: string, flag: string, min: number, max: number): number {
   if (!/^\d+$/.test(value) || n < min || n > max)
     throw new UsageError(`${flag}: expected ${min}-${max}, got "${value}"`);
   return n;
+}
+
+/** `{ [name]: value }`, or nothing when the value is undefined. */
+function optional<K extends string, V>(name: K, value: V | undefined): { [P in K]?: V } {
+  return value === undefined ? {} : ({ [name]: value } as { [P in K]?: V });
 }
