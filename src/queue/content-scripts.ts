@@ -50,12 +50,6 @@ redis.call('ZREM', KEYS[2], KEYS[1])
 return 1
 `;
 
-/** Removes content and its entry in the index. */
-const REMOVE = `
-redis.call('ZREM', KEYS[2], KEYS[1])
-return redis.call('DEL', KEYS[1])
-`;
-
 /**
  * The job's `data` and the stored length of the content, in one step, so
  * that both are seen as they stand together.
@@ -88,7 +82,6 @@ export const TOMBSTONE_MS = 60 * 60 * 1000;
 export interface ContentCommands {
   emlApiWriteAt(key: string, index: string, offset: number, chunk: Buffer): Promise<number>;
   emlApiDiscard(key: string, index: string, ttl: number): Promise<number>;
-  emlApiRemove(key: string, index: string): Promise<number>;
   emlApiConfirm(jobKey: string, key: string): Promise<[number, string]>;
   emlApiLength(key: string): Promise<number>;
 }
@@ -98,13 +91,12 @@ const defined = new WeakSet<Redis>();
 /**
  * The client with the outbox's content commands (defined once per client).
  * @example
- * await contentCommands(redis).emlApiRemove(contentKey, index);
+ * await contentCommands(redis).emlApiDiscard(contentKey, index, TOMBSTONE_MS);
  */
 export function contentCommands(redis: Redis): Redis & ContentCommands {
   if (!defined.has(redis)) {
     redis.defineCommand('emlApiWriteAt', { numberOfKeys: 2, lua: WRITE_AT });
     redis.defineCommand('emlApiDiscard', { numberOfKeys: 2, lua: DISCARD });
-    redis.defineCommand('emlApiRemove', { numberOfKeys: 2, lua: REMOVE });
     redis.defineCommand('emlApiConfirm', { numberOfKeys: 2, lua: CONFIRM });
     redis.defineCommand('emlApiLength', { numberOfKeys: 1, lua: LENGTH });
     defined.add(redis);

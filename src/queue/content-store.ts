@@ -223,7 +223,8 @@ export class ContentStore {
    * await store.remove(job.data.contentKey);
    */
   async remove(key: string): Promise<void> {
-    await this.#redis.emlApiRemove(key, this.#index);
+    // Two plain commands, sent together: nothing writes this key any more, so no step between them matters.
+    await Promise.all([this.#redis.del(key), this.#redis.zrem(this.#index, key)]);
   }
 
   /**
@@ -259,8 +260,8 @@ export class ContentStore {
    * await postEml(call, body, job.data.idempotencyKey);
    */
   async emlBody(ref: StoredContentRef): Promise<UploadBody> {
-    await this.#check(ref);
     if (ref.size <= STREAM_ABOVE) return emlBodyFromBuffer(await this.#readWhole(ref), STREAM_ABOVE);
+    this.#checkLength(ref, await this.#redis.emlApiLength(ref.contentKey));
     return emlBodyFromStream(
       ref.size,
       () => Readable.from(this.#readChunks(ref), { objectMode: false }),
@@ -275,15 +276,13 @@ export class ContentStore {
    * const json = await store.jsonBody(job.data);
    */
   async jsonBody(ref: StoredContentRef): Promise<string> {
-    await this.#check(ref);
     return (await this.#readWhole(ref)).toString('utf8');
   }
 
-  /** Checks that a job's content is all there before it is read. */
-  async #check(ref: StoredContentRef): Promise<void> {
+  /** Checks that a job's content is all there (`stored`: its length in Redis, -1 when it is not there). */
+  #checkLength(ref: StoredContentRef, stored: number): void {
     const { contentKey } = ref;
     const size = storedLength(ref);
-    const stored = await this.#redis.emlApiLength(contentKey);
     if (stored === -1 || (stored === 0 && size > 0)) {
       throw new EmlApiError(
         'EMESSAGE',
@@ -301,9 +300,16 @@ export class ContentStore {
     }
   }
 
+  /** Reads the whole content in one round trip, checks its length and hash, decrypts it. */
   async #readWhole(ref: StoredContentRef): Promise<Buffer> {
-    const bytes = await this.#redis.getBuffer(ref.contentKey);
-    if (!bytes || bytes.length !== storedLength(ref)) throw changedWhileReading(ref.contentKey);
+    // A plain GET, the common case's one round trip; a tombstone (a hash) answers WRONGTYPE: not there.
+    const found = await this.#redis.getBuffer(ref.contentKey).catch((err: unknown) => {
+      if (err instanceof Error && err.name === 'ReplyError' && err.message.startsWith('WRONGTYPE')) return null;
+      throw err;
+    });
+    // Throws when nothing was found (-1).
+    this.#checkLength(ref, found === null ? -1 : found.length);
+    const bytes = found!;
     const hash = createHash('sha256').update(bytes);
     verify(hash, ref);
     if (ref.encryption === undefined) return bytes;
