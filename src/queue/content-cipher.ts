@@ -37,7 +37,11 @@ export interface OutboxEncryption {
   keys: Readonly<Record<string, Uint8Array | string>>;
 }
 
-/** Bytes a record adds to its chunk: a 12-byte nonce before it, a 16-byte GCM tag after it. */
+/**
+ * Bytes a record adds to its chunk: a 12-byte nonce before it, a 16-byte GCM tag after it.
+ * @example
+ * const stored = size + Math.ceil(size / CONTENT_CHUNK) * RECORD_OVERHEAD;
+ */
 export const RECORD_OVERHEAD = 28;
 const NONCE = 12;
 const TAG = 16;

@@ -26,7 +26,11 @@ import type { QueueLocation } from './queue-location.js';
  */
 export const SWEEP_GRACE_MS = 60 * 60 * 1000;
 
-/** How often a worker looks for content written before the index (24 hours). */
+/**
+ * How often a worker looks for content written before the index (24 hours).
+ * @example
+ * await sweepStoredContent(redis, location, { legacyScanEveryMs: LEGACY_SCAN_EVERY_MS });
+ */
 export const LEGACY_SCAN_EVERY_MS = 24 * 60 * 60 * 1000;
 
 /** Index entries judged per script run: each run holds Redis for a moment only. */

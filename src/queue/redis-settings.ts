@@ -24,7 +24,11 @@ import { EmlApiError } from '../shared/eml-api-error.js';
  */
 export type OutboxDurability = 'warn' | 'aof' | 'aof-always';
 
-/** The values {@link OutboxDurability} takes. */
+/**
+ * The values {@link OutboxDurability} takes.
+ * @example
+ * if (!OUTBOX_DURABILITIES.includes(value)) throw configError('durability', '...');
+ */
 export const OUTBOX_DURABILITIES: readonly OutboxDurability[] = ['warn', 'aof', 'aof-always'];
 
 /**

@@ -59,10 +59,16 @@ export function parseRate(value: string): { max: number; duration: number } {
 /**
  * The environment variable holding the outbox's encryption keys: never a
  * flag, whose value every user of the machine sees in `ps`.
+ * @example
+ * EML_API_OUTBOX_KEYS="k2:$(openssl rand -base64 32),k1:<the old key>" eml-api worker
  */
 export const OUTBOX_KEYS_VARIABLE = 'EML_API_OUTBOX_KEYS';
 
-/** Help lines of {@link OUTBOX_KEYS_VARIABLE}. */
+/**
+ * Help lines of {@link OUTBOX_KEYS_VARIABLE}.
+ * @example
+ * io.stdout.write(`Environment:\n${OUTBOX_KEYS_HELP}`);
+ */
 export const OUTBOX_KEYS_HELP = `${OUTBOX_KEYS_VARIABLE}="<id>:<key>,<id>:<key>..." encrypts (relay) and decrypts (worker)
 queued mail in Redis: keys of 32 bytes, Base64 or hex (openssl rand -base64 32); the first
 one encrypts new mail, the others are older keys still needed to read what they encrypted.
@@ -74,6 +80,8 @@ one encrypts new mail, the others are older keys still needed to read what they 
  * option's own checks run where it is used; a malformed list is a usage error
  * that never repeats the variable's value.
  * @throws {UsageError} when the variable is not a list of `<id>:<key>`
+ * @example
+ * outboxEncryption({ EML_API_OUTBOX_KEYS: 'k2:<key>,k1:<key>' }); // { keyId: 'k2', keys: { k2, k1 } }
  */
 export function outboxEncryption(env: Readonly<Record<string, string | undefined>>): OutboxEncryption | undefined {
   const value = env[OUTBOX_KEYS_VARIABLE];
