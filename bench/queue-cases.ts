@@ -1,11 +1,14 @@
 /**
  * The outbox's benchmarks for `npm run bench`: how fast the producer queues
  * compared with sending directly, how the drain rate grows with worker
- * processes against a sink with 50 ms latency, and the memory a 25 MB
- * message takes in the producer and in a worker. Each runs against a real
- * redis-server started for the run.
+ * processes against a sink with 50 ms latency, the memory a 25 MB message
+ * takes in the producer and in a worker, what `appendfsync always` costs the
+ * producer against `everysec`, and what encryption costs the producer and a
+ * worker. Each runs against a real redis-server started for the run.
+ * `npm run bench -- --only queue --cases durability,encryption` runs some.
  */
 import { fork } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import nodemailer from 'nodemailer';
 import { EmlApiTransport } from '../src/index.js';
@@ -34,16 +37,204 @@ async function rate(count: number, concurrency: number, task: (n: number) => Pro
   return count / ((performance.now() - started) / 1000);
 }
 
-/** Runs the outbox's benchmarks; returns their rows. */
+/** The cases of {@link queueBenchmarks}, by name (`--cases` picks some). */
+const CASES = ['enqueue', 'drain', 'memory', 'durability', 'encryption'] as const;
+
+/** Runs the outbox's benchmarks (those `--cases a,b` names, or all); returns their rows. */
 export async function queueBenchmarks(sinks: Sinks): Promise<BenchRow[]> {
+  const picked = process.argv.includes('--cases')
+    ? process.argv[process.argv.indexOf('--cases') + 1]!.split(',')
+    : [...CASES];
+  const unknown = picked.filter((name) => !(CASES as readonly string[]).includes(name));
+  if (unknown.length > 0) throw new Error(`--cases: expected some of ${CASES.join(', ')}, got ${unknown.join(', ')}`);
   const redis = await startRedisServer();
   const rows: BenchRow[] = [];
+  const cases: Record<(typeof CASES)[number], () => Promise<BenchRow[]>> = {
+    enqueue: () => enqueueRate(redis, sinks),
+    drain: () => drainRate(redis, sinks),
+    memory: () => memory(redis, sinks),
+    durability: () => durabilityCost(),
+    encryption: () => encryptionCost(redis, sinks),
+  };
   try {
-    rows.push(...(await enqueueRate(redis, sinks)));
-    rows.push(...(await drainRate(redis, sinks)));
-    rows.push(...(await memory(redis, sinks)));
+    for (const name of CASES) if (picked.includes(name)) rows.push(...(await cases[name]()));
   } finally {
     await redis.stop();
+  }
+  return rows;
+}
+
+const COST_ROUNDS = 5;
+const COST_COUNT = 1000;
+
+/** Interleaved rounds of two runners (their order alternating), after a warm-up of each: their rates per round. */
+async function pair(
+  runs: Record<'a' | 'b', (count: number) => Promise<number>>,
+  rounds: number,
+  count: number,
+): Promise<{ a: number[]; b: number[] }> {
+  await runs.a(Math.ceil(count / 3));
+  await runs.b(Math.ceil(count / 3));
+  const rates = { a: [] as number[], b: [] as number[] };
+  for (let round = 0; round < rounds; round++) {
+    for (const name of round % 2 ? (['b', 'a'] as const) : (['a', 'b'] as const)) {
+      rates[name].push(await runs[name](count));
+    }
+  }
+  return rates;
+}
+
+/**
+ * What `appendfsync always` (every write on disk before Redis answers, as
+ * Postfix fsyncs before its 250) costs the producer against `everysec`: two
+ * redis-servers with their AOF on, in the same temporary folder's file
+ * system, enqueue rounds interleaved.
+ */
+async function durabilityCost(): Promise<BenchRow[]> {
+  console.log(
+    `\nOutbox: appendfsync always against everysec, ${COST_ROUNDS} interleaved rounds of ${COST_COUNT}, 20 callers`,
+  );
+  const everysec = await startRedisServer({ appendonly: true, appendfsync: 'everysec' });
+  const always = await startRedisServer({ appendonly: true, appendfsync: 'always' });
+  const producers = {
+    everysec: new EmlApiQueueTransport({ connection: everysec.url, queueName: 'bench-aof', concurrency: 20 }),
+    always: new EmlApiQueueTransport({
+      connection: always.url,
+      queueName: 'bench-aof',
+      concurrency: 20,
+      durability: 'aof-always',
+    }),
+  };
+  const enqueue = (producer: EmlApiQueueTransport) => {
+    const transporter = nodemailer.createTransport(producer);
+    return async (count: number) => {
+      const r = await rate(count, 20, (n) => transporter.sendMail(benchMessage(n)));
+      await producer.queue.obliterate({ force: true });
+      return r;
+    };
+  };
+  try {
+    const rates = await pair({ a: enqueue(producers.always), b: enqueue(producers.everysec) }, COST_ROUNDS, COST_COUNT);
+    const ratios = rates.a.map((r, i) => r / rates.b[i]!);
+    console.log(`  always   ${rates.a.map((r) => r.toFixed(0)).join(' ')} msg/s`);
+    console.log(`  everysec ${rates.b.map((r) => r.toFixed(0)).join(' ')} msg/s`);
+    console.log(
+      `  always / everysec per round: ${ratios.map((r) => r.toFixed(2)).join(' ')} → median ${median(ratios).toFixed(2)}`,
+    );
+    return [
+      {
+        benchmark: 'outbox durability',
+        case: 'sendMail into Redis with appendfsync always (AOF), 20 callers',
+        value: median(rates.a),
+        unit: 'msg/s',
+        reference: 'the same with appendfsync everysec',
+        referenceValue: median(rates.b),
+        ratio: median(ratios),
+        target: '-',
+        met: true,
+      },
+    ];
+  } finally {
+    await Promise.all([producers.always.close(), producers.everysec.close()]);
+    await Promise.all([always.stop(), everysec.stop()]);
+  }
+}
+
+const DRAIN_COST_COUNT = 2000;
+
+/**
+ * What encryption costs: the producer's enqueue rate with and without it
+ * (small messages, then 3 MiB ones), and a worker process's drain rate with
+ * and without it against a sink that answers at once (so that the worker's
+ * own work, not the sink's latency, bounds the rate). Rounds interleaved.
+ */
+async function encryptionCost(redis: RedisServer, sinks: Sinks): Promise<BenchRow[]> {
+  console.log(`\nOutbox: encryption (AES-256-GCM) against none, ${COST_ROUNDS} interleaved rounds`);
+  await sinks.setDelay(0);
+  const key = randomBytes(32).toString('base64');
+  const encryption = { keyId: 'k1', keys: { k1: key } };
+  const plain = new EmlApiQueueTransport({ connection: redis.url, queueName: 'bench-plain', concurrency: 20 });
+  const sealed = new EmlApiQueueTransport({
+    connection: redis.url,
+    queueName: 'bench-sealed',
+    concurrency: 20,
+    encryption,
+  });
+  const big = Buffer.alloc(3 * 1024 * 1024, 7);
+  const bigMessage = (n: number) => ({ ...benchMessage(n), attachments: [{ filename: 'big.bin', content: big }] });
+  const transporters = new Map([plain, sealed].map((p) => [p, nodemailer.createTransport(p)]));
+  const enqueue = (producer: EmlApiQueueTransport, message: typeof benchMessage) => async (count: number) => {
+    const transporter = transporters.get(producer)!;
+    const r = await rate(count, 20, (n) => transporter.sendMail(message(n)));
+    await producer.queue.obliterate({ force: true });
+    return r;
+  };
+  const drain = (producer: EmlApiQueueTransport, queueName: string, withKeys: boolean) => async (count: number) => {
+    await producer.queue.pause();
+    const transporter = transporters.get(producer)!;
+    await rate(count, 20, (n) => transporter.sendMail(benchMessage(n)));
+    const worker = await startWorkerProcess({
+      connection: redis.url,
+      queueName,
+      apiKey: 'k',
+      baseUrl: sinks.httpUrl,
+      concurrency: DRAIN_CONCURRENCY,
+      cleanupInterval: 0,
+      ...(withKeys ? { encryption: { keys: { k1: key } } } : {}),
+    });
+    const t0 = performance.now();
+    await producer.queue.resume();
+    while (((await producer.queue.getJobCounts('completed')).completed ?? 0) < count) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    const measured = count / ((performance.now() - t0) / 1000);
+    await worker.stop();
+    await producer.queue.obliterate({ force: true });
+    return measured;
+  };
+  const rows: BenchRow[] = [];
+  const report = (benchmark: string, what: string, rates: { a: number[]; b: number[] }, reference: string) => {
+    const ratios = rates.a.map((r, i) => r / rates.b[i]!);
+    console.log(
+      `  ${what}: encrypted ${rates.a.map((r) => r.toFixed(0)).join(' ')}, plain ${rates.b.map((r) => r.toFixed(0)).join(' ')} msg/s → median ratio ${median(ratios).toFixed(2)}`,
+    );
+    rows.push({
+      benchmark,
+      case: what,
+      value: median(rates.a),
+      unit: 'msg/s',
+      reference,
+      referenceValue: median(rates.b),
+      ratio: median(ratios),
+      target: '-',
+      met: true,
+    });
+  };
+  try {
+    report(
+      'outbox encryption',
+      'sendMail into Redis, encrypted, 20 callers',
+      await pair({ a: enqueue(sealed, benchMessage), b: enqueue(plain, benchMessage) }, COST_ROUNDS, COST_COUNT),
+      'the same without encryption',
+    );
+    report(
+      'outbox encryption',
+      'sendMail into Redis, encrypted, 3 MiB attachment, 20 callers',
+      await pair({ a: enqueue(sealed, bigMessage), b: enqueue(plain, bigMessage) }, COST_ROUNDS, 60),
+      'the same without encryption',
+    );
+    report(
+      'outbox encryption',
+      `drain, encrypted: 1 worker process × concurrency ${DRAIN_CONCURRENCY}, sink answering at once`,
+      await pair(
+        { a: drain(sealed, 'bench-sealed', true), b: drain(plain, 'bench-plain', false) },
+        COST_ROUNDS,
+        DRAIN_COST_COUNT,
+      ),
+      'the same without encryption',
+    );
+  } finally {
+    await Promise.all([plain.close(), sealed.close()]);
   }
   return rows;
 }

@@ -115,6 +115,8 @@ export function errorFromFailure(err: unknown, ctx: FailureContext): EmlApiError
   const { command, origin } = ctx;
   const phase = err instanceof ExchangeFailure ? err.phase : undefined;
   const cause = err instanceof ExchangeFailure ? err.cause : err;
+  // The request body's own failure (it could not produce its bytes), not the network's.
+  if (cause instanceof EmlApiError && !ctx.signal?.aborted) return cause;
   const sent = phase === 'sent';
   const attempts = ctx.attempts !== undefined && ctx.attempts > 1 ? ` after ${ctx.attempts} attempts` : '';
   const common = {

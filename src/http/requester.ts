@@ -10,6 +10,7 @@ export type { CallStage };
 import type { RequesterSettings } from './requester-options.js';
 import { backoffDelay, classifyStatus, parseRetryAfter, sleep, type RetryClass } from './retry-policy.js';
 import { localhostOnlyLoopback } from './localhost-lookup.js';
+import { earlyAnswerConnector } from './early-answer-connector.js';
 import { SendPacer } from './send-pacer.js';
 import { readServiceResponse, type ServiceResponse } from './service-response.js';
 import { SignalFanout } from './signal-fanout.js';
@@ -90,7 +91,7 @@ export class Requester {
         connections: settings.maxConnections,
         keepAliveTimeout: 30_000,
         keepAliveMaxTimeout: 600_000,
-        connect: { timeout: settings.timeouts.connect, lookup: localhostOnlyLoopback() },
+        connect: earlyAnswerConnector({ timeout: settings.timeouts.connect, lookup: localhostOnlyLoopback() }),
       });
     this.#pacer =
       settings.maxMessagesPerSecond === undefined ? undefined : new SendPacer(settings.maxMessagesPerSecond);
@@ -291,7 +292,11 @@ class RunningCall implements Call {
         retryClass = classifyStatus(res.statusCode);
         wait = parseRetryAfter(answer.headers['retry-after']);
       } else {
-        if (signal.aborted || !(failure instanceof ExchangeFailure)) throw failure;
+        // A body that failed to produce its bytes (a stored message that does not match its hash)
+        // fails the call with its own error: no retry makes it right.
+        if (signal.aborted || !(failure instanceof ExchangeFailure) || failure.cause instanceof EmlApiError) {
+          throw failure;
+        }
         retryClass = failure.phase === 'sent' ? 'ambiguous' : 'safe';
       }
       const allowed =

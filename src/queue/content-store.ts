@@ -1,165 +1,380 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, type Hash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import type { Redis } from 'ioredis';
 import { emlBodyFromBuffer, emlBodyFromStream, STREAM_ABOVE } from '../body/eml-upload-body.js';
 import type { UploadBody } from '../http/upload-body.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import type { MailEnvelope } from '../transport/nodemailer-types.js';
+import { NO_KEYS, recordAad, type OutboxKeyring } from './content-cipher.js';
+import { CONTENT_CHUNK, exactChunks, pieces, plainSpans, records, storedLength } from './content-layout.js';
+import { newContentKey, outboxKeys } from './content-keys.js';
+import { contentCommands, TOMBSTONE_MS, type ContentCommands } from './content-scripts.js';
+import type { OutboxJobData } from './outbox-job.js';
+import type { QueueLocation } from './queue-location.js';
 
 /**
  * Where the outbox keeps the content of queued sends: one Redis string per
  * send, beside (not inside) its BullMQ job, written and read in chunks of
- * {@link CONTENT_CHUNK} bytes. Keys are
+ * CONTENT_CHUNK bytes (content-layout.ts). Keys are
  * `{prefix}:{queue}:content:{jobId}:{createdMs}-{random}`: the job id lets the
- * sweeper find keys whose job is gone, the time when they were written, and
- * the random part keeps a second enqueue of the same job id from overwriting
- * the first one's bytes.
- */
-
-/**
- * Bytes per Redis command when content is written or read: what a producer
- * or a worker holds of a large message at a time.
- * @example
- * const commands = Math.ceil(size / CONTENT_CHUNK); // 25 for a 25 MiB message
- */
-export const CONTENT_CHUNK = 1024 * 1024;
-
-/**
- * Where the content keys of a queue start.
- * @example
- * contentKeyPrefix('bull', 'eml-api'); // 'bull:eml-api:content:'
- */
-export function contentKeyPrefix(prefix: string, queueName: string): string {
-  return `${prefix}:${queueName}:content:`;
-}
-
-/**
- * A new content key for a job.
- * @param now the creation time written in the key @default Date.now()
- * @example
- * newContentKey('bull:eml-api:content:', 'order-1042'); // 'bull:eml-api:content:order-1042:1795453916326-e6f0dafa'
- */
-export function newContentKey(keyPrefix: string, jobId: string, now = Date.now()): string {
-  return `${keyPrefix}${jobId}:${now}-${randomBytes(4).toString('hex')}`;
-}
-
-/**
- * The job id and creation time a content key names, or undefined for a key of another form.
- * @example
- * parseContentKey('bull:eml-api:content:', 'bull:eml-api:content:a:1795453916326-e6f0dafa'); // { jobId: 'a', createdAt: 1795453916326 }
- */
-export function parseContentKey(keyPrefix: string, key: string): { jobId: string; createdAt: number } | undefined {
-  if (!key.startsWith(keyPrefix)) return undefined;
-  const rest = key.slice(keyPrefix.length);
-  const colon = rest.lastIndexOf(':');
-  const match = /^(\d+)-[0-9a-f]+$/.exec(rest.slice(colon + 1));
-  if (colon <= 0 || !match) return undefined;
-  return { jobId: rest.slice(0, colon), createdAt: Number(match[1]) };
-}
-
-/**
- * Writes content to a new key: the first chunk with SET, the others with
- * APPEND, one command at a time, so memory holds one chunk whatever the size.
- * A failed or aborted write removes what it wrote once its last command is
- * answered (best effort; the sweeper removes the rest).
+ * sweeper find keys whose job is gone, and the random part keeps a second
+ * enqueue of the same job id from overwriting the first one's bytes.
  *
- * @param signal stops the writes (a deadline passed): no command is sent after it aborts
- * @returns the bytes written
- * @example
- * await writeContent(redis, key, spooled.open()); // a stream of the built message
+ * Every write is conditional on the length already stored (a Lua script), so
+ * the key only ever holds a prefix of the message: when Redis loses data
+ * while a message is written (a restart without AOF, a failover to a lagging
+ * replica) and ioredis re-sends the command in flight, the write fails
+ * instead of re-creating the key with what came after, and the send is
+ * refused. A stored length equal to the message's size therefore means the
+ * whole message; the SHA-256 the job carries lets a worker check it besides.
  */
-export async function writeContent(
-  redis: Redis,
-  key: string,
-  source: Readable | Buffer,
-  signal?: AbortSignal,
-): Promise<number> {
-  let written = 0;
-  try {
-    const chunks = Buffer.isBuffer(source) ? [source] : source;
-    for await (const part of chunks as AsyncIterable<Buffer | string>) {
-      const chunk = typeof part === 'string' ? Buffer.from(part) : part;
-      for (let at = 0; at < chunk.length; at += CONTENT_CHUNK) {
-        const piece = chunk.length <= CONTENT_CHUNK ? chunk : chunk.subarray(at, at + CONTENT_CHUNK);
-        // Checked before every command: a DEL sent while writes go on would run before the next APPEND.
-        signal?.throwIfAborted();
-        if (written === 0) await redis.set(key, piece);
-        else await redis.append(key, piece);
-        written += piece.length;
+
+/**
+ * What a finished write stored, for the job's data.
+ * @example
+ * const { size, sha256 } = await store.write(key, content.open(), signal);
+ */
+export interface WrittenContent {
+  /** Bytes of the content (before encryption). */
+  size: number;
+  /** Bytes stored under the key (with encryption, the records' nonces and tags added). */
+  stored: number;
+  /** SHA-256 of the bytes stored under the key, hex: of the ciphertext, when encrypted. */
+  sha256: string;
+  /** The key the content was encrypted with, if it was. */
+  keyId?: string;
+}
+
+/**
+ * Where a job's content is, as its data says: what a worker needs to read
+ * and check it. Jobs queued before the SHA-256 was stored have none.
+ * @example
+ * const body = await store.emlBody({ contentKey, size, sha256 });
+ */
+export interface StoredContentRef {
+  contentKey: string;
+  /** Bytes of the content (before encryption). */
+  size: number;
+  sha256?: string | undefined;
+  /** Set when the content is encrypted: the id of its key. */
+  encryption?: { keyId: string } | undefined;
+}
+
+/**
+ * How a job and its content stood together after the job was added, read in
+ * one step: `stored` (the job points at this content, which is whole),
+ * `duplicate` (the job is another send's), `lost` (the job or the content is
+ * gone or cut: Redis lost data meanwhile).
+ * @example
+ * if ((await store.confirm(jobKey, key, size)) === 'lost') throw lostError();
+ */
+export type ContentConfirmation = 'stored' | 'duplicate' | 'lost';
+
+/**
+ * The content of a queue's sends in Redis: writing it (producers), reading
+ * and checking it (workers), removing it. With a keyring, content is stored
+ * encrypted (AES-256-GCM), in records of one chunk each: a 12-byte nonce,
+ * the chunk encrypted, its 16-byte tag, bound to the key, its position and
+ * the message's size; a worker decrypts each record, its tag checked, before
+ * any of it goes out.
+ * @example
+ * const store = new ContentStore(redis, resolveQueueLocation('eml-api', 'bull'));
+ * const key = store.newKey('order-1042');
+ * const written = await store.write(key, content.open(), { size: content.size, signal });
+ */
+export class ContentStore {
+  readonly #redis: Redis & ContentCommands;
+  readonly #location: QueueLocation;
+  readonly #index: string;
+  readonly #keyring: OutboxKeyring | undefined;
+
+  /** @param keyring encrypts what is written (with its current key), decrypts what is read */
+  constructor(redis: Redis, location: QueueLocation, keyring?: OutboxKeyring) {
+    this.#redis = contentCommands(redis);
+    this.#location = location;
+    this.#index = outboxKeys(location).contentIndex;
+    this.#keyring = keyring;
+  }
+
+  /** A new content key for a job of this queue. */
+  newKey(jobId: string): string {
+    return newContentKey(this.#location.contentKeyPrefix, jobId);
+  }
+
+  /**
+   * Writes content to a new key in chunks, one command at a time (memory
+   * holds one chunk whatever the size), each conditional on the length
+   * already stored, hashing what it writes. A failed or aborted write
+   * discards what it wrote (best effort; the sweeper removes the rest).
+   *
+   * @param options `size`: the content's bytes (encrypted records are bound to it); `signal` stops
+   *   the writes (a deadline passed): no command is sent after it aborts
+   * @throws {EmlApiError} `ECONNECTION` when Redis lost part of the message meanwhile; Redis's own errors
+   * @example
+   * const { stored, sha256 } = await store.write(key, spooled.open(), { size: spooled.size });
+   */
+  async write(
+    key: string,
+    source: Readable | Buffer,
+    { size, signal }: { size: number; signal?: AbortSignal | undefined },
+  ): Promise<WrittenContent> {
+    const hash = createHash('sha256');
+    let written = 0;
+    const put = async (piece: Buffer) => {
+      // Checked before every command: nothing is sent once the send was given up.
+      signal?.throwIfAborted();
+      const stored = await this.#redis.emlApiWriteAt(key, this.#index, written, piece);
+      if (stored !== written + piece.length) throw lostWhileWriting(written);
+      hash.update(piece);
+      written += piece.length;
+    };
+    try {
+      const keyId = this.#keyring?.keyId;
+      if (keyId !== undefined) {
+        // Records of exactly CONTENT_CHUNK bytes of content (the last one shorter), so a reader finds
+        // each record where its position says.
+        let index = 0;
+        for await (const chunk of exactChunks(source)) {
+          await put(this.#keyring!.seal(chunk, recordAad(key, index++, size)));
+        }
+        return { size, stored: written, sha256: hash.digest('hex'), keyId };
       }
+      for await (const part of pieces(source)) {
+        for (let at = 0; at < part.length; at += CONTENT_CHUNK) {
+          await put(part.length <= CONTENT_CHUNK ? part : part.subarray(at, at + CONTENT_CHUNK));
+        }
+      }
+      if (written === 0) await put(Buffer.alloc(0));
+      return { size: written, stored: written, sha256: hash.digest('hex') };
+    } catch (err) {
+      await this.discard(key).catch(() => undefined);
+      throw err;
     }
-    if (written === 0) await redis.set(key, '');
-    return written;
-  } catch (err) {
-    await redis.del(key).catch(() => undefined);
-    throw err;
+  }
+
+  /**
+   * The fields of a job's data that describe its stored content: its SHA-256
+   * and, when encrypted, the key id, the envelope and Message-ID sealed with
+   * the same key (in clear they would name every recipient, Bcc included),
+   * and `v: 2`, which workers before 0.2 refuse instead of posting ciphertext.
+   * @example
+   * Object.assign(data, store.jobFields(contentKey, written, content));
+   */
+  jobFields(
+    contentKey: string,
+    written: WrittenContent,
+    clear: { envelope: MailEnvelope; messageId: string },
+  ): Partial<OutboxJobData> {
+    if (written.keyId === undefined) return { sha256: written.sha256 };
+    const meta = JSON.stringify({ envelope: clear.envelope, messageId: clear.messageId });
+    return {
+      v: 2,
+      sha256: written.sha256,
+      encryption: {
+        keyId: written.keyId,
+        meta: this.#keyring!.seal(Buffer.from(meta), recordAad(contentKey, 'meta', written.size)).toString('base64'),
+      },
+      envelope: { from: false, to: [] },
+      messageId: '',
+    };
+  }
+
+  /**
+   * Bytes stored under a job's content key (with encryption, the records' nonces and tags added).
+   * @example
+   * await store.confirm(jobId, data.contentKey, store.storedSize(data));
+   */
+  storedSize(ref: StoredContentRef): number {
+    return storedLength(ref);
+  }
+
+  /**
+   * A job's data with its envelope and Message-ID in clear: decrypted from
+   * an encrypted job (when this store holds its key), as they are otherwise.
+   * @example
+   * const info = queuedMessageInfo(store.reveal(existing), jobId, true);
+   */
+  reveal<T extends Pick<OutboxJobData, 'contentKey' | 'size' | 'envelope' | 'messageId' | 'encryption'>>(data: T): T {
+    if (data.encryption === undefined) return data;
+    try {
+      const aad = recordAad(data.contentKey, 'meta', data.size);
+      const sealed = Buffer.from(data.encryption.meta, 'base64');
+      const meta = (this.#keyring ?? NO_KEYS).open(data.encryption.keyId, sealed, aad, 'envelope');
+      const { envelope, messageId } = JSON.parse(meta.toString('utf8')) as Pick<T, 'envelope' | 'messageId'>;
+      return { ...data, envelope, messageId };
+    } catch {
+      return data;
+    }
+  }
+
+  /**
+   * Removes content that may still be being written: writes still on their
+   * way fail instead of re-creating it.
+   * @example
+   * await store.discard(contentKey);
+   */
+  async discard(key: string): Promise<void> {
+    await this.#redis.emlApiDiscard(key, this.#index, TOMBSTONE_MS);
+  }
+
+  /**
+   * Removes the content of a job that no longer needs it (sent, or a duplicate's, fully written).
+   * @example
+   * await store.remove(job.data.contentKey);
+   */
+  async remove(key: string): Promise<void> {
+    // Two plain commands, sent together: nothing writes this key any more, so no step between them matters.
+    await Promise.all([this.#redis.del(key), this.#redis.zrem(this.#index, key)]);
+  }
+
+  /**
+   * Checks, once the job was added, that the job points at this content and
+   * that the content is whole, both in one step: what `sendMail` may then
+   * acknowledge. Redis may have lost either while they were stored (a restart
+   * without AOF, a failover), and a command re-sent after a reconnect would
+   * have re-created the job alone.
+   *
+   * @param size the bytes written
+   * @example
+   * const state = await store.confirm(jobId, contentKey, written.size);
+   */
+  async confirm(jobId: string, key: string, size: number): Promise<ContentConfirmation> {
+    const jobKey = `${this.#location.prefix}:${this.#location.queueName}:${jobId}`;
+    const [stored, data] = await this.#redis.emlApiConfirm(jobKey, key);
+    const pointsHere = contentKeyOf(data) === key;
+    if (data !== '' && !pointsHere) return 'duplicate';
+    return pointsHere && stored === size ? 'stored' : 'lost';
+  }
+
+  /**
+   * The `/v1/send/eml` request body of stored EML bytes. Small messages are
+   * read at once and checked before anything is posted; larger ones are read
+   * in chunks on each attempt and encoded as they stream (a worker holds
+   * about one chunk per send), hashed as they are read: the last chunk is
+   * passed on only once the hash matches, so a request over content that
+   * does not match never completes and the service cannot take it.
+   *
+   * @throws {EmlApiError} `EMESSAGE` (permanent) when the content is missing, cut or changed
+   * @example
+   * const body = await store.emlBody(job.data);
+   * await postEml(call, body, job.data.idempotencyKey);
+   */
+  async emlBody(ref: StoredContentRef): Promise<UploadBody> {
+    if (ref.size <= STREAM_ABOVE) return emlBodyFromBuffer(await this.#readWhole(ref), STREAM_ABOVE);
+    this.#checkLength(ref, await this.#redis.emlApiLength(ref.contentKey));
+    return emlBodyFromStream(
+      ref.size,
+      () => Readable.from(this.#readChunks(ref), { objectMode: false }),
+      () => Promise.resolve(),
+    );
+  }
+
+  /**
+   * A stored JSON request body (group or tracked send), as text, checked.
+   * @throws {EmlApiError} `EMESSAGE` (permanent) when the content is missing, cut or changed
+   * @example
+   * const json = await store.jsonBody(job.data);
+   */
+  async jsonBody(ref: StoredContentRef): Promise<string> {
+    return (await this.#readWhole(ref)).toString('utf8');
+  }
+
+  /** Checks that a job's content is all there (`stored`: its length in Redis, -1 when it is not there). */
+  #checkLength(ref: StoredContentRef, stored: number): void {
+    const { contentKey } = ref;
+    const size = storedLength(ref);
+    if (stored === -1 || (stored === 0 && size > 0)) {
+      throw new EmlApiError(
+        'EMESSAGE',
+        `The queued content of this job is missing from Redis (evicted or removed; key ${contentKey}): nothing to send. ` +
+          'Redis must run with maxmemory-policy noeviction (see "Durable sending" in the README)',
+        { permanent: true },
+      );
+    }
+    if (stored !== size) {
+      throw new EmlApiError(
+        'EMESSAGE',
+        `The queued content of this job is ${stored} bytes in Redis instead of ${size}: it was changed or cut; not sent`,
+        { permanent: true },
+      );
+    }
+  }
+
+  /** Reads the whole content in one round trip, checks its length and hash, decrypts it. */
+  async #readWhole(ref: StoredContentRef): Promise<Buffer> {
+    // A plain GET, the common case's one round trip; a tombstone (a hash) answers WRONGTYPE: not there.
+    const found = await this.#redis.getBuffer(ref.contentKey).catch((err: unknown) => {
+      if (err instanceof Error && err.name === 'ReplyError' && err.message.startsWith('WRONGTYPE')) return null;
+      throw err;
+    });
+    // Throws when nothing was found (-1).
+    this.#checkLength(ref, found === null ? -1 : found.length);
+    const bytes = found!;
+    const hash = createHash('sha256').update(bytes);
+    verify(hash, ref);
+    if (ref.encryption === undefined) return bytes;
+    const plain: Buffer[] = [];
+    for (const { index, start, end } of records(ref.size))
+      plain.push(this.#open(ref, index, bytes.subarray(start, end)));
+    return Buffer.concat(plain, ref.size);
+  }
+
+  async *#readChunks(ref: StoredContentRef): AsyncGenerator<Buffer> {
+    const { contentKey: key } = ref;
+    const stored = storedLength(ref);
+    const hash: Hash = createHash('sha256');
+    const spans =
+      ref.encryption === undefined
+        ? plainSpans(ref.size)
+        : records(ref.size).map(({ index, start, end }) => ({ index, start, end }));
+    for (const { index, start, end } of spans) {
+      const chunk = await this.#redis.getrangeBuffer(key, start, end - 1);
+      if (chunk.length !== end - start) throw changedWhileReading(key);
+      hash.update(chunk);
+      // The last chunk goes out only once the whole content is known to match.
+      if (end === stored) verify(hash, ref);
+      // A record is decrypted, its tag checked, before any of it is passed on.
+      yield ref.encryption === undefined ? chunk : this.#open(ref, index, chunk);
+    }
+  }
+
+  #open(ref: StoredContentRef, index: number, record: Buffer): Buffer {
+    const aad = recordAad(ref.contentKey, index, ref.size);
+    return (this.#keyring ?? NO_KEYS).open(ref.encryption!.keyId, record, aad, 'content');
   }
 }
 
-/**
- * Checks that a job's content is all there before it is posted.
- * @throws {EmlApiError} `EMESSAGE` (permanent) when it is missing or of another size
- * @example
- * await checkContent(redis, job.data.contentKey, job.data.size);
- */
-export async function checkContent(redis: Redis, key: string, size: number): Promise<void> {
-  const stored = await redis.strlen(key);
-  if (stored !== size) {
+/** Throws when the content read does not match the SHA-256 on the job (jobs queued before it was stored have none). */
+function verify(hash: Hash, { contentKey, sha256 }: StoredContentRef): void {
+  if (sha256 === undefined) return;
+  if (hash.digest('hex') !== sha256) {
     throw new EmlApiError(
       'EMESSAGE',
-      stored === 0
-        ? `The queued content of this job is gone from Redis (key ${key}): it was removed, or Redis lost it (see "Durable sending" in the README)`
-        : `The queued content of this job is ${stored} bytes in Redis instead of ${size}: it was changed or cut`,
+      `The queued content under ${contentKey} does not match the SHA-256 stored with its job: it was changed in Redis; not sent`,
       { permanent: true },
     );
   }
 }
 
-/**
- * The `/v1/send/eml` request body of stored EML bytes. Small messages are read
- * at once; larger ones are read from Redis in chunks on each attempt and
- * encoded as they stream, so a worker holds about one chunk per send.
- *
- * @throws {EmlApiError} `EMESSAGE` (permanent) when the content is missing or incomplete
- * @example
- * const body = await storedEmlBody(redis, job.data.contentKey, job.data.size);
- * await postEml(call, body, job.data.idempotencyKey);
- */
-export async function storedEmlBody(redis: Redis, key: string, size: number): Promise<UploadBody> {
-  await checkContent(redis, key, size);
-  if (size <= STREAM_ABOVE) return emlBodyFromBuffer(await readWhole(redis, key, size), STREAM_ABOVE);
-  return emlBodyFromStream(
-    size,
-    () => Readable.from(readChunks(redis, key, size), { objectMode: false }),
-    () => Promise.resolve(),
+function changedWhileReading(key: string): EmlApiError {
+  return new EmlApiError('EMESSAGE', `The queued content under ${key} changed while it was read`, { permanent: true });
+}
+
+function lostWhileWriting(offset: number): EmlApiError {
+  return new EmlApiError(
+    'ECONNECTION',
+    `Redis lost part of the message while it was being stored (after ${offset} bytes: it restarted, failed over, ` +
+      'or a write was repeated after a reconnect): not queued, nothing will be sent; queue it again',
+    { permanent: false, mayHaveBeenAccepted: false },
   );
 }
 
-/**
- * A stored JSON request body (group or tracked send), as text.
- * @throws {EmlApiError} `EMESSAGE` (permanent) when the content is missing or incomplete
- * @example
- * const json = await storedJsonBody(redis, job.data.contentKey, job.data.size);
- */
-export async function storedJsonBody(redis: Redis, key: string, size: number): Promise<string> {
-  await checkContent(redis, key, size);
-  return (await readWhole(redis, key, size)).toString('utf8');
-}
-
-async function readWhole(redis: Redis, key: string, size: number): Promise<Buffer> {
-  const bytes = await redis.getBuffer(key);
-  if (!bytes || bytes.length !== size) throw changedWhileReading(key);
-  return bytes;
-}
-
-async function* readChunks(redis: Redis, key: string, size: number): AsyncGenerator<Buffer> {
-  for (let at = 0; at < size; at += CONTENT_CHUNK) {
-    const end = Math.min(size, at + CONTENT_CHUNK);
-    const chunk = await redis.getrangeBuffer(key, at, end - 1);
-    if (chunk.length !== end - at) throw changedWhileReading(key);
-    yield chunk;
+function contentKeyOf(data: string): string | undefined {
+  if (data === '') return undefined;
+  try {
+    const parsed = JSON.parse(data) as { contentKey?: unknown };
+    return typeof parsed.contentKey === 'string' ? parsed.contentKey : undefined;
+  } catch {
+    return undefined;
   }
-}
-
-function changedWhileReading(key: string): EmlApiError {
-  return new EmlApiError('EMESSAGE', `The queued content under ${key} changed while it was read`, { permanent: true });
 }

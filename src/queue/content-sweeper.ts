@@ -1,6 +1,23 @@
+import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { parseContentKey } from './content-store.js';
+import { outboxKeys, parseContentKey } from './content-keys.js';
 import type { QueueLocation } from './queue-location.js';
+
+/**
+ * Stored content no job needs any more is removed by the workers' sweeper.
+ * It works from the queue's content index (a sorted set the producer fills
+ * as it writes the first chunk, scored at Redis's own time), never from a
+ * SCAN of the keyspace, and judges age by Redis's clock (`TIME`), never by
+ * the machine it runs on: a worker whose clock runs hours ahead would have
+ * removed content being written. One worker sweeps at a time (a lock with an
+ * expiry in Redis). Content written before the index existed (by versions
+ * before 0.2: the content of their failed jobs, removed by age after 7 days,
+ * would otherwise stay for ever) is found by a SCAN for the queue's content
+ * keys, by each worker once a day (its first sweep, then every 24 hours, one
+ * worker at a time), and entered in the index. When it last did is kept in
+ * the worker's memory, not in Redis, so that removing a queue
+ * (`queue.obliterate()`) leaves no key of the outbox behind.
+ */
 
 /**
  * A content key younger than this (1 hour) is never swept: its job may be being added right now.
@@ -10,58 +27,186 @@ import type { QueueLocation } from './queue-location.js';
 export const SWEEP_GRACE_MS = 60 * 60 * 1000;
 
 /**
+ * How often a worker looks for content written before the index (24 hours).
+ * @example
+ * await sweepStoredContent(redis, location, { legacyScanEveryMs: LEGACY_SCAN_EVERY_MS });
+ */
+export const LEGACY_SCAN_EVERY_MS = 24 * 60 * 60 * 1000;
+
+/** Index entries judged per script run: each run holds Redis for a moment only. */
+const BATCH = 200;
+/** How long the sweeper's lock lasts without being renewed, in ms (renewed after every batch). */
+const LOCK_MS = 60_000;
+
+/**
+ * Judges the index entries that are due (written, or last found needed,
+ * before the cutoff: the grace before the sweep's Redis `TIME`, ARGV[1]),
+ * each in the same step as its removal:
+ * content whose job is gone, points elsewhere, or was sent is removed;
+ * content of waiting, delayed, active and failed jobs stays and is looked at
+ * again after another grace. Keys already gone (or tombstones, which expire
+ * by themselves) leave the index.
+ */
+const SWEEP_BATCH = `
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+local removed = 0
+for _, key in ipairs(due) do
+  if redis.call('TYPE', key).ok ~= 'string' then
+    redis.call('ZREM', KEYS[1], key)
+  else
+    local needed = false
+    local jobId = string.match(string.sub(key, string.len(ARGV[5]) + 1), '^(.+):%d+%-%x+$')
+    if jobId then
+      local data = redis.call('HGET', ARGV[4] .. jobId, 'data')
+      if data then
+        local ok, job = pcall(cjson.decode, data)
+        if ok and type(job) == 'table' and job['contentKey'] == key then
+          needed = not redis.call('ZSCORE', ARGV[4] .. 'completed', jobId)
+        end
+      end
+    end
+    if needed then
+      redis.call('ZADD', KEYS[1], ARGV[3], key)
+    else
+      redis.call('DEL', key)
+      redis.call('ZREM', KEYS[1], key)
+      removed = removed + 1
+    end
+  end
+end
+return { #due, removed }
+`;
+
+/** Renews the lock if this sweeper still holds it. */
+const RENEW = `
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+`;
+
+/** Releases the lock if this sweeper still holds it. */
+const RELEASE = `
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('DEL', KEYS[1])
+`;
+
+interface SweepCommands {
+  emlApiSweepBatch(
+    index: string,
+    cutoff: number,
+    batch: number,
+    now: number,
+    jobKeyBase: string,
+    contentPrefix: string,
+  ): Promise<[number, number]>;
+  emlApiRenewLock(lock: string, token: string, ms: number): Promise<number>;
+  emlApiReleaseLock(lock: string, token: string): Promise<number>;
+}
+
+const defined = new WeakSet<Redis>();
+/** When this process last looked for content written before the index, per client and index (Redis time). */
+const lastLegacyScan = new WeakMap<Redis, Map<string, number>>();
+
+function commands(redis: Redis): Redis & SweepCommands {
+  if (!defined.has(redis)) {
+    redis.defineCommand('emlApiSweepBatch', { numberOfKeys: 1, lua: SWEEP_BATCH });
+    redis.defineCommand('emlApiRenewLock', { numberOfKeys: 1, lua: RENEW });
+    redis.defineCommand('emlApiReleaseLock', { numberOfKeys: 1, lua: RELEASE });
+    defined.add(redis);
+  }
+  return redis as Redis & SweepCommands;
+}
+
+/**
+ * Options of {@link sweepStoredContent}.
+ * @example
+ * const options: SweepOptions = { graceMs: 0 }; // a test: every entry is due at once
+ */
+export interface SweepOptions {
+  /**
+   * How old (by Redis's clock) content must be before it is judged, in ms.
+   * @default SWEEP_GRACE_MS (1 hour)
+   */
+  graceMs?: number;
+  /**
+   * How often this process looks for content written before the index
+   * existed, with a SCAN of the queue's content keys, in ms.
+   * @default LEGACY_SCAN_EVERY_MS (24 hours)
+   */
+  legacyScanEveryMs?: number;
+}
+
+/**
  * Removes stored content no job needs any more: content whose job is gone
  * (removed by age, by hand in a dashboard, or never added because the
- * producer died between storing and queueing), content of a second enqueue
- * of the same job id, and content of sent jobs (a worker that died between
- * finishing a job and removing its content). Content of waiting, delayed,
- * active and failed jobs stays: a failed job can be retried.
+ * producer died or gave up between storing and queueing), content of a
+ * second enqueue of the same job id, and content of sent jobs (a worker that
+ * died between finishing a job and removing its content). Content of
+ * waiting, delayed, active and failed jobs stays: a failed job can be retried.
+ * Does nothing while another worker sweeps the same queue.
  *
- * @param options `now` @default Date.now(); `graceMs` @default SWEEP_GRACE_MS (1 hour)
- * @returns how many keys were removed
+ * @returns how many keys were removed (0 when another worker is sweeping)
  * @example
  * const removed = await sweepStoredContent(redis, resolveQueueLocation('eml-api', 'bull'));
  */
 export async function sweepStoredContent(
   redis: Redis,
   location: QueueLocation,
-  { now = Date.now(), graceMs = SWEEP_GRACE_MS }: { now?: number; graceMs?: number } = {},
+  { graceMs = SWEEP_GRACE_MS, legacyScanEveryMs = LEGACY_SCAN_EVERY_MS }: SweepOptions = {},
 ): Promise<number> {
-  const base = `${location.prefix}:${location.queueName}:`;
-  let cursor = '0';
-  let removed = 0;
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', `${location.contentKeyPrefix}*`, 'COUNT', 500);
-    cursor = next;
-    const entries = keys.flatMap((key) => {
-      const parsed = parseContentKey(location.contentKeyPrefix, key);
-      return parsed ? [{ key, ...parsed }] : [];
-    });
-    if (entries.length === 0) continue;
-    const lookups = redis.pipeline();
-    for (const { jobId } of entries) {
-      lookups.hget(`${base}${jobId}`, 'data');
-      lookups.zscore(`${base}completed`, jobId);
+  const r = commands(redis);
+  const keys = outboxKeys(location);
+  const token = randomBytes(8).toString('hex');
+  if ((await r.set(keys.sweepLock, token, 'PX', LOCK_MS, 'NX')) !== 'OK') return 0;
+  try {
+    // Redis's clock, the one the index was written with: never this machine's.
+    const now = await redisTime(r);
+    const scanned = lastLegacyScan.get(r) ?? new Map<string, number>();
+    lastLegacyScan.set(r, scanned);
+    const last = scanned.get(keys.contentIndex);
+    if (last === undefined || now - last >= legacyScanEveryMs) {
+      await indexLegacyContent(r, location, keys.contentIndex, now);
+      scanned.set(keys.contentIndex, now);
     }
-    const answers = (await lookups.exec()) ?? [];
-    const doomed: string[] = [];
-    entries.forEach((entry, i) => {
-      const data = answers[2 * i]?.[1] as string | null | undefined;
-      const completed = answers[2 * i + 1]?.[1] as string | null | undefined;
-      const old = now - entry.createdAt > graceMs;
-      if (completed !== null && completed !== undefined) doomed.push(entry.key);
-      else if (old && (data === null || data === undefined || contentKeyOf(data) !== entry.key)) doomed.push(entry.key);
-    });
-    if (doomed.length > 0) removed += await redis.del(...doomed);
-  } while (cursor !== '0');
-  return removed;
+    const jobKeyBase = `${location.prefix}:${location.queueName}:`;
+    let removed = 0;
+    for (;;) {
+      // Entries found needed are scored just after `now`, so after the cutoff: each is judged once per sweep.
+      const [examined, gone] = await r.emlApiSweepBatch(
+        keys.contentIndex,
+        now - graceMs,
+        BATCH,
+        now + 1,
+        jobKeyBase,
+        location.contentKeyPrefix,
+      );
+      removed += gone;
+      if (examined < BATCH) break;
+      // Lost the lock (a sweep that ran longer than it lasts): another worker carries on.
+      if ((await r.emlApiRenewLock(keys.sweepLock, token, LOCK_MS)) !== 1) break;
+    }
+    return removed;
+  } finally {
+    await r.emlApiReleaseLock(keys.sweepLock, token).catch(() => undefined);
+  }
 }
 
-function contentKeyOf(data: string): string | undefined {
-  try {
-    const parsed = JSON.parse(data) as { contentKey?: unknown };
-    return typeof parsed.contentKey === 'string' ? parsed.contentKey : undefined;
-  } catch {
-    return undefined;
-  }
+/**
+ * Enters in the index the content keys written before it existed: found with
+ * a SCAN matching the queue's content keys only, entered at the current Redis
+ * time (their grace runs from now), leaving the entries already there alone.
+ */
+async function indexLegacyContent(redis: Redis, location: QueueLocation, index: string, now: number): Promise<void> {
+  let cursor = '0';
+  do {
+    const [next, found] = await redis.scan(cursor, 'MATCH', `${location.contentKeyPrefix}*`, 'COUNT', 500);
+    cursor = next;
+    const content = found.filter((key) => parseContentKey(location.contentKeyPrefix, key) !== undefined);
+    if (content.length > 0) await redis.zadd(index, 'NX', ...content.flatMap((key) => [now, key]));
+  } while (cursor !== '0');
+}
+
+/** Redis's clock (`TIME`), in ms. */
+async function redisTime(redis: Redis): Promise<number> {
+  const [seconds, micros] = await redis.time();
+  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
 }

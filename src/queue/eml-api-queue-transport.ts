@@ -9,7 +9,7 @@ import type { BuildThreads } from '../transport/build-message.js';
 import { BuildThreadPool } from '../transport/build-threads/pool.js';
 import { jsonRouteOf } from '../transport/json-route.js';
 import type { NodemailerMail } from '../transport/nodemailer-types.js';
-import { newContentKey, writeContent } from './content-store.js';
+import { ContentStore } from './content-store.js';
 import { settleDuplicate, type DuplicateSettlement } from './duplicate-send.js';
 import { outboxJobId } from './outbox-job-id.js';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
@@ -21,6 +21,7 @@ import { queuedMessageInfo, type EmlApiQueuedMessageInfo } from './queued-messag
 import { closeOutboxRedis, openOutboxRedis, type OutboxRedis } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
 import { redisFailure, type StoredSend } from './redis-failure.js';
+import { checkRedisSettings } from './redis-settings.js';
 import { resolveQueueTransportOptions, type ResolvedQueueTransportOptions } from './resolve-queue-transport-options.js';
 
 /**
@@ -62,10 +63,12 @@ export class EmlApiQueueTransport extends EventEmitter {
   readonly queueName: string;
   readonly #settings: ResolvedQueueTransportOptions;
   readonly #redis: OutboxRedis;
+  readonly #content: ContentStore;
   readonly #limiter: ConcurrencyLimiter;
   /** The build threads (`buildThreads`), none started until a send needs one. */
   readonly #threads: BuildThreads | undefined;
   readonly #inflight = new Set<Promise<unknown>>();
+  #redisChecked: Promise<void> | undefined;
   #closed = false;
   #closing: Promise<void> | undefined;
 
@@ -77,6 +80,7 @@ export class EmlApiQueueTransport extends EventEmitter {
     this.#settings = resolveQueueTransportOptions(options);
     const { Queue } = loadBullmq();
     this.#redis = openOutboxRedis(options.connection, 'producer');
+    this.#content = new ContentStore(this.#redis.redis, this.#settings, this.#settings.keyring);
     this.queueName = this.#settings.queueName;
     this.queue = new Queue<OutboxJobData, OutboxSendResult>(this.queueName, {
       connection: this.#redis.redis,
@@ -124,9 +128,13 @@ export class EmlApiQueueTransport extends EventEmitter {
   };
 
   /**
-   * Checks that Redis answers (a PING). Returns a Promise when called without a callback.
+   * Checks that Redis answers (a PING) and keeps what is queued: its
+   * `maxmemory-policy` must be `noeviction`, and its persistence what the
+   * `durability` option asks (a warning is logged when the append-only file
+   * is off). Returns a Promise when called without a callback.
    *
-   * @throws {EmlApiError} `ECONNECTION` when Redis cannot be reached
+   * @throws {EmlApiError} `ECONNECTION` when Redis cannot be reached; `ECONFIG` naming the
+   *   Redis setting (and the command that fixes it) when Redis would lose queued mail
    * @example
    * await transporter.verify(); // true
    */
@@ -135,7 +143,11 @@ export class EmlApiQueueTransport extends EventEmitter {
     (callback: (err: Error | null, success?: true) => void): void;
   } = ((callback?: (err: Error | null, success?: true) => void): Promise<true> | void => {
     const promise = withDeadline(this.#redis.redis.ping(), this.#settings.storeTimeout).then(
-      () => true as const,
+      async () => {
+        await this.#checkRedis();
+        this.#redisChecked ??= Promise.resolve();
+        return true as const;
+      },
       (err: unknown) => {
         throw redisFailure(err, `Redis at ${this.#redis.where} did not answer`, false);
       },
@@ -244,6 +256,7 @@ export class EmlApiQueueTransport extends EventEmitter {
   ): Promise<EmlApiQueuedMessageInfo> {
     const settings = this.#settings;
     if (content.requestBytes > settings.maxMessageBytes) throw tooLarge(content, settings.maxMessageBytes);
+    await this.#checkRedisOnce();
     signal.throwIfAborted();
     const info = await this.#store(content, idempotencyKey, signal);
     settings.logger.info(
@@ -269,7 +282,7 @@ export class EmlApiQueueTransport extends EventEmitter {
     const jobId = outboxJobId(idempotencyKey);
     // On every error of this send: the caller can queue it again safely and look the job up.
     const send: StoredSend = { idempotencyKey, queueId: jobId };
-    const contentKey = newContentKey(this.#settings.contentKeyPrefix, jobId);
+    const contentKey = this.#content.newKey(jobId);
     const deadline = Date.now() + this.#settings.storeTimeout;
     const left = () => Math.max(1, deadline - Date.now());
     const data: OutboxJobData = {
@@ -284,16 +297,22 @@ export class EmlApiQueueTransport extends EventEmitter {
     };
     const writing = new AbortController();
     try {
-      await withDeadline(writeContent(redis, contentKey, content.open(), writing.signal), left());
+      const written = await withDeadline(
+        this.#content.write(contentKey, content.open(), { size: content.size, signal: writing.signal }),
+        left(),
+      );
+      // The SHA-256 a worker checks; encrypted, the key id and the envelope sealed (issue 20, items 1, 11).
+      Object.assign(data, this.#content.jobFields(contentKey, written, content));
     } catch (err) {
-      // Past the deadline the writes may still be going on (a slow Redis): stop them. The writer
-      // deletes the key itself after its last command; a DEL sent from here would run before the
-      // APPENDs still to come, which would then leave the message in Redis with no job.
+      // Past the deadline the writes may still be going on (a slow Redis): stop them, and discard
+      // what was written. The discard leaves a tombstone on which every write still to come fails
+      // (writes are conditional on the stored length), so none can bring the message back with no job.
       writing.abort();
+      void this.#content.discard(contentKey).catch(() => undefined);
       throw redisFailure(err, `Could not store the message in Redis at ${where}`, false, send);
     }
     if (signal.aborted) {
-      await redis.del(contentKey).catch(() => undefined);
+      await this.#content.discard(contentKey).catch(() => undefined);
       signal.throwIfAborted();
     }
     let settled: DuplicateSettlement = { kind: 'gone' };
@@ -307,7 +326,7 @@ export class EmlApiQueueTransport extends EventEmitter {
     } catch (err) {
       if (err instanceof EmlApiError) {
         // Refused (a job parked for a person): nothing of this call is kept.
-        await redis.del(contentKey).catch(() => undefined);
+        await this.#content.remove(contentKey).catch(() => undefined);
         throw err;
       }
       throw redisFailure(err, `Could not queue the message in Redis at ${where}`, true, send);
@@ -321,13 +340,71 @@ export class EmlApiQueueTransport extends EventEmitter {
       );
     }
     if (settled.kind === 'duplicate' || settled.kind === 'retried') {
-      await redis.del(contentKey).catch(() => undefined);
-      return queuedMessageInfo(settled.data, jobId, true, settled.kind === 'retried' ? 'retried' : undefined);
+      await this.#content.remove(contentKey).catch(() => undefined);
+      const stored = this.#content.reveal(settled.data);
+      return queuedMessageInfo(stored, jobId, true, settled.kind === 'retried' ? 'retried' : undefined);
     }
     if (settled.kind === 'replaced' && settled.removeContent !== undefined) {
-      await redis.del(settled.removeContent).catch(() => undefined);
+      await this.#content.remove(settled.removeContent).catch(() => undefined);
     }
-    return queuedMessageInfo(data, jobId, false, settled.kind === 'replaced' ? 'replaced' : undefined);
+    await this.#confirmStored(jobId, contentKey, this.#content.storedSize(data), left(), send);
+    const clear = { ...data, envelope: content.envelope, messageId: content.messageId };
+    return queuedMessageInfo(clear, jobId, false, settled.kind === 'replaced' ? 'replaced' : undefined);
+  }
+
+  /**
+   * Checks Redis's settings before the first message is queued (issue 20,
+   * item 4); a failed check (a refusal, or Redis unreachable) is made again
+   * on the next send, so fixing Redis needs no restart.
+   */
+  #checkRedisOnce(): Promise<void> {
+    this.#redisChecked ??= this.#checkRedis().catch((err: unknown) => {
+      this.#redisChecked = undefined;
+      throw err;
+    });
+    return this.#redisChecked;
+  }
+
+  async #checkRedis(): Promise<void> {
+    const { redis, where } = this.#redis;
+    const { durability, logger, storeTimeout } = this.#settings;
+    try {
+      await withDeadline(
+        checkRedisSettings(redis, where, durability, (message) => logger.warn({}, message)),
+        storeTimeout,
+      );
+    } catch (err) {
+      throw redisFailure(err, `Could not read the settings of Redis at ${where}`, false);
+    }
+  }
+
+  /**
+   * Acknowledges only what Redis holds whole: once the job is added, checks in
+   * one step that it points at this content and that the content is all
+   * there. BullMQ adds a job with a script of its own, so the check cannot be
+   * in the same script as the add; it comes after it instead, and sendMail
+   * resolves only when it sees both. Redis may have lost data since the
+   * content was written (a restart without AOF, a failover) and a re-sent add
+   * re-created the job alone: then the job is removed (a worker that took it
+   * meanwhile finds no content and fails it, sending nothing) and the send is
+   * refused, so the app queues it again.
+   */
+  async #confirmStored(jobId: string, contentKey: string, size: number, ms: number, send: StoredSend): Promise<void> {
+    let state;
+    try {
+      state = await withDeadline(this.#content.confirm(jobId, contentKey, size), ms);
+    } catch (err) {
+      throw redisFailure(err, `Could not queue the message in Redis at ${this.#redis.where}`, true, send);
+    }
+    if (state === 'stored') return;
+    if (state === 'lost') await this.queue.remove(jobId).catch(() => undefined);
+    await this.#content.discard(contentKey).catch(() => undefined);
+    throw new EmlApiError(
+      'ECONNECTION',
+      `Redis at ${this.#redis.where} lost the message as it was queued (it restarted or failed over): ` +
+        'not queued, nothing will be sent; queue it again',
+      { permanent: false, mayHaveBeenAccepted: false, ...send },
+    );
   }
 }
 

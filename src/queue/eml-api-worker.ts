@@ -4,6 +4,7 @@ import { clientInternals } from '../client/client-internals.js';
 import { EmlApiClient } from '../client/eml-api-client.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { EmlApiLogger } from '../shared/logger.js';
+import { ContentStore } from './content-store.js';
 import { sweepStoredContent } from './content-sweeper.js';
 import { OutboxJobRunner } from './job-runner.js';
 import type { OutboxJob, OutboxJobData, OutboxSendResult } from './outbox-job.js';
@@ -12,6 +13,7 @@ import { loadBullmq, type BullmqModule } from './queue-peers.js';
 import { closeOutboxRedis, openOutboxRedis, QUIT_WAIT, type OutboxRedis } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
 import { resolveWorkerOptions } from './resolve-worker-options.js';
+import { checkRedisSettings } from './redis-settings.js';
 import { outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
 import type { EmlApiWorkerOptions } from './worker-options.js';
 
@@ -44,6 +46,8 @@ const HAND_BACK_WAIT = 5_000;
  * - `'retrying'` `(job, error: EmlApiError, delayMs)`: a send failed for a passing reason and will be tried again
  * - `'failed'` `(job, error: EmlApiError)`: a send failed for good (a permanent error, or out of attempts)
  * - `'error'` `(error)`: the worker itself failed (Redis unreachable...); logged when nobody listens
+ * - `'warning'` `(message: string)`: Redis keeps queued mail less safely than it should (it runs without
+ *   its append-only file), or its settings cannot be read; also logged
  *
  * @example
  * const outbox = await startEmlApiWorker({ connection, apiKey, baseUrl });
@@ -58,7 +62,18 @@ export class EmlApiWorker extends EventEmitter {
   readonly client: EmlApiClient;
   /** Name of the queue. */
   readonly queueName: string;
+  /**
+   * Resolves once the worker is connected and has checked that Redis keeps
+   * what is queued; rejects (`ECONFIG`, the worker then closed) when Redis
+   * evicts keys (`maxmemory-policy` other than `noeviction`: queued mail would
+   * be lost silently). {@link startEmlApiWorker} waits for it.
+   * @example
+   * const outbox = new EmlApiWorker(options);
+   * await outbox.started;
+   */
+  readonly started: Promise<void>;
   readonly #redis: OutboxRedis;
+  readonly #content: ContentStore;
   readonly #location: QueueLocation;
   readonly #logger: EmlApiLogger;
   readonly #runner: OutboxJobRunner;
@@ -80,8 +95,10 @@ export class EmlApiWorker extends EventEmitter {
     this.#logger = settings.logger;
     this.queueName = settings.queueName;
     this.#redis = openOutboxRedis(options.connection, 'worker');
+    this.#content = new ContentStore(this.#redis.redis, settings, settings.keyring);
     this.#runner = new OutboxJobRunner({
       redis: this.#redis.redis,
+      content: this.#content,
       location: settings,
       logger: this.#logger,
       maxStalls: settings.maxStalls,
@@ -138,6 +155,30 @@ export class EmlApiWorker extends EventEmitter {
       this.#sweeper = setInterval(sweep, settings.cleanupInterval);
       this.#sweeper.unref();
       void this.worker.waitUntilReady().then(sweep, () => undefined);
+    }
+    this.started = this.#start();
+    // Whoever made the worker awaits `started` (startEmlApiWorker does); else it is only logged.
+    this.started.catch((err: Error) => this.#logger.error({ error: err.message }, 'Outbox worker not started'));
+  }
+
+  /**
+   * Checks Redis's settings (issue 20, item 4) once connected. Running
+   * without the append-only file is a warning; evicting keys is a refusal:
+   * the worker closes, handing back any job it took meanwhile. (Holding the
+   * jobs back until the check, with BullMQ's autorun off, started the worker
+   * with its first commands still in flight, which a close while Redis
+   * stopped answering then waited for.)
+   */
+  async #start(): Promise<void> {
+    try {
+      await this.worker.waitUntilReady();
+      await checkRedisSettings(this.#redis.redis, this.#redis.where, 'warn', (message) => {
+        this.#logger.warn({}, message);
+        this.emit('warning', message);
+      });
+    } catch (err) {
+      await this.close({ force: true }).catch(() => undefined);
+      throw err;
     }
   }
 
@@ -263,7 +304,13 @@ export class EmlApiWorker extends EventEmitter {
  * `Retry-After`; permanent failures (4xx, `EAUTH`, `EMESSAGE`) fail the job at
  * once, keeping the error on it. Resolves once the worker is connected.
  *
- * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid
+ * As it starts it checks that Redis keeps what is queued: a
+ * `maxmemory-policy` other than `noeviction` is refused (queued mail would be
+ * evicted silently); running without the append-only file is logged as a
+ * warning (see {@link EmlApiWorker.started}).
+ *
+ * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid, or naming the
+ *   Redis setting (and the command that fixes it) when Redis would lose queued mail
  * @example
  * import { startEmlApiWorker } from 'nodemailer-eml-api/queue';
  *
@@ -279,7 +326,7 @@ export class EmlApiWorker extends EventEmitter {
 export async function startEmlApiWorker(options: EmlApiWorkerOptions): Promise<EmlApiWorker> {
   const outbox = new EmlApiWorker(options);
   try {
-    await outbox.worker.waitUntilReady();
+    await outbox.started;
   } catch (err) {
     await outbox.close({ force: true }).catch(() => undefined);
     throw err;

@@ -11,11 +11,13 @@ import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
 /**
  * In one step: the service's answer into the job's data (only while the job
  * exists: a job removed meanwhile is not brought back as a hash of one
- * field), and the content deleted. KEYS: job hash, content key. ARGV: the data as JSON.
+ * field), and the content deleted with its entry in the queue's content
+ * index. KEYS: job hash, content key, content index. ARGV: the data as JSON.
  */
 const RECORD_SENT = `
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'data', ARGV[1]) end
 redis.call('DEL', KEYS[2])
+redis.call('ZREM', KEYS[3], KEYS[2])
 return 1
 `;
 
@@ -27,15 +29,22 @@ return 1
  * and completes with it, posting nothing, instead of failing for want of its
  * content. Costs what deleting the content cost before: one command.
  *
- * @param jobKey the job's hash, `{prefix}:{queue}:{jobId}`
+ * @param keys the job's hash, `{prefix}:{queue}:{jobId}`, and the queue's content index
  * @example
- * await recordSent(redis, `bull:eml-api:${job.id}`, job.data, result);
+ * await recordSent(redis, { job: `bull:eml-api:${job.id}`, contentIndex: outboxKeys(location).contentIndex }, job.data, result);
  */
 export async function recordSent(
   redis: Redis,
-  jobKey: string,
+  keys: { job: string; contentIndex: string },
   data: OutboxJobData,
   result: OutboxSendResult,
 ): Promise<void> {
-  await redis.eval(RECORD_SENT, 2, jobKey, data.contentKey, JSON.stringify({ ...data, sent: result }));
+  await redis.eval(
+    RECORD_SENT,
+    3,
+    keys.job,
+    data.contentKey,
+    keys.contentIndex,
+    JSON.stringify({ ...data, sent: result }),
+  );
 }

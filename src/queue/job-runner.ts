@@ -17,6 +17,8 @@ import type { QueueLocation } from './queue-location.js';
 import { loadBullmq } from './queue-peers.js';
 import { RETRY_PRIORITY } from './retry-schedule.js';
 import { sendOutboxJob } from './send-outbox-job.js';
+import type { ContentStore } from './content-store.js';
+import { outboxKeys } from './content-keys.js';
 
 /**
  * What a job runner needs from its worker.
@@ -26,6 +28,8 @@ import { sendOutboxJob } from './send-outbox-job.js';
 export interface JobRunnerSettings {
   /** The worker's Redis connection. */
   redis: Redis;
+  /** Where the queue's content is, read and removed. */
+  content: ContentStore;
   location: QueueLocation;
   logger: EmlApiLogger;
   /** Stalls a job may have and be retried. */
@@ -99,8 +103,13 @@ export class OutboxJobRunner {
     if (data.resendUntil !== undefined && Date.now() >= data.resendUntil) return this.#parkAfterWindow(job, data);
     const startedAt = Date.now();
     try {
-      const result = await sendOutboxJob(this.#settings.requester(), this.#settings.redis, data);
-      await recordSent(this.#settings.redis, this.#jobKey(job), data, result).catch((err: unknown) =>
+      const result = await sendOutboxJob(this.#settings.requester(), this.#settings.content, data);
+      await recordSent(
+        this.#settings.redis,
+        { job: this.#jobKey(job), contentIndex: outboxKeys(this.#settings.location).contentIndex },
+        data,
+        result,
+      ).catch((err: unknown) =>
         // The send stands; without the record a re-run posts again and the service answers from the first send.
         this.#settings.logger.warn(
           { job: job.id, error: (err as Error).message },
@@ -219,7 +228,7 @@ export class OutboxJobRunner {
     try {
       await Promise.all([
         job.updateData({ ...job.data, ...fields }),
-        dropContent === undefined ? undefined : this.#settings.redis.del(dropContent),
+        dropContent === undefined ? undefined : this.#settings.content.remove(dropContent),
         // Read by BullMQ when it promotes the job from delayed: priority 0 puts it in the wait list, taken first.
         retry && job.priority !== RETRY_PRIORITY ? job.changePriority({ priority: RETRY_PRIORITY }) : undefined,
       ]);

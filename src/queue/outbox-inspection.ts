@@ -35,8 +35,11 @@ export interface FailedSend {
   queueId: string;
   kind: OutboxSendKind | undefined;
   group: string | undefined;
+  /** Empty when `encrypted` (the envelope is sealed with the content's key). */
   envelope: MailEnvelope | undefined;
   messageId: string | undefined;
+  /** Whether the job's content and envelope are encrypted (the producer's `encryption` option). */
+  encrypted: boolean;
   /** Attempts made. */
   attempts: number;
   /** When it failed for good. */
@@ -83,6 +86,7 @@ export async function readOutboxStatus(
       group: data.group,
       envelope: data.envelope,
       messageId: data.messageId,
+      encrypted: data.encryption !== undefined,
       attempts: job.attemptsMade,
       failedAt: job.finishedOn ? new Date(job.finishedOn) : undefined,
       error: data.lastError ?? { message: job.failedReason ?? 'unknown error' },

@@ -63,8 +63,11 @@ export type OutboxParkReason = 'stalls' | 'idempotency-window';
  * console.log(job?.data.envelope.to, job?.data.size);
  */
 export interface OutboxJobData {
-  /** Format version of this record. */
-  v: 1;
+  /**
+   * Format version of this record: 2 for encrypted content (workers before
+   * 0.2 refuse it rather than post ciphertext), 1 otherwise.
+   */
+  v: 1 | 2;
   /** The endpoint. */
   kind: OutboxSendKind;
   /** The group of a group send. */
@@ -76,9 +79,24 @@ export interface OutboxJobData {
   contentKey: string;
   /** Bytes under `contentKey`. */
   size: number;
-  /** Sender and recipients (for a group send, no recipients: the members are). */
+  /**
+   * SHA-256 (hex) of the bytes under `contentKey`, written by the producer as
+   * it stored them: a worker posts nothing that does not match. Jobs queued
+   * by versions before 0.2 have none.
+   */
+  sha256?: string;
+  /**
+   * Set when the content is encrypted (the producer's `encryption` option):
+   * the id of the key, and the envelope and Message-ID sealed with it
+   * (Base64), which `envelope` and `messageId` then do not hold in clear.
+   */
+  encryption?: { keyId: string; meta: string };
+  /**
+   * Sender and recipients (for a group send, no recipients: the members are).
+   * Empty when the content is encrypted: sealed in `encryption.meta`.
+   */
   envelope: MailEnvelope;
-  /** Message-ID of the EML ('' for JSON sends: the service gives each copy its own). */
+  /** Message-ID of the EML ('' for JSON sends: the service gives each copy its own; '' when encrypted). */
   messageId: string;
   /** `Idempotency-Key` of every attempt. */
   idempotencyKey: string;
@@ -170,8 +188,24 @@ const KINDS: readonly OutboxSendKind[] = ['eml', 'email', 'group'];
  */
 export function readOutboxJobData(data: unknown, contentKeyPrefix: string): OutboxJobData {
   const o = (typeof data === 'object' && data !== null ? data : {}) as Partial<OutboxJobData>;
+  if (Object.keys(o).length === 0) {
+    // BullMQ hands a job whose hash is gone (evicted) to a worker with empty data.
+    throw new EmlApiError(
+      'EMESSAGE',
+      'The data of this job is missing from Redis (evicted or removed): nothing to send. ' +
+        'Redis must run with maxmemory-policy noeviction (see "Durable sending" in the README)',
+      { permanent: true },
+    );
+  }
+  const encryption = o.encryption as { keyId?: unknown; meta?: unknown } | undefined;
   const valid =
-    o.v === 1 &&
+    ((o.v === 1 && encryption === undefined) ||
+      (o.v === 2 &&
+        typeof encryption === 'object' &&
+        encryption !== null &&
+        typeof encryption.keyId === 'string' &&
+        typeof encryption.meta === 'string' &&
+        typeof o.sha256 === 'string')) &&
     KINDS.includes(o.kind as OutboxSendKind) &&
     (o.kind !== 'group' || (typeof o.group === 'string' && o.group.length > 0)) &&
     typeof o.contentKey === 'string' &&
@@ -179,6 +213,7 @@ export function readOutboxJobData(data: unknown, contentKeyPrefix: string): Outb
     Number.isSafeInteger(o.size) &&
     typeof o.idempotencyKey === 'string' &&
     typeof o.messageId === 'string' &&
+    (o.sha256 === undefined || (typeof o.sha256 === 'string' && /^[0-9a-f]{64}$/.test(o.sha256))) &&
     typeof o.envelope === 'object' &&
     o.envelope !== null &&
     Array.isArray(o.envelope.to);

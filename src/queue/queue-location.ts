@@ -1,5 +1,5 @@
 import { configError, describe } from '../client/resolve-client-options.js';
-import { contentKeyPrefix } from './content-store.js';
+import { contentKeyPrefix } from './content-keys.js';
 
 /**
  * The queue's name when none is given.

@@ -2,6 +2,8 @@ import type { JobsOptions } from 'bullmq';
 import type { SpoolOptions } from '../body/spool-options.js';
 import type { EmlApiLogger } from '../shared/logger.js';
 import type { RedisConnectionInput } from './redis-connection.js';
+import type { OutboxDurability } from './redis-settings.js';
+import type { OutboxEncryption } from './content-cipher.js';
 import type { RetryScheduleOptions } from './retry-schedule.js';
 
 /**
@@ -82,6 +84,34 @@ export interface EmlApiQueueTransportOptions {
    * new EmlApiQueueTransport({ connection, buildThreads: 2 });
    */
   buildThreads?: number | 'auto' | false;
+  /**
+   * What Redis must guarantee before mail is queued; checked on the first
+   * send and by `verify()`, with `maxmemory-policy noeviction` always
+   * required. `'warn'` queues in any case and logs a warning when Redis runs
+   * without its append-only file (a queued message then survives no restart
+   * of Redis); `'aof'` refuses (`ECONFIG`) unless `appendonly yes`;
+   * `'aof-always'` also needs `appendfsync always` (every write on disk
+   * before `sendMail` resolves, as Postfix fsyncs before its `250`). Where
+   * Redis does not let the settings be read, a warning is logged instead.
+   * @default 'warn'
+   * @example
+   * new EmlApiQueueTransport({ connection: process.env.REDIS_URL!, durability: 'aof' });
+   */
+  durability?: OutboxDurability;
+  /**
+   * Encrypts what is queued (AES-256-GCM): the message's content, chunk by
+   * chunk, and its envelope and Message-ID; the workers hold the same keys.
+   * Anyone who can read Redis otherwise reads every queued message. See the
+   * README, "Security", for what stays in clear (the idempotency key, the
+   * group, the size, the errors the service returned).
+   * @default undefined (stored in clear)
+   * @example
+   * new EmlApiQueueTransport({
+   *   connection: process.env.REDIS_URL!,
+   *   encryption: { keyId: 'k2', keys: { k2: process.env.OUTBOX_KEY_K2!, k1: process.env.OUTBOX_KEY_K1! } },
+   * });
+   */
+  encryption?: OutboxEncryption;
   /**
    * Where the transport logs: `true` for the console, or a logger object.
    * @default false

@@ -7,6 +7,8 @@ import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
 import { wholeNumberOption } from './whole-number-option.js';
 import type { EmlApiQueueTransportOptions, OutboxJobOptions } from './queue-transport-options.js';
 import { MAX_OUTBOX_PRIORITY, newMessagePriority, resolveRetrySchedule, retryJobOptions } from './retry-schedule.js';
+import { OUTBOX_DURABILITIES, type OutboxDurability } from './redis-settings.js';
+import { resolveEncryption, type OutboxKeyring } from './content-cipher.js';
 
 /**
  * The default of `maxMessageBytes`: the service's request limit, 50 MiB.
@@ -41,6 +43,9 @@ export interface ResolvedQueueTransportOptions extends QueueLocation {
   storeTimeout: number;
   /** Build threads (0: none). */
   buildThreads: number;
+  durability: OutboxDurability;
+  /** The `encryption` keys, if any. */
+  keyring: OutboxKeyring | undefined;
   logger: EmlApiLogger;
 }
 
@@ -94,6 +99,16 @@ export function resolveQueueTransportOptions(options: EmlApiQueueTransportOption
     spool: resolveSpool(options.spool),
     storeTimeout,
     buildThreads: resolveBuildThreads(options.buildThreads),
+    durability: resolveDurability(options.durability),
+    keyring: resolveEncryption(options.encryption, 'producer'),
     logger: resolveLogger(options.logger),
   };
+}
+
+function resolveDurability(value: unknown): OutboxDurability {
+  if (value === undefined) return 'warn';
+  if (typeof value === 'string' && (OUTBOX_DURABILITIES as readonly string[]).includes(value)) {
+    return value as OutboxDurability;
+  }
+  throw configError('durability', `expected 'warn', 'aof' or 'aof-always', got ${describe(value)}`);
 }

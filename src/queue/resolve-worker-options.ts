@@ -4,6 +4,7 @@ import { EmlApiError } from '../shared/eml-api-error.js';
 import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
 import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
 import { wholeNumberOption } from './whole-number-option.js';
+import { resolveEncryption, type OutboxKeyring } from './content-cipher.js';
 import type { EmlApiWorkerOptions, OutboxRateLimit, OutboxWorkerTuning } from './worker-options.js';
 
 /**
@@ -81,6 +82,8 @@ export interface ResolvedWorkerOptions extends QueueLocation {
   /** When a send that may have been accepted is no longer sent again: its first such attempt's start plus this, in ms. */
   resendWithin: number;
   workerOptions: OutboxWorkerTuning & { maxStalledCount: number };
+  /** The `encryption` keys, if any. */
+  keyring: OutboxKeyring | undefined;
   logger: EmlApiLogger;
 }
 
@@ -108,6 +111,7 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
     idempotencyWindow: rawWindow,
     idempotencyMargin: rawMargin,
     workerOptions,
+    encryption,
     logger,
     ...client
   } = options;
@@ -152,6 +156,7 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
     maxStalls: wholeNumberOption(maxStalls, 'maxStalls', DEFAULT_MAX_STALLS, 0, 1000),
     resendWithin: window - margin,
     workerOptions: { ...workerOptions, maxStalledCount: BULLMQ_STALL_LIMIT },
+    keyring: resolveEncryption(encryption, 'worker'),
     logger: resolveLogger(logger),
   };
 }

@@ -1,9 +1,8 @@
-import type { Redis } from 'ioredis';
 import { postEml, postGroupSend, postSend } from '../client/send-requests.js';
 import type { Requester } from '../http/requester.js';
 import type { UploadBody } from '../http/upload-body.js';
 import { API_PATHS } from '../protocol/api-paths.js';
-import { storedEmlBody, storedJsonBody } from './content-store.js';
+import type { ContentStore } from './content-store.js';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
 import { redisFailure } from './redis-failure.js';
 
@@ -13,15 +12,19 @@ import { redisFailure } from './redis-failure.js';
  * again (a retry, or after a worker crashed) is the same request and the
  * service delivers it once.
  *
- * @throws {EmlApiError} the client's errors; `EMESSAGE` when the stored content is gone;
- *   `ECONNECTION` when Redis fails while the content is read
+ * @throws {EmlApiError} the client's errors; `EMESSAGE` when the stored content is gone, cut or
+ *   does not match its SHA-256; `ECONNECTION` when Redis fails while the content is read
  * @example
- * const result = await sendOutboxJob(clientInternals(client).requester, redis, readOutboxJobData(job.data, prefix));
+ * const result = await sendOutboxJob(clientInternals(client).requester, store, readOutboxJobData(job.data, prefix));
  */
-export async function sendOutboxJob(requester: Requester, redis: Redis, job: OutboxJobData): Promise<OutboxSendResult> {
+export async function sendOutboxJob(
+  requester: Requester,
+  store: ContentStore,
+  job: OutboxJobData,
+): Promise<OutboxSendResult> {
   const key = job.idempotencyKey;
   if (job.kind === 'eml') {
-    const body = await readContent(() => storedEmlBody(redis, job.contentKey, job.size));
+    const body = await readContent(() => store.emlBody(job));
     try {
       const result = await requester.run(`POST ${API_PATHS.sendEml}`, { paced: true }, (call) =>
         postEml(call, body, key),
@@ -31,7 +34,7 @@ export async function sendOutboxJob(requester: Requester, redis: Redis, job: Out
       await body.dispose();
     }
   }
-  const json = await readContent(() => storedJsonBody(redis, job.contentKey, job.size));
+  const json = await readContent(() => store.jsonBody(job));
   if (job.kind === 'group') {
     const groupId = job.group!;
     const result = await requester.run(`POST ${API_PATHS.sendGroup(groupId)}`, { paced: true }, (call) =>

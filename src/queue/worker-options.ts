@@ -2,6 +2,7 @@ import type { WorkerOptions } from 'bullmq';
 import type { EmlApiClientOptions } from '../client/client-options.js';
 import type { EmlApiLogger } from '../shared/logger.js';
 import type { RedisConnectionInput } from './redis-connection.js';
+import type { OutboxEncryption } from './content-cipher.js';
 
 /**
  * A global rate: at most `max` sends start per `duration` ms, counted in
@@ -80,8 +81,10 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool'> 
    */
   retries?: EmlApiClientOptions['retries'];
   /**
-   * How often this worker removes stored content whose job is gone (removed
-   * by age, by hand, or a crash between storing and queueing), in ms; 0 turns it off.
+   * How often this worker sweeps stored content whose job is gone (removed
+   * by age, by hand, or a crash between storing and queueing), in ms; 0
+   * turns it off. One worker of the queue sweeps at a time (a lock in Redis):
+   * the others skip that round.
    * @default 600000 (10 minutes)
    */
   cleanupInterval?: number;
@@ -133,6 +136,17 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool'> 
    * @default BullMQ's (lockDuration 30 s, stalledInterval 30 s)
    */
   workerOptions?: OutboxWorkerTuning;
+  /**
+   * The keys producers encrypt queued mail with (their `encryption`
+   * option): the worker decrypts each job with the key it names, so keep
+   * older keys here while their jobs may still be queued. `keyId` is not
+   * needed. A job whose key the worker does not hold is retried (for a
+   * worker that holds it), not failed.
+   * @default undefined (no encrypted job can be sent)
+   * @example
+   * startEmlApiWorker({ connection, apiKey, baseUrl, encryption: { keys: { k2: process.env.OUTBOX_KEY_K2!, k1: process.env.OUTBOX_KEY_K1! } } });
+   */
+  encryption?: OutboxEncryption;
   /**
    * Where the worker logs: `true` for the console, or a logger object. The API key is never logged.
    * @default false

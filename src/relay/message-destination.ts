@@ -45,6 +45,8 @@ export interface MessageDestination {
   /** Names the destination in logs, e.g. `service` or `outbox`. */
   readonly name: string;
   deliver(message: RelayedMessage, sender: MessageSender, signal: AbortSignal): Promise<DeliveryReceipt>;
+  /** Checks, before the relay listens, that the destination can keep what it is given (the outbox's Redis). */
+  ready?(): Promise<void>;
   /** Stops the destination, letting deliveries in progress finish. */
   close(): Promise<void>;
 }

@@ -53,6 +53,10 @@ export function queueDestination(
       );
       return { id: info.queueId };
     },
+    // Redis must answer and keep what is queued (noeviction; AOF as the transport's durability asks).
+    ready: async () => {
+      await transport.verify();
+    },
     close: () => (owned ? transport.close() : Promise.resolve()),
   };
 }

@@ -61,8 +61,9 @@ export interface SmtpRelay {
  * Needs the optional peer `smtp-server` (`npm install smtp-server`).
  *
  * @returns the running relay, once it listens
- * @throws {EmlApiError} `ECONFIG` for a bad option, a port it cannot listen on, or `queue` (not available yet);
- *   `EAUTH` when the service refuses the relay's `apiKey`
+ * @throws {EmlApiError} `ECONFIG` for a bad option, a port it cannot listen on, or `queue` (not available yet),
+ *   or an outbox Redis that would lose queued mail (`maxmemory-policy` other than `noeviction`, or less
+ *   persistence than the queue's `durability` asks); `EAUTH` when the service refuses the relay's `apiKey`
  * @example
  * import { startSmtpRelay } from 'nodemailer-eml-api/relay';
  *
@@ -85,6 +86,12 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
     await Promise.allSettled([keyClients.close(), relayClient?.close(), destination.close()]);
   };
   if (relayClient) await checkOwnKey(relayClient, settings, stop);
+  try {
+    await destination.ready?.();
+  } catch (err) {
+    await stop();
+    throw err;
+  }
 
   const aborter = new AbortController();
   const arriving = new AbortController();

@@ -8,7 +8,8 @@
  * - `ETIMEDOUT`: a connect, header or overall timeout elapsed
  * - `ECONNECTION`: the service could not be reached or the connection broke
  * - `EABORT`: the send was aborted through its `AbortSignal`
- * - `ECONFIG`: invalid options, found before any request
+ * - `ECONFIG`: invalid options, found before any request; or the outbox's Redis set up to lose queued
+ *   mail (`maxmemory-policy` other than `noeviction`, less persistence than `durability` asks)
  * - `EAPI`: any other answer of the service that is not a success
  */
 export type EmlApiErrorCode =

@@ -36,6 +36,10 @@ export interface RedisServerOptions {
   appendonly?: boolean;
   /** How often the AOF is flushed to disk. @default 'everysec' (what the README asks for) */
   appendfsync?: 'always' | 'everysec';
+  /** More redis-server arguments, e.g. `['--maxmemory-policy', 'allkeys-lru']`. */
+  args?: string[];
+  /** Whether the test's client runs ioredis's ready check (an INFO): off for a Redis whose INFO is renamed. @default true */
+  readyCheck?: boolean;
 }
 
 /** The redis-server to run: `REDIS_SERVER`, or the one on the PATH. */
@@ -70,10 +74,15 @@ export async function startRedisServer(options: RedisServerOptions = {}): Promis
     ...(options.appendonly
       ? ['--appendonly', 'yes', '--appendfsync', options.appendfsync ?? 'everysec']
       : ['--appendonly', 'no']),
+    ...(options.args ?? []),
   ];
   let server = await launch(args, port);
   const url = `redis://127.0.0.1:${port}`;
-  const client = new Redis(url, { maxRetriesPerRequest: null, lazyConnect: true });
+  const client = new Redis(url, {
+    maxRetriesPerRequest: null,
+    lazyConnect: true,
+    enableReadyCheck: options.readyCheck ?? true,
+  });
   client.on('error', () => undefined);
   await client.connect();
   return {
@@ -119,6 +128,8 @@ async function launch(args: string[], port: number): Promise<ChildProcess> {
     lazyConnect: true,
     maxRetriesPerRequest: 0,
     retryStrategy: () => null,
+    // The ready check is an INFO, which a test may have renamed; the PING below is what tells.
+    enableReadyCheck: false,
   });
   probe.on('error', () => undefined);
   try {

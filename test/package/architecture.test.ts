@@ -96,13 +96,6 @@ describe('the layers of src/', () => {
     expect(cycles).toEqual([]);
   });
 
-  it('keep every file under 400 lines', () => {
-    const long = files
-      .map((file) => ({ file, lines: readFileSync(join(SRC, file), 'utf8').split('\n').length }))
-      .filter(({ lines }) => lines > 400);
-    expect(long).toEqual([]);
-  });
-
   it('let only the entry points and the CLI reach the web inbox', () => {
     const users = files.filter((f) => importsOf(f).some((t) => t.startsWith('emulator/inbox/')));
     expect(users.filter((f) => !f.startsWith('emulator/inbox/'))).toEqual(['emulator/start-emulator.ts']);

@@ -19,7 +19,11 @@ let transport: EmlApiQueueTransport;
 let env: Record<string, string>;
 
 beforeAll(async () => {
-  [redis, emu] = await Promise.all([startRedisServer(), startEmulator({ faults: { latencyMs: 0 } })]);
+  // With its append-only file, as the README asks: a worker warns on stderr about a Redis without it.
+  [redis, emu] = await Promise.all([
+    startRedisServer({ appendonly: true }),
+    startEmulator({ faults: { latencyMs: 0 } }),
+  ]);
   transport = new EmlApiQueueTransport({ connection: redis.url });
   env = { REDIS_URL: redis.url, EML_API_URL: emu.url, EML_API_KEY: emu.apiKey };
 });

@@ -108,10 +108,10 @@ describe('a worker killed mid-batch', () => {
       expect(await redis.client.hget(`bull:eml-api:${id}`, 'pb')).not.toBe('doomed');
     }
     // Sent jobs keep no content in Redis. A worker removes it after the job completes, without waiting for the
-    // DEL; the sweep catches what a killed worker left between the two.
+    // DEL; the sweep catches what a killed worker left between the two (once its grace is over: here at once).
     await eventually(
       async () => {
-        await sweepStoredContent(redis.client, resolveQueueLocation(undefined, undefined));
+        await sweepStoredContent(redis.client, resolveQueueLocation(undefined, undefined), { graceMs: 0 });
         return (await redis.client.keys('bull:eml-api:content:*')).length === 0;
       },
       { what: 'no content left' },

@@ -13,8 +13,6 @@ import {
 } from '../../src/queue/index.js';
 import { outboxBackoffDelay, retrySpan } from '../../src/queue/retry-schedule.js';
 import { DEFAULT_IDEMPOTENCY_MARGIN, DEFAULT_IDEMPOTENCY_WINDOW } from '../../src/queue/resolve-worker-options.js';
-import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
-import { resolveQueueLocation } from '../../src/queue/queue-location.js';
 import { neutralEml } from '../helpers/eml-bytes.js';
 import { richMovable } from '../helpers/message-corpus.js';
 import { FIXTURES } from '../helpers/rich-message.js';
@@ -394,22 +392,5 @@ describe('job ids and the retry schedule', () => {
     // A Retry-After longer than the scheduled wait is honoured.
     const busy = new EmlApiError('EAPI', '503', { responseCode: 503, retryAfter: 60_000 });
     expect(outboxBackoffDelay(1, backoff, busy, () => 0)).toBe(60_000);
-  });
-});
-
-describe('stored content nobody needs', () => {
-  it('is swept: content whose job is gone or was sent; content of waiting jobs stays', async () => {
-    const location = resolveQueueLocation(undefined, undefined);
-    const kept = await transporter.sendMail({ from: 'a@example.test', to: 'b@example.test', text: 'kept' });
-    const gone = await transporter.sendMail({ from: 'a@example.test', to: 'b@example.test', text: 'gone' });
-    const goneJob = await transport.queue.getJob(gone.queueId);
-    const goneKey = goneJob!.data.contentKey;
-    await goneJob!.remove();
-    // Too young: it might belong to a job being added right now.
-    expect(await sweepStoredContent(redis.client, location)).toBe(0);
-    expect(await sweepStoredContent(redis.client, location, { now: Date.now() + 2 * 3_600_000 })).toBe(1);
-    expect(await redis.client.exists(goneKey)).toBe(0);
-    const keptJob = await transport.queue.getJob(kept.queueId);
-    expect(await redis.client.exists(keptJob!.data.contentKey)).toBe(1);
   });
 });

@@ -5,10 +5,11 @@ import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import nodemailer from 'nodemailer';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { EmlApiClient, EmlApiTransport, type EmlApiTransportOptions } from '../../src/index.js';
+import { EmlApiClient, EmlApiTransport, type EmlApiError, type EmlApiTransportOptions } from '../../src/index.js';
 import { startEmulator } from '../../src/emulator/index.js';
 import { Base64Encoder } from '../../src/body/base64-encoder.js';
 import { waitFor } from '../helpers/async.js';
+import { startEarlyAnswerServer } from '../helpers/early-answer-server.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { NODEMAILERS } from '../helpers/nodemailer-versions.js';
 
@@ -156,6 +157,34 @@ describe('large messages', () => {
     await transport.close();
     await emu.close();
   }, 60_000);
+});
+
+describe('a service that refuses an upload before reading it all', () => {
+  // A server over its body limit answers 413 as soon as it knows, stops reading and resets the
+  // connection while the client is still writing: the write fails (EPIPE, ECONNRESET) with the
+  // answer already in the socket. It used to be lost (ECONNECTION, retried as "not processed"), so
+  // a message that can never be sent was retried; before the fix nearly every one of these failed so.
+  it('reads the early 413, whether the message is spooled or in memory: EAPI 413, not retried', async () => {
+    const early = await startEarlyAnswerServer(1024 * 1024);
+    try {
+      for (const threshold of [0, 64 * 1024 * 1024]) {
+        const transport = transportWith(threshold, { baseUrl: early.url });
+        const transporter = nodemailer.createTransport(transport);
+        const eml = fixedEml(6 * 1024 * 1024);
+        const codes: string[] = [];
+        for (let i = 0; i < 10; i++) {
+          const err = (await transporter.sendMail({ raw: eml }).catch((e: unknown) => e)) as EmlApiError;
+          codes.push(`${err.code} ${err.responseCode} ${err.apiCode} ${err.permanent}`);
+        }
+        await transport.close();
+        expect(codes).toEqual(Array(10).fill('EAPI 413 payload_too_large true'));
+      }
+      // One request per send: 413 is permanent, never retried.
+      expect(early.answered).toBe(20);
+    } finally {
+      await early.close();
+    }
+  });
 });
 
 describe.each(NODEMAILERS)('with $label, large Buffer contents', ({ nodemailer: mailer }) => {

@@ -70,7 +70,11 @@ export async function queueStatusCommand(args: string[], io: CliIo): Promise<num
 /** Two lines per failed message: what it was, and why it failed. Everything from outside is made terminal-safe. */
 function failedLine(send: FailedSend): string {
   const { error } = send;
-  const to = send.group ? `group ${send.group}` : (send.envelope?.to ?? []).join(', ') || '-';
+  const to = send.group
+    ? `group ${send.group}`
+    : send.encrypted
+      ? '(encrypted)'
+      : (send.envelope?.to ?? []).join(', ') || '-';
   const when = send.failedAt ? send.failedAt.toISOString() : '-';
   const status = [error.code, error.responseCode, error.apiCode].filter((v) => v !== undefined).join(' ');
   const head = `  ${send.queueId}  ${when}  ${send.kind ?? '?'} to ${to}  attempts ${send.attempts}`;

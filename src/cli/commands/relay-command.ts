@@ -11,6 +11,7 @@ import type { CliIo } from '../cli-io.js';
 import { untilStopped } from '../lib/until-stopped.js';
 import { EXIT, UsageError } from '../lib/usage-error.js';
 import { terminalText } from '../lib/terminal-text.js';
+import { outboxEncryption, OUTBOX_KEYS_HELP } from '../lib/redis-config.js';
 
 /** Help of `eml-api relay`. */
 export const RELAY_HELP = `Usage: eml-api relay [options]
@@ -69,7 +70,8 @@ Options:
   --quiet                 log refusals and errors only, not every accepted message
   -h, --help              show this help
 
-Exit codes: 0 stopped, 1 could not start (port in use, key refused...), 2 wrong usage.
+With --redis, ${OUTBOX_KEYS_HELP}
+Exit codes: 0 stopped, 1 could not start (port in use, key refused, Redis that evicts...), 2 wrong usage.
 `;
 
 /** `eml-api relay`: runs the SMTP relay until SIGINT/SIGTERM (or `io.signal`). */
@@ -146,6 +148,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       ? {
           queue: {
             connection: values.redis,
+            ...optional('encryption', outboxEncryption(io.env)),
             ...(values.queue === undefined ? {} : { queueName: values.queue }),
             ...(values.prefix === undefined ? {} : { prefix: values.prefix }),
             logger: lineLogger(io, values.quiet ?? false),
@@ -165,7 +168,9 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
     relay = await startSmtpRelay(options);
   } catch (err) {
     // A bad option is a usage mistake; a port in use or a refused key is a failure to start.
-    if (err instanceof EmlApiError && err.code === 'ECONFIG' && !listenFailure(err)) throw new UsageError(err.message);
+    if (err instanceof EmlApiError && err.code === 'ECONFIG' && !listenFailure(err) && !redisSetting(err)) {
+      throw new UsageError(err.message);
+    }
     throw err;
   }
   const tls = options.tls ? (options.tls.implicit ? ', implicit TLS' : ', STARTTLS') : '';
@@ -260,6 +265,11 @@ function listenFailure(err: EmlApiError): boolean {
   return (err.cause as NodeJS.ErrnoException | undefined)?.syscall === 'listen';
 }
 
+/** A refusal of the outbox's Redis (its eviction policy, its persistence): a failure to start, not a usage mistake. */
+function redisSetting(err: EmlApiError): boolean {
+  return err.command?.startsWith('CONFIG GET ') === true;
+}
+
 async function readPem(path: string, flag: string): Promise<Buffer> {
   try {
     return await readFile(path);
@@ -273,4 +283,9 @@ function whole(value: string, flag: string, min: number, max: number): number {
   if (!/^\d+$/.test(value) || n < min || n > max)
     throw new UsageError(`${flag}: expected ${min}-${max}, got "${value}"`);
   return n;
+}
+
+/** `{ [name]: value }`, or nothing when the value is undefined. */
+function optional<K extends string, V>(name: K, value: V | undefined): { [P in K]?: V } {
+  return value === undefined ? {} : ({ [name]: value } as { [P in K]?: V });
 }

@@ -5,7 +5,14 @@ import { requireQueuePeers } from '../../queue/queue-peers.js';
 import { EmlApiClient } from '../../client/eml-api-client.js';
 import { EmlApiError } from '../../shared/eml-api-error.js';
 import type { CliIo } from '../cli-io.js';
-import { outboxLocation, parseRate, REDIS_ARG_OPTIONS, REDIS_OPTIONS_HELP } from '../lib/redis-config.js';
+import {
+  outboxEncryption,
+  outboxLocation,
+  OUTBOX_KEYS_HELP,
+  parseRate,
+  REDIS_ARG_OPTIONS,
+  REDIS_OPTIONS_HELP,
+} from '../lib/redis-config.js';
 import { asUsageError, SERVICE_ARG_OPTIONS, SERVICE_OPTIONS_HELP, serviceOptions } from '../lib/service-config.js';
 import { terminalText } from '../lib/terminal-text.js';
 import { EXIT, UsageError } from '../lib/usage-error.js';
@@ -27,8 +34,12 @@ ${REDIS_OPTIONS_HELP}  --concurrency <n>       messages sent at once by this wor
   --rate <N/s>            at most N sends per second across all workers (also N/m, N/h)
 ${SERVICE_OPTIONS_HELP}
 Environment: REDIS_URL, EML_API_URL, EML_API_KEY.
+${OUTBOX_KEYS_HELP}
 It checks the key first (without sending mail): a key the service refuses
-would fail every queued message, so the worker does not start with one.
+would fail every queued message, so the worker does not start with one. Nor
+does it start with a Redis that evicts keys (maxmemory-policy other than
+noeviction: queued mail would be lost silently); it warns when Redis runs
+without its append-only file.
 
 Exit codes: 0 stopped, 1 could not start (refused key...), 2 wrong usage.
 `;
@@ -58,11 +69,19 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
   const limiter = values.rate === undefined ? undefined : parseRate(values.rate);
   const location = outboxLocation(values, io.env);
   const service = serviceOptions(values, io.env);
+  const encryption = outboxEncryption(io.env);
   // A missing bullmq or ioredis is a failure to run (exit 1), not a usage mistake.
   requireQueuePeers();
   await checkKey(service, io);
   const outbox = asUsageError(
-    () => new EmlApiWorker({ ...location, ...service, concurrency, ...(limiter ? { limiter } : {}) }),
+    () =>
+      new EmlApiWorker({
+        ...location,
+        ...service,
+        concurrency,
+        ...(limiter ? { limiter } : {}),
+        ...(encryption ? { encryption } : {}),
+      }),
   );
   let sent = 0;
   let failed = 0;
@@ -79,10 +98,12 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
     io.stderr.write(`failed ${jobName(job)}: ${describeError(err)}\n`);
   });
   outbox.on('error', (err: Error) => io.stderr.write(`worker error: ${terminalText(err.message)}\n`));
+  outbox.on('warning', (message: string) => io.stderr.write(`warning: ${terminalText(message)}\n`));
 
   const stop = stopSignals(io.signal);
   try {
-    const ready = await Promise.race([outbox.worker.waitUntilReady().then(() => true), stop.first.then(() => false)]);
+    // Started once Redis's settings are checked: an evicting Redis rejects it (exit 1, the worker closed).
+    const ready = await Promise.race([outbox.started.then(() => true), stop.first.then(() => false)]);
     if (ready) {
       const rate = limiter ? `, at most ${limiter.max} per ${limiter.duration / 1000} s across all workers` : '';
       io.stdout.write(`Worker sending from queue "${outbox.queueName}", ${concurrency} at a time${rate}\n`);

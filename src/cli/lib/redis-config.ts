@@ -1,3 +1,4 @@
+import type { OutboxEncryption } from '../../queue/content-cipher.js';
 import { UsageError } from './usage-error.js';
 
 /**
@@ -53,4 +54,48 @@ export function parseRate(value: string): { max: number; duration: number } {
   }
   const duration = { s: 1000, m: 60_000, h: 3_600_000 }[(match[2] as 's' | 'm' | 'h' | undefined) ?? 's'];
   return { max, duration };
+}
+
+/**
+ * The environment variable holding the outbox's encryption keys: never a
+ * flag, whose value every user of the machine sees in `ps`.
+ * @example
+ * EML_API_OUTBOX_KEYS="k2:$(openssl rand -base64 32),k1:<the old key>" eml-api worker
+ */
+export const OUTBOX_KEYS_VARIABLE = 'EML_API_OUTBOX_KEYS';
+
+/**
+ * Help lines of {@link OUTBOX_KEYS_VARIABLE}.
+ * @example
+ * io.stdout.write(`Environment:\n${OUTBOX_KEYS_HELP}`);
+ */
+export const OUTBOX_KEYS_HELP = `${OUTBOX_KEYS_VARIABLE}="<id>:<key>,<id>:<key>..." encrypts (relay) and decrypts (worker)
+queued mail in Redis: keys of 32 bytes, Base64 or hex (openssl rand -base64 32); the first
+one encrypts new mail, the others are older keys still needed to read what they encrypted.
+`;
+
+/**
+ * The outbox's encryption keys from {@link OUTBOX_KEYS_VARIABLE}, the first
+ * one the key new mail is encrypted with; undefined when it is not set. The
+ * option's own checks run where it is used; a malformed list is a usage error
+ * that never repeats the variable's value.
+ * @throws {UsageError} when the variable is not a list of `<id>:<key>`
+ * @example
+ * outboxEncryption({ EML_API_OUTBOX_KEYS: 'k2:<key>,k1:<key>' }); // { keyId: 'k2', keys: { k2, k1 } }
+ */
+export function outboxEncryption(env: Readonly<Record<string, string | undefined>>): OutboxEncryption | undefined {
+  const value = env[OUTBOX_KEYS_VARIABLE];
+  if (value === undefined || value.trim() === '') return undefined;
+  const keys: Record<string, string> = {};
+  let keyId: string | undefined;
+  for (const entry of value.split(',')) {
+    const colon = entry.indexOf(':');
+    const id = entry.slice(0, colon).trim();
+    if (colon <= 0 || id in keys) {
+      throw new UsageError(`${OUTBOX_KEYS_VARIABLE}: expected <id>:<key>,<id>:<key>... with different ids`);
+    }
+    keys[id] = entry.slice(colon + 1).trim();
+    keyId ??= id;
+  }
+  return { keyId, keys };
 }

@@ -1,0 +1,212 @@
+import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+import { inspect } from 'node:util';
+import { configError } from '../client/resolve-client-options.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
+
+/**
+ * Encryption of queued mail at rest (AES-256-GCM). Anyone who can read
+ * Redis reads every queued message (password-reset links, Bcc recipients);
+ * with a key shared by producers and workers, what the outbox stores of a
+ * message is ciphertext: its content, chunk by chunk, and its envelope and
+ * Message-ID. Keys have ids, written on each job, so keys can rotate: new
+ * mail is encrypted with the current key while workers still read what older
+ * keys encrypted.
+ */
+
+/**
+ * The `encryption` option of producers, workers and the relay's queue.
+ *
+ * @example
+ * const encryption: OutboxEncryption = {
+ *   keyId: '2026-05',
+ *   keys: { '2026-05': process.env.OUTBOX_KEY_2026_05!, '2026-01': process.env.OUTBOX_KEY_2026_01! },
+ * };
+ */
+export interface OutboxEncryption {
+  /**
+   * Id of the key new mail is encrypted with: required on producers, unused
+   * by workers (they decrypt with the key each job names).
+   */
+  keyId?: string;
+  /**
+   * The keys by id (1 to 64 of `A-Z a-z 0-9 . _ -`): 32 random bytes each, as
+   * a Buffer or a string of 64 hex or 44 Base64 characters
+   * (`openssl rand -base64 32`). Keep older keys here while jobs they
+   * encrypted may still be queued (the retry schedule: a day; failed jobs: 7 days).
+   */
+  keys: Readonly<Record<string, Uint8Array | string>>;
+}
+
+/**
+ * Bytes a record adds to its chunk: a 12-byte nonce before it, a 16-byte GCM tag after it.
+ * @example
+ * const stored = size + Math.ceil(size / CONTENT_CHUNK) * RECORD_OVERHEAD;
+ */
+export const RECORD_OVERHEAD = 28;
+const NONCE = 12;
+const TAG = 16;
+const KEY_ID = /^[A-Za-z0-9._-]{1,64}$/;
+
+/**
+ * Validated keys, usable only through this module: the key bytes are in a
+ * private field, never in `util.inspect`, JSON or errors.
+ * @example
+ * const keyring = resolveEncryption(options.encryption, 'producer');
+ * console.log(keyring); // OutboxKeyring { keyId: '2026-05', keyIds: [ '2026-05', '2026-01' ] }
+ */
+export class OutboxKeyring {
+  readonly #keys: ReadonlyMap<string, Buffer>;
+  /** Id of the key new content is encrypted with (undefined for a worker given none). */
+  readonly keyId: string | undefined;
+
+  constructor(keys: ReadonlyMap<string, Buffer>, keyId: string | undefined) {
+    this.#keys = keys;
+    this.keyId = keyId;
+  }
+
+  /** The ids of the keys held. */
+  get keyIds(): string[] {
+    return [...this.#keys.keys()];
+  }
+
+  /**
+   * Encrypts with the current key: nonce, ciphertext, tag.
+   * @param aad what the record is bound to (its key, position, the message's size)
+   */
+  seal(plain: Buffer, aad: Buffer): Buffer {
+    const nonce = randomBytes(NONCE);
+    const cipher = createCipheriv('aes-256-gcm', this.#key(this.keyId!), nonce);
+    cipher.setAAD(aad);
+    const head = cipher.update(plain);
+    const tail = cipher.final();
+    return Buffer.concat([nonce, head, tail, cipher.getAuthTag()], NONCE + plain.length + TAG);
+  }
+
+  /**
+   * Decrypts a record sealed with key `keyId`, its tag checked first.
+   * @throws {EmlApiError} `ECONFIG` (retried: another worker may hold the key) when the key is not
+   *   held; `EMESSAGE` (permanent) when the record does not decrypt (changed in Redis, or another key
+   *   under the same id)
+   */
+  open(keyId: string, record: Buffer, aad: Buffer, what: string): Buffer {
+    const key = this.#key(keyId);
+    if (record.length < RECORD_OVERHEAD) throw undecryptable(what, keyId);
+    const decipher = createDecipheriv('aes-256-gcm', key, record.subarray(0, NONCE));
+    decipher.setAAD(aad);
+    decipher.setAuthTag(record.subarray(record.length - TAG));
+    try {
+      const head = decipher.update(record.subarray(NONCE, record.length - TAG));
+      return Buffer.concat([head, decipher.final()]);
+    } catch {
+      throw undecryptable(what, keyId);
+    }
+  }
+
+  #key(keyId: string): Buffer {
+    const key = this.#keys.get(keyId);
+    if (!key) {
+      throw new EmlApiError(
+        'ECONFIG',
+        `This queued message is encrypted with the key "${keyId}", which this worker does not hold ` +
+          `(encryption.keys: ${this.keyIds.map((id) => `"${id}"`).join(', ') || 'none'}); it is retried, ` +
+          'for a worker that holds it',
+        { permanent: false },
+      );
+    }
+    return key;
+  }
+
+  toJSON(): object {
+    return { keyId: this.keyId, keyIds: this.keyIds };
+  }
+
+  [inspect.custom](): string {
+    return `OutboxKeyring ${inspect(this.toJSON())}`;
+  }
+}
+
+/**
+ * A worker given no keys meeting an encrypted job: the same retried error a
+ * worker missing one key gives.
+ * @example
+ * const keyring = settings.keyring ?? NO_KEYS;
+ */
+export const NO_KEYS = new OutboxKeyring(new Map(), undefined);
+
+/**
+ * Checks the `encryption` option. Errors name the option and the key id,
+ * never a key.
+ *
+ * @param role a producer needs `keyId`; a worker does not
+ * @throws {EmlApiError} `ECONFIG` naming the option
+ * @example
+ * const keyring = resolveEncryption({ keyId: 'k1', keys: { k1: randomBytes(32) } }, 'producer');
+ */
+export function resolveEncryption(value: unknown, role: 'producer' | 'worker'): OutboxKeyring | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw configError('encryption', 'expected { keyId, keys: { [id]: 32-byte key } }');
+  }
+  const { keyId, keys } = value as { keyId?: unknown; keys?: unknown };
+  if (typeof keys !== 'object' || keys === null || Array.isArray(keys) || Object.keys(keys).length === 0) {
+    throw configError('encryption.keys', 'expected at least one key: { [id]: 32-byte key }');
+  }
+  const resolved = new Map<string, Buffer>();
+  for (const [id, key] of Object.entries(keys as Record<string, unknown>)) {
+    if (!KEY_ID.test(id)) {
+      throw configError('encryption.keys', 'key ids are 1 to 64 characters of A-Z a-z 0-9 . _ -');
+    }
+    const bytes = keyBytes(key);
+    if (!bytes) {
+      throw configError(
+        `encryption.keys.${id}`,
+        'expected 32 bytes: a Buffer, or a string of 64 hex or 44 Base64 characters (e.g. openssl rand -base64 32)',
+      );
+    }
+    resolved.set(id, bytes);
+  }
+  if (keyId !== undefined && (typeof keyId !== 'string' || !resolved.has(keyId))) {
+    throw configError('encryption.keyId', 'expected the id of one of encryption.keys');
+  }
+  if (role === 'producer' && keyId === undefined) {
+    throw configError('encryption.keyId', 'required: the id of the key new mail is encrypted with');
+  }
+  return new OutboxKeyring(resolved, keyId);
+}
+
+function keyBytes(key: unknown): Buffer | undefined {
+  if (key instanceof Uint8Array) return key.length === 32 ? Buffer.from(key) : undefined;
+  if (typeof key !== 'string') return undefined;
+  if (/^[0-9a-fA-F]{64}$/.test(key)) return Buffer.from(key, 'hex');
+  if (/^[A-Za-z0-9+/]{43}=?$/.test(key)) return Buffer.from(key, 'base64');
+  return undefined;
+}
+
+/**
+ * Bytes stored for `size` bytes of content encrypted in chunks of `chunk` bytes.
+ * @example
+ * encryptedSize(3 * 1024 * 1024, 1024 * 1024); // 3145812: three records of 28 bytes more
+ */
+export function encryptedSize(size: number, chunk: number): number {
+  return size + Math.max(1, Math.ceil(size / chunk)) * RECORD_OVERHEAD;
+}
+
+/**
+ * What a record is bound to: the content key (so a record cannot be moved to
+ * another message), its position and the message's size (so records cannot
+ * be reordered, dropped or the message cut), or `meta` for the envelope.
+ * @example
+ * const aad = recordAad(contentKey, 0, size);
+ */
+export function recordAad(contentKey: string, index: number | 'meta', size: number): Buffer {
+  return Buffer.from(`nodemailer-eml-api outbox\0${contentKey}\0${index}\0${size}`);
+}
+
+function undecryptable(what: string, keyId: string): EmlApiError {
+  return new EmlApiError(
+    'EMESSAGE',
+    `The queued ${what} does not decrypt with the key "${keyId}": it was changed in Redis, or that id ` +
+      'names another key than the producer used; not sent',
+    { permanent: true },
+  );
+}

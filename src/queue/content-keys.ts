@@ -1,0 +1,59 @@
+import { randomBytes } from 'node:crypto';
+
+/**
+ * The names of the outbox's own keys in Redis, beside BullMQ's: the content
+ * of each queued send, `{prefix}:{queue}:content:{jobId}:{createdMs}-{random}`
+ * (the job id lets the sweeper find keys whose job is gone, and the random
+ * part keeps a second enqueue of the same job id from overwriting the first
+ * one's bytes), and the content index and sweeper lock of a queue.
+ */
+
+/**
+ * Where the content keys of a queue start.
+ * @example
+ * contentKeyPrefix('bull', 'eml-api'); // 'bull:eml-api:content:'
+ */
+export function contentKeyPrefix(prefix: string, queueName: string): string {
+  return `${prefix}:${queueName}:content:`;
+}
+
+/**
+ * The outbox's own keys of a queue, beside BullMQ's. Their names have a colon
+ * after `outbox`, which no job id has (job ids escape ":"), so no job's key
+ * can be one of them.
+ * @example
+ * outboxKeys(resolveQueueLocation('eml-api', 'bull')).contentIndex; // 'bull:eml-api:outbox:content-index'
+ */
+export function outboxKeys(location: { prefix: string; queueName: string }): {
+  /** Sorted set: every content key, scored with when it was written (or last found needed), Redis time in ms. */
+  contentIndex: string;
+  /** The lock of the one sweeper at work. */
+  sweepLock: string;
+} {
+  const base = `${location.prefix}:${location.queueName}:outbox:`;
+  return { contentIndex: `${base}content-index`, sweepLock: `${base}sweep-lock` };
+}
+
+/**
+ * A new content key for a job.
+ * @param now the creation time written in the key @default Date.now()
+ * @example
+ * newContentKey('bull:eml-api:content:', 'order-1042'); // 'bull:eml-api:content:order-1042:1795453916326-e6f0dafa'
+ */
+export function newContentKey(keyPrefix: string, jobId: string, now = Date.now()): string {
+  return `${keyPrefix}${jobId}:${now}-${randomBytes(4).toString('hex')}`;
+}
+
+/**
+ * The job id and creation time a content key names, or undefined for a key of another form.
+ * @example
+ * parseContentKey('bull:eml-api:content:', 'bull:eml-api:content:a:1795453916326-e6f0dafa'); // { jobId: 'a', createdAt: 1795453916326 }
+ */
+export function parseContentKey(keyPrefix: string, key: string): { jobId: string; createdAt: number } | undefined {
+  if (!key.startsWith(keyPrefix)) return undefined;
+  const rest = key.slice(keyPrefix.length);
+  const colon = rest.lastIndexOf(':');
+  const match = /^(\d+)-[0-9a-f]+$/.exec(rest.slice(colon + 1));
+  if (colon <= 0 || !match) return undefined;
+  return { jobId: rest.slice(0, colon), createdAt: Number(match[1]) };
+}

@@ -1,0 +1,105 @@
+import type { Redis } from 'ioredis';
+
+/**
+ * The atomic Redis operations on stored content, as Lua scripts defined on
+ * each client the outbox uses (ioredis sends EVALSHA, falling back to EVAL
+ * after a restart emptied Redis's script cache). Atomic because Redis may
+ * lose data between two commands (a restart without AOF, a failover) and
+ * ioredis re-sends a command whose answer was lost: each write checks, in
+ * the same step, that it goes where the stored length says.
+ */
+
+/**
+ * Writes a chunk only where the stored length says it goes. At offset 0 the
+ * key must not exist (or hold exactly this chunk: the same write, repeated
+ * after its answer was lost); further on, the string must be exactly
+ * `offset` bytes long (or `offset` plus this chunk, likewise). Anything else,
+ * a key gone or cut because Redis lost data, answers -1 and writes nothing.
+ * The first write also enters the key in the queue's content index, at
+ * Redis's own time (see content-sweeper.ts).
+ */
+const WRITE_AT = `
+local kind = redis.call('TYPE', KEYS[1]).ok
+local offset = tonumber(ARGV[1])
+local length = string.len(ARGV[2])
+if kind == 'none' then
+  if offset ~= 0 then return -1 end
+  redis.call('SET', KEYS[1], ARGV[2])
+  local now = redis.call('TIME')
+  redis.call('ZADD', KEYS[2], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), KEYS[1])
+  return length
+end
+if kind ~= 'string' then return -1 end
+local stored = redis.call('STRLEN', KEYS[1])
+if stored == offset + length then return stored end
+if stored ~= offset or offset == 0 then return -1 end
+return redis.call('APPEND', KEYS[1], ARGV[2])
+`;
+
+/**
+ * Removes content so that no write still on its way can bring it back: the
+ * key becomes a small hash (a tombstone) for an hour, on which every write of
+ * {@link WRITE_AT} fails. Used when a store fails or times out, when commands
+ * may still be queued in the client.
+ */
+const DISCARD = `
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'discarded', '1')
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], KEYS[1])
+return 1
+`;
+
+/**
+ * The job's `data` and the stored length of the content, in one step, so
+ * that both are seen as they stand together.
+ */
+const CONFIRM = `
+local data = redis.call('HGET', KEYS[1], 'data')
+local stored = -1
+if redis.call('TYPE', KEYS[2]).ok == 'string' then stored = redis.call('STRLEN', KEYS[2]) end
+return { stored, data or '' }
+`;
+
+/** The stored length of the content, or -1 when it is not there (gone, or a tombstone). */
+const LENGTH = `
+if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return -1 end
+return redis.call('STRLEN', KEYS[1])
+`;
+
+/**
+ * How long a discarded key stays a tombstone, in ms (1 hour).
+ * @example
+ * await contentCommands(redis).emlApiDiscard(key, index, TOMBSTONE_MS);
+ */
+export const TOMBSTONE_MS = 60 * 60 * 1000;
+
+/**
+ * The commands {@link contentCommands} adds to a client.
+ * @example
+ * const stored: number = await contentCommands(redis).emlApiLength(key);
+ */
+export interface ContentCommands {
+  emlApiWriteAt(key: string, index: string, offset: number, chunk: Buffer): Promise<number>;
+  emlApiDiscard(key: string, index: string, ttl: number): Promise<number>;
+  emlApiConfirm(jobKey: string, key: string): Promise<[number, string]>;
+  emlApiLength(key: string): Promise<number>;
+}
+
+const defined = new WeakSet<Redis>();
+
+/**
+ * The client with the outbox's content commands (defined once per client).
+ * @example
+ * await contentCommands(redis).emlApiDiscard(contentKey, index, TOMBSTONE_MS);
+ */
+export function contentCommands(redis: Redis): Redis & ContentCommands {
+  if (!defined.has(redis)) {
+    redis.defineCommand('emlApiWriteAt', { numberOfKeys: 2, lua: WRITE_AT });
+    redis.defineCommand('emlApiDiscard', { numberOfKeys: 2, lua: DISCARD });
+    redis.defineCommand('emlApiConfirm', { numberOfKeys: 2, lua: CONFIRM });
+    redis.defineCommand('emlApiLength', { numberOfKeys: 1, lua: LENGTH });
+    defined.add(redis);
+  }
+  return redis as Redis & ContentCommands;
+}

@@ -1,0 +1,162 @@
+import type { Redis } from 'ioredis';
+import { EmlApiError } from '../shared/eml-api-error.js';
+
+/**
+ * What the outbox asks of Redis before it acknowledges mail: that nothing is
+ * ever evicted, and (as far as the user asked) that what it stored survives a
+ * restart. Read with `CONFIG GET`, or, where a managed Redis renames or
+ * forbids `CONFIG` (ElastiCache, Upstash, ACLs), from `INFO`.
+ */
+
+/**
+ * How durable Redis must be before a producer queues mail:
+ * - `'warn'`: queue in any case; warn (through the logger) when the append-only
+ *   file is off, since a queued message then survives no restart of Redis
+ * - `'aof'`: refuse (`ECONFIG`) unless `appendonly yes`
+ * - `'aof-always'`: refuse unless `appendonly yes` and `appendfsync always`:
+ *   every write on disk before `sendMail` resolves, as Postfix fsyncs a
+ *   message before its `250`
+ *
+ * Where the setting cannot be read (no `CONFIG`, no `INFO`), a warning is
+ * logged instead of refusing.
+ * @example
+ * new EmlApiQueueTransport({ connection, durability: 'aof' });
+ */
+export type OutboxDurability = 'warn' | 'aof' | 'aof-always';
+
+/**
+ * The values {@link OutboxDurability} takes.
+ * @example
+ * if (!OUTBOX_DURABILITIES.includes(value)) throw configError('durability', '...');
+ */
+export const OUTBOX_DURABILITIES: readonly OutboxDurability[] = ['warn', 'aof', 'aof-always'];
+
+/**
+ * Redis's settings that decide whether queued mail survives; `undefined` where
+ * this connection may not read them.
+ * @example
+ * const { evictionPolicy } = await readRedisSettings(redis); // 'noeviction'
+ */
+export interface RedisSettings {
+  /** `maxmemory-policy`. */
+  evictionPolicy: string | undefined;
+  /** `appendonly`. */
+  appendOnly: boolean | undefined;
+  /** `appendfsync` (`CONFIG` only: `INFO` does not tell it). */
+  appendFsync: string | undefined;
+}
+
+/**
+ * Reads the settings with `CONFIG GET`, falling back to `INFO memory` and
+ * `INFO persistence` where `CONFIG` is refused.
+ * @throws Redis's own errors other than a refused command (the connection failing...)
+ * @example
+ * const settings = await readRedisSettings(redis);
+ */
+export async function readRedisSettings(redis: Redis): Promise<RedisSettings> {
+  try {
+    const [policy, aof, fsync] = await Promise.all(
+      ['maxmemory-policy', 'appendonly', 'appendfsync'].map(
+        async (name) => ((await redis.call('CONFIG', 'GET', name)) as string[])[1],
+      ),
+    );
+    return {
+      evictionPolicy: policy,
+      appendOnly: aof === undefined ? undefined : aof === 'yes',
+      appendFsync: fsync,
+    };
+  } catch (err) {
+    if (!refused(err)) throw err;
+  }
+  const info = async (section: string): Promise<string> => {
+    try {
+      return (await redis.call('INFO', section)) as string;
+    } catch (err) {
+      if (!refused(err)) throw err;
+      return '';
+    }
+  };
+  const field = (text: string, name: string) => new RegExp(`^${name}:(.*?)\\r?$`, 'm').exec(text)?.[1];
+  const aof = field(await info('persistence'), 'aof_enabled');
+  return {
+    evictionPolicy: field(await info('memory'), 'maxmemory_policy'),
+    appendOnly: aof === undefined ? undefined : aof === '1',
+    appendFsync: undefined,
+  };
+}
+
+/**
+ * Checks that Redis keeps what the outbox stores: refuses an eviction policy
+ * other than `noeviction` (queued mail would be evicted silently, jobs and
+ * their content alike), and the persistence `durability` asks for; warns
+ * where persistence is off and nothing more was asked, and where a setting
+ * cannot be read.
+ *
+ * @param where host and port, for messages
+ * @param warn called with each warning
+ * @throws {EmlApiError} `ECONFIG` (permanent) naming the setting and the command that fixes it
+ * @example
+ * await checkRedisSettings(redis, '127.0.0.1:6379', 'warn', (message) => logger.warn({}, message));
+ */
+export async function checkRedisSettings(
+  redis: Redis,
+  where: string,
+  durability: OutboxDurability,
+  warn: (message: string) => void,
+): Promise<void> {
+  const { evictionPolicy, appendOnly, appendFsync } = await readRedisSettings(redis);
+  if (evictionPolicy === undefined) {
+    warn(
+      `Could not read maxmemory-policy of Redis at ${where} (CONFIG and INFO are refused to this connection): ` +
+        'it must be noeviction, or Redis drops queued mail silently when memory runs short',
+    );
+  } else if (evictionPolicy !== 'noeviction') {
+    throw new EmlApiError(
+      'ECONFIG',
+      `Redis at ${where} evicts keys when memory runs short (maxmemory-policy ${evictionPolicy}): queued mail ` +
+        'would be lost silently, jobs and content alike. The outbox needs maxmemory-policy noeviction: ' +
+        'CONFIG SET maxmemory-policy noeviction (and set it in redis.conf, or your provider’s parameter group)',
+      { permanent: true, command: 'CONFIG GET maxmemory-policy', response: evictionPolicy },
+    );
+  }
+  const needsAof = durability !== 'warn';
+  if (appendOnly === undefined) {
+    warn(
+      `Could not read whether Redis at ${where} persists writes (CONFIG and INFO are refused to this connection): ` +
+        'without appendonly yes, a queued message survives no restart of Redis',
+    );
+  } else if (!appendOnly) {
+    const message =
+      `Redis at ${where} runs without its append-only file (appendonly no): a queued message survives no ` +
+      'restart of Redis. CONFIG SET appendonly yes (and set it in redis.conf), with appendfsync everysec at least';
+    if (needsAof) {
+      throw new EmlApiError('ECONFIG', `${message} (durability: '${durability}')`, {
+        permanent: true,
+        command: 'CONFIG GET appendonly',
+        response: 'no',
+      });
+    }
+    warn(message);
+  }
+  if (durability === 'aof-always' && appendOnly === true) {
+    if (appendFsync === undefined) {
+      warn(
+        `Could not read appendfsync of Redis at ${where} (CONFIG is refused to this connection): ` +
+          "durability 'aof-always' needs appendfsync always",
+      );
+    } else if (appendFsync !== 'always') {
+      throw new EmlApiError(
+        'ECONFIG',
+        `Redis at ${where} writes its append-only file to disk ${appendFsync === 'everysec' ? 'every second' : 'when the system decides'} ` +
+          `(appendfsync ${appendFsync}): a crash loses what was acknowledged since. durability: 'aof-always' needs ` +
+          'CONFIG SET appendfsync always (and set it in redis.conf)',
+        { permanent: true, command: 'CONFIG GET appendfsync', response: appendFsync },
+      );
+    }
+  }
+}
+
+/** Redis refused the command itself (renamed, unknown, or not allowed to this user), as opposed to failing. */
+function refused(err: unknown): boolean {
+  return err instanceof Error && err.name === 'ReplyError';
+}

@@ -1,0 +1,139 @@
+import nodemailer from 'nodemailer';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import { eventually, inProcessWorkers } from '../helpers/outbox.js';
+import { startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+
+/**
+ * What sendMail acknowledges is what a worker will post, whole (issue 20,
+ * item 1). Redis loses data while a message is written in 1 MiB chunks (a
+ * restart without AOF, a failover to a lagging replica); ioredis re-sends the
+ * command in flight, which used to re-create the key with only what came
+ * after: the job was added over truncated content, or over none, and
+ * sendMail resolved. Here a proxy holds the producer's commands at an exact
+ * point, Redis crashes (SIGKILL, no AOF) and the connection is cut, so the
+ * producer reconnects to the restarted Redis and re-sends. And a worker
+ * refuses content that does not match the SHA-256 the producer stored.
+ * Real redis-server, the emulator over HTTP.
+ */
+
+const MiB = 1024 * 1024;
+let redis: RedisServer;
+let emu: Emulator;
+let proxy: RedisProxy;
+const workers = inProcessWorkers(() => ({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url }));
+
+beforeAll(async () => {
+  [redis, emu] = await Promise.all([startRedisServer(), startEmulator()]);
+  proxy = await startRedisProxy(redis.port);
+});
+
+afterEach(async () => {
+  await workers.closeAll();
+  await redis.client.flushall();
+});
+
+afterAll(async () => {
+  await proxy?.close();
+  await emu?.close();
+  await redis?.stop();
+});
+
+const big = (seed: number, mib: number) => ({
+  from: 'shop@example.test',
+  to: 'ann@example.test',
+  subject: 'Invoice',
+  text: 'Attached',
+  attachments: [{ filename: 'invoice.bin', content: Buffer.alloc(mib * MiB, seed) }],
+});
+
+/** Keys of the queue's content that hold content (strings), and every job of the queue. */
+async function leftInRedis(transport: EmlApiQueueTransport): Promise<{ content: number; jobs: number }> {
+  let content = 0;
+  for (const key of await redis.client.keys('bull:eml-api:content:*')) {
+    if ((await redis.client.type(key)) === 'string') content++;
+  }
+  const counts = await transport.queue.getJobCounts('waiting', 'delayed', 'prioritized', 'active', 'failed');
+  return { content, jobs: Object.values(counts).reduce((a, b) => a + b, 0) };
+}
+
+describe('Redis losing data while a message is stored', () => {
+  it('in the middle of the chunks: sendMail rejects, no job is queued over truncated content', async () => {
+    const transport = new EmlApiQueueTransport({ connection: proxy.url });
+    try {
+      await transport.verify();
+      // Hold the producer's commands once 1.5 MiB went through: the second chunk's APPEND is in flight.
+      const held = proxy.holdWhen(({ bytes }) => bytes > 1.5 * MiB);
+      const sending = nodemailer
+        .createTransport(transport)
+        .sendMail(big(1, 3))
+        .catch((e: unknown) => e);
+      await held;
+      await redis.restart('crash');
+      proxy.cut();
+      const result = await sending;
+      expect(result).toMatchObject({ code: 'ECONNECTION', mayHaveBeenAccepted: false });
+      expect((result as Error).message).toMatch(/lost part of the message/);
+      expect(await leftInRedis(transport)).toEqual({ content: 0, jobs: 0 });
+    } finally {
+      await transport.close();
+    }
+  });
+
+  it('between the last chunk and the job: sendMail rejects, no job is left over missing content', async () => {
+    const transport = new EmlApiQueueTransport({ connection: proxy.url });
+    try {
+      await transport.verify();
+      // BullMQ's add carries the job data, the only command that names "contentKey".
+      const held = proxy.holdWhen(({ text }) => text.includes('"contentKey"'));
+      const sending = nodemailer
+        .createTransport(transport)
+        .sendMail(big(2, 2))
+        .catch((e: unknown) => e);
+      await held;
+      await redis.restart('crash');
+      proxy.cut();
+      const result = await sending;
+      expect(result).toMatchObject({ code: 'ECONNECTION', mayHaveBeenAccepted: false });
+      expect((result as Error).message).toMatch(/lost the message/);
+      expect(await leftInRedis(transport)).toEqual({ content: 0, jobs: 0 });
+    } finally {
+      await transport.close();
+    }
+  });
+});
+
+describe('content that does not match its SHA-256', () => {
+  it.each([
+    ['read at once', 0.05],
+    ['streamed in chunks', 3],
+  ])('is never posted (%s): the job fails, the service gets nothing', async (_label, mib) => {
+    emu.reset();
+    const transport = new EmlApiQueueTransport({ connection: redis.url });
+    try {
+      const info = (await nodemailer
+        .createTransport(transport)
+        .sendMail(big(3, mib))) as unknown as EmlApiQueuedMessageInfo;
+      const job = await transport.queue.getJob(info.queueId);
+      const { contentKey, size } = job!.data;
+      // One byte changed near the end, the length kept: only the hash can tell.
+      const at = size - 100;
+      const byte = (await redis.client.getrangeBuffer(contentKey, at, at))[0]!;
+      await redis.client.setrange(contentKey, at, String.fromCharCode(byte ^ 1));
+      const w = await workers.start();
+      const outcome = new Promise<unknown>((resolve) => {
+        w.once('failed', (_job, err) => resolve(err));
+        w.once('sent', () => resolve('sent'));
+      });
+      const err = (await outcome) as Error;
+      expect(err).toMatchObject({ code: 'EMESSAGE', permanent: true });
+      expect(err.message).toMatch(/SHA-256/);
+      expect(emu.messages()).toEqual([]);
+      await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === 1);
+    } finally {
+      await transport.close();
+    }
+  });
+});
