@@ -115,6 +115,32 @@ export class EmlApiMetrics {
     return metrics;
   }
 
+  /**
+   * The `metrics` option a part with an `http` port uses: the one given, or,
+   * when none was given and the port is on, a registry of its own with
+   * prom-client's process metrics (CPU, memory, event loop lag) in it, less
+   * the three gauges promtool refuses for their `_total` suffix.
+   * @param user what asked, named when prom-client is missing
+   * @example
+   * EmlApiMetrics.resolve(EmlApiMetrics.defaultWithHttp(options.metrics, true, 'The relay’s http option'), '...');
+   */
+  static defaultWithHttp(option: unknown, http: boolean, user: string): unknown {
+    if (option !== undefined || !http) return option;
+    const client = loadPromClient(user);
+    const registry = new client.Registry();
+    client.collectDefaultMetrics({ register: registry });
+    // Three of prom-client's gauges are named like counters, which promtool's lint refuses; each has a
+    // twin without the suffix, by type (nodejs_active_handles...), which stays.
+    for (const name of [
+      'nodejs_active_handles_total',
+      'nodejs_active_requests_total',
+      'nodejs_active_resources_total',
+    ]) {
+      registry.removeSingleMetric(name);
+    }
+    return { registry };
+  }
+
   private constructor(registry: MetricsRegistry, user: string) {
     const client = loadPromClient(user);
     this.registry = registry;

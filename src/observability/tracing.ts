@@ -101,6 +101,17 @@ export function activeTraceCarrier(): TraceCarrier | undefined {
   return carrierOf(api.trace.getSpanContext(api.context.active()));
 }
 
+/**
+ * `fn`, bound to the context active now: run later from elsewhere (a slot
+ * freed by another send), it still runs in the caller's trace.
+ * @example
+ * limiter.run(bindToActiveContext(() => store(message)));
+ */
+export function bindToActiveContext<F extends (...args: never[]) => unknown>(fn: F): F {
+  const api = loadOtelApi();
+  return api ? api.context.bind(api.context.active(), fn) : fn;
+}
+
 function wrap(api: OtelApiModule, span: Span, context: Context): TelemetrySpan {
   let ended = false;
   return {
