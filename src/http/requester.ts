@@ -70,13 +70,15 @@ export interface RequestObserver {
   /** An attempt ended: with an answer (`status`) or without one. */
   attempt?(event: {
     command: string;
+    /** The call is a send (`paced`), not a check such as `verify()`. */
+    send: boolean;
     attempt: number;
     bytes: number;
     seconds: number;
     status: number | undefined;
   }): void;
   /** A request is tried again after `delayMs`; `reason` is the status (`503`) or what failed (`unreachable`). */
-  retry?(event: { command: string; attempt: number; delayMs: number; reason: string }): void;
+  retry?(event: { command: string; send: boolean; attempt: number; delayMs: number; reason: string }): void;
 }
 
 /**
@@ -233,6 +235,7 @@ export class Requester {
       controller.signal,
       command,
       this.#observers,
+      options.paced === true,
     );
     try {
       if (options.paced && this.#pacer) await this.#pacer.wait(controller.signal);
@@ -270,6 +273,7 @@ class RunningCall implements Call {
     readonly signal: AbortSignal,
     command: string,
     readonly observers: ReadonlySet<RequestObserver> = new Set(),
+    readonly send = false,
   ) {
     this.#command = command;
   }
@@ -337,6 +341,7 @@ class RunningCall implements Call {
       }
       this.#tell('attempt', {
         command,
+        send: this.send,
         attempt: this.#attempts,
         bytes: body?.length ?? 0,
         seconds: (performance.now() - startedAt) / 1000,
@@ -383,6 +388,7 @@ class RunningCall implements Call {
       );
       this.#tell('retry', {
         command,
+        send: this.send,
         attempt: this.#attempts,
         delayMs: delay,
         reason: res ? String(res.statusCode) : failure instanceof ExchangeFailure ? FAILED_IN[failure.phase] : 'failed',

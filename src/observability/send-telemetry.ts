@@ -23,8 +23,8 @@ export function watchSends(
   metrics: EmlApiMetrics | undefined,
 ): () => void {
   return requester.observe({
-    attempt({ command, attempt, bytes, seconds, status }) {
-      if (!SEND_REQUEST.test(command)) return;
+    attempt({ command, send, attempt, bytes, seconds, status }) {
+      if (!send || !SEND_REQUEST.test(command)) return;
       metrics?.recordUpload(component, bytes, seconds);
       activeSpanEvent('upload', {
         attempt,
@@ -33,8 +33,8 @@ export function watchSends(
         'eml_api.duration_ms': Math.round(seconds * 1000),
       });
     },
-    retry({ command, attempt, delayMs, reason }) {
-      if (!SEND_REQUEST.test(command)) return;
+    retry({ command, send, attempt, delayMs, reason }) {
+      if (!send || !SEND_REQUEST.test(command)) return;
       metrics?.recordRetry(component, reason);
       activeSpanEvent('retry', { attempt, 'eml_api.retry.delay_ms': delayMs, 'eml_api.retry.reason': reason });
     },
