@@ -1,7 +1,6 @@
 import { once } from 'node:events';
 import { connect } from 'node:net';
 import nodemailer from 'nodemailer';
-import { trace } from '@opentelemetry/api';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
