@@ -198,7 +198,7 @@ export class EmlApiWorker extends EventEmitter {
         this.#logger.warn({}, message);
         this.emit('warning', message);
       });
-      await this.#telemetry.start(this.#redis.where);
+      await this.#telemetry.start();
     } catch (err) {
       await this.close({ force: true }).catch(() => undefined);
       throw err;

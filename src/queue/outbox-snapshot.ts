@@ -1,7 +1,7 @@
 import type { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
 import { OUTBOX_STATES, type OutboxState } from './outbox-inspection.js';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
+import { queueRedis } from './outbox-readiness.js';
 
 /**
  * The live state of the outbox for people and dashboards: counts, how long
@@ -65,9 +65,7 @@ export async function readOutboxSnapshot(
   queue: Queue<OutboxJobData, OutboxSendResult>,
   now = Date.now(),
 ): Promise<OutboxSnapshot> {
-  // BullMQ 6 keeps the connection on its backend, BullMQ 5 on the queue itself.
-  const source = queue as unknown as { client?: Promise<Redis>; backend?: { client?: Promise<Redis> } };
-  const redis = await (source.backend?.client ?? source.client)!;
+  const redis = await queueRedis(queue);
   const jobKey = queue.toKey('');
   const [raw, paused, nextRetry, nextNew, parked, sent, failed] = await Promise.all([
     queue.getJobCounts(...OUTBOX_STATES),

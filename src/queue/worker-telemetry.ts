@@ -12,7 +12,7 @@ import type { OutboxJob, OutboxJobData, OutboxSendResult } from './outbox-job.js
 import { readOutboxSnapshot } from './outbox-snapshot.js';
 import type { QueueLocation } from './queue-location.js';
 import { loadBullmq } from './queue-peers.js';
-import { checkRedisSettings } from './redis-settings.js';
+import { outboxRedisReadiness } from './outbox-readiness.js';
 
 /**
  * What a worker's telemetry watches: the worker's events, its client, its
@@ -89,22 +89,14 @@ export class WorkerTelemetry {
    * Starts the health and metrics port when the `http` option asks for one.
    * @throws {EmlApiError} `ECONFIG` when it cannot listen
    */
-  async start(where: string): Promise<void> {
+  async start(): Promise<void> {
     if (!this.#http) return;
     const { client, stuck, secrets } = this.#settings;
-    const redis = this.#settings.redis();
     this.#endpoint = await startOpsEndpoint(
       this.#http,
       {
         checks: [
-          {
-            name: 'redis',
-            check: async () => {
-              await redis.ping();
-              // Warnings (no append-only file) do not make a worker unready; an evicting Redis does.
-              await checkRedisSettings(redis, where, 'warn', () => undefined);
-            },
-          },
+          outboxRedisReadiness(() => this.#settings.redis()),
           { name: 'service', check: async () => void (await client.verify()) },
         ],
         stuck,

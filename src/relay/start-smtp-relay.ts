@@ -193,7 +193,7 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
     await telemetry.start(
       server,
       settings.queue !== undefined
-        ? [{ name: 'redis', check: () => destination.ready?.() ?? Promise.resolve() }]
+        ? [{ name: 'redis', check: () => destination.readiness?.() ?? Promise.resolve() }]
         : relayClient
           ? [{ name: 'service', check: async () => void (await relayClient.verify()) }]
           : [],
