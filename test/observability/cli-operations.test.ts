@@ -3,7 +3,9 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { jsonLogLine } from '../../src/cli/lib/log-format.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiQueueTransport } from '../../src/queue/index.js';
+import { runCli } from '../../src/cli/run-cli.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
+import { eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 /** `eml-api queue status --json`, `eml-api queue watch`, the operating flags' checks, and JSON log lines. */
@@ -66,6 +68,24 @@ describe('eml-api queue status --json and queue watch', () => {
     const watching = runCliCapturing(['queue', 'watch', '--interval', '3600'], { env, signal: stop.signal });
     stop.abort();
     expect((await watching).code).toBe(0);
+  });
+
+  it('worker --http-port --no-metrics serves health without metrics', async () => {
+    const stop = new AbortController();
+    let out = '';
+    const running = runCli(['worker', '--http-port', '0', '--no-metrics'], {
+      stdout: { write: (s: string) => (out += s) },
+      stderr: { write: (s: string) => (out += s) },
+      env,
+      signal: stop.signal,
+    });
+    await eventually(() => /Health and metrics on (http:\/\/\S+)/.test(out), { what: 'the port' });
+    const url = /Health and metrics on (http:\/\/\S+)/.exec(out)![1]!;
+    expect((await fetch(`${url}/healthz`)).status).toBe(200);
+    expect((await fetch(`${url}/readyz`)).status).toBe(200);
+    expect((await fetch(`${url}/metrics`)).status).toBe(404);
+    stop.abort();
+    expect(await running).toBe(0);
   });
 
   it.each([
