@@ -4,6 +4,7 @@ import { spooledInMemory, spoolMessage, type SpooledMessage } from '../body/mess
 import type { SpoolSettings } from '../body/spool-options.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { planEnvelope, withMessageId, type EnvelopePlan } from './envelope-plan.js';
+import { envelopeRecipients } from './mail-parameters.js';
 import type { MessageDestination, MessageSender } from './message-destination.js';
 import type { MessageIdentities } from './message-identity.js';
 import { MessageRewriter } from './message-rewriter.js';
@@ -22,6 +23,8 @@ export interface ReceiveContext {
   arriving: AbortSignal;
   /** How the relay names the messages it sends (one per relay: it remembers sends whose outcome it could not know). */
   identities: MessageIdentities;
+  /** The relay's `maxRecipients`, which also bounds the ways the headers may spell their recipients. */
+  maxRecipients: number;
 }
 
 /** A message handed on. */
@@ -58,11 +61,11 @@ export async function receiveMessage(
   sender: MessageSender,
   context: ReceiveContext,
 ): Promise<ReceivedMessage> {
-  const rcptTo = session.envelope.rcptTo.map((r) => r.address);
+  const rcptTo = envelopeRecipients(session);
   let plan: EnvelopePlan | undefined;
   const rewriter = new MessageRewriter(
     (head) => {
-      plan = planEnvelope(head, rcptTo);
+      plan = planEnvelope(head, rcptTo, { maxRecipients: context.maxRecipients });
       return plan.head;
     },
     () =>

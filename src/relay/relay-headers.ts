@@ -1,6 +1,7 @@
 import { findForbiddenCharacter, isValidAddress } from '../protocol/address-rules.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { addressKey } from './address-key.js';
+import { disagreeingReader } from './service-address-readers.js';
 
 /**
  * The relay reads a message's header section strictly, because the service
@@ -33,6 +34,14 @@ export interface RelayHeaders {
   fields: RelayHeaderField[];
   /** The To, Cc and Bcc recipients, in order, each once (as {@link addressKey} compares them). */
   recipients: string[];
+  /**
+   * How many ways the To, Cc and Bcc fields spell their recipients: distinct
+   * addresses as written (`Ann@x` and `ann@x` are two). The relay compares
+   * spellings as {@link addressKey} does, and the service may compare them
+   * more strictly, so this, not `recipients.length`, bounds the copies the
+   * service might make.
+   */
+  spellings: number;
   /** The first address of the first From field, or false. */
   from: string | false;
   /** The first non-empty Message-ID field, or undefined. */
@@ -63,13 +72,17 @@ export function readRelayHeaders(head: Buffer): RelayHeaders {
   const fields = splitFields(head);
   const recipients: string[] = [];
   const seen = new Set<string>();
+  const spellings = new Set<string>();
   let from: string | false = false;
   let messageId: string | undefined;
   let hasDate = false;
   for (const field of fields) {
     const name = field.name.toLowerCase();
     if (RECIPIENT_FIELDS.has(name)) {
-      for (const address of readAddressList(field.value, field.name)) {
+      const addresses = readAddressList(field.value, field.name);
+      crossCheck(field, addresses);
+      for (const address of addresses) {
+        spellings.add(address);
         const key = addressKey(address);
         if (!seen.has(key)) {
           seen.add(key);
@@ -84,7 +97,21 @@ export function readRelayHeaders(head: Buffer): RelayHeaders {
       hasDate = true;
     }
   }
-  return { fields, recipients, from, messageId, hasDate };
+  return { fields, recipients, spellings: spellings.size, from, messageId, hasDate };
+}
+
+/**
+ * Refuses a To, Cc or Bcc field that a parser of the service's side reads
+ * otherwise than the relay (see {@link disagreeingReader}): a second opinion
+ * behind the strict grammar below, which is what makes the readings agree.
+ */
+function crossCheck(field: RelayHeaderField, addresses: readonly string[]): void {
+  const other = disagreeingReader(field.value, addresses);
+  if (!other) return;
+  const theirs = other.read.map((a) => a || '(no address)').join(', ');
+  throw unreadable(
+    `the ${field.name} header reads otherwise to ${other.reader}: ${shown(theirs)} where the relay reads ${shown(addresses.join(', '))}`,
+  );
 }
 
 /** The fields of a header section; a line that is neither a field nor a continuation is refused. */
@@ -146,6 +173,12 @@ function fieldColon(line: string): number | undefined {
 /** Characters that end an atom (RFC 5322 specials and white space). */
 const SPECIALS = '()<>[]:;@\\,."\t ';
 
+/** A dot-atom (RFC 5322 3.2.3) of ASCII atext: a local part that reads the same with or without quotes. */
+const DOT_ATOM = /^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*$/;
+
+/** Characters a comment in a To, Cc or Bcc field may not hold (it ends at the first `)`). */
+const COMMENT_SPECIALS = '()\\<>,;:@"[]';
+
 /** Characters that end a domain written as labels: the specials but the dot. */
 const DOMAIN_END = SPECIALS.replace('.', '');
 
@@ -153,12 +186,20 @@ const DOMAIN_END = SPECIALS.replace('.', '');
  * Reads one address list (a To, Cc or Bcc value) as the relay trusts it:
  * addresses (`a@x`), display names with an address in angle brackets
  * (`Ann <a@x>`, `"Doe, Ann" <a@x>`, `=?utf-8?B?...?= <a@x>`), groups
- * (`Team: a@x, b@x;`, `undisclosed-recipients:;`), comments beside an address,
- * and `,` or `;` between entries. Refused, because parsers read them
- * differently: an entry without an address (a name alone, a comment alone,
- * `<>`), an encoded word (RFC 2047) anywhere but in a display name before an
- * address (mailparser reads a Base64 word standing alone as the addresses it
- * holds), a group in a group, a source route, and an address that is not
+ * (`Team: a@x, b@x;`, `undisclosed-recipients:;`), comments of plain text
+ * beside an address (`a@x (Sales)`), and `,` or `;` between entries.
+ * Refused, because parsers read them differently: an entry without an
+ * address (a name alone, a comment alone, `<>`), an encoded word (RFC 2047)
+ * anywhere but in a display name before an address (mailparser reads a
+ * Base64 word standing alone as the addresses it holds), a comment holding
+ * any of `( ) \ < > , ; : @ " [ ]` (Nodemailer 10.0 ends a comment at the
+ * first `)` and takes no escape in it, 10.6 counts nesting; an address or a
+ * separator in one is read as a recipient by some), inside a group a quoted
+ * string holding `;` (which ends the group for some), a group in a group, a
+ * source route, an `xn--` prefix written in capitals (mailparser decodes
+ * only the lower-case one, so `XN--` and `xn--` would be two mailboxes), a
+ * quoted local part that needs no quotes (`"ann"@x`, which mailparser reads
+ * as `ann@x` or `"ann"@x` by where it stands), and an address that is not
  * valid.
  *
  * @param value the unfolded field value
@@ -176,6 +217,7 @@ class AddressListReader {
   readonly #text: string;
   readonly #field: string;
   #at = 0;
+  #inGroup = false;
   readonly #out: string[] = [];
 
   constructor(text: string, field: string) {
@@ -186,22 +228,21 @@ class AddressListReader {
   read(): string[] {
     const bad = findForbiddenCharacter(this.#text, { allowTab: true });
     if (bad) throw this.#refuse(`holds ${bad.what}`);
-    let inGroup = false;
     for (;;) {
       this.#skipSpace();
       if (this.#at >= this.#text.length) break;
       const ch = this.#text[this.#at]!;
-      if (ch === ',' || (ch === ';' && !inGroup)) {
+      if (ch === ',' || (ch === ';' && !this.#inGroup)) {
         this.#at++;
         continue;
       }
       if (ch === ';') {
         this.#at++;
-        inGroup = false;
+        this.#inGroup = false;
         continue;
       }
-      const group = this.#entry(inGroup);
-      if (group) inGroup = true;
+      const group = this.#entry(this.#inGroup);
+      if (group) this.#inGroup = true;
     }
     return this.#out;
   }
@@ -313,9 +354,19 @@ class AddressListReader {
     if (address.includes('\uFFFD'))
       throw this.#refuse(`has an address that is not valid UTF-8: ${this.#shownFrom(start)}`);
     if (!isValidAddress(address)) throw this.#refuse(`has an address that is not valid: ${shown(address)}`);
+    if (/(?:@|\.)(?!xn--)[Xx][Nn]--/.test(address.slice(address.lastIndexOf('@')))) {
+      throw this.#refuse(
+        `has a domain with its xn-- prefix in capitals, which parsers decode or not: ${shown(address)}`,
+      );
+    }
     // Parsers trim a quoted local part, or drop its quotes, when it starts or ends with white space.
     if (address.startsWith('"') && /^"[ \t]|[ \t]"@|\t/.test(address)) {
       throw this.#refuse(`has a quoted local part with white space at its ends or a tab: ${shown(address)}`);
+    }
+    // Quotes a local part does not need are dropped by mailparser in some places and kept in others
+    // ("ann"@x is ann@x alone, "ann"@x in <>): two mailboxes to the service for one spelling.
+    if (address.startsWith('"') && DOT_ATOM.test(address.slice(1, address.lastIndexOf('"')).replace(/\\(.)/g, '$1'))) {
+      throw this.#refuse(`has a quoted local part that needs no quotes, which parsers keep or drop: ${shown(address)}`);
     }
     this.#out.push(address);
   }
@@ -326,30 +377,42 @@ class AddressListReader {
     return this.#text.slice(from, this.#at);
   }
 
-  /** A quoted string, quotes included; a backslash escapes the next character. */
+  /**
+   * A quoted string, quotes included; a backslash escapes the next character.
+   * Inside a group one holding `;` is refused: Nodemailer before 10.6 ends the
+   * group at it, and reads what follows as recipients outside the group.
+   */
   #quoted(): string {
     const from = this.#at++;
     while (this.#at < this.#text.length) {
       const ch = this.#text[this.#at++];
       if (ch === '\\') this.#at++;
-      else if (ch === '"') return this.#text.slice(from, this.#at);
+      else if (ch === ';' && this.#inGroup) {
+        throw this.#refuse(`has a quoted string holding ; inside a group: ${this.#shownFrom(from)}`);
+      } else if (ch === '"') return this.#text.slice(from, this.#at);
     }
     throw this.#refuse(`has an unclosed quoted string: ${this.#shownFrom(from)}`);
   }
 
   /**
-   * Skips a comment, nested comments and escapes included. A comment is read
-   * only beside an address: an entry that is a comment alone is refused, as
-   * parsers read one as a name or as an address.
+   * Skips a comment of plain text. A comment is read only beside an address:
+   * an entry that is a comment alone is refused, as parsers read one as a
+   * name or as an address. So is one holding a character in
+   * {@link COMMENT_SPECIALS}: parsers disagree on where such a comment ends
+   * (nested parentheses, a backslash) and on whether an address, a
+   * separator or a quote inside it is a recipient, and `a@x (c (d) <e@y>)`
+   * was delivered to `e@y` alone.
    */
   #comment(): void {
-    const from = this.#at;
-    let depth = 0;
+    const from = this.#at++;
     while (this.#at < this.#text.length) {
-      const ch = this.#text[this.#at++];
-      if (ch === '\\') this.#at++;
-      else if (ch === '(') depth++;
-      else if (ch === ')' && --depth === 0) return;
+      const ch = this.#text[this.#at++]!;
+      if (ch === ')') return;
+      if (COMMENT_SPECIALS.includes(ch)) {
+        throw this.#refuse(
+          `has a comment holding ${shown(ch)}, which parsers read differently: ${this.#shownFrom(from)}`,
+        );
+      }
     }
     throw this.#refuse(`has an unclosed comment: ${this.#shownFrom(from)}`);
   }

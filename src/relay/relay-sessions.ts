@@ -17,7 +17,7 @@ import { redact } from '../http/redact.js';
 import { SignalFanout } from '../http/signal-fanout.js';
 import { AuthFailureBudget } from './auth-failures.js';
 import type { ClientSlots } from './client-slots.js';
-import { mailParameterRefusal, rcptParameterRefusal } from './mail-parameters.js';
+import { keepRcptSpelling, mailParameterRefusal, rcptParameterRefusal } from './mail-parameters.js';
 import { MAX_PASSWORD_LENGTH } from './relay-users.js';
 import {
   acceptedReply,
@@ -231,7 +231,10 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
     onRcptTo(address, session, callback) {
       const refusal = rcptParameterRefusal(address, session);
       if (refusal) return callback(replyError(refusal));
-      if (isValidAddress(address.address)) return callback();
+      if (isValidAddress(address.address)) {
+        keepRcptSpelling(address, session);
+        return callback();
+      }
       callback(replyError({ code: 553, text: '5.1.3 The email service accepts no such address' }));
     },
     onData(stream: SMTPServerDataStream, session, callback) {
@@ -265,6 +268,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         signal: aborted.signal,
         arriving: stopped.signal,
         identities,
+        maxRecipients: settings.maxRecipients,
       };
       const work = receiveMessage(stream, session, sender, context).then(
         (received) => {
