@@ -1,6 +1,7 @@
 import type { SMTPServer, SMTPServerDataStream, SMTPServerSession } from 'smtp-server';
 import type { ClientAddressList } from './client-address-list.js';
 import { clientKey } from './client-address-list.js';
+import { ConnectionDeadlines } from './connection-deadlines.js';
 import type { SmtpReply } from './smtp-replies.js';
 
 /**
@@ -50,7 +51,10 @@ interface SlotConnection {
  * - DATA must arrive at `minDataRate` bytes a second at least, after a grace
  *   of the idle timeout (`smtpd_min_data_rate`, with a per-request deadline),
  *   and within `dataTimeout` in all: a client sending a byte per idle period
- *   no longer holds its slot for ever. `421 4.4.2` closes it.
+ *   no longer holds its slot for ever. `421 4.4.2` closes it;
+ * - a command line must be whole within the idle timeout in force of its
+ *   first byte, and under stress a session must make progress (AUTH, MAIL,
+ *   RCPT, a message) within the stress idle timeout ({@link ConnectionDeadlines}).
  */
 export class ClientSlots {
   readonly #settings: ClientSlotSettings;
@@ -63,10 +67,16 @@ export class ClientSlots {
   #open = 0;
   #stressed = false;
   #server: SMTPServer | undefined;
+  readonly #deadlines: ConnectionDeadlines;
 
   constructor(settings: ClientSlotSettings) {
     this.#settings = settings;
     this.#stressFrom = Math.max(1, Math.ceil(settings.maxClients * STRESS_SHARE));
+    this.#deadlines = new ConnectionDeadlines({
+      idleTimeout: () => this.idleTimeout,
+      stressed: () => this.#stressed,
+      recheckEvery: settings.stressIdleTimeout,
+    });
   }
 
   /** Whether the relay is under stress now (idle clients get `stressIdleTimeout`). */
@@ -87,6 +97,7 @@ export class ClientSlots {
   /** The server whose connections the slots time; before it, sessions are counted but not timed. */
   attach(server: SMTPServer): void {
     this.#server = server;
+    this.#deadlines.attach(server);
   }
 
   /**
@@ -114,6 +125,7 @@ export class ClientSlots {
 
   /** Frees the slot of a session that closed (from `onClose`); sessions never admitted are ignored. */
   leave(session: SMTPServerSession): void {
+    this.#deadlines.leave(session);
     const key = this.#admitted.get(session);
     if (key === undefined) return;
     this.#admitted.delete(session);
