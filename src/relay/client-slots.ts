@@ -1,4 +1,6 @@
+import type { Socket } from 'node:net';
 import type { SMTPServer, SMTPServerDataStream, SMTPServerSession } from 'smtp-server';
+import type { EmlApiLogger } from '../shared/logger.js';
 import type { ClientAddressList } from './client-address-list.js';
 import { clientKey } from './client-address-list.js';
 import { ConnectionDeadlines } from './connection-deadlines.js';
@@ -21,6 +23,9 @@ export interface ClientSlotSettings {
   stressIdleTimeout: number;
   dataTimeout: number;
   minDataRate: number;
+  /** Milliseconds an implicit TLS client has for its handshake (`tlsHandshakeTimeout`). */
+  tlsHandshakeTimeout: number;
+  logger: EmlApiLogger;
 }
 
 /**
@@ -44,7 +49,12 @@ interface SlotConnection {
  * - at most `maxClientsPerAddress` connections from one client address
  *   (`smtpd_client_connection_count_limit`; IPv6 counted per /64), clients on
  *   `trustedNetworks` exempt (`smtpd_client_event_limit_exceptions`, which
- *   is `$mynetworks`): `421 4.7.0` past it;
+ *   is `$mynetworks`): `421 4.7.0` past it. Counted from the moment the
+ *   socket is accepted, before an implicit TLS handshake: smtp-server keeps
+ *   sockets in their handshake in one pool of `maxClients` for every
+ *   address, which one address could fill with silent connections;
+ * - an implicit TLS handshake must be over within `tlsHandshakeTimeout`
+ *   (smtp-server gives it the idle timeout, 5 minutes);
  * - under stress, from {@link STRESS_SHARE} of `maxClients` connections on,
  *   idle clients are given `stressIdleTimeout` instead of `idleTimeout`
  *   (`smtpd_timeout = ${stress?{10}:{300}}s`);
@@ -61,6 +71,8 @@ export class ClientSlots {
   readonly #stressFrom: number;
   /** Connections admitted, per client key. */
   readonly #perAddress = new Map<string, number>();
+  /** Sockets open, per client key, from their accept (before any handshake) to their close. */
+  readonly #sockets = new Map<string, number>();
   /** The sessions admitted, with the key they count under. */
   readonly #admitted = new WeakMap<SMTPServerSession, string>();
   readonly #connections = new WeakMap<SMTPServerSession, SlotConnection>();
@@ -98,6 +110,7 @@ export class ClientSlots {
   attach(server: SMTPServer): void {
     this.#server = server;
     this.#deadlines.attach(server);
+    this.#guardAccept(server);
   }
 
   /**
@@ -109,10 +122,7 @@ export class ClientSlots {
     const key = clientKey(address);
     const count = this.#perAddress.get(key) ?? 0;
     if (count >= this.#settings.maxClientsPerAddress && !this.#settings.trustedNetworks.includes(address)) {
-      return {
-        code: 421,
-        text: `4.7.0 Too many connections from your address (at most ${this.#settings.maxClientsPerAddress}), try again later`,
-      };
+      return this.#tooMany();
     }
     this.#perAddress.set(key, count + 1);
     this.#admitted.set(session, key);
@@ -174,6 +184,72 @@ export class ClientSlots {
     stream.once('end', stop);
     stream.once('close', stop);
     return stop;
+  }
+
+  /**
+   * Puts the slots' check in front of smtp-server's: its listener of the
+   * listening socket's 'connection' event (`server.server`, public) is
+   * called only for sockets within their address's cap; the others are
+   * refused there, `421 4.7.0` on a plain-text listener, closed on an
+   * implicit TLS one (nothing can be said before the handshake).
+   */
+  #guardAccept(server: SMTPServer): void {
+    const listener = server.server;
+    const accept = listener.listeners('connection') as ((socket: Socket) => void)[];
+    listener.removeAllListeners('connection');
+    const handshake = Boolean(server.options.secure && !server.options.needsUpgrade);
+    listener.on('connection', (socket: Socket) => {
+      const address = socket.remoteAddress ?? '';
+      if (!this.#settings.trustedNetworks.includes(address)) {
+        const key = clientKey(address);
+        const count = this.#sockets.get(key) ?? 0;
+        if (count >= this.#settings.maxClientsPerAddress) return this.#refuse(socket, handshake);
+        this.#sockets.set(key, count + 1);
+        socket.once('close', () => {
+          const left = (this.#sockets.get(key) ?? 1) - 1;
+          if (left > 0) this.#sockets.set(key, left);
+          else this.#sockets.delete(key);
+        });
+      }
+      for (const onConnection of accept) onConnection.call(listener, socket);
+      if (handshake) this.#handshakeDeadline(server, socket);
+    });
+  }
+
+  #refuse(socket: Socket, handshake: boolean): void {
+    this.#settings.logger.warn({ client: socket.remoteAddress }, 'Connection refused: too many from the address');
+    socket.on('error', () => undefined);
+    if (handshake) {
+      socket.destroy();
+      return;
+    }
+    socket.end(`421 ${this.#tooMany().text}\r\n`);
+    // A client that never closes its side is not waited for.
+    setTimeout(() => socket.destroy(), 1_000).unref();
+  }
+
+  /**
+   * Closes a socket still in its implicit TLS handshake after
+   * `tlsHandshakeTimeout`. smtp-server keeps such sockets in `_pendingSockets`
+   * (not its public API, pinned by the relay's tests), mapped to the TLS
+   * socket over them, which is the one to destroy (as its close() does).
+   */
+  #handshakeDeadline(server: SMTPServer, socket: Socket): void {
+    const pending = (server as unknown as { _pendingSockets?: unknown })._pendingSockets;
+    if (!(pending instanceof Map)) return;
+    const timer = setTimeout(() => {
+      const top = pending.get(socket) as Socket | undefined;
+      if (top) top.destroy();
+    }, this.#settings.tlsHandshakeTimeout);
+    timer.unref();
+    socket.once('close', () => clearTimeout(timer));
+  }
+
+  #tooMany(): SmtpReply {
+    return {
+      code: 421,
+      text: `4.7.0 Too many connections from your address (at most ${this.#settings.maxClientsPerAddress}), try again later`,
+    };
   }
 
   /** Enters or leaves stress, giving every connection the idle timeout in force. */

@@ -206,6 +206,18 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    */
   authFailureWindow?: number;
   /**
+   * Milliseconds a client of an implicit TLS listener (`tls.implicit`) has
+   * to complete its TLS handshake before the socket is closed. smtp-server
+   * would give it the idle timeout; a socket in its handshake has no session
+   * yet, so nothing else times it. Sockets count against
+   * `maxClientsPerAddress` from the moment they are accepted, handshake
+   * included.
+   * @default 10000
+   * @example
+   * tlsHandshakeTimeout: 30_000 // clients over slow satellite links
+   */
+  tlsHandshakeTimeout?: number;
+  /**
    * The name the relay greets with (`220 <name> ESMTP`).
    * @default os.hostname()
    */

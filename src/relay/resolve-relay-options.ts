@@ -38,6 +38,7 @@ export interface RelaySettings {
   authFailureDelay: number;
   maxAuthFailuresPerAddress: number;
   authFailureWindow: number;
+  tlsHandshakeTimeout: number;
   hostname: string;
   maxKeys: number;
   logger: EmlApiLogger;
@@ -68,6 +69,7 @@ const RELAY_KEYS = [
   'authFailureDelay',
   'maxAuthFailuresPerAddress',
   'authFailureWindow',
+  'tlsHandshakeTimeout',
   'hostname',
   'maxKeys',
   'logger',
@@ -148,6 +150,7 @@ export function resolveRelayOptions(options: SmtpRelayOptions): {
     authFailureDelay: whole(o.authFailureDelay ?? 2_000, 'authFailureDelay', 0, 60_000),
     maxAuthFailuresPerAddress: whole(o.maxAuthFailuresPerAddress ?? 10, 'maxAuthFailuresPerAddress', 1, 100_000),
     authFailureWindow: whole(o.authFailureWindow ?? 600_000, 'authFailureWindow', 1_000, 24 * 3_600_000),
+    tlsHandshakeTimeout: whole(o.tlsHandshakeTimeout ?? 10_000, 'tlsHandshakeTimeout', 1, 600_000),
     hostname: text(o.hostname ?? osHostname(), 'hostname'),
     maxKeys: whole(o.maxKeys ?? 100, 'maxKeys', 1, 100_000),
     logger: resolveLogger(o.logger as boolean | EmlApiLogger | undefined),

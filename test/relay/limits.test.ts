@@ -5,17 +5,18 @@
  * take different loopback addresses (127.0.0.2, 127.0.0.3...) to stand for
  * different hosts; loopback is trusted (exempt) only where a test says so.
  */
-import type { AddressInfo } from 'node:net';
+import { connect as netConnect, type AddressInfo, type Socket } from 'node:net';
 import nodemailer from 'nodemailer';
 import { SMTPServer } from 'smtp-server';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { startSmtpRelay, type SmtpRelay, type SmtpRelayOptions } from '../../src/relay/index.js';
 import { waitFor } from '../helpers/async.js';
-import { SmtpDialog } from './relay-harness.js';
+import { SmtpDialog, testTls } from './relay-harness.js';
 
 let emu: Emulator;
 const opened: SmtpDialog[] = [];
+const silentSockets: Socket[] = [];
 const relays: SmtpRelay[] = [];
 
 beforeAll(async () => {
@@ -23,6 +24,7 @@ beforeAll(async () => {
 });
 afterEach(() => {
   for (const dialog of opened.splice(0)) dialog.close();
+  for (const socket of silentSockets.splice(0)) socket.destroy();
 });
 afterAll(async () => {
   await Promise.all(relays.map((r) => r.close()));
@@ -148,6 +150,56 @@ describe('DATA deadline and minimum rate (dataTimeout, minDataRate)', () => {
     } finally {
       emu.setFaults(undefined);
     }
+  });
+});
+
+describe('implicit TLS: sockets in their handshake count against their address, and have a deadline', () => {
+  /** Opens a TCP connection from `localAddress` that never starts its TLS handshake; resolves once connected. */
+  async function silent(relay: SmtpRelay, localAddress: string): Promise<{ closed: Promise<unknown> }> {
+    const socket = netConnect({ port: relay.port, host: '127.0.0.1', localAddress });
+    socket.on('error', () => undefined);
+    silentSockets.push(socket);
+    const closed = new Promise((resolve) => socket.once('close', resolve));
+    await new Promise((resolve) => socket.once('connect', resolve));
+    return { closed };
+  }
+
+  it('one address opening silent TCP connections takes at most its share: a TLS client from another address is greeted', async () => {
+    // smtp-server keeps sockets in their handshake in one pool of maxClients (4) for all addresses.
+    const relay = await start({
+      tls: { ...testTls(), implicit: true },
+      maxClients: 4,
+      maxClientsPerAddress: 2,
+      trustedNetworks: ['127.0.0.1/32'],
+    });
+    const hogs = [];
+    for (let i = 0; i < 6; i++) hogs.push(await silent(relay, '127.0.0.61'));
+    const { dialog, greeting } = await SmtpDialog.open(relay.port, '127.0.0.1', {
+      implicitTls: true,
+      localAddress: '127.0.0.62',
+    });
+    opened.push(dialog);
+    expect(greeting.code).toBe(220);
+    expect((await send(dialog, 'tls-beside-hogs')).code).toBe(250);
+    // Past its 2, the address's sockets were closed at once.
+    await Promise.all(hogs.slice(2).map((hog) => hog.closed));
+  });
+
+  it('a socket that never completes its handshake is closed after tlsHandshakeTimeout, not the idle timeout', async () => {
+    const relay = await start({
+      tls: { ...testTls(), implicit: true },
+      idleTimeout: 300_000,
+      tlsHandshakeTimeout: 200,
+    });
+    await (
+      await silent(relay, '127.0.0.63')
+    ).closed;
+  });
+
+  it("smtp-server still keeps sockets in their handshake in _pendingSockets (the handshake deadline's hook)", () => {
+    const server = new SMTPServer({ secure: true, ...testTls(), logger: false });
+    expect((server as unknown as { _pendingSockets: unknown })._pendingSockets).toBeInstanceOf(Map);
+    expect(server.server.listeners('connection')).toHaveLength(1);
   });
 });
 

@@ -43,9 +43,10 @@ export class SmtpDialog {
   }
 
   static async open(port: number, host = '127.0.0.1', options: { implicitTls?: boolean; localAddress?: string } = {}) {
+    const local = options.localAddress ? { localAddress: options.localAddress } : {};
     const socket = options.implicitTls
-      ? tlsConnect({ port, host, ca: readFileSync(TEST_CERT), servername: 'localhost' })
-      : netConnect({ port, host, ...(options.localAddress ? { localAddress: options.localAddress } : {}) });
+      ? tlsConnect({ port, host, ca: readFileSync(TEST_CERT), servername: 'localhost', ...local })
+      : netConnect({ port, host, ...local });
     const dialog = new SmtpDialog(socket);
     const greeting = await dialog.reply();
     return { dialog, greeting };

@@ -529,4 +529,19 @@ describe('replies', () => {
       1e6,
     );
   });
+
+  it.each([
+    [{ tlsHandshakeTimeout: 0 }, /Invalid option tlsHandshakeTimeout: expected a whole number from 1 to 600000/],
+    [{ tlsHandshakeTimeout: 1.5 }, /Invalid option tlsHandshakeTimeout/],
+  ])('refuses %j with ECONFIG naming the option', (options, message) => {
+    const base = { baseUrl: 'http://127.0.0.1:1', apiKey: 'relay-test-key' };
+    expect(() => resolveRelayOptions({ ...base, ...options })).toThrow(
+      expect.objectContaining({ code: 'ECONFIG', message: expect.stringMatching(message) }),
+    );
+  });
+
+  it('defaults tlsHandshakeTimeout to 10 s', () => {
+    const base = { baseUrl: 'http://127.0.0.1:1', apiKey: 'relay-test-key' };
+    expect(resolveRelayOptions(base).settings.tlsHandshakeTimeout).toBe(10_000);
+  });
 });

@@ -43,6 +43,8 @@ Options:
   --tls-cert <file>       PEM certificate: offers STARTTLS (with --tls-key)
   --tls-key <file>        PEM private key
   --tls-implicit          TLS from the first byte (as on port 465) instead of STARTTLS
+  --tls-handshake-timeout <s>
+                          seconds an implicit TLS client has for its handshake (default 10)
   --max-size <bytes>      largest message, advertised as SIZE (default 39244983: fits a 50 MiB request
                           with a Bcc field for every recipient)
   --max-recipients <n>    recipients per message (default 100)
@@ -88,6 +90,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       'tls-cert': { type: 'string' },
       'tls-key': { type: 'string' },
       'tls-implicit': { type: 'boolean' },
+      'tls-handshake-timeout': { type: 'string' },
       'max-size': { type: 'string' },
       'max-recipients': { type: 'string' },
       'max-clients': { type: 'string' },
@@ -197,7 +200,13 @@ function limitOptions(values: Record<string, string | boolean | string[] | undef
   };
   const seconds = (
     name: string,
-    option: 'idleTimeout' | 'stressIdleTimeout' | 'dataTimeout' | 'authFailureDelay' | 'authFailureWindow',
+    option:
+      | 'idleTimeout'
+      | 'stressIdleTimeout'
+      | 'dataTimeout'
+      | 'authFailureDelay'
+      | 'authFailureWindow'
+      | 'tlsHandshakeTimeout',
     min: number,
     max: number,
   ) => {
@@ -212,6 +221,7 @@ function limitOptions(values: Record<string, string | boolean | string[] | undef
   seconds('data-timeout', 'dataTimeout', 1, 604_800);
   seconds('auth-failure-delay', 'authFailureDelay', 0, 60);
   seconds('auth-failure-window', 'authFailureWindow', 1, 86_400);
+  seconds('tls-handshake-timeout', 'tlsHandshakeTimeout', 1, 600);
   return options;
 }
 
