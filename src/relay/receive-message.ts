@@ -102,6 +102,7 @@ export async function receiveMessage(
   const { addedBcc } = plan!;
   const envelope = { from: session.envelope.mailFrom ? session.envelope.mailFrom.address : '', to: rcptTo };
   const identity = context.identities.identify({
+    secret: sender.identitySecret,
     envelope,
     digest: rewriter.digest(),
     hasMessageId: plan!.messageId !== undefined,

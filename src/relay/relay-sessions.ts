@@ -42,6 +42,8 @@ export interface RelayState {
   readonly keyClients: KeyClients;
   /** The client of the relay's own key, when it has one. */
   readonly relayClient: EmlApiClient | undefined;
+  /** The `identitySecret` of the relay's own key, when it has one. */
+  readonly relaySecret: Buffer | undefined;
   /** Whether a password is the relay's own key (compared in constant time; always false without one). */
   readonly isOwnKey: (password: string) => boolean;
   readonly destination: MessageDestination;
@@ -243,9 +245,9 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       const held = stateOf(session).held;
       const sender: MessageSender | undefined =
         session.user && held
-          ? { client: held.client, owner: 'client' }
-          : relay.relayClient
-            ? { client: relay.relayClient, owner: 'relay' }
+          ? { client: held.client, owner: 'client', identitySecret: held.identitySecret }
+          : relay.relayClient && relay.relaySecret
+            ? { client: relay.relayClient, owner: 'relay', identitySecret: relay.relaySecret }
             : undefined;
       if (!sender) {
         stream.resume();

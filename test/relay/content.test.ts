@@ -5,6 +5,7 @@
  * is refused, never dropped), and the identity of a message (a retry after
  * an ambiguous `451` is not delivered twice).
  */
+import { createHash } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
@@ -257,5 +258,40 @@ describe('an ambiguous 451 is not a duplicate later', () => {
     expect((await send(relay.port, bare(subject, ''))).code).toBe(250);
     expect(copies(subject)).toHaveLength(2);
     expect(new Set(copies(subject).map((c) => c.messageId)).size).toBe(2);
+  });
+});
+
+describe('the Message-ID the relay adds tells a recipient nothing of the hidden recipients', () => {
+  /** The relay's identity as it was computed once: SHA-256 of length-prefixed parts, keyed by nothing. */
+  const unkeyed = (label: string, ...parts: string[]) => {
+    const h = createHash('sha256').update(label);
+    for (const part of parts) h.update(`\0${Buffer.byteLength(part)}:${part}`);
+    return h.digest('hex');
+  };
+
+  it('a To recipient rebuilding it from what it received and a guessed Bcc cannot confirm the guess', async () => {
+    const message =
+      'From: Payroll <payroll@example.test>\r\nTo: alice@example.test\r\nSubject: Your salary review\r\n' +
+      'Date: Mon, 23 Nov 2026 10:00:00 +0000\r\n\r\nHi Alice, see attached.\r\n';
+    const { dialog } = await SmtpDialog.open(relay.port);
+    opened.push(dialog);
+    await dialog.command('EHLO client.example');
+    expect((await dialog.command('MAIL FROM:<payroll@example.test>')).code).toBe(250);
+    expect((await dialog.command('RCPT TO:<alice@example.test>')).code).toBe(250);
+    expect((await dialog.command('RCPT TO:<lawyer@example.test>')).code).toBe(250);
+    expect((await dialog.data(message)).code).toBe(250);
+    const [copy] = emu.mailbox('alice@example.test').filter((c) => c.subject === 'Your salary review');
+    const raw = copy!.raw.toString('latin1');
+    expect(raw).not.toContain('lawyer');
+    const added = /^Message-ID: <([0-9a-f]{32})\.eml-api-relay@example\.test>$/m.exec(raw)![1];
+    // What Alice can rebuild: the bytes uploaded are hers, less the Message-ID, plus the Bcc field she guesses.
+    const [head, body] = raw.split('\r\n\r\n');
+    const withoutId = head!.replace(/\r\nMessage-ID: [^\r]*/, '');
+    for (const guess of ['hr@example.test', 'lawyer@example.test']) {
+      const uploaded = `${withoutId}\r\nBcc: ${guess}\r\n\r\n${body}`;
+      const digest = createHash('sha256').update(uploaded).digest('hex');
+      const fingerprint = unkeyed('fingerprint', 'payroll@example.test', 'alice@example.test', guess, digest);
+      expect(unkeyed('identity', fingerprint, '').slice(0, 32)).not.toBe(added);
+    }
   });
 });

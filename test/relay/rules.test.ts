@@ -19,7 +19,7 @@ import { ClientAddressList, clientKey, isLoopbackAddress } from '../../src/relay
 import { planEnvelope, withMessageId } from '../../src/relay/envelope-plan.js';
 import { readAddressList, readRelayHeaders } from '../../src/relay/relay-headers.js';
 import { disagreeingReader, serviceAddressReaders } from '../../src/relay/service-address-readers.js';
-import { IDEMPOTENCY_WINDOW_MS, MessageIdentities } from '../../src/relay/message-identity.js';
+import { IDEMPOTENCY_WINDOW_MS, identitySecret, MessageIdentities } from '../../src/relay/message-identity.js';
 import { MessageRewriter } from '../../src/relay/message-rewriter.js';
 import {
   defaultMaxMessageSize,
@@ -203,6 +203,7 @@ describe("the service's address readers (a second reading of To, Cc and Bcc)", (
 
 describe('MessageIdentities', () => {
   const facts = (over: Partial<Parameters<MessageIdentities['identify']>[0]> = {}) => ({
+    secret: identitySecret('relay-test-key'),
     envelope: { from: 'cron@x.test', to: ['ops@x.test'] },
     digest: 'a'.repeat(64),
     hasMessageId: false,
@@ -211,6 +212,15 @@ describe('MessageIdentities', () => {
     ...over,
   });
   const transient = new EmlApiError('ETIMEDOUT', 'no answer', { permanent: false });
+
+  it('names a message by an HMAC keyed by the secret of the key it is sent with: relays sharing the key agree, nobody else can compute it', () => {
+    expect(identitySecret('relay-test-key')).toEqual(identitySecret('relay-test-key'));
+    const other = new MessageIdentities().identify(facts({ secret: identitySecret('another-key') }));
+    expect(other.idempotencyKey).not.toBe(new MessageIdentities().identify(facts()).idempotencyKey);
+    expect(other.addedMessageId).not.toBe(new MessageIdentities().identify(facts()).addedMessageId);
+    // The secret is no copy of the key: the key appears nowhere in it.
+    expect(identitySecret('relay-test-key').toString('latin1')).not.toContain('relay-test-key');
+  });
 
   it('names a message with a Message-ID or a Date by its envelope and bytes alone, from any relay', () => {
     const a = new MessageIdentities().identify(facts());
