@@ -25,9 +25,10 @@ sender retries).
 
 Without a key, each client authenticates with its own API key as the SMTP
 password (any user name). With --key (or EML_API_KEY), clients on --allow
-(loopback by default) and the users of --users send with that key. With
---redis, AUTH accepts only the --users and the relay's own key. AUTH is
-offered over TLS, or from --trusted networks (loopback by default), only.
+(loopback by default) and the users of --users send with that key. In
+store-and-forward (--outbox), AUTH accepts only the --users and the relay's
+own key. AUTH is offered over TLS, or from --trusted networks (loopback by
+default), only.
 
 Options:
   --port <n>              port to listen on (default 2525; 0 picks a free one)
@@ -63,8 +64,10 @@ Options:
                           without asking the service; --trusted exempt (default 10)
   --auth-failure-window <s>
                           seconds (default 600)
-  --redis <url>           store-and-forward through the outbox in this Redis: 250 once stored,
-                          sent by \`eml-api worker\` processes (needs the relay's own key)
+  --outbox                store-and-forward through the outbox in the Redis of REDIS_URL: 250 once
+                          stored, sent by \`eml-api worker\` processes (needs the relay's own key).
+                          Without it the relay uploads each message itself, REDIS_URL or not
+  --redis <url>           the same, in this Redis (prefer REDIS_URL and --outbox: flags show in ps)
   --queue <name>          the outbox's queue name (default eml-api)
   --prefix <prefix>       the outbox's Redis key prefix (default bull)
   --allow-insecure-http   allow http:// to a non-loopback service (keys cross the network in clear)
@@ -102,6 +105,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       'auth-failure-delay': { type: 'string' },
       'max-auth-failures': { type: 'string' },
       'auth-failure-window': { type: 'string' },
+      outbox: { type: 'boolean' },
       redis: { type: 'string' },
       queue: { type: 'string' },
       prefix: { type: 'string' },
@@ -129,6 +133,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
     throw new UsageError(
       "--allow needs the relay's own key (--key or EML_API_KEY): clients that do not AUTH send with it",
     );
+  const redis = outboxRedis(values, io);
   const options: SmtpRelayOptions = {
     baseUrl,
     port: whole(values.port, '--port', 0, 65535),
@@ -145,10 +150,10 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       : {}),
     ...(values['max-clients'] ? { maxClients: whole(values['max-clients'], '--max-clients', 1, 100_000) } : {}),
     ...limitOptions(values),
-    ...(values.redis !== undefined
+    ...(redis !== undefined
       ? {
           queue: {
-            connection: values.redis,
+            connection: redis,
             ...(values.queue === undefined ? {} : { queueName: values.queue }),
             ...(values.prefix === undefined ? {} : { prefix: values.prefix }),
             logger: lineLogger(io, values.quiet ?? false),
@@ -173,6 +178,13 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
   }
   const tls = options.tls ? (options.tls.implicit ? ', implicit TLS' : ', STARTTLS') : '';
   io.stdout.write(`SMTP relay listening on ${relay.host}:${relay.port}${tls}, forwarding to ${baseUrl}\n`);
+  io.stdout.write(
+    redis === undefined
+      ? 'Mode: direct, each message is uploaded to the service before its 250\n'
+      : `Mode: store-and-forward, each message is stored in the outbox at ${withoutCredentials(redis)} (queue ${
+          values.queue ?? 'eml-api'
+        }) before its 250; \`eml-api worker\` sends it\n`,
+  );
   const users = options.users ? `, as do the ${options.users.length} user(s) of --users after AUTH` : '';
   io.stdout.write(
     apiKey
@@ -188,6 +200,52 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
   await relay.close();
   io.stdout.write('SMTP relay stopped\n');
   return EXIT.ok;
+}
+
+/**
+ * The outbox's Redis for store-and-forward, or undefined to run direct:
+ * `--redis <url>`, or `--outbox` with `REDIS_URL`. REDIS_URL alone does not
+ * switch a relay to store-and-forward: it may be set for other programs, and
+ * a relay that answers 250 once Redis holds a message needs workers to send
+ * it, so the choice is the operator's, said with a flag.
+ */
+function outboxRedis(values: { outbox?: boolean; redis?: string; queue?: string; prefix?: string }, io: CliIo) {
+  const redis = values.redis ?? (values.outbox ? io.env.REDIS_URL : undefined);
+  if (values.outbox && !redis) throw new UsageError('--outbox needs a Redis: set REDIS_URL (or pass --redis)');
+  if (redis === undefined && (values.queue !== undefined || values.prefix !== undefined)) {
+    throw new UsageError('--queue and --prefix name the outbox: they go with --outbox (or --redis)');
+  }
+  if (values.redis !== undefined && hasPassword(values.redis)) {
+    io.stderr.write(
+      'warning: the --redis URL holds a password, which every user of this machine can read (ps, /proc): set REDIS_URL and pass --outbox instead\n',
+    );
+  }
+  if (redis === undefined && io.env.REDIS_URL) {
+    io.stderr.write(
+      'note: REDIS_URL is set, but the relay runs direct (each message uploaded before its 250); pass --outbox to store messages in that Redis\n',
+    );
+  }
+  return redis;
+}
+
+function hasPassword(url: string): boolean {
+  try {
+    return new URL(url).password !== '';
+  } catch {
+    return false;
+  }
+}
+
+/** A Redis URL without its user name and password, for the startup line. */
+function withoutCredentials(url: string): string {
+  try {
+    const parsed = new URL(url);
+    parsed.username = '';
+    parsed.password = '';
+    return parsed.toString().replace(/\/$/, '');
+  } catch {
+    return 'the Redis given';
+  }
 }
 
 /** The flags of the per-client limits, as options (seconds become milliseconds). */
