@@ -149,9 +149,12 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       // A proxy or sidecar on trustedNetworks speaks for many clients: one of them guessing must not
       // lock the others out (Postfix exempts $mynetworks from its per-client limits the same way).
       const budgeted = !settings.trustedNetworks.includes(session.remoteAddress);
+      // The AUTH takes a slot of the address's budget now, before the service is asked: AUTHs sent at once
+      // on many connections would otherwise all pass the check before the first failed.
+      const attempt = budgeted ? authFailures.begin(session.remoteAddress) : undefined;
       const failed = (reply: SmtpReply, err?: unknown) => {
         // Wrong credentials count against the address; a service that could not tell (454) does not.
-        if (budgeted && reply.code === 535) authFailures.record(session.remoteAddress);
+        if (typeof attempt === 'object') attempt.end(reply.code === 535);
         state.authFailures++;
         const final =
           state.authFailures >= MAX_AUTH_FAILURES
@@ -173,17 +176,17 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         if (settings.authFailureDelay === 0) return refuse(final);
         setTimeout(() => refuse(final), settings.authFailureDelay).unref();
       };
-      const wait = budgeted ? authFailures.retryAfter(session.remoteAddress) : 0;
-      if (wait > 0) {
+      if (typeof attempt === 'number') {
         return failed({
           code: 454,
-          text: `4.7.0 Too many failed authentications from your address, try again in ${Math.ceil(wait / 60_000)} minute(s)`,
+          text: `4.7.0 Too many failed authentications from your address, try again in ${Math.ceil(attempt / 60_000)} minute(s)`,
         });
       }
       if (password.length > MAX_PASSWORD_LENGTH) return failed(PASSWORD_TOO_LONG);
       const username = auth.username ?? '';
       const asRelay = () => {
         // Sends with the relay's key: onData falls back to it when the session holds no key client.
+        attempt?.end(false);
         release(state);
         const user: SMTPServerAuthenticationResponse['user'] = { username, key: 'relay' };
         logger.debug({ client: session.remoteAddress, session: session.id, key: 'relay' }, 'AUTH accepted');
@@ -202,6 +205,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       if (storing) return asRelay();
       keyClients.authenticate(password).then(
         (held) => {
+          attempt?.end(false);
           release(state);
           state.held = held;
           // The client left while its key was being checked: onClose has run already, so the hold

@@ -255,6 +255,31 @@ describe('AUTH guessing', () => {
     expect((await other.command(`AUTH PLAIN ${plain('u', emu.apiKey)}`)).code).toBe(235);
   });
 
+  it('AUTHs sent at once on many connections from one address cannot overshoot its budget: the service is asked at most that often', async () => {
+    const budget = await startSmtpRelay({
+      baseUrl: emu.url,
+      port: 0,
+      retries: false,
+      tls: testTls(),
+      trustedNetworks: [],
+      authFailureDelay: 0,
+      maxAuthFailuresPerAddress: 3,
+    });
+    relays.push(budget);
+    const sessions = await Promise.all(Array.from({ length: 12 }, () => overTls(budget.port, '127.0.0.3')));
+    // The service takes its time: every AUTH is under way before the first is answered.
+    const count = serviceRequests();
+    emu.setFaults({ latencyMs: 300 });
+    const replies = await Promise.all(
+      sessions.map((dialog, i) => dialog.command(`AUTH PLAIN ${plain('u', `emu_parallel_guess_${i}`)}`)),
+    );
+    expect(count()).toBe(3);
+    expect(replies.map((r) => r.code).sort()).toEqual([...Array(3).fill(535), ...Array(9).fill(454)].sort());
+    for (const reply of replies.filter((r) => r.code === 454)) {
+      expect(reply.text).toMatch(/^4\.7\.0 Too many failed authentications from your address/);
+    }
+  });
+
   it('a key the service refused is refused again for a while without asking the service', async () => {
     const count = serviceRequests();
     for (let i = 0; i < 3; i++) {

@@ -13,7 +13,7 @@ import { EmlApiError } from '../../src/index.js';
 import { parseAddressList } from '../../src/protocol/address-list.js';
 import { parseHeaderFields } from '../../src/protocol/header-fields.js';
 import { addressKey } from '../../src/relay/address-key.js';
-import { AuthFailureBudget } from '../../src/relay/auth-failures.js';
+import { AuthFailureBudget, type AuthAttempt } from '../../src/relay/auth-failures.js';
 import { hashRelayPassword, parseUsersFile, RelayUsers } from '../../src/relay/relay-users.js';
 import { ClientAddressList, clientKey, isLoopbackAddress } from '../../src/relay/client-address-list.js';
 import { planEnvelope, withMessageId } from '../../src/relay/envelope-plan.js';
@@ -449,6 +449,22 @@ describe('the AUTH failure budget of each client address', () => {
     now = 200_000;
     expect(budget.retryAfter('192.0.2.7')).toBe(0);
     expect(budget.size).toBe(0);
+  });
+
+  it('an AUTH under way takes its slot when it begins; a success or a service that could not tell gives it back', () => {
+    const budget = new AuthFailureBudget({ limit: 2, window: 60_000 });
+    const first = budget.begin('192.0.2.9');
+    const second = budget.begin('192.0.2.9');
+    expect(typeof first).toBe('object');
+    expect(typeof second).toBe('object');
+    // Both slots taken by AUTHs under way: a third is refused before anyone is asked.
+    expect(budget.begin('192.0.2.9')).toBe(1_000);
+    (first as AuthAttempt).end(false);
+    (first as AuthAttempt).end(true); // only the first end counts
+    const third = budget.begin('192.0.2.9') as AuthAttempt;
+    third.end(true);
+    (second as AuthAttempt).end(true);
+    expect(budget.retryAfter('192.0.2.9')).toBeGreaterThan(1_000);
   });
 
   it('counts IPv6 clients per /64, and remembers at most maxAddresses', () => {
