@@ -25,6 +25,8 @@ export interface ReceiveContext {
   identities: MessageIdentities;
   /** The relay's `maxRecipients`, which also bounds the ways the headers may spell their recipients. */
   maxRecipients: number;
+  /** The relay's `maxMessageSize` (SIZE), applied to the message with CRLF line ends. */
+  maxMessageSize: number;
 }
 
 /** A message handed on. */
@@ -63,14 +65,20 @@ export async function receiveMessage(
 ): Promise<ReceivedMessage> {
   const rcptTo = envelopeRecipients(session);
   let plan: EnvelopePlan | undefined;
-  const rewriter = new MessageRewriter(
+  const rewriter: MessageRewriter = new MessageRewriter(
     (head) => {
       plan = planEnvelope(head, rcptTo, { maxRecipients: context.maxRecipients });
       return plan.head;
     },
+    // SIZE bounds the message with CRLF line ends (RFC 1870), which is what is uploaded: one of bare LF
+    // lines within SIZE on the wire may be over it, and is refused here, before the service is asked.
     () =>
-      stream.sizeExceeded
-        ? new EmlApiError('EMESSAGE', 'The message is larger than SIZE', { permanent: true })
+      stream.sizeExceeded || rewriter.size > context.maxMessageSize
+        ? new EmlApiError(
+            'EMESSAGE',
+            `The message is larger than SIZE (${context.maxMessageSize} bytes, counted with CRLF line ends)`,
+            { permanent: true, responseCode: 413 },
+          )
         : undefined,
   );
   stream.pipe(rewriter);

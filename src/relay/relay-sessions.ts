@@ -275,6 +275,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         arriving: stopped.signal,
         identities,
         maxRecipients: settings.maxRecipients,
+        maxMessageSize: settings.maxMessageSize,
       };
       const work = receiveMessage(stream, session, sender, context).then(
         (received) => {

@@ -99,6 +99,50 @@ describe('bare line ends (smtpd_forbid_bare_newline = normalize)', () => {
     );
   });
 
+  it('SIZE counts the message with CRLF line ends: one of bare LF lines within SIZE on the wire but over it so is refused 552 5.3.4 during DATA, nothing sent', async () => {
+    const small = await startSmtpRelay({
+      baseUrl: emu.url,
+      apiKey: emu.apiKey,
+      port: 0,
+      retries: false,
+      maxMessageSize: 2_000,
+    });
+    try {
+      /** A message of `total` bytes with CRLF line ends, its body lines ended by `eol`. */
+      const sized = (id: string, total: number, eol: string) => {
+        const head = `From: shop@example.test\r\nTo: ann@example.test\r\nSubject: ${id}\r\nMessage-ID: <${id}@example.test>\r\n\r\n`;
+        const lines = Math.floor((total - head.length) / 20);
+        const last = total - head.length - lines * 20;
+        const body =
+          `${'x'.repeat(18)}${eol}`.repeat(lines) + 'y'.repeat(Math.max(0, last - 2)) + (last >= 2 ? '\r\n' : '');
+        return `${head}${body}`;
+      };
+      const sendRaw = async (message: string) => {
+        const dialog = await openData(['ann@example.test'], small.port);
+        dialog.write(`${message}.\r\n`);
+        return dialog.reply();
+      };
+      // Exactly SIZE with CRLF lines, whether sent with CRLF or bare LF: accepted.
+      expect((await sendRaw(sized('size-crlf', 2_000, '\r\n'))).code).toBe(250);
+      const crlf = (text: string) => Buffer.byteLength(text.replace(/\r?\n/g, '\r\n'));
+      expect(crlf(sized('size-crlf', 2_000, '\r\n'))).toBe(2_000);
+      const lf = sized('size-lf', 2_000, '\n');
+      expect([Buffer.byteLength(lf) < 2_000, crlf(lf)]).toEqual([true, 2_000]);
+      expect((await sendRaw(lf)).code).toBe(250);
+      // Bare LF lines, under 2,000 bytes on the wire, over it once CRLF: refused, the service never asked.
+      const over = sized('size-lf-over', 2_048, '\n');
+      expect(Buffer.byteLength(over)).toBeLessThan(2_000);
+      const reply = await sendRaw(over);
+      expect(reply.code).toBe(552);
+      expect(reply.text).toMatch(
+        /^5\.3\.4 The message is larger than SIZE \(2000 bytes, counted with CRLF line ends\)/,
+      );
+      expect(emu.messages().some((m) => m.subject === 'size-lf-over')).toBe(false);
+    } finally {
+      await small.close();
+    }
+  });
+
   it('a bare CR in a header is a line break for the service too: the field after it is read as a field', async () => {
     const dialog = await openData(['ann@example.test']);
     dialog.write(

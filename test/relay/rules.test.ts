@@ -530,6 +530,11 @@ describe('replies', () => {
     expect(data).toEqual({ code: 451, text: '4.3.0 Local error in processing, try again later' });
   });
 
+  it('a message over SIZE with its line ends CRLF (EMESSAGE with 413) is 552 5.3.4', () => {
+    const err = new EmlApiError('EMESSAGE', 'The message is larger than SIZE', { permanent: true, responseCode: 413 });
+    expect(failureReply(err, 'client')).toEqual({ code: 552, text: '5.3.4 The message is larger than SIZE' });
+  });
+
   it('keeps replies under the 512-character line limit', () => {
     expect(
       failureReply(new EmlApiError('EAPI', 'x'.repeat(5000), { responseCode: 400 }), 'client').text.length,
