@@ -71,7 +71,13 @@ type Handlers = Required<
   Pick<SMTPServerOptions, 'onConnect' | 'onSecure' | 'onAuth' | 'onMailFrom' | 'onRcptTo' | 'onData' | 'onClose'>
 >;
 
+/** The one reply to credentials refused, whatever was wrong with them (the log says what). */
 const BAD_PASSWORD: SmtpReply = { code: 535, text: '5.7.8 Authentication credentials invalid' };
+
+const WRONG_PASSWORD: SmtpReply = {
+  code: 535,
+  text: '5.7.8 Authentication credentials invalid: not the password of this relay user',
+};
 
 const NOT_A_RELAY_USER: SmtpReply = {
   code: 535,
@@ -146,6 +152,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         return refuse({ code: 504, text: '5.5.4 Unrecognized authentication type' });
       }
       const password = auth.password ?? '';
+      const started = Date.now();
       // A proxy or sidecar on trustedNetworks speaks for many clients: one of them guessing must not
       // lock the others out (Postfix exempts $mynetworks from its per-client limits the same way).
       const budgeted = !settings.trustedNetworks.includes(session.remoteAddress);
@@ -156,11 +163,19 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         // Wrong credentials count against the address; a service that could not tell (454) does not.
         if (typeof attempt === 'object') attempt.end(reply.code === 535);
         state.authFailures++;
+        // Every refusal of credentials reads the same: which names are the relay's users, and why the service
+        // refused a key, are for the operator's log, not for a guesser (the reply told them apart).
+        const told = reply.code === 535 ? BAD_PASSWORD : reply;
         const final =
           state.authFailures >= MAX_AUTH_FAILURES
             ? { code: 421, text: '4.7.0 Too many failed authentications, closing the connection' }
-            : reply;
-        const where = { client: session.remoteAddress, session: session.id, reply: `${final.code} ${final.text}` };
+            : told;
+        const where = {
+          client: session.remoteAddress,
+          session: session.id,
+          reply: `${final.code} ${final.text}`,
+          ...(told === reply ? {} : { reason: reply.text }),
+        };
         if (err !== undefined && isInternalError(err)) {
           // The detail is for the operator; the password is taken out of it (it may quote what it failed on).
           const detail = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
@@ -172,9 +187,12 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
           logger.warn(where, 'AUTH refused');
         }
         // Answered after a pause, as Dovecot's auth_failure_delay: smtp-server reads no further command
-        // of the connection meanwhile, so a guesser gets one try per pause per connection.
-        if (settings.authFailureDelay === 0) return refuse(final);
-        setTimeout(() => refuse(final), settings.authFailureDelay).unref();
+        // of the connection meanwhile, so a guesser gets one try per pause per connection. The pause is
+        // counted from the AUTH, so that every refusal takes the same time, whatever was checked (a hash,
+        // the service) and however long that took, as long as it took less than the pause.
+        const wait = settings.authFailureDelay - (Date.now() - started);
+        if (wait <= 0) return refuse(final);
+        setTimeout(() => refuse(final), wait).unref();
       };
       if (typeof attempt === 'number') {
         return failed({
@@ -192,31 +210,42 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         logger.debug({ client: session.remoteAddress, session: session.id, key: 'relay' }, 'AUTH accepted');
         callback(null, { user });
       };
+      const withKey = () =>
+        keyClients.authenticate(password).then(
+          (held) => {
+            attempt?.end(false);
+            release(state);
+            state.held = held;
+            // The client left while its key was being checked: onClose has run already, so the hold
+            // is released here (a held client is never evicted, and would be kept until the relay stops).
+            if (state.closed) release(state);
+            const user: SMTPServerAuthenticationResponse['user'] = { username, key: held.id };
+            logger.debug({ client: session.remoteAddress, session: session.id, key: held.id }, 'AUTH accepted');
+            callback(null, { user });
+          },
+          (err: unknown) => failed(authFailureReply(err), err),
+        );
       if (settings.users?.has(username) || (storing && !relay.isOwnKey(password))) {
         // The relay's own users (a listed name is never tried as an API key); under `queue`, nobody else
         // but the relay's key: the outbox sends with the workers' key, so an API key proves nothing there.
         const users = settings.users;
         (users ? users.verify(username, password) : Promise.resolve(false)).then(
-          (ok) => (ok ? asRelay() : failed(storing && !users?.has(username) ? NOT_A_RELAY_USER : BAD_PASSWORD)),
+          (ok) => (ok ? asRelay() : failed(storing && !users?.has(username) ? NOT_A_RELAY_USER : WRONG_PASSWORD)),
           (err: unknown) => failed(authFailureReply(err), err),
         );
         return;
       }
       if (storing) return asRelay();
-      keyClients.authenticate(password).then(
-        (held) => {
-          attempt?.end(false);
-          release(state);
-          state.held = held;
-          // The client left while its key was being checked: onClose has run already, so the hold
-          // is released here (a held client is never evicted, and would be kept until the relay stops).
-          if (state.closed) release(state);
-          const user: SMTPServerAuthenticationResponse['user'] = { username, key: held.id };
-          logger.debug({ client: session.remoteAddress, session: session.id, key: held.id }, 'AUTH accepted');
-          callback(null, { user });
-        },
-        (err: unknown) => failed(authFailureReply(err), err),
-      );
+      if (settings.users) {
+        // A name that is not the relay's costs the hash a listed one does (a decoy) before its password is
+        // tried as an API key, so that the time of a refusal does not tell the relay's user names either.
+        settings.users.verify(username, password).then(
+          () => withKey(),
+          (err: unknown) => failed(authFailureReply(err), err),
+        );
+        return;
+      }
+      void withKey();
     },
     onMailFrom(address, session, callback) {
       const refusal = relay.closing()
