@@ -14,6 +14,10 @@ export interface MessageIdentity {
   readonly idempotencyKey: string;
   /** The Message-ID the relay adds (deterministically), when the message has none; undefined when it has one. */
   readonly addedMessageId: string | undefined;
+  /** What {@link MessageIdentities.settle} keys it by. */
+  readonly fingerprint: string;
+  /** The random part of an identity named by neither Message-ID nor Date ('' otherwise). */
+  readonly nonce: string;
 }
 
 /**
@@ -93,7 +97,7 @@ export class MessageIdentities {
   }
 
   /** The identity of a message about to be sent. */
-  identify(facts: MessageFacts): MessageIdentity & { readonly fingerprint: string; readonly nonce: string } {
+  identify(facts: MessageFacts): MessageIdentity {
     const hash = (label: string, ...parts: (string | readonly string[])[]) => mac(facts.secret, label, ...parts);
     const fingerprint = hash('fingerprint', facts.envelope.from, facts.envelope.to, facts.digest);
     // Without a Message-ID or a Date the bytes cannot tell a retry from a repeat: a new identity, or the remembered one.
@@ -115,6 +119,8 @@ export class MessageIdentities {
    * outcome is unknown (anything but a permanent refusal) is remembered, so
    * that the client's retry keeps the identity; anything else is forgotten.
    * Only messages named by a nonce (neither Message-ID nor Date) need it.
+   * A send that succeeded but whose client left before its `250` (it will
+   * retry, not knowing) is settled again with a transient failure.
    */
   settle(identity: { readonly fingerprint: string; readonly nonce: string }, failure: unknown): void {
     if (identity.nonce === '') return;

@@ -6,7 +6,7 @@ import { EmlApiError } from '../shared/eml-api-error.js';
 import { planEnvelope, withMessageId, type EnvelopePlan } from './envelope-plan.js';
 import { envelopeRecipients } from './mail-parameters.js';
 import type { MessageDestination, MessageSender } from './message-destination.js';
-import type { MessageIdentities } from './message-identity.js';
+import type { MessageIdentities, MessageIdentity } from './message-identity.js';
 import { MessageRewriter } from './message-rewriter.js';
 
 /** What receiving a message needs from the relay. */
@@ -39,6 +39,8 @@ export interface ReceivedMessage {
   size: number;
   /** Recipients written into the Bcc field (envelope-only recipients). */
   addedBcc: number;
+  /** Its identity, to settle again if its client never reads the reply (see `MessageIdentities.settle`). */
+  identity: MessageIdentity;
 }
 
 /**
@@ -130,7 +132,7 @@ export async function receiveMessage(
       sender,
       context.signal,
     );
-    return { id: receipt.id, messageId, size: spooled.size, addedBcc: addedBcc.length };
+    return { id: receipt.id, messageId, size: spooled.size, addedBcc: addedBcc.length, identity };
   } catch (err) {
     failure = err;
     throw err;

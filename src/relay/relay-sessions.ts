@@ -7,6 +7,7 @@ import type {
 } from 'smtp-server';
 import type { EmlApiClient } from '../client/eml-api-client.js';
 import { isValidAddress } from '../protocol/address-rules.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
 import type { KeyClient, KeyClients } from './key-clients.js';
 import type { MessageDestination, MessageSender } from './message-destination.js';
 import { MessageIdentities } from './message-identity.js';
@@ -85,6 +86,9 @@ const NOT_A_RELAY_USER: SmtpReply = {
 };
 
 const SHUTTING_DOWN: SmtpReply = { code: 421, text: '4.3.2 The relay is shutting down, try again later' };
+
+/** How a send is settled whose client left before reading its 250: an outcome the client does not know. */
+const CLIENT_LEFT = new EmlApiError('ESTREAM', 'the client left before the reply', { permanent: false });
 
 /**
  * The smtp-server handlers of the relay: who may AUTH and send, the key a
@@ -308,6 +312,12 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       };
       const work = receiveMessage(stream, session, sender, context).then(
         (received) => {
+          if (stateOf(session).closed) {
+            // The client left before the 250, which it never reads: it will send the message again, which
+            // must keep this identity (as after a 451), or a message named by neither Message-ID nor
+            // Date would be delivered twice.
+            identities.settle(received.identity, CLIENT_LEFT);
+          }
           const reply = acceptedReply(received.id);
           logger.info(
             {

@@ -296,6 +296,25 @@ describe('an ambiguous 451 is not a duplicate later', () => {
     expect(copy!.raw.toString()).toBe(message.replace('\r\n\r\n', `\r\nMessage-ID: ${copy!.messageId}\r\n\r\n`));
   });
 
+  it('a message without Message-ID or Date whose client left before the 250 (it never read it) is delivered once when retried', async () => {
+    const subject = 'reply never read';
+    emu.setFaults({ latencyMs: 500 });
+    try {
+      // The client writes the message and goes (its own timeout) while the service takes its time.
+      const dialog = await openData(['ops@example.test']);
+      dialog.write(`${bare(subject, '')}.\r\n`);
+      dialog.close();
+      await waitFor(() => sent(subject).length === 1);
+    } finally {
+      emu.setFaults(undefined);
+    }
+    const first = sent(subject)[0]!;
+    const retry = await send(relay.port, bare(subject, ''));
+    expect(retry.code).toBe(250);
+    expect(retry.text).toBe(`2.0.0 Ok: ${first.id}`);
+    expect(copies(subject)).toHaveLength(1);
+  });
+
   it('a message without Message-ID or Date sent again after a 250 (an hourly alert) is delivered again, under a new Message-ID', async () => {
     const subject = 'disk almost full';
     expect((await send(relay.port, bare(subject, ''))).code).toBe(250);
