@@ -58,7 +58,9 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    * that may send without AUTH, with the relay's `apiKey` (Postfix's
    * `permit_mynetworks`). Ignored without `apiKey`. Behind a sidecar that
    * forwards from loopback (`127.0.0.6`), loopback is every client: narrow it,
-   * e.g. to `['127.0.0.1/32']`, or to `[]`.
+   * e.g. to `['127.0.0.1/32']`, or to `[]`. Entries match their own address
+   * family: `::/0` is every IPv6 client, not the IPv4 ones (an IPv4-mapped
+   * entry, `::ffff:10.0.0.0/104`, is the IPv4 network `10.0.0.0/8`).
    * @default ['127.0.0.0/8', '::1/128'] (loopback)
    * @example
    * allowUnauthenticatedFrom: ['10.0.0.0/8']

@@ -156,6 +156,33 @@ describe("the relay's own key", () => {
   });
 });
 
+describe('allowUnauthenticatedFrom matches each address family on its own', () => {
+  it('::/0 lets every IPv6 client send without AUTH, not the IPv4 ones (an IPv4 client from 127.0.0.2 gets 530)', async () => {
+    const own = await startSmtpRelay({
+      baseUrl: emu.url,
+      apiKey: emu.apiKey,
+      port: 0,
+      retries: false,
+      allowUnauthenticatedFrom: ['::/0'],
+    });
+    relays.push(own);
+    const { dialog } = await ehlo(own.port, '127.0.0.1', '127.0.0.2');
+    const mail = await dialog.command('MAIL FROM:<cron@example.test>');
+    expect(mail.code).toBe(530);
+    // Written as an IPv4-mapped network, an IPv4 network is one.
+    const mapped = await startSmtpRelay({
+      baseUrl: emu.url,
+      apiKey: emu.apiKey,
+      port: 0,
+      retries: false,
+      allowUnauthenticatedFrom: ['::ffff:127.0.0.0/104'],
+    });
+    relays.push(mapped);
+    const other = await ehlo(mapped.port, '127.0.0.1', '127.0.0.2');
+    expect((await other.dialog.command('MAIL FROM:<cron@example.test>')).code).toBe(250);
+  });
+});
+
 describe("the relay's own users (direct mode, with the relay's key)", () => {
   it('a listed user sends with the relay key; its name is never tried as an API key; other names still AUTH with a key', async () => {
     const own = await startSmtpRelay({

@@ -368,6 +368,25 @@ describe('who may AUTH and send', () => {
     expect(list.includes('fd12::1')).toBe(true);
     expect(list.includes('203.0.113.8')).toBe(false);
     expect(isLoopbackAddress('127.8.9.10')).toBe(true);
+    // Family by family: an IPv6 rule never matches an IPv4 client (Node's BlockList alone maps it into one).
+    const everyIpv6 = new ClientAddressList(['::/0'], 'allowUnauthenticatedFrom');
+    expect(['203.0.113.5', '::ffff:203.0.113.5', '::ffff:cb00:7105'].map((a) => everyIpv6.includes(a))).toEqual([
+      false,
+      false,
+      false,
+    ]);
+    expect(everyIpv6.includes('2001:db8::1')).toBe(true);
+    // An IPv4-mapped entry is the IPv4 network it maps; a hex-mapped client is an IPv4 client.
+    const mapped = new ClientAddressList(['::ffff:10.0.0.0/104', '::ffff:c000:207'], 'trustedNetworks');
+    expect(['10.1.2.3', '::ffff:10.1.2.3', '::ffff:a01:203', '192.0.2.7'].map((a) => mapped.includes(a))).toEqual([
+      true,
+      true,
+      true,
+      true,
+    ]);
+    expect(mapped.includes('11.0.0.1')).toBe(false);
+    expect(new ClientAddressList(['10.0.0.0/8'], 'x').includes('::ffff:a01:203')).toBe(true);
+    expect(clientKey('::ffff:a01:203')).toBe('10.1.2.3');
     for (const bad of ['10.0.0.0/33', 'example.com', '10.0.0.1/8/1', ''])
       expect(thrownBy(() => new ClientAddressList([bad], 'allowUnauthenticatedFrom')).message).toContain(
         'allowUnauthenticatedFrom',
