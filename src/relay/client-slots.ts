@@ -1,8 +1,7 @@
 import type { Socket } from 'node:net';
 import type { SMTPServer, SMTPServerDataStream, SMTPServerSession } from 'smtp-server';
 import type { EmlApiLogger } from '../shared/logger.js';
-import type { ClientAddressList } from './client-address-list.js';
-import { clientKey } from './client-address-list.js';
+import { ClientAddressList, clientKey } from './client-address-list.js';
 import { ConnectionDeadlines } from './connection-deadlines.js';
 import type { SmtpReply } from './smtp-replies.js';
 
@@ -23,8 +22,10 @@ export interface ClientSlotSettings {
   stressIdleTimeout: number;
   dataTimeout: number;
   minDataRate: number;
-  /** Milliseconds an implicit TLS client has for its handshake (`tlsHandshakeTimeout`). */
+  /** Milliseconds an implicit TLS client has for its handshake, and a proxy for its PROXY header (`tlsHandshakeTimeout`). */
   tlsHandshakeTimeout: number;
+  /** The proxies (`proxyProtocol`): their sockets stand for many clients, counted by the address in the header. */
+  proxyProtocol: readonly string[];
   logger: EmlApiLogger;
 }
 
@@ -198,9 +199,11 @@ export class ClientSlots {
     const accept = listener.listeners('connection') as ((socket: Socket) => void)[];
     listener.removeAllListeners('connection');
     const handshake = Boolean(server.options.secure && !server.options.needsUpgrade);
+    const proxies = new ClientAddressList(this.#settings.proxyProtocol, 'proxyProtocol');
     listener.on('connection', (socket: Socket) => {
       const address = socket.remoteAddress ?? '';
-      if (!this.#settings.trustedNetworks.includes(address)) {
+      // A proxy's sockets are its clients': they are counted by the address its header gives, in onConnect.
+      if (!this.#settings.trustedNetworks.includes(address) && !proxies.includes(address)) {
         const key = clientKey(address);
         const count = this.#sockets.get(key) ?? 0;
         if (count >= this.#settings.maxClientsPerAddress) return this.#refuse(socket, handshake);
@@ -212,7 +215,7 @@ export class ClientSlots {
         });
       }
       for (const onConnection of accept) onConnection.call(listener, socket);
-      if (handshake) this.#handshakeDeadline(server, socket);
+      this.#handshakeDeadline(server, socket);
     });
   }
 
@@ -229,14 +232,15 @@ export class ClientSlots {
   }
 
   /**
-   * Closes a socket still in its implicit TLS handshake after
-   * `tlsHandshakeTimeout`. smtp-server keeps such sockets in `_pendingSockets`
-   * (not its public API, pinned by the relay's tests), mapped to the TLS
-   * socket over them, which is the one to destroy (as its close() does).
+   * Closes a socket still in its implicit TLS handshake, or still waiting for
+   * its PROXY header, after `tlsHandshakeTimeout`. smtp-server keeps such
+   * sockets in `_pendingSockets` (not its public API, pinned by the relay's
+   * tests), mapped to the TLS socket over them, which is the one to destroy
+   * (as its close() does); a socket not in it has its session already.
    */
   #handshakeDeadline(server: SMTPServer, socket: Socket): void {
     const pending = (server as unknown as { _pendingSockets?: unknown })._pendingSockets;
-    if (!(pending instanceof Map)) return;
+    if (!(pending instanceof Map) || !pending.has(socket)) return;
     const timer = setTimeout(() => {
       const top = pending.get(socket) as Socket | undefined;
       if (top) top.destroy();

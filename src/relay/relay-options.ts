@@ -220,6 +220,22 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    */
   tlsHandshakeTimeout?: number;
   /**
+   * The addresses of proxies in front of the relay (HAProxy with
+   * `send-proxy`, stunnel with `protocol = proxy`, a load balancer) that
+   * open each connection with a PROXY protocol v1 header naming the client:
+   * the relay then takes the client's address from the header, for
+   * `allowUnauthenticatedFrom`, `trustedNetworks` and the per-address limits.
+   * Without it, a proxy or TLS terminator on the relay's machine makes every
+   * client a loopback one: allowed without AUTH and exempt from the
+   * per-address limits by default. Exact addresses, not networks (a host
+   * listed here can claim any client address); connections from them must
+   * send the header, others must not. `tlsHandshakeTimeout` bounds the wait for it.
+   * @default [] (no proxy)
+   * @example
+   * proxyProtocol: ['127.0.0.1'] // HAProxy on this machine, `server relay 127.0.0.1:2525 send-proxy`
+   */
+  proxyProtocol?: string[];
+  /**
    * The name the relay greets with (`220 <name> ESMTP`).
    * @default os.hostname()
    */

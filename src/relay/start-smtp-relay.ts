@@ -124,6 +124,7 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
     maxClients: settings.maxClients,
     socketTimeout: settings.idleTimeout,
     disableReverseLookup: true,
+    useProxy: settings.proxyProtocol.length > 0 ? [...settings.proxyProtocol] : false,
     hideENHANCEDSTATUSCODES: false,
     ...handlers,
   });

@@ -5,6 +5,7 @@
  */
 import nodemailer from 'nodemailer';
 import { readFileSync } from 'node:fs';
+import { connect as netConnect } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { hashRelayPassword, startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
@@ -180,6 +181,60 @@ describe('allowUnauthenticatedFrom matches each address family on its own', () =
     relays.push(mapped);
     const other = await ehlo(mapped.port, '127.0.0.1', '127.0.0.2');
     expect((await other.dialog.command('MAIL FROM:<cron@example.test>')).code).toBe(250);
+  });
+});
+
+describe('behind a proxy on the same machine (proxyProtocol)', () => {
+  it('clients are known by the address of the PROXY header: not loopback, so not allowed without AUTH, and capped per address', async () => {
+    const proxied = await startSmtpRelay({
+      baseUrl: emu.url,
+      apiKey: emu.apiKey,
+      port: 0,
+      retries: false,
+      proxyProtocol: ['127.0.0.1'],
+      maxClientsPerAddress: 1,
+    });
+    relays.push(proxied);
+    const through = (client: string) =>
+      SmtpDialog.open(proxied.port, '127.0.0.1', { proxyHeader: `PROXY TCP4 ${client} 127.0.0.1 40000 2525` });
+    const outside = await through('198.51.100.7');
+    opened.push(outside.dialog);
+    expect(outside.greeting.code).toBe(220);
+    await outside.dialog.command('EHLO client.example');
+    expect((await outside.dialog.command('MAIL FROM:<cron@example.test>')).code).toBe(530);
+    // The same client again: over its cap of one, whatever the proxy's own address.
+    const again = await through('198.51.100.7');
+    opened.push(again.dialog);
+    expect(again.greeting.code).toBe(421);
+    expect(again.greeting.text).toMatch(/^4\.7\.0 Too many connections from your address/);
+    // A client on the proxy's machine is a loopback one.
+    const local = await through('127.0.0.1');
+    opened.push(local.dialog);
+    await local.dialog.command('EHLO client.example');
+    expect((await local.dialog.command('MAIL FROM:<cron@example.test>')).code).toBe(250);
+  });
+
+  it('a connection from the proxy that never sends its header is closed after tlsHandshakeTimeout', async () => {
+    const proxied = await startSmtpRelay({
+      baseUrl: emu.url,
+      apiKey: emu.apiKey,
+      port: 0,
+      retries: false,
+      proxyProtocol: ['127.0.0.1'],
+      tlsHandshakeTimeout: 200,
+    });
+    relays.push(proxied);
+    const socket = netConnect({ port: proxied.port, host: '127.0.0.1' });
+    socket.on('error', () => undefined);
+    await new Promise((resolve) => socket.once('close', resolve));
+  });
+
+  it.each([[['10.0.0.0/8']], [['proxy.internal']], ['127.0.0.1']])('proxyProtocol %j is ECONFIG', async (value) => {
+    const err = await rejectionOf(
+      startSmtpRelay({ baseUrl: emu.url, port: 0, proxyProtocol: value as unknown as string[] }),
+    );
+    expect(err.code).toBe('ECONFIG');
+    expect(err.message).toMatch(/Invalid option proxyProtocol: expected an array of IP addresses/);
   });
 });
 

@@ -39,6 +39,8 @@ Options:
                           default 127.0.0.0/8 and ::1)
   --trusted <cidr>        networks whose clients may AUTH without TLS and are exempt from the per-address
                           limits, e.g. a sidecar's 127.0.0.6 (repeatable; default 127.0.0.0/8 and ::1)
+  --proxy-protocol <ip>   a proxy in front of the relay that sends a PROXY v1 header (HAProxy send-proxy,
+                          stunnel protocol = proxy): clients are known by the address in it (repeatable)
   --users <file>          the relay's own SMTP users, one name:hash per line; they send with the relay's key
   --hash-password         print the hash of the password read from standard input (for --users), and exit
   --tls-cert <file>       PEM certificate: offers STARTTLS (with --tls-key)
@@ -88,6 +90,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       key: { type: 'string' },
       allow: { type: 'string', multiple: true },
       trusted: { type: 'string', multiple: true },
+      'proxy-protocol': { type: 'string', multiple: true },
       users: { type: 'string' },
       'hash-password': { type: 'boolean' },
       'tls-cert': { type: 'string' },
@@ -143,6 +146,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
     ...(apiKey ? { apiKey } : {}),
     ...(values.allow ? { allowUnauthenticatedFrom: values.allow } : {}),
     ...(values.trusted ? { trustedNetworks: values.trusted } : {}),
+    ...(values['proxy-protocol'] ? { proxyProtocol: values['proxy-protocol'] } : {}),
     ...(values.users !== undefined ? { users: await readUsers(values.users) } : {}),
     ...(values['max-size'] ? { maxMessageSize: whole(values['max-size'], '--max-size', 1, 2 ** 40) } : {}),
     ...(values['max-recipients']
