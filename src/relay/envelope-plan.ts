@@ -1,7 +1,8 @@
 import { headerSectionEnd } from '../protocol/header-fields.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { addressKey } from './address-key.js';
-import { readAddressList, readRelayHeaders, type RelayHeaderField } from './relay-headers.js';
+import { readAddressList } from './address-list-reader.js';
+import { readRelayHeaders, type RelayHeaderField } from './relay-headers.js';
 
 /** What the relay does to the header section of a message before it leaves. */
 export interface EnvelopePlan {

@@ -17,7 +17,8 @@ import { AuthFailureBudget, type AuthAttempt } from '../../src/relay/auth-failur
 import { hashRelayPassword, parseUsersFile, RelayUsers } from '../../src/relay/relay-users.js';
 import { ClientAddressList, clientKey, isLoopbackAddress } from '../../src/relay/client-address-list.js';
 import { planEnvelope, withMessageId } from '../../src/relay/envelope-plan.js';
-import { readAddressList, readRelayHeaders } from '../../src/relay/relay-headers.js';
+import { readAddressList } from '../../src/relay/address-list-reader.js';
+import { readRelayHeaders } from '../../src/relay/relay-headers.js';
 import { disagreeingReader, serviceAddressReaders } from '../../src/relay/service-address-readers.js';
 import { IDEMPOTENCY_WINDOW_MS, identitySecret, MessageIdentities } from '../../src/relay/message-identity.js';
 import { MessageRewriter } from '../../src/relay/message-rewriter.js';
