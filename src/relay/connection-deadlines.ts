@@ -165,10 +165,9 @@ export class ConnectionDeadlines {
     }
     const send = connection.send.bind(connection);
     connection.send = (code, data, context) => {
-      if (code === 220 && watched.verb === '' && watched.progressTimer === undefined) {
+      if (code === 220 && watched.verb === '') {
         // The greeting: the session starts (the time before it is smtp-server's and onConnect's).
         watched.progressSince = this.#now();
-        this.#armProgress(watched);
       } else if (isProgress(watched.verb, code)) {
         watched.progressSince = this.#now();
         watched.commandsSince = false;
@@ -177,6 +176,9 @@ export class ConnectionDeadlines {
       }
       send(code, data, context);
     };
+    // Armed now, whether or not the greeting is still to come (smtp-server holds it a moment, and may
+    // not): a client that has sent no command is never closed by it.
+    this.#armProgress(watched);
   }
 
   /** Times the command lines a parser reads: the first byte of a line starts its deadline. */
