@@ -4,10 +4,11 @@ import { join } from 'node:path';
 
 /**
  * The spool folders of this process, so none outlives it: they are removed
- * when the send ends, and also (synchronously) when the process exits, and on
- * SIGINT/SIGTERM when nothing else handles the signal. Folders left by a
- * process that died without a chance to clean up (SIGKILL, a crash) are swept
- * when this process first spools into the same directory.
+ * when the send ends, and also (synchronously) when the process exits, and
+ * on a SIGINT/SIGTERM that nothing else handles, which would end the process
+ * without its 'exit' handlers. Folders left by a process that died without a
+ * chance to clean up (SIGKILL, a crash) are swept when this process first
+ * spools into the same directory.
  *
  * Folder names carry the owner's pid: `eml-api-<pid>-<random>`.
  */
@@ -31,10 +32,7 @@ export function trackSpoolFolder(folder: string): void {
     exitHooked = true;
     process.on('exit', removeAllNow);
   }
-  if (!signalsHooked) {
-    signalsHooked = true;
-    for (const signal of SIGNALS) process.on(signal, onSignal);
-  }
+  if (!signalsHooked) hookSignals();
 }
 
 /** Removes a spool folder and forgets it. */
@@ -43,10 +41,7 @@ export async function removeSpoolFolder(folder: string): Promise<void> {
     await rm(folder, { recursive: true, force: true });
   } finally {
     live.delete(folder);
-    if (live.size === 0 && signalsHooked) {
-      signalsHooked = false;
-      for (const signal of SIGNALS) process.off(signal, onSignal);
-    }
+    if (live.size === 0 && signalsHooked) unhookSignals();
   }
 }
 
@@ -86,15 +81,57 @@ function removeAllNow(): void {
 }
 
 /**
- * On SIGINT/SIGTERM with no other listener, Node would exit without running
- * 'exit' handlers: clean up, then let the signal end the process as it would
- * have. When the app handles the signal itself, it decides when to exit, and
- * the 'exit' handler cleans up then (sends in progress keep their files).
+ * A listener for SIGINT and SIGTERM, while spool folders exist, placed first
+ * among the signal's listeners. A listener of the process's turns off
+ * Node's default action (the process ends, without 'exit' handlers), so the
+ * spool's must not swallow a signal nobody else handles, nor act on one the
+ * app handles (the relay's CLI, or `process.once('SIGTERM', () => relay.close())`,
+ * closes gracefully, the messages in flight keeping their files).
+ *
+ * It decides by the listeners there were when the signal came, which only
+ * the first listener sees: Node calls them from a copy of the list, and a
+ * `once` listener (or one that removes itself, as the CLI's does) is gone
+ * from the list by the time a later one runs. Being first, the spool's sees
+ * them all; see {@link keepFirst}.
+ */
+function hookSignals(): void {
+  signalsHooked = true;
+  for (const signal of SIGNALS) process.prependListener(signal, onSignal);
+  process.on('newListener', keepFirst);
+}
+
+function unhookSignals(): void {
+  signalsHooked = false;
+  for (const signal of SIGNALS) process.off(signal, onSignal);
+  process.off('newListener', keepFirst);
+}
+
+/**
+ * Puts the spool's listener first again after the app prepends one of its
+ * own: 'newListener' fires before the listener is added, so the move waits
+ * for a microtask, which runs before any signal can be emitted (signals come
+ * from the event loop).
+ */
+function keepFirst(event: string | symbol, listener: unknown): void {
+  if (listener === onSignal || !(SIGNALS as readonly (string | symbol)[]).includes(event)) return;
+  const signal = event as NodeJS.Signals;
+  queueMicrotask(() => {
+    if (!signalsHooked || process.listeners(signal)[0] === onSignal) return;
+    process.off(signal, onSignal);
+    process.prependListener(signal, onSignal);
+  });
+}
+
+/**
+ * With another listener, the app handles the signal: nothing is done here,
+ * and the 'exit' handler removes the folders when the app ends the process.
+ * With none, the process would have ended by the signal: the folders are
+ * removed and the signal raised again, now with no listener, so that it ends
+ * the process as it would have without the spool (exit status and all).
  */
 function onSignal(signal: NodeJS.Signals): void {
   if (process.listenerCount(signal) > 1) return;
   removeAllNow();
-  signalsHooked = false;
-  for (const s of SIGNALS) process.off(s, onSignal);
+  unhookSignals();
   process.kill(process.pid, signal);
 }

@@ -27,7 +27,7 @@ Commands:
 
 Run "eml-api <command> --help" (or "eml-api group <subcommand> --help") for options.
 Environment: EML_API_URL (base URL), EML_API_KEY (API key); --url and --key override them.
-REDIS_URL (the outbox's Redis, for worker and queue); --redis overrides it.
+REDIS_URL (the outbox's Redis, for worker and queue, and relay --outbox); --redis overrides it.
 
 Exit codes:
   0  success

@@ -1,31 +1,29 @@
-import { domainToASCII } from 'node:url';
-
 /**
- * The form in which two spellings of one mailbox compare equal: the local
- * part unquoted (`"ann"@x` is `ann@x`) and, like everywhere else in this
- * package, case-insensitive; the domain in its ASCII form, so an
- * internationalised domain written in Unicode (`bücher.example`) matches its
- * `xn--` form (`xn--bcher-kva.example`). Both parts are Unicode-normalised
- * (NFC), so SMTPUTF8 addresses written with composed or decomposed
- * characters match too.
+ * The form in which two spellings of one mailbox compare equal, as the
+ * service delivers them: ASCII letters case-insensitively (the service, and
+ * the emulator, fold case), every other character exactly as written.
+ *
+ * Nothing else is folded, on purpose: no Unicode normalisation, no Unicode
+ * case folding, no IDNA mapping, no quotes dropped. Each of those makes two
+ * spellings one mailbox for the relay that the service may keep apart, and a
+ * header listing both (`victim@example.test`, `victim@𝐞xample.test`,
+ * `victim@ｅxample.test`...) would then be mailed once per spelling for one
+ * `RCPT TO`. Stricter than the service is safe: two spellings the relay keeps
+ * apart must each be in `RCPT TO`. So an internationalised domain is written
+ * the same way (`xn--` or Unicode) in `RCPT TO` and in the header; and a
+ * quoted local part the relay reads only where the quotes are needed (it
+ * refuses `"ann"@x`, which mailparser reads as `"ann"@x` in angle brackets
+ * and as `ann@x` without).
  *
  * @example
- * addressKey('"Ann"@Bücher.Example') === addressKey('ann@xn--bcher-kva.example') // true
+ * addressKey('Ann@Example.TEST') === addressKey('ann@example.test') // true
+ * addressKey('ann@xn--bcher-kva.example') === addressKey('ann@bücher.example') // false
  */
 export function addressKey(address: string): string {
-  const at = address.lastIndexOf('@');
-  if (at <= 0) return address.normalize('NFC').toLowerCase();
-  let local = address.slice(0, at);
-  const domain = address
-    .slice(at + 1)
-    .normalize('NFC')
-    .toLowerCase();
-  if (local.length >= 2 && local.startsWith('"') && local.endsWith('"')) {
-    local = local.slice(1, -1).replace(/\\(.)/g, '$1');
-  }
-  // White space is kept: in a quoted local part it is part of the mailbox ("a b"@x is not ab@x), and the
-  // relay reads no address with white space outside quotes (relay-headers.ts refuses it).
-  local = local.normalize('NFC').toLowerCase();
-  const ascii = domain.startsWith('[') ? domain : domainToASCII(domain);
-  return `${local}@${ascii || domain}`;
+  return asciiLowerCase(address);
+}
+
+/** The text with A-Z made a-z and nothing else changed (`toLowerCase` also folds non-ASCII letters, and the Kelvin sign to k). */
+export function asciiLowerCase(text: string): string {
+  return text.replace(/[A-Z]+/g, (run) => run.toLowerCase());
 }

@@ -9,13 +9,19 @@ export const LOOPBACK_NETWORKS: readonly string[] = Object.freeze(['127.0.0.0/8'
 
 /**
  * A list of client addresses and networks (`203.0.113.7`, `10.0.0.0/8`,
- * `fd00::/8`). IPv4-mapped IPv6 addresses (`::ffff:10.1.2.3`) match the IPv4
- * entries, as a dual-stack listener reports IPv4 clients that way.
+ * `fd00::/8`), matched family by family: IPv4 entries match IPv4 clients,
+ * IPv6 entries IPv6 clients. An IPv4-mapped IPv6 client (`::ffff:10.1.2.3`,
+ * as a dual-stack listener reports IPv4 clients) is an IPv4 client, and an
+ * IPv4-mapped entry (`::ffff:10.0.0.0/104`) is read as the IPv4 network it
+ * maps (`10.0.0.0/8`). So `::/0` is every IPv6 client, not every client: Node's
+ * `BlockList` alone matches IPv4 addresses against IPv6 rules through their
+ * mapped form, and `--allow ::/0` let every IPv4 client send without AUTH.
  */
 export class ClientAddressList {
   /** The entries as given. */
   readonly entries: readonly string[];
-  readonly #list = new BlockList();
+  readonly #ipv4 = new BlockList();
+  readonly #ipv6 = new BlockList();
 
   /**
    * @param option names the option in errors, e.g. `allowUnauthenticatedFrom`
@@ -45,7 +51,8 @@ export class ClientAddressList {
     if (known !== undefined) return known;
     const plain = unmapIpv4(address);
     const family = isIP(plain);
-    const found = family !== 0 && this.#list.check(plain, family === 4 ? 'ipv4' : 'ipv6');
+    const found =
+      family === 4 ? this.#ipv4.check(plain, 'ipv4') : family === 6 ? this.#ipv6.check(plain, 'ipv6') : false;
     // Bounded: clients spread over many addresses cannot grow it.
     if (this.#recent.size >= RECENT_ADDRESSES) this.#recent.clear();
     this.#recent.set(address, found);
@@ -60,17 +67,17 @@ export class ClientAddressList {
         { permanent: true },
       );
     if (typeof entry !== 'string') throw bad();
-    const [address = '', prefix, extra] = entry.trim().split('/');
-    const family = isIP(address);
-    if (family === 0 || extra !== undefined) throw bad();
-    const type = family === 4 ? 'ipv4' : 'ipv6';
-    if (prefix === undefined) {
-      this.#list.addAddress(address, type);
-      return;
-    }
-    const bits = Number(prefix);
-    if (!/^\d{1,3}$/.test(prefix) || bits > (family === 4 ? 32 : 128)) throw bad();
-    this.#list.addSubnet(address, bits, type);
+    const [written = '', prefix, extra] = entry.trim().split('/');
+    if (isIP(written) === 0 || extra !== undefined) throw bad();
+    let bits = prefix === undefined ? undefined : Number(prefix);
+    if (prefix !== undefined && (!/^\d{1,3}$/.test(prefix) || bits! > (isIP(written) === 4 ? 32 : 128))) throw bad();
+    // An IPv4-mapped entry is the IPv4 address or network it maps, when it lies within the mapped range.
+    const mapped = unmapIpv4(written);
+    const address = isIP(mapped) === 4 && (bits === undefined || bits >= 96) ? mapped : written;
+    if (address !== written && bits !== undefined) bits -= 96;
+    const [list, type] = isIP(address) === 4 ? [this.#ipv4, 'ipv4' as const] : [this.#ipv6, 'ipv6' as const];
+    if (bits === undefined) list.addAddress(address, type);
+    else list.addSubnet(address, bits, type);
   }
 }
 
@@ -93,22 +100,38 @@ export function isLoopbackAddress(address: string): boolean {
 export function clientKey(address: string): string {
   const plain = unmapIpv4(address);
   if (isIP(plain) !== 6) return plain;
-  const bare = plain.split('%')[0]!.toLowerCase();
-  const [head = '', tail] = bare.split('::');
-  const groups = (part: string) =>
-    part === '' ? [] : part.split(':').flatMap((g) => (g.includes('.') ? ['0', '0'] : [g]));
-  const front = groups(head);
-  const all =
-    tail === undefined
-      ? front
-      : [...front, ...Array(8 - front.length - groups(tail).length).fill('0'), ...groups(tail)];
-  return `${all
+  const groups = ipv6Groups(plain) ?? [];
+  return `${groups
     .slice(0, 4)
-    .map((g) => parseInt(g, 16).toString(16))
+    .map((g) => g.toString(16))
     .join(':')}::/64`;
 }
 
+/** The IPv4 address an IPv4-mapped IPv6 address holds (`::ffff:10.1.2.3`, `::ffff:a01:203`), or the address as given. */
 function unmapIpv4(address: string): string {
-  const match = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/i.exec(address);
-  return match ? match[1]! : address;
+  const dotted = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/i.exec(address);
+  if (dotted) return dotted[1]!;
+  if (isIP(address) !== 6) return address;
+  const groups = ipv6Groups(address);
+  if (!groups || groups.slice(0, 5).some((g) => g !== 0) || groups[5] !== 0xffff) return address;
+  return [groups[6]! >> 8, groups[6]! & 255, groups[7]! >> 8, groups[7]! & 255].join('.');
+}
+
+/** The eight 16-bit groups of an IPv6 address (a zone dropped, an embedded IPv4 tail read), or undefined. */
+function ipv6Groups(address: string): number[] | undefined {
+  const bare = address.split('%')[0]!.toLowerCase();
+  const [head = '', tail] = bare.split('::');
+  const groups = (part: string) =>
+    part === ''
+      ? []
+      : part.split(':').flatMap((g) => {
+          if (!g.includes('.')) return [parseInt(g, 16)];
+          const [a = 0, b = 0, c = 0, d = 0] = g.split('.').map(Number);
+          return [(a << 8) | b, (c << 8) | d];
+        });
+  const front = groups(head);
+  const back = tail === undefined ? [] : groups(tail);
+  const all =
+    tail === undefined ? front : [...front, ...Array<number>(8 - front.length - back.length).fill(0), ...back];
+  return all.length === 8 && all.every((g) => Number.isInteger(g) && g >= 0 && g <= 0xffff) ? all : undefined;
 }

@@ -1,6 +1,8 @@
+import type { Socket } from 'node:net';
 import type { SMTPServer, SMTPServerDataStream, SMTPServerSession } from 'smtp-server';
-import type { ClientAddressList } from './client-address-list.js';
-import { clientKey } from './client-address-list.js';
+import type { EmlApiLogger } from '../shared/logger.js';
+import { ClientAddressList, clientKey } from './client-address-list.js';
+import { ConnectionDeadlines } from './connection-deadlines.js';
 import type { SmtpReply } from './smtp-replies.js';
 
 /**
@@ -11,6 +13,14 @@ import type { SmtpReply } from './smtp-replies.js';
  */
 export const STRESS_SHARE = 0.8;
 
+/**
+ * The share of `maxClients` below which stress ends. Cutting the first idle
+ * client under stress must not lift it for the others (they would get the
+ * long idle timeout back at once, and a client holding slots just under the
+ * threshold would keep them): stress ends only once the relay is well below it.
+ */
+export const STRESS_END_SHARE = 0.6;
+
 /** What the slots are given of the relay's settings. */
 export interface ClientSlotSettings {
   maxClients: number;
@@ -20,6 +30,11 @@ export interface ClientSlotSettings {
   stressIdleTimeout: number;
   dataTimeout: number;
   minDataRate: number;
+  /** Milliseconds an implicit TLS client has for its handshake, and a proxy for its PROXY header (`tlsHandshakeTimeout`). */
+  tlsHandshakeTimeout: number;
+  /** The proxies (`proxyProtocol`): their sockets stand for many clients, counted by the address in the header. */
+  proxyProtocol: readonly string[];
+  logger: EmlApiLogger;
 }
 
 /**
@@ -43,30 +58,48 @@ interface SlotConnection {
  * - at most `maxClientsPerAddress` connections from one client address
  *   (`smtpd_client_connection_count_limit`; IPv6 counted per /64), clients on
  *   `trustedNetworks` exempt (`smtpd_client_event_limit_exceptions`, which
- *   is `$mynetworks`): `421 4.7.0` past it;
+ *   is `$mynetworks`): `421 4.7.0` past it. Counted from the moment the
+ *   socket is accepted, before an implicit TLS handshake: smtp-server keeps
+ *   sockets in their handshake in one pool of `maxClients` for every
+ *   address, which one address could fill with silent connections;
+ * - an implicit TLS handshake must be over within `tlsHandshakeTimeout`
+ *   (smtp-server gives it the idle timeout, 5 minutes);
  * - under stress, from {@link STRESS_SHARE} of `maxClients` connections on,
  *   idle clients are given `stressIdleTimeout` instead of `idleTimeout`
  *   (`smtpd_timeout = ${stress?{10}:{300}}s`);
  * - DATA must arrive at `minDataRate` bytes a second at least, after a grace
  *   of the idle timeout (`smtpd_min_data_rate`, with a per-request deadline),
  *   and within `dataTimeout` in all: a client sending a byte per idle period
- *   no longer holds its slot for ever. `421 4.4.2` closes it.
+ *   no longer holds its slot for ever. `421 4.4.2` closes it;
+ * - a command line must be whole within the idle timeout in force of its
+ *   first byte, and under stress a session must make progress (AUTH, MAIL,
+ *   RCPT, a message) within the stress idle timeout ({@link ConnectionDeadlines}).
  */
 export class ClientSlots {
   readonly #settings: ClientSlotSettings;
   readonly #stressFrom: number;
+  readonly #stressEndsBelow: number;
   /** Connections admitted, per client key. */
   readonly #perAddress = new Map<string, number>();
+  /** Sockets open, per client key, from their accept (before any handshake) to their close. */
+  readonly #sockets = new Map<string, number>();
   /** The sessions admitted, with the key they count under. */
   readonly #admitted = new WeakMap<SMTPServerSession, string>();
   readonly #connections = new WeakMap<SMTPServerSession, SlotConnection>();
   #open = 0;
   #stressed = false;
   #server: SMTPServer | undefined;
+  readonly #deadlines: ConnectionDeadlines;
 
   constructor(settings: ClientSlotSettings) {
     this.#settings = settings;
     this.#stressFrom = Math.max(1, Math.ceil(settings.maxClients * STRESS_SHARE));
+    this.#stressEndsBelow = Math.min(this.#stressFrom, Math.ceil(settings.maxClients * STRESS_END_SHARE));
+    this.#deadlines = new ConnectionDeadlines({
+      idleTimeout: () => this.idleTimeout,
+      stressed: () => this.#stressed,
+      recheckEvery: settings.stressIdleTimeout,
+    });
   }
 
   /** Whether the relay is under stress now (idle clients get `stressIdleTimeout`). */
@@ -87,6 +120,8 @@ export class ClientSlots {
   /** The server whose connections the slots time; before it, sessions are counted but not timed. */
   attach(server: SMTPServer): void {
     this.#server = server;
+    this.#deadlines.attach(server);
+    this.#guardAccept(server);
   }
 
   /**
@@ -98,10 +133,7 @@ export class ClientSlots {
     const key = clientKey(address);
     const count = this.#perAddress.get(key) ?? 0;
     if (count >= this.#settings.maxClientsPerAddress && !this.#settings.trustedNetworks.includes(address)) {
-      return {
-        code: 421,
-        text: `4.7.0 Too many connections from your address (at most ${this.#settings.maxClientsPerAddress}), try again later`,
-      };
+      return this.#tooMany();
     }
     this.#perAddress.set(key, count + 1);
     this.#admitted.set(session, key);
@@ -114,6 +146,7 @@ export class ClientSlots {
 
   /** Frees the slot of a session that closed (from `onClose`); sessions never admitted are ignored. */
   leave(session: SMTPServerSession): void {
+    this.#deadlines.leave(session);
     const key = this.#admitted.get(session);
     if (key === undefined) return;
     this.#admitted.delete(session);
@@ -164,9 +197,78 @@ export class ClientSlots {
     return stop;
   }
 
+  /**
+   * Puts the slots' check in front of smtp-server's: its listener of the
+   * listening socket's 'connection' event (`server.server`, public) is
+   * called only for sockets within their address's cap; the others are
+   * refused there, `421 4.7.0` on a plain-text listener, closed on an
+   * implicit TLS one (nothing can be said before the handshake).
+   */
+  #guardAccept(server: SMTPServer): void {
+    const listener = server.server;
+    const accept = listener.listeners('connection') as ((socket: Socket) => void)[];
+    listener.removeAllListeners('connection');
+    const handshake = Boolean(server.options.secure && !server.options.needsUpgrade);
+    const proxies = new ClientAddressList(this.#settings.proxyProtocol, 'proxyProtocol');
+    listener.on('connection', (socket: Socket) => {
+      const address = socket.remoteAddress ?? '';
+      // A proxy's sockets are its clients': they are counted by the address its header gives, in onConnect.
+      if (!this.#settings.trustedNetworks.includes(address) && !proxies.includes(address)) {
+        const key = clientKey(address);
+        const count = this.#sockets.get(key) ?? 0;
+        if (count >= this.#settings.maxClientsPerAddress) return this.#refuse(socket, handshake);
+        this.#sockets.set(key, count + 1);
+        socket.once('close', () => {
+          const left = (this.#sockets.get(key) ?? 1) - 1;
+          if (left > 0) this.#sockets.set(key, left);
+          else this.#sockets.delete(key);
+        });
+      }
+      for (const onConnection of accept) onConnection.call(listener, socket);
+      this.#handshakeDeadline(server, socket);
+    });
+  }
+
+  #refuse(socket: Socket, handshake: boolean): void {
+    this.#settings.logger.warn({ client: socket.remoteAddress }, 'Connection refused: too many from the address');
+    socket.on('error', () => undefined);
+    if (handshake) {
+      socket.destroy();
+      return;
+    }
+    socket.end(`421 ${this.#tooMany().text}\r\n`);
+    // A client that never closes its side is not waited for.
+    setTimeout(() => socket.destroy(), 1_000).unref();
+  }
+
+  /**
+   * Closes a socket still in its implicit TLS handshake, or still waiting for
+   * its PROXY header, after `tlsHandshakeTimeout`. smtp-server keeps such
+   * sockets in `_pendingSockets` (not its public API, pinned by the relay's
+   * tests), mapped to the TLS socket over them, which is the one to destroy
+   * (as its close() does); a socket not in it has its session already.
+   */
+  #handshakeDeadline(server: SMTPServer, socket: Socket): void {
+    const pending = (server as unknown as { _pendingSockets?: unknown })._pendingSockets;
+    if (!(pending instanceof Map) || !pending.has(socket)) return;
+    const timer = setTimeout(() => {
+      const top = pending.get(socket) as Socket | undefined;
+      if (top) top.destroy();
+    }, this.#settings.tlsHandshakeTimeout);
+    timer.unref();
+    socket.once('close', () => clearTimeout(timer));
+  }
+
+  #tooMany(): SmtpReply {
+    return {
+      code: 421,
+      text: `4.7.0 Too many connections from your address (at most ${this.#settings.maxClientsPerAddress}), try again later`,
+    };
+  }
+
   /** Enters or leaves stress, giving every connection the idle timeout in force. */
   #checkStress(): void {
-    const stressed = this.#open >= this.#stressFrom;
+    const stressed = this.#stressed ? this.#open >= this.#stressEndsBelow : this.#open >= this.#stressFrom;
     if (stressed === this.#stressed) return;
     this.#stressed = stressed;
     const server = this.#server;

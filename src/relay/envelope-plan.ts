@@ -1,7 +1,8 @@
 import { headerSectionEnd } from '../protocol/header-fields.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { addressKey } from './address-key.js';
-import { readAddressList, readRelayHeaders, type RelayHeaderField } from './relay-headers.js';
+import { readAddressList } from './address-list-reader.js';
+import { readRelayHeaders, type RelayHeaderField } from './relay-headers.js';
 
 /** What the relay does to the header section of a message before it leaves. */
 export interface EnvelopePlan {
@@ -31,21 +32,38 @@ const NAMED = 5;
  * - Header recipients that are not in `RCPT TO` are refused: the service
  *   would mail people this transaction did not ask for.
  *
- * Addresses compare as {@link addressKey} says (quoted local parts, case, IDN).
- * The headers are read strictly ({@link readRelayHeaders}): what the relay
- * cannot read for certain is refused, never skipped.
+ * Addresses compare as {@link addressKey} says: ASCII case aside, spelled
+ * the same way (an IDN domain too: `xn--` in one and Unicode in the other
+ * are refused). The headers are read strictly ({@link readRelayHeaders}):
+ * what the relay cannot read for certain is refused, never skipped; so are
+ * headers that spell their recipients in more ways than `maxRecipients`.
  *
  * @param head the header section as received, ending with its blank line when there is a body
- * @param rcptTo the envelope recipients
+ * @param rcptTo the envelope recipients, as the client wrote them
+ * @param limits.maxRecipients the most spellings of recipients the headers may hold
  * @throws {EmlApiError} `EENVELOPE` naming the header recipients missing from `RCPT TO`; a permanent
- *   `EMESSAGE` naming a header line or a To/Cc/Bcc entry the relay cannot read for certain
+ *   `EMESSAGE` naming a header line or a To/Cc/Bcc entry the relay cannot read for certain, or
+ *   saying that the headers spell their recipients in too many ways
  */
-export function planEnvelope(head: Buffer, rcptTo: readonly string[]): EnvelopePlan {
+export function planEnvelope(
+  head: Buffer,
+  rcptTo: readonly string[],
+  { maxRecipients = Infinity }: { maxRecipients?: number } = {},
+): EnvelopePlan {
   const headers = readRelayHeaders(head);
   const envelopeKeys = new Set(rcptTo.map(addressKey));
   const headerKeys = new Set(headers.recipients.map(addressKey));
   const notInEnvelope = headers.recipients.filter((a) => !envelopeKeys.has(addressKey(a)));
   if (notInEnvelope.length > 0) throw headersNameOthers(notInEnvelope);
+  if (headers.spellings > maxRecipients) {
+    // Spellings that differ in ASCII case only are one recipient to the relay; a service that compared
+    // them exactly would mail each: their number is held to what RCPT TO could have named.
+    throw new EmlApiError(
+      'EMESSAGE',
+      `The To, Cc and Bcc headers spell their recipients in ${headers.spellings} different ways, more than the relay's ${maxRecipients} recipients per message`,
+      { command: 'DATA', permanent: true },
+    );
+  }
   const addedBcc: string[] = [];
   const seen = new Set<string>();
   for (const address of rcptTo) {

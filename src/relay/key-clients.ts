@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { EmlApiClient } from '../client/eml-api-client.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import { identitySecret } from './message-identity.js';
 
 /** How long a key the service accepted is trusted for new AUTHs without asking again. */
 export const VERIFIED_FOR_MS = 5 * 60_000;
@@ -21,6 +22,8 @@ export interface KeyClient {
   /** A short fingerprint of the key (a SHA-256 prefix), for logs and the session; never the key. */
   readonly id: string;
   readonly client: EmlApiClient;
+  /** The key's `identitySecret`, which keys the identities of the messages sent with it (not the key). */
+  readonly identitySecret: Buffer;
 }
 
 interface Entry extends KeyClient {
@@ -78,6 +81,7 @@ export class KeyClients {
       entry = {
         id,
         client: this.#createClient(apiKey),
+        identitySecret: identitySecret(apiKey),
         verifiedUntil: 0,
         verifying: undefined,
         sessions: 0,

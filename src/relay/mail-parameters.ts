@@ -14,6 +14,9 @@ const RCPT_PARAMETERS = new Set<string>();
 /** The command lines smtp-server read last, per session: it hands the handlers the parsed address only. */
 const lastLines = new WeakMap<SMTPServerSession, Buffer | string>();
 
+/** Each accepted RCPT TO's address as the client wrote it, by the object smtp-server keeps in `envelope.rcptTo`. */
+const rcptSpellings = new WeakMap<SMTPServerAddress, string>();
+
 /**
  * Keeps the command line each MAIL and RCPT handler answers, because
  * smtp-server gives the handlers the address with its domain turned into
@@ -55,6 +58,44 @@ export function mailParameterRefusal(address: SMTPServerAddress, session: SMTPSe
     unknownParameter(address, MAIL_PARAMETERS) ??
     (session.envelope.smtpUtf8 ? undefined : needsSmtpUtf8(address, session, 'MAIL'))
   );
+}
+
+/**
+ * Remembers how the client wrote the address of the RCPT TO being answered
+ * (call it from `onRcptTo`): smtp-server hands the handlers, and keeps in
+ * `envelope.rcptTo`, the address with its domain decoded from `xn--` by
+ * UTS #46 (`xn--victimexample-882l` becomes `victim。example`, which
+ * mapping reads as `victim.example`), a mailbox the client never named.
+ */
+export function keepRcptSpelling(address: SMTPServerAddress, session: SMTPServerSession): void {
+  const line = lastLines.get(session);
+  const written = line === undefined ? undefined : writtenAddress(lineOf(line), 'RCPT');
+  if (written !== undefined) rcptSpellings.set(address, written);
+}
+
+/**
+ * The `RCPT TO` recipients of the session's transaction as the client wrote
+ * them (see {@link keepRcptSpelling}); smtp-server's decoded form for one
+ * whose line was not kept.
+ */
+export function envelopeRecipients(session: SMTPServerSession): string[] {
+  return session.envelope.rcptTo.map((rcpt) => rcptSpellings.get(rcpt) ?? rcpt.address);
+}
+
+/**
+ * The address of a MAIL or RCPT line as written, read as smtp-server reads
+ * it (`_parseAddressCommand`): the first word after the colon, in angle
+ * brackets, without a source route.
+ */
+function writtenAddress(line: string, verb: string): string | undefined {
+  const colon = line.indexOf(':');
+  if (colon === -1 || !line.slice(0, colon).trim().toUpperCase().startsWith(verb)) return undefined;
+  const word = line
+    .slice(colon + 1)
+    .trim()
+    .split(/\s+/)[0]!;
+  if (!/^<[^<>]*>$/.test(word)) return undefined;
+  return word.slice(1, -1).replace(/^@[^\s,:@]+(?:,@[^\s,:@]+)*:/, '');
 }
 
 /** The same for RCPT TO: no parameters; a non-ASCII address only in a transaction that declared SMTPUTF8. */

@@ -26,6 +26,8 @@ export interface RelayedMessage {
 export interface MessageSender {
   readonly client: EmlApiClient;
   readonly owner: KeyOwner;
+  /** The `identitySecret` of the key the client sends with: it keys the message's identity. */
+  readonly identitySecret: Buffer;
 }
 
 /** What a destination answers once it holds the message safely. */

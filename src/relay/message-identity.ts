@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHmac, hkdfSync, randomBytes } from 'node:crypto';
 import { domainToASCII } from 'node:url';
 import { EmlApiError } from '../shared/eml-api-error.js';
 
@@ -14,10 +14,29 @@ export interface MessageIdentity {
   readonly idempotencyKey: string;
   /** The Message-ID the relay adds (deterministically), when the message has none; undefined when it has one. */
   readonly addedMessageId: string | undefined;
+  /** What {@link MessageIdentities.settle} keys it by. */
+  readonly fingerprint: string;
+  /** The random part of an identity named by neither Message-ID nor Date ('' otherwise). */
+  readonly nonce: string;
+}
+
+/**
+ * The secret that keys the identities of the messages sent with an API key:
+ * derived from the key (HKDF-SHA-256), so that every relay sending with the
+ * same key names a message alike (a retry that reaches another relay is the
+ * same send), while nobody without the key can compute a name.
+ *
+ * @example
+ * const secret = identitySecret(process.env.EML_API_KEY!);
+ */
+export function identitySecret(apiKey: string): Buffer {
+  return Buffer.from(hkdfSync('sha256', apiKey, 'nodemailer-eml-api', 'relay message identity v1', 32));
 }
 
 /** What the relay knows of a message when it names it. */
 export interface MessageFacts {
+  /** {@link identitySecret} of the API key the message is sent with. */
+  readonly secret: Buffer;
   /** `MAIL FROM` ('' for the null sender) and the `RCPT TO` recipients. */
   readonly envelope: { readonly from: string; readonly to: readonly string[] };
   /** SHA-256 (hex) of the message as it would leave the relay, without a Message-ID of the relay's. */
@@ -51,9 +70,15 @@ export interface MessageFacts {
  * (`always_add_missing_headers`): recipients (and Gmail) expect one, and it
  * names the same message in every retry.
  *
+ * Identities are HMACs keyed by the {@link identitySecret} of the API key
+ * the message is sent with. An unkeyed hash of the envelope and the bytes,
+ * which hold the hidden recipients (`RCPT TO`, and the Bcc field the relay
+ * writes), let any recipient rebuild the added Message-ID from what it
+ * received and a guessed Bcc, and so confirm the guess.
+ *
  * @example
  * const identities = new MessageIdentities();
- * const identity = identities.identify({ envelope: { from: 'a@x.test', to: ['b@x.test'] }, digest, hasMessageId: false, hasDate: true, from: 'a@x.test' });
+ * const identity = identities.identify({ secret: identitySecret(apiKey), envelope: { from: 'a@x.test', to: ['b@x.test'] }, digest, hasMessageId: false, hasDate: true, from: 'a@x.test' });
  * // identity.addedMessageId: '<5f2c....eml-api-relay@x.test>'
  */
 export class MessageIdentities {
@@ -72,7 +97,8 @@ export class MessageIdentities {
   }
 
   /** The identity of a message about to be sent. */
-  identify(facts: MessageFacts): MessageIdentity & { readonly fingerprint: string; readonly nonce: string } {
+  identify(facts: MessageFacts): MessageIdentity {
+    const hash = (label: string, ...parts: (string | readonly string[])[]) => mac(facts.secret, label, ...parts);
     const fingerprint = hash('fingerprint', facts.envelope.from, facts.envelope.to, facts.digest);
     // Without a Message-ID or a Date the bytes cannot tell a retry from a repeat: a new identity, or the remembered one.
     const nonce =
@@ -93,6 +119,8 @@ export class MessageIdentities {
    * outcome is unknown (anything but a permanent refusal) is remembered, so
    * that the client's retry keeps the identity; anything else is forgotten.
    * Only messages named by a nonce (neither Message-ID nor Date) need it.
+   * A send that succeeded but whose client left before its `250` (it will
+   * retry, not knowing) is settled again with a transient failure.
    */
   settle(identity: { readonly fingerprint: string; readonly nonce: string }, failure: unknown): void {
     if (identity.nonce === '') return;
@@ -113,9 +141,9 @@ export class MessageIdentities {
   }
 }
 
-/** SHA-256 (hex) of the parts, each length-prefixed so that no two lists of parts hash alike. */
-function hash(label: string, ...parts: (string | readonly string[])[]): string {
-  const h = createHash('sha256').update(label);
+/** HMAC-SHA-256 (hex) of the parts, each length-prefixed so that no two lists of parts hash alike. */
+function mac(secret: Buffer, label: string, ...parts: (string | readonly string[])[]): string {
+  const h = createHmac('sha256', secret).update(label);
   for (const part of parts.flat()) h.update(`\0${Buffer.byteLength(part)}:${part}`);
   return h.digest('hex');
 }

@@ -33,6 +33,8 @@ export class MessageRewriter extends Transform {
   readonly #hash: Hash = createHash('sha256');
   readonly #parts: Buffer[] = [];
   #size = 0;
+  /** Bytes read so far with their line ends made CRLF, before the header section is rewritten. */
+  #normalised = 0;
   #tail = Buffer.alloc(0);
   #headDone = false;
   /** The last chunk ended with a CR: whether it is bare depends on the next byte. */
@@ -43,12 +45,24 @@ export class MessageRewriter extends Transform {
   /**
    * @param rewriteHead gets the header section (up to and including its blank line) and returns the one to send;
    *   what it throws fails the stream
-   * @param tooLarge checked on every chunk: an error to fail with once the message is over the size limit
+   * @param tooLarge checked on every chunk, once {@link size} counts it: an error to fail with once the message
+   *   is over the size limit
    */
   constructor(rewriteHead: (head: Buffer) => Buffer, tooLarge: () => Error | undefined) {
     super();
     this.#rewriteHead = rewriteHead;
     this.#tooLarge = tooLarge;
+  }
+
+  /**
+   * The size of the message read so far with every line end CRLF, as the
+   * client sent it otherwise (before the relay's Bcc or Message-ID): what
+   * SMTP's SIZE measures (RFC 1870 counts a message in CRLF lines), and what
+   * the upload grows with. A message of bare LF lines is larger than the
+   * bytes it took on the wire.
+   */
+  get size(): number {
+    return this.#normalised;
   }
 
   /** SHA-256 (hex) of the bytes that left, once the stream has ended. */
@@ -57,7 +71,9 @@ export class MessageRewriter extends Transform {
   }
 
   override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
-    this.#step(this.#crlf(chunk), (err) => callback(this.#fail(err)));
+    const normalised = this.#crlf(chunk);
+    this.#normalised += normalised.length;
+    this.#step(normalised, (err) => callback(this.#fail(err)));
   }
 
   override _flush(callback: TransformCallback): void {
@@ -69,6 +85,7 @@ export class MessageRewriter extends Transform {
       callback(this.#fail(oversize ?? (this.#headDone ? undefined : this.#finishHead(this.#size))));
     };
     if (!last) return finish();
+    this.#normalised += last.length;
     this.#step(last, (err) => (err ? callback(this.#fail(err)) : finish()));
   }
 

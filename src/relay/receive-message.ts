@@ -4,8 +4,9 @@ import { spooledInMemory, spoolMessage, type SpooledMessage } from '../body/mess
 import type { SpoolSettings } from '../body/spool-options.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { planEnvelope, withMessageId, type EnvelopePlan } from './envelope-plan.js';
+import { envelopeRecipients } from './mail-parameters.js';
 import type { MessageDestination, MessageSender } from './message-destination.js';
-import type { MessageIdentities } from './message-identity.js';
+import type { MessageIdentities, MessageIdentity } from './message-identity.js';
 import { MessageRewriter } from './message-rewriter.js';
 
 /** What receiving a message needs from the relay. */
@@ -22,6 +23,10 @@ export interface ReceiveContext {
   arriving: AbortSignal;
   /** How the relay names the messages it sends (one per relay: it remembers sends whose outcome it could not know). */
   identities: MessageIdentities;
+  /** The relay's `maxRecipients`, which also bounds the ways the headers may spell their recipients. */
+  maxRecipients: number;
+  /** The relay's `maxMessageSize` (SIZE), applied to the message with CRLF line ends. */
+  maxMessageSize: number;
 }
 
 /** A message handed on. */
@@ -34,6 +39,8 @@ export interface ReceivedMessage {
   size: number;
   /** Recipients written into the Bcc field (envelope-only recipients). */
   addedBcc: number;
+  /** Its identity, to settle again if its client never reads the reply (see `MessageIdentities.settle`). */
+  identity: MessageIdentity;
 }
 
 /**
@@ -58,16 +65,22 @@ export async function receiveMessage(
   sender: MessageSender,
   context: ReceiveContext,
 ): Promise<ReceivedMessage> {
-  const rcptTo = session.envelope.rcptTo.map((r) => r.address);
+  const rcptTo = envelopeRecipients(session);
   let plan: EnvelopePlan | undefined;
-  const rewriter = new MessageRewriter(
+  const rewriter: MessageRewriter = new MessageRewriter(
     (head) => {
-      plan = planEnvelope(head, rcptTo);
+      plan = planEnvelope(head, rcptTo, { maxRecipients: context.maxRecipients });
       return plan.head;
     },
+    // SIZE bounds the message with CRLF line ends (RFC 1870), which is what is uploaded: one of bare LF
+    // lines within SIZE on the wire may be over it, and is refused here, before the service is asked.
     () =>
-      stream.sizeExceeded
-        ? new EmlApiError('EMESSAGE', 'The message is larger than SIZE', { permanent: true })
+      stream.sizeExceeded || rewriter.size > context.maxMessageSize
+        ? new EmlApiError(
+            'EMESSAGE',
+            `The message is larger than SIZE (${context.maxMessageSize} bytes, counted with CRLF line ends)`,
+            { permanent: true, responseCode: 413 },
+          )
         : undefined,
   );
   stream.pipe(rewriter);
@@ -105,6 +118,7 @@ export async function receiveMessage(
   const { addedBcc } = plan!;
   const envelope = { from: session.envelope.mailFrom ? session.envelope.mailFrom.address : '', to: rcptTo };
   const identity = context.identities.identify({
+    secret: sender.identitySecret,
     envelope,
     digest: rewriter.digest(),
     hasMessageId: plan!.messageId !== undefined,
@@ -124,7 +138,7 @@ export async function receiveMessage(
       sender,
       context.signal,
     );
-    return { id: receipt.id, messageId, size: spooled.size, addedBcc: addedBcc.length };
+    return { id: receipt.id, messageId, size: spooled.size, addedBcc: addedBcc.length, identity };
   } catch (err) {
     failure = err;
     throw err;

@@ -1,6 +1,6 @@
-import { findForbiddenCharacter, isValidAddress } from '../protocol/address-rules.js';
-import { EmlApiError } from '../shared/eml-api-error.js';
 import { addressKey } from './address-key.js';
+import { readAddressList, shown, unreadable } from './address-list-reader.js';
+import { disagreeingReader } from './service-address-readers.js';
 
 /**
  * The relay reads a message's header section strictly, because the service
@@ -33,6 +33,14 @@ export interface RelayHeaders {
   fields: RelayHeaderField[];
   /** The To, Cc and Bcc recipients, in order, each once (as {@link addressKey} compares them). */
   recipients: string[];
+  /**
+   * How many ways the To, Cc and Bcc fields spell their recipients: distinct
+   * addresses as written (`Ann@x` and `ann@x` are two). The relay compares
+   * spellings as {@link addressKey} does, and the service may compare them
+   * more strictly, so this, not `recipients.length`, bounds the copies the
+   * service might make.
+   */
+  spellings: number;
   /** The first address of the first From field, or false. */
   from: string | false;
   /** The first non-empty Message-ID field, or undefined. */
@@ -43,9 +51,6 @@ export interface RelayHeaders {
 
 /** The fields whose addresses the service sends to. */
 const RECIPIENT_FIELDS = new Set(['to', 'cc', 'bcc']);
-
-/** Characters of a value quoted in an error. */
-const SHOWN = 60;
 
 /**
  * Reads a header section the way the relay trusts: every line is a field
@@ -63,13 +68,17 @@ export function readRelayHeaders(head: Buffer): RelayHeaders {
   const fields = splitFields(head);
   const recipients: string[] = [];
   const seen = new Set<string>();
+  const spellings = new Set<string>();
   let from: string | false = false;
   let messageId: string | undefined;
   let hasDate = false;
   for (const field of fields) {
     const name = field.name.toLowerCase();
     if (RECIPIENT_FIELDS.has(name)) {
-      for (const address of readAddressList(field.value, field.name)) {
+      const addresses = readAddressList(field.value, field.name);
+      crossCheck(field, addresses);
+      for (const address of addresses) {
+        spellings.add(address);
         const key = addressKey(address);
         if (!seen.has(key)) {
           seen.add(key);
@@ -84,7 +93,21 @@ export function readRelayHeaders(head: Buffer): RelayHeaders {
       hasDate = true;
     }
   }
-  return { fields, recipients, from, messageId, hasDate };
+  return { fields, recipients, spellings: spellings.size, from, messageId, hasDate };
+}
+
+/**
+ * Refuses a To, Cc or Bcc field that a parser of the service's side reads
+ * otherwise than the relay (see {@link disagreeingReader}): a second opinion
+ * behind the strict grammar below, which is what makes the readings agree.
+ */
+function crossCheck(field: RelayHeaderField, addresses: readonly string[]): void {
+  const other = disagreeingReader(field.value, addresses);
+  if (!other) return;
+  const theirs = other.read.map((a) => a || '(no address)').join(', ');
+  throw unreadable(
+    `the ${field.name} header reads otherwise to ${other.reader}: ${shown(theirs)} where the relay reads ${shown(addresses.join(', '))}`,
+  );
 }
 
 /** The fields of a header section; a line that is neither a field nor a continuation is refused. */
@@ -143,236 +166,6 @@ function fieldColon(line: string): number | undefined {
   return line[i] === ':' ? i : undefined;
 }
 
-/** Characters that end an atom (RFC 5322 specials and white space). */
-const SPECIALS = '()<>[]:;@\\,."\t ';
-
-/** Characters that end a domain written as labels: the specials but the dot. */
-const DOMAIN_END = SPECIALS.replace('.', '');
-
-/**
- * Reads one address list (a To, Cc or Bcc value) as the relay trusts it:
- * addresses (`a@x`), display names with an address in angle brackets
- * (`Ann <a@x>`, `"Doe, Ann" <a@x>`, `=?utf-8?B?...?= <a@x>`), groups
- * (`Team: a@x, b@x;`, `undisclosed-recipients:;`), comments beside an address,
- * and `,` or `;` between entries. Refused, because parsers read them
- * differently: an entry without an address (a name alone, a comment alone,
- * `<>`), an encoded word (RFC 2047) anywhere but in a display name before an
- * address (mailparser reads a Base64 word standing alone as the addresses it
- * holds), a group in a group, a source route, and an address that is not
- * valid.
- *
- * @param value the unfolded field value
- * @param field the field's name, for the error
- * @returns the addresses, in order
- * @throws {EmlApiError} `EMESSAGE` (permanent) naming the field and the entry
- * @example
- * readAddressList('"Doe, Ann" <ann@x.test>, Team: bob@x.test;', 'To'); // ['ann@x.test', 'bob@x.test']
- */
-export function readAddressList(value: string, field: string): string[] {
-  return new AddressListReader(value, field).read();
-}
-
-class AddressListReader {
-  readonly #text: string;
-  readonly #field: string;
-  #at = 0;
-  readonly #out: string[] = [];
-
-  constructor(text: string, field: string) {
-    this.#text = text;
-    this.#field = field;
-  }
-
-  read(): string[] {
-    const bad = findForbiddenCharacter(this.#text, { allowTab: true });
-    if (bad) throw this.#refuse(`holds ${bad.what}`);
-    let inGroup = false;
-    for (;;) {
-      this.#skipSpace();
-      if (this.#at >= this.#text.length) break;
-      const ch = this.#text[this.#at]!;
-      if (ch === ',' || (ch === ';' && !inGroup)) {
-        this.#at++;
-        continue;
-      }
-      if (ch === ';') {
-        this.#at++;
-        inGroup = false;
-        continue;
-      }
-      const group = this.#entry(inGroup);
-      if (group) inGroup = true;
-    }
-    return this.#out;
-  }
-
-  /** Reads one entry; @returns true when it opened a group. */
-  #entry(inGroup: boolean): boolean {
-    const start = this.#at;
-    const { phrase, comments } = this.#phrase();
-    const ch = this.#text[this.#at];
-    if (ch === '<') {
-      this.#angleAddress(start);
-    } else if (ch === '@') {
-      this.#addrSpec(start, phrase);
-    } else if (ch === ':') {
-      if (inGroup) throw this.#refuse(`has a group inside a group: ${this.#shownFrom(start)}`);
-      if (phrase.encoded) throw this.#encoded(start);
-      if (phrase.text === '') throw this.#refuse(`has a group without a name: ${this.#shownFrom(start)}`);
-      this.#at++;
-      return true;
-    } else if (phrase.text !== '' || comments) {
-      // A name (or a comment) and no address: some parsers take it for one, mailparser decodes a Base64 word into several.
-      if (phrase.encoded || comments) throw this.#encoded(start);
-      throw this.#refuse(`has an entry with no address: ${this.#shownFrom(start)}`);
-    } else {
-      throw this.#refuse(`has ${shown(ch ?? '')} where an entry should start: ${this.#shownFrom(start)}`);
-    }
-    this.#trailer(start);
-    return false;
-  }
-
-  /** Words before `<`, `@` or `:` (atoms, dots, quoted strings, encoded words; comments skipped), and what they held. */
-  #phrase(): { phrase: { text: string; encoded: boolean }; comments: boolean } {
-    const words: string[] = [];
-    let encoded = false;
-    let comments = false;
-    for (;;) {
-      this.#skipSpace();
-      const ch = this.#text[this.#at];
-      if (ch === undefined || ch === '<' || ch === '@' || ch === ':' || ch === ',' || ch === ';') break;
-      if (ch === '(') {
-        this.#comment();
-        comments = true;
-      } else if (ch === '"') {
-        const quoted = this.#quoted();
-        if (quoted.includes('=?')) encoded = true;
-        words.push(quoted);
-      } else if (ch === '.') {
-        this.#at++;
-        words.push('.');
-      } else if (SPECIALS.includes(ch)) {
-        throw this.#refuse(`has ${shown(ch)} out of place: ${this.#shownFrom(this.#at)}`);
-      } else {
-        const atom = this.#atom();
-        if (atom.includes('=?')) encoded = true;
-        words.push(atom);
-      }
-    }
-    return { phrase: { text: words.join(' '), encoded }, comments };
-  }
-
-  /** `<addr-spec>`, white space allowed inside the brackets. */
-  #angleAddress(start: number): void {
-    this.#at++;
-    this.#skipSpace();
-    const from = this.#at;
-    const close = this.#text.indexOf('>', from);
-    if (close === -1) throw this.#refuse(`has an unclosed <: ${this.#shownFrom(start)}`);
-    const inner = this.#text.slice(from, close).trim();
-    if (inner === '') throw this.#refuse(`has an entry with no address: ${this.#shownFrom(start)}`);
-    if (inner.startsWith('@')) throw this.#refuse(`has a source route (obsolete): ${this.#shownFrom(start)}`);
-    this.#push(inner, start);
-    this.#at = close + 1;
-  }
-
-  /** `local@domain` where the phrase just read is the local part. */
-  #addrSpec(start: number, local: { encoded: boolean }): void {
-    const written = this.#text.slice(start, this.#at).trimStart();
-    // The local part: one atom (dots allowed) or one quoted string, written without white space (a fold
-    // inside an address leaves one, which parsers keep or drop) or comments.
-    if (written === '' || /[\s()]/.test(written.replace(/"(?:[^"\\]|\\.)*"/g, '""'))) {
-      throw this.#refuse(`has an address that is not one addr-spec: ${this.#shownFrom(start)}`);
-    }
-    if (local.encoded) throw this.#encoded(start);
-    this.#at++;
-    const from = this.#at;
-    if (this.#text[this.#at] === '[') {
-      const close = this.#text.indexOf(']', this.#at);
-      if (close === -1) throw this.#refuse(`has an unclosed [: ${this.#shownFrom(start)}`);
-      this.#at = close + 1;
-    } else {
-      while (this.#at < this.#text.length && !DOMAIN_END.includes(this.#text[this.#at]!)) this.#at++;
-    }
-    this.#push(`${written}@${this.#text.slice(from, this.#at)}`, start);
-  }
-
-  /** After an address: comments and white space, then a separator or the end. */
-  #trailer(start: number): void {
-    for (;;) {
-      this.#skipSpace();
-      const ch = this.#text[this.#at];
-      if (ch === undefined || ch === ',' || ch === ';') return;
-      if (ch !== '(') throw this.#refuse(`has more after an address: ${this.#shownFrom(start)}`);
-      this.#comment();
-    }
-  }
-
-  #push(address: string, start: number): void {
-    if (address.includes('=?')) throw this.#encoded(start);
-    if (address.includes('\uFFFD'))
-      throw this.#refuse(`has an address that is not valid UTF-8: ${this.#shownFrom(start)}`);
-    if (!isValidAddress(address)) throw this.#refuse(`has an address that is not valid: ${shown(address)}`);
-    // Parsers trim a quoted local part, or drop its quotes, when it starts or ends with white space.
-    if (address.startsWith('"') && /^"[ \t]|[ \t]"@|\t/.test(address)) {
-      throw this.#refuse(`has a quoted local part with white space at its ends or a tab: ${shown(address)}`);
-    }
-    this.#out.push(address);
-  }
-
-  #atom(): string {
-    const from = this.#at;
-    while (this.#at < this.#text.length && !SPECIALS.includes(this.#text[this.#at]!)) this.#at++;
-    return this.#text.slice(from, this.#at);
-  }
-
-  /** A quoted string, quotes included; a backslash escapes the next character. */
-  #quoted(): string {
-    const from = this.#at++;
-    while (this.#at < this.#text.length) {
-      const ch = this.#text[this.#at++];
-      if (ch === '\\') this.#at++;
-      else if (ch === '"') return this.#text.slice(from, this.#at);
-    }
-    throw this.#refuse(`has an unclosed quoted string: ${this.#shownFrom(from)}`);
-  }
-
-  /**
-   * Skips a comment, nested comments and escapes included. A comment is read
-   * only beside an address: an entry that is a comment alone is refused, as
-   * parsers read one as a name or as an address.
-   */
-  #comment(): void {
-    const from = this.#at;
-    let depth = 0;
-    while (this.#at < this.#text.length) {
-      const ch = this.#text[this.#at++];
-      if (ch === '\\') this.#at++;
-      else if (ch === '(') depth++;
-      else if (ch === ')' && --depth === 0) return;
-    }
-    throw this.#refuse(`has an unclosed comment: ${this.#shownFrom(from)}`);
-  }
-
-  #skipSpace(): void {
-    while (this.#text[this.#at] === ' ' || this.#text[this.#at] === '\t') this.#at++;
-  }
-
-  #shownFrom(start: number): string {
-    return shown(this.#text.slice(start));
-  }
-
-  #encoded(start: number): EmlApiError {
-    return this.#refuse(
-      `has an encoded word (RFC 2047) or a comment where an address must be, which the service may read as addresses: ${this.#shownFrom(start)}`,
-    );
-  }
-
-  #refuse(problem: string): EmlApiError {
-    return unreadable(`the ${this.#field} header ${problem}`);
-  }
-}
-
 /** The first address of a From value, read leniently: the service checks From itself. */
 function firstAddress(value: string): string | false {
   try {
@@ -380,16 +173,4 @@ function firstAddress(value: string): string | false {
   } catch {
     return false;
   }
-}
-
-function shown(text: string): string {
-  return JSON.stringify(text.length > SHOWN ? `${text.slice(0, SHOWN)}…` : text);
-}
-
-function unreadable(problem: string): EmlApiError {
-  return new EmlApiError(
-    'EMESSAGE',
-    `The relay cannot read the message's recipients for certain (${problem}); the service might read others from it`,
-    { command: 'DATA', permanent: true },
-  );
 }

@@ -60,7 +60,9 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    * that may send without AUTH, with the relay's `apiKey` (Postfix's
    * `permit_mynetworks`). Ignored without `apiKey`. Behind a sidecar that
    * forwards from loopback (`127.0.0.6`), loopback is every client: narrow it,
-   * e.g. to `['127.0.0.1/32']`, or to `[]`.
+   * e.g. to `['127.0.0.1/32']`, or to `[]`. Entries match their own address
+   * family: `::/0` is every IPv6 client, not the IPv4 ones (an IPv4-mapped
+   * entry, `::ffff:10.0.0.0/104`, is the IPv4 network `10.0.0.0/8`).
    * @default ['127.0.0.0/8', '::1/128'] (loopback)
    * @example
    * allowUnauthenticatedFrom: ['10.0.0.0/8']
@@ -209,6 +211,34 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    * authFailureWindow: 3_600_000
    */
   authFailureWindow?: number;
+  /**
+   * Milliseconds a client of an implicit TLS listener (`tls.implicit`) has
+   * to complete its TLS handshake before the socket is closed. smtp-server
+   * would give it the idle timeout; a socket in its handshake has no session
+   * yet, so nothing else times it. Sockets count against
+   * `maxClientsPerAddress` from the moment they are accepted, handshake
+   * included.
+   * @default 10000
+   * @example
+   * tlsHandshakeTimeout: 30_000 // clients over slow satellite links
+   */
+  tlsHandshakeTimeout?: number;
+  /**
+   * The addresses of proxies in front of the relay (HAProxy with
+   * `send-proxy`, stunnel with `protocol = proxy`, a load balancer) that
+   * open each connection with a PROXY protocol v1 header naming the client:
+   * the relay then takes the client's address from the header, for
+   * `allowUnauthenticatedFrom`, `trustedNetworks` and the per-address limits.
+   * Without it, a proxy or TLS terminator on the relay's machine makes every
+   * client a loopback one: allowed without AUTH and exempt from the
+   * per-address limits by default. Exact addresses, not networks (a host
+   * listed here can claim any client address); connections from them must
+   * send the header, others must not. `tlsHandshakeTimeout` bounds the wait for it.
+   * @default [] (no proxy)
+   * @example
+   * proxyProtocol: ['127.0.0.1'] // HAProxy on this machine, `server relay 127.0.0.1:2525 send-proxy`
+   */
+  proxyProtocol?: string[];
   /**
    * The name the relay greets with (`220 <name> ESMTP`).
    * @default os.hostname()

@@ -7,6 +7,7 @@ import type {
 } from 'smtp-server';
 import type { EmlApiClient } from '../client/eml-api-client.js';
 import { isValidAddress } from '../protocol/address-rules.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
 import type { KeyClient, KeyClients } from './key-clients.js';
 import type { MessageDestination, MessageSender } from './message-destination.js';
 import { MessageIdentities } from './message-identity.js';
@@ -17,7 +18,7 @@ import { redact } from '../http/redact.js';
 import { SignalFanout } from '../http/signal-fanout.js';
 import { AuthFailureBudget } from './auth-failures.js';
 import type { ClientSlots } from './client-slots.js';
-import { mailParameterRefusal, rcptParameterRefusal } from './mail-parameters.js';
+import { keepRcptSpelling, mailParameterRefusal, rcptParameterRefusal } from './mail-parameters.js';
 import { MAX_PASSWORD_LENGTH } from './relay-users.js';
 import {
   acceptedReply,
@@ -42,6 +43,8 @@ export interface RelayState {
   readonly keyClients: KeyClients;
   /** The client of the relay's own key, when it has one. */
   readonly relayClient: EmlApiClient | undefined;
+  /** The `identitySecret` of the relay's own key, when it has one. */
+  readonly relaySecret: Buffer | undefined;
   /** Whether a password is the relay's own key (compared in constant time; always false without one). */
   readonly isOwnKey: (password: string) => boolean;
   readonly destination: MessageDestination;
@@ -69,7 +72,13 @@ type Handlers = Required<
   Pick<SMTPServerOptions, 'onConnect' | 'onSecure' | 'onAuth' | 'onMailFrom' | 'onRcptTo' | 'onData' | 'onClose'>
 >;
 
+/** The one reply to credentials refused, whatever was wrong with them (the log says what). */
 const BAD_PASSWORD: SmtpReply = { code: 535, text: '5.7.8 Authentication credentials invalid' };
+
+const WRONG_PASSWORD: SmtpReply = {
+  code: 535,
+  text: '5.7.8 Authentication credentials invalid: not the password of this relay user',
+};
 
 const NOT_A_RELAY_USER: SmtpReply = {
   code: 535,
@@ -77,6 +86,9 @@ const NOT_A_RELAY_USER: SmtpReply = {
 };
 
 const SHUTTING_DOWN: SmtpReply = { code: 421, text: '4.3.2 The relay is shutting down, try again later' };
+
+/** How a send is settled whose client left before reading its 250: an outcome the client does not know. */
+const CLIENT_LEFT = new EmlApiError('ESTREAM', 'the client left before the reply', { permanent: false });
 
 /**
  * The smtp-server handlers of the relay: who may AUTH and send, the key a
@@ -144,18 +156,30 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         return refuse({ code: 504, text: '5.5.4 Unrecognized authentication type' });
       }
       const password = auth.password ?? '';
+      const started = Date.now();
       // A proxy or sidecar on trustedNetworks speaks for many clients: one of them guessing must not
       // lock the others out (Postfix exempts $mynetworks from its per-client limits the same way).
       const budgeted = !settings.trustedNetworks.includes(session.remoteAddress);
+      // The AUTH takes a slot of the address's budget now, before the service is asked: AUTHs sent at once
+      // on many connections would otherwise all pass the check before the first failed.
+      const attempt = budgeted ? authFailures.begin(session.remoteAddress) : undefined;
       const failed = (reply: SmtpReply, err?: unknown) => {
         // Wrong credentials count against the address; a service that could not tell (454) does not.
-        if (budgeted && reply.code === 535) authFailures.record(session.remoteAddress);
+        if (typeof attempt === 'object') attempt.end(reply.code === 535);
         state.authFailures++;
+        // Every refusal of credentials reads the same: which names are the relay's users, and why the service
+        // refused a key, are for the operator's log, not for a guesser (the reply told them apart).
+        const told = reply.code === 535 ? BAD_PASSWORD : reply;
         const final =
           state.authFailures >= MAX_AUTH_FAILURES
             ? { code: 421, text: '4.7.0 Too many failed authentications, closing the connection' }
-            : reply;
-        const where = { client: session.remoteAddress, session: session.id, reply: `${final.code} ${final.text}` };
+            : told;
+        const where = {
+          client: session.remoteAddress,
+          session: session.id,
+          reply: `${final.code} ${final.text}`,
+          ...(told === reply ? {} : { reason: reply.text }),
+        };
         if (err !== undefined && isInternalError(err)) {
           // The detail is for the operator; the password is taken out of it (it may quote what it failed on).
           const detail = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
@@ -167,50 +191,65 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
           logger.warn(where, 'AUTH refused');
         }
         // Answered after a pause, as Dovecot's auth_failure_delay: smtp-server reads no further command
-        // of the connection meanwhile, so a guesser gets one try per pause per connection.
-        if (settings.authFailureDelay === 0) return refuse(final);
-        setTimeout(() => refuse(final), settings.authFailureDelay).unref();
+        // of the connection meanwhile, so a guesser gets one try per pause per connection. The pause is
+        // counted from the AUTH, so that every refusal takes the same time, whatever was checked (a hash,
+        // the service) and however long that took, as long as it took less than the pause.
+        const wait = settings.authFailureDelay - (Date.now() - started);
+        if (wait <= 0) return refuse(final);
+        setTimeout(() => refuse(final), wait).unref();
       };
-      const wait = budgeted ? authFailures.retryAfter(session.remoteAddress) : 0;
-      if (wait > 0) {
+      if (typeof attempt === 'number') {
         return failed({
           code: 454,
-          text: `4.7.0 Too many failed authentications from your address, try again in ${Math.ceil(wait / 60_000)} minute(s)`,
+          text: `4.7.0 Too many failed authentications from your address, try again in ${Math.ceil(attempt / 60_000)} minute(s)`,
         });
       }
       if (password.length > MAX_PASSWORD_LENGTH) return failed(PASSWORD_TOO_LONG);
       const username = auth.username ?? '';
       const asRelay = () => {
         // Sends with the relay's key: onData falls back to it when the session holds no key client.
+        attempt?.end(false);
         release(state);
         const user: SMTPServerAuthenticationResponse['user'] = { username, key: 'relay' };
         logger.debug({ client: session.remoteAddress, session: session.id, key: 'relay' }, 'AUTH accepted');
         callback(null, { user });
       };
+      const withKey = () =>
+        keyClients.authenticate(password).then(
+          (held) => {
+            attempt?.end(false);
+            release(state);
+            state.held = held;
+            // The client left while its key was being checked: onClose has run already, so the hold
+            // is released here (a held client is never evicted, and would be kept until the relay stops).
+            if (state.closed) release(state);
+            const user: SMTPServerAuthenticationResponse['user'] = { username, key: held.id };
+            logger.debug({ client: session.remoteAddress, session: session.id, key: held.id }, 'AUTH accepted');
+            callback(null, { user });
+          },
+          (err: unknown) => failed(authFailureReply(err), err),
+        );
       if (settings.users?.has(username) || (storing && !relay.isOwnKey(password))) {
         // The relay's own users (a listed name is never tried as an API key); under `queue`, nobody else
         // but the relay's key: the outbox sends with the workers' key, so an API key proves nothing there.
         const users = settings.users;
         (users ? users.verify(username, password) : Promise.resolve(false)).then(
-          (ok) => (ok ? asRelay() : failed(storing && !users?.has(username) ? NOT_A_RELAY_USER : BAD_PASSWORD)),
+          (ok) => (ok ? asRelay() : failed(storing && !users?.has(username) ? NOT_A_RELAY_USER : WRONG_PASSWORD)),
           (err: unknown) => failed(authFailureReply(err), err),
         );
         return;
       }
       if (storing) return asRelay();
-      keyClients.authenticate(password).then(
-        (held) => {
-          release(state);
-          state.held = held;
-          // The client left while its key was being checked: onClose has run already, so the hold
-          // is released here (a held client is never evicted, and would be kept until the relay stops).
-          if (state.closed) release(state);
-          const user: SMTPServerAuthenticationResponse['user'] = { username, key: held.id };
-          logger.debug({ client: session.remoteAddress, session: session.id, key: held.id }, 'AUTH accepted');
-          callback(null, { user });
-        },
-        (err: unknown) => failed(authFailureReply(err), err),
-      );
+      if (settings.users) {
+        // A name that is not the relay's costs the hash a listed one does (a decoy) before its password is
+        // tried as an API key, so that the time of a refusal does not tell the relay's user names either.
+        settings.users.verify(username, password).then(
+          () => withKey(),
+          (err: unknown) => failed(authFailureReply(err), err),
+        );
+        return;
+      }
+      void withKey();
     },
     onMailFrom(address, session, callback) {
       const refusal = relay.closing()
@@ -231,7 +270,10 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
     onRcptTo(address, session, callback) {
       const refusal = rcptParameterRefusal(address, session);
       if (refusal) return callback(replyError(refusal));
-      if (isValidAddress(address.address)) return callback();
+      if (isValidAddress(address.address)) {
+        keepRcptSpelling(address, session);
+        return callback();
+      }
       callback(replyError({ code: 553, text: '5.1.3 The email service accepts no such address' }));
     },
     onData(stream: SMTPServerDataStream, session, callback) {
@@ -240,9 +282,9 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       const held = stateOf(session).held;
       const sender: MessageSender | undefined =
         session.user && held
-          ? { client: held.client, owner: 'client' }
-          : relay.relayClient
-            ? { client: relay.relayClient, owner: 'relay' }
+          ? { client: held.client, owner: 'client', identitySecret: held.identitySecret }
+          : relay.relayClient && relay.relaySecret
+            ? { client: relay.relayClient, owner: 'relay', identitySecret: relay.relaySecret }
             : undefined;
       if (!sender) {
         stream.resume();
@@ -265,9 +307,17 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         signal: aborted.signal,
         arriving: stopped.signal,
         identities,
+        maxRecipients: settings.maxRecipients,
+        maxMessageSize: settings.maxMessageSize,
       };
       const work = receiveMessage(stream, session, sender, context).then(
         (received) => {
+          if (stateOf(session).closed) {
+            // The client left before the 250, which it never reads: it will send the message again, which
+            // must keep this identity (as after a 451), or a message named by neither Message-ID nor
+            // Date would be delivered twice.
+            identities.settle(received.identity, CLIENT_LEFT);
+          }
           const reply = acceptedReply(received.id);
           logger.info(
             {

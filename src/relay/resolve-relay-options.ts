@@ -1,5 +1,6 @@
 import type { EmlApiQueueTransport } from '../queue/eml-api-queue-transport.js';
 import type { EmlApiQueueTransportOptions } from '../queue/queue-transport-options.js';
+import { isIP } from 'node:net';
 import { hostname as osHostname } from 'node:os';
 import type { SpoolSettings } from '../body/spool-options.js';
 import type { EmlApiClientOptions } from '../client/client-options.js';
@@ -38,6 +39,9 @@ export interface RelaySettings {
   authFailureDelay: number;
   maxAuthFailuresPerAddress: number;
   authFailureWindow: number;
+  tlsHandshakeTimeout: number;
+  /** Addresses of the proxies that speak the PROXY protocol (v1) to the relay; empty: none. */
+  proxyProtocol: readonly string[];
   hostname: string;
   maxKeys: number;
   logger: EmlApiLogger;
@@ -68,6 +72,8 @@ const RELAY_KEYS = [
   'authFailureDelay',
   'maxAuthFailuresPerAddress',
   'authFailureWindow',
+  'tlsHandshakeTimeout',
+  'proxyProtocol',
   'hostname',
   'maxKeys',
   'logger',
@@ -148,6 +154,8 @@ export function resolveRelayOptions(options: SmtpRelayOptions): {
     authFailureDelay: whole(o.authFailureDelay ?? 2_000, 'authFailureDelay', 0, 60_000),
     maxAuthFailuresPerAddress: whole(o.maxAuthFailuresPerAddress ?? 10, 'maxAuthFailuresPerAddress', 1, 100_000),
     authFailureWindow: whole(o.authFailureWindow ?? 600_000, 'authFailureWindow', 1_000, 24 * 3_600_000),
+    tlsHandshakeTimeout: whole(o.tlsHandshakeTimeout ?? 10_000, 'tlsHandshakeTimeout', 1, 600_000),
+    proxyProtocol: checkProxies(o.proxyProtocol),
     hostname: text(o.hostname ?? osHostname(), 'hostname'),
     maxKeys: whole(o.maxKeys ?? 100, 'maxKeys', 1, 100_000),
     logger: resolveLogger(o.logger as boolean | EmlApiLogger | undefined),
@@ -218,6 +226,22 @@ function checkQueue(value: unknown, apiKey: unknown): EmlApiQueueTransport | Eml
     );
   }
   return value as EmlApiQueueTransport | EmlApiQueueTransportOptions;
+}
+
+/**
+ * The `proxyProtocol` option: the proxies' own addresses, each one IP address
+ * (smtp-server matches a peer against them exactly; a network would let any
+ * host in it claim any client address).
+ */
+function checkProxies(value: unknown): readonly string[] {
+  if (value === undefined) return [];
+  if (!Array.isArray(value) || value.some((entry) => typeof entry !== 'string' || isIP(entry.trim()) === 0)) {
+    throw config(
+      'proxyProtocol',
+      'expected an array of IP addresses, the proxies that send a PROXY header (e.g. ["127.0.0.1"]), not networks',
+    );
+  }
+  return Object.freeze(value.map((entry: string) => entry.trim()));
 }
 
 /** The `users` option: they send with the relay's own key, so there must be one. */

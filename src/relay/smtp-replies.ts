@@ -40,6 +40,7 @@ export function acceptedReply(id: string | undefined): SmtpReply {
  * | 5xx | `451 4.3.0` |
  * | the relay is shutting down | `451 4.3.2` |
  * | a message that could not be read (permanent) | `554 5.6.0` |
+ * | a message over SIZE with its line ends CRLF (`EMESSAGE` with 413) | `552 5.3.4` |
  * | the relay's spool could not store it (`ESTREAM`: disk full...) | `451 4.3.0` |
  * | anything else | `451 4.3.0` |
  *
@@ -67,6 +68,7 @@ export function failureReply(err: unknown, owner: KeyOwner): SmtpReply {
     case 'EABORT':
       return { code: 451, text: `4.3.2 The relay is shutting down, try again later: ${why}` };
     case 'EMESSAGE':
+      if (status === 413) return { code: 552, text: `5.3.4 ${why}` };
       return err.permanent
         ? { code: 554, text: `5.6.0 The message cannot be sent: ${why}` }
         : { code: 451, text: `4.3.0 Local error in processing: ${why}` };

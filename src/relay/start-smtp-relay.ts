@@ -6,6 +6,7 @@ import { isLoopbackAddress } from './client-address-list.js';
 import { ClientSlots } from './client-slots.js';
 import { KeyClients } from './key-clients.js';
 import { keepCommandLines } from './mail-parameters.js';
+import { identitySecret } from './message-identity.js';
 import { directDestination } from './message-destination.js';
 import { keepOwnStatusCodes } from './own-status-codes.js';
 import { greetPromptly } from './prompt-greeting.js';
@@ -143,6 +144,7 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
       settings,
       keyClients,
       relayClient,
+      relaySecret: apiKey === undefined ? undefined : identitySecret(apiKey),
       isOwnKey: apiKey === undefined ? () => false : secretMatcher(apiKey),
       destination,
       slots,
@@ -173,6 +175,7 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
     maxClients: settings.maxClients,
     socketTimeout: settings.idleTimeout,
     disableReverseLookup: true,
+    useProxy: settings.proxyProtocol.length > 0 ? [...settings.proxyProtocol] : false,
     hideENHANCEDSTATUSCODES: false,
     ...handlers,
   });

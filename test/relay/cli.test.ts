@@ -67,6 +67,7 @@ describe('eml-api relay', () => {
     [['--max-size', 'big'], /--max-size/],
     [['--users', '/nonexistent/users'], /--users: cannot read \/nonexistent\/users/],
     [['--auth-failure-delay', '61'], /--auth-failure-delay: expected 0-60/],
+    [['--tls-handshake-timeout', '0'], /--tls-handshake-timeout: expected 1-600/],
     [['--trusted', 'sidecar'], /trustedNetworks: "sidecar" is not an IP address/],
   ])('%j is a usage error (exit 2)', async (args, message) => {
     const run = cli(['--url', emu.url, '--port', '0', ...args]);

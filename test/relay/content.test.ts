@@ -5,6 +5,7 @@
  * is refused, never dropped), and the identity of a message (a retry after
  * an ambiguous `451` is not delivered twice).
  */
+import { createHash } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
@@ -96,6 +97,50 @@ describe('bare line ends (smtpd_forbid_bare_newline = normalize)', () => {
     expect(message.raw.toString('latin1')).toBe(
       `${lines.join('\r\n')}\r\nBcc: audit@example.test\r\n\r\nline one\r\nline two\r\n`,
     );
+  });
+
+  it('SIZE counts the message with CRLF line ends: one of bare LF lines within SIZE on the wire but over it so is refused 552 5.3.4 during DATA, nothing sent', async () => {
+    const small = await startSmtpRelay({
+      baseUrl: emu.url,
+      apiKey: emu.apiKey,
+      port: 0,
+      retries: false,
+      maxMessageSize: 2_000,
+    });
+    try {
+      /** A message of `total` bytes with CRLF line ends, its body lines ended by `eol`. */
+      const sized = (id: string, total: number, eol: string) => {
+        const head = `From: shop@example.test\r\nTo: ann@example.test\r\nSubject: ${id}\r\nMessage-ID: <${id}@example.test>\r\n\r\n`;
+        const lines = Math.floor((total - head.length) / 20);
+        const last = total - head.length - lines * 20;
+        const body =
+          `${'x'.repeat(18)}${eol}`.repeat(lines) + 'y'.repeat(Math.max(0, last - 2)) + (last >= 2 ? '\r\n' : '');
+        return `${head}${body}`;
+      };
+      const sendRaw = async (message: string) => {
+        const dialog = await openData(['ann@example.test'], small.port);
+        dialog.write(`${message}.\r\n`);
+        return dialog.reply();
+      };
+      // Exactly SIZE with CRLF lines, whether sent with CRLF or bare LF: accepted.
+      expect((await sendRaw(sized('size-crlf', 2_000, '\r\n'))).code).toBe(250);
+      const crlf = (text: string) => Buffer.byteLength(text.replace(/\r?\n/g, '\r\n'));
+      expect(crlf(sized('size-crlf', 2_000, '\r\n'))).toBe(2_000);
+      const lf = sized('size-lf', 2_000, '\n');
+      expect([Buffer.byteLength(lf) < 2_000, crlf(lf)]).toEqual([true, 2_000]);
+      expect((await sendRaw(lf)).code).toBe(250);
+      // Bare LF lines, under 2,000 bytes on the wire, over it once CRLF: refused, the service never asked.
+      const over = sized('size-lf-over', 2_048, '\n');
+      expect(Buffer.byteLength(over)).toBeLessThan(2_000);
+      const reply = await sendRaw(over);
+      expect(reply.code).toBe(552);
+      expect(reply.text).toMatch(
+        /^5\.3\.4 The message is larger than SIZE \(2000 bytes, counted with CRLF line ends\)/,
+      );
+      expect(emu.messages().some((m) => m.subject === 'size-lf-over')).toBe(false);
+    } finally {
+      await small.close();
+    }
   });
 
   it('a bare CR in a header is a line break for the service too: the field after it is read as a field', async () => {
@@ -251,11 +296,65 @@ describe('an ambiguous 451 is not a duplicate later', () => {
     expect(copy!.raw.toString()).toBe(message.replace('\r\n\r\n', `\r\nMessage-ID: ${copy!.messageId}\r\n\r\n`));
   });
 
+  it('a message without Message-ID or Date whose client left before the 250 (it never read it) is delivered once when retried', async () => {
+    const subject = 'reply never read';
+    emu.setFaults({ latencyMs: 500 });
+    try {
+      // The client writes the message and goes (its own timeout) while the service takes its time.
+      const dialog = await openData(['ops@example.test']);
+      dialog.write(`${bare(subject, '')}.\r\n`);
+      dialog.close();
+      await waitFor(() => sent(subject).length === 1);
+    } finally {
+      emu.setFaults(undefined);
+    }
+    const first = sent(subject)[0]!;
+    const retry = await send(relay.port, bare(subject, ''));
+    expect(retry.code).toBe(250);
+    expect(retry.text).toBe(`2.0.0 Ok: ${first.id}`);
+    expect(copies(subject)).toHaveLength(1);
+  });
+
   it('a message without Message-ID or Date sent again after a 250 (an hourly alert) is delivered again, under a new Message-ID', async () => {
     const subject = 'disk almost full';
     expect((await send(relay.port, bare(subject, ''))).code).toBe(250);
     expect((await send(relay.port, bare(subject, ''))).code).toBe(250);
     expect(copies(subject)).toHaveLength(2);
     expect(new Set(copies(subject).map((c) => c.messageId)).size).toBe(2);
+  });
+});
+
+describe('the Message-ID the relay adds tells a recipient nothing of the hidden recipients', () => {
+  /** The relay's identity as it was computed once: SHA-256 of length-prefixed parts, keyed by nothing. */
+  const unkeyed = (label: string, ...parts: string[]) => {
+    const h = createHash('sha256').update(label);
+    for (const part of parts) h.update(`\0${Buffer.byteLength(part)}:${part}`);
+    return h.digest('hex');
+  };
+
+  it('a To recipient rebuilding it from what it received and a guessed Bcc cannot confirm the guess', async () => {
+    const message =
+      'From: Payroll <payroll@example.test>\r\nTo: alice@example.test\r\nSubject: Your salary review\r\n' +
+      'Date: Mon, 23 Nov 2026 10:00:00 +0000\r\n\r\nHi Alice, see attached.\r\n';
+    const { dialog } = await SmtpDialog.open(relay.port);
+    opened.push(dialog);
+    await dialog.command('EHLO client.example');
+    expect((await dialog.command('MAIL FROM:<payroll@example.test>')).code).toBe(250);
+    expect((await dialog.command('RCPT TO:<alice@example.test>')).code).toBe(250);
+    expect((await dialog.command('RCPT TO:<lawyer@example.test>')).code).toBe(250);
+    expect((await dialog.data(message)).code).toBe(250);
+    const [copy] = emu.mailbox('alice@example.test').filter((c) => c.subject === 'Your salary review');
+    const raw = copy!.raw.toString('latin1');
+    expect(raw).not.toContain('lawyer');
+    const added = /^Message-ID: <([0-9a-f]{32})\.eml-api-relay@example\.test>$/m.exec(raw)![1];
+    // What Alice can rebuild: the bytes uploaded are hers, less the Message-ID, plus the Bcc field she guesses.
+    const [head, body] = raw.split('\r\n\r\n');
+    const withoutId = head!.replace(/\r\nMessage-ID: [^\r]*/, '');
+    for (const guess of ['hr@example.test', 'lawyer@example.test']) {
+      const uploaded = `${withoutId}\r\nBcc: ${guess}\r\n\r\n${body}`;
+      const digest = createHash('sha256').update(uploaded).digest('hex');
+      const fingerprint = unkeyed('fingerprint', 'payroll@example.test', 'alice@example.test', guess, digest);
+      expect(unkeyed('identity', fingerprint, '').slice(0, 32)).not.toBe(added);
+    }
   });
 });

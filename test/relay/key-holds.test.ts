@@ -32,6 +32,7 @@ describe('key clients held by sessions', () => {
       settings,
       keyClients,
       relayClient: undefined,
+      relaySecret: undefined,
       isOwnKey: () => false,
       destination: directDestination(),
       slots: new ClientSlots(settings),

@@ -5,14 +5,18 @@
  * take different loopback addresses (127.0.0.2, 127.0.0.3...) to stand for
  * different hosts; loopback is trusted (exempt) only where a test says so.
  */
+import { connect as netConnect, type AddressInfo, type Socket } from 'node:net';
 import nodemailer from 'nodemailer';
+import { SMTPServer } from 'smtp-server';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { startSmtpRelay, type SmtpRelay, type SmtpRelayOptions } from '../../src/relay/index.js';
-import { SmtpDialog } from './relay-harness.js';
+import { waitFor } from '../helpers/async.js';
+import { SmtpDialog, testTls } from './relay-harness.js';
 
 let emu: Emulator;
 const opened: SmtpDialog[] = [];
+const silentSockets: Socket[] = [];
 const relays: SmtpRelay[] = [];
 
 beforeAll(async () => {
@@ -20,6 +24,7 @@ beforeAll(async () => {
 });
 afterEach(() => {
   for (const dialog of opened.splice(0)) dialog.close();
+  for (const socket of silentSockets.splice(0)) socket.destroy();
 });
 afterAll(async () => {
   await Promise.all(relays.map((r) => r.close()));
@@ -144,6 +149,202 @@ describe('DATA deadline and minimum rate (dataTimeout, minDataRate)', () => {
       expect((await send(dialog, 'slow-service')).code).toBe(250);
     } finally {
       emu.setFaults(undefined);
+    }
+  });
+});
+
+describe('implicit TLS: sockets in their handshake count against their address, and have a deadline', () => {
+  /** Opens a TCP connection from `localAddress` that never starts its TLS handshake; resolves once connected. */
+  async function silent(relay: SmtpRelay, localAddress: string): Promise<{ closed: Promise<unknown> }> {
+    const socket = netConnect({ port: relay.port, host: '127.0.0.1', localAddress });
+    socket.on('error', () => undefined);
+    silentSockets.push(socket);
+    const closed = new Promise((resolve) => socket.once('close', resolve));
+    await new Promise((resolve) => socket.once('connect', resolve));
+    return { closed };
+  }
+
+  it('one address opening silent TCP connections takes at most its share: a TLS client from another address is greeted', async () => {
+    // smtp-server keeps sockets in their handshake in one pool of maxClients (4) for all addresses.
+    const relay = await start({
+      tls: { ...testTls(), implicit: true },
+      maxClients: 4,
+      maxClientsPerAddress: 2,
+      trustedNetworks: ['127.0.0.1/32'],
+    });
+    const hogs = [];
+    for (let i = 0; i < 6; i++) hogs.push(await silent(relay, '127.0.0.61'));
+    const { dialog, greeting } = await SmtpDialog.open(relay.port, '127.0.0.1', {
+      implicitTls: true,
+      localAddress: '127.0.0.62',
+    });
+    opened.push(dialog);
+    expect(greeting.code).toBe(220);
+    expect((await send(dialog, 'tls-beside-hogs')).code).toBe(250);
+    // Past its 2, the address's sockets were closed at once.
+    await Promise.all(hogs.slice(2).map((hog) => hog.closed));
+  });
+
+  it('a socket that never completes its handshake is closed after tlsHandshakeTimeout, not the idle timeout', async () => {
+    const relay = await start({
+      tls: { ...testTls(), implicit: true },
+      idleTimeout: 300_000,
+      tlsHandshakeTimeout: 200,
+    });
+    await (
+      await silent(relay, '127.0.0.63')
+    ).closed;
+  });
+
+  it("smtp-server still keeps sockets in their handshake in _pendingSockets (the handshake deadline's hook)", () => {
+    const server = new SMTPServer({ secure: true, ...testTls(), logger: false });
+    expect((server as unknown as { _pendingSockets: unknown })._pendingSockets).toBeInstanceOf(Map);
+    expect(server.server.listeners('connection')).toHaveLength(1);
+  });
+});
+
+describe('deadlines on command lines and on sessions (a byte, or a NOOP, now and then holds no slot)', () => {
+  const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+  /** Writes `line` a byte every `every` ms, never ending it, until stopped. */
+  function dribble(dialog: SmtpDialog, line: string, every: number): () => void {
+    let at = 0;
+    const timer = setInterval(() => dialog.write(line[at++ % line.length]!), every);
+    return () => clearInterval(timer);
+  }
+
+  it('a command line written a byte at a time is cut off with 421 4.4.2 within the idle timeout of its first byte, though no byte is ever late', async () => {
+    const relay = await start({ idleTimeout: 300 });
+    const { dialog } = await connect(relay, '127.0.0.50');
+    const stop = dribble(dialog, `EHLO ${'a'.repeat(10_000)}`, 20);
+    try {
+      const cut = await dialog.reply();
+      expect(cut.code).toBe(421);
+      expect(cut.text).toMatch(/^4\.4\.2 The command line was not complete within 300 ms of its first byte/);
+    } finally {
+      stop();
+    }
+  });
+
+  it('two addresses dribbling command lines on every slot (maxClients 20, 10 per address) no longer hold them: under stress lines are cut, a new client gets in', async () => {
+    const relay = await start({
+      maxClients: 20,
+      maxClientsPerAddress: 10,
+      idleTimeout: 300_000,
+      stressIdleTimeout: 200,
+      trustedNetworks: ['127.0.0.1/32'],
+    });
+    const held: Awaited<ReturnType<typeof connect>>[] = [];
+    const stops = [];
+    try {
+      for (let i = 0; i < 20; i++) {
+        const client = await connect(relay, i < 10 ? '127.0.0.51' : '127.0.0.52');
+        expect(client.greeting.code).toBe(220);
+        held.push(client);
+        stops.push(dribble(client.dialog, `EHLO ${'a'.repeat(10_000)}`, 20));
+      }
+      // Every slot is taken (stress): lines are cut after the stress idle timeout, then a client from a third address gets in.
+      await waitFor(() => held.some(({ dialog }) => dialog.hasUnreadReply()));
+      let fresh = await connect(relay, '127.0.0.53');
+      for (let i = 0; i < 50 && fresh.greeting.code !== 220; i++) {
+        await sleep(20);
+        fresh = await connect(relay, '127.0.0.53');
+      }
+      expect(fresh.greeting.code).toBe(220);
+      expect((await send(fresh.dialog, 'after-dribblers')).code).toBe(250);
+      const cut = await Promise.all(
+        held.filter(({ dialog }) => dialog.hasUnreadReply()).map(({ dialog }) => dialog.reply()),
+      );
+      expect(cut.length).toBeGreaterThan(0);
+      for (const reply of cut) {
+        expect(reply.code).toBe(421);
+        expect(reply.text).toMatch(/^4\.4\.2 The command line was not complete within 200 ms of its first byte/);
+      }
+    } finally {
+      for (const stop of stops) stop();
+    }
+  });
+
+  it('under stress, a session that sends nothing but NOOPs and RSETs is closed with 421 4.4.2; those sending mail are not', async () => {
+    // Stress from 4 connections on: three send mail all along, the fourth only NOOP and RSET.
+    const relay = await start({ maxClients: 4, idleTimeout: 300_000, stressIdleTimeout: 300 });
+    const senders = [];
+    for (let i = 0; i < 3; i++) senders.push((await connect(relay, `127.0.0.${56 + i}`)).dialog);
+    for (const dialog of senders) expect((await dialog.command('EHLO client.example')).code).toBe(250);
+    const { dialog: idler } = await connect(relay, '127.0.0.59');
+    let done = false;
+    const sending = senders.map(async (dialog, k) => {
+      for (let i = 0; !done; i++) {
+        expect((await dialog.command('MAIL FROM:<app@example.test>')).code).toBe(250);
+        expect((await dialog.command('RCPT TO:<ann@example.test>')).code).toBe(250);
+        expect((await dialog.data(message(`busy-${k}-${i}`))).code).toBe(250);
+      }
+    });
+    let reply = await idler.command('EHLO client.example');
+    try {
+      for (let i = 0; i < 500 && reply.code === 250; i++) {
+        await sleep(20);
+        reply = await idler.command(i % 2 ? 'NOOP' : 'RSET');
+      }
+    } finally {
+      done = true;
+      await Promise.all(sending);
+    }
+    expect(reply.code).toBe(421);
+    expect(reply.text).toMatch(/^4\.4\.2 No mail sent within 300 ms \(no AUTH, MAIL, RCPT or message\)/);
+  });
+
+  it('not under stress, a session may take its time between commands (a NOOP keeps it, as before)', async () => {
+    const relay = await start({ idleTimeout: 300 });
+    const { dialog } = await connect(relay, '127.0.0.60');
+    expect((await dialog.command('EHLO client.example')).code).toBe(250);
+    for (let i = 0; i < 10; i++) {
+      await sleep(100);
+      expect((await dialog.command('NOOP')).code).toBe(250);
+    }
+  });
+
+  it('a session that sends mail keeps its connection: each transaction, and the time the service takes, restart the clock', async () => {
+    const relay = await start({ idleTimeout: 1_500 });
+    const { dialog } = await connect(relay, '127.0.0.55');
+    // The service takes longer than the idle timeout: the relay's time is not the client's.
+    emu.setFaults({ latencyMs: 2_000 });
+    try {
+      expect((await send(dialog, 'progress-slow-service')).code).toBe(250);
+    } finally {
+      emu.setFaults(undefined);
+    }
+    // Over 1.5 s of NOOPs in all, but never 1.5 s without a message.
+    for (let round = 0; round < 4; round++) {
+      for (let i = 0; i < 3; i++) {
+        expect((await dialog.command('NOOP')).code).toBe(250);
+        await sleep(150);
+      }
+      expect((await dialog.command('MAIL FROM:<app@example.test>')).code).toBe(250);
+      expect((await dialog.command('RCPT TO:<ann@example.test>')).code).toBe(250);
+      expect((await dialog.data(message(`progress-${round}`))).code).toBe(250);
+    }
+  });
+
+  it("smtp-server still has the internals the deadlines hook (a connection's parser, command dispatch, handler state)", async () => {
+    const server = new SMTPServer({ authOptional: true, disabledCommands: ['STARTTLS'], logger: false });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = server.server.address() as AddressInfo;
+      const { dialog, greeting } = await SmtpDialog.open(port);
+      expect(greeting.code).toBe(220);
+      const [connection] = [...server.connections] as unknown as Record<string, unknown>[];
+      const parser = connection!._parser as Record<string, unknown>;
+      expect(typeof parser._write).toBe('function');
+      expect(parser._dataMode).toBe(false);
+      expect(parser.isClosed).toBe(false);
+      expect(typeof connection!._createParser).toBe('function');
+      expect(typeof connection!._onCommand).toBe('function');
+      expect(connection!._handlerPending).toBe(false);
+      expect(connection!._dataStream).toBe(false);
+      expect(connection!._closing).toBe(false);
+      dialog.close();
+    } finally {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
     }
   });
 });

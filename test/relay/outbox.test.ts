@@ -5,6 +5,8 @@ import { EmlApiError } from '../../src/index.js';
 import { EmlApiQueueTransport, startEmlApiWorker } from '../../src/queue/index.js';
 import { hashRelayPassword, startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
 import { SmtpDialog } from './relay-harness.js';
+import { runCli } from '../../src/cli/run-cli.js';
+import { waitFor } from '../helpers/async.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
@@ -142,5 +144,75 @@ describe('the relay with the outbox', () => {
     expect(err).toBeInstanceOf(EmlApiError);
     expect(err).toMatchObject({ code: 'ECONFIG' });
     expect((err as Error).message).toContain("needs the relay's own apiKey");
+  });
+});
+
+describe('eml-api relay: store-and-forward is chosen with a flag, the Redis URL best given in REDIS_URL', () => {
+  /** Runs `eml-api relay` in this process until stopped; its output, and the port it listens on. */
+  async function relayCli(args: string[], env: Record<string, string>) {
+    let out = '';
+    const stop = new AbortController();
+    const exit = runCli(['relay', '--port', '0', '--url', emu.url, ...args], {
+      stdout: { write: (text: string) => (out += text) },
+      stderr: { write: (text: string) => (out += text) },
+      env: { EML_API_KEY: emu.apiKey, ...env },
+      signal: stop.signal,
+    });
+    await waitFor(() => /listening on/.test(out) || /eml-api:/.test(out), { timeout: 10_000 });
+    const port = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(out)?.[1]);
+    return { port, output: () => out, stop: async () => (stop.abort(), exit) };
+  }
+  const sendTo = (port: number, subject: string) =>
+    nodemailer
+      .createTransport({ host: '127.0.0.1', port, ignoreTLS: true })
+      .sendMail({ from: 'cron@host.example', to: 'ops@example.test', subject, text: 'x' });
+
+  it('--outbox stores in the Redis of REDIS_URL, and says so (the URL never on the command line)', async () => {
+    const queue = new EmlApiQueueTransport({ connection: redis.url });
+    try {
+      await queue.queue.obliterate({ force: true });
+      const run = await relayCli(['--outbox'], { REDIS_URL: redis.url });
+      const info = await sendTo(run.port, 'stored via REDIS_URL');
+      expect(info.response).toMatch(/^250 2\.0\.0 Ok: \S+/);
+      expect(await queue.queue.count()).toBe(1);
+      expect(emu.messages().some((m) => m.subject === 'stored via REDIS_URL')).toBe(false);
+      expect(await run.stop()).toBe(0);
+      expect(run.output()).toContain(`Mode: store-and-forward, each message is stored in the outbox at ${redis.url}`);
+    } finally {
+      await queue.close();
+    }
+  });
+
+  it('REDIS_URL alone does not switch the relay to store-and-forward: it runs direct, and says so', async () => {
+    const run = await relayCli([], { REDIS_URL: redis.url });
+    const info = await sendTo(run.port, 'direct despite REDIS_URL');
+    expect(info.response).toMatch(/^250 2\.0\.0 Ok: msg_/);
+    expect(emu.messages().some((m) => m.subject === 'direct despite REDIS_URL')).toBe(true);
+    expect(await run.stop()).toBe(0);
+    expect(run.output()).toContain('Mode: direct, each message is uploaded to the service before its 250');
+    expect(run.output()).toContain('REDIS_URL is set, but the relay runs direct');
+  });
+
+  it('--redis with a password warns that ps shows it, and no output repeats it', async () => {
+    const withPassword = redis.url.replace('redis://', 'redis://:s3cret-redis-pw@');
+    const run = await relayCli(['--redis', withPassword], {});
+    expect(await run.stop()).toBe(0);
+    expect(run.output()).toContain('warning: the --redis URL holds a password');
+    expect(run.output()).toContain(`Mode: store-and-forward, each message is stored in the outbox at ${redis.url}`);
+    expect(run.output().replace('redis://:s3cret', '')).not.toContain('s3cret-redis-pw');
+  });
+
+  it.each([
+    [['--outbox'], {}, /--outbox needs a Redis: set REDIS_URL/],
+    [['--queue', 'mail'], { REDIS_URL: 'redis://127.0.0.1:1' }, /--queue and --prefix name the outbox/],
+  ])('%j (env %j) is a usage error', async (args, env, message) => {
+    let err = '';
+    const code = await runCli(['relay', '--port', '0', '--url', emu.url, ...args], {
+      stdout: { write: () => true },
+      stderr: { write: (text: string) => (err += text) },
+      env: { EML_API_KEY: emu.apiKey, ...env },
+    });
+    expect(code).toBe(2);
+    expect(err).toMatch(message);
   });
 });

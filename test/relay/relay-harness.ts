@@ -42,10 +42,20 @@ export class SmtpDialog {
     this.#listen(socket);
   }
 
-  static async open(port: number, host = '127.0.0.1', options: { implicitTls?: boolean; localAddress?: string } = {}) {
+  /**
+   * Connects and reads the greeting. `proxyHeader` is written first, as a
+   * proxy speaking the PROXY protocol does (e.g. `PROXY TCP4 198.51.100.7 127.0.0.1 40000 2525`).
+   */
+  static async open(
+    port: number,
+    host = '127.0.0.1',
+    options: { implicitTls?: boolean; localAddress?: string; proxyHeader?: string } = {},
+  ) {
+    const local = options.localAddress ? { localAddress: options.localAddress } : {};
     const socket = options.implicitTls
-      ? tlsConnect({ port, host, ca: readFileSync(TEST_CERT), servername: 'localhost' })
-      : netConnect({ port, host, ...(options.localAddress ? { localAddress: options.localAddress } : {}) });
+      ? tlsConnect({ port, host, ca: readFileSync(TEST_CERT), servername: 'localhost', ...local })
+      : netConnect({ port, host, ...local });
+    if (options.proxyHeader !== undefined) socket.write(`${options.proxyHeader}\r\n`);
     const dialog = new SmtpDialog(socket);
     const greeting = await dialog.reply();
     return { dialog, greeting };

@@ -181,17 +181,23 @@ describe('250 means the service accepted it', () => {
     expect(annCopy!.raw.toString()).not.toContain('audit@example.test');
   });
 
-  it('matches an IDN domain written as xn-- in RCPT TO and in Unicode in the header (nothing added as Bcc)', async () => {
-    const reply = await send(
-      eml('idn', ['To: jörg@bücher.example']),
-      ['jörg@xn--bcher-kva.example'],
-      relay.port,
-      ' SMTPUTF8',
-    );
+  it('matches an IDN domain written the same way in RCPT TO and in the header (nothing added as Bcc)', async () => {
+    const reply = await send(eml('idn', ['To: jörg@bücher.example']), ['jörg@bücher.example'], relay.port, ' SMTPUTF8');
     expect(reply.code).toBe(250);
     const message = emu.messages().find((m) => m.messageId === '<idn@example.test>')!;
     expect(message.raw.toString()).not.toMatch(/^bcc:/im);
     expect(message.recipients).toEqual(['jörg@bücher.example']);
+  });
+
+  it('refuses an IDN domain written as xn-- in RCPT TO and in Unicode in the header: a spelling the service may keep apart', async () => {
+    const reply = await send(
+      eml('idn-mixed', ['To: jörg@bücher.example']),
+      ['jörg@xn--bcher-kva.example'],
+      relay.port,
+      ' SMTPUTF8',
+    );
+    expect(reply.code).toBe(550);
+    expect(reply.text).toMatch(/^5\.7\.1 .*not in RCPT TO: jörg@bücher\.example/);
   });
 
   it('a client retrying the same message (same bytes) is delivered once', async () => {

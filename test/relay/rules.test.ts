@@ -13,12 +13,14 @@ import { EmlApiError } from '../../src/index.js';
 import { parseAddressList } from '../../src/protocol/address-list.js';
 import { parseHeaderFields } from '../../src/protocol/header-fields.js';
 import { addressKey } from '../../src/relay/address-key.js';
-import { AuthFailureBudget } from '../../src/relay/auth-failures.js';
+import { AuthFailureBudget, type AuthAttempt } from '../../src/relay/auth-failures.js';
 import { hashRelayPassword, parseUsersFile, RelayUsers } from '../../src/relay/relay-users.js';
 import { ClientAddressList, clientKey, isLoopbackAddress } from '../../src/relay/client-address-list.js';
 import { planEnvelope, withMessageId } from '../../src/relay/envelope-plan.js';
-import { readAddressList, readRelayHeaders } from '../../src/relay/relay-headers.js';
-import { IDEMPOTENCY_WINDOW_MS, MessageIdentities } from '../../src/relay/message-identity.js';
+import { readAddressList } from '../../src/relay/address-list-reader.js';
+import { readRelayHeaders } from '../../src/relay/relay-headers.js';
+import { disagreeingReader, serviceAddressReaders } from '../../src/relay/service-address-readers.js';
+import { IDEMPOTENCY_WINDOW_MS, identitySecret, MessageIdentities } from '../../src/relay/message-identity.js';
 import { MessageRewriter } from '../../src/relay/message-rewriter.js';
 import {
   defaultMaxMessageSize,
@@ -32,18 +34,24 @@ import { thrownBy } from '../helpers/async.js';
 describe('addressKey', () => {
   it.each([
     ['Ann@Example.TEST', 'ann@example.test'],
-    ['"ann"@example.test', 'ann@example.test'],
-    ['"a\\"b"@example.test', 'a"b@example.test'],
-    ['jörg@Bücher.example', 'jörg@xn--bcher-kva.example'],
-    ['jörg@xn--bcher-kva.example', 'jörg@xn--bcher-kva.example'],
-    ['zoe\u0308@example.test', 'zoë@example.test'],
+    ['jörg@xn--BCHER-kva.example', 'jörg@xn--bcher-kva.example'],
     ['a@[192.0.2.1]', 'a@[192.0.2.1]'],
-  ])('%s compares as %s', (address, key) => {
+  ])('%s compares as %s (ASCII case aside)', (address, key) => {
     expect(addressKey(address)).toBe(addressKey(key));
   });
-  it('keeps different mailboxes apart', () => {
-    expect(addressKey('ann@example.test')).not.toBe(addressKey('ann@example.net'));
-    expect(addressKey('ann@example.test')).not.toBe(addressKey('anne@example.test'));
+  it.each([
+    ['ann@example.test', 'ann@example.net'],
+    ['ann@example.test', 'anne@example.test'],
+    // What the service may keep apart is kept apart: no quotes dropped, no IDNA, no Unicode folding.
+    ['"ann"@example.test', 'ann@example.test'],
+    ['jörg@bücher.example', 'jörg@xn--bcher-kva.example'],
+    ['victim@𝐞xample.test', 'victim@example.test'],
+    ['victim@ｅxample.test', 'victim@example.test'],
+    ['zoe\u0308@example.test', 'zoë@example.test'],
+    ['JÖRG@example.test', 'jörg@example.test'],
+    ['\u212Aim@example.test', 'kim@example.test'],
+  ])('keeps %s and %s apart', (a, b) => {
+    expect(addressKey(a)).not.toBe(addressKey(b));
   });
 });
 
@@ -114,6 +122,9 @@ describe('the strict header reading (fail closed)', () => {
     ['undisclosed-recipients:;', []],
     ['a@x.test; b@x.test,, ', ['a@x.test', 'b@x.test']],
     ['< a@[192.0.2.1] >', ['a@[192.0.2.1]']],
+    ['a@x.test (Sales team), Ann (desk 4) <b@x.test>', ['a@x.test', 'b@x.test']],
+    ['"Doe; Ann" <c@x.test>, G: "Doe, Bob" <d@x.test>;', ['c@x.test', 'd@x.test']],
+    ['"f g"@x.test, a@xn--bcher-kva.example', ['"f g"@x.test', 'a@xn--bcher-kva.example']],
   ])('reads %s', (value, addresses) => {
     expect(readAddressList(value, 'To')).toEqual(addresses);
   });
@@ -121,7 +132,22 @@ describe('the strict header reading (fail closed)', () => {
   it.each([
     ['Ann', /no address/],
     ['=?utf-8?B?PGFAeC50ZXN0Pg==?=', /encoded word/],
-    ['(a@x.test)', /encoded word \(RFC 2047\) or a comment/],
+    ['(a@x.test)', /comment holding "@"/],
+    ['(Ann)', /encoded word \(RFC 2047\) or a comment/],
+    ['a@x.test (c (d) <e@y.test>)', /comment holding "\("/],
+    ['a@x.test (\\) <e@y.test>)', /comment holding "\\\\"/],
+    ['(c (d) <e@y.test>) <a@x.test>', /comment holding "\("/],
+    ['a@x.test (x, y)', /comment holding ","/],
+    ['a@x.test (x; y)', /comment holding ";"/],
+    ['a@x.test ("x")', /comment holding "\\""/],
+    ['a@x.test (x:y)', /comment holding ":"/],
+    ['G: a@x.test (;<e@y.test>, <e2@y.test>) ;', /comment holding ";"/],
+    ['G: "x;<e@y.test>" <a@x.test>;', /quoted string holding ; inside a group/],
+    ['G: "a;b"@x.test;', /quoted string holding ; inside a group/],
+    ['"ann"@x.test', /quoted local part that needs no quotes/],
+    ['<"a.b"@x.test>', /quoted local part that needs no quotes/],
+    ['a@XN--bcher-kva.example', /xn-- prefix in capitals/],
+    ['a@sub.Xn--bcher-kva.example', /xn-- prefix in capitals/],
     ['=?utf-8?B?PGFAeC50ZXN0Pg==?=: b@x.test;', /encoded word/],
     ['=?utf-8?Q?a?=@x.test', /encoded word/],
     ['<=?utf-8?Q?a?=@x.test>', /encoded word/],
@@ -156,8 +182,29 @@ describe('the strict header reading (fail closed)', () => {
   });
 });
 
+describe("the service's address readers (a second reading of To, Cc and Bcc)", () => {
+  it("include the Nodemailer that mailparser bundles (the emulator's parser), which reads comments and groups its own way", () => {
+    expect(serviceAddressReaders().map((r) => r.name)).toContain("nodemailer 10.0.12 (mailparser's)");
+  });
+
+  it.each([
+    ['a@x.test (c (d) <evil@y.test>)', ['a@x.test'], ['evil@y.test']],
+    ['G: a@x.test (;<evil@y.test>, <e2@y.test>) ;', ['a@x.test'], ['a@x.test', 'evil@y.test', 'e2@y.test']],
+    ['G: "x;<evil@y.test>" <a@x.test>;', ['a@x.test'], ['', 'evil@y.test']],
+  ])('catch %s, were the grammar to let it through', (value, relayRead, theirs) => {
+    expect(disagreeingReader(value, relayRead)).toEqual({ reader: "nodemailer 10.0.12 (mailparser's)", read: theirs });
+  });
+
+  it('agree with what the relay reads, ASCII case aside', () => {
+    expect(disagreeingReader('Ann (desk 4) <ANN@x.test>, G: "f g"@x.test;', ['ann@x.test', '"f g"@x.test'])).toBe(
+      undefined,
+    );
+  });
+});
+
 describe('MessageIdentities', () => {
   const facts = (over: Partial<Parameters<MessageIdentities['identify']>[0]> = {}) => ({
+    secret: identitySecret('relay-test-key'),
     envelope: { from: 'cron@x.test', to: ['ops@x.test'] },
     digest: 'a'.repeat(64),
     hasMessageId: false,
@@ -166,6 +213,15 @@ describe('MessageIdentities', () => {
     ...over,
   });
   const transient = new EmlApiError('ETIMEDOUT', 'no answer', { permanent: false });
+
+  it('names a message by an HMAC keyed by the secret of the key it is sent with: relays sharing the key agree, nobody else can compute it', () => {
+    expect(identitySecret('relay-test-key')).toEqual(identitySecret('relay-test-key'));
+    const other = new MessageIdentities().identify(facts({ secret: identitySecret('another-key') }));
+    expect(other.idempotencyKey).not.toBe(new MessageIdentities().identify(facts()).idempotencyKey);
+    expect(other.addedMessageId).not.toBe(new MessageIdentities().identify(facts()).addedMessageId);
+    // The secret is no copy of the key: the key appears nowhere in it.
+    expect(identitySecret('relay-test-key').toString('latin1')).not.toContain('relay-test-key');
+  });
 
   it('names a message with a Message-ID or a Date by its envelope and bytes alone, from any relay', () => {
     const a = new MessageIdentities().identify(facts());
@@ -313,6 +369,25 @@ describe('who may AUTH and send', () => {
     expect(list.includes('fd12::1')).toBe(true);
     expect(list.includes('203.0.113.8')).toBe(false);
     expect(isLoopbackAddress('127.8.9.10')).toBe(true);
+    // Family by family: an IPv6 rule never matches an IPv4 client (Node's BlockList alone maps it into one).
+    const everyIpv6 = new ClientAddressList(['::/0'], 'allowUnauthenticatedFrom');
+    expect(['203.0.113.5', '::ffff:203.0.113.5', '::ffff:cb00:7105'].map((a) => everyIpv6.includes(a))).toEqual([
+      false,
+      false,
+      false,
+    ]);
+    expect(everyIpv6.includes('2001:db8::1')).toBe(true);
+    // An IPv4-mapped entry is the IPv4 network it maps; a hex-mapped client is an IPv4 client.
+    const mapped = new ClientAddressList(['::ffff:10.0.0.0/104', '::ffff:c000:207'], 'trustedNetworks');
+    expect(['10.1.2.3', '::ffff:10.1.2.3', '::ffff:a01:203', '192.0.2.7'].map((a) => mapped.includes(a))).toEqual([
+      true,
+      true,
+      true,
+      true,
+    ]);
+    expect(mapped.includes('11.0.0.1')).toBe(false);
+    expect(new ClientAddressList(['10.0.0.0/8'], 'x').includes('::ffff:a01:203')).toBe(true);
+    expect(clientKey('::ffff:a01:203')).toBe('10.1.2.3');
     for (const bad of ['10.0.0.0/33', 'example.com', '10.0.0.1/8/1', ''])
       expect(thrownBy(() => new ClientAddressList([bad], 'allowUnauthenticatedFrom')).message).toContain(
         'allowUnauthenticatedFrom',
@@ -411,6 +486,22 @@ describe('the AUTH failure budget of each client address', () => {
     expect(budget.size).toBe(0);
   });
 
+  it('an AUTH under way takes its slot when it begins; a success or a service that could not tell gives it back', () => {
+    const budget = new AuthFailureBudget({ limit: 2, window: 60_000 });
+    const first = budget.begin('192.0.2.9');
+    const second = budget.begin('192.0.2.9');
+    expect(typeof first).toBe('object');
+    expect(typeof second).toBe('object');
+    // Both slots taken by AUTHs under way: a third is refused before anyone is asked.
+    expect(budget.begin('192.0.2.9')).toBe(1_000);
+    (first as AuthAttempt).end(false);
+    (first as AuthAttempt).end(true); // only the first end counts
+    const third = budget.begin('192.0.2.9') as AuthAttempt;
+    third.end(true);
+    (second as AuthAttempt).end(true);
+    expect(budget.retryAfter('192.0.2.9')).toBeGreaterThan(1_000);
+  });
+
   it('counts IPv6 clients per /64, and remembers at most maxAddresses', () => {
     const budget = new AuthFailureBudget({ limit: 2, window: 60_000, maxAddresses: 100 });
     budget.record('2001:db8:1:2::a');
@@ -474,6 +565,11 @@ describe('replies', () => {
     expect(data).toEqual({ code: 451, text: '4.3.0 Local error in processing, try again later' });
   });
 
+  it('a message over SIZE with its line ends CRLF (EMESSAGE with 413) is 552 5.3.4', () => {
+    const err = new EmlApiError('EMESSAGE', 'The message is larger than SIZE', { permanent: true, responseCode: 413 });
+    expect(failureReply(err, 'client')).toEqual({ code: 552, text: '5.3.4 The message is larger than SIZE' });
+  });
+
   it('keeps replies under the 512-character line limit', () => {
     expect(
       failureReply(new EmlApiError('EAPI', 'x'.repeat(5000), { responseCode: 400 }), 'client').text.length,
@@ -498,5 +594,20 @@ describe('replies', () => {
     expect(resolveRelayOptions({ ...base, maxRecipients: 30_000, maxMessageSize: 1e6 }).settings.maxMessageSize).toBe(
       1e6,
     );
+  });
+
+  it.each([
+    [{ tlsHandshakeTimeout: 0 }, /Invalid option tlsHandshakeTimeout: expected a whole number from 1 to 600000/],
+    [{ tlsHandshakeTimeout: 1.5 }, /Invalid option tlsHandshakeTimeout/],
+  ])('refuses %j with ECONFIG naming the option', (options, message) => {
+    const base = { baseUrl: 'http://127.0.0.1:1', apiKey: 'relay-test-key' };
+    expect(() => resolveRelayOptions({ ...base, ...options })).toThrow(
+      expect.objectContaining({ code: 'ECONFIG', message: expect.stringMatching(message) }),
+    );
+  });
+
+  it('defaults tlsHandshakeTimeout to 10 s', () => {
+    const base = { baseUrl: 'http://127.0.0.1:1', apiKey: 'relay-test-key' };
+    expect(resolveRelayOptions(base).settings.tlsHandshakeTimeout).toBe(10_000);
   });
 });

@@ -86,7 +86,7 @@ describe('the relay keeps keys secret', () => {
     for (const fragment of FRAGMENTS) expect(everything).not.toContain(fragment);
   });
 
-  it('a password too long to be a key (10,000 characters) is 535 at once: not asked of the service, not echoed', async () => {
+  it('a password too long to be a key (10,000 characters) is 535 without asking the service, and never echoed', async () => {
     const relay = await startSmtpRelay({ baseUrl: emu.url, port: 0, retries: false, logger });
     relays.push(relay);
     const password = `sk_live_LONGSECRET_${Array.from({ length: 1000 }, (_, i) => `${i}x`).join('')}`.padEnd(
@@ -101,7 +101,8 @@ describe('the relay keeps keys secret', () => {
     const requests = emu.faultStats()!.none;
     emu.setFaults(undefined);
     expect(reply.code).toBe(535);
-    expect(reply.text).toMatch(/^5\.7\.8 Authentication credentials invalid: the password is too long/);
+    expect(reply.text).toBe('5.7.8 Authentication credentials invalid');
+    expect(lines.some((line) => line.includes('the password is too long'))).toBe(true);
     expect(requests).toBe(0);
     for (const text of [reply.lines.join('\n'), ...lines]) expect(text).not.toContain('LONGSECRET');
   });

@@ -74,9 +74,14 @@ describe('spool files', () => {
     },
   );
 
-  it("are removed at exit when the app's own SIGTERM handler ends the process", async () => {
+  it.each([
+    ['a listener', 'handler'],
+    // A once listener is removed before it runs: the spool's own listener must still see it was there.
+    ['a once listener', 'once'],
+    ['a once listener prepended after the spool began', 'prepend-once'],
+  ])("are removed at exit when the app's own SIGTERM handler (%s) ends the process", async (label, mode) => {
     const dir = spoolDir();
-    expect(await killWhileSpooling(dir, 'SIGTERM', 'handler')).toBe(0);
+    expect(await killWhileSpooling(dir, 'SIGTERM', mode)).toBe(0);
     expect(spoolFolders(dir)).toEqual([]);
   });
 

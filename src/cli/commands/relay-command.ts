@@ -28,9 +28,10 @@ sender retries).
 
 Without a key, each client authenticates with its own API key as the SMTP
 password (any user name). With --key (or EML_API_KEY), clients on --allow
-(loopback by default) and the users of --users send with that key. With
---redis, AUTH accepts only the --users and the relay's own key. AUTH is
-offered over TLS, or from --trusted networks (loopback by default), only.
+(loopback by default) and the users of --users send with that key. In
+store-and-forward (--outbox), AUTH accepts only the --users and the relay's
+own key. AUTH is offered over TLS, or from --trusted networks (loopback by
+default), only.
 
 Options:
   --port <n>              port to listen on (default 2525; 0 picks a free one)
@@ -41,11 +42,15 @@ Options:
                           default 127.0.0.0/8 and ::1)
   --trusted <cidr>        networks whose clients may AUTH without TLS and are exempt from the per-address
                           limits, e.g. a sidecar's 127.0.0.6 (repeatable; default 127.0.0.0/8 and ::1)
+  --proxy-protocol <ip>   a proxy in front of the relay that sends a PROXY v1 header (HAProxy send-proxy,
+                          stunnel protocol = proxy): clients are known by the address in it (repeatable)
   --users <file>          the relay's own SMTP users, one name:hash per line; they send with the relay's key
   --hash-password         print the hash of the password read from standard input (for --users), and exit
   --tls-cert <file>       PEM certificate: offers STARTTLS (with --tls-key)
   --tls-key <file>        PEM private key
   --tls-implicit          TLS from the first byte (as on port 465) instead of STARTTLS
+  --tls-handshake-timeout <s>
+                          seconds an implicit TLS client has for its handshake (default 10)
   --max-size <bytes>      largest message, advertised as SIZE (default 39244983: fits a 50 MiB request
                           with a Bcc field for every recipient)
   --max-recipients <n>    recipients per message (default 100)
@@ -64,8 +69,10 @@ Options:
                           without asking the service; --trusted exempt (default 10)
   --auth-failure-window <s>
                           seconds (default 600)
-  --redis <url>           store-and-forward through the outbox in this Redis: 250 once stored,
-                          sent by \`eml-api worker\` processes (needs the relay's own key)
+  --outbox                store-and-forward through the outbox in the Redis of REDIS_URL: 250 once
+                          stored, sent by \`eml-api worker\` processes (needs the relay's own key).
+                          Without it the relay uploads each message itself, REDIS_URL or not
+  --redis <url>           the same, in this Redis (prefer REDIS_URL and --outbox: flags show in ps)
   --queue <name>          the outbox's queue name (default eml-api)
   --prefix <prefix>       the outbox's Redis key prefix (default bull)
   --allow-insecure-http   allow http:// to a non-loopback service (keys cross the network in clear)
@@ -90,11 +97,13 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       key: { type: 'string' },
       allow: { type: 'string', multiple: true },
       trusted: { type: 'string', multiple: true },
+      'proxy-protocol': { type: 'string', multiple: true },
       users: { type: 'string' },
       'hash-password': { type: 'boolean' },
       'tls-cert': { type: 'string' },
       'tls-key': { type: 'string' },
       'tls-implicit': { type: 'boolean' },
+      'tls-handshake-timeout': { type: 'string' },
       'max-size': { type: 'string' },
       'max-recipients': { type: 'string' },
       'max-clients': { type: 'string' },
@@ -106,6 +115,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       'auth-failure-delay': { type: 'string' },
       'max-auth-failures': { type: 'string' },
       'auth-failure-window': { type: 'string' },
+      outbox: { type: 'boolean' },
       redis: { type: 'string' },
       queue: { type: 'string' },
       prefix: { type: 'string' },
@@ -137,6 +147,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
     throw new UsageError(
       "--allow needs the relay's own key (--key or EML_API_KEY): clients that do not AUTH send with it",
     );
+  const redis = outboxRedis(values, io);
   const options: SmtpRelayOptions = {
     baseUrl,
     port: whole(values.port, '--port', 0, 65535),
@@ -148,6 +159,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
     ...(apiKey ? { apiKey } : {}),
     ...(values.allow ? { allowUnauthenticatedFrom: values.allow } : {}),
     ...(values.trusted ? { trustedNetworks: values.trusted } : {}),
+    ...(values['proxy-protocol'] ? { proxyProtocol: values['proxy-protocol'] } : {}),
     ...(values.users !== undefined ? { users: await readUsers(values.users) } : {}),
     ...(values['max-size'] ? { maxMessageSize: whole(values['max-size'], '--max-size', 1, 2 ** 40) } : {}),
     ...(values['max-recipients']
@@ -155,10 +167,10 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       : {}),
     ...(values['max-clients'] ? { maxClients: whole(values['max-clients'], '--max-clients', 1, 100_000) } : {}),
     ...limitOptions(values),
-    ...(values.redis !== undefined
+    ...(redis !== undefined
       ? {
           queue: {
-            connection: values.redis,
+            connection: redis,
             ...optional('encryption', outboxEncryption(io.env)),
             ...(values.queue === undefined ? {} : { queueName: values.queue }),
             ...(values.prefix === undefined ? {} : { prefix: values.prefix }),
@@ -186,6 +198,13 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
   }
   const tls = options.tls ? (options.tls.implicit ? ', implicit TLS' : ', STARTTLS') : '';
   io.stdout.write(`SMTP relay listening on ${relay.host}:${relay.port}${tls}, forwarding to ${baseUrl}\n`);
+  io.stdout.write(
+    redis === undefined
+      ? 'Mode: direct, each message is uploaded to the service before its 250\n'
+      : `Mode: store-and-forward, each message is stored in the outbox at ${withoutCredentials(redis)} (queue ${
+          values.queue ?? 'eml-api'
+        }) before its 250; \`eml-api worker\` sends it\n`,
+  );
   const users = options.users ? `, as do the ${options.users.length} user(s) of --users after AUTH` : '';
   io.stdout.write(
     apiKey
@@ -214,6 +233,52 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
   return EXIT.ok;
 }
 
+/**
+ * The outbox's Redis for store-and-forward, or undefined to run direct:
+ * `--redis <url>`, or `--outbox` with `REDIS_URL`. REDIS_URL alone does not
+ * switch a relay to store-and-forward: it may be set for other programs, and
+ * a relay that answers 250 once Redis holds a message needs workers to send
+ * it, so the choice is the operator's, said with a flag.
+ */
+function outboxRedis(values: { outbox?: boolean; redis?: string; queue?: string; prefix?: string }, io: CliIo) {
+  const redis = values.redis ?? (values.outbox ? io.env.REDIS_URL : undefined);
+  if (values.outbox && !redis) throw new UsageError('--outbox needs a Redis: set REDIS_URL (or pass --redis)');
+  if (redis === undefined && (values.queue !== undefined || values.prefix !== undefined)) {
+    throw new UsageError('--queue and --prefix name the outbox: they go with --outbox (or --redis)');
+  }
+  if (values.redis !== undefined && hasPassword(values.redis)) {
+    io.stderr.write(
+      'warning: the --redis URL holds a password, which every user of this machine can read (ps, /proc): set REDIS_URL and pass --outbox instead\n',
+    );
+  }
+  if (redis === undefined && io.env.REDIS_URL) {
+    io.stderr.write(
+      'note: REDIS_URL is set, but the relay runs direct (each message uploaded before its 250); pass --outbox to store messages in that Redis\n',
+    );
+  }
+  return redis;
+}
+
+function hasPassword(url: string): boolean {
+  try {
+    return new URL(url).password !== '';
+  } catch {
+    return false;
+  }
+}
+
+/** A Redis URL without its user name and password, for the startup line. */
+function withoutCredentials(url: string): string {
+  try {
+    const parsed = new URL(url);
+    parsed.username = '';
+    parsed.password = '';
+    return parsed.toString().replace(/\/$/, '');
+  } catch {
+    return 'the Redis given';
+  }
+}
+
 /** The flags of the per-client limits, as options (seconds become milliseconds). */
 function limitOptions(values: Record<string, string | boolean | string[] | undefined>): Partial<SmtpRelayOptions> {
   const flag = (name: string) => values[name] as string | undefined;
@@ -224,7 +289,13 @@ function limitOptions(values: Record<string, string | boolean | string[] | undef
   };
   const seconds = (
     name: string,
-    option: 'idleTimeout' | 'stressIdleTimeout' | 'dataTimeout' | 'authFailureDelay' | 'authFailureWindow',
+    option:
+      | 'idleTimeout'
+      | 'stressIdleTimeout'
+      | 'dataTimeout'
+      | 'authFailureDelay'
+      | 'authFailureWindow'
+      | 'tlsHandshakeTimeout',
     min: number,
     max: number,
   ) => {
@@ -239,6 +310,7 @@ function limitOptions(values: Record<string, string | boolean | string[] | undef
   seconds('data-timeout', 'dataTimeout', 1, 604_800);
   seconds('auth-failure-delay', 'authFailureDelay', 0, 60);
   seconds('auth-failure-window', 'authFailureWindow', 1, 86_400);
+  seconds('tls-handshake-timeout', 'tlsHandshakeTimeout', 1, 600);
   return options;
 }
 

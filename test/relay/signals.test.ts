@@ -1,0 +1,137 @@
+/**
+ * SIGTERM stops a relay process gracefully while messages spooled to files
+ * (past 512 KiB) are in flight: the one that arrived in full is handed on and
+ * gets its 250; the one still arriving finishes within the CLI's --grace
+ * (250), or, with `relay.close()` from code, gets 421; the process exits 0 and
+ * leaves no spool folder. Real child processes, real signals: the CLI
+ * (`eml-api relay`), and a relay started from code as the README shows
+ * (`process.once('SIGTERM', () => relay.close())`). The spool's own signal
+ * listener once took such a signal for one nobody handled, removed the files
+ * and killed the process.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { waitFor } from '../helpers/async.js';
+import { startFakeService, type FakeService } from '../helpers/fake-service.js';
+import { SmtpDialog } from './relay-harness.js';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const FIXTURE = fileURLToPath(new URL('./fixtures/relay-until-sigterm.ts', import.meta.url));
+const KEY = 'relay-key-0000000000000000';
+
+let service: FakeService;
+let dir: string;
+const children: ChildProcess[] = [];
+const opened: SmtpDialog[] = [];
+
+beforeEach(async () => {
+  service = await startFakeService();
+  // The relay's key check at start is answered (a 400 to an empty body: the key may send); every upload is then held.
+  service.script([{ status: 400, body: { error: { code: 'invalid_eml', message: 'empty' } } }], 'hold');
+  dir = mkdtempSync(join(tmpdir(), 'relay-signals-'));
+});
+afterEach(async () => {
+  for (const dialog of opened.splice(0)) dialog.close();
+  for (const child of children.splice(0))
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  await service.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** Starts a relay process; resolves with its port once it listens, and its exit (code, signal). */
+async function startProcess(args: string[], env: Record<string, string>, listening: RegExp) {
+  const child = spawn(process.execPath, ['--import', 'tsx', ...args], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  children.push(child);
+  let out = '';
+  child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+  child.stderr!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.once('exit', (code, signal) => resolve({ code, signal })),
+  );
+  await waitFor(() => listening.test(out), { timeout: 20_000 });
+  return { child, port: Number(listening.exec(out)![1]), exit, output: () => out };
+}
+
+/** A message of about 700 KB: past the 512 KiB spool threshold, so it is spooled to a file. */
+const big = (subject: string) =>
+  `From: cron@example.test\r\nTo: ops@example.test\r\nSubject: ${subject}\r\nMessage-ID: <${subject}@example.test>\r\n\r\n` +
+  `${'x'.repeat(998)}\r\n`.repeat(700);
+
+async function openData(port: number): Promise<SmtpDialog> {
+  const { dialog } = await SmtpDialog.open(port);
+  opened.push(dialog);
+  await dialog.command('EHLO client.example');
+  expect((await dialog.command('MAIL FROM:<cron@example.test>')).code).toBe(250);
+  expect((await dialog.command('RCPT TO:<ops@example.test>')).code).toBe(250);
+  expect((await dialog.command('DATA')).code).toBe(354);
+  return dialog;
+}
+
+const spoolFolders = (folder: string) => readdirSync(folder).filter((name) => name.startsWith('eml-api-'));
+
+/**
+ * One message in full, its upload held by the service; one still arriving
+ * (600 KB of it sent, spooled to a file too); then SIGTERM.
+ */
+async function sigtermWithMessagesInFlight(
+  relay: Awaited<ReturnType<typeof startProcess>>,
+  spoolDir: string,
+  { finishArriving = false }: { finishArriving?: boolean } = {},
+) {
+  const arriving = await openData(relay.port);
+  arriving.write(big('arriving').slice(0, 600_000));
+  const complete = await openData(relay.port);
+  complete.write(`${big('complete')}.\r\n`);
+  const completeReply = complete.reply();
+  // Both are in spool files, and the complete one is being uploaded.
+  await waitFor(() => service.held === 1 && spoolFolders(spoolDir).length === 2, { timeout: 20_000 });
+  relay.child.kill('SIGTERM');
+  // The relay stops, and waits for the upload in flight: the service answers it then.
+  await waitFor(() => /Stopping/.test(relay.output()), { timeout: 20_000 });
+  if (finishArriving) {
+    // eml-api relay gives the messages in flight its --grace period, those still arriving too: the rest
+    // of this one arrives after the signal, and is handed on (its upload held like the other's).
+    arriving.write(`${big('arriving').slice(600_000)}.\r\n`);
+    await waitFor(() => service.held === 2, { timeout: 20_000 });
+  }
+  service.releaseAll();
+  return { completeReply: await completeReply, arrivingReply: await arriving.reply(), exit: await relay.exit };
+}
+
+describe('SIGTERM with spooled messages in flight', () => {
+  it('eml-api relay: both messages, the one still arriving too, finish within --grace (250), exit 0, no spool folder left', async () => {
+    const relay = await startProcess(
+      ['src/cli/main.ts', 'relay', '--port', '0', '--url', service.url],
+      // The spool goes to os.tmpdir(), which TMPDIR sets.
+      { EML_API_KEY: KEY, TMPDIR: dir },
+      /listening on 127\.0\.0\.1:(\d+)/,
+    );
+    const { completeReply, arrivingReply, exit } = await sigtermWithMessagesInFlight(relay, dir, {
+      finishArriving: true,
+    });
+    expect(arrivingReply.code, relay.output()).toBe(250);
+    expect(completeReply.code, relay.output()).toBe(250);
+    expect(completeReply.text).toBe('2.0.0 Ok: held');
+    expect(exit, relay.output()).toEqual({ code: 0, signal: null });
+    expect(relay.output()).toContain('SMTP relay stopped');
+    expect(spoolFolders(dir)).toEqual([]);
+  });
+
+  it("a relay started from code with process.once('SIGTERM', () => relay.close()): the same", async () => {
+    const relay = await startProcess([FIXTURE, service.url, KEY, dir], {}, /listening (\d+)/);
+    const { completeReply, arrivingReply, exit } = await sigtermWithMessagesInFlight(relay, dir);
+    expect(arrivingReply.code, relay.output()).toBe(421);
+    expect(completeReply.code, relay.output()).toBe(250);
+    expect(exit, relay.output()).toEqual({ code: 0, signal: null });
+    expect(relay.output()).toContain('closed');
+    expect(spoolFolders(dir)).toEqual([]);
+  });
+});
