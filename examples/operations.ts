@@ -8,7 +8,7 @@
  *
  * The same with the CLI, as a service manager or Kubernetes runs it:
  *
- *   eml-api relay --port 2525 --redis "$REDIS_URL" --http-port 9464 --log-format json &
+ *   eml-api relay --port 2525 --outbox --http-port 9464 --log-format json &   # the outbox in REDIS_URL
  *   eml-api worker --http-port 9465 --log-format json &
  *   curl -s 127.0.0.1:9464/readyz; curl -s 127.0.0.1:9465/metrics | grep ^eml_api_
  *
