@@ -17,6 +17,7 @@ import { checkRedisSettings } from './redis-settings.js';
 import { outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
 import type { EmlApiWorkerOptions } from './worker-options.js';
 import { WorkerTelemetry } from './worker-telemetry.js';
+import { redisPassword } from './outbox-readiness.js';
 
 export type { OutboxJob } from './outbox-job.js';
 
@@ -110,7 +111,7 @@ export class EmlApiWorker extends EventEmitter {
         activeJobs: () => this.#running.size,
         stuck: () =>
           this.#closing === undefined && !this.worker.isRunning() ? 'the BullMQ worker stopped taking jobs' : undefined,
-        secrets: [options.apiKey],
+        secrets: [options.apiKey, redisPassword(options.connection)].filter((x): x is string => Boolean(x)),
       });
     } catch (err) {
       void this.client.close();

@@ -35,3 +35,21 @@ export async function queueRedis(queue: Pick<Queue, 'name'>): Promise<Redis> {
   const source = queue as unknown as { client?: Promise<Redis>; backend?: { client?: Promise<Redis> } };
   return (await (source.backend?.client ?? source.client))!;
 }
+
+/**
+ * The password of a Redis connection given as a URL or ioredis options, if
+ * any: one more string a health reason never shows.
+ * @example
+ * redisPassword('redis://:s3cret@redis:6379'); // 's3cret'
+ */
+export function redisPassword(connection: unknown): string | undefined {
+  if (typeof connection === 'string') {
+    try {
+      return decodeURIComponent(new URL(connection).password) || undefined;
+    } catch {
+      return undefined;
+    }
+  }
+  const password = (connection as { password?: unknown; options?: { password?: unknown } } | null)?.password;
+  return typeof password === 'string' && password !== '' ? password : undefined;
+}

@@ -17,6 +17,7 @@ import { resolveRelayOptions, type RelaySettings } from './resolve-relay-options
 import { secretMatcher } from './relay-users.js';
 import { loadSmtpServer } from './smtp-server-peer.js';
 import { RelayTelemetry } from './relay-telemetry.js';
+import { redisPassword } from '../queue/outbox-readiness.js';
 
 /**
  * A running SMTP relay.
@@ -116,7 +117,10 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
   // The health port and metrics are the relay's telemetry's (relay-telemetry.ts), checked before anything opens.
   const { http, metrics, ...relayOptions } = options;
   const { apiKey, settings } = resolveRelayOptions(relayOptions);
-  const telemetry = new RelayTelemetry(http, metrics, [apiKey]);
+  const telemetry = new RelayTelemetry(http, metrics, [
+    apiKey,
+    redisPassword((relayOptions.queue as { connection?: unknown } | undefined)?.connection),
+  ]);
   const { logger } = settings;
   const destination =
     settings.queue === undefined ? directDestination() : queueDestination(settings.queue, settings.maxClients);
