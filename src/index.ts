@@ -32,6 +32,10 @@ export type { ServiceResponse } from './http/service-response.js';
 // Errors and logging
 export { EmlApiError, type EmlApiErrorCode, type EmlApiErrorDetails } from './shared/eml-api-error.js';
 export type { EmlApiLogger } from './shared/logger.js';
+
+// Operating: metrics, the health port (see "Operating" in the README)
+export type { MetricsOption, MetricsRegistry } from './observability/metrics.js';
+export type { OpsHttpOptions } from './observability/ops-server.js';
 export { VERSION } from './shared/version.js';
 
 // The wire contract

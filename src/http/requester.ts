@@ -61,6 +61,27 @@ export interface Call {
 }
 
 /**
+ * What the request engine tells its observers (metrics, traces), which it
+ * knows nothing else of: one event per attempt of a request, one per retry.
+ * @example
+ * requester.observe({ attempt: ({ seconds }) => histogram.observe(seconds) });
+ */
+export interface RequestObserver {
+  /** An attempt ended: with an answer (`status`) or without one. */
+  attempt?(event: {
+    command: string;
+    /** The call is a send (`paced`), not a check such as `verify()`. */
+    send: boolean;
+    attempt: number;
+    bytes: number;
+    seconds: number;
+    status: number | undefined;
+  }): void;
+  /** A request is tried again after `delayMs`; `reason` is the status (`503`) or what failed (`unreachable`). */
+  retry?(event: { command: string; send: boolean; attempt: number; delayMs: number; reason: string }): void;
+}
+
+/**
  * The request engine: runs calls within `maxConnections` slots, with pacing,
  * a total timeout per call, retries with backoff, abort from the caller's
  * signal or from `close({ abort: true })`, and a graceful close that waits for
@@ -74,6 +95,7 @@ export class Requester {
   readonly #pacer: SendPacer | undefined;
   readonly #fanout = new SignalFanout();
   readonly #releaseListeners = new Set<() => void>();
+  readonly #observers = new Set<RequestObserver>();
   /** Calls in progress (settled when they end), so close() can wait for them. */
   readonly #inflight = new Set<Promise<void>>();
   /** The controllers of calls in progress, aborted by close({ abort: true }). */
@@ -124,6 +146,12 @@ export class Requester {
   onSlotReleased(listener: () => void): () => void {
     this.#releaseListeners.add(listener);
     return () => this.#releaseListeners.delete(listener);
+  }
+
+  /** Tells `observer` of every attempt and retry of the requests to come. @returns a function that removes it */
+  observe(observer: RequestObserver): () => void {
+    this.#observers.add(observer);
+    return () => this.#observers.delete(observer);
   }
 
   /**
@@ -200,7 +228,15 @@ export class Requester {
     if (options.signal) this.#fanout.follow(options.signal, controller);
     const total = this.#settings.timeouts.total;
     const timer = setTimeout(() => controller.abort(new TotalTimeoutReason(total)), total);
-    const call = new RunningCall(this.#settings, this.#dispatcher, this.#ownsDispatcher, controller.signal, command);
+    const call = new RunningCall(
+      this.#settings,
+      this.#dispatcher,
+      this.#ownsDispatcher,
+      controller.signal,
+      command,
+      this.#observers,
+      options.paced === true,
+    );
     try {
       if (options.paced && this.#pacer) await this.#pacer.wait(controller.signal);
       return await this.#limiter.run(() => {
@@ -217,6 +253,13 @@ export class Requester {
   }
 }
 
+/** What a retry without an answer is called, by the phase the request failed in. */
+const FAILED_IN: Record<ExchangeFailure['phase'], string> = {
+  connect: 'unreachable',
+  write: 'connection-reset',
+  sent: 'no-answer',
+};
+
 /** A call in progress: its signal, stage and attempts, and the retry loop of its requests. */
 class RunningCall implements Call {
   stage: CallStage = 'queued';
@@ -229,6 +272,8 @@ class RunningCall implements Call {
     readonly tracksWrites: boolean,
     readonly signal: AbortSignal,
     command: string,
+    readonly observers: ReadonlySet<RequestObserver> = new Set(),
+    readonly send = false,
   ) {
     this.#command = command;
   }
@@ -240,6 +285,17 @@ class RunningCall implements Call {
 
   log(level: 'debug' | 'info' | 'warn', meta: Record<string, unknown>, message: string): void {
     this.settings.logger[level](meta, message);
+  }
+
+  /** Tells the observers; one that throws is ignored (metrics must never fail a send). */
+  #tell<K extends keyof RequestObserver>(kind: K, event: Parameters<NonNullable<RequestObserver[K]>>[0]): void {
+    for (const observer of this.observers) {
+      try {
+        (observer[kind] as ((e: typeof event) => void) | undefined)?.(event);
+      } catch {
+        // An observer's failure is its own.
+      }
+    }
   }
 
   context(): FailureContext {
@@ -268,6 +324,7 @@ class RunningCall implements Call {
       this.#attempts++;
       let answer: RawResponse | undefined;
       let failure: unknown;
+      const startedAt = performance.now();
       try {
         answer = await exchange(this.dispatcher, {
           origin: settings.origin,
@@ -282,6 +339,14 @@ class RunningCall implements Call {
       } catch (err) {
         failure = err;
       }
+      this.#tell('attempt', {
+        command,
+        send: this.send,
+        attempt: this.#attempts,
+        bytes: body?.length ?? 0,
+        seconds: (performance.now() - startedAt) / 1000,
+        status: answer?.statusCode,
+      });
       let retryClass: RetryClass;
       let wait: number | undefined;
       let res: ServiceResponse<T> | undefined;
@@ -321,6 +386,13 @@ class RunningCall implements Call {
         { command, attempt: this.#attempts, delayMs: delay },
         'Retrying after a failure the service did not process',
       );
+      this.#tell('retry', {
+        command,
+        send: this.send,
+        attempt: this.#attempts,
+        delayMs: delay,
+        reason: res ? String(res.statusCode) : failure instanceof ExchangeFailure ? FAILED_IN[failure.phase] : 'failed',
+      });
       await sleep(delay, signal);
     }
   }

@@ -1,3 +1,4 @@
+import { activeTraceCarrier, bindToActiveContext, startSpan } from '../observability/tracing.js';
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Queue } from 'bullmq';
@@ -97,7 +98,13 @@ export class EmlApiQueueTransport extends EventEmitter {
     });
     registerQueueTransportInternals(this, {
       enqueue: (content, idempotencyKey, signal) =>
-        this.#track(this.#limiter.run(() => this.#storeChecked(content, idempotencyKey, signal), signal)),
+        this.#track(
+          // In the caller's trace (the relay's span of the message), which the job then carries.
+          this.#limiter.run(
+            bindToActiveContext(() => this.#storeChecked(content, idempotencyKey, signal)),
+            signal,
+          ),
+        ),
     });
   }
 
@@ -197,8 +204,20 @@ export class EmlApiQueueTransport extends EventEmitter {
     const route = jsonRouteOf(data);
     const idempotencyKey = checkIdempotencyKey(data.idempotencyKey) ?? randomUUID();
     const signal = signalOf(mail);
+    // A span per sendMail that queues; the job carries its context, so the worker's span continues the trace.
+    const span = startSpan('eml-api.queue', {
+      kind: 'producer',
+      attributes: {
+        'eml_api.component': 'producer',
+        'messaging.system': 'bullmq',
+        'messaging.destination.name': this.queue.name,
+      },
+    });
     const run = this.#limiter
-      .run(() => this.#enqueue(mail, route, idempotencyKey, signal ?? new AbortController().signal), signal)
+      .run(
+        () => span.run(() => this.#enqueue(mail, route, idempotencyKey, signal ?? new AbortController().signal)),
+        signal,
+      )
       .catch((err: unknown) => {
         if (signal?.aborted && !(err instanceof EmlApiError)) {
           throw new EmlApiError('EABORT', 'sendMail was aborted before the message was queued: nothing was stored', {
@@ -210,6 +229,16 @@ export class EmlApiQueueTransport extends EventEmitter {
         }
         throw err;
       });
+    run.then(
+      (info) => {
+        span.set({ 'messaging.message.id': info.queueId, 'eml_api.duplicate': info.duplicate });
+        span.end();
+      },
+      (err: unknown) => {
+        span.fail(err);
+        span.end();
+      },
+    );
     return this.#track(run);
   }
 
@@ -294,6 +323,7 @@ export class EmlApiQueueTransport extends EventEmitter {
       envelope: content.envelope,
       messageId: content.messageId,
       idempotencyKey,
+      ...traceOfJob(),
     };
     const writing = new AbortController();
     try {
@@ -420,6 +450,12 @@ function tooLarge(content: QueuedContent, limit: number): EmlApiError {
 }
 
 /** The AbortSignal of `sendMail({ signal })`, if any. */
+/** The trace context a job carries (see `OutboxJobData.trace`), when a span is active. */
+function traceOfJob(): Pick<OutboxJobData, 'trace'> {
+  const trace = activeTraceCarrier();
+  return trace ? { trace } : {};
+}
+
 function signalOf(mail: NodemailerMail): AbortSignal | undefined {
   const signal = (mail.data as { signal?: unknown }).signal;
   return signal instanceof AbortSignal ? signal : undefined;

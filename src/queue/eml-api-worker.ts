@@ -16,6 +16,8 @@ import { resolveWorkerOptions } from './resolve-worker-options.js';
 import { checkRedisSettings } from './redis-settings.js';
 import { outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
 import type { EmlApiWorkerOptions } from './worker-options.js';
+import { WorkerTelemetry } from './worker-telemetry.js';
+import { redisPassword } from './outbox-readiness.js';
 
 export type { OutboxJob } from './outbox-job.js';
 
@@ -78,7 +80,9 @@ export class EmlApiWorker extends EventEmitter {
   readonly #logger: EmlApiLogger;
   readonly #runner: OutboxJobRunner;
   readonly #running = new Set<Promise<unknown>>();
+  readonly #telemetry: WorkerTelemetry;
   #forcing = false;
+  #handedBack = 0;
   #closing: Promise<void> | undefined;
   #sweeper: NodeJS.Timeout | undefined;
 
@@ -88,12 +92,31 @@ export class EmlApiWorker extends EventEmitter {
    */
   constructor(options: EmlApiWorkerOptions) {
     super();
-    const settings = resolveWorkerOptions(options);
+    // The health port and metrics are the worker's telemetry's (worker-telemetry.ts), not the client's.
+    const { http, metrics, ...workerOptions } = options;
+    const settings = resolveWorkerOptions(workerOptions);
     const { Worker } = loadBullmq();
     this.client = new EmlApiClient(settings.client);
     this.#location = settings;
     this.#logger = settings.logger;
     this.queueName = settings.queueName;
+    try {
+      this.#telemetry = new WorkerTelemetry({
+        http,
+        metrics,
+        events: this,
+        client: this.client,
+        redis: () => this.#redis.redis,
+        location: settings,
+        activeJobs: () => this.#running.size,
+        stuck: () =>
+          this.#closing === undefined && !this.worker.isRunning() ? 'the BullMQ worker stopped taking jobs' : undefined,
+        secrets: [options.apiKey, redisPassword(options.connection)].filter((x): x is string => Boolean(x)),
+      });
+    } catch (err) {
+      void this.client.close();
+      throw err;
+    }
     this.#redis = openOutboxRedis(options.connection, 'worker');
     this.#content = new ContentStore(this.#redis.redis, settings, settings.keyring);
     this.#runner = new OutboxJobRunner({
@@ -112,7 +135,7 @@ export class EmlApiWorker extends EventEmitter {
     try {
       this.worker = new Worker<OutboxJobData, OutboxSendResult>(
         settings.queueName,
-        (job, token) => this.#track(this.#runner.run(job, token)),
+        (job, token) => this.#track(this.#telemetry.run(job, () => this.#runner.run(job, token))),
         {
           ...settings.workerOptions,
           connection: this.#redis.redis,
@@ -176,6 +199,7 @@ export class EmlApiWorker extends EventEmitter {
         this.#logger.warn({}, message);
         this.emit('warning', message);
       });
+      await this.#telemetry.start();
     } catch (err) {
       await this.close({ force: true }).catch(() => undefined);
       throw err;
@@ -192,6 +216,7 @@ export class EmlApiWorker extends EventEmitter {
    * process.once('SIGTERM', () => outbox.close());
    */
   close(options: WorkerCloseOptions = {}): Promise<void> {
+    this.#telemetry.stopping();
     if (options.force && !this.#forcing) {
       this.#forcing = true;
       void this.client.close({ abort: true });
@@ -218,6 +243,7 @@ export class EmlApiWorker extends EventEmitter {
     this.#logger.warn({}, 'Redis does not answer: closing the worker without it');
     await withDeadline(this.worker.disconnect(), QUIT_WAIT).catch(() => undefined);
     await this.client.close({ abort: true });
+    await this.#telemetry.close();
     await closeOutboxRedis(this.#redis);
   }
 
@@ -237,7 +263,39 @@ export class EmlApiWorker extends EventEmitter {
     const nothingToFinish = this.#running.size === 0 && this.#redis.redis.status !== 'ready';
     await this.worker.close(this.#forcing || nothingToFinish);
     await this.client.close({ abort: this.#forcing });
+    await this.#telemetry.close();
     await closeOutboxRedis(this.#redis);
+  }
+
+  /**
+   * The worker's health and metrics port (the `http` option), once started.
+   * @example
+   * const outbox = await startEmlApiWorker({ connection, apiKey, baseUrl, http: { port: 0 } });
+   * console.log(`http://${outbox.http!.host}:${outbox.http!.port}/readyz`);
+   */
+  get http(): { readonly port: number; readonly host: string } | undefined {
+    const endpoint = this.#telemetry.endpoint;
+    return endpoint && { port: endpoint.port, host: endpoint.host };
+  }
+
+  /**
+   * Jobs this worker put back in the queue unsent (a forced close): another
+   * worker sends them. What `eml-api worker`'s exit code tells.
+   * @example
+   * await outbox.close({ force: true });
+   * if (outbox.handedBack > 0) console.log(`${outbox.handedBack} job(s) left to other workers`);
+   */
+  get handedBack(): number {
+    return this.#handedBack;
+  }
+
+  /**
+   * Jobs this worker is sending now.
+   * @example
+   * console.log(`${outbox.activeJobs} send(s) in flight`);
+   */
+  get activeJobs(): number {
+    return this.#running.size;
   }
 
   #track<T>(run: Promise<T>): Promise<T> {
@@ -256,6 +314,7 @@ export class EmlApiWorker extends EventEmitter {
    * `moveToWait` leave the job to the lock expiry instead.
    */
   async #handBack(job: OutboxJob, token: string | undefined): Promise<never> {
+    this.#handedBack++;
     const { WaitingError, DelayedError } = loadBullmq() as Omit<BullmqModule, 'WaitingError'> &
       Partial<Pick<BullmqModule, 'WaitingError'>>;
     // Bounded: with Redis unreachable the job cannot be moved, and its lock expiry returns it instead.

@@ -29,3 +29,4 @@ export {
   type FailedSend,
 } from './outbox-inspection.js';
 export { openOutboxQueue, type OutboxQueue } from './outbox-queue.js';
+export { readOutboxSnapshot, type OutboxSnapshot } from './outbox-snapshot.js';

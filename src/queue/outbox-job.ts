@@ -1,6 +1,7 @@
 import type { Job } from 'bullmq';
 import type { MailEnvelope } from '../transport/nodemailer-types.js';
 import { EmlApiError, type EmlApiErrorCode } from '../shared/eml-api-error.js';
+import type { TraceCarrier } from '../observability/tracing.js';
 
 /**
  * Which endpoint a queued send goes to: `eml` (`/v1/send/eml`, the default),
@@ -144,6 +145,12 @@ export interface OutboxJobData {
    * the same key see that this failure is taken, and answer duplicate.
    */
   putBackFrom?: number;
+  /**
+   * The trace context of the request that queued the mail (W3C Trace Context,
+   * written when an OpenTelemetry span was active): the worker's span of the
+   * job continues that trace. No secret: two random ids and flags.
+   */
+  trace?: TraceCarrier;
 }
 
 /**

@@ -3,6 +3,8 @@ import type { EmlApiClientOptions } from '../client/client-options.js';
 import type { EmlApiLogger } from '../shared/logger.js';
 import type { RedisConnectionInput } from './redis-connection.js';
 import type { OutboxEncryption } from './content-cipher.js';
+import type { MetricsOption } from '../observability/metrics.js';
+import type { OpsHttpOptions } from '../observability/ops-server.js';
 
 /**
  * A global rate: at most `max` sends start per `duration` ms, counted in
@@ -152,4 +154,26 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool'> 
    * @default false
    */
   logger?: boolean | EmlApiLogger;
+  /**
+   * An HTTP port of the worker's own for `/healthz` (alive: its event loop
+   * turns, its BullMQ worker runs), `/readyz` (Redis answers with
+   * `noeviction`, the service answers and accepts the key; 503 with the
+   * reasons, and from `close()` on) and `/metrics` (Prometheus text format).
+   * Listens on `127.0.0.1` unless `host` says otherwise. Metrics need the
+   * optional peer `prom-client`. See "Operating" in the README.
+   * @default undefined (no port)
+   * @example
+   * const outbox = await startEmlApiWorker({ connection, apiKey, baseUrl, http: { port: 9465 } });
+   * outbox.http?.port; // 9465
+   */
+  http?: OpsHttpOptions;
+  /**
+   * Prometheus metrics: `true` for prom-client's default registry, `{ registry }`
+   * for yours, `false` for none. With `http` and no `metrics`, a registry of
+   * the worker's own (with prom-client's process metrics) served on `/metrics`.
+   * @default false (without http), a registry of its own (with http)
+   * @example
+   * startEmlApiWorker({ connection, apiKey, baseUrl, metrics: { registry } });
+   */
+  metrics?: MetricsOption;
 }

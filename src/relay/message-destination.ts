@@ -49,6 +49,8 @@ export interface MessageDestination {
   deliver(message: RelayedMessage, sender: MessageSender, signal: AbortSignal): Promise<DeliveryReceipt>;
   /** Checks, before the relay listens, that the destination can keep what it is given (the outbox's Redis). */
   ready?(): Promise<void>;
+  /** Checks, for `/readyz`, that the destination can keep what it is given now (quietly: probes repeat it). */
+  readiness?(): Promise<void>;
   /** Stops the destination, letting deliveries in progress finish. */
   close(): Promise<void>;
 }

@@ -3,6 +3,7 @@ import { EmlApiQueueTransport } from '../queue/eml-api-queue-transport.js';
 import type { EmlApiQueueTransportOptions } from '../queue/queue-transport-options.js';
 import { queueTransportInternals } from '../queue/queue-transport-internals.js';
 import type { MessageDestination } from './message-destination.js';
+import { outboxRedisReadiness, queueRedis } from '../queue/outbox-readiness.js';
 
 /** The largest `concurrency` the queue transport takes. */
 const MAX_CONCURRENCY = 10_000;
@@ -57,6 +58,7 @@ export function queueDestination(
     ready: async () => {
       await transport.verify();
     },
+    readiness: () => outboxRedisReadiness(() => queueRedis(transport.queue)).check(),
     close: () => (owned ? transport.close() : Promise.resolve()),
   };
 }

@@ -4,6 +4,8 @@ import type { SecureContextOptions } from 'node:tls';
 import type { EmlApiClientOptions } from '../client/client-options.js';
 import type { EmlApiLogger } from '../shared/logger.js';
 import type { SmtpRelayUser } from './relay-users.js';
+import type { MetricsOption } from '../observability/metrics.js';
+import type { OpsHttpOptions } from '../observability/ops-server.js';
 
 /**
  * TLS of the relay: STARTTLS on the plain port (the default), or TLS from
@@ -254,4 +256,26 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    * @default false
    */
   logger?: boolean | EmlApiLogger;
+  /**
+   * An HTTP port of the relay's own for `/healthz` (alive: its event loop
+   * turns), `/readyz` (it can take mail now: direct with its own key, the
+   * service answers and accepts the key; with `queue`, Redis answers with
+   * `noeviction`; 503 with the reasons, and from `close()` on) and
+   * `/metrics` (Prometheus text format). Listens on `127.0.0.1` unless
+   * `host` says otherwise. Metrics need the optional peer `prom-client`.
+   * See "Operating" in the README.
+   * @default undefined (no port)
+   * @example
+   * const relay = await startSmtpRelay({ baseUrl, apiKey, http: { port: 9464, host: '0.0.0.0' } });
+   */
+  http?: OpsHttpOptions;
+  /**
+   * Prometheus metrics: `true` for prom-client's default registry, `{ registry }`
+   * for yours, `false` for none. With `http` and no `metrics`, a registry of
+   * the relay's own (with prom-client's process metrics) served on `/metrics`.
+   * @default false (without http), a registry of its own (with http)
+   * @example
+   * startSmtpRelay({ baseUrl, apiKey, metrics: { registry } });
+   */
+  metrics?: MetricsOption;
 }

@@ -16,6 +16,8 @@ import type { SmtpRelayOptions } from './relay-options.js';
 import { resolveRelayOptions, type RelaySettings } from './resolve-relay-options.js';
 import { secretMatcher } from './relay-users.js';
 import { loadSmtpServer } from './smtp-server-peer.js';
+import { RelayTelemetry } from './relay-telemetry.js';
+import { redisPassword } from '../queue/outbox-readiness.js';
 
 /**
  * A running SMTP relay.
@@ -30,6 +32,8 @@ export interface SmtpRelay {
   readonly port: number;
   /** The interface it listens on. */
   readonly host: string;
+  /** The health and metrics port (the `http` option), when there is one. */
+  readonly http?: { readonly port: number; readonly host: string };
   /**
    * Stops the relay: no new connections or transactions (`421`), messages
    * that arrived in full are handed on and get their reply, messages still
@@ -39,7 +43,41 @@ export interface SmtpRelay {
    * @example
    * process.once('SIGTERM', () => relay.close());
    */
-  close(options?: { abort?: boolean }): Promise<void>;
+  close(options?: SmtpRelayCloseOptions): Promise<SmtpRelayClosed>;
+}
+
+/**
+ * Options of {@link SmtpRelay.close}.
+ * @example
+ * await relay.close({ grace: 25_000 });
+ */
+export interface SmtpRelayCloseOptions {
+  /**
+   * Abort the messages being uploaded at once (their clients get `451`).
+   * @default false
+   */
+  abort?: boolean;
+  /**
+   * Milliseconds the messages in flight, still arriving or being handed on,
+   * have to finish; then the ones left are given up (`421` or `451`: their
+   * clients send them again later) and counted in `givenUp`. Without it, a
+   * message still arriving is given up at once and the ones that arrived are
+   * waited for (each within the client's `timeouts.total`).
+   * @default undefined
+   * @example
+   * process.once('SIGTERM', async () => process.exit((await relay.close({ grace: 25_000 })).givenUp ? 4 : 0));
+   */
+  grace?: number;
+}
+
+/**
+ * What {@link SmtpRelay.close} resolves with.
+ * @example
+ * const { givenUp } = await relay.close({ grace: 25_000 });
+ */
+export interface SmtpRelayClosed {
+  /** Messages in flight that the grace period ran out on: given up, their clients retry them. */
+  givenUp: number;
 }
 
 /**
@@ -76,11 +114,17 @@ export interface SmtpRelay {
  */
 export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRelay> {
   const { SMTPServer: Server } = loadSmtpServer();
-  const { apiKey, settings } = resolveRelayOptions(options);
+  // The health port and metrics are the relay's telemetry's (relay-telemetry.ts), checked before anything opens.
+  const { http, metrics, ...relayOptions } = options;
+  const { apiKey, settings } = resolveRelayOptions(relayOptions);
+  const telemetry = new RelayTelemetry(http, metrics, [
+    apiKey,
+    redisPassword((relayOptions.queue as { connection?: unknown } | undefined)?.connection),
+  ]);
   const { logger } = settings;
   const destination =
     settings.queue === undefined ? directDestination() : queueDestination(settings.queue, settings.maxClients);
-  const makeClient = (key: string) => new EmlApiClient({ ...settings.clientOptions, apiKey: key });
+  const makeClient = (key: string) => telemetry.watch(new EmlApiClient({ ...settings.clientOptions, apiKey: key }));
   const relayClient = apiKey === undefined ? undefined : makeClient(apiKey);
   const keyClients = new KeyClients(makeClient, settings.maxKeys);
   const stop = async () => {
@@ -99,23 +143,25 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
   const inflight = new Set<Promise<unknown>>();
   let closing = false;
   const slots = new ClientSlots(settings);
-  const handlers = relaySessionHandlers({
-    settings,
-    keyClients,
-    relayClient,
-    relaySecret: apiKey === undefined ? undefined : identitySecret(apiKey),
-    isOwnKey: apiKey === undefined ? () => false : secretMatcher(apiKey),
-    destination,
-    slots,
-    signal: aborter.signal,
-    arriving: arriving.signal,
-    closing: () => closing,
-    track(work) {
-      const settled = work.catch(() => undefined);
-      inflight.add(settled);
-      void settled.finally(() => inflight.delete(settled));
-    },
-  });
+  const handlers = telemetry.observe(
+    relaySessionHandlers({
+      settings,
+      keyClients,
+      relayClient,
+      relaySecret: apiKey === undefined ? undefined : identitySecret(apiKey),
+      isOwnKey: apiKey === undefined ? () => false : secretMatcher(apiKey),
+      destination,
+      slots,
+      signal: aborter.signal,
+      arriving: arriving.signal,
+      closing: () => closing,
+      track(work) {
+        const settled = work.catch(() => undefined);
+        inflight.add(settled);
+        void settled.finally(() => inflight.delete(settled));
+      },
+    }),
+  );
   const { implicit, ...tlsContext } = settings.tls ?? {};
   const server: SMTPServer = new Server({
     ...(settings.tls ? { ...tlsContext, secure: implicit === true } : { disabledCommands: ['STARTTLS'] }),
@@ -148,6 +194,22 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
     await stop();
     throw err;
   }
+  try {
+    // What /readyz checks: what this mode needs to take mail now. Store-and-forward needs Redis only
+    // (an outage of the service is what it rides out); direct needs the service to take the relay's key.
+    await telemetry.start(
+      server,
+      settings.queue !== undefined
+        ? [{ name: 'redis', check: () => destination.readiness?.() ?? Promise.resolve() }]
+        : relayClient
+          ? [{ name: 'service', check: async () => void (await relayClient.verify()) }]
+          : [],
+    );
+  } catch (err) {
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await stop();
+    throw err;
+  }
   const address = server.server.address() as AddressInfo;
   const listening = { port: address.port, host: settings.host };
   logger.info(
@@ -171,30 +233,68 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
     );
   }
 
-  let closed: Promise<void> | undefined;
+  let closed: Promise<SmtpRelayClosed> | undefined;
+  const endpoint = telemetry.endpoint;
+  const giveUpArriving = () =>
+    arriving.abort(
+      new EmlApiError('EABORT', 'the relay is closing and the message had not arrived in full', {
+        permanent: false,
+      }),
+    );
   return {
     ...listening,
+    ...(endpoint ? { http: { port: endpoint.port, host: endpoint.host } } : {}),
     close(closeOptions = {}) {
       if (closeOptions.abort) {
         aborter.abort(new EmlApiError('EABORT', 'the relay was closed with { abort: true }', { permanent: false }));
       }
-      closed ??= (async () => {
-        closing = true;
-        // A message still arriving is given up (the client gets 421 below, and retries): a slow or
-        // stalled client would otherwise hold close() for as long as it keeps the connection open.
-        arriving.abort(
-          new EmlApiError('EABORT', 'the relay is closing and the message had not arrived in full', {
-            permanent: false,
+      const { grace } = closeOptions;
+      if (grace !== undefined && (!Number.isInteger(grace) || grace < 0)) {
+        return Promise.reject(
+          new EmlApiError('ECONFIG', `Invalid option grace: expected a whole number of ms, got ${String(grace)}`, {
+            permanent: true,
           }),
         );
+      }
+      closed ??= (async () => {
+        closing = true;
+        // Not ready from now on: a load balancer sends no more clients while the relay finishes.
+        telemetry.stopping();
+        let givenUp = 0;
         // No new connections; messages that arrived in full are handed on and get their reply.
         server.server.close();
+        if (grace === undefined) {
+          // A message still arriving is given up (the client gets 421 below, and retries): a slow or
+          // stalled client would otherwise hold close() for as long as it keeps the connection open.
+          giveUpArriving();
+        } else {
+          // Messages in flight, arriving ones too, get the grace period; those left are given up then.
+          const deadline = Date.now() + grace;
+          while (inflight.size > 0 && Date.now() < deadline) {
+            let timer: NodeJS.Timeout | undefined;
+            await Promise.race([
+              Promise.allSettled([...inflight]),
+              new Promise((resolve) => (timer = setTimeout(resolve, deadline - Date.now()))),
+            ]);
+            clearTimeout(timer);
+          }
+          givenUp = inflight.size;
+          if (givenUp > 0) {
+            logger.warn({ messages: givenUp, graceMs: grace }, 'Grace period over: giving up the messages in flight');
+            giveUpArriving();
+            aborter.abort(
+              new EmlApiError('EABORT', 'the relay stopped: its grace period ran out', { permanent: false }),
+            );
+          }
+        }
         while (inflight.size > 0) await Promise.allSettled([...inflight]);
         // Then every connection left is told (421) and closed.
         server.options.closeTimeout = 1;
         await new Promise<void>((resolve) => server.close(() => resolve()));
         await stop();
-        logger.info(listening, 'SMTP relay stopped');
+        await telemetry.close();
+        logger.info({ ...listening, givenUp }, 'SMTP relay stopped');
+        return { givenUp };
       })();
       return closed;
     },

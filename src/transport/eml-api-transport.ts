@@ -9,6 +9,9 @@ import { API_PATHS } from '../protocol/api-paths.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { EmlApiLogger } from '../shared/logger.js';
 import { VERSION } from '../shared/version.js';
+import { EmlApiMetrics } from '../observability/metrics.js';
+import { endSend, watchSends } from '../observability/send-telemetry.js';
+import { activeSpanEvent, startSpan } from '../observability/tracing.js';
 import { buildMessage, type BuildThreads } from './build-message.js';
 import { BuildThreadPool } from './build-threads/pool.js';
 import { jsonRouteOf, type JsonRoute } from './json-route.js';
@@ -60,18 +63,23 @@ export class EmlApiTransport extends EventEmitter {
   /** The build threads (`buildThreads`), none started until a send needs one. */
   readonly #threads: BuildThreads | undefined;
   #closed = false;
+  /** The `metrics` option's metrics, if any. */
+  readonly #metrics: EmlApiMetrics | undefined;
 
   /**
    * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid
    */
   constructor(options: EmlApiTransportOptions) {
     super();
-    const { clientOptions, buildThreads } = splitTransportOptions(options);
+    const { clientOptions, buildThreads, metrics } = splitTransportOptions(options);
+    this.#metrics = EmlApiMetrics.resolve(metrics, "The transport's metrics option");
     this.client = new EmlApiClient(clientOptions);
     this.#engine = clientInternals(this.client);
     this.#logger = this.client.options.logger;
     this.#threads =
       buildThreads > 0 ? { pool: new BuildThreadPool(buildThreads, this.#logger), logger: this.#logger } : undefined;
+    // Uploads and retries, measured and marked on each send's span.
+    watchSends(this.#engine.requester, 'transport', this.#metrics);
     this.#engine.requester.onSlotReleased(() => {
       if (this.isIdle()) this.emit('idle');
     });
@@ -89,12 +97,21 @@ export class EmlApiTransport extends EventEmitter {
       if (err) callback(err);
       else callback(null, info);
     };
+    // One span per sendMail (a child of the app's active span): its build, uploads and retries as events.
+    const span = startSpan('eml-api.send', { kind: 'client', attributes: { 'eml_api.component': 'transport' } });
     let sent: Promise<EmlApiSentMessageInfo>;
     try {
-      sent = this.#send(mail);
+      sent = this.#send(mail, span.run.bind(span));
     } catch (err) {
       sent = Promise.reject(err);
     }
+    sent.then(
+      (info) => {
+        span.set({ 'eml_api.message_id': info.messageId || undefined, 'eml_api.id': info.id });
+        endSend(span, this.#metrics, 'transport', { response: info.response });
+      },
+      (err: unknown) => endSend(span, this.#metrics, 'transport', { err }),
+    );
     sent.then(
       (info) => done(null, info),
       (err: unknown) => done(err instanceof Error ? err : new Error(String(err))),
@@ -160,7 +177,7 @@ export class EmlApiTransport extends EventEmitter {
    * waits for it), and run as one call: its slot is taken before the message
    * is built, and `timeouts.total` covers queueing, building and upload.
    */
-  #send(mail: NodemailerMail): Promise<EmlApiSentMessageInfo> {
+  #send(mail: NodemailerMail, inSpan: <T>(work: () => T) => T): Promise<EmlApiSentMessageInfo> {
     if (this.#closed) {
       throw new EmlApiError('ECONNECTION', 'The transport is closed; create a new one to send more mail', {
         permanent: true,
@@ -171,22 +188,30 @@ export class EmlApiTransport extends EventEmitter {
     const idempotencyKey = checkIdempotencyKey(data.idempotencyKey);
     const options = { signal: signalOf(mail), paced: true };
     const { requester } = this.#engine;
+    // The work runs in the send's span: a call waiting for a slot is started by another call's end.
     if (route?.kind === 'group') {
       return requester.run(`POST ${API_PATHS.sendGroup(route.groupId)}`, options, (call) =>
-        this.#sendGroup(call, mail, route, idempotencyKey),
+        inSpan(() => this.#sendGroup(call, mail, route, idempotencyKey)),
       );
     }
     if (route?.kind === 'email') {
       return requester.run(`POST ${API_PATHS.sendEmail}`, options, (call) =>
-        this.#sendTracked(call, mail, route, idempotencyKey),
+        inSpan(() => this.#sendTracked(call, mail, route, idempotencyKey)),
       );
     }
-    return requester.run(`POST ${API_PATHS.sendEml}`, options, (call) => this.#sendEml(call, mail, idempotencyKey));
+    return requester.run(`POST ${API_PATHS.sendEml}`, options, (call) =>
+      inSpan(() => this.#sendEml(call, mail, idempotencyKey)),
+    );
   }
 
   async #sendEml(call: Call, mail: NodemailerMail, idempotencyKey: string | undefined): Promise<EmlApiSentMessageInfo> {
     call.stage = 'building';
     const built = await buildMessage(mail, this.#engine.options.spool, call.signal, this.#threads);
+    activeSpanEvent('built', {
+      'eml_api.bytes': built.spooled.size,
+      'eml_api.message_id': built.messageId,
+      'eml_api.built_on_thread': built.onThread,
+    });
     try {
       const { envelope } = built;
       if (built.fromDiffers) {

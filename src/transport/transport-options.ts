@@ -1,6 +1,7 @@
 import type { EmlApiClientOptions } from '../client/client-options.js';
 import { CLIENT_OPTIONS, rejectUnknownOptions } from '../client/resolve-client-options.js';
 import type { EmlApiLogger } from '../shared/logger.js';
+import type { MetricsOption } from '../observability/metrics.js';
 import { resolveBuildThreads } from './build-threads/pool.js';
 
 /**
@@ -36,10 +37,20 @@ export interface EmlApiTransportOptions extends EmlApiClientOptions {
    * new EmlApiTransport({ apiKey, baseUrl, buildThreads: 2 });
    */
   buildThreads?: number | 'auto' | false;
+  /**
+   * Prometheus metrics of the sends (`eml_api_sends_total`, `eml_api_send_retries_total`,
+   * `eml_api_upload_bytes`, `eml_api_upload_duration_seconds`, with `component="transport"`):
+   * `true` for prom-client's default registry, or `{ registry }` for yours. Needs the
+   * optional peer `prom-client` (`npm install prom-client`). See "Operating" in the README.
+   * @default false
+   * @example
+   * new EmlApiTransport({ apiKey, baseUrl, metrics: { registry } });
+   */
+  metrics?: MetricsOption;
 }
 
 /** Names of the options the transport takes besides the client's. */
-const TRANSPORT_OPTIONS = ['buildThreads'] as const satisfies readonly (keyof EmlApiTransportOptions)[];
+const TRANSPORT_OPTIONS = ['buildThreads', 'metrics'] as const satisfies readonly (keyof EmlApiTransportOptions)[];
 
 /**
  * Splits the transport's own options from the client's, checking them.
@@ -50,9 +61,15 @@ const TRANSPORT_OPTIONS = ['buildThreads'] as const satisfies readonly (keyof Em
 export function splitTransportOptions(options: EmlApiTransportOptions): {
   clientOptions: EmlApiClientOptions;
   buildThreads: number;
+  /** The `metrics` option as given (checked where the metrics are made). */
+  metrics?: MetricsOption;
 } {
   if (typeof options !== 'object' || options === null) return { clientOptions: options, buildThreads: 0 };
   rejectUnknownOptions(options as unknown as Record<string, unknown>, [...CLIENT_OPTIONS, ...TRANSPORT_OPTIONS], '');
-  const { buildThreads, ...clientOptions } = options;
-  return { clientOptions, buildThreads: resolveBuildThreads(buildThreads) };
+  const { buildThreads, metrics, ...clientOptions } = options;
+  return {
+    clientOptions,
+    buildThreads: resolveBuildThreads(buildThreads),
+    ...(metrics === undefined ? {} : { metrics }),
+  };
 }

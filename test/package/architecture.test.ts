@@ -39,10 +39,12 @@ const ALLOWED: Record<string, string[]> = {
   protocol: ['shared'],
   http: ['shared'],
   body: ['http', 'protocol', 'shared'],
+  // Metrics, traces and the health port: told of events by hooks (the request engine's observers), never the reverse.
+  observability: ['http', 'shared'],
   client: ['http', 'body', 'protocol', 'shared'],
-  transport: ['client', 'http', 'body', 'protocol', 'shared'],
-  queue: ['transport', 'client', 'http', 'body', 'protocol', 'shared'],
-  relay: ['queue', 'transport', 'client', 'http', 'body', 'protocol', 'shared'],
+  transport: ['observability', 'client', 'http', 'body', 'protocol', 'shared'],
+  queue: ['observability', 'transport', 'client', 'http', 'body', 'protocol', 'shared'],
+  relay: ['observability', 'queue', 'transport', 'client', 'http', 'body', 'protocol', 'shared'],
   'emulator/state': ['protocol', 'shared'],
   'emulator/operations': ['emulator/state', 'protocol', 'shared'],
   'emulator/http': ['emulator/operations', 'emulator/state', 'protocol', 'shared'],
@@ -57,8 +59,19 @@ const ALLOWED: Record<string, string[]> = {
     'protocol',
     'shared',
   ],
-  cli: ['emulator/root', 'relay', 'queue', 'transport', 'client', 'http', 'body', 'protocol', 'shared'],
-  root: ['relay', 'queue', 'transport', 'client', 'http', 'body', 'protocol', 'shared'],
+  cli: [
+    'emulator/root',
+    'observability',
+    'relay',
+    'queue',
+    'transport',
+    'client',
+    'http',
+    'body',
+    'protocol',
+    'shared',
+  ],
+  root: ['observability', 'relay', 'queue', 'transport', 'client', 'http', 'body', 'protocol', 'shared'],
 };
 
 describe('the layers of src/', () => {

@@ -46,6 +46,24 @@ describe('the examples run as documented', () => {
     },
   );
 
+  it.skipIf(redisServerMissing)(
+    'operations example runs a relay and a worker with health and metrics on, and scrapes them',
+    async () => {
+      const redis = await startRedisServer();
+      try {
+        const { stdout } = await tsx(['examples/operations.ts'], { REDIS_URL: redis.url });
+        expect(stdout).toContain('relay /readyz:  200 {"status":"ok","checks":{"redis":{"status":"ok"}}}');
+        expect(stdout).toMatch(/worker \/readyz: 200 .*"service":\{"status":"ok"\}/);
+        expect(stdout).toContain('ops@acme.example got 3 messages');
+        expect(stdout).toContain('eml_api_relay_messages_total{outcome="accepted",code="250"} 3');
+        expect(stdout).toContain('eml_api_sends_total{component="worker",outcome="sent",code="none",status="202"} 3');
+        expect(stdout).toContain('stopped: 0 message(s) given up, 0 job(s) handed back');
+      } finally {
+        await redis.stop();
+      }
+    },
+  );
+
   it('DKIM example uploads a signed message', async () => {
     const { stdout } = await tsx(['examples/dkim.ts']);
     expect(stdout).toMatch(/^DKIM-Signature: v=1; a=rsa-sha256;.*d=acme\.example/m);

@@ -393,6 +393,16 @@ const { EmlApiTransport } = require('nodemailer-eml-api');`,
           cwd: dir,
         },
       );
+      // Health and metrics: /metrics needs prom-client, an optional peer; the CLI says so, or runs without it.
+      await expect(stat(join(dir, 'node_modules', 'prom-client'))).rejects.toThrow(/ENOENT/);
+      const noProm = await run(bin, ['relay', '--port', '0', '--http-port', '0'], { cwd: dir, env }).catch(
+        (e: { code: number; stderr: string }) => e,
+      );
+      expect(noProm).toMatchObject({
+        code: 1,
+        stderr: expect.stringContaining('npm install prom-client'),
+      });
+      expect((noProm as { stderr: string }).stderr).toContain('--no-metrics');
       const usage = (load: string) => `${load}
 (async () => {
   const emu = await startEmulator();

@@ -2,6 +2,7 @@ import type { CliIo } from '../cli-io.js';
 import { EXIT, UsageError } from '../lib/usage-error.js';
 import { queueRetryCommand } from './queue-retry-command.js';
 import { queueStatusCommand } from './queue-status-command.js';
+import { queueWatchCommand } from './queue-watch-command.js';
 
 /** Help of `eml-api queue`. */
 export const QUEUE_HELP = `Usage: eml-api queue <subcommand> [options]
@@ -12,6 +13,7 @@ for "eml-api worker" to send.
 Subcommands:
   status            counts by state, and the failed messages with their errors
   retry [job...]    put failed messages back in the queue (all of them, or those named)
+  watch             the state every few seconds: counts, send rate, the oldest waiting job's age
 
 Run "eml-api queue <subcommand> --help" for its options.
 Environment: REDIS_URL (or --redis).
@@ -21,18 +23,19 @@ Environment: REDIS_URL (or --redis).
 export const QUEUE_SUBCOMMANDS = {
   status: queueStatusCommand,
   retry: queueRetryCommand,
+  watch: queueWatchCommand,
 } as const;
 
-/** `eml-api queue`: dispatches to status or retry. */
+/** `eml-api queue`: dispatches to status, retry or watch. */
 export async function queueCommand(args: string[], io: CliIo): Promise<number> {
   const [sub, ...rest] = args;
   if (sub === '--help' || sub === '-h' || sub === 'help') {
     io.stdout.write(QUEUE_HELP);
     return EXIT.ok;
   }
-  if (sub === undefined) throw new UsageError('queue needs a subcommand: status or retry');
+  if (sub === undefined) throw new UsageError('queue needs a subcommand: status, retry or watch');
   if (!Object.hasOwn(QUEUE_SUBCOMMANDS, sub)) {
-    throw new UsageError(`unknown queue subcommand "${sub}"; expected status or retry`);
+    throw new UsageError(`unknown queue subcommand "${sub}"; expected status, retry or watch`);
   }
   return QUEUE_SUBCOMMANDS[sub as keyof typeof QUEUE_SUBCOMMANDS](rest, io);
 }

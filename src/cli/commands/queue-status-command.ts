@@ -2,6 +2,7 @@ import { parseArgs } from 'node:util';
 import { OUTBOX_STATES, readOutboxStatus, type FailedSend } from '../../queue/outbox-inspection.js';
 import { openOutboxQueue } from '../../queue/outbox-queue.js';
 import { requireQueuePeers } from '../../queue/queue-peers.js';
+import { readOutboxSnapshot } from '../../queue/outbox-snapshot.js';
 import type { CliIo } from '../cli-io.js';
 import { outboxLocation, REDIS_ARG_OPTIONS, REDIS_OPTIONS_HELP } from '../lib/redis-config.js';
 import { asUsageError } from '../lib/service-config.js';
@@ -11,8 +12,11 @@ import { EXIT, UsageError } from '../lib/usage-error.js';
 /** Help of `eml-api queue status`. */
 export const QUEUE_STATUS_HELP = `Usage: eml-api queue status [options]
 
-Prints how many messages of the outbox are in each state, and the newest
-failed ones with their errors (what the service answered).
+Prints how many messages of the outbox are in each state, how long the one
+next in line has waited, how many are parked for a person, the sends of the
+last minute, and the newest failed ones with their errors (what the service
+answered). --json adds oldestWaitingSeconds, parked, sentLastMinute and
+failedLastMinute to the counts; "eml-api queue watch" prints them live.
 
 Options:
 ${REDIS_OPTIONS_HELP}  --limit <n>             failed messages to list, newest first (default 20)
@@ -49,13 +53,25 @@ export async function queueStatusCommand(args: string[], io: CliIo): Promise<num
   requireQueuePeers();
   const admin = await asUsageError(() => openOutboxQueue(location));
   try {
-    const status = await readOutboxStatus(admin.queue, { limit });
+    const [status, snapshot] = await Promise.all([
+      readOutboxStatus(admin.queue, { limit }),
+      readOutboxSnapshot(admin.queue),
+    ]);
+    const live = {
+      oldestWaitingSeconds: snapshot.oldestWaitingSeconds,
+      parked: snapshot.parked,
+      sentLastMinute: snapshot.sentLastMinute,
+      failedLastMinute: snapshot.failedLastMinute,
+    };
     if (values.json) {
-      io.stdout.write(`${JSON.stringify({ queue: admin.queue.name, ...status }, null, 2)}\n`);
+      io.stdout.write(`${JSON.stringify({ queue: admin.queue.name, ...status, ...live }, null, 2)}\n`);
       return EXIT.ok;
     }
     const counts = OUTBOX_STATES.map((state) => `${state} ${status.counts[state]}`).join(', ');
     io.stdout.write(`Queue "${terminalText(admin.queue.name)}"${status.paused ? ' (paused)' : ''}: ${counts}\n`);
+    io.stdout.write(
+      `Oldest waiting ${live.oldestWaitingSeconds.toFixed(1)} s, parked for a person ${live.parked}, in the last minute ${live.sentLastMinute} sent and ${live.failedLastMinute} failed\n`,
+    );
     if (status.failed.length > 0) {
       const more = status.counts.failed > status.failed.length ? ` (newest ${status.failed.length})` : '';
       io.stdout.write(`Failed${more}:\n`);

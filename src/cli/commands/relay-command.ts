@@ -12,6 +12,8 @@ import { untilStopped } from '../lib/until-stopped.js';
 import { EXIT, UsageError } from '../lib/usage-error.js';
 import { terminalText } from '../lib/terminal-text.js';
 import { outboxEncryption, OUTBOX_KEYS_HELP } from '../lib/redis-config.js';
+import { isJsonIo, jsonIo } from '../lib/log-format.js';
+import { OPERATIONS_ARG_OPTIONS, operationsHelp, operationsOptions } from '../lib/operations-flags.js';
 
 /** Help of `eml-api relay`. */
 export const RELAY_HELP = `Usage: eml-api relay [options]
@@ -74,11 +76,14 @@ Options:
   --queue <name>          the outbox's queue name (default eml-api)
   --prefix <prefix>       the outbox's Redis key prefix (default bull)
   --allow-insecure-http   allow http:// to a non-loopback service (keys cross the network in clear)
-  --quiet                 log refusals and errors only, not every accepted message
+${operationsHelp('the messages in flight (arriving or being handed on)')}  --quiet                 log refusals and errors only, not every accepted message
   -h, --help              show this help
 
 With --redis, ${OUTBOX_KEYS_HELP}
-Exit codes: 0 stopped, 1 could not start (port in use, key refused, Redis that evicts...), 2 wrong usage.
+On SIGTERM it stops taking connections and transactions (421), lets the messages in flight
+finish within --grace, then gives up the ones left (421 or 451: their senders retry) and exits.
+Exit codes: 0 stopped, every message in flight finished; 1 could not start (port in use, key
+refused, Redis that evicts...); 2 wrong usage; 4 stopped when --grace ran out, messages given up.
 `;
 
 /** `eml-api relay`: runs the SMTP relay until SIGINT/SIGTERM (or `io.signal`). */
@@ -116,6 +121,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       prefix: { type: 'string' },
       'allow-insecure-http': { type: 'boolean' },
       quiet: { type: 'boolean' },
+      ...OPERATIONS_ARG_OPTIONS,
       help: { type: 'boolean', short: 'h' },
     },
     strict: true,
@@ -127,6 +133,9 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
   if (values['hash-password']) return hashPassword(io);
   // Says what to install (exit 1) before anything else, when the optional peer is missing.
   loadSmtpServer();
+  const operations = operationsOptions(values, 'eml-api relay --http-port');
+  // In JSON mode every line it prints is a JSON object, its parts' logs included (lineLogger below).
+  if (operations.logFormat === 'json') io = jsonIo(io, [values.key ?? io.env.EML_API_KEY ?? ''].filter(Boolean));
   const baseUrl = values.url ?? io.env.EML_API_URL;
   if (!baseUrl) throw new UsageError('no service URL: pass --url or set EML_API_URL');
   const apiKey = values.key ?? io.env.EML_API_KEY;
@@ -144,6 +153,8 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
     port: whole(values.port, '--port', 0, 65535),
     host: values.host,
     allowInsecureHttp: values['allow-insecure-http'] ?? false,
+    ...(operations.http ? { http: operations.http } : {}),
+    ...(operations.metrics === false ? { metrics: false } : {}),
     logger: lineLogger(io, values.quiet ?? false),
     ...(apiKey ? { apiKey } : {}),
     ...(values.allow ? { allowUnauthenticatedFrom: values.allow } : {}),
@@ -204,9 +215,20 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
         }\n`
       : 'Clients AUTH with their own API key as the password (any user name)\n',
   );
+  if (relay.http) {
+    io.stdout.write(
+      `Health and metrics on http://${relay.http.host}:${relay.http.port} (/healthz, /readyz, /metrics)\n`,
+    );
+  }
   await untilStopped(io.signal);
-  io.stdout.write('Stopping: letting the messages in progress finish\n');
-  await relay.close();
+  io.stdout.write(`Stopping: letting the messages in progress finish (up to ${operations.grace / 1000} s)\n`);
+  const { givenUp } = await relay.close({ grace: operations.grace });
+  if (givenUp > 0) {
+    io.stdout.write(
+      `SMTP relay stopped: the grace period ran out, ${givenUp} message(s) in flight given up (their senders retry)\n`,
+    );
+    return EXIT.cutShort;
+  }
   io.stdout.write('SMTP relay stopped\n');
   return EXIT.ok;
 }
@@ -294,6 +316,7 @@ function limitOptions(values: Record<string, string | boolean | string[] | undef
 
 /** A logger that writes one line per event: accepted messages to standard output, the rest to standard error. */
 function lineLogger(io: CliIo, quiet: boolean): EmlApiLogger {
+  if (isJsonIo(io)) return io.jsonLogger;
   // Values may quote the service or an SMTP client: made safe for the terminal.
   const line = (meta: Record<string, unknown>, message: string) =>
     `${new Date().toISOString()} ${terminalText(message)}${Object.entries(meta)

@@ -16,6 +16,9 @@ import {
 import { asUsageError, SERVICE_ARG_OPTIONS, SERVICE_OPTIONS_HELP, serviceOptions } from '../lib/service-config.js';
 import { terminalText } from '../lib/terminal-text.js';
 import { EXIT, UsageError } from '../lib/usage-error.js';
+import { isJsonIo, jsonIo } from '../lib/log-format.js';
+import { statusOf } from '../../observability/send-telemetry.js';
+import { OPERATIONS_ARG_OPTIONS, operationsHelp, operationsOptions } from '../lib/operations-flags.js';
 
 /** Help of `eml-api worker`. */
 export const WORKER_HELP = `Usage: eml-api worker [options]
@@ -32,7 +35,7 @@ or "failed <job>: <error>" (failed messages stay in the queue: see eml-api queue
 Options:
 ${REDIS_OPTIONS_HELP}  --concurrency <n>       messages sent at once by this worker (default 5)
   --rate <N/s>            at most N sends per second across all workers (also N/m, N/h)
-${SERVICE_OPTIONS_HELP}
+${operationsHelp('the sends in flight')}${SERVICE_OPTIONS_HELP}
 Environment: REDIS_URL, EML_API_URL, EML_API_KEY.
 ${OUTBOX_KEYS_HELP}
 It checks the key first (without sending mail): a key the service refuses
@@ -41,7 +44,10 @@ does it start with a Redis that evicts keys (maxmemory-policy other than
 noeviction: queued mail would be lost silently); it warns when Redis runs
 without its append-only file.
 
-Exit codes: 0 stopped, 1 could not start (refused key...), 2 wrong usage.
+On SIGTERM it takes no new message and lets the sends in flight finish within --grace; then (or
+on a second signal) it puts the ones left back in the queue for another worker, and exits.
+Exit codes: 0 stopped, every send in flight finished; 1 could not start (refused key...); 2 wrong
+usage; 4 stopped when --grace ran out (or on a second signal), sends handed back to the queue.
 `;
 
 /** `eml-api worker`: runs an outbox worker until SIGINT/SIGTERM (or `io.signal`). */
@@ -53,6 +59,7 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
       ...REDIS_ARG_OPTIONS,
       concurrency: { type: 'string' },
       rate: { type: 'string' },
+      ...OPERATIONS_ARG_OPTIONS,
     },
     allowPositionals: true,
     strict: true,
@@ -72,6 +79,10 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
   const encryption = outboxEncryption(io.env);
   // A missing bullmq or ioredis is a failure to run (exit 1), not a usage mistake.
   requireQueuePeers();
+  const operations = operationsOptions(values, 'eml-api worker --http-port');
+  if (operations.logFormat === 'json') io = jsonIo(io, [service.apiKey]);
+  // In JSON mode each message's outcome is a JSON line with fixed field names (see "Operating" in the README).
+  const json = isJsonIo(io) ? io.jsonLogger : undefined;
   await checkKey(service, io);
   const outbox = asUsageError(
     () =>
@@ -81,20 +92,26 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
         concurrency,
         ...(limiter ? { limiter } : {}),
         ...(encryption ? { encryption } : {}),
+        ...(operations.http ? { http: operations.http } : {}),
+        ...(operations.metrics === false ? { metrics: false } : {}),
       }),
   );
   let sent = 0;
   let failed = 0;
   outbox.on('sent', (job: OutboxJob, result: OutboxSendResult) => {
     sent++;
+    if (json)
+      return json.info({ ...jobFields(job), id: result.id, status: statusOf(result.response) }, 'Queued message sent');
     io.stdout.write(`sent ${jobName(job)} ${terminalText(result.response)} id=${terminalText(result.id ?? '-')}\n`);
   });
   outbox.on('retrying', (job: OutboxJob, err: EmlApiError, delayMs: number | undefined) => {
+    if (json) return json.warn({ ...jobFields(job), ...errorFields(err), delayMs }, 'Queued message will be retried');
     const wait = delayMs === undefined ? '' : ` in ${Math.ceil(delayMs / 1000)}s`;
     io.stderr.write(`retry ${jobName(job)}${wait}: ${describeError(err)}\n`);
   });
   outbox.on('failed', (job: OutboxJob, err: EmlApiError) => {
     failed++;
+    if (json) return json.error({ ...jobFields(job), ...errorFields(err) }, 'Queued message failed');
     io.stderr.write(`failed ${jobName(job)}: ${describeError(err)}\n`);
   });
   outbox.on('error', (err: Error) => io.stderr.write(`worker error: ${terminalText(err.message)}\n`));
@@ -107,17 +124,34 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
     if (ready) {
       const rate = limiter ? `, at most ${limiter.max} per ${limiter.duration / 1000} s across all workers` : '';
       io.stdout.write(`Worker sending from queue "${outbox.queueName}", ${concurrency} at a time${rate}\n`);
+      if (outbox.http) {
+        io.stdout.write(
+          `Health and metrics on http://${outbox.http.host}:${outbox.http.port} (/healthz, /readyz, /metrics)\n`,
+        );
+      }
       await stop.first;
     }
     // Also when the signal came before the worker was ready: it may have taken jobs already.
-    io.stdout.write('Stopping: finishing the sends in flight (signal again to stop at once)\n');
-    await Promise.race([outbox.close(), stop.second.then(() => outbox.close({ force: true }))]);
+    io.stdout.write(
+      `Stopping: finishing the sends in flight (up to ${operations.grace / 1000} s; signal again to stop at once)\n`,
+    );
+    // The grace period over (or a second signal), the sends left are aborted and their jobs handed back.
+    let graceTimer: NodeJS.Timeout | undefined;
+    const graceOver = new Promise<void>((resolve) => (graceTimer = setTimeout(resolve, operations.grace)));
+    await Promise.race([
+      outbox.close(),
+      Promise.race([stop.second, graceOver]).then(() => outbox.close({ force: true })),
+    ]);
+    clearTimeout(graceTimer);
     await outbox.close();
   } finally {
     stop.dispose();
   }
-  io.stdout.write(`Worker stopped: ${sent} sent, ${failed} failed\n`);
-  return EXIT.ok;
+  const handedBack = outbox.handedBack;
+  io.stdout.write(
+    `Worker stopped: ${sent} sent, ${failed} failed${handedBack ? `, ${handedBack} handed back to the queue` : ''}\n`,
+  );
+  return handedBack > 0 ? EXIT.cutShort : EXIT.ok;
 }
 
 /**
@@ -137,6 +171,16 @@ async function checkKey(service: ReturnType<typeof serviceOptions>, io: CliIo): 
   } finally {
     await client.close();
   }
+}
+
+/** A job's fields in a JSON log line: its queue id and Message-ID (none when encrypted or a JSON send). */
+function jobFields(job: OutboxJob): Record<string, unknown> {
+  return { job: String(job.id), messageId: job.data?.messageId || undefined, attempt: job.attemptsMade };
+}
+
+/** An error's fields in a JSON log line: its code, the service's status and code, its message. */
+function errorFields(err: EmlApiError): Record<string, unknown> {
+  return { code: err.code, status: err.responseCode, apiCode: err.apiCode, error: err.message };
 }
 
 function jobName(job: OutboxJob): string {

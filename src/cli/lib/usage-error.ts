@@ -20,6 +20,8 @@ export const EXIT = {
   usage: 2,
   /** `group check`: at least one address is not a member. */
   notMember: 3,
+  /** `relay`, `worker`: stopped when `--grace` ran out, with work in flight given up or handed back. */
+  cutShort: 4,
 } as const;
 
 /**

@@ -1,0 +1,366 @@
+import type { Counter, Histogram, Registry } from 'prom-client';
+import { EmlApiError } from '../shared/eml-api-error.js';
+import { VERSION } from '../shared/version.js';
+import { loadPromClient } from './telemetry-peers.js';
+
+/**
+ * A prom-client `Registry`, described by what the package uses of it, so
+ * that the types of the package do not need prom-client installed.
+ * @example
+ * import { Registry } from 'prom-client';
+ * const registry: MetricsRegistry = new Registry();
+ */
+export interface MetricsRegistry {
+  /** The exposition, in the Prometheus text format. */
+  metrics(): Promise<string>;
+  /** The `Content-Type` of {@link MetricsRegistry.metrics}. */
+  readonly contentType: string;
+  getSingleMetric(name: string): unknown;
+  registerMetric(metric: never): void;
+}
+
+/**
+ * The `metrics` option of the transport, the relay and the worker:
+ * - `true`: prom-client's default registry (`register`), the one most apps expose
+ * - `{ registry }`: a registry of your own
+ * - `false`: none (the default without `http`)
+ * @example
+ * new EmlApiTransport({ apiKey, baseUrl, metrics: { registry } });
+ */
+export type MetricsOption = boolean | { registry: MetricsRegistry };
+
+/** The part of the package a metric is about, its `component` label. */
+export type TelemetryComponent = 'transport' | 'worker' | 'relay';
+
+/**
+ * What became of a send, the `outcome` label of `eml_api_sends_total`:
+ * `sent`; `retry` (to be tried again: by the worker's queue); `failed` (for good);
+ * `rate_limited` (429: the worker's queue paused, the job back without using an
+ * attempt); `handed_back` (a worker stopping put the job back in the queue).
+ */
+export type SendOutcome = 'sent' | 'retry' | 'failed' | 'rate_limited' | 'handed_back';
+
+/**
+ * What the queue gauges show of one queue, read at each scrape.
+ * @example
+ * const snapshot: QueueSnapshot = { counts: { waiting: 2 }, oldestWaitingSeconds: 4.2, parked: 0 };
+ */
+export interface QueueSnapshot {
+  /** Jobs by BullMQ state. */
+  counts: Record<string, number>;
+  /** Age of the job waiting longest at the head of the queue, in seconds (0 when none waits). */
+  oldestWaitingSeconds: number;
+  /** Failed jobs parked for a person (`lastError.parked`). */
+  parked: number;
+}
+
+/** Powers of 4 from 1 KiB to 64 MiB: a message from a line of text to the service's largest. */
+const BYTE_BUCKETS = Array.from({ length: 9 }, (_, i) => 1024 * 4 ** i);
+/** From 5 ms (a local service) to a minute (a large upload over a slow link, or a slow service). */
+const SECOND_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+
+/** One set of metrics per registry: prom-client refuses a second metric of the same name. */
+const byRegistry = new WeakMap<object, EmlApiMetrics>();
+
+/**
+ * The package's metrics in one prom-client registry: what the transport, the
+ * relay and the worker record, and gauges read when the registry is scraped.
+ * Labels hold codes and names only (never a key, an address or content), so
+ * their number stays small.
+ *
+ * @example
+ * const metrics = EmlApiMetrics.resolve({ registry }, 'The metrics option');
+ * metrics?.recordSend('transport', 'sent', undefined);
+ */
+export class EmlApiMetrics {
+  /** The registry the metrics are in. */
+  readonly registry: MetricsRegistry;
+  readonly #sends: Counter<'component' | 'outcome' | 'code' | 'status'>;
+  readonly #retries: Counter<'component' | 'reason'>;
+  readonly #uploadBytes: Histogram<'component'>;
+  readonly #uploadSeconds: Histogram<'component'>;
+  readonly #relayMessages: Counter<'outcome' | 'code'>;
+  readonly #relayBytes: Histogram<never>;
+  readonly #relaySeconds: Histogram<never>;
+  readonly #connections = new Set<() => number>();
+  readonly #activeJobs = new Set<() => number>();
+  readonly #queues = new Map<string, () => Promise<QueueSnapshot>>();
+  #snapshots: { at: number; read: Promise<[string, QueueSnapshot][]> } | undefined;
+
+  /**
+   * Metrics for a `metrics` option value, or undefined when it is off; the
+   * same object for the same registry, however many parts use it.
+   * @param user what asked, named when prom-client is missing, e.g. `The relay's metrics option`
+   * @throws {EmlApiError} `ECONFIG` when prom-client is missing or the value is not an option value
+   * @example
+   * const metrics = EmlApiMetrics.resolve(options.metrics, 'The metrics option');
+   */
+  static resolve(option: unknown, user: string): EmlApiMetrics | undefined {
+    if (option === undefined || option === false) return undefined;
+    const registry =
+      option === true
+        ? loadPromClient(user).register
+        : typeof option === 'object' && option !== null && isRegistry((option as { registry?: unknown }).registry)
+          ? (option as { registry: MetricsRegistry }).registry
+          : undefined;
+    if (registry === undefined) {
+      throw new EmlApiError(
+        'ECONFIG',
+        'Invalid option metrics: expected true (prom-client’s default registry), false, or { registry } with a prom-client Registry',
+        { permanent: true },
+      );
+    }
+    let metrics = byRegistry.get(registry);
+    if (!metrics) byRegistry.set(registry, (metrics = new EmlApiMetrics(registry, user)));
+    return metrics;
+  }
+
+  /**
+   * The `metrics` option a part with an `http` port uses: the one given, or,
+   * when none was given and the port is on, a registry of its own with
+   * prom-client's process metrics (CPU, memory, event loop lag) in it, less
+   * the three gauges promtool refuses for their `_total` suffix.
+   * @param user what asked, named when prom-client is missing
+   * @example
+   * EmlApiMetrics.resolve(EmlApiMetrics.defaultWithHttp(options.metrics, true, 'The relay’s http option'), '...');
+   */
+  static defaultWithHttp(option: unknown, http: boolean, user: string): unknown {
+    if (option !== undefined || !http) return option;
+    const client = loadPromClient(user);
+    const registry = new client.Registry();
+    client.collectDefaultMetrics({ register: registry });
+    // Three of prom-client's gauges are named like counters, which promtool's lint refuses; each has a
+    // twin without the suffix, by type (nodejs_active_handles...), which stays.
+    for (const name of [
+      'nodejs_active_handles_total',
+      'nodejs_active_requests_total',
+      'nodejs_active_resources_total',
+    ]) {
+      registry.removeSingleMetric(name);
+    }
+    return { registry };
+  }
+
+  private constructor(registry: MetricsRegistry, user: string) {
+    const client = loadPromClient(user);
+    this.registry = registry;
+    const registers = [registry as unknown as Registry];
+    const connections = this.#connections;
+    const activeJobs = this.#activeJobs;
+    new client.Gauge({
+      name: 'eml_api_build_info',
+      help: 'The version of nodemailer-eml-api; always 1',
+      labelNames: ['version'],
+      registers,
+    }).set({ version: VERSION }, 1);
+    this.#sends = new client.Counter({
+      name: 'eml_api_sends_total',
+      help: 'Sends to the service by the transport and the outbox workers, by outcome, error code (none when sent) and HTTP status (none without an answer)',
+      labelNames: ['component', 'outcome', 'code', 'status'],
+      registers,
+    });
+    this.#retries = new client.Counter({
+      name: 'eml_api_send_retries_total',
+      help: 'Sends tried again: in-process retries of a request (transport, relay), jobs rescheduled by the outbox (worker); by reason (HTTP status or error code)',
+      labelNames: ['component', 'reason'],
+      registers,
+    });
+    this.#uploadBytes = new client.Histogram({
+      name: 'eml_api_upload_bytes',
+      help: 'Request bodies posted to the service’s send endpoints, one per attempt',
+      labelNames: ['component'],
+      buckets: BYTE_BUCKETS,
+      registers,
+    });
+    this.#uploadSeconds = new client.Histogram({
+      name: 'eml_api_upload_duration_seconds',
+      help: 'Time from the start of a request to a send endpoint to its answer (or failure), one per attempt',
+      labelNames: ['component'],
+      buckets: SECOND_BUCKETS,
+      registers,
+    });
+    this.#relayMessages = new client.Counter({
+      name: 'eml_api_relay_messages_total',
+      help: 'Messages the SMTP relay answered after DATA, by outcome (accepted, refused) and SMTP reply code',
+      labelNames: ['outcome', 'code'],
+      registers,
+    });
+    this.#relayBytes = new client.Histogram({
+      name: 'eml_api_relay_message_bytes',
+      help: 'Size of the messages the SMTP relay received (DATA), as the client sent them',
+      buckets: BYTE_BUCKETS,
+      registers,
+    });
+    this.#relaySeconds = new client.Histogram({
+      name: 'eml_api_relay_message_duration_seconds',
+      help: 'Time from DATA to the relay’s reply: receiving, checking and handing on a message',
+      buckets: SECOND_BUCKETS,
+      registers,
+    });
+    new client.Gauge({
+      name: 'eml_api_relay_connections',
+      help: 'SMTP connections open to the relay',
+      registers,
+      collect() {
+        this.set([...connections].reduce((sum, count) => sum + count(), 0));
+      },
+    });
+    new client.Gauge({
+      name: 'eml_api_worker_active_jobs',
+      help: 'Jobs the outbox workers of this process are sending now',
+      registers,
+      collect() {
+        this.set([...activeJobs].reduce((sum, count) => sum + count(), 0));
+      },
+    });
+    // The three queue gauges are serialised at once (prom-client collects every metric of a scrape
+    // concurrently): they share one read of the queues per scrape.
+    const snapshots = () => this.#readQueues();
+    new client.Gauge({
+      name: 'eml_api_outbox_jobs',
+      help: 'Jobs of the outbox by state (BullMQ’s: prioritized are new messages, waiting are retries due), read from Redis at each scrape',
+      labelNames: ['queue', 'state'],
+      registers,
+      async collect() {
+        const read = await snapshots();
+        this.reset();
+        for (const [queue, snapshot] of read) {
+          for (const [state, count] of Object.entries(snapshot.counts)) this.set({ queue, state }, count);
+        }
+      },
+    });
+    new client.Gauge({
+      name: 'eml_api_outbox_oldest_waiting_seconds',
+      help: 'Age of the job waiting longest at the head of the outbox (0 when none waits)',
+      labelNames: ['queue'],
+      registers,
+      async collect() {
+        const read = await snapshots();
+        this.reset();
+        for (const [queue, snapshot] of read) this.set({ queue }, snapshot.oldestWaitingSeconds);
+      },
+    });
+    new client.Gauge({
+      name: 'eml_api_outbox_parked_jobs',
+      help: 'Failed jobs of the outbox parked for a person: they may have been delivered, or crashed workers',
+      labelNames: ['queue'],
+      registers,
+      async collect() {
+        const read = await snapshots();
+        this.reset();
+        for (const [queue, snapshot] of read) this.set({ queue }, snapshot.parked);
+      },
+    });
+  }
+
+  /**
+   * Reads every queue once for the scrape under way: calls within a second share the read. A queue
+   * that cannot be read (Redis down) is left out of the gauges, rather than failing the whole scrape.
+   */
+  #readQueues(): Promise<[string, QueueSnapshot][]> {
+    const now = Date.now();
+    if (this.#snapshots && now - this.#snapshots.at < 1000) return this.#snapshots.read;
+    const read = Promise.all(
+      [...this.#queues].map(async ([queue, snapshot]) => {
+        try {
+          return [[queue, await snapshot()] as [string, QueueSnapshot]];
+        } catch {
+          return [];
+        }
+      }),
+    ).then((lists) => lists.flat());
+    this.#snapshots = { at: now, read };
+    return read;
+  }
+
+  /**
+   * Counts a send that ended (or was put off).
+   * @example
+   * metrics.recordSend('worker', 'failed', err);
+   */
+  recordSend(component: TelemetryComponent, outcome: SendOutcome, err: unknown, status?: number): void {
+    const api = err instanceof EmlApiError ? err : undefined;
+    const code = err === undefined ? 'none' : (api?.code ?? ownCode(err));
+    const answered = status ?? api?.responseCode;
+    this.#sends.inc({ component, outcome, code, status: answered === undefined ? 'none' : String(answered) });
+  }
+
+  /**
+   * Counts a send tried again.
+   * @param reason an HTTP status (`429`), or an error code (`ETIMEDOUT`)
+   * @example
+   * metrics.recordRetry('transport', '503');
+   */
+  recordRetry(component: TelemetryComponent, reason: string): void {
+    this.#retries.inc({ component, reason });
+  }
+
+  /**
+   * Records one attempt at a send endpoint: its body's size and how long it took.
+   * @example
+   * metrics.recordUpload('transport', body.length, 0.12);
+   */
+  recordUpload(component: TelemetryComponent, bytes: number, seconds: number): void {
+    this.#uploadBytes.observe({ component }, bytes);
+    this.#uploadSeconds.observe({ component }, seconds);
+  }
+
+  /**
+   * Records a message the relay answered after DATA.
+   * @example
+   * metrics.recordRelayMessage(250, 2048, 0.3);
+   */
+  recordRelayMessage(code: number, bytes: number, seconds: number): void {
+    this.#relayMessages.inc({ outcome: code >= 200 && code < 300 ? 'accepted' : 'refused', code: String(code) });
+    this.#relayBytes.observe(bytes);
+    this.#relaySeconds.observe(seconds);
+  }
+
+  /**
+   * Adds a source of `eml_api_relay_connections` (summed over the relays of the process).
+   * @returns removes it
+   * @example
+   * const remove = metrics.addConnections(() => server.connections.size);
+   */
+  addConnections(count: () => number): () => void {
+    this.#connections.add(count);
+    return () => this.#connections.delete(count);
+  }
+
+  /**
+   * Adds a source of `eml_api_worker_active_jobs`.
+   * @returns removes it
+   * @example
+   * const remove = metrics.addActiveJobs(() => running.size);
+   */
+  addActiveJobs(count: () => number): () => void {
+    this.#activeJobs.add(count);
+    return () => this.#activeJobs.delete(count);
+  }
+
+  /**
+   * Adds a queue whose depth the gauges show, read at each scrape. Two workers
+   * of one queue in a process report it once.
+   * @returns removes it
+   * @example
+   * const remove = metrics.addQueue('eml-api', () => readQueueSnapshot(queue));
+   */
+  addQueue(queue: string, read: () => Promise<QueueSnapshot>): () => void {
+    if (this.#queues.has(queue)) return () => undefined;
+    this.#queues.set(queue, read);
+    return () => {
+      if (this.#queues.get(queue) === read) this.#queues.delete(queue);
+    };
+  }
+}
+
+function isRegistry(value: unknown): value is MetricsRegistry {
+  const r = value as Partial<MetricsRegistry> | null | undefined;
+  return typeof r?.metrics === 'function' && typeof r.registerMetric === 'function';
+}
+
+/** The code of an error that is not an EmlApiError (a system error's `ECONNRESET`), or `ERROR`. */
+function ownCode(err: unknown): string {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && /^[A-Z][A-Z0-9_]{0,40}$/.test(code) ? code : 'ERROR';
+}

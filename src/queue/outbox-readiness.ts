@@ -1,0 +1,55 @@
+import type { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { ReadinessCheck } from '../observability/health.js';
+import { checkRedisSettings } from './redis-settings.js';
+
+/**
+ * The readiness of the outbox's Redis, for `/readyz` of a worker or a
+ * store-and-forward relay: it answers, and keeps what is queued
+ * (`maxmemory-policy noeviction`). Its persistence is not checked here: a
+ * Redis without its append-only file was warned about at start, and a probe
+ * every few seconds must not repeat the warning in the logs.
+ *
+ * @param redis the connection to check (read when the check runs)
+ * @example
+ * const check = outboxRedisReadiness(() => redis); // { name: 'redis', check }
+ */
+export function outboxRedisReadiness(redis: () => Redis | Promise<Redis>): ReadinessCheck {
+  return {
+    name: 'redis',
+    async check() {
+      const client = await redis();
+      await client.ping();
+      const { host, port } = client.options ?? {};
+      await checkRedisSettings(client, `${host ?? '?'}:${port ?? '?'}`, 'warn', () => undefined);
+    },
+  };
+}
+
+/**
+ * The Redis connection of a BullMQ queue: BullMQ 6 keeps it on its backend, BullMQ 5 on the queue itself.
+ * @example
+ * const redis = await queueRedis(transport.queue);
+ */
+export async function queueRedis(queue: Pick<Queue, 'name'>): Promise<Redis> {
+  const source = queue as unknown as { client?: Promise<Redis>; backend?: { client?: Promise<Redis> } };
+  return (await (source.backend?.client ?? source.client))!;
+}
+
+/**
+ * The password of a Redis connection given as a URL or ioredis options, if
+ * any: one more string a health reason never shows.
+ * @example
+ * redisPassword('redis://:s3cret@redis:6379'); // 's3cret'
+ */
+export function redisPassword(connection: unknown): string | undefined {
+  if (typeof connection === 'string') {
+    try {
+      return decodeURIComponent(new URL(connection).password) || undefined;
+    } catch {
+      return undefined;
+    }
+  }
+  const password = (connection as { password?: unknown; options?: { password?: unknown } } | null)?.password;
+  return typeof password === 'string' && password !== '' ? password : undefined;
+}

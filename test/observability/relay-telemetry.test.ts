@@ -1,0 +1,176 @@
+import { once } from 'node:events';
+import { connect } from 'node:net';
+import nodemailer from 'nodemailer';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { EmlApiQueueTransport } from '../../src/queue/index.js';
+import { redisServerMissing, startRedisServer } from '../helpers/redis-server.js';
+import { eventually } from '../helpers/outbox.js';
+import { installTracing, promtoolMissing, promtoolProblems, sample, type TestTracing } from '../helpers/telemetry.js';
+
+/** The relay's health port, metrics, spans and graceful stop, with real SMTP clients (Nodemailer's SMTP transport). */
+
+let emu: Emulator;
+let tracing: TestTracing;
+const relays: SmtpRelay[] = [];
+beforeAll(async () => {
+  emu = await startEmulator();
+  tracing = installTracing();
+});
+afterAll(async () => {
+  await tracing?.shutdown();
+  await emu?.close();
+});
+beforeEach(async () => {
+  await Promise.all(relays.splice(0).map((r) => r.close({ abort: true })));
+  emu.reset();
+  emu.setFaults(undefined);
+  tracing.reset();
+});
+
+async function relay(options: Partial<Parameters<typeof startSmtpRelay>[0]> = {}) {
+  const started = await startSmtpRelay({
+    baseUrl: emu.url,
+    apiKey: emu.apiKey,
+    port: 0,
+    http: { port: 0, readyCacheMs: 0 },
+    ...options,
+  });
+  relays.push(started);
+  return started;
+}
+const smtp = (port: number) => nodemailer.createTransport({ host: '127.0.0.1', port, ignoreTLS: true });
+const get = async (url: string) => {
+  const res = await fetch(url);
+  return { status: res.status, text: await res.text() };
+};
+
+describe('the relay with its http port', () => {
+  it('counts messages by reply code, their size and time, and the connections open', async () => {
+    const r = await relay();
+    const url = `http://127.0.0.1:${r.http!.port}`;
+    const sender = smtp(r.port);
+    for (const to of ['ann@example.test', 'bob@example.test']) {
+      await sender.sendMail({ from: 'cron@example.test', to, subject: 'Report', text: 'All jobs ran.' });
+    }
+    // Headers naming someone not in RCPT TO: refused 550.
+    await expect(
+      sender.sendMail({
+        from: 'cron@example.test',
+        to: 'cy@example.test',
+        envelope: { from: 'cron@example.test', to: 'dee@example.test' },
+        text: 'x',
+      }),
+    ).rejects.toMatchObject({ responseCode: 550 });
+    sender.close();
+    const { status, text } = await get(`${url}/metrics`);
+    expect(status).toBe(200);
+    expect(sample(text, 'eml_api_relay_messages_total', { outcome: 'accepted', code: '250' })).toBe(2);
+    expect(sample(text, 'eml_api_relay_messages_total', { outcome: 'refused', code: '550' })).toBe(1);
+    expect(sample(text, 'eml_api_relay_message_bytes_count')).toBe(3);
+    expect(sample(text, 'eml_api_relay_message_bytes_sum')).toBeGreaterThan(3 * 50);
+    expect(sample(text, 'eml_api_relay_message_duration_seconds_count')).toBe(3);
+    expect(sample(text, 'eml_api_upload_bytes_count', { component: 'relay' })).toBe(2);
+    expect(emu.messages()).toHaveLength(2);
+    expect(text).not.toContain(emu.apiKey);
+    if (!promtoolMissing) expect(promtoolProblems(text)).toBe('');
+    // A connection held open (greeted, saying nothing) shows in the gauge.
+    const held = connect(r.port, '127.0.0.1');
+    await once(held, 'data');
+    await eventually(async () => sample((await get(`${url}/metrics`)).text, 'eml_api_relay_connections') === 1);
+    held.destroy();
+  });
+
+  it('is ready when the service takes its key, says why not otherwise, and is alive', async () => {
+    const r = await relay();
+    const url = `http://127.0.0.1:${r.http!.port}`;
+    expect(await get(`${url}/healthz`)).toMatchObject({ status: 200 });
+    expect(JSON.parse((await get(`${url}/readyz`)).text)).toEqual({
+      status: 'ok',
+      checks: { service: { status: 'ok' } },
+    });
+    emu.setFaults({ unavailable: 1, retryAfterSeconds: 0 });
+    const down = await get(`${url}/readyz`);
+    expect(down.status).toBe(503);
+    expect(JSON.parse(down.text).checks.service).toMatchObject({
+      status: 'fail',
+      reason: expect.stringMatching(/503/),
+    });
+    expect(down.text).not.toContain(emu.apiKey);
+  });
+
+  it('makes a span per message with its reply code', async () => {
+    const r = await relay();
+    await smtp(r.port).sendMail({ from: 'cron@example.test', to: 'ann@example.test', subject: 's', text: 'x' });
+    const span = tracing.spans().find((s) => s.name === 'eml-api.relay')!;
+    expect(span.attributes).toMatchObject({ 'smtp.reply_code': 250, 'eml_api.recipients': 1 });
+    expect(span.events.map((e) => e.name)).toEqual(['upload']);
+  });
+
+  it.skipIf(redisServerMissing)(
+    'in store-and-forward, needs Redis only; a queued job carries the span of its message',
+    async () => {
+      const redis = await startRedisServer();
+      try {
+        const r = await relay({ queue: { connection: redis.url } });
+        const url = `http://127.0.0.1:${r.http!.port}`;
+        emu.setFaults({ unavailable: 1, retryAfterSeconds: 0 });
+        expect(JSON.parse((await get(`${url}/readyz`)).text)).toEqual({
+          status: 'ok',
+          checks: { redis: { status: 'ok' } },
+        });
+        const info = await smtp(r.port).sendMail({
+          from: 'cron@example.test',
+          to: 'ann@example.test',
+          subject: 's',
+          text: 'x',
+        });
+        const jobId = /Ok: (\S+)/.exec(info.response)![1]!;
+        const queue = new EmlApiQueueTransport({ connection: redis.url });
+        const job = await queue.queue.getJob(jobId);
+        await queue.close();
+        const span = tracing.spans().find((s) => s.name === 'eml-api.relay')!;
+        expect(job!.data.trace?.traceparent).toBe(`00-${span.spanContext().traceId}-${span.spanContext().spanId}-01`);
+        await r.close();
+      } finally {
+        await redis.stop();
+      }
+    },
+  );
+});
+
+describe('closing the relay with a grace period', () => {
+  it('lets the messages in flight finish within it (250), and is not ready meanwhile', async () => {
+    const r = await relay();
+    emu.setFaults({ latencyMs: 700 });
+    const sending = smtp(r.port).sendMail({
+      from: 'cron@example.test',
+      to: 'ann@example.test',
+      subject: 's',
+      text: 'x',
+    });
+    // The upload has reached the service, which answers after its latency.
+    await eventually(() => (emu.faultStats()?.none ?? 0) >= 1, { what: 'the upload in flight' });
+    const closing = r.close({ grace: 20_000 });
+    expect((await get(`http://127.0.0.1:${r.http!.port}/readyz`)).status).toBe(503);
+    expect((await sending).response).toMatch(/^250 /);
+    expect(await closing).toEqual({ givenUp: 0 });
+    expect(emu.messages()).toHaveLength(1);
+  });
+
+  it('gives up what is left when it runs out (451: the client sends it again), and says how many', async () => {
+    const r = await relay();
+    emu.setFaults({ latencyMs: 3000 });
+    const sending = smtp(r.port).sendMail({
+      from: 'cron@example.test',
+      to: 'ann@example.test',
+      subject: 's',
+      text: 'x',
+    });
+    await eventually(() => (emu.faultStats()?.none ?? 0) >= 1, { what: 'the upload in flight' });
+    const closed = r.close({ grace: 50 });
+    await expect(sending).rejects.toMatchObject({ responseCode: 451 });
+    expect(await closed).toEqual({ givenUp: 1 });
+  });
+});
