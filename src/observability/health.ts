@@ -66,6 +66,8 @@ export class HealthMonitor {
   readonly #heartbeat: NodeJS.Timeout;
   #lastBeat = Date.now();
   #stopping = false;
+  #stop!: (value: 'stopping') => void;
+  readonly #stopped = new Promise<'stopping'>((resolve) => (this.#stop = resolve));
 
   constructor(settings: HealthMonitorSettings) {
     this.#settings = { cacheMs: 10_000, timeoutMs: 5_000, maxLagMs: 10_000, secrets: [], ...settings };
@@ -100,17 +102,30 @@ export class HealthMonitor {
    * const report = await health.readiness(); // { status: 'ok', checks: { redis: { status: 'ok' } } }
    */
   async readiness(): Promise<HealthReport> {
-    const checks: HealthReport['checks'] = {};
-    if (this.#stopping) checks.stopping = { status: 'fail', reason: 'shutting down: finishing the work in flight' };
-    await Promise.all(
-      this.#settings.checks.map(async ({ name }) => {
-        const cached = this.#results.get(name);
-        if (!cached || Date.now() - cached.at >= this.#settings.cacheMs) await this.#run(name);
-        const { reason } = this.#results.get(name)!;
-        checks[name] = reason === undefined ? { status: 'ok' } : { status: 'fail', reason };
-      }),
-    );
-    return { status: Object.values(checks).every((c) => c.status === 'ok') ? 'ok' : 'fail', checks };
+    if (!this.#stopping) {
+      const checks: HealthReport['checks'] = {};
+      const ran = Promise.all(
+        this.#settings.checks.map(async ({ name }) => {
+          const cached = this.#results.get(name);
+          if (!cached || Date.now() - cached.at >= this.#settings.cacheMs) await this.#run(name);
+          const { reason } = this.#results.get(name)!;
+          checks[name] = reason === undefined ? { status: 'ok' } : { status: 'fail', reason };
+        }),
+      );
+      // A probe that arrived just before a SIGTERM gets its answer when the stop begins, not after a
+      // check of a slow service that could outlast the process.
+      if ((await Promise.race([ran.then(() => 'ran' as const), this.#stopped])) === 'ran') {
+        return { status: Object.values(checks).every((c) => c.status === 'ok') ? 'ok' : 'fail', checks };
+      }
+    }
+    // The answer is "no" whatever the checks say: it is given at once, with the last results seen.
+    const checks: HealthReport['checks'] = {
+      stopping: { status: 'fail', reason: 'shutting down: finishing the work in flight' },
+    };
+    for (const [name, { reason }] of this.#results) {
+      checks[name] = reason === undefined ? { status: 'ok' } : { status: 'fail', reason };
+    }
+    return { status: 'fail', checks };
   }
 
   /**
@@ -120,6 +135,7 @@ export class HealthMonitor {
    */
   stopping(): void {
     this.#stopping = true;
+    this.#stop('stopping');
   }
 
   /**

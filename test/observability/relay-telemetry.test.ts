@@ -159,6 +159,29 @@ describe('closing the relay with a grace period', () => {
     expect(emu.messages()).toHaveLength(1);
   });
 
+  it('answers /readyz at once while stopping, without waiting on a check of a slow service', async () => {
+    const r = await relay();
+    emu.setFaults({ latencyMs: 3000 });
+    const sending = smtp(r.port).sendMail({ from: 'cron@example.test', to: 'ann@example.test', text: 'x' });
+    await eventually(() => (emu.faultStats()?.none ?? 0) >= 1, { what: 'the upload in flight' });
+    // A probe that came just before the stop: its check of the (slow) service is under way.
+    const early = get(`http://127.0.0.1:${r.http!.port}/readyz`);
+    await eventually(() => (emu.faultStats()?.none ?? 0) >= 2, { what: 'the key check in flight' });
+    const closing = r.close({ grace: 20_000 });
+    expect(
+      await Promise.race([early.then((res) => res.status), sending.then(() => 'the message finished first')]),
+    ).toBe(503);
+    // An orchestrator's probe has a short timeout: the answer comes before the message in flight
+    // (which the service answers after its latency), not after a key check that takes as long.
+    const first = await Promise.race([
+      get(`http://127.0.0.1:${r.http!.port}/readyz`).then((res) => ({ readyz: res.status })),
+      sending.then(() => ({ readyz: 'the message finished first' })),
+    ]);
+    expect(first).toEqual({ readyz: 503 });
+    await sending;
+    expect(await closing).toEqual({ givenUp: 0 });
+  });
+
   it('gives up what is left when it runs out (451: the client sends it again), and says how many', async () => {
     const r = await relay();
     emu.setFaults({ latencyMs: 3000 });
