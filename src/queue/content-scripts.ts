@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { OutboxRedisClient } from './redis-connection.js';
 
 /**
  * The atomic Redis operations on stored content, as Lua scripts defined on
@@ -86,14 +86,14 @@ export interface ContentCommands {
   emlApiLength(key: string): Promise<number>;
 }
 
-const defined = new WeakSet<Redis>();
+const defined = new WeakSet<OutboxRedisClient>();
 
 /**
  * The client with the outbox's content commands (defined once per client).
  * @example
  * await contentCommands(redis).emlApiDiscard(contentKey, index, TOMBSTONE_MS);
  */
-export function contentCommands(redis: Redis): Redis & ContentCommands {
+export function contentCommands(redis: OutboxRedisClient): OutboxRedisClient & ContentCommands {
   if (!defined.has(redis)) {
     redis.defineCommand('emlApiWriteAt', { numberOfKeys: 2, lua: WRITE_AT });
     redis.defineCommand('emlApiDiscard', { numberOfKeys: 2, lua: DISCARD });
@@ -101,5 +101,5 @@ export function contentCommands(redis: Redis): Redis & ContentCommands {
     redis.defineCommand('emlApiLength', { numberOfKeys: 1, lua: LENGTH });
     defined.add(redis);
   }
-  return redis as Redis & ContentCommands;
+  return redis as OutboxRedisClient & ContentCommands;
 }

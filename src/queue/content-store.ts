@@ -1,6 +1,6 @@
 import { createHash, type Hash } from 'node:crypto';
 import { Readable } from 'node:stream';
-import type { Redis } from 'ioredis';
+import type { OutboxRedisClient } from './redis-connection.js';
 import { emlBodyFromBuffer, emlBodyFromStream, STREAM_ABOVE } from '../body/eml-upload-body.js';
 import type { UploadBody } from '../http/upload-body.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
@@ -83,13 +83,13 @@ export type ContentConfirmation = 'stored' | 'duplicate' | 'lost';
  * const written = await store.write(key, content.open(), { size: content.size, signal });
  */
 export class ContentStore {
-  readonly #redis: Redis & ContentCommands;
+  readonly #redis: OutboxRedisClient & ContentCommands;
   readonly #location: QueueLocation;
   readonly #index: string;
   readonly #keyring: OutboxKeyring | undefined;
 
   /** @param keyring encrypts what is written (with its current key), decrypts what is read */
-  constructor(redis: Redis, location: QueueLocation, keyring?: OutboxKeyring) {
+  constructor(redis: OutboxRedisClient, location: QueueLocation, keyring?: OutboxKeyring) {
     this.#redis = contentCommands(redis);
     this.#location = location;
     this.#index = outboxKeys(location).contentIndex;

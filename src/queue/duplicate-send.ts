@@ -1,5 +1,5 @@
 import type { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { OutboxRedisClient } from './redis-connection.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
 
@@ -65,7 +65,7 @@ return 1
  */
 export async function settleDuplicate(
   queue: Queue<OutboxJobData, OutboxSendResult>,
-  redis: Redis,
+  redis: OutboxRedisClient,
   jobId: string,
   ours: OutboxJobData,
   now = Date.now(),

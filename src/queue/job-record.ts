@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { OutboxRedisClient } from './redis-connection.js';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
 
 /**
@@ -34,7 +34,7 @@ return 1
  * await recordSent(redis, { job: `bull:eml-api:${job.id}`, contentIndex: outboxKeys(location).contentIndex }, job.data, result);
  */
 export async function recordSent(
-  redis: Redis,
+  redis: OutboxRedisClient,
   keys: { job: string; contentIndex: string },
   data: OutboxJobData,
   result: OutboxSendResult,

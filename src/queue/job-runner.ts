@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { OutboxRedisClient } from './redis-connection.js';
 import type { Requester } from '../http/requester.js';
 import type { EmlApiLogger } from '../shared/logger.js';
 import {
@@ -27,7 +27,7 @@ import { outboxKeys } from './content-keys.js';
  */
 export interface JobRunnerSettings {
   /** The worker's Redis connection. */
-  redis: Redis;
+  redis: OutboxRedisClient;
   /** Where the queue's content is, read and removed. */
   content: ContentStore;
   location: QueueLocation;
