@@ -50,17 +50,6 @@ redis.call('ZREM', KEYS[2], KEYS[1])
 return 1
 `;
 
-/**
- * The job's `data` and the stored length of the content, in one step, so
- * that both are seen as they stand together.
- */
-const CONFIRM = `
-local data = redis.call('HGET', KEYS[1], 'data')
-local stored = -1
-if redis.call('TYPE', KEYS[2]).ok == 'string' then stored = redis.call('STRLEN', KEYS[2]) end
-return { stored, data or '' }
-`;
-
 /** The stored length of the content, or -1 when it is not there (gone, or a tombstone). */
 const LENGTH = `
 if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return -1 end
@@ -82,7 +71,6 @@ export const TOMBSTONE_MS = 60 * 60 * 1000;
 export interface ContentCommands {
   emlApiWriteAt(key: string, index: string, offset: number, chunk: Buffer): Promise<number>;
   emlApiDiscard(key: string, index: string, ttl: number): Promise<number>;
-  emlApiConfirm(jobKey: string, key: string): Promise<[number, string]>;
   emlApiLength(key: string): Promise<number>;
 }
 
@@ -97,7 +85,6 @@ export function contentCommands(redis: OutboxRedisClient): OutboxRedisClient & C
   if (!defined.has(redis)) {
     redis.defineCommand('emlApiWriteAt', { numberOfKeys: 2, lua: WRITE_AT });
     redis.defineCommand('emlApiDiscard', { numberOfKeys: 2, lua: DISCARD });
-    redis.defineCommand('emlApiConfirm', { numberOfKeys: 2, lua: CONFIRM });
     redis.defineCommand('emlApiLength', { numberOfKeys: 1, lua: LENGTH });
     defined.add(redis);
   }

@@ -61,16 +61,6 @@ export interface StoredContentRef {
 }
 
 /**
- * How a job and its content stood together after the job was added, read in
- * one step: `stored` (the job points at this content, which is whole),
- * `duplicate` (the job is another send's), `lost` (the job or the content is
- * gone or cut: Redis lost data meanwhile).
- * @example
- * if ((await store.confirm(jobKey, key, size)) === 'lost') throw lostError();
- */
-export type ContentConfirmation = 'stored' | 'duplicate' | 'lost';
-
-/**
  * The content of a queue's sends in Redis: writing it (producers), reading
  * and checking it (workers), removing it. With a keyring, content is stored
  * encrypted (AES-256-GCM), in records of one chunk each: a 12-byte nonce,
@@ -228,22 +218,12 @@ export class ContentStore {
   }
 
   /**
-   * Checks, once the job was added, that the job points at this content and
-   * that the content is whole, both in one step: what `sendMail` may then
-   * acknowledge. Redis may have lost either while they were stored (a restart
-   * without AOF, a failover), and a command re-sent after a reconnect would
-   * have re-created the job alone.
-   *
-   * @param size the bytes written
+   * The stored length of content (-1 when it is not there, or is a tombstone).
    * @example
-   * const state = await store.confirm(jobId, contentKey, written.size);
+   * const whole = (await store.storedLength(key)) === store.storedSize(data);
    */
-  async confirm(jobId: string, key: string, size: number): Promise<ContentConfirmation> {
-    const jobKey = `${this.#location.prefix}:${this.#location.queueName}:${jobId}`;
-    const [stored, data] = await this.#redis.emlApiConfirm(jobKey, key);
-    const pointsHere = contentKeyOf(data) === key;
-    if (data !== '' && !pointsHere) return 'duplicate';
-    return pointsHere && stored === size ? 'stored' : 'lost';
+  async storedLength(key: string): Promise<number> {
+    return this.#redis.emlApiLength(key);
   }
 
   /**
@@ -367,14 +347,4 @@ function lostWhileWriting(offset: number): EmlApiError {
       'or a write was repeated after a reconnect): not queued, nothing will be sent; queue it again',
     { permanent: false, mayHaveBeenAccepted: false },
   );
-}
-
-function contentKeyOf(data: string): string | undefined {
-  if (data === '') return undefined;
-  try {
-    const parsed = JSON.parse(data) as { contentKey?: unknown };
-    return typeof parsed.contentKey === 'string' ? parsed.contentKey : undefined;
-  } catch {
-    return undefined;
-  }
 }

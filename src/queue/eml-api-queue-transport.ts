@@ -10,6 +10,7 @@ import { BuildThreadPool } from '../transport/build-threads/pool.js';
 import { jsonRouteOf } from '../transport/json-route.js';
 import type { NodemailerMail } from '../transport/nodemailer-types.js';
 import { ContentStore } from './content-store.js';
+import { addJob, type AddedJob } from './add-job.js';
 import { settleDuplicate, type DuplicateSettlement } from './duplicate-send.js';
 import { outboxJobId } from './outbox-job-id.js';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
@@ -316,12 +317,14 @@ export class EmlApiQueueTransport extends EventEmitter {
       signal.throwIfAborted();
     }
     let settled: DuplicateSettlement = { kind: 'gone' };
+    let added: AddedJob | undefined;
     try {
       // A job with this id may be there already: BullMQ then keeps it and ignores this one, and what the
       // call does depends on that job (see duplicate-send.ts). Removed in between, it is added again.
       for (let tries = 0; settled.kind === 'gone' && tries < 3; tries++) {
-        await withDeadline(this.queue.add(content.kind, data, { ...this.#settings.jobOptions, jobId }), left());
-        settled = await withDeadline(settleDuplicate(this.queue, redis, jobId, data), left());
+        const job = { name: content.kind, data, opts: { ...this.#settings.jobOptions, jobId }, contentKey };
+        added = await withDeadline(addJob(this.queue, redis, job), left());
+        settled = await withDeadline(settleDuplicate(this.queue, redis, jobId, data, added.state), left());
       }
     } catch (err) {
       if (err instanceof EmlApiError) {
@@ -347,7 +350,11 @@ export class EmlApiQueueTransport extends EventEmitter {
     if (settled.kind === 'replaced' && settled.removeContent !== undefined) {
       await this.#content.remove(settled.removeContent).catch(() => undefined);
     }
-    await this.#confirmStored(jobId, contentKey, this.#content.storedSize(data), left(), send);
+    // The job points at this content (it was added, or replaced a failed one with it): acknowledged only
+    // when the content is whole too, as read with the job after the add (or now, after a replacement).
+    const storedLength =
+      settled.kind === 'new' ? added!.state.storedLength : await this.#storedLength(contentKey, left(), send);
+    await this.#confirmStored(jobId, contentKey, storedLength === this.#content.storedSize(data), send);
     const clear = { ...data, envelope: content.envelope, messageId: content.messageId };
     return queuedMessageInfo(clear, jobId, false, settled.kind === 'replaced' ? 'replaced' : undefined);
   }
@@ -378,26 +385,28 @@ export class EmlApiQueueTransport extends EventEmitter {
     }
   }
 
-  /**
-   * Acknowledges only what Redis holds whole: once the job is added, checks in
-   * one step that it points at this content and that the content is all
-   * there. BullMQ adds a job with a script of its own, so the check cannot be
-   * in the same script as the add; it comes after it instead, and sendMail
-   * resolves only when it sees both. Redis may have lost data since the
-   * content was written (a restart without AOF, a failover) and a re-sent add
-   * re-created the job alone: then the job is removed (a worker that took it
-   * meanwhile finds no content and fails it, sending nothing) and the send is
-   * refused, so the app queues it again.
-   */
-  async #confirmStored(jobId: string, contentKey: string, size: number, ms: number, send: StoredSend): Promise<void> {
-    let state;
+  /** The stored length of the content (-1 when it is not there). */
+  async #storedLength(contentKey: string, ms: number, send: StoredSend): Promise<number> {
     try {
-      state = await withDeadline(this.#content.confirm(jobId, contentKey, size), ms);
+      return await withDeadline(this.#content.storedLength(contentKey), ms);
     } catch (err) {
       throw redisFailure(err, `Could not queue the message in Redis at ${this.#redis.where}`, true, send);
     }
-    if (state === 'stored') return;
-    if (state === 'lost') await this.queue.remove(jobId).catch(() => undefined);
+  }
+
+  /**
+   * Acknowledges only what Redis holds whole: the job points at this content
+   * (read with the add, in the same round trip) and the content is all there.
+   * BullMQ adds a job with a script of its own, so the check cannot be in the
+   * same script as the add; it runs right after it, on the same connection.
+   * Redis may have lost data since the content was written (a restart without
+   * AOF, a failover) and a re-sent add re-created the job alone: then the job
+   * is removed (a worker that took it meanwhile finds no content and fails
+   * it, sending nothing) and the send is refused, so the app queues it again.
+   */
+  async #confirmStored(jobId: string, contentKey: string, whole: boolean, send: StoredSend): Promise<void> {
+    if (whole) return;
+    await this.queue.remove(jobId).catch(() => undefined);
     await this.#content.discard(contentKey).catch(() => undefined);
     throw new EmlApiError(
       'ECONNECTION',
