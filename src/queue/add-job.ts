@@ -56,6 +56,20 @@ if redis.call('TYPE', KEYS[3]).ok == 'string' then stored = redis.call('STRLEN',
 return { data or '', failed or '', finished or '', stored }
 `;
 
+/**
+ * A failure after the add ran: the job may be stored (the read or `WAIT`
+ * after it failed, or gave an answer that cannot be read), so it is never
+ * taken for a refusal of the add.
+ * @example
+ * if (err instanceof AfterTheAdd) throw redisFailure(err.cause, doing, true, send);
+ */
+export class AfterTheAdd extends Error {
+  constructor(cause: unknown) {
+    super(cause instanceof Error ? cause.message : String(cause), { cause });
+    this.name = 'AfterTheAdd';
+  }
+}
+
 type AddedCommands = {
   emlApiAdded(jobKey: string, failedKey: string, contentKey: string, jobId: string): ChainableCommander;
 };
@@ -69,8 +83,8 @@ const defined = new WeakSet<OutboxRedisClient>();
  * confirm every write made so far on this connection, the content's included.
  *
  * @param redis the client the queue was made with (the pipeline goes through it)
- * @throws Redis's errors (a reply error means the add never ran; see redis-failure.ts), and
- *   BullMQ's refusal of the job
+ * @throws Redis's errors, the add's own (a reply error: it never ran, see redis-failure.ts) or
+ *   {@link AfterTheAdd} (the job may be stored); BullMQ's refusal of the job
  * @example
  * const { state } = await addJob(queue, redis, { name: 'eml', data, opts, contentKey, replicas: { count: 1, timeoutMs: 500 } });
  */
@@ -116,7 +130,7 @@ export async function addJob(
     throw new Error(`BullMQ refused the job (code ${addResult})`);
   }
   const [readError, read] = results[added + 1]!;
-  if (readError) throw readError;
+  if (readError) throw new AfterTheAdd(readError);
   const [data, failedAt, finishedOn, storedLength] = read as [string, string, string, number];
   const state = {
     data: data === '' ? null : data,
@@ -126,7 +140,7 @@ export async function addJob(
   };
   if (!job.replicas) return { state };
   const [waitError, replicas] = results[added + 2]!;
-  if (waitError) throw waitError;
+  if (waitError) throw new AfterTheAdd(waitError);
   return { state, replicas: Number(replicas) };
 }
 

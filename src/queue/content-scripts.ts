@@ -50,6 +50,25 @@ redis.call('ZREM', KEYS[2], KEYS[1])
 return 1
 `;
 
+/**
+ * After an add that failed without running (or may not have run): whether
+ * the job points at this content after all (1), and if not (0), the content
+ * removed as {@link DISCARD} does, so that no job can send it later. KEYS:
+ * job hash, content key, content index. ARGV: the tombstone's lifetime in ms.
+ */
+const WITHDRAW = `
+local data = redis.call('HGET', KEYS[1], 'data')
+if data then
+  local ok, job = pcall(cjson.decode, data)
+  if ok and type(job) == 'table' and job['contentKey'] == KEYS[2] then return 1 end
+end
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], 'discarded', '1')
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], KEYS[2])
+return 0
+`;
+
 /** The stored length of the content, or -1 when it is not there (gone, or a tombstone). */
 const LENGTH = `
 if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return -1 end
@@ -72,6 +91,7 @@ export interface ContentCommands {
   emlApiWriteAt(key: string, index: string, offset: number, chunk: Buffer): Promise<number>;
   emlApiDiscard(key: string, index: string, ttl: number): Promise<number>;
   emlApiLength(key: string): Promise<number>;
+  emlApiWithdraw(jobKey: string, key: string, index: string, ttl: number): Promise<number>;
 }
 
 const defined = new WeakSet<OutboxRedisClient>();
@@ -86,6 +106,7 @@ export function contentCommands(redis: OutboxRedisClient): OutboxRedisClient & C
     redis.defineCommand('emlApiWriteAt', { numberOfKeys: 2, lua: WRITE_AT });
     redis.defineCommand('emlApiDiscard', { numberOfKeys: 2, lua: DISCARD });
     redis.defineCommand('emlApiLength', { numberOfKeys: 1, lua: LENGTH });
+    redis.defineCommand('emlApiWithdraw', { numberOfKeys: 3, lua: WITHDRAW });
     defined.add(redis);
   }
   return redis as OutboxRedisClient & ContentCommands;

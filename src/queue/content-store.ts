@@ -208,6 +208,18 @@ export class ContentStore {
   }
 
   /**
+   * After an add that failed without running (or may not have): `queued`
+   * when the job points at this content after all; otherwise the content is
+   * removed as by {@link discard}, so no job can send it, and `withdrawn`.
+   * @example
+   * if ((await store.withdraw(jobId, contentKey)) === 'withdrawn') throw notQueued(err);
+   */
+  async withdraw(jobId: string, key: string): Promise<'queued' | 'withdrawn'> {
+    const jobKey = `${this.#location.prefix}:${this.#location.queueName}:${jobId}`;
+    return (await this.#redis.emlApiWithdraw(jobKey, key, this.#index, TOMBSTONE_MS)) === 1 ? 'queued' : 'withdrawn';
+  }
+
+  /**
    * Removes the content of a job that no longer needs it (sent, or a duplicate's, fully written).
    * @example
    * await store.remove(job.data.contentKey);

@@ -10,7 +10,7 @@ import { BuildThreadPool } from '../transport/build-threads/pool.js';
 import { jsonRouteOf } from '../transport/json-route.js';
 import type { NodemailerMail } from '../transport/nodemailer-types.js';
 import { ContentStore } from './content-store.js';
-import { addJob, type AddedJob } from './add-job.js';
+import { addJob, AfterTheAdd, type AddedJob } from './add-job.js';
 import { settleDuplicate, type DuplicateSettlement } from './duplicate-send.js';
 import { outboxJobId } from './outbox-job-id.js';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
@@ -21,7 +21,7 @@ import { registerQueueTransportInternals } from './queue-transport-internals.js'
 import { queuedMessageInfo, type EmlApiQueuedMessageInfo } from './queued-message-info.js';
 import { closeOutboxRedis, openOutboxRedis, type OutboxRedis } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
-import { redisFailure, type StoredSend } from './redis-failure.js';
+import { commandFate, redisFailure, type StoredSend } from './redis-failure.js';
 import { checkRedisSettings } from './redis-settings.js';
 import { resolveQueueTransportOptions, type ResolvedQueueTransportOptions } from './resolve-queue-transport-options.js';
 
@@ -332,7 +332,7 @@ export class EmlApiQueueTransport extends EventEmitter {
         await this.#content.remove(contentKey).catch(() => undefined);
         throw err;
       }
-      throw redisFailure(err, `Could not queue the message in Redis at ${where}`, true, send);
+      throw await this.#addFailure(err, jobId, contentKey, left(), send);
     }
     if (settled.kind === 'gone') {
       throw redisFailure(
@@ -383,6 +383,40 @@ export class EmlApiQueueTransport extends EventEmitter {
     } catch (err) {
       throw redisFailure(err, `Could not read the settings of Redis at ${where}`, false);
     }
+  }
+
+  /**
+   * The error of an add that failed. A refusal from Redis (`NOPERM`, `OOM`,
+   * `READONLY`, `NOSCRIPT`, `CROSSSLOT`... see redis-failure.ts) means the add
+   * never ran: the content is withdrawn (removed, a tombstone left, unless a
+   * job points at it after all) and the send is not accepted. A cluster that
+   * gave up re-routing it may have run an earlier try on a master that failed
+   * over: the content is withdrawn unless a job points at it, and only then is
+   * the send not accepted. Anything else (a timeout, a lost connection) may
+   * have landed: `mayHaveBeenAccepted`.
+   */
+  async #addFailure(
+    err: unknown,
+    jobId: string,
+    contentKey: string,
+    ms: number,
+    send: StoredSend,
+  ): Promise<EmlApiError> {
+    const doing = `Could not queue the message in Redis at ${this.#redis.where}`;
+    if (err instanceof AfterTheAdd) return redisFailure(err.cause, doing, true, send);
+    const fate = commandFate(err, this.#redis.cluster);
+    if (fate === 'unknown') return redisFailure(err, doing, true, send);
+    const withdrawn = await withDeadline(this.#content.withdraw(jobId, contentKey), ms).then(
+      (outcome) => outcome === 'withdrawn',
+      // Could not look: a refusal is still certain (the sweeper removes the content); a re-routing is not.
+      () => fate === 'refused',
+    );
+    return redisFailure(
+      err,
+      withdrawn ? `${doing}, which refused it: not queued, nothing will be sent` : doing,
+      !withdrawn,
+      send,
+    );
   }
 
   /** The stored length of the content (-1 when it is not there). */

@@ -1,6 +1,7 @@
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { EmlApiError } from '../../src/index.js';
 import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
 import { eventually, inProcessWorkers } from '../helpers/outbox.js';
 import { startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
@@ -101,6 +102,43 @@ describe('Redis losing data while a message is stored', () => {
       expect(await leftInRedis(transport)).toEqual({ content: 0, jobs: 0 });
     } finally {
       await transport.close();
+    }
+  });
+});
+
+describe('Redis refusing the add', () => {
+  it('is no "may have been accepted": the add never ran, the content is withdrawn, the send is not queued', async () => {
+    // A user whose ACL lets it write content but not the queue's id counter, which BullMQ's add script names
+    // among its keys: Redis refuses the script (NOPERM) before running it, after the content was written.
+    await redis.client.acl(
+      'SETUSER',
+      'producer',
+      'on',
+      '>pw',
+      '+@all',
+      '~bull:eml-api:content:*',
+      '~bull:eml-api:outbox:*',
+      '~bull:eml-api:order-*',
+      '~bull:eml-api:failed',
+    );
+    const transport = new EmlApiQueueTransport({ connection: `redis://producer:pw@127.0.0.1:${redis.port}` });
+    const admin = new EmlApiQueueTransport({ connection: redis.url });
+    try {
+      const err = (await nodemailer
+        .createTransport(transport)
+        .sendMail({ ...big(4, 1), idempotencyKey: 'order-1' })
+        .catch((e: unknown) => e)) as EmlApiError;
+      expect(err).toBeInstanceOf(EmlApiError);
+      expect(err).toMatchObject({ code: 'ECONNECTION', mayHaveBeenAccepted: false, idempotencyKey: 'order-1' });
+      expect(err.message).toContain('NOPERM');
+      expect(err.message).toContain('not queued, nothing will be sent');
+      expect(err.message).not.toContain('pw@');
+      // Nothing left: the content is a tombstone (no string), no job.
+      expect(await leftInRedis(admin)).toEqual({ content: 0, jobs: 0 });
+    } finally {
+      await transport.close();
+      await admin.close();
+      await redis.client.acl('DELUSER', 'producer');
     }
   });
 });
