@@ -147,3 +147,25 @@ export async function addJob(
 function loadBullmqVersion(): string {
   return requireQueuePeers().bullmq;
 }
+
+/**
+ * `WAIT count timeoutMs` on the connection that wrote the job: replicas that
+ * confirmed every write made on it so far. Sent with a read of `routeKey` in
+ * one pipeline, so that on a cluster it goes to the master of the queue's
+ * slot, over the connection the writes went through (`WAIT` alone names no
+ * key, and would go to any node).
+ *
+ * @returns how many replicas confirmed
+ * @example
+ * const confirmed = await waitForReplicas(redis, queue.toKey(jobId), { count: 1, timeoutMs: 500 });
+ */
+export async function waitForReplicas(
+  redis: OutboxRedisClient,
+  routeKey: string,
+  replicas: { count: number; timeoutMs: number },
+): Promise<number> {
+  const results = (await redis.pipeline().exists(routeKey).wait(replicas.count, replicas.timeoutMs).exec()) ?? [];
+  const [err, confirmed] = results[1] ?? [new Error('WAIT was not run')];
+  if (err) throw err;
+  return Number(confirmed);
+}

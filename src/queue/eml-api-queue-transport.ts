@@ -10,7 +10,7 @@ import { BuildThreadPool } from '../transport/build-threads/pool.js';
 import { jsonRouteOf } from '../transport/json-route.js';
 import type { NodemailerMail } from '../transport/nodemailer-types.js';
 import { ContentStore } from './content-store.js';
-import { addJob, AfterTheAdd, type AddedJob } from './add-job.js';
+import { addJob, AfterTheAdd, waitForReplicas, type AddedJob } from './add-job.js';
 import { settleDuplicate, type DuplicateSettlement } from './duplicate-send.js';
 import { outboxJobId } from './outbox-job-id.js';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
@@ -322,7 +322,8 @@ export class EmlApiQueueTransport extends EventEmitter {
       // A job with this id may be there already: BullMQ then keeps it and ignores this one, and what the
       // call does depends on that job (see duplicate-send.ts). Removed in between, it is added again.
       for (let tries = 0; settled.kind === 'gone' && tries < 3; tries++) {
-        const job = { name: content.kind, data, opts: { ...this.#settings.jobOptions, jobId }, contentKey };
+        const { replicas } = this.#settings;
+        const job = { name: content.kind, data, opts: { ...this.#settings.jobOptions, jobId }, contentKey, replicas };
         added = await withDeadline(addJob(this.queue, redis, job), left());
         settled = await withDeadline(settleDuplicate(this.queue, redis, jobId, data, added.state), left());
       }
@@ -342,8 +343,11 @@ export class EmlApiQueueTransport extends EventEmitter {
         send,
       );
     }
+    // Replicas confirmed the add with it (the pipeline's WAIT); a failed job put back wrote more since.
+    const confirmed = settled.kind === 'new' || settled.kind === 'duplicate' ? added : undefined;
     if (settled.kind === 'duplicate' || settled.kind === 'retried') {
       await this.#content.remove(contentKey).catch(() => undefined);
+      await this.#confirmReplicas(confirmed, jobId, send);
       const stored = this.#content.reveal(settled.data);
       return queuedMessageInfo(stored, jobId, true, settled.kind === 'retried' ? 'retried' : undefined);
     }
@@ -355,6 +359,7 @@ export class EmlApiQueueTransport extends EventEmitter {
     const storedLength =
       settled.kind === 'new' ? added!.state.storedLength : await this.#storedLength(contentKey, left(), send);
     await this.#confirmStored(jobId, contentKey, storedLength === this.#content.storedSize(data), send);
+    await this.#confirmReplicas(confirmed, jobId, send);
     const clear = { ...data, envelope: content.envelope, messageId: content.messageId };
     return queuedMessageInfo(clear, jobId, false, settled.kind === 'replaced' ? 'replaced' : undefined);
   }
@@ -416,6 +421,38 @@ export class EmlApiQueueTransport extends EventEmitter {
       withdrawn ? `${doing}, which refused it: not queued, nothing will be sent` : doing,
       !withdrawn,
       send,
+    );
+  }
+
+  /**
+   * With `replicas`, rejects unless that many replicas confirmed every write
+   * of the message (read from the add's pipeline, or asked now after the
+   * writes that put a failed job back). The message is on the master:
+   * `mayHaveBeenAccepted`, and queueing it again with the same key stores it
+   * once (the job found, or stored anew if a failover lost it).
+   */
+  async #confirmReplicas(added: AddedJob | undefined, jobId: string, send: StoredSend): Promise<void> {
+    const { replicas, storeTimeout } = this.#settings;
+    if (!replicas) return;
+    let confirmed = added?.replicas;
+    if (confirmed === undefined) {
+      try {
+        confirmed = await withDeadline(
+          waitForReplicas(this.#redis.redis, this.queue.toKey(jobId), replicas),
+          storeTimeout,
+        );
+      } catch (err) {
+        throw redisFailure(err, `Could not queue the message in Redis at ${this.#redis.where}`, true, send);
+      }
+    }
+    if (confirmed >= replicas.count) return;
+    throw new EmlApiError(
+      'ETIMEDOUT',
+      `Redis at ${this.#redis.where} stored the message, but ${confirmed} of the ${replicas.count} replica(s) asked for ` +
+        `(replicas.count) confirmed it within ${replicas.timeoutMs} ms: it is queued on the master and will most likely ` +
+        `be sent, but a failover before a replica has it would lose it. Queueing it again with idempotencyKey ` +
+        `${JSON.stringify(send.idempotencyKey)} (err.idempotencyKey) stores it once`,
+      { permanent: false, mayHaveBeenAccepted: true, command: 'WAIT', response: String(confirmed), ...send },
     );
   }
 

@@ -27,6 +27,10 @@ export interface RedisServer {
    * SIGKILL (a crash: only what is already in the AOF survives), or SIGTERM.
    */
   restart(how?: 'crash' | 'shutdown'): Promise<void>;
+  /** Stops the server with SIGSTOP: it hangs, its connections open, until {@link resume}. */
+  pause(): void;
+  /** Lets a paused server run again (SIGCONT). */
+  resume(): void;
   /** Stops the server and removes its folder. */
   stop(): Promise<void>;
 }
@@ -95,8 +99,15 @@ export async function startRedisServer(options: RedisServerOptions = {}): Promis
       server = await launch(args, port);
       await client.ping();
     },
+    pause() {
+      server.kill('SIGSTOP');
+    },
+    resume() {
+      server.kill('SIGCONT');
+    },
     async stop() {
       client.disconnect();
+      server.kill('SIGCONT');
       await terminate(server);
       await rm(dir, { recursive: true, force: true });
     },
