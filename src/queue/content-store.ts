@@ -6,7 +6,15 @@ import type { UploadBody } from '../http/upload-body.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { MailEnvelope } from '../transport/nodemailer-types.js';
 import { NO_KEYS, recordAad, type OutboxKeyring } from './content-cipher.js';
-import { CONTENT_CHUNK, exactChunks, pieces, plainSpans, records, storedLength } from './content-layout.js';
+import {
+  CONTENT_CHUNK,
+  exactChunks,
+  INLINE_MAX_BYTES,
+  pieces,
+  plainSpans,
+  records,
+  storedLength,
+} from './content-layout.js';
 import { newContentKey, outboxKeys } from './content-keys.js';
 import { contentCommands, TOMBSTONE_MS, type ContentCommands } from './content-scripts.js';
 import type { OutboxJobData } from './outbox-job.js';
@@ -53,6 +61,8 @@ export interface WrittenContent {
  */
 export interface StoredContentRef {
   contentKey: string;
+  /** The content itself (Base64), when it is kept in the job. */
+  inline?: string | undefined;
   /** Bytes of the content (before encryption). */
   size: number;
   sha256?: string | undefined;
@@ -140,6 +150,45 @@ export class ContentStore {
       await this.discard(key).catch(() => undefined);
       throw err;
     }
+  }
+
+  /**
+   * Prepares small content to go in the job itself (see INLINE_MAX_BYTES):
+   * read whole, encrypted as one record with the store's key (bound to `key`,
+   * as content written under it would be), hashed. Nothing is written to
+   * Redis; the job's add carries it.
+   *
+   * @param options `size`: the content's bytes
+   * @example
+   * const { inline, ...written } = await store.sealInline(key, content.open(), { size: content.size });
+   */
+  async sealInline(
+    key: string,
+    source: Readable | Buffer,
+    { size }: { size: number },
+  ): Promise<WrittenContent & { inline: string }> {
+    const parts: Buffer[] = [];
+    for await (const part of pieces(source)) parts.push(part);
+    const plain = Buffer.concat(parts);
+    const keyId = this.#keyring?.keyId;
+    const stored = keyId === undefined ? plain : this.#keyring!.seal(plain, recordAad(key, 0, size));
+    const sha256 = createHash('sha256').update(stored).digest('hex');
+    return {
+      size: plain.length,
+      stored: stored.length,
+      sha256,
+      ...(keyId === undefined ? {} : { keyId }),
+      inline: stored.toString('base64'),
+    };
+  }
+
+  /**
+   * Whether content of `size` bytes goes in the job (with this store's encryption's overhead).
+   * @example
+   * if (store.fitsInline(content.size)) data.inline = (await store.sealInline(key, content.open(), { size })).inline;
+   */
+  fitsInline(size: number): boolean {
+    return storedLength({ size, encryption: this.#keyring?.keyId }) <= INLINE_MAX_BYTES;
   }
 
   /**
@@ -252,7 +301,9 @@ export class ContentStore {
    * await postEml(call, body, job.data.idempotencyKey);
    */
   async emlBody(ref: StoredContentRef): Promise<UploadBody> {
-    if (ref.size <= STREAM_ABOVE) return emlBodyFromBuffer(await this.#readWhole(ref), STREAM_ABOVE);
+    if (ref.size <= STREAM_ABOVE || ref.inline !== undefined) {
+      return emlBodyFromBuffer(await this.#readWhole(ref), STREAM_ABOVE);
+    }
     this.#checkLength(ref, await this.#redis.emlApiLength(ref.contentKey));
     return emlBodyFromStream(
       ref.size,
@@ -292,13 +343,16 @@ export class ContentStore {
     }
   }
 
-  /** Reads the whole content in one round trip, checks its length and hash, decrypts it. */
+  /** Reads the whole content (in the job, or in one round trip), checks its length and hash, decrypts it. */
   async #readWhole(ref: StoredContentRef): Promise<Buffer> {
     // A plain GET, the common case's one round trip; a tombstone (a hash) answers WRONGTYPE: not there.
-    const found = await this.#redis.getBuffer(ref.contentKey).catch((err: unknown) => {
-      if (err instanceof Error && err.name === 'ReplyError' && err.message.startsWith('WRONGTYPE')) return null;
-      throw err;
-    });
+    const found =
+      ref.inline !== undefined
+        ? Buffer.from(ref.inline, 'base64')
+        : await this.#redis.getBuffer(ref.contentKey).catch((err: unknown) => {
+            if (err instanceof Error && err.name === 'ReplyError' && err.message.startsWith('WRONGTYPE')) return null;
+            throw err;
+          });
     // Throws when nothing was found (-1).
     this.#checkLength(ref, found === null ? -1 : found.length);
     const bytes = found!;

@@ -93,7 +93,9 @@ export async function settleDuplicate(
   if (parked) throw parkedJobError(stored, jobId);
   // The service may hold the key with the job's own bytes: those go again, and only those.
   const retry =
-    stored.possiblyAcceptedAt !== undefined && !stored.contentRemoved && (await redis.exists(stored.contentKey)) === 1;
+    stored.possiblyAcceptedAt !== undefined &&
+    !stored.contentRemoved &&
+    (stored.inline !== undefined || (await redis.exists(stored.contentKey)) === 1);
   const next: OutboxJobData = { ...(retry ? { ...stored, stalls: 0 } : ours), putBackFrom: finishedOn };
   const won = (await redis.eval(SET_IF_UNCHANGED, 2, jobKey, failedKey, jobId, raw, JSON.stringify(next))) === 1;
   const job = await queue.getJob(jobId);
@@ -106,7 +108,10 @@ export async function settleDuplicate(
   if (job) await putBack(job);
   if (retry) return { kind: 'retried', data: next };
   // Ours is the job's data now; the info describes it.
-  return { kind: 'replaced', removeContent: stored.contentRemoved ? undefined : stored.contentKey };
+  return {
+    kind: 'replaced',
+    removeContent: stored.contentRemoved || stored.inline !== undefined ? undefined : stored.contentKey,
+  };
 }
 
 /** Puts a failed job back with a fresh schedule; another producer may have done it a moment before. */

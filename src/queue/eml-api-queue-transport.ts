@@ -297,13 +297,20 @@ export class EmlApiQueueTransport extends EventEmitter {
       idempotencyKey,
     };
     const writing = new AbortController();
+    const inline = this.#content.fitsInline(content.size);
     try {
-      const written = await withDeadline(
-        this.#content.write(contentKey, content.open(), { size: content.size, signal: writing.signal }),
-        left(),
-      );
-      // The SHA-256 a worker checks; encrypted, the key id and the envelope sealed (issue 20, items 1, 11).
-      Object.assign(data, this.#content.jobFields(contentKey, written, content));
+      if (inline) {
+        // Small content goes in the job, written with its add (issue 19, item 3).
+        const { inline: bytes, ...written } = await this.#content.sealInline(contentKey, content.open(), content);
+        Object.assign(data, this.#content.jobFields(contentKey, written, content), { v: 3, inline: bytes });
+      } else {
+        const written = await withDeadline(
+          this.#content.write(contentKey, content.open(), { size: content.size, signal: writing.signal }),
+          left(),
+        );
+        // The SHA-256 a worker checks; encrypted, the key id and the envelope sealed (issue 20, items 1, 11).
+        Object.assign(data, this.#content.jobFields(contentKey, written, content));
+      }
     } catch (err) {
       // Past the deadline the writes may still be going on (a slow Redis): stop them, and discard
       // what was written. The discard leaves a tombstone on which every write still to come fails
@@ -346,7 +353,7 @@ export class EmlApiQueueTransport extends EventEmitter {
     // Replicas confirmed the add with it (the pipeline's WAIT); a failed job put back wrote more since.
     const confirmed = settled.kind === 'new' || settled.kind === 'duplicate' ? added : undefined;
     if (settled.kind === 'duplicate' || settled.kind === 'retried') {
-      await this.#content.remove(contentKey).catch(() => undefined);
+      if (!inline) await this.#content.remove(contentKey).catch(() => undefined);
       await this.#confirmReplicas(confirmed, jobId, send);
       const stored = this.#content.reveal(settled.data);
       return queuedMessageInfo(stored, jobId, true, settled.kind === 'retried' ? 'retried' : undefined);
@@ -356,8 +363,12 @@ export class EmlApiQueueTransport extends EventEmitter {
     }
     // The job points at this content (it was added, or replaced a failed one with it): acknowledged only
     // when the content is whole too, as read with the job after the add (or now, after a replacement).
-    const storedLength =
-      settled.kind === 'new' ? added!.state.storedLength : await this.#storedLength(contentKey, left(), send);
+    // Content in the job came with it, whole (the add is one script).
+    const storedLength = inline
+      ? this.#content.storedSize(data)
+      : settled.kind === 'new'
+        ? added!.state.storedLength
+        : await this.#storedLength(contentKey, left(), send);
     await this.#confirmStored(jobId, contentKey, storedLength === this.#content.storedSize(data), send);
     await this.#confirmReplicas(confirmed, jobId, send);
     const clear = { ...data, envelope: content.envelope, messageId: content.messageId };

@@ -104,7 +104,8 @@ export class OutboxJobRunner {
     const startedAt = Date.now();
     try {
       const result = await sendOutboxJob(this.#settings.requester(), this.#settings.content, data);
-      await recordSent(
+      // Not awaited: BullMQ's completion follows it on the same connection, in the same round trip.
+      void recordSent(
         this.#settings.redis,
         { job: this.#jobKey(job), contentIndex: outboxKeys(this.#settings.location).contentIndex },
         data,
@@ -153,7 +154,7 @@ export class OutboxJobRunner {
         ...window,
         ...(refused ? { contentRemoved: true } : {}),
       },
-      { dropContent: refused ? data.contentKey : undefined, retry: outcome.kind === 'retry' },
+      { dropContent: refused ? data : undefined, retry: outcome.kind === 'retry' },
     );
     throw permanent ? unrecoverable(reported) : reported;
   }
@@ -216,19 +217,24 @@ export class OutboxJobRunner {
 
   /**
    * Keeps the record of a failed attempt on the job (its error, for `queue
-   * status` and dashboards), removes its content when `dropContent` names it,
+   * status` and dashboards), removes the content of the job `dropContent` gives (its key, or its `inline` field),
    * and, when it is to be tried again, gives it the priority of retries,
    * which workers take before new messages.
    */
   async #record(
     job: OutboxJob,
     fields: Partial<OutboxJobData>,
-    { dropContent, retry = false }: { dropContent?: string | undefined; retry?: boolean } = {},
+    { dropContent, retry = false }: { dropContent?: OutboxJobData | undefined; retry?: boolean } = {},
   ): Promise<void> {
+    const { inline, ...rest } = { ...job.data, ...fields };
+    // Content kept in the job leaves with its data; content beside it, with its key.
+    const updated = dropContent ? rest : { ...rest, ...(inline === undefined ? {} : { inline }) };
     try {
       await Promise.all([
-        job.updateData({ ...job.data, ...fields }),
-        dropContent === undefined ? undefined : this.#settings.content.remove(dropContent),
+        job.updateData(updated as OutboxJobData),
+        dropContent === undefined || dropContent.inline !== undefined
+          ? undefined
+          : this.#settings.content.remove(dropContent.contentKey),
         // Read by BullMQ when it promotes the job from delayed: priority 0 puts it in the wait list, taken first.
         retry && job.priority !== RETRY_PRIORITY ? job.changePriority({ priority: RETRY_PRIORITY }) : undefined,
       ]);

@@ -145,6 +145,7 @@ describe('Redis refusing the add', () => {
 
 describe('content that does not match its SHA-256', () => {
   it.each([
+    ['kept in the job', 0.01],
     ['read at once', 0.05],
     ['streamed in chunks', 3],
   ])('is never posted (%s): the job fails, the service gets nothing', async (_label, mib) => {
@@ -155,11 +156,18 @@ describe('content that does not match its SHA-256', () => {
         .createTransport(transport)
         .sendMail(big(3, mib))) as unknown as EmlApiQueuedMessageInfo;
       const job = await transport.queue.getJob(info.queueId);
-      const { contentKey, size } = job!.data;
+      const { contentKey, size, inline } = job!.data;
+      expect(inline !== undefined).toBe(_label === 'kept in the job');
       // One byte changed near the end, the length kept: only the hash can tell.
       const at = size - 100;
-      const byte = (await redis.client.getrangeBuffer(contentKey, at, at))[0]!;
-      await redis.client.setrange(contentKey, at, String.fromCharCode(byte ^ 1));
+      if (inline !== undefined) {
+        const bytes = Buffer.from(inline, 'base64');
+        bytes[at] = bytes[at]! ^ 1;
+        await job!.updateData({ ...job!.data, inline: bytes.toString('base64') });
+      } else {
+        const byte = (await redis.client.getrangeBuffer(contentKey, at, at))[0]!;
+        await redis.client.setrange(contentKey, at, String.fromCharCode(byte ^ 1));
+      }
       const w = await workers.start();
       const outcome = new Promise<unknown>((resolve) => {
         w.once('failed', (_job, err) => resolve(err));

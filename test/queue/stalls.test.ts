@@ -3,7 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiQueueTransport, type EmlApiWorkerOptions } from '../../src/queue/index.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
-import { eventually, startWorkerProcess, type WorkerProcess } from '../helpers/outbox.js';
+import { eventually, startWorkerProcess, type WorkerProcess, hasStoredContent } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
 
@@ -113,7 +113,7 @@ describe('a job whose workers die while sending it', () => {
     expect(job!.failedReason).toContain(`eml-api queue retry ${info.queueId}`);
     // Nothing was sent by the worker that parked it; its content stays, to be put back.
     expect(emu.messages()).toHaveLength(0);
-    expect(await redis.client.exists(job!.data.contentKey)).toBe(1);
+    expect(await hasStoredContent(redis.client, job!.data)).toBe(true);
     const { stdout } = await runCliCapturing(['queue', 'status'], { env: { REDIS_URL: redis.url } });
     expect(stdout).toContain('Parked after 2 stalls');
     // Put back by a person, it is sent (its stall count starts again).
