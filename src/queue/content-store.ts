@@ -327,12 +327,14 @@ export class ContentStore {
     const { contentKey } = ref;
     const size = storedLength(ref);
     if (stored === -1 || (stored === 0 && size > 0)) {
-      throw new EmlApiError(
+      const missing = new EmlApiError(
         'EMESSAGE',
         `The queued content of this job is missing from Redis (evicted or removed; key ${contentKey}): nothing to send. ` +
           'Redis must run with maxmemory-policy noeviction (see "Durable sending" in the README)',
         { permanent: true },
       );
+      missingContent.add(missing);
+      throw missing;
     }
     if (stored !== size) {
       throw new EmlApiError(
@@ -388,6 +390,17 @@ export class ContentStore {
     const aad = recordAad(ref.contentKey, index, ref.size);
     return (this.#keyring ?? NO_KEYS).open(ref.encryption!.keyId, record, aad, 'content');
   }
+}
+
+const missingContent = new WeakSet<Error>();
+
+/**
+ * Whether an error says a job's content is gone from Redis (as opposed to changed, or unreadable).
+ * @example
+ * if (isContentMissing(err) && data.possiblyAcceptedAt !== undefined) err = contentGoneAfterAttempt(...);
+ */
+export function isContentMissing(err: unknown): boolean {
+  return err instanceof Error && missingContent.has(err);
 }
 
 /** Throws when the content read does not match the SHA-256 on the job (jobs queued before it was stored have none). */

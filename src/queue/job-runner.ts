@@ -2,6 +2,7 @@ import type { OutboxRedisClient } from './redis-connection.js';
 import type { Requester } from '../http/requester.js';
 import type { EmlApiLogger } from '../shared/logger.js';
 import {
+  contentGoneAfterAttempt,
   explainFailure,
   failureAction,
   failureOutcome,
@@ -17,7 +18,7 @@ import type { QueueLocation } from './queue-location.js';
 import { loadBullmq } from './queue-peers.js';
 import { RETRY_PRIORITY } from './retry-schedule.js';
 import { sendOutboxJob } from './send-outbox-job.js';
-import type { ContentStore } from './content-store.js';
+import { isContentMissing, type ContentStore } from './content-store.js';
 import { outboxKeys } from './content-keys.js';
 
 /**
@@ -132,6 +133,10 @@ export class OutboxJobRunner {
     startedAt?: number,
   ): Promise<never> {
     if (this.#settings.stopping()) return this.#settings.handBack(job, token);
+    // Content gone after a stall or a lost answer: that attempt may have delivered it; say so (issue 21, item 5).
+    if (data?.possiblyAcceptedAt !== undefined && isContentMissing(err)) {
+      err = contentGoneAfterAttempt(data.possiblyAcceptedAt, String(job.id), err as Error);
+    }
     const action = failureAction(err);
     if (action.kind === 'pause') {
       // BullMQ's rate limit key pauses every worker of the queue; the job goes back without using an attempt.

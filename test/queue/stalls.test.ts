@@ -123,4 +123,31 @@ describe('a job whose workers die while sending it', () => {
     });
     expect(emu.mailbox('bob@example.test')).toHaveLength(1);
   }, 60_000);
+
+  it('says the message may already have been sent when its content is gone after a stall', async () => {
+    // Content beside the job (over 64 KiB), gone after the stall: lost in a failover, removed by hand.
+    const info = await nodemailer.createTransport(transport).sendMail({
+      from: 'shop@example.test',
+      to: 'cy@example.test',
+      subject: 'Order',
+      text: 'Thanks',
+      attachments: [{ filename: 'invoice.bin', content: Buffer.alloc(80_000, 1) }],
+    });
+    await crashWithSendInFlight();
+    const { data } = (await transport.queue.getJob(info.queueId))!;
+    await redis.client.del(data.contentKey);
+    const next = await startWorkerProcess(options(emu.url));
+    processes.push(next);
+    await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === 1, {
+      what: 'the job failed',
+    });
+    const job = await transport.queue.getJob(info.queueId);
+    expect(job!.data.lastError).toMatchObject({ code: 'EMESSAGE', permanent: true });
+    for (const text of [job!.data.lastError!.message, job!.failedReason]) {
+      expect(text).toContain('may already have delivered the message');
+      expect(text).toContain('Check whether it arrived');
+      expect(text).not.toContain('nothing to send');
+    }
+    expect(emu.messages()).toHaveLength(0);
+  }, 60_000);
 });
