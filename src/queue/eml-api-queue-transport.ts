@@ -80,7 +80,13 @@ export class EmlApiQueueTransport extends EventEmitter {
     super();
     this.#settings = resolveQueueTransportOptions(options);
     const { Queue } = loadBullmq();
-    this.#redis = openOutboxRedis(options.connection, 'producer', this.#settings);
+    this.#redis = openOutboxRedis(
+      options.connection,
+      'producer',
+      this.#settings,
+      'connection',
+      this.#settings.storeTimeout,
+    );
     this.#content = new ContentStore(this.#redis.redis, this.#settings, this.#settings.keyring);
     this.queueName = this.#settings.queueName;
     this.queue = new Queue<OutboxJobData, OutboxSendResult>(this.queueName, {

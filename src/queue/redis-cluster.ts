@@ -39,39 +39,38 @@ export interface OutboxClusterConnection {
  */
 export type ClusterRole = 'producer' | 'worker';
 
-/**
- * How long a producer's command keeps trying through a failover, in ms: a
- * master's replica takes over `cluster-node-timeout` after the master stops
- * answering (15 s by Redis's default) plus an election of a second or so.
- * `storeTimeout` (30 s by default) still bounds a send as a whole.
- */
-const PRODUCER_RIDES_MS = 25_000;
+/** How long a retry waits after a failover's error (a closed connection, `CLUSTERDOWN`, `TRYAGAIN`), in ms. */
+const RETRY_DELAY = 250;
 
 /**
  * The ioredis Cluster options the outbox starts from, for a producer or a
- * worker: a command that meets a failover (its master's connection closed,
- * `CLUSTERDOWN` while no master serves its slot, `TRYAGAIN` while a slot
- * moves) is tried again every `retryDelayOnFailover` ms, with the slot map
- * read again each time, instead of being given up after ioredis's 16 tries
- * of 100 ms (1.6 s: a failover takes longer, so sends failed for seconds and
- * workers left jobs to their lock's expiry). A producer's command gives up
- * after about 25 s; a worker's never does (it waits for Redis, as BullMQ
- * asks of its workers). The slot map is also read every 2 s, so that
- * commands stuck on a master that hangs (rather than dies) are moved to its
+ * worker, measured against a master killed mid-traffic (`npm run bench`,
+ * BENCHMARKS.md, "outbox failover"). ioredis gives a command up after 16
+ * redirections 100 ms apart (1.6 s), while a failover takes
+ * `cluster-node-timeout` (15 s by Redis's default) plus an election: sends
+ * failed for the whole failover, and a worker's completions failed with
+ * them, leaving their jobs to the lock's expiry (30 s) and the next stall
+ * check (30 s more). Here a command that meets a failover (its master's
+ * connection closed, `CLUSTERDOWN` while no master serves its slot,
+ * `TRYAGAIN` while a slot moves) is tried again every 250 ms, the slot map
+ * read again each time: a producer's for as long as its send may take
+ * (`rideMs`, its `storeTimeout`), a worker's until Redis is back (as BullMQ
+ * asks of its workers). The slot map is also read every second, so that
+ * commands waiting on a master that hangs (rather than dies) move to its
  * successor soon after it takes over.
  *
+ * @param rideMs how long a producer's command keeps trying @default 30000
  * @example
- * new Cluster(nodes, { ...clusterDefaults('producer'), ...yourOptions });
+ * new Cluster(nodes, { ...clusterDefaults('producer', 30_000), ...yourOptions });
  */
-export function clusterDefaults(role: ClusterRole): ClusterOptions {
-  const retryDelay = 250;
+export function clusterDefaults(role: ClusterRole, rideMs = 30_000): ClusterOptions {
   return {
-    retryDelayOnFailover: retryDelay,
-    retryDelayOnClusterDown: retryDelay,
-    retryDelayOnTryAgain: retryDelay,
+    retryDelayOnFailover: RETRY_DELAY,
+    retryDelayOnClusterDown: RETRY_DELAY,
+    retryDelayOnTryAgain: RETRY_DELAY,
     retryDelayOnMoved: 0,
-    maxRedirections: role === 'producer' ? Math.ceil(PRODUCER_RIDES_MS / retryDelay) : Number.MAX_SAFE_INTEGER,
-    slotsRefreshInterval: 2_000,
+    maxRedirections: role === 'producer' ? Math.ceil(rideMs / RETRY_DELAY) + 1 : Number.MAX_SAFE_INTEGER,
+    slotsRefreshInterval: 1_000,
     slotsRefreshTimeout: 1_000,
     redisOptions: {
       // A node that does not answer a connection attempt within this is given up for the next try.
@@ -122,6 +121,7 @@ export function checkClusterLocation(location: QueueLocation): void {
  * caller's `clusterOptions` over them.
  *
  * @param option the option's name in errors
+ * @param rideMs how long a producer's command keeps trying through a failover @default 30000
  * @throws {EmlApiError} `ECONFIG` naming the option when a node is not a Redis URL or `{ host, port }`
  * @example
  * const { redis, where } = openCluster({ cluster: ['redis://10.0.0.1:7000'] }, 'producer', 'connection');
@@ -130,9 +130,10 @@ export function openCluster(
   connection: OutboxClusterConnection,
   role: ClusterRole,
   option: string,
+  rideMs?: number,
 ): { redis: Cluster; where: string } {
   const { nodes, credentials } = clusterNodes(connection.cluster, `${option}.cluster`);
-  const defaults = clusterDefaults(role);
+  const defaults = clusterDefaults(role, rideMs);
   const given = connection.clusterOptions ?? {};
   if (typeof given !== 'object' || given === null) {
     throw configError(`${option}.clusterOptions`, `expected ioredis Cluster options, got ${describe(given)}`);

@@ -73,6 +73,8 @@ export type RedisRole = 'producer' | 'worker';
  *
  * @param location where the queue's keys are (checked for a hash tag on a cluster)
  * @param option the option's name in errors @default 'connection'
+ * @param rideMs how long a producer's command keeps trying through a cluster's failover (its `storeTimeout`)
+ *   @default 30000
  * @throws {EmlApiError} `ECONFIG` when the option is not a Redis URL, options, cluster nodes or an
  *   ioredis instance, or when the prefix of a queue on a cluster has no hash tag
  * @example
@@ -83,6 +85,7 @@ export function openOutboxRedis(
   role: RedisRole,
   location: QueueLocation,
   option = 'connection',
+  rideMs?: number,
 ): OutboxRedis {
   if (isClusterConnection(connection)) {
     checkClusterLocation(location);
@@ -95,7 +98,7 @@ export function openOutboxRedis(
       }
       return { redis: given, owned: false, where: describeClusterInstance(given), cluster: true };
     }
-    return { ...openCluster(connection as OutboxClusterConnection, role, option), owned: true, cluster: true };
+    return { ...openCluster(connection as OutboxClusterConnection, role, option, rideMs), owned: true, cluster: true };
   }
   if (isRedisInstance(connection)) {
     const given = connection as Redis;

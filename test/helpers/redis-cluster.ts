@@ -49,6 +49,8 @@ export interface RedisClusterNode {
   readonly id: string;
   /** Whether it is alive (not killed). */
   readonly alive: boolean;
+  /** Whether it is paused (SIGSTOP). */
+  readonly paused: boolean;
 }
 
 export interface RedisClusterOptions {
@@ -148,6 +150,7 @@ export async function startRedisCluster(options: RedisClusterOptions = {}): Prom
     dir: n.dir,
     id: n.id,
     alive: true,
+    paused: false,
     child: n.child,
     admin: n.admin,
   }));
@@ -157,7 +160,9 @@ export async function startRedisCluster(options: RedisClusterOptions = {}): Prom
   );
   client.on('error', () => undefined);
   await client.ping();
-  const live = () => nodes.filter((n) => n.alive);
+  // Nodes that answer: neither killed nor paused.
+  const live = () => nodes.filter((n) => n.alive && !n.paused);
+  const serving = (id: string) => live().some((n) => n.id === id);
   const byId = (id: string) => nodes.find((n) => n.id === id)!;
 
   const cluster: RedisCluster = {
@@ -169,7 +174,7 @@ export async function startRedisCluster(options: RedisClusterOptions = {}): Prom
       for (const node of live()) {
         try {
           const master = mastersBySlot(await withTimeout(node.admin.call('CLUSTER', 'NODES'), 1000), slot);
-          if (master !== undefined && byId(master).alive) return byId(master);
+          if (master !== undefined && serving(master)) return byId(master);
         } catch {
           // A paused or dying node: ask the next one.
         }
@@ -183,10 +188,14 @@ export async function startRedisCluster(options: RedisClusterOptions = {}): Prom
       await terminate(n.child, 'SIGKILL');
     },
     pause(node) {
-      nodes.find((x) => x.id === node.id)!.child.kill('SIGSTOP');
+      const n = nodes.find((x) => x.id === node.id)!;
+      n.paused = true;
+      n.child.kill('SIGSTOP');
     },
     resume(node) {
-      nodes.find((x) => x.id === node.id)!.child.kill('SIGCONT');
+      const n = nodes.find((x) => x.id === node.id)!;
+      n.paused = false;
+      n.child.kill('SIGCONT');
     },
     async healthy(timeout = 30_000) {
       await until(
@@ -198,9 +207,9 @@ export async function startRedisCluster(options: RedisClusterOptions = {}): Prom
             const view = await withTimeout(node.admin.call('CLUSTER', 'NODES'), 1000);
             for (const slot of [0, SLOTS / 2, SLOTS - 1]) {
               const master = mastersBySlot(view, slot);
-              if (master === undefined || !byId(master).alive) return false;
+              if (master === undefined || !serving(master)) return false;
             }
-            for (const master of mastersServing(view)) if (!byId(master).alive) return false;
+            for (const master of mastersServing(view)) if (!serving(master)) return false;
           }
           return true;
         },
