@@ -1,3 +1,4 @@
+import { Readable } from 'node:stream';
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
@@ -6,6 +7,9 @@ import { EmlApiQueueTransport, openOutboxQueue, startEmlApiWorker } from '../../
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
 import { newContentKey } from '../../src/queue/content-keys.js';
 import { resolveQueueLocation } from '../../src/queue/queue-location.js';
+import { runCli } from '../../src/cli/run-cli.js';
+import { runCliCapturing } from '../helpers/cli-run.js';
+import { eventually } from '../helpers/outbox.js';
 import { startRedisCluster, type RedisCluster } from '../helpers/redis-cluster.js';
 import { freePort } from '../helpers/redis-server.js';
 
@@ -124,6 +128,99 @@ describe('the content sweeper on a cluster', () => {
       expect(await cluster.client.exists(key)).toBe(0);
     }
   });
+});
+
+describe('the CLI on a cluster', () => {
+  const queued = async (n: number) => {
+    const producer = new EmlApiQueueTransport({ connection: { cluster: [...cluster.urls] }, prefix });
+    try {
+      for (let i = 0; i < n; i++) {
+        await nodemailer
+          .createTransport(producer)
+          .sendMail({ from: 'shop@example.test', to: `cli${i}@example.test`, text: `n${i}` });
+      }
+    } finally {
+      await producer.close();
+    }
+  };
+  const env = () => ({ EML_API_URL: emu.url, EML_API_KEY: emu.apiKey });
+
+  it('eml-api worker takes several --redis URLs, queue status --redis-cluster one; a prefix without a tag is wrong usage', async () => {
+    emu.reset();
+    await queued(2);
+    const stop = new AbortController();
+    const running = runCliCapturing(
+      ['worker', '--redis', cluster.urls[0]!, '--redis', cluster.urls[3]!, '--prefix', prefix],
+      { env: env(), signal: stop.signal },
+    );
+    await eventually(() => emu.messages().length === 2, { what: 'the queued messages sent' });
+    stop.abort();
+    expect(await running).toMatchObject({
+      code: 0,
+      stdout: expect.stringContaining('Worker stopped: 2 sent, 0 failed'),
+    });
+    const status = await runCliCapturing(
+      ['queue', 'status', '--redis-cluster', '--redis', cluster.urls[2]!, '--prefix', prefix, '--json'],
+      { env: {} },
+    );
+    expect(status.code).toBe(0);
+    expect(JSON.parse(status.stdout)).toMatchObject({ counts: { completed: 2 } });
+    const untagged = await runCliCapturing(
+      ['queue', 'status', '--redis', cluster.urls[0]!, '--redis', cluster.urls[1]!],
+      {
+        env: {},
+      },
+    );
+    expect(untagged).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining("the prefix needs a hash tag, e.g. '{eml-api}'"),
+    });
+    // REDIS_URL with the nodes, REDIS_CLUSTER for one.
+    const fromEnv = await runCliCapturing(['queue', 'status', '--prefix', prefix], {
+      env: { REDIS_URL: cluster.urls[4]!, REDIS_CLUSTER: '1' },
+    });
+    expect(fromEnv).toMatchObject({ code: 0, stdout: expect.stringContaining('completed 2') });
+  }, 60_000);
+
+  it('eml-api relay --redis <node> --redis-cluster --replicas 1 stores on the cluster, confirmed by a replica', async () => {
+    emu.reset();
+    const stop = new AbortController();
+    let out = '';
+    let listening!: (port: number) => void;
+    const port = new Promise<number>((resolve) => (listening = resolve));
+    const running = runCli(
+      ['relay', '--port', '0', '--redis', cluster.urls[1]!, '--redis-cluster', '--prefix', prefix, '--replicas', '1'],
+      {
+        stdout: {
+          write: (text: string) => {
+            out += text;
+            const found = /listening on 127\.0\.0\.1:(\d+)/.exec(out);
+            if (found) listening(Number(found[1]));
+          },
+        },
+        stderr: { write: (text: string) => (out += text) },
+        stdin: Readable.from([]),
+        env: env(),
+        signal: stop.signal,
+      },
+    );
+    const smtp = nodemailer.createTransport({ host: '127.0.0.1', port: await port, secure: false, ignoreTLS: true });
+    const info = await smtp.sendMail({
+      from: 'cron@example.test',
+      to: 'ops@example.test',
+      subject: 'Nightly',
+      text: 'ok',
+    });
+    expect(info.response).toMatch(/^250 /);
+    stop.abort();
+    expect(await running).toBe(0);
+    const admin = await openOutboxQueue({ connection: { cluster: [...cluster.urls] }, prefix });
+    try {
+      expect(await admin.queue.getJobCounts('prioritized')).toMatchObject({ prioritized: 1 });
+    } finally {
+      await admin.close();
+    }
+  }, 60_000);
 });
 
 /** Connections to the cluster's nodes now. */

@@ -68,6 +68,8 @@ describe('eml-api relay', () => {
     [['--users', '/nonexistent/users'], /--users: cannot read \/nonexistent\/users/],
     [['--auth-failure-delay', '61'], /--auth-failure-delay: expected 0-60/],
     [['--trusted', 'sidecar'], /trustedNetworks: "sidecar" is not an IP address/],
+    [['--replicas', '1'], /--replicas goes with --redis/],
+    [['--redis', 'redis://127.0.0.1:6379', '--key', 'k', '--replicas', '0'], /--replicas: expected 1-100/],
   ])('%j is a usage error (exit 2)', async (args, message) => {
     const run = cli(['--url', emu.url, '--port', '0', ...args]);
     expect(await run.exit).toBe(2);

@@ -14,7 +14,7 @@ Subcommands:
   retry [job...]    put failed messages back in the queue (all of them, or those named)
 
 Run "eml-api queue <subcommand> --help" for its options.
-Environment: REDIS_URL (or --redis).
+Environment: REDIS_URL (or --redis), REDIS_CLUSTER, REDIS_PASSWORD.
 `;
 
 /** The subcommands of `eml-api queue`. */

@@ -11,7 +11,8 @@ import type { CliIo } from '../cli-io.js';
 import { untilStopped } from '../lib/until-stopped.js';
 import { EXIT, UsageError } from '../lib/usage-error.js';
 import { terminalText } from '../lib/terminal-text.js';
-import { outboxEncryption, OUTBOX_KEYS_HELP } from '../lib/redis-config.js';
+import { outboxEncryption, OUTBOX_KEYS_HELP, redisConnection } from '../lib/redis-config.js';
+import type { EmlApiQueueTransportOptions } from '../../queue/queue-transport-options.js';
 
 /** Help of `eml-api relay`. */
 export const RELAY_HELP = `Usage: eml-api relay [options]
@@ -63,14 +64,22 @@ Options:
   --auth-failure-window <s>
                           seconds (default 600)
   --redis <url>           store-and-forward through the outbox in this Redis: 250 once stored,
-                          sent by \`eml-api worker\` processes (needs the relay's own key)
+                          sent by \`eml-api worker\` processes (needs the relay's own key); repeated,
+                          the nodes of a Redis Cluster
+  --redis-cluster         the --redis URL is a node of a Redis Cluster (several URLs say so already);
+                          the prefix then needs a hash tag, e.g. --prefix '{eml-api}'
+  --replicas <n>          with --redis: 250 only once n replicas of Redis hold the message (WAIT);
+                          when fewer confirm in time, 451 (the sender retries, stored once)
+  --replicas-timeout <ms> how long to wait for them (default 1000)
   --queue <name>          the outbox's queue name (default eml-api)
   --prefix <prefix>       the outbox's Redis key prefix (default bull)
   --allow-insecure-http   allow http:// to a non-loopback service (keys cross the network in clear)
   --quiet                 log refusals and errors only, not every accepted message
   -h, --help              show this help
 
-With --redis, ${OUTBOX_KEYS_HELP}
+With --redis, REDIS_PASSWORD is the password of the outbox's Redis (every node's) when the URLs give
+none: a password in a flag shows in ps to every user of the machine.
+${OUTBOX_KEYS_HELP}
 Exit codes: 0 stopped, 1 could not start (port in use, key refused, Redis that evicts...), 2 wrong usage.
 `;
 
@@ -101,7 +110,10 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       'auth-failure-delay': { type: 'string' },
       'max-auth-failures': { type: 'string' },
       'auth-failure-window': { type: 'string' },
-      redis: { type: 'string' },
+      redis: { type: 'string', multiple: true },
+      'redis-cluster': { type: 'boolean' },
+      replicas: { type: 'string' },
+      'replicas-timeout': { type: 'string' },
       queue: { type: 'string' },
       prefix: { type: 'string' },
       'allow-insecure-http': { type: 'boolean' },
@@ -128,6 +140,11 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
     throw new UsageError(
       "--allow needs the relay's own key (--key or EML_API_KEY): clients that do not AUTH send with it",
     );
+  if (values.redis === undefined) {
+    for (const flag of ['redis-cluster', 'replicas', 'replicas-timeout'] as const) {
+      if (values[flag] !== undefined) throw new UsageError(`--${flag} goes with --redis (store-and-forward)`);
+    }
+  }
   const options: SmtpRelayOptions = {
     baseUrl,
     port: whole(values.port, '--port', 0, 65535),
@@ -147,7 +164,8 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
     ...(values.redis !== undefined
       ? {
           queue: {
-            connection: values.redis,
+            connection: outboxRedis(values, io),
+            ...replicasOption(values),
             ...optional('encryption', outboxEncryption(io.env)),
             ...(values.queue === undefined ? {} : { queueName: values.queue }),
             ...(values.prefix === undefined ? {} : { prefix: values.prefix }),
@@ -190,6 +208,37 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
   await relay.close();
   io.stdout.write('SMTP relay stopped\n');
   return EXIT.ok;
+}
+
+/** The outbox's Redis of `--redis` and `--redis-cluster` (with REDIS_PASSWORD), warning of a password in a flag. */
+function outboxRedis(values: { redis?: string[]; 'redis-cluster'?: boolean }, io: CliIo) {
+  // The relay's Redis is its flags' alone: a REDIS_URL set for other programs does not turn the queue on.
+  const { connection, warning } = redisConnection(values, {
+    ...io.env,
+    REDIS_URL: undefined,
+    REDIS_CLUSTER: undefined,
+  });
+  if (warning) io.stderr.write(`warning: ${warning}\n`);
+  return connection;
+}
+
+/** `--replicas` and `--replicas-timeout` as the queue's `replicas` option. */
+function replicasOption(values: {
+  replicas?: string;
+  'replicas-timeout'?: string;
+}): Pick<EmlApiQueueTransportOptions, 'replicas'> {
+  if (values.replicas === undefined) {
+    if (values['replicas-timeout'] !== undefined) throw new UsageError('--replicas-timeout goes with --replicas');
+    return {};
+  }
+  const count = whole(values.replicas, '--replicas', 1, 100);
+  const timeout = values['replicas-timeout'];
+  return {
+    replicas: {
+      count,
+      ...(timeout === undefined ? {} : { timeoutMs: whole(timeout, '--replicas-timeout', 1, 3_600_000) }),
+    },
+  };
 }
 
 /** The flags of the per-client limits, as options (seconds become milliseconds). */
