@@ -18,6 +18,7 @@ export type {
 export { outboxJobId } from './outbox-job-id.js';
 export { DEFAULT_RETRY_SCHEDULE, type RetryScheduleOptions } from './retry-schedule.js';
 export type { RedisConnectionInput } from './redis-connection.js';
+export type { OutboxClusterConnection } from './redis-cluster.js';
 export type { OutboxDurability } from './redis-settings.js';
 export type { OutboxEncryption } from './content-cipher.js';
 export {
