@@ -16,6 +16,19 @@ import { encryptedSize, RECORD_OVERHEAD } from './content-cipher.js';
 export const CONTENT_CHUNK = 1024 * 1024;
 
 /**
+ * Content stored up to this size (its stored bytes, with encryption's
+ * overhead) goes in the job itself (`inline`, Base64) instead of under a key
+ * of its own: the producer writes it with the job's add, in one round trip,
+ * and a worker has it as it takes the job, with no read of its own. Larger
+ * content stays beside the job, written and read in chunks (see
+ * content-store.ts, and the README on why: BullMQ parses a job's whole data
+ * whenever it reads the job).
+ * @example
+ * const inline = storedLength({ size, encryption }) <= INLINE_MAX_BYTES;
+ */
+export const INLINE_MAX_BYTES = 64 * 1024;
+
+/**
  * Bytes under the key of a job's content: with encryption, each record's nonce and tag added.
  * @example
  * storedLength({ size: 100, encryption: { keyId: 'k1' } }); // 128

@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { OutboxRedisClient } from './redis-connection.js';
 
 /**
  * The atomic Redis operations on stored content, as Lua scripts defined on
@@ -51,14 +51,22 @@ return 1
 `;
 
 /**
- * The job's `data` and the stored length of the content, in one step, so
- * that both are seen as they stand together.
+ * After an add that failed without running (or may not have run): whether
+ * the job points at this content after all (1), and if not (0), the content
+ * removed as {@link DISCARD} does, so that no job can send it later. KEYS:
+ * job hash, content key, content index. ARGV: the tombstone's lifetime in ms.
  */
-const CONFIRM = `
+const WITHDRAW = `
 local data = redis.call('HGET', KEYS[1], 'data')
-local stored = -1
-if redis.call('TYPE', KEYS[2]).ok == 'string' then stored = redis.call('STRLEN', KEYS[2]) end
-return { stored, data or '' }
+if data then
+  local ok, job = pcall(cjson.decode, data)
+  if ok and type(job) == 'table' and job['contentKey'] == KEYS[2] then return 1 end
+end
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], 'discarded', '1')
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], KEYS[2])
+return 0
 `;
 
 /** The stored length of the content, or -1 when it is not there (gone, or a tombstone). */
@@ -82,24 +90,24 @@ export const TOMBSTONE_MS = 60 * 60 * 1000;
 export interface ContentCommands {
   emlApiWriteAt(key: string, index: string, offset: number, chunk: Buffer): Promise<number>;
   emlApiDiscard(key: string, index: string, ttl: number): Promise<number>;
-  emlApiConfirm(jobKey: string, key: string): Promise<[number, string]>;
   emlApiLength(key: string): Promise<number>;
+  emlApiWithdraw(jobKey: string, key: string, index: string, ttl: number): Promise<number>;
 }
 
-const defined = new WeakSet<Redis>();
+const defined = new WeakSet<OutboxRedisClient>();
 
 /**
  * The client with the outbox's content commands (defined once per client).
  * @example
  * await contentCommands(redis).emlApiDiscard(contentKey, index, TOMBSTONE_MS);
  */
-export function contentCommands(redis: Redis): Redis & ContentCommands {
+export function contentCommands(redis: OutboxRedisClient): OutboxRedisClient & ContentCommands {
   if (!defined.has(redis)) {
     redis.defineCommand('emlApiWriteAt', { numberOfKeys: 2, lua: WRITE_AT });
     redis.defineCommand('emlApiDiscard', { numberOfKeys: 2, lua: DISCARD });
-    redis.defineCommand('emlApiConfirm', { numberOfKeys: 2, lua: CONFIRM });
     redis.defineCommand('emlApiLength', { numberOfKeys: 1, lua: LENGTH });
+    redis.defineCommand('emlApiWithdraw', { numberOfKeys: 3, lua: WITHDRAW });
     defined.add(redis);
   }
-  return redis as Redis & ContentCommands;
+  return redis as OutboxRedisClient & ContentCommands;
 }

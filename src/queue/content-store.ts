@@ -1,12 +1,20 @@
 import { createHash, type Hash } from 'node:crypto';
 import { Readable } from 'node:stream';
-import type { Redis } from 'ioredis';
+import type { OutboxRedisClient } from './redis-connection.js';
 import { emlBodyFromBuffer, emlBodyFromStream, STREAM_ABOVE } from '../body/eml-upload-body.js';
 import type { UploadBody } from '../http/upload-body.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { MailEnvelope } from '../transport/nodemailer-types.js';
 import { NO_KEYS, recordAad, type OutboxKeyring } from './content-cipher.js';
-import { CONTENT_CHUNK, exactChunks, pieces, plainSpans, records, storedLength } from './content-layout.js';
+import {
+  CONTENT_CHUNK,
+  exactChunks,
+  INLINE_MAX_BYTES,
+  pieces,
+  plainSpans,
+  records,
+  storedLength,
+} from './content-layout.js';
 import { newContentKey, outboxKeys } from './content-keys.js';
 import { contentCommands, TOMBSTONE_MS, type ContentCommands } from './content-scripts.js';
 import type { OutboxJobData } from './outbox-job.js';
@@ -53,22 +61,14 @@ export interface WrittenContent {
  */
 export interface StoredContentRef {
   contentKey: string;
+  /** The content itself (Base64), when it is kept in the job. */
+  inline?: string | undefined;
   /** Bytes of the content (before encryption). */
   size: number;
   sha256?: string | undefined;
   /** Set when the content is encrypted: the id of its key. */
   encryption?: { keyId: string } | undefined;
 }
-
-/**
- * How a job and its content stood together after the job was added, read in
- * one step: `stored` (the job points at this content, which is whole),
- * `duplicate` (the job is another send's), `lost` (the job or the content is
- * gone or cut: Redis lost data meanwhile).
- * @example
- * if ((await store.confirm(jobKey, key, size)) === 'lost') throw lostError();
- */
-export type ContentConfirmation = 'stored' | 'duplicate' | 'lost';
 
 /**
  * The content of a queue's sends in Redis: writing it (producers), reading
@@ -83,13 +83,13 @@ export type ContentConfirmation = 'stored' | 'duplicate' | 'lost';
  * const written = await store.write(key, content.open(), { size: content.size, signal });
  */
 export class ContentStore {
-  readonly #redis: Redis & ContentCommands;
+  readonly #redis: OutboxRedisClient & ContentCommands;
   readonly #location: QueueLocation;
   readonly #index: string;
   readonly #keyring: OutboxKeyring | undefined;
 
   /** @param keyring encrypts what is written (with its current key), decrypts what is read */
-  constructor(redis: Redis, location: QueueLocation, keyring?: OutboxKeyring) {
+  constructor(redis: OutboxRedisClient, location: QueueLocation, keyring?: OutboxKeyring) {
     this.#redis = contentCommands(redis);
     this.#location = location;
     this.#index = outboxKeys(location).contentIndex;
@@ -150,6 +150,45 @@ export class ContentStore {
       await this.discard(key).catch(() => undefined);
       throw err;
     }
+  }
+
+  /**
+   * Prepares small content to go in the job itself (see INLINE_MAX_BYTES):
+   * read whole, encrypted as one record with the store's key (bound to `key`,
+   * as content written under it would be), hashed. Nothing is written to
+   * Redis; the job's add carries it.
+   *
+   * @param options `size`: the content's bytes
+   * @example
+   * const { inline, ...written } = await store.sealInline(key, content.open(), { size: content.size });
+   */
+  async sealInline(
+    key: string,
+    source: Readable | Buffer,
+    { size }: { size: number },
+  ): Promise<WrittenContent & { inline: string }> {
+    const parts: Buffer[] = [];
+    for await (const part of pieces(source)) parts.push(part);
+    const plain = Buffer.concat(parts);
+    const keyId = this.#keyring?.keyId;
+    const stored = keyId === undefined ? plain : this.#keyring!.seal(plain, recordAad(key, 0, size));
+    const sha256 = createHash('sha256').update(stored).digest('hex');
+    return {
+      size: plain.length,
+      stored: stored.length,
+      sha256,
+      ...(keyId === undefined ? {} : { keyId }),
+      inline: stored.toString('base64'),
+    };
+  }
+
+  /**
+   * Whether content of `size` bytes goes in the job (with this store's encryption's overhead).
+   * @example
+   * if (store.fitsInline(content.size)) data.inline = (await store.sealInline(key, content.open(), { size })).inline;
+   */
+  fitsInline(size: number): boolean {
+    return storedLength({ size, encryption: this.#keyring?.keyId }) <= INLINE_MAX_BYTES;
   }
 
   /**
@@ -218,6 +257,18 @@ export class ContentStore {
   }
 
   /**
+   * After an add that failed without running (or may not have): `queued`
+   * when the job points at this content after all; otherwise the content is
+   * removed as by {@link discard}, so no job can send it, and `withdrawn`.
+   * @example
+   * if ((await store.withdraw(jobId, contentKey)) === 'withdrawn') throw notQueued(err);
+   */
+  async withdraw(jobId: string, key: string): Promise<'queued' | 'withdrawn'> {
+    const jobKey = `${this.#location.prefix}:${this.#location.queueName}:${jobId}`;
+    return (await this.#redis.emlApiWithdraw(jobKey, key, this.#index, TOMBSTONE_MS)) === 1 ? 'queued' : 'withdrawn';
+  }
+
+  /**
    * Removes the content of a job that no longer needs it (sent, or a duplicate's, fully written).
    * @example
    * await store.remove(job.data.contentKey);
@@ -228,22 +279,12 @@ export class ContentStore {
   }
 
   /**
-   * Checks, once the job was added, that the job points at this content and
-   * that the content is whole, both in one step: what `sendMail` may then
-   * acknowledge. Redis may have lost either while they were stored (a restart
-   * without AOF, a failover), and a command re-sent after a reconnect would
-   * have re-created the job alone.
-   *
-   * @param size the bytes written
+   * The stored length of content (-1 when it is not there, or is a tombstone).
    * @example
-   * const state = await store.confirm(jobId, contentKey, written.size);
+   * const whole = (await store.storedLength(key)) === store.storedSize(data);
    */
-  async confirm(jobId: string, key: string, size: number): Promise<ContentConfirmation> {
-    const jobKey = `${this.#location.prefix}:${this.#location.queueName}:${jobId}`;
-    const [stored, data] = await this.#redis.emlApiConfirm(jobKey, key);
-    const pointsHere = contentKeyOf(data) === key;
-    if (data !== '' && !pointsHere) return 'duplicate';
-    return pointsHere && stored === size ? 'stored' : 'lost';
+  async storedLength(key: string): Promise<number> {
+    return this.#redis.emlApiLength(key);
   }
 
   /**
@@ -260,7 +301,9 @@ export class ContentStore {
    * await postEml(call, body, job.data.idempotencyKey);
    */
   async emlBody(ref: StoredContentRef): Promise<UploadBody> {
-    if (ref.size <= STREAM_ABOVE) return emlBodyFromBuffer(await this.#readWhole(ref), STREAM_ABOVE);
+    if (ref.size <= STREAM_ABOVE || ref.inline !== undefined) {
+      return emlBodyFromBuffer(await this.#readWhole(ref), STREAM_ABOVE);
+    }
     this.#checkLength(ref, await this.#redis.emlApiLength(ref.contentKey));
     return emlBodyFromStream(
       ref.size,
@@ -284,12 +327,14 @@ export class ContentStore {
     const { contentKey } = ref;
     const size = storedLength(ref);
     if (stored === -1 || (stored === 0 && size > 0)) {
-      throw new EmlApiError(
+      const missing = new EmlApiError(
         'EMESSAGE',
         `The queued content of this job is missing from Redis (evicted or removed; key ${contentKey}): nothing to send. ` +
           'Redis must run with maxmemory-policy noeviction (see "Durable sending" in the README)',
         { permanent: true },
       );
+      missingContent.add(missing);
+      throw missing;
     }
     if (stored !== size) {
       throw new EmlApiError(
@@ -300,13 +345,16 @@ export class ContentStore {
     }
   }
 
-  /** Reads the whole content in one round trip, checks its length and hash, decrypts it. */
+  /** Reads the whole content (in the job, or in one round trip), checks its length and hash, decrypts it. */
   async #readWhole(ref: StoredContentRef): Promise<Buffer> {
     // A plain GET, the common case's one round trip; a tombstone (a hash) answers WRONGTYPE: not there.
-    const found = await this.#redis.getBuffer(ref.contentKey).catch((err: unknown) => {
-      if (err instanceof Error && err.name === 'ReplyError' && err.message.startsWith('WRONGTYPE')) return null;
-      throw err;
-    });
+    const found =
+      ref.inline !== undefined
+        ? Buffer.from(ref.inline, 'base64')
+        : await this.#redis.getBuffer(ref.contentKey).catch((err: unknown) => {
+            if (err instanceof Error && err.name === 'ReplyError' && err.message.startsWith('WRONGTYPE')) return null;
+            throw err;
+          });
     // Throws when nothing was found (-1).
     this.#checkLength(ref, found === null ? -1 : found.length);
     const bytes = found!;
@@ -344,6 +392,17 @@ export class ContentStore {
   }
 }
 
+const missingContent = new WeakSet<Error>();
+
+/**
+ * Whether an error says a job's content is gone from Redis (as opposed to changed, or unreadable).
+ * @example
+ * if (isContentMissing(err) && data.possiblyAcceptedAt !== undefined) err = contentGoneAfterAttempt(...);
+ */
+export function isContentMissing(err: unknown): boolean {
+  return err instanceof Error && missingContent.has(err);
+}
+
 /** Throws when the content read does not match the SHA-256 on the job (jobs queued before it was stored have none). */
 function verify(hash: Hash, { contentKey, sha256 }: StoredContentRef): void {
   if (sha256 === undefined) return;
@@ -367,14 +426,4 @@ function lostWhileWriting(offset: number): EmlApiError {
       'or a write was repeated after a reconnect): not queued, nothing will be sent; queue it again',
     { permanent: false, mayHaveBeenAccepted: false },
   );
-}
-
-function contentKeyOf(data: string): string | undefined {
-  if (data === '') return undefined;
-  try {
-    const parsed = JSON.parse(data) as { contentKey?: unknown };
-    return typeof parsed.contentKey === 'string' ? parsed.contentKey : undefined;
-  } catch {
-    return undefined;
-  }
 }

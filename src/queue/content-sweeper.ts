@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
+import { isClusterClient, type OutboxRedisClient } from './redis-connection.js';
 import { outboxKeys, parseContentKey } from './content-keys.js';
 import type { QueueLocation } from './queue-location.js';
 
@@ -83,6 +84,16 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 `;
 
+/**
+ * Redis's clock, read on the server that holds the queue (KEYS[1], the
+ * index, is only there to route it): on a cluster, `TIME` alone goes to any
+ * node, whose clock may differ from the one that scored the index.
+ */
+const NOW = `
+local now = redis.call('TIME')
+return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+`;
+
 /** Releases the lock if this sweeper still holds it. */
 const RELEASE = `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
@@ -100,20 +111,22 @@ interface SweepCommands {
   ): Promise<[number, number]>;
   emlApiRenewLock(lock: string, token: string, ms: number): Promise<number>;
   emlApiReleaseLock(lock: string, token: string): Promise<number>;
+  emlApiNow(index: string): Promise<number>;
 }
 
-const defined = new WeakSet<Redis>();
+const defined = new WeakSet<OutboxRedisClient>();
 /** When this process last looked for content written before the index, per client and index (Redis time). */
-const lastLegacyScan = new WeakMap<Redis, Map<string, number>>();
+const lastLegacyScan = new WeakMap<OutboxRedisClient, Map<string, number>>();
 
-function commands(redis: Redis): Redis & SweepCommands {
+function commands(redis: OutboxRedisClient): OutboxRedisClient & SweepCommands {
   if (!defined.has(redis)) {
     redis.defineCommand('emlApiSweepBatch', { numberOfKeys: 1, lua: SWEEP_BATCH });
     redis.defineCommand('emlApiRenewLock', { numberOfKeys: 1, lua: RENEW });
     redis.defineCommand('emlApiReleaseLock', { numberOfKeys: 1, lua: RELEASE });
+    redis.defineCommand('emlApiNow', { numberOfKeys: 1, lua: NOW });
     defined.add(redis);
   }
-  return redis as Redis & SweepCommands;
+  return redis as OutboxRedisClient & SweepCommands;
 }
 
 /**
@@ -149,7 +162,7 @@ export interface SweepOptions {
  * const removed = await sweepStoredContent(redis, resolveQueueLocation('eml-api', 'bull'));
  */
 export async function sweepStoredContent(
-  redis: Redis,
+  redis: OutboxRedisClient,
   location: QueueLocation,
   { graceMs = SWEEP_GRACE_MS, legacyScanEveryMs = LEGACY_SCAN_EVERY_MS }: SweepOptions = {},
 ): Promise<number> {
@@ -159,7 +172,7 @@ export async function sweepStoredContent(
   if ((await r.set(keys.sweepLock, token, 'PX', LOCK_MS, 'NX')) !== 'OK') return 0;
   try {
     // Redis's clock, the one the index was written with: never this machine's.
-    const now = await redisTime(r);
+    const now = await r.emlApiNow(keys.contentIndex);
     const scanned = lastLegacyScan.get(r) ?? new Map<string, number>();
     lastLegacyScan.set(r, scanned);
     const last = scanned.get(keys.contentIndex);
@@ -194,19 +207,26 @@ export async function sweepStoredContent(
  * Enters in the index the content keys written before it existed: found with
  * a SCAN matching the queue's content keys only, entered at the current Redis
  * time (their grace runs from now), leaving the entries already there alone.
+ * On a cluster SCAN sees one node's keys only, so every master is scanned:
+ * with the hash-tagged prefix a cluster needs, the queue's keys are all in one
+ * slot and so on one master, but which one changes with a failover or a
+ * resharding, and a scan of the others costs little once a day.
  */
-async function indexLegacyContent(redis: Redis, location: QueueLocation, index: string, now: number): Promise<void> {
-  let cursor = '0';
-  do {
-    const [next, found] = await redis.scan(cursor, 'MATCH', `${location.contentKeyPrefix}*`, 'COUNT', 500);
-    cursor = next;
-    const content = found.filter((key) => parseContentKey(location.contentKeyPrefix, key) !== undefined);
-    if (content.length > 0) await redis.zadd(index, 'NX', ...content.flatMap((key) => [now, key]));
-  } while (cursor !== '0');
-}
-
-/** Redis's clock (`TIME`), in ms. */
-async function redisTime(redis: Redis): Promise<number> {
-  const [seconds, micros] = await redis.time();
-  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+async function indexLegacyContent(
+  redis: OutboxRedisClient,
+  location: QueueLocation,
+  index: string,
+  now: number,
+): Promise<void> {
+  const servers: Redis[] = isClusterClient(redis) ? redis.nodes('master') : [redis];
+  for (const server of servers) {
+    let cursor = '0';
+    do {
+      const [next, found] = await server.scan(cursor, 'MATCH', `${location.contentKeyPrefix}*`, 'COUNT', 500);
+      cursor = next;
+      const content = found.filter((key) => parseContentKey(location.contentKeyPrefix, key) !== undefined);
+      // Through the cluster client, which sends it to the index's master.
+      if (content.length > 0) await redis.zadd(index, 'NX', ...content.flatMap((key) => [now, key]));
+    } while (cursor !== '0');
+  }
 }

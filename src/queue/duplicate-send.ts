@@ -1,6 +1,7 @@
 import type { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { OutboxRedisClient } from './redis-connection.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import type { AddedState } from './add-job.js';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
 
 /**
@@ -55,29 +56,27 @@ return 1
 
 /**
  * Settles a `sendMail` whose job was just added (or ignored by BullMQ as a
- * duplicate id) with `ours` as its data. Returns `gone` when no job has the
- * id any more (removed between the add and this look): add it again.
+ * duplicate id) with `ours` as its data, from what the id held right after
+ * the add (read in the same round trip, see add-job.ts). Returns `gone` when
+ * no job has the id any more (removed between the add and the look): add it
+ * again. Only a failed job takes more round trips.
  *
  * @param now the producer's clock, for a job's `resendUntil` @default Date.now()
  * @throws {EmlApiError} `EMESSAGE` (permanent, with `idempotencyKey` and `queueId`) when the job was parked for a person
  * @example
- * const settled = await settleDuplicate(queue, redis, jobId, data);
+ * const settled = await settleDuplicate(queue, redis, jobId, data, (await addJob(queue, redis, job)).state);
  */
 export async function settleDuplicate(
   queue: Queue<OutboxJobData, OutboxSendResult>,
-  redis: Redis,
+  redis: OutboxRedisClient,
   jobId: string,
   ours: OutboxJobData,
+  added: AddedState,
   now = Date.now(),
 ): Promise<DuplicateSettlement> {
   const jobKey = queue.toKey(jobId);
   const failedKey = queue.toKey('failed');
-  const [[, raw], [, failedAt], [, finished]] = (await redis
-    .pipeline()
-    .hget(jobKey, 'data')
-    .zscore(failedKey, jobId)
-    .hget(jobKey, 'finishedOn')
-    .exec()) as [[unknown, string | null], [unknown, string | null], [unknown, string | null]];
+  const { data: raw, failedAt, finishedOn: finished } = added;
   if (raw === null) return { kind: 'gone' };
   const stored = JSON.parse(raw) as OutboxJobData;
   if (stored.contentKey === ours.contentKey) return { kind: 'new' };
@@ -94,7 +93,9 @@ export async function settleDuplicate(
   if (parked) throw parkedJobError(stored, jobId);
   // The service may hold the key with the job's own bytes: those go again, and only those.
   const retry =
-    stored.possiblyAcceptedAt !== undefined && !stored.contentRemoved && (await redis.exists(stored.contentKey)) === 1;
+    stored.possiblyAcceptedAt !== undefined &&
+    !stored.contentRemoved &&
+    (stored.inline !== undefined || (await redis.exists(stored.contentKey)) === 1);
   const next: OutboxJobData = { ...(retry ? { ...stored, stalls: 0 } : ours), putBackFrom: finishedOn };
   const won = (await redis.eval(SET_IF_UNCHANGED, 2, jobKey, failedKey, jobId, raw, JSON.stringify(next))) === 1;
   const job = await queue.getJob(jobId);
@@ -107,7 +108,10 @@ export async function settleDuplicate(
   if (job) await putBack(job);
   if (retry) return { kind: 'retried', data: next };
   // Ours is the job's data now; the info describes it.
-  return { kind: 'replaced', removeContent: stored.contentRemoved ? undefined : stored.contentKey };
+  return {
+    kind: 'replaced',
+    removeContent: stored.contentRemoved || stored.inline !== undefined ? undefined : stored.contentKey,
+  };
 }
 
 /** Puts a failed job back with a fresh schedule; another producer may have done it a moment before. */

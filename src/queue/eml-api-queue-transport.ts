@@ -11,6 +11,7 @@ import { BuildThreadPool } from '../transport/build-threads/pool.js';
 import { jsonRouteOf } from '../transport/json-route.js';
 import type { NodemailerMail } from '../transport/nodemailer-types.js';
 import { ContentStore } from './content-store.js';
+import { addJob, AfterTheAdd, waitForReplicas, type AddedJob } from './add-job.js';
 import { settleDuplicate, type DuplicateSettlement } from './duplicate-send.js';
 import { outboxJobId } from './outbox-job-id.js';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
@@ -21,7 +22,7 @@ import { registerQueueTransportInternals } from './queue-transport-internals.js'
 import { queuedMessageInfo, type EmlApiQueuedMessageInfo } from './queued-message-info.js';
 import { closeOutboxRedis, openOutboxRedis, type OutboxRedis } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
-import { redisFailure, type StoredSend } from './redis-failure.js';
+import { commandFate, redisFailure, type StoredSend } from './redis-failure.js';
 import { checkRedisSettings } from './redis-settings.js';
 import { resolveQueueTransportOptions, type ResolvedQueueTransportOptions } from './resolve-queue-transport-options.js';
 
@@ -80,7 +81,13 @@ export class EmlApiQueueTransport extends EventEmitter {
     super();
     this.#settings = resolveQueueTransportOptions(options);
     const { Queue } = loadBullmq();
-    this.#redis = openOutboxRedis(options.connection, 'producer');
+    this.#redis = openOutboxRedis(
+      options.connection,
+      'producer',
+      this.#settings,
+      'connection',
+      this.#settings.storeTimeout,
+    );
     this.#content = new ContentStore(this.#redis.redis, this.#settings, this.#settings.keyring);
     this.queueName = this.#settings.queueName;
     this.queue = new Queue<OutboxJobData, OutboxSendResult>(this.queueName, {
@@ -326,13 +333,20 @@ export class EmlApiQueueTransport extends EventEmitter {
       ...traceOfJob(),
     };
     const writing = new AbortController();
+    const inline = this.#content.fitsInline(content.size);
     try {
-      const written = await withDeadline(
-        this.#content.write(contentKey, content.open(), { size: content.size, signal: writing.signal }),
-        left(),
-      );
-      // The SHA-256 a worker checks; encrypted, the key id and the envelope sealed (issue 20, items 1, 11).
-      Object.assign(data, this.#content.jobFields(contentKey, written, content));
+      if (inline) {
+        // Small content goes in the job, written with its add (issue 19, item 3).
+        const { inline: bytes, ...written } = await this.#content.sealInline(contentKey, content.open(), content);
+        Object.assign(data, this.#content.jobFields(contentKey, written, content), { v: 3, inline: bytes });
+      } else {
+        const written = await withDeadline(
+          this.#content.write(contentKey, content.open(), { size: content.size, signal: writing.signal }),
+          left(),
+        );
+        // The SHA-256 a worker checks; encrypted, the key id and the envelope sealed (issue 20, items 1, 11).
+        Object.assign(data, this.#content.jobFields(contentKey, written, content));
+      }
     } catch (err) {
       // Past the deadline the writes may still be going on (a slow Redis): stop them, and discard
       // what was written. The discard leaves a tombstone on which every write still to come fails
@@ -346,12 +360,15 @@ export class EmlApiQueueTransport extends EventEmitter {
       signal.throwIfAborted();
     }
     let settled: DuplicateSettlement = { kind: 'gone' };
+    let added: AddedJob | undefined;
     try {
       // A job with this id may be there already: BullMQ then keeps it and ignores this one, and what the
       // call does depends on that job (see duplicate-send.ts). Removed in between, it is added again.
       for (let tries = 0; settled.kind === 'gone' && tries < 3; tries++) {
-        await withDeadline(this.queue.add(content.kind, data, { ...this.#settings.jobOptions, jobId }), left());
-        settled = await withDeadline(settleDuplicate(this.queue, redis, jobId, data), left());
+        const { replicas } = this.#settings;
+        const job = { name: content.kind, data, opts: { ...this.#settings.jobOptions, jobId }, contentKey, replicas };
+        added = await withDeadline(addJob(this.queue, redis, job), left());
+        settled = await withDeadline(settleDuplicate(this.queue, redis, jobId, data, added.state), left());
       }
     } catch (err) {
       if (err instanceof EmlApiError) {
@@ -359,7 +376,7 @@ export class EmlApiQueueTransport extends EventEmitter {
         await this.#content.remove(contentKey).catch(() => undefined);
         throw err;
       }
-      throw redisFailure(err, `Could not queue the message in Redis at ${where}`, true, send);
+      throw await this.#addFailure(err, jobId, contentKey, left(), send);
     }
     if (settled.kind === 'gone') {
       throw redisFailure(
@@ -369,15 +386,27 @@ export class EmlApiQueueTransport extends EventEmitter {
         send,
       );
     }
+    // Replicas confirmed the add with it (the pipeline's WAIT); a failed job put back wrote more since.
+    const confirmed = settled.kind === 'new' || settled.kind === 'duplicate' ? added : undefined;
     if (settled.kind === 'duplicate' || settled.kind === 'retried') {
-      await this.#content.remove(contentKey).catch(() => undefined);
+      if (!inline) await this.#content.remove(contentKey).catch(() => undefined);
+      await this.#confirmReplicas(confirmed, jobId, send);
       const stored = this.#content.reveal(settled.data);
       return queuedMessageInfo(stored, jobId, true, settled.kind === 'retried' ? 'retried' : undefined);
     }
     if (settled.kind === 'replaced' && settled.removeContent !== undefined) {
       await this.#content.remove(settled.removeContent).catch(() => undefined);
     }
-    await this.#confirmStored(jobId, contentKey, this.#content.storedSize(data), left(), send);
+    // The job points at this content (it was added, or replaced a failed one with it): acknowledged only
+    // when the content is whole too, as read with the job after the add (or now, after a replacement).
+    // Content in the job came with it, whole (the add is one script).
+    const storedLength = inline
+      ? this.#content.storedSize(data)
+      : settled.kind === 'new'
+        ? added!.state.storedLength
+        : await this.#storedLength(contentKey, left(), send);
+    await this.#confirmStored(jobId, contentKey, storedLength === this.#content.storedSize(data), send);
+    await this.#confirmReplicas(confirmed, jobId, send);
     const clear = { ...data, envelope: content.envelope, messageId: content.messageId };
     return queuedMessageInfo(clear, jobId, false, settled.kind === 'replaced' ? 'replaced' : undefined);
   }
@@ -409,25 +438,93 @@ export class EmlApiQueueTransport extends EventEmitter {
   }
 
   /**
-   * Acknowledges only what Redis holds whole: once the job is added, checks in
-   * one step that it points at this content and that the content is all
-   * there. BullMQ adds a job with a script of its own, so the check cannot be
-   * in the same script as the add; it comes after it instead, and sendMail
-   * resolves only when it sees both. Redis may have lost data since the
-   * content was written (a restart without AOF, a failover) and a re-sent add
-   * re-created the job alone: then the job is removed (a worker that took it
-   * meanwhile finds no content and fails it, sending nothing) and the send is
-   * refused, so the app queues it again.
+   * The error of an add that failed. A refusal from Redis (`NOPERM`, `OOM`,
+   * `READONLY`, `NOSCRIPT`, `CROSSSLOT`... see redis-failure.ts) means the add
+   * never ran: the content is withdrawn (removed, a tombstone left, unless a
+   * job points at it after all) and the send is not accepted. A cluster that
+   * gave up re-routing it may have run an earlier try on a master that failed
+   * over: the content is withdrawn unless a job points at it, and only then is
+   * the send not accepted. Anything else (a timeout, a lost connection) may
+   * have landed: `mayHaveBeenAccepted`.
    */
-  async #confirmStored(jobId: string, contentKey: string, size: number, ms: number, send: StoredSend): Promise<void> {
-    let state;
+  async #addFailure(
+    err: unknown,
+    jobId: string,
+    contentKey: string,
+    ms: number,
+    send: StoredSend,
+  ): Promise<EmlApiError> {
+    const doing = `Could not queue the message in Redis at ${this.#redis.where}`;
+    if (err instanceof AfterTheAdd) return redisFailure(err.cause, doing, true, send);
+    const fate = commandFate(err, this.#redis.cluster);
+    if (fate === 'unknown') return redisFailure(err, doing, true, send);
+    const withdrawn = await withDeadline(this.#content.withdraw(jobId, contentKey), ms).then(
+      (outcome) => outcome === 'withdrawn',
+      // Could not look: a refusal is still certain (the sweeper removes the content); a re-routing is not.
+      () => fate === 'refused',
+    );
+    return redisFailure(
+      err,
+      withdrawn ? `${doing}, which refused it: not queued, nothing will be sent` : doing,
+      !withdrawn,
+      send,
+    );
+  }
+
+  /**
+   * With `replicas`, rejects unless that many replicas confirmed every write
+   * of the message (read from the add's pipeline, or asked now after the
+   * writes that put a failed job back). The message is on the master:
+   * `mayHaveBeenAccepted`, and queueing it again with the same key stores it
+   * once (the job found, or stored anew if a failover lost it).
+   */
+  async #confirmReplicas(added: AddedJob | undefined, jobId: string, send: StoredSend): Promise<void> {
+    const { replicas, storeTimeout } = this.#settings;
+    if (!replicas) return;
+    let confirmed = added?.replicas;
+    if (confirmed === undefined) {
+      try {
+        confirmed = await withDeadline(
+          waitForReplicas(this.#redis.redis, this.queue.toKey(jobId), replicas),
+          storeTimeout,
+        );
+      } catch (err) {
+        throw redisFailure(err, `Could not queue the message in Redis at ${this.#redis.where}`, true, send);
+      }
+    }
+    if (confirmed >= replicas.count) return;
+    throw new EmlApiError(
+      'ETIMEDOUT',
+      `Redis at ${this.#redis.where} stored the message, but ${confirmed} of the ${replicas.count} replica(s) asked for ` +
+        `(replicas.count) confirmed it within ${replicas.timeoutMs} ms: it is queued on the master and will most likely ` +
+        `be sent, but a failover before a replica has it would lose it. Queueing it again with idempotencyKey ` +
+        `${JSON.stringify(send.idempotencyKey)} (err.idempotencyKey) stores it once`,
+      { permanent: false, mayHaveBeenAccepted: true, command: 'WAIT', response: String(confirmed), ...send },
+    );
+  }
+
+  /** The stored length of the content (-1 when it is not there). */
+  async #storedLength(contentKey: string, ms: number, send: StoredSend): Promise<number> {
     try {
-      state = await withDeadline(this.#content.confirm(jobId, contentKey, size), ms);
+      return await withDeadline(this.#content.storedLength(contentKey), ms);
     } catch (err) {
       throw redisFailure(err, `Could not queue the message in Redis at ${this.#redis.where}`, true, send);
     }
-    if (state === 'stored') return;
-    if (state === 'lost') await this.queue.remove(jobId).catch(() => undefined);
+  }
+
+  /**
+   * Acknowledges only what Redis holds whole: the job points at this content
+   * (read with the add, in the same round trip) and the content is all there.
+   * BullMQ adds a job with a script of its own, so the check cannot be in the
+   * same script as the add; it runs right after it, on the same connection.
+   * Redis may have lost data since the content was written (a restart without
+   * AOF, a failover) and a re-sent add re-created the job alone: then the job
+   * is removed (a worker that took it meanwhile finds no content and fails
+   * it, sending nothing) and the send is refused, so the app queues it again.
+   */
+  async #confirmStored(jobId: string, contentKey: string, whole: boolean, send: StoredSend): Promise<void> {
+    if (whole) return;
+    await this.queue.remove(jobId).catch(() => undefined);
     await this.#content.discard(contentKey).catch(() => undefined);
     throw new EmlApiError(
       'ECONNECTION',

@@ -117,7 +117,7 @@ export class EmlApiWorker extends EventEmitter {
       void this.client.close();
       throw err;
     }
-    this.#redis = openOutboxRedis(options.connection, 'worker');
+    this.#redis = openOutboxRedis(options.connection, 'worker', settings);
     this.#content = new ContentStore(this.#redis.redis, settings, settings.keyring);
     this.#runner = new OutboxJobRunner({
       redis: this.#redis.redis,
@@ -166,6 +166,7 @@ export class EmlApiWorker extends EventEmitter {
     this.worker.on('failed', (job, err) => {
       if (job) this.#onFailed(job, err);
     });
+    this.started = this.#start();
     if (settings.cleanupInterval > 0) {
       const sweep = () => {
         sweepStoredContent(this.#redis.redis, this.#location).then(
@@ -175,11 +176,18 @@ export class EmlApiWorker extends EventEmitter {
           (err: unknown) => this.#logger.warn({ error: (err as Error).message }, 'Could not sweep stored content'),
         );
       };
-      this.#sweeper = setInterval(sweep, settings.cleanupInterval);
-      this.#sweeper.unref();
-      void this.worker.waitUntilReady().then(sweep, () => undefined);
+      // Once Redis's settings are checked: a worker refused at start (a Redis that evicts, a cluster's node
+      // reached as a single server) sweeps nothing, nor holds the sweep's lock for the workers that run.
+      void this.started.then(
+        () => {
+          if (this.#closing) return;
+          this.#sweeper = setInterval(sweep, settings.cleanupInterval);
+          this.#sweeper.unref();
+          sweep();
+        },
+        () => undefined,
+      );
     }
-    this.started = this.#start();
     // Whoever made the worker awaits `started` (startEmlApiWorker does); else it is only logged.
     this.started.catch((err: Error) => this.#logger.error({ error: err.message }, 'Outbox worker not started'));
   }

@@ -4,7 +4,7 @@
 export { OUTBOX_PEERS } from './outbox-peers.js';
 export type { OutboxPeerVersions } from './queue-peers.js';
 export { EmlApiQueueTransport, type QueueSendCallback } from './eml-api-queue-transport.js';
-export type { EmlApiQueueTransportOptions, OutboxJobOptions } from './queue-transport-options.js';
+export type { EmlApiQueueTransportOptions, OutboxJobOptions, OutboxReplicas } from './queue-transport-options.js';
 export type { EmlApiQueuedMessageInfo } from './queued-message-info.js';
 export { startEmlApiWorker, EmlApiWorker, type OutboxJob, type WorkerCloseOptions } from './eml-api-worker.js';
 export type { EmlApiWorkerOptions, OutboxRateLimit, OutboxWorkerTuning } from './worker-options.js';
@@ -18,6 +18,7 @@ export type {
 export { outboxJobId } from './outbox-job-id.js';
 export { DEFAULT_RETRY_SCHEDULE, type RetryScheduleOptions } from './retry-schedule.js';
 export type { RedisConnectionInput } from './redis-connection.js';
+export type { OutboxClusterConnection } from './redis-cluster.js';
 export type { OutboxDurability } from './redis-settings.js';
 export type { OutboxEncryption } from './content-cipher.js';
 export {

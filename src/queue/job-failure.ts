@@ -197,3 +197,28 @@ export function parkedAfterWindow(possiblyAcceptedAt: number, queueId: string): 
     { permanent: true, mayHaveBeenAccepted: true },
   );
 }
+
+/**
+ * The failure of a job whose content is gone from Redis after an attempt
+ * whose outcome is unknown (a worker that stopped mid-send, a lost answer):
+ * that attempt may have delivered the message, so "nothing to send" would
+ * mislead; and nothing is left to send again. A `sendMail` with the same
+ * idempotency key replaces the job with its new message, which the service
+ * refuses under that key (422 `idempotency_key_reused`) if it had accepted
+ * the first, within its idempotency window.
+ *
+ * @param possiblyAcceptedAt when the first such attempt started (ms since the epoch)
+ * @example
+ * if (isContentMissing(err) && data.possiblyAcceptedAt !== undefined) err = contentGoneAfterAttempt(data.possiblyAcceptedAt, job.id, err);
+ */
+export function contentGoneAfterAttempt(possiblyAcceptedAt: number, queueId: string, cause: Error): EmlApiError {
+  return new EmlApiError(
+    'EMESSAGE',
+    `The queued content of job ${queueId} is gone from Redis, after an attempt whose outcome is unknown ` +
+      `(from ${new Date(possiblyAcceptedAt).toISOString()}: a worker that stopped while sending it, or an answer lost): ` +
+      'that attempt may already have delivered the message, and nothing is left to send again. Check whether it ' +
+      'arrived; if not, queue it again with the same idempotencyKey (the service refuses a new copy under a key it ' +
+      'accepted, within its idempotency window)',
+    { permanent: true, mayHaveBeenAccepted: true, cause },
+  );
+}

@@ -1,7 +1,8 @@
-import type { Redis } from 'ioredis';
+import type { OutboxRedisClient } from './redis-connection.js';
 import type { Requester } from '../http/requester.js';
 import type { EmlApiLogger } from '../shared/logger.js';
 import {
+  contentGoneAfterAttempt,
   explainFailure,
   failureAction,
   failureOutcome,
@@ -17,7 +18,7 @@ import type { QueueLocation } from './queue-location.js';
 import { loadBullmq } from './queue-peers.js';
 import { RETRY_PRIORITY } from './retry-schedule.js';
 import { sendOutboxJob } from './send-outbox-job.js';
-import type { ContentStore } from './content-store.js';
+import { isContentMissing, type ContentStore } from './content-store.js';
 import { outboxKeys } from './content-keys.js';
 
 /**
@@ -27,7 +28,7 @@ import { outboxKeys } from './content-keys.js';
  */
 export interface JobRunnerSettings {
   /** The worker's Redis connection. */
-  redis: Redis;
+  redis: OutboxRedisClient;
   /** Where the queue's content is, read and removed. */
   content: ContentStore;
   location: QueueLocation;
@@ -104,7 +105,8 @@ export class OutboxJobRunner {
     const startedAt = Date.now();
     try {
       const result = await sendOutboxJob(this.#settings.requester(), this.#settings.content, data);
-      await recordSent(
+      // Not awaited: BullMQ's completion follows it on the same connection, in the same round trip.
+      void recordSent(
         this.#settings.redis,
         { job: this.#jobKey(job), contentIndex: outboxKeys(this.#settings.location).contentIndex },
         data,
@@ -131,6 +133,10 @@ export class OutboxJobRunner {
     startedAt?: number,
   ): Promise<never> {
     if (this.#settings.stopping()) return this.#settings.handBack(job, token);
+    // Content gone after a stall or a lost answer: that attempt may have delivered it; say so (issue 21, item 5).
+    if (data?.possiblyAcceptedAt !== undefined && isContentMissing(err)) {
+      err = contentGoneAfterAttempt(data.possiblyAcceptedAt, String(job.id), err as Error);
+    }
     const action = failureAction(err);
     if (action.kind === 'pause') {
       // BullMQ's rate limit key pauses every worker of the queue; the job goes back without using an attempt.
@@ -153,7 +159,7 @@ export class OutboxJobRunner {
         ...window,
         ...(refused ? { contentRemoved: true } : {}),
       },
-      { dropContent: refused ? data.contentKey : undefined, retry: outcome.kind === 'retry' },
+      { dropContent: refused ? data : undefined, retry: outcome.kind === 'retry' },
     );
     throw permanent ? unrecoverable(reported) : reported;
   }
@@ -216,19 +222,24 @@ export class OutboxJobRunner {
 
   /**
    * Keeps the record of a failed attempt on the job (its error, for `queue
-   * status` and dashboards), removes its content when `dropContent` names it,
+   * status` and dashboards), removes the content of the job `dropContent` gives (its key, or its `inline` field),
    * and, when it is to be tried again, gives it the priority of retries,
    * which workers take before new messages.
    */
   async #record(
     job: OutboxJob,
     fields: Partial<OutboxJobData>,
-    { dropContent, retry = false }: { dropContent?: string | undefined; retry?: boolean } = {},
+    { dropContent, retry = false }: { dropContent?: OutboxJobData | undefined; retry?: boolean } = {},
   ): Promise<void> {
+    const { inline, ...rest } = { ...job.data, ...fields };
+    // Content kept in the job leaves with its data; content beside it, with its key.
+    const updated = dropContent ? rest : { ...rest, ...(inline === undefined ? {} : { inline }) };
     try {
       await Promise.all([
-        job.updateData({ ...job.data, ...fields }),
-        dropContent === undefined ? undefined : this.#settings.content.remove(dropContent),
+        job.updateData(updated as OutboxJobData),
+        dropContent === undefined || dropContent.inline !== undefined
+          ? undefined
+          : this.#settings.content.remove(dropContent.contentKey),
         // Read by BullMQ when it promotes the job from delayed: priority 0 puts it in the wait list, taken first.
         retry && job.priority !== RETRY_PRIORITY ? job.changePriority({ priority: RETRY_PRIORITY }) : undefined,
       ]);

@@ -65,25 +65,37 @@ export type OutboxParkReason = 'stalls' | 'idempotency-window';
  */
 export interface OutboxJobData {
   /**
-   * Format version of this record: 2 for encrypted content (workers before
-   * 0.2 refuse it rather than post ciphertext), 1 otherwise.
+   * Format version of this record: 3 for content inline (in `inline`,
+   * encrypted or not), 2 for encrypted content under `contentKey`, 1
+   * otherwise. Workers before 0.2 refuse 2 and 3 rather than post ciphertext
+   * or find no content.
    */
-  v: 1 | 2;
+  v: 1 | 2 | 3;
   /** The endpoint. */
   kind: OutboxSendKind;
   /** The group of a group send. */
   group?: string;
   /**
    * Redis key of the content: the EML bytes, or the JSON request body of a
-   * group or tracked send, exactly as they will be posted on every attempt.
+   * group or tracked send, exactly as they will be posted on every attempt
+   * (small content is in `inline` instead; this then only names it).
    */
   contentKey: string;
-  /** Bytes under `contentKey`. */
+  /** Bytes of the content (before encryption). */
   size: number;
   /**
-   * SHA-256 (hex) of the bytes under `contentKey`, written by the producer as
-   * it stored them: a worker posts nothing that does not match. Jobs queued
-   * by versions before 0.2 have none.
+   * The content itself, Base64, when it is small (up to 64 KiB stored): kept
+   * in the job instead of under `contentKey`, which then names it (for the
+   * SHA-256 check's messages and encryption's bindings) but holds nothing.
+   * Removed from the job with the record of its send, or when the service
+   * refused it. Encrypted (records of `encryption.keyId`) when the producer
+   * encrypts.
+   */
+  inline?: string;
+  /**
+   * SHA-256 (hex) of the bytes stored (under `contentKey`, or `inline`),
+   * written by the producer as it stored them: a worker posts nothing that
+   * does not match. Jobs queued by versions before 0.2 have none.
    */
   sha256?: string;
   /**
@@ -205,14 +217,18 @@ export function readOutboxJobData(data: unknown, contentKeyPrefix: string): Outb
     );
   }
   const encryption = o.encryption as { keyId?: unknown; meta?: unknown } | undefined;
+  const sealed =
+    typeof encryption === 'object' &&
+    encryption !== null &&
+    typeof encryption.keyId === 'string' &&
+    typeof encryption.meta === 'string' &&
+    typeof o.sha256 === 'string';
   const valid =
-    ((o.v === 1 && encryption === undefined) ||
-      (o.v === 2 &&
-        typeof encryption === 'object' &&
-        encryption !== null &&
-        typeof encryption.keyId === 'string' &&
-        typeof encryption.meta === 'string' &&
-        typeof o.sha256 === 'string')) &&
+    ((o.v === 1 && encryption === undefined && o.inline === undefined) ||
+      (o.v === 2 && sealed && o.inline === undefined) ||
+      // Content removed from a job (sent, or refused) leaves it without `inline`.
+      (o.v === 3 && (encryption === undefined || sealed) && typeof o.sha256 === 'string')) &&
+    (o.inline === undefined || typeof o.inline === 'string') &&
     KINDS.includes(o.kind as OutboxSendKind) &&
     (o.kind !== 'group' || (typeof o.group === 'string' && o.group.length > 0)) &&
     typeof o.contentKey === 'string' &&

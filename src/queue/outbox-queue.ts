@@ -37,7 +37,7 @@ export async function openOutboxQueue(
 ): Promise<OutboxQueue> {
   const location = resolveQueueLocation(options.queueName, options.prefix);
   const { Queue } = loadBullmq();
-  const client = openOutboxRedis(options.connection, 'producer');
+  const client = openOutboxRedis(options.connection, 'producer', location);
   client.redis.on('error', () => undefined);
   try {
     await withDeadline(client.redis.ping(), timeout);

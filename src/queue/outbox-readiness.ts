@@ -1,5 +1,6 @@
 import type { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
+import { isClusterClient, type OutboxRedisClient } from './redis-connection.js';
 import type { ReadinessCheck } from '../observability/health.js';
 import { checkRedisSettings } from './redis-settings.js';
 
@@ -14,14 +15,15 @@ import { checkRedisSettings } from './redis-settings.js';
  * @example
  * const check = outboxRedisReadiness(() => redis); // { name: 'redis', check }
  */
-export function outboxRedisReadiness(redis: () => Redis | Promise<Redis>): ReadinessCheck {
+export function outboxRedisReadiness(redis: () => OutboxRedisClient | Promise<OutboxRedisClient>): ReadinessCheck {
   return {
     name: 'redis',
     async check() {
       const client = await redis();
       await client.ping();
-      const { host, port } = client.options ?? {};
-      await checkRedisSettings(client, `${host ?? '?'}:${port ?? '?'}`, 'warn', () => undefined);
+      const { host, port } = (isClusterClient(client) ? undefined : client.options) ?? {};
+      const where = isClusterClient(client) ? 'the Redis Cluster' : `${host ?? '?'}:${port ?? '?'}`;
+      await checkRedisSettings(client, where, 'warn', () => undefined);
     },
   };
 }

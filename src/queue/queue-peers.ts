@@ -21,6 +21,13 @@ export type BullmqModule = typeof Bullmq;
 export type RedisConstructor = typeof Ioredis.Redis;
 
 /**
+ * The ioredis Redis Cluster client class, as {@link loadRedisCluster} returns it.
+ * @example
+ * const Cluster: ClusterConstructor = loadRedisCluster();
+ */
+export type ClusterConstructor = typeof Ioredis.Cluster;
+
+/**
  * Versions of the peers the outbox runs on.
  * @example
  * const peers: OutboxPeerVersions = requireQueuePeers(); // { bullmq: '6.7.0', ioredis: '5.11.1' }
@@ -32,6 +39,7 @@ export interface OutboxPeerVersions {
 
 let bullmq: BullmqModule | undefined;
 let redis: RedisConstructor | undefined;
+let cluster: ClusterConstructor | undefined;
 
 /**
  * Loads `bullmq`, the queue engine of the outbox, on first use, so that the
@@ -60,6 +68,21 @@ export function loadRedis(): RedisConstructor {
     redis = mod.Redis ?? mod.default!;
   }
   return redis;
+}
+
+/**
+ * Loads ioredis's Redis Cluster client on first use.
+ *
+ * @throws {EmlApiError} `ECONFIG` saying what to install when ioredis is missing
+ * @example
+ * const cluster = new (loadRedisCluster())([{ host: '10.0.0.1', port: 7000 }]);
+ */
+export function loadRedisCluster(): ClusterConstructor {
+  if (!cluster) {
+    const mod = requirePeer<typeof Ioredis & { default?: { Cluster?: ClusterConstructor } }>('ioredis', INSTALL, USER);
+    cluster = mod.Cluster ?? mod.default!.Cluster!;
+  }
+  return cluster;
 }
 
 /**

@@ -16,6 +16,22 @@ import type { RetryScheduleOptions } from './retry-schedule.js';
 export type OutboxJobOptions = Omit<JobsOptions, 'jobId' | 'repeat' | 'parent' | 'deduplication' | 'debounce'>;
 
 /**
+ * How many Redis replicas must confirm a message before `sendMail` resolves
+ * (see {@link EmlApiQueueTransportOptions.replicas}).
+ * @example
+ * const replicas: OutboxReplicas = { count: 1, timeoutMs: 500 };
+ */
+export interface OutboxReplicas {
+  /** Replicas that must confirm, at least 1. */
+  count: number;
+  /**
+   * How long to wait for them, in ms.
+   * @default 1000
+   */
+  timeoutMs?: number;
+}
+
+/**
  * Options of {@link EmlApiQueueTransport}. No API key: the producer only
  * stores messages; the workers that send them have the key.
  *
@@ -98,6 +114,27 @@ export interface EmlApiQueueTransportOptions {
    * new EmlApiQueueTransport({ connection: process.env.REDIS_URL!, durability: 'aof' });
    */
   durability?: OutboxDurability;
+  /**
+   * Replicas of Redis that must hold each message before `sendMail`
+   * resolves. Redis replicates asynchronously: without this, a message is
+   * acknowledged once its master has it, and a failover to a replica that
+   * had not received it yet loses it (a master that dies mid-stream, or one
+   * that hangs while its replica takes over). With it, the producer sends
+   * `WAIT count timeoutMs` with the job's add, in the same round trip, and
+   * resolves only once `count` replicas confirmed every write of the message
+   * (its content, its job). When fewer do within `timeoutMs`, `sendMail`
+   * rejects with `ETIMEDOUT` and `mayHaveBeenAccepted: true`: the message is
+   * queued on the master and will most likely be sent, but it could still be
+   * lost in a failover; queue it again with the same `idempotencyKey`
+   * (`err.idempotencyKey`), which stores it once. Works with one Redis and its
+   * replicas and on a Redis Cluster (the master of the queue's slot). Costs
+   * the replicas' round trip per message (`WAIT` holds the producer's
+   * connection meanwhile); see BENCHMARKS.md, "outbox replicas".
+   * @default undefined (the master's acknowledgement alone)
+   * @example
+   * new EmlApiQueueTransport({ connection, replicas: { count: 1, timeoutMs: 500 } });
+   */
+  replicas?: OutboxReplicas;
   /**
    * Encrypts what is queued (AES-256-GCM): the message's content, chunk by
    * chunk, and its envelope and Message-ID; the workers hold the same keys.

@@ -46,3 +46,56 @@ export function withStoredSend(err: EmlApiError, send: StoredSend): EmlApiError 
   if (err.idempotencyKey === send.idempotencyKey && err.queueId === send.queueId) return err;
   return new EmlApiError(err.code, err.message, { ...errorDetails(err), ...send });
 }
+
+/**
+ * Redis's refusals of a command that it never ran: the command's slot is
+ * served elsewhere or not at all (`MOVED`, `ASK`, `CROSSSLOT`, `TRYAGAIN`,
+ * `CLUSTERDOWN`), the script is unknown (`NOSCRIPT`), the user may not
+ * (`NOPERM`, `NOAUTH`, `WRONGPASS`), or Redis takes no write now (`OOM`,
+ * `READONLY`, `MISCONF`, `NOREPLICAS`, `MASTERDOWN`, `LOADING`, `BUSY`). A
+ * script is refused these at its first write at the latest, before it has
+ * written anything, and Redis then writes nothing of it.
+ */
+const REFUSALS = new Set([
+  'MOVED',
+  'ASK',
+  'CROSSSLOT',
+  'TRYAGAIN',
+  'CLUSTERDOWN',
+  'NOSCRIPT',
+  'NOPERM',
+  'NOAUTH',
+  'WRONGPASS',
+  'OOM',
+  'READONLY',
+  'MISCONF',
+  'NOREPLICAS',
+  'MASTERDOWN',
+  'LOADING',
+  'BUSY',
+]);
+
+/** The refusals a cluster client answers by trying again elsewhere: the last one seen says nothing of the tries before. */
+const REROUTED = new Set(['MOVED', 'ASK', 'TRYAGAIN', 'CLUSTERDOWN']);
+
+/**
+ * How sure it is that a failed command never ran: `refused`, Redis answered
+ * it with a refusal (see REFUSALS); `rerouted`, a cluster client gave up
+ * after trying it on node after node (`Too many Cluster redirections`, or a
+ * pipeline's last `MOVED`): every try it heard of was refused, but a try cut
+ * off by a failover may have run on the master that failed, so whether it
+ * landed is to be looked up; `unknown` otherwise (a timeout, a lost
+ * connection: it may have run).
+ *
+ * @param cluster whether the client is a cluster's (which re-routes, and so tries again)
+ * @example
+ * if (commandFate(err, false) === 'refused') await store.discard(contentKey);
+ */
+export function commandFate(err: unknown, cluster: boolean): 'refused' | 'rerouted' | 'unknown' {
+  if (!(err instanceof Error)) return 'unknown';
+  if (err.message.startsWith('Too many Cluster redirections')) return 'rerouted';
+  if (err.name !== 'ReplyError') return 'unknown';
+  const word = err.message.split(' ', 1)[0]!;
+  if (!REFUSALS.has(word)) return 'unknown';
+  return cluster && REROUTED.has(word) ? 'rerouted' : 'refused';
+}

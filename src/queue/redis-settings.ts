@@ -1,11 +1,14 @@
 import type { Redis } from 'ioredis';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import { isClusterClient, type OutboxRedisClient } from './redis-connection.js';
 
 /**
  * What the outbox asks of Redis before it acknowledges mail: that nothing is
  * ever evicted, and (as far as the user asked) that what it stored survives a
  * restart. Read with `CONFIG GET`, or, where a managed Redis renames or
- * forbids `CONFIG` (ElastiCache, Upstash, ACLs), from `INFO`.
+ * forbids `CONFIG` (ElastiCache, Upstash, ACLs), from `INFO`. On a Redis
+ * Cluster every node is asked, replicas included: a failover makes any of
+ * them the master of the queue's slot.
  */
 
 /**
@@ -44,6 +47,8 @@ export interface RedisSettings {
   appendOnly: boolean | undefined;
   /** `appendfsync` (`CONFIG` only: `INFO` does not tell it). */
   appendFsync: string | undefined;
+  /** `cluster-enabled`: a node of a Redis Cluster. */
+  clusterEnabled: boolean | undefined;
 }
 
 /**
@@ -55,8 +60,8 @@ export interface RedisSettings {
  */
 export async function readRedisSettings(redis: Redis): Promise<RedisSettings> {
   try {
-    const [policy, aof, fsync] = await Promise.all(
-      ['maxmemory-policy', 'appendonly', 'appendfsync'].map(
+    const [policy, aof, fsync, cluster] = await Promise.all(
+      ['maxmemory-policy', 'appendonly', 'appendfsync', 'cluster-enabled'].map(
         async (name) => ((await redis.call('CONFIG', 'GET', name)) as string[])[1],
       ),
     );
@@ -64,6 +69,7 @@ export async function readRedisSettings(redis: Redis): Promise<RedisSettings> {
       evictionPolicy: policy,
       appendOnly: aof === undefined ? undefined : aof === 'yes',
       appendFsync: fsync,
+      clusterEnabled: cluster === undefined ? undefined : cluster === 'yes',
     };
   } catch (err) {
     if (!refused(err)) throw err;
@@ -78,10 +84,12 @@ export async function readRedisSettings(redis: Redis): Promise<RedisSettings> {
   };
   const field = (text: string, name: string) => new RegExp(`^${name}:(.*?)\\r?$`, 'm').exec(text)?.[1];
   const aof = field(await info('persistence'), 'aof_enabled');
+  const cluster = field(await info('cluster'), 'cluster_enabled');
   return {
     evictionPolicy: field(await info('memory'), 'maxmemory_policy'),
     appendOnly: aof === undefined ? undefined : aof === '1',
     appendFsync: undefined,
+    clusterEnabled: cluster === undefined ? undefined : cluster === '1',
   };
 }
 
@@ -90,23 +98,70 @@ export async function readRedisSettings(redis: Redis): Promise<RedisSettings> {
  * other than `noeviction` (queued mail would be evicted silently, jobs and
  * their content alike), and the persistence `durability` asks for; warns
  * where persistence is off and nothing more was asked, and where a setting
- * cannot be read.
+ * cannot be read. On a Redis Cluster every node is checked (each warning is
+ * given once, naming the first node it concerns and how many more); a node of
+ * a cluster reached as a single server is refused: the queue's keys would be
+ * answered with `MOVED`.
  *
- * @param where host and port, for messages
+ * @param where host and port (a cluster: its nodes), for messages
  * @param warn called with each warning
  * @throws {EmlApiError} `ECONFIG` (permanent) naming the setting and the command that fixes it
  * @example
  * await checkRedisSettings(redis, '127.0.0.1:6379', 'warn', (message) => logger.warn({}, message));
  */
 export async function checkRedisSettings(
-  redis: Redis,
+  redis: OutboxRedisClient,
   where: string,
   durability: OutboxDurability,
   warn: (message: string) => void,
 ): Promise<void> {
-  const { evictionPolicy, appendOnly, appendFsync } = await readRedisSettings(redis);
+  if (!isClusterClient(redis)) {
+    await checkServer(redis, where, durability, false, (_kind, message) => warn(message));
+    return;
+  }
+  // The node list is known once the cluster has answered.
+  if (redis.status !== 'ready') await redis.ping();
+  const nodes = redis.nodes('all');
+  const warnings = new Map<string, { message: string; nodes: number }>();
+  await Promise.all(
+    nodes.map((node) =>
+      checkServer(
+        node,
+        `${where} (node ${node.options.host}:${node.options.port})`,
+        durability,
+        true,
+        (kind, message) => {
+          const seen = warnings.get(kind);
+          if (seen) seen.nodes++;
+          else warnings.set(kind, { message, nodes: 1 });
+        },
+      ),
+    ),
+  );
+  for (const { message, nodes: count } of warnings.values()) {
+    warn(count > 1 ? `${message} (and ${count - 1} more node${count > 2 ? 's' : ''} alike)` : message);
+  }
+}
+
+async function checkServer(
+  redis: Redis,
+  where: string,
+  durability: OutboxDurability,
+  asCluster: boolean,
+  warn: (kind: string, message: string) => void,
+): Promise<void> {
+  const { evictionPolicy, appendOnly, appendFsync, clusterEnabled } = await readRedisSettings(redis);
+  if (clusterEnabled && !asCluster) {
+    throw new EmlApiError(
+      'ECONFIG',
+      `Redis at ${where} is a node of a Redis Cluster: connect to it as a cluster (connection: { cluster: [its nodes' URLs] }, ` +
+        "eml-api --redis-cluster), with a hash-tagged prefix such as '{eml-api}'",
+      { permanent: true, command: 'CONFIG GET cluster-enabled', response: 'yes' },
+    );
+  }
   if (evictionPolicy === undefined) {
     warn(
+      'policy',
       `Could not read maxmemory-policy of Redis at ${where} (CONFIG and INFO are refused to this connection): ` +
         'it must be noeviction, or Redis drops queued mail silently when memory runs short',
     );
@@ -122,6 +177,7 @@ export async function checkRedisSettings(
   const needsAof = durability !== 'warn';
   if (appendOnly === undefined) {
     warn(
+      'persistence',
       `Could not read whether Redis at ${where} persists writes (CONFIG and INFO are refused to this connection): ` +
         'without appendonly yes, a queued message survives no restart of Redis',
     );
@@ -136,11 +192,12 @@ export async function checkRedisSettings(
         response: 'no',
       });
     }
-    warn(message);
+    warn('no-aof', message);
   }
   if (durability === 'aof-always' && appendOnly === true) {
     if (appendFsync === undefined) {
       warn(
+        'fsync',
         `Could not read appendfsync of Redis at ${where} (CONFIG is refused to this connection): ` +
           "durability 'aof-always' needs appendfsync always",
       );

@@ -5,7 +5,7 @@ import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
 import { resolveBuildThreads } from '../transport/build-threads/pool.js';
 import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
 import { wholeNumberOption } from './whole-number-option.js';
-import type { EmlApiQueueTransportOptions, OutboxJobOptions } from './queue-transport-options.js';
+import type { EmlApiQueueTransportOptions, OutboxJobOptions, OutboxReplicas } from './queue-transport-options.js';
 import { MAX_OUTBOX_PRIORITY, newMessagePriority, resolveRetrySchedule, retryJobOptions } from './retry-schedule.js';
 import { OUTBOX_DURABILITIES, type OutboxDurability } from './redis-settings.js';
 import { resolveEncryption, type OutboxKeyring } from './content-cipher.js';
@@ -44,6 +44,8 @@ export interface ResolvedQueueTransportOptions extends QueueLocation {
   /** Build threads (0: none). */
   buildThreads: number;
   durability: OutboxDurability;
+  /** Replicas that must confirm each message (`WAIT`), if any. */
+  replicas: Required<OutboxReplicas> | undefined;
   /** The `encryption` keys, if any. */
   keyring: OutboxKeyring | undefined;
   logger: EmlApiLogger;
@@ -100,8 +102,31 @@ export function resolveQueueTransportOptions(options: EmlApiQueueTransportOption
     storeTimeout,
     buildThreads: resolveBuildThreads(options.buildThreads),
     durability: resolveDurability(options.durability),
+    replicas: resolveReplicas(options.replicas, storeTimeout),
     keyring: resolveEncryption(options.encryption, 'producer'),
     logger: resolveLogger(options.logger),
+  };
+}
+
+/** The default of `replicas.timeoutMs`. */
+const DEFAULT_REPLICAS_TIMEOUT = 1000;
+
+function resolveReplicas(value: unknown, storeTimeout: number): Required<OutboxReplicas> | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw configError('replicas', `expected { count, timeoutMs }, got ${describe(value)}`);
+  }
+  const { count, timeoutMs } = value as { count?: unknown; timeoutMs?: unknown };
+  return {
+    count: wholeNumberOption(count, 'replicas.count', 0, 1, 100),
+    // Within storeTimeout: the send as a whole must end by then.
+    timeoutMs: wholeNumberOption(
+      timeoutMs,
+      'replicas.timeoutMs',
+      Math.min(DEFAULT_REPLICAS_TIMEOUT, storeTimeout),
+      1,
+      storeTimeout,
+    ),
   };
 }
 

@@ -1,6 +1,6 @@
 import type { EventEmitter } from 'node:events';
 import type { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { OutboxRedisClient } from './redis-connection.js';
 import type { EmlApiClient } from '../client/eml-api-client.js';
 import { clientInternals } from '../client/client-internals.js';
 import type { EmlApiError } from '../shared/eml-api-error.js';
@@ -27,7 +27,7 @@ export interface WorkerTelemetrySettings {
   events: EventEmitter;
   client: EmlApiClient;
   /** The worker's Redis connection (opened after its telemetry is checked). */
-  redis: () => Redis;
+  redis: () => OutboxRedisClient;
   location: QueueLocation;
   /** Jobs being sent now. */
   activeJobs: () => number;

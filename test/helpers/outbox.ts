@@ -2,7 +2,12 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import { startEmlApiWorker, type EmlApiWorker, type EmlApiWorkerOptions } from '../../src/queue/index.js';
+import {
+  startEmlApiWorker,
+  type EmlApiWorker,
+  type EmlApiWorkerOptions,
+  type OutboxJobData,
+} from '../../src/queue/index.js';
 
 /**
  * Helpers of the outbox tests (test/queue/): worker processes, reading the
@@ -113,4 +118,30 @@ export function inProcessWorkers(settings: () => EmlApiWorkerOptions): InProcess
       await Promise.all(closing.map((w) => w.close({ force: true })));
     },
   };
+}
+
+/**
+ * The bytes a job's content holds as stored (kept in the job when small, else under its key), or null
+ * when they are gone.
+ * @example
+ * const eml = await storedContent(redis.client, job.data);
+ */
+export async function storedContent(
+  redis: Pick<Redis, 'getBuffer'>,
+  data: Pick<OutboxJobData, 'inline' | 'contentKey'>,
+): Promise<Buffer | null> {
+  if (data.inline !== undefined) return Buffer.from(data.inline, 'base64');
+  return redis.getBuffer(data.contentKey);
+}
+
+/**
+ * Whether a job's content is still stored (in the job, or under its key).
+ * @example
+ * expect(await hasStoredContent(redis.client, job.data)).toBe(true);
+ */
+export async function hasStoredContent(
+  redis: Pick<Redis, 'exists'>,
+  data: Pick<OutboxJobData, 'inline' | 'contentKey'>,
+): Promise<boolean> {
+  return data.inline !== undefined || (await redis.exists(data.contentKey)) === 1;
 }

@@ -27,6 +27,10 @@ export interface RedisServer {
    * SIGKILL (a crash: only what is already in the AOF survives), or SIGTERM.
    */
   restart(how?: 'crash' | 'shutdown'): Promise<void>;
+  /** Stops the server with SIGSTOP: it hangs, its connections open, until {@link resume}. */
+  pause(): void;
+  /** Lets a paused server run again (SIGCONT). */
+  resume(): void;
   /** Stops the server and removes its folder. */
   stop(): Promise<void>;
 }
@@ -43,7 +47,7 @@ export interface RedisServerOptions {
 }
 
 /** The redis-server to run: `REDIS_SERVER`, or the one on the PATH. */
-function redisServerPath(): string {
+export function redisServerPath(): string {
   return process.env.REDIS_SERVER ?? 'redis-server';
 }
 
@@ -95,15 +99,23 @@ export async function startRedisServer(options: RedisServerOptions = {}): Promis
       server = await launch(args, port);
       await client.ping();
     },
+    pause() {
+      server.kill('SIGSTOP');
+    },
+    resume() {
+      server.kill('SIGCONT');
+    },
     async stop() {
       client.disconnect();
+      server.kill('SIGCONT');
       await terminate(server);
       await rm(dir, { recursive: true, force: true });
     },
   };
 }
 
-async function launch(args: string[], port: number): Promise<ChildProcess> {
+/** Starts redis-server with `args` and resolves once it answers PING on `port`. */
+export async function launch(args: string[], port: number): Promise<ChildProcess> {
   const child = spawn(redisServerPath(), args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
@@ -149,7 +161,8 @@ async function launch(args: string[], port: number): Promise<ChildProcess> {
   }
 }
 
-async function terminate(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+/** Stops a redis-server (SIGKILL after 5 s) and resolves once it exited. */
+export async function terminate(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = once(child, 'exit');
   child.kill(signal);
@@ -158,7 +171,8 @@ async function terminate(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM'
   clearTimeout(timer);
 }
 
-function freePort(): Promise<number> {
+/** A TCP port nothing listens on now. */
+export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.once('error', reject);

@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url';
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { terminalText } from '../../src/cli/lib/terminal-text.js';
-import { parseRate } from '../../src/cli/lib/redis-config.js';
+import { parseRate, redisConnection } from '../../src/cli/lib/redis-config.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiQueueTransport } from '../../src/queue/index.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
@@ -163,5 +163,47 @@ describe('terminal text and rates', () => {
     expect(parseRate('600/m')).toEqual({ max: 600, duration: 60_000 });
     expect(parseRate('1/h')).toEqual({ max: 1, duration: 3_600_000 });
     expect(() => parseRate('0/s')).toThrow(/--rate/);
+  });
+});
+
+describe('the outbox’s Redis from flags and the environment', () => {
+  it('is one URL, or a cluster from several URLs or --redis-cluster (REDIS_CLUSTER)', () => {
+    expect(redisConnection({ redis: ['redis://a:6379'] }, {})).toEqual({ connection: 'redis://a:6379' });
+    expect(redisConnection({}, { REDIS_URL: 'redis://a:6379' })).toEqual({ connection: 'redis://a:6379' });
+    const nodes = ['redis://a:7000', 'redis://b:7000'];
+    expect(redisConnection({ redis: nodes }, {})).toEqual({ connection: { cluster: nodes } });
+    expect(redisConnection({}, { REDIS_URL: 'redis://a:7000, redis://b:7000' })).toEqual({
+      connection: { cluster: nodes },
+    });
+    expect(redisConnection({ redis: ['redis://a:7000'], 'redis-cluster': true }, {})).toEqual({
+      connection: { cluster: ['redis://a:7000'] },
+    });
+    expect(redisConnection({}, { REDIS_URL: 'redis://a:7000', REDIS_CLUSTER: '1' })).toEqual({
+      connection: { cluster: ['redis://a:7000'] },
+    });
+    // Flags win over the environment.
+    expect(redisConnection({ redis: ['redis://c:6379'] }, { REDIS_URL: nodes.join(',') })).toEqual({
+      connection: 'redis://c:6379',
+    });
+    expect(() => redisConnection({}, { REDIS_URL: 'redis://a:7000', REDIS_CLUSTER: 'maybe' })).toThrow(
+      /REDIS_CLUSTER: expected 1 or 0/,
+    );
+    expect(() => redisConnection({}, {})).toThrow(/no Redis: pass --redis or set REDIS_URL/);
+  });
+
+  it('takes the password from REDIS_PASSWORD, and warns of one in a flag (ps shows flags), never repeating it', () => {
+    expect(redisConnection({ redis: ['redis://a:6379'] }, { REDIS_PASSWORD: 's3cret' })).toEqual({
+      connection: 'redis://:s3cret@a:6379',
+    });
+    expect(redisConnection({ redis: ['redis://a:7000', 'redis://b:7000'] }, { REDIS_PASSWORD: 's3cret' })).toEqual({
+      connection: {
+        cluster: ['redis://a:7000', 'redis://b:7000'],
+        clusterOptions: { redisOptions: { password: 's3cret' } },
+      },
+    });
+    const flagged = redisConnection({ redis: ['redis://:s3cret@a:6379'] }, {});
+    expect(flagged.warning).toContain('a password in --redis shows in ps');
+    expect(flagged.warning).not.toContain('s3cret');
+    expect(redisConnection({}, { REDIS_URL: 'redis://:s3cret@a:6379' }).warning).toBeUndefined();
   });
 });

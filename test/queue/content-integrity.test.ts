@@ -1,6 +1,7 @@
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { EmlApiError } from '../../src/index.js';
 import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
 import { eventually, inProcessWorkers } from '../helpers/outbox.js';
 import { startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
@@ -105,8 +106,46 @@ describe('Redis losing data while a message is stored', () => {
   });
 });
 
+describe('Redis refusing the add', () => {
+  it('is no "may have been accepted": the add never ran, the content is withdrawn, the send is not queued', async () => {
+    // A user whose ACL lets it write content but not the queue's id counter, which BullMQ's add script names
+    // among its keys: Redis refuses the script (NOPERM) before running it, after the content was written.
+    await redis.client.acl(
+      'SETUSER',
+      'producer',
+      'on',
+      '>pw',
+      '+@all',
+      '~bull:eml-api:content:*',
+      '~bull:eml-api:outbox:*',
+      '~bull:eml-api:order-*',
+      '~bull:eml-api:failed',
+    );
+    const transport = new EmlApiQueueTransport({ connection: `redis://producer:pw@127.0.0.1:${redis.port}` });
+    const admin = new EmlApiQueueTransport({ connection: redis.url });
+    try {
+      const err = (await nodemailer
+        .createTransport(transport)
+        .sendMail({ ...big(4, 1), idempotencyKey: 'order-1' })
+        .catch((e: unknown) => e)) as EmlApiError;
+      expect(err).toBeInstanceOf(EmlApiError);
+      expect(err).toMatchObject({ code: 'ECONNECTION', mayHaveBeenAccepted: false, idempotencyKey: 'order-1' });
+      expect(err.message).toContain('NOPERM');
+      expect(err.message).toContain('not queued, nothing will be sent');
+      expect(err.message).not.toContain('pw@');
+      // Nothing left: the content is a tombstone (no string), no job.
+      expect(await leftInRedis(admin)).toEqual({ content: 0, jobs: 0 });
+    } finally {
+      await transport.close();
+      await admin.close();
+      await redis.client.acl('DELUSER', 'producer');
+    }
+  });
+});
+
 describe('content that does not match its SHA-256', () => {
   it.each([
+    ['kept in the job', 0.01],
     ['read at once', 0.05],
     ['streamed in chunks', 3],
   ])('is never posted (%s): the job fails, the service gets nothing', async (_label, mib) => {
@@ -117,11 +156,18 @@ describe('content that does not match its SHA-256', () => {
         .createTransport(transport)
         .sendMail(big(3, mib))) as unknown as EmlApiQueuedMessageInfo;
       const job = await transport.queue.getJob(info.queueId);
-      const { contentKey, size } = job!.data;
+      const { contentKey, size, inline } = job!.data;
+      expect(inline !== undefined).toBe(_label === 'kept in the job');
       // One byte changed near the end, the length kept: only the hash can tell.
       const at = size - 100;
-      const byte = (await redis.client.getrangeBuffer(contentKey, at, at))[0]!;
-      await redis.client.setrange(contentKey, at, String.fromCharCode(byte ^ 1));
+      if (inline !== undefined) {
+        const bytes = Buffer.from(inline, 'base64');
+        bytes[at] = bytes[at]! ^ 1;
+        await job!.updateData({ ...job!.data, inline: bytes.toString('base64') });
+      } else {
+        const byte = (await redis.client.getrangeBuffer(contentKey, at, at))[0]!;
+        await redis.client.setrange(contentKey, at, String.fromCharCode(byte ^ 1));
+      }
       const w = await workers.start();
       const outcome = new Promise<unknown>((resolve) => {
         w.once('failed', (_job, err) => resolve(err));

@@ -3,9 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiQueueTransport, type EmlApiWorkerOptions } from '../../src/queue/index.js';
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
-import { resolveQueueLocation } from '../../src/queue/queue-location.js';
 import { eventually, startWorkerProcess, type WorkerProcess } from '../helpers/outbox.js';
-import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { REDIS_KINDS, startOutboxRedis, type OutboxRedisUnderTest } from '../helpers/outbox-redis.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
 
 /**
@@ -19,35 +18,37 @@ import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answ
  * doomed worker's proxy holds its requests and its answers long, and is cut
  * off then the worker killed while it holds one of each, so both states are
  * always there (with one short hold for both workers it depended on timing,
- * and a loaded machine sometimes missed the second).
+ * and a loaded machine sometimes missed the second). On one Redis and on a
+ * Redis Cluster (issue 21).
  */
 
 const MESSAGES = 300;
-let redis: RedisServer;
-let emu: Emulator;
-let proxy: SlowAnswerProxy;
-let doomedProxy: SlowAnswerProxy;
-const workers: WorkerProcess[] = [];
 
-beforeAll(async () => {
-  [redis, emu] = await Promise.all([startRedisServer(), startEmulator({ faults: { latencyMs: [10, 30] } })]);
-  [proxy, doomedProxy] = await Promise.all([
-    startSlowAnswerProxy(emu.url, 40),
-    startSlowAnswerProxy(emu.url, 300, { requestDelayMs: 300 }),
-  ]);
-});
+describe.each(REDIS_KINDS)('a worker killed mid-batch, on %s Redis', (kind) => {
+  let redis: OutboxRedisUnderTest;
+  let emu: Emulator;
+  let proxy: SlowAnswerProxy;
+  let doomedProxy: SlowAnswerProxy;
+  const workers: WorkerProcess[] = [];
 
-afterAll(async () => {
-  await Promise.all(workers.map((w) => w.kill()));
-  await proxy?.close();
-  await doomedProxy?.close();
-  await emu?.close();
-  await redis?.stop();
-});
+  beforeAll(async () => {
+    [redis, emu] = await Promise.all([startOutboxRedis(kind), startEmulator({ faults: { latencyMs: [10, 30] } })]);
+    [proxy, doomedProxy] = await Promise.all([
+      startSlowAnswerProxy(emu.url, 40),
+      startSlowAnswerProxy(emu.url, 300, { requestDelayMs: 300 }),
+    ]);
+  });
 
-describe('a worker killed mid-batch', () => {
+  afterAll(async () => {
+    await Promise.all(workers.map((w) => w.kill()));
+    await proxy?.close();
+    await doomedProxy?.close();
+    await emu?.close();
+    await redis?.stop();
+  });
+
   it('leaves its jobs to the others: all 300 delivered exactly once, none failed, none left', async () => {
-    const transport = new EmlApiQueueTransport({ connection: redis.url });
+    const transport = new EmlApiQueueTransport({ connection: redis.connection, prefix: redis.prefix });
     const transporter = nodemailer.createTransport(transport);
     const queued = await Promise.all(
       Array.from({ length: MESSAGES }, (_, i) =>
@@ -64,7 +65,8 @@ describe('a worker killed mid-batch', () => {
 
     // Short locks and stall checks, so the killed worker's jobs come back in about a second.
     const options = (name: string, via = proxy): EmlApiWorkerOptions => ({
-      connection: redis.url,
+      connection: redis.connection,
+      prefix: redis.prefix,
       apiKey: emu.apiKey,
       baseUrl: via.url,
       concurrency: 5,
@@ -84,10 +86,10 @@ describe('a worker killed mid-batch', () => {
     const unheard = doomedProxy.heldAnswers;
     await doomed.kill();
     // Mid-batch: the killed worker left jobs active, locked, half done.
-    const active = await redis.client.lrange('bull:eml-api:active', 0, -1);
+    const active = await redis.client.lrange(redis.key('active'), 0, -1);
     const heldByDoomed: string[] = [];
     for (const id of active) {
-      if ((await redis.client.hget(`bull:eml-api:${id}`, 'pb')) === 'doomed') heldByDoomed.push(id);
+      if ((await redis.client.hget(redis.key(id), 'pb')) === 'doomed') heldByDoomed.push(id);
     }
     expect(heldByDoomed.length).toBeGreaterThan(0);
     expect(emu.messages().length).toBeLessThan(MESSAGES);
@@ -105,14 +107,16 @@ describe('a worker killed mid-batch', () => {
     expect(counts).toEqual({ waiting: 0, active: 0, delayed: 0, failed: 0, completed: MESSAGES });
     // The jobs the killed worker had in flight were finished by the others.
     for (const id of heldByDoomed) {
-      expect(await redis.client.hget(`bull:eml-api:${id}`, 'pb')).not.toBe('doomed');
+      expect(await redis.client.hget(redis.key(id), 'pb')).not.toBe('doomed');
     }
-    // Sent jobs keep no content in Redis. A worker removes it after the job completes, without waiting for the
-    // DEL; the sweep catches what a killed worker left between the two (once its grace is over: here at once).
+    // Sent jobs keep no content in Redis: small content leaves the job with the record of its send, larger
+    // content's key goes with it; the sweep catches what a killed worker left (once its grace is over: here at once).
+    const completed = await transport.queue.getJobs(['completed']);
+    expect(completed.filter((job) => job.data.inline !== undefined)).toEqual([]);
     await eventually(
       async () => {
-        await sweepStoredContent(redis.client, resolveQueueLocation(undefined, undefined), { graceMs: 0 });
-        return (await redis.client.keys('bull:eml-api:content:*')).length === 0;
+        await sweepStoredContent(redis.client, redis.location, { graceMs: 0 });
+        return (await redis.keys(`${redis.location.contentKeyPrefix}*`)).length === 0;
       },
       { what: 'no content left' },
     );
@@ -122,7 +126,7 @@ describe('a worker killed mid-batch', () => {
       what: 'the answers the killed worker never received',
     });
     console.log(
-      `crash: ${heldByDoomed.length} sends in flight in the killed worker (${doomedProxy.lostAnswers} of them delivered, answer lost), taken over; ${delivered.length} delivered once each`,
+      `crash on ${kind} Redis: ${heldByDoomed.length} sends in flight in the killed worker (${doomedProxy.lostAnswers} of them delivered, answer lost), taken over; ${delivered.length} delivered once each`,
     );
 
     expect(await Promise.all(workers.slice(1).map((w) => w.stop()))).toEqual([0, 0]);

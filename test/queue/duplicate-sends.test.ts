@@ -63,7 +63,12 @@ async function failedJob(to: string): Promise<EmlApiQueuedMessageInfo> {
   return info;
 }
 
-const contentKeys = () => redis.client.keys('bull:eml-api:content:*');
+/** The content stored: under keys, or in jobs (small content), by key. */
+async function contentKeys(): Promise<string[]> {
+  const jobs = await transport.queue.getJobs(['waiting', 'prioritized', 'delayed', 'active', 'failed', 'completed']);
+  const inJobs = jobs.filter((job) => job.data.inline !== undefined).map((job) => job.data.contentKey);
+  return [...(await redis.client.keys('bull:eml-api:content:*')), ...inJobs].sort();
+}
 
 describe('sendMail with the idempotency key of a failed job', () => {
   it('replaces a job the service refused with the new message, which is sent', async () => {

@@ -11,7 +11,7 @@ import {
 } from '../../src/queue/index.js';
 import { startSmtpRelay } from '../../src/relay/index.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
-import { dumpRedis, eventually, inProcessWorkers } from '../helpers/outbox.js';
+import { dumpRedis, eventually, inProcessWorkers, storedContent } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 /**
@@ -122,16 +122,19 @@ describe('queued mail with encryption', () => {
     expect(byId(large.messageId).raw.length).toBeGreaterThan(2 * 1024 * 1024);
   });
 
-  it('carries a SHA-256 of the ciphertext, not of the message', async () => {
+  it.each([
+    ['kept in the job', 3, {}],
+    ['beside the job', 2, { attachments: [{ filename: 'a.txt', content: 'x'.repeat(100_000) }] }],
+  ])('carries a SHA-256 of the ciphertext, not of the message (%s)', async (_where, v, extra) => {
     const transport = producer({ keyId: 'k1', keys: { k1: K1 } });
     const info = (await nodemailer
       .createTransport(transport)
-      .sendMail(reset('ann@example.test'))) as unknown as EmlApiQueuedMessageInfo;
+      .sendMail(reset('ann@example.test', extra))) as unknown as EmlApiQueuedMessageInfo;
     const { data } = (await transport.queue.getJob(info.queueId))!;
-    const stored = (await redis.client.getBuffer(data.contentKey))!;
-    expect(data).toMatchObject({ v: 2, encryption: { keyId: 'k1' }, envelope: { to: [] }, messageId: '' });
+    const stored = (await storedContent(redis.client, data))!;
+    expect(data).toMatchObject({ v, encryption: { keyId: 'k1' }, envelope: { to: [] }, messageId: '' });
     expect(data.sha256).toBe(createHash('sha256').update(stored).digest('hex'));
-    expect(stored.length).toBe(data.size + 28);
+    expect(stored.length).toBe(data.size + 28 * Math.ceil(data.size / (1024 * 1024)));
   });
 
   it('answers a repeated idempotency key with the first send’s envelope and Message-ID, decrypted', async () => {
@@ -161,25 +164,37 @@ describe('queued mail with encryption', () => {
     expect(emu.mailbox('new@example.test')).toHaveLength(1);
   });
 
-  it('fails a job whose ciphertext was changed, even with its SHA-256 recomputed: the GCM tag catches it', async () => {
-    const transport = producer({ keyId: 'k1', keys: { k1: K1 } });
-    const info = (await nodemailer
-      .createTransport(transport)
-      .sendMail(reset('ann@example.test'))) as unknown as EmlApiQueuedMessageInfo;
-    const job = (await transport.queue.getJob(info.queueId))!;
-    const bytes = (await redis.client.getBuffer(job.data.contentKey))!;
-    bytes[40] = bytes[40]! ^ 1;
-    await redis.client.set(job.data.contentKey, bytes);
-    await job.updateData({ ...job.data, sha256: createHash('sha256').update(bytes).digest('hex') });
-    const w = await workers.start({ encryption: { keys: { k1: K1 } } });
-    const outcome = await new Promise<unknown>((resolve) => {
-      w.once('failed', (_job, e) => resolve(e));
-      w.once('sent', () => resolve('sent'));
-    });
-    expect(outcome).toMatchObject({ code: 'EMESSAGE', permanent: true });
-    expect((outcome as Error).message).toContain('does not decrypt with the key "k1"');
-    expect(emu.messages()).toEqual([]);
-  });
+  it.each([
+    ['kept in the job', {}],
+    ['beside the job', { attachments: [{ filename: 'a.txt', content: 'x'.repeat(100_000) }] }],
+  ])(
+    'fails a job whose ciphertext was changed, even with its SHA-256 recomputed (%s): the GCM tag catches it',
+    async (_where, extra) => {
+      emu.reset();
+      const transport = producer({ keyId: 'k1', keys: { k1: K1 } });
+      const info = (await nodemailer
+        .createTransport(transport)
+        .sendMail(reset('ann@example.test', extra))) as unknown as EmlApiQueuedMessageInfo;
+      const job = (await transport.queue.getJob(info.queueId))!;
+      const bytes = (await storedContent(redis.client, job.data))!;
+      bytes[40] = bytes[40]! ^ 1;
+      const sha256 = createHash('sha256').update(bytes).digest('hex');
+      if (job.data.inline !== undefined)
+        await job.updateData({ ...job.data, inline: bytes.toString('base64'), sha256 });
+      else {
+        await redis.client.set(job.data.contentKey, bytes);
+        await job.updateData({ ...job.data, sha256 });
+      }
+      const w = await workers.start({ encryption: { keys: { k1: K1 } } });
+      const outcome = await new Promise<unknown>((resolve) => {
+        w.once('failed', (_job, e) => resolve(e));
+        w.once('sent', () => resolve('sent'));
+      });
+      expect(outcome).toMatchObject({ code: 'EMESSAGE', permanent: true });
+      expect((outcome as Error).message).toContain('does not decrypt with the key "k1"');
+      expect(emu.messages()).toEqual([]);
+    },
+  );
 
   it('never shows a key: not in inspect, errors of bad options, queue status', async () => {
     const shown = [K1.toString('hex'), K1.toString('base64'), K2.toString('hex'), K2.toString('base64')];

@@ -13,7 +13,7 @@ import {
 } from '../../src/queue/index.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
-import { dumpRedis, eventually, inProcessWorkers } from '../helpers/outbox.js';
+import { dumpRedis, eventually, inProcessWorkers, hasStoredContent } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 /**
@@ -92,7 +92,7 @@ describe('a permanent failure', () => {
     expect(job!.failedReason).toContain('not retried: the service refused this request');
     expect(job!.failedReason).toContain('its content was removed from Redis');
     expect(job!.data.contentRemoved).toBe(true);
-    expect(await redis.client.exists(job!.data.contentKey)).toBe(0);
+    expect(await hasStoredContent(redis.client, job!.data)).toBe(false);
 
     const status = await cli(['queue', 'status']);
     expect(status.code).toBe(0);
@@ -127,7 +127,7 @@ describe('a permanent failure', () => {
     const job = await transport.queue.getJob(info.queueId);
     expect(job!.failedReason).toContain('not retried until it is put back (eml-api queue retry)');
     expect(job!.data.contentRemoved).toBeUndefined();
-    expect(await redis.client.exists(job!.data.contentKey)).toBe(1);
+    expect(await hasStoredContent(redis.client, job!.data)).toBe(true);
     await w.close();
     // After fixing the key: put back with a fresh schedule, and sent.
     expect(await cli(['queue', 'retry'])).toMatchObject({ code: 0, stdout: 'Put back 1 failed message\n' });
@@ -202,7 +202,7 @@ describe('what a failed attempt says', () => {
     expect(job!.failedReason).toContain('gave up after 2 attempts');
     expect(stdout).toContain('gave up after 2 attempts');
     // Out of attempts on a passing failure: the content stays, to be put back.
-    expect(await redis.client.exists(job!.data.contentKey)).toBe(1);
+    expect(await hasStoredContent(redis.client, job!.data)).toBe(true);
     // Delivered by the first attempt; the second was answered from the first (idempotency key).
     expect(emu.mailbox('ann@example.test')).toHaveLength(1);
   });
@@ -218,7 +218,10 @@ describe('a sent job run again (Bull Board\'s "Retry" on a completed job)', () =
     await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 1);
     let job = await transport.queue.getJob(info.queueId);
     // Sent: its content is gone from Redis.
-    await eventually(async () => (await redis.client.exists(job!.data.contentKey)) === 0, { what: 'content removed' });
+    await eventually(
+      async () => !(await hasStoredContent(redis.client, (await transport.queue.getJob(info.queueId))!.data)),
+      { what: 'content removed' },
+    );
     await job!.retry('completed');
     await eventually(
       async () => {

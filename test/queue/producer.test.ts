@@ -16,6 +16,7 @@ import { DEFAULT_IDEMPOTENCY_MARGIN, DEFAULT_IDEMPOTENCY_WINDOW } from '../../sr
 import { neutralEml } from '../helpers/eml-bytes.js';
 import { richMovable } from '../helpers/message-corpus.js';
 import { FIXTURES } from '../helpers/rich-message.js';
+import { storedContent } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 /**
@@ -45,9 +46,13 @@ beforeEach(async () => {
   await redis.client.flushall();
 });
 
-/** What a send stores: content keys and jobs (BullMQ's own bookkeeping keys, such as its meta hash, are not counted). */
+/**
+ * What a send stores: content (keys, and content kept in jobs) and jobs (BullMQ's own bookkeeping keys, such
+ * as its meta hash, are not counted).
+ */
 async function stored(): Promise<{ content: number; jobs: number }> {
-  const content = (await redis.client.keys('bull:eml-api:content:*')).length;
+  const jobs = await transport.queue.getJobs(['waiting', 'delayed', 'prioritized', 'active', 'failed', 'completed']);
+  const content = (await redis.client.keys('bull:eml-api:content:*')).length + jobs.filter((j) => j.data.inline).length;
   const counts = await transport.queue.getJobCounts(
     'waiting',
     'delayed',
@@ -84,13 +89,36 @@ describe('sendMail through EmlApiQueueTransport', () => {
     const job = await transport.queue.getJob('order-1042');
     expect(job?.name).toBe('eml');
     const data = job!.data as OutboxJobData;
-    expect(data).toMatchObject({ v: 1, kind: 'eml', messageId: info.messageId, idempotencyKey: 'order-1042' });
-    // The bytes are beside the job, raw (not Base64), Bcc kept for the service to strip.
-    const stored = await redis.client.getBuffer(data.contentKey);
+    expect(data).toMatchObject({ v: 3, kind: 'eml', messageId: info.messageId, idempotencyKey: 'order-1042' });
+    // A small message is kept in the job (Base64), Bcc kept for the service to strip; nothing beside it.
+    expect(await redis.client.exists(data.contentKey)).toBe(0);
+    const stored = await storedContent(redis.client, data);
     expect(stored!.length).toBe(data.size);
     expect(stored!.toString()).toMatch(/^Bcc: audit@example\.test\r$/m);
     expect(stored!.toString()).toContain(`Message-ID: ${info.messageId}`);
     expect(job!.opts.attempts).toBe(DEFAULT_RETRY_SCHEDULE.attempts);
+  });
+
+  it('keeps content up to 64 KiB in the job, larger content beside it, raw (not Base64)', async () => {
+    const message = (kib: number, key: string) => ({
+      from: 'shop@example.test',
+      to: 'ann@example.test',
+      text: 'x'.repeat(kib * 1024),
+      idempotencyKey: key,
+    });
+    // Nodemailer wraps long lines: a text of 60 KiB makes an EML of about 62 KiB, and 70 KiB about 72.
+    const small = await transporter.sendMail(message(60, 'small'));
+    const large = await transporter.sendMail(message(70, 'large'));
+    const smallData = (await transport.queue.getJob(small.queueId))!.data;
+    const largeData = (await transport.queue.getJob(large.queueId))!.data;
+    expect(smallData.size).toBeLessThanOrEqual(64 * 1024);
+    expect(smallData).toMatchObject({ v: 3, inline: expect.any(String) });
+    expect(largeData.size).toBeGreaterThan(64 * 1024);
+    expect(largeData).toMatchObject({ v: 1 });
+    expect(largeData.inline).toBeUndefined();
+    const beside = await redis.client.getBuffer(largeData.contentKey);
+    expect(beside!.length).toBe(largeData.size);
+    expect(beside!.toString()).toContain(`Message-ID: ${large.messageId}`);
   });
 
   it('with buildThreads, stores what a build on the sending thread stores, built on a thread', async () => {
@@ -112,7 +140,7 @@ describe('sendMail through EmlApiQueueTransport', () => {
     expect(posted).toEqual([expect.objectContaining({ type: 'build' })]);
     const content = async (info: EmlApiQueuedMessageInfo) => {
       const data = (await transport.queue.getJob(info.queueId))!.data as OutboxJobData;
-      return (await redis.client.getBuffer(data.contentKey))!;
+      return (await storedContent(redis.client, data))!;
     };
     expect(onThread.envelope).toEqual(here.envelope);
     // The rich message fixes its Message-ID and Date: only the boundaries are random per build.
@@ -131,8 +159,7 @@ describe('sendMail through EmlApiQueueTransport', () => {
     });
     expect(first.queueId).toBe('receipt%3A7');
     expect(again).toEqual({ ...first, duplicate: true });
-    expect(await transport.queue.getJobCounts('prioritized')).toEqual({ prioritized: 1 });
-    expect(await redis.client.keys('bull:eml-api:content:*')).toHaveLength(1);
+    expect(await stored()).toEqual({ content: 1, jobs: 1 });
   });
 
   it('gives each send without a key its own UUID key and job', async () => {
@@ -162,7 +189,7 @@ describe('sendMail through EmlApiQueueTransport', () => {
     expect(tracked.accepted).toEqual(['ann@example.test', 'bob@example.test']);
     const groupJob = await transport.queue.getJob(group.queueId);
     expect(groupJob!.name).toBe('group');
-    const body = JSON.parse((await redis.client.get(groupJob!.data.contentKey))!) as {
+    const body = JSON.parse((await storedContent(redis.client, groupJob!.data))!.toString()) as {
       subject: string;
       textContent: { html: string; images: unknown[] };
     };
@@ -171,7 +198,7 @@ describe('sendMail through EmlApiQueueTransport', () => {
     expect(body.textContent.images[0]).toMatchObject({ name: 'logo', mimeType: 'PNG' });
     const trackedJob = await transport.queue.getJob(tracked.queueId);
     expect(trackedJob!.name).toBe('email');
-    expect(JSON.parse((await redis.client.get(trackedJob!.data.contentKey))!)).toMatchObject({
+    expect(JSON.parse((await storedContent(redis.client, trackedJob!.data))!.toString())).toMatchObject({
       to: [{ email: 'ann@example.test' }, { email: 'bob@example.test', name: 'Bob' }],
       textContent: { tracking: true },
     });

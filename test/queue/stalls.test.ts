@@ -3,7 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiQueueTransport, type EmlApiWorkerOptions } from '../../src/queue/index.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
-import { eventually, startWorkerProcess, type WorkerProcess } from '../helpers/outbox.js';
+import { eventually, startWorkerProcess, type WorkerProcess, hasStoredContent } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
 
@@ -113,7 +113,7 @@ describe('a job whose workers die while sending it', () => {
     expect(job!.failedReason).toContain(`eml-api queue retry ${info.queueId}`);
     // Nothing was sent by the worker that parked it; its content stays, to be put back.
     expect(emu.messages()).toHaveLength(0);
-    expect(await redis.client.exists(job!.data.contentKey)).toBe(1);
+    expect(await hasStoredContent(redis.client, job!.data)).toBe(true);
     const { stdout } = await runCliCapturing(['queue', 'status'], { env: { REDIS_URL: redis.url } });
     expect(stdout).toContain('Parked after 2 stalls');
     // Put back by a person, it is sent (its stall count starts again).
@@ -122,5 +122,32 @@ describe('a job whose workers die while sending it', () => {
       what: 'sent after it was put back',
     });
     expect(emu.mailbox('bob@example.test')).toHaveLength(1);
+  }, 60_000);
+
+  it('says the message may already have been sent when its content is gone after a stall', async () => {
+    // Content beside the job (over 64 KiB), gone after the stall: lost in a failover, removed by hand.
+    const info = await nodemailer.createTransport(transport).sendMail({
+      from: 'shop@example.test',
+      to: 'cy@example.test',
+      subject: 'Order',
+      text: 'Thanks',
+      attachments: [{ filename: 'invoice.bin', content: Buffer.alloc(80_000, 1) }],
+    });
+    await crashWithSendInFlight();
+    const { data } = (await transport.queue.getJob(info.queueId))!;
+    await redis.client.del(data.contentKey);
+    const next = await startWorkerProcess(options(emu.url));
+    processes.push(next);
+    await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === 1, {
+      what: 'the job failed',
+    });
+    const job = await transport.queue.getJob(info.queueId);
+    expect(job!.data.lastError).toMatchObject({ code: 'EMESSAGE', permanent: true });
+    for (const text of [job!.data.lastError!.message, job!.failedReason]) {
+      expect(text).toContain('may already have delivered the message');
+      expect(text).toContain('Check whether it arrived');
+      expect(text).not.toContain('nothing to send');
+    }
+    expect(emu.messages()).toHaveLength(0);
   }, 60_000);
 });

@@ -43,7 +43,15 @@ afterAll(async () => {
   await redis?.stop();
 });
 
-const message = (text: string) => ({ from: 'shop@example.test', to: 'ann@example.test', subject: 'Hi', text });
+/** A message whose content is stored beside its job (over 64 KiB: smaller content goes in the job, unswept). */
+const message = (text: string) => ({
+  from: 'shop@example.test',
+  to: 'ann@example.test',
+  subject: 'Hi',
+  text,
+  attachments: [{ filename: 'pad.bin', content: PAD }],
+});
+const PAD = Buffer.alloc(50_000, 1);
 
 /** Content keys holding content (strings; a discarded key is a small hash for an hour). */
 async function contentKeys(): Promise<string[]> {

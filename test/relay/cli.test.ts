@@ -69,6 +69,8 @@ describe('eml-api relay', () => {
     [['--auth-failure-delay', '61'], /--auth-failure-delay: expected 0-60/],
     [['--tls-handshake-timeout', '0'], /--tls-handshake-timeout: expected 1-600/],
     [['--trusted', 'sidecar'], /trustedNetworks: "sidecar" is not an IP address/],
+    [['--replicas', '1'], /--replicas goes with the outbox: pass --outbox \(with REDIS_URL\) or --redis/],
+    [['--redis', 'redis://127.0.0.1:6379', '--key', 'k', '--replicas', '0'], /--replicas: expected 1-100/],
   ])('%j is a usage error (exit 2)', async (args, message) => {
     const run = cli(['--url', emu.url, '--port', '0', ...args]);
     expect(await run.exit).toBe(2);

@@ -197,14 +197,14 @@ describe('eml-api relay: store-and-forward is chosen with a flag, the Redis URL 
     const withPassword = redis.url.replace('redis://', 'redis://:s3cret-redis-pw@');
     const run = await relayCli(['--redis', withPassword], {});
     expect(await run.stop()).toBe(0);
-    expect(run.output()).toContain('warning: the --redis URL holds a password');
+    expect(run.output()).toContain('warning: a password in --redis shows in ps to every user of this machine');
     expect(run.output()).toContain(`Mode: store-and-forward, each message is stored in the outbox at ${redis.url}`);
     expect(run.output().replace('redis://:s3cret', '')).not.toContain('s3cret-redis-pw');
   });
 
   it.each([
     [['--outbox'], {}, /--outbox needs a Redis: set REDIS_URL/],
-    [['--queue', 'mail'], { REDIS_URL: 'redis://127.0.0.1:1' }, /--queue and --prefix name the outbox/],
+    [['--queue', 'mail'], { REDIS_URL: 'redis://127.0.0.1:1' }, /--queue goes with the outbox: pass --outbox \(with REDIS_URL\) or --redis/],
   ])('%j (env %j) is a usage error', async (args, env, message) => {
     let err = '';
     const code = await runCli(['relay', '--port', '0', '--url', emu.url, ...args], {

@@ -16,7 +16,7 @@ Subcommands:
   watch             the state every few seconds: counts, send rate, the oldest waiting job's age
 
 Run "eml-api queue <subcommand> --help" for its options.
-Environment: REDIS_URL (or --redis).
+Environment: REDIS_URL (or --redis), REDIS_CLUSTER, REDIS_PASSWORD.
 `;
 
 /** The subcommands of `eml-api queue`. */

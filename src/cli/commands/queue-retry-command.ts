@@ -3,7 +3,7 @@ import { retryFailedSends } from '../../queue/outbox-inspection.js';
 import { openOutboxQueue } from '../../queue/outbox-queue.js';
 import { requireQueuePeers } from '../../queue/queue-peers.js';
 import type { CliIo } from '../cli-io.js';
-import { outboxLocation, REDIS_ARG_OPTIONS, REDIS_OPTIONS_HELP } from '../lib/redis-config.js';
+import { outboxLocation, REDIS_ARG_OPTIONS, REDIS_OPTIONS_HELP, REDIS_ENV_HELP } from '../lib/redis-config.js';
 import { asUsageError } from '../lib/service-config.js';
 import { terminalText } from '../lib/terminal-text.js';
 import { EXIT } from '../lib/usage-error.js';
@@ -22,8 +22,8 @@ arrived; name them to send them again).
 Options:
 ${REDIS_OPTIONS_HELP}  -h, --help              show this help
 
-Environment: REDIS_URL.
-Exit codes: 0 done, 1 a named job is not a failed job or was not put back (or Redis unreachable), 2 wrong usage.
+Environment: REDIS_URL, REDIS_CLUSTER, REDIS_PASSWORD.
+${REDIS_ENV_HELP}Exit codes: 0 done, 1 a named job is not a failed job or was not put back (or Redis unreachable), 2 wrong usage.
 `;
 
 /** `eml-api queue retry`: puts failed jobs back. */
@@ -38,7 +38,8 @@ export async function queueRetryCommand(args: string[], io: CliIo): Promise<numb
     io.stdout.write(QUEUE_RETRY_HELP);
     return EXIT.ok;
   }
-  const location = outboxLocation(values, io.env);
+  const { warning, ...location } = outboxLocation(values, io.env);
+  if (warning) io.stderr.write(`warning: ${warning}\n`);
   requireQueuePeers();
   const admin = await asUsageError(() => openOutboxQueue(location));
   try {

@@ -4,7 +4,7 @@ import { openOutboxQueue } from '../../queue/outbox-queue.js';
 import { requireQueuePeers } from '../../queue/queue-peers.js';
 import { readOutboxSnapshot } from '../../queue/outbox-snapshot.js';
 import type { CliIo } from '../cli-io.js';
-import { outboxLocation, REDIS_ARG_OPTIONS, REDIS_OPTIONS_HELP } from '../lib/redis-config.js';
+import { outboxLocation, REDIS_ARG_OPTIONS, REDIS_OPTIONS_HELP, REDIS_ENV_HELP } from '../lib/redis-config.js';
 import { asUsageError } from '../lib/service-config.js';
 import { terminalText } from '../lib/terminal-text.js';
 import { EXIT, UsageError } from '../lib/usage-error.js';
@@ -23,8 +23,8 @@ ${REDIS_OPTIONS_HELP}  --limit <n>             failed messages to list, newest f
   --json                  print JSON instead
   -h, --help              show this help
 
-Environment: REDIS_URL.
-Exit codes: 0 done, 1 Redis unreachable, 2 wrong usage.
+Environment: REDIS_URL, REDIS_CLUSTER, REDIS_PASSWORD.
+${REDIS_ENV_HELP}Exit codes: 0 done, 1 Redis unreachable, 2 wrong usage.
 `;
 
 /** `eml-api queue status`: counts by state and the failed messages. */
@@ -49,7 +49,8 @@ export async function queueStatusCommand(args: string[], io: CliIo): Promise<num
   if (!/^\d+$/.test(values.limit ?? '20') || !Number.isSafeInteger(limit)) {
     throw new UsageError(`--limit: expected a whole number, got "${values.limit}"`);
   }
-  const location = outboxLocation(values, io.env);
+  const { warning, ...location } = outboxLocation(values, io.env);
+  if (warning) io.stderr.write(`warning: ${warning}\n`);
   requireQueuePeers();
   const admin = await asUsageError(() => openOutboxQueue(location));
   try {

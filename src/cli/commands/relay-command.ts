@@ -11,7 +11,9 @@ import type { CliIo } from '../cli-io.js';
 import { untilStopped } from '../lib/until-stopped.js';
 import { EXIT, UsageError } from '../lib/usage-error.js';
 import { terminalText } from '../lib/terminal-text.js';
-import { outboxEncryption, OUTBOX_KEYS_HELP } from '../lib/redis-config.js';
+import { outboxEncryption, OUTBOX_KEYS_HELP, redisConnection } from '../lib/redis-config.js';
+import type { EmlApiQueueTransportOptions } from '../../queue/queue-transport-options.js';
+import type { OutboxClusterConnection } from '../../queue/redis-cluster.js';
 import { isJsonIo, jsonIo } from '../lib/log-format.js';
 import { OPERATIONS_ARG_OPTIONS, operationsHelp, operationsOptions } from '../lib/operations-flags.js';
 
@@ -69,17 +71,26 @@ Options:
                           without asking the service; --trusted exempt (default 10)
   --auth-failure-window <s>
                           seconds (default 600)
-  --outbox                store-and-forward through the outbox in the Redis of REDIS_URL: 250 once
-                          stored, sent by \`eml-api worker\` processes (needs the relay's own key).
-                          Without it the relay uploads each message itself, REDIS_URL or not
-  --redis <url>           the same, in this Redis (prefer REDIS_URL and --outbox: flags show in ps)
+  --outbox                store-and-forward through the outbox in the Redis of REDIS_URL (comma-
+                          separated URLs: a Redis Cluster's nodes): 250 once stored, sent by
+                          \`eml-api worker\` processes (needs the relay's own key). Without it the
+                          relay uploads each message itself, REDIS_URL or not
+  --redis <url>           the same, in this Redis (prefer REDIS_URL and --outbox: flags show in ps);
+                          repeated, the nodes of a Redis Cluster
+  --redis-cluster         the Redis URL is a node of a Redis Cluster (several URLs say so already);
+                          the prefix then needs a hash tag, e.g. --prefix '{eml-api}'
+  --replicas <n>          with the outbox: 250 only once n replicas of Redis hold the message (WAIT);
+                          when fewer confirm in time, 451 (the sender retries, stored once)
+  --replicas-timeout <ms> how long to wait for them (default 1000)
   --queue <name>          the outbox's queue name (default eml-api)
   --prefix <prefix>       the outbox's Redis key prefix (default bull)
   --allow-insecure-http   allow http:// to a non-loopback service (keys cross the network in clear)
 ${operationsHelp('the messages in flight (arriving or being handed on)')}  --quiet                 log refusals and errors only, not every accepted message
   -h, --help              show this help
 
-With --redis, ${OUTBOX_KEYS_HELP}
+With the outbox, REDIS_PASSWORD is the password of its Redis (every node's) when the URLs give
+none: a password in a flag shows in ps to every user of the machine.
+${OUTBOX_KEYS_HELP}
 On SIGTERM it stops taking connections and transactions (421), lets the messages in flight
 finish within --grace, then gives up the ones left (421 or 451: their senders retry) and exits.
 Exit codes: 0 stopped, every message in flight finished; 1 could not start (port in use, key
@@ -116,7 +127,10 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       'max-auth-failures': { type: 'string' },
       'auth-failure-window': { type: 'string' },
       outbox: { type: 'boolean' },
-      redis: { type: 'string' },
+      redis: { type: 'string', multiple: true },
+      'redis-cluster': { type: 'boolean' },
+      replicas: { type: 'string' },
+      'replicas-timeout': { type: 'string' },
       queue: { type: 'string' },
       prefix: { type: 'string' },
       'allow-insecure-http': { type: 'boolean' },
@@ -171,6 +185,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       ? {
           queue: {
             connection: redis,
+            ...replicasOption(values),
             ...optional('encryption', outboxEncryption(io.env)),
             ...(values.queue === undefined ? {} : { queueName: values.queue }),
             ...(values.prefix === undefined ? {} : { prefix: values.prefix }),
@@ -235,48 +250,78 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
 
 /**
  * The outbox's Redis for store-and-forward, or undefined to run direct:
- * `--redis <url>`, or `--outbox` with `REDIS_URL`. REDIS_URL alone does not
+ * `--redis <url>` (repeated or with `--redis-cluster` for a cluster), or
+ * `--outbox` with `REDIS_URL` (and `REDIS_CLUSTER`). REDIS_URL alone does not
  * switch a relay to store-and-forward: it may be set for other programs, and
  * a relay that answers 250 once Redis holds a message needs workers to send
  * it, so the choice is the operator's, said with a flag.
  */
-function outboxRedis(values: { outbox?: boolean; redis?: string; queue?: string; prefix?: string }, io: CliIo) {
-  const redis = values.redis ?? (values.outbox ? io.env.REDIS_URL : undefined);
-  if (values.outbox && !redis) throw new UsageError('--outbox needs a Redis: set REDIS_URL (or pass --redis)');
-  if (redis === undefined && (values.queue !== undefined || values.prefix !== undefined)) {
-    throw new UsageError('--queue and --prefix name the outbox: they go with --outbox (or --redis)');
+function outboxRedis(
+  values: {
+    outbox?: boolean;
+    redis?: string[];
+    'redis-cluster'?: boolean;
+    replicas?: string;
+    'replicas-timeout'?: string;
+    queue?: string;
+    prefix?: string;
+  },
+  io: CliIo,
+): string | OutboxClusterConnection | undefined {
+  if (!values.outbox && values.redis === undefined) {
+    for (const flag of ['redis-cluster', 'replicas', 'replicas-timeout', 'queue', 'prefix'] as const) {
+      if (values[flag] !== undefined) {
+        throw new UsageError(`--${flag} goes with the outbox: pass --outbox (with REDIS_URL) or --redis`);
+      }
+    }
+    if (io.env.REDIS_URL) {
+      io.stderr.write(
+        'note: REDIS_URL is set, but the relay runs direct (each message uploaded before its 250); pass --outbox to store messages in that Redis\n',
+      );
+    }
+    return undefined;
   }
-  if (values.redis !== undefined && hasPassword(values.redis)) {
-    io.stderr.write(
-      'warning: the --redis URL holds a password, which every user of this machine can read (ps, /proc): set REDIS_URL and pass --outbox instead\n',
-    );
+  if (values.outbox && values.redis === undefined && !io.env.REDIS_URL) {
+    throw new UsageError('--outbox needs a Redis: set REDIS_URL (or pass --redis)');
   }
-  if (redis === undefined && io.env.REDIS_URL) {
-    io.stderr.write(
-      'note: REDIS_URL is set, but the relay runs direct (each message uploaded before its 250); pass --outbox to store messages in that Redis\n',
-    );
-  }
-  return redis;
+  const { connection, warning } = redisConnection(values, io.env);
+  if (warning) io.stderr.write(`warning: ${warning}\n`);
+  return connection;
 }
 
-function hasPassword(url: string): boolean {
-  try {
-    return new URL(url).password !== '';
-  } catch {
-    return false;
+/** `--replicas` and `--replicas-timeout` as the queue's `replicas` option. */
+function replicasOption(values: {
+  replicas?: string;
+  'replicas-timeout'?: string;
+}): Pick<EmlApiQueueTransportOptions, 'replicas'> {
+  if (values.replicas === undefined) {
+    if (values['replicas-timeout'] !== undefined) throw new UsageError('--replicas-timeout goes with --replicas');
+    return {};
   }
+  const count = whole(values.replicas, '--replicas', 1, 100);
+  const timeout = values['replicas-timeout'];
+  return {
+    replicas: {
+      count,
+      ...(timeout === undefined ? {} : { timeoutMs: whole(timeout, '--replicas-timeout', 1, 3_600_000) }),
+    },
+  };
 }
 
-/** A Redis URL without its user name and password, for the startup line. */
-function withoutCredentials(url: string): string {
-  try {
-    const parsed = new URL(url);
-    parsed.username = '';
-    parsed.password = '';
-    return parsed.toString().replace(/\/$/, '');
-  } catch {
-    return 'the Redis given';
-  }
+/** Where the outbox's Redis is, without user names and passwords, for the startup line. */
+function withoutCredentials(connection: string | OutboxClusterConnection): string {
+  const urls = typeof connection === 'string' ? [connection] : connection.cluster;
+  const shown = urls.map((url) => {
+    try {
+      const parsed = new URL(url);
+      parsed.username = '';
+      parsed.password = '';
+      return parsed.toString().replace(/\/$/, '');
+    } catch {
+      return 'the Redis given';
+    }
+  });
+  return typeof connection === 'string' ? shown[0]! : `the Redis Cluster of ${shown.join(', ')}`;
 }
 
 /** The flags of the per-client limits, as options (seconds become milliseconds). */

@@ -12,6 +12,7 @@ import {
   parseRate,
   REDIS_ARG_OPTIONS,
   REDIS_OPTIONS_HELP,
+  REDIS_ENV_HELP,
 } from '../lib/redis-config.js';
 import { asUsageError, SERVICE_ARG_OPTIONS, SERVICE_OPTIONS_HELP, serviceOptions } from '../lib/service-config.js';
 import { terminalText } from '../lib/terminal-text.js';
@@ -36,8 +37,8 @@ Options:
 ${REDIS_OPTIONS_HELP}  --concurrency <n>       messages sent at once by this worker (default 5)
   --rate <N/s>            at most N sends per second across all workers (also N/m, N/h)
 ${operationsHelp('the sends in flight')}${SERVICE_OPTIONS_HELP}
-Environment: REDIS_URL, EML_API_URL, EML_API_KEY.
-${OUTBOX_KEYS_HELP}
+Environment: REDIS_URL, REDIS_CLUSTER, REDIS_PASSWORD, EML_API_URL, EML_API_KEY.
+${REDIS_ENV_HELP}${OUTBOX_KEYS_HELP}
 It checks the key first (without sending mail): a key the service refuses
 would fail every queued message, so the worker does not start with one. Nor
 does it start with a Redis that evicts keys (maxmemory-policy other than
@@ -74,7 +75,8 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
     throw new UsageError(`--concurrency: expected a whole number of at least 1, got "${values.concurrency}"`);
   }
   const limiter = values.rate === undefined ? undefined : parseRate(values.rate);
-  const location = outboxLocation(values, io.env);
+  const { warning, ...location } = outboxLocation(values, io.env);
+  if (warning) io.stderr.write(`warning: ${warning}\n`);
   const service = serviceOptions(values, io.env);
   const encryption = outboxEncryption(io.env);
   // A missing bullmq or ioredis is a failure to run (exit 1), not a usage mistake.

@@ -1,44 +1,139 @@
 import type { OutboxEncryption } from '../../queue/content-cipher.js';
+import type { OutboxClusterConnection } from '../../queue/redis-cluster.js';
 import { UsageError } from './usage-error.js';
 
 /**
  * `parseArgs` options shared by the commands that use the outbox's Redis
- * (`worker`, `queue status`, `queue retry`).
+ * (`worker`, `queue status`, `queue retry`; the relay's `--redis` and
+ * `--redis-cluster` read the same way): `--redis` may be repeated, for the
+ * nodes of a Redis Cluster.
  */
 export const REDIS_ARG_OPTIONS = {
-  redis: { type: 'string' },
+  redis: { type: 'string', multiple: true },
+  'redis-cluster': { type: 'boolean' },
   queue: { type: 'string' },
   prefix: { type: 'string' },
 } as const;
 
 /** Help lines of {@link REDIS_ARG_OPTIONS}. */
-export const REDIS_OPTIONS_HELP = `  --redis <url>           Redis of the outbox, redis:// or rediss:// (or REDIS_URL)
+export const REDIS_OPTIONS_HELP = `  --redis <url>           Redis of the outbox, redis:// or rediss:// (or REDIS_URL); repeated (or
+                          REDIS_URL="<url>,<url>"), the nodes of a Redis Cluster
+  --redis-cluster         the URL is a node of a Redis Cluster (or REDIS_CLUSTER=1; several URLs say so
+                          already); the prefix then needs a hash tag, e.g. --prefix '{eml-api}'
   --queue <name>          queue name (default eml-api)
   --prefix <prefix>       Redis key prefix of the queue (default bull)
 `;
 
+/**
+ * Help lines of the environment variables of the outbox's Redis.
+ * @example
+ * io.stdout.write(`Environment:\n${REDIS_ENV_HELP}`);
+ */
+export const REDIS_ENV_HELP = `REDIS_URL is the outbox's Redis (comma-separated for a cluster's nodes), REDIS_CLUSTER=1
+says it is a cluster, REDIS_PASSWORD its password (every node's) when the URLs give none: a
+password in a --redis flag shows in ps to every user of the machine; in the environment it does not.
+`;
+
 /** Flag values of {@link REDIS_ARG_OPTIONS} after parsing. */
 export interface RedisFlags {
-  redis?: string | undefined;
+  redis?: string[] | undefined;
+  'redis-cluster'?: boolean | undefined;
   queue?: string | undefined;
   prefix?: string | undefined;
 }
 
 /**
- * The outbox's Redis and queue from flags, falling back to `REDIS_URL`.
+ * Where the outbox's Redis is, from flags or the environment: one server's
+ * URL, or a cluster's nodes (several URLs, or `--redis-cluster`).
+ * @example
+ * const { connection, warning } = redisConnection({ redis: ['redis://10.0.0.1:7000'], 'redis-cluster': true }, env);
+ */
+export interface RedisConnectionFlags {
+  connection: string | OutboxClusterConnection;
+  /** Said on standard error: a password given in a flag, which `ps` shows. */
+  warning?: string;
+}
+
+/**
+ * The outbox's Redis from `--redis` (repeatable) and `--redis-cluster`,
+ * falling back to `REDIS_URL` (comma-separated for a cluster) and
+ * `REDIS_CLUSTER`; `REDIS_PASSWORD` is the password of URLs that give none.
+ * @throws {UsageError} when no Redis is given, or `REDIS_CLUSTER` is not a yes or no (exit code 2)
+ * @example
+ * redisConnection({}, { REDIS_URL: 'redis://a:7000,redis://b:7000' }); // { connection: { cluster: [...] } }
+ */
+export function redisConnection(
+  flags: Pick<RedisFlags, 'redis' | 'redis-cluster'>,
+  env: Readonly<Record<string, string | undefined>>,
+): RedisConnectionFlags {
+  const fromFlags = (flags.redis ?? []).flatMap(split);
+  const urls = fromFlags.length > 0 ? fromFlags : split(env.REDIS_URL ?? '');
+  if (urls.length === 0) throw new UsageError('no Redis: pass --redis or set REDIS_URL (e.g. redis://127.0.0.1:6379)');
+  const cluster = urls.length > 1 || (flags['redis-cluster'] ?? yesOrNo(env.REDIS_CLUSTER, 'REDIS_CLUSTER'));
+  const password = env.REDIS_PASSWORD || undefined;
+  const warning = fromFlags.some(hasPassword)
+    ? 'a password in --redis shows in ps to every user of this machine: put it in REDIS_PASSWORD (or the URL in REDIS_URL)'
+    : undefined;
+  const withWarning = <T extends object>(value: T): T & { warning?: string } =>
+    warning === undefined ? value : { ...value, warning };
+  if (!cluster) return withWarning({ connection: password ? withPassword(urls[0]!, password) : urls[0]! });
+  // URLs that give none share the password; the outbox checks the URLs themselves.
+  return withWarning({
+    connection: {
+      cluster: urls,
+      ...(password && !urls.some(hasPassword) ? { clusterOptions: { redisOptions: { password } } } : {}),
+    },
+  });
+}
+
+/**
+ * The outbox's Redis and queue from flags, falling back to the environment (see {@link redisConnection}).
  * @throws {UsageError} when no Redis URL is given (exit code 2)
  */
 export function outboxLocation(
   flags: RedisFlags,
   env: Readonly<Record<string, string | undefined>>,
-): { connection: string; queueName?: string; prefix?: string } {
-  const connection = flags.redis ?? env.REDIS_URL;
-  if (!connection) throw new UsageError('no Redis: pass --redis or set REDIS_URL (e.g. redis://127.0.0.1:6379)');
+): { connection: string | OutboxClusterConnection; queueName?: string; prefix?: string; warning?: string } {
   return {
-    connection,
+    ...redisConnection(flags, env),
     ...(flags.queue === undefined ? {} : { queueName: flags.queue }),
     ...(flags.prefix === undefined ? {} : { prefix: flags.prefix }),
   };
+}
+
+function split(value: string): string[] {
+  return value
+    .split(',')
+    .map((url) => url.trim())
+    .filter((url) => url !== '');
+}
+
+function yesOrNo(value: string | undefined, name: string): boolean {
+  if (value === undefined || value.trim() === '') return false;
+  const v = value.trim().toLowerCase();
+  if (['1', 'yes', 'true', 'on'].includes(v)) return true;
+  if (['0', 'no', 'false', 'off'].includes(v)) return false;
+  throw new UsageError(`${name}: expected 1 or 0 (yes or no), got "${value}"`);
+}
+
+function hasPassword(url: string): boolean {
+  try {
+    return new URL(url).password !== '';
+  } catch {
+    return false;
+  }
+}
+
+/** The URL with `password` in it, when it gives none (a URL that is not one is left for the outbox to refuse). */
+function withPassword(url: string, password: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password !== '') return url;
+    parsed.password = encodeURIComponent(password);
+    return parsed.toString();
+  } catch {
+    return url;
+  }
 }
 
 /**
