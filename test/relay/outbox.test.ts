@@ -204,7 +204,11 @@ describe('eml-api relay: store-and-forward is chosen with a flag, the Redis URL 
 
   it.each([
     [['--outbox'], {}, /--outbox needs a Redis: set REDIS_URL/],
-    [['--queue', 'mail'], { REDIS_URL: 'redis://127.0.0.1:1' }, /--queue goes with the outbox: pass --outbox \(with REDIS_URL\) or --redis/],
+    [
+      ['--queue', 'mail'],
+      { REDIS_URL: 'redis://127.0.0.1:1' },
+      /--queue goes with the outbox: pass --outbox \(with REDIS_URL\) or --redis/,
+    ],
   ])('%j (env %j) is a usage error', async (args, env, message) => {
     let err = '';
     const code = await runCli(['relay', '--port', '0', '--url', emu.url, ...args], {
