@@ -284,6 +284,13 @@ export class EmlApiWorker extends EventEmitter {
     if (job.finishedOn) {
       this.#logger.error({ job: job.id, code: (error as EmlApiError).code }, `Queued message failed: ${error.message}`);
       this.emit('failed', job, error);
+    } else if (answeredByNotTheService(error)) {
+      // Every job fails so while the worker points at a wrong host: an error, not a passing warning.
+      this.#logger.error(
+        { job: job.id, code: (error as EmlApiError).code, responseCode: (error as EmlApiError).responseCode },
+        `Queued message will be retried: ${error.message}`,
+      );
+      this.emit('retrying', job, error, job.delay);
     } else {
       this.#logger.warn({ job: job.id, delayMs: job.delay }, `Queued message will be retried: ${error.message}`);
       this.emit('retrying', job, error, job.delay);
@@ -294,6 +301,12 @@ export class EmlApiWorker extends EventEmitter {
     if (this.listenerCount('error') > 0) this.emit('error', err);
     else this.#logger.error({ error: err.message }, 'Outbox worker error');
   }
+}
+
+/** A failed attempt answered with a 2xx: not the service's answer (a wrong baseUrl?), see send-outbox-job.ts. */
+function answeredByNotTheService(error: Error): boolean {
+  const status = error instanceof EmlApiError ? error.responseCode : undefined;
+  return status !== undefined && status >= 200 && status < 300;
 }
 
 /**
