@@ -14,6 +14,7 @@ import { closeOutboxRedis, openOutboxRedis, QUIT_WAIT, type OutboxRedis } from '
 import { withDeadline } from './deadline.js';
 import { resolveWorkerOptions } from './resolve-worker-options.js';
 import { checkRedisSettings } from './redis-settings.js';
+import { capRateLimitPause, seconds } from './rate-limit-pause.js';
 import { outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
 import type { EmlApiWorkerOptions } from './worker-options.js';
 
@@ -47,7 +48,8 @@ const HAND_BACK_WAIT = 5_000;
  * - `'failed'` `(job, error: EmlApiError)`: a send failed for good (a permanent error, or out of attempts)
  * - `'error'` `(error)`: the worker itself failed (Redis unreachable...); logged when nobody listens
  * - `'warning'` `(message: string)`: Redis keeps queued mail less safely than it should (it runs without
- *   its append-only file), or its settings cannot be read; also logged
+ *   its append-only file), or its settings cannot be read; or the queue was paused (a 429) for longer
+ *   than `maxRetryAfter` and the worker cut the pause as it started; also logged
  *
  * @example
  * const outbox = await startEmlApiWorker({ connection, apiKey, baseUrl });
@@ -77,6 +79,7 @@ export class EmlApiWorker extends EventEmitter {
   readonly #location: QueueLocation;
   readonly #logger: EmlApiLogger;
   readonly #runner: OutboxJobRunner;
+  readonly #maxRetryAfter: number;
   readonly #running = new Set<Promise<unknown>>();
   #forcing = false;
   #closing: Promise<void> | undefined;
@@ -94,6 +97,7 @@ export class EmlApiWorker extends EventEmitter {
     this.#location = settings;
     this.#logger = settings.logger;
     this.queueName = settings.queueName;
+    this.#maxRetryAfter = settings.maxRetryAfter;
     this.#redis = openOutboxRedis(options.connection, 'worker');
     this.#content = new ContentStore(this.#redis.redis, settings, settings.keyring);
     this.#runner = new OutboxJobRunner({
@@ -105,6 +109,7 @@ export class EmlApiWorker extends EventEmitter {
       resendWithin: settings.resendWithin,
       requester: () => clientInternals(this.client).requester,
       rateLimit: (ms) => this.worker.rateLimit(ms),
+      maxRetryAfter: settings.maxRetryAfter,
       stopping: () => this.#forcing,
       handBack: (job, token) => this.#handBack(job, token),
     });
@@ -121,7 +126,13 @@ export class EmlApiWorker extends EventEmitter {
           limiter: settings.limiter,
           settings: {
             backoffStrategy: (attemptsMade: number, _type?: string, err?: Error, job?: MinimalJob) =>
-              outboxBackoffDelay(attemptsMade, job?.opts.backoff as Partial<OutboxBackoffOptions> | undefined, err),
+              outboxBackoffDelay(
+                attemptsMade,
+                job?.opts.backoff as Partial<OutboxBackoffOptions> | undefined,
+                err,
+                Math.random,
+                settings.maxRetryAfter,
+              ),
           },
         },
       );
@@ -176,10 +187,25 @@ export class EmlApiWorker extends EventEmitter {
         this.#logger.warn({}, message);
         this.emit('warning', message);
       });
+      await this.#capPause();
     } catch (err) {
       await this.close({ force: true }).catch(() => undefined);
       throw err;
     }
+  }
+
+  /**
+   * Cuts a queue-wide pause longer than `maxRetryAfter` (set by a worker
+   * without the cap): it would keep every worker waiting, restarts included.
+   */
+  async #capPause(): Promise<void> {
+    const max = this.#maxRetryAfter;
+    const limiter = `${this.#location.prefix}:${this.#location.queueName}:limiter`;
+    const was = await capRateLimitPause(this.#redis.redis, limiter, max);
+    if (was === 0) return;
+    const message = `Every worker of the queue was paused for ${seconds(was)} more (a Retry-After not capped when it was set): cut to ${seconds(max)} (maxRetryAfter)`;
+    this.#logger.warn({ pauseMs: was, maxRetryAfter: max }, message);
+    this.emit('warning', message);
   }
 
   /**

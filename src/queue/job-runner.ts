@@ -19,6 +19,8 @@ import { RETRY_PRIORITY } from './retry-schedule.js';
 import { sendOutboxJob } from './send-outbox-job.js';
 import type { ContentStore } from './content-store.js';
 import { outboxKeys } from './content-keys.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
+import { seconds } from './rate-limit-pause.js';
 
 /**
  * What a job runner needs from its worker.
@@ -40,6 +42,8 @@ export interface JobRunnerSettings {
   requester: () => Requester;
   /** Pauses every worker of the queue (a 429's `Retry-After`), in ms. */
   rateLimit: (ms: number) => Promise<void>;
+  /** The longest `Retry-After` honoured (a 429's pause, a 5xx's wait), in ms. */
+  maxRetryAfter: number;
   /** Whether the worker is closing with `{ force: true }`: its jobs are handed back, not failed. */
   stopping: () => boolean;
   /** Puts a job back in the queue for another worker and tells BullMQ so (never returns). */
@@ -132,10 +136,13 @@ export class OutboxJobRunner {
   ): Promise<never> {
     if (this.#settings.stopping()) return this.#settings.handBack(job, token);
     const action = failureAction(err);
+    this.#warnLongRetryAfter(job, err);
     if (action.kind === 'pause') {
       // BullMQ's rate limit key pauses every worker of the queue; the job goes back without using an attempt.
-      await this.#settings.rateLimit(action.ms);
-      this.#settings.logger.warn({ job: job.id, pauseMs: action.ms }, 'The service is rate limiting: queue paused');
+      // Never for longer than maxRetryAfter: one answer asking for a year would stop all sending for a year.
+      const pauseMs = Math.min(action.ms, this.#settings.maxRetryAfter);
+      await this.#settings.rateLimit(pauseMs);
+      this.#settings.logger.warn({ job: job.id, pauseMs }, 'The service is rate limiting: queue paused');
       await this.#record(job, { lastError: outboxJobError(err, job.attemptsMade + 1, false) });
       throw loadBullmq().Worker.RateLimitError();
     }
@@ -156,6 +163,18 @@ export class OutboxJobRunner {
       { dropContent: refused ? data.contentKey : undefined, retry: outcome.kind === 'retry' },
     );
     throw permanent ? unrecoverable(reported) : reported;
+  }
+
+  /** Says so when the service asked to wait longer than the worker will (its `Retry-After` over `maxRetryAfter`). */
+  #warnLongRetryAfter(job: OutboxJob, err: unknown): void {
+    const asked = err instanceof EmlApiError ? err.retryAfter : undefined;
+    const max = this.#settings.maxRetryAfter;
+    if (asked === undefined || asked <= max) return;
+    const what = (err as EmlApiError).responseCode === 429 ? 'every worker waits' : 'the job is tried again in';
+    this.#settings.logger.warn(
+      { job: job.id, retryAfterMs: asked, maxRetryAfter: max },
+      `The service asked (Retry-After) to wait ${seconds(asked)}, more than maxRetryAfter (${seconds(max)}): ${what} ${seconds(max)} at most`,
+    );
   }
 
   /**

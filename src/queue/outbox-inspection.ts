@@ -1,4 +1,5 @@
 import type { Queue } from 'bullmq';
+import { PAUSE_MARK } from './rate-limit-pause.js';
 import type { MailEnvelope } from '../transport/nodemailer-types.js';
 import type { OutboxJobData, OutboxJobError, OutboxSendKind, OutboxSendResult } from './outbox-job.js';
 
@@ -59,6 +60,12 @@ export interface OutboxStatus {
   counts: Record<OutboxState, number>;
   /** Whether the queue is paused (`queue.pause()`): workers take no jobs. */
   paused: boolean;
+  /**
+   * How long every worker still waits because the service answered 429
+   * (its `Retry-After`, up to the workers' `maxRetryAfter`), in ms; 0 when
+   * no such pause holds. Workers take no jobs meanwhile.
+   */
+  rateLimitedMs: number;
   /** The newest failed sends, up to the limit asked for. */
   failed: FailedSend[];
 }
@@ -75,7 +82,12 @@ export async function readOutboxStatus(
   queue: Queue<OutboxJobData, OutboxSendResult>,
   { limit = 20 }: { limit?: number } = {},
 ): Promise<OutboxStatus> {
-  const [raw, paused] = await Promise.all([queue.getJobCounts(...OUTBOX_STATES), queue.isPaused()]);
+  const [raw, paused, rateLimitedMs] = await Promise.all([
+    queue.getJobCounts(...OUTBOX_STATES),
+    queue.isPaused(),
+    // BullMQ's limiter key counts sends too: only a value from PAUSE_MARK up is a 429's pause.
+    queue.getRateLimitTtl(PAUSE_MARK),
+  ]);
   const counts = Object.fromEntries(OUTBOX_STATES.map((s) => [s, raw[s] ?? 0])) as Record<OutboxState, number>;
   const jobs = limit > 0 ? await queue.getFailed(0, limit - 1) : [];
   const failed = jobs.filter(Boolean).map((job): FailedSend => {
@@ -92,7 +104,7 @@ export async function readOutboxStatus(
       error: data.lastError ?? { message: job.failedReason ?? 'unknown error' },
     };
   });
-  return { counts, paused, failed };
+  return { counts, paused, rateLimitedMs: Math.max(0, rateLimitedMs), failed };
 }
 
 /**

@@ -132,6 +132,19 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool'> 
    */
   idempotencyMargin?: number;
   /**
+   * The longest `Retry-After` the worker honours, in ms. A 429 pauses every
+   * worker of the queue for its `Retry-After`, and a 5xx's delays the job's
+   * next attempt; one answer asking for a year (a broken proxy, a quota page)
+   * would stop all sending for that long, restarts included (the pause is in
+   * Redis). Longer ones are cut to this, with a warning, and a worker that
+   * starts cuts a longer pause it finds (one set before this option existed):
+   * the queue tries again then, and a service still busy answers 429 again.
+   * @default 900000 (15 minutes)
+   * @example
+   * await startEmlApiWorker({ connection, apiKey, baseUrl, maxRetryAfter: 60 * 60_000 });
+   */
+  maxRetryAfter?: number;
+  /**
    * More BullMQ worker options.
    * @default BullMQ's (lockDuration 30 s, stalledInterval 30 s)
    */

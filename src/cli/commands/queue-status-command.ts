@@ -11,8 +11,9 @@ import { EXIT, UsageError } from '../lib/usage-error.js';
 /** Help of `eml-api queue status`. */
 export const QUEUE_STATUS_HELP = `Usage: eml-api queue status [options]
 
-Prints how many messages of the outbox are in each state, and the newest
-failed ones with their errors (what the service answered).
+Prints how many messages of the outbox are in each state, whether workers
+wait (the queue paused, or rate limited after a 429 from the service), and
+the newest failed ones with their errors (what the service answered).
 
 Options:
 ${REDIS_OPTIONS_HELP}  --limit <n>             failed messages to list, newest first (default 20)
@@ -55,7 +56,15 @@ export async function queueStatusCommand(args: string[], io: CliIo): Promise<num
       return EXIT.ok;
     }
     const counts = OUTBOX_STATES.map((state) => `${state} ${status.counts[state]}`).join(', ');
-    io.stdout.write(`Queue "${terminalText(admin.queue.name)}"${status.paused ? ' (paused)' : ''}: ${counts}\n`);
+    const states = [
+      status.paused ? 'paused' : undefined,
+      // A 429's Retry-After: workers run but take nothing until it ends (eml-api worker caps it, maxRetryAfter).
+      status.rateLimitedMs > 0
+        ? `rate limited for ${Math.ceil(status.rateLimitedMs / 1000)} s: the service answered 429, every worker waits`
+        : undefined,
+    ].filter(Boolean);
+    const state = states.length > 0 ? ` (${states.join('; ')})` : '';
+    io.stdout.write(`Queue "${terminalText(admin.queue.name)}"${state}: ${counts}\n`);
     if (status.failed.length > 0) {
       const more = status.counts.failed > status.failed.length ? ` (newest ${status.failed.length})` : '';
       io.stdout.write(`Failed${more}:\n`);
