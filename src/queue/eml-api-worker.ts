@@ -12,6 +12,7 @@ import type { QueueLocation } from './queue-location.js';
 import { loadBullmq, type BullmqModule } from './queue-peers.js';
 import { closeOutboxRedis, openOutboxRedis, QUIT_WAIT, type OutboxRedis } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
+import { withoutArguments } from './redis-failure.js';
 import { resolveWorkerOptions } from './resolve-worker-options.js';
 import { checkRedisSettings } from './redis-settings.js';
 import { capRateLimitPause, seconds } from './rate-limit-pause.js';
@@ -324,7 +325,8 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   #reportError(err: Error): void {
-    if (this.listenerCount('error') > 0) this.emit('error', err);
+    // BullMQ's errors are often ioredis's, whose command arguments may hold a job's data.
+    if (this.listenerCount('error') > 0) this.emit('error', withoutArguments(err));
     else this.#logger.error({ error: err.message }, 'Outbox worker error');
   }
 }
