@@ -16,6 +16,7 @@ import { withoutArguments } from './redis-failure.js';
 import { resolveWorkerOptions } from './resolve-worker-options.js';
 import { checkRedisSettings } from './redis-settings.js';
 import { capRateLimitPause, seconds } from './rate-limit-pause.js';
+import { RedisClock, redisTime } from './redis-clock.js';
 import { outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
 import type { EmlApiWorkerOptions } from './worker-options.js';
 
@@ -81,6 +82,8 @@ export class EmlApiWorker extends EventEmitter {
   readonly #logger: EmlApiLogger;
   readonly #runner: OutboxJobRunner;
   readonly #maxRetryAfter: number;
+  /** Redis's time: the one clock every worker of the queue shares (see redis-clock.ts). */
+  readonly #clock: RedisClock;
   readonly #running = new Set<Promise<unknown>>();
   #forcing = false;
   #closing: Promise<void> | undefined;
@@ -101,6 +104,7 @@ export class EmlApiWorker extends EventEmitter {
     this.#maxRetryAfter = settings.maxRetryAfter;
     this.#redis = openOutboxRedis(options.connection, 'worker');
     this.#content = new ContentStore(this.#redis.redis, settings, settings.keyring);
+    this.#clock = new RedisClock(() => redisTime(this.#redis.redis));
     this.#runner = new OutboxJobRunner({
       redis: this.#redis.redis,
       content: this.#content,
@@ -111,6 +115,7 @@ export class EmlApiWorker extends EventEmitter {
       requester: () => clientInternals(this.client).requester,
       rateLimit: (ms) => this.worker.rateLimit(ms),
       maxRetryAfter: settings.maxRetryAfter,
+      now: () => this.#clock.now(),
       stopping: () => this.#forcing,
       handBack: (job, token) => this.#handBack(job, token),
     });
@@ -189,6 +194,7 @@ export class EmlApiWorker extends EventEmitter {
         this.emit('warning', message);
       });
       await this.#capPause();
+      await this.#clock.sync();
     } catch (err) {
       await this.close({ force: true }).catch(() => undefined);
       throw err;

@@ -21,6 +21,7 @@ import type { ContentStore } from './content-store.js';
 import { outboxKeys } from './content-keys.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { seconds } from './rate-limit-pause.js';
+import { redisFailure } from './redis-failure.js';
 
 /**
  * What a job runner needs from its worker.
@@ -44,6 +45,8 @@ export interface JobRunnerSettings {
   rateLimit: (ms: number) => Promise<void>;
   /** The longest `Retry-After` honoured (a 429's pause, a 5xx's wait), in ms. */
   maxRetryAfter: number;
+  /** Redis's time, in ms (a {@link RedisClock}): every time written on a job or compared with one. */
+  now: () => Promise<number>;
   /** Whether the worker is closing with `{ force: true }`: its jobs are handed back, not failed. */
   stopping: () => boolean;
   /** Puts a job back in the queue for another worker and tells BullMQ so (never returns). */
@@ -102,10 +105,16 @@ export class OutboxJobRunner {
     }
     // BullMQ counts stalls (a worker that stopped while it held the job) and moves the job straight back
     // to the queue; the outbox makes each one a failed attempt, retried after its backoff, up to maxStalls.
+    // Redis's time, not this machine's: resendUntil was written by another worker, maybe on another clock.
+    let startedAt: number;
+    try {
+      startedAt = await this.#settings.now();
+    } catch (err) {
+      return this.#fail(job, token, redisFailure(err, 'Could not read the time of Redis', false), data);
+    }
     const stalled = (job.stalledCounter ?? 0) - (data.stallsSeen ?? 0);
-    if (stalled > 0) return this.#failStalled(job, data, stalled);
-    if (data.resendUntil !== undefined && Date.now() >= data.resendUntil) return this.#parkAfterWindow(job, data);
-    const startedAt = Date.now();
+    if (stalled > 0) return this.#failStalled(job, data, stalled, startedAt);
+    if (data.resendUntil !== undefined && startedAt >= data.resendUntil) return this.#parkAfterWindow(job, data);
     try {
       const result = await sendOutboxJob(this.#settings.requester(), this.#settings.content, data);
       await recordSent(
@@ -143,20 +152,21 @@ export class OutboxJobRunner {
       const pauseMs = Math.min(action.ms, this.#settings.maxRetryAfter);
       await this.#settings.rateLimit(pauseMs);
       this.#settings.logger.warn({ job: job.id, pauseMs }, 'The service is rate limiting: queue paused');
-      await this.#record(job, { lastError: outboxJobError(err, job.attemptsMade + 1, false) });
+      await this.#record(job, { lastError: outboxJobError(err, job.attemptsMade + 1, false, await this.#failedAt()) });
       throw loadBullmq().Worker.RateLimitError();
     }
     const attempt = job.attemptsMade + 1;
     const outcome = failureOutcome(err, attempt, job.opts.attempts ?? 1);
     const reported = explainFailure(err, outcome);
     const permanent = action.kind === 'fail';
+    const at = await this.#failedAt();
     // The service refused these very bytes: nothing can send them, so they leave Redis now, not in 7 days.
     const refused = outcome.kind === 'refused' && data !== undefined;
     const window = data && startedAt !== undefined && mayHaveBeenAccepted(err) ? this.#window(data, startedAt) : {};
     await this.#record(
       job,
       {
-        lastError: outboxJobError(reported, attempt, permanent),
+        lastError: outboxJobError(reported, attempt, permanent, at),
         ...window,
         ...(refused ? { contentRemoved: true } : {}),
       },
@@ -191,7 +201,11 @@ export class OutboxJobRunner {
   async #parkAfterWindow(job: OutboxJob, data: OutboxJobData): Promise<never> {
     const parked = parkedAfterWindow(data.possiblyAcceptedAt ?? data.resendUntil!, String(job.id));
     this.#settings.logger.error({ job: job.id }, parked.message);
-    const lastError = { ...outboxJobError(parked, job.attemptsMade + 1, true), parked: 'idempotency-window' as const };
+    const at = await this.#failedAt();
+    const lastError = {
+      ...outboxJobError(parked, job.attemptsMade + 1, true, at),
+      parked: 'idempotency-window' as const,
+    };
     await this.#record(job, { lastError });
     throw unrecoverable(parked);
   }
@@ -201,19 +215,23 @@ export class OutboxJobRunner {
    * while it sent it. That attempt failed, its outcome unknown: retried after
    * its backoff like any other, or, past `maxStalls`, parked for a person.
    */
-  async #failStalled(job: OutboxJob, data: OutboxJobData, stalled: number): Promise<never> {
+  async #failStalled(job: OutboxJob, data: OutboxJobData, stalled: number, now: number): Promise<never> {
     const stalls = (data.stalls ?? 0) + stalled;
     // The stalled attempt started after the job was queued and after the attempt before it failed: the
     // later of the two is the earliest it can have been accepted (early is the safe side for the window).
-    const earliest = Math.max(job.timestamp, Date.parse(data.lastError?.at ?? '') || 0);
+    // The attempt before failed at a Redis time; the job was queued at its producer's (BullMQ's timestamp),
+    // which is taken no later than now by Redis's clock: a producer clock ahead moves the window by the
+    // time from the attempt's start to now at most (a lock's expiry and a stall check), not by its skew.
+    const earliest = Math.max(Math.min(job.timestamp, now), Date.parse(data.lastError?.at ?? '') || 0);
     const counted = { stalls, stallsSeen: job.stalledCounter, ...this.#window(data, earliest) };
     const attempt = job.attemptsMade + 1;
+    const at = new Date(now);
     if (stalls > this.#settings.maxStalls) {
       const parked = parkedAfterStalls(stalls, String(job.id));
       this.#settings.logger.error({ job: job.id, stalls }, parked.message);
       await this.#record(job, {
         ...counted,
-        lastError: { ...outboxJobError(parked, attempt, true), parked: 'stalls' },
+        lastError: { ...outboxJobError(parked, attempt, true, at), parked: 'stalls' },
       });
       throw unrecoverable(parked);
     }
@@ -222,10 +240,15 @@ export class OutboxJobRunner {
     const reported = explainFailure(err, outcome);
     await this.#record(
       job,
-      { ...counted, lastError: outboxJobError(reported, attempt, false) },
+      { ...counted, lastError: outboxJobError(reported, attempt, false, at) },
       { retry: outcome.kind === 'retry' },
     );
     throw reported;
+  }
+
+  /** When an attempt failed, by Redis's clock (this machine's only if Redis cannot be read and never was). */
+  async #failedAt(): Promise<Date> {
+    return new Date(await this.#settings.now().catch(() => Date.now()));
   }
 
   /** The Redis key of a job's hash. */

@@ -1,5 +1,6 @@
 import type { Queue } from 'bullmq';
 import { PAUSE_MARK } from './rate-limit-pause.js';
+import { queueRedisTime } from './redis-clock.js';
 import type { MailEnvelope } from '../transport/nodemailer-types.js';
 import type { OutboxJobData, OutboxJobError, OutboxSendKind, OutboxSendResult } from './outbox-job.js';
 
@@ -146,6 +147,7 @@ export async function retryFailedSends(
   const retried: string[] = [];
   const notFailed: string[] = [];
   const skipped: SkippedSend[] = [];
+  let now: number | undefined;
   const retry = async (id: string) => {
     const job = await queue.getJob(id);
     if (!job || !(await job.isFailed())) return false;
@@ -154,7 +156,8 @@ export async function retryFailedSends(
       skipped.push({ queueId: id, reason: CONTENT_REMOVED });
       return true;
     }
-    const pastWindow = data.resendUntil !== undefined && data.resendUntil <= Date.now();
+    // By Redis's clock, which workers wrote resendUntil with (not this machine's).
+    const pastWindow = data.resendUntil !== undefined && data.resendUntil <= (now ??= await queueRedisTime(queue));
     if (pastWindow && !ids) {
       skipped.push({ queueId: id, reason: MAY_HAVE_BEEN_DELIVERED });
       return true;

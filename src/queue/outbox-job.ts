@@ -34,7 +34,7 @@ export interface OutboxJobError {
   permanent: boolean;
   /** The attempt that failed (1 for the first). */
   attempt: number;
-  /** When it failed (ISO 8601). */
+  /** When it failed (ISO 8601; written by a worker: Redis's clock). */
   at: string;
   /**
    * Set when the job was failed to wait for a person rather than be tried
@@ -124,7 +124,8 @@ export interface OutboxJobData {
   /** BullMQ's stall counter of the job (`stalledCounter`) when the outbox last counted its stalls. */
   stallsSeen?: number;
   /**
-   * When (ms since the epoch, the worker's clock) the first attempt started
+   * When (ms since the epoch, Redis's clock: workers on machines whose clocks
+   * differ read it alike) the first attempt started
    * whose outcome the worker could not learn: a timeout or a connection lost
    * after the request was sent, a 5xx other than 503, a worker that stopped
    * mid-send (then the earliest it can have started). The service may have
@@ -132,7 +133,7 @@ export interface OutboxJobData {
    */
   possiblyAcceptedAt?: number;
   /**
-   * Until when (ms since the epoch) sending again is safe: `possiblyAcceptedAt`
+   * Until when (ms since the epoch, Redis's clock) sending again is safe: `possiblyAcceptedAt`
    * plus the workers' `idempotencyWindow` less `idempotencyMargin`. After it,
    * the job is parked, not sent again; `eml-api queue retry <id>` (a person
    * who checked) clears both.
