@@ -29,9 +29,11 @@ export function outboxKeys(location: { prefix: string; queueName: string }): {
   contentIndex: string;
   /** The lock of the one sweeper at work. */
   sweepLock: string;
+  /** Hash: the check value of each encryption key id in use (key-checks.ts). */
+  keyChecks: string;
 } {
   const base = `${location.prefix}:${location.queueName}:outbox:`;
-  return { contentIndex: `${base}content-index`, sweepLock: `${base}sweep-lock` };
+  return { contentIndex: `${base}content-index`, sweepLock: `${base}sweep-lock`, keyChecks: `${base}keys` };
 }
 
 /**

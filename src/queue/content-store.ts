@@ -9,6 +9,7 @@ import { NO_KEYS, recordAad, type OutboxKeyring } from './content-cipher.js';
 import { CONTENT_CHUNK, exactChunks, pieces, plainSpans, records, storedLength } from './content-layout.js';
 import { newContentKey, outboxKeys } from './content-keys.js';
 import { contentCommands, TOMBSTONE_MS, type ContentCommands } from './content-scripts.js';
+import { keyVerdict } from './key-checks.js';
 import type { OutboxJobData } from './outbox-job.js';
 import type { QueueLocation } from './queue-location.js';
 
@@ -314,8 +315,12 @@ export class ContentStore {
     verify(hash, ref);
     if (ref.encryption === undefined) return bytes;
     const plain: Buffer[] = [];
-    for (const { index, start, end } of records(ref.size))
-      plain.push(this.#open(ref, index, bytes.subarray(start, end)));
+    for (const { index, start, end } of records(ref.size)) {
+      const record = this.#open(ref, index, bytes.subarray(start, end));
+      // The bytes are what the producer stored (their SHA-256 matched): the key is the likely culprit.
+      if (record === undefined) throw await this.#undecryptable(ref, ref.sha256 !== undefined);
+      plain.push(record);
+    }
     return Buffer.concat(plain, ref.size);
   }
 
@@ -333,14 +338,59 @@ export class ContentStore {
       hash.update(chunk);
       // The last chunk goes out only once the whole content is known to match.
       if (end === stored) verify(hash, ref);
+      if (ref.encryption === undefined) {
+        yield chunk;
+        continue;
+      }
       // A record is decrypted, its tag checked, before any of it is passed on.
-      yield ref.encryption === undefined ? chunk : this.#open(ref, index, chunk);
+      const record = this.#open(ref, index, chunk);
+      if (record === undefined) {
+        // Whether the bytes are what the producer stored is known once all are hashed: read the rest.
+        for (const rest of spans.filter((span) => span.start >= end)) {
+          hash.update(await this.#redis.getrangeBuffer(key, rest.start, rest.end - 1));
+        }
+        throw await this.#undecryptable(ref, ref.sha256 !== undefined && hash.digest('hex') === ref.sha256);
+      }
+      yield record;
     }
   }
 
-  #open(ref: StoredContentRef, index: number, record: Buffer): Buffer {
+  /** A record decrypted, `undefined` when its tag does not match. */
+  #open(ref: StoredContentRef, index: number, record: Buffer): Buffer | undefined {
     const aad = recordAad(ref.contentKey, index, ref.size);
-    return (this.#keyring ?? NO_KEYS).open(ref.encryption!.keyId, record, aad, 'content');
+    return (this.#keyring ?? NO_KEYS).tryOpen(ref.encryption!.keyId, record, aad);
+  }
+
+  /**
+   * The error of content that does not decrypt. Changed in Redis (a failure
+   * for good) when its SHA-256 does not match, or when Redis confirms that
+   * this worker's key is the producers'; otherwise (the bytes as stored, and
+   * the key unconfirmed or refused by Redis's check value) this worker's key
+   * is not the one: retried, for a worker that holds the right one.
+   * @param asStored whether the bytes read match the SHA-256 on the job
+   */
+  async #undecryptable(ref: StoredContentRef, asStored: boolean): Promise<EmlApiError> {
+    const keyId = ref.encryption!.keyId;
+    const verdict = asStored ? await keyVerdict(this.#redis, this.#location, this.#keyring ?? NO_KEYS, keyId) : 'right';
+    if (verdict === 'right') {
+      const why = asStored
+        ? `which Redis confirms is the producers' (its check value matches): it was changed in Redis, its SHA-256 on the job with it`
+        : 'and does not match the SHA-256 stored with its job: it was changed in Redis';
+      return new EmlApiError(
+        'EMESSAGE',
+        `The queued content under ${ref.contentKey} does not decrypt with the key "${keyId}", ${why}; not sent`,
+        { permanent: true },
+      );
+    }
+    const why =
+      verdict === 'wrong'
+        ? `this worker's key "${keyId}" is not the producers' (its check value in Redis differs): fix encryption.keys.${keyId} (EML_API_OUTBOX_KEYS)`
+        : `though it is as the producer stored it (its SHA-256 matches): this worker's key "${keyId}" is likely not the producers' (Redis holds no check value of it to tell)`;
+    return new EmlApiError(
+      'ECONFIG',
+      `The queued content does not decrypt with the key "${keyId}", ${why}; it is retried, for a worker that holds the right key`,
+      { permanent: false },
+    );
   }
 }
 

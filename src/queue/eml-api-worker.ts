@@ -17,6 +17,8 @@ import { resolveWorkerOptions } from './resolve-worker-options.js';
 import { checkRedisSettings } from './redis-settings.js';
 import { capRateLimitPause, seconds } from './rate-limit-pause.js';
 import { RedisClock, redisTime } from './redis-clock.js';
+import { compareKeyChecks } from './key-checks.js';
+import type { OutboxKeyring } from './content-cipher.js';
 import { outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
 import type { EmlApiWorkerOptions } from './worker-options.js';
 
@@ -82,6 +84,7 @@ export class EmlApiWorker extends EventEmitter {
   readonly #logger: EmlApiLogger;
   readonly #runner: OutboxJobRunner;
   readonly #maxRetryAfter: number;
+  readonly #keyring: OutboxKeyring | undefined;
   /** Redis's time: the one clock every worker of the queue shares (see redis-clock.ts). */
   readonly #clock: RedisClock;
   readonly #running = new Set<Promise<unknown>>();
@@ -102,6 +105,7 @@ export class EmlApiWorker extends EventEmitter {
     this.#logger = settings.logger;
     this.queueName = settings.queueName;
     this.#maxRetryAfter = settings.maxRetryAfter;
+    this.#keyring = settings.keyring;
     this.#redis = openOutboxRedis(options.connection, 'worker');
     this.#content = new ContentStore(this.#redis.redis, settings, settings.keyring);
     this.#clock = new RedisClock(() => redisTime(this.#redis.redis));
@@ -195,6 +199,8 @@ export class EmlApiWorker extends EventEmitter {
       });
       await this.#capPause();
       await this.#clock.sync();
+      // Other bytes under a key id the producers use would fail every job they encrypted (review F10).
+      if (this.#keyring) await compareKeyChecks(this.#redis.redis, this.#location, this.#keyring);
     } catch (err) {
       await this.close({ force: true }).catch(() => undefined);
       throw err;
@@ -356,8 +362,9 @@ function answeredByNotTheService(error: Error): boolean {
  * evicted silently); running without the append-only file is logged as a
  * warning (see {@link EmlApiWorker.started}).
  *
- * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid, or naming the
- *   Redis setting (and the command that fixes it) when Redis would lose queued mail
+ * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid (or an `encryption` key
+ *   differs from the producers' under its id), or naming the Redis setting (and the command that fixes
+ *   it) when Redis would lose queued mail
  * @example
  * import { startEmlApiWorker } from 'nodemailer-eml-api/queue';
  *

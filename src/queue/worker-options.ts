@@ -154,7 +154,9 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool'> 
    * option): the worker decrypts each job with the key it names, so keep
    * older keys here while their jobs may still be queued. `keyId` is not
    * needed. A job whose key the worker does not hold is retried (for a
-   * worker that holds it), not failed.
+   * worker that holds it), not failed. A worker holding other bytes under an
+   * id than the producers (their check value of it in Redis) does not start:
+   * `ECONFIG` naming `encryption.keys.<id>`.
    * @default undefined (no encrypted job can be sent)
    * @example
    * startEmlApiWorker({ connection, apiKey, baseUrl, encryption: { keys: { k2: process.env.OUTBOX_KEY_K2!, k1: process.env.OUTBOX_KEY_K1! } } });
