@@ -22,6 +22,7 @@ import { outboxKeys } from './content-keys.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { seconds } from './rate-limit-pause.js';
 import { redisFailure } from './redis-failure.js';
+import { SoloGate } from './solo-gate.js';
 
 /**
  * What a job runner needs from its worker.
@@ -68,6 +69,8 @@ export class OutboxJobRunner {
   readonly #settings: JobRunnerSettings;
   /** Jobs run again after they were sent: they complete without a `'sent'` event. */
   readonly #alreadySent = new WeakSet<OutboxJob>();
+  /** This worker's sends, shared or alone (a job that has stalled). */
+  readonly #gate = new SoloGate();
 
   constructor(settings: JobRunnerSettings) {
     this.#settings = settings;
@@ -103,19 +106,42 @@ export class OutboxJobRunner {
       this.#alreadySent.add(job);
       return data.sent;
     }
-    // BullMQ counts stalls (a worker that stopped while it held the job) and moves the job straight back
-    // to the queue; the outbox makes each one a failed attempt, retried after its backoff, up to maxStalls.
     // Redis's time, not this machine's: resendUntil was written by another worker, maybe on another clock.
-    let startedAt: number;
+    // Read once it can be read, it is carried forward and never fails again (redis-clock.ts).
+    let now: number;
     try {
-      startedAt = await this.#settings.now();
+      now = await this.#settings.now();
     } catch (err) {
       return this.#fail(job, token, redisFailure(err, 'Could not read the time of Redis', false), data);
     }
+    // BullMQ counts stalls (a worker that stopped while it held the job) and moves the job straight back
+    // to the queue; the outbox makes each one a failed attempt, retried after its backoff, up to maxStalls.
     const stalled = (job.stalledCounter ?? 0) - (data.stallsSeen ?? 0);
-    if (stalled > 0) return this.#failStalled(job, data, stalled, startedAt);
+    if (stalled > 0) return this.#failStalled(job, data, stalled, now);
+    // A job that has stalled is sent alone in this worker (solo-gate.ts): should it crash the worker
+    // again, no other send goes down with it, and that stall is its own.
+    const alone = (data.stalls ?? 0) > 0;
+    const leave = await this.#gate.enter(alone);
+    try {
+      return await this.#send(job, token, data, alone);
+    } finally {
+      leave();
+    }
+  }
+
+  /** Posts a job (its turn at the gate taken) and records the outcome. */
+  async #send(
+    job: OutboxJob,
+    token: string | undefined,
+    data: OutboxJobData,
+    alone: boolean,
+  ): Promise<OutboxSendResult> {
+    if (this.#settings.stopping()) return this.#settings.handBack(job, token);
+    const startedAt = await this.#settings.now();
     if (data.resendUntil !== undefined && startedAt >= data.resendUntil) return this.#parkAfterWindow(job, data);
     try {
+      // Marked before it goes out: if the worker dies now, the stall is counted toward maxStalls.
+      if (alone) await job.updateData({ ...job.data, aloneAt: data.stallsSeen ?? 0 });
       const result = await sendOutboxJob(this.#settings.requester(), this.#settings.content, data);
       await recordSent(
         this.#settings.redis,
@@ -217,18 +243,24 @@ export class OutboxJobRunner {
    */
   async #failStalled(job: OutboxJob, data: OutboxJobData, stalled: number, now: number): Promise<never> {
     const stalls = (data.stalls ?? 0) + stalled;
+    // Only the stalls of runs alone count toward parking: a send beside others may have stalled for
+    // another job's crash. A run alone since the last count marked the job with the count (aloneAt);
+    // a job put back (stalls 0 again) starts counting afresh.
+    const suspect = (data.stalls ?? 0) > 0;
+    const ranAlone = suspect && data.aloneAt !== undefined && data.aloneAt === (data.stallsSeen ?? 0);
+    const aloneStalls = (suspect ? (data.aloneStalls ?? 0) : 0) + (ranAlone ? 1 : 0);
     // The stalled attempt started after the job was queued and after the attempt before it failed: the
     // later of the two is the earliest it can have been accepted (early is the safe side for the window).
     // The attempt before failed at a Redis time; the job was queued at its producer's (BullMQ's timestamp),
     // which is taken no later than now by Redis's clock: a producer clock ahead moves the window by the
     // time from the attempt's start to now at most (a lock's expiry and a stall check), not by its skew.
     const earliest = Math.max(Math.min(job.timestamp, now), Date.parse(data.lastError?.at ?? '') || 0);
-    const counted = { stalls, stallsSeen: job.stalledCounter, ...this.#window(data, earliest) };
+    const counted = { stalls, aloneStalls, stallsSeen: job.stalledCounter, ...this.#window(data, earliest) };
     const attempt = job.attemptsMade + 1;
     const at = new Date(now);
-    if (stalls > this.#settings.maxStalls) {
-      const parked = parkedAfterStalls(stalls, String(job.id));
-      this.#settings.logger.error({ job: job.id, stalls }, parked.message);
+    if (aloneStalls > this.#settings.maxStalls) {
+      const parked = parkedAfterStalls(stalls, String(job.id), aloneStalls);
+      this.#settings.logger.error({ job: job.id, stalls, aloneStalls }, parked.message);
       await this.#record(job, {
         ...counted,
         lastError: { ...outboxJobError(parked, attempt, true, at), parked: 'stalls' },

@@ -166,7 +166,7 @@ export async function retryFailedSends(
     // named past its window, the person's word that it was not delivered: the window starts again.
     if (data.stalls || pastWindow) {
       const { possiblyAcceptedAt: _at, resendUntil: _until, ...rest } = data;
-      await job.updateData({ ...(pastWindow ? rest : data), stalls: 0 } as OutboxJobData);
+      await job.updateData({ ...(pastWindow ? rest : data), stalls: 0, aloneStalls: 0 } as OutboxJobData);
     }
     await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
     retried.push(id);

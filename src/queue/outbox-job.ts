@@ -117,10 +117,21 @@ export interface OutboxJobData {
   contentRemoved?: true;
   /**
    * Stalls counted as failed attempts since the job was queued or put back:
-   * each time, the worker sending it stopped before it finished. Past the
-   * workers' `maxStalls` the job is parked.
+   * each time, the worker sending it stopped before it finished. A job that
+   * has stalled is sent alone in its worker from then on.
    */
   stalls?: number;
+  /**
+   * Of `stalls`, those of runs alone in their worker (nothing else in
+   * flight), which only the job itself can have caused. Past the workers'
+   * `maxStalls` the job is parked.
+   */
+  aloneStalls?: number;
+  /**
+   * Set as a run alone begins (BullMQ's stall counter then): a stall found
+   * after it is counted in `aloneStalls`.
+   */
+  aloneAt?: number;
   /** BullMQ's stall counter of the job (`stalledCounter`) when the outbox last counted its stalls. */
   stallsSeen?: number;
   /**

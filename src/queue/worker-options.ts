@@ -89,15 +89,19 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool'> 
    */
   cleanupInterval?: number;
   /**
-   * How many times a job may stall and still be retried. A job stalls when
-   * the worker sending it stops before it finishes (killed, crashed, out of
-   * memory, cut off from Redis for longer than `lockDuration`); its send may
-   * have reached the service, so a stall counts as a failed attempt of the
-   * job's retry schedule, retried after its backoff under the same
-   * idempotency key. A job that stalls once more than this is parked (failed,
-   * `lastError.parked: 'stalls'`, its content kept) for a person: a message
-   * that crashes every worker that takes it would otherwise crash them all,
-   * again and again. `eml-api queue retry` puts it back with its count at 0.
+   * How many times a job may stall while sent alone and still be retried. A
+   * job stalls when the worker sending it stops before it finishes (killed,
+   * crashed, out of memory, cut off from Redis for longer than
+   * `lockDuration`); its send may have reached the service, so a stall counts
+   * as a failed attempt of the job's retry schedule, retried after its
+   * backoff under the same idempotency key. A crash takes down every send of
+   * its worker, so a job that has stalled is sent alone in its worker from
+   * then on (nothing else in flight), and only the stalls of such runs, which
+   * the job alone can have caused, count: one more than this and the job is
+   * parked (failed, `lastError.parked: 'stalls'`, its content kept) for a
+   * person, since a message that crashes every worker that takes it would
+   * otherwise crash them all, again and again. The messages that shared its
+   * crashes are not. `eml-api queue retry` puts it back with its counts at 0.
    * @default 5
    * @example
    * await startEmlApiWorker({ connection, apiKey, baseUrl, maxStalls: 2 });
