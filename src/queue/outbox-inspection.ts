@@ -120,6 +120,9 @@ export interface SkippedSend {
 
 /** Why a job whose content was removed is not put back. */
 const CONTENT_REMOVED = 'its content was removed when the service refused it; queue a corrected message with sendMail';
+/** Why a job put back by someone else while this call ran is left to them. */
+const NO_LONGER_FAILED =
+  'no longer failed: put back meanwhile by someone else (another eml-api queue retry, a dashboard, a sendMail with its idempotencyKey)';
 /** Why a job that may have been delivered is not put back with the others. */
 const MAY_HAVE_BEEN_DELIVERED =
   "it may have been delivered and the service's idempotency window has passed: check, then put it back by naming it";
@@ -136,6 +139,10 @@ const MAY_HAVE_BEEN_DELIVERED =
  * delivered.
  *
  * @param options `ids`: the jobs to put back @default every failed job
+ * A job put back by someone else while this runs (another operator, a
+ * dashboard, a `sendMail` with its key) is left to them, in `skipped`, and
+ * the others are still put back.
+ *
  * @returns the job ids put back, those named that were not failed jobs, and those left with the reason
  * @example
  * const { retried, skipped } = await retryFailedSends(transport.queue); // all of them
@@ -168,7 +175,15 @@ export async function retryFailedSends(
       const { possiblyAcceptedAt: _at, resendUntil: _until, ...rest } = data;
       await job.updateData({ ...(pastWindow ? rest : data), stalls: 0, aloneStalls: 0 } as OutboxJobData);
     }
-    await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
+    try {
+      await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
+    } catch (err) {
+      // Put back meanwhile by someone else (another operator, a dashboard, a sendMail with its key):
+      // nothing to do for it, and the others still to do.
+      if (await job.isFailed()) throw err;
+      skipped.push({ queueId: id, reason: NO_LONGER_FAILED });
+      return true;
+    }
     retried.push(id);
     return true;
   };
