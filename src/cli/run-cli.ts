@@ -23,6 +23,7 @@ Commands:
   worker                                  send the messages queued in Redis (the outbox) until stopped
   queue status                            the outbox: counts by state, failed messages and their errors
   queue retry [job...]                    put failed messages back in the outbox
+  queue purge <job...> | --all            remove queued messages from Redis now (jobs and content)
 
 Run "eml-api <command> --help" (or "eml-api group <subcommand> --help") for options.
 Environment: EML_API_URL (base URL), EML_API_KEY (API key); --url and --key override them.

@@ -31,9 +31,16 @@ export function outboxKeys(location: { prefix: string; queueName: string }): {
   sweepLock: string;
   /** Hash: the check value of each encryption key id in use (key-checks.ts). */
   keyChecks: string;
+  /** Set, for a day, once the sweeper has looked for content written before the index. */
+  legacyScanned: string;
 } {
   const base = `${location.prefix}:${location.queueName}:outbox:`;
-  return { contentIndex: `${base}content-index`, sweepLock: `${base}sweep-lock`, keyChecks: `${base}keys` };
+  return {
+    contentIndex: `${base}content-index`,
+    sweepLock: `${base}sweep-lock`,
+    keyChecks: `${base}keys`,
+    legacyScanned: `${base}legacy-scanned`,
+  };
 }
 
 /**

@@ -27,5 +27,7 @@ export {
   type OutboxStatus,
   type OutboxState,
   type FailedSend,
+  type SkippedSend,
 } from './outbox-inspection.js';
 export { openOutboxQueue, type OutboxQueue } from './outbox-queue.js';
+export { purgeOutbox, type PurgeOptions, type PurgeResult } from './outbox-purge.js';

@@ -1,4 +1,5 @@
 import type { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
 import { resolveQueueLocation } from './queue-location.js';
 import { loadBullmq } from './queue-peers.js';
@@ -58,4 +59,15 @@ export async function openOutboxQueue(
       await closeOutboxRedis(client);
     },
   };
+}
+
+/**
+ * The Redis connection of a BullMQ queue (BullMQ 5's `queue.client`, BullMQ
+ * 6's `queue.getBackend().client`), for the outbox's own keys beside BullMQ's.
+ * @example
+ * const redis = await queueRedis(admin.queue);
+ */
+export async function queueRedis(queue: object): Promise<Redis> {
+  const q = queue as { getBackend?: () => { client: Promise<Redis> }; client?: Promise<Redis> };
+  return (await (q.getBackend ? q.getBackend().client : q.client))!;
 }

@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis';
+import { queueRedis } from './outbox-queue.js';
 
 /**
  * Redis's clock, for every time the outbox writes on a job and compares with
@@ -116,7 +117,5 @@ export async function redisTime(redis: Redis): Promise<number> {
  * const now = await queueRedisTime(admin.queue);
  */
 export async function queueRedisTime(queue: object): Promise<number> {
-  const q = queue as unknown as { getBackend?: () => { client: Promise<Redis> }; client?: Promise<Redis> };
-  const client = await (q.getBackend ? q.getBackend().client : q.client);
-  return redisTime(client!);
+  return redisTime(await queueRedis(queue));
 }
