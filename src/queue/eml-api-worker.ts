@@ -85,6 +85,8 @@ export class EmlApiWorker extends EventEmitter {
   readonly #runner: OutboxJobRunner;
   readonly #maxRetryAfter: number;
   readonly #keyring: OutboxKeyring | undefined;
+  /** Whether the start-up checks passed (settled by #start). */
+  readonly #checks = startChecks();
   /** Redis's time: the one clock every worker of the queue shares (see redis-clock.ts). */
   readonly #clock: RedisClock;
   readonly #running = new Set<Promise<unknown>>();
@@ -127,7 +129,7 @@ export class EmlApiWorker extends EventEmitter {
     try {
       this.worker = new Worker<OutboxJobData, OutboxSendResult>(
         settings.queueName,
-        (job, token) => this.#track(this.#runner.run(job, token)),
+        (job, token) => this.#track(this.#runChecked(job, token)),
         {
           ...settings.workerOptions,
           connection: this.#redis.redis,
@@ -201,10 +203,26 @@ export class EmlApiWorker extends EventEmitter {
       await this.#clock.sync();
       // Other bytes under a key id the producers use would fail every job they encrypted (review F10).
       if (this.#keyring) await compareKeyChecks(this.#redis.redis, this.#location, this.#keyring);
+      this.#checks.pass();
     } catch (err) {
-      await this.close({ force: true }).catch(() => undefined);
+      // Jobs BullMQ handed over meanwhile go back to the queue as the worker closes, untouched. A refusal
+      // (ECONFIG: Redis answers) closes gracefully, so that jobs BullMQ fetched but had not handed over yet
+      // are handed back too rather than left to their locks' expiry; a Redis that fails, at once.
+      this.#checks.fail();
+      const refused = err instanceof EmlApiError && err.code === 'ECONFIG';
+      await this.close(refused ? {} : { force: true }).catch(() => undefined);
       throw err;
     }
+  }
+
+  /**
+   * Runs a job once the start-up checks have passed: BullMQ hands over jobs
+   * as soon as it is connected, and a worker refused at start (a Redis that
+   * evicts, a key that is not the producers') must not have run any.
+   */
+  async #runChecked(job: OutboxJob, token: string | undefined): Promise<OutboxSendResult> {
+    if (!(await this.#checks.passed)) return this.#handBack(job, token);
+    return this.#runner.run(job, token);
   }
 
   /**
@@ -341,6 +359,13 @@ export class EmlApiWorker extends EventEmitter {
     if (this.listenerCount('error') > 0) this.emit('error', withoutArguments(err));
     else this.#logger.error({ error: err.message }, 'Outbox worker error');
   }
+}
+
+/** A promise of whether the start-up checks passed, with the functions that settle it. */
+function startChecks(): { passed: Promise<boolean>; pass: () => void; fail: () => void } {
+  let settle!: (passed: boolean) => void;
+  const passed = new Promise<boolean>((resolve) => (settle = resolve));
+  return { passed, pass: () => settle(true), fail: () => settle(false) };
 }
 
 /** A failed attempt answered with a 2xx: not the service's answer (a wrong baseUrl?), see send-outbox-job.ts. */

@@ -2,7 +2,6 @@ import { postEml, postGroupSend, postSend } from '../client/send-requests.js';
 import { MAY_HAVE_BEEN_ACCEPTED } from '../http/request-error.js';
 import type { Requester } from '../http/requester.js';
 import type { ServiceResponse } from '../http/service-response.js';
-import type { UploadBody } from '../http/upload-body.js';
 import { API_PATHS } from '../protocol/api-paths.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { ContentStore } from './content-store.js';
@@ -31,6 +30,8 @@ export async function sendOutboxJob(
   job: OutboxJobData,
 ): Promise<OutboxSendResult> {
   const key = job.idempotencyKey;
+  // An encrypted job is posted only where, and under the key, its producer sealed it for.
+  await readContent(() => store.checkBinding(job));
   if (job.kind === 'eml') {
     const body = await readContent(() => store.emlBody(job));
     try {
@@ -109,7 +110,7 @@ function unrecognisedAnswer(command: string, res: ServiceResponse): EmlApiError 
   );
 }
 
-async function readContent<T extends UploadBody | string>(read: () => Promise<T>): Promise<T> {
+async function readContent<T>(read: () => Promise<T>): Promise<T> {
   try {
     return await read();
   } catch (err) {
