@@ -15,6 +15,7 @@ import nodemailer from 'nodemailer';
 import { startEmulator } from 'nodemailer-eml-api/emulator';
 import {
   EmlApiQueueTransport,
+  purgeOutbox,
   readOutboxStatus,
   startEmlApiWorker,
   type EmlApiQueuedMessageInfo,
@@ -60,6 +61,6 @@ const { counts } = await readOutboxStatus(transport.queue);
 console.log(`Queue: ${counts.completed} sent, ${counts.failed} failed, ${counts.waiting} waiting`);
 
 await outbox.close(); // lets sends in flight finish
-await transport.queue.obliterate({ force: true }); // the example's own queue only
+await purgeOutbox(transport.queue); // the example's own queue only: its jobs, messages and keys
 await transport.close();
 await emu.close();

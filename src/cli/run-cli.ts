@@ -24,6 +24,7 @@ Commands:
   queue status                            the outbox: counts by state, failed messages and their errors
   queue retry [job...]                    put failed messages back in the outbox
   queue watch                             the outbox live: counts, send rate, oldest waiting job's age
+  queue purge <job...> | --all            remove queued messages from Redis now (jobs and content)
 
 Run "eml-api <command> --help" (or "eml-api group <subcommand> --help") for options.
 Environment: EML_API_URL (base URL), EML_API_KEY (API key); --url and --key override them.

@@ -318,23 +318,37 @@ export class EmlApiClient {
   /**
    * Proves the service is reachable and accepts the key for sending, without
    * sending mail: it posts an empty body to `/v1/send/eml`, so a validation
-   * error (400) means the key and its `sender` scope were accepted.
+   * error (400) means the key and its `sender` scope were accepted. A 2xx
+   * is refused: the service never accepts an empty send, so what answered
+   * is not the service (a web server or single-page app behind a wrong
+   * `baseUrl` answers every path 200), and sends would go nowhere.
    *
    * @returns `true`
-   * @throws {EmlApiError} `EAUTH` when the key or its scope is refused; `ECONNECTION`/`ETIMEDOUT` when unreachable
+   * @throws {EmlApiError} `EAUTH` when the key or its scope is refused; `ECONNECTION`/`ETIMEDOUT` when unreachable;
+   *   `EAPI` for any other answer, a 2xx included (`responseCode` says which)
    * @example
    * await client.verify();
    */
   async verify(options: RequestOptions = {}): Promise<true> {
-    return this.#requester.run(`POST ${API_PATHS.sendEml}`, { signal: options.signal }, async (call) => {
+    const command = `POST ${API_PATHS.sendEml}`;
+    return this.#requester.run(command, { signal: options.signal }, async (call) => {
       // A 400 or 422 to an empty body means the request got past authentication
       // and the scope check: the key may send.
-      await call.request({
+      const res = await call.request({
         method: 'POST',
         path: API_PATHS.sendEml,
         body: '{}',
         acceptStatus: (status) => status === 400 || status === 422,
       });
+      if (res.statusCode >= 200 && res.statusCode < 300) {
+        throw errorFromUnreadableAnswer(
+          command,
+          res,
+          this.#apiKey,
+          "the service's refusal of an empty send (it never accepts one)",
+          '400 or 422',
+        );
+      }
       return true as const;
     });
   }

@@ -1,4 +1,4 @@
-import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHmac, randomBytes } from 'node:crypto';
 import { inspect } from 'node:util';
 import { configError } from '../client/resolve-client-options.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
@@ -89,8 +89,20 @@ export class OutboxKeyring {
    *   under the same id)
    */
   open(keyId: string, record: Buffer, aad: Buffer, what: string): Buffer {
+    const plain = this.tryOpen(keyId, record, aad);
+    if (plain === undefined) throw undecryptable(what, keyId);
+    return plain;
+  }
+
+  /**
+   * Decrypts a record sealed with key `keyId`, or `undefined` when its tag
+   * does not match: the record was changed, or this key is not the one that
+   * sealed it (the caller tells which: see content-store.ts).
+   * @throws {EmlApiError} `ECONFIG` (retried) when the key is not held
+   */
+  tryOpen(keyId: string, record: Buffer, aad: Buffer): Buffer | undefined {
     const key = this.#key(keyId);
-    if (record.length < RECORD_OVERHEAD) throw undecryptable(what, keyId);
+    if (record.length < RECORD_OVERHEAD) return undefined;
     const decipher = createDecipheriv('aes-256-gcm', key, record.subarray(0, NONCE));
     decipher.setAAD(aad);
     decipher.setAuthTag(record.subarray(record.length - TAG));
@@ -98,8 +110,21 @@ export class OutboxKeyring {
       const head = decipher.update(record.subarray(NONCE, record.length - TAG));
       return Buffer.concat([head, decipher.final()]);
     } catch {
-      throw undecryptable(what, keyId);
+      return undefined;
     }
+  }
+
+  /**
+   * The check value of key `keyId` (32 hex characters): an HMAC-SHA256 under
+   * the key of a fixed text naming the id. Two holders of the id compare it
+   * to learn whether they hold the same bytes; it tells nothing of the key.
+   * @throws {EmlApiError} `ECONFIG` when the key is not held
+   */
+  checkValue(keyId: string): string {
+    return createHmac('sha256', this.#key(keyId))
+      .update(`nodemailer-eml-api outbox key check\0${keyId}`)
+      .digest('hex')
+      .slice(0, 32);
   }
 
   #key(keyId: string): Buffer {

@@ -29,9 +29,18 @@ export function outboxKeys(location: { prefix: string; queueName: string }): {
   contentIndex: string;
   /** The lock of the one sweeper at work. */
   sweepLock: string;
+  /** Hash: the check value of each encryption key id in use (key-checks.ts). */
+  keyChecks: string;
+  /** Set, for a day, once the sweeper has looked for content written before the index. */
+  legacyScanned: string;
 } {
   const base = `${location.prefix}:${location.queueName}:outbox:`;
-  return { contentIndex: `${base}content-index`, sweepLock: `${base}sweep-lock` };
+  return {
+    contentIndex: `${base}content-index`,
+    sweepLock: `${base}sweep-lock`,
+    keyChecks: `${base}keys`,
+    legacyScanned: `${base}legacy-scanned`,
+  };
 }
 
 /**

@@ -15,9 +15,11 @@ import {
   records,
   storedLength,
 } from './content-layout.js';
-import { newContentKey, outboxKeys } from './content-keys.js';
+import { newContentKey, outboxKeys, parseContentKey } from './content-keys.js';
 import { contentCommands, TOMBSTONE_MS, type ContentCommands } from './content-scripts.js';
-import type { OutboxJobData } from './outbox-job.js';
+import { keyVerdict } from './key-checks.js';
+import type { OutboxJobData, OutboxSendKind } from './outbox-job.js';
+import { outboxJobId } from './outbox-job-id.js';
 import type { QueueLocation } from './queue-location.js';
 
 /**
@@ -202,10 +204,16 @@ export class ContentStore {
   jobFields(
     contentKey: string,
     written: WrittenContent,
-    clear: { envelope: MailEnvelope; messageId: string },
+    clear: { envelope: MailEnvelope; messageId: string; kind?: OutboxSendKind; group?: string | undefined },
   ): Partial<OutboxJobData> {
     if (written.keyId === undefined) return { sha256: written.sha256 };
-    const meta = JSON.stringify({ envelope: clear.envelope, messageId: clear.messageId });
+    // Where the mail goes is sealed with it: a job whose kind or group is changed in Redis is not posted
+    // (checkBinding). The idempotency key is bound through the content key, which names the job.
+    const meta = JSON.stringify({
+      envelope: clear.envelope,
+      messageId: clear.messageId,
+      ...(clear.kind === undefined ? {} : { kind: clear.kind, group: clear.group ?? null }),
+    });
     return {
       v: 2,
       sha256: written.sha256,
@@ -244,6 +252,42 @@ export class ContentStore {
     } catch {
       return data;
     }
+  }
+
+  /**
+   * Checks, before an encrypted job is posted, that its data says what its
+   * producer sealed: its kind and group (in the sealed envelope, for jobs
+   * queued since 0.2's review fixes) and its idempotency key (named by its
+   * content key, to which every record is bound). Whoever can write to Redis
+   * could otherwise point an encrypted group send at another group, or give
+   * a job another idempotency key (a second delivery). Jobs in clear are not
+   * checked: whoever can write to Redis can change anything of them.
+   *
+   * @throws {EmlApiError} `EMESSAGE` (permanent) when the data was changed; `ECONFIG` (retried)
+   *   when this worker does not hold the key, or holds other bytes under its id
+   * @example
+   * await store.checkBinding(job.data);
+   */
+  async checkBinding(data: OutboxJobData): Promise<void> {
+    if (data.encryption === undefined) return;
+    const changed = (what: string) =>
+      new EmlApiError(
+        'EMESSAGE',
+        `The data of this job was changed in Redis: ${what} is not what its encrypted content was queued with; not sent`,
+        { permanent: true },
+      );
+    if (parseContentKey(this.#location.contentKeyPrefix, data.contentKey)?.jobId !== outboxJobId(data.idempotencyKey)) {
+      throw changed('its idempotencyKey');
+    }
+    const sealed = Buffer.from(data.encryption.meta, 'base64');
+    const aad = recordAad(data.contentKey, 'meta', data.size);
+    const plain = (this.#keyring ?? NO_KEYS).tryOpen(data.encryption.keyId, sealed, aad);
+    if (plain === undefined) throw await this.#undecryptable(data, true, 'envelope');
+    const meta = JSON.parse(plain.toString('utf8')) as { kind?: unknown; group?: unknown };
+    // Sealed before kind and group were: nothing more to check.
+    if (meta.kind === undefined) return;
+    if (meta.kind !== data.kind) throw changed(`its kind (${data.kind})`);
+    if ((meta.group ?? undefined) !== data.group) throw changed(`its group (${String(data.group)})`);
   }
 
   /**
@@ -362,8 +406,12 @@ export class ContentStore {
     verify(hash, ref);
     if (ref.encryption === undefined) return bytes;
     const plain: Buffer[] = [];
-    for (const { index, start, end } of records(ref.size))
-      plain.push(this.#open(ref, index, bytes.subarray(start, end)));
+    for (const { index, start, end } of records(ref.size)) {
+      const record = this.#open(ref, index, bytes.subarray(start, end));
+      // The bytes are what the producer stored (their SHA-256 matched): the key is the likely culprit.
+      if (record === undefined) throw await this.#undecryptable(ref, ref.sha256 !== undefined);
+      plain.push(record);
+    }
     return Buffer.concat(plain, ref.size);
   }
 
@@ -381,14 +429,65 @@ export class ContentStore {
       hash.update(chunk);
       // The last chunk goes out only once the whole content is known to match.
       if (end === stored) verify(hash, ref);
+      if (ref.encryption === undefined) {
+        yield chunk;
+        continue;
+      }
       // A record is decrypted, its tag checked, before any of it is passed on.
-      yield ref.encryption === undefined ? chunk : this.#open(ref, index, chunk);
+      const record = this.#open(ref, index, chunk);
+      if (record === undefined) {
+        // Whether the bytes are what the producer stored is known once all are hashed: read the rest.
+        for (const rest of spans.filter((span) => span.start >= end)) {
+          hash.update(await this.#redis.getrangeBuffer(key, rest.start, rest.end - 1));
+        }
+        throw await this.#undecryptable(ref, ref.sha256 !== undefined && hash.digest('hex') === ref.sha256);
+      }
+      yield record;
     }
   }
 
-  #open(ref: StoredContentRef, index: number, record: Buffer): Buffer {
+  /** A record decrypted, `undefined` when its tag does not match. */
+  #open(ref: StoredContentRef, index: number, record: Buffer): Buffer | undefined {
     const aad = recordAad(ref.contentKey, index, ref.size);
-    return (this.#keyring ?? NO_KEYS).open(ref.encryption!.keyId, record, aad, 'content');
+    return (this.#keyring ?? NO_KEYS).tryOpen(ref.encryption!.keyId, record, aad);
+  }
+
+  /**
+   * The error of content (or a sealed envelope) that does not decrypt.
+   * Changed in Redis (a failure for good) when its SHA-256 does not match, or
+   * when Redis confirms that this worker's key is the producers'; otherwise
+   * (the bytes as stored, and the key unconfirmed or refused by Redis's check
+   * value) this worker's key is likely not the one: retried, for a worker
+   * that holds the right one.
+   * @param asStored whether the bytes read match the SHA-256 on the job (an envelope has none: true)
+   */
+  async #undecryptable(
+    ref: StoredContentRef,
+    asStored: boolean,
+    what: 'content' | 'envelope' = 'content',
+  ): Promise<EmlApiError> {
+    const keyId = ref.encryption!.keyId;
+    const verdict = asStored ? await keyVerdict(this.#redis, this.#location, this.#keyring ?? NO_KEYS, keyId) : 'right';
+    const subject = what === 'content' ? `queued content under ${ref.contentKey}` : 'sealed envelope of this job';
+    if (verdict === 'right') {
+      const why = !asStored
+        ? 'and does not match the SHA-256 stored with its job: it was changed in Redis'
+        : `which Redis confirms is the producers' (its check value matches): it was changed in Redis${what === 'content' ? ', its SHA-256 on the job with it' : ''}`;
+      return new EmlApiError('EMESSAGE', `The ${subject} does not decrypt with the key "${keyId}", ${why}; not sent`, {
+        permanent: true,
+      });
+    }
+    const why =
+      verdict === 'wrong'
+        ? `this worker's key "${keyId}" is not the producers' (its check value in Redis differs): fix encryption.keys.${keyId} (EML_API_OUTBOX_KEYS)`
+        : what === 'content'
+          ? `though it is as the producer stored it (its SHA-256 matches): this worker's key "${keyId}" is likely not the producers' (Redis holds no check value of it to tell)`
+          : `and Redis holds no check value of the key to tell whether this worker's key "${keyId}" is not the producers' or the job was changed`;
+    return new EmlApiError(
+      'ECONFIG',
+      `The ${subject} does not decrypt with the key "${keyId}", ${why}; it is retried, for a worker that holds the right key`,
+      { permanent: false },
+    );
   }
 }
 

@@ -14,10 +14,12 @@ import type { QueueLocation } from './queue-location.js';
  * expiry in Redis). Content written before the index existed (by versions
  * before 0.2: the content of their failed jobs, removed by age after 7 days,
  * would otherwise stay for ever) is found by a SCAN for the queue's content
- * keys, by each worker once a day (its first sweep, then every 24 hours, one
- * worker at a time), and entered in the index. When it last did is kept in
- * the worker's memory, not in Redis, so that removing a queue
- * (`queue.obliterate()`) leaves no key of the outbox behind.
+ * keys, once a day for the whole queue (one worker at a time), and entered
+ * in the index. That a scan was made is a key in Redis that expires a day
+ * later (`{prefix}:{queue}:outbox:legacy-scanned`): kept in each worker's
+ * memory, as it was, every worker that started (a crash loop, autoscaling)
+ * scanned the whole keyspace again. An expiring key is gone a day after a
+ * queue is removed, and `purgeOutbox()` removes it at once.
  */
 
 /**
@@ -28,7 +30,7 @@ import type { QueueLocation } from './queue-location.js';
 export const SWEEP_GRACE_MS = 60 * 60 * 1000;
 
 /**
- * How often a worker looks for content written before the index (24 hours).
+ * How often the workers of a queue look for content written before the index (24 hours).
  * @example
  * await sweepStoredContent(redis, location, { legacyScanEveryMs: LEGACY_SCAN_EVERY_MS });
  */
@@ -115,8 +117,6 @@ interface SweepCommands {
 }
 
 const defined = new WeakSet<OutboxRedisClient>();
-/** When this process last looked for content written before the index, per client and index (Redis time). */
-const lastLegacyScan = new WeakMap<OutboxRedisClient, Map<string, number>>();
 
 function commands(redis: OutboxRedisClient): OutboxRedisClient & SweepCommands {
   if (!defined.has(redis)) {
@@ -141,7 +141,7 @@ export interface SweepOptions {
    */
   graceMs?: number;
   /**
-   * How often this process looks for content written before the index
+   * How often the queue's workers look for content written before the index
    * existed, with a SCAN of the queue's content keys, in ms.
    * @default LEGACY_SCAN_EVERY_MS (24 hours)
    */
@@ -173,12 +173,12 @@ export async function sweepStoredContent(
   try {
     // Redis's clock, the one the index was written with: never this machine's.
     const now = await r.emlApiNow(keys.contentIndex);
-    const scanned = lastLegacyScan.get(r) ?? new Map<string, number>();
-    lastLegacyScan.set(r, scanned);
-    const last = scanned.get(keys.contentIndex);
-    if (last === undefined || now - last >= legacyScanEveryMs) {
+    // Once a day for the queue, whichever worker sweeps, not once per worker start: the marker holds when
+    // the last look was (Redis time), and expires once it no longer matters.
+    const last = Number((await r.get(keys.legacyScanned)) ?? Number.NEGATIVE_INFINITY);
+    if (!(now - last < legacyScanEveryMs)) {
       await indexLegacyContent(r, location, keys.contentIndex, now);
-      scanned.set(keys.contentIndex, now);
+      await r.set(keys.legacyScanned, String(now), 'PX', Math.max(legacyScanEveryMs, LEGACY_SCAN_EVERY_MS));
     }
     const jobKeyBase = `${location.prefix}:${location.queueName}:`;
     let removed = 0;

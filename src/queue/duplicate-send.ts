@@ -96,7 +96,10 @@ export async function settleDuplicate(
     stored.possiblyAcceptedAt !== undefined &&
     !stored.contentRemoved &&
     (stored.inline !== undefined || (await redis.exists(stored.contentKey)) === 1);
-  const next: OutboxJobData = { ...(retry ? { ...stored, stalls: 0 } : ours), putBackFrom: finishedOn };
+  // A replacement keeps the job, BullMQ's stall counter included: it takes the count of the stalls already
+  // seen too, or its first run would find stalls it never had (review F13 a).
+  const seen = stored.stallsSeen === undefined ? {} : { stallsSeen: stored.stallsSeen };
+  const next: OutboxJobData = { ...(retry ? { ...stored, stalls: 0 } : { ...ours, ...seen }), putBackFrom: finishedOn };
   const won = (await redis.eval(SET_IF_UNCHANGED, 2, jobKey, failedKey, jobId, raw, JSON.stringify(next))) === 1;
   const job = await queue.getJob(jobId);
   if (!won) {

@@ -24,6 +24,7 @@ import { closeOutboxRedis, openOutboxRedis, type OutboxRedis } from './redis-con
 import { withDeadline } from './deadline.js';
 import { commandFate, redisFailure, type StoredSend } from './redis-failure.js';
 import { checkRedisSettings } from './redis-settings.js';
+import { registerKeyChecks } from './key-checks.js';
 import { resolveQueueTransportOptions, type ResolvedQueueTransportOptions } from './resolve-queue-transport-options.js';
 
 /**
@@ -426,12 +427,14 @@ export class EmlApiQueueTransport extends EventEmitter {
 
   async #checkRedis(): Promise<void> {
     const { redis, where } = this.#redis;
-    const { durability, logger, storeTimeout } = this.#settings;
+    const { durability, logger, storeTimeout, keyring } = this.#settings;
     try {
       await withDeadline(
         checkRedisSettings(redis, where, durability, (message) => logger.warn({}, message)),
         storeTimeout,
       );
+      // The check value of the key new mail is encrypted with, for workers to compare theirs with (review F10).
+      if (keyring) await withDeadline(registerKeyChecks(redis, this.#settings, keyring), storeTimeout);
     } catch (err) {
       throw redisFailure(err, `Could not read the settings of Redis at ${where}`, false);
     }

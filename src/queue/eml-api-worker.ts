@@ -12,8 +12,13 @@ import type { QueueLocation } from './queue-location.js';
 import { loadBullmq, type BullmqModule } from './queue-peers.js';
 import { closeOutboxRedis, openOutboxRedis, QUIT_WAIT, type OutboxRedis } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
+import { withoutArguments } from './redis-failure.js';
 import { resolveWorkerOptions } from './resolve-worker-options.js';
 import { checkRedisSettings } from './redis-settings.js';
+import { capRateLimitPause, seconds } from './rate-limit-pause.js';
+import { RedisClock, redisTime } from './redis-clock.js';
+import { compareKeyChecks } from './key-checks.js';
+import type { OutboxKeyring } from './content-cipher.js';
 import { outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
 import type { EmlApiWorkerOptions } from './worker-options.js';
 import { WorkerTelemetry } from './worker-telemetry.js';
@@ -49,7 +54,8 @@ const HAND_BACK_WAIT = 5_000;
  * - `'failed'` `(job, error: EmlApiError)`: a send failed for good (a permanent error, or out of attempts)
  * - `'error'` `(error)`: the worker itself failed (Redis unreachable...); logged when nobody listens
  * - `'warning'` `(message: string)`: Redis keeps queued mail less safely than it should (it runs without
- *   its append-only file), or its settings cannot be read; also logged
+ *   its append-only file), or its settings cannot be read; or the queue was paused (a 429) for longer
+ *   than `maxRetryAfter` and the worker cut the pause as it started; also logged
  *
  * @example
  * const outbox = await startEmlApiWorker({ connection, apiKey, baseUrl });
@@ -79,6 +85,12 @@ export class EmlApiWorker extends EventEmitter {
   readonly #location: QueueLocation;
   readonly #logger: EmlApiLogger;
   readonly #runner: OutboxJobRunner;
+  readonly #maxRetryAfter: number;
+  readonly #keyring: OutboxKeyring | undefined;
+  /** Whether the start-up checks passed (settled by #start). */
+  readonly #checks = startChecks();
+  /** Redis's time: the one clock every worker of the queue shares (see redis-clock.ts). */
+  readonly #clock: RedisClock;
   readonly #running = new Set<Promise<unknown>>();
   readonly #telemetry: WorkerTelemetry;
   #forcing = false;
@@ -100,6 +112,8 @@ export class EmlApiWorker extends EventEmitter {
     this.#location = settings;
     this.#logger = settings.logger;
     this.queueName = settings.queueName;
+    this.#maxRetryAfter = settings.maxRetryAfter;
+    this.#keyring = settings.keyring;
     try {
       this.#telemetry = new WorkerTelemetry({
         http,
@@ -119,6 +133,7 @@ export class EmlApiWorker extends EventEmitter {
     }
     this.#redis = openOutboxRedis(options.connection, 'worker', settings);
     this.#content = new ContentStore(this.#redis.redis, settings, settings.keyring);
+    this.#clock = new RedisClock(() => redisTime(this.#redis.redis));
     this.#runner = new OutboxJobRunner({
       redis: this.#redis.redis,
       content: this.#content,
@@ -128,6 +143,8 @@ export class EmlApiWorker extends EventEmitter {
       resendWithin: settings.resendWithin,
       requester: () => clientInternals(this.client).requester,
       rateLimit: (ms) => this.worker.rateLimit(ms),
+      maxRetryAfter: settings.maxRetryAfter,
+      now: () => this.#clock.now(),
       stopping: () => this.#forcing,
       handBack: (job, token) => this.#handBack(job, token),
     });
@@ -135,7 +152,7 @@ export class EmlApiWorker extends EventEmitter {
     try {
       this.worker = new Worker<OutboxJobData, OutboxSendResult>(
         settings.queueName,
-        (job, token) => this.#track(this.#telemetry.run(job, () => this.#runner.run(job, token))),
+        (job, token) => this.#track(this.#telemetry.run(job, () => this.#runChecked(job, token))),
         {
           ...settings.workerOptions,
           connection: this.#redis.redis,
@@ -144,7 +161,13 @@ export class EmlApiWorker extends EventEmitter {
           limiter: settings.limiter,
           settings: {
             backoffStrategy: (attemptsMade: number, _type?: string, err?: Error, job?: MinimalJob) =>
-              outboxBackoffDelay(attemptsMade, job?.opts.backoff as Partial<OutboxBackoffOptions> | undefined, err),
+              outboxBackoffDelay(
+                attemptsMade,
+                job?.opts.backoff as Partial<OutboxBackoffOptions> | undefined,
+                err,
+                Math.random,
+                settings.maxRetryAfter,
+              ),
           },
         },
       );
@@ -207,11 +230,45 @@ export class EmlApiWorker extends EventEmitter {
         this.#logger.warn({}, message);
         this.emit('warning', message);
       });
+      await this.#capPause();
+      await this.#clock.sync();
+      // Other bytes under a key id the producers use would fail every job they encrypted (review F10).
+      if (this.#keyring) await compareKeyChecks(this.#redis.redis, this.#location, this.#keyring);
+      this.#checks.pass();
       await this.#telemetry.start();
     } catch (err) {
-      await this.close({ force: true }).catch(() => undefined);
+      // Jobs BullMQ handed over meanwhile go back to the queue as the worker closes, untouched. A refusal
+      // (ECONFIG: Redis answers) closes gracefully, so that jobs BullMQ fetched but had not handed over yet
+      // are handed back too rather than left to their locks' expiry; a Redis that fails, at once.
+      this.#checks.fail();
+      const refused = err instanceof EmlApiError && err.code === 'ECONFIG';
+      await this.close(refused ? {} : { force: true }).catch(() => undefined);
       throw err;
     }
+  }
+
+  /**
+   * Runs a job once the start-up checks have passed: BullMQ hands over jobs
+   * as soon as it is connected, and a worker refused at start (a Redis that
+   * evicts, a key that is not the producers') must not have run any.
+   */
+  async #runChecked(job: OutboxJob, token: string | undefined): Promise<OutboxSendResult> {
+    if (!(await this.#checks.passed)) return this.#handBack(job, token);
+    return this.#runner.run(job, token);
+  }
+
+  /**
+   * Cuts a queue-wide pause longer than `maxRetryAfter` (set by a worker
+   * without the cap): it would keep every worker waiting, restarts included.
+   */
+  async #capPause(): Promise<void> {
+    const max = this.#maxRetryAfter;
+    const limiter = `${this.#location.prefix}:${this.#location.queueName}:limiter`;
+    const was = await capRateLimitPause(this.#redis.redis, limiter, max);
+    if (was === 0) return;
+    const message = `Every worker of the queue was paused for ${seconds(was)} more (a Retry-After not capped when it was set): cut to ${seconds(max)} (maxRetryAfter)`;
+    this.#logger.warn({ pauseMs: was, maxRetryAfter: max }, message);
+    this.emit('warning', message);
   }
 
   /**
@@ -351,6 +408,13 @@ export class EmlApiWorker extends EventEmitter {
     if (job.finishedOn) {
       this.#logger.error({ job: job.id, code: (error as EmlApiError).code }, `Queued message failed: ${error.message}`);
       this.emit('failed', job, error);
+    } else if (answeredByNotTheService(error)) {
+      // Every job fails so while the worker points at a wrong host: an error, not a passing warning.
+      this.#logger.error(
+        { job: job.id, code: (error as EmlApiError).code, responseCode: (error as EmlApiError).responseCode },
+        `Queued message will be retried: ${error.message}`,
+      );
+      this.emit('retrying', job, error, job.delay);
     } else {
       this.#logger.warn({ job: job.id, delayMs: job.delay }, `Queued message will be retried: ${error.message}`);
       this.emit('retrying', job, error, job.delay);
@@ -358,9 +422,23 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   #reportError(err: Error): void {
-    if (this.listenerCount('error') > 0) this.emit('error', err);
+    // BullMQ's errors are often ioredis's, whose command arguments may hold a job's data.
+    if (this.listenerCount('error') > 0) this.emit('error', withoutArguments(err));
     else this.#logger.error({ error: err.message }, 'Outbox worker error');
   }
+}
+
+/** A promise of whether the start-up checks passed, with the functions that settle it. */
+function startChecks(): { passed: Promise<boolean>; pass: () => void; fail: () => void } {
+  let settle!: (passed: boolean) => void;
+  const passed = new Promise<boolean>((resolve) => (settle = resolve));
+  return { passed, pass: () => settle(true), fail: () => settle(false) };
+}
+
+/** A failed attempt answered with a 2xx: not the service's answer (a wrong baseUrl?), see send-outbox-job.ts. */
+function answeredByNotTheService(error: Error): boolean {
+  const status = error instanceof EmlApiError ? error.responseCode : undefined;
+  return status !== undefined && status >= 200 && status < 300;
 }
 
 /**
@@ -376,8 +454,9 @@ export class EmlApiWorker extends EventEmitter {
  * evicted silently); running without the append-only file is logged as a
  * warning (see {@link EmlApiWorker.started}).
  *
- * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid, or naming the
- *   Redis setting (and the command that fixes it) when Redis would lose queued mail
+ * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid (or an `encryption` key
+ *   differs from the producers' under its id), or naming the Redis setting (and the command that fixes
+ *   it) when Redis would lose queued mail
  * @example
  * import { startEmlApiWorker } from 'nodemailer-eml-api/queue';
  *

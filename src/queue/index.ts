@@ -28,6 +28,8 @@ export {
   type OutboxStatus,
   type OutboxState,
   type FailedSend,
+  type SkippedSend,
 } from './outbox-inspection.js';
 export { openOutboxQueue, type OutboxQueue } from './outbox-queue.js';
 export { readOutboxSnapshot, type OutboxSnapshot } from './outbox-snapshot.js';
+export { purgeOutbox, type PurgeOptions, type PurgeResult } from './outbox-purge.js';

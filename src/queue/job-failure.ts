@@ -157,14 +157,16 @@ export function stallFailure(stalls: number): EmlApiError {
 }
 
 /**
- * Why a job that stalled more than `maxStalls` times is parked.
+ * Why a job that stalled more than `maxStalls` times while it ran alone is parked.
+ * @param stalls stalls in all
+ * @param alone of them, stalls while it ran alone in its worker @default stalls
  * @example
- * throw new UnrecoverableError(parkedAfterStalls(6, 'order-1042').message);
+ * throw new UnrecoverableError(parkedAfterStalls(7, 'order-1042', 6).message);
  */
-export function parkedAfterStalls(stalls: number, queueId: string): EmlApiError {
+export function parkedAfterStalls(stalls: number, queueId: string, alone = stalls): EmlApiError {
   return new EmlApiError(
     'ECONNECTION',
-    `Parked after ${stalls} stalls: each time, the worker sending this message stopped before it finished (killed, crashed, out of memory, or cut off from Redis). A message that crashes workers would crash every one that takes it, so it waits for a person; an attempt may have been delivered. Look at it (eml-api queue status), then put it back with eml-api queue retry ${queueId}`,
+    `Parked after ${stalls} stalls, ${alone} of them while it was sent alone (nothing else in flight in its worker): each time, the worker sending this message stopped before it finished (killed, crashed, out of memory, or cut off from Redis). A message that crashes workers would crash every one that takes it, so it waits for a person; an attempt may have been delivered. Look at it (eml-api queue status), then put it back with eml-api queue retry ${queueId}`,
     { permanent: true, mayHaveBeenAccepted: true },
   );
 }

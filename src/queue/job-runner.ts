@@ -20,6 +20,10 @@ import { RETRY_PRIORITY } from './retry-schedule.js';
 import { sendOutboxJob } from './send-outbox-job.js';
 import { isContentMissing, type ContentStore } from './content-store.js';
 import { outboxKeys } from './content-keys.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
+import { seconds } from './rate-limit-pause.js';
+import { redisFailure } from './redis-failure.js';
+import { SoloGate } from './solo-gate.js';
 
 /**
  * What a job runner needs from its worker.
@@ -41,6 +45,10 @@ export interface JobRunnerSettings {
   requester: () => Requester;
   /** Pauses every worker of the queue (a 429's `Retry-After`), in ms. */
   rateLimit: (ms: number) => Promise<void>;
+  /** The longest `Retry-After` honoured (a 429's pause, a 5xx's wait), in ms. */
+  maxRetryAfter: number;
+  /** Redis's time, in ms (a {@link RedisClock}): every time written on a job or compared with one. */
+  now: () => Promise<number>;
   /** Whether the worker is closing with `{ force: true }`: its jobs are handed back, not failed. */
   stopping: () => boolean;
   /** Puts a job back in the queue for another worker and tells BullMQ so (never returns). */
@@ -62,6 +70,8 @@ export class OutboxJobRunner {
   readonly #settings: JobRunnerSettings;
   /** Jobs run again after they were sent: they complete without a `'sent'` event. */
   readonly #alreadySent = new WeakSet<OutboxJob>();
+  /** This worker's sends, shared or alone (a job that has stalled). */
+  readonly #gate = new SoloGate();
 
   constructor(settings: JobRunnerSettings) {
     this.#settings = settings;
@@ -97,13 +107,42 @@ export class OutboxJobRunner {
       this.#alreadySent.add(job);
       return data.sent;
     }
+    // Redis's time, not this machine's: resendUntil was written by another worker, maybe on another clock.
+    // Read once it can be read, it is carried forward and never fails again (redis-clock.ts).
+    let now: number;
+    try {
+      now = await this.#settings.now();
+    } catch (err) {
+      return this.#fail(job, token, redisFailure(err, 'Could not read the time of Redis', false), data);
+    }
     // BullMQ counts stalls (a worker that stopped while it held the job) and moves the job straight back
     // to the queue; the outbox makes each one a failed attempt, retried after its backoff, up to maxStalls.
     const stalled = (job.stalledCounter ?? 0) - (data.stallsSeen ?? 0);
-    if (stalled > 0) return this.#failStalled(job, data, stalled);
-    if (data.resendUntil !== undefined && Date.now() >= data.resendUntil) return this.#parkAfterWindow(job, data);
-    const startedAt = Date.now();
+    if (stalled > 0) return this.#failStalled(job, data, stalled, now);
+    // A job that has stalled is sent alone in this worker (solo-gate.ts): should it crash the worker
+    // again, no other send goes down with it, and that stall is its own.
+    const alone = (data.stalls ?? 0) > 0;
+    const leave = await this.#gate.enter(alone);
     try {
+      return await this.#send(job, token, data, alone);
+    } finally {
+      leave();
+    }
+  }
+
+  /** Posts a job (its turn at the gate taken) and records the outcome. */
+  async #send(
+    job: OutboxJob,
+    token: string | undefined,
+    data: OutboxJobData,
+    alone: boolean,
+  ): Promise<OutboxSendResult> {
+    if (this.#settings.stopping()) return this.#settings.handBack(job, token);
+    const startedAt = await this.#settings.now();
+    if (data.resendUntil !== undefined && startedAt >= data.resendUntil) return this.#parkAfterWindow(job, data);
+    try {
+      // Marked before it goes out: if the worker dies now, the stall is counted toward maxStalls.
+      if (alone) await job.updateData({ ...job.data, aloneAt: data.stallsSeen ?? 0 });
       const result = await sendOutboxJob(this.#settings.requester(), this.#settings.content, data);
       // Not awaited: BullMQ's completion follows it on the same connection, in the same round trip.
       void recordSent(
@@ -138,30 +177,46 @@ export class OutboxJobRunner {
       err = contentGoneAfterAttempt(data.possiblyAcceptedAt, String(job.id), err as Error);
     }
     const action = failureAction(err);
+    this.#warnLongRetryAfter(job, err);
     if (action.kind === 'pause') {
       // BullMQ's rate limit key pauses every worker of the queue; the job goes back without using an attempt.
-      await this.#settings.rateLimit(action.ms);
-      this.#settings.logger.warn({ job: job.id, pauseMs: action.ms }, 'The service is rate limiting: queue paused');
-      await this.#record(job, { lastError: outboxJobError(err, job.attemptsMade + 1, false) });
+      // Never for longer than maxRetryAfter: one answer asking for a year would stop all sending for a year.
+      const pauseMs = Math.min(action.ms, this.#settings.maxRetryAfter);
+      await this.#settings.rateLimit(pauseMs);
+      this.#settings.logger.warn({ job: job.id, pauseMs }, 'The service is rate limiting: queue paused');
+      await this.#record(job, { lastError: outboxJobError(err, job.attemptsMade + 1, false, await this.#failedAt()) });
       throw loadBullmq().Worker.RateLimitError();
     }
     const attempt = job.attemptsMade + 1;
     const outcome = failureOutcome(err, attempt, job.opts.attempts ?? 1);
     const reported = explainFailure(err, outcome);
     const permanent = action.kind === 'fail';
+    const at = await this.#failedAt();
     // The service refused these very bytes: nothing can send them, so they leave Redis now, not in 7 days.
     const refused = outcome.kind === 'refused' && data !== undefined;
     const window = data && startedAt !== undefined && mayHaveBeenAccepted(err) ? this.#window(data, startedAt) : {};
     await this.#record(
       job,
       {
-        lastError: outboxJobError(reported, attempt, permanent),
+        lastError: outboxJobError(reported, attempt, permanent, at),
         ...window,
         ...(refused ? { contentRemoved: true } : {}),
       },
       { dropContent: refused ? data : undefined, retry: outcome.kind === 'retry' },
     );
     throw permanent ? unrecoverable(reported) : reported;
+  }
+
+  /** Says so when the service asked to wait longer than the worker will (its `Retry-After` over `maxRetryAfter`). */
+  #warnLongRetryAfter(job: OutboxJob, err: unknown): void {
+    const asked = err instanceof EmlApiError ? err.retryAfter : undefined;
+    const max = this.#settings.maxRetryAfter;
+    if (asked === undefined || asked <= max) return;
+    const what = (err as EmlApiError).responseCode === 429 ? 'every worker waits' : 'the job is tried again in';
+    this.#settings.logger.warn(
+      { job: job.id, retryAfterMs: asked, maxRetryAfter: max },
+      `The service asked (Retry-After) to wait ${seconds(asked)}, more than maxRetryAfter (${seconds(max)}): ${what} ${seconds(max)} at most`,
+    );
   }
 
   /**
@@ -178,7 +233,11 @@ export class OutboxJobRunner {
   async #parkAfterWindow(job: OutboxJob, data: OutboxJobData): Promise<never> {
     const parked = parkedAfterWindow(data.possiblyAcceptedAt ?? data.resendUntil!, String(job.id));
     this.#settings.logger.error({ job: job.id }, parked.message);
-    const lastError = { ...outboxJobError(parked, job.attemptsMade + 1, true), parked: 'idempotency-window' as const };
+    const at = await this.#failedAt();
+    const lastError = {
+      ...outboxJobError(parked, job.attemptsMade + 1, true, at),
+      parked: 'idempotency-window' as const,
+    };
     await this.#record(job, { lastError });
     throw unrecoverable(parked);
   }
@@ -188,19 +247,29 @@ export class OutboxJobRunner {
    * while it sent it. That attempt failed, its outcome unknown: retried after
    * its backoff like any other, or, past `maxStalls`, parked for a person.
    */
-  async #failStalled(job: OutboxJob, data: OutboxJobData, stalled: number): Promise<never> {
+  async #failStalled(job: OutboxJob, data: OutboxJobData, stalled: number, now: number): Promise<never> {
     const stalls = (data.stalls ?? 0) + stalled;
+    // Only the stalls of runs alone count toward parking: a send beside others may have stalled for
+    // another job's crash. A run alone since the last count marked the job with the count (aloneAt);
+    // a job put back (stalls 0 again) starts counting afresh.
+    const suspect = (data.stalls ?? 0) > 0;
+    const ranAlone = suspect && data.aloneAt !== undefined && data.aloneAt === (data.stallsSeen ?? 0);
+    const aloneStalls = (suspect ? (data.aloneStalls ?? 0) : 0) + (ranAlone ? 1 : 0);
     // The stalled attempt started after the job was queued and after the attempt before it failed: the
     // later of the two is the earliest it can have been accepted (early is the safe side for the window).
-    const earliest = Math.max(job.timestamp, Date.parse(data.lastError?.at ?? '') || 0);
-    const counted = { stalls, stallsSeen: job.stalledCounter, ...this.#window(data, earliest) };
+    // The attempt before failed at a Redis time; the job was queued at its producer's (BullMQ's timestamp),
+    // which is taken no later than now by Redis's clock: a producer clock ahead moves the window by the
+    // time from the attempt's start to now at most (a lock's expiry and a stall check), not by its skew.
+    const earliest = Math.max(Math.min(job.timestamp, now), Date.parse(data.lastError?.at ?? '') || 0);
+    const counted = { stalls, aloneStalls, stallsSeen: job.stalledCounter, ...this.#window(data, earliest) };
     const attempt = job.attemptsMade + 1;
-    if (stalls > this.#settings.maxStalls) {
-      const parked = parkedAfterStalls(stalls, String(job.id));
-      this.#settings.logger.error({ job: job.id, stalls }, parked.message);
+    const at = new Date(now);
+    if (aloneStalls > this.#settings.maxStalls) {
+      const parked = parkedAfterStalls(stalls, String(job.id), aloneStalls);
+      this.#settings.logger.error({ job: job.id, stalls, aloneStalls }, parked.message);
       await this.#record(job, {
         ...counted,
-        lastError: { ...outboxJobError(parked, attempt, true), parked: 'stalls' },
+        lastError: { ...outboxJobError(parked, attempt, true, at), parked: 'stalls' },
       });
       throw unrecoverable(parked);
     }
@@ -209,10 +278,15 @@ export class OutboxJobRunner {
     const reported = explainFailure(err, outcome);
     await this.#record(
       job,
-      { ...counted, lastError: outboxJobError(reported, attempt, false) },
+      { ...counted, lastError: outboxJobError(reported, attempt, false, at) },
       { retry: outcome.kind === 'retry' },
     );
     throw reported;
+  }
+
+  /** When an attempt failed, by Redis's clock (this machine's only if Redis cannot be read and never was). */
+  async #failedAt(): Promise<Date> {
+    return new Date(await this.#settings.now().catch(() => Date.now()));
   }
 
   /** The Redis key of a job's hash. */

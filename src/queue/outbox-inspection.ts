@@ -1,4 +1,6 @@
 import type { Queue } from 'bullmq';
+import { PAUSE_MARK } from './rate-limit-pause.js';
+import { queueRedisTime } from './redis-clock.js';
 import type { MailEnvelope } from '../transport/nodemailer-types.js';
 import type { OutboxJobData, OutboxJobError, OutboxSendKind, OutboxSendResult } from './outbox-job.js';
 
@@ -59,6 +61,12 @@ export interface OutboxStatus {
   counts: Record<OutboxState, number>;
   /** Whether the queue is paused (`queue.pause()`): workers take no jobs. */
   paused: boolean;
+  /**
+   * How long every worker still waits because the service answered 429
+   * (its `Retry-After`, up to the workers' `maxRetryAfter`), in ms; 0 when
+   * no such pause holds. Workers take no jobs meanwhile.
+   */
+  rateLimitedMs: number;
   /** The newest failed sends, up to the limit asked for. */
   failed: FailedSend[];
 }
@@ -75,7 +83,12 @@ export async function readOutboxStatus(
   queue: Queue<OutboxJobData, OutboxSendResult>,
   { limit = 20 }: { limit?: number } = {},
 ): Promise<OutboxStatus> {
-  const [raw, paused] = await Promise.all([queue.getJobCounts(...OUTBOX_STATES), queue.isPaused()]);
+  const [raw, paused, rateLimitedMs] = await Promise.all([
+    queue.getJobCounts(...OUTBOX_STATES),
+    queue.isPaused(),
+    // BullMQ's limiter key counts sends too: only a value from PAUSE_MARK up is a 429's pause.
+    queue.getRateLimitTtl(PAUSE_MARK),
+  ]);
   const counts = Object.fromEntries(OUTBOX_STATES.map((s) => [s, raw[s] ?? 0])) as Record<OutboxState, number>;
   const jobs = limit > 0 ? await queue.getFailed(0, limit - 1) : [];
   const failed = jobs.filter(Boolean).map((job): FailedSend => {
@@ -92,7 +105,7 @@ export async function readOutboxStatus(
       error: data.lastError ?? { message: job.failedReason ?? 'unknown error' },
     };
   });
-  return { counts, paused, failed };
+  return { counts, paused, rateLimitedMs: Math.max(0, rateLimitedMs), failed };
 }
 
 /**
@@ -107,6 +120,9 @@ export interface SkippedSend {
 
 /** Why a job whose content was removed is not put back. */
 const CONTENT_REMOVED = 'its content was removed when the service refused it; queue a corrected message with sendMail';
+/** Why a job put back by someone else while this call ran is left to them. */
+const NO_LONGER_FAILED =
+  'no longer failed: put back meanwhile by someone else (another eml-api queue retry, a dashboard, a sendMail with its idempotencyKey)';
 /** Why a job that may have been delivered is not put back with the others. */
 const MAY_HAVE_BEEN_DELIVERED =
   "it may have been delivered and the service's idempotency window has passed: check, then put it back by naming it";
@@ -123,6 +139,10 @@ const MAY_HAVE_BEEN_DELIVERED =
  * delivered.
  *
  * @param options `ids`: the jobs to put back @default every failed job
+ * A job put back by someone else while this runs (another operator, a
+ * dashboard, a `sendMail` with its key) is left to them, in `skipped`, and
+ * the others are still put back.
+ *
  * @returns the job ids put back, those named that were not failed jobs, and those left with the reason
  * @example
  * const { retried, skipped } = await retryFailedSends(transport.queue); // all of them
@@ -134,6 +154,7 @@ export async function retryFailedSends(
   const retried: string[] = [];
   const notFailed: string[] = [];
   const skipped: SkippedSend[] = [];
+  let now: number | undefined;
   const retry = async (id: string) => {
     const job = await queue.getJob(id);
     if (!job || !(await job.isFailed())) return false;
@@ -142,7 +163,8 @@ export async function retryFailedSends(
       skipped.push({ queueId: id, reason: CONTENT_REMOVED });
       return true;
     }
-    const pastWindow = data.resendUntil !== undefined && data.resendUntil <= Date.now();
+    // By Redis's clock, which workers wrote resendUntil with (not this machine's).
+    const pastWindow = data.resendUntil !== undefined && data.resendUntil <= (now ??= await queueRedisTime(queue));
     if (pastWindow && !ids) {
       skipped.push({ queueId: id, reason: MAY_HAVE_BEEN_DELIVERED });
       return true;
@@ -151,9 +173,17 @@ export async function retryFailedSends(
     // named past its window, the person's word that it was not delivered: the window starts again.
     if (data.stalls || pastWindow) {
       const { possiblyAcceptedAt: _at, resendUntil: _until, ...rest } = data;
-      await job.updateData({ ...(pastWindow ? rest : data), stalls: 0 } as OutboxJobData);
+      await job.updateData({ ...(pastWindow ? rest : data), stalls: 0, aloneStalls: 0 } as OutboxJobData);
     }
-    await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
+    try {
+      await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
+    } catch (err) {
+      // Put back meanwhile by someone else (another operator, a dashboard, a sendMail with its key):
+      // nothing to do for it, and the others still to do.
+      if (await job.isFailed()) throw err;
+      skipped.push({ queueId: id, reason: NO_LONGER_FAILED });
+      return true;
+    }
     retried.push(id);
     return true;
   };

@@ -35,7 +35,7 @@ export interface OutboxJobError {
   permanent: boolean;
   /** The attempt that failed (1 for the first). */
   attempt: number;
-  /** When it failed (ISO 8601). */
+  /** When it failed (ISO 8601; written by a worker: Redis's clock). */
   at: string;
   /**
    * Set when the job was failed to wait for a person rather than be tried
@@ -130,14 +130,26 @@ export interface OutboxJobData {
   contentRemoved?: true;
   /**
    * Stalls counted as failed attempts since the job was queued or put back:
-   * each time, the worker sending it stopped before it finished. Past the
-   * workers' `maxStalls` the job is parked.
+   * each time, the worker sending it stopped before it finished. A job that
+   * has stalled is sent alone in its worker from then on.
    */
   stalls?: number;
+  /**
+   * Of `stalls`, those of runs alone in their worker (nothing else in
+   * flight), which only the job itself can have caused. Past the workers'
+   * `maxStalls` the job is parked.
+   */
+  aloneStalls?: number;
+  /**
+   * Set as a run alone begins (BullMQ's stall counter then): a stall found
+   * after it is counted in `aloneStalls`.
+   */
+  aloneAt?: number;
   /** BullMQ's stall counter of the job (`stalledCounter`) when the outbox last counted its stalls. */
   stallsSeen?: number;
   /**
-   * When (ms since the epoch, the worker's clock) the first attempt started
+   * When (ms since the epoch, Redis's clock: workers on machines whose clocks
+   * differ read it alike) the first attempt started
    * whose outcome the worker could not learn: a timeout or a connection lost
    * after the request was sent, a 5xx other than 503, a worker that stopped
    * mid-send (then the earliest it can have started). The service may have
@@ -145,7 +157,7 @@ export interface OutboxJobData {
    */
   possiblyAcceptedAt?: number;
   /**
-   * Until when (ms since the epoch) sending again is safe: `possiblyAcceptedAt`
+   * Until when (ms since the epoch, Redis's clock) sending again is safe: `possiblyAcceptedAt`
    * plus the workers' `idempotencyWindow` less `idempotencyMargin`. After it,
    * the job is parked, not sent again; `eml-api queue retry <id>` (a person
    * who checked) clears both.

@@ -2,7 +2,12 @@ import type { Queue } from 'bullmq';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
 import { resolveQueueLocation } from './queue-location.js';
 import { loadBullmq } from './queue-peers.js';
-import { closeOutboxRedis, openOutboxRedis, type RedisConnectionInput } from './redis-connection.js';
+import {
+  closeOutboxRedis,
+  openOutboxRedis,
+  type OutboxRedisClient,
+  type RedisConnectionInput,
+} from './redis-connection.js';
 import { withDeadline } from './deadline.js';
 import { redisFailure } from './redis-failure.js';
 
@@ -58,4 +63,15 @@ export async function openOutboxQueue(
       await closeOutboxRedis(client);
     },
   };
+}
+
+/**
+ * The Redis connection of a BullMQ queue (BullMQ 5's `queue.client`, BullMQ
+ * 6's `queue.getBackend().client`), for the outbox's own keys beside BullMQ's.
+ * @example
+ * const redis = await queueRedis(admin.queue);
+ */
+export async function queueRedis(queue: object): Promise<OutboxRedisClient> {
+  const q = queue as { getBackend?: () => { client: Promise<OutboxRedisClient> }; client?: Promise<OutboxRedisClient> };
+  return (await (q.getBackend ? q.getBackend().client : q.client))!;
 }

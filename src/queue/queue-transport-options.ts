@@ -62,6 +62,11 @@ export interface EmlApiQueueTransportOptions {
    * so a repeated `idempotencyKey` is still recognised; failed jobs kept 7 days).
    * `priority` (0 to 2^21 - 2, lower first) orders new messages among
    * themselves; BullMQ stores it plus 1, as retries, which go first, have 0.
+   * `removeOnComplete` that removes sent jobs within the idempotency window
+   * (`true`, a count of 0, an `age` under 86400) and `removeOnFail` that
+   * removes failed jobs at once (`true`, a count of 0, an `age` of 0: parked
+   * messages would vanish) are refused with `ECONFIG`; a count keeps that many
+   * (under load, fewer than a day's).
    * @default { removeOnComplete: { age: 86400 }, removeOnFail: { age: 604800 } }
    */
   jobOptions?: OutboxJobOptions;

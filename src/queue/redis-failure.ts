@@ -31,7 +31,7 @@ export function redisFailure(err: unknown, doing: string, mayHaveBeenStored: boo
   const stored = mayHaveBeenStored
     ? `; the job may have been stored all the same (queueing again with ${again}, err.idempotencyKey, stores it once)`
     : '';
-  const details = { cause: err, permanent: false, mayHaveBeenAccepted: mayHaveBeenStored, ...send };
+  const details = { cause: withoutArguments(err), permanent: false, mayHaveBeenAccepted: mayHaveBeenStored, ...send };
   if (err instanceof DeadlineError) return new EmlApiError('ETIMEDOUT', `${doing}: ${err.message}${stored}`, details);
   const reason = err instanceof Error ? err.message : String(err);
   return new EmlApiError('ECONNECTION', `${doing}: ${reason}${stored}`, details);
@@ -98,4 +98,42 @@ export function commandFate(err: unknown, cluster: boolean): 'refused' | 'rerout
   const word = err.message.split(' ', 1)[0]!;
   if (!REFUSALS.has(word)) return 'unknown';
   return cluster && REROUTED.has(word) ? 'rerouted' : 'refused';
+}
+
+/** How deep {@link withoutArguments} follows an error's causes. */
+const CAUSE_DEPTH = 8;
+
+/**
+ * The error with the arguments of every Redis command it names removed,
+ * its command's name kept: ioredis puts the command on its errors
+ * (`ReplyError.command = { name, args }`), and the outbox's commands carry
+ * message content (a chunk of the message, a job's data), which an app
+ * logging the error (pino and winston serialise causes, `util.inspect` shows
+ * them) would otherwise write into its logs. Follows `cause`,
+ * `lastNodeError` (a cluster's) and `errors` (an `AggregateError`'s). The
+ * error is changed in place: the outbox made the command, and nothing reads
+ * its arguments once it failed.
+ * @example
+ * throw new EmlApiError('ECONNECTION', err.message, { cause: withoutArguments(err) });
+ */
+export function withoutArguments<T>(err: T): T {
+  const seen = new Set<object>();
+  const scrub = (value: unknown, depth: number): void => {
+    if (typeof value !== 'object' || value === null || seen.has(value) || depth > CAUSE_DEPTH) return;
+    seen.add(value);
+    const o = value as { command?: unknown; cause?: unknown; lastNodeError?: unknown; errors?: unknown };
+    const command = o.command as { name?: unknown; args?: unknown } | undefined;
+    if (typeof command === 'object' && command !== null && 'args' in command) {
+      try {
+        o.command = { name: command.name };
+      } catch {
+        // A frozen error keeps its command; none of the outbox's is.
+      }
+    }
+    scrub(o.cause, depth + 1);
+    scrub(o.lastNodeError, depth + 1);
+    if (Array.isArray(o.errors)) for (const e of o.errors) scrub(e, depth + 1);
+  };
+  scrub(err, 0);
+  return err;
 }

@@ -78,6 +78,18 @@ export function resolveQueueTransportOptions(options: EmlApiQueueTransportOption
     // BullMQ checks it only when a job is added, where its refusal would read as a Redis failure.
     wholeNumberOption(jobOptions.priority, 'jobOptions.priority', 0, 0, MAX_OUTBOX_PRIORITY);
   }
+  checkRemoval(
+    jobOptions.removeOnComplete,
+    'jobOptions.removeOnComplete',
+    KEEP_SENT_SECONDS,
+    'sent jobs must be kept for the idempotency window (a repeated idempotencyKey is recognised by its job, and a dashboard retry of a sent job completes with its first answer)',
+  );
+  checkRemoval(
+    jobOptions.removeOnFail,
+    'jobOptions.removeOnFail',
+    1,
+    'failed jobs removed at once take with them the messages parked for a person and every error (their content left to the sweeper)',
+  );
   const schedule = resolveRetrySchedule(options.retry);
   const storeTimeout = wholeNumberOption(options.storeTimeout, 'storeTimeout', 30_000, 1, 3_600_000);
   return {
@@ -128,6 +140,35 @@ function resolveReplicas(value: unknown, storeTimeout: number): Required<OutboxR
       storeTimeout,
     ),
   };
+}
+
+/**
+ * Refuses a `removeOnComplete` / `removeOnFail` (BullMQ's `boolean | number |
+ * { age, count }`) that removes jobs the outbox needs: at once (`true`, a
+ * count of 0), or younger than `minAge` seconds. `false` (keep them), a count
+ * of at least 1 and longer ages are the app's choice.
+ */
+function checkRemoval(value: unknown, name: string, minAge: number, why: string): void {
+  if (value === undefined || value === false) return;
+  const refuse = (what: string) => {
+    throw configError(name, `${what}: ${why}`);
+  };
+  if (value === true) refuse('true removes each job as it finishes');
+  if (typeof value === 'number') {
+    if (!Number.isSafeInteger(value) || value < 1)
+      refuse(`expected false, a count of at least 1 or { age, count }, got ${describe(value)}`);
+    return;
+  }
+  if (typeof value !== 'object' || value === null) {
+    refuse(`expected false, a count of at least 1 or { age, count }, got ${describe(value)}`);
+  }
+  const { age, count } = value as { age?: unknown; count?: unknown };
+  if (count !== undefined && !(Number.isSafeInteger(count) && (count as number) >= 1)) {
+    refuse(`count: expected a whole number of at least 1, got ${describe(count)}`);
+  }
+  if (age !== undefined && !(typeof age === 'number' && age >= minAge)) {
+    refuse(`age: expected at least ${minAge} (seconds), got ${describe(age)}`);
+  }
 }
 
 function resolveDurability(value: unknown): OutboxDurability {

@@ -37,6 +37,13 @@ export const DEFAULT_IDEMPOTENCY_WINDOW = 24 * 3_600_000;
 export const DEFAULT_IDEMPOTENCY_MARGIN = 3_600_000;
 
 /**
+ * The default of `maxRetryAfter`: the longest `Retry-After` a worker honours, 15 minutes, in ms.
+ * @example
+ * await startEmlApiWorker({ connection, apiKey, baseUrl, maxRetryAfter: DEFAULT_MAX_RETRY_AFTER * 4 });
+ */
+export const DEFAULT_MAX_RETRY_AFTER = 15 * 60_000;
+
+/**
  * BullMQ's own stall limit, set out of reach: BullMQ fails a job over it
  * without calling the worker (no error on the job, outside its retry
  * schedule, 1 by default), while the outbox counts stalls as attempts itself.
@@ -81,6 +88,8 @@ export interface ResolvedWorkerOptions extends QueueLocation {
   maxStalls: number;
   /** When a send that may have been accepted is no longer sent again: its first such attempt's start plus this, in ms. */
   resendWithin: number;
+  /** The longest `Retry-After` honoured, in ms. */
+  maxRetryAfter: number;
   workerOptions: OutboxWorkerTuning & { maxStalledCount: number };
   /** The `encryption` keys, if any. */
   keyring: OutboxKeyring | undefined;
@@ -110,6 +119,7 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
     maxStalls,
     idempotencyWindow: rawWindow,
     idempotencyMargin: rawMargin,
+    maxRetryAfter,
     workerOptions,
     encryption,
     logger,
@@ -155,6 +165,7 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
     cleanupInterval: wholeNumberOption(cleanupInterval, 'cleanupInterval', 600_000, 0, 24 * 3_600_000),
     maxStalls: wholeNumberOption(maxStalls, 'maxStalls', DEFAULT_MAX_STALLS, 0, 1000),
     resendWithin: window - margin,
+    maxRetryAfter: wholeNumberOption(maxRetryAfter, 'maxRetryAfter', DEFAULT_MAX_RETRY_AFTER, 1000, 24 * 3_600_000),
     workerOptions: { ...workerOptions, maxStalledCount: BULLMQ_STALL_LIMIT },
     keyring: resolveEncryption(encryption, 'worker'),
     logger: resolveLogger(logger),

@@ -132,9 +132,11 @@ export function retryJobOptions(schedule: Required<RetryScheduleOptions>): {
 /**
  * The wait before the next attempt after `attemptsMade` failed ones:
  * `delay · 2^(attemptsMade − 1)`, capped at `maxDelay`, shortened by up to
- * `jitter` of itself; at least the `Retry-After` the service sent.
+ * `jitter` of itself; at least the `Retry-After` the service sent, up to
+ * `maxRetryAfter` (the workers' option).
  *
  * @param random @default Math.random
+ * @param maxRetryAfter the longest `Retry-After` honoured, in ms @default Infinity
  * @example
  * outboxBackoffDelay(3, { delay: 5000, maxDelay: 3_600_000, jitter: 0 }, err); // 20000
  */
@@ -143,13 +145,15 @@ export function outboxBackoffDelay(
   backoff: Partial<OutboxBackoffOptions> | undefined,
   err: unknown,
   random: () => number = Math.random,
+  maxRetryAfter = Infinity,
 ): number {
   const delay = backoff?.delay ?? DEFAULT_RETRY_SCHEDULE.delay;
   const maxDelay = backoff?.maxDelay ?? DEFAULT_RETRY_SCHEDULE.maxDelay;
   const jitter = backoff?.jitter ?? DEFAULT_RETRY_SCHEDULE.jitter;
   const full = Math.min(maxDelay, delay * 2 ** Math.max(0, attemptsMade - 1));
   const wait = Math.round(full * (1 - jitter * random()));
-  const retryAfter = err instanceof EmlApiError ? err.retryAfter : undefined;
+  const asked = err instanceof EmlApiError ? err.retryAfter : undefined;
+  const retryAfter = asked === undefined ? undefined : Math.min(asked, maxRetryAfter);
   return retryAfter !== undefined && retryAfter > wait ? retryAfter : wait;
 }
 

@@ -1,7 +1,9 @@
 import { postEml, postGroupSend, postSend } from '../client/send-requests.js';
+import { MAY_HAVE_BEEN_ACCEPTED } from '../http/request-error.js';
 import type { Requester } from '../http/requester.js';
-import type { UploadBody } from '../http/upload-body.js';
+import type { ServiceResponse } from '../http/service-response.js';
 import { API_PATHS } from '../protocol/api-paths.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
 import type { ContentStore } from './content-store.js';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
 import { redisFailure } from './redis-failure.js';
@@ -12,8 +14,13 @@ import { redisFailure } from './redis-failure.js';
  * again (a retry, or after a worker crashed) is the same request and the
  * service delivers it once.
  *
+ * Only the service's answer counts as sent: a 2xx whose body is not JSON
+ * with the send's `id` (CONTRACT.md) is an unknown outcome, thrown as a
+ * passing `EAPI` that may have been accepted (see {@link unrecognisedAnswer}).
+ *
  * @throws {EmlApiError} the client's errors; `EMESSAGE` when the stored content is gone, cut or
- *   does not match its SHA-256; `ECONNECTION` when Redis fails while the content is read
+ *   does not match its SHA-256; `ECONNECTION` when Redis fails while the content is read; `EAPI`
+ *   (not permanent, `mayHaveBeenAccepted`) for a 2xx that is not the service's answer
  * @example
  * const result = await sendOutboxJob(clientInternals(client).requester, store, readOutboxJobData(job.data, prefix));
  */
@@ -23,11 +30,15 @@ export async function sendOutboxJob(
   job: OutboxJobData,
 ): Promise<OutboxSendResult> {
   const key = job.idempotencyKey;
+  // An encrypted job is posted only where, and under the key, its producer sealed it for.
+  await readContent(() => store.checkBinding(job));
   if (job.kind === 'eml') {
     const body = await readContent(() => store.emlBody(job));
     try {
-      const result = await requester.run(`POST ${API_PATHS.sendEml}`, { paced: true }, (call) =>
-        postEml(call, body, key),
+      const command = `POST ${API_PATHS.sendEml}`;
+      const result = checkAnswer(
+        command,
+        await requester.run(command, { paced: true }, (call) => postEml(call, body, key)),
       );
       return clean({ response: result.response, id: result.id, messageId: result.messageId, idempotencyKey: key });
     } finally {
@@ -37,8 +48,10 @@ export async function sendOutboxJob(
   const json = await readContent(() => store.jsonBody(job));
   if (job.kind === 'group') {
     const groupId = job.group!;
-    const result = await requester.run(`POST ${API_PATHS.sendGroup(groupId)}`, { paced: true }, (call) =>
-      postGroupSend(call, groupId, json, key),
+    const command = `POST ${API_PATHS.sendGroup(groupId)}`;
+    const result = checkAnswer(
+      command,
+      await requester.run(command, { paced: true }, (call) => postGroupSend(call, groupId, json, key)),
     );
     return clean({
       response: result.response,
@@ -48,13 +61,56 @@ export async function sendOutboxJob(
       idempotencyKey: key,
     });
   }
-  const result = await requester.run(`POST ${API_PATHS.sendEmail}`, { paced: true }, (call) =>
-    postSend(call, API_PATHS.sendEmail, json, key),
+  const command = `POST ${API_PATHS.sendEmail}`;
+  const result = checkAnswer(
+    command,
+    await requester.run(command, { paced: true }, (call) => postSend(call, API_PATHS.sendEmail, json, key)),
   );
   return clean({ response: result.response, id: result.id, messageId: result.messageId, idempotencyKey: key });
 }
 
-async function readContent<T extends UploadBody | string>(read: () => Promise<T>): Promise<T> {
+/**
+ * The answer of a send, if it is the service's: a 2xx whose body is JSON
+ * with the send's `id`. The client (and the direct transport) take any 2xx
+ * for success, with a `warning` when the body is not JSON, since the caller
+ * sees the result; the outbox deletes the only copy of a message once it
+ * counts it sent, so it does that only on an answer it recognises
+ * (CONTRACT.md: "strict where a wrong guess would do harm").
+ */
+function checkAnswer<T extends ServiceResponse & { id: string | undefined }>(command: string, result: T): T {
+  if (typeof result.id === 'string' && result.id !== '') return result;
+  throw unrecognisedAnswer(command, result);
+}
+
+/**
+ * A 2xx that is not the service's answer: an HTML page, a body that is not
+ * JSON, JSON without the send's id, an empty body. It may be a web server or
+ * single-page app behind a wrong `baseUrl` (then nothing was sent), or a
+ * service answering in a form the outbox does not know (then it was): an
+ * unknown outcome, retried under the same Idempotency-Key on the job's
+ * schedule, its content kept, and parked rather than sent after the
+ * service's idempotency window.
+ */
+function unrecognisedAnswer(command: string, res: ServiceResponse): EmlApiError {
+  const body = res.text.trim();
+  const what =
+    body === ''
+      ? 'an empty body'
+      : res.data === undefined
+        ? body.startsWith('<')
+          ? 'an HTML page'
+          : 'a body that is not JSON'
+        : 'JSON without the id of the send';
+  return new EmlApiError(
+    'EAPI',
+    `${command} answered ${res.response} with ${what}, not the service's answer (JSON with the id of the send): ` +
+      'whether the message was taken is unknown, so the outbox does not count it as sent and keeps it; check ' +
+      `baseUrl (a web server or single-page app there answers every path); ${MAY_HAVE_BEEN_ACCEPTED}`,
+    { responseCode: res.statusCode, response: res.text, command, permanent: false, mayHaveBeenAccepted: true },
+  );
+}
+
+async function readContent<T>(read: () => Promise<T>): Promise<T> {
   try {
     return await read();
   } catch (err) {

@@ -91,15 +91,19 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool'> 
    */
   cleanupInterval?: number;
   /**
-   * How many times a job may stall and still be retried. A job stalls when
-   * the worker sending it stops before it finishes (killed, crashed, out of
-   * memory, cut off from Redis for longer than `lockDuration`); its send may
-   * have reached the service, so a stall counts as a failed attempt of the
-   * job's retry schedule, retried after its backoff under the same
-   * idempotency key. A job that stalls once more than this is parked (failed,
-   * `lastError.parked: 'stalls'`, its content kept) for a person: a message
-   * that crashes every worker that takes it would otherwise crash them all,
-   * again and again. `eml-api queue retry` puts it back with its count at 0.
+   * How many times a job may stall while sent alone and still be retried. A
+   * job stalls when the worker sending it stops before it finishes (killed,
+   * crashed, out of memory, cut off from Redis for longer than
+   * `lockDuration`); its send may have reached the service, so a stall counts
+   * as a failed attempt of the job's retry schedule, retried after its
+   * backoff under the same idempotency key. A crash takes down every send of
+   * its worker, so a job that has stalled is sent alone in its worker from
+   * then on (nothing else in flight), and only the stalls of such runs, which
+   * the job alone can have caused, count: one more than this and the job is
+   * parked (failed, `lastError.parked: 'stalls'`, its content kept) for a
+   * person, since a message that crashes every worker that takes it would
+   * otherwise crash them all, again and again. The messages that shared its
+   * crashes are not. `eml-api queue retry` puts it back with its counts at 0.
    * @default 5
    * @example
    * await startEmlApiWorker({ connection, apiKey, baseUrl, maxStalls: 2 });
@@ -134,6 +138,19 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool'> 
    */
   idempotencyMargin?: number;
   /**
+   * The longest `Retry-After` the worker honours, in ms. A 429 pauses every
+   * worker of the queue for its `Retry-After`, and a 5xx's delays the job's
+   * next attempt; one answer asking for a year (a broken proxy, a quota page)
+   * would stop all sending for that long, restarts included (the pause is in
+   * Redis). Longer ones are cut to this, with a warning, and a worker that
+   * starts cuts a longer pause it finds (one set before this option existed):
+   * the queue tries again then, and a service still busy answers 429 again.
+   * @default 900000 (15 minutes)
+   * @example
+   * await startEmlApiWorker({ connection, apiKey, baseUrl, maxRetryAfter: 60 * 60_000 });
+   */
+  maxRetryAfter?: number;
+  /**
    * More BullMQ worker options.
    * @default BullMQ's (lockDuration 30 s, stalledInterval 30 s)
    */
@@ -143,7 +160,9 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool'> 
    * option): the worker decrypts each job with the key it names, so keep
    * older keys here while their jobs may still be queued. `keyId` is not
    * needed. A job whose key the worker does not hold is retried (for a
-   * worker that holds it), not failed.
+   * worker that holds it), not failed. A worker holding other bytes under an
+   * id than the producers (their check value of it in Redis) does not start:
+   * `ECONFIG` naming `encryption.keys.<id>`.
    * @default undefined (no encrypted job can be sent)
    * @example
    * startEmlApiWorker({ connection, apiKey, baseUrl, encryption: { keys: { k2: process.env.OUTBOX_KEY_K2!, k1: process.env.OUTBOX_KEY_K1! } } });

@@ -51,6 +51,22 @@ describe('verify()', () => {
     expect(err.responseCode).toBe(403);
   });
 
+  it('rejects with EAPI on a 2xx: an empty send is never accepted, so a 2xx is not the service (a wrong baseUrl)', async () => {
+    // A web server, a single-page app or a captive portal behind a wrong baseUrl answers every path 200:
+    // verify() must not pass it (eml-api worker would then "send" and delete every queued message).
+    service.answer({
+      status: 200,
+      text: '<!doctype html><html><body>Welcome</body></html>',
+      headers: { 'content-type': 'text/html' },
+    });
+    const err = await rejectionOf(makeClient().verify());
+    expect(err.code).toBe('EAPI');
+    expect(err.responseCode).toBe(200);
+    expect(err.message).toMatch(/answered 200 OK .*baseUrl/);
+    service.answer({ status: 202, body: { id: 'x' } });
+    expect((await rejectionOf(makeClient().verify())).responseCode).toBe(202);
+  });
+
   it('rejects with EAPI on a 5xx', async () => {
     service.answer({ status: 502, text: '<html>bad gateway</html>', headers: { 'content-type': 'text/html' } });
     const err = await rejectionOf(makeClient().verify());

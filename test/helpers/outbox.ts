@@ -15,6 +15,7 @@ import {
  */
 
 const WORKER_PROCESS = fileURLToPath(new URL('../queue/worker-process.ts', import.meta.url));
+const SKEWED_CLOCK = fileURLToPath(new URL('./skewed-clock.mjs', import.meta.url));
 
 /** A worker running in a child process (test/queue/worker-process.ts). */
 export interface WorkerProcess {
@@ -27,10 +28,19 @@ export interface WorkerProcess {
   kill(): Promise<void>;
 }
 
-/** Starts a worker process and resolves once it is connected to Redis. */
-export async function startWorkerProcess(options: EmlApiWorkerOptions): Promise<WorkerProcess> {
-  const child = fork(WORKER_PROCESS, [JSON.stringify(options)], {
-    execArgv: ['--import', 'tsx'],
+/**
+ * Starts a worker process and resolves once it is connected to Redis.
+ * @param process `script`: another worker script (default worker-process.ts); `clockSkewMs`: its clock runs
+ *   that far off (test/helpers/skewed-clock.mjs)
+ */
+export async function startWorkerProcess(
+  options: EmlApiWorkerOptions,
+  { script = WORKER_PROCESS, clockSkewMs }: { script?: string; clockSkewMs?: number } = {},
+): Promise<WorkerProcess> {
+  const skewed = clockSkewMs === undefined ? [] : ['--import', SKEWED_CLOCK];
+  const child = fork(script, [JSON.stringify(options)], {
+    execArgv: ['--import', 'tsx', ...skewed],
+    env: { ...process.env, ...(clockSkewMs === undefined ? {} : { CLOCK_SKEW_MS: String(clockSkewMs) }) },
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   const sent: string[] = [];

@@ -70,4 +70,37 @@ describe('options BullMQ refuses', () => {
       expect(err).toMatchObject({ code: 'ECONFIG', message: expect.stringContaining('jobOptions.priority') });
     }
   });
+
+  it('a producer: ECONFIG for removeOnComplete and removeOnFail that defeat the outbox (review F13 e)', () => {
+    const refused = (jobOptions: object): unknown => {
+      try {
+        void new EmlApiQueueTransport({ connection: redis.url, jobOptions }).close();
+      } catch (err) {
+        return err;
+      }
+      return undefined;
+    };
+    // Sent jobs removed within the service's idempotency window: a repeated idempotencyKey is queued again.
+    for (const removeOnComplete of [true, 0, { count: 0 }, { age: 3600 }, { age: 0, count: 10 }]) {
+      expect(refused({ removeOnComplete })).toMatchObject({
+        code: 'ECONFIG',
+        message: expect.stringContaining('jobOptions.removeOnComplete'),
+      });
+    }
+    // Failed jobs removed at once: parked messages (waiting for a person) and errors vanish.
+    for (const removeOnFail of [true, 0, { count: 0 }, { age: 0 }]) {
+      expect(refused({ removeOnFail })).toMatchObject({
+        code: 'ECONFIG',
+        message: expect.stringContaining('jobOptions.removeOnFail'),
+      });
+    }
+    // Keeping them longer, for ever, or a number of them, is the app's choice.
+    for (const jobOptions of [
+      { removeOnComplete: false, removeOnFail: false },
+      { removeOnComplete: { age: 2 * 86400 }, removeOnFail: { age: 3600 } },
+      { removeOnComplete: { age: 86400, count: 100_000 }, removeOnFail: 1000 },
+    ]) {
+      expect(refused(jobOptions)).toBeUndefined();
+    }
+  });
 });

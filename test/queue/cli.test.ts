@@ -117,7 +117,10 @@ describe('eml-api worker', () => {
       code: 2,
       stderr: expect.stringContaining('redis://'),
     });
-    expect(await cli(['queue'])).toMatchObject({ code: 2, stderr: expect.stringContaining('status, retry or watch') });
+    expect(await cli(['queue'])).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('status, retry, watch or purge'),
+    });
     expect(await cli(['queue', 'purge'])).toMatchObject({ code: 2 });
   });
 
@@ -126,6 +129,7 @@ describe('eml-api worker', () => {
     expect((await cli(['queue', '--help'])).stdout).toContain('Usage: eml-api queue <subcommand>');
     expect((await cli(['queue', 'status', '--help'])).stdout).toContain('Usage: eml-api queue status');
     expect((await cli(['queue', 'retry', '--help'])).stdout).toContain('Usage: eml-api queue retry');
+    expect((await cli(['queue', 'purge', '--help'])).stdout).toContain('Usage: eml-api queue purge');
     expect((await cli(['--help'])).stdout).toMatch(/worker .*\n.*queue status/);
   });
 });

@@ -419,5 +419,9 @@ describe('job ids and the retry schedule', () => {
     // A Retry-After longer than the scheduled wait is honoured.
     const busy = new EmlApiError('EAPI', '503', { responseCode: 503, retryAfter: 60_000 });
     expect(outboxBackoffDelay(1, backoff, busy, () => 0)).toBe(60_000);
+    // Up to the workers' maxRetryAfter (review F5): a Retry-After of a year waits that cap, or the schedule's wait.
+    const year = new EmlApiError('EAPI', '503', { responseCode: 503, retryAfter: 365 * 86_400_000 });
+    expect(outboxBackoffDelay(1, backoff, year, () => 0, 900_000)).toBe(900_000);
+    expect(outboxBackoffDelay(30, backoff, year, () => 0, 900_000)).toBe(3_600_000);
   });
 });

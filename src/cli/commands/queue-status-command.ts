@@ -12,11 +12,13 @@ import { EXIT, UsageError } from '../lib/usage-error.js';
 /** Help of `eml-api queue status`. */
 export const QUEUE_STATUS_HELP = `Usage: eml-api queue status [options]
 
-Prints how many messages of the outbox are in each state, how long the one
-next in line has waited, how many are parked for a person, the sends of the
-last minute, and the newest failed ones with their errors (what the service
-answered). --json adds oldestWaitingSeconds, parked, sentLastMinute and
-failedLastMinute to the counts; "eml-api queue watch" prints them live.
+Prints how many messages of the outbox are in each state, whether workers
+wait (the queue paused, or rate limited after a 429 from the service), how
+long the one next in line has waited, how many are parked for a person, the
+sends of the last minute, and the newest failed ones with their errors (what
+the service answered). --json adds oldestWaitingSeconds, parked,
+sentLastMinute and failedLastMinute to the counts; "eml-api queue watch"
+prints them live.
 
 Options:
 ${REDIS_OPTIONS_HELP}  --limit <n>             failed messages to list, newest first (default 20)
@@ -69,7 +71,15 @@ export async function queueStatusCommand(args: string[], io: CliIo): Promise<num
       return EXIT.ok;
     }
     const counts = OUTBOX_STATES.map((state) => `${state} ${status.counts[state]}`).join(', ');
-    io.stdout.write(`Queue "${terminalText(admin.queue.name)}"${status.paused ? ' (paused)' : ''}: ${counts}\n`);
+    const states = [
+      status.paused ? 'paused' : undefined,
+      // A 429's Retry-After: workers run but take nothing until it ends (eml-api worker caps it, maxRetryAfter).
+      status.rateLimitedMs > 0
+        ? `rate limited for ${Math.ceil(status.rateLimitedMs / 1000)} s: the service answered 429, every worker waits`
+        : undefined,
+    ].filter(Boolean);
+    const state = states.length > 0 ? ` (${states.join('; ')})` : '';
+    io.stdout.write(`Queue "${terminalText(admin.queue.name)}"${state}: ${counts}\n`);
     io.stdout.write(
       `Oldest waiting ${live.oldestWaitingSeconds.toFixed(1)} s, parked for a person ${live.parked}, in the last minute ${live.sentLastMinute} sent and ${live.failedLastMinute} failed\n`,
     );

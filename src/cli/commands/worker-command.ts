@@ -40,7 +40,9 @@ ${operationsHelp('the sends in flight')}${SERVICE_OPTIONS_HELP}
 Environment: REDIS_URL, REDIS_CLUSTER, REDIS_PASSWORD, EML_API_URL, EML_API_KEY.
 ${REDIS_ENV_HELP}${OUTBOX_KEYS_HELP}
 It checks the key first (without sending mail): a key the service refuses
-would fail every queued message, so the worker does not start with one. Nor
+would fail every queued message, so the worker does not start with one; nor
+with an EML_API_URL that answers the check's empty send with a 2xx (not the
+service: a web server or single-page app answering every path). Nor
 does it start with a Redis that evicts keys (maxmemory-policy other than
 noeviction: queued mail would be lost silently); it warns when Redis runs
 without its append-only file.
@@ -158,7 +160,10 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
 
 /**
  * Checks the key before the worker takes any job: a key the service refuses
- * would fail every queued message at once (401 and 403 are permanent). An
+ * would fail every queued message at once (401 and 403 are permanent), and a
+ * host that answers a 2xx to the check's empty send is not the service (a
+ * web server or single-page app behind a wrong EML_API_URL answers every
+ * path 200), which would take every queued message and deliver none. An
  * unreachable service is only a warning: the queue retries.
  */
 async function checkKey(service: ReturnType<typeof serviceOptions>, io: CliIo): Promise<void> {
@@ -166,7 +171,7 @@ async function checkKey(service: ReturnType<typeof serviceOptions>, io: CliIo): 
   try {
     await client.verify();
   } catch (err) {
-    if (err instanceof EmlApiError && err.code === 'EAUTH') throw err;
+    if (err instanceof EmlApiError && (err.code === 'EAUTH' || notTheService(err))) throw err;
     io.stderr.write(
       `warning: could not check the key (${terminalText((err as Error).message)}); starting anyway, the queue retries\n`,
     );
@@ -183,6 +188,11 @@ function jobFields(job: OutboxJob): Record<string, unknown> {
 /** An error's fields in a JSON log line: its code, the service's status and code, its message. */
 function errorFields(err: EmlApiError): Record<string, unknown> {
   return { code: err.code, status: err.responseCode, apiCode: err.apiCode, error: err.message };
+}
+
+/** Whether verify() failed because a 2xx answered its empty send: whatever answered is not the service. */
+function notTheService(err: EmlApiError): boolean {
+  return err.responseCode !== undefined && err.responseCode >= 200 && err.responseCode < 300;
 }
 
 function jobName(job: OutboxJob): string {
