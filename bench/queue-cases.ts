@@ -3,7 +3,7 @@
  * compared with sending directly, how the drain rate grows with worker
  * processes against a sink with 50 ms latency, the memory a 25 MB message
  * takes in the producer and in a worker, what `appendfsync always` costs the
- * producer against `everysec`, and what encryption costs the producer and a
+ * producer against `everysec`, and what `replicas` (WAIT) and encryption cost the producer and a
  * worker. Each runs against a real redis-server started for the run.
  * `npm run bench -- --only queue --cases durability,encryption` runs some.
  */
@@ -40,7 +40,7 @@ async function rate(count: number, concurrency: number, task: (n: number) => Pro
 }
 
 /** The cases of {@link queueBenchmarks}, by name (`--cases` picks some). */
-const CASES = ['enqueue', 'drain', 'memory', 'durability', 'encryption'] as const;
+const CASES = ['enqueue', 'drain', 'memory', 'durability', 'replicas', 'encryption'] as const;
 
 /** Runs the outbox's benchmarks (those `--cases a,b` names, or all); returns their rows. */
 export async function queueBenchmarks(sinks: Sinks): Promise<BenchRow[]> {
@@ -56,6 +56,7 @@ export async function queueBenchmarks(sinks: Sinks): Promise<BenchRow[]> {
     drain: () => drainRate(redis, sinks),
     memory: () => memory(redis, sinks),
     durability: () => durabilityCost(),
+    replicas: () => replicasCost(),
     encryption: () => encryptionCost(redis, sinks),
   };
   try {
@@ -139,6 +140,69 @@ async function durabilityCost(): Promise<BenchRow[]> {
   } finally {
     await Promise.all([producers.always.close(), producers.everysec.close()]);
     await Promise.all([always.stop(), everysec.stop()]);
+  }
+}
+
+/**
+ * What `replicas: { count: 1 }` costs the producer (issue 21): a master with
+ * one replica on loopback; each sendMail resolves only once the replica holds
+ * the message (`WAIT` in the add's pipeline), against the same master without
+ * it. Rounds interleaved. Loopback hides the network's round trip a real
+ * replica adds: on a LAN, add its latency to each send (callers in parallel
+ * share it).
+ */
+async function replicasCost(): Promise<BenchRow[]> {
+  console.log(
+    `\nOutbox: replicas { count: 1 } against none, ${COST_ROUNDS} interleaved rounds of ${COST_COUNT}, 20 callers`,
+  );
+  const master = await startRedisServer({ appendonly: true });
+  const replica = await startRedisServer({
+    appendonly: true,
+    args: ['--replicaof', '127.0.0.1', String(master.port)],
+  });
+  const producers = {
+    none: new EmlApiQueueTransport({ connection: master.url, queueName: 'bench-replicas', concurrency: 20 }),
+    one: new EmlApiQueueTransport({
+      connection: master.url,
+      queueName: 'bench-replicas',
+      concurrency: 20,
+      replicas: { count: 1, timeoutMs: 1000 },
+    }),
+  };
+  const enqueue = (producer: EmlApiQueueTransport) => {
+    const transporter = nodemailer.createTransport(producer);
+    return async (count: number) => {
+      const r = await rate(count, 20, (n) => transporter.sendMail(benchMessage(n)));
+      await producer.queue.obliterate({ force: true });
+      return r;
+    };
+  };
+  try {
+    // Until the replica has synced: before that, WAIT counts it out.
+    while (!/^master_link_status:up/m.test(await replica.client.info('replication'))) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    const rates = await pair({ a: enqueue(producers.one), b: enqueue(producers.none) }, COST_ROUNDS, COST_COUNT);
+    const ratios = rates.a.map((r, i) => r / rates.b[i]!);
+    console.log(`  replicas 1 ${rates.a.map((r) => r.toFixed(0)).join(' ')} msg/s`);
+    console.log(`  none       ${rates.b.map((r) => r.toFixed(0)).join(' ')} msg/s`);
+    console.log(`  per round: ${ratios.map((r) => r.toFixed(2)).join(' ')} → median ${median(ratios).toFixed(2)}`);
+    return [
+      {
+        benchmark: 'outbox replicas',
+        case: 'sendMail into Redis with replicas: { count: 1 } (WAIT; replica on loopback), 20 callers',
+        value: median(rates.a),
+        unit: 'msg/s',
+        reference: 'the same master without replicas',
+        referenceValue: median(rates.b),
+        ratio: median(ratios),
+        target: '-',
+        met: true,
+      },
+    ];
+  } finally {
+    await Promise.all([producers.one.close(), producers.none.close()]);
+    await Promise.all([replica.stop(), master.stop()]);
   }
 }
 
