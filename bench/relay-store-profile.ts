@@ -5,8 +5,8 @@
  *
  * smtp-source (20 sessions, 10 KB; one connection per message, then
  * connections reused) sends to the relay in its own process, storing in a
- * redis-server made for the run (append-only file, fsync every second, as the
- * README asks). Prints:
+ * redis-server made for the run (append-only file, fsync every second, as
+ * docs/outbox.md asks). Prints:
  * - the Redis commands per message (INFO commandstats over the run) and the
  *   commands of one message in order (MONITOR);
  * - the relay process's CPU profile (V8's sampling profiler), each sample

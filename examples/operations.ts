@@ -12,7 +12,7 @@
  *   eml-api worker --http-port 9465 --log-format json &
  *   curl -s 127.0.0.1:9464/readyz; curl -s 127.0.0.1:9465/metrics | grep ^eml_api_
  *
- * See the README, "Operating".
+ * See docs/operations.md.
  */
 import nodemailer from 'nodemailer';
 import { startEmulator } from 'nodemailer-eml-api/emulator';

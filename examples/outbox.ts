@@ -8,8 +8,7 @@
  *
  * In production the app only creates the EmlApiQueueTransport (it needs no
  * API key), and the workers run `eml-api worker` (or startEmlApiWorker) with
- * EML_API_URL, EML_API_KEY and REDIS_URL. See the README, "Durable sending
- * and scaling out".
+ * EML_API_URL, EML_API_KEY and REDIS_URL. See docs/outbox.md.
  */
 import nodemailer from 'nodemailer';
 import { startEmulator } from 'nodemailer-eml-api/emulator';

@@ -38,7 +38,7 @@ export interface RedisServer {
 export interface RedisServerOptions {
   /** Turn on the append-only file, for tests of what survives a crash of Redis. */
   appendonly?: boolean;
-  /** How often the AOF is flushed to disk. @default 'everysec' (what the README asks for) */
+  /** How often the AOF is flushed to disk. @default 'everysec' (what docs/outbox.md asks for) */
   appendfsync?: 'always' | 'everysec';
   /** More redis-server arguments, e.g. `['--maxmemory-policy', 'allkeys-lru']`. */
   args?: string[];

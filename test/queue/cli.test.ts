@@ -19,7 +19,7 @@ let transport: EmlApiQueueTransport;
 let env: Record<string, string>;
 
 beforeAll(async () => {
-  // With its append-only file, as the README asks: a worker warns on stderr about a Redis without it.
+  // With its append-only file, as docs/outbox.md asks: a worker warns on stderr about a Redis without it.
   [redis, emu] = await Promise.all([
     startRedisServer({ appendonly: true }),
     startEmulator({ faults: { latencyMs: 0 } }),

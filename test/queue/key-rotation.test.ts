@@ -82,7 +82,7 @@ describe('workers with different API keys of one account', () => {
     await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 1, {
       what: 'the retry sent',
     });
-    // What the README warns of: all workers of a queue must use keys of one account.
+    // What docs/outbox.md warns of: all workers of a queue must use keys of one account.
     expect(emu.mailbox('bob@example.test')).toHaveLength(2);
   });
 });

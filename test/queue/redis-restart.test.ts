@@ -8,7 +8,7 @@ import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 /**
  * Issue 11, test 6: what survives a crash of Redis. With the append-only
  * file, jobs queued before the crash are delivered after it, none lost.
- * Without it, they are gone: what the README warns about (and proof that
+ * Without it, they are gone: what docs/outbox.md warns about (and proof that
  * the first half of the test tests something).
  */
 

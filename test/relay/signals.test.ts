@@ -4,7 +4,7 @@
  * gets its 250; the one still arriving finishes within the CLI's --grace
  * (250), or, with `relay.close()` from code, gets 421; the process exits 0 and
  * leaves no spool folder. Real child processes, real signals: the CLI
- * (`eml-api relay`), and a relay started from code as the README shows
+ * (`eml-api relay`), and a relay started from code as docs/relay.md shows
  * (`process.once('SIGTERM', () => relay.close())`). The spool's own signal
  * listener once took such a signal for one nobody handled, removed the files
  * and killed the process.

@@ -226,6 +226,48 @@ describe.each(NODEMAILERS)('with $label, large Buffer contents', ({ nodemailer: 
       await service.close();
     }
   });
+
+  // Mostly ASCII with a few accented letters, so Nodemailer picks quoted-printable; a space ends
+  // every 192 KiB slice, where Nodemailer 6 writes "=20" in a stream and " " in a whole Buffer.
+  const latin = Buffer.from(`${'Café crème, naïve façade; '.repeat(3)}${'word '.repeat(25)}\r\n`.repeat(30_000));
+  for (let at = 3 * 64 * 1024 - 1; at < latin.length; at += 3 * 64 * 1024) latin[at] = 0x20;
+  const decodeQp = (body: string) =>
+    Buffer.from(
+      body.replace(/=\r\n/g, '').replace(/=([0-9A-F]{2})/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16))),
+      'latin1',
+    );
+  const bodyOf = (eml: Buffer) => eml.subarray(eml.indexOf('\r\n\r\n') + 4).toString('latin1');
+
+  it('are uploaded quoted-printable when Nodemailer picks it: the soft line breaks may fall elsewhere, the content is the same', async () => {
+    const service = await startFakeService();
+    try {
+      const qp = { ...message, text: latin, attachments: [], baseBoundary: 'fixed' };
+      const reference = (await mailer.createTransport({ streamTransport: true, buffer: true }).sendMail(qp as never))
+        .message as Buffer;
+      const transport = new EmlApiTransport({ apiKey: 'k', baseUrl: service.url });
+      await mailer.createTransport(transport).sendMail(qp as never);
+      await transport.close();
+      const uploaded = Buffer.from(
+        (JSON.parse(service.requests[0]!.body.toString()) as { mail: string }).mail,
+        'base64',
+      );
+      expect(uploaded.toString().match(/^Content-Transfer-Encoding: .*$/gim)).toEqual([
+        'Content-Transfer-Encoding: quoted-printable',
+      ]);
+      expect(reference.toString().match(/^Content-Transfer-Encoding: .*$/gim)).toEqual([
+        'Content-Transfer-Encoding: quoted-printable',
+      ]);
+      expect(decodeQp(bodyOf(uploaded)).equals(decodeQp(bodyOf(reference)))).toBe(true);
+      expect(decodeQp(bodyOf(uploaded)).subarray(0, latin.length).equals(latin)).toBe(true);
+      expect(
+        bodyOf(uploaded)
+          .split('\r\n')
+          .every((line) => line.length <= 76),
+      ).toBe(true);
+    } finally {
+      await service.close();
+    }
+  });
 });
 
 describe('streaming Base64', () => {
