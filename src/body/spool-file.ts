@@ -26,7 +26,7 @@ export class SpoolFile {
     // Listened to for the file's whole life: an error while nobody waits on 'drain' must not throw.
     this.#stream.on('error', (err) => {
       this.#error ??= new EmlApiError(
-        'ESTREAM',
+        'ESPOOL',
         `Could not write the message's spool file in ${folder}: ${err.message}`,
         {
           cause: err,
@@ -58,7 +58,7 @@ export class SpoolFile {
     return this.#drained();
   }
 
-  /** Flushes and closes the file. @throws {EmlApiError} `ESTREAM` when any write failed */
+  /** Flushes and closes the file. @throws {EmlApiError} `ESPOOL` when any write failed */
   async end(): Promise<void> {
     if (this.#error) throw this.#error;
     this.#stream.end();

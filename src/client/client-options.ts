@@ -35,7 +35,10 @@ export interface EmlApiClientOptions {
   maxConnections?: number;
   /**
    * An undici dispatcher to send requests through (a `ProxyAgent`, an `Agent`
-   * with custom TLS...). The client does not close a dispatcher it was given.
+   * with custom TLS or interceptors...). The client does not close a
+   * dispatcher it was given. Its requests are retried as the client's own
+   * are: a failure before the request's last byte left is a safe retry (the
+   * client watches its own upload, not what the dispatcher reports).
    * @default a keep-alive `Agent` with `maxConnections` connections
    */
   dispatcher?: Dispatcher;

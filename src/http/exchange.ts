@@ -4,11 +4,11 @@ import { WHOLE_BODY_BYTES, type UploadBody } from './upload-body.js';
 
 /** Where a request got to before it failed: decides whether a retry is safe. */
 export type FailurePhase =
-  /** No connection was made: the service cannot have seen the request. */
+  /** The dispatcher had not started the request on a connection: the service cannot have seen it. */
   | 'connect'
-  /** Connected, but the request was not fully written: the service cannot have processed it. */
+  /** Started, but the body's last byte had not left: the service cannot have processed it. */
   | 'write'
-  /** The request was fully written (or that cannot be known): the service may have processed it. */
+  /** The whole request may have gone out: the service may have processed it. */
   | 'sent';
 
 /** A failure to exchange a request, with the phase it failed in. */
@@ -39,8 +39,6 @@ export interface ExchangeRequest {
   signal: AbortSignal;
   /** Time allowed until the response headers arrive, in ms. */
   headersTimeout: number;
-  /** Whether this dispatcher reports `onRequestSent` reliably (undici's own Agent does). */
-  tracksWrites: boolean;
 }
 
 /** Bodies larger than {@link WHOLE_BODY_BYTES} are written in chunks of this size. */
@@ -65,16 +63,31 @@ const CONNECT_PHASE_CODES = new Set([
 ]);
 
 /**
- * Sends one request through undici's dispatcher API with a handler that
- * records how far the request got, so callers can tell a failure the service
- * cannot have processed from one it may have.
+ * Sends one request through undici's dispatcher API and records how far the
+ * request got, so callers can tell a failure the service cannot have
+ * processed from one it may have, whoever made the dispatcher.
+ *
+ * How far it got is known from what every dispatcher must do, not from what
+ * undici's own `Agent` happens to report: `onConnect` comes before the
+ * request's first byte goes out (undici's handler contract, which its
+ * interceptors keep), and a streamed body is watched at its source, where its
+ * last byte leaves. `onRequestSent` is not used: undici's handler wrapping
+ * (`dispatcher.compose()`, interceptors, `RetryAgent`) drops it, so a request
+ * through a caller's interceptor would look unsent after it was sent.
  *
  * @throws {ExchangeFailure} on any failure to get a complete answer
  */
 export function exchange(dispatcher: Dispatcher, request: ExchangeRequest): Promise<RawResponse> {
   return new Promise((resolve, reject) => {
+    const body = request.body;
+    // A body written in one piece counts as sent as soon as it goes (a reset during its upload
+    // looks like one after it), so only small bodies go whole; a larger one is streamed with
+    // backpressure, and counts as sent only once its last byte has left.
+    const whole = body === undefined || (body.bytes !== undefined && body.bytes.length <= WHOLE_BODY_BYTES);
+    const streamed = !whole && body.length > 0;
     let connected = false;
-    let sent = false;
+    /** The body's last byte has left for the dispatcher: from then on the service may have it all. */
+    let lastByteOut = false;
     let settled = false;
     let abortRequest: ((reason?: Error) => void) | undefined;
     let statusCode = 0;
@@ -87,13 +100,13 @@ export function exchange(dispatcher: Dispatcher, request: ExchangeRequest): Prom
       settled = true;
       request.signal.removeEventListener('abort', onAbort);
       const code = (err as { code?: unknown } | null)?.code;
-      // Only what is known counts as safe: with a dispatcher that does not report
-      // writes, anything but a connect-phase error may have reached the service.
+      // Only what is known counts as safe: once the last byte has left, the service may have
+      // the whole request, whatever the dispatcher says (a connect-phase code aside).
       let phase: FailurePhase;
       if (typeof code === 'string' && CONNECT_PHASE_CODES.has(code)) phase = 'connect';
-      else if (request.tracksWrites && !connected) phase = 'connect';
-      else if (request.tracksWrites && !sent) phase = 'write';
-      else phase = 'sent';
+      else if (lastByteOut) phase = 'sent';
+      else if (connected) phase = 'write';
+      else phase = 'connect';
       reject(new ExchangeFailure(phase, err));
     };
     const onAbort = () => {
@@ -108,10 +121,10 @@ export function exchange(dispatcher: Dispatcher, request: ExchangeRequest): Prom
       onConnect(abort: (err?: Error) => void) {
         abortRequest = abort;
         connected = true;
+        // Without a streamed body, the whole request goes out at once from here: undici writes a
+        // body in one piece as soon as it has the socket, and no dispatcher can be watched doing it.
+        if (!streamed) lastByteOut = true;
         if (request.signal.aborted) onAbort();
-      },
-      onRequestSent() {
-        sent = true;
       },
       onHeaders(status: number, rawHeaders: Buffer[]) {
         statusCode = status;
@@ -138,24 +151,22 @@ export function exchange(dispatcher: Dispatcher, request: ExchangeRequest): Prom
       },
     };
     try {
-      const body = request.body;
       dispatcher.dispatch(
         {
           origin: request.origin,
           path: request.path,
           method: request.method,
           headers: body === undefined ? request.headers : { ...request.headers, 'content-length': String(body.length) },
-          // Written as a stream with backpressure, `onRequestSent` means the socket took the last
-          // chunk; a buffer body is reported sent as soon as it is queued, so a reset during the
-          // upload would look like one after it: only small bodies go in one piece.
           body:
             body === undefined
               ? undefined
-              : body.bytes !== undefined && body.bytes.length <= WHOLE_BODY_BYTES
+              : whole
                 ? body.bytes
-                : body.bytes !== undefined
-                  ? Readable.from(chunksOf(body.bytes), { objectMode: false })
-                  : body.open(),
+                : onLastByte(
+                    body.bytes !== undefined ? Readable.from(chunksOf(body.bytes), { objectMode: false }) : body.open(),
+                    body.length,
+                    () => (lastByteOut = true),
+                  ),
           headersTimeout: request.headersTimeout,
           bodyTimeout: request.headersTimeout,
         },
@@ -165,4 +176,24 @@ export function exchange(dispatcher: Dispatcher, request: ExchangeRequest): Prom
       fail(err);
     }
   });
+}
+
+/**
+ * Calls `callback` when `stream` hands out the chunk that completes `length`
+ * bytes, before its consumer can read it: until then the request's last byte
+ * cannot have left, through any dispatcher. Seen where the stream's source
+ * `push`es (every Readable's source does), so no stream is added in between
+ * (a layer per chunk costs CPU on every upload).
+ */
+function onLastByte(stream: Readable, length: number, callback: () => void): Readable {
+  let produced = 0;
+  const push = stream.push.bind(stream);
+  stream.push = (chunk: unknown, encoding?: BufferEncoding) => {
+    if (chunk !== null && chunk !== undefined) {
+      produced += typeof chunk === 'string' ? Buffer.byteLength(chunk, encoding) : (chunk as Uint8Array).length;
+      if (produced >= length) callback();
+    }
+    return push(chunk, encoding);
+  };
+  return stream;
 }

@@ -231,7 +231,6 @@ export class Requester {
     const call = new RunningCall(
       this.#settings,
       this.#dispatcher,
-      this.#ownsDispatcher,
       controller.signal,
       command,
       this.#observers,
@@ -269,7 +268,6 @@ class RunningCall implements Call {
   constructor(
     readonly settings: RequesterSettings,
     readonly dispatcher: Dispatcher,
-    readonly tracksWrites: boolean,
     readonly signal: AbortSignal,
     command: string,
     readonly observers: ReadonlySet<RequestObserver> = new Set(),
@@ -334,7 +332,6 @@ class RunningCall implements Call {
           body,
           signal,
           headersTimeout: timeouts.response,
-          tracksWrites: this.tracksWrites,
         });
       } catch (err) {
         failure = err;

@@ -21,7 +21,8 @@ export interface UploadBody {
  * stream of slices for messages up to 96 KiB, and stops paying off at
  * messages of 112-128 KiB, bodies of 150-170 KiB
  * (bench/lean-crossover-case.ts, `npm run bench -- --only lean`).
- * undici reports a body written in one piece as sent once it is queued, so a
+ * A body written in one piece counts as sent once it is handed to the
+ * connection (its upload cannot be watched, through any dispatcher), so a
  * reset during its upload counts as after it (not retried without
  * `retryAmbiguous`): a small price for bodies this small.
  */

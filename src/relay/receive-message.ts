@@ -55,9 +55,9 @@ export interface ReceivedMessage {
  * service that honours `Idempotency-Key`.
  *
  * @throws {EmlApiError} `EENVELOPE`, a permanent `EMESSAGE` (the message cannot be read as one),
- *   a transient `EMESSAGE` (the relay could not store it), `ESTREAM` ({@link isClientGone}) when the client left
- *   before the end of DATA, `EABORT` when the relay closed while the message was arriving, or what
- *   the destination throws
+ *   a transient `EMESSAGE` or `ESPOOL` (the relay could not store it), `ESTREAM` ({@link isClientGone}) when
+ *   the client left before the end of DATA, `EABORT` when the relay closed while the message was
+ *   arriving, or what the destination throws (never `ESTREAM`: the relay builds no message)
  */
 export async function receiveMessage(
   stream: SMTPServerDataStream,
@@ -106,8 +106,8 @@ export async function receiveMessage(
     if (err === rewriter.failure || (gone && err === gone) || context.signal.aborted || context.arriving.aborted) {
       throw err;
     }
-    if (err instanceof EmlApiError && err.code === 'ESTREAM') throw err;
-    // The spool could not store it (a full disk...): the client may try again.
+    if (err instanceof EmlApiError && err.code === 'ESPOOL') throw err;
+    // The spool could not store it: the client may try again.
     throw new EmlApiError('EMESSAGE', `The relay could not store the message: ${(err as Error).message}`, {
       cause: err,
       permanent: false,
@@ -185,18 +185,18 @@ async function respool(spooled: SpooledMessage, messageId: string, context: Rece
   }
 }
 
-/** The errors made by {@link clientGone} (EmlApiError's `instanceof` matches every EmlApiError, so no subclass). */
-const goneErrors = new WeakSet<Error>();
-
+/** The message's stream (the client's DATA) broke before the message was whole: `ESTREAM`, as in Nodemailer. */
 function clientGone(): EmlApiError {
-  const err = new EmlApiError('ESTREAM', 'The SMTP client disconnected before the end of its message (DATA)', {
+  return new EmlApiError('ESTREAM', 'The SMTP client disconnected before the end of its message (DATA)', {
     permanent: false,
   });
-  goneErrors.add(err);
-  return err;
 }
 
-/** Whether {@link receiveMessage} failed because the client disconnected before the end of DATA (nobody to answer). */
+/**
+ * Whether {@link receiveMessage} failed because the client disconnected before the end of DATA
+ * (nobody to answer): its only `ESTREAM`, since a spool that fails is `ESPOOL` and the relay
+ * builds no message (the other source of `ESTREAM`).
+ */
 export function isClientGone(err: unknown): err is EmlApiError {
-  return err instanceof Error && goneErrors.has(err);
+  return err instanceof EmlApiError && err.code === 'ESTREAM';
 }

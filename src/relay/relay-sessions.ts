@@ -87,8 +87,11 @@ const NOT_A_RELAY_USER: SmtpReply = {
 
 const SHUTTING_DOWN: SmtpReply = { code: 421, text: '4.3.2 The relay is shutting down, try again later' };
 
-/** How a send is settled whose client left before reading its 250: an outcome the client does not know. */
-const CLIENT_LEFT = new EmlApiError('ESTREAM', 'the client left before the reply', { permanent: false });
+/**
+ * How a send is settled whose client left before reading its 250: an outcome the client does not
+ * know. The message arrived whole, so not `ESTREAM`: the client's connection closed.
+ */
+const CLIENT_LEFT = new EmlApiError('ECONNECTION', 'the client left before the reply', { permanent: false });
 
 /**
  * The smtp-server handlers of the relay: who may AUTH and send, the key a

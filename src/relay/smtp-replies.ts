@@ -41,7 +41,7 @@ export function acceptedReply(id: string | undefined): SmtpReply {
  * | the relay is shutting down | `451 4.3.2` |
  * | a message that could not be read (permanent) | `554 5.6.0` |
  * | a message over SIZE with its line ends CRLF (`EMESSAGE` with 413) | `552 5.3.4` |
- * | the relay's spool could not store it (`ESTREAM`: disk full...) | `451 4.3.0` |
+ * | the relay's spool could not store it (`ESPOOL`: disk full...) | `451 4.3.0` |
  * | anything else | `451 4.3.0` |
  *
  * The reason quoted is an `EmlApiError`'s message, written to be shown (the
@@ -72,7 +72,7 @@ export function failureReply(err: unknown, owner: KeyOwner): SmtpReply {
       return err.permanent
         ? { code: 554, text: `5.6.0 The message cannot be sent: ${why}` }
         : { code: 451, text: `4.3.0 Local error in processing: ${why}` };
-    case 'ESTREAM':
+    case 'ESPOOL':
       return { code: 451, text: `4.3.0 The relay could not store the message, try again later: ${why}` };
     case 'ECONFIG':
       return { code: 451, text: `4.3.5 The relay is not configured to send this: ${why}` };

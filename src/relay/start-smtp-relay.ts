@@ -82,11 +82,13 @@ export interface SmtpRelayClosed {
 
 /**
  * Starts an SMTP server that hands every message it accepts to the email
- * service's `POST /v1/send/eml`, for the senders that still speak SMTP
- * (Postfix, PHP, Django, Rails, cron, monitoring tools...). It answers `250`
- * only once the service accepted the message (`250 2.0.0 Ok: <id>`), `451`
- * when the failure is transient (the client's queue retries), `5xx` with the
- * service's reason when the message can never be sent as it is.
+ * service's `POST /v1/send/eml`, or with `queue` to the outbox, whose workers
+ * post it there, for the senders that still speak SMTP (Postfix, PHP,
+ * Django, Rails, cron, monitoring tools...). It answers `250` only once the
+ * service accepted the message (`250 2.0.0 Ok: <id>`), or with `queue` once
+ * Redis stored it, `451` when the failure is transient (the client's queue
+ * retries), `5xx` with the service's reason when the message can never be
+ * sent as it is.
  *
  * Without `apiKey`, each client authenticates with its own API key as the
  * password (any user name) and the relay stores none; with it, clients on
@@ -100,8 +102,8 @@ export interface SmtpRelayClosed {
  * Needs the optional peer `smtp-server` (`npm install smtp-server`).
  *
  * @returns the running relay, once it listens
- * @throws {EmlApiError} `ECONFIG` for a bad option, a port it cannot listen on, or `queue` (not available yet),
- *   or an outbox Redis that would lose queued mail (`maxmemory-policy` other than `noeviction`, or less
+ * @throws {EmlApiError} `ECONFIG` for a bad option (`queue` without the relay's own `apiKey`...), a port
+ *   it cannot listen on, or an outbox Redis that would lose queued mail (`maxmemory-policy` other than `noeviction`, or less
  *   persistence than the queue's `durability` asks); `EAUTH` when the service refuses the relay's `apiKey`
  * @example
  * import { startSmtpRelay } from 'nodemailer-eml-api/relay';

@@ -4,7 +4,11 @@
  * - `EAUTH`: the service refused the API key (401) or its scope or plan (403)
  * - `EENVELOPE`: the envelope cannot be expressed (custom recipients, none at all)
  * - `EMESSAGE`: the message cannot be sent in the requested form
- * - `ESTREAM`: a local stream failed: the message's spool file could not be written (disk full, I/O error)
+ * - `ESTREAM`: the message's stream broke before the message was whole, as Nodemailer's `ESTREAM`: the
+ *   build thread building it died (`buildThreads`); in the SMTP relay, the client disconnected in the
+ *   middle of DATA. Nothing was sent; retryable
+ * - `ESPOOL`: the message's spool file could not be written (disk full, I/O error, file-size limit):
+ *   the message was sound, the local disk failed. Nothing was sent; retryable
  * - `ETIMEDOUT`: a connect, header or overall timeout elapsed
  * - `ECONNECTION`: the service could not be reached or the connection broke
  * - `EABORT`: the send was aborted through its `AbortSignal`
@@ -13,7 +17,16 @@
  * - `EAPI`: any other answer of the service that is not a success
  */
 export type EmlApiErrorCode =
-  'EAUTH' | 'EENVELOPE' | 'EMESSAGE' | 'ESTREAM' | 'ETIMEDOUT' | 'ECONNECTION' | 'EABORT' | 'ECONFIG' | 'EAPI';
+  | 'EAUTH'
+  | 'EENVELOPE'
+  | 'EMESSAGE'
+  | 'ESTREAM'
+  | 'ESPOOL'
+  | 'ETIMEDOUT'
+  | 'ECONNECTION'
+  | 'EABORT'
+  | 'ECONFIG'
+  | 'EAPI';
 
 /** Fields an {@link EmlApiError} can carry besides its message. */
 export interface EmlApiErrorDetails {

@@ -35,8 +35,8 @@ export interface BuildThreads {
  * any custom envelope. With `threads`, on a build thread when the message can
  * move to one.
  *
- * @throws {EmlApiError} `EENVELOPE` or `EMESSAGE`; `ESTREAM` when a spool file or a build thread
- *   fails; the signal's reason when it aborts
+ * @throws {EmlApiError} `EENVELOPE` or `EMESSAGE`; `ESPOOL` when a spool file cannot be written,
+ *   `ESTREAM` when a build thread dies; the signal's reason when it aborts
  */
 export async function buildMessage(
   mail: NodemailerMail,

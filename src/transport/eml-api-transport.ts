@@ -24,14 +24,19 @@ import { splitTransportOptions, type EmlApiTransportOptions } from './transport-
 export type SendCallback = (err: Error | null, info?: EmlApiSentMessageInfo) => void;
 
 /**
- * Nodemailer transport that sends every message through the service's
- * `POST /v1/send/eml`: a drop-in replacement for an SMTP relay.
+ * Nodemailer transport that sends through the email service's HTTP API: a
+ * drop-in replacement for an SMTP relay. A message goes to
+ * `POST /v1/send/eml`, unless `sendMail` names a `group`
+ * (`POST /v1/send/group/:groupId`) or asks for `tracking: true`
+ * (`POST /v1/send/email`): those endpoints take JSON fields (from, to,
+ * subject, text, HTML, inline images), not the built message.
  *
- * It takes the message Nodemailer compiled (plugins and DKIM signing
- * applied), keeps the Bcc header (the service reads recipients from To, Cc and
- * Bcc and removes Bcc before delivery), Base64-encodes it and posts it. Like
- * Nodemailer's SMTP pool, it builds a message only once a connection slot is
- * free, so memory is bounded by `maxConnections`, not by the sends waiting.
+ * For `/v1/send/eml` it takes the message Nodemailer compiled (plugins and
+ * DKIM signing applied), keeps the Bcc header (the service reads recipients
+ * from To, Cc and Bcc and removes Bcc before delivery), Base64-encodes it and
+ * posts it. Like Nodemailer's SMTP pool, it builds a message only once a
+ * connection slot is free, so memory is bounded by `maxConnections`, not by
+ * the sends waiting.
  *
  * `send`, `verify`, `close` and `isIdle` are own enumerable properties bound to
  * the instance, so a copy made with spread or `for...in` still works.

@@ -1,4 +1,5 @@
 import nodemailer from 'nodemailer';
+import { Agent, type Dispatcher } from 'undici';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { EmlApiTransport } from '../../src/index.js';
 import { backoffDelay, parseRetryAfter } from '../../src/http/retry-policy.js';
@@ -91,6 +92,66 @@ describe('retries of failures the service surely did not process', () => {
     const result = await makeClient().sendEml(big);
     expect(result.statusCode).toBe(202);
     expect(service.processed).toBe(1);
+  });
+});
+
+describe('with a dispatcher the caller passed', () => {
+  // Large enough that the body is streamed and a reset arrives while it is still being written.
+  const BIG = EML + 'x'.repeat(4 * 1024 * 1024);
+  const agents: Agent[] = [];
+  const callerAgent = () => {
+    const agent = new Agent({ connections: 2 });
+    agents.push(agent);
+    return agent;
+  };
+  /** An Agent behind an interceptor: undici's handler wrapping then drops `onRequestSent`. */
+  const composed = (): Dispatcher =>
+    callerAgent().compose((dispatch) => (options, handler) => dispatch(options, handler));
+  afterEach(async () => {
+    await Promise.all(agents.splice(0).map((agent) => agent.close()));
+  });
+
+  it.each([
+    ['an Agent', callerAgent],
+    ['an Agent with an interceptor', composed],
+  ])('%s: retries a reset before the request was fully written, delivering once', async (_label, dispatcher) => {
+    service.script(['reset-on-headers']);
+    const result = await makeClient({ dispatcher: dispatcher() }).sendEml(BIG);
+    expect(result.statusCode).toBe(202);
+    expect(service.requests).toHaveLength(2);
+    expect(service.processed).toBe(1);
+  });
+
+  it.each([
+    ['an Agent', callerAgent],
+    ['an Agent with an interceptor', composed],
+  ])('%s: retries a refused connection', async (_label, dispatcher) => {
+    const port = await closedPort();
+    const err = await rejectionOf(
+      makeClient({
+        dispatcher: dispatcher(),
+        baseUrl: `http://127.0.0.1:${port}`,
+        retries: { ...FAST, limit: 2 },
+      }).sendEml(EML),
+    );
+    expect(err).toMatchObject({ code: 'ECONNECTION', attempts: 3, mayHaveBeenAccepted: false });
+  });
+
+  it.each([
+    ['a small message', EML],
+    ['a streamed one', BIG],
+  ])('an Agent with an interceptor: does not retry a reset after %s was sent', async (_label, eml) => {
+    service.script(['reset-after-body']);
+    const err = await rejectionOf(makeClient({ dispatcher: composed() }).sendEml(eml));
+    expect(err).toMatchObject({ code: 'ECONNECTION', mayHaveBeenAccepted: true, attempts: 1 });
+    expect(service.requests).toHaveLength(1);
+  });
+
+  it('an Agent with an interceptor: does not retry a response timeout', async () => {
+    service.script(['hang']);
+    const err = await rejectionOf(makeClient({ dispatcher: composed(), timeouts: { response: 200 } }).sendEml(EML));
+    expect(err).toMatchObject({ code: 'ETIMEDOUT', mayHaveBeenAccepted: true, attempts: 1 });
+    expect(service.requests).toHaveLength(1);
   });
 });
 

@@ -541,7 +541,7 @@ describe('replies', () => {
     [new EmlApiError('EABORT', 'closed'), 'client', 451, '4.3.2'],
     [new EmlApiError('EMESSAGE', 'unreadable', { permanent: true }), 'client', 554, '5.6.0'],
     [new EmlApiError('EMESSAGE', 'disk full', { permanent: false }), 'client', 451, '4.3.0'],
-    [new EmlApiError('ESTREAM', 'spool write failed', { permanent: false }), 'client', 451, '4.3.0'],
+    [new EmlApiError('ESPOOL', 'spool write failed', { permanent: false }), 'client', 451, '4.3.0'],
     [new Error('bug'), 'client', 451, '4.3.0'],
   ] as const)('%s (%s key) → %i %s', (err, owner, code, enhanced) => {
     const reply = failureReply(err, owner);

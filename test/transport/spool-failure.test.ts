@@ -13,7 +13,7 @@ describe('a spool file that cannot be written (disk full, EIO, file-size limit)'
     });
     expect(child.status, `${child.stderr}\n${child.stdout}`).toBe(0);
     const result = JSON.parse(child.stdout.trim().split('\n').pop()!) as Record<string, Record<string, unknown>>;
-    expect(result.big).toMatchObject({ ok: false, isEmlApiError: true, code: 'ESTREAM' });
+    expect(result.big).toMatchObject({ ok: false, isEmlApiError: true, code: 'ESPOOL', permanent: false });
     expect(result.big!.message).toContain('spool');
     expect(result.small).toEqual({ ok: true });
     expect(result.after).toEqual({ ok: true });

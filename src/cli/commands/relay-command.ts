@@ -21,10 +21,11 @@ import { OPERATIONS_ARG_OPTIONS, operationsHelp, operationsOptions } from '../li
 export const RELAY_HELP = `Usage: eml-api relay [options]
 
 Runs an SMTP server that hands every message it accepts to the email service
-(POST /v1/send/eml), for senders that still speak SMTP (Postfix, PHP, Django,
-Rails, cron...). It answers 250 only once the service accepted the message,
-451 when the failure is transient (the client retries), 5xx when the message
-can never be sent as it is. Runs until interrupted (Ctrl-C or SIGTERM), then
+(POST /v1/send/eml), or with --outbox to the outbox, for senders that still
+speak SMTP (Postfix, PHP, Django, Rails, cron...). It answers 250 only once
+the service accepted the message (with --outbox, once Redis stored it), 451
+when the failure is transient (the client retries), 5xx when the message can
+never be sent as it is. Runs until interrupted (Ctrl-C or SIGTERM), then
 lets the messages it received finish (one still arriving gets 421, and its
 sender retries).
 
