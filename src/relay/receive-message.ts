@@ -106,12 +106,7 @@ export async function receiveMessage(
     if (err === rewriter.failure || (gone && err === gone) || context.signal.aborted || context.arriving.aborted) {
       throw err;
     }
-    if (err instanceof EmlApiError && err.code === 'ESPOOL') throw err;
-    // The spool could not store it: the client may try again.
-    throw new EmlApiError('EMESSAGE', `The relay could not store the message: ${(err as Error).message}`, {
-      cause: err,
-      permanent: false,
-    });
+    throw storingFailed(err);
   } finally {
     stream.off('close', onClose);
   }
@@ -178,11 +173,17 @@ async function respool(spooled: SpooledMessage, messageId: string, context: Rece
     return await spoolMessage(Readable.from(rest(), { objectMode: false }), context.spool, context.arriving);
   } catch (err) {
     if (context.signal.aborted || context.arriving.aborted) throw err;
-    throw new EmlApiError('EMESSAGE', `The relay could not store the message: ${(err as Error).message}`, {
-      cause: err,
-      permanent: false,
-    });
+    throw storingFailed(err);
   }
+}
+
+/**
+ * A failure to store an arriving message, as the relay answers it: the client may try again
+ * (`451`). Its text names no path or system error (the relay's log has them, in `cause`).
+ */
+function storingFailed(err: unknown): EmlApiError {
+  if (err instanceof EmlApiError && err.code === 'ESPOOL') return err;
+  return new EmlApiError('ESPOOL', 'The relay could not store the message', { cause: err, permanent: false });
 }
 
 /** The message's stream (the client's DATA) broke before the message was whole: `ESTREAM`, as in Nodemailer. */

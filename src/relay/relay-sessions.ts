@@ -348,12 +348,15 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
           const misconfigured =
             (sender.owner === 'relay' && reply.text.startsWith('4.7.1')) || reply.text.startsWith('4.3.5');
           const internal = isInternalError(err) && !stream.sizeExceeded;
-          const log = misconfigured || internal ? logger.error : logger.warn;
+          // The relay's disk (full, failing): the operator's to fix, and the reply told the client nothing of it.
+          const spool = err instanceof EmlApiError && err.code === 'ESPOOL';
+          const log = misconfigured || internal || spool ? logger.error : logger.warn;
           log(
             {
               ...where,
               reply: `${reply.code} ${reply.text}`,
               ...(internal ? { err: err instanceof Error ? `${err.name}: ${err.message}` : String(err) } : {}),
+              ...(spool ? { err: withCauses(err) } : {}),
             },
             internal ? 'Message refused: error inside the relay' : 'Message refused',
           );
@@ -375,4 +378,11 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       release(state);
     },
   };
+}
+
+/** An error's message followed by its causes' (`a: b: c`), for the log. */
+function withCauses(err: Error): string {
+  const parts: string[] = [];
+  for (let e: unknown = err; e instanceof Error && parts.length < 5; e = e.cause) parts.push(e.message);
+  return parts.join(': ');
 }

@@ -73,7 +73,8 @@ export function failureReply(err: unknown, owner: KeyOwner): SmtpReply {
         ? { code: 554, text: `5.6.0 The message cannot be sent: ${why}` }
         : { code: 451, text: `4.3.0 Local error in processing: ${why}` };
     case 'ESPOOL':
-      return { code: 451, text: `4.3.0 The relay could not store the message, try again later: ${why}` };
+      // The reason names the relay's own disk (its spool path, the system error): for its log, not the client.
+      return { code: 451, text: '4.3.0 The relay could not store the message, try again later' };
     case 'ECONFIG':
       return { code: 451, text: `4.3.5 The relay is not configured to send this: ${why}` };
     default:
