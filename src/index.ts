@@ -33,7 +33,7 @@ export type { ServiceResponse } from './http/service-response.js';
 export { EmlApiError, type EmlApiErrorCode, type EmlApiErrorDetails } from './shared/eml-api-error.js';
 export type { EmlApiLogger } from './shared/logger.js';
 
-// Operating: metrics, the health port (see "Operating" in the README)
+// Operating: metrics, the health port (see docs/operations.md)
 export type { MetricsOption, MetricsRegistry } from './observability/metrics.js';
 export type { OpsHttpOptions } from './observability/ops-server.js';
 export { VERSION } from './shared/version.js';

@@ -28,13 +28,15 @@ Commands:
 
 Run "eml-api <command> --help" (or "eml-api group <subcommand> --help") for options.
 Environment: EML_API_URL (base URL), EML_API_KEY (API key); --url and --key override them.
-REDIS_URL (the outbox's Redis, for worker and queue, and relay --outbox); --redis overrides it.
+REDIS_URL (the outbox's Redis, for worker and queue, and relay --outbox; comma-separated URLs for a
+Redis Cluster's nodes), REDIS_CLUSTER, REDIS_PASSWORD; --redis overrides REDIS_URL.
 
 Exit codes:
   0  success
   1  the operation failed (service error, refused key, unreachable service, bad input file)
   2  wrong usage (unknown command or option, missing argument, URL or key)
   3  group check: at least one address is not a member
+  4  relay or worker stopped when --grace ran out (messages handed back or given up: they are retried)
 
 Errors print in one line on standard error; add --debug for the stack trace.
 Options: -h, --help   show this help; -v, --version   print the version

@@ -57,7 +57,7 @@ export interface EmlApiClientOptions {
    * Retries of failures the service surely did not process (connection refused,
    * connection reset before the request was written, DNS failure, 429, 503),
    * with exponential backoff and jitter, honouring `Retry-After`. A number sets
-   * `limit`; `false` or `0` turns retries off. See the README, "Reliability".
+   * `limit`; `false` or `0` turns retries off. See docs/transport-and-client.md, "Reliability".
    * @default { limit: 3, baseDelay: 500, maxDelay: 30000, retryAmbiguous: false }
    */
   retries?: number | false | RetryOptions;

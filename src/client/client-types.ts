@@ -116,7 +116,7 @@ export interface AddToGroupProgress {
 export interface AddToGroupOptions extends RequestOptions {
   /**
    * `SKIP` adds the valid entries and reports the others; `ABORT` adds nothing
-   * from a request when any entry fails (across batches, see the README).
+   * from a request when any entry fails (across batches, see docs/transport-and-client.md, "The API client").
    * @default 'ABORT'
    */
   onFailure?: OnFailure;

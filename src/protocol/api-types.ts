@@ -3,7 +3,7 @@
  * the emulator so both always agree on the wire format.
  *
  * The service specification leaves response bodies open; the shapes here are
- * the project's contract (see the README, "Service contract"). The client reads
+ * the project's contract (see docs/contract.md). The client reads
  * them leniently, the emulator produces them exactly.
  *
  * @packageDocumentation

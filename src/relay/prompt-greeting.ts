@@ -40,7 +40,7 @@ interface GreetingConnection {
  * `421 ... You talk too soon`; one that starts talking within the next 100 ms
  * but after the greeting left is no longer caught. A relay open to the
  * Internet should sit behind a firewall or connection rate limit anyway (see
- * "Hostile clients" in the README).
+ * "Hostile clients" in docs/relay.md).
  *
  * The 100 ms timer smtp-server armed still fires, and finds the greeting
  * already done. A connection whose internals are not as pinned above is left

@@ -263,7 +263,7 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    * `noeviction`; 503 with the reasons, and from `close()` on) and
    * `/metrics` (Prometheus text format). Listens on `127.0.0.1` unless
    * `host` says otherwise. Metrics need the optional peer `prom-client`.
-   * See "Operating" in the README.
+   * See docs/operations.md.
    * @default undefined (no port)
    * @example
    * const relay = await startSmtpRelay({ baseUrl, apiKey, http: { port: 9464, host: '0.0.0.0' } });

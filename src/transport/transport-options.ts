@@ -41,7 +41,7 @@ export interface EmlApiTransportOptions extends EmlApiClientOptions {
    * Prometheus metrics of the sends (`eml_api_sends_total`, `eml_api_send_retries_total`,
    * `eml_api_upload_bytes`, `eml_api_upload_duration_seconds`, with `component="transport"`):
    * `true` for prom-client's default registry, or `{ registry }` for yours. Needs the
-   * optional peer `prom-client` (`npm install prom-client`). See "Operating" in the README.
+   * optional peer `prom-client` (`npm install prom-client`). See docs/operations.md.
    * @default false
    * @example
    * new EmlApiTransport({ apiKey, baseUrl, metrics: { registry } });

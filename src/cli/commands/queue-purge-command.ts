@@ -26,7 +26,7 @@ ${REDIS_OPTIONS_HELP}  --all                   the whole queue
                           nothing is removed while a worker is sending)
   -h, --help              show this help
 
-Environment: REDIS_URL.
+Environment: REDIS_URL, REDIS_CLUSTER, REDIS_PASSWORD.
 Exit codes: 0 done, 1 something was left (being sent, or a named job not found) or Redis unreachable, 2 wrong usage.
 `;
 

@@ -25,7 +25,7 @@ ${REDIS_OPTIONS_HELP}  --interval <s>          seconds between lines (default 2)
   --json                  print each line as a JSON object
   -h, --help              show this help
 
-Environment: REDIS_URL.
+Environment: REDIS_URL, REDIS_CLUSTER, REDIS_PASSWORD.
 Exit codes: 0 done, 1 Redis unreachable, 2 wrong usage.
 `;
 

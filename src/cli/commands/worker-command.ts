@@ -85,7 +85,7 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
   requireQueuePeers();
   const operations = operationsOptions(values, 'eml-api worker --http-port');
   if (operations.logFormat === 'json') io = jsonIo(io, [service.apiKey]);
-  // In JSON mode each message's outcome is a JSON line with fixed field names (see "Operating" in the README).
+  // In JSON mode each message's outcome is a JSON line with fixed field names (see "Logs" in docs/operations.md).
   const json = isJsonIo(io) ? io.jsonLogger : undefined;
   await checkKey(service, io);
   const outbox = asUsageError(
