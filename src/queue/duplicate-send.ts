@@ -46,10 +46,18 @@ export type DuplicateSettlement =
 /**
  * KEYS: job hash, failed set. ARGV: job id, data as read, new data.
  * Sets the data only while the job is failed and its data is as read.
+ * Answers 1 too when the data is already exactly the new data: ioredis sends
+ * a command again after reconnecting when its reply was lost, and that
+ * second run must not take the first one's change for another producer's
+ * (the producer would then remove its own content, which the job points at:
+ * review F1). The new data is this producer's alone: it names the content
+ * key of this `sendMail` (`contentKey`, or `putBackBy` for a put-back).
  */
 const SET_IF_UNCHANGED = `
+local data = redis.call('HGET', KEYS[1], 'data')
+if data == ARGV[3] then return 1 end
 if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
-if redis.call('HGET', KEYS[1], 'data') ~= ARGV[2] then return 0 end
+if data ~= ARGV[2] then return 0 end
 redis.call('HSET', KEYS[1], 'data', ARGV[3])
 return 1
 `;
@@ -99,7 +107,11 @@ export async function settleDuplicate(
   // A replacement keeps the job, BullMQ's stall counter included: it takes the count of the stalls already
   // seen too, or its first run would find stalls it never had (review F13 a).
   const seen = stored.stallsSeen === undefined ? {} : { stallsSeen: stored.stallsSeen };
-  const next: OutboxJobData = { ...(retry ? { ...stored, stalls: 0 } : { ...ours, ...seen }), putBackFrom: finishedOn };
+  // Each producer's change is its own (putBackBy, or its content key): the compare-and-set can tell it.
+  const next: OutboxJobData = {
+    ...(retry ? { ...stored, stalls: 0, putBackBy: ours.contentKey } : { ...ours, ...seen }),
+    putBackFrom: finishedOn,
+  };
   const won = (await redis.eval(SET_IF_UNCHANGED, 2, jobKey, failedKey, jobId, raw, JSON.stringify(next))) === 1;
   const job = await queue.getJob(jobId);
   if (!won) {

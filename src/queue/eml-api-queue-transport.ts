@@ -374,7 +374,7 @@ export class EmlApiQueueTransport extends EventEmitter {
     } catch (err) {
       if (err instanceof EmlApiError) {
         // Refused (a job parked for a person): nothing of this call is kept.
-        await this.#content.remove(contentKey).catch(() => undefined);
+        await this.#content.release(jobId, contentKey).catch(() => undefined);
         throw err;
       }
       throw await this.#addFailure(err, jobId, contentKey, left(), send);
@@ -390,13 +390,14 @@ export class EmlApiQueueTransport extends EventEmitter {
     // Replicas confirmed the add with it (the pipeline's WAIT); a failed job put back wrote more since.
     const confirmed = settled.kind === 'new' || settled.kind === 'duplicate' ? added : undefined;
     if (settled.kind === 'duplicate' || settled.kind === 'retried') {
-      if (!inline) await this.#content.remove(contentKey).catch(() => undefined);
+      // Never content the job points at (checked in the same step): a misjudged outcome must not remove it.
+      if (!inline) await this.#content.release(jobId, contentKey).catch(() => undefined);
       await this.#confirmReplicas(confirmed, jobId, send);
       const stored = this.#content.reveal(settled.data);
       return queuedMessageInfo(stored, jobId, true, settled.kind === 'retried' ? 'retried' : undefined);
     }
     if (settled.kind === 'replaced' && settled.removeContent !== undefined) {
-      await this.#content.remove(settled.removeContent).catch(() => undefined);
+      await this.#content.release(jobId, settled.removeContent).catch(() => undefined);
     }
     // The job points at this content (it was added, or replaced a failed one with it): acknowledged only
     // when the content is whole too, as read with the job after the add (or now, after a replacement).
