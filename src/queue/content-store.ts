@@ -331,16 +331,6 @@ export class ContentStore {
   }
 
   /**
-   * Removes the content of a job that no longer needs it (sent, or a duplicate's, fully written).
-   * @example
-   * await store.remove(job.data.contentKey);
-   */
-  async remove(key: string): Promise<void> {
-    // Two plain commands, sent together: nothing writes this key any more, so no step between them matters.
-    await Promise.all([this.#redis.del(key), this.#redis.zrem(this.#index, key)]);
-  }
-
-  /**
    * The stored length of content (-1 when it is not there, or is a tombstone).
    * @example
    * const whole = (await store.storedLength(key)) === store.storedSize(data);
