@@ -23,22 +23,30 @@ if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 `;
 
 /**
- * In one step: the service's answer into the job's data (only while the job
+ * In one step: the content deleted with its entry in the queue's content
+ * index, and the service's answer into the job's data (only while the job
  * exists: a job removed meanwhile is not brought back as a hash of one
- * field), and the content deleted with its entry in the queue's content
- * index. KEYS: job hash, its lock, content key, content index. ARGV: the
+ * field). KEYS: job hash, its lock, content key, content index. ARGV: the
  * lock token, the data as JSON. Answers 0 when the worker no longer holds the job.
+ *
+ * The deletion comes first: on a full Redis (maxmemory reached, `noeviction`)
+ * a script's first write is refused when it is one that needs memory (HSET),
+ * and allowed when it frees (DEL); once a script has written, Redis lets the
+ * rest run (it cannot stop it halfway). The record first was refused: the
+ * backlog of a full Redis drained and freed nothing, and producers stayed
+ * refused (review F4).
  */
 const RECORD_SENT = `${OWNED}
-if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'data', ARGV[2]) end
 redis.call('DEL', KEYS[3])
 redis.call('ZREM', KEYS[4], KEYS[3])
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'data', ARGV[2]) end
 return 1
 `;
 
 /**
  * In one step: the job's data, and, as asked, its content removed (ARGV[3]
- * '1') and its priority set (ARGV[4], '' to leave it). KEYS: job hash, its
+ * '1', first: on a full Redis the freeing lets the rest run, see
+ * RECORD_SENT) and its priority set (ARGV[4], '' to leave it). KEYS: job hash, its
  * lock, content key, content index. ARGV: the lock token, the data as JSON,
  * drop, priority. The job is active (its lock is held), so the priority
  * is only read when BullMQ moves it back to a list: BullMQ's changePriority
@@ -47,11 +55,11 @@ return 1
  */
 const RECORD = `${OWNED}
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-redis.call('HSET', KEYS[1], 'data', ARGV[2])
 if ARGV[3] == '1' then
   redis.call('DEL', KEYS[3])
   redis.call('ZREM', KEYS[4], KEYS[3])
 end
+redis.call('HSET', KEYS[1], 'data', ARGV[2])
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'priority', ARGV[4]) end
 return 1
 `;
