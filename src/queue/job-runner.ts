@@ -172,7 +172,7 @@ export class OutboxJobRunner {
     data: OutboxJobData | undefined,
     startedAt?: number,
   ): Promise<never> {
-    if (this.#settings.stopping()) return this.#settings.handBack(job, token);
+    if (this.#settings.stopping()) return this.#handBackAborted(job, token, err, data, startedAt);
     // Content gone after a stall or a lost answer: that attempt may have delivered it; say so (issue 21, item 5).
     if (data?.possiblyAcceptedAt !== undefined && isContentMissing(err)) {
       err = contentGoneAfterAttempt(data.possiblyAcceptedAt, String(job.id), err as Error);
@@ -208,6 +208,29 @@ export class OutboxJobRunner {
       { dropContent: refused ? data : undefined, retry: outcome.kind === 'retry' },
     );
     throw permanent ? unrecoverable(reported) : reported;
+  }
+
+  /**
+   * Hands back a job whose attempt a forced close aborted. When its upload
+   * may have reached the service (the request was sent; or a 5xx...), that
+   * is recorded as for any such attempt (`possiblyAcceptedAt`, `resendUntil`,
+   * by Redis's clock), with the error, and the job goes back at the priority
+   * of retries, ahead of the backlog: handed back unmarked and behind every
+   * new message, it was later sent again after the service's idempotency
+   * window, and delivered twice (review F6).
+   */
+  async #handBackAborted(
+    job: OutboxJob,
+    token: string | undefined,
+    err: unknown,
+    data: OutboxJobData | undefined,
+    startedAt: number | undefined,
+  ): Promise<never> {
+    if (data !== undefined && startedAt !== undefined && mayHaveBeenAccepted(err)) {
+      const lastError = outboxJobError(err, job.attemptsMade + 1, false, await this.#failedAt());
+      await this.#record(job, token, { lastError, ...this.#window(data, startedAt) }, { retry: true });
+    }
+    return this.#settings.handBack(job, token);
   }
 
   /** Says so when the service asked to wait longer than the worker will (its `Retry-After` over `maxRetryAfter`). */
