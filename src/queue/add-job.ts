@@ -57,6 +57,29 @@ return { data or '', failed or '', finished or '', stored }
 `;
 
 /**
+ * Whether a worker has already taken the job and finished with its content,
+ * read from the state right after the add: it recorded the send (`sent`,
+ * written in the same step as the content's removal, see job-record.ts),
+ * removed content the service refused (`contentRemoved`), or completed the
+ * job. Content missing then was removed by that worker, not lost by Redis:
+ * the job stays and the send was queued (review F3: a fast worker's job was
+ * removed as lost, and `sendMail` rejected "nothing will be sent" for a
+ * message that was delivered).
+ * @example
+ * if (!whole && !finishedByWorker(added.state)) throw lost();
+ */
+export function finishedByWorker(state: AddedState): boolean {
+  if (state.finishedOn !== null && state.failedAt === null) return true;
+  if (state.data === null) return false;
+  try {
+    const data = JSON.parse(state.data) as Partial<OutboxJobData>;
+    return data.sent !== undefined || data.contentRemoved === true;
+  } catch {
+    return false;
+  }
+}
+
+/**
  * A failure after the add ran: the job may be stored (the read or `WAIT`
  * after it failed, or gave an answer that cannot be read), so it is never
  * taken for a refusal of the add.

@@ -69,6 +69,26 @@ redis.call('ZREM', KEYS[3], KEYS[2])
 return 0
 `;
 
+/**
+ * Removes content a `sendMail` stored and does not need after all (its send
+ * was a duplicate, or it put a failed job back with that job's own bytes),
+ * or the content of a job it replaced, unless the job points at it: the
+ * check and the removal in one step, so that no misjudged outcome (a reply
+ * lost and a command re-run, another producer's change) can remove the
+ * content of a job that will be sent (review F1). KEYS: job hash, content
+ * key, content index. Answers 1 when it removed the content, 0 when it kept it.
+ */
+const RELEASE = `
+local data = redis.call('HGET', KEYS[1], 'data')
+if data then
+  local ok, job = pcall(cjson.decode, data)
+  if ok and type(job) == 'table' and job['contentKey'] == KEYS[2] then return 0 end
+end
+redis.call('DEL', KEYS[2])
+redis.call('ZREM', KEYS[3], KEYS[2])
+return 1
+`;
+
 /** The stored length of the content, or -1 when it is not there (gone, or a tombstone). */
 const LENGTH = `
 if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return -1 end
@@ -92,6 +112,7 @@ export interface ContentCommands {
   emlApiDiscard(key: string, index: string, ttl: number): Promise<number>;
   emlApiLength(key: string): Promise<number>;
   emlApiWithdraw(jobKey: string, key: string, index: string, ttl: number): Promise<number>;
+  emlApiRelease(jobKey: string, key: string, index: string): Promise<number>;
 }
 
 const defined = new WeakSet<OutboxRedisClient>();
@@ -107,6 +128,7 @@ export function contentCommands(redis: OutboxRedisClient): OutboxRedisClient & C
     redis.defineCommand('emlApiDiscard', { numberOfKeys: 2, lua: DISCARD });
     redis.defineCommand('emlApiLength', { numberOfKeys: 1, lua: LENGTH });
     redis.defineCommand('emlApiWithdraw', { numberOfKeys: 3, lua: WITHDRAW });
+    redis.defineCommand('emlApiRelease', { numberOfKeys: 3, lua: RELEASE });
     defined.add(redis);
   }
   return redis as OutboxRedisClient & ContentCommands;

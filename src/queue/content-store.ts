@@ -308,18 +308,26 @@ export class ContentStore {
    * if ((await store.withdraw(jobId, contentKey)) === 'withdrawn') throw notQueued(err);
    */
   async withdraw(jobId: string, key: string): Promise<'queued' | 'withdrawn'> {
-    const jobKey = `${this.#location.prefix}:${this.#location.queueName}:${jobId}`;
-    return (await this.#redis.emlApiWithdraw(jobKey, key, this.#index, TOMBSTONE_MS)) === 1 ? 'queued' : 'withdrawn';
+    return (await this.#redis.emlApiWithdraw(this.#jobKey(jobId), key, this.#index, TOMBSTONE_MS)) === 1
+      ? 'queued'
+      : 'withdrawn';
+  }
+
+  /** The Redis key of a job's hash. */
+  #jobKey(jobId: string): string {
+    return `${this.#location.prefix}:${this.#location.queueName}:${jobId}`;
   }
 
   /**
-   * Removes the content of a job that no longer needs it (sent, or a duplicate's, fully written).
+   * Removes content a producer stored and no longer needs (its send was a
+   * duplicate, or put a failed job back with the job's own bytes) or the
+   * content a replaced job had, unless the job points at it (checked in the
+   * same step): `kept` then, else `removed`.
    * @example
-   * await store.remove(job.data.contentKey);
+   * await store.release(jobId, contentKey); // 'removed'
    */
-  async remove(key: string): Promise<void> {
-    // Two plain commands, sent together: nothing writes this key any more, so no step between them matters.
-    await Promise.all([this.#redis.del(key), this.#redis.zrem(this.#index, key)]);
+  async release(jobId: string, key: string): Promise<'removed' | 'kept'> {
+    return (await this.#redis.emlApiRelease(this.#jobKey(jobId), key, this.#index)) === 1 ? 'removed' : 'kept';
   }
 
   /**

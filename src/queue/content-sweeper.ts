@@ -20,6 +20,14 @@ import type { QueueLocation } from './queue-location.js';
  * memory, as it was, every worker that started (a crash loop, autoscaling)
  * scanned the whole keyspace again. An expiring key is gone a day after a
  * queue is removed, and `purgeOutbox()` removes it at once.
+ *
+ * The content of a sent job (its record of the send failed: a Redis error,
+ * a worker killed in between) needs no grace: it is freed at every sweep,
+ * whatever its age, by a pass that only deletes, which a full Redis
+ * (maxmemory reached, `noeviction`) allows, and which runs there even
+ * without the sweeper's lock (whose SET a full Redis refuses): each step is
+ * safe to run twice. A full Redis then gets its memory back as soon as its
+ * backlog is sent (review F4).
  */
 
 /**
@@ -48,11 +56,14 @@ const LOCK_MS = 60_000;
  * content whose job is gone, points elsewhere, or was sent is removed;
  * content of waiting, delayed, active and failed jobs stays and is looked at
  * again after another grace. Keys already gone (or tombstones, which expire
- * by themselves) leave the index.
+ * by themselves) leave the index. The removals come before the entries kept
+ * are scored again: on a full Redis a script's first write may only free.
+ * KEYS: the index, the queue's completed set.
  */
 const SWEEP_BATCH = `
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 local removed = 0
+local kept = {}
 for _, key in ipairs(due) do
   if redis.call('TYPE', key).ok ~= 'string' then
     redis.call('ZREM', KEYS[1], key)
@@ -64,12 +75,12 @@ for _, key in ipairs(due) do
       if data then
         local ok, job = pcall(cjson.decode, data)
         if ok and type(job) == 'table' and job['contentKey'] == key then
-          needed = not redis.call('ZSCORE', ARGV[4] .. 'completed', jobId)
+          needed = not redis.call('ZSCORE', KEYS[2], jobId)
         end
       end
     end
     if needed then
-      redis.call('ZADD', KEYS[1], ARGV[3], key)
+      kept[#kept + 1] = key
     else
       redis.call('DEL', key)
       redis.call('ZREM', KEYS[1], key)
@@ -77,7 +88,38 @@ for _, key in ipairs(due) do
     end
   end
 end
+for _, key in ipairs(kept) do redis.call('ZADD', KEYS[1], ARGV[3], key) end
 return { #due, removed }
+`;
+
+/**
+ * Frees the content of sent jobs, whatever its age: of the index entries
+ * from rank ARGV[1] (ARGV[2] of them), the content whose job points at it
+ * and was sent (completed, or its data holds the record of the send) is
+ * deleted with its entry. It only deletes, so a full Redis runs it. KEYS:
+ * the index, the queue's completed set. ARGV: first rank, count, the job
+ * keys' base, the content keys' prefix.
+ */
+const FREE_SENT = `
+local entries = redis.call('ZRANGE', KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[1]) + tonumber(ARGV[2]) - 1)
+local removed = 0
+for _, key in ipairs(entries) do
+  local jobId = string.match(string.sub(key, string.len(ARGV[4]) + 1), '^(.+):%d+%-%x+$')
+  if jobId and redis.call('TYPE', key).ok == 'string' then
+    local data = redis.call('HGET', ARGV[3] .. jobId, 'data')
+    if data then
+      local ok, job = pcall(cjson.decode, data)
+      if ok and type(job) == 'table' and job['contentKey'] == key then
+        if type(job['sent']) == 'table' or redis.call('ZSCORE', KEYS[2], jobId) then
+          redis.call('DEL', key)
+          redis.call('ZREM', KEYS[1], key)
+          removed = removed + 1
+        end
+      end
+    end
+  end
+end
+return { #entries, removed }
 `;
 
 /** Renews the lock if this sweeper still holds it. */
@@ -105,9 +147,18 @@ return redis.call('DEL', KEYS[1])
 interface SweepCommands {
   emlApiSweepBatch(
     index: string,
+    completed: string,
     cutoff: number,
     batch: number,
     now: number,
+    jobKeyBase: string,
+    contentPrefix: string,
+  ): Promise<[number, number]>;
+  emlApiFreeSent(
+    index: string,
+    completed: string,
+    start: number,
+    count: number,
     jobKeyBase: string,
     contentPrefix: string,
   ): Promise<[number, number]>;
@@ -120,7 +171,8 @@ const defined = new WeakSet<OutboxRedisClient>();
 
 function commands(redis: OutboxRedisClient): OutboxRedisClient & SweepCommands {
   if (!defined.has(redis)) {
-    redis.defineCommand('emlApiSweepBatch', { numberOfKeys: 1, lua: SWEEP_BATCH });
+    redis.defineCommand('emlApiSweepBatch', { numberOfKeys: 2, lua: SWEEP_BATCH });
+    redis.defineCommand('emlApiFreeSent', { numberOfKeys: 2, lua: FREE_SENT });
     redis.defineCommand('emlApiRenewLock', { numberOfKeys: 1, lua: RENEW });
     redis.defineCommand('emlApiReleaseLock', { numberOfKeys: 1, lua: RELEASE });
     redis.defineCommand('emlApiNow', { numberOfKeys: 1, lua: NOW });
@@ -169,8 +221,18 @@ export async function sweepStoredContent(
   const r = commands(redis);
   const keys = outboxKeys(location);
   const token = randomBytes(8).toString('hex');
-  if ((await r.set(keys.sweepLock, token, 'PX', LOCK_MS, 'NX')) !== 'OK') return 0;
+  let locked: boolean;
   try {
+    locked = (await r.set(keys.sweepLock, token, 'PX', LOCK_MS, 'NX')) === 'OK';
+  } catch (err) {
+    // A full Redis refuses the lock's SET: free what sent jobs hold, which needs no lock.
+    if (!isOutOfMemory(err)) throw err;
+    return freeSentContent(r, location);
+  }
+  if (!locked) return 0;
+  try {
+    // First what frees memory at once (and runs on a full Redis): the content of sent jobs, at any age.
+    let removed = await freeSentContent(r, location);
     // Redis's clock, the one the index was written with: never this machine's.
     const now = await r.emlApiNow(keys.contentIndex);
     // Once a day for the queue, whichever worker sweeps, not once per worker start: the marker holds when
@@ -180,16 +242,15 @@ export async function sweepStoredContent(
       await indexLegacyContent(r, location, keys.contentIndex, now);
       await r.set(keys.legacyScanned, String(now), 'PX', Math.max(legacyScanEveryMs, LEGACY_SCAN_EVERY_MS));
     }
-    const jobKeyBase = `${location.prefix}:${location.queueName}:`;
-    let removed = 0;
     for (;;) {
       // Entries found needed are scored just after `now`, so after the cutoff: each is judged once per sweep.
       const [examined, gone] = await r.emlApiSweepBatch(
         keys.contentIndex,
+        completedKey(location),
         now - graceMs,
         BATCH,
         now + 1,
-        jobKeyBase,
+        jobKeyBase(location),
         location.contentKeyPrefix,
       );
       removed += gone;
@@ -201,6 +262,47 @@ export async function sweepStoredContent(
   } finally {
     await r.emlApiReleaseLock(keys.sweepLock, token).catch(() => undefined);
   }
+}
+
+/**
+ * Deletes the content of sent jobs, at any age (FREE_SENT), walking the
+ * whole index in batches by rank: the index holds only the content stored
+ * beside jobs (over 64 KiB), the backlog of such messages and what failed
+ * jobs keep, so a walk every sweep costs little. Entries removed meanwhile
+ * (sends recorded) move the ranks; what a batch misses, the next sweep finds.
+ * @returns how many were deleted
+ */
+async function freeSentContent(r: OutboxRedisClient & SweepCommands, location: QueueLocation): Promise<number> {
+  const index = outboxKeys(location).contentIndex;
+  let removed = 0;
+  for (let start = 0; ;) {
+    const [examined, gone] = await r.emlApiFreeSent(
+      index,
+      completedKey(location),
+      start,
+      BATCH,
+      jobKeyBase(location),
+      location.contentKeyPrefix,
+    );
+    removed += gone;
+    if (examined < BATCH) return removed;
+    start += examined - gone;
+  }
+}
+
+/** Where a queue's job keys start: `{prefix}:{queue}:`. */
+function jobKeyBase(location: QueueLocation): string {
+  return `${location.prefix}:${location.queueName}:`;
+}
+
+/** The queue's completed set (BullMQ's). */
+function completedKey(location: QueueLocation): string {
+  return `${jobKeyBase(location)}completed`;
+}
+
+/** Whether Redis refused a command because it is full (maxmemory reached, `noeviction`). */
+function isOutOfMemory(err: unknown): boolean {
+  return err instanceof Error && err.message.startsWith('OOM ');
 }
 
 /**

@@ -41,15 +41,35 @@ export type DuplicateSettlement =
   | { kind: 'duplicate'; data: OutboxJobData }
   | { kind: 'retried'; data: OutboxJobData }
   | { kind: 'replaced'; removeContent: string | undefined }
+  | { kind: 'lost' }
   | { kind: 'gone' };
 
 /**
- * KEYS: job hash, failed set. ARGV: job id, data as read, new data.
- * Sets the data only while the job is failed and its data is as read.
+ * KEYS: job hash, failed set, the new content's key. ARGV: job id, data as
+ * read, new data, the stored length the new content must have ('' when
+ * there is none to check: content in the job, or a put-back).
+ * Sets the data only while the job is failed and its data is as read, and
+ * only over new content that is whole: checked in the same step, since once
+ * the job is put back a worker may send it and delete its content at once
+ * (a check after it took that for content Redis lost: review F3). Answers -1
+ * when the new content is not whole (Redis lost it), 0 when another producer
+ * changed the job, 1 when it set the data, and 1 too when the data is already
+ * exactly the new data: ioredis sends a command again after reconnecting when
+ * its reply was lost, and that second run must not take the first one's
+ * change for another producer's (the producer would then remove its own
+ * content, which the job points at: review F1). The new data is this
+ * producer's alone: it names the content key of this `sendMail`
+ * (`contentKey`, or `putBackBy` for a put-back).
  */
 const SET_IF_UNCHANGED = `
+local data = redis.call('HGET', KEYS[1], 'data')
+if data == ARGV[3] then return 1 end
 if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
-if redis.call('HGET', KEYS[1], 'data') ~= ARGV[2] then return 0 end
+if data ~= ARGV[2] then return 0 end
+if ARGV[4] ~= '' then
+  if redis.call('TYPE', KEYS[3]).ok ~= 'string' then return -1 end
+  if redis.call('STRLEN', KEYS[3]) ~= tonumber(ARGV[4]) then return -1 end
+end
 redis.call('HSET', KEYS[1], 'data', ARGV[3])
 return 1
 `;
@@ -59,12 +79,15 @@ return 1
  * duplicate id) with `ours` as its data, from what the id held right after
  * the add (read in the same round trip, see add-job.ts). Returns `gone` when
  * no job has the id any more (removed between the add and the look): add it
- * again. Only a failed job takes more round trips.
+ * again; `lost` when a failed job would have been replaced by content that
+ * is not whole (Redis lost it as it was written): the job is left as it was.
+ * Only a failed job takes more round trips.
  *
+ * @param storedLength the stored length `ours` has under its content key (none: content in the job)
  * @param now the producer's clock, for a job's `resendUntil` @default Date.now()
  * @throws {EmlApiError} `EMESSAGE` (permanent, with `idempotencyKey` and `queueId`) when the job was parked for a person
  * @example
- * const settled = await settleDuplicate(queue, redis, jobId, data, (await addJob(queue, redis, job)).state);
+ * const settled = await settleDuplicate(queue, redis, jobId, data, (await addJob(queue, redis, job)).state, stored);
  */
 export async function settleDuplicate(
   queue: Queue<OutboxJobData, OutboxSendResult>,
@@ -72,6 +95,7 @@ export async function settleDuplicate(
   jobId: string,
   ours: OutboxJobData,
   added: AddedState,
+  storedLength: number | undefined,
   now = Date.now(),
 ): Promise<DuplicateSettlement> {
   const jobKey = queue.toKey(jobId);
@@ -99,8 +123,25 @@ export async function settleDuplicate(
   // A replacement keeps the job, BullMQ's stall counter included: it takes the count of the stalls already
   // seen too, or its first run would find stalls it never had (review F13 a).
   const seen = stored.stallsSeen === undefined ? {} : { stallsSeen: stored.stallsSeen };
-  const next: OutboxJobData = { ...(retry ? { ...stored, stalls: 0 } : { ...ours, ...seen }), putBackFrom: finishedOn };
-  const won = (await redis.eval(SET_IF_UNCHANGED, 2, jobKey, failedKey, jobId, raw, JSON.stringify(next))) === 1;
+  // Each producer's change is its own (putBackBy, or its content key): the compare-and-set can tell it.
+  const next: OutboxJobData = {
+    ...(retry ? { ...stored, stalls: 0, putBackBy: ours.contentKey } : { ...ours, ...seen }),
+    putBackFrom: finishedOn,
+  };
+  const whole = retry || storedLength === undefined ? '' : String(storedLength);
+  const set = await redis.eval(
+    SET_IF_UNCHANGED,
+    3,
+    jobKey,
+    failedKey,
+    ours.contentKey,
+    jobId,
+    raw,
+    JSON.stringify(next),
+    whole,
+  );
+  if (set === -1) return { kind: 'lost' };
+  const won = set === 1;
   const job = await queue.getJob(jobId);
   if (!won) {
     // Another producer changed it first. Should it have died before putting the job back, do it for it.

@@ -11,7 +11,7 @@ import { BuildThreadPool } from '../transport/build-threads/pool.js';
 import { jsonRouteOf } from '../transport/json-route.js';
 import type { NodemailerMail } from '../transport/nodemailer-types.js';
 import { ContentStore } from './content-store.js';
-import { addJob, AfterTheAdd, waitForReplicas, type AddedJob } from './add-job.js';
+import { addJob, AfterTheAdd, finishedByWorker, waitForReplicas, type AddedJob } from './add-job.js';
 import { settleDuplicate, type DuplicateSettlement } from './duplicate-send.js';
 import { outboxJobId } from './outbox-job-id.js';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
@@ -362,6 +362,8 @@ export class EmlApiQueueTransport extends EventEmitter {
     }
     let settled: DuplicateSettlement = { kind: 'gone' };
     let added: AddedJob | undefined;
+    // What this content must measure under its key (none when it is in the job, which carries it whole).
+    const storedSize = inline ? undefined : this.#content.storedSize(data);
     try {
       // A job with this id may be there already: BullMQ then keeps it and ignores this one, and what the
       // call does depends on that job (see duplicate-send.ts). Removed in between, it is added again.
@@ -369,12 +371,12 @@ export class EmlApiQueueTransport extends EventEmitter {
         const { replicas } = this.#settings;
         const job = { name: content.kind, data, opts: { ...this.#settings.jobOptions, jobId }, contentKey, replicas };
         added = await withDeadline(addJob(this.queue, redis, job), left());
-        settled = await withDeadline(settleDuplicate(this.queue, redis, jobId, data, added.state), left());
+        settled = await withDeadline(settleDuplicate(this.queue, redis, jobId, data, added.state, storedSize), left());
       }
     } catch (err) {
       if (err instanceof EmlApiError) {
         // Refused (a job parked for a person): nothing of this call is kept.
-        await this.#content.remove(contentKey).catch(() => undefined);
+        await this.#content.release(jobId, contentKey).catch(() => undefined);
         throw err;
       }
       throw await this.#addFailure(err, jobId, contentKey, left(), send);
@@ -387,26 +389,29 @@ export class EmlApiQueueTransport extends EventEmitter {
         send,
       );
     }
+    if (settled.kind === 'lost') {
+      // The failed job was left as it was: nothing of this call is kept.
+      await this.#content.discard(contentKey).catch(() => undefined);
+      throw this.#lost(send);
+    }
     // Replicas confirmed the add with it (the pipeline's WAIT); a failed job put back wrote more since.
     const confirmed = settled.kind === 'new' || settled.kind === 'duplicate' ? added : undefined;
     if (settled.kind === 'duplicate' || settled.kind === 'retried') {
-      if (!inline) await this.#content.remove(contentKey).catch(() => undefined);
+      // Never content the job points at (checked in the same step): a misjudged outcome must not remove it.
+      if (!inline) await this.#content.release(jobId, contentKey).catch(() => undefined);
       await this.#confirmReplicas(confirmed, jobId, send);
       const stored = this.#content.reveal(settled.data);
       return queuedMessageInfo(stored, jobId, true, settled.kind === 'retried' ? 'retried' : undefined);
     }
     if (settled.kind === 'replaced' && settled.removeContent !== undefined) {
-      await this.#content.remove(settled.removeContent).catch(() => undefined);
+      await this.#content.release(jobId, settled.removeContent).catch(() => undefined);
     }
     // The job points at this content (it was added, or replaced a failed one with it): acknowledged only
-    // when the content is whole too, as read with the job after the add (or now, after a replacement).
-    // Content in the job came with it, whole (the add is one script).
-    const storedLength = inline
-      ? this.#content.storedSize(data)
-      : settled.kind === 'new'
-        ? added!.state.storedLength
-        : await this.#storedLength(contentKey, left(), send);
-    await this.#confirmStored(jobId, contentKey, storedLength === this.#content.storedSize(data), send);
+    // when the content is whole too, as read with the job right after the add (a replacement checked it
+    // in the same step as it set the data). Content in the job came with it, whole (the add is one script).
+    if (settled.kind === 'new' && storedSize !== undefined && added!.state.storedLength !== storedSize) {
+      await this.#confirmStored(jobId, contentKey, finishedByWorker(added!.state), send);
+    }
     await this.#confirmReplicas(confirmed, jobId, send);
     const clear = { ...data, envelope: content.envelope, messageId: content.messageId };
     return queuedMessageInfo(clear, jobId, false, settled.kind === 'replaced' ? 'replaced' : undefined);
@@ -506,30 +511,29 @@ export class EmlApiQueueTransport extends EventEmitter {
     );
   }
 
-  /** The stored length of the content (-1 when it is not there). */
-  async #storedLength(contentKey: string, ms: number, send: StoredSend): Promise<number> {
-    try {
-      return await withDeadline(this.#content.storedLength(contentKey), ms);
-    } catch (err) {
-      throw redisFailure(err, `Could not queue the message in Redis at ${this.#redis.where}`, true, send);
-    }
+  /**
+   * The content under the job's key is not whole, as read with the job right
+   * after the add. A worker may have taken the job and finished with it
+   * already (`finished`: it recorded the send, which removes the content in
+   * the same step, or the service refused it): then the send was queued, and
+   * the job stays (review F3). Otherwise Redis lost data since the content
+   * was written (a restart without AOF, a failover) and a re-sent add
+   * re-created the job alone: the content is discarded (no worker can send
+   * the job then: it finds no content and fails it, sending nothing), the job
+   * removed, and the send refused, so the app queues it again. BullMQ adds a
+   * job with a script of its own, so the read cannot be in the same script
+   * as the add; it runs right after it, in the same pipeline.
+   */
+  async #confirmStored(jobId: string, contentKey: string, finished: boolean, send: StoredSend): Promise<void> {
+    if (finished) return;
+    await this.#content.discard(contentKey).catch(() => undefined);
+    await this.queue.remove(jobId).catch(() => undefined);
+    throw this.#lost(send);
   }
 
-  /**
-   * Acknowledges only what Redis holds whole: the job points at this content
-   * (read with the add, in the same round trip) and the content is all there.
-   * BullMQ adds a job with a script of its own, so the check cannot be in the
-   * same script as the add; it runs right after it, on the same connection.
-   * Redis may have lost data since the content was written (a restart without
-   * AOF, a failover) and a re-sent add re-created the job alone: then the job
-   * is removed (a worker that took it meanwhile finds no content and fails
-   * it, sending nothing) and the send is refused, so the app queues it again.
-   */
-  async #confirmStored(jobId: string, contentKey: string, whole: boolean, send: StoredSend): Promise<void> {
-    if (whole) return;
-    await this.queue.remove(jobId).catch(() => undefined);
-    await this.#content.discard(contentKey).catch(() => undefined);
-    throw new EmlApiError(
+  /** The error of a send whose content Redis lost as it was queued. */
+  #lost(send: StoredSend): EmlApiError {
+    return new EmlApiError(
       'ECONNECTION',
       `Redis at ${this.#redis.where} lost the message as it was queued (it restarted or failed over): ` +
         'not queued, nothing will be sent; queue it again',

@@ -19,7 +19,7 @@ import { capRateLimitPause, seconds } from './rate-limit-pause.js';
 import { RedisClock, redisTime } from './redis-clock.js';
 import { compareKeyChecks } from './key-checks.js';
 import type { OutboxKeyring } from './content-cipher.js';
-import { outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
+import { isOutboxBackoffType, outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
 import type { EmlApiWorkerOptions } from './worker-options.js';
 import { WorkerTelemetry } from './worker-telemetry.js';
 import { redisPassword } from './outbox-readiness.js';
@@ -160,14 +160,18 @@ export class EmlApiWorker extends EventEmitter {
           concurrency: settings.concurrency,
           limiter: settings.limiter,
           settings: {
-            backoffStrategy: (attemptsMade: number, _type?: string, err?: Error, job?: MinimalJob) =>
-              outboxBackoffDelay(
-                attemptsMade,
-                job?.opts.backoff as Partial<OutboxBackoffOptions> | undefined,
-                err,
-                Math.random,
-                settings.maxRetryAfter,
-              ),
+            // BullMQ asks by the type stored on each job: the outbox's name now, and the one jobs queued before
+            // the rename still carry. Any other type is not the outbox's: -1 fails the job (BullMQ's convention).
+            backoffStrategy: (attemptsMade: number, type?: string, err?: Error, job?: MinimalJob) =>
+              isOutboxBackoffType(type)
+                ? outboxBackoffDelay(
+                    attemptsMade,
+                    job?.opts.backoff as Partial<OutboxBackoffOptions> | undefined,
+                    err,
+                    Math.random,
+                    settings.maxRetryAfter,
+                  )
+                : -1,
           },
         },
       );

@@ -12,7 +12,7 @@ import {
   parkedAfterWindow,
   stallFailure,
 } from './job-failure.js';
-import { recordSent } from './job-record.js';
+import { recordOnJob, recordSent, type JobRecordKeys } from './job-record.js';
 import { readOutboxJobData, type OutboxJob, type OutboxJobData, type OutboxSendResult } from './outbox-job.js';
 import type { QueueLocation } from './queue-location.js';
 import { loadBullmq } from './queue-peers.js';
@@ -118,7 +118,7 @@ export class OutboxJobRunner {
     // BullMQ counts stalls (a worker that stopped while it held the job) and moves the job straight back
     // to the queue; the outbox makes each one a failed attempt, retried after its backoff, up to maxStalls.
     const stalled = (job.stalledCounter ?? 0) - (data.stallsSeen ?? 0);
-    if (stalled > 0) return this.#failStalled(job, data, stalled, now);
+    if (stalled > 0) return this.#failStalled(job, token, data, stalled, now);
     // A job that has stalled is sent alone in this worker (solo-gate.ts): should it crash the worker
     // again, no other send goes down with it, and that stall is its own.
     const alone = (data.stalls ?? 0) > 0;
@@ -139,23 +139,24 @@ export class OutboxJobRunner {
   ): Promise<OutboxSendResult> {
     if (this.#settings.stopping()) return this.#settings.handBack(job, token);
     const startedAt = await this.#settings.now();
-    if (data.resendUntil !== undefined && startedAt >= data.resendUntil) return this.#parkAfterWindow(job, data);
+    if (data.resendUntil !== undefined && startedAt >= data.resendUntil) return this.#parkAfterWindow(job, token, data);
     try {
       // Marked before it goes out: if the worker dies now, the stall is counted toward maxStalls.
-      if (alone) await job.updateData({ ...job.data, aloneAt: data.stallsSeen ?? 0 });
+      if (alone && !(await this.#write(job, token, { ...job.data, aloneAt: data.stallsSeen ?? 0 }))) {
+        throw new Error('This worker no longer holds the job (its lock expired): not sent by it');
+      }
       const result = await sendOutboxJob(this.#settings.requester(), this.#settings.content, data);
       // Not awaited: BullMQ's completion follows it on the same connection, in the same round trip.
-      void recordSent(
-        this.#settings.redis,
-        { job: this.#jobKey(job), contentIndex: outboxKeys(this.#settings.location).contentIndex },
-        data,
-        result,
-      ).catch((err: unknown) =>
-        // The send stands; without the record a re-run posts again and the service answers from the first send.
-        this.#settings.logger.warn(
-          { job: job.id, error: (err as Error).message },
-          'Could not record the send on the job',
-        ),
+      recordSent(this.#settings.redis, this.#keys(job), data, result, token).then(
+        (owned) => {
+          if (!owned) this.#warnNotOwner(job, 'its record of the send');
+        },
+        (err: unknown) =>
+          // The send stands; without the record a re-run posts again and the service answers from the first send.
+          this.#settings.logger.warn(
+            { job: job.id, error: (err as Error).message },
+            'Could not record the send on the job',
+          ),
       );
       return result;
     } catch (err) {
@@ -171,7 +172,7 @@ export class OutboxJobRunner {
     data: OutboxJobData | undefined,
     startedAt?: number,
   ): Promise<never> {
-    if (this.#settings.stopping()) return this.#settings.handBack(job, token);
+    if (this.#settings.stopping()) return this.#handBackAborted(job, token, err, data, startedAt);
     // Content gone after a stall or a lost answer: that attempt may have delivered it; say so (issue 21, item 5).
     if (data?.possiblyAcceptedAt !== undefined && isContentMissing(err)) {
       err = contentGoneAfterAttempt(data.possiblyAcceptedAt, String(job.id), err as Error);
@@ -184,7 +185,8 @@ export class OutboxJobRunner {
       const pauseMs = Math.min(action.ms, this.#settings.maxRetryAfter);
       await this.#settings.rateLimit(pauseMs);
       this.#settings.logger.warn({ job: job.id, pauseMs }, 'The service is rate limiting: queue paused');
-      await this.#record(job, { lastError: outboxJobError(err, job.attemptsMade + 1, false, await this.#failedAt()) });
+      const lastError = outboxJobError(err, job.attemptsMade + 1, false, await this.#failedAt());
+      await this.#record(job, token, { lastError });
       throw loadBullmq().Worker.RateLimitError();
     }
     const attempt = job.attemptsMade + 1;
@@ -197,6 +199,7 @@ export class OutboxJobRunner {
     const window = data && startedAt !== undefined && mayHaveBeenAccepted(err) ? this.#window(data, startedAt) : {};
     await this.#record(
       job,
+      token,
       {
         lastError: outboxJobError(reported, attempt, permanent, at),
         ...window,
@@ -205,6 +208,29 @@ export class OutboxJobRunner {
       { dropContent: refused ? data : undefined, retry: outcome.kind === 'retry' },
     );
     throw permanent ? unrecoverable(reported) : reported;
+  }
+
+  /**
+   * Hands back a job whose attempt a forced close aborted. When its upload
+   * may have reached the service (the request was sent; or a 5xx...), that
+   * is recorded as for any such attempt (`possiblyAcceptedAt`, `resendUntil`,
+   * by Redis's clock), with the error, and the job goes back at the priority
+   * of retries, ahead of the backlog: handed back unmarked and behind every
+   * new message, it was later sent again after the service's idempotency
+   * window, and delivered twice (review F6).
+   */
+  async #handBackAborted(
+    job: OutboxJob,
+    token: string | undefined,
+    err: unknown,
+    data: OutboxJobData | undefined,
+    startedAt: number | undefined,
+  ): Promise<never> {
+    if (data !== undefined && startedAt !== undefined && mayHaveBeenAccepted(err)) {
+      const lastError = outboxJobError(err, job.attemptsMade + 1, false, await this.#failedAt());
+      await this.#record(job, token, { lastError, ...this.#window(data, startedAt) }, { retry: true });
+    }
+    return this.#settings.handBack(job, token);
   }
 
   /** Says so when the service asked to wait longer than the worker will (its `Retry-After` over `maxRetryAfter`). */
@@ -230,7 +256,7 @@ export class OutboxJobRunner {
   }
 
   /** Parks a job whose send may have been accepted, now that the service may have forgotten its key. */
-  async #parkAfterWindow(job: OutboxJob, data: OutboxJobData): Promise<never> {
+  async #parkAfterWindow(job: OutboxJob, token: string | undefined, data: OutboxJobData): Promise<never> {
     const parked = parkedAfterWindow(data.possiblyAcceptedAt ?? data.resendUntil!, String(job.id));
     this.#settings.logger.error({ job: job.id }, parked.message);
     const at = await this.#failedAt();
@@ -238,7 +264,7 @@ export class OutboxJobRunner {
       ...outboxJobError(parked, job.attemptsMade + 1, true, at),
       parked: 'idempotency-window' as const,
     };
-    await this.#record(job, { lastError });
+    await this.#record(job, token, { lastError });
     throw unrecoverable(parked);
   }
 
@@ -247,7 +273,13 @@ export class OutboxJobRunner {
    * while it sent it. That attempt failed, its outcome unknown: retried after
    * its backoff like any other, or, past `maxStalls`, parked for a person.
    */
-  async #failStalled(job: OutboxJob, data: OutboxJobData, stalled: number, now: number): Promise<never> {
+  async #failStalled(
+    job: OutboxJob,
+    token: string | undefined,
+    data: OutboxJobData,
+    stalled: number,
+    now: number,
+  ): Promise<never> {
     const stalls = (data.stalls ?? 0) + stalled;
     // Only the stalls of runs alone count toward parking: a send beside others may have stalled for
     // another job's crash. A run alone since the last count marked the job with the count (aloneAt);
@@ -267,7 +299,7 @@ export class OutboxJobRunner {
     if (aloneStalls > this.#settings.maxStalls) {
       const parked = parkedAfterStalls(stalls, String(job.id), aloneStalls);
       this.#settings.logger.error({ job: job.id, stalls, aloneStalls }, parked.message);
-      await this.#record(job, {
+      await this.#record(job, token, {
         ...counted,
         lastError: { ...outboxJobError(parked, attempt, true, at), parked: 'stalls' },
       });
@@ -278,6 +310,7 @@ export class OutboxJobRunner {
     const reported = explainFailure(err, outcome);
     await this.#record(
       job,
+      token,
       { ...counted, lastError: outboxJobError(reported, attempt, false, at) },
       { retry: outcome.kind === 'retry' },
     );
@@ -289,19 +322,25 @@ export class OutboxJobRunner {
     return new Date(await this.#settings.now().catch(() => Date.now()));
   }
 
-  /** The Redis key of a job's hash. */
-  #jobKey(job: OutboxJob): string {
-    return `${this.#settings.location.prefix}:${this.#settings.location.queueName}:${job.id}`;
+  /** The Redis keys of a job's records: its hash (its lock beside it) and the queue's content index. */
+  #keys(job: OutboxJob): JobRecordKeys {
+    const { location } = this.#settings;
+    return {
+      job: `${location.prefix}:${location.queueName}:${job.id}`,
+      contentIndex: outboxKeys(location).contentIndex,
+    };
   }
 
   /**
    * Keeps the record of a failed attempt on the job (its error, for `queue
    * status` and dashboards), removes the content of the job `dropContent` gives (its key, or its `inline` field),
    * and, when it is to be tried again, gives it the priority of retries,
-   * which workers take before new messages.
+   * which workers take before new messages: in one step, only while this
+   * worker holds the job (job-record.ts).
    */
   async #record(
     job: OutboxJob,
+    token: string | undefined,
     fields: Partial<OutboxJobData>,
     { dropContent, retry = false }: { dropContent?: OutboxJobData | undefined; retry?: boolean } = {},
   ): Promise<void> {
@@ -309,20 +348,48 @@ export class OutboxJobRunner {
     // Content kept in the job leaves with its data; content beside it, with its key.
     const updated = dropContent ? rest : { ...rest, ...(inline === undefined ? {} : { inline }) };
     try {
-      await Promise.all([
-        job.updateData(updated as OutboxJobData),
-        dropContent === undefined || dropContent.inline !== undefined
-          ? undefined
-          : this.#settings.content.remove(dropContent.contentKey),
+      await this.#write(job, token, updated as OutboxJobData, {
+        dropContent: dropContent !== undefined && dropContent.inline === undefined,
         // Read by BullMQ when it promotes the job from delayed: priority 0 puts it in the wait list, taken first.
-        retry && job.priority !== RETRY_PRIORITY ? job.changePriority({ priority: RETRY_PRIORITY }) : undefined,
-      ]);
+        priority: retry && job.priority !== RETRY_PRIORITY ? RETRY_PRIORITY : undefined,
+      });
     } catch (err) {
       this.#settings.logger.warn(
         { job: job.id, error: (err as Error).message },
         'Could not record the error on the job',
       );
     }
+  }
+
+  /**
+   * Writes a job's data (and what `options` asks) while this worker holds the
+   * job, keeping BullMQ's copy in memory in step; warns and returns false when
+   * it no longer does.
+   */
+  async #write(
+    job: OutboxJob,
+    token: string | undefined,
+    data: OutboxJobData,
+    options: { dropContent?: boolean; priority?: number | undefined } = {},
+  ): Promise<boolean> {
+    const outcome = await recordOnJob(this.#settings.redis, this.#keys(job), token, data, options);
+    if (outcome === 'not-owner') {
+      this.#warnNotOwner(job, 'its record of the attempt');
+      return false;
+    }
+    if (outcome === 'gone') return false;
+    job.data = data;
+    if (options.priority !== undefined) job.priority = options.priority;
+    return true;
+  }
+
+  /** Says that a write was dropped because another worker holds the job now. */
+  #warnNotOwner(job: OutboxJob, what: string): void {
+    this.#settings.logger.warn(
+      { job: job.id },
+      `This worker no longer holds the job (its lock expired: it stalled, and another worker took it): ${what} is dropped; ` +
+        "the other worker's send, under the same idempotency key, is answered by the service from this one's",
+    );
   }
 }
 

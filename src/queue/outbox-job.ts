@@ -170,6 +170,13 @@ export interface OutboxJobData {
    */
   putBackFrom?: number;
   /**
+   * Set when a `sendMail` put the job back with its own bytes (it may have
+   * been accepted): the content key that `sendMail` stored and dropped. It
+   * makes the change that producer's alone, so that the change, made again
+   * when its reply was lost, is known as its own.
+   */
+  putBackBy?: string;
+  /**
    * The trace context of the request that queued the mail (W3C Trace Context,
    * written when an OpenTelemetry span was active): the worker's span of the
    * job continues that trace. No secret: two random ids and flags.

@@ -56,11 +56,30 @@ export const DEFAULT_RETRY_SCHEDULE: Readonly<Required<RetryScheduleOptions>> = 
 });
 
 /**
- * The BullMQ backoff type of the outbox; its workers compute the waits ({@link outboxBackoffDelay}).
+ * The BullMQ backoff type of the outbox's jobs; its workers compute the waits ({@link outboxBackoffDelay}).
  * @example
- * job.opts.backoff; // { type: 'eml-api-relay', delay: 5000, maxDelay: 3600000, jitter: 0.2 }
+ * job.opts.backoff; // { type: 'eml-api-outbox', delay: 5000, maxDelay: 3600000, jitter: 0.2 }
  */
-export const OUTBOX_BACKOFF_TYPE = 'eml-api-relay';
+export const OUTBOX_BACKOFF_TYPE = 'eml-api-outbox';
+
+/**
+ * The backoff type jobs queued before it was renamed carry (`eml-api-relay`,
+ * a name from when the outbox was the relay's; issue 17): BullMQ looks a
+ * job's backoff up by the type stored on the job, so workers still compute
+ * the waits of jobs that carry it.
+ * @example
+ * isOutboxBackoffType(LEGACY_OUTBOX_BACKOFF_TYPE); // true
+ */
+export const LEGACY_OUTBOX_BACKOFF_TYPE = 'eml-api-relay';
+
+/**
+ * Whether a job's backoff type is the outbox's (its name now, or the one jobs queued before carry).
+ * @example
+ * isOutboxBackoffType(job.opts.backoff?.type); // true for the outbox's jobs
+ */
+export function isOutboxBackoffType(type: string | undefined): boolean {
+  return type === OUTBOX_BACKOFF_TYPE || type === LEGACY_OUTBOX_BACKOFF_TYPE;
+}
 
 /**
  * BullMQ backoff options of the outbox: BullMQ's own, plus the cap.
@@ -68,7 +87,7 @@ export const OUTBOX_BACKOFF_TYPE = 'eml-api-relay';
  * const backoff: OutboxBackoffOptions = { type: OUTBOX_BACKOFF_TYPE, delay: 5000, maxDelay: 3_600_000, jitter: 0.2 };
  */
 export interface OutboxBackoffOptions extends BackoffOptions {
-  type: typeof OUTBOX_BACKOFF_TYPE;
+  type: typeof OUTBOX_BACKOFF_TYPE | typeof LEGACY_OUTBOX_BACKOFF_TYPE;
   delay: number;
   maxDelay: number;
   jitter: number;

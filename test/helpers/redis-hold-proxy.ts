@@ -18,8 +18,13 @@ export interface RedisHoldProxy {
   readonly url: string;
   /** Chunks held right now. */
   readonly held: number;
-  /** Holds the next chunk a client writes that matches `pattern` (in its text), and what follows it. */
-  holdNext(pattern: RegExp): void;
+  /**
+   * Holds the next chunk a client writes that matches `pattern` (in its text), and what follows it.
+   * With `{ from: 'match' }` the bytes of that chunk before the match are passed on: of commands
+   * written together (a pipeline), those before it run and the rest wait, as when the network
+   * stalls between two TCP segments.
+   */
+  holdNext(pattern: RegExp, options?: { from?: 'chunk' | 'match' }): void;
   /** Passes on everything held, in order, and stops holding. */
   release(): void;
   close(): Promise<void>;
@@ -27,6 +32,7 @@ export interface RedisHoldProxy {
 
 export async function startRedisHoldProxy(redisPort: number): Promise<RedisHoldProxy> {
   let pattern: RegExp | undefined;
+  let fromMatch = false;
   const held: { to: Socket; chunk: Buffer }[] = [];
   const holding = new Set<Socket>();
   const sockets = new Set<Socket>();
@@ -41,9 +47,15 @@ export async function startRedisHoldProxy(redisPort: number): Promise<RedisHoldP
     upstream.on('close', () => client.destroy());
     upstream.on('data', (chunk: Buffer) => client.write(chunk));
     client.on('data', (chunk: Buffer) => {
-      if (!holding.has(upstream) && pattern?.test(chunk.toString('latin1'))) {
+      const match = holding.has(upstream) ? null : pattern?.exec(chunk.toString('latin1'));
+      if (match) {
         pattern = undefined;
         holding.add(upstream);
+        // latin1 maps each byte to one character: the match's index is its offset in the chunk.
+        if (fromMatch && match.index > 0) {
+          upstream.write(chunk.subarray(0, match.index));
+          chunk = chunk.subarray(match.index);
+        }
       }
       if (holding.has(upstream)) held.push({ to: upstream, chunk });
       else upstream.write(chunk);
@@ -56,8 +68,9 @@ export async function startRedisHoldProxy(redisPort: number): Promise<RedisHoldP
     get held() {
       return held.length;
     },
-    holdNext(p: RegExp) {
+    holdNext(p: RegExp, { from = 'chunk' }: { from?: 'chunk' | 'match' } = {}) {
       pattern = p;
+      fromMatch = from === 'match';
     },
     release() {
       pattern = undefined;

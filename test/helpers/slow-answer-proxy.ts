@@ -31,6 +31,8 @@ export interface SlowAnswerProxy {
   cutOff(): void;
   /** From now on holds each answer `ms` instead (0: passes answers on at once, the glitch is over). */
   setAnswerDelay(ms: number): void;
+  /** Passes on at once the answers held right now (their clients hear them at an exact point of a test). */
+  releaseAnswers(): void;
   close(): Promise<void>;
 }
 
@@ -45,6 +47,8 @@ export async function startSlowAnswerProxy(
   let heldRequests = 0;
   let answerDelay = delayMs;
   const sockets = new Set<Socket>();
+  /** The answers held, each passed on when called. */
+  const pending = new Set<() => void>();
   let cut = false;
   const clientGone = (socket: Socket): boolean => cut || socket.destroyed;
   const server = createServer((req, res) => {
@@ -72,7 +76,9 @@ export async function startSlowAnswerProxy(
           answer.on('data', (c: Buffer) => parts.push(c));
           answer.on('end', () => {
             heldAnswers++;
-            setTimeout(() => {
+            const release = () => {
+              clearTimeout(timer);
+              if (!pending.delete(release)) return;
               heldAnswers--;
               if (res.destroyed || clientGone(req.socket)) {
                 lostAnswers++;
@@ -83,7 +89,9 @@ export async function startSlowAnswerProxy(
               delete headers['keep-alive'];
               res.writeHead(answer.statusCode ?? 502, headers);
               res.end(Buffer.concat(parts));
-            }, answerDelay);
+            };
+            pending.add(release);
+            const timer = setTimeout(release, answerDelay);
           });
         },
       );
@@ -113,6 +121,9 @@ export async function startSlowAnswerProxy(
     },
     setAnswerDelay(ms) {
       answerDelay = ms;
+    },
+    releaseAnswers() {
+      for (const release of [...pending]) release();
     },
     close: () =>
       new Promise<void>((resolve) => {

@@ -3,7 +3,7 @@ import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiError } from '../../src/index.js';
-import { EmlApiQueueTransport, openOutboxQueue, startEmlApiWorker } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, openOutboxQueue, purgeOutbox, startEmlApiWorker } from '../../src/queue/index.js';
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
 import { newContentKey } from '../../src/queue/content-keys.js';
 import { resolveQueueLocation } from '../../src/queue/queue-location.js';
@@ -16,7 +16,8 @@ import { freePort } from '../helpers/redis-server.js';
 /**
  * The outbox on a Redis Cluster (issue 21): what it refuses (a prefix whose
  * keys would spread over the slots, a node of a cluster reached as a single
- * server), how it names a cluster in errors, and its sweeper on every master.
+ * server), how it names a cluster in errors, its sweeper and the whole
+ * queue's purge on every master.
  * The crash and exactly-once tests run on a cluster too (crash.test.ts,
  * delivery.test.ts), and so do the failovers (failover.test.ts). A real
  * six-node cluster on loopback (test/helpers/redis-cluster.ts).
@@ -126,6 +127,26 @@ describe('the content sweeper on a cluster', () => {
       expect(await cluster.client.zscore(`${prefix}:eml-api:outbox:content-index`, key)).not.toBeNull();
       expect(await sweepStoredContent(cluster.client, location, { graceMs: 0 })).toBe(1);
       expect(await cluster.client.exists(key)).toBe(0);
+    }
+  });
+});
+
+describe('purgeOutbox on a cluster', () => {
+  it('removes the whole queue: every job, every stored message, every key of the outbox, on whichever master', async () => {
+    const transport = new EmlApiQueueTransport({ connection: { cluster: [...cluster.urls] }, prefix });
+    try {
+      const mailer = nodemailer.createTransport(transport);
+      // One stored in its job, one beside it (over 64 KiB), and content no job points at.
+      await mailer.sendMail({ from: 'a@example.test', to: 'b@example.test', text: 'small', idempotencyKey: 'p-1' });
+      const text = 'x'.repeat(100_000);
+      await mailer.sendMail({ from: 'a@example.test', to: 'b@example.test', text, idempotencyKey: 'p-2' });
+      await cluster.client.set(newContentKey(location.contentKeyPrefix, 'gone'), 'orphaned message');
+      expect(await cluster.keys(`${prefix}:eml-api:content:*`)).toHaveLength(2);
+      const result = await purgeOutbox(transport.queue);
+      expect(result).toMatchObject({ jobs: 2, busy: [], notFound: [] });
+      expect(await cluster.keys(`${prefix}:eml-api:*`)).toEqual([]);
+    } finally {
+      await transport.close();
     }
   });
 });

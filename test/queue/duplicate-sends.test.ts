@@ -5,6 +5,7 @@ import { EmlApiError } from '../../src/index.js';
 import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
 import { eventually, inProcessWorkers } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { startReplyLossProxy } from '../helpers/reply-loss-proxy.js';
 
 /**
  * `sendMail` again with the `idempotencyKey` of a job that failed. It used
@@ -15,7 +16,9 @@ import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
  * back with its own bytes (the service answers the same key with a new body
  * by 422 idempotency_key_reused, the old one it replays); a job parked for a
  * person is not touched, and sendMail rejects saying why. Two producers
- * racing to replace a job replace it once. Real redis-server, the emulator,
+ * racing to replace a job replace it once, and a producer whose reply to its
+ * replacement was lost (ioredis re-sends the command) still knows the job is
+ * its own. Real redis-server, a TCP proxy that loses a reply, the emulator,
  * workers in this process.
  */
 
@@ -150,6 +153,40 @@ describe('sendMail with the idempotency key of a failed job', () => {
       }
     } finally {
       await Promise.all(others.map((o) => o.close()));
+    }
+  });
+
+  it('replaces it once when the reply to the replacement is lost and the command re-sent: the new message is sent', async () => {
+    // Content stored beside the job (over 64 KiB), which a producer removes when it takes its send for a duplicate.
+    const big = (text: string) => ({ ...order('eve@example.test'), text: `${text} ${'y'.repeat(100_000)}` });
+    const first = await transporter.sendMail({ ...big('first'), to: 'eve@' }); // 400: nothing accepted
+    await workers.start();
+    await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === 1, { what: 'failed' });
+    await workers.closeAll();
+    const proxy = await startReplyLossProxy(redis.port);
+    const producer = new EmlApiQueueTransport({ connection: proxy.url });
+    try {
+      await producer.verify();
+      // The compare-and-set that puts the new message in the job (its data carries putBackFrom) runs, and its
+      // reply is lost: ioredis sends it again after reconnecting, and the second run finds the data changed.
+      proxy.arm(/putBackFrom/);
+      const again = (await nodemailer
+        .createTransport(producer)
+        .sendMail(big('corrected'))) as unknown as EmlApiQueuedMessageInfo;
+      expect(proxy.fired).toBe(1);
+      expect(again).toMatchObject({ duplicate: false, requeued: 'replaced', queueId: first.queueId });
+      expect(await contentKeys()).toHaveLength(1);
+      await workers.start();
+      await eventually(async () => (await transport.queue.getJob(first.queueId))?.finishedOn !== undefined, {
+        what: 'the replacement settled',
+      });
+      const job = await transport.queue.getJob(first.queueId);
+      expect(job!.data.lastError?.message).toBeUndefined();
+      expect(await job!.getState()).toBe('completed');
+      expect(emu.mailbox('eve@example.test').map((m) => m.messageId)).toEqual([again.messageId]);
+    } finally {
+      await producer.close();
+      await proxy.close();
     }
   });
 });

@@ -145,3 +145,44 @@ describe('a send whose outcome was unknown', () => {
     }
   });
 });
+
+describe('a job queued before the backoff type was renamed', () => {
+  it("is still retried on the outbox's schedule: its stored type, eml-api-relay, is the outbox's", async () => {
+    const transport = new EmlApiQueueTransport({
+      connection: redis.url,
+      retry: { attempts: 3, delay: 700, maxDelay: 700, jitter: 0 },
+    });
+    try {
+      const info = await nodemailer.createTransport(transport).sendMail({
+        from: 'shop@example.test',
+        to: 'old@example.test',
+        subject: 'Queued by 0.1',
+        text: 'Hello',
+        idempotencyKey: 'queued-before-rename',
+      });
+      // As a producer before the rename stored it.
+      const jobKey = `bull:eml-api:${info.queueId}`;
+      const opts = JSON.parse((await redis.client.hget(jobKey, 'opts'))!) as { backoff: { type: string } };
+      expect(opts.backoff.type).toBe('eml-api-outbox');
+      opts.backoff.type = 'eml-api-relay';
+      await redis.client.hset(jobKey, 'opts', JSON.stringify(opts));
+      // The first attempt meets a 503 (no Retry-After): retried after the job's own first wait, 700 ms.
+      emu.setFaults({ unavailable: 1, retryAfterSeconds: 0 });
+      const worker = await workers.start({ retries: false });
+      const outcome = new Promise<string>((resolve) => {
+        worker.once('retrying', (_job: unknown, _err: unknown, delayMs: number) => {
+          emu.setFaults(undefined);
+          resolve(`retried in ${delayMs} ms`);
+        });
+        worker.once('failed', () => resolve('failed'));
+      });
+      expect(await outcome).toBe('retried in 700 ms');
+      await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 1, {
+        what: 'sent on its retry',
+      });
+      expect(emu.mailbox('old@example.test')).toHaveLength(1);
+    } finally {
+      await transport.close();
+    }
+  });
+});

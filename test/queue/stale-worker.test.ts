@@ -1,0 +1,90 @@
+import nodemailer from 'nodemailer';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import { eventually, inProcessWorkers } from '../helpers/outbox.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
+
+/**
+ * A worker that lost its job's lock (a long GC pause, a frozen VM, a
+ * partition from Redis: another worker took the job after it stalled) still
+ * wrote to the job once its send returned (review F7): it recorded `sent` and
+ * deleted the content under the new owner, whose failed attempt then wrote
+ * its own snapshot of the data over `sent`, and whose retry found no content:
+ * delivered, the job failed, no record of the send. Every write a worker makes
+ * to a job checks, in the same step, that it still holds the job's lock.
+ * Real redis-server, workers in this process (the first renews no lock, as a
+ * frozen one), proxies that hold an answer or a request, the emulator.
+ */
+
+let redis: RedisServer;
+let emu: Emulator;
+let answerHeld: SlowAnswerProxy;
+let requestHeld: SlowAnswerProxy;
+let transport: EmlApiQueueTransport;
+const workers = inProcessWorkers(() => ({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url }));
+
+beforeAll(async () => {
+  [redis, emu] = await Promise.all([startRedisServer(), startEmulator()]);
+  answerHeld = await startSlowAnswerProxy(emu.url, 600_000);
+  requestHeld = await startSlowAnswerProxy(emu.url, 0, { requestDelayMs: 600_000 });
+  transport = new EmlApiQueueTransport({ connection: redis.url, retry: { delay: 100, maxDelay: 100, jitter: 0 } });
+});
+
+afterAll(async () => {
+  await transport?.close();
+  await answerHeld?.close();
+  await requestHeld?.close();
+  await emu?.close();
+  await redis?.stop();
+});
+
+afterEach(() => workers.closeAll());
+
+/** Short locks and stall checks: a job whose lock is not renewed goes to another worker within about a second. */
+const tuning = { lockDuration: 800, stalledInterval: 300 };
+
+describe('a worker that lost its job to another worker', () => {
+  it('writes nothing to the job once its send returns: the new owner sends it, answered by the first upload', async () => {
+    const info = (await nodemailer.createTransport(transport).sendMail({
+      from: 'shop@example.test',
+      to: 'ann@example.test',
+      subject: 'Big report',
+      // Stored beside the job (over 64 KiB): the record of a send deletes it.
+      text: `Report ${'z'.repeat(200_000)}`,
+      idempotencyKey: 'report-7',
+    })) as unknown as EmlApiQueuedMessageInfo;
+    // The first worker sends; the service delivers; its answer is held, and the worker renews no lock (frozen).
+    const stale = await workers.start({
+      baseUrl: answerHeld.url,
+      concurrency: 1,
+      workerOptions: { ...tuning, lockRenewTime: 3_600_000 },
+    });
+    const staleErrors: Error[] = [];
+    stale.on('error', (err: Error) => staleErrors.push(err));
+    await eventually(() => emu.messages().length === 1, { what: 'the first upload delivered' });
+    // Its lock expires: the job stalls and another worker takes it, its request held before the service sees it.
+    await workers.start({ baseUrl: requestHeld.url, retries: false, workerOptions: tuning });
+    await eventually(() => requestHeld.heldRequests > 0, { what: 'the new owner sending' });
+    // The first worker hears its answer now, and records the send (BullMQ refuses its completion: an error).
+    answerHeld.releaseAnswers();
+    await eventually(() => staleErrors.length > 0 && stale.activeJobs === 0, { what: 'the stale worker done' });
+    expect(await redis.client.exists((await transport.queue.getJob(info.queueId))!.data.contentKey)).toBe(1);
+    // The new owner's attempt fails (its connection cut after sending: an unknown outcome), retried.
+    await requestHeld.close();
+    // (Attempt 1 was the stall.)
+    await eventually(async () => ((await transport.queue.getJob(info.queueId))!.data.lastError?.attempt ?? 0) >= 2, {
+      what: "the new owner's failure recorded",
+    });
+    await workers.closeAll();
+    await workers.start({ workerOptions: tuning });
+    await eventually(async () => (await transport.queue.getJob(info.queueId))!.finishedOn !== undefined, {
+      what: 'the job settled',
+    });
+    const job = await transport.queue.getJob(info.queueId);
+    expect(await job!.getState()).toBe('completed');
+    expect(job!.data.sent?.id).toBeDefined();
+    expect(emu.mailbox('ann@example.test').map((m) => m.messageId)).toEqual([info.messageId]);
+  });
+});
