@@ -21,7 +21,7 @@ export const CONTENT_CHUNK = 1024 * 1024;
  * of its own: the producer writes it with the job's add, in one round trip,
  * and a worker has it as it takes the job, with no read of its own. Larger
  * content stays beside the job, written and read in chunks (see
- * content-store.ts, and the README on why: BullMQ parses a job's whole data
+ * content-store.ts, and docs/outbox.md, "How messages are stored", on why: BullMQ parses a job's whole data
  * whenever it reads the job).
  * @example
  * const inline = storedLength({ size, encryption }) <= INLINE_MAX_BYTES;

@@ -382,7 +382,7 @@ export class ContentStore {
       const missing = new EmlApiError(
         'EMESSAGE',
         `The queued content of this job is missing from Redis (evicted or removed; key ${contentKey}): nothing to send. ` +
-          'Redis must run with maxmemory-policy noeviction (see "Durable sending" in the README)',
+          'Redis must run with maxmemory-policy noeviction (see "What durability relies on in Redis" in docs/outbox.md)',
         { permanent: true },
       );
       missingContent.add(missing);

@@ -57,7 +57,8 @@ export type OutboxParkReason = 'stalls' | 'idempotency-window';
 /**
  * What a job of the outbox holds in its BullMQ data: where its content is,
  * and what `sendMail` reported. Never the API key (workers have their own),
- * never the message bytes (they are under `contentKey`, see the README).
+ * never the message bytes, but when they are small (`inline`; larger ones are
+ * under `contentKey`, see docs/outbox.md, "How messages are stored").
  *
  * @example
  * const job = await transport.queue.getJob(info.queueId);
@@ -231,7 +232,7 @@ export function readOutboxJobData(data: unknown, contentKeyPrefix: string): Outb
     throw new EmlApiError(
       'EMESSAGE',
       'The data of this job is missing from Redis (evicted or removed): nothing to send. ' +
-        'Redis must run with maxmemory-policy noeviction (see "Durable sending" in the README)',
+        'Redis must run with maxmemory-policy noeviction (see "What durability relies on in Redis" in docs/outbox.md)',
       { permanent: true },
     );
   }

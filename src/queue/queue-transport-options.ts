@@ -52,7 +52,7 @@ export interface EmlApiQueueTransportOptions {
    */
   prefix?: string;
   /**
-   * When failed sends are tried again. See the README, "Durable sending and scaling out".
+   * When failed sends are tried again. See docs/outbox.md, "Retries, rate limits and failures".
    * @default { attempts: 30, delay: 5000, maxDelay: 3600000, jitter: 0.2 } (waits of 16.3 to 20.4 hours in all)
    */
   retry?: RetryScheduleOptions;
@@ -143,8 +143,8 @@ export interface EmlApiQueueTransportOptions {
   /**
    * Encrypts what is queued (AES-256-GCM): the message's content, chunk by
    * chunk, and its envelope and Message-ID; the workers hold the same keys.
-   * Anyone who can read Redis otherwise reads every queued message. See the
-   * README, "Security", for what stays in clear (the idempotency key, the
+   * Anyone who can read Redis otherwise reads every queued message. See
+   * docs/outbox.md, "Encryption at rest", for what stays in clear (the idempotency key, the
    * group, the size, the errors the service returned).
    * @default undefined (stored in clear)
    * @example

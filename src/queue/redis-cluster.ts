@@ -44,9 +44,10 @@ const RETRY_DELAY = 250;
 
 /**
  * The ioredis Cluster options the outbox starts from, for a producer or a
- * worker, measured against a master killed mid-traffic (`npm run bench`,
- * BENCHMARKS.md, "outbox failover"). ioredis gives a command up after 16
- * redirections 100 ms apart (1.6 s), while a failover takes
+ * worker, measured against a master killed mid-traffic (the figures are in
+ * docs/outbox.md, "Redis Cluster"; test/queue/failover.test.ts keeps them).
+ * ioredis gives a command up after 16 redirections 100 ms apart (1.6 s),
+ * while a failover takes
  * `cluster-node-timeout` (15 s by Redis's default) plus an election: sends
  * failed for the whole failover, and a worker's completions failed with
  * them, leaving their jobs to the lock's expiry (30 s) and the next stall

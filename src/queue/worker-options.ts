@@ -179,7 +179,7 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool'> 
    * `noeviction`, the service answers and accepts the key; 503 with the
    * reasons, and from `close()` on) and `/metrics` (Prometheus text format).
    * Listens on `127.0.0.1` unless `host` says otherwise. Metrics need the
-   * optional peer `prom-client`. See "Operating" in the README.
+   * optional peer `prom-client`. See docs/operations.md.
    * @default undefined (no port)
    * @example
    * const outbox = await startEmlApiWorker({ connection, apiKey, baseUrl, http: { port: 9465 } });

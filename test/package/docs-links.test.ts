@@ -197,21 +197,6 @@ export function namedSections(text: string): { page: string; section: string }[]
   return found;
 }
 
-/**
- * Sections of the old README that src/ still names there. The manuals moved
- * to docs/; src/ is updated on its own branch (the docs branch leaves src/
- * alone). Remove each entry once src/ names the page it moved to.
- */
-const PENDING_IN_SRC = new Set([
-  'README.md: Operating',
-  'README.md: Service contract',
-  'README.md: Durable sending and scaling out',
-  'README.md: Durable sending',
-  'README.md: Security',
-  'README.md: Reliability',
-  'README.md: Hostile clients',
-]);
-
 describe('the documentation', () => {
   it('gives headings the ids GitHub gives them', () => {
     expect(slug('How `verify()` works')).toBe('how-verify-works');
@@ -273,7 +258,6 @@ describe('the documentation', () => {
     for (const file of files) {
       if (file === join('test', 'package', 'docs-links.test.ts')) continue;
       for (const { page, section } of namedSections(readFileSync(join(ROOT, file), 'utf8'))) {
-        if (file.startsWith(`src${sep}`) && PENDING_IN_SRC.has(`${page}: ${section}`)) continue;
         const named = section.replace(/`/g, '').toLowerCase();
         const exists = existsSync(join(ROOT, page)) && headingTexts(join(ROOT, page)).some((h) => h.startsWith(named));
         if (!exists) wrong.push(`${file}: "${section}" in ${page}`);
