@@ -175,9 +175,11 @@ function clusterNodes(
   option: string,
 ): { nodes: { host: string; port: number }[]; credentials: RedisOptions } {
   if (!Array.isArray(given) || given.length === 0) {
+    // A string is described, never shown: a URL may hold a password.
+    const got = typeof given === 'string' ? 'a string (one URL: give a list, [url])' : describe(given);
     throw configError(
       option,
-      `expected one or more redis:// URLs or { host, port } of the cluster's nodes, got ${describe(given)}`,
+      `expected one or more redis:// URLs or { host, port } of the cluster's nodes, got ${got}`,
     );
   }
   const nodes: { host: string; port: number }[] = [];

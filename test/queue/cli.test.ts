@@ -193,6 +193,13 @@ describe('the outbox’s Redis from flags and the environment', () => {
       /REDIS_CLUSTER: expected 1 or 0/,
     );
     expect(() => redisConnection({}, {})).toThrow(/no Redis: pass --redis or set REDIS_URL/);
+    // A comma inside one URL (a password holding one) is not a second node: nodes start with redis:// or rediss://.
+    expect(redisConnection({}, { REDIS_URL: 'redis://:pa,ss@a:6379' })).toEqual({
+      connection: 'redis://:pa,ss@a:6379',
+    });
+    expect(redisConnection({}, { REDIS_URL: 'redis://:p,w@a:7000,rediss://b:7000' })).toEqual({
+      connection: { cluster: ['redis://:p,w@a:7000', 'rediss://b:7000'] },
+    });
   });
 
   it('takes the password from REDIS_PASSWORD, and warns of one in a flag (ps shows flags), never repeating it', () => {

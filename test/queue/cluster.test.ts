@@ -113,6 +113,13 @@ describe('a queue on a Redis Cluster', () => {
     expect(bad).toMatchObject({ code: 'ECONFIG' });
     expect(bad.message).toContain('connection.cluster[0]');
     expect(bad.message).not.toContain('s3cret');
+    // One URL given as a string instead of a list: the message says so without echoing it.
+    const notAList = await caught(
+      () => new EmlApiQueueTransport({ connection: { cluster: 'redis://:s3cret@127.0.0.1:7000' as never }, prefix }),
+    );
+    expect(notAList).toMatchObject({ code: 'ECONFIG' });
+    expect(notAList.message).toContain('connection.cluster');
+    expect(notAList.message).not.toContain('s3cret');
   });
 });
 

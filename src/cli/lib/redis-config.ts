@@ -101,9 +101,13 @@ export function outboxLocation(
   };
 }
 
+/**
+ * The URLs of a comma-separated list. A node's URL starts with redis:// or rediss://: a comma
+ * before anything else belongs to the URL (a password may hold one, as ioredis accepts).
+ */
 function split(value: string): string[] {
   return value
-    .split(',')
+    .split(/,(?=\s*rediss?:\/\/)/i)
     .map((url) => url.trim())
     .filter((url) => url !== '');
 }
