@@ -18,6 +18,7 @@ export default defineConfig([
       emulator: 'src/emulator/index.ts',
       queue: 'src/queue/index.ts',
       relay: 'src/relay/index.ts',
+      protocol: 'src/protocol/index.ts',
     },
     format: ['esm', 'cjs'],
     dts: {
@@ -26,6 +27,7 @@ export default defineConfig([
         emulator: 'src/emulator/index.ts',
         queue: 'src/queue/index.ts',
         relay: 'src/relay/index.ts',
+        protocol: 'src/protocol/index.ts',
       },
       compilerOptions: { stripInternal: true },
     },

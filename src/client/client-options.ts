@@ -89,7 +89,60 @@ export interface EmlApiClientOptions {
   logger?: boolean | EmlApiLogger;
 }
 
-/** Options after validation. The API key is kept apart from them. */
+/**
+ * What a client runs with, its options validated and completed with their
+ * defaults: the read-only view {@link EmlApiClient.options} returns. Neither
+ * the API key nor the `dispatcher` and `logger` objects are among them.
+ *
+ * @example
+ * const client = new EmlApiClient({ apiKey, baseUrl: 'https://api.mail.example.com', retries: 5 });
+ * client.options.retries; // { limit: 5, baseDelay: 500, maxDelay: 30000, retryAmbiguous: false }
+ * client.options.baseUrl.host; // 'api.mail.example.com'
+ */
+export interface EmlApiClientSettings {
+  /** The service's base URL (a copy: changing it changes nothing). */
+  readonly baseUrl: URL;
+  /**
+   * Requests in flight at once.
+   * @default 5
+   */
+  readonly maxConnections: number;
+  /**
+   * Whether `http://` is allowed to a non-loopback host.
+   * @default false
+   */
+  readonly allowInsecureHttp: boolean;
+  /**
+   * The `User-Agent` given in the options.
+   * @default undefined (requests carry `nodemailer-eml-api/<version>`)
+   */
+  readonly userAgent: string | undefined;
+  /**
+   * Retries, every field filled in.
+   * @default { limit: 3, baseDelay: 500, maxDelay: 30000, retryAmbiguous: false }
+   */
+  readonly retries: Readonly<Required<RetryOptions>>;
+  /**
+   * Time limits in ms, every field filled in.
+   * @default { connect: 10000, response: 30000, total: 120000 }
+   */
+  readonly timeouts: Readonly<Required<TimeoutOptions>>;
+  /**
+   * Sends started per second at most.
+   * @default undefined (no pacing)
+   */
+  readonly maxMessagesPerSecond: number | undefined;
+  /**
+   * Where and above what size messages are spooled to disk, every field filled in.
+   * @default { threshold: 2097152, directory: os.tmpdir() }
+   */
+  readonly spool: Readonly<Required<SpoolOptions>>;
+}
+
+/**
+ * Options after validation, as the package uses them inside (the public view
+ * is {@link EmlApiClientSettings}). The API key is kept apart from them.
+ */
 export interface ResolvedClientOptions {
   baseUrl: URL;
   /** Path of the base URL without a trailing slash ('' at the root); request paths are appended to it. */

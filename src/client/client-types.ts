@@ -14,7 +14,12 @@ export interface RequestOptions {
   signal?: AbortSignal;
 }
 
-/** Per-call options of sends. */
+/**
+ * Per-call options of sends.
+ *
+ * @example
+ * await client.sendEml(eml, { idempotencyKey: `order-${order.id}-receipt`, signal: AbortSignal.timeout(30_000) });
+ */
 export interface SendOptions extends RequestOptions {
   /**
    * `Idempotency-Key` of this logical send: 1 to 255 printable ASCII characters
@@ -72,7 +77,12 @@ export interface GroupEmailInput {
   textContent: TextContentInput;
 }
 
-/** Result of an accepted group send. */
+/**
+ * Result of an accepted group send.
+ *
+ * @example
+ * const { id, recipients, failed } = await client.sendToGroup('newsletter', newsletter);
+ */
 export interface GroupSendResult extends ServiceResponse<Partial<GroupSendAcceptedResponse>> {
   id: string | undefined;
   /** Members the email went to, when the service said. */
@@ -96,7 +106,12 @@ export type MemberInput =
   | { email: string; name?: string; substitutions?: Record<string, string | number | boolean> }
   | { address: string; name?: string; substitutions?: Record<string, string | number | boolean> };
 
-/** Progress of {@link EmlApiClient.addToGroup}, reported after each batch. */
+/**
+ * Progress of {@link EmlApiClient.addToGroup}, reported after each batch.
+ *
+ * @example
+ * const onBatch = (p: AddToGroupProgress) => console.log(`batch ${p.batch}/${p.batches}: ${p.entriesDone}/${p.entries}`);
+ */
 export interface AddToGroupProgress {
   /** Batches done so far (1 after the first). */
   batch: number;
@@ -112,7 +127,12 @@ export interface AddToGroupProgress {
   skipped: { email: string; reason: string }[];
 }
 
-/** Options of {@link EmlApiClient.addToGroup}. */
+/**
+ * Options of {@link EmlApiClient.addToGroup}.
+ *
+ * @example
+ * await client.addToGroup('newsletter', members, { onFailure: 'SKIP', batchSize: 200 });
+ */
 export interface AddToGroupOptions extends RequestOptions {
   /**
    * `SKIP` adds the valid entries and reports the others; `ABORT` adds nothing
@@ -134,7 +154,12 @@ export interface AddToGroupOptions extends RequestOptions {
   onBatch?: (progress: AddToGroupProgress) => void;
 }
 
-/** Result of {@link EmlApiClient.addToGroup}, covering every batch. */
+/**
+ * Result of {@link EmlApiClient.addToGroup}, covering every batch.
+ *
+ * @example
+ * const { added, skipped, batches } = await client.addToGroup('newsletter', members, { onFailure: 'SKIP' });
+ */
 export interface AddToGroupResult {
   /** Addresses added (or updated, when already members). */
   added: string[];

@@ -12,7 +12,7 @@ import { VERSION } from '../shared/version.js';
 import { toApiAddress, type AddressInput } from './address-input.js';
 import { objectOrUndefined } from './answer-fields.js';
 import { registerClientInternals } from './client-internals.js';
-import type { EmlApiClientOptions, ResolvedClientOptions } from './client-options.js';
+import type { EmlApiClientOptions, EmlApiClientSettings, ResolvedClientOptions } from './client-options.js';
 import {
   DEFAULT_ADD_BATCH_SIZE,
   type AddToGroupOptions,
@@ -29,7 +29,7 @@ import { checkGroupId, checkIdempotencyKey, toMemberEntry } from './input-checks
 import { inputError } from './input-error.js';
 import { readMembership } from './membership-answer.js';
 import { toGroupEmailRequest, toStandardEmailRequest } from './request-bodies.js';
-import { resolveClientOptions } from './resolve-client-options.js';
+import { clientSettingsView, resolveClientOptions } from './resolve-client-options.js';
 import { postEml, postGroupSend, postSend } from './send-requests.js';
 
 /**
@@ -48,8 +48,16 @@ import { postEml, postGroupSend, postSend } from './send-requests.js';
  * await client.close();
  */
 export class EmlApiClient {
-  /** Validated options (the API key is not among them). */
-  readonly options: Readonly<ResolvedClientOptions>;
+  /**
+   * The options the client runs with, validated and completed with their
+   * defaults (a frozen copy: neither the API key nor the `dispatcher` and
+   * `logger` objects are among them).
+   * @example
+   * client.options.timeouts.total; // 120000
+   */
+  readonly options: EmlApiClientSettings;
+  /** The options as the package uses them inside (the dispatcher and logger included). */
+  readonly #resolved: Readonly<ResolvedClientOptions>;
   readonly #requester: Requester;
   readonly #apiKey: string;
 
@@ -59,7 +67,8 @@ export class EmlApiClient {
   constructor(options: EmlApiClientOptions) {
     const { apiKey, resolved } = resolveClientOptions(options);
     this.#apiKey = apiKey;
-    this.options = Object.freeze(resolved);
+    this.#resolved = Object.freeze(resolved);
+    this.options = clientSettingsView(resolved);
     this.#requester = new Requester({
       origin: resolved.baseUrl.origin,
       basePath: resolved.basePath,
@@ -76,20 +85,29 @@ export class EmlApiClient {
       maxMessagesPerSecond: resolved.maxMessagesPerSecond,
       logger: resolved.logger,
     });
-    registerClientInternals(this, { requester: this.#requester, options: this.options });
+    registerClientInternals(this, { requester: this.#requester, options: this.#resolved });
   }
 
-  /** Calls holding a connection slot now (building a message or sending). */
+  /**
+   * Calls holding a connection slot now (building a message or sending).
+   * @internal The request engine's gauge, for the package's tests; not in the published types.
+   */
   get activeRequests(): number {
     return this.#requester.active;
   }
 
-  /** Calls waiting for a free connection slot. */
+  /**
+   * Calls waiting for a free connection slot.
+   * @internal The request engine's gauge, for the package's tests; not in the published types.
+   */
   get queuedRequests(): number {
     return this.#requester.pending;
   }
 
-  /** Whether a new call would start at once (fewer than `maxConnections` running or queued). */
+  /**
+   * Whether a new call would start at once (fewer than `maxConnections` running or queued).
+   * @internal The request engine's gauge; the transports' `isIdle()` is the public signal.
+   */
   get hasFreeSlot(): boolean {
     return this.#requester.hasFreeSlot;
   }
@@ -379,7 +397,7 @@ export class EmlApiClient {
       return emlBodyFromBuffer(Buffer.from(eml.buffer, eml.byteOffset, eml.byteLength), STREAM_ABOVE);
     if (typeof eml === 'object' && eml !== null && typeof (eml as Readable).pipe === 'function') {
       call.stage = 'building';
-      return (await spoolMessage(eml as Readable, this.options.spool, call.signal)).body;
+      return (await spoolMessage(eml as Readable, this.#resolved.spool, call.signal)).body;
     }
     throw new EmlApiError('EMESSAGE', 'sendEml() expects a Buffer, Uint8Array, string or Readable stream', {
       permanent: true,

@@ -9,7 +9,7 @@ import {
 import { invalidApiKeyAt } from '../protocol/api-key-rule.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
-import type { EmlApiClientOptions, ResolvedClientOptions } from './client-options.js';
+import type { EmlApiClientOptions, EmlApiClientSettings, ResolvedClientOptions } from './client-options.js';
 import { nearestName } from './nearest-name.js';
 
 const DEFAULT_MAX_CONNECTIONS = 5;
@@ -107,6 +107,27 @@ export function resolveClientOptions(options: unknown): { apiKey: string; resolv
       userAgent: userAgent as string | undefined,
     },
   };
+}
+
+/**
+ * The public view of resolved options ({@link EmlApiClient.options}): frozen
+ * copies of the plain settings, without the dispatcher, the logger and the
+ * base path the requests are built with.
+ *
+ * @example
+ * clientSettingsView(resolveClientOptions({ apiKey, baseUrl }).resolved).maxConnections; // 5
+ */
+export function clientSettingsView(resolved: ResolvedClientOptions): EmlApiClientSettings {
+  return Object.freeze({
+    baseUrl: new URL(resolved.baseUrl.href),
+    maxConnections: resolved.maxConnections,
+    allowInsecureHttp: resolved.allowInsecureHttp,
+    userAgent: resolved.userAgent,
+    retries: Object.freeze({ ...resolved.retries }),
+    timeouts: Object.freeze({ ...resolved.timeouts }),
+    maxMessagesPerSecond: resolved.maxMessagesPerSecond,
+    spool: Object.freeze({ ...resolved.spool }),
+  });
 }
 
 function resolveRetries(value: unknown): Required<RetryOptions> {

@@ -2,7 +2,10 @@ import { STATUS_CODES } from 'node:http';
 
 /**
  * A service answer read leniently: any status, JSON when the body is JSON,
- * the raw text always.
+ * the raw text always. {@link SendResult} and {@link GroupSendResult} extend it.
+ *
+ * @example
+ * const { statusCode, response, data, text } = await client.sendEml(eml); // 202, '202 Accepted', { id, ... }, '{"id":...}'
  */
 export interface ServiceResponse<T = unknown> {
   /** HTTP status. */

@@ -3,15 +3,27 @@
  * shared by the client, the emulator and the CLI.
  */
 
-/** Header carrying the API key. */
+/**
+ * Header carrying the API key (lower case, as Node.js gives header names).
+ * @example
+ * fetch(url, { headers: { [API_KEY_HEADER]: process.env.EML_API_KEY! } });
+ */
 export const API_KEY_HEADER = 'x-api-key';
 
-/** Header carrying the idempotency key of a logical send. */
+/**
+ * Header carrying the idempotency key of a logical send.
+ * @example
+ * const key = request.headers[IDEMPOTENCY_KEY_HEADER];
+ */
 export const IDEMPOTENCY_KEY_HEADER = 'idempotency-key';
 
 /**
  * Paths of the service's operations, relative to the base URL. Path parameters
  * are percent-encoded so that no value can change the path.
+ *
+ * @example
+ * API_PATHS.sendEml; // '/v1/send/eml'
+ * API_PATHS.groupCheck('news', 'ann@example.net'); // '/v1/group/news/check/ann%40example.net'
  */
 export const API_PATHS = {
   sendEml: '/v1/send/eml',

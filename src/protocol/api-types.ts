@@ -22,7 +22,11 @@
  */
 export type ApiScope = 'sender' | 'group.sender' | 'group:insert' | 'group:remove';
 
-/** Every scope the service knows, in the order of the specification. */
+/**
+ * Every scope the service knows, in the order of the specification.
+ * @example
+ * API_SCOPES.includes('sender'); // true
+ */
 export const API_SCOPES: readonly ApiScope[] = ['sender', 'group.sender', 'group:insert', 'group:remove'];
 
 /**
@@ -72,12 +76,20 @@ export interface ApiTextContent {
   images?: ApiImage[];
 }
 
-/** Body of `POST /v1/send/eml`: the complete message, Base64-encoded. */
+/**
+ * Body of `POST /v1/send/eml`: the complete message, Base64-encoded.
+ * @example
+ * const body: EmlSendRequest = { mail: Buffer.from(eml).toString('base64') };
+ */
 export interface EmlSendRequest {
   mail: string;
 }
 
-/** Body of `POST /v1/send/email`. */
+/**
+ * Body of `POST /v1/send/email`.
+ * @example
+ * const body: StandardEmailRequest = { to: [{ email: 'ann@example.net' }], from: { email: 'shop@example.com' }, subject: 'Hi', textContent: { text: 'Hello' } };
+ */
 export interface StandardEmailRequest {
   to: ApiAddress[];
   from: ApiAddress;
@@ -85,36 +97,61 @@ export interface StandardEmailRequest {
   textContent: ApiTextContent;
 }
 
-/** Body of `POST /v1/send/group/{groupId}`. */
+/**
+ * Body of `POST /v1/send/group/{groupId}`.
+ * @example
+ * const body: GroupEmailRequest = { from: { email: 'news@example.com' }, subject: 'Hello {{first_name}}', textContent: { html: '<p>…</p>' } };
+ */
 export interface GroupEmailRequest {
   from: ApiAddress;
   subject: string;
   textContent: ApiTextContent;
 }
 
-/** One member entry of an add-to-group request. Substitution keys are written `{{key}}`. */
+/**
+ * One member entry of an add-to-group request. Substitution keys are written `{{key}}`.
+ * @example
+ * const entry: GroupMemberEntry = { email: 'ann@example.net', name: 'Ann', substitutions: { first_name: 'Ann' } };
+ */
 export interface GroupMemberEntry {
   email: string;
   name?: string;
   substitutions?: Record<string, string>;
 }
 
-/** What the service does when an entry of an add request cannot be added. */
+/**
+ * What the service does when an entry of an add request cannot be added:
+ * skip it and add the others, or add none.
+ * @example
+ * await client.addToGroup('newsletter', members, { onFailure: 'SKIP' });
+ */
 export type OnFailure = 'SKIP' | 'ABORT';
 
-/** Body of `POST /v1/group/{groupId}`. */
+/**
+ * Body of `POST /v1/group/{groupId}`.
+ * @example
+ * const body: AddToGroupRequest = { groupId: 'newsletter', entries: [{ email: 'ann@example.net' }], onFailure: 'SKIP' };
+ */
 export interface AddToGroupRequest {
   entries: GroupMemberEntry[];
   groupId: string;
   onFailure?: OnFailure;
 }
 
-/** Body of `DELETE /v1/group/{groupId}`. */
+/**
+ * Body of `DELETE /v1/group/{groupId}`.
+ * @example
+ * const body: RemoveFromGroupRequest = { email: 'ann@example.net' };
+ */
 export interface RemoveFromGroupRequest {
   email: string;
 }
 
-/** 202 answer of `POST /v1/send/eml` and `POST /v1/send/email`. */
+/**
+ * 202 answer of `POST /v1/send/eml` and `POST /v1/send/email`.
+ * @example
+ * const answer: SendAcceptedResponse = { id: 'snd_1', messageId: '<a1@example.com>', recipients: 2 };
+ */
 export interface SendAcceptedResponse {
   /** The service's id for this send. */
   id: string;
@@ -124,30 +161,50 @@ export interface SendAcceptedResponse {
   recipients: number;
 }
 
-/** 202 answer of `POST /v1/send/group/{groupId}`. */
+/**
+ * 202 answer of `POST /v1/send/group/{groupId}`.
+ * @example
+ * const answer: GroupSendAcceptedResponse = { id: 'grp_1', recipients: 120, failed: 0 };
+ */
 export interface GroupSendAcceptedResponse {
   id: string;
   recipients: number;
   failed: number;
 }
 
-/** 200 answer of `POST /v1/group/{groupId}`. */
+/**
+ * 200 answer of `POST /v1/group/{groupId}`.
+ * @example
+ * const answer: AddToGroupResponse = { added: ['ann@example.net'], skipped: [{ email: 'x', reason: 'invalid_address' }] };
+ */
 export interface AddToGroupResponse {
   added: string[];
   skipped: { email: string; reason: string }[];
 }
 
-/** 200 answer of `DELETE /v1/group/{groupId}`. */
+/**
+ * 200 answer of `DELETE /v1/group/{groupId}`.
+ * @example
+ * const answer: RemoveFromGroupResponse = { removed: true };
+ */
 export interface RemoveFromGroupResponse {
   removed: true;
 }
 
-/** 200 answer of `GET /v1/group/{groupId}/check/{email}`. */
+/**
+ * 200 answer of `GET /v1/group/{groupId}/check/{email}`.
+ * @example
+ * const answer: GroupCheckResponse = { member: true };
+ */
 export interface GroupCheckResponse {
   member: boolean;
 }
 
-/** Error codes the emulator answers with (the service's own codes where it has them). */
+/**
+ * Error codes the emulator answers with (the service's own codes where it has them).
+ * @example
+ * const code: ApiErrorCode = 'group_not_found'; // an EmlApiError's apiCode
+ */
 export type ApiErrorCode =
   | 'invalid_json'
   | 'invalid_request'
@@ -170,7 +227,11 @@ export type ApiErrorCode =
   | 'internal_error'
   | 'unavailable';
 
-/** Error body: `{ "error": { "code", "message" } }`. */
+/**
+ * Error body: `{ "error": { "code", "message" } }`.
+ * @example
+ * const body: ApiErrorBody = { error: { code: 'invalid_api_key', message: 'The API key is not valid' } };
+ */
 export interface ApiErrorBody {
   error: { code: ApiErrorCode | (string & {}); message: string };
 }

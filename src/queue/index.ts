@@ -1,26 +1,40 @@
-// nodemailer-eml-api/queue: the outbox. Every name here is a promise to users.
+// nodemailer-eml-api/queue: the outbox. Every name here is a promise to users; etc/queue.api.md
+// records them (npm run api:check).
+import { requireQueuePeers } from './queue-peers.js';
 
-// First: loading it checks bullmq and ioredis, so importing this entry point without them says what to install.
-export { OUTBOX_PEERS } from './outbox-peers.js';
-export type { OutboxPeerVersions } from './queue-peers.js';
+// Fails at import, saying what to install, when the optional peers bullmq or ioredis are missing.
+requireQueuePeers();
+
+// The producer: a Nodemailer transport that queues.
 export { EmlApiQueueTransport, type QueueSendCallback } from './eml-api-queue-transport.js';
 export type { EmlApiQueueTransportOptions, OutboxJobOptions, OutboxReplicas } from './queue-transport-options.js';
 export type { EmlApiQueuedMessageInfo } from './queued-message-info.js';
-export { startEmlApiWorker, EmlApiWorker, type OutboxJob, type WorkerCloseOptions } from './eml-api-worker.js';
+export type { RetryScheduleOptions } from './retry-schedule.js';
+export type { RedisConnectionInput } from './redis-connection.js';
+export type { OutboxClusterConnection } from './redis-cluster.js';
+export type { OutboxDurability } from './redis-settings.js';
+export type { OutboxEncryption } from './content-cipher.js';
+export { outboxJobId } from './outbox-job-id.js';
+
+// The worker: one way to start one (startEmlApiWorker resolves once its start-up checks pass).
+// EmlApiWorker is the type of the instance it resolves with, not a second constructor.
+export { startEmlApiWorker, type EmlApiWorker, type WorkerCloseOptions } from './eml-api-worker.js';
 export type { EmlApiWorkerOptions, OutboxRateLimit, OutboxWorkerTuning } from './worker-options.js';
+
+// The jobs, as the worker's events and BullMQ's API (transport.queue, worker.worker) hand them out:
+// OutboxJob is BullMQ's Job<OutboxJobData, OutboxSendResult>; the rest are what its data and result hold.
 export type {
+  OutboxJob,
   OutboxJobData,
   OutboxJobError,
   OutboxParkReason,
   OutboxSendKind,
   OutboxSendResult,
 } from './outbox-job.js';
-export { outboxJobId } from './outbox-job-id.js';
-export { DEFAULT_RETRY_SCHEDULE, type RetryScheduleOptions } from './retry-schedule.js';
-export type { RedisConnectionInput } from './redis-connection.js';
-export type { OutboxClusterConnection } from './redis-cluster.js';
-export type { OutboxDurability } from './redis-settings.js';
-export type { OutboxEncryption } from './content-cipher.js';
+export type { TraceCarrier } from '../observability/tracing.js';
+
+// Administration: a queue opened without a producer, its status, failed sends, a purge.
+export { openOutboxQueue, type OutboxQueue } from './outbox-queue.js';
 export {
   readOutboxStatus,
   retryFailedSends,
@@ -30,6 +44,5 @@ export {
   type FailedSend,
   type SkippedSend,
 } from './outbox-inspection.js';
-export { openOutboxQueue, type OutboxQueue } from './outbox-queue.js';
 export { readOutboxSnapshot, type OutboxSnapshot } from './outbox-snapshot.js';
 export { purgeOutbox, type PurgeOptions, type PurgeResult } from './outbox-purge.js';

@@ -15,6 +15,9 @@
  * - `ECONFIG`: invalid options, found before any request; or the outbox's Redis set up to lose queued
  *   mail (`maxmemory-policy` other than `noeviction`, less persistence than `durability` asks)
  * - `EAPI`: any other answer of the service that is not a success
+ *
+ * @example
+ * if (err instanceof EmlApiError && (['ECONNECTION', 'ETIMEDOUT'] as EmlApiErrorCode[]).includes(err.code)) retryLater();
  */
 export type EmlApiErrorCode =
   | 'EAUTH'
@@ -28,7 +31,14 @@ export type EmlApiErrorCode =
   | 'ECONFIG'
   | 'EAPI';
 
-/** Fields an {@link EmlApiError} can carry besides its message. */
+/**
+ * Fields an {@link EmlApiError} can carry besides its message. Each is absent by default; `permanent`
+ * then follows `responseCode` (`true` for a 4xx other than 408 and 429), `mayHaveBeenAccepted` is `false`.
+ *
+ * @example
+ * // An error of the package's shape, e.g. from a test double of the transport:
+ * throw new EmlApiError('EAPI', 'Service unavailable', { responseCode: 503, permanent: false });
+ */
 export interface EmlApiErrorDetails {
   /** HTTP status of the service's answer, when there was one. */
   responseCode?: number;

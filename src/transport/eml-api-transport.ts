@@ -20,7 +20,11 @@ import type { NodemailerMail } from './nodemailer-types.js';
 import { sentMessageInfo, type EmlApiSentMessageInfo } from './sent-message-info.js';
 import { splitTransportOptions, type EmlApiTransportOptions } from './transport-options.js';
 
-/** Nodemailer's callback of `transport.send`. */
+/**
+ * Nodemailer's callback of `transport.send`: called once, with the error or with what the send resolved.
+ * @example
+ * transport.send(mail, (err, info) => (err ? reject(err) : resolve(info!)));
+ */
 export type SendCallback = (err: Error | null, info?: EmlApiSentMessageInfo) => void;
 
 /**
@@ -80,7 +84,7 @@ export class EmlApiTransport extends EventEmitter {
     this.#metrics = EmlApiMetrics.resolve(metrics, "The transport's metrics option");
     this.client = new EmlApiClient(clientOptions);
     this.#engine = clientInternals(this.client);
-    this.#logger = this.client.options.logger;
+    this.#logger = this.#engine.options.logger;
     this.#threads =
       buildThreads > 0 ? { pool: new BuildThreadPool(buildThreads, this.#logger), logger: this.#logger } : undefined;
     // Uploads and retries, measured and marked on each send's span.

@@ -4,6 +4,9 @@ import type { Readable } from 'node:stream';
  * The parts of Nodemailer's compiled message (`MimeNode`) the transport uses.
  * Declared structurally so the package works with the types of every
  * supported Nodemailer major (6.9 to 10) without importing any of them.
+ *
+ * @example
+ * const envelope = mail.message.getEnvelope(); // { from: 'shop@example.com', to: ['ann@example.net'] }
  */
 export interface NodemailerMimeNode {
   keepBcc: boolean;
@@ -20,7 +23,14 @@ export interface NodemailerMimeNode {
 
 /**
  * The parts of Nodemailer's `MailMessage` (the object `transport.send` gets)
- * the transport uses.
+ * the transport uses: Nodemailer passes it, apps do not build one.
+ *
+ * @example
+ * // A wrapper that logs each send, then hands it on.
+ * const send = (mail: NodemailerMail, callback: SendCallback) => {
+ *   log.info(mail.message.getEnvelope());
+ *   transport.send(mail, callback);
+ * };
  */
 export interface NodemailerMail {
   data: { envelope?: unknown; raw?: unknown; to?: unknown; cc?: unknown; bcc?: unknown };
@@ -29,7 +39,11 @@ export interface NodemailerMail {
   normalize(callback: (err: Error | null, data?: unknown) => void): void;
 }
 
-/** An SMTP-style envelope: sender and the addresses the message goes to. */
+/**
+ * An SMTP-style envelope: sender and the addresses the message goes to.
+ * @example
+ * const { envelope } = await transporter.sendMail(mail); // { from: 'shop@example.com', to: ['ann@example.net'] }
+ */
 export interface MailEnvelope {
   from: string | false;
   to: string[];

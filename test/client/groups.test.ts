@@ -1,6 +1,7 @@
 import { rejectionOf } from '../helpers/async.js';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { EmlApiClient, EmlApiError, encodePathSegment } from '../../src/index.js';
+import { EmlApiClient, EmlApiError } from '../../src/index.js';
+import { encodePathSegment } from '../../src/protocol/index.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 

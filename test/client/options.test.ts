@@ -102,6 +102,63 @@ describe('options the client does not know', () => {
   });
 });
 
+describe('client.options', () => {
+  it('is a frozen view of the settings with their defaults, without the dispatcher, the logger or the key', async () => {
+    const { Agent } = await import('undici');
+    const dispatcher = new Agent();
+    const logger = { debug() {}, info() {}, warn() {}, error() {} };
+    const client = new EmlApiClient({
+      apiKey: 'k-secret',
+      baseUrl: 'https://api.example.test/base/',
+      retries: 5,
+      dispatcher,
+      logger,
+    });
+    try {
+      expect(Object.keys(client.options).sort()).toEqual(
+        [
+          'allowInsecureHttp',
+          'baseUrl',
+          'maxConnections',
+          'maxMessagesPerSecond',
+          'retries',
+          'spool',
+          'timeouts',
+          'userAgent',
+        ].sort(),
+      );
+      expect(client.options).toMatchObject({
+        maxConnections: 5,
+        allowInsecureHttp: false,
+        userAgent: undefined,
+        maxMessagesPerSecond: undefined,
+        retries: { limit: 5, baseDelay: 500, maxDelay: 30_000, retryAmbiguous: false },
+        timeouts: { connect: 10_000, response: 30_000, total: 120_000 },
+        spool: { threshold: 2 * 1024 * 1024 },
+      });
+      expect(client.options.baseUrl.href).toBe('https://api.example.test/base/');
+      expect(JSON.stringify(client.options)).not.toContain('k-secret');
+      for (const part of [client.options, client.options.retries, client.options.timeouts, client.options.spool]) {
+        expect(Object.isFrozen(part)).toBe(true);
+      }
+      // The URL is a copy: changing it does not move the client's requests.
+      client.options.baseUrl.pathname = '/elsewhere';
+      expect(
+        new EmlApiClient({ apiKey: 'k', baseUrl: 'https://api.example.test/base/' }).options.baseUrl.pathname,
+      ).toBe('/base/');
+    } finally {
+      await client.close();
+      await dispatcher.close();
+    }
+  });
+
+  it("is the transport client's too", () => {
+    const transport = new EmlApiTransport({ apiKey: 'k', baseUrl: 'https://api.example.test', maxConnections: 3 });
+    expect(transport.client.options.maxConnections).toBe(3);
+    expect('dispatcher' in transport.client.options).toBe(false);
+  });
+});
+
 describe('plain http:// hosts', () => {
   it('accepts localhost and literal loopback addresses', () => {
     for (const baseUrl of ['http://localhost:8025', 'http://127.0.0.1:8025', 'http://127.9.9.9', 'http://[::1]:8025']) {

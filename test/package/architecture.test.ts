@@ -2,6 +2,9 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import pkg from '../../package.json' with { type: 'json' };
+import tsconfig from '../../tsconfig.json' with { type: 'json' };
+import tsupConfig from '../../tsup.config.js';
 
 const SRC = fileURLToPath(new URL('../../src', import.meta.url));
 
@@ -112,5 +115,34 @@ describe('the layers of src/', () => {
   it('let only the entry points and the CLI reach the web inbox', () => {
     const users = files.filter((f) => importsOf(f).some((t) => t.startsWith('emulator/inbox/')));
     expect(users.filter((f) => !f.startsWith('emulator/inbox/'))).toEqual(['emulator/start-emulator.ts']);
+  });
+});
+
+describe('the entry points', () => {
+  const subpaths = Object.keys(pkg.exports).filter((key) => key !== './package.json');
+  const names = subpaths.map((key) => (key === '.' ? 'index' : key.slice(2)));
+  const library = (Array.isArray(tsupConfig) ? tsupConfig : [tsupConfig])[0] as {
+    entry: Record<string, string>;
+    dts: { entry: Record<string, string> };
+  };
+
+  it('are built, typed and resolved alike: the exports map, tsup (code and .d.ts) and the tsconfig paths', () => {
+    expect(Object.keys(library.entry).sort()).toEqual([...names].sort());
+    expect(library.dts.entry).toEqual(library.entry);
+    const paths = tsconfig.compilerOptions.paths as Record<string, string[]>;
+    for (const [subpath, name] of subpaths.map((key, i) => [key, names[i]!] as const)) {
+      expect(paths[`nodemailer-eml-api${subpath.slice(1)}`], subpath).toEqual([`./${library.entry[name]}`]);
+      expect(pkg.exports[subpath as keyof typeof pkg.exports], subpath).toEqual({
+        import: { types: `./dist/${name}.d.ts`, default: `./dist/${name}.js` },
+        require: { types: `./dist/${name}.d.cts`, default: `./dist/${name}.cjs` },
+      });
+    }
+  });
+
+  it('each have an API report in etc/ (npm run api:check compares it with the built types)', () => {
+    const reports = readdirSync(fileURLToPath(new URL('../../etc', import.meta.url))).filter((f) =>
+      f.endsWith('.api.md'),
+    );
+    expect(reports.sort()).toEqual(names.map((name) => `${name}.api.md`).sort());
   });
 });

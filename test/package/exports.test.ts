@@ -29,6 +29,7 @@ const USAGE = (load: string) => `${load}
     delivered: emu.mailbox('b@example.test').length,
     isEmlApiError: configError instanceof EmlApiError,
     code: configError && configError.code,
+    sendEml: API_PATHS.sendEml,
   }));
   await transporter.close();
   await emu.close();
@@ -37,15 +38,38 @@ const USAGE = (load: string) => `${load}
 
 const TYPES_USAGE = `
 import nodemailer from 'nodemailer';
-import { EmlApiTransport, EmlApiError, type EmlApiSentMessageInfo } from 'nodemailer-eml-api';
+import { EmlApiTransport, EmlApiError, type EmlApiClient, type EmlApiSentMessageInfo } from 'nodemailer-eml-api';
 import { startEmulator, type Emulator } from 'nodemailer-eml-api/emulator';
 import {
   EmlApiQueueTransport,
   startEmlApiWorker,
+  type EmlApiWorker,
   type EmlApiQueuedMessageInfo,
   type OutboxJob,
   type OutboxSendResult,
 } from 'nodemailer-eml-api/queue';
+import {
+  API_PATHS,
+  API_KEY_HEADER,
+  encodePathSegment,
+  type SendAcceptedResponse,
+  type StandardEmailRequest,
+  type ApiErrorBody,
+} from 'nodemailer-eml-api/protocol';
+export function contract(): string {
+  const body: StandardEmailRequest = { to: [{ email: 'b@x.test' }], from: { email: 'a@x.test' }, subject: 's', textContent: { text: 'x' } };
+  const answer: SendAcceptedResponse = { id: 'i', messageId: '<m@x.test>', recipients: 1 };
+  const refusal: ApiErrorBody = { error: { code: 'invalid_api_key', message: 'no' } };
+  return API_PATHS.sendEmail + API_KEY_HEADER + encodePathSegment('..') + body.subject + answer.id + refusal.error.code;
+}
+export function settings(client: EmlApiClient): number {
+  // A read-only view: the dispatcher is not in it, nothing in it can be assigned.
+  // @ts-expect-error not among the settings
+  void client.options.dispatcher;
+  // @ts-expect-error read-only
+  client.options.maxConnections = 1;
+  return client.options.timeouts.total + client.options.retries.limit;
+}
 export async function check(): Promise<string> {
   const emu: Emulator = await startEmulator({ apiKeys: [{ key: 'k', scopes: ['sender'] }] });
   const transporter = nodemailer.createTransport(new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url }));
@@ -60,8 +84,11 @@ export async function checkQueue(): Promise<string> {
   const transport = new EmlApiQueueTransport({ connection: 'redis://127.0.0.1:6379', retry: { attempts: 10 } });
   const transporter = nodemailer.createTransport(transport);
   const info = (await transporter.sendMail({ from: 'a@x.test', to: 'b@x.test', text: 'x', idempotencyKey: 'k1' })) as EmlApiQueuedMessageInfo;
-  const outbox = await startEmlApiWorker({ connection: 'redis://127.0.0.1:6379', apiKey: 'k', baseUrl: 'http://127.0.0.1:1', limiter: { max: 20, duration: 1000 } });
+  const outbox: EmlApiWorker = await startEmlApiWorker({ connection: 'redis://127.0.0.1:6379', apiKey: 'k', baseUrl: 'http://127.0.0.1:1', limiter: { max: 20, duration: 1000 } });
   outbox.on('sent', (job: OutboxJob, result: OutboxSendResult) => console.log(job.id, result.response));
+  // One way to start a worker: EmlApiWorker is a type, not a constructor.
+  // @ts-expect-error only refers to a type
+  void new EmlApiWorker({ connection: 'redis://127.0.0.1:6379', apiKey: 'k', baseUrl: 'http://127.0.0.1:1' });
   await outbox.close({ force: true });
   return info.queueId + info.response;
 }
@@ -252,12 +279,56 @@ const { EmlApiQueueTransport, startEmlApiWorker } = require('nodemailer-eml-api/
     expect(files.some((f) => f.startsWith('src/') || f.startsWith('test/'))).toBe(false);
   });
 
+  it('exports the same values from ESM and CommonJS, each entry point only what users call (types are in etc/*.api.md)', async () => {
+    // Run in the package itself: Node resolves its own name through the exports map (bullmq is installed here).
+    const entries = Object.keys(pkg.exports)
+      .filter((key) => key !== './package.json')
+      .map((key) => `nodemailer-eml-api${key.slice(1)}`);
+    const list = `const out = {};
+for (const name of ${JSON.stringify(entries)}) out[name] = Object.keys(await load(name)).sort();
+console.log(JSON.stringify(out));`;
+    const esm = await run('node', ['--input-type=module', '-e', `const load = (n) => import(n);\n${list}`], {
+      cwd: ROOT,
+    });
+    const cjs = await run(
+      'node',
+      ['--input-type=commonjs', '-e', `const load = async (n) => require(n);\n(async () => {\n${list}\n})();`],
+      { cwd: ROOT },
+    );
+    const expected = {
+      'nodemailer-eml-api': ['EmlApiClient', 'EmlApiError', 'EmlApiTransport'],
+      'nodemailer-eml-api/emulator': ['DEFAULT_EMULATOR_ACCOUNT', 'startEmulator'],
+      'nodemailer-eml-api/relay': ['hashRelayPassword', 'startSmtpRelay'],
+      'nodemailer-eml-api/queue': [
+        'EmlApiQueueTransport',
+        'OUTBOX_STATES',
+        'openOutboxQueue',
+        'outboxJobId',
+        'purgeOutbox',
+        'readOutboxSnapshot',
+        'readOutboxStatus',
+        'retryFailedSends',
+        'startEmlApiWorker',
+      ],
+      'nodemailer-eml-api/protocol': [
+        'API_KEY_HEADER',
+        'API_PATHS',
+        'API_SCOPES',
+        'IDEMPOTENCY_KEY_HEADER',
+        'encodePathSegment',
+      ],
+    };
+    expect(JSON.parse(esm.stdout)).toEqual(expected);
+    expect(JSON.parse(cjs.stdout)).toEqual(expected);
+  });
+
   it('works through import from an ES module', async () => {
     await writeFile(
       join(dir, 'esm.mjs'),
       USAGE(`import nodemailer from 'nodemailer';
 import { EmlApiTransport, EmlApiClient, EmlApiError } from 'nodemailer-eml-api';
-import { startEmulator } from 'nodemailer-eml-api/emulator';`),
+import { startEmulator } from 'nodemailer-eml-api/emulator';
+import { API_PATHS } from 'nodemailer-eml-api/protocol';`),
     );
     const { stdout } = await run('node', ['esm.mjs'], { cwd: dir });
     expect(JSON.parse(stdout)).toEqual({
@@ -265,6 +336,7 @@ import { startEmulator } from 'nodemailer-eml-api/emulator';`),
       delivered: 1,
       isEmlApiError: true,
       code: 'ECONFIG',
+      sendEml: '/v1/send/eml',
     });
   });
 
@@ -273,7 +345,8 @@ import { startEmulator } from 'nodemailer-eml-api/emulator';`),
       join(dir, 'cjs.cjs'),
       USAGE(`const nodemailer = require('nodemailer');
 const { EmlApiTransport, EmlApiClient, EmlApiError } = require('nodemailer-eml-api');
-const { startEmulator } = require('nodemailer-eml-api/emulator');`),
+const { startEmulator } = require('nodemailer-eml-api/emulator');
+const { API_PATHS } = require('nodemailer-eml-api/protocol');`),
     );
     const { stdout } = await run('node', ['cjs.cjs'], { cwd: dir });
     expect(JSON.parse(stdout)).toEqual({
@@ -281,6 +354,7 @@ const { startEmulator } = require('nodemailer-eml-api/emulator');`),
       delivered: 1,
       isEmlApiError: true,
       code: 'ECONFIG',
+      sendEml: '/v1/send/eml',
     });
   });
 

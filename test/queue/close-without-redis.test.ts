@@ -3,7 +3,9 @@ import { fileURLToPath } from 'node:url';
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, EmlApiWorker, startEmlApiWorker } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, startEmlApiWorker } from '../../src/queue/index.js';
+// The class itself, as the CLI uses it: only it can close a worker whose start never finishes (Redis down).
+import { EmlApiWorker } from '../../src/queue/eml-api-worker.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 

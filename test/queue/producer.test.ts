@@ -5,13 +5,12 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vites
 import { EmlApiError, EmlApiTransport } from '../../src/index.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import {
-  DEFAULT_RETRY_SCHEDULE,
   EmlApiQueueTransport,
   outboxJobId,
   type EmlApiQueuedMessageInfo,
   type OutboxJobData,
 } from '../../src/queue/index.js';
-import { outboxBackoffDelay, retrySpan } from '../../src/queue/retry-schedule.js';
+import { DEFAULT_RETRY_SCHEDULE, outboxBackoffDelay, retrySpan } from '../../src/queue/retry-schedule.js';
 import { DEFAULT_IDEMPOTENCY_MARGIN, DEFAULT_IDEMPOTENCY_WINDOW } from '../../src/queue/resolve-worker-options.js';
 import { neutralEml } from '../helpers/eml-bytes.js';
 import { richMovable } from '../helpers/message-corpus.js';

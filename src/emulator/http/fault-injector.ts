@@ -26,10 +26,18 @@ export interface EmulatorFaults {
   latencyMs?: number | [number, number];
 }
 
-/** What happens to one request. */
+/**
+ * What happens to one request.
+ * @example
+ * const kind: FaultKind = 'resetAfterProcessing'; // the request is processed, its answer lost
+ */
 export type FaultKind = 'none' | 'unavailable' | 'rateLimited' | 'resetBeforeProcessing' | 'resetAfterProcessing';
 
-/** Counts of injected faults since the faults were set. */
+/**
+ * Counts of injected faults since the faults were set.
+ * @example
+ * const stats: FaultStats | undefined = emu.faultStats(); // { none: 180, unavailable: 12, rateLimited: 5, ... }
+ */
 export type FaultStats = Record<FaultKind, number>;
 
 /** A fault drawn for one request. */

@@ -1,5 +1,8 @@
 /**
  * Summary of one attachment of a message the emulator accepted.
+ *
+ * @example
+ * const [pdf]: EmulatorAttachment[] = emu.mailbox('ann@example.net')[0]!.attachments; // { filename: 'invoice.pdf', contentType: 'application/pdf', ... }
  */
 export interface EmulatorAttachment {
   filename: string | undefined;
