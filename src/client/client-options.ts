@@ -1,6 +1,6 @@
 import type { Dispatcher } from 'undici';
 import type { SpoolOptions, SpoolSettings } from '../body/spool-options.js';
-import type { RetryOptions, TimeoutOptions } from '../http/requester-options.js';
+import type { RateLimitOptions, RetryOptions, TimeoutOptions } from '../http/requester-options.js';
 import type { EmlApiLogger } from '../shared/logger.js';
 
 /**
@@ -56,11 +56,14 @@ export interface EmlApiClientOptions {
   /**
    * Retries of failures the service surely did not process (connection refused,
    * connection reset before the request was written, DNS failure, 429, 503),
-   * with exponential backoff and jitter, honouring `Retry-After`. A number sets
-   * `limit`; `false` or `0` turns retries off. See docs/transport-and-client.md, "Reliability".
-   * @default { limit: 3, baseDelay: 500, maxDelay: 30000, retryAmbiguous: false }
+   * with exponential backoff and jitter, honouring `Retry-After`. `attempts`
+   * counts every try, the first included; `false` tries once. See
+   * docs/transport-and-client.md, "Reliability", and docs/options.md.
+   * @default { attempts: 4, delay: 500, maxDelay: 30000, jitter: 0.5, retryAmbiguous: false }
+   * @example
+   * new EmlApiClient({ apiKey, baseUrl, retry: { attempts: 6, delay: 200 } });
    */
-  retries?: number | false | RetryOptions;
+  retry?: false | RetryOptions;
   /**
    * Time limits in milliseconds. Each failure is an `ETIMEDOUT` error naming the limit.
    * @default { connect: 10000, response: 30000, total: 120000 }
@@ -75,11 +78,13 @@ export interface EmlApiClientOptions {
    */
   spool?: SpoolOptions;
   /**
-   * Sends started per second at most (sends wait in the queue to keep the pace).
-   * Membership calls are not paced.
+   * Sends started at most: `max` per `duration` ms, spaced evenly (sends wait
+   * in the queue to keep the pace). Membership calls are not paced.
    * @default undefined (no pacing)
+   * @example
+   * new EmlApiClient({ apiKey, baseUrl, rateLimit: { max: 20, duration: 1000 } }); // 20 a second
    */
-  maxMessagesPerSecond?: number;
+  rateLimit?: RateLimitOptions;
   /**
    * Where the client (and the transport built on it) logs: `true` for the
    * console, or a logger object (pino, bunyan, console...). Warnings include
@@ -98,9 +103,9 @@ export interface ResolvedClientOptions {
   dispatcher: Dispatcher | undefined;
   allowInsecureHttp: boolean;
   userAgent: string | undefined;
-  retries: Required<RetryOptions>;
+  retry: Required<RetryOptions>;
   timeouts: Required<TimeoutOptions>;
-  maxMessagesPerSecond: number | undefined;
+  rateLimit: RateLimitOptions | undefined;
   spool: SpoolSettings;
   /** The logger, silent when none was given. */
   logger: EmlApiLogger;

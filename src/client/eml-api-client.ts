@@ -71,9 +71,9 @@ export class EmlApiClient {
       secret: apiKey,
       maxConnections: resolved.maxConnections,
       dispatcher: resolved.dispatcher,
-      retries: resolved.retries,
+      retry: resolved.retry,
       timeouts: resolved.timeouts,
-      maxMessagesPerSecond: resolved.maxMessagesPerSecond,
+      rateLimit: resolved.rateLimit,
       logger: resolved.logger,
     });
     registerClientInternals(this, { requester: this.#requester, options: this.options });

@@ -1,16 +1,27 @@
 import type { Dispatcher } from 'undici';
 import { defaultSpoolSettings, type SpoolSettings } from '../body/spool-options.js';
 import {
-  DEFAULT_RETRIES,
+  DEFAULT_RETRY,
   DEFAULT_TIMEOUTS,
+  type RateLimitOptions,
   type RetryOptions,
   type TimeoutOptions,
 } from '../http/requester-options.js';
 import { invalidApiKeyAt } from '../protocol/api-key-rule.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
+import {
+  booleanOption,
+  configError,
+  describe,
+  objectOption,
+  positiveNumber,
+  refuseUnknownKeys,
+  loggerOption,
+  wholeNumber,
+  type RenamedOptions,
+} from '../shared/options-kit.js';
 import type { EmlApiClientOptions, ResolvedClientOptions } from './client-options.js';
-import { nearestName } from './nearest-name.js';
 
 const DEFAULT_MAX_CONNECTIONS = 5;
 
@@ -22,32 +33,26 @@ export const CLIENT_OPTIONS = [
   'dispatcher',
   'allowInsecureHttp',
   'userAgent',
-  'retries',
+  'retry',
   'timeouts',
   'spool',
-  'maxMessagesPerSecond',
+  'rateLimit',
   'logger',
 ] as const satisfies readonly (keyof EmlApiClientOptions)[];
 
-/**
- * A misspelt option would otherwise be ignored in silence (a `timeout` that
- * never applies): refused, naming the nearest valid option.
- */
-export function rejectUnknownOptions(given: Record<string, unknown>, known: readonly string[], prefix: string): void {
-  for (const key of Object.keys(given)) {
-    if (known.includes(key)) continue;
-    const nearest = nearestName(key, known);
-    throw configError(
-      `${prefix}${key.slice(0, 64)}`,
-      `unknown option${nearest ? `; did you mean ${prefix}${nearest}?` : ''} (known: ${known.join(', ')})`,
-    );
-  }
-}
+/** The client's options renamed before 1.0, refused with their new name. */
+export const CLIENT_RENAMED: RenamedOptions = {
+  retries:
+    'renamed to retry: false or { attempts, delay, maxDelay, jitter, retryAmbiguous } (attempts counts the first try: retries 3 is attempts 4)',
+  maxMessagesPerSecond: 'renamed to rateLimit: { max, duration } (maxMessagesPerSecond n is rateLimit { max: n, duration: 1000 })',
+};
 
-/** Throws an `ECONFIG` error naming the option. */
-export function configError(option: string, problem: string): EmlApiError {
-  return new EmlApiError('ECONFIG', `Invalid option ${option}: ${problem}`, { permanent: true });
-}
+/** The fields of `retry`, renamed ones included. */
+const RETRY_KEYS = ['attempts', 'delay', 'maxDelay', 'jitter', 'retryAmbiguous'] as const satisfies readonly (keyof RetryOptions)[];
+const RETRY_RENAMED: RenamedOptions = {
+  limit: 'renamed to retry.attempts, which counts the first try (limit 3 is attempts 4)',
+  baseDelay: 'renamed to retry.delay',
+};
 
 /**
  * Validates client options and splits off the API key.
@@ -61,14 +66,11 @@ export function resolveClientOptions(options: unknown): { apiKey: string; resolv
     });
   }
   const o = options as Record<string, unknown>;
-  rejectUnknownOptions(o, CLIENT_OPTIONS, '');
+  refuseUnknownKeys(o, CLIENT_OPTIONS, '', CLIENT_RENAMED);
   const apiKey = validateApiKey(o.apiKey);
-  const allowInsecureHttp = optionalBoolean(o.allowInsecureHttp, 'allowInsecureHttp') ?? false;
+  const allowInsecureHttp = booleanOption(o.allowInsecureHttp, 'allowInsecureHttp', false);
   const baseUrl = validateBaseUrl(o.baseUrl, allowInsecureHttp);
-  const maxConnections = o.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
-  if (typeof maxConnections !== 'number' || !Number.isInteger(maxConnections) || maxConnections < 1) {
-    throw configError('maxConnections', `expected a whole number of at least 1, got ${describe(maxConnections)}`);
-  }
+  const maxConnections = wholeNumber(o.maxConnections, 'maxConnections', 1, 100_000, DEFAULT_MAX_CONNECTIONS);
   const dispatcher = o.dispatcher;
   if (
     dispatcher !== undefined &&
@@ -80,25 +82,19 @@ export function resolveClientOptions(options: unknown): { apiKey: string; resolv
   if (userAgent !== undefined && (typeof userAgent !== 'string' || !/^[\x20-\x7e]+$/.test(userAgent))) {
     throw configError('userAgent', 'expected a non-empty string of printable ASCII characters');
   }
-  const retries = resolveRetries(o.retries);
+  const retry = resolveRetry(o.retry);
   const timeouts = resolveTimeouts(o.timeouts);
-  const maxMessagesPerSecond = o.maxMessagesPerSecond;
-  if (
-    maxMessagesPerSecond !== undefined &&
-    (typeof maxMessagesPerSecond !== 'number' || !Number.isFinite(maxMessagesPerSecond) || maxMessagesPerSecond <= 0)
-  ) {
-    throw configError('maxMessagesPerSecond', `expected a positive number, got ${describe(maxMessagesPerSecond)}`);
-  }
+  const rateLimit = resolveRateLimit(o.rateLimit, 'rateLimit');
   const spool = resolveSpool(o.spool);
-  const logger = resolveLoggerOption(o.logger);
+  const logger = loggerOption(o.logger);
   return {
     apiKey,
     resolved: {
       spool,
       logger,
-      retries,
+      retry,
       timeouts,
-      maxMessagesPerSecond: maxMessagesPerSecond as number | undefined,
+      rateLimit,
       baseUrl,
       basePath: baseUrl.pathname.replace(/\/+$/, ''),
       maxConnections,
@@ -109,31 +105,52 @@ export function resolveClientOptions(options: unknown): { apiKey: string; resolv
   };
 }
 
-function resolveRetries(value: unknown): Required<RetryOptions> {
-  if (value === undefined) return { ...DEFAULT_RETRIES };
-  if (value === false) return { ...DEFAULT_RETRIES, limit: 0 };
-  if (typeof value === 'number') return { ...DEFAULT_RETRIES, limit: wholeNumber(value, 'retries', 0, 100) };
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    throw configError(
-      'retries',
-      `expected a number, false or { limit, baseDelay, maxDelay, retryAmbiguous }, got ${describe(value)}`,
-    );
-  }
-  const r = value as Record<string, unknown>;
-  rejectUnknownOptions(r, ['limit', 'baseDelay', 'maxDelay', 'retryAmbiguous'], 'retries.');
+function resolveRetry(value: unknown): Required<RetryOptions> {
+  if (value === undefined) return { ...DEFAULT_RETRY };
+  if (value === false) return { ...DEFAULT_RETRY, attempts: 1 };
+  const r = objectOption(value, 'retry', 'false or { attempts, delay, maxDelay, jitter, retryAmbiguous }');
+  refuseUnknownKeys(r, RETRY_KEYS, 'retry.', RETRY_RENAMED);
   const resolved = {
-    limit: r.limit === undefined ? DEFAULT_RETRIES.limit : wholeNumber(r.limit, 'retries.limit', 0, 100),
-    baseDelay:
-      r.baseDelay === undefined
-        ? DEFAULT_RETRIES.baseDelay
-        : wholeNumber(r.baseDelay, 'retries.baseDelay', 0, 3_600_000),
-    maxDelay:
-      r.maxDelay === undefined ? DEFAULT_RETRIES.maxDelay : wholeNumber(r.maxDelay, 'retries.maxDelay', 0, 3_600_000),
-    retryAmbiguous: optionalBoolean(r.retryAmbiguous, 'retries.retryAmbiguous') ?? DEFAULT_RETRIES.retryAmbiguous,
+    attempts: wholeNumber(r.attempts, 'retry.attempts', 1, 101, DEFAULT_RETRY.attempts),
+    delay: wholeNumber(r.delay, 'retry.delay', 0, 3_600_000, DEFAULT_RETRY.delay),
+    maxDelay: wholeNumber(r.maxDelay, 'retry.maxDelay', 0, 3_600_000, DEFAULT_RETRY.maxDelay),
+    jitter: share(r.jitter, 'retry.jitter', DEFAULT_RETRY.jitter),
+    retryAmbiguous: booleanOption(r.retryAmbiguous, 'retry.retryAmbiguous', DEFAULT_RETRY.retryAmbiguous),
   };
-  if (resolved.maxDelay < resolved.baseDelay)
-    throw configError('retries.maxDelay', 'must not be smaller than retries.baseDelay');
+  if (resolved.maxDelay < resolved.delay) throw configError('retry.maxDelay', 'must not be smaller than retry.delay');
   return resolved;
+}
+
+/**
+ * Checks a share from 0 to 1 (a `jitter`), or takes `fallback` when it is absent.
+ * @throws {EmlApiError} `ECONFIG` naming the option
+ * @example
+ * share(options.jitter, 'retry.jitter', 0.2);
+ */
+export function share(value: unknown, option: string, fallback: number): number {
+  const v = value === undefined ? fallback : value;
+  if (typeof v !== 'number' || !(v >= 0 && v <= 1)) {
+    throw configError(option, `expected a number from 0 to 1, got ${describe(v)}`);
+  }
+  return v;
+}
+
+const RATE_KEYS = ['max', 'duration'] as const satisfies readonly (keyof RateLimitOptions)[];
+
+/**
+ * Checks a `rateLimit` (`{ max, duration }`, the same shape in every component).
+ * @throws {EmlApiError} `ECONFIG` naming the field
+ * @example
+ * resolveRateLimit({ max: 20, duration: 1000 }, 'rateLimit'); // { max: 20, duration: 1000 }
+ */
+export function resolveRateLimit(value: unknown, option: string): RateLimitOptions | undefined {
+  if (value === undefined) return undefined;
+  const r = objectOption(value, option, '{ max, duration } (max sends per duration ms)');
+  refuseUnknownKeys(r, RATE_KEYS, `${option}.`);
+  return {
+    max: wholeNumber(r.max, `${option}.max`, 1, 1_000_000_000),
+    duration: wholeNumber(r.duration, `${option}.duration`, 1, 24 * 3_600_000),
+  };
 }
 
 /** Validates `spool` options and completes them with the defaults. */
@@ -144,9 +161,8 @@ export function resolveSpool(value: unknown): SpoolSettings {
     throw configError('spool', `expected { threshold, directory }, got ${describe(value)}`);
   }
   const v = value as Record<string, unknown>;
-  rejectUnknownOptions(v, ['threshold', 'directory'], 'spool.');
-  const threshold =
-    v.threshold === undefined ? defaults.threshold : wholeNumber(v.threshold, 'spool.threshold', 0, 2 ** 40);
+  refuseUnknownKeys(v, ['threshold', 'directory'], 'spool.');
+  const threshold = wholeNumber(v.threshold, 'spool.threshold', 0, 2 ** 40, defaults.threshold);
   if (v.directory !== undefined && (typeof v.directory !== 'string' || v.directory.length === 0)) {
     throw configError('spool.directory', 'expected a folder path');
   }
@@ -159,17 +175,10 @@ function resolveTimeouts(value: unknown): Required<TimeoutOptions> {
     throw configError('timeouts', `expected { connect, response, total } in milliseconds, got ${describe(value)}`);
   }
   const t = value as Record<string, unknown>;
-  rejectUnknownOptions(t, ['connect', 'response', 'total'], 'timeouts.');
+  refuseUnknownKeys(t, ['connect', 'response', 'total'], 'timeouts.');
   const pick = (key: 'connect' | 'response' | 'total') =>
-    t[key] === undefined ? DEFAULT_TIMEOUTS[key] : wholeNumber(t[key], `timeouts.${key}`, 1, 24 * 3_600_000);
+    wholeNumber(t[key], `timeouts.${key}`, 1, 24 * 3_600_000, DEFAULT_TIMEOUTS[key]);
   return { connect: pick('connect'), response: pick('response'), total: pick('total') };
-}
-
-function wholeNumber(value: unknown, name: string, min: number, max: number): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-    throw configError(name, `expected a whole number from ${min} to ${max}, got ${describe(value)}`);
-  }
-  return value;
 }
 
 function validateApiKey(value: unknown): string {
@@ -245,24 +254,3 @@ export function isLoopbackHost(hostname: string): boolean {
   return /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
 }
 
-function optionalBoolean(value: unknown, name: string): boolean | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== 'boolean') throw configError(name, `expected true or false, got ${describe(value)}`);
-  return value;
-}
-
-/** Short description of a value for error messages (never the value of a secret). */
-export function describe(value: unknown): string {
-  if (value === null) return 'null';
-  if (Array.isArray(value)) return 'an array';
-  if (typeof value === 'string') return `the string ${JSON.stringify(value.slice(0, 50))}`;
-  if (typeof value === 'number' || typeof value === 'boolean') return String(value);
-  return typeof value === 'object' ? 'an object' : typeof value;
-}
-
-function resolveLoggerOption(value: unknown): EmlApiLogger {
-  if (value !== undefined && typeof value !== 'boolean' && (typeof value !== 'object' || value === null)) {
-    throw configError('logger', `expected true, false or a logger object (pino, console...), got ${describe(value)}`);
-  }
-  return resolveLogger(value as boolean | EmlApiLogger | undefined);
-}

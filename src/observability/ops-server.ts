@@ -13,7 +13,7 @@ import type { EmlApiMetrics } from './metrics.js';
  * Service); a Prometheus elsewhere needs it too.
  *
  * @example
- * await startSmtpRelay({ baseUrl, apiKey, http: { port: 9464, host: '0.0.0.0' } });
+ * await startEmlApiRelay({ baseUrl, apiKey, http: { port: 9464, host: '0.0.0.0' } });
  */
 export interface OpsHttpOptions {
   /**

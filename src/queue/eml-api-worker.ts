@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import { refuseUnknownKeys } from '../shared/options-kit.js';
 import type { MinimalJob, Worker } from 'bullmq';
 import { clientInternals } from '../client/client-internals.js';
 import { EmlApiClient } from '../client/eml-api-client.js';
@@ -29,17 +30,20 @@ export type { OutboxJob } from './outbox-job.js';
 /**
  * Options of {@link EmlApiWorker.close}.
  * @example
- * await outbox.close({ force: true });
+ * await outbox.close({ abort: true });
  */
 export interface WorkerCloseOptions {
   /**
    * `false`: stop taking jobs and let the sends in flight finish. `true`:
    * abort them and put their jobs straight back in the queue for another
    * worker (the service's idempotency window makes a resend deliver once).
+   * The same option as the client's and the relay's `close({ abort })`.
    * @default false
    */
-  force?: boolean;
+  abort?: boolean;
 }
+
+const WORKER_CLOSE_OPTIONS = ['abort'] as const satisfies readonly (keyof WorkerCloseOptions)[];
 
 /** How long a forced close waits for aborted sends to hand their jobs back, in ms. */
 const HAND_BACK_WAIT = 5_000;
@@ -158,7 +162,7 @@ export class EmlApiWorker extends EventEmitter {
           connection: this.#redis.redis,
           prefix: settings.prefix,
           concurrency: settings.concurrency,
-          limiter: settings.limiter,
+          limiter: settings.rateLimit,
           settings: {
             // BullMQ asks by the type stored on each job: the outbox's name now, and the one jobs queued before
             // the rename still carry. Any other type is not the outbox's: -1 fails the job (BullMQ's convention).
@@ -246,7 +250,7 @@ export class EmlApiWorker extends EventEmitter {
       // are handed back too rather than left to their locks' expiry; a Redis that fails, at once.
       this.#checks.fail();
       const refused = err instanceof EmlApiError && err.code === 'ECONFIG';
-      await this.close(refused ? {} : { force: true }).catch(() => undefined);
+      await this.close(refused ? {} : { abort: true }).catch(() => undefined);
       throw err;
     }
   }
@@ -277,16 +281,22 @@ export class EmlApiWorker extends EventEmitter {
 
   /**
    * Stops the worker. By default it takes no new jobs, lets the sends in
-   * flight finish, then closes its connections. With `{ force: true }` the
+   * flight finish, then closes its connections. With `{ abort: true }` the
    * sends in flight are aborted and their jobs put back in the queue at once,
    * for another worker.
    *
+   * @throws {EmlApiError} `ECONFIG` (a rejection) for an option it does not know, such as `force` (renamed to `abort`)
    * @example
    * process.once('SIGTERM', () => outbox.close());
    */
   close(options: WorkerCloseOptions = {}): Promise<void> {
+    try {
+      refuseUnknownKeys(options ?? {}, WORKER_CLOSE_OPTIONS, 'close.', { force: 'renamed to abort: close({ abort: true })' });
+    } catch (err) {
+      return Promise.reject(err);
+    }
     this.#telemetry.stopping();
-    if (options.force && !this.#forcing) {
+    if (options.abort && !this.#forcing) {
       this.#forcing = true;
       void this.client.close({ abort: true });
       // A graceful close under way waits for BullMQ, which waits for Redis to record the sends
@@ -469,7 +479,7 @@ function answeredByNotTheService(error: Error): boolean {
  *   apiKey: process.env.EML_API_KEY!,
  *   baseUrl: 'https://api.mail.example.com',
  *   concurrency: 10,
- *   limiter: { max: 50, duration: 1000 },
+ *   rateLimit: { max: 50, duration: 1000 },
  * });
  * process.once('SIGTERM', () => outbox.close());
  */
@@ -478,7 +488,7 @@ export async function startEmlApiWorker(options: EmlApiWorkerOptions): Promise<E
   try {
     await outbox.started;
   } catch (err) {
-    await outbox.close({ force: true }).catch(() => undefined);
+    await outbox.close({ abort: true }).catch(() => undefined);
     throw err;
   }
   return outbox;

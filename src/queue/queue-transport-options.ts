@@ -32,6 +32,22 @@ export interface OutboxReplicas {
 }
 
 /**
+ * Time limits of {@link EmlApiQueueTransport}, in milliseconds.
+ * @example
+ * const timeouts: QueueTransportTimeouts = { store: 10_000 };
+ */
+export interface QueueTransportTimeouts {
+  /**
+   * Time allowed to store a message and its job in Redis. A send that takes
+   * longer fails with `ETIMEDOUT` (when the job may still have been stored,
+   * the error says so: `mayHaveBeenAccepted`). Also bounds Redis's checks
+   * (`verify()`, the first send's) and the wait for `replicas`.
+   * @default 30000
+   */
+  store?: number;
+}
+
+/**
  * Options of {@link EmlApiQueueTransport}. No API key: the producer only
  * stores messages; the workers that send them have the key.
  *
@@ -71,13 +87,17 @@ export interface EmlApiQueueTransportOptions {
    */
   jobOptions?: OutboxJobOptions;
   /**
-   * Largest request a queued send may make, in bytes, as the service counts
-   * it: an EML travels Base64-encoded in JSON (4/3 of its size), so the
-   * default takes messages up to 37.5 MiB. Larger ones are refused with
-   * `EMESSAGE` before anything is stored.
-   * @default 52428800 (50 MiB, the service's request limit)
+   * Largest message queued, in bytes: the size of the message itself (its
+   * EML), as the relay's `maxMessageSize` counts it. Larger ones are refused
+   * with `EMESSAGE` before anything is stored. The default is the largest
+   * message whose upload (Base64 in JSON, 4/3 of its size) fits the
+   * service's 50 MiB request limit; a send without EML (a JSON send) may make
+   * a request as large as such a message's.
+   * @default 39321591 (37.5 MiB, whose upload is the service's 50 MiB request limit)
+   * @example
+   * new EmlApiQueueTransport({ connection, maxMessageSize: 10 * 1024 * 1024 });
    */
-  maxMessageBytes?: number;
+  maxMessageSize?: number;
   /**
    * Sends building and storing at once; more wait in order. `isIdle()` is
    * true while one more would start at once.
@@ -90,12 +110,12 @@ export interface EmlApiQueueTransportOptions {
    */
   spool?: SpoolOptions;
   /**
-   * Time allowed to store a message and its job in Redis, in ms. A send that
-   * takes longer fails with `ETIMEDOUT` (when the job may still have been
-   * stored, the error says so: `mayHaveBeenAccepted`).
-   * @default 30000
+   * Time limits in milliseconds.
+   * @default { store: 30000 }
+   * @example
+   * new EmlApiQueueTransport({ connection, timeouts: { store: 10_000 } });
    */
-  storeTimeout?: number;
+  timeouts?: QueueTransportTimeouts;
   /**
    * Build messages on this many worker threads (`'auto'`: one per core), as
    * the direct transport's `buildThreads` does: the same bytes, off the

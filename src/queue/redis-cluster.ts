@@ -1,5 +1,5 @@
 import type { Cluster, ClusterOptions, RedisOptions } from 'ioredis';
-import { configError, describe } from '../client/resolve-client-options.js';
+import { configError, describe } from '../shared/options-kit.js';
 import type { QueueLocation } from './queue-location.js';
 import { loadRedisCluster } from './queue-peers.js';
 

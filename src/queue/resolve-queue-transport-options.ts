@@ -1,21 +1,64 @@
 import type { SpoolSettings } from '../body/spool-options.js';
-import { configError, describe, resolveSpool } from '../client/resolve-client-options.js';
+import { resolveSpool } from '../client/resolve-client-options.js';
+import { maxUploadableSize } from '../body/eml-upload-body.js';
+import { MAX_REQUEST_SIZE } from '../protocol/service-limits.js';
+import {
+  configError,
+  describe,
+  objectOption,
+  oneOf,
+  refuseUnknownKeys,
+  loggerOption,
+  wholeNumber,
+  type RenamedOptions,
+} from '../shared/options-kit.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
 import { resolveBuildThreads } from '../transport/build-threads/pool.js';
 import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
-import { wholeNumberOption } from './whole-number-option.js';
-import type { EmlApiQueueTransportOptions, OutboxJobOptions, OutboxReplicas } from './queue-transport-options.js';
+import type {
+  EmlApiQueueTransportOptions,
+  OutboxJobOptions,
+  OutboxReplicas,
+  QueueTransportTimeouts,
+} from './queue-transport-options.js';
 import { MAX_OUTBOX_PRIORITY, newMessagePriority, resolveRetrySchedule, retryJobOptions } from './retry-schedule.js';
 import { OUTBOX_DURABILITIES, type OutboxDurability } from './redis-settings.js';
 import { resolveEncryption, type OutboxKeyring } from './content-cipher.js';
 
 /**
- * The default of `maxMessageBytes`: the service's request limit, 50 MiB.
+ * The default of `maxMessageSize`: the largest message whose upload fits the
+ * service's 50 MiB request limit (37.5 MiB).
  * @example
- * new EmlApiQueueTransport({ connection, maxMessageBytes: DEFAULT_MAX_MESSAGE_BYTES / 2 });
+ * new EmlApiQueueTransport({ connection, maxMessageSize: DEFAULT_MAX_MESSAGE_SIZE / 2 });
  */
-export const DEFAULT_MAX_MESSAGE_BYTES = 50 * 1024 * 1024;
+export const DEFAULT_MAX_MESSAGE_SIZE = maxUploadableSize(MAX_REQUEST_SIZE);
+
+/** Every option of the queue transport. */
+const QUEUE_TRANSPORT_OPTIONS = [
+  'connection',
+  'queueName',
+  'prefix',
+  'retry',
+  'jobOptions',
+  'maxMessageSize',
+  'concurrency',
+  'spool',
+  'timeouts',
+  'buildThreads',
+  'durability',
+  'replicas',
+  'encryption',
+  'logger',
+] as const satisfies readonly (keyof EmlApiQueueTransportOptions)[];
+
+/** The queue transport's options renamed before 1.0, refused with their new name. */
+const QUEUE_TRANSPORT_RENAMED: RenamedOptions = {
+  maxMessageBytes:
+    'renamed to maxMessageSize, which counts the message itself, not its Base64 upload (maxMessageBytes 52428800 is maxMessageSize 39321591)',
+  storeTimeout: 'renamed to timeouts: { store }',
+  retries: 'the outbox retries on its schedule: retry { attempts, delay, maxDelay, jitter } (attempts counts the first try)',
+};
 /**
  * How long sent jobs are kept, in seconds: the service's idempotency window
  * (24 hours), so a repeated `idempotencyKey` is still recognised.
@@ -33,13 +76,14 @@ export const KEEP_FAILED_SECONDS = 7 * 24 * 3600;
 /**
  * Producer options after validation.
  * @example
- * const { queueName, maxMessageBytes } = resolveQueueTransportOptions({ connection });
+ * const { queueName, maxMessageSize } = resolveQueueTransportOptions({ connection });
  */
 export interface ResolvedQueueTransportOptions extends QueueLocation {
   jobOptions: OutboxJobOptions;
-  maxMessageBytes: number;
+  maxMessageSize: number;
   concurrency: number;
   spool: SpoolSettings;
+  /** `timeouts.store`. */
   storeTimeout: number;
   /** Build threads (0: none). */
   buildThreads: number;
@@ -61,6 +105,7 @@ export function resolveQueueTransportOptions(options: EmlApiQueueTransportOption
   if (typeof options !== 'object' || options === null) {
     throw new EmlApiError('ECONFIG', 'Options must be an object with at least connection', { permanent: true });
   }
+  refuseUnknownKeys(options, QUEUE_TRANSPORT_OPTIONS, '', QUEUE_TRANSPORT_RENAMED);
   if (options.connection === undefined || options.connection === null) {
     throw configError('connection', 'required: a redis:// URL, ioredis options or an ioredis instance');
   }
@@ -76,7 +121,7 @@ export function resolveQueueTransportOptions(options: EmlApiQueueTransportOption
   }
   if (jobOptions.priority !== undefined) {
     // BullMQ checks it only when a job is added, where its refusal would read as a Redis failure.
-    wholeNumberOption(jobOptions.priority, 'jobOptions.priority', 0, 0, MAX_OUTBOX_PRIORITY);
+    wholeNumber(jobOptions.priority, 'jobOptions.priority', 0, MAX_OUTBOX_PRIORITY);
   }
   checkRemoval(
     jobOptions.removeOnComplete,
@@ -91,7 +136,7 @@ export function resolveQueueTransportOptions(options: EmlApiQueueTransportOption
     'failed jobs removed at once take with them the messages parked for a person and every error (their content left to the sweeper)',
   );
   const schedule = resolveRetrySchedule(options.retry);
-  const storeTimeout = wholeNumberOption(options.storeTimeout, 'storeTimeout', 30_000, 1, 3_600_000);
+  const storeTimeout = resolveTimeouts(options.timeouts).store;
   return {
     ...resolveQueueLocation(options.queueName, options.prefix),
     jobOptions: {
@@ -102,21 +147,15 @@ export function resolveQueueTransportOptions(options: EmlApiQueueTransportOption
       // New messages go after retries, which BullMQ takes first (see RETRY_PRIORITY).
       priority: newMessagePriority(jobOptions.priority),
     },
-    maxMessageBytes: wholeNumberOption(
-      options.maxMessageBytes,
-      'maxMessageBytes',
-      DEFAULT_MAX_MESSAGE_BYTES,
-      1,
-      2 ** 40,
-    ),
-    concurrency: wholeNumberOption(options.concurrency, 'concurrency', 10, 1, 10_000),
+    maxMessageSize: wholeNumber(options.maxMessageSize, 'maxMessageSize', 1, 2 ** 40, DEFAULT_MAX_MESSAGE_SIZE),
+    concurrency: wholeNumber(options.concurrency, 'concurrency', 1, 10_000, 10),
     spool: resolveSpool(options.spool),
     storeTimeout,
     buildThreads: resolveBuildThreads(options.buildThreads),
     durability: resolveDurability(options.durability),
     replicas: resolveReplicas(options.replicas, storeTimeout),
     keyring: resolveEncryption(options.encryption, 'producer'),
-    logger: resolveLogger(options.logger),
+    logger: loggerOption(options.logger),
   };
 }
 
@@ -130,15 +169,9 @@ function resolveReplicas(value: unknown, storeTimeout: number): Required<OutboxR
   }
   const { count, timeoutMs } = value as { count?: unknown; timeoutMs?: unknown };
   return {
-    count: wholeNumberOption(count, 'replicas.count', 0, 1, 100),
+    count: wholeNumber(count, 'replicas.count', 1, 100),
     // Within storeTimeout: the send as a whole must end by then.
-    timeoutMs: wholeNumberOption(
-      timeoutMs,
-      'replicas.timeoutMs',
-      Math.min(DEFAULT_REPLICAS_TIMEOUT, storeTimeout),
-      1,
-      storeTimeout,
-    ),
+    timeoutMs: wholeNumber(timeoutMs, 'replicas.timeoutMs', 1, storeTimeout, Math.min(DEFAULT_REPLICAS_TIMEOUT, storeTimeout)),
   };
 }
 
@@ -172,9 +205,16 @@ function checkRemoval(value: unknown, name: string, minAge: number, why: string)
 }
 
 function resolveDurability(value: unknown): OutboxDurability {
-  if (value === undefined) return 'warn';
-  if (typeof value === 'string' && (OUTBOX_DURABILITIES as readonly string[]).includes(value)) {
-    return value as OutboxDurability;
-  }
-  throw configError('durability', `expected 'warn', 'aof' or 'aof-always', got ${describe(value)}`);
+  return oneOf(value, 'durability', OUTBOX_DURABILITIES, 'warn');
 }
+
+/** The default of `timeouts.store`, in ms. */
+const DEFAULT_STORE_TIMEOUT = 30_000;
+
+function resolveTimeouts(value: unknown): Required<QueueTransportTimeouts> {
+  if (value === undefined) return { store: DEFAULT_STORE_TIMEOUT };
+  const t = objectOption(value, 'timeouts', '{ store } in milliseconds');
+  refuseUnknownKeys(t, ['store'] satisfies (keyof QueueTransportTimeouts)[], 'timeouts.');
+  return { store: wholeNumber(t.store, 'timeouts.store', 1, 3_600_000, DEFAULT_STORE_TIMEOUT) };
+}
+

@@ -1,19 +1,43 @@
-import { configError, describe } from '../client/resolve-client-options.js';
+import { CLIENT_OPTIONS, CLIENT_RENAMED, resolveRateLimit } from '../client/resolve-client-options.js';
+import { configError, describe, loggerOption, refuseUnknownKeys, wholeNumber, type RenamedOptions } from '../shared/options-kit.js';
 import type { EmlApiClientOptions } from '../client/client-options.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
 import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
-import { wholeNumberOption } from './whole-number-option.js';
 import { resolveEncryption, type OutboxKeyring } from './content-cipher.js';
 import type { EmlApiWorkerOptions, OutboxRateLimit, OutboxWorkerTuning } from './worker-options.js';
 
-/**
- * The limiter of workers without one: it never limits by itself (BullMQ
- * counts every job against it), but BullMQ honours a queue-wide pause (a
- * 429's `Retry-After`) only in workers that have a limiter.
- * @example
- * const limiter = options.limiter ? evenRate(options.limiter) : UNLIMITED_RATE;
- */
+/** Every option of the worker: its own and the client's (but `spool`, `retry` and the client's `rateLimit`). */
+const WORKER_OPTIONS = [
+  ...CLIENT_OPTIONS.filter((key) => key !== 'spool' && key !== 'retry' && key !== 'rateLimit'),
+  'connection',
+  'queueName',
+  'prefix',
+  'concurrency',
+  'rateLimit',
+  'cleanupInterval',
+  'maxStalls',
+  'idempotencyWindow',
+  'idempotencyMargin',
+  'maxRetryAfter',
+  'workerOptions',
+  'encryption',
+  'logger',
+  'http',
+  'metrics',
+] as const satisfies readonly (keyof EmlApiWorkerOptions)[];
+
+/** The worker's options renamed (or gone) before 1.0, refused with what to use. */
+const WORKER_RENAMED: RenamedOptions = {
+  ...CLIENT_RENAMED,
+  limiter: 'renamed to rateLimit: { max, duration }',
+  retries:
+    "the worker makes one try per job run; the outbox's retry schedule is the producer's retry option (EmlApiQueueTransport({ retry: { attempts, delay, maxDelay, jitter } }))",
+  retry:
+    "the worker makes one try per job run; the outbox's retry schedule is the producer's retry option (EmlApiQueueTransport({ retry: { attempts, delay, maxDelay, jitter } }))",
+  spool: 'the worker sends stored messages from Redis and spools nothing',
+};
+
 /**
  * The default of `maxStalls`: stalls a job may have and still be retried.
  * @example
@@ -50,6 +74,13 @@ export const DEFAULT_MAX_RETRY_AFTER = 15 * 60_000;
  */
 const BULLMQ_STALL_LIMIT = 1_000_000;
 
+/**
+ * The limiter of workers without one: it never limits by itself (BullMQ
+ * counts every job against it), but BullMQ honours a queue-wide pause (a
+ * 429's `Retry-After`) only in workers that have a limiter.
+ * @example
+ * const limiter = options.rateLimit ? evenRate(options.rateLimit) : UNLIMITED_RATE;
+ */
 export const UNLIMITED_RATE: Readonly<OutboxRateLimit> = Object.freeze({ max: 1_000_000_000, duration: 1000 });
 
 /** The shortest window the even limiter uses, in ms: faster rates send in small groups. */
@@ -78,12 +109,13 @@ export function evenRate({ max, duration }: OutboxRateLimit): OutboxRateLimit {
 /**
  * Worker options after validation, split into the client's and the worker's.
  * @example
- * const { client, concurrency, limiter } = resolveWorkerOptions(options);
+ * const { client, concurrency, rateLimit } = resolveWorkerOptions(options);
  */
 export interface ResolvedWorkerOptions extends QueueLocation {
   client: EmlApiClientOptions;
   concurrency: number;
-  limiter: OutboxRateLimit;
+  /** BullMQ's limiter: `rateLimit` spaced evenly ({@link evenRate}), or {@link UNLIMITED_RATE}. */
+  rateLimit: OutboxRateLimit;
   cleanupInterval: number;
   maxStalls: number;
   /** When a send that may have been accepted is no longer sent again: its first such attempt's start plus this, in ms. */
@@ -109,12 +141,13 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
       permanent: true,
     });
   }
+  refuseUnknownKeys(options, WORKER_OPTIONS, '', WORKER_RENAMED);
   const {
     connection,
     queueName,
     prefix,
     concurrency: rawConcurrency,
-    limiter: rawLimiter,
+    rateLimit: rawRateLimit,
     cleanupInterval,
     maxStalls,
     idempotencyWindow: rawWindow,
@@ -128,17 +161,9 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
   if (connection === undefined || connection === null) {
     throw configError('connection', 'required: a redis:// URL, ioredis options or an ioredis instance');
   }
-  const concurrency = wholeNumberOption(rawConcurrency, 'concurrency', 5, 1, 10_000);
-  let limiter: OutboxRateLimit = UNLIMITED_RATE;
-  if (rawLimiter !== undefined) {
-    if (typeof rawLimiter !== 'object' || rawLimiter === null) {
-      throw configError('limiter', `expected { max, duration }, got ${describe(rawLimiter)}`);
-    }
-    limiter = evenRate({
-      max: wholeNumberOption(rawLimiter.max, 'limiter.max', 0, 1, UNLIMITED_RATE.max),
-      duration: wholeNumberOption(rawLimiter.duration, 'limiter.duration', 0, 1, 24 * 3_600_000),
-    });
-  }
+  const concurrency = wholeNumber(rawConcurrency, 'concurrency', 1, 10_000, 5);
+  const given = resolveRateLimit(rawRateLimit, 'rateLimit');
+  const rateLimit = given ? evenRate(given) : UNLIMITED_RATE;
   if (workerOptions !== undefined && (typeof workerOptions !== 'object' || workerOptions === null)) {
     throw configError('workerOptions', `expected BullMQ worker options, got ${describe(workerOptions)}`);
   }
@@ -149,26 +174,21 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
     );
   }
   checkBullmqWorkerTuning(workerOptions ?? {});
-  const window = wholeNumberOption(rawWindow, 'idempotencyWindow', DEFAULT_IDEMPOTENCY_WINDOW, 0, 365 * 24 * 3_600_000);
-  const margin = wholeNumberOption(
-    rawMargin,
-    'idempotencyMargin',
-    Math.min(DEFAULT_IDEMPOTENCY_MARGIN, window),
-    0,
-    window,
-  );
+  const window = wholeNumber(rawWindow, 'idempotencyWindow', 0, 365 * 24 * 3_600_000, DEFAULT_IDEMPOTENCY_WINDOW);
+  const margin = wholeNumber(rawMargin, 'idempotencyMargin', 0, window, Math.min(DEFAULT_IDEMPOTENCY_MARGIN, window));
   return {
     ...resolveQueueLocation(queueName, prefix),
-    client: { ...client, maxConnections: client.maxConnections ?? concurrency, retries: client.retries ?? false },
+    // One try per job run: the outbox retries on the queue's schedule (and a 429 pauses the queue).
+    client: { ...client, maxConnections: client.maxConnections ?? concurrency, retry: false },
     concurrency,
-    limiter,
-    cleanupInterval: wholeNumberOption(cleanupInterval, 'cleanupInterval', 600_000, 0, 24 * 3_600_000),
-    maxStalls: wholeNumberOption(maxStalls, 'maxStalls', DEFAULT_MAX_STALLS, 0, 1000),
+    rateLimit,
+    cleanupInterval: wholeNumber(cleanupInterval, 'cleanupInterval', 0, 24 * 3_600_000, 600_000),
+    maxStalls: wholeNumber(maxStalls, 'maxStalls', 0, 1000, DEFAULT_MAX_STALLS),
     resendWithin: window - margin,
-    maxRetryAfter: wholeNumberOption(maxRetryAfter, 'maxRetryAfter', DEFAULT_MAX_RETRY_AFTER, 1000, 24 * 3_600_000),
+    maxRetryAfter: wholeNumber(maxRetryAfter, 'maxRetryAfter', 1000, 24 * 3_600_000, DEFAULT_MAX_RETRY_AFTER),
     workerOptions: { ...workerOptions, maxStalledCount: BULLMQ_STALL_LIMIT },
     keyring: resolveEncryption(encryption, 'worker'),
-    logger: resolveLogger(logger),
+    logger: loggerOption(logger),
   };
 }
 
@@ -185,6 +205,6 @@ function checkBullmqWorkerTuning(tuning: Record<string, unknown>): void {
     ['maxStartedAttempts', 0],
   ];
   for (const [name, min] of numbers) {
-    if (tuning[name] !== undefined) wholeNumberOption(tuning[name], `workerOptions.${name}`, 0, min, day);
+    if (tuning[name] !== undefined) wholeNumber(tuning[name], `workerOptions.${name}`, min, day);
   }
 }

@@ -1,5 +1,6 @@
 import type { WorkerOptions } from 'bullmq';
 import type { EmlApiClientOptions } from '../client/client-options.js';
+import type { RateLimitOptions } from '../http/requester-options.js';
 import type { EmlApiLogger } from '../shared/logger.js';
 import type { RedisConnectionInput } from './redis-connection.js';
 import type { OutboxEncryption } from './content-cipher.js';
@@ -8,17 +9,13 @@ import type { OpsHttpOptions } from '../observability/ops-server.js';
 
 /**
  * A global rate: at most `max` sends start per `duration` ms, counted in
- * Redis across every worker of the queue (BullMQ's rate limiter).
+ * Redis across every worker of the queue (BullMQ's rate limiter). The same
+ * shape as the client's `rateLimit`.
  *
  * @example
- * const limiter: OutboxRateLimit = { max: 20, duration: 1000 }; // 20 per second, all workers together
+ * const rateLimit: OutboxRateLimit = { max: 20, duration: 1000 }; // 20 per second, all workers together
  */
-export interface OutboxRateLimit {
-  /** Sends per window. */
-  max: number;
-  /** Window in ms. */
-  duration: number;
-}
+export type OutboxRateLimit = RateLimitOptions;
 
 /**
  * BullMQ worker options the outbox lets through, e.g. `lockDuration` and
@@ -44,10 +41,10 @@ export type OutboxWorkerTuning = Omit<
  *   apiKey: process.env.EML_API_KEY!,
  *   baseUrl: 'https://api.mail.example.com',
  *   concurrency: 10,
- *   limiter: { max: 50, duration: 1000 },
+ *   rateLimit: { max: 50, duration: 1000 },
  * });
  */
-export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool'> {
+export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' | 'retry' | 'rateLimit'> {
   /** Redis: a `redis://` or `rediss://` URL, ioredis options, or an ioredis instance (which you then close). */
   connection: RedisConnectionInput;
   /**
@@ -66,22 +63,18 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool'> 
    */
   concurrency?: number;
   /**
-   * Global rate limit, across every worker of the queue.
+   * Global rate limit, across every worker of the queue (counted in Redis),
+   * sends spaced evenly.
    * @default undefined (no limit but the service's 429s, which pause every worker)
+   * @example
+   * await startEmlApiWorker({ connection, apiKey, baseUrl, rateLimit: { max: 50, duration: 1000 } });
    */
-  limiter?: OutboxRateLimit;
+  rateLimit?: OutboxRateLimit;
   /**
    * Requests in flight at once (the connection pool of this worker's client).
    * @default concurrency
    */
   maxConnections?: number;
-  /**
-   * The client's own, in-process retries. BullMQ retries failed sends on the
-   * queue's schedule (and a 429 pauses the queue), so the worker's client
-   * makes one attempt per job run by default.
-   * @default false
-   */
-  retries?: EmlApiClientOptions['retries'];
   /**
    * How often this worker sweeps stored content whose job is gone (removed
    * by age, by hand, or a crash between storing and queueing), in ms; 0

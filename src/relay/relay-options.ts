@@ -2,8 +2,9 @@ import type { EmlApiQueueTransport } from '../queue/eml-api-queue-transport.js';
 import type { EmlApiQueueTransportOptions } from '../queue/queue-transport-options.js';
 import type { SecureContextOptions } from 'node:tls';
 import type { EmlApiClientOptions } from '../client/client-options.js';
+import type { TimeoutOptions } from '../http/requester-options.js';
 import type { EmlApiLogger } from '../shared/logger.js';
-import type { SmtpRelayUser } from './relay-users.js';
+import type { EmlApiRelayUser } from './relay-users.js';
 import type { MetricsOption } from '../observability/metrics.js';
 import type { OpsHttpOptions } from '../observability/ops-server.js';
 
@@ -15,7 +16,7 @@ import type { OpsHttpOptions } from '../observability/ops-server.js';
  * @example
  * tls: { cert: readFileSync('/etc/ssl/relay.crt'), key: readFileSync('/etc/ssl/relay.key') }
  */
-export interface SmtpRelayTlsOptions extends SecureContextOptions {
+export interface EmlApiRelayTlsOptions extends SecureContextOptions {
   /** The certificate chain, PEM. */
   cert: string | Buffer;
   /** The private key, PEM. */
@@ -28,14 +29,57 @@ export interface SmtpRelayTlsOptions extends SecureContextOptions {
 }
 
 /**
- * Options of {@link startSmtpRelay}: where to listen, the service to relay
- * to, and every option of {@link EmlApiClientOptions} (timeouts, retries,
- * `maxConnections` to the service, spool...) for the clients it sends with.
+ * Time limits of the relay, in milliseconds: its SMTP side (`idle`,
+ * `stressIdle`, `data`, `tlsHandshake`) and the service's (`connect`,
+ * `response`, `total`, the client's {@link TimeoutOptions}, for the
+ * requests it makes).
  *
  * @example
- * const relay = await startSmtpRelay({ baseUrl: 'https://api.mail.example.com', port: 2525 });
+ * await startEmlApiRelay({ baseUrl, timeouts: { idle: 60_000, data: 1_800_000, total: 60_000 } });
  */
-export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
+export interface EmlApiRelayTimeouts extends TimeoutOptions {
+  /**
+   * How long a client may stay silent while the relay waits for it before
+   * it is disconnected (`421`). RFC 5321 suggests 5 minutes.
+   * @default 300000
+   */
+  idle?: number;
+  /**
+   * The idle timeout while the relay is nearly full (from 80% of
+   * `maxClients` connections on), for every connection: Postfix's stress
+   * mode (`smtpd_timeout = ${stress?{10}:{300}}s`). The idle clients leave
+   * room for those that send.
+   * @default 10000
+   */
+  stressIdle?: number;
+  /**
+   * How long a message may take to arrive, from DATA to its final dot,
+   * whatever its rate (`421 4.4.2` past it: the message is abandoned, and the
+   * client sends it again later). Raise it for large messages over slow links.
+   * @default 600000 (10 minutes)
+   */
+  data?: number;
+  /**
+   * How long a client of an implicit TLS listener (`tls.implicit`) has to
+   * complete its TLS handshake before the socket is closed, and a proxy
+   * (`proxyProtocol`) to send its PROXY header. smtp-server would give it
+   * the idle timeout; a socket in its handshake has no session yet, so
+   * nothing else times it. Sockets count against `maxClientsPerAddress`
+   * from the moment they are accepted, handshake included.
+   * @default 10000
+   */
+  tlsHandshake?: number;
+}
+
+/**
+ * Options of {@link startEmlApiRelay}: where to listen, the service to relay
+ * to, and every option of {@link EmlApiClientOptions} (retry, `maxConnections`
+ * to the service, spool...) for the clients it sends with.
+ *
+ * @example
+ * const relay = await startEmlApiRelay({ baseUrl: 'https://api.mail.example.com', port: 2525 });
+ */
+export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' | 'timeouts'> {
   /**
    * TCP port; 0 picks a free one (see `relay.port`).
    * @default 2525
@@ -95,7 +139,7 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    * @example
    * users: [{ username: 'billing', passwordHash: process.env.BILLING_SMTP_HASH! }]
    */
-  users?: SmtpRelayUser[];
+  users?: EmlApiRelayUser[];
   /**
    * Store-and-forward through the outbox (`nodemailer-eml-api/queue`): the
    * relay answers `250` once Redis has stored the message, and the outbox's
@@ -109,7 +153,7 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    * unless the options set `concurrency`.
    * @default undefined (each message is uploaded before the relay answers)
    * @example
-   * await startSmtpRelay({ baseUrl, apiKey, queue: { connection: process.env.REDIS_URL! } });
+   * await startEmlApiRelay({ baseUrl, apiKey, queue: { connection: process.env.REDIS_URL! } });
    */
   queue?: EmlApiQueueTransport | EmlApiQueueTransportOptions;
   /**
@@ -118,7 +162,7 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    * password is an API key: it never crosses the network in clear).
    * @default undefined
    */
-  tls?: SmtpRelayTlsOptions;
+  tls?: EmlApiRelayTlsOptions;
   /**
    * Largest message accepted, in bytes, advertised as `SIZE`. The default is
    * the largest message whose upload (Base64 in JSON, 4/3 of its size) fits
@@ -140,11 +184,12 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    */
   maxClients?: number;
   /**
-   * Milliseconds a client may stay silent while the relay waits for it before
-   * it is disconnected (`421`). RFC 5321 suggests 5 minutes.
-   * @default 300000
+   * Time limits, in milliseconds: the SMTP side's and the service's.
+   * @default { idle: 300000, stressIdle: 10000, data: 600000, tlsHandshake: 10000, connect: 10000, response: 30000, total: 120000 }
+   * @example
+   * await startEmlApiRelay({ baseUrl, timeouts: { idle: 60_000, data: 1_800_000 } });
    */
-  idleTimeout?: number;
+  timeouts?: EmlApiRelayTimeouts;
   /**
    * SMTP connections at once from one client address (`421 4.7.0` past it),
    * so that one client cannot take every slot: Postfix's
@@ -156,27 +201,8 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    */
   maxClientsPerAddress?: number;
   /**
-   * The idle timeout, in milliseconds, while the relay is nearly full (from
-   * 80% of `maxClients` connections on), for every connection: Postfix's
-   * stress mode (`smtpd_timeout = ${stress?{10}:{300}}s`). The idle clients
-   * leave room for those that send.
-   * @default 10000
-   * @example
-   * stressIdleTimeout: 5_000
-   */
-  stressIdleTimeout?: number;
-  /**
-   * Milliseconds a message may take to arrive, from DATA to its final dot,
-   * whatever its rate (`421 4.4.2` past it: the message is abandoned, and the
-   * client sends it again later). Raise it for large messages over slow links.
-   * @default 600000 (10 minutes)
-   * @example
-   * dataTimeout: 1_800_000
-   */
-  dataTimeout?: number;
-  /**
    * The slowest a message may arrive, in bytes a second, after a grace of the
-   * idle timeout (Postfix's `smtpd_min_data_rate`, with its per-request
+   * idle timeout, `timeouts.idle` (Postfix's `smtpd_min_data_rate`, with its per-request
    * deadline): a client sending a byte per idle period is closed (`421 4.4.2`).
    * @default 500
    * @example
@@ -212,18 +238,6 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    */
   authFailureWindow?: number;
   /**
-   * Milliseconds a client of an implicit TLS listener (`tls.implicit`) has
-   * to complete its TLS handshake before the socket is closed. smtp-server
-   * would give it the idle timeout; a socket in its handshake has no session
-   * yet, so nothing else times it. Sockets count against
-   * `maxClientsPerAddress` from the moment they are accepted, handshake
-   * included.
-   * @default 10000
-   * @example
-   * tlsHandshakeTimeout: 30_000 // clients over slow satellite links
-   */
-  tlsHandshakeTimeout?: number;
-  /**
    * The addresses of proxies in front of the relay (HAProxy with
    * `send-proxy`, stunnel with `protocol = proxy`, a load balancer) that
    * open each connection with a PROXY protocol v1 header naming the client:
@@ -233,7 +247,7 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    * client a loopback one: allowed without AUTH and exempt from the
    * per-address limits by default. Exact addresses, not networks (a host
    * listed here can claim any client address); connections from them must
-   * send the header, others must not. `tlsHandshakeTimeout` bounds the wait for it.
+   * send the header, others must not. `timeouts.tlsHandshake` bounds the wait for it.
    * @default [] (no proxy)
    * @example
    * proxyProtocol: ['127.0.0.1'] // HAProxy on this machine, `server relay 127.0.0.1:2525 send-proxy`
@@ -266,7 +280,7 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    * See docs/operations.md.
    * @default undefined (no port)
    * @example
-   * const relay = await startSmtpRelay({ baseUrl, apiKey, http: { port: 9464, host: '0.0.0.0' } });
+   * const relay = await startEmlApiRelay({ baseUrl, apiKey, http: { port: 9464, host: '0.0.0.0' } });
    */
   http?: OpsHttpOptions;
   /**
@@ -275,7 +289,7 @@ export interface SmtpRelayOptions extends Omit<EmlApiClientOptions, 'apiKey'> {
    * the relay's own (with prom-client's process metrics) served on `/metrics`.
    * @default false (without http), a registry of its own (with http)
    * @example
-   * startSmtpRelay({ baseUrl, apiKey, metrics: { registry } });
+   * startEmlApiRelay({ baseUrl, apiKey, metrics: { registry } });
    */
   metrics?: MetricsOption;
 }

@@ -4,17 +4,25 @@ import { isIP } from 'node:net';
 import { hostname as osHostname } from 'node:os';
 import type { SpoolSettings } from '../body/spool-options.js';
 import type { EmlApiClientOptions } from '../client/client-options.js';
-import { resolveClientOptions } from '../client/resolve-client-options.js';
-import { emlBodyLength } from '../body/eml-upload-body.js';
+import { CLIENT_OPTIONS, CLIENT_RENAMED, resolveClientOptions } from '../client/resolve-client-options.js';
+import { maxUploadableSize } from '../body/eml-upload-body.js';
+import { MAX_REQUEST_SIZE } from '../protocol/service-limits.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import {
+  booleanOption,
+  configError,
+  loggerOption,
+  objectOption,
+  refuseUnknownKeys,
+  wholeNumber,
+  type RenamedOptions,
+} from '../shared/options-kit.js';
 import { MAX_ADDRESS_LENGTH } from '../protocol/address-rules.js';
-import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
+import type { EmlApiLogger } from '../shared/logger.js';
 import { ClientAddressList, LOOPBACK_NETWORKS } from './client-address-list.js';
-import type { SmtpRelayOptions, SmtpRelayTlsOptions } from './relay-options.js';
-import { RelayUsers, type SmtpRelayUser } from './relay-users.js';
+import type { EmlApiRelayOptions, EmlApiRelayTimeouts, EmlApiRelayTlsOptions } from './relay-options.js';
+import { RelayUsers, type EmlApiRelayUser } from './relay-users.js';
 
-/** The service limit the default `maxMessageSize` is computed from: the emulator's 50 MiB per request. */
-const DEFAULT_REQUEST_LIMIT = 50 * 1024 * 1024;
 
 /** The relay spools past 512 KiB unless told otherwise: up to `maxClients` messages may arrive at once. */
 const DEFAULT_SPOOL_THRESHOLD = 512 * 1024;
@@ -27,7 +35,7 @@ export interface RelaySettings {
   trustedNetworks: ClientAddressList;
   /** The relay's own SMTP users, who send with its key. */
   users: RelayUsers | undefined;
-  tls: SmtpRelayTlsOptions | undefined;
+  tls: EmlApiRelayTlsOptions | undefined;
   maxMessageSize: number;
   maxRecipients: number;
   maxClients: number;
@@ -52,6 +60,7 @@ export interface RelaySettings {
   spool: SpoolSettings;
 }
 
+/** The relay's own options, besides the client's. */
 const RELAY_KEYS = [
   'port',
   'host',
@@ -64,28 +73,37 @@ const RELAY_KEYS = [
   'maxMessageSize',
   'maxRecipients',
   'maxClients',
-  'idleTimeout',
+  'timeouts',
   'maxClientsPerAddress',
-  'stressIdleTimeout',
-  'dataTimeout',
   'minDataRate',
   'authFailureDelay',
   'maxAuthFailuresPerAddress',
   'authFailureWindow',
-  'tlsHandshakeTimeout',
   'proxyProtocol',
   'hostname',
   'maxKeys',
   'logger',
-] as const;
+  'http',
+  'metrics',
+] as const satisfies readonly (keyof EmlApiRelayOptions)[];
 
-/**
- * The largest message whose `{"mail":"<base64>"}` upload fits in a request of `limit` bytes.
- * @example maxUploadableSize(50 * 1024 * 1024) // 39321591
- */
-export function maxUploadableSize(limit: number): number {
-  return 3 * Math.floor((limit - emlBodyLength(0)) / 4);
-}
+/** Every option of the relay: its own and the client's. */
+const RELAY_OPTIONS: readonly string[] = [...new Set<string>([...RELAY_KEYS, ...CLIENT_OPTIONS])];
+
+/** The relay's options renamed before 1.0, refused with their new name. */
+const RELAY_RENAMED: RenamedOptions = {
+  ...CLIENT_RENAMED,
+  idleTimeout: 'renamed to timeouts: { idle }',
+  stressIdleTimeout: 'renamed to timeouts: { stressIdle }',
+  dataTimeout: 'renamed to timeouts: { data }',
+  tlsHandshakeTimeout: 'renamed to timeouts: { tlsHandshake }',
+};
+
+/** The SMTP side's time limits; the rest of `timeouts` is the client's. */
+const SMTP_TIMEOUTS = ['idle', 'stressIdle', 'data', 'tlsHandshake'] as const satisfies readonly (keyof EmlApiRelayTimeouts)[];
+const CLIENT_TIMEOUTS = ['connect', 'response', 'total'] as const satisfies readonly (keyof EmlApiRelayTimeouts)[];
+
+export { maxUploadableSize };
 
 /**
  * Bytes the `Bcc` field the relay writes can grow a message by, per recipient: a separator, a fold and the
@@ -112,7 +130,7 @@ export function defaultMaxMessageSize(requestLimit: number, maxRecipients: numbe
  *
  * @throws {EmlApiError} `ECONFIG` naming the first bad option
  */
-export function resolveRelayOptions(options: SmtpRelayOptions): {
+export function resolveRelayOptions(options: EmlApiRelayOptions): {
   apiKey: string | undefined;
   settings: RelaySettings;
 } {
@@ -120,18 +138,25 @@ export function resolveRelayOptions(options: SmtpRelayOptions): {
     throw new EmlApiError('ECONFIG', 'Options must be an object with at least baseUrl', { permanent: true });
   }
   const o = options as unknown as Record<string, unknown>;
+  refuseUnknownKeys(o, RELAY_OPTIONS, '', RELAY_RENAMED);
   const clientOptions: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(o)) {
     if (!(RELAY_KEYS as readonly string[]).includes(key)) clientOptions[key] = value;
   }
+  const timeouts = o.timeouts === undefined ? {} : objectOption(o.timeouts, 'timeouts', '{ idle, stressIdle, data, tlsHandshake, connect, response, total } in milliseconds');
+  refuseUnknownKeys(timeouts, [...SMTP_TIMEOUTS, ...CLIENT_TIMEOUTS], 'timeouts.');
+  const clientTimeouts = Object.fromEntries(
+    CLIENT_TIMEOUTS.filter((key) => timeouts[key] !== undefined).map((key) => [key, timeouts[key]]),
+  );
+  if (Object.keys(clientTimeouts).length > 0) clientOptions.timeouts = clientTimeouts;
   clientOptions.spool = { threshold: DEFAULT_SPOOL_THRESHOLD, ...(o.spool as object | undefined) };
   const apiKey = o.apiKey === undefined || o.apiKey === null || o.apiKey === '' ? undefined : o.apiKey;
   // Checks the client options (and the key's form) as every client the relay makes will.
   const { resolved } = resolveClientOptions({ ...clientOptions, apiKey: apiKey ?? 'relay-option-check' });
   const tls = o.tls === undefined ? undefined : checkTls(o.tls);
-  const maxRecipients = whole(o.maxRecipients ?? 100, 'maxRecipients', 1, 100_000);
+  const maxRecipients = wholeNumber(o.maxRecipients, 'maxRecipients', 1, 100_000, 100);
   const settings: RelaySettings = {
-    port: whole(o.port ?? 2525, 'port', 0, 65535),
+    port: wholeNumber(o.port, 'port', 0, 65535, 2525),
     host: text(o.host ?? '127.0.0.1', 'host'),
     allowUnauthenticatedFrom: new ClientAddressList(
       (o.allowUnauthenticatedFrom as string[] | undefined) ?? LOOPBACK_NETWORKS,
@@ -143,22 +168,22 @@ export function resolveRelayOptions(options: SmtpRelayOptions): {
     ),
     users: checkUsers(o.users, apiKey),
     tls,
-    maxMessageSize: whole(o.maxMessageSize ?? defaultSize(maxRecipients), 'maxMessageSize', 1, 2 ** 40),
+    maxMessageSize: wholeNumber(o.maxMessageSize ?? defaultSize(maxRecipients), 'maxMessageSize', 1, 2 ** 40),
     maxRecipients,
-    maxClients: whole(o.maxClients ?? 100, 'maxClients', 1, 100_000),
-    idleTimeout: whole(o.idleTimeout ?? 300_000, 'idleTimeout', 1, 24 * 3_600_000),
-    maxClientsPerAddress: whole(o.maxClientsPerAddress ?? 50, 'maxClientsPerAddress', 1, 100_000),
-    stressIdleTimeout: whole(o.stressIdleTimeout ?? 10_000, 'stressIdleTimeout', 1, 24 * 3_600_000),
-    dataTimeout: whole(o.dataTimeout ?? 600_000, 'dataTimeout', 1, 7 * 24 * 3_600_000),
-    minDataRate: whole(o.minDataRate ?? 500, 'minDataRate', 1, 2 ** 40),
-    authFailureDelay: whole(o.authFailureDelay ?? 2_000, 'authFailureDelay', 0, 60_000),
-    maxAuthFailuresPerAddress: whole(o.maxAuthFailuresPerAddress ?? 10, 'maxAuthFailuresPerAddress', 1, 100_000),
-    authFailureWindow: whole(o.authFailureWindow ?? 600_000, 'authFailureWindow', 1_000, 24 * 3_600_000),
-    tlsHandshakeTimeout: whole(o.tlsHandshakeTimeout ?? 10_000, 'tlsHandshakeTimeout', 1, 600_000),
+    maxClients: wholeNumber(o.maxClients, 'maxClients', 1, 100_000, 100),
+    idleTimeout: wholeNumber(timeouts.idle, 'timeouts.idle', 1, 24 * 3_600_000, 300_000),
+    maxClientsPerAddress: wholeNumber(o.maxClientsPerAddress, 'maxClientsPerAddress', 1, 100_000, 50),
+    stressIdleTimeout: wholeNumber(timeouts.stressIdle, 'timeouts.stressIdle', 1, 24 * 3_600_000, 10_000),
+    dataTimeout: wholeNumber(timeouts.data, 'timeouts.data', 1, 7 * 24 * 3_600_000, 600_000),
+    minDataRate: wholeNumber(o.minDataRate, 'minDataRate', 1, 2 ** 40, 500),
+    authFailureDelay: wholeNumber(o.authFailureDelay, 'authFailureDelay', 0, 60_000, 2_000),
+    maxAuthFailuresPerAddress: wholeNumber(o.maxAuthFailuresPerAddress, 'maxAuthFailuresPerAddress', 1, 100_000, 10),
+    authFailureWindow: wholeNumber(o.authFailureWindow, 'authFailureWindow', 1_000, 24 * 3_600_000, 600_000),
+    tlsHandshakeTimeout: wholeNumber(timeouts.tlsHandshake, 'timeouts.tlsHandshake', 1, 600_000, 10_000),
     proxyProtocol: checkProxies(o.proxyProtocol),
     hostname: text(o.hostname ?? osHostname(), 'hostname'),
-    maxKeys: whole(o.maxKeys ?? 100, 'maxKeys', 1, 100_000),
-    logger: resolveLogger(o.logger as boolean | EmlApiLogger | undefined),
+    maxKeys: wholeNumber(o.maxKeys, 'maxKeys', 1, 100_000, 100),
+    logger: loggerOption(o.logger),
     queue: checkQueue(o.queue, apiKey),
     clientOptions: clientOptions as Omit<EmlApiClientOptions, 'apiKey'>,
     spool: resolved.spool,
@@ -166,45 +191,32 @@ export function resolveRelayOptions(options: SmtpRelayOptions): {
   return { apiKey: apiKey as string | undefined, settings };
 }
 
-function checkTls(value: unknown): SmtpRelayTlsOptions {
-  const tls = value as Partial<SmtpRelayTlsOptions> | null;
+function checkTls(value: unknown): EmlApiRelayTlsOptions {
+  const tls = value as Partial<EmlApiRelayTlsOptions> | null;
   const pem = (v: unknown) => typeof v === 'string' || Buffer.isBuffer(v);
   if (typeof tls !== 'object' || tls === null || !pem(tls.cert) || !pem(tls.key)) {
-    throw config('tls', 'expected { cert, key } (PEM strings or Buffers), and optionally implicit: true');
+    throw configError('tls', 'expected { cert, key } (PEM strings or Buffers), and optionally implicit: true');
   }
-  if (tls.implicit !== undefined && typeof tls.implicit !== 'boolean')
-    throw config('tls.implicit', 'expected a boolean');
-  return tls as SmtpRelayTlsOptions;
+  booleanOption(tls.implicit, 'tls.implicit');
+  return tls as EmlApiRelayTlsOptions;
 }
 
 /** The default `maxMessageSize` for the emulator's request limit, or an error asking for one. */
 function defaultSize(maxRecipients: number): number {
-  const size = defaultMaxMessageSize(DEFAULT_REQUEST_LIMIT, maxRecipients);
+  const size = defaultMaxMessageSize(MAX_REQUEST_SIZE, maxRecipients);
   if (size !== undefined) return size;
-  throw config(
+  throw configError(
     'maxMessageSize',
     `with maxRecipients ${maxRecipients}, the Bcc field the relay may add leaves no room for a default: set maxMessageSize to fit your service's request limit`,
   );
 }
 
-function whole(value: unknown, name: string, min: number, max: number): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-    throw config(
-      name,
-      `expected a whole number from ${min} to ${max}, got ${typeof value === 'number' ? value : typeof value}`,
-    );
-  }
-  return value;
-}
 
 function text(value: unknown, name: string): string {
-  if (typeof value !== 'string' || !/^[\x21-\x7e]+$/.test(value)) throw config(name, 'expected a non-empty string');
+  if (typeof value !== 'string' || !/^[\x21-\x7e]+$/.test(value)) throw configError(name, 'expected a non-empty string');
   return value;
 }
 
-function config(option: string, problem: string): EmlApiError {
-  return new EmlApiError('ECONFIG', `Invalid option ${option}: ${problem}`, { permanent: true });
-}
 
 /**
  * The `queue` option: an object (a queue transport, or its options, checked
@@ -214,13 +226,13 @@ function config(option: string, problem: string): EmlApiError {
 function checkQueue(value: unknown, apiKey: unknown): EmlApiQueueTransport | EmlApiQueueTransportOptions | undefined {
   if (value === undefined) return undefined;
   if (typeof value !== 'object' || value === null) {
-    throw config(
+    throw configError(
       'queue',
       'expected an EmlApiQueueTransport or its options, e.g. { connection: process.env.REDIS_URL }',
     );
   }
   if (apiKey === undefined) {
-    throw config(
+    throw configError(
       'queue',
       "store-and-forward needs the relay's own apiKey (the outbox's workers send with theirs; client AUTH keys are never stored in Redis)",
     );
@@ -236,7 +248,7 @@ function checkQueue(value: unknown, apiKey: unknown): EmlApiQueueTransport | Eml
 function checkProxies(value: unknown): readonly string[] {
   if (value === undefined) return [];
   if (!Array.isArray(value) || value.some((entry) => typeof entry !== 'string' || isIP(entry.trim()) === 0)) {
-    throw config(
+    throw configError(
       'proxyProtocol',
       'expected an array of IP addresses, the proxies that send a PROXY header (e.g. ["127.0.0.1"]), not networks',
     );
@@ -247,9 +259,9 @@ function checkProxies(value: unknown): readonly string[] {
 /** The `users` option: they send with the relay's own key, so there must be one. */
 function checkUsers(value: unknown, apiKey: unknown): RelayUsers | undefined {
   if (value === undefined) return undefined;
-  const users = new RelayUsers(value as SmtpRelayUser[]);
+  const users = new RelayUsers(value as EmlApiRelayUser[]);
   if (apiKey === undefined) {
-    throw config('users', "the relay's users send with its own apiKey: set apiKey (or EML_API_KEY) too");
+    throw configError('users', "the relay's users send with its own apiKey: set apiKey (or EML_API_KEY) too");
   }
   return users;
 }

@@ -406,7 +406,7 @@ const { EmlApiTransport } = require('nodemailer-eml-api');`,
       const usage = (load: string) => `${load}
 (async () => {
   const emu = await startEmulator();
-  const relay = await startSmtpRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0 });
+  const relay = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0 });
   const transporter = nodemailer.createTransport({ host: '127.0.0.1', port: relay.port, ignoreTLS: true });
   const info = await transporter.sendMail({ from: 'a@example.test', to: 'b@example.test', bcc: 'c@example.test', subject: 'relayed', text: 'hi' });
   transporter.close();
@@ -418,13 +418,13 @@ const { EmlApiTransport } = require('nodemailer-eml-api');`,
       await writeFile(
         join(dir, 'relay.mjs'),
         usage(`import nodemailer from 'nodemailer';
-import { startSmtpRelay } from 'nodemailer-eml-api/relay';
+import { startEmlApiRelay } from 'nodemailer-eml-api/relay';
 import { startEmulator } from 'nodemailer-eml-api/emulator';`),
       );
       await writeFile(
         join(dir, 'relay.cjs'),
         usage(`const nodemailer = require('nodemailer');
-const { startSmtpRelay } = require('nodemailer-eml-api/relay');
+const { startEmlApiRelay } = require('nodemailer-eml-api/relay');
 const { startEmulator } = require('nodemailer-eml-api/emulator');`),
       );
       for (const file of ['relay.mjs', 'relay.cjs']) {

@@ -10,14 +10,14 @@ import nodemailer from 'nodemailer';
 import { SMTPServer } from 'smtp-server';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { startSmtpRelay, type SmtpRelay, type SmtpRelayOptions } from '../../src/relay/index.js';
+import { startEmlApiRelay, type EmlApiRelay, type EmlApiRelayOptions } from '../../src/relay/index.js';
 import { waitFor } from '../helpers/async.js';
 import { SmtpDialog, testTls } from './relay-harness.js';
 
 let emu: Emulator;
 const opened: SmtpDialog[] = [];
 const silentSockets: Socket[] = [];
-const relays: SmtpRelay[] = [];
+const relays: EmlApiRelay[] = [];
 
 beforeAll(async () => {
   emu = await startEmulator();
@@ -31,13 +31,13 @@ afterAll(async () => {
   await emu?.close();
 });
 
-async function start(options: Partial<SmtpRelayOptions>): Promise<SmtpRelay> {
-  const relay = await startSmtpRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retries: false, ...options });
+async function start(options: Partial<EmlApiRelayOptions>): Promise<EmlApiRelay> {
+  const relay = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retries: false, ...options });
   relays.push(relay);
   return relay;
 }
 
-async function connect(relay: SmtpRelay, localAddress: string) {
+async function connect(relay: EmlApiRelay, localAddress: string) {
   const { dialog, greeting } = await SmtpDialog.open(relay.port, '127.0.0.1', { localAddress });
   opened.push(dialog);
   return { dialog, greeting };
@@ -155,7 +155,7 @@ describe('DATA deadline and minimum rate (dataTimeout, minDataRate)', () => {
 
 describe('implicit TLS: sockets in their handshake count against their address, and have a deadline', () => {
   /** Opens a TCP connection from `localAddress` that never starts its TLS handshake; resolves once connected. */
-  async function silent(relay: SmtpRelay, localAddress: string): Promise<{ closed: Promise<unknown> }> {
+  async function silent(relay: EmlApiRelay, localAddress: string): Promise<{ closed: Promise<unknown> }> {
     const socket = netConnect({ port: relay.port, host: '127.0.0.1', localAddress });
     socket.on('error', () => undefined);
     silentSockets.push(socket);

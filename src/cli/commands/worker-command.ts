@@ -144,7 +144,7 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
     const graceOver = new Promise<void>((resolve) => (graceTimer = setTimeout(resolve, operations.grace)));
     await Promise.race([
       outbox.close(),
-      Promise.race([stop.second, graceOver]).then(() => outbox.close({ force: true })),
+      Promise.race([stop.second, graceOver]).then(() => outbox.close({ abort: true })),
     ]);
     clearTimeout(graceTimer);
     await outbox.close();
@@ -167,7 +167,7 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
  * unreachable service is only a warning: the queue retries.
  */
 async function checkKey(service: ReturnType<typeof serviceOptions>, io: CliIo): Promise<void> {
-  const client = asUsageError(() => new EmlApiClient({ ...service, retries: false, timeouts: { total: 10_000 } }));
+  const client = asUsageError(() => new EmlApiClient({ ...service, retry: false, timeouts: { total: 10_000 } }));
   try {
     await client.verify();
   } catch (err) {
