@@ -19,7 +19,7 @@ process.on('message', async (message: { cmd: string; baseUrl?: string; redisUrl?
       baseUrl: message.baseUrl!,
       apiKey: 'k',
       port: 0,
-      retries: false,
+      retry: false,
       maxClients: 1000,
       ...(message.redisUrl === undefined
         ? {}

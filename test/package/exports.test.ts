@@ -60,9 +60,9 @@ export async function checkQueue(): Promise<string> {
   const transport = new EmlApiQueueTransport({ connection: 'redis://127.0.0.1:6379', retry: { attempts: 10 } });
   const transporter = nodemailer.createTransport(transport);
   const info = (await transporter.sendMail({ from: 'a@x.test', to: 'b@x.test', text: 'x', idempotencyKey: 'k1' })) as EmlApiQueuedMessageInfo;
-  const outbox = await startEmlApiWorker({ connection: 'redis://127.0.0.1:6379', apiKey: 'k', baseUrl: 'http://127.0.0.1:1', limiter: { max: 20, duration: 1000 } });
+  const outbox = await startEmlApiWorker({ connection: 'redis://127.0.0.1:6379', apiKey: 'k', baseUrl: 'http://127.0.0.1:1', rateLimit: { max: 20, duration: 1000 } });
   outbox.on('sent', (job: OutboxJob, result: OutboxSendResult) => console.log(job.id, result.response));
-  await outbox.close({ force: true });
+  await outbox.close({ abort: true });
   return info.queueId + info.response;
 }
 `;
@@ -183,7 +183,7 @@ console.log(JSON.stringify({ esm, cjs }));
       );
       const program = (load: string, queue: string) => `${load}
 (async () => {
-  const transport = new EmlApiQueueTransport({ connection: process.env.REDIS, queueName: '${queue}', maxMessageBytes: 4000 });
+  const transport = new EmlApiQueueTransport({ connection: process.env.REDIS, queueName: '${queue}', maxMessageSize: 3000 });
   const transporter = nodemailer.createTransport(transport);
   const info = await transporter.sendMail({ from: 'a@example.test', to: '${queue}@example.test', subject: 'packed', text: 'hi' });
   let tooLarge;

@@ -83,7 +83,7 @@ afterAll(async () => {
 });
 
 const newClient = () =>
-  new EmlApiClient({ apiKey: emu.apiKey, baseUrl: emu.url, dispatcher: recording, retries: { limit: 0 } });
+  new EmlApiClient({ apiKey: emu.apiKey, baseUrl: emu.url, dispatcher: recording, retry: { attempts: 1 } });
 
 // ---------------------------------------------------------------------------
 // Arbitraries

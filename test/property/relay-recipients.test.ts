@@ -429,7 +429,7 @@ describe('through the relay over SMTP, the emulator delivers to exactly RCPT TO,
 
   beforeAll(async () => {
     emu = await startEmulator();
-    relay = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retries: false, maxRecipients: 50 });
+    relay = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retry: false, maxRecipients: 50 });
   });
   afterAll(async () => {
     open?.close();

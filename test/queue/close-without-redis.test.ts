@@ -61,7 +61,7 @@ async function within(promise: Promise<unknown>, ms: number): Promise<string> {
 
 describe('close() when Redis does not answer', () => {
   it('the producer closes, its sends failed with ETIMEDOUT', async () => {
-    const transport = new EmlApiQueueTransport({ connection: redis.url, storeTimeout: 1000 });
+    const transport = new EmlApiQueueTransport({ connection: redis.url, timeouts: { store: 1000 } });
     await transport.verify();
     await freezeRedis();
     const err = await nodemailer
@@ -118,11 +118,11 @@ describe('close() when Redis does not answer', () => {
 
 describe('close() when Redis is down', () => {
   it('a worker that never connected closes, gracefully or forced', async () => {
-    for (const force of [false, true]) {
+    for (const abort of [false, true]) {
       const worker = new EmlApiWorker({ connection: NOWHERE, apiKey: emu.apiKey, baseUrl: emu.url });
       worker.on('error', () => undefined);
       await new Promise((resolve) => setTimeout(resolve, 500));
-      expect({ force, closed: await within(worker.close({ force }), 15_000) }).toEqual({ force, closed: 'resolved' });
+      expect({ abort, closed: await within(worker.close({ abort }), 15_000) }).toEqual({ abort, closed: 'resolved' });
     }
   });
 

@@ -204,8 +204,8 @@ describe('sendMail through EmlApiQueueTransport', () => {
     });
   });
 
-  it('refuses a message over maxMessageBytes with EMESSAGE, storing nothing', async () => {
-    const small = new EmlApiQueueTransport({ connection: redis.url, maxMessageBytes: 1024 * 1024 });
+  it('refuses a message over maxMessageSize (its own bytes) with EMESSAGE, storing nothing', async () => {
+    const small = new EmlApiQueueTransport({ connection: redis.url, maxMessageSize: 1024 * 1024 });
     try {
       await small.verify();
       const err = await nodemailer
@@ -219,7 +219,7 @@ describe('sendMail through EmlApiQueueTransport', () => {
         .catch((e: unknown) => e);
       expect(err).toBeInstanceOf(EmlApiError);
       expect(err).toMatchObject({ code: 'EMESSAGE', permanent: true });
-      expect((err as Error).message).toMatch(/over maxMessageBytes \(1\.0 MiB\): not queued/);
+      expect((err as Error).message).toMatch(/^The message is 1\.2 MiB, over maxMessageSize \(1\.0 MiB\): not queued/);
       expect(await stored()).toEqual({ content: 0, jobs: 0 });
       // Just under the cap is queued.
       await nodemailer.createTransport(small).sendMail({
@@ -240,7 +240,7 @@ describe('sendMail through EmlApiQueueTransport', () => {
 
   it('checks that Redis answers in verify(), and says which Redis when it does not', async () => {
     await expect(transporter.verify()).resolves.toBe(true);
-    const nowhere = new EmlApiQueueTransport({ connection: 'redis://127.0.0.1:1', storeTimeout: 5000 });
+    const nowhere = new EmlApiQueueTransport({ connection: 'redis://127.0.0.1:1', timeouts: { store: 5000 } });
     try {
       const err = (await nowhere.verify().catch((e: unknown) => e)) as EmlApiError;
       expect(err).toBeInstanceOf(EmlApiError);
@@ -304,8 +304,8 @@ describe('sendMail through EmlApiQueueTransport', () => {
     expect(bad({ connection: redis.url, jobOptions: { jobId: 'x' } })).toMatchObject({
       message: expect.stringContaining('idempotencyKey'),
     });
-    expect(bad({ connection: redis.url, maxMessageBytes: -1 })).toMatchObject({
-      message: expect.stringContaining('maxMessageBytes'),
+    expect(bad({ connection: redis.url, maxMessageSize: -1 })).toMatchObject({
+      message: expect.stringContaining('maxMessageSize'),
     });
     expect(bad({ connection: redis.url, buildThreads: 'several' })).toMatchObject({
       code: 'ECONFIG',

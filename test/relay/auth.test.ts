@@ -23,7 +23,7 @@ const plain = (user: string, password: string) => Buffer.from(`\0${user}\0${pass
 beforeAll(async () => {
   emu = await startEmulator({ apiKeys: [{ key: 'k-groups-only', scopes: ['group:insert'] }] });
   // No pause before failed AUTHs' replies here: the tests below that refuse keys stay fast ('AUTH guessing' tests it).
-  relay = await startEmlApiRelay({ baseUrl: emu.url, port: 0, retries: false, tls: testTls(), authFailureDelay: 0 });
+  relay = await startEmlApiRelay({ baseUrl: emu.url, port: 0, retry: false, tls: testTls(), authFailureDelay: 0 });
 });
 afterEach(() => {
   for (const dialog of opened.splice(0)) dialog.close();
@@ -86,7 +86,7 @@ describe('AUTH with the API key as the password', () => {
     const down = await startEmlApiRelay({
       baseUrl: `http://127.0.0.1:${await closedPort()}`,
       port: 0,
-      retries: false,
+      retry: false,
       authFailureDelay: 0,
     });
     relays.push(down);
@@ -121,7 +121,7 @@ describe('TLS', () => {
     const tls = await startEmlApiRelay({
       baseUrl: emu.url,
       port: 0,
-      retries: false,
+      retry: false,
       tls: { ...testTls(), implicit: true },
     });
     relays.push(tls);
@@ -151,7 +151,7 @@ describe("the relay's own key", () => {
     const { dialog } = await ehlo(own.port);
     expect((await dialog.command('MAIL FROM:<cron@example.test>')).code).toBe(250);
     const err = await rejectionOf(
-      startEmlApiRelay({ baseUrl: emu.url, apiKey: 'emu_not_a_key', port: 0, retries: false }),
+      startEmlApiRelay({ baseUrl: emu.url, apiKey: 'emu_not_a_key', port: 0, retry: false }),
     );
     expect(err.code).toBe('EAUTH');
   });
@@ -163,7 +163,7 @@ describe('allowUnauthenticatedFrom matches each address family on its own', () =
       baseUrl: emu.url,
       apiKey: emu.apiKey,
       port: 0,
-      retries: false,
+      retry: false,
       allowUnauthenticatedFrom: ['::/0'],
     });
     relays.push(own);
@@ -175,7 +175,7 @@ describe('allowUnauthenticatedFrom matches each address family on its own', () =
       baseUrl: emu.url,
       apiKey: emu.apiKey,
       port: 0,
-      retries: false,
+      retry: false,
       allowUnauthenticatedFrom: ['::ffff:127.0.0.0/104'],
     });
     relays.push(mapped);
@@ -190,7 +190,7 @@ describe('behind a proxy on the same machine (proxyProtocol)', () => {
       baseUrl: emu.url,
       apiKey: emu.apiKey,
       port: 0,
-      retries: false,
+      retry: false,
       proxyProtocol: ['127.0.0.1'],
       maxClientsPerAddress: 1,
     });
@@ -219,9 +219,9 @@ describe('behind a proxy on the same machine (proxyProtocol)', () => {
       baseUrl: emu.url,
       apiKey: emu.apiKey,
       port: 0,
-      retries: false,
+      retry: false,
       proxyProtocol: ['127.0.0.1'],
-      tlsHandshakeTimeout: 200,
+      timeouts: { tlsHandshake: 200 },
     });
     relays.push(proxied);
     const socket = netConnect({ port: proxied.port, host: '127.0.0.1' });
@@ -244,7 +244,7 @@ describe("the relay's own users (direct mode, with the relay's key)", () => {
       baseUrl: emu.url,
       apiKey: emu.apiKey,
       port: 0,
-      retries: false,
+      retry: false,
       authFailureDelay: 0,
       allowUnauthenticatedFrom: [],
       users: [{ username: 'billing', passwordHash: await hashRelayPassword('pw-billing') }],
@@ -292,7 +292,7 @@ describe('AUTH guessing', () => {
   }
 
   it('a failed AUTH is answered only after authFailureDelay; meanwhile other clients are served', async () => {
-    const slow = await startEmlApiRelay({ baseUrl: emu.url, port: 0, retries: false, authFailureDelay: 60_000 });
+    const slow = await startEmlApiRelay({ baseUrl: emu.url, port: 0, retry: false, authFailureDelay: 60_000 });
     relays.push(slow);
     const count = serviceRequests();
     const { dialog: guesser } = await ehlo(slow.port);
@@ -312,7 +312,7 @@ describe('AUTH guessing', () => {
     const budget = await startEmlApiRelay({
       baseUrl: emu.url,
       port: 0,
-      retries: false,
+      retry: false,
       tls: testTls(),
       trustedNetworks: [],
       authFailureDelay: 0,
@@ -341,7 +341,7 @@ describe('AUTH guessing', () => {
     const budget = await startEmlApiRelay({
       baseUrl: emu.url,
       port: 0,
-      retries: false,
+      retry: false,
       tls: testTls(),
       trustedNetworks: [],
       authFailureDelay: 0,
@@ -384,7 +384,7 @@ describe("AUTH refusals tell nothing of the relay's users, in text or in time", 
       baseUrl: emu.url,
       apiKey: emu.apiKey,
       port: 0,
-      retries: false,
+      retry: false,
       tls: testTls(),
       trustedNetworks: [],
       users: [{ username: 'billing', passwordHash: await hashRelayPassword('billing-secret-pw') }],
@@ -447,7 +447,7 @@ describe('trustedNetworks: where AUTH is offered on plain text', () => {
     const sidecar = await startEmlApiRelay({
       baseUrl: emu.url,
       port: 0,
-      retries: false,
+      retry: false,
       trustedNetworks: ['127.0.0.6/32'],
     });
     relays.push(sidecar);
@@ -481,7 +481,7 @@ describe.skipIf(typeof netns === 'string')('clients on another address than loop
   const ns = netns as Exclude<typeof netns, string>;
   let remote: EmlApiRelay;
   beforeAll(async () => {
-    remote = await startEmlApiRelay({ baseUrl: emu.url, host: ns.hostAddress, port: 0, retries: false, tls: testTls() });
+    remote = await startEmlApiRelay({ baseUrl: emu.url, host: ns.hostAddress, port: 0, retry: false, tls: testTls() });
     relays.push(remote);
   });
   const spec = (id: string, extra: Record<string, unknown>) => ({
@@ -550,7 +550,7 @@ describe.skipIf(typeof netns === 'string')('clients on another address than loop
       baseUrl: emu.url,
       host: ns.hostAddress,
       port: 0,
-      retries: false,
+      retry: false,
       logger,
       trustedNetworks: [`${ns.clientAddress}/32`],
     });

@@ -26,8 +26,8 @@ let dir: string;
 beforeAll(async () => {
   emu = await startEmulator();
   sink = await startSmtpSink();
-  authRelay = await startEmlApiRelay({ baseUrl: emu.url, port: 0, retries: false });
-  keyRelay = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retries: false });
+  authRelay = await startEmlApiRelay({ baseUrl: emu.url, port: 0, retry: false });
+  keyRelay = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retry: false });
   dir = await mkdtemp(join(tmpdir(), 'relay-clients-'));
 });
 afterAll(async () => {

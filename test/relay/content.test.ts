@@ -22,14 +22,14 @@ const opened: SmtpDialog[] = [];
 
 beforeAll(async () => {
   emu = await startEmulator();
-  relay = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retries: false });
+  relay = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retry: false });
   proxy = await startSlowAnswerProxy(emu.url, 0);
   // The relay gives up on an answer after 300 ms; the proxy, when told to, holds answers 5 s.
   lossy = await startEmlApiRelay({
     baseUrl: proxy.url,
     apiKey: emu.apiKey,
     port: 0,
-    retries: false,
+    retry: false,
     timeouts: { response: 300 },
   });
 });
@@ -104,7 +104,7 @@ describe('bare line ends (smtpd_forbid_bare_newline = normalize)', () => {
       baseUrl: emu.url,
       apiKey: emu.apiKey,
       port: 0,
-      retries: false,
+      retry: false,
       maxMessageSize: 2_000,
     });
     try {

@@ -24,7 +24,7 @@ let relay: EmlApiRelay;
 
 beforeAll(async () => {
   emu = await startEmulator();
-  relay = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, hostname: NAME, retries: false });
+  relay = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, hostname: NAME, retry: false });
 });
 afterAll(async () => {
   await relay?.close();

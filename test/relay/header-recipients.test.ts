@@ -16,7 +16,7 @@ const opened: SmtpDialog[] = [];
 
 beforeAll(async () => {
   emu = await startEmulator();
-  relay = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retries: false, maxRecipients: 3 });
+  relay = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retry: false, maxRecipients: 3 });
 });
 afterEach(() => {
   for (const dialog of opened.splice(0)) dialog.close();

@@ -36,7 +36,7 @@ async function startRelay() {
     baseUrl: emu.url,
     apiKey: emu.apiKey,
     port: 0,
-    retries: false,
+    retry: false,
     spool: { threshold: 1024, directory: spoolDirectory },
   });
   relays.push(relay);

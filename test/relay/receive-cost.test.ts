@@ -33,7 +33,7 @@ beforeAll(async () => {
     baseUrl: emu.url,
     apiKey: emu.apiKey,
     port: 0,
-    retries: false,
+    retry: false,
     logger: {
       debug: () => {},
       info: () => {},

@@ -31,7 +31,7 @@ beforeAll(async () => {
     baseUrl: emu.url,
     apiKey: emu.apiKey,
     port: 0,
-    retries: false,
+    retry: false,
     maxMessageSize: 64 * 1024,
     maxRecipients: 3,
     logger,
@@ -231,7 +231,7 @@ describe('transient failures answer 451 (the client retries later)', () => {
       baseUrl: `http://127.0.0.1:${await closedPort()}`,
       apiKey: 'k-unreachable',
       port: 0,
-      retries: false,
+      retry: false,
       logger,
     });
     relays.push(down);
@@ -246,7 +246,7 @@ describe('transient failures answer 451 (the client retries later)', () => {
       baseUrl: `${emu.url}/not-the-api`,
       apiKey: emu.apiKey,
       port: 0,
-      retries: false,
+      retry: false,
       logger,
     });
     relays.push(misrouted);
@@ -284,9 +284,9 @@ describe('permanent failures answer 5xx with the reason', () => {
   });
 
   it('413 from the service (its limit below the relay one): 552 5.3.4', async () => {
-    const small = await startEmulator({ bodyLimit: 32 * 1024 });
+    const small = await startEmulator({ maxRequestSize: 32 * 1024 });
     try {
-      const r = await startEmlApiRelay({ baseUrl: small.url, apiKey: small.apiKey, port: 0, retries: false });
+      const r = await startEmlApiRelay({ baseUrl: small.url, apiKey: small.apiKey, port: 0, retry: false });
       relays.push(r);
       const reply = await send(eml('service-limit', undefined, 'y'.repeat(40_000)), ['ann@example.test'], r.port);
       expect(reply.code).toBe(552);
@@ -298,14 +298,14 @@ describe('permanent failures answer 5xx with the reason', () => {
 
   it('a message of exactly the default SIZE for the service limit, to maxRecipients RCPT-only recipients with the longest addresses: 250 (the Bcc field the relay adds still fits the upload)', async () => {
     const limit = 8192;
-    const small = await startEmulator({ bodyLimit: limit });
+    const small = await startEmulator({ maxRequestSize: limit });
     try {
       const maxRecipients = 2;
       const r = await startEmlApiRelay({
         baseUrl: small.url,
         apiKey: small.apiKey,
         port: 0,
-        retries: false,
+        retry: false,
         maxRecipients,
         maxMessageSize: defaultMaxMessageSize(limit, maxRecipients),
       });
@@ -357,7 +357,7 @@ describe('limits', () => {
       apiKey: emu.apiKey,
       port: 0,
       maxClients: 1,
-      idleTimeout: 400,
+      timeouts: { idle: 400 },
     });
     relays.push(tight);
     const first = await session(tight.port);
@@ -370,7 +370,7 @@ describe('limits', () => {
   });
 
   it('close() lets a message in flight get its 250, refuses new transactions, then closes idle connections', async () => {
-    const closing = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retries: false });
+    const closing = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retry: false });
     emu.setFaults({ latencyMs: 400 });
     const idle = await session(closing.port);
     await idle.dialog.command('EHLO idle.example');
