@@ -79,7 +79,8 @@ describe('options validation', () => {
 describe('options the client does not know', () => {
   it.each([
     ['timeout', 'timeouts'],
-    ['retry', 'retries'],
+    ['retrys', 'retry'],
+    ['rateLimits', 'rateLimit'],
     ['apikey', 'apiKey'],
     ['baseURL', 'baseUrl'],
     ['maxConnection', 'maxConnections'],

@@ -597,8 +597,8 @@ describe('replies', () => {
   });
 
   it.each([
-    [{ tlsHandshakeTimeout: 0 }, /Invalid option tlsHandshakeTimeout: expected a whole number from 1 to 600000/],
-    [{ tlsHandshakeTimeout: 1.5 }, /Invalid option tlsHandshakeTimeout/],
+    [{ timeouts: { tlsHandshake: 0 } }, /Invalid option timeouts\.tlsHandshake: expected a whole number from 1 to 600000/],
+    [{ timeouts: { tlsHandshake: 1.5 } }, /Invalid option timeouts\.tlsHandshake/],
   ])('refuses %j with ECONFIG naming the option', (options, message) => {
     const base = { baseUrl: 'http://127.0.0.1:1', apiKey: 'relay-test-key' };
     expect(() => resolveRelayOptions({ ...base, ...options })).toThrow(
@@ -606,7 +606,7 @@ describe('replies', () => {
     );
   });
 
-  it('defaults tlsHandshakeTimeout to 10 s', () => {
+  it('defaults timeouts.tlsHandshake to 10 s', () => {
     const base = { baseUrl: 'http://127.0.0.1:1', apiKey: 'relay-test-key' };
     expect(resolveRelayOptions(base).settings.tlsHandshakeTimeout).toBe(10_000);
   });
