@@ -49,29 +49,71 @@ describe('renamed options are refused with their new name', () => {
         thrown(() => make({ maxMessagesPerSecond: 5 })),
         /^Unknown option maxMessagesPerSecond: renamed to rateLimit: \{ max, duration \}/,
       );
-      expectConfig(thrown(() => make({ retry: { limit: 3 } })), /^Unknown option retry\.limit: renamed to retry\.attempts/);
-      expectConfig(thrown(() => make({ retry: { baseDelay: 3 } })), /^Unknown option retry\.baseDelay: renamed to retry\.delay/);
-      expectConfig(thrown(() => make({ retry: 3 })), /^Invalid option retry: expected false or \{ attempts/);
+      expectConfig(
+        thrown(() => make({ retry: { limit: 3 } })),
+        /^Unknown option retry\.limit: renamed to retry\.attempts/,
+      );
+      expectConfig(
+        thrown(() => make({ retry: { baseDelay: 3 } })),
+        /^Unknown option retry\.baseDelay: renamed to retry\.delay/,
+      );
+      expectConfig(
+        thrown(() => make({ retry: 3 })),
+        /^Invalid option retry: expected false or \{ attempts/,
+      );
     }
   });
 
   it('queue transport: maxMessageBytes → maxMessageSize, storeTimeout → timeouts.store; unknown keys and a bad logger refused', () => {
     const make = (o: object) => new EmlApiQueueTransport({ connection, ...o });
-    expectConfig(thrown(() => make({ maxMessageBytes: 1000 })), /^Unknown option maxMessageBytes: renamed to maxMessageSize/);
-    expectConfig(thrown(() => make({ storeTimeout: 1000 })), /^Unknown option storeTimeout: renamed to timeouts: \{ store \}/);
-    expectConfig(thrown(() => make({ retries: 3 })), /^Unknown option retries: .*retry \{ attempts/);
-    expectConfig(thrown(() => make({ queuename: 'mail' })), /^Invalid option queuename: unknown option; did you mean queueName\?/);
-    expectConfig(thrown(() => make({ logger: 42 })), /^Invalid option logger: expected true, false or a logger object/);
-    expectConfig(thrown(() => make({ timeouts: { stor: 5 } })), /timeouts\.stor: unknown option; did you mean timeouts\.store\?/);
+    expectConfig(
+      thrown(() => make({ maxMessageBytes: 1000 })),
+      /^Unknown option maxMessageBytes: renamed to maxMessageSize/,
+    );
+    expectConfig(
+      thrown(() => make({ storeTimeout: 1000 })),
+      /^Unknown option storeTimeout: renamed to timeouts: \{ store \}/,
+    );
+    expectConfig(
+      thrown(() => make({ retries: 3 })),
+      /^Unknown option retries: .*retry \{ attempts/,
+    );
+    expectConfig(
+      thrown(() => make({ queuename: 'mail' })),
+      /^Invalid option queuename: unknown option; did you mean queueName\?/,
+    );
+    expectConfig(
+      thrown(() => make({ logger: 42 })),
+      /^Invalid option logger: expected true, false or a logger object/,
+    );
+    expectConfig(
+      thrown(() => make({ timeouts: { stor: 5 } })),
+      /timeouts\.stor: unknown option; did you mean timeouts\.store\?/,
+    );
   });
 
   it('worker: limiter → rateLimit, retries and retry refused (the producer owns the schedule), close({ force }) → close({ abort })', async () => {
     const make = (o: object) => new EmlApiWorker({ connection, apiKey, baseUrl, ...o });
-    expectConfig(thrown(() => make({ limiter: { max: 1, duration: 1000 } })), /^Unknown option limiter: renamed to rateLimit/);
-    expectConfig(thrown(() => make({ retries: 2 })), /^Unknown option retries: the worker makes one try per job run/);
-    expectConfig(thrown(() => make({ retry: { attempts: 2 } })), /^Unknown option retry: .*producer's retry option/);
-    expectConfig(thrown(() => make({ concurency: 2 })), /did you mean concurrency\?/);
-    expectConfig(thrown(() => make({ rateLimit: { max: 0, duration: 1000 } })), /^Invalid option rateLimit\.max/);
+    expectConfig(
+      thrown(() => make({ limiter: { max: 1, duration: 1000 } })),
+      /^Unknown option limiter: renamed to rateLimit/,
+    );
+    expectConfig(
+      thrown(() => make({ retries: 2 })),
+      /^Unknown option retries: the worker makes one try per job run/,
+    );
+    expectConfig(
+      thrown(() => make({ retry: { attempts: 2 } })),
+      /^Unknown option retry: .*producer's retry option/,
+    );
+    expectConfig(
+      thrown(() => make({ concurency: 2 })),
+      /did you mean concurrency\?/,
+    );
+    expectConfig(
+      thrown(() => make({ rateLimit: { max: 0, duration: 1000 } })),
+      /^Invalid option rateLimit\.max/,
+    );
     const worker = make({});
     worker.on('error', () => undefined);
     try {
@@ -86,24 +128,61 @@ describe('renamed options are refused with their new name', () => {
 
   it('relay: EmlApiRelay names, the SMTP timeouts in timeouts, its own keys derived from its type', () => {
     const make = (o: object) => resolveRelayOptions({ baseUrl, ...o });
-    expectConfig(thrown(() => make({ idleTimeout: 1000 })), /^Unknown option idleTimeout: renamed to timeouts: \{ idle \}/);
-    expectConfig(thrown(() => make({ stressIdleTimeout: 1000 })), /renamed to timeouts: \{ stressIdle \}/);
-    expectConfig(thrown(() => make({ dataTimeout: 1000 })), /renamed to timeouts: \{ data \}/);
-    expectConfig(thrown(() => make({ tlsHandshakeTimeout: 1000 })), /renamed to timeouts: \{ tlsHandshake \}/);
-    expectConfig(thrown(() => make({ retries: 1 })), /^Unknown option retries: renamed to retry/);
+    expectConfig(
+      thrown(() => make({ idleTimeout: 1000 })),
+      /^Unknown option idleTimeout: renamed to timeouts: \{ idle \}/,
+    );
+    expectConfig(
+      thrown(() => make({ stressIdleTimeout: 1000 })),
+      /renamed to timeouts: \{ stressIdle \}/,
+    );
+    expectConfig(
+      thrown(() => make({ dataTimeout: 1000 })),
+      /renamed to timeouts: \{ data \}/,
+    );
+    expectConfig(
+      thrown(() => make({ tlsHandshakeTimeout: 1000 })),
+      /renamed to timeouts: \{ tlsHandshake \}/,
+    );
+    expectConfig(
+      thrown(() => make({ retries: 1 })),
+      /^Unknown option retries: renamed to retry/,
+    );
     // A relay option misspelt is matched against the relay's own options, not the client's only.
-    expectConfig(thrown(() => make({ maxRecipient: 5 })), /did you mean maxRecipients\?/);
-    expectConfig(thrown(() => make({ timeouts: { idel: 5 } })), /timeouts\.idel: unknown option; did you mean timeouts\.idle\?/);
-    const { settings } = make({ timeouts: { idle: 1000, stressIdle: 200, data: 3000, tlsHandshake: 400, total: 5000 } });
-    expect(settings).toMatchObject({ idleTimeout: 1000, stressIdleTimeout: 200, dataTimeout: 3000, tlsHandshakeTimeout: 400 });
+    expectConfig(
+      thrown(() => make({ maxRecipient: 5 })),
+      /did you mean maxRecipients\?/,
+    );
+    expectConfig(
+      thrown(() => make({ timeouts: { idel: 5 } })),
+      /timeouts\.idel: unknown option; did you mean timeouts\.idle\?/,
+    );
+    const { settings } = make({
+      timeouts: { idle: 1000, stressIdle: 200, data: 3000, tlsHandshake: 400, total: 5000 },
+    });
+    expect(settings).toMatchObject({
+      idleTimeout: 1000,
+      stressIdleTimeout: 200,
+      dataTimeout: 3000,
+      tlsHandshakeTimeout: 400,
+    });
     // connect, response and total are the clients' own.
     expect(settings.clientOptions.timeouts).toEqual({ total: 5000 });
   });
 
   it('emulator: bodyLimit → maxRequestSize, ECONFIG instead of TypeError', async () => {
-    expectConfig(thrown(() => resolveEmulatorOptions({ bodyLimit: 10 } as never)), /^Unknown option bodyLimit: renamed to maxRequestSize/);
-    expectConfig(thrown(() => resolveEmulatorOptions({ port: -1 })), /^Invalid option port: expected a whole number from 0 to 65535/);
-    expectConfig(thrown(() => resolveEmulatorOptions({ hots: 'x' } as never)), /did you mean host\?/);
+    expectConfig(
+      thrown(() => resolveEmulatorOptions({ bodyLimit: 10 } as never)),
+      /^Unknown option bodyLimit: renamed to maxRequestSize/,
+    );
+    expectConfig(
+      thrown(() => resolveEmulatorOptions({ port: -1 })),
+      /^Invalid option port: expected a whole number from 0 to 65535/,
+    );
+    expectConfig(
+      thrown(() => resolveEmulatorOptions({ hots: 'x' } as never)),
+      /did you mean host\?/,
+    );
     expectConfig(await startEmulator({ maxRequestSize: 0 }).catch((e: unknown) => e), /^Invalid option maxRequestSize/);
     expect(resolveEmulatorOptions({}).maxRequestSize).toBe(MAX_REQUEST_SIZE);
   });

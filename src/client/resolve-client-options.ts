@@ -9,13 +9,11 @@ import {
 } from '../http/requester-options.js';
 import { invalidApiKeyAt } from '../protocol/api-key-rule.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
 import {
   booleanOption,
   configError,
   describe,
   objectOption,
-  positiveNumber,
   refuseUnknownKeys,
   loggerOption,
   wholeNumber,
@@ -44,11 +42,18 @@ export const CLIENT_OPTIONS = [
 export const CLIENT_RENAMED: RenamedOptions = {
   retries:
     'renamed to retry: false or { attempts, delay, maxDelay, jitter, retryAmbiguous } (attempts counts the first try: retries 3 is attempts 4)',
-  maxMessagesPerSecond: 'renamed to rateLimit: { max, duration } (maxMessagesPerSecond n is rateLimit { max: n, duration: 1000 })',
+  maxMessagesPerSecond:
+    'renamed to rateLimit: { max, duration } (maxMessagesPerSecond n is rateLimit { max: n, duration: 1000 })',
 };
 
 /** The fields of `retry`, renamed ones included. */
-const RETRY_KEYS = ['attempts', 'delay', 'maxDelay', 'jitter', 'retryAmbiguous'] as const satisfies readonly (keyof RetryOptions)[];
+const RETRY_KEYS = [
+  'attempts',
+  'delay',
+  'maxDelay',
+  'jitter',
+  'retryAmbiguous',
+] as const satisfies readonly (keyof RetryOptions)[];
 const RETRY_RENAMED: RenamedOptions = {
   limit: 'renamed to retry.attempts, which counts the first try (limit 3 is attempts 4)',
   baseDelay: 'renamed to retry.delay',
@@ -253,4 +258,3 @@ export function isLoopbackHost(hostname: string): boolean {
   if (host === '[::1]' || host === '::1') return true;
   return /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
 }
-

@@ -1,13 +1,7 @@
 import { invalidApiKeyAt } from '../protocol/api-key-rule.js';
 import { API_SCOPES, type ApiPlan, type ApiScope } from '../protocol/api-types.js';
 import { MAX_REQUEST_SIZE } from '../protocol/service-limits.js';
-import {
-  configError,
-  describe,
-  refuseUnknownKeys,
-  wholeNumber,
-  type RenamedOptions,
-} from '../shared/options-kit.js';
+import { configError, describe, refuseUnknownKeys, wholeNumber, type RenamedOptions } from '../shared/options-kit.js';
 import { FaultInjector, type EmulatorFaults } from './http/fault-injector.js';
 import { KeyRateLimiter, type EmulatorRateLimit } from './http/key-rate-limiter.js';
 
@@ -176,8 +170,7 @@ export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedE
   refuseUnknownKeys(options, EMULATOR_OPTIONS, '', EMULATOR_RENAMED);
   const port = wholeNumber(options.port, 'port', 0, 65535, 0);
   const host = options.host ?? '127.0.0.1';
-  if (typeof host !== 'string' || host.length === 0)
-    throw configError('host', 'expected a host name or IP address');
+  if (typeof host !== 'string' || host.length === 0) throw configError('host', 'expected a host name or IP address');
   const allowedHosts = options.allowedHosts ?? [];
   if (
     !Array.isArray(allowedHosts) ||
@@ -212,7 +205,10 @@ export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedE
     if (plan !== 'free' && plan !== 'plus') throw configError(`${where}.plan`, `expected 'free' or 'plus'`);
     const account = entry.account ?? DEFAULT_EMULATOR_ACCOUNT;
     if (typeof account !== 'string' || !/^[\x21-\x7e]{1,100}$/.test(account)) {
-      throw configError(`${where}.account`, `expected 1 to 100 visible ASCII characters, got ${JSON.stringify(account)}`);
+      throw configError(
+        `${where}.account`,
+        `expected 1 to 100 visible ASCII characters, got ${JSON.stringify(account)}`,
+      );
     }
     return { key: entry.key, scopes: [...entry.scopes], plan, account };
   });

@@ -115,8 +115,7 @@ export class Requester {
         keepAliveMaxTimeout: 600_000,
         connect: earlyAnswerConnector({ timeout: settings.timeouts.connect, lookup: localhostOnlyLoopback() }),
       });
-    this.#pacer =
-      settings.rateLimit === undefined ? undefined : new SendPacer(settings.rateLimit);
+    this.#pacer = settings.rateLimit === undefined ? undefined : new SendPacer(settings.rateLimit);
     this.#limiter = new ConcurrencyLimiter(settings.maxConnections, () => {
       for (const listener of this.#releaseListeners) listener();
     });

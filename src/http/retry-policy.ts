@@ -22,7 +22,11 @@ export function classifyStatus(status: number): RetryClass {
  * jitter", half fixed, half random) so that many clients that failed together
  * do not retry together.
  */
-export function backoffDelay(attempt: number, retry: Required<RetryOptions>, random: () => number = Math.random): number {
+export function backoffDelay(
+  attempt: number,
+  retry: Required<RetryOptions>,
+  random: () => number = Math.random,
+): number {
   const exponential = Math.min(retry.maxDelay, retry.delay * 2 ** attempt);
   return Math.round(exponential * (1 - retry.jitter * (1 - random())));
 }

@@ -293,7 +293,11 @@ export class EmlApiQueueTransport extends EventEmitter {
     signal: AbortSignal,
   ): Promise<EmlApiQueuedMessageInfo> {
     const settings = this.#settings;
-    if (content.kind === 'eml' ? content.size > settings.maxMessageSize : content.requestBytes > emlBodyLength(settings.maxMessageSize)) {
+    if (
+      content.kind === 'eml'
+        ? content.size > settings.maxMessageSize
+        : content.requestBytes > emlBodyLength(settings.maxMessageSize)
+    ) {
       throw tooLarge(content, settings.maxMessageSize);
     }
     await this.#checkRedisOnce();

@@ -291,7 +291,9 @@ export class EmlApiWorker extends EventEmitter {
    */
   close(options: WorkerCloseOptions = {}): Promise<void> {
     try {
-      refuseUnknownKeys(options ?? {}, WORKER_CLOSE_OPTIONS, 'close.', { force: 'renamed to abort: close({ abort: true })' });
+      refuseUnknownKeys(options ?? {}, WORKER_CLOSE_OPTIONS, 'close.', {
+        force: 'renamed to abort: close({ abort: true })',
+      });
     } catch (err) {
       return Promise.reject(err);
     }

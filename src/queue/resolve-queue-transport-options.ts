@@ -13,7 +13,7 @@ import {
   type RenamedOptions,
 } from '../shared/options-kit.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
+import type { EmlApiLogger } from '../shared/logger.js';
 import { resolveBuildThreads } from '../transport/build-threads/pool.js';
 import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
 import type {
@@ -57,7 +57,8 @@ const QUEUE_TRANSPORT_RENAMED: RenamedOptions = {
   maxMessageBytes:
     'renamed to maxMessageSize, which counts the message itself, not its Base64 upload (maxMessageBytes 52428800 is maxMessageSize 39321591)',
   storeTimeout: 'renamed to timeouts: { store }',
-  retries: 'the outbox retries on its schedule: retry { attempts, delay, maxDelay, jitter } (attempts counts the first try)',
+  retries:
+    'the outbox retries on its schedule: retry { attempts, delay, maxDelay, jitter } (attempts counts the first try)',
 };
 /**
  * How long sent jobs are kept, in seconds: the service's idempotency window
@@ -171,7 +172,13 @@ function resolveReplicas(value: unknown, storeTimeout: number): Required<OutboxR
   return {
     count: wholeNumber(count, 'replicas.count', 1, 100),
     // Within storeTimeout: the send as a whole must end by then.
-    timeoutMs: wholeNumber(timeoutMs, 'replicas.timeoutMs', 1, storeTimeout, Math.min(DEFAULT_REPLICAS_TIMEOUT, storeTimeout)),
+    timeoutMs: wholeNumber(
+      timeoutMs,
+      'replicas.timeoutMs',
+      1,
+      storeTimeout,
+      Math.min(DEFAULT_REPLICAS_TIMEOUT, storeTimeout),
+    ),
   };
 }
 
@@ -217,4 +224,3 @@ function resolveTimeouts(value: unknown): Required<QueueTransportTimeouts> {
   refuseUnknownKeys(t, ['store'] satisfies (keyof QueueTransportTimeouts)[], 'timeouts.');
   return { store: wholeNumber(t.store, 'timeouts.store', 1, 3_600_000, DEFAULT_STORE_TIMEOUT) };
 }
-

@@ -1,8 +1,15 @@
 import { CLIENT_OPTIONS, CLIENT_RENAMED, resolveRateLimit } from '../client/resolve-client-options.js';
-import { configError, describe, loggerOption, refuseUnknownKeys, wholeNumber, type RenamedOptions } from '../shared/options-kit.js';
+import {
+  configError,
+  describe,
+  loggerOption,
+  refuseUnknownKeys,
+  wholeNumber,
+  type RenamedOptions,
+} from '../shared/options-kit.js';
 import type { EmlApiClientOptions } from '../client/client-options.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { resolveLogger, type EmlApiLogger } from '../shared/logger.js';
+import type { EmlApiLogger } from '../shared/logger.js';
 import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
 import { resolveEncryption, type OutboxKeyring } from './content-cipher.js';
 import type { EmlApiWorkerOptions, OutboxRateLimit, OutboxWorkerTuning } from './worker-options.js';

@@ -23,7 +23,6 @@ import { ClientAddressList, LOOPBACK_NETWORKS } from './client-address-list.js';
 import type { EmlApiRelayOptions, EmlApiRelayTimeouts, EmlApiRelayTlsOptions } from './relay-options.js';
 import { RelayUsers, type EmlApiRelayUser } from './relay-users.js';
 
-
 /** The relay spools past 512 KiB unless told otherwise: up to `maxClients` messages may arrive at once. */
 const DEFAULT_SPOOL_THRESHOLD = 512 * 1024;
 
@@ -100,7 +99,12 @@ const RELAY_RENAMED: RenamedOptions = {
 };
 
 /** The SMTP side's time limits; the rest of `timeouts` is the client's. */
-const SMTP_TIMEOUTS = ['idle', 'stressIdle', 'data', 'tlsHandshake'] as const satisfies readonly (keyof EmlApiRelayTimeouts)[];
+const SMTP_TIMEOUTS = [
+  'idle',
+  'stressIdle',
+  'data',
+  'tlsHandshake',
+] as const satisfies readonly (keyof EmlApiRelayTimeouts)[];
 const CLIENT_TIMEOUTS = ['connect', 'response', 'total'] as const satisfies readonly (keyof EmlApiRelayTimeouts)[];
 
 export { maxUploadableSize };
@@ -143,7 +147,14 @@ export function resolveRelayOptions(options: EmlApiRelayOptions): {
   for (const [key, value] of Object.entries(o)) {
     if (!(RELAY_KEYS as readonly string[]).includes(key)) clientOptions[key] = value;
   }
-  const timeouts = o.timeouts === undefined ? {} : objectOption(o.timeouts, 'timeouts', '{ idle, stressIdle, data, tlsHandshake, connect, response, total } in milliseconds');
+  const timeouts =
+    o.timeouts === undefined
+      ? {}
+      : objectOption(
+          o.timeouts,
+          'timeouts',
+          '{ idle, stressIdle, data, tlsHandshake, connect, response, total } in milliseconds',
+        );
   refuseUnknownKeys(timeouts, [...SMTP_TIMEOUTS, ...CLIENT_TIMEOUTS], 'timeouts.');
   const clientTimeouts = Object.fromEntries(
     CLIENT_TIMEOUTS.filter((key) => timeouts[key] !== undefined).map((key) => [key, timeouts[key]]),
@@ -211,12 +222,11 @@ function defaultSize(maxRecipients: number): number {
   );
 }
 
-
 function text(value: unknown, name: string): string {
-  if (typeof value !== 'string' || !/^[\x21-\x7e]+$/.test(value)) throw configError(name, 'expected a non-empty string');
+  if (typeof value !== 'string' || !/^[\x21-\x7e]+$/.test(value))
+    throw configError(name, 'expected a non-empty string');
   return value;
 }
-
 
 /**
  * The `queue` option: an object (a queue transport, or its options, checked

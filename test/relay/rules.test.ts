@@ -597,7 +597,10 @@ describe('replies', () => {
   });
 
   it.each([
-    [{ timeouts: { tlsHandshake: 0 } }, /Invalid option timeouts\.tlsHandshake: expected a whole number from 1 to 600000/],
+    [
+      { timeouts: { tlsHandshake: 0 } },
+      /Invalid option timeouts\.tlsHandshake: expected a whole number from 1 to 600000/,
+    ],
     [{ timeouts: { tlsHandshake: 1.5 } }, /Invalid option timeouts\.tlsHandshake/],
   ])('refuses %j with ECONFIG naming the option', (options, message) => {
     const base = { baseUrl: 'http://127.0.0.1:1', apiKey: 'relay-test-key' };

@@ -339,7 +339,8 @@ function limitOptions(values: Record<string, string | boolean | string[] | undef
   };
   const timeout = (name: string, field: 'idle' | 'stressIdle' | 'data' | 'tlsHandshake', max: number) => {
     const value = flag(name);
-    if (value !== undefined) options.timeouts = { ...options.timeouts, [field]: whole(value, `--${name}`, 1, max) * 1000 };
+    if (value !== undefined)
+      options.timeouts = { ...options.timeouts, [field]: whole(value, `--${name}`, 1, max) * 1000 };
   };
   count('max-clients-per-address', 'maxClientsPerAddress');
   count('min-data-rate', 'minDataRate');
