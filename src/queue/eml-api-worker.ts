@@ -363,7 +363,7 @@ export class EmlApiWorker extends EventEmitter {
    * Jobs this worker put back in the queue unsent (a forced close): another
    * worker sends them. What `eml-api worker`'s exit code tells.
    * @example
-   * await outbox.close({ force: true });
+   * await outbox.close({ abort: true });
    * if (outbox.handedBack > 0) console.log(`${outbox.handedBack} job(s) left to other workers`);
    */
   get handedBack(): number {
