@@ -16,6 +16,7 @@ import {
   objectOption,
   refuseUnknownKeys,
   loggerOption,
+  share,
   wholeNumber,
   type RenamedOptions,
 } from '../shared/options-kit.js';
@@ -124,20 +125,6 @@ function resolveRetry(value: unknown): Required<RetryOptions> {
   };
   if (resolved.maxDelay < resolved.delay) throw configError('retry.maxDelay', 'must not be smaller than retry.delay');
   return resolved;
-}
-
-/**
- * Checks a share from 0 to 1 (a `jitter`), or takes `fallback` when it is absent.
- * @throws {EmlApiError} `ECONFIG` naming the option
- * @example
- * share(options.jitter, 'retry.jitter', 0.2);
- */
-export function share(value: unknown, option: string, fallback: number): number {
-  const v = value === undefined ? fallback : value;
-  if (typeof v !== 'number' || !(v >= 0 && v <= 1)) {
-    throw configError(option, `expected a number from 0 to 1, got ${describe(v)}`);
-  }
-  return v;
 }
 
 const RATE_KEYS = ['max', 'duration'] as const satisfies readonly (keyof RateLimitOptions)[];

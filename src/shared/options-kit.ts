@@ -62,6 +62,20 @@ export function positiveNumber(value: unknown, option: string, fallback?: number
 }
 
 /**
+ * Checks a share from 0 to 1 (a `jitter`), or takes `fallback` when it is absent.
+ * @throws {EmlApiError} `ECONFIG` naming the option
+ * @example
+ * share(options.jitter, 'retry.jitter', 0.2);
+ */
+export function share(value: unknown, option: string, fallback: number): number {
+  const v = value === undefined ? fallback : value;
+  if (typeof v !== 'number' || !(v >= 0 && v <= 1)) {
+    throw configError(option, `expected a number from 0 to 1, got ${describe(v)}`);
+  }
+  return v;
+}
+
+/**
  * Checks that an option is one of `values`, or takes `fallback` when it is absent.
  * @throws {EmlApiError} `ECONFIG` naming the option and the values it takes
  * @example
