@@ -2,10 +2,10 @@ import { describe, expect, it } from 'vitest';
 import { EmlApiClient, EmlApiError, EmlApiTransport } from '../src/index.js';
 import { startEmulator } from '../src/emulator/index.js';
 import { EmlApiQueueTransport, EmlApiWorker } from '../src/queue/index.js';
-import { resolveRelayOptions } from '../src/relay/resolve-relay-options.js';
+import { resolveRelayOptions } from '../src/relay/relay-options.js';
 import { resolveEmulatorOptions } from '../src/emulator/emulator-options.js';
 import { MAX_REQUEST_SIZE } from '../src/protocol/service-limits.js';
-import { DEFAULT_MAX_MESSAGE_SIZE } from '../src/queue/resolve-queue-transport-options.js';
+import { DEFAULT_MAX_MESSAGE_SIZE } from '../src/queue/queue-transport-options.js';
 import { nearestName, refuseUnknownKeys } from '../src/shared/options-kit.js';
 import { runCliCapturing } from './helpers/cli-run.js';
 

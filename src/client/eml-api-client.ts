@@ -29,7 +29,7 @@ import { checkGroupId, checkIdempotencyKey, toMemberEntry } from './input-checks
 import { inputError } from './input-error.js';
 import { readMembership } from './membership-answer.js';
 import { toGroupEmailRequest, toStandardEmailRequest } from './request-bodies.js';
-import { resolveClientOptions } from './resolve-client-options.js';
+import { resolveClientOptions } from './client-options.js';
 import { postEml, postGroupSend, postSend } from './send-requests.js';
 
 /**

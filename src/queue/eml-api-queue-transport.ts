@@ -26,7 +26,7 @@ import { withDeadline } from './deadline.js';
 import { commandFate, redisFailure, type StoredSend } from './redis-failure.js';
 import { checkRedisSettings } from './redis-settings.js';
 import { registerKeyChecks } from './key-checks.js';
-import { resolveQueueTransportOptions, type ResolvedQueueTransportOptions } from './resolve-queue-transport-options.js';
+import { resolveQueueTransportOptions, type ResolvedQueueTransportOptions } from './queue-transport-options.js';
 
 /**
  * Nodemailer's callback of `transport.send`.

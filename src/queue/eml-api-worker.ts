@@ -14,7 +14,7 @@ import { loadBullmq, type BullmqModule } from './queue-peers.js';
 import { closeOutboxRedis, openOutboxRedis, QUIT_WAIT, type OutboxRedis } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
 import { withoutArguments } from './redis-failure.js';
-import { resolveWorkerOptions } from './resolve-worker-options.js';
+import { resolveWorkerOptions } from './worker-options.js';
 import { checkRedisSettings } from './redis-settings.js';
 import { capRateLimitPause, seconds } from './rate-limit-pause.js';
 import { RedisClock, redisTime } from './redis-clock.js';

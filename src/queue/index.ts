@@ -4,7 +4,12 @@
 export { OUTBOX_PEERS } from './outbox-peers.js';
 export type { OutboxPeerVersions } from './queue-peers.js';
 export { EmlApiQueueTransport, type QueueSendCallback } from './eml-api-queue-transport.js';
-export type { EmlApiQueueTransportOptions, OutboxJobOptions, OutboxReplicas } from './queue-transport-options.js';
+export type {
+  EmlApiQueueTransportOptions,
+  OutboxJobOptions,
+  OutboxReplicas,
+  QueueTransportTimeouts,
+} from './queue-transport-options.js';
 export type { EmlApiQueuedMessageInfo } from './queued-message-info.js';
 export { startEmlApiWorker, EmlApiWorker, type OutboxJob, type WorkerCloseOptions } from './eml-api-worker.js';
 export type { EmlApiWorkerOptions, OutboxRateLimit, OutboxWorkerTuning } from './worker-options.js';

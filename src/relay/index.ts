@@ -10,5 +10,5 @@ export {
   type EmlApiRelayCloseOptions,
   type EmlApiRelayClosed,
 } from './start-smtp-relay.js';
-export type { EmlApiRelayOptions, EmlApiRelayTlsOptions } from './relay-options.js';
+export type { EmlApiRelayOptions, EmlApiRelayTimeouts, EmlApiRelayTlsOptions } from './relay-options.js';
 export { hashRelayPassword, type EmlApiRelayUser } from './relay-users.js';

@@ -13,7 +13,7 @@ import { greetPromptly } from './prompt-greeting.js';
 import { queueDestination } from './queue-destination.js';
 import { relaySessionHandlers } from './relay-sessions.js';
 import type { EmlApiRelayOptions } from './relay-options.js';
-import { resolveRelayOptions, type RelaySettings } from './resolve-relay-options.js';
+import { resolveRelayOptions, type RelaySettings } from './relay-options.js';
 import { secretMatcher } from './relay-users.js';
 import { loadSmtpServer } from './smtp-server-peer.js';
 import { RelayTelemetry } from './relay-telemetry.js';

@@ -1,5 +1,5 @@
 import type { EmlApiClientOptions } from '../client/client-options.js';
-import { CLIENT_OPTIONS, CLIENT_RENAMED } from '../client/resolve-client-options.js';
+import { CLIENT_OPTIONS, CLIENT_RENAMED } from '../client/client-options.js';
 import { refuseUnknownKeys } from '../shared/options-kit.js';
 import type { EmlApiLogger } from '../shared/logger.js';
 import type { MetricsOption } from '../observability/metrics.js';

@@ -12,7 +12,7 @@ import {
   type OutboxJobData,
 } from '../../src/queue/index.js';
 import { outboxBackoffDelay, retrySpan } from '../../src/queue/retry-schedule.js';
-import { DEFAULT_IDEMPOTENCY_MARGIN, DEFAULT_IDEMPOTENCY_WINDOW } from '../../src/queue/resolve-worker-options.js';
+import { DEFAULT_IDEMPOTENCY_MARGIN, DEFAULT_IDEMPOTENCY_WINDOW } from '../../src/queue/worker-options.js';
 import { neutralEml } from '../helpers/eml-bytes.js';
 import { richMovable } from '../helpers/message-corpus.js';
 import { FIXTURES } from '../helpers/rich-message.js';

@@ -12,7 +12,7 @@ import { ClientSlots } from '../../src/relay/client-slots.js';
 import { KeyClients } from '../../src/relay/key-clients.js';
 import { directDestination } from '../../src/relay/message-destination.js';
 import { relaySessionHandlers } from '../../src/relay/relay-sessions.js';
-import { resolveRelayOptions } from '../../src/relay/resolve-relay-options.js';
+import { resolveRelayOptions } from '../../src/relay/relay-options.js';
 
 let emu: Emulator;
 const keys = ['k-first', 'k-second'];

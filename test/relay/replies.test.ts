@@ -8,7 +8,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import type { EmlApiLogger } from '../../src/index.js';
 import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
-import { defaultMaxMessageSize } from '../../src/relay/resolve-relay-options.js';
+import { defaultMaxMessageSize } from '../../src/relay/relay-options.js';
 import { waitFor } from '../helpers/async.js';
 import { closedPort } from '../helpers/fake-service.js';
 import { SmtpDialog } from './relay-harness.js';

@@ -22,11 +22,7 @@ import { readRelayHeaders } from '../../src/relay/relay-headers.js';
 import { disagreeingReader, serviceAddressReaders } from '../../src/relay/service-address-readers.js';
 import { IDEMPOTENCY_WINDOW_MS, identitySecret, MessageIdentities } from '../../src/relay/message-identity.js';
 import { MessageRewriter } from '../../src/relay/message-rewriter.js';
-import {
-  defaultMaxMessageSize,
-  maxUploadableSize,
-  resolveRelayOptions,
-} from '../../src/relay/resolve-relay-options.js';
+import { defaultMaxMessageSize, maxUploadableSize, resolveRelayOptions } from '../../src/relay/relay-options.js';
 import { authOffered, mailRefusal, type RelayPolicy } from '../../src/relay/session-rules.js';
 import { authFailureReply, failureReply } from '../../src/relay/smtp-replies.js';
 import { thrownBy } from '../helpers/async.js';
