@@ -42,14 +42,14 @@ async function send(attachments: { filename: string; content?: Buffer; path?: st
   const transport = new EmlApiTransport({
     apiKey: 'k',
     baseUrl: sinkUrl,
-    retries: false,
+    retry: false,
     ...(mode === 'transport-no-spool' ? { spool: { threshold: 2 ** 40 } } : {}),
   });
   await nodemailer.createTransport(transport).sendMail({ ...base, attachments });
   await transport.close();
 }
 
-const threadedTransport = new EmlApiTransport({ apiKey: 'k', baseUrl: sinkUrl, retries: false, buildThreads: 1 });
+const threadedTransport = new EmlApiTransport({ apiKey: 'k', baseUrl: sinkUrl, retry: false, buildThreads: 1 });
 const threaded = nodemailer.createTransport(threadedTransport);
 
 // Warm up: load every module and open the paths once, so the baseline includes them.

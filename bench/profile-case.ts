@@ -22,7 +22,7 @@ interface ProfileNode {
   children?: number[];
 }
 
-const transport = new EmlApiTransport({ apiKey: 'k', baseUrl: sinkUrl, maxConnections: CONCURRENCY, retries: false });
+const transport = new EmlApiTransport({ apiKey: 'k', baseUrl: sinkUrl, maxConnections: CONCURRENCY, retry: false });
 const transporter = nodemailer.createTransport(transport);
 const sendAll = async (count: number) => {
   let next = 0;

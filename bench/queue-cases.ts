@@ -312,7 +312,7 @@ async function enqueueRate(redis: RedisServer, sinks: Sinks): Promise<BenchRow[]
   console.log(`\nOutbox: enqueue rate, ${ENQUEUE_ROUNDS} interleaved rounds of ${ENQUEUE_COUNT}, 20 callers`);
   await sinks.setDelay(0);
   const producer = new EmlApiQueueTransport({ connection: redis.url, queueName: 'bench-enqueue', concurrency: 20 });
-  const direct = new EmlApiTransport({ apiKey: 'k', baseUrl: sinks.httpUrl, maxConnections: 20, retries: false });
+  const direct = new EmlApiTransport({ apiKey: 'k', baseUrl: sinks.httpUrl, maxConnections: 20, retry: false });
   const viaQueue = nodemailer.createTransport(producer);
   const viaApi = nodemailer.createTransport(direct);
   const runs: Record<'enqueue' | 'direct', (count: number) => Promise<number>> = {

@@ -17,7 +17,7 @@ const attachment = randomBytes(1.4 * 1024 * 1024);
 const transport = new EmlApiTransport({
   apiKey: 'k',
   baseUrl: sinkUrl,
-  retries: false,
+  retry: false,
   maxConnections: Number(maxConnections),
   timeouts: { total: 600_000 },
 });

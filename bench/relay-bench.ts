@@ -86,7 +86,7 @@ export async function relayBenchmarks(
     apiKey: 'k',
     baseUrl: sinks.httpUrl,
     maxConnections: concurrency,
-    retries: false,
+    retry: false,
   });
   const direct = nodemailer.createTransport(transport);
   const rates = await interleaved(

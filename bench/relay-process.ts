@@ -6,20 +6,20 @@
  * { cmd: 'peak' } → { baselineRss, peakRss }; { cmd: 'stop' }.
  * It exits when the benchmark's process goes away, so an interrupted run leaves no relay behind.
  */
-import { startSmtpRelay, type SmtpRelay } from '../src/relay/index.js';
+import { startEmlApiRelay, type EmlApiRelay } from '../src/relay/index.js';
 import { startPeakRss, type PeakRssMeasure } from './peak-rss.js';
 
-let relay: SmtpRelay | undefined;
+let relay: EmlApiRelay | undefined;
 let measure: PeakRssMeasure | undefined;
 
 process.on('disconnect', () => process.exit(0));
 process.on('message', async (message: { cmd: string; baseUrl?: string; redisUrl?: string; queueName?: string }) => {
   if (message.cmd === 'start') {
-    relay = await startSmtpRelay({
+    relay = await startEmlApiRelay({
       baseUrl: message.baseUrl!,
       apiKey: 'k',
       port: 0,
-      retries: false,
+      retry: false,
       maxClients: 1000,
       ...(message.redisUrl === undefined
         ? {}

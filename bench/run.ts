@@ -125,14 +125,14 @@ async function throughput(sinks: Sinks): Promise<void> {
       apiKey: 'k',
       baseUrl: sinks.httpUrl,
       maxConnections: concurrency,
-      retries: false,
+      retry: false,
     });
     const viaApi = nodemailer.createTransport(transport);
     const threaded = new EmlApiTransport({
       apiKey: 'k',
       baseUrl: sinks.httpUrl,
       maxConnections: concurrency,
-      retries: false,
+      retry: false,
       buildThreads: BENCH_BUILD_THREADS,
     });
     const viaThreads = nodemailer.createTransport(threaded);
@@ -269,7 +269,7 @@ async function latencyBound(sinks: Sinks): Promise<void> {
     [5, 300],
     [50, 2500],
   ] as const) {
-    const transport = new EmlApiTransport({ apiKey: 'k', baseUrl: sinks.httpUrl, maxConnections, retries: false });
+    const transport = new EmlApiTransport({ apiKey: 'k', baseUrl: sinks.httpUrl, maxConnections, retry: false });
     const transporter = nodemailer.createTransport(transport);
     // Enough sends queued at once that the limit, not the caller, bounds the rate.
     const send = (sends: number) => rate(sends, maxConnections * 4, (n) => transporter.sendMail(message(n)));
@@ -325,7 +325,7 @@ async function connections(sinks: Sinks): Promise<void> {
   console.log('\nConnections for 1,000 sends');
   await sinks.reset();
   const maxConnections = 5;
-  const transport = new EmlApiTransport({ apiKey: 'k', baseUrl: sinks.httpUrl, maxConnections, retries: false });
+  const transport = new EmlApiTransport({ apiKey: 'k', baseUrl: sinks.httpUrl, maxConnections, retry: false });
   const transporter = nodemailer.createTransport(transport);
   await rate(1000, 20, (n) => transporter.sendMail(message(n)));
   await transport.close();

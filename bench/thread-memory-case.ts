@@ -40,13 +40,13 @@ async function settledRss(): Promise<number> {
   return process.memoryUsage.rss();
 }
 
-const plain = new EmlApiTransport({ apiKey: 'k', baseUrl: sinkUrl, retries: false, maxConnections: 10 });
+const plain = new EmlApiTransport({ apiKey: 'k', baseUrl: sinkUrl, retry: false, maxConnections: 10 });
 await sendAll(plain, 400);
 const baselineRss = await settledRss();
 const threaded = new EmlApiTransport({
   apiKey: 'k',
   baseUrl: sinkUrl,
-  retries: false,
+  retry: false,
   maxConnections: 10,
   buildThreads: Number(threadsArg),
 });

@@ -17,7 +17,7 @@
 import nodemailer from 'nodemailer';
 import { startEmulator } from 'nodemailer-eml-api/emulator';
 import { EmlApiQueueTransport, startEmlApiWorker } from 'nodemailer-eml-api/queue';
-import { startSmtpRelay } from 'nodemailer-eml-api/relay';
+import { startEmlApiRelay } from 'nodemailer-eml-api/relay';
 
 const connection = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 // A queue of its own, so the example never touches a queue of yours.
@@ -25,7 +25,7 @@ const queueName = `operations-example-${process.pid}`;
 const emu = await startEmulator();
 
 // Port 0 picks free ports here; in production, fixed ones (and host: '0.0.0.0' for the kubelet's probes).
-const relay = await startSmtpRelay({
+const relay = await startEmlApiRelay({
   baseUrl: emu.url,
   apiKey: emu.apiKey,
   port: 0,

@@ -50,7 +50,7 @@ const outbox = await startEmlApiWorker({
   apiKey: emu.apiKey,
   baseUrl: emu.url,
   concurrency: 5,
-  limiter: { max: 20, duration: 1000 }, // across every worker of the queue
+  rateLimit: { max: 20, duration: 1000 }, // across every worker of the queue
 });
 outbox.on('failed', (job, err) => console.error(`Failed for good: ${String(job.id)}: ${err.message}`));
 const sent = await new Promise<string>((resolve) => outbox.once('sent', (_job, result) => resolve(result.response)));

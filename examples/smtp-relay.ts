@@ -7,11 +7,11 @@
  */
 import nodemailer from 'nodemailer';
 import { startEmulator } from 'nodemailer-eml-api/emulator';
-import { startSmtpRelay } from 'nodemailer-eml-api/relay';
+import { startEmlApiRelay } from 'nodemailer-eml-api/relay';
 
 const emu = await startEmulator();
 // Without apiKey the relay would ask each client to AUTH with its own key as the password.
-const relay = await startSmtpRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0 });
+const relay = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0 });
 console.log(`SMTP relay on ${relay.host}:${relay.port}`);
 
 const smtp = nodemailer.createTransport({ host: relay.host, port: relay.port, ignoreTLS: true });

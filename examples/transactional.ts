@@ -13,7 +13,7 @@ const transporter = nodemailer.createTransport(
     apiKey: process.env.EML_API_KEY ?? '',
     baseUrl: process.env.EML_API_URL ?? 'http://127.0.0.1:8025',
     // Retry what surely was not processed; time limits per attempt and per call.
-    retries: { limit: 3 },
+    retry: { attempts: 4 },
     timeouts: { response: 15_000, total: 60_000 },
   }),
 );

@@ -26,7 +26,7 @@ export type {
 } from './client/client-types.js';
 export type { AddressInput } from './client/address-input.js';
 export type { TextContentInput, ImageInput } from './client/content-input.js';
-export type { RetryOptions, TimeoutOptions } from './http/requester-options.js';
+export type { RateLimitOptions, RetryOptions, TimeoutOptions } from './http/requester-options.js';
 export type { SpoolOptions } from './body/spool-options.js';
 export type { ServiceResponse } from './http/service-response.js';
 // The service's answers a result carries (`data`, `apiResponse`) and the onFailure values: wire types that

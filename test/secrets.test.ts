@@ -41,7 +41,7 @@ describe('the API key stays secret', () => {
   });
 
   const transportTo = (baseUrl: string, extra: object = {}) =>
-    new EmlApiTransport({ apiKey: SECRET, baseUrl, logger, retries: false, ...extra });
+    new EmlApiTransport({ apiKey: SECRET, baseUrl, logger, retry: false, ...extra });
   const message = { from: 'a@example.test', to: 'b@example.test', subject: 's', text: 't' };
 
   it('is not in any error of any failure, nor in the logs', async () => {
@@ -159,7 +159,7 @@ describe('the API key stays secret in what the client reports', () => {
   const KEY_FRAGMENT = 'SECRET123';
   const EML = 'From: a@example.test\r\nTo: b@example.test\r\nSubject: Hi\r\n\r\nHello ünïcødé\r\n';
   let service: FakeService;
-  const { makeClient, closeClients } = clientFactory(() => ({ apiKey: API_KEY, baseUrl: service.url, retries: false }));
+  const { makeClient, closeClients } = clientFactory(() => ({ apiKey: API_KEY, baseUrl: service.url, retry: false }));
   beforeAll(async () => {
     service = await startFakeService();
   });
@@ -279,7 +279,7 @@ describe('the API key stays secret when the service echoes it escaped', () => {
   const forms = (key: string) => [...new Set([...echoes(key), JSON.stringify(key)])];
 
   it.each(KEYS)('redacts %s in every escaped form from errors', async (key) => {
-    const client = new EmlApiClient({ apiKey: key, baseUrl: service.url, retries: false });
+    const client = new EmlApiClient({ apiKey: key, baseUrl: service.url, retry: false });
     for (const echo of echoes(key)) {
       service.answer({ status: 400, text: `{"error":{"code":"bad","message":"no key ${echo} here"}} ${echo}` });
       const err = await rejectionOf(client.sendEml('From: a@x.test\r\nTo: b@x.test\r\n\r\nhi\r\n'));
@@ -290,7 +290,7 @@ describe('the API key stays secret when the service echoes it escaped', () => {
   });
 
   it.each(KEYS)('redacts %s echoed in a 2xx answer (result data and text, sendMail info)', async (key) => {
-    const transport = new EmlApiTransport({ apiKey: key, baseUrl: service.url, retries: false });
+    const transport = new EmlApiTransport({ apiKey: key, baseUrl: service.url, retry: false });
     // Echoed inside a JSON string, as a JSON writer would put each form there (the raw key JSON-escaped).
     for (const echo of echoes(key).map((e) => (e === key ? JSON.stringify(key).slice(1, -1) : e))) {
       service.answer({ status: 202, text: `{"id":"x","note":"accepted for ${echo}"}` });
@@ -307,7 +307,7 @@ describe('the API key stays secret when the service echoes it escaped', () => {
 
   it('redacts a key of any length (12,000 characters: the most a request header carries), echoed raw and escaped', async () => {
     const key = `sk_live_${'A1b2+/='.repeat(2_000)}`.slice(0, 12_000);
-    const client = new EmlApiClient({ apiKey: key, baseUrl: service.url, retries: false });
+    const client = new EmlApiClient({ apiKey: key, baseUrl: service.url, retry: false });
     for (const echo of [key, encodeURIComponent(key), JSON.stringify(key).slice(1, -1)]) {
       service.answer({ status: 400, text: `{"error":{"code":"bad","message":"no key ${echo} here"}}` });
       const err = await rejectionOf(client.sendEml('From: a@x.test\r\nTo: b@x.test\r\n\r\nhi\r\n'));
@@ -319,7 +319,7 @@ describe('the API key stays secret when the service echoes it escaped', () => {
   });
 
   it('does not mangle ordinary text for a very short key', async () => {
-    const client = new EmlApiClient({ apiKey: 'e', baseUrl: service.url, retries: false });
+    const client = new EmlApiClient({ apiKey: 'e', baseUrl: service.url, retry: false });
     service.answer({
       status: 400,
       body: { error: { code: 'invalid_request', message: 'The request has a bad field' } },

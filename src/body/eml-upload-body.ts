@@ -30,6 +30,14 @@ export function emlBodyLength(size: number): number {
 }
 
 /**
+ * The largest message whose `{"mail":"<base64>"}` upload fits in a request of `limit` bytes.
+ * @example maxUploadableSize(50 * 1024 * 1024) // 39321591
+ */
+export function maxUploadableSize(limit: number): number {
+  return 3 * Math.floor((limit - emlBodyLength(0)) / 4);
+}
+
+/**
  * The EML request body for a message in memory. Small messages are encoded
  * once; large ones are encoded slice by slice on each attempt, so the Base64
  * text (4/3 of the message) never exists whole.

@@ -1,7 +1,27 @@
 import type { Dispatcher } from 'undici';
-import type { SpoolOptions, SpoolSettings } from '../body/spool-options.js';
-import type { RetryOptions, TimeoutOptions } from '../http/requester-options.js';
+import type { SpoolOptions } from '../body/spool-options.js';
 import type { EmlApiLogger } from '../shared/logger.js';
+import { defaultSpoolSettings, type SpoolSettings } from '../body/spool-options.js';
+import {
+  DEFAULT_RETRY,
+  DEFAULT_TIMEOUTS,
+  type RateLimitOptions,
+  type RetryOptions,
+  type TimeoutOptions,
+} from '../http/requester-options.js';
+import { invalidApiKeyAt } from '../protocol/api-key-rule.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
+import {
+  booleanOption,
+  configError,
+  describe,
+  objectOption,
+  refuseUnknownKeys,
+  loggerOption,
+  share,
+  wholeNumber,
+  type RenamedOptions,
+} from '../shared/options-kit.js';
 
 /**
  * Options of {@link EmlApiClient} (and, through {@link EmlApiTransportOptions},
@@ -56,11 +76,14 @@ export interface EmlApiClientOptions {
   /**
    * Retries of failures the service surely did not process (connection refused,
    * connection reset before the request was written, DNS failure, 429, 503),
-   * with exponential backoff and jitter, honouring `Retry-After`. A number sets
-   * `limit`; `false` or `0` turns retries off. See docs/transport-and-client.md, "Reliability".
-   * @default { limit: 3, baseDelay: 500, maxDelay: 30000, retryAmbiguous: false }
+   * with exponential backoff and jitter, honouring `Retry-After`. `attempts`
+   * counts every try, the first included; `false` tries once. See
+   * docs/transport-and-client.md, "Reliability", and docs/options.md.
+   * @default { attempts: 4, delay: 500, maxDelay: 30000, jitter: 0.5, retryAmbiguous: false }
+   * @example
+   * new EmlApiClient({ apiKey, baseUrl, retry: { attempts: 6, delay: 200 } });
    */
-  retries?: number | false | RetryOptions;
+  retry?: false | RetryOptions;
   /**
    * Time limits in milliseconds. Each failure is an `ETIMEDOUT` error naming the limit.
    * @default { connect: 10000, response: 30000, total: 120000 }
@@ -75,11 +98,13 @@ export interface EmlApiClientOptions {
    */
   spool?: SpoolOptions;
   /**
-   * Sends started per second at most (sends wait in the queue to keep the pace).
-   * Membership calls are not paced.
+   * Sends started at most: `max` per `duration` ms, spaced evenly (sends wait
+   * in the queue to keep the pace). Membership calls are not paced.
    * @default undefined (no pacing)
+   * @example
+   * new EmlApiClient({ apiKey, baseUrl, rateLimit: { max: 20, duration: 1000 } }); // 20 a second
    */
-  maxMessagesPerSecond?: number;
+  rateLimit?: RateLimitOptions;
   /**
    * Where the client (and the transport built on it) logs: `true` for the
    * console, or a logger object (pino, bunyan, console...). Warnings include
@@ -118,20 +143,20 @@ export interface EmlApiClientSettings {
    */
   readonly userAgent: string | undefined;
   /**
-   * Retries, every field filled in.
-   * @default { limit: 3, baseDelay: 500, maxDelay: 30000, retryAmbiguous: false }
+   * The retry of failed requests, every field filled in (`retry: false` is `attempts: 1`).
+   * @default { attempts: 4, delay: 500, maxDelay: 30000, jitter: 0.5, retryAmbiguous: false }
    */
-  readonly retries: Readonly<Required<RetryOptions>>;
+  readonly retry: Readonly<Required<RetryOptions>>;
   /**
    * Time limits in ms, every field filled in.
    * @default { connect: 10000, response: 30000, total: 120000 }
    */
   readonly timeouts: Readonly<Required<TimeoutOptions>>;
   /**
-   * Sends started per second at most.
+   * At most `max` sends started per `duration` ms.
    * @default undefined (no pacing)
    */
-  readonly maxMessagesPerSecond: number | undefined;
+  readonly rateLimit: Readonly<RateLimitOptions> | undefined;
   /**
    * Where and above what size messages are spooled to disk, every field filled in.
    * @default { threshold: 2097152, directory: os.tmpdir() }
@@ -151,10 +176,255 @@ export interface ResolvedClientOptions {
   dispatcher: Dispatcher | undefined;
   allowInsecureHttp: boolean;
   userAgent: string | undefined;
-  retries: Required<RetryOptions>;
+  retry: Required<RetryOptions>;
   timeouts: Required<TimeoutOptions>;
-  maxMessagesPerSecond: number | undefined;
+  rateLimit: RateLimitOptions | undefined;
   spool: SpoolSettings;
   /** The logger, silent when none was given. */
   logger: EmlApiLogger;
+}
+
+const DEFAULT_MAX_CONNECTIONS = 5;
+
+/** Every option of the client (and of the transport, which takes the same and its own). */
+export const CLIENT_OPTIONS = [
+  'apiKey',
+  'baseUrl',
+  'maxConnections',
+  'dispatcher',
+  'allowInsecureHttp',
+  'userAgent',
+  'retry',
+  'timeouts',
+  'spool',
+  'rateLimit',
+  'logger',
+] as const satisfies readonly (keyof EmlApiClientOptions)[];
+
+/** The client's options renamed before 1.0, refused with their new name. */
+export const CLIENT_RENAMED: RenamedOptions = {
+  retries:
+    'renamed to retry: false or { attempts, delay, maxDelay, jitter, retryAmbiguous } (attempts counts the first try: retries 3 is attempts 4)',
+  maxMessagesPerSecond:
+    'renamed to rateLimit: { max, duration } (maxMessagesPerSecond n is rateLimit { max: n, duration: 1000 })',
+};
+
+/** The fields of `retry`, renamed ones included. */
+const RETRY_KEYS = [
+  'attempts',
+  'delay',
+  'maxDelay',
+  'jitter',
+  'retryAmbiguous',
+] as const satisfies readonly (keyof RetryOptions)[];
+const RETRY_RENAMED: RenamedOptions = {
+  limit: 'renamed to retry.attempts, which counts the first try (limit 3 is attempts 4)',
+  baseDelay: 'renamed to retry.delay',
+};
+
+/**
+ * Validates client options and splits off the API key.
+ *
+ * @throws {EmlApiError} `ECONFIG` naming the first bad option.
+ */
+export function resolveClientOptions(options: unknown): { apiKey: string; resolved: ResolvedClientOptions } {
+  if (typeof options !== 'object' || options === null) {
+    throw new EmlApiError('ECONFIG', 'Options must be an object with at least apiKey and baseUrl', {
+      permanent: true,
+    });
+  }
+  const o = options as Record<string, unknown>;
+  refuseUnknownKeys(o, CLIENT_OPTIONS, '', CLIENT_RENAMED);
+  const apiKey = validateApiKey(o.apiKey);
+  const allowInsecureHttp = booleanOption(o.allowInsecureHttp, 'allowInsecureHttp', false);
+  const baseUrl = validateBaseUrl(o.baseUrl, allowInsecureHttp);
+  const maxConnections = wholeNumber(o.maxConnections, 'maxConnections', 1, 100_000, DEFAULT_MAX_CONNECTIONS);
+  const dispatcher = o.dispatcher;
+  if (
+    dispatcher !== undefined &&
+    (typeof dispatcher !== 'object' || dispatcher === null || typeof (dispatcher as Dispatcher).dispatch !== 'function')
+  ) {
+    throw configError('dispatcher', 'expected an undici Dispatcher (an object with a dispatch() method)');
+  }
+  const userAgent = o.userAgent;
+  if (userAgent !== undefined && (typeof userAgent !== 'string' || !/^[\x20-\x7e]+$/.test(userAgent))) {
+    throw configError('userAgent', 'expected a non-empty string of printable ASCII characters');
+  }
+  const retry = resolveRetry(o.retry);
+  const timeouts = resolveTimeouts(o.timeouts);
+  const rateLimit = resolveRateLimit(o.rateLimit, 'rateLimit');
+  const spool = resolveSpool(o.spool);
+  const logger = loggerOption(o.logger);
+  return {
+    apiKey,
+    resolved: {
+      spool,
+      logger,
+      retry,
+      timeouts,
+      rateLimit,
+      baseUrl,
+      basePath: baseUrl.pathname.replace(/\/+$/, ''),
+      maxConnections,
+      dispatcher: dispatcher as Dispatcher | undefined,
+      allowInsecureHttp,
+      userAgent: userAgent as string | undefined,
+    },
+  };
+}
+
+function resolveRetry(value: unknown): Required<RetryOptions> {
+  if (value === undefined) return { ...DEFAULT_RETRY };
+  if (value === false) return { ...DEFAULT_RETRY, attempts: 1 };
+  const r = objectOption(value, 'retry', 'false or { attempts, delay, maxDelay, jitter, retryAmbiguous }');
+  refuseUnknownKeys(r, RETRY_KEYS, 'retry.', RETRY_RENAMED);
+  const resolved = {
+    attempts: wholeNumber(r.attempts, 'retry.attempts', 1, 101, DEFAULT_RETRY.attempts),
+    delay: wholeNumber(r.delay, 'retry.delay', 0, 3_600_000, DEFAULT_RETRY.delay),
+    maxDelay: wholeNumber(r.maxDelay, 'retry.maxDelay', 0, 3_600_000, DEFAULT_RETRY.maxDelay),
+    jitter: share(r.jitter, 'retry.jitter', DEFAULT_RETRY.jitter),
+    retryAmbiguous: booleanOption(r.retryAmbiguous, 'retry.retryAmbiguous', DEFAULT_RETRY.retryAmbiguous),
+  };
+  if (resolved.maxDelay < resolved.delay) throw configError('retry.maxDelay', 'must not be smaller than retry.delay');
+  return resolved;
+}
+
+const RATE_KEYS = ['max', 'duration'] as const satisfies readonly (keyof RateLimitOptions)[];
+
+/**
+ * Checks a `rateLimit` (`{ max, duration }`, the same shape in every component).
+ * @throws {EmlApiError} `ECONFIG` naming the field
+ * @example
+ * resolveRateLimit({ max: 20, duration: 1000 }, 'rateLimit'); // { max: 20, duration: 1000 }
+ */
+export function resolveRateLimit(value: unknown, option: string): RateLimitOptions | undefined {
+  if (value === undefined) return undefined;
+  const r = objectOption(value, option, '{ max, duration } (max sends per duration ms)');
+  refuseUnknownKeys(r, RATE_KEYS, `${option}.`);
+  return {
+    max: wholeNumber(r.max, `${option}.max`, 1, 1_000_000_000),
+    duration: wholeNumber(r.duration, `${option}.duration`, 1, 24 * 3_600_000),
+  };
+}
+
+/** Validates `spool` options and completes them with the defaults. */
+export function resolveSpool(value: unknown): SpoolSettings {
+  const defaults = defaultSpoolSettings();
+  if (value === undefined) return defaults;
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw configError('spool', `expected { threshold, directory }, got ${describe(value)}`);
+  }
+  const v = value as Record<string, unknown>;
+  refuseUnknownKeys(v, ['threshold', 'directory'], 'spool.');
+  const threshold = wholeNumber(v.threshold, 'spool.threshold', 0, 2 ** 40, defaults.threshold);
+  if (v.directory !== undefined && (typeof v.directory !== 'string' || v.directory.length === 0)) {
+    throw configError('spool.directory', 'expected a folder path');
+  }
+  return { threshold, directory: (v.directory as string | undefined) ?? defaults.directory };
+}
+
+function resolveTimeouts(value: unknown): Required<TimeoutOptions> {
+  if (value === undefined) return { ...DEFAULT_TIMEOUTS };
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw configError('timeouts', `expected { connect, response, total } in milliseconds, got ${describe(value)}`);
+  }
+  const t = value as Record<string, unknown>;
+  refuseUnknownKeys(t, ['connect', 'response', 'total'], 'timeouts.');
+  const pick = (key: 'connect' | 'response' | 'total') =>
+    wholeNumber(t[key], `timeouts.${key}`, 1, 24 * 3_600_000, DEFAULT_TIMEOUTS[key]);
+  return { connect: pick('connect'), response: pick('response'), total: pick('total') };
+}
+
+function validateApiKey(value: unknown): string {
+  if (value === undefined || value === null || value === '') {
+    throw configError('apiKey', 'it is missing; pass the API key generated in the dashboard');
+  }
+  if (typeof value !== 'string') {
+    throw configError('apiKey', `expected a string, got ${describe(value)}`);
+  }
+  const bad = invalidApiKeyAt(value);
+  if (bad !== -1) {
+    const ch = value.charCodeAt(bad);
+    const what =
+      ch === 10
+        ? 'a line feed'
+        : ch === 13
+          ? 'a carriage return'
+          : ch === 32
+            ? 'a space'
+            : `character U+${ch.toString(16).toUpperCase().padStart(4, '0')}`;
+    throw configError('apiKey', `it contains ${what} at position ${bad}; a key is visible ASCII only`);
+  }
+  return value;
+}
+
+function validateBaseUrl(value: unknown, allowInsecureHttp: boolean): URL {
+  if (value === undefined || value === null || value === '') {
+    throw configError('baseUrl', "it is missing; pass the service's base URL, e.g. https://api.example.com");
+  }
+  let url: URL;
+  if (value instanceof URL) {
+    url = new URL(value.href);
+  } else if (typeof value === 'string') {
+    try {
+      url = new URL(value);
+    } catch {
+      // The value is not echoed: a swapped apiKey/baseUrl pair would print the key.
+      throw configError('baseUrl', 'it is not an absolute URL; expected e.g. https://api.example.com');
+    }
+  } else {
+    throw configError('baseUrl', `expected a string or URL, got ${describe(value)}`);
+  }
+  if (url.protocol !== 'https:' && url.protocol !== 'http:') {
+    throw configError(
+      'baseUrl',
+      `protocol ${url.protocol} is not supported; use https:// (or http:// for a local emulator)`,
+    );
+  }
+  if (url.username || url.password) {
+    throw configError('baseUrl', 'it must not contain credentials; the API key goes in the apiKey option');
+  }
+  if (url.search || url.hash) {
+    throw configError('baseUrl', 'it must not contain a query string or fragment');
+  }
+  if (url.protocol === 'http:' && !allowInsecureHttp && !isLoopbackHost(url.hostname)) {
+    throw configError(
+      'baseUrl',
+      `http:// to the non-loopback host ${url.hostname} would send the API key in clear text; use https://, or set allowInsecureHttp: true for a trusted network`,
+    );
+  }
+  return url;
+}
+
+/**
+ * Whether a URL hostname is a loopback address: `localhost`, 127.0.0.0/8 or `::1`.
+ */
+export function isLoopbackHost(hostname: string): boolean {
+  const host = hostname.toLowerCase();
+  // Only `localhost` itself (connections to it are resolved to loopback addresses only);
+  // other *.localhost names go through DNS, which may answer anything.
+  if (host === 'localhost') return true;
+  if (host === '[::1]' || host === '::1') return true;
+  return /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+}
+
+/**
+ * The public view of resolved options ({@link EmlApiClient.options}): frozen
+ * copies of the plain settings, without the dispatcher, the logger and the
+ * base path the requests are built with.
+ *
+ * @example
+ * clientSettingsView(resolveClientOptions({ apiKey, baseUrl }).resolved).maxConnections; // 5
+ */
+export function clientSettingsView(resolved: ResolvedClientOptions): EmlApiClientSettings {
+  return Object.freeze({
+    baseUrl: new URL(resolved.baseUrl.href),
+    maxConnections: resolved.maxConnections,
+    allowInsecureHttp: resolved.allowInsecureHttp,
+    userAgent: resolved.userAgent,
+    retry: Object.freeze({ ...resolved.retry }),
+    timeouts: Object.freeze({ ...resolved.timeouts }),
+    rateLimit: resolved.rateLimit === undefined ? undefined : Object.freeze({ ...resolved.rateLimit }),
+    spool: Object.freeze({ ...resolved.spool }),
+  });
 }

@@ -29,7 +29,7 @@ import { checkGroupId, checkIdempotencyKey, toMemberEntry } from './input-checks
 import { inputError } from './input-error.js';
 import { readMembership } from './membership-answer.js';
 import { toGroupEmailRequest, toStandardEmailRequest } from './request-bodies.js';
-import { clientSettingsView, resolveClientOptions } from './resolve-client-options.js';
+import { clientSettingsView, resolveClientOptions } from './client-options.js';
 import { postEml, postGroupSend, postSend } from './send-requests.js';
 
 /**
@@ -80,9 +80,9 @@ export class EmlApiClient {
       secret: apiKey,
       maxConnections: resolved.maxConnections,
       dispatcher: resolved.dispatcher,
-      retries: resolved.retries,
+      retry: resolved.retry,
       timeouts: resolved.timeouts,
-      maxMessagesPerSecond: resolved.maxMessagesPerSecond,
+      rateLimit: resolved.rateLimit,
       logger: resolved.logger,
     });
     registerClientInternals(this, { requester: this.#requester, options: this.#resolved });

@@ -1,5 +1,7 @@
 import { invalidApiKeyAt } from '../protocol/api-key-rule.js';
 import { API_SCOPES, type ApiPlan, type ApiScope } from '../protocol/api-types.js';
+import { MAX_REQUEST_SIZE } from '../protocol/service-limits.js';
+import { configError, describe, refuseUnknownKeys, wholeNumber, type RenamedOptions } from '../shared/options-kit.js';
 import { FaultInjector, type EmulatorFaults } from './http/fault-injector.js';
 import { KeyRateLimiter, type EmulatorRateLimit } from './http/key-rate-limiter.js';
 
@@ -88,10 +90,14 @@ export interface EmulatorOptions {
    */
   groups?: string[];
   /**
-   * Largest request body accepted, in bytes; larger bodies get 413 `payload_too_large`.
-   * @default 52428800 (50 MiB)
+   * Largest HTTP request body accepted, in bytes (the service's request
+   * limit, not a message size: a message travels Base64-encoded, 4/3 of its
+   * size); larger bodies get 413 `payload_too_large`.
+   * @default 52428800 (50 MiB, the service's)
+   * @example
+   * await startEmulator({ maxRequestSize: 1024 * 1024 }); // to test the 413 path
    */
-  bodyLimit?: number;
+  maxRequestSize?: number;
   /**
    * Clock used for timestamps, image expiry and idempotency windows.
    * @default () => new Date()
@@ -125,37 +131,52 @@ export interface ResolvedEmulatorOptions {
   publicUrl: string | undefined;
   apiKeys: Required<EmulatorApiKey>[];
   groups: string[];
-  bodyLimit: number;
+  maxRequestSize: number;
   now: () => Date;
   onInternalError: (err: unknown) => void;
   faults: FaultInjector | undefined;
   rateLimiter: KeyRateLimiter | undefined;
 }
 
-/** Default body limit: 50 MiB. */
-export const DEFAULT_BODY_LIMIT = 50 * 1024 * 1024;
+/** Every option of the emulator. */
+const EMULATOR_OPTIONS = [
+  'port',
+  'host',
+  'allowedHosts',
+  'publicUrl',
+  'apiKeys',
+  'groups',
+  'maxRequestSize',
+  'now',
+  'onInternalError',
+  'faults',
+  'rateLimit',
+] as const satisfies readonly (keyof EmulatorOptions)[];
+
+const EMULATOR_RENAMED: RenamedOptions = {
+  bodyLimit: "renamed to maxRequestSize (the HTTP request's size, not the message's)",
+};
 
 /**
  * Validates emulator options.
- * @throws {TypeError} naming the bad option
+ * @throws {EmlApiError} `ECONFIG` naming the bad option
+ * @example
+ * const resolved = resolveEmulatorOptions({ port: 0, maxRequestSize: 1024 * 1024 });
  */
 export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedEmulatorOptions {
-  if (typeof options !== 'object' || options === null) throw new TypeError('startEmulator options must be an object');
-  const port = options.port ?? 0;
-  if (!Number.isInteger(port) || port < 0 || port > 65535) {
-    throw new TypeError(`startEmulator option port: expected 0-65535, got ${String(port)}`);
+  if (typeof options !== 'object' || options === null) {
+    throw configError('startEmulator', `expected an object of options, got ${describe(options)}`);
   }
+  refuseUnknownKeys(options, EMULATOR_OPTIONS, '', EMULATOR_RENAMED);
+  const port = wholeNumber(options.port, 'port', 0, 65535, 0);
   const host = options.host ?? '127.0.0.1';
-  if (typeof host !== 'string' || host.length === 0)
-    throw new TypeError('startEmulator option host: expected a host name or IP address');
+  if (typeof host !== 'string' || host.length === 0) throw configError('host', 'expected a host name or IP address');
   const allowedHosts = options.allowedHosts ?? [];
   if (
     !Array.isArray(allowedHosts) ||
     allowedHosts.some((h) => typeof h !== 'string' || !/^[A-Za-z0-9.-]{1,253}$|^\[[0-9A-Fa-f:.]{2,45}\]$/.test(h))
   ) {
-    throw new TypeError(
-      'startEmulator option allowedHosts: expected an array of host names (e.g. "mail-emulator.internal")',
-    );
+    throw configError('allowedHosts', 'expected an array of host names (e.g. "mail-emulator.internal")');
   }
   let publicUrl: string | undefined;
   if (options.publicUrl !== undefined) {
@@ -166,41 +187,37 @@ export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedE
       url = undefined;
     }
     if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.search || url.hash || url.username) {
-      throw new TypeError('startEmulator option publicUrl: expected an http(s) URL such as "http://emulator.lan:8025"');
+      throw configError('publicUrl', 'expected an http(s) URL such as "http://emulator.lan:8025"');
     }
     publicUrl = url.href.replace(/\/+$/, '');
   }
-  const bodyLimit = options.bodyLimit ?? DEFAULT_BODY_LIMIT;
-  if (!Number.isInteger(bodyLimit) || bodyLimit < 1) {
-    throw new TypeError(
-      `startEmulator option bodyLimit: expected a positive whole number of bytes, got ${String(bodyLimit)}`,
-    );
-  }
+  const maxRequestSize = wholeNumber(options.maxRequestSize, 'maxRequestSize', 1, 2 ** 40, MAX_REQUEST_SIZE);
   const apiKeys = (options.apiKeys ?? []).map((entry, i) => {
-    const where = `startEmulator option apiKeys[${i}]`;
-    if (typeof entry !== 'object' || entry === null) throw new TypeError(`${where}: expected { key, scopes, plan }`);
+    const where = `apiKeys[${i}]`;
+    if (typeof entry !== 'object' || entry === null) throw configError(`${where}`, `expected { key, scopes, plan }`);
     if (typeof entry.key !== 'string' || invalidApiKeyAt(entry.key) !== -1) {
-      throw new TypeError(`${where}.key: expected a non-empty string of visible ASCII characters`);
+      throw configError(`${where}.key`, `expected a non-empty string of visible ASCII characters`);
     }
     if (!Array.isArray(entry.scopes) || entry.scopes.some((s) => !API_SCOPES.includes(s))) {
-      throw new TypeError(`${where}.scopes: expected an array of ${API_SCOPES.map((s) => `'${s}'`).join(', ')}`);
+      throw configError(`${where}.scopes`, `expected an array of ${API_SCOPES.map((s) => `'${s}'`).join(', ')}`);
     }
     const plan = entry.plan ?? 'free';
-    if (plan !== 'free' && plan !== 'plus') throw new TypeError(`${where}.plan: expected 'free' or 'plus'`);
+    if (plan !== 'free' && plan !== 'plus') throw configError(`${where}.plan`, `expected 'free' or 'plus'`);
     const account = entry.account ?? DEFAULT_EMULATOR_ACCOUNT;
     if (typeof account !== 'string' || !/^[\x21-\x7e]{1,100}$/.test(account)) {
-      throw new TypeError(
-        `${where}.account: expected 1 to 100 visible ASCII characters, got ${JSON.stringify(account)}`,
+      throw configError(
+        `${where}.account`,
+        `expected 1 to 100 visible ASCII characters, got ${JSON.stringify(account)}`,
       );
     }
     return { key: entry.key, scopes: [...entry.scopes], plan, account };
   });
   const groups = options.groups ?? [];
   if (!Array.isArray(groups) || groups.some((g) => typeof g !== 'string' || g.length === 0)) {
-    throw new TypeError('startEmulator option groups: expected an array of non-empty group ids');
+    throw configError('groups', 'expected an array of non-empty group ids');
   }
   const now = options.now ?? (() => new Date());
-  if (typeof now !== 'function') throw new TypeError('startEmulator option now: expected a function returning a Date');
+  if (typeof now !== 'function') throw configError('now', 'expected a function returning a Date');
   const onInternalError =
     options.onInternalError ?? ((err: unknown) => console.error('[eml-api emulator] internal error:', err));
   const faults = options.faults === undefined ? undefined : new FaultInjector(options.faults);
@@ -212,7 +229,7 @@ export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedE
     publicUrl,
     apiKeys,
     groups: [...groups],
-    bodyLimit,
+    maxRequestSize,
     now,
     onInternalError,
     faults,

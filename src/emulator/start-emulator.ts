@@ -87,7 +87,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   const sections = [publicPages(state), inboxSection(state, [...resolved.allowedHosts, ...publicHost])];
   const context: ServerContext = {
     state,
-    bodyLimit: resolved.bodyLimit,
+    maxRequestSize: resolved.maxRequestSize,
     onInternalError: resolved.onInternalError,
     rateLimiter: resolved.rateLimiter,
     faults: resolved.faults,

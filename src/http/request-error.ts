@@ -35,7 +35,7 @@ const STAGE_TEXT = {
  * err.message.includes(MAY_HAVE_BEEN_ACCEPTED); // a timeout after the request was sent
  */
 export const MAY_HAVE_BEEN_ACCEPTED =
-  'the request was sent, so the service may have accepted it; not retried to avoid sending twice (see retries.retryAmbiguous)';
+  'the request was sent, so the service may have accepted it; not retried to avoid sending twice (see retry.retryAmbiguous)';
 
 /**
  * Turns a non-2xx answer into an {@link EmlApiError}: `EAUTH` for 401/403,

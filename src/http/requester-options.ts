@@ -2,27 +2,36 @@ import type { Dispatcher } from 'undici';
 import type { EmlApiLogger } from '../shared/logger.js';
 
 /**
- * Retry settings.
+ * When the client tries a call again (the same shape as the outbox's `retry`):
+ * `attempts` tries in all, the first included, waiting `delay` after the first
+ * failure, doubling up to `maxDelay`, each wait shortened by a random share of
+ * up to `jitter`.
  *
  * @example
- * new EmlApiClient({ apiKey, baseUrl, retries: { limit: 5, baseDelay: 200, retryAmbiguous: true } });
+ * new EmlApiClient({ apiKey, baseUrl, retry: { attempts: 6, delay: 200, retryAmbiguous: true } });
  */
 export interface RetryOptions {
   /**
-   * Retries after the first attempt.
-   * @default 3
+   * Tries in all, the first included (1: no retry).
+   * @default 4
    */
-  limit?: number;
+  attempts?: number;
   /**
-   * Delay before the first retry, in ms; doubled for each further retry, with jitter.
+   * Wait after the first failed try, in ms; doubled after each further one.
    * @default 500
    */
-  baseDelay?: number;
+  delay?: number;
   /**
    * Longest wait before a retry, in ms. A `Retry-After` longer than this is not waited for: the call fails.
    * @default 30000
    */
   maxDelay?: number;
+  /**
+   * Share of each wait drawn at random (0 to 1), so that clients that failed
+   * together do not retry together.
+   * @default 0.5
+   */
+  jitter?: number;
   /**
    * Also retry failures after which the service may have accepted the request:
    * a timeout or reset after the request was sent, 502 and 504. Safe only with a
@@ -30,6 +39,20 @@ export interface RetryOptions {
    * @default false
    */
   retryAmbiguous?: boolean;
+}
+
+/**
+ * A rate: at most `max` sends start per `duration` ms (the same shape in the
+ * client, the transport, the worker and the relay).
+ *
+ * @example
+ * new EmlApiClient({ apiKey, baseUrl, rateLimit: { max: 20, duration: 1000 } }); // 20 sends a second
+ */
+export interface RateLimitOptions {
+  /** Sends started per window, at least 1. */
+  max: number;
+  /** The window, in ms. */
+  duration: number;
 }
 
 /**
@@ -58,11 +81,12 @@ export interface TimeoutOptions {
   total?: number;
 }
 
-/** Default retry settings. */
-export const DEFAULT_RETRIES: Readonly<Required<RetryOptions>> = Object.freeze({
-  limit: 3,
-  baseDelay: 500,
+/** The client's default retry settings: 4 tries in all. */
+export const DEFAULT_RETRY: Readonly<Required<RetryOptions>> = Object.freeze({
+  attempts: 4,
+  delay: 500,
   maxDelay: 30_000,
+  jitter: 0.5,
   retryAmbiguous: false,
 });
 
@@ -86,9 +110,9 @@ export interface RequesterSettings {
   maxConnections: number;
   /** A dispatcher the caller owns (left open on close), or undefined to create one. */
   dispatcher: Dispatcher | undefined;
-  retries: Required<RetryOptions>;
+  retry: Required<RetryOptions>;
   timeouts: Required<TimeoutOptions>;
-  maxMessagesPerSecond: number | undefined;
+  rateLimit: RateLimitOptions | undefined;
   /** Where calls log (retries at debug level, warnings of the layers above). */
   logger: EmlApiLogger;
 }

@@ -34,7 +34,7 @@ export interface HttpRequest {
 export interface CallOptions {
   /** The caller's signal: aborts the call wherever it is. */
   signal?: AbortSignal | undefined;
-  /** A send: paced by `maxMessagesPerSecond` before it takes a connection slot. */
+  /** A send: paced by `rateLimit` before it takes a connection slot. */
   paced?: boolean;
 }
 
@@ -115,8 +115,7 @@ export class Requester {
         keepAliveMaxTimeout: 600_000,
         connect: earlyAnswerConnector({ timeout: settings.timeouts.connect, lookup: localhostOnlyLoopback() }),
       });
-    this.#pacer =
-      settings.maxMessagesPerSecond === undefined ? undefined : new SendPacer(settings.maxMessagesPerSecond);
+    this.#pacer = settings.rateLimit === undefined ? undefined : new SendPacer(settings.rateLimit);
     this.#limiter = new ConcurrencyLimiter(settings.maxConnections, () => {
       for (const listener of this.#releaseListeners) listener();
     });
@@ -310,7 +309,7 @@ class RunningCall implements Call {
 
   async request<T>(init: HttpRequest): Promise<ServiceResponse<T>> {
     const { settings, signal } = this;
-    const { retries, timeouts, secret } = settings;
+    const { retry, timeouts, secret } = settings;
     const command = `${init.method} ${init.path}`;
     this.#command = command;
     this.#attempts = 0;
@@ -362,13 +361,13 @@ class RunningCall implements Call {
         retryClass = failure.phase === 'sent' ? 'ambiguous' : 'safe';
       }
       const allowed =
-        retryClass === 'safe' || (retryClass === 'ambiguous' && (retries.retryAmbiguous || init.replaySafe === true));
-      const delay = wait ?? backoffDelay(this.#attempts - 1, retries);
-      if (!allowed || this.#attempts > retries.limit || delay > retries.maxDelay) {
+        retryClass === 'safe' || (retryClass === 'ambiguous' && (retry.retryAmbiguous || init.replaySafe === true));
+      const delay = wait ?? backoffDelay(this.#attempts - 1, retry);
+      if (!allowed || this.#attempts >= retry.attempts || delay > retry.maxDelay) {
         if (res) {
           const note =
-            wait !== undefined && delay > retries.maxDelay
-              ? `the service asks to retry after ${Math.ceil(delay / 1000)} s, longer than retries.maxDelay`
+            wait !== undefined && delay > retry.maxDelay
+              ? `the service asks to retry after ${Math.ceil(delay / 1000)} s, longer than retry.maxDelay`
               : undefined;
           throw errorFromResponse(command, res, secret, {
             attempts: this.#attempts,

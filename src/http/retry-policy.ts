@@ -18,16 +18,17 @@ export function classifyStatus(status: number): RetryClass {
 
 /**
  * Delay before retry number `attempt` (0 for the first retry): exponential,
- * with "equal jitter" (half fixed, half random) so that many clients that
- * failed together do not retry together.
+ * shortened by a random share of up to `jitter` (0.5 by default: "equal
+ * jitter", half fixed, half random) so that many clients that failed together
+ * do not retry together.
  */
 export function backoffDelay(
   attempt: number,
-  retries: Required<RetryOptions>,
+  retry: Required<RetryOptions>,
   random: () => number = Math.random,
 ): number {
-  const exponential = Math.min(retries.maxDelay, retries.baseDelay * 2 ** attempt);
-  return Math.round(exponential / 2 + random() * (exponential / 2));
+  const exponential = Math.min(retry.maxDelay, retry.delay * 2 ** attempt);
+  return Math.round(exponential * (1 - retry.jitter * (1 - random())));
 }
 
 /**

@@ -1,15 +1,16 @@
+import type { RateLimitOptions } from './requester-options.js';
 import { sleep } from './retry-policy.js';
 
 /**
- * Spaces the starts of sends so that at most `perSecond` start in any second:
- * each start is given the next free time slot, `1000 / perSecond` ms apart.
+ * Spaces the starts of sends so that at most `max` start in any `duration` ms:
+ * each start is given the next free time slot, `duration / max` ms apart.
  */
 export class SendPacer {
   readonly #interval: number;
   #next = 0;
 
-  constructor(perSecond: number) {
-    this.#interval = 1000 / perSecond;
+  constructor({ max, duration }: RateLimitOptions) {
+    this.#interval = duration / max;
   }
 
   /** Resolves at this caller's slot; an aborted signal rejects (its slot is not given back). */

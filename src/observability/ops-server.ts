@@ -1,4 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { configError, objectOption, refuseUnknownKeys, wholeNumber } from '../shared/options-kit.js';
 import type { AddressInfo } from 'node:net';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { HealthMonitor, type HealthMonitorSettings, type HealthReport } from './health.js';
@@ -13,7 +14,7 @@ import type { EmlApiMetrics } from './metrics.js';
  * Service); a Prometheus elsewhere needs it too.
  *
  * @example
- * await startSmtpRelay({ baseUrl, apiKey, http: { port: 9464, host: '0.0.0.0' } });
+ * await startEmlApiRelay({ baseUrl, apiKey, http: { port: 9464, host: '0.0.0.0' } });
  */
 export interface OpsHttpOptions {
   /**
@@ -64,26 +65,17 @@ export interface OpsEndpoint {
  */
 export function resolveOpsHttpOptions(value: unknown, name: string): Required<OpsHttpOptions> | undefined {
   if (value === undefined) return undefined;
-  const bad = (option: string, problem: string) =>
-    new EmlApiError('ECONFIG', `Invalid option ${option}: ${problem}`, { permanent: true });
-  if (typeof value !== 'object' || value === null) throw bad(name, 'expected { port, host? }');
-  const o = value as Record<string, unknown>;
-  for (const key of Object.keys(o)) {
-    if (!['port', 'host', 'readyCacheMs'].includes(key))
-      throw bad(`${name}.${key}`, 'unknown option (known: port, host, readyCacheMs)');
-  }
-  if (!Number.isInteger(o.port) || (o.port as number) < 0 || (o.port as number) > 65535) {
-    throw bad(`${name}.port`, `expected a whole number from 0 to 65535, got ${JSON.stringify(o.port)}`);
-  }
+  const o = objectOption(value, name, '{ port, host? }');
+  refuseUnknownKeys(o, OPS_HTTP_OPTIONS, `${name}.`);
+  const port = wholeNumber(o.port, `${name}.port`, 0, 65535);
   if (o.host !== undefined && (typeof o.host !== 'string' || !/^[\x21-\x7e]+$/.test(o.host))) {
-    throw bad(`${name}.host`, 'expected an interface address, e.g. 127.0.0.1 or 0.0.0.0');
+    throw configError(`${name}.host`, 'expected an interface address, e.g. 127.0.0.1 or 0.0.0.0');
   }
-  const cache = o.readyCacheMs ?? 10_000;
-  if (!Number.isInteger(cache) || (cache as number) < 0 || (cache as number) > 3_600_000) {
-    throw bad(`${name}.readyCacheMs`, `expected a whole number of ms from 0 to 3600000, got ${JSON.stringify(cache)}`);
-  }
-  return { port: o.port as number, host: (o.host as string | undefined) ?? '127.0.0.1', readyCacheMs: cache as number };
+  const readyCacheMs = wholeNumber(o.readyCacheMs, `${name}.readyCacheMs`, 0, 3_600_000, 10_000);
+  return { port, host: (o.host as string | undefined) ?? '127.0.0.1', readyCacheMs };
 }
+
+const OPS_HTTP_OPTIONS = ['port', 'host', 'readyCacheMs'] as const satisfies readonly (keyof OpsHttpOptions)[];
 
 /**
  * Starts the HTTP port of health and metrics: `GET /healthz` (200 alive, 503

@@ -1,6 +1,6 @@
 import { createCipheriv, createDecipheriv, createHmac, randomBytes } from 'node:crypto';
 import { inspect } from 'node:util';
-import { configError } from '../client/resolve-client-options.js';
+import { configError } from '../shared/options-kit.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 
 /**

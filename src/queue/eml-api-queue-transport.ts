@@ -1,4 +1,5 @@
 import { activeTraceCarrier, bindToActiveContext, startSpan } from '../observability/tracing.js';
+import { emlBodyLength } from '../body/eml-upload-body.js';
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Queue } from 'bullmq';
@@ -25,7 +26,7 @@ import { withDeadline } from './deadline.js';
 import { commandFate, redisFailure, type StoredSend } from './redis-failure.js';
 import { checkRedisSettings } from './redis-settings.js';
 import { registerKeyChecks } from './key-checks.js';
-import { resolveQueueTransportOptions, type ResolvedQueueTransportOptions } from './resolve-queue-transport-options.js';
+import { resolveQueueTransportOptions, type ResolvedQueueTransportOptions } from './queue-transport-options.js';
 
 /**
  * Nodemailer's callback of `transport.send`.
@@ -292,7 +293,13 @@ export class EmlApiQueueTransport extends EventEmitter {
     signal: AbortSignal,
   ): Promise<EmlApiQueuedMessageInfo> {
     const settings = this.#settings;
-    if (content.requestBytes > settings.maxMessageBytes) throw tooLarge(content, settings.maxMessageBytes);
+    if (
+      content.kind === 'eml'
+        ? content.size > settings.maxMessageSize
+        : content.requestBytes > emlBodyLength(settings.maxMessageSize)
+    ) {
+      throw tooLarge(content, settings.maxMessageSize);
+    }
     await this.#checkRedisOnce();
     signal.throwIfAborted();
     const info = await this.#store(content, idempotencyKey, signal);
@@ -546,9 +553,9 @@ function tooLarge(content: QueuedContent, limit: number): EmlApiError {
   const mib = (n: number) => `${(n / 1024 / 1024).toFixed(1)} MiB`;
   const what =
     content.kind === 'eml'
-      ? `The message is ${mib(content.size)}; uploaded Base64-encoded it makes a ${mib(content.requestBytes)} request`
-      : `The request body is ${mib(content.requestBytes)}`;
-  return new EmlApiError('EMESSAGE', `${what}, over maxMessageBytes (${mib(limit)}): not queued, nothing was stored`, {
+      ? `The message is ${mib(content.size)}, over maxMessageSize (${mib(limit)})`
+      : `The request body is ${mib(content.requestBytes)}, over the upload of a message of maxMessageSize (${mib(limit)})`;
+  return new EmlApiError('EMESSAGE', `${what}: not queued, nothing was stored`, {
     permanent: true,
   });
 }

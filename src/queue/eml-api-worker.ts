@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import { refuseUnknownKeys } from '../shared/options-kit.js';
 import type { MinimalJob, Worker } from 'bullmq';
 import { clientInternals } from '../client/client-internals.js';
 import { EmlApiClient } from '../client/eml-api-client.js';
@@ -13,7 +14,7 @@ import { loadBullmq, type BullmqModule } from './queue-peers.js';
 import { closeOutboxRedis, openOutboxRedis, QUIT_WAIT, type OutboxRedis } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
 import { withoutArguments } from './redis-failure.js';
-import { resolveWorkerOptions } from './resolve-worker-options.js';
+import { resolveWorkerOptions } from './worker-options.js';
 import { checkRedisSettings } from './redis-settings.js';
 import { capRateLimitPause, seconds } from './rate-limit-pause.js';
 import { RedisClock, redisTime } from './redis-clock.js';
@@ -29,17 +30,20 @@ export type { OutboxJob } from './outbox-job.js';
 /**
  * Options of {@link EmlApiWorker.close}.
  * @example
- * await outbox.close({ force: true });
+ * await outbox.close({ abort: true });
  */
 export interface WorkerCloseOptions {
   /**
    * `false`: stop taking jobs and let the sends in flight finish. `true`:
    * abort them and put their jobs straight back in the queue for another
    * worker (the service's idempotency window makes a resend deliver once).
+   * The same option as the client's and the relay's `close({ abort })`.
    * @default false
    */
-  force?: boolean;
+  abort?: boolean;
 }
+
+const WORKER_CLOSE_OPTIONS = ['abort'] as const satisfies readonly (keyof WorkerCloseOptions)[];
 
 /** How long a forced close waits for aborted sends to hand their jobs back, in ms. */
 const HAND_BACK_WAIT = 5_000;
@@ -76,8 +80,8 @@ export class EmlApiWorker extends EventEmitter {
    * evicts keys (`maxmemory-policy` other than `noeviction`: queued mail would
    * be lost silently). {@link startEmlApiWorker} waits for it.
    * @example
-   * const outbox = new EmlApiWorker(options);
-   * await outbox.started;
+   * const outbox = await startEmlApiWorker(options); // has waited for it
+   * await outbox.started; // already settled
    */
   readonly started: Promise<void>;
   readonly #redis: OutboxRedis;
@@ -99,7 +103,8 @@ export class EmlApiWorker extends EventEmitter {
   #sweeper: NodeJS.Timeout | undefined;
 
   /**
-   * Prefer {@link startEmlApiWorker}, which also waits until the worker is connected.
+   * Workers are started with {@link startEmlApiWorker}, which also waits until the worker is connected.
+   * @internal The package's CLI and tests make one directly, to stop it before it has connected.
    * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid
    */
   constructor(options: EmlApiWorkerOptions) {
@@ -158,7 +163,7 @@ export class EmlApiWorker extends EventEmitter {
           connection: this.#redis.redis,
           prefix: settings.prefix,
           concurrency: settings.concurrency,
-          limiter: settings.limiter,
+          limiter: settings.rateLimit,
           settings: {
             // BullMQ asks by the type stored on each job: the outbox's name now, and the one jobs queued before
             // the rename still carry. Any other type is not the outbox's: -1 fails the job (BullMQ's convention).
@@ -246,7 +251,7 @@ export class EmlApiWorker extends EventEmitter {
       // are handed back too rather than left to their locks' expiry; a Redis that fails, at once.
       this.#checks.fail();
       const refused = err instanceof EmlApiError && err.code === 'ECONFIG';
-      await this.close(refused ? {} : { force: true }).catch(() => undefined);
+      await this.close(refused ? {} : { abort: true }).catch(() => undefined);
       throw err;
     }
   }
@@ -277,16 +282,24 @@ export class EmlApiWorker extends EventEmitter {
 
   /**
    * Stops the worker. By default it takes no new jobs, lets the sends in
-   * flight finish, then closes its connections. With `{ force: true }` the
+   * flight finish, then closes its connections. With `{ abort: true }` the
    * sends in flight are aborted and their jobs put back in the queue at once,
    * for another worker.
    *
+   * @throws {EmlApiError} `ECONFIG` (a rejection) for an option it does not know, such as `force` (renamed to `abort`)
    * @example
    * process.once('SIGTERM', () => outbox.close());
    */
   close(options: WorkerCloseOptions = {}): Promise<void> {
+    try {
+      refuseUnknownKeys(options ?? {}, WORKER_CLOSE_OPTIONS, 'close.', {
+        force: 'renamed to abort: close({ abort: true })',
+      });
+    } catch (err) {
+      return Promise.reject(err);
+    }
     this.#telemetry.stopping();
-    if (options.force && !this.#forcing) {
+    if (options.abort && !this.#forcing) {
       this.#forcing = true;
       void this.client.close({ abort: true });
       // A graceful close under way waits for BullMQ, which waits for Redis to record the sends
@@ -351,7 +364,7 @@ export class EmlApiWorker extends EventEmitter {
    * Jobs this worker put back in the queue unsent (a forced close): another
    * worker sends them. What `eml-api worker`'s exit code tells.
    * @example
-   * await outbox.close({ force: true });
+   * await outbox.close({ abort: true });
    * if (outbox.handedBack > 0) console.log(`${outbox.handedBack} job(s) left to other workers`);
    */
   get handedBack(): number {
@@ -469,17 +482,37 @@ function answeredByNotTheService(error: Error): boolean {
  *   apiKey: process.env.EML_API_KEY!,
  *   baseUrl: 'https://api.mail.example.com',
  *   concurrency: 10,
- *   limiter: { max: 50, duration: 1000 },
+ *   rateLimit: { max: 50, duration: 1000 },
  * });
  * process.once('SIGTERM', () => outbox.close());
+ *
+ * // Stopped while it waits for Redis (SIGTERM during the start):
+ * const stop = new AbortController();
+ * process.once('SIGTERM', () => stop.abort());
+ * const started = await startEmlApiWorker(options, { signal: stop.signal }); // rejects EABORT when aborted first
  */
-export async function startEmlApiWorker(options: EmlApiWorkerOptions): Promise<EmlApiWorker> {
+export async function startEmlApiWorker(
+  options: EmlApiWorkerOptions,
+  { signal }: { signal?: AbortSignal } = {},
+): Promise<EmlApiWorker> {
+  signal?.throwIfAborted();
   const outbox = new EmlApiWorker(options);
+  // A start can wait for as long as Redis is unreachable: the signal is the caller's way to stop
+  // it, since the worker is not theirs to close until it resolves.
+  let onAbort: (() => void) | undefined;
+  const aborted = new Promise<never>((_resolve, reject) => {
+    onAbort = () =>
+      reject(new EmlApiError('EABORT', 'the worker was stopped (signal) before it started', { cause: signal?.reason }));
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+  aborted.catch(() => undefined);
   try {
-    await outbox.started;
+    await Promise.race([outbox.started, aborted]);
   } catch (err) {
-    await outbox.close({ force: true }).catch(() => undefined);
+    await outbox.close({ abort: true }).catch(() => undefined);
     throw err;
+  } finally {
+    if (onAbort) signal?.removeEventListener('abort', onAbort);
   }
   return outbox;
 }

@@ -7,7 +7,12 @@ requireQueuePeers();
 
 // The producer: a Nodemailer transport that queues.
 export { EmlApiQueueTransport, type QueueSendCallback } from './eml-api-queue-transport.js';
-export type { EmlApiQueueTransportOptions, OutboxJobOptions, OutboxReplicas } from './queue-transport-options.js';
+export type {
+  EmlApiQueueTransportOptions,
+  OutboxJobOptions,
+  OutboxReplicas,
+  QueueTransportTimeouts,
+} from './queue-transport-options.js';
 export type { EmlApiQueuedMessageInfo } from './queued-message-info.js';
 export type { RetryScheduleOptions } from './retry-schedule.js';
 export type { RedisConnectionInput } from './redis-connection.js';

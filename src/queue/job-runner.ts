@@ -49,7 +49,7 @@ export interface JobRunnerSettings {
   maxRetryAfter: number;
   /** Redis's time, in ms (a {@link RedisClock}): every time written on a job or compared with one. */
   now: () => Promise<number>;
-  /** Whether the worker is closing with `{ force: true }`: its jobs are handed back, not failed. */
+  /** Whether the worker is closing with `{ abort: true }`: its jobs are handed back, not failed. */
   stopping: () => boolean;
   /** Puts a job back in the queue for another worker and tells BullMQ so (never returns). */
   handBack: (job: OutboxJob, token: string | undefined) => Promise<never>;

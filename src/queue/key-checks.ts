@@ -1,5 +1,5 @@
 import type { OutboxRedisClient } from './redis-connection.js';
-import { configError } from '../client/resolve-client-options.js';
+import { configError } from '../shared/options-kit.js';
 import type { EmlApiError } from '../shared/eml-api-error.js';
 import type { OutboxKeyring } from './content-cipher.js';
 import { outboxKeys } from './content-keys.js';

@@ -1,4 +1,4 @@
-import { configError, describe } from '../client/resolve-client-options.js';
+import { configError, describe } from '../shared/options-kit.js';
 import { contentKeyPrefix } from './content-keys.js';
 
 /**

@@ -11,7 +11,7 @@ import type { EmlApiQueuedMessageInfo } from './queued-message-info.js';
 export interface QueueTransportInternals {
   /**
    * Stores `content` as a job with the same checks and limits as `sendMail`
-   * (`maxMessageBytes`, concurrency, close). The caller disposes `content`.
+   * (`maxMessageSize`, concurrency, close). The caller disposes `content`.
    */
   enqueue(content: QueuedContent, idempotencyKey: string, signal: AbortSignal): Promise<EmlApiQueuedMessageInfo>;
 }

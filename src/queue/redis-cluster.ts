@@ -1,5 +1,5 @@
 import type { Cluster, ClusterOptions, RedisOptions } from 'ioredis';
-import { configError, describe } from '../client/resolve-client-options.js';
+import { configError, describe } from '../shared/options-kit.js';
 import type { QueueLocation } from './queue-location.js';
 import { loadRedisCluster } from './queue-peers.js';
 
@@ -55,7 +55,7 @@ const RETRY_DELAY = 250;
  * connection closed, `CLUSTERDOWN` while no master serves its slot,
  * `TRYAGAIN` while a slot moves) is tried again every 250 ms, the slot map
  * read again each time: a producer's for as long as its send may take
- * (`rideMs`, its `storeTimeout`), a worker's until Redis is back (as BullMQ
+ * (`rideMs`, its `timeouts.store`), a worker's until Redis is back (as BullMQ
  * asks of its workers). The slot map is also read every second, so that
  * commands waiting on a master that hangs (rather than dies) move to its
  * successor soon after it takes over.

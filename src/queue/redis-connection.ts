@@ -73,7 +73,7 @@ export type RedisRole = 'producer' | 'worker';
  *
  * @param location where the queue's keys are (checked for a hash tag on a cluster)
  * @param option the option's name in errors @default 'connection'
- * @param rideMs how long a producer's command keeps trying through a cluster's failover (its `storeTimeout`)
+ * @param rideMs how long a producer's command keeps trying through a cluster's failover (its `timeouts.store`)
  *   @default 30000
  * @throws {EmlApiError} `ECONFIG` when the option is not a Redis URL, options, cluster nodes or an
  *   ioredis instance, or when the prefix of a queue on a cluster has no hash tag

@@ -1,5 +1,6 @@
 import type { BackoffOptions } from 'bullmq';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import { objectOption, refuseUnknownKeys, share, wholeNumber, type RenamedOptions } from '../shared/options-kit.js';
 
 /**
  * When a send that failed for a passing reason (the service unreachable, a
@@ -101,32 +102,37 @@ export interface OutboxBackoffOptions extends BackoffOptions {
  * resolveRetrySchedule({ attempts: 10 }); // { attempts: 10, delay: 5000, maxDelay: 3600000, jitter: 0.2 }
  */
 export function resolveRetrySchedule(options: RetryScheduleOptions | undefined): Required<RetryScheduleOptions> {
-  if (options !== undefined && (typeof options !== 'object' || options === null)) {
-    throw new EmlApiError('ECONFIG', 'retry: expected { attempts, delay, maxDelay, jitter }', { permanent: true });
-  }
-  const schedule = { ...DEFAULT_RETRY_SCHEDULE, ...stripUndefined(options ?? {}) };
-  const wholeAtLeast = (name: keyof RetryScheduleOptions, min: number) => {
-    const value = schedule[name];
-    if (!Number.isSafeInteger(value) || value < min) {
-      throw new EmlApiError(
-        'ECONFIG',
-        `retry.${name}: expected a whole number of at least ${min}, got ${String(value)}`,
-        {
-          permanent: true,
-        },
-      );
-    }
+  if (options === undefined) return { ...DEFAULT_RETRY_SCHEDULE };
+  const o = objectOption(options, 'retry', '{ attempts, delay, maxDelay, jitter }');
+  refuseUnknownKeys(o, RETRY_SCHEDULE_KEYS, 'retry.', RETRY_SCHEDULE_RENAMED);
+  const delay = wholeNumber(o.delay, 'retry.delay', 0, Number.MAX_SAFE_INTEGER, DEFAULT_RETRY_SCHEDULE.delay);
+  return {
+    attempts: wholeNumber(o.attempts, 'retry.attempts', 1, Number.MAX_SAFE_INTEGER, DEFAULT_RETRY_SCHEDULE.attempts),
+    delay,
+    maxDelay: wholeNumber(
+      o.maxDelay,
+      'retry.maxDelay',
+      delay,
+      Number.MAX_SAFE_INTEGER,
+      DEFAULT_RETRY_SCHEDULE.maxDelay,
+    ),
+    jitter: share(o.jitter, 'retry.jitter', DEFAULT_RETRY_SCHEDULE.jitter),
   };
-  wholeAtLeast('attempts', 1);
-  wholeAtLeast('delay', 0);
-  wholeAtLeast('maxDelay', schedule.delay);
-  if (typeof schedule.jitter !== 'number' || !(schedule.jitter >= 0 && schedule.jitter <= 1)) {
-    throw new EmlApiError('ECONFIG', `retry.jitter: expected a number from 0 to 1, got ${String(schedule.jitter)}`, {
-      permanent: true,
-    });
-  }
-  return schedule;
 }
+
+const RETRY_SCHEDULE_KEYS = [
+  'attempts',
+  'delay',
+  'maxDelay',
+  'jitter',
+] as const satisfies readonly (keyof RetryScheduleOptions)[];
+
+/** The client's retry names, refused in the outbox's schedule with theirs. */
+const RETRY_SCHEDULE_RENAMED: RenamedOptions = {
+  limit: 'the outbox counts retry.attempts, the first try included (limit 3 is attempts 4)',
+  baseDelay: 'renamed to retry.delay',
+  retryAmbiguous: "the outbox always resends under the job's idempotency key: there is nothing to set",
+};
 
 /**
  * The BullMQ job options of a schedule: `attempts` and the outbox's backoff.
@@ -187,10 +193,6 @@ export function retrySpan(schedule: Required<RetryScheduleOptions>): number {
     total += Math.min(schedule.maxDelay, schedule.delay * 2 ** (made - 1));
   }
   return total;
-}
-
-function stripUndefined<T extends object>(o: T): Partial<T> {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
 
 /**

@@ -5,10 +5,10 @@ import { loadSmtpServer } from './smtp-server-peer.js';
 loadSmtpServer();
 
 export {
-  startSmtpRelay,
-  type SmtpRelay,
-  type SmtpRelayCloseOptions,
-  type SmtpRelayClosed,
+  startEmlApiRelay,
+  type EmlApiRelay,
+  type EmlApiRelayCloseOptions,
+  type EmlApiRelayClosed,
 } from './start-smtp-relay.js';
-export type { SmtpRelayOptions, SmtpRelayTlsOptions } from './relay-options.js';
-export { hashRelayPassword, type SmtpRelayUser } from './relay-users.js';
+export type { EmlApiRelayOptions, EmlApiRelayTimeouts, EmlApiRelayTlsOptions } from './relay-options.js';
+export { hashRelayPassword, type EmlApiRelayUser } from './relay-users.js';

@@ -12,7 +12,7 @@ import type { KeyClient, KeyClients } from './key-clients.js';
 import type { MessageDestination, MessageSender } from './message-destination.js';
 import { MessageIdentities } from './message-identity.js';
 import { isClientGone, receiveMessage } from './receive-message.js';
-import type { RelaySettings } from './resolve-relay-options.js';
+import type { RelaySettings } from './relay-options.js';
 import { authOffered, mailRefusal, type RelayPolicy } from './session-rules.js';
 import { redact } from '../http/redact.js';
 import { SignalFanout } from '../http/signal-fanout.js';

@@ -11,7 +11,7 @@ import { EmlApiError } from '../shared/eml-api-error.js';
  * @example
  * { username: 'billing-app', passwordHash: '$scrypt$ln=14,r=8,p=1$...$...' }
  */
-export interface SmtpRelayUser {
+export interface EmlApiRelayUser {
   /** The SMTP user name, compared exactly (case included). No white space, `:` or control characters. */
   username: string;
   /** The password as it is. Give this or `passwordHash`. */
@@ -78,7 +78,7 @@ export class RelayUsers {
    * @param option names the option in errors (`users`, or the file given to `--users`)
    * @throws {EmlApiError} `ECONFIG` naming the entry that is not a user (its password is never quoted)
    */
-  constructor(users: readonly SmtpRelayUser[], option = 'users') {
+  constructor(users: readonly EmlApiRelayUser[], option = 'users') {
     if (!Array.isArray(users)) throw config(option, 'expected an array of { username, password or passwordHash }');
     users.forEach((user, i) => {
       const name = `${option}[${i}]`;
@@ -142,8 +142,8 @@ export class RelayUsers {
  * @param source names the file in errors
  * @throws {EmlApiError} `ECONFIG` naming the file and line (never quoting a hash)
  */
-export function parseUsersFile(text: string, source: string): SmtpRelayUser[] {
-  const users: SmtpRelayUser[] = [];
+export function parseUsersFile(text: string, source: string): EmlApiRelayUser[] {
+  const users: EmlApiRelayUser[] = [];
   text.split(/\r?\n/).forEach((raw, i) => {
     const line = raw.trim();
     if (line === '' || line.startsWith('#')) return;

@@ -12,8 +12,8 @@ import { keepOwnStatusCodes } from './own-status-codes.js';
 import { greetPromptly } from './prompt-greeting.js';
 import { queueDestination } from './queue-destination.js';
 import { relaySessionHandlers } from './relay-sessions.js';
-import type { SmtpRelayOptions } from './relay-options.js';
-import { resolveRelayOptions, type RelaySettings } from './resolve-relay-options.js';
+import type { EmlApiRelayOptions } from './relay-options.js';
+import { resolveRelayOptions, type RelaySettings } from './relay-options.js';
 import { secretMatcher } from './relay-users.js';
 import { loadSmtpServer } from './smtp-server-peer.js';
 import { RelayTelemetry } from './relay-telemetry.js';
@@ -23,11 +23,11 @@ import { redisPassword } from '../queue/outbox-readiness.js';
  * A running SMTP relay.
  *
  * @example
- * const relay = await startSmtpRelay({ baseUrl, port: 0 });
+ * const relay = await startEmlApiRelay({ baseUrl, port: 0 });
  * console.log(`SMTP relay on ${relay.host}:${relay.port}`);
  * await relay.close();
  */
-export interface SmtpRelay {
+export interface EmlApiRelay {
   /** The port it listens on (the one picked when `port` was 0). */
   readonly port: number;
   /** The interface it listens on. */
@@ -43,15 +43,15 @@ export interface SmtpRelay {
    * @example
    * process.once('SIGTERM', () => relay.close());
    */
-  close(options?: SmtpRelayCloseOptions): Promise<SmtpRelayClosed>;
+  close(options?: EmlApiRelayCloseOptions): Promise<EmlApiRelayClosed>;
 }
 
 /**
- * Options of {@link SmtpRelay.close}.
+ * Options of {@link EmlApiRelay.close}.
  * @example
  * await relay.close({ grace: 25_000 });
  */
-export interface SmtpRelayCloseOptions {
+export interface EmlApiRelayCloseOptions {
   /**
    * Abort the messages being uploaded at once (their clients get `451`).
    * @default false
@@ -71,11 +71,11 @@ export interface SmtpRelayCloseOptions {
 }
 
 /**
- * What {@link SmtpRelay.close} resolves with.
+ * What {@link EmlApiRelay.close} resolves with.
  * @example
  * const { givenUp } = await relay.close({ grace: 25_000 });
  */
-export interface SmtpRelayClosed {
+export interface EmlApiRelayClosed {
   /** Messages in flight that the grace period ran out on: given up, their clients retry them. */
   givenUp: number;
 }
@@ -106,15 +106,15 @@ export interface SmtpRelayClosed {
  *   it cannot listen on, or an outbox Redis that would lose queued mail (`maxmemory-policy` other than `noeviction`, or less
  *   persistence than the queue's `durability` asks); `EAUTH` when the service refuses the relay's `apiKey`
  * @example
- * import { startSmtpRelay } from 'nodemailer-eml-api/relay';
+ * import { startEmlApiRelay } from 'nodemailer-eml-api/relay';
  *
- * const relay = await startSmtpRelay({
+ * const relay = await startEmlApiRelay({
  *   baseUrl: 'https://api.mail.example.com',
  *   apiKey: process.env.EML_API_KEY, // optional: without it, clients AUTH with their own key
  *   port: 2525,
  * });
  */
-export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRelay> {
+export async function startEmlApiRelay(options: EmlApiRelayOptions): Promise<EmlApiRelay> {
   const { SMTPServer: Server } = loadSmtpServer();
   // The health port and metrics are the relay's telemetry's (relay-telemetry.ts), checked before anything opens.
   const { http, metrics, ...relayOptions } = options;
@@ -235,7 +235,7 @@ export async function startSmtpRelay(options: SmtpRelayOptions): Promise<SmtpRel
     );
   }
 
-  let closed: Promise<SmtpRelayClosed> | undefined;
+  let closed: Promise<EmlApiRelayClosed> | undefined;
   const endpoint = telemetry.endpoint;
   const giveUpArriving = () =>
     arriving.abort(

@@ -117,7 +117,7 @@ export class EmlApiError extends Error {
   /**
    * `true` when the request was sent before the failure (a timeout or reset
    * after sending, 502, 504): the service may have accepted it. Not retried
-   * unless `retries.retryAmbiguous` is set, to avoid sending twice.
+   * unless `retry.retryAmbiguous` is set, to avoid sending twice.
    */
   readonly mayHaveBeenAccepted: boolean;
   /** Attempts made, retries included (1 when there was no retry). */

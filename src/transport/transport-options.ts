@@ -1,5 +1,6 @@
 import type { EmlApiClientOptions } from '../client/client-options.js';
-import { CLIENT_OPTIONS, rejectUnknownOptions } from '../client/resolve-client-options.js';
+import { CLIENT_OPTIONS, CLIENT_RENAMED } from '../client/client-options.js';
+import { refuseUnknownKeys } from '../shared/options-kit.js';
 import type { EmlApiLogger } from '../shared/logger.js';
 import type { MetricsOption } from '../observability/metrics.js';
 import { resolveBuildThreads } from './build-threads/pool.js';
@@ -65,7 +66,7 @@ export function splitTransportOptions(options: EmlApiTransportOptions): {
   metrics?: MetricsOption;
 } {
   if (typeof options !== 'object' || options === null) return { clientOptions: options, buildThreads: 0 };
-  rejectUnknownOptions(options as unknown as Record<string, unknown>, [...CLIENT_OPTIONS, ...TRANSPORT_OPTIONS], '');
+  refuseUnknownKeys(options, [...CLIENT_OPTIONS, ...TRANSPORT_OPTIONS], '', CLIENT_RENAMED);
   const { buildThreads, metrics, ...clientOptions } = options;
   return {
     clientOptions,

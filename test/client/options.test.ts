@@ -79,7 +79,8 @@ describe('options validation', () => {
 describe('options the client does not know', () => {
   it.each([
     ['timeout', 'timeouts'],
-    ['retry', 'retries'],
+    ['retrys', 'retry'],
+    ['rateLimits', 'rateLimit'],
     ['apikey', 'apiKey'],
     ['baseURL', 'baseUrl'],
     ['maxConnection', 'maxConnections'],
@@ -110,7 +111,7 @@ describe('client.options', () => {
     const client = new EmlApiClient({
       apiKey: 'k-secret',
       baseUrl: 'https://api.example.test/base/',
-      retries: 5,
+      retry: { attempts: 6 },
       dispatcher,
       logger,
     });
@@ -120,8 +121,8 @@ describe('client.options', () => {
           'allowInsecureHttp',
           'baseUrl',
           'maxConnections',
-          'maxMessagesPerSecond',
-          'retries',
+          'rateLimit',
+          'retry',
           'spool',
           'timeouts',
           'userAgent',
@@ -131,14 +132,14 @@ describe('client.options', () => {
         maxConnections: 5,
         allowInsecureHttp: false,
         userAgent: undefined,
-        maxMessagesPerSecond: undefined,
-        retries: { limit: 5, baseDelay: 500, maxDelay: 30_000, retryAmbiguous: false },
+        rateLimit: undefined,
+        retry: { attempts: 6, delay: 500, maxDelay: 30_000, jitter: 0.5, retryAmbiguous: false },
         timeouts: { connect: 10_000, response: 30_000, total: 120_000 },
         spool: { threshold: 2 * 1024 * 1024 },
       });
       expect(client.options.baseUrl.href).toBe('https://api.example.test/base/');
       expect(JSON.stringify(client.options)).not.toContain('k-secret');
-      for (const part of [client.options, client.options.retries, client.options.timeouts, client.options.spool]) {
+      for (const part of [client.options, client.options.retry, client.options.timeouts, client.options.spool]) {
         expect(Object.isFrozen(part)).toBe(true);
       }
       // The URL is a copy: changing it does not move the client's requests.

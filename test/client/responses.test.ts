@@ -22,7 +22,7 @@ const EML = 'From: a@example.test\r\nTo: b@example.test\r\nSubject: Hi\r\n\r\nHe
 
 let service: FakeService;
 // Retries are off here: this file is about reading answers; client/retries.test.ts covers retrying.
-const { makeClient, closeClients } = clientFactory(() => ({ apiKey: API_KEY, baseUrl: service.url, retries: false }));
+const { makeClient, closeClients } = clientFactory(() => ({ apiKey: API_KEY, baseUrl: service.url, retry: false }));
 
 function decodedMail(req: FakeRequest | undefined): Buffer {
   const parsed = JSON.parse(req?.text ?? '') as { mail: string };

@@ -8,10 +8,10 @@ import { clientFactory } from '../helpers/clients.js';
 import { closedPort, startFakeService, type FakeService } from '../helpers/fake-service.js';
 
 const EML = 'From: a@example.test\r\nTo: b@example.test\r\nSubject: s\r\n\r\nbody\r\n';
-const FAST = { limit: 3, baseDelay: 10, maxDelay: 2000 };
+const FAST = { attempts: 4, delay: 10, maxDelay: 2000 };
 
 let service: FakeService;
-const { makeClient, closeClients } = clientFactory(() => ({ apiKey: 'k', baseUrl: service.url, retries: FAST }));
+const { makeClient, closeClients } = clientFactory(() => ({ apiKey: 'k', baseUrl: service.url, retry: FAST }));
 
 beforeEach(async () => {
   service = await startFakeService();
@@ -58,28 +58,28 @@ describe('retries of failures the service surely did not process', () => {
 
   it('carries no retryAfter when the failing answer had no Retry-After', async () => {
     service.script([{ status: 503 }]);
-    const err = await rejectionOf(makeClient({ retries: false }).sendEml(EML));
+    const err = await rejectionOf(makeClient({ retry: false }).sendEml(EML));
     expect(err.retryAfter).toBeUndefined();
   });
 
   it('stops after retries.limit retries and reports the attempts', async () => {
     service.script([], { status: 503 });
-    const err = await rejectionOf(makeClient({ retries: { ...FAST, limit: 2 } }).sendEml(EML));
+    const err = await rejectionOf(makeClient({ retry: { ...FAST, attempts: 3 } }).sendEml(EML));
     expect(err).toMatchObject({ code: 'EAPI', responseCode: 503, attempts: 3, mayHaveBeenAccepted: false });
     expect(err.message).toContain('after 3 attempts');
     expect(service.requests).toHaveLength(3);
   });
 
-  it('does not retry at all with retries: false', async () => {
+  it('does not retry at all with retry: false', async () => {
     service.script([{ status: 503 }]);
-    await rejectionOf(makeClient({ retries: false }).sendEml(EML));
+    await rejectionOf(makeClient({ retry: false }).sendEml(EML));
     expect(service.requests).toHaveLength(1);
   });
 
   it('retries a refused connection and reports ECONNREFUSED after the last attempt', async () => {
     const port = await closedPort();
     const err = await rejectionOf(
-      makeClient({ baseUrl: `http://127.0.0.1:${port}`, retries: { ...FAST, limit: 2 } }).sendEml(EML),
+      makeClient({ baseUrl: `http://127.0.0.1:${port}`, retry: { ...FAST, attempts: 3 } }).sendEml(EML),
     );
     expect(err).toMatchObject({ code: 'ECONNECTION', attempts: 3, mayHaveBeenAccepted: false, permanent: false });
     expect(err.message).toContain('ECONNREFUSED');
@@ -131,7 +131,7 @@ describe('with a dispatcher the caller passed', () => {
       makeClient({
         dispatcher: dispatcher(),
         baseUrl: `http://127.0.0.1:${port}`,
-        retries: { ...FAST, limit: 2 },
+        retry: { ...FAST, attempts: 3 },
       }).sendEml(EML),
     );
     expect(err).toMatchObject({ code: 'ECONNECTION', attempts: 3, mayHaveBeenAccepted: false });
@@ -176,7 +176,7 @@ describe('ambiguous failures', () => {
 
   it('retries them with retryAmbiguous, reusing the Idempotency-Key', async () => {
     service.script(['reset-after-body', { status: 502 }, { status: 504 }]);
-    const result = await makeClient({ retries: { ...FAST, retryAmbiguous: true } }).sendEml(EML);
+    const result = await makeClient({ retry: { ...FAST, retryAmbiguous: true } }).sendEml(EML);
     expect(result.statusCode).toBe(202);
     expect(service.requests).toHaveLength(4);
     expect(new Set(service.requests.map((r) => r.headers['idempotency-key'])).size).toBe(1);
@@ -205,7 +205,7 @@ describe('timeouts', () => {
   it('fails with ETIMEDOUT naming the overall timeout, retries and backoff included', async () => {
     service.script([], { status: 503 });
     const err = await rejectionOf(
-      makeClient({ timeouts: { total: 300 }, retries: { limit: 100, baseDelay: 50, maxDelay: 50 } }).sendEml(EML),
+      makeClient({ timeouts: { total: 300 }, retry: { attempts: 101, delay: 50, maxDelay: 50 } }).sendEml(EML),
     );
     expect(err.code).toBe('ETIMEDOUT');
     expect(err.message).toContain('overall timeout (timeouts.total, 300 ms)');
@@ -215,9 +215,11 @@ describe('timeouts', () => {
   it('rejects bad timeout and retry options naming them', () => {
     expect(() => makeClient({ timeouts: { response: 0 } })).toThrow(/timeouts\.response/);
     expect(() => makeClient({ timeouts: { idle: 5 } as never })).toThrow(/timeouts\.idle: unknown option/);
-    expect(() => makeClient({ retries: { limit: -1 } })).toThrow(/retries\.limit/);
-    expect(() => makeClient({ retries: { baseDelay: 100, maxDelay: 10 } })).toThrow(/retries\.maxDelay/);
-    expect(() => makeClient({ maxMessagesPerSecond: 0 })).toThrow(/maxMessagesPerSecond/);
+    expect(() => makeClient({ retry: { attempts: 0 } })).toThrow(/retry\.attempts/);
+    expect(() => makeClient({ retry: { delay: 100, maxDelay: 10 } })).toThrow(/retry\.maxDelay/);
+    expect(() => makeClient({ retry: { jitter: 2 } })).toThrow(/retry\.jitter/);
+    expect(() => makeClient({ rateLimit: { max: 0, duration: 1000 } })).toThrow(/rateLimit\.max/);
+    expect(() => makeClient({ rateLimit: { max: 1 } as never })).toThrow(/rateLimit\.duration/);
   });
 });
 
@@ -225,7 +227,7 @@ describe('cancellation', () => {
   it('aborts during the backoff wait with EABORT', async () => {
     service.script([], { status: 503 });
     const controller = new AbortController();
-    const pending = makeClient({ retries: { limit: 5, baseDelay: 5000, maxDelay: 5000 } }).sendEml(EML, {
+    const pending = makeClient({ retry: { attempts: 6, delay: 5000, maxDelay: 5000 } }).sendEml(EML, {
       signal: controller.signal,
     });
     await new Promise((resolve) => setTimeout(resolve, 100));
@@ -313,8 +315,8 @@ describe('many calls at once', () => {
 });
 
 describe('pacing', () => {
-  it('starts at most maxMessagesPerSecond sends per second', async () => {
-    const client = makeClient({ maxMessagesPerSecond: 20, maxConnections: 10 });
+  it('starts at most rateLimit.max sends per rateLimit.duration', async () => {
+    const client = makeClient({ rateLimit: { max: 20, duration: 1000 }, maxConnections: 10 });
     await Promise.all(Array.from({ length: 10 }, () => client.sendEml(EML)));
     const times = service.requests.map((r) => r.at).sort((a, b) => a - b);
     // Ten starts at 20 per second span at least nine intervals of 50 ms (a lower bound, not a speed check).
@@ -324,12 +326,14 @@ describe('pacing', () => {
 
 describe('backoff arithmetic', () => {
   it('doubles the delay with jitter between half and all of it, capped at maxDelay', () => {
-    const retries = { limit: 10, baseDelay: 100, maxDelay: 1000, retryAmbiguous: false };
-    expect(backoffDelay(0, retries, () => 0)).toBe(50);
-    expect(backoffDelay(0, retries, () => 1)).toBe(100);
-    expect(backoffDelay(2, retries, () => 1)).toBe(400);
-    expect(backoffDelay(9, retries, () => 1)).toBe(1000);
-    expect(backoffDelay(9, retries, () => 0)).toBe(500);
+    const retry = { attempts: 11, delay: 100, maxDelay: 1000, jitter: 0.5, retryAmbiguous: false };
+    expect(backoffDelay(0, retry, () => 0)).toBe(50);
+    expect(backoffDelay(0, retry, () => 1)).toBe(100);
+    expect(backoffDelay(2, retry, () => 1)).toBe(400);
+    expect(backoffDelay(9, retry, () => 1)).toBe(1000);
+    expect(backoffDelay(9, retry, () => 0)).toBe(500);
+    // No jitter: the whole delay.
+    expect(backoffDelay(2, { ...retry, jitter: 0 }, () => 0)).toBe(400);
   });
 
   it('reads Retry-After as seconds or as an HTTP date', () => {

@@ -10,7 +10,7 @@ import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 const API_KEY = 'sk_live_SECRET123';
 
 let service: FakeService;
-const { makeClient, closeClients } = clientFactory(() => ({ apiKey: API_KEY, baseUrl: service.url, retries: false }));
+const { makeClient, closeClients } = clientFactory(() => ({ apiKey: API_KEY, baseUrl: service.url, retry: false }));
 
 beforeAll(async () => {
   service = await startFakeService();

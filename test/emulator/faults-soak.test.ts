@@ -30,7 +30,7 @@ async function soak(emu: Emulator, count: number, label: string, retryAmbiguous:
     apiKey: emu.apiKey,
     baseUrl: emu.url,
     maxConnections: 20,
-    retries: { limit: 8, baseDelay: 5, maxDelay: 200, retryAmbiguous },
+    retry: { attempts: 9, delay: 5, maxDelay: 200, retryAmbiguous },
   });
   const transporter = nodemailer.createTransport(transport);
   const outcomes = await Promise.all(

@@ -96,7 +96,7 @@ describe('API key accounts', () => {
     for (const account of ['', 'has space', 'x'.repeat(101), 7]) {
       await expect(
         startEmulator({ apiKeys: [{ key: 'k-acc', scopes: ['sender'], account: account as string }] }),
-      ).rejects.toThrow(/^startEmulator option apiKeys\[0\]\.account: expected 1 to 100 visible ASCII characters/);
+      ).rejects.toThrow(/^Invalid option apiKeys\[0\]\.account: expected 1 to 100 visible ASCII characters/);
     }
   });
 });

@@ -224,7 +224,7 @@ describe('POST /v1/send/eml message checks', () => {
 describe('POST /v1/send/eml body limit', () => {
   let small: Emulator;
   beforeAll(async () => {
-    small = await startEmulator({ bodyLimit: 1024 });
+    small = await startEmulator({ maxRequestSize: 1024 });
   });
   afterAll(() => small.close());
 

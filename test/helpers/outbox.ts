@@ -125,7 +125,7 @@ export function inProcessWorkers(settings: () => EmlApiWorkerOptions): InProcess
     async closeAll() {
       const closing = started;
       started = [];
-      await Promise.all(closing.map((w) => w.close({ force: true })));
+      await Promise.all(closing.map((w) => w.close({ abort: true })));
     },
   };
 }

@@ -3,7 +3,7 @@ import { connect } from 'node:net';
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { EmlApiQueueTransport } from '../../src/queue/index.js';
 import { redisServerMissing, startRedisServer } from '../helpers/redis-server.js';
 import { eventually } from '../helpers/outbox.js';
@@ -13,7 +13,7 @@ import { installTracing, promtoolMissing, promtoolProblems, sample, type TestTra
 
 let emu: Emulator;
 let tracing: TestTracing;
-const relays: SmtpRelay[] = [];
+const relays: EmlApiRelay[] = [];
 beforeAll(async () => {
   emu = await startEmulator();
   tracing = installTracing();
@@ -29,8 +29,8 @@ beforeEach(async () => {
   tracing.reset();
 });
 
-async function relay(options: Partial<Parameters<typeof startSmtpRelay>[0]> = {}) {
-  const started = await startSmtpRelay({
+async function relay(options: Partial<Parameters<typeof startEmlApiRelay>[0]> = {}) {
+  const started = await startEmlApiRelay({
     baseUrl: emu.url,
     apiKey: emu.apiKey,
     port: 0,

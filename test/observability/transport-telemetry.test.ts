@@ -33,7 +33,7 @@ describe('the transport with metrics and a tracer', () => {
       apiKey: emu.apiKey,
       baseUrl: emu.url,
       metrics: { registry },
-      retries: { limit: 2, baseDelay: 1, maxDelay: 10 },
+      retry: { attempts: 3, delay: 1, maxDelay: 10 },
     });
     const transporter = nodemailer.createTransport(transport);
     try {
@@ -61,7 +61,7 @@ describe('the transport with metrics and a tracer', () => {
     const transport = new EmlApiTransport({
       apiKey: emu.apiKey,
       baseUrl: emu.url,
-      retries: { limit: 1, baseDelay: 1, maxDelay: 10 },
+      retry: { attempts: 2, delay: 1, maxDelay: 10 },
     });
     const transporter = nodemailer.createTransport(transport);
     const tracer = trace.getTracer('the app');

@@ -27,7 +27,7 @@ afterAll(async () => {
   await redis?.stop();
 });
 beforeEach(async () => {
-  await Promise.all(workers.splice(0).map((w) => w.close({ force: true })));
+  await Promise.all(workers.splice(0).map((w) => w.close({ abort: true })));
   await transport.queue.obliterate({ force: true });
   await redis.client.config('SET', 'maxmemory-policy', 'noeviction');
   emu.reset();
@@ -162,7 +162,7 @@ describe('eml-api worker telemetry', () => {
       reason: expect.stringMatching(/401/),
     });
     expect(notReady.text).not.toContain('emu_not-a-key-of-the-emulator');
-    await refused.outbox.close({ force: true });
+    await refused.outbox.close({ abort: true });
 
     await redis.client.config('SET', 'maxmemory-policy', 'allkeys-lru');
     const evicting = JSON.parse((await get(`${good.url}/readyz`)).text);

@@ -68,7 +68,7 @@ export function settings(client: EmlApiClient): number {
   void client.options.dispatcher;
   // @ts-expect-error read-only
   client.options.maxConnections = 1;
-  return client.options.timeouts.total + client.options.retries.limit;
+  return client.options.timeouts.total + client.options.retry.attempts;
 }
 export async function check(): Promise<string> {
   const emu: Emulator = await startEmulator({ apiKeys: [{ key: 'k', scopes: ['sender'] }] });
@@ -84,12 +84,12 @@ export async function checkQueue(): Promise<string> {
   const transport = new EmlApiQueueTransport({ connection: 'redis://127.0.0.1:6379', retry: { attempts: 10 } });
   const transporter = nodemailer.createTransport(transport);
   const info = (await transporter.sendMail({ from: 'a@x.test', to: 'b@x.test', text: 'x', idempotencyKey: 'k1' })) as EmlApiQueuedMessageInfo;
-  const outbox: EmlApiWorker = await startEmlApiWorker({ connection: 'redis://127.0.0.1:6379', apiKey: 'k', baseUrl: 'http://127.0.0.1:1', limiter: { max: 20, duration: 1000 } });
+  const outbox: EmlApiWorker = await startEmlApiWorker({ connection: 'redis://127.0.0.1:6379', apiKey: 'k', baseUrl: 'http://127.0.0.1:1', rateLimit: { max: 20, duration: 1000 } });
   outbox.on('sent', (job: OutboxJob, result: OutboxSendResult) => console.log(job.id, result.response));
   // One way to start a worker: EmlApiWorker is a type, not a constructor.
   // @ts-expect-error only refers to a type
   void new EmlApiWorker({ connection: 'redis://127.0.0.1:6379', apiKey: 'k', baseUrl: 'http://127.0.0.1:1' });
-  await outbox.close({ force: true });
+  await outbox.close({ abort: true });
   return info.queueId + info.response;
 }
 `;
@@ -210,7 +210,7 @@ console.log(JSON.stringify({ esm, cjs }));
       );
       const program = (load: string, queue: string) => `${load}
 (async () => {
-  const transport = new EmlApiQueueTransport({ connection: process.env.REDIS, queueName: '${queue}', maxMessageBytes: 4000 });
+  const transport = new EmlApiQueueTransport({ connection: process.env.REDIS, queueName: '${queue}', maxMessageSize: 3000 });
   const transporter = nodemailer.createTransport(transport);
   const info = await transporter.sendMail({ from: 'a@example.test', to: '${queue}@example.test', subject: 'packed', text: 'hi' });
   let tooLarge;
@@ -298,7 +298,7 @@ console.log(JSON.stringify(out));`;
     const expected = {
       'nodemailer-eml-api': ['EmlApiClient', 'EmlApiError', 'EmlApiTransport'],
       'nodemailer-eml-api/emulator': ['DEFAULT_EMULATOR_ACCOUNT', 'startEmulator'],
-      'nodemailer-eml-api/relay': ['hashRelayPassword', 'startSmtpRelay'],
+      'nodemailer-eml-api/relay': ['hashRelayPassword', 'startEmlApiRelay'],
       'nodemailer-eml-api/queue': [
         'EmlApiQueueTransport',
         'OUTBOX_STATES',
@@ -480,7 +480,7 @@ const { EmlApiTransport } = require('nodemailer-eml-api');`,
       const usage = (load: string) => `${load}
 (async () => {
   const emu = await startEmulator();
-  const relay = await startSmtpRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0 });
+  const relay = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0 });
   const transporter = nodemailer.createTransport({ host: '127.0.0.1', port: relay.port, ignoreTLS: true });
   const info = await transporter.sendMail({ from: 'a@example.test', to: 'b@example.test', bcc: 'c@example.test', subject: 'relayed', text: 'hi' });
   transporter.close();
@@ -492,13 +492,13 @@ const { EmlApiTransport } = require('nodemailer-eml-api');`,
       await writeFile(
         join(dir, 'relay.mjs'),
         usage(`import nodemailer from 'nodemailer';
-import { startSmtpRelay } from 'nodemailer-eml-api/relay';
+import { startEmlApiRelay } from 'nodemailer-eml-api/relay';
 import { startEmulator } from 'nodemailer-eml-api/emulator';`),
       );
       await writeFile(
         join(dir, 'relay.cjs'),
         usage(`const nodemailer = require('nodemailer');
-const { startSmtpRelay } = require('nodemailer-eml-api/relay');
+const { startEmlApiRelay } = require('nodemailer-eml-api/relay');
 const { startEmulator } = require('nodemailer-eml-api/emulator');`),
       );
       for (const file of ['relay.mjs', 'relay.cjs']) {

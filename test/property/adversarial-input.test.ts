@@ -90,7 +90,7 @@ let client: EmlApiClient;
 
 beforeAll(async () => {
   emu = await startEmulator({ groups: ['news'] });
-  client = new EmlApiClient({ apiKey: emu.apiKey, baseUrl: emu.url, retries: false });
+  client = new EmlApiClient({ apiKey: emu.apiKey, baseUrl: emu.url, retry: false });
 });
 
 afterAll(async () => {
@@ -186,7 +186,7 @@ describe('parsers of user input, fed 10 KB adversarial strings', () => {
     'transport: the header fields of a raw message',
     async () => {
       const transporter = nodemailer.createTransport(
-        new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url, retries: false }),
+        new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url, retry: false }),
       );
       try {
         await expectLinear((input) =>

@@ -83,7 +83,7 @@ afterAll(async () => {
 });
 
 const newClient = () =>
-  new EmlApiClient({ apiKey: emu.apiKey, baseUrl: emu.url, dispatcher: recording, retries: { limit: 0 } });
+  new EmlApiClient({ apiKey: emu.apiKey, baseUrl: emu.url, dispatcher: recording, retry: { attempts: 1 } });
 
 // ---------------------------------------------------------------------------
 // Arbitraries
@@ -425,15 +425,19 @@ describe('client under random and hostile arguments (fast-check)', () => {
               maxConnections: option(fc.integer({ min: -2, max: 60 })),
               allowInsecureHttp: option(fc.boolean()),
               userAgent: option(fc.constantFrom('app/1.0', 'a\r\nb', '')),
-              retries: option(
-                fc.record(
-                  {
-                    limit: option(fc.integer({ min: -1, max: 10 })),
-                    baseDelay: option(fc.integer({ min: -1, max: 1000 })),
-                    maxDelay: option(fc.integer({ min: -1, max: 1000 })),
-                    retryAmbiguous: option(fc.boolean()),
-                  },
-                  { requiredKeys: [] },
+              retry: option(
+                fc.oneof(
+                  fc.constant(false),
+                  fc.record(
+                    {
+                      attempts: option(fc.integer({ min: -1, max: 10 })),
+                      delay: option(fc.integer({ min: -1, max: 1000 })),
+                      maxDelay: option(fc.integer({ min: -1, max: 1000 })),
+                      jitter: option(fc.double({ min: -1, max: 2 })),
+                      retryAmbiguous: option(fc.boolean()),
+                    },
+                    { requiredKeys: [] },
+                  ),
                 ),
               ),
               timeouts: option(
@@ -446,7 +450,15 @@ describe('client under random and hostile arguments (fast-check)', () => {
                   { requiredKeys: [] },
                 ),
               ),
-              maxMessagesPerSecond: option(fc.double({ min: -1, max: 100 })),
+              rateLimit: option(
+                fc.record(
+                  {
+                    max: option(fc.integer({ min: -1, max: 100 })),
+                    duration: option(fc.integer({ min: -1, max: 5000 })),
+                  },
+                  { requiredKeys: [] },
+                ),
+              ),
               spool: option(
                 fc.record(
                   { threshold: option(fc.integer({ min: -1, max: 1 << 22 })), directory: option(anyString) },

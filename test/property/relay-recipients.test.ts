@@ -32,7 +32,7 @@ import { simpleParser, type AddressObject, type EmailAddress } from 'mailparser'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiError } from '../../src/index.js';
-import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { planEnvelope } from '../../src/relay/envelope-plan.js';
 import { readRelayHeaders } from '../../src/relay/relay-headers.js';
 import { MessageRewriter } from '../../src/relay/message-rewriter.js';
@@ -416,7 +416,7 @@ describe('the relay reads the recipients mailparser reads, or refuses the messag
 
 describe('through the relay over SMTP, the emulator delivers to exactly RCPT TO, or the relay refuses the message', () => {
   let emu: Emulator;
-  let relay: SmtpRelay;
+  let relay: EmlApiRelay;
   let open: SmtpDialog | undefined;
 
   /** One SMTP session for all the cases (smtp-server holds each greeting 100 ms), transactions reset between them. */
@@ -429,7 +429,7 @@ describe('through the relay over SMTP, the emulator delivers to exactly RCPT TO,
 
   beforeAll(async () => {
     emu = await startEmulator();
-    relay = await startSmtpRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retries: false, maxRecipients: 50 });
+    relay = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retry: false, maxRecipients: 50 });
   });
   afterAll(async () => {
     open?.close();

@@ -63,7 +63,7 @@ async function within(promise: Promise<unknown>, ms: number): Promise<string> {
 
 describe('close() when Redis does not answer', () => {
   it('the producer closes, its sends failed with ETIMEDOUT', async () => {
-    const transport = new EmlApiQueueTransport({ connection: redis.url, storeTimeout: 1000 });
+    const transport = new EmlApiQueueTransport({ connection: redis.url, timeouts: { store: 1000 } });
     await transport.verify();
     await freezeRedis();
     const err = await nodemailer
@@ -120,12 +120,27 @@ describe('close() when Redis does not answer', () => {
 
 describe('close() when Redis is down', () => {
   it('a worker that never connected closes, gracefully or forced', async () => {
-    for (const force of [false, true]) {
+    for (const abort of [false, true]) {
       const worker = new EmlApiWorker({ connection: NOWHERE, apiKey: emu.apiKey, baseUrl: emu.url });
       worker.on('error', () => undefined);
       await new Promise((resolve) => setTimeout(resolve, 500));
-      expect({ force, closed: await within(worker.close({ force }), 15_000) }).toEqual({ force, closed: 'resolved' });
+      expect({ abort, closed: await within(worker.close({ abort }), 15_000) }).toEqual({ abort, closed: 'resolved' });
     }
+  });
+
+  it('startEmlApiWorker, still waiting for Redis, stops when its signal is aborted (EABORT) and leaves nothing open', async () => {
+    const stop = new AbortController();
+    const starting = startEmlApiWorker(
+      { connection: NOWHERE, apiKey: emu.apiKey, baseUrl: emu.url },
+      { signal: stop.signal },
+    );
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    stop.abort();
+    await expect(within(starting, 15_000)).resolves.toBe('rejected');
+    await expect(starting).rejects.toMatchObject({ code: 'EABORT' });
+    await expect(
+      startEmlApiWorker({ connection: NOWHERE, apiKey: emu.apiKey, baseUrl: emu.url }, { signal: stop.signal }),
+    ).rejects.toThrow();
   });
 
   it('eml-api worker stops on SIGTERM', async () => {

@@ -9,7 +9,7 @@ import {
   type EmlApiQueuedMessageInfo,
   type OutboxEncryption,
 } from '../../src/queue/index.js';
-import { startSmtpRelay } from '../../src/relay/index.js';
+import { startEmlApiRelay } from '../../src/relay/index.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
 import { dumpRedis, eventually, inProcessWorkers, storedContent } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
@@ -235,7 +235,7 @@ describe('eml-api worker and eml-api relay with EML_API_OUTBOX_KEYS', () => {
   it('the relay stores ciphertext, the worker decrypts it; a malformed list is wrong usage, its value never printed', async () => {
     const keys = `k2:${K2.toString('base64')},k1:${K1.toString('hex')}`;
     const env = { REDIS_URL: redis.url, EML_API_URL: emu.url, EML_API_KEY: emu.apiKey, EML_API_OUTBOX_KEYS: keys };
-    const relay = await startSmtpRelay({
+    const relay = await startEmlApiRelay({
       baseUrl: emu.url,
       apiKey: emu.apiKey,
       port: 0,

@@ -267,7 +267,7 @@ describe('a 429 with Retry-After', () => {
 });
 
 describe('closing a worker', () => {
-  it('close() lets the sends in flight finish; close({ force: true }) hands them to another worker at once', async () => {
+  it('close() lets the sends in flight finish; close({ abort: true }) hands them to another worker at once', async () => {
     service.answer('hold');
     for (let i = 0; i < 2; i++) await transporter.sendMail(message(`g${i}@example.test`));
     const graceful = await worker({ baseUrl: service.url, concurrency: 2 });
@@ -286,7 +286,7 @@ describe('closing a worker', () => {
     const forced = await worker({ baseUrl: service.url, concurrency: 2 });
     await eventually(() => service.held === 2, { what: 'two sends in flight' });
     const started = Date.now();
-    await forced.close({ force: true });
+    await forced.close({ abort: true });
     expect(Date.now() - started).toBeLessThan(3000);
     // Back in the queue now, not after their locks expire (30 s by default); with the retries, taken before
     // new messages, since their uploads had reached the service (review F6).

@@ -7,7 +7,7 @@ import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
 
 /**
- * `close({ force: true })` (the CLI's second SIGTERM) aborts the sends in
+ * `close({ abort: true })` (the CLI's second SIGTERM) aborts the sends in
  * flight and hands their jobs back. A send whose upload had reached the
  * service (delivered, its answer not heard yet) was handed back without
  * `possiblyAcceptedAt`, at the priority of new messages (behind the whole
@@ -59,7 +59,7 @@ describe('a forced close with a send the service may have accepted', () => {
     // New mail queued meanwhile: the backlog.
     for (let i = 0; i < 3; i++) await mailer.sendMail(mail(`News ${i}`, `news-${i}`));
     const closedAt = (await redisNow()) + 1000;
-    await worker.close({ force: true });
+    await worker.close({ abort: true });
     expect(worker.handedBack).toBe(1);
 
     const job = await transport.queue.getJob(reset.queueId);

@@ -20,7 +20,7 @@ let transport: EmlApiQueueTransport;
 const workers = inProcessWorkers(() => ({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url }));
 
 beforeAll(async () => {
-  [redis, emu] = await Promise.all([startRedisServer(), startEmulator({ bodyLimit: 1024 * 1024 })]);
+  [redis, emu] = await Promise.all([startRedisServer(), startEmulator({ maxRequestSize: 1024 * 1024 })]);
   transport = new EmlApiQueueTransport({ connection: redis.url, retry: { delay: 100, jitter: 0 } });
 });
 

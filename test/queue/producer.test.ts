@@ -11,7 +11,7 @@ import {
   type OutboxJobData,
 } from '../../src/queue/index.js';
 import { DEFAULT_RETRY_SCHEDULE, outboxBackoffDelay, retrySpan } from '../../src/queue/retry-schedule.js';
-import { DEFAULT_IDEMPOTENCY_MARGIN, DEFAULT_IDEMPOTENCY_WINDOW } from '../../src/queue/resolve-worker-options.js';
+import { DEFAULT_IDEMPOTENCY_MARGIN, DEFAULT_IDEMPOTENCY_WINDOW } from '../../src/queue/worker-options.js';
 import { neutralEml } from '../helpers/eml-bytes.js';
 import { richMovable } from '../helpers/message-corpus.js';
 import { FIXTURES } from '../helpers/rich-message.js';
@@ -203,8 +203,8 @@ describe('sendMail through EmlApiQueueTransport', () => {
     });
   });
 
-  it('refuses a message over maxMessageBytes with EMESSAGE, storing nothing', async () => {
-    const small = new EmlApiQueueTransport({ connection: redis.url, maxMessageBytes: 1024 * 1024 });
+  it('refuses a message over maxMessageSize (its own bytes) with EMESSAGE, storing nothing', async () => {
+    const small = new EmlApiQueueTransport({ connection: redis.url, maxMessageSize: 1024 * 1024 });
     try {
       await small.verify();
       const err = await nodemailer
@@ -218,7 +218,7 @@ describe('sendMail through EmlApiQueueTransport', () => {
         .catch((e: unknown) => e);
       expect(err).toBeInstanceOf(EmlApiError);
       expect(err).toMatchObject({ code: 'EMESSAGE', permanent: true });
-      expect((err as Error).message).toMatch(/over maxMessageBytes \(1\.0 MiB\): not queued/);
+      expect((err as Error).message).toMatch(/^The message is 1\.2 MiB, over maxMessageSize \(1\.0 MiB\): not queued/);
       expect(await stored()).toEqual({ content: 0, jobs: 0 });
       // Just under the cap is queued.
       await nodemailer.createTransport(small).sendMail({
@@ -239,7 +239,7 @@ describe('sendMail through EmlApiQueueTransport', () => {
 
   it('checks that Redis answers in verify(), and says which Redis when it does not', async () => {
     await expect(transporter.verify()).resolves.toBe(true);
-    const nowhere = new EmlApiQueueTransport({ connection: 'redis://127.0.0.1:1', storeTimeout: 5000 });
+    const nowhere = new EmlApiQueueTransport({ connection: 'redis://127.0.0.1:1', timeouts: { store: 5000 } });
     try {
       const err = (await nowhere.verify().catch((e: unknown) => e)) as EmlApiError;
       expect(err).toBeInstanceOf(EmlApiError);
@@ -303,8 +303,8 @@ describe('sendMail through EmlApiQueueTransport', () => {
     expect(bad({ connection: redis.url, jobOptions: { jobId: 'x' } })).toMatchObject({
       message: expect.stringContaining('idempotencyKey'),
     });
-    expect(bad({ connection: redis.url, maxMessageBytes: -1 })).toMatchObject({
-      message: expect.stringContaining('maxMessageBytes'),
+    expect(bad({ connection: redis.url, maxMessageSize: -1 })).toMatchObject({
+      message: expect.stringContaining('maxMessageSize'),
     });
     expect(bad({ connection: redis.url, buildThreads: 'several' })).toMatchObject({
       code: 'ECONFIG',

@@ -7,7 +7,7 @@ import { eventually, startWorkerProcess, type WorkerProcess } from '../helpers/o
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 /**
- * Issue 11, test 4: `limiter` is global. Three worker processes, each
+ * Issue 11, test 4: `rateLimit` is global. Three worker processes, each
  * allowed 10 sends at once, share 20 sends per second: no one-second window
  * holds more than 21 job starts (as BullMQ stamps them).
  */
@@ -45,7 +45,7 @@ function busiestWindow(times: number[], ms: number): number {
   return most;
 }
 
-describe('limiter: { max: 20, duration: 1000 }', () => {
+describe('rateLimit: { max: 20, duration: 1000 }', () => {
   it('holds three worker processes together to 20 sends a second', async () => {
     const transport = new EmlApiQueueTransport({ connection: redis.url });
     const transporter = nodemailer.createTransport(transport);
@@ -59,7 +59,7 @@ describe('limiter: { max: 20, duration: 1000 }', () => {
           apiKey: emu.apiKey,
           baseUrl: emu.url,
           concurrency: 10,
-          limiter: { max: 20, duration: 1000 },
+          rateLimit: { max: 20, duration: 1000 },
           cleanupInterval: 0,
           workerOptions: { name },
         }),
@@ -76,7 +76,7 @@ describe('limiter: { max: 20, duration: 1000 }', () => {
     const busiest = busiestWindow(times, 1000);
     const spread = (Math.max(...times) - Math.min(...times)) / 1000;
     console.log(
-      `limiter: ${MESSAGES} sends over ${spread.toFixed(1)} s by ${started.map((w) => w.sent.length).join(' + ')}; busiest 1 s window: ${busiest}`,
+      `rateLimit: ${MESSAGES} sends over ${spread.toFixed(1)} s by ${started.map((w) => w.sent.length).join(' + ')}; busiest 1 s window: ${busiest}`,
     );
     expect(busiest).toBeLessThanOrEqual(21);
     // It really limited: 80 sends at 20 a second take at least 3 seconds (unlimited, they take a fraction of one).

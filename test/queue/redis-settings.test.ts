@@ -1,7 +1,7 @@
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { startSmtpRelay } from '../../src/relay/index.js';
+import { startEmlApiRelay } from '../../src/relay/index.js';
 import type { EmlApiLogger } from '../../src/index.js';
 import {
   EmlApiQueueTransport,
@@ -115,7 +115,7 @@ describe('a Redis that evicts keys', () => {
     expect(cli.code).toBe(1);
     expect(cli.stderr).toContain('CONFIG SET maxmemory-policy noeviction');
     const relay = await rejection(
-      startSmtpRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, queue: { connection: redis.url } }),
+      startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, queue: { connection: redis.url } }),
     );
     expect(relay).toMatchObject({ code: 'ECONFIG', message: expect.stringContaining('maxmemory-policy allkeys-lru') });
   });

@@ -94,7 +94,11 @@ describe('replicas: { count: 1 }', () => {
   it('checks the option: ECONFIG naming replicas.count or replicas.timeoutMs', () => {
     const bad = (replicas: unknown, storeTimeout?: number) => {
       try {
-        new EmlApiQueueTransport({ connection: master.url, replicas: replicas as never, storeTimeout });
+        new EmlApiQueueTransport({
+          connection: master.url,
+          replicas: replicas as never,
+          timeouts: { store: storeTimeout },
+        });
       } catch (err) {
         return err as EmlApiError;
       }

@@ -51,7 +51,7 @@ beforeEach(async () => {
 });
 
 afterEach(async () => {
-  await worker?.close({ force: true });
+  await worker?.close({ abort: true });
   worker = undefined;
 });
 

@@ -168,7 +168,7 @@ describe('a job queued before the backoff type was renamed', () => {
       await redis.client.hset(jobKey, 'opts', JSON.stringify(opts));
       // The first attempt meets a 503 (no Retry-After): retried after the job's own first wait, 700 ms.
       emu.setFaults({ unavailable: 1, retryAfterSeconds: 0 });
-      const worker = await workers.start({ retries: false });
+      const worker = await workers.start();
       const outcome = new Promise<string>((resolve) => {
         worker.once('retrying', (_job: unknown, _err: unknown, delayMs: number) => {
           emu.setFaults(undefined);

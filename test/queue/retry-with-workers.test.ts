@@ -79,7 +79,7 @@ describe('putting failed messages back while workers run', () => {
       const { code, stdout } = await runCliCapturing(['queue', 'retry'], { env: { REDIS_URL: redis.url } });
       expect({ code, stdout }).toEqual({ code: 0, stdout: 'Put back 0 failed messages\n' });
     } finally {
-      await worker.close({ force: true });
+      await worker.close({ abort: true });
     }
   }, 60_000);
 });

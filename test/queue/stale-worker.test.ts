@@ -65,7 +65,7 @@ describe('a worker that lost its job to another worker', () => {
     stale.on('error', (err: Error) => staleErrors.push(err));
     await eventually(() => emu.messages().length === 1, { what: 'the first upload delivered' });
     // Its lock expires: the job stalls and another worker takes it, its request held before the service sees it.
-    await workers.start({ baseUrl: requestHeld.url, retries: false, workerOptions: tuning });
+    await workers.start({ baseUrl: requestHeld.url, workerOptions: tuning });
     await eventually(() => requestHeld.heldRequests > 0, { what: 'the new owner sending' });
     // The first worker hears its answer now, and records the send (BullMQ refuses its completion: an error).
     answerHeld.releaseAnswers();

@@ -38,7 +38,7 @@ const message = { from: 'a@example.test', to: 'b@example.test', subject: 'Receip
 
 describe('storeTimeout while Redis is slow', () => {
   it('rejects with ETIMEDOUT and leaves no content in Redis once Redis catches up', async () => {
-    const transport = new EmlApiQueueTransport({ connection: redis.url, storeTimeout: 300 });
+    const transport = new EmlApiQueueTransport({ connection: redis.url, timeouts: { store: 300 } });
     try {
       await transport.verify();
       await redis.client.call('CLIENT', 'PAUSE', '1500', 'WRITE');
@@ -73,7 +73,7 @@ describe('storeTimeout while Redis is slow', () => {
   });
 
   it('carries the idempotency key it made up and the job id, so the job that lands late is queued once', async () => {
-    const transport = new EmlApiQueueTransport({ connection: proxy.url, storeTimeout: 500 });
+    const transport = new EmlApiQueueTransport({ connection: proxy.url, timeouts: { store: 500 } });
     const transporter = nodemailer.createTransport(transport);
     try {
       await transport.verify();

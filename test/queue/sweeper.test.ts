@@ -198,7 +198,7 @@ describe('a store that timed out', () => {
     // when the connection was closing: the whole message stayed in Redis, with no job, until a sweep
     // an hour later. Now the send discards it as it gives up (a tombstone on which the writes still
     // queued fail), a command that goes out before the connection closes.
-    const transport = new EmlApiQueueTransport({ connection: redis.url, storeTimeout: 300 });
+    const transport = new EmlApiQueueTransport({ connection: redis.url, timeouts: { store: 300 } });
     await transport.verify();
     await redis.client.call('CLIENT', 'PAUSE', '1000', 'WRITE');
     const err = await nodemailer
@@ -213,7 +213,7 @@ describe('a store that timed out', () => {
   });
 
   it('keeps its content when the add landed after all: the job is sent', async () => {
-    const transport = new EmlApiQueueTransport({ connection: proxy.url, storeTimeout: 500 });
+    const transport = new EmlApiQueueTransport({ connection: proxy.url, timeouts: { store: 500 } });
     try {
       await transport.verify();
       const held = proxy.holdWhen(({ text }) => text.includes('"contentKey"'));

@@ -8,22 +8,22 @@ import { readFileSync } from 'node:fs';
 import { connect as netConnect } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { hashRelayPassword, startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { hashRelayPassword, startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { rejectionOf, waitFor } from '../helpers/async.js';
 import { closedPort } from '../helpers/fake-service.js';
 import { makeNetns, smtplibSend, SmtpDialog, TEST_CERT, testTls } from './relay-harness.js';
 
 let emu: Emulator;
 /** No key of its own, STARTTLS offered: clients AUTH with their key. */
-let relay: SmtpRelay;
+let relay: EmlApiRelay;
 const opened: SmtpDialog[] = [];
-const relays: SmtpRelay[] = [];
+const relays: EmlApiRelay[] = [];
 const plain = (user: string, password: string) => Buffer.from(`\0${user}\0${password}`).toString('base64');
 
 beforeAll(async () => {
   emu = await startEmulator({ apiKeys: [{ key: 'k-groups-only', scopes: ['group:insert'] }] });
   // No pause before failed AUTHs' replies here: the tests below that refuse keys stay fast ('AUTH guessing' tests it).
-  relay = await startSmtpRelay({ baseUrl: emu.url, port: 0, retries: false, tls: testTls(), authFailureDelay: 0 });
+  relay = await startEmlApiRelay({ baseUrl: emu.url, port: 0, retry: false, tls: testTls(), authFailureDelay: 0 });
 });
 afterEach(() => {
   for (const dialog of opened.splice(0)) dialog.close();
@@ -83,10 +83,10 @@ describe('AUTH with the API key as the password', () => {
   });
 
   it('a service it cannot reach: 454 4.7.0 (try again later), not 535', async () => {
-    const down = await startSmtpRelay({
+    const down = await startEmlApiRelay({
       baseUrl: `http://127.0.0.1:${await closedPort()}`,
       port: 0,
-      retries: false,
+      retry: false,
       authFailureDelay: 0,
     });
     relays.push(down);
@@ -118,10 +118,10 @@ describe('TLS', () => {
   });
 
   it('implicit TLS (Nodemailer secure: true)', async () => {
-    const tls = await startSmtpRelay({
+    const tls = await startEmlApiRelay({
       baseUrl: emu.url,
       port: 0,
-      retries: false,
+      retry: false,
       tls: { ...testTls(), implicit: true },
     });
     relays.push(tls);
@@ -146,12 +146,12 @@ describe('TLS', () => {
 
 describe("the relay's own key", () => {
   it('loopback sends without AUTH; a key the service refuses stops the start with EAUTH', async () => {
-    const own = await startSmtpRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0 });
+    const own = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0 });
     relays.push(own);
     const { dialog } = await ehlo(own.port);
     expect((await dialog.command('MAIL FROM:<cron@example.test>')).code).toBe(250);
     const err = await rejectionOf(
-      startSmtpRelay({ baseUrl: emu.url, apiKey: 'emu_not_a_key', port: 0, retries: false }),
+      startEmlApiRelay({ baseUrl: emu.url, apiKey: 'emu_not_a_key', port: 0, retry: false }),
     );
     expect(err.code).toBe('EAUTH');
   });
@@ -159,11 +159,11 @@ describe("the relay's own key", () => {
 
 describe('allowUnauthenticatedFrom matches each address family on its own', () => {
   it('::/0 lets every IPv6 client send without AUTH, not the IPv4 ones (an IPv4 client from 127.0.0.2 gets 530)', async () => {
-    const own = await startSmtpRelay({
+    const own = await startEmlApiRelay({
       baseUrl: emu.url,
       apiKey: emu.apiKey,
       port: 0,
-      retries: false,
+      retry: false,
       allowUnauthenticatedFrom: ['::/0'],
     });
     relays.push(own);
@@ -171,11 +171,11 @@ describe('allowUnauthenticatedFrom matches each address family on its own', () =
     const mail = await dialog.command('MAIL FROM:<cron@example.test>');
     expect(mail.code).toBe(530);
     // Written as an IPv4-mapped network, an IPv4 network is one.
-    const mapped = await startSmtpRelay({
+    const mapped = await startEmlApiRelay({
       baseUrl: emu.url,
       apiKey: emu.apiKey,
       port: 0,
-      retries: false,
+      retry: false,
       allowUnauthenticatedFrom: ['::ffff:127.0.0.0/104'],
     });
     relays.push(mapped);
@@ -186,11 +186,11 @@ describe('allowUnauthenticatedFrom matches each address family on its own', () =
 
 describe('behind a proxy on the same machine (proxyProtocol)', () => {
   it('clients are known by the address of the PROXY header: not loopback, so not allowed without AUTH, and capped per address', async () => {
-    const proxied = await startSmtpRelay({
+    const proxied = await startEmlApiRelay({
       baseUrl: emu.url,
       apiKey: emu.apiKey,
       port: 0,
-      retries: false,
+      retry: false,
       proxyProtocol: ['127.0.0.1'],
       maxClientsPerAddress: 1,
     });
@@ -215,13 +215,13 @@ describe('behind a proxy on the same machine (proxyProtocol)', () => {
   });
 
   it('a connection from the proxy that never sends its header is closed after tlsHandshakeTimeout', async () => {
-    const proxied = await startSmtpRelay({
+    const proxied = await startEmlApiRelay({
       baseUrl: emu.url,
       apiKey: emu.apiKey,
       port: 0,
-      retries: false,
+      retry: false,
       proxyProtocol: ['127.0.0.1'],
-      tlsHandshakeTimeout: 200,
+      timeouts: { tlsHandshake: 200 },
     });
     relays.push(proxied);
     const socket = netConnect({ port: proxied.port, host: '127.0.0.1' });
@@ -231,7 +231,7 @@ describe('behind a proxy on the same machine (proxyProtocol)', () => {
 
   it.each([[['10.0.0.0/8']], [['proxy.internal']], ['127.0.0.1']])('proxyProtocol %j is ECONFIG', async (value) => {
     const err = await rejectionOf(
-      startSmtpRelay({ baseUrl: emu.url, port: 0, proxyProtocol: value as unknown as string[] }),
+      startEmlApiRelay({ baseUrl: emu.url, port: 0, proxyProtocol: value as unknown as string[] }),
     );
     expect(err.code).toBe('ECONFIG');
     expect(err.message).toMatch(/Invalid option proxyProtocol: expected an array of IP addresses/);
@@ -240,11 +240,11 @@ describe('behind a proxy on the same machine (proxyProtocol)', () => {
 
 describe("the relay's own users (direct mode, with the relay's key)", () => {
   it('a listed user sends with the relay key; its name is never tried as an API key; other names still AUTH with a key', async () => {
-    const own = await startSmtpRelay({
+    const own = await startEmlApiRelay({
       baseUrl: emu.url,
       apiKey: emu.apiKey,
       port: 0,
-      retries: false,
+      retry: false,
       authFailureDelay: 0,
       allowUnauthenticatedFrom: [],
       users: [{ username: 'billing', passwordHash: await hashRelayPassword('pw-billing') }],
@@ -268,7 +268,7 @@ describe("the relay's own users (direct mode, with the relay's key)", () => {
 
   it("users without the relay's key is ECONFIG", async () => {
     const err = await rejectionOf(
-      startSmtpRelay({ baseUrl: emu.url, port: 0, users: [{ username: 'a', password: 'b' }] }),
+      startEmlApiRelay({ baseUrl: emu.url, port: 0, users: [{ username: 'a', password: 'b' }] }),
     );
     expect(err.code).toBe('ECONFIG');
     expect(err.message).toMatch(/users.*apiKey/);
@@ -292,7 +292,7 @@ describe('AUTH guessing', () => {
   }
 
   it('a failed AUTH is answered only after authFailureDelay; meanwhile other clients are served', async () => {
-    const slow = await startSmtpRelay({ baseUrl: emu.url, port: 0, retries: false, authFailureDelay: 60_000 });
+    const slow = await startEmlApiRelay({ baseUrl: emu.url, port: 0, retry: false, authFailureDelay: 60_000 });
     relays.push(slow);
     const count = serviceRequests();
     const { dialog: guesser } = await ehlo(slow.port);
@@ -309,10 +309,10 @@ describe('AUTH guessing', () => {
   });
 
   it('counts failures per client address across connections, then answers 454 without asking the service', async () => {
-    const budget = await startSmtpRelay({
+    const budget = await startEmlApiRelay({
       baseUrl: emu.url,
       port: 0,
-      retries: false,
+      retry: false,
       tls: testTls(),
       trustedNetworks: [],
       authFailureDelay: 0,
@@ -338,10 +338,10 @@ describe('AUTH guessing', () => {
   });
 
   it('AUTHs sent at once on many connections from one address cannot overshoot its budget: the service is asked at most that often', async () => {
-    const budget = await startSmtpRelay({
+    const budget = await startEmlApiRelay({
       baseUrl: emu.url,
       port: 0,
-      retries: false,
+      retry: false,
       tls: testTls(),
       trustedNetworks: [],
       authFailureDelay: 0,
@@ -380,11 +380,11 @@ describe("AUTH refusals tell nothing of the relay's users, in text or in time", 
 
   /** A relay with its key and one user, `billing`; AUTH over STARTTLS from 127.0.0.1, which it does not trust. */
   async function usersRelay(authFailureDelay: number) {
-    const started = await startSmtpRelay({
+    const started = await startEmlApiRelay({
       baseUrl: emu.url,
       apiKey: emu.apiKey,
       port: 0,
-      retries: false,
+      retry: false,
       tls: testTls(),
       trustedNetworks: [],
       users: [{ username: 'billing', passwordHash: await hashRelayPassword('billing-secret-pw') }],
@@ -444,10 +444,10 @@ describe('trustedNetworks: where AUTH is offered on plain text', () => {
   it('loopback by default; a sidecar address (127.0.0.6) when told, and then not the rest of loopback', async () => {
     const { features: byDefault } = await ehlo(relay.port, '127.0.0.1', '127.0.0.2');
     expect(byDefault).toContain('AUTH PLAIN LOGIN');
-    const sidecar = await startSmtpRelay({
+    const sidecar = await startEmlApiRelay({
       baseUrl: emu.url,
       port: 0,
-      retries: false,
+      retry: false,
       trustedNetworks: ['127.0.0.6/32'],
     });
     relays.push(sidecar);
@@ -462,7 +462,7 @@ describe('trustedNetworks: where AUTH is offered on plain text', () => {
   });
 
   it('names the option in ECONFIG for an entry that is not a network', async () => {
-    const err = await rejectionOf(startSmtpRelay({ baseUrl: emu.url, port: 0, trustedNetworks: ['sidecar'] }));
+    const err = await rejectionOf(startEmlApiRelay({ baseUrl: emu.url, port: 0, trustedNetworks: ['sidecar'] }));
     expect(err.code).toBe('ECONFIG');
     expect(err.message).toContain('trustedNetworks');
   });
@@ -479,9 +479,9 @@ if (typeof netns === 'string') console.warn(`relay auth: non-loopback tests skip
 
 describe.skipIf(typeof netns === 'string')('clients on another address than loopback', () => {
   const ns = netns as Exclude<typeof netns, string>;
-  let remote: SmtpRelay;
+  let remote: EmlApiRelay;
   beforeAll(async () => {
-    remote = await startSmtpRelay({ baseUrl: emu.url, host: ns.hostAddress, port: 0, retries: false, tls: testTls() });
+    remote = await startEmlApiRelay({ baseUrl: emu.url, host: ns.hostAddress, port: 0, retry: false, tls: testTls() });
     relays.push(remote);
   });
   const spec = (id: string, extra: Record<string, unknown>) => ({
@@ -519,7 +519,7 @@ describe.skipIf(typeof netns === 'string')('clients on another address than loop
   });
 
   it("with the relay's key: an allowed address sends without AUTH; another gets 530", async () => {
-    const own = await startSmtpRelay({
+    const own = await startEmlApiRelay({
       baseUrl: emu.url,
       apiKey: emu.apiKey,
       host: ns.hostAddress,
@@ -542,15 +542,15 @@ describe.skipIf(typeof netns === 'string')('clients on another address than loop
       error() {},
       warn: (_meta: unknown, message: string) => warnings.push(message),
     };
-    const untrusted = await startSmtpRelay({ baseUrl: emu.url, host: ns.hostAddress, port: 0, logger });
+    const untrusted = await startEmlApiRelay({ baseUrl: emu.url, host: ns.hostAddress, port: 0, logger });
     relays.push(untrusted);
     expect(warnings.some((w) => w.includes('no client off this machine can send'))).toBe(true);
     warnings.length = 0;
-    const trusting = await startSmtpRelay({
+    const trusting = await startEmlApiRelay({
       baseUrl: emu.url,
       host: ns.hostAddress,
       port: 0,
-      retries: false,
+      retry: false,
       logger,
       trustedNetworks: [`${ns.clientAddress}/32`],
     });

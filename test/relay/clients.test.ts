@@ -11,23 +11,23 @@ import { join } from 'node:path';
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { startSmtpSink, type SmtpSink } from '../helpers/smtp-sink.js';
 import { curlSend, smtplibSend } from './relay-harness.js';
 
 let emu: Emulator;
 let sink: SmtpSink;
 /** Clients AUTH with their own key (the emulator's). */
-let authRelay: SmtpRelay;
+let authRelay: EmlApiRelay;
 /** Holds the emulator's key; loopback clients send without AUTH. */
-let keyRelay: SmtpRelay;
+let keyRelay: EmlApiRelay;
 let dir: string;
 
 beforeAll(async () => {
   emu = await startEmulator();
   sink = await startSmtpSink();
-  authRelay = await startSmtpRelay({ baseUrl: emu.url, port: 0, retries: false });
-  keyRelay = await startSmtpRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retries: false });
+  authRelay = await startEmlApiRelay({ baseUrl: emu.url, port: 0, retry: false });
+  keyRelay = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retry: false });
   dir = await mkdtemp(join(tmpdir(), 'relay-clients-'));
 });
 afterAll(async () => {

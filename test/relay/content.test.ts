@@ -8,28 +8,28 @@
 import { createHash } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { waitFor } from '../helpers/async.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
 import { SmtpDialog } from './relay-harness.js';
 
 let emu: Emulator;
-let relay: SmtpRelay;
+let relay: EmlApiRelay;
 /** A proxy in front of the emulator that can hold the service's answers back, and a relay behind it. */
 let proxy: SlowAnswerProxy;
-let lossy: SmtpRelay;
+let lossy: EmlApiRelay;
 const opened: SmtpDialog[] = [];
 
 beforeAll(async () => {
   emu = await startEmulator();
-  relay = await startSmtpRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retries: false });
+  relay = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retry: false });
   proxy = await startSlowAnswerProxy(emu.url, 0);
   // The relay gives up on an answer after 300 ms; the proxy, when told to, holds answers 5 s.
-  lossy = await startSmtpRelay({
+  lossy = await startEmlApiRelay({
     baseUrl: proxy.url,
     apiKey: emu.apiKey,
     port: 0,
-    retries: false,
+    retry: false,
     timeouts: { response: 300 },
   });
 });
@@ -100,11 +100,11 @@ describe('bare line ends (smtpd_forbid_bare_newline = normalize)', () => {
   });
 
   it('SIZE counts the message with CRLF line ends: one of bare LF lines within SIZE on the wire but over it so is refused 552 5.3.4 during DATA, nothing sent', async () => {
-    const small = await startSmtpRelay({
+    const small = await startEmlApiRelay({
       baseUrl: emu.url,
       apiKey: emu.apiKey,
       port: 0,
-      retries: false,
+      retry: false,
       maxMessageSize: 2_000,
     });
     try {

@@ -15,16 +15,16 @@ import { fileURLToPath } from 'node:url';
 import { SMTPServer } from 'smtp-server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { SmtpDialog, smtplibSend } from './relay-harness.js';
 
 const NAME = 'relay.greeting.test';
 let emu: Emulator;
-let relay: SmtpRelay;
+let relay: EmlApiRelay;
 
 beforeAll(async () => {
   emu = await startEmulator();
-  relay = await startSmtpRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, hostname: NAME, retries: false });
+  relay = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, hostname: NAME, retry: false });
 });
 afterAll(async () => {
   await relay?.close();

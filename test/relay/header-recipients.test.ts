@@ -7,16 +7,16 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { SmtpDialog } from './relay-harness.js';
 
 let emu: Emulator;
-let relay: SmtpRelay;
+let relay: EmlApiRelay;
 const opened: SmtpDialog[] = [];
 
 beforeAll(async () => {
   emu = await startEmulator();
-  relay = await startSmtpRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retries: false, maxRecipients: 3 });
+  relay = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retry: false, maxRecipients: 3 });
 });
 afterEach(() => {
   for (const dialog of opened.splice(0)) dialog.close();

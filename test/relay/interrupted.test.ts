@@ -8,14 +8,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { waitFor } from '../helpers/async.js';
 import { SmtpDialog } from './relay-harness.js';
 
 let emu: Emulator;
 let spoolDirectory: string;
 const opened: SmtpDialog[] = [];
-const relays: SmtpRelay[] = [];
+const relays: EmlApiRelay[] = [];
 
 beforeAll(async () => {
   emu = await startEmulator();
@@ -32,11 +32,11 @@ afterAll(async () => {
 
 /** A relay that spools past 1 KiB into a folder of its own, so leftovers show. */
 async function startRelay() {
-  const relay = await startSmtpRelay({
+  const relay = await startEmlApiRelay({
     baseUrl: emu.url,
     apiKey: emu.apiKey,
     port: 0,
-    retries: false,
+    retry: false,
     spool: { threshold: 1024, directory: spoolDirectory },
   });
   relays.push(relay);
@@ -44,7 +44,7 @@ async function startRelay() {
 }
 
 /** A session that has sent DATA and part of a message (`lines` lines of its body), then nothing more. */
-async function partOfMessage(relay: SmtpRelay, subject: string, lines: number) {
+async function partOfMessage(relay: EmlApiRelay, subject: string, lines: number) {
   const { dialog } = await SmtpDialog.open(relay.port);
   opened.push(dialog);
   await dialog.command('EHLO client.example');

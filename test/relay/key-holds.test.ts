@@ -12,7 +12,7 @@ import { ClientSlots } from '../../src/relay/client-slots.js';
 import { KeyClients } from '../../src/relay/key-clients.js';
 import { directDestination } from '../../src/relay/message-destination.js';
 import { relaySessionHandlers } from '../../src/relay/relay-sessions.js';
-import { resolveRelayOptions } from '../../src/relay/resolve-relay-options.js';
+import { resolveRelayOptions } from '../../src/relay/relay-options.js';
 
 let emu: Emulator;
 const keys = ['k-first', 'k-second'];
@@ -26,7 +26,7 @@ afterAll(async () => {
 
 describe('key clients held by sessions', () => {
   it('a session that closes while its AUTH is being checked releases the key client (idle clients past maxKeys are closed)', async () => {
-    const { settings } = resolveRelayOptions({ baseUrl: emu.url, port: 0, retries: false, maxKeys: 1 });
+    const { settings } = resolveRelayOptions({ baseUrl: emu.url, port: 0, retry: false, maxKeys: 1 });
     const keyClients = new KeyClients((apiKey) => new EmlApiClient({ ...settings.clientOptions, apiKey }), 1);
     const handlers = relaySessionHandlers({
       settings,

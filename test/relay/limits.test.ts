@@ -10,14 +10,14 @@ import nodemailer from 'nodemailer';
 import { SMTPServer } from 'smtp-server';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { startSmtpRelay, type SmtpRelay, type SmtpRelayOptions } from '../../src/relay/index.js';
+import { startEmlApiRelay, type EmlApiRelay, type EmlApiRelayOptions } from '../../src/relay/index.js';
 import { waitFor } from '../helpers/async.js';
 import { SmtpDialog, testTls } from './relay-harness.js';
 
 let emu: Emulator;
 const opened: SmtpDialog[] = [];
 const silentSockets: Socket[] = [];
-const relays: SmtpRelay[] = [];
+const relays: EmlApiRelay[] = [];
 
 beforeAll(async () => {
   emu = await startEmulator();
@@ -31,13 +31,13 @@ afterAll(async () => {
   await emu?.close();
 });
 
-async function start(options: Partial<SmtpRelayOptions>): Promise<SmtpRelay> {
-  const relay = await startSmtpRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retries: false, ...options });
+async function start(options: Partial<EmlApiRelayOptions>): Promise<EmlApiRelay> {
+  const relay = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retry: false, ...options });
   relays.push(relay);
   return relay;
 }
 
-async function connect(relay: SmtpRelay, localAddress: string) {
+async function connect(relay: EmlApiRelay, localAddress: string) {
   const { dialog, greeting } = await SmtpDialog.open(relay.port, '127.0.0.1', { localAddress });
   opened.push(dialog);
   return { dialog, greeting };
@@ -78,7 +78,7 @@ describe('connections per client address (maxClientsPerAddress)', () => {
 
 describe('stress: idle clients let go sooner when the relay is nearly full (stressIdleTimeout)', () => {
   it('from 80% of maxClients on, idle connections get 421 after stressIdleTimeout, and a new client is served', async () => {
-    const relay = await start({ maxClients: 5, idleTimeout: 300_000, stressIdleTimeout: 100 });
+    const relay = await start({ maxClients: 5, timeouts: { idle: 300_000, stressIdle: 100 } });
     const idle = [];
     // Three connections (60%): not under stress, the idle timeout is 5 minutes.
     for (let i = 0; i < 3; i++) idle.push(await connect(relay, `127.0.0.${10 + i}`));
@@ -105,7 +105,7 @@ describe('DATA deadline and minimum rate (dataTimeout, minDataRate)', () => {
 
   it('a message trickling in below minDataRate is cut off with 421 4.4.2 and not sent', async () => {
     // The idle timeout (300 ms) never fires: a byte comes every 20 ms. The rate (50 bytes/s) is under 10,000.
-    const relay = await start({ idleTimeout: 300, minDataRate: 10_000 });
+    const relay = await start({ timeouts: { idle: 300 }, minDataRate: 10_000 });
     const { dialog } = await connect(relay, '127.0.0.30');
     expect((await dialog.command('EHLO client.example')).code).toBe(250);
     expect((await dialog.command('MAIL FROM:<app@example.test>')).code).toBe(250);
@@ -124,7 +124,7 @@ describe('DATA deadline and minimum rate (dataTimeout, minDataRate)', () => {
   });
 
   it('a message arriving fast enough but past dataTimeout is cut off too', async () => {
-    const relay = await start({ idleTimeout: 60_000, minDataRate: 1, dataTimeout: 300 });
+    const relay = await start({ timeouts: { idle: 60_000, data: 300 }, minDataRate: 1 });
     const { dialog } = await connect(relay, '127.0.0.31');
     expect((await dialog.command('EHLO client.example')).code).toBe(250);
     expect((await dialog.command('MAIL FROM:<app@example.test>')).code).toBe(250);
@@ -142,7 +142,7 @@ describe('DATA deadline and minimum rate (dataTimeout, minDataRate)', () => {
   });
 
   it('the deadline stops once the message is in: the time the service takes is not the client’s', async () => {
-    const relay = await start({ idleTimeout: 300, minDataRate: 10_000, dataTimeout: 500 });
+    const relay = await start({ timeouts: { idle: 300, data: 500 }, minDataRate: 10_000 });
     emu.setFaults({ latencyMs: 1_000 });
     try {
       const { dialog } = await connect(relay, '127.0.0.32');
@@ -155,7 +155,7 @@ describe('DATA deadline and minimum rate (dataTimeout, minDataRate)', () => {
 
 describe('implicit TLS: sockets in their handshake count against their address, and have a deadline', () => {
   /** Opens a TCP connection from `localAddress` that never starts its TLS handshake; resolves once connected. */
-  async function silent(relay: SmtpRelay, localAddress: string): Promise<{ closed: Promise<unknown> }> {
+  async function silent(relay: EmlApiRelay, localAddress: string): Promise<{ closed: Promise<unknown> }> {
     const socket = netConnect({ port: relay.port, host: '127.0.0.1', localAddress });
     socket.on('error', () => undefined);
     silentSockets.push(socket);
@@ -188,8 +188,7 @@ describe('implicit TLS: sockets in their handshake count against their address, 
   it('a socket that never completes its handshake is closed after tlsHandshakeTimeout, not the idle timeout', async () => {
     const relay = await start({
       tls: { ...testTls(), implicit: true },
-      idleTimeout: 300_000,
-      tlsHandshakeTimeout: 200,
+      timeouts: { idle: 300_000, tlsHandshake: 200 },
     });
     await (
       await silent(relay, '127.0.0.63')
@@ -213,7 +212,7 @@ describe('deadlines on command lines and on sessions (a byte, or a NOOP, now and
   }
 
   it('a command line written a byte at a time is cut off with 421 4.4.2 within the idle timeout of its first byte, though no byte is ever late', async () => {
-    const relay = await start({ idleTimeout: 300 });
+    const relay = await start({ timeouts: { idle: 300 } });
     const { dialog } = await connect(relay, '127.0.0.50');
     const stop = dribble(dialog, `EHLO ${'a'.repeat(10_000)}`, 20);
     try {
@@ -229,8 +228,7 @@ describe('deadlines on command lines and on sessions (a byte, or a NOOP, now and
     const relay = await start({
       maxClients: 20,
       maxClientsPerAddress: 10,
-      idleTimeout: 300_000,
-      stressIdleTimeout: 200,
+      timeouts: { idle: 300_000, stressIdle: 200 },
       trustedNetworks: ['127.0.0.1/32'],
     });
     const held: Awaited<ReturnType<typeof connect>>[] = [];
@@ -266,7 +264,7 @@ describe('deadlines on command lines and on sessions (a byte, or a NOOP, now and
 
   it('under stress, a session that sends nothing but NOOPs and RSETs is closed with 421 4.4.2; those sending mail are not', async () => {
     // Stress from 4 connections on: three send mail all along, the fourth only NOOP and RSET.
-    const relay = await start({ maxClients: 4, idleTimeout: 300_000, stressIdleTimeout: 300 });
+    const relay = await start({ maxClients: 4, timeouts: { idle: 300_000, stressIdle: 300 } });
     const senders = [];
     for (let i = 0; i < 3; i++) senders.push((await connect(relay, `127.0.0.${56 + i}`)).dialog);
     for (const dialog of senders) expect((await dialog.command('EHLO client.example')).code).toBe(250);
@@ -294,7 +292,7 @@ describe('deadlines on command lines and on sessions (a byte, or a NOOP, now and
   });
 
   it('not under stress, a session may take its time between commands (a NOOP keeps it, as before)', async () => {
-    const relay = await start({ idleTimeout: 300 });
+    const relay = await start({ timeouts: { idle: 300 } });
     const { dialog } = await connect(relay, '127.0.0.60');
     expect((await dialog.command('EHLO client.example')).code).toBe(250);
     for (let i = 0; i < 10; i++) {
@@ -304,7 +302,7 @@ describe('deadlines on command lines and on sessions (a byte, or a NOOP, now and
   });
 
   it('a session that sends mail keeps its connection: each transaction, and the time the service takes, restart the clock', async () => {
-    const relay = await start({ idleTimeout: 1_500 });
+    const relay = await start({ timeouts: { idle: 1_500 } });
     const { dialog } = await connect(relay, '127.0.0.55');
     // The service takes longer than the idle timeout: the relay's time is not the client's.
     emu.setFaults({ latencyMs: 2_000 });

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiError } from '../../src/index.js';
 import { EmlApiQueueTransport, startEmlApiWorker } from '../../src/queue/index.js';
-import { hashRelayPassword, startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { hashRelayPassword, startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { SmtpDialog } from './relay-harness.js';
 import { runCli } from '../../src/cli/run-cli.js';
 import { waitFor } from '../helpers/async.js';
@@ -18,7 +18,7 @@ import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 let redis: RedisServer;
 let emu: Emulator;
-let relay: SmtpRelay;
+let relay: EmlApiRelay;
 const FAST_RETRY = { attempts: 40, delay: 200, maxDelay: 1000, jitter: 0 };
 
 beforeAll(async () => {
@@ -27,7 +27,7 @@ beforeAll(async () => {
     // Another account's key, valid for sending: it must not let a client send through this relay.
     startEmulator({ apiKeys: [{ key: 'k-another-account', scopes: ['sender'] }] }),
   ]);
-  relay = await startSmtpRelay({
+  relay = await startEmlApiRelay({
     baseUrl: emu.url,
     apiKey: emu.apiKey,
     port: 0,
@@ -138,7 +138,7 @@ describe('the relay with the outbox', () => {
   });
 
   it("needs the relay's own key: the workers send later with theirs", async () => {
-    const err = await startSmtpRelay({ baseUrl: emu.url, port: 0, queue: { connection: redis.url } }).catch(
+    const err = await startEmlApiRelay({ baseUrl: emu.url, port: 0, queue: { connection: redis.url } }).catch(
       (e: unknown) => e,
     );
     expect(err).toBeInstanceOf(EmlApiError);

@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type * as ErrorModule from '../../src/shared/eml-api-error.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { waitFor } from '../helpers/async.js';
 import { SmtpDialog } from './relay-harness.js';
 
@@ -24,16 +24,16 @@ vi.mock('../../src/shared/eml-api-error.js', async (importOriginal) => {
 });
 
 let emu: Emulator;
-let relay: SmtpRelay;
+let relay: EmlApiRelay;
 const abandoned: string[] = [];
 
 beforeAll(async () => {
   emu = await startEmulator();
-  relay = await startSmtpRelay({
+  relay = await startEmlApiRelay({
     baseUrl: emu.url,
     apiKey: emu.apiKey,
     port: 0,
-    retries: false,
+    retry: false,
     logger: {
       debug: () => {},
       info: () => {},

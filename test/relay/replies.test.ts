@@ -7,14 +7,14 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import type { EmlApiLogger } from '../../src/index.js';
-import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
-import { defaultMaxMessageSize } from '../../src/relay/resolve-relay-options.js';
+import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
+import { defaultMaxMessageSize } from '../../src/relay/relay-options.js';
 import { waitFor } from '../helpers/async.js';
 import { closedPort } from '../helpers/fake-service.js';
 import { SmtpDialog } from './relay-harness.js';
 
 let emu: Emulator;
-let relay: SmtpRelay;
+let relay: EmlApiRelay;
 const logged: { level: string; meta: Record<string, unknown>; message: string }[] = [];
 const logger: EmlApiLogger = {
   debug: () => {},
@@ -23,15 +23,15 @@ const logger: EmlApiLogger = {
   error: (meta, message) => logged.push({ level: 'error', meta, message }),
 };
 const opened: SmtpDialog[] = [];
-const relays: SmtpRelay[] = [];
+const relays: EmlApiRelay[] = [];
 
 beforeAll(async () => {
   emu = await startEmulator();
-  relay = await startSmtpRelay({
+  relay = await startEmlApiRelay({
     baseUrl: emu.url,
     apiKey: emu.apiKey,
     port: 0,
-    retries: false,
+    retry: false,
     maxMessageSize: 64 * 1024,
     maxRecipients: 3,
     logger,
@@ -227,11 +227,11 @@ describe('transient failures answer 451 (the client retries later)', () => {
   });
 
   it('an unreachable service: 451 4.4.1 (the relay starts anyway, and says so)', async () => {
-    const down = await startSmtpRelay({
+    const down = await startEmlApiRelay({
       baseUrl: `http://127.0.0.1:${await closedPort()}`,
       apiKey: 'k-unreachable',
       port: 0,
-      retries: false,
+      retry: false,
       logger,
     });
     relays.push(down);
@@ -242,11 +242,11 @@ describe('transient failures answer 451 (the client retries later)', () => {
   });
 
   it('a base URL without the send endpoint (404, a wrong --url or proxy route): 451 4.3.5, the mail waits at the sender instead of bouncing', async () => {
-    const misrouted = await startSmtpRelay({
+    const misrouted = await startEmlApiRelay({
       baseUrl: `${emu.url}/not-the-api`,
       apiKey: emu.apiKey,
       port: 0,
-      retries: false,
+      retry: false,
       logger,
     });
     relays.push(misrouted);
@@ -284,9 +284,9 @@ describe('permanent failures answer 5xx with the reason', () => {
   });
 
   it('413 from the service (its limit below the relay one): 552 5.3.4', async () => {
-    const small = await startEmulator({ bodyLimit: 32 * 1024 });
+    const small = await startEmulator({ maxRequestSize: 32 * 1024 });
     try {
-      const r = await startSmtpRelay({ baseUrl: small.url, apiKey: small.apiKey, port: 0, retries: false });
+      const r = await startEmlApiRelay({ baseUrl: small.url, apiKey: small.apiKey, port: 0, retry: false });
       relays.push(r);
       const reply = await send(eml('service-limit', undefined, 'y'.repeat(40_000)), ['ann@example.test'], r.port);
       expect(reply.code).toBe(552);
@@ -298,14 +298,14 @@ describe('permanent failures answer 5xx with the reason', () => {
 
   it('a message of exactly the default SIZE for the service limit, to maxRecipients RCPT-only recipients with the longest addresses: 250 (the Bcc field the relay adds still fits the upload)', async () => {
     const limit = 8192;
-    const small = await startEmulator({ bodyLimit: limit });
+    const small = await startEmulator({ maxRequestSize: limit });
     try {
       const maxRecipients = 2;
-      const r = await startSmtpRelay({
+      const r = await startEmlApiRelay({
         baseUrl: small.url,
         apiKey: small.apiKey,
         port: 0,
-        retries: false,
+        retry: false,
         maxRecipients,
         maxMessageSize: defaultMaxMessageSize(limit, maxRecipients),
       });
@@ -352,12 +352,12 @@ describe('limits', () => {
   });
 
   it('connections past maxClients get 421; a silent client is disconnected after idleTimeout', async () => {
-    const tight = await startSmtpRelay({
+    const tight = await startEmlApiRelay({
       baseUrl: emu.url,
       apiKey: emu.apiKey,
       port: 0,
       maxClients: 1,
-      idleTimeout: 400,
+      timeouts: { idle: 400 },
     });
     relays.push(tight);
     const first = await session(tight.port);
@@ -370,7 +370,7 @@ describe('limits', () => {
   });
 
   it('close() lets a message in flight get its 250, refuses new transactions, then closes idle connections', async () => {
-    const closing = await startSmtpRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retries: false });
+    const closing = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, retry: false });
     emu.setFaults({ latencyMs: 400 });
     const idle = await session(closing.port);
     await idle.dialog.command('EHLO idle.example');

@@ -22,11 +22,7 @@ import { readRelayHeaders } from '../../src/relay/relay-headers.js';
 import { disagreeingReader, serviceAddressReaders } from '../../src/relay/service-address-readers.js';
 import { IDEMPOTENCY_WINDOW_MS, identitySecret, MessageIdentities } from '../../src/relay/message-identity.js';
 import { MessageRewriter } from '../../src/relay/message-rewriter.js';
-import {
-  defaultMaxMessageSize,
-  maxUploadableSize,
-  resolveRelayOptions,
-} from '../../src/relay/resolve-relay-options.js';
+import { defaultMaxMessageSize, maxUploadableSize, resolveRelayOptions } from '../../src/relay/relay-options.js';
 import { authOffered, mailRefusal, type RelayPolicy } from '../../src/relay/session-rules.js';
 import { authFailureReply, failureReply } from '../../src/relay/smtp-replies.js';
 import { thrownBy } from '../helpers/async.js';
@@ -597,8 +593,11 @@ describe('replies', () => {
   });
 
   it.each([
-    [{ tlsHandshakeTimeout: 0 }, /Invalid option tlsHandshakeTimeout: expected a whole number from 1 to 600000/],
-    [{ tlsHandshakeTimeout: 1.5 }, /Invalid option tlsHandshakeTimeout/],
+    [
+      { timeouts: { tlsHandshake: 0 } },
+      /Invalid option timeouts\.tlsHandshake: expected a whole number from 1 to 600000/,
+    ],
+    [{ timeouts: { tlsHandshake: 1.5 } }, /Invalid option timeouts\.tlsHandshake/],
   ])('refuses %j with ECONFIG naming the option', (options, message) => {
     const base = { baseUrl: 'http://127.0.0.1:1', apiKey: 'relay-test-key' };
     expect(() => resolveRelayOptions({ ...base, ...options })).toThrow(
@@ -606,7 +605,7 @@ describe('replies', () => {
     );
   });
 
-  it('defaults tlsHandshakeTimeout to 10 s', () => {
+  it('defaults timeouts.tlsHandshake to 10 s', () => {
     const base = { baseUrl: 'http://127.0.0.1:1', apiKey: 'relay-test-key' };
     expect(resolveRelayOptions(base).settings.tlsHandshakeTimeout).toBe(10_000);
   });

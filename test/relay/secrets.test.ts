@@ -4,7 +4,7 @@ import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import type { EmlApiLogger } from '../../src/index.js';
-import { startSmtpRelay, type SmtpRelay } from '../../src/relay/index.js';
+import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { rejectionOf } from '../helpers/async.js';
 import { SmtpDialog } from './relay-harness.js';
 
@@ -18,7 +18,7 @@ const lines: string[] = [];
 const capture = (meta: Record<string, unknown>, message: string) =>
   lines.push(inspect([meta, message], { depth: Infinity }));
 const logger: EmlApiLogger = { debug: capture, info: capture, warn: capture, error: capture };
-const relays: SmtpRelay[] = [];
+const relays: EmlApiRelay[] = [];
 
 beforeAll(async () => {
   emu = await startEmulator({
@@ -35,9 +35,9 @@ afterAll(async () => {
 
 describe('the relay keeps keys secret', () => {
   it('in logs, SMTP replies, util.inspect of the relay and start-up errors', async () => {
-    const own = await startSmtpRelay({ baseUrl: emu.url, apiKey: GOOD, port: 0, retries: false, logger });
+    const own = await startEmlApiRelay({ baseUrl: emu.url, apiKey: GOOD, port: 0, retry: false, logger });
     // No pause before the replies to the refused keys: the test stays fast.
-    const auth = await startSmtpRelay({ baseUrl: emu.url, port: 0, retries: false, logger, authFailureDelay: 0 });
+    const auth = await startEmlApiRelay({ baseUrl: emu.url, port: 0, retry: false, logger, authFailureDelay: 0 });
     relays.push(own, auth);
     const replies: string[] = [];
     const { dialog } = await SmtpDialog.open(auth.port);
@@ -72,7 +72,7 @@ describe('the relay keeps keys secret', () => {
       transporter.close();
     }
     const refused = await rejectionOf(
-      startSmtpRelay({ baseUrl: emu.url, apiKey: WRONG, port: 0, retries: false, logger }),
+      startEmlApiRelay({ baseUrl: emu.url, apiKey: WRONG, port: 0, retry: false, logger }),
     );
     const everything = [
       ...lines,
@@ -87,7 +87,7 @@ describe('the relay keeps keys secret', () => {
   });
 
   it('a password too long to be a key (10,000 characters) is 535 without asking the service, and never echoed', async () => {
-    const relay = await startSmtpRelay({ baseUrl: emu.url, port: 0, retries: false, logger });
+    const relay = await startEmlApiRelay({ baseUrl: emu.url, port: 0, retry: false, logger });
     relays.push(relay);
     const password = `sk_live_LONGSECRET_${Array.from({ length: 1000 }, (_, i) => `${i}x`).join('')}`.padEnd(
       10_000,

@@ -39,7 +39,7 @@ const transportWith = (spoolThreshold: number, extra: Partial<EmlApiTransportOpt
     apiKey: 'k',
     baseUrl: service.url,
     spool: { threshold: spoolThreshold, directory: spoolDir },
-    retries: { limit: 2, baseDelay: 5, maxDelay: 50 },
+    retry: { attempts: 3, delay: 5, maxDelay: 50 },
     ...extra,
   });
 

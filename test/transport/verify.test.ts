@@ -18,7 +18,7 @@ describe.each(NODEMAILERS)('$label: transporter.verify()', ({ nodemailer }) => {
 
   // Retries off: a refused connection would otherwise be retried with backoff (covered in client/retries.test.ts).
   const transporterFor = (apiKey: string, baseUrl = emu.url) =>
-    nodemailer.createTransport(new EmlApiTransport({ apiKey, baseUrl, retries: false }));
+    nodemailer.createTransport(new EmlApiTransport({ apiKey, baseUrl, retry: false }));
 
   it('resolves true for a key with the sender scope, without sending mail', async () => {
     await expect(transporterFor('k-send').verify()).resolves.toBe(true);

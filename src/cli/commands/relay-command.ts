@@ -2,10 +2,10 @@ import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { EmlApiError } from '../../shared/eml-api-error.js';
 import type { EmlApiLogger } from '../../shared/logger.js';
-import { startSmtpRelay } from '../../relay/start-smtp-relay.js';
+import { startEmlApiRelay } from '../../relay/start-smtp-relay.js';
 import { loadSmtpServer } from '../../relay/smtp-server-peer.js';
-import type { SmtpRelayOptions } from '../../relay/relay-options.js';
-import { hashRelayPassword, parseUsersFile, type SmtpRelayUser } from '../../relay/relay-users.js';
+import type { EmlApiRelayOptions } from '../../relay/relay-options.js';
+import { hashRelayPassword, parseUsersFile, type EmlApiRelayUser } from '../../relay/relay-users.js';
 import { readAll } from '../lib/read-input.js';
 import type { CliIo } from '../cli-io.js';
 import { untilStopped } from '../lib/until-stopped.js';
@@ -163,7 +163,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       "--allow needs the relay's own key (--key or EML_API_KEY): clients that do not AUTH send with it",
     );
   const redis = outboxRedis(values, io);
-  const options: SmtpRelayOptions = {
+  const options: EmlApiRelayOptions = {
     baseUrl,
     port: whole(values.port, '--port', 0, 65535),
     host: values.host,
@@ -204,7 +204,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
   }
   let relay;
   try {
-    relay = await startSmtpRelay(options);
+    relay = await startEmlApiRelay(options);
   } catch (err) {
     // A bad option is a usage mistake; a port in use or a refused key is a failure to start.
     if (err instanceof EmlApiError && err.code === 'ECONFIG' && !listenFailure(err) && !redisSetting(err)) {
@@ -326,37 +326,31 @@ function withoutCredentials(connection: string | OutboxClusterConnection): strin
 }
 
 /** The flags of the per-client limits, as options (seconds become milliseconds). */
-function limitOptions(values: Record<string, string | boolean | string[] | undefined>): Partial<SmtpRelayOptions> {
+function limitOptions(values: Record<string, string | boolean | string[] | undefined>): Partial<EmlApiRelayOptions> {
   const flag = (name: string) => values[name] as string | undefined;
-  const options: Partial<SmtpRelayOptions> = {};
+  const options: Partial<EmlApiRelayOptions> = {};
   const count = (name: string, option: 'maxClientsPerAddress' | 'minDataRate' | 'maxAuthFailuresPerAddress') => {
     const value = flag(name);
     if (value !== undefined) options[option] = whole(value, `--${name}`, 1, 1_000_000_000);
   };
-  const seconds = (
-    name: string,
-    option:
-      | 'idleTimeout'
-      | 'stressIdleTimeout'
-      | 'dataTimeout'
-      | 'authFailureDelay'
-      | 'authFailureWindow'
-      | 'tlsHandshakeTimeout',
-    min: number,
-    max: number,
-  ) => {
+  const seconds = (name: string, option: 'authFailureDelay' | 'authFailureWindow', min: number, max: number) => {
     const value = flag(name);
     if (value !== undefined) options[option] = whole(value, `--${name}`, min, max) * 1000;
+  };
+  const timeout = (name: string, field: 'idle' | 'stressIdle' | 'data' | 'tlsHandshake', max: number) => {
+    const value = flag(name);
+    if (value !== undefined)
+      options.timeouts = { ...options.timeouts, [field]: whole(value, `--${name}`, 1, max) * 1000 };
   };
   count('max-clients-per-address', 'maxClientsPerAddress');
   count('min-data-rate', 'minDataRate');
   count('max-auth-failures', 'maxAuthFailuresPerAddress');
-  seconds('idle-timeout', 'idleTimeout', 1, 86_400);
-  seconds('stress-idle-timeout', 'stressIdleTimeout', 1, 86_400);
-  seconds('data-timeout', 'dataTimeout', 1, 604_800);
+  timeout('idle-timeout', 'idle', 86_400);
+  timeout('stress-idle-timeout', 'stressIdle', 86_400);
+  timeout('data-timeout', 'data', 604_800);
   seconds('auth-failure-delay', 'authFailureDelay', 0, 60);
   seconds('auth-failure-window', 'authFailureWindow', 1, 86_400);
-  seconds('tls-handshake-timeout', 'tlsHandshakeTimeout', 1, 600);
+  timeout('tls-handshake-timeout', 'tlsHandshake', 600);
   return options;
 }
 
@@ -388,7 +382,7 @@ async function hashPassword(io: CliIo): Promise<number> {
 }
 
 /** `--users <file>`: `name:hash` lines. */
-async function readUsers(path: string): Promise<SmtpRelayUser[]> {
+async function readUsers(path: string): Promise<EmlApiRelayUser[]> {
   let text: string;
   try {
     text = await readFile(path, 'utf8');

@@ -1,4 +1,5 @@
 import { parseArgs } from 'node:util';
+import { EmlApiError } from '../../shared/eml-api-error.js';
 import { API_SCOPES, type ApiScope } from '../../protocol/api-types.js';
 import { startEmulator } from '../../emulator/index.js';
 import type { EmulatorApiKey } from '../../emulator/emulator-options.js';
@@ -66,7 +67,7 @@ export async function serveCommand(args: string[], io: CliIo): Promise<number> {
     });
   } catch (err) {
     // Bad --allow-host or --public-url values are usage errors; a port in use is not.
-    if (err instanceof TypeError) throw new UsageError(err.message.replace(/^startEmulator option /, '--'));
+    if (err instanceof EmlApiError && err.code === 'ECONFIG') throw new UsageError(flagMessage(err.message));
     throw err;
   }
   if (!isLoopbackInterface(values.host)) {
@@ -87,6 +88,23 @@ export async function serveCommand(args: string[], io: CliIo): Promise<number> {
     await emu.close();
   }
   return EXIT.ok;
+}
+
+/** The flags of the emulator's options, for an `ECONFIG` error read as a usage error. */
+const OPTION_FLAGS: Readonly<Record<string, string>> = {
+  allowedHosts: '--allow-host',
+  publicUrl: '--public-url',
+  groups: '--group',
+  apiKeys: '--key',
+  host: '--host',
+  port: '--port',
+};
+
+/** `Invalid option allowedHosts: ...` as `--allow-host: ...`. */
+function flagMessage(message: string): string {
+  return message.replace(/^Invalid option (\w+)(\S*): /, (whole, option: string, rest: string) =>
+    OPTION_FLAGS[option] ? `${OPTION_FLAGS[option]}${rest}: ` : whole,
+  );
 }
 
 function parseKeySpec(spec: string): EmulatorApiKey {

@@ -76,7 +76,7 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
   if (!/^\d+$/.test(values.concurrency ?? '5') || !Number.isInteger(concurrency) || concurrency < 1) {
     throw new UsageError(`--concurrency: expected a whole number of at least 1, got "${values.concurrency}"`);
   }
-  const limiter = values.rate === undefined ? undefined : parseRate(values.rate);
+  const rateLimit = values.rate === undefined ? undefined : parseRate(values.rate);
   const { warning, ...location } = outboxLocation(values, io.env);
   if (warning) io.stderr.write(`warning: ${warning}\n`);
   const service = serviceOptions(values, io.env);
@@ -94,7 +94,7 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
         ...location,
         ...service,
         concurrency,
-        ...(limiter ? { limiter } : {}),
+        ...(rateLimit ? { rateLimit } : {}),
         ...(encryption ? { encryption } : {}),
         ...(operations.http ? { http: operations.http } : {}),
         ...(operations.metrics === false ? { metrics: false } : {}),
@@ -126,7 +126,7 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
     // Started once Redis's settings are checked: an evicting Redis rejects it (exit 1, the worker closed).
     const ready = await Promise.race([outbox.started.then(() => true), stop.first.then(() => false)]);
     if (ready) {
-      const rate = limiter ? `, at most ${limiter.max} per ${limiter.duration / 1000} s across all workers` : '';
+      const rate = rateLimit ? `, at most ${rateLimit.max} per ${rateLimit.duration / 1000} s across all workers` : '';
       io.stdout.write(`Worker sending from queue "${outbox.queueName}", ${concurrency} at a time${rate}\n`);
       if (outbox.http) {
         io.stdout.write(
@@ -144,7 +144,7 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
     const graceOver = new Promise<void>((resolve) => (graceTimer = setTimeout(resolve, operations.grace)));
     await Promise.race([
       outbox.close(),
-      Promise.race([stop.second, graceOver]).then(() => outbox.close({ force: true })),
+      Promise.race([stop.second, graceOver]).then(() => outbox.close({ abort: true })),
     ]);
     clearTimeout(graceTimer);
     await outbox.close();
@@ -167,7 +167,7 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
  * unreachable service is only a warning: the queue retries.
  */
 async function checkKey(service: ReturnType<typeof serviceOptions>, io: CliIo): Promise<void> {
-  const client = asUsageError(() => new EmlApiClient({ ...service, retries: false, timeouts: { total: 10_000 } }));
+  const client = asUsageError(() => new EmlApiClient({ ...service, retry: false, timeouts: { total: 10_000 } }));
   try {
     await client.verify();
   } catch (err) {

@@ -83,7 +83,7 @@ export function jsonLogLine(
 /**
  * A logger writing {@link jsonLogLine}s, `debug` left out.
  * @example
- * startSmtpRelay({ ..., logger: jsonLogger(io.stdout, [apiKey]) });
+ * startEmlApiRelay({ ..., logger: jsonLogger(io.stdout, [apiKey]) });
  */
 export function jsonLogger(out: CliOutput, secrets: readonly string[]): EmlApiLogger {
   const write = (level: LogLevel) => (meta: Record<string, unknown>, message: string) =>

@@ -107,7 +107,7 @@ async function run(
   }
   const now = state.now();
   let body: Promise<Buffer> | undefined;
-  const readRequestBody = () => (body ??= readBody(req, server.bodyLimit));
+  const readRequestBody = () => (body ??= readBody(req, server.maxRequestSize));
   let parsed: Promise<Record<string, unknown>> | undefined;
   const ctx: RequestContext = {
     req,

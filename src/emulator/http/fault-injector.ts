@@ -1,3 +1,4 @@
+import { configError } from '../../shared/options-kit.js';
 /**
  * Faults the emulator injects into API requests, for testing how clients
  * cope. Shares are probabilities from 0 to 1, drawn per request from a seeded
@@ -61,18 +62,18 @@ export class FaultInjector {
     resetAfterProcessing: 0,
   };
 
-  /** @throws {TypeError} naming a bad field */
+  /** @throws {EmlApiError} `ECONFIG` naming a bad field */
   constructor(faults: EmulatorFaults) {
-    if (typeof faults !== 'object' || faults === null) throw new TypeError('faults: expected an object');
+    if (typeof faults !== 'object' || faults === null) throw configError('faults', 'expected an object');
     let total = 0;
     for (const key of SHARES) {
       const share = faults[key] ?? 0;
       if (typeof share !== 'number' || !(share >= 0 && share <= 1)) {
-        throw new TypeError(`faults.${key}: expected a share from 0 to 1, got ${String(share)}`);
+        throw configError(`faults.${key}`, `expected a share from 0 to 1, got ${String(share)}`);
       }
       total += share;
     }
-    if (total > 1) throw new TypeError(`faults: the shares add up to ${total}, more than 1`);
+    if (total > 1) throw configError(`faults`, `the shares add up to ${total}, more than 1`);
     const latency: [number, number] =
       faults.latencyMs === undefined
         ? [0, 0]
@@ -80,11 +81,11 @@ export class FaultInjector {
           ? [faults.latencyMs, faults.latencyMs]
           : [faults.latencyMs[0], faults.latencyMs[1]];
     if (!latency.every((v) => Number.isFinite(v) && v >= 0) || latency[0] > latency[1]) {
-      throw new TypeError('faults.latencyMs: expected a number of ms or [min, max] with 0 <= min <= max');
+      throw configError('faults.latencyMs', 'expected a number of ms or [min, max] with 0 <= min <= max');
     }
     const retryAfterSeconds = faults.retryAfterSeconds ?? 1;
     if (!Number.isInteger(retryAfterSeconds) || retryAfterSeconds < 0) {
-      throw new TypeError('faults.retryAfterSeconds: expected a whole number of seconds');
+      throw configError('faults.retryAfterSeconds', 'expected a whole number of seconds');
     }
     this.#faults = {
       seed: faults.seed ?? 1,

@@ -1,3 +1,4 @@
+import { configError } from '../../shared/options-kit.js';
 /**
  * A per-API-key rate limit of the emulator.
  *
@@ -28,20 +29,20 @@ export class KeyRateLimiter {
   readonly #burst: number;
   readonly #buckets = new Map<string, Bucket>();
 
-  /** @throws {TypeError} naming a bad field */
+  /** @throws {EmlApiError} `ECONFIG` naming a bad field */
   constructor(limit: EmulatorRateLimit) {
     if (typeof limit !== 'object' || limit === null)
-      throw new TypeError('rateLimit: expected { requestsPerSecond, burst }');
+      throw configError('rateLimit', 'expected { requestsPerSecond, burst }');
     if (!(
       typeof limit.requestsPerSecond === 'number' &&
       limit.requestsPerSecond > 0 &&
       Number.isFinite(limit.requestsPerSecond)
     )) {
-      throw new TypeError('rateLimit.requestsPerSecond: expected a positive number');
+      throw configError('rateLimit.requestsPerSecond', 'expected a positive number');
     }
     const burst = limit.burst ?? limit.requestsPerSecond;
     if (!(typeof burst === 'number' && burst >= 1 && Number.isFinite(burst)))
-      throw new TypeError('rateLimit.burst: expected a number of at least 1');
+      throw configError('rateLimit.burst', 'expected a number of at least 1');
     this.#rate = limit.requestsPerSecond;
     this.#burst = burst;
   }

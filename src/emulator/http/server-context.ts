@@ -6,7 +6,7 @@ import type { KeyRateLimiter } from './key-rate-limiter.js';
 export interface ServerContext {
   readonly state: EmulatorState;
   /** Largest request body accepted, in bytes. */
-  readonly bodyLimit: number;
+  readonly maxRequestSize: number;
   /** Called with unexpected internal errors. */
   readonly onInternalError: (err: unknown) => void;
   readonly rateLimiter: KeyRateLimiter | undefined;

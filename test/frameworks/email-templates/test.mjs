@@ -149,7 +149,7 @@ test('transport: { ...new EmlApiTransport(...) } — a plain copy, deep-merged b
 test('a wrong key: verify() rejects with EAUTH and send() rejects with EAUTH, nothing is delivered', async () => {
   emu.reset();
   const email = makeEmail(
-    nodemailer.createTransport(new EmlApiTransport({ apiKey: 'emu_wrong_key', baseUrl: emu.url, retries: 0 })),
+    nodemailer.createTransport(new EmlApiTransport({ apiKey: 'emu_wrong_key', baseUrl: emu.url, retry: false })),
   );
   await assert.rejects(() => email.config.transport.verify(), { code: 'EAUTH' });
   await assert.rejects(() => sendOrderShipped(email), { code: 'EAUTH' });

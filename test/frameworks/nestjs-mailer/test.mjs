@@ -153,7 +153,7 @@ test('forRoot + verifyTransporters: verify succeeds, sendMail delivers, info mat
 test('forRoot + verifyTransporters with a wrong key: startup still succeeds, the module logs the EAUTH error, health is down, sends fail with EAUTH', async () => {
   emu.reset();
   const logger = captureLogger();
-  const transport = new EmlApiTransport({ apiKey: 'emu_wrong_key', baseUrl: emu.url, retries: 0 });
+  const transport = new EmlApiTransport({ apiKey: 'emu_wrong_key', baseUrl: emu.url, retry: false });
   // @nestjs-modules/mailer does not await verify(): bootstrap resolves, the failure is only logged.
   const app = await NestFactory.createApplicationContext(
     appModule(MailerModule.forRoot({ transport, verifyTransporters: true, defaults: { from: FROM } })),

@@ -141,7 +141,7 @@ for (const { alias, pinned } of MATRIX) {
       assert.deepEqual(calls, [null]);
 
       const wrong = nodemailer.createTransport(
-        new EmlApiTransport({ apiKey: 'emu_wrong_key', baseUrl: emu.url, retries: 0 }),
+        new EmlApiTransport({ apiKey: 'emu_wrong_key', baseUrl: emu.url, retry: false }),
       );
       await assert.rejects(() => wrong.verify(), { code: 'EAUTH' });
       const cbErr = await new Promise((resolve) => wrong.verify((err) => resolve(err)));

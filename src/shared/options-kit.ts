@@ -1,0 +1,208 @@
+import { EmlApiError } from './eml-api-error.js';
+import { resolveLogger, type EmlApiLogger } from './logger.js';
+
+/**
+ * The one way every component (client, transport, queue transport, worker,
+ * relay, emulator, CLI) checks its options: an `ECONFIG` error naming the
+ * option path, short descriptions of bad values, number checks, and the
+ * refusal of unknown and renamed keys with the nearest valid name.
+ */
+
+/**
+ * An `ECONFIG` error (permanent) naming the option path.
+ * @example
+ * throw configError('timeouts.connect', 'expected a whole number from 1 to 86400000, got -1');
+ * // EmlApiError: Invalid option timeouts.connect: expected a whole number from 1 to 86400000, got -1
+ */
+export function configError(option: string, problem: string): EmlApiError {
+  return new EmlApiError('ECONFIG', `Invalid option ${option}: ${problem}`, { permanent: true });
+}
+
+/**
+ * A short description of a value for error messages (never the value of a secret object).
+ * @example
+ * describe('abc'); // 'the string "abc"'
+ * describe([1]); // 'an array'
+ */
+export function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'string') return `the string ${JSON.stringify(value.slice(0, 50))}`;
+  if (typeof value === 'number' || typeof value === 'boolean') return String(value);
+  return typeof value === 'object' ? 'an object' : typeof value;
+}
+
+/**
+ * Checks a whole-number option from `min` to `max`, or takes `fallback` when it is absent.
+ * @param fallback the default, used when `value` is undefined (none: the option is required)
+ * @throws {EmlApiError} `ECONFIG` naming the option
+ * @example
+ * const concurrency = wholeNumber(options.concurrency, 'concurrency', 1, 10_000, 5);
+ */
+export function wholeNumber(value: unknown, option: string, min: number, max: number, fallback?: number): number {
+  const v = value === undefined ? fallback : value;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
+    throw configError(option, `expected a whole number from ${min} to ${max}, got ${describe(v)}`);
+  }
+  return v;
+}
+
+/**
+ * Checks a finite number above 0 (a rate), or takes `fallback` when it is absent.
+ * @throws {EmlApiError} `ECONFIG` naming the option
+ * @example
+ * const rate = positiveNumber(options.rate, 'rate', 1);
+ */
+export function positiveNumber(value: unknown, option: string, fallback?: number): number {
+  const v = value === undefined ? fallback : value;
+  if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) {
+    throw configError(option, `expected a positive number, got ${describe(v)}`);
+  }
+  return v;
+}
+
+/**
+ * Checks a share from 0 to 1 (a `jitter`), or takes `fallback` when it is absent.
+ * @throws {EmlApiError} `ECONFIG` naming the option
+ * @example
+ * share(options.jitter, 'retry.jitter', 0.2);
+ */
+export function share(value: unknown, option: string, fallback: number): number {
+  const v = value === undefined ? fallback : value;
+  if (typeof v !== 'number' || !(v >= 0 && v <= 1)) {
+    throw configError(option, `expected a number from 0 to 1, got ${describe(v)}`);
+  }
+  return v;
+}
+
+/**
+ * Checks that an option is one of `values`, or takes `fallback` when it is absent.
+ * @throws {EmlApiError} `ECONFIG` naming the option and the values it takes
+ * @example
+ * const durability = oneOf(options.durability, 'durability', ['warn', 'aof', 'aof-always'] as const, 'warn');
+ */
+export function oneOf<T extends string>(value: unknown, option: string, values: readonly T[], fallback?: T): T {
+  const v = value === undefined ? fallback : value;
+  if (typeof v === 'string' && (values as readonly string[]).includes(v)) return v as T;
+  throw configError(option, `expected ${values.map((x) => `'${x}'`).join(', ')}, got ${describe(v)}`);
+}
+
+/**
+ * Checks a `true`/`false` option, or takes `fallback` when it is absent.
+ * @throws {EmlApiError} `ECONFIG` naming the option
+ * @example
+ * const implicit = booleanOption(tls.implicit, 'tls.implicit', false);
+ */
+export function booleanOption(value: unknown, option: string, fallback: boolean): boolean;
+export function booleanOption(value: unknown, option: string, fallback?: boolean): boolean | undefined;
+export function booleanOption(value: unknown, option: string, fallback?: boolean): boolean | undefined {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'boolean') throw configError(option, `expected true or false, got ${describe(value)}`);
+  return value;
+}
+
+/**
+ * Checks that an option is a plain object (not null, not an array).
+ * @param shape what it should look like, for the error, e.g. `{ max, duration }`
+ * @throws {EmlApiError} `ECONFIG` naming the option
+ * @example
+ * const rate = objectOption(options.rateLimit, 'rateLimit', '{ max, duration }');
+ */
+export function objectOption(value: unknown, option: string, shape: string): Record<string, unknown> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw configError(option, `expected ${shape}, got ${describe(value)}`);
+  }
+  return value as Record<string, unknown>;
+}
+
+/**
+ * Checks a `logger` option (`true` for the console, `false`, or a logger
+ * object) and returns the logger, silent when none was given.
+ * @throws {EmlApiError} `ECONFIG` naming `logger`
+ * @example
+ * const logger = loggerOption(options.logger);
+ */
+export function loggerOption(value: unknown): EmlApiLogger {
+  if (value !== undefined && typeof value !== 'boolean' && (typeof value !== 'object' || value === null)) {
+    throw configError('logger', `expected true, false or a logger object (pino, console...), got ${describe(value)}`);
+  }
+  return resolveLogger(value as boolean | EmlApiLogger | undefined);
+}
+
+/**
+ * Options renamed before 1.0: the old name and what to say about its new one.
+ * @example
+ * const renamed: RenamedOptions = { retries: 'renamed to retry (attempts counts the first try: retries 3 is attempts 4)' };
+ */
+export type RenamedOptions = Readonly<Record<string, string>>;
+
+/**
+ * Refuses a key that is not among `known` (a misspelt option would otherwise
+ * be ignored in silence): a renamed one says its new name, another names the
+ * nearest valid one. Keep `known` a `const` list typed
+ * `satisfies readonly (keyof XOptions)[]` so that the compiler keeps it in step
+ * with the options type.
+ *
+ * @param where the path of the object checked, with its dot (`'retry.'`), or '' at the top
+ * @throws {EmlApiError} `ECONFIG` naming the key
+ * @example
+ * refuseUnknownKeys({ timeout: 5 }, ['timeouts', 'retry'], '');
+ * // Invalid option timeout: unknown option; did you mean timeouts? (known: timeouts, retry)
+ * refuseUnknownKeys({ retries: 3 }, ['retry'], '', { retries: 'renamed to retry' });
+ * // Unknown option retries: renamed to retry
+ */
+export function refuseUnknownKeys(
+  options: object,
+  known: readonly string[],
+  where: string,
+  renamed: RenamedOptions = {},
+): void {
+  for (const key of Object.keys(options)) {
+    if (known.includes(key)) continue;
+    const shown = `${where}${key.slice(0, 64)}`;
+    if (Object.hasOwn(renamed, key)) {
+      throw new EmlApiError('ECONFIG', `Unknown option ${shown}: ${renamed[key]}`, { permanent: true });
+    }
+    const nearest = nearestName(key, known);
+    throw configError(
+      shown,
+      `unknown option${nearest ? `; did you mean ${where}${nearest}?` : ''} (known: ${known.join(', ')})`,
+    );
+  }
+}
+
+/**
+ * The name among `names` closest to `typo` (edit distance, case ignored),
+ * when it is close enough to be the one meant.
+ *
+ * @example
+ * nearestName('timeout', ['timeouts', 'retry']); // 'timeouts'
+ */
+export function nearestName(typo: string, names: readonly string[]): string | undefined {
+  const wanted = typo.toLowerCase();
+  let best: string | undefined;
+  // Close enough: a few edits, and fewer than the typo has letters (so short nonsense matches nothing).
+  let bestDistance = Math.min(Math.max(3, Math.floor(wanted.length / 3)), wanted.length - 1);
+  for (const name of names) {
+    const distance = editDistance(wanted, name.toLowerCase());
+    if (distance <= bestDistance) {
+      best = name;
+      bestDistance = distance - 1;
+    }
+  }
+  return best;
+}
+
+/** Levenshtein distance, with one row of memory; option names are short. */
+function editDistance(a: string, b: string): number {
+  if (a.length > 64 || b.length > 64) return Infinity;
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) {
+      row[j] = Math.min(previous[j]! + 1, row[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    }
+    previous = row;
+  }
+  return previous[b.length]!;
+}

@@ -1,0 +1,215 @@
+import { describe, expect, it } from 'vitest';
+import { EmlApiClient, EmlApiError, EmlApiTransport } from '../src/index.js';
+import { startEmulator } from '../src/emulator/index.js';
+import { EmlApiQueueTransport } from '../src/queue/index.js';
+// The class itself (users get instances from startEmlApiWorker): its constructor checks the options synchronously.
+import { EmlApiWorker } from '../src/queue/eml-api-worker.js';
+import { resolveRelayOptions } from '../src/relay/relay-options.js';
+import { resolveEmulatorOptions } from '../src/emulator/emulator-options.js';
+import { MAX_REQUEST_SIZE } from '../src/protocol/service-limits.js';
+import { DEFAULT_MAX_MESSAGE_SIZE } from '../src/queue/queue-transport-options.js';
+import { nearestName, refuseUnknownKeys } from '../src/shared/options-kit.js';
+import { runCliCapturing } from './helpers/cli-run.js';
+
+/**
+ * Issue 17, item 3 (one vocabulary) and item 2 (one options kit): every
+ * component refuses an option it does not know with an `ECONFIG` EmlApiError
+ * naming it, an option renamed before 1.0 with its new name, a misspelt one
+ * with the nearest valid name.
+ */
+
+const apiKey = 'k';
+const baseUrl = 'http://127.0.0.1:1';
+const connection = 'redis://127.0.0.1:1';
+
+function thrown(make: () => unknown): EmlApiError {
+  try {
+    make();
+  } catch (err) {
+    return err as EmlApiError;
+  }
+  throw new Error('expected a throw');
+}
+
+function expectConfig(err: unknown, message: RegExp): void {
+  expect(err).toBeInstanceOf(EmlApiError);
+  expect(err).toMatchObject({ code: 'ECONFIG', permanent: true });
+  expect((err as Error).message).toMatch(message);
+}
+
+describe('renamed options are refused with their new name', () => {
+  it('client and transport: retries → retry, maxMessagesPerSecond → rateLimit', () => {
+    for (const make of [
+      (o: object) => new EmlApiClient({ apiKey, baseUrl, ...o }),
+      (o: object) => new EmlApiTransport({ apiKey, baseUrl, ...o }),
+    ]) {
+      expectConfig(
+        thrown(() => make({ retries: 3 })),
+        /^Unknown option retries: renamed to retry: .*retries 3 is attempts 4/,
+      );
+      expectConfig(
+        thrown(() => make({ maxMessagesPerSecond: 5 })),
+        /^Unknown option maxMessagesPerSecond: renamed to rateLimit: \{ max, duration \}/,
+      );
+      expectConfig(
+        thrown(() => make({ retry: { limit: 3 } })),
+        /^Unknown option retry\.limit: renamed to retry\.attempts/,
+      );
+      expectConfig(
+        thrown(() => make({ retry: { baseDelay: 3 } })),
+        /^Unknown option retry\.baseDelay: renamed to retry\.delay/,
+      );
+      expectConfig(
+        thrown(() => make({ retry: 3 })),
+        /^Invalid option retry: expected false or \{ attempts/,
+      );
+    }
+  });
+
+  it('queue transport: maxMessageBytes → maxMessageSize, storeTimeout → timeouts.store; unknown keys and a bad logger refused', () => {
+    const make = (o: object) => new EmlApiQueueTransport({ connection, ...o });
+    expectConfig(
+      thrown(() => make({ maxMessageBytes: 1000 })),
+      /^Unknown option maxMessageBytes: renamed to maxMessageSize/,
+    );
+    expectConfig(
+      thrown(() => make({ storeTimeout: 1000 })),
+      /^Unknown option storeTimeout: renamed to timeouts: \{ store \}/,
+    );
+    expectConfig(
+      thrown(() => make({ retries: 3 })),
+      /^Unknown option retries: .*retry \{ attempts/,
+    );
+    expectConfig(
+      thrown(() => make({ queuename: 'mail' })),
+      /^Invalid option queuename: unknown option; did you mean queueName\?/,
+    );
+    expectConfig(
+      thrown(() => make({ logger: 42 })),
+      /^Invalid option logger: expected true, false or a logger object/,
+    );
+    expectConfig(
+      thrown(() => make({ timeouts: { stor: 5 } })),
+      /timeouts\.stor: unknown option; did you mean timeouts\.store\?/,
+    );
+  });
+
+  it('worker: limiter → rateLimit, retries and retry refused (the producer owns the schedule), close({ force }) → close({ abort })', async () => {
+    const make = (o: object) => new EmlApiWorker({ connection, apiKey, baseUrl, ...o });
+    expectConfig(
+      thrown(() => make({ limiter: { max: 1, duration: 1000 } })),
+      /^Unknown option limiter: renamed to rateLimit/,
+    );
+    expectConfig(
+      thrown(() => make({ retries: 2 })),
+      /^Unknown option retries: the worker makes one try per job run/,
+    );
+    expectConfig(
+      thrown(() => make({ retry: { attempts: 2 } })),
+      /^Unknown option retry: .*producer's retry option/,
+    );
+    expectConfig(
+      thrown(() => make({ concurency: 2 })),
+      /did you mean concurrency\?/,
+    );
+    expectConfig(
+      thrown(() => make({ rateLimit: { max: 0, duration: 1000 } })),
+      /^Invalid option rateLimit\.max/,
+    );
+    const worker = make({});
+    worker.on('error', () => undefined);
+    try {
+      expectConfig(
+        await worker.close({ force: true } as never).catch((e: unknown) => e),
+        /^Unknown option close\.force: renamed to abort/,
+      );
+    } finally {
+      await worker.close({ abort: true });
+    }
+  });
+
+  it('relay: EmlApiRelay names, the SMTP timeouts in timeouts, its own keys derived from its type', () => {
+    const make = (o: object) => resolveRelayOptions({ baseUrl, ...o });
+    expectConfig(
+      thrown(() => make({ idleTimeout: 1000 })),
+      /^Unknown option idleTimeout: renamed to timeouts: \{ idle \}/,
+    );
+    expectConfig(
+      thrown(() => make({ stressIdleTimeout: 1000 })),
+      /renamed to timeouts: \{ stressIdle \}/,
+    );
+    expectConfig(
+      thrown(() => make({ dataTimeout: 1000 })),
+      /renamed to timeouts: \{ data \}/,
+    );
+    expectConfig(
+      thrown(() => make({ tlsHandshakeTimeout: 1000 })),
+      /renamed to timeouts: \{ tlsHandshake \}/,
+    );
+    expectConfig(
+      thrown(() => make({ retries: 1 })),
+      /^Unknown option retries: renamed to retry/,
+    );
+    // A relay option misspelt is matched against the relay's own options, not the client's only.
+    expectConfig(
+      thrown(() => make({ maxRecipient: 5 })),
+      /did you mean maxRecipients\?/,
+    );
+    expectConfig(
+      thrown(() => make({ timeouts: { idel: 5 } })),
+      /timeouts\.idel: unknown option; did you mean timeouts\.idle\?/,
+    );
+    const { settings } = make({
+      timeouts: { idle: 1000, stressIdle: 200, data: 3000, tlsHandshake: 400, total: 5000 },
+    });
+    expect(settings).toMatchObject({
+      idleTimeout: 1000,
+      stressIdleTimeout: 200,
+      dataTimeout: 3000,
+      tlsHandshakeTimeout: 400,
+    });
+    // connect, response and total are the clients' own.
+    expect(settings.clientOptions.timeouts).toEqual({ total: 5000 });
+  });
+
+  it('emulator: bodyLimit → maxRequestSize, ECONFIG instead of TypeError', async () => {
+    expectConfig(
+      thrown(() => resolveEmulatorOptions({ bodyLimit: 10 } as never)),
+      /^Unknown option bodyLimit: renamed to maxRequestSize/,
+    );
+    expectConfig(
+      thrown(() => resolveEmulatorOptions({ port: -1 })),
+      /^Invalid option port: expected a whole number from 0 to 65535/,
+    );
+    expectConfig(
+      thrown(() => resolveEmulatorOptions({ hots: 'x' } as never)),
+      /did you mean host\?/,
+    );
+    expectConfig(await startEmulator({ maxRequestSize: 0 }).catch((e: unknown) => e), /^Invalid option maxRequestSize/);
+    expect(resolveEmulatorOptions({}).maxRequestSize).toBe(MAX_REQUEST_SIZE);
+  });
+
+  it('CLI: an emulator option refused is a usage error (exit 2) naming the flag', async () => {
+    const { code, stderr } = await runCliCapturing(['serve', '--allow-host', 'not a host'], { env: {} });
+    expect(code).toBe(2);
+    expect(stderr).toMatch(/--allow-host: expected an array of host names/);
+  });
+});
+
+describe('one size vocabulary', () => {
+  it("the queue transport's maxMessageSize counts the message, defaulting to the largest whose upload fits 50 MiB", () => {
+    expect(MAX_REQUEST_SIZE).toBe(50 * 1024 * 1024);
+    expect(DEFAULT_MAX_MESSAGE_SIZE).toBe(39321591);
+  });
+});
+
+describe('the options kit', () => {
+  it('suggests the nearest name, and says nothing for nonsense', () => {
+    expect(nearestName('timeout', ['timeouts', 'retry'])).toBe('timeouts');
+    expect(nearestName('zz', ['timeouts', 'retry'])).toBeUndefined();
+    expectConfig(
+      thrown(() => refuseUnknownKeys({ zzzz: 1 }, ['retry'], 'x.')),
+      /^Invalid option x\.zzzz: unknown option \(known: retry\)$/,
+    );
+  });
+});
