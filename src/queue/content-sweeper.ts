@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
-import { isClusterClient, type OutboxRedisClient } from './redis-connection.js';
+import type { OutboxRedisClient } from './redis-connection.js';
+import { scannableServers } from './cluster-nodes.js';
 import { outboxKeys, parseContentKey } from './content-keys.js';
 import type { QueueLocation } from './queue-location.js';
 
@@ -177,6 +177,13 @@ export interface SweepOptions {
    * @default LEGACY_SCAN_EVERY_MS (24 hours)
    */
   legacyScanEveryMs?: number;
+  /**
+   * Called with a warning when the look for content written before the index
+   * skips a master of a cluster that is down (flagged failed, or not
+   * answering): it holds none of the queue's keys.
+   * @default none (not told)
+   */
+  warn?: (message: string) => void;
 }
 
 /**
@@ -195,7 +202,7 @@ export interface SweepOptions {
 export async function sweepStoredContent(
   redis: OutboxRedisClient,
   location: QueueLocation,
-  { graceMs = SWEEP_GRACE_MS, legacyScanEveryMs = LEGACY_SCAN_EVERY_MS }: SweepOptions = {},
+  { graceMs = SWEEP_GRACE_MS, legacyScanEveryMs = LEGACY_SCAN_EVERY_MS, warn = () => undefined }: SweepOptions = {},
 ): Promise<number> {
   const r = commands(redis);
   const keys = outboxKeys(location);
@@ -218,7 +225,7 @@ export async function sweepStoredContent(
     // the last look was (Redis time), and expires once it no longer matters.
     const last = Number((await r.get(keys.legacyScanned)) ?? Number.NEGATIVE_INFINITY);
     if (!(now - last < legacyScanEveryMs)) {
-      await indexLegacyContent(r, location, keys.contentIndex, now);
+      await indexLegacyContent(r, location, keys.contentIndex, now, warn);
       await r.set(keys.legacyScanned, String(now), 'PX', Math.max(legacyScanEveryMs, LEGACY_SCAN_EVERY_MS));
     }
     for (;;) {
@@ -339,22 +346,26 @@ function isOutOfMemory(err: unknown): boolean {
  * On a cluster SCAN sees one node's keys only, so every master is scanned:
  * with the hash-tagged prefix a cluster needs, the queue's keys are all in one
  * slot and so on one master, but which one changes with a failover or a
- * resharding, and a scan of the others costs little once a day.
+ * resharding, and a scan of the others costs little once a day. A master that
+ * is down is skipped (and `warn` told): it serves none of the queue's keys.
  */
 async function indexLegacyContent(
   redis: OutboxRedisClient,
   location: QueueLocation,
   index: string,
   now: number,
+  warn: (message: string) => void,
 ): Promise<void> {
-  const servers: Redis[] = isClusterClient(redis) ? redis.nodes('master') : [redis];
+  const servers = await scannableServers(redis, (node, why) =>
+    warn(`Looking for stored content written before the content index: skipped Redis at ${node}, ${why}`),
+  );
   for (const server of servers) {
     let cursor = '0';
     do {
       const [next, found] = await server.scan(cursor, 'MATCH', `${location.contentKeyPrefix}*`, 'COUNT', 500);
       cursor = next;
       const content = found.filter((key) => parseContentKey(location.contentKeyPrefix, key) !== undefined);
-      // Through the cluster client, which sends it to the index's master.
+      // Through the client, which sends it to the index's master on a cluster.
       if (content.length > 0) await redis.zadd(index, 'NX', ...content.flatMap((key) => [now, key]));
     } while (cursor !== '0');
   }

@@ -435,7 +435,7 @@ export class EmlApiQueueTransport extends EventEmitter {
     const { durability, logger, storeTimeout, keyring } = this.#settings;
     try {
       await withDeadline(
-        checkRedisSettings(redis, where, durability, (message) => logger.warn({}, message)),
+        checkRedisSettings(redis, where, durability, (message) => logger.warn({}, message), this.#settings),
         storeTimeout,
       );
       // The check value of the key new mail is encrypted with, for workers to compare theirs with (review F10).

@@ -196,7 +196,9 @@ export class EmlApiWorker extends EventEmitter {
     this.started = this.#start();
     if (settings.cleanupInterval > 0) {
       const sweep = () => {
-        sweepStoredContent(this.#redis.redis, this.#location).then(
+        sweepStoredContent(this.#redis.redis, this.#location, {
+          warn: (message) => this.#logger.warn({}, message),
+        }).then(
           (removed) => {
             if (removed > 0) this.#logger.info({ removed }, 'Removed stored content no job needs');
           },
@@ -230,10 +232,16 @@ export class EmlApiWorker extends EventEmitter {
   async #start(): Promise<void> {
     try {
       await this.worker.waitUntilReady();
-      await checkRedisSettings(this.#redis.redis, this.#redis.where, 'warn', (message) => {
-        this.#logger.warn({}, message);
-        this.emit('warning', message);
-      });
+      await checkRedisSettings(
+        this.#redis.redis,
+        this.#redis.where,
+        'warn',
+        (message) => {
+          this.#logger.warn({}, message);
+          this.emit('warning', message);
+        },
+        this.#location,
+      );
       await this.#capPause();
       await this.#clock.sync();
       // Other bytes under a key id the producers use would fail every job they encrypted (review F10).
