@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { OutboxRedisClient } from './redis-connection.js';
-import { scannableServers } from './cluster-nodes.js';
+import { escapeGlob, scannableServers } from './cluster-nodes.js';
 import { outboxKeys, parseContentKey } from './content-keys.js';
 import type { QueueLocation } from './queue-location.js';
 
@@ -341,7 +341,8 @@ function isOutOfMemory(err: unknown): boolean {
 
 /**
  * Enters in the index the content keys written before it existed: found with
- * a SCAN matching the queue's content keys only, entered at the current Redis
+ * a SCAN matching the queue's content keys only (the prefix's glob characters
+ * escaped: a prefix such as `{a[1]}` is legal), entered at the current Redis
  * time (their grace runs from now), leaving the entries already there alone.
  * On a cluster SCAN sees one node's keys only, so every master is scanned:
  * with the hash-tagged prefix a cluster needs, the queue's keys are all in one
@@ -362,7 +363,13 @@ async function indexLegacyContent(
   for (const server of servers) {
     let cursor = '0';
     do {
-      const [next, found] = await server.scan(cursor, 'MATCH', `${location.contentKeyPrefix}*`, 'COUNT', 500);
+      const [next, found] = await server.scan(
+        cursor,
+        'MATCH',
+        escapeGlob(`${location.contentKeyPrefix}*`),
+        'COUNT',
+        500,
+      );
       cursor = next;
       const content = found.filter((key) => parseContentKey(location.contentKeyPrefix, key) !== undefined);
       // Through the client, which sends it to the index's master on a cluster.
