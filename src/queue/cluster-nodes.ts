@@ -56,7 +56,11 @@ export function escapeGlob(pattern: string): string {
   return `${literal.replace(/[\\*?[\]]/g, '\\$&')}${star ? '*' : ''}`;
 }
 
-/** `host:port` of a node connection of a cluster client. */
+/**
+ * `host:port` of a node connection of a cluster client, as its slot map names it.
+ * @example
+ * cluster.nodes('master').map(nodeName); // ['10.0.0.1:7000', '10.0.0.2:7000', '10.0.0.3:7000']
+ */
 export function nodeName(node: Redis): string {
   return `${node.options.host ?? '127.0.0.1'}:${node.options.port ?? 6379}`;
 }
