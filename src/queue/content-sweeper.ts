@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
-import { isClusterClient, type OutboxRedisClient } from './redis-connection.js';
+import type { OutboxRedisClient } from './redis-connection.js';
+import { escapeGlob, scannableServers } from './cluster-nodes.js';
 import { outboxKeys, parseContentKey } from './content-keys.js';
 import type { QueueLocation } from './queue-location.js';
 
@@ -44,82 +44,75 @@ export const SWEEP_GRACE_MS = 60 * 60 * 1000;
  */
 export const LEGACY_SCAN_EVERY_MS = 24 * 60 * 60 * 1000;
 
-/** Index entries judged per script run: each run holds Redis for a moment only. */
+/** Index entries read, then judged, per round trip: each entry's script holds Redis for a moment only. */
 const BATCH = 200;
 /** How long the sweeper's lock lasts without being renewed, in ms (renewed after every batch). */
 const LOCK_MS = 60_000;
 
-/**
- * Judges the index entries that are due (written, or last found needed,
- * before the cutoff: the grace before the sweep's Redis `TIME`, ARGV[1]),
- * each in the same step as its removal:
- * content whose job is gone, points elsewhere, or was sent is removed;
- * content of waiting, delayed, active and failed jobs stays and is looked at
- * again after another grace. Keys already gone (or tombstones, which expire
- * by themselves) leave the index. The removals come before the entries kept
- * are scored again: on a full Redis a script's first write may only free.
- * KEYS: the index, the queue's completed set.
+/*
+ * Every key a script below touches is one of its KEYS, never a name built in
+ * Lua: while the queue's slot moves to another master (a resharding, keys
+ * moving in batches), Redis answers a script whose keys are not all on the
+ * node it reached with ASK or TRYAGAIN, and ioredis follows or waits. A script
+ * that read the job's record by a name built from ARGV ran where the index
+ * was and took a record still on the other master for gone: it deleted the
+ * content of live jobs (review, cluster finding 1). So the sweeper reads a
+ * batch of index entries first, then judges each entry with a script of its
+ * own, atomic per entry, sent together (one round trip per batch).
  */
-const SWEEP_BATCH = `
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-local removed = 0
-local kept = {}
-for _, key in ipairs(due) do
-  if redis.call('TYPE', key).ok ~= 'string' then
-    redis.call('ZREM', KEYS[1], key)
-  else
-    local needed = false
-    local jobId = string.match(string.sub(key, string.len(ARGV[5]) + 1), '^(.+):%d+%-%x+$')
-    if jobId then
-      local data = redis.call('HGET', ARGV[4] .. jobId, 'data')
-      if data then
-        local ok, job = pcall(cjson.decode, data)
-        if ok and type(job) == 'table' and job['contentKey'] == key then
-          needed = not redis.call('ZSCORE', KEYS[2], jobId)
-        end
-      end
-    end
-    if needed then
-      kept[#kept + 1] = key
-    else
-      redis.call('DEL', key)
-      redis.call('ZREM', KEYS[1], key)
-      removed = removed + 1
+
+/**
+ * Judges one index entry that was due (written, or last found needed, before
+ * the cutoff: the grace before the sweep's Redis `TIME`), in the same step as
+ * its removal. Content whose job is gone, points elsewhere, or was sent is
+ * removed; content of a waiting, delayed, active or failed job stays and is
+ * scored again (ARGV[2]) to be looked at after another grace. A key already
+ * gone (or a tombstone, which expires by itself) leaves the index. An entry
+ * no longer due (another sweeper scored it again meanwhile) is left alone.
+ * KEYS: the index, the content key, the job's hash, the queue's completed
+ * set (without the last two, a key naming no job: removed). ARGV: the
+ * cutoff, the score of an entry kept, the job id. Answers 1 when it removed
+ * the content, 0 otherwise.
+ */
+const JUDGE = `
+local score = redis.call('ZSCORE', KEYS[1], KEYS[2])
+if not score or tonumber(score) > tonumber(ARGV[1]) then return 0 end
+if redis.call('TYPE', KEYS[2]).ok ~= 'string' then
+  redis.call('ZREM', KEYS[1], KEYS[2])
+  return 0
+end
+if KEYS[3] then
+  local data = redis.call('HGET', KEYS[3], 'data')
+  if data then
+    local ok, job = pcall(cjson.decode, data)
+    if ok and type(job) == 'table' and job['contentKey'] == KEYS[2] and not redis.call('ZSCORE', KEYS[4], ARGV[3]) then
+      redis.call('ZADD', KEYS[1], ARGV[2], KEYS[2])
+      return 0
     end
   end
 end
-for _, key in ipairs(kept) do redis.call('ZADD', KEYS[1], ARGV[3], key) end
-return { #due, removed }
+redis.call('DEL', KEYS[2])
+redis.call('ZREM', KEYS[1], KEYS[2])
+return 1
 `;
 
 /**
- * Frees the content of sent jobs, whatever its age: of the index entries
- * from rank ARGV[1] (ARGV[2] of them), the content whose job points at it
- * and was sent (completed, or its data holds the record of the send) is
- * deleted with its entry. It only deletes, so a full Redis runs it. KEYS:
- * the index, the queue's completed set. ARGV: first rank, count, the job
- * keys' base, the content keys' prefix.
+ * Frees the content of one index entry, whatever its age, when its job points
+ * at it and was sent (completed, or its data holds the record of the send):
+ * the key is deleted with its entry. It only deletes, so a full Redis runs
+ * it. KEYS: the index, the content key, the job's hash, the queue's completed
+ * set. ARGV: the job id. Answers 1 when it removed the content, 0 otherwise.
  */
 const FREE_SENT = `
-local entries = redis.call('ZRANGE', KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[1]) + tonumber(ARGV[2]) - 1)
-local removed = 0
-for _, key in ipairs(entries) do
-  local jobId = string.match(string.sub(key, string.len(ARGV[4]) + 1), '^(.+):%d+%-%x+$')
-  if jobId and redis.call('TYPE', key).ok == 'string' then
-    local data = redis.call('HGET', ARGV[3] .. jobId, 'data')
-    if data then
-      local ok, job = pcall(cjson.decode, data)
-      if ok and type(job) == 'table' and job['contentKey'] == key then
-        if type(job['sent']) == 'table' or redis.call('ZSCORE', KEYS[2], jobId) then
-          redis.call('DEL', key)
-          redis.call('ZREM', KEYS[1], key)
-          removed = removed + 1
-        end
-      end
-    end
-  end
-end
-return { #entries, removed }
+if redis.call('TYPE', KEYS[2]).ok ~= 'string' then return 0 end
+local data = redis.call('HGET', KEYS[3], 'data')
+if not data then return 0 end
+local ok, job = pcall(cjson.decode, data)
+if not (ok and type(job) == 'table' and job['contentKey'] == KEYS[2]) then return 0 end
+if type(job['sent']) ~= 'table' and not redis.call('ZSCORE', KEYS[4], ARGV[1]) then return 0 end
+redis.call('DEL', KEYS[2])
+redis.call('ZREM', KEYS[1], KEYS[2])
+return 1
 `;
 
 /** Renews the lock if this sweeper still holds it. */
@@ -145,23 +138,8 @@ return redis.call('DEL', KEYS[1])
 `;
 
 interface SweepCommands {
-  emlApiSweepBatch(
-    index: string,
-    completed: string,
-    cutoff: number,
-    batch: number,
-    now: number,
-    jobKeyBase: string,
-    contentPrefix: string,
-  ): Promise<[number, number]>;
-  emlApiFreeSent(
-    index: string,
-    completed: string,
-    start: number,
-    count: number,
-    jobKeyBase: string,
-    contentPrefix: string,
-  ): Promise<[number, number]>;
+  emlApiJudgeEntry(...keysAndArgs: (string | number)[]): Promise<number>;
+  emlApiFreeSentEntry(index: string, content: string, job: string, completed: string, jobId: string): Promise<number>;
   emlApiRenewLock(lock: string, token: string, ms: number): Promise<number>;
   emlApiReleaseLock(lock: string, token: string): Promise<number>;
   emlApiNow(index: string): Promise<number>;
@@ -171,8 +149,9 @@ const defined = new WeakSet<OutboxRedisClient>();
 
 function commands(redis: OutboxRedisClient): OutboxRedisClient & SweepCommands {
   if (!defined.has(redis)) {
-    redis.defineCommand('emlApiSweepBatch', { numberOfKeys: 2, lua: SWEEP_BATCH });
-    redis.defineCommand('emlApiFreeSent', { numberOfKeys: 2, lua: FREE_SENT });
+    // Its number of keys is given at each call: 4, or 2 for a key that names no job.
+    redis.defineCommand('emlApiJudgeEntry', { lua: JUDGE });
+    redis.defineCommand('emlApiFreeSentEntry', { numberOfKeys: 4, lua: FREE_SENT });
     redis.defineCommand('emlApiRenewLock', { numberOfKeys: 1, lua: RENEW });
     redis.defineCommand('emlApiReleaseLock', { numberOfKeys: 1, lua: RELEASE });
     redis.defineCommand('emlApiNow', { numberOfKeys: 1, lua: NOW });
@@ -198,6 +177,13 @@ export interface SweepOptions {
    * @default LEGACY_SCAN_EVERY_MS (24 hours)
    */
   legacyScanEveryMs?: number;
+  /**
+   * Called with a warning when the look for content written before the index
+   * skips a master of a cluster that is down (flagged failed, or not
+   * answering): it holds none of the queue's keys.
+   * @default none (not told)
+   */
+  warn?: (message: string) => void;
 }
 
 /**
@@ -216,7 +202,7 @@ export interface SweepOptions {
 export async function sweepStoredContent(
   redis: OutboxRedisClient,
   location: QueueLocation,
-  { graceMs = SWEEP_GRACE_MS, legacyScanEveryMs = LEGACY_SCAN_EVERY_MS }: SweepOptions = {},
+  { graceMs = SWEEP_GRACE_MS, legacyScanEveryMs = LEGACY_SCAN_EVERY_MS, warn = () => undefined }: SweepOptions = {},
 ): Promise<number> {
   const r = commands(redis);
   const keys = outboxKeys(location);
@@ -239,22 +225,16 @@ export async function sweepStoredContent(
     // the last look was (Redis time), and expires once it no longer matters.
     const last = Number((await r.get(keys.legacyScanned)) ?? Number.NEGATIVE_INFINITY);
     if (!(now - last < legacyScanEveryMs)) {
-      await indexLegacyContent(r, location, keys.contentIndex, now);
+      await indexLegacyContent(r, location, keys.contentIndex, now, warn);
       await r.set(keys.legacyScanned, String(now), 'PX', Math.max(legacyScanEveryMs, LEGACY_SCAN_EVERY_MS));
     }
     for (;;) {
+      const due = await r.zrangebyscore(keys.contentIndex, '-inf', now - graceMs, 'LIMIT', 0, BATCH);
       // Entries found needed are scored just after `now`, so after the cutoff: each is judged once per sweep.
-      const [examined, gone] = await r.emlApiSweepBatch(
-        keys.contentIndex,
-        completedKey(location),
-        now - graceMs,
-        BATCH,
-        now + 1,
-        jobKeyBase(location),
-        location.contentKeyPrefix,
-      );
-      removed += gone;
-      if (examined < BATCH) break;
+      const judged = await settleAll(due.map((key) => judgeEntry(r, location, key, now - graceMs, now + 1)));
+      removed += judged.removed;
+      // A full Redis refuses to score again the entries kept: they would come back in every batch.
+      if (due.length < BATCH || judged.full) break;
       // Lost the lock (a sweep that ran longer than it lasts): another worker carries on.
       if ((await r.emlApiRenewLock(keys.sweepLock, token, LOCK_MS)) !== 1) break;
     }
@@ -274,20 +254,74 @@ export async function sweepStoredContent(
  */
 async function freeSentContent(r: OutboxRedisClient & SweepCommands, location: QueueLocation): Promise<number> {
   const index = outboxKeys(location).contentIndex;
+  const completed = completedKey(location);
   let removed = 0;
   for (let start = 0; ;) {
-    const [examined, gone] = await r.emlApiFreeSent(
-      index,
-      completedKey(location),
-      start,
-      BATCH,
-      jobKeyBase(location),
-      location.contentKeyPrefix,
+    const entries = await r.zrange(index, start, start + BATCH - 1);
+    const freed = await settleAll(
+      entries.map(async (key) => {
+        const jobId = parseContentKey(location.contentKeyPrefix, key)?.jobId;
+        if (jobId === undefined) return 0;
+        return r.emlApiFreeSentEntry(index, key, jobKeyBase(location) + jobId, completed, jobId);
+      }),
     );
-    removed += gone;
-    if (examined < BATCH) return removed;
-    start += examined - gone;
+    removed += freed.removed;
+    if (entries.length < BATCH) return removed;
+    start += entries.length - freed.removed;
   }
+}
+
+/**
+ * Judges one due entry of the index (JUDGE), with every key it reads among
+ * its KEYS. An entry that is not a content key of this queue (none is, unless
+ * written by hand) only leaves the index: on a cluster a key of another slot
+ * in a script's KEYS is refused (`CROSSSLOT`), and the sweeper deletes only
+ * the queue's own keys.
+ * @returns 1 when the content was removed, 0 otherwise
+ */
+async function judgeEntry(
+  r: OutboxRedisClient & SweepCommands,
+  location: QueueLocation,
+  key: string,
+  cutoff: number,
+  keptScore: number,
+): Promise<number> {
+  const index = outboxKeys(location).contentIndex;
+  if (!key.startsWith(location.contentKeyPrefix)) {
+    await r.zrem(index, key);
+    return 0;
+  }
+  const jobId = parseContentKey(location.contentKeyPrefix, key)?.jobId;
+  if (jobId === undefined) return r.emlApiJudgeEntry(2, index, key, cutoff, keptScore, '');
+  return r.emlApiJudgeEntry(
+    4,
+    index,
+    key,
+    jobKeyBase(location) + jobId,
+    completedKey(location),
+    cutoff,
+    keptScore,
+    jobId,
+  );
+}
+
+/**
+ * Waits for every entry's script of a batch (sent together: one round trip)
+ * and sums what they removed. A refusal because Redis is full (`OOM`) is
+ * told in `full`, not thrown: the removals of the batch went through; any
+ * other error is thrown once all have settled.
+ */
+async function settleAll(runs: Promise<number>[]): Promise<{ removed: number; full: boolean }> {
+  let removed = 0;
+  let full = false;
+  let failure: unknown;
+  for (const outcome of await Promise.allSettled(runs)) {
+    if (outcome.status === 'fulfilled') removed += outcome.value;
+    else if (isOutOfMemory(outcome.reason)) full = true;
+    else failure ??= outcome.reason;
+  }
+  if (failure !== undefined) throw failure;
+  return { removed, full };
 }
 
 /** Where a queue's job keys start: `{prefix}:{queue}:`. */
@@ -307,27 +341,38 @@ function isOutOfMemory(err: unknown): boolean {
 
 /**
  * Enters in the index the content keys written before it existed: found with
- * a SCAN matching the queue's content keys only, entered at the current Redis
+ * a SCAN matching the queue's content keys only (the prefix's glob characters
+ * escaped: a prefix such as `{a[1]}` is legal), entered at the current Redis
  * time (their grace runs from now), leaving the entries already there alone.
  * On a cluster SCAN sees one node's keys only, so every master is scanned:
  * with the hash-tagged prefix a cluster needs, the queue's keys are all in one
  * slot and so on one master, but which one changes with a failover or a
- * resharding, and a scan of the others costs little once a day.
+ * resharding, and a scan of the others costs little once a day. A master that
+ * is down is skipped (and `warn` told): it serves none of the queue's keys.
  */
 async function indexLegacyContent(
   redis: OutboxRedisClient,
   location: QueueLocation,
   index: string,
   now: number,
+  warn: (message: string) => void,
 ): Promise<void> {
-  const servers: Redis[] = isClusterClient(redis) ? redis.nodes('master') : [redis];
+  const servers = await scannableServers(redis, (node, why) =>
+    warn(`Looking for stored content written before the content index: skipped Redis at ${node}, ${why}`),
+  );
   for (const server of servers) {
     let cursor = '0';
     do {
-      const [next, found] = await server.scan(cursor, 'MATCH', `${location.contentKeyPrefix}*`, 'COUNT', 500);
+      const [next, found] = await server.scan(
+        cursor,
+        'MATCH',
+        escapeGlob(`${location.contentKeyPrefix}*`),
+        'COUNT',
+        500,
+      );
       cursor = next;
       const content = found.filter((key) => parseContentKey(location.contentKeyPrefix, key) !== undefined);
-      // Through the cluster client, which sends it to the index's master.
+      // Through the client, which sends it to the index's master on a cluster.
       if (content.length > 0) await redis.zadd(index, 'NX', ...content.flatMap((key) => [now, key]));
     } while (cursor !== '0');
   }

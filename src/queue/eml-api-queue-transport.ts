@@ -25,6 +25,7 @@ import { closeOutboxRedis, openOutboxRedis, type OutboxRedis } from './redis-con
 import { withDeadline } from './deadline.js';
 import { commandFate, redisFailure, type StoredSend } from './redis-failure.js';
 import { checkRedisSettings } from './redis-settings.js';
+import { watchRefusal } from './redis-refusal.js';
 import { registerKeyChecks } from './key-checks.js';
 import { resolveQueueTransportOptions, type ResolvedQueueTransportOptions } from './queue-transport-options.js';
 
@@ -72,6 +73,11 @@ export class EmlApiQueueTransport extends EventEmitter {
   /** The build threads (`buildThreads`), none started until a send needs one. */
   readonly #threads: BuildThreads | undefined;
   readonly #inflight = new Set<Promise<unknown>>();
+  /**
+   * Redis's refusal of the connection (a wrong password, a cluster connection to a Redis that is not one),
+   * watched from the start: the client reports it once, as it connects, and then only retries.
+   */
+  readonly #refusal: { refused: Promise<never>; stop(): void };
   #redisChecked: Promise<void> | undefined;
   #closed = false;
   #closing: Promise<void> | undefined;
@@ -90,6 +96,7 @@ export class EmlApiQueueTransport extends EventEmitter {
       'connection',
       this.#settings.storeTimeout,
     );
+    this.#refusal = watchRefusal(this.#redis.redis, this.#redis.where);
     this.#content = new ContentStore(this.#redis.redis, this.#settings, this.#settings.keyring);
     this.queueName = this.#settings.queueName;
     this.queue = new Queue<OutboxJobData, OutboxSendResult>(this.queueName, {
@@ -158,7 +165,8 @@ export class EmlApiQueueTransport extends EventEmitter {
     (): Promise<true>;
     (callback: (err: Error | null, success?: true) => void): void;
   } = ((callback?: (err: Error | null, success?: true) => void): Promise<true> | void => {
-    const promise = withDeadline(this.#redis.redis.ping(), this.#settings.storeTimeout).then(
+    const pinged = withDeadline(this.#redis.redis.ping(), this.#settings.storeTimeout);
+    const promise = Promise.race([pinged, this.#refusal.refused]).then(
       async () => {
         await this.#checkRedis();
         this.#redisChecked ??= Promise.resolve();
@@ -188,6 +196,7 @@ export class EmlApiQueueTransport extends EventEmitter {
     this.#closing ??= (async () => {
       while (this.#inflight.size > 0) await Promise.allSettled([...this.#inflight]);
       await this.queue.close().catch(() => undefined);
+      this.#refusal.stop();
       await closeOutboxRedis(this.#redis);
       await this.#threads?.pool.close();
     })();
@@ -441,10 +450,15 @@ export class EmlApiQueueTransport extends EventEmitter {
     const { redis, where } = this.#redis;
     const { durability, logger, storeTimeout, keyring } = this.#settings;
     try {
-      await withDeadline(
-        checkRedisSettings(redis, where, durability, (message) => logger.warn({}, message)),
-        storeTimeout,
-      );
+      // A refused password leaves the commands waiting until the deadline (a cluster client retries, saying
+      // only "Failed to refresh slots cache."): the refusal, seen in the client's errors, ends it with its reason.
+      await Promise.race([
+        this.#refusal.refused,
+        withDeadline(
+          checkRedisSettings(redis, where, durability, (message) => logger.warn({}, message), this.#settings),
+          storeTimeout,
+        ),
+      ]);
       // The check value of the key new mail is encrypted with, for workers to compare theirs with (review F10).
       if (keyring) await withDeadline(registerKeyChecks(redis, this.#settings, keyring), storeTimeout);
     } catch (err) {

@@ -24,6 +24,7 @@ import { isOutboxBackoffType, outboxBackoffDelay, type OutboxBackoffOptions } fr
 import type { EmlApiWorkerOptions } from './worker-options.js';
 import { WorkerTelemetry } from './worker-telemetry.js';
 import { redisPassword } from './outbox-readiness.js';
+import { redisErrorText, watchRefusal } from './redis-refusal.js';
 
 export type { OutboxJob } from './outbox-job.js';
 
@@ -97,6 +98,8 @@ export class EmlApiWorker extends EventEmitter {
   readonly #clock: RedisClock;
   readonly #running = new Set<Promise<unknown>>();
   readonly #telemetry: WorkerTelemetry;
+  /** Redis's refusal of the connection (a wrong password...), seen in the errors of the worker's clients. */
+  #refusals: { refused: Promise<never>; stop(): void }[] = [];
   #forcing = false;
   #handedBack = 0;
   #closing: Promise<void> | undefined;
@@ -153,7 +156,8 @@ export class EmlApiWorker extends EventEmitter {
       stopping: () => this.#forcing,
       handBack: (job, token) => this.#handBack(job, token),
     });
-    this.#redis.redis.on('error', (err: Error) => this.#logger.debug({ error: err.message }, 'Redis error'));
+    this.#redis.redis.on('error', (err: Error) => this.#logger.debug({ error: redisErrorText(err) }, 'Redis error'));
+    this.#refusals.push(watchRefusal(this.#redis.redis, this.#redis.where));
     try {
       this.worker = new Worker<OutboxJobData, OutboxSendResult>(
         settings.queueName,
@@ -188,6 +192,8 @@ export class EmlApiWorker extends EventEmitter {
       throw new EmlApiError('ECONFIG', `workerOptions: ${(err as Error).message}`, { cause: err, permanent: true });
     }
     this.worker.on('error', (err) => this.#reportError(err));
+    // BullMQ's own connections (its blocking one is a copy of the client) report theirs here.
+    this.#refusals.push(watchRefusal(this.worker, this.#redis.where));
     this.worker.on('stalled', (jobId) =>
       this.#logger.warn(
         { job: jobId },
@@ -201,7 +207,9 @@ export class EmlApiWorker extends EventEmitter {
     this.started = this.#start();
     if (settings.cleanupInterval > 0) {
       const sweep = () => {
-        sweepStoredContent(this.#redis.redis, this.#location).then(
+        sweepStoredContent(this.#redis.redis, this.#location, {
+          warn: (message) => this.#logger.warn({}, message),
+        }).then(
           (removed) => {
             if (removed > 0) this.#logger.info({ removed }, 'Removed stored content no job needs');
           },
@@ -233,12 +241,26 @@ export class EmlApiWorker extends EventEmitter {
    * stopped answering then waited for.)
    */
   async #start(): Promise<void> {
+    // A wrong password (or a cluster connection to a Redis that is not one) keeps the clients retrying for
+    // ever, BullMQ's readiness and the checks waiting: the refusal ends the start with its reason (ECONFIG).
+    const refusal = Promise.race(this.#refusals.map((r) => r.refused));
+    // One seen after the start is not the start's: nobody awaits it then.
+    refusal.catch(() => undefined);
+    const unlessRefused = <T>(step: Promise<T>) => Promise.race([step, refusal]);
     try {
-      await this.worker.waitUntilReady();
-      await checkRedisSettings(this.#redis.redis, this.#redis.where, 'warn', (message) => {
-        this.#logger.warn({}, message);
-        this.emit('warning', message);
-      });
+      await unlessRefused(this.worker.waitUntilReady());
+      await unlessRefused(
+        checkRedisSettings(
+          this.#redis.redis,
+          this.#redis.where,
+          'warn',
+          (message) => {
+            this.#logger.warn({}, message);
+            this.emit('warning', message);
+          },
+          this.#location,
+        ),
+      );
       await this.#capPause();
       await this.#clock.sync();
       // Other bytes under a key id the producers use would fail every job they encrypted (review F10).
@@ -331,6 +353,7 @@ export class EmlApiWorker extends EventEmitter {
 
   async #close(): Promise<void> {
     if (this.#sweeper) clearInterval(this.#sweeper);
+    for (const refusal of this.#refusals) refusal.stop();
     if (this.#forcing) {
       // Stop taking jobs, then wait (briefly) for the aborted sends to put their jobs back
       // while the worker still holds its connections; jobs fetched meanwhile are put back too.
@@ -441,7 +464,7 @@ export class EmlApiWorker extends EventEmitter {
   #reportError(err: Error): void {
     // BullMQ's errors are often ioredis's, whose command arguments may hold a job's data.
     if (this.listenerCount('error') > 0) this.emit('error', withoutArguments(err));
-    else this.#logger.error({ error: err.message }, 'Outbox worker error');
+    else this.#logger.error({ error: redisErrorText(err) }, 'Outbox worker error');
   }
 }
 

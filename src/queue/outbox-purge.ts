@@ -1,6 +1,6 @@
 import type { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
-import { isClusterClient, type OutboxRedisClient } from './redis-connection.js';
+import type { OutboxRedisClient } from './redis-connection.js';
+import { escapeGlob, scannableServers } from './cluster-nodes.js';
 import { outboxKeys } from './content-keys.js';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
 import { queueRedis } from './outbox-queue.js';
@@ -55,6 +55,13 @@ export interface PurgeResult {
   busy: string[];
   /** Named jobs that do not exist. */
   notFound: string[];
+  /**
+   * Masters of a Redis Cluster that were down (flagged failed, or not
+   * answering) and so not scanned for stored messages, with why; absent when
+   * none was. The queue's keys share one slot, on a master that answered: a
+   * master down holds none of them.
+   */
+  skippedNodes?: string[];
 }
 
 /** Keys deleted per command. */
@@ -94,9 +101,15 @@ export async function purgeOutbox(
     content += await redis.del(...keys);
     await redis.zrem(index, ...keys);
   }
-  content += await deleteMatching(redis, `${location.contentKeyPrefix}*`);
-  await deleteMatching(redis, `${location.prefix}:${location.queueName}:outbox:*`);
+  const skipped = new Map<string, string>();
+  const skip = (node: string, why: string) => skipped.set(node, why);
+  content += await deleteMatching(redis, `${location.contentKeyPrefix}*`, skip);
+  await deleteMatching(redis, `${location.prefix}:${location.queueName}:outbox:*`, skip);
   const jobs = Object.values(counts).reduce((sum, n) => sum + n, 0);
+  if (skipped.size > 0) {
+    const skippedNodes = [...skipped].map(([node, why]) => `${node}: ${why}`);
+    return { jobs, content, busy: [], notFound: [], skippedNodes };
+  }
   return { jobs, content, busy: [], notFound: [] };
 }
 
@@ -131,14 +144,18 @@ async function purgeJobs(
 
 /**
  * Deletes every key matching `pattern` (a SCAN, fine once for an operator's purge); returns how many.
- * A cluster's SCAN sees one node's keys: every master is scanned (the queue's keys, under a
- * hash-tagged prefix, are on one of them, whichever a failover made it), and the keys are deleted
- * through the cluster client, which sends them to their slot's master.
+ * A cluster's SCAN sees one node's keys: every master that answers is scanned (the queue's keys, under a
+ * hash-tagged prefix, are on one of them, whichever a failover made it; a master down is skipped and
+ * named to `skipped`), and the keys are deleted through the cluster client, which sends them to their
+ * slot's master.
  */
-async function deleteMatching(redis: OutboxRedisClient, pattern: string): Promise<number> {
+async function deleteMatching(
+  redis: OutboxRedisClient,
+  pattern: string,
+  skipped: (node: string, why: string) => void,
+): Promise<number> {
   let deleted = 0;
-  const servers: Redis[] = isClusterClient(redis) ? redis.nodes('master') : [redis];
-  for (const server of servers) {
+  for (const server of await scannableServers(redis, skipped)) {
     let cursor = '0';
     do {
       const [next, keys] = await server.scan(cursor, 'MATCH', escapeGlob(pattern), 'COUNT', BATCH);
@@ -147,11 +164,4 @@ async function deleteMatching(redis: OutboxRedisClient, pattern: string): Promis
     } while (cursor !== '0');
   }
   return deleted;
-}
-
-/** A SCAN pattern matching `literal` followed by anything: glob characters of the prefix and queue name escaped. */
-function escapeGlob(pattern: string): string {
-  const star = pattern.endsWith('*');
-  const literal = star ? pattern.slice(0, -1) : pattern;
-  return `${literal.replace(/[\\*?[\]]/g, '\\$&')}${star ? '*' : ''}`;
 }

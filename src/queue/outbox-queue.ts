@@ -10,6 +10,7 @@ import {
 } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
 import { redisFailure } from './redis-failure.js';
+import { watchRefusal } from './redis-refusal.js';
 
 /**
  * The outbox's BullMQ queue opened for administration (counts, failed jobs,
@@ -32,7 +33,9 @@ export interface OutboxQueue {
  *
  * @param options `connection`; `queueName` @default 'eml-api'; `prefix` @default 'bull' (as the producers use them)
  * @param timeout how long Redis may take to answer, in ms @default 10000
- * @throws {EmlApiError} `ECONFIG` for a bad option; `ECONNECTION` or `ETIMEDOUT` when Redis does not answer
+ * @throws {EmlApiError} `ECONFIG` for a bad option, or when Redis refuses the connection (a wrong password,
+ *   a cluster connection to a Redis that is not one: `command` `AUTH` or `CLUSTER SLOTS`); `ECONNECTION` or
+ *   `ETIMEDOUT` when Redis does not answer
  * @example
  * const { queue, close } = await openOutboxQueue({ connection: 'redis://127.0.0.1:6379', queueName: 'mail' });
  */
@@ -44,11 +47,16 @@ export async function openOutboxQueue(
   const { Queue } = loadBullmq();
   const client = openOutboxRedis(options.connection, 'producer', location);
   client.redis.on('error', () => undefined);
+  // A refused password leaves the PING waiting (a cluster client retries, saying only "Failed to refresh
+  // slots cache."): the refusal, seen in the client's errors, ends the wait with its reason.
+  const refusal = watchRefusal(client.redis, client.where);
   try {
-    await withDeadline(client.redis.ping(), timeout);
+    await Promise.race([withDeadline(client.redis.ping(), timeout), refusal.refused]);
   } catch (err) {
     if (client.owned) client.redis.disconnect();
     throw redisFailure(err, `Redis at ${client.where} did not answer`, false);
+  } finally {
+    refusal.stop();
   }
   const queue = new Queue<OutboxJobData, OutboxSendResult>(location.queueName, {
     connection: client.redis,

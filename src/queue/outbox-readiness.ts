@@ -12,18 +12,26 @@ import { checkRedisSettings } from './redis-settings.js';
  * every few seconds must not repeat the warning in the logs.
  *
  * @param redis the connection to check (read when the check runs)
+ * @param location where the queue's keys are: on a cluster, only the nodes serving their slot matter
+ *   (a master of other slots down does not make the outbox unready) @default undefined (every node)
  * @example
- * const check = outboxRedisReadiness(() => redis); // { name: 'redis', check }
+ * const check = outboxRedisReadiness(() => redis, location); // { name: 'redis', check }
  */
-export function outboxRedisReadiness(redis: () => OutboxRedisClient | Promise<OutboxRedisClient>): ReadinessCheck {
+export function outboxRedisReadiness(
+  redis: () => OutboxRedisClient | Promise<OutboxRedisClient>,
+  location?: { prefix: string; queueName: string },
+): ReadinessCheck {
   return {
     name: 'redis',
     async check() {
       const client = await redis();
-      await client.ping();
+      // On a cluster a PING goes to a node picked at random (which may be one that is down): a read of a key
+      // of the queue goes to the master of its slot, the node that must answer.
+      if (location && isClusterClient(client)) await client.exists(`${location.prefix}:${location.queueName}:meta`);
+      else await client.ping();
       const { host, port } = (isClusterClient(client) ? undefined : client.options) ?? {};
       const where = isClusterClient(client) ? 'the Redis Cluster' : `${host ?? '?'}:${port ?? '?'}`;
-      await checkRedisSettings(client, where, 'warn', () => undefined);
+      await checkRedisSettings(client, where, 'warn', () => undefined, location);
     },
   };
 }

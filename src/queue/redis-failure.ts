@@ -1,5 +1,6 @@
 import { EmlApiError, errorDetails } from '../shared/eml-api-error.js';
 import { DeadlineError } from './deadline.js';
+import { redisErrorText, redisRefusal } from './redis-refusal.js';
 
 /**
  * Which send a failed Redis operation was storing: put on its error, so that
@@ -26,6 +27,9 @@ export interface StoredSend {
  */
 export function redisFailure(err: unknown, doing: string, mayHaveBeenStored: boolean, send?: StoredSend): EmlApiError {
   if (err instanceof EmlApiError) return send === undefined ? err : withStoredSend(err, send);
+  // A wrong password, a cluster client on a plain Redis: no retry fixes it, and the caller must be told why.
+  const refusal = redisRefusal(err, '', doing);
+  if (refusal) return send === undefined ? refusal : withStoredSend(refusal, send);
   const again =
     send === undefined ? 'the same idempotencyKey' : `idempotencyKey ${JSON.stringify(send.idempotencyKey)}`;
   const stored = mayHaveBeenStored
@@ -33,7 +37,8 @@ export function redisFailure(err: unknown, doing: string, mayHaveBeenStored: boo
     : '';
   const details = { cause: withoutArguments(err), permanent: false, mayHaveBeenAccepted: mayHaveBeenStored, ...send };
   if (err instanceof DeadlineError) return new EmlApiError('ETIMEDOUT', `${doing}: ${err.message}${stored}`, details);
-  const reason = err instanceof Error ? err.message : String(err);
+  // A cluster's "Failed to refresh slots cache." says why only in its lastNodeError.
+  const reason = redisErrorText(err);
   return new EmlApiError('ECONNECTION', `${doing}: ${reason}${stored}`, details);
 }
 

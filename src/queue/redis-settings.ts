@@ -1,14 +1,19 @@
 import type { Redis } from 'ioredis';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { isClusterClient, type OutboxRedisClient } from './redis-connection.js';
+import { NODE_ANSWER_MS, nodeName, slotNodes } from './cluster-nodes.js';
+import { withDeadline } from './deadline.js';
 
 /**
  * What the outbox asks of Redis before it acknowledges mail: that nothing is
  * ever evicted, and (as far as the user asked) that what it stored survives a
  * restart. Read with `CONFIG GET`, or, where a managed Redis renames or
  * forbids `CONFIG` (ElastiCache, Upstash, ACLs), from `INFO`. On a Redis
- * Cluster every node is asked, replicas included: a failover makes any of
- * them the master of the queue's slot.
+ * Cluster the nodes that serve the queue's slot are asked: its master, and
+ * its replicas, since a failover makes one of them the master. Not the
+ * others: a cluster may run with a master of other slots down
+ * (`cluster-require-full-coverage no`) or a replica lost, and the outbox,
+ * whose keys share one slot, works on (review, cluster finding 2).
  */
 
 /**
@@ -98,46 +103,62 @@ export async function readRedisSettings(redis: Redis): Promise<RedisSettings> {
  * other than `noeviction` (queued mail would be evicted silently, jobs and
  * their content alike), and the persistence `durability` asks for; warns
  * where persistence is off and nothing more was asked, and where a setting
- * cannot be read. On a Redis Cluster every node is checked (each warning is
- * given once, naming the first node it concerns and how many more); a node of
- * a cluster reached as a single server is refused: the queue's keys would be
- * answered with `MOVED`.
+ * cannot be read. On a Redis Cluster the nodes serving the queue's slot are
+ * checked (each warning is given once, naming the first node it concerns and
+ * how many more): its master, whose failure to answer fails the check, and
+ * its replicas, each skipped with a warning when it does not answer within
+ * 2 s (a replica down: the cluster has flagged it failed, or soon will). A
+ * node of a cluster reached as a single server is refused: the queue's keys
+ * would be answered with `MOVED`.
  *
  * @param where host and port (a cluster: its nodes), for messages
  * @param warn called with each warning
+ * @param location where the queue's keys are: on a cluster, the nodes of their slot are checked
+ *   @default undefined (every node of a cluster, those that do not answer skipped with a warning)
  * @throws {EmlApiError} `ECONFIG` (permanent) naming the setting and the command that fixes it
  * @example
- * await checkRedisSettings(redis, '127.0.0.1:6379', 'warn', (message) => logger.warn({}, message));
+ * await checkRedisSettings(redis, '127.0.0.1:6379', 'warn', (message) => logger.warn({}, message), location);
  */
 export async function checkRedisSettings(
   redis: OutboxRedisClient,
   where: string,
   durability: OutboxDurability,
   warn: (message: string) => void,
+  location?: { prefix: string; queueName: string },
 ): Promise<void> {
   if (!isClusterClient(redis)) {
     await checkServer(redis, where, durability, false, (_kind, message) => warn(message));
     return;
   }
-  // The node list is known once the cluster has answered.
+  // The node list and slot map are known once the cluster has answered.
   if (redis.status !== 'ready') await redis.ping();
-  const nodes = redis.nodes('all');
+  // The master of the queue's slot must answer (nothing of the queue works without it); any other node
+  // may be down, and is then skipped.
+  const serving = location ? slotNodes(redis, `${location.prefix}:${location.queueName}:meta`) : [];
+  const master: Redis | undefined = serving[0];
+  const others = location ? serving.slice(1) : redis.nodes('all');
   const warnings = new Map<string, { message: string; nodes: number }>();
-  await Promise.all(
-    nodes.map((node) =>
-      checkServer(
-        node,
-        `${where} (node ${node.options.host}:${node.options.port})`,
-        durability,
-        true,
-        (kind, message) => {
-          const seen = warnings.get(kind);
-          if (seen) seen.nodes++;
-          else warnings.set(kind, { message, nodes: 1 });
-        },
-      ),
-    ),
-  );
+  const collect = (kind: string, message: string) => {
+    const seen = warnings.get(kind);
+    if (seen) seen.nodes++;
+    else warnings.set(kind, { message, nodes: 1 });
+  };
+  const named = (node: Redis) => `${where} (node ${nodeName(node)})`;
+  await Promise.all([
+    master && checkServer(master, named(master), durability, true, collect),
+    ...others.map(async (node) => {
+      try {
+        await withDeadline(checkServer(node, named(node), durability, true, collect), NODE_ANSWER_MS);
+      } catch (err) {
+        if (err instanceof EmlApiError) throw err;
+        collect(
+          'unanswered',
+          `Could not read the settings of Redis at ${named(node)}: it did not answer (${(err as Error).message}); ` +
+            'skipped: a node down serves none of the queue, but a replica of its master down cannot take over from it',
+        );
+      }
+    }),
+  ]);
   for (const { message, nodes: count } of warnings.values()) {
     warn(count > 1 ? `${message} (and ${count - 1} more node${count > 2 ? 's' : ''} alike)` : message);
   }

@@ -96,7 +96,7 @@ export class WorkerTelemetry {
       this.#http,
       {
         checks: [
-          outboxRedisReadiness(() => this.#settings.redis()),
+          outboxRedisReadiness(() => this.#settings.redis(), this.#settings.location),
           { name: 'service', check: async () => void (await client.verify()) },
         ],
         stuck,

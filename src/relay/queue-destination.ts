@@ -58,7 +58,11 @@ export function queueDestination(
     ready: async () => {
       await transport.verify();
     },
-    readiness: () => outboxRedisReadiness(() => queueRedis(transport.queue)).check(),
+    readiness: () =>
+      outboxRedisReadiness(() => queueRedis(transport.queue), {
+        prefix: transport.queue.opts.prefix ?? 'bull',
+        queueName: transport.queue.name,
+      }).check(),
     close: () => (owned ? transport.close() : Promise.resolve()),
   };
 }

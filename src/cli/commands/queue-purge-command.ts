@@ -66,6 +66,9 @@ export async function queuePurgeCommand(args: string[], io: CliIo): Promise<numb
     }
     for (const id of result.busy) io.stderr.write(`${terminalText(id)}: being sent right now: not removed\n`);
     for (const id of result.notFound) io.stderr.write(`${terminalText(id)}: no such job\n`);
+    for (const node of result.skippedNodes ?? []) {
+      io.stderr.write(`Redis Cluster node ${terminalText(node)}: down, not scanned (it holds none of the queue)\n`);
+    }
     const what = `${result.jobs} ${result.jobs === 1 ? 'job' : 'jobs'} and ${result.content} stored ${plural(result.content)}`;
     io.stdout.write(values.all ? `Purged queue "${name}": removed ${what}\n` : `Removed ${what}\n`);
     return result.busy.length > 0 || result.notFound.length > 0 ? EXIT.failed : EXIT.ok;

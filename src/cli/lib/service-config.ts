@@ -58,11 +58,15 @@ export function serviceOptions(
 
 /**
  * Runs `make`, reporting an `ECONFIG` error (a bad URL, key or option) as a
- * usage error: a configuration mistake, reported like a wrong flag.
+ * usage error: a configuration mistake, reported like a wrong flag. Not
+ * Redis's refusal of the connection (a wrong password, a cluster connection
+ * to a Redis that is not one: `command` `AUTH` or `CLUSTER SLOTS`): the flags
+ * were well formed and Redis said no, a failure (exit code 1) with its reason.
  */
 export function asUsageError<T>(make: () => T): T {
   const convert = (err: unknown): never => {
-    if (err instanceof EmlApiError && err.code === 'ECONFIG') throw new UsageError(err.message);
+    const refused = err instanceof EmlApiError && (err.command === 'AUTH' || err.command === 'CLUSTER SLOTS');
+    if (err instanceof EmlApiError && err.code === 'ECONFIG' && !refused) throw new UsageError(err.message);
     throw err;
   };
   try {
