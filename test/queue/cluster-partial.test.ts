@@ -73,6 +73,11 @@ describe('a cluster with a master of other slots down (cluster-require-full-cove
         const ready = await fetch(`http://${worker.http!.host}:${worker.http!.port}/readyz`);
         expect(`${ready.status} ${await ready.text()}`).toMatch(/^200 /);
         await eventually(() => emu.messages().length === 1, { what: 'the message sent' });
+        // And recorded as sent (its content removed with the record): the service's answer reaches the
+        // worker after the message reaches the emulator, and a close before the record hands it back.
+        await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 1, {
+          what: 'the send recorded',
+        });
       } finally {
         await worker.close({ abort: true });
       }
