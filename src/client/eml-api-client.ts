@@ -1,17 +1,24 @@
 import type { Readable } from 'node:stream';
 import { spoolMessage } from '../body/message-spool.js';
-import { emlBodyFromBuffer, STREAM_ABOVE } from '../body/eml-upload-body.js';
-import { Requester, type Call } from '../http/requester.js';
+import { emlBodyFromBuffer, emlBodyLength, STREAM_ABOVE } from '../body/eml-upload-body.js';
+import { randomUUID } from 'node:crypto';
+import { Requester, type RequestObserver } from '../http/requester.js';
 import { errorFromResponse, errorFromUnreadableAnswer } from '../http/request-error.js';
 import { readApiError, type ServiceResponse } from '../http/service-response.js';
 import type { UploadBody } from '../http/upload-body.js';
-import { API_KEY_HEADER, API_PATHS } from '../protocol/api-paths.js';
-import type { AddToGroupRequest, AddToGroupResponse, GroupMemberEntry } from '../protocol/api-types.js';
+import { API_KEY_HEADER, API_PATHS, IDEMPOTENCY_KEY_HEADER, sendPath, type SendKind } from '../protocol/api-paths.js';
+import type {
+  AddToGroupRequest,
+  AddToGroupResponse,
+  GroupMemberEntry,
+  GroupSendAcceptedResponse,
+  SendAcceptedResponse,
+} from '../protocol/api-types.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import type { EmlApiLogger } from '../shared/logger.js';
 import { VERSION } from '../shared/version.js';
 import { toApiAddress, type AddressInput } from './address-input.js';
 import { objectOrUndefined } from './answer-fields.js';
-import { registerClientInternals } from './client-internals.js';
 import type { EmlApiClientOptions, EmlApiClientSettings, ResolvedClientOptions } from './client-options.js';
 import {
   DEFAULT_ADD_BATCH_SIZE,
@@ -30,7 +37,13 @@ import { inputError } from './input-error.js';
 import { readMembership } from './membership-answer.js';
 import { toGroupEmailRequest, toStandardEmailRequest } from './request-bodies.js';
 import { clientSettingsView, resolveClientOptions } from './client-options.js';
-import { postEml, postGroupSend, postSend } from './send-requests.js';
+import {
+  readSendAnswer,
+  type AcceptedSend,
+  type SendAnswer,
+  type SendBody,
+  type SendRequest,
+} from './send-requests.js';
 
 /**
  * Typed client of the email service's HTTP API. The transport uses one; apps
@@ -85,7 +98,6 @@ export class EmlApiClient {
       rateLimit: resolved.rateLimit,
       logger: resolved.logger,
     });
-    registerClientInternals(this, { requester: this.#requester, options: this.#resolved });
   }
 
   /**
@@ -125,14 +137,13 @@ export class EmlApiClient {
   async sendEml(eml: Buffer | Uint8Array | string | Readable, options: SendOptions = {}): Promise<SendResult> {
     // Checked before the message is read: a stream is consumed only by a send that can go out.
     const idempotencyKey = checkIdempotencyKey(options.idempotencyKey);
-    return this.#requester.run(`POST ${API_PATHS.sendEml}`, { signal: options.signal, paced: true }, async (call) => {
-      const body = await this.#emlBody(eml, call);
-      try {
-        return await postEml(call, body, idempotencyKey);
-      } finally {
-        await body.dispose();
-      }
+    const sent = await this.send({
+      kind: 'eml',
+      idempotencyKey,
+      signal: options.signal,
+      build: async ({ signal }) => ({ body: await this.#emlBody(eml, signal) }),
     });
+    return sent.result;
   }
 
   /**
@@ -146,10 +157,8 @@ export class EmlApiClient {
   async sendEmail(email: EmailInput, options: SendOptions = {}): Promise<SendResult> {
     const body = toStandardEmailRequest(email, 'sendEmail');
     const idempotencyKey = checkIdempotencyKey(options.idempotencyKey);
-    const json = JSON.stringify(body);
-    return this.#requester.run(`POST ${API_PATHS.sendEmail}`, { signal: options.signal, paced: true }, (call) =>
-      postSend(call, API_PATHS.sendEmail, json, idempotencyKey),
-    );
+    const sent = await this.send({ kind: 'email', body: JSON.stringify(body), idempotencyKey, signal: options.signal });
+    return sent.result;
   }
 
   /**
@@ -165,12 +174,90 @@ export class EmlApiClient {
     checkGroupId(groupId, 'sendToGroup');
     const body = toGroupEmailRequest(email, 'sendToGroup');
     const idempotencyKey = checkIdempotencyKey(options.idempotencyKey);
-    const json = JSON.stringify(body);
-    return this.#requester.run(
-      `POST ${API_PATHS.sendGroup(groupId)}`,
-      { signal: options.signal, paced: true },
-      (call) => postGroupSend(call, groupId, json, idempotencyKey),
-    );
+    const sent = await this.send({
+      kind: 'group',
+      groupId,
+      body: JSON.stringify(body),
+      idempotencyKey,
+      signal: options.signal,
+    });
+    return sent.result;
+  }
+
+  /**
+   * The one send path of the package (the send methods above, the
+   * transport, the outbox worker and the relay): waits for the pace and a
+   * connection slot, builds the body once the slot is held (with `build`),
+   * posts it with its `Idempotency-Key` (the request's, or a new UUID),
+   * retrying where that is safe, and reads the answer for the send's kind.
+   * A body the client built is disposed once the send settles; a body given
+   * in `body` stays the caller's.
+   *
+   * @internal Package-internal (the transports and the relay send through it); not in the published types.
+   * @throws {EmlApiError} `EMESSAGE` for an empty EML; the request engine's errors (`EAUTH`, `EAPI`, `ETIMEDOUT`...)
+   */
+  send<K extends SendKind, B extends SendBody = SendBody>(
+    request: SendRequest<B> & { readonly kind: K },
+  ): Promise<AcceptedSend<SendAnswer<K>, B | undefined>> {
+    const path = sendPath(request.kind, request.groupId);
+    const command = `POST ${path}`;
+    return this.#requester.run(command, { signal: request.signal, paced: true }, async (call) => {
+      let built: B | undefined;
+      let body: SendBody['body'];
+      if (request.build) {
+        call.stage = 'building';
+        built = await request.build({
+          signal: call.signal,
+          spool: this.#resolved.spool,
+          logger: this.#resolved.logger,
+        });
+        body = built.body;
+      } else {
+        body = request.body;
+      }
+      try {
+        if (request.kind === 'eml' && typeof body !== 'string' && body.length <= emlBodyLength(0)) {
+          throw new EmlApiError('EMESSAGE', 'sendEml() got an empty message', { command, permanent: true });
+        }
+        const idempotencyKey = request.idempotencyKey ?? randomUUID();
+        const res = await call.request<Partial<SendAcceptedResponse & GroupSendAcceptedResponse>>({
+          method: 'POST',
+          path,
+          body,
+          headers: { [IDEMPOTENCY_KEY_HEADER]: idempotencyKey },
+        });
+        const result = readSendAnswer(request.kind, res, idempotencyKey, call) as SendAnswer<K>;
+        return { result, built };
+      } finally {
+        if (built && typeof body !== 'string') await body.dispose();
+      }
+    });
+  }
+
+  /**
+   * Tells `observer` of every attempt and retry of the requests to come (metrics, spans).
+   * @internal Package-internal; not in the published types.
+   * @returns a function that removes it
+   */
+  observe(observer: RequestObserver): () => void {
+    return this.#requester.observe(observer);
+  }
+
+  /**
+   * Calls `listener` each time a call ends and frees its connection slot (the transport's `'idle'`).
+   * @internal Package-internal; not in the published types.
+   * @returns a function that removes it
+   */
+  onSlotReleased(listener: () => void): () => void {
+    return this.#requester.onSlotReleased(listener);
+  }
+
+  /**
+   * The client's logger (silent when none was given).
+   * @internal Package-internal; not in the published types.
+   */
+  get logger(): EmlApiLogger {
+    return this.#resolved.logger;
   }
 
   /**
@@ -391,13 +478,12 @@ export class EmlApiClient {
   }
 
   /** The upload body of an EML given as bytes, text or a stream (streams are spooled when large). */
-  async #emlBody(eml: Buffer | Uint8Array | string | Readable, call: Call): Promise<UploadBody> {
+  async #emlBody(eml: Buffer | Uint8Array | string | Readable, signal: AbortSignal): Promise<UploadBody> {
     if (typeof eml === 'string') return emlBodyFromBuffer(Buffer.from(eml, 'utf8'), STREAM_ABOVE);
     if (eml instanceof Uint8Array)
       return emlBodyFromBuffer(Buffer.from(eml.buffer, eml.byteOffset, eml.byteLength), STREAM_ABOVE);
     if (typeof eml === 'object' && eml !== null && typeof (eml as Readable).pipe === 'function') {
-      call.stage = 'building';
-      return (await spoolMessage(eml as Readable, this.#resolved.spool, call.signal)).body;
+      return (await spoolMessage(eml as Readable, this.#resolved.spool, signal)).body;
     }
     throw new EmlApiError('EMESSAGE', 'sendEml() expects a Buffer, Uint8Array, string or Readable stream', {
       permanent: true,

@@ -1,88 +1,96 @@
-import { randomUUID } from 'node:crypto';
+import type { SpoolSettings } from '../body/spool-options.js';
 import type { Call } from '../http/requester.js';
 import type { ServiceResponse } from '../http/service-response.js';
 import type { UploadBody } from '../http/upload-body.js';
-import { emlBodyLength } from '../body/eml-upload-body.js';
-import { API_PATHS, IDEMPOTENCY_KEY_HEADER } from '../protocol/api-paths.js';
+import type { SendKind } from '../protocol/api-paths.js';
 import type { GroupSendAcceptedResponse, SendAcceptedResponse } from '../protocol/api-types.js';
-import { EmlApiError } from '../shared/eml-api-error.js';
+import type { EmlApiLogger } from '../shared/logger.js';
 import { numberOrUndefined, objectOrUndefined, stringOrUndefined } from './answer-fields.js';
 import type { GroupSendResult, SendResult } from './client-types.js';
 
 /**
- * The send requests, made within a call the caller opened (the client's
- * methods, or the transport after building a message in the same call).
- * Each posts one logical send with its `Idempotency-Key` (the caller's, or a
- * new UUID) and reads the accepted answer leniently.
+ * The one send path of the package: what the client's own send methods, the
+ * transport, the outbox worker and the relay hand to the client's `send`.
+ * A send either brings its request body (`body`: the caller keeps and
+ * disposes it) or builds it once its call holds a connection slot (`build`:
+ * the client disposes what it returns), so that memory is bounded by
+ * `maxConnections`, not by the sends waiting.
+ *
+ * @internal Package-internal; not in the published types.
  */
+export type SendRequest<B extends SendBody = SendBody> = {
+  /** What is posted, and so where to. */
+  readonly kind: SendKind;
+  /** The group of a `group` send. */
+  readonly groupId?: string | undefined;
+  /** The send's `Idempotency-Key` (checked by the caller); a new UUID when undefined. */
+  readonly idempotencyKey?: string | undefined;
+  /** Aborts the send wherever it is: waiting, building or uploading. */
+  readonly signal?: AbortSignal | undefined;
+} & (
+  | { readonly body: UploadBody | string; readonly build?: never }
+  | { readonly build: (context: BuildContext) => Promise<B>; readonly body?: never }
+);
 
-/** `POST /v1/send/eml` with a prepared `{"mail": ...}` body. */
-export async function postEml(call: Call, body: UploadBody, idempotencyKey: string | undefined): Promise<SendResult> {
-  if (body.length <= emlBodyLength(0)) {
-    throw new EmlApiError('EMESSAGE', 'sendEml() got an empty message', {
-      command: `POST ${API_PATHS.sendEml}`,
-      permanent: true,
-    });
-  }
-  return postSend(call, API_PATHS.sendEml, body, idempotencyKey);
+/**
+ * A request body made by a send's `build`, with whatever the builder wants
+ * back with the answer (an envelope, a Message-ID).
+ * @internal
+ */
+export interface SendBody {
+  /** The JSON text or the replayable `{"mail": ...}` body to post. */
+  readonly body: UploadBody | string;
 }
 
-/** A send to `/v1/send/eml` or `/v1/send/email`. */
-export async function postSend(
+/**
+ * What a send's `build` gets: the call's signal and the client's settings a
+ * build needs.
+ * @internal
+ */
+export interface BuildContext {
+  /** Aborted by the caller's signal, `timeouts.total` or `close({ abort: true })`. */
+  readonly signal: AbortSignal;
+  /** Where large messages are spooled (the client's `spool` option). */
+  readonly spool: SpoolSettings;
+  /** The client's logger. */
+  readonly logger: EmlApiLogger;
+}
+
+/**
+ * An accepted send: the service's answer read for the send's kind, and what
+ * `build` made (undefined for a send that brought its body).
+ * @internal
+ */
+export interface AcceptedSend<R, B> {
+  readonly result: R;
+  readonly built: B;
+}
+
+/** The answer to a send of `kind`: a group send's counts, or an EML or JSON email's ids. */
+export type SendAnswer<K extends SendKind> = K extends 'group' ? GroupSendResult : SendResult;
+
+/**
+ * Reads the accepted answer of a send leniently (a real service may omit
+ * fields), with a warning when the body is not the service's JSON.
+ */
+export function readSendAnswer(
+  kind: SendKind,
+  res: ServiceResponse<Partial<SendAcceptedResponse & GroupSendAcceptedResponse>>,
+  idempotencyKey: string,
   call: Call,
-  path: string,
-  body: string | UploadBody,
-  idempotencyKey: string | undefined,
-): Promise<SendResult> {
-  const { key, res } = await postIdempotent<SendAcceptedResponse>(call, path, body, idempotencyKey);
+): SendResult | GroupSendResult {
   const data = objectOrUndefined(res.data);
-  return withWarning(
-    { ...res, id: stringOrUndefined(data?.id), messageId: stringOrUndefined(data?.messageId), idempotencyKey: key },
-    call,
-  );
-}
-
-/** `POST /v1/send/group/{groupId}` with a JSON group email. */
-export async function postGroupSend(
-  call: Call,
-  groupId: string,
-  body: string,
-  idempotencyKey: string | undefined,
-): Promise<GroupSendResult> {
-  const { key, res } = await postIdempotent<GroupSendAcceptedResponse>(
-    call,
-    API_PATHS.sendGroup(groupId),
-    body,
-    idempotencyKey,
-  );
-  const data = objectOrUndefined(res.data);
-  return withWarning(
-    {
-      ...res,
-      id: stringOrUndefined(data?.id),
-      recipients: numberOrUndefined(data?.recipients),
-      failed: numberOrUndefined(data?.failed),
-      idempotencyKey: key,
-    },
-    call,
-  );
-}
-
-/** One logical send: a POST carrying its `Idempotency-Key`, the caller's or a new UUID. */
-async function postIdempotent<T>(
-  call: Call,
-  path: string,
-  body: string | UploadBody,
-  idempotencyKey: string | undefined,
-): Promise<{ key: string; res: ServiceResponse<Partial<T>> }> {
-  const key = idempotencyKey ?? randomUUID();
-  const res = await call.request<Partial<T>>({
-    method: 'POST',
-    path,
-    body,
-    headers: { [IDEMPOTENCY_KEY_HEADER]: key },
-  });
-  return { key, res };
+  const result: SendResult | GroupSendResult =
+    kind === 'group'
+      ? {
+          ...res,
+          id: stringOrUndefined(data?.id),
+          recipients: numberOrUndefined(data?.recipients),
+          failed: numberOrUndefined(data?.failed),
+          idempotencyKey,
+        }
+      : { ...res, id: stringOrUndefined(data?.id), messageId: stringOrUndefined(data?.messageId), idempotencyKey };
+  return withWarning(result, call);
 }
 
 /**

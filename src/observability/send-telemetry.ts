@@ -15,7 +15,7 @@ const SEND_REQUEST = /^POST \/v1\/send\//;
  *
  * @returns stops watching
  * @example
- * const unwatch = watchSends(clientInternals(client).requester, 'transport', metrics);
+ * const unwatch = watchSends(client, 'transport', metrics);
  */
 export function watchSends(
   requester: Pick<Requester, 'observe'>,

@@ -35,6 +35,29 @@ export const API_PATHS = {
 } as const;
 
 /**
+ * What a send posts, and so where it goes: a complete message (`eml`,
+ * `POST /v1/send/eml`), a standard JSON email (`email`, `POST /v1/send/email`)
+ * or a JSON email to every member of a group (`group`,
+ * `POST /v1/send/group/{groupId}`). The transport, the outbox (stored on each
+ * job) and the relay name a send's kind with it.
+ *
+ * @example
+ * const counts = { eml: 0, email: 0, group: 0 } satisfies Record<SendKind, number>;
+ */
+export type SendKind = 'eml' | 'email' | 'group';
+
+/**
+ * The path a send of `kind` is posted to.
+ * @param groupId the group of a `group` send
+ * @example
+ * sendPath('group', 'news'); // '/v1/send/group/news'
+ */
+export function sendPath(kind: SendKind, groupId?: string): string {
+  if (kind === 'group') return API_PATHS.sendGroup(groupId ?? '');
+  return kind === 'eml' ? API_PATHS.sendEml : API_PATHS.sendEmail;
+}
+
+/**
  * Percent-encodes one path segment. Beyond `encodeURIComponent`, a segment made
  * only of dots is encoded too, since `.` and `..` would otherwise be resolved
  * as dot segments by URL parsers and proxies and change the path.

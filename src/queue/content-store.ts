@@ -1,3 +1,4 @@
+import type { SendKind } from '../protocol/api-paths.js';
 import { createHash, type Hash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import type { OutboxRedisClient } from './redis-connection.js';
@@ -18,7 +19,7 @@ import {
 import { newContentKey, outboxKeys, parseContentKey } from './content-keys.js';
 import { contentCommands, TOMBSTONE_MS, type ContentCommands } from './content-scripts.js';
 import { keyVerdict } from './key-checks.js';
-import type { OutboxJobData, OutboxSendKind } from './outbox-job.js';
+import type { OutboxJobData } from './outbox-job.js';
 import { outboxJobId } from './outbox-job-id.js';
 import type { QueueLocation } from './queue-location.js';
 
@@ -204,7 +205,7 @@ export class ContentStore {
   jobFields(
     contentKey: string,
     written: WrittenContent,
-    clear: { envelope: MailEnvelope; messageId: string; kind?: OutboxSendKind; group?: string | undefined },
+    clear: { envelope: MailEnvelope; messageId: string; kind?: SendKind; group?: string | undefined },
   ): Partial<OutboxJobData> {
     if (written.keyId === undefined) return { sha256: written.sha256 };
     // Where the mail goes is sealed with it: a job whose kind or group is changed in Redis is not posted

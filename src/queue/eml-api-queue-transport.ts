@@ -9,7 +9,7 @@ import { EmlApiError } from '../shared/eml-api-error.js';
 import { VERSION } from '../shared/version.js';
 import type { BuildThreads } from '../transport/build-message.js';
 import { BuildThreadPool } from '../transport/build-threads/pool.js';
-import { jsonRouteOf } from '../transport/json-route.js';
+import { sendRouteOf, type SendRoute } from '../transport/json-route.js';
 import type { NodemailerMail } from '../transport/nodemailer-types.js';
 import { ContentStore } from './content-store.js';
 import { addJob, AfterTheAdd, finishedByWorker, waitForReplicas, type AddedJob } from './add-job.js';
@@ -19,7 +19,6 @@ import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
 import { loadBullmq } from './queue-peers.js';
 import type { EmlApiQueueTransportOptions } from './queue-transport-options.js';
 import { prepareQueuedContent, type QueuedContent } from './queued-content.js';
-import { registerQueueTransportInternals } from './queue-transport-internals.js';
 import { queuedMessageInfo, type EmlApiQueuedMessageInfo } from './queued-message-info.js';
 import { closeOutboxRedis, openOutboxRedis, type OutboxRedis } from './redis-connection.js';
 import { withDeadline } from './deadline.js';
@@ -112,16 +111,24 @@ export class EmlApiQueueTransport extends EventEmitter {
     this.#limiter = new ConcurrencyLimiter(this.#settings.concurrency, () => {
       if (this.isIdle()) this.emit('idle');
     });
-    registerQueueTransportInternals(this, {
-      enqueue: (content, idempotencyKey, signal) =>
-        this.#track(
-          // In the caller's trace (the relay's span of the message), which the job then carries.
-          this.#limiter.run(
-            bindToActiveContext(() => this.#storeChecked(content, idempotencyKey, signal)),
-            signal,
-          ),
-        ),
-    });
+  }
+
+  /**
+   * Stores content that is already built as a job, with the same checks and
+   * limits as `sendMail` (`maxMessageSize`, `concurrency`, close): the SMTP
+   * relay receives a complete message, not a Nodemailer mail. The caller
+   * disposes `content`.
+   *
+   * @internal Package-internal (the relay's outbox); not in the published types.
+   */
+  queueContent(content: QueuedContent, idempotencyKey: string, signal: AbortSignal): Promise<EmlApiQueuedMessageInfo> {
+    return this.#track(
+      // In the caller's trace (the relay's span of the message), which the job then carries.
+      this.#limiter.run(
+        bindToActiveContext(() => this.#storeChecked(content, idempotencyKey, signal)),
+        signal,
+      ),
+    );
   }
 
   /**
@@ -219,7 +226,7 @@ export class EmlApiQueueTransport extends EventEmitter {
       });
     }
     const data = mail.data as Record<string, unknown>;
-    const route = jsonRouteOf(data);
+    const route = sendRouteOf(data);
     const idempotencyKey = checkIdempotencyKey(data.idempotencyKey) ?? randomUUID();
     const signal = signalOf(mail);
     // A span per sendMail that queues; the job carries its context, so the worker's span continues the trace.
@@ -276,7 +283,7 @@ export class EmlApiQueueTransport extends EventEmitter {
 
   async #enqueue(
     mail: NodemailerMail,
-    route: ReturnType<typeof jsonRouteOf>,
+    route: SendRoute,
     idempotencyKey: string,
     signal: AbortSignal,
   ): Promise<EmlApiQueuedMessageInfo> {

@@ -1,7 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { refuseUnknownKeys } from '../shared/options-kit.js';
 import type { MinimalJob, Worker } from 'bullmq';
-import { clientInternals } from '../client/client-internals.js';
 import { EmlApiClient } from '../client/eml-api-client.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { EmlApiLogger } from '../shared/logger.js';
@@ -149,7 +148,7 @@ export class EmlApiWorker extends EventEmitter {
       logger: this.#logger,
       maxStalls: settings.maxStalls,
       resendWithin: settings.resendWithin,
-      requester: () => clientInternals(this.client).requester,
+      client: this.client,
       rateLimit: (ms) => this.worker.rateLimit(ms),
       maxRetryAfter: settings.maxRetryAfter,
       now: () => this.#clock.now(),

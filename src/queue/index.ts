@@ -28,14 +28,9 @@ export type { EmlApiWorkerOptions, OutboxRateLimit, OutboxWorkerTuning } from '.
 
 // The jobs, as the worker's events and BullMQ's API (transport.queue, worker.worker) hand them out:
 // OutboxJob is BullMQ's Job<OutboxJobData, OutboxSendResult>; the rest are what its data and result hold.
-export type {
-  OutboxJob,
-  OutboxJobData,
-  OutboxJobError,
-  OutboxParkReason,
-  OutboxSendKind,
-  OutboxSendResult,
-} from './outbox-job.js';
+export type { OutboxJob, OutboxJobData, OutboxJobError, OutboxParkReason, OutboxSendResult } from './outbox-job.js';
+// What a job posts (its kind is also the BullMQ job name): the protocol's one name for it.
+export type { SendKind } from '../protocol/api-paths.js';
 export type { TraceCarrier } from '../observability/tracing.js';
 
 // Administration: a queue opened without a producer, its status, failed sends, a purge.

@@ -1,5 +1,5 @@
 import type { OutboxRedisClient } from './redis-connection.js';
-import type { Requester } from '../http/requester.js';
+import type { EmlApiClient } from '../client/eml-api-client.js';
 import type { EmlApiLogger } from '../shared/logger.js';
 import {
   contentGoneAfterAttempt,
@@ -41,8 +41,8 @@ export interface JobRunnerSettings {
   maxStalls: number;
   /** From a send's first possibly-accepted attempt, how long it may be sent again, in ms. */
   resendWithin: number;
-  /** The worker's request engine (one attempt per job run). */
-  requester: () => Requester;
+  /** The worker's client (one attempt per job run). */
+  client: EmlApiClient;
   /** Pauses every worker of the queue (a 429's `Retry-After`), in ms. */
   rateLimit: (ms: number) => Promise<void>;
   /** The longest `Retry-After` honoured (a 429's pause, a 5xx's wait), in ms. */
@@ -145,7 +145,7 @@ export class OutboxJobRunner {
       if (alone && !(await this.#write(job, token, { ...job.data, aloneAt: data.stallsSeen ?? 0 }))) {
         throw new Error('This worker no longer holds the job (its lock expired): not sent by it');
       }
-      const result = await sendOutboxJob(this.#settings.requester(), this.#settings.content, data);
+      const result = await sendOutboxJob(this.#settings.client, this.#settings.content, data);
       // Not awaited: BullMQ's completion follows it on the same connection, in the same round trip.
       recordSent(this.#settings.redis, this.#keys(job), data, result, token).then(
         (owned) => {

@@ -1,8 +1,9 @@
+import type { SendKind } from '../protocol/api-paths.js';
 import type { Queue } from 'bullmq';
 import { PAUSE_MARK } from './rate-limit-pause.js';
 import { queueRedisTime } from './redis-clock.js';
 import type { MailEnvelope } from '../transport/nodemailer-types.js';
-import type { OutboxJobData, OutboxJobError, OutboxSendKind, OutboxSendResult } from './outbox-job.js';
+import type { OutboxJobData, OutboxJobError, OutboxSendResult } from './outbox-job.js';
 
 /**
  * The job states {@link readOutboxStatus} counts, as BullMQ names them.
@@ -35,7 +36,7 @@ export type OutboxState = (typeof OUTBOX_STATES)[number];
 export interface FailedSend {
   /** The job id. */
   queueId: string;
-  kind: OutboxSendKind | undefined;
+  kind: SendKind | undefined;
   group: string | undefined;
   /** Empty when `encrypted` (the envelope is sealed with the content's key). */
   envelope: MailEnvelope | undefined;

@@ -1,17 +1,8 @@
+import type { SendKind } from '../protocol/api-paths.js';
 import type { Job } from 'bullmq';
 import type { MailEnvelope } from '../transport/nodemailer-types.js';
 import { EmlApiError, type EmlApiErrorCode } from '../shared/eml-api-error.js';
 import type { TraceCarrier } from '../observability/tracing.js';
-
-/**
- * Which endpoint a queued send goes to: `eml` (`/v1/send/eml`, the default),
- * `email` (`/v1/send/email`, a `tracking` send) or `group`
- * (`/v1/send/group/{group}`). It is also the BullMQ job name.
- *
- * @example
- * const counts = { eml: 0, email: 0, group: 0 } satisfies Record<OutboxSendKind, number>;
- */
-export type OutboxSendKind = 'eml' | 'email' | 'group';
 
 /**
  * The error of a failed attempt, kept on the job (in its data, as
@@ -73,7 +64,7 @@ export interface OutboxJobData {
    */
   v: 1 | 2 | 3;
   /** The endpoint. */
-  kind: OutboxSendKind;
+  kind: SendKind;
   /** The group of a group send. */
   group?: string;
   /**
@@ -214,7 +205,7 @@ export interface OutboxSendResult {
  */
 export type OutboxJob = Job<OutboxJobData, OutboxSendResult>;
 
-const KINDS: readonly OutboxSendKind[] = ['eml', 'email', 'group'];
+const KINDS: readonly SendKind[] = ['eml', 'email', 'group'];
 
 /**
  * Reads a job's data back, checking its shape and that its content key lies
@@ -249,7 +240,7 @@ export function readOutboxJobData(data: unknown, contentKeyPrefix: string): Outb
       // Content removed from a job (sent, or refused) leaves it without `inline`.
       (o.v === 3 && (encryption === undefined || sealed) && typeof o.sha256 === 'string')) &&
     (o.inline === undefined || typeof o.inline === 'string') &&
-    KINDS.includes(o.kind as OutboxSendKind) &&
+    KINDS.includes(o.kind as SendKind) &&
     (o.kind !== 'group' || (typeof o.group === 'string' && o.group.length > 0)) &&
     typeof o.contentKey === 'string' &&
     o.contentKey.startsWith(contentKeyPrefix) &&

@@ -5,22 +5,22 @@ import { checkGroupId } from '../client/input-checks.js';
 import { toGroupEmailRequest, toStandardEmailRequest } from '../client/request-bodies.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { buildMessage, type BuildThreads } from '../transport/build-message.js';
-import type { JsonRoute } from '../transport/json-route.js';
+import type { JsonRoute, SendRoute } from '../transport/json-route.js';
 import { jsonSendFromMail } from '../transport/json-send-from-mail.js';
 import type { MailEnvelope, NodemailerMail } from '../transport/nodemailer-types.js';
-import type { OutboxSendKind } from './outbox-job.js';
+import type { SendKind } from '../protocol/api-paths.js';
 
 /**
  * What a queued send stores: the exact bytes every attempt will post, built
  * and checked once, before anything reaches Redis.
  *
  * @example
- * const content: QueuedContent = await prepareQueuedContent(mail, undefined, spool, signal);
+ * const content: QueuedContent = await prepareQueuedContent(mail, { kind: 'eml' }, spool, signal);
  * await writeContent(redis, key, content.open());
  * await content.dispose();
  */
 export interface QueuedContent {
-  kind: OutboxSendKind;
+  kind: SendKind;
   /** The group of a group send. */
   group?: string;
   envelope: MailEnvelope;
@@ -45,20 +45,20 @@ export interface QueuedContent {
  * Base64-encoded, every field checked), so that replaying it later sends the
  * same request, under the same idempotency key, on every attempt.
  *
- * @param route the `group`/`tracking` route of the message, or undefined for an EML send
+ * @param route where the message goes (its `group`/`tracking` fields)
  * @param threads build threads to build an EML on (`buildThreads`)
  * @throws {EmlApiError} `EENVELOPE` or `EMESSAGE`, as the direct transport; the signal's reason when it aborts
  * @example
- * const content = await prepareQueuedContent(mail, jsonRouteOf(mail.data), spool, signal);
+ * const content = await prepareQueuedContent(mail, sendRouteOf(mail.data), spool, signal);
  */
 export async function prepareQueuedContent(
   mail: NodemailerMail,
-  route: JsonRoute | undefined,
+  route: SendRoute,
   spool: SpoolSettings,
   signal: AbortSignal,
   threads?: BuildThreads,
 ): Promise<QueuedContent> {
-  if (route) return prepareJson(mail, route, signal);
+  if (route.kind !== 'eml') return prepareJson(mail, route, signal);
   const built = await buildMessage(mail, spool, signal, threads);
   const { spooled } = built;
   if (spooled.size === 0) {

@@ -1,15 +1,14 @@
-import { postEml, postGroupSend, postSend } from '../client/send-requests.js';
+import type { EmlApiClient } from '../client/eml-api-client.js';
+import { sendPath } from '../protocol/api-paths.js';
 import { MAY_HAVE_BEEN_ACCEPTED } from '../http/request-error.js';
-import type { Requester } from '../http/requester.js';
 import type { ServiceResponse } from '../http/service-response.js';
-import { API_PATHS } from '../protocol/api-paths.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { ContentStore } from './content-store.js';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
 import { redisFailure } from './redis-failure.js';
 
 /**
- * Posts one queued send through the client's request engine, with the
+ * Posts one queued send through the client's send path, with the
  * job's idempotency key and exactly the stored bytes, so that a job run
  * again (a retry, or after a worker crashed) is the same request and the
  * service delivers it once.
@@ -22,51 +21,33 @@ import { redisFailure } from './redis-failure.js';
  *   does not match its SHA-256; `ECONNECTION` when Redis fails while the content is read; `EAPI`
  *   (not permanent, `mayHaveBeenAccepted`) for a 2xx that is not the service's answer
  * @example
- * const result = await sendOutboxJob(clientInternals(client).requester, store, readOutboxJobData(job.data, prefix));
+ * const result = await sendOutboxJob(client, store, readOutboxJobData(job.data, prefix));
  */
 export async function sendOutboxJob(
-  requester: Requester,
+  client: EmlApiClient,
   store: ContentStore,
   job: OutboxJobData,
 ): Promise<OutboxSendResult> {
   const key = job.idempotencyKey;
   // An encrypted job is posted only where, and under the key, its producer sealed it for.
   await readContent(() => store.checkBinding(job));
-  if (job.kind === 'eml') {
-    const body = await readContent(() => store.emlBody(job));
-    try {
-      const command = `POST ${API_PATHS.sendEml}`;
-      const result = checkAnswer(
-        command,
-        await requester.run(command, { paced: true }, (call) => postEml(call, body, key)),
-      );
-      return clean({ response: result.response, id: result.id, messageId: result.messageId, idempotencyKey: key });
-    } finally {
-      await body.dispose();
-    }
-  }
-  const json = await readContent(() => store.jsonBody(job));
-  if (job.kind === 'group') {
-    const groupId = job.group!;
-    const command = `POST ${API_PATHS.sendGroup(groupId)}`;
-    const result = checkAnswer(
-      command,
-      await requester.run(command, { paced: true }, (call) => postGroupSend(call, groupId, json, key)),
-    );
+  // An EML is streamed from Redis into its {"mail": ...} body; a JSON send is its stored request body.
+  const body =
+    job.kind === 'eml' ? await readContent(() => store.emlBody(job)) : await readContent(() => store.jsonBody(job));
+  try {
+    const { result } = await client.send({ kind: job.kind, groupId: job.group, body, idempotencyKey: key });
+    checkAnswer(job, result);
     return clean({
       response: result.response,
       id: result.id,
-      recipients: result.recipients,
-      failed: result.failed,
+      messageId: 'messageId' in result ? result.messageId : undefined,
+      recipients: 'recipients' in result ? result.recipients : undefined,
+      failed: 'failed' in result ? result.failed : undefined,
       idempotencyKey: key,
     });
+  } finally {
+    if (typeof body !== 'string') await body.dispose();
   }
-  const command = `POST ${API_PATHS.sendEmail}`;
-  const result = checkAnswer(
-    command,
-    await requester.run(command, { paced: true }, (call) => postSend(call, API_PATHS.sendEmail, json, key)),
-  );
-  return clean({ response: result.response, id: result.id, messageId: result.messageId, idempotencyKey: key });
 }
 
 /**
@@ -77,9 +58,9 @@ export async function sendOutboxJob(
  * counts it sent, so it does that only on an answer it recognises
  * (CONTRACT.md: "strict where a wrong guess would do harm").
  */
-function checkAnswer<T extends ServiceResponse & { id: string | undefined }>(command: string, result: T): T {
-  if (typeof result.id === 'string' && result.id !== '') return result;
-  throw unrecognisedAnswer(command, result);
+function checkAnswer(job: OutboxJobData, result: ServiceResponse & { id: string | undefined }): void {
+  if (typeof result.id === 'string' && result.id !== '') return;
+  throw unrecognisedAnswer(`POST ${sendPath(job.kind, job.group)}`, result);
 }
 
 /**

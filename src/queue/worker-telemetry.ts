@@ -2,7 +2,6 @@ import type { EventEmitter } from 'node:events';
 import type { Queue } from 'bullmq';
 import type { OutboxRedisClient } from './redis-connection.js';
 import type { EmlApiClient } from '../client/eml-api-client.js';
-import { clientInternals } from '../client/client-internals.js';
 import type { EmlApiError } from '../shared/eml-api-error.js';
 import { EmlApiMetrics } from '../observability/metrics.js';
 import { resolveOpsHttpOptions, startOpsEndpoint, type OpsEndpoint } from '../observability/ops-server.js';
@@ -65,7 +64,7 @@ export class WorkerTelemetry {
       EmlApiMetrics.defaultWithHttp(settings.metrics, this.#http !== undefined, 'The worker’s http option'),
       "The worker's metrics option",
     );
-    this.#removers.push(watchSends(clientInternals(settings.client).requester, 'worker', this.metrics));
+    this.#removers.push(watchSends(settings.client, 'worker', this.metrics));
     const metrics = this.metrics;
     if (!metrics) return;
     settings.events.on('sent', (_job: OutboxJob, result: OutboxSendResult) =>

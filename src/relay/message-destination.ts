@@ -1,8 +1,5 @@
 import type { SpooledMessage } from '../body/message-spool.js';
-import { clientInternals } from '../client/client-internals.js';
 import type { EmlApiClient } from '../client/eml-api-client.js';
-import { postEml } from '../client/send-requests.js';
-import { API_PATHS } from '../protocol/api-paths.js';
 import type { KeyOwner } from './smtp-replies.js';
 
 /** A message the relay received and checked, ready to leave. */
@@ -57,17 +54,19 @@ export interface MessageDestination {
 
 /**
  * Uploads each message to `POST /v1/send/eml` through the sender's client,
- * as one call of its request engine: it waits for a connection slot and the
+ * through the client's send path: it waits for a connection slot and the
  * pace, is retried where that is safe, and is bounded by `timeouts.total`.
  */
 export function directDestination(): MessageDestination {
   return {
     name: 'service',
     async deliver(message, sender, signal) {
-      const { requester } = clientInternals(sender.client);
-      const result = await requester.run(`POST ${API_PATHS.sendEml}`, { signal, paced: true }, (call) =>
-        postEml(call, message.spooled.body, message.idempotencyKey),
-      );
+      const { result } = await sender.client.send({
+        kind: 'eml',
+        body: message.spooled.body,
+        idempotencyKey: message.idempotencyKey,
+        signal,
+      });
       return { id: result.id };
     },
     close: () => Promise.resolve(),

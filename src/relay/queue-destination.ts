@@ -1,7 +1,6 @@
 import { emlBodyLength } from '../body/eml-upload-body.js';
 import { EmlApiQueueTransport } from '../queue/eml-api-queue-transport.js';
 import type { EmlApiQueueTransportOptions } from '../queue/queue-transport-options.js';
-import { queueTransportInternals } from '../queue/queue-transport-internals.js';
 import type { MessageDestination } from './message-destination.js';
 import { outboxRedisReadiness, queueRedis } from '../queue/outbox-readiness.js';
 
@@ -32,12 +31,11 @@ export function queueDestination(
     queue instanceof EmlApiQueueTransport
       ? queue
       : new EmlApiQueueTransport({ concurrency: Math.min(maxClients, MAX_CONCURRENCY), ...queue });
-  const { enqueue } = queueTransportInternals(transport);
   return {
     name: 'outbox',
     async deliver(message, _sender, signal) {
       const { spooled } = message;
-      const info = await enqueue(
+      const info = await transport.queueContent(
         {
           kind: 'eml',
           envelope: { from: message.envelope.from || false, to: [...message.envelope.to] },

@@ -1,5 +1,4 @@
 import type { SMTPServer, SMTPServerOptions } from 'smtp-server';
-import { clientInternals } from '../client/client-internals.js';
 import type { EmlApiClient } from '../client/eml-api-client.js';
 import { EmlApiMetrics } from '../observability/metrics.js';
 import { resolveOpsHttpOptions, startOpsEndpoint, type OpsEndpoint } from '../observability/ops-server.js';
@@ -81,7 +80,7 @@ export class RelayTelemetry {
    */
   watch(client: EmlApiClient): EmlApiClient {
     // Not removed: the observer goes with the client's engine when the client is dropped (KeyClients evicts).
-    watchSends(clientInternals(client).requester, 'relay', this.metrics);
+    watchSends(client, 'relay', this.metrics);
     return client;
   }
 

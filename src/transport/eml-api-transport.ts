@@ -1,11 +1,7 @@
 import { EventEmitter } from 'node:events';
-import { clientInternals, type ClientInternals } from '../client/client-internals.js';
 import { EmlApiClient } from '../client/eml-api-client.js';
 import { checkIdempotencyKey } from '../client/input-checks.js';
 import { toGroupEmailRequest, toStandardEmailRequest } from '../client/request-bodies.js';
-import { postEml, postGroupSend, postSend } from '../client/send-requests.js';
-import type { Call } from '../http/requester.js';
-import { API_PATHS } from '../protocol/api-paths.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { EmlApiLogger } from '../shared/logger.js';
 import { VERSION } from '../shared/version.js';
@@ -14,7 +10,7 @@ import { endSend, watchSends } from '../observability/send-telemetry.js';
 import { activeSpanEvent, startSpan } from '../observability/tracing.js';
 import { buildMessage, type BuildThreads } from './build-message.js';
 import { BuildThreadPool } from './build-threads/pool.js';
-import { jsonRouteOf, type JsonRoute } from './json-route.js';
+import { sendRouteOf, type SendRoute } from './json-route.js';
 import { jsonSendFromMail } from './json-send-from-mail.js';
 import type { NodemailerMail } from './nodemailer-types.js';
 import { sentMessageInfo, type EmlApiSentMessageInfo } from './sent-message-info.js';
@@ -67,7 +63,6 @@ export class EmlApiTransport extends EventEmitter {
   readonly version = VERSION;
   /** The API client the transport sends through; use it for the other operations. */
   readonly client: EmlApiClient;
-  readonly #engine: ClientInternals;
   readonly #logger: EmlApiLogger;
   /** The build threads (`buildThreads`), none started until a send needs one. */
   readonly #threads: BuildThreads | undefined;
@@ -83,13 +78,12 @@ export class EmlApiTransport extends EventEmitter {
     const { clientOptions, buildThreads, metrics } = splitTransportOptions(options);
     this.#metrics = EmlApiMetrics.resolve(metrics, "The transport's metrics option");
     this.client = new EmlApiClient(clientOptions);
-    this.#engine = clientInternals(this.client);
-    this.#logger = this.#engine.options.logger;
+    this.#logger = this.client.logger;
     this.#threads =
       buildThreads > 0 ? { pool: new BuildThreadPool(buildThreads, this.#logger), logger: this.#logger } : undefined;
     // Uploads and retries, measured and marked on each send's span.
-    watchSends(this.#engine.requester, 'transport', this.#metrics);
-    this.#engine.requester.onSlotReleased(() => {
+    watchSends(this.client, 'transport', this.#metrics);
+    this.client.onSlotReleased(() => {
       if (this.isIdle()) this.emit('idle');
     });
   }
@@ -110,7 +104,8 @@ export class EmlApiTransport extends EventEmitter {
     const span = startSpan('eml-api.send', { kind: 'client', attributes: { 'eml_api.component': 'transport' } });
     let sent: Promise<EmlApiSentMessageInfo>;
     try {
-      sent = this.#send(mail, span.run.bind(span));
+      // In the span, so are its build and uploads (a call waiting for a slot keeps the context it was made in).
+      sent = span.run(() => this.#send(mail));
     } catch (err) {
       sent = Promise.reject(err);
     }
@@ -179,95 +174,104 @@ export class EmlApiTransport extends EventEmitter {
   };
 
   /** Whether the transport can start a send at once (fewer than `maxConnections` running or queued). */
-  readonly isIdle = (): boolean => !this.#closed && this.#engine.requester.hasFreeSlot;
+  readonly isIdle = (): boolean => !this.#closed && this.client.hasFreeSlot;
 
   /**
-   * One send, registered with the engine before this returns (so close()
-   * waits for it), and run as one call: its slot is taken before the message
-   * is built, and `timeouts.total` covers queueing, building and upload.
+   * One send through the client's send path, registered before this returns
+   * (so close() waits for it): its slot is taken before the message is
+   * built, and `timeouts.total` covers queueing, building and upload.
    */
-  #send(mail: NodemailerMail, inSpan: <T>(work: () => T) => T): Promise<EmlApiSentMessageInfo> {
+  async #send(mail: NodemailerMail): Promise<EmlApiSentMessageInfo> {
     if (this.#closed) {
       throw new EmlApiError('ECONNECTION', 'The transport is closed; create a new one to send more mail', {
         permanent: true,
       });
     }
     const data = mail.data as Record<string, unknown>;
-    const route = jsonRouteOf(data);
+    const route = sendRouteOf(data);
     const idempotencyKey = checkIdempotencyKey(data.idempotencyKey);
-    const options = { signal: signalOf(mail), paced: true };
-    const { requester } = this.#engine;
-    // The work runs in the send's span: a call waiting for a slot is started by another call's end.
-    if (route?.kind === 'group') {
-      return requester.run(`POST ${API_PATHS.sendGroup(route.groupId)}`, options, (call) =>
-        inSpan(() => this.#sendGroup(call, mail, route, idempotencyKey)),
-      );
-    }
-    if (route?.kind === 'email') {
-      return requester.run(`POST ${API_PATHS.sendEmail}`, options, (call) =>
-        inSpan(() => this.#sendTracked(call, mail, route, idempotencyKey)),
-      );
-    }
-    return requester.run(`POST ${API_PATHS.sendEml}`, options, (call) =>
-      inSpan(() => this.#sendEml(call, mail, idempotencyKey)),
-    );
+    const signal = signalOf(mail);
+    if (route.kind === 'group') return this.#sendGroup(mail, route, idempotencyKey, signal);
+    if (route.kind === 'email') return this.#sendTracked(mail, route, idempotencyKey, signal);
+    return this.#sendEml(mail, idempotencyKey, signal);
   }
 
-  async #sendEml(call: Call, mail: NodemailerMail, idempotencyKey: string | undefined): Promise<EmlApiSentMessageInfo> {
-    call.stage = 'building';
-    const built = await buildMessage(mail, this.#engine.options.spool, call.signal, this.#threads);
-    activeSpanEvent('built', {
-      'eml_api.bytes': built.spooled.size,
-      'eml_api.message_id': built.messageId,
-      'eml_api.built_on_thread': built.onThread,
-    });
-    try {
-      const { envelope } = built;
-      if (built.fromDiffers) {
-        this.#logger.info(
-          { envelopeFrom: envelope.from },
-          'Envelope sender differs from From; the service sets its own return path, so the envelope sender is not used',
+  async #sendEml(
+    mail: NodemailerMail,
+    idempotencyKey: string | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<EmlApiSentMessageInfo> {
+    const { result, built } = await this.client.send({
+      kind: 'eml',
+      idempotencyKey,
+      signal,
+      build: async ({ signal: callSignal, spool }) => {
+        const message = await buildMessage(mail, spool, callSignal, this.#threads);
+        activeSpanEvent('built', {
+          'eml_api.bytes': message.spooled.size,
+          'eml_api.message_id': message.messageId,
+          'eml_api.built_on_thread': message.onThread,
+        });
+        const { envelope } = message;
+        if (message.fromDiffers) {
+          this.#logger.info(
+            { envelopeFrom: envelope.from },
+            'Envelope sender differs from From; the service sets its own return path, so the envelope sender is not used',
+          );
+        }
+        this.#logger.debug(
+          { recipients: envelope.to.length, bytes: message.spooled.size, builtOnThread: message.onThread },
+          'Sending message',
         );
-      }
-      this.#logger.debug(
-        { recipients: envelope.to.length, bytes: built.spooled.size, builtOnThread: built.onThread },
-        'Sending message',
-      );
-      const result = await postEml(call, built.spooled.body, idempotencyKey);
-      this.#logger.info({ messageId: built.messageId, id: result.id, response: result.response }, 'Message accepted');
-      return sentMessageInfo(envelope, built.messageId, result);
-    } finally {
-      await built.spooled.body.dispose();
-    }
+        return { body: message.spooled.body, envelope, messageId: message.messageId };
+      },
+    });
+    const { envelope, messageId } = built!;
+    this.#logger.info({ messageId, id: result.id, response: result.response }, 'Message accepted');
+    return sentMessageInfo(envelope, messageId, result);
   }
 
   async #sendGroup(
-    call: Call,
     mail: NodemailerMail,
-    route: Extract<JsonRoute, { kind: 'group' }>,
+    route: Extract<SendRoute, { kind: 'group' }>,
     idempotencyKey: string | undefined,
+    signal: AbortSignal | undefined,
   ): Promise<EmlApiSentMessageInfo> {
-    call.stage = 'building';
-    const { from, subject, textContent } = await jsonSendFromMail(mail, route, call.signal);
-    const body = toGroupEmailRequest({ from, subject, textContent }, 'sendMail');
-    const result = await postGroupSend(call, route.groupId, JSON.stringify(body), idempotencyKey);
+    const { result, built } = await this.client.send({
+      kind: 'group',
+      groupId: route.groupId,
+      idempotencyKey,
+      signal,
+      build: async ({ signal: callSignal }) => {
+        const { from, subject, textContent } = await jsonSendFromMail(mail, route, callSignal);
+        const request = toGroupEmailRequest({ from, subject, textContent }, 'sendMail');
+        return { body: JSON.stringify(request), from: request.from.email };
+      },
+    });
     this.#logger.info({ group: route.groupId, id: result.id, response: result.response }, 'Group email accepted');
-    return { ...sentMessageInfo({ from: body.from.email, to: [] }, '', result), group: route.groupId };
+    return { ...sentMessageInfo({ from: built!.from, to: [] }, '', result), group: route.groupId };
   }
 
   async #sendTracked(
-    call: Call,
     mail: NodemailerMail,
-    route: JsonRoute,
+    route: Extract<SendRoute, { kind: 'email' }>,
     idempotencyKey: string | undefined,
+    signal: AbortSignal | undefined,
   ): Promise<EmlApiSentMessageInfo> {
-    call.stage = 'building';
-    const input = await jsonSendFromMail(mail, route, call.signal);
-    const body = toStandardEmailRequest(input, 'sendMail');
-    const result = await postSend(call, API_PATHS.sendEmail, JSON.stringify(body), idempotencyKey);
+    const { result, built } = await this.client.send({
+      kind: 'email',
+      idempotencyKey,
+      signal,
+      build: async ({ signal: callSignal }) => {
+        const request = toStandardEmailRequest(await jsonSendFromMail(mail, route, callSignal), 'sendMail');
+        return {
+          body: JSON.stringify(request),
+          envelope: { from: request.from.email, to: request.to.map((a) => a.email) },
+        };
+      },
+    });
     this.#logger.info({ id: result.id, response: result.response }, 'Tracked email accepted');
-    const envelope = { from: body.from.email, to: body.to.map((a) => a.email) };
-    return sentMessageInfo(envelope, result.messageId ?? '', result);
+    return sentMessageInfo(built!.envelope, result.messageId ?? '', result);
   }
 }
 

@@ -91,6 +91,38 @@ describe('the transport with metrics and a tracer', () => {
     expect(JSON.stringify(spans.map((s) => [s.attributes, s.events]))).not.toContain(emu.apiKey);
   });
 
+  it('keeps each queued send’s build and upload in its own span when sends wait for the one connection', async () => {
+    const transport = new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url, maxConnections: 1 });
+    const transporter = nodemailer.createTransport(transport);
+    const tracer = trace.getTracer('the app');
+    const recipients = ['a', 'b', 'c', 'd', 'e'].map((n) => `${n}@example.test`);
+    try {
+      // Five requests at once: four sends wait for the slot and are started by another send's end.
+      await Promise.all(
+        recipients.map((to) =>
+          tracer.startActiveSpan(`request for ${to}`, async (request) => {
+            await transporter.sendMail(message(to));
+            request.end();
+          }),
+        ),
+      );
+    } finally {
+      await transport.close();
+    }
+    const spans = tracing.spans();
+    const sends = spans.filter((s) => s.name === 'eml-api.send');
+    expect(sends).toHaveLength(5);
+    for (const send of sends) {
+      expect(send.events.map((e) => e.name)).toEqual(['built', 'upload']);
+      const parent = spans.find((s) => s.spanContext().spanId === send.parentSpanContext?.spanId)!;
+      // The span built the message of its own request, not of the send that freed the slot.
+      const recipient = parent.name.replace('request for ', '');
+      const built = send.attributes['eml_api.message_id'];
+      const delivered = emu.messages().find((m) => m.messageId === built);
+      expect(delivered?.recipients).toEqual([recipient]);
+    }
+  });
+
   it('refuses a metrics option that is no registry, naming it', () => {
     expect(
       () => new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url, metrics: { registry: {} } as never }),
