@@ -189,6 +189,33 @@ describe('renamed options are refused with their new name', () => {
     expect(resolveEmulatorOptions({}).maxRequestSize).toBe(MAX_REQUEST_SIZE);
   });
 
+  it('emulator: unknown fields inside apiKeys, faults and rateLimit are refused, naming the nearest', () => {
+    expectConfig(
+      thrown(() => resolveEmulatorOptions({ apiKeys: [{ key: 'k', scopes: ['sender'], plans: 'plus' }] as never })),
+      /^Invalid option apiKeys\[0\]\.plans: unknown option; did you mean apiKeys\[0\]\.plan\?/,
+    );
+    expectConfig(
+      thrown(() => resolveEmulatorOptions({ apiKeys: { key: 'k' } as never })),
+      /^Invalid option apiKeys: expected an array/,
+    );
+    expectConfig(
+      thrown(() => resolveEmulatorOptions({ faults: { unavailabel: 0.5 } as never })),
+      /^Invalid option faults\.unavailabel: unknown option; did you mean faults\.unavailable\?/,
+    );
+    expectConfig(
+      thrown(() => resolveEmulatorOptions({ rateLimit: { requestsPerSecond: 5, brust: 2 } as never })),
+      /^Invalid option rateLimit\.brust: unknown option; did you mean rateLimit\.burst\?/,
+    );
+    // The package's pace ({ max, duration }) is not the emulator's bucket: said, not guessed.
+    expectConfig(
+      thrown(() => resolveEmulatorOptions({ rateLimit: { max: 5, duration: 1000 } as never })),
+      /^Unknown option rateLimit\.max: the emulator limits requests with \{ requestsPerSecond, burst \}/,
+    );
+    expect(
+      resolveEmulatorOptions({ faults: { unavailable: 0.5, seed: 3 }, rateLimit: { requestsPerSecond: 5 } }),
+    ).toBeTruthy();
+  });
+
   it('CLI: an emulator option refused is a usage error (exit 2) naming the flag', async () => {
     const { code, stderr } = await runCliCapturing(['serve', '--allow-host', 'not a host'], { env: {} });
     expect(code).toBe(2);

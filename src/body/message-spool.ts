@@ -1,7 +1,7 @@
 import { createReadStream } from 'node:fs';
 import { Readable, Writable } from 'node:stream';
 import type { UploadBody } from '../http/upload-body.js';
-import { headerSectionEnd } from '../protocol/header-fields.js';
+import { HeaderSectionFinder, MAX_HEADER_SECTION } from '../protocol/header-fields.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { emlBodyFromBuffer, emlBodyFromFile, LEAN_MESSAGE_BYTES } from './eml-upload-body.js';
 import { SpoolFile } from './spool-file.js';
@@ -24,9 +24,6 @@ export interface SpooledMessage {
 
 /** Chunks in which a spooled message is read back by `open()`. */
 const FILE_CHUNK = 1024 * 1024;
-
-/** Header sections longer than this are cut: no real message needs more to name its recipients. */
-const MAX_HEAD = 1024 * 1024;
 
 /**
  * Reads a message stream (Nodemailer's built message, or a user's stream).
@@ -181,36 +178,23 @@ function inMemory(eml: Buffer, knownHead?: Buffer): SpooledMessage {
   };
 }
 
-/**
- * Finds the header section of a message arriving in chunks: looks only at new
- * bytes (plus the last 3 of the previous chunk), so the cost stays linear.
- */
+/** The header section of a message arriving in chunks (or its first MAX_HEADER_SECTION bytes when it never ends). */
 class HeadScanner {
-  readonly #parts: Buffer[] = [];
-  #size = 0;
-  #tail = Buffer.alloc(0);
-  /** The header section once found (or the first MAX_HEAD bytes when it never ends). */
+  readonly #finder = new HeaderSectionFinder();
+  /** The header section once found (or the first MAX_HEADER_SECTION bytes when it never ends). */
   head: Buffer | undefined;
 
   scan(chunk: Buffer): void {
     if (this.head) return;
-    this.#parts.push(chunk);
-    const window = this.#tail.length ? Buffer.concat([this.#tail, chunk]) : chunk;
-    const offset = this.#size - this.#tail.length;
-    this.#size += chunk.length;
-    const end = headerSectionEnd(window);
-    if (end !== undefined || this.#size > MAX_HEAD) {
-      const all = Buffer.concat(this.#parts, this.#size);
-      this.head = Buffer.from(all.subarray(0, end !== undefined ? offset + end : MAX_HEAD));
-      this.#parts.length = 0;
-      return;
+    const end = this.#finder.push(chunk);
+    if (end !== undefined || this.#finder.size > MAX_HEADER_SECTION) {
+      this.head = Buffer.from(this.#finder.take().subarray(0, end ?? MAX_HEADER_SECTION));
     }
-    this.#tail = Buffer.from(window.subarray(Math.max(0, window.length - 3)));
   }
 
   /** The head at the end of the message: a message without a blank line is all header. */
   finish(): Buffer {
-    return this.head ?? Buffer.concat(this.#parts, this.#size);
+    return this.head ?? this.#finder.take();
   }
 }
 

@@ -153,6 +153,9 @@ const EMULATOR_OPTIONS = [
   'rateLimit',
 ] as const satisfies readonly (keyof EmulatorOptions)[];
 
+/** The fields of an `apiKeys` entry. */
+const API_KEY_FIELDS = ['key', 'scopes', 'plan', 'account'] as const satisfies readonly (keyof EmulatorApiKey)[];
+
 const EMULATOR_RENAMED: RenamedOptions = {
   bodyLimit: "renamed to maxRequestSize (the HTTP request's size, not the message's)",
 };
@@ -192,9 +195,16 @@ export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedE
     publicUrl = url.href.replace(/\/+$/, '');
   }
   const maxRequestSize = wholeNumber(options.maxRequestSize, 'maxRequestSize', 1, 2 ** 40, MAX_REQUEST_SIZE);
+  if (options.apiKeys !== undefined && !Array.isArray(options.apiKeys)) {
+    throw configError(
+      'apiKeys',
+      `expected an array of { key, scopes, plan, account }, got ${describe(options.apiKeys)}`,
+    );
+  }
   const apiKeys = (options.apiKeys ?? []).map((entry, i) => {
     const where = `apiKeys[${i}]`;
     if (typeof entry !== 'object' || entry === null) throw configError(`${where}`, `expected { key, scopes, plan }`);
+    refuseUnknownKeys(entry, API_KEY_FIELDS, `${where}.`);
     if (typeof entry.key !== 'string' || invalidApiKeyAt(entry.key) !== -1) {
       throw configError(`${where}.key`, `expected a non-empty string of visible ASCII characters`);
     }

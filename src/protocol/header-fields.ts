@@ -43,6 +43,55 @@ export function headerSectionEnd(bytes: Buffer): number | undefined {
 }
 
 /**
+ * The longest header section the package reads: the relay refuses a longer
+ * one (`554`), and a spooled message's head is cut there. No real message
+ * needs more.
+ */
+export const MAX_HEADER_SECTION = 1024 * 1024;
+
+/**
+ * Finds the end of the header section of a message arriving in chunks, the
+ * one scanner of the spool and the relay: it holds the chunks pushed until
+ * the end is found and searches only the new bytes (plus the last 3 of the
+ * previous chunk, where a blank line may begin), so the cost stays linear in
+ * the header's length.
+ */
+export class HeaderSectionFinder {
+  readonly #parts: Buffer[] = [];
+  #size = 0;
+  #tail = Buffer.alloc(0);
+
+  /** Bytes held: everything pushed since the last {@link take}. */
+  get size(): number {
+    return this.#size;
+  }
+
+  /**
+   * Holds `chunk` and looks for the blank line in it.
+   * @returns the end of the header section (an offset in the bytes held), once it is found; else undefined
+   */
+  push(chunk: Buffer): number | undefined {
+    this.#parts.push(chunk);
+    const window = this.#tail.length > 0 ? Buffer.concat([this.#tail, chunk]) : chunk;
+    const offset = this.#size - this.#tail.length;
+    this.#size += chunk.length;
+    const end = headerSectionEnd(window);
+    if (end !== undefined) return offset + end;
+    this.#tail = Buffer.from(window.subarray(Math.max(0, window.length - 3)));
+    return undefined;
+  }
+
+  /** The bytes held, as one Buffer; the finder holds nothing after. */
+  take(): Buffer {
+    const all = Buffer.concat(this.#parts, this.#size);
+    this.#parts.length = 0;
+    this.#size = 0;
+    this.#tail = Buffer.alloc(0);
+    return all;
+  }
+}
+
+/**
  * Parses the header fields of a message. Lines that are not fields are skipped.
  */
 export function parseHeaderFields(message: Buffer): HeaderField[] {

@@ -1,5 +1,5 @@
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
-import { EmlApiError } from '../shared/eml-api-error.js';
+import { configError } from '../shared/options-kit.js';
 import { withDeadline } from './deadline.js';
 import { loadRedis } from './queue-peers.js';
 import type { QueueLocation } from './queue-location.js';
@@ -92,9 +92,7 @@ export function openOutboxRedis(
     if (isRedisInstance(connection)) {
       const given = connection as Cluster;
       if (given.options.keyPrefix || given.options.redisOptions?.keyPrefix) {
-        throw configError(
-          `${option}: an ioredis Cluster with a keyPrefix cannot be used; use the prefix option instead`,
-        );
+        throw configError(option, `an ioredis Cluster with a keyPrefix cannot be used; use the prefix option instead`);
       }
       return { redis: given, owned: false, where: describeClusterInstance(given), cluster: true };
     }
@@ -103,9 +101,7 @@ export function openOutboxRedis(
   if (isRedisInstance(connection)) {
     const given = connection as Redis;
     if (given.options.keyPrefix) {
-      throw configError(
-        `${option}: an ioredis instance with a keyPrefix cannot be used; use the prefix option instead`,
-      );
+      throw configError(option, `an ioredis instance with a keyPrefix cannot be used; use the prefix option instead`);
     }
     return { redis: given, owned: false, where: describe(given.options), cluster: false };
   }
@@ -116,10 +112,10 @@ export function openOutboxRedis(
     try {
       url = new URL(connection);
     } catch {
-      throw configError(`${option}: expected a redis:// or rediss:// URL, ioredis options or an ioredis instance`);
+      throw configError(option, `expected a redis:// or rediss:// URL, ioredis options or an ioredis instance`);
     }
     if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
-      throw configError(`${option}: expected a redis:// or rediss:// URL, got a ${url.protocol} URL`);
+      throw configError(option, `expected a redis:// or rediss:// URL, got a ${url.protocol} URL`);
     }
     const redis = new Redis(connection, { ...roleOptions, lazyConnect: false });
     return { redis, owned: true, where: `${url.hostname}:${url.port || '6379'}`, cluster: false };
@@ -127,12 +123,13 @@ export function openOutboxRedis(
   if (typeof connection === 'object' && connection !== null && !Array.isArray(connection)) {
     const options = connection as RedisOptions;
     if (options.keyPrefix) {
-      throw configError(`${option}: keyPrefix is not supported (BullMQ refuses it); use the prefix option instead`);
+      throw configError(option, `keyPrefix is not supported (BullMQ refuses it); use the prefix option instead`);
     }
     return { redis: new Redis({ ...roleOptions, ...options }), owned: true, where: describe(options), cluster: false };
   }
   throw configError(
-    `${option}: expected a redis:// or rediss:// URL, ioredis options, { cluster: [node URLs] } or an ioredis instance`,
+    option,
+    `expected a redis:// or rediss:// URL, ioredis options, { cluster: [node URLs] } or an ioredis instance`,
   );
 }
 
@@ -198,8 +195,4 @@ function describeClusterInstance(cluster: Cluster): string {
 function describe(options: RedisOptions | undefined): string {
   if (options?.path) return options.path;
   return `${options?.host ?? '127.0.0.1'}:${options?.port ?? 6379}`;
-}
-
-function configError(message: string): EmlApiError {
-  return new EmlApiError('ECONFIG', message, { permanent: true });
 }

@@ -1,5 +1,5 @@
 import { BlockList, isIP } from 'node:net';
-import { EmlApiError } from '../shared/eml-api-error.js';
+import { configError } from '../shared/options-kit.js';
 
 /** Addresses a {@link ClientAddressList} remembers its answer for. */
 const RECENT_ADDRESSES = 1024;
@@ -29,9 +29,7 @@ export class ClientAddressList {
    */
   constructor(entries: readonly string[], option: string) {
     if (!Array.isArray(entries)) {
-      throw new EmlApiError('ECONFIG', `Invalid option ${option}: expected an array of addresses or networks`, {
-        permanent: true,
-      });
+      throw configError(option, 'expected an array of addresses or networks');
     }
     for (const entry of entries) this.#add(entry, option);
     this.entries = Object.freeze([...entries]);
@@ -61,11 +59,7 @@ export class ClientAddressList {
 
   #add(entry: unknown, option: string): void {
     const bad = () =>
-      new EmlApiError(
-        'ECONFIG',
-        `Invalid option ${option}: ${JSON.stringify(entry)} is not an IP address or network (e.g. 10.0.0.0/8, fd00::/8)`,
-        { permanent: true },
-      );
+      configError(option, `${JSON.stringify(entry)} is not an IP address or network (e.g. 10.0.0.0/8, fd00::/8)`);
     if (typeof entry !== 'string') throw bad();
     const [written = '', prefix, extra] = entry.trim().split('/');
     if (isIP(written) === 0 || extra !== undefined) throw bad();

@@ -1,14 +1,11 @@
 import { createHash, type Hash } from 'node:crypto';
 import { Transform, type TransformCallback } from 'node:stream';
-import { headerSectionEnd } from '../protocol/header-fields.js';
+import { HeaderSectionFinder, MAX_HEADER_SECTION } from '../protocol/header-fields.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 
 const CR = 0x0d;
 const LF = 0x0a;
 const CRLF = Buffer.from('\r\n');
-
-/** Header sections longer than this are refused: no real message needs more. */
-export const MAX_HEADER_SECTION = 1024 * 1024;
 
 /**
  * The message as it arrives from DATA, passed through with every bare line
@@ -31,11 +28,9 @@ export class MessageRewriter extends Transform {
   readonly #rewriteHead: (head: Buffer) => Buffer;
   readonly #tooLarge: () => Error | undefined;
   readonly #hash: Hash = createHash('sha256');
-  readonly #parts: Buffer[] = [];
-  #size = 0;
+  readonly #head = new HeaderSectionFinder();
   /** Bytes read so far with their line ends made CRLF, before the header section is rewritten. */
   #normalised = 0;
-  #tail = Buffer.alloc(0);
   #headDone = false;
   /** The last chunk ended with a CR: whether it is bare depends on the next byte. */
   #pendingCr = false;
@@ -82,7 +77,7 @@ export class MessageRewriter extends Transform {
     const finish = () => {
       const oversize = this.#tooLarge();
       // A message without a blank line is all header.
-      callback(this.#fail(oversize ?? (this.#headDone ? undefined : this.#finishHead(this.#size))));
+      callback(this.#fail(oversize ?? (this.#headDone ? undefined : this.#finishHead(this.#head.size))));
     };
     if (!last) return finish();
     this.#normalised += last.length;
@@ -145,28 +140,21 @@ export class MessageRewriter extends Transform {
       this.#emit(chunk);
       return callback();
     }
-    this.#parts.push(chunk);
-    // Only the new bytes (and the last 3 of the previous chunk) are searched: linear in the header's length.
-    const window = this.#tail.length > 0 ? Buffer.concat([this.#tail, chunk]) : chunk;
-    const offset = this.#size - this.#tail.length;
-    this.#size += chunk.length;
-    const end = headerSectionEnd(window);
-    if (end !== undefined) return callback(this.#finishHead(offset + end));
-    if (this.#size > MAX_HEADER_SECTION) {
+    const end = this.#head.push(chunk);
+    if (end !== undefined) return callback(this.#finishHead(end));
+    if (this.#head.size > MAX_HEADER_SECTION) {
       return callback(
         new EmlApiError('EMESSAGE', `The header section is longer than ${MAX_HEADER_SECTION} bytes`, {
           permanent: true,
         }),
       );
     }
-    this.#tail = Buffer.from(window.subarray(Math.max(0, window.length - 3)));
     callback();
   }
 
   /** Rewrites the head (the first `end` bytes held) and lets the rest through. @returns the rewrite's error */
   #finishHead(end: number): Error | undefined {
-    const held = Buffer.concat(this.#parts, this.#size);
-    this.#parts.length = 0;
+    const held = this.#head.take();
     this.#headDone = true;
     try {
       this.#emit(this.#rewriteHead(held.subarray(0, end)));

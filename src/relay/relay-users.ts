@@ -1,4 +1,5 @@
 import { createHash, randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto';
+import { configError } from '../shared/options-kit.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 
 /**
@@ -79,27 +80,28 @@ export class RelayUsers {
    * @throws {EmlApiError} `ECONFIG` naming the entry that is not a user (its password is never quoted)
    */
   constructor(users: readonly EmlApiRelayUser[], option = 'users') {
-    if (!Array.isArray(users)) throw config(option, 'expected an array of { username, password or passwordHash }');
+    if (!Array.isArray(users)) throw configError(option, 'expected an array of { username, password or passwordHash }');
     users.forEach((user, i) => {
       const name = `${option}[${i}]`;
       if (typeof user !== 'object' || user === null)
-        throw config(name, 'expected { username, password or passwordHash }');
+        throw configError(name, 'expected { username, password or passwordHash }');
       const { username, password, passwordHash } = user;
-      if (!isUsername(username)) throw config(`${name}.username`, USERNAME_RULE);
-      if (this.#users.has(username)) throw config(`${name}.username`, `${JSON.stringify(username)} is listed twice`);
+      if (!isUsername(username)) throw configError(`${name}.username`, USERNAME_RULE);
+      if (this.#users.has(username))
+        throw configError(`${name}.username`, `${JSON.stringify(username)} is listed twice`);
       if ((password === undefined) === (passwordHash === undefined)) {
-        throw config(name, 'give either password or passwordHash');
+        throw configError(name, 'give either password or passwordHash');
       }
       if (password !== undefined) {
         if (typeof password !== 'string' || password.length === 0 || password.length > MAX_PASSWORD_LENGTH) {
-          throw config(`${name}.password`, `expected a string of 1 to ${MAX_PASSWORD_LENGTH} characters`);
+          throw configError(`${name}.password`, `expected a string of 1 to ${MAX_PASSWORD_LENGTH} characters`);
         }
         this.#users.set(username, { kind: 'plain', digest: digest(password) });
         return;
       }
       const hash = typeof passwordHash === 'string' ? parseHash(passwordHash) : undefined;
       if (!hash) {
-        throw config(
+        throw configError(
           `${name}.passwordHash`,
           'expected an scrypt hash ($scrypt$ln=..,r=..,p=..$salt$hash), as made by `eml-api relay --hash-password`',
         );
@@ -148,10 +150,10 @@ export function parseUsersFile(text: string, source: string): EmlApiRelayUser[] 
     const line = raw.trim();
     if (line === '' || line.startsWith('#')) return;
     const [username = '', passwordHash = ''] = line.split(':');
-    if (!username || !passwordHash) throw config(`${source} line ${i + 1}`, 'expected name:hash');
-    if (!isUsername(username)) throw config(`${source} line ${i + 1}`, `the user name: ${USERNAME_RULE}`);
+    if (!username || !passwordHash) throw configError(`${source} line ${i + 1}`, 'expected name:hash');
+    if (!isUsername(username)) throw configError(`${source} line ${i + 1}`, `the user name: ${USERNAME_RULE}`);
     if (!parseHash(passwordHash)) {
-      throw config(
+      throw configError(
         `${source} line ${i + 1}`,
         'the hash is not an scrypt hash; make one with `eml-api relay --hash-password` (the password on standard input)',
       );
@@ -199,8 +201,4 @@ function derive(password: string, hash: ScryptHash): Promise<Buffer> {
 /** A fixed-length digest, so that passwords of any length compare in constant time. */
 function digest(password: string): Buffer {
   return createHash('sha256').update(password).digest();
-}
-
-function config(option: string, problem: string): EmlApiError {
-  return new EmlApiError('ECONFIG', `Invalid option ${option}: ${problem}`, { permanent: true });
 }

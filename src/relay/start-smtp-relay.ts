@@ -2,6 +2,7 @@ import type { AddressInfo } from 'node:net';
 import type { SMTPServer } from 'smtp-server';
 import { EmlApiClient } from '../client/eml-api-client.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import { configError, describe } from '../shared/options-kit.js';
 import { isLoopbackAddress } from './client-address-list.js';
 import { ClientSlots } from './client-slots.js';
 import { KeyClients } from './key-clients.js';
@@ -252,11 +253,7 @@ export async function startEmlApiRelay(options: EmlApiRelayOptions): Promise<Eml
       }
       const { grace } = closeOptions;
       if (grace !== undefined && (!Number.isInteger(grace) || grace < 0)) {
-        return Promise.reject(
-          new EmlApiError('ECONFIG', `Invalid option grace: expected a whole number of ms, got ${String(grace)}`, {
-            permanent: true,
-          }),
-        );
+        return Promise.reject(configError('grace', `expected a whole number of ms, got ${describe(grace)}`));
       }
       closed ??= (async () => {
         closing = true;

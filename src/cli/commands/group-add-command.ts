@@ -8,7 +8,7 @@ import { membersFromArguments, type MemberRow, type MemberRows } from '../lib/me
 import { canDrawProgress, ProgressBar } from '../lib/progress-bar.js';
 import { readInput } from '../lib/read-input.js';
 import { createServiceClient, SERVICE_ARG_OPTIONS, SERVICE_OPTIONS_HELP } from '../lib/service-config.js';
-import { EXIT, UsageError } from '../lib/usage-error.js';
+import { EXIT, UsageError, wholeFlag } from '../lib/usage-error.js';
 import { terminalText } from '../lib/terminal-text.js';
 
 /** Help of `eml-api group add`. */
@@ -138,11 +138,7 @@ function csvInput(inputs: string[]): string | undefined {
 }
 
 function parseBatchSize(value: string | undefined): number {
-  if (value === undefined) return DEFAULT_ADD_BATCH_SIZE;
-  const n = Number(value);
-  if (!/^\d+$/.test(value.trim()) || !Number.isSafeInteger(n) || n < 1)
-    throw new UsageError(`--batch-size: expected a whole number of at least 1, got ${JSON.stringify(value)}`);
-  return n;
+  return wholeFlag(value, '--batch-size', 1, Number.MAX_SAFE_INTEGER, DEFAULT_ADD_BATCH_SIZE);
 }
 
 function parseOnFailure(value: string | undefined): OnFailure {

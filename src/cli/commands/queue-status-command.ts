@@ -7,7 +7,7 @@ import type { CliIo } from '../cli-io.js';
 import { outboxLocation, REDIS_ARG_OPTIONS, REDIS_OPTIONS_HELP, REDIS_ENV_HELP } from '../lib/redis-config.js';
 import { asUsageError } from '../lib/service-config.js';
 import { terminalText } from '../lib/terminal-text.js';
-import { EXIT, UsageError } from '../lib/usage-error.js';
+import { EXIT, UsageError, wholeFlag } from '../lib/usage-error.js';
 
 /** Help of `eml-api queue status`. */
 export const QUEUE_STATUS_HELP = `Usage: eml-api queue status [options]
@@ -47,10 +47,7 @@ export async function queueStatusCommand(args: string[], io: CliIo): Promise<num
     return EXIT.ok;
   }
   if (positionals.length > 0) throw new UsageError(`queue status takes no arguments, got "${positionals[0]}"`);
-  const limit = values.limit === undefined ? 20 : Number(values.limit);
-  if (!/^\d+$/.test(values.limit ?? '20') || !Number.isSafeInteger(limit)) {
-    throw new UsageError(`--limit: expected a whole number, got "${values.limit}"`);
-  }
+  const limit = wholeFlag(values.limit, '--limit', 0, Number.MAX_SAFE_INTEGER, 20);
   const { warning, ...location } = outboxLocation(values, io.env);
   if (warning) io.stderr.write(`warning: ${warning}\n`);
   requireQueuePeers();

@@ -7,7 +7,7 @@ import { outboxLocation, REDIS_ARG_OPTIONS, REDIS_OPTIONS_HELP } from '../lib/re
 import { asUsageError } from '../lib/service-config.js';
 import { terminalText } from '../lib/terminal-text.js';
 import { untilStopped } from '../lib/until-stopped.js';
-import { EXIT, UsageError } from '../lib/usage-error.js';
+import { EXIT, UsageError, wholeFlag } from '../lib/usage-error.js';
 
 /** Help of `eml-api queue watch`. */
 export const QUEUE_WATCH_HELP = `Usage: eml-api queue watch [options]
@@ -48,8 +48,8 @@ export async function queueWatchCommand(args: string[], io: CliIo): Promise<numb
     return EXIT.ok;
   }
   if (positionals.length > 0) throw new UsageError(`queue watch takes no arguments, got "${positionals[0]}"`);
-  const interval = whole(values.interval ?? '2', '--interval', 1, 3600) * 1000;
-  const count = values.count === undefined ? Infinity : whole(values.count, '--count', 1, 1_000_000);
+  const interval = wholeFlag(values.interval ?? '2', '--interval', 1, 3600) * 1000;
+  const count = values.count === undefined ? Infinity : wholeFlag(values.count, '--count', 1, 1_000_000);
   const location = outboxLocation(values, io.env);
   requireQueuePeers();
   const admin = await asUsageError(() => openOutboxQueue(location));
@@ -85,11 +85,4 @@ function textLine(snapshot: OutboxSnapshot): string {
 
 function jsonLine(queue: string, snapshot: OutboxSnapshot): string {
   return `${JSON.stringify({ time: new Date().toISOString(), queue, ...snapshot, sentPerSecond: snapshot.sentLastMinute / 60 })}\n`;
-}
-
-function whole(value: string, flag: string, min: number, max: number): number {
-  const n = Number(value);
-  if (!/^\d+$/.test(value) || n < min || n > max)
-    throw new UsageError(`${flag}: expected ${min}-${max}, got "${value}"`);
-  return n;
 }

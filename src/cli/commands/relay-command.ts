@@ -9,7 +9,7 @@ import { hashRelayPassword, parseUsersFile, type EmlApiRelayUser } from '../../r
 import { readAll } from '../lib/read-input.js';
 import type { CliIo } from '../cli-io.js';
 import { untilStopped } from '../lib/until-stopped.js';
-import { EXIT, UsageError } from '../lib/usage-error.js';
+import { EXIT, UsageError, wholeFlag } from '../lib/usage-error.js';
 import { terminalText } from '../lib/terminal-text.js';
 import { outboxEncryption, OUTBOX_KEYS_HELP, redisConnection } from '../lib/redis-config.js';
 import type { EmlApiQueueTransportOptions } from '../../queue/queue-transport-options.js';
@@ -165,7 +165,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
   const redis = outboxRedis(values, io);
   const options: EmlApiRelayOptions = {
     baseUrl,
-    port: whole(values.port, '--port', 0, 65535),
+    port: wholeFlag(values.port, '--port', 0, 65535),
     host: values.host,
     allowInsecureHttp: values['allow-insecure-http'] ?? false,
     ...(operations.http ? { http: operations.http } : {}),
@@ -176,11 +176,11 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
     ...(values.trusted ? { trustedNetworks: values.trusted } : {}),
     ...(values['proxy-protocol'] ? { proxyProtocol: values['proxy-protocol'] } : {}),
     ...(values.users !== undefined ? { users: await readUsers(values.users) } : {}),
-    ...(values['max-size'] ? { maxMessageSize: whole(values['max-size'], '--max-size', 1, 2 ** 40) } : {}),
+    ...(values['max-size'] ? { maxMessageSize: wholeFlag(values['max-size'], '--max-size', 1, 2 ** 40) } : {}),
     ...(values['max-recipients']
-      ? { maxRecipients: whole(values['max-recipients'], '--max-recipients', 1, 100_000) }
+      ? { maxRecipients: wholeFlag(values['max-recipients'], '--max-recipients', 1, 100_000) }
       : {}),
-    ...(values['max-clients'] ? { maxClients: whole(values['max-clients'], '--max-clients', 1, 100_000) } : {}),
+    ...(values['max-clients'] ? { maxClients: wholeFlag(values['max-clients'], '--max-clients', 1, 100_000) } : {}),
     ...limitOptions(values),
     ...(redis !== undefined
       ? {
@@ -299,12 +299,12 @@ function replicasOption(values: {
     if (values['replicas-timeout'] !== undefined) throw new UsageError('--replicas-timeout goes with --replicas');
     return {};
   }
-  const count = whole(values.replicas, '--replicas', 1, 100);
+  const count = wholeFlag(values.replicas, '--replicas', 1, 100);
   const timeout = values['replicas-timeout'];
   return {
     replicas: {
       count,
-      ...(timeout === undefined ? {} : { timeoutMs: whole(timeout, '--replicas-timeout', 1, 3_600_000) }),
+      ...(timeout === undefined ? {} : { timeoutMs: wholeFlag(timeout, '--replicas-timeout', 1, 3_600_000) }),
     },
   };
 }
@@ -331,16 +331,16 @@ function limitOptions(values: Record<string, string | boolean | string[] | undef
   const options: Partial<EmlApiRelayOptions> = {};
   const count = (name: string, option: 'maxClientsPerAddress' | 'minDataRate' | 'maxAuthFailuresPerAddress') => {
     const value = flag(name);
-    if (value !== undefined) options[option] = whole(value, `--${name}`, 1, 1_000_000_000);
+    if (value !== undefined) options[option] = wholeFlag(value, `--${name}`, 1, 1_000_000_000);
   };
   const seconds = (name: string, option: 'authFailureDelay' | 'authFailureWindow', min: number, max: number) => {
     const value = flag(name);
-    if (value !== undefined) options[option] = whole(value, `--${name}`, min, max) * 1000;
+    if (value !== undefined) options[option] = wholeFlag(value, `--${name}`, min, max) * 1000;
   };
   const timeout = (name: string, field: 'idle' | 'stressIdle' | 'data' | 'tlsHandshake', max: number) => {
     const value = flag(name);
     if (value !== undefined)
-      options.timeouts = { ...options.timeouts, [field]: whole(value, `--${name}`, 1, max) * 1000 };
+      options.timeouts = { ...options.timeouts, [field]: wholeFlag(value, `--${name}`, 1, max) * 1000 };
   };
   count('max-clients-per-address', 'maxClientsPerAddress');
   count('min-data-rate', 'minDataRate');
@@ -411,13 +411,6 @@ async function readPem(path: string, flag: string): Promise<Buffer> {
   } catch (err) {
     throw new UsageError(`${flag}: cannot read ${path}: ${(err as Error).message}`);
   }
-}
-
-function whole(value: string, flag: string, min: number, max: number): number {
-  const n = Number(value);
-  if (!/^\d+$/.test(value) || n < min || n > max)
-    throw new UsageError(`${flag}: expected ${min}-${max}, got "${value}"`);
-  return n;
 }
 
 /** `{ [name]: value }`, or nothing when the value is undefined. */

@@ -5,7 +5,7 @@ import { startEmulator } from '../../emulator/index.js';
 import type { EmulatorApiKey } from '../../emulator/emulator-options.js';
 import type { CliIo } from '../cli-io.js';
 import { untilStopped } from '../lib/until-stopped.js';
-import { EXIT, UsageError } from '../lib/usage-error.js';
+import { EXIT, UsageError, wholeFlag } from '../lib/usage-error.js';
 
 /** Help of `eml-api serve`. */
 export const SERVE_HELP = `Usage: eml-api serve [options]
@@ -51,9 +51,7 @@ export async function serveCommand(args: string[], io: CliIo): Promise<number> {
     io.stdout.write(SERVE_HELP);
     return EXIT.ok;
   }
-  const port = Number(values.port);
-  if (!/^\d+$/.test(values.port) || !Number.isInteger(port) || port < 0 || port > 65535)
-    throw new UsageError(`--port: expected 0-65535, got "${values.port}"`);
+  const port = wholeFlag(values.port, '--port', 0, 65535);
   const apiKeys = values.key.map(parseKeySpec);
   let emu;
   try {

@@ -16,7 +16,7 @@ import {
 } from '../lib/redis-config.js';
 import { asUsageError, SERVICE_ARG_OPTIONS, SERVICE_OPTIONS_HELP, serviceOptions } from '../lib/service-config.js';
 import { terminalText } from '../lib/terminal-text.js';
-import { EXIT, UsageError } from '../lib/usage-error.js';
+import { EXIT, UsageError, wholeFlag } from '../lib/usage-error.js';
 import { isJsonIo, jsonIo } from '../lib/log-format.js';
 import { statusOf } from '../../observability/send-telemetry.js';
 import { OPERATIONS_ARG_OPTIONS, operationsHelp, operationsOptions } from '../lib/operations-flags.js';
@@ -72,10 +72,7 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
     return EXIT.ok;
   }
   if (positionals.length > 0) throw new UsageError(`worker takes no arguments, got "${positionals[0]}"`);
-  const concurrency = values.concurrency === undefined ? 5 : Number(values.concurrency);
-  if (!/^\d+$/.test(values.concurrency ?? '5') || !Number.isInteger(concurrency) || concurrency < 1) {
-    throw new UsageError(`--concurrency: expected a whole number of at least 1, got "${values.concurrency}"`);
-  }
+  const concurrency = wholeFlag(values.concurrency, '--concurrency', 1, Number.MAX_SAFE_INTEGER, 5);
   const rateLimit = values.rate === undefined ? undefined : parseRate(values.rate);
   const { warning, ...location } = outboxLocation(values, io.env);
   if (warning) io.stderr.write(`warning: ${warning}\n`);

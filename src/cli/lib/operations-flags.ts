@@ -1,6 +1,6 @@
 import { loadPromClient } from '../../observability/telemetry-peers.js';
 import type { LogFormat } from './log-format.js';
-import { UsageError } from './usage-error.js';
+import { UsageError, wholeFlag } from './usage-error.js';
 
 /**
  * `parseArgs` options of the long-running commands (`relay`, `worker`) for
@@ -65,10 +65,7 @@ export function operationsOptions(
     }
     return { http: undefined, metrics: undefined, logFormat, grace };
   }
-  const port = Number(flags['http-port']);
-  if (!/^\d+$/.test(flags['http-port']) || port > 65535) {
-    throw new UsageError(`--http-port: expected 0-65535, got "${flags['http-port']}"`);
-  }
+  const port = wholeFlag(flags['http-port'], '--http-port', 0, 65535);
   // Checked before the command starts anything: a missing prom-client says what to install, or how to do without.
   if (!flags['no-metrics']) loadPromClient(`${user} (for /metrics; or pass --no-metrics)`);
   return {
@@ -80,8 +77,5 @@ export function operationsOptions(
 }
 
 function seconds(value: string | undefined, flag: string, fallback: number): number {
-  if (value === undefined) return fallback * 1000;
-  const n = Number(value);
-  if (!/^\d+$/.test(value) || n > 86_400) throw new UsageError(`${flag}: expected 0-86400 seconds, got "${value}"`);
-  return n * 1000;
+  return wholeFlag(value, flag, 0, 86_400, fallback) * 1000;
 }

@@ -33,3 +33,25 @@ export function isUsageError(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
   return typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS');
 }
+
+/**
+ * Reads a flag that takes a whole number, the CLI's one check for them.
+ * @param value the flag's text, or undefined when it was not given
+ * @param fallback what an absent flag means
+ * @throws {UsageError} naming the flag, the range and what was given
+ */
+export function wholeFlag(
+  value: string | undefined,
+  flag: string,
+  min: number,
+  max: number,
+  fallback?: number,
+): number {
+  if (value === undefined && fallback !== undefined) return fallback;
+  const n = Number(value);
+  if (value === undefined || !/^\d+$/.test(value.trim()) || !Number.isSafeInteger(n) || n < min || n > max) {
+    const range = max >= Number.MAX_SAFE_INTEGER ? `a whole number of at least ${min}` : `${min}-${max}`;
+    throw new UsageError(`${flag}: expected ${range}, got ${JSON.stringify(value ?? '')}`);
+  }
+  return n;
+}

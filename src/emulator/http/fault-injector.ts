@@ -1,4 +1,4 @@
-import { configError } from '../../shared/options-kit.js';
+import { configError, refuseUnknownKeys } from '../../shared/options-kit.js';
 /**
  * Faults the emulator injects into API requests, for testing how clients
  * cope. Shares are probabilities from 0 to 1, drawn per request from a seeded
@@ -50,6 +50,14 @@ export interface FaultDraw {
 
 const SHARES = ['unavailable', 'rateLimited', 'resetBeforeProcessing', 'resetAfterProcessing'] as const;
 
+/** Every field of {@link EmulatorFaults}. */
+const FAULT_FIELDS = [
+  ...SHARES,
+  'seed',
+  'retryAfterSeconds',
+  'latencyMs',
+] as const satisfies readonly (keyof EmulatorFaults)[];
+
 /** Draws faults from a seeded generator (mulberry32). */
 export class FaultInjector {
   readonly #faults: Required<Omit<EmulatorFaults, 'latencyMs'>> & { latency: [number, number] };
@@ -65,6 +73,7 @@ export class FaultInjector {
   /** @throws {EmlApiError} `ECONFIG` naming a bad field */
   constructor(faults: EmulatorFaults) {
     if (typeof faults !== 'object' || faults === null) throw configError('faults', 'expected an object');
+    refuseUnknownKeys(faults, FAULT_FIELDS, 'faults.');
     let total = 0;
     for (const key of SHARES) {
       const share = faults[key] ?? 0;

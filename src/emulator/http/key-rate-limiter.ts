@@ -1,4 +1,4 @@
-import { configError } from '../../shared/options-kit.js';
+import { configError, refuseUnknownKeys } from '../../shared/options-kit.js';
 /**
  * A per-API-key rate limit of the emulator.
  *
@@ -20,6 +20,9 @@ interface Bucket {
   at: number;
 }
 
+/** Every field of {@link EmulatorRateLimit}. */
+const RATE_LIMIT_FIELDS = ['requestsPerSecond', 'burst'] as const satisfies readonly (keyof EmulatorRateLimit)[];
+
 /**
  * Token buckets per API key, on the real (monotonic) clock: the emulator's
  * `now` option is for mail-domain time and may be frozen in tests.
@@ -33,6 +36,10 @@ export class KeyRateLimiter {
   constructor(limit: EmulatorRateLimit) {
     if (typeof limit !== 'object' || limit === null)
       throw configError('rateLimit', 'expected { requestsPerSecond, burst }');
+    refuseUnknownKeys(limit, RATE_LIMIT_FIELDS, 'rateLimit.', {
+      max: 'the emulator limits requests with { requestsPerSecond, burst } (the service’s token bucket)',
+      duration: 'the emulator limits requests with { requestsPerSecond, burst } (the service’s token bucket)',
+    });
     if (!(
       typeof limit.requestsPerSecond === 'number' &&
       limit.requestsPerSecond > 0 &&
