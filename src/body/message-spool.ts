@@ -300,6 +300,9 @@ class Collector {
   }
 
   async finish(): Promise<SpooledMessage> {
+    // A stream may end while the file its last chunk crossed the threshold with is still opening: the
+    // message is in that file once the open is done (else the file would be left behind, and the message in memory).
+    await this.#opening;
     if (this.#file) {
       const head = this.#head.finish();
       const file = this.#file;

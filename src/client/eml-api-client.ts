@@ -128,7 +128,9 @@ export class EmlApiClient {
    * Sends a complete message through `POST /v1/send/eml`. The service takes the
    * recipients from the To, Cc and Bcc headers and removes Bcc before delivery.
    *
-   * @param eml the RFC 5322 message: bytes, text, or a stream of bytes
+   * @param eml the RFC 5322 message: bytes, text, or a stream of bytes. A stream is read only by a send
+   *   that goes out: one refused or aborted before it holds a connection slot leaves the stream unread and
+   *   open (the caller destroys it, e.g. a file stream's descriptor)
    * @returns the accepted send
    * @throws {EmlApiError} `EAUTH`, `EAPI`, `ECONNECTION`, `ETIMEDOUT` or `EABORT`
    * @example
@@ -199,6 +201,9 @@ export class EmlApiClient {
   send<K extends SendKind, B extends SendBody = SendBody>(
     request: SendRequest<B> & { readonly kind: K },
   ): Promise<AcceptedSend<SendAnswer<K>, B | undefined>> {
+    if (request.kind === 'group' && !request.groupId) {
+      return Promise.reject(new TypeError('send(): a group send needs its groupId'));
+    }
     const path = sendPath(request.kind, request.groupId);
     const command = `POST ${path}`;
     return this.#requester.run(command, { signal: request.signal, paced: true }, async (call) => {

@@ -28,10 +28,26 @@ export function resolveLogger(option: boolean | EmlApiLogger | undefined): EmlAp
   if (option === undefined || option === false) return silentLogger;
   if (option === true) return consoleLogger;
   const logger = {} as EmlApiLogger;
+  let warned = false;
   for (const level of LEVELS) {
     // Some loggers (console) lack levels or need their own `this`.
     const fn = typeof option[level] === 'function' ? option[level] : undefined;
-    logger[level] = fn ? fn.bind(option) : () => {};
+    logger[level] = fn
+      ? (meta, message) => {
+          try {
+            fn.call(option, meta, message);
+          } catch (err) {
+            // A logger that throws must not fail a send (after the service accepted it, the app would send it
+            // again) nor leave its spool file behind: the line is lost, and Node's warning says so once.
+            if (warned) return;
+            warned = true;
+            process.emitWarning(
+              `The logger passed to nodemailer-eml-api threw (${(err as Error)?.message ?? String(err)}); its lines are dropped`,
+              { code: 'EML_API_LOGGER_THREW' },
+            );
+          }
+        }
+      : () => {};
   }
   return logger;
 }

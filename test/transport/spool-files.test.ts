@@ -111,4 +111,71 @@ describe('spool files', () => {
       alive.kill();
     }
   });
+
+  it('are removed after the send when the chunk that crosses the threshold is the stream’s last', async () => {
+    const { startEmulator } = await import('../../src/emulator/index.js');
+    const { EmlApiClient } = await import('../../src/index.js');
+    const emu = await startEmulator();
+    const dir = spoolDir();
+    const eml = Buffer.from(`From: a@example.test\r\nTo: b@example.test\r\nSubject: big\r\n\r\n${'x'.repeat(5000)}`);
+    const client = new EmlApiClient({
+      apiKey: emu.apiKey,
+      baseUrl: emu.url,
+      spool: { threshold: 1000, directory: dir },
+    });
+    try {
+      // One chunk, and the stream ends at once: its end comes while the spool file is being opened.
+      for (let i = 0; i < 5; i++) await client.sendEml(Readable.from([eml]));
+      expect(emu.messages()).toHaveLength(5);
+      expect(emu.messages().every((m) => m.raw.toString('latin1').endsWith(`\r\n\r\n${'x'.repeat(5000)}`))).toBe(true);
+      expect(spoolFolders(dir)).toEqual([]);
+    } finally {
+      await client.close();
+      await emu.close();
+    }
+  });
+
+  it('are removed, and the send kept, when the app’s logger throws', async () => {
+    const { startEmulator } = await import('../../src/emulator/index.js');
+    const emu = await startEmulator();
+    const dir = spoolDir();
+    const throwing = {
+      debug() {
+        throw new Error('debug boom');
+      },
+      info() {
+        throw new Error('info boom');
+      },
+      warn() {
+        throw new Error('warn boom');
+      },
+      error() {
+        throw new Error('error boom');
+      },
+    };
+    const transport = new EmlApiTransport({
+      apiKey: emu.apiKey,
+      baseUrl: emu.url,
+      logger: throwing,
+      spool: { threshold: 10, directory: dir },
+    });
+    const transporter = nodemailer.createTransport(transport);
+    try {
+      // The logger is called after the message is spooled and after the service accepted it:
+      // a throw there must neither leave the spool file nor turn an accepted send into a failure.
+      const info = await transporter.sendMail({
+        from: 'shop@example.test',
+        to: 'ann@example.test',
+        envelope: { from: 'bounces@example.test', to: ['ann@example.test'] },
+        subject: 'Hi',
+        text: 'Hello',
+      });
+      expect(info.response).toBe('202 Accepted');
+      expect(emu.messages()).toHaveLength(1);
+      expect(spoolFolders(dir)).toEqual([]);
+    } finally {
+      await transport.close();
+      await emu.close();
+    }
+  });
 });
