@@ -42,7 +42,8 @@ export function capturingLogger({ inspect: inspectLines = false }: { inspect?: b
     lines.push({ level, meta, message });
     if (inspectLines) inspected.push(inspect([meta, message], { depth: Infinity }));
   };
-  const at = (...levels: LogLevel[]) => (levels.length === 0 ? [...lines] : lines.filter((l) => levels.includes(l.level)));
+  const at = (...levels: LogLevel[]) =>
+    levels.length === 0 ? [...lines] : lines.filter((l) => levels.includes(l.level));
   return {
     lines,
     debug: keep('debug'),
