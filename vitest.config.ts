@@ -30,10 +30,14 @@ function redisFilesToSkip(): string[] {
   return files;
 }
 
+/** Test files that mock modules (vi.mock): they get a module graph of their own. */
+const MOCKING = ['test/relay/receive-cost.test.ts'];
+
+const include = ['test/**/*.test.ts', 'examples/emulator-vitest.test.ts'];
+const exclude = ['**/node_modules/**', 'test/frameworks/**', ...redisFilesToSkip()];
+
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts', 'examples/emulator-vitest.test.ts'],
-    exclude: ['**/node_modules/**', 'test/frameworks/**', ...redisFilesToSkip()],
     testTimeout: 30_000,
     hookTimeout: 60_000,
     // Each file starts its own servers on port 0, so files run side by side. Most of a file's time is
@@ -44,5 +48,20 @@ export default defineConfig({
     // The JSON report lets CI print a plain "N passed, N failed" summary line.
     reporters: ['default', 'json'],
     outputFile: { json: 'test-output/vitest-results.json' },
+    projects: [
+      {
+        extends: true,
+        test: {
+          name: 'shared',
+          include,
+          exclude: [...exclude, ...MOCKING],
+          // The files of a worker process share its loaded modules (the package, undici, BullMQ...): loading
+          // them again for every file took about as long as the tests. A file that changes a module's
+          // state puts it back after itself (e.g. test/helpers/short-waits.ts).
+          isolate: false,
+        },
+      },
+      { extends: true, test: { name: 'mocking', include: MOCKING, exclude, isolate: true } },
+    ],
   },
 });
