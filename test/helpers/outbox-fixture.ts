@@ -50,8 +50,9 @@ export interface OutboxFixtureOptions {
   /** Every worker's options besides its connection, prefix, key and baseUrl (e.g. `logger`). */
   worker?: Partial<EmlApiWorkerOptions>;
   /**
-   * What is emptied before each test: `'queue'` (the producer's queue: obliterate), `'redis'` (FLUSHALL
-   * on every master), or `'nothing'`.
+   * What is emptied before each test, besides resetting the emulator (its messages and faults):
+   * `'queue'` (the producer's queue: obliterate), `'redis'` (FLUSHALL on every master); or `'nothing'`
+   * at all (the emulator kept as the last test left it).
    * @default 'queue'
    */
   clean?: 'queue' | 'redis' | 'nothing';
@@ -114,9 +115,10 @@ export function useOutbox(
   });
 
   beforeEach(async () => {
+    const clean = options.clean ?? 'queue';
+    if (clean === 'nothing') return;
     emu!.reset();
     emu!.setFaults(undefined);
-    const clean = options.clean ?? 'queue';
     if (clean === 'queue') await transport!.queue.obliterate({ force: true });
     else if (clean === 'redis') await (under ? under.flushall() : server!.client.flushall());
   });
