@@ -44,7 +44,6 @@ async function redisWith(options: RedisServerOptions): Promise<RedisServer> {
   return redis;
 }
 
-
 const message = (i: number) => ({
   from: 'shop@example.test',
   to: `c${i}@example.test`,

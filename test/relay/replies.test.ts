@@ -152,7 +152,9 @@ describe('250 means the service accepted it', () => {
     const message = emu.messages().find((m) => m.messageId === '<accepted@example.test>')!;
     expect(reply.code).toBe(250);
     expect(reply.text).toBe(`2.0.0 Ok: ${message.id}`);
-    const line = logger.at('info', 'warn', 'error').find((l) => l.message === 'Message accepted' && l.meta.id === message.id);
+    const line = logger
+      .at('info', 'warn', 'error')
+      .find((l) => l.message === 'Message accepted' && l.meta.id === message.id);
     expect(line?.meta).toMatchObject({ messageId: '<accepted@example.test>', recipients: 1, client: '127.0.0.1' });
   });
 
@@ -229,7 +231,9 @@ describe('transient failures answer 451 (the client retries later)', () => {
       logger,
     });
     relays.push(down);
-    expect(logger.lines.some((l) => l.level === 'warn' && /Could not check the relay's API key/.test(l.message))).toBe(true);
+    expect(logger.lines.some((l) => l.level === 'warn' && /Could not check the relay's API key/.test(l.message))).toBe(
+      true,
+    );
     const reply = await send(eml('down'), ['ann@example.test'], down.port);
     expect(reply.code).toBe(451);
     expect(reply.text).toMatch(/^4\.4\.1 The email service could not be reached/);

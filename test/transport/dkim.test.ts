@@ -34,7 +34,11 @@ describe.each(
   ({ nodemailer, buildThreads, message, onThread }) => {
     let emu: Emulator;
     const logger = capturingLogger();
-    const sending = () => logger.at('debug').filter((l) => l.message === 'Sending message').map((l) => l.meta);
+    const sending = () =>
+      logger
+        .at('debug')
+        .filter((l) => l.message === 'Sending message')
+        .map((l) => l.meta);
     beforeAll(async () => {
       emu = await startEmulator();
       const transporter = nodemailer.createTransport(

@@ -70,7 +70,9 @@ describe('custom envelopes', () => {
       envelope: { from: 'bounces@example.test', to: 'ann@example.test' },
     });
     expect(info.envelope.from).toBe('bounces@example.test');
-    expect(logger.messages('info', 'warn', 'error').some((m) => m.includes('Envelope sender differs from From'))).toBe(true);
+    expect(logger.messages('info', 'warn', 'error').some((m) => m.includes('Envelope sender differs from From'))).toBe(
+      true,
+    );
   });
 
   it('rejects a message without any recipient with EENVELOPE before any request', async () => {

@@ -24,7 +24,11 @@ describe.each(NODEMAILERS.flatMap((versions) => BUILDS.map((build) => ({ ...vers
     let emu: Emulator;
     let smtp: SmtpSink;
     const logger = capturingLogger();
-    const sending = () => logger.at('debug').filter((l) => l.message === 'Sending message').map((l) => l.meta);
+    const sending = () =>
+      logger
+        .at('debug')
+        .filter((l) => l.message === 'Sending message')
+        .map((l) => l.meta);
 
     beforeAll(async () => {
       emu = await startEmulator();
