@@ -2,11 +2,12 @@ import { inspect } from 'node:util';
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { EmlApiError } from '../src/index.js';
-import { EmlApiClient, EmlApiTransport, type EmlApiLogger } from '../src/index.js';
+import { EmlApiClient, EmlApiTransport } from '../src/index.js';
 import { startEmulator, type Emulator } from '../src/emulator/index.js';
 import { rejectionOf, thrownBy } from './helpers/async.js';
 import { clientFactory } from './helpers/clients.js';
 import { closedPort, startFakeService, type FakeService } from './helpers/fake-service.js';
+import { capturingLogger } from './helpers/logger.js';
 
 const SECRET = 'sk_live_SECRET_9f8e7d6c';
 const FRAGMENT = 'SECRET_9f8e7d6c';
@@ -24,13 +25,7 @@ function channels(value: unknown): string[] {
 describe('the API key stays secret', () => {
   let emu: Emulator;
   let service: FakeService;
-  const logLines: string[] = [];
-  const logger: EmlApiLogger = {
-    debug: (meta, message) => logLines.push(inspect([meta, message], { depth: Infinity })),
-    info: (meta, message) => logLines.push(inspect([meta, message], { depth: Infinity })),
-    warn: (meta, message) => logLines.push(inspect([meta, message], { depth: Infinity })),
-    error: (meta, message) => logLines.push(inspect([meta, message], { depth: Infinity })),
-  };
+  const logger = capturingLogger({ inspect: true });
   beforeAll(async () => {
     emu = await startEmulator({ apiKeys: [{ key: SECRET, scopes: ['group:insert'] }] });
     service = await startFakeService();
@@ -107,8 +102,8 @@ describe('the API key stays secret', () => {
     for (const failure of failures) {
       for (const text of channels(failure)) expect(text).not.toContain(FRAGMENT);
     }
-    expect(logLines.length).toBeGreaterThan(0);
-    for (const line of logLines) expect(line).not.toContain(FRAGMENT);
+    expect(logger.inspected().length).toBeGreaterThan(0);
+    for (const line of logger.inspected()) expect(line).not.toContain(FRAGMENT);
   });
 
   it('is not in util.inspect or JSON.stringify of the transport, its client or its options', () => {

@@ -10,7 +10,8 @@ import { OutboxJobRunner } from './job-runner.js';
 import type { OutboxJob, OutboxJobData, OutboxSendResult } from './outbox-job.js';
 import type { QueueLocation } from './queue-location.js';
 import { loadBullmq, type BullmqModule } from './queue-peers.js';
-import { closeOutboxRedis, openOutboxRedis, QUIT_WAIT, type OutboxRedis } from './redis-connection.js';
+import { closeOutboxRedis, openOutboxRedis, type OutboxRedis } from './redis-connection.js';
+import { outboxWaits } from './outbox-waits.js';
 import { withDeadline } from './deadline.js';
 import { withoutArguments } from './redis-failure.js';
 import { resolveWorkerOptions } from './worker-options.js';
@@ -44,9 +45,6 @@ export interface WorkerCloseOptions {
 }
 
 const WORKER_CLOSE_OPTIONS = ['abort'] as const satisfies readonly (keyof WorkerCloseOptions)[];
-
-/** How long a forced close waits for aborted sends to hand their jobs back, in ms. */
-const HAND_BACK_WAIT = 5_000;
 
 /**
  * A running outbox worker: takes jobs from the queue and posts them through
@@ -338,13 +336,13 @@ export class EmlApiWorker extends EventEmitter {
    * expires, as after a crash).
    */
   async #cutShort(graceful: Promise<void>): Promise<void> {
-    const ended = await withDeadline(graceful, 2 * HAND_BACK_WAIT).then(
+    const ended = await withDeadline(graceful, 2 * outboxWaits.handBack).then(
       () => true,
       () => false,
     );
     if (ended) return;
     this.#logger.warn({}, 'Redis does not answer: closing the worker without it');
-    await withDeadline(this.worker.disconnect(), QUIT_WAIT).catch(() => undefined);
+    await withDeadline(this.worker.disconnect(), outboxWaits.quit).catch(() => undefined);
     await this.client.close({ abort: true });
     await this.#telemetry.close();
     await closeOutboxRedis(this.#redis);
@@ -356,8 +354,8 @@ export class EmlApiWorker extends EventEmitter {
     if (this.#forcing) {
       // Stop taking jobs, then wait (briefly) for the aborted sends to put their jobs back
       // while the worker still holds its connections; jobs fetched meanwhile are put back too.
-      await withDeadline(this.worker.pause(true), HAND_BACK_WAIT).catch(() => undefined);
-      const until = Date.now() + HAND_BACK_WAIT;
+      await withDeadline(this.worker.pause(true), outboxWaits.handBack).catch(() => undefined);
+      const until = Date.now() + outboxWaits.handBack;
       while (this.#running.size > 0 && Date.now() < until) {
         await withDeadline(Promise.allSettled([...this.#running]), until - Date.now()).catch(() => undefined);
       }
@@ -423,7 +421,7 @@ export class EmlApiWorker extends EventEmitter {
       Partial<Pick<BullmqModule, 'WaitingError'>>;
     // Bounded: with Redis unreachable the job cannot be moved, and its lock expiry returns it instead.
     if (typeof job.moveToWait === 'function') {
-      await withDeadline(job.moveToWait(token), HAND_BACK_WAIT).catch(() => undefined);
+      await withDeadline(job.moveToWait(token), outboxWaits.handBack).catch(() => undefined);
     }
     throw WaitingError ? new WaitingError() : new DelayedError();
   }

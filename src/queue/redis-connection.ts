@@ -1,6 +1,7 @@
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import { configError } from '../shared/options-kit.js';
 import { withDeadline } from './deadline.js';
+import { outboxWaits } from './outbox-waits.js';
 import { loadRedis } from './queue-peers.js';
 import type { QueueLocation } from './queue-location.js';
 import {
@@ -134,24 +135,17 @@ export function openOutboxRedis(
 }
 
 /**
- * How long closing waits for Redis to answer QUIT before dropping the connection, in ms.
- * @example
- * await closeOutboxRedis(client, QUIT_WAIT);
- */
-export const QUIT_WAIT = 2_000;
-
-/**
  * Closes a client the outbox made; leaves one it was given open. Never waits
  * longer than `wait` for Redis: a QUIT that gets no answer (Redis down, and
  * a worker's client queues commands until it is back; or a network
  * partition, where the socket stays open) would otherwise keep close(), and
  * the process, waiting for ever.
  *
- * @param wait ms to wait for the answer to QUIT @default QUIT_WAIT
+ * @param wait ms to wait for the answer to QUIT @default outboxWaits.quit (2 s)
  * @example
  * await closeOutboxRedis(client);
  */
-export async function closeOutboxRedis(client: OutboxRedis, wait = QUIT_WAIT): Promise<void> {
+export async function closeOutboxRedis(client: OutboxRedis, wait = outboxWaits.quit): Promise<void> {
   if (!client.owned) return;
   const { redis } = client;
   if (redis.status !== 'ready') {

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EmlApiClient, EmlApiTransport, type EmlApiClientOptions } from '../../src/index.js';
 import { thrownBy } from '../helpers/async.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
+import { silentLogger } from '../helpers/logger.js';
 
 let service: FakeService;
 
@@ -107,7 +108,7 @@ describe('client.options', () => {
   it('is a frozen view of the settings with their defaults, without the dispatcher, the logger or the key', async () => {
     const { Agent } = await import('undici');
     const dispatcher = new Agent();
-    const logger = { debug() {}, info() {}, warn() {}, error() {} };
+    const logger = silentLogger;
     const client = new EmlApiClient({
       apiKey: 'k-secret',
       baseUrl: 'https://api.example.test/base/',

@@ -1,6 +1,7 @@
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { EmlApiClient, EmlApiTransport, type EmlApiLogger } from '../../src/index.js';
+import { EmlApiClient, EmlApiTransport } from '../../src/index.js';
+import { capturingLogger } from '../helpers/logger.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 
 /**
@@ -11,20 +12,15 @@ import { startFakeService, type FakeService } from '../helpers/fake-service.js';
  */
 
 let service: FakeService;
-const warnings: { meta: Record<string, unknown>; message: string }[] = [];
-const logger: EmlApiLogger = {
-  debug() {},
-  info() {},
-  warn: (meta, message) => warnings.push({ meta, message }),
-  error() {},
-};
+const logger = capturingLogger();
+const warnings = () => logger.at('warn');
 
 beforeAll(async () => {
   service = await startFakeService();
 });
 afterAll(() => service.close());
 beforeEach(() => {
-  warnings.length = 0;
+  logger.clear();
   service.clear();
 });
 
@@ -41,9 +37,9 @@ describe('a 2xx answer that is not the service JSON', () => {
     const result = await client.sendEml('From: a@x.test\r\nTo: b@x.test\r\n\r\nhi\r\n');
     expect(result.id).toBeUndefined();
     expect(result.warning).toMatch(/not the service's JSON.*may not have been sent.*baseUrl/);
-    expect(warnings).toHaveLength(1);
-    expect(warnings[0]!.message).toBe(result.warning);
-    expect(warnings[0]!.meta).toMatchObject({ command: 'POST /v1/send/eml', responseCode: 200 });
+    expect(warnings()).toHaveLength(1);
+    expect(warnings()[0]!.message).toBe(result.warning);
+    expect(warnings()[0]!.meta).toMatchObject({ command: 'POST /v1/send/eml', responseCode: 200 });
     await client.close();
   });
 
@@ -53,7 +49,7 @@ describe('a 2xx answer that is not the service JSON', () => {
     const info = await nodemailer.createTransport(transport).sendMail({ from: 'a@x.test', to: 'b@x.test', text: 'hi' });
     expect(info.id).toBeUndefined();
     expect(info.warning).toMatch(/not the service's JSON/);
-    expect(warnings.filter((w) => w.message === info.warning)).toHaveLength(1);
+    expect(warnings().filter((w) => w.message === info.warning)).toHaveLength(1);
     await transport.close();
   });
 
@@ -62,7 +58,7 @@ describe('a 2xx answer that is not the service JSON', () => {
     expect((await client.sendEml('From: a@x.test\r\nTo: b@x.test\r\n\r\nhi\r\n')).warning).toBeUndefined();
     service.answer({ status: 202 });
     expect((await client.sendEml('From: a@x.test\r\nTo: b@x.test\r\n\r\nhi\r\n')).warning).toBeUndefined();
-    expect(warnings).toEqual([]);
+    expect(warnings()).toEqual([]);
     await client.close();
   });
 });

@@ -8,13 +8,16 @@ import { EmlApiQueueTransport, startEmlApiWorker } from '../../src/queue/index.j
 import { EmlApiWorker } from '../../src/queue/eml-api-worker.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+// The bounds on waiting for a Redis that does not answer, shortened here and in the worker processes.
+import { useShortWaits } from '../helpers/short-waits.js';
 
 /**
  * close() of the producer and of workers, and stopping `eml-api worker`,
  * when Redis is down or stops answering (a network partition: the socket
  * stays open, nothing comes back). They used to wait for ever for Redis to
  * answer QUIT, or for BullMQ to connect: a process that could not be stopped
- * but with SIGKILL. Real redis-server, frozen with SIGSTOP.
+ * but with SIGKILL. Real redis-server, frozen with SIGSTOP; the outbox's
+ * bounds on those waits shortened (test/helpers/short-waits.ts).
  */
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -25,6 +28,7 @@ let redis: RedisServer;
 let emu: Emulator;
 let service: FakeService;
 let frozen: number | undefined;
+const shortWaits = useShortWaits();
 
 beforeAll(async () => {
   [redis, emu, service] = await Promise.all([startRedisServer(), startEmulator(), startFakeService()]);
@@ -81,7 +85,7 @@ describe('close() when Redis does not answer', () => {
     await transport.close();
     // The key check gets a 400 (the key may send), the queued send is held.
     service.script([{ status: 400, body: { error: { code: 'invalid_request', message: 'no mail' } } }], 'hold');
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'worker'], {
+    const child = spawn(process.execPath, ['--import', 'tsx', ...shortWaits.nodeArgs, 'src/cli/main.ts', 'worker'], {
       cwd: ROOT,
       env: { ...process.env, REDIS_URL: redis.url, EML_API_URL: service.url, EML_API_KEY: 'k_0123456789abcdef' },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -144,7 +148,7 @@ describe('close() when Redis is down', () => {
   });
 
   it('eml-api worker stops on SIGTERM', async () => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'worker'], {
+    const child = spawn(process.execPath, ['--import', 'tsx', ...shortWaits.nodeArgs, 'src/cli/main.ts', 'worker'], {
       cwd: ROOT,
       env: { ...process.env, REDIS_URL: NOWHERE, EML_API_URL: emu.url, EML_API_KEY: emu.apiKey },
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -1,10 +1,9 @@
-import nodemailer, { type Transporter } from 'nodemailer';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import nodemailer from 'nodemailer';
+import { describe, expect, it } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
 import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
-import { eventually, inProcessWorkers } from '../helpers/outbox.js';
-import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { eventually } from '../helpers/outbox.js';
+import { useOutbox } from '../helpers/outbox-fixture.js';
 import { startReplyLossProxy } from '../helpers/reply-loss-proxy.js';
 
 /**
@@ -22,32 +21,7 @@ import { startReplyLossProxy } from '../helpers/reply-loss-proxy.js';
  * workers in this process.
  */
 
-let redis: RedisServer;
-let emu: Emulator;
-let transport: EmlApiQueueTransport;
-let transporter: Transporter<EmlApiQueuedMessageInfo>;
-const workers = inProcessWorkers(() => ({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url }));
-
-beforeAll(async () => {
-  [redis, emu] = await Promise.all([startRedisServer(), startEmulator()]);
-  transport = new EmlApiQueueTransport({ connection: redis.url, retry: { attempts: 2, delay: 50, jitter: 0 } });
-  transporter = nodemailer.createTransport(transport) as unknown as Transporter<EmlApiQueuedMessageInfo>;
-});
-
-afterAll(async () => {
-  await transport?.close();
-  await emu?.close();
-  await redis?.stop();
-});
-
-beforeEach(async () => {
-  emu.reset();
-  emu.setFaults(undefined);
-  await transport.queue.obliterate({ force: true });
-  await redis.client.flushall();
-});
-
-afterEach(() => workers.closeAll());
+const outbox = useOutbox({ transport: { retry: { attempts: 2, delay: 50, jitter: 0 } }, clean: 'redis' });
 
 const order = (to: string) => ({
   from: 'shop@example.test',
@@ -59,60 +33,69 @@ const order = (to: string) => ({
 
 /** Queues `order(to)`, runs a worker until the job has failed, and closes the worker. */
 async function failedJob(to: string): Promise<EmlApiQueuedMessageInfo> {
-  const info = await transporter.sendMail(order(to));
-  await workers.start();
-  await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === 1, { what: 'failed' });
-  await workers.closeAll();
+  const info = await outbox.transporter.sendMail(order(to));
+  await outbox.workers.start();
+  await eventually(async () => (await outbox.transport.queue.getJobCounts('failed')).failed === 1, { what: 'failed' });
+  await outbox.workers.closeAll();
   return info;
 }
 
 /** The content stored: under keys, or in jobs (small content), by key. */
 async function contentKeys(): Promise<string[]> {
-  const jobs = await transport.queue.getJobs(['waiting', 'prioritized', 'delayed', 'active', 'failed', 'completed']);
+  const jobs = await outbox.transport.queue.getJobs([
+    'waiting',
+    'prioritized',
+    'delayed',
+    'active',
+    'failed',
+    'completed',
+  ]);
   const inJobs = jobs.filter((job) => job.data.inline !== undefined).map((job) => job.data.contentKey);
-  return [...(await redis.client.keys('bull:eml-api:content:*')), ...inJobs].sort();
+  return [...(await outbox.redis.client.keys('bull:eml-api:content:*')), ...inJobs].sort();
 }
 
 describe('sendMail with the idempotency key of a failed job', () => {
   it('replaces a job the service refused with the new message, which is sent', async () => {
     const first = await failedJob('ann@'); // 400 invalid_address: the service accepted nothing
-    const again = await transporter.sendMail(order('ann@example.test'));
+    const again = await outbox.transporter.sendMail(order('ann@example.test'));
     expect(again).toMatchObject({ duplicate: false, requeued: 'replaced', queueId: first.queueId });
     expect(again.messageId).not.toBe(first.messageId);
     expect(await contentKeys()).toHaveLength(1);
-    await workers.start();
-    await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 1, {
+    await outbox.workers.start();
+    await eventually(async () => (await outbox.transport.queue.getJobCounts('completed')).completed === 1, {
       what: 'the replacement sent',
     });
-    expect(emu.mailbox('ann@example.test').map((m) => m.messageId)).toEqual([again.messageId]);
+    expect(outbox.emu.mailbox('ann@example.test').map((m) => m.messageId)).toEqual([again.messageId]);
   });
 
   it('puts back, with its own bytes, a job an attempt of which the service may have accepted: delivered once', async () => {
     // Processed, then the connection reset, on every attempt: delivered once, the worker never knows.
-    emu.setFaults({ resetAfterProcessing: 1 });
+    outbox.emu.setFaults({ resetAfterProcessing: 1 });
     const first = await failedJob('bob@example.test');
-    emu.setFaults(undefined);
-    expect(emu.mailbox('bob@example.test')).toHaveLength(1);
+    outbox.emu.setFaults(undefined);
+    expect(outbox.emu.mailbox('bob@example.test')).toHaveLength(1);
     // Built again, the message has other bytes (Date, Message-ID): under this key the service would refuse them.
-    const again = await transporter.sendMail(order('bob@example.test'));
+    const again = await outbox.transporter.sendMail(order('bob@example.test'));
     expect(again).toMatchObject({ duplicate: true, requeued: 'retried', messageId: first.messageId });
     expect(await contentKeys()).toHaveLength(1);
-    await workers.start();
-    await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 1, {
+    await outbox.workers.start();
+    await eventually(async () => (await outbox.transport.queue.getJobCounts('completed')).completed === 1, {
       what: 'sent again, answered from the first',
     });
-    expect(emu.mailbox('bob@example.test')).toHaveLength(1);
+    expect(outbox.emu.mailbox('bob@example.test')).toHaveLength(1);
   });
 
   it('rejects, saying why, for a job parked for a person; nothing is stored', async () => {
-    emu.setFaults({ resetAfterProcessing: 1 });
-    const info = await transporter.sendMail(order('cy@example.test'));
+    outbox.emu.setFaults({ resetAfterProcessing: 1 });
+    const info = await outbox.transporter.sendMail(order('cy@example.test'));
     // A service that keeps keys 0 ms: the first unknown outcome parks the job.
-    await workers.start({ idempotencyWindow: 0 });
-    await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === 1, { what: 'parked' });
-    await workers.closeAll();
+    await outbox.workers.start({ idempotencyWindow: 0 });
+    await eventually(async () => (await outbox.transport.queue.getJobCounts('failed')).failed === 1, {
+      what: 'parked',
+    });
+    await outbox.workers.closeAll();
     const before = await contentKeys();
-    const err = (await transporter.sendMail(order('cy@example.test')).catch((e: unknown) => e)) as EmlApiError;
+    const err = (await outbox.transporter.sendMail(order('cy@example.test')).catch((e: unknown) => e)) as EmlApiError;
     expect(err).toBeInstanceOf(EmlApiError);
     expect(err).toMatchObject({
       code: 'EMESSAGE',
@@ -124,32 +107,32 @@ describe('sendMail with the idempotency key of a failed job', () => {
     expect(err.message).toContain('may have been delivered');
     expect(err.message).toContain(`eml-api queue retry ${info.queueId}`);
     expect(await contentKeys()).toEqual(before);
-    expect(await transport.queue.getJobCounts('failed')).toEqual({ failed: 1 });
+    expect(await outbox.transport.queue.getJobCounts('failed')).toEqual({ failed: 1 });
   });
 
   it('is replaced once when producers race to replace it', async () => {
     // Four producers at once, three rounds: one replaces the job, the others find it replaced (also those
     // that look at it between the winner's replacing and its putting the job back).
-    const others = Array.from({ length: 3 }, () => new EmlApiQueueTransport({ connection: redis.url }));
+    const others = Array.from({ length: 3 }, () => new EmlApiQueueTransport({ connection: outbox.redis.url }));
     try {
       for (let round = 0; round < 3; round++) {
-        emu.reset();
-        await transport.queue.obliterate({ force: true });
-        await redis.client.flushall();
+        outbox.emu.reset();
+        await outbox.transport.queue.obliterate({ force: true });
+        await outbox.redis.client.flushall();
         await failedJob(`dee${round}@`);
-        const racers = [transporter, ...others.map((o) => nodemailer.createTransport(o))];
+        const racers = [outbox.transporter, ...others.map((o) => nodemailer.createTransport(o))];
         const all = await Promise.all(racers.map((t) => t.sendMail(order(`dee${round}@example.test`))));
         const outcomes = all.map((info) => info.requeued ?? (info.duplicate ? 'duplicate' : 'new')).sort();
         expect(outcomes).toEqual(['duplicate', 'duplicate', 'duplicate', 'replaced']);
         const winner = all.find((info) => info.requeued === 'replaced')!;
         for (const info of all.filter((i) => i.duplicate)) expect(info.messageId).toBe(winner.messageId);
         expect(await contentKeys()).toHaveLength(1);
-        await workers.start();
-        await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 1, {
+        await outbox.workers.start();
+        await eventually(async () => (await outbox.transport.queue.getJobCounts('completed')).completed === 1, {
           what: 'sent',
         });
-        await workers.closeAll();
-        expect(emu.mailbox(`dee${round}@example.test`).map((m) => m.messageId)).toEqual([winner.messageId]);
+        await outbox.workers.closeAll();
+        expect(outbox.emu.mailbox(`dee${round}@example.test`).map((m) => m.messageId)).toEqual([winner.messageId]);
       }
     } finally {
       await Promise.all(others.map((o) => o.close()));
@@ -159,11 +142,13 @@ describe('sendMail with the idempotency key of a failed job', () => {
   it('replaces it once when the reply to the replacement is lost and the command re-sent: the new message is sent', async () => {
     // Content stored beside the job (over 64 KiB), which a producer removes when it takes its send for a duplicate.
     const big = (text: string) => ({ ...order('eve@example.test'), text: `${text} ${'y'.repeat(100_000)}` });
-    const first = await transporter.sendMail({ ...big('first'), to: 'eve@' }); // 400: nothing accepted
-    await workers.start();
-    await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === 1, { what: 'failed' });
-    await workers.closeAll();
-    const proxy = await startReplyLossProxy(redis.port);
+    const first = await outbox.transporter.sendMail({ ...big('first'), to: 'eve@' }); // 400: nothing accepted
+    await outbox.workers.start();
+    await eventually(async () => (await outbox.transport.queue.getJobCounts('failed')).failed === 1, {
+      what: 'failed',
+    });
+    await outbox.workers.closeAll();
+    const proxy = await startReplyLossProxy(outbox.redis.port);
     const producer = new EmlApiQueueTransport({ connection: proxy.url });
     try {
       await producer.verify();
@@ -176,14 +161,14 @@ describe('sendMail with the idempotency key of a failed job', () => {
       expect(proxy.fired).toBe(1);
       expect(again).toMatchObject({ duplicate: false, requeued: 'replaced', queueId: first.queueId });
       expect(await contentKeys()).toHaveLength(1);
-      await workers.start();
-      await eventually(async () => (await transport.queue.getJob(first.queueId))?.finishedOn !== undefined, {
+      await outbox.workers.start();
+      await eventually(async () => (await outbox.transport.queue.getJob(first.queueId))?.finishedOn !== undefined, {
         what: 'the replacement settled',
       });
-      const job = await transport.queue.getJob(first.queueId);
+      const job = await outbox.transport.queue.getJob(first.queueId);
       expect(job!.data.lastError?.message).toBeUndefined();
       expect(await job!.getState()).toBe('completed');
-      expect(emu.mailbox('eve@example.test').map((m) => m.messageId)).toEqual([again.messageId]);
+      expect(outbox.emu.mailbox('eve@example.test').map((m) => m.messageId)).toEqual([again.messageId]);
     } finally {
       await producer.close();
       await proxy.close();

@@ -1,20 +1,18 @@
 import { inspect } from 'node:util';
-import nodemailer, { type Transporter } from 'nodemailer';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import nodemailer from 'nodemailer';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
 import {
   EmlApiQueueTransport,
   readOutboxStatus,
-  type EmlApiQueuedMessageInfo,
   type EmlApiWorkerOptions,
   type OutboxJobData,
   type OutboxSendResult,
 } from '../../src/queue/index.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
-import { dumpRedis, eventually, inProcessWorkers, hasStoredContent } from '../helpers/outbox.js';
-import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { dumpRedis, eventually, hasStoredContent } from '../helpers/outbox.js';
+import { useOutbox } from '../helpers/outbox-fixture.js';
 
 /**
  * How the outbox fails: permanent errors fail the job at once and keep the
@@ -23,43 +21,25 @@ import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
  * API key never reaching Redis or the CLI's output.
  */
 
-let redis: RedisServer;
-let emu: Emulator;
 let service: FakeService;
-let transport: EmlApiQueueTransport;
-let transporter: Transporter<EmlApiQueuedMessageInfo>;
-const workers = inProcessWorkers(() => ({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url }));
 /** A key the service refuses for sends (403 missing_scope): a permanent failure a fix of the key cures. */
 const GROUPS_ONLY_KEY = 'k-groups-only';
+const outbox = useOutbox({
+  emulator: { apiKeys: [{ key: GROUPS_ONLY_KEY, scopes: ['group:insert'] }] },
+  transport: { retry: { delay: 200, maxDelay: 1000, jitter: 0 } },
+});
 
 beforeAll(async () => {
-  [redis, emu, service] = await Promise.all([
-    startRedisServer(),
-    startEmulator({ apiKeys: [{ key: GROUPS_ONLY_KEY, scopes: ['group:insert'] }] }),
-    startFakeService(),
-  ]);
-  transport = new EmlApiQueueTransport({ connection: redis.url, retry: { delay: 200, maxDelay: 1000, jitter: 0 } });
-  transporter = nodemailer.createTransport(transport) as unknown as Transporter<EmlApiQueuedMessageInfo>;
+  service = await startFakeService();
 });
 
-afterAll(async () => {
-  await transport?.close();
-  await Promise.all([emu?.close(), service?.close()]);
-  await redis?.stop();
-});
+afterAll(() => service?.close());
 
-beforeEach(async () => {
-  emu.reset();
-  emu.setFaults(undefined);
-  service.clear();
-  await transport.queue.obliterate({ force: true });
-});
+beforeEach(() => service.clear());
 
-afterEach(() => workers.closeAll());
+const worker = (options: Partial<EmlApiWorkerOptions> = {}) => outbox.workers.start(options);
 
-const worker = (options: Partial<EmlApiWorkerOptions> = {}) => workers.start(options);
-
-function cli(argv: string[], env: Record<string, string> = { REDIS_URL: redis.url }) {
+function cli(argv: string[], env: Record<string, string> = { REDIS_URL: outbox.redis.url }) {
   return runCliCapturing(argv, { env });
 }
 
@@ -67,7 +47,7 @@ const message = (to: string) => ({ from: 'shop@example.test', to, subject: 'Orde
 
 describe('a permanent failure', () => {
   it('fails the job after one attempt, keeps the error on it, drops its content, and queue status shows it', async () => {
-    const info = await transporter.sendMail(message('ann@'));
+    const info = await outbox.transporter.sendMail(message('ann@'));
     const w = await worker();
     const failed = new Promise<[unknown, EmlApiError]>((resolve) =>
       w.once('failed', (job, err) => resolve([job, err])),
@@ -76,7 +56,7 @@ describe('a permanent failure', () => {
     expect(err).toBeInstanceOf(EmlApiError);
     expect(err).toMatchObject({ code: 'EAPI', responseCode: 400, apiCode: 'invalid_address', permanent: true });
 
-    const job = await transport.queue.getJob(info.queueId);
+    const job = await outbox.transport.queue.getJob(info.queueId);
     expect(await job!.getState()).toBe('failed');
     expect(job!.attemptsMade).toBe(1);
     expect((job!.data as OutboxJobData).lastError).toMatchObject({
@@ -92,7 +72,7 @@ describe('a permanent failure', () => {
     expect(job!.failedReason).toContain('not retried: the service refused this request');
     expect(job!.failedReason).toContain('its content was removed from Redis');
     expect(job!.data.contentRemoved).toBe(true);
-    expect(await hasStoredContent(redis.client, job!.data)).toBe(false);
+    expect(await hasStoredContent(outbox.redis.client, job!.data)).toBe(false);
 
     const status = await cli(['queue', 'status']);
     expect(status.code).toBe(0);
@@ -102,7 +82,7 @@ describe('a permanent failure', () => {
     expect(status.stdout).toMatch(/EAPI 400 invalid_address: POST \/v1\/send\/eml failed/);
     const json = JSON.parse((await cli(['queue', 'status', '--json'])).stdout) as { failed: { queueId: string }[] };
     expect(json.failed.map((f) => f.queueId)).toEqual([info.queueId]);
-    expect(status.stdout + JSON.stringify(json)).not.toContain(emu.apiKey);
+    expect(status.stdout + JSON.stringify(json)).not.toContain(outbox.emu.apiKey);
 
     // Not put back: there is nothing left to send. Named, it says why and exits 1; in bulk, it is left and said so.
     await w.close();
@@ -112,7 +92,7 @@ describe('a permanent failure', () => {
       stderr: `${info.queueId}: not put back: its content was removed when the service refused it; queue a corrected message with sendMail\n`,
     });
     expect(await cli(['queue', 'retry'])).toMatchObject({ code: 0, stdout: 'Put back 0 failed messages\n' });
-    expect(await transport.queue.getJobCounts('failed')).toEqual({ failed: 1 });
+    expect(await outbox.transport.queue.getJobCounts('failed')).toEqual({ failed: 1 });
     expect(await cli(['queue', 'retry', 'no-such-job'])).toMatchObject({
       code: 1,
       stderr: 'no-such-job: not a failed job\n',
@@ -120,22 +100,22 @@ describe('a permanent failure', () => {
   });
 
   it('keeps the content when a fix elsewhere can make the same request succeed (a refused key), so it can be put back', async () => {
-    const info = await transporter.sendMail(message('ann@example.test'));
+    const info = await outbox.transporter.sendMail(message('ann@example.test'));
     const w = await worker({ apiKey: GROUPS_ONLY_KEY });
     const err = await new Promise<EmlApiError>((resolve) => w.once('failed', (_job, e) => resolve(e)));
     expect(err).toMatchObject({ code: 'EAUTH', responseCode: 403, permanent: true });
-    const job = await transport.queue.getJob(info.queueId);
+    const job = await outbox.transport.queue.getJob(info.queueId);
     expect(job!.failedReason).toContain('not retried until it is put back (eml-api queue retry)');
     expect(job!.data.contentRemoved).toBeUndefined();
-    expect(await hasStoredContent(redis.client, job!.data)).toBe(true);
+    expect(await hasStoredContent(outbox.redis.client, job!.data)).toBe(true);
     await w.close();
     // After fixing the key: put back with a fresh schedule, and sent.
     expect(await cli(['queue', 'retry'])).toMatchObject({ code: 0, stdout: 'Put back 1 failed message\n' });
     await worker();
-    await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 1, {
+    await eventually(async () => (await outbox.transport.queue.getJobCounts('completed')).completed === 1, {
       what: 'sent after the key was fixed',
     });
-    expect(emu.mailbox('ann@example.test')).toHaveLength(1);
+    expect(outbox.emu.mailbox('ann@example.test')).toHaveLength(1);
   });
 
   it('never lets the service rewrite the terminal: escape sequences in its answers are stripped', async () => {
@@ -145,7 +125,7 @@ describe('a permanent failure', () => {
         error: { code: 'invalid_eml', message: 'bad\u001b[2J\u001b]0;owned\u0007 message\r\nwith\u009b31m junk' },
       },
     });
-    await transporter.sendMail(message('ann@example.test'));
+    await outbox.transporter.sendMail(message('ann@example.test'));
     const w = await worker({ baseUrl: service.url });
     await new Promise((resolve) => w.once('failed', resolve));
     const { stdout } = await cli(['queue', 'status']);
@@ -158,7 +138,10 @@ describe('a permanent failure', () => {
   });
 
   it('is also what a message out of attempts ends as, after its schedule', async () => {
-    const quick = new EmlApiQueueTransport({ connection: redis.url, retry: { attempts: 3, delay: 50, jitter: 0 } });
+    const quick = new EmlApiQueueTransport({
+      connection: outbox.redis.url,
+      retry: { attempts: 3, delay: 50, jitter: 0 },
+    });
     await nodemailer.createTransport(quick).sendMail(message('ann@example.test'));
     await quick.close();
     service.answer({ status: 500, body: { error: { code: 'internal_error', message: 'boom' } } });
@@ -174,21 +157,24 @@ describe('a permanent failure', () => {
 
 describe('what a failed attempt says', () => {
   it('says it is retried when it is, and that the outbox gave up when it did: never "not retried"', async () => {
-    const quick = new EmlApiQueueTransport({ connection: redis.url, retry: { attempts: 2, delay: 50, jitter: 0 } });
+    const quick = new EmlApiQueueTransport({
+      connection: outbox.redis.url,
+      retry: { attempts: 2, delay: 50, jitter: 0 },
+    });
     const info = await nodemailer.createTransport(quick).sendMail(message('ann@example.test'));
     await quick.close();
     // Processed, then the connection reset: the outcome of every attempt is unknown to the worker.
-    emu.setFaults({ resetAfterProcessing: 1 });
+    outbox.emu.setFaults({ resetAfterProcessing: 1 });
     const w = await worker();
     const retrying: EmlApiError[] = [];
     w.on('retrying', (_job, err: EmlApiError) => retrying.push(err));
     const failed = await new Promise<EmlApiError>((resolve) => w.once('failed', (_job, err) => resolve(err)));
-    emu.setFaults(undefined);
+    outbox.emu.setFaults(undefined);
     expect(retrying).toHaveLength(1);
     expect(retrying[0]).toMatchObject({ code: 'ECONNECTION', mayHaveBeenAccepted: true, permanent: false });
     expect(retrying[0]!.message).toContain('the outbox sends it again with the same Idempotency-Key');
     expect(failed.message).toContain('gave up after 2 attempts');
-    const job = await transport.queue.getJob(info.queueId);
+    const job = await outbox.transport.queue.getJob(info.queueId);
     const { stdout } = await cli(['queue', 'status']);
     for (const text of [
       retrying[0]!.message,
@@ -202,39 +188,40 @@ describe('what a failed attempt says', () => {
     expect(job!.failedReason).toContain('gave up after 2 attempts');
     expect(stdout).toContain('gave up after 2 attempts');
     // Out of attempts on a passing failure: the content stays, to be put back.
-    expect(await hasStoredContent(redis.client, job!.data)).toBe(true);
+    expect(await hasStoredContent(outbox.redis.client, job!.data)).toBe(true);
     // Delivered by the first attempt; the second was answered from the first (idempotency key).
-    expect(emu.mailbox('ann@example.test')).toHaveLength(1);
+    expect(outbox.emu.mailbox('ann@example.test')).toHaveLength(1);
   });
 });
 
 describe('a sent job run again (Bull Board\'s "Retry" on a completed job)', () => {
   it('completes again with its first result, without posting anything', async () => {
-    const info = await transporter.sendMail(message('ann@example.test'));
+    const info = await outbox.transporter.sendMail(message('ann@example.test'));
     const w = await worker();
     const [, first] = await new Promise<[unknown, OutboxSendResult]>((resolve) =>
       w.once('sent', (job, result) => resolve([job, result])),
     );
-    await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 1);
-    let job = await transport.queue.getJob(info.queueId);
+    await eventually(async () => (await outbox.transport.queue.getJobCounts('completed')).completed === 1);
+    let job = await outbox.transport.queue.getJob(info.queueId);
     // Sent: its content is gone from Redis.
     await eventually(
-      async () => !(await hasStoredContent(redis.client, (await transport.queue.getJob(info.queueId))!.data)),
+      async () =>
+        !(await hasStoredContent(outbox.redis.client, (await outbox.transport.queue.getJob(info.queueId))!.data)),
       { what: 'content removed' },
     );
     await job!.retry('completed');
     await eventually(
       async () => {
-        const { completed, failed } = await transport.queue.getJobCounts('completed', 'failed');
+        const { completed, failed } = await outbox.transport.queue.getJobCounts('completed', 'failed');
         return completed! + failed! === 1;
       },
       { what: 'run again' },
     );
-    job = await transport.queue.getJob(info.queueId);
+    job = await outbox.transport.queue.getJob(info.queueId);
     expect(await job!.getState()).toBe('completed');
     expect(job!.returnvalue).toEqual(first);
-    expect(await transport.queue.getJobCounts('failed')).toEqual({ failed: 0 });
-    expect(emu.mailbox('ann@example.test')).toHaveLength(1);
+    expect(await outbox.transport.queue.getJobCounts('failed')).toEqual({ failed: 0 });
+    expect(outbox.emu.mailbox('ann@example.test')).toHaveLength(1);
   });
 });
 
@@ -244,22 +231,22 @@ describe('a 429 with Retry-After', () => {
       { status: 429, headers: { 'retry-after': '2' }, body: { error: { code: 'rate_limited', message: 'slow down' } } },
     ]);
     await Promise.all([worker({ baseUrl: service.url }), worker({ baseUrl: service.url })]);
-    const info = await transporter.sendMail(message('first@example.test'));
+    const info = await outbox.transporter.sendMail(message('first@example.test'));
     // worker.rateLimit() sets BullMQ's limiter key far above any limit, for the Retry-After.
-    await eventually(async () => Number(await redis.client.get('bull:eml-api:limiter')) > 1e12, {
+    await eventually(async () => Number(await outbox.redis.client.get('bull:eml-api:limiter')) > 1e12, {
       what: 'the queue paused',
     });
     const limited = service.requests[0]!.at;
     // Both workers are free and four more messages wait: none may go out during the pause.
-    for (let i = 0; i < 4; i++) await transporter.sendMail(message(`m${i}@example.test`));
-    await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 5, {
+    for (let i = 0; i < 4; i++) await outbox.transporter.sendMail(message(`m${i}@example.test`));
+    await eventually(async () => (await outbox.transport.queue.getJobCounts('completed')).completed === 5, {
       what: 'all sent after the pause',
     });
     const after = service.requests.slice(1).map((r) => r.at - limited);
     expect(after).toHaveLength(5);
     expect(Math.min(...after)).toBeGreaterThanOrEqual(1950);
     expect(Math.min(...after)).toBeLessThan(4000);
-    const job = await transport.queue.getJob(info.queueId);
+    const job = await outbox.transport.queue.getJob(info.queueId);
     expect(job!.attemptsMade).toBe(1); // the 429 did not count
     expect(job!.data.lastError).toMatchObject({ responseCode: 429, apiCode: 'rate_limited' });
     console.log(`429: the next request came ${Math.round(Math.min(...after))} ms after it (Retry-After: 2)`);
@@ -269,7 +256,7 @@ describe('a 429 with Retry-After', () => {
 describe('closing a worker', () => {
   it('close() lets the sends in flight finish; close({ abort: true }) hands them to another worker at once', async () => {
     service.answer('hold');
-    for (let i = 0; i < 2; i++) await transporter.sendMail(message(`g${i}@example.test`));
+    for (let i = 0; i < 2; i++) await outbox.transporter.sendMail(message(`g${i}@example.test`));
     const graceful = await worker({ baseUrl: service.url, concurrency: 2 });
     await eventually(() => service.held === 2, { what: 'two sends in flight' });
     let closed = false;
@@ -278,11 +265,11 @@ describe('closing a worker', () => {
     expect(closed).toBe(false);
     service.releaseAll();
     await closing;
-    expect(await transport.queue.getJobCounts('completed', 'active')).toEqual({ completed: 2, active: 0 });
+    expect(await outbox.transport.queue.getJobCounts('completed', 'active')).toEqual({ completed: 2, active: 0 });
 
     service.clear();
     service.answer('hold');
-    for (let i = 0; i < 2; i++) await transporter.sendMail(message(`f${i}@example.test`));
+    for (let i = 0; i < 2; i++) await outbox.transporter.sendMail(message(`f${i}@example.test`));
     const forced = await worker({ baseUrl: service.url, concurrency: 2 });
     await eventually(() => service.held === 2, { what: 'two sends in flight' });
     const started = Date.now();
@@ -290,7 +277,7 @@ describe('closing a worker', () => {
     expect(Date.now() - started).toBeLessThan(3000);
     // Back in the queue now, not after their locks expire (30 s by default); with the retries, taken before
     // new messages, since their uploads had reached the service (review F6).
-    expect(await transport.queue.getJobCounts('waiting', 'prioritized', 'active', 'failed')).toEqual({
+    expect(await outbox.transport.queue.getJobCounts('waiting', 'prioritized', 'active', 'failed')).toEqual({
       waiting: 2,
       prioritized: 0,
       active: 0,
@@ -298,7 +285,7 @@ describe('closing a worker', () => {
     });
     service.answer({ status: 202, body: { id: 'ok', messageId: '<x@example.test>', recipients: 1 } });
     await worker({ baseUrl: service.url });
-    await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 4, {
+    await eventually(async () => (await outbox.transport.queue.getJobCounts('completed')).completed === 4, {
       what: 'the handed-back jobs sent by another worker',
     });
   });
@@ -306,19 +293,19 @@ describe('closing a worker', () => {
 
 describe('the API key', () => {
   it('is never stored in Redis nor shown by the worker or queue status', async () => {
-    await transporter.sendMail(message('ann@example.test'));
-    await transporter.sendMail(message('ann@'));
+    await outbox.transporter.sendMail(message('ann@example.test'));
+    await outbox.transporter.sendMail(message('ann@'));
     const w = await worker();
     await eventually(async () => {
-      const counts = await transport.queue.getJobCounts('completed', 'failed');
+      const counts = await outbox.transport.queue.getJobCounts('completed', 'failed');
       return counts.completed === 1 && counts.failed === 1;
     });
-    const everything = await dumpRedis(redis.client);
+    const everything = await dumpRedis(outbox.redis.client);
     expect(everything).toContain('ann@'); // the dump is real
-    expect(everything).not.toContain(emu.apiKey);
-    const status = await readOutboxStatus(transport.queue);
-    expect(JSON.stringify(status)).not.toContain(emu.apiKey);
-    expect((await cli(['queue', 'status'])).stdout).not.toContain(emu.apiKey);
-    expect(inspect(w, { depth: 4 })).not.toContain(emu.apiKey);
+    expect(everything).not.toContain(outbox.emu.apiKey);
+    const status = await readOutboxStatus(outbox.transport.queue);
+    expect(JSON.stringify(status)).not.toContain(outbox.emu.apiKey);
+    expect((await cli(['queue', 'status'])).stdout).not.toContain(outbox.emu.apiKey);
+    expect(inspect(w, { depth: 4 })).not.toContain(outbox.emu.apiKey);
   });
 });

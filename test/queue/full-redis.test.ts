@@ -1,11 +1,9 @@
 import nodemailer from 'nodemailer';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport } from '../../src/queue/index.js';
+import { afterEach, describe, expect, it } from 'vitest';
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
 import { resolveQueueLocation } from '../../src/queue/queue-location.js';
-import { eventually, inProcessWorkers } from '../helpers/outbox.js';
-import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { eventually } from '../helpers/outbox.js';
+import { useOutbox } from '../helpers/outbox-fixture.js';
 
 /**
  * A full Redis (maxmemory reached, `noeviction`: what the outbox requires)
@@ -19,31 +17,17 @@ import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
  * Real redis-server with a small maxmemory, workers in this process, the emulator.
  */
 
-let redis: RedisServer;
-let emu: Emulator;
-let transport: EmlApiQueueTransport;
 const location = resolveQueueLocation(undefined, undefined);
-const workers = inProcessWorkers(() => ({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url }));
-
-beforeAll(async () => {
-  [redis, emu] = await Promise.all([
-    startRedisServer({ args: ['--maxmemory', '16mb', '--maxmemory-policy', 'noeviction'] }),
-    startEmulator(),
-  ]);
-  transport = new EmlApiQueueTransport({ connection: redis.url });
-});
-
-afterAll(async () => {
-  await transport?.close();
-  await emu?.close();
-  await redis?.stop();
+const outbox = useOutbox({
+  redis: { args: ['--maxmemory', '16mb', '--maxmemory-policy', 'noeviction'] },
+  clean: 'nothing',
 });
 
 afterEach(async () => {
-  await workers.closeAll();
-  await redis.client.config('SET', 'maxmemory', '16mb');
-  await redis.client.flushall();
-  emu.reset();
+  await outbox.workers.closeAll();
+  await outbox.redis.client.config('SET', 'maxmemory', '16mb');
+  await outbox.redis.client.flushall();
+  outbox.emu.reset();
 });
 
 /** A message stored beside its job (over 64 KiB). */
@@ -58,15 +42,15 @@ const big = (i: number) => ({
 /** Content keys holding content (a discarded key is a small hash for an hour). */
 async function contentKeys(): Promise<string[]> {
   const keys: string[] = [];
-  for (const key of await redis.client.keys('bull:eml-api:content:*')) {
-    if ((await redis.client.type(key)) === 'string') keys.push(key);
+  for (const key of await outbox.redis.client.keys('bull:eml-api:content:*')) {
+    if ((await outbox.redis.client.type(key)) === 'string') keys.push(key);
   }
   return keys;
 }
 
 /** Queues messages until Redis refuses one (full); resolves with how many were queued. */
 async function fillRedis(): Promise<number> {
-  const mailer = nodemailer.createTransport(transport);
+  const mailer = nodemailer.createTransport(outbox.transport);
   for (let i = 0; ; i++) {
     const refused = await mailer.sendMail(big(i)).then(
       () => false,
@@ -81,36 +65,36 @@ describe('a full Redis', () => {
   it('frees the content of every message the backlog sends, so producers can queue again', async () => {
     const queued = await fillRedis();
     expect(queued).toBeGreaterThan(5);
-    await workers.start();
-    await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === queued, {
+    await outbox.workers.start();
+    await eventually(async () => (await outbox.transport.queue.getJobCounts('completed')).completed === queued, {
       what: 'the backlog sent',
     });
-    expect(emu.messages()).toHaveLength(queued);
+    expect(outbox.emu.messages()).toHaveLength(queued);
     expect(await contentKeys()).toEqual([]);
-    const job = await transport.queue.getJob('backlog-0');
+    const job = await outbox.transport.queue.getJob('backlog-0');
     expect(job!.data.sent?.id).toBeDefined();
-    await nodemailer.createTransport(transport).sendMail(big(1000));
+    await nodemailer.createTransport(outbox.transport).sendMail(big(1000));
   });
 
   it('has its sweeper free the content of sent jobs at once, without its grace, while Redis is full', async () => {
-    const mailer = nodemailer.createTransport(transport);
+    const mailer = nodemailer.createTransport(outbox.transport);
     for (let i = 0; i < 20; i++) await mailer.sendMail(big(i));
-    await workers.start();
-    await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 20, {
+    await outbox.workers.start();
+    await eventually(async () => (await outbox.transport.queue.getJobCounts('completed')).completed === 20, {
       what: 'sent',
     });
-    await workers.closeAll();
+    await outbox.workers.closeAll();
     // The records of the sends failed (a Redis error, a worker killed between its send and its record): the
     // content of the sent jobs is still there, and Redis is full.
-    for (const job of await transport.queue.getJobs(['completed'])) {
-      await redis.client.set(job.data.contentKey, Buffer.alloc(200_000, 7));
-      await redis.client.zadd('bull:eml-api:outbox:content-index', Date.now(), job.data.contentKey);
+    for (const job of await outbox.transport.queue.getJobs(['completed'])) {
+      await outbox.redis.client.set(job.data.contentKey, Buffer.alloc(200_000, 7));
+      await outbox.redis.client.zadd('bull:eml-api:outbox:content-index', Date.now(), job.data.contentKey);
     }
-    const used = Number(/used_memory:(\d+)/.exec(await redis.client.info('memory'))![1]);
-    await redis.client.config('SET', 'maxmemory', String(used - 1_000_000));
+    const used = Number(/used_memory:(\d+)/.exec(await outbox.redis.client.info('memory'))![1]);
+    await outbox.redis.client.config('SET', 'maxmemory', String(used - 1_000_000));
     const refused = await mailer.sendMail(big(100)).catch((err: Error) => err);
     expect(refused).toBeInstanceOf(Error);
-    expect(await sweepStoredContent(redis.client, location)).toBe(20);
+    expect(await sweepStoredContent(outbox.redis.client, location)).toBe(20);
     expect(await contentKeys()).toEqual([]);
     await mailer.sendMail(big(101));
   });

@@ -1,9 +1,8 @@
 import nodemailer from 'nodemailer';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
-import { eventually, inProcessWorkers } from '../helpers/outbox.js';
-import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { describe, expect, it } from 'vitest';
+import type { EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import { eventually } from '../helpers/outbox.js';
+import { useOutbox } from '../helpers/outbox-fixture.js';
 
 /**
  * A message well over the service's body limit: the emulator answers 413 as
@@ -14,26 +13,15 @@ import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
  * 413. Real redis-server, the emulator over HTTP.
  */
 
-let redis: RedisServer;
-let emu: Emulator;
-let transport: EmlApiQueueTransport;
-const workers = inProcessWorkers(() => ({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url }));
-
-beforeAll(async () => {
-  [redis, emu] = await Promise.all([startRedisServer(), startEmulator({ maxRequestSize: 1024 * 1024 })]);
-  transport = new EmlApiQueueTransport({ connection: redis.url, retry: { delay: 100, jitter: 0 } });
-});
-
-afterAll(async () => {
-  await workers.closeAll();
-  await transport?.close();
-  await emu?.close();
-  await redis?.stop();
+const outbox = useOutbox({
+  emulator: { maxRequestSize: 1024 * 1024 },
+  transport: { retry: { delay: 100, jitter: 0 } },
+  clean: 'nothing',
 });
 
 describe('a message over the service body limit', () => {
   it('fails at once with EAPI 413, after one attempt, instead of being retried as a connection error', async () => {
-    const transporter = nodemailer.createTransport(transport);
+    const transporter = nodemailer.createTransport(outbox.transport);
     const infos: EmlApiQueuedMessageInfo[] = [];
     for (let i = 0; i < 5; i++) {
       infos.push(
@@ -45,15 +33,15 @@ describe('a message over the service body limit', () => {
         })) as unknown as EmlApiQueuedMessageInfo,
       );
     }
-    const w = await workers.start({ concurrency: 1 });
+    const w = await outbox.workers.start({ concurrency: 1 });
     const retried: string[] = [];
     w.on('retrying', (_job, err: Error) => retried.push(err.message));
-    await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === 5, {
+    await eventually(async () => (await outbox.transport.queue.getJobCounts('failed')).failed === 5, {
       what: 'five failed jobs',
     });
     expect(retried).toEqual([]);
     for (const info of infos) {
-      const job = await transport.queue.getJob(info.queueId);
+      const job = await outbox.transport.queue.getJob(info.queueId);
       expect(job!.attemptsMade).toBe(1);
       expect(job!.data.lastError).toMatchObject({
         code: 'EAPI',
@@ -62,6 +50,6 @@ describe('a message over the service body limit', () => {
         permanent: true,
       });
     }
-    expect(emu.messages()).toEqual([]);
+    expect(outbox.emu.messages()).toEqual([]);
   });
 });

@@ -2,7 +2,7 @@ import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { startEmlApiRelay } from '../../src/relay/index.js';
-import type { EmlApiLogger } from '../../src/index.js';
+import { capturingLogger } from '../helpers/logger.js';
 import {
   EmlApiQueueTransport,
   startEmlApiWorker,
@@ -42,18 +42,6 @@ async function redisWith(options: RedisServerOptions): Promise<RedisServer> {
   const redis = await startRedisServer(options);
   servers.push(redis);
   return redis;
-}
-
-/** A logger that keeps its warnings. */
-function recording(): EmlApiLogger & { warnings: string[] } {
-  const warnings: string[] = [];
-  return {
-    warnings,
-    debug: () => {},
-    info: () => {},
-    warn: (_meta, message) => warnings.push(message),
-    error: () => {},
-  };
 }
 
 const message = (i: number) => ({
@@ -156,10 +144,10 @@ describe('a Redis whose settings cannot be read', () => {
 
 describe('persistence', () => {
   const verify = async (redis: RedisServer, options: Partial<EmlApiQueueTransportOptions>) => {
-    const logger = recording();
+    const logger = capturingLogger();
     const transport = new EmlApiQueueTransport({ connection: redis.url, logger, ...options });
     try {
-      return { outcome: await transport.verify().catch((e: unknown) => e), warnings: logger.warnings };
+      return { outcome: await transport.verify().catch((e: unknown) => e), warnings: logger.messages('warn') };
     } finally {
       await transport.close();
     }
@@ -180,10 +168,10 @@ describe('persistence', () => {
 
   it('without AOF: workers warn (the warning event, and eml-api worker on stderr), and run', async () => {
     const redis = await redisWith({ appendonly: false });
-    const logger = recording();
+    const logger = capturingLogger();
     const worker = await startEmlApiWorker({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url, logger });
     await worker.close();
-    expect(logger.warnings).toEqual([expect.stringContaining('appendonly no')]);
+    expect(logger.messages('warn')).toEqual([expect.stringContaining('appendonly no')]);
     const stop = new AbortController();
     const running = runCliCapturing(['worker'], {
       env: { REDIS_URL: redis.url, EML_API_URL: emu.url, EML_API_KEY: emu.apiKey },

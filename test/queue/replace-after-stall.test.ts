@@ -1,11 +1,10 @@
 import nodemailer from 'nodemailer';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
-import { eventually, inProcessWorkers, startWorkerProcess, type WorkerProcess } from '../helpers/outbox.js';
-import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
+import { eventually, startWorkerProcess, type WorkerProcess } from '../helpers/outbox.js';
+import { useOutbox } from '../helpers/outbox-fixture.js';
 
 /**
  * A failed job replaced by a new message under its idempotency key keeps its
@@ -18,41 +17,32 @@ import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answ
  * (its 400) and the emulator.
  */
 
-let redis: RedisServer;
-let emu: Emulator;
 let refusing: FakeService;
 let holding: SlowAnswerProxy;
-let transport: EmlApiQueueTransport;
 const processes: WorkerProcess[] = [];
-const workers = inProcessWorkers(() => ({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url }));
+const outbox = useOutbox({
+  redis: { appendonly: true },
+  transport: { retry: { delay: 100, maxDelay: 100, jitter: 0 } },
+  clean: 'nothing',
+});
 
 beforeAll(async () => {
-  [redis, emu, refusing] = await Promise.all([
-    startRedisServer({ appendonly: true }),
-    startEmulator(),
-    startFakeService(),
-  ]);
+  refusing = await startFakeService();
   refusing.answer({ status: 400, body: { error: { code: 'invalid_eml', message: 'no' } } });
-  holding = await startSlowAnswerProxy(emu.url, 0, { requestDelayMs: 600_000 });
-  transport = new EmlApiQueueTransport({ connection: redis.url, retry: { delay: 100, maxDelay: 100, jitter: 0 } });
+  holding = await startSlowAnswerProxy(outbox.emu.url, 0, { requestDelayMs: 600_000 });
 });
 
 afterAll(async () => {
   await Promise.all(processes.map((p) => p.kill()));
-  await transport?.close();
   await holding?.close();
   await refusing?.close();
-  await emu?.close();
-  await redis?.stop();
 });
-
-afterEach(() => workers.closeAll());
 
 const tuning = { workerOptions: { lockDuration: 800, stalledInterval: 300 } };
 
 describe('a failed job that stalled once, replaced under its key', () => {
   it('runs the new message as new: no stall it never had, sent on its first run', async () => {
-    const mailer = nodemailer.createTransport(transport);
+    const mailer = nodemailer.createTransport(outbox.transport);
     const mail = (text: string) => ({
       from: 'a@example.test',
       to: 'ann@example.test',
@@ -63,8 +53,8 @@ describe('a failed job that stalled once, replaced under its key', () => {
     const first = (await mailer.sendMail(mail('first'))) as unknown as EmlApiQueuedMessageInfo;
     // A worker dies with the send in flight: the job stalls (BullMQ's stc becomes 1).
     const doomed = await startWorkerProcess({
-      connection: redis.url,
-      apiKey: emu.apiKey,
+      connection: outbox.redis.url,
+      apiKey: outbox.emu.apiKey,
       baseUrl: holding.url,
       cleanupInterval: 0,
       ...tuning,
@@ -73,10 +63,12 @@ describe('a failed job that stalled once, replaced under its key', () => {
     await eventually(() => holding.heldRequests > 0, { what: 'the doomed worker sending' });
     await doomed.kill();
     // The next worker counts the stall, then the service refuses the message: failed, its content removed.
-    await workers.start({ baseUrl: refusing.url, ...tuning });
-    await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === 1, { what: 'refused' });
-    await workers.closeAll();
-    const failed = await transport.queue.getJob(first.queueId);
+    await outbox.workers.start({ baseUrl: refusing.url, ...tuning });
+    await eventually(async () => (await outbox.transport.queue.getJobCounts('failed')).failed === 1, {
+      what: 'refused',
+    });
+    await outbox.workers.closeAll();
+    const failed = await outbox.transport.queue.getJob(first.queueId);
     expect(failed!.data).toMatchObject({ stalls: 1, contentRemoved: true });
     expect(failed!.stalledCounter).toBe(1);
 
@@ -85,15 +77,15 @@ describe('a failed job that stalled once, replaced under its key', () => {
     expect(again.requeued).toBe('replaced');
     // A worker whose service ignores idempotency keys (idempotencyWindow 0) parks any send that may have
     // been accepted: a phantom stall of the new message would park it.
-    await workers.start({ idempotencyWindow: 0, ...tuning });
-    await eventually(async () => (await transport.queue.getJob(again.queueId))!.finishedOn !== undefined, {
+    await outbox.workers.start({ idempotencyWindow: 0, ...tuning });
+    await eventually(async () => (await outbox.transport.queue.getJob(again.queueId))!.finishedOn !== undefined, {
       what: 'the new message settled',
     });
-    const job = await transport.queue.getJob(again.queueId);
+    const job = await outbox.transport.queue.getJob(again.queueId);
     expect(job!.data.lastError?.parked).toBeUndefined();
     expect(await job!.getState()).toBe('completed');
     expect(job!.data.stalls).toBeUndefined();
     expect(job!.data.possiblyAcceptedAt).toBeUndefined();
-    expect(emu.mailbox('ann@example.test').map((m) => m.text?.trim())).toEqual(['corrected']);
+    expect(outbox.emu.mailbox('ann@example.test').map((m) => m.text?.trim())).toEqual(['corrected']);
   });
 });

@@ -1,6 +1,6 @@
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { EmlApiLogger } from '../../src/index.js';
+import { capturingLogger } from '../helpers/logger.js';
 import { EmlApiQueueTransport, readOutboxStatus } from '../../src/queue/index.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
@@ -22,8 +22,8 @@ const YEAR_S = 365 * 24 * 3600;
 let redis: RedisServer;
 let service: FakeService;
 let transport: EmlApiQueueTransport;
-const warnings: string[] = [];
-const logger: EmlApiLogger = { debug() {}, info() {}, warn: (_meta, message) => warnings.push(message), error() {} };
+const logger = capturingLogger();
+const warnings = () => logger.messages('warn');
 const workers = inProcessWorkers(() => ({
   connection: redis.url,
   apiKey: 'k'.repeat(24),
@@ -45,7 +45,7 @@ afterAll(async () => {
 
 beforeEach(async () => {
   service.clear();
-  warnings.length = 0;
+  logger.clear();
   await transport.queue.obliterate({ force: true });
   await redis.client.del(LIMITER);
 });
@@ -69,7 +69,7 @@ describe('a Retry-After of a year', () => {
     // worker.rateLimit() sets BullMQ's limiter key far above any count (its own limiter counts in it too).
     await eventually(async () => Number(await redis.client.get(LIMITER)) > 1e12, { what: 'the queue paused' });
     expect(await redis.client.pttl(LIMITER)).toBeLessThanOrEqual(15 * 60_000);
-    expect(warnings.some((w) => /Retry-After.*31536000 s.*maxRetryAfter.*900 s/.test(w))).toBe(true);
+    expect(warnings().some((w) => /Retry-After.*31536000 s.*maxRetryAfter.*900 s/.test(w))).toBe(true);
 
     const status = await readOutboxStatus(transport.queue);
     expect(status.rateLimitedMs).toBeGreaterThan(0);
@@ -90,7 +90,7 @@ describe('a Retry-After of a year', () => {
       what: 'the job sent after the capped wait',
     });
     expect(service.requests).toHaveLength(2);
-    expect(warnings.some((w) => /Retry-After.*maxRetryAfter/.test(w))).toBe(true);
+    expect(warnings().some((w) => /Retry-After.*maxRetryAfter/.test(w))).toBe(true);
     expect((await transport.queue.getJob(info.queueId))!.attemptsMade).toBe(2);
   });
 
@@ -101,7 +101,7 @@ describe('a Retry-After of a year', () => {
     // BullMQ re-reads the pause every maximumRateLimitDelay (30 s by default): short here.
     await workers.start({ maxRetryAfter: 2000, workerOptions: { maximumRateLimitDelay: 500 } });
     expect(await redis.client.pttl(LIMITER)).toBeLessThanOrEqual(2000);
-    expect(warnings.some((w) => /paused.*cut to 2 s.*maxRetryAfter/.test(w))).toBe(true);
+    expect(warnings().some((w) => /paused.*cut to 2 s.*maxRetryAfter/.test(w))).toBe(true);
     await send('third');
     await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 1, {
       what: 'sent once the cut pause ended',

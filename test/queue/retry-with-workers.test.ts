@@ -1,10 +1,9 @@
 import nodemailer from 'nodemailer';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, retryFailedSends, startEmlApiWorker } from '../../src/queue/index.js';
+import { describe, expect, it } from 'vitest';
+import { retryFailedSends, startEmlApiWorker } from '../../src/queue/index.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
 import { eventually } from '../helpers/outbox.js';
-import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { useOutbox } from '../helpers/outbox-fixture.js';
 
 /**
  * `eml-api queue retry` (retryFailedSends) while workers run, which is how
@@ -20,34 +19,21 @@ const GROUPS_ONLY_KEY = 'k-groups-only';
 
 const MESSAGES = 150;
 
-let redis: RedisServer;
-let emu: Emulator;
-let transport: EmlApiQueueTransport;
-
-beforeAll(async () => {
-  [redis, emu] = await Promise.all([
-    startRedisServer(),
-    startEmulator({ apiKeys: [{ key: GROUPS_ONLY_KEY, scopes: ['group:insert'] }] }),
-  ]);
-  transport = new EmlApiQueueTransport({ connection: redis.url });
-});
-
-afterAll(async () => {
-  await transport?.close();
-  await emu?.close();
-  await redis?.stop();
+const outbox = useOutbox({
+  emulator: { apiKeys: [{ key: GROUPS_ONLY_KEY, scopes: ['group:insert'] }] },
+  clean: 'nothing',
 });
 
 describe('putting failed messages back while workers run', () => {
   it('puts each failed message back once and returns, even when the workers fail them again at once', async () => {
-    const transporter = nodemailer.createTransport(transport);
+    const transporter = nodemailer.createTransport(outbox.transport);
     for (let i = 0; i < MESSAGES; i++) {
       await transporter.sendMail({ from: 'shop@example.test', to: 'ann@example.test', subject: `#${i}`, text: 'x' });
     }
     const worker = await startEmlApiWorker({
-      connection: redis.url,
+      connection: outbox.redis.url,
       apiKey: GROUPS_ONLY_KEY,
-      baseUrl: emu.url,
+      baseUrl: outbox.emu.url,
       concurrency: 20,
       cleanupInterval: 0,
     });
@@ -55,7 +41,7 @@ describe('putting failed messages back while workers run', () => {
       let failures = 0;
       worker.on('failed', () => failures++);
       const allFailed = () =>
-        eventually(async () => (await transport.queue.getJobCounts('failed')).failed === MESSAGES, {
+        eventually(async () => (await outbox.transport.queue.getJobCounts('failed')).failed === MESSAGES, {
           what: `${MESSAGES} failed messages`,
         });
       await allFailed();
@@ -63,20 +49,20 @@ describe('putting failed messages back while workers run', () => {
 
       failures = 0;
       const outcome = await Promise.race([
-        retryFailedSends(transport.queue),
+        retryFailedSends(outbox.transport.queue),
         new Promise<'still retrying'>((resolve) => setTimeout(() => resolve('still retrying'), 15_000)),
       ]);
       expect(outcome === 'still retrying' ? outcome : outcome.retried.length).toBe(MESSAGES);
       await allFailed();
-      await eventually(async () => (await transport.queue.getJobCounts('active', 'waiting')).active === 0);
+      await eventually(async () => (await outbox.transport.queue.getJobCounts('active', 'waiting')).active === 0);
       // A worker tells of a failure just after Redis has it: wait for the last 'failed' events.
       await eventually(() => failures >= MESSAGES, { what: `${MESSAGES} failed events` });
       // One more attempt each: one more request each to the service, no more.
       expect(failures).toBe(MESSAGES);
 
       // With nothing failed, the command says so and succeeds.
-      await transport.queue.clean(0, 0, 'failed');
-      const { code, stdout } = await runCliCapturing(['queue', 'retry'], { env: { REDIS_URL: redis.url } });
+      await outbox.transport.queue.clean(0, 0, 'failed');
+      const { code, stdout } = await runCliCapturing(['queue', 'retry'], { env: { REDIS_URL: outbox.redis.url } });
       expect({ code, stdout }).toEqual({ code: 0, stdout: 'Put back 0 failed messages\n' });
     } finally {
       await worker.close({ abort: true });

@@ -1,9 +1,8 @@
 import nodemailer from 'nodemailer';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
-import { eventually, inProcessWorkers } from '../helpers/outbox.js';
-import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import { eventually } from '../helpers/outbox.js';
+import { useOutbox } from '../helpers/outbox-fixture.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
 
 /**
@@ -18,36 +17,26 @@ import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answ
  * frozen one), proxies that hold an answer or a request, the emulator.
  */
 
-let redis: RedisServer;
-let emu: Emulator;
 let answerHeld: SlowAnswerProxy;
 let requestHeld: SlowAnswerProxy;
-let transport: EmlApiQueueTransport;
-const workers = inProcessWorkers(() => ({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url }));
+const outbox = useOutbox({ transport: { retry: { delay: 100, maxDelay: 100, jitter: 0 } }, clean: 'nothing' });
 
 beforeAll(async () => {
-  [redis, emu] = await Promise.all([startRedisServer(), startEmulator()]);
-  answerHeld = await startSlowAnswerProxy(emu.url, 600_000);
-  requestHeld = await startSlowAnswerProxy(emu.url, 0, { requestDelayMs: 600_000 });
-  transport = new EmlApiQueueTransport({ connection: redis.url, retry: { delay: 100, maxDelay: 100, jitter: 0 } });
+  answerHeld = await startSlowAnswerProxy(outbox.emu.url, 600_000);
+  requestHeld = await startSlowAnswerProxy(outbox.emu.url, 0, { requestDelayMs: 600_000 });
 });
 
 afterAll(async () => {
-  await transport?.close();
   await answerHeld?.close();
   await requestHeld?.close();
-  await emu?.close();
-  await redis?.stop();
 });
-
-afterEach(() => workers.closeAll());
 
 /** Short locks and stall checks: a job whose lock is not renewed goes to another worker within about a second. */
 const tuning = { lockDuration: 800, stalledInterval: 300 };
 
 describe('a worker that lost its job to another worker', () => {
   it('writes nothing to the job once its send returns: the new owner sends it, answered by the first upload', async () => {
-    const info = (await nodemailer.createTransport(transport).sendMail({
+    const info = (await nodemailer.createTransport(outbox.transport).sendMail({
       from: 'shop@example.test',
       to: 'ann@example.test',
       subject: 'Big report',
@@ -56,35 +45,40 @@ describe('a worker that lost its job to another worker', () => {
       idempotencyKey: 'report-7',
     })) as unknown as EmlApiQueuedMessageInfo;
     // The first worker sends; the service delivers; its answer is held, and the worker renews no lock (frozen).
-    const stale = await workers.start({
+    const stale = await outbox.workers.start({
       baseUrl: answerHeld.url,
       concurrency: 1,
       workerOptions: { ...tuning, lockRenewTime: 3_600_000 },
     });
     const staleErrors: Error[] = [];
     stale.on('error', (err: Error) => staleErrors.push(err));
-    await eventually(() => emu.messages().length === 1, { what: 'the first upload delivered' });
+    await eventually(() => outbox.emu.messages().length === 1, { what: 'the first upload delivered' });
     // Its lock expires: the job stalls and another worker takes it, its request held before the service sees it.
-    await workers.start({ baseUrl: requestHeld.url, workerOptions: tuning });
+    await outbox.workers.start({ baseUrl: requestHeld.url, workerOptions: tuning });
     await eventually(() => requestHeld.heldRequests > 0, { what: 'the new owner sending' });
     // The first worker hears its answer now, and records the send (BullMQ refuses its completion: an error).
     answerHeld.releaseAnswers();
     await eventually(() => staleErrors.length > 0 && stale.activeJobs === 0, { what: 'the stale worker done' });
-    expect(await redis.client.exists((await transport.queue.getJob(info.queueId))!.data.contentKey)).toBe(1);
+    expect(await outbox.redis.client.exists((await outbox.transport.queue.getJob(info.queueId))!.data.contentKey)).toBe(
+      1,
+    );
     // The new owner's attempt fails (its connection cut after sending: an unknown outcome), retried.
     await requestHeld.close();
     // (Attempt 1 was the stall.)
-    await eventually(async () => ((await transport.queue.getJob(info.queueId))!.data.lastError?.attempt ?? 0) >= 2, {
-      what: "the new owner's failure recorded",
-    });
-    await workers.closeAll();
-    await workers.start({ workerOptions: tuning });
-    await eventually(async () => (await transport.queue.getJob(info.queueId))!.finishedOn !== undefined, {
+    await eventually(
+      async () => ((await outbox.transport.queue.getJob(info.queueId))!.data.lastError?.attempt ?? 0) >= 2,
+      {
+        what: "the new owner's failure recorded",
+      },
+    );
+    await outbox.workers.closeAll();
+    await outbox.workers.start({ workerOptions: tuning });
+    await eventually(async () => (await outbox.transport.queue.getJob(info.queueId))!.finishedOn !== undefined, {
       what: 'the job settled',
     });
-    const job = await transport.queue.getJob(info.queueId);
+    const job = await outbox.transport.queue.getJob(info.queueId);
     expect(await job!.getState()).toBe('completed');
     expect(job!.data.sent?.id).toBeDefined();
-    expect(emu.mailbox('ann@example.test').map((m) => m.messageId)).toEqual([info.messageId]);
+    expect(outbox.emu.mailbox('ann@example.test').map((m) => m.messageId)).toEqual([info.messageId]);
   });
 });

@@ -1,6 +1,6 @@
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { EmlApiLogger } from '../../src/index.js';
+import { capturingLogger } from '../helpers/logger.js';
 import { EmlApiQueueTransport } from '../../src/queue/index.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
 import { startFakeService, type FakeReply, type FakeService } from '../helpers/fake-service.js';
@@ -29,8 +29,7 @@ const SITE_PAGE: FakeReply = {
 let redis: RedisServer;
 let site: FakeService;
 let transport: EmlApiQueueTransport;
-const errors: string[] = [];
-const logger: EmlApiLogger = { debug() {}, info() {}, warn() {}, error: (_meta, message) => errors.push(message) };
+const logger = capturingLogger();
 const workers = inProcessWorkers(() => ({ connection: redis.url, apiKey: 'k'.repeat(32), baseUrl: site.url, logger }));
 
 beforeAll(async () => {
@@ -46,7 +45,7 @@ afterAll(async () => {
 
 beforeEach(async () => {
   site.clear();
-  errors.length = 0;
+  logger.clear();
   await transport.queue.obliterate({ force: true });
 });
 
@@ -83,7 +82,7 @@ describe('a 2xx that is not the service answer', () => {
     expect(job!.data.lastError!.message).toContain('the outbox sends it again with the same Idempotency-Key');
     // Whether the host took it is unknown: the service's idempotency window runs from the first attempt.
     expect(job!.data.possiblyAcceptedAt).toBeTypeOf('number');
-    expect(errors.some((m) => m.includes('not the service'))).toBe(true);
+    expect(logger.messages('error').some((m) => m.includes('not the service'))).toBe(true);
 
     // Pointed at the service again (here: the host answers as the service does), it is sent, once.
     site.answer({ status: 202, body: { id: 'msg_1', messageId: '<m1@example.test>', recipients: 1 } });

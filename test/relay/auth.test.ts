@@ -11,6 +11,7 @@ import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { hashRelayPassword, startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { rejectionOf, waitFor } from '../helpers/async.js';
 import { closedPort } from '../helpers/fake-service.js';
+import { capturingLogger } from '../helpers/logger.js';
 import { makeNetns, smtplibSend, SmtpDialog, TEST_CERT, testTls } from './relay-harness.js';
 
 let emu: Emulator;
@@ -374,9 +375,7 @@ describe('AUTH guessing', () => {
 });
 
 describe("AUTH refusals tell nothing of the relay's users, in text or in time", () => {
-  const logged: { message: string; meta: Record<string, unknown> }[] = [];
-  const capture = (meta: Record<string, unknown>, message: string) => logged.push({ message, meta });
-  const logger = { debug: capture, info: capture, warn: capture, error: capture };
+  const logger = capturingLogger();
 
   /** A relay with its key and one user, `billing`; AUTH over STARTTLS from 127.0.0.1, which it does not trust. */
   async function usersRelay(authFailureDelay: number) {
@@ -412,7 +411,7 @@ describe("AUTH refusals tell nothing of the relay's users, in text or in time", 
     for (const [user, password, reason] of tries) {
       const reply = await authOverTls(relay.port, user, password);
       expect([user, reply.code, reply.text]).toEqual([user, 535, '5.7.8 Authentication credentials invalid']);
-      const line = logged.filter((l) => l.message === 'AUTH refused').at(-1)!;
+      const line = logger.lines.filter((l) => l.message === 'AUTH refused').at(-1)!;
       expect(line.meta.reason).toMatch(reason);
     }
   });
@@ -535,17 +534,12 @@ describe.skipIf(typeof netns === 'string')('clients on another address than loop
   });
 
   it('a trusted network beyond loopback AUTHs on plain text, and the relay does not warn that nobody can', async () => {
-    const warnings: string[] = [];
-    const logger = {
-      debug() {},
-      info() {},
-      error() {},
-      warn: (_meta: unknown, message: string) => warnings.push(message),
-    };
+    const logger = capturingLogger();
+    const warnings = () => logger.messages('warn');
     const untrusted = await startEmlApiRelay({ baseUrl: emu.url, host: ns.hostAddress, port: 0, logger });
     relays.push(untrusted);
-    expect(warnings.some((w) => w.includes('no client off this machine can send'))).toBe(true);
-    warnings.length = 0;
+    expect(warnings().some((w) => w.includes('no client off this machine can send'))).toBe(true);
+    logger.clear();
     const trusting = await startEmlApiRelay({
       baseUrl: emu.url,
       host: ns.hostAddress,
@@ -555,7 +549,7 @@ describe.skipIf(typeof netns === 'string')('clients on another address than loop
       trustedNetworks: [`${ns.clientAddress}/32`],
     });
     relays.push(trusting);
-    expect(warnings).toEqual([]);
+    expect(warnings()).toEqual([]);
     const python = await smtplibSend(
       { ...spec('ns-trusted', { password: emu.apiKey }), port: trusting.port },
       ns.prefix,

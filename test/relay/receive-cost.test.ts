@@ -9,6 +9,7 @@ import type * as ErrorModule from '../../src/shared/eml-api-error.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { waitFor } from '../helpers/async.js';
+import { capturingLogger } from '../helpers/logger.js';
 import { SmtpDialog } from './relay-harness.js';
 
 const built = vi.hoisted(() => [] as string[]);
@@ -25,7 +26,8 @@ vi.mock('../../src/shared/eml-api-error.js', async (importOriginal) => {
 
 let emu: Emulator;
 let relay: EmlApiRelay;
-const abandoned: string[] = [];
+const logger = capturingLogger();
+const abandoned = () => logger.messages('warn');
 
 beforeAll(async () => {
   emu = await startEmulator();
@@ -34,12 +36,7 @@ beforeAll(async () => {
     apiKey: emu.apiKey,
     port: 0,
     retry: false,
-    logger: {
-      debug: () => {},
-      info: () => {},
-      warn: (_meta, message) => abandoned.push(message),
-      error: () => {},
-    },
+    logger,
   });
 });
 afterAll(async () => {
@@ -75,7 +72,7 @@ describe('errors built while receiving', () => {
     built.length = 0;
     dialog.write(`${head}\r\nthe beginning, and no end\r\n`);
     dialog.close();
-    await waitFor(() => abandoned.some((m) => m.startsWith('Message abandoned')));
+    await waitFor(() => abandoned().some((m) => m.startsWith('Message abandoned')));
     expect(built).toEqual(['ESTREAM']);
   });
 });

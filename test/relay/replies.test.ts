@@ -6,7 +6,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import type { EmlApiLogger } from '../../src/index.js';
+import { capturingLogger } from '../helpers/logger.js';
 import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { defaultMaxMessageSize } from '../../src/relay/relay-options.js';
 import { waitFor } from '../helpers/async.js';
@@ -15,13 +15,7 @@ import { SmtpDialog } from './relay-harness.js';
 
 let emu: Emulator;
 let relay: EmlApiRelay;
-const logged: { level: string; meta: Record<string, unknown>; message: string }[] = [];
-const logger: EmlApiLogger = {
-  debug: () => {},
-  info: (meta, message) => logged.push({ level: 'info', meta, message }),
-  warn: (meta, message) => logged.push({ level: 'warn', meta, message }),
-  error: (meta, message) => logged.push({ level: 'error', meta, message }),
-};
+const logger = capturingLogger();
 const opened: SmtpDialog[] = [];
 const relays: EmlApiRelay[] = [];
 
@@ -158,7 +152,9 @@ describe('250 means the service accepted it', () => {
     const message = emu.messages().find((m) => m.messageId === '<accepted@example.test>')!;
     expect(reply.code).toBe(250);
     expect(reply.text).toBe(`2.0.0 Ok: ${message.id}`);
-    const line = logged.find((l) => l.message === 'Message accepted' && l.meta.id === message.id);
+    const line = logger
+      .at('info', 'warn', 'error')
+      .find((l) => l.message === 'Message accepted' && l.meta.id === message.id);
     expect(line?.meta).toMatchObject({ messageId: '<accepted@example.test>', recipients: 1, client: '127.0.0.1' });
   });
 
@@ -235,7 +231,9 @@ describe('transient failures answer 451 (the client retries later)', () => {
       logger,
     });
     relays.push(down);
-    expect(logged.some((l) => l.level === 'warn' && /Could not check the relay's API key/.test(l.message))).toBe(true);
+    expect(logger.lines.some((l) => l.level === 'warn' && /Could not check the relay's API key/.test(l.message))).toBe(
+      true,
+    );
     const reply = await send(eml('down'), ['ann@example.test'], down.port);
     expect(reply.code).toBe(451);
     expect(reply.text).toMatch(/^4\.4\.1 The email service could not be reached/);

@@ -3,7 +3,7 @@ import { inspect } from 'node:util';
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import type { EmlApiLogger } from '../../src/index.js';
+import { capturingLogger } from '../helpers/logger.js';
 import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { rejectionOf } from '../helpers/async.js';
 import { SmtpDialog } from './relay-harness.js';
@@ -14,10 +14,8 @@ const NO_SCOPE = 'sk_live_SCOPESECRET_1a2b3c';
 const FRAGMENTS = ['RELAYSECRET', 'WRONGSECRET', 'SCOPESECRET'];
 
 let emu: Emulator;
-const lines: string[] = [];
-const capture = (meta: Record<string, unknown>, message: string) =>
-  lines.push(inspect([meta, message], { depth: Infinity }));
-const logger: EmlApiLogger = { debug: capture, info: capture, warn: capture, error: capture };
+const logger = capturingLogger({ inspect: true });
+const lines = () => logger.inspected();
 const relays: EmlApiRelay[] = [];
 
 beforeAll(async () => {
@@ -75,14 +73,14 @@ describe('the relay keeps keys secret', () => {
       startEmlApiRelay({ baseUrl: emu.url, apiKey: WRONG, port: 0, retry: false, logger }),
     );
     const everything = [
-      ...lines,
+      ...lines(),
       ...replies,
       inspect(own, { depth: Infinity, showHidden: true }),
       inspect(auth, { depth: Infinity, showHidden: true }),
       inspect(refused, { depth: Infinity }),
       JSON.stringify(refused),
     ].join('\n');
-    expect(lines.length).toBeGreaterThan(4);
+    expect(lines().length).toBeGreaterThan(4);
     for (const fragment of FRAGMENTS) expect(everything).not.toContain(fragment);
   });
 
@@ -102,8 +100,8 @@ describe('the relay keeps keys secret', () => {
     emu.setFaults(undefined);
     expect(reply.code).toBe(535);
     expect(reply.text).toBe('5.7.8 Authentication credentials invalid');
-    expect(lines.some((line) => line.includes('the password is too long'))).toBe(true);
+    expect(lines().some((line) => line.includes('the password is too long'))).toBe(true);
     expect(requests).toBe(0);
-    for (const text of [reply.lines.join('\n'), ...lines]) expect(text).not.toContain('LONGSECRET');
+    for (const text of [reply.lines.join('\n'), ...lines()]) expect(text).not.toContain('LONGSECRET');
   });
 });

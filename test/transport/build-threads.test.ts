@@ -10,7 +10,7 @@ import { Worker } from 'node:worker_threads';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { defaultSpoolSettings } from '../../src/body/spool-options.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiTransport, type EmlApiLogger } from '../../src/index.js';
+import { EmlApiTransport } from '../../src/index.js';
 import { buildMessage } from '../../src/transport/build-message.js';
 import { BuildThreadPool } from '../../src/transport/build-threads/pool.js';
 import { BUILD_FIELDS, portableMail } from '../../src/transport/build-threads/portable-mail.js';
@@ -18,6 +18,7 @@ import type { NodemailerMail } from '../../src/transport/nodemailer-types.js';
 import { rejectionOf, waitFor } from '../helpers/async.js';
 import { neutralEml, spooledBytes, streamBytes } from '../helpers/eml-bytes.js';
 import { corpus, type CorpusContext, type CorpusMessage } from '../helpers/message-corpus.js';
+import { capturingLogger, silentLogger } from '../helpers/logger.js';
 import { NODEMAILERS } from '../helpers/nodemailer-versions.js';
 import { startSmtpSink, type SmtpSink } from '../helpers/smtp-sink.js';
 
@@ -69,15 +70,6 @@ afterAll(async () => {
   await rm(bigFile, { force: true });
 });
 
-/** A logger that keeps every line. */
-function recordingLogger() {
-  const lines: { level: string; message: string; meta: Record<string, unknown> }[] = [];
-  const at = (level: string) => (meta: Record<string, unknown>, message: string) =>
-    lines.push({ level, message, meta });
-  const logger: EmlApiLogger = { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
-  return { lines, logger };
-}
-
 /** The mail Nodemailer hands its transport, compiled with the entry's defaults and plugins. */
 function compiled(mailer: Mailer, entry: CorpusMessage): Promise<NodemailerMail> {
   return new Promise((resolve, reject) => {
@@ -96,7 +88,7 @@ function compiled(mailer: Mailer, entry: CorpusMessage): Promise<NodemailerMail>
 }
 
 const spool = defaultSpoolSettings();
-const silent: EmlApiLogger = { debug() {}, info() {}, warn() {}, error() {} };
+const silent = silentLogger;
 
 describe.each(NODEMAILERS)('$label: a build thread', ({ nodemailer: mailer }) => {
   let pool: BuildThreadPool;
@@ -143,7 +135,8 @@ describe.each(NODEMAILERS)('$label: a build thread', ({ nodemailer: mailer }) =>
     'sends "%s" as Nodemailer sends it over SMTP, apart from what is random per build',
     async (name) => {
       const entry = entries().find((e) => e.name === name)!;
-      const { lines, logger } = recordingLogger();
+      const logger = capturingLogger();
+      const { lines } = logger;
       const transport = new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url, buildThreads: 2, logger });
       const viaApi = mailer.createTransport(transport, entry.defaults as never);
       const viaSmtp = mailer.createTransport(
@@ -206,7 +199,8 @@ describe('a build that fails on a thread', () => {
     '$label: fails only that send with ESTREAM when its thread dies; a new thread builds the next one',
     async ({ label, nodemailer: mailer }) => {
       const major = label.replace(/\D+/g, '');
-      const { lines, logger } = recordingLogger();
+      const logger = capturingLogger();
+      const { lines } = logger;
       const transport = new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url, buildThreads: 1, logger });
       const transporter = mailer.createTransport(transport);
       // A mail compiled by a stand-in Nodemailer whose tree throws, uncaught, in the thread.

@@ -3,7 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 // mailauth verifies DKIM the way receiving servers do; its DNS lookup is replaced
 // by a resolver answering with our test key, since there is no DNS here.
 import { dkimVerify } from 'mailauth/lib/dkim/verify.js';
-import { EmlApiTransport, type EmlApiLogger } from '../../src/index.js';
+import { EmlApiTransport } from '../../src/index.js';
+import { capturingLogger } from '../helpers/logger.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { NODEMAILERS } from '../helpers/nodemailer-versions.js';
 import { richMovable } from '../helpers/message-corpus.js';
@@ -32,15 +33,14 @@ describe.each(
   '$label, signed $build: DKIM from createTransport(transport, { dkim })',
   ({ nodemailer, buildThreads, message, onThread }) => {
     let emu: Emulator;
-    const sending: Record<string, unknown>[] = [];
+    const logger = capturingLogger();
+    const sending = () =>
+      logger
+        .at('debug')
+        .filter((l) => l.message === 'Sending message')
+        .map((l) => l.meta);
     beforeAll(async () => {
       emu = await startEmulator();
-      const logger: EmlApiLogger = {
-        debug: (meta, line) => void (line === 'Sending message' && sending.push(meta)),
-        info() {},
-        warn() {},
-        error() {},
-      };
       const transporter = nodemailer.createTransport(
         new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url, buildThreads, logger }),
         { dkim: { domainName: 'example.test', keySelector: 'sel1', privateKey: privatePem } },
@@ -50,7 +50,7 @@ describe.each(
     });
 
     it(`is signed ${onThread ? 'on a build thread' : 'on the sending thread'}`, () => {
-      expect(sending).toEqual([expect.objectContaining({ builtOnThread: onThread })]);
+      expect(sending()).toEqual([expect.objectContaining({ builtOnThread: onThread })]);
     });
     afterAll(() => emu.close());
 

@@ -1,17 +1,12 @@
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EmlApiError, EmlApiTransport, type EmlApiLogger } from '../../src/index.js';
+import { EmlApiError, EmlApiTransport } from '../../src/index.js';
+import { capturingLogger } from '../helpers/logger.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 
 describe('custom envelopes', () => {
   let emu: Emulator;
-  const logged: string[] = [];
-  const logger: EmlApiLogger = {
-    debug: () => {},
-    info: (_meta, message) => logged.push(message),
-    warn: (_meta, message) => logged.push(message),
-    error: (_meta, message) => logged.push(message),
-  };
+  const logger = capturingLogger();
   beforeAll(async () => {
     emu = await startEmulator();
   });
@@ -66,7 +61,7 @@ describe('custom envelopes', () => {
   });
 
   it('accepts an envelope sender that differs from From and logs that it is not used', async () => {
-    logged.length = 0;
+    logger.clear();
     const info = await transporter().sendMail({
       from: 'shop@example.test',
       to: 'ann@example.test',
@@ -75,7 +70,9 @@ describe('custom envelopes', () => {
       envelope: { from: 'bounces@example.test', to: 'ann@example.test' },
     });
     expect(info.envelope.from).toBe('bounces@example.test');
-    expect(logged.some((m) => m.includes('Envelope sender differs from From'))).toBe(true);
+    expect(logger.messages('info', 'warn', 'error').some((m) => m.includes('Envelope sender differs from From'))).toBe(
+      true,
+    );
   });
 
   it('rejects a message without any recipient with EENVELOPE before any request', async () => {

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EmlApiTransport, type EmlApiLogger } from '../../src/index.js';
+import { EmlApiTransport } from '../../src/index.js';
+import { capturingLogger } from '../helpers/logger.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { normalizeMessage } from '../helpers/normalize.js';
 import { NODEMAILERS } from '../helpers/nodemailer-versions.js';
@@ -22,17 +23,16 @@ describe.each(NODEMAILERS.flatMap((versions) => BUILDS.map((build) => ({ ...vers
   ({ nodemailer, buildThreads, message, onThread }) => {
     let emu: Emulator;
     let smtp: SmtpSink;
-    const sending: Record<string, unknown>[] = [];
+    const logger = capturingLogger();
+    const sending = () =>
+      logger
+        .at('debug')
+        .filter((l) => l.message === 'Sending message')
+        .map((l) => l.meta);
 
     beforeAll(async () => {
       emu = await startEmulator();
       smtp = await startSmtpSink();
-      const logger: EmlApiLogger = {
-        debug: (meta, line) => void (line === 'Sending message' && sending.push(meta)),
-        info() {},
-        warn() {},
-        error() {},
-      };
       const viaSmtp = nodemailer.createTransport({
         host: '127.0.0.1',
         port: smtp.port,
@@ -49,7 +49,7 @@ describe.each(NODEMAILERS.flatMap((versions) => BUILDS.map((build) => ({ ...vers
     });
 
     it(`is built ${onThread ? 'on a build thread' : 'on the sending thread'}`, () => {
-      expect(sending).toEqual([expect.objectContaining({ builtOnThread: onThread })]);
+      expect(sending()).toEqual([expect.objectContaining({ builtOnThread: onThread })]);
     });
 
     it('uploads the bytes Nodemailer sends over SMTP, apart from the random part of its boundaries and Bcc', () => {
