@@ -1,5 +1,3 @@
-import type { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
 import { isClusterClient, type OutboxRedisClient } from './redis-connection.js';
 import type { ReadinessCheck } from '../observability/health.js';
 import { checkRedisSettings } from './redis-settings.js';
@@ -34,16 +32,6 @@ export function outboxRedisReadiness(
       await checkRedisSettings(client, where, 'warn', () => undefined, location);
     },
   };
-}
-
-/**
- * The Redis connection of a BullMQ queue: BullMQ 6 keeps it on its backend, BullMQ 5 on the queue itself.
- * @example
- * const redis = await queueRedis(transport.queue);
- */
-export async function queueRedis(queue: Pick<Queue, 'name'>): Promise<Redis> {
-  const source = queue as unknown as { client?: Promise<Redis>; backend?: { client?: Promise<Redis> } };
-  return (await (source.backend?.client ?? source.client))!;
 }
 
 /**

@@ -1,7 +1,7 @@
 import type { Queue } from 'bullmq';
 import { OUTBOX_STATES, type OutboxState } from './outbox-inspection.js';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
-import { queueRedis } from './outbox-readiness.js';
+import { queueRedis } from './outbox-queue.js';
 
 /**
  * The live state of the outbox for people and dashboards: counts, how long

@@ -2,7 +2,8 @@ import { emlBodyLength } from '../body/eml-upload-body.js';
 import { EmlApiQueueTransport } from '../queue/eml-api-queue-transport.js';
 import type { EmlApiQueueTransportOptions } from '../queue/queue-transport-options.js';
 import type { MessageDestination } from './message-destination.js';
-import { outboxRedisReadiness, queueRedis } from '../queue/outbox-readiness.js';
+import { outboxRedisReadiness } from '../queue/outbox-readiness.js';
+import { queueRedis } from '../queue/outbox-queue.js';
 
 /** The largest `concurrency` the queue transport takes. */
 const MAX_CONCURRENCY = 10_000;
