@@ -12,7 +12,9 @@ import type { OutboxRedisClient } from './redis-connection.js';
  * of the content is stored, and, when replicas must confirm, `WAIT`. It used
  * to be three round trips (the add, a read of the job to tell a duplicate,
  * a check of the job and the content together): the producer's Redis time
- * per message, and so its enqueue rate, is mostly round trips.
+ * per message, and so its enqueue rate, is mostly round trips. The adds of
+ * one turn of the event loop share that pipeline (see `openBatch`), each
+ * with its commands together.
  */
 
 /**
@@ -129,10 +131,11 @@ export async function addJob(
   // BullMQ's own client for the queue: the one given, with BullMQ's scripts loaded on it (BullMQ 6 keeps it
   // on the queue's backend, BullMQ 5 on the queue).
   const holder = queue as unknown as { backend?: { client?: Promise<unknown> }; client?: Promise<unknown> };
-  const client = (await (holder.backend?.client ?? holder.client)) as {
-    pipeline(): ChainableCommander & AddedCommands;
-  };
-  const pipeline = client.pipeline();
+  const client = (await (holder.backend?.client ?? holder.client)) as PipelineClient;
+  // From here to the last command of this add, nothing awaits: the add's commands stay together on a
+  // pipeline other adds of this turn share.
+  const batch = openBatch(client);
+  const { pipeline } = batch;
   const { Job } = loadBullmq();
   const { jobId } = job.opts;
   const bullJob = new Job<OutboxJobData, OutboxSendResult>(queue, job.name, job.data, job.opts, jobId);
@@ -141,12 +144,17 @@ export async function addJob(
   const before = pipeline.length;
   void Promise.resolve(bullJob.addJob(pipeline as never)).catch(() => undefined);
   if (pipeline.length !== before + 1) {
-    throw new Error(`BullMQ ${loadBullmqVersion()} queued ${pipeline.length - before} commands to add a job, not one`);
+    const err = new Error(
+      `BullMQ ${loadBullmqVersion()} queued ${pipeline.length - before} commands to add a job, not one`,
+    );
+    // Nothing of this pipeline is sent: the adds queued on it before are refused too (never run).
+    batch.refuse(err);
+    throw err;
   }
   const added = before;
   pipeline.emlApiAdded(queue.toKey(jobId), queue.toKey('failed'), job.contentKey, jobId);
   if (job.replicas) pipeline.wait(job.replicas.count, job.replicas.timeoutMs);
-  const results = (await pipeline.exec()) ?? [];
+  const results = await batch.results;
   const [addError, addResult] = results[added] ?? [new Error('the add was not run')];
   if (addError) throw addError;
   if (typeof addResult === 'number' && addResult < 0) {
@@ -165,6 +173,61 @@ export async function addJob(
   const [waitError, replicas] = results[added + 2]!;
   if (waitError) throw new AfterTheAdd(waitError);
   return { state, replicas: Number(replicas) };
+}
+
+type PipelineClient = { pipeline(): ChainableCommander & AddedCommands };
+
+/** The adds of one turn of the event loop on one client, sent as one pipeline. */
+interface AddBatch {
+  readonly pipeline: ChainableCommander & AddedCommands;
+  /** The pipeline's results, once it ran. */
+  readonly results: Promise<[Error | null, unknown][]>;
+  /** Stops the batch: its pipeline is never sent, and every add on it fails with `err`. */
+  refuse(err: Error): void;
+}
+
+const openBatches = new WeakMap<object, AddBatch>();
+
+/**
+ * The pipeline the adds of this turn of the event loop share on `client`
+ * (a new one for the first): sent once the turn's I/O callbacks have run
+ * (`setImmediate`), so that messages that arrived together, on many SMTP
+ * connections of the relay or from many `sendMail` calls, cost one pipeline
+ * and one write to Redis instead of one each. ioredis builds a pipeline by
+ * copying every script defined on the client (BullMQ's 60-odd and ours):
+ * about as much CPU as the rest of an add. Each add keeps its own commands
+ * together and in order (add, read, `WAIT`), and reads only its own answers:
+ * Redis runs a pipeline's commands one after the other, as it ran one
+ * pipeline per add after another, with other clients' commands possibly in
+ * between, then as now.
+ */
+function openBatch(client: PipelineClient): AddBatch {
+  const open = openBatches.get(client);
+  if (open) return open;
+  const pipeline = client.pipeline();
+  let refused: Error | undefined;
+  let settle!: (run: Promise<[Error | null, unknown][]>) => void;
+  const results = new Promise<[Error | null, unknown][]>((resolve) => (settle = resolve));
+  // Each add awaits these; an add refused before they came has thrown already.
+  results.catch(() => undefined);
+  const batch: AddBatch = {
+    pipeline,
+    results,
+    refuse(err) {
+      refused ??= err;
+      if (openBatches.get(client) === batch) openBatches.delete(client);
+    },
+  };
+  openBatches.set(client, batch);
+  setImmediate(() => {
+    if (openBatches.get(client) === batch) openBatches.delete(client);
+    settle(
+      refused
+        ? Promise.reject(refused)
+        : (pipeline.exec() as Promise<[Error | null, unknown][] | null>).then((r) => r ?? []),
+    );
+  });
+  return batch;
 }
 
 function loadBullmqVersion(): string {

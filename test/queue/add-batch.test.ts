@@ -1,0 +1,61 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+import { addJob } from '../../src/queue/add-job.js';
+import { EmlApiQueueTransport, type OutboxJobData } from '../../src/queue/index.js';
+import type { OutboxRedisClient } from '../../src/queue/redis-connection.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+
+/**
+ * The adds of one turn of the event loop share one pipeline (add-job.ts): what the relay's many
+ * connections store at once costs one pipeline and one write to Redis. Each add still reads only
+ * what its own commands answered, in order. Real redis-server.
+ */
+
+let redis: RedisServer;
+let transport: EmlApiQueueTransport;
+let client: OutboxRedisClient;
+
+beforeAll(async () => {
+  redis = await startRedisServer();
+  transport = new EmlApiQueueTransport({ connection: redis.url });
+  const holder = transport.queue as unknown as { backend?: { client?: Promise<unknown> }; client?: Promise<unknown> };
+  client = (await (holder.backend?.client ?? holder.client)) as OutboxRedisClient;
+});
+
+afterAll(async () => {
+  await transport?.close();
+  await redis?.stop();
+});
+
+beforeEach(async () => {
+  await redis.client.flushall();
+  vi.restoreAllMocks();
+});
+
+const job = (jobId: string, subject: string) => ({
+  name: 'eml',
+  data: { v: 1, kind: 'eml', contentKey: `bull:eml-api:content:${jobId}:1-00`, subject } as unknown as OutboxJobData,
+  opts: { jobId },
+  contentKey: `bull:eml-api:content:${jobId}:1-00`,
+});
+
+describe('addJob', () => {
+  it('sends the adds of one turn of the event loop in one pipeline, each reading its own answers', async () => {
+    const pipelines = vi.spyOn(client as unknown as { pipeline(): unknown }, 'pipeline');
+    const [a, b, again] = await Promise.all([
+      addJob(transport.queue, client, job('batch-a', 'first')),
+      addJob(transport.queue, client, job('batch-b', 'second')),
+      // The same id in the same pipeline: BullMQ keeps the first, and this add reads it (a duplicate).
+      addJob(transport.queue, client, job('batch-a', 'third')),
+    ]);
+    expect(pipelines).toHaveBeenCalledTimes(1);
+    expect(JSON.parse(a.state.data!)).toMatchObject({ subject: 'first' });
+    expect(JSON.parse(b.state.data!)).toMatchObject({ subject: 'second' });
+    expect(JSON.parse(again.state.data!)).toMatchObject({ subject: 'first' });
+    expect(a.state.storedLength).toBe(-1);
+    // A later turn gets a pipeline of its own.
+    const later = await addJob(transport.queue, client, job('batch-c', 'later'));
+    expect(pipelines).toHaveBeenCalledTimes(2);
+    expect(JSON.parse(later.state.data!)).toMatchObject({ subject: 'later' });
+    expect((await transport.queue.getJob('batch-a'))?.data).toMatchObject({ subject: 'first' });
+  });
+});
