@@ -6,9 +6,9 @@
  * about 10 times more, quadratic about 100 times, cubic 1,000 times.
  * Prints [{ parser, shape, smallMs, largeMs, ratio }] as JSON.
  */
-import { membersFromCsv } from '../src/cli/lib/csv-members.js';
-import { toApiAddressList } from '../src/client/address-input.js';
-import { readHeaderAddresses } from '../src/transport/message-envelope.js';
+import { membersFromCsv } from '../src/cli/commands/group-command.js';
+import { toApiAddressList } from '../src/client/client-input.js';
+import { readHeaderAddresses } from '../src/transport/build-message.js';
 
 const SMALL = 10_000;
 const LARGE = 100_000;

@@ -4,9 +4,9 @@
 
 // Transport
 export { EmlApiTransport, type SendCallback } from './transport/eml-api-transport.js';
-export type { EmlApiTransportOptions } from './transport/transport-options.js';
-export type { EmlApiMailOptions } from './transport/mail-fields.js';
-export type { EmlApiSentMessageInfo } from './transport/sent-message-info.js';
+export type { EmlApiTransportOptions } from './transport/eml-api-transport.js';
+export type { EmlApiMailOptions } from './transport/json-send-from-mail.js';
+export type { EmlApiSentMessageInfo } from './transport/eml-api-transport.js';
 export type { MailEnvelope, NodemailerMail, NodemailerMimeNode } from './transport/nodemailer-types.js';
 
 // Client
@@ -24,18 +24,18 @@ export type {
   AddToGroupProgress,
   AddToGroupResult,
 } from './client/client-types.js';
-export type { AddressInput } from './client/address-input.js';
-export type { TextContentInput, ImageInput } from './client/content-input.js';
-export type { RateLimitOptions, RetryOptions, TimeoutOptions } from './http/requester-options.js';
-export type { SpoolOptions } from './body/spool-options.js';
-export type { ServiceResponse } from './http/service-response.js';
+export type { AddressInput } from './client/client-input.js';
+export type { TextContentInput, ImageInput } from './client/client-input.js';
+export type { RateLimitOptions, RetryOptions, TimeoutOptions } from './http/requester.js';
+export type { SpoolOptions } from './body/message-spool.js';
+export type { ServiceResponse } from './http/request-error.js';
 // The service's answers a result carries (`data`, `apiResponse`) and the onFailure values: wire types that
 // the client's own types name, so they are here as well as in nodemailer-eml-api/protocol.
 export type { OnFailure, SendAcceptedResponse, GroupSendAcceptedResponse } from './protocol/api-types.js';
 
 // Errors and logging
 export { EmlApiError, type EmlApiErrorCode, type EmlApiErrorDetails } from './shared/eml-api-error.js';
-export type { EmlApiLogger } from './shared/logger.js';
+export type { EmlApiLogger } from './shared/options-kit.js';
 
 // Operating: metrics, the health port (see docs/operations.md)
 export type { MetricsOption, MetricsRegistry } from './observability/metrics.js';

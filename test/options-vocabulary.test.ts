@@ -6,7 +6,7 @@ import { EmlApiQueueTransport } from '../src/queue/index.js';
 import { EmlApiWorker } from '../src/queue/eml-api-worker.js';
 import { resolveRelayOptions } from '../src/relay/relay-options.js';
 import { resolveEmulatorOptions } from '../src/emulator/emulator-options.js';
-import { MAX_REQUEST_SIZE } from '../src/protocol/service-limits.js';
+import { MAX_REQUEST_SIZE } from '../src/protocol/api-types.js';
 import { DEFAULT_MAX_MESSAGE_SIZE } from '../src/queue/queue-transport-options.js';
 import { nearestName, refuseUnknownKeys } from '../src/shared/options-kit.js';
 import { runCliCapturing } from './helpers/cli-run.js';

@@ -3,10 +3,10 @@
  * a message held in memory or spooled to a file, encoded slice by slice so the
  * Base64 text (4/3 of the message) never exists whole.
  */
+
 import { createReadStream } from 'node:fs';
-import { Readable } from 'node:stream';
-import { bytesBody, WHOLE_BODY_BYTES, type UploadBody } from '../http/upload-body.js';
-import { Base64Encoder } from './base64-encoder.js';
+import { Readable, Transform, type TransformCallback } from 'node:stream';
+import { bytesBody, WHOLE_BODY_BYTES, type UploadBody } from '../http/exchange.js';
 
 const PREFIX = Buffer.from('{"mail":"');
 const SUFFIX = Buffer.from('"}');
@@ -31,7 +31,6 @@ export function emlBodyLength(size: number): number {
 
 /**
  * The largest message whose `{"mail":"<base64>"}` upload fits in a request of `limit` bytes.
- * @example maxUploadableSize(50 * 1024 * 1024) // 39321591
  */
 export function maxUploadableSize(limit: number): number {
   return 3 * Math.floor((limit - emlBodyLength(0)) / 4);
@@ -94,5 +93,23 @@ async function* frame(base64: AsyncIterable<Buffer> | Iterable<Buffer>): AsyncGe
 function* sliceBase64(eml: Buffer): Generator<Buffer> {
   for (let at = 0; at < eml.length; at += SLICE) {
     yield Buffer.from(eml.subarray(at, at + SLICE).toString('base64'), 'latin1');
+  }
+}
+
+/** Streaming Base64: carries the 0-2 bytes that do not fill a 3-byte group to the next chunk. */
+export class Base64Encoder extends Transform {
+  #rest: Buffer = Buffer.alloc(0);
+
+  override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
+    const data = this.#rest.length > 0 ? Buffer.concat([this.#rest, chunk]) : chunk;
+    const whole = data.length - (data.length % 3);
+    this.#rest = Buffer.from(data.subarray(whole));
+    if (whole > 0) this.push(Buffer.from(data.subarray(0, whole).toString('base64'), 'latin1'));
+    callback();
+  }
+
+  override _flush(callback: TransformCallback): void {
+    if (this.#rest.length > 0) this.push(Buffer.from(this.#rest.toString('base64'), 'latin1'));
+    callback();
   }
 }

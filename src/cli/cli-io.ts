@@ -1,3 +1,7 @@
+import { inspect } from 'node:util';
+import { readFile } from 'node:fs/promises';
+import { EmlApiError } from '../shared/eml-api-error.js';
+
 /** A stream the CLI writes text to: `process.stdout`, `process.stderr`, or a test's capture. */
 export interface CliOutput {
   write(chunk: string): unknown;
@@ -8,13 +12,6 @@ export interface CliOutput {
 /**
  * Everything the CLI reads from or writes to its process, so that
  * {@link runCli} can run in-process with captured streams.
- *
- * @example
- * const out: string[] = [];
- * await runCli(['group', 'check', 'news', 'ann@example.test'], {
- *   stdout: { write: (s: string) => out.push(s) },
- *   env: { EML_API_URL: url, EML_API_KEY: key },
- * });
  */
 export interface CliIo {
   stdout: CliOutput;
@@ -41,4 +38,190 @@ export function resolveCliIo(io: Partial<CliIo> = {}): CliIo {
     env: io.env ?? process.env,
     ...(io.signal ? { signal: io.signal } : {}),
   };
+}
+
+/**
+ * A mistake in the command line (unknown command or option, missing argument,
+ * missing configuration): printed in one line with a pointer to the help, exit code 2.
+ */
+export class UsageError extends Error {
+  override readonly name = 'UsageError';
+}
+
+/**
+ * Exit codes scripts can rely on.
+ */
+export const EXIT = {
+  ok: 0,
+  /** The operation failed (service error, unreachable, refused key, unreadable or invalid input). */
+  failed: 1,
+  /** The command line was wrong. */
+  usage: 2,
+  /** `group check`: at least one address is not a member. */
+  notMember: 3,
+  /** `relay`, `worker`: stopped when `--grace` ran out, with work in flight given up or handed back. */
+  cutShort: 4,
+} as const;
+
+/**
+ * Whether an error is a command-line mistake: a {@link UsageError} or an
+ * error of `node:util` `parseArgs` (unknown option, missing value...).
+ */
+export function isUsageError(err: unknown): boolean {
+  if (err instanceof UsageError) return true;
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS');
+}
+
+/**
+ * Reads a flag that takes a whole number, the CLI's one check for them.
+ * @param value the flag's text, or undefined when it was not given
+ * @param fallback what an absent flag means
+ * @throws {UsageError} naming the flag, the range and what was given
+ */
+export function wholeFlag(
+  value: string | undefined,
+  flag: string,
+  min: number,
+  max: number,
+  fallback?: number,
+): number {
+  if (value === undefined && fallback !== undefined) return fallback;
+  const n = Number(value);
+  if (value === undefined || !/^\d+$/.test(value.trim()) || !Number.isSafeInteger(n) || n < min || n > max) {
+    const range = max >= Number.MAX_SAFE_INTEGER ? `a whole number of at least ${min}` : `${min}-${max}`;
+    throw new UsageError(`${flag}: expected ${range}, got ${JSON.stringify(value ?? '')}`);
+  }
+  return n;
+}
+
+/**
+ * The one line the CLI prints for a failure: the message on a single line,
+ * followed by the error code when the client gave one, e.g.
+ * `POST /v1/send/eml failed, the service refused the API key (401 invalid_api_key): ... [EAUTH]`.
+ * Never a stack trace (see {@link formatErrorDetails}).
+ */
+export function formatErrorLine(err: unknown): string {
+  // The message may quote the service, so it is made safe for the terminal after joining its lines.
+  const message = terminalText(
+    (err instanceof Error ? err.message : String(err)).replace(/\s*[\r\n]+\s*/g, ' ').trim(),
+  );
+  const api =
+    err instanceof EmlApiError ? err : err instanceof Error && err.cause instanceof EmlApiError ? err.cause : undefined;
+  return api ? `${message} [${api.code}]` : message;
+}
+
+/** Everything known about a failure, stack and causes included, for `--debug`. */
+export function formatErrorDetails(err: unknown): string {
+  return inspect(err, { depth: 4 });
+}
+
+const ESC = 0x1b;
+const BEL = 0x07;
+/** The one-byte (C1) form of ESC [. */
+const CSI = 0x9b;
+
+/**
+ * Text from elsewhere (the service's error messages, job data) made safe to
+ * print on a terminal: escape sequences (colours, cursor moves, screen
+ * clearing, window titles, hyperlinks) removed, other control characters and
+ * line breaks turned into a space, C1 controls and bidirectional overrides
+ * removed, so nothing a service or a job says can rewrite the screen or
+ * disguise itself.
+ */
+export function terminalText(text: string): string {
+  let out = '';
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === ESC) {
+      i = endOfEscape(text, i + 1);
+    } else if (c === CSI) {
+      i = endOfControlSequence(text, i + 1);
+    } else if ((c >= 0x80 && c <= 0x9f) || (c >= 0x202a && c <= 0x202e) || (c >= 0x2066 && c <= 0x2069)) {
+      // Other C1 controls, bidirectional overrides and isolates: dropped.
+    } else if (c < 0x20 || c === 0x7f) {
+      if (!out.endsWith(' ')) out += ' ';
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
+/** The index of the last character of the escape sequence whose ESC was just before `at`. */
+function endOfEscape(text: string, at: number): number {
+  const kind = text[at];
+  if (kind === undefined) return at - 1;
+  if (kind === '[') return endOfControlSequence(text, at + 1);
+  // Strings: OSC (titles, hyperlinks) ends with BEL or ESC \; DCS, SOS, PM and APC with ESC \.
+  if (kind === ']' || kind === 'P' || kind === 'X' || kind === '^' || kind === '_') {
+    for (let i = at + 1; i < text.length; i++) {
+      if (kind === ']' && text.charCodeAt(i) === BEL) return i;
+      if (text.charCodeAt(i) === ESC && text[i + 1] === '\\') return i + 1;
+    }
+    return text.length - 1;
+  }
+  // Other escapes: intermediates (0x20-0x2f), then one final character.
+  let i = at;
+  while (i < text.length && text.charCodeAt(i) >= 0x20 && text.charCodeAt(i) <= 0x2f) i++;
+  return Math.min(i, text.length - 1);
+}
+
+/** The index of the final character (0x40-0x7e) of a control sequence whose parameters start at `at`. */
+function endOfControlSequence(text: string, at: number): number {
+  let i = at;
+  while (i < text.length && text.charCodeAt(i) >= 0x20 && text.charCodeAt(i) <= 0x3f) i++;
+  return Math.min(i, text.length - 1);
+}
+
+/**
+ * Resolves when the signal aborts or, without one, on SIGINT or SIGTERM:
+ * how the long-running commands (`serve`, `relay`) wait until they are stopped.
+ */
+export function untilStopped(signal: AbortSignal | undefined): Promise<void> {
+  if (signal) {
+    return new Promise((resolve) => {
+      if (signal.aborted) resolve();
+      else signal.addEventListener('abort', () => resolve(), { once: true });
+    });
+  }
+  return new Promise((resolve) => {
+    const stop = () => {
+      process.off('SIGINT', stop);
+      process.off('SIGTERM', stop);
+      resolve();
+    };
+    process.on('SIGINT', stop);
+    process.on('SIGTERM', stop);
+  });
+}
+
+/**
+ * Reads a whole input: the named file, or standard input for `-`.
+ *
+ * @throws {Error} in one line naming the file when it cannot be read
+ */
+export async function readInput(source: string, stdin: AsyncIterable<string | Uint8Array>): Promise<Buffer> {
+  if (source === '-') return readAll(stdin);
+  try {
+    return await readFile(source);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const reason =
+      code === 'ENOENT'
+        ? 'no such file'
+        : code === 'EISDIR'
+          ? 'it is a directory'
+          : code === 'EACCES'
+            ? 'permission denied'
+            : (err as Error).message;
+    throw new Error(`cannot read ${JSON.stringify(source)}: ${reason}`, { cause: err });
+  }
+}
+
+/** Reads a stream to its end. */
+export async function readAll(stream: AsyncIterable<string | Uint8Array>): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk));
+  return Buffer.concat(chunks);
 }

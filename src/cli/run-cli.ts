@@ -1,13 +1,19 @@
 import { VERSION } from '../shared/version.js';
-import { resolveCliIo, type CliIo } from './cli-io.js';
-import { formatErrorDetails, formatErrorLine } from './lib/format-error.js';
+import {
+  resolveCliIo,
+  type CliIo,
+  formatErrorDetails,
+  formatErrorLine,
+  EXIT,
+  isUsageError,
+  UsageError,
+} from './cli-io.js';
 import { groupCommand, GROUP_SUBCOMMANDS } from './commands/group-command.js';
 import { queueCommand, QUEUE_SUBCOMMANDS } from './commands/queue-command.js';
 import { relayCommand } from './commands/relay-command.js';
 import { sendCommand } from './commands/send-command.js';
 import { serveCommand } from './commands/serve-command.js';
 import { workerCommand } from './commands/worker-command.js';
-import { EXIT, isUsageError, UsageError } from './lib/usage-error.js';
 
 /** Help of `eml-api` itself. */
 export const CLI_HELP = `Usage: eml-api <command> [options]
@@ -57,8 +63,6 @@ const COMMANDS = {
  * from `io`, defaulting to the process's, so tests can run it in-process.
  *
  * @param argv the arguments after the program name, e.g. `['group', 'add', 'news', 'people.csv']`
- * @example
- * process.exitCode = await runCli(process.argv.slice(2));
  */
 export async function runCli(argv: readonly string[], io: Partial<CliIo> = {}): Promise<number> {
   const cli = resolveCliIo(io);

@@ -1,17 +1,7 @@
 import type { Dispatcher } from 'undici';
-import type { SpoolOptions } from '../body/spool-options.js';
-import type { EmlApiLogger } from '../shared/logger.js';
-import { defaultSpoolSettings, type SpoolSettings } from '../body/spool-options.js';
+import { type SpoolOptions, defaultSpoolSettings, type SpoolSettings } from '../body/message-spool.js';
 import {
-  DEFAULT_RETRY,
-  DEFAULT_TIMEOUTS,
-  type RateLimitOptions,
-  type RetryOptions,
-  type TimeoutOptions,
-} from '../http/requester-options.js';
-import { invalidApiKeyAt } from '../protocol/api-key-rule.js';
-import { EmlApiError } from '../shared/eml-api-error.js';
-import {
+  type EmlApiLogger,
   booleanOption,
   configError,
   describe,
@@ -22,6 +12,15 @@ import {
   wholeNumber,
   type RenamedOptions,
 } from '../shared/options-kit.js';
+import {
+  DEFAULT_RETRY,
+  DEFAULT_TIMEOUTS,
+  type RateLimitOptions,
+  type RetryOptions,
+  type TimeoutOptions,
+} from '../http/requester.js';
+import { invalidApiKeyAt } from '../protocol/api-types.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
 
 /**
  * Options of {@link EmlApiClient} (and, through {@link EmlApiTransportOptions},
@@ -294,8 +293,6 @@ const RATE_KEYS = ['max', 'duration'] as const satisfies readonly (keyof RateLim
 /**
  * Checks a `rateLimit` (`{ max, duration }`, the same shape in every component).
  * @throws {EmlApiError} `ECONFIG` naming the field
- * @example
- * resolveRateLimit({ max: 20, duration: 1000 }, 'rateLimit'); // { max: 20, duration: 1000 }
  */
 export function resolveRateLimit(value: unknown, option: string): RateLimitOptions | undefined {
   if (value === undefined) return undefined;
@@ -412,9 +409,6 @@ export function isLoopbackHost(hostname: string): boolean {
  * The public view of resolved options ({@link EmlApiClient.options}): frozen
  * copies of the plain settings, without the dispatcher, the logger and the
  * base path the requests are built with.
- *
- * @example
- * clientSettingsView(resolveClientOptions({ apiKey, baseUrl }).resolved).maxConnections; // 5
  */
 export function clientSettingsView(resolved: ResolvedClientOptions): EmlApiClientSettings {
   return Object.freeze({

@@ -1,7 +1,6 @@
 import type { GroupSendAcceptedResponse, OnFailure, SendAcceptedResponse } from '../protocol/api-types.js';
-import type { ServiceResponse } from '../http/service-response.js';
-import type { AddressInput } from './address-input.js';
-import type { TextContentInput } from './content-input.js';
+import type { ServiceResponse } from '../http/request-error.js';
+import type { AddressInput, TextContentInput } from './client-input.js';
 
 /**
  * Per-call options of the client's methods.

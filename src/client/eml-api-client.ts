@@ -1,25 +1,50 @@
 import type { Readable } from 'node:stream';
-import { spoolMessage } from '../body/message-spool.js';
-import { emlBodyFromBuffer, emlBodyLength, STREAM_ABOVE } from '../body/eml-upload-body.js';
 import { randomUUID } from 'node:crypto';
-import { Requester, type RequestObserver } from '../http/requester.js';
-import { errorFromResponse, errorFromUnreadableAnswer } from '../http/request-error.js';
-import { readApiError, type ServiceResponse } from '../http/service-response.js';
-import type { UploadBody } from '../http/upload-body.js';
-import { API_KEY_HEADER, API_PATHS, IDEMPOTENCY_KEY_HEADER, sendPath, type SendKind } from '../protocol/api-paths.js';
-import type {
-  AddToGroupRequest,
-  AddToGroupResponse,
-  GroupMemberEntry,
-  GroupSendAcceptedResponse,
-  SendAcceptedResponse,
+import { spoolMessage, type SpoolSettings } from '../body/message-spool.js';
+import { emlBodyFromBuffer, emlBodyLength, STREAM_ABOVE } from '../body/eml-upload-body.js';
+import { Requester, type RequestObserver, type Call } from '../http/requester.js';
+import {
+  errorFromResponse,
+  errorFromUnreadableAnswer,
+  readApiError,
+  type ServiceResponse,
+} from '../http/request-error.js';
+import type { UploadBody } from '../http/exchange.js';
+import {
+  API_KEY_HEADER,
+  API_PATHS,
+  IDEMPOTENCY_KEY_HEADER,
+  sendPath,
+  type SendKind,
+  type AddToGroupRequest,
+  type AddToGroupResponse,
+  type GroupMemberEntry,
+  type GroupSendAcceptedResponse,
+  type SendAcceptedResponse,
+  type GroupEmailRequest,
+  type StandardEmailRequest,
 } from '../protocol/api-types.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import type { EmlApiLogger } from '../shared/logger.js';
+import type { EmlApiLogger } from '../shared/options-kit.js';
 import { VERSION } from '../shared/version.js';
-import { toApiAddress, type AddressInput } from './address-input.js';
-import { objectOrUndefined } from './answer-fields.js';
-import type { EmlApiClientOptions, EmlApiClientSettings, ResolvedClientOptions } from './client-options.js';
+import {
+  toApiAddress,
+  type AddressInput,
+  checkGroupId,
+  checkIdempotencyKey,
+  toMemberEntry,
+  inputError,
+  toApiAddressList,
+  toApiTextContent,
+  checkSubject,
+} from './client-input.js';
+import {
+  type EmlApiClientOptions,
+  type EmlApiClientSettings,
+  type ResolvedClientOptions,
+  clientSettingsView,
+  resolveClientOptions,
+} from './client-options.js';
 import {
   DEFAULT_ADD_BATCH_SIZE,
   type AddToGroupOptions,
@@ -32,18 +57,6 @@ import {
   type SendOptions,
   type SendResult,
 } from './client-types.js';
-import { checkGroupId, checkIdempotencyKey, toMemberEntry } from './input-checks.js';
-import { inputError } from './input-error.js';
-import { readMembership } from './membership-answer.js';
-import { toGroupEmailRequest, toStandardEmailRequest } from './request-bodies.js';
-import { clientSettingsView, resolveClientOptions } from './client-options.js';
-import {
-  readSendAnswer,
-  type AcceptedSend,
-  type SendAnswer,
-  type SendBody,
-  type SendRequest,
-} from './send-requests.js';
 
 /**
  * Typed client of the email service's HTTP API. The transport uses one; apps
@@ -513,5 +526,187 @@ function errorDetails(err: EmlApiError) {
     ...(err.apiCode === undefined ? {} : { apiCode: err.apiCode }),
     permanent: err.permanent,
     cause: err,
+  };
+}
+
+/**
+ * The one send path of the package: what the client's own send methods, the
+ * transport, the outbox worker and the relay hand to the client's `send`.
+ * A send either brings its request body (`body`: the caller keeps and
+ * disposes it) or builds it once its call holds a connection slot (`build`:
+ * the client disposes what it returns), so that memory is bounded by
+ * `maxConnections`, not by the sends waiting.
+ *
+ * @internal Package-internal; not in the published types.
+ */
+export type SendRequest<B extends SendBody = SendBody> = {
+  /** What is posted, and so where to. */
+  readonly kind: SendKind;
+  /** The group of a `group` send. */
+  readonly groupId?: string | undefined;
+  /** The send's `Idempotency-Key` (checked by the caller); a new UUID when undefined. */
+  readonly idempotencyKey?: string | undefined;
+  /** Aborts the send wherever it is: waiting, building or uploading. */
+  readonly signal?: AbortSignal | undefined;
+} & (
+  | { readonly body: UploadBody | string; readonly build?: never }
+  | { readonly build: (context: BuildContext) => Promise<B>; readonly body?: never }
+);
+
+/**
+ * A request body made by a send's `build`, with whatever the builder wants
+ * back with the answer (an envelope, a Message-ID).
+ * @internal
+ */
+export interface SendBody {
+  /** The JSON text or the replayable `{"mail": ...}` body to post. */
+  readonly body: UploadBody | string;
+}
+
+/**
+ * What a send's `build` gets: the call's signal and the client's settings a
+ * build needs.
+ * @internal
+ */
+export interface BuildContext {
+  /** Aborted by the caller's signal, `timeouts.total` or `close({ abort: true })`. */
+  readonly signal: AbortSignal;
+  /** Where large messages are spooled (the client's `spool` option). */
+  readonly spool: SpoolSettings;
+  /** The client's logger. */
+  readonly logger: EmlApiLogger;
+}
+
+/**
+ * An accepted send: the service's answer read for the send's kind, and what
+ * `build` made (undefined for a send that brought its body).
+ * @internal
+ */
+export interface AcceptedSend<R, B> {
+  readonly result: R;
+  readonly built: B;
+}
+
+/** The answer to a send of `kind`: a group send's counts, or an EML or JSON email's ids. */
+export type SendAnswer<K extends SendKind> = K extends 'group' ? GroupSendResult : SendResult;
+
+/**
+ * Reads the accepted answer of a send leniently (a real service may omit
+ * fields), with a warning when the body is not the service's JSON.
+ */
+export function readSendAnswer(
+  kind: SendKind,
+  res: ServiceResponse<Partial<SendAcceptedResponse & GroupSendAcceptedResponse>>,
+  idempotencyKey: string,
+  call: Call,
+): SendResult | GroupSendResult {
+  const data = objectOrUndefined(res.data);
+  const result: SendResult | GroupSendResult =
+    kind === 'group'
+      ? {
+          ...res,
+          id: stringOrUndefined(data?.id),
+          recipients: numberOrUndefined(data?.recipients),
+          failed: numberOrUndefined(data?.failed),
+          idempotencyKey,
+        }
+      : { ...res, id: stringOrUndefined(data?.id), messageId: stringOrUndefined(data?.messageId), idempotencyKey };
+  return withWarning(result, call);
+}
+
+/**
+ * Adds a warning to an accepted send whose body is not the service's JSON
+ * (an empty body is fine: a service may answer 202 with none). The contract
+ * takes any 2xx as success, but a page from a web server or a single-page app
+ * behind a wrong baseUrl answers every path with 200.
+ */
+function withWarning<T extends SendResult | GroupSendResult>(result: T, call: Call): T {
+  const { data, text } = result;
+  if (text.trim() === '' || (typeof data === 'object' && data !== null && !Array.isArray(data))) return result;
+  const what =
+    data === undefined
+      ? text.trimStart().startsWith('<')
+        ? 'an HTML page'
+        : 'a body that is not JSON'
+      : 'JSON that is not an object';
+  const warning = `The service answered ${result.response}, but with ${what}, not the service's JSON: the message may not have been sent; check baseUrl (a web server or single-page app may answer every path)`;
+  call.log('warn', { command: call.command, responseCode: result.statusCode }, warning);
+  return { ...result, warning };
+}
+
+/** Boolean fields a membership answer may state its answer in. */
+const MEMBERSHIP_FIELDS = ['member', 'isMember', 'is_member', 'inGroup', 'in_group', 'exists', 'found'];
+
+/**
+ * Reads the membership a 2xx answer states, in the shapes services use: the
+ * contract's `{ "member": true }` and its common spellings, a bare JSON
+ * boolean, the same inside a `data` envelope, or a 204 (services that answer
+ * 204 for a member and 404 for anyone else).
+ *
+ * @returns the stated membership, or undefined when the answer states none
+ *   this client recognises: never a guess, since a wrong "yes" mails non-members
+ */
+export function readMembership(res: ServiceResponse): boolean | undefined {
+  if (res.statusCode === 204) return true;
+  const { data } = res;
+  if (typeof data === 'boolean') return data;
+  const envelope = isObject(data) && isObject(data.data) ? data.data : undefined;
+  for (const candidate of [data, envelope]) {
+    if (!isObject(candidate)) continue;
+    for (const field of MEMBERSHIP_FIELDS) {
+      if (typeof candidate[field] === 'boolean') return candidate[field];
+    }
+  }
+  return undefined;
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** Lenient readers of the service's JSON answers: a field of the wrong type reads as undefined. */
+
+export function objectOrUndefined<T>(value: T | undefined): T | undefined {
+  return typeof value === 'object' && value !== null ? value : undefined;
+}
+
+export function stringOrUndefined(value: unknown): string | undefined {
+  return typeof value === 'string' ? value : undefined;
+}
+
+export function numberOrUndefined(value: unknown): number | undefined {
+  return typeof value === 'number' ? value : undefined;
+}
+
+/**
+ * The body of `POST /v1/send/email` for a standard email, every field checked.
+ * @param method names the call in errors, e.g. `sendEmail`
+ * @throws {EmlApiError} `EMESSAGE` naming the bad field
+ */
+export function toStandardEmailRequest(email: EmailInput, method: string): StandardEmailRequest {
+  if (typeof email !== 'object' || email === null)
+    throw inputError(`${method}: expected { to, from, subject, textContent }`);
+  const body: StandardEmailRequest = {
+    to: toApiAddressList(email.to, `${method}: to`),
+    from: toApiAddress(email.from, `${method}: from`),
+    subject: checkSubject(email.subject, method),
+    textContent: toApiTextContent(email.textContent, method),
+  };
+  if (body.to.length === 0) throw inputError(`${method}: to needs at least one recipient`);
+  return body;
+}
+
+/**
+ * The body of `POST /v1/send/group/{groupId}` for a group email, every field checked.
+ * @throws {EmlApiError} `EMESSAGE` naming the bad field
+ */
+export function toGroupEmailRequest(email: GroupEmailInput, method: string): GroupEmailRequest {
+  if (typeof email !== 'object' || email === null)
+    throw inputError(`${method}: expected { from, subject, textContent }`);
+  if ('to' in email) throw inputError(`${method}: a group email has no "to"; the recipients are the group members`);
+  return {
+    from: toApiAddress(email.from, `${method}: from`),
+    subject: checkSubject(email.subject, method),
+    textContent: toApiTextContent(email.textContent, method),
   };
 }

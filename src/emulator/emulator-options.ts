@@ -1,9 +1,7 @@
-import { invalidApiKeyAt } from '../protocol/api-key-rule.js';
-import { API_SCOPES, type ApiPlan, type ApiScope } from '../protocol/api-types.js';
-import { MAX_REQUEST_SIZE } from '../protocol/service-limits.js';
+import { invalidApiKeyAt, API_SCOPES, type ApiPlan, type ApiScope, MAX_REQUEST_SIZE } from '../protocol/api-types.js';
 import { configError, describe, refuseUnknownKeys, wholeNumber, type RenamedOptions } from '../shared/options-kit.js';
 import { FaultInjector, type EmulatorFaults } from './http/fault-injector.js';
-import { KeyRateLimiter, type EmulatorRateLimit } from './http/key-rate-limiter.js';
+import { KeyRateLimiter, type EmulatorRateLimit } from './http/api-router.js';
 
 /**
  * The account keys belong to unless told otherwise, the ready key `emu.apiKey` included.
@@ -163,8 +161,6 @@ const EMULATOR_RENAMED: RenamedOptions = {
 /**
  * Validates emulator options.
  * @throws {EmlApiError} `ECONFIG` naming the bad option
- * @example
- * const resolved = resolveEmulatorOptions({ port: 0, maxRequestSize: 1024 * 1024 });
  */
 export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedEmulatorOptions {
   if (typeof options !== 'object' || options === null) {

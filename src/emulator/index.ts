@@ -3,4 +3,4 @@ export { DEFAULT_EMULATOR_ACCOUNT, type EmulatorOptions, type EmulatorApiKey } f
 export type { EmulatorMessage, DeliveredMessage, EmulatorAttachment, EmulatorMember } from './state/records.js';
 export type { ApiScope, ApiPlan } from '../protocol/api-types.js';
 export type { EmulatorFaults, FaultStats, FaultKind } from './http/fault-injector.js';
-export type { EmulatorRateLimit } from './http/key-rate-limiter.js';
+export type { EmulatorRateLimit } from './http/api-router.js';

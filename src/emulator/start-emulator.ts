@@ -6,10 +6,9 @@ import { DEFAULT_EMULATOR_ACCOUNT, resolveEmulatorOptions, type EmulatorOptions 
 import type { DeliveredMessage, EmulatorMember, EmulatorMessage } from './state/records.js';
 import { EmulatorState } from './state/emulator-state.js';
 import { FaultInjector, type EmulatorFaults, type FaultStats } from './http/fault-injector.js';
-import { createRequestHandler } from './http/handle-request.js';
-import type { ServerContext } from './http/server-context.js';
+import { createRequestHandler, type ServerContext } from './http/api-router.js';
 import { inboxSection } from './inbox/inbox-section.js';
-import { loadMimeParser } from './operations/mime-parser.js';
+import { loadMimeParser } from './operations/send-operations.js';
 import { publicPages } from './pages/public-pages.js';
 
 /**

@@ -1,20 +1,28 @@
+export type { CallStage };
+
 import { Agent, type Dispatcher } from 'undici';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { ClientClosedReason, TotalTimeoutReason } from './abort-reasons.js';
-import { ConcurrencyLimiter } from './concurrency-limiter.js';
-import { exchange, ExchangeFailure, type RawResponse } from './exchange.js';
-import { redact } from './redact.js';
-import { errorFromFailure, errorFromResponse, type CallStage, type FailureContext } from './request-error.js';
-
-export type { CallStage };
-import type { RequesterSettings } from './requester-options.js';
-import { backoffDelay, classifyStatus, parseRetryAfter, sleep, type RetryClass } from './retry-policy.js';
-import { localhostOnlyLoopback } from './localhost-lookup.js';
-import { earlyAnswerConnector } from './early-answer-connector.js';
-import { SendPacer } from './send-pacer.js';
-import { readServiceResponse, type ServiceResponse } from './service-response.js';
-import { SignalFanout } from './signal-fanout.js';
-import { bytesBody, type UploadBody } from './upload-body.js';
+import {
+  ClientClosedReason,
+  TotalTimeoutReason,
+  redact,
+  errorFromFailure,
+  errorFromResponse,
+  type CallStage,
+  type FailureContext,
+  readServiceResponse,
+  type ServiceResponse,
+} from './request-error.js';
+import {
+  exchange,
+  ExchangeFailure,
+  type RawResponse,
+  localhostOnlyLoopback,
+  earlyAnswerConnector,
+  bytesBody,
+  type UploadBody,
+} from './exchange.js';
+import type { EmlApiLogger } from '../shared/options-kit.js';
 
 /** One HTTP request of a call. */
 export interface HttpRequest {
@@ -63,8 +71,6 @@ export interface Call {
 /**
  * What the request engine tells its observers (metrics, traces), which it
  * knows nothing else of: one event per attempt of a request, one per retry.
- * @example
- * requester.observe({ attempt: ({ seconds }) => histogram.observe(seconds) });
  */
 export interface RequestObserver {
   /** An attempt ended: with an answer (`status`) or without one. */
@@ -392,4 +398,310 @@ class RunningCall implements Call {
       await sleep(delay, signal);
     }
   }
+}
+
+/**
+ * When the client tries a call again (the same shape as the outbox's `retry`):
+ * `attempts` tries in all, the first included, waiting `delay` after the first
+ * failure, doubling up to `maxDelay`, each wait shortened by a random share of
+ * up to `jitter`.
+ *
+ * @example
+ * new EmlApiClient({ apiKey, baseUrl, retry: { attempts: 6, delay: 200, retryAmbiguous: true } });
+ */
+export interface RetryOptions {
+  /**
+   * Tries in all, the first included (1: no retry).
+   * @default 4
+   */
+  attempts?: number;
+  /**
+   * Wait after the first failed try, in ms; doubled after each further one.
+   * @default 500
+   */
+  delay?: number;
+  /**
+   * Longest wait before a retry, in ms. A `Retry-After` longer than this is not waited for: the call fails.
+   * @default 30000
+   */
+  maxDelay?: number;
+  /**
+   * Share of each wait drawn at random (0 to 1), so that clients that failed
+   * together do not retry together.
+   * @default 0.5
+   */
+  jitter?: number;
+  /**
+   * Also retry failures after which the service may have accepted the request:
+   * a timeout or reset after the request was sent, 502 and 504. Safe only with a
+   * service that honours `Idempotency-Key` (the emulator does).
+   * @default false
+   */
+  retryAmbiguous?: boolean;
+}
+
+/**
+ * A rate: at most `max` sends start per `duration` ms (the same shape in the
+ * client, the transport, the worker and the relay).
+ *
+ * @example
+ * new EmlApiClient({ apiKey, baseUrl, rateLimit: { max: 20, duration: 1000 } }); // 20 sends a second
+ */
+export interface RateLimitOptions {
+  /** Sends started per window, at least 1. */
+  max: number;
+  /** The window, in ms. */
+  duration: number;
+}
+
+/**
+ * Time limits in milliseconds.
+ *
+ * @example
+ * new EmlApiClient({ apiKey, baseUrl, timeouts: { connect: 5000, response: 15000, total: 60000 } });
+ */
+export interface TimeoutOptions {
+  /**
+   * Establishing a connection (TCP and TLS). Applies to the connections the
+   * client opens itself; a `dispatcher` you pass keeps its own setting.
+   * @default 10000
+   */
+  connect?: number;
+  /**
+   * From sending the request to receiving the response headers, per attempt.
+   * @default 30000
+   */
+  response?: number;
+  /**
+   * The whole call: waiting for a connection slot, building the message,
+   * uploading it, retries and backoff included.
+   * @default 120000
+   */
+  total?: number;
+}
+
+/** The client's default retry settings: 4 tries in all. */
+export const DEFAULT_RETRY: Readonly<Required<RetryOptions>> = Object.freeze({
+  attempts: 4,
+  delay: 500,
+  maxDelay: 30_000,
+  jitter: 0.5,
+  retryAmbiguous: false,
+});
+
+/** Default time limits. */
+export const DEFAULT_TIMEOUTS: Readonly<Required<TimeoutOptions>> = Object.freeze({
+  connect: 10_000,
+  response: 30_000,
+  total: 120_000,
+});
+
+/** What the {@link Requester} needs: where to send, how, and how often. */
+export interface RequesterSettings {
+  /** Origin of the service, e.g. `https://api.example.com`. */
+  origin: string;
+  /** Path of the base URL without a trailing slash ('' at the root); request paths are appended to it. */
+  basePath: string;
+  /** Headers of every request (the API key among them). */
+  headers: Readonly<Record<string, string>>;
+  /** The secret in `headers`, redacted from anything the service echoes back. */
+  secret: string;
+  maxConnections: number;
+  /** A dispatcher the caller owns (left open on close), or undefined to create one. */
+  dispatcher: Dispatcher | undefined;
+  retry: Required<RetryOptions>;
+  timeouts: Required<TimeoutOptions>;
+  rateLimit: RateLimitOptions | undefined;
+  /** Where calls log (retries at debug level, warnings of the layers above). */
+  logger: EmlApiLogger;
+}
+
+/**
+ * Bounds how many async tasks run at once; the rest wait in FIFO order.
+ * Used to keep at most `maxConnections` requests in flight whatever the
+ * dispatcher, and to tell the transport when it can take more work.
+ */
+export class ConcurrencyLimiter {
+  readonly #limit: number;
+  readonly #waiting: (() => void)[] = [];
+  #active = 0;
+  readonly #onRelease: () => void;
+
+  /**
+   * @param limit tasks allowed to run at once
+   * @param onRelease called each time a task finishes and frees a slot
+   */
+  constructor(limit: number, onRelease: () => void = () => {}) {
+    this.#limit = limit;
+    this.#onRelease = onRelease;
+  }
+
+  /** Tasks running now. */
+  get active(): number {
+    return this.#active;
+  }
+
+  /** Tasks waiting for a slot. */
+  get pending(): number {
+    return this.#waiting.length;
+  }
+
+  /** Whether a new task would start at once. */
+  get hasFreeSlot(): boolean {
+    return this.#active + this.#waiting.length < this.#limit;
+  }
+
+  /**
+   * Runs `task` when a slot is free. An aborted `signal` rejects at once with
+   * the signal's reason, also while waiting, and frees the waiting place.
+   */
+  async run<T>(task: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    signal?.throwIfAborted();
+    if (this.#active >= this.#limit) {
+      await new Promise<void>((resolve, reject) => {
+        const onAbort = () => {
+          const at = this.#waiting.indexOf(grant);
+          if (at !== -1) this.#waiting.splice(at, 1);
+          reject(signal!.reason);
+        };
+        const grant = () => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve();
+        };
+        signal?.addEventListener('abort', onAbort, { once: true });
+        this.#waiting.push(grant);
+      });
+    } else {
+      this.#active++;
+    }
+    try {
+      return await task();
+    } finally {
+      const next = this.#waiting.shift();
+      // Hand the slot straight to the next waiter so the active count never dips.
+      if (next) next();
+      else this.#active--;
+      this.#onRelease();
+    }
+  }
+}
+
+/**
+ * Spaces the starts of sends so that at most `max` start in any `duration` ms:
+ * each start is given the next free time slot, `duration / max` ms apart.
+ */
+export class SendPacer {
+  readonly #interval: number;
+  #next = 0;
+
+  constructor({ max, duration }: RateLimitOptions) {
+    this.#interval = duration / max;
+  }
+
+  /** Resolves at this caller's slot; an aborted signal rejects (its slot is not given back). */
+  async wait(signal: AbortSignal): Promise<void> {
+    const now = performance.now();
+    const slot = Math.max(now, this.#next);
+    this.#next = slot + this.#interval;
+    if (slot > now) await sleep(slot - now, signal);
+  }
+}
+
+/**
+ * Forwards the abort of a caller's signal to the controllers of the calls
+ * that use it, through one listener per signal however many calls share it
+ * (an app may pass one signal to thousands of sends: one listener each would
+ * pass Node's MaxListeners warning).
+ */
+export class SignalFanout {
+  readonly #followers = new Map<AbortSignal, { calls: Set<AbortController>; listener: () => void }>();
+
+  /** Aborts `controller` when `signal` aborts (at once when it already has). */
+  follow(signal: AbortSignal, controller: AbortController): void {
+    if (signal.aborted) {
+      controller.abort(signal.reason);
+      return;
+    }
+    let entry = this.#followers.get(signal);
+    if (!entry) {
+      const calls = new Set<AbortController>();
+      const listener = () => {
+        for (const call of calls) call.abort(signal.reason);
+      };
+      entry = { calls, listener };
+      this.#followers.set(signal, entry);
+      signal.addEventListener('abort', listener, { once: true });
+    }
+    entry.calls.add(controller);
+  }
+
+  /** Stops forwarding to `controller`; the last one removes the signal's listener. */
+  unfollow(signal: AbortSignal, controller: AbortController): void {
+    const entry = this.#followers.get(signal);
+    if (!entry) return;
+    entry.calls.delete(controller);
+    if (entry.calls.size === 0) {
+      signal.removeEventListener('abort', entry.listener);
+      this.#followers.delete(signal);
+    }
+  }
+}
+
+/**
+ * How a failed attempt may be retried:
+ * - `safe`: the service surely did not process it (connection refused, reset
+ *   before the request was written, DNS failure, 429, 503)
+ * - `ambiguous`: it may have been processed (timeout or reset after sending, 502, 504)
+ * - `never`: repeating cannot help (other 4xx and 5xx)
+ */
+export type RetryClass = 'safe' | 'ambiguous' | 'never';
+
+/** Classifies an HTTP status. */
+export function classifyStatus(status: number): RetryClass {
+  if (status === 429 || status === 503) return 'safe';
+  if (status === 502 || status === 504) return 'ambiguous';
+  return 'never';
+}
+
+/**
+ * Delay before retry number `attempt` (0 for the first retry): exponential,
+ * shortened by a random share of up to `jitter` (0.5 by default: "equal
+ * jitter", half fixed, half random) so that many clients that failed together
+ * do not retry together.
+ */
+export function backoffDelay(
+  attempt: number,
+  retry: Required<RetryOptions>,
+  random: () => number = Math.random,
+): number {
+  const exponential = Math.min(retry.maxDelay, retry.delay * 2 ** attempt);
+  return Math.round(exponential * (1 - retry.jitter * (1 - random())));
+}
+
+/**
+ * Reads `Retry-After` (seconds, or an HTTP date) as milliseconds from now.
+ * @returns undefined when absent or unreadable
+ */
+export function parseRetryAfter(value: string | undefined, now: number = Date.now()): number | undefined {
+  if (value === undefined) return undefined;
+  const trimmed = value.trim();
+  if (/^\d+$/.test(trimmed)) return Number(trimmed) * 1000;
+  const date = Date.parse(trimmed);
+  return Number.isNaN(date) ? undefined : Math.max(0, date - now);
+}
+
+/** Waits `ms`, or rejects with the signal's reason when it aborts first. */
+export function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason);
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
 }

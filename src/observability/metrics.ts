@@ -1,7 +1,10 @@
+import { createRequire } from 'node:module';
+import type * as PromClient from 'prom-client';
 import type { Counter, Histogram, Registry } from 'prom-client';
+import type * as OtelApi from '@opentelemetry/api';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { VERSION } from '../shared/version.js';
-import { loadPromClient } from './telemetry-peers.js';
+import { requirePeer } from '../shared/options-kit.js';
 
 /**
  * A prom-client `Registry`, described by what the package uses of it, so
@@ -42,8 +45,6 @@ export type SendOutcome = 'sent' | 'retry' | 'failed' | 'rate_limited' | 'handed
 
 /**
  * What the queue gauges show of one queue, read at each scrape.
- * @example
- * const snapshot: QueueSnapshot = { counts: { waiting: 2 }, oldestWaitingSeconds: 4.2, parked: 0 };
  */
 export interface QueueSnapshot {
   /** Jobs by BullMQ state. */
@@ -67,10 +68,6 @@ const byRegistry = new WeakMap<object, EmlApiMetrics>();
  * relay and the worker record, and gauges read when the registry is scraped.
  * Labels hold codes and names only (never a key, an address or content), so
  * their number stays small.
- *
- * @example
- * const metrics = EmlApiMetrics.resolve({ registry }, 'The metrics option');
- * metrics?.recordSend('transport', 'sent', undefined);
  */
 export class EmlApiMetrics {
   /** The registry the metrics are in. */
@@ -92,8 +89,6 @@ export class EmlApiMetrics {
    * same object for the same registry, however many parts use it.
    * @param user what asked, named when prom-client is missing, e.g. `The relay's metrics option`
    * @throws {EmlApiError} `ECONFIG` when prom-client is missing or the value is not an option value
-   * @example
-   * const metrics = EmlApiMetrics.resolve(options.metrics, 'The metrics option');
    */
   static resolve(option: unknown, user: string): EmlApiMetrics | undefined {
     if (option === undefined || option === false) return undefined;
@@ -121,8 +116,6 @@ export class EmlApiMetrics {
    * prom-client's process metrics (CPU, memory, event loop lag) in it, less
    * the three gauges promtool refuses for their `_total` suffix.
    * @param user what asked, named when prom-client is missing
-   * @example
-   * EmlApiMetrics.resolve(EmlApiMetrics.defaultWithHttp(options.metrics, true, 'The relay’s http option'), '...');
    */
   static defaultWithHttp(option: unknown, http: boolean, user: string): unknown {
     if (option !== undefined || !http) return option;
@@ -275,8 +268,6 @@ export class EmlApiMetrics {
 
   /**
    * Counts a send that ended (or was put off).
-   * @example
-   * metrics.recordSend('worker', 'failed', err);
    */
   recordSend(component: TelemetryComponent, outcome: SendOutcome, err: unknown, status?: number): void {
     const api = err instanceof EmlApiError ? err : undefined;
@@ -288,8 +279,6 @@ export class EmlApiMetrics {
   /**
    * Counts a send tried again.
    * @param reason an HTTP status (`429`), or an error code (`ETIMEDOUT`)
-   * @example
-   * metrics.recordRetry('transport', '503');
    */
   recordRetry(component: TelemetryComponent, reason: string): void {
     this.#retries.inc({ component, reason });
@@ -297,8 +286,6 @@ export class EmlApiMetrics {
 
   /**
    * Records one attempt at a send endpoint: its body's size and how long it took.
-   * @example
-   * metrics.recordUpload('transport', body.length, 0.12);
    */
   recordUpload(component: TelemetryComponent, bytes: number, seconds: number): void {
     this.#uploadBytes.observe({ component }, bytes);
@@ -307,8 +294,6 @@ export class EmlApiMetrics {
 
   /**
    * Records a message the relay answered after DATA.
-   * @example
-   * metrics.recordRelayMessage(250, 2048, 0.3);
    */
   recordRelayMessage(code: number, bytes: number, seconds: number): void {
     this.#relayMessages.inc({ outcome: code >= 200 && code < 300 ? 'accepted' : 'refused', code: String(code) });
@@ -319,8 +304,6 @@ export class EmlApiMetrics {
   /**
    * Adds a source of `eml_api_relay_connections` (summed over the relays of the process).
    * @returns removes it
-   * @example
-   * const remove = metrics.addConnections(() => server.connections.size);
    */
   addConnections(count: () => number): () => void {
     this.#connections.add(count);
@@ -330,8 +313,6 @@ export class EmlApiMetrics {
   /**
    * Adds a source of `eml_api_worker_active_jobs`.
    * @returns removes it
-   * @example
-   * const remove = metrics.addActiveJobs(() => running.size);
    */
   addActiveJobs(count: () => number): () => void {
     this.#activeJobs.add(count);
@@ -342,8 +323,6 @@ export class EmlApiMetrics {
    * Adds a queue whose depth the gauges show, read at each scrape. Two workers
    * of one queue in a process report it once.
    * @returns removes it
-   * @example
-   * const remove = metrics.addQueue('eml-api', () => readQueueSnapshot(queue));
    */
   addQueue(queue: string, read: () => Promise<QueueSnapshot>): () => void {
     if (this.#queues.has(queue)) return () => undefined;
@@ -363,4 +342,50 @@ function isRegistry(value: unknown): value is MetricsRegistry {
 function ownCode(err: unknown): string {
   const code = (err as { code?: unknown } | null)?.code;
   return typeof code === 'string' && /^[A-Z][A-Z0-9_]{0,40}$/.test(code) ? code : 'ERROR';
+}
+
+/**
+ * The `prom-client` module, as {@link loadPromClient} returns it.
+ */
+export type PromClientModule = typeof PromClient;
+
+/**
+ * The `@opentelemetry/api` module, as {@link loadOtelApi} returns it.
+ */
+export type OtelApiModule = typeof OtelApi;
+
+let promClient: PromClientModule | undefined;
+let otelApi: OtelApiModule | null | undefined;
+
+/**
+ * Loads `prom-client`, the optional peer metrics are kept in, the first time
+ * metrics are asked for: an app that sends mail without metrics never loads it.
+ *
+ * @param user what asked for it, named in the error, e.g. `The metrics option`
+ * @throws {EmlApiError} `ECONFIG` saying `npm install prom-client` when it is missing
+ */
+export function loadPromClient(user: string): PromClientModule {
+  return (promClient ??= requirePeer<PromClientModule>('prom-client', 'prom-client', user));
+}
+
+// Resolved from this package, as requirePeer does: the app's copy when it installed one.
+const requireFromHere = createRequire(import.meta.url);
+
+/**
+ * Loads `@opentelemetry/api` when it is installed, and `undefined` when it is
+ * not. Tracing asks for nothing: as every instrumented library does, the
+ * package calls the API, which records nothing until the app registers an SDK
+ * (and an app with an SDK has the API). Without the API there is no tracer
+ * anyone could export from, so there is nothing to say.
+ */
+export function loadOtelApi(): OtelApiModule | undefined {
+  if (otelApi === undefined) {
+    try {
+      otelApi = requireFromHere('@opentelemetry/api') as OtelApiModule;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'MODULE_NOT_FOUND') throw err;
+      otelApi = null;
+    }
+  }
+  return otelApi ?? undefined;
 }

@@ -1,7 +1,14 @@
 import type { Context, Span, SpanContext } from '@opentelemetry/api';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { VERSION } from '../shared/version.js';
-import { loadOtelApi, type OtelApiModule } from './telemetry-peers.js';
+import {
+  loadOtelApi,
+  type OtelApiModule,
+  type EmlApiMetrics,
+  type SendOutcome,
+  type TelemetryComponent,
+} from './metrics.js';
+import type { Requester } from '../http/requester.js';
 
 /** Values of span attributes and events; undefined ones are left out. */
 export type TelemetryAttributes = Record<string, string | number | boolean | undefined>;
@@ -25,9 +32,6 @@ export type TelemetrySpanKind = 'internal' | 'server' | 'client' | 'producer' | 
 /**
  * A span of the package, or a stand-in that records nothing when
  * `@opentelemetry/api` is not installed.
- * @example
- * const span = startSpan('eml-api.send', { kind: 'client' });
- * try { await span.run(() => upload()); } catch (err) { span.fail(err); throw err; } finally { span.end(); }
  */
 export interface TelemetrySpan {
   /** Adds an event (a point in time with attributes) to the span. */
@@ -58,8 +62,6 @@ const NOT_RECORDING: TelemetrySpan = {
 /**
  * Starts a span with the package's tracer (`nodemailer-eml-api`), a child of
  * `parent` when given (a job's carrier), else of the active context.
- * @example
- * const span = startSpan('eml-api.job', { kind: 'consumer', parent: job.data.trace, attributes: { 'messaging.message.id': job.id } });
  */
 export function startSpan(
   name: string,
@@ -81,8 +83,6 @@ export function startSpan(
 /**
  * Adds an event to the active span, if any: how the request engine, which
  * knows nothing of spans, marks retries on the span of the send it serves.
- * @example
- * activeSpanEvent('retry', { attempt: 2, 'retry.delay_ms': 500 });
  */
 export function activeSpanEvent(name: string, attributes: TelemetryAttributes = {}): void {
   const api = loadOtelApi();
@@ -92,8 +92,6 @@ export function activeSpanEvent(name: string, attributes: TelemetryAttributes = 
 /**
  * The active context as a carrier (the span of the request that queues a
  * mail), or undefined when no span is active.
- * @example
- * const trace = activeTraceCarrier(); // { traceparent: '00-...-01' }
  */
 export function activeTraceCarrier(): TraceCarrier | undefined {
   const api = loadOtelApi();
@@ -104,8 +102,6 @@ export function activeTraceCarrier(): TraceCarrier | undefined {
 /**
  * `fn`, bound to the context active now: run later from elsewhere (a slot
  * freed by another send), it still runs in the caller's trace.
- * @example
- * limiter.run(bindToActiveContext(() => store(message)));
  */
 export function bindToActiveContext<F extends (...args: never[]) => unknown>(fn: F): F {
   const api = loadOtelApi();
@@ -181,4 +177,70 @@ function defined(attributes: TelemetryAttributes): Record<string, string | numbe
   const out: Record<string, string | number | boolean> = {};
   for (const [key, value] of Object.entries(attributes)) if (value !== undefined) out[key] = value;
   return out;
+}
+
+/** The send endpoints (`/v1/send/eml`, `/v1/send/email`, `/v1/send/group/...`), whose attempts are uploads. */
+const SEND_REQUEST = /^POST \/v1\/send\//;
+
+/**
+ * Watches a client's request engine for what the sends of `component` do at
+ * each attempt: every upload is measured (`eml_api_upload_bytes`,
+ * `eml_api_upload_duration_seconds`) and marked on the active span (the
+ * span of the send: an `upload` event with its status), every retry counted
+ * (`eml_api_send_retries_total`) and marked (a `retry` event).
+ *
+ * @returns stops watching
+ */
+export function watchSends(
+  requester: Pick<Requester, 'observe'>,
+  component: TelemetryComponent,
+  metrics: EmlApiMetrics | undefined,
+): () => void {
+  return requester.observe({
+    attempt({ command, send, attempt, bytes, seconds, status }) {
+      if (!send || !SEND_REQUEST.test(command)) return;
+      metrics?.recordUpload(component, bytes, seconds);
+      activeSpanEvent('upload', {
+        attempt,
+        'http.request.body.size': bytes,
+        'http.response.status_code': status,
+        'eml_api.duration_ms': Math.round(seconds * 1000),
+      });
+    },
+    retry({ command, send, attempt, delayMs, reason }) {
+      if (!send || !SEND_REQUEST.test(command)) return;
+      metrics?.recordRetry(component, reason);
+      activeSpanEvent('retry', { attempt, 'eml_api.retry.delay_ms': delayMs, 'eml_api.retry.reason': reason });
+    },
+  });
+}
+
+/**
+ * Ends the span of a send and counts it: its outcome, its error's code and
+ * the service's status (`202`, `429`).
+ * @param outcome what became of it, when it failed (`failed` unless said)
+ */
+export function endSend(
+  span: TelemetrySpan,
+  metrics: EmlApiMetrics | undefined,
+  component: TelemetryComponent,
+  ended: { response: string | undefined } | { err: unknown; outcome?: SendOutcome },
+): void {
+  if ('err' in ended) {
+    const status = ended.err instanceof EmlApiError ? ended.err.responseCode : undefined;
+    span.set({ 'http.response.status_code': status });
+    span.fail(ended.err);
+    metrics?.recordSend(component, ended.outcome ?? 'failed', ended.err, status);
+  } else {
+    const status = statusOf(ended.response);
+    span.set({ 'http.response.status_code': status });
+    metrics?.recordSend(component, 'sent', undefined, status);
+  }
+  span.end();
+}
+
+/** The status of an answer's status line (`202 Accepted`), or undefined. */
+export function statusOf(response: string | undefined): number | undefined {
+  const match = /^(\d{3})\b/.exec(response ?? '');
+  return match ? Number(match[1]) : undefined;
 }

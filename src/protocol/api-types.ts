@@ -5,8 +5,6 @@
  * The service specification leaves response bodies open; the shapes here are
  * the project's contract (see docs/contract.md). The client reads
  * them leniently, the emulator produces them exactly.
- *
- * @packageDocumentation
  */
 
 /**
@@ -235,3 +233,156 @@ export type ApiErrorCode =
 export interface ApiErrorBody {
   error: { code: ApiErrorCode | (string & {}); message: string };
 }
+
+/**
+ * Where the service's operations live and the headers every request carries,
+ * shared by the client, the emulator and the CLI.
+ */
+
+/**
+ * Header carrying the API key (lower case, as Node.js gives header names).
+ * @example
+ * fetch(url, { headers: { [API_KEY_HEADER]: process.env.EML_API_KEY! } });
+ */
+export const API_KEY_HEADER = 'x-api-key';
+
+/**
+ * Header carrying the idempotency key of a logical send.
+ * @example
+ * const key = request.headers[IDEMPOTENCY_KEY_HEADER];
+ */
+export const IDEMPOTENCY_KEY_HEADER = 'idempotency-key';
+
+/**
+ * Paths of the service's operations, relative to the base URL. Path parameters
+ * are percent-encoded so that no value can change the path.
+ *
+ * @example
+ * API_PATHS.sendEml; // '/v1/send/eml'
+ * API_PATHS.groupCheck('news', 'ann@example.net'); // '/v1/group/news/check/ann%40example.net'
+ */
+export const API_PATHS = {
+  sendEml: '/v1/send/eml',
+  sendEmail: '/v1/send/email',
+  sendGroup: (groupId: string): string => `/v1/send/group/${encodePathSegment(groupId)}`,
+  group: (groupId: string): string => `/v1/group/${encodePathSegment(groupId)}`,
+  groupCheck: (groupId: string, email: string): string =>
+    `/v1/group/${encodePathSegment(groupId)}/check/${encodePathSegment(email)}`,
+} as const;
+
+/**
+ * What a send posts, and so where it goes: a complete message (`eml`,
+ * `POST /v1/send/eml`), a standard JSON email (`email`, `POST /v1/send/email`)
+ * or a JSON email to every member of a group (`group`,
+ * `POST /v1/send/group/{groupId}`). The transport, the outbox (stored on each
+ * job) and the relay name a send's kind with it.
+ *
+ * @example
+ * const counts = { eml: 0, email: 0, group: 0 } satisfies Record<SendKind, number>;
+ */
+export type SendKind = 'eml' | 'email' | 'group';
+
+/**
+ * The path a send of `kind` is posted to.
+ * @param groupId the group of a `group` send
+ */
+export function sendPath(kind: SendKind, groupId?: string): string {
+  if (kind === 'group') return API_PATHS.sendGroup(groupId ?? '');
+  return kind === 'eml' ? API_PATHS.sendEml : API_PATHS.sendEmail;
+}
+
+/**
+ * Percent-encodes one path segment. Beyond `encodeURIComponent`, a segment made
+ * only of dots is encoded too, since `.` and `..` would otherwise be resolved
+ * as dot segments by URL parsers and proxies and change the path.
+ *
+ * @example
+ * encodePathSegment('../admin'); // '..%2Fadmin'
+ * encodePathSegment('..');       // '%2E%2E'
+ */
+export function encodePathSegment(value: string): string {
+  const encoded = encodeURIComponent(value);
+  return /^\.+$/.test(encoded) ? encoded.replace(/\./g, '%2E') : encoded;
+}
+
+/**
+ * The service's limits, as CONTRACT.md states them and the emulator enforces
+ * them: defined once, here, and imported by every component that derives a
+ * default from them.
+ */
+
+/**
+ * The largest HTTP request the service accepts, in bytes: 50 MiB. A message
+ * travels Base64-encoded in JSON (4/3 of its size), so the largest message a
+ * send carries is a little under 37.5 MiB.
+ */
+export const MAX_REQUEST_SIZE = 50 * 1024 * 1024;
+
+/** Longest `Idempotency-Key` value. */
+export const MAX_IDEMPOTENCY_KEY = 255;
+
+/**
+ * Whether a value can be an `Idempotency-Key`: 1 to 255 printable ASCII
+ * characters without spaces, so it can neither inject a header nor be refused.
+ */
+export function isValidIdempotencyKey(key: unknown): key is string {
+  return typeof key === 'string' && key.length > 0 && key.length <= MAX_IDEMPOTENCY_KEY && /^[\x21-\x7e]+$/.test(key);
+}
+
+/**
+ * The API-key rule of the wire contract: a key travels in the `X-API-KEY`
+ * header, so it is visible ASCII only. CR, LF, spaces or non-ASCII are a
+ * configuration mistake (often a pasted line break), never a valid key.
+ *
+ * @returns the index of the first character a key may not hold, or -1 when the key is valid (and not empty)
+ */
+export function invalidApiKeyAt(key: string): number {
+  if (key.length === 0) return 0;
+  return key.search(/[^\x21-\x7e]/);
+}
+
+/**
+ * The placeholder-key rule of the wire contract: substitution keys and image
+ * names are 1 to 64 letters, digits, `_`, `-` or `.`, written `{{key}}` on the
+ * wire and accepted with or without braces from people. Every check runs in
+ * linear time on a length-capped input.
+ */
+
+/** Longest placeholder key. */
+export const MAX_PLACEHOLDER_KEY = 64;
+
+/** What {@link isPlaceholderKey} allows, for error messages. */
+export const PLACEHOLDER_KEY_RULE = `1-${MAX_PLACEHOLDER_KEY} letters, digits, "_", "-" or "."`;
+
+const KEY = /^[A-Za-z0-9_.-]+$/;
+
+/** Whether `key` (without braces) is a valid placeholder key. */
+export function isPlaceholderKey(key: string): boolean {
+  return key.length > 0 && key.length <= MAX_PLACEHOLDER_KEY && KEY.test(key);
+}
+
+/**
+ * `{{ key }}` → `key`: trims, then removes one pair of surrounding double
+ * braces and the spaces inside them. Text without braces comes back trimmed.
+ */
+export function stripBraces(text: string): string {
+  const trimmed = text.trim();
+  if (trimmed.length >= 4 && trimmed.startsWith('{{') && trimmed.endsWith('}}')) return trimmed.slice(2, -2).trim();
+  return trimmed;
+}
+
+/** `key` → `{{key}}`, the form keys take on the wire. */
+export function bracedKey(key: string): string {
+  return `{{${key}}}`;
+}
+
+/** Whether `text` is a key in its wire form, `{{key}}`, braces included and no spaces. */
+export function isBracedPlaceholderKey(text: string): boolean {
+  return text.startsWith('{{') && text.endsWith('}}') && isPlaceholderKey(text.slice(2, -2));
+}
+
+/**
+ * A placeholder in content: `{{key}}`, spaces allowed inside the braces. The
+ * character classes are disjoint, so matching stays linear.
+ */
+export const PLACEHOLDER_PATTERN = /\{\{\s*([^{}\s]+)\s*\}\}/g;

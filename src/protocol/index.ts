@@ -24,4 +24,4 @@ export {
   type ApiErrorCode,
   type ApiErrorBody,
 } from './api-types.js';
-export { API_KEY_HEADER, IDEMPOTENCY_KEY_HEADER, API_PATHS, encodePathSegment, type SendKind } from './api-paths.js';
+export { API_KEY_HEADER, IDEMPOTENCY_KEY_HEADER, API_PATHS, encodePathSegment, type SendKind } from './api-types.js';

@@ -39,8 +39,6 @@ export interface OutboxEncryption {
 
 /**
  * Bytes a record adds to its chunk: a 12-byte nonce before it, a 16-byte GCM tag after it.
- * @example
- * const stored = size + Math.ceil(size / CONTENT_CHUNK) * RECORD_OVERHEAD;
  */
 export const RECORD_OVERHEAD = 28;
 const NONCE = 12;
@@ -50,9 +48,6 @@ const KEY_ID = /^[A-Za-z0-9._-]{1,64}$/;
 /**
  * Validated keys, usable only through this module: the key bytes are in a
  * private field, never in `util.inspect`, JSON or errors.
- * @example
- * const keyring = resolveEncryption(options.encryption, 'producer');
- * console.log(keyring); // OutboxKeyring { keyId: '2026-05', keyIds: [ '2026-05', '2026-01' ] }
  */
 export class OutboxKeyring {
   readonly #keys: ReadonlyMap<string, Buffer>;
@@ -153,8 +148,6 @@ export class OutboxKeyring {
 /**
  * A worker given no keys meeting an encrypted job: the same retried error a
  * worker missing one key gives.
- * @example
- * const keyring = settings.keyring ?? NO_KEYS;
  */
 export const NO_KEYS = new OutboxKeyring(new Map(), undefined);
 
@@ -164,8 +157,6 @@ export const NO_KEYS = new OutboxKeyring(new Map(), undefined);
  *
  * @param role a producer needs `keyId`; a worker does not
  * @throws {EmlApiError} `ECONFIG` naming the option
- * @example
- * const keyring = resolveEncryption({ keyId: 'k1', keys: { k1: randomBytes(32) } }, 'producer');
  */
 export function resolveEncryption(value: unknown, role: 'producer' | 'worker'): OutboxKeyring | undefined {
   if (value === undefined) return undefined;
@@ -209,8 +200,6 @@ function keyBytes(key: unknown): Buffer | undefined {
 
 /**
  * Bytes stored for `size` bytes of content encrypted in chunks of `chunk` bytes.
- * @example
- * encryptedSize(3 * 1024 * 1024, 1024 * 1024); // 3145812: three records of 28 bytes more
  */
 export function encryptedSize(size: number, chunk: number): number {
   return size + Math.max(1, Math.ceil(size / chunk)) * RECORD_OVERHEAD;
@@ -220,8 +209,6 @@ export function encryptedSize(size: number, chunk: number): number {
  * What a record is bound to: the content key (so a record cannot be moved to
  * another message), its position and the message's size (so records cannot
  * be reordered, dropped or the message cut), or `meta` for the envelope.
- * @example
- * const aad = recordAad(contentKey, 0, size);
  */
 export function recordAad(contentKey: string, index: number | 'meta', size: number): Buffer {
   return Buffer.from(`nodemailer-eml-api outbox\0${contentKey}\0${index}\0${size}`);

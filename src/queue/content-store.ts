@@ -1,27 +1,15 @@
-import type { SendKind } from '../protocol/api-paths.js';
 import { createHash, type Hash } from 'node:crypto';
 import { Readable } from 'node:stream';
+import type { SendKind } from '../protocol/api-types.js';
 import type { OutboxRedisClient } from './redis-connection.js';
 import { emlBodyFromBuffer, emlBodyFromStream, STREAM_ABOVE } from '../body/eml-upload-body.js';
-import type { UploadBody } from '../http/upload-body.js';
+import type { UploadBody } from '../http/exchange.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { MailEnvelope } from '../transport/nodemailer-types.js';
-import { NO_KEYS, recordAad, type OutboxKeyring } from './content-cipher.js';
-import {
-  CONTENT_CHUNK,
-  exactChunks,
-  INLINE_MAX_BYTES,
-  pieces,
-  plainSpans,
-  records,
-  storedLength,
-} from './content-layout.js';
-import { newContentKey, outboxKeys, parseContentKey } from './content-keys.js';
-import { contentCommands, TOMBSTONE_MS, type ContentCommands } from './content-scripts.js';
-import { keyVerdict } from './key-checks.js';
-import type { OutboxJobData } from './outbox-job.js';
-import { outboxJobId } from './outbox-job-id.js';
-import type { QueueLocation } from './queue-location.js';
+import { NO_KEYS, recordAad, type OutboxKeyring, encryptedSize, RECORD_OVERHEAD } from './content-cipher.js';
+import { newContentKey, outboxKeys, parseContentKey, type QueueLocation } from './queue-location.js';
+import { keyVerdict } from './redis-settings.js';
+import { type OutboxJobData, outboxJobId } from './outbox-job.js';
 
 /**
  * Where the outbox keeps the content of queued sends: one Redis string per
@@ -42,8 +30,6 @@ import type { QueueLocation } from './queue-location.js';
 
 /**
  * What a finished write stored, for the job's data.
- * @example
- * const { size, sha256 } = await store.write(key, content.open(), signal);
  */
 export interface WrittenContent {
   /** Bytes of the content (before encryption). */
@@ -59,8 +45,6 @@ export interface WrittenContent {
 /**
  * Where a job's content is, as its data says: what a worker needs to read
  * and check it. Jobs queued before the SHA-256 was stored have none.
- * @example
- * const body = await store.emlBody({ contentKey, size, sha256 });
  */
 export interface StoredContentRef {
   contentKey: string;
@@ -80,10 +64,6 @@ export interface StoredContentRef {
  * the chunk encrypted, its 16-byte tag, bound to the key, its position and
  * the message's size; a worker decrypts each record, its tag checked, before
  * any of it goes out.
- * @example
- * const store = new ContentStore(redis, resolveQueueLocation('eml-api', 'bull'));
- * const key = store.newKey('order-1042');
- * const written = await store.write(key, content.open(), { size: content.size, signal });
  */
 export class ContentStore {
   readonly #redis: OutboxRedisClient & ContentCommands;
@@ -113,8 +93,6 @@ export class ContentStore {
    * @param options `size`: the content's bytes (encrypted records are bound to it); `signal` stops
    *   the writes (a deadline passed): no command is sent after it aborts
    * @throws {EmlApiError} `ECONNECTION` when Redis lost part of the message meanwhile; Redis's own errors
-   * @example
-   * const { stored, sha256 } = await store.write(key, spooled.open(), { size: spooled.size });
    */
   async write(
     key: string,
@@ -162,8 +140,6 @@ export class ContentStore {
    * Redis; the job's add carries it.
    *
    * @param options `size`: the content's bytes
-   * @example
-   * const { inline, ...written } = await store.sealInline(key, content.open(), { size: content.size });
    */
   async sealInline(
     key: string,
@@ -187,8 +163,6 @@ export class ContentStore {
 
   /**
    * Whether content of `size` bytes goes in the job (with this store's encryption's overhead).
-   * @example
-   * if (store.fitsInline(content.size)) data.inline = (await store.sealInline(key, content.open(), { size })).inline;
    */
   fitsInline(size: number): boolean {
     return storedLength({ size, encryption: this.#keyring?.keyId }) <= INLINE_MAX_BYTES;
@@ -199,8 +173,6 @@ export class ContentStore {
    * and, when encrypted, the key id, the envelope and Message-ID sealed with
    * the same key (in clear they would name every recipient, Bcc included),
    * and `v: 2`, which workers before 0.2 refuse instead of posting ciphertext.
-   * @example
-   * Object.assign(data, store.jobFields(contentKey, written, content));
    */
   jobFields(
     contentKey: string,
@@ -229,8 +201,6 @@ export class ContentStore {
 
   /**
    * Bytes stored under a job's content key (with encryption, the records' nonces and tags added).
-   * @example
-   * await store.confirm(jobId, data.contentKey, store.storedSize(data));
    */
   storedSize(ref: StoredContentRef): number {
     return storedLength(ref);
@@ -239,8 +209,6 @@ export class ContentStore {
   /**
    * A job's data with its envelope and Message-ID in clear: decrypted from
    * an encrypted job (when this store holds its key), as they are otherwise.
-   * @example
-   * const info = queuedMessageInfo(store.reveal(existing), jobId, true);
    */
   reveal<T extends Pick<OutboxJobData, 'contentKey' | 'size' | 'envelope' | 'messageId' | 'encryption'>>(data: T): T {
     if (data.encryption === undefined) return data;
@@ -266,8 +234,6 @@ export class ContentStore {
    *
    * @throws {EmlApiError} `EMESSAGE` (permanent) when the data was changed; `ECONFIG` (retried)
    *   when this worker does not hold the key, or holds other bytes under its id
-   * @example
-   * await store.checkBinding(job.data);
    */
   async checkBinding(data: OutboxJobData): Promise<void> {
     if (data.encryption === undefined) return;
@@ -294,8 +260,6 @@ export class ContentStore {
   /**
    * Removes content that may still be being written: writes still on their
    * way fail instead of re-creating it.
-   * @example
-   * await store.discard(contentKey);
    */
   async discard(key: string): Promise<void> {
     await this.#redis.emlApiDiscard(key, this.#index, TOMBSTONE_MS);
@@ -305,8 +269,6 @@ export class ContentStore {
    * After an add that failed without running (or may not have): `queued`
    * when the job points at this content after all; otherwise the content is
    * removed as by {@link discard}, so no job can send it, and `withdrawn`.
-   * @example
-   * if ((await store.withdraw(jobId, contentKey)) === 'withdrawn') throw notQueued(err);
    */
   async withdraw(jobId: string, key: string): Promise<'queued' | 'withdrawn'> {
     return (await this.#redis.emlApiWithdraw(this.#jobKey(jobId), key, this.#index, TOMBSTONE_MS)) === 1
@@ -324,8 +286,6 @@ export class ContentStore {
    * duplicate, or put a failed job back with the job's own bytes) or the
    * content a replaced job had, unless the job points at it (checked in the
    * same step): `kept` then, else `removed`.
-   * @example
-   * await store.release(jobId, contentKey); // 'removed'
    */
   async release(jobId: string, key: string): Promise<'removed' | 'kept'> {
     return (await this.#redis.emlApiRelease(this.#jobKey(jobId), key, this.#index)) === 1 ? 'removed' : 'kept';
@@ -333,8 +293,6 @@ export class ContentStore {
 
   /**
    * The stored length of content (-1 when it is not there, or is a tombstone).
-   * @example
-   * const whole = (await store.storedLength(key)) === store.storedSize(data);
    */
   async storedLength(key: string): Promise<number> {
     return this.#redis.emlApiLength(key);
@@ -349,9 +307,6 @@ export class ContentStore {
    * does not match never completes and the service cannot take it.
    *
    * @throws {EmlApiError} `EMESSAGE` (permanent) when the content is missing, cut or changed
-   * @example
-   * const body = await store.emlBody(job.data);
-   * await postEml(call, body, job.data.idempotencyKey);
    */
   async emlBody(ref: StoredContentRef): Promise<UploadBody> {
     if (ref.size <= STREAM_ABOVE || ref.inline !== undefined) {
@@ -368,8 +323,6 @@ export class ContentStore {
   /**
    * A stored JSON request body (group or tracked send), as text, checked.
    * @throws {EmlApiError} `EMESSAGE` (permanent) when the content is missing, cut or changed
-   * @example
-   * const json = await store.jsonBody(job.data);
    */
   async jsonBody(ref: StoredContentRef): Promise<string> {
     return (await this.#readWhole(ref)).toString('utf8');
@@ -504,8 +457,6 @@ const missingContent = new WeakSet<Error>();
 
 /**
  * Whether an error says a job's content is gone from Redis (as opposed to changed, or unreadable).
- * @example
- * if (isContentMissing(err) && data.possiblyAcceptedAt !== undefined) err = contentGoneAfterAttempt(...);
  */
 export function isContentMissing(err: unknown): boolean {
   return err instanceof Error && missingContent.has(err);
@@ -534,4 +485,223 @@ function lostWhileWriting(offset: number): EmlApiError {
       'or a write was repeated after a reconnect): not queued, nothing will be sent; queue it again',
     { permanent: false, mayHaveBeenAccepted: false },
   );
+}
+
+/**
+ * How a message lies in its Redis string: plain, in the chunks it was
+ * written in; encrypted, in records of exactly one chunk of content each (the
+ * last shorter), so that a reader finds record `i` at `i × (chunk + 28)`.
+ */
+
+/**
+ * Bytes per Redis command when content is written or read: what a producer
+ * or a worker holds of a large message at a time.
+ */
+export const CONTENT_CHUNK = 1024 * 1024;
+
+/**
+ * Content stored up to this size (its stored bytes, with encryption's
+ * overhead) goes in the job itself (`inline`, Base64) instead of under a key
+ * of its own: the producer writes it with the job's add, in one round trip,
+ * and a worker has it as it takes the job, with no read of its own. Larger
+ * content stays beside the job, written and read in chunks (see
+ * content-store.ts, and docs/outbox.md, "How messages are stored", on why: BullMQ parses a job's whole data
+ * whenever it reads the job).
+ */
+export const INLINE_MAX_BYTES = 64 * 1024;
+
+/**
+ * Bytes under the key of a job's content: with encryption, each record's nonce and tag added.
+ */
+export function storedLength(ref: { size: number; encryption?: unknown }): number {
+  return ref.encryption === undefined ? ref.size : encryptedSize(ref.size, CONTENT_CHUNK);
+}
+
+/**
+ * Where each chunk of plain content lies.
+ */
+export function plainSpans(size: number): { index: number; start: number; end: number }[] {
+  const spans = [];
+  for (let at = 0, index = 0; at < size; at += CONTENT_CHUNK, index++) {
+    spans.push({ index, start: at, end: Math.min(size, at + CONTENT_CHUNK) });
+  }
+  return spans;
+}
+
+/**
+ * Where each record of encrypted content lies in the stored bytes (one record at least).
+ */
+export function records(size: number): { index: number; start: number; end: number }[] {
+  const spans = [];
+  const count = Math.max(1, Math.ceil(size / CONTENT_CHUNK));
+  for (let index = 0; index < count; index++) {
+    const start = index * (CONTENT_CHUNK + RECORD_OVERHEAD);
+    const plain = Math.min(CONTENT_CHUNK, size - index * CONTENT_CHUNK);
+    spans.push({ index, start, end: start + plain + RECORD_OVERHEAD });
+  }
+  return spans;
+}
+
+/**
+ * A source's pieces as Buffers.
+ */
+export async function* pieces(source: Readable | Buffer): AsyncGenerator<Buffer> {
+  const parts = Buffer.isBuffer(source) ? [source] : source;
+  for await (const part of parts as AsyncIterable<Buffer | string>) {
+    yield typeof part === 'string' ? Buffer.from(part) : part;
+  }
+}
+
+/**
+ * A source cut into chunks of exactly CONTENT_CHUNK bytes, the last shorter; one (empty) chunk at least.
+ */
+export async function* exactChunks(source: Readable | Buffer): AsyncGenerator<Buffer> {
+  let held: Buffer[] = [];
+  let length = 0;
+  let yielded = false;
+  for await (const part of pieces(source)) {
+    let rest = part;
+    while (length + rest.length >= CONTENT_CHUNK) {
+      const take = CONTENT_CHUNK - length;
+      held.push(rest.subarray(0, take));
+      rest = rest.subarray(take);
+      yield Buffer.concat(held, CONTENT_CHUNK);
+      yielded = true;
+      held = [];
+      length = 0;
+    }
+    if (rest.length > 0) {
+      held.push(rest);
+      length += rest.length;
+    }
+  }
+  if (length > 0 || !yielded) yield Buffer.concat(held, length);
+}
+
+/**
+ * The atomic Redis operations on stored content, as Lua scripts defined on
+ * each client the outbox uses (ioredis sends EVALSHA, falling back to EVAL
+ * after a restart emptied Redis's script cache). Atomic because Redis may
+ * lose data between two commands (a restart without AOF, a failover) and
+ * ioredis re-sends a command whose answer was lost: each write checks, in
+ * the same step, that it goes where the stored length says.
+ */
+
+/**
+ * Writes a chunk only where the stored length says it goes. At offset 0 the
+ * key must not exist (or hold exactly this chunk: the same write, repeated
+ * after its answer was lost); further on, the string must be exactly
+ * `offset` bytes long (or `offset` plus this chunk, likewise). Anything else,
+ * a key gone or cut because Redis lost data, answers -1 and writes nothing.
+ * The first write also enters the key in the queue's content index, at
+ * Redis's own time (see content-sweeper.ts).
+ */
+const WRITE_AT = `
+local kind = redis.call('TYPE', KEYS[1]).ok
+local offset = tonumber(ARGV[1])
+local length = string.len(ARGV[2])
+if kind == 'none' then
+  if offset ~= 0 then return -1 end
+  redis.call('SET', KEYS[1], ARGV[2])
+  local now = redis.call('TIME')
+  redis.call('ZADD', KEYS[2], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), KEYS[1])
+  return length
+end
+if kind ~= 'string' then return -1 end
+local stored = redis.call('STRLEN', KEYS[1])
+if stored == offset + length then return stored end
+if stored ~= offset or offset == 0 then return -1 end
+return redis.call('APPEND', KEYS[1], ARGV[2])
+`;
+
+/**
+ * Removes content so that no write still on its way can bring it back: the
+ * key becomes a small hash (a tombstone) for an hour, on which every write of
+ * {@link WRITE_AT} fails. Used when a store fails or times out, when commands
+ * may still be queued in the client.
+ */
+const DISCARD = `
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'discarded', '1')
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], KEYS[1])
+return 1
+`;
+
+/**
+ * After an add that failed without running (or may not have run): whether
+ * the job points at this content after all (1), and if not (0), the content
+ * removed as {@link DISCARD} does, so that no job can send it later. KEYS:
+ * job hash, content key, content index. ARGV: the tombstone's lifetime in ms.
+ */
+const WITHDRAW = `
+local data = redis.call('HGET', KEYS[1], 'data')
+if data then
+  local ok, job = pcall(cjson.decode, data)
+  if ok and type(job) == 'table' and job['contentKey'] == KEYS[2] then return 1 end
+end
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], 'discarded', '1')
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], KEYS[2])
+return 0
+`;
+
+/**
+ * Removes content a `sendMail` stored and does not need after all (its send
+ * was a duplicate, or it put a failed job back with that job's own bytes),
+ * or the content of a job it replaced, unless the job points at it: the
+ * check and the removal in one step, so that no misjudged outcome (a reply
+ * lost and a command re-run, another producer's change) can remove the
+ * content of a job that will be sent (review F1). KEYS: job hash, content
+ * key, content index. Answers 1 when it removed the content, 0 when it kept it.
+ */
+const RELEASE = `
+local data = redis.call('HGET', KEYS[1], 'data')
+if data then
+  local ok, job = pcall(cjson.decode, data)
+  if ok and type(job) == 'table' and job['contentKey'] == KEYS[2] then return 0 end
+end
+redis.call('DEL', KEYS[2])
+redis.call('ZREM', KEYS[3], KEYS[2])
+return 1
+`;
+
+/** The stored length of the content, or -1 when it is not there (gone, or a tombstone). */
+const LENGTH = `
+if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return -1 end
+return redis.call('STRLEN', KEYS[1])
+`;
+
+/**
+ * How long a discarded key stays a tombstone, in ms (1 hour).
+ */
+export const TOMBSTONE_MS = 60 * 60 * 1000;
+
+/**
+ * The commands {@link contentCommands} adds to a client.
+ */
+export interface ContentCommands {
+  emlApiWriteAt(key: string, index: string, offset: number, chunk: Buffer): Promise<number>;
+  emlApiDiscard(key: string, index: string, ttl: number): Promise<number>;
+  emlApiLength(key: string): Promise<number>;
+  emlApiWithdraw(jobKey: string, key: string, index: string, ttl: number): Promise<number>;
+  emlApiRelease(jobKey: string, key: string, index: string): Promise<number>;
+}
+
+const defined = new WeakSet<OutboxRedisClient>();
+
+/**
+ * The client with the outbox's content commands (defined once per client).
+ */
+export function contentCommands(redis: OutboxRedisClient): OutboxRedisClient & ContentCommands {
+  if (!defined.has(redis)) {
+    redis.defineCommand('emlApiWriteAt', { numberOfKeys: 2, lua: WRITE_AT });
+    redis.defineCommand('emlApiDiscard', { numberOfKeys: 2, lua: DISCARD });
+    redis.defineCommand('emlApiLength', { numberOfKeys: 1, lua: LENGTH });
+    redis.defineCommand('emlApiWithdraw', { numberOfKeys: 3, lua: WITHDRAW });
+    redis.defineCommand('emlApiRelease', { numberOfKeys: 3, lua: RELEASE });
+    defined.add(redis);
+  }
+  return redis as OutboxRedisClient & ContentCommands;
 }

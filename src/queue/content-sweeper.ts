@@ -1,8 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import type { OutboxRedisClient } from './redis-connection.js';
-import { escapeGlob, scannableServers } from './cluster-nodes.js';
-import { outboxKeys, parseContentKey } from './content-keys.js';
-import type { QueueLocation } from './queue-location.js';
+import { type OutboxRedisClient, escapeGlob, scannableServers } from './redis-connection.js';
+import { outboxKeys, parseContentKey, type QueueLocation } from './queue-location.js';
 
 /**
  * Stored content no job needs any more is removed by the workers' sweeper.
@@ -32,15 +30,11 @@ import type { QueueLocation } from './queue-location.js';
 
 /**
  * A content key younger than this (1 hour) is never swept: its job may be being added right now.
- * @example
- * await sweepStoredContent(redis, location, { graceMs: SWEEP_GRACE_MS });
  */
 export const SWEEP_GRACE_MS = 60 * 60 * 1000;
 
 /**
  * How often the workers of a queue look for content written before the index (24 hours).
- * @example
- * await sweepStoredContent(redis, location, { legacyScanEveryMs: LEGACY_SCAN_EVERY_MS });
  */
 export const LEGACY_SCAN_EVERY_MS = 24 * 60 * 60 * 1000;
 
@@ -162,8 +156,6 @@ function commands(redis: OutboxRedisClient): OutboxRedisClient & SweepCommands {
 
 /**
  * Options of {@link sweepStoredContent}.
- * @example
- * const options: SweepOptions = { graceMs: 0 }; // a test: every entry is due at once
  */
 export interface SweepOptions {
   /**
@@ -196,8 +188,6 @@ export interface SweepOptions {
  * Does nothing while another worker sweeps the same queue.
  *
  * @returns how many keys were removed (0 when another worker is sweeping)
- * @example
- * const removed = await sweepStoredContent(redis, resolveQueueLocation('eml-api', 'bull'));
  */
 export async function sweepStoredContent(
   redis: OutboxRedisClient,

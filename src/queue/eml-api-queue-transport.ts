@@ -1,32 +1,39 @@
-import { activeTraceCarrier, bindToActiveContext, startSpan } from '../observability/tracing.js';
-import { emlBodyLength } from '../body/eml-upload-body.js';
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
+import type { Readable } from 'node:stream';
 import type { Queue } from 'bullmq';
-import { checkIdempotencyKey } from '../client/input-checks.js';
-import { ConcurrencyLimiter } from '../http/concurrency-limiter.js';
+import { activeTraceCarrier, bindToActiveContext, startSpan } from '../observability/tracing.js';
+import { emlBodyLength } from '../body/eml-upload-body.js';
+import { checkIdempotencyKey, checkGroupId } from '../client/client-input.js';
+import { ConcurrencyLimiter } from '../http/requester.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { VERSION } from '../shared/version.js';
-import type { BuildThreads } from '../transport/build-message.js';
+import { type BuildThreads, buildMessage } from '../transport/build-message.js';
 import { BuildThreadPool } from '../transport/build-threads/pool.js';
-import { sendRouteOf, type SendRoute } from '../transport/json-route.js';
-import type { NodemailerMail } from '../transport/nodemailer-types.js';
+import { sendRouteOf, type SendRoute, type JsonRoute, jsonSendFromMail } from '../transport/json-send-from-mail.js';
+import type { NodemailerMail, MailEnvelope } from '../transport/nodemailer-types.js';
 import { ContentStore } from './content-store.js';
-import { addJob, AfterTheAdd, finishedByWorker, waitForReplicas, type AddedJob } from './add-job.js';
-import { settleDuplicate, type DuplicateSettlement } from './duplicate-send.js';
-import { outboxJobId } from './outbox-job-id.js';
-import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
-import { loadBullmq } from './queue-peers.js';
-import type { EmlApiQueueTransportOptions } from './queue-transport-options.js';
-import { prepareQueuedContent, type QueuedContent } from './queued-content.js';
-import { queuedMessageInfo, type EmlApiQueuedMessageInfo } from './queued-message-info.js';
-import { closeOutboxRedis, openOutboxRedis, type OutboxRedis } from './redis-connection.js';
-import { withDeadline } from './deadline.js';
-import { commandFate, redisFailure, type StoredSend } from './redis-failure.js';
-import { checkRedisSettings } from './redis-settings.js';
-import { watchRefusal } from './redis-refusal.js';
-import { registerKeyChecks } from './key-checks.js';
-import { resolveQueueTransportOptions, type ResolvedQueueTransportOptions } from './queue-transport-options.js';
+import {
+  addJob,
+  AfterTheAdd,
+  finishedByWorker,
+  waitForReplicas,
+  type AddedJob,
+  settleDuplicate,
+  type DuplicateSettlement,
+} from './add-job.js';
+import { outboxJobId, type OutboxJobData, type OutboxSendResult } from './outbox-job.js';
+import { loadBullmq, closeOutboxRedis, openOutboxRedis, type OutboxRedis, withDeadline } from './redis-connection.js';
+import {
+  type EmlApiQueueTransportOptions,
+  resolveQueueTransportOptions,
+  type ResolvedQueueTransportOptions,
+} from './queue-transport-options.js';
+import { commandFate, redisFailure, type StoredSend, watchRefusal } from './redis-failure.js';
+import { checkRedisSettings, registerKeyChecks } from './redis-settings.js';
+import type { SpoolSettings } from '../body/message-spool.js';
+import { toGroupEmailRequest, toStandardEmailRequest } from '../client/eml-api-client.js';
+import type { SendKind } from '../protocol/api-types.js';
 
 /**
  * Nodemailer's callback of `transport.send`.
@@ -591,4 +598,167 @@ function traceOfJob(): Pick<OutboxJobData, 'trace'> {
 function signalOf(mail: NodemailerMail): AbortSignal | undefined {
   const signal = (mail.data as { signal?: unknown }).signal;
   return signal instanceof AbortSignal ? signal : undefined;
+}
+
+/**
+ * What a queued send stores: the exact bytes every attempt will post, built
+ * and checked once, before anything reaches Redis.
+ */
+export interface QueuedContent {
+  kind: SendKind;
+  /** The group of a group send. */
+  group?: string;
+  envelope: MailEnvelope;
+  messageId: string;
+  /** Bytes of the content. */
+  size: number;
+  /** Bytes of the request a worker will make with it (an EML travels Base64-encoded in JSON). */
+  requestBytes: number;
+  /** Whether the envelope sender differs from From (logged; the service sets its own return path). */
+  fromDiffers: boolean;
+  /** The content, to store: a stream for a built EML (memory or spool file), bytes for JSON. */
+  open(): Readable | Buffer;
+  /** Removes the spool file, if any. */
+  dispose(): Promise<void>;
+}
+
+/**
+ * Builds the content of a send exactly as {@link EmlApiTransport} would post
+ * it, with the same checks: an EML through `buildMessage` (plugins and DKIM
+ * applied, Bcc kept, envelope checked), a group or tracked send as its JSON
+ * request body (the normalized content: contents resolved, inline images
+ * Base64-encoded, every field checked), so that replaying it later sends the
+ * same request, under the same idempotency key, on every attempt.
+ *
+ * @param route where the message goes (its `group`/`tracking` fields)
+ * @param threads build threads to build an EML on (`buildThreads`)
+ * @throws {EmlApiError} `EENVELOPE` or `EMESSAGE`, as the direct transport; the signal's reason when it aborts
+ */
+export async function prepareQueuedContent(
+  mail: NodemailerMail,
+  route: SendRoute,
+  spool: SpoolSettings,
+  signal: AbortSignal,
+  threads?: BuildThreads,
+): Promise<QueuedContent> {
+  if (route.kind !== 'eml') return prepareJson(mail, route, signal);
+  const built = await buildMessage(mail, spool, signal, threads);
+  const { spooled } = built;
+  if (spooled.size === 0) {
+    await spooled.body.dispose();
+    throw new EmlApiError('EMESSAGE', 'sendMail() got an empty message', { permanent: true });
+  }
+  return {
+    kind: 'eml',
+    envelope: built.envelope,
+    messageId: built.messageId,
+    size: spooled.size,
+    requestBytes: emlBodyLength(spooled.size),
+    fromDiffers: built.fromDiffers,
+    open: () => spooled.open(),
+    dispose: () => spooled.body.dispose(),
+  };
+}
+
+async function prepareJson(mail: NodemailerMail, route: JsonRoute, signal: AbortSignal): Promise<QueuedContent> {
+  if (route.kind === 'group') checkGroupId(route.groupId, 'sendMail: group');
+  const input = await jsonSendFromMail(mail, route, signal);
+  let json: Buffer;
+  let envelope: MailEnvelope;
+  if (route.kind === 'group') {
+    const body = toGroupEmailRequest(
+      { from: input.from, subject: input.subject, textContent: input.textContent },
+      'sendMail',
+    );
+    json = Buffer.from(JSON.stringify(body));
+    envelope = { from: body.from.email, to: [] };
+  } else {
+    const body = toStandardEmailRequest(input, 'sendMail');
+    json = Buffer.from(JSON.stringify(body));
+    envelope = { from: body.from.email, to: body.to.map((a) => a.email) };
+  }
+  return {
+    kind: route.kind,
+    ...(route.kind === 'group' ? { group: route.groupId } : {}),
+    envelope,
+    messageId: '',
+    size: json.length,
+    requestBytes: json.length,
+    fromDiffers: false,
+    open: () => json,
+    dispose: () => Promise.resolve(),
+  };
+}
+
+/**
+ * What `sendMail()` resolves with through {@link EmlApiQueueTransport}: the
+ * fields Nodemailer's SMTP transport gives, as a relay answers once it has
+ * the message on disk. The message is then in Redis; a worker sends it.
+ *
+ * @example
+ * const info = (await transporter.sendMail(message)) as EmlApiQueuedMessageInfo;
+ * console.log(info.response); // '250 Queued as order-1042'
+ */
+export interface EmlApiQueuedMessageInfo {
+  /** Sender and recipients (To, Cc and Bcc; none for a group send, whose members are the recipients). */
+  envelope: MailEnvelope;
+  /** The Message-ID of the stored EML ('' for group and tracked sends, whose copies get theirs from the service). */
+  messageId: string;
+  /** Every envelope recipient: the queue takes a message as a whole. */
+  accepted: string[];
+  /** Always empty. */
+  rejected: string[];
+  /** Always empty. */
+  pending: string[];
+  /** `250 Queued as <queueId>`. */
+  response: string;
+  /** The BullMQ job id: the idempotency key, escaped where BullMQ needs it (see {@link outboxJobId}). */
+  queueId: string;
+  /** The `Idempotency-Key` every attempt of this send carries. */
+  idempotencyKey: string;
+  /** The group of a group send. */
+  group?: string;
+  /**
+   * `true` when a job with this idempotency key was already queued: nothing
+   * new was stored, and the other fields describe the job queued first.
+   */
+  duplicate: boolean;
+  /**
+   * Set when the job this idempotency key names had failed and this call put
+   * it back in the queue with a fresh retry schedule:
+   * - `'replaced'`: with this message (`duplicate: false`). No attempt of the
+   *   failed one can have been accepted (the service refused it, or never had
+   *   it), so its key is free at the service.
+   * - `'retried'`: with its own stored bytes (`duplicate: true`, the fields
+   *   describe it). An attempt of it may have been accepted: the service
+   *   answers the same bytes under the key from that attempt, and would
+   *   refuse other bytes (422 `idempotency_key_reused`).
+   * A failed job parked for a person is not put back: `sendMail` rejects.
+   */
+  requeued?: 'replaced' | 'retried';
+}
+
+/**
+ * The info of a queued send.
+ * @param requeued how a failed job under the key was put back, if it was @default undefined
+ */
+export function queuedMessageInfo(
+  fields: { envelope: MailEnvelope; messageId: string; group?: string | undefined; idempotencyKey: string },
+  queueId: string,
+  duplicate: boolean,
+  requeued?: 'replaced' | 'retried',
+): EmlApiQueuedMessageInfo {
+  return {
+    envelope: { from: fields.envelope.from, to: [...fields.envelope.to] },
+    messageId: fields.messageId,
+    accepted: [...fields.envelope.to],
+    rejected: [],
+    pending: [],
+    response: `250 Queued as ${queueId}`,
+    queueId,
+    idempotencyKey: fields.idempotencyKey,
+    ...(fields.group === undefined ? {} : { group: fields.group }),
+    duplicate,
+    ...(requeued === undefined ? {} : { requeued }),
+  };
 }

@@ -1,30 +1,32 @@
 import { EventEmitter } from 'node:events';
-import { refuseUnknownKeys } from '../shared/options-kit.js';
-import type { MinimalJob, Worker } from 'bullmq';
+import type { MinimalJob, Worker, Queue } from 'bullmq';
+import { refuseUnknownKeys, type EmlApiLogger } from '../shared/options-kit.js';
 import { EmlApiClient } from '../client/eml-api-client.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import type { EmlApiLogger } from '../shared/logger.js';
 import { ContentStore } from './content-store.js';
 import { sweepStoredContent } from './content-sweeper.js';
 import { OutboxJobRunner } from './job-runner.js';
 import type { OutboxJob, OutboxJobData, OutboxSendResult } from './outbox-job.js';
 import type { QueueLocation } from './queue-location.js';
-import { loadBullmq, type BullmqModule } from './queue-peers.js';
-import { closeOutboxRedis, openOutboxRedis, type OutboxRedis } from './redis-connection.js';
-import { outboxWaits } from './outbox-waits.js';
-import { withDeadline } from './deadline.js';
-import { withoutArguments } from './redis-failure.js';
-import { resolveWorkerOptions } from './worker-options.js';
-import { checkRedisSettings } from './redis-settings.js';
-import { capRateLimitPause, seconds } from './rate-limit-pause.js';
-import { RedisClock, redisTime } from './redis-clock.js';
-import { compareKeyChecks } from './key-checks.js';
+import {
+  loadBullmq,
+  type BullmqModule,
+  closeOutboxRedis,
+  openOutboxRedis,
+  type OutboxRedis,
+  outboxWaits,
+  withDeadline,
+  type OutboxRedisClient,
+} from './redis-connection.js';
+import { withoutArguments, redisErrorText, watchRefusal } from './redis-failure.js';
+import { resolveWorkerOptions, type EmlApiWorkerOptions } from './worker-options.js';
+import { checkRedisSettings, compareKeyChecks, redisPassword, outboxRedisReadiness } from './redis-settings.js';
+import { capRateLimitPause, seconds, RedisClock, redisTime, readOutboxSnapshot } from './outbox-admin.js';
 import type { OutboxKeyring } from './content-cipher.js';
 import { isOutboxBackoffType, outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
-import type { EmlApiWorkerOptions } from './worker-options.js';
-import { WorkerTelemetry } from './worker-telemetry.js';
-import { redisPassword } from './outbox-readiness.js';
-import { redisErrorText, watchRefusal } from './redis-refusal.js';
+import { EmlApiMetrics } from '../observability/metrics.js';
+import { resolveOpsHttpOptions, startOpsEndpoint, type OpsEndpoint } from '../observability/ops-server.js';
+import { endSend, statusOf, watchSends, startSpan } from '../observability/tracing.js';
 
 export type { OutboxJob } from './outbox-job.js';
 
@@ -535,4 +537,162 @@ export async function startEmlApiWorker(
     if (onAbort) signal?.removeEventListener('abort', onAbort);
   }
   return outbox;
+}
+
+/**
+ * What a worker's telemetry watches: the worker's events, its client, its
+ * Redis and queue, and how many jobs it runs.
+ */
+export interface WorkerTelemetrySettings {
+  /** The `http` option as given (checked here). */
+  http: unknown;
+  /** The `metrics` option as given; on by default with `http`, in a registry of the worker's own. */
+  metrics: unknown;
+  /** The worker: its `'sent'`, `'retrying'` and `'failed'` events are counted. */
+  events: EventEmitter;
+  client: EmlApiClient;
+  /** The worker's Redis connection (opened after its telemetry is checked). */
+  redis: () => OutboxRedisClient;
+  location: QueueLocation;
+  /** Jobs being sent now. */
+  activeJobs: () => number;
+  /** Why the worker cannot take jobs although it is not closing (BullMQ's worker stopped), or undefined. */
+  stuck: () => string | undefined;
+  /** Strings never shown in a health reason (the API key). */
+  secrets: string[];
+}
+
+/**
+ * The metrics, spans and health port of an outbox worker (the `metrics` and
+ * `http` options): a span per job run, a child of the producer's span when
+ * the job carries its trace context; sends counted by outcome; the queue's
+ * depth read at each scrape; `/readyz` checking Redis (reachable, and
+ * `noeviction`) and the service (reachable, the key accepted).
+ */
+export class WorkerTelemetry {
+  readonly metrics: EmlApiMetrics | undefined;
+  readonly #settings: WorkerTelemetrySettings;
+  readonly #http: ReturnType<typeof resolveOpsHttpOptions>;
+  readonly #removers: (() => void)[] = [];
+  #queue: Queue<OutboxJobData, OutboxSendResult> | undefined;
+  #endpoint: OpsEndpoint | undefined;
+
+  /** @throws {EmlApiError} `ECONFIG` naming `http` or `metrics` when they are invalid, or prom-client is missing */
+  constructor(settings: WorkerTelemetrySettings) {
+    this.#settings = settings;
+    this.#http = resolveOpsHttpOptions(settings.http, 'http');
+    this.metrics = EmlApiMetrics.resolve(
+      EmlApiMetrics.defaultWithHttp(settings.metrics, this.#http !== undefined, 'The worker’s http option'),
+      "The worker's metrics option",
+    );
+    this.#removers.push(watchSends(settings.client, 'worker', this.metrics));
+    const metrics = this.metrics;
+    if (!metrics) return;
+    settings.events.on('sent', (_job: OutboxJob, result: OutboxSendResult) =>
+      metrics.recordSend('worker', 'sent', undefined, statusOf(result?.response)),
+    );
+    settings.events.on('retrying', (_job: OutboxJob, err: EmlApiError) => {
+      metrics.recordSend('worker', 'retry', err);
+      metrics.recordRetry('worker', err.responseCode === undefined ? String(err.code) : String(err.responseCode));
+    });
+    settings.events.on('failed', (_job: OutboxJob, err: EmlApiError) => metrics.recordSend('worker', 'failed', err));
+    this.#removers.push(metrics.addActiveJobs(settings.activeJobs));
+    this.#removers.push(metrics.addQueue(settings.location.queueName, () => readOutboxSnapshot(this.#openQueue())));
+  }
+
+  /** The health and metrics port, once started. */
+  get endpoint(): OpsEndpoint | undefined {
+    return this.#endpoint;
+  }
+
+  /**
+   * Starts the health and metrics port when the `http` option asks for one.
+   * @throws {EmlApiError} `ECONFIG` when it cannot listen
+   */
+  async start(): Promise<void> {
+    if (!this.#http) return;
+    const { client, stuck, secrets } = this.#settings;
+    this.#endpoint = await startOpsEndpoint(
+      this.#http,
+      {
+        checks: [
+          outboxRedisReadiness(() => this.#settings.redis(), this.#settings.location),
+          { name: 'service', check: async () => void (await client.verify()) },
+        ],
+        stuck,
+        secrets,
+      },
+      this.metrics,
+    );
+  }
+
+  /**
+   * Runs a job in a span of its own (`eml-api.job`, a consumer span that
+   * continues the trace of the request that queued the mail), and counts the
+   * runs that put the job back rather than end it (a 429's pause, a stop).
+   */
+  async run<T>(job: OutboxJob, work: () => Promise<T>): Promise<T> {
+    const data = (job.data ?? {}) as Partial<OutboxJobData>;
+    const span = startSpan('eml-api.job', {
+      kind: 'consumer',
+      parent: data.trace,
+      attributes: {
+        'eml_api.component': 'worker',
+        'messaging.system': 'bullmq',
+        'messaging.destination.name': this.#settings.location.queueName,
+        'messaging.message.id': String(job.id),
+        'eml_api.kind': data.kind,
+        'eml_api.message_id': data.messageId || undefined,
+        'eml_api.attempt': job.attemptsMade + 1,
+        'eml_api.bytes': data.size,
+      },
+    });
+    try {
+      const result = await span.run(work);
+      endSend(span, undefined, 'worker', { response: (result as Partial<OutboxSendResult> | undefined)?.response });
+      return result;
+    } catch (err) {
+      const name = (err as Error | undefined)?.name;
+      const putBack =
+        name === 'RateLimitError'
+          ? 'rate_limited'
+          : /^(Waiting|Delayed)Error$/.test(name ?? '')
+            ? 'handed_back'
+            : undefined;
+      if (putBack) {
+        span.set({ 'eml_api.outcome': putBack });
+        span.end();
+        this.metrics?.recordSend('worker', putBack, undefined);
+      } else {
+        const cause = (err as { cause?: unknown }).cause;
+        endSend(span, undefined, 'worker', { err: cause instanceof Error ? cause : err });
+      }
+      throw err;
+    }
+  }
+
+  /** `/readyz` fails from now on: the worker is stopping. */
+  stopping(): void {
+    this.#endpoint?.stopping();
+  }
+
+  /** Closes the port and what the gauges read with. */
+  async close(): Promise<void> {
+    for (const remove of this.#removers.splice(0)) remove();
+    await this.#endpoint?.close();
+    await this.#queue?.close().catch(() => undefined);
+  }
+
+  /** A queue object on the worker's own connection (BullMQ leaves a connection it was given open). */
+  #openQueue(): Queue<OutboxJobData, OutboxSendResult> {
+    if (!this.#queue) {
+      const { Queue } = loadBullmq();
+      this.#queue = new Queue<OutboxJobData, OutboxSendResult>(this.#settings.location.queueName, {
+        connection: this.#settings.redis(),
+        prefix: this.#settings.location.prefix,
+      });
+      this.#queue.on('error', () => undefined);
+    }
+    return this.#queue;
+  }
 }

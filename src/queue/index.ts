@@ -1,6 +1,6 @@
 // nodemailer-eml-api/queue: the outbox. Every name here is a promise to users; etc/queue.api.md
 // records them (npm run api:check).
-import { requireQueuePeers } from './queue-peers.js';
+import { requireQueuePeers } from './redis-connection.js';
 
 // Fails at import, saying what to install, when the optional peers bullmq or ioredis are missing.
 requireQueuePeers();
@@ -13,13 +13,13 @@ export type {
   OutboxReplicas,
   QueueTransportTimeouts,
 } from './queue-transport-options.js';
-export type { EmlApiQueuedMessageInfo } from './queued-message-info.js';
+export type { EmlApiQueuedMessageInfo } from './eml-api-queue-transport.js';
 export type { RetryScheduleOptions } from './retry-schedule.js';
 export type { RedisConnectionInput } from './redis-connection.js';
-export type { OutboxClusterConnection } from './redis-cluster.js';
+export type { OutboxClusterConnection } from './redis-connection.js';
 export type { OutboxDurability } from './redis-settings.js';
 export type { OutboxEncryption } from './content-cipher.js';
-export { outboxJobId } from './outbox-job-id.js';
+export { outboxJobId } from './outbox-job.js';
 
 // The worker: one way to start one (startEmlApiWorker resolves once its start-up checks pass).
 // EmlApiWorker is the type of the instance it resolves with, not a second constructor.
@@ -30,11 +30,11 @@ export type { EmlApiWorkerOptions, OutboxRateLimit, OutboxWorkerTuning } from '.
 // OutboxJob is BullMQ's Job<OutboxJobData, OutboxSendResult>; the rest are what its data and result hold.
 export type { OutboxJob, OutboxJobData, OutboxJobError, OutboxParkReason, OutboxSendResult } from './outbox-job.js';
 // What a job posts (its kind is also the BullMQ job name): the protocol's one name for it.
-export type { SendKind } from '../protocol/api-paths.js';
+export type { SendKind } from '../protocol/api-types.js';
 export type { TraceCarrier } from '../observability/tracing.js';
 
 // Administration: a queue opened without a producer, its status, failed sends, a purge.
-export { openOutboxQueue, type OutboxQueue } from './outbox-queue.js';
+export { openOutboxQueue, type OutboxQueue } from './outbox-admin.js';
 export {
   readOutboxStatus,
   retryFailedSends,
@@ -43,6 +43,6 @@ export {
   type OutboxState,
   type FailedSend,
   type SkippedSend,
-} from './outbox-inspection.js';
-export { readOutboxSnapshot, type OutboxSnapshot } from './outbox-snapshot.js';
-export { purgeOutbox, type PurgeOptions, type PurgeResult } from './outbox-purge.js';
+} from './outbox-admin.js';
+export { readOutboxSnapshot, type OutboxSnapshot } from './outbox-admin.js';
+export { purgeOutbox, type PurgeOptions, type PurgeResult } from './outbox-admin.js';

@@ -1,34 +1,24 @@
-import type { OutboxRedisClient } from './redis-connection.js';
+import { type OutboxRedisClient, loadBullmq } from './redis-connection.js';
 import type { EmlApiClient } from '../client/eml-api-client.js';
-import type { EmlApiLogger } from '../shared/logger.js';
+import type { EmlApiLogger } from '../shared/options-kit.js';
 import {
-  contentGoneAfterAttempt,
-  explainFailure,
-  failureAction,
-  failureOutcome,
-  mayHaveBeenAccepted,
-  outboxJobError,
-  parkedAfterStalls,
-  parkedAfterWindow,
-  stallFailure,
-} from './job-failure.js';
-import { recordOnJob, recordSent, type JobRecordKeys } from './job-record.js';
-import { readOutboxJobData, type OutboxJob, type OutboxJobData, type OutboxSendResult } from './outbox-job.js';
-import type { QueueLocation } from './queue-location.js';
-import { loadBullmq } from './queue-peers.js';
+  readOutboxJobData,
+  type OutboxJob,
+  type OutboxJobData,
+  type OutboxSendResult,
+  type OutboxJobError,
+} from './outbox-job.js';
+import { type QueueLocation, outboxKeys } from './queue-location.js';
 import { RETRY_PRIORITY } from './retry-schedule.js';
-import { sendOutboxJob } from './send-outbox-job.js';
 import { isContentMissing, type ContentStore } from './content-store.js';
-import { outboxKeys } from './content-keys.js';
-import { EmlApiError } from '../shared/eml-api-error.js';
-import { seconds } from './rate-limit-pause.js';
+import { EmlApiError, errorDetails } from '../shared/eml-api-error.js';
+import { seconds } from './outbox-admin.js';
 import { redisFailure } from './redis-failure.js';
-import { SoloGate } from './solo-gate.js';
+import { sendPath } from '../protocol/api-types.js';
+import { MAY_HAVE_BEEN_ACCEPTED, type ServiceResponse } from '../http/request-error.js';
 
 /**
  * What a job runner needs from its worker.
- * @example
- * const runner = new OutboxJobRunner({ redis, location, logger, maxStalls: 5, resendWithin: 23 * 3_600_000, ... });
  */
 export interface JobRunnerSettings {
   /** The worker's Redis connection. */
@@ -62,9 +52,6 @@ export interface JobRunnerSettings {
  * attempt may have been accepted (`possiblyAcceptedAt`, `resendUntil`), and
  * why a job was parked. The worker ({@link EmlApiWorker}) keeps the rest: its
  * connections, events and close.
- *
- * @example
- * const result = await runner.run(job, token);
  */
 export class OutboxJobRunner {
   readonly #settings: JobRunnerSettings;
@@ -79,8 +66,6 @@ export class OutboxJobRunner {
 
   /**
    * Whether `job` completed as one sent already (posting nothing); asked once, when it completes.
-   * @example
-   * if (!runner.takeAlreadySent(job)) this.emit('sent', job, result);
    */
   takeAlreadySent(job: OutboxJob): boolean {
     return this.#alreadySent.delete(job);
@@ -398,4 +383,545 @@ function unrecoverable(err: Error): Error {
   const wrapped = new (loadBullmq().UnrecoverableError)(err.message);
   Object.defineProperty(wrapped, 'cause', { value: err, enumerable: false });
   return wrapped;
+}
+
+/**
+ * Posts one queued send through the client's send path, with the
+ * job's idempotency key and exactly the stored bytes, so that a job run
+ * again (a retry, or after a worker crashed) is the same request and the
+ * service delivers it once.
+ *
+ * Only the service's answer counts as sent: a 2xx whose body is not JSON
+ * with the send's `id` (CONTRACT.md) is an unknown outcome, thrown as a
+ * passing `EAPI` that may have been accepted (see {@link unrecognisedAnswer}).
+ *
+ * @throws {EmlApiError} the client's errors; `EMESSAGE` when the stored content is gone, cut or
+ *   does not match its SHA-256; `ECONNECTION` when Redis fails while the content is read; `EAPI`
+ *   (not permanent, `mayHaveBeenAccepted`) for a 2xx that is not the service's answer
+ */
+export async function sendOutboxJob(
+  client: EmlApiClient,
+  store: ContentStore,
+  job: OutboxJobData,
+): Promise<OutboxSendResult> {
+  const key = job.idempotencyKey;
+  // An encrypted job is posted only where, and under the key, its producer sealed it for.
+  await readContent(() => store.checkBinding(job));
+  // An EML is streamed from Redis into its {"mail": ...} body; a JSON send is its stored request body.
+  const body =
+    job.kind === 'eml' ? await readContent(() => store.emlBody(job)) : await readContent(() => store.jsonBody(job));
+  try {
+    const { result } = await client.send({ kind: job.kind, groupId: job.group, body, idempotencyKey: key });
+    checkAnswer(job, result);
+    return clean({
+      response: result.response,
+      id: result.id,
+      messageId: 'messageId' in result ? result.messageId : undefined,
+      recipients: 'recipients' in result ? result.recipients : undefined,
+      failed: 'failed' in result ? result.failed : undefined,
+      idempotencyKey: key,
+    });
+  } finally {
+    if (typeof body !== 'string') await body.dispose();
+  }
+}
+
+/**
+ * The answer of a send, if it is the service's: a 2xx whose body is JSON
+ * with the send's `id`. The client (and the direct transport) take any 2xx
+ * for success, with a `warning` when the body is not JSON, since the caller
+ * sees the result; the outbox deletes the only copy of a message once it
+ * counts it sent, so it does that only on an answer it recognises
+ * (CONTRACT.md: "strict where a wrong guess would do harm").
+ */
+function checkAnswer(job: OutboxJobData, result: ServiceResponse & { id: string | undefined }): void {
+  if (typeof result.id === 'string' && result.id !== '') return;
+  throw unrecognisedAnswer(`POST ${sendPath(job.kind, job.group)}`, result);
+}
+
+/**
+ * A 2xx that is not the service's answer: an HTML page, a body that is not
+ * JSON, JSON without the send's id, an empty body. It may be a web server or
+ * single-page app behind a wrong `baseUrl` (then nothing was sent), or a
+ * service answering in a form the outbox does not know (then it was): an
+ * unknown outcome, retried under the same Idempotency-Key on the job's
+ * schedule, its content kept, and parked rather than sent after the
+ * service's idempotency window.
+ */
+function unrecognisedAnswer(command: string, res: ServiceResponse): EmlApiError {
+  const body = res.text.trim();
+  const what =
+    body === ''
+      ? 'an empty body'
+      : res.data === undefined
+        ? body.startsWith('<')
+          ? 'an HTML page'
+          : 'a body that is not JSON'
+        : 'JSON without the id of the send';
+  return new EmlApiError(
+    'EAPI',
+    `${command} answered ${res.response} with ${what}, not the service's answer (JSON with the id of the send): ` +
+      'whether the message was taken is unknown, so the outbox does not count it as sent and keeps it; check ' +
+      `baseUrl (a web server or single-page app there answers every path); ${MAY_HAVE_BEEN_ACCEPTED}`,
+    { responseCode: res.statusCode, response: res.text, command, permanent: false, mayHaveBeenAccepted: true },
+  );
+}
+
+async function readContent<T>(read: () => Promise<T>): Promise<T> {
+  try {
+    return await read();
+  } catch (err) {
+    throw redisFailure(err, 'Could not read the queued content from Redis', false);
+  }
+}
+
+/** Without undefined fields: the result is stored as JSON on the job. */
+function clean(result: { [K in keyof OutboxSendResult]: OutboxSendResult[K] | undefined }): OutboxSendResult {
+  return Object.fromEntries(Object.entries(result).filter(([, v]) => v !== undefined)) as unknown as OutboxSendResult;
+}
+
+/**
+ * What a worker writes on a job of the outbox besides BullMQ's own moves:
+ * that the service accepted its send (`sent`, the content then removed), and
+ * the record of a failed attempt (its error, stalls, when it may have been
+ * accepted), with the content the service refused removed and the priority
+ * of retries. Each write checks, in the same script, that the worker still
+ * holds the job's lock (BullMQ keeps the token of the worker running a job
+ * under `<job key>:lock`): a worker that lost it (a long GC pause, a frozen
+ * VM, a partition from Redis: its lock expired, the job stalled and another
+ * worker took it) wrote `sent` and deleted the content under the new owner,
+ * whose attempt then failed for want of content and erased `sent` with its
+ * own record (review F7). Its writes are now dropped: its send went out under
+ * the job's idempotency key, and the owner's, the same request, is answered
+ * from it. BullMQ's own moves (complete, fail, move back) check the lock too.
+ */
+
+/** The check every write starts with: ARGV[1], the worker's lock token ('' for none), still holds KEYS[2]. */
+const OWNED = `
+if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+`;
+
+/**
+ * In one step: the content deleted with its entry in the queue's content
+ * index, and the service's answer into the job's data (only while the job
+ * exists: a job removed meanwhile is not brought back as a hash of one
+ * field). KEYS: job hash, its lock, content key, content index. ARGV: the
+ * lock token, the data as JSON. Answers 0 when the worker no longer holds the job.
+ *
+ * The deletion comes first: on a full Redis (maxmemory reached, `noeviction`)
+ * a script's first write is refused when it is one that needs memory (HSET),
+ * and allowed when it frees (DEL); once a script has written, Redis lets the
+ * rest run (it cannot stop it halfway). The record first was refused: the
+ * backlog of a full Redis drained and freed nothing, and producers stayed
+ * refused (review F4).
+ */
+const RECORD_SENT = `${OWNED}
+redis.call('DEL', KEYS[3])
+redis.call('ZREM', KEYS[4], KEYS[3])
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'data', ARGV[2]) end
+return 1
+`;
+
+/**
+ * In one step: the job's data, and, as asked, its content removed (ARGV[3]
+ * '1', first: on a full Redis the freeing lets the rest run, see
+ * RECORD_SENT) and its priority set (ARGV[4], '' to leave it). KEYS: job hash, its
+ * lock, content key, content index. ARGV: the lock token, the data as JSON,
+ * drop, priority. The job is active (its lock is held), so the priority
+ * is only read when BullMQ moves it back to a list: BullMQ's changePriority
+ * does no more for an active job. Answers 0 when the worker no longer holds
+ * the job, -1 when the job is gone.
+ */
+const RECORD = `${OWNED}
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if ARGV[3] == '1' then
+  redis.call('DEL', KEYS[3])
+  redis.call('ZREM', KEYS[4], KEYS[3])
+end
+redis.call('HSET', KEYS[1], 'data', ARGV[2])
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'priority', ARGV[4]) end
+return 1
+`;
+
+interface RecordCommands {
+  emlApiRecordSent(
+    job: string,
+    lock: string,
+    content: string,
+    index: string,
+    token: string,
+    data: string,
+  ): Promise<number>;
+  emlApiRecord(
+    job: string,
+    lock: string,
+    content: string,
+    index: string,
+    token: string,
+    data: string,
+    drop: string,
+    priority: string,
+  ): Promise<number>;
+}
+
+const defined = new WeakSet<OutboxRedisClient>();
+
+function commands(redis: OutboxRedisClient): OutboxRedisClient & RecordCommands {
+  if (!defined.has(redis)) {
+    redis.defineCommand('emlApiRecordSent', { numberOfKeys: 4, lua: RECORD_SENT });
+    redis.defineCommand('emlApiRecord', { numberOfKeys: 4, lua: RECORD });
+    defined.add(redis);
+  }
+  return redis as OutboxRedisClient & RecordCommands;
+}
+
+/**
+ * The keys of a job's records: its hash, `{prefix}:{queue}:{jobId}` (its lock
+ * is beside it), and the queue's content index.
+ */
+export interface JobRecordKeys {
+  job: string;
+  contentIndex: string;
+}
+
+/**
+ * Records that the service accepted a job's send, before BullMQ completes
+ * the job: its answer goes into the job's data (`sent`) and its content is
+ * deleted (the key and its index entry; content kept in the job leaves its
+ * data), in one step, only while this worker holds the job (`token`). A job
+ * run again afterwards (a worker that died before completing it, a
+ * dashboard's "Retry" on the completed job) finds `sent` and completes with
+ * it, posting nothing, instead of failing for want of its content.
+ *
+ * The worker sends it without waiting for its answer, and BullMQ's
+ * completion follows on the same connection: Redis runs them in that order,
+ * and the worker spends one round trip on both instead of two (issue 19,
+ * item 3). Each still runs whole or not at all.
+ *
+ * @param token the worker's lock token of the job (undefined: not checked)
+ * @returns false when the worker no longer holds the job: nothing was written
+ */
+export async function recordSent(
+  redis: OutboxRedisClient,
+  keys: JobRecordKeys,
+  data: OutboxJobData,
+  result: OutboxSendResult,
+  token: string | undefined,
+): Promise<boolean> {
+  const { inline: _sent, ...kept } = data;
+  const record = JSON.stringify({ ...kept, sent: result });
+  const { job, contentIndex } = keys;
+  const done = await commands(redis).emlApiRecordSent(
+    job,
+    `${job}:lock`,
+    data.contentKey,
+    contentIndex,
+    token ?? '',
+    record,
+  );
+  return done === 1;
+}
+
+/**
+ * Writes a job's data after an attempt (its error, stalls, window), only
+ * while this worker holds the job (`token`), in one step with, as asked, the
+ * removal of its content under its key (`dropContent`: the service refused
+ * it) and a new priority (`priority`: the one of retries).
+ *
+ * @param token the worker's lock token of the job (undefined: not checked)
+ * @returns `recorded`; `not-owner` when the worker no longer holds the job, `gone` when the job is
+ *   gone: nothing was written then
+ */
+export async function recordOnJob(
+  redis: OutboxRedisClient,
+  keys: JobRecordKeys,
+  token: string | undefined,
+  data: OutboxJobData,
+  { dropContent = false, priority }: { dropContent?: boolean; priority?: number | undefined } = {},
+): Promise<'recorded' | 'not-owner' | 'gone'> {
+  const { job, contentIndex } = keys;
+  const done = await commands(redis).emlApiRecord(
+    job,
+    `${job}:lock`,
+    data.contentKey,
+    contentIndex,
+    token ?? '',
+    JSON.stringify(data),
+    dropContent ? '1' : '',
+    priority === undefined ? '' : String(priority),
+  );
+  return done === 1 ? 'recorded' : done === 0 ? 'not-owner' : 'gone';
+}
+
+/**
+ * Pause of the queue after a 429 without `Retry-After`, in ms (5 s).
+ */
+export const DEFAULT_RATE_LIMIT_PAUSE = 5_000;
+
+/**
+ * What a worker does with a failed send:
+ * - `pause`: the service said 429; the whole queue waits `ms` (its `Retry-After`), the job goes back without using an attempt
+ * - `fail`: the same request cannot succeed (4xx, `EAUTH`, `EMESSAGE`...): the job fails at once
+ * - `retry`: a passing failure (unreachable, timeout, 5xx): the job is tried again on its schedule
+ */
+export type FailureAction = { kind: 'pause'; ms: number } | { kind: 'fail' } | { kind: 'retry' };
+
+/**
+ * Decides what a worker does with a failed send.
+ */
+export function failureAction(err: unknown): FailureAction {
+  if (!(err instanceof EmlApiError)) return { kind: 'retry' };
+  if (err.responseCode === 429) return { kind: 'pause', ms: err.retryAfter ?? DEFAULT_RATE_LIMIT_PAUSE };
+  // An abort is the worker's own doing (a forced close), never the message's fault.
+  if (err.permanent && err.code !== 'EABORT') return { kind: 'fail' };
+  return { kind: 'retry' };
+}
+
+/**
+ * The record of a failed attempt kept on the job (never the API key: errors never carry it).
+ * @param at when it failed @default new Date()
+ */
+export function outboxJobError(err: unknown, attempt: number, permanent: boolean, at = new Date()): OutboxJobError {
+  const e = err instanceof Error ? err : new Error(String(err));
+  const api = e instanceof EmlApiError ? e : undefined;
+  const own = (e as { code?: unknown }).code;
+  const code = api?.code ?? (typeof own === 'string' ? own : 'ERROR');
+  return {
+    code: code as OutboxJobError['code'],
+    message: e.message,
+    ...(api?.responseCode === undefined ? {} : { responseCode: api.responseCode }),
+    ...(api?.apiCode === undefined ? {} : { apiCode: api.apiCode }),
+    permanent,
+    attempt,
+    at: at.toISOString(),
+  };
+}
+
+/**
+ * What the outbox does with a job after a failed attempt, as what it reports
+ * (events, `lastError`, BullMQ's `failedReason`, `eml-api queue status`) says:
+ * - `retry`: tried again on the job's schedule
+ * - `exhausted`: out of attempts on a passing failure; failed, its content kept to be put back
+ * - `refused`: the service refused these very bytes (400, 413, 422): failed, its content removed
+ * - `held`: the service refused something a fix elsewhere can cure (a key, a missing group): failed, its content kept
+ * - `broken`: the job itself cannot be sent (its content gone, not a job of this outbox): failed
+ */
+export type FailureOutcome =
+  | { kind: 'retry' }
+  | { kind: 'exhausted'; attempts: number }
+  | { kind: 'refused' }
+  | { kind: 'held' }
+  | { kind: 'broken' };
+
+/** Statuses by which the service refuses the request itself: the same bytes can never be sent. */
+const REFUSED_REQUEST = new Set([400, 413, 422]);
+
+/**
+ * What became of a job after a failed attempt that {@link failureAction} did not pause on.
+ * @param attempt the attempt that failed (1 for the first)
+ * @param attempts the job's attempts in all
+ */
+export function failureOutcome(err: unknown, attempt: number, attempts: number): FailureOutcome {
+  if (failureAction(err).kind === 'retry') {
+    return attempt >= attempts ? { kind: 'exhausted', attempts: attempt } : { kind: 'retry' };
+  }
+  if (refusesRequest(err)) return { kind: 'refused' };
+  return err instanceof EmlApiError && err.responseCode !== undefined ? { kind: 'held' } : { kind: 'broken' };
+}
+
+/**
+ * Whether a permanent failure is the service refusing these very bytes (400,
+ * 413, 422), which no retry and no fix elsewhere can make succeed: the job's
+ * content can go. A refused key (401, 403) or a missing group (404) can be
+ * fixed, after which the same request succeeds: their content stays.
+ */
+export function refusesRequest(err: unknown): boolean {
+  return err instanceof EmlApiError && err.permanent && REFUSED_REQUEST.has(err.responseCode ?? 0);
+}
+
+const SENT_AND_RETRIED =
+  'the request was sent, so the service may have accepted it; the outbox sends it again with the same Idempotency-Key, which the service answers from the first send';
+const SENT = 'the request was sent, so the service may have accepted it';
+
+/**
+ * The error of a failed attempt as the outbox reports it: the client's own
+ * words about retries ("not retried to avoid sending twice", true of a direct
+ * send) replaced by what the outbox does, and that said at the end.
+ * `EmlApiError`s stay `EmlApiError`s with the same fields.
+ */
+export function explainFailure(err: unknown, outcome: FailureOutcome): Error {
+  const e = err instanceof Error ? err : new Error(String(err));
+  let message = e.message.replace(MAY_HAVE_BEEN_ACCEPTED, outcome.kind === 'retry' ? SENT_AND_RETRIED : SENT);
+  if (outcome.kind === 'exhausted') {
+    message += `; the outbox gave up after ${outcome.attempts} attempts (its retry schedule): the job failed, its content is kept for eml-api queue retry`;
+  } else if (outcome.kind === 'refused') {
+    message +=
+      '; not retried: the service refused this request, so these bytes can never be sent; its content was removed from Redis (the failed job is kept to be looked at: queue a corrected message with sendMail, under the same idempotencyKey if you like)';
+  } else if (outcome.kind === 'held') {
+    message +=
+      '; not retried until it is put back (eml-api queue retry) once the cause is fixed; its content stays in Redis';
+  } else if (outcome.kind === 'broken') {
+    message += '; not retried';
+  }
+  if (message === e.message) return e;
+  if (e instanceof EmlApiError) return new EmlApiError(e.code, message, errorDetails(e));
+  const plain = new Error(message, { cause: e });
+  const code = (e as { code?: unknown }).code;
+  if (code !== undefined) Object.assign(plain, { code });
+  return plain;
+}
+
+/**
+ * The failure of an attempt whose worker stopped before it finished (a
+ * stall): killed, crashed, out of memory, or cut off from Redis for longer
+ * than `lockDuration`. Its send may have reached the service.
+ * @param stalls stalls found at once (more than 1 when a worker died before it could count the previous one)
+ */
+export function stallFailure(stalls: number): EmlApiError {
+  const times = stalls === 1 ? '' : ` (${stalls} times)`;
+  return new EmlApiError(
+    'ECONNECTION',
+    `The worker sending this message stopped before it finished${times}: killed, crashed (out of memory?) or cut off from Redis for longer than lockDuration; ${MAY_HAVE_BEEN_ACCEPTED}`,
+    { permanent: false, mayHaveBeenAccepted: true },
+  );
+}
+
+/**
+ * Why a job that stalled more than `maxStalls` times while it ran alone is parked.
+ * @param stalls stalls in all
+ * @param alone of them, stalls while it ran alone in its worker @default stalls
+ */
+export function parkedAfterStalls(stalls: number, queueId: string, alone = stalls): EmlApiError {
+  return new EmlApiError(
+    'ECONNECTION',
+    `Parked after ${stalls} stalls, ${alone} of them while it was sent alone (nothing else in flight in its worker): each time, the worker sending this message stopped before it finished (killed, crashed, out of memory, or cut off from Redis). A message that crashes workers would crash every one that takes it, so it waits for a person; an attempt may have been delivered. Look at it (eml-api queue status), then put it back with eml-api queue retry ${queueId}`,
+    { permanent: true, mayHaveBeenAccepted: true },
+  );
+}
+
+/**
+ * Whether a failed attempt may have been accepted by the service: its outcome
+ * is unknown (a timeout or a connection lost after the request was sent, 502,
+ * 504), or the service failed after it had the request (a 5xx other than 503,
+ * which the contract keeps for "not processed").
+ */
+export function mayHaveBeenAccepted(err: unknown): boolean {
+  if (!(err instanceof EmlApiError)) return false;
+  const status = err.responseCode;
+  return err.mayHaveBeenAccepted || (status !== undefined && status >= 500 && status !== 503);
+}
+
+/**
+ * Why a job whose send may have been accepted is not sent again once the
+ * service's idempotency window has passed (or is about to).
+ * @param possiblyAcceptedAt when the first attempt that may have been accepted started (ms)
+ */
+export function parkedAfterWindow(possiblyAcceptedAt: number, queueId: string): EmlApiError {
+  return new EmlApiError(
+    'ETIMEDOUT',
+    `Parked: this message may have been delivered (the outcome of an attempt at ${new Date(possiblyAcceptedAt).toISOString()} is unknown) and the service's idempotency window has passed, or is about to, so sending it again could deliver it twice; check before retrying: if it did not arrive, put it back with eml-api queue retry ${queueId}`,
+    { permanent: true, mayHaveBeenAccepted: true },
+  );
+}
+
+/**
+ * The failure of a job whose content is gone from Redis after an attempt
+ * whose outcome is unknown (a worker that stopped mid-send, a lost answer):
+ * that attempt may have delivered the message, so "nothing to send" would
+ * mislead; and nothing is left to send again. A `sendMail` with the same
+ * idempotency key replaces the job with its new message, which the service
+ * refuses under that key (422 `idempotency_key_reused`) if it had accepted
+ * the first, within its idempotency window.
+ *
+ * @param possiblyAcceptedAt when the first such attempt started (ms since the epoch)
+ */
+export function contentGoneAfterAttempt(possiblyAcceptedAt: number, queueId: string, cause: Error): EmlApiError {
+  return new EmlApiError(
+    'EMESSAGE',
+    `The queued content of job ${queueId} is gone from Redis, after an attempt whose outcome is unknown ` +
+      `(from ${new Date(possiblyAcceptedAt).toISOString()}: a worker that stopped while sending it, or an answer lost): ` +
+      'that attempt may already have delivered the message, and nothing is left to send again. Check whether it ' +
+      'arrived; if not, queue it again with the same idempotencyKey (the service refuses a new copy under a key it ' +
+      'accepted, within its idempotency window)',
+    { permanent: true, mayHaveBeenAccepted: true, cause },
+  );
+}
+
+/**
+ * Quarantine of jobs that have stalled, inside one worker: such a job is
+ * sent alone, with nothing else of the worker in flight. A message that
+ * crashes the worker sending it (out of memory, a native crash) takes down
+ * every send the worker holds, and those stalled jobs used to come back
+ * together on the same backoff and keep sharing its crashes, until innocent
+ * messages were parked beside it as "crashing workers". Run alone, a stalled
+ * job's next crash is its own; the job runner counts toward `maxStalls` only
+ * the stalls of runs that were alone (job-runner.ts).
+ *
+ * A readers-writer lock, fair (first come, first served): ordinary sends
+ * share the worker; a stalled job's send waits until the sends in flight
+ * have ended, then runs alone; a send that comes after a waiting stalled job
+ * waits behind it.
+ * - No deadlock: a holder never waits for the gate again, and what holds it
+ *   (a send) ends by itself, within the client's `timeouts`.
+ * - No starvation: the queue is first in, first out, so a stalled job waits
+ *   for the sends ahead of it only, and ordinary sends for the stalled jobs
+ *   ahead of them only, each of which ends. A worker busy with stalled jobs
+ *   sends one at a time while it has them; other workers (processes) are not
+ *   held up.
+ * - Jobs waiting here keep their locks: BullMQ renews the lock of every job
+ *   a worker has taken, running or not.
+ */
+
+/**
+ * Admits the sends of one worker: shared, or alone.
+ */
+export class SoloGate {
+  #shared = 0;
+  #alone = false;
+  readonly #waiting: { alone: boolean; admit: () => void }[] = [];
+
+  /** Sends in flight now (tests, logs). */
+  get inFlight(): number {
+    return this.#alone ? 1 : this.#shared;
+  }
+
+  /**
+   * Waits for the send's turn: at once for an ordinary send unless a send
+   * alone runs or waits; for a send `alone`, until nothing else is in flight.
+   * @returns the function that ends the send's turn (call it once)
+   */
+  async enter(alone: boolean): Promise<() => void> {
+    if (this.#waiting.length === 0 && this.#free(alone)) {
+      this.#take(alone);
+    } else {
+      await new Promise<void>((admit) => this.#waiting.push({ alone, admit }));
+    }
+    let left = false;
+    return () => {
+      if (left) return;
+      left = true;
+      if (alone) this.#alone = false;
+      else this.#shared--;
+      this.#admit();
+    };
+  }
+
+  #free(alone: boolean): boolean {
+    return !this.#alone && (!alone || this.#shared === 0);
+  }
+
+  #take(alone: boolean): void {
+    if (alone) this.#alone = true;
+    else this.#shared++;
+  }
+
+  /** Admits waiting sends in order: ordinary ones together, up to the next one that runs alone. */
+  #admit(): void {
+    while (this.#waiting.length > 0 && this.#free(this.#waiting[0]!.alone)) {
+      const next = this.#waiting.shift()!;
+      this.#take(next.alone);
+      next.admit();
+      if (next.alone) return;
+    }
+  }
 }

@@ -1,14 +1,7 @@
 import type { JobsOptions } from 'bullmq';
-import type { SpoolOptions } from '../body/spool-options.js';
-import type { EmlApiLogger } from '../shared/logger.js';
-import type { RedisConnectionInput } from './redis-connection.js';
-import type { OutboxEncryption } from './content-cipher.js';
-import type { RetryScheduleOptions } from './retry-schedule.js';
-import type { SpoolSettings } from '../body/spool-options.js';
-import { resolveSpool } from '../client/client-options.js';
-import { maxUploadableSize } from '../body/eml-upload-body.js';
-import { MAX_REQUEST_SIZE } from '../protocol/service-limits.js';
+import type { SpoolOptions, SpoolSettings } from '../body/message-spool.js';
 import {
+  type EmlApiLogger,
   configError,
   describe,
   objectOption,
@@ -18,12 +11,22 @@ import {
   wholeNumber,
   type RenamedOptions,
 } from '../shared/options-kit.js';
+import type { RedisConnectionInput } from './redis-connection.js';
+import { type OutboxEncryption, resolveEncryption, type OutboxKeyring } from './content-cipher.js';
+import {
+  type RetryScheduleOptions,
+  MAX_OUTBOX_PRIORITY,
+  newMessagePriority,
+  resolveRetrySchedule,
+  retryJobOptions,
+} from './retry-schedule.js';
+import { resolveSpool } from '../client/client-options.js';
+import { maxUploadableSize } from '../body/eml-upload-body.js';
+import { MAX_REQUEST_SIZE } from '../protocol/api-types.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { resolveBuildThreads } from '../transport/build-threads/pool.js';
 import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
-import { MAX_OUTBOX_PRIORITY, newMessagePriority, resolveRetrySchedule, retryJobOptions } from './retry-schedule.js';
 import { OUTBOX_DURABILITIES, type OutboxDurability } from './redis-settings.js';
-import { resolveEncryption, type OutboxKeyring } from './content-cipher.js';
 
 /**
  * BullMQ job options a producer may set on its jobs. The job id is the
@@ -203,8 +206,6 @@ export interface EmlApiQueueTransportOptions {
 /**
  * The default of `maxMessageSize`: the largest message whose upload fits the
  * service's 50 MiB request limit (37.5 MiB).
- * @example
- * new EmlApiQueueTransport({ connection, maxMessageSize: DEFAULT_MAX_MESSAGE_SIZE / 2 });
  */
 export const DEFAULT_MAX_MESSAGE_SIZE = maxUploadableSize(MAX_REQUEST_SIZE);
 
@@ -237,21 +238,15 @@ const QUEUE_TRANSPORT_RENAMED: RenamedOptions = {
 /**
  * How long sent jobs are kept, in seconds: the service's idempotency window
  * (24 hours), so a repeated `idempotencyKey` is still recognised.
- * @example
- * new EmlApiQueueTransport({ connection, jobOptions: { removeOnComplete: { age: KEEP_SENT_SECONDS, count: 100_000 } } });
  */
 export const KEEP_SENT_SECONDS = 24 * 3600;
 /**
  * How long failed jobs are kept, in seconds: 7 days, to be looked at and retried.
- * @example
- * new EmlApiQueueTransport({ connection, jobOptions: { removeOnFail: { age: 2 * KEEP_FAILED_SECONDS } } });
  */
 export const KEEP_FAILED_SECONDS = 7 * 24 * 3600;
 
 /**
  * Producer options after validation.
- * @example
- * const { queueName, maxMessageSize } = resolveQueueTransportOptions({ connection });
  */
 export interface ResolvedQueueTransportOptions extends QueueLocation {
   jobOptions: OutboxJobOptions;
@@ -273,8 +268,6 @@ export interface ResolvedQueueTransportOptions extends QueueLocation {
 /**
  * Checks the options of {@link EmlApiQueueTransport} (all but `connection`).
  * @throws {EmlApiError} `ECONFIG` naming the option
- * @example
- * const settings = resolveQueueTransportOptions({ connection: 'redis://127.0.0.1:6379', retry: { attempts: 10 } });
  */
 export function resolveQueueTransportOptions(options: EmlApiQueueTransportOptions): ResolvedQueueTransportOptions {
   if (typeof options !== 'object' || options === null) {

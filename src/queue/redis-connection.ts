@@ -1,16 +1,8 @@
-import type { Cluster, Redis, RedisOptions } from 'ioredis';
-import { configError } from '../shared/options-kit.js';
-import { withDeadline } from './deadline.js';
-import { outboxWaits } from './outbox-waits.js';
-import { loadRedis } from './queue-peers.js';
+import type * as Ioredis from 'ioredis';
+import type { Cluster, Redis, RedisOptions, ClusterOptions } from 'ioredis';
+import type * as Bullmq from 'bullmq';
+import { configError, describe, requirePeer } from '../shared/options-kit.js';
 import type { QueueLocation } from './queue-location.js';
-import {
-  checkClusterLocation,
-  describeNodes,
-  isClusterConnection,
-  openCluster,
-  type OutboxClusterConnection,
-} from './redis-cluster.js';
 
 /**
  * Where the outbox's Redis is: a `redis://` or `rediss://` URL, ioredis
@@ -27,15 +19,11 @@ export type RedisConnectionInput = string | RedisOptions | Redis | Cluster | Out
 
 /**
  * The client the outbox talks to Redis through: one server, or a cluster.
- * @example
- * const client: OutboxRedisClient = openOutboxRedis(connection, 'producer', location).redis;
  */
 export type OutboxRedisClient = Redis | Cluster;
 
 /**
  * Whether a client of the outbox is a Redis Cluster's.
- * @example
- * const servers = isClusterClient(redis) ? redis.nodes('master') : [redis];
  */
 export function isClusterClient(redis: OutboxRedisClient): redis is Cluster {
   return (redis as { isCluster?: boolean }).isCluster === true;
@@ -43,9 +31,6 @@ export function isClusterClient(redis: OutboxRedisClient): redis is Cluster {
 
 /**
  * A Redis client of the outbox, and whether the outbox made it (and so closes it).
- * @example
- * const client: OutboxRedis = openOutboxRedis('redis://127.0.0.1:6379', 'producer', location);
- * await closeOutboxRedis(client);
  */
 export interface OutboxRedis {
   readonly redis: OutboxRedisClient;
@@ -58,8 +43,6 @@ export interface OutboxRedis {
 
 /**
  * What the connection is for: producers fail sends after a few reconnect tries, workers wait for Redis.
- * @example
- * const role: RedisRole = 'worker';
  */
 export type RedisRole = 'producer' | 'worker';
 
@@ -78,8 +61,6 @@ export type RedisRole = 'producer' | 'worker';
  *   @default 30000
  * @throws {EmlApiError} `ECONFIG` when the option is not a Redis URL, options, cluster nodes or an
  *   ioredis instance, or when the prefix of a queue on a cluster has no hash tag
- * @example
- * const { redis, owned } = openOutboxRedis(options.connection, 'producer', location);
  */
 export function openOutboxRedis(
   connection: unknown,
@@ -104,7 +85,7 @@ export function openOutboxRedis(
     if (given.options.keyPrefix) {
       throw configError(option, `an ioredis instance with a keyPrefix cannot be used; use the prefix option instead`);
     }
-    return { redis: given, owned: false, where: describe(given.options), cluster: false };
+    return { redis: given, owned: false, where: describeRedis(given.options), cluster: false };
   }
   const Redis = loadRedis();
   const roleOptions: RedisOptions = role === 'worker' ? { maxRetriesPerRequest: null } : { maxRetriesPerRequest: 3 };
@@ -126,7 +107,12 @@ export function openOutboxRedis(
     if (options.keyPrefix) {
       throw configError(option, `keyPrefix is not supported (BullMQ refuses it); use the prefix option instead`);
     }
-    return { redis: new Redis({ ...roleOptions, ...options }), owned: true, where: describe(options), cluster: false };
+    return {
+      redis: new Redis({ ...roleOptions, ...options }),
+      owned: true,
+      where: describeRedis(options),
+      cluster: false,
+    };
   }
   throw configError(
     option,
@@ -142,8 +128,6 @@ export function openOutboxRedis(
  * the process, waiting for ever.
  *
  * @param wait ms to wait for the answer to QUIT @default outboxWaits.quit (2 s)
- * @example
- * await closeOutboxRedis(client);
  */
 export async function closeOutboxRedis(client: OutboxRedis, wait = outboxWaits.quit): Promise<void> {
   if (!client.owned) return;
@@ -186,7 +170,489 @@ function describeClusterInstance(cluster: Cluster): string {
   );
 }
 
-function describe(options: RedisOptions | undefined): string {
+function describeRedis(options: RedisOptions | undefined): string {
   if (options?.path) return options.path;
   return `${options?.host ?? '127.0.0.1'}:${options?.port ?? 6379}`;
 }
+
+/**
+ * The outbox on a Redis Cluster: how it connects (the nodes it is given, with
+ * defaults that ride a master's failover), how it names the cluster in
+ * messages (by its nodes, never a password), and what it asks of the queue's
+ * keys (one hash slot: BullMQ's scripts touch several keys of the queue at
+ * once, and so do the outbox's).
+ */
+
+/**
+ * A Redis Cluster to connect to: some of its nodes (one is enough; the client
+ * learns the others from it), and ioredis `Cluster` options over the outbox's.
+ * A password, user name or `rediss://` in the URLs applies to every node.
+ * @example
+ * const connection: OutboxClusterConnection = {
+ *   cluster: ['redis://10.0.0.1:7000', 'redis://10.0.0.2:7000'],
+ *   clusterOptions: { redisOptions: { password: process.env.REDIS_PASSWORD } },
+ * };
+ */
+export interface OutboxClusterConnection {
+  /** Nodes of the cluster: `redis://` or `rediss://` URLs, or `{ host, port }`. */
+  cluster: readonly (string | { host: string; port: number })[];
+  /**
+   * ioredis `Cluster` options over the outbox's (`redisOptions` for what every node connection needs:
+   * `password`, `username`, `tls`...).
+   * @default the outbox's failover defaults, see {@link clusterDefaults}
+   */
+  clusterOptions?: ClusterOptions;
+}
+
+/**
+ * What a connection is for: producers fail sends when Redis stays away, workers wait for it.
+ */
+export type ClusterRole = 'producer' | 'worker';
+
+/** How long a retry waits after a failover's error (a closed connection, `CLUSTERDOWN`, `TRYAGAIN`), in ms. */
+const RETRY_DELAY = 250;
+
+/**
+ * The ioredis Cluster options the outbox starts from, for a producer or a
+ * worker, measured against a master killed mid-traffic (the figures are in
+ * docs/outbox.md, "Redis Cluster"; test/queue/failover.test.ts keeps them).
+ * ioredis gives a command up after 16 redirections 100 ms apart (1.6 s),
+ * while a failover takes
+ * `cluster-node-timeout` (15 s by Redis's default) plus an election: sends
+ * failed for the whole failover, and a worker's completions failed with
+ * them, leaving their jobs to the lock's expiry (30 s) and the next stall
+ * check (30 s more). Here a command that meets a failover (its master's
+ * connection closed, `CLUSTERDOWN` while no master serves its slot,
+ * `TRYAGAIN` while a slot moves) is tried again every 250 ms, the slot map
+ * read again each time: a producer's for as long as its send may take
+ * (`rideMs`, its `timeouts.store`), a worker's until Redis is back (as BullMQ
+ * asks of its workers). The slot map is also read every second, so that
+ * commands waiting on a master that hangs (rather than dies) move to its
+ * successor soon after it takes over.
+ *
+ * @param rideMs how long a producer's command keeps trying @default 30000
+ */
+export function clusterDefaults(role: ClusterRole, rideMs = 30_000): ClusterOptions {
+  return {
+    retryDelayOnFailover: RETRY_DELAY,
+    retryDelayOnClusterDown: RETRY_DELAY,
+    retryDelayOnTryAgain: RETRY_DELAY,
+    retryDelayOnMoved: 0,
+    maxRedirections: role === 'producer' ? Math.ceil(rideMs / RETRY_DELAY) + 1 : Number.MAX_SAFE_INTEGER,
+    slotsRefreshInterval: 1_000,
+    slotsRefreshTimeout: 1_000,
+    redisOptions: {
+      // A node that does not answer a connection attempt within this is given up for the next try.
+      connectTimeout: 2_000,
+      maxRetriesPerRequest: role === 'worker' ? null : 3,
+    },
+  };
+}
+
+/**
+ * Whether `connection` is a Redis Cluster: an {@link OutboxClusterConnection}
+ * or an ioredis `Cluster` instance.
+ */
+export function isClusterConnection(connection: unknown): connection is OutboxClusterConnection | Cluster {
+  if (typeof connection !== 'object' || connection === null) return false;
+  return 'cluster' in connection || (connection as { isCluster?: unknown }).isCluster === true;
+}
+
+/**
+ * Checks that every key of the queue falls in one hash slot of a cluster:
+ * the prefix (or the queue name) must hold a hash tag, `{...}`, since every
+ * key of the queue starts with `{prefix}:{queueName}`. BullMQ's scripts and
+ * the outbox's touch several keys of a queue at once, which a cluster
+ * refuses (`CROSSSLOT`) unless they share a slot.
+ *
+ * @throws {EmlApiError} `ECONFIG` naming `prefix`
+ */
+export function checkClusterLocation(location: QueueLocation): void {
+  const base = `${location.prefix}:${location.queueName}`;
+  const open = base.indexOf('{');
+  const close = open === -1 ? -1 : base.indexOf('}', open + 1);
+  if (open === -1 || close <= open + 1) {
+    throw configError(
+      'prefix',
+      `on a Redis Cluster every key of the queue must be in one hash slot, so the prefix needs a hash tag, e.g. '{eml-api}' ` +
+        `(got ${describe(location.prefix)}: BullMQ's keys would spread over the cluster and fail with CROSSSLOT); ` +
+        'give producers, workers and the CLI the same prefix',
+    );
+  }
+}
+
+/**
+ * Opens a Redis Cluster client with the outbox's defaults for `role` and the
+ * caller's `clusterOptions` over them.
+ *
+ * @param option the option's name in errors
+ * @param rideMs how long a producer's command keeps trying through a failover @default 30000
+ * @throws {EmlApiError} `ECONFIG` naming the option when a node is not a Redis URL or `{ host, port }`
+ */
+export function openCluster(
+  connection: OutboxClusterConnection,
+  role: ClusterRole,
+  option: string,
+  rideMs?: number,
+): { redis: Cluster; where: string } {
+  const { nodes, credentials } = clusterNodes(connection.cluster, `${option}.cluster`);
+  const defaults = clusterDefaults(role, rideMs);
+  const given = connection.clusterOptions ?? {};
+  if (typeof given !== 'object' || given === null) {
+    throw configError(`${option}.clusterOptions`, `expected ioredis Cluster options, got ${describe(given)}`);
+  }
+  if ((given.redisOptions as RedisOptions | undefined)?.keyPrefix || (given as { keyPrefix?: string }).keyPrefix) {
+    throw configError(
+      `${option}.clusterOptions`,
+      'keyPrefix is not supported (BullMQ refuses it); use the prefix option',
+    );
+  }
+  const Cluster = loadRedisCluster();
+  const redis = new Cluster(nodes, {
+    ...defaults,
+    ...given,
+    redisOptions: { ...defaults.redisOptions, ...credentials, ...given.redisOptions },
+  });
+  return { redis, where: describeNodes(nodes) };
+}
+
+/**
+ * Names a cluster in messages by the nodes it was given (never a password).
+ */
+export function describeNodes(nodes: readonly { host?: string | undefined; port?: number | undefined }[]): string {
+  const named = nodes.map((n) => `${n.host ?? '127.0.0.1'}:${n.port ?? 6379}`);
+  const shown = named.length > 3 ? `${named.slice(0, 3).join(', ')} and ${named.length - 3} more` : named.join(', ');
+  return `Redis Cluster ${shown}`;
+}
+
+/**
+ * The nodes as `{ host, port }`, and the credentials and TLS their URLs
+ * carry, which ioredis would otherwise use for the nodes given only, not for
+ * those it discovers.
+ */
+function clusterNodes(
+  given: unknown,
+  option: string,
+): { nodes: { host: string; port: number }[]; credentials: RedisOptions } {
+  if (!Array.isArray(given) || given.length === 0) {
+    // A string is described, never shown: a URL may hold a password.
+    const got = typeof given === 'string' ? 'a string (one URL: give a list, [url])' : describe(given);
+    throw configError(
+      option,
+      `expected one or more redis:// URLs or { host, port } of the cluster's nodes, got ${got}`,
+    );
+  }
+  const nodes: { host: string; port: number }[] = [];
+  let credentials: RedisOptions | undefined;
+  given.forEach((node: unknown, i) => {
+    const name = `${option}[${i}]`;
+    if (typeof node === 'object' && node !== null && !Array.isArray(node)) {
+      const { host, port } = node as { host?: unknown; port?: unknown };
+      if (
+        typeof host !== 'string' ||
+        host === '' ||
+        !Number.isInteger(port) ||
+        (port as number) < 1 ||
+        (port as number) > 65535
+      ) {
+        throw configError(name, 'expected { host, port } with a port from 1 to 65535');
+      }
+      nodes.push({ host, port: port as number });
+      return;
+    }
+    if (typeof node !== 'string')
+      throw configError(name, `expected a redis:// URL or { host, port }, got ${describe(node)}`);
+    let url: URL;
+    try {
+      url = new URL(node);
+    } catch {
+      // Never the value: it may hold a password.
+      throw configError(name, 'expected a redis:// or rediss:// URL');
+    }
+    if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
+      throw configError(name, `expected a redis:// or rediss:// URL, got a ${url.protocol} URL`);
+    }
+    nodes.push({ host: url.hostname.replace(/^\[|\]$/g, ''), port: Number(url.port || 6379) });
+    const these: RedisOptions = {
+      ...(url.username ? { username: decodeURIComponent(url.username) } : {}),
+      ...(url.password ? { password: decodeURIComponent(url.password) } : {}),
+      ...(url.protocol === 'rediss:' ? { tls: {} } : {}),
+    };
+    if (credentials !== undefined && !sameCredentials(credentials, these)) {
+      throw configError(
+        name,
+        'the nodes of a cluster share their user, password and TLS: every URL must give the same',
+      );
+    }
+    credentials = these;
+  });
+  return { nodes, credentials: credentials ?? {} };
+}
+
+function sameCredentials(a: RedisOptions, b: RedisOptions): boolean {
+  return a.username === b.username && a.password === b.password && (a.tls === undefined) === (b.tls === undefined);
+}
+
+/**
+ * Which nodes of a Redis Cluster the outbox talks to beyond the cluster
+ * client's routing: the nodes that serve the queue's hash slot (whose
+ * settings decide whether queued mail survives), and every master that
+ * answers (for the SCANs of the sweeper's legacy look and of the whole
+ * queue's purge). A cluster may run with a master down and its slots
+ * uncovered (`cluster-require-full-coverage no`), or with a replica lost:
+ * a node that does not serve the queue's slot must not stop the outbox
+ * (review, cluster finding 2).
+ */
+
+/**
+ * How long a node other than the queue's master may take to answer, in ms:
+ * longer, and it is skipped as down (its connection may wait for it for ever).
+ */
+export const NODE_ANSWER_MS = 2_000;
+
+const SLOTS = 16384;
+
+/**
+ * The hash slot of a key, as Redis Cluster computes it: CRC16 (XMODEM) of the
+ * key, or of its hash tag (what lies between the first `{` and the next `}`,
+ * when not empty), modulo 16384.
+ */
+export function keySlot(key: string): number {
+  const open = key.indexOf('{');
+  if (open !== -1) {
+    const close = key.indexOf('}', open + 1);
+    if (close > open + 1) key = key.slice(open + 1, close);
+  }
+  let crc = 0;
+  for (const byte of Buffer.from(key)) {
+    crc ^= byte << 8;
+    for (let bit = 0; bit < 8; bit++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc % SLOTS;
+}
+
+/**
+ * A SCAN pattern matching `literal` followed by anything (when it ends with
+ * `*`): the glob characters of the prefix and queue name (`*`, `?`, `[`, `]`,
+ * `\`, all legal in a prefix) escaped, or a prefix such as `{a[1]}` would
+ * match other keys than its own, and not its own.
+ */
+export function escapeGlob(pattern: string): string {
+  const star = pattern.endsWith('*');
+  const literal = star ? pattern.slice(0, -1) : pattern;
+  return `${literal.replace(/[\\*?[\]]/g, '\\$&')}${star ? '*' : ''}`;
+}
+
+/**
+ * `host:port` of a node connection of a cluster client, as its slot map names it.
+ */
+export function nodeName(node: Redis): string {
+  return `${node.options.host ?? '127.0.0.1'}:${node.options.port ?? 6379}`;
+}
+
+/**
+ * The nodes that serve the slot of `key`, its master first, then its replicas,
+ * as the cluster client's slot map has them (read from `CLUSTER SLOTS`, which
+ * leaves out replicas flagged failed); every node when the map does not have
+ * the slot yet.
+ */
+export function slotNodes(cluster: Cluster, key: string): Redis[] {
+  const names = cluster.slots[keySlot(key)];
+  const all = cluster.nodes('all');
+  if (!names || names.length === 0) return all;
+  return names.map((name) => all.find((node) => nodeName(node) === name)).filter((n): n is Redis => n !== undefined);
+}
+
+/**
+ * The servers whose keyspace a SCAN must cover to find a queue's keys: the
+ * server itself, or every master of a cluster that answers. A master the
+ * cluster flags as failed (`fail` in `CLUSTER NODES`), or that does not answer
+ * a PING within {@link NODE_ANSWER_MS}, is left out and named to `skipped`:
+ * the queue's keys share one slot, served by a master that answers (or
+ * nothing of the queue works), so a master down holds none of them.
+ * @param skipped called with each master left out, and why
+ */
+export async function scannableServers(
+  redis: OutboxRedisClient,
+  skipped: (node: string, why: string) => void,
+): Promise<Redis[]> {
+  if (!isClusterClient(redis)) return [redis];
+  if (redis.status !== 'ready') await redis.ping();
+  const failed = await failedNodes(redis);
+  const answering = await Promise.all(
+    redis.nodes('master').map(async (node) => {
+      const name = nodeName(node);
+      if (failed.has(name)) {
+        skipped(name, 'flagged as failed by the cluster');
+        return undefined;
+      }
+      try {
+        await withDeadline(node.ping(), NODE_ANSWER_MS);
+        return node;
+      } catch (err) {
+        skipped(name, `did not answer (${(err as Error).message})`);
+        return undefined;
+      }
+    }),
+  );
+  return answering.filter((node): node is Redis => node !== undefined);
+}
+
+/**
+ * The `host:port` of the nodes the cluster flags as failed, as one node that
+ * answers sees them; none when no node answers in time (the PING of each
+ * master then decides).
+ */
+async function failedNodes(cluster: Cluster): Promise<Set<string>> {
+  const failed = new Set<string>();
+  let view: string;
+  try {
+    view = String(await withDeadline(cluster.cluster('NODES'), NODE_ANSWER_MS));
+  } catch {
+    return failed;
+  }
+  for (const line of view.trim().split('\n')) {
+    const [, address, flags] = line.split(' ');
+    if (!address || !flags?.split(',').includes('fail')) continue;
+    failed.add(address.split('@')[0]!);
+  }
+  return failed;
+}
+
+/** What to install for the outbox, in the error when a peer is missing. */
+const INSTALL = 'bullmq ioredis';
+const USER = 'The outbox (nodemailer-eml-api/queue)';
+
+/**
+ * The BullMQ module, as {@link loadBullmq} returns it.
+ */
+export type BullmqModule = typeof Bullmq;
+
+/**
+ * The ioredis client class, as {@link loadRedis} returns it.
+ */
+export type RedisConstructor = typeof Ioredis.Redis;
+
+/**
+ * The ioredis Redis Cluster client class, as {@link loadRedisCluster} returns it.
+ */
+export type ClusterConstructor = typeof Ioredis.Cluster;
+
+/**
+ * Versions of the peers the outbox runs on.
+ */
+export interface OutboxPeerVersions {
+  bullmq: string;
+  ioredis: string;
+}
+
+let bullmq: BullmqModule | undefined;
+let redis: RedisConstructor | undefined;
+let cluster: ClusterConstructor | undefined;
+
+/**
+ * Loads `bullmq`, the queue engine of the outbox, on first use, so that the
+ * CLI and the rest of the package run without it.
+ *
+ * @throws {EmlApiError} `ECONFIG` saying what to install when it is missing
+ */
+export function loadBullmq(): BullmqModule {
+  return (bullmq ??= requirePeer<BullmqModule>('bullmq', INSTALL, USER));
+}
+
+/**
+ * Loads the `ioredis` client on first use. The outbox writes and reads
+ * message bytes as binary Redis strings in chunks, which needs a client that
+ * answers with Buffers; BullMQ 6 made ioredis an optional peer of its own.
+ *
+ * @throws {EmlApiError} `ECONFIG` saying what to install when it is missing
+ */
+export function loadRedis(): RedisConstructor {
+  if (!redis) {
+    const mod = requirePeer<typeof Ioredis & { default?: RedisConstructor }>('ioredis', INSTALL, USER);
+    redis = mod.Redis ?? mod.default!;
+  }
+  return redis;
+}
+
+/**
+ * Loads ioredis's Redis Cluster client on first use.
+ *
+ * @throws {EmlApiError} `ECONFIG` saying what to install when ioredis is missing
+ */
+export function loadRedisCluster(): ClusterConstructor {
+  if (!cluster) {
+    const mod = requirePeer<typeof Ioredis & { default?: { Cluster?: ClusterConstructor } }>('ioredis', INSTALL, USER);
+    cluster = mod.Cluster ?? mod.default!.Cluster!;
+  }
+  return cluster;
+}
+
+/**
+ * Checks that both peers of the outbox are installed (the
+ * `nodemailer-eml-api/queue` entry point and the CLI's queue commands call it
+ * first) and tells their versions.
+ *
+ * @throws {EmlApiError} `ECONFIG` saying what to install
+ */
+export function requireQueuePeers(): OutboxPeerVersions {
+  loadBullmq();
+  loadRedis();
+  return { bullmq: versionOf('bullmq'), ioredis: versionOf('ioredis') };
+}
+
+function versionOf(name: string): string {
+  try {
+    return requirePeer<{ version: string }>(`${name}/package.json`, INSTALL, USER).version;
+  } catch {
+    // A package whose exports hide its package.json: installed all the same.
+    return 'unknown';
+  }
+}
+
+/**
+ * The versions of `bullmq` and `ioredis` the outbox runs on. They are
+ * loaded, and so checked, as `nodemailer-eml-api/queue` is imported: without
+ * them the import throws an `EmlApiError` (`ECONFIG`) saying what to install,
+ * rather than the first send failing.
+ */
+export const OUTBOX_PEERS: Readonly<OutboxPeerVersions> = Object.freeze(requireQueuePeers());
+
+/**
+ * The deadline of {@link withDeadline} passed.
+ */
+export class DeadlineError extends Error {
+  override readonly name = 'DeadlineError';
+  constructor(readonly ms: number) {
+    super(`no answer within ${ms} ms`);
+  }
+}
+
+/**
+ * Resolves as `promise` does, or rejects with a {@link DeadlineError} after
+ * `ms`; the promise itself runs on (a Redis command cannot be taken back).
+ */
+export function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new DeadlineError(ms)), ms);
+  });
+  return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * The outbox's fixed waits, in ms: bounds on how long a close waits for
+ * Redis or for aborted sends. Package-internal and not an option: the
+ * defaults are the product's. Only the test suite lowers them
+ * (test/helpers/short-waits.ts, also preloaded into the worker processes it
+ * starts), so that it does not wait them out in real time; the behaviour is
+ * the same, only sooner.
+ *
+ * @internal
+ */
+export const outboxWaits = {
+  /** How long a forced close of a worker waits for its aborted sends to hand their jobs back (twice this for a graceful close it overtook). */
+  handBack: 5_000,
+  /** How long closing waits for Redis to answer QUIT before dropping the connection. */
+  quit: 2_000,
+};

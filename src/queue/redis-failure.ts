@@ -1,13 +1,10 @@
 import { EmlApiError, errorDetails } from '../shared/eml-api-error.js';
-import { DeadlineError } from './deadline.js';
-import { redisErrorText, redisRefusal } from './redis-refusal.js';
+import { DeadlineError, type OutboxRedisClient } from './redis-connection.js';
 
 /**
  * Which send a failed Redis operation was storing: put on its error, so that
  * the caller can queue it again safely (`sendMail({ idempotencyKey })` stores
  * it once) and look the job up (`queue.getJob(queueId)`).
- * @example
- * const send: StoredSend = { idempotencyKey: 'order-1042', queueId: 'order-1042' };
  */
 export interface StoredSend {
   idempotencyKey: string;
@@ -22,8 +19,6 @@ export interface StoredSend {
  * @param doing what failed, e.g. `Could not store the message in Redis at 127.0.0.1:6379`
  * @param mayHaveBeenStored whether the write may have landed all the same (then `mayHaveBeenAccepted` is set)
  * @param send the send being stored, whose key and job id the error carries @default undefined
- * @example
- * try { await queue.add(name, data); } catch (err) { throw redisFailure(err, 'Could not queue the message', true, send); }
  */
 export function redisFailure(err: unknown, doing: string, mayHaveBeenStored: boolean, send?: StoredSend): EmlApiError {
   if (err instanceof EmlApiError) return send === undefined ? err : withStoredSend(err, send);
@@ -44,8 +39,6 @@ export function redisFailure(err: unknown, doing: string, mayHaveBeenStored: boo
 
 /**
  * The error with the send's idempotency key and job id on it (itself when it has them).
- * @example
- * throw withStoredSend(err, { idempotencyKey, queueId });
  */
 export function withStoredSend(err: EmlApiError, send: StoredSend): EmlApiError {
   if (err.idempotencyKey === send.idempotencyKey && err.queueId === send.queueId) return err;
@@ -93,8 +86,6 @@ const REROUTED = new Set(['MOVED', 'ASK', 'TRYAGAIN', 'CLUSTERDOWN']);
  * connection: it may have run).
  *
  * @param cluster whether the client is a cluster's (which re-routes, and so tries again)
- * @example
- * if (commandFate(err, false) === 'refused') await store.discard(contentKey);
  */
 export function commandFate(err: unknown, cluster: boolean): 'refused' | 'rerouted' | 'unknown' {
   if (!(err instanceof Error)) return 'unknown';
@@ -118,8 +109,6 @@ const CAUSE_DEPTH = 8;
  * `lastNodeError` (a cluster's) and `errors` (an `AggregateError`'s). The
  * error is changed in place: the outbox made the command, and nothing reads
  * its arguments once it failed.
- * @example
- * throw new EmlApiError('ECONNECTION', err.message, { cause: withoutArguments(err) });
  */
 export function withoutArguments<T>(err: T): T {
   const seen = new Set<object>();
@@ -141,4 +130,113 @@ export function withoutArguments<T>(err: T): T {
   };
   scrub(err, 0);
   return err;
+}
+
+/**
+ * Redis's refusals of the connection itself, which no retry fixes: a wrong
+ * password or user (`WRONGPASS`, `NOAUTH`: it wants one and got none), a
+ * password given to a Redis that has none, and a cluster client pointed at a
+ * Redis that is not a cluster (`ERR This instance has cluster support
+ * disabled`). A cluster client hides them: it says only "Failed to refresh
+ * slots cache." (or times out), again and again, and keeps the node's answer
+ * in the error's `lastNodeError`; a worker waited for ever, saying neither
+ * why nor giving up, and the CLI timed out (review, cluster finding 3).
+ * Found, they end the start of a worker, a producer's check and the CLI's
+ * commands with an `ECONFIG` that says why. Redis's replies name no password,
+ * and the message is built from them alone.
+ */
+
+/** The refusals, by the start of Redis's reply, with what fixes each and the command it answered. */
+const REFUSAL_FIXES: readonly { match: RegExp; command: string; fix: string }[] = [
+  {
+    match: /^WRONGPASS\b/,
+    command: 'AUTH',
+    fix: 'check the password (REDIS_PASSWORD, the URL, or redisOptions.password) and user name',
+  },
+  { match: /^NOAUTH\b/, command: 'AUTH', fix: 'Redis needs a password: give it (REDIS_PASSWORD, or in the URL)' },
+  {
+    match: /^ERR AUTH .*called without any password configured/,
+    command: 'AUTH',
+    fix: 'this Redis has no password: give none, or check that this is the Redis meant',
+  },
+  {
+    match: /^ERR This instance has cluster support disabled/,
+    command: 'CLUSTER SLOTS',
+    fix: 'this Redis is not a cluster: connect to it as a single server (one URL, without --redis-cluster / connection.cluster)',
+  },
+];
+
+/** How deep {@link redisRefusal} follows an error's `cause` and `lastNodeError`. */
+const DEPTH = 4;
+
+/**
+ * The `ECONFIG` (permanent) for an error that is, or wraps (a cluster's
+ * `lastNodeError`, a `cause`), a refusal of the connection by Redis (see
+ * REFUSAL_FIXES); undefined for any other error.
+ *
+ * @param where host and port of Redis (a cluster: its nodes), never a password
+ * @param doing what failed, to start the message with @default `Redis at ${where}`
+ */
+export function redisRefusal(err: unknown, where: string, doing?: string): EmlApiError | undefined {
+  const reply = refusalReply(err, 0);
+  if (reply === undefined) return undefined;
+  const refusal = REFUSAL_FIXES.find((r) => r.match.test(reply))!;
+  const word = reply.split(' ', 1)[0]!;
+  const intro =
+    doing === undefined ? `Redis at ${where} refused the connection` : `${doing}: Redis refused the connection`;
+  return new EmlApiError('ECONFIG', `${intro} (${firstLine(reply)}): ${refusal.fix}`, {
+    permanent: true,
+    command: refusal.command,
+    response: word,
+  });
+}
+
+/**
+ * The reason a Redis error gives, with a cluster's `lastNodeError` (what the
+ * last node it asked answered) after its own message: "Failed to refresh
+ * slots cache." alone says nothing of why.
+ */
+export function redisErrorText(err: unknown): string {
+  const message = err instanceof Error ? err.message : String(err);
+  const last = (err as { lastNodeError?: unknown } | null)?.lastNodeError;
+  return last instanceof Error && last.message !== message ? `${message} (last node error: ${last.message})` : message;
+}
+
+/**
+ * Watches a client's (or a BullMQ worker's) `error` events for a refusal of the connection: the
+ * promise rejects with its `ECONFIG` the first time one is seen (commands
+ * meanwhile wait, or are retried, and would not tell it). `stop()` removes
+ * the listener; the promise never rejects unhandled.
+ */
+export function watchRefusal(
+  redis: OutboxRedisClient | ErrorEmitter,
+  where: string,
+): { refused: Promise<never>; stop(): void } {
+  let reject!: (err: EmlApiError) => void;
+  const refused = new Promise<never>((_, fail) => (reject = fail));
+  refused.catch(() => undefined);
+  const listener = (err: unknown) => {
+    const refusal = redisRefusal(err, where);
+    if (refusal) reject(refusal);
+  };
+  const emitter = redis as ErrorEmitter;
+  emitter.on('error', listener);
+  return { refused, stop: () => void emitter.off('error', listener) };
+}
+
+/** What emits the errors watched: a client, or a BullMQ worker (whose own connections' errors it re-emits). */
+interface ErrorEmitter {
+  on(event: 'error', listener: (err: Error) => void): unknown;
+  off(event: 'error', listener: (err: Error) => void): unknown;
+}
+
+function refusalReply(err: unknown, depth: number): string | undefined {
+  if (!(err instanceof Error) || depth > DEPTH) return undefined;
+  if (REFUSAL_FIXES.some((r) => r.match.test(err.message))) return err.message;
+  const o = err as { lastNodeError?: unknown; cause?: unknown };
+  return refusalReply(o.lastNodeError, depth + 1) ?? refusalReply(o.cause, depth + 1);
+}
+
+function firstLine(text: string): string {
+  return text.split(/\r?\n/, 1)[0]!.slice(0, 200);
 }

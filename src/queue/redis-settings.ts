@@ -1,8 +1,17 @@
 import type { Redis } from 'ioredis';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { isClusterClient, type OutboxRedisClient } from './redis-connection.js';
-import { NODE_ANSWER_MS, nodeName, slotNodes } from './cluster-nodes.js';
-import { withDeadline } from './deadline.js';
+import {
+  isClusterClient,
+  type OutboxRedisClient,
+  NODE_ANSWER_MS,
+  nodeName,
+  slotNodes,
+  withDeadline,
+} from './redis-connection.js';
+import { configError } from '../shared/options-kit.js';
+import type { OutboxKeyring } from './content-cipher.js';
+import { outboxKeys, type QueueLocation } from './queue-location.js';
+import type { ReadinessCheck } from '../observability/ops-server.js';
 
 /**
  * What the outbox asks of Redis before it acknowledges mail: that nothing is
@@ -34,16 +43,12 @@ export type OutboxDurability = 'warn' | 'aof' | 'aof-always';
 
 /**
  * The values {@link OutboxDurability} takes.
- * @example
- * if (!OUTBOX_DURABILITIES.includes(value)) throw configError('durability', '...');
  */
 export const OUTBOX_DURABILITIES: readonly OutboxDurability[] = ['warn', 'aof', 'aof-always'];
 
 /**
  * Redis's settings that decide whether queued mail survives; `undefined` where
  * this connection may not read them.
- * @example
- * const { evictionPolicy } = await readRedisSettings(redis); // 'noeviction'
  */
 export interface RedisSettings {
   /** `maxmemory-policy`. */
@@ -60,8 +65,6 @@ export interface RedisSettings {
  * Reads the settings with `CONFIG GET`, falling back to `INFO memory` and
  * `INFO persistence` where `CONFIG` is refused.
  * @throws Redis's own errors other than a refused command (the connection failing...)
- * @example
- * const settings = await readRedisSettings(redis);
  */
 export async function readRedisSettings(redis: Redis): Promise<RedisSettings> {
   try {
@@ -116,8 +119,6 @@ export async function readRedisSettings(redis: Redis): Promise<RedisSettings> {
  * @param location where the queue's keys are: on a cluster, the nodes of their slot are checked
  *   @default undefined (every node of a cluster, those that do not answer skipped with a warning)
  * @throws {EmlApiError} `ECONFIG` (permanent) naming the setting and the command that fixes it
- * @example
- * await checkRedisSettings(redis, '127.0.0.1:6379', 'warn', (message) => logger.warn({}, message), location);
  */
 export async function checkRedisSettings(
   redis: OutboxRedisClient,
@@ -237,4 +238,128 @@ async function checkServer(
 /** Redis refused the command itself (renamed, unknown, or not allowed to this user), as opposed to failing. */
 function refused(err: unknown): boolean {
   return err instanceof Error && err.name === 'ReplyError';
+}
+
+/**
+ * Which bytes each encryption key id of a queue stands for, kept in Redis
+ * as a check value per id (`{prefix}:{queue}:outbox:keys`, a hash from key
+ * id to {@link OutboxKeyring.checkValue}), never the key. A worker given
+ * other bytes under an id the producers use (a typo in one machine's
+ * EML_API_OUTBOX_KEYS, a key regenerated under its old id) used to start
+ * and fail every encrypted job for good, as if Redis had changed them.
+ * Producers write the check value of the key they encrypt with when they
+ * first use it; producers and workers refuse to start with a key that does
+ * not match it; and a worker that cannot decrypt a job asks it whether its
+ * key is the right one (see content-store.ts).
+ */
+
+/**
+ * Records the check value of the producer's current key (the first producer
+ * to use an id writes it), then compares every key it holds with what Redis
+ * has: a producer encrypting with other bytes than the workers hold under the
+ * id would queue mail no worker can read.
+ * @throws {EmlApiError} `ECONFIG` naming `encryption.keys.<id>` on a mismatch; Redis's errors
+ */
+export async function registerKeyChecks(
+  redis: OutboxRedisClient,
+  location: QueueLocation,
+  keyring: OutboxKeyring,
+): Promise<void> {
+  const { keyChecks } = outboxKeys(location);
+  if (keyring.keyId !== undefined) await redis.hsetnx(keyChecks, keyring.keyId, keyring.checkValue(keyring.keyId));
+  await compareKeyChecks(redis, location, keyring, 'producers');
+}
+
+/**
+ * Compares every key held with the check values in Redis (ids Redis has none
+ * for pass: their producers predate the checks).
+ * @param others who else uses the keys, for the message
+ * @throws {EmlApiError} `ECONFIG` naming `encryption.keys.<id>` on a mismatch; Redis's errors
+ */
+export async function compareKeyChecks(
+  redis: OutboxRedisClient,
+  location: QueueLocation,
+  keyring: OutboxKeyring,
+  others = 'producers',
+): Promise<void> {
+  const ids = keyring.keyIds;
+  if (ids.length === 0) return;
+  const stored = await redis.hmget(outboxKeys(location).keyChecks, ...ids);
+  ids.forEach((id, i) => {
+    const check = stored[i];
+    if (check !== null && check !== undefined && check !== keyring.checkValue(id)) {
+      throw keyMismatch(location, id, others);
+    }
+  });
+}
+
+/**
+ * Whether this keyring's key `keyId` is the one the producers use, as Redis
+ * tells: `right`, `wrong`, or `unknown` when Redis has no check value of it.
+ */
+export async function keyVerdict(
+  redis: OutboxRedisClient,
+  location: QueueLocation,
+  keyring: OutboxKeyring,
+  keyId: string,
+): Promise<'right' | 'wrong' | 'unknown'> {
+  const check = await redis.hget(outboxKeys(location).keyChecks, keyId);
+  if (check === null) return 'unknown';
+  return check === keyring.checkValue(keyId) ? 'right' : 'wrong';
+}
+
+function keyMismatch(location: QueueLocation, id: string, others: string): EmlApiError {
+  return configError(
+    `encryption.keys.${id}`,
+    `these are not the bytes the ${others} of queue "${location.queueName}" use under the key id "${id}" ` +
+      `(its check value in Redis, ${outboxKeys(location).keyChecks}, differs): mail encrypted with one could not be ` +
+      'read with the other. Give every producer and worker the same key under an id (EML_API_OUTBOX_KEYS), and a ' +
+      'new key a new id',
+  );
+}
+
+/**
+ * The readiness of the outbox's Redis, for `/readyz` of a worker or a
+ * store-and-forward relay: it answers, and keeps what is queued
+ * (`maxmemory-policy noeviction`). Its persistence is not checked here: a
+ * Redis without its append-only file was warned about at start, and a probe
+ * every few seconds must not repeat the warning in the logs.
+ *
+ * @param redis the connection to check (read when the check runs)
+ * @param location where the queue's keys are: on a cluster, only the nodes serving their slot matter
+ *   (a master of other slots down does not make the outbox unready) @default undefined (every node)
+ */
+export function outboxRedisReadiness(
+  redis: () => OutboxRedisClient | Promise<OutboxRedisClient>,
+  location?: { prefix: string; queueName: string },
+): ReadinessCheck {
+  return {
+    name: 'redis',
+    async check() {
+      const client = await redis();
+      // On a cluster a PING goes to a node picked at random (which may be one that is down): a read of a key
+      // of the queue goes to the master of its slot, the node that must answer.
+      if (location && isClusterClient(client)) await client.exists(`${location.prefix}:${location.queueName}:meta`);
+      else await client.ping();
+      const { host, port } = (isClusterClient(client) ? undefined : client.options) ?? {};
+      const where = isClusterClient(client) ? 'the Redis Cluster' : `${host ?? '?'}:${port ?? '?'}`;
+      await checkRedisSettings(client, where, 'warn', () => undefined, location);
+    },
+  };
+}
+
+/**
+ * The password of a Redis connection given as a URL or ioredis options, if
+ * any: one more string a health reason never shows.
+ */
+export function redisPassword(connection: unknown): string | undefined {
+  if (typeof connection === 'string') {
+    try {
+      return decodeURIComponent(new URL(connection).password) || undefined;
+    } catch {
+      return undefined;
+    }
+  }
+  const password = (connection as { password?: unknown; options?: { password?: unknown } } | null)?.password;
+  return typeof password === 'string' && password !== '' ? password : undefined;
 }

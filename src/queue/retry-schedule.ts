@@ -46,8 +46,6 @@ export interface RetryScheduleOptions {
 
 /**
  * The default retry schedule: 30 attempts, their waits 16.3 to 20.4 hours in all.
- * @example
- * new EmlApiQueueTransport({ connection, retry: { ...DEFAULT_RETRY_SCHEDULE, maxDelay: 600_000 } });
  */
 export const DEFAULT_RETRY_SCHEDULE: Readonly<Required<RetryScheduleOptions>> = Object.freeze({
   attempts: 30,
@@ -58,8 +56,6 @@ export const DEFAULT_RETRY_SCHEDULE: Readonly<Required<RetryScheduleOptions>> = 
 
 /**
  * The BullMQ backoff type of the outbox's jobs; its workers compute the waits ({@link outboxBackoffDelay}).
- * @example
- * job.opts.backoff; // { type: 'eml-api-outbox', delay: 5000, maxDelay: 3600000, jitter: 0.2 }
  */
 export const OUTBOX_BACKOFF_TYPE = 'eml-api-outbox';
 
@@ -68,15 +64,11 @@ export const OUTBOX_BACKOFF_TYPE = 'eml-api-outbox';
  * a name from when the outbox was the relay's; issue 17): BullMQ looks a
  * job's backoff up by the type stored on the job, so workers still compute
  * the waits of jobs that carry it.
- * @example
- * isOutboxBackoffType(LEGACY_OUTBOX_BACKOFF_TYPE); // true
  */
 export const LEGACY_OUTBOX_BACKOFF_TYPE = 'eml-api-relay';
 
 /**
  * Whether a job's backoff type is the outbox's (its name now, or the one jobs queued before carry).
- * @example
- * isOutboxBackoffType(job.opts.backoff?.type); // true for the outbox's jobs
  */
 export function isOutboxBackoffType(type: string | undefined): boolean {
   return type === OUTBOX_BACKOFF_TYPE || type === LEGACY_OUTBOX_BACKOFF_TYPE;
@@ -84,8 +76,6 @@ export function isOutboxBackoffType(type: string | undefined): boolean {
 
 /**
  * BullMQ backoff options of the outbox: BullMQ's own, plus the cap.
- * @example
- * const backoff: OutboxBackoffOptions = { type: OUTBOX_BACKOFF_TYPE, delay: 5000, maxDelay: 3_600_000, jitter: 0.2 };
  */
 export interface OutboxBackoffOptions extends BackoffOptions {
   type: typeof OUTBOX_BACKOFF_TYPE | typeof LEGACY_OUTBOX_BACKOFF_TYPE;
@@ -98,8 +88,6 @@ export interface OutboxBackoffOptions extends BackoffOptions {
  * Checks a schedule and completes it with the defaults.
  * @param options @default DEFAULT_RETRY_SCHEDULE
  * @throws {EmlApiError} `ECONFIG` naming the bad field
- * @example
- * resolveRetrySchedule({ attempts: 10 }); // { attempts: 10, delay: 5000, maxDelay: 3600000, jitter: 0.2 }
  */
 export function resolveRetrySchedule(options: RetryScheduleOptions | undefined): Required<RetryScheduleOptions> {
   if (options === undefined) return { ...DEFAULT_RETRY_SCHEDULE };
@@ -136,8 +124,6 @@ const RETRY_SCHEDULE_RENAMED: RenamedOptions = {
 
 /**
  * The BullMQ job options of a schedule: `attempts` and the outbox's backoff.
- * @example
- * await queue.add('eml', data, { ...retryJobOptions(DEFAULT_RETRY_SCHEDULE), jobId });
  */
 export function retryJobOptions(schedule: Required<RetryScheduleOptions>): {
   attempts: number;
@@ -162,8 +148,6 @@ export function retryJobOptions(schedule: Required<RetryScheduleOptions>): {
  *
  * @param random @default Math.random
  * @param maxRetryAfter the longest `Retry-After` honoured, in ms @default Infinity
- * @example
- * outboxBackoffDelay(3, { delay: 5000, maxDelay: 3_600_000, jitter: 0 }, err); // 20000
  */
 export function outboxBackoffDelay(
   attemptsMade: number,
@@ -184,8 +168,6 @@ export function outboxBackoffDelay(
 
 /**
  * How long a schedule keeps trying, from the first failure to the last attempt, without jitter, in ms.
- * @example
- * retrySpan(DEFAULT_RETRY_SCHEDULE) / 3_600_000; // 20.4 (hours)
  */
 export function retrySpan(schedule: Required<RetryScheduleOptions>): number {
   let total = 0;
@@ -203,16 +185,12 @@ export function retrySpan(schedule: Required<RetryScheduleOptions>): number {
  * so the wait list holds only retries, and a retry goes before every new
  * message instead of behind the whole backlog (past the service's idempotency
  * window, a send whose answer was lost would be delivered twice).
- * @example
- * await job.changePriority({ priority: RETRY_PRIORITY });
  */
 export const RETRY_PRIORITY = 0;
 
 /**
  * The highest `jobOptions.priority` a producer takes: BullMQ's `PRIORITY_LIMIT`
  * (2^21 - 1) less the 1 the outbox adds ({@link newMessagePriority}).
- * @example
- * new EmlApiQueueTransport({ connection, jobOptions: { priority: MAX_OUTBOX_PRIORITY } }); // the lowest
  */
 export const MAX_OUTBOX_PRIORITY = 2 ** 21 - 2;
 
@@ -223,9 +201,6 @@ export const MAX_OUTBOX_PRIORITY = 2 ** 21 - 2;
  * come after retries ({@link RETRY_PRIORITY}). Among messages of one priority,
  * first in, first out.
  * @param priority the producer's `jobOptions.priority` (0 or none: the highest)
- * @example
- * newMessagePriority(undefined); // 1
- * newMessagePriority(10); // 11
  */
 export function newMessagePriority(priority: number | undefined): number {
   return (priority ?? 0) + 1;

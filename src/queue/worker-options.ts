@@ -1,13 +1,13 @@
 import type { WorkerOptions } from 'bullmq';
-import type { EmlApiClientOptions } from '../client/client-options.js';
-import type { RateLimitOptions } from '../http/requester-options.js';
-import type { EmlApiLogger } from '../shared/logger.js';
-import type { RedisConnectionInput } from './redis-connection.js';
-import type { OutboxEncryption } from './content-cipher.js';
-import type { MetricsOption } from '../observability/metrics.js';
-import type { OpsHttpOptions } from '../observability/ops-server.js';
-import { CLIENT_OPTIONS, CLIENT_RENAMED, resolveRateLimit } from '../client/client-options.js';
 import {
+  type EmlApiClientOptions,
+  CLIENT_OPTIONS,
+  CLIENT_RENAMED,
+  resolveRateLimit,
+} from '../client/client-options.js';
+import type { RateLimitOptions } from '../http/requester.js';
+import {
+  type EmlApiLogger,
   configError,
   describe,
   loggerOption,
@@ -15,9 +15,12 @@ import {
   wholeNumber,
   type RenamedOptions,
 } from '../shared/options-kit.js';
+import type { RedisConnectionInput } from './redis-connection.js';
+import { type OutboxEncryption, resolveEncryption, type OutboxKeyring } from './content-cipher.js';
+import type { MetricsOption } from '../observability/metrics.js';
+import type { OpsHttpOptions } from '../observability/ops-server.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
-import { resolveEncryption, type OutboxKeyring } from './content-cipher.js';
 
 /**
  * A global rate: at most `max` sends start per `duration` ms, counted in
@@ -235,30 +238,22 @@ const WORKER_RENAMED: RenamedOptions = {
 
 /**
  * The default of `maxStalls`: stalls a job may have and still be retried.
- * @example
- * await startEmlApiWorker({ connection, apiKey, baseUrl, maxStalls: DEFAULT_MAX_STALLS + 2 });
  */
 export const DEFAULT_MAX_STALLS = 5;
 
 /**
  * The default of `idempotencyWindow`: how long the service remembers an
  * `Idempotency-Key` (24 hours, the emulator's and CONTRACT.md's), in ms.
- * @example
- * await startEmlApiWorker({ connection, apiKey, baseUrl, idempotencyWindow: DEFAULT_IDEMPOTENCY_WINDOW / 2 });
  */
 export const DEFAULT_IDEMPOTENCY_WINDOW = 24 * 3_600_000;
 
 /**
  * The default of `idempotencyMargin` (when the window is longer): 1 hour, in ms.
- * @example
- * await startEmlApiWorker({ connection, apiKey, baseUrl, idempotencyMargin: DEFAULT_IDEMPOTENCY_MARGIN * 2 });
  */
 export const DEFAULT_IDEMPOTENCY_MARGIN = 3_600_000;
 
 /**
  * The default of `maxRetryAfter`: the longest `Retry-After` a worker honours, 15 minutes, in ms.
- * @example
- * await startEmlApiWorker({ connection, apiKey, baseUrl, maxRetryAfter: DEFAULT_MAX_RETRY_AFTER * 4 });
  */
 export const DEFAULT_MAX_RETRY_AFTER = 15 * 60_000;
 
@@ -273,8 +268,6 @@ const BULLMQ_STALL_LIMIT = 1_000_000;
  * The limiter of workers without one: it never limits by itself (BullMQ
  * counts every job against it), but BullMQ honours a queue-wide pause (a
  * 429's `Retry-After`) only in workers that have a limiter.
- * @example
- * const limiter = options.rateLimit ? evenRate(options.rateLimit) : UNLIMITED_RATE;
  */
 export const UNLIMITED_RATE: Readonly<OutboxRateLimit> = Object.freeze({ max: 1_000_000_000, duration: 1000 });
 
@@ -289,10 +282,6 @@ const SHORTEST_WINDOW = 10;
  * evenly and no window of `duration` ms, wherever it starts, sees more than
  * `max` (rates above one send per 10 ms go in small groups every 10 ms or so).
  * Windows are rounded up: the rate is never exceeded.
- *
- * @example
- * evenRate({ max: 20, duration: 1000 }); // { max: 1, duration: 50 }
- * evenRate({ max: 1000, duration: 1000 }); // { max: 10, duration: 10 }
  */
 export function evenRate({ max, duration }: OutboxRateLimit): OutboxRateLimit {
   const perSend = duration / max;
@@ -303,8 +292,6 @@ export function evenRate({ max, duration }: OutboxRateLimit): OutboxRateLimit {
 
 /**
  * Worker options after validation, split into the client's and the worker's.
- * @example
- * const { client, concurrency, rateLimit } = resolveWorkerOptions(options);
  */
 export interface ResolvedWorkerOptions extends QueueLocation {
   client: EmlApiClientOptions;
@@ -327,8 +314,6 @@ export interface ResolvedWorkerOptions extends QueueLocation {
  * Checks the options of {@link startEmlApiWorker} (the client's own are
  * checked by the client).
  * @throws {EmlApiError} `ECONFIG` naming the option
- * @example
- * const settings = resolveWorkerOptions({ connection, apiKey, baseUrl, concurrency: 10 });
  */
 export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWorkerOptions {
   if (typeof options !== 'object' || options === null) {

@@ -86,10 +86,6 @@ export function isLoopbackAddress(address: string): boolean {
  * What the per-address limits count a client as: its IPv4 address, or the
  * /64 of its IPv6 address (one host, or one site, is usually given a whole
  * /64, and could otherwise take a new address for every connection).
- *
- * @example
- * clientKey('::ffff:192.0.2.7') // '192.0.2.7'
- * clientKey('2001:db8:1:2:a:b:c:d') // '2001:db8:1:2::/64'
  */
 export function clientKey(address: string): string {
   const plain = unmapIpv4(address);

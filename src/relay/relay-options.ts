@@ -1,19 +1,15 @@
 import type { EmlApiQueueTransport } from '../queue/eml-api-queue-transport.js';
 import type { EmlApiQueueTransportOptions } from '../queue/queue-transport-options.js';
 import type { SecureContextOptions } from 'node:tls';
-import type { EmlApiClientOptions } from '../client/client-options.js';
-import type { TimeoutOptions } from '../http/requester-options.js';
-import type { EmlApiLogger } from '../shared/logger.js';
-import type { MetricsOption } from '../observability/metrics.js';
-import type { OpsHttpOptions } from '../observability/ops-server.js';
-import { isIP } from 'node:net';
-import { hostname as osHostname } from 'node:os';
-import type { SpoolSettings } from '../body/spool-options.js';
-import { CLIENT_OPTIONS, CLIENT_RENAMED, resolveClientOptions } from '../client/client-options.js';
-import { maxUploadableSize } from '../body/eml-upload-body.js';
-import { MAX_REQUEST_SIZE } from '../protocol/service-limits.js';
-import { EmlApiError } from '../shared/eml-api-error.js';
 import {
+  type EmlApiClientOptions,
+  CLIENT_OPTIONS,
+  CLIENT_RENAMED,
+  resolveClientOptions,
+} from '../client/client-options.js';
+import type { TimeoutOptions } from '../http/requester.js';
+import {
+  type EmlApiLogger,
   booleanOption,
   configError,
   loggerOption,
@@ -22,7 +18,15 @@ import {
   wholeNumber,
   type RenamedOptions,
 } from '../shared/options-kit.js';
-import { MAX_ADDRESS_LENGTH } from '../protocol/address-rules.js';
+import type { MetricsOption } from '../observability/metrics.js';
+import type { OpsHttpOptions } from '../observability/ops-server.js';
+import { isIP } from 'node:net';
+import { hostname as osHostname } from 'node:os';
+import type { SpoolSettings } from '../body/message-spool.js';
+import { maxUploadableSize } from '../body/eml-upload-body.js';
+import { MAX_REQUEST_SIZE } from '../protocol/api-types.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
+import { MAX_ADDRESS_LENGTH } from '../protocol/message-format.js';
 import { ClientAddressList, LOOPBACK_NETWORKS } from './client-address-list.js';
 import { RelayUsers, type EmlApiRelayUser } from './relay-users.js';
 
@@ -410,7 +414,6 @@ const BCC_BYTES_PER_RECIPIENT = 4 + 3 * MAX_ADDRESS_LENGTH;
  * `maxRecipients` recipients into a `Bcc` field, so a message the relay accepted by `SIZE` is not refused
  * by the service for the field the relay added.
  * @returns at least half of {@link maxUploadableSize}; undefined when `maxRecipients` would leave less
- * @example defaultMaxMessageSize(50 * 1024 * 1024, 100) // 39244983
  */
 export function defaultMaxMessageSize(requestLimit: number, maxRecipients: number): number | undefined {
   const uploadable = maxUploadableSize(requestLimit);

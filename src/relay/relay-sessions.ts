@@ -6,20 +6,22 @@ import type {
   SMTPServerSession,
 } from 'smtp-server';
 import type { EmlApiClient } from '../client/eml-api-client.js';
-import { isValidAddress } from '../protocol/address-rules.js';
+import { isValidAddress } from '../protocol/message-format.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import type { KeyClient, KeyClients } from './key-clients.js';
+import { type KeyClient, type KeyClients, AuthFailureBudget, MAX_PASSWORD_LENGTH } from './relay-users.js';
 import type { MessageDestination, MessageSender } from './message-destination.js';
-import { MessageIdentities } from './message-identity.js';
-import { isClientGone, receiveMessage } from './receive-message.js';
+import {
+  MessageIdentities,
+  isClientGone,
+  receiveMessage,
+  keepRcptSpelling,
+  mailParameterRefusal,
+  rcptParameterRefusal,
+} from './receive-message.js';
 import type { RelaySettings } from './relay-options.js';
-import { authOffered, mailRefusal, type RelayPolicy } from './session-rules.js';
-import { redact } from '../http/redact.js';
-import { SignalFanout } from '../http/signal-fanout.js';
-import { AuthFailureBudget } from './auth-failures.js';
+import { redact } from '../http/request-error.js';
+import { SignalFanout } from '../http/requester.js';
 import type { ClientSlots } from './client-slots.js';
-import { keepRcptSpelling, mailParameterRefusal, rcptParameterRefusal } from './mail-parameters.js';
-import { MAX_PASSWORD_LENGTH } from './relay-users.js';
 import {
   acceptedReply,
   authFailureReply,
@@ -28,6 +30,7 @@ import {
   replyError,
   type SmtpReply,
 } from './smtp-replies.js';
+import type { ClientAddressList } from './client-address-list.js';
 
 /** Failed AUTHs after which a connection is closed (`421`): each one costs the service a request. */
 const MAX_AUTH_FAILURES = 3;
@@ -385,4 +388,59 @@ function withCauses(err: Error): string {
   const parts: string[] = [];
   for (let e: unknown = err; e instanceof Error && parts.length < 5; e = e.cause) parts.push(e.message);
   return parts.join(': ');
+}
+
+/** What the relay knows of a connection when it decides what the client may do. */
+export interface ConnectionFacts {
+  remoteAddress: string;
+  /** TLS is up (implicit TLS, or after STARTTLS). */
+  secure: boolean;
+  /** The client authenticated with an API key the service accepted. */
+  authenticated: boolean;
+}
+
+/** The relay's configuration that the decisions depend on. */
+export interface RelayPolicy {
+  /** The relay holds its own API key. */
+  hasOwnKey: boolean;
+  /** The relay offers STARTTLS (or listens with implicit TLS). */
+  hasTls: boolean;
+  allowUnauthenticatedFrom: ClientAddressList;
+  /** Where AUTH is offered on plain text, and who is exempt from the per-address limits (`trustedNetworks`). */
+  trustedNetworks: ClientAddressList;
+}
+
+/**
+ * Whether AUTH is offered: over TLS, or from `trustedNetworks` (loopback by
+ * default). The password is an API key, so it never crosses the network in
+ * clear; AUTH is not even advertised on a plain-text connection from another
+ * host (RFC 4954 section 4: a mechanism not permitted on a connection is not
+ * advertised), so a client never sends the key before the refusal.
+ */
+export function authOffered(
+  facts: Pick<ConnectionFacts, 'remoteAddress' | 'secure'>,
+  policy: Pick<RelayPolicy, 'trustedNetworks'>,
+): boolean {
+  return facts.secure || policy.trustedNetworks.includes(facts.remoteAddress);
+}
+
+/**
+ * Whether a client may start a mail transaction (MAIL FROM): when it
+ * authenticated (it sends with its own key), or, when the relay holds a key,
+ * when its address is on `allowUnauthenticatedFrom`.
+ *
+ * @returns undefined when it may, else the `530` reply saying what it must do
+ */
+export function mailRefusal(facts: ConnectionFacts, policy: RelayPolicy): SmtpReply | undefined {
+  if (facts.authenticated) return undefined;
+  if (policy.hasOwnKey && policy.allowUnauthenticatedFrom.includes(facts.remoteAddress)) return undefined;
+  if (authOffered(facts, policy)) {
+    return { code: 530, text: '5.7.0 Authentication required: AUTH with your API key as the password' };
+  }
+  return policy.hasTls
+    ? { code: 530, text: '5.7.0 Must issue a STARTTLS command first, then AUTH with your API key as the password' }
+    : {
+        code: 530,
+        text: '5.7.0 Authentication required, and this relay accepts AUTH only from its trusted networks (it has no TLS certificate)',
+      };
 }

@@ -1,6 +1,9 @@
 import { createHash, randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto';
 import { configError } from '../shared/options-kit.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import { clientKey } from './client-address-list.js';
+import type { EmlApiClient } from '../client/eml-api-client.js';
+import { identitySecret } from './receive-message.js';
 
 /**
  * An SMTP user of the relay: a client that AUTHs with this user name and
@@ -172,7 +175,6 @@ function isUsername(value: unknown): value is string {
 /**
  * A check of a password against one secret (the relay's own API key), in
  * constant time, keeping only a digest of the secret.
- * @example const isOwnKey = secretMatcher(apiKey); isOwnKey(password) // true or false
  */
 export function secretMatcher(secret: string): (candidate: string) => boolean {
   const expected = digest(secret);
@@ -201,4 +203,297 @@ function derive(password: string, hash: ScryptHash): Promise<Buffer> {
 /** A fixed-length digest, so that passwords of any length compare in constant time. */
 function digest(password: string): Buffer {
   return createHash('sha256').update(password).digest();
+}
+
+/** Client addresses whose failures are remembered at most; past it the least recently failing one is forgotten. */
+export const MAX_TRACKED_ADDRESSES = 10_000;
+
+/** An AUTH under way, counted against its address's budget until it ends (see {@link AuthFailureBudget.begin}). */
+export interface AuthAttempt {
+  /**
+   * Ends the attempt: a failure (wrong credentials) stays counted; anything
+   * else (accepted, or a service that could not tell) gives the slot back.
+   * Only the first call counts.
+   */
+  end(failed: boolean): void;
+}
+
+/** How {@link AuthFailureBudget} counts. */
+export interface AuthFailureBudgetOptions {
+  /** Failed AUTHs a client address may make within `window` (`maxAuthFailuresPerAddress`). */
+  limit: number;
+  /** The window, in milliseconds (`authFailureWindow`). */
+  window: number;
+  /** Addresses remembered at most. @default MAX_TRACKED_ADDRESSES */
+  maxAddresses?: number;
+  /** The clock. @default Date.now */
+  now?: () => number;
+}
+
+/**
+ * The failed AUTHs of each client address, across its connections, as a
+ * sliding window (Postfix's anvil counts `smtpd_client_auth_rate_limit` per
+ * client the same way; Dovecot's auth penalty too): once an address has made
+ * `limit` failures within `window`, its next AUTHs are refused without asking
+ * the service until the oldest failure leaves the window. A guesser can open
+ * new connections, but not a new address, so the per-connection limit alone
+ * (three failures) does not slow it down.
+ *
+ * An AUTH takes its slot when it starts ({@link begin}), not when its
+ * failure is known: the service takes a while to answer, and AUTHs sent at
+ * once on many connections would otherwise all pass the check before any
+ * failed (40 at once all reached the service with a budget of 10).
+ *
+ * IPv6 clients are counted per /64 ({@link clientKey}). Memory is bounded:
+ * at most `limit` times per address and {@link MAX_TRACKED_ADDRESSES}
+ * addresses, the least recently failing forgotten first; AUTHs under way
+ * are bounded by the connections.
+ */
+export class AuthFailureBudget {
+  readonly #limit: number;
+  readonly #window: number;
+  readonly #maxAddresses: number;
+  readonly #now: () => number;
+  /** Failure times per client key, oldest first; the Map in order of the latest failure. */
+  readonly #failures = new Map<string, number[]>();
+  /** AUTHs under way per client key. */
+  readonly #pending = new Map<string, number>();
+
+  constructor(options: AuthFailureBudgetOptions) {
+    this.#limit = options.limit;
+    this.#window = options.window;
+    this.#maxAddresses = options.maxAddresses ?? MAX_TRACKED_ADDRESSES;
+    this.#now = options.now ?? Date.now;
+  }
+
+  /** Addresses remembered now. */
+  get size(): number {
+    return this.#failures.size;
+  }
+
+  /**
+   * Milliseconds until the address may AUTH again, or 0 when it may now
+   * (AUTHs under way count as failures until they end).
+   */
+  retryAfter(address: string): number {
+    const key = clientKey(address);
+    const times = this.#recent(key);
+    const pending = this.#pending.get(key) ?? 0;
+    if (times.length + pending < this.#limit) return 0;
+    // Spent by AUTHs under way: they end within seconds, one way or the other.
+    if (times.length < this.#limit) return 1_000;
+    return Math.max(1, times[times.length - this.#limit]! + this.#window - this.#now());
+  }
+
+  /**
+   * Starts an AUTH of the address: takes a slot of its budget until the
+   * attempt ends.
+   * @returns the attempt, or the milliseconds to wait ({@link retryAfter}) when the budget is spent
+   */
+  begin(address: string): AuthAttempt | number {
+    const wait = this.retryAfter(address);
+    if (wait > 0) return wait;
+    const key = clientKey(address);
+    this.#pending.set(key, (this.#pending.get(key) ?? 0) + 1);
+    let ended = false;
+    return {
+      end: (failed) => {
+        if (ended) return;
+        ended = true;
+        const left = (this.#pending.get(key) ?? 1) - 1;
+        if (left > 0) this.#pending.set(key, left);
+        else this.#pending.delete(key);
+        if (failed) this.record(address);
+      },
+    };
+  }
+
+  /** Counts one failed AUTH of the address. */
+  record(address: string): void {
+    const key = clientKey(address);
+    const times = this.#recent(key);
+    times.push(this.#now());
+    // Only the last `limit` failures can decide anything.
+    if (times.length > this.#limit) times.splice(0, times.length - this.#limit);
+    this.#failures.delete(key);
+    this.#failures.set(key, times);
+    while (this.#failures.size > this.#maxAddresses) {
+      this.#failures.delete(this.#failures.keys().next().value!);
+    }
+  }
+
+  /** The failures of a key still within the window (the key is forgotten when none is). */
+  #recent(key: string): number[] {
+    const times = this.#failures.get(key);
+    if (!times) return [];
+    const since = this.#now() - this.#window;
+    let expired = 0;
+    while (expired < times.length && times[expired]! <= since) expired++;
+    if (expired === times.length) {
+      this.#failures.delete(key);
+      return [];
+    }
+    if (expired > 0) times.splice(0, expired);
+    return times;
+  }
+}
+
+/** How long a key the service accepted is trusted for new AUTHs without asking again. */
+export const VERIFIED_FOR_MS = 5 * 60_000;
+
+/**
+ * How long a key the service refused is refused again without asking: a
+ * guesser that repeats a key, or a client retrying with a revoked one, costs
+ * the service one request a minute, and a key given its scope in the
+ * dashboard works again within that time.
+ */
+export const REFUSED_FOR_MS = 60_000;
+
+/** Refused keys remembered at most (their fingerprints, with the refusal); the oldest is forgotten first. */
+export const MAX_REFUSED_KEYS = 1_000;
+
+/** The client of one API key given as an SMTP password. */
+export interface KeyClient {
+  /** A short fingerprint of the key (a SHA-256 prefix), for logs and the session; never the key. */
+  readonly id: string;
+  readonly client: EmlApiClient;
+  /** The key's `identitySecret`, which keys the identities of the messages sent with it (not the key). */
+  readonly identitySecret: Buffer;
+}
+
+interface Entry extends KeyClient {
+  verifiedUntil: number;
+  verifying: Promise<unknown> | undefined;
+  /** SMTP sessions authenticated with the key now. */
+  sessions: number;
+  lastUsed: number;
+}
+
+/**
+ * The clients of the API keys SMTP clients authenticate with (their
+ * password is their key; the relay stores none). One client per key, made at
+ * its first AUTH and checked like `client.verify()` does; a key the service
+ * accepted is trusted for {@link VERIFIED_FOR_MS} before it is asked again;
+ * one it refused is refused again without asking for {@link REFUSED_FOR_MS}
+ * (at most {@link MAX_REFUSED_KEYS} remembered, by fingerprint).
+ * At most `max` clients are kept beyond those in use: the least recently
+ * used idle one is closed (gracefully) when the bound is passed. Keys live
+ * only inside their clients; entries are found by fingerprint.
+ */
+export class KeyClients {
+  readonly #createClient: (apiKey: string) => EmlApiClient;
+  readonly #max: number;
+  readonly #now: () => number;
+  readonly #entries = new Map<string, Entry>();
+  readonly #closing = new Set<Promise<void>>();
+  /** Fingerprints of keys the service refused, with the refusal and when it stops counting; oldest first. */
+  readonly #refused = new Map<string, { until: number; err: unknown }>();
+
+  constructor(createClient: (apiKey: string) => EmlApiClient, max: number, now: () => number = Date.now) {
+    this.#createClient = createClient;
+    this.#max = max;
+    this.#now = now;
+  }
+
+  /** Clients kept now. */
+  get size(): number {
+    return this.#entries.size;
+  }
+
+  /**
+   * Checks a key with the service and returns its client, retained for one
+   * session (call {@link release} when the session ends).
+   *
+   * @throws {EmlApiError} `ECONFIG` when the text cannot be a key; what `verify()` throws (`EAUTH` when refused)
+   */
+  async authenticate(apiKey: string): Promise<KeyClient> {
+    const id = fingerprint(apiKey);
+    const refused = this.#refused.get(id);
+    if (refused && refused.until > this.#now()) throw refused.err;
+    if (refused) this.#refused.delete(id);
+    let entry = this.#entries.get(id);
+    if (!entry) {
+      entry = {
+        id,
+        client: this.#createClient(apiKey),
+        identitySecret: identitySecret(apiKey),
+        verifiedUntil: 0,
+        verifying: undefined,
+        sessions: 0,
+        lastUsed: 0,
+      };
+      this.#entries.set(id, entry);
+    }
+    entry.lastUsed = this.#now();
+    entry.sessions++;
+    try {
+      if (entry.verifiedUntil <= this.#now()) {
+        const current = entry;
+        current.verifying ??= current.client.verify().finally(() => (current.verifying = undefined));
+        await current.verifying;
+        current.verifiedUntil = this.#now() + VERIFIED_FOR_MS;
+      }
+      return entry;
+    } catch (err) {
+      if (err instanceof EmlApiError && err.code === 'EAUTH') this.#remember(id, err);
+      this.#release(entry, true);
+      throw err;
+    }
+  }
+
+  /** Refuses the key again without asking for {@link REFUSED_FOR_MS}. */
+  #remember(id: string, err: EmlApiError): void {
+    this.#refused.delete(id);
+    this.#refused.set(id, { until: this.#now() + REFUSED_FOR_MS, err });
+    for (const [key, { until }] of this.#refused) {
+      if (this.#refused.size <= MAX_REFUSED_KEYS && until > this.#now()) break;
+      this.#refused.delete(key);
+    }
+  }
+
+  /** Ends a session's hold on a client (from {@link authenticate}). */
+  release(held: KeyClient): void {
+    const entry = this.#entries.get(held.id);
+    if (entry && entry === held) this.#release(entry, false);
+  }
+
+  /** Closes every client, letting their sends finish. */
+  async close(): Promise<void> {
+    const clients = [...this.#entries.values()].map((e) => e.client.close());
+    this.#entries.clear();
+    this.#refused.clear();
+    await Promise.allSettled([...clients, ...this.#closing]);
+  }
+
+  #release(entry: Entry, failed: boolean): void {
+    entry.sessions = Math.max(0, entry.sessions - 1);
+    // A key that was never accepted is not kept: a wrong password must not occupy the cache.
+    if (failed && entry.sessions === 0 && entry.verifiedUntil === 0) this.#drop(entry);
+    this.#evict();
+  }
+
+  /** Closes the least recently used idle clients while more than `max` are kept. */
+  #evict(): void {
+    while (this.#entries.size > this.#max) {
+      let oldest: Entry | undefined;
+      for (const entry of this.#entries.values()) {
+        if (entry.sessions === 0 && (!oldest || entry.lastUsed < oldest.lastUsed)) oldest = entry;
+      }
+      if (!oldest) return;
+      this.#drop(oldest);
+    }
+  }
+
+  #drop(entry: Entry): void {
+    if (this.#entries.get(entry.id) !== entry) return;
+    this.#entries.delete(entry.id);
+    const closing = entry.client.close().catch(() => undefined);
+    this.#closing.add(closing);
+    void closing.finally(() => this.#closing.delete(closing));
+  }
+}
+
+/** A short SHA-256 fingerprint of a key: names its client without holding or showing the key. */
+function fingerprint(apiKey: string): string {
+  return createHash('sha256').update(apiKey).digest('hex').slice(0, 24);
 }

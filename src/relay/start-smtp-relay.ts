@@ -1,24 +1,26 @@
 import type { AddressInfo } from 'node:net';
-import type { SMTPServer } from 'smtp-server';
+import type * as SmtpServerModule from 'smtp-server';
+import type { SMTPServer, SMTPServerOptions } from 'smtp-server';
 import { EmlApiClient } from '../client/eml-api-client.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { configError, describe } from '../shared/options-kit.js';
+import { configError, describe, requirePeer } from '../shared/options-kit.js';
 import { isLoopbackAddress } from './client-address-list.js';
 import { ClientSlots } from './client-slots.js';
-import { KeyClients } from './key-clients.js';
-import { keepCommandLines } from './mail-parameters.js';
-import { identitySecret } from './message-identity.js';
-import { directDestination } from './message-destination.js';
-import { keepOwnStatusCodes } from './own-status-codes.js';
-import { greetPromptly } from './prompt-greeting.js';
-import { queueDestination } from './queue-destination.js';
+import { KeyClients, secretMatcher } from './relay-users.js';
+import { keepCommandLines, identitySecret } from './receive-message.js';
+import { directDestination, queueDestination } from './message-destination.js';
+import { keepOwnStatusCodes } from './smtp-replies.js';
 import { relaySessionHandlers } from './relay-sessions.js';
-import type { EmlApiRelayOptions } from './relay-options.js';
-import { resolveRelayOptions, type RelaySettings } from './relay-options.js';
-import { secretMatcher } from './relay-users.js';
-import { loadSmtpServer } from './smtp-server-peer.js';
-import { RelayTelemetry } from './relay-telemetry.js';
-import { redisPassword } from '../queue/outbox-readiness.js';
+import { type EmlApiRelayOptions, resolveRelayOptions, type RelaySettings } from './relay-options.js';
+import { redisPassword } from '../queue/redis-settings.js';
+import { EmlApiMetrics } from '../observability/metrics.js';
+import {
+  resolveOpsHttpOptions,
+  startOpsEndpoint,
+  type OpsEndpoint,
+  type ReadinessCheck,
+} from '../observability/ops-server.js';
+import { watchSends, startSpan } from '../observability/tracing.js';
 
 /**
  * A running SMTP relay.
@@ -333,4 +335,205 @@ function listen(server: SMTPServer, settings: RelaySettings): Promise<void> {
       resolve();
     });
   });
+}
+
+/** The `smtp-server` module, as the relay uses it. */
+export type SmtpServerPeer = typeof SmtpServerModule;
+
+let loaded: SmtpServerPeer | undefined;
+
+/**
+ * Loads `smtp-server`, the optional peer the relay is built on, the first
+ * time the relay needs it: the CLI bundle imports the relay command eagerly,
+ * and `eml-api send` must keep working where smtp-server is not installed.
+ *
+ * @throws {EmlApiError} `ECONFIG` saying what to install when it is missing
+ */
+export function loadSmtpServer(): SmtpServerPeer {
+  loaded ??= requirePeer<SmtpServerPeer>(
+    'smtp-server',
+    'smtp-server',
+    'The SMTP relay (nodemailer-eml-api/relay, eml-api relay)',
+  );
+  return loaded;
+}
+
+/**
+ * What the relay uses of an smtp-server connection to greet it. None of it is
+ * smtp-server's public API: it reads the same in 3.13.0 (the oldest release
+ * the peer range allows) and 3.21.6, and test/relay/greeting.test.ts pins it
+ * for the installed release:
+ *
+ * - `connect(socket)` adds the connection, whose `_socket` is that socket, last
+ *   to `server.connections`, and calls its `init()`, which arms a 100 ms timer that calls
+ *   `this.connectionReady()`, looked up on the connection when it fires (a
+ *   connection over `maxClients` is answered `421` and removed instead);
+ * - `connectionReady()` runs `onConnect`, sets `_ready` and sends the `220`
+ *   greeting; before it the session holds only its `id` (no `envelope`);
+ * - a command that arrives while `_ready` is false is answered
+ *   `421 <name> You talk too soon` and the connection is closed.
+ */
+interface GreetingConnection {
+  _socket?: unknown;
+  connectionReady?: (next?: () => void) => void;
+  _ready?: boolean;
+  _closing?: boolean;
+  _closed?: boolean;
+  session?: { envelope?: unknown };
+}
+
+/**
+ * Greets each client as soon as the bytes that came with its connection have
+ * been read, instead of after smtp-server's fixed 100 ms pause.
+ *
+ * smtp-server waits 100 ms before its greeting to catch early talkers
+ * (spam software that sends its commands without waiting for the greeting:
+ * `421 You talk too soon`). That pause caps a client that opens a connection
+ * per message, as cron, PHP's `mail()` and most scripts do, at 10 messages a
+ * second per connection, with the relay idle meanwhile; Postfix's smtpd greets at once
+ * (early-talker tests live in postscreen, in front of an MX). The relay greets
+ * once the event loop has read what the client sent along with its connection,
+ * so a client whose commands were already there when the connection was accepted (the
+ * early talker that blasts its whole dialog at once) still gets smtp-server's
+ * `421 ... You talk too soon`; one that starts talking within the next 100 ms
+ * but after the greeting left is no longer caught. A relay open to the
+ * Internet should sit behind a firewall or connection rate limit anyway (see
+ * "Hostile clients" in docs/relay.md).
+ *
+ * The 100 ms timer smtp-server armed still fires, and finds the greeting
+ * already done. A connection whose internals are not as pinned above is left
+ * to smtp-server's own timer: greeted 100 ms later, as before.
+ */
+export function greetPromptly(server: SMTPServer): void {
+  const connect = server.connect.bind(server);
+  server.connect = (socket, options) => {
+    connect(socket, options);
+    // connect() adds the new connection last.
+    let newest: GreetingConnection | undefined;
+    for (const connection of server.connections as Set<unknown> as Set<GreetingConnection>) newest = connection;
+    const connection = newest;
+    const ready = connection?.connectionReady;
+    // This socket's connection (one refused for maxClients in init() has already left the set),
+    // not greeted yet.
+    if (
+      !connection ||
+      connection._socket !== socket ||
+      typeof ready !== 'function' ||
+      connection._ready !== false ||
+      connection.session?.envelope !== undefined ||
+      connection._closing ||
+      connection._closed
+    ) {
+      return;
+    }
+    let greeted = false;
+    const greetOnce = (next?: () => void) => {
+      if (greeted) return;
+      greeted = true;
+      ready.call(connection, next);
+    };
+    // smtp-server's timer calls connection.connectionReady(): it now finds the greeting done.
+    connection.connectionReady = greetOnce;
+    // Bytes the client sent along with its connection (before it could have seen a greeting) are
+    // read in the event loop's next poll phase, and reach smtp-server's parser while `_ready` is
+    // still false: its "You talk too soon". The greeting waits for that phase: two turns of the
+    // loop (connect() runs from a setImmediate for a plain connection, from the handshake's
+    // callback with implicit TLS; the second turn covers both), microseconds on an idle relay.
+    setImmediate(() => setImmediate(() => greetOnce()));
+  };
+}
+
+type DataHandler = NonNullable<SMTPServerOptions['onData']>;
+
+/**
+ * The metrics, spans and health port of the relay (its `metrics` and `http`
+ * options): a span per message (`eml-api.relay`, from DATA to the reply, in
+ * which the upload or the outbox's store runs, so a queued job continues its
+ * trace), messages counted by reply code with their size and time,
+ * connections open, and `/readyz` checking what the relay's mode needs.
+ */
+export class RelayTelemetry {
+  readonly metrics: EmlApiMetrics | undefined;
+  readonly #http: ReturnType<typeof resolveOpsHttpOptions>;
+  readonly #secrets: (string | undefined)[];
+  readonly #removers: (() => void)[] = [];
+  #endpoint: OpsEndpoint | undefined;
+
+  /** @throws {EmlApiError} `ECONFIG` naming `http` or `metrics`, or saying to install prom-client */
+  constructor(http: unknown, metrics: unknown, secrets: (string | undefined)[]) {
+    this.#http = resolveOpsHttpOptions(http, 'http');
+    this.metrics = EmlApiMetrics.resolve(
+      EmlApiMetrics.defaultWithHttp(metrics, this.#http !== undefined, 'The relay’s http option'),
+      "The relay's metrics option",
+    );
+    this.#secrets = secrets;
+  }
+
+  /** The health and metrics port, once started. */
+  get endpoint(): OpsEndpoint | undefined {
+    return this.#endpoint;
+  }
+
+  /**
+   * The session handlers, with each message (DATA to reply) in a span of its
+   * own and counted with its reply code.
+   */
+  observe<H extends { onData: DataHandler }>(handlers: H): H {
+    const { metrics } = this;
+    const onData: DataHandler = (stream, session, callback) => {
+      const started = performance.now();
+      const span = startSpan('eml-api.relay', {
+        kind: 'server',
+        attributes: {
+          'eml_api.component': 'relay',
+          'eml_api.session': session.id,
+          'eml_api.recipients': session.envelope.rcptTo.length,
+        },
+      });
+      const reply: typeof callback = (err, message) => {
+        const code = err ? ((err as { responseCode?: number }).responseCode ?? 451) : 250;
+        const bytes = (stream as { byteLength?: number }).byteLength ?? 0;
+        metrics?.recordRelayMessage(code, bytes, (performance.now() - started) / 1000);
+        span.set({ 'smtp.reply_code': code, 'eml_api.bytes': bytes });
+        if (err) span.fail(Object.assign(new Error(err.message), { code: `SMTP_${code}` }));
+        span.end();
+        callback(err, message);
+      };
+      span.run(() => handlers.onData(stream, session, reply));
+    };
+    return { ...handlers, onData };
+  }
+
+  /**
+   * Measures the uploads and retries of a client the relay sends with.
+   */
+  watch(client: EmlApiClient): EmlApiClient {
+    // Not removed: the observer goes with the client's engine when the client is dropped (KeyClients evicts).
+    watchSends(client, 'relay', this.metrics);
+    return client;
+  }
+
+  /**
+   * Counts the server's connections, and starts the health and metrics port
+   * when the `http` option asks for one.
+   * @param checks what `/readyz` checks in the relay's mode
+   * @throws {EmlApiError} `ECONFIG` when the port cannot listen
+   */
+  async start(server: SMTPServer, checks: ReadinessCheck[]): Promise<void> {
+    const connections = (server as unknown as { connections?: Set<unknown> }).connections;
+    if (this.metrics && connections) this.#removers.push(this.metrics.addConnections(() => connections.size));
+    if (!this.#http) return;
+    this.#endpoint = await startOpsEndpoint(this.#http, { checks, secrets: this.#secrets }, this.metrics);
+  }
+
+  /** `/readyz` fails from now on: the relay is stopping. */
+  stopping(): void {
+    this.#endpoint?.stopping();
+  }
+
+  /** Stops the port and the gauges' sources. */
+  async close(): Promise<void> {
+    for (const remove of this.#removers.splice(0)) remove();
+    await this.#endpoint?.close();
+  }
 }

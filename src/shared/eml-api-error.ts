@@ -161,8 +161,6 @@ export class EmlApiError extends Error {
 /**
  * The fields of an error as constructor details, to make another error like
  * it (another message, more fields): `new EmlApiError(err.code, text, { ...errorDetails(err), queueId })`.
- * @example
- * const copy = new EmlApiError(err.code, `${err.message}; retried`, errorDetails(err));
  */
 export function errorDetails(err: EmlApiError): EmlApiErrorDetails {
   const details: EmlApiErrorDetails = { permanent: err.permanent, mayHaveBeenAccepted: err.mayHaveBeenAccepted };

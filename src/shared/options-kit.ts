@@ -1,5 +1,5 @@
+import { createRequire } from 'node:module';
 import { EmlApiError } from './eml-api-error.js';
-import { resolveLogger, type EmlApiLogger } from './logger.js';
 
 /**
  * The one way every component (client, transport, queue transport, worker,
@@ -10,9 +10,6 @@ import { resolveLogger, type EmlApiLogger } from './logger.js';
 
 /**
  * An `ECONFIG` error (permanent) naming the option path.
- * @example
- * throw configError('timeouts.connect', 'expected a whole number from 1 to 86400000, got -1');
- * // EmlApiError: Invalid option timeouts.connect: expected a whole number from 1 to 86400000, got -1
  */
 export function configError(option: string, problem: string): EmlApiError {
   return new EmlApiError('ECONFIG', `Invalid option ${option}: ${problem}`, { permanent: true });
@@ -20,9 +17,6 @@ export function configError(option: string, problem: string): EmlApiError {
 
 /**
  * A short description of a value for error messages (never the value of a secret object).
- * @example
- * describe('abc'); // 'the string "abc"'
- * describe([1]); // 'an array'
  */
 export function describe(value: unknown): string {
   if (value === null) return 'null';
@@ -36,8 +30,6 @@ export function describe(value: unknown): string {
  * Checks a whole-number option from `min` to `max`, or takes `fallback` when it is absent.
  * @param fallback the default, used when `value` is undefined (none: the option is required)
  * @throws {EmlApiError} `ECONFIG` naming the option
- * @example
- * const concurrency = wholeNumber(options.concurrency, 'concurrency', 1, 10_000, 5);
  */
 export function wholeNumber(value: unknown, option: string, min: number, max: number, fallback?: number): number {
   const v = value === undefined ? fallback : value;
@@ -50,8 +42,6 @@ export function wholeNumber(value: unknown, option: string, min: number, max: nu
 /**
  * Checks a finite number above 0 (a rate), or takes `fallback` when it is absent.
  * @throws {EmlApiError} `ECONFIG` naming the option
- * @example
- * const rate = positiveNumber(options.rate, 'rate', 1);
  */
 export function positiveNumber(value: unknown, option: string, fallback?: number): number {
   const v = value === undefined ? fallback : value;
@@ -64,8 +54,6 @@ export function positiveNumber(value: unknown, option: string, fallback?: number
 /**
  * Checks a share from 0 to 1 (a `jitter`), or takes `fallback` when it is absent.
  * @throws {EmlApiError} `ECONFIG` naming the option
- * @example
- * share(options.jitter, 'retry.jitter', 0.2);
  */
 export function share(value: unknown, option: string, fallback: number): number {
   const v = value === undefined ? fallback : value;
@@ -78,8 +66,6 @@ export function share(value: unknown, option: string, fallback: number): number 
 /**
  * Checks that an option is one of `values`, or takes `fallback` when it is absent.
  * @throws {EmlApiError} `ECONFIG` naming the option and the values it takes
- * @example
- * const durability = oneOf(options.durability, 'durability', ['warn', 'aof', 'aof-always'] as const, 'warn');
  */
 export function oneOf<T extends string>(value: unknown, option: string, values: readonly T[], fallback?: T): T {
   const v = value === undefined ? fallback : value;
@@ -90,8 +76,6 @@ export function oneOf<T extends string>(value: unknown, option: string, values: 
 /**
  * Checks a `true`/`false` option, or takes `fallback` when it is absent.
  * @throws {EmlApiError} `ECONFIG` naming the option
- * @example
- * const implicit = booleanOption(tls.implicit, 'tls.implicit', false);
  */
 export function booleanOption(value: unknown, option: string, fallback: boolean): boolean;
 export function booleanOption(value: unknown, option: string, fallback?: boolean): boolean | undefined;
@@ -105,8 +89,6 @@ export function booleanOption(value: unknown, option: string, fallback?: boolean
  * Checks that an option is a plain object (not null, not an array).
  * @param shape what it should look like, for the error, e.g. `{ max, duration }`
  * @throws {EmlApiError} `ECONFIG` naming the option
- * @example
- * const rate = objectOption(options.rateLimit, 'rateLimit', '{ max, duration }');
  */
 export function objectOption(value: unknown, option: string, shape: string): Record<string, unknown> {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
@@ -119,8 +101,6 @@ export function objectOption(value: unknown, option: string, shape: string): Rec
  * Checks a `logger` option (`true` for the console, `false`, or a logger
  * object) and returns the logger, silent when none was given.
  * @throws {EmlApiError} `ECONFIG` naming `logger`
- * @example
- * const logger = loggerOption(options.logger);
  */
 export function loggerOption(value: unknown): EmlApiLogger {
   if (value !== undefined && typeof value !== 'boolean' && (typeof value !== 'object' || value === null)) {
@@ -131,8 +111,6 @@ export function loggerOption(value: unknown): EmlApiLogger {
 
 /**
  * Options renamed before 1.0: the old name and what to say about its new one.
- * @example
- * const renamed: RenamedOptions = { retries: 'renamed to retry (attempts counts the first try: retries 3 is attempts 4)' };
  */
 export type RenamedOptions = Readonly<Record<string, string>>;
 
@@ -145,11 +123,6 @@ export type RenamedOptions = Readonly<Record<string, string>>;
  *
  * @param where the path of the object checked, with its dot (`'retry.'`), or '' at the top
  * @throws {EmlApiError} `ECONFIG` naming the key
- * @example
- * refuseUnknownKeys({ timeout: 5 }, ['timeouts', 'retry'], '');
- * // Invalid option timeout: unknown option; did you mean timeouts? (known: timeouts, retry)
- * refuseUnknownKeys({ retries: 3 }, ['retry'], '', { retries: 'renamed to retry' });
- * // Unknown option retries: renamed to retry
  */
 export function refuseUnknownKeys(
   options: object,
@@ -174,9 +147,6 @@ export function refuseUnknownKeys(
 /**
  * The name among `names` closest to `typo` (edit distance, case ignored),
  * when it is close enough to be the one meant.
- *
- * @example
- * nearestName('timeout', ['timeouts', 'retry']); // 'timeouts'
  */
 export function nearestName(typo: string, names: readonly string[]): string | undefined {
   const wanted = typo.toLowerCase();
@@ -205,4 +175,87 @@ function editDistance(a: string, b: string): number {
     previous = row;
   }
   return previous[b.length]!;
+}
+
+/**
+ * A logger the transport writes to: any object with these methods, such as
+ * console, pino or bunyan (which take an object first and a message second).
+ *
+ * @example
+ * new EmlApiTransport({ apiKey, baseUrl, logger: pino() });
+ */
+export interface EmlApiLogger {
+  debug(meta: Record<string, unknown>, message: string): void;
+  info(meta: Record<string, unknown>, message: string): void;
+  warn(meta: Record<string, unknown>, message: string): void;
+  error(meta: Record<string, unknown>, message: string): void;
+}
+
+const LEVELS = ['debug', 'info', 'warn', 'error'] as const;
+
+const silentLogger: EmlApiLogger = { debug() {}, info() {}, warn() {}, error() {} };
+
+const consoleLogger: EmlApiLogger = {
+  debug: (meta, message) => console.debug(`[EmlApiTransport] DEBUG ${message}`, meta),
+  info: (meta, message) => console.info(`[EmlApiTransport] INFO ${message}`, meta),
+  warn: (meta, message) => console.warn(`[EmlApiTransport] WARN ${message}`, meta),
+  error: (meta, message) => console.error(`[EmlApiTransport] ERROR ${message}`, meta),
+};
+
+/** Picks the logger for a `logger` option value: `true` logs to the console, `false`/absent is silent. */
+export function resolveLogger(option: boolean | EmlApiLogger | undefined): EmlApiLogger {
+  if (option === undefined || option === false) return silentLogger;
+  if (option === true) return consoleLogger;
+  const logger = {} as EmlApiLogger;
+  let warned = false;
+  for (const level of LEVELS) {
+    // Some loggers (console) lack levels or need their own `this`.
+    const fn = typeof option[level] === 'function' ? option[level] : undefined;
+    logger[level] = fn
+      ? (meta, message) => {
+          try {
+            fn.call(option, meta, message);
+          } catch (err) {
+            // A logger that throws must not fail a send (after the service accepted it, the app would send it
+            // again) nor leave its spool file behind: the line is lost, and Node's warning says so once.
+            if (warned) return;
+            warned = true;
+            process.emitWarning(
+              `The logger passed to nodemailer-eml-api threw (${(err as Error)?.message ?? String(err)}); its lines are dropped`,
+              { code: 'EML_API_LOGGER_THREW' },
+            );
+          }
+        }
+      : () => {};
+  }
+  return logger;
+}
+
+// Synchronous, so an entry point can check its peer as it is imported, in the ESM and the CJS build alike.
+const requireFromHere = createRequire(import.meta.url);
+
+/**
+ * Loads a peer dependency the part of the package in use needs (mailparser
+ * for the emulator, bullmq for the outbox, smtp-server for the relay), with
+ * an error that says what to install when it is missing.
+ *
+ * @param name the package, e.g. `mailparser`
+ * @param install what to install, e.g. `mailparser@3.9.31`
+ * @param user the part that needs it, e.g. `The emulator`
+ * @throws {EmlApiError} `ECONFIG` when the package is not installed
+ */
+export function requirePeer<T>(name: string, install: string, user: string): T {
+  try {
+    return requireFromHere(name) as T;
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    if (e.code === 'MODULE_NOT_FOUND' && e.message.includes(`'${name}'`)) {
+      throw new EmlApiError(
+        'ECONFIG',
+        `${user} needs the package "${name}", an optional peer dependency of nodemailer-eml-api: run npm install ${install}`,
+        { cause: err, permanent: true },
+      );
+    }
+    throw err;
+  }
 }

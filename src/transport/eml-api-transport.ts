@@ -1,20 +1,18 @@
 import { EventEmitter } from 'node:events';
-import { EmlApiClient } from '../client/eml-api-client.js';
-import { checkIdempotencyKey } from '../client/input-checks.js';
-import { toGroupEmailRequest, toStandardEmailRequest } from '../client/request-bodies.js';
+import { EmlApiClient, toGroupEmailRequest, toStandardEmailRequest } from '../client/eml-api-client.js';
+import { checkIdempotencyKey } from '../client/client-input.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import type { EmlApiLogger } from '../shared/logger.js';
+import { type EmlApiLogger, refuseUnknownKeys } from '../shared/options-kit.js';
 import { VERSION } from '../shared/version.js';
-import { EmlApiMetrics } from '../observability/metrics.js';
-import { endSend, watchSends } from '../observability/send-telemetry.js';
-import { activeSpanEvent, startSpan } from '../observability/tracing.js';
+import { EmlApiMetrics, type MetricsOption } from '../observability/metrics.js';
+import { endSend, watchSends, activeSpanEvent, startSpan } from '../observability/tracing.js';
 import { buildMessage, type BuildThreads } from './build-message.js';
-import { BuildThreadPool } from './build-threads/pool.js';
-import { sendRouteOf, type SendRoute } from './json-route.js';
-import { jsonSendFromMail } from './json-send-from-mail.js';
-import type { NodemailerMail } from './nodemailer-types.js';
-import { sentMessageInfo, type EmlApiSentMessageInfo } from './sent-message-info.js';
-import { splitTransportOptions, type EmlApiTransportOptions } from './transport-options.js';
+import { BuildThreadPool, resolveBuildThreads } from './build-threads/pool.js';
+import { sendRouteOf, type SendRoute, jsonSendFromMail } from './json-send-from-mail.js';
+import type { NodemailerMail, MailEnvelope } from './nodemailer-types.js';
+import { type EmlApiClientOptions, CLIENT_OPTIONS, CLIENT_RENAMED } from '../client/client-options.js';
+import type { GroupSendAcceptedResponse, SendAcceptedResponse } from '../protocol/api-types.js';
+import type { GroupSendResult, SendResult } from '../client/client-types.js';
 
 /**
  * Nodemailer's callback of `transport.send`: called once, with the error or with what the send resolved.
@@ -279,4 +277,138 @@ export class EmlApiTransport extends EventEmitter {
 function signalOf(mail: NodemailerMail): AbortSignal | undefined {
   const signal = (mail.data as { signal?: unknown }).signal;
   return signal instanceof AbortSignal ? signal : undefined;
+}
+
+/**
+ * Options of {@link EmlApiTransport}: every {@link EmlApiClientOptions} option,
+ * plus the transport's own.
+ *
+ * @example
+ * const transporter = nodemailer.createTransport(
+ *   new EmlApiTransport({ apiKey: process.env.EML_API_KEY!, baseUrl: 'https://api.mail.example.com', logger: true }),
+ * );
+ */
+export interface EmlApiTransportOptions extends EmlApiClientOptions {
+  /**
+   * Where the transport logs: `true` for the console, or a logger object
+   * (pino, bunyan, console...). The API key is never logged.
+   * @default false
+   */
+  logger?: boolean | EmlApiLogger;
+  /**
+   * Build messages on this many worker threads instead of the thread that
+   * calls `sendMail` (`'auto'`: one per core, `os.availableParallelism()`).
+   * Nodemailer's build (MIME encoding, DKIM signing, reading attachment
+   * files) is most of a send's CPU: on threads, the app's own thread stays
+   * free and sends go out faster on a machine with cores to spare. The bytes
+   * are the same as a build on the sending thread. Messages a thread cannot
+   * reproduce (stream or function content, a stream plugin, values that are
+   * not plain data, in-memory contents over 2 MiB) are built on the sending
+   * thread, and the debug log says why. Threads start with the first send
+   * that needs one, are reused, never keep the process alive while idle,
+   * and end with `close()`; each costs some memory (see BENCHMARKS.md).
+   * @default undefined (off: messages are built on the sending thread)
+   * @example
+   * new EmlApiTransport({ apiKey, baseUrl, buildThreads: 2 });
+   */
+  buildThreads?: number | 'auto' | false;
+  /**
+   * Prometheus metrics of the sends (`eml_api_sends_total`, `eml_api_send_retries_total`,
+   * `eml_api_upload_bytes`, `eml_api_upload_duration_seconds`, with `component="transport"`):
+   * `true` for prom-client's default registry, or `{ registry }` for yours. Needs the
+   * optional peer `prom-client` (`npm install prom-client`). See docs/operations.md.
+   * @default false
+   * @example
+   * new EmlApiTransport({ apiKey, baseUrl, metrics: { registry } });
+   */
+  metrics?: MetricsOption;
+}
+
+/** Names of the options the transport takes besides the client's. */
+const TRANSPORT_OPTIONS = ['buildThreads', 'metrics'] as const satisfies readonly (keyof EmlApiTransportOptions)[];
+
+/**
+ * Splits the transport's own options from the client's, checking them.
+ *
+ * @returns the client's options and the number of build threads (0: none)
+ * @throws {EmlApiError} `ECONFIG` naming the option (an unknown one too, with the nearest valid name)
+ */
+export function splitTransportOptions(options: EmlApiTransportOptions): {
+  clientOptions: EmlApiClientOptions;
+  buildThreads: number;
+  /** The `metrics` option as given (checked where the metrics are made). */
+  metrics?: MetricsOption;
+} {
+  if (typeof options !== 'object' || options === null) return { clientOptions: options, buildThreads: 0 };
+  refuseUnknownKeys(options, [...CLIENT_OPTIONS, ...TRANSPORT_OPTIONS], '', CLIENT_RENAMED);
+  const { buildThreads, metrics, ...clientOptions } = options;
+  return {
+    clientOptions,
+    buildThreads: resolveBuildThreads(buildThreads),
+    ...(metrics === undefined ? {} : { metrics }),
+  };
+}
+
+/**
+ * What `transporter.sendMail()` resolves with: the fields Nodemailer's SMTP
+ * transport gives (`envelope`, `messageId`, `accepted`, `rejected`, `pending`,
+ * `response`), plus the service's answer.
+ *
+ * @example
+ * const info: EmlApiSentMessageInfo = await transporter.sendMail(message);
+ * console.log(info.messageId, info.response); // '<...@example.test>' '202 Accepted'
+ */
+export interface EmlApiSentMessageInfo {
+  /** Sender and recipients of the message. */
+  envelope: MailEnvelope;
+  /**
+   * The Message-ID header of the uploaded message, with angle brackets. For a
+   * tracked (JSON) send, the one the service reported; empty for group sends,
+   * where every member's copy has its own.
+   */
+  messageId: string;
+  /** Every envelope recipient: the service accepts or refuses a message as a whole. Empty for group sends. */
+  accepted: string[];
+  /** Always empty: a refused message rejects the promise instead. */
+  rejected: string[];
+  /** Always empty. */
+  pending: string[];
+  /** HTTP status line of the service's answer, e.g. `202 Accepted`. */
+  response: string;
+  /** The service's id for the send, when it gave one. */
+  id: string | undefined;
+  /** The service's parsed JSON answer (read leniently), when it sent JSON; for group sends `{ id, recipients, failed }`. */
+  apiResponse: Partial<SendAcceptedResponse> | Partial<GroupSendAcceptedResponse> | undefined;
+  /** The group a group send went to. */
+  group?: string;
+  /** The `Idempotency-Key` the send carried. */
+  idempotencyKey: string;
+  /**
+   * Set when the 2xx answer was not the service's JSON (an HTML page behind a
+   * wrong `baseUrl`): the message may not have been sent. Also logged as a warning.
+   */
+  warning?: string;
+}
+
+/**
+ * The info of an accepted send: every envelope recipient accepted (the
+ * service takes or refuses a message as a whole), with the service's answer.
+ */
+export function sentMessageInfo(
+  envelope: MailEnvelope,
+  messageId: string,
+  result: SendResult | GroupSendResult,
+): EmlApiSentMessageInfo {
+  return {
+    envelope,
+    messageId,
+    accepted: [...envelope.to],
+    rejected: [],
+    pending: [],
+    response: result.response,
+    id: result.id,
+    apiResponse: result.data,
+    idempotencyKey: result.idempotencyKey,
+    ...(result.warning === undefined ? {} : { warning: result.warning }),
+  };
 }

@@ -1,9 +1,14 @@
-import { toApiAddress, toApiAddressList } from '../client/address-input.js';
-import type { ApiAddress } from '../protocol/api-types.js';
-import { imageFormat, type ImageInput, type TextContentInput } from '../client/content-input.js';
-import { inputError } from '../client/input-error.js';
+import type {} from 'nodemailer/lib/mailer';
+import {
+  toApiAddress,
+  toApiAddressList,
+  imageFormat,
+  type ImageInput,
+  type TextContentInput,
+  inputError,
+} from '../client/client-input.js';
+import type { ApiAddress, SendKind } from '../protocol/api-types.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import type { JsonRoute } from './json-route.js';
 import type { NodemailerMail } from './nodemailer-types.js';
 
 /** Message data after Nodemailer's `normalize()`: contents resolved, attachments Base64 where they were bytes. */
@@ -189,4 +194,88 @@ function replaceCidReferences(html: string, placeholders: ReadonlyMap<string, st
     const placeholder = placeholders.get(cid);
     return placeholder === undefined ? whole : `{{${placeholder}}}`;
   });
+}
+
+/**
+ * Where a `sendMail` call goes, from its `group` and `tracking` fields: a
+ * group send, a tracked JSON email, or (neither) the built message as EML.
+ */
+export type SendRoute =
+  | { kind: Extract<SendKind, 'group'>; groupId: string; tracking: boolean | undefined }
+  | { kind: Extract<SendKind, 'email'> }
+  | { kind: Extract<SendKind, 'eml'> };
+
+/** The routes that post JSON fields instead of the built message. */
+export type JsonRoute = Exclude<SendRoute, { kind: 'eml' }>;
+
+/**
+ * Reads `group` and `tracking` from the message data.
+ * @throws {EmlApiError} `EMESSAGE` when they have the wrong type
+ */
+export function sendRouteOf(data: Record<string, unknown>): SendRoute {
+  const { group, tracking } = data;
+  if (tracking !== undefined && typeof tracking !== 'boolean') {
+    throw inputError('The tracking option must be true or false');
+  }
+  if (group !== undefined) {
+    if (typeof group !== 'string' || group.length === 0)
+      throw inputError('The group option must be a non-empty group id');
+    return { kind: 'group', groupId: group, tracking };
+  }
+  return tracking === true ? { kind: 'email' } : { kind: 'eml' };
+}
+
+/**
+ * The `sendMail` fields this transport adds. They are declared on Nodemailer's
+ * own message options type (module augmentation for Nodemailer 10's bundled
+ * types and for `@types/nodemailer`), so TypeScript accepts them without casts.
+ *
+ * @example
+ * await transporter.sendMail({ from, subject: 'Hi {{first_name}}', html, group: 'newsletter' });
+ * await transporter.sendMail({ from, to, subject, html, tracking: true });
+ * await transporter.sendMail({ raw, idempotencyKey: `receipt-${order.id}` });
+ */
+export interface EmlApiMailOptions {
+  /**
+   * Send to every member of this group through `/v1/send/group/{group}`
+   * instead of as EML. The message then cannot have to/cc/bcc, custom headers
+   * or attachments other than inline images.
+   * @default undefined (EML send)
+   */
+  group?: string;
+  /**
+   * Send through `/v1/send/email` with the service's tracking on (or, with
+   * `group`, turn tracking on for the group send).
+   * @default undefined (EML send)
+   */
+  tracking?: boolean;
+  /**
+   * `Idempotency-Key` of this logical send: the service delivers a repeat of
+   * the same request under the same key once (within its window) and refuses
+   * a different request under a used key (`EAPI` 422 `idempotency_key_reused`).
+   * Nodemailer builds a message anew on every `sendMail` (a new Date, boundaries
+   * and, unless given, Message-ID), so a repeat is the same request only when
+   * the message is the same bytes: `raw`, or the outbox, which builds once.
+   * 1 to 255 printable ASCII characters without spaces.
+   * @default a new random UUID per send
+   */
+  idempotencyKey?: string;
+}
+
+declare module 'nodemailer/lib/mailer' {
+  // @types/nodemailer (Nodemailer 6 to 9): Mail.Options is a namespace member of `export =`.
+  // eslint-disable-next-line @typescript-eslint/no-empty-object-type
+  interface Options extends EmlApiMailOptions {}
+}
+
+declare module 'nodemailer/lib/mailer/index.js' {
+  // The same for ES module consumers of @types/nodemailer, where a directory import does not resolve.
+  // eslint-disable-next-line @typescript-eslint/no-empty-object-type
+  interface Options extends EmlApiMailOptions {}
+}
+
+declare module 'nodemailer/lib/mailer/mail-message' {
+  // Nodemailer 10's bundled types: sendMail takes SendMailOptions.
+  // eslint-disable-next-line @typescript-eslint/no-empty-object-type
+  interface SendMailOptions extends EmlApiMailOptions {}
 }

@@ -3,10 +3,9 @@ import { readFileSync } from 'node:fs';
 import { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { CliIo } from '../../src/cli/cli-io.js';
-import { renderProgressBar } from '../../src/cli/lib/progress-bar.js';
+import { type CliIo, EXIT } from '../../src/cli/cli-io.js';
+import { renderProgressBar } from '../../src/cli/commands/group-command.js';
 import { runCli } from '../../src/cli/run-cli.js';
-import { EXIT } from '../../src/cli/lib/usage-error.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 

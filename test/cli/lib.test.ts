@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { canDrawProgress, ProgressBar, renderProgressBar } from '../../src/cli/lib/progress-bar.js';
-import { parseCsv } from '../../src/cli/lib/read-csv.js';
+import { canDrawProgress, ProgressBar, renderProgressBar, parseCsv } from '../../src/cli/commands/group-command.js';
 
 /** The CLI's building blocks on their own: the progress bar and the CSV parser. */
 

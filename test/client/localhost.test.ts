@@ -1,8 +1,7 @@
-import type { LookupAddress } from 'node:dns';
-import type { lookup as dnsLookup } from 'node:dns';
+import type { LookupAddress, lookup as dnsLookup } from 'node:dns';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { localhostOnlyLoopback } from '../../src/http/localhost-lookup.js';
+import { localhostOnlyLoopback } from '../../src/http/exchange.js';
 import { EmlApiClient } from '../../src/index.js';
 
 let emu: Emulator;

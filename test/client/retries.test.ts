@@ -2,7 +2,7 @@ import nodemailer from 'nodemailer';
 import { Agent, type Dispatcher } from 'undici';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { EmlApiTransport } from '../../src/index.js';
-import { backoffDelay, parseRetryAfter } from '../../src/http/retry-policy.js';
+import { backoffDelay, parseRetryAfter } from '../../src/http/requester.js';
 import { rejectionOf, waitFor } from '../helpers/async.js';
 import { clientFactory } from '../helpers/clients.js';
 import { closedPort, startFakeService, type FakeService } from '../helpers/fake-service.js';

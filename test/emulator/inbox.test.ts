@@ -563,7 +563,7 @@ describe('live updates over /inbox/events', () => {
 
 describe('a message opened in the inbox', () => {
   it('is parsed once for its HTML frame and every attachment download', async () => {
-    const parser = await import('../../src/emulator/operations/mime-parser.js');
+    const parser = await import('../../src/emulator/operations/send-operations.js');
     const ref = await sendEml(
       richEml({ subject: 'Parsed once', messageId: '<parsed-once@x>', attachment: Buffer.from('file body') }),
     );

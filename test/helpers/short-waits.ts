@@ -1,9 +1,9 @@
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll } from 'vitest';
-import { outboxWaits } from '../../src/queue/outbox-waits.js';
+import { outboxWaits } from '../../src/queue/redis-connection.js';
 
 /**
- * Shortened bounds of the outbox's fixed waits (src/queue/outbox-waits.ts),
+ * Shortened bounds of the outbox's fixed waits (src/queue/redis-connection.ts),
  * for the tests that wait them out: a close while Redis does not answer
  * waits for the hand-back and QUIT bounds to pass. Only the bounds are
  * shorter; what happens when they pass is the same.

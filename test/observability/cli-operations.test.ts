@@ -1,6 +1,6 @@
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { jsonLogLine } from '../../src/cli/lib/log-format.js';
+import { jsonLogLine } from '../../src/cli/lib/ops-flags.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiQueueTransport } from '../../src/queue/index.js';
 import { runCli } from '../../src/cli/run-cli.js';

@@ -12,7 +12,7 @@ import fc from 'fast-check';
 import nodemailer from 'nodemailer';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { membersFromCsv } from '../../src/cli/lib/csv-members.js';
+import { membersFromCsv } from '../../src/cli/commands/group-command.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiClient, EmlApiError, EmlApiTransport } from '../../src/index.js';
 

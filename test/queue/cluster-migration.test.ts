@@ -5,7 +5,7 @@ import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiQueueTransport, startEmlApiWorker, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
 import { resolveQueueLocation } from '../../src/queue/queue-location.js';
-import { queueRedis } from '../../src/queue/outbox-queue.js';
+import { queueRedis } from '../../src/queue/outbox-admin.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisCluster, type RedisCluster } from '../helpers/redis-cluster.js';
 

@@ -4,8 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiQueueTransport, purgeOutbox, startEmlApiWorker } from '../../src/queue/index.js';
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
-import { newContentKey } from '../../src/queue/content-keys.js';
-import { resolveQueueLocation } from '../../src/queue/queue-location.js';
+import { newContentKey, resolveQueueLocation } from '../../src/queue/queue-location.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisCluster, type RedisCluster, type RedisClusterNode } from '../helpers/redis-cluster.js';
 

@@ -1,7 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
-import { newContentKey } from '../../src/queue/content-keys.js';
-import { resolveQueueLocation } from '../../src/queue/queue-location.js';
+import { newContentKey, resolveQueueLocation } from '../../src/queue/queue-location.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 /**

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { HeaderSectionFinder, headerSectionEnd } from '../../src/protocol/header-fields.js';
+import { HeaderSectionFinder, headerSectionEnd } from '../../src/protocol/message-format.js';
 
 /** The one header scanner of the spool and the relay, fed the same bytes in every cut into two and three chunks. */
 describe('the header section finder', () => {

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiClient } from '../../src/index.js';
 import { ClientSlots } from '../../src/relay/client-slots.js';
-import { KeyClients } from '../../src/relay/key-clients.js';
+import { KeyClients } from '../../src/relay/relay-users.js';
 import { directDestination } from '../../src/relay/message-destination.js';
 import { relaySessionHandlers } from '../../src/relay/relay-sessions.js';
 import { resolveRelayOptions } from '../../src/relay/relay-options.js';

@@ -10,20 +10,32 @@ import fc from 'fast-check';
 import { buffer } from 'node:stream/consumers';
 import { describe, expect, it } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
-import { parseAddressList } from '../../src/protocol/address-list.js';
-import { parseHeaderFields } from '../../src/protocol/header-fields.js';
-import { addressKey } from '../../src/relay/address-key.js';
-import { AuthFailureBudget, type AuthAttempt } from '../../src/relay/auth-failures.js';
-import { hashRelayPassword, parseUsersFile, RelayUsers } from '../../src/relay/relay-users.js';
+import { parseAddressList, parseHeaderFields } from '../../src/protocol/message-format.js';
+import {
+  addressKey,
+  readAddressList,
+  readRelayHeaders,
+  disagreeingReader,
+  serviceAddressReaders,
+} from '../../src/relay/relay-headers.js';
+import {
+  AuthFailureBudget,
+  type AuthAttempt,
+  hashRelayPassword,
+  parseUsersFile,
+  RelayUsers,
+} from '../../src/relay/relay-users.js';
 import { ClientAddressList, clientKey, isLoopbackAddress } from '../../src/relay/client-address-list.js';
-import { planEnvelope, withMessageId } from '../../src/relay/envelope-plan.js';
-import { readAddressList } from '../../src/relay/address-list-reader.js';
-import { readRelayHeaders } from '../../src/relay/relay-headers.js';
-import { disagreeingReader, serviceAddressReaders } from '../../src/relay/service-address-readers.js';
-import { IDEMPOTENCY_WINDOW_MS, identitySecret, MessageIdentities } from '../../src/relay/message-identity.js';
-import { MessageRewriter } from '../../src/relay/message-rewriter.js';
+import {
+  planEnvelope,
+  withMessageId,
+  IDEMPOTENCY_WINDOW_MS,
+  identitySecret,
+  MessageIdentities,
+  MessageRewriter,
+} from '../../src/relay/receive-message.js';
 import { defaultMaxMessageSize, maxUploadableSize, resolveRelayOptions } from '../../src/relay/relay-options.js';
-import { authOffered, mailRefusal, type RelayPolicy } from '../../src/relay/session-rules.js';
+import { authOffered, mailRefusal, type RelayPolicy } from '../../src/relay/relay-sessions.js';
 import { authFailureReply, failureReply } from '../../src/relay/smtp-replies.js';
 import { thrownBy } from '../helpers/async.js';
 

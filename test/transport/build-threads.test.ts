@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { defaultSpoolSettings } from '../../src/body/spool-options.js';
+import { defaultSpoolSettings } from '../../src/body/message-spool.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiTransport } from '../../src/index.js';
 import { buildMessage } from '../../src/transport/build-message.js';

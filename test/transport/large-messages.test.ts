@@ -7,7 +7,7 @@ import nodemailer from 'nodemailer';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { EmlApiClient, EmlApiTransport, type EmlApiError, type EmlApiTransportOptions } from '../../src/index.js';
 import { startEmulator } from '../../src/emulator/index.js';
-import { Base64Encoder } from '../../src/body/base64-encoder.js';
+import { Base64Encoder } from '../../src/body/eml-upload-body.js';
 import { waitFor } from '../helpers/async.js';
 import { startEarlyAnswerServer } from '../helpers/early-answer-server.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';

@@ -1,21 +1,23 @@
 import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { EmlApiError } from '../../shared/eml-api-error.js';
-import type { EmlApiLogger } from '../../shared/logger.js';
-import { startEmlApiRelay } from '../../relay/start-smtp-relay.js';
-import { loadSmtpServer } from '../../relay/smtp-server-peer.js';
+import type { EmlApiLogger } from '../../shared/options-kit.js';
+import { startEmlApiRelay, loadSmtpServer } from '../../relay/start-smtp-relay.js';
 import type { EmlApiRelayOptions } from '../../relay/relay-options.js';
 import { hashRelayPassword, parseUsersFile, type EmlApiRelayUser } from '../../relay/relay-users.js';
-import { readAll } from '../lib/read-input.js';
-import type { CliIo } from '../cli-io.js';
-import { untilStopped } from '../lib/until-stopped.js';
-import { EXIT, UsageError, wholeFlag } from '../lib/usage-error.js';
-import { terminalText } from '../lib/terminal-text.js';
-import { outboxEncryption, OUTBOX_KEYS_HELP, redisConnection } from '../lib/redis-config.js';
+import { readAll, type CliIo, untilStopped, EXIT, UsageError, wholeFlag, terminalText } from '../cli-io.js';
+import {
+  outboxEncryption,
+  OUTBOX_KEYS_HELP,
+  redisConnection,
+  isJsonIo,
+  jsonIo,
+  OPERATIONS_ARG_OPTIONS,
+  operationsHelp,
+  operationsOptions,
+} from '../lib/ops-flags.js';
 import type { EmlApiQueueTransportOptions } from '../../queue/queue-transport-options.js';
-import type { OutboxClusterConnection } from '../../queue/redis-cluster.js';
-import { isJsonIo, jsonIo } from '../lib/log-format.js';
-import { OPERATIONS_ARG_OPTIONS, operationsHelp, operationsOptions } from '../lib/operations-flags.js';
+import type { OutboxClusterConnection } from '../../queue/redis-connection.js';
 
 /** Help of `eml-api relay`. */
 export const RELAY_HELP = `Usage: eml-api relay [options]

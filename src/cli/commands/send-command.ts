@@ -1,9 +1,6 @@
 import { parseArgs } from 'node:util';
-import type { CliIo } from '../cli-io.js';
-import { readInput } from '../lib/read-input.js';
-import { createServiceClient, SERVICE_ARG_OPTIONS, SERVICE_OPTIONS_HELP } from '../lib/service-config.js';
-import { EXIT, UsageError } from '../lib/usage-error.js';
-import { terminalText } from '../lib/terminal-text.js';
+import { type CliIo, readInput, EXIT, UsageError, terminalText } from '../cli-io.js';
+import { createServiceClient, SERVICE_ARG_OPTIONS, SERVICE_OPTIONS_HELP } from '../lib/ops-flags.js';
 
 /** Help of `eml-api send`. */
 export const SEND_HELP = `Usage: eml-api send <file.eml | -> [options]

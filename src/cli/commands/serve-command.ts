@@ -3,9 +3,7 @@ import { EmlApiError } from '../../shared/eml-api-error.js';
 import { API_SCOPES, type ApiScope } from '../../protocol/api-types.js';
 import { startEmulator } from '../../emulator/index.js';
 import type { EmulatorApiKey } from '../../emulator/emulator-options.js';
-import type { CliIo } from '../cli-io.js';
-import { untilStopped } from '../lib/until-stopped.js';
-import { EXIT, UsageError, wholeFlag } from '../lib/usage-error.js';
+import { type CliIo, untilStopped, EXIT, UsageError, wholeFlag } from '../cli-io.js';
 
 /** Help of `eml-api serve`. */
 export const SERVE_HELP = `Usage: eml-api serve [options]

@@ -1,10 +1,10 @@
 import { parseArgs } from 'node:util';
 import { EmlApiWorker, type OutboxJob } from '../../queue/eml-api-worker.js';
 import type { OutboxSendResult } from '../../queue/outbox-job.js';
-import { requireQueuePeers } from '../../queue/queue-peers.js';
+import { requireQueuePeers } from '../../queue/redis-connection.js';
 import { EmlApiClient } from '../../client/eml-api-client.js';
 import { EmlApiError } from '../../shared/eml-api-error.js';
-import type { CliIo } from '../cli-io.js';
+import { type CliIo, terminalText, EXIT, UsageError, wholeFlag } from '../cli-io.js';
 import {
   outboxEncryption,
   outboxLocation,
@@ -13,13 +13,17 @@ import {
   REDIS_ARG_OPTIONS,
   REDIS_OPTIONS_HELP,
   REDIS_ENV_HELP,
-} from '../lib/redis-config.js';
-import { asUsageError, SERVICE_ARG_OPTIONS, SERVICE_OPTIONS_HELP, serviceOptions } from '../lib/service-config.js';
-import { terminalText } from '../lib/terminal-text.js';
-import { EXIT, UsageError, wholeFlag } from '../lib/usage-error.js';
-import { isJsonIo, jsonIo } from '../lib/log-format.js';
-import { statusOf } from '../../observability/send-telemetry.js';
-import { OPERATIONS_ARG_OPTIONS, operationsHelp, operationsOptions } from '../lib/operations-flags.js';
+  asUsageError,
+  SERVICE_ARG_OPTIONS,
+  SERVICE_OPTIONS_HELP,
+  serviceOptions,
+  isJsonIo,
+  jsonIo,
+  OPERATIONS_ARG_OPTIONS,
+  operationsHelp,
+  operationsOptions,
+} from '../lib/ops-flags.js';
+import { statusOf } from '../../observability/tracing.js';
 
 /** Help of `eml-api worker`. */
 export const WORKER_HELP = `Usage: eml-api worker [options]

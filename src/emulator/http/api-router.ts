@@ -1,14 +1,47 @@
-import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { API_KEY_HEADER, IDEMPOTENCY_KEY_HEADER } from '../../protocol/api-paths.js';
-import type { ApiErrorBody } from '../../protocol/api-types.js';
-import { isValidIdempotencyKey, MAX_IDEMPOTENCY_KEY } from '../../protocol/idempotency-key.js';
-import { authenticate, requireScope } from './authenticate.js';
-import type { ServerContext } from './server-context.js';
-import { HttpError } from '../operations/http-error.js';
-import { ClientGoneError, parseJsonObject, readBody } from './read-body.js';
-import type { ApiAnswer, Operation, RequestContext } from '../operations/operation.js';
-import { ROUTES } from './routes.js';
+import { createHash } from 'node:crypto';
+import {
+  API_KEY_HEADER,
+  IDEMPOTENCY_KEY_HEADER,
+  type ApiErrorBody,
+  isValidIdempotencyKey,
+  MAX_IDEMPOTENCY_KEY,
+  type ApiScope,
+} from '../../protocol/api-types.js';
+import { HttpError, type ApiAnswer, type Operation, type RequestContext, type Route } from '../operations/operation.js';
+import { addToGroupOperation, checkGroupOperation, removeFromGroupOperation } from '../operations/group-operations.js';
+import { sendGroupOperation, sendEmailOperation, sendEmlOperation } from '../operations/send-operations.js';
+import type { ApiKeyStore, KnownKey, EmulatorState } from '../state/emulator-state.js';
+import type { FaultInjector } from './fault-injector.js';
+import { configError, refuseUnknownKeys } from '../../shared/options-kit.js';
+
+/**
+ * The emulator's request handler: a request a site section owns (public
+ * pages, the web inbox) goes to it; everything else is the JSON API.
+ */
+export function createRequestHandler(
+  server: ServerContext,
+  sections: readonly SiteSection[],
+): (req: IncomingMessage, res: ServerResponse) => Promise<void> {
+  return async (req, res) => {
+    const target = req.url ?? '/';
+    const queryAt = target.indexOf('?');
+    const path = queryAt === -1 ? target : target.slice(0, queryAt);
+    const query = queryAt === -1 ? '' : target.slice(queryAt + 1);
+    const method = (req.method ?? 'GET').toUpperCase();
+    const section = sections.find((s) => s.owns(method, path));
+    if (!section) return answerApi(server, req, res);
+    try {
+      await section.serve(req, res, path, query);
+    } catch (err) {
+      server.onInternalError(err);
+      if (!res.headersSent && !res.destroyed) {
+        res.writeHead(500, { 'content-type': 'text/plain; charset=utf-8', 'content-length': '15' });
+        res.end('Internal error\n');
+      }
+    }
+  };
+}
 
 const MAX_PATH_LENGTH = 2048;
 
@@ -172,4 +205,207 @@ function errorAnswer(server: ServerContext, err: unknown): ApiAnswer {
     error: { code: 'internal_error', message: 'The emulator failed unexpectedly; see its log' },
   };
   return { status: 500, body };
+}
+
+const SEGMENT = '([^/]+)';
+
+/**
+ * The service's operations. Path parameters are single, percent-encoded
+ * segments; they are decoded after matching, so an encoded `/` or `..` can
+ * never reach another route.
+ */
+export const ROUTES: readonly Route[] = [
+  { pattern: /^\/v1\/send\/eml$/, methods: { POST: sendEmlOperation } },
+  { pattern: /^\/v1\/send\/email$/, methods: { POST: sendEmailOperation } },
+  { pattern: new RegExp(`^/v1/send/group/${SEGMENT}$`), methods: { POST: sendGroupOperation } },
+  {
+    pattern: new RegExp(`^/v1/group/${SEGMENT}$`),
+    methods: { POST: addToGroupOperation, DELETE: removeFromGroupOperation },
+  },
+  {
+    pattern: new RegExp(`^/v1/group/${SEGMENT}/check/${SEGMENT}$`),
+    methods: { GET: checkGroupOperation },
+  },
+];
+
+/**
+ * Finds the key of a request's `X-API-KEY` header.
+ * @throws {HttpError} 401 `missing_api_key` or `invalid_api_key`
+ */
+export function authenticate(keys: ApiKeyStore, presented: string | string[] | undefined): KnownKey {
+  if (presented === undefined || presented === '') {
+    throw new HttpError(401, 'missing_api_key', 'The X-API-KEY header is missing');
+  }
+  if (Array.isArray(presented)) {
+    throw new HttpError(401, 'invalid_api_key', 'The X-API-KEY header must appear once');
+  }
+  const key = keys.find(presented);
+  if (!key) throw new HttpError(401, 'invalid_api_key', 'The API key is not valid');
+  return key;
+}
+
+/**
+ * Checks that a key holds one of the scopes.
+ * @throws {HttpError} 403 `missing_scope` naming the scope(s)
+ */
+export function requireScope(key: KnownKey, anyOf: readonly ApiScope[]): void {
+  if (anyOf.some((scope) => key.scopes.has(scope))) return;
+  const names = anyOf.map((s) => `"${s}"`).join(' or ');
+  throw new HttpError(403, 'missing_scope', `The API key lacks the ${names} scope needed for this operation`);
+}
+
+/**
+ * Reads a request body up to `limit` bytes. A declared or actual size over the
+ * limit answers 413 without buffering the rest.
+ */
+export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  const declared = req.headers['content-length'];
+  if (declared !== undefined && Number(declared) > limit) {
+    throw tooLarge(limit);
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  try {
+    for await (const chunk of req as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size > limit) throw tooLarge(limit);
+      chunks.push(chunk);
+    }
+  } catch (err) {
+    if (err instanceof HttpError) throw err;
+    // The stream fails ('aborted', ECONNRESET) when the client goes away mid-body.
+    throw new ClientGoneError(err);
+  }
+  return Buffer.concat(chunks, size);
+}
+
+/**
+ * The client went away before its request was read: its own doing, never an
+ * internal error of the emulator. There is nobody left to answer.
+ */
+export class ClientGoneError extends Error {
+  override readonly name = 'ClientGoneError';
+  constructor(cause: unknown) {
+    super('the client disconnected before its request was read', { cause });
+  }
+}
+
+function tooLarge(limit: number): HttpError {
+  return new HttpError(413, 'payload_too_large', `The request body is larger than the limit of ${limit} bytes`);
+}
+
+/**
+ * Parses a JSON body that must be an object.
+ * @throws {HttpError} 400 `invalid_json` or `invalid_request`
+ */
+export function parseJsonObject(body: Buffer): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(body.toString('utf8'));
+  } catch (err) {
+    throw new HttpError(400, 'invalid_json', `The request body is not valid JSON: ${(err as Error).message}`);
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new HttpError(400, 'invalid_request', 'The request body must be a JSON object');
+  }
+  return value as Record<string, unknown>;
+}
+
+/** What the HTTP side of the emulator works with: the state, and how it answers. */
+export interface ServerContext {
+  readonly state: EmulatorState;
+  /** Largest request body accepted, in bytes. */
+  readonly maxRequestSize: number;
+  /** Called with unexpected internal errors. */
+  readonly onInternalError: (err: unknown) => void;
+  readonly rateLimiter: KeyRateLimiter | undefined;
+  /** Faults injected into API requests; `emu.setFaults()` replaces them. */
+  faults: FaultInjector | undefined;
+}
+
+/**
+ * A part of the emulator's web site beside the JSON API (the public pages,
+ * the web inbox). The request handler asks each section in turn whether it
+ * owns a request; sections write their own answers, so the handler knows
+ * nothing of what they serve.
+ */
+export interface SiteSection {
+  /** Whether this section answers a request for `path` with `method`. */
+  owns(method: string, path: string): boolean;
+  /** Answers a request it owns; a thrown error is answered with a plain 500. */
+  serve(req: IncomingMessage, res: ServerResponse, path: string, query: string): Promise<void>;
+  /** Ends what the section keeps open (event streams): the emulator is closing. */
+  close?(): void;
+}
+
+/**
+ * A per-API-key rate limit of the emulator.
+ *
+ * @example
+ * await startEmulator({ rateLimit: { requestsPerSecond: 10, burst: 20 } });
+ */
+export interface EmulatorRateLimit {
+  /** Requests each key may make per second, on average. */
+  requestsPerSecond: number;
+  /**
+   * Requests a key may make at once after being idle.
+   * @default requestsPerSecond
+   */
+  burst?: number;
+}
+
+interface Bucket {
+  tokens: number;
+  at: number;
+}
+
+/** Every field of {@link EmulatorRateLimit}. */
+const RATE_LIMIT_FIELDS = ['requestsPerSecond', 'burst'] as const satisfies readonly (keyof EmulatorRateLimit)[];
+
+/**
+ * Token buckets per API key, on the real (monotonic) clock: the emulator's
+ * `now` option is for mail-domain time and may be frozen in tests.
+ */
+export class KeyRateLimiter {
+  readonly #rate: number;
+  readonly #burst: number;
+  readonly #buckets = new Map<string, Bucket>();
+
+  /** @throws {EmlApiError} `ECONFIG` naming a bad field */
+  constructor(limit: EmulatorRateLimit) {
+    if (typeof limit !== 'object' || limit === null)
+      throw configError('rateLimit', 'expected { requestsPerSecond, burst }');
+    refuseUnknownKeys(limit, RATE_LIMIT_FIELDS, 'rateLimit.', {
+      max: 'the emulator limits requests with { requestsPerSecond, burst } (the service’s token bucket)',
+      duration: 'the emulator limits requests with { requestsPerSecond, burst } (the service’s token bucket)',
+    });
+    if (!(
+      typeof limit.requestsPerSecond === 'number' &&
+      limit.requestsPerSecond > 0 &&
+      Number.isFinite(limit.requestsPerSecond)
+    )) {
+      throw configError('rateLimit.requestsPerSecond', 'expected a positive number');
+    }
+    const burst = limit.burst ?? limit.requestsPerSecond;
+    if (!(typeof burst === 'number' && burst >= 1 && Number.isFinite(burst)))
+      throw configError('rateLimit.burst', 'expected a number of at least 1');
+    this.#rate = limit.requestsPerSecond;
+    this.#burst = burst;
+  }
+
+  /**
+   * Takes one request from a key's bucket.
+   * @returns 0 when allowed, else the seconds to wait (at least 1) for `Retry-After`
+   */
+  take(keyLabel: string, nowMs: number = performance.now()): number {
+    const bucket = this.#buckets.get(keyLabel) ?? { tokens: this.#burst, at: nowMs };
+    bucket.tokens = Math.min(this.#burst, bucket.tokens + ((nowMs - bucket.at) / 1000) * this.#rate);
+    bucket.at = nowMs;
+    this.#buckets.set(keyLabel, bucket);
+    if (bucket.tokens >= 1) {
+      bucket.tokens -= 1;
+      return 0;
+    }
+    return Math.max(1, Math.ceil((1 - bucket.tokens) / this.#rate));
+  }
 }

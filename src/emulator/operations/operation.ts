@@ -1,7 +1,6 @@
 import type { IncomingMessage } from 'node:http';
-import type { ApiScope } from '../../protocol/api-types.js';
-import type { KnownKey } from '../state/api-key-store.js';
-import type { EmulatorState } from '../state/emulator-state.js';
+import type { ApiScope, ApiErrorCode } from '../../protocol/api-types.js';
+import type { KnownKey, EmulatorState } from '../state/emulator-state.js';
 
 /** An answer of an API operation: status and JSON body. */
 export interface ApiAnswer {
@@ -38,4 +37,54 @@ export interface Operation {
 export interface Route {
   pattern: RegExp;
   methods: Partial<Record<'GET' | 'POST' | 'DELETE', Operation>>;
+}
+
+/**
+ * An error answer of the emulator: thrown by handlers, turned into
+ * `{ "error": { "code", "message" } }` with its status by the server.
+ */
+export class HttpError extends Error {
+  override readonly name = 'HttpError';
+  constructor(
+    readonly status: number,
+    readonly code: ApiErrorCode,
+    message: string,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * Rejects fields a request type does not have, so that a typo is reported
+ * instead of silently ignored.
+ */
+export function rejectUnknownFields(
+  body: Record<string, unknown>,
+  allowed: readonly string[],
+  where = 'request body',
+): void {
+  for (const key of Object.keys(body)) {
+    if (!allowed.includes(key)) {
+      throw new HttpError(
+        400,
+        'invalid_request',
+        `Unknown field "${key.slice(0, 64)}" in the ${where}; allowed: ${allowed.join(', ')}`,
+      );
+    }
+  }
+}
+
+/**
+ * Checks that a group exists (groups are created out of band).
+ * @throws {HttpError} 404 `group_not_found`
+ */
+export function requireGroup(state: EmulatorState, groupId: string): void {
+  if (!state.groups.has(groupId)) {
+    throw new HttpError(
+      404,
+      'group_not_found',
+      `No group ${JSON.stringify(groupId.slice(0, 200))}; groups are created in the dashboard`,
+    );
+  }
 }

@@ -1,8 +1,7 @@
-import { ApiKeyStore } from './api-key-store.js';
-import { GroupStore } from './group-store.js';
-import { IdempotencyCache } from './idempotency-cache.js';
-import { ImageStore } from './image-store.js';
-import { MailStore } from './mail-store.js';
+import { createHash, timingSafeEqual, randomBytes, randomUUID } from 'node:crypto';
+import type { ApiPlan, ApiScope, ApiImage } from '../../protocol/api-types.js';
+import { removeHeaderFields } from '../../protocol/message-format.js';
+import type { DeliveredMessage, EmulatorMessage, ReadMessage } from './records.js';
 
 /** Everything the emulator remembers; handlers read and change it. */
 export class EmulatorState {
@@ -34,5 +33,475 @@ export class EmulatorState {
     this.groups.clearMembers();
     this.images.clear();
     this.idempotency.clear();
+  }
+}
+
+/** A key the emulator knows, identified by its digest only. */
+export interface KnownKey {
+  /** Short, non-secret label for logs and records (first 4 characters and a hash). */
+  label: string;
+  scopes: ReadonlySet<ApiScope>;
+  plan: ApiPlan;
+  /** The account the key belongs to: the scope of its idempotency keys. */
+  account: string;
+}
+
+interface StoredKey extends KnownKey {
+  digest: Buffer;
+}
+
+/**
+ * The API keys the emulator accepts. Keys are compared by SHA-256 digest with
+ * `timingSafeEqual`, against every stored key, so response time does not tell
+ * how much of a guess was right.
+ */
+export class ApiKeyStore {
+  readonly #keys: StoredKey[] = [];
+
+  add(key: string, scopes: readonly ApiScope[], plan: ApiPlan, account: string): void {
+    const digest = sha256(key);
+    this.#keys.push({
+      digest,
+      scopes: new Set(scopes),
+      plan,
+      account,
+      label: `${key.slice(0, 4)}…${digest.toString('hex').slice(0, 8)}`,
+    });
+  }
+
+  /** The stored key equal to `presented`, compared in constant time against every key. */
+  find(presented: string): KnownKey | undefined {
+    const digest = sha256(presented);
+    let found: StoredKey | undefined;
+    for (const stored of this.#keys) {
+      if (timingSafeEqual(stored.digest, digest) && !found) found = stored;
+    }
+    return found;
+  }
+}
+
+function sha256(value: string): Buffer {
+  return createHash('sha256').update(value, 'utf8').digest();
+}
+
+/** A member of a group, as the emulator keeps it. */
+export interface GroupMember {
+  /** Address as last added (case kept). */
+  email: string;
+  name: string | undefined;
+  /** Substitutions keyed `{{key}}`. */
+  substitutions: Record<string, string>;
+  /** When the member was first added. */
+  addedAt: Date;
+}
+
+/** An unsubscribe link's target. */
+export interface UnsubscribeTicket {
+  groupId: string;
+  email: string;
+}
+
+/**
+ * Groups and their members, keyed by lower-cased address, plus the
+ * unsubscribe tokens handed out in group emails.
+ */
+export class GroupStore {
+  readonly #groups = new Map<string, Map<string, GroupMember>>();
+  readonly #tickets = new Map<string, UnsubscribeTicket>();
+
+  /** Creates a group (groups are made out of band, never through the API). No-op when it exists. */
+  create(groupId: string): void {
+    if (!this.#groups.has(groupId)) this.#groups.set(groupId, new Map());
+  }
+
+  has(groupId: string): boolean {
+    return this.#groups.has(groupId);
+  }
+
+  ids(): string[] {
+    return [...this.#groups.keys()];
+  }
+
+  /** Members of a group in the order they were first added; undefined for an unknown group. */
+  members(groupId: string): GroupMember[] | undefined {
+    const group = this.#groups.get(groupId);
+    return group ? [...group.values()] : undefined;
+  }
+
+  /** Adds a member, or updates name and substitutions of an existing one. */
+  upsert(groupId: string, member: Omit<GroupMember, 'addedAt'>, now: Date): void {
+    const group = this.#require(groupId);
+    const key = member.email.toLowerCase();
+    const existing = group.get(key);
+    group.set(key, { ...member, addedAt: existing?.addedAt ?? now });
+  }
+
+  /** Removes a member. @returns whether it was a member */
+  remove(groupId: string, email: string): boolean {
+    return this.#require(groupId).delete(email.toLowerCase());
+  }
+
+  isMember(groupId: string, email: string): boolean {
+    return this.#require(groupId).has(email.toLowerCase());
+  }
+
+  /** Hands out a single-use unsubscribe token for one member of one group. */
+  issueUnsubscribeToken(groupId: string, email: string): string {
+    const token = randomBytes(24).toString('base64url');
+    this.#tickets.set(token, { groupId, email });
+    return token;
+  }
+
+  /** The ticket of a token, if it is known and unused. */
+  ticket(token: string): UnsubscribeTicket | undefined {
+    return this.#tickets.get(token);
+  }
+
+  /**
+   * Uses a token: removes its member from its group and retires every token of
+   * that member in that group. @returns the ticket, or undefined when unknown or used
+   */
+  redeem(token: string): UnsubscribeTicket | undefined {
+    const ticket = this.#tickets.get(token);
+    if (!ticket) return undefined;
+    for (const [other, t] of this.#tickets) {
+      if (t.groupId === ticket.groupId && t.email.toLowerCase() === ticket.email.toLowerCase())
+        this.#tickets.delete(other);
+    }
+    this.#groups.get(ticket.groupId)?.delete(ticket.email.toLowerCase());
+    return ticket;
+  }
+
+  /** Empties every group (groups stay) and forgets all tokens. */
+  clearMembers(): void {
+    for (const group of this.#groups.values()) group.clear();
+    this.#tickets.clear();
+  }
+
+  #require(groupId: string): Map<string, GroupMember> {
+    const group = this.#groups.get(groupId);
+    if (!group) throw new Error(`unknown group ${groupId}`);
+    return group;
+  }
+}
+
+/** A stored answer, replayed for a repeated `Idempotency-Key`. */
+export interface StoredAnswer {
+  status: number;
+  body: unknown;
+  headers?: Record<string, string>;
+}
+
+interface Entry {
+  answer: Promise<StoredAnswer>;
+  /** Digest of the request body the key was first used with. */
+  fingerprint: string;
+  storedAt: number;
+}
+
+/** How long a key is remembered: 24 hours. */
+export const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000;
+
+/**
+ * Remembers the answer of each `Idempotency-Key` (per account and endpoint)
+ * for 24 hours, so a retried send returns the first answer and delivers
+ * nothing twice. A repeat that arrives while the first is still being handled
+ * waits for it. Only successful answers are kept: a failed request may be
+ * retried for real. A key used again with a different request body is a
+ * conflict (a caller's bug), never a replay that would drop the second request.
+ */
+export class IdempotencyCache {
+  readonly #entries = new Map<string, Entry>();
+
+  /**
+   * Runs `handle` once per scope key within the window; repeats with the same
+   * `fingerprint` get its answer.
+   * @returns the answer and whether it was replayed, or `conflict` when the key was used with another body
+   */
+  async run(
+    scopeKey: string,
+    fingerprint: string,
+    nowMs: number,
+    handle: () => Promise<StoredAnswer>,
+  ): Promise<{ answer: StoredAnswer; replayed: boolean } | 'conflict'> {
+    this.#expire(nowMs);
+    const existing = this.#entries.get(scopeKey);
+    if (existing && existing.fingerprint !== fingerprint) return 'conflict';
+    if (existing) {
+      try {
+        return { answer: await existing.answer, replayed: true };
+      } catch {
+        // The first attempt failed and was forgotten below; fall through and handle this one.
+      }
+    }
+    const answer = handle();
+    const entry: Entry = { answer, fingerprint, storedAt: nowMs };
+    this.#entries.set(scopeKey, entry);
+    try {
+      const result = await answer;
+      if (result.status >= 300) this.#forget(scopeKey, entry);
+      return { answer: result, replayed: false };
+    } catch (err) {
+      this.#forget(scopeKey, entry);
+      throw err;
+    }
+  }
+
+  clear(): void {
+    this.#entries.clear();
+  }
+
+  #forget(scopeKey: string, entry: Entry): void {
+    if (this.#entries.get(scopeKey) === entry) this.#entries.delete(scopeKey);
+  }
+
+  #expire(nowMs: number): void {
+    for (const [key, entry] of this.#entries) {
+      if (nowMs - entry.storedAt < IDEMPOTENCY_WINDOW_MS) break;
+      this.#entries.delete(key);
+    }
+  }
+}
+
+/** How long a hosted image lives after its last use: 180 days. */
+export const IMAGE_RETENTION_MS = 180 * 24 * 60 * 60 * 1000;
+
+/** A hosted image. */
+export interface HostedImage {
+  sha256: string;
+  data: Buffer;
+  mimeType: ApiImage['mimeType'];
+  /** When it was last sent; it expires {@link IMAGE_RETENTION_MS} later. */
+  lastUsedAt: Date;
+}
+
+/** Content types of the image format words. */
+export const IMAGE_CONTENT_TYPES: Record<ApiImage['mimeType'], string> = {
+  PNG: 'image/png',
+  JPEG: 'image/jpeg',
+  GIF: 'image/gif',
+  WEBP: 'image/webp',
+};
+
+/**
+ * Images embedded in JSON sends, hosted at `/images/{sha256}`. Sending the same
+ * bytes again resets the expiry; an expired image is gone.
+ */
+export class ImageStore {
+  readonly #images = new Map<string, HostedImage>();
+
+  /** Stores (or refreshes) an image. @returns its SHA-256 hex digest */
+  put(data: Buffer, mimeType: ApiImage['mimeType'], now: Date): string {
+    const sha256 = createHash('sha256').update(data).digest('hex');
+    const existing = this.#images.get(sha256);
+    if (existing && !this.#expired(existing, now)) {
+      existing.lastUsedAt = now;
+      existing.mimeType = mimeType;
+    } else {
+      this.#images.set(sha256, { sha256, data, mimeType, lastUsedAt: now });
+    }
+    return sha256;
+  }
+
+  /** The image if it exists and has not expired at `now`; expired images are deleted. */
+  get(sha256: string, now: Date): HostedImage | undefined {
+    const image = this.#images.get(sha256);
+    if (!image) return undefined;
+    if (this.#expired(image, now)) {
+      this.#images.delete(sha256);
+      return undefined;
+    }
+    return image;
+  }
+
+  /** When an image expires. */
+  static expiresAt(image: HostedImage): Date {
+    return new Date(image.lastUsedAt.getTime() + IMAGE_RETENTION_MS);
+  }
+
+  /** Images not expired at `now`. */
+  list(now: Date): HostedImage[] {
+    return [...this.#images.values()].filter((image) => !this.#expired(image, now));
+  }
+
+  clear(): void {
+    this.#images.clear();
+  }
+
+  #expired(image: HostedImage, now: Date): boolean {
+    return now.getTime() >= image.lastUsedAt.getTime() + IMAGE_RETENTION_MS;
+  }
+}
+
+/**
+ * One change of the delivered mail, numbered: `seq` grows by one per change,
+ * survives {@link MailStore.clear} and is never reused, so a reader that
+ * remembers the last `seq` it saw can ask for what came after it.
+ */
+export type MailChange = DeliveryChange | { kind: 'reset'; seq: number };
+
+/** A delivery, numbered as a {@link MailChange}. */
+export interface DeliveryChange {
+  kind: 'delivery';
+  seq: number;
+  copy: DeliveredMessage;
+}
+
+/**
+ * Accepted messages and per-recipient mailboxes of the emulator, plus every
+ * delivery in order for the web inbox.
+ */
+export class MailStore {
+  readonly #messages: EmulatorMessage[] = [];
+  readonly #messagesById = new Map<string, EmulatorMessage>();
+  readonly #mailboxes = new Map<string, DeliveredMessage[]>();
+  /** Every delivery, oldest first, with its change number. */
+  readonly #deliveries: DeliveryChange[] = [];
+  readonly #deliveriesById = new Map<string, DeliveredMessage>();
+  readonly #listeners = new Set<(change: MailChange) => void>();
+  #seq = 0;
+  /** Change number of the last {@link clear}; 0 before any. */
+  #clearedAt = 0;
+
+  /**
+   * Records an accepted message and delivers one copy per recipient, each
+   * without a Bcc header.
+   */
+  accept(endpoint: string, raw: Buffer, parsed: ReadMessage, now: Date): EmulatorMessage {
+    const message: EmulatorMessage = {
+      id: `msg_${randomUUID()}`,
+      endpoint,
+      from: parsed.from,
+      recipients: parsed.recipients,
+      subject: parsed.subject,
+      messageId: parsed.messageId,
+      raw,
+      text: parsed.text,
+      html: parsed.html,
+      attachments: parsed.attachments,
+      acceptedAt: now,
+      failed: [],
+    };
+    this.record(message);
+    const delivered = removeHeaderFields(raw, 'bcc');
+    for (const to of parsed.recipients) {
+      this.deliver({
+        id: `dlv_${randomUUID()}`,
+        messageRef: message.id,
+        to,
+        from: parsed.from,
+        subject: parsed.subject,
+        messageId: parsed.messageId,
+        raw: delivered,
+        text: parsed.text,
+        html: parsed.html,
+        attachments: parsed.attachments,
+        deliveredAt: now,
+      });
+    }
+    return message;
+  }
+
+  /** Records a message accepted through a JSON endpoint; its copies are delivered separately. */
+  record(message: EmulatorMessage): void {
+    this.#messages.push(message);
+    this.#messagesById.set(message.id, message);
+  }
+
+  /** Puts one copy in a mailbox. */
+  deliver(copy: DeliveredMessage): void {
+    const key = copy.to.toLowerCase();
+    let box = this.#mailboxes.get(key);
+    if (!box) {
+      box = [];
+      this.#mailboxes.set(key, box);
+    }
+    box.push(copy);
+    const change: DeliveryChange = { kind: 'delivery', seq: ++this.#seq, copy };
+    this.#deliveries.push(change);
+    this.#deliveriesById.set(copy.id, copy);
+    this.#emit(change);
+  }
+
+  /** Accepted messages, oldest first (a copy of the list). */
+  messages(): EmulatorMessage[] {
+    return [...this.#messages];
+  }
+
+  /** Copies delivered to one address (case-insensitive), oldest first. */
+  mailbox(address: string): DeliveredMessage[] {
+    return [...(this.#mailboxes.get(address.trim().toLowerCase()) ?? [])];
+  }
+
+  /** Every address that has received mail. */
+  addresses(): string[] {
+    return [...this.#mailboxes.keys()];
+  }
+
+  /** An accepted message by its id. */
+  message(id: string): EmulatorMessage | undefined {
+    return this.#messagesById.get(id);
+  }
+
+  /** A delivered copy by its id (`dlv_…`). */
+  delivery(id: string): DeliveredMessage | undefined {
+    return this.#deliveriesById.get(id);
+  }
+
+  /** How many copies have been delivered since the last clear. */
+  deliveryCount(): number {
+    return this.#deliveries.length;
+  }
+
+  /** The newest `limit` deliveries, newest first. */
+  latestDeliveries(limit: number): DeliveredMessage[] {
+    return this.#deliveries
+      .slice(-limit)
+      .reverse()
+      .map((d) => d.copy);
+  }
+
+  /** Number of the latest change: a cursor for {@link changesSince}. */
+  cursor(): number {
+    return this.#seq;
+  }
+
+  /**
+   * The changes after cursor `since`, oldest first, at most `limit`
+   * deliveries. A reader whose cursor is from before the last clear (or from
+   * another run, when larger than the current cursor), or that is more than
+   * `limit` deliveries behind, gets a reset and then the newest `limit`
+   * deliveries: the list it shows is rebuilt rather than replayed in full.
+   */
+  changesSince(since: number, limit = Infinity): MailChange[] {
+    let first = this.#deliveries.length;
+    const stale = since < this.#clearedAt || since > this.#seq;
+    if (!stale) {
+      while (first > 0 && this.#deliveries[first - 1]!.seq > since) first--;
+      if (this.#deliveries.length - first <= limit) return this.#deliveries.slice(first);
+    }
+    const kept = this.#deliveries.slice(Math.max(0, this.#deliveries.length - limit));
+    const resetSeq = kept.length > 0 ? kept[0]!.seq - 1 : this.#seq;
+    return [{ kind: 'reset', seq: stale ? this.#clearedAt : resetSeq }, ...kept];
+  }
+
+  /** Calls `listener` with every change from now on. @returns a function that stops it */
+  subscribe(listener: (change: MailChange) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  clear(): void {
+    this.#messages.length = 0;
+    this.#messagesById.clear();
+    this.#mailboxes.clear();
+    this.#deliveries.length = 0;
+    this.#deliveriesById.clear();
+    this.#clearedAt = ++this.#seq;
+    this.#emit({ kind: 'reset', seq: this.#clearedAt });
+  }
+
+  #emit(change: MailChange): void {
+    for (const listener of [...this.#listeners]) listener(change);
   }
 }

@@ -12,9 +12,8 @@ import { pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { buildError } from '../../body/message-spool.js';
 import { EmlApiError } from '../../shared/eml-api-error.js';
-import type { EmlApiLogger } from '../../shared/logger.js';
-import type { Portable } from './portable-mail.js';
-import { fromThreadError, type BuildRequest, type FromThread, type ToThread } from './protocol.js';
+import type { EmlApiLogger } from '../../shared/options-kit.js';
+import { type Portable, fromThreadError, type BuildRequest, type FromThread, type ToThread } from './portable-mail.js';
 
 /** What a build thread made of a message. */
 export type ThreadBuilt =
@@ -80,12 +79,6 @@ class BuildThread {
 
 /**
  * Builds messages on worker threads.
- *
- * @example
- * const pool = new BuildThreadPool(2, logger);
- * const portable = portableMail(mail);
- * if (portable.movable) console.log((await pool.build(portable, signal)).kind); // 'whole'
- * await pool.close();
  */
 export class BuildThreadPool {
   readonly #size: number;

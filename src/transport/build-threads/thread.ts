@@ -13,8 +13,8 @@ import { pathToFileURL } from 'node:url';
 import { parentPort } from 'node:worker_threads';
 import { lastByteOf } from '../../body/message-spool.js';
 import { prepareForUpload, writeMessage, type WritableTree } from '../message-writer.js';
-import { restoreMailData } from './portable-mail.js';
 import {
+  restoreMailData,
   BATCH_BYTES,
   ownBuffer,
   toThreadError,
@@ -22,7 +22,7 @@ import {
   type BuildRequest,
   type FromThread,
   type ToThread,
-} from './protocol.js';
+} from './portable-mail.js';
 
 /** The parts of Nodemailer a build uses, loaded from beside the MimeNode module the app's mail came from. */
 interface NodemailerParts {

@@ -1,0 +1,679 @@
+import type { Queue } from 'bullmq';
+import type { OutboxJobData, OutboxSendResult, OutboxJobError } from './outbox-job.js';
+import { resolveQueueLocation, outboxKeys, type QueueLocation } from './queue-location.js';
+import {
+  loadBullmq,
+  closeOutboxRedis,
+  openOutboxRedis,
+  type OutboxRedisClient,
+  type RedisConnectionInput,
+  withDeadline,
+  escapeGlob,
+  scannableServers,
+} from './redis-connection.js';
+import { redisFailure, watchRefusal } from './redis-failure.js';
+import type { SendKind } from '../protocol/api-types.js';
+import type { MailEnvelope } from '../transport/nodemailer-types.js';
+
+/**
+ * The outbox's BullMQ queue opened for administration (counts, failed jobs,
+ * retries, BullMQ's whole API), without a producer.
+ *
+ * @example
+ * const admin = await openOutboxQueue({ connection: process.env.REDIS_URL! });
+ * console.log(await readOutboxStatus(admin.queue));
+ * await admin.close();
+ */
+export interface OutboxQueue {
+  readonly queue: Queue<OutboxJobData, OutboxSendResult>;
+  /** Host and port of Redis (never its password), for messages. */
+  readonly where: string;
+  close(): Promise<void>;
+}
+
+/**
+ * Opens the outbox's queue and checks that Redis answers.
+ *
+ * @param options `connection`; `queueName` @default 'eml-api'; `prefix` @default 'bull' (as the producers use them)
+ * @param timeout how long Redis may take to answer, in ms @default 10000
+ * @throws {EmlApiError} `ECONFIG` for a bad option, or when Redis refuses the connection (a wrong password,
+ *   a cluster connection to a Redis that is not one: `command` `AUTH` or `CLUSTER SLOTS`); `ECONNECTION` or
+ *   `ETIMEDOUT` when Redis does not answer
+ * @example
+ * const { queue, close } = await openOutboxQueue({ connection: 'redis://127.0.0.1:6379', queueName: 'mail' });
+ */
+export async function openOutboxQueue(
+  options: { connection: RedisConnectionInput; queueName?: string; prefix?: string },
+  timeout = 10_000,
+): Promise<OutboxQueue> {
+  const location = resolveQueueLocation(options.queueName, options.prefix);
+  const { Queue } = loadBullmq();
+  const client = openOutboxRedis(options.connection, 'producer', location);
+  client.redis.on('error', () => undefined);
+  // A refused password leaves the PING waiting (a cluster client retries, saying only "Failed to refresh
+  // slots cache."): the refusal, seen in the client's errors, ends the wait with its reason.
+  const refusal = watchRefusal(client.redis, client.where);
+  try {
+    await Promise.race([withDeadline(client.redis.ping(), timeout), refusal.refused]);
+  } catch (err) {
+    if (client.owned) client.redis.disconnect();
+    throw redisFailure(err, `Redis at ${client.where} did not answer`, false);
+  } finally {
+    refusal.stop();
+  }
+  const queue = new Queue<OutboxJobData, OutboxSendResult>(location.queueName, {
+    connection: client.redis,
+    prefix: location.prefix,
+  });
+  queue.on('error', () => undefined);
+  return {
+    queue,
+    where: client.where,
+    close: async () => {
+      await queue.close().catch(() => undefined);
+      await closeOutboxRedis(client);
+    },
+  };
+}
+
+/**
+ * The Redis connection of a BullMQ queue (BullMQ 5's `queue.client`, BullMQ
+ * 6's `queue.getBackend().client`), for the outbox's own keys beside BullMQ's.
+ */
+export async function queueRedis(queue: object): Promise<OutboxRedisClient> {
+  const q = queue as { getBackend?: () => { client: Promise<OutboxRedisClient> }; client?: Promise<OutboxRedisClient> };
+  return (await (q.getBackend ? q.getBackend().client : q.client))!;
+}
+
+/**
+ * The job states {@link readOutboxStatus} counts, as BullMQ names them.
+ * @example
+ * for (const state of OUTBOX_STATES) console.log(state, status.counts[state]);
+ */
+export const OUTBOX_STATES = [
+  'waiting',
+  'prioritized',
+  'delayed',
+  'active',
+  'waiting-children',
+  'failed',
+  'completed',
+] as const;
+
+/**
+ * A job state of {@link OUTBOX_STATES}.
+ * @example
+ * const state: OutboxState = 'failed';
+ */
+export type OutboxState = (typeof OUTBOX_STATES)[number];
+
+/**
+ * A send that failed for good, with its error as the worker recorded it.
+ *
+ * @example
+ * for (const f of status.failed) console.log(f.queueId, f.error.code, f.error.message);
+ */
+export interface FailedSend {
+  /** The job id. */
+  queueId: string;
+  kind: SendKind | undefined;
+  group: string | undefined;
+  /** Empty when `encrypted` (the envelope is sealed with the content's key). */
+  envelope: MailEnvelope | undefined;
+  messageId: string | undefined;
+  /** Whether the job's content and envelope are encrypted (the producer's `encryption` option). */
+  encrypted: boolean;
+  /** Attempts made. */
+  attempts: number;
+  /** When it failed for good. */
+  failedAt: Date | undefined;
+  /** The last error (from the job's data; BullMQ's `failedReason` when the job has none). */
+  error: Pick<OutboxJobError, 'message'> & Partial<OutboxJobError>;
+}
+
+/**
+ * Jobs by state, and the newest failed sends.
+ *
+ * @example
+ * const status = await readOutboxStatus(transport.queue);
+ * console.log(status.counts.waiting, status.counts.failed);
+ */
+export interface OutboxStatus {
+  counts: Record<OutboxState, number>;
+  /** Whether the queue is paused (`queue.pause()`): workers take no jobs. */
+  paused: boolean;
+  /**
+   * How long every worker still waits because the service answered 429
+   * (its `Retry-After`, up to the workers' `maxRetryAfter`), in ms; 0 when
+   * no such pause holds. Workers take no jobs meanwhile.
+   */
+  rateLimitedMs: number;
+  /** The newest failed sends, up to the limit asked for. */
+  failed: FailedSend[];
+}
+
+/**
+ * Reads how many jobs of the outbox are in each state, and the newest failed
+ * sends with their errors (what `eml-api queue status` prints).
+ *
+ * @param options `limit`: failed sends to list, newest first @default 20
+ * @example
+ * const { counts, failed } = await readOutboxStatus(transport.queue, { limit: 5 });
+ */
+export async function readOutboxStatus(
+  queue: Queue<OutboxJobData, OutboxSendResult>,
+  { limit = 20 }: { limit?: number } = {},
+): Promise<OutboxStatus> {
+  const [raw, paused, rateLimitedMs] = await Promise.all([
+    queue.getJobCounts(...OUTBOX_STATES),
+    queue.isPaused(),
+    // BullMQ's limiter key counts sends too: only a value from PAUSE_MARK up is a 429's pause.
+    queue.getRateLimitTtl(PAUSE_MARK),
+  ]);
+  const counts = Object.fromEntries(OUTBOX_STATES.map((s) => [s, raw[s] ?? 0])) as Record<OutboxState, number>;
+  const jobs = limit > 0 ? await queue.getFailed(0, limit - 1) : [];
+  const failed = jobs.filter(Boolean).map((job): FailedSend => {
+    const data = (job.data ?? {}) as Partial<OutboxJobData>;
+    return {
+      queueId: String(job.id),
+      kind: data.kind,
+      group: data.group,
+      envelope: data.envelope,
+      messageId: data.messageId,
+      encrypted: data.encryption !== undefined,
+      attempts: job.attemptsMade,
+      failedAt: job.finishedOn ? new Date(job.finishedOn) : undefined,
+      error: data.lastError ?? { message: job.failedReason ?? 'unknown error' },
+    };
+  });
+  return { counts, paused, rateLimitedMs: Math.max(0, rateLimitedMs), failed };
+}
+
+/**
+ * A failed send {@link retryFailedSends} left where it is, and why.
+ * @example
+ * for (const { queueId, reason } of skipped) console.log(`${queueId}: not put back: ${reason}`);
+ */
+export interface SkippedSend {
+  queueId: string;
+  reason: string;
+}
+
+/** Why a job whose content was removed is not put back. */
+const CONTENT_REMOVED = 'its content was removed when the service refused it; queue a corrected message with sendMail';
+/** Why a job put back by someone else while this call ran is left to them. */
+const NO_LONGER_FAILED =
+  'no longer failed: put back meanwhile by someone else (another eml-api queue retry, a dashboard, a sendMail with its idempotencyKey)';
+/** Why a job that may have been delivered is not put back with the others. */
+const MAY_HAVE_BEEN_DELIVERED =
+  "it may have been delivered and the service's idempotency window has passed: check, then put it back by naming it";
+
+/**
+ * Puts failed sends back in the queue with a fresh retry schedule (what
+ * `eml-api queue retry` does): the ones named, or every one failed when it
+ * is called (each once, even if a running worker fails it again meanwhile).
+ * Sends that cannot be sent as they are stay failed, in `skipped`: those
+ * whose content was removed because the service refused it. So do, unless
+ * named, those that may have been delivered and whose idempotency window has
+ * passed (`resendUntil`): a worker would park them again. Named, they are put
+ * back for one more send, taken as a person's word that they were not
+ * delivered.
+ *
+ * @param options `ids`: the jobs to put back @default every failed job
+ * A job put back by someone else while this runs (another operator, a
+ * dashboard, a `sendMail` with its key) is left to them, in `skipped`, and
+ * the others are still put back.
+ *
+ * @returns the job ids put back, those named that were not failed jobs, and those left with the reason
+ * @example
+ * const { retried, skipped } = await retryFailedSends(transport.queue); // all of them
+ */
+export async function retryFailedSends(
+  queue: Queue<OutboxJobData, OutboxSendResult>,
+  { ids }: { ids?: readonly string[] } = {},
+): Promise<{ retried: string[]; notFailed: string[]; skipped: SkippedSend[] }> {
+  const retried: string[] = [];
+  const notFailed: string[] = [];
+  const skipped: SkippedSend[] = [];
+  let now: number | undefined;
+  const retry = async (id: string) => {
+    const job = await queue.getJob(id);
+    if (!job || !(await job.isFailed())) return false;
+    const data = (job.data ?? {}) as Partial<OutboxJobData>;
+    if (data.contentRemoved) {
+      skipped.push({ queueId: id, reason: CONTENT_REMOVED });
+      return true;
+    }
+    // By Redis's clock, which workers wrote resendUntil with (not this machine's).
+    const pastWindow = data.resendUntil !== undefined && data.resendUntil <= (now ??= await queueRedisTime(queue));
+    if (pastWindow && !ids) {
+      skipped.push({ queueId: id, reason: MAY_HAVE_BEEN_DELIVERED });
+      return true;
+    }
+    // A fresh schedule: its attempts, and its stalls (a job parked after too many starts again from 0);
+    // named past its window, the person's word that it was not delivered: the window starts again.
+    if (data.stalls || pastWindow) {
+      const { possiblyAcceptedAt: _at, resendUntil: _until, ...rest } = data;
+      await job.updateData({ ...(pastWindow ? rest : data), stalls: 0, aloneStalls: 0 } as OutboxJobData);
+    }
+    try {
+      await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
+    } catch (err) {
+      // Put back meanwhile by someone else (another operator, a dashboard, a sendMail with its key):
+      // nothing to do for it, and the others still to do.
+      if (await job.isFailed()) throw err;
+      skipped.push({ queueId: id, reason: NO_LONGER_FAILED });
+      return true;
+    }
+    retried.push(id);
+    return true;
+  };
+  if (ids) {
+    for (const id of ids) if (!(await retry(id))) notFailed.push(id);
+    return { retried, notFailed, skipped };
+  }
+  // The failed jobs of this moment, read before any is put back: workers run meanwhile, and one
+  // that fails a put-back job again within milliseconds would put it back in the failed list,
+  // where reading as we go found it again, and again (a request to the service each time).
+  const failed = await queue.getRanges(['failed'], 0, -1, true);
+  for (const id of new Set(failed)) await retry(id);
+  return { retried, notFailed, skipped };
+}
+
+/**
+ * Removing queued mail for good, now: the jobs and the stored messages. The
+ * outbox keeps each message beside its BullMQ job (content keys, the content
+ * index), so BullMQ's own removals (`queue.obliterate()`, `remove`, `clean`,
+ * `drain`, a dashboard's delete) leave the messages in Redis, in clear
+ * unless encrypted: removed by the workers' sweeper an hour later at the
+ * soonest (it cannot tell content whose job was removed from content whose
+ * job is being added at this moment), and never when no worker runs.
+ * {@link purgeOutbox} removes both at once, for a spam run to stop, or
+ * personal data to erase.
+ */
+
+/**
+ * Options of {@link purgeOutbox}.
+ * @example
+ * const options: PurgeOptions = { ids: ['order-1042'] };
+ */
+export interface PurgeOptions {
+  /**
+   * The jobs to remove, with their content. Without it, the whole queue:
+   * every job, every stored message, and every key of the outbox.
+   * @default undefined (the whole queue)
+   */
+  ids?: readonly string[];
+  /**
+   * Also what workers are sending right now: the whole queue is otherwise
+   * left as it is while any job is being sent (its worker would record the
+   * send on a job that is gone). Named jobs being sent are always left
+   * (BullMQ does not remove a locked job).
+   * @default false
+   */
+  force?: boolean;
+}
+
+/**
+ * What {@link purgeOutbox} removed, and left.
+ * @example
+ * const { jobs, content, busy } = await purgeOutbox(queue);
+ */
+export interface PurgeResult {
+  /** Jobs removed. */
+  jobs: number;
+  /** Stored messages removed (with the whole queue, content no job pointed at included). */
+  content: number;
+  /** Jobs left because a worker is sending them (the whole queue: then nothing was removed). */
+  busy: string[];
+  /** Named jobs that do not exist. */
+  notFound: string[];
+  /**
+   * Masters of a Redis Cluster that were down (flagged failed, or not
+   * answering) and so not scanned for stored messages, with why; absent when
+   * none was. The queue's keys share one slot, on a master that answered: a
+   * master down holds none of them.
+   */
+  skippedNodes?: string[];
+}
+
+/** Keys deleted per command. */
+const BATCH = 500;
+
+/**
+ * Removes queued mail now: the jobs named, with their stored message, or the
+ * whole queue (BullMQ's `obliterate`, then every stored message and every key
+ * of the outbox: its content index, the sweeper's lock and marker, the
+ * encryption keys' check values). Stop the producers first: a message
+ * queued while the queue is purged may be kept.
+ *
+ * @returns what was removed and left
+ * @example
+ * await purgeOutbox(admin.queue); // everything
+ * await purgeOutbox(admin.queue, { ids: ['order-1042'] });
+ */
+export async function purgeOutbox(
+  queue: Queue<OutboxJobData, OutboxSendResult>,
+  { ids, force = false }: PurgeOptions = {},
+): Promise<PurgeResult> {
+  const redis = await queueRedis(queue);
+  const location = resolveQueueLocation(queue.name, queue.opts.prefix);
+  if (ids) return purgeJobs(queue, redis, location, ids);
+  if (!force) {
+    const active = await queue.getActive();
+    if (active.length > 0) return { jobs: 0, content: 0, busy: active.map((job) => String(job.id)), notFound: [] };
+  }
+  const counts = await queue.getJobCounts(...OUTBOX_STATES);
+  await queue.obliterate({ force: true });
+  // Every content key: those the index names, then any other (written before the index, or a tombstone).
+  let content = 0;
+  const index = outboxKeys(location).contentIndex;
+  for (;;) {
+    const keys = await redis.zrange(index, 0, BATCH - 1);
+    if (keys.length === 0) break;
+    content += await redis.del(...keys);
+    await redis.zrem(index, ...keys);
+  }
+  const skipped = new Map<string, string>();
+  const skip = (node: string, why: string) => skipped.set(node, why);
+  content += await deleteMatching(redis, `${location.contentKeyPrefix}*`, skip);
+  await deleteMatching(redis, `${location.prefix}:${location.queueName}:outbox:*`, skip);
+  const jobs = Object.values(counts).reduce((sum, n) => sum + n, 0);
+  if (skipped.size > 0) {
+    const skippedNodes = [...skipped].map(([node, why]) => `${node}: ${why}`);
+    return { jobs, content, busy: [], notFound: [], skippedNodes };
+  }
+  return { jobs, content, busy: [], notFound: [] };
+}
+
+async function purgeJobs(
+  queue: Queue<OutboxJobData, OutboxSendResult>,
+  redis: OutboxRedisClient,
+  location: QueueLocation,
+  ids: readonly string[],
+): Promise<PurgeResult> {
+  const result: PurgeResult = { jobs: 0, content: 0, busy: [], notFound: [] };
+  const index = outboxKeys(location).contentIndex;
+  for (const id of ids) {
+    const job = await queue.getJob(id);
+    if (!job) {
+      result.notFound.push(id);
+      continue;
+    }
+    const contentKey = (job.data as Partial<OutboxJobData> | undefined)?.contentKey;
+    if ((await queue.remove(id)) !== 1) {
+      result.busy.push(id);
+      continue;
+    }
+    result.jobs++;
+    // Only a key of this queue's content: a forged job must not make this delete another key.
+    if (typeof contentKey === 'string' && contentKey.startsWith(location.contentKeyPrefix)) {
+      const [[, deleted]] = (await redis.multi().del(contentKey).zrem(index, contentKey).exec()) as [[unknown, number]];
+      result.content += deleted;
+    }
+  }
+  return result;
+}
+
+/**
+ * Deletes every key matching `pattern` (a SCAN, fine once for an operator's purge); returns how many.
+ * A cluster's SCAN sees one node's keys: every master that answers is scanned (the queue's keys, under a
+ * hash-tagged prefix, are on one of them, whichever a failover made it; a master down is skipped and
+ * named to `skipped`), and the keys are deleted through the cluster client, which sends them to their
+ * slot's master.
+ */
+async function deleteMatching(
+  redis: OutboxRedisClient,
+  pattern: string,
+  skipped: (node: string, why: string) => void,
+): Promise<number> {
+  let deleted = 0;
+  for (const server of await scannableServers(redis, skipped)) {
+    let cursor = '0';
+    do {
+      const [next, keys] = await server.scan(cursor, 'MATCH', escapeGlob(pattern), 'COUNT', BATCH);
+      cursor = next;
+      if (keys.length > 0) deleted += await redis.del(...keys);
+    } while (cursor !== '0');
+  }
+  return deleted;
+}
+
+/**
+ * The live state of the outbox for people and dashboards: counts, how long
+ * the head of the queue has waited, what waits for a person, and the recent
+ * rate. What `eml-api queue watch` prints, `queue status --json` adds, and
+ * the worker's gauges show.
+ *
+ * @example
+ * const { counts, oldestWaitingSeconds, sentLastMinute } = await readOutboxSnapshot(transport.queue);
+ */
+export interface OutboxSnapshot {
+  /** Jobs by state, as {@link readOutboxStatus} counts them. */
+  counts: Record<OutboxState, number>;
+  /** Whether the queue is paused (`queue.pause()`). */
+  paused: boolean;
+  /**
+   * Seconds since the job next in line was queued: the older of the heads of
+   * the `waiting` list (retries due) and the `prioritized` set (new messages);
+   * 0 when nothing waits. A number that grows says the workers do not keep up,
+   * or none runs.
+   */
+  oldestWaitingSeconds: number;
+  /** Failed jobs parked for a person (`lastError.parked`), among the newest {@link PARKED_SCAN} failed. */
+  parked: number;
+  /** Jobs sent (completed) within the last minute, by their finishing time. */
+  sentLastMinute: number;
+  /** Jobs failed for good within the last minute. */
+  failedLastMinute: number;
+}
+
+/** Failed jobs looked at for `parked`: the newest ones; failed jobs are kept 7 days. */
+export const PARKED_SCAN = 10_000;
+
+/**
+ * Counts, in Redis, the failed jobs whose data says they are parked: one
+ * script, not a read of every job's data over the network (a scrape every few
+ * seconds must stay cheap with thousands of failed jobs). The job keys are
+ * the failed set's members under the queue's prefix (one hash slot in a Redis
+ * Cluster, as BullMQ's own scripts assume).
+ */
+const COUNT_PARKED = `
+local ids = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+local parked = 0
+for _, id in ipairs(ids) do
+  local data = redis.call('HGET', ARGV[1] .. id, 'data')
+  if data and string.find(data, '"parked":"', 1, true) then parked = parked + 1 end
+end
+return parked
+`;
+
+/**
+ * Reads the outbox's live state (see {@link OutboxSnapshot}): a few commands,
+ * cheap enough for a scrape every few seconds.
+ *
+ * @param now the time ages and the last minute are counted from (ms) @default Date.now()
+ * @example
+ * const snapshot = await readOutboxSnapshot(transport.queue);
+ * if (snapshot.oldestWaitingSeconds > 600) alert('the outbox is 10 minutes behind');
+ */
+export async function readOutboxSnapshot(
+  queue: Queue<OutboxJobData, OutboxSendResult>,
+  now = Date.now(),
+): Promise<OutboxSnapshot> {
+  const redis = await queueRedis(queue);
+  const jobKey = queue.toKey('');
+  const [raw, paused, nextRetry, nextNew, parked, sent, failed] = await Promise.all([
+    queue.getJobCounts(...OUTBOX_STATES),
+    queue.isPaused(),
+    // Workers take the wait list from its right end, and the prioritized set from its lowest score.
+    redis.lindex(queue.toKey('wait'), -1),
+    redis.zrange(queue.toKey('prioritized'), 0, 0),
+    redis.eval(COUNT_PARKED, 1, queue.toKey('failed'), jobKey, PARKED_SCAN) as Promise<number>,
+    redis.zcount(queue.toKey('completed'), now - 60_000, '+inf'),
+    redis.zcount(queue.toKey('failed'), now - 60_000, '+inf'),
+  ]);
+  const heads = [nextRetry, nextNew[0]].filter((id): id is string => typeof id === 'string');
+  const queuedAt = await Promise.all(heads.map((id) => redis.hget(`${jobKey}${id}`, 'timestamp')));
+  const oldest = Math.min(...queuedAt.map((t) => Number(t)).filter((t) => Number.isFinite(t) && t > 0), now);
+  return {
+    counts: Object.fromEntries(OUTBOX_STATES.map((s) => [s, raw[s] ?? 0])) as Record<OutboxState, number>,
+    paused,
+    oldestWaitingSeconds: Math.max(0, now - oldest) / 1000,
+    parked: Number(parked),
+    sentLastMinute: sent,
+    failedLastMinute: failed,
+  };
+}
+
+/**
+ * The queue-wide pause a 429 sets: BullMQ's rate limit key
+ * (`{prefix}:{queue}:limiter`), which `worker.rateLimit(ms)` sets far above
+ * any count for `ms`, and which every worker of the queue honours (re-read
+ * at least every 30 s, BullMQ's `maximumRateLimitDelay`). The same key
+ * counts the sends of BullMQ's own limiter (`limiter`) in short windows: a
+ * count below {@link PAUSE_MARK} is that, not a pause.
+ */
+
+/**
+ * Values of the limiter key from this one up are a pause set by
+ * `rateLimit()` (BullMQ writes `Number.MAX_SAFE_INTEGER`), not a count.
+ */
+export const PAUSE_MARK = 1e15;
+
+/**
+ * Shortens the pause to `maxMs` when it is longer, in one step (a pause set
+ * meanwhile by another worker is judged as it stands).
+ * KEYS: the limiter key. ARGV: PAUSE_MARK, maxMs. Returns the pause's length before, 0 when not cut.
+ */
+const CAP_PAUSE = `
+local value = tonumber(redis.call('GET', KEYS[1]) or '0')
+if not value or value < tonumber(ARGV[1]) then return 0 end
+local left = redis.call('PTTL', KEYS[1])
+if left <= tonumber(ARGV[2]) then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return left
+`;
+
+/**
+ * Cuts a pause longer than `maxMs` to `maxMs`: one that a worker without
+ * `maxRetryAfter` (before 0.2) set from a huge `Retry-After` would otherwise
+ * keep every worker waiting for that long, restarts included.
+ * @returns how long the pause was before it was cut, in ms; 0 when it was not
+ */
+export async function capRateLimitPause(redis: OutboxRedisClient, limiterKey: string, maxMs: number): Promise<number> {
+  return (await redis.eval(CAP_PAUSE, 1, limiterKey, PAUSE_MARK, maxMs)) as number;
+}
+
+/**
+ * A duration for messages, in whole seconds (at least 1).
+ */
+export function seconds(ms: number): string {
+  return `${Math.max(1, Math.round(ms / 1000))} s`;
+}
+
+/**
+ * Redis's clock, for every time the outbox writes on a job and compares with
+ * one (`possiblyAcceptedAt`, `resendUntil`, `lastError.at`). Workers run on
+ * many machines: a time written with one machine's clock and read with
+ * another's is off by their skew, and a worker 2 hours behind sent a message
+ * again after the service's idempotency window had passed. Redis is the one
+ * clock every worker shares (the sweeper reads it too).
+ *
+ * A `TIME` per job would be a round trip per send. A worker instead reads
+ * `TIME` once a minute and, in between, adds the time elapsed on its
+ * monotonic clock (`performance.now()`, which no NTP step or manual change
+ * of the wall clock moves): off by half the round trip of that `TIME` at most,
+ * plus the drift of a quartz over a minute (microseconds), where wall
+ * clocks differ by hours.
+ */
+
+/**
+ * How often a {@link RedisClock} reads `TIME` again, in ms (1 minute).
+ */
+export const REDIS_CLOCK_REFRESH = 60_000;
+
+/**
+ * Redis's time, read once a minute and carried forward on the monotonic clock.
+ */
+export class RedisClock {
+  readonly #read: () => Promise<number>;
+  readonly #refreshEvery: number;
+  readonly #monotonic: () => number;
+  /** Redis's time at one instant of the monotonic clock. */
+  #sample: { redis: number; at: number } | undefined;
+  #syncing: Promise<void> | undefined;
+
+  /**
+   * @param read reads Redis's time, in ms ({@link redisTime})
+   * @param options `refreshEvery` @default REDIS_CLOCK_REFRESH; `monotonic` @default performance.now
+   */
+  constructor(
+    read: () => Promise<number>,
+    { refreshEvery = REDIS_CLOCK_REFRESH, monotonic = () => performance.now() }: ClockOptions = {},
+  ) {
+    this.#read = read;
+    this.#refreshEvery = refreshEvery;
+    this.#monotonic = monotonic;
+  }
+
+  /**
+   * Reads Redis's time now (one round trip); calls made meanwhile share it.
+   * @throws Redis's errors
+   */
+  sync(): Promise<void> {
+    this.#syncing ??= (async () => {
+      const before = this.#monotonic();
+      const redis = await this.#read();
+      const after = this.#monotonic();
+      // Redis read its clock somewhere within the round trip: its middle is off by half of it at most.
+      this.#sample = { redis, at: (before + after) / 2 };
+    })().finally(() => (this.#syncing = undefined));
+    return this.#syncing;
+  }
+
+  /**
+   * Redis's time now, in ms since the epoch: a round trip once a minute, none
+   * otherwise. When Redis cannot be read, the last reading carried forward
+   * (exact as long as the monotonic clock is).
+   * @throws Redis's errors, when it was never read
+   */
+  async now(): Promise<number> {
+    const stale = this.#sample === undefined || this.#monotonic() - this.#sample.at >= this.#refreshEvery;
+    if (stale) {
+      try {
+        await this.sync();
+      } catch (err) {
+        if (this.#sample === undefined) throw err;
+      }
+    }
+    const sample = this.#sample!;
+    return Math.round(sample.redis + (this.#monotonic() - sample.at));
+  }
+}
+
+/**
+ * Options of {@link RedisClock}.
+ */
+export interface ClockOptions {
+  /** How often `TIME` is read again, in ms. */
+  refreshEvery?: number;
+  /** The monotonic clock, in ms. */
+  monotonic?: () => number;
+}
+
+/**
+ * Redis's clock (`TIME`), in ms since the epoch.
+ */
+export async function redisTime(redis: OutboxRedisClient): Promise<number> {
+  const [seconds, micros] = await redis.time();
+  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+}
+
+/**
+ * Redis's clock, read through a BullMQ queue's own connection (BullMQ 5's
+ * `queue.client`, BullMQ 6's `queue.getBackend().client`).
+ */
+export async function queueRedisTime(queue: object): Promise<number> {
+  return redisTime(await queueRedis(queue));
+}
