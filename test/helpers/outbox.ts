@@ -86,14 +86,16 @@ export async function dumpRedis(redis: Redis): Promise<string> {
   return parts.join('\n');
 }
 
-/** Resolves once `condition()` resolves true, checking every 25 ms; rejects after `timeout` ms. */
+/** Resolves once `condition()` resolves true, checking every 25 ms; rejects after `timeout` ms, saying `what` (a function: the state then). */
 export async function eventually(
   condition: () => boolean | Promise<boolean>,
-  { timeout = 20_000, what = 'condition' }: { timeout?: number; what?: string } = {},
+  { timeout = 20_000, what = 'condition' }: { timeout?: number; what?: string | (() => string) } = {},
 ): Promise<void> {
   const start = Date.now();
   while (!(await condition())) {
-    if (Date.now() - start > timeout) throw new Error(`timed out after ${timeout} ms waiting for ${what}`);
+    if (Date.now() - start > timeout) {
+      throw new Error(`timed out after ${timeout} ms waiting for ${typeof what === 'function' ? what() : what}`);
+    }
     await new Promise((resolve) => setTimeout(resolve, 25));
   }
 }

@@ -7,7 +7,8 @@ import type { AddressInfo, Socket } from 'node:net';
  * delivered) before the client hears of it. A client that dies in that window
  * has had its mail delivered without knowing it, the case idempotency keys
  * exist for. With `requestDelayMs`, it also holds each request back before
- * passing it on: a client that dies then has had nothing delivered.
+ * passing it on (`[min, max]`: for a time drawn in that range): a client that
+ * dies then has had nothing delivered.
  * @example
  * const proxy = await startSlowAnswerProxy(emu.url, 50);
  * // ... baseUrl: proxy.url
@@ -39,7 +40,7 @@ export interface SlowAnswerProxy {
 export async function startSlowAnswerProxy(
   target: string,
   delayMs: number,
-  { requestDelayMs = 0 }: { requestDelayMs?: number } = {},
+  { requestDelayMs = 0 }: { requestDelayMs?: number | [min: number, max: number] } = {},
 ): Promise<SlowAnswerProxy> {
   const upstream = new URL(target);
   let lostAnswers = 0;
@@ -57,10 +58,15 @@ export async function startSlowAnswerProxy(
     req.on('end', () => {
       if (cut) return void res.destroy();
       heldRequests++;
+      // A range spreads the requests of one client out, so that some are held while others' answers are.
+      const hold =
+        typeof requestDelayMs === 'number'
+          ? requestDelayMs
+          : requestDelayMs[0] + Math.random() * (requestDelayMs[1] - requestDelayMs[0]);
       setTimeout(() => {
         heldRequests--;
         if (!clientGone(req.socket)) pass(Buffer.concat(chunks));
-      }, requestDelayMs);
+      }, hold);
     });
     const pass = (body: Buffer): void => {
       const forward = request(

@@ -35,7 +35,9 @@ describe.each(REDIS_KINDS)('a worker killed mid-batch, on %s Redis', (kind) => {
     [redis, emu] = await Promise.all([startOutboxRedis(kind), startEmulator({ faults: { latencyMs: [10, 30] } })]);
     [proxy, doomedProxy] = await Promise.all([
       startSlowAnswerProxy(emu.url, 40),
-      startSlowAnswerProxy(emu.url, 300, { requestDelayMs: 300 }),
+      // Requests held 100-700 ms, answers 300 ms: the doomed worker's five sends fall out of step at once,
+      // so it holds requests and answers at the same time (with one fixed hold they moved in step).
+      startSlowAnswerProxy(emu.url, 300, { requestDelayMs: [100, 700] }),
     ]);
   });
 
@@ -80,7 +82,9 @@ describe.each(REDIS_KINDS)('a worker killed mid-batch, on %s Redis', (kind) => {
     workers.push(doomed, survivor);
 
     await eventually(() => emu.messages().length >= 60 && doomedProxy.heldAnswers > 0 && doomedProxy.heldRequests > 0, {
-      what: '60 deliveries; the doomed worker with a send not yet delivered and one delivered unheard of',
+      timeout: 45_000,
+      what: () =>
+        `60 deliveries; the doomed worker with a send not yet delivered and one delivered unheard of (now: ${emu.messages().length} delivered, ${doomedProxy.heldRequests} requests and ${doomedProxy.heldAnswers} answers held)`,
     });
     doomedProxy.cutOff();
     const unheard = doomedProxy.heldAnswers;
@@ -131,5 +135,5 @@ describe.each(REDIS_KINDS)('a worker killed mid-batch, on %s Redis', (kind) => {
 
     expect(await Promise.all(workers.slice(1).map((w) => w.stop()))).toEqual([0, 0]);
     await transport.close();
-  }, 90_000);
+  }, 150_000);
 });
