@@ -124,7 +124,8 @@ export async function addJob(
   const client = (await (holder.backend?.client ?? holder.client)) as PipelineClient;
   // From here to the last command of this add, nothing awaits: the add's commands stay together on a
   // pipeline other adds of this turn share.
-  const batch = openBatch(client);
+  // One pipeline per queue: on a cluster, another queue on the same client may live on another master.
+  const batch = openBatch(client, queue.toKey(''));
   const { pipeline } = batch;
   const { Job } = loadBullmq();
   const { jobId } = job.opts;
@@ -143,7 +144,6 @@ export async function addJob(
   }
   const added = before;
   pipeline.emlApiAdded(queue.toKey(jobId), queue.toKey('failed'), job.contentKey, jobId);
-  if (job.replicas) pipeline.wait(job.replicas.count, job.replicas.timeoutMs);
   const results = await batch.results;
   const [addError, addResult] = results[added] ?? [new Error('the add was not run')];
   if (addError) throw addError;
@@ -160,23 +160,35 @@ export async function addJob(
     storedLength: Number(storedLength),
   };
   if (!job.replicas) return { state };
-  const [waitError, replicas] = results[added + 2]!;
-  if (waitError) throw new AfterTheAdd(waitError);
-  return { state, replicas: Number(replicas) };
+  // WAIT once the pipeline has answered, not inside it: ioredis sends a script Redis did not have
+  // (NOSCRIPT, after a failover or SCRIPT FLUSH) again after the pipeline, so a WAIT inside it could
+  // confirm the writes made before the job. One WAIT serves every add of the batch.
+  try {
+    return { state, replicas: await batch.confirmations(job.replicas, queue.toKey(jobId)) };
+  } catch (err) {
+    throw new AfterTheAdd(err);
+  }
 }
 
 type PipelineClient = { pipeline(): ChainableCommander & AddedCommands };
 
-/** The adds of one turn of the event loop on one client, sent as one pipeline. */
+/** The adds of one turn of the event loop to one queue on one client, sent as one pipeline. */
 interface AddBatch {
   readonly pipeline: ChainableCommander & AddedCommands;
   /** The pipeline's results, once it ran. */
   readonly results: Promise<[Error | null, unknown][]>;
   /** Stops the batch: its pipeline is never sent, and every add on it fails with `err`. */
   refuse(err: Error): void;
+  /**
+   * Replicas that confirmed every write of the batch (one `WAIT` after its pipeline answered, shared by
+   * the adds that ask with the same settings).
+   * @param routeKey a key of the queue, so that on a cluster the `WAIT` goes to the queue's master
+   */
+  confirmations(replicas: { count: number; timeoutMs: number }, routeKey: string): Promise<number>;
 }
 
-const openBatches = new WeakMap<object, AddBatch>();
+/** The open batch of each queue (by its key prefix) on each client. */
+const openBatches = new WeakMap<object, Map<string, AddBatch>>();
 
 /**
  * The pipeline the adds of this turn of the event loop share on `client`
@@ -186,31 +198,47 @@ const openBatches = new WeakMap<object, AddBatch>();
  * and one write to Redis instead of one each. ioredis builds a pipeline by
  * copying every script defined on the client (BullMQ's 60-odd and ours):
  * about as much CPU as the rest of an add. Each add keeps its own commands
- * together and in order (add, read, `WAIT`), and reads only its own answers:
+ * together and in order (add, read), and reads only its own answers:
  * Redis runs a pipeline's commands one after the other, as it ran one
  * pipeline per add after another, with other clients' commands possibly in
  * between, then as now.
  */
-function openBatch(client: PipelineClient): AddBatch {
-  const open = openBatches.get(client);
-  if (open) return open;
+function openBatch(client: PipelineClient, queueKey: string): AddBatch {
+  let open = openBatches.get(client);
+  if (!open) openBatches.set(client, (open = new Map()));
+  const batches = open;
+  const existing = batches.get(queueKey);
+  if (existing) return existing;
   const pipeline = client.pipeline();
   let refused: Error | undefined;
   let settle!: (run: Promise<[Error | null, unknown][]>) => void;
   const results = new Promise<[Error | null, unknown][]>((resolve) => (settle = resolve));
   // Each add awaits these; an add refused before they came has thrown already.
   results.catch(() => undefined);
+  const close = () => {
+    if (batches.get(queueKey) === batch) batches.delete(queueKey);
+  };
+  const waits = new Map<string, Promise<number>>();
   const batch: AddBatch = {
     pipeline,
     results,
     refuse(err) {
       refused ??= err;
-      if (openBatches.get(client) === batch) openBatches.delete(client);
+      close();
+    },
+    confirmations(replicas, routeKey) {
+      const key = `${replicas.count}/${replicas.timeoutMs}`;
+      let wait = waits.get(key);
+      if (!wait) {
+        wait = waitForReplicas(client as unknown as OutboxRedisClient, routeKey, replicas);
+        waits.set(key, wait);
+      }
+      return wait;
     },
   };
-  openBatches.set(client, batch);
+  batches.set(queueKey, batch);
   setImmediate(() => {
-    if (openBatches.get(client) === batch) openBatches.delete(client);
+    close();
     settle(
       refused
         ? Promise.reject(refused)

@@ -292,7 +292,7 @@ const BULLMQ_KEY_NAMES: ReadonlySet<string> = new Set([
  * The BullMQ job id of a queued send: its idempotency key, written so that
  * BullMQ takes it. BullMQ refuses custom ids that contain `:` or are whole
  * numbers, so `%` and `:` are percent-encoded, and so is the first character
- * of an all-digit key and of a key named like one of BullMQ's own keys of the
+ * of an all-digit key, of a negative whole number (`-5`) and of a key named like one of BullMQ's own keys of the
  * queue (`meta`, `wait`, `completed`...). The mapping is one to one: two keys
  * never share an id, and the same key always gives the same id, which is how
  * queueing the same logical message twice stores it once.
@@ -306,7 +306,8 @@ export function outboxJobId(idempotencyKey: string): string {
   const escaped = idempotencyKey.replace(/[%:]/g, (c) => (c === '%' ? '%25' : '%3A'));
   // Escaping the first character keeps the id decodable and distinct from every other key's:
   // a literal '%' is always '%25', so no other key yields '%3' + digit or '%6D' + 'eta'.
-  if (/^\d+$/.test(escaped) || BULLMQ_KEY_NAMES.has(escaped))
+  // BullMQ refuses an id that reads as an integer (`${parseInt(id)}` === id: `42`, but `-5` too).
+  if (/^\d+$/.test(escaped) || `${parseInt(escaped, 10)}` === escaped || BULLMQ_KEY_NAMES.has(escaped))
     return `${percentEncoded(escaped[0]!)}${escaped.slice(1)}`;
   return escaped;
 }

@@ -161,6 +161,18 @@ describe('sendMail through EmlApiQueueTransport', () => {
     expect(await stored()).toEqual({ content: 1, jobs: 1 });
   });
 
+  it('queues a message whose idempotency key reads as a whole number, negative ones included', async () => {
+    const message = { from: 'shop@example.test', to: 'ann@example.test', subject: 'Receipt', text: 'x' };
+    // BullMQ refuses ids that read as integers ("-5" too): each key gets an id it takes, and is stored once.
+    for (const idempotencyKey of ['42', '-5', '-0', '-05']) {
+      const info = await transporter.sendMail({ ...message, idempotencyKey });
+      expect(decodeURIComponent(info.queueId)).toBe(idempotencyKey);
+      expect(await transport.queue.getJob(info.queueId)).toBeTruthy();
+      expect(await transporter.sendMail({ ...message, idempotencyKey })).toEqual({ ...info, duplicate: true });
+    }
+    expect(await stored()).toEqual({ content: 4, jobs: 4 });
+  });
+
   it('gives each send without a key its own UUID key and job', async () => {
     const a = await transporter.sendMail({ from: 'a@example.test', to: 'b@example.test', text: '1' });
     const b = await transporter.sendMail({ from: 'a@example.test', to: 'b@example.test', text: '2' });
@@ -398,6 +410,8 @@ describe('job ids and the retry schedule', () => {
     expect(outboxJobId('a%3Ab')).toBe('a%253Ab');
     expect(outboxJobId('42')).toBe('%342');
     expect(outboxJobId('042')).toBe('%3042');
+    expect(outboxJobId('-5')).toBe('%2D5');
+    expect(outboxJobId('-05')).toBe('-05');
     expect(decodeURIComponent(outboxJobId('42'))).toBe('42');
     for (const key of ['x:y:z', '100%', '7', 'ok']) expect(decodeURIComponent(outboxJobId(key))).toBe(key);
   });

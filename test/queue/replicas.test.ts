@@ -77,6 +77,29 @@ describe('replicas: { count: 1 }', () => {
     expect(await transport.queue.getJobCounts('prioritized')).toEqual({ prioritized: 2 });
   });
 
+  it('waits for the replica after the add ran, also when Redis lost its scripts (NOSCRIPT: ioredis sends them again)', async () => {
+    // A failover behind a proxy, or SCRIPT FLUSH: the add's scripts are sent again after the pipeline they
+    // were in. A WAIT inside that pipeline would confirm the writes made before the job (batch review, finding 2).
+    await transporter.sendMail(order(10));
+    await master.client.script('FLUSH');
+    const watcher = master.client.duplicate();
+    const seen: string[] = [];
+    const monitor = await watcher.monitor();
+    monitor.on('monitor', (_time: string, args: string[]) => {
+      const name = String(args[0]).toLowerCase();
+      if (name === 'eval' || name === 'evalsha' || name === 'wait') seen.push(name);
+    });
+    try {
+      const info = await transporter.sendMail(order(11));
+      await eventually(() => seen.includes('wait'), { what: 'the WAIT seen by MONITOR' });
+      expect(seen.filter((name) => name === 'eval').length).toBeGreaterThan(0);
+      expect(seen.lastIndexOf('eval')).toBeLessThan(seen.indexOf('wait'));
+      expect(await replica.client.hget(`bull:eml-api:${info.queueId}`, 'data')).toBeTruthy();
+    } finally {
+      watcher.disconnect();
+    }
+  });
+
   it('rejects when fewer replicas exist than asked for', async () => {
     const two = new EmlApiQueueTransport({ connection: master.url, replicas: { count: 2, timeoutMs: 100 } });
     try {
