@@ -8,7 +8,7 @@ const onCi = Boolean(process.env.CI) && process.env.CI !== 'false';
 
 /**
  * A fresh machine without Debian's redis-server still passes `npm test`: the test files that
- * start one (they call `startRedisServer`, `startRedisCluster` or `startOutboxRedis`) are left out, and the run says so loudly, naming the
+ * start one (they call `startRedisServer`, `startRedisCluster`, `startOutboxRedis` or the `useOutbox` fixture) are left out, and the run says so loudly, naming the
  * fix. A file that needs Redis for some tests only checks `redisServerMissing` itself and stays
  * in. On CI (`.ci/run` installs redis-server) a missing one fails the run instead.
  */
@@ -22,7 +22,9 @@ function redisFilesToSkip(): string[] {
     .map((file) => join('test', file))
     .filter((file) => {
       const text = readFileSync(file, 'utf8');
-      const startsRedis = ['startRedisServer', 'startRedisCluster', 'startOutboxRedis'].some((f) => text.includes(f));
+      const startsRedis = ['startRedisServer', 'startRedisCluster', 'startOutboxRedis', 'useOutbox'].some((f) =>
+        text.includes(f),
+      );
       return startsRedis && !text.includes('redisServerMissing');
     });
   console.warn(

@@ -319,8 +319,10 @@ describe('pacing', () => {
     const client = makeClient({ rateLimit: { max: 20, duration: 1000 }, maxConnections: 10 });
     await Promise.all(Array.from({ length: 10 }, () => client.sendEml(EML)));
     const times = service.requests.map((r) => r.at).sort((a, b) => a - b);
-    // Ten starts at 20 per second span at least nine intervals of 50 ms (a lower bound, not a speed check).
-    expect(times.at(-1)! - times[0]!).toBeGreaterThanOrEqual(9 * 50 - 10);
+    // Ten starts at 20 per second span nine intervals of 50 ms; unpaced, they arrive within a few ms. The
+    // arrivals are compared with eight (a lower bound, not a speed check): on a busy machine the first
+    // request's new connection can take longer than the last's, shortening the span (CI saw 439.7 ms).
+    expect(times.at(-1)! - times[0]!).toBeGreaterThanOrEqual(8 * 50);
   });
 });
 
