@@ -214,6 +214,14 @@ describe('add requests: SKIP and ABORT', () => {
     expect(emu.members('newsletter')).toEqual([]);
   });
 
+  it('answers 400, not 500, when the body groupId is an object that cannot be made a string', async () => {
+    const group = freshGroup('object-id');
+    // fast-check found it: String({ toString: null }) throws inside the emulator.
+    const answer = await addMembers(group, [{ email: address('one') }], { groupId: { toString: null } } as never);
+    expect(expectError(answer, 400, 'invalid_request')).toContain('{"toString":null}');
+    expect(emu.members(group)).toEqual([]);
+  });
+
   it('answers 400 for more than 1000 entries and accepts exactly 1000', async () => {
     const group = freshGroup('limit');
     const entries = (n: number) => Array.from({ length: n }, (_, i) => ({ email: `bulk-${i}@example.test` }));

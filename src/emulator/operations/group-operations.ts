@@ -82,7 +82,7 @@ export const addToGroupOperation: Operation = {
       throw new HttpError(
         400,
         'invalid_request',
-        `groupId in the body (${JSON.stringify(String(body.groupId).slice(0, 100))}) differs from the path (${JSON.stringify(groupId.slice(0, 100))})`,
+        `groupId in the body (${bodyValue(body.groupId)}) differs from the path (${JSON.stringify(groupId.slice(0, 100))})`,
       );
     }
     const onFailure = body.onFailure ?? 'ABORT';
@@ -163,3 +163,10 @@ export const removeFromGroupOperation: Operation = {
     return { status: 200, body: answer };
   },
 };
+
+/** A value of a JSON body for an error message (`String()` of an object such as `{ "toString": null }` throws). */
+function bodyValue(value: unknown): string {
+  return (
+    typeof value === 'string' ? JSON.stringify(value.slice(0, 100)) : (JSON.stringify(value) ?? typeof value)
+  ).slice(0, 120);
+}
