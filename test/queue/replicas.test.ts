@@ -96,6 +96,8 @@ describe('replicas: { count: 1 }', () => {
       expect(seen.lastIndexOf('eval')).toBeLessThan(seen.indexOf('wait'));
       expect(await replica.client.hget(`bull:eml-api:${info.queueId}`, 'data')).toBeTruthy();
     } finally {
+      // MONITOR runs on a connection of its own: closing the client it came from leaves it open.
+      monitor.disconnect();
       watcher.disconnect();
     }
   });

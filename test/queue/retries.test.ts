@@ -124,6 +124,8 @@ describe('a send whose outcome was unknown', () => {
       expect(job!.failedReason).toContain('check before retrying');
       // Its content stays: a person who checked can send it again, by naming it.
       expect(await hasStoredContent(redis.client, job!.data)).toBe(true);
+      // No worker runs while it is put back: one would take it at once and, with the fault still on, mark it again.
+      await workers.closeAll();
       const env = { env: { REDIS_URL: redis.url } };
       expect(await runCliCapturing(['queue', 'retry', '--queue', 'window'], env)).toMatchObject({
         code: 0,
