@@ -3,6 +3,7 @@ import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiError, EmlApiTransport } from '../../src/index.js';
+import { BuildGate, SENDING_THREAD_BUILDS } from '../../src/transport/build-message.js';
 import { rejectionOf, waitFor } from '../helpers/async.js';
 import { NODEMAILERS } from '../helpers/nodemailer-versions.js';
 
@@ -103,6 +104,123 @@ describe.each(NODEMAILERS)('with $label, queued sends', ({ nodemailer: mailer })
     }
     expect(started).toBe(12);
     expect(mostInMemory).toBeLessThanOrEqual(2);
+  });
+});
+
+describe.each(NODEMAILERS)('with $label, many sends with free connection slots', ({ nodemailer: mailer }) => {
+  it('are built a few at a time, not all together turn by turn (each build holding its slot meanwhile)', async () => {
+    const sends = 40;
+    const transport = new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url, maxConnections: sends });
+    const transporter = mailer.createTransport(transport);
+    let building = 0;
+    let mostAtOnce = 0;
+    // A message's first attachment is read early in its build and its last one at the end: the builds between.
+    const stream = (onRead: () => void) => {
+      let read = false;
+      return new Readable({
+        read() {
+          if (!read) {
+            read = true;
+            onRead();
+          }
+          this.push(Buffer.alloc(2048, 'a'));
+          this.push(null);
+        },
+      });
+    };
+    const tracked = (i: number) => {
+      const last = stream(() => undefined);
+      last.once('end', () => building--);
+      return {
+        ...message(`turns-${i}@example.test`, ''),
+        attachments: [
+          { filename: 'first.txt', content: stream(() => (mostAtOnce = Math.max(mostAtOnce, ++building))) },
+          { filename: 'second.txt', content: Buffer.alloc(2048, 'b') },
+          { filename: 'last.txt', content: last },
+        ],
+      };
+    };
+    try {
+      await Promise.all(Array.from({ length: sends }, (_, i) => transporter.sendMail(tracked(i))));
+    } finally {
+      await transport.close();
+    }
+    // All 40 used to be built together, turn by turn, each finishing about when the last did.
+    expect(mostAtOnce).toBeGreaterThan(1);
+    expect(mostAtOnce).toBeLessThanOrEqual(SENDING_THREAD_BUILDS);
+  });
+});
+
+describe('the gate of builds on the sending thread', () => {
+  const held = () => {
+    let done!: () => void;
+    const promise = new Promise<void>((resolve) => (done = resolve));
+    return { promise, done };
+  };
+
+  it('runs its width at once and lets the others in, in the order they came, as builds end', async () => {
+    const gate = new BuildGate(2, 10_000);
+    const signal = new AbortController().signal;
+    const builds = Array.from({ length: 4 }, held);
+    const order: number[] = [];
+    const runs = builds.map((b, i) =>
+      gate.run(signal, async () => {
+        order.push(i);
+        await b.promise;
+        return i;
+      }),
+    );
+    await waitFor(() => order.length === 2);
+    expect(gate.load).toEqual({ running: 2, waiting: 2 });
+    builds[1]!.done();
+    await waitFor(() => order.length === 3);
+    expect(order).toEqual([0, 1, 2]);
+    for (const b of builds) b.done();
+    expect(await Promise.all(runs)).toEqual([0, 1, 2, 3]);
+    expect(order).toEqual([0, 1, 2, 3]);
+    expect(gate.load).toEqual({ running: 0, waiting: 0 });
+  });
+
+  it('stops counting a build that waits past its time while the thread is idle (a slow source), so the next one starts', async () => {
+    const gate = new BuildGate(1, 30);
+    const signal = new AbortController().signal;
+    const stalled = held();
+    let secondRan = false;
+    const first = gate.run(signal, () => stalled.promise);
+    const second = gate.run(signal, async () => {
+      secondRan = true;
+    });
+    expect(gate.load).toEqual({ running: 1, waiting: 1 });
+    await second;
+    expect(secondRan).toBe(true);
+    stalled.done();
+    await first;
+    // The slow build's turn was given once: its end gives none back twice.
+    expect(gate.load).toEqual({ running: 0, waiting: 0 });
+  });
+
+  it("ends a wait with the signal's reason when it aborts, and the turn goes to the next in line", async () => {
+    const gate = new BuildGate(1, 10_000);
+    const running = held();
+    const first = gate.run(new AbortController().signal, () => running.promise);
+    const controller = new AbortController();
+    let abortedRan = false;
+    const aborted = gate.run(controller.signal, async () => {
+      abortedRan = true;
+    });
+    let thirdRan = false;
+    const third = gate.run(new AbortController().signal, async () => {
+      thirdRan = true;
+    });
+    const reason = new Error('caller gave up');
+    controller.abort(reason);
+    await expect(aborted).rejects.toBe(reason);
+    expect(gate.load).toEqual({ running: 1, waiting: 1 });
+    running.done();
+    await first;
+    await third;
+    expect({ abortedRan, thirdRan }).toEqual({ abortedRan: false, thirdRan: true });
+    expect(gate.load).toEqual({ running: 0, waiting: 0 });
   });
 });
 
