@@ -4,8 +4,9 @@
  *   profile-case.ts <sinkUrl>
  * Each sample is charged to the nearest library frame on its stack, walking
  * from the leaf up: Node internals called by Nodemailer (random bytes for
- * boundaries, stream plumbing) count as Nodemailer, socket writes under undici
- * count as undici. Prints { messages, shares: { [category]: fraction } } as JSON.
+ * boundaries, stream plumbing) count as Nodemailer; the native socket writes
+ * count apart (the kernel's work, whoever asked for it: the request's one
+ * write went through this package's connector, which made it look like its own). Prints { messages, shares: { [category]: fraction } } as JSON.
  */
 import { Session } from 'node:inspector/promises';
 import nodemailer from 'nodemailer';
@@ -53,8 +54,14 @@ for (const node of profile.nodes) {
   for (const child of node.children ?? []) parent.set(child, node.id);
 }
 
+/** Node's native socket writes: the kernel's loopback work, whoever called them. */
+const SOCKET_WRITES = new Set(['writev', 'writeBuffer', 'writeUtf8String', 'writeLatin1String', 'writeAsciiString']);
+
 function categoryOf(frame: ProfileNode['callFrame']): string | undefined {
   if (frame.functionName === '(idle)') return 'idle (waiting for the sink)';
+  if (frame.url === '' && SOCKET_WRITES.has(frame.functionName)) return 'socket writes (kernel)';
+  // The connector's pass-through of undici's writes (exchange.ts, which keeps reading after a refused write).
+  if (/^socket\._writev?$/.test(frame.functionName) && frame.url.endsWith('/src/http/exchange.ts')) return undefined;
   if (frame.functionName === '(garbage collector)') return 'garbage collector';
   if (frame.url.includes('/node_modules/nodemailer/')) return 'Nodemailer (compile)';
   if (frame.url.includes('/node_modules/undici/')) return 'undici (HTTP)';
