@@ -765,7 +765,7 @@ const ANALYSIS = [
   '- **Latency-bound, 50 connections.** The sender builds 1,400-1,500 msg/s at 0 ms (the reference row), above the',
   '  ideal of 1,000, yet sent about 600 msg/s against the 50 ms sink: builds started together shared the thread turn by',
   '  turn (Nodemailer builds over several turns of the event loop), each ending about when the last did while its',
-  '  connection slot waited. The sending thread now builds at most 8 at once, in slot order (810-850 msg/s in the runs',
+  '  connection slot waited. The sending thread now builds at most 8 at once, in slot order (770-850 msg/s in the runs',
   '  made for the change); what remains is the answers arriving in bursts (the 50 sends of a round go out close together',
   '  and their answers come back together), each burst served one build after another.',
   '- **Memory.** Spooling keeps the Base64 and JSON framing out of memory; the remaining peak is mostly',

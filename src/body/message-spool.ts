@@ -118,11 +118,17 @@ function failure(err: unknown, signal: AbortSignal | undefined): unknown {
 /** The Writable a {@link MessageProducer} writes into; it knows the last byte written (for a final newline). */
 export class MessageSink extends Writable {
   #lastByte = -1;
+  #writes = 0;
   readonly #take: (chunk: Buffer) => Promise<void> | undefined;
 
   constructor(take: (chunk: Buffer) => Promise<void> | undefined) {
     super({ decodeStrings: true });
     this.#take = take;
+  }
+
+  /** Chunks written so far: how a build shows it is moving. */
+  get writes(): number {
+    return this.#writes;
   }
 
   /** The last byte written so far (-1 before any): known at write(), before the chunk is taken. */
@@ -132,6 +138,7 @@ export class MessageSink extends Writable {
 
   override write(chunk: unknown, ...rest: unknown[]): boolean {
     this.#lastByte = lastByteOf(chunk, this.#lastByte);
+    this.#writes++;
     return (super.write as (...args: unknown[]) => boolean)(chunk, ...rest);
   }
 

@@ -78,10 +78,17 @@ export async function buildMessage(
  * a few builds at a time ({@link sendingThreadBuilds}).
  */
 function buildHere(mail: NodemailerMail, spool: SpoolSettings, signal: AbortSignal): Promise<SpooledMessage> {
-  return sendingThreadBuilds.run(signal, () => {
+  return sendingThreadBuilds.run(signal, (turn) => {
     const tree = mail.message as unknown as WritableTree;
     prepareForUpload(tree);
-    return spoolWritten((sink, done) => writeMessage(tree, sink, done), spool, signal);
+    return spoolWritten(
+      (sink, done) => {
+        turn.watch(() => sink.writes);
+        writeMessage(tree, sink, done);
+      },
+      spool,
+      signal,
+    );
   });
 }
 
@@ -100,45 +107,68 @@ export const SENDING_THREAD_BUILDS = 8;
 
 /**
  * While builds wait for their turn, every this many ms the gate looks at the
- * builds running: one that has run a whole period while the thread had time to
- * spare (its event loop idle half of the period or more) stops counting toward
- * {@link SENDING_THREAD_BUILDS}: it is waiting for its content (a slow stream
- * or URL), not using the thread, and must not hold back the builds behind it.
- * While the thread is busy, a build stops counting after
- * {@link SLOW_BUILD_PERIODS} periods in any case.
+ * thread and the builds running. A build that wrote nothing for
+ * {@link QUIET_LOOKS} looks in a row is waiting for its content (a slow stream
+ * or URL), not using the thread: it stops counting toward
+ * {@link SENDING_THREAD_BUILDS}, so it does not hold back the builds behind it.
+ * When every build running is that quiet, or the thread had time to spare (its
+ * event loop idle half of the period or more), the builds running are not what
+ * holds the others back: every build waiting starts. A build stops counting
+ * after {@link SLOW_BUILD_PERIODS} looks in any case.
  */
 export const SLOW_BUILD_MS = 20;
 
-/** Periods of {@link SLOW_BUILD_MS} after which a build stops counting, however busy the thread. */
-export const SLOW_BUILD_PERIODS = 5;
+/**
+ * Looks in a row without a write after which a build counts as waiting for its
+ * content. One was not enough: on a thread busy with other work (an app, the
+ * emulator in a test) eight builds that were moving could all miss a period.
+ */
+export const QUIET_LOOKS = 3;
 
-/** A build holding a turn: how many of the gate's periods it has run, and how it gives the turn back. */
-interface Turn {
-  periods: number;
+/** Looks ({@link SLOW_BUILD_MS} apart) after which a build stops counting, however it goes. */
+export const SLOW_BUILD_PERIODS = 25;
+
+/** What a build tells the gate of its progress. */
+export interface BuildTurn {
+  /** How to read the build's progress: a count that grows while it writes. */
+  watch(progress: () => number): void;
+}
+
+/** A build holding a turn. */
+interface Turn extends BuildTurn {
+  looks: number;
+  quiet: number;
+  progress: (() => number) | undefined;
+  seen: number;
   release(): void;
 }
 
 /**
  * Lets a limited number of builds run at once, in the order they came; a
- * build that waits for its content stops counting. Waiting ends with the
- * signal's reason when it aborts. It keeps no timer while no build waits.
+ * build waiting for its content stops counting, and everyone starts while the
+ * thread is idle. Waiting ends with the signal's reason when it aborts. It
+ * keeps no timer while no build waits.
  */
 export class BuildGate {
   readonly #width: number;
-  readonly #slowAfter: number;
+  readonly #period: number;
+  readonly #maxLooks: number;
   #running = 0;
   readonly #waiting: Array<() => void> = [];
   readonly #turns = new Set<Turn>();
   #sweep: NodeJS.Timeout | undefined;
   #since: EventLoopUtilization | undefined;
+  #lastLook = 0;
 
   /**
    * @param width builds at once @default SENDING_THREAD_BUILDS
-   * @param slowAfter the period, in ms, of the look at running builds while others wait @default SLOW_BUILD_MS
+   * @param period ms between the looks at the thread and the builds while others wait @default SLOW_BUILD_MS
+   * @param maxLooks looks after which a build stops counting in any case @default SLOW_BUILD_PERIODS
    */
-  constructor(width = SENDING_THREAD_BUILDS, slowAfter = SLOW_BUILD_MS) {
+  constructor(width = SENDING_THREAD_BUILDS, period = SLOW_BUILD_MS, maxLooks = SLOW_BUILD_PERIODS) {
     this.#width = width;
-    this.#slowAfter = slowAfter;
+    this.#period = period;
+    this.#maxLooks = maxLooks;
   }
 
   /** Builds running and counted now, and builds waiting for their turn. */
@@ -150,11 +180,17 @@ export class BuildGate {
    * Runs `build` once its turn comes.
    * @throws the signal's reason when it aborts while waiting; what `build` throws
    */
-  async run<T>(signal: AbortSignal, build: () => Promise<T>): Promise<T> {
+  async run<T>(signal: AbortSignal, build: (turn: BuildTurn) => Promise<T>): Promise<T> {
     if (this.#running < this.#width) this.#running++;
     else await this.#turn(signal);
     const turn: Turn = {
-      periods: 0,
+      looks: 0,
+      quiet: 0,
+      progress: undefined,
+      seen: 0,
+      watch(progress) {
+        turn.progress = progress;
+      },
       release: () => {
         if (!this.#turns.delete(turn)) return;
         // Handed straight to the next in line, so a newcomer cannot take the turn in between.
@@ -165,7 +201,7 @@ export class BuildGate {
     };
     this.#turns.add(turn);
     try {
-      return await build();
+      return await build(turn);
     } finally {
       turn.release();
     }
@@ -189,24 +225,46 @@ export class BuildGate {
     if (this.#sweep === undefined) {
       // A timer per build cost a latency-bound sender 2-3% of its rate: one for the gate, only while builds wait.
       this.#since = performance.eventLoopUtilization();
-      this.#sweep = setInterval(() => this.#look(), this.#slowAfter);
+      this.#lastLook = performance.now();
+      this.#sweep = setInterval(() => this.#look(), this.#period);
       this.#sweep.unref?.();
     }
     return waiting;
   }
 
-  /** Stops counting the builds that wait for their content (see {@link SLOW_BUILD_MS}). */
+  /** Stops counting builds that wait for their content; lets everyone in while no build is using the thread. */
   #look(): void {
+    const now = performance.now();
+    // A look this late means the process had no time for anyone (a busy machine): nothing to judge by.
+    const late = now - this.#lastLook > 2 * this.#period;
+    this.#lastLook = now;
+    const idle = performance.eventLoopUtilization(this.#since).utilization < 0.5;
+    this.#since = performance.eventLoopUtilization();
+    let looked = 0;
+    let moving = 0;
+    for (const turn of [...this.#turns]) {
+      const progress = turn.progress?.() ?? 0;
+      // A build is judged from the second look it sees: at its first it may not have started writing.
+      const wrote = turn.looks === 0 || late || progress !== turn.seen;
+      turn.seen = progress;
+      turn.quiet = wrote ? 0 : turn.quiet + 1;
+      looked++;
+      if (turn.quiet < QUIET_LOOKS) moving++;
+      if (turn.quiet >= QUIET_LOOKS || ++turn.looks > this.#maxLooks) turn.release();
+    }
+    // With no build seen (turns handed over, not started yet), nothing says the thread is free.
+    if (idle || (looked > 0 && moving === 0)) {
+      // No build is using the thread (or it has time to spare): sharing it costs nothing, so a turn for
+      // everyone waiting, over the width for now. Handing turns over a few at a time, each new one taking
+      // looks to show it waits too, kept sends behind hundreds of stalled builds waiting for seconds.
+      for (const take of this.#waiting.splice(0)) {
+        this.#running++;
+        take();
+      }
+    }
     if (this.#waiting.length === 0) {
       clearInterval(this.#sweep);
       this.#sweep = undefined;
-      return;
-    }
-    const idle = performance.eventLoopUtilization(this.#since).utilization < 0.5;
-    this.#since = performance.eventLoopUtilization();
-    for (const turn of [...this.#turns]) {
-      turn.periods++;
-      if ((idle && turn.periods >= 2) || turn.periods > SLOW_BUILD_PERIODS) turn.release();
     }
   }
 }

@@ -151,6 +151,37 @@ describe.each(NODEMAILERS)('with $label, many sends with free connection slots',
   });
 });
 
+describe('a send queued behind hundreds of builds waiting for their content', () => {
+  it('is not held back by them, even from another transport: it goes out within its own timeouts.total', async () => {
+    const stalledSends = 400;
+    const stalling = new EmlApiTransport({
+      apiKey: emu.apiKey,
+      baseUrl: emu.url,
+      maxConnections: stalledSends,
+      timeouts: { total: 60_000 },
+    });
+    const other = new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url, timeouts: { total: 1500 } });
+    const stalledOutcomes = Array.from({ length: stalledSends }, (_, i) =>
+      nodemailer
+        .createTransport(stalling)
+        .sendMail(message(`stalled-${i}@example.test`, stalledStream()))
+        .catch((err: { code?: string }) => err.code),
+    );
+    try {
+      // Let the stalled builds take every turn and queue up behind one another first.
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      // Handed over eight at a time, each taking a look or two to show it stalled, they held this for 2 s and more.
+      const info = await nodemailer
+        .createTransport(other)
+        .sendMail({ from: 'shop@example.test', to: 'behind@example.test', text: 'Hi' });
+      expect(info.accepted).toEqual(['behind@example.test']);
+    } finally {
+      await Promise.all([stalling.close({ abort: true }), other.close()]);
+    }
+    expect(new Set(await Promise.all(stalledOutcomes))).toEqual(new Set(['EABORT']));
+  });
+});
+
 describe('the gate of builds on the sending thread', () => {
   const held = () => {
     let done!: () => void;
@@ -181,22 +212,63 @@ describe('the gate of builds on the sending thread', () => {
     expect(gate.load).toEqual({ running: 0, waiting: 0 });
   });
 
-  it('stops counting a build that waits past its time while the thread is idle (a slow source), so the next one starts', async () => {
+  it('lets every waiting build start while the thread is idle (the builds running wait for their content)', async () => {
     const gate = new BuildGate(1, 30);
     const signal = new AbortController().signal;
     const stalled = held();
-    let secondRan = false;
+    let ran = 0;
     const first = gate.run(signal, () => stalled.promise);
-    const second = gate.run(signal, async () => {
-      secondRan = true;
-    });
-    expect(gate.load).toEqual({ running: 1, waiting: 1 });
-    await second;
-    expect(secondRan).toBe(true);
+    const others = Array.from({ length: 3 }, () =>
+      gate.run(signal, async () => {
+        ran++;
+      }),
+    );
+    expect(gate.load).toEqual({ running: 1, waiting: 3 });
+    await Promise.all(others);
+    expect(ran).toBe(3);
     stalled.done();
     await first;
-    // The slow build's turn was given once: its end gives none back twice.
+    // Every turn was given back once.
     expect(gate.load).toEqual({ running: 0, waiting: 0 });
+  });
+
+  it('while the thread is busy, stops counting a build that writes nothing after a few looks, one that writes only after its last', async () => {
+    const signal = new AbortController().signal;
+    const stalledGate = new BuildGate(1, 20, 8);
+    const writingGate = new BuildGate(1, 20, 8);
+    const stalled = held();
+    const writing = held();
+    let writes = 0;
+    const firsts = [
+      stalledGate.run(signal, async (turn) => {
+        turn.watch(() => 0);
+        await stalled.promise;
+      }),
+      writingGate.run(signal, async (turn) => {
+        turn.watch(() => ++writes);
+        await writing.promise;
+      }),
+    ];
+    const order: string[] = [];
+    const seconds = [
+      stalledGate.run(signal, async () => void order.push('behind the stalled build')),
+      writingGate.run(signal, async () => void order.push('behind the writing build')),
+    ];
+    // Busy: the thread spins, with a turn of the event loop every 5 ms for the gates' looks.
+    while (order.length < 2) {
+      const until = performance.now() + 5;
+      while (performance.now() < until);
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    expect(order).toEqual(['behind the stalled build', 'behind the writing build']);
+    expect(writes).toBeGreaterThanOrEqual(8);
+    stalled.done();
+    writing.done();
+    await Promise.all([...firsts, ...seconds]);
+    expect([stalledGate.load, writingGate.load]).toEqual([
+      { running: 0, waiting: 0 },
+      { running: 0, waiting: 0 },
+    ]);
   });
 
   it("ends a wait with the signal's reason when it aborts, and the turn goes to the next in line", async () => {
