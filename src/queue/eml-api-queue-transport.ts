@@ -642,7 +642,7 @@ export async function prepareQueuedContent(
   threads?: BuildThreads,
 ): Promise<QueuedContent> {
   if (route.kind !== 'eml') return prepareJson(mail, route, signal);
-  const built = await buildMessage(mail, spool, signal, threads);
+  const built = await buildMessage(mail, spool, signal, threads, null);
   const { spooled } = built;
   if (spooled.size === 0) {
     await spooled.body.dispose();
