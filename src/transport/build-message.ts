@@ -104,14 +104,16 @@ function buildHere(
 
 /**
  * How many messages the sending thread builds at once, at most, in every
- * transport of the process. Nodemailer builds a message over several turns of
- * the event loop, so builds started together share the thread turn by turn and
- * each takes about as long as all of them, holding its connection slot
- * meanwhile: with `maxConnections: 50` against a service answering in 50 ms,
- * the transport sent about 600 msg/s where the thread allowed 1,450 and the
- * latency 1,000 (810-850 with this limit). Fewer than this cost CPU per message
- * in a busy sender (each build's turns no longer share the event loop's
- * iterations): 2 or 4 lowered the CPU-bound rate by 5-15%, 8 did not measurably.
+ * `EmlApiTransport` of the process (the outbox's producer builds at once).
+ * Nodemailer builds a message over several turns of the event loop, so builds
+ * started together share the thread turn by turn and each takes about as long
+ * as all of them, holding its connection slot meanwhile: with
+ * `maxConnections: 50` against a service answering in 50 ms, the transport
+ * sent about 600 msg/s where the thread allowed 1,450 and the latency 1,000
+ * (770-850 with this limit). Fewer builds a turn cost CPU per message in a
+ * CPU-bound sender (each build's turns no longer share the event loop's
+ * iterations): with 20 connections and a service answering at once, 2 or 4
+ * lowered the rate by 5-15%, 8 by 3-9%; up to 8 connections nothing changes.
  */
 export const SENDING_THREAD_BUILDS = 8;
 
