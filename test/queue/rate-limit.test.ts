@@ -67,6 +67,10 @@ describe('rateLimit: { max: 20, duration: 1000 }', () => {
     );
     workers.push(...started);
     await eventually(() => emu.messages().length === MESSAGES, { timeout: 30_000, what: 'all delivered' });
+    // A worker completes a job in Redis just after the service took it: CI once read 79 of 80 completed here.
+    await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === MESSAGES, {
+      what: 'all completed',
+    });
     // The limiter decides when a job starts: BullMQ stamps that moment on the job (processedOn).
     // The emulator's arrival times would add the machine's scheduling jitter (a loaded CI host
     // delays one request and bunches the next ones), which the limiter does not control.
