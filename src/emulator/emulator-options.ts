@@ -2,6 +2,7 @@ import { invalidApiKeyAt, API_SCOPES, type ApiPlan, type ApiScope, MAX_REQUEST_S
 import { configError, describe, refuseUnknownKeys, wholeNumber, type RenamedOptions } from '../shared/options-kit.js';
 import { FaultInjector, type EmulatorFaults } from './http/fault-injector.js';
 import { KeyRateLimiter, type EmulatorRateLimit } from './http/api-router.js';
+import { DEFAULT_MAX_MESSAGES } from './state/mail-store.js';
 
 /**
  * The account keys belong to unless told otherwise, the ready key `emu.apiKey` included.
@@ -117,6 +118,36 @@ export interface EmulatorOptions {
    * @default undefined (no limit)
    */
   rateLimit?: EmulatorRateLimit;
+  /**
+   * Most messages the inbox keeps (and accepted messages `emu.messages()`
+   * lists); past it the oldest are dropped, counted in `/api/v1/info`, so
+   * memory stays flat however much is sent.
+   * @default 10000
+   * @example
+   * await startEmulator({ maxMessages: 500 });
+   */
+  maxMessages?: number;
+  /**
+   * A login (HTTP Basic) the web inbox, its feed, the groups page and the
+   * inspection API (`/api/v1/`, `/view/`) ask for, from every client: set it
+   * when the emulator listens beyond loopback, where anyone who reaches the
+   * port could otherwise read the mail by sending a loopback Host. The service
+   * API keeps its keys; unsubscribe pages and hosted images stay public.
+   * @default undefined (no login)
+   * @example
+   * await startEmulator({ host: '0.0.0.0', inboxLogin: { username: 'team', password: process.env.INBOX_PASSWORD! } });
+   */
+  inboxLogin?: EmulatorInboxLogin;
+}
+
+/**
+ * The login of the web inbox and the inspection API.
+ * @example
+ * const login: EmulatorInboxLogin = { username: 'team', password: 's3cret-enough' };
+ */
+export interface EmulatorInboxLogin {
+  username: string;
+  password: string;
 }
 
 /** Options after validation. */
@@ -134,6 +165,8 @@ export interface ResolvedEmulatorOptions {
   onInternalError: (err: unknown) => void;
   faults: FaultInjector | undefined;
   rateLimiter: KeyRateLimiter | undefined;
+  maxMessages: number;
+  inboxLogin: EmulatorInboxLogin | undefined;
 }
 
 /** Every option of the emulator. */
@@ -149,6 +182,8 @@ const EMULATOR_OPTIONS = [
   'onInternalError',
   'faults',
   'rateLimit',
+  'maxMessages',
+  'inboxLogin',
 ] as const satisfies readonly (keyof EmulatorOptions)[];
 
 /** The fields of an `apiKeys` entry. */
@@ -228,6 +263,8 @@ export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedE
     options.onInternalError ?? ((err: unknown) => console.error('[eml-api emulator] internal error:', err));
   const faults = options.faults === undefined ? undefined : new FaultInjector(options.faults);
   const rateLimiter = options.rateLimit === undefined ? undefined : new KeyRateLimiter(options.rateLimit);
+  const maxMessages = wholeNumber(options.maxMessages, 'maxMessages', 1, 10_000_000, DEFAULT_MAX_MESSAGES);
+  const inboxLogin = resolveLogin(options.inboxLogin);
   return {
     port,
     host,
@@ -240,5 +277,20 @@ export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedE
     onInternalError,
     faults,
     rateLimiter,
+    maxMessages,
+    inboxLogin,
   };
+}
+
+function resolveLogin(login: EmulatorInboxLogin | undefined): EmulatorInboxLogin | undefined {
+  if (login === undefined) return undefined;
+  if (typeof login !== 'object' || login === null) throw configError('inboxLogin', 'expected { username, password }');
+  refuseUnknownKeys(login, ['username', 'password'], 'inboxLogin.');
+  if (typeof login.username !== 'string' || !/^[\x21-\x39\x3b-\x7e]{1,100}$/.test(login.username)) {
+    throw configError('inboxLogin.username', 'expected 1 to 100 visible ASCII characters without ":"');
+  }
+  if (typeof login.password !== 'string' || !/^[\x20-\x7e]{8,200}$/.test(login.password)) {
+    throw configError('inboxLogin.password', 'expected 8 to 200 printable ASCII characters');
+  }
+  return { username: login.username, password: login.password };
 }

@@ -8,6 +8,8 @@ import { EmulatorState } from './state/emulator-state.js';
 import { FaultInjector, type EmulatorFaults, type FaultStats } from './http/fault-injector.js';
 import { createRequestHandler, type ServerContext } from './http/api-router.js';
 import { inboxSection } from './inbox/inbox-section.js';
+import { inspectionApi } from './inbox/inspection-api.js';
+import { WebAccess } from './inbox/web-access.js';
 import { loadMimeParser } from './operations/send-operations.js';
 import { publicPages } from './pages/public-pages.js';
 
@@ -76,14 +78,15 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   const resolved = resolveEmulatorOptions(options);
   // Fails here, saying what to install, rather than on the first message.
   loadMimeParser();
-  const state = new EmulatorState(resolved.now, resolved.groups);
+  const state = new EmulatorState(resolved.now, resolved.groups, resolved.maxMessages);
   const apiKey = `emu_${randomBytes(18).toString('base64url')}`;
   state.keys.add(apiKey, API_SCOPES, 'plus', DEFAULT_EMULATOR_ACCOUNT);
   for (const key of resolved.apiKeys) state.keys.add(key.key, key.scopes, key.plan, key.account);
 
   // The composition root: the only place that knows which sections the site has.
   const publicHost = resolved.publicUrl === undefined ? [] : [new URL(resolved.publicUrl).hostname.toLowerCase()];
-  const sections = [publicPages(state), inboxSection(state, [...resolved.allowedHosts, ...publicHost])];
+  const access = new WebAccess([...resolved.allowedHosts, ...publicHost], resolved.inboxLogin);
+  const sections = [publicPages(state), inspectionApi(state, access, Date.now()), inboxSection(state, access)];
   const context: ServerContext = {
     state,
     maxRequestSize: resolved.maxRequestSize,
