@@ -424,7 +424,8 @@ function readInboxMessage(incoming: IncomingMessage, copies: DeliveredMessage[],
     );
   const from = addresses('from')[0];
   const mime = mimeSummary(incoming.raw);
-  const bodyText = incoming.html !== undefined ? htmlToText(incoming.html) : (incoming.text ?? '');
+  const htmlText = incoming.html === undefined ? undefined : htmlToText(incoming.html);
+  const bodyText = htmlText ?? incoming.text ?? '';
   const decoded = (name: string) => header(name).map(decodeWords).join(' ');
   const searchText = cleanSearchText(
     [
@@ -436,6 +437,8 @@ function readInboxMessage(incoming: IncomingMessage, copies: DeliveredMessage[],
       decoded('reply-to'),
       decoded('return-path'),
       bodyText,
+      // Both bodies (Mailpit reads only the HTML one when there is one): a text part's words are found too.
+      htmlText === undefined ? '' : (incoming.text ?? ''),
       ...mime.attachments.map((a) => a.fileName),
     ].join(' '),
   );
@@ -494,8 +497,11 @@ export function htmlToText(html: string): string {
       .slice(0, 4 * 1024 * 1024)
       .replace(/<!--[\s\S]*?-->/g, ' ')
       .replace(/<(script|style|head|title)\b[^>]*>[\s\S]*?<\/\1\s*>/gi, ' ')
-      .replace(/<(?:br|\/p|\/div|\/tr|\/h\d|\/li)\b[^>]*>/gi, '\n')
-      .replace(/<[^>]*>/g, ' '),
+      .replace(
+        /<\/?(?:br|p|div|tr|td|th|h\d|li|ul|ol|table|blockquote|section|article|header|footer|hr)\b[^>]*>/gi,
+        '\n',
+      )
+      .replace(/<[^>]*>/g, ''),
   )
     .replace(/[ \t]+/g, ' ')
     .replace(/ *\n[\s]*/g, '\n')
