@@ -3,6 +3,7 @@ import { configError, describe, refuseUnknownKeys, wholeNumber, type RenamedOpti
 import { FaultInjector, type EmulatorFaults } from './http/fault-injector.js';
 import { KeyRateLimiter, type EmulatorRateLimit } from './http/api-router.js';
 import { DEFAULT_MAX_MESSAGES } from './state/mail-store.js';
+import type { EmulatorSmtpOptions } from './smtp-ingest.js';
 
 /**
  * The account keys belong to unless told otherwise, the ready key `emu.apiKey` included.
@@ -138,6 +139,27 @@ export interface EmulatorOptions {
    * await startEmulator({ host: '0.0.0.0', inboxLogin: { username: 'team', password: process.env.INBOX_PASSWORD! } });
    */
   inboxLogin?: EmulatorInboxLogin;
+  /**
+   * Takes mail over SMTP too, into the same inbox (as Mailpit's port 1025):
+   * `emu.smtp` then holds its host and port. Loopback clients send without
+   * AUTH. Needs the optional peer `smtp-server`.
+   * @default undefined (no SMTP)
+   * @example
+   * const emu = await startEmulator({ smtp: { port: 0 } });
+   * nodemailer.createTransport({ host: emu.smtp!.host, port: emu.smtp!.port });
+   */
+  smtp?: EmulatorSmtpOptions;
+  /**
+   * A directory that keeps the inbox's messages (read marks and tags
+   * included), the groups with their members and unsubscribe links, the
+   * hosted images and the ready API key across restarts. Created when
+   * missing (mode 0700: it holds the key and every message). One emulator
+   * per directory.
+   * @default undefined (everything is lost when the emulator stops)
+   * @example
+   * const emu = await startEmulator({ dataDir: '.emulator-data' }); // emu.apiKey is the same next time
+   */
+  dataDir?: string;
 }
 
 /**
@@ -167,6 +189,8 @@ export interface ResolvedEmulatorOptions {
   rateLimiter: KeyRateLimiter | undefined;
   maxMessages: number;
   inboxLogin: EmulatorInboxLogin | undefined;
+  smtp: EmulatorSmtpOptions | undefined;
+  dataDir: string | undefined;
 }
 
 /** Every option of the emulator. */
@@ -184,6 +208,8 @@ const EMULATOR_OPTIONS = [
   'rateLimit',
   'maxMessages',
   'inboxLogin',
+  'smtp',
+  'dataDir',
 ] as const satisfies readonly (keyof EmulatorOptions)[];
 
 /** The fields of an `apiKeys` entry. */
@@ -265,6 +291,10 @@ export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedE
   const rateLimiter = options.rateLimit === undefined ? undefined : new KeyRateLimiter(options.rateLimit);
   const maxMessages = wholeNumber(options.maxMessages, 'maxMessages', 1, 10_000_000, DEFAULT_MAX_MESSAGES);
   const inboxLogin = resolveLogin(options.inboxLogin);
+  const smtp = resolveSmtp(options.smtp);
+  if (options.dataDir !== undefined && (typeof options.dataDir !== 'string' || options.dataDir === '')) {
+    throw configError('dataDir', 'expected the path of a directory');
+  }
   return {
     port,
     host,
@@ -279,7 +309,32 @@ export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedE
     rateLimiter,
     maxMessages,
     inboxLogin,
+    smtp,
+    dataDir: options.dataDir,
   };
+}
+
+function resolveSmtp(smtp: EmulatorSmtpOptions | undefined): EmulatorSmtpOptions | undefined {
+  if (smtp === undefined) return undefined;
+  if (typeof smtp !== 'object' || smtp === null || Array.isArray(smtp)) {
+    throw configError('smtp', 'expected { port, host, allowFrom, logger }');
+  }
+  refuseUnknownKeys(smtp, ['port', 'host', 'allowFrom', 'logger'], 'smtp.');
+  const port = wholeNumber(smtp.port, 'smtp.port', 0, 65535, 0);
+  if (smtp.host !== undefined && (typeof smtp.host !== 'string' || smtp.host === '')) {
+    throw configError('smtp.host', 'expected a host name or IP address');
+  }
+  if (
+    smtp.allowFrom !== undefined &&
+    (!Array.isArray(smtp.allowFrom) || smtp.allowFrom.some((a) => typeof a !== 'string'))
+  ) {
+    throw configError('smtp.allowFrom', 'expected an array of addresses or networks, e.g. ["172.16.0.0/12"]');
+  }
+  const logger = smtp.logger;
+  if (logger !== undefined && (typeof logger !== 'object' || logger === null || typeof logger.warn !== 'function')) {
+    throw configError('smtp.logger', 'expected { debug, info, warn, error }');
+  }
+  return { ...smtp, port };
 }
 
 function resolveLogin(login: EmulatorInboxLogin | undefined): EmulatorInboxLogin | undefined {

@@ -12,6 +12,8 @@ import { inspectionApi } from './inbox/inspection-api.js';
 import { WebAccess } from './inbox/web-access.js';
 import { loadMimeParser } from './operations/send-operations.js';
 import { publicPages } from './pages/public-pages.js';
+import { startSmtpIngest, type EmulatorSmtp } from './smtp-ingest.js';
+import { DataDir } from './state/data-dir.js';
 
 /**
  * A running emulator of the email service.
@@ -32,6 +34,8 @@ export interface Emulator {
   readonly port: number;
   /** A ready API key holding every scope, on the `plus` plan, of the account `'default'`. */
   readonly apiKey: string;
+  /** The SMTP listener, when the `smtp` option asked for one. */
+  readonly smtp: EmulatorSmtp | undefined;
   /** Accepted messages, oldest first. */
   messages(): EmulatorMessage[];
   /** Copies delivered to one address (case-insensitive), oldest first; Bcc removed. */
@@ -79,7 +83,12 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   // Fails here, saying what to install, rather than on the first message.
   loadMimeParser();
   const state = new EmulatorState(resolved.now, resolved.groups, resolved.maxMessages);
-  const apiKey = `emu_${randomBytes(18).toString('base64url')}`;
+  let apiKey = `emu_${randomBytes(18).toString('base64url')}`;
+  let dataDir: DataDir | undefined;
+  if (resolved.dataDir !== undefined) {
+    ({ dataDir, apiKey } = await DataDir.open(resolved.dataDir, state, apiKey, resolved.onInternalError));
+    state.dataDir = dataDir.path;
+  }
   state.keys.add(apiKey, API_SCOPES, 'plus', DEFAULT_EMULATOR_ACCOUNT);
   for (const key of resolved.apiKeys) state.keys.add(key.key, key.scopes, key.plan, key.account);
 
@@ -113,12 +122,28 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   const url = `http://${hostForUrl(address)}:${address.port}`;
   state.baseUrl = resolved.publicUrl ?? url;
   let closing: Promise<void> | undefined;
+  const closeHttp = () =>
+    new Promise<void>((resolve, reject) => {
+      for (const section of sections) section.close?.();
+      server.close((err) => (err ? reject(err) : resolve()));
+      server.closeAllConnections();
+    });
+  let ingest: Awaited<ReturnType<typeof startSmtpIngest>> | undefined;
+  if (resolved.smtp) {
+    try {
+      ingest = await startSmtpIngest(resolved.smtp, state, url, apiKey, resolved.host);
+    } catch (err) {
+      await closeHttp();
+      throw err;
+    }
+  }
 
   return {
     url,
     host: address.address,
     port: address.port,
     apiKey,
+    smtp: ingest?.smtp,
     messages: () => state.mail.messages(),
     mailbox: (addr: string) => state.mail.mailbox(addr),
     createGroup: (groupId: string) => {
@@ -138,11 +163,12 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     },
     faultStats: () => (context.faults ? { ...context.faults.stats } : undefined),
     close: () =>
-      (closing ??= new Promise<void>((resolve, reject) => {
-        for (const section of sections) section.close?.();
-        server.close((err) => (err ? reject(err) : resolve()));
-        server.closeAllConnections();
-      })),
+      (closing ??= (async () => {
+        // SMTP first: the messages it still hands to the API arrive before the API stops.
+        await ingest?.close();
+        await closeHttp();
+        await dataDir?.flush();
+      })()),
   };
 }
 

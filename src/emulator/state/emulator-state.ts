@@ -115,10 +115,14 @@ export interface UnsubscribeTicket {
 export class GroupStore {
   readonly #groups = new Map<string, Map<string, GroupMember>>();
   readonly #tickets = new Map<string, UnsubscribeTicket>();
+  /** Called after every change (the data directory saves them). */
+  onChange: () => void = () => {};
 
   /** Creates a group (groups are made out of band, never through the API). No-op when it exists. */
   create(groupId: string): void {
-    if (!this.#groups.has(groupId)) this.#groups.set(groupId, new Map());
+    if (this.#groups.has(groupId)) return;
+    this.#groups.set(groupId, new Map());
+    this.onChange();
   }
 
   has(groupId: string): boolean {
@@ -141,11 +145,20 @@ export class GroupStore {
     const key = member.email.toLowerCase();
     const existing = group.get(key);
     group.set(key, { ...member, addedAt: existing?.addedAt ?? now });
+    this.onChange();
+  }
+
+  /** Puts back a member as it was saved (its `addedAt` kept). */
+  restoreMember(groupId: string, member: GroupMember): void {
+    this.create(groupId);
+    this.#require(groupId).set(member.email.toLowerCase(), member);
   }
 
   /** Removes a member. @returns whether it was a member */
   remove(groupId: string, email: string): boolean {
-    return this.#require(groupId).delete(email.toLowerCase());
+    const removed = this.#require(groupId).delete(email.toLowerCase());
+    if (removed) this.onChange();
+    return removed;
   }
 
   isMember(groupId: string, email: string): boolean {
@@ -156,7 +169,18 @@ export class GroupStore {
   issueUnsubscribeToken(groupId: string, email: string): string {
     const token = randomBytes(24).toString('base64url');
     this.#tickets.set(token, { groupId, email });
+    this.onChange();
     return token;
+  }
+
+  /** Every unused unsubscribe token and its ticket. */
+  tickets(): [string, UnsubscribeTicket][] {
+    return [...this.#tickets];
+  }
+
+  /** Puts back a saved unsubscribe token. */
+  restoreTicket(token: string, ticket: UnsubscribeTicket): void {
+    this.#tickets.set(token, ticket);
   }
 
   /** The ticket of a token, if it is known and unused. */
@@ -176,6 +200,7 @@ export class GroupStore {
         this.#tickets.delete(other);
     }
     this.#groups.get(ticket.groupId)?.delete(ticket.email.toLowerCase());
+    this.onChange();
     return ticket;
   }
 
@@ -183,6 +208,7 @@ export class GroupStore {
   clearMembers(): void {
     for (const group of this.#groups.values()) group.clear();
     this.#tickets.clear();
+    this.onChange();
   }
 
   #require(groupId: string): Map<string, GroupMember> {
@@ -296,6 +322,8 @@ export const IMAGE_CONTENT_TYPES: Record<ApiImage['mimeType'], string> = {
  */
 export class ImageStore {
   readonly #images = new Map<string, HostedImage>();
+  /** Called after every change (the data directory saves them). */
+  onChange: () => void = () => {};
 
   /** Stores (or refreshes) an image. @returns its SHA-256 hex digest */
   put(data: Buffer, mimeType: ApiImage['mimeType'], now: Date): string {
@@ -307,7 +335,13 @@ export class ImageStore {
     } else {
       this.#images.set(sha256, { sha256, data, mimeType, lastUsedAt: now });
     }
+    this.onChange();
     return sha256;
+  }
+
+  /** Puts back a saved image. */
+  restore(image: HostedImage): void {
+    this.#images.set(image.sha256, image);
   }
 
   /** The image if it exists and has not expired at `now`; expired images are deleted. */
@@ -333,6 +367,7 @@ export class ImageStore {
 
   clear(): void {
     this.#images.clear();
+    this.onChange();
   }
 
   #expired(image: HostedImage, now: Date): boolean {

@@ -68,6 +68,22 @@ export interface IncomingMessage {
   group?: string | undefined;
 }
 
+/** How a message was when it was saved: its ids, marks and arrival kept. */
+export interface SavedMarks {
+  id: string;
+  copyIds: string[];
+  read: boolean;
+  tags: string[];
+}
+
+/** Told of every change of the inbox (the data directory writes them). */
+export interface MailObserver {
+  stored(message: InboxMessage): void;
+  removed(messages: InboxMessage[]): void;
+  changed(messages: InboxMessage[]): void;
+  cleared(): void;
+}
+
 /**
  * One change of the inbox, numbered: `seq` grows by one per change, survives
  * {@link MailStore.clear} and is never reused, so a reader that remembers the
@@ -114,6 +130,7 @@ export class MailStore {
   #staleBefore = 0;
   #deleted = 0;
   #dropped = 0;
+  #observer: MailObserver | undefined;
   #maxMessages: number;
 
   constructor(maxMessages = DEFAULT_MAX_MESSAGES) {
@@ -123,6 +140,11 @@ export class MailStore {
   /** Most inbox messages kept. */
   get maxMessages(): number {
     return this.#maxMessages;
+  }
+
+  /** Tells `observer` of every change from now on. */
+  watch(observer: MailObserver): void {
+    this.#observer = observer;
   }
 
   /** Messages deleted or dropped for room since the start. */
@@ -171,11 +193,11 @@ export class MailStore {
    * recipient's mailbox; drops the oldest message when the inbox is full.
    * @returns the inbox message, or undefined when it has no recipient
    */
-  store(incoming: IncomingMessage, now: Date): InboxMessage | undefined {
+  store(incoming: IncomingMessage, now: Date, saved?: SavedMarks): InboxMessage | undefined {
     if (incoming.recipients.length === 0) return undefined;
     const delivered = removeHeaderFields(incoming.raw, 'bcc');
-    const copies: DeliveredMessage[] = incoming.recipients.map((to) => ({
-      id: `dlv_${randomUUID()}`,
+    const copies: DeliveredMessage[] = incoming.recipients.map((to, i) => ({
+      id: saved?.copyIds[i] ?? `dlv_${randomUUID()}`,
       messageRef: incoming.messageRef,
       to,
       from: incoming.from,
@@ -188,6 +210,10 @@ export class MailStore {
       deliveredAt: now,
     }));
     const message = readInboxMessage(incoming, copies, ++this.#seq, now);
+    if (saved) {
+      message.read = saved.read;
+      message.tags = saved.tags;
+    }
     this.#inbox.push(message);
     this.#byId.set(message.id, message);
     for (const copy of copies) {
@@ -198,6 +224,7 @@ export class MailStore {
       box.push(copy);
     }
     this.#emit({ kind: 'delivery', seq: message.seq, message });
+    this.#observer?.stored(message);
     while (this.#inbox.length > this.#maxMessages) this.#dropOldest();
     return message;
   }
@@ -214,6 +241,7 @@ export class MailStore {
     }
     this.#deleted++;
     this.#dropped++;
+    this.#observer?.removed([oldest]);
   }
 
   #forget(message: InboxMessage): void {
@@ -314,6 +342,7 @@ export class MailStore {
       else this.#mailboxes.set(key, kept);
     }
     this.#deleted += doomed.size;
+    this.#observer?.removed([...doomed]);
     this.#edit('delete', [...doomed]);
     return doomed.size;
   }
@@ -322,7 +351,10 @@ export class MailStore {
   markRead(messages: Iterable<InboxMessage>, read: boolean): number {
     const changed = [...messages].filter((m) => m.read !== read && this.#byId.get(m.id) === m);
     for (const m of changed) m.read = read;
-    if (changed.length > 0) this.#edit('update', changed);
+    if (changed.length > 0) {
+      this.#observer?.changed(changed);
+      this.#edit('update', changed);
+    }
     return changed.length;
   }
 
@@ -336,7 +368,10 @@ export class MailStore {
         changed.push(m);
       }
     }
-    if (changed.length > 0) this.#edit('update', changed);
+    if (changed.length > 0) {
+      this.#observer?.changed(changed);
+      this.#edit('update', changed);
+    }
   }
 
   #edit(kind: 'delete' | 'update', messages: InboxMessage[]): void {
@@ -405,6 +440,7 @@ export class MailStore {
     this.#byCopy.clear();
     this.#edits.length = 0;
     this.#deleted += count;
+    this.#observer?.cleared();
     this.#staleBefore = ++this.#seq;
     this.#emit({ kind: 'reset', seq: this.#staleBefore });
   }
