@@ -574,6 +574,27 @@ iframe{display:block;width:100%;height:70vh;min-height:20rem;border:0;background
 .note{padding:.6rem 1rem;border-top:1px solid var(--line);font-size:.9rem}
 .subs code{display:inline-block;margin:0 .5rem .2rem 0;padding:0 .35rem;border-radius:4px;background:var(--soft);
 border:1px solid var(--line)}
+.no-js .js-only{display:none}
+.sr-only{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}
+.toolbar{display:flex;flex-wrap:wrap;gap:.5rem;align-items:center;margin-bottom:1rem}
+.toolbar input[type=search]{flex:1 1 22rem;font:inherit;padding:.45rem .7rem;border:1px solid var(--line);
+border-radius:6px;background:var(--card);color:var(--fg)}
+.actions{display:inline-flex;flex-wrap:wrap;gap:.5rem}
+button{font:inherit;font-size:.9rem;padding:.4rem .8rem;border:1px solid var(--line);border-radius:6px;
+background:var(--card);color:var(--fg);cursor:pointer}
+button:hover{background:var(--hover)}
+button.danger{color:#b42318}
+button[hidden]{display:none}
+.messages td.actions{width:1%;white-space:nowrap;position:relative;z-index:1}
+.messages td.actions button{font-size:.8rem;padding:.15rem .5rem}
+.messages tr.unread .subject a{font-weight:750}
+.messages tr.unread td.to::before{content:"\u25cf ";color:var(--accent)}
+.messages tr:not(.unread) .subject a{font-weight:500}
+.snippet{display:block;color:var(--muted);font-size:.85rem;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;max-width:44rem}
+.pager{display:flex;gap:1rem;align-items:baseline;color:var(--muted)}
+.pager a{text-decoration:none}
+.head .actions{margin-left:auto}
+.event-summary{margin-right:.5rem}
 @media (max-width:700px){.messages .from,.messages thead{display:none}.messages td{display:block;border:0;padding:.15rem 1rem}
 .messages tr{display:block;padding:.5rem 0;border-bottom:1px solid var(--line)}}
 `;
