@@ -189,7 +189,7 @@ export function deliverySummary(seq: number, message: InboxMessage): DeliverySum
   };
 }
 
-/** The name an attachment is shown and saved under: its own, `invite.ics` for a calendar, or `attachment-N`. */
+/** The name an attachment is shown and saved under: its own, `calendar.ics` for a calendar, or `attachment-N`. */
 export function attachmentName(
   attachment: { filename?: string | undefined; contentType?: string },
   index: number,
@@ -202,7 +202,7 @@ export function attachmentName(
     .slice(0, 200);
   if (name) return name;
   return /^(?:text\/calendar|application\/ics)$/i.test(attachment.contentType ?? '')
-    ? 'invite.ics'
+    ? 'calendar.ics'
     : `attachment-${index + 1}`;
 }
 

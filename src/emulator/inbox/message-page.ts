@@ -60,7 +60,8 @@ export async function messagePage(message: InboxMessage, copy: DeliveredMessage)
         .filter((a) => isCalendar(a.contentType))
         .map((a) => calendarEvents(a.content.toString('utf8')))
     : [];
-  const events = calendars.flat();
+  // A calendar often travels twice (a text/calendar alternative and an .ics attachment): each event once.
+  const events = [...new Map(calendars.flat().map((e) => [JSON.stringify(e), e])).values()];
   const files = copy.attachments.map((a, i) => {
     const name = attachmentName(a, i);
     const details = [a.contentType, formatSize(a.size), ...(a.disposition === 'inline' ? ['inline'] : [])];
