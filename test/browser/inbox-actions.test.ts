@@ -184,7 +184,7 @@ describe.skipIf(chromiumMissing)('the web inbox actions in a real browser', () =
     await page.getByRole('tab', { name: 'HTML' }).click();
     await page.keyboard.press('ArrowRight');
     expect(await page.getByRole('tab', { selected: true }).textContent()).toBe('Text');
-    expect(await page.evaluate(() => document.activeElement?.textContent)).toBe('Text');
+    expect(await page.evaluate('document.activeElement?.textContent')).toBe('Text');
     await page.keyboard.press('End');
     expect(await page.getByRole('tab', { selected: true }).textContent()).toBe('Raw');
     expect(await page.locator('#panel-raw').isVisible()).toBe(true);

@@ -29,20 +29,22 @@ export interface ListView {
 
 /** The messages of one page of a search (or of the whole inbox), newest first, with exact counts. */
 export function listView(state: EmulatorState, query: string, start: number): ListView {
-  const all = state.mail.newestFirst();
-  const matching = query.trim() === '' ? all : all.filter(parseSearch(query));
-  const first = Math.min(start, Math.max(0, matching.length - 1));
-  const page = matching.slice(first, first + PAGE_SIZE);
+  const total = state.mail.count();
+  const searching = query.trim() !== '';
+  const matching = searching ? state.mail.newestFirst().filter(parseSearch(query)) : undefined;
+  const found = matching?.length ?? total;
+  const first = Math.min(start, Math.max(0, found - 1));
+  const page = matching ? matching.slice(first, first + PAGE_SIZE) : state.mail.page(first, PAGE_SIZE);
   const link = (to: number, label: string, id: string, rel: string) =>
     html`<a id="${id}" rel="${rel}" href="${listPath(query, to)}" data-start="${to}">${label}</a>`;
-  const pager = html`<span id="range">${matching.length === 0 ? 'No messages' : `${first + 1}\u2013${first + page.length} of ${matching.length}`}</span>
-${first > 0 ? link(Math.max(0, first - PAGE_SIZE), '\u2190 Newer', 'newer', 'prev') : ''}${first + PAGE_SIZE < matching.length ? link(first + PAGE_SIZE, 'Older \u2192', 'older', 'next') : ''}`;
+  const pager = html`<span id="range">${found === 0 ? 'No messages' : `${first + 1}\u2013${first + page.length} of ${found}`}</span>
+${first > 0 ? link(Math.max(0, first - PAGE_SIZE), '\u2190 Newer', 'newer', 'prev') : ''}${first + PAGE_SIZE < found ? link(first + PAGE_SIZE, 'Older \u2192', 'older', 'next') : ''}`;
   return {
     query,
     start: first,
-    total: all.length,
+    total,
     unread: state.mail.unreadCount(),
-    matching: matching.length,
+    matching: found,
     rows: html`${page.map((m, i) => html`${i > 0 ? '\n' : ''}${messageRow(m)}`)}`,
     pager,
     cursor: state.mail.cursor(),

@@ -276,22 +276,29 @@ class InspectionApi {
     const mail = this.#state.mail;
     const start = wholeParam(query.get('start'), 0);
     const limit = wholeParam(query.get('limit'), 50);
-    let all = mail.newestFirst();
-    const before = query.get('before');
-    if (before) {
-      const at = Date.parse(before);
-      if (!Number.isNaN(at)) all = all.filter((m) => m.created.getTime() < at);
+    const before = Date.parse(query.get('before') ?? '');
+    const unread = mail.unreadCount();
+    let page: InboxMessage[];
+    let matchingCount = mail.count();
+    let matchingUnread = unread;
+    if (search === undefined && Number.isNaN(before)) {
+      // The whole inbox: a page read from its end, nothing else looked at.
+      page = mail.page(start, limit === 0 ? Number.MAX_SAFE_INTEGER : limit);
+    } else {
+      let matching = mail.newestFirst();
+      if (!Number.isNaN(before)) matching = matching.filter((m) => m.created.getTime() < before);
+      if (search !== undefined) matching = matching.filter(parseSearch(search, query.get('tz') ?? undefined));
+      // As Mailpit: a limit of 0 lists every message, but finds no search results.
+      page = limit === 0 ? (search === undefined ? matching.slice(start) : []) : matching.slice(start, start + limit);
+      matchingCount = matching.length;
+      matchingUnread = matching.filter((m) => !m.read).length;
     }
-    const matching = search === undefined ? all : all.filter(parseSearch(search, query.get('tz') ?? undefined));
-    // As Mailpit: a limit of 0 lists every message, but finds no search results.
-    const page =
-      limit === 0 ? (search === undefined ? matching.slice(start) : []) : matching.slice(start, start + limit);
     return {
       total: mail.count(),
-      unread: mail.unreadCount(),
+      unread,
       count: page.length,
-      messages_count: matching.length,
-      messages_unread: matching.filter((m) => !m.read).length,
+      messages_count: matchingCount,
+      messages_unread: matchingUnread,
       start,
       tags: mail.tags(),
       messages: page.map(listSummary),

@@ -161,7 +161,8 @@ export class MailStore {
    * Records an accepted message and delivers one copy per recipient, each
    * without a Bcc header: one inbox message.
    */
-  accept(endpoint: string, raw: Buffer, parsed: ReadMessage, now: Date): EmulatorMessage {
+  accept(endpoint: string, uploaded: Buffer, parsed: ReadMessage, now: Date): EmulatorMessage {
+    const raw = owned(uploaded);
     const message: EmulatorMessage = {
       id: `msg_${randomUUID()}`,
       endpoint,
@@ -183,6 +184,7 @@ export class MailStore {
 
   /** Records an accepted message; its inbox messages are stored separately ({@link store}). */
   record(message: EmulatorMessage): void {
+    message.raw = owned(message.raw);
     this.#messages.push(message);
     this.#messagesById.set(message.id, message);
     while (this.#messages.length > this.#maxMessages) this.#messagesById.delete(this.#messages.shift()!.id);
@@ -195,7 +197,8 @@ export class MailStore {
    */
   store(incoming: IncomingMessage, now: Date, saved?: SavedMarks): InboxMessage | undefined {
     if (incoming.recipients.length === 0) return undefined;
-    const delivered = removeHeaderFields(incoming.raw, 'bcc');
+    incoming = { ...incoming, raw: owned(incoming.raw) };
+    const delivered = owned(removeHeaderFields(incoming.raw, 'bcc'));
     const copies: DeliveredMessage[] = incoming.recipients.map((to, i) => ({
       id: saved?.copyIds[i] ?? `dlv_${randomUUID()}`,
       messageRef: incoming.messageRef,
@@ -306,9 +309,10 @@ export class MailStore {
     return this.#inbox[this.#inbox.length - 1];
   }
 
-  /** The newest `limit` messages, newest first. */
-  latestMessages(limit: number): InboxMessage[] {
-    return this.#inbox.slice(-limit).reverse();
+  /** A page of the inbox, newest first: `limit` messages after the newest `start`. */
+  page(start: number, limit: number): InboxMessage[] {
+    const end = Math.max(0, this.#inbox.length - start);
+    return this.#inbox.slice(Math.max(0, end - limit), end).reverse();
   }
 
   /** Every tag in use, sorted. */
@@ -448,6 +452,18 @@ export class MailStore {
   #emit(change: MailChange): void {
     for (const listener of [...this.#listeners]) listener(change);
   }
+}
+
+/**
+ * The bytes in memory of their own. A small Buffer is often a slice of an
+ * 8 KB pool slab, which it keeps whole for as long as it lives: a kept
+ * message would hold several times its size.
+ */
+function owned(bytes: Buffer): Buffer {
+  if (bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength) return bytes;
+  const copy = Buffer.allocUnsafeSlow(bytes.length);
+  bytes.copy(copy);
+  return copy;
 }
 
 /** What the inbox keeps of a message: its headers read once, a snippet and the text searches look in. */
