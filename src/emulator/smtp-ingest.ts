@@ -44,7 +44,11 @@ export interface EmulatorSmtpOptions {
   logger?: EmlApiLogger;
 }
 
-/** A running SMTP listener of the emulator. */
+/**
+ * A running SMTP listener of the emulator (`emu.smtp`).
+ * @example
+ * const { host, port, url } = emu.smtp!; // url: 'smtp://127.0.0.1:40123'
+ */
 export interface EmulatorSmtp {
   readonly host: string;
   readonly port: number;
