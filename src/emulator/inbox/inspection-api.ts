@@ -4,7 +4,7 @@ import { readBody, type SiteSection } from '../http/api-router.js';
 import { sendPage, type PageAnswer } from '../pages/public-pages.js';
 import type { EmulatorState } from '../state/emulator-state.js';
 import type { InboxAddress, InboxMessage } from '../state/mail-store.js';
-import { uniqueTags } from '../state/mail-store.js';
+import { MAX_TAGS, uniqueTags } from '../state/mail-store.js';
 import { parseSearch } from '../state/mail-search.js';
 import { mimeSummary, partContent, type MimePart } from '../state/mime-parts.js';
 import { parseHeaderFields } from '../../protocol/message-format.js';
@@ -350,6 +350,7 @@ class InspectionApi {
       throw new BadRequest('Tags must be an array of strings');
     }
     const next = uniqueTags(tags as string[]).sort((a, b) => a.localeCompare(b));
+    if (next.length > MAX_TAGS) throw new BadRequest(`A message holds at most ${MAX_TAGS} tags; got ${next.length}`);
     this.#state.mail.setTags(this.#byIds(idList(field(body, 'ids'))), () => next);
     return text(200, 'ok');
   }
@@ -375,14 +376,17 @@ class InspectionApi {
   #viewHtml(req: IncomingMessage, m: InboxMessage, query: URLSearchParams): PageAnswer {
     if (m.html === undefined || m.html === '') return text(404, 'This message does not contain a HTML part');
     this.#state.mail.markRead([m], true);
-    let html = m.html;
     const { inline, attachments } = mimeSummary(m.raw);
+    const parts = new Map<string, string>();
     for (const part of [...inline, ...attachments]) {
-      if (part.contentId === '') continue;
-      const url = `/api/v1/message/${encodeURIComponent(m.id)}/part/${part.partId}`;
-      const cid = new RegExp(`(=["']?)cid:${escapeRegExp(part.contentId)}(["'\\s/>;])`, 'gi');
-      html = html.replace(cid, (_whole, before: string, after: string) => `${before}${url}${after}`);
+      const cid = part.contentId.toLowerCase();
+      if (cid !== '' && !parts.has(cid)) parts.set(cid, part.partId);
     }
+    // One pass over the HTML, whatever the number of parts.
+    let html = m.html.replace(/(=["']?)cid:([^"'\s/>;]+)(?=["'\s/>;])/gi, (whole, before: string, cid: string) => {
+      const partId = parts.get(cid.toLowerCase());
+      return partId === undefined ? whole : `${before}/api/v1/message/${encodeURIComponent(m.id)}/part/${partId}`;
+    });
     if (query.get('embed') === '1') html = linksInNewTabs(html);
     return sandboxedHtml(this.#state, req, html);
   }
@@ -597,10 +601,6 @@ function partAnswer(m: InboxMessage, partId: string): PageAnswer {
 
 function fileSafe(id: string): string {
   return id.replace(/[^A-Za-z0-9_.-]/g, '_');
-}
-
-function escapeRegExp(text: string): string {
-  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
 
 /** Every `<a>` opens a new tab without a referrer, as Mailpit's `embed=1` makes them. */

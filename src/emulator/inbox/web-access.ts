@@ -86,8 +86,10 @@ function hostName(header: string | undefined): string | undefined {
   if (!header) return undefined;
   const value = header.trim().toLowerCase();
   if (value.startsWith('[')) {
+    // An IPv6 literal, then nothing or a port.
     const end = value.indexOf(']');
-    return end === -1 ? undefined : value.slice(0, end + 1);
+    if (end === -1 || !/^(?::\d+)?$/.test(value.slice(end + 1))) return undefined;
+    return value.slice(0, end + 1);
   }
   const colon = value.lastIndexOf(':');
   const name = colon !== -1 && /^\d+$/.test(value.slice(colon + 1)) ? value.slice(0, colon) : value;

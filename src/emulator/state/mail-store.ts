@@ -593,6 +593,9 @@ export function uniqueTags(tags: Iterable<string>): string[] {
   return out;
 }
 
+/** Most tags a message holds: a header or request with more is cut (header) or refused (request). */
+export const MAX_TAGS = 100;
+
 /** Tags a new message gets, as Mailpit gives them: its X-Tags header and plus addresses (`ann+signup@`). */
 function tagsOf(xTags: string[], recipients: InboxAddress[]): string[] {
   const fromHeader = xTags.flatMap((value) => value.split(','));
@@ -601,5 +604,7 @@ function tagsOf(xTags: string[], recipients: InboxAddress[]): string[] {
     const at = local.indexOf('+');
     return at === -1 ? [] : [local.slice(at + 1)];
   });
-  return uniqueTags([...fromHeader, ...plus]).sort((a, b) => a.localeCompare(b));
+  return uniqueTags([...fromHeader, ...plus])
+    .slice(0, MAX_TAGS)
+    .sort((a, b) => a.localeCompare(b));
 }

@@ -169,6 +169,7 @@ function splitMultipart(raw: Buffer, start: number, end: number, boundary: strin
     if (raw[partEnd - 1] === 0x0a) partEnd--;
     if (raw[partEnd - 1] === 0x0d) partEnd--;
     if (partStart !== -1) ranges.push([partStart, Math.max(partStart, partEnd)]);
+    if (ranges.length >= MAX_PARTS) return ranges;
     const closing = raw[found + delimiter.length] === 0x2d && raw[found + delimiter.length + 1] === 0x2d;
     if (closing) return ranges;
     const lineEnd = raw.indexOf(0x0a, found + delimiter.length);
