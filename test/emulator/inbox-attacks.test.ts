@@ -133,6 +133,43 @@ describe('odd IDs, queries and bodies', () => {
   });
 });
 
+describe('parts of a message served by the API', () => {
+  it('serve an HTML or SVG attachment inert: sandboxed, no script, never sniffed', async () => {
+    await sendEml(emu, [
+      'From: a@example.test',
+      'To: b@example.test',
+      'Subject: parts',
+      'Content-Type: multipart/mixed; boundary="m"',
+      '',
+      '--m',
+      'Content-Type: text/plain',
+      '',
+      'see attached',
+      '--m',
+      'Content-Type: text/html',
+      'Content-Disposition: attachment; filename="page.html"',
+      '',
+      '<script>fetch("/api/v1/messages",{method:"DELETE"})</script>',
+      '--m',
+      'Content-Type: image/svg+xml',
+      'Content-Disposition: attachment; filename="a\r\nSet-Cookie: x=1.svg"',
+      '',
+      '<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"/>',
+      '--m--',
+      '',
+    ]);
+    const message = await mailpit.getMessageSummary();
+    expect(message.Attachments.map((a) => a.ContentType)).toEqual(['text/html', 'image/svg+xml']);
+    for (const part of message.Attachments) {
+      const answer = await raw(`/api/v1/message/${message.ID}/part/${part.PartID}`);
+      expect(answer.status).toBe(200);
+      expect(answer.headers['content-security-policy']).toBe("sandbox; default-src 'none'");
+      expect(answer.headers['x-content-type-options']).toBe('nosniff');
+      expect(answer.headers['set-cookie']).toBeUndefined();
+    }
+  });
+});
+
 describe('Host tricks', () => {
   it('answers the inspection API and the inbox only for loopback or allowed hosts', async () => {
     for (const host of [
