@@ -7,7 +7,7 @@ import type { EmlApiLogger } from '../../shared/options-kit.js';
 import { API_SCOPES, type ApiScope } from '../../protocol/api-types.js';
 import { startEmulator } from '../../emulator/index.js';
 import type { EmulatorApiKey, EmulatorInboxLogin, EmulatorOptions } from '../../emulator/emulator-options.js';
-import type { EmulatorFaults } from '../../emulator/http/fault-injector.js';
+import type { EmulatorFaults } from '../../emulator/index.js';
 import { type CliIo, untilStopped, EXIT, UsageError, wholeFlag, terminalText } from '../cli-io.js';
 
 /** Help of `eml-api serve`. */
