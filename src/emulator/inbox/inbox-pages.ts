@@ -170,7 +170,7 @@ export function messageRow(message: InboxMessage, fresh = false): SafeHtml {
 <td class="addr from">${message.from?.address ?? copy.from}</td>
 <td class="subject"><a href="${messagePath(message.id)}">${message.subject || '(no subject)'}</a>${badges}${message.snippet ? html`<span class="snippet">${message.snippet}</span>` : ''}</td>
 <td class="time">${timeElement(message.created)}</td>
-<td class="actions js-only"><button type="button" class="delete" data-id="${message.id}" aria-label="${`Delete \u201c${message.subject || '(no subject)'}\u201d`}">Delete</button></td>
+<td class="actions js-only"><button type="button" class="delete" data-id="${message.id}" aria-label="${`Delete \u201c${(message.subject || '(no subject)').slice(0, 80)}\u201d`}">Delete</button></td>
 </tr>`;
 }
 
