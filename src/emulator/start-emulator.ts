@@ -130,11 +130,16 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     });
   let ingest: Awaited<ReturnType<typeof startSmtpIngest>> | undefined;
   if (resolved.smtp) {
+    // The relay checks its key on start: not through the injected faults (nobody else knows the URL yet).
+    const faults = context.faults;
+    context.faults = undefined;
     try {
       ingest = await startSmtpIngest(resolved.smtp, state, url, apiKey, resolved.host);
     } catch (err) {
       await closeHttp();
       throw err;
+    } finally {
+      context.faults = faults;
     }
   }
 

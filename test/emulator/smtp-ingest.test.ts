@@ -88,6 +88,24 @@ s.quit()
     expect((await mailpit.getInfo()).RuntimeStats.SMTPRejected).toBe(1);
   });
 
+  it('starts its SMTP port without meeting the injected faults, which SMTP mail meets afterwards', async () => {
+    const faulty = await startEmulator({ smtp: { port: 0 }, faults: { unavailable: 1 } });
+    try {
+      // The relay's key check on start went around the faults.
+      expect(faulty.faultStats()).toMatchObject({ none: 0, unavailable: 0 });
+      const smtp = nodemailer.createTransport({ host: faulty.smtp!.host, port: faulty.smtp!.port, ignoreTLS: true });
+      const error = await smtp.sendMail({ from: 'a@example.test', to: 'b@example.test', subject: 'x', text: 'x' }).then(
+        () => undefined,
+        (err: { responseCode?: number }) => err,
+      );
+      smtp.close();
+      expect(error?.responseCode).toBe(451);
+      expect(faulty.faultStats()!.unavailable).toBeGreaterThan(0);
+    } finally {
+      await faulty.close();
+    }
+  });
+
   it('names the option of a bad setting', async () => {
     await expect(startEmulator({ smtp: { allowFrom: ['not a network'] } })).rejects.toThrow(/smtp\.allowFrom/);
     await expect(startEmulator({ smtp: { port: 70000 } })).rejects.toThrow(/smtp\.port/);
