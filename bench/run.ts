@@ -644,6 +644,69 @@ async function parseCost(): Promise<void> {
   }
 }
 
+/**
+ * The emulator's inbox at size (fresh process): list and search latency over
+ * HTTP at 1,000 and 10,000 messages, and RSS from 10,000 to 50,000 sends with
+ * the default retention (10,000 messages kept): flat once the inbox is full.
+ */
+async function inbox(): Promise<void> {
+  console.log(
+    '\nThe emulator inbox: list and search at 1,000 and 10,000 messages, RSS up to 50,000 sends (fresh process)',
+  );
+  const { stdout } = await run(process.execPath, ['--expose-gc', '--import', 'tsx', 'bench/inbox-case.ts'], {
+    cwd: ROOT,
+    maxBuffer: 1024 * 1024,
+  });
+  const result = JSON.parse(stdout.trim().split('\n').at(-1)!) as {
+    emptyRss: number;
+    at1k: Record<string, number>;
+    at10k: Record<string, number>;
+    rssAfter: Record<string, number>;
+    kept: number;
+    sendSeconds: number;
+  };
+  for (const name of Object.keys(result.at1k)) {
+    console.log(
+      `    ${name}: ${result.at1k[name]!.toFixed(2)} ms at 1,000, ${result.at10k[name]!.toFixed(2)} ms at 10,000`,
+    );
+  }
+  console.log(
+    `    RSS: ${result.emptyRss.toFixed(0)} MB empty; ${Object.entries(result.rssAfter)
+      .map(([n, mb]) => `${mb.toFixed(0)} MB after ${n}`)
+      .join(', ')} (${result.kept} kept; sends took ${result.sendSeconds.toFixed(0)} s)`,
+  );
+  for (const [name, label, target] of [
+    ['list', 'list (Mailpit API, newest 50)', 2],
+    ['searchSubject', 'search subject:invoice (Mailpit API)', 20],
+    ['searchText', 'search a quoted phrase (Mailpit API)', 20],
+    ['inboxPage', 'web inbox page', 2],
+  ] as const) {
+    record({
+      benchmark: 'emulator inbox',
+      case: `${label}: median latency at 10,000 messages (${result.at10k[name]!.toFixed(2)} ms)`,
+      value: result.at10k[name]!,
+      unit: 'ms',
+      reference: 'at 1,000 messages',
+      referenceValue: result.at1k[name]!,
+      target: `<= ${target}`,
+      better: 'lower',
+      targetRatio: target,
+    });
+  }
+  // The first turnover of the inbox grows V8's heap and the allocator's arenas once; from then on RSS stays flat.
+  record({
+    benchmark: 'emulator inbox',
+    case: `RSS after 50,000 sends, default retention (10,000 kept; ${result.emptyRss.toFixed(0)} MB empty, ${result.rssAfter[10000]!.toFixed(0)} MB after 10,000)`,
+    value: result.rssAfter[50000]!,
+    unit: 'MB',
+    reference: 'after 20,000 sends',
+    referenceValue: result.rssAfter[20000]!,
+    target: '<= 1.2 (flat)',
+    better: 'lower',
+    targetRatio: 1.2,
+  });
+}
+
 async function profile(sinks: Sinks): Promise<void> {
   console.log("\nProfile: where the sender's CPU goes (transport, concurrency 5, 3,000 messages, fresh process)");
   const { stdout } = await run(process.execPath, ['--import', 'tsx', 'bench/profile-case.ts', sinks.httpUrl], {
@@ -663,7 +726,7 @@ function markdown(): string {
     '',
     `Latest run: ${new Date().toISOString()} on ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGb} GiB, Node ${machine.node}.`,
     '',
-    'Reproduce with `npm ci && npm run bench` (about 8 minutes; `npm run bench -- --only <section>` runs one section (throughput, latency, connections, memory, queued, parsing, lean, threads, profile, relay, postfix, queue) and prints it).',
+    'Reproduce with `npm ci && npm run bench` (about 8 minutes; `npm run bench -- --only <section>` runs one section (throughput, latency, connections, memory, queued, parsing, lean, threads, profile, relay, postfix, inbox, queue) and prints it).',
     'Sinks run in a separate process; each memory case runs in a fresh process; the outbox cases use a redis-server started for the run.',
     'Every figure is compared with a reference measured in the same run. Throughput: the transport and its references run in',
     `${THROUGHPUT_ROUNDS} interleaved rounds of ${THROUGHPUT_COUNT} messages (10 KB HTML and a 2 KB attachment) after a warm-up; values are medians and`,
@@ -869,6 +932,7 @@ const sections: Record<string, (sinks: Sinks) => Promise<void>> = {
   profile,
   relay,
   postfix: relayVsPostfix,
+  inbox,
   queue: async (sinks) => {
     const queueRows = await queueBenchmarks(sinks);
     rows.push(...queueRows);

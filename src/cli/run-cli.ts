@@ -9,6 +9,7 @@ import {
   UsageError,
 } from './cli-io.js';
 import { groupCommand, GROUP_SUBCOMMANDS } from './commands/group-command.js';
+import { inboxCommand } from './commands/inbox-command.js';
 import { queueCommand, QUEUE_SUBCOMMANDS } from './commands/queue-command.js';
 import { relayCommand } from './commands/relay-command.js';
 import { sendCommand } from './commands/send-command.js';
@@ -20,6 +21,7 @@ export const CLI_HELP = `Usage: eml-api <command> [options]
 
 Commands:
   serve                                   run the local emulator of the email service
+  inbox list | clear [--query search]     read or empty a running emulator's inbox
   relay                                   run an SMTP relay that forwards mail to the service
   send <file.eml | ->                     send an EML file (or standard input)
   group add <group> <file.csv | - | address...>
@@ -50,6 +52,7 @@ Options: -h, --help   show this help; -v, --version   print the version
 
 const COMMANDS = {
   serve: serveCommand,
+  inbox: inboxCommand,
   relay: relayCommand,
   send: sendCommand,
   group: groupCommand,

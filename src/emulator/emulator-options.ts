@@ -2,6 +2,8 @@ import { invalidApiKeyAt, API_SCOPES, type ApiPlan, type ApiScope, MAX_REQUEST_S
 import { configError, describe, refuseUnknownKeys, wholeNumber, type RenamedOptions } from '../shared/options-kit.js';
 import { FaultInjector, type EmulatorFaults } from './http/fault-injector.js';
 import { KeyRateLimiter, type EmulatorRateLimit } from './http/api-router.js';
+import { DEFAULT_MAX_MESSAGES } from './state/mail-store.js';
+import type { EmulatorSmtpOptions } from './smtp-ingest.js';
 
 /**
  * The account keys belong to unless told otherwise, the ready key `emu.apiKey` included.
@@ -117,6 +119,57 @@ export interface EmulatorOptions {
    * @default undefined (no limit)
    */
   rateLimit?: EmulatorRateLimit;
+  /**
+   * Most messages the inbox keeps (and accepted messages `emu.messages()`
+   * lists); past it the oldest are dropped, counted in `/api/v1/info`, so
+   * memory stays flat however much is sent.
+   * @default 10000
+   * @example
+   * await startEmulator({ maxMessages: 500 });
+   */
+  maxMessages?: number;
+  /**
+   * A login (HTTP Basic) the web inbox, its feed, the groups page and the
+   * inspection API (`/api/v1/`, `/view/`) ask for, from every client: set it
+   * when the emulator listens beyond loopback, where anyone who reaches the
+   * port could otherwise read the mail by sending a loopback Host. The service
+   * API keeps its keys; unsubscribe pages and hosted images stay public.
+   * @default undefined (no login)
+   * @example
+   * await startEmulator({ host: '0.0.0.0', inboxLogin: { username: 'team', password: process.env.INBOX_PASSWORD! } });
+   */
+  inboxLogin?: EmulatorInboxLogin;
+  /**
+   * Takes mail over SMTP too, into the same inbox (as Mailpit's port 1025):
+   * `emu.smtp` then holds its host and port. Loopback clients send without
+   * AUTH. Needs the optional peer `smtp-server`.
+   * @default undefined (no SMTP)
+   * @example
+   * const emu = await startEmulator({ smtp: { port: 0 } });
+   * nodemailer.createTransport({ host: emu.smtp!.host, port: emu.smtp!.port });
+   */
+  smtp?: EmulatorSmtpOptions;
+  /**
+   * A directory that keeps the inbox's messages (read marks and tags
+   * included), the groups with their members and unsubscribe links, the
+   * hosted images and the ready API key across restarts. Created when
+   * missing (mode 0700: it holds the key and every message). One emulator
+   * per directory.
+   * @default undefined (everything is lost when the emulator stops)
+   * @example
+   * const emu = await startEmulator({ dataDir: '.emulator-data' }); // emu.apiKey is the same next time
+   */
+  dataDir?: string;
+}
+
+/**
+ * The login of the web inbox and the inspection API.
+ * @example
+ * const login: EmulatorInboxLogin = { username: 'team', password: 's3cret-enough' };
+ */
+export interface EmulatorInboxLogin {
+  username: string;
+  password: string;
 }
 
 /** Options after validation. */
@@ -134,6 +187,10 @@ export interface ResolvedEmulatorOptions {
   onInternalError: (err: unknown) => void;
   faults: FaultInjector | undefined;
   rateLimiter: KeyRateLimiter | undefined;
+  maxMessages: number;
+  inboxLogin: EmulatorInboxLogin | undefined;
+  smtp: EmulatorSmtpOptions | undefined;
+  dataDir: string | undefined;
 }
 
 /** Every option of the emulator. */
@@ -149,6 +206,10 @@ const EMULATOR_OPTIONS = [
   'onInternalError',
   'faults',
   'rateLimit',
+  'maxMessages',
+  'inboxLogin',
+  'smtp',
+  'dataDir',
 ] as const satisfies readonly (keyof EmulatorOptions)[];
 
 /** The fields of an `apiKeys` entry. */
@@ -228,6 +289,12 @@ export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedE
     options.onInternalError ?? ((err: unknown) => console.error('[eml-api emulator] internal error:', err));
   const faults = options.faults === undefined ? undefined : new FaultInjector(options.faults);
   const rateLimiter = options.rateLimit === undefined ? undefined : new KeyRateLimiter(options.rateLimit);
+  const maxMessages = wholeNumber(options.maxMessages, 'maxMessages', 1, 10_000_000, DEFAULT_MAX_MESSAGES);
+  const inboxLogin = resolveLogin(options.inboxLogin);
+  const smtp = resolveSmtp(options.smtp);
+  if (options.dataDir !== undefined && (typeof options.dataDir !== 'string' || options.dataDir === '')) {
+    throw configError('dataDir', 'expected the path of a directory');
+  }
   return {
     port,
     host,
@@ -240,5 +307,45 @@ export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedE
     onInternalError,
     faults,
     rateLimiter,
+    maxMessages,
+    inboxLogin,
+    smtp,
+    dataDir: options.dataDir,
   };
+}
+
+function resolveSmtp(smtp: EmulatorSmtpOptions | undefined): EmulatorSmtpOptions | undefined {
+  if (smtp === undefined) return undefined;
+  if (typeof smtp !== 'object' || smtp === null || Array.isArray(smtp)) {
+    throw configError('smtp', 'expected { port, host, allowFrom, logger }');
+  }
+  refuseUnknownKeys(smtp, ['port', 'host', 'allowFrom', 'logger'], 'smtp.');
+  const port = wholeNumber(smtp.port, 'smtp.port', 0, 65535, 0);
+  if (smtp.host !== undefined && (typeof smtp.host !== 'string' || smtp.host === '')) {
+    throw configError('smtp.host', 'expected a host name or IP address');
+  }
+  if (
+    smtp.allowFrom !== undefined &&
+    (!Array.isArray(smtp.allowFrom) || smtp.allowFrom.some((a) => typeof a !== 'string'))
+  ) {
+    throw configError('smtp.allowFrom', 'expected an array of addresses or networks, e.g. ["172.16.0.0/12"]');
+  }
+  const logger = smtp.logger;
+  if (logger !== undefined && (typeof logger !== 'object' || logger === null || typeof logger.warn !== 'function')) {
+    throw configError('smtp.logger', 'expected { debug, info, warn, error }');
+  }
+  return { ...smtp, port };
+}
+
+function resolveLogin(login: EmulatorInboxLogin | undefined): EmulatorInboxLogin | undefined {
+  if (login === undefined) return undefined;
+  if (typeof login !== 'object' || login === null) throw configError('inboxLogin', 'expected { username, password }');
+  refuseUnknownKeys(login, ['username', 'password'], 'inboxLogin.');
+  if (typeof login.username !== 'string' || !/^[\x21-\x39\x3b-\x7e]{1,100}$/.test(login.username)) {
+    throw configError('inboxLogin.username', 'expected 1 to 100 visible ASCII characters without ":"');
+  }
+  if (typeof login.password !== 'string' || !/^[\x20-\x7e]{8,200}$/.test(login.password)) {
+    throw configError('inboxLogin.password', 'expected 8 to 200 printable ASCII characters');
+  }
+  return { username: login.username, password: login.password };
 }

@@ -8,8 +8,12 @@ import { EmulatorState } from './state/emulator-state.js';
 import { FaultInjector, type EmulatorFaults, type FaultStats } from './http/fault-injector.js';
 import { createRequestHandler, type ServerContext } from './http/api-router.js';
 import { inboxSection } from './inbox/inbox-section.js';
+import { inspectionApi } from './inbox/inspection-api.js';
+import { WebAccess } from './inbox/web-access.js';
 import { loadMimeParser } from './operations/send-operations.js';
 import { publicPages } from './pages/public-pages.js';
+import { startSmtpIngest, type EmulatorSmtp } from './smtp-ingest.js';
+import { DataDir } from './state/data-dir.js';
 
 /**
  * A running emulator of the email service.
@@ -30,6 +34,8 @@ export interface Emulator {
   readonly port: number;
   /** A ready API key holding every scope, on the `plus` plan, of the account `'default'`. */
   readonly apiKey: string;
+  /** The SMTP listener, when the `smtp` option asked for one. */
+  readonly smtp: EmulatorSmtp | undefined;
   /** Accepted messages, oldest first. */
   messages(): EmulatorMessage[];
   /** Copies delivered to one address (case-insensitive), oldest first; Bcc removed. */
@@ -76,14 +82,20 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   const resolved = resolveEmulatorOptions(options);
   // Fails here, saying what to install, rather than on the first message.
   loadMimeParser();
-  const state = new EmulatorState(resolved.now, resolved.groups);
-  const apiKey = `emu_${randomBytes(18).toString('base64url')}`;
+  const state = new EmulatorState(resolved.now, resolved.groups, resolved.maxMessages);
+  let apiKey = `emu_${randomBytes(18).toString('base64url')}`;
+  let dataDir: DataDir | undefined;
+  if (resolved.dataDir !== undefined) {
+    ({ dataDir, apiKey } = await DataDir.open(resolved.dataDir, state, apiKey, resolved.onInternalError));
+    state.dataDir = dataDir.path;
+  }
   state.keys.add(apiKey, API_SCOPES, 'plus', DEFAULT_EMULATOR_ACCOUNT);
   for (const key of resolved.apiKeys) state.keys.add(key.key, key.scopes, key.plan, key.account);
 
   // The composition root: the only place that knows which sections the site has.
   const publicHost = resolved.publicUrl === undefined ? [] : [new URL(resolved.publicUrl).hostname.toLowerCase()];
-  const sections = [publicPages(state), inboxSection(state, [...resolved.allowedHosts, ...publicHost])];
+  const access = new WebAccess([...resolved.allowedHosts, ...publicHost], resolved.inboxLogin);
+  const sections = [publicPages(state), inspectionApi(state, access, Date.now()), inboxSection(state, access)];
   const context: ServerContext = {
     state,
     maxRequestSize: resolved.maxRequestSize,
@@ -110,12 +122,33 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   const url = `http://${hostForUrl(address)}:${address.port}`;
   state.baseUrl = resolved.publicUrl ?? url;
   let closing: Promise<void> | undefined;
+  const closeHttp = () =>
+    new Promise<void>((resolve, reject) => {
+      for (const section of sections) section.close?.();
+      server.close((err) => (err ? reject(err) : resolve()));
+      server.closeAllConnections();
+    });
+  let ingest: Awaited<ReturnType<typeof startSmtpIngest>> | undefined;
+  if (resolved.smtp) {
+    // The relay checks its key on start: not through the injected faults (nobody else knows the URL yet).
+    const faults = context.faults;
+    context.faults = undefined;
+    try {
+      ingest = await startSmtpIngest(resolved.smtp, state, url, apiKey, resolved.host);
+    } catch (err) {
+      await closeHttp();
+      throw err;
+    } finally {
+      context.faults = faults;
+    }
+  }
 
   return {
     url,
     host: address.address,
     port: address.port,
     apiKey,
+    smtp: ingest?.smtp,
     messages: () => state.mail.messages(),
     mailbox: (addr: string) => state.mail.mailbox(addr),
     createGroup: (groupId: string) => {
@@ -135,11 +168,12 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     },
     faultStats: () => (context.faults ? { ...context.faults.stats } : undefined),
     close: () =>
-      (closing ??= new Promise<void>((resolve, reject) => {
-        for (const section of sections) section.close?.();
-        server.close((err) => (err ? reject(err) : resolve()));
-        server.closeAllConnections();
-      })),
+      (closing ??= (async () => {
+        // SMTP first: the messages it still hands to the API arrive before the API stops.
+        await ingest?.close();
+        await closeHttp();
+        await dataDir?.flush();
+      })()),
   };
 }
 

@@ -136,7 +136,7 @@ describe.skipIf(chromiumMissing)('the web inbox in a real browser', () => {
     expect(await page.title()).toBe('Order #1042 confirmed');
 
     const frame = page.locator('iframe#html-body');
-    expect(await frame.getAttribute('sandbox')).toBe('allow-popups allow-popups-to-escape-sandbox');
+    expect(await frame.getAttribute('sandbox')).toBe('allow-popups allow-popups-to-escape-sandbox allow-forms');
     const html = page.frameLocator('iframe#html-body');
     expect(await html.locator('#greeting').textContent()).toBe('Thanks, Ann!');
     expect(await html.locator('strong').textContent()).toBe('#1042');

@@ -89,7 +89,9 @@ describe('the inbox event feed', () => {
     await deliver(2000, `Large ${'x'.repeat(5000)}`);
     socket.resume();
     await waitFor(() => (text.match(/^event: reset$/gm) ?? []).length >= 1, { timeout: 20_000 });
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    // The newest 500 follow the reset; nothing arrives after them (the deliveries are over).
+    const afterReset = () => text.slice(text.lastIndexOf('event: reset')).match(/^event: delivery$/gm)?.length ?? 0;
+    await waitFor(() => afterReset() >= 500, { timeout: 20_000 });
     socket.destroy();
     // Some deliveries arrived before the client lagged; then one reset (besides the ones emu.reset()
     // sent) and the newest 500: never all 2,000.

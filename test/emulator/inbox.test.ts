@@ -273,7 +273,7 @@ describe('the message view', () => {
     expect(page.text).toContain('<pre id="text-body">Plain body of the order confirmation</pre>');
     expect(page.text).toMatch(
       new RegExp(
-        `<iframe id="html-body"[^>]* sandbox="allow-popups allow-popups-to-escape-sandbox"[^>]* src="/inbox/messages/${id}/html">`,
+        `<iframe id="html-body"[^>]* sandbox="allow-popups allow-popups-to-escape-sandbox allow-forms"[^>]* src="/inbox/messages/${id}/html">`,
       ),
     );
     expect(page.text).not.toMatch(/<iframe[^>]*allow-scripts/);

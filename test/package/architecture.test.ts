@@ -53,7 +53,9 @@ const ALLOWED: Record<string, string[]> = {
   'emulator/http': ['emulator/operations', 'emulator/state', 'protocol', 'shared'],
   'emulator/pages': ['emulator/http', 'emulator/operations', 'emulator/state', 'protocol', 'shared'],
   'emulator/inbox': ['emulator/pages', 'emulator/http', 'emulator/operations', 'emulator/state', 'protocol', 'shared'],
+  // The composition root also starts the relay for SMTP in (smtp-ingest.ts): the emulator sits below the relay.
   'emulator/root': [
+    'relay',
     'emulator/inbox',
     'emulator/pages',
     'emulator/http',

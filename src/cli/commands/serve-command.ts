@@ -1,9 +1,14 @@
+import { randomBytes } from 'node:crypto';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { EmlApiError } from '../../shared/eml-api-error.js';
+import type { EmlApiLogger } from '../../shared/options-kit.js';
 import { API_SCOPES, type ApiScope } from '../../protocol/api-types.js';
 import { startEmulator } from '../../emulator/index.js';
-import type { EmulatorApiKey } from '../../emulator/emulator-options.js';
-import { type CliIo, untilStopped, EXIT, UsageError, wholeFlag } from '../cli-io.js';
+import type { EmulatorApiKey, EmulatorInboxLogin, EmulatorOptions } from '../../emulator/emulator-options.js';
+import type { EmulatorFaults } from '../../emulator/index.js';
+import { type CliIo, untilStopped, EXIT, UsageError, wholeFlag, terminalText } from '../cli-io.js';
 
 /** Help of `eml-api serve`. */
 export const SERVE_HELP = `Usage: eml-api serve [options]
@@ -25,8 +30,35 @@ Options:
   --group <id>      create a group (repeatable)
   --key <spec>      extra API key: KEY or KEY:scope,scope[:plan] (repeatable)
                     scopes: ${API_SCOPES.join(', ')}; plan: free or plus
+  --smtp-port <n>   also take mail over SMTP on this port (0 picks a free one), into
+                    the same inbox; loopback clients send without AUTH
+  --smtp-host <host>
+                    interface of the SMTP port (default: --host)
+  --smtp-allow <cidr>
+                    clients that may send over SMTP without AUTH (repeatable; default
+                    loopback), e.g. 172.16.0.0/12 for a docker-compose network
+  --max-messages <n>
+                    messages the inbox keeps; the oldest go first (default 10000)
+  --data-dir <dir>  keep messages, groups, members, images and the API key in this
+                    directory across restarts
+  --fault-unavailable <share>, --fault-rate-limited <share>,
+  --fault-reset-before <share>, --fault-reset-after <share>
+                    share (0 to 1) of API requests answered 503, 429, or whose
+                    connection is reset before or after processing
+  --fault-latency <ms | min-max>
+                    latency added to each API request
+  --fault-retry-after <s>
+                    Retry-After of injected 429 and 503 answers (default 1)
+  --fault-seed <n>  seed of the faults' random draws (default 1)
+  --rate-limit <n>  API requests each key may make per second (429 beyond)
+  --rate-burst <n>  requests a key may make at once (default: --rate-limit)
+  --inbox-login-file <file>
+                    the web inbox's and the inspection API's login, one line
+                    user:password (or EML_API_INBOX_LOGIN=user:password). Listening
+                    beyond loopback without one, serve makes one up and prints it
   -h, --help        show this help
 
+The inspection API is Mailpit's API v1 at /api/v1/ (mailpit-api, cypress-mailpit...).
 Exit codes: 0 stopped, 1 could not start (port in use...), 2 wrong usage.
 `;
 
@@ -41,6 +73,21 @@ export async function serveCommand(args: string[], io: CliIo): Promise<number> {
       'public-url': { type: 'string' },
       group: { type: 'string', multiple: true, default: [] },
       key: { type: 'string', multiple: true, default: [] },
+      'smtp-port': { type: 'string' },
+      'smtp-host': { type: 'string' },
+      'smtp-allow': { type: 'string', multiple: true },
+      'max-messages': { type: 'string' },
+      'data-dir': { type: 'string' },
+      'fault-unavailable': { type: 'string' },
+      'fault-rate-limited': { type: 'string' },
+      'fault-reset-before': { type: 'string' },
+      'fault-reset-after': { type: 'string' },
+      'fault-latency': { type: 'string' },
+      'fault-retry-after': { type: 'string' },
+      'fault-seed': { type: 'string' },
+      'rate-limit': { type: 'string' },
+      'rate-burst': { type: 'string' },
+      'inbox-login-file': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
     strict: true,
@@ -51,32 +98,60 @@ export async function serveCommand(args: string[], io: CliIo): Promise<number> {
   }
   const port = wholeFlag(values.port, '--port', 0, 65535);
   const apiKeys = values.key.map(parseKeySpec);
+  const dataDir = values['data-dir'];
+  const beyondLoopback = !isLoopbackInterface(values.host);
+  const login = await inboxLogin(values['inbox-login-file'], io.env, dataDir, beyondLoopback);
+  const smtpPort = values['smtp-port'];
+  const options: EmulatorOptions = {
+    port,
+    host: values.host,
+    groups: values.group,
+    apiKeys,
+    allowedHosts: values['allow-host'],
+    ...(values['public-url'] === undefined ? {} : { publicUrl: values['public-url'] }),
+    maxMessages: wholeFlag(values['max-messages'], '--max-messages', 1, 10_000_000, 10_000),
+    ...(dataDir === undefined ? {} : { dataDir }),
+    ...(login === undefined ? {} : { inboxLogin: login.login }),
+    ...faultOptions(values),
+    ...(smtpPort === undefined
+      ? {}
+      : {
+          smtp: {
+            port: wholeFlag(smtpPort, '--smtp-port', 0, 65535),
+            ...(values['smtp-host'] === undefined ? {} : { host: values['smtp-host'] }),
+            ...(values['smtp-allow'] === undefined ? {} : { allowFrom: values['smtp-allow'] }),
+            logger: smtpLogger(io),
+          },
+        }),
+  };
+  if (smtpPort === undefined && (values['smtp-host'] !== undefined || values['smtp-allow'] !== undefined)) {
+    throw new UsageError('--smtp-host and --smtp-allow need --smtp-port');
+  }
   let emu;
   try {
-    emu = await startEmulator({
-      port,
-      host: values.host,
-      groups: values.group,
-      apiKeys,
-      allowedHosts: values['allow-host'],
-      ...(values['public-url'] === undefined ? {} : { publicUrl: values['public-url'] }),
-    });
+    emu = await startEmulator(options);
   } catch (err) {
     // Bad --allow-host or --public-url values are usage errors; a port in use is not.
-    if (err instanceof EmlApiError && err.code === 'ECONFIG') throw new UsageError(flagMessage(err.message));
+    if (err instanceof EmlApiError && err.code === 'ECONFIG' && /^Invalid option /.test(err.message)) {
+      throw new UsageError(flagMessage(err.message));
+    }
     throw err;
   }
-  if (!isLoopbackInterface(values.host)) {
+  if (beyondLoopback) {
     const where =
       values.host === '0.0.0.0' || values.host === '::' ? `${values.host} (every network interface)` : values.host;
     io.stderr.write(
-      `eml-api: warning: listening on ${where}, so other machines can reach it: anyone who can reach this port can use the API key printed below and the public pages. The web inbox still answers only localhost; open it under another name with --allow-host NAME, and set --public-url for the links in delivered mail.\n`,
+      `eml-api: warning: listening on ${where}, so other machines can reach it: anyone who can reach this port can use the API key printed below and the public pages. The web inbox and the inspection API ask for the inbox login and still answer only localhost; open them under another name with --allow-host NAME, and set --public-url for the links in delivered mail.\n`,
     );
   }
   try {
     io.stdout.write(`Emulator listening on ${emu.url}\n`);
     io.stdout.write(`Web inbox: ${emu.url}/\n`);
+    io.stdout.write(`Mailpit API: ${emu.url}/api/v1/\n`);
+    if (emu.smtp) io.stdout.write(`SMTP: ${emu.smtp.url}\n`);
     io.stdout.write(`API key (all scopes, plus plan): ${emu.apiKey}\n`);
+    if (login) io.stdout.write(`Inbox login: ${login.shown}\n`);
+    if (dataDir !== undefined) io.stdout.write(`Data directory: ${dataDir}\n`);
     if (values.group.length > 0) io.stdout.write(`Groups: ${values.group.join(', ')}\n`);
     io.stdout.write(`Try: EML_API_URL=${emu.url} EML_API_KEY=${emu.apiKey} eml-api send message.eml\n`);
     await untilStopped(io.signal);
@@ -88,6 +163,23 @@ export async function serveCommand(args: string[], io: CliIo): Promise<number> {
 
 /** The flags of the emulator's options, for an `ECONFIG` error read as a usage error. */
 const OPTION_FLAGS: Readonly<Record<string, string>> = {
+  'smtp.allowFrom': '--smtp-allow',
+  'smtp.host': '--smtp-host',
+  'smtp.port': '--smtp-port',
+  dataDir: '--data-dir',
+  'faults.latencyMs': '--fault-latency',
+  'faults.unavailable': '--fault-unavailable',
+  'faults.rateLimited': '--fault-rate-limited',
+  'faults.resetBeforeProcessing': '--fault-reset-before',
+  'faults.resetAfterProcessing': '--fault-reset-after',
+  'faults.retryAfterSeconds': '--fault-retry-after',
+  'faults.seed': '--fault-seed',
+  faults: '--fault-*',
+  'rateLimit.requestsPerSecond': '--rate-limit',
+  'rateLimit.burst': '--rate-burst',
+  inboxLogin: 'the inbox login',
+  'inboxLogin.username': 'the inbox login',
+  'inboxLogin.password': 'the inbox login',
   allowedHosts: '--allow-host',
   publicUrl: '--public-url',
   groups: '--group',
@@ -98,7 +190,7 @@ const OPTION_FLAGS: Readonly<Record<string, string>> = {
 
 /** `Invalid option allowedHosts: ...` as `--allow-host: ...`. */
 function flagMessage(message: string): string {
-  return message.replace(/^Invalid option (\w+)(\S*): /, (whole, option: string, rest: string) =>
+  return message.replace(/^Invalid option ([\w.]+?)((?:\[\d+\])?): /, (whole, option: string, rest: string) =>
     OPTION_FLAGS[option] ? `${OPTION_FLAGS[option]}${rest}: ` : whole,
   );
 }
@@ -117,4 +209,125 @@ function parseKeySpec(spec: string): EmulatorApiKey {
 /** Whether the emulator would listen on a loopback interface only. */
 function isLoopbackInterface(host: string): boolean {
   return host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
+/** A share flag (0 to 1) as a number. */
+function shareFlag(value: string | undefined, flag: string): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (value.trim() === '' || !(n >= 0 && n <= 1))
+    throw new UsageError(`${flag}: expected a share from 0 to 1, got "${value}"`);
+  return n;
+}
+
+type ServeValues = Record<string, string | string[] | boolean | undefined>;
+
+/** The faults and rate limit of the --fault-* and --rate-* flags. */
+function faultOptions(values: ServeValues): Pick<EmulatorOptions, 'faults' | 'rateLimit'> {
+  const flag = (name: string) => values[name] as string | undefined;
+  const faults: EmulatorFaults = {};
+  const shares = [
+    ['unavailable', '--fault-unavailable'],
+    ['rateLimited', '--fault-rate-limited'],
+    ['resetBeforeProcessing', '--fault-reset-before'],
+    ['resetAfterProcessing', '--fault-reset-after'],
+  ] as const;
+  for (const [key, name] of shares) {
+    const share = shareFlag(flag(name.slice(2)), name);
+    if (share !== undefined) faults[key] = share;
+  }
+  const latency = flag('fault-latency');
+  if (latency !== undefined) {
+    const m = /^(\d{1,6})(?:-(\d{1,6}))?$/.exec(latency.trim());
+    if (!m) throw new UsageError(`--fault-latency: expected milliseconds (50) or a range (0-200), got "${latency}"`);
+    faults.latencyMs = m[2] === undefined ? Number(m[1]) : [Number(m[1]), Number(m[2])];
+  }
+  const retryAfter = flag('fault-retry-after');
+  if (retryAfter !== undefined) faults.retryAfterSeconds = wholeFlag(retryAfter, '--fault-retry-after', 0, 86_400);
+  const seed = flag('fault-seed');
+  if (seed !== undefined) faults.seed = wholeFlag(seed, '--fault-seed', 0, 2 ** 32 - 1);
+  const rate = flag('rate-limit');
+  const burst = flag('rate-burst');
+  if (burst !== undefined && rate === undefined) throw new UsageError('--rate-burst needs --rate-limit');
+  let rateLimit: EmulatorOptions['rateLimit'];
+  if (rate !== undefined) {
+    const perSecond = Number(rate.replace(/\/s$/, ''));
+    if (!(perSecond > 0 && Number.isFinite(perSecond))) {
+      throw new UsageError(`--rate-limit: expected requests per second (50 or 50/s), got "${rate}"`);
+    }
+    rateLimit = {
+      requestsPerSecond: perSecond,
+      ...(burst === undefined ? {} : { burst: wholeFlag(burst, '--rate-burst', 1, 1_000_000) }),
+    };
+  }
+  return {
+    ...(Object.keys(faults).length === 0 ? {} : { faults }),
+    ...(rateLimit === undefined ? {} : { rateLimit }),
+  };
+}
+
+/**
+ * The inbox login: from --inbox-login-file or EML_API_INBOX_LOGIN, else one made
+ * up when the emulator listens beyond loopback (kept in the data directory,
+ * when there is one, so that it stays the same).
+ * @returns the login and how to show it, or undefined for none
+ */
+async function inboxLogin(
+  file: string | undefined,
+  env: CliIo['env'],
+  dataDir: string | undefined,
+  beyondLoopback: boolean,
+): Promise<{ login: EmulatorInboxLogin; shown: string } | undefined> {
+  let text: string | undefined;
+  let from: string | undefined;
+  if (file !== undefined) {
+    text = await readFile(file, 'utf8').catch((err: NodeJS.ErrnoException) => {
+      throw new Error(`cannot read --inbox-login-file ${JSON.stringify(file)}: ${err.code ?? err.message}`);
+    });
+    from = `from ${file}`;
+  } else if (env.EML_API_INBOX_LOGIN) {
+    text = env.EML_API_INBOX_LOGIN;
+    from = 'from EML_API_INBOX_LOGIN';
+  }
+  if (text !== undefined) {
+    const line =
+      text
+        .split(/\r?\n/)
+        .find((l) => l.trim() !== '')
+        ?.trim() ?? '';
+    const colon = line.indexOf(':');
+    if (colon <= 0) throw new UsageError(`the inbox login ${from}: expected one line user:password`);
+    return {
+      login: { username: line.slice(0, colon), password: line.slice(colon + 1) },
+      shown: `${line.slice(0, colon)} (password ${from})`,
+    };
+  }
+  if (!beyondLoopback) return undefined;
+  const saved = dataDir === undefined ? undefined : join(dataDir, 'inbox-login');
+  let password =
+    saved === undefined
+      ? undefined
+      : await readFile(saved, 'utf8').then(
+          (t) => t.trim(),
+          () => undefined,
+        );
+  if (!password) {
+    password = randomBytes(18).toString('base64url');
+    if (saved !== undefined) {
+      await mkdir(dataDir!, { recursive: true, mode: 0o700 });
+      await writeFile(saved, `${password}\n`, { mode: 0o600 });
+    }
+  }
+  return { login: { username: 'inbox', password }, shown: `inbox / ${password}` };
+}
+
+/** Where serve prints what its SMTP port refuses: one line on standard error each. */
+function smtpLogger(io: CliIo): EmlApiLogger {
+  const line = (meta: Record<string, unknown>, message: string) => {
+    const reply = typeof meta.reply === 'string' ? `: ${meta.reply}` : '';
+    io.stderr.write(
+      `eml-api: SMTP ${terminalText(message)}${terminalText(reply)} (client ${terminalText(String(meta.client ?? '?'))})\n`,
+    );
+  };
+  return { debug() {}, info() {}, warn: line, error: line };
 }

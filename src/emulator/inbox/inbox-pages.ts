@@ -1,131 +1,95 @@
 import type { IncomingMessage } from 'node:http';
 import { randomBytes } from 'node:crypto';
-import type { AddressObject, ParsedMail } from 'mailparser';
 import { html, raw, type PageAnswer, type SafeHtml } from '../pages/public-pages.js';
 import type { EmulatorState } from '../state/emulator-state.js';
-import { parseMime } from '../operations/send-operations.js';
-import { headerSectionLength, parseHeaderFields } from '../../protocol/message-format.js';
-import type { DeliveredMessage } from '../state/records.js';
+import type { InboxAddress, InboxMessage } from '../state/mail-store.js';
+import { parseSearch } from '../state/mail-search.js';
 
-/** Most rows the list shows; older deliveries stay reachable by their URL. */
+/** Rows a page of the message list shows, as Mailpit's pages. */
+export const PAGE_SIZE = 50;
+
+/** Most arrivals the live feed replays to a client; one further behind starts over. */
 export const LIST_LIMIT = 500;
 
-/** `GET /`: every delivered copy, newest first, kept up to date over /inbox/events. */
-export function messageListPage(state: EmulatorState): PageAnswer {
-  const total = state.mail.deliveryCount();
-  const rows = state.mail
-    .latestDeliveries(LIST_LIMIT)
-    .map((copy, i) => html`${i > 0 ? '\n' : ''}${messageRow(state, copy)}`);
+/** One page of the message list: its rows, its pager and the counts around it. */
+export interface ListView {
+  query: string;
+  start: number;
+  /** Messages in the inbox. */
+  total: number;
+  /** Unread messages in the inbox. */
+  unread: number;
+  /** Messages matching the search (all of them without one). */
+  matching: number;
+  rows: SafeHtml;
+  pager: SafeHtml;
+  /** The feed cursor this view is current at. */
+  cursor: number;
+}
+
+/** The messages of one page of a search (or of the whole inbox), newest first, with exact counts. */
+export function listView(state: EmulatorState, query: string, start: number): ListView {
+  const total = state.mail.count();
+  const searching = query.trim() !== '';
+  const matching = searching ? state.mail.newestFirst().filter(parseSearch(query)) : undefined;
+  const found = matching?.length ?? total;
+  const first = Math.min(start, Math.max(0, found - 1));
+  const page = matching ? matching.slice(first, first + PAGE_SIZE) : state.mail.page(first, PAGE_SIZE);
+  const link = (to: number, label: string, id: string, rel: string) =>
+    html`<a id="${id}" rel="${rel}" href="${listPath(query, to)}" data-start="${to}">${label}</a>`;
+  const pager = html`<span id="range">${found === 0 ? 'No messages' : `${first + 1}\u2013${first + page.length} of ${found}`}</span>
+${first > 0 ? link(Math.max(0, first - PAGE_SIZE), '\u2190 Newer', 'newer', 'prev') : ''}${first + PAGE_SIZE < found ? link(first + PAGE_SIZE, 'Older \u2192', 'older', 'next') : ''}`;
+  return {
+    query,
+    start: first,
+    total,
+    unread: state.mail.unreadCount(),
+    matching: found,
+    rows: html`${page.map((m, i) => html`${i > 0 ? '\n' : ''}${messageRow(m)}`)}`,
+    pager,
+    cursor: state.mail.cursor(),
+  };
+}
+
+/** The path of a list page: `/`, `/?query=...&start=50`. */
+export function listPath(query: string, start: number): string {
+  const params = new URLSearchParams();
+  if (query) params.set('query', query);
+  if (start > 0) params.set('start', String(start));
+  const search = params.toString();
+  return search ? `/?${search}` : '/';
+}
+
+/**
+ * `GET /` (`?query=`, `?start=`): a page of the messages, newest first, with
+ * the search box; kept up to date over /inbox/events.
+ */
+export function messageListPage(state: EmulatorState, query: string, start: number): PageAnswer {
+  const view = listView(state, query, start);
   const main = html`<div class="head"><h1>Inbox</h1>
-<span id="count" class="muted" data-total="${total}">${plural(total, 'message')}</span>
+<span id="count" class="muted" data-total="${view.total}">${plural(view.total, 'message')}</span>
+<span id="unread" class="muted">${view.unread} unread</span>
 <span id="live" class="live" aria-live="polite">Connecting\u2026</span></div>
+<form id="search" class="toolbar" role="search" method="get" action="/">
+<input id="search-box" type="search" name="query" role="searchbox" aria-label="Search messages" placeholder="Search: words, from:, to:, subject:, is:unread, has:attachment, after:2025-01-31\u2026" value="${view.query}" autocomplete="off">
+<button type="submit">Search</button>
+<span class="js-only actions">
+<button type="button" id="mark-read">Mark all read</button>
+<button type="button" id="delete-results" class="danger"${view.query ? '' : raw(' hidden')}>Delete results</button>
+<button type="button" id="delete-all" class="danger">Delete all</button>
+</span>
+</form>
+<p id="matching" class="muted" aria-live="polite"${view.query ? '' : raw(' hidden')}>${plural(view.matching, 'result')}</p>
 <div class="card">
-<table id="messages" class="messages" data-cursor="${state.mail.cursor()}" data-limit="${LIST_LIMIT}"${total === 0 ? raw(' hidden') : ''}>
-<thead><tr><th scope="col">To</th><th scope="col" class="from">From</th><th scope="col">Subject</th><th scope="col">Received</th></tr></thead>
+<table id="messages" class="messages" data-cursor="${view.cursor}" data-limit="${LIST_LIMIT}" data-run="${state.runId}" data-query="${view.query}" data-start="${view.start}"${view.matching === 0 ? raw(' hidden') : ''}>
+<thead><tr><th scope="col">To</th><th scope="col" class="from">From</th><th scope="col">Subject</th><th scope="col">Received</th><th scope="col" class="js-only"><span class="sr-only">Actions</span></th></tr></thead>
 <tbody id="message-rows">
-${rows}
+${view.rows}
 </tbody></table>
-<p id="empty" class="empty"${total === 0 ? '' : raw(' hidden')}>No messages yet. Send one through the API at <code>${state.baseUrl}</code> and it shows up here.</p>
+<p id="empty" class="empty"${view.matching === 0 ? '' : raw(' hidden')}>${view.total === 0 ? html`No messages yet. Send one through the API at <code>${state.baseUrl}</code> and it shows up here.` : 'No message matches this search.'}</p>
 </div>
-${total > LIST_LIMIT ? html`<p class="muted">Showing the newest ${LIST_LIMIT} of ${total}.</p>` : ''}`;
+<nav id="pager" class="pager" aria-label="Pages">${view.pager}</nav>`;
   return inboxPage({ title: 'Inbox', current: 'inbox', main, script: LIST_SCRIPT });
-}
-
-/** Raw source shown inline up to this many bytes; the raw link has all of it. */
-export const RAW_PREVIEW_BYTES = 256 * 1024;
-
-/** The iframe's sandbox: no scripts, forms or same-origin access; links may open new tabs. */
-export const FRAME_SANDBOX = 'allow-popups allow-popups-to-escape-sandbox';
-
-interface Panel {
-  tab: string;
-  label: string;
-  content: SafeHtml;
-}
-
-/** `GET /inbox/messages/{id}`: one delivered copy with its HTML (sandboxed), text, headers, raw source and attachments. */
-export async function messagePage(state: EmulatorState, copy: DeliveredMessage): Promise<PageAnswer> {
-  const base = messagePath(copy.id);
-  const group = groupOf(state, copy);
-  const fields = parseHeaderFields(copy.raw);
-  // Only the header section: names in From, To and Cc decoded (RFC 2047) without reading the body.
-  const head = await parseMime(copy.raw.subarray(0, headerSectionLength(copy.raw)));
-  const cc = addressText(head.cc);
-  const meta: [string, string | SafeHtml][] = [
-    ['From', addressText(head.from) ?? copy.from],
-    ['To', addressText(head.to) ?? copy.to],
-    ...(cc === undefined ? [] : [['Cc', cc] as [string, string]]),
-    ['Delivered to', copy.to],
-    ['Received', timeElement(copy.deliveredAt)],
-    ['Message-ID', html`<code>${copy.messageId}</code>`],
-    ...(group === undefined ? [] : [['Group', group] as [string, string]]),
-  ];
-
-  const files = copy.attachments.map((a, i) => {
-    const name = attachmentName(a, i);
-    const details = [a.contentType, formatSize(a.size), ...(a.disposition === 'inline' ? ['inline'] : [])];
-    return html`<li><a class="attachment" href="${`${base}/attachments/${i}`}" download>${name}</a>
-<span class="muted">${details.join(' \u00b7 ')}</span></li>`;
-  });
-
-  const raw = copy.raw.subarray(0, RAW_PREVIEW_BYTES).toString('utf8');
-  const panels: Panel[] = [
-    ...(copy.html === undefined
-      ? []
-      : [
-          {
-            tab: 'html',
-            label: 'HTML',
-            content: html`<iframe id="html-body" title="HTML body of the message" sandbox="${FRAME_SANDBOX}" referrerpolicy="no-referrer" src="${`${base}/html`}"></iframe>`,
-          },
-        ]),
-    {
-      tab: 'text',
-      label: 'Text',
-      content:
-        copy.text === undefined
-          ? html`<p class="empty">This message has no plain-text part.</p>`
-          : html`<pre id="text-body">${copy.text}</pre>`,
-    },
-    {
-      tab: 'headers',
-      label: 'Headers',
-      content: html`<table class="headers"><tbody>
-${lines(fields, (f) => html`<tr><td>${f.name}</td><td>${f.value}</td></tr>`)}
-</tbody></table>`,
-    },
-    {
-      tab: 'raw',
-      label: 'Raw',
-      content: html`<pre id="raw-source">${raw}</pre>
-<p class="note">${copy.raw.length > RAW_PREVIEW_BYTES ? `Showing the first ${formatSize(RAW_PREVIEW_BYTES)} of ${formatSize(copy.raw.length)}. ` : ''}<a href="${`${base}/raw`}">Open the raw source</a> \u00b7 <a href="${`${base}/raw`}" download="${copy.id}.eml">Download .eml</a></p>`,
-    },
-  ];
-
-  const main = html`<p><a href="/">\u2190 Inbox</a></p>
-<div class="head"><h1 id="subject">${copy.subject || '(no subject)'}</h1>${group === undefined ? '' : html`<span class="badge">group: ${group}</span>`}</div>
-<div class="card"><dl class="meta">
-${lines(meta, ([name, value]) => html`<dt>${name}</dt><dd>${value}</dd>`)}
-</dl></div>
-${files.length === 0 ? '' : html`<div class="card" id="attachments"><h2>Attachments</h2><ul class="files">\n${lines(files, (f) => f)}\n</ul></div>`}
-<div class="card">
-<div class="tabs" role="tablist" aria-label="Message parts">
-${panels.map((p) => html`<button type="button" role="tab" id="tab-${p.tab}" data-tab="${p.tab}" aria-controls="panel-${p.tab}">${p.label}</button>`)}
-</div>
-${lines(panels, (p) => html`<section class="panel" id="panel-${p.tab}" role="tabpanel" aria-labelledby="tab-${p.tab}"><h2>${p.label}</h2>\n${p.content}\n</section>`)}
-</div>`;
-  return inboxPage({ title: copy.subject || '(no subject)', current: 'inbox', main, script: TABS_SCRIPT });
-}
-
-function addressText(value: AddressObject | AddressObject[] | undefined): string | undefined {
-  if (!value) return undefined;
-  const text = (Array.isArray(value) ? value : [value]).map((a) => a.text).join(', ');
-  return text || undefined;
-}
-
-/** Items one per line, as the page's source shows them. */
-function lines<T>(items: T[], line: (item: T) => SafeHtml): SafeHtml[] {
-  return items.map((item, i) => html`${i > 0 ? '\n' : ''}${line(item)}`);
 }
 
 /** `GET /inbox/groups`: every group with its members and their substitutions. */
@@ -159,11 +123,12 @@ ${
   return inboxPage({ title: 'Groups', current: 'groups', main, script: GROUPS_SCRIPT });
 }
 
-/** A delivery as the inbox feed reports it. */
+/** A message as the inbox feed reports it. */
 export interface DeliverySummary {
-  /** Change number of the delivery (the feed's cursor). */
+  /** Change number of its arrival (the feed's cursor). */
   seq: number;
   id: string;
+  /** The To addresses. */
   to: string;
   from: string;
   subject: string;
@@ -179,189 +144,105 @@ export interface DeliverySummary {
   row: string;
 }
 
-/** Path of a delivery's message view. */
+/** Path of a message's view. */
 export function messagePath(id: string): string {
   return `/inbox/messages/${encodeURIComponent(id)}`;
 }
 
 /** Attachments a person would call attachments: not the inline parts of an HTML body. */
-export function countAttachments(copy: DeliveredMessage): number {
+export function countAttachments(copy: { attachments: readonly { disposition: string | undefined }[] }): number {
   return copy.attachments.filter((a) => a.disposition !== 'inline').length;
 }
 
-/** The group a delivery was sent to, when it came from a group send. */
-export function groupOf(state: EmulatorState, copy: DeliveredMessage): string | undefined {
-  return state.mail.message(copy.messageRef)?.group;
+/** Addresses of a list, comma-separated, without names. */
+export function addressList(addresses: readonly InboxAddress[]): string {
+  return addresses.map((a) => a.address).join(', ');
 }
 
 /** One row of the message list; every value is escaped. */
-export function messageRow(state: EmulatorState, copy: DeliveredMessage, fresh = false): SafeHtml {
-  const group = groupOf(state, copy);
+export function messageRow(message: InboxMessage, fresh = false): SafeHtml {
+  const copy = message.copies[0]!;
   const attachments = countAttachments(copy);
-  const badges = html`${group === undefined ? '' : html`<span class="badge" title="Group send">group: ${group}</span>`}${attachments === 0 ? '' : html`<span class="badge">${plural(attachments, 'attachment')}</span>`}`;
-  return html`<tr id="${copy.id}"${fresh ? raw(' class="new"') : ''}>
-<td class="addr to">${copy.to}</td>
-<td class="addr from">${copy.from}</td>
-<td class="subject"><a href="${messagePath(copy.id)}">${copy.subject || '(no subject)'}</a>${badges}</td>
-<td class="time">${timeElement(copy.deliveredAt)}</td>
+  const classes = [...(fresh ? ['new'] : []), ...(message.read ? [] : ['unread'])];
+  const badges = html`${message.group === undefined ? '' : html`<span class="badge" title="Group send">group: ${message.group}</span>`}${attachments === 0 ? '' : html`<span class="badge">${plural(attachments, 'attachment')}</span>`}${message.tags.map((t) => html`<span class="badge tag">${t}</span>`)}`;
+  return html`<tr id="${message.id}"${classes.length > 0 ? html` class="${classes.join(' ')}"` : ''}>
+<td class="addr to">${addressList(message.to) || copy.to}</td>
+<td class="addr from">${message.from?.address ?? copy.from}</td>
+<td class="subject"><a href="${messagePath(message.id)}">${message.subject || '(no subject)'}</a>${badges}${message.snippet ? html`<span class="snippet">${message.snippet}</span>` : ''}</td>
+<td class="time">${timeElement(message.created)}</td>
+<td class="actions js-only"><button type="button" class="delete" data-id="${message.id}" aria-label="${`Delete \u201c${(message.subject || '(no subject)').slice(0, 80)}\u201d`}">Delete</button></td>
 </tr>`;
 }
 
-/** The feed's record of one delivery. */
-export function deliverySummary(state: EmulatorState, seq: number, copy: DeliveredMessage): DeliverySummary {
+/** The feed's record of one message. */
+export function deliverySummary(seq: number, message: InboxMessage): DeliverySummary {
+  const copy = message.copies[0]!;
   return {
     seq,
-    id: copy.id,
-    to: copy.to,
-    from: copy.from,
-    subject: copy.subject,
-    deliveredAt: Number.isNaN(copy.deliveredAt.getTime()) ? '' : copy.deliveredAt.toISOString(),
-    group: groupOf(state, copy) ?? null,
+    id: message.id,
+    to: addressList(message.to) || copy.to,
+    from: message.from?.address ?? copy.from,
+    subject: message.subject,
+    deliveredAt: Number.isNaN(message.created.getTime()) ? '' : message.created.toISOString(),
+    group: message.group ?? null,
     attachments: countAttachments(copy),
-    url: messagePath(copy.id),
-    row: messageRow(state, copy, true).value,
+    url: messagePath(message.id),
+    row: messageRow(message, true).value,
   };
 }
 
-/** For answers a browser must never run anything from. */
-const INERT = "sandbox; default-src 'none'";
-
-/** The name an attachment is shown and saved under: its own, or `attachment-N`. */
-export function attachmentName(attachment: { filename?: string | undefined }, index: number): string {
+/** The name an attachment is shown and saved under: its own, `calendar.ics` for a calendar, or `attachment-N`. */
+export function attachmentName(
+  attachment: { filename?: string | undefined; contentType?: string },
+  index: number,
+): string {
   // Control characters and path separators become "_": it names a file, nothing more.
   const name = [...(attachment.filename ?? '')]
     .map((c) => (c < ' ' || c === '\x7f' || c === '/' || c === '\\' ? '_' : c))
     .join('')
     .trim()
     .slice(0, 200);
-  return name || `attachment-${index + 1}`;
-}
-
-/** `GET /inbox/messages/{id}/raw`: the delivered bytes (no Bcc), as plain text. */
-export function rawAnswer(copy: DeliveredMessage): PageAnswer {
-  return {
-    status: 200,
-    contentType: 'text/plain; charset=utf-8',
-    body: copy.raw,
-    headers: {
-      ...INBOX_HEADERS,
-      'content-security-policy': INERT,
-      'content-disposition': disposition('inline', `${copy.id}.eml`),
-    },
-  };
+  if (name) return name;
+  return /^(?:text\/calendar|application\/ics)$/i.test(attachment.contentType ?? '')
+    ? 'calendar.ics'
+    : `attachment-${index + 1}`;
 }
 
 /**
- * `GET /inbox/messages/{id}/html`: the HTML body for the message view's
- * sandboxed iframe, `cid:` images inlined as data: URLs. Its CSP sandboxes it
- * even when opened on its own: no script runs, and it loads nothing but
- * inline styles, data: images and the emulator's hosted images.
- * @returns undefined when the message has no HTML body
+ * An HTML body as the inbox and `/view/{ID}.html` serve it: its CSP sandboxes
+ * it even when opened on its own (no script runs, it reaches no other page's
+ * data), lets it load only inline styles, data: images and the emulator's
+ * hosted images, and lets its links and forms open new tabs.
  */
-export async function htmlAnswer(
-  state: EmulatorState,
-  req: IncomingMessage,
-  copy: DeliveredMessage,
-): Promise<PageAnswer | undefined> {
-  if (copy.html === undefined) return undefined;
-  const parsed = await parsedDelivery(copy);
-  const html = typeof parsed.html === 'string' ? parsed.html : copy.html;
+export function sandboxedHtml(state: EmulatorState, req: IncomingMessage, body: string): PageAnswer {
   const origins = new Set([state.baseUrl]);
   const host = req.headers.host;
   if (host && /^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/.test(host)) origins.add(`http://${host}`);
-  const images = [...origins].map((origin) => `${origin}/images/`).join(' ');
+  const self = [...origins].join(' ');
+  const images = [...origins].map((origin) => `${origin}/images/ ${origin}/api/v1/message/`).join(' ');
   return {
     status: 200,
     contentType: 'text/html; charset=utf-8',
-    body: html,
+    body,
     headers: {
       ...INBOX_HEADERS,
       'content-security-policy': [
-        'sandbox allow-popups allow-popups-to-escape-sandbox',
+        `sandbox ${FRAME_SANDBOX}`,
         "default-src 'none'",
         "style-src 'unsafe-inline'",
         'font-src data:',
         `img-src data: ${images}`,
-        "form-action 'none'",
+        `form-action ${self} http: https:`,
       ].join('; '),
     },
   };
 }
 
 /**
- * `GET /inbox/messages/{id}/attachments/{index}`: one attachment's decoded
- * bytes, as a download under its own name and content type. The delivered
- * message is parsed once for its page, frame and downloads (parsed-deliveries.ts).
- * @returns undefined when there is no attachment at that index
+ * The HTML frame's sandbox: no scripts and no same-origin access; links and
+ * forms open new tabs, outside the sandbox, as in a mail client.
  */
-export async function attachmentAnswer(copy: DeliveredMessage, index: number): Promise<PageAnswer | undefined> {
-  if (index >= copy.attachments.length) return undefined;
-  const parsed = await parsedDelivery(copy);
-  const attachment = parsed.attachments[index];
-  if (!attachment) return undefined;
-  const type = /^[\w.+-]+\/[\w.+-]+$/.test(attachment.contentType)
-    ? attachment.contentType
-    : 'application/octet-stream';
-  return {
-    status: 200,
-    contentType: type,
-    body: attachment.content,
-    headers: {
-      ...INBOX_HEADERS,
-      'content-security-policy': INERT,
-      'content-disposition': disposition('attachment', attachmentName(attachment, index)),
-    },
-  };
-}
-
-/** A Content-Disposition value with an ASCII `filename` and the exact name in `filename*` (RFC 6266). */
-function disposition(kind: 'inline' | 'attachment', filename: string): string {
-  const ascii = filename.replace(/[^\x20-\x7e]|["\\%]/g, '_');
-  const exact = encodeURIComponent(filename).replace(
-    /['()*]/g,
-    (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`,
-  );
-  return `${kind}; filename="${ascii}"; filename*=UTF-8''${exact}`;
-}
-
-/** Parsed deliveries kept: the ones someone is looking at (a page, then its frame and files). */
-const KEPT = 16;
-/** ...and no more of them than this many bytes of message. */
-const KEPT_BYTES = 64 * 1024 * 1024;
-
-const recent = new Map<string, { parsed: Promise<ParsedMail>; bytes: number }>();
-let keptBytes = 0;
-
-/**
- * A delivery parsed once for the inbox (its HTML with `cid:` images as data:
- * URLs, and its attachments), shared by the requests of its page, frame and
- * downloads. The last few are kept; older ones are parsed again if opened.
- */
-export function parsedDelivery(copy: DeliveredMessage): Promise<ParsedMail> {
-  let entry = recent.get(copy.id);
-  if (entry) {
-    // Most recently used last.
-    recent.delete(copy.id);
-  } else {
-    const parsed = parseMime(copy.raw, { skipHtmlToText: true, skipTextToHtml: true, skipTextLinks: true });
-    entry = { parsed, bytes: copy.raw.length };
-    keptBytes += entry.bytes;
-    parsed.catch(() => forget(copy.id));
-  }
-  recent.set(copy.id, entry);
-  for (const id of recent.keys()) {
-    if (recent.size <= 1 || (recent.size <= KEPT && keptBytes <= KEPT_BYTES)) break;
-    forget(id);
-  }
-  return entry.parsed;
-}
-
-function forget(id: string): void {
-  const entry = recent.get(id);
-  if (!entry) return;
-  recent.delete(id);
-  keptBytes -= entry.bytes;
-}
+export const FRAME_SANDBOX = 'allow-popups allow-popups-to-escape-sandbox allow-forms';
 
 /** A small envelope icon, inline so the browser never asks for /favicon.ico. */
 const FAVICON =
@@ -424,7 +305,7 @@ ${page.main}
         "connect-src 'self'",
         "frame-src 'self'",
         "base-uri 'none'",
-        "form-action 'none'",
+        "form-action 'self'",
         "frame-ancestors 'none'",
       ].join('; '),
     },
@@ -474,64 +355,140 @@ export function plural(count: number, noun: string): string {
  * Rows arrive as HTML the server escaped (see message-row.ts).
  */
 
-/** The message list: prepends rows announced on /inbox/events, empties the list on a reset. */
+/**
+ * The message list: the search box, paging, deletes and read marks through
+ * the inspection API, and a reload of the page's rows whenever
+ * /inbox/events reports a change (an arrival, a delete, a reset, a restart).
+ */
 export const LIST_SCRIPT = `
 (() => {
   const table = document.getElementById('messages');
   const rows = document.getElementById('message-rows');
   const empty = document.getElementById('empty');
   const count = document.getElementById('count');
+  const unread = document.getElementById('unread');
+  const matching = document.getElementById('matching');
   const live = document.getElementById('live');
-  const limit = Number(table.dataset.limit);
-  let total = Number(count.dataset.total);
-  const show = () => {
-    count.dataset.total = String(total);
-    count.textContent = total + (total === 1 ? ' message' : ' messages');
-    table.hidden = total === 0;
-    empty.hidden = total !== 0;
+  const pager = document.getElementById('pager');
+  const box = document.getElementById('search-box');
+  const deleteResults = document.getElementById('delete-results');
+  const view = { query: table.dataset.query || '', start: Number(table.dataset.start) || 0 };
+  const plural = (n, noun) => n + ' ' + noun + (n === 1 ? '' : 's');
+  const show = (list) => {
+    rows.innerHTML = list.rows;
+    pager.innerHTML = list.pager;
+    count.dataset.total = String(list.total);
+    count.textContent = plural(list.total, 'message');
+    unread.textContent = list.unread + ' unread';
+    matching.hidden = !list.query;
+    matching.textContent = plural(list.matching, 'result');
+    deleteResults.hidden = !list.query;
+    table.hidden = list.matching === 0;
+    empty.hidden = list.matching !== 0;
+    empty.textContent = list.total === 0 ? 'No messages yet.' : 'No message matches this search.';
+    view.start = list.start;
   };
+  const listUrl = (base) => {
+    const params = new URLSearchParams();
+    if (view.query) params.set('query', view.query);
+    if (view.start > 0) params.set('start', String(view.start));
+    const search = params.toString();
+    return base + (search ? '?' + search : '');
+  };
+  let loading = false;
+  let again = false;
+  const refresh = async () => {
+    if (loading) {
+      again = true;
+      return;
+    }
+    loading = true;
+    try {
+      do {
+        again = false;
+        const response = await fetch(listUrl('/inbox/list'), { cache: 'no-store' });
+        if (response.ok) show(await response.json());
+      } while (again);
+    } catch {
+      // The emulator stopped: the feed reconnects and asks again.
+    } finally {
+      loading = false;
+    }
+  };
+  let timer;
+  const soon = (ms) => {
+    clearTimeout(timer);
+    timer = setTimeout(refresh, ms);
+  };
+  const api = async (method, path, body) => {
+    const response = await fetch(path, {
+      method,
+      headers: body === undefined ? {} : { 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    if (!response.ok) alert('The emulator refused: ' + (await response.text()));
+    await refresh();
+  };
+  box.addEventListener('input', () => {
+    view.query = box.value.trim();
+    view.start = 0;
+    history.replaceState(null, '', listUrl('/'));
+    soon(200);
+  });
+  document.getElementById('search').addEventListener('submit', (event) => {
+    event.preventDefault();
+    view.query = box.value.trim();
+    view.start = 0;
+    history.replaceState(null, '', listUrl('/'));
+    refresh();
+  });
+  pager.addEventListener('click', (event) => {
+    const link = event.target.closest('a[data-start]');
+    if (!link) return;
+    event.preventDefault();
+    view.start = Number(link.dataset.start);
+    history.pushState(null, '', listUrl('/'));
+    refresh();
+  });
+  rows.addEventListener('click', (event) => {
+    const button = event.target.closest('button.delete');
+    if (button) api('DELETE', '/api/v1/messages', { IDs: [button.dataset.id] });
+  });
+  document.getElementById('mark-read').addEventListener('click', () =>
+    api('PUT', '/api/v1/messages', view.query ? { Read: true, Search: view.query } : { Read: true }),
+  );
+  deleteResults.addEventListener('click', () => {
+    if (view.query && confirm('Delete every message matching "' + view.query + '"?'))
+      api('DELETE', '/api/v1/search?query=' + encodeURIComponent(view.query));
+  });
+  document.getElementById('delete-all').addEventListener('click', () => {
+    if (confirm('Delete every message in the inbox?')) api('DELETE', '/api/v1/messages');
+  });
+  window.addEventListener('popstate', () => {
+    const params = new URLSearchParams(location.search);
+    view.query = params.get('query') || '';
+    view.start = Number(params.get('start')) || 0;
+    box.value = view.query;
+    refresh();
+  });
   const setLive = (on) => {
     live.className = on ? 'live on' : 'live off';
     live.textContent = on ? 'Live' : 'Reconnecting\\u2026';
   };
-  const events = new EventSource('/inbox/events?since=' + encodeURIComponent(table.dataset.cursor));
-  events.onopen = () => setLive(true);
-  events.onerror = () => setLive(false);
-  events.addEventListener('delivery', (event) => {
-    const delivery = JSON.parse(event.data);
-    if (document.getElementById(delivery.id)) return;
-    rows.insertAdjacentHTML('afterbegin', delivery.row);
-    while (rows.rows.length > limit) rows.deleteRow(-1);
-    total += 1;
-    show();
-  });
-  events.addEventListener('reset', (event) => {
-    rows.replaceChildren();
-    total = Number(JSON.parse(event.data).before) || 0;
-    show();
-  });
-})();
-`;
-
-/** The message view: turns the HTML, text, headers and raw sections into tabs (all sections show without script). */
-export const TABS_SCRIPT = `
-(() => {
-  const tabs = [...document.querySelectorAll('.tabs [role=tab]')];
-  const select = (tab) => {
-    for (const other of tabs) {
-      const on = other === tab;
-      other.setAttribute('aria-selected', String(on));
-      other.tabIndex = on ? 0 : -1;
-      document.getElementById(other.getAttribute('aria-controls')).hidden = !on;
-    }
+  const events = new EventSource(
+    '/inbox/events?since=' + encodeURIComponent(table.dataset.cursor) + '&run=' + encodeURIComponent(table.dataset.run),
+  );
+  let lost = false;
+  events.onopen = () => {
+    setLive(true);
+    if (lost) soon(0);
+    lost = false;
   };
-  for (const tab of tabs) {
-    tab.addEventListener('click', () => {
-      select(tab);
-      history.replaceState(null, '', '#' + tab.dataset.tab);
-    });
-  }
-  select(tabs.find((tab) => '#' + tab.dataset.tab === location.hash) ?? tabs[0]);
+  events.onerror = () => {
+    lost = true;
+    setLive(false);
+  };
+  for (const kind of ['delivery', 'delete', 'update', 'reset']) events.addEventListener(kind, () => soon(50));
 })();
 `;
 
@@ -619,6 +576,27 @@ iframe{display:block;width:100%;height:70vh;min-height:20rem;border:0;background
 .note{padding:.6rem 1rem;border-top:1px solid var(--line);font-size:.9rem}
 .subs code{display:inline-block;margin:0 .5rem .2rem 0;padding:0 .35rem;border-radius:4px;background:var(--soft);
 border:1px solid var(--line)}
+.no-js .js-only{display:none}
+.sr-only{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}
+.toolbar{display:flex;flex-wrap:wrap;gap:.5rem;align-items:center;margin-bottom:1rem}
+.toolbar input[type=search]{flex:1 1 22rem;font:inherit;padding:.45rem .7rem;border:1px solid var(--line);
+border-radius:6px;background:var(--card);color:var(--fg)}
+.actions{display:inline-flex;flex-wrap:wrap;gap:.5rem}
+button{font:inherit;font-size:.9rem;padding:.4rem .8rem;border:1px solid var(--line);border-radius:6px;
+background:var(--card);color:var(--fg);cursor:pointer}
+button:hover{background:var(--hover)}
+button.danger{color:#b42318}
+button[hidden]{display:none}
+.messages td.actions{width:1%;white-space:nowrap;position:relative;z-index:1}
+.messages td.actions button{font-size:.8rem;padding:.15rem .5rem}
+.messages tr.unread .subject a{font-weight:750}
+.messages tr.unread td.to::before{content:"\u25cf ";color:var(--accent)}
+.messages tr:not(.unread) .subject a{font-weight:500}
+.snippet{display:block;color:var(--muted);font-size:.85rem;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;max-width:44rem}
+.pager{display:flex;gap:1rem;align-items:baseline;color:var(--muted)}
+.pager a{text-decoration:none}
+.head .actions{margin-left:auto}
+.event-summary{margin-right:.5rem}
 @media (max-width:700px){.messages .from,.messages thead{display:none}.messages td{display:block;border:0;padding:.15rem 1rem}
 .messages tr{display:block;padding:.5rem 0;border-bottom:1px solid var(--line)}}
 `;

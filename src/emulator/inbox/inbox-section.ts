@@ -1,20 +1,21 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { isIP } from 'node:net';
-import type { EmulatorState, MailChange } from '../state/emulator-state.js';
+import type { EmulatorState } from '../state/emulator-state.js';
+import type { MailChange } from '../state/mail-store.js';
 import type { SiteSection } from '../http/api-router.js';
 import { sendPage, type PageAnswer } from '../pages/public-pages.js';
 import {
   groupsPage,
   notFoundPage,
-  attachmentAnswer,
-  htmlAnswer,
-  rawAnswer,
   messageListPage,
-  messagePage,
   LIST_LIMIT,
   deliverySummary,
   INBOX_HEADERS,
+  listView,
+  messagePath,
 } from './inbox-pages.js';
+import { attachmentAnswer, htmlAnswer, messagePage, rawAnswer } from './message-page.js';
+import type { WebAccess } from './web-access.js';
+import { parseSearch } from '../state/mail-search.js';
 
 const MESSAGE = /^\/inbox\/messages\/(dlv_[A-Za-z0-9-]{1,100})(?:\/(raw|html|attachments\/(0|[1-9]\d{0,4})))?$/;
 
@@ -22,45 +23,80 @@ const MESSAGE = /^\/inbox\/messages\/(dlv_[A-Za-z0-9-]{1,100})(?:\/(raw|html|att
  * The web inbox as a site section: GET and HEAD of `/` and of paths under
  * `/inbox/` (other methods go on to the API, which answers them as before),
  * the live event feed included. It reads the stores and follows the mail
- * store's changes; nothing else depends on it. It answers only requests for
- * loopback names or the allowed hosts (see host-check.ts).
+ * store's changes; its buttons act through the inspection API. It answers
+ * only who may read the mail ({@link WebAccess}).
  */
-export function inboxSection(state: EmulatorState, allowedHosts: readonly string[]): SiteSection {
+export function inboxSection(state: EmulatorState, access: WebAccess): SiteSection {
   const events = new InboxEventFeed(state);
-  const allowed = new Set(allowedHosts);
   return {
     owns: (method, path) => (method === 'GET' || method === 'HEAD') && (path === '/' || path.startsWith('/inbox/')),
     async serve(req, res, path, query) {
-      if (!isAllowedHost(req.headers.host, allowed)) {
-        sendPage(res, req.method, refusedHost(req.headers.host));
+      const refusal = access.refusal(req);
+      if (refusal) {
+        sendPage(res, req.method, refusal);
         return;
       }
       if (path === INBOX_EVENTS_PATH) {
         events.serve(req, res, query);
         return;
       }
-      sendPage(res, req.method, await answerInbox(state, req, path));
+      sendPage(res, req.method, await answerInbox(state, req, path, new URLSearchParams(query)));
     },
     close: () => events.close(),
   };
 }
 
+/** Path of the list's rows as JSON, for the page's script. */
+export const INBOX_LIST_PATH = '/inbox/list';
+
 /**
- * Answers a page or file of the web inbox (the event stream excepted, see
- * event-feed.ts): the message list, a message with its raw source, HTML
- * body and attachments, and the groups. Unknown paths get an HTML 404.
+ * Answers a page or file of the web inbox (the event stream excepted): the
+ * message list, a message with its raw source, HTML body and attachments,
+ * the newest message, and the groups. Unknown paths get an HTML 404.
  */
-async function answerInbox(state: EmulatorState, req: IncomingMessage, path: string): Promise<PageAnswer> {
-  if (path === '/') return messageListPage(state);
+async function answerInbox(
+  state: EmulatorState,
+  req: IncomingMessage,
+  path: string,
+  query: URLSearchParams,
+): Promise<PageAnswer> {
+  const search = (query.get('query') ?? '').slice(0, 4096);
+  const start = /^\d{1,9}$/.test(query.get('start') ?? '') ? Number(query.get('start')) : 0;
+  if (path === '/') return messageListPage(state, search, start);
+  if (path === INBOX_LIST_PATH) {
+    const view = listView(state, search, start);
+    return {
+      status: 200,
+      contentType: 'application/json; charset=utf-8',
+      body: JSON.stringify({ ...view, rows: view.rows.value, pager: view.pager.value }),
+      headers: INBOX_HEADERS,
+    };
+  }
   if (path === '/inbox/groups') return groupsPage(state);
+  if (path === '/inbox/messages/latest') {
+    const latest = search ? state.mail.newestFirst().find(parseSearch(search)) : state.mail.latest();
+    return {
+      status: 302,
+      contentType: 'text/plain; charset=utf-8',
+      body: '',
+      headers: { ...INBOX_HEADERS, location: latest ? messagePath(latest.id) : '/' },
+    };
+  }
   const match = MESSAGE.exec(path);
   if (!match) return notFoundPage('Page', `There is no inbox page at ${path.slice(0, 200)}.`);
   const [, id, part, index] = match as unknown as [string, string, string | undefined, string | undefined];
-  const copy = state.mail.delivery(id);
-  if (!copy) {
-    return notFoundPage('Message', 'No delivered message has this id; the emulator may have been reset or restarted.');
+  const message = state.mail.messageOfCopy(id);
+  const copy = message?.copies.find((c) => c.id === id);
+  if (!message || !copy) {
+    return notFoundPage(
+      'Message',
+      'No message has this id; it may have been deleted, or the emulator reset or restarted.',
+    );
   }
-  if (part === undefined) return messagePage(state, copy);
+  if (part === undefined) {
+    if (req.method !== 'HEAD') state.mail.markRead([message], true);
+    return messagePage(message, copy);
+  }
   if (part === 'raw') return rawAnswer(copy);
   if (part === 'html') {
     return (await htmlAnswer(state, req, copy)) ?? notFoundPage('HTML body', 'This message has no HTML body.');
@@ -69,46 +105,6 @@ async function answerInbox(state: EmulatorState, req: IncomingMessage, path: str
     (await attachmentAnswer(copy, Number(index))) ??
     notFoundPage('Attachment', 'This message has no attachment with that number.')
   );
-}
-
-/** The answer to a request for a host the inbox does not answer. */
-function refusedHost(host: string | undefined): PageAnswer {
-  return {
-    status: 403,
-    contentType: 'text/plain; charset=utf-8',
-    body: `This web inbox shows every captured message, so it answers only requests for localhost or a loopback address (this one was for ${JSON.stringify((host ?? '').slice(0, 100))}). To open it under another name, start the emulator with allowedHosts (eml-api serve --allow-host NAME).\n`,
-    headers: { 'cache-control': 'no-store' },
-  };
-}
-
-/**
- * Whether a request's `Host` is one the web inbox answers: `localhost` (and
- * `*.localhost`, which browsers resolve to loopback themselves), a loopback
- * address, or a name the user allowed. Anything else (a DNS-rebinding page's
- * own name, a missing Host) is refused.
- *
- * @param allowed lower-cased host names allowed besides the loopback ones
- */
-export function isAllowedHost(hostHeader: string | undefined, allowed: ReadonlySet<string>): boolean {
-  const host = hostName(hostHeader);
-  if (host === undefined) return false;
-  if (host === 'localhost' || host.endsWith('.localhost')) return true;
-  if (isIP(host) === 4) return host.startsWith('127.');
-  if (host === '::1' || host === '[::1]') return true;
-  return allowed.has(host);
-}
-
-/** The host name of a Host header, lower-cased, without port or trailing dot. */
-function hostName(header: string | undefined): string | undefined {
-  if (!header) return undefined;
-  const value = header.trim().toLowerCase();
-  if (value.startsWith('[')) {
-    const end = value.indexOf(']');
-    return end === -1 ? undefined : value.slice(0, end + 1);
-  }
-  const colon = value.lastIndexOf(':');
-  const name = colon !== -1 && /^\d+$/.test(value.slice(colon + 1)) ? value.slice(0, colon) : value;
-  return name.replace(/\.$/, '') || undefined;
 }
 
 /** Path of the inbox's Server-Sent Events stream. */
@@ -122,9 +118,10 @@ export const MAX_EVENT_STREAMS = 50;
 
 /**
  * `GET /inbox/events?since=<cursor>`: Server-Sent Events for the inbox page.
- * Each delivery is an event `delivery` (data: a {@link DeliverySummary}, id:
- * its cursor); `emu.reset()` is an event `reset` (data: `{ before }`, the
- * deliveries not replayed after it). A client gets what it missed
+ * Each message's arrival is an event `delivery` (data: a {@link DeliverySummary}, id:
+ * its cursor); deletes and read marks are events `delete` and `update` (data:
+ * `{ ids }`); a clear, `emu.reset()` or a large edit is an event `reset` (data: `{ before }`, the
+ * messages not replayed after it). A client gets what it missed
  * after `since` (or the `Last-Event-ID` of a reconnecting EventSource) first.
  *
  * Memory stays bounded whatever clients do: each stream keeps only a cursor
@@ -163,32 +160,46 @@ export class InboxEventFeed {
       return;
     }
     const state = this.#state;
-    let cursor = Math.max(
-      cursorValue(new URLSearchParams(query).get('since')),
-      cursorValue(headerValue(req.headers['last-event-id'])),
-    );
+    const params = new URLSearchParams(query);
+    let cursor = Math.max(cursorValue(params.get('since')), cursorValue(headerValue(req.headers['last-event-id'])));
+    // A page from another run of the emulator (restarted) starts over.
+    const run = params.get('run');
+    if (run !== null && run !== state.runId) cursor = Number.MAX_SAFE_INTEGER;
     let draining = false;
     const live = () => !res.writableEnded && !res.destroyed;
-    // A reset says how many deliveries precede the ones that follow it (0 after emu.reset(), more for a
+    // A reset says how many messages precede the ones that follow it (0 after emu.reset(), more for a
     // client rebuilt from the newest rows), so the page's count stays right.
-    const format = (change: MailChange, before: number) =>
-      change.kind === 'reset'
-        ? `id: ${change.seq}\nevent: reset\ndata: {"before":${before}}\n\n`
-        : `id: ${change.seq}\nevent: delivery\ndata: ${JSON.stringify(deliverySummary(state, change.seq, change.copy))}\n\n`;
-    // Writes what the client has not had yet, until the socket asks to wait.
+    const format = (change: MailChange, before: number) => {
+      switch (change.kind) {
+        case 'reset':
+          return `id: ${change.seq}\nevent: reset\ndata: {"before":${before}}\n\n`;
+        case 'delivery':
+          return `id: ${change.seq}\nevent: delivery\ndata: ${JSON.stringify(deliverySummary(change.seq, change.message))}\n\n`;
+        default:
+          return `id: ${change.seq}\nevent: ${change.kind}\ndata: ${JSON.stringify({ ids: change.ids })}\n\n`;
+      }
+    };
+    // Writes what the client has not had yet, until the socket asks to wait. A batch (at most a reset
+    // and the newest rows) is taken at once and written across drains; the cursor then covers it.
+    let pending: string[] = [];
     const pump = () => {
-      if (draining || !live()) return;
-      const changes = state.mail.changesSince(cursor, LIST_LIMIT);
-      const before = state.mail.deliveryCount() - changes.filter((c) => c.kind === 'delivery').length;
-      for (const change of changes) {
-        cursor = change.seq;
-        if (!res.write(format(change, before))) {
-          draining = true;
-          res.once('drain', () => {
-            draining = false;
-            pump();
-          });
-          return;
+      while (!draining && live()) {
+        if (pending.length === 0) {
+          const changes = state.mail.changesSince(cursor, LIST_LIMIT);
+          if (changes.length === 0) return;
+          const before = state.mail.count() - changes.filter((c) => c.kind === 'delivery').length;
+          pending = changes.map((change) => format(change, before));
+          cursor = changes[0]!.kind === 'reset' ? state.mail.cursor() : changes[changes.length - 1]!.seq;
+        }
+        while (pending.length > 0) {
+          if (!res.write(pending.shift()!)) {
+            draining = true;
+            res.once('drain', () => {
+              draining = false;
+              pump();
+            });
+            return;
+          }
         }
       }
     };

@@ -125,13 +125,20 @@ export const sendEmailOperation: Operation = {
       tracking: content.tracking,
       failed,
     });
-    for (const recipient of delivered) {
-      deliverComposed(
-        ctx.state,
-        { messageRef: id, to: recipient.email, from: from.email, messageId, raw, rendered },
-        ctx.now,
-      );
-    }
+    ctx.state.mail.store(
+      {
+        messageRef: id,
+        raw,
+        recipients: delivered.map((a) => a.email),
+        from: from.email,
+        subject: rendered.subject,
+        messageId,
+        text: rendered.text,
+        html: rendered.html,
+        attachments: [],
+      },
+      ctx.now,
+    );
     const answer: SendAcceptedResponse = { id, messageId, recipients: unique.length };
     return { status: 202, body: answer };
   },
@@ -230,7 +237,21 @@ export const sendGroupOperation: Operation = {
       failed,
     });
     for (const copy of copies) {
-      deliverComposed(ctx.state, { messageRef: id, to: copy.member.email, from: from.email, ...copy }, ctx.now);
+      ctx.state.mail.store(
+        {
+          messageRef: id,
+          raw: copy.raw,
+          recipients: [copy.member.email],
+          from: from.email,
+          subject: copy.rendered.subject,
+          messageId: copy.messageId,
+          text: copy.rendered.text,
+          html: copy.rendered.html,
+          attachments: [],
+          group: groupId,
+        },
+        ctx.now,
+      );
     }
     const answer: GroupSendAcceptedResponse = { id, recipients: delivered.length, failed: failed.length };
     return { status: 202, body: answer };
@@ -312,34 +333,6 @@ export function renderContent(
 /** A new Message-ID in the emulator's own domain. */
 export function newMessageId(): string {
   return `<${randomUUID()}@emulator.eml-api.test>`;
-}
-
-/** One composed copy of a JSON or group send, for one recipient. */
-export interface ComposedCopy {
-  /** The accepted message it belongs to. */
-  messageRef: string;
-  to: string;
-  from: string;
-  messageId: string;
-  raw: Buffer;
-  rendered: RenderedContent;
-}
-
-/** Puts a composed copy in its recipient's mailbox. */
-export function deliverComposed(state: EmulatorState, copy: ComposedCopy, now: Date): void {
-  state.mail.deliver({
-    id: `dlv_${randomUUID()}`,
-    messageRef: copy.messageRef,
-    to: copy.to,
-    from: copy.from,
-    subject: copy.rendered.subject,
-    messageId: copy.messageId,
-    raw: copy.raw,
-    text: copy.rendered.text,
-    html: copy.rendered.html,
-    attachments: [],
-    deliveredAt: now,
-  });
 }
 
 /** An embedded image after validation, with its bytes decoded. */

@@ -1,25 +1,32 @@
-import { createHash, timingSafeEqual, randomBytes, randomUUID } from 'node:crypto';
+import { createHash, timingSafeEqual, randomBytes } from 'node:crypto';
 import type { ApiPlan, ApiScope, ApiImage } from '../../protocol/api-types.js';
-import { removeHeaderFields } from '../../protocol/message-format.js';
-import type { DeliveredMessage, EmulatorMessage, ReadMessage } from './records.js';
+import { MailStore } from './mail-store.js';
 
 /** Everything the emulator remembers; handlers read and change it. */
 export class EmulatorState {
   readonly keys = new ApiKeyStore();
-  readonly mail = new MailStore();
+  readonly mail: MailStore;
   readonly idempotency = new IdempotencyCache();
   readonly groups = new GroupStore();
   readonly images = new ImageStore();
   /** Public base URL for links in delivered mail (unsubscribe, hosted images); set once listening. */
   baseUrl = '';
+  /** Names this run of the emulator, so that a page from an earlier run knows to start over. */
+  readonly runId = randomBytes(9).toString('base64url');
+  /** Where messages, groups and keys are kept across restarts, when anywhere. */
+  dataDir: string | undefined;
+  /** Mail taken in over SMTP. */
+  readonly smtpStats = { accepted: 0, acceptedSize: 0, rejected: 0 };
   readonly #clock: () => Date;
 
   /**
    * @param clock the emulator's clock: timestamps, image expiry, idempotency windows
    * @param groups the groups that exist from the start
+   * @param maxMessages most messages the inbox keeps
    */
-  constructor(clock: () => Date, groups: readonly string[]) {
+  constructor(clock: () => Date, groups: readonly string[], maxMessages?: number) {
     this.#clock = clock;
+    this.mail = new MailStore(maxMessages);
     for (const group of groups) this.groups.create(group);
   }
 
@@ -108,10 +115,14 @@ export interface UnsubscribeTicket {
 export class GroupStore {
   readonly #groups = new Map<string, Map<string, GroupMember>>();
   readonly #tickets = new Map<string, UnsubscribeTicket>();
+  /** Called after every change (the data directory saves them). */
+  onChange: () => void = () => {};
 
   /** Creates a group (groups are made out of band, never through the API). No-op when it exists. */
   create(groupId: string): void {
-    if (!this.#groups.has(groupId)) this.#groups.set(groupId, new Map());
+    if (this.#groups.has(groupId)) return;
+    this.#groups.set(groupId, new Map());
+    this.onChange();
   }
 
   has(groupId: string): boolean {
@@ -134,11 +145,20 @@ export class GroupStore {
     const key = member.email.toLowerCase();
     const existing = group.get(key);
     group.set(key, { ...member, addedAt: existing?.addedAt ?? now });
+    this.onChange();
+  }
+
+  /** Puts back a member as it was saved (its `addedAt` kept). */
+  restoreMember(groupId: string, member: GroupMember): void {
+    this.create(groupId);
+    this.#require(groupId).set(member.email.toLowerCase(), member);
   }
 
   /** Removes a member. @returns whether it was a member */
   remove(groupId: string, email: string): boolean {
-    return this.#require(groupId).delete(email.toLowerCase());
+    const removed = this.#require(groupId).delete(email.toLowerCase());
+    if (removed) this.onChange();
+    return removed;
   }
 
   isMember(groupId: string, email: string): boolean {
@@ -149,7 +169,18 @@ export class GroupStore {
   issueUnsubscribeToken(groupId: string, email: string): string {
     const token = randomBytes(24).toString('base64url');
     this.#tickets.set(token, { groupId, email });
+    this.onChange();
     return token;
+  }
+
+  /** Every unused unsubscribe token and its ticket. */
+  tickets(): [string, UnsubscribeTicket][] {
+    return [...this.#tickets];
+  }
+
+  /** Puts back a saved unsubscribe token. */
+  restoreTicket(token: string, ticket: UnsubscribeTicket): void {
+    this.#tickets.set(token, ticket);
   }
 
   /** The ticket of a token, if it is known and unused. */
@@ -169,6 +200,7 @@ export class GroupStore {
         this.#tickets.delete(other);
     }
     this.#groups.get(ticket.groupId)?.delete(ticket.email.toLowerCase());
+    this.onChange();
     return ticket;
   }
 
@@ -176,6 +208,7 @@ export class GroupStore {
   clearMembers(): void {
     for (const group of this.#groups.values()) group.clear();
     this.#tickets.clear();
+    this.onChange();
   }
 
   #require(groupId: string): Map<string, GroupMember> {
@@ -289,6 +322,8 @@ export const IMAGE_CONTENT_TYPES: Record<ApiImage['mimeType'], string> = {
  */
 export class ImageStore {
   readonly #images = new Map<string, HostedImage>();
+  /** Called after every change (the data directory saves them). */
+  onChange: () => void = () => {};
 
   /** Stores (or refreshes) an image. @returns its SHA-256 hex digest */
   put(data: Buffer, mimeType: ApiImage['mimeType'], now: Date): string {
@@ -300,7 +335,13 @@ export class ImageStore {
     } else {
       this.#images.set(sha256, { sha256, data, mimeType, lastUsedAt: now });
     }
+    this.onChange();
     return sha256;
+  }
+
+  /** Puts back a saved image. */
+  restore(image: HostedImage): void {
+    this.#images.set(image.sha256, image);
   }
 
   /** The image if it exists and has not expired at `now`; expired images are deleted. */
@@ -326,182 +367,10 @@ export class ImageStore {
 
   clear(): void {
     this.#images.clear();
+    this.onChange();
   }
 
   #expired(image: HostedImage, now: Date): boolean {
     return now.getTime() >= image.lastUsedAt.getTime() + IMAGE_RETENTION_MS;
-  }
-}
-
-/**
- * One change of the delivered mail, numbered: `seq` grows by one per change,
- * survives {@link MailStore.clear} and is never reused, so a reader that
- * remembers the last `seq` it saw can ask for what came after it.
- */
-export type MailChange = DeliveryChange | { kind: 'reset'; seq: number };
-
-/** A delivery, numbered as a {@link MailChange}. */
-export interface DeliveryChange {
-  kind: 'delivery';
-  seq: number;
-  copy: DeliveredMessage;
-}
-
-/**
- * Accepted messages and per-recipient mailboxes of the emulator, plus every
- * delivery in order for the web inbox.
- */
-export class MailStore {
-  readonly #messages: EmulatorMessage[] = [];
-  readonly #messagesById = new Map<string, EmulatorMessage>();
-  readonly #mailboxes = new Map<string, DeliveredMessage[]>();
-  /** Every delivery, oldest first, with its change number. */
-  readonly #deliveries: DeliveryChange[] = [];
-  readonly #deliveriesById = new Map<string, DeliveredMessage>();
-  readonly #listeners = new Set<(change: MailChange) => void>();
-  #seq = 0;
-  /** Change number of the last {@link clear}; 0 before any. */
-  #clearedAt = 0;
-
-  /**
-   * Records an accepted message and delivers one copy per recipient, each
-   * without a Bcc header.
-   */
-  accept(endpoint: string, raw: Buffer, parsed: ReadMessage, now: Date): EmulatorMessage {
-    const message: EmulatorMessage = {
-      id: `msg_${randomUUID()}`,
-      endpoint,
-      from: parsed.from,
-      recipients: parsed.recipients,
-      subject: parsed.subject,
-      messageId: parsed.messageId,
-      raw,
-      text: parsed.text,
-      html: parsed.html,
-      attachments: parsed.attachments,
-      acceptedAt: now,
-      failed: [],
-    };
-    this.record(message);
-    const delivered = removeHeaderFields(raw, 'bcc');
-    for (const to of parsed.recipients) {
-      this.deliver({
-        id: `dlv_${randomUUID()}`,
-        messageRef: message.id,
-        to,
-        from: parsed.from,
-        subject: parsed.subject,
-        messageId: parsed.messageId,
-        raw: delivered,
-        text: parsed.text,
-        html: parsed.html,
-        attachments: parsed.attachments,
-        deliveredAt: now,
-      });
-    }
-    return message;
-  }
-
-  /** Records a message accepted through a JSON endpoint; its copies are delivered separately. */
-  record(message: EmulatorMessage): void {
-    this.#messages.push(message);
-    this.#messagesById.set(message.id, message);
-  }
-
-  /** Puts one copy in a mailbox. */
-  deliver(copy: DeliveredMessage): void {
-    const key = copy.to.toLowerCase();
-    let box = this.#mailboxes.get(key);
-    if (!box) {
-      box = [];
-      this.#mailboxes.set(key, box);
-    }
-    box.push(copy);
-    const change: DeliveryChange = { kind: 'delivery', seq: ++this.#seq, copy };
-    this.#deliveries.push(change);
-    this.#deliveriesById.set(copy.id, copy);
-    this.#emit(change);
-  }
-
-  /** Accepted messages, oldest first (a copy of the list). */
-  messages(): EmulatorMessage[] {
-    return [...this.#messages];
-  }
-
-  /** Copies delivered to one address (case-insensitive), oldest first. */
-  mailbox(address: string): DeliveredMessage[] {
-    return [...(this.#mailboxes.get(address.trim().toLowerCase()) ?? [])];
-  }
-
-  /** Every address that has received mail. */
-  addresses(): string[] {
-    return [...this.#mailboxes.keys()];
-  }
-
-  /** An accepted message by its id. */
-  message(id: string): EmulatorMessage | undefined {
-    return this.#messagesById.get(id);
-  }
-
-  /** A delivered copy by its id (`dlv_…`). */
-  delivery(id: string): DeliveredMessage | undefined {
-    return this.#deliveriesById.get(id);
-  }
-
-  /** How many copies have been delivered since the last clear. */
-  deliveryCount(): number {
-    return this.#deliveries.length;
-  }
-
-  /** The newest `limit` deliveries, newest first. */
-  latestDeliveries(limit: number): DeliveredMessage[] {
-    return this.#deliveries
-      .slice(-limit)
-      .reverse()
-      .map((d) => d.copy);
-  }
-
-  /** Number of the latest change: a cursor for {@link changesSince}. */
-  cursor(): number {
-    return this.#seq;
-  }
-
-  /**
-   * The changes after cursor `since`, oldest first, at most `limit`
-   * deliveries. A reader whose cursor is from before the last clear (or from
-   * another run, when larger than the current cursor), or that is more than
-   * `limit` deliveries behind, gets a reset and then the newest `limit`
-   * deliveries: the list it shows is rebuilt rather than replayed in full.
-   */
-  changesSince(since: number, limit = Infinity): MailChange[] {
-    let first = this.#deliveries.length;
-    const stale = since < this.#clearedAt || since > this.#seq;
-    if (!stale) {
-      while (first > 0 && this.#deliveries[first - 1]!.seq > since) first--;
-      if (this.#deliveries.length - first <= limit) return this.#deliveries.slice(first);
-    }
-    const kept = this.#deliveries.slice(Math.max(0, this.#deliveries.length - limit));
-    const resetSeq = kept.length > 0 ? kept[0]!.seq - 1 : this.#seq;
-    return [{ kind: 'reset', seq: stale ? this.#clearedAt : resetSeq }, ...kept];
-  }
-
-  /** Calls `listener` with every change from now on. @returns a function that stops it */
-  subscribe(listener: (change: MailChange) => void): () => void {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
-  }
-
-  clear(): void {
-    this.#messages.length = 0;
-    this.#messagesById.clear();
-    this.#mailboxes.clear();
-    this.#deliveries.length = 0;
-    this.#deliveriesById.clear();
-    this.#clearedAt = ++this.#seq;
-    this.#emit({ kind: 'reset', seq: this.#clearedAt });
-  }
-
-  #emit(change: MailChange): void {
-    for (const listener of [...this.#listeners]) listener(change);
   }
 }

@@ -1,0 +1,131 @@
+import { mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { MailpitClient } from 'mailpit-api';
+import { request } from 'undici';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { EmlApiClient } from '../../src/index.js';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+
+/**
+ * How much the emulator keeps: at most `maxMessages` (the oldest go, and are
+ * counted), and with `dataDir` everything (messages, marks, groups,
+ * members, unsubscribe links, hosted images, the ready key) across restarts.
+ */
+
+const PIXEL = Buffer.from('R0lGODlhAQABAPAAAP8AAP///yH5BAAAAAAALAAAAAABAAEAAAICRAEAOw==', 'base64');
+
+async function sendEml(emu: Emulator, subject: string, to = 'ann@example.test'): Promise<void> {
+  const eml = `From: app@example.test\r\nTo: ${to}\r\nSubject: ${subject}\r\n\r\nbody of ${subject}\r\n`;
+  const res = await request(`${emu.url}/v1/send/eml`, {
+    method: 'POST',
+    headers: { 'x-api-key': emu.apiKey, 'content-type': 'application/json' },
+    body: JSON.stringify({ mail: Buffer.from(eml).toString('base64') }),
+  });
+  expect(res.statusCode, await res.body.text()).toBe(202);
+}
+
+describe('maxMessages', () => {
+  it('keeps the newest messages, drops the oldest with their mailbox copies, and counts them', async () => {
+    const emu = await startEmulator({ maxMessages: 3 });
+    try {
+      for (let i = 1; i <= 5; i++) await sendEml(emu, `m${i}`, i % 2 === 0 ? 'bob@example.test' : 'ann@example.test');
+      const mailpit = new MailpitClient(emu.url);
+      const list = await mailpit.listMessages();
+      expect(list.messages.map((m) => m.Subject)).toEqual(['m5', 'm4', 'm3']);
+      expect(list.total).toBe(3);
+      expect(emu.mailbox('ann@example.test').map((c) => c.subject)).toEqual(['m3', 'm5']);
+      expect(emu.mailbox('bob@example.test').map((c) => c.subject)).toEqual(['m4']);
+      expect(emu.messages().map((m) => m.subject)).toEqual(['m3', 'm4', 'm5']);
+      const info = (await mailpit.getInfo()) as unknown as { RuntimeStats: Record<string, number> };
+      expect(info.RuntimeStats).toMatchObject({ MessagesDeleted: 2, MessagesDropped: 2, MaxMessages: 3 });
+    } finally {
+      await emu.close();
+    }
+  });
+
+  it('refuses a limit below 1', async () => {
+    await expect(startEmulator({ maxMessages: 0 })).rejects.toThrow(/maxMessages/);
+  });
+});
+
+describe('dataDir', () => {
+  let dir: string;
+  beforeEach(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'eml-api-data-'));
+  });
+  afterEach(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('keeps messages, marks, groups, members, unsubscribe links, images and the key across a restart', async () => {
+    const first = await startEmulator({ dataDir: dir, groups: ['news'] });
+    const client = new EmlApiClient({ apiKey: first.apiKey, baseUrl: first.url });
+    await client.addToGroup('news', [
+      { email: 'ann@example.test', name: 'Ann', substitutions: { first: 'Ann' } },
+      { email: 'bob@example.test' },
+    ]);
+    await client.sendToGroup('news', {
+      from: 'news@example.test',
+      subject: 'Hello {{first}}',
+      textContent: {
+        html: '<img src="{{logo}}"><a href="{{unsubscribe}}">leave</a>',
+        images: [{ name: 'logo', data: PIXEL, mimeType: 'GIF' }],
+      },
+    });
+    await sendEml(first, 'keep me');
+    await sendEml(first, 'delete me');
+    const mailpit = new MailpitClient(first.url);
+    const before = await mailpit.listMessages();
+    const keep = before.messages.find((m) => m.Subject === 'keep me')!;
+    await mailpit.setReadStatus({ IDs: [keep.ID], Read: true });
+    await mailpit.setTags({ IDs: [keep.ID], Tags: ['kept'] });
+    await mailpit.deleteMessagesBySearch({ query: 'subject:"delete me"' });
+    const annLetter = first.mailbox('ann@example.test').find((c) => c.subject === 'Hello Ann')!;
+    const unsubscribe = /href="([^"]+\/unsubscribe\/[^"]+)"/.exec(annLetter.html!)![1]!;
+    const image = /src="([^"]+\/images\/[0-9a-f]{64})"/.exec(annLetter.html!)![1]!;
+    const key = first.apiKey;
+    await client.close();
+    await first.close();
+    expect((await stat(dir)).mode & 0o777).toBe(0o700);
+
+    const second = await startEmulator({ dataDir: dir });
+    try {
+      expect(second.apiKey).toBe(key);
+      const again = new MailpitClient(second.url);
+      const after = await again.listMessages();
+      expect(after.messages.map((m) => [m.ID, m.Subject, m.Read, m.Tags])).toEqual(
+        before.messages
+          .filter((m) => m.Subject !== 'delete me')
+          .map((m) => [m.ID, m.Subject, m.ID === keep.ID, m.ID === keep.ID ? ['kept'] : []]),
+      );
+      expect((await again.getMessageSource(keep.ID)).toString()).toContain('body of keep me');
+      expect(second.members('news').map((m) => m.email)).toEqual(['ann@example.test', 'bob@example.test']);
+      expect(second.mailbox('ann@example.test').map((c) => c.subject)).toEqual(['Hello Ann', 'keep me']);
+      const sameOrigin = (url: string) => url.replace(/^http:\/\/127\.0\.0\.1:\d+/, second.url);
+      const img = await request(sameOrigin(image));
+      expect(img.statusCode).toBe(200);
+      expect(Buffer.from(await img.body.arrayBuffer()).equals(PIXEL)).toBe(true);
+      const left = await request(sameOrigin(unsubscribe), { method: 'POST' });
+      expect(left.statusCode).toBe(200);
+      await left.body.text();
+      expect(second.members('news').map((m) => m.email)).toEqual(['bob@example.test']);
+    } finally {
+      await second.close();
+    }
+
+    const third = await startEmulator({ dataDir: dir, maxMessages: 1 });
+    try {
+      expect((await new MailpitClient(third.url).listMessages()).messages.map((m) => m.Subject)).toEqual(['keep me']);
+      expect(third.members('news').map((m) => m.email)).toEqual(['bob@example.test']);
+    } finally {
+      await third.close();
+    }
+    expect((await readdir(join(dir, 'messages'))).filter((f) => f.endsWith('.eml'))).toHaveLength(1);
+  });
+
+  it('says which file is damaged rather than starting empty', async () => {
+    await writeFile(join(dir, 'emulator.json'), '{ not json');
+    await expect(startEmulator({ dataDir: dir })).rejects.toThrow(/damaged .*emulator\.json/);
+  });
+});
