@@ -6,7 +6,7 @@ import { activeTraceCarrier, bindToActiveContext, startSpan } from '../observabi
 import { emlBodyLength } from '../body/eml-upload-body.js';
 import { checkIdempotencyKey, checkGroupId } from '../client/client-input.js';
 import { ConcurrencyLimiter } from '../http/requester.js';
-import { EmlApiError } from '../shared/eml-api-error.js';
+import { EmlApiError, errorDetails } from '../shared/eml-api-error.js';
 import { VERSION } from '../shared/version.js';
 import { type BuildThreads, buildMessage } from '../transport/build-message.js';
 import { BuildThreadPool } from '../transport/build-threads/pool.js';
@@ -16,6 +16,7 @@ import { ContentStore } from './content-store.js';
 import {
   addJob,
   AfterTheAdd,
+  PutBackFailed,
   finishedByWorker,
   waitForReplicas,
   type AddedJob,
@@ -29,7 +30,7 @@ import {
   resolveQueueTransportOptions,
   type ResolvedQueueTransportOptions,
 } from './queue-transport-options.js';
-import { commandFate, redisFailure, type StoredSend, watchRefusal } from './redis-failure.js';
+import { commandFate, redisFailure, type StoredSend, trackConnectionErrors, watchRefusal } from './redis-failure.js';
 import { checkRedisSettings, registerKeyChecks } from './redis-settings.js';
 import type { SpoolSettings } from '../body/message-spool.js';
 import { toGroupEmailRequest, toStandardEmailRequest } from '../client/eml-api-client.js';
@@ -103,6 +104,7 @@ export class EmlApiQueueTransport extends EventEmitter {
       this.#settings.storeTimeout,
     );
     this.#refusal = watchRefusal(this.#redis.redis, this.#redis.where);
+    trackConnectionErrors(this.#redis.redis);
     this.#content = new ContentStore(this.#redis.redis, this.#settings, this.#settings.keyring);
     this.queueName = this.#settings.queueName;
     this.queue = new Queue<OutboxJobData, OutboxSendResult>(this.queueName, {
@@ -187,7 +189,7 @@ export class EmlApiQueueTransport extends EventEmitter {
         return true as const;
       },
       (err: unknown) => {
-        throw redisFailure(err, `Redis at ${this.#redis.where} did not answer`, false);
+        throw redisFailure(err, `Redis at ${this.#redis.where} did not answer`, false, undefined, this.#redis);
       },
     );
     if (typeof callback !== 'function') return promise;
@@ -384,7 +386,7 @@ export class EmlApiQueueTransport extends EventEmitter {
       // (writes are conditional on the stored length), so none can bring the message back with no job.
       writing.abort();
       void this.#content.discard(contentKey).catch(() => undefined);
-      throw redisFailure(err, `Could not store the message in Redis at ${where}`, false, send);
+      throw redisFailure(err, `Could not store the message in Redis at ${where}`, false, send, this.#redis);
     }
     if (signal.aborted) {
       await this.#content.discard(contentKey).catch(() => undefined);
@@ -406,9 +408,10 @@ export class EmlApiQueueTransport extends EventEmitter {
     } catch (err) {
       if (err instanceof EmlApiError) {
         // Refused (a job parked for a person): nothing of this call is kept.
-        await this.#content.release(jobId, contentKey).catch(() => undefined);
+        void this.#content.release(jobId, contentKey).catch(() => undefined);
         throw err;
       }
+      if (err instanceof PutBackFailed) throw this.#putBackFailure(err, send);
       throw await this.#addFailure(err, jobId, contentKey, left(), send);
     }
     if (settled.kind === 'gone') {
@@ -476,7 +479,7 @@ export class EmlApiQueueTransport extends EventEmitter {
       // The check value of the key new mail is encrypted with, for workers to compare theirs with (review F10).
       if (keyring) await withDeadline(registerKeyChecks(redis, this.#settings, keyring), storeTimeout);
     } catch (err) {
-      throw redisFailure(err, `Could not read the settings of Redis at ${where}`, false);
+      throw redisFailure(err, `Could not read the settings of Redis at ${where}`, false, undefined, this.#redis);
     }
   }
 
@@ -498,9 +501,9 @@ export class EmlApiQueueTransport extends EventEmitter {
     send: StoredSend,
   ): Promise<EmlApiError> {
     const doing = `Could not queue the message in Redis at ${this.#redis.where}`;
-    if (err instanceof AfterTheAdd) return redisFailure(err.cause, doing, true, send);
+    if (err instanceof AfterTheAdd) return redisFailure(err.cause, doing, true, send, this.#redis);
     const fate = commandFate(err, this.#redis.cluster);
-    if (fate === 'unknown') return redisFailure(err, doing, true, send);
+    if (fate === 'unknown') return redisFailure(err, doing, true, send, this.#redis);
     const withdrawn = await withDeadline(this.#content.withdraw(jobId, contentKey), ms).then(
       (outcome) => outcome === 'withdrawn',
       // Could not look: a refusal is still certain (the sweeper removes the content); a re-routing is not.
@@ -511,6 +514,26 @@ export class EmlApiQueueTransport extends EventEmitter {
       withdrawn ? `${doing}, which refused it: not queued, nothing will be sent` : doing,
       !withdrawn,
       send,
+      this.#redis,
+    );
+  }
+
+  /**
+   * The error of a failed job under the key that could not be put back
+   * (Redis did not answer, or refused): it may be back in the queue or still
+   * failed, holding this message (replaced) or its own (retried). Never a
+   * `250`: a job left failed is never sent. Queueing again with the same key
+   * finishes putting it back. The content this call stored stays: the job
+   * may point at it, and the sweeper removes it otherwise.
+   */
+  #putBackFailure(err: PutBackFailed, send: StoredSend): EmlApiError {
+    const failure = redisFailure(err.cause, `Redis at ${this.#redis.where} did not answer`, false, send, this.#redis);
+    return new EmlApiError(
+      failure.code === 'ETIMEDOUT' ? 'ETIMEDOUT' : 'ECONNECTION',
+      `The job queued under idempotencyKey ${JSON.stringify(send.idempotencyKey)} had failed, and could not be put ` +
+        `back in the queue (${failure.message}): it may be back, or still failed and never sent. Queueing it again ` +
+        'with the same idempotencyKey (err.idempotencyKey) finishes putting it back',
+      { ...errorDetails(failure), permanent: false, mayHaveBeenAccepted: true, ...send },
     );
   }
 
@@ -532,7 +555,13 @@ export class EmlApiQueueTransport extends EventEmitter {
           storeTimeout,
         );
       } catch (err) {
-        throw redisFailure(err, `Could not queue the message in Redis at ${this.#redis.where}`, true, send);
+        throw redisFailure(
+          err,
+          `Could not queue the message in Redis at ${this.#redis.where}`,
+          true,
+          send,
+          this.#redis,
+        );
       }
     }
     if (confirmed >= replicas.count) return;

@@ -88,7 +88,7 @@ export function openOutboxRedis(
     return { redis: given, owned: false, where: describeRedis(given.options), cluster: false };
   }
   const Redis = loadRedis();
-  const roleOptions: RedisOptions = role === 'worker' ? { maxRetriesPerRequest: null } : { maxRetriesPerRequest: 3 };
+  const roleOptions = connectionDefaults(role, rideMs);
   if (typeof connection === 'string') {
     let url: URL;
     try {
@@ -118,6 +118,26 @@ export function openOutboxRedis(
     option,
     `expected a redis:// or rediss:// URL, ioredis options, { cluster: [node URLs] } or an ioredis instance`,
   );
+}
+
+/** TCP keepalive of the outbox's connections: idle time before the first probe, in ms. */
+const KEEPALIVE_MS = 10_000;
+
+/**
+ * The ioredis options the outbox's own connections start from. A producer's
+ * commands fail after 3 reconnect attempts, and each within `rideMs` (its
+ * `timeouts.store`): a network that goes silent (a partition, a host gone
+ * without a reset) leaves the socket open and a command waiting for ever,
+ * which no reconnect ends. A worker's wait for Redis (BullMQ blocks on its
+ * connection, and needs its commands kept until Redis is back). Both turn
+ * on TCP keepalive, so that a dead peer is found while idle.
+ *
+ * @param rideMs a producer's command timeout @default 30000
+ */
+export function connectionDefaults(role: RedisRole, rideMs = 30_000): RedisOptions {
+  return role === 'worker'
+    ? { maxRetriesPerRequest: null, keepAlive: KEEPALIVE_MS }
+    : { maxRetriesPerRequest: 3, commandTimeout: rideMs, keepAlive: KEEPALIVE_MS };
 }
 
 /**
@@ -244,7 +264,7 @@ export function clusterDefaults(role: ClusterRole, rideMs = 30_000): ClusterOpti
     redisOptions: {
       // A node that does not answer a connection attempt within this is given up for the next try.
       connectTimeout: 2_000,
-      maxRetriesPerRequest: role === 'worker' ? null : 3,
+      ...connectionDefaults(role, rideMs),
     },
   };
 }
