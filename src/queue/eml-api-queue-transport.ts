@@ -24,14 +24,21 @@ import {
   type DuplicateSettlement,
 } from './add-job.js';
 import { outboxJobId, type OutboxJobData, type OutboxSendResult } from './outbox-job.js';
-import { loadBullmq, closeOutboxRedis, openOutboxRedis, type OutboxRedis, withDeadline } from './redis-connection.js';
+import {
+  loadBullmq,
+  closeOutboxRedis,
+  openOutboxRedis,
+  type OutboxRedis,
+  outboxWaits,
+  withDeadline,
+} from './redis-connection.js';
 import {
   type EmlApiQueueTransportOptions,
   resolveQueueTransportOptions,
   type ResolvedQueueTransportOptions,
 } from './queue-transport-options.js';
 import { commandFate, redisFailure, type StoredSend, trackConnectionErrors, watchRefusal } from './redis-failure.js';
-import { checkRedisSettings, registerKeyChecks } from './redis-settings.js';
+import { RedisSettingsWatch, registerKeyChecks } from './redis-settings.js';
 import type { SpoolSettings } from '../body/message-spool.js';
 import { toGroupEmailRequest, toStandardEmailRequest } from '../client/eml-api-client.js';
 import type { SendKind } from '../protocol/api-types.js';
@@ -85,7 +92,8 @@ export class EmlApiQueueTransport extends EventEmitter {
    * watched from the start: the client reports it once, as it connects, and then only retries.
    */
   readonly #refusal: { refused: Promise<never>; stop(): void };
-  #redisChecked: Promise<void> | undefined;
+  /** Redis's settings (eviction, persistence) and the queue's keys, checked again after every reconnect. */
+  readonly #watch: RedisSettingsWatch;
   #closed = false;
   #closing: Promise<void> | undefined;
 
@@ -106,6 +114,18 @@ export class EmlApiQueueTransport extends EventEmitter {
     this.#refusal = watchRefusal(this.#redis.redis, this.#redis.where);
     trackConnectionErrors(this.#redis.redis);
     this.#content = new ContentStore(this.#redis.redis, this.#settings, this.#settings.keyring);
+    const { logger: log, keyring } = this.#settings;
+    this.#watch = new RedisSettingsWatch(this.#redis, {
+      durability: this.#settings.durability,
+      location: this.#settings,
+      reports: {
+        warn: (message) => log.warn({}, message),
+        wrong: (message) => log.error({}, `${message}. Sends are refused until it is fixed`),
+        fixed: (message) => log.info({}, message),
+      },
+      // The check value of the key new mail is encrypted with, for workers to compare theirs with (review F10).
+      ...(keyring ? { more: () => registerKeyChecks(this.#redis.redis, this.#settings, keyring) } : {}),
+    });
     this.queueName = this.#settings.queueName;
     this.queue = new Queue<OutboxJobData, OutboxSendResult>(this.queueName, {
       connection: this.#redis.redis,
@@ -184,8 +204,8 @@ export class EmlApiQueueTransport extends EventEmitter {
     const pinged = withDeadline(this.#redis.redis.ping(), this.#settings.storeTimeout);
     const promise = Promise.race([pinged, this.#refusal.refused]).then(
       async () => {
-        await this.#checkRedis();
-        this.#redisChecked ??= Promise.resolve();
+        this.#watch.start();
+        await this.#checkSettings(() => this.#watch.check(), this.#settings.storeTimeout);
         return true as const;
       },
       (err: unknown) => {
@@ -211,8 +231,9 @@ export class EmlApiQueueTransport extends EventEmitter {
     this.#closed = true;
     this.#closing ??= (async () => {
       while (this.#inflight.size > 0) await Promise.allSettled([...this.#inflight]);
-      await this.queue.close().catch(() => undefined);
+      await withDeadline(this.queue.close(), outboxWaits.quit).catch(() => undefined);
       this.#refusal.stop();
+      this.#watch.stop();
       await closeOutboxRedis(this.#redis);
       await this.#threads?.pool.close();
     })();
@@ -325,9 +346,11 @@ export class EmlApiQueueTransport extends EventEmitter {
     ) {
       throw tooLarge(content, settings.maxMessageSize);
     }
-    await this.#checkRedisOnce();
+    // One deadline for every step with Redis: the checks, the writes, the add and what follows it.
+    const deadline = Date.now() + settings.storeTimeout;
+    await this.#checkSettings(() => this.#watch.confirm(), settings.storeTimeout);
     signal.throwIfAborted();
-    const info = await this.#store(content, idempotencyKey, signal);
+    const info = await this.#store(content, idempotencyKey, signal, deadline);
     settings.logger.info(
       {
         queueId: info.queueId,
@@ -346,13 +369,17 @@ export class EmlApiQueueTransport extends EventEmitter {
   }
 
   /** Stores the content, then the job that points at it: a job never points at content not fully stored. */
-  async #store(content: QueuedContent, idempotencyKey: string, signal: AbortSignal): Promise<EmlApiQueuedMessageInfo> {
+  async #store(
+    content: QueuedContent,
+    idempotencyKey: string,
+    signal: AbortSignal,
+    deadline: number,
+  ): Promise<EmlApiQueuedMessageInfo> {
     const { redis, where } = this.#redis;
     const jobId = outboxJobId(idempotencyKey);
     // On every error of this send: the caller can queue it again safely and look the job up.
     const send: StoredSend = { idempotencyKey, queueId: jobId };
     const contentKey = this.#content.newKey(jobId);
-    const deadline = Date.now() + this.#settings.storeTimeout;
     const left = () => Math.max(1, deadline - Date.now());
     const data: OutboxJobData = {
       v: 1,
@@ -389,7 +416,7 @@ export class EmlApiQueueTransport extends EventEmitter {
       throw redisFailure(err, `Could not store the message in Redis at ${where}`, false, send, this.#redis);
     }
     if (signal.aborted) {
-      await this.#content.discard(contentKey).catch(() => undefined);
+      void this.#content.discard(contentKey).catch(() => undefined);
       signal.throwIfAborted();
     }
     let settled: DuplicateSettlement = { kind: 'gone' };
@@ -424,62 +451,74 @@ export class EmlApiQueueTransport extends EventEmitter {
     }
     if (settled.kind === 'lost') {
       // The failed job was left as it was: nothing of this call is kept.
-      await this.#content.discard(contentKey).catch(() => undefined);
+      void this.#content.discard(contentKey).catch(() => undefined);
       throw this.#lost(send);
     }
     // Replicas confirmed the add with it (the pipeline's WAIT); a failed job put back wrote more since.
     const confirmed = settled.kind === 'new' || settled.kind === 'duplicate' ? added : undefined;
     if (settled.kind === 'duplicate' || settled.kind === 'retried') {
       // Never content the job points at (checked in the same step): a misjudged outcome must not remove it.
-      if (!inline) await this.#content.release(jobId, contentKey).catch(() => undefined);
-      await this.#confirmReplicas(confirmed, jobId, send);
+      // Not awaited: the send is settled, and a clean-up left undone is the sweeper's.
+      if (!inline) void this.#content.release(jobId, contentKey).catch(() => undefined);
+      await this.#confirmReplicas(confirmed, jobId, send, left());
+      await this.#confirmSettings(send, left());
       const stored = this.#content.reveal(settled.data);
       return queuedMessageInfo(stored, jobId, true, settled.kind === 'retried' ? 'retried' : undefined);
     }
     if (settled.kind === 'replaced' && settled.removeContent !== undefined) {
-      await this.#content.release(jobId, settled.removeContent).catch(() => undefined);
+      void this.#content.release(jobId, settled.removeContent).catch(() => undefined);
     }
     // The job points at this content (it was added, or replaced a failed one with it): acknowledged only
     // when the content is whole too, as read with the job right after the add (a replacement checked it
     // in the same step as it set the data). Content in the job came with it, whole (the add is one script).
     if (settled.kind === 'new' && storedSize !== undefined && added!.state.storedLength !== storedSize) {
-      await this.#confirmStored(jobId, contentKey, finishedByWorker(added!.state), send);
+      await this.#confirmStored(jobId, contentKey, finishedByWorker(added!.state), send, left());
     }
-    await this.#confirmReplicas(confirmed, jobId, send);
+    await this.#confirmReplicas(confirmed, jobId, send, left());
+    await this.#confirmSettings(send, left());
     const clear = { ...data, envelope: content.envelope, messageId: content.messageId };
     return queuedMessageInfo(clear, jobId, false, settled.kind === 'replaced' ? 'replaced' : undefined);
   }
 
   /**
-   * Checks Redis's settings before the first message is queued (issue 20,
-   * item 4); a failed check (a refusal, or Redis unreachable) is made again
-   * on the next send, so fixing Redis needs no restart.
+   * Runs a check of Redis's settings within `ms`. A refused password leaves
+   * the commands waiting until the deadline (a cluster client retries, saying
+   * only "Failed to refresh slots cache."): the refusal, seen in the client's
+   * errors, ends it with its reason.
+   * @throws {EmlApiError} `ECONFIG` when the settings are wrong; `ECONNECTION`, `ETIMEDOUT`
    */
-  #checkRedisOnce(): Promise<void> {
-    this.#redisChecked ??= this.#checkRedis().catch((err: unknown) => {
-      this.#redisChecked = undefined;
-      throw err;
-    });
-    return this.#redisChecked;
+  async #checkSettings(check: () => Promise<void>, ms: number): Promise<void> {
+    try {
+      await Promise.race([this.#refusal.refused, withDeadline(check(), ms)]);
+    } catch (err) {
+      throw redisFailure(
+        err,
+        `Could not read the settings of Redis at ${this.#redis.where}`,
+        false,
+        undefined,
+        this.#redis,
+      );
+    }
   }
 
-  async #checkRedis(): Promise<void> {
-    const { redis, where } = this.#redis;
-    const { durability, logger, storeTimeout, keyring } = this.#settings;
+  /**
+   * Before a send is acknowledged: the settings were found right since the
+   * connection last (re)connected. A Redis that restarted while the message
+   * was stored, into settings that lose mail, has it, but no `250` is given.
+   */
+  async #confirmSettings(send: StoredSend, ms: number): Promise<void> {
+    if (this.#watch.confirmed) return;
     try {
-      // A refused password leaves the commands waiting until the deadline (a cluster client retries, saying
-      // only "Failed to refresh slots cache."): the refusal, seen in the client's errors, ends it with its reason.
-      await Promise.race([
-        this.#refusal.refused,
-        withDeadline(
-          checkRedisSettings(redis, where, durability, (message) => logger.warn({}, message), this.#settings),
-          storeTimeout,
-        ),
-      ]);
-      // The check value of the key new mail is encrypted with, for workers to compare theirs with (review F10).
-      if (keyring) await withDeadline(registerKeyChecks(redis, this.#settings, keyring), storeTimeout);
+      await this.#checkSettings(() => this.#watch.confirm(), ms);
     } catch (err) {
-      throw redisFailure(err, `Could not read the settings of Redis at ${where}`, false, undefined, this.#redis);
+      const failure = err as EmlApiError;
+      throw new EmlApiError(
+        failure.code,
+        `Redis at ${this.#redis.where} stored the message, but could not be confirmed to keep it: ${failure.message}. ` +
+          `Not acknowledged; once Redis is fixed, queueing it again with idempotencyKey ${JSON.stringify(send.idempotencyKey)} ` +
+          '(err.idempotencyKey) stores it once',
+        { ...errorDetails(failure), mayHaveBeenAccepted: true, ...send },
+      );
     }
   }
 
@@ -544,16 +583,13 @@ export class EmlApiQueueTransport extends EventEmitter {
    * `mayHaveBeenAccepted`, and queueing it again with the same key stores it
    * once (the job found, or stored anew if a failover lost it).
    */
-  async #confirmReplicas(added: AddedJob | undefined, jobId: string, send: StoredSend): Promise<void> {
-    const { replicas, storeTimeout } = this.#settings;
+  async #confirmReplicas(added: AddedJob | undefined, jobId: string, send: StoredSend, ms: number): Promise<void> {
+    const { replicas } = this.#settings;
     if (!replicas) return;
     let confirmed = added?.replicas;
     if (confirmed === undefined) {
       try {
-        confirmed = await withDeadline(
-          waitForReplicas(this.#redis.redis, this.queue.toKey(jobId), replicas),
-          storeTimeout,
-        );
+        confirmed = await withDeadline(waitForReplicas(this.#redis.redis, this.queue.toKey(jobId), replicas), ms);
       } catch (err) {
         throw redisFailure(
           err,
@@ -588,10 +624,19 @@ export class EmlApiQueueTransport extends EventEmitter {
    * job with a script of its own, so the read cannot be in the same script
    * as the add; it runs right after it, in the same pipeline.
    */
-  async #confirmStored(jobId: string, contentKey: string, finished: boolean, send: StoredSend): Promise<void> {
+  async #confirmStored(
+    jobId: string,
+    contentKey: string,
+    finished: boolean,
+    send: StoredSend,
+    ms: number,
+  ): Promise<void> {
     if (finished) return;
-    await this.#content.discard(contentKey).catch(() => undefined);
-    await this.queue.remove(jobId).catch(() => undefined);
+    const removed = async () => {
+      await this.#content.discard(contentKey);
+      await this.queue.remove(jobId);
+    };
+    await withDeadline(removed(), ms).catch(() => undefined);
     throw this.#lost(send);
   }
 

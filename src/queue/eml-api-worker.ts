@@ -18,11 +18,10 @@ import {
   withDeadline,
   type OutboxRedisClient,
 } from './redis-connection.js';
-import { withoutArguments, redisErrorText, watchRefusal } from './redis-failure.js';
+import { withoutArguments, redisErrorText, trackConnectionErrors, watchRefusal } from './redis-failure.js';
 import { resolveWorkerOptions, type EmlApiWorkerOptions } from './worker-options.js';
-import { checkRedisSettings, compareKeyChecks, redisPassword, outboxRedisReadiness } from './redis-settings.js';
+import { compareKeyChecks, redisPassword, outboxRedisReadiness, RedisSettingsWatch } from './redis-settings.js';
 import { capRateLimitPause, seconds, RedisClock, redisTime, readOutboxSnapshot } from './outbox-admin.js';
-import type { OutboxKeyring } from './content-cipher.js';
 import { isOutboxBackoffType, outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
 import { EmlApiMetrics } from '../observability/metrics.js';
 import { resolveOpsHttpOptions, startOpsEndpoint, type OpsEndpoint } from '../observability/ops-server.js';
@@ -90,11 +89,12 @@ export class EmlApiWorker extends EventEmitter {
   readonly #logger: EmlApiLogger;
   readonly #runner: OutboxJobRunner;
   readonly #maxRetryAfter: number;
-  readonly #keyring: OutboxKeyring | undefined;
   /** Whether the start-up checks passed (settled by #start). */
   readonly #checks = startChecks();
   /** Redis's time: the one clock every worker of the queue shares (see redis-clock.ts). */
   readonly #clock: RedisClock;
+  /** Redis's settings (and the encryption keys' check values), checked at start and watched from then on. */
+  readonly #watch: RedisSettingsWatch;
   readonly #running = new Set<Promise<unknown>>();
   readonly #telemetry: WorkerTelemetry;
   /** Redis's refusal of the connection (a wrong password...), seen in the errors of the worker's clients. */
@@ -120,7 +120,6 @@ export class EmlApiWorker extends EventEmitter {
     this.#logger = settings.logger;
     this.queueName = settings.queueName;
     this.#maxRetryAfter = settings.maxRetryAfter;
-    this.#keyring = settings.keyring;
     try {
       this.#telemetry = new WorkerTelemetry({
         http,
@@ -157,6 +156,23 @@ export class EmlApiWorker extends EventEmitter {
     });
     this.#redis.redis.on('error', (err: Error) => this.#logger.debug({ error: redisErrorText(err) }, 'Redis error'));
     this.#refusals.push(watchRefusal(this.#redis.redis, this.#redis.where));
+    trackConnectionErrors(this.#redis.redis);
+    const keyring = settings.keyring;
+    this.#watch = new RedisSettingsWatch(this.#redis, {
+      durability: 'warn',
+      location: settings,
+      reports: {
+        warn: (message) => this.#warn(message),
+        // Jobs still go out: what Redis holds is safer sent than kept in a Redis that may drop it.
+        wrong: (message) => {
+          this.#logger.error({}, `${message}. Sending goes on; fix it, or queued mail may be lost`);
+          this.emit('warning', message);
+        },
+        fixed: (message) => this.#logger.info({}, message),
+      },
+      // Other bytes under a key id the producers use would fail every job they encrypted (review F10).
+      ...(keyring ? { more: () => compareKeyChecks(this.#redis.redis, this.#location, keyring) } : {}),
+    });
     try {
       this.worker = new Worker<OutboxJobData, OutboxSendResult>(
         settings.queueName,
@@ -248,23 +264,12 @@ export class EmlApiWorker extends EventEmitter {
     const unlessRefused = <T>(step: Promise<T>) => Promise.race([step, refusal]);
     try {
       await unlessRefused(this.worker.waitUntilReady());
-      await unlessRefused(
-        checkRedisSettings(
-          this.#redis.redis,
-          this.#redis.where,
-          'warn',
-          (message) => {
-            this.#logger.warn({}, message);
-            this.emit('warning', message);
-          },
-          this.#location,
-        ),
-      );
+      await unlessRefused(this.#watch.check());
       await this.#capPause();
       await this.#clock.sync();
-      // Other bytes under a key id the producers use would fail every job they encrypted (review F10).
-      if (this.#keyring) await compareKeyChecks(this.#redis.redis, this.#location, this.#keyring);
       this.#checks.pass();
+      // Checked again after every reconnect and on an interval: said in the log and /readyz.
+      this.#watch.start();
       await this.#telemetry.start();
     } catch (err) {
       // Jobs BullMQ handed over meanwhile go back to the queue as the worker closes, untouched. A refusal
@@ -352,6 +357,7 @@ export class EmlApiWorker extends EventEmitter {
 
   async #close(): Promise<void> {
     if (this.#sweeper) clearInterval(this.#sweeper);
+    this.#watch.stop();
     for (const refusal of this.#refusals) refusal.stop();
     if (this.#forcing) {
       // Stop taking jobs, then wait (briefly) for the aborted sends to put their jobs back
@@ -458,6 +464,12 @@ export class EmlApiWorker extends EventEmitter {
       this.#logger.warn({ job: job.id, delayMs: job.delay }, `Queued message will be retried: ${error.message}`);
       this.emit('retrying', job, error, job.delay);
     }
+  }
+
+  /** A warning: logged, and the `'warning'` event. */
+  #warn(message: string): void {
+    this.#logger.warn({}, message);
+    this.emit('warning', message);
   }
 
   #reportError(err: Error): void {

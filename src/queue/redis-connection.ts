@@ -675,4 +675,6 @@ export const outboxWaits = {
   handBack: 5_000,
   /** How long closing waits for Redis to answer QUIT before dropping the connection. */
   quit: 2_000,
+  /** How often producers and workers check Redis's settings again (besides after every reconnect). */
+  settingsCheck: 60_000,
 };
