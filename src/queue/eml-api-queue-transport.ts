@@ -117,6 +117,7 @@ export class EmlApiQueueTransport extends EventEmitter {
     const { logger: log, keyring } = this.#settings;
     this.#watch = new RedisSettingsWatch(this.#redis, {
       durability: this.#settings.durability,
+      verified: this.#settings.durabilityVerified,
       location: this.#settings,
       reports: {
         warn: (message) => log.warn({}, message),

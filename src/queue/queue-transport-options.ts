@@ -2,6 +2,7 @@ import type { JobsOptions } from 'bullmq';
 import type { SpoolOptions, SpoolSettings } from '../body/message-spool.js';
 import {
   type EmlApiLogger,
+  booleanOption,
   configError,
   describe,
   objectOption,
@@ -162,6 +163,17 @@ export interface EmlApiQueueTransportOptions {
    */
   durability?: OutboxDurability;
   /**
+   * The persistence `durability` asks for is verified another way: where
+   * Redis does not let it be read (a managed Redis that renames `CONFIG`,
+   * whose `INFO` tells `appendonly` but not `appendfsync`), it is taken as
+   * given, with a warning, instead of refused (`ECONFIG`). Say it only once
+   * you checked the setting (your provider's console or parameter group).
+   * @default false
+   * @example
+   * new EmlApiQueueTransport({ connection, durability: 'aof-always', durabilityVerified: true });
+   */
+  durabilityVerified?: boolean;
+  /**
    * Replicas of Redis that must hold each message before `sendMail`
    * resolves. Redis replicates asynchronously: without this, a message is
    * acknowledged once its master has it, and a failover to a replica that
@@ -222,6 +234,7 @@ const QUEUE_TRANSPORT_OPTIONS = [
   'timeouts',
   'buildThreads',
   'durability',
+  'durabilityVerified',
   'replicas',
   'encryption',
   'logger',
@@ -258,6 +271,8 @@ export interface ResolvedQueueTransportOptions extends QueueLocation {
   /** Build threads (0: none). */
   buildThreads: number;
   durability: OutboxDurability;
+  /** `durabilityVerified`. */
+  durabilityVerified: boolean;
   /** Replicas that must confirm each message (`WAIT`), if any. */
   replicas: Required<OutboxReplicas> | undefined;
   /** The `encryption` keys, if any. */
@@ -321,6 +336,7 @@ export function resolveQueueTransportOptions(options: EmlApiQueueTransportOption
     storeTimeout,
     buildThreads: resolveBuildThreads(options.buildThreads),
     durability: resolveDurability(options.durability),
+    durabilityVerified: booleanOption(options.durabilityVerified, 'durabilityVerified', false),
     replicas: resolveReplicas(options.replicas, storeTimeout),
     keyring: resolveEncryption(options.encryption, 'producer'),
     logger: loggerOption(options.logger),

@@ -173,7 +173,7 @@ async function checkServer(
   durability: OutboxDurability,
   asCluster: boolean,
   warn: (kind: string, message: string) => void,
-  _verified: boolean,
+  verified: boolean,
 ): Promise<void> {
   const { evictionPolicy, appendOnly, appendFsync, clusterEnabled } = await readRedisSettings(redis);
   if (clusterEnabled && !asCluster) {
@@ -201,11 +201,11 @@ async function checkServer(
   }
   const needsAof = durability !== 'warn';
   if (appendOnly === undefined) {
-    warn(
-      'persistence',
+    const message =
       `Could not read whether Redis at ${where} persists writes (CONFIG and INFO are refused to this connection): ` +
-        'without appendonly yes, a queued message survives no restart of Redis',
-    );
+      'without appendonly yes, a queued message survives no restart of Redis';
+    if (needsAof && !verified) throw unverifiable(message, durability, 'CONFIG GET appendonly');
+    warn('persistence', message);
   } else if (!appendOnly) {
     const message =
       `Redis at ${where} runs without its append-only file (appendonly no): a queued message survives no ` +
@@ -221,11 +221,11 @@ async function checkServer(
   }
   if (durability === 'aof-always' && appendOnly === true) {
     if (appendFsync === undefined) {
-      warn(
-        'fsync',
-        `Could not read appendfsync of Redis at ${where} (CONFIG is refused to this connection): ` +
-          "durability 'aof-always' needs appendfsync always",
-      );
+      const message =
+        `Could not read appendfsync of Redis at ${where} (CONFIG is refused to this connection, and INFO does not ` +
+        "tell it): durability 'aof-always' needs appendfsync always";
+      if (!verified) throw unverifiable(message, durability, 'CONFIG GET appendfsync');
+      warn('fsync', message);
     } else if (appendFsync !== 'always') {
       throw new EmlApiError(
         'ECONFIG',
@@ -236,6 +236,21 @@ async function checkServer(
       );
     }
   }
+}
+
+/**
+ * The refusal of a persistence the producer asked for (`durability`) and
+ * Redis does not let this connection read: queueing on a guess would give
+ * the `250` a promise nobody checked.
+ */
+function unverifiable(message: string, durability: OutboxDurability, command: string): EmlApiError {
+  return new EmlApiError(
+    'ECONFIG',
+    `${message}. durability: '${durability}' is refused where it cannot be checked: give this connection CONFIG ` +
+      "(or INFO), or, when the setting is verified another way (your provider's console or parameter group), " +
+      'say so with durabilityVerified: true',
+    { permanent: true, command, response: 'unreadable' },
+  );
 }
 
 /** Redis refused the command itself (renamed, unknown, or not allowed to this user), as opposed to failing. */
