@@ -266,6 +266,8 @@ export async function retryFailedSends(
       return true;
     }
     retried.push(id);
+    // No longer waiting for a person (what the workers' sweep would find later).
+    await (await queueRedis(queue)).zrem(parkedKey(queue), id).catch(() => undefined);
     return true;
   };
   if (ids) {
@@ -406,6 +408,7 @@ async function purgeJobs(
       continue;
     }
     result.jobs++;
+    await redis.zrem(outboxKeys(location).parked, id);
     // Only a key of this queue's content: a forged job must not make this delete another key.
     if (typeof contentKey === 'string' && contentKey.startsWith(location.contentKeyPrefix)) {
       const [[, deleted]] = (await redis.multi().del(contentKey).zrem(index, contentKey).exec()) as [[unknown, number]];
@@ -460,7 +463,12 @@ export interface OutboxSnapshot {
    * or none runs.
    */
   oldestWaitingSeconds: number;
-  /** Failed jobs parked for a person (`lastError.parked`), among the newest {@link PARKED_SCAN} failed. */
+  /**
+   * Failed jobs parked for a person (`lastError.parked`): counted as workers
+   * park them and `eml-api queue retry` puts them back; one put back or
+   * removed another way (a dashboard) counts until the workers' next sweep
+   * of stored content (`cleanupInterval`).
+   */
   parked: number;
   /** Jobs sent (completed) within the last minute, by their finishing time. */
   sentLastMinute: number;
@@ -468,29 +476,15 @@ export interface OutboxSnapshot {
   failedLastMinute: number;
 }
 
-/** Failed jobs looked at for `parked`: the newest ones; failed jobs are kept 7 days. */
-export const PARKED_SCAN = 10_000;
-
-/**
- * Counts, in Redis, the failed jobs whose data says they are parked: one
- * script, not a read of every job's data over the network (a scrape every few
- * seconds must stay cheap with thousands of failed jobs). The job keys are
- * the failed set's members under the queue's prefix (one hash slot in a Redis
- * Cluster, as BullMQ's own scripts assume).
- */
-const COUNT_PARKED = `
-local ids = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
-local parked = 0
-for _, id in ipairs(ids) do
-  local data = redis.call('HGET', ARGV[1] .. id, 'data')
-  if data and string.find(data, '"parked":"', 1, true) then parked = parked + 1 end
-end
-return parked
-`;
+/** The queue's set of parked jobs (see `outboxKeys`). */
+function parkedKey(queue: Queue<OutboxJobData, OutboxSendResult>): string {
+  return outboxKeys(resolveQueueLocation(queue.name, queue.opts.prefix)).parked;
+}
 
 /**
  * Reads the outbox's live state (see {@link OutboxSnapshot}): a few commands,
- * cheap enough for a scrape every few seconds.
+ * each of a cost that does not grow with the number of jobs, cheap enough for
+ * a scrape every few seconds.
  *
  * @param now the time ages and the last minute are counted from (ms) @default Date.now()
  * @example
@@ -509,7 +503,7 @@ export async function readOutboxSnapshot(
     // Workers take the wait list from its right end, and the prioritized set from its lowest score.
     redis.lindex(queue.toKey('wait'), -1),
     redis.zrange(queue.toKey('prioritized'), 0, 0),
-    redis.eval(COUNT_PARKED, 1, queue.toKey('failed'), jobKey, PARKED_SCAN) as Promise<number>,
+    redis.zcard(parkedKey(queue)),
     redis.zcount(queue.toKey('completed'), now - 60_000, '+inf'),
     redis.zcount(queue.toKey('failed'), now - 60_000, '+inf'),
   ]);

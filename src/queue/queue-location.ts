@@ -68,6 +68,8 @@ export function outboxKeys(location: { prefix: string; queueName: string }): {
   keyChecks: string;
   /** Set, for a day, once the sweeper has looked for content written before the index. */
   legacyScanned: string;
+  /** Sorted set: the failed jobs parked for a person, scored with the `processedOn` of the run that parked them. */
+  parked: string;
 } {
   const base = `${location.prefix}:${location.queueName}:outbox:`;
   return {
@@ -75,6 +77,7 @@ export function outboxKeys(location: { prefix: string; queueName: string }): {
     sweepLock: `${base}sweep-lock`,
     keyChecks: `${base}keys`,
     legacyScanned: `${base}legacy-scanned`,
+    parked: `${base}parked`,
   };
 }
 

@@ -157,6 +157,12 @@ export async function closeOutboxRedis(client: OutboxRedis, wait = outboxWaits.q
     redis.disconnect();
     return;
   }
+  // QUIT is answered once the commands before it have run: it gets the whole wait, not a command's timeout.
+  const options = isClusterClient(redis)
+    ? [redis.options.redisOptions, ...redis.nodes('all').map((node) => node.options)]
+    : [redis.options];
+  for (const o of options)
+    if (typeof o?.commandTimeout === 'number') o.commandTimeout = Math.max(o.commandTimeout, wait);
   try {
     await withDeadline(redis.quit(), wait);
   } catch {
