@@ -103,6 +103,8 @@ export class EmlApiWorker extends EventEmitter {
   #handedBack = 0;
   #closing: Promise<void> | undefined;
   #sweeper: NodeJS.Timeout | undefined;
+  /** While the clock is off: the check that takes jobs again once it is right. */
+  #clockWatch: NodeJS.Timeout | undefined;
 
   /**
    * Workers are started with {@link startEmlApiWorker}, which also waits until the worker is connected.
@@ -129,6 +131,7 @@ export class EmlApiWorker extends EventEmitter {
         redis: () => this.#redis.redis,
         location: settings,
         activeJobs: () => this.#running.size,
+        clock: () => this.#clockProblem(),
         stuck: () =>
           this.#closing === undefined && !this.worker.isRunning() ? 'the BullMQ worker stopped taking jobs' : undefined,
         secrets: [options.apiKey, redisPassword(options.connection)].filter((x): x is string => Boolean(x)),
@@ -267,6 +270,8 @@ export class EmlApiWorker extends EventEmitter {
       await unlessRefused(this.#watch.check());
       await this.#capPause();
       await this.#clock.sync();
+      const off = this.#clockProblem();
+      if (off) throw new EmlApiError('ECONFIG', off, { permanent: true });
       this.#checks.pass();
       // Checked again after every reconnect and on an interval: said in the log and /readyz.
       this.#watch.start();
@@ -289,7 +294,49 @@ export class EmlApiWorker extends EventEmitter {
    */
   async #runChecked(job: OutboxJob, token: string | undefined): Promise<OutboxSendResult> {
     if (!(await this.#checks.passed)) return this.#handBack(job, token);
+    if (this.#clockProblem() !== undefined) {
+      this.#stopForClock();
+      return this.#handBack(job, token);
+    }
     return this.#runner.run(job, token);
+  }
+
+  /**
+   * Why this worker must not finish jobs now, if it must not: its clock is
+   * more than {@link MAX_CLOCK_OFFSET_MS} off Redis's. BullMQ removes old sent
+   * and failed jobs by the clock of the worker that finishes a job (and
+   * stamps `finishedOn` with it): a worker 8 days ahead removed every failed
+   * job, kept 7 days for a person, at its first failure; one behind would
+   * have its own failures removed early by the others.
+   */
+  #clockProblem(): string | undefined {
+    const off = this.#clock.offset();
+    if (off === undefined || Math.abs(off) <= MAX_CLOCK_OFFSET_MS) return undefined;
+    const by = off > 0 ? `${duration(off)} ahead of` : `${duration(-off)} behind`;
+    return (
+      `This machine's clock is ${by} Redis's (TIME): BullMQ removes old sent and failed jobs by the clock of the ` +
+      'worker that finishes a job, so this worker would erase mail kept for a person, or have its own removed too ' +
+      `early. A worker takes no job while its clock is more than ${seconds(MAX_CLOCK_OFFSET_MS)} off Redis's: fix ` +
+      "this machine's time (NTP)"
+    );
+  }
+
+  /** Stops taking jobs while the clock is off, says so, and takes them again once it is right. */
+  #stopForClock(): void {
+    if (this.#clockWatch || this.#closing) return;
+    const problem = this.#clockProblem()!;
+    this.#logger.error({}, problem);
+    this.emit('warning', problem);
+    void this.worker.pause(true).catch(() => undefined);
+    this.#clockWatch = setInterval(() => {
+      if (this.#clockProblem() !== undefined) return;
+      clearInterval(this.#clockWatch);
+      this.#clockWatch = undefined;
+      if (this.#closing) return;
+      this.#logger.info({}, "This machine's clock agrees with Redis's again: taking jobs");
+      void this.worker.resume();
+    }, CLOCK_CHECK_MS);
+    this.#clockWatch.unref();
   }
 
   /**
@@ -357,6 +404,7 @@ export class EmlApiWorker extends EventEmitter {
 
   async #close(): Promise<void> {
     if (this.#sweeper) clearInterval(this.#sweeper);
+    if (this.#clockWatch) clearInterval(this.#clockWatch);
     this.#watch.stop();
     for (const refusal of this.#refusals) refusal.stop();
     if (this.#forcing) {
@@ -479,6 +527,27 @@ export class EmlApiWorker extends EventEmitter {
   }
 }
 
+/**
+ * How far a worker's clock may be off Redis's, in ms (1 minute): further, it
+ * does not start, or stops taking jobs (see `#clockProblem`).
+ */
+export const MAX_CLOCK_OFFSET_MS = 60_000;
+
+/** A duration for people: days, hours or minutes when it is that long, else seconds. */
+function duration(ms: number): string {
+  for (const [unit, size] of [
+    ['days', 86_400_000],
+    ['hours', 3_600_000],
+    ['minutes', 60_000],
+  ] as const) {
+    if (ms >= 2 * size) return `${(ms / size).toFixed(1)} ${unit}`;
+  }
+  return seconds(ms);
+}
+
+/** How often a worker stopped for its clock looks at it again, in ms (no round trip). */
+const CLOCK_CHECK_MS = 1_000;
+
 /** A promise of whether the start-up checks passed, with the functions that settle it. */
 function startChecks(): { passed: Promise<boolean>; pass: () => void; fail: () => void } {
   let settle!: (passed: boolean) => void;
@@ -570,6 +639,8 @@ export interface WorkerTelemetrySettings {
   activeJobs: () => number;
   /** Why the worker cannot take jobs although it is not closing (BullMQ's worker stopped), or undefined. */
   stuck: () => string | undefined;
+  /** Why the worker takes no jobs because of its clock, or undefined. */
+  clock: () => string | undefined;
   /** Strings never shown in a health reason (the API key). */
   secrets: string[];
 }
@@ -630,6 +701,13 @@ export class WorkerTelemetry {
         checks: [
           outboxRedisReadiness(() => this.#settings.redis(), this.#settings.location),
           { name: 'service', check: async () => void (await client.verify()) },
+          {
+            name: 'clock',
+            check: () => {
+              const problem = this.#settings.clock();
+              return problem === undefined ? Promise.resolve() : Promise.reject(new Error(problem));
+            },
+          },
         ],
         stuck,
         secrets,

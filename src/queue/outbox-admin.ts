@@ -627,6 +627,17 @@ export class RedisClock {
   }
 
   /**
+   * How far this machine's clock (`Date.now()`) is ahead of Redis's (behind:
+   * negative), in ms, from the last reading carried forward; undefined before
+   * the first. No round trip.
+   */
+  offset(): number | undefined {
+    const sample = this.#sample;
+    if (sample === undefined) return undefined;
+    return Date.now() - (sample.redis + (this.#monotonic() - sample.at));
+  }
+
+  /**
    * Redis's time now, in ms since the epoch: a round trip once a minute, none
    * otherwise. When Redis cannot be read, the last reading carried forward
    * (exact as long as the monotonic clock is).

@@ -23,6 +23,10 @@ export interface WorkerProcess {
   readonly child: ChildProcess;
   /** Job ids this process reported sent. */
   readonly sent: string[];
+  /** The warnings it reported (its `'warning'` events). */
+  readonly warnings: string[];
+  /** Sets how far off its clock runs from now on (started with `clockSkewMs`). */
+  skewClock(ms: number): void;
   /** Stops it with SIGTERM (graceful close) and resolves with its exit code. */
   stop(): Promise<number | null>;
   /** Kills it with SIGKILL: no close, no cleanup, its jobs left active with their locks. */
@@ -45,11 +49,14 @@ export async function startWorkerProcess(
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   const sent: string[] = [];
+  const warnings: string[] = [];
   const ready = new Promise<void>((resolve, reject) => {
     child.once('exit', (code) => reject(new Error(`worker process exited (${code}) before it was ready`)));
-    child.on('message', (m: { event: string; jobId?: string }) => {
+    child.on('message', (m: { event: string; jobId?: string; message?: string; code?: string }) => {
       if (m.event === 'ready') resolve();
       if (m.event === 'sent') sent.push(m.jobId!);
+      if (m.event === 'warning') warnings.push(m.message!);
+      if (m.event === 'refused') reject(Object.assign(new Error(m.message), { code: m.code }));
     });
   });
   await ready;
@@ -57,6 +64,10 @@ export async function startWorkerProcess(
   return {
     child,
     sent,
+    warnings,
+    skewClock(ms) {
+      child.send({ clockSkewMs: ms });
+    },
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
       child.kill('SIGTERM');
