@@ -319,7 +319,14 @@ export class EmlApiQueueTransport extends EventEmitter {
     signal: AbortSignal,
   ): Promise<EmlApiQueuedMessageInfo> {
     const settings = this.#settings;
-    const content = await prepareQueuedContent(mail, route, settings.spool, signal, this.#threads);
+    const content = await prepareQueuedContent(
+      mail,
+      route,
+      settings.spool,
+      signal,
+      this.#threads,
+      settings.maxMessageSize,
+    );
     try {
       if (content.fromDiffers) {
         settings.logger.info(
@@ -653,7 +660,6 @@ export class EmlApiQueueTransport extends EventEmitter {
 }
 
 function tooLarge(content: QueuedContent, limit: number): EmlApiError {
-  const mib = (n: number) => `${(n / 1024 / 1024).toFixed(1)} MiB`;
   const what =
     content.kind === 'eml'
       ? `The message is ${mib(content.size)}, over maxMessageSize (${mib(limit)})`
@@ -661,6 +667,19 @@ function tooLarge(content: QueuedContent, limit: number): EmlApiError {
   return new EmlApiError('EMESSAGE', `${what}: not queued, nothing was stored`, {
     permanent: true,
   });
+}
+
+/** The error of a message found over `maxMessageSize` as it was built: the build stopped there. */
+function tooLargeBuilding(limit: number): EmlApiError {
+  return new EmlApiError(
+    'EMESSAGE',
+    `The message is over maxMessageSize (${mib(limit)}): its build stopped there, not queued, nothing was stored`,
+    { permanent: true },
+  );
+}
+
+function mib(n: number): string {
+  return `${(n / 1024 / 1024).toFixed(1)} MiB`;
 }
 
 /** The AbortSignal of `sendMail({ signal })`, if any. */
@@ -707,6 +726,7 @@ export interface QueuedContent {
  *
  * @param route where the message goes (its `group`/`tracking` fields)
  * @param threads build threads to build an EML on (`buildThreads`)
+ * @param maxMessageSize the most bytes an EML may have: its build stops as it passes them @default Infinity
  * @throws {EmlApiError} `EENVELOPE` or `EMESSAGE`, as the direct transport; the signal's reason when it aborts
  */
 export async function prepareQueuedContent(
@@ -715,9 +735,13 @@ export async function prepareQueuedContent(
   spool: SpoolSettings,
   signal: AbortSignal,
   threads?: BuildThreads,
+  maxMessageSize = Number.POSITIVE_INFINITY,
 ): Promise<QueuedContent> {
   if (route.kind !== 'eml') return prepareJson(mail, route, signal);
-  const built = await buildMessage(mail, spool, signal, threads, null);
+  const limit = Number.isFinite(maxMessageSize)
+    ? { bytes: maxMessageSize, error: () => tooLargeBuilding(maxMessageSize) }
+    : undefined;
+  const built = await buildMessage(mail, spool, signal, threads, null, limit);
   const { spooled } = built;
   if (spooled.size === 0) {
     await spooled.body.dispose();
