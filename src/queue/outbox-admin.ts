@@ -171,22 +171,53 @@ export async function readOutboxStatus(
     queue.getRateLimitTtl(PAUSE_MARK),
   ]);
   const counts = Object.fromEntries(OUTBOX_STATES.map((s) => [s, raw[s] ?? 0])) as Record<OutboxState, number>;
-  const jobs = limit > 0 ? await queue.getFailed(0, limit - 1) : [];
-  const failed = jobs.filter(Boolean).map((job): FailedSend => {
-    const data = (job.data ?? {}) as Partial<OutboxJobData>;
-    return {
-      queueId: String(job.id),
-      kind: data.kind,
-      group: data.group,
-      envelope: data.envelope,
-      messageId: data.messageId,
-      encrypted: data.encryption !== undefined,
-      attempts: job.attemptsMade,
-      failedAt: job.finishedOn ? new Date(job.finishedOn) : undefined,
-      error: data.lastError ?? { message: job.failedReason ?? 'unknown error' },
-    };
-  });
+  const ids = limit > 0 ? await queue.getRanges(['failed'], 0, limit - 1) : [];
+  const read = await Promise.all(
+    ids.map(async (id): Promise<FailedSend | undefined> => {
+      const job = await readJob(queue, id);
+      if (job === undefined) return undefined;
+      if (job instanceof SyntaxError) {
+        const message = `This job cannot be read: ${UNREADABLE} (${job.message}); look at it with a Redis client (HGETALL ${queue.toKey(id)}), or remove it with eml-api queue purge ${id}`;
+        const none = { kind: undefined, group: undefined, envelope: undefined, messageId: undefined };
+        return { queueId: id, ...none, encrypted: false, attempts: 0, failedAt: undefined, error: { message } };
+      }
+      const data = (job.data ?? {}) as Partial<OutboxJobData>;
+      return {
+        queueId: String(job.id),
+        kind: data.kind,
+        group: data.group,
+        envelope: data.envelope,
+        messageId: data.messageId,
+        encrypted: data.encryption !== undefined,
+        attempts: job.attemptsMade,
+        failedAt: job.finishedOn ? new Date(job.finishedOn) : undefined,
+        error: data.lastError ?? { message: job.failedReason ?? 'unknown error' },
+      };
+    }),
+  );
+  const failed = read.filter((send): send is FailedSend => send !== undefined);
   return { counts, paused, rateLimitedMs: Math.max(0, rateLimitedMs), failed };
+}
+
+/** What is wrong with a job BullMQ cannot read. */
+const UNREADABLE = 'its data in Redis is not valid JSON (cut, or written by something else than the outbox)';
+
+/**
+ * A job as BullMQ reads it; the parse error when its hash holds something
+ * that is not JSON (one such job must not stop a reading of the whole
+ * queue); undefined when it is gone.
+ * @throws Redis's errors
+ */
+async function readJob(
+  queue: Queue<OutboxJobData, OutboxSendResult>,
+  id: string,
+): Promise<Awaited<ReturnType<typeof queue.getJob>> | SyntaxError> {
+  try {
+    return await queue.getJob(id);
+  } catch (err) {
+    if (err instanceof SyntaxError) return err;
+    throw err;
+  }
 }
 
 /**
@@ -237,7 +268,15 @@ export async function retryFailedSends(
   const skipped: SkippedSend[] = [];
   let now: number | undefined;
   const retry = async (id: string) => {
-    const job = await queue.getJob(id);
+    const job = await readJob(queue, id);
+    if (job instanceof SyntaxError) {
+      if (!(await queue.getJobState(id).then((state) => state === 'failed'))) return false;
+      skipped.push({
+        queueId: id,
+        reason: `${UNREADABLE}: look at it with a Redis client, or remove it with eml-api queue purge`,
+      });
+      return true;
+    }
     if (!job || !(await job.isFailed())) return false;
     const data = (job.data ?? {}) as Partial<OutboxJobData>;
     if (data.contentRemoved) {
