@@ -378,6 +378,8 @@ export async function settleDuplicate(
 
   const parked = stored.lastError?.parked ?? (stored.resendUntil !== undefined && stored.resendUntil <= now);
   if (parked) throw parkedJobError(stored, jobId);
+  // The service holds the key with another message it accepted: any message under it gets 422 again.
+  if (stored.lastError?.apiCode === 'idempotency_key_reused') throw keyUsedError(stored, jobId);
   // The service may hold the key with the job's own bytes: those go again, and only those.
   const retry =
     stored.possiblyAcceptedAt !== undefined &&
@@ -458,6 +460,16 @@ async function putBack(queue: Queue<OutboxJobData, OutboxSendResult>, jobId: str
     if (state === 'failed') throw new PutBackFailed(err);
     return state === 'unknown' ? 'gone' : 'back';
   }
+}
+
+function keyUsedError(stored: OutboxJobData, jobId: string): EmlApiError {
+  return new EmlApiError(
+    'EMESSAGE',
+    `The message queued under this idempotencyKey (job ${jobId}) failed because the service had already accepted ` +
+      'another message under this idempotencyKey (422 idempotency_key_reused), which it delivered: the key is spent. ' +
+      'Not queued; to send another message, give it a new idempotencyKey',
+    { permanent: true, idempotencyKey: stored.idempotencyKey, queueId: jobId },
+  );
 }
 
 function parkedJobError(stored: OutboxJobData, jobId: string): EmlApiError {

@@ -180,7 +180,7 @@ export class OutboxJobRunner {
     const permanent = action.kind === 'fail';
     const at = await this.#failedAt();
     // The service refused these very bytes: nothing can send them, so they leave Redis now, not in 7 days.
-    const refused = outcome.kind === 'refused' && data !== undefined;
+    const refused = (outcome.kind === 'refused' || outcome.kind === 'key-used') && data !== undefined;
     const window = data && startedAt !== undefined && mayHaveBeenAccepted(err) ? this.#window(data, startedAt) : {};
     await this.#record(
       job,
@@ -734,6 +734,8 @@ export function outboxJobError(err: unknown, attempt: number, permanent: boolean
  * - `retry`: tried again on the job's schedule
  * - `exhausted`: out of attempts on a passing failure; failed, its content kept to be put back
  * - `refused`: the service refused these very bytes (400, 413, 422): failed, its content removed
+ * - `key-used`: the service already accepted another message under the job's idempotency key (422
+ *   `idempotency_key_reused`): failed, its content removed; that message was delivered, this one cannot be under the key
  * - `held`: the service refused something a fix elsewhere can cure (a key, a missing group): failed, its content kept
  * - `broken`: the job itself cannot be sent (its content gone, not a job of this outbox): failed
  */
@@ -741,6 +743,7 @@ export type FailureOutcome =
   | { kind: 'retry' }
   | { kind: 'exhausted'; attempts: number }
   | { kind: 'refused' }
+  | { kind: 'key-used' }
   | { kind: 'held' }
   | { kind: 'broken' };
 
@@ -756,6 +759,7 @@ export function failureOutcome(err: unknown, attempt: number, attempts: number):
   if (failureAction(err).kind === 'retry') {
     return attempt >= attempts ? { kind: 'exhausted', attempts: attempt } : { kind: 'retry' };
   }
+  if (keyReused(err)) return { kind: 'key-used' };
   if (refusesRequest(err)) return { kind: 'refused' };
   return err instanceof EmlApiError && err.responseCode !== undefined ? { kind: 'held' } : { kind: 'broken' };
 }
@@ -769,6 +773,17 @@ export function failureOutcome(err: unknown, attempt: number, attempts: number):
 export function refusesRequest(err: unknown): boolean {
   return err instanceof EmlApiError && err.permanent && REFUSED_REQUEST.has(err.responseCode ?? 0);
 }
+
+/**
+ * Whether the service answered that another message was accepted under the
+ * send's idempotency key (422 `idempotency_key_reused`).
+ */
+export function keyReused(err: unknown): boolean {
+  return err instanceof EmlApiError && err.responseCode === 422 && err.apiCode === KEY_REUSED;
+}
+
+/** The service's code of a key another accepted message used. */
+export const KEY_REUSED = 'idempotency_key_reused';
 
 const SENT_AND_RETRIED =
   'the request was sent, so the service may have accepted it; the outbox sends it again with the same Idempotency-Key, which the service answers from the first send';
@@ -788,6 +803,9 @@ export function explainFailure(err: unknown, outcome: FailureOutcome): Error {
   } else if (outcome.kind === 'refused') {
     message +=
       '; not retried: the service refused this request, so these bytes can never be sent; its content was removed from Redis (the failed job is kept to be looked at: queue a corrected message with sendMail, under the same idempotencyKey if you like)';
+  } else if (outcome.kind === 'key-used') {
+    message +=
+      '; not retried: the service already accepted another message under this idempotency key (it answers that one, delivered, from its first send), and this one, with other bytes, can never be sent under the key; its content was removed from Redis. To send it too, queue it with sendMail under a new idempotencyKey';
   } else if (outcome.kind === 'held') {
     message +=
       '; not retried until it is put back (eml-api queue retry) once the cause is fixed; its content stays in Redis';

@@ -232,6 +232,9 @@ export interface SkippedSend {
 
 /** Why a job whose content was removed is not put back. */
 const CONTENT_REMOVED = 'its content was removed when the service refused it; queue a corrected message with sendMail';
+/** Why a job whose key another accepted message used is not put back. */
+const KEY_USED =
+  'the service had already accepted another message under its idempotency key (422 idempotency_key_reused), and its content was removed; queue it with sendMail under a new idempotencyKey if it must go too';
 /** Why a job put back by someone else while this call ran is left to them. */
 const NO_LONGER_FAILED =
   'no longer failed: put back meanwhile by someone else (another eml-api queue retry, a dashboard, a sendMail with its idempotencyKey)';
@@ -280,7 +283,8 @@ export async function retryFailedSends(
     if (!job || !(await job.isFailed())) return false;
     const data = (job.data ?? {}) as Partial<OutboxJobData>;
     if (data.contentRemoved) {
-      skipped.push({ queueId: id, reason: CONTENT_REMOVED });
+      const keyUsed = data.lastError?.apiCode === 'idempotency_key_reused';
+      skipped.push({ queueId: id, reason: keyUsed ? KEY_USED : CONTENT_REMOVED });
       return true;
     }
     // By Redis's clock, which workers wrote resendUntil with (not this machine's).
