@@ -39,6 +39,7 @@ import {
 } from './queue-transport-options.js';
 import { commandFate, redisFailure, type StoredSend, trackConnectionErrors, watchRefusal } from './redis-failure.js';
 import { RedisSettingsWatch, registerKeyChecks } from './redis-settings.js';
+import { checkProducerOwner } from './queue-owner.js';
 import type { SpoolSettings } from '../body/message-spool.js';
 import { toGroupEmailRequest, toStandardEmailRequest } from '../client/eml-api-client.js';
 import type { SendKind } from '../protocol/api-types.js';
@@ -124,8 +125,14 @@ export class EmlApiQueueTransport extends EventEmitter {
         wrong: (message) => log.error({}, `${message}. Sends are refused until it is fixed`),
         fixed: (message) => log.info({}, message),
       },
-      // The check value of the key new mail is encrypted with, for workers to compare theirs with (review F10).
-      ...(keyring ? { more: () => registerKeyChecks(this.#redis.redis, this.#settings, keyring) } : {}),
+      more: async () => {
+        // The check value of the key new mail is encrypted with, for workers to compare theirs with (review F10).
+        if (keyring) await registerKeyChecks(this.#redis.redis, this.#settings, keyring);
+        await checkProducerOwner(this.#redis.redis, this.#settings, {
+          account: this.#settings.account,
+          encrypts: keyring !== undefined,
+        });
+      },
     });
     this.queueName = this.#settings.queueName;
     this.queue = new Queue<OutboxJobData, OutboxSendResult>(this.queueName, {
@@ -398,6 +405,7 @@ export class EmlApiQueueTransport extends EventEmitter {
       envelope: content.envelope,
       messageId: content.messageId,
       idempotencyKey,
+      ...(this.#settings.account === undefined ? {} : { account: this.#settings.account }),
       ...traceOfJob(),
     };
     const writing = new AbortController();

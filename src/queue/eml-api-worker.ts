@@ -21,6 +21,7 @@ import {
 import { withoutArguments, redisErrorText, trackConnectionErrors, watchRefusal } from './redis-failure.js';
 import { resolveWorkerOptions, type EmlApiWorkerOptions } from './worker-options.js';
 import { compareKeyChecks, redisPassword, outboxRedisReadiness, RedisSettingsWatch } from './redis-settings.js';
+import { checkWorkerOwner, foreignJob, keyFingerprint } from './queue-owner.js';
 import { capRateLimitPause, seconds, RedisClock, redisTime, readOutboxSnapshot } from './outbox-admin.js';
 import { isOutboxBackoffType, outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
 import { EmlApiMetrics } from '../observability/metrics.js';
@@ -95,6 +96,12 @@ export class EmlApiWorker extends EventEmitter {
   readonly #clock: RedisClock;
   /** Redis's settings (and the encryption keys' check values), checked at start and watched from then on. */
   readonly #watch: RedisSettingsWatch;
+  /** The fingerprint of this worker's API key, for the queue's owner record. */
+  readonly #keyPrint: string | undefined;
+  /** Other workers' key fingerprints already warned of. */
+  readonly #keysTold = new Set<string>();
+  /** From when the queue's mail is encrypted, as last read from its owner record. */
+  #encryptedSince: number | undefined;
   readonly #running = new Set<Promise<unknown>>();
   readonly #telemetry: WorkerTelemetry;
   /** Redis's refusal of the connection (a wrong password...), seen in the errors of the worker's clients. */
@@ -141,6 +148,8 @@ export class EmlApiWorker extends EventEmitter {
       throw err;
     }
     this.#redis = openOutboxRedis(options.connection, 'worker', settings);
+    const apiKey = settings.client.apiKey;
+    this.#keyPrint = typeof apiKey === 'string' && apiKey !== '' ? keyFingerprint(apiKey) : undefined;
     this.#content = new ContentStore(this.#redis.redis, settings, settings.keyring);
     this.#clock = new RedisClock(() => redisTime(this.#redis.redis));
     this.#runner = new OutboxJobRunner({
@@ -156,6 +165,13 @@ export class EmlApiWorker extends EventEmitter {
       now: () => this.#clock.now(),
       stopping: () => this.#forcing,
       handBack: (job, token) => this.#handBack(job, token),
+      foreign: (data, queuedAt) =>
+        foreignJob(
+          data,
+          queuedAt,
+          { account: settings.account, decrypts: settings.keyring !== undefined },
+          this.#encryptedSince,
+        ),
     });
     this.#redis.redis.on('error', (err: Error) => this.#logger.debug({ error: redisErrorText(err) }, 'Redis error'));
     this.#refusals.push(watchRefusal(this.#redis.redis, this.#redis.where));
@@ -173,8 +189,25 @@ export class EmlApiWorker extends EventEmitter {
         },
         fixed: (message) => this.#logger.info({}, message),
       },
-      // Other bytes under a key id the producers use would fail every job they encrypted (review F10).
-      ...(keyring ? { more: () => compareKeyChecks(this.#redis.redis, this.#location, keyring) } : {}),
+      more: async () => {
+        // Other bytes under a key id the producers use would fail every job they encrypted (review F10).
+        if (keyring) await compareKeyChecks(this.#redis.redis, this.#location, keyring);
+        const { owner, otherKeys } = await checkWorkerOwner(this.#redis.redis, this.#location, {
+          account: settings.account,
+          key: this.#keyPrint,
+        });
+        this.#encryptedSince = owner.encryptedSince;
+        for (const key of otherKeys.filter((k) => !this.#keysTold.has(k))) {
+          this.#keysTold.add(key);
+          this.#warn(
+            `Workers with another API key (fingerprint ${key}) send from queue "${settings.queueName}": if it is ` +
+              "another account's (another app on this Redis with the same queue), each sends the other's mail " +
+              'through its own account: give each app its own queueName (or prefix). If it is a key of the same ' +
+              'account (rotated), name the account on every producer and worker of the queue (account, ' +
+              'EML_API_ACCOUNT), and keys rotate without this warning',
+          );
+        }
+      },
     });
     try {
       this.worker = new Worker<OutboxJobData, OutboxSendResult>(

@@ -43,6 +43,8 @@ export interface JobRunnerSettings {
   stopping: () => boolean;
   /** Puts a job back in the queue for another worker and tells BullMQ so (never returns). */
   handBack: (job: OutboxJob, token: string | undefined) => Promise<never>;
+  /** Why this worker must not send a job (queued for another account, or in clear on an encrypted queue). */
+  foreign: (data: OutboxJobData, queuedAt: number) => EmlApiError | undefined;
 }
 
 /**
@@ -92,6 +94,8 @@ export class OutboxJobRunner {
       this.#alreadySent.add(job);
       return data.sent;
     }
+    const foreign = this.#settings.foreign(data, job.timestamp);
+    if (foreign) return this.#fail(job, token, foreign, data);
     // Redis's time, not this machine's: resendUntil was written by another worker, maybe on another clock.
     // Read once it can be read, it is carried forward and never fails again (redis-clock.ts).
     let now: number;

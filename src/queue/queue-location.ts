@@ -70,6 +70,8 @@ export function outboxKeys(location: { prefix: string; queueName: string }): {
   legacyScanned: string;
   /** Sorted set: the failed jobs parked for a person, scored with the `processedOn` of the run that parked them. */
   parked: string;
+  /** Hash: who the queue belongs to (queue-owner.ts). */
+  owner: string;
 } {
   const base = `${location.prefix}:${location.queueName}:outbox:`;
   return {
@@ -78,6 +80,7 @@ export function outboxKeys(location: { prefix: string; queueName: string }): {
     keyChecks: `${base}keys`,
     legacyScanned: `${base}legacy-scanned`,
     parked: `${base}parked`,
+    owner: `${base}owner`,
   };
 }
 

@@ -21,6 +21,7 @@ import type { MetricsOption } from '../observability/metrics.js';
 import type { OpsHttpOptions } from '../observability/ops-server.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
+import { accountFingerprint, resolveAccount } from './queue-owner.js';
 
 /**
  * A global rate: at most `max` sends start per `duration` ms, counted in
@@ -72,6 +73,18 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * @default 'bull'
    */
   prefix?: string;
+  /**
+   * The service account this queue sends for, as its producers name it (see
+   * `EmlApiQueueTransportOptions.account`): the worker refuses a queue
+   * recorded for another account (`ECONFIG`), and fails jobs queued for
+   * another account. Without it, the worker warns when workers with another
+   * API key send from the queue (another app's, or a key rotated: then name
+   * the account, and keys can rotate freely).
+   * @default undefined (none named)
+   * @example
+   * await startEmlApiWorker({ connection, apiKey, baseUrl, account: 'shop-prod' });
+   */
+  account?: string;
   /**
    * Sends this worker runs at once.
    * @default 5
@@ -211,6 +224,7 @@ const WORKER_OPTIONS = [
   'connection',
   'queueName',
   'prefix',
+  'account',
   'concurrency',
   'rateLimit',
   'cleanupInterval',
@@ -307,6 +321,8 @@ export interface ResolvedWorkerOptions extends QueueLocation {
   workerOptions: OutboxWorkerTuning & { maxStalledCount: number };
   /** The `encryption` keys, if any. */
   keyring: OutboxKeyring | undefined;
+  /** The fingerprint of `account`, if given. */
+  account: string | undefined;
   logger: EmlApiLogger;
 }
 
@@ -326,6 +342,7 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
     connection,
     queueName,
     prefix,
+    account,
     concurrency: rawConcurrency,
     rateLimit: rawRateLimit,
     cleanupInterval,
@@ -368,6 +385,7 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
     maxRetryAfter: wholeNumber(maxRetryAfter, 'maxRetryAfter', 1000, 24 * 3_600_000, DEFAULT_MAX_RETRY_AFTER),
     workerOptions: { ...workerOptions, maxStalledCount: BULLMQ_STALL_LIMIT },
     keyring: resolveEncryption(encryption, 'worker'),
+    account: account === undefined ? undefined : accountFingerprint(resolveAccount(account)!),
     logger: loggerOption(logger),
   };
 }

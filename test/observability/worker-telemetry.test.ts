@@ -148,7 +148,7 @@ describe('eml-api worker telemetry', () => {
     expect(ready.status).toBe(200);
     expect(JSON.parse(ready.text)).toEqual({
       status: 'ok',
-      checks: { redis: { status: 'ok' }, service: { status: 'ok' } },
+      checks: { redis: { status: 'ok' }, service: { status: 'ok' }, clock: { status: 'ok' } },
     });
 
     const refused = await worker({ apiKey: 'emu_not-a-key-of-the-emulator' });

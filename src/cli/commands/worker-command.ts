@@ -41,8 +41,10 @@ Options:
 ${REDIS_OPTIONS_HELP}  --concurrency <n>       messages sent at once by this worker (default 5)
   --rate <N/s>            at most N sends per second across all workers (also N/m, N/h)
 ${operationsHelp('the sends in flight')}${SERVICE_OPTIONS_HELP}
-Environment: REDIS_URL, REDIS_CLUSTER, REDIS_PASSWORD, EML_API_URL, EML_API_KEY.
-${REDIS_ENV_HELP}${OUTBOX_KEYS_HELP}
+Environment: REDIS_URL, REDIS_CLUSTER, REDIS_PASSWORD, EML_API_URL, EML_API_KEY, EML_API_ACCOUNT.
+${REDIS_ENV_HELP}${OUTBOX_KEYS_HELP}EML_API_ACCOUNT names the service account the queue sends for, as its producers name it
+(their account option): a queue recorded for another account is refused, and so are its jobs.
+
 It checks the key first (without sending mail): a key the service refuses
 would fail every queued message, so the worker does not start with one; nor
 with an EML_API_URL that answers the check's empty send with a 2xx (not the
@@ -97,6 +99,7 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
         concurrency,
         ...(rateLimit ? { rateLimit } : {}),
         ...(encryption ? { encryption } : {}),
+        ...(io.env.EML_API_ACCOUNT ? { account: io.env.EML_API_ACCOUNT } : {}),
         ...(operations.http ? { http: operations.http } : {}),
         ...(operations.metrics === false ? { metrics: false } : {}),
       }),
