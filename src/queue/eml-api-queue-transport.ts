@@ -217,7 +217,7 @@ export class EmlApiQueueTransport extends EventEmitter {
         return true as const;
       },
       (err: unknown) => {
-        throw redisFailure(err, `Redis at ${this.#redis.where} did not answer`, false, undefined, this.#redis);
+        throw redisFailure(err, `Could not reach Redis at ${this.#redis.where}`, false, undefined, this.#redis);
       },
     );
     if (typeof callback !== 'function') return promise;
@@ -582,7 +582,7 @@ export class EmlApiQueueTransport extends EventEmitter {
    * may point at it, and the sweeper removes it otherwise.
    */
   #putBackFailure(err: PutBackFailed, send: StoredSend): EmlApiError {
-    const failure = redisFailure(err.cause, `Redis at ${this.#redis.where} did not answer`, false, send, this.#redis);
+    const failure = redisFailure(err.cause, `Could not reach Redis at ${this.#redis.where}`, false, send, this.#redis);
     return new EmlApiError(
       failure.code === 'ETIMEDOUT' ? 'ETIMEDOUT' : 'ECONNECTION',
       `The job queued under idempotencyKey ${JSON.stringify(send.idempotencyKey)} had failed, and could not be put ` +

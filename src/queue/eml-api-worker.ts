@@ -18,7 +18,15 @@ import {
   withDeadline,
   type OutboxRedisClient,
 } from './redis-connection.js';
-import { withoutArguments, redisErrorText, trackConnectionErrors, watchRefusal } from './redis-failure.js';
+import {
+  connectionLost,
+  lastConnectionError,
+  redisErrorText,
+  trackConnectionErrors,
+  unreachable,
+  watchRefusal,
+  withoutArguments,
+} from './redis-failure.js';
 import { resolveWorkerOptions, type EmlApiWorkerOptions } from './worker-options.js';
 import { compareKeyChecks, redisPassword, outboxRedisReadiness, RedisSettingsWatch } from './redis-settings.js';
 import { checkWorkerOwner, foreignJob, keyFingerprint } from './queue-owner.js';
@@ -98,6 +106,10 @@ export class EmlApiWorker extends EventEmitter {
   readonly #watch: RedisSettingsWatch;
   /** The fingerprint of this worker's API key, for the queue's owner record. */
   readonly #keyPrint: string | undefined;
+  /** Whether the start waits for Redis for as long as it takes (`waitForRedis`). */
+  readonly #waitForRedis: boolean;
+  /** When a lost connection to Redis was last told (performance.now()), so that it is told once per 30 s. */
+  #connectionToldAt = Number.NEGATIVE_INFINITY;
   /** Other workers' key fingerprints already warned of. */
   readonly #keysTold = new Set<string>();
   /** From when the queue's mail is encrypted, as last read from its owner record. */
@@ -148,6 +160,7 @@ export class EmlApiWorker extends EventEmitter {
       throw err;
     }
     this.#redis = openOutboxRedis(options.connection, 'worker', settings);
+    this.#waitForRedis = settings.waitForRedis;
     const apiKey = settings.client.apiKey;
     this.#keyPrint = typeof apiKey === 'string' && apiKey !== '' ? keyFingerprint(apiKey) : undefined;
     this.#content = new ContentStore(this.#redis.redis, settings, settings.keyring);
@@ -299,7 +312,7 @@ export class EmlApiWorker extends EventEmitter {
     refusal.catch(() => undefined);
     const unlessRefused = <T>(step: Promise<T>) => Promise.race([step, refusal]);
     try {
-      await unlessRefused(this.worker.waitUntilReady());
+      await unlessRefused(this.#connected());
       await unlessRefused(this.#watch.check());
       await this.#capPause();
       await this.#clock.sync();
@@ -317,6 +330,65 @@ export class EmlApiWorker extends EventEmitter {
       const refused = err instanceof EmlApiError && err.code === 'ECONFIG';
       await this.close(refused ? {} : { abort: true }).catch(() => undefined);
       throw err;
+    }
+  }
+
+  /**
+   * Resolves once BullMQ's connections are ready. While Redis cannot be
+   * reached it says so, at the first failure of the connection and every few
+   * seconds, naming the cause (refused, timed out, host not found...); after
+   * the client's `timeouts.connect` it rejects, unless `waitForRedis`.
+   * @throws {EmlApiError} `ECONNECTION` when Redis was not reached in time
+   */
+  async #connected(): Promise<void> {
+    const { redis, where } = this.#redis;
+    const connectMs = this.client.options.timeouts.connect;
+    const since = performance.now();
+    const waitFor = this.#waitForRedis
+      ? 'waiting for it (waitForRedis)'
+      : `giving up after ${seconds(connectMs)} (timeouts.connect)`;
+    const why = () => {
+      const err = lastConnectionError(redis);
+      return err ? unreachable(where, err) : `it has not answered yet (${seconds(performance.now() - since)})`;
+    };
+    const say = () => this.#warn(`Cannot reach Redis at ${where}: ${why()}; ${waitFor}`);
+    let said = false;
+    const first = () => {
+      if (said) return;
+      said = true;
+      say();
+    };
+    redis.on('error', first);
+    // Every 2 s in the first minute, then every minute.
+    let ticks = 0;
+    const again = setInterval(() => {
+      ticks++;
+      if (ticks <= 30 || ticks % 30 === 0) {
+        said = true;
+        say();
+      }
+    }, 2_000);
+    let deadline: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_resolve, reject) => {
+      if (this.#waitForRedis) return;
+      deadline = setTimeout(() => {
+        reject(
+          new EmlApiError(
+            'ECONNECTION',
+            `Could not reach Redis at ${where} within ${seconds(connectMs)} (timeouts.connect): ${why()}. To wait ` +
+              'for Redis instead, start the worker with waitForRedis: true (eml-api worker --wait-for-redis)',
+            { permanent: false, cause: lastConnectionError(redis) },
+          ),
+        );
+      }, connectMs);
+    });
+    late.catch(() => undefined);
+    try {
+      await Promise.race([this.worker.waitUntilReady(), late]);
+    } finally {
+      redis.off('error', first);
+      clearInterval(again);
+      clearTimeout(deadline);
     }
   }
 
@@ -554,9 +626,22 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   #reportError(err: Error): void {
+    let reported = err;
+    if (connectionLost(err)) {
+      // Each reconnect fails with one (every 2 s at most): told once per 30 s, saying why and what to check.
+      // While the worker starts, its own warnings say it.
+      const now = performance.now();
+      if (this.#checks.settled === undefined || now - this.#connectionToldAt < CONNECTION_ERROR_EVERY_MS) return;
+      this.#connectionToldAt = now;
+      reported = new EmlApiError(
+        'ECONNECTION',
+        `Lost Redis at ${this.#redis.where}: ${unreachable(this.#redis.where, err)}; the worker waits for it`,
+        { permanent: false, cause: err },
+      );
+    }
     // BullMQ's errors are often ioredis's, whose command arguments may hold a job's data.
-    if (this.listenerCount('error') > 0) this.emit('error', withoutArguments(err));
-    else this.#logger.error({ error: redisErrorText(err) }, 'Outbox worker error');
+    if (this.listenerCount('error') > 0) this.emit('error', withoutArguments(reported));
+    else this.#logger.error({ error: redisErrorText(reported) }, 'Outbox worker error');
   }
 }
 
@@ -581,11 +666,27 @@ function duration(ms: number): string {
 /** How often a worker stopped for its clock looks at it again, in ms (no round trip). */
 const CLOCK_CHECK_MS = 1_000;
 
+/** How often a lost connection to Redis is told, at most, in ms. */
+const CONNECTION_ERROR_EVERY_MS = 30_000;
+
 /** A promise of whether the start-up checks passed, with the functions that settle it. */
-function startChecks(): { passed: Promise<boolean>; pass: () => void; fail: () => void } {
+function startChecks(): {
+  passed: Promise<boolean>;
+  readonly settled: boolean | undefined;
+  pass: () => void;
+  fail: () => void;
+} {
   let settle!: (passed: boolean) => void;
+  let settled: boolean | undefined;
   const passed = new Promise<boolean>((resolve) => (settle = resolve));
-  return { passed, pass: () => settle(true), fail: () => settle(false) };
+  return {
+    passed,
+    get settled() {
+      return settled;
+    },
+    pass: () => settle((settled = true)),
+    fail: () => settle((settled = false)),
+  };
 }
 
 /** A failed attempt answered with a 2xx: not the service's answer (a wrong baseUrl?), see send-outbox-job.ts. */

@@ -11,7 +11,7 @@ import {
   escapeGlob,
   scannableServers,
 } from './redis-connection.js';
-import { redisFailure, watchRefusal } from './redis-failure.js';
+import { redisFailure, trackConnectionErrors, watchRefusal } from './redis-failure.js';
 import type { SendKind } from '../protocol/api-types.js';
 import type { MailEnvelope } from '../transport/nodemailer-types.js';
 
@@ -50,6 +50,7 @@ export async function openOutboxQueue(
   const { Queue } = loadBullmq();
   const client = openOutboxRedis(options.connection, 'producer', location);
   client.redis.on('error', () => undefined);
+  trackConnectionErrors(client.redis);
   // A refused password leaves the PING waiting (a cluster client retries, saying only "Failed to refresh
   // slots cache."): the refusal, seen in the client's errors, ends the wait with its reason.
   const refusal = watchRefusal(client.redis, client.where);
@@ -57,7 +58,7 @@ export async function openOutboxQueue(
     await Promise.race([withDeadline(client.redis.ping(), timeout), refusal.refused]);
   } catch (err) {
     if (client.owned) client.redis.disconnect();
-    throw redisFailure(err, `Redis at ${client.where} did not answer`, false);
+    throw redisFailure(err, `Could not reach Redis at ${client.where}`, false, undefined, client);
   } finally {
     refusal.stop();
   }

@@ -155,9 +155,13 @@ export function unreachable(where: string, err: unknown): string {
       ? `the connection failed (${code})`
       : 'the connection was lost and could not be made again';
   const hint =
-    code === 'ECONNRESET' || code === 'EPIPE'
-      ? ` is this port Redis (a TLS port needs rediss://), and is it running at ${where}?`
-      : ` is Redis running at ${where}, and reachable from here?`;
+    code === 'ECONNRESET' || code === 'EPIPE' || code === 'ECONNABORTED'
+      ? ` is ${where} Redis (a TLS port needs rediss://)?`
+      : code === 'ENOTFOUND' || code === 'EAI_AGAIN' || code === 'EAI_NONAME'
+        ? ` is the host name of ${where} right?`
+        : code === 'ECONNREFUSED' || code === undefined
+          ? ` is Redis running at ${where}?`
+          : ` is ${where} reachable from here (a firewall, a wrong address)?`;
   return `${what}:${hint} ${check}`;
 }
 

@@ -8,6 +8,7 @@ import {
 import type { RateLimitOptions } from '../http/requester.js';
 import {
   type EmlApiLogger,
+  booleanOption,
   configError,
   describe,
   loggerOption,
@@ -172,6 +173,17 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    */
   maxRetryAfter?: number;
   /**
+   * Whether the start waits for a Redis it cannot reach, for as long as it
+   * takes. By default it waits `timeouts.connect` (the client's option, 10 s
+   * by default), saying why it cannot reach Redis as soon as it knows and
+   * again every few seconds, then rejects with `ECONNECTION`. Once started,
+   * a worker always waits for Redis to come back.
+   * @default false
+   * @example
+   * await startEmlApiWorker({ connection, apiKey, baseUrl, waitForRedis: true });
+   */
+  waitForRedis?: boolean;
+  /**
    * More BullMQ worker options.
    * @default BullMQ's (lockDuration 30 s, stalledInterval 30 s)
    */
@@ -232,6 +244,7 @@ const WORKER_OPTIONS = [
   'idempotencyWindow',
   'idempotencyMargin',
   'maxRetryAfter',
+  'waitForRedis',
   'workerOptions',
   'encryption',
   'logger',
@@ -323,6 +336,7 @@ export interface ResolvedWorkerOptions extends QueueLocation {
   keyring: OutboxKeyring | undefined;
   /** The fingerprint of `account`, if given. */
   account: string | undefined;
+  waitForRedis: boolean;
   logger: EmlApiLogger;
 }
 
@@ -350,6 +364,7 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
     idempotencyWindow: rawWindow,
     idempotencyMargin: rawMargin,
     maxRetryAfter,
+    waitForRedis,
     workerOptions,
     encryption,
     logger,
@@ -386,6 +401,7 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
     workerOptions: { ...workerOptions, maxStalledCount: BULLMQ_STALL_LIMIT },
     keyring: resolveEncryption(encryption, 'worker'),
     account: account === undefined ? undefined : accountFingerprint(resolveAccount(account)!),
+    waitForRedis: booleanOption(waitForRedis, 'waitForRedis', false),
     logger: loggerOption(logger),
   };
 }
