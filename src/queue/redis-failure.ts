@@ -331,31 +331,51 @@ export function redisErrorText(err: unknown): string {
 }
 
 /**
- * Watches a client's (or a BullMQ worker's) `error` events for a refusal of the connection: the
- * promise rejects with its `ECONFIG` the first time one is seen (commands
- * meanwhile wait, or are retried, and would not tell it). `stop()` removes
- * the listener; the promise never rejects unhandled.
+ * Watches a client's (or a BullMQ worker's) `error` events for a refusal of
+ * the connection: `refused` rejects with its `ECONFIG` once one is seen
+ * (commands meanwhile wait, or are retried, and would not tell it), until
+ * the connection is ready again (the password fixed on either side): then
+ * `refused` is a new promise, pending. `stop()` removes the listeners; the
+ * promises never reject unhandled.
  */
 export function watchRefusal(
   redis: OutboxRedisClient | ErrorEmitter,
   where: string,
-): { refused: Promise<never>; stop(): void } {
-  let reject!: (err: EmlApiError) => void;
-  const refused = new Promise<never>((_, fail) => (reject = fail));
-  refused.catch(() => undefined);
+): { readonly refused: Promise<never>; stop(): void } {
+  const pending = () => {
+    let reject!: (err: EmlApiError) => void;
+    const promise = new Promise<never>((_, fail) => (reject = fail));
+    promise.catch(() => undefined);
+    return { promise, reject, seen: false };
+  };
+  let current = pending();
   const listener = (err: unknown) => {
     const refusal = redisRefusal(err, where);
-    if (refusal) reject(refusal);
+    if (!refusal) return;
+    current.seen = true;
+    current.reject(refusal);
+  };
+  const ready = () => {
+    if (current.seen) current = pending();
   };
   const emitter = redis as ErrorEmitter;
   emitter.on('error', listener);
-  return { refused, stop: () => void emitter.off('error', listener) };
+  emitter.on('ready', ready);
+  return {
+    get refused() {
+      return current.promise;
+    },
+    stop: () => {
+      emitter.off('error', listener);
+      emitter.off('ready', ready);
+    },
+  };
 }
 
 /** What emits the errors watched: a client, or a BullMQ worker (whose own connections' errors it re-emits). */
 interface ErrorEmitter {
-  on(event: 'error', listener: (err: Error) => void): unknown;
-  off(event: 'error', listener: (err: Error) => void): unknown;
+  on(event: 'error' | 'ready', listener: (err: Error) => void): unknown;
+  off(event: 'error' | 'ready', listener: (err: Error) => void): unknown;
 }
 
 function refusalReply(err: unknown, depth: number): string | undefined {
