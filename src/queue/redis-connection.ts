@@ -100,6 +100,7 @@ export function openOutboxRedis(
       throw configError(option, `expected a redis:// or rediss:// URL, got a ${url.protocol} URL`);
     }
     const redis = new Redis(connection, { ...roleOptions, lazyConnect: false });
+    if (role === 'producer') dropWhenSilent(redis, rideMs ?? 30_000);
     return { redis, owned: true, where: `${url.hostname}:${url.port || '6379'}`, cluster: false };
   }
   if (typeof connection === 'object' && connection !== null && !Array.isArray(connection)) {
@@ -107,12 +108,9 @@ export function openOutboxRedis(
     if (options.keyPrefix) {
       throw configError(option, `keyPrefix is not supported (BullMQ refuses it); use the prefix option instead`);
     }
-    return {
-      redis: new Redis({ ...roleOptions, ...options }),
-      owned: true,
-      where: describeRedis(options),
-      cluster: false,
-    };
+    const redis = new Redis({ ...roleOptions, ...options });
+    if (role === 'producer') dropWhenSilent(redis, rideMs ?? 30_000);
+    return { redis, owned: true, where: describeRedis(options), cluster: false };
   }
   throw configError(
     option,
@@ -138,6 +136,38 @@ export function connectionDefaults(role: RedisRole, rideMs = 30_000): RedisOptio
   return role === 'worker'
     ? { maxRetriesPerRequest: null, keepAlive: KEEPALIVE_MS }
     : { maxRetriesPerRequest: 3, commandTimeout: rideMs, keepAlive: KEEPALIVE_MS };
+}
+
+/**
+ * Drops a producer's connection that has answered nothing for longer than
+ * `silentMs` while commands wait for their answers, and makes a new one. A
+ * network that goes silent for good (a partition dropping the old
+ * connection's packets, a firewall's state lost) leaves the socket open: the
+ * command timeout fails each send, but no reconnect comes, and every later
+ * send failed too until the system gave the socket up, minutes later. ioredis
+ * sends the commands still waiting again on the new connection, as after any
+ * reconnect (the outbox's writes are made to be run twice).
+ */
+function dropWhenSilent(redis: Redis, silentMs: number): void {
+  let heard = performance.now();
+  const hear = () => (heard = performance.now());
+  redis.on('connect', () => {
+    hear();
+    redis.stream?.on('data', hear);
+  });
+  const waiting = () => (redis as unknown as { commandQueue?: { length?: number } }).commandQueue?.length ?? 0;
+  // A WAIT for replicas answers within timeouts.store: a second more before the connection counts as silent.
+  const limit = silentMs + 1_000;
+  const look = setInterval(
+    () => {
+      if (redis.status !== 'ready' || waiting() === 0 || performance.now() - heard <= limit) return;
+      hear();
+      redis.disconnect(true);
+    },
+    Math.max(100, Math.floor(silentMs / 4)),
+  );
+  look.unref();
+  redis.once('end', () => clearInterval(look));
 }
 
 /**

@@ -53,6 +53,30 @@ const message = {
   attachments: [{ filename: 'r.bin', content: Buffer.alloc(200 * 1024, 1) }],
 };
 
+describe('a connection that goes silent for good', () => {
+  it('is dropped and made again after timeouts.store: sends are taken again', async () => {
+    const transport = new EmlApiQueueTransport({ connection: proxy.url, timeouts: { store: 500 } });
+    const transporter = nodemailer.createTransport(transport);
+    const send = () => transporter.sendMail({ from: 'a@example.test', to: 'b@example.test', text: 'x' });
+    try {
+      await send();
+      // Everything the producer's connection sends from now on goes nowhere; a new connection gets through.
+      proxy.holdNext(/./);
+      expect(await send().catch((e: unknown) => e)).toMatchObject({ code: 'ETIMEDOUT' });
+      let queued = false;
+      for (let i = 0; i < 40 && !queued; i++)
+        queued = await send().then(
+          () => true,
+          () => false,
+        );
+      expect(queued).toBe(true);
+    } finally {
+      proxy.release();
+      await transport.close();
+    }
+  });
+});
+
 describe('a network that goes silent right after the add', () => {
   it("settles a repeated key's sendMail within timeouts.store, and close() ends", async () => {
     const transport = new EmlApiQueueTransport({ connection: proxy.url, timeouts: { store: 500 } });
