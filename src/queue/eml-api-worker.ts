@@ -29,7 +29,7 @@ import {
 } from './redis-failure.js';
 import { resolveWorkerOptions, type EmlApiWorkerOptions } from './worker-options.js';
 import { compareKeyChecks, redisPassword, outboxRedisReadiness, RedisSettingsWatch } from './redis-settings.js';
-import { checkWorkerOwner, foreignJob, keyFingerprint } from './queue-owner.js';
+import { checkWorkerOwner, foreignJob, keyFingerprint, type QueueOwner } from './queue-owner.js';
 import { capRateLimitPause, seconds, RedisClock, redisTime, readOutboxSnapshot } from './outbox-admin.js';
 import { isOutboxBackoffType, outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
 import { EmlApiMetrics } from '../observability/metrics.js';
@@ -112,8 +112,8 @@ export class EmlApiWorker extends EventEmitter {
   #connectionToldAt = Number.NEGATIVE_INFINITY;
   /** Other workers' key fingerprints already warned of. */
   readonly #keysTold = new Set<string>();
-  /** From when the queue's mail is encrypted, as last read from its owner record. */
-  #encryptedSince: number | undefined;
+  /** The queue's owner record as last read (from when it names its account, and encrypts). */
+  #owner: QueueOwner | undefined;
   readonly #running = new Set<Promise<unknown>>();
   readonly #telemetry: WorkerTelemetry;
   /** Redis's refusal of the connection (a wrong password...), seen in the errors of the worker's clients. */
@@ -183,7 +183,7 @@ export class EmlApiWorker extends EventEmitter {
           data,
           queuedAt,
           { account: settings.account, decrypts: settings.keyring !== undefined },
-          this.#encryptedSince,
+          this.#owner,
         ),
     });
     this.#redis.redis.on('error', (err: Error) => this.#logger.debug({ error: redisErrorText(err) }, 'Redis error'));
@@ -209,7 +209,7 @@ export class EmlApiWorker extends EventEmitter {
           account: settings.account,
           key: this.#keyPrint,
         });
-        this.#encryptedSince = owner.encryptedSince;
+        this.#owner = owner;
         for (const key of otherKeys.filter((k) => !this.#keysTold.has(k))) {
           this.#keysTold.add(key);
           this.#warn(

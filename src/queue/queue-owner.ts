@@ -17,6 +17,7 @@ import type { OutboxJobData } from './outbox-job.js';
 
 /** Fields of the owner record. */
 const ACCOUNT = 'account';
+const ACCOUNT_SINCE = 'account-since';
 const ENCRYPTED = 'encrypted';
 const KEY = 'key:';
 
@@ -34,7 +35,9 @@ const KEY_SEEN_MS = 24 * 3_600_000;
 const REGISTER = `
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-if ARGV[1] ~= '' then redis.pcall('HSETNX', KEYS[1], '${ACCOUNT}', ARGV[1]) end
+if ARGV[1] ~= '' and redis.pcall('HSETNX', KEYS[1], '${ACCOUNT}', ARGV[1]) == 1 then
+  redis.pcall('HSET', KEYS[1], '${ACCOUNT_SINCE}', ms)
+end
 if ARGV[2] == '1' then redis.pcall('HSETNX', KEYS[1], '${ENCRYPTED}', ms) end
 if ARGV[3] ~= '' then redis.pcall('HSET', KEYS[1], ARGV[3], ms) end
 local record = redis.call('HGETALL', KEYS[1])
@@ -75,6 +78,8 @@ export function resolveAccount(value: unknown): string | undefined {
 export interface QueueOwner {
   /** The account fingerprint recorded, if any. */
   account: string | undefined;
+  /** From when (Redis's clock, ms) the queue names its account, if it does. */
+  accountSince: number | undefined;
   /** From when (Redis's clock, ms) the queue's mail is encrypted, if it is. */
   encryptedSince: number | undefined;
   /** Fingerprints of the workers' API keys, with when each was last seen (Redis's clock, ms). */
@@ -105,8 +110,10 @@ export async function registerOwner(
   const keys = new Map<string, number>();
   for (const [name, value] of fields) if (name.startsWith(KEY)) keys.set(name.slice(KEY.length), Number(value));
   const encrypted = fields.get(ENCRYPTED);
+  const since = fields.get(ACCOUNT_SINCE);
   return {
     account: fields.get(ACCOUNT),
+    accountSince: since === undefined ? undefined : Number(since),
     encryptedSince: encrypted === undefined ? undefined : Number(encrypted),
     keys,
     now: Number(fields.get('now')),
@@ -182,18 +189,22 @@ function checkAccount(
 
 /**
  * Why a worker does not send a job, if it must not: queued for another
- * account than the worker's, or stored in clear on a queue whose mail has
- * been encrypted since before it was queued.
+ * account than the worker's, or naming none on a queue that has named its
+ * account since before it was queued; or stored in clear on a queue whose
+ * mail has been encrypted since before it was queued. (Jobs queued before
+ * are the backlog of a queue that came to name its account, or to encrypt.)
+ * @param queuedAt when the job was queued (BullMQ's timestamp: its producer's clock)
  * @param me the worker's account fingerprint, and whether it holds encryption keys
- * @param encryptedSince from when the queue's mail is encrypted, if it is
+ * @param owner from when the queue names its account, and from when its mail is encrypted
  * @returns the error (`EMESSAGE`, permanent) to fail the job with, or undefined
  */
 export function foreignJob(
   data: OutboxJobData,
   queuedAt: number,
   me: { account: string | undefined; decrypts: boolean },
-  encryptedSince: number | undefined,
+  owner: Pick<QueueOwner, 'accountSince' | 'encryptedSince'> | undefined,
 ): EmlApiError | undefined {
+  const { accountSince, encryptedSince } = owner ?? {};
   if (data.account !== undefined && data.account !== me.account) {
     const mine = me.account === undefined ? 'this worker names no account' : `not this worker's (${me.account})`;
     return new EmlApiError(
@@ -201,6 +212,19 @@ export function foreignJob(
       `This job was queued for another account (fingerprint ${data.account}), ${mine}: not sent with this worker's ` +
         'key. Another app queues into this queue: give each app its own queueName (or prefix), then put it back ' +
         'with a worker of its account',
+      { permanent: true },
+    );
+  }
+  if (
+    me.account !== undefined &&
+    data.account === undefined &&
+    accountSince !== undefined &&
+    queuedAt >= accountSince
+  ) {
+    return new EmlApiError(
+      'EMESSAGE',
+      `This job names no account, on a queue that names its account (since ${new Date(accountSince).toISOString()}): ` +
+        "a producer without the queue's account option (another app?) queued it; not sent with this worker's key",
       { permanent: true },
     );
   }

@@ -78,6 +78,22 @@ describe('a queue that names its account', () => {
   });
 });
 
+describe('a queue that came to name its account', () => {
+  it('has its workers refuse what a producer naming none queued since, and send the backlog from before', async () => {
+    const unnamed = producer({});
+    const before = await unnamed.sendMail(message('d1@example.test'));
+    await producer({ account: 'shop-a' }).sendMail(message('d2@example.test'));
+    // A producer that checked before the queue named its account queues until it checks again.
+    const after = await unnamed.sendMail(message('d3@example.test'));
+    await outbox.workers.start({ apiKey: 'k-shop-a', account: 'shop-a' });
+    await eventually(async () => (await outbox.transport.queue.getJobCounts('failed')).failed === 1);
+    await eventually(() => outbox.emu.messages().length === 2);
+    expect(outbox.emu.mailbox('d3@example.test')).toEqual([]);
+    expect((await outbox.transport.queue.getJob(after.queueId))!.data.lastError?.message).toContain('names no account');
+    expect((await outbox.transport.queue.getJob(before.queueId))!.finishedOn).toBeDefined();
+  });
+});
+
 describe('a queue that names no account', () => {
   it('warns when workers with another API key send from it', async () => {
     await outbox.workers.start({ apiKey: 'k-shop-a' });
