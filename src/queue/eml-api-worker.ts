@@ -399,6 +399,8 @@ export class EmlApiWorker extends EventEmitter {
    */
   async #runChecked(job: OutboxJob, token: string | undefined): Promise<OutboxSendResult> {
     if (!(await this.#checks.passed)) return this.#handBack(job, token);
+    // Redis's time read again when the machine was suspended meanwhile (the monotonic clock missed it).
+    await this.#clock.now().catch(() => undefined);
     if (this.#clockProblem() !== undefined) {
       this.#stopForClock();
       return this.#handBack(job, token);
@@ -433,15 +435,19 @@ export class EmlApiWorker extends EventEmitter {
     this.#logger.error({}, problem);
     this.emit('warning', problem);
     void this.worker.pause(true).catch(() => undefined);
-    this.#clockWatch = setInterval(() => {
-      if (this.#clockProblem() !== undefined) return;
-      clearInterval(this.#clockWatch);
-      this.#clockWatch = undefined;
-      if (this.#closing) return;
-      this.#logger.info({}, "This machine's clock agrees with Redis's again: taking jobs");
-      void this.worker.resume();
-    }, CLOCK_CHECK_MS);
+    this.#clockWatch = setInterval(() => void this.#clockBack(), CLOCK_CHECK_MS);
     this.#clockWatch.unref();
+  }
+
+  /** Takes jobs again once the clock agrees with Redis's (read again: the machine may have slept). */
+  async #clockBack(): Promise<void> {
+    await this.#clock.now().catch(() => undefined);
+    if (this.#clockProblem() !== undefined || !this.#clockWatch) return;
+    clearInterval(this.#clockWatch);
+    this.#clockWatch = undefined;
+    if (this.#closing) return;
+    this.#logger.info({}, "This machine's clock agrees with Redis's again: taking jobs");
+    void this.worker.resume();
   }
 
   /**

@@ -638,8 +638,9 @@ export class RedisClock {
   readonly #read: () => Promise<number>;
   readonly #refreshEvery: number;
   readonly #monotonic: () => number;
-  /** Redis's time at one instant of the monotonic clock. */
-  #sample: { redis: number; at: number } | undefined;
+  readonly #wall: () => number;
+  /** Redis's time at one instant of the monotonic clock, and this machine's wall clock then. */
+  #sample: { redis: number; at: number; wall: number } | undefined;
   #syncing: Promise<void> | undefined;
 
   /**
@@ -648,11 +649,16 @@ export class RedisClock {
    */
   constructor(
     read: () => Promise<number>,
-    { refreshEvery = REDIS_CLOCK_REFRESH, monotonic = () => performance.now() }: ClockOptions = {},
+    {
+      refreshEvery = REDIS_CLOCK_REFRESH,
+      monotonic = () => performance.now(),
+      wall = () => Date.now(),
+    }: ClockOptions = {},
   ) {
     this.#read = read;
     this.#refreshEvery = refreshEvery;
     this.#monotonic = monotonic;
+    this.#wall = wall;
   }
 
   /**
@@ -665,7 +671,7 @@ export class RedisClock {
       const redis = await this.#read();
       const after = this.#monotonic();
       // Redis read its clock somewhere within the round trip: its middle is off by half of it at most.
-      this.#sample = { redis, at: (before + after) / 2 };
+      this.#sample = { redis, at: (before + after) / 2, wall: this.#wall() - (after - before) / 2 };
     })().finally(() => (this.#syncing = undefined));
     return this.#syncing;
   }
@@ -678,7 +684,7 @@ export class RedisClock {
   offset(): number | undefined {
     const sample = this.#sample;
     if (sample === undefined) return undefined;
-    return Date.now() - (sample.redis + (this.#monotonic() - sample.at));
+    return this.#wall() - (sample.redis + (this.#monotonic() - sample.at));
   }
 
   /**
@@ -688,7 +694,12 @@ export class RedisClock {
    * @throws Redis's errors, when it was never read
    */
   async now(): Promise<number> {
-    const stale = this.#sample === undefined || this.#monotonic() - this.#sample.at >= this.#refreshEvery;
+    const last = this.#sample;
+    const since = last === undefined ? 0 : this.#monotonic() - last.at;
+    // The monotonic clock misses a suspend of the machine (a VM paused, a host asleep): when the wall clock
+    // moved otherwise than it since the reading, the reading carried forward is behind; read it again.
+    const stale =
+      last === undefined || since >= this.#refreshEvery || Math.abs(this.#wall() - last.wall - since) > SUSPEND_MS;
     if (stale) {
       try {
         await this.sync();
@@ -701,6 +712,9 @@ export class RedisClock {
   }
 }
 
+/** How far the wall clock may move otherwise than the monotonic one before Redis's time is read again, in ms. */
+const SUSPEND_MS = 2_000;
+
 /**
  * Options of {@link RedisClock}.
  */
@@ -709,6 +723,8 @@ export interface ClockOptions {
   refreshEvery?: number;
   /** The monotonic clock, in ms. */
   monotonic?: () => number;
+  /** This machine's wall clock, in ms. */
+  wall?: () => number;
 }
 
 /**

@@ -27,6 +27,8 @@ export interface WorkerProcess {
   readonly warnings: string[];
   /** Sets how far off its clock runs from now on (started with `clockSkewMs`). */
   skewClock(ms: number): void;
+  /** Plays a suspend of its machine that long: its monotonic clock misses it (started with `clockSkewMs`). */
+  suspend(ms: number): void;
   /** Stops it with SIGTERM (graceful close) and resolves with its exit code. */
   stop(): Promise<number | null>;
   /** Kills it with SIGKILL: no close, no cleanup, its jobs left active with their locks. */
@@ -67,6 +69,9 @@ export async function startWorkerProcess(
     warnings,
     skewClock(ms) {
       child.send({ clockSkewMs: ms });
+    },
+    suspend(ms) {
+      child.send({ suspendMs: ms });
     },
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;

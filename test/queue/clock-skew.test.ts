@@ -168,7 +168,7 @@ describe('RedisClock', () => {
         mono += 4; // a round trip of 4 ms: Redis read its clock at its middle
         return redisMs;
       },
-      { refreshEvery: 60_000, monotonic: () => mono },
+      { refreshEvery: 60_000, monotonic: () => mono, wall: () => 1e12 + mono },
     );
     expect(await clock.now()).toBe(5_000_000 + 2);
     mono += 30_000;
@@ -180,6 +180,23 @@ describe('RedisClock', () => {
     expect(reads).toBe(2);
   });
 
+  it('reads Redis again after a suspend of the machine, which the monotonic clock misses', async () => {
+    const mono = 0;
+    let wall = 1e12;
+    let reads = 0;
+    const clock = new RedisClock(
+      async () => {
+        reads++;
+        return wall;
+      },
+      { refreshEvery: 60_000, monotonic: () => mono, wall: () => wall },
+    );
+    await clock.now();
+    wall += 3_600_000; // an hour asleep: the wall clock (and Redis's) moved, the monotonic one did not
+    expect(await clock.now()).toBe(wall);
+    expect(reads).toBe(2);
+  });
+
   it('carries the last reading forward while Redis cannot be read, and throws when it never could', async () => {
     let mono = 0;
     let up = true;
@@ -188,7 +205,7 @@ describe('RedisClock', () => {
         if (!up) throw new Error('down');
         return 100;
       },
-      { refreshEvery: 10, monotonic: () => mono },
+      { refreshEvery: 10, monotonic: () => mono, wall: () => mono },
     );
     await clock.sync();
     up = false;

@@ -84,4 +84,14 @@ describe('a worker whose clock is more than a minute off Redis’s', () => {
     worker.skewClock(0);
     await eventually(async () => (await failed()) === 2, { what: 'the second failure, once the clock is right' });
   });
+
+  it('is not taken for one by a suspend of its machine, which its monotonic clock misses', async () => {
+    const worker = await skewedWorker(0);
+    await doomed(0);
+    await eventually(async () => (await failed()) === 1, { what: 'the first failure' });
+    worker.suspend(DAY);
+    await doomed(1);
+    await eventually(async () => (await failed()) === 2, { what: 'the second failure' });
+    expect(worker.warnings.filter((w) => /clock/.test(w))).toEqual([]);
+  });
 });
