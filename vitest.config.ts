@@ -50,6 +50,7 @@ const SLOW_FIRST = [
   'test/queue/poison-message.test.ts',
   'test/queue/close-without-redis.test.ts',
   'test/queue/stalls.test.ts',
+  'test/queue/unreachable-redis.test.ts',
   'test/property/emulator.test.ts',
   'test/property/relay-recipients.test.ts',
   'test/emulator/faults-soak.test.ts',

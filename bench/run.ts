@@ -18,6 +18,7 @@ import { benchMessage } from './bench-message.js';
 import { postfixBenchmarks } from './postfix-bench.js';
 import { queueBenchmarks } from './queue-cases.js';
 import { relayBenchmarks } from './relay-bench.js';
+import { scrapeBenchmarks } from './outbox-scrape-case.js';
 import { startSinks, type Sinks } from './sinks.js';
 import type { BenchRow } from './bench-row.js';
 
@@ -726,7 +727,7 @@ function markdown(): string {
     '',
     `Latest run: ${new Date().toISOString()} on ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGb} GiB, Node ${machine.node}.`,
     '',
-    'Reproduce with `npm ci && npm run bench` (about 8 minutes; `npm run bench -- --only <section>` runs one section (throughput, latency, connections, memory, queued, parsing, lean, threads, profile, relay, postfix, inbox, queue) and prints it).',
+    'Reproduce with `npm ci && npm run bench` (about 8 minutes; `npm run bench -- --only <section>` runs one section (throughput, latency, connections, memory, queued, parsing, lean, threads, profile, relay, postfix, inbox, queue, scrape) and prints it).',
     'Sinks run in a separate process; each memory case runs in a fresh process; the outbox cases use a redis-server started for the run.',
     'Every figure is compared with a reference measured in the same run. Throughput: the transport and its references run in',
     `${THROUGHPUT_ROUNDS} interleaved rounds of ${THROUGHPUT_COUNT} messages (10 KB HTML and a 2 KB attachment) after a warm-up; values are medians and`,
@@ -939,6 +940,15 @@ const sections: Record<string, (sinks: Sinks) => Promise<void>> = {
     for (const row of queueRows) {
       console.log(
         `${row.benchmark} | ${row.case}: ${row.value.toFixed(1)} ${row.unit} vs ${row.reference} ${row.referenceValue.toFixed(1)} → ratio ${row.ratio.toFixed(2)}`,
+      );
+    }
+  },
+  scrape: async () => {
+    const scrapeRows = await scrapeBenchmarks();
+    rows.push(...scrapeRows);
+    for (const row of scrapeRows) {
+      console.log(
+        `${row.benchmark} | ${row.case}: ${row.value.toFixed(2)} ${row.unit} vs ${row.referenceValue.toFixed(2)} → ratio ${row.ratio.toFixed(4)}`,
       );
     }
   },

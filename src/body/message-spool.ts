@@ -40,8 +40,9 @@ export async function spoolMessage(
   stream: Readable,
   settings: SpoolSettings,
   signal?: AbortSignal,
+  limit?: SpoolLimit,
 ): Promise<SpooledMessage> {
-  const collector = new Collector(settings);
+  const collector = new Collector(settings, limit);
   try {
     await collector.read(stream, signal);
     return await collector.finish();
@@ -81,8 +82,9 @@ export async function spoolWritten(
   produce: MessageProducer,
   settings: SpoolSettings,
   signal?: AbortSignal,
+  limit?: SpoolLimit,
 ): Promise<SpooledMessage> {
-  const collector = new Collector(settings);
+  const collector = new Collector(settings, limit);
   try {
     await collector.write(produce, signal);
     return await collector.finish();
@@ -96,9 +98,24 @@ export async function spoolWritten(
  * A message already in one Buffer (built by a thread), as a spooled message:
  * kept as it is up to `threshold`, written to a spool file past it.
  */
-export function spoolBuffer(eml: Buffer, settings: SpoolSettings, signal?: AbortSignal): Promise<SpooledMessage> {
+export function spoolBuffer(
+  eml: Buffer,
+  settings: SpoolSettings,
+  signal?: AbortSignal,
+  limit?: SpoolLimit,
+): Promise<SpooledMessage> {
+  if (limit && eml.length > limit.bytes) return Promise.reject(limit.error());
   if (eml.length <= settings.threshold) return Promise.resolve(inMemory(eml));
   return spoolMessage(Readable.from([eml], { objectMode: false }), settings, signal);
+}
+
+/**
+ * The most bytes a spooled message may have: past them, the spooling stops
+ * at once (within a chunk) with `error()`, and what was spooled is removed.
+ */
+export interface SpoolLimit {
+  bytes: number;
+  error(): Error;
 }
 
 /**
@@ -208,6 +225,7 @@ class HeadScanner {
 /** Collects chunks in memory, then in a spool file once past the threshold. */
 class Collector {
   readonly #settings: SpoolSettings;
+  readonly #limit: SpoolLimit | undefined;
   readonly #chunks: Buffer[] = [];
   readonly #head = new HeadScanner();
   #size = 0;
@@ -215,8 +233,9 @@ class Collector {
   /** The file being opened, so discard() cannot run before it exists. */
   #opening: Promise<void> | undefined;
 
-  constructor(settings: SpoolSettings) {
+  constructor(settings: SpoolSettings, limit?: SpoolLimit) {
     this.#settings = settings;
+    this.#limit = limit;
   }
 
   /**
@@ -284,6 +303,10 @@ class Collector {
   /** Takes one chunk. @returns a promise when the caller must wait (opening the file, backpressure) */
   #add(chunk: Buffer, fail: (err: unknown) => void): Promise<void> | undefined {
     this.#size += chunk.length;
+    if (this.#limit && this.#size > this.#limit.bytes) {
+      fail(this.#limit.error());
+      return undefined;
+    }
     if (this.#file) {
       // Found while the message streams to the file: the file is not read back for it.
       this.#head.scan(chunk);

@@ -372,13 +372,14 @@ export async function settleDuplicate(
   const finishedOn = Number(finished);
   if (stored.putBackFrom === finishedOn) {
     // Another producer took this very failure over and is putting the job back (or died doing it): help it.
-    const job = await queue.getJob(jobId);
-    if (job) await putBack(job);
+    if ((await putBack(queue, jobId)) === 'gone') return { kind: 'gone' };
     return { kind: 'duplicate', data: stored };
   }
 
   const parked = stored.lastError?.parked ?? (stored.resendUntil !== undefined && stored.resendUntil <= now);
   if (parked) throw parkedJobError(stored, jobId);
+  // The service holds the key with another message it accepted: any message under it gets 422 again.
+  if (stored.lastError?.apiCode === 'idempotency_key_reused') throw keyUsedError(stored, jobId);
   // The service may hold the key with the job's own bytes: those go again, and only those.
   const retry =
     stored.possiblyAcceptedAt !== undefined &&
@@ -405,15 +406,15 @@ export async function settleDuplicate(
     whole,
   );
   if (set === -1) return { kind: 'lost' };
-  const won = set === 1;
-  const job = await queue.getJob(jobId);
-  if (!won) {
+  if (set !== 1) {
     // Another producer changed it first. Should it have died before putting the job back, do it for it.
-    if (job && (await job.isFailed())) await putBack(job);
-    return { kind: 'duplicate', data: (job?.data as OutboxJobData | undefined) ?? stored };
+    const job = await queue.getJob(jobId);
+    if (!job) return { kind: 'gone' };
+    if ((await job.isFailed()) && (await putBack(queue, jobId)) === 'gone') return { kind: 'gone' };
+    return { kind: 'duplicate', data: job.data };
   }
   // Put back after the data is set: a worker never takes it with the data it failed with.
-  if (job) await putBack(job);
+  if ((await putBack(queue, jobId)) === 'gone') return { kind: 'gone' };
   if (retry) return { kind: 'retried', data: next };
   // Ours is the job's data now; the info describes it.
   return {
@@ -422,13 +423,53 @@ export async function settleDuplicate(
   };
 }
 
-/** Puts a failed job back with a fresh schedule; another producer may have done it a moment before. */
-async function putBack(job: { retry(state: 'failed', opts: object): Promise<void> }): Promise<void> {
-  try {
-    await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
-  } catch {
-    // No longer failed: put back by the other producer.
+/**
+ * A failed job whose data a `sendMail` set (or found set by another producer)
+ * could not be put back in the queue: Redis did not answer, or refused. It
+ * may be back or still failed; a `sendMail` with the same key finishes the
+ * put-back (it finds the failure taken over, see `putBackFrom`).
+ */
+export class PutBackFailed extends Error {
+  constructor(cause: unknown) {
+    super(cause instanceof Error ? cause.message : String(cause), { cause });
+    this.name = 'PutBackFailed';
   }
+}
+
+/**
+ * Puts a failed job back with a fresh schedule: `back` once it is out of the
+ * failed set (put back now, or a moment before by another producer), `gone`
+ * when no job has the id any more (removed meanwhile).
+ * @throws {PutBackFailed} when Redis did not take the change (the job may be failed still)
+ */
+async function putBack(queue: Queue<OutboxJobData, OutboxSendResult>, jobId: string): Promise<'back' | 'gone'> {
+  let job: Awaited<ReturnType<typeof queue.getJob>>;
+  try {
+    job = await queue.getJob(jobId);
+    if (!job) return 'gone';
+    await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
+    return 'back';
+  } catch (err) {
+    // BullMQ refuses a job that is not failed: put back by another producer meanwhile, unless it is gone.
+    let state: string;
+    try {
+      state = await queue.getJobState(jobId);
+    } catch {
+      throw new PutBackFailed(err);
+    }
+    if (state === 'failed') throw new PutBackFailed(err);
+    return state === 'unknown' ? 'gone' : 'back';
+  }
+}
+
+function keyUsedError(stored: OutboxJobData, jobId: string): EmlApiError {
+  return new EmlApiError(
+    'EMESSAGE',
+    `The message queued under this idempotencyKey (job ${jobId}) failed because the service had already accepted ` +
+      'another message under this idempotencyKey (422 idempotency_key_reused), which it delivered: the key is spent. ' +
+      'Not queued; to send another message, give it a new idempotencyKey',
+    { permanent: true, idempotencyKey: stored.idempotencyKey, queueId: jobId },
+  );
 }
 
 function parkedJobError(stored: OutboxJobData, jobId: string): EmlApiError {

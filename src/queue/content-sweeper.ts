@@ -109,6 +109,26 @@ redis.call('ZREM', KEYS[1], KEYS[2])
 return 1
 `;
 
+/**
+ * Keeps one entry of the queue's parked set only while it stands for the
+ * failure that parked the job: the job is failed and its `processedOn` is
+ * the entry's score (the run that parked it), or it is being run (its lock
+ * held: between the record of its parking and BullMQ's move to failed).
+ * Put back by a dashboard, run again, removed: the entry goes. KEYS: the
+ * parked set, the job's hash, its lock, the failed set. ARGV: the job id.
+ * Answers 1 when it removed the entry.
+ */
+const CHECK_PARKED = `
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score then return 0 end
+if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
+if redis.call('ZSCORE', KEYS[4], ARGV[1]) and tonumber(redis.call('HGET', KEYS[2], 'processedOn') or '-1') == tonumber(score) then
+  return 0
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+return 1
+`;
+
 /** Renews the lock if this sweeper still holds it. */
 const RENEW = `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
@@ -137,6 +157,7 @@ interface SweepCommands {
   emlApiRenewLock(lock: string, token: string, ms: number): Promise<number>;
   emlApiReleaseLock(lock: string, token: string): Promise<number>;
   emlApiNow(index: string): Promise<number>;
+  emlApiCheckParked(parked: string, job: string, lock: string, failed: string, jobId: string): Promise<number>;
 }
 
 const defined = new WeakSet<OutboxRedisClient>();
@@ -149,6 +170,7 @@ function commands(redis: OutboxRedisClient): OutboxRedisClient & SweepCommands {
     redis.defineCommand('emlApiRenewLock', { numberOfKeys: 1, lua: RENEW });
     redis.defineCommand('emlApiReleaseLock', { numberOfKeys: 1, lua: RELEASE });
     redis.defineCommand('emlApiNow', { numberOfKeys: 1, lua: NOW });
+    redis.defineCommand('emlApiCheckParked', { numberOfKeys: 4, lua: CHECK_PARKED });
     defined.add(redis);
   }
   return redis as OutboxRedisClient & SweepCommands;
@@ -228,6 +250,7 @@ export async function sweepStoredContent(
       // Lost the lock (a sweep that ran longer than it lasts): another worker carries on.
       if ((await r.emlApiRenewLock(keys.sweepLock, token, LOCK_MS)) !== 1) break;
     }
+    await checkParked(r, location);
     return removed;
   } finally {
     await r.emlApiReleaseLock(keys.sweepLock, token).catch(() => undefined);
@@ -258,6 +281,25 @@ async function freeSentContent(r: OutboxRedisClient & SweepCommands, location: Q
     removed += freed.removed;
     if (entries.length < BATCH) return removed;
     start += entries.length - freed.removed;
+  }
+}
+
+/**
+ * Drops the entries of the queue's parked set whose job is no longer parked
+ * by the failure that parked it (CHECK_PARKED), walking the set in batches by
+ * rank: what the outbox does not see (a dashboard's retry or removal, failed
+ * jobs removed by age) leaves the count of parked jobs at the next sweep.
+ */
+async function checkParked(r: OutboxRedisClient & SweepCommands, location: QueueLocation): Promise<void> {
+  const parked = outboxKeys(location).parked;
+  const base = jobKeyBase(location);
+  for (let start = 0; ;) {
+    const ids = await r.zrange(parked, start, start + BATCH - 1);
+    const dropped = await settleAll(
+      ids.map((id) => r.emlApiCheckParked(parked, base + id, `${base}${id}:lock`, `${base}failed`, id)),
+    );
+    if (ids.length < BATCH) return;
+    start += ids.length - dropped.removed;
   }
 }
 

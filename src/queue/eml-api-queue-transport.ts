@@ -6,7 +6,7 @@ import { activeTraceCarrier, bindToActiveContext, startSpan } from '../observabi
 import { emlBodyLength } from '../body/eml-upload-body.js';
 import { checkIdempotencyKey, checkGroupId } from '../client/client-input.js';
 import { ConcurrencyLimiter } from '../http/requester.js';
-import { EmlApiError } from '../shared/eml-api-error.js';
+import { EmlApiError, errorDetails } from '../shared/eml-api-error.js';
 import { VERSION } from '../shared/version.js';
 import { type BuildThreads, buildMessage } from '../transport/build-message.js';
 import { BuildThreadPool } from '../transport/build-threads/pool.js';
@@ -16,6 +16,7 @@ import { ContentStore } from './content-store.js';
 import {
   addJob,
   AfterTheAdd,
+  PutBackFailed,
   finishedByWorker,
   waitForReplicas,
   type AddedJob,
@@ -23,14 +24,22 @@ import {
   type DuplicateSettlement,
 } from './add-job.js';
 import { outboxJobId, type OutboxJobData, type OutboxSendResult } from './outbox-job.js';
-import { loadBullmq, closeOutboxRedis, openOutboxRedis, type OutboxRedis, withDeadline } from './redis-connection.js';
+import {
+  loadBullmq,
+  closeOutboxRedis,
+  openOutboxRedis,
+  type OutboxRedis,
+  outboxWaits,
+  withDeadline,
+} from './redis-connection.js';
 import {
   type EmlApiQueueTransportOptions,
   resolveQueueTransportOptions,
   type ResolvedQueueTransportOptions,
 } from './queue-transport-options.js';
-import { commandFate, redisFailure, type StoredSend, watchRefusal } from './redis-failure.js';
-import { checkRedisSettings, registerKeyChecks } from './redis-settings.js';
+import { commandFate, redisFailure, type StoredSend, trackConnectionErrors, watchRefusal } from './redis-failure.js';
+import { RedisSettingsWatch, registerKeyChecks } from './redis-settings.js';
+import { checkProducerOwner } from './queue-owner.js';
 import type { SpoolSettings } from '../body/message-spool.js';
 import { toGroupEmailRequest, toStandardEmailRequest } from '../client/eml-api-client.js';
 import type { SendKind } from '../protocol/api-types.js';
@@ -84,7 +93,8 @@ export class EmlApiQueueTransport extends EventEmitter {
    * watched from the start: the client reports it once, as it connects, and then only retries.
    */
   readonly #refusal: { refused: Promise<never>; stop(): void };
-  #redisChecked: Promise<void> | undefined;
+  /** Redis's settings (eviction, persistence) and the queue's keys, checked again after every reconnect. */
+  readonly #watch: RedisSettingsWatch;
   #closed = false;
   #closing: Promise<void> | undefined;
 
@@ -103,7 +113,27 @@ export class EmlApiQueueTransport extends EventEmitter {
       this.#settings.storeTimeout,
     );
     this.#refusal = watchRefusal(this.#redis.redis, this.#redis.where);
+    trackConnectionErrors(this.#redis.redis);
     this.#content = new ContentStore(this.#redis.redis, this.#settings, this.#settings.keyring);
+    const { logger: log, keyring } = this.#settings;
+    this.#watch = new RedisSettingsWatch(this.#redis, {
+      durability: this.#settings.durability,
+      verified: this.#settings.durabilityVerified,
+      location: this.#settings,
+      reports: {
+        warn: (message) => log.warn({}, message),
+        wrong: (message) => log.error({}, `${message}. Sends are refused until it is fixed`),
+        fixed: (message) => log.info({}, message),
+      },
+      more: async () => {
+        // The check value of the key new mail is encrypted with, for workers to compare theirs with (review F10).
+        if (keyring) await registerKeyChecks(this.#redis.redis, this.#settings, keyring);
+        await checkProducerOwner(this.#redis.redis, this.#settings, {
+          account: this.#settings.account,
+          encrypts: keyring !== undefined,
+        });
+      },
+    });
     this.queueName = this.#settings.queueName;
     this.queue = new Queue<OutboxJobData, OutboxSendResult>(this.queueName, {
       connection: this.#redis.redis,
@@ -182,12 +212,12 @@ export class EmlApiQueueTransport extends EventEmitter {
     const pinged = withDeadline(this.#redis.redis.ping(), this.#settings.storeTimeout);
     const promise = Promise.race([pinged, this.#refusal.refused]).then(
       async () => {
-        await this.#checkRedis();
-        this.#redisChecked ??= Promise.resolve();
+        this.#watch.start();
+        await this.#checkSettings(() => this.#watch.check(), this.#settings.storeTimeout);
         return true as const;
       },
       (err: unknown) => {
-        throw redisFailure(err, `Redis at ${this.#redis.where} did not answer`, false);
+        throw redisFailure(err, `Could not reach Redis at ${this.#redis.where}`, false, undefined, this.#redis);
       },
     );
     if (typeof callback !== 'function') return promise;
@@ -209,8 +239,9 @@ export class EmlApiQueueTransport extends EventEmitter {
     this.#closed = true;
     this.#closing ??= (async () => {
       while (this.#inflight.size > 0) await Promise.allSettled([...this.#inflight]);
-      await this.queue.close().catch(() => undefined);
+      await withDeadline(this.queue.close(), outboxWaits.quit).catch(() => undefined);
       this.#refusal.stop();
+      this.#watch.stop();
       await closeOutboxRedis(this.#redis);
       await this.#threads?.pool.close();
     })();
@@ -295,7 +326,14 @@ export class EmlApiQueueTransport extends EventEmitter {
     signal: AbortSignal,
   ): Promise<EmlApiQueuedMessageInfo> {
     const settings = this.#settings;
-    const content = await prepareQueuedContent(mail, route, settings.spool, signal, this.#threads);
+    const content = await prepareQueuedContent(
+      mail,
+      route,
+      settings.spool,
+      signal,
+      this.#threads,
+      settings.maxMessageSize,
+    );
     try {
       if (content.fromDiffers) {
         settings.logger.info(
@@ -323,9 +361,11 @@ export class EmlApiQueueTransport extends EventEmitter {
     ) {
       throw tooLarge(content, settings.maxMessageSize);
     }
-    await this.#checkRedisOnce();
+    // One deadline for every step with Redis: the checks, the writes, the add and what follows it.
+    const deadline = Date.now() + settings.storeTimeout;
+    await this.#checkSettings(() => this.#watch.confirm(), settings.storeTimeout);
     signal.throwIfAborted();
-    const info = await this.#store(content, idempotencyKey, signal);
+    const info = await this.#store(content, idempotencyKey, signal, deadline);
     settings.logger.info(
       {
         queueId: info.queueId,
@@ -344,13 +384,17 @@ export class EmlApiQueueTransport extends EventEmitter {
   }
 
   /** Stores the content, then the job that points at it: a job never points at content not fully stored. */
-  async #store(content: QueuedContent, idempotencyKey: string, signal: AbortSignal): Promise<EmlApiQueuedMessageInfo> {
+  async #store(
+    content: QueuedContent,
+    idempotencyKey: string,
+    signal: AbortSignal,
+    deadline: number,
+  ): Promise<EmlApiQueuedMessageInfo> {
     const { redis, where } = this.#redis;
     const jobId = outboxJobId(idempotencyKey);
     // On every error of this send: the caller can queue it again safely and look the job up.
     const send: StoredSend = { idempotencyKey, queueId: jobId };
     const contentKey = this.#content.newKey(jobId);
-    const deadline = Date.now() + this.#settings.storeTimeout;
     const left = () => Math.max(1, deadline - Date.now());
     const data: OutboxJobData = {
       v: 1,
@@ -361,6 +405,7 @@ export class EmlApiQueueTransport extends EventEmitter {
       envelope: content.envelope,
       messageId: content.messageId,
       idempotencyKey,
+      ...(this.#settings.account === undefined ? {} : { account: this.#settings.account }),
       ...traceOfJob(),
     };
     const writing = new AbortController();
@@ -384,10 +429,10 @@ export class EmlApiQueueTransport extends EventEmitter {
       // (writes are conditional on the stored length), so none can bring the message back with no job.
       writing.abort();
       void this.#content.discard(contentKey).catch(() => undefined);
-      throw redisFailure(err, `Could not store the message in Redis at ${where}`, false, send);
+      throw redisFailure(err, `Could not store the message in Redis at ${where}`, false, send, this.#redis);
     }
     if (signal.aborted) {
-      await this.#content.discard(contentKey).catch(() => undefined);
+      void this.#content.discard(contentKey).catch(() => undefined);
       signal.throwIfAborted();
     }
     let settled: DuplicateSettlement = { kind: 'gone' };
@@ -406,9 +451,10 @@ export class EmlApiQueueTransport extends EventEmitter {
     } catch (err) {
       if (err instanceof EmlApiError) {
         // Refused (a job parked for a person): nothing of this call is kept.
-        await this.#content.release(jobId, contentKey).catch(() => undefined);
+        void this.#content.release(jobId, contentKey).catch(() => undefined);
         throw err;
       }
+      if (err instanceof PutBackFailed) throw this.#putBackFailure(err, send);
       throw await this.#addFailure(err, jobId, contentKey, left(), send);
     }
     if (settled.kind === 'gone') {
@@ -421,62 +467,74 @@ export class EmlApiQueueTransport extends EventEmitter {
     }
     if (settled.kind === 'lost') {
       // The failed job was left as it was: nothing of this call is kept.
-      await this.#content.discard(contentKey).catch(() => undefined);
+      void this.#content.discard(contentKey).catch(() => undefined);
       throw this.#lost(send);
     }
     // Replicas confirmed the add with it (the pipeline's WAIT); a failed job put back wrote more since.
     const confirmed = settled.kind === 'new' || settled.kind === 'duplicate' ? added : undefined;
     if (settled.kind === 'duplicate' || settled.kind === 'retried') {
       // Never content the job points at (checked in the same step): a misjudged outcome must not remove it.
-      if (!inline) await this.#content.release(jobId, contentKey).catch(() => undefined);
-      await this.#confirmReplicas(confirmed, jobId, send);
+      // Not awaited: the send is settled, and a clean-up left undone is the sweeper's.
+      if (!inline) void this.#content.release(jobId, contentKey).catch(() => undefined);
+      await this.#confirmReplicas(confirmed, jobId, send, left());
+      await this.#confirmSettings(send, left());
       const stored = this.#content.reveal(settled.data);
       return queuedMessageInfo(stored, jobId, true, settled.kind === 'retried' ? 'retried' : undefined);
     }
     if (settled.kind === 'replaced' && settled.removeContent !== undefined) {
-      await this.#content.release(jobId, settled.removeContent).catch(() => undefined);
+      void this.#content.release(jobId, settled.removeContent).catch(() => undefined);
     }
     // The job points at this content (it was added, or replaced a failed one with it): acknowledged only
     // when the content is whole too, as read with the job right after the add (a replacement checked it
     // in the same step as it set the data). Content in the job came with it, whole (the add is one script).
     if (settled.kind === 'new' && storedSize !== undefined && added!.state.storedLength !== storedSize) {
-      await this.#confirmStored(jobId, contentKey, finishedByWorker(added!.state), send);
+      await this.#confirmStored(jobId, contentKey, finishedByWorker(added!.state), send, left());
     }
-    await this.#confirmReplicas(confirmed, jobId, send);
+    await this.#confirmReplicas(confirmed, jobId, send, left());
+    await this.#confirmSettings(send, left());
     const clear = { ...data, envelope: content.envelope, messageId: content.messageId };
     return queuedMessageInfo(clear, jobId, false, settled.kind === 'replaced' ? 'replaced' : undefined);
   }
 
   /**
-   * Checks Redis's settings before the first message is queued (issue 20,
-   * item 4); a failed check (a refusal, or Redis unreachable) is made again
-   * on the next send, so fixing Redis needs no restart.
+   * Runs a check of Redis's settings within `ms`. A refused password leaves
+   * the commands waiting until the deadline (a cluster client retries, saying
+   * only "Failed to refresh slots cache."): the refusal, seen in the client's
+   * errors, ends it with its reason.
+   * @throws {EmlApiError} `ECONFIG` when the settings are wrong; `ECONNECTION`, `ETIMEDOUT`
    */
-  #checkRedisOnce(): Promise<void> {
-    this.#redisChecked ??= this.#checkRedis().catch((err: unknown) => {
-      this.#redisChecked = undefined;
-      throw err;
-    });
-    return this.#redisChecked;
+  async #checkSettings(check: () => Promise<void>, ms: number): Promise<void> {
+    try {
+      await Promise.race([this.#refusal.refused, withDeadline(check(), ms)]);
+    } catch (err) {
+      throw redisFailure(
+        err,
+        `Could not read the settings of Redis at ${this.#redis.where}`,
+        false,
+        undefined,
+        this.#redis,
+      );
+    }
   }
 
-  async #checkRedis(): Promise<void> {
-    const { redis, where } = this.#redis;
-    const { durability, logger, storeTimeout, keyring } = this.#settings;
+  /**
+   * Before a send is acknowledged: the settings were found right since the
+   * connection last (re)connected. A Redis that restarted while the message
+   * was stored, into settings that lose mail, has it, but no `250` is given.
+   */
+  async #confirmSettings(send: StoredSend, ms: number): Promise<void> {
+    if (this.#watch.confirmed) return;
     try {
-      // A refused password leaves the commands waiting until the deadline (a cluster client retries, saying
-      // only "Failed to refresh slots cache."): the refusal, seen in the client's errors, ends it with its reason.
-      await Promise.race([
-        this.#refusal.refused,
-        withDeadline(
-          checkRedisSettings(redis, where, durability, (message) => logger.warn({}, message), this.#settings),
-          storeTimeout,
-        ),
-      ]);
-      // The check value of the key new mail is encrypted with, for workers to compare theirs with (review F10).
-      if (keyring) await withDeadline(registerKeyChecks(redis, this.#settings, keyring), storeTimeout);
+      await this.#checkSettings(() => this.#watch.confirm(), ms);
     } catch (err) {
-      throw redisFailure(err, `Could not read the settings of Redis at ${where}`, false);
+      const failure = err as EmlApiError;
+      throw new EmlApiError(
+        failure.code,
+        `Redis at ${this.#redis.where} stored the message, but could not be confirmed to keep it: ${failure.message}. ` +
+          `Not acknowledged; once Redis is fixed, queueing it again with idempotencyKey ${JSON.stringify(send.idempotencyKey)} ` +
+          '(err.idempotencyKey) stores it once',
+        { ...errorDetails(failure), mayHaveBeenAccepted: true, ...send },
+      );
     }
   }
 
@@ -498,9 +556,9 @@ export class EmlApiQueueTransport extends EventEmitter {
     send: StoredSend,
   ): Promise<EmlApiError> {
     const doing = `Could not queue the message in Redis at ${this.#redis.where}`;
-    if (err instanceof AfterTheAdd) return redisFailure(err.cause, doing, true, send);
+    if (err instanceof AfterTheAdd) return redisFailure(err.cause, doing, true, send, this.#redis);
     const fate = commandFate(err, this.#redis.cluster);
-    if (fate === 'unknown') return redisFailure(err, doing, true, send);
+    if (fate === 'unknown') return redisFailure(err, doing, true, send, this.#redis);
     const withdrawn = await withDeadline(this.#content.withdraw(jobId, contentKey), ms).then(
       (outcome) => outcome === 'withdrawn',
       // Could not look: a refusal is still certain (the sweeper removes the content); a re-routing is not.
@@ -511,6 +569,26 @@ export class EmlApiQueueTransport extends EventEmitter {
       withdrawn ? `${doing}, which refused it: not queued, nothing will be sent` : doing,
       !withdrawn,
       send,
+      this.#redis,
+    );
+  }
+
+  /**
+   * The error of a failed job under the key that could not be put back
+   * (Redis did not answer, or refused): it may be back in the queue or still
+   * failed, holding this message (replaced) or its own (retried). Never a
+   * `250`: a job left failed is never sent. Queueing again with the same key
+   * finishes putting it back. The content this call stored stays: the job
+   * may point at it, and the sweeper removes it otherwise.
+   */
+  #putBackFailure(err: PutBackFailed, send: StoredSend): EmlApiError {
+    const failure = redisFailure(err.cause, `Could not reach Redis at ${this.#redis.where}`, false, send, this.#redis);
+    return new EmlApiError(
+      failure.code === 'ETIMEDOUT' ? 'ETIMEDOUT' : 'ECONNECTION',
+      `The job queued under idempotencyKey ${JSON.stringify(send.idempotencyKey)} had failed, and could not be put ` +
+        `back in the queue (${failure.message}): it may be back, or still failed and never sent. Queueing it again ` +
+        'with the same idempotencyKey (err.idempotencyKey) finishes putting it back',
+      { ...errorDetails(failure), permanent: false, mayHaveBeenAccepted: true, ...send },
     );
   }
 
@@ -521,18 +599,21 @@ export class EmlApiQueueTransport extends EventEmitter {
    * `mayHaveBeenAccepted`, and queueing it again with the same key stores it
    * once (the job found, or stored anew if a failover lost it).
    */
-  async #confirmReplicas(added: AddedJob | undefined, jobId: string, send: StoredSend): Promise<void> {
-    const { replicas, storeTimeout } = this.#settings;
+  async #confirmReplicas(added: AddedJob | undefined, jobId: string, send: StoredSend, ms: number): Promise<void> {
+    const { replicas } = this.#settings;
     if (!replicas) return;
     let confirmed = added?.replicas;
     if (confirmed === undefined) {
       try {
-        confirmed = await withDeadline(
-          waitForReplicas(this.#redis.redis, this.queue.toKey(jobId), replicas),
-          storeTimeout,
-        );
+        confirmed = await withDeadline(waitForReplicas(this.#redis.redis, this.queue.toKey(jobId), replicas), ms);
       } catch (err) {
-        throw redisFailure(err, `Could not queue the message in Redis at ${this.#redis.where}`, true, send);
+        throw redisFailure(
+          err,
+          `Could not queue the message in Redis at ${this.#redis.where}`,
+          true,
+          send,
+          this.#redis,
+        );
       }
     }
     if (confirmed >= replicas.count) return;
@@ -559,10 +640,19 @@ export class EmlApiQueueTransport extends EventEmitter {
    * job with a script of its own, so the read cannot be in the same script
    * as the add; it runs right after it, in the same pipeline.
    */
-  async #confirmStored(jobId: string, contentKey: string, finished: boolean, send: StoredSend): Promise<void> {
+  async #confirmStored(
+    jobId: string,
+    contentKey: string,
+    finished: boolean,
+    send: StoredSend,
+    ms: number,
+  ): Promise<void> {
     if (finished) return;
-    await this.#content.discard(contentKey).catch(() => undefined);
-    await this.queue.remove(jobId).catch(() => undefined);
+    const removed = async () => {
+      await this.#content.discard(contentKey);
+      await this.queue.remove(jobId);
+    };
+    await withDeadline(removed(), ms).catch(() => undefined);
     throw this.#lost(send);
   }
 
@@ -578,7 +668,6 @@ export class EmlApiQueueTransport extends EventEmitter {
 }
 
 function tooLarge(content: QueuedContent, limit: number): EmlApiError {
-  const mib = (n: number) => `${(n / 1024 / 1024).toFixed(1)} MiB`;
   const what =
     content.kind === 'eml'
       ? `The message is ${mib(content.size)}, over maxMessageSize (${mib(limit)})`
@@ -586,6 +675,19 @@ function tooLarge(content: QueuedContent, limit: number): EmlApiError {
   return new EmlApiError('EMESSAGE', `${what}: not queued, nothing was stored`, {
     permanent: true,
   });
+}
+
+/** The error of a message found over `maxMessageSize` as it was built: the build stopped there. */
+function tooLargeBuilding(limit: number): EmlApiError {
+  return new EmlApiError(
+    'EMESSAGE',
+    `The message is over maxMessageSize (${mib(limit)}): its build stopped there, not queued, nothing was stored`,
+    { permanent: true },
+  );
+}
+
+function mib(n: number): string {
+  return `${(n / 1024 / 1024).toFixed(1)} MiB`;
 }
 
 /** The AbortSignal of `sendMail({ signal })`, if any. */
@@ -632,6 +734,7 @@ export interface QueuedContent {
  *
  * @param route where the message goes (its `group`/`tracking` fields)
  * @param threads build threads to build an EML on (`buildThreads`)
+ * @param maxMessageSize the most bytes an EML may have: its build stops as it passes them @default Infinity
  * @throws {EmlApiError} `EENVELOPE` or `EMESSAGE`, as the direct transport; the signal's reason when it aborts
  */
 export async function prepareQueuedContent(
@@ -640,9 +743,13 @@ export async function prepareQueuedContent(
   spool: SpoolSettings,
   signal: AbortSignal,
   threads?: BuildThreads,
+  maxMessageSize = Number.POSITIVE_INFINITY,
 ): Promise<QueuedContent> {
   if (route.kind !== 'eml') return prepareJson(mail, route, signal);
-  const built = await buildMessage(mail, spool, signal, threads, null);
+  const limit = Number.isFinite(maxMessageSize)
+    ? { bytes: maxMessageSize, error: () => tooLargeBuilding(maxMessageSize) }
+    : undefined;
+  const built = await buildMessage(mail, spool, signal, threads, null, limit);
   const { spooled } = built;
   if (spooled.size === 0) {
     await spooled.body.dispose();

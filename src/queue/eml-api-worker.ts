@@ -18,11 +18,19 @@ import {
   withDeadline,
   type OutboxRedisClient,
 } from './redis-connection.js';
-import { withoutArguments, redisErrorText, watchRefusal } from './redis-failure.js';
+import {
+  connectionLost,
+  lastConnectionError,
+  redisErrorText,
+  trackConnectionErrors,
+  unreachable,
+  watchRefusal,
+  withoutArguments,
+} from './redis-failure.js';
 import { resolveWorkerOptions, type EmlApiWorkerOptions } from './worker-options.js';
-import { checkRedisSettings, compareKeyChecks, redisPassword, outboxRedisReadiness } from './redis-settings.js';
+import { compareKeyChecks, redisPassword, outboxRedisReadiness, RedisSettingsWatch } from './redis-settings.js';
+import { checkWorkerOwner, foreignJob, keyFingerprint, type QueueOwner } from './queue-owner.js';
 import { capRateLimitPause, seconds, RedisClock, redisTime, readOutboxSnapshot } from './outbox-admin.js';
-import type { OutboxKeyring } from './content-cipher.js';
 import { isOutboxBackoffType, outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
 import { EmlApiMetrics } from '../observability/metrics.js';
 import { resolveOpsHttpOptions, startOpsEndpoint, type OpsEndpoint } from '../observability/ops-server.js';
@@ -90,11 +98,22 @@ export class EmlApiWorker extends EventEmitter {
   readonly #logger: EmlApiLogger;
   readonly #runner: OutboxJobRunner;
   readonly #maxRetryAfter: number;
-  readonly #keyring: OutboxKeyring | undefined;
   /** Whether the start-up checks passed (settled by #start). */
   readonly #checks = startChecks();
   /** Redis's time: the one clock every worker of the queue shares (see redis-clock.ts). */
   readonly #clock: RedisClock;
+  /** Redis's settings (and the encryption keys' check values), checked at start and watched from then on. */
+  readonly #watch: RedisSettingsWatch;
+  /** The fingerprint of this worker's API key, for the queue's owner record. */
+  readonly #keyPrint: string | undefined;
+  /** Whether the start waits for Redis for as long as it takes (`waitForRedis`). */
+  readonly #waitForRedis: boolean;
+  /** When a lost connection to Redis was last told (performance.now()), so that it is told once per 30 s. */
+  #connectionToldAt = Number.NEGATIVE_INFINITY;
+  /** Other workers' key fingerprints already warned of. */
+  readonly #keysTold = new Set<string>();
+  /** The queue's owner record as last read (from when it names its account, and encrypts). */
+  #owner: QueueOwner | undefined;
   readonly #running = new Set<Promise<unknown>>();
   readonly #telemetry: WorkerTelemetry;
   /** Redis's refusal of the connection (a wrong password...), seen in the errors of the worker's clients. */
@@ -103,6 +122,8 @@ export class EmlApiWorker extends EventEmitter {
   #handedBack = 0;
   #closing: Promise<void> | undefined;
   #sweeper: NodeJS.Timeout | undefined;
+  /** While the clock is off: the check that takes jobs again once it is right. */
+  #clockWatch: NodeJS.Timeout | undefined;
 
   /**
    * Workers are started with {@link startEmlApiWorker}, which also waits until the worker is connected.
@@ -120,7 +141,6 @@ export class EmlApiWorker extends EventEmitter {
     this.#logger = settings.logger;
     this.queueName = settings.queueName;
     this.#maxRetryAfter = settings.maxRetryAfter;
-    this.#keyring = settings.keyring;
     try {
       this.#telemetry = new WorkerTelemetry({
         http,
@@ -130,6 +150,7 @@ export class EmlApiWorker extends EventEmitter {
         redis: () => this.#redis.redis,
         location: settings,
         activeJobs: () => this.#running.size,
+        clock: () => this.#clockProblem(),
         stuck: () =>
           this.#closing === undefined && !this.worker.isRunning() ? 'the BullMQ worker stopped taking jobs' : undefined,
         secrets: [options.apiKey, redisPassword(options.connection)].filter((x): x is string => Boolean(x)),
@@ -139,6 +160,9 @@ export class EmlApiWorker extends EventEmitter {
       throw err;
     }
     this.#redis = openOutboxRedis(options.connection, 'worker', settings);
+    this.#waitForRedis = settings.waitForRedis;
+    const apiKey = settings.client.apiKey;
+    this.#keyPrint = typeof apiKey === 'string' && apiKey !== '' ? keyFingerprint(apiKey) : undefined;
     this.#content = new ContentStore(this.#redis.redis, settings, settings.keyring);
     this.#clock = new RedisClock(() => redisTime(this.#redis.redis));
     this.#runner = new OutboxJobRunner({
@@ -154,9 +178,50 @@ export class EmlApiWorker extends EventEmitter {
       now: () => this.#clock.now(),
       stopping: () => this.#forcing,
       handBack: (job, token) => this.#handBack(job, token),
+      foreign: (data, queuedAt) =>
+        foreignJob(
+          data,
+          queuedAt,
+          { account: settings.account, decrypts: settings.keyring !== undefined },
+          this.#owner,
+        ),
     });
     this.#redis.redis.on('error', (err: Error) => this.#logger.debug({ error: redisErrorText(err) }, 'Redis error'));
     this.#refusals.push(watchRefusal(this.#redis.redis, this.#redis.where));
+    trackConnectionErrors(this.#redis.redis);
+    const keyring = settings.keyring;
+    this.#watch = new RedisSettingsWatch(this.#redis, {
+      durability: 'warn',
+      location: settings,
+      reports: {
+        warn: (message) => this.#warn(message),
+        // Jobs still go out: what Redis holds is safer sent than kept in a Redis that may drop it.
+        wrong: (message) => {
+          this.#logger.error({}, `${message}. Sending goes on; fix it, or queued mail may be lost`);
+          this.emit('warning', message);
+        },
+        fixed: (message) => this.#logger.info({}, message),
+      },
+      more: async () => {
+        // Other bytes under a key id the producers use would fail every job they encrypted (review F10).
+        if (keyring) await compareKeyChecks(this.#redis.redis, this.#location, keyring);
+        const { owner, otherKeys } = await checkWorkerOwner(this.#redis.redis, this.#location, {
+          account: settings.account,
+          key: this.#keyPrint,
+        });
+        this.#owner = owner;
+        for (const key of otherKeys.filter((k) => !this.#keysTold.has(k))) {
+          this.#keysTold.add(key);
+          this.#warn(
+            `Workers with another API key (fingerprint ${key}) send from queue "${settings.queueName}": if it is ` +
+              "another account's (another app on this Redis with the same queue), each sends the other's mail " +
+              'through its own account: give each app its own queueName (or prefix). If it is a key of the same ' +
+              'account (rotated), name the account on every producer and worker of the queue (account, ' +
+              'EML_API_ACCOUNT), and keys rotate without this warning',
+          );
+        }
+      },
+    });
     try {
       this.worker = new Worker<OutboxJobData, OutboxSendResult>(
         settings.queueName,
@@ -247,24 +312,15 @@ export class EmlApiWorker extends EventEmitter {
     refusal.catch(() => undefined);
     const unlessRefused = <T>(step: Promise<T>) => Promise.race([step, refusal]);
     try {
-      await unlessRefused(this.worker.waitUntilReady());
-      await unlessRefused(
-        checkRedisSettings(
-          this.#redis.redis,
-          this.#redis.where,
-          'warn',
-          (message) => {
-            this.#logger.warn({}, message);
-            this.emit('warning', message);
-          },
-          this.#location,
-        ),
-      );
+      await unlessRefused(this.#connected());
+      await unlessRefused(this.#watch.check());
       await this.#capPause();
       await this.#clock.sync();
-      // Other bytes under a key id the producers use would fail every job they encrypted (review F10).
-      if (this.#keyring) await compareKeyChecks(this.#redis.redis, this.#location, this.#keyring);
+      const off = this.#clockProblem();
+      if (off) throw new EmlApiError('ECONFIG', off, { permanent: true });
       this.#checks.pass();
+      // Checked again after every reconnect and on an interval: said in the log and /readyz.
+      this.#watch.start();
       await this.#telemetry.start();
     } catch (err) {
       // Jobs BullMQ handed over meanwhile go back to the queue as the worker closes, untouched. A refusal
@@ -278,13 +334,120 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   /**
+   * Resolves once BullMQ's connections are ready. While Redis cannot be
+   * reached it says so, at the first failure of the connection and every few
+   * seconds, naming the cause (refused, timed out, host not found...); after
+   * the client's `timeouts.connect` it rejects, unless `waitForRedis`.
+   * @throws {EmlApiError} `ECONNECTION` when Redis was not reached in time
+   */
+  async #connected(): Promise<void> {
+    const { redis, where } = this.#redis;
+    const connectMs = this.client.options.timeouts.connect;
+    const since = performance.now();
+    const waitFor = this.#waitForRedis
+      ? 'waiting for it (waitForRedis)'
+      : `giving up after ${seconds(connectMs)} (timeouts.connect)`;
+    const why = () => {
+      const err = lastConnectionError(redis);
+      return err ? unreachable(where, err) : `it has not answered yet (${seconds(performance.now() - since)})`;
+    };
+    const say = () => this.#warn(`Cannot reach Redis at ${where}: ${why()}; ${waitFor}`);
+    let said = false;
+    const first = () => {
+      if (said) return;
+      said = true;
+      say();
+    };
+    redis.on('error', first);
+    // Every 2 s in the first minute, then every minute.
+    let ticks = 0;
+    const again = setInterval(() => {
+      ticks++;
+      if (ticks <= 30 || ticks % 30 === 0) {
+        said = true;
+        say();
+      }
+    }, 2_000);
+    let deadline: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_resolve, reject) => {
+      if (this.#waitForRedis) return;
+      deadline = setTimeout(() => {
+        reject(
+          new EmlApiError(
+            'ECONNECTION',
+            `Could not reach Redis at ${where} within ${seconds(connectMs)} (timeouts.connect): ${why()}. To wait ` +
+              'for Redis instead, start the worker with waitForRedis: true (eml-api worker --wait-for-redis)',
+            { permanent: false, cause: lastConnectionError(redis) },
+          ),
+        );
+      }, connectMs);
+    });
+    late.catch(() => undefined);
+    try {
+      await Promise.race([this.worker.waitUntilReady(), late]);
+    } finally {
+      redis.off('error', first);
+      clearInterval(again);
+      clearTimeout(deadline);
+    }
+  }
+
+  /**
    * Runs a job once the start-up checks have passed: BullMQ hands over jobs
    * as soon as it is connected, and a worker refused at start (a Redis that
    * evicts, a key that is not the producers') must not have run any.
    */
   async #runChecked(job: OutboxJob, token: string | undefined): Promise<OutboxSendResult> {
     if (!(await this.#checks.passed)) return this.#handBack(job, token);
+    // Redis's time read again when the machine was suspended meanwhile (the monotonic clock missed it).
+    await this.#clock.now().catch(() => undefined);
+    if (this.#clockProblem() !== undefined) {
+      this.#stopForClock();
+      return this.#handBack(job, token);
+    }
     return this.#runner.run(job, token);
+  }
+
+  /**
+   * Why this worker must not finish jobs now, if it must not: its clock is
+   * more than {@link MAX_CLOCK_OFFSET_MS} off Redis's. BullMQ removes old sent
+   * and failed jobs by the clock of the worker that finishes a job (and
+   * stamps `finishedOn` with it): a worker 8 days ahead removed every failed
+   * job, kept 7 days for a person, at its first failure; one behind would
+   * have its own failures removed early by the others.
+   */
+  #clockProblem(): string | undefined {
+    const off = this.#clock.offset();
+    if (off === undefined || Math.abs(off) <= MAX_CLOCK_OFFSET_MS) return undefined;
+    const by = off > 0 ? `${duration(off)} ahead of` : `${duration(-off)} behind`;
+    return (
+      `This machine's clock is ${by} Redis's (TIME): BullMQ removes old sent and failed jobs by the clock of the ` +
+      'worker that finishes a job, so this worker would erase mail kept for a person, or have its own removed too ' +
+      `early. A worker takes no job while its clock is more than ${seconds(MAX_CLOCK_OFFSET_MS)} off Redis's: fix ` +
+      "this machine's time (NTP)"
+    );
+  }
+
+  /** Stops taking jobs while the clock is off, says so, and takes them again once it is right. */
+  #stopForClock(): void {
+    if (this.#clockWatch || this.#closing) return;
+    const problem = this.#clockProblem()!;
+    this.#logger.error({}, problem);
+    this.emit('warning', problem);
+    void this.worker.pause(true).catch(() => undefined);
+    this.#clockWatch = setInterval(() => void this.#clockBack(), CLOCK_CHECK_MS);
+    this.#clockWatch.unref();
+  }
+
+  /** Takes jobs again once the clock agrees with Redis's (read again: the machine may have slept). */
+  async #clockBack(): Promise<void> {
+    await this.#clock.now().catch(() => undefined);
+    if (this.#clockProblem() !== undefined || !this.#clockWatch) return;
+    clearInterval(this.#clockWatch);
+    this.#clockWatch = undefined;
+    if (this.#closing) return;
+    this.#logger.info({}, "This machine's clock agrees with Redis's again: taking jobs");
+    void this.worker.resume();
   }
 
   /**
@@ -352,6 +515,8 @@ export class EmlApiWorker extends EventEmitter {
 
   async #close(): Promise<void> {
     if (this.#sweeper) clearInterval(this.#sweeper);
+    if (this.#clockWatch) clearInterval(this.#clockWatch);
+    this.#watch.stop();
     for (const refusal of this.#refusals) refusal.stop();
     if (this.#forcing) {
       // Stop taking jobs, then wait (briefly) for the aborted sends to put their jobs back
@@ -460,18 +625,74 @@ export class EmlApiWorker extends EventEmitter {
     }
   }
 
+  /** A warning: logged, and the `'warning'` event. */
+  #warn(message: string): void {
+    this.#logger.warn({}, message);
+    this.emit('warning', message);
+  }
+
   #reportError(err: Error): void {
+    let reported = err;
+    if (connectionLost(err)) {
+      // Each reconnect fails with one (every 2 s at most): told once per 30 s, saying why and what to check.
+      // While the worker starts, its own warnings say it.
+      const now = performance.now();
+      if (this.#checks.settled === undefined || now - this.#connectionToldAt < CONNECTION_ERROR_EVERY_MS) return;
+      this.#connectionToldAt = now;
+      reported = new EmlApiError(
+        'ECONNECTION',
+        `Lost Redis at ${this.#redis.where}: ${unreachable(this.#redis.where, err)}; the worker waits for it`,
+        { permanent: false, cause: err },
+      );
+    }
     // BullMQ's errors are often ioredis's, whose command arguments may hold a job's data.
-    if (this.listenerCount('error') > 0) this.emit('error', withoutArguments(err));
-    else this.#logger.error({ error: redisErrorText(err) }, 'Outbox worker error');
+    if (this.listenerCount('error') > 0) this.emit('error', withoutArguments(reported));
+    else this.#logger.error({ error: redisErrorText(reported) }, 'Outbox worker error');
   }
 }
 
+/**
+ * How far a worker's clock may be off Redis's, in ms (1 minute): further, it
+ * does not start, or stops taking jobs (see `#clockProblem`).
+ */
+export const MAX_CLOCK_OFFSET_MS = 60_000;
+
+/** A duration for people: days, hours or minutes when it is that long, else seconds. */
+function duration(ms: number): string {
+  for (const [unit, size] of [
+    ['days', 86_400_000],
+    ['hours', 3_600_000],
+    ['minutes', 60_000],
+  ] as const) {
+    if (ms >= 2 * size) return `${(ms / size).toFixed(1)} ${unit}`;
+  }
+  return seconds(ms);
+}
+
+/** How often a worker stopped for its clock looks at it again, in ms (no round trip). */
+const CLOCK_CHECK_MS = 1_000;
+
+/** How often a lost connection to Redis is told, at most, in ms. */
+const CONNECTION_ERROR_EVERY_MS = 30_000;
+
 /** A promise of whether the start-up checks passed, with the functions that settle it. */
-function startChecks(): { passed: Promise<boolean>; pass: () => void; fail: () => void } {
+function startChecks(): {
+  passed: Promise<boolean>;
+  readonly settled: boolean | undefined;
+  pass: () => void;
+  fail: () => void;
+} {
   let settle!: (passed: boolean) => void;
+  let settled: boolean | undefined;
   const passed = new Promise<boolean>((resolve) => (settle = resolve));
-  return { passed, pass: () => settle(true), fail: () => settle(false) };
+  return {
+    passed,
+    get settled() {
+      return settled;
+    },
+    pass: () => settle((settled = true)),
+    fail: () => settle((settled = false)),
+  };
 }
 
 /** A failed attempt answered with a 2xx: not the service's answer (a wrong baseUrl?), see send-outbox-job.ts. */
@@ -558,6 +779,8 @@ export interface WorkerTelemetrySettings {
   activeJobs: () => number;
   /** Why the worker cannot take jobs although it is not closing (BullMQ's worker stopped), or undefined. */
   stuck: () => string | undefined;
+  /** Why the worker takes no jobs because of its clock, or undefined. */
+  clock: () => string | undefined;
   /** Strings never shown in a health reason (the API key). */
   secrets: string[];
 }
@@ -618,6 +841,13 @@ export class WorkerTelemetry {
         checks: [
           outboxRedisReadiness(() => this.#settings.redis(), this.#settings.location),
           { name: 'service', check: async () => void (await client.verify()) },
+          {
+            name: 'clock',
+            check: () => {
+              const problem = this.#settings.clock();
+              return problem === undefined ? Promise.resolve() : Promise.reject(new Error(problem));
+            },
+          },
         ],
         stuck,
         secrets,

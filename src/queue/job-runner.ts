@@ -43,6 +43,8 @@ export interface JobRunnerSettings {
   stopping: () => boolean;
   /** Puts a job back in the queue for another worker and tells BullMQ so (never returns). */
   handBack: (job: OutboxJob, token: string | undefined) => Promise<never>;
+  /** Why this worker must not send a job (queued for another account, or in clear on an encrypted queue). */
+  foreign: (data: OutboxJobData, queuedAt: number) => EmlApiError | undefined;
 }
 
 /**
@@ -92,6 +94,8 @@ export class OutboxJobRunner {
       this.#alreadySent.add(job);
       return data.sent;
     }
+    const foreign = this.#settings.foreign(data, job.timestamp);
+    if (foreign) return this.#fail(job, token, foreign, data);
     // Redis's time, not this machine's: resendUntil was written by another worker, maybe on another clock.
     // Read once it can be read, it is carried forward and never fails again (redis-clock.ts).
     let now: number;
@@ -180,7 +184,7 @@ export class OutboxJobRunner {
     const permanent = action.kind === 'fail';
     const at = await this.#failedAt();
     // The service refused these very bytes: nothing can send them, so they leave Redis now, not in 7 days.
-    const refused = outcome.kind === 'refused' && data !== undefined;
+    const refused = (outcome.kind === 'refused' || outcome.kind === 'key-used') && data !== undefined;
     const window = data && startedAt !== undefined && mayHaveBeenAccepted(err) ? this.#window(data, startedAt) : {};
     await this.#record(
       job,
@@ -310,9 +314,12 @@ export class OutboxJobRunner {
   /** The Redis keys of a job's records: its hash (its lock beside it) and the queue's content index. */
   #keys(job: OutboxJob): JobRecordKeys {
     const { location } = this.#settings;
+    const keys = outboxKeys(location);
     return {
+      id: String(job.id),
       job: `${location.prefix}:${location.queueName}:${job.id}`,
-      contentIndex: outboxKeys(location).contentIndex,
+      contentIndex: keys.contentIndex,
+      parked: keys.parked,
     };
   }
 
@@ -334,6 +341,7 @@ export class OutboxJobRunner {
     const updated = dropContent ? rest : { ...rest, ...(inline === undefined ? {} : { inline }) };
     try {
       await this.#write(job, token, updated as OutboxJobData, {
+        parked: fields.lastError?.parked !== undefined,
         dropContent: dropContent !== undefined && dropContent.inline === undefined,
         // Read by BullMQ when it promotes the job from delayed: priority 0 puts it in the wait list, taken first.
         priority: retry && job.priority !== RETRY_PRIORITY ? RETRY_PRIORITY : undefined,
@@ -355,7 +363,7 @@ export class OutboxJobRunner {
     job: OutboxJob,
     token: string | undefined,
     data: OutboxJobData,
-    options: { dropContent?: boolean; priority?: number | undefined } = {},
+    options: { dropContent?: boolean; priority?: number | undefined; parked?: boolean } = {},
   ): Promise<boolean> {
     const outcome = await recordOnJob(this.#settings.redis, this.#keys(job), token, data, options);
     if (outcome === 'not-owner') {
@@ -505,8 +513,9 @@ if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
  * In one step: the content deleted with its entry in the queue's content
  * index, and the service's answer into the job's data (only while the job
  * exists: a job removed meanwhile is not brought back as a hash of one
- * field). KEYS: job hash, its lock, content key, content index. ARGV: the
- * lock token, the data as JSON. Answers 0 when the worker no longer holds the job.
+ * field), and the job out of the queue's parked set. KEYS: job hash, its
+ * lock, content key, content index, parked set. ARGV: the lock token, the
+ * data as JSON, the job id. Answers 0 when the worker no longer holds the job.
  *
  * The deletion comes first: on a full Redis (maxmemory reached, `noeviction`)
  * a script's first write is refused when it is one that needs memory (HSET),
@@ -519,15 +528,18 @@ const RECORD_SENT = `${OWNED}
 redis.call('DEL', KEYS[3])
 redis.call('ZREM', KEYS[4], KEYS[3])
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'data', ARGV[2]) end
+redis.call('ZREM', KEYS[5], ARGV[3])
 return 1
 `;
 
 /**
  * In one step: the job's data, and, as asked, its content removed (ARGV[3]
  * '1', first: on a full Redis the freeing lets the rest run, see
- * RECORD_SENT) and its priority set (ARGV[4], '' to leave it). KEYS: job hash, its
- * lock, content key, content index. ARGV: the lock token, the data as JSON,
- * drop, priority. The job is active (its lock is held), so the priority
+ * RECORD_SENT) and its priority set (ARGV[4], '' to leave it), and the job
+ * into the queue's parked set (ARGV[5] '1', scored with its `processedOn`,
+ * which tells this failure from a later one) or out of it. KEYS: job hash,
+ * its lock, content key, content index, parked set. ARGV: the lock token,
+ * the data as JSON, drop, priority, park, the job id. The job is active (its lock is held), so the priority
  * is only read when BullMQ moves it back to a list: BullMQ's changePriority
  * does no more for an active job. Answers 0 when the worker no longer holds
  * the job, -1 when the job is gone.
@@ -540,6 +552,11 @@ if ARGV[3] == '1' then
 end
 redis.call('HSET', KEYS[1], 'data', ARGV[2])
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'priority', ARGV[4]) end
+if ARGV[5] == '1' then
+  redis.call('ZADD', KEYS[5], tonumber(redis.call('HGET', KEYS[1], 'processedOn') or '0') or 0, ARGV[6])
+else
+  redis.call('ZREM', KEYS[5], ARGV[6])
+end
 return 1
 `;
 
@@ -549,18 +566,23 @@ interface RecordCommands {
     lock: string,
     content: string,
     index: string,
+    parked: string,
     token: string,
     data: string,
+    jobId: string,
   ): Promise<number>;
   emlApiRecord(
     job: string,
     lock: string,
     content: string,
     index: string,
+    parked: string,
     token: string,
     data: string,
     drop: string,
     priority: string,
+    park: string,
+    jobId: string,
   ): Promise<number>;
 }
 
@@ -568,8 +590,8 @@ const defined = new WeakSet<OutboxRedisClient>();
 
 function commands(redis: OutboxRedisClient): OutboxRedisClient & RecordCommands {
   if (!defined.has(redis)) {
-    redis.defineCommand('emlApiRecordSent', { numberOfKeys: 4, lua: RECORD_SENT });
-    redis.defineCommand('emlApiRecord', { numberOfKeys: 4, lua: RECORD });
+    redis.defineCommand('emlApiRecordSent', { numberOfKeys: 5, lua: RECORD_SENT });
+    redis.defineCommand('emlApiRecord', { numberOfKeys: 5, lua: RECORD });
     defined.add(redis);
   }
   return redis as OutboxRedisClient & RecordCommands;
@@ -580,8 +602,12 @@ function commands(redis: OutboxRedisClient): OutboxRedisClient & RecordCommands 
  * is beside it), and the queue's content index.
  */
 export interface JobRecordKeys {
+  /** The job's id. */
+  id: string;
   job: string;
   contentIndex: string;
+  /** The queue's set of parked jobs. */
+  parked: string;
 }
 
 /**
@@ -610,14 +636,16 @@ export async function recordSent(
 ): Promise<boolean> {
   const { inline: _sent, ...kept } = data;
   const record = JSON.stringify({ ...kept, sent: result });
-  const { job, contentIndex } = keys;
+  const { job, contentIndex, parked } = keys;
   const done = await commands(redis).emlApiRecordSent(
     job,
     `${job}:lock`,
     data.contentKey,
     contentIndex,
+    parked,
     token ?? '',
     record,
+    keys.id,
   );
   return done === 1;
 }
@@ -637,7 +665,11 @@ export async function recordOnJob(
   keys: JobRecordKeys,
   token: string | undefined,
   data: OutboxJobData,
-  { dropContent = false, priority }: { dropContent?: boolean; priority?: number | undefined } = {},
+  {
+    dropContent = false,
+    priority,
+    parked = false,
+  }: { dropContent?: boolean; priority?: number | undefined; parked?: boolean } = {},
 ): Promise<'recorded' | 'not-owner' | 'gone'> {
   const { job, contentIndex } = keys;
   const done = await commands(redis).emlApiRecord(
@@ -645,10 +677,13 @@ export async function recordOnJob(
     `${job}:lock`,
     data.contentKey,
     contentIndex,
+    keys.parked,
     token ?? '',
     JSON.stringify(data),
     dropContent ? '1' : '',
     priority === undefined ? '' : String(priority),
+    parked ? '1' : '',
+    keys.id,
   );
   return done === 1 ? 'recorded' : done === 0 ? 'not-owner' : 'gone';
 }
@@ -703,6 +738,8 @@ export function outboxJobError(err: unknown, attempt: number, permanent: boolean
  * - `retry`: tried again on the job's schedule
  * - `exhausted`: out of attempts on a passing failure; failed, its content kept to be put back
  * - `refused`: the service refused these very bytes (400, 413, 422): failed, its content removed
+ * - `key-used`: the service already accepted another message under the job's idempotency key (422
+ *   `idempotency_key_reused`): failed, its content removed; that message was delivered, this one cannot be under the key
  * - `held`: the service refused something a fix elsewhere can cure (a key, a missing group): failed, its content kept
  * - `broken`: the job itself cannot be sent (its content gone, not a job of this outbox): failed
  */
@@ -710,6 +747,7 @@ export type FailureOutcome =
   | { kind: 'retry' }
   | { kind: 'exhausted'; attempts: number }
   | { kind: 'refused' }
+  | { kind: 'key-used' }
   | { kind: 'held' }
   | { kind: 'broken' };
 
@@ -725,6 +763,7 @@ export function failureOutcome(err: unknown, attempt: number, attempts: number):
   if (failureAction(err).kind === 'retry') {
     return attempt >= attempts ? { kind: 'exhausted', attempts: attempt } : { kind: 'retry' };
   }
+  if (keyReused(err)) return { kind: 'key-used' };
   if (refusesRequest(err)) return { kind: 'refused' };
   return err instanceof EmlApiError && err.responseCode !== undefined ? { kind: 'held' } : { kind: 'broken' };
 }
@@ -738,6 +777,17 @@ export function failureOutcome(err: unknown, attempt: number, attempts: number):
 export function refusesRequest(err: unknown): boolean {
   return err instanceof EmlApiError && err.permanent && REFUSED_REQUEST.has(err.responseCode ?? 0);
 }
+
+/**
+ * Whether the service answered that another message was accepted under the
+ * send's idempotency key (422 `idempotency_key_reused`).
+ */
+export function keyReused(err: unknown): boolean {
+  return err instanceof EmlApiError && err.responseCode === 422 && err.apiCode === KEY_REUSED;
+}
+
+/** The service's code of a key another accepted message used. */
+export const KEY_REUSED = 'idempotency_key_reused';
 
 const SENT_AND_RETRIED =
   'the request was sent, so the service may have accepted it; the outbox sends it again with the same Idempotency-Key, which the service answers from the first send';
@@ -757,6 +807,9 @@ export function explainFailure(err: unknown, outcome: FailureOutcome): Error {
   } else if (outcome.kind === 'refused') {
     message +=
       '; not retried: the service refused this request, so these bytes can never be sent; its content was removed from Redis (the failed job is kept to be looked at: queue a corrected message with sendMail, under the same idempotencyKey if you like)';
+  } else if (outcome.kind === 'key-used') {
+    message +=
+      '; not retried: the service already accepted another message under this idempotency key (it answers that one, delivered, from its first send), and this one, with other bytes, can never be sent under the key; its content was removed from Redis. To send it too, queue it with sendMail under a new idempotencyKey';
   } else if (outcome.kind === 'held') {
     message +=
       '; not retried until it is put back (eml-api queue retry) once the cause is fixed; its content stays in Redis';

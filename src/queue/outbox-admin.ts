@@ -11,7 +11,7 @@ import {
   escapeGlob,
   scannableServers,
 } from './redis-connection.js';
-import { redisFailure, watchRefusal } from './redis-failure.js';
+import { redisFailure, trackConnectionErrors, watchRefusal } from './redis-failure.js';
 import type { SendKind } from '../protocol/api-types.js';
 import type { MailEnvelope } from '../transport/nodemailer-types.js';
 
@@ -50,6 +50,7 @@ export async function openOutboxQueue(
   const { Queue } = loadBullmq();
   const client = openOutboxRedis(options.connection, 'producer', location);
   client.redis.on('error', () => undefined);
+  trackConnectionErrors(client.redis);
   // A refused password leaves the PING waiting (a cluster client retries, saying only "Failed to refresh
   // slots cache."): the refusal, seen in the client's errors, ends the wait with its reason.
   const refusal = watchRefusal(client.redis, client.where);
@@ -57,7 +58,7 @@ export async function openOutboxQueue(
     await Promise.race([withDeadline(client.redis.ping(), timeout), refusal.refused]);
   } catch (err) {
     if (client.owned) client.redis.disconnect();
-    throw redisFailure(err, `Redis at ${client.where} did not answer`, false);
+    throw redisFailure(err, `Could not reach Redis at ${client.where}`, false, undefined, client);
   } finally {
     refusal.stop();
   }
@@ -171,22 +172,53 @@ export async function readOutboxStatus(
     queue.getRateLimitTtl(PAUSE_MARK),
   ]);
   const counts = Object.fromEntries(OUTBOX_STATES.map((s) => [s, raw[s] ?? 0])) as Record<OutboxState, number>;
-  const jobs = limit > 0 ? await queue.getFailed(0, limit - 1) : [];
-  const failed = jobs.filter(Boolean).map((job): FailedSend => {
-    const data = (job.data ?? {}) as Partial<OutboxJobData>;
-    return {
-      queueId: String(job.id),
-      kind: data.kind,
-      group: data.group,
-      envelope: data.envelope,
-      messageId: data.messageId,
-      encrypted: data.encryption !== undefined,
-      attempts: job.attemptsMade,
-      failedAt: job.finishedOn ? new Date(job.finishedOn) : undefined,
-      error: data.lastError ?? { message: job.failedReason ?? 'unknown error' },
-    };
-  });
+  const ids = limit > 0 ? await queue.getRanges(['failed'], 0, limit - 1) : [];
+  const read = await Promise.all(
+    ids.map(async (id): Promise<FailedSend | undefined> => {
+      const job = await readJob(queue, id);
+      if (job === undefined) return undefined;
+      if (job instanceof SyntaxError) {
+        const message = `This job cannot be read: ${UNREADABLE} (${job.message}); look at it with a Redis client (HGETALL ${queue.toKey(id)}), or remove it with eml-api queue purge ${id}`;
+        const none = { kind: undefined, group: undefined, envelope: undefined, messageId: undefined };
+        return { queueId: id, ...none, encrypted: false, attempts: 0, failedAt: undefined, error: { message } };
+      }
+      const data = (job.data ?? {}) as Partial<OutboxJobData>;
+      return {
+        queueId: String(job.id),
+        kind: data.kind,
+        group: data.group,
+        envelope: data.envelope,
+        messageId: data.messageId,
+        encrypted: data.encryption !== undefined,
+        attempts: job.attemptsMade,
+        failedAt: job.finishedOn ? new Date(job.finishedOn) : undefined,
+        error: data.lastError ?? { message: job.failedReason ?? 'unknown error' },
+      };
+    }),
+  );
+  const failed = read.filter((send): send is FailedSend => send !== undefined);
   return { counts, paused, rateLimitedMs: Math.max(0, rateLimitedMs), failed };
+}
+
+/** What is wrong with a job BullMQ cannot read. */
+const UNREADABLE = 'its data in Redis is not valid JSON (cut, or written by something else than the outbox)';
+
+/**
+ * A job as BullMQ reads it; the parse error when its hash holds something
+ * that is not JSON (one such job must not stop a reading of the whole
+ * queue); undefined when it is gone.
+ * @throws Redis's errors
+ */
+async function readJob(
+  queue: Queue<OutboxJobData, OutboxSendResult>,
+  id: string,
+): Promise<Awaited<ReturnType<typeof queue.getJob>> | SyntaxError> {
+  try {
+    return await queue.getJob(id);
+  } catch (err) {
+    if (err instanceof SyntaxError) return err;
+    throw err;
+  }
 }
 
 /**
@@ -201,6 +233,9 @@ export interface SkippedSend {
 
 /** Why a job whose content was removed is not put back. */
 const CONTENT_REMOVED = 'its content was removed when the service refused it; queue a corrected message with sendMail';
+/** Why a job whose key another accepted message used is not put back. */
+const KEY_USED =
+  'the service had already accepted another message under its idempotency key (422 idempotency_key_reused), and its content was removed; queue it with sendMail under a new idempotencyKey if it must go too';
 /** Why a job put back by someone else while this call ran is left to them. */
 const NO_LONGER_FAILED =
   'no longer failed: put back meanwhile by someone else (another eml-api queue retry, a dashboard, a sendMail with its idempotencyKey)';
@@ -237,11 +272,20 @@ export async function retryFailedSends(
   const skipped: SkippedSend[] = [];
   let now: number | undefined;
   const retry = async (id: string) => {
-    const job = await queue.getJob(id);
+    const job = await readJob(queue, id);
+    if (job instanceof SyntaxError) {
+      if (!(await queue.getJobState(id).then((state) => state === 'failed'))) return false;
+      skipped.push({
+        queueId: id,
+        reason: `${UNREADABLE}: look at it with a Redis client, or remove it with eml-api queue purge`,
+      });
+      return true;
+    }
     if (!job || !(await job.isFailed())) return false;
     const data = (job.data ?? {}) as Partial<OutboxJobData>;
     if (data.contentRemoved) {
-      skipped.push({ queueId: id, reason: CONTENT_REMOVED });
+      const keyUsed = data.lastError?.apiCode === 'idempotency_key_reused';
+      skipped.push({ queueId: id, reason: keyUsed ? KEY_USED : CONTENT_REMOVED });
       return true;
     }
     // By Redis's clock, which workers wrote resendUntil with (not this machine's).
@@ -266,6 +310,8 @@ export async function retryFailedSends(
       return true;
     }
     retried.push(id);
+    // No longer waiting for a person (what the workers' sweep would find later).
+    await (await queueRedis(queue)).zrem(parkedKey(queue), id).catch(() => undefined);
     return true;
   };
   if (ids) {
@@ -406,6 +452,7 @@ async function purgeJobs(
       continue;
     }
     result.jobs++;
+    await redis.zrem(outboxKeys(location).parked, id);
     // Only a key of this queue's content: a forged job must not make this delete another key.
     if (typeof contentKey === 'string' && contentKey.startsWith(location.contentKeyPrefix)) {
       const [[, deleted]] = (await redis.multi().del(contentKey).zrem(index, contentKey).exec()) as [[unknown, number]];
@@ -460,7 +507,12 @@ export interface OutboxSnapshot {
    * or none runs.
    */
   oldestWaitingSeconds: number;
-  /** Failed jobs parked for a person (`lastError.parked`), among the newest {@link PARKED_SCAN} failed. */
+  /**
+   * Failed jobs parked for a person (`lastError.parked`): counted as workers
+   * park them and `eml-api queue retry` puts them back; one put back or
+   * removed another way (a dashboard) counts until the workers' next sweep
+   * of stored content (`cleanupInterval`).
+   */
   parked: number;
   /** Jobs sent (completed) within the last minute, by their finishing time. */
   sentLastMinute: number;
@@ -468,29 +520,15 @@ export interface OutboxSnapshot {
   failedLastMinute: number;
 }
 
-/** Failed jobs looked at for `parked`: the newest ones; failed jobs are kept 7 days. */
-export const PARKED_SCAN = 10_000;
-
-/**
- * Counts, in Redis, the failed jobs whose data says they are parked: one
- * script, not a read of every job's data over the network (a scrape every few
- * seconds must stay cheap with thousands of failed jobs). The job keys are
- * the failed set's members under the queue's prefix (one hash slot in a Redis
- * Cluster, as BullMQ's own scripts assume).
- */
-const COUNT_PARKED = `
-local ids = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
-local parked = 0
-for _, id in ipairs(ids) do
-  local data = redis.call('HGET', ARGV[1] .. id, 'data')
-  if data and string.find(data, '"parked":"', 1, true) then parked = parked + 1 end
-end
-return parked
-`;
+/** The queue's set of parked jobs (see `outboxKeys`). */
+function parkedKey(queue: Queue<OutboxJobData, OutboxSendResult>): string {
+  return outboxKeys(resolveQueueLocation(queue.name, queue.opts.prefix)).parked;
+}
 
 /**
  * Reads the outbox's live state (see {@link OutboxSnapshot}): a few commands,
- * cheap enough for a scrape every few seconds.
+ * each of a cost that does not grow with the number of jobs, cheap enough for
+ * a scrape every few seconds.
  *
  * @param now the time ages and the last minute are counted from (ms) @default Date.now()
  * @example
@@ -509,7 +547,7 @@ export async function readOutboxSnapshot(
     // Workers take the wait list from its right end, and the prioritized set from its lowest score.
     redis.lindex(queue.toKey('wait'), -1),
     redis.zrange(queue.toKey('prioritized'), 0, 0),
-    redis.eval(COUNT_PARKED, 1, queue.toKey('failed'), jobKey, PARKED_SCAN) as Promise<number>,
+    redis.zcard(parkedKey(queue)),
     redis.zcount(queue.toKey('completed'), now - 60_000, '+inf'),
     redis.zcount(queue.toKey('failed'), now - 60_000, '+inf'),
   ]);
@@ -600,8 +638,9 @@ export class RedisClock {
   readonly #read: () => Promise<number>;
   readonly #refreshEvery: number;
   readonly #monotonic: () => number;
-  /** Redis's time at one instant of the monotonic clock. */
-  #sample: { redis: number; at: number } | undefined;
+  readonly #wall: () => number;
+  /** Redis's time at one instant of the monotonic clock, and this machine's wall clock then. */
+  #sample: { redis: number; at: number; wall: number } | undefined;
   #syncing: Promise<void> | undefined;
 
   /**
@@ -610,11 +649,16 @@ export class RedisClock {
    */
   constructor(
     read: () => Promise<number>,
-    { refreshEvery = REDIS_CLOCK_REFRESH, monotonic = () => performance.now() }: ClockOptions = {},
+    {
+      refreshEvery = REDIS_CLOCK_REFRESH,
+      monotonic = () => performance.now(),
+      wall = () => Date.now(),
+    }: ClockOptions = {},
   ) {
     this.#read = read;
     this.#refreshEvery = refreshEvery;
     this.#monotonic = monotonic;
+    this.#wall = wall;
   }
 
   /**
@@ -627,9 +671,20 @@ export class RedisClock {
       const redis = await this.#read();
       const after = this.#monotonic();
       // Redis read its clock somewhere within the round trip: its middle is off by half of it at most.
-      this.#sample = { redis, at: (before + after) / 2 };
+      this.#sample = { redis, at: (before + after) / 2, wall: this.#wall() - (after - before) / 2 };
     })().finally(() => (this.#syncing = undefined));
     return this.#syncing;
+  }
+
+  /**
+   * How far this machine's clock (`Date.now()`) is ahead of Redis's (behind:
+   * negative), in ms, from the last reading carried forward; undefined before
+   * the first. No round trip.
+   */
+  offset(): number | undefined {
+    const sample = this.#sample;
+    if (sample === undefined) return undefined;
+    return this.#wall() - (sample.redis + (this.#monotonic() - sample.at));
   }
 
   /**
@@ -639,7 +694,12 @@ export class RedisClock {
    * @throws Redis's errors, when it was never read
    */
   async now(): Promise<number> {
-    const stale = this.#sample === undefined || this.#monotonic() - this.#sample.at >= this.#refreshEvery;
+    const last = this.#sample;
+    const since = last === undefined ? 0 : this.#monotonic() - last.at;
+    // The monotonic clock misses a suspend of the machine (a VM paused, a host asleep): when the wall clock
+    // moved otherwise than it since the reading, the reading carried forward is behind; read it again.
+    const stale =
+      last === undefined || since >= this.#refreshEvery || Math.abs(this.#wall() - last.wall - since) > SUSPEND_MS;
     if (stale) {
       try {
         await this.sync();
@@ -652,6 +712,9 @@ export class RedisClock {
   }
 }
 
+/** How far the wall clock may move otherwise than the monotonic one before Redis's time is read again, in ms. */
+const SUSPEND_MS = 2_000;
+
 /**
  * Options of {@link RedisClock}.
  */
@@ -660,6 +723,8 @@ export interface ClockOptions {
   refreshEvery?: number;
   /** The monotonic clock, in ms. */
   monotonic?: () => number;
+  /** This machine's wall clock, in ms. */
+  wall?: () => number;
 }
 
 /**

@@ -105,6 +105,11 @@ export interface OutboxJobData {
   messageId: string;
   /** `Idempotency-Key` of every attempt. */
   idempotencyKey: string;
+  /**
+   * The fingerprint of the producer's `account` option, when it names one: a
+   * worker of another account does not send the job.
+   */
+  account?: string;
   /** The last failed attempt, if any. */
   lastError?: OutboxJobError;
   /**
@@ -244,6 +249,7 @@ export function readOutboxJobData(data: unknown, contentKeyPrefix: string): Outb
     o.contentKey.startsWith(contentKeyPrefix) &&
     Number.isSafeInteger(o.size) &&
     typeof o.idempotencyKey === 'string' &&
+    (o.account === undefined || typeof o.account === 'string') &&
     typeof o.messageId === 'string' &&
     (o.sha256 === undefined || (typeof o.sha256 === 'string' && /^[0-9a-f]{64}$/.test(o.sha256))) &&
     typeof o.envelope === 'object' &&

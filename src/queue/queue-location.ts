@@ -68,6 +68,10 @@ export function outboxKeys(location: { prefix: string; queueName: string }): {
   keyChecks: string;
   /** Set, for a day, once the sweeper has looked for content written before the index. */
   legacyScanned: string;
+  /** Sorted set: the failed jobs parked for a person, scored with the `processedOn` of the run that parked them. */
+  parked: string;
+  /** Hash: who the queue belongs to (queue-owner.ts). */
+  owner: string;
 } {
   const base = `${location.prefix}:${location.queueName}:outbox:`;
   return {
@@ -75,6 +79,8 @@ export function outboxKeys(location: { prefix: string; queueName: string }): {
     sweepLock: `${base}sweep-lock`,
     keyChecks: `${base}keys`,
     legacyScanned: `${base}legacy-scanned`,
+    parked: `${base}parked`,
+    owner: `${base}owner`,
   };
 }
 

@@ -2,6 +2,7 @@ import type { JobsOptions } from 'bullmq';
 import type { SpoolOptions, SpoolSettings } from '../body/message-spool.js';
 import {
   type EmlApiLogger,
+  booleanOption,
   configError,
   describe,
   objectOption,
@@ -27,6 +28,7 @@ import { EmlApiError } from '../shared/eml-api-error.js';
 import { resolveBuildThreads } from '../transport/build-threads/pool.js';
 import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
 import { OUTBOX_DURABILITIES, type OutboxDurability } from './redis-settings.js';
+import { accountFingerprint, resolveAccount } from './queue-owner.js';
 
 /**
  * BullMQ job options a producer may set on its jobs. The job id is the
@@ -84,6 +86,19 @@ export interface EmlApiQueueTransportOptions {
    * @default 'eml-api'
    */
   queueName?: string;
+  /**
+   * The service account this queue sends for: your account's id, or any
+   * name its producers and workers share. Recorded on the queue (a
+   * fingerprint) by the first producer or worker that names one; a producer
+   * or worker of another account, or one that names none, then refuses the
+   * queue (`ECONFIG`), and workers refuse jobs queued for another account.
+   * Two apps on one Redis with the same queue name would otherwise send each
+   * other's mail through their own accounts.
+   * @default undefined (none named)
+   * @example
+   * new EmlApiQueueTransport({ connection, account: 'shop-prod' });
+   */
+  account?: string;
   /**
    * Prefix of every Redis key of the queue (BullMQ's `prefix`); workers must use the same.
    * @default 'bull'
@@ -162,6 +177,17 @@ export interface EmlApiQueueTransportOptions {
    */
   durability?: OutboxDurability;
   /**
+   * The persistence `durability` asks for is verified another way: where
+   * Redis does not let it be read (a managed Redis that renames `CONFIG`,
+   * whose `INFO` tells `appendonly` but not `appendfsync`), it is taken as
+   * given, with a warning, instead of refused (`ECONFIG`). Say it only once
+   * you checked the setting (your provider's console or parameter group).
+   * @default false
+   * @example
+   * new EmlApiQueueTransport({ connection, durability: 'aof-always', durabilityVerified: true });
+   */
+  durabilityVerified?: boolean;
+  /**
    * Replicas of Redis that must hold each message before `sendMail`
    * resolves. Redis replicates asynchronously: without this, a message is
    * acknowledged once its master has it, and a failover to a replica that
@@ -213,6 +239,7 @@ export const DEFAULT_MAX_MESSAGE_SIZE = maxUploadableSize(MAX_REQUEST_SIZE);
 const QUEUE_TRANSPORT_OPTIONS = [
   'connection',
   'queueName',
+  'account',
   'prefix',
   'retry',
   'jobOptions',
@@ -222,6 +249,7 @@ const QUEUE_TRANSPORT_OPTIONS = [
   'timeouts',
   'buildThreads',
   'durability',
+  'durabilityVerified',
   'replicas',
   'encryption',
   'logger',
@@ -258,6 +286,10 @@ export interface ResolvedQueueTransportOptions extends QueueLocation {
   /** Build threads (0: none). */
   buildThreads: number;
   durability: OutboxDurability;
+  /** `durabilityVerified`. */
+  durabilityVerified: boolean;
+  /** The fingerprint of `account`, if given. */
+  account: string | undefined;
   /** Replicas that must confirm each message (`WAIT`), if any. */
   replicas: Required<OutboxReplicas> | undefined;
   /** The `encryption` keys, if any. */
@@ -321,6 +353,8 @@ export function resolveQueueTransportOptions(options: EmlApiQueueTransportOption
     storeTimeout,
     buildThreads: resolveBuildThreads(options.buildThreads),
     durability: resolveDurability(options.durability),
+    durabilityVerified: booleanOption(options.durabilityVerified, 'durabilityVerified', false),
+    account: fingerprintOf(resolveAccount(options.account)),
     replicas: resolveReplicas(options.replicas, storeTimeout),
     keyring: resolveEncryption(options.encryption, 'producer'),
     logger: loggerOption(options.logger),
@@ -390,4 +424,8 @@ function resolveTimeouts(value: unknown): Required<QueueTransportTimeouts> {
   const t = objectOption(value, 'timeouts', '{ store } in milliseconds');
   refuseUnknownKeys(t, ['store'] satisfies (keyof QueueTransportTimeouts)[], 'timeouts.');
   return { store: wholeNumber(t.store, 'timeouts.store', 1, 3_600_000, DEFAULT_STORE_TIMEOUT) };
+}
+
+function fingerprintOf(account: string | undefined): string | undefined {
+  return account === undefined ? undefined : accountFingerprint(account);
 }

@@ -88,7 +88,7 @@ export function openOutboxRedis(
     return { redis: given, owned: false, where: describeRedis(given.options), cluster: false };
   }
   const Redis = loadRedis();
-  const roleOptions: RedisOptions = role === 'worker' ? { maxRetriesPerRequest: null } : { maxRetriesPerRequest: 3 };
+  const roleOptions = connectionDefaults(role, rideMs);
   if (typeof connection === 'string') {
     let url: URL;
     try {
@@ -100,6 +100,7 @@ export function openOutboxRedis(
       throw configError(option, `expected a redis:// or rediss:// URL, got a ${url.protocol} URL`);
     }
     const redis = new Redis(connection, { ...roleOptions, lazyConnect: false });
+    if (role === 'producer') dropWhenSilent(redis, rideMs ?? 30_000);
     return { redis, owned: true, where: `${url.hostname}:${url.port || '6379'}`, cluster: false };
   }
   if (typeof connection === 'object' && connection !== null && !Array.isArray(connection)) {
@@ -107,17 +108,66 @@ export function openOutboxRedis(
     if (options.keyPrefix) {
       throw configError(option, `keyPrefix is not supported (BullMQ refuses it); use the prefix option instead`);
     }
-    return {
-      redis: new Redis({ ...roleOptions, ...options }),
-      owned: true,
-      where: describeRedis(options),
-      cluster: false,
-    };
+    const redis = new Redis({ ...roleOptions, ...options });
+    if (role === 'producer') dropWhenSilent(redis, rideMs ?? 30_000);
+    return { redis, owned: true, where: describeRedis(options), cluster: false };
   }
   throw configError(
     option,
     `expected a redis:// or rediss:// URL, ioredis options, { cluster: [node URLs] } or an ioredis instance`,
   );
+}
+
+/** TCP keepalive of the outbox's connections: idle time before the first probe, in ms. */
+const KEEPALIVE_MS = 10_000;
+
+/**
+ * The ioredis options the outbox's own connections start from. A producer's
+ * commands fail after 3 reconnect attempts, and each within `rideMs` (its
+ * `timeouts.store`): a network that goes silent (a partition, a host gone
+ * without a reset) leaves the socket open and a command waiting for ever,
+ * which no reconnect ends. A worker's wait for Redis (BullMQ blocks on its
+ * connection, and needs its commands kept until Redis is back). Both turn
+ * on TCP keepalive, so that a dead peer is found while idle.
+ *
+ * @param rideMs a producer's command timeout @default 30000
+ */
+export function connectionDefaults(role: RedisRole, rideMs = 30_000): RedisOptions {
+  return role === 'worker'
+    ? { maxRetriesPerRequest: null, keepAlive: KEEPALIVE_MS }
+    : { maxRetriesPerRequest: 3, commandTimeout: rideMs, keepAlive: KEEPALIVE_MS };
+}
+
+/**
+ * Drops a producer's connection that has answered nothing for longer than
+ * `silentMs` while commands wait for their answers, and makes a new one. A
+ * network that goes silent for good (a partition dropping the old
+ * connection's packets, a firewall's state lost) leaves the socket open: the
+ * command timeout fails each send, but no reconnect comes, and every later
+ * send failed too until the system gave the socket up, minutes later. ioredis
+ * sends the commands still waiting again on the new connection, as after any
+ * reconnect (the outbox's writes are made to be run twice).
+ */
+function dropWhenSilent(redis: Redis, silentMs: number): void {
+  let heard = performance.now();
+  const hear = () => (heard = performance.now());
+  redis.on('connect', () => {
+    hear();
+    redis.stream?.on('data', hear);
+  });
+  const waiting = () => (redis as unknown as { commandQueue?: { length?: number } }).commandQueue?.length ?? 0;
+  // A WAIT for replicas answers within timeouts.store: a second more before the connection counts as silent.
+  const limit = silentMs + 1_000;
+  const look = setInterval(
+    () => {
+      if (redis.status !== 'ready' || waiting() === 0 || performance.now() - heard <= limit) return;
+      hear();
+      redis.disconnect(true);
+    },
+    Math.max(100, Math.floor(silentMs / 4)),
+  );
+  look.unref();
+  redis.once('end', () => clearInterval(look));
 }
 
 /**
@@ -137,6 +187,12 @@ export async function closeOutboxRedis(client: OutboxRedis, wait = outboxWaits.q
     redis.disconnect();
     return;
   }
+  // QUIT is answered once the commands before it have run: it gets the whole wait, not a command's timeout.
+  const options = isClusterClient(redis)
+    ? [redis.options.redisOptions, ...redis.nodes('all').map((node) => node.options)]
+    : [redis.options];
+  for (const o of options)
+    if (typeof o?.commandTimeout === 'number') o.commandTimeout = Math.max(o.commandTimeout, wait);
   try {
     await withDeadline(redis.quit(), wait);
   } catch {
@@ -244,7 +300,7 @@ export function clusterDefaults(role: ClusterRole, rideMs = 30_000): ClusterOpti
     redisOptions: {
       // A node that does not answer a connection attempt within this is given up for the next try.
       connectTimeout: 2_000,
-      maxRetriesPerRequest: role === 'worker' ? null : 3,
+      ...connectionDefaults(role, rideMs),
     },
   };
 }
@@ -655,4 +711,6 @@ export const outboxWaits = {
   handBack: 5_000,
   /** How long closing waits for Redis to answer QUIT before dropping the connection. */
   quit: 2_000,
+  /** How often producers and workers check Redis's settings again (besides after every reconnect). */
+  settingsCheck: 60_000,
 };

@@ -1,6 +1,12 @@
 import { EmlApiError, errorDetails } from '../shared/eml-api-error.js';
 import { DeadlineError, type OutboxRedisClient } from './redis-connection.js';
 
+/** A client of the outbox and where it points (host and port, never a password), for errors. */
+export interface RedisEndpoint {
+  readonly redis: OutboxRedisClient;
+  readonly where: string;
+}
+
 /**
  * Which send a failed Redis operation was storing: put on its error, so that
  * the caller can queue it again safely (`sendMail({ idempotencyKey })` stores
@@ -20,21 +26,143 @@ export interface StoredSend {
  * @param mayHaveBeenStored whether the write may have landed all the same (then `mayHaveBeenAccepted` is set)
  * @param send the send being stored, whose key and job id the error carries @default undefined
  */
-export function redisFailure(err: unknown, doing: string, mayHaveBeenStored: boolean, send?: StoredSend): EmlApiError {
+export function redisFailure(
+  err: unknown,
+  doing: string,
+  mayHaveBeenStored: boolean,
+  send?: StoredSend,
+  endpoint?: RedisEndpoint,
+): EmlApiError {
   if (err instanceof EmlApiError) return send === undefined ? err : withStoredSend(err, send);
   // A wrong password, a cluster client on a plain Redis: no retry fixes it, and the caller must be told why.
-  const refusal = redisRefusal(err, '', doing);
+  const refusal =
+    redisRefusal(err, '', doing) ?? redisRefusal(endpoint && lastConnectionError(endpoint.redis), '', doing);
   if (refusal) return send === undefined ? refusal : withStoredSend(refusal, send);
   const again =
     send === undefined ? 'the same idempotencyKey' : `idempotencyKey ${JSON.stringify(send.idempotencyKey)}`;
   const stored = mayHaveBeenStored
     ? `; the job may have been stored all the same (queueing again with ${again}, err.idempotencyKey, stores it once)`
     : '';
-  const details = { cause: withoutArguments(err), permanent: false, mayHaveBeenAccepted: mayHaveBeenStored, ...send };
-  if (err instanceof DeadlineError) return new EmlApiError('ETIMEDOUT', `${doing}: ${err.message}${stored}`, details);
+  const lost = endpoint ? lastConnectionError(endpoint.redis) : undefined;
+  const details = {
+    cause: withoutArguments(connectionLost(err) && lost ? lost : err),
+    permanent: false,
+    mayHaveBeenAccepted: mayHaveBeenStored,
+    ...send,
+  };
+  if (err instanceof DeadlineError || isCommandTimeout(err)) {
+    const why = lost && endpoint ? `; ${unreachable(endpoint.where, lost)}` : '';
+    const after = err instanceof DeadlineError ? err.message : 'no answer within the time allowed';
+    return new EmlApiError('ETIMEDOUT', `${doing}: ${after}${why}${stored}`, details);
+  }
+  // ioredis's own words ("Reached the max retries per request limit ...") name its internals, not the cause.
+  if (endpoint && connectionLost(err)) {
+    return new EmlApiError('ECONNECTION', `${doing}: ${unreachable(endpoint.where, lost ?? err)}${stored}`, details);
+  }
   // A cluster's "Failed to refresh slots cache." says why only in its lastNodeError.
   const reason = redisErrorText(err);
   return new EmlApiError('ECONNECTION', `${doing}: ${reason}${stored}`, details);
+}
+
+/** The last failure of each client's connection (refused, timed out...), until it is ready again. */
+const connectionErrors = new WeakMap<object, Error>();
+const tracked = new WeakSet<object>();
+
+/**
+ * Keeps the last error of a client's connection (a cluster's: of any of its
+ * nodes), so that a command that fails because the connection is gone can
+ * say why (refused, timed out, host not found) instead of ioredis's words.
+ */
+export function trackConnectionErrors(redis: OutboxRedisClient): void {
+  if (tracked.has(redis)) return;
+  tracked.add(redis);
+  const keep = (err: unknown) => {
+    if (err instanceof Error && (connectionCode(err) !== undefined || refusalReply(err, 0) !== undefined)) {
+      connectionErrors.set(redis, err);
+    }
+  };
+  redis.on('error', keep);
+  redis.on('node error', keep);
+  redis.on('ready', () => connectionErrors.delete(redis));
+}
+
+/**
+ * The last error of the client's connection since it was last ready, if any.
+ */
+export function lastConnectionError(redis: OutboxRedisClient): Error | undefined {
+  return connectionErrors.get(redis);
+}
+
+/** The code of an error of a connection itself (a socket's, a DNS lookup's, TLS's), through a cluster's lastNodeError. */
+function connectionCode(err: unknown, depth = 0): string | undefined {
+  if (!(err instanceof Error) || depth > 3) return undefined;
+  const code = (err as { code?: unknown }).code;
+  if (
+    typeof code === 'string' &&
+    (/^E[A-Z_]+$/.test(code) || /^(ERR_TLS_|ERR_SSL_|CERT_|DEPTH_|UNABLE_|SELF_)/.test(code))
+  ) {
+    return code;
+  }
+  return connectionCode((err as { lastNodeError?: unknown }).lastNodeError, depth + 1);
+}
+
+/**
+ * Whether a command failed because the client lost its connection and could
+ * not make a new one: ioredis gave up retrying it (`maxRetriesPerRequest`),
+ * closed it, or a cluster found no node; or the error is the connection's own.
+ */
+export function connectionLost(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  return (
+    err.name === 'MaxRetriesPerRequestError' ||
+    err.name === 'ClusterAllFailedError' ||
+    err.message === 'Connection is closed.' ||
+    err.message.startsWith('Failed to refresh slots cache') ||
+    connectionCode(err) !== undefined
+  );
+}
+
+function isCommandTimeout(err: unknown): boolean {
+  return err instanceof Error && err.message === 'Command timed out';
+}
+
+/** What each connection failure says, and what to check. */
+const UNREACHABLE: readonly { codes: readonly string[]; what: string }[] = [
+  { codes: ['ECONNREFUSED'], what: 'the connection was refused' },
+  { codes: ['ETIMEDOUT', 'ESOCKETTIMEDOUT'], what: 'connecting timed out (nothing answered)' },
+  { codes: ['ENOTFOUND', 'EAI_AGAIN', 'EAI_NONAME'], what: 'its host name was not found' },
+  { codes: ['EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN', 'ENETDOWN'], what: 'its host cannot be reached' },
+  { codes: ['ECONNRESET', 'EPIPE', 'ECONNABORTED'], what: 'it closed the connection' },
+];
+
+/**
+ * Why Redis cannot be reached, and what to check, from the connection's last
+ * error: `the connection was refused (ECONNREFUSED): is Redis running at
+ * 127.0.0.1:6379? Check the connection option (REDIS_URL or --redis with the CLI)`.
+ * @param where host and port (a cluster: its nodes), never a password
+ */
+export function unreachable(where: string, err: unknown): string {
+  const code = connectionCode(err);
+  const check = 'Check the connection option (REDIS_URL or --redis with the CLI)';
+  const tls = code !== undefined && /^(ERR_TLS_|ERR_SSL_|CERT_|DEPTH_|UNABLE_|SELF_|EPROTO)/.test(code);
+  if (tls) {
+    return `the TLS connection failed (${code}): is it a TLS port (rediss://), with a certificate this machine trusts? ${check}`;
+  }
+  const known = UNREACHABLE.find((u) => code !== undefined && u.codes.includes(code));
+  const what = known
+    ? `${known.what} (${code})`
+    : code
+      ? `the connection failed (${code})`
+      : 'the connection was lost and could not be made again';
+  const hint =
+    code === 'ECONNRESET' || code === 'EPIPE' || code === 'ECONNABORTED'
+      ? ` is ${where} Redis (a TLS port needs rediss://)?`
+      : code === 'ENOTFOUND' || code === 'EAI_AGAIN' || code === 'EAI_NONAME'
+        ? ` is the host name of ${where} right?`
+        : code === 'ECONNREFUSED' || code === undefined
+          ? ` is Redis running at ${where}?`
+          : ` is ${where} reachable from here (a firewall, a wrong address)?`;
+  return `${what}:${hint} ${check}`;
 }
 
 /**
@@ -203,31 +331,51 @@ export function redisErrorText(err: unknown): string {
 }
 
 /**
- * Watches a client's (or a BullMQ worker's) `error` events for a refusal of the connection: the
- * promise rejects with its `ECONFIG` the first time one is seen (commands
- * meanwhile wait, or are retried, and would not tell it). `stop()` removes
- * the listener; the promise never rejects unhandled.
+ * Watches a client's (or a BullMQ worker's) `error` events for a refusal of
+ * the connection: `refused` rejects with its `ECONFIG` once one is seen
+ * (commands meanwhile wait, or are retried, and would not tell it), until
+ * the connection is ready again (the password fixed on either side): then
+ * `refused` is a new promise, pending. `stop()` removes the listeners; the
+ * promises never reject unhandled.
  */
 export function watchRefusal(
   redis: OutboxRedisClient | ErrorEmitter,
   where: string,
-): { refused: Promise<never>; stop(): void } {
-  let reject!: (err: EmlApiError) => void;
-  const refused = new Promise<never>((_, fail) => (reject = fail));
-  refused.catch(() => undefined);
+): { readonly refused: Promise<never>; stop(): void } {
+  const pending = () => {
+    let reject!: (err: EmlApiError) => void;
+    const promise = new Promise<never>((_, fail) => (reject = fail));
+    promise.catch(() => undefined);
+    return { promise, reject, seen: false };
+  };
+  let current = pending();
   const listener = (err: unknown) => {
     const refusal = redisRefusal(err, where);
-    if (refusal) reject(refusal);
+    if (!refusal) return;
+    current.seen = true;
+    current.reject(refusal);
+  };
+  const ready = () => {
+    if (current.seen) current = pending();
   };
   const emitter = redis as ErrorEmitter;
   emitter.on('error', listener);
-  return { refused, stop: () => void emitter.off('error', listener) };
+  emitter.on('ready', ready);
+  return {
+    get refused() {
+      return current.promise;
+    },
+    stop: () => {
+      emitter.off('error', listener);
+      emitter.off('ready', ready);
+    },
+  };
 }
 
 /** What emits the errors watched: a client, or a BullMQ worker (whose own connections' errors it re-emits). */
 interface ErrorEmitter {
-  on(event: 'error', listener: (err: Error) => void): unknown;
-  off(event: 'error', listener: (err: Error) => void): unknown;
+  on(event: 'error' | 'ready', listener: (err: Error) => void): unknown;
+  off(event: 'error' | 'ready', listener: (err: Error) => void): unknown;
 }
 
 function refusalReply(err: unknown, depth: number): string | undefined {

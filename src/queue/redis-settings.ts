@@ -5,6 +5,7 @@ import {
   type OutboxRedisClient,
   NODE_ANSWER_MS,
   nodeName,
+  outboxWaits,
   slotNodes,
   withDeadline,
 } from './redis-connection.js';
@@ -126,9 +127,10 @@ export async function checkRedisSettings(
   durability: OutboxDurability,
   warn: (message: string) => void,
   location?: { prefix: string; queueName: string },
+  verified = false,
 ): Promise<void> {
   if (!isClusterClient(redis)) {
-    await checkServer(redis, where, durability, false, (_kind, message) => warn(message));
+    await checkServer(redis, where, durability, false, (_kind, message) => warn(message), verified);
     return;
   }
   // The node list and slot map are known once the cluster has answered.
@@ -146,10 +148,10 @@ export async function checkRedisSettings(
   };
   const named = (node: Redis) => `${where} (node ${nodeName(node)})`;
   await Promise.all([
-    master && checkServer(master, named(master), durability, true, collect),
+    master && checkServer(master, named(master), durability, true, collect, verified),
     ...others.map(async (node) => {
       try {
-        await withDeadline(checkServer(node, named(node), durability, true, collect), NODE_ANSWER_MS);
+        await withDeadline(checkServer(node, named(node), durability, true, collect, verified), NODE_ANSWER_MS);
       } catch (err) {
         if (err instanceof EmlApiError) throw err;
         collect(
@@ -171,6 +173,7 @@ async function checkServer(
   durability: OutboxDurability,
   asCluster: boolean,
   warn: (kind: string, message: string) => void,
+  verified: boolean,
 ): Promise<void> {
   const { evictionPolicy, appendOnly, appendFsync, clusterEnabled } = await readRedisSettings(redis);
   if (clusterEnabled && !asCluster) {
@@ -198,11 +201,11 @@ async function checkServer(
   }
   const needsAof = durability !== 'warn';
   if (appendOnly === undefined) {
-    warn(
-      'persistence',
+    const message =
       `Could not read whether Redis at ${where} persists writes (CONFIG and INFO are refused to this connection): ` +
-        'without appendonly yes, a queued message survives no restart of Redis',
-    );
+      'without appendonly yes, a queued message survives no restart of Redis';
+    if (needsAof && !verified) throw unverifiable(message, durability, 'CONFIG GET appendonly');
+    warn('persistence', message);
   } else if (!appendOnly) {
     const message =
       `Redis at ${where} runs without its append-only file (appendonly no): a queued message survives no ` +
@@ -218,11 +221,11 @@ async function checkServer(
   }
   if (durability === 'aof-always' && appendOnly === true) {
     if (appendFsync === undefined) {
-      warn(
-        'fsync',
-        `Could not read appendfsync of Redis at ${where} (CONFIG is refused to this connection): ` +
-          "durability 'aof-always' needs appendfsync always",
-      );
+      const message =
+        `Could not read appendfsync of Redis at ${where} (CONFIG is refused to this connection, and INFO does not ` +
+        "tell it): durability 'aof-always' needs appendfsync always";
+      if (!verified) throw unverifiable(message, durability, 'CONFIG GET appendfsync');
+      warn('fsync', message);
     } else if (appendFsync !== 'always') {
       throw new EmlApiError(
         'ECONFIG',
@@ -233,6 +236,21 @@ async function checkServer(
       );
     }
   }
+}
+
+/**
+ * The refusal of a persistence the producer asked for (`durability`) and
+ * Redis does not let this connection read: queueing on a guess would give
+ * the `250` a promise nobody checked.
+ */
+function unverifiable(message: string, durability: OutboxDurability, command: string): EmlApiError {
+  return new EmlApiError(
+    'ECONFIG',
+    `${message}. durability: '${durability}' is refused where it cannot be checked: give this connection CONFIG ` +
+      "(or INFO), or, when the setting is verified another way (your provider's console or parameter group), " +
+      'say so with durabilityVerified: true',
+    { permanent: true, command, response: 'unreadable' },
+  );
 }
 
 /** Redis refused the command itself (renamed, unknown, or not allowed to this user), as opposed to failing. */
@@ -319,11 +337,180 @@ function keyMismatch(location: QueueLocation, id: string, others: string): EmlAp
 }
 
 /**
+ * What a {@link RedisSettingsWatch} tells as it finds the settings.
+ */
+export interface SettingsReports {
+  /** A setting that keeps mail less safely than it should, or cannot be read (each said once). */
+  warn(message: string): void;
+  /** The settings are wrong (said when they become so, or wrong another way). */
+  wrong(message: string): void;
+  /** They are right again. */
+  fixed(message: string): void;
+}
+
+/**
+ * Redis's settings, watched for as long as a producer or a worker runs:
+ * checked again after every reconnect (a Redis restarted with another
+ * configuration: `allkeys-lru`, or without its append-only file, acknowledged
+ * mail it then evicted or lost), when a cluster's slot of the queue gets
+ * another master, and on an interval (`CONFIG SET` at run time). Producers
+ * acknowledge a message only once the settings were found right since the
+ * connection last (re)connected (`confirm()`, no round trip in the common
+ * case); readiness probes read the verdict.
+ */
+export class RedisSettingsWatch {
+  readonly #redis: OutboxRedisClient;
+  readonly #where: string;
+  readonly #options: SettingsWatchOptions;
+  /** Bumped at each (re)connect, and when the queue's master changes. */
+  #epoch = 0;
+  /** The epoch the last check that found the settings right started in. */
+  #confirmed = -1;
+  #wrong: EmlApiError | undefined;
+  #running: Promise<void> | undefined;
+  #warned = new Set<string>();
+  #stops: (() => void)[] = [];
+  #timer: NodeJS.Timeout | undefined;
+  #master: string | undefined;
+
+  constructor(endpoint: { redis: OutboxRedisClient; where: string }, options: SettingsWatchOptions) {
+    this.#redis = endpoint.redis;
+    this.#where = endpoint.where;
+    this.#options = options;
+  }
+
+  /** Why the settings were last found wrong, if they were. */
+  get problem(): EmlApiError | undefined {
+    return this.#wrong;
+  }
+
+  /** Whether the settings were found right since the connection last (re)connected. */
+  get confirmed(): boolean {
+    return this.#wrong === undefined && this.#confirmed === this.#epoch;
+  }
+
+  /**
+   * Resolves once the settings were found right since the connection last
+   * (re)connected: at once when they were, else after a check.
+   * @throws {EmlApiError} `ECONFIG` while they are wrong; Redis's errors
+   */
+  async confirm(): Promise<void> {
+    this.start();
+    while (!this.confirmed) await this.check();
+  }
+
+  /**
+   * Checks now; calls made meanwhile share the check.
+   * @throws {EmlApiError} `ECONFIG` when the settings are wrong; Redis's errors
+   */
+  check(): Promise<void> {
+    this.#running ??= this.#check().finally(() => (this.#running = undefined));
+    return this.#running;
+  }
+
+  /** Starts watching (reconnects, the interval); called by `confirm()`. */
+  start(): void {
+    if (this.#stops.length > 0 || this.#timer) return;
+    const bump = () => {
+      this.#epoch++;
+      // Said at once, not at the next send: a worker's log and /readyz, a producer's refusals.
+      void this.check().catch(() => undefined);
+    };
+    const redis = this.#redis;
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any -- ioredis's listeners take any arguments
+    type Listener = (...args: any[]) => void;
+    type Emitter = { on(event: string, l: Listener): unknown; off(event: string, l: Listener): unknown };
+    const on = (emitter: Emitter, event: string, listener: Listener) => {
+      emitter.on(event, listener);
+      this.#stops.push(() => emitter.off(event, listener));
+    };
+    on(redis, 'ready', bump);
+    if (isClusterClient(redis)) {
+      // A node restarted comes back on its own connection; a failover gives the queue's slot another master.
+      for (const node of redis.nodes('all')) on(node, 'ready', bump);
+      on(redis, '+node', (node: Redis) => on(node, 'ready', bump));
+      const location = this.#options.location;
+      if (location) {
+        on(redis, 'refresh', () => {
+          const master = slotNodes(redis, `${location.prefix}:${location.queueName}:meta`)[0];
+          const name = master && nodeName(master);
+          if (this.#master !== undefined && name !== this.#master) bump();
+          this.#master = name;
+        });
+      }
+    }
+    this.#timer = setInterval(() => void this.check().catch(() => undefined), outboxWaits.settingsCheck);
+    this.#timer.unref();
+    let set = watches.get(redis.options);
+    if (!set) watches.set(redis.options, (set = new Set()));
+    set.add(this);
+    this.#stops.push(() => set.delete(this));
+  }
+
+  /** Stops watching. */
+  stop(): void {
+    if (this.#timer) clearInterval(this.#timer);
+    this.#timer = undefined;
+    for (const stop of this.#stops.splice(0)) stop();
+  }
+
+  async #check(): Promise<void> {
+    const epoch = this.#epoch;
+    const { durability, location, reports, verified, more } = this.#options;
+    try {
+      await checkRedisSettings(this.#redis, this.#where, durability, (m) => this.#warn(m), location, verified);
+      await more?.();
+    } catch (err) {
+      if (err instanceof EmlApiError && err.code === 'ECONFIG') {
+        if (this.#wrong?.message !== err.message) reports.wrong(err.message);
+        this.#wrong = err;
+      }
+      throw err;
+    }
+    if (this.#wrong) {
+      reports.fixed(
+        `Redis at ${this.#where} keeps queued mail as the outbox needs again (${this.#wrong.command ?? 'its settings'} fixed)`,
+      );
+    }
+    this.#wrong = undefined;
+    this.#confirmed = epoch;
+  }
+
+  #warn(message: string): void {
+    if (this.#warned.has(message)) return;
+    this.#warned.add(message);
+    this.#options.reports.warn(message);
+  }
+}
+
+/**
+ * Options of a {@link RedisSettingsWatch}.
+ */
+export interface SettingsWatchOptions {
+  durability: OutboxDurability;
+  /** Persistence the settings cannot tell is taken as the operator's word (`durabilityVerified`). */
+  verified?: boolean;
+  /** Where the queue's keys are: on a cluster, the nodes of their slot are checked. */
+  location?: { prefix: string; queueName: string };
+  reports: SettingsReports;
+  /** More checks made with the settings' (the encryption keys', the queue's owner). */
+  more?: () => Promise<void>;
+}
+
+/**
+ * The watches of each client, by its options object: BullMQ 6 hands out its
+ * own proxy of a client (`queue.getBackend().client`), which reads the same
+ * options object as the client itself.
+ */
+const watches = new WeakMap<object, Set<RedisSettingsWatch>>();
+
+/**
  * The readiness of the outbox's Redis, for `/readyz` of a worker or a
- * store-and-forward relay: it answers, and keeps what is queued
- * (`maxmemory-policy noeviction`). Its persistence is not checked here: a
- * Redis without its append-only file was warned about at start, and a probe
- * every few seconds must not repeat the warning in the logs.
+ * store-and-forward relay: it answers, and keeps what is queued. A client a
+ * producer or worker watches (see {@link RedisSettingsWatch}) is checked as
+ * they check it, the durability a producer asks for included; any other for
+ * `maxmemory-policy noeviction` only. Warnings are not repeated here: a probe
+ * every few seconds must not fill the logs.
  *
  * @param redis the connection to check (read when the check runs)
  * @param location where the queue's keys are: on a cluster, only the nodes serving their slot matter
@@ -341,6 +528,11 @@ export function outboxRedisReadiness(
       // of the queue goes to the master of its slot, the node that must answer.
       if (location && isClusterClient(client)) await client.exists(`${location.prefix}:${location.queueName}:meta`);
       else await client.ping();
+      const watching = [...(watches.get(client.options) ?? [])];
+      if (watching.length > 0) {
+        for (const watch of watching) await watch.check();
+        return;
+      }
       const { host, port } = (isClusterClient(client) ? undefined : client.options) ?? {};
       const where = isClusterClient(client) ? 'the Redis Cluster' : `${host ?? '?'}:${port ?? '?'}`;
       await checkRedisSettings(client, where, 'warn', () => undefined, location);

@@ -8,6 +8,7 @@ import {
 import type { RateLimitOptions } from '../http/requester.js';
 import {
   type EmlApiLogger,
+  booleanOption,
   configError,
   describe,
   loggerOption,
@@ -21,6 +22,7 @@ import type { MetricsOption } from '../observability/metrics.js';
 import type { OpsHttpOptions } from '../observability/ops-server.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
+import { accountFingerprint, resolveAccount } from './queue-owner.js';
 
 /**
  * A global rate: at most `max` sends start per `duration` ms, counted in
@@ -72,6 +74,18 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * @default 'bull'
    */
   prefix?: string;
+  /**
+   * The service account this queue sends for, as its producers name it (see
+   * `EmlApiQueueTransportOptions.account`): the worker refuses a queue
+   * recorded for another account (`ECONFIG`), and fails jobs queued for
+   * another account. Without it, the worker warns when workers with another
+   * API key send from the queue (another app's, or a key rotated: then name
+   * the account, and keys can rotate freely).
+   * @default undefined (none named)
+   * @example
+   * await startEmlApiWorker({ connection, apiKey, baseUrl, account: 'shop-prod' });
+   */
+  account?: string;
   /**
    * Sends this worker runs at once.
    * @default 5
@@ -159,6 +173,17 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    */
   maxRetryAfter?: number;
   /**
+   * Whether the start waits for a Redis it cannot reach, for as long as it
+   * takes. By default it waits `timeouts.connect` (the client's option, 10 s
+   * by default), saying why it cannot reach Redis as soon as it knows and
+   * again every few seconds, then rejects with `ECONNECTION`. Once started,
+   * a worker always waits for Redis to come back.
+   * @default false
+   * @example
+   * await startEmlApiWorker({ connection, apiKey, baseUrl, waitForRedis: true });
+   */
+  waitForRedis?: boolean;
+  /**
    * More BullMQ worker options.
    * @default BullMQ's (lockDuration 30 s, stalledInterval 30 s)
    */
@@ -211,6 +236,7 @@ const WORKER_OPTIONS = [
   'connection',
   'queueName',
   'prefix',
+  'account',
   'concurrency',
   'rateLimit',
   'cleanupInterval',
@@ -218,6 +244,7 @@ const WORKER_OPTIONS = [
   'idempotencyWindow',
   'idempotencyMargin',
   'maxRetryAfter',
+  'waitForRedis',
   'workerOptions',
   'encryption',
   'logger',
@@ -307,6 +334,9 @@ export interface ResolvedWorkerOptions extends QueueLocation {
   workerOptions: OutboxWorkerTuning & { maxStalledCount: number };
   /** The `encryption` keys, if any. */
   keyring: OutboxKeyring | undefined;
+  /** The fingerprint of `account`, if given. */
+  account: string | undefined;
+  waitForRedis: boolean;
   logger: EmlApiLogger;
 }
 
@@ -326,6 +356,7 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
     connection,
     queueName,
     prefix,
+    account,
     concurrency: rawConcurrency,
     rateLimit: rawRateLimit,
     cleanupInterval,
@@ -333,6 +364,7 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
     idempotencyWindow: rawWindow,
     idempotencyMargin: rawMargin,
     maxRetryAfter,
+    waitForRedis,
     workerOptions,
     encryption,
     logger,
@@ -368,6 +400,8 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
     maxRetryAfter: wholeNumber(maxRetryAfter, 'maxRetryAfter', 1000, 24 * 3_600_000, DEFAULT_MAX_RETRY_AFTER),
     workerOptions: { ...workerOptions, maxStalledCount: BULLMQ_STALL_LIMIT },
     keyring: resolveEncryption(encryption, 'worker'),
+    account: account === undefined ? undefined : accountFingerprint(resolveAccount(account)!),
+    waitForRedis: booleanOption(waitForRedis, 'waitForRedis', false),
     logger: loggerOption(logger),
   };
 }

@@ -3,6 +3,7 @@ import {
   spoolBuffer,
   spoolMessage,
   spoolWritten,
+  type SpoolLimit,
   type SpooledMessage,
   type SpoolSettings,
 } from '../body/message-spool.js';
@@ -45,6 +46,7 @@ export interface BuildThreads {
  * @param gate the turns of the sending thread's builds, or null to build at once (the outbox's producer:
  *   its sends wait for no service, so sharing the thread costs them no latency, and taking turns cost
  *   its 20 callers 9% of their rate) @default the shared {@link BuildGate}
+ * @param limit the most bytes the message may have: the build stops as it passes them @default undefined
  * @throws {EmlApiError} `EENVELOPE` or `EMESSAGE`; `ESPOOL` when a spool file cannot be written,
  *   `ESTREAM` when a build thread dies; the signal's reason when it aborts
  */
@@ -54,9 +56,10 @@ export async function buildMessage(
   signal: AbortSignal,
   threads?: BuildThreads,
   gate: BuildGate | null = sendingThreadBuilds,
+  limit?: SpoolLimit,
 ): Promise<BuiltMessage> {
-  const built = (threads && (await buildOnThread(mail, spool, signal, threads))) ?? {
-    spooled: await buildHere(mail, spool, signal, gate),
+  const built = (threads && (await buildOnThread(mail, spool, signal, threads, limit))) ?? {
+    spooled: await buildHere(mail, spool, signal, gate, limit),
     onThread: false,
   };
   const { spooled } = built;
@@ -86,6 +89,7 @@ function buildHere(
   spool: SpoolSettings,
   signal: AbortSignal,
   gate: BuildGate | null,
+  limit?: SpoolLimit,
 ): Promise<SpooledMessage> {
   const build = (turn?: BuildTurn) => {
     const tree = mail.message as unknown as WritableTree;
@@ -97,6 +101,7 @@ function buildHere(
       },
       spool,
       signal,
+      limit,
     );
   };
   return gate ? gate.run(signal, build) : build();
@@ -290,13 +295,16 @@ async function buildOnThread(
   spool: SpoolSettings,
   signal: AbortSignal,
   threads: BuildThreads,
+  limit?: SpoolLimit,
 ): Promise<{ spooled: SpooledMessage; onThread: true } | undefined> {
   const portable = portableMail(mail);
   let reason: string;
   if (portable.movable) {
     const built = await threads.pool.build(portable, signal);
-    if (built.kind === 'whole') return { spooled: await spoolBuffer(built.eml, spool, signal), onThread: true };
-    if (built.kind === 'stream') return { spooled: await spoolMessage(built.stream, spool, signal), onThread: true };
+    if (built.kind === 'whole') return { spooled: await spoolBuffer(built.eml, spool, signal, limit), onThread: true };
+    if (built.kind === 'stream') {
+      return { spooled: await spoolMessage(built.stream, spool, signal, limit), onThread: true };
+    }
     reason = built.reason;
   } else {
     reason = portable.reason;

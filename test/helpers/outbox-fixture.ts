@@ -3,6 +3,7 @@ import { afterAll, afterEach, beforeAll, beforeEach } from 'vitest';
 import { startEmulator, type Emulator, type EmulatorOptions } from '../../src/emulator/index.js';
 import {
   EmlApiQueueTransport,
+  purgeOutbox,
   type EmlApiQueuedMessageInfo,
   type EmlApiQueueTransportOptions,
   type EmlApiWorkerOptions,
@@ -51,7 +52,7 @@ export interface OutboxFixtureOptions {
   worker?: Partial<EmlApiWorkerOptions>;
   /**
    * What is emptied before each test, besides resetting the emulator (its messages and faults):
-   * `'queue'` (the producer's queue: obliterate), `'redis'` (FLUSHALL on every master); or `'nothing'`
+   * `'queue'` (the producer's queue: every job and key of the outbox, as `purgeOutbox`), `'redis'` (FLUSHALL on every master); or `'nothing'`
    * at all (the emulator kept as the last test left it).
    * @default 'queue'
    */
@@ -119,7 +120,8 @@ export function useOutbox(
     if (clean === 'nothing') return;
     emu!.reset();
     emu!.setFaults(undefined);
-    if (clean === 'queue') await transport!.queue.obliterate({ force: true });
+    // Every job, stored message and key of the outbox (its parked set, its owner): obliterate leaves those.
+    if (clean === 'queue') await purgeOutbox(transport!.queue, { force: true });
     else if (clean === 'redis') await (under ? under.flushall() : server!.client.flushall());
   });
 

@@ -1,4 +1,5 @@
 import { fork, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
@@ -22,6 +23,12 @@ export interface WorkerProcess {
   readonly child: ChildProcess;
   /** Job ids this process reported sent. */
   readonly sent: string[];
+  /** The warnings it reported (its `'warning'` events). */
+  readonly warnings: string[];
+  /** Sets how far off its clock runs from now on (started with `clockSkewMs`). */
+  skewClock(ms: number): void;
+  /** Plays a suspend of its machine that long: its monotonic clock misses it (started with `clockSkewMs`). */
+  suspend(ms: number): void;
   /** Stops it with SIGTERM (graceful close) and resolves with its exit code. */
   stop(): Promise<number | null>;
   /** Kills it with SIGKILL: no close, no cleanup, its jobs left active with their locks. */
@@ -44,11 +51,14 @@ export async function startWorkerProcess(
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   const sent: string[] = [];
+  const warnings: string[] = [];
   const ready = new Promise<void>((resolve, reject) => {
     child.once('exit', (code) => reject(new Error(`worker process exited (${code}) before it was ready`)));
-    child.on('message', (m: { event: string; jobId?: string }) => {
+    child.on('message', (m: { event: string; jobId?: string; message?: string; code?: string }) => {
       if (m.event === 'ready') resolve();
       if (m.event === 'sent') sent.push(m.jobId!);
+      if (m.event === 'warning') warnings.push(m.message!);
+      if (m.event === 'refused') reject(Object.assign(new Error(m.message), { code: m.code }));
     });
   });
   await ready;
@@ -56,6 +66,13 @@ export async function startWorkerProcess(
   return {
     child,
     sent,
+    warnings,
+    skewClock(ms) {
+      child.send({ clockSkewMs: ms });
+    },
+    suspend(ms) {
+      child.send({ suspendMs: ms });
+    },
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
       child.kill('SIGTERM');
@@ -156,4 +173,74 @@ export async function hasStoredContent(
   data: Pick<OutboxJobData, 'inline' | 'contentKey'>,
 ): Promise<boolean> {
   return data.inline !== undefined || (await redis.exists(data.contentKey)) === 1;
+}
+
+/**
+ * Writes `count` failed jobs of the outbox straight into Redis, as BullMQ and
+ * a worker leave them (the job's hash with its data, its error, its content
+ * kept in the job; its id in the failed set), many times faster than failing
+ * real sends: for the tests and benchmarks of what reading the queue costs.
+ * @param options `contentBytes`: the content each keeps in its data; `parkedEvery`: every n-th has
+ *   `lastError.parked` (0: none) @default 0; `prefix` @default 'bull'; `queueName` @default 'eml-api'
+ * @returns the job ids
+ */
+export async function addFailedJobs(
+  redis: Redis,
+  {
+    count,
+    contentBytes,
+    parkedEvery = 0,
+    prefix = 'bull',
+    queueName = 'eml-api',
+  }: { count: number; contentBytes: number; parkedEvery?: number; prefix?: string; queueName?: string },
+): Promise<string[]> {
+  const base = `${prefix}:${queueName}:`;
+  const inline = randomBytes(contentBytes).toString('base64');
+  const ids: string[] = [];
+  const now = Date.now();
+  for (let start = 0; start < count; start += 500) {
+    const batch = redis.pipeline();
+    for (let i = start; i < Math.min(count, start + 500); i++) {
+      const id = `failed-${i}`;
+      ids.push(id);
+      const at = now - (count - i);
+      const parked = parkedEvery > 0 && i % parkedEvery === 0;
+      const data = {
+        v: 3,
+        kind: 'eml',
+        contentKey: `${base}content:${id}:${at}-00000000`,
+        size: contentBytes,
+        inline,
+        sha256: '0'.repeat(64),
+        envelope: { from: 'shop@example.test', to: [`c${i}@example.test`] },
+        messageId: `<${id}@example.test>`,
+        idempotencyKey: id,
+        lastError: {
+          code: 'EAUTH',
+          message: 'POST /v1/send/eml failed: the service refused the API key (401 invalid_api_key)',
+          responseCode: 401,
+          permanent: true,
+          attempt: 1,
+          at: new Date(at).toISOString(),
+          ...(parked ? { parked: 'idempotency-window' } : {}),
+        },
+      };
+      batch.hset(`${base}${id}`, {
+        name: 'eml',
+        data: JSON.stringify(data),
+        opts: JSON.stringify({ attempts: 30 }),
+        timestamp: String(at - 1000),
+        delay: '0',
+        priority: '1',
+        processedOn: String(at - 10),
+        finishedOn: String(at),
+        atm: '1',
+        ats: '1',
+        failedReason: data.lastError.message,
+      });
+      batch.zadd(`${base}failed`, at, id);
+    }
+    await batch.exec();
+  }
+  return ids;
 }

@@ -29,6 +29,13 @@ export interface RedisProxy {
   holdWhen(when: (sent: { bytes: number; text: string }) => boolean): Promise<void>;
   /** Drops every connection (and what is held); new connections pass through. */
   cut(): void;
+  /**
+   * A partition: drops every connection and stops listening, so that connecting is refused
+   * (ECONNREFUSED) until {@link up}.
+   */
+  down(): Promise<void>;
+  /** Listens again on the same port after {@link down}. */
+  up(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -72,6 +79,13 @@ export async function startRedisProxy(redisPort: number): Promise<RedisProxy> {
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;
+  const cutAll = () => {
+    for (const { client, upstream } of pairs) {
+      client.destroy();
+      upstream.destroy();
+    }
+    pairs.clear();
+  };
   return {
     url: `redis://127.0.0.1:${port}`,
     holdWhen(when) {
@@ -79,19 +93,19 @@ export async function startRedisProxy(redisPort: number): Promise<RedisProxy> {
         trigger = { when, fire: resolve };
       });
     },
-    cut() {
-      for (const { client, upstream } of pairs) {
-        client.destroy();
-        upstream.destroy();
-      }
-      pairs.clear();
+    cut: cutAll,
+    down() {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      cutAll();
+      return closed;
+    },
+    up() {
+      return new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
     },
     close: () =>
       new Promise<void>((resolve) => {
-        for (const { client, upstream } of pairs) {
-          client.destroy();
-          upstream.destroy();
-        }
+        cutAll();
+        if (!server.listening) return resolve();
         server.close(() => resolve());
       }),
   };

@@ -25,8 +25,10 @@ export interface RedisServer {
   /**
    * Stops the server and starts it again on the same port and folder: with
    * SIGKILL (a crash: only what is already in the AOF survives), or SIGTERM.
+   * `args` are redis-server arguments added from this start on (e.g. another
+   * `--maxmemory-policy`: a restart into other settings).
    */
-  restart(how?: 'crash' | 'shutdown'): Promise<void>;
+  restart(how?: 'crash' | 'shutdown', options?: { args?: string[] }): Promise<void>;
   /** Stops the server with SIGSTOP: it hangs, its connections open, until {@link resume}. */
   pause(): void;
   /** Lets a paused server run again (SIGCONT). */
@@ -64,7 +66,7 @@ export const redisServerMissing: string | undefined =
 export async function startRedisServer(options: RedisServerOptions = {}): Promise<RedisServer> {
   const dir = await mkdtemp(join(tmpdir(), 'eml-api-redis-'));
   const port = await freePort();
-  const args = [
+  let args = [
     '--port',
     String(port),
     '--bind',
@@ -94,8 +96,9 @@ export async function startRedisServer(options: RedisServerOptions = {}): Promis
     port,
     dir,
     client,
-    async restart(how = 'crash') {
+    async restart(how = 'crash', more = {}) {
       await terminate(server, how === 'crash' ? 'SIGKILL' : 'SIGTERM');
+      args = [...args, ...(more.args ?? [])];
       server = await launch(args, port);
       await client.ping();
     },

@@ -4,4 +4,4 @@
  */
 import { outboxWaits } from '../../src/queue/redis-connection.js';
 
-Object.assign(outboxWaits, { handBack: 1_000, quit: 500 } satisfies typeof outboxWaits);
+Object.assign(outboxWaits, { handBack: 1_000, quit: 500, settingsCheck: 60_000 } satisfies typeof outboxWaits);

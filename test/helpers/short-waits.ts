@@ -8,7 +8,7 @@ import { outboxWaits } from '../../src/queue/redis-connection.js';
  * waits for the hand-back and QUIT bounds to pass. Only the bounds are
  * shorter; what happens when they pass is the same.
  */
-export const SHORT_WAITS = { handBack: 1_000, quit: 500 } as const satisfies typeof outboxWaits;
+export const SHORT_WAITS = { handBack: 1_000, quit: 500, settingsCheck: 60_000 } as const satisfies typeof outboxWaits;
 
 /**
  * Uses {@link SHORT_WAITS} in this test file (restored after it: test files may share a process), and

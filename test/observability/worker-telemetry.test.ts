@@ -2,7 +2,7 @@ import nodemailer from 'nodemailer';
 import { trace } from '@opentelemetry/api';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, startEmlApiWorker, type EmlApiWorker } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, purgeOutbox, startEmlApiWorker, type EmlApiWorker } from '../../src/queue/index.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { installTracing, promtoolMissing, promtoolProblems, sample, type TestTracing } from '../helpers/telemetry.js';
@@ -28,19 +28,20 @@ afterAll(async () => {
 });
 beforeEach(async () => {
   await Promise.all(workers.splice(0).map((w) => w.close({ abort: true })));
-  await transport.queue.obliterate({ force: true });
+  await purgeOutbox(transport.queue, { force: true });
   await redis.client.config('SET', 'maxmemory-policy', 'noeviction');
   emu.reset();
   tracing.reset();
 });
 
-async function worker(options: { apiKey?: string; readyCacheMs?: number } = {}) {
+async function worker(options: { apiKey?: string; readyCacheMs?: number; idempotencyWindow?: number } = {}) {
   const started = await startEmlApiWorker({
     connection: redis.url,
     apiKey: options.apiKey ?? emu.apiKey,
     baseUrl: emu.url,
     cleanupInterval: 0,
     http: { port: 0, readyCacheMs: options.readyCacheMs ?? 0 },
+    ...(options.idempotencyWindow === undefined ? {} : { idempotencyWindow: options.idempotencyWindow }),
   });
   workers.push(started);
   return { outbox: started, url: `http://127.0.0.1:${started.http!.port}` };
@@ -98,18 +99,14 @@ describe('eml-api worker telemetry', () => {
 
   it('shows the age of the head of the queue and the jobs parked for a person', async () => {
     const transporter = nodemailer.createTransport(transport);
-    // A job failed for good, then marked parked as a worker marks one (lastError.parked).
-    await transporter.sendMail({
-      from: 'shop@example.test',
-      subject: 'News',
-      html: '<p>x</p>',
-      group: 'no-such-group',
-    });
-    const first = await worker();
+    // Taken by the service, the connection then reset: an unknown outcome, parked at once by a worker
+    // told the service keeps no idempotency keys.
+    emu.setFaults({ resetAfterProcessing: 1 });
+    await transporter.sendMail({ from: 'shop@example.test', to: 'ann@example.test', subject: 'Hi', text: 'x' });
+    const first = await worker({ idempotencyWindow: 0 });
     await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === 1);
     await first.outbox.close();
-    const [job] = await transport.queue.getJobs(['failed']);
-    await job!.updateData({ ...job!.data, lastError: { ...job!.data.lastError!, parked: 'idempotency-window' } });
+    emu.setFaults(undefined);
     await transporter.sendMail({ from: 'shop@example.test', to: 'bob@example.test', subject: 'Hi', text: 'x' });
     // A worker that takes no job: paused before it starts.
     await transport.queue.pause();
@@ -151,7 +148,7 @@ describe('eml-api worker telemetry', () => {
     expect(ready.status).toBe(200);
     expect(JSON.parse(ready.text)).toEqual({
       status: 'ok',
-      checks: { redis: { status: 'ok' }, service: { status: 'ok' } },
+      checks: { redis: { status: 'ok' }, service: { status: 'ok' }, clock: { status: 'ok' } },
     });
 
     const refused = await worker({ apiKey: 'emu_not-a-key-of-the-emulator' });

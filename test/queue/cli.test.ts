@@ -148,7 +148,7 @@ describe('eml-api queue status', () => {
   it('fails with exit code 1 when Redis does not answer', async () => {
     const r = await cli(['queue', 'status', '--redis', 'redis://127.0.0.1:1']);
     expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(/Redis at 127\.0\.0\.1:1 did not answer/);
+    expect(r.stderr).toMatch(/Could not reach Redis at 127\.0\.0\.1:1/);
   });
 });
 

@@ -1,8 +1,10 @@
 import { Redis } from 'ioredis';
+import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
 import { EmlApiQueueTransport, startEmlApiWorker } from '../../src/queue/index.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
+import { eventually } from '../helpers/outbox.js';
 import { startRedisCluster, type RedisCluster } from '../helpers/redis-cluster.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
@@ -80,6 +82,34 @@ describe('Redis refusing the connection', () => {
       expect(err.message).toMatch(reason);
       expect(err.message).not.toContain(WRONG);
       expect(ms).toBeLessThan(8_000);
+    } finally {
+      await producer.close();
+    }
+  });
+
+  it('a producer refused once takes mail again once Redis takes its connection again (no restart)', async () => {
+    // plain runs without a password; it is made to ask for one, its connections cut, then it asks for none again.
+    const producer = new EmlApiQueueTransport({ connection: plain.url, timeouts: { store: 3000 } });
+    const mail = nodemailer.createTransport(producer);
+    const message = { from: 'a@example.test', to: 'b@example.test', text: 'x' };
+    try {
+      await mail.sendMail(message);
+      await plain.client.config('SET', 'requirepass', 'asked');
+      await plain.client.call('AUTH', 'asked');
+      await plain.client.client('KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+      const { err } = await caught(() => mail.sendMail(message));
+      expect(err).toMatchObject({ code: 'ECONFIG', message: expect.stringContaining('NOAUTH') });
+      await plain.client.config('SET', 'requirepass', '');
+      await eventually(
+        async () =>
+          (await mail.sendMail(message).then(
+            () => true,
+            () => false,
+          )) === true,
+        {
+          what: 'mail taken again',
+        },
+      );
     } finally {
       await producer.close();
     }

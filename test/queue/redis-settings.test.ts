@@ -134,11 +134,52 @@ describe('a Redis whose settings cannot be read', () => {
     });
     servers.push(locked);
     const warnings: string[] = [];
-    await checkRedisSettings(locked.client, 'locked:6379', 'aof', (warning) => warnings.push(warning));
+    await checkRedisSettings(locked.client, 'locked:6379', 'warn', (warning) => warnings.push(warning));
     expect(warnings).toEqual([
       expect.stringMatching(/Could not read maxmemory-policy .* it must be noeviction/),
       expect.stringMatching(/Could not read whether Redis .* persists writes/),
     ]);
+    // Persistence asked for and not readable: a refusal, unless the operator says it is verified another way.
+    await expect(checkRedisSettings(locked.client, 'locked:6379', 'aof', () => undefined)).rejects.toMatchObject({
+      code: 'ECONFIG',
+      message: expect.stringContaining('durabilityVerified'),
+    });
+    const verified: string[] = [];
+    await checkRedisSettings(locked.client, 'locked:6379', 'aof', (w) => verified.push(w), undefined, true);
+    expect(verified).toContainEqual(expect.stringMatching(/Could not read whether Redis .* persists writes/));
+  });
+});
+
+describe("durability 'aof-always' where CONFIG is renamed (a managed Redis)", () => {
+  it('refuses: appendfsync cannot be read from INFO; durabilityVerified: true queues, with a warning', async () => {
+    const managed = await redisWith({
+      appendonly: true,
+      appendfsync: 'everysec',
+      args: ['--rename-command', 'CONFIG', 'config-hidden-by-provider'],
+    });
+    const refusing = new EmlApiQueueTransport({ connection: managed.url, durability: 'aof-always' });
+    try {
+      const refused = await rejection(nodemailer.createTransport(refusing).sendMail(message(1)));
+      expect(refused).toMatchObject({ code: 'ECONFIG', permanent: true });
+      expect(refused.message).toContain('appendfsync');
+      expect(refused.message).toContain('durabilityVerified');
+      expect(await rejection(refusing.verify())).toMatchObject({ code: 'ECONFIG' });
+    } finally {
+      await refusing.close();
+    }
+    const logger = capturingLogger();
+    const trusting = new EmlApiQueueTransport({
+      connection: managed.url,
+      durability: 'aof-always',
+      durabilityVerified: true,
+      logger,
+    });
+    try {
+      expect(await nodemailer.createTransport(trusting).sendMail(message(2))).toMatchObject({ duplicate: false });
+      expect(logger.messages('warn')).toContainEqual(expect.stringContaining('appendfsync'));
+    } finally {
+      await trusting.close();
+    }
   });
 });
 

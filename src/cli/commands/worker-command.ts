@@ -40,9 +40,13 @@ or "failed <job>: <error>" (failed messages stay in the queue: see eml-api queue
 Options:
 ${REDIS_OPTIONS_HELP}  --concurrency <n>       messages sent at once by this worker (default 5)
   --rate <N/s>            at most N sends per second across all workers (also N/m, N/h)
+  --wait-for-redis        wait for Redis at start for as long as it takes (default: give up after
+                          10 s, exit 1, saying why it cannot be reached)
 ${operationsHelp('the sends in flight')}${SERVICE_OPTIONS_HELP}
-Environment: REDIS_URL, REDIS_CLUSTER, REDIS_PASSWORD, EML_API_URL, EML_API_KEY.
-${REDIS_ENV_HELP}${OUTBOX_KEYS_HELP}
+Environment: REDIS_URL, REDIS_CLUSTER, REDIS_PASSWORD, EML_API_URL, EML_API_KEY, EML_API_ACCOUNT.
+${REDIS_ENV_HELP}${OUTBOX_KEYS_HELP}EML_API_ACCOUNT names the service account the queue sends for, as its producers name it
+(their account option): a queue recorded for another account is refused, and so are its jobs.
+
 It checks the key first (without sending mail): a key the service refuses
 would fail every queued message, so the worker does not start with one; nor
 with an EML_API_URL that answers the check's empty send with a 2xx (not the
@@ -66,6 +70,7 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
       ...REDIS_ARG_OPTIONS,
       concurrency: { type: 'string' },
       rate: { type: 'string' },
+      'wait-for-redis': { type: 'boolean' },
       ...OPERATIONS_ARG_OPTIONS,
     },
     allowPositionals: true,
@@ -97,6 +102,8 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
         concurrency,
         ...(rateLimit ? { rateLimit } : {}),
         ...(encryption ? { encryption } : {}),
+        ...(io.env.EML_API_ACCOUNT ? { account: io.env.EML_API_ACCOUNT } : {}),
+        ...(values['wait-for-redis'] ? { waitForRedis: true } : {}),
         ...(operations.http ? { http: operations.http } : {}),
         ...(operations.metrics === false ? { metrics: false } : {}),
       }),

@@ -1,0 +1,240 @@
+import { createHash, createHmac } from 'node:crypto';
+import { EmlApiError } from '../shared/eml-api-error.js';
+import { configError, describe } from '../shared/options-kit.js';
+import type { OutboxRedisClient } from './redis-connection.js';
+import { outboxKeys, type QueueLocation } from './queue-location.js';
+import type { OutboxJobData } from './outbox-job.js';
+
+/**
+ * Who a queue belongs to, recorded on it (`{prefix}:{queue}:outbox:owner`, a
+ * hash): the account its producers and workers name (a fingerprint of their
+ * `account` option, never the API key), that its mail is encrypted (from when,
+ * by Redis's clock), and the fingerprints of the API keys its workers hold.
+ * Two apps on one Redis with the default prefix and queue name shared one
+ * queue: one app's mail went out through the other's account, and a worker
+ * holding encryption keys posted jobs another app had stored in clear.
+ */
+
+/** Fields of the owner record. */
+const ACCOUNT = 'account';
+const ACCOUNT_SINCE = 'account-since';
+const ENCRYPTED = 'encrypted';
+const KEY = 'key:';
+
+/** How long a worker's API key counts as in use on the queue after it was last seen, in ms (a day). */
+const KEY_SEEN_MS = 24 * 3_600_000;
+
+/**
+ * Records what a producer or worker brings (its account, the queue's
+ * encryption, a worker's key) where nothing is recorded yet, and answers the
+ * record as it stands. KEYS: the owner hash. ARGV: the account fingerprint
+ * ('' for none), '1' when the producer encrypts, the worker's key field (''
+ * for none). A full Redis (maxmemory, `noeviction`) refuses the writes: the
+ * record is read all the same, so that a worker starts and drains it.
+ */
+const REGISTER = `
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+if ARGV[1] ~= '' and redis.pcall('HSETNX', KEYS[1], '${ACCOUNT}', ARGV[1]) == 1 then
+  redis.pcall('HSET', KEYS[1], '${ACCOUNT_SINCE}', ms)
+end
+if ARGV[2] == '1' then redis.pcall('HSETNX', KEYS[1], '${ENCRYPTED}', ms) end
+if ARGV[3] ~= '' then redis.pcall('HSET', KEYS[1], ARGV[3], ms) end
+local record = redis.call('HGETALL', KEYS[1])
+table.insert(record, 'now')
+table.insert(record, ms)
+return record
+`;
+
+/**
+ * The fingerprint of an `account` option (16 hex characters): what the
+ * queue records and jobs carry.
+ */
+export function accountFingerprint(account: string): string {
+  return createHash('sha256').update(`nodemailer-eml-api account\0${account}`).digest('hex').slice(0, 16);
+}
+
+/**
+ * A short fingerprint of a worker's API key (12 hex characters, an HMAC of
+ * a fixed text under the key): tells keys apart, tells nothing of them.
+ */
+export function keyFingerprint(apiKey: string): string {
+  return createHmac('sha256', apiKey).update('nodemailer-eml-api worker key').digest('hex').slice(0, 12);
+}
+
+/**
+ * Checks an `account` option (producers, workers).
+ * @throws {EmlApiError} `ECONFIG` naming `account`
+ */
+export function resolveAccount(value: unknown): string | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'string' || !/^[\x21-\x7e]{1,200}$/.test(value)) {
+    throw configError('account', `expected 1 to 200 visible ASCII characters, got ${describe(value)}`);
+  }
+  return value;
+}
+
+/** The owner record as a producer or worker read it. */
+export interface QueueOwner {
+  /** The account fingerprint recorded, if any. */
+  account: string | undefined;
+  /** From when (Redis's clock, ms) the queue names its account, if it does. */
+  accountSince: number | undefined;
+  /** From when (Redis's clock, ms) the queue's mail is encrypted, if it is. */
+  encryptedSince: number | undefined;
+  /** Fingerprints of the workers' API keys, with when each was last seen (Redis's clock, ms). */
+  keys: Map<string, number>;
+  /** Redis's time when it was read. */
+  now: number;
+}
+
+/**
+ * Registers with the queue's owner record and reads it.
+ * @param me the account fingerprint, whether this producer encrypts, this worker's key fingerprint
+ */
+export async function registerOwner(
+  redis: OutboxRedisClient,
+  location: QueueLocation,
+  me: { account?: string | undefined; encrypts?: boolean; key?: string | undefined },
+): Promise<QueueOwner> {
+  const reply = (await redis.eval(
+    REGISTER,
+    1,
+    outboxKeys(location).owner,
+    me.account ?? '',
+    me.encrypts ? '1' : '',
+    me.key === undefined ? '' : `${KEY}${me.key}`,
+  )) as string[];
+  const fields = new Map<string, string>();
+  for (let i = 0; i + 1 < reply.length; i += 2) fields.set(String(reply[i]), String(reply[i + 1]));
+  const keys = new Map<string, number>();
+  for (const [name, value] of fields) if (name.startsWith(KEY)) keys.set(name.slice(KEY.length), Number(value));
+  const encrypted = fields.get(ENCRYPTED);
+  const since = fields.get(ACCOUNT_SINCE);
+  return {
+    account: fields.get(ACCOUNT),
+    accountSince: since === undefined ? undefined : Number(since),
+    encryptedSince: encrypted === undefined ? undefined : Number(encrypted),
+    keys,
+    now: Number(fields.get('now')),
+  };
+}
+
+/**
+ * What a producer checks of the owner record: the account it names, and
+ * that it encrypts when the queue's mail is.
+ * @throws {EmlApiError} `ECONFIG` naming `account` or `encryption`
+ */
+export async function checkProducerOwner(
+  redis: OutboxRedisClient,
+  location: QueueLocation,
+  me: { account: string | undefined; encrypts: boolean },
+): Promise<void> {
+  const owner = await registerOwner(redis, location, me);
+  checkAccount(owner, me.account, location, 'producer');
+  if (owner.encryptedSince !== undefined && !me.encrypts) {
+    throw configError(
+      'encryption',
+      `the mail of queue "${location.queueName}" is encrypted (its producers have encrypted it since ` +
+        `${new Date(owner.encryptedSince).toISOString()}): this producer, without encryption, would store mail in ` +
+        "clear, which its workers refuse. Give it the queue's encryption option; or, if this is another app, " +
+        'its own queueName (or prefix)',
+    );
+  }
+}
+
+/**
+ * What a worker checks of the owner record, at start and then with Redis's
+ * settings: the account it names. Returns the record, and the keys of other
+ * workers seen within a day when the queue names no account (another app's,
+ * or a rotated key: told as a warning).
+ * @throws {EmlApiError} `ECONFIG` naming `account`
+ */
+export async function checkWorkerOwner(
+  redis: OutboxRedisClient,
+  location: QueueLocation,
+  me: { account: string | undefined; key: string | undefined },
+): Promise<{ owner: QueueOwner; otherKeys: string[] }> {
+  const owner = await registerOwner(redis, location, me);
+  checkAccount(owner, me.account, location, 'worker');
+  const otherKeys =
+    owner.account === undefined
+      ? [...owner.keys].filter(([key, seen]) => key !== me.key && owner.now - seen < KEY_SEEN_MS).map(([key]) => key)
+      : [];
+  return { owner, otherKeys };
+}
+
+function checkAccount(
+  owner: QueueOwner,
+  mine: string | undefined,
+  location: QueueLocation,
+  who: 'producer' | 'worker',
+): void {
+  if (owner.account === undefined || owner.account === mine) return;
+  const queue = `queue "${location.queueName}" (prefix "${location.prefix}")`;
+  if (mine === undefined) {
+    throw configError(
+      'account',
+      `the producers and workers of ${queue} name their account (fingerprint ${owner.account}): give this ${who} ` +
+        'the same account option (EML_API_ACCOUNT with the CLI), or, if this is another app, its own queueName (or prefix)',
+    );
+  }
+  throw configError(
+    'account',
+    `${queue} belongs to another account (fingerprint ${owner.account}; this ${who}'s is ${mine}): two apps share ` +
+      `one queue on this Redis, and ${who === 'worker' ? "this worker would send the other's mail through its own account" : "this producer's mail would go out through the other's account"}. ` +
+      'Give each app its own queueName (or prefix)',
+  );
+}
+
+/**
+ * Why a worker does not send a job, if it must not: queued for another
+ * account than the worker's, or naming none on a queue that has named its
+ * account since before it was queued; or stored in clear on a queue whose
+ * mail has been encrypted since before it was queued. (Jobs queued before
+ * are the backlog of a queue that came to name its account, or to encrypt.)
+ * @param queuedAt when the job was queued (BullMQ's timestamp: its producer's clock)
+ * @param me the worker's account fingerprint, and whether it holds encryption keys
+ * @param owner from when the queue names its account, and from when its mail is encrypted
+ * @returns the error (`EMESSAGE`, permanent) to fail the job with, or undefined
+ */
+export function foreignJob(
+  data: OutboxJobData,
+  queuedAt: number,
+  me: { account: string | undefined; decrypts: boolean },
+  owner: Pick<QueueOwner, 'accountSince' | 'encryptedSince'> | undefined,
+): EmlApiError | undefined {
+  const { accountSince, encryptedSince } = owner ?? {};
+  if (data.account !== undefined && data.account !== me.account) {
+    const mine = me.account === undefined ? 'this worker names no account' : `not this worker's (${me.account})`;
+    return new EmlApiError(
+      'EMESSAGE',
+      `This job was queued for another account (fingerprint ${data.account}), ${mine}: not sent with this worker's ` +
+        'key. Another app queues into this queue: give each app its own queueName (or prefix), then put it back ' +
+        'with a worker of its account',
+      { permanent: true },
+    );
+  }
+  if (
+    me.account !== undefined &&
+    data.account === undefined &&
+    accountSince !== undefined &&
+    queuedAt >= accountSince
+  ) {
+    return new EmlApiError(
+      'EMESSAGE',
+      `This job names no account, on a queue that names its account (since ${new Date(accountSince).toISOString()}): ` +
+        "a producer without the queue's account option (another app?) queued it; not sent with this worker's key",
+      { permanent: true },
+    );
+  }
+  if (me.decrypts && data.encryption === undefined && encryptedSince !== undefined && queuedAt >= encryptedSince) {
+    return new EmlApiError(
+      'EMESSAGE',
+      `This job was stored in clear on a queue whose mail is encrypted (since ${new Date(encryptedSince).toISOString()}): ` +
+        "a producer without the queue's encryption (another app?) queued it; not sent",
+      { permanent: true },
+    );
+  }
+  return undefined;
+}
