@@ -79,6 +79,8 @@ const exclude = ['**/node_modules/**', 'test/frameworks/**', ...redisFilesToSkip
 export default defineConfig({
   test: {
     testTimeout: 30_000,
+    // Packs the package once per run for the tests of what users install (test/package/packed.ts).
+    globalSetup: ['test/package/packed-setup.ts'],
     hookTimeout: 60_000,
     // Each file starts its own servers on port 0, so files run side by side. Most of a file's time is
     // spent waiting (on Redis, sockets, child processes, lock expiries), so more files than cores run

@@ -259,3 +259,15 @@ export function requirePeer<T>(name: string, install: string, user: string): T {
     throw err;
   }
 }
+
+/**
+ * Whether an error is {@link requirePeer}'s: an optional peer is not installed. The CLI reports
+ * it as a failure to fix by installing (exit code 1), not as a wrong flag.
+ */
+export function isMissingPeer(err: unknown): boolean {
+  return (
+    err instanceof EmlApiError &&
+    err.code === 'ECONFIG' &&
+    (err.cause as NodeJS.ErrnoException | undefined)?.code === 'MODULE_NOT_FOUND'
+  );
+}

@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { EmlApiError } from '../../shared/eml-api-error.js';
-import type { EmlApiLogger } from '../../shared/options-kit.js';
+import { isMissingPeer, type EmlApiLogger } from '../../shared/options-kit.js';
 import { startEmlApiRelay, loadSmtpServer } from '../../relay/start-smtp-relay.js';
 import type { EmlApiRelayOptions } from '../../relay/relay-options.js';
 import { hashRelayPassword, parseUsersFile, type EmlApiRelayUser } from '../../relay/relay-users.js';
@@ -209,7 +209,13 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
     relay = await startEmlApiRelay(options);
   } catch (err) {
     // A bad option is a usage mistake; a port in use or a refused key is a failure to start.
-    if (err instanceof EmlApiError && err.code === 'ECONFIG' && !listenFailure(err) && !redisSetting(err)) {
+    if (
+      err instanceof EmlApiError &&
+      err.code === 'ECONFIG' &&
+      !listenFailure(err) &&
+      !redisSetting(err) &&
+      !isMissingPeer(err)
+    ) {
       throw new UsageError(err.message);
     }
     throw err;

@@ -1,5 +1,6 @@
 import { parseArgs } from 'node:util';
 import { EmlApiError } from '../../shared/eml-api-error.js';
+import { isMissingPeer } from '../../shared/options-kit.js';
 import { API_SCOPES, type ApiScope } from '../../protocol/api-types.js';
 import { startEmulator } from '../../emulator/index.js';
 import type { EmulatorApiKey } from '../../emulator/emulator-options.js';
@@ -63,7 +64,8 @@ export async function serveCommand(args: string[], io: CliIo): Promise<number> {
     });
   } catch (err) {
     // Bad --allow-host or --public-url values are usage errors; a port in use is not.
-    if (err instanceof EmlApiError && err.code === 'ECONFIG') throw new UsageError(flagMessage(err.message));
+    if (err instanceof EmlApiError && err.code === 'ECONFIG' && !isMissingPeer(err))
+      throw new UsageError(flagMessage(err.message));
     throw err;
   }
   if (!isLoopbackInterface(values.host)) {
