@@ -114,14 +114,14 @@ export interface EmlApiClientOptions {
 }
 
 /**
- * What a client runs with, its options validated and completed with their
- * defaults: the read-only view {@link EmlApiClient.options} returns. Neither
- * the API key nor the `dispatcher` and `logger` objects are among them.
+ * What a client runs with ({@link EmlApiClient.settings}): its
+ * {@link EmlApiClientOptions} validated and completed with their defaults, read-only.
+ * Neither the API key nor the `dispatcher` and `logger` objects are among them.
  *
  * @example
- * const client = new EmlApiClient({ apiKey, baseUrl: 'https://api.mail.example.com', retries: 5 });
- * client.options.retries; // { limit: 5, baseDelay: 500, maxDelay: 30000, retryAmbiguous: false }
- * client.options.baseUrl.host; // 'api.mail.example.com'
+ * const client = new EmlApiClient({ apiKey, baseUrl: 'https://api.mail.example.com', retry: { attempts: 5 } });
+ * client.settings.retry; // { attempts: 5, delay: 500, maxDelay: 30000, jitter: 0.5, retryAmbiguous: false }
+ * client.settings.baseUrl.host; // 'api.mail.example.com'
  */
 export interface EmlApiClientSettings {
   /** The service's base URL (a copy: changing it changes nothing). */
@@ -406,7 +406,7 @@ export function isLoopbackHost(hostname: string): boolean {
 }
 
 /**
- * The public view of resolved options ({@link EmlApiClient.options}): frozen
+ * The public view of resolved options ({@link EmlApiClient.settings}): frozen
  * copies of the plain settings, without the dispatcher, the logger and the
  * base path the requests are built with.
  */

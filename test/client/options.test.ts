@@ -104,7 +104,7 @@ describe('options the client does not know', () => {
   });
 });
 
-describe('client.options', () => {
+describe('client.settings', () => {
   it('is a frozen view of the settings with their defaults, without the dispatcher, the logger or the key', async () => {
     const { Agent } = await import('undici');
     const dispatcher = new Agent();
@@ -117,7 +117,7 @@ describe('client.options', () => {
       logger,
     });
     try {
-      expect(Object.keys(client.options).sort()).toEqual(
+      expect(Object.keys(client.settings).sort()).toEqual(
         [
           'allowInsecureHttp',
           'baseUrl',
@@ -129,7 +129,7 @@ describe('client.options', () => {
           'userAgent',
         ].sort(),
       );
-      expect(client.options).toMatchObject({
+      expect(client.settings).toMatchObject({
         maxConnections: 5,
         allowInsecureHttp: false,
         userAgent: undefined,
@@ -138,15 +138,15 @@ describe('client.options', () => {
         timeouts: { connect: 10_000, response: 30_000, total: 120_000 },
         spool: { threshold: 2 * 1024 * 1024 },
       });
-      expect(client.options.baseUrl.href).toBe('https://api.example.test/base/');
-      expect(JSON.stringify(client.options)).not.toContain('k-secret');
-      for (const part of [client.options, client.options.retry, client.options.timeouts, client.options.spool]) {
+      expect(client.settings.baseUrl.href).toBe('https://api.example.test/base/');
+      expect(JSON.stringify(client.settings)).not.toContain('k-secret');
+      for (const part of [client.settings, client.settings.retry, client.settings.timeouts, client.settings.spool]) {
         expect(Object.isFrozen(part)).toBe(true);
       }
       // The URL is a copy: changing it does not move the client's requests.
-      client.options.baseUrl.pathname = '/elsewhere';
+      client.settings.baseUrl.pathname = '/elsewhere';
       expect(
-        new EmlApiClient({ apiKey: 'k', baseUrl: 'https://api.example.test/base/' }).options.baseUrl.pathname,
+        new EmlApiClient({ apiKey: 'k', baseUrl: 'https://api.example.test/base/' }).settings.baseUrl.pathname,
       ).toBe('/base/');
     } finally {
       await client.close();
@@ -156,8 +156,8 @@ describe('client.options', () => {
 
   it("is the transport client's too", () => {
     const transport = new EmlApiTransport({ apiKey: 'k', baseUrl: 'https://api.example.test', maxConnections: 3 });
-    expect(transport.client.options.maxConnections).toBe(3);
-    expect('dispatcher' in transport.client.options).toBe(false);
+    expect(transport.client.settings.maxConnections).toBe(3);
+    expect('dispatcher' in transport.client.settings).toBe(false);
   });
 });
 

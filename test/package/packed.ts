@@ -28,8 +28,7 @@ const root = createRequire(join(ROOT, 'package.json'));
  * installs what `npm ci` already put in npm's cache. Other specs are returned unchanged.
  */
 export function pinned(spec: string): string {
-  if (/^@?[^@]+@/.test(spec) && !spec.startsWith('@types/node')) return spec;
-  if (spec === '@types/node') return '@types/node@20';
+  if (/^@?[^@]+@/.test(spec)) return spec;
   const { version } = root(`${spec}/package.json`) as { version: string };
   return `${spec}@${version}`;
 }
@@ -54,18 +53,23 @@ export async function packedTarball(): Promise<string> {
 /**
  * A project with the packed package and exactly `packages` installed from the registry (npm's
  * cache first), as a user installs them: `npm install nodemailer-eml-api <packages>`. Nodemailer,
- * the one peer that is not optional, is always there (npm installs it with the package anyway);
- * pinned here to the repository's version. Installed once per set of packages and tarball, across
- * test runs too: a test writes its own files into it and changes nothing else.
+ * the one peer that is not optional, is always there (npm installs it with the package anyway):
+ * the repository's version unless `packages` names one. Installed once per set of packages and tarball, across
+ * test runs too: a test writes its own files into it and changes nothing else, unless it names
+ * `ownUse`, which gives it a project of its own.
  */
-export async function installedProject(packages: readonly string[]): Promise<string> {
+export async function installedProject(packages: readonly string[], ownUse?: string): Promise<string> {
   const tarball = await packedTarball();
-  const specs = [...new Set(['nodemailer', ...packages].map(pinned))].sort();
+  const withNodemailer = packages.some((p) => /^nodemailer(@|$)/.test(p)) ? packages : ['nodemailer', ...packages];
+  const specs = [...new Set(withNodemailer.map(pinned))].sort();
   const tarballHash = createHash('sha256')
     .update(await readFile(tarball))
     .digest('hex')
     .slice(0, 12);
-  const key = createHash('sha256').update(specs.join(' ')).digest('hex').slice(0, 12);
+  const key = createHash('sha256')
+    .update(`${specs.join(' ')}${ownUse ? ` for ${ownUse}` : ''}`)
+    .digest('hex')
+    .slice(0, 12);
   const dir = join(PACKED_HOME, 'projects', `${tarballHash}-${key}`);
   await onceAcrossProcesses(dir, async () => {
     await writeFile(
