@@ -3,8 +3,7 @@
 // nodenext, bundler); `npm run typecheck` compiles it against src/. Never run: it only has to
 // compile, and each @ts-expect-error has to stay an error.
 import nodemailer from 'nodemailer';
-import type {
-  EmlApiClient} from 'nodemailer-eml-api';
+import type { EmlApiClient } from 'nodemailer-eml-api';
 import {
   EmlApiError,
   EmlApiTransport,
