@@ -2,12 +2,15 @@ import { VERSION } from '../shared/version.js';
 import {
   resolveCliIo,
   type CliIo,
+  didYouMean,
   formatErrorDetails,
   formatErrorLine,
+  inFlagWords,
   EXIT,
   isUsageError,
   UsageError,
 } from './cli-io.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
 import { groupCommand, GROUP_SUBCOMMANDS } from './commands/group-command.js';
 import { queueCommand, QUEUE_SUBCOMMANDS } from './commands/queue-command.js';
 import { relayCommand } from './commands/relay-command.js';
@@ -89,17 +92,53 @@ export async function runCli(argv: readonly string[], io: Partial<CliIo> = {}): 
       case 'version':
         cli.stdout.write(`${VERSION}\n`);
         return EXIT.ok;
-      default:
-        if (!Object.hasOwn(COMMANDS, command)) throw new UsageError(`unknown command "${command}"`);
+      default: {
+        if (!Object.hasOwn(COMMANDS, command)) {
+          throw new UsageError(
+            `unknown command "${command}"${didYouMean(command, [...Object.keys(COMMANDS), 'help', 'version'])}`,
+          );
+        }
+        const sub = rest[0];
+        const subcommands = SUBCOMMANDS[command];
+        if (subcommands && sub !== undefined && !sub.startsWith('-') && !Object.hasOwn(subcommands, sub)) {
+          const near = didYouMean(sub, Object.keys(subcommands));
+          if (near) throw new UsageError(`unknown ${command} subcommand "${sub}"${near}`);
+        }
         return await COMMANDS[command as keyof typeof COMMANDS](rest, cli);
+      }
     }
   } catch (err) {
     const usage = isUsageError(err);
-    const hint = usage ? ` (see "eml-api ${helpTopic(command, rest)}--help")` : '';
-    cli.stderr.write(`eml-api: ${formatErrorLine(err)}${hint}\n`);
+    const topic = helpTopic(command, rest);
+    // Usage and configuration errors speak of the command's flags (read from its help).
+    const flags = usage || (err instanceof EmlApiError && err.code === 'ECONFIG') ? await flagsOf(topic) : [];
+    const line = unknownOption(err, flags) ?? inFlagWords(formatErrorLine(err), flags);
+    const hint = usage ? ` (see "eml-api ${topic.map((t) => `${t} `).join('')}--help")` : '';
+    cli.stderr.write(`eml-api: ${line}${hint}\n`);
     if (debug) cli.stderr.write(`${formatErrorDetails(err)}\n`);
     return usage ? EXIT.usage : EXIT.failed;
   }
+}
+
+/** The subcommands of the commands that have them. */
+const SUBCOMMANDS: Readonly<Record<string, object | undefined>> = {
+  group: GROUP_SUBCOMMANDS,
+  queue: QUEUE_SUBCOMMANDS,
+};
+
+/** parseArgs's refusal of an unknown flag, with the nearest flag of the command. */
+function unknownOption(err: unknown, flags: readonly string[]): string | undefined {
+  if ((err as { code?: unknown } | null)?.code !== 'ERR_PARSE_ARGS_UNKNOWN_OPTION') return undefined;
+  const flag = /'(-[^']*)'/.exec((err as Error).message)?.[1];
+  return flag === undefined ? undefined : `unknown option ${flag}${didYouMean(flag, flags, '')}`;
+}
+
+/** The flags a command's help lists (`--port`, `-h`...). */
+async function flagsOf(topic: readonly string[]): Promise<string[]> {
+  let help = '';
+  const capture = { write: (text: string) => (help += text) };
+  await runCli([...topic, '--help'], { stdout: capture, stderr: capture, env: {} });
+  return [...new Set(help.match(/(?<![\w-])--?[a-zA-Z][\w-]*/g) ?? [])];
 }
 
 /** Removes `--debug` wherever it appears before `--`. */
@@ -111,12 +150,10 @@ function takeDebugFlag(argv: readonly string[]): { args: string[]; debug: boolea
   return { args, debug: args.length !== argv.length };
 }
 
-/** `group add ` for a group subcommand, `send ` for a command, '' otherwise. */
-function helpTopic(command: string | undefined, rest: string[]): string {
-  if (command === undefined || !Object.hasOwn(COMMANDS, command)) return '';
-  if (command === 'group' && rest[0] !== undefined && Object.hasOwn(GROUP_SUBCOMMANDS, rest[0]))
-    return `group ${rest[0]} `;
-  if (command === 'queue' && rest[0] !== undefined && Object.hasOwn(QUEUE_SUBCOMMANDS, rest[0]))
-    return `queue ${rest[0]} `;
-  return `${command} `;
+/** `['group', 'add']` for a group subcommand, `['send']` for a command, `[]` otherwise. */
+function helpTopic(command: string | undefined, rest: string[]): string[] {
+  if (command === undefined || !Object.hasOwn(COMMANDS, command)) return [];
+  const subcommands = SUBCOMMANDS[command];
+  if (subcommands && rest[0] !== undefined && Object.hasOwn(subcommands, rest[0])) return [command, rest[0]];
+  return [command];
 }

@@ -42,8 +42,8 @@ export interface EmlApiClientOptions {
   apiKey: string;
   /**
    * Base URL of the service; paths are joined under it
-   * (`{baseUrl}/v1/send/eml`). A trailing slash is fine. `http://` is only
-   * accepted for loopback hosts unless {@link allowInsecureHttp} is set.
+   * (`{baseUrl}/v1/send/eml`), so it does not end in `/v1`. A trailing slash is fine. `http://`
+   * is only accepted for loopback hosts unless {@link allowInsecureHttp} is set.
    */
   baseUrl: string | URL;
   /**
@@ -383,6 +383,14 @@ function validateBaseUrl(value: unknown, allowInsecureHttp: boolean): URL {
   }
   if (url.search || url.hash) {
     throw configError('baseUrl', 'it must not contain a query string or fragment');
+  }
+  if (/\/v1\/?$/i.test(url.pathname)) {
+    // Joined as given, every request would go to /v1/v1/...: the service would answer 404 to each.
+    const root = `${url.origin}${url.pathname.replace(/\/v1\/?$/i, '')}`;
+    throw configError(
+      'baseUrl',
+      `it ends in /v1, which the client adds itself ({baseUrl}/v1/send/eml); drop it: ${root}`,
+    );
   }
   if (url.protocol === 'http:' && !allowInsecureHttp && !isLoopbackHost(url.hostname)) {
     throw configError(
