@@ -40,7 +40,11 @@ function redisFilesToSkip(): string[] {
  * fresh checkout (CI) does not have. A file missing here only starts later.
  */
 const SLOW_FIRST = [
+  'test/package/docs-blocks.test.ts',
+  'test/package/types.test.ts',
+  'test/package/peers.test.ts',
   'test/package/exports.test.ts',
+  'test/package/entries.test.ts',
   'test/transport/build-threads.test.ts',
   'test/observability/shutdown.test.ts',
   'test/queue/failover.test.ts',
