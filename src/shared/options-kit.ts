@@ -196,10 +196,10 @@ const LEVELS = ['debug', 'info', 'warn', 'error'] as const;
 const silentLogger: EmlApiLogger = { debug() {}, info() {}, warn() {}, error() {} };
 
 const consoleLogger: EmlApiLogger = {
-  debug: (meta, message) => console.debug(`[EmlApiTransport] DEBUG ${message}`, meta),
-  info: (meta, message) => console.info(`[EmlApiTransport] INFO ${message}`, meta),
-  warn: (meta, message) => console.warn(`[EmlApiTransport] WARN ${message}`, meta),
-  error: (meta, message) => console.error(`[EmlApiTransport] ERROR ${message}`, meta),
+  debug: (meta, message) => console.debug(`[nodemailer-eml-api] DEBUG ${message}`, meta),
+  info: (meta, message) => console.info(`[nodemailer-eml-api] INFO ${message}`, meta),
+  warn: (meta, message) => console.warn(`[nodemailer-eml-api] WARN ${message}`, meta),
+  error: (meta, message) => console.error(`[nodemailer-eml-api] ERROR ${message}`, meta),
 };
 
 /** Picks the logger for a `logger` option value: `true` logs to the console, `false`/absent is silent. */

@@ -2,11 +2,12 @@
  * The options of EmlApiClient: which are refused (ECONFIG naming the option)
  * and which are accepted, checked before any request.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { EmlApiClient, EmlApiTransport, type EmlApiClientOptions } from '../../src/index.js';
 import { thrownBy } from '../helpers/async.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { silentLogger } from '../helpers/logger.js';
+import { loggerOption } from '../../src/shared/options-kit.js';
 
 let service: FakeService;
 
@@ -174,5 +175,18 @@ describe('plain http:// hosts', () => {
       expect(err.code).toBe('ECONFIG');
       expect(err.message).toContain('clear text');
     }
+  });
+});
+
+describe('logger: true', () => {
+  it('writes console lines that name the package, whichever part logs (the relay and the worker too)', () => {
+    const lines: unknown[][] = [];
+    const info = vi.spyOn(console, 'info').mockImplementation((...args: unknown[]) => void lines.push(args));
+    try {
+      loggerOption(true).info({ port: 2525 }, 'SMTP relay listening');
+    } finally {
+      info.mockRestore();
+    }
+    expect(lines).toEqual([['[nodemailer-eml-api] INFO SMTP relay listening', { port: 2525 }]]);
   });
 });
