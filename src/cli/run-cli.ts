@@ -11,12 +11,6 @@ import {
   UsageError,
 } from './cli-io.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { groupCommand, GROUP_SUBCOMMANDS } from './commands/group-command.js';
-import { queueCommand, QUEUE_SUBCOMMANDS } from './commands/queue-command.js';
-import { relayCommand } from './commands/relay-command.js';
-import { sendCommand } from './commands/send-command.js';
-import { serveCommand } from './commands/serve-command.js';
-import { workerCommand } from './commands/worker-command.js';
 
 /** Help of `eml-api` itself. */
 export const CLI_HELP = `Usage: eml-api <command> [options]
@@ -51,14 +45,23 @@ Errors print in one line on standard error; add --debug for the stack trace.
 Options: -h, --help   show this help; -v, --version   print the version
 `;
 
-const COMMANDS = {
-  serve: serveCommand,
-  relay: relayCommand,
-  send: sendCommand,
-  group: groupCommand,
-  worker: workerCommand,
-  queue: queueCommand,
-} as const;
+type Command = (args: string[], io: CliIo) => Promise<number>;
+
+// Each command's module is loaded when it runs: `eml-api send` loads neither the relay nor the emulator.
+const COMMANDS: Readonly<Record<string, () => Promise<Command>>> = {
+  serve: async () => (await import('./commands/serve-command.js')).serveCommand,
+  relay: async () => (await import('./commands/relay-command.js')).relayCommand,
+  send: async () => (await import('./commands/send-command.js')).sendCommand,
+  group: async () => (await import('./commands/group-command.js')).groupCommand,
+  worker: async () => (await import('./commands/worker-command.js')).workerCommand,
+  queue: async () => (await import('./commands/queue-command.js')).queueCommand,
+};
+
+/** The subcommands of the commands that have them (test/cli/mistakes.test.ts keeps them the modules.). */
+export const SUBCOMMANDS: Readonly<Record<string, readonly string[]>> = {
+  group: ['add', 'remove', 'check'],
+  queue: ['status', 'retry', 'watch', 'purge'],
+};
 
 /**
  * Runs the `eml-api` command line and returns its exit code (see {@link EXIT});
@@ -100,11 +103,12 @@ export async function runCli(argv: readonly string[], io: Partial<CliIo> = {}): 
         }
         const sub = rest[0];
         const subcommands = SUBCOMMANDS[command];
-        if (subcommands && sub !== undefined && !sub.startsWith('-') && !Object.hasOwn(subcommands, sub)) {
-          const near = didYouMean(sub, Object.keys(subcommands));
+        if (subcommands && sub !== undefined && !sub.startsWith('-') && !subcommands.includes(sub)) {
+          const near = didYouMean(sub, subcommands);
           if (near) throw new UsageError(`unknown ${command} subcommand "${sub}"${near}`);
         }
-        return await COMMANDS[command as keyof typeof COMMANDS](rest, cli);
+        const run = await COMMANDS[command]!();
+        return await run(rest, cli);
       }
     }
   } catch (err) {
@@ -119,12 +123,6 @@ export async function runCli(argv: readonly string[], io: Partial<CliIo> = {}): 
     return usage ? EXIT.usage : EXIT.failed;
   }
 }
-
-/** The subcommands of the commands that have them. */
-const SUBCOMMANDS: Readonly<Record<string, object | undefined>> = {
-  group: GROUP_SUBCOMMANDS,
-  queue: QUEUE_SUBCOMMANDS,
-};
 
 /** parseArgs's refusal of an unknown flag, with the nearest flag of the command. */
 function unknownOption(err: unknown, flags: readonly string[]): string | undefined {
@@ -154,6 +152,6 @@ function takeDebugFlag(argv: readonly string[]): { args: string[]; debug: boolea
 function helpTopic(command: string | undefined, rest: string[]): string[] {
   if (command === undefined || !Object.hasOwn(COMMANDS, command)) return [];
   const subcommands = SUBCOMMANDS[command];
-  if (subcommands && rest[0] !== undefined && Object.hasOwn(subcommands, rest[0])) return [command, rest[0]];
+  if (subcommands && rest[0] !== undefined && subcommands.includes(rest[0])) return [command, rest[0]];
   return [command];
 }

@@ -3,6 +3,9 @@ import { describe, expect, it } from 'vitest';
 import { EmlApiClient } from '../../src/index.js';
 import { thrownBy } from '../helpers/async.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
+import { SUBCOMMANDS } from '../../src/cli/run-cli.js';
+import { GROUP_SUBCOMMANDS } from '../../src/cli/commands/group-command.js';
+import { QUEUE_SUBCOMMANDS } from '../../src/cli/commands/queue-command.js';
 
 // What a newcomer's first mistakes on the command line get: the nearest command, subcommand or flag,
 // and errors that name the flag to change, never an option of the code.
@@ -18,6 +21,10 @@ async function usageError(argv: string[], withEnv: Record<string, string> = env)
 }
 
 describe('mistakes on the command line', () => {
+  it('are checked against the subcommands the commands have', () => {
+    expect(SUBCOMMANDS).toEqual({ group: Object.keys(GROUP_SUBCOMMANDS), queue: Object.keys(QUEUE_SUBCOMMANDS) });
+  });
+
   it('suggest the command, subcommand or flag meant', async () => {
     expect(await usageError(['sned', message])).toBe(
       'eml-api: unknown command "sned"; did you mean "send"? (see "eml-api --help")',

@@ -57,12 +57,14 @@ async function main() {
     connection: process.env.REDIS_URL, queueName: process.env.QUEUE,
     apiKey: process.env.EML_API_KEY, baseUrl: process.env.EML_API_URL, cleanupInterval: 0,
   });
+  // The worker's client is the main entry point's EmlApiClient.
+  const workerClient = worker.client instanceof EmlApiClient;
   const sent = await new Promise((resolve) => worker.once('sent', (job, result) => resolve(result.response)));
   await worker.close();
   // The relay leaves a queue transport it was given open: it is the app's.
   const afterRelay = await nodemailer.createTransport(queue).sendMail({ from: 'a@example.test', to: 'b@example.test', text: 'x' });
   await queue.close();
-  console.log(JSON.stringify({ sameClass, stored: stored.response.slice(0, 13), sent, afterRelay: afterRelay.response.slice(0, 12) }));
+  console.log(JSON.stringify({ sameClass, stored: stored.response.slice(0, 13), sent, workerClient, afterRelay: afterRelay.response.slice(0, 12) }));
 }
 main().catch((err) => { console.error(err); process.exitCode = 1; });
 `;
@@ -126,6 +128,7 @@ ${CROSS_ENTRY}`,
           },
           stored: '250 2.0.0 Ok:',
           sent: '202 Accepted',
+          workerClient: true,
           afterRelay: '250 Queued a',
         });
         expect(emu.mailbox(`${queue}@example.test`), file).toHaveLength(1);

@@ -4,6 +4,9 @@ import { describe, expect, it } from 'vitest';
 import { ROOT, TSC, installedProject, runIn } from './packed.js';
 import { exampleModule, publicNames, tsdocExamples } from './tsdoc-examples.js';
 
+/** The packages the types name (the outbox's peers; prom-client for the metrics registry's example). */
+const TYPES_PROJECT = ['bullmq', 'ioredis', 'prom-client', '@types/node'];
+
 /** The strict settings a user's project has, for tsc's command line. */
 const STRICT = [
   '--noEmit',
@@ -28,7 +31,7 @@ async function tsc(project: string, args: string[]): Promise<string> {
 // point) in each module setup users have, and every @example of the declarations.
 describe('the types of the packed package', () => {
   it('compile a user of every entry point under commonjs (node10 resolution), node16, nodenext and bundler', async () => {
-    const project = await installedProject(['bullmq', 'ioredis', '@types/node']);
+    const project = await installedProject(TYPES_PROJECT);
     const dir = join(project, 'consumer');
     await rm(dir, { recursive: true, force: true });
     await mkdir(dir);
@@ -71,8 +74,7 @@ describe('the types of the packed package', () => {
   }, 240_000);
 
   it('compile every @example of the declarations', async () => {
-    // The outbox's peers, and prom-client for the metrics registry's example.
-    const project = await installedProject(['bullmq', 'ioredis', 'prom-client', '@types/node']);
+    const project = await installedProject(TYPES_PROJECT);
     const dist = join(project, 'node_modules', 'nodemailer-eml-api', 'dist');
     const examples = tsdocExamples(dist);
     // Every public name has one (test/package/public-docs.test.ts), most members too.
