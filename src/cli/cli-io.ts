@@ -240,13 +240,29 @@ export function untilStopped(signal: AbortSignal | undefined): Promise<void> {
   }
   return new Promise((resolve) => {
     const stop = () => {
+      dispose();
+      resolve();
+    };
+    const dispose = () => {
       process.off('SIGINT', stop);
       process.off('SIGTERM', stop);
-      resolve();
+      stopListeners.delete(dispose);
     };
     process.on('SIGINT', stop);
     process.on('SIGTERM', stop);
+    stopListeners.add(dispose);
   });
+}
+
+/** How to remove the signal listeners of {@link untilStopped} calls still waiting. */
+const stopListeners = new Set<() => void>();
+
+/**
+ * Removes the signal listeners of {@link untilStopped} calls that are still waiting: a command that
+ * listens before it starts and then fails to start leaves none behind.
+ */
+export function stopListeningForSignals(): void {
+  for (const dispose of [...stopListeners]) dispose();
 }
 
 /**

@@ -8,6 +8,7 @@ import {
   inFlagWords,
   EXIT,
   isUsageError,
+  stopListeningForSignals,
   UsageError,
 } from './cli-io.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
@@ -108,7 +109,11 @@ export async function runCli(argv: readonly string[], io: Partial<CliIo> = {}): 
           if (near) throw new UsageError(`unknown ${command} subcommand "${sub}"${near}`);
         }
         const run = await COMMANDS[command]!();
-        return await run(rest, cli);
+        try {
+          return await run(rest, cli);
+        } finally {
+          stopListeningForSignals();
+        }
       }
     }
   } catch (err) {

@@ -56,9 +56,12 @@ describe('mistakes on the command line', () => {
     const insecure =
       '--url (or EML_API_URL): http:// to the non-loopback host mail.example.test would send the API key in clear text; use https://, or pass --allow-insecure-http for a trusted network';
     expect(await usageError(['send', message], remote)).toBe(`eml-api: ${insecure} (see "eml-api send --help")`);
+    const listening = process.listenerCount('SIGTERM');
     expect(await usageError(['relay', '--port', '0'], remote)).toBe(
       `eml-api: ${insecure} (see "eml-api relay --help")`,
     );
+    // It listened for SIGTERM before starting, and stopped listening when it could not start.
+    expect(process.listenerCount('SIGTERM')).toBe(listening);
     expect(await usageError(['worker', '--redis', 'redis://127.0.0.1:1'], remote)).toBe(
       `eml-api: ${insecure} (see "eml-api worker --help")`,
     );

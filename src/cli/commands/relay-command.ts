@@ -204,6 +204,8 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       implicit: values['tls-implicit'] ?? false,
     };
   }
+  // Listening for SIGTERM before it says it listens: a stop sent at once is a clean stop.
+  const stopped = untilStopped(io.signal);
   let relay;
   try {
     relay = await startEmlApiRelay(options);
@@ -244,7 +246,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       `Health and metrics on http://${relay.http.host}:${relay.http.port} (/healthz, /readyz, /metrics)\n`,
     );
   }
-  await untilStopped(io.signal);
+  await stopped;
   io.stdout.write(`Stopping: letting the messages in progress finish (up to ${operations.grace / 1000} s)\n`);
   const { givenUp } = await relay.close({ grace: operations.grace });
   if (givenUp > 0) {

@@ -52,6 +52,8 @@ export async function serveCommand(args: string[], io: CliIo): Promise<number> {
   }
   const port = wholeFlag(values.port, '--port', 0, 65535);
   const apiKeys = values.key.map(parseKeySpec);
+  // Listening for SIGTERM before it says it listens: a stop sent at once is a clean stop.
+  const stopped = untilStopped(io.signal);
   let emu;
   try {
     emu = await startEmulator({
@@ -81,7 +83,7 @@ export async function serveCommand(args: string[], io: CliIo): Promise<number> {
     io.stdout.write(`API key (all scopes, plus plan): ${emu.apiKey}\n`);
     if (values.group.length > 0) io.stdout.write(`Groups: ${values.group.join(', ')}\n`);
     io.stdout.write(`Try: EML_API_URL=${emu.url} EML_API_KEY=${emu.apiKey} eml-api send message.eml\n`);
-    await untilStopped(io.signal);
+    await stopped;
   } finally {
     await emu.close();
   }
