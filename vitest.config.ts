@@ -45,6 +45,7 @@ const SLOW_FIRST = [
   'test/package/peers.test.ts',
   'test/package/exports.test.ts',
   'test/package/entries.test.ts',
+  'test/package/cli-process.test.ts',
   'test/transport/build-threads.test.ts',
   'test/observability/shutdown.test.ts',
   'test/queue/failover.test.ts',
