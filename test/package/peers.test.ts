@@ -70,11 +70,11 @@ describe('each part with only the peers its section names', () => {
   it('nodemailer only (Install): the transport, send, group and every --help run; the other parts say what to install', async () => {
     const project = await installedProject([]);
     const bin = binOf(project);
-    for (const args of HELP) {
-      const help = await runIn(project, bin, [...args, '--help']);
-      expect(help, args.join(' ')).toMatchObject({ code: 0, stderr: '' });
-      expect(help.stdout, args.join(' ')).toMatch(/^Usage: eml-api/);
-    }
+    const helps = await Promise.all(HELP.map((args) => runIn(project, bin, [...args, '--help'])));
+    helps.forEach((help, i) => {
+      expect(help, HELP[i]!.join(' ')).toMatchObject({ code: 0, stderr: '' });
+      expect(help.stdout, HELP[i]!.join(' ')).toMatch(/^Usage: eml-api/);
+    });
 
     await writeFile(join(project, 'message.eml'), MESSAGE);
     expect((await runIn(project, bin, ['send', 'message.eml'], { env })).stdout).toMatch(/^202 Accepted/);
