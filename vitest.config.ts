@@ -40,7 +40,12 @@ function redisFilesToSkip(): string[] {
  * fresh checkout (CI) does not have. A file missing here only starts later.
  */
 const SLOW_FIRST = [
+  'test/package/docs-blocks.test.ts',
+  'test/package/types.test.ts',
+  'test/package/peers.test.ts',
   'test/package/exports.test.ts',
+  'test/package/entries.test.ts',
+  'test/package/cli-process.test.ts',
   'test/transport/build-threads.test.ts',
   'test/observability/shutdown.test.ts',
   'test/queue/failover.test.ts',
@@ -80,6 +85,8 @@ const exclude = ['**/node_modules/**', 'test/frameworks/**', ...redisFilesToSkip
 export default defineConfig({
   test: {
     testTimeout: 30_000,
+    // Packs the package once per run for the tests of what users install (test/package/packed.ts).
+    globalSetup: ['test/package/packed-setup.ts'],
     hookTimeout: 60_000,
     // Each file starts its own servers on port 0, so files run side by side. Most of a file's time is
     // spent waiting (on Redis, sockets, child processes, lock expiries), so more files than cores run

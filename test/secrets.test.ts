@@ -108,7 +108,7 @@ describe('the API key stays secret', () => {
 
   it('is not in util.inspect or JSON.stringify of the transport, its client or its options', () => {
     const transport = transportTo(emu.url);
-    for (const value of [transport, transport.client, transport.client.options]) {
+    for (const value of [transport, transport.client, transport.client.settings]) {
       for (const text of channels(value)) expect(text).not.toContain(FRAGMENT);
     }
   });
@@ -221,7 +221,7 @@ describe('the API key stays secret in what the client reports', () => {
     await client.sendEml(EML);
     expect(inspect(client, { depth: 10, showHidden: true })).not.toContain(KEY_FRAGMENT);
     expect(JSON.stringify(client)).not.toContain(KEY_FRAGMENT);
-    expect(JSON.stringify(client.options)).not.toContain(KEY_FRAGMENT);
+    expect(JSON.stringify(client.settings)).not.toContain(KEY_FRAGMENT);
   });
 
   it.each([

@@ -1,6 +1,7 @@
 import { inspect } from 'node:util';
 import { readFile } from 'node:fs/promises';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import { nearestName } from '../shared/options-kit.js';
 
 /** A stream the CLI writes text to: `process.stdout`, `process.stderr`, or a test's capture. */
 export interface CliOutput {
@@ -71,6 +72,58 @@ export function isUsageError(err: unknown): boolean {
   if (err instanceof UsageError) return true;
   const code = (err as { code?: unknown } | null)?.code;
   return typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS');
+}
+
+/**
+ * ` did you mean "send"?` for a mistyped command, subcommand or flag, when one of `names` is near
+ * enough; '' otherwise.
+ */
+export function didYouMean(typo: string, names: readonly string[], quote = '"'): string {
+  const strip = (name: string) => name.replace(/^-+/, '');
+  const wanted = strip(typo);
+  const nearest = nearestName(wanted, names.map(strip));
+  // Or the one name the typo begins (an abbreviation, which parseArgs does not take).
+  const begun = names.filter((n) => wanted.length >= 3 && strip(n).startsWith(wanted));
+  const name =
+    nearest !== undefined ? names.find((n) => strip(n) === nearest) : begun.length === 1 ? begun[0] : undefined;
+  return name === undefined ? '' : `; did you mean ${quote}${name}${quote}?`;
+}
+
+/** The flags of the package's options that a command's own flags do not spell as `--kebab-case`. */
+const OPTION_FLAGS: Readonly<Record<string, string>> = {
+  baseUrl: '--url',
+  apiKey: '--key',
+};
+
+/** The environment variable a flag falls back to. */
+const FLAG_VARIABLES: Readonly<Record<string, string>> = {
+  '--url': 'EML_API_URL',
+  '--key': 'EML_API_KEY',
+};
+
+/**
+ * An error message of the package's code in the words of the command line, for the flags the
+ * command has (read from its help): `Invalid option baseUrl: ...` becomes `--url (or EML_API_URL): ...`,
+ * `set allowInsecureHttp: true` becomes `pass --allow-insecure-http`, `the apiKey option` becomes `--key`.
+ * Options without a flag of the command keep their name.
+ */
+export function inFlagWords(message: string, flags: readonly string[]): string {
+  const flagOf = (option: string): string | undefined => {
+    const flag = OPTION_FLAGS[option] ?? `--${option.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+    return flags.includes(flag) ? flag : undefined;
+  };
+  const head = /^Invalid option (\w+): /.exec(message);
+  const flag = head ? flagOf(head[1]!) : undefined;
+  let text = head && flag ? message.slice(head[0].length) : message;
+  text = text
+    .replace(/\bset (\w+): true\b/g, (whole, option: string) => {
+      const f = flagOf(option);
+      return f ? `pass ${f}` : whole;
+    })
+    .replace(/\bthe (\w+) option\b/g, (whole, option: string) => flagOf(option) ?? whole);
+  if (!flag) return text;
+  const variable = FLAG_VARIABLES[flag];
+  return `${flag}${variable ? ` (or ${variable})` : ''}: ${text}`;
 }
 
 /**
@@ -187,13 +240,29 @@ export function untilStopped(signal: AbortSignal | undefined): Promise<void> {
   }
   return new Promise((resolve) => {
     const stop = () => {
+      dispose();
+      resolve();
+    };
+    const dispose = () => {
       process.off('SIGINT', stop);
       process.off('SIGTERM', stop);
-      resolve();
+      stopListeners.delete(dispose);
     };
     process.on('SIGINT', stop);
     process.on('SIGTERM', stop);
+    stopListeners.add(dispose);
   });
+}
+
+/** How to remove the signal listeners of {@link untilStopped} calls still waiting. */
+const stopListeners = new Set<() => void>();
+
+/**
+ * Removes the signal listeners of {@link untilStopped} calls that are still waiting: a command that
+ * listens before it starts and then fails to start leaves none behind.
+ */
+export function stopListeningForSignals(): void {
+  for (const dispose of [...stopListeners]) dispose();
 }
 
 /**

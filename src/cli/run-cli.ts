@@ -2,19 +2,16 @@ import { VERSION } from '../shared/version.js';
 import {
   resolveCliIo,
   type CliIo,
+  didYouMean,
   formatErrorDetails,
   formatErrorLine,
+  inFlagWords,
   EXIT,
   isUsageError,
+  stopListeningForSignals,
   UsageError,
 } from './cli-io.js';
-import { groupCommand, GROUP_SUBCOMMANDS } from './commands/group-command.js';
-import { inboxCommand } from './commands/inbox-command.js';
-import { queueCommand, QUEUE_SUBCOMMANDS } from './commands/queue-command.js';
-import { relayCommand } from './commands/relay-command.js';
-import { sendCommand } from './commands/send-command.js';
-import { serveCommand } from './commands/serve-command.js';
-import { workerCommand } from './commands/worker-command.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
 
 /** Help of `eml-api` itself. */
 export const CLI_HELP = `Usage: eml-api <command> [options]
@@ -50,15 +47,25 @@ Errors print in one line on standard error; add --debug for the stack trace.
 Options: -h, --help   show this help; -v, --version   print the version
 `;
 
-const COMMANDS = {
-  serve: serveCommand,
-  inbox: inboxCommand,
-  relay: relayCommand,
-  send: sendCommand,
-  group: groupCommand,
-  worker: workerCommand,
-  queue: queueCommand,
-} as const;
+type Command = (args: string[], io: CliIo) => Promise<number>;
+
+// Each command's module is loaded when it runs: `eml-api send` loads neither the relay nor the emulator.
+const COMMANDS: Readonly<Record<string, () => Promise<Command>>> = {
+  serve: async () => (await import('./commands/serve-command.js')).serveCommand,
+  inbox: async () => (await import('./commands/inbox-command.js')).inboxCommand,
+  relay: async () => (await import('./commands/relay-command.js')).relayCommand,
+  send: async () => (await import('./commands/send-command.js')).sendCommand,
+  group: async () => (await import('./commands/group-command.js')).groupCommand,
+  worker: async () => (await import('./commands/worker-command.js')).workerCommand,
+  queue: async () => (await import('./commands/queue-command.js')).queueCommand,
+};
+
+/** The subcommands of the commands that have them, for "did you mean" without loading the command's module. */
+export const SUBCOMMANDS: Readonly<Record<string, readonly string[]>> = {
+  group: ['add', 'remove', 'check'],
+  inbox: ['list', 'clear'],
+  queue: ['status', 'retry', 'watch', 'purge'],
+};
 
 /**
  * Runs the `eml-api` command line and returns its exit code (see {@link EXIT});
@@ -92,17 +99,52 @@ export async function runCli(argv: readonly string[], io: Partial<CliIo> = {}): 
       case 'version':
         cli.stdout.write(`${VERSION}\n`);
         return EXIT.ok;
-      default:
-        if (!Object.hasOwn(COMMANDS, command)) throw new UsageError(`unknown command "${command}"`);
-        return await COMMANDS[command as keyof typeof COMMANDS](rest, cli);
+      default: {
+        if (!Object.hasOwn(COMMANDS, command)) {
+          throw new UsageError(
+            `unknown command "${command}"${didYouMean(command, [...Object.keys(COMMANDS), 'help', 'version'])}`,
+          );
+        }
+        const sub = rest[0];
+        const subcommands = SUBCOMMANDS[command];
+        if (subcommands && sub !== undefined && !sub.startsWith('-') && !subcommands.includes(sub)) {
+          const near = didYouMean(sub, subcommands);
+          if (near) throw new UsageError(`unknown ${command} subcommand "${sub}"${near}`);
+        }
+        const run = await COMMANDS[command]!();
+        try {
+          return await run(rest, cli);
+        } finally {
+          stopListeningForSignals();
+        }
+      }
     }
   } catch (err) {
     const usage = isUsageError(err);
-    const hint = usage ? ` (see "eml-api ${helpTopic(command, rest)}--help")` : '';
-    cli.stderr.write(`eml-api: ${formatErrorLine(err)}${hint}\n`);
+    const topic = helpTopic(command, rest);
+    // Usage and configuration errors speak of the command's flags (read from its help).
+    const flags = usage || (err instanceof EmlApiError && err.code === 'ECONFIG') ? await flagsOf(topic) : [];
+    const line = unknownOption(err, flags) ?? inFlagWords(formatErrorLine(err), flags);
+    const hint = usage ? ` (see "eml-api ${topic.map((t) => `${t} `).join('')}--help")` : '';
+    cli.stderr.write(`eml-api: ${line}${hint}\n`);
     if (debug) cli.stderr.write(`${formatErrorDetails(err)}\n`);
     return usage ? EXIT.usage : EXIT.failed;
   }
+}
+
+/** parseArgs's refusal of an unknown flag, with the nearest flag of the command. */
+function unknownOption(err: unknown, flags: readonly string[]): string | undefined {
+  if ((err as { code?: unknown } | null)?.code !== 'ERR_PARSE_ARGS_UNKNOWN_OPTION') return undefined;
+  const flag = /'(-[^']*)'/.exec((err as Error).message)?.[1];
+  return flag === undefined ? undefined : `unknown option ${flag}${didYouMean(flag, flags, '')}`;
+}
+
+/** The flags a command's help lists (`--port`, `-h`...). */
+async function flagsOf(topic: readonly string[]): Promise<string[]> {
+  let help = '';
+  const capture = { write: (text: string) => (help += text) };
+  await runCli([...topic, '--help'], { stdout: capture, stderr: capture, env: {} });
+  return [...new Set(help.match(/(?<![\w-])--?[a-zA-Z][\w-]*/g) ?? [])];
 }
 
 /** Removes `--debug` wherever it appears before `--`. */
@@ -114,12 +156,10 @@ function takeDebugFlag(argv: readonly string[]): { args: string[]; debug: boolea
   return { args, debug: args.length !== argv.length };
 }
 
-/** `group add ` for a group subcommand, `send ` for a command, '' otherwise. */
-function helpTopic(command: string | undefined, rest: string[]): string {
-  if (command === undefined || !Object.hasOwn(COMMANDS, command)) return '';
-  if (command === 'group' && rest[0] !== undefined && Object.hasOwn(GROUP_SUBCOMMANDS, rest[0]))
-    return `group ${rest[0]} `;
-  if (command === 'queue' && rest[0] !== undefined && Object.hasOwn(QUEUE_SUBCOMMANDS, rest[0]))
-    return `queue ${rest[0]} `;
-  return `${command} `;
+/** `['group', 'add']` for a group subcommand, `['send']` for a command, `[]` otherwise. */
+function helpTopic(command: string | undefined, rest: string[]): string[] {
+  if (command === undefined || !Object.hasOwn(COMMANDS, command)) return [];
+  const subcommands = SUBCOMMANDS[command];
+  if (subcommands && rest[0] !== undefined && subcommands.includes(rest[0])) return [command, rest[0]];
+  return [command];
 }

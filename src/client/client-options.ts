@@ -42,8 +42,8 @@ export interface EmlApiClientOptions {
   apiKey: string;
   /**
    * Base URL of the service; paths are joined under it
-   * (`{baseUrl}/v1/send/eml`). A trailing slash is fine. `http://` is only
-   * accepted for loopback hosts unless {@link allowInsecureHttp} is set.
+   * (`{baseUrl}/v1/send/eml`), so it does not end in `/v1`. A trailing slash is fine. `http://`
+   * is only accepted for loopback hosts unless {@link allowInsecureHttp} is set.
    */
   baseUrl: string | URL;
   /**
@@ -114,14 +114,14 @@ export interface EmlApiClientOptions {
 }
 
 /**
- * What a client runs with, its options validated and completed with their
- * defaults: the read-only view {@link EmlApiClient.options} returns. Neither
- * the API key nor the `dispatcher` and `logger` objects are among them.
+ * What a client runs with ({@link EmlApiClient.settings}): its
+ * {@link EmlApiClientOptions} validated and completed with their defaults, read-only.
+ * Neither the API key nor the `dispatcher` and `logger` objects are among them.
  *
  * @example
- * const client = new EmlApiClient({ apiKey, baseUrl: 'https://api.mail.example.com', retries: 5 });
- * client.options.retries; // { limit: 5, baseDelay: 500, maxDelay: 30000, retryAmbiguous: false }
- * client.options.baseUrl.host; // 'api.mail.example.com'
+ * const client = new EmlApiClient({ apiKey, baseUrl: 'https://api.mail.example.com', retry: { attempts: 5 } });
+ * client.settings.retry; // { attempts: 5, delay: 500, maxDelay: 30000, jitter: 0.5, retryAmbiguous: false }
+ * client.settings.baseUrl.host; // 'api.mail.example.com'
  */
 export interface EmlApiClientSettings {
   /** The service's base URL (a copy: changing it changes nothing). */
@@ -384,6 +384,14 @@ function validateBaseUrl(value: unknown, allowInsecureHttp: boolean): URL {
   if (url.search || url.hash) {
     throw configError('baseUrl', 'it must not contain a query string or fragment');
   }
+  if (/\/v1\/?$/i.test(url.pathname)) {
+    // Joined as given, every request would go to /v1/v1/...: the service would answer 404 to each.
+    const root = `${url.origin}${url.pathname.replace(/\/v1\/?$/i, '')}`;
+    throw configError(
+      'baseUrl',
+      `it ends in /v1, which the client adds itself ({baseUrl}/v1/send/eml); drop it: ${root}`,
+    );
+  }
   if (url.protocol === 'http:' && !allowInsecureHttp && !isLoopbackHost(url.hostname)) {
     throw configError(
       'baseUrl',
@@ -406,7 +414,7 @@ export function isLoopbackHost(hostname: string): boolean {
 }
 
 /**
- * The public view of resolved options ({@link EmlApiClient.options}): frozen
+ * The public view of resolved options ({@link EmlApiClient.settings}): frozen
  * copies of the plain settings, without the dispatcher, the logger and the
  * base path the requests are built with.
  */

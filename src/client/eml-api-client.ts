@@ -75,13 +75,13 @@ import {
  */
 export class EmlApiClient {
   /**
-   * The options the client runs with, validated and completed with their
-   * defaults (a frozen copy: neither the API key nor the `dispatcher` and
-   * `logger` objects are among them).
+   * The settings the client runs with: its options validated and completed
+   * with their defaults (a frozen copy: neither the API key nor the
+   * `dispatcher` and `logger` objects are among them).
    * @example
-   * client.options.timeouts.total; // 120000
+   * client.settings.timeouts.total; // 120000
    */
-  readonly options: EmlApiClientSettings;
+  readonly settings: EmlApiClientSettings;
   /** The options as the package uses them inside (the dispatcher and logger included). */
   readonly #resolved: Readonly<ResolvedClientOptions>;
   readonly #requester: Requester;
@@ -94,7 +94,7 @@ export class EmlApiClient {
     const { apiKey, resolved } = resolveClientOptions(options);
     this.#apiKey = apiKey;
     this.#resolved = Object.freeze(resolved);
-    this.options = clientSettingsView(resolved);
+    this.settings = clientSettingsView(resolved);
     this.#requester = new Requester({
       origin: resolved.baseUrl.origin,
       basePath: resolved.basePath,
@@ -407,7 +407,7 @@ export class EmlApiClient {
    *
    * @throws {EmlApiError} `EAPI` 404 `group_not_found` for an unknown group, `EAUTH`...
    * @example
-   * if (await client.isInGroup('newsletter', 'ann@example.net')) { ... }
+   * if (await client.isInGroup('newsletter', 'ann@example.net')) console.log('already a member');
    */
   async isInGroup(groupId: string, email: AddressInput, options: RequestOptions = {}): Promise<boolean> {
     checkGroupId(groupId, 'isInGroup');

@@ -58,7 +58,9 @@ export interface Emulator {
   reset(): void;
   /**
    * Sets the faults injected into API requests from now on (counts start again), or removes them.
-   * @example emu.setFaults({ seed: 3, unavailable: 0.1 }); ... emu.setFaults(undefined);
+   * @example
+   * emu.setFaults({ seed: 3, unavailable: 0.1 }); // from now on
+   * emu.setFaults(undefined); // none
    */
   setFaults(faults: EmulatorFaults | undefined): void;
   /** How many requests got each fault since the faults were set; undefined without faults. */

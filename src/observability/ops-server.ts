@@ -20,14 +20,15 @@ export interface OpsHttpOptions {
   /**
    * TCP port; 0 picks a free one (see `http.port` on the relay or worker).
    * @example
-   * http: { port: 9464 }
+   * await startEmlApiRelay({ baseUrl, apiKey, http: { port: 9464 } });
    */
   port: number;
   /**
    * Interface to listen on.
    * @default '127.0.0.1'
    * @example
-   * http: { port: 9464, host: '0.0.0.0' } // reachable by the kubelet's probes and Prometheus
+   * // Reachable by the kubelet's probes and Prometheus:
+   * await startEmlApiRelay({ baseUrl, apiKey, http: { port: 9464, host: '0.0.0.0' } });
    */
   host?: string;
   /**
@@ -35,7 +36,7 @@ export interface OpsHttpOptions {
    * seconds then costs Redis and the service one request per `readyCacheMs`.
    * @default 10000
    * @example
-   * http: { port: 9464, readyCacheMs: 30_000 }
+   * await startEmlApiWorker({ connection, apiKey, baseUrl, http: { port: 9465, readyCacheMs: 30_000 } });
    */
   readyCacheMs?: number;
 }

@@ -52,6 +52,23 @@ import type { SendKind } from '../protocol/api-types.js';
 export type QueueSendCallback = (err: Error | null, info?: EmlApiQueuedMessageInfo) => void;
 
 /**
+ * The event of {@link EmlApiQueueTransport}: `'idle'` when a send would start at once again (Nodemailer's pool contract).
+ * @example
+ * transport.on('idle', () => console.log('ready for more'));
+ */
+// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging -- EventEmitter implements them
+export interface EmlApiQueueTransport {
+  on(event: 'idle', listener: (...args: unknown[]) => void): this;
+  once(event: 'idle', listener: (...args: unknown[]) => void): this;
+  off(event: 'idle', listener: (...args: unknown[]) => void): this;
+  addListener(event: 'idle', listener: (...args: unknown[]) => void): this;
+  removeListener(event: 'idle', listener: (...args: unknown[]) => void): this;
+  prependListener(event: 'idle', listener: (...args: unknown[]) => void): this;
+  prependOnceListener(event: 'idle', listener: (...args: unknown[]) => void): this;
+  emit(event: 'idle'): boolean;
+}
+
+/**
  * Nodemailer transport that queues messages in Redis (BullMQ) instead of
  * sending them: `sendMail` resolves once Redis has stored the message, like
  * a relay answering `250` once the message is on disk. Workers
@@ -70,6 +87,7 @@ export type QueueSendCallback = (err: Error | null, info?: EmlApiQueuedMessageIn
  * const info = await transporter.sendMail({ from: 'shop@example.com', to: 'ann@example.net', subject: 'Hi', text: 'Hello', idempotencyKey: 'welcome-ann' });
  * console.log(info.response); // '250 Queued as welcome-ann'
  */
+// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging -- typed events (interface above)
 export class EmlApiQueueTransport extends EventEmitter {
   /** Transport name, used by Nodemailer in logs. */
   readonly name = 'EmlApiQueueTransport';

@@ -57,17 +57,58 @@ export interface WorkerCloseOptions {
 const WORKER_CLOSE_OPTIONS = ['abort'] as const satisfies readonly (keyof WorkerCloseOptions)[];
 
 /**
+ * The events of an {@link EmlApiWorker} and their listeners' arguments.
+ * @example
+ * outbox.on('retrying', (job, err, delayMs) => log.warn({ job: job.id, code: err.code, delayMs }, err.message));
+ */
+export interface EmlApiWorkerEvents {
+  /** The service accepted a send. */
+  sent: [job: OutboxJob, result: OutboxSendResult];
+  /** A send failed for a passing reason and will be tried again in `delayMs`. */
+  retrying: [job: OutboxJob, error: EmlApiError, delayMs: number];
+  /** A send failed for good (a permanent error, or out of attempts). */
+  failed: [job: OutboxJob, error: EmlApiError];
+  /** The worker itself failed (Redis unreachable...); logged when nobody listens. */
+  error: [error: Error];
+  /**
+   * Redis keeps queued mail less safely than it should (it runs without its append-only file),
+   * or its settings cannot be read; or the queue was paused (a 429) for longer than
+   * `maxRetryAfter` and the worker cut the pause as it started; also logged.
+   */
+  warning: [message: string];
+}
+
+/**
+ * The event methods of {@link EmlApiWorker}, typed by {@link EmlApiWorkerEvents}: a listener's
+ * arguments are inferred.
+ * @example
+ * outbox.on('failed', (job, err) => log.error({ job: job.id, code: err.code }, err.message));
+ */
+// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging -- EventEmitter implements them
+export interface EmlApiWorker {
+  on<E extends keyof EmlApiWorkerEvents>(event: E, listener: (...args: EmlApiWorkerEvents[E]) => void): this;
+  once<E extends keyof EmlApiWorkerEvents>(event: E, listener: (...args: EmlApiWorkerEvents[E]) => void): this;
+  off<E extends keyof EmlApiWorkerEvents>(event: E, listener: (...args: EmlApiWorkerEvents[E]) => void): this;
+  addListener<E extends keyof EmlApiWorkerEvents>(event: E, listener: (...args: EmlApiWorkerEvents[E]) => void): this;
+  removeListener<E extends keyof EmlApiWorkerEvents>(
+    event: E,
+    listener: (...args: EmlApiWorkerEvents[E]) => void,
+  ): this;
+  prependListener<E extends keyof EmlApiWorkerEvents>(
+    event: E,
+    listener: (...args: EmlApiWorkerEvents[E]) => void,
+  ): this;
+  prependOnceListener<E extends keyof EmlApiWorkerEvents>(
+    event: E,
+    listener: (...args: EmlApiWorkerEvents[E]) => void,
+  ): this;
+  emit<E extends keyof EmlApiWorkerEvents>(event: E, ...args: EmlApiWorkerEvents[E]): boolean;
+}
+
+/**
  * A running outbox worker: takes jobs from the queue and posts them through
  * the service with each job's idempotency key. Made by {@link startEmlApiWorker}.
- *
- * Events:
- * - `'sent'` `(job, result: OutboxSendResult)`: the service accepted a send
- * - `'retrying'` `(job, error: EmlApiError, delayMs)`: a send failed for a passing reason and will be tried again
- * - `'failed'` `(job, error: EmlApiError)`: a send failed for good (a permanent error, or out of attempts)
- * - `'error'` `(error)`: the worker itself failed (Redis unreachable...); logged when nobody listens
- * - `'warning'` `(message: string)`: Redis keeps queued mail less safely than it should (it runs without
- *   its append-only file), or its settings cannot be read; or the queue was paused (a 429) for longer
- *   than `maxRetryAfter` and the worker cut the pause as it started; also logged
+ * Its events and their arguments: {@link EmlApiWorkerEvents}.
  *
  * @example
  * const outbox = await startEmlApiWorker({ connection, apiKey, baseUrl });
@@ -75,6 +116,7 @@ const WORKER_CLOSE_OPTIONS = ['abort'] as const satisfies readonly (keyof Worker
  * outbox.on('failed', (job, err) => log.error({ job: job.id, code: err.code }, err.message));
  * process.once('SIGTERM', () => outbox.close());
  */
+// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging -- typed events (interface above)
 export class EmlApiWorker extends EventEmitter {
   /** The BullMQ worker (pause, resume, events: BullMQ's own API). */
   readonly worker: Worker<OutboxJobData, OutboxSendResult>;
@@ -342,7 +384,7 @@ export class EmlApiWorker extends EventEmitter {
    */
   async #connected(): Promise<void> {
     const { redis, where } = this.#redis;
-    const connectMs = this.client.options.timeouts.connect;
+    const connectMs = this.client.settings.timeouts.connect;
     const since = performance.now();
     const waitFor = this.#waitForRedis
       ? 'waiting for it (waitForRedis)'
@@ -608,7 +650,8 @@ export class EmlApiWorker extends EventEmitter {
 
   #onFailed(job: OutboxJob, thrown: Error): void {
     const cause = (thrown as { cause?: unknown }).cause;
-    const error = cause instanceof EmlApiError ? cause : thrown;
+    // The runner's failures are EmlApiErrors, or carry one as their cause.
+    const error = (cause instanceof EmlApiError ? cause : thrown) as EmlApiError;
     if (job.finishedOn) {
       this.#logger.error({ job: job.id, code: (error as EmlApiError).code }, `Queued message failed: ${error.message}`);
       this.emit('failed', job, error);

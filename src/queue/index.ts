@@ -23,7 +23,12 @@ export { outboxJobId } from './outbox-job.js';
 
 // The worker: one way to start one (startEmlApiWorker resolves once its start-up checks pass).
 // EmlApiWorker is the type of the instance it resolves with, not a second constructor.
-export { startEmlApiWorker, type EmlApiWorker, type WorkerCloseOptions } from './eml-api-worker.js';
+export {
+  startEmlApiWorker,
+  type EmlApiWorker,
+  type EmlApiWorkerEvents,
+  type WorkerCloseOptions,
+} from './eml-api-worker.js';
 export type { EmlApiWorkerOptions, OutboxRateLimit, OutboxWorkerTuning } from './worker-options.js';
 
 // The jobs, as the worker's events and BullMQ's API (transport.queue, worker.worker) hand them out:

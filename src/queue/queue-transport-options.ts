@@ -32,12 +32,19 @@ import { accountFingerprint, resolveAccount } from './queue-owner.js';
 
 /**
  * BullMQ job options a producer may set on its jobs. The job id is the
- * send's idempotency key, so it is not among them.
+ * send's idempotency key, so it is not among them; `removeOnComplete` and
+ * `removeOnFail` cannot be `true` (see {@link EmlApiQueueTransportOptions.jobOptions}).
  *
  * @example
  * const jobOptions: OutboxJobOptions = { priority: 1, removeOnFail: { age: 30 * 86400 } };
  */
-export type OutboxJobOptions = Omit<JobsOptions, 'jobId' | 'repeat' | 'parent' | 'deduplication' | 'debounce'>;
+export type OutboxJobOptions = Omit<
+  JobsOptions,
+  'jobId' | 'repeat' | 'parent' | 'deduplication' | 'debounce' | 'removeOnComplete' | 'removeOnFail'
+> & {
+  removeOnComplete?: Exclude<JobsOptions['removeOnComplete'], true>;
+  removeOnFail?: Exclude<JobsOptions['removeOnFail'], true>;
+};
 
 /**
  * How many Redis replicas must confirm a message before `sendMail` resolves

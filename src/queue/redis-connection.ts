@@ -667,14 +667,6 @@ function versionOf(name: string): string {
 }
 
 /**
- * The versions of `bullmq` and `ioredis` the outbox runs on. They are
- * loaded, and so checked, as `nodemailer-eml-api/queue` is imported: without
- * them the import throws an `EmlApiError` (`ECONFIG`) saying what to install,
- * rather than the first send failing.
- */
-export const OUTBOX_PEERS: Readonly<OutboxPeerVersions> = Object.freeze(requireQueuePeers());
-
-/**
  * The deadline of {@link withDeadline} passed.
  */
 export class DeadlineError extends Error {

@@ -36,7 +36,7 @@ import { RelayUsers, type EmlApiRelayUser } from './relay-users.js';
  * `tls.createSecureContext` (`ca`, `passphrase`, `minVersion`...) may be added.
  *
  * @example
- * tls: { cert: readFileSync('/etc/ssl/relay.crt'), key: readFileSync('/etc/ssl/relay.key') }
+ * const tls: EmlApiRelayTlsOptions = { cert: fs.readFileSync('/etc/ssl/relay.crt'), key: fs.readFileSync('/etc/ssl/relay.key') };
  */
 export interface EmlApiRelayTlsOptions extends SecureContextOptions {
   /** The certificate chain, PEM. */

@@ -13,7 +13,7 @@ import { identitySecret } from './receive-message.js';
  * `eml-api relay --hash-password`), so that the configuration holds no password.
  *
  * @example
- * { username: 'billing-app', passwordHash: '$scrypt$ln=14,r=8,p=1$...$...' }
+ * const user: EmlApiRelayUser = { username: 'billing-app', passwordHash: await hashRelayPassword(process.env.BILLING_PASSWORD!) };
  */
 export interface EmlApiRelayUser {
   /** The SMTP user name, compared exactly (case included). No white space, `:` or control characters. */

@@ -91,9 +91,8 @@ const BRAND = Symbol.for('nodemailer-eml-api.EmlApiError');
 export class EmlApiError extends Error {
   /**
    * `err instanceof EmlApiError` holds for an error made by any copy of this
-   * class: each entry point (`nodemailer-eml-api`, `/queue`, `/emulator`) and
-   * each format (ESM, CommonJS) bundles its own, and an error from one must
-   * still be recognised with the class imported from another.
+   * class: the ES module and CommonJS builds each have one (the entry points of
+   * a format share theirs), and an app may load both, or two installs of the package.
    */
   static override [Symbol.hasInstance](value: unknown): boolean {
     return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[BRAND] === true;

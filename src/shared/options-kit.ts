@@ -196,10 +196,10 @@ const LEVELS = ['debug', 'info', 'warn', 'error'] as const;
 const silentLogger: EmlApiLogger = { debug() {}, info() {}, warn() {}, error() {} };
 
 const consoleLogger: EmlApiLogger = {
-  debug: (meta, message) => console.debug(`[EmlApiTransport] DEBUG ${message}`, meta),
-  info: (meta, message) => console.info(`[EmlApiTransport] INFO ${message}`, meta),
-  warn: (meta, message) => console.warn(`[EmlApiTransport] WARN ${message}`, meta),
-  error: (meta, message) => console.error(`[EmlApiTransport] ERROR ${message}`, meta),
+  debug: (meta, message) => console.debug(`[nodemailer-eml-api] DEBUG ${message}`, meta),
+  info: (meta, message) => console.info(`[nodemailer-eml-api] INFO ${message}`, meta),
+  warn: (meta, message) => console.warn(`[nodemailer-eml-api] WARN ${message}`, meta),
+  error: (meta, message) => console.error(`[nodemailer-eml-api] ERROR ${message}`, meta),
 };
 
 /** Picks the logger for a `logger` option value: `true` logs to the console, `false`/absent is silent. */
@@ -258,4 +258,16 @@ export function requirePeer<T>(name: string, install: string, user: string): T {
     }
     throw err;
   }
+}
+
+/**
+ * Whether an error is {@link requirePeer}'s: an optional peer is not installed. The CLI reports
+ * it as a failure to fix by installing (exit code 1), not as a wrong flag.
+ */
+export function isMissingPeer(err: unknown): boolean {
+  return (
+    err instanceof EmlApiError &&
+    err.code === 'ECONFIG' &&
+    (err.cause as NodeJS.ErrnoException | undefined)?.code === 'MODULE_NOT_FOUND'
+  );
 }

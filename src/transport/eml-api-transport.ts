@@ -22,6 +22,23 @@ import type { GroupSendResult, SendResult } from '../client/client-types.js';
 export type SendCallback = (err: Error | null, info?: EmlApiSentMessageInfo) => void;
 
 /**
+ * The event of {@link EmlApiTransport}: `'idle'` when a send would start at once again (Nodemailer's pool contract).
+ * @example
+ * transport.on('idle', () => console.log('ready for more'));
+ */
+// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging -- EventEmitter implements them
+export interface EmlApiTransport {
+  on(event: 'idle', listener: (...args: unknown[]) => void): this;
+  once(event: 'idle', listener: (...args: unknown[]) => void): this;
+  off(event: 'idle', listener: (...args: unknown[]) => void): this;
+  addListener(event: 'idle', listener: (...args: unknown[]) => void): this;
+  removeListener(event: 'idle', listener: (...args: unknown[]) => void): this;
+  prependListener(event: 'idle', listener: (...args: unknown[]) => void): this;
+  prependOnceListener(event: 'idle', listener: (...args: unknown[]) => void): this;
+  emit(event: 'idle'): boolean;
+}
+
+/**
  * Nodemailer transport that sends through the email service's HTTP API: a
  * drop-in replacement for an SMTP relay. A message goes to
  * `POST /v1/send/eml`, unless `sendMail` names a `group`
@@ -49,6 +66,7 @@ export type SendCallback = (err: Error | null, info?: EmlApiSentMessageInfo) => 
  * const info = await transporter.sendMail({ from: 'shop@example.com', to: 'ann@example.net', subject: 'Hi', text: 'Hello' });
  * console.log(info.messageId, info.response); // '<…@example.com>' '202 Accepted'
  */
+// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging -- typed events (interface above)
 export class EmlApiTransport extends EventEmitter {
   /** Transport name, used by Nodemailer in logs. */
   readonly name = 'EmlApiTransport';

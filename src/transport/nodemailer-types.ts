@@ -42,7 +42,7 @@ export interface NodemailerMail {
 /**
  * An SMTP-style envelope: sender and the addresses the message goes to.
  * @example
- * const { envelope } = await transporter.sendMail(mail); // { from: 'shop@example.com', to: ['ann@example.net'] }
+ * const { envelope } = await transporter.sendMail(message); // { from: 'shop@example.com', to: ['ann@example.net'] }
  */
 export interface MailEnvelope {
   from: string | false;

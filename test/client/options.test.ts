@@ -2,11 +2,12 @@
  * The options of EmlApiClient: which are refused (ECONFIG naming the option)
  * and which are accepted, checked before any request.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { EmlApiClient, EmlApiTransport, type EmlApiClientOptions } from '../../src/index.js';
 import { thrownBy } from '../helpers/async.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { silentLogger } from '../helpers/logger.js';
+import { loggerOption } from '../../src/shared/options-kit.js';
 
 let service: FakeService;
 
@@ -104,7 +105,7 @@ describe('options the client does not know', () => {
   });
 });
 
-describe('client.options', () => {
+describe('client.settings', () => {
   it('is a frozen view of the settings with their defaults, without the dispatcher, the logger or the key', async () => {
     const { Agent } = await import('undici');
     const dispatcher = new Agent();
@@ -117,7 +118,7 @@ describe('client.options', () => {
       logger,
     });
     try {
-      expect(Object.keys(client.options).sort()).toEqual(
+      expect(Object.keys(client.settings).sort()).toEqual(
         [
           'allowInsecureHttp',
           'baseUrl',
@@ -129,7 +130,7 @@ describe('client.options', () => {
           'userAgent',
         ].sort(),
       );
-      expect(client.options).toMatchObject({
+      expect(client.settings).toMatchObject({
         maxConnections: 5,
         allowInsecureHttp: false,
         userAgent: undefined,
@@ -138,15 +139,15 @@ describe('client.options', () => {
         timeouts: { connect: 10_000, response: 30_000, total: 120_000 },
         spool: { threshold: 2 * 1024 * 1024 },
       });
-      expect(client.options.baseUrl.href).toBe('https://api.example.test/base/');
-      expect(JSON.stringify(client.options)).not.toContain('k-secret');
-      for (const part of [client.options, client.options.retry, client.options.timeouts, client.options.spool]) {
+      expect(client.settings.baseUrl.href).toBe('https://api.example.test/base/');
+      expect(JSON.stringify(client.settings)).not.toContain('k-secret');
+      for (const part of [client.settings, client.settings.retry, client.settings.timeouts, client.settings.spool]) {
         expect(Object.isFrozen(part)).toBe(true);
       }
       // The URL is a copy: changing it does not move the client's requests.
-      client.options.baseUrl.pathname = '/elsewhere';
+      client.settings.baseUrl.pathname = '/elsewhere';
       expect(
-        new EmlApiClient({ apiKey: 'k', baseUrl: 'https://api.example.test/base/' }).options.baseUrl.pathname,
+        new EmlApiClient({ apiKey: 'k', baseUrl: 'https://api.example.test/base/' }).settings.baseUrl.pathname,
       ).toBe('/base/');
     } finally {
       await client.close();
@@ -156,8 +157,8 @@ describe('client.options', () => {
 
   it("is the transport client's too", () => {
     const transport = new EmlApiTransport({ apiKey: 'k', baseUrl: 'https://api.example.test', maxConnections: 3 });
-    expect(transport.client.options.maxConnections).toBe(3);
-    expect('dispatcher' in transport.client.options).toBe(false);
+    expect(transport.client.settings.maxConnections).toBe(3);
+    expect('dispatcher' in transport.client.settings).toBe(false);
   });
 });
 
@@ -174,5 +175,18 @@ describe('plain http:// hosts', () => {
       expect(err.code).toBe('ECONFIG');
       expect(err.message).toContain('clear text');
     }
+  });
+});
+
+describe('logger: true', () => {
+  it('writes console lines that name the package, whichever part logs (the relay and the worker too)', () => {
+    const lines: unknown[][] = [];
+    const info = vi.spyOn(console, 'info').mockImplementation((...args: unknown[]) => void lines.push(args));
+    try {
+      loggerOption(true).info({ port: 2525 }, 'SMTP relay listening');
+    } finally {
+      info.mockRestore();
+    }
+    expect(lines).toEqual([['[nodemailer-eml-api] INFO SMTP relay listening', { port: 2525 }]]);
   });
 });

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Framework-compatibility fixtures: each folder under test/frameworks/ is a tiny
 # app with its own pinned package.json and committed package-lock.json. The root
-# package is packed once (prepack builds it) and installed into each fixture the
-# way users install it, then the fixture's `npm test` runs.
+# package is packed once (prepack builds it; EML_API_TARBALL names one packed
+# already) and installed into each fixture the way users install it, then the
+# fixture's `npm test` runs.
 #
 # Usage (from anywhere; the root needs `npm ci` first, for the build):
 #   bash test/frameworks/run.sh                  # every fixture
@@ -28,15 +29,21 @@ trap 'rm -rf "$tmp"' EXIT
 now() { date +%s; }
 checksum() { (cd "$1" && sha256sum package.json package-lock.json 2>/dev/null); }
 
-echo "== framework fixtures: packing nodemailer-eml-api"
 t0=$(now)
-if ! (cd "$root" && npm pack --pack-destination "$tmp" "${npm_flags[@]}") >"$tmp/pack.log" 2>&1; then
-  cat "$tmp/pack.log"
-  echo "   npm pack FAILED"
-  echo "frameworks: 0 passed, ${#fixtures[@]} failed"
-  exit 1
+if [ -n "${EML_API_TARBALL:-}" ]; then
+  # Packed already (.ci/run packs once for every step).
+  echo "== framework fixtures: $(basename "$EML_API_TARBALL")"
+  tarball="$EML_API_TARBALL"
+else
+  echo "== framework fixtures: packing nodemailer-eml-api"
+  if ! (cd "$root" && npm pack --pack-destination "$tmp" "${npm_flags[@]}") >"$tmp/pack.log" 2>&1; then
+    cat "$tmp/pack.log"
+    echo "   npm pack FAILED"
+    echo "frameworks: 0 passed, ${#fixtures[@]} failed"
+    exit 1
+  fi
+  tarball="$(ls "$tmp"/*.tgz)"
 fi
-tarball="$(ls "$tmp"/*.tgz)"
 # The emulator's optional peer, as apps that test against the emulator install it.
 mailparser="mailparser@$(node -p "require('$root/package.json').devDependencies.mailparser")"
 echo "   $(basename "$tarball") in $(($(now) - t0)) s"

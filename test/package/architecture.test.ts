@@ -123,14 +123,21 @@ describe('the layers of src/', () => {
 describe('the entry points', () => {
   const subpaths = Object.keys(pkg.exports).filter((key) => key !== './package.json');
   const names = subpaths.map((key) => (key === '.' ? 'index' : key.slice(2)));
-  const library = (Array.isArray(tsupConfig) ? tsupConfig : [tsupConfig])[0] as {
-    entry: Record<string, string>;
-    dts: { entry: Record<string, string> };
-  };
+  type Build = { entry: Record<string, string>; format: string[]; dts?: { entry: Record<string, string> } };
+  const builds = (Array.isArray(tsupConfig) ? tsupConfig : [tsupConfig]) as Build[];
+  const esm = builds.find((b) => b.format.includes('esm') && b.dts)!;
+  const cjs = builds.find((b) => b.format.includes('cjs') && b.dts)!;
+  const library = cjs;
 
-  it('are built, typed and resolved alike: the exports map, tsup (code and .d.ts) and the tsconfig paths', () => {
+  it('are built, typed and resolved alike: the exports map, typesVersions, tsup (code and .d.ts) and the tsconfig paths', () => {
     expect(Object.keys(library.entry).sort()).toEqual([...names].sort());
-    expect(library.dts.entry).toEqual(library.entry);
+    expect(library.dts!.entry).toEqual(library.entry);
+    // The ES module build adds the CLI, with which the entry points share their chunks.
+    expect(esm.entry).toEqual({ ...library.entry, cli: 'src/cli/main.ts' });
+    expect(esm.dts!.entry).toEqual(library.entry);
+    expect(pkg.typesVersions['*']).toEqual(
+      Object.fromEntries(names.filter((n) => n !== 'index').map((n) => [n, [`./dist/${n}.d.ts`]])),
+    );
     const paths = tsconfig.compilerOptions.paths as Record<string, string[]>;
     for (const [subpath, name] of subpaths.map((key, i) => [key, names[i]!] as const)) {
       expect(paths[`nodemailer-eml-api${subpath.slice(1)}`], subpath).toEqual([`./${library.entry[name]}`]);

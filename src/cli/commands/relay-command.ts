@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { EmlApiError } from '../../shared/eml-api-error.js';
-import type { EmlApiLogger } from '../../shared/options-kit.js';
+import { isMissingPeer, type EmlApiLogger } from '../../shared/options-kit.js';
 import { startEmlApiRelay, loadSmtpServer } from '../../relay/start-smtp-relay.js';
 import type { EmlApiRelayOptions } from '../../relay/relay-options.js';
 import { hashRelayPassword, parseUsersFile, type EmlApiRelayUser } from '../../relay/relay-users.js';
@@ -204,12 +204,20 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       implicit: values['tls-implicit'] ?? false,
     };
   }
+  // Listening for SIGTERM before it says it listens: a stop sent at once is a clean stop.
+  const stopped = untilStopped(io.signal);
   let relay;
   try {
     relay = await startEmlApiRelay(options);
   } catch (err) {
     // A bad option is a usage mistake; a port in use or a refused key is a failure to start.
-    if (err instanceof EmlApiError && err.code === 'ECONFIG' && !listenFailure(err) && !redisSetting(err)) {
+    if (
+      err instanceof EmlApiError &&
+      err.code === 'ECONFIG' &&
+      !listenFailure(err) &&
+      !redisSetting(err) &&
+      !isMissingPeer(err)
+    ) {
       throw new UsageError(err.message);
     }
     throw err;
@@ -238,7 +246,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       `Health and metrics on http://${relay.http.host}:${relay.http.port} (/healthz, /readyz, /metrics)\n`,
     );
   }
-  await untilStopped(io.signal);
+  await stopped;
   io.stdout.write(`Stopping: letting the messages in progress finish (up to ${operations.grace / 1000} s)\n`);
   const { givenUp } = await relay.close({ grace: operations.grace });
   if (givenUp > 0) {

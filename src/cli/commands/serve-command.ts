@@ -127,6 +127,8 @@ export async function serveCommand(args: string[], io: CliIo): Promise<number> {
   if (smtpPort === undefined && (values['smtp-host'] !== undefined || values['smtp-allow'] !== undefined)) {
     throw new UsageError('--smtp-host and --smtp-allow need --smtp-port');
   }
+  // Listening for SIGTERM before it says it listens: a stop sent at once is a clean stop.
+  const stopped = untilStopped(io.signal);
   let emu;
   try {
     emu = await startEmulator(options);
@@ -154,7 +156,7 @@ export async function serveCommand(args: string[], io: CliIo): Promise<number> {
     if (dataDir !== undefined) io.stdout.write(`Data directory: ${dataDir}\n`);
     if (values.group.length > 0) io.stdout.write(`Groups: ${values.group.join(', ')}\n`);
     io.stdout.write(`Try: EML_API_URL=${emu.url} EML_API_KEY=${emu.apiKey} eml-api send message.eml\n`);
-    await untilStopped(io.signal);
+    await stopped;
   } finally {
     await emu.close();
   }

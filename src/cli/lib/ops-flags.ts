@@ -3,7 +3,7 @@ import type { OutboxClusterConnection } from '../../queue/redis-connection.js';
 import { UsageError, wholeFlag, type CliIo, type CliOutput } from '../cli-io.js';
 import { loadPromClient } from '../../observability/metrics.js';
 import { redact } from '../../http/request-error.js';
-import type { EmlApiLogger } from '../../shared/options-kit.js';
+import { isMissingPeer, type EmlApiLogger } from '../../shared/options-kit.js';
 import { EmlApiClient } from '../../client/eml-api-client.js';
 import { EmlApiError } from '../../shared/eml-api-error.js';
 
@@ -453,7 +453,8 @@ export function serviceOptions(
 export function asUsageError<T>(make: () => T): T {
   const convert = (err: unknown): never => {
     const refused = err instanceof EmlApiError && (err.command === 'AUTH' || err.command === 'CLUSTER SLOTS');
-    if (err instanceof EmlApiError && err.code === 'ECONFIG' && !refused) throw new UsageError(err.message);
+    if (err instanceof EmlApiError && err.code === 'ECONFIG' && !refused && !isMissingPeer(err))
+      throw new UsageError(err.message);
     throw err;
   };
   try {
