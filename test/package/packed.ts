@@ -3,7 +3,6 @@ import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
-import { createRequire } from 'node:module';
 import { join, relative } from 'node:path';
 import { promisify } from 'node:util';
 import { inject } from 'vitest';
@@ -21,15 +20,16 @@ declare module 'vitest' {
   }
 }
 
-const root = createRequire(join(ROOT, 'package.json'));
-
 /**
  * `name@version` of a package as the repository has it installed (its lock), so that a project
  * installs what `npm ci` already put in npm's cache. Other specs are returned unchanged.
  */
 export function pinned(spec: string): string {
   if (/^@?[^@]+@/.test(spec)) return spec;
-  const { version } = root(`${spec}/package.json`) as { version: string };
+  // Read from node_modules by path: a package whose exports map leaves out package.json cannot be required for it.
+  const { version } = JSON.parse(readFileSync(join(ROOT, 'node_modules', spec, 'package.json'), 'utf8')) as {
+    version: string;
+  };
   return `${spec}@${version}`;
 }
 
