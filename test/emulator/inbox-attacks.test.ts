@@ -131,6 +131,33 @@ describe('odd IDs, queries and bodies', () => {
     expect(html).not.toContain('cid:');
     expect(html).toContain(`<img src="/api/v1/message/${id}/part/${parts + 1}">`);
   });
+
+  it('reads a file name of hundreds of KB split in RFC 2231 pieces, without failing the send', async () => {
+    const words = Array.from({ length: 300 }, (_, i) => `${i}${'n'.repeat(900)}`);
+    // The first piece one quoted string folded over 200 lines (unfolded, a space at each fold), the rest percent-encoded.
+    const name = `${words.slice(0, 200).join(' ')}${words.slice(200).join('')}.pdf`;
+    await sendEml(emu, [
+      'From: a@example.test',
+      'To: b@example.test',
+      'Subject: long name',
+      'Content-Type: multipart/mixed; boundary="m"',
+      '',
+      '--m',
+      'Content-Type: text/plain',
+      '',
+      'see attached',
+      '--m',
+      `Content-Type: application/pdf; name*0="${words.slice(0, 200).join('\r\n ')}";`,
+      ...[...words.slice(200), '.pdf'].map((w, i) => ` name*${i + 1}*=${w.replace(/n/g, '%6E')};`),
+      'Content-Disposition: attachment',
+      '',
+      'x',
+      '--m--',
+      '',
+    ]);
+    const message = await mailpit.getMessageSummary();
+    expect(message.Attachments.map((a) => a.FileName === name)).toEqual([true]);
+  });
 });
 
 describe('parts of a message served by the API', () => {
