@@ -215,6 +215,41 @@ describe('Host tricks', () => {
   });
 });
 
+describe('requests from other origins', () => {
+  it('refuses to delete, mark or tag for a page of another origin, whatever the content type', async () => {
+    await sendEml(emu, ['From: a@example.test', 'To: b@example.test', 'Subject: keep me', '', 'x']);
+    const [message] = (await mailpit.listMessages()).messages;
+    const changes = [
+      ['DELETE', '/api/v1/messages', ''],
+      ['DELETE', '/api/v1/messages', `{"IDs":["${message!.ID}"]}`],
+      ['DELETE', '/api/v1/search?query=keep', ''],
+      ['PUT', '/api/v1/messages', '{"Read":true}'],
+      ['PUT', '/api/v1/tags', `{"IDs":["${message!.ID}"],"Tags":["x"]}`],
+      ['POST', '/api/v1/send', '{}'],
+    ] as const;
+    for (const origin of ['http://evil.example', 'null', `http://127.0.0.1:${emu.port === 1 ? 2 : 1}`, 'http://localhost']) {
+      for (const [method, path, body] of changes) {
+        for (const type of ['application/json', 'text/plain', 'application/x-www-form-urlencoded']) {
+          const answer = await raw(path, { method, body, headers: { origin, 'content-type': type } });
+          expect(answer.status, `${origin} ${method} ${path} ${type}`).toBe(403);
+        }
+      }
+      for (const path of ['/api/v1/messages', '/inbox/list', '/inbox/events']) {
+        expect((await raw(path, { headers: { origin } })).status, `${origin} GET ${path}`).toBe(403);
+      }
+    }
+    const after = (await mailpit.listMessages()).messages;
+    expect(after.map((m) => [m.Subject, m.Read, m.Tags])).toEqual([['keep me', false, []]]);
+    // The inbox's own page sends its origin: it may.
+    const own = await raw('/api/v1/messages', {
+      method: 'PUT',
+      body: '{"Read":true}',
+      headers: { origin: emu.url, 'content-type': 'application/json' },
+    });
+    expect(own.status).toBe(200);
+  });
+});
+
 describe('the inbox login', () => {
   let locked: Emulator;
   const auth = (user: string, password: string) => `Basic ${Buffer.from(`${user}:${password}`).toString('base64')}`;
