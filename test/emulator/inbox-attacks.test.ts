@@ -227,7 +227,12 @@ describe('requests from other origins', () => {
       ['PUT', '/api/v1/tags', `{"IDs":["${message!.ID}"],"Tags":["x"]}`],
       ['POST', '/api/v1/send', '{}'],
     ] as const;
-    for (const origin of ['http://evil.example', 'null', `http://127.0.0.1:${emu.port === 1 ? 2 : 1}`, 'http://localhost']) {
+    for (const origin of [
+      'http://evil.example',
+      'null',
+      `http://127.0.0.1:${emu.port === 1 ? 2 : 1}`,
+      'http://localhost',
+    ]) {
       for (const [method, path, body] of changes) {
         for (const type of ['application/json', 'text/plain', 'application/x-www-form-urlencoded']) {
           const answer = await raw(path, { method, body, headers: { origin, 'content-type': type } });
