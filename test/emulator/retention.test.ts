@@ -211,6 +211,33 @@ describe('dataDir', () => {
     expect(left).toHaveLength(4);
   });
 
+  it('keeps one unsubscribe link per member, however many emails its group gets', async () => {
+    const emu = await startEmulator({ dataDir: dir, groups: ['news'] });
+    const client = new EmlApiClient({ apiKey: emu.apiKey, baseUrl: emu.url });
+    try {
+      await client.addToGroup('news', [{ email: 'ann@example.test' }, { email: 'bob@example.test' }]);
+      for (let i = 0; i < 30; i++) {
+        await client.sendToGroup('news', {
+          from: 'news@example.test',
+          subject: `issue ${i}`,
+          textContent: { text: 'leave: {{unsubscribe}}' },
+        });
+      }
+      const links = (to: string) => new Set(emu.mailbox(to).map((c) => /\/unsubscribe\/\S+/.exec(c.text!)![0]));
+      expect(links('ann@example.test').size).toBe(1);
+      expect(links('bob@example.test').size).toBe(1);
+      const [first] = links('ann@example.test');
+      const left = await request(`${emu.url}${first}`, { method: 'POST' });
+      await left.body.text();
+      expect(emu.members('news').map((m) => m.email)).toEqual(['bob@example.test']);
+    } finally {
+      await client.close();
+      await emu.close();
+    }
+    const saved = JSON.parse(await readFile(join(dir, 'emulator.json'), 'utf8')) as { tickets: unknown[] };
+    expect(saved.tickets).toHaveLength(1);
+  });
+
   it('is used by one emulator at a time: a second one is refused until the first closes', async () => {
     const first = await startEmulator({ dataDir: dir });
     try {
