@@ -5,12 +5,12 @@ import { sendPage, type PageAnswer } from '../pages/public-pages.js';
 import type { EmulatorState } from '../state/emulator-state.js';
 import type { InboxAddress, InboxMessage } from '../state/mail-store.js';
 import { MAX_TAGS, uniqueTags } from '../state/mail-store.js';
-import { parseSearch } from '../state/mail-search.js';
+import { type MessageFilter, parseSearch } from '../state/mail-search.js';
 import { mimeSummary, partContent, type MimePart } from '../state/mime-parts.js';
 import { parseHeaderFields } from '../../protocol/message-format.js';
 import { VERSION } from '../../shared/version.js';
 import type { WebAccess } from './web-access.js';
-import { INBOX_HEADERS, messagePath, sandboxedHtml } from './inbox-pages.js';
+import { INBOX_HEADERS, INERT_CSP, messagePath, sandboxedHtml, servedType } from './inbox-pages.js';
 
 /**
  * Mailpit's REST API v1 at the emulator's own address: the paths, query
@@ -88,7 +88,7 @@ class InspectionApi {
         methods: {
           GET: (_req, _p, q) => json(this.#list(requireQuery(q), q)),
           DELETE: (_req, _p, q) => {
-            const filter = parseSearch(requireQuery(q), q.get('tz') ?? undefined);
+            const filter = searchFilter(requireQuery(q), q);
             this.#state.mail.delete(this.#state.mail.newestFirst().filter(filter));
             return text(200, 'ok');
           },
@@ -108,7 +108,7 @@ class InspectionApi {
               contentType: 'text/plain; charset=utf-8',
               body: m.raw,
               headers: {
-                'content-security-policy': INERT,
+                'content-security-policy': INERT_CSP,
                 ...(q.get('dl') === '1'
                   ? { 'content-disposition': `attachment; filename="${fileSafe(m.id)}.eml"` }
                   : {}),
@@ -193,7 +193,7 @@ class InspectionApi {
           GET: (_r, [i], q) =>
             this.#with(i!, q, (m) => {
               this.#state.mail.markRead([m], true);
-              return { ...text(200, m.text ?? ''), headers: { 'content-security-policy': INERT } };
+              return { ...text(200, m.text ?? ''), headers: { 'content-security-policy': INERT_CSP } };
             }),
         },
       },
@@ -235,7 +235,7 @@ class InspectionApi {
     if (id !== 'latest') return mail.messageOfCopy(id);
     const search = query.get('query')?.trim();
     if (!search) return mail.latest();
-    return mail.newestFirst().find(parseSearch(search, query.get('tz') ?? undefined));
+    return mail.newestFirst().find(searchFilter(search, query));
   }
 
   #with(id: string, query: URLSearchParams, answer: (m: InboxMessage) => PageAnswer): PageAnswer {
@@ -287,7 +287,7 @@ class InspectionApi {
     } else {
       let matching = mail.newestFirst();
       if (!Number.isNaN(before)) matching = matching.filter((m) => m.created.getTime() < before);
-      if (search !== undefined) matching = matching.filter(parseSearch(search, query.get('tz') ?? undefined));
+      if (search !== undefined) matching = matching.filter(searchFilter(search, query));
       // As Mailpit: a limit of 0 lists every message, but finds no search results.
       page = limit === 0 ? (search === undefined ? matching.slice(start) : []) : matching.slice(start, start + limit);
       matchingCount = matching.length;
@@ -322,7 +322,7 @@ class InspectionApi {
     if (ids.length > 0 && search) throw new BadRequest('You may specify either IDs or a search query, not both');
     const mail = this.#state.mail;
     const targets = search
-      ? mail.newestFirst().filter(parseSearch(search, query.get('tz') ?? undefined))
+      ? mail.newestFirst().filter(searchFilter(search, query))
       : ids.length > 0
         ? this.#byIds(ids)
         : mail.newestFirst();
@@ -392,9 +392,6 @@ class InspectionApi {
   }
 }
 
-/** For answers a browser must never run anything from. */
-const INERT = "sandbox; default-src 'none'";
-
 const WEBUI = {
   Label: 'eml-api emulator',
   MessageRelay: {
@@ -412,6 +409,11 @@ const WEBUI = {
   DuplicatesIgnored: false,
   HideDeleteAllButton: false,
 };
+
+/** A search of a request, its dates read in the request's `tz`. */
+function searchFilter(search: string, query: URLSearchParams): MessageFilter {
+  return parseSearch(search, query.get('tz') ?? undefined);
+}
 
 function requireQuery(query: URLSearchParams): string {
   const search = query.get('query')?.trim();
@@ -464,17 +466,24 @@ function address(a: InboxAddress): { Name: string; Address: string } {
   return { Name: a.name, Address: a.address };
 }
 
-/** A message as Mailpit's lists show it. */
-function listSummary(m: InboxMessage): Record<string, unknown> {
+/** The fields a list entry and a message summary share, in Mailpit's order. */
+function idAndAddresses(m: InboxMessage): Record<string, unknown> {
   return {
     ID: m.id,
     MessageID: m.messageId,
-    Read: m.read,
     From: address(m.from ?? { name: '', address: '' }),
     To: m.to.map(address),
     Cc: m.cc.map(address),
     Bcc: m.bcc.map(address),
     ReplyTo: m.replyTo.map(address),
+  };
+}
+
+/** A message as Mailpit's lists show it. */
+function listSummary(m: InboxMessage): Record<string, unknown> {
+  return {
+    ...idAndAddresses(m),
+    Read: m.read,
     Subject: m.subject,
     Created: m.created.toISOString(),
     Username: '',
@@ -494,13 +503,7 @@ function messageSummary(m: InboxMessage): Record<string, unknown> {
   const { inline, attachments } = mimeSummary(m.raw);
   const unsubscribe = header('list-unsubscribe');
   return {
-    ID: m.id,
-    MessageID: m.messageId,
-    From: address(m.from ?? { name: '', address: '' }),
-    To: m.to.map(address),
-    Cc: m.cc.map(address),
-    Bcc: m.bcc.map(address),
-    ReplyTo: m.replyTo.map(address),
+    ...idAndAddresses(m),
     ReturnPath: header('return-path')?.replace(/^<|>$/g, '') || (m.from?.address ?? ''),
     Subject: m.subject,
     ListUnsubscribe:
@@ -587,14 +590,13 @@ function partAnswer(m: InboxMessage, partId: string): PageAnswer {
   const part = mimeSummary(m.raw).parts.find((p) => p.partId === partId);
   if (!part) return NOT_FOUND;
   const name = part.fileName || part.contentId;
-  const type = /^[\w.+-]+\/[\w.+-]+$/.test(part.contentType) ? part.contentType : 'application/octet-stream';
   return {
     status: 200,
-    contentType: type,
+    contentType: servedType(part.contentType),
     body: partContent(m.raw, part),
     headers: {
       'content-disposition': `inline; filename="${encodeURIComponent(name)}"`,
-      'content-security-policy': INERT,
+      'content-security-policy': INERT_CSP,
     },
   };
 }
