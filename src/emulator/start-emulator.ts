@@ -95,7 +95,11 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   // The composition root: the only place that knows which sections the site has.
   const publicHost = resolved.publicUrl === undefined ? [] : [new URL(resolved.publicUrl).hostname.toLowerCase()];
   const access = new WebAccess([...resolved.allowedHosts, ...publicHost], resolved.inboxLogin);
-  const sections = [publicPages(state), inspectionApi(state, access, Date.now()), inboxSection(state, access)];
+  const sections = [
+    publicPages(state),
+    inspectionApi(state, access, Date.now(), resolved.maxRequestSize),
+    inboxSection(state, access),
+  ];
   const context: ServerContext = {
     state,
     maxRequestSize: resolved.maxRequestSize,
