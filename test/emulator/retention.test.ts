@@ -129,6 +129,25 @@ describe('dataDir', () => {
   it('says which file is damaged rather than starting empty', async () => {
     await writeFile(join(dir, 'emulator.json'), '{ not json');
     await expect(startEmulator({ dataDir: dir })).rejects.toThrow(/damaged .*emulator\.json/);
+    const first = await startEmulator({ dataDir: dir.concat('-fresh') });
+    await first.close();
+    const good = JSON.parse(await readFile(join(`${dir}-fresh`, 'emulator.json'), 'utf8')) as Record<string, unknown>;
+    await rm(`${dir}-fresh`, { recursive: true });
+    for (const [change, field] of [
+      [{ apiKey: 'a\r\nb' }, 'apiKey'],
+      [{ groups: 'x' }, 'groups'],
+      [
+        { groups: [{ id: 'g', members: [{ email: 'a@x.test', substitutions: { a: 1 }, addedAt: 'x' }] }] },
+        'substitutions',
+      ],
+      [{ tickets: [['../x', { groupId: 'g', email: 'a@x.test' }]] }, 'tickets'],
+      [{ images: [{ sha256: 'x', mimeType: 'PNG', lastUsedAt: '2030-01-01' }] }, 'images'],
+    ] as const) {
+      await writeFile(join(dir, 'emulator.json'), JSON.stringify({ ...good, ...change }));
+      await expect(startEmulator({ dataDir: dir }), field).rejects.toThrow(
+        new RegExp(`damaged .*emulator\\.json: \\S*${field}`),
+      );
+    }
   });
 
   /** A data directory with one message in it, and the path of that message's .json. */
