@@ -97,7 +97,11 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   // The composition root: the only place that knows which sections the site has.
   const publicHost = resolved.publicUrl === undefined ? [] : [new URL(resolved.publicUrl).hostname.toLowerCase()];
   const access = new WebAccess([...resolved.allowedHosts, ...publicHost], resolved.inboxLogin);
-  const sections = [publicPages(state), inspectionApi(state, access, Date.now()), inboxSection(state, access)];
+  const sections = [
+    publicPages(state),
+    inspectionApi(state, access, Date.now(), resolved.maxRequestSize),
+    inboxSection(state, access),
+  ];
   const context: ServerContext = {
     state,
     maxRequestSize: resolved.maxRequestSize,
@@ -119,7 +123,12 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     if (socket.writable) socket.end(`HTTP/1.1 ${status}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
     else socket.destroy();
   });
-  await listen(server, resolved.port, resolved.host);
+  try {
+    await listen(server, resolved.port, resolved.host);
+  } catch (err) {
+    await dataDir?.close();
+    throw err;
+  }
   const address = server.address() as AddressInfo;
   const url = `http://${hostForUrl(address)}:${address.port}`;
   state.baseUrl = resolved.publicUrl ?? url;
@@ -139,6 +148,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
       ingest = await startSmtpIngest(resolved.smtp, state, url, apiKey, resolved.host);
     } catch (err) {
       await closeHttp();
+      await dataDir?.close();
       throw err;
     } finally {
       context.faults = faults;
@@ -174,7 +184,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
         // SMTP first: the messages it still hands to the API arrive before the API stops.
         await ingest?.close();
         await closeHttp();
-        await dataDir?.flush();
+        await dataDir?.close();
       })()),
   };
 }

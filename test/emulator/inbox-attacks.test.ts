@@ -131,6 +131,33 @@ describe('odd IDs, queries and bodies', () => {
     expect(html).not.toContain('cid:');
     expect(html).toContain(`<img src="/api/v1/message/${id}/part/${parts + 1}">`);
   });
+
+  it('reads a file name of hundreds of KB split in RFC 2231 pieces, without failing the send', async () => {
+    const words = Array.from({ length: 300 }, (_, i) => `${i}${'n'.repeat(900)}`);
+    // The first piece one quoted string folded over 200 lines (unfolded, a space at each fold), the rest percent-encoded.
+    const name = `${words.slice(0, 200).join(' ')}${words.slice(200).join('')}.pdf`;
+    await sendEml(emu, [
+      'From: a@example.test',
+      'To: b@example.test',
+      'Subject: long name',
+      'Content-Type: multipart/mixed; boundary="m"',
+      '',
+      '--m',
+      'Content-Type: text/plain',
+      '',
+      'see attached',
+      '--m',
+      `Content-Type: application/pdf; name*0="${words.slice(0, 200).join('\r\n ')}";`,
+      ...[...words.slice(200), '.pdf'].map((w, i) => ` name*${i + 1}*=${w.replace(/n/g, '%6E')};`),
+      'Content-Disposition: attachment',
+      '',
+      'x',
+      '--m--',
+      '',
+    ]);
+    const message = await mailpit.getMessageSummary();
+    expect(message.Attachments.map((a) => a.FileName === name)).toEqual([true]);
+  });
 });
 
 describe('parts of a message served by the API', () => {
@@ -185,6 +212,46 @@ describe('Host tricks', () => {
         expect(answer.status, `${host} ${path}`).toBe(403);
       }
     }
+  });
+});
+
+describe('requests from other origins', () => {
+  it('refuses to delete, mark or tag for a page of another origin, whatever the content type', async () => {
+    await sendEml(emu, ['From: a@example.test', 'To: b@example.test', 'Subject: keep me', '', 'x']);
+    const [message] = (await mailpit.listMessages()).messages;
+    const changes = [
+      ['DELETE', '/api/v1/messages', ''],
+      ['DELETE', '/api/v1/messages', `{"IDs":["${message!.ID}"]}`],
+      ['DELETE', '/api/v1/search?query=keep', ''],
+      ['PUT', '/api/v1/messages', '{"Read":true}'],
+      ['PUT', '/api/v1/tags', `{"IDs":["${message!.ID}"],"Tags":["x"]}`],
+      ['POST', '/api/v1/send', '{}'],
+    ] as const;
+    for (const origin of [
+      'http://evil.example',
+      'null',
+      `http://127.0.0.1:${emu.port === 1 ? 2 : 1}`,
+      'http://localhost',
+    ]) {
+      for (const [method, path, body] of changes) {
+        for (const type of ['application/json', 'text/plain', 'application/x-www-form-urlencoded']) {
+          const answer = await raw(path, { method, body, headers: { origin, 'content-type': type } });
+          expect(answer.status, `${origin} ${method} ${path} ${type}`).toBe(403);
+        }
+      }
+      for (const path of ['/api/v1/messages', '/inbox/list', '/inbox/events']) {
+        expect((await raw(path, { headers: { origin } })).status, `${origin} GET ${path}`).toBe(403);
+      }
+    }
+    const after = (await mailpit.listMessages()).messages;
+    expect(after.map((m) => [m.Subject, m.Read, m.Tags])).toEqual([['keep me', false, []]]);
+    // The inbox's own page sends its origin: it may.
+    const own = await raw('/api/v1/messages', {
+      method: 'PUT',
+      body: '{"Read":true}',
+      headers: { origin: emu.url, 'content-type': 'application/json' },
+    });
+    expect(own.status).toBe(200);
   });
 });
 

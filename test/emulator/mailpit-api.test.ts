@@ -215,6 +215,8 @@ describe('a message', () => {
     await expect(mailpit.getMessageSummary('nope')).rejects.toThrow(/404/);
     await expect(mailpit.getMessageSummary('latest')).rejects.toThrow(/404.*Message not found/);
     await expect(mailpit.renderMessageHTML('latest')).rejects.toThrow(/404/);
+    await expect(mailpit.renderMessageHTML('nope')).rejects.toThrow(/404.*Message not found/);
+    await expect(mailpit.renderMessageText('nope')).rejects.toThrow(/404.*Message not found/);
   });
 
   it('reads List-Unsubscribe of a group email', async () => {
@@ -363,15 +365,110 @@ describe('what makes no sense in the emulator', () => {
       [() => mailpit.htmlCheck(), 'HTML check'],
       [() => mailpit.linkCheck(), 'link check'],
       [() => mailpit.getChaosTriggers(), 'Chaos'],
-      [
-        () =>
-          mailpit.sendMessage({ From: { Email: 'a@example.test' }, To: [{ Email: 'b@example.test' }], Subject: 's' }),
-        'send API',
-      ],
     ] as const) {
       await expect(call()).rejects.toThrow(new RegExp(`501.*${feature}`));
     }
     expect(await mailpit.getConfiguration()).toMatchObject({ SpamAssassin: false, MessageRelay: { Enabled: false } });
+  });
+});
+
+describe("Mailpit's health probes", () => {
+  it('answers /livez and /readyz with 200, for any Host (they show no mail)', async () => {
+    for (const path of ['/livez', '/readyz']) {
+      for (const host of [undefined, '10.1.2.3:8025']) {
+        const res = await request(`${emu.url}${path}`, host ? { headers: { host } } : {});
+        expect(res.statusCode, `${path} ${host}`).toBe(200);
+        expect(await res.body.text()).toBe('');
+      }
+    }
+  });
+});
+
+describe("Mailpit's send API", () => {
+  it('puts a message into the inbox, as cypress-mailpit and mailpit-api seed it', async () => {
+    const { ID } = await mailpit.sendMessage({
+      From: { Email: 'from@example.test', Name: 'From' },
+      To: [{ Email: 'jane@example.test', Name: 'Jane' }],
+      Cc: [{ Email: 'cc@example.test', Name: 'CC' }],
+      Bcc: ['bcc@example.test'],
+      ReplyTo: [{ Email: 'replyto@example.test', Name: 'ReplyTo' }],
+      Subject: 'Hello Mailpit',
+      Text: 'hello from mailpit',
+      HTML: '<p>hello from mailpit</p><img src="cid:logo">',
+      Attachments: [
+        { Content: PIXEL.toString('base64'), Filename: 'logo.gif', ContentID: 'logo' },
+        { Content: `data:application/pdf;base64,${Buffer.from('%PDF').toString('base64')}`, Filename: 'a.pdf' },
+      ],
+      Tags: ['seeded'],
+      Headers: { 'X-Test': '1' },
+    });
+    const message = await mailpit.getMessageSummary(ID);
+    expect(message).toMatchObject({
+      Subject: 'Hello Mailpit',
+      From: { Name: 'From', Address: 'from@example.test' },
+      To: [{ Name: 'Jane', Address: 'jane@example.test' }],
+      Cc: [{ Name: 'CC', Address: 'cc@example.test' }],
+      Bcc: [{ Name: '', Address: 'bcc@example.test' }],
+      ReplyTo: [{ Name: 'ReplyTo', Address: 'replyto@example.test' }],
+      Tags: ['seeded'],
+      Text: 'hello from mailpit',
+    });
+    expect(message.Attachments.map((a) => [a.FileName, a.ContentType, a.Size])).toEqual([
+      ['a.pdf', 'application/pdf', 4],
+    ]);
+    expect(message.Inline.map((a) => [a.FileName, a.ContentID])).toEqual([['logo.gif', 'logo']]);
+    expect((await mailpit.getMessageHeaders(ID))['X-Test']).toEqual(['1']);
+    expect(await mailpit.renderMessageHTML(ID)).toContain(`/api/v1/message/${ID}/part/`);
+    expect(emu.mailbox('bcc@example.test').map((c) => c.subject)).toEqual(['Hello Mailpit']);
+
+    // cypress-mailpit's mailpitSendMail() with its defaults sends this body.
+    const res = await request(`${emu.url}/api/v1/send`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        Attachments: [],
+        Bcc: ['bcc@example.com'],
+        Cc: [{ Email: 'cc@example.com', Name: 'CC' }],
+        From: { Email: 'from@example.com', Name: 'From' },
+        HTML: '<p>hello from mailpit</p>',
+        Headers: {},
+        ReplyTo: [{ Email: 'replyto@example.com', Name: 'ReplyTo' }],
+        Subject: 'Hello Mailpit',
+        Tags: [],
+        Text: 'hello from mailpit',
+        To: [{ Email: 'jane@example.com', Name: 'Jane' }],
+      }),
+    });
+    expect(res.statusCode).toBe(200);
+    const { ID: seeded } = (await res.body.json()) as { ID: string };
+    expect((await mailpit.searchMessages({ query: 'to:jane@example.com' })).messages.map((m) => m.ID)).toEqual([
+      seeded,
+    ]);
+  });
+
+  it('refuses what Mailpit refuses, with its JSON error, and stores nothing', async () => {
+    const from = { Email: 'app@example.test' };
+    const to = [{ Email: 'ann@example.test' }];
+    for (const [body, error] of [
+      [{ To: to, Subject: 's' }, /from not set/],
+      [{ From: from, Subject: 's' }, /no recipients/],
+      [{ From: from, To: [{ Email: 'not an address' }] }, /invalid To address: not an address/],
+      [{ From: from, To: to, Bcc: ['x'] }, /invalid Bcc address: x/],
+      [{ From: from, To: to, Headers: { subject: 'x' } }, /cannot overwrite header: "subject"/],
+      [{ From: from, To: to, Attachments: [{ Content: '!!', Filename: 'x.bin' }] }, /base64 attachment "x.bin"/],
+      [{ From: from, To: 'ann@example.test' }, /To/],
+      ['not json', /JSON/],
+    ] as const) {
+      const res = await request(`${emu.url}/api/v1/send`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: typeof body === 'string' ? body : JSON.stringify(body),
+      });
+      expect(res.statusCode, JSON.stringify(body)).toBe(400);
+      expect(res.headers['content-type']).toMatch(/^application\/json/);
+      expect((JSON.parse(await res.body.text()) as { Error: string }).Error).toMatch(error);
+    }
+    expect((await mailpit.listMessages()).total).toBe(0);
   });
 });
 

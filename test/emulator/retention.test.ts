@@ -1,5 +1,7 @@
-import { mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { spawnSync } from 'node:child_process';
+import { createServer } from 'node:net';
+import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { MailpitClient } from 'mailpit-api';
 import { request } from 'undici';
@@ -127,5 +129,166 @@ describe('dataDir', () => {
   it('says which file is damaged rather than starting empty', async () => {
     await writeFile(join(dir, 'emulator.json'), '{ not json');
     await expect(startEmulator({ dataDir: dir })).rejects.toThrow(/damaged .*emulator\.json/);
+    const first = await startEmulator({ dataDir: dir.concat('-fresh') });
+    await first.close();
+    const good = JSON.parse(await readFile(join(`${dir}-fresh`, 'emulator.json'), 'utf8')) as Record<string, unknown>;
+    await rm(`${dir}-fresh`, { recursive: true });
+    for (const [change, field] of [
+      [{ apiKey: 'a\r\nb' }, 'apiKey'],
+      [{ groups: 'x' }, 'groups'],
+      [
+        { groups: [{ id: 'g', members: [{ email: 'a@x.test', substitutions: { a: 1 }, addedAt: 'x' }] }] },
+        'substitutions',
+      ],
+      [{ tickets: [['../x', { groupId: 'g', email: 'a@x.test' }]] }, 'tickets'],
+      [{ images: [{ sha256: 'x', mimeType: 'PNG', lastUsedAt: '2030-01-01' }] }, 'images'],
+    ] as const) {
+      await writeFile(join(dir, 'emulator.json'), JSON.stringify({ ...good, ...change }));
+      await expect(startEmulator({ dataDir: dir }), field).rejects.toThrow(
+        new RegExp(`damaged .*emulator\\.json: \\S*${field}`),
+      );
+    }
+  });
+
+  /** A data directory with one message in it, and the path of that message's .json. */
+  async function oneMessage(): Promise<string> {
+    const emu = await startEmulator({ dataDir: dir });
+    await sendEml(emu, 'saved');
+    await emu.close();
+    const [json] = (await readdir(join(dir, 'messages'))).filter((f) => f.endsWith('.json'));
+    return join(dir, 'messages', json!);
+  }
+
+  it('refuses to start on a message record of the wrong shape, naming the file and the field', async () => {
+    const file = await oneMessage();
+    const saved = JSON.parse(await readFile(file, 'utf8')) as Record<string, unknown>;
+    for (const [change, field] of [
+      [{ created: 'garbage' }, /created/],
+      [{ tags: 'x' }, /tags/],
+      [{ copies: [{ id: 5, to: null }] }, /copies/],
+      [{ attachments: 'x' }, /attachments/],
+      [{ subject: 7 }, /subject/],
+      [{ read: 'yes' }, /read/],
+      [{ copies: [{ id: '../../x', to: 'ann@example.test' }] }, /copies/],
+    ] as const) {
+      await writeFile(file, JSON.stringify({ ...saved, ...change }));
+      const started = startEmulator({ dataDir: dir });
+      await expect(started, JSON.stringify(change)).rejects.toMatchObject({ code: 'ECONFIG' });
+      await expect(started).rejects.toThrow(
+        new RegExp(`damaged .*${file.split('/').pop()!.replace('.', '\\.')}.*${field.source}`),
+      );
+    }
+    for (const damaged of ['[1,2]', '{"id":']) {
+      await writeFile(file, damaged);
+      await expect(startEmulator({ dataDir: dir })).rejects.toThrow(/damaged/);
+      // Nothing was deleted on the way.
+      expect((await readdir(join(dir, 'messages'))).sort()).toHaveLength(2);
+    }
+    await writeFile(file, JSON.stringify(saved));
+    const emu = await startEmulator({ dataDir: dir });
+    try {
+      expect((await new MailpitClient(emu.url).listMessages()).messages.map((m) => m.Subject)).toEqual(['saved']);
+    } finally {
+      await emu.close();
+    }
+  });
+
+  it('after a crash, drops what was half-written (a lone .eml, temporary files) and a damaged image', async () => {
+    const file = await oneMessage();
+    const messages = join(dir, 'messages');
+    // A crash between the .eml and its .json, and during an atomic write.
+    await writeFile(join(messages, '000000000099-dlv_crashed.eml'), 'From: a@example.test\r\nTo: b@exa');
+    await writeFile(`${file}.tmp`, '{"id":"dl');
+    // A hosted image cut short, as a crash mid-write left it with earlier versions.
+    const first = await startEmulator({ dataDir: dir });
+    const client = new EmlApiClient({ apiKey: first.apiKey, baseUrl: first.url });
+    await client.sendEmail({
+      from: 'app@example.test',
+      to: 'ann@example.test',
+      subject: 'pixel',
+      textContent: { html: '<img src="{{logo}}">', images: [{ name: 'logo', data: PIXEL, mimeType: 'GIF' }] },
+    });
+    await client.close();
+    await first.close();
+    const [sha] = await readdir(join(dir, 'images'));
+    await writeFile(join(dir, 'images', sha!), PIXEL.subarray(0, 10));
+
+    const emu = await startEmulator({ dataDir: dir });
+    try {
+      expect((await new MailpitClient(emu.url).listMessages()).messages.map((m) => m.Subject)).toEqual([
+        'pixel',
+        'saved',
+      ]);
+      const image = await request(`${emu.url}/images/${sha}`);
+      await image.body.text();
+      expect(image.statusCode).toBe(404);
+    } finally {
+      await emu.close();
+    }
+    const left = await readdir(messages);
+    expect(left.filter((f) => f.includes('crashed') || f.endsWith('.tmp'))).toEqual([]);
+    expect(left).toHaveLength(4);
+  });
+
+  it('keeps one unsubscribe link per member, however many emails its group gets', async () => {
+    const emu = await startEmulator({ dataDir: dir, groups: ['news'] });
+    const client = new EmlApiClient({ apiKey: emu.apiKey, baseUrl: emu.url });
+    try {
+      await client.addToGroup('news', [{ email: 'ann@example.test' }, { email: 'bob@example.test' }]);
+      for (let i = 0; i < 30; i++) {
+        await client.sendToGroup('news', {
+          from: 'news@example.test',
+          subject: `issue ${i}`,
+          textContent: { text: 'leave: {{unsubscribe}}' },
+        });
+      }
+      const links = (to: string) => new Set(emu.mailbox(to).map((c) => /\/unsubscribe\/\S+/.exec(c.text!)![0]));
+      expect(links('ann@example.test').size).toBe(1);
+      expect(links('bob@example.test').size).toBe(1);
+      const [first] = links('ann@example.test');
+      const left = await request(`${emu.url}${first}`, { method: 'POST' });
+      await left.body.text();
+      expect(emu.members('news').map((m) => m.email)).toEqual(['bob@example.test']);
+    } finally {
+      await client.close();
+      await emu.close();
+    }
+    const saved = JSON.parse(await readFile(join(dir, 'emulator.json'), 'utf8')) as { tickets: unknown[] };
+    expect(saved.tickets).toHaveLength(1);
+  });
+
+  it('is used by one emulator at a time: a second one is refused until the first closes', async () => {
+    const first = await startEmulator({ dataDir: dir });
+    try {
+      const second = startEmulator({ dataDir: dir });
+      await expect(second).rejects.toMatchObject({ code: 'ECONFIG' });
+      await expect(second).rejects.toThrow(/in use/);
+      // From another process too.
+      const script = `import('${new URL('../../src/emulator/index.ts', import.meta.url).pathname}').then((m) => m.startEmulator({ dataDir: ${JSON.stringify(dir)} })).then((e) => e.close().then(() => console.log('started')), (e) => console.log(e.code, e.message))`;
+      const other = spawnSync(process.execPath, ['--import', 'tsx', '-e', script], { encoding: 'utf8' });
+      expect(other.stdout).toMatch(/^ECONFIG .*in use by process \d+/);
+    } finally {
+      await first.close();
+    }
+    const third = await startEmulator({ dataDir: dir });
+    await third.close();
+  });
+
+  it('takes over the lock of an emulator that died, and gives it back when it cannot start', async () => {
+    const dead = spawnSync(process.execPath, ['-e', 'process.stdout.write(String(process.pid))'], { encoding: 'utf8' });
+    await writeFile(join(dir, 'emulator.lock'), JSON.stringify({ pid: Number(dead.stdout), hostname: hostname() }));
+    const taken = await startEmulator({ dataDir: dir });
+    await taken.close();
+    // A port in use: the start fails after the directory was opened, and leaves it free.
+    const busy = createServer().listen(0, '127.0.0.1');
+    await new Promise((resolve) => busy.once('listening', resolve));
+    try {
+      const port = (busy.address() as { port: number }).port;
+      await expect(startEmulator({ dataDir: dir, port })).rejects.toThrow(/EADDRINUSE/);
+    } finally {
+      busy.close();
+    }
+    const again = await startEmulator({ dataDir: dir });
+    await again.close();
   });
 });

@@ -203,10 +203,21 @@ export function attachmentName(
     .trim()
     .slice(0, 200);
   if (name) return name;
-  return /^(?:text\/calendar|application\/ics)$/i.test(attachment.contentType ?? '')
-    ? 'calendar.ics'
-    : `attachment-${index + 1}`;
+  return isCalendar(attachment.contentType) ? 'calendar.ics' : `attachment-${index + 1}`;
 }
+
+/** Whether a part is an iCalendar one. */
+export function isCalendar(contentType: string | undefined): boolean {
+  return /^(?:text\/calendar|application\/ics)$/i.test(contentType ?? '');
+}
+
+/** A part's media type as served: its own when well-formed, else `application/octet-stream`. */
+export function servedType(contentType: string): string {
+  return /^[\w.+-]+\/[\w.+-]+$/.test(contentType) ? contentType : 'application/octet-stream';
+}
+
+/** The CSP of answers a browser must never run anything from (raw sources, parts, attachments). */
+export const INERT_CSP = "sandbox; default-src 'none'";
 
 /**
  * An HTML body as the inbox and `/view/{ID}.html` serve it: its CSP sandboxes
@@ -220,21 +231,23 @@ export function sandboxedHtml(state: EmulatorState, req: IncomingMessage, body: 
   if (host && /^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/.test(host)) origins.add(`http://${host}`);
   const self = [...origins].join(' ');
   const images = [...origins].map((origin) => `${origin}/images/ ${origin}/api/v1/message/`).join(' ');
+  return htmlAnswer(200, body, [
+    `sandbox ${FRAME_SANDBOX}`,
+    "default-src 'none'",
+    "style-src 'unsafe-inline'",
+    'font-src data:',
+    `img-src data: ${images}`,
+    `form-action ${self} http: https:`,
+  ]);
+}
+
+/** An HTML answer of the inbox under its Content-Security-Policy `csp`. */
+function htmlAnswer(status: number, body: string | SafeHtml, csp: string[]): PageAnswer {
   return {
-    status: 200,
+    status,
     contentType: 'text/html; charset=utf-8',
     body,
-    headers: {
-      ...INBOX_HEADERS,
-      'content-security-policy': [
-        `sandbox ${FRAME_SANDBOX}`,
-        "default-src 'none'",
-        "style-src 'unsafe-inline'",
-        'font-src data:',
-        `img-src data: ${images}`,
-        `form-action ${self} http: https:`,
-      ].join('; '),
-    },
+    headers: { ...INBOX_HEADERS, 'content-security-policy': csp.join('; ') },
   };
 }
 
@@ -291,25 +304,17 @@ ${page.main}
 <script nonce="${nonce}">document.documentElement.className = 'js';${raw(page.script ?? '')}</script>
 </body></html>
 `;
-  return {
-    status: page.status ?? 200,
-    contentType: 'text/html; charset=utf-8',
-    body,
-    headers: {
-      ...INBOX_HEADERS,
-      'content-security-policy': [
-        "default-src 'none'",
-        "style-src 'unsafe-inline'",
-        'img-src data:',
-        `script-src 'nonce-${nonce}'`,
-        "connect-src 'self'",
-        "frame-src 'self'",
-        "base-uri 'none'",
-        "form-action 'self'",
-        "frame-ancestors 'none'",
-      ].join('; '),
-    },
-  };
+  return htmlAnswer(page.status ?? 200, body, [
+    "default-src 'none'",
+    "style-src 'unsafe-inline'",
+    'img-src data:',
+    `script-src 'nonce-${nonce}'`,
+    "connect-src 'self'",
+    "frame-src 'self'",
+    "base-uri 'none'",
+    "form-action 'self'",
+    "frame-ancestors 'none'",
+  ]);
 }
 
 /** The inbox's "not found" page, with HTTP 404. */
@@ -352,7 +357,7 @@ export function plural(count: number, noun: string): string {
 /*
  * The inbox pages' scripts, inlined under each page's CSP nonce. Plain
  * browser JavaScript in strings: the package's TypeScript has no DOM types.
- * Rows arrive as HTML the server escaped (see message-row.ts).
+ * Rows arrive as HTML the server escaped ({@link messageRow}).
  */
 
 /**

@@ -5,12 +5,13 @@ import { sendPage, type PageAnswer } from '../pages/public-pages.js';
 import type { EmulatorState } from '../state/emulator-state.js';
 import type { InboxAddress, InboxMessage } from '../state/mail-store.js';
 import { MAX_TAGS, uniqueTags } from '../state/mail-store.js';
-import { parseSearch } from '../state/mail-search.js';
+import { type MessageFilter, parseSearch } from '../state/mail-search.js';
 import { mimeSummary, partContent, type MimePart } from '../state/mime-parts.js';
 import { parseHeaderFields } from '../../protocol/message-format.js';
 import { VERSION } from '../../shared/version.js';
+import { fieldOf, mailpitSend, SendRefused } from './mailpit-send.js';
 import type { WebAccess } from './web-access.js';
-import { INBOX_HEADERS, messagePath, sandboxedHtml } from './inbox-pages.js';
+import { INBOX_HEADERS, INERT_CSP, messagePath, sandboxedHtml, servedType } from './inbox-pages.js';
 
 /**
  * Mailpit's REST API v1 at the emulator's own address: the paths, query
@@ -20,16 +21,30 @@ import { INBOX_HEADERS, messagePath, sandboxedHtml } from './inbox-pages.js';
  * SpamAssassin...) answers 501 naming the feature. It answers only who may
  * read the mail ({@link WebAccess}).
  */
-export function inspectionApi(state: EmulatorState, access: WebAccess, startedAt: number): SiteSection {
-  const api = new InspectionApi(state, startedAt);
+export function inspectionApi(
+  state: EmulatorState,
+  access: WebAccess,
+  startedAt: number,
+  maxSendBody: number,
+): SiteSection {
+  const api = new InspectionApi(state, startedAt, maxSendBody);
   return {
-    owns: (_method, path) => path.startsWith('/api/v1/') || path === '/api/v1' || path.startsWith('/view/'),
+    owns: (_method, path) =>
+      path.startsWith('/api/v1/') || path === '/api/v1' || path.startsWith('/view/') || PROBES.has(path),
     async serve(req, res, path, query) {
+      if (PROBES.has(path)) {
+        // Mailpit's probes for orchestrators, which ask by a pod's address: they show nothing to guard.
+        sendPage(res, req.method, text(200, ''));
+        return;
+      }
       const answer = access.refusal(req) ?? (await api.answer(req, path, new URLSearchParams(query)));
       sendPage(res, req.method, { ...answer, headers: { ...INBOX_HEADERS, ...answer.headers } });
     },
   };
 }
+
+/** Mailpit's liveness and readiness paths: the emulator is ready once it listens. */
+const PROBES = new Set(['/livez', '/readyz']);
 
 /** Largest JSON body read (IDs of every message of a full inbox fit many times over). */
 const MAX_BODY = 8 * 1024 * 1024;
@@ -52,6 +67,7 @@ function json(body: unknown): PageAnswer {
 }
 
 const NOT_FOUND = text(404, '404 page not found');
+const MESSAGE_NOT_FOUND = text(404, 'Message not found');
 
 function notSupported(feature: string, instead: string): Handler {
   return () =>
@@ -66,11 +82,13 @@ class BadRequest extends Error {}
 class InspectionApi {
   readonly #state: EmulatorState;
   readonly #startedAt: number;
+  readonly #maxSendBody: number;
   readonly #routes: ApiRoute[];
 
-  constructor(state: EmulatorState, startedAt: number) {
+  constructor(state: EmulatorState, startedAt: number, maxSendBody: number) {
     this.#state = state;
     this.#startedAt = startedAt;
+    this.#maxSendBody = maxSendBody;
     const id = '([^/]+)';
     this.#routes = [
       { pattern: /^\/api\/v1\/info$/, methods: { GET: () => json(this.#info()) } },
@@ -88,7 +106,7 @@ class InspectionApi {
         methods: {
           GET: (_req, _p, q) => json(this.#list(requireQuery(q), q)),
           DELETE: (_req, _p, q) => {
-            const filter = parseSearch(requireQuery(q), q.get('tz') ?? undefined);
+            const filter = searchFilter(requireQuery(q), q);
             this.#state.mail.delete(this.#state.mail.newestFirst().filter(filter));
             return text(200, 'ok');
           },
@@ -108,7 +126,7 @@ class InspectionApi {
               contentType: 'text/plain; charset=utf-8',
               body: m.raw,
               headers: {
-                'content-security-policy': INERT,
+                'content-security-policy': INERT_CSP,
                 ...(q.get('dl') === '1'
                   ? { 'content-disposition': `attachment; filename="${fileSafe(m.id)}.eml"` }
                   : {}),
@@ -154,15 +172,7 @@ class InspectionApi {
           ),
         },
       },
-      {
-        pattern: /^\/api\/v1\/send$/,
-        methods: {
-          POST: notSupported(
-            "Mailpit's send API",
-            'Send through the service API the emulator implements (POST /v1/send/eml or /v1/send/email with emu.apiKey), or through SMTP with eml-api serve --smtp-port.',
-          ),
-        },
-      },
+      { pattern: /^\/api\/v1\/send$/, methods: { POST: (req) => this.#send(req) } },
       {
         pattern: /^\/api\/v1\/chaos$/,
         methods: Object.fromEntries(
@@ -185,16 +195,23 @@ class InspectionApi {
       },
       {
         pattern: /^\/view\/([^/]+)\.html$/,
-        methods: { GET: (req, [i], q) => this.#with(i!, q, (m) => this.#viewHtml(req, m, q)) },
+        methods: {
+          GET: (req, [i], q) => this.#with(i!, q, (m) => this.#viewHtml(req, m, q), MESSAGE_NOT_FOUND),
+        },
       },
       {
         pattern: /^\/view\/([^/]+)\.txt$/,
         methods: {
           GET: (_r, [i], q) =>
-            this.#with(i!, q, (m) => {
-              this.#state.mail.markRead([m], true);
-              return { ...text(200, m.text ?? ''), headers: { 'content-security-policy': INERT } };
-            }),
+            this.#with(
+              i!,
+              q,
+              (m) => {
+                this.#state.mail.markRead([m], true);
+                return { ...text(200, m.text ?? ''), headers: { 'content-security-policy': INERT_CSP } };
+              },
+              MESSAGE_NOT_FOUND,
+            ),
         },
       },
       {
@@ -235,13 +252,18 @@ class InspectionApi {
     if (id !== 'latest') return mail.messageOfCopy(id);
     const search = query.get('query')?.trim();
     if (!search) return mail.latest();
-    return mail.newestFirst().find(parseSearch(search, query.get('tz') ?? undefined));
+    return mail.newestFirst().find(searchFilter(search, query));
   }
 
-  #with(id: string, query: URLSearchParams, answer: (m: InboxMessage) => PageAnswer): PageAnswer {
+  /** Answers for a message; an unknown one gets Mailpit's 404 (the /view pages always say "Message not found"). */
+  #with(
+    id: string,
+    query: URLSearchParams,
+    answer: (m: InboxMessage) => PageAnswer,
+    unknown = id === 'latest' ? MESSAGE_NOT_FOUND : NOT_FOUND,
+  ): PageAnswer {
     const message = this.#find(id, query);
-    if (message) return answer(message);
-    return id === 'latest' ? text(404, 'Message not found') : NOT_FOUND;
+    return message ? answer(message) : unknown;
   }
 
   #info(): Record<string, unknown> {
@@ -287,7 +309,7 @@ class InspectionApi {
     } else {
       let matching = mail.newestFirst();
       if (!Number.isNaN(before)) matching = matching.filter((m) => m.created.getTime() < before);
-      if (search !== undefined) matching = matching.filter(parseSearch(search, query.get('tz') ?? undefined));
+      if (search !== undefined) matching = matching.filter(searchFilter(search, query));
       // As Mailpit: a limit of 0 lists every message, but finds no search results.
       page = limit === 0 ? (search === undefined ? matching.slice(start) : []) : matching.slice(start, start + limit);
       matchingCount = matching.length;
@@ -314,15 +336,15 @@ class InspectionApi {
 
   async #setRead(req: IncomingMessage, query: URLSearchParams): Promise<PageAnswer> {
     const body = await jsonBody(req, false);
-    const read = field(body, 'read');
+    const read = fieldOf(body, 'read');
     if (read !== undefined && typeof read !== 'boolean') throw new BadRequest('Read must be true or false');
-    const ids = idList(field(body, 'ids'));
-    const search = field(body, 'search');
+    const ids = idList(fieldOf(body, 'ids'));
+    const search = fieldOf(body, 'search');
     if (search !== undefined && typeof search !== 'string') throw new BadRequest('Search must be a string');
     if (ids.length > 0 && search) throw new BadRequest('You may specify either IDs or a search query, not both');
     const mail = this.#state.mail;
     const targets = search
-      ? mail.newestFirst().filter(parseSearch(search, query.get('tz') ?? undefined))
+      ? mail.newestFirst().filter(searchFilter(search, query))
       : ids.length > 0
         ? this.#byIds(ids)
         : mail.newestFirst();
@@ -332,7 +354,7 @@ class InspectionApi {
 
   async #delete(req: IncomingMessage): Promise<PageAnswer> {
     const body = await jsonBody(req, true);
-    const ids = idList(field(body, 'ids'));
+    const ids = idList(fieldOf(body, 'ids'));
     const mail = this.#state.mail;
     if (ids.length === 0) mail.clear();
     else mail.delete(this.#byIds(ids));
@@ -345,18 +367,18 @@ class InspectionApi {
 
   async #setTags(req: IncomingMessage): Promise<PageAnswer> {
     const body = await jsonBody(req, false);
-    const tags = field(body, 'tags') ?? [];
+    const tags = fieldOf(body, 'tags') ?? [];
     if (!Array.isArray(tags) || tags.some((t) => typeof t !== 'string')) {
       throw new BadRequest('Tags must be an array of strings');
     }
     const next = uniqueTags(tags as string[]).sort((a, b) => a.localeCompare(b));
     if (next.length > MAX_TAGS) throw new BadRequest(`A message holds at most ${MAX_TAGS} tags; got ${next.length}`);
-    this.#state.mail.setTags(this.#byIds(idList(field(body, 'ids'))), () => next);
+    this.#state.mail.setTags(this.#byIds(idList(fieldOf(body, 'ids'))), () => next);
     return text(200, 'ok');
   }
 
   async #renameTag(req: IncomingMessage, tag: string): Promise<PageAnswer> {
-    const name = field(await jsonBody(req, false), 'name');
+    const name = fieldOf(await jsonBody(req, false), 'name');
     const [to] = typeof name === 'string' ? uniqueTags([name]) : [];
     if (to === undefined)
       throw new BadRequest(`invalid tag name: ${typeof name === 'string' ? name.slice(0, 100) : ''}`);
@@ -371,6 +393,16 @@ class InspectionApi {
     const doomed = tag.toLowerCase();
     this.#state.mail.setTags(this.#state.mail.newestFirst(), (tags) => tags.filter((t) => t.toLowerCase() !== doomed));
     return text(200, 'ok');
+  }
+
+  async #send(req: IncomingMessage): Promise<PageAnswer> {
+    try {
+      const message = await mailpitSend(this.#state, await jsonBody(req, false, this.#maxSendBody));
+      return json({ ID: message.id });
+    } catch (err) {
+      if (!(err instanceof SendRefused || err instanceof BadRequest)) throw err;
+      return { ...json({ Error: err.message }), status: 400 };
+    }
   }
 
   #viewHtml(req: IncomingMessage, m: InboxMessage, query: URLSearchParams): PageAnswer {
@@ -392,9 +424,6 @@ class InspectionApi {
   }
 }
 
-/** For answers a browser must never run anything from. */
-const INERT = "sandbox; default-src 'none'";
-
 const WEBUI = {
   Label: 'eml-api emulator',
   MessageRelay: {
@@ -413,6 +442,11 @@ const WEBUI = {
   HideDeleteAllButton: false,
 };
 
+/** A search of a request, its dates read in the request's `tz`. */
+function searchFilter(search: string, query: URLSearchParams): MessageFilter {
+  return parseSearch(search, query.get('tz') ?? undefined);
+}
+
 function requireQuery(query: URLSearchParams): string {
   const search = query.get('query')?.trim();
   if (!search) throw new BadRequest('Error: no search query');
@@ -426,8 +460,12 @@ function wholeParam(value: string | null, fallback: number): number {
 }
 
 /** Reads a JSON object body. Field names match case-insensitively, as Go's decoder matches them. */
-async function jsonBody(req: IncomingMessage, emptyIsObject: boolean): Promise<Record<string, unknown>> {
-  const raw = await readBody(req, MAX_BODY).catch((err: unknown) => {
+async function jsonBody(
+  req: IncomingMessage,
+  emptyIsObject: boolean,
+  limit = MAX_BODY,
+): Promise<Record<string, unknown>> {
+  const raw = await readBody(req, limit).catch((err: unknown) => {
     throw new BadRequest(err instanceof Error ? err.message : 'the request body could not be read');
   });
   const body = raw.toString('utf8').trim();
@@ -447,11 +485,6 @@ async function jsonBody(req: IncomingMessage, emptyIsObject: boolean): Promise<R
   return value as Record<string, unknown>;
 }
 
-function field(body: Record<string, unknown>, name: string): unknown {
-  const key = Object.keys(body).find((k) => k.toLowerCase() === name);
-  return key === undefined ? undefined : body[key];
-}
-
 function idList(value: unknown): string[] {
   if (value === undefined || value === null) return [];
   if (!Array.isArray(value) || value.some((id) => typeof id !== 'string')) {
@@ -464,17 +497,24 @@ function address(a: InboxAddress): { Name: string; Address: string } {
   return { Name: a.name, Address: a.address };
 }
 
-/** A message as Mailpit's lists show it. */
-function listSummary(m: InboxMessage): Record<string, unknown> {
+/** The fields a list entry and a message summary share, in Mailpit's order. */
+function idAndAddresses(m: InboxMessage): Record<string, unknown> {
   return {
     ID: m.id,
     MessageID: m.messageId,
-    Read: m.read,
     From: address(m.from ?? { name: '', address: '' }),
     To: m.to.map(address),
     Cc: m.cc.map(address),
     Bcc: m.bcc.map(address),
     ReplyTo: m.replyTo.map(address),
+  };
+}
+
+/** A message as Mailpit's lists show it. */
+function listSummary(m: InboxMessage): Record<string, unknown> {
+  return {
+    ...idAndAddresses(m),
+    Read: m.read,
     Subject: m.subject,
     Created: m.created.toISOString(),
     Username: '',
@@ -494,13 +534,7 @@ function messageSummary(m: InboxMessage): Record<string, unknown> {
   const { inline, attachments } = mimeSummary(m.raw);
   const unsubscribe = header('list-unsubscribe');
   return {
-    ID: m.id,
-    MessageID: m.messageId,
-    From: address(m.from ?? { name: '', address: '' }),
-    To: m.to.map(address),
-    Cc: m.cc.map(address),
-    Bcc: m.bcc.map(address),
-    ReplyTo: m.replyTo.map(address),
+    ...idAndAddresses(m),
     ReturnPath: header('return-path')?.replace(/^<|>$/g, '') || (m.from?.address ?? ''),
     Subject: m.subject,
     ListUnsubscribe:
@@ -587,14 +621,13 @@ function partAnswer(m: InboxMessage, partId: string): PageAnswer {
   const part = mimeSummary(m.raw).parts.find((p) => p.partId === partId);
   if (!part) return NOT_FOUND;
   const name = part.fileName || part.contentId;
-  const type = /^[\w.+-]+\/[\w.+-]+$/.test(part.contentType) ? part.contentType : 'application/octet-stream';
   return {
     status: 200,
-    contentType: type,
+    contentType: servedType(part.contentType),
     body: partContent(m.raw, part),
     headers: {
       'content-disposition': `inline; filename="${encodeURIComponent(name)}"`,
-      'content-security-policy': INERT,
+      'content-security-policy': INERT_CSP,
     },
   };
 }

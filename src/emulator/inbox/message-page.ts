@@ -12,10 +12,13 @@ import {
   FRAME_SANDBOX,
   formatSize,
   INBOX_HEADERS,
+  INERT_CSP,
   inboxPage,
+  isCalendar,
   messagePath,
   plural,
   sandboxedHtml,
+  servedType,
   timeElement,
 } from './inbox-pages.js';
 
@@ -148,10 +151,6 @@ export function linkedText(text: string): SafeHtml[] {
   return out;
 }
 
-function isCalendar(type: string | undefined): boolean {
-  return /^(?:text\/calendar|application\/ics)$/i.test(type ?? '');
-}
-
 /** What the inbox shows of a calendar event (a VEVENT of an `.ics` part). */
 export interface CalendarEvent {
   summary: string;
@@ -205,9 +204,6 @@ function eventItem(event: CalendarEvent): SafeHtml {
 <span class="muted">${details.join(' \u00b7 ')}</span></li>`;
 }
 
-/** For answers a browser must never run anything from. */
-const INERT = "sandbox; default-src 'none'";
-
 /** `GET /inbox/messages/{id}/raw`: the delivered bytes (no Bcc), as plain text. */
 export function rawAnswer(copy: DeliveredMessage): PageAnswer {
   return {
@@ -216,7 +212,7 @@ export function rawAnswer(copy: DeliveredMessage): PageAnswer {
     body: copy.raw,
     headers: {
       ...INBOX_HEADERS,
-      'content-security-policy': INERT,
+      'content-security-policy': INERT_CSP,
       'content-disposition': disposition('inline', `${copy.id}.eml`),
     },
   };
@@ -250,16 +246,13 @@ export async function attachmentAnswer(copy: DeliveredMessage, index: number): P
   const parsed = await parsedDelivery(copy);
   const attachment = parsed.attachments[index];
   if (!attachment) return undefined;
-  const type = /^[\w.+-]+\/[\w.+-]+$/.test(attachment.contentType)
-    ? attachment.contentType
-    : 'application/octet-stream';
   return {
     status: 200,
-    contentType: type,
+    contentType: servedType(attachment.contentType),
     body: attachment.content,
     headers: {
       ...INBOX_HEADERS,
-      'content-security-policy': INERT,
+      'content-security-policy': INERT_CSP,
       'content-disposition': disposition('attachment', attachmentName(attachment, index)),
     },
   };
@@ -322,13 +315,16 @@ function forget(id: string): void {
 export const MESSAGE_SCRIPT = `
 (() => {
   const tabs = [...document.querySelectorAll('.tabs [role=tab]')];
-  const select = (tab, focus) => {
+  const show = (tab) => {
     for (const other of tabs) {
       const on = other === tab;
       other.setAttribute('aria-selected', String(on));
       other.tabIndex = on ? 0 : -1;
       document.getElementById(other.getAttribute('aria-controls')).hidden = !on;
     }
+  };
+  const select = (tab, focus) => {
+    show(tab);
     if (focus) tab.focus();
     history.replaceState(null, '', '#' + tab.dataset.tab);
   };
@@ -342,13 +338,7 @@ export const MESSAGE_SCRIPT = `
       select(tabs[(to + tabs.length) % tabs.length], true);
     });
   }
-  const first = tabs.find((tab) => '#' + tab.dataset.tab === location.hash) ?? tabs[0];
-  for (const other of tabs) {
-    const on = other === first;
-    other.setAttribute('aria-selected', String(on));
-    other.tabIndex = on ? 0 : -1;
-    document.getElementById(other.getAttribute('aria-controls')).hidden = !on;
-  }
+  show(tabs.find((tab) => '#' + tab.dataset.tab === location.hash) ?? tabs[0]);
   const actions = document.getElementById('message-actions');
   const ids = { IDs: [actions.dataset.id] };
   const send = (method, body) =>

@@ -6,8 +6,9 @@ import type { PageAnswer } from '../pages/public-pages.js';
 /**
  * Who may read the captured mail (the web inbox, its feed, the groups page
  * and the inspection API): requests for a loopback Host or an allowed one
- * (against DNS rebinding), with the inbox login when one is set (against
- * anyone else on the network, whatever Host they claim).
+ * (against DNS rebinding), from no other origin than the inbox's own (against
+ * pages that post to it, as Mailpit refuses them), with the inbox login when
+ * one is set (against anyone else on the network, whatever Host they claim).
  */
 
 /** The login of the web inbox and the inspection API. */
@@ -32,6 +33,8 @@ export class WebAccess {
   /** The refusal for a request that may not read the mail, or undefined when it may. */
   refusal(req: IncomingMessage): PageAnswer | undefined {
     if (!isAllowedHost(req.headers.host, this.#allowed)) return refusedHost(req.headers.host);
+    const origin = req.headers.origin;
+    if (origin !== undefined && !isOwnOrigin(origin, req.headers.host!, this.#allowed)) return refusedOrigin(origin);
     if (this.#login && !this.#loggedIn(req.headers.authorization)) return LOGIN_REQUIRED;
     return undefined;
   }
@@ -62,6 +65,33 @@ function refusedHost(host: string | undefined): PageAnswer {
     body: `This web inbox shows every captured message, so it answers only requests for localhost or a loopback address (this one was for ${JSON.stringify((host ?? '').slice(0, 100))}). To open it under another name, start the emulator with allowedHosts (eml-api serve --allow-host NAME).\n`,
     headers: { 'cache-control': 'no-store' },
   };
+}
+
+/** The answer to a request a page of another origin made. */
+function refusedOrigin(origin: string): PageAnswer {
+  return {
+    status: 403,
+    contentType: 'text/plain; charset=utf-8',
+    body: `Blocked: a page of another origin (${JSON.stringify(origin.slice(0, 100))}) may not read or change the captured mail.\n`,
+    headers: { 'cache-control': 'no-store' },
+  };
+}
+
+/**
+ * Whether a request's `Origin` is the inbox itself: the same host and port as
+ * its `Host`, or a name the user allowed (behind a proxy that rewrites Host).
+ */
+function isOwnOrigin(origin: string, hostHeader: string, allowed: ReadonlySet<string>): boolean {
+  let from: URL;
+  let to: URL;
+  try {
+    from = new URL(origin);
+    to = new URL(`http://${hostHeader}`);
+  } catch {
+    return false;
+  }
+  if (from.protocol !== 'http:' && from.protocol !== 'https:') return false;
+  return from.host === to.host || allowed.has(from.hostname);
 }
 
 /**

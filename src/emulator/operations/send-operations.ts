@@ -258,16 +258,22 @@ export const sendGroupOperation: Operation = {
   },
 };
 
-/** What the emulator needs to build one delivered copy of a JSON send. */
+/** What the emulator needs to build a message (one delivered copy of a JSON send). */
 export interface ComposeInput {
   from: ApiAddress;
   to: ApiAddress[];
+  cc?: ApiAddress[];
+  /** Kept as a Bcc header, as the service's EML sends keep it. */
+  bcc?: ApiAddress[];
+  replyTo?: ApiAddress[];
   subject: string;
   html: string | undefined;
   text: string | undefined;
   messageId: string;
   date: Date;
   headers?: Record<string, string>;
+  /** Files, inline when they have a `cid`. */
+  attachments?: { filename: string; content: Buffer; contentType?: string; cid?: string }[];
 }
 
 // The emulator builds the MIME of JSON and group sends with Nodemailer itself
@@ -276,9 +282,14 @@ const composer = nodemailer.createTransport({ streamTransport: true, buffer: tru
 
 /** Builds an RFC 5322 message for one recipient. */
 export async function composeMessage(input: ComposeInput): Promise<Buffer> {
+  const addresses = (list: ApiAddress[] | undefined) => list?.map((a) => ({ name: a.name ?? '', address: a.email }));
   const info = await composer.sendMail({
     from: { name: input.from.name ?? '', address: input.from.email },
-    to: input.to.map((a) => ({ name: a.name ?? '', address: a.email })),
+    to: addresses(input.to),
+    cc: addresses(input.cc),
+    bcc: addresses(input.bcc),
+    replyTo: addresses(input.replyTo),
+    attachments: input.attachments,
     subject: input.subject,
     html: input.html,
     text: input.text,

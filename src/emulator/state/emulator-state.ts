@@ -102,6 +102,10 @@ export interface GroupMember {
   addedAt: Date;
 }
 
+function ticketKey(ticket: UnsubscribeTicket): string {
+  return `${ticket.groupId}\n${ticket.email.toLowerCase()}`;
+}
+
 /** An unsubscribe link's target. */
 export interface UnsubscribeTicket {
   groupId: string;
@@ -115,6 +119,8 @@ export interface UnsubscribeTicket {
 export class GroupStore {
   readonly #groups = new Map<string, Map<string, GroupMember>>();
   readonly #tickets = new Map<string, UnsubscribeTicket>();
+  /** The token of each member with one, by {@link ticketKey}. */
+  readonly #tokenOf = new Map<string, string>();
   /** Called after every change (the data directory saves them). */
   onChange: () => void = () => {};
 
@@ -165,10 +171,18 @@ export class GroupStore {
     return this.#require(groupId).has(email.toLowerCase());
   }
 
-  /** Hands out a single-use unsubscribe token for one member of one group. */
+  /**
+   * The unsubscribe token of one member of one group: one per member, in
+   * every email of the group until it is used, so the tokens kept stay as
+   * many as the members however many emails go out.
+   */
   issueUnsubscribeToken(groupId: string, email: string): string {
+    const key = ticketKey({ groupId, email });
+    const existing = this.#tokenOf.get(key);
+    if (existing !== undefined) return existing;
     const token = randomBytes(24).toString('base64url');
     this.#tickets.set(token, { groupId, email });
+    this.#tokenOf.set(key, token);
     this.onChange();
     return token;
   }
@@ -181,6 +195,7 @@ export class GroupStore {
   /** Puts back a saved unsubscribe token. */
   restoreTicket(token: string, ticket: UnsubscribeTicket): void {
     this.#tickets.set(token, ticket);
+    this.#tokenOf.set(ticketKey(ticket), token);
   }
 
   /** The ticket of a token, if it is known and unused. */
@@ -189,16 +204,15 @@ export class GroupStore {
   }
 
   /**
-   * Uses a token: removes its member from its group and retires every token of
-   * that member in that group. @returns the ticket, or undefined when unknown or used
+   * Uses a token: removes its member from its group and retires the token.
+   * @returns the ticket, or undefined when unknown or used
    */
   redeem(token: string): UnsubscribeTicket | undefined {
     const ticket = this.#tickets.get(token);
     if (!ticket) return undefined;
-    for (const [other, t] of this.#tickets) {
-      if (t.groupId === ticket.groupId && t.email.toLowerCase() === ticket.email.toLowerCase())
-        this.#tickets.delete(other);
-    }
+    const key = ticketKey(ticket);
+    this.#tickets.delete(token);
+    this.#tokenOf.delete(key);
     this.#groups.get(ticket.groupId)?.delete(ticket.email.toLowerCase());
     this.onChange();
     return ticket;
@@ -208,6 +222,7 @@ export class GroupStore {
   clearMembers(): void {
     for (const group of this.#groups.values()) group.clear();
     this.#tickets.clear();
+    this.#tokenOf.clear();
     this.onChange();
   }
 

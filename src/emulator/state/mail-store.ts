@@ -68,9 +68,8 @@ export interface IncomingMessage {
   group?: string | undefined;
 }
 
-/** How a message was when it was saved: its ids, marks and arrival kept. */
+/** How a message was when it was saved: its copies' ids and its marks. */
 export interface SavedMarks {
-  id: string;
   copyIds: string[];
   read: boolean;
   tags: string[];

@@ -244,29 +244,43 @@ export function parseStructured(header: string): { value: string; params: Record
   for (const [name, pieces] of continued) {
     pieces.sort((a, b) => a.index - b.index);
     let charset = 'utf-8';
-    const bytes: number[] = [];
-    pieces.forEach((piece, i) => {
+    const bytes = pieces.map((piece, i) => {
       let text = piece.value;
       if (piece.encoded && i === 0) {
-        const m = /^([^']*)'[^']*'(.*)$/.exec(text);
+        const m = /^([^']*)'[^']*'(.*)$/s.exec(text);
         if (m) {
           charset = m[1] || 'utf-8';
           text = m[2]!;
         }
       }
-      if (piece.encoded) {
-        for (let j = 0; j < text.length; j++) {
-          const hex = text.slice(j + 1, j + 3);
-          if (text[j] === '%' && /^[0-9A-Fa-f]{2}$/.test(hex)) {
-            bytes.push(parseInt(hex, 16));
-            j += 2;
-          } else bytes.push(...Buffer.from(text[j]!, 'utf8'));
-        }
-      } else bytes.push(...Buffer.from(text, 'utf8'));
+      const utf8 = Buffer.from(text, 'utf8');
+      return piece.encoded ? decodePercent(utf8) : utf8;
     });
-    params[name] = decodeCharset(Buffer.from(bytes), charset);
+    params[name] = decodeCharset(Buffer.concat(bytes), charset);
   }
   return { value: head.trim().toLowerCase(), params };
+}
+
+/** RFC 2231's `%XX` escapes undone, in one pass over the bytes. */
+function decodePercent(bytes: Buffer): Buffer {
+  const out = Buffer.alloc(bytes.length);
+  let n = 0;
+  for (let i = 0; i < bytes.length; i++) {
+    const high = hexValue(bytes[i + 1]);
+    const low = hexValue(bytes[i + 2]);
+    if (bytes[i] === 0x25 && high >= 0 && low >= 0) {
+      out[n++] = high * 16 + low;
+      i += 2;
+    } else out[n++] = bytes[i]!;
+  }
+  return out.subarray(0, n);
+}
+
+function hexValue(byte: number | undefined): number {
+  if (byte === undefined) return -1;
+  if (byte >= 0x30 && byte <= 0x39) return byte - 0x30;
+  const lower = byte | 0x20;
+  return lower >= 0x61 && lower <= 0x66 ? lower - 0x61 + 10 : -1;
 }
 
 /** Splits a header value at `;` outside quoted strings. */
