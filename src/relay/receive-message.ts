@@ -6,7 +6,16 @@ import { spooledInMemory, spoolMessage, type SpooledMessage, type SpoolSettings 
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { MessageDestination, MessageSender } from './message-destination.js';
 import { HeaderSectionFinder, MAX_HEADER_SECTION, headerSectionEnd } from '../protocol/message-format.js';
-import { addressKey, readAddressList, readRelayHeaders, type RelayHeaderField } from './relay-headers.js';
+import {
+  addressKey,
+  fromRefusal,
+  readingRelayHeaders,
+  runInSlices,
+  runWhole,
+  type HeaderLimits,
+  type RelayHeaderField,
+  type Steps,
+} from './relay-headers.js';
 import type { SmtpReply } from './smtp-replies.js';
 
 /** What receiving a message needs from the relay. */
@@ -68,8 +77,8 @@ export async function receiveMessage(
   const rcptTo = envelopeRecipients(session);
   let plan: EnvelopePlan | undefined;
   const rewriter: MessageRewriter = new MessageRewriter(
-    (head) => {
-      plan = planEnvelope(head, rcptTo, { maxRecipients: context.maxRecipients });
+    async (head) => {
+      plan = await runInSlices(planningEnvelope(head, rcptTo, { maxRecipients: context.maxRecipients }));
       return plan.head;
     },
     // SIZE bounds the message with CRLF line ends (RFC 1870), which is what is uploaded: one of bare LF
@@ -150,7 +159,8 @@ export async function receiveMessage(
  * in memory up to the spool threshold.
  */
 async function respool(spooled: SpooledMessage, messageId: string, context: ReceiveContext): Promise<SpooledMessage> {
-  const head = withMessageId(spooled.head, messageId);
+  // The plan took out the empty Message-ID fields of a message without one.
+  const head = appendField(spooled.head, `Message-ID: ${messageId}${eolOf(spooled.head)}`);
   if (spooled.size + head.length - spooled.head.length <= context.spool.threshold) {
     // Small enough to stay in memory: one copy, without the spool's stream machinery (about 13 µs instead of 70).
     const parts: Buffer[] = [];
@@ -224,7 +234,7 @@ const CRLF = Buffer.from('\r\n');
  * break), and as a CRLF it reads the same to the relay and to the service.
  */
 export class MessageRewriter extends Transform {
-  readonly #rewriteHead: (head: Buffer) => Buffer;
+  readonly #rewriteHead: (head: Buffer) => Buffer | Promise<Buffer>;
   readonly #tooLarge: () => Error | undefined;
   readonly #hash: Hash = createHash('sha256');
   readonly #head = new HeaderSectionFinder();
@@ -237,12 +247,12 @@ export class MessageRewriter extends Transform {
   failure: Error | undefined;
 
   /**
-   * @param rewriteHead gets the header section (up to and including its blank line) and returns the one to send;
-   *   what it throws fails the stream
+   * @param rewriteHead gets the header section (up to and including its blank line) and returns the one to send,
+   *   or a promise of it (the rest of the message waits); what it throws or rejects with fails the stream
    * @param tooLarge checked on every chunk, once {@link size} counts it: an error to fail with once the message
    *   is over the size limit
    */
-  constructor(rewriteHead: (head: Buffer) => Buffer, tooLarge: () => Error | undefined) {
+  constructor(rewriteHead: (head: Buffer) => Buffer | Promise<Buffer>, tooLarge: () => Error | undefined) {
     super();
     this.#rewriteHead = rewriteHead;
     this.#tooLarge = tooLarge;
@@ -275,8 +285,9 @@ export class MessageRewriter extends Transform {
     this.#pendingCr = false;
     const finish = () => {
       const oversize = this.#tooLarge();
+      if (oversize || this.#headDone) return callback(this.#fail(oversize));
       // A message without a blank line is all header.
-      callback(this.#fail(oversize ?? (this.#headDone ? undefined : this.#finishHead(this.#head.size))));
+      this.#finishHead(this.#head.size, (err) => callback(this.#fail(err)));
     };
     if (!last) return finish();
     this.#normalised += last.length;
@@ -340,7 +351,7 @@ export class MessageRewriter extends Transform {
       return callback();
     }
     const end = this.#head.push(chunk);
-    if (end !== undefined) return callback(this.#finishHead(end));
+    if (end !== undefined) return this.#finishHead(end, callback);
     if (this.#head.size > MAX_HEADER_SECTION) {
       return callback(
         new EmlApiError('EMESSAGE', `The header section is longer than ${MAX_HEADER_SECTION} bytes`, {
@@ -351,17 +362,25 @@ export class MessageRewriter extends Transform {
     callback();
   }
 
-  /** Rewrites the head (the first `end` bytes held) and lets the rest through. @returns the rewrite's error */
-  #finishHead(end: number): Error | undefined {
+  /** Rewrites the head (the first `end` bytes held) and lets the rest through, then calls back with the rewrite's error. */
+  #finishHead(end: number, callback: (err?: Error) => void): void {
     const held = this.#head.take();
     this.#headDone = true;
+    const done = (head: Buffer) => {
+      // The client left while the head was being read.
+      if (this.destroyed) return;
+      this.#emit(head);
+      this.#emit(held.subarray(end));
+      callback();
+    };
+    let rewritten: Buffer | Promise<Buffer>;
     try {
-      this.#emit(this.#rewriteHead(held.subarray(0, end)));
+      rewritten = this.#rewriteHead(held.subarray(0, end));
     } catch (err) {
-      return err as Error;
+      return callback(err as Error);
     }
-    this.#emit(held.subarray(end));
-    return undefined;
+    if (Buffer.isBuffer(rewritten)) return done(rewritten);
+    rewritten.then(done, (err: unknown) => callback(err as Error));
   }
 
   #emit(bytes: Buffer): void {
@@ -373,7 +392,10 @@ export class MessageRewriter extends Transform {
 
 /** What the relay does to the header section of a message before it leaves. */
 export interface EnvelopePlan {
-  /** The header section to upload: the original, or with a `Bcc` field naming the envelope-only recipients. */
+  /**
+   * The header section to upload: the original, with a `Bcc` field naming the envelope-only recipients,
+   * and without the empty Message-ID fields of a message that has no Message-ID.
+   */
   head: Buffer;
   /** `RCPT TO` recipients that no To, Cc or Bcc header named, now in the `Bcc` field. */
   addedBcc: string[];
@@ -389,6 +411,35 @@ export interface EnvelopePlan {
 const NAMED = 5;
 
 /**
+ * Characters the address fields may hold per recipient the relay takes
+ * (`maxRecipients`), and at least: room for long display names, while one
+ * parser's run over them stays some milliseconds (it cannot be split).
+ */
+const ADDRESS_TEXT_PER_RECIPIENT = 512;
+const MIN_ADDRESS_TEXT = 64 * 1024;
+
+/** Entries the address fields may hold at least, whatever `maxRecipients`. */
+const MIN_ENTRIES = 1000;
+/** Tokens the address fields may hold per recipient, and at least (Postfix's `header_address_token_limit`, 10,240). */
+const TOKENS_PER_RECIPIENT = 20;
+const MIN_TOKENS = 10_240;
+
+/**
+ * How much of the address fields the relay reads for a message of at most
+ * `maxRecipients` recipients: twice as many entries (a recipient may be
+ * named in two fields; a group counts as one), 1,000 at least; 20 words,
+ * separators and comments each, 10,240 at least; and
+ * {@link ADDRESS_TEXT_PER_RECIPIENT} characters each, 64 KiB at least.
+ */
+export function headerLimits(maxRecipients: number): HeaderLimits {
+  return {
+    maxEntries: Math.max(MIN_ENTRIES, 2 * maxRecipients),
+    maxTokens: Math.max(MIN_TOKENS, TOKENS_PER_RECIPIENT * maxRecipients),
+    maxAddressText: Math.max(MIN_ADDRESS_TEXT, maxRecipients * ADDRESS_TEXT_PER_RECIPIENT),
+  };
+}
+
+/**
  * Reconciles the SMTP envelope with the headers, for a service that reads
  * recipients from To, Cc and Bcc:
  *
@@ -398,26 +449,40 @@ const NAMED = 5;
  *   before delivery. An existing Bcc field is merged into it.
  * - Header recipients that are not in `RCPT TO` are refused: the service
  *   would mail people this transaction did not ask for.
+ * - What the service is certain to refuse is refused before anything is
+ *   sent or stored, in both of the relay's modes: no From field, or none
+ *   with an address ({@link fromRefusal}); a control character in From,
+ *   Sender or Reply-To.
  *
  * Addresses compare as {@link addressKey} says: ASCII case aside, spelled
  * the same way (an IDN domain too: `xn--` in one and Unicode in the other
- * are refused). The headers are read strictly ({@link readRelayHeaders}):
+ * are refused). The headers are read strictly ({@link readingRelayHeaders}):
  * what the relay cannot read for certain is refused, never skipped; so are
- * headers that spell their recipients in more ways than `maxRecipients`.
+ * headers that spell their recipients in more ways than `maxRecipients`, and
+ * address fields past {@link headerLimits}.
  *
  * @param head the header section as received, ending with its blank line when there is a body
  * @param rcptTo the envelope recipients, as the client wrote them
  * @param limits.maxRecipients the most spellings of recipients the headers may hold
  * @throws {EmlApiError} `EENVELOPE` naming the header recipients missing from `RCPT TO`; a permanent
- *   `EMESSAGE` naming a header line or a To/Cc/Bcc entry the relay cannot read for certain, or
- *   saying that the headers spell their recipients in too many ways
+ *   `EMESSAGE` naming a header line or a To/Cc/Bcc entry the relay cannot read for certain, a limit
+ *   passed, or what the service would refuse
  */
 export function planEnvelope(
   head: Buffer,
   rcptTo: readonly string[],
-  { maxRecipients = Infinity }: { maxRecipients?: number } = {},
+  limits: { maxRecipients?: number } = {},
 ): EnvelopePlan {
-  const headers = readRelayHeaders(head);
+  return runWhole(planningEnvelope(head, rcptTo, limits));
+}
+
+/** {@link planEnvelope} in steps, which the relay runs in slices of the event loop. */
+export function* planningEnvelope(
+  head: Buffer,
+  rcptTo: readonly string[],
+  { maxRecipients = Infinity }: { maxRecipients?: number } = {},
+): Steps<EnvelopePlan> {
+  const headers = yield* readingRelayHeaders(head, headerLimits(maxRecipients));
   const envelopeKeys = new Set(rcptTo.map(addressKey));
   const headerKeys = new Set(headers.recipients.map(addressKey));
   const notInEnvelope = headers.recipients.filter((a) => !envelopeKeys.has(addressKey(a)));
@@ -431,6 +496,8 @@ export function planEnvelope(
       { command: 'DATA', permanent: true },
     );
   }
+  const refusal = fromRefusal(headers.froms);
+  if (refusal) throw refusal;
   const addedBcc: string[] = [];
   const seen = new Set<string>();
   for (const address of rcptTo) {
@@ -441,20 +508,17 @@ export function planEnvelope(
     }
   }
   const plan = { from: headers.from, messageId: headers.messageId, hasDate: headers.hasDate, addedBcc };
-  if (addedBcc.length === 0) return { ...plan, head };
+  // A message has one Message-ID at most: the one the relay adds to a message without one replaces the empty ones.
+  const doomed =
+    headers.messageId === undefined ? headers.fields.filter((f) => f.name.toLowerCase() === 'message-id') : [];
+  if (addedBcc.length === 0) return { ...plan, head: withoutFields(head, doomed) };
   const bcc = headers.fields.filter((f) => f.name.toLowerCase() === 'bcc');
-  const existing = bcc.flatMap((f) => readAddressList(f.value, f.name));
-  return { ...plan, head: appendField(withoutFields(head, bcc), foldedBcc([...existing, ...addedBcc], eolOf(head))) };
-}
-
-/**
- * The header section with `messageId` as its Message-ID field, added at its
- * end; a Message-ID field without a value (the only kind a message the relay
- * names has) is removed, as a message has one Message-ID at most.
- */
-export function withMessageId(head: Buffer, messageId: string): Buffer {
-  const empty = readRelayHeaders(head).fields.filter((f) => f.name.toLowerCase() === 'message-id');
-  return appendField(withoutFields(head, empty), `Message-ID: ${messageId}${eolOf(head)}`);
+  const existing = bcc.flatMap((f) => f.addresses ?? []);
+  const kept = withoutFields(
+    head,
+    [...bcc, ...doomed].sort((a, b) => a.start - b.start),
+  );
+  return { ...plan, head: appendField(kept, foldedBcc([...existing, ...addedBcc], eolOf(head))) };
 }
 
 /** The header section without these fields (folded lines included). */

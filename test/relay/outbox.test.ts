@@ -137,6 +137,44 @@ describe('the relay with the outbox', () => {
     expect(info.response).toMatch(/^250 2\.0\.0 Ok: \S+/);
   });
 
+  it.each([
+    ['no From', 'To: ann@example.test', /^5\.6\.0 .*no From header/],
+    ['a From of a name alone', 'From: Shop\r\nTo: ann@example.test', /^5\.6\.0 .*From header has no address/],
+    ['a From of <>', 'From: <>\r\nTo: ann@example.test', /^5\.6\.0 .*From header has no address/],
+    ['a From of an empty group', 'From: shop:;\r\nTo: ann@example.test', /^5\.6\.0 .*From header has no address/],
+    ['a From of a comment', 'From: Shop (shop@example.test)\r\nTo: ann@example.test', /^5\.6\.0 .*From header has no/],
+    [
+      'a From of an encoded name',
+      'From: =?utf-8?B?U2hvcA==?=\r\nTo: ann@example.test',
+      /^5\.6\.0 .*From header has no/,
+    ],
+    [
+      'a From with a bidi control',
+      'From: \u202eshop@example.test\r\nTo: ann@example.test',
+      /^5\.6\.0 .*From header holds/,
+    ],
+    [
+      'a Reply-To with a zero-width space',
+      'From: shop@example.test\r\nReply-To: a\u200b@example.test\r\nTo: ann@example.test',
+      /^5\.6\.0 .*Reply-To header holds/,
+    ],
+  ])('%s: 554 at DATA, as the direct relay answers it; nothing is stored', async (_label, head, reply) => {
+    const queue = new EmlApiQueueTransport({ connection: redis.url });
+    try {
+      await queue.queue.obliterate({ force: true });
+      const { dialog } = await SmtpDialog.open(relay.port);
+      await dialog.command('EHLO client.example');
+      expect((await dialog.command('MAIL FROM:<shop@example.test>')).code).toBe(250);
+      expect((await dialog.command('RCPT TO:<ann@example.test>')).code).toBe(250);
+      const answer = await dialog.data(Buffer.from(`${head}\r\nSubject: s\r\n\r\nhi\r\n`));
+      dialog.close();
+      expect([answer.code, answer.text]).toEqual([554, expect.stringMatching(reply)]);
+      expect(await queue.queue.count()).toBe(0);
+    } finally {
+      await queue.close();
+    }
+  });
+
   it("needs the relay's own key: the workers send later with theirs", async () => {
     const err = await startEmlApiRelay({ baseUrl: emu.url, port: 0, queue: { connection: redis.url } }).catch(
       (e: unknown) => e,

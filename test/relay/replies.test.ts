@@ -256,10 +256,28 @@ describe('transient failures answer 451 (the client retries later)', () => {
 });
 
 describe('permanent failures answer 5xx with the reason', () => {
-  it('invalid EML (no From header): 554 5.6.0 with the service reason', async () => {
+  it('invalid EML (no From header): 554 5.6.0 saying so, and the service is not asked', async () => {
+    emu.setFaults({});
     const reply = await send('To: ann@example.test\r\nSubject: no sender\r\n\r\nHello\r\n', ['ann@example.test']);
     expect(reply.code).toBe(554);
-    expect(reply.text).toMatch(/^5\.6\.0 .*invalid_eml.*no From header/);
+    expect(reply.text).toMatch(/^5\.6\.0 .*no From header/);
+    expect(emu.faultStats()!.none).toBe(0);
+  });
+
+  it.each([
+    ['a From of a name alone', 'From: Shop', /^5\.6\.0 .*From header has no address/],
+    ['a From of an empty group', 'From: shop:;', /^5\.6\.0 .*From header has no address/],
+    ['a From with a bidi control', 'From: \u202eshop@example.test', /^5\.6\.0 .*From header holds/],
+    [
+      'a Sender with a control character',
+      'From: shop@example.test\r\nSender: s\u0085@example.test',
+      /^5\.6\.0 .*Sender header holds/,
+    ],
+  ])('%s: 554 5.6.0 before the service is asked, as under --outbox', async (_label, from, reply) => {
+    emu.setFaults({});
+    const answer = await send(`${from}\r\nTo: ann@example.test\r\nSubject: s\r\n\r\nHello\r\n`, ['ann@example.test']);
+    expect([answer.code, answer.text]).toEqual([554, expect.stringMatching(reply)]);
+    expect(emu.faultStats()!.none).toBe(0);
   });
 
   it('headers naming a recipient not in RCPT TO: 550 5.7.1 naming it, nothing delivered', async () => {

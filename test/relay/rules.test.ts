@@ -28,7 +28,6 @@ import {
 import { ClientAddressList, clientKey, isLoopbackAddress } from '../../src/relay/client-address-list.js';
 import {
   planEnvelope,
-  withMessageId,
   IDEMPOTENCY_WINDOW_MS,
   identitySecret,
   MessageIdentities,
@@ -105,12 +104,16 @@ describe('planEnvelope', () => {
     expect(plan.head.toString()).toBe('From: a@x.test\r\nSubject: no body\r\nBcc: b@x.test\r\n');
   });
 
-  it('adds a Message-ID as the last field, in place of an empty one', () => {
-    const id = '<1.eml-api-relay@x.test>';
-    expect(withMessageId(head(['From: a@x.test', 'Message-ID:', 'To: b@x.test']), id).toString()).toBe(
-      ['From: a@x.test', 'To: b@x.test', `Message-ID: ${id}`, '', ''].join('\r\n'),
+  it('takes the empty Message-ID fields out of a message without one (the relay adds its own), Bcc added or not', () => {
+    const empty = head(['From: a@x.test', 'Message-ID:', 'To: b@x.test', 'Message-ID:  ']);
+    expect(planEnvelope(empty, ['b@x.test']).head.toString()).toBe(
+      ['From: a@x.test', 'To: b@x.test', '', ''].join('\r\n'),
     );
-    expect(withMessageId(Buffer.from('From: a@x.test'), id).toString()).toBe(`From: a@x.test\r\nMessage-ID: ${id}\r\n`);
+    expect(planEnvelope(empty, ['b@x.test', 'c@x.test']).head.toString()).toBe(
+      ['From: a@x.test', 'To: b@x.test', 'Bcc: c@x.test', '', ''].join('\r\n'),
+    );
+    const named = head(['From: a@x.test', 'Message-ID:', 'To: b@x.test', 'Message-ID: <m@x.test>']);
+    expect(planEnvelope(named, ['b@x.test']).head).toEqual(named);
   });
 
   it('refuses header recipients that are not in RCPT TO with EENVELOPE, naming five and counting the rest', () => {
