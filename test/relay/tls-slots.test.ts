@@ -94,7 +94,10 @@ const allFreeAgain = (relay: EmlApiRelay, options: { implicitTls?: boolean; prox
   eventually(() => slotsAllFree(relay, options), { what: `all ${LIMIT} slots of the address free again` });
 
 /** Python's smtplib: STARTTLS, AUTH LOGIN with the client's key, one message, QUIT; sessions in turn and in threads. */
-async function smtplibSessions(relay: EmlApiRelay, counts: { sequential?: number; parallel?: number; perThread?: number }) {
+async function smtplibSessions(
+  relay: EmlApiRelay,
+  counts: { sequential?: number; parallel?: number; perThread?: number },
+) {
   const script = fileURLToPath(new URL('./clients/starttls_sessions.py', import.meta.url));
   const spec = {
     host: '127.0.0.1',
