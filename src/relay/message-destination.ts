@@ -1,6 +1,6 @@
 import type { SpooledMessage } from '../body/message-spool.js';
 import type { EmlApiClient } from '../client/eml-api-client.js';
-import type { KeyOwner } from './smtp-replies.js';
+import { outboxFailureReply, serviceFailureReply, type KeyOwner, type SmtpReply } from './smtp-replies.js';
 import { emlBodyLength } from '../body/eml-upload-body.js';
 import { EmlApiQueueTransport } from '../queue/eml-api-queue-transport.js';
 import type { EmlApiQueueTransportOptions } from '../queue/queue-transport-options.js';
@@ -42,13 +42,14 @@ export interface DeliveryReceipt {
  * Where an accepted message goes. The relay answers `250` only once
  * `deliver` resolves, so a destination resolves only when the message is
  * safe: the service accepted it (direct), or the outbox stored it. What it
- * rejects with is mapped to the SMTP reply (`EmlApiError` codes: see
- * `failureReply`).
+ * rejects with is answered with its {@link MessageDestination.reply}.
  */
 export interface MessageDestination {
   /** Names the destination in logs, e.g. `service` or `outbox`. */
   readonly name: string;
   deliver(message: RelayedMessage, sender: MessageSender, signal: AbortSignal): Promise<DeliveryReceipt>;
+  /** The SMTP reply to a failure of {@link deliver}: what the client needs to know, nothing of the destination's insides. */
+  reply(err: unknown, owner: KeyOwner): SmtpReply;
   /** Checks, before the relay listens, that the destination can keep what it is given (the outbox's Redis). */
   ready?(): Promise<void>;
   /** Checks, for `/readyz`, that the destination can keep what it is given now (quietly: probes repeat it). */
@@ -74,6 +75,7 @@ export function directDestination(): MessageDestination {
       });
       return { id: result.id };
     },
+    reply: serviceFailureReply,
     close: () => Promise.resolve(),
   };
 }
@@ -126,6 +128,7 @@ export function queueDestination(
       );
       return { id: info.queueId };
     },
+    reply: outboxFailureReply,
     // Redis must answer and keep what is queued (noeviction; AOF as the transport's durability asks).
     ready: async () => {
       await transport.verify();

@@ -66,7 +66,7 @@ export interface ReceivedMessage {
  * @throws {EmlApiError} `EENVELOPE`, a permanent `EMESSAGE` (the message cannot be read as one),
  *   a transient `EMESSAGE` or `ESPOOL` (the relay could not store it), `ESTREAM` ({@link isClientGone}) when
  *   the client left before the end of DATA, `EABORT` when the relay closed while the message was
- *   arriving, or what the destination throws (never `ESTREAM`: the relay builds no message)
+ *   arriving, or what the destination throws ({@link failedAtDestination}; never `ESTREAM`: the relay builds no message)
  */
 export async function receiveMessage(
   stream: SMTPServerDataStream,
@@ -137,11 +137,12 @@ export async function receiveMessage(
       spooled = await respool(first, messageId, context);
       await first.body.dispose();
     }
-    const receipt = await context.destination.deliver(
-      { spooled, idempotencyKey: identity.idempotencyKey, messageId, envelope },
-      sender,
-      context.signal,
-    );
+    const receipt = await context.destination
+      .deliver({ spooled, idempotencyKey: identity.idempotencyKey, messageId, envelope }, sender, context.signal)
+      .catch((err: unknown) => {
+        if (typeof err === 'object' && err !== null) atDestination.add(err);
+        throw err;
+      });
     return { id: receipt.id, messageId, size: spooled.size, addedBcc: addedBcc.length, identity };
   } catch (err) {
     failure = err;
@@ -201,6 +202,14 @@ function clientGone(): EmlApiError {
   return new EmlApiError('ESTREAM', 'The SMTP client disconnected before the end of its message (DATA)', {
     permanent: false,
   });
+}
+
+/** Failures of a destination's `deliver`, which the destination answers (see `MessageDestination.reply`). */
+const atDestination = new WeakSet<object>();
+
+/** Whether {@link receiveMessage} failed in its destination's `deliver` (the message had been received and checked). */
+export function failedAtDestination(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && atDestination.has(err);
 }
 
 /**

@@ -12,6 +12,7 @@ import { type KeyClient, type KeyClients, AuthFailureBudget, MAX_PASSWORD_LENGTH
 import type { MessageDestination, MessageSender } from './message-destination.js';
 import {
   MessageIdentities,
+  failedAtDestination,
   isClientGone,
   receiveMessage,
   keepRcptSpelling,
@@ -25,8 +26,8 @@ import type { ClientSlots } from './client-slots.js';
 import {
   acceptedReply,
   authFailureReply,
-  failureReply,
   isInternalError,
+  relayFailureReply,
   replyError,
   type SmtpReply,
 } from './smtp-replies.js';
@@ -184,17 +185,14 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
           client: session.remoteAddress,
           session: session.id,
           reply: `${final.code} ${final.text}`,
-          ...(told === reply ? {} : { reason: reply.text }),
+          ...(told.text === reply.text ? {} : { reason: reply.text }),
         };
+        // The detail is for the operator; the password is taken out of it (it may quote what it failed on).
+        const detail = err === undefined ? {} : { err: redact(errorDetail(err), password) };
         if (err !== undefined && isInternalError(err)) {
-          // The detail is for the operator; the password is taken out of it (it may quote what it failed on).
-          const detail = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
-          logger.error(
-            { ...where, err: redact(detail, password) },
-            'AUTH could not be checked: error inside the relay',
-          );
+          logger.error({ ...where, ...detail }, 'AUTH could not be checked: error inside the relay');
         } else {
-          logger.warn(where, 'AUTH refused');
+          logger.warn({ ...where, ...detail }, 'AUTH refused');
         }
         // Answered after a pause, as Dovecot's auth_failure_delay: smtp-server reads no further command
         // of the connection meanwhile, so a guesser gets one try per pause per connection. The pause is
@@ -344,22 +342,27 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
             logger.warn(where, 'Message abandoned: the client disconnected before the end of DATA');
             return callback(replyError({ code: 451, text: `4.4.2 ${err.message}` }));
           }
+          const handedOn = failedAtDestination(err);
           const reply: SmtpReply = stream.sizeExceeded
             ? { code: 552, text: `5.3.4 The message is larger than ${settings.maxMessageSize} bytes` }
-            : failureReply(err, sender.owner);
-          // What only the relay's operator can fix is an error: its key refused, its base URL wrong.
-          const misconfigured =
-            (sender.owner === 'relay' && reply.text.startsWith('4.7.1')) || reply.text.startsWith('4.3.5');
+            : handedOn
+              ? relay.destination.reply(err, sender.owner)
+              : relayFailureReply(err);
           const internal = isInternalError(err) && !stream.sizeExceeded;
-          // The relay's disk (full, failing): the operator's to fix, and the reply told the client nothing of it.
-          const spool = err instanceof EmlApiError && err.code === 'ESPOOL';
-          const log = misconfigured || internal || spool ? logger.error : logger.warn;
+          // What only the relay's operator can fix is an error: its key refused, its base URL wrong, its disk or
+          // its outbox failing, a fault inside the relay. The reply told the client nothing of it; the log does.
+          const operators =
+            internal ||
+            (err instanceof EmlApiError && err.code === 'ESPOOL') ||
+            (sender.owner === 'relay' && reply.text.startsWith('4.7.1')) ||
+            reply.text.startsWith('4.3.5') ||
+            (handedOn && storing && reply.code === 451 && !reply.text.startsWith('4.3.2'));
+          const log = operators ? logger.error : logger.warn;
           log(
             {
               ...where,
               reply: `${reply.code} ${reply.text}`,
-              ...(internal ? { err: err instanceof Error ? `${err.name}: ${err.message}` : String(err) } : {}),
-              ...(spool ? { err: withCauses(err) } : {}),
+              ...(handedOn || internal || operators ? { err: errorDetail(err) } : {}),
             },
             internal ? 'Message refused: error inside the relay' : 'Message refused',
           );
@@ -383,11 +386,13 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
   };
 }
 
-/** An error's message followed by its causes' (`a: b: c`), for the log. */
-function withCauses(err: Error): string {
+/** What the log says of an error: its code (or class) and message, followed by its causes' (`ECODE: a: b: c`). */
+function errorDetail(err: unknown): string {
+  if (!(err instanceof Error)) return String(err);
   const parts: string[] = [];
   for (let e: unknown = err; e instanceof Error && parts.length < 5; e = e.cause) parts.push(e.message);
-  return parts.join(': ');
+  const code = (err as { code?: unknown }).code;
+  return `${typeof code === 'string' ? code : err.name}: ${parts.join(': ')}`;
 }
 
 /** What the relay knows of a connection when it decides what the client may do. */

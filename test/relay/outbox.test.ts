@@ -5,6 +5,7 @@ import { EmlApiError } from '../../src/index.js';
 import { EmlApiQueueTransport, startEmlApiWorker } from '../../src/queue/index.js';
 import { hashRelayPassword, startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { SmtpDialog } from './relay-harness.js';
+import { capturingLogger } from '../helpers/logger.js';
 import { runCli } from '../../src/cli/run-cli.js';
 import { waitFor } from '../helpers/async.js';
 import { eventually } from '../helpers/outbox.js';
@@ -172,6 +173,41 @@ describe('the relay with the outbox', () => {
       expect(await queue.queue.count()).toBe(0);
     } finally {
       await queue.close();
+    }
+  });
+
+  it('a Redis that refuses or is gone: 451 4.3.0, try again later, quoting nothing of Redis; the log says what', async () => {
+    const own = await startRedisServer();
+    const logger = capturingLogger();
+    const storing = await startEmlApiRelay({
+      baseUrl: emu.url,
+      apiKey: emu.apiKey,
+      port: 0,
+      logger,
+      queue: { connection: own.url, timeouts: { store: 1000 } },
+    });
+    const port = new URL(own.url).port;
+    const attempt = async (subject: string) => {
+      const { dialog } = await SmtpDialog.open(storing.port);
+      await dialog.command('EHLO client.example');
+      await dialog.command('MAIL FROM:<cron@host.example>');
+      await dialog.command('RCPT TO:<ops@example.test>');
+      const reply = await dialog.data(
+        `From: cron@host.example\r\nTo: ops@example.test\r\nSubject: ${subject}\r\n\r\nx\r\n`,
+      );
+      dialog.close();
+      return `${reply.code} ${reply.text}`;
+    };
+    try {
+      await own.client.config('SET', 'maxmemory', '1');
+      expect(await attempt('redis full')).toBe('451 4.3.0 The relay could not store the message, try again later');
+      await own.stop();
+      expect(await attempt('redis gone')).toBe('451 4.3.0 The relay could not store the message, try again later');
+      const logged = logger.at('error').filter((l) => l.message === 'Message refused');
+      expect(logged.map((l) => l.meta.err)).toEqual([expect.stringMatching(/OOM/), expect.stringContaining(port)]);
+    } finally {
+      await storing.close();
+      await own.stop();
     }
   });
 

@@ -35,7 +35,12 @@ import {
 } from '../../src/relay/receive-message.js';
 import { defaultMaxMessageSize, maxUploadableSize, resolveRelayOptions } from '../../src/relay/relay-options.js';
 import { authOffered, mailRefusal, type RelayPolicy } from '../../src/relay/relay-sessions.js';
-import { authFailureReply, failureReply } from '../../src/relay/smtp-replies.js';
+import {
+  authFailureReply,
+  outboxFailureReply,
+  relayFailureReply,
+  serviceFailureReply,
+} from '../../src/relay/smtp-replies.js';
 import { thrownBy } from '../helpers/async.js';
 
 describe('addressKey', () => {
@@ -534,7 +539,19 @@ describe('replies', () => {
     });
 
   it.each([
-    [new EmlApiError('EENVELOPE', 'x'), 'client', 550, '5.7.1'],
+    [new EmlApiError('EENVELOPE', 'x'), 550, '5.7.1'],
+    [new EmlApiError('EMESSAGE', 'unreadable', { permanent: true }), 554, '5.6.0'],
+    [new EmlApiError('EMESSAGE', 'disk full', { permanent: false }), 451, '4.3.0'],
+    [new EmlApiError('ESPOOL', 'spool write failed', { permanent: false }), 451, '4.3.0'],
+    [new EmlApiError('EABORT', 'closing'), 451, '4.3.2'],
+    [new Error('bug'), 451, '4.3.0'],
+  ] as const)("the relay's own: %s → %i %s", (err, code, enhanced) => {
+    const reply = relayFailureReply(err);
+    expect(reply.code).toBe(code);
+    expect(reply.text.startsWith(`${enhanced} `)).toBe(true);
+  });
+
+  it.each([
     [api(400, 'invalid_eml'), 'client', 554, '5.6.0'],
     [api(400, 'invalid_address'), 'client', 554, '5.1.3'],
     [api(413), 'client', 552, '5.3.4'],
@@ -550,15 +567,72 @@ describe('replies', () => {
     [new EmlApiError('ECONNECTION', 'refused'), 'client', 451, '4.4.1'],
     [new EmlApiError('ETIMEDOUT', 'slow'), 'client', 451, '4.4.2'],
     [new EmlApiError('EABORT', 'closed'), 'client', 451, '4.3.2'],
-    [new EmlApiError('EMESSAGE', 'unreadable', { permanent: true }), 'client', 554, '5.6.0'],
-    [new EmlApiError('EMESSAGE', 'disk full', { permanent: false }), 'client', 451, '4.3.0'],
-    [new EmlApiError('ESPOOL', 'spool write failed', { permanent: false }), 'client', 451, '4.3.0'],
     [new Error('bug'), 'client', 451, '4.3.0'],
-  ] as const)('%s (%s key) → %i %s', (err, owner, code, enhanced) => {
-    const reply = failureReply(err, owner);
+  ] as const)('the service: %s (%s key) → %i %s', (err, owner, code, enhanced) => {
+    const reply = serviceFailureReply(err, owner);
     expect(reply.code).toBe(code);
     expect(reply.text.startsWith(`${enhanced} `)).toBe(true);
     expect(reply.text).not.toMatch(/[\r\n]/);
+  });
+
+  it.each([
+    [new EmlApiError('ECONNECTION', 'Redis down'), 451, '4.3.0'],
+    [new EmlApiError('ETIMEDOUT', 'Redis slow'), 451, '4.3.0'],
+    [new EmlApiError('ECONFIG', 'maxmemory-policy allkeys-lru'), 451, '4.3.0'],
+    [new EmlApiError('EMESSAGE', 'over maxMessageSize', { permanent: true }), 552, '5.3.4'],
+    [new EmlApiError('EMESSAGE', 'parked', { permanent: true, queueId: 'j', idempotencyKey: 'k' }), 554, '5.6.0'],
+    [new EmlApiError('EABORT', 'closed'), 451, '4.3.2'],
+    [new Error('bug'), 451, '4.3.0'],
+  ] as const)('the outbox: %s → %i %s', (err, code, enhanced) => {
+    const reply = outboxFailureReply(err);
+    expect(reply.code).toBe(code);
+    expect(reply.text.startsWith(`${enhanced} `)).toBe(true);
+  });
+
+  it("replies quote nothing of the relay's insides: no URL, no Redis address or text, no hint to a programmer", () => {
+    const service = new EmlApiError(
+      'ECONNECTION',
+      'POST /v1/send/eml to https://api.internal.example:8443 failed after 3 attempts: connect ECONNREFUSED 10.1.2.3:8443 (ECONNREFUSED); the request was sent, so the service may have accepted it; not retried to avoid sending twice (see retry.retryAmbiguous)',
+      { permanent: false },
+    );
+    const redis = new EmlApiError(
+      'ECONNECTION',
+      'Could not store the message in Redis at 10.9.8.7:6379: OOM command not allowed when used memory > \'maxmemory\'. script: 6e1c4bd0a7cbd7e4b8fa1b0c3c2a9f1e5d0c7b6a; the job may have been stored all the same (queueing again with idempotencyKey "k", err.idempotencyKey, stores it once)',
+      { permanent: false, idempotencyKey: 'k', queueId: 'j' },
+    );
+    const timeout = new EmlApiError(
+      'ETIMEDOUT',
+      'POST /v1/send/eml to https://api.internal.example failed: overall timeout (timeouts.total, 120000 ms) elapsed',
+    );
+    const texts = [
+      serviceFailureReply(service, 'client').text,
+      serviceFailureReply(service, 'relay').text,
+      serviceFailureReply(timeout, 'relay').text,
+      outboxFailureReply(redis).text,
+      authFailureReply(service).text,
+      authFailureReply(redis).text,
+    ];
+    for (const text of texts) {
+      expect(text).toMatch(/try again later$/);
+      expect(text).not.toMatch(
+        /https?:|internal\.example|10\.\d|6379|8443|Redis|OOM|maxmemory|script|idempotencyKey|retry|timeouts\./i,
+      );
+    }
+    // A refusal quotes the service's own reason (its JSON error), not the relay's request.
+    const refused = new EmlApiError(
+      'EAPI',
+      'POST /v1/send/eml failed, the service answered with an error (400 invalid_eml): mail: the message has no From header',
+      {
+        responseCode: 400,
+        apiCode: 'invalid_eml',
+        response: '{"error":{"code":"invalid_eml","message":"mail: the message has no From header"}}',
+        command: 'POST /v1/send/eml',
+      },
+    );
+    expect(serviceFailureReply(refused, 'client')).toEqual({
+      code: 554,
+      text: '5.6.0 The email service refused the message: invalid_eml: mail: the message has no From header',
+    });
   });
 
   it('AUTH: a refused key is 535 5.7.8, a service that cannot tell is 454 4.7.0', () => {
@@ -572,19 +646,28 @@ describe('replies', () => {
     const internal = new SyntaxError('Invalid regular expression: /(?:s|%73)(?:k|%6b)/: Regular expression too large');
     const auth = authFailureReply(internal);
     expect(auth).toEqual({ code: 454, text: '4.7.0 Temporary authentication failure, try again later' });
-    const data = failureReply(new TypeError('Cannot read properties of undefined (reading /srv/spool/x)'), 'client');
+    const data = relayFailureReply(new TypeError('Cannot read properties of undefined (reading /srv/spool/x)'));
     expect(data).toEqual({ code: 451, text: '4.3.0 Local error in processing, try again later' });
+    expect(serviceFailureReply(internal, 'client')).toEqual(data);
   });
 
   it('a message over SIZE with its line ends CRLF (EMESSAGE with 413) is 552 5.3.4', () => {
     const err = new EmlApiError('EMESSAGE', 'The message is larger than SIZE', { permanent: true, responseCode: 413 });
-    expect(failureReply(err, 'client')).toEqual({ code: 552, text: '5.3.4 The message is larger than SIZE' });
+    expect(relayFailureReply(err)).toEqual({ code: 552, text: '5.3.4 The message is larger than SIZE' });
   });
 
   it('keeps replies under the 512-character line limit', () => {
+    const long = 'x'.repeat(5000);
     expect(
-      failureReply(new EmlApiError('EAPI', 'x'.repeat(5000), { responseCode: 400 }), 'client').text.length,
+      serviceFailureReply(
+        new EmlApiError('EAPI', long, {
+          responseCode: 400,
+          response: JSON.stringify({ error: { code: 'x', message: long } }),
+        }),
+        'client',
+      ).text.length,
     ).toBeLessThan(500);
+    expect(relayFailureReply(new EmlApiError('EMESSAGE', long, { permanent: true })).text.length).toBeLessThan(500);
   });
 
   it('SIZE defaults to the largest message whose upload fits a 50 MiB request with a Bcc field for every recipient', () => {
