@@ -1,4 +1,6 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import type { SpooledMessage } from '../body/message-spool.js';
+import { loggerOption, type EmlApiLogger } from '../shared/options-kit.js';
 import type { EmlApiClient } from '../client/eml-api-client.js';
 import { outboxFailureReply, serviceFailureReply, type KeyOwner, type SmtpReply } from './smtp-replies.js';
 import { emlBodyLength } from '../body/eml-upload-body.js';
@@ -93,10 +95,13 @@ const MAX_CONCURRENCY = 10_000;
  *   options of one the relay makes and closes
  * @param maxClients the relay's `maxClients`: a transport the relay makes
  *   stores that many messages at once unless its options set `concurrency`
+ * @param logger the relay's: a transport the relay makes logs there unless its options name a logger, and every
+ *   line it logs for a message carries the message's session fields ({@link withMessageLogFields})
  */
 export function queueDestination(
   queue: EmlApiQueueTransport | EmlApiQueueTransportOptions,
   maxClients: number,
+  logger: EmlApiLogger,
 ): MessageDestination {
   const owned = !(queue instanceof EmlApiQueueTransport);
   // The transport's `concurrency` (10 by default) bounds how many messages Nodemailer builds at
@@ -106,7 +111,11 @@ export function queueDestination(
   const transport =
     queue instanceof EmlApiQueueTransport
       ? queue
-      : new EmlApiQueueTransport({ concurrency: Math.min(maxClients, MAX_CONCURRENCY), ...queue });
+      : new EmlApiQueueTransport({
+          concurrency: Math.min(maxClients, MAX_CONCURRENCY),
+          ...queue,
+          logger: queueLogger(queue.logger, logger),
+        });
   return {
     name: 'outbox',
     async deliver(message, _sender, signal) {
@@ -140,4 +149,38 @@ export function queueDestination(
       }).check(),
     close: () => (owned ? transport.close() : Promise.resolve()),
   };
+}
+
+/** The fields of the message being handled (its session, client, login), for the lines its destination logs. */
+const messageLogFields = new AsyncLocalStorage<Readonly<Record<string, unknown>>>();
+
+/**
+ * Runs `work` (a message's handling) with `fields` added to every line the
+ * destination's logger writes meanwhile: the outbox's lines then name the
+ * session and the login, as the relay's own do.
+ */
+export function withMessageLogFields<T>(fields: Readonly<Record<string, unknown>>, work: () => T): T {
+  return messageLogFields.run(fields, work);
+}
+
+function withSessionFields(logger: EmlApiLogger): EmlApiLogger {
+  const level =
+    (write: EmlApiLogger['info']): EmlApiLogger['info'] =>
+    (meta, message) => {
+      const fields = messageLogFields.getStore();
+      write.call(logger, fields ? { ...fields, ...meta } : meta, message);
+    };
+  return { debug: level(logger.debug), info: level(logger.info), warn: level(logger.warn), error: level(logger.error) };
+}
+
+/**
+ * The logger of a queue the relay makes: the one its options name, else the relay's, with the message's
+ * session fields; a value that is no logger is left for the transport to refuse.
+ */
+function queueLogger(value: unknown, relayLogger: EmlApiLogger): EmlApiQueueTransportOptions['logger'] {
+  if (value === undefined) return withSessionFields(relayLogger);
+  if (typeof value === 'boolean' || (typeof value === 'object' && value !== null)) {
+    return withSessionFields(loggerOption(value));
+  }
+  return value as EmlApiQueueTransportOptions['logger'];
 }

@@ -1,6 +1,5 @@
 import type {
   SMTPServerAuthentication,
-  SMTPServerAuthenticationResponse,
   SMTPServerDataStream,
   SMTPServerOptions,
   SMTPServerSession,
@@ -9,7 +8,7 @@ import type { EmlApiClient } from '../client/eml-api-client.js';
 import { isValidAddress } from '../protocol/message-format.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { type KeyClient, type KeyClients, AuthFailureBudget, MAX_PASSWORD_LENGTH } from './relay-users.js';
-import type { MessageDestination, MessageSender } from './message-destination.js';
+import { withMessageLogFields, type MessageDestination, type MessageSender } from './message-destination.js';
 import {
   MessageIdentities,
   failedAtDestination,
@@ -51,6 +50,8 @@ export interface RelayState {
   readonly relaySecret: Buffer | undefined;
   /** Whether a password is the relay's own key (compared in constant time; always false without one). */
   readonly isOwnKey: (password: string) => boolean;
+  /** The login of a client that AUTHs with the relay's own key: its fingerprint (`key:...`). */
+  readonly relayKeyLogin: string | undefined;
   readonly destination: MessageDestination;
   /** The connection slots: per-address cap, stress, DATA deadline. */
   readonly slots: ClientSlots;
@@ -163,6 +164,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         return refuse({ code: 504, text: '5.5.4 Unrecognized authentication type' });
       }
       const password = auth.password ?? '';
+      const username = auth.username ?? '';
       const started = Date.now();
       // A proxy or sidecar on trustedNetworks speaks for many clients: one of them guessing must not
       // lock the others out (Postfix exempts $mynetworks from its per-client limits the same way).
@@ -184,6 +186,8 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         const where = {
           client: session.remoteAddress,
           session: session.id,
+          // A listed user's name only: a name that is no user may be a password typed in the wrong field.
+          ...(settings.users?.has(username) ? { login: username } : {}),
           reply: `${final.code} ${final.text}`,
           ...(told.text === reply.text ? {} : { reason: reply.text }),
         };
@@ -209,13 +213,13 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         });
       }
       if (password.length > MAX_PASSWORD_LENGTH) return failed(PASSWORD_TOO_LONG);
-      const username = auth.username ?? '';
       const asRelay = () => {
         // Sends with the relay's key: onData falls back to it when the session holds no key client.
         attempt?.end(false);
         release(state);
-        const user: SMTPServerAuthenticationResponse['user'] = { username, key: 'relay' };
-        logger.debug({ client: session.remoteAddress, session: session.id, key: 'relay' }, 'AUTH accepted');
+        const login = settings.users?.has(username) ? username : relay.relayKeyLogin;
+        const user: SessionUser = { username, key: 'relay', login };
+        logger.debug({ client: session.remoteAddress, session: session.id, key: 'relay', login }, 'AUTH accepted');
         callback(null, { user });
       };
       const withKey = () =>
@@ -227,8 +231,11 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
             // The client left while its key was being checked: onClose has run already, so the hold
             // is released here (a held client is never evicted, and would be kept until the relay stops).
             if (state.closed) release(state);
-            const user: SMTPServerAuthenticationResponse['user'] = { username, key: held.id };
-            logger.debug({ client: session.remoteAddress, session: session.id, key: held.id }, 'AUTH accepted');
+            const user: SessionUser = { username, key: held.id, login: `key:${held.id}` };
+            logger.debug(
+              { client: session.remoteAddress, session: session.id, key: held.id, login: user.login },
+              'AUTH accepted',
+            );
             callback(null, { user });
           },
           (err: unknown) => failed(authFailureReply(err), err),
@@ -294,10 +301,12 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         stream.resume();
         return callback(replyError({ code: 530, text: '5.7.0 Authentication required' }));
       }
+      const login = sessionLogin(session);
       const where = {
         client: session.remoteAddress,
         session: session.id,
         key: sender.owner === 'relay' ? 'relay' : held!.id,
+        ...(login === undefined ? {} : { login }),
       };
       // Each message gets signals of its own, fed by the relay's through one listener each: one
       // listener per message in flight on the relay's signals passed Node's MaxListeners (10).
@@ -314,7 +323,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         maxRecipients: settings.maxRecipients,
         maxMessageSize: settings.maxMessageSize,
       };
-      const work = receiveMessage(stream, session, sender, context).then(
+      const work = withMessageLogFields(where, () => receiveMessage(stream, session, sender, context)).then(
         (received) => {
           if (stateOf(session).closed) {
             // The client left before the 250, which it never reads: it will send the message again, which
@@ -384,6 +393,24 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       release(state);
     },
   };
+}
+
+/**
+ * What the relay keeps as an authenticated session's `user`: the name given,
+ * whose key it sends with (`relay`, or the fingerprint of the client's), and
+ * its login, the one name of the sender in logs, spans and metrics: a relay
+ * user's name, or `key:<fingerprint>` for an API key given as the password.
+ */
+export interface SessionUser {
+  username: string;
+  key: string;
+  login: string | undefined;
+}
+
+/** The login of a session (see {@link SessionUser}), or undefined before AUTH (a client on `allowUnauthenticatedFrom`). */
+export function sessionLogin(session: SMTPServerSession): string | undefined {
+  const user = session.user as Partial<SessionUser> | undefined;
+  return typeof user === 'object' && user !== null && typeof user.login === 'string' ? user.login : undefined;
 }
 
 /** What the log says of an error: its code (or class) and message, followed by its causes' (`ECODE: a: b: c`). */

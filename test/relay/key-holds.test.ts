@@ -34,6 +34,7 @@ describe('key clients held by sessions', () => {
       relayClient: undefined,
       relaySecret: undefined,
       isOwnKey: () => false,
+      relayKeyLogin: undefined,
       destination: directDestination(),
       slots: new ClientSlots(settings),
       signal: new AbortController().signal,
