@@ -1,9 +1,4 @@
-import type {
-  SMTPServerAuthentication,
-  SMTPServerDataStream,
-  SMTPServerOptions,
-  SMTPServerSession,
-} from 'smtp-server';
+import type { SMTPServerAuthentication, SMTPServerDataStream, SMTPServerOptions, SMTPServerSession } from 'smtp-server';
 import type { EmlApiClient } from '../client/eml-api-client.js';
 import { isValidAddress } from '../protocol/message-format.js';
 import { EmlApiError } from '../shared/eml-api-error.js';

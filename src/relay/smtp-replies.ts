@@ -96,7 +96,8 @@ export function serviceFailureReply(err: unknown, owner: KeyOwner): SmtpReply {
     default:
       return relayFailureReply(err);
   }
-  if (status === 413) return { code: 552, text: `5.3.4 The message is too large for the email service: ${serviceReason(err)}` };
+  if (status === 413)
+    return { code: 552, text: `5.3.4 The message is too large for the email service: ${serviceReason(err)}` };
   if (status === 429) return { code: 451, text: '4.4.5 The email service is rate limiting, try again later' };
   if (status === 408) return { code: 451, text: '4.4.2 The email service did not answer in time, try again later' };
   if (status === 400 && err.apiCode === 'invalid_address')
