@@ -3,7 +3,12 @@ import type { EmlApiClient } from '../client/eml-api-client.js';
 import { isValidAddress } from '../protocol/message-format.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { type KeyClient, type KeyClients, AuthFailureBudget, MAX_PASSWORD_LENGTH } from './relay-users.js';
-import { withMessageLogFields, type MessageDestination, type MessageSender } from './message-destination.js';
+import {
+  withMessageLogFields,
+  type MessageDestination,
+  type MessageSender,
+  type UploadShares,
+} from './message-destination.js';
 import {
   MessageIdentities,
   failedAtDestination,
@@ -25,7 +30,7 @@ import {
   replyError,
   type SmtpReply,
 } from './smtp-replies.js';
-import type { ClientAddressList } from './client-address-list.js';
+import { clientKey, type ClientAddressList } from './client-address-list.js';
 
 /** Failed AUTHs after which a connection is closed (`421`): each one costs the service a request. */
 const MAX_AUTH_FAILURES = 3;
@@ -48,6 +53,8 @@ export interface RelayState {
   /** The login of a client that AUTHs with the relay's own key: its fingerprint (`key:...`). */
   readonly relayKeyLogin: string | undefined;
   readonly destination: MessageDestination;
+  /** Who holds the upload slots of the clients the relay sends with (the direct relay's). */
+  readonly shares: UploadShares;
   /** The connection slots: per-address cap, stress, DATA deadline. */
   readonly slots: ClientSlots;
   /** Aborted by `close({ abort: true })`. */
@@ -142,12 +149,14 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         return callback(replyError(refusal));
       }
       session.disabledCommands = commandsFor(session);
+      relay.shares.join(session, clientKey(session.remoteAddress));
       callback();
     },
     onSecure(_socket, session, callback) {
       // smtp-server forgets an AUTH made before STARTTLS (RFC 3207 4.2); so does the relay.
       const state = sessions.get(session);
       if (state) release(state);
+      relay.shares.join(session, clientKey(session.remoteAddress));
       session.disabledCommands = commandsFor(session);
       callback();
     },
@@ -215,6 +224,8 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         const login = settings.users?.has(username) ? username : relay.relayKeyLogin;
         const user: SessionUser = { username, key: 'relay', login };
         logger.debug({ client: session.remoteAddress, session: session.id, key: 'relay', login }, 'AUTH accepted');
+        // A client that left while its password was checked has closed already: it is not counted again.
+        if (login !== undefined && !state.closed) relay.shares.join(session, login);
         callback(null, { user });
       };
       const withKey = () =>
@@ -231,6 +242,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
               { client: session.remoteAddress, session: session.id, key: held.id, login: user.login },
               'AUTH accepted',
             );
+            if (!state.closed) relay.shares.join(session, user.login!);
             callback(null, { user });
           },
           (err: unknown) => failed(authFailureReply(err), err),
@@ -286,17 +298,18 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       // Times the message while it arrives: too slow, and the connection is closed (421).
       relay.slots.watchData(session, stream);
       const held = stateOf(session).held;
+      const login = sessionLogin(session);
+      const identity = login ?? clientKey(session.remoteAddress);
       const sender: MessageSender | undefined =
         session.user && held
-          ? { client: held.client, owner: 'client', identitySecret: held.identitySecret }
+          ? { client: held.client, owner: 'client', identitySecret: held.identitySecret, identity }
           : relay.relayClient && relay.relaySecret
-            ? { client: relay.relayClient, owner: 'relay', identitySecret: relay.relaySecret }
+            ? { client: relay.relayClient, owner: 'relay', identitySecret: relay.relaySecret, identity }
             : undefined;
       if (!sender) {
         stream.resume();
         return callback(replyError({ code: 530, text: '5.7.0 Authentication required' }));
       }
-      const login = sessionLogin(session);
       const where = {
         client: session.remoteAddress,
         session: session.id,
@@ -382,6 +395,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
     },
     onClose(session) {
       relay.slots.leave(session);
+      relay.shares.leave(session);
       const state = sessions.get(session);
       if (!state) return;
       state.closed = true;

@@ -8,7 +8,7 @@ import { isLoopbackAddress } from './client-address-list.js';
 import { ClientSlots } from './client-slots.js';
 import { KeyClients, keyFingerprint, secretMatcher } from './relay-users.js';
 import { keepCommandLines, identitySecret } from './receive-message.js';
-import { directDestination, queueDestination } from './message-destination.js';
+import { directDestination, queueDestination, UploadShares } from './message-destination.js';
 import { keepOwnStatusCodes } from './smtp-replies.js';
 import { relaySessionHandlers, sessionLogin } from './relay-sessions.js';
 import { type EmlApiRelayOptions, resolveRelayOptions, type RelaySettings } from './relay-options.js';
@@ -129,9 +129,10 @@ export async function startEmlApiRelay(options: EmlApiRelayOptions): Promise<Eml
     (settings.users?.size ?? 0) + settings.maxKeys + 1,
   );
   const { logger } = settings;
+  const shares = new UploadShares();
   const destination =
     settings.queue === undefined
-      ? directDestination()
+      ? directDestination(shares)
       : queueDestination(settings.queue, settings.maxClients, settings.logger);
   const makeClient = (key: string) => telemetry.watch(new EmlApiClient({ ...settings.clientOptions, apiKey: key }));
   const relayClient = apiKey === undefined ? undefined : makeClient(apiKey);
@@ -161,6 +162,7 @@ export async function startEmlApiRelay(options: EmlApiRelayOptions): Promise<Eml
       isOwnKey: apiKey === undefined ? () => false : secretMatcher(apiKey),
       relayKeyLogin: apiKey === undefined ? undefined : `key:${keyFingerprint(apiKey)}`,
       destination,
+      shares,
       slots,
       signal: aborter.signal,
       arriving: arriving.signal,

@@ -276,7 +276,32 @@ describe('eml-api relay: store-and-forward is chosen with a flag, the Redis URL 
     expect(run.output().replace('redis://:s3cret', '')).not.toContain('s3cret-redis-pw');
   });
 
+  it('--durability aof: refuses to start on a Redis without its append-only file (exit 1), starts on one with it', async () => {
+    let err = '';
+    const code = await runCli(['relay', '--port', '0', '--url', emu.url, '--outbox', '--durability', 'aof'], {
+      stdout: { write: () => true },
+      stderr: { write: (text: string) => (err += text) },
+      env: { EML_API_KEY: emu.apiKey, REDIS_URL: redis.url },
+    });
+    expect(code).toBe(1);
+    expect(err).toMatch(/appendonly no.*durability: 'aof'/);
+    const durable = await startRedisServer({ appendonly: true });
+    try {
+      const run = await relayCli(['--outbox', '--durability', 'aof'], { REDIS_URL: durable.url });
+      expect((await sendTo(run.port, 'stored durably')).response).toMatch(/^250 2\.0\.0 Ok: \S+/);
+      expect(await run.stop()).toBe(0);
+    } finally {
+      await durable.stop();
+    }
+  });
+
   it.each([
+    [
+      ['--outbox', '--durability', 'always'],
+      { REDIS_URL: 'redis://127.0.0.1:1' },
+      /--durability: expected warn, aof, aof-always, got "always"/,
+    ],
+    [['--durability', 'aof'], {}, /--durability goes with the outbox/],
     [['--outbox'], {}, /--outbox needs a Redis: set REDIS_URL/],
     [
       ['--queue', 'mail'],

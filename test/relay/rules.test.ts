@@ -42,6 +42,8 @@ import {
   serviceFailureReply,
 } from '../../src/relay/smtp-replies.js';
 import { thrownBy } from '../helpers/async.js';
+import { UploadShares } from '../../src/relay/message-destination.js';
+import { EmlApiClient } from '../../src/client/eml-api-client.js';
 
 describe('addressKey', () => {
   it.each([
@@ -706,5 +708,71 @@ describe('replies', () => {
   it('defaults timeouts.tlsHandshake to 10 s', () => {
     const base = { baseUrl: 'http://127.0.0.1:1', apiKey: 'relay-test-key' };
     expect(resolveRelayOptions(base).settings.tlsHandshakeTimeout).toBe(10_000);
+  });
+});
+
+describe('UploadShares: the upload slots of a client, shared among SMTP clients', () => {
+  const client = (maxConnections: number, total = 60_000) =>
+    new EmlApiClient({ baseUrl: 'http://127.0.0.1:1', apiKey: 'k', maxConnections, timeouts: { total } });
+  const never = new AbortController().signal;
+  /** Resolves to the release once granted; `granted()` says whether it is. */
+  const ask = (shares: UploadShares, api: EmlApiClient, who: string, signal = never) => {
+    let release: (() => void) | undefined;
+    const promise = shares.acquire(api, who, signal).then((r) => (release = r));
+    return { promise, granted: () => release !== undefined, release: () => release!() };
+  };
+  const turn = () => new Promise((resolve) => setImmediate(resolve));
+
+  it('keeps the last free slot from a client holding some while another is connected, and gives it when that one leaves', async () => {
+    const shares = new UploadShares();
+    const api = client(3);
+    const [a, b] = [{}, {}];
+    shares.join(a, 'A');
+    shares.join(b, 'B');
+    const a1 = ask(shares, api, 'A');
+    const a2 = ask(shares, api, 'A');
+    const a3 = ask(shares, api, 'A');
+    await turn();
+    expect([a1.granted(), a2.granted(), a3.granted()]).toEqual([true, true, false]);
+    const b1 = ask(shares, api, 'B');
+    await turn();
+    expect(b1.granted()).toBe(true);
+    b1.release();
+    await turn();
+    expect(a3.granted()).toBe(false);
+    shares.leave(b);
+    await turn();
+    expect(a3.granted()).toBe(true);
+  });
+
+  it('gives a freed slot to the waiting client holding the fewest, and lets an aborted waiter go', async () => {
+    const shares = new UploadShares();
+    const api = client(2);
+    const a1 = ask(shares, api, 'A');
+    const a2 = ask(shares, api, 'A');
+    await turn();
+    const a3 = ask(shares, api, 'A');
+    const stop = new AbortController();
+    const c1 = ask(shares, api, 'C', stop.signal);
+    const b1 = ask(shares, api, 'B');
+    await turn();
+    stop.abort(new Error('closing'));
+    await expect(c1.promise).rejects.toThrow('closing');
+    a1.release();
+    await turn();
+    expect([a3.granted(), b1.granted()]).toEqual([false, true]);
+    a2.release();
+    await turn();
+    expect(a3.granted()).toBe(true);
+  });
+
+  it("a message waits for a slot no longer than the client's timeouts.total (ETIMEDOUT, 451 4.4.2)", async () => {
+    const shares = new UploadShares();
+    const api = client(1, 50);
+    const first = ask(shares, api, 'A');
+    await turn();
+    await expect(ask(shares, api, 'B').promise).rejects.toMatchObject({ code: 'ETIMEDOUT' });
+    first.release();
+    expect(await ask(shares, api, 'B').promise).toBeTypeOf('function');
   });
 });
