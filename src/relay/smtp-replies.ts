@@ -219,7 +219,7 @@ export function keepOwnStatusCodes(server: SMTPServer): void {
   const connect = server.connect.bind(server);
   server.connect = (socket, options) => {
     connect(socket, options);
-    // connect() adds the new connection last; the greeting is sent later (see prompt-greeting.ts).
+    // connect() adds the new connection last; the greeting is sent later (see greetPromptly).
     let newest: (typeof server.connections extends Set<infer C> ? C : never) | undefined;
     for (const connection of server.connections) newest = connection;
     if (!newest) return;
