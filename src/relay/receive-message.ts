@@ -79,6 +79,9 @@ export async function receiveMessage(
   const rewriter: MessageRewriter = new MessageRewriter(
     async (head) => {
       plan = await runInSlices(planningEnvelope(head, rcptTo, { maxRecipients: context.maxRecipients }));
+      // What the service is certain to refuse gets no 250, in either mode (the outbox would store it for nothing).
+      const refusal = await fromRefusal(plan.froms);
+      if (refusal) throw refusal;
       return plan.head;
     },
     // SIZE bounds the message with CRLF line ends (RFC 1870), which is what is uploaded: one of bare LF
@@ -408,6 +411,8 @@ export interface EnvelopePlan {
   head: Buffer;
   /** `RCPT TO` recipients that no To, Cc or Bcc header named, now in the `Bcc` field. */
   addedBcc: string[];
+  /** The From fields, for {@link fromRefusal}. */
+  froms: RelayHeaderField[];
   /** The From address of the headers, or false. */
   from: string | false;
   /** The Message-ID header, when there is one. */
@@ -458,10 +463,9 @@ export function headerLimits(maxRecipients: number): HeaderLimits {
  *   before delivery. An existing Bcc field is merged into it.
  * - Header recipients that are not in `RCPT TO` are refused: the service
  *   would mail people this transaction did not ask for.
- * - What the service is certain to refuse is refused before anything is
- *   sent or stored, in both of the relay's modes: no From field, or none
- *   with an address ({@link fromRefusal}); a control character in From,
- *   Sender or Reply-To.
+ * - A control character in From, Sender or Reply-To is refused, as the
+ *   service refuses it (the From fields' addresses are checked apart, by
+ *   {@link fromRefusal}).
  *
  * Addresses compare as {@link addressKey} says: ASCII case aside, spelled
  * the same way (an IDN domain too: `xn--` in one and Unicode in the other
@@ -505,8 +509,6 @@ export function* planningEnvelope(
       { command: 'DATA', permanent: true },
     );
   }
-  const refusal = fromRefusal(headers.froms);
-  if (refusal) throw refusal;
   const addedBcc: string[] = [];
   const seen = new Set<string>();
   for (const address of rcptTo) {
@@ -516,7 +518,13 @@ export function* planningEnvelope(
       addedBcc.push(address);
     }
   }
-  const plan = { from: headers.from, messageId: headers.messageId, hasDate: headers.hasDate, addedBcc };
+  const plan = {
+    froms: headers.froms,
+    from: headers.from,
+    messageId: headers.messageId,
+    hasDate: headers.hasDate,
+    addedBcc,
+  };
   // A message has one Message-ID at most: the one the relay adds to a message without one replaces the empty ones.
   const doomed =
     headers.messageId === undefined ? headers.fields.filter((f) => f.name.toLowerCase() === 'message-id') : [];

@@ -242,31 +242,75 @@ function* crossChecking(field: RelayHeaderField, addresses: readonly string[]): 
 
 /**
  * Why the service is certain to refuse a message for its From fields, or
- * undefined: it has none (400 `invalid_eml`), or none of them holds an
- * address (400 `invalid_address`): no parser of the service's side reads a
- * valid first address from it, and none can be decoded from it (mailparser
- * decodes a Base64 word standing alone, and an encoded word in an address).
- * Where no parser of the service's side is installed, only a From without
- * any `@`, encoded or not, counts.
+ * undefined: it has none (400 `invalid_eml`), or one of them holds no
+ * address (400 `invalid_address`; a service may read either of two From
+ * fields, mailparser reads the last). A From's address is read as mailparser
+ * reads it: with the address parser it bundles, and, where that reading
+ * leaves room for mailparser's own decoding (encoded words, `xn--`
+ * domains), with mailparser itself when it is installed. Without it, only a
+ * From in which no `@` shows, its encoded words decoded, counts as having
+ * none.
  */
-export function fromRefusal(froms: readonly RelayHeaderField[]): EmlApiError | undefined {
+export async function fromRefusal(froms: readonly RelayHeaderField[]): Promise<EmlApiError | undefined> {
   if (froms.length === 0) {
     return new EmlApiError('EMESSAGE', 'The message has no From header, which the email service requires', {
       command: 'DATA',
       permanent: true,
     });
   }
-  const readers = serviceAddressReaders();
-  const sendable = (value: string) => {
-    if (readers.length === 0) return value.includes('@') || decodedWords(value).includes('@');
-    const firsts = readers.map((reader) => reader.read(value)[0] ?? '');
-    if (firsts.some((first) => isValidAddress(first))) return true;
-    // mailparser decodes a Base64 word standing alone, and an encoded word inside an address.
-    const decodable = /=\?[^?]+\?[Bb]\?/.test(value) || firsts.some((first) => first.includes('=?'));
-    return decodable && decodedWords(value).includes('@');
+  for (const field of froms) {
+    if (!(await fromHasAddress(field.value))) {
+      return badAddressField(field, `has no address the email service can read: ${shown(field.value)}`);
+    }
+  }
+  return undefined;
+}
+
+async function fromHasAddress(value: string): Promise<boolean> {
+  // The parser mailparser bundles when it is installed (the first reader), else the peer's.
+  const reader = serviceAddressReaders()[0];
+  const first = reader?.read(value)[0] ?? '';
+  // mailparser changes an address only for encoded words and xn-- domains; a name alone may become one.
+  if (isValidAddress(first) && !first.includes('=?') && !first.includes('@xn--')) return true;
+  const mime = loadMimeParser();
+  if (mime) {
+    const parsed = await mime(Buffer.from(`From: ${value}\r\n\r\n`, 'utf8'), FROM_ONLY).catch(() => undefined);
+    return isValidAddress(firstOf(parsed?.from) ?? '');
+  }
+  if (reader !== undefined && !value.includes('=?') && !value.includes('xn--')) return false;
+  return value.includes('@') || decodedWords(value).includes('@');
+}
+
+const FROM_ONLY = { skipHtmlToText: true, skipImageLinks: true, skipTextToHtml: true, skipTextLinks: true };
+
+type MimeAddress = { address?: string; group?: MimeAddress[] };
+type MimeParser = (source: Buffer, options?: object) => Promise<{ from?: { value: MimeAddress[] } }>;
+
+let mimeParser: MimeParser | null | undefined;
+
+/** mailparser's `simpleParser` (an optional peer: the emulator's parser), or null when it is not installed. */
+function loadMimeParser(): MimeParser | null {
+  if (mimeParser === undefined) {
+    try {
+      mimeParser = (createRequire(import.meta.url)('mailparser') as { simpleParser: MimeParser }).simpleParser;
+    } catch {
+      mimeParser = null;
+    }
+  }
+  return mimeParser;
+}
+
+/** The first address of a parsed From, groups flattened, as the emulator takes it. */
+function firstOf(from: { value: MimeAddress[] } | undefined): string | undefined {
+  const walk = (list: MimeAddress[]): string | undefined => {
+    for (const entry of list) {
+      if (!entry.group) return entry.address ?? '';
+      const found = walk(entry.group);
+      if (found !== undefined) return found;
+    }
+    return undefined;
   };
-  if (froms.some((field) => sendable(field.value))) return undefined;
-  return badAddressField(froms[0]!, `has no address the email service can read: ${shown(froms[0]!.value)}`);
+  return from ? walk(from.value) : undefined;
 }
 
 /** The text with its RFC 2047 encoded words (`=?charset?B|Q?...?=`) decoded, as far as this runtime knows the charset. */

@@ -150,6 +150,16 @@ describe('the relay with the outbox', () => {
       /^5\.6\.0 .*From header has no/,
     ],
     [
+      'a From of a Base64 word holding a bare address',
+      'From: =?utf-8?B?c2hvcEBleGFtcGxlLnRlc3Q=?=\r\nTo: ann@example.test',
+      /^5\.6\.0 .*From header has no/,
+    ],
+    [
+      'two From fields, the last empty',
+      'From: shop@example.test\r\nFrom:\r\nTo: ann@example.test',
+      /^5\.6\.0 .*From header has no/,
+    ],
+    [
       'a From with a bidi control',
       'From: \u202eshop@example.test\r\nTo: ann@example.test',
       /^5\.6\.0 .*From header holds/,

@@ -12,6 +12,7 @@ import { describe, expect, it } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
 import { parseAddressList, parseHeaderFields } from '../../src/protocol/message-format.js';
 import {
+  fromRefusal,
   addressKey,
   readAddressList,
   readRelayHeaders,
@@ -43,6 +44,7 @@ import {
 } from '../../src/relay/smtp-replies.js';
 import { thrownBy } from '../helpers/async.js';
 import { UploadShares } from '../../src/relay/message-destination.js';
+import { parseEml } from '../../src/emulator/operations/send-operations.js';
 import { EmlApiClient } from '../../src/client/eml-api-client.js';
 
 describe('addressKey', () => {
@@ -774,5 +776,77 @@ describe('UploadShares: the upload slots of a client, shared among SMTP clients'
     await expect(ask(shares, api, 'B').promise).rejects.toMatchObject({ code: 'ETIMEDOUT' });
     first.release();
     expect(await ask(shares, api, 'B').promise).toBeTypeOf('function');
+  });
+});
+
+describe('From: refused at DATA exactly when the service is certain to refuse it', () => {
+  const atoms = fc.constantFrom(
+    'a@b.test',
+    'Shop',
+    '<>',
+    '<a@b.test>',
+    '"a@b.test"',
+    '"Shop"',
+    'g:',
+    ';',
+    ',',
+    ' ',
+    '\t',
+    '(c)',
+    '(a@b.test)',
+    '=?utf-8?B?U2hvcA==?=',
+    '=?utf-8?B?U2hvcCA8YUBiLnRlc3Q+?=',
+    '=?utf-8?Q?a=40b.test?=',
+    '=?utf-8?B?YUBiLnRlc3Q=?=',
+    '@',
+    'x@',
+    '@b.test',
+    'a@b',
+    '<a@b.test',
+    'a@b.test>',
+    'é@b.test',
+    'a@bé.test',
+    '"a b"@c.test',
+    'a.@b.test',
+    'a@[1.2.3.4]',
+    'a@-b.test',
+    'xn--a@b.test',
+    'a@xn--bcher-kva.example',
+    'a@xn--zz-.test',
+  );
+  const value = fc.array(atoms, { maxLength: 5 }).map((a) => a.join(''));
+  const verdicts = async (froms: string[]) => {
+    const head = `${froms.map((f) => `From: ${f}\r\n`).join('')}To: ann@example.test\r\nSubject: s\r\n\r\n`;
+    const relay = await Promise.resolve(Buffer.from(head))
+      .then(async (bytes) => fromRefusal(readRelayHeaders(bytes).froms))
+      .then(
+        (refusal) => (refusal ? 'refused' : 'accepted'),
+        () => 'refused',
+      );
+    const emulator = await parseEml(Buffer.from(`${head}hi\r\n`)).then(
+      () => 'accepted',
+      () => 'refused',
+    );
+    return { relay, emulator };
+  };
+
+  it('one From field: the relay and the emulator agree on every shape', async () => {
+    await fc.assert(
+      fc.asyncProperty(value, async (from) => {
+        const { relay, emulator } = await verdicts([from]);
+        expect([from, relay]).toEqual([from, emulator]);
+      }),
+      { numRuns: 1500 },
+    );
+  });
+
+  it('two From fields: whatever the emulator refuses the relay refuses (it refuses one whose either field has no address)', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.tuple(value, value), async (froms) => {
+        const { relay, emulator } = await verdicts(froms);
+        if (emulator === 'refused') expect([froms, relay]).toEqual([froms, 'refused']);
+      }),
+      { numRuns: 500 },
+    );
   });
 });
