@@ -673,11 +673,13 @@ export function mailParameterRefusal(address: SMTPServerAddress, session: SMTPSe
  * `envelope.rcptTo`, the address with its domain decoded from `xn--` by
  * UTS #46 (`xn--victimexample-882l` becomes `victim。example`, which
  * mapping reads as `victim.example`), a mailbox the client never named.
+ * @returns the address as written (smtp-server's form when the line was not kept)
  */
-export function keepRcptSpelling(address: SMTPServerAddress, session: SMTPServerSession): void {
+export function keepRcptSpelling(address: SMTPServerAddress, session: SMTPServerSession): string {
   const line = lastLines.get(session);
   const written = line === undefined ? undefined : writtenAddress(lineOf(line), 'RCPT');
   if (written !== undefined) rcptSpellings.set(address, written);
+  return written ?? address.address;
 }
 
 /**

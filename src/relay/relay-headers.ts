@@ -614,6 +614,12 @@ class AddressListReader {
     if (address.startsWith('"') && DOT_ATOM.test(address.slice(1, address.lastIndexOf('"')).replace(/\\(.)/g, '$1'))) {
       throw this.#refuse(`has a quoted local part that needs no quotes, which parsers keep or drop: ${shown(address)}`);
     }
+    // mailparser decodes an xn-- domain before the service checks the address: one that decodes to characters
+    // the service refuses (a zero-width space, a bidirectional control) is refused by it, after any 250.
+    const decoded = asMailparserReads(address);
+    if (decoded !== address && !isValidAddress(decoded)) {
+      throw this.#refuse(`has an address the email service reads as ${shown(decoded)}, which it refuses`);
+    }
     this.#budget.entry();
     this.#out.push(address);
   }
@@ -684,6 +690,74 @@ class AddressListReader {
   #refuse(problem: string): EmlApiError {
     return unreadable(`the ${this.#field} header ${problem}`);
   }
+}
+
+/**
+ * An address as mailparser hands it on: a domain after `@xn--` decoded from
+ * Punycode label by label (the `punycode.js` it uses: `xn--` in lower case,
+ * RFC 3490 full stops read as dots), the address as it is where a label
+ * does not decode.
+ */
+export function asMailparserReads(address: string): string {
+  if (!address.includes('@xn--')) return address;
+  const at = address.lastIndexOf('@');
+  try {
+    const labels = address
+      .slice(at + 1)
+      .replace(/[\x2E\u3002\uFF0E\uFF61]/g, '.')
+      .split('.')
+      .map((label) => (label.startsWith('xn--') ? decodePunycode(label.slice(4).toLowerCase()) : label));
+    return `${address.slice(0, at + 1)}${labels.join('.')}`;
+  } catch {
+    return address;
+  }
+}
+
+/** RFC 3492 decoding of one label (without its `xn--`). @throws {RangeError} when it is not Punycode */
+function decodePunycode(input: string): string {
+  const [base, tMin, tMax, skew, damp] = [36, 1, 26, 38, 700];
+  const adapt = (delta: number, points: number, first: boolean) => {
+    let k = 0;
+    delta = first ? Math.floor(delta / damp) : delta >> 1;
+    delta += Math.floor(delta / points);
+    for (; delta > ((base - tMin) * tMax) >> 1; k += base) delta = Math.floor(delta / (base - tMin));
+    return Math.floor(k + ((base - tMin + 1) * delta) / (delta + skew));
+  };
+  const digit = (code: number) =>
+    code >= 0x30 && code < 0x3a
+      ? code - 22
+      : code >= 0x41 && code < 0x5b
+        ? code - 0x41
+        : code >= 0x61 && code < 0x7b
+          ? code - 0x61
+          : base;
+  const output: number[] = [];
+  const basic = Math.max(0, input.lastIndexOf('-'));
+  for (let j = 0; j < basic; j++) {
+    if (input.charCodeAt(j) >= 0x80) throw new RangeError('not basic');
+    output.push(input.charCodeAt(j));
+  }
+  let [n, i, bias] = [128, 0, 72];
+  for (let index = basic > 0 ? basic + 1 : 0; index < input.length;) {
+    const oldi = i;
+    for (let w = 1, k = base; ; k += base) {
+      if (index >= input.length) throw new RangeError('invalid input');
+      const d = digit(input.charCodeAt(index++));
+      if (d >= base || d > Math.floor((0x7fffffff - i) / w)) throw new RangeError('invalid input');
+      i += d * w;
+      const t = k <= bias ? tMin : k >= bias + tMax ? tMax : k - bias;
+      if (d < t) break;
+      if (w > Math.floor(0x7fffffff / (base - t))) throw new RangeError('overflow');
+      w *= base - t;
+    }
+    const out = output.length + 1;
+    bias = adapt(i - oldi, out, oldi === 0);
+    if (Math.floor(i / out) > 0x7fffffff - n) throw new RangeError('overflow');
+    n += Math.floor(i / out);
+    i %= out;
+    output.splice(i++, 0, n);
+  }
+  return String.fromCodePoint(...output);
 }
 
 /** A value as quoted in an error: JSON, cut to {@link SHOWN} characters. */

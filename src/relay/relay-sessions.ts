@@ -31,6 +31,7 @@ import {
   type SmtpReply,
 } from './smtp-replies.js';
 import { clientKey, type ClientAddressList } from './client-address-list.js';
+import { asMailparserReads } from './relay-headers.js';
 
 /** Failed AUTHs after which a connection is closed (`421`): each one costs the service a request. */
 const MAX_AUTH_FAILURES = 3;
@@ -288,8 +289,8 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
     onRcptTo(address, session, callback) {
       const refusal = rcptParameterRefusal(address, session);
       if (refusal) return callback(replyError(refusal));
-      if (isValidAddress(address.address)) {
-        keepRcptSpelling(address, session);
+      // The spelling the relay passes on (into Bcc) must be one the service takes once mailparser decoded it too.
+      if (isValidAddress(address.address) && isValidAddress(asMailparserReads(keepRcptSpelling(address, session)))) {
         return callback();
       }
       callback(replyError({ code: 553, text: '5.1.3 The email service accepts no such address' }));

@@ -221,6 +221,31 @@ describe('the relay with the outbox', () => {
     }
   });
 
+  it('an xn-- domain that decodes to a zero-width space: 553 at RCPT TO, 554 at DATA in a header; nothing is stored', async () => {
+    const queue = new EmlApiQueueTransport({ connection: redis.url });
+    try {
+      await queue.queue.obliterate({ force: true });
+      // "a\u200bb": mailparser decodes it before the service checks the address, which it then refuses.
+      const hidden = 'ann@xn--ab-g1t.test';
+      const { dialog } = await SmtpDialog.open(relay.port);
+      await dialog.command('EHLO client.example');
+      expect((await dialog.command('MAIL FROM:<shop@example.test>')).code).toBe(250);
+      expect((await dialog.command(`RCPT TO:<${hidden}>`)).code).toBe(553);
+      expect((await dialog.command('RCPT TO:<ann@example.test>')).code).toBe(250);
+      const answer = await dialog.data(
+        `From: shop@example.test\r\nTo: ann@example.test, ${hidden}\r\nSubject: s\r\n\r\nhi\r\n`,
+      );
+      dialog.close();
+      expect([answer.code, answer.text]).toEqual([
+        554,
+        expect.stringMatching(/^5\.6\.0 .*reads as "ann@a\u200bb\.test", which it refuses/),
+      ]);
+      expect(await queue.queue.count()).toBe(0);
+    } finally {
+      await queue.close();
+    }
+  });
+
   it("needs the relay's own key: the workers send later with theirs", async () => {
     const err = await startEmlApiRelay({ baseUrl: emu.url, port: 0, queue: { connection: redis.url } }).catch(
       (e: unknown) => e,

@@ -6,12 +6,14 @@
  */
 import { Readable } from 'node:stream';
 import { inspect } from 'node:util';
+import { createRequire } from 'node:module';
 import fc from 'fast-check';
 import { buffer } from 'node:stream/consumers';
 import { describe, expect, it } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
 import { parseAddressList, parseHeaderFields } from '../../src/protocol/message-format.js';
 import {
+  asMailparserReads,
   fromRefusal,
   addressKey,
   readAddressList,
@@ -847,6 +849,39 @@ describe('From: refused at DATA exactly when the service is certain to refuse it
         if (emulator === 'refused') expect([froms, relay]).toEqual([froms, 'refused']);
       }),
       { numRuns: 500 },
+    );
+  });
+});
+
+describe('xn-- domains as mailparser decodes them', () => {
+  // The punycode.js mailparser itself loads.
+  const punycode = createRequire(createRequire(import.meta.url).resolve('mailparser'))('punycode.js') as {
+    toUnicode(domain: string): string;
+    toASCII(domain: string): string;
+  };
+  const mailparserReads = (address: string) => {
+    if (!/@xn--/.test(address)) return address;
+    const at = address.lastIndexOf('@');
+    try {
+      return address.slice(0, at + 1) + punycode.toUnicode(address.slice(at + 1));
+    } catch {
+      return address;
+    }
+  };
+
+  it('decodes every domain as punycode.js does, valid Punycode or not', () => {
+    const label = fc.oneof(
+      fc.string({ unit: 'grapheme', minLength: 1, maxLength: 8 }).map((u) => punycode.toASCII(u)),
+      fc
+        .string({ unit: fc.constantFrom('a', 'z', '0', '9', '-', 'A', '.', '\u3002'), maxLength: 10 })
+        .map((t) => `xn--${t}`),
+    );
+    fc.assert(
+      fc.property(fc.array(label, { minLength: 1, maxLength: 3 }), (labels) => {
+        const address = `ann@${labels.join('.')}`;
+        expect(asMailparserReads(address)).toBe(mailparserReads(address));
+      }),
+      { numRuns: 3000 },
     );
   });
 });
