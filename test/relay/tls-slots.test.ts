@@ -120,7 +120,7 @@ describe('slots of STARTTLS sessions from an untrusted address', () => {
     await allFreeAgain(relay);
     expect(await smtplibSessions(relay, { parallel: AT_ONCE, perThread: 25 })).toEqual({ sent: 100 });
     await allFreeAgain(relay);
-  });
+  }, 120_000);
 
   it('Nodemailer with requireTLS, a connection per message, then a pool of four: every slot comes back', async () => {
     const relay = await start();
@@ -139,7 +139,7 @@ describe('slots of STARTTLS sessions from an untrusted address', () => {
     pool.close();
     expect(sent.every((info) => info.response.startsWith('250 '))).toBe(true);
     await allFreeAgain(relay);
-  });
+  }, 120_000);
 
   it('sessions cut at every step of STARTTLS give their slots back', async () => {
     const relay = await start();
