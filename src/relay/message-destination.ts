@@ -212,9 +212,8 @@ interface SlotPool {
 /**
  * Shares the upload slots of each client the relay sends with (its
  * `maxConnections`) among the SMTP clients whose messages use it, so that
- * one client cannot hold every slot while others wait (one sending twelve
- * 10 MB messages kept another's 1 KB message waiting seconds, first come,
- * first served):
+ * one client's backlog of large messages does not keep another's small one
+ * waiting behind all of it, as first come, first served did:
  *
  * - a freed slot goes to the waiting client that holds the fewest (the
  *   earliest among them);
