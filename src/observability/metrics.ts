@@ -76,7 +76,7 @@ export class EmlApiMetrics {
   readonly #retries: Counter<'component' | 'reason'>;
   readonly #uploadBytes: Histogram<'component'>;
   readonly #uploadSeconds: Histogram<'component'>;
-  readonly #relayMessages: Counter<'outcome' | 'code'>;
+  readonly #relayMessages: Counter<'outcome' | 'code' | 'login'>;
   readonly #relayBytes: Histogram<never>;
   readonly #relaySeconds: Histogram<never>;
   readonly #connections = new Set<() => number>();
@@ -174,8 +174,8 @@ export class EmlApiMetrics {
     });
     this.#relayMessages = new client.Counter({
       name: 'eml_api_relay_messages_total',
-      help: 'Messages the SMTP relay answered after DATA, by outcome (accepted, refused) and SMTP reply code',
-      labelNames: ['outcome', 'code'],
+      help: 'Messages the SMTP relay answered after DATA, by outcome (accepted, refused), SMTP reply code and the login that sent them (none without AUTH)',
+      labelNames: ['outcome', 'code', 'login'],
       registers,
     });
     this.#relayBytes = new client.Histogram({
@@ -293,10 +293,11 @@ export class EmlApiMetrics {
   }
 
   /**
-   * Records a message the relay answered after DATA.
+   * Records a message the relay answered after DATA, with the login of its session (none without AUTH).
    */
-  recordRelayMessage(code: number, bytes: number, seconds: number): void {
-    this.#relayMessages.inc({ outcome: code >= 200 && code < 300 ? 'accepted' : 'refused', code: String(code) });
+  recordRelayMessage(code: number, bytes: number, seconds: number, login?: string): void {
+    const outcome = code >= 200 && code < 300 ? 'accepted' : 'refused';
+    this.#relayMessages.inc({ outcome, code: String(code), ...(login === undefined ? {} : { login }) });
     this.#relayBytes.observe(bytes);
     this.#relaySeconds.observe(seconds);
   }

@@ -98,7 +98,7 @@ export function clientKey(address: string): string {
 }
 
 /** The IPv4 address an IPv4-mapped IPv6 address holds (`::ffff:10.1.2.3`, `::ffff:a01:203`), or the address as given. */
-function unmapIpv4(address: string): string {
+export function unmapIpv4(address: string): string {
   const dotted = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/i.exec(address);
   if (dotted) return dotted[1]!;
   if (isIP(address) !== 6) return address;

@@ -1,7 +1,7 @@
 import type { Socket } from 'node:net';
 import type { SMTPServer, SMTPServerDataStream, SMTPServerSession } from 'smtp-server';
 import type { EmlApiLogger } from '../shared/options-kit.js';
-import { ClientAddressList, clientKey } from './client-address-list.js';
+import { ClientAddressList, clientKey, unmapIpv4 } from './client-address-list.js';
 import type { SmtpReply } from './smtp-replies.js';
 
 /**
@@ -82,6 +82,14 @@ export class ClientSlots {
   readonly #perAddress = new Map<string, number>();
   /** Sockets open, per client key, from their accept (before any handshake) to their close. */
   readonly #sockets = new Map<string, number>();
+  /** How to give back the count of a socket not yet tied to its session, by {@link peerName}. */
+  readonly #unclaimed = new Map<string, () => void>();
+  /**
+   * The same, for a socket whose session was admitted: smtp-server's STARTTLS
+   * removes every listener of the raw socket (its `close` among them), while
+   * the session's `onClose` comes whichever socket closes.
+   */
+  readonly #socketCounts = new WeakMap<SMTPServerSession, () => void>();
   /** The sessions admitted, with the key they count under. */
   readonly #admitted = new WeakMap<SMTPServerSession, string>();
   readonly #connections = new WeakMap<SMTPServerSession, SlotConnection>();
@@ -129,6 +137,12 @@ export class ClientSlots {
    */
   admit(session: SMTPServerSession): SmtpReply | undefined {
     const address = session.remoteAddress;
+    const name = peerName(address, session.remotePort);
+    const socketCount = this.#unclaimed.get(name);
+    if (socketCount) {
+      this.#unclaimed.delete(name);
+      this.#socketCounts.set(session, socketCount);
+    }
     const key = clientKey(address);
     const count = this.#perAddress.get(key) ?? 0;
     if (count >= this.#settings.maxClientsPerAddress && !this.#settings.trustedNetworks.includes(address)) {
@@ -146,6 +160,8 @@ export class ClientSlots {
   /** Frees the slot of a session that closed (from `onClose`); sessions never admitted are ignored. */
   leave(session: SMTPServerSession): void {
     this.#deadlines.leave(session);
+    this.#socketCounts.get(session)?.();
+    this.#socketCounts.delete(session);
     const key = this.#admitted.get(session);
     if (key === undefined) return;
     this.#admitted.delete(session);
@@ -217,11 +233,19 @@ export class ClientSlots {
         const count = this.#sockets.get(key) ?? 0;
         if (count >= this.#settings.maxClientsPerAddress) return this.#refuse(socket, handshake);
         this.#sockets.set(key, count + 1);
-        socket.once('close', () => {
+        const name = peerName(address, socket.remotePort);
+        let counted = true;
+        const uncount = () => {
+          if (!counted) return;
+          counted = false;
+          if (this.#unclaimed.get(name) === uncount) this.#unclaimed.delete(name);
           const left = (this.#sockets.get(key) ?? 1) - 1;
           if (left > 0) this.#sockets.set(key, left);
           else this.#sockets.delete(key);
-        });
+        };
+        // Until its session is admitted, only the socket can say it closed; from then on the session too.
+        this.#unclaimed.set(name, uncount);
+        socket.once('close', uncount);
       }
       for (const onConnection of accept) onConnection.call(listener, socket);
       this.#handshakeDeadline(server, socket);
@@ -289,6 +313,11 @@ export class ClientSlots {
     if (connection) this.#connections.set(session, connection);
     return connection;
   }
+}
+
+/** A connected peer's address and port: names its socket among those open, as its session reports them. */
+function peerName(address: string, port: number | undefined): string {
+  return `${unmapIpv4(address)} ${port ?? 0}`;
 }
 
 function duration(ms: number): string {

@@ -1,6 +1,9 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import type { SpooledMessage } from '../body/message-spool.js';
+import { loggerOption, type EmlApiLogger } from '../shared/options-kit.js';
+import { EmlApiError } from '../shared/eml-api-error.js';
 import type { EmlApiClient } from '../client/eml-api-client.js';
-import type { KeyOwner } from './smtp-replies.js';
+import { outboxFailureReply, serviceFailureReply, type KeyOwner, type SmtpReply } from './smtp-replies.js';
 import { emlBodyLength } from '../body/eml-upload-body.js';
 import { EmlApiQueueTransport } from '../queue/eml-api-queue-transport.js';
 import type { EmlApiQueueTransportOptions } from '../queue/queue-transport-options.js';
@@ -28,6 +31,8 @@ export interface RelayedMessage {
 export interface MessageSender {
   readonly client: EmlApiClient;
   readonly owner: KeyOwner;
+  /** The SMTP client it comes from, as {@link UploadShares} tells clients apart: its login, or its address. */
+  readonly identity: string;
   /** The `identitySecret` of the key the client sends with: it keys the message's identity. */
   readonly identitySecret: Buffer;
 }
@@ -42,13 +47,14 @@ export interface DeliveryReceipt {
  * Where an accepted message goes. The relay answers `250` only once
  * `deliver` resolves, so a destination resolves only when the message is
  * safe: the service accepted it (direct), or the outbox stored it. What it
- * rejects with is mapped to the SMTP reply (`EmlApiError` codes: see
- * `failureReply`).
+ * rejects with is answered with its {@link MessageDestination.reply}.
  */
 export interface MessageDestination {
   /** Names the destination in logs, e.g. `service` or `outbox`. */
   readonly name: string;
   deliver(message: RelayedMessage, sender: MessageSender, signal: AbortSignal): Promise<DeliveryReceipt>;
+  /** The SMTP reply to a failure of {@link deliver}: what the client needs to know, nothing of the destination's insides. */
+  reply(err: unknown, owner: KeyOwner): SmtpReply;
   /** Checks, before the relay listens, that the destination can keep what it is given (the outbox's Redis). */
   ready?(): Promise<void>;
   /** Checks, for `/readyz`, that the destination can keep what it is given now (quietly: probes repeat it). */
@@ -61,19 +67,27 @@ export interface MessageDestination {
  * Uploads each message to `POST /v1/send/eml` through the sender's client,
  * through the client's send path: it waits for a connection slot and the
  * pace, is retried where that is safe, and is bounded by `timeouts.total`.
+ * The client's slots are shared fairly among the SMTP clients that send
+ * with it ({@link UploadShares}).
  */
-export function directDestination(): MessageDestination {
+export function directDestination(shares: UploadShares = new UploadShares()): MessageDestination {
   return {
     name: 'service',
     async deliver(message, sender, signal) {
-      const { result } = await sender.client.send({
-        kind: 'eml',
-        body: message.spooled.body,
-        idempotencyKey: message.idempotencyKey,
-        signal,
-      });
-      return { id: result.id };
+      const release = await shares.acquire(sender.client, sender.identity, signal);
+      try {
+        const { result } = await sender.client.send({
+          kind: 'eml',
+          body: message.spooled.body,
+          idempotencyKey: message.idempotencyKey,
+          signal,
+        });
+        return { id: result.id };
+      } finally {
+        release();
+      }
     },
+    reply: serviceFailureReply,
     close: () => Promise.resolve(),
   };
 }
@@ -91,10 +105,13 @@ const MAX_CONCURRENCY = 10_000;
  *   options of one the relay makes and closes
  * @param maxClients the relay's `maxClients`: a transport the relay makes
  *   stores that many messages at once unless its options set `concurrency`
+ * @param logger the relay's: a transport the relay makes logs there unless its options name a logger, and every
+ *   line it logs for a message carries the message's session fields ({@link withMessageLogFields})
  */
 export function queueDestination(
   queue: EmlApiQueueTransport | EmlApiQueueTransportOptions,
   maxClients: number,
+  logger: EmlApiLogger,
 ): MessageDestination {
   const owned = !(queue instanceof EmlApiQueueTransport);
   // The transport's `concurrency` (10 by default) bounds how many messages Nodemailer builds at
@@ -104,7 +121,11 @@ export function queueDestination(
   const transport =
     queue instanceof EmlApiQueueTransport
       ? queue
-      : new EmlApiQueueTransport({ concurrency: Math.min(maxClients, MAX_CONCURRENCY), ...queue });
+      : new EmlApiQueueTransport({
+          concurrency: Math.min(maxClients, MAX_CONCURRENCY),
+          ...queue,
+          logger: queueLogger(queue.logger, logger),
+        });
   return {
     name: 'outbox',
     async deliver(message, _sender, signal) {
@@ -126,6 +147,7 @@ export function queueDestination(
       );
       return { id: info.queueId };
     },
+    reply: outboxFailureReply,
     // Redis must answer and keep what is queued (noeviction; AOF as the transport's durability asks).
     ready: async () => {
       await transport.verify();
@@ -137,4 +159,214 @@ export function queueDestination(
       }).check(),
     close: () => (owned ? transport.close() : Promise.resolve()),
   };
+}
+
+/** The fields of the message being handled (its session, client, login), for the lines its destination logs. */
+const messageLogFields = new AsyncLocalStorage<Readonly<Record<string, unknown>>>();
+
+/**
+ * Runs `work` (a message's handling) with `fields` added to every line the
+ * destination's logger writes meanwhile: the outbox's lines then name the
+ * session and the login, as the relay's own do.
+ */
+export function withMessageLogFields<T>(fields: Readonly<Record<string, unknown>>, work: () => T): T {
+  return messageLogFields.run(fields, work);
+}
+
+function withSessionFields(logger: EmlApiLogger): EmlApiLogger {
+  const level =
+    (write: EmlApiLogger['info']): EmlApiLogger['info'] =>
+    (meta, message) => {
+      const fields = messageLogFields.getStore();
+      write.call(logger, fields ? { ...fields, ...meta } : meta, message);
+    };
+  return { debug: level(logger.debug), info: level(logger.info), warn: level(logger.warn), error: level(logger.error) };
+}
+
+/**
+ * The logger of a queue the relay makes: the one its options name, else the relay's, with the message's
+ * session fields; a value that is no logger is left for the transport to refuse.
+ */
+function queueLogger(value: unknown, relayLogger: EmlApiLogger): EmlApiQueueTransportOptions['logger'] {
+  if (value === undefined) return withSessionFields(relayLogger);
+  if (typeof value === 'boolean' || (typeof value === 'object' && value !== null)) {
+    return withSessionFields(loggerOption(value));
+  }
+  return value as EmlApiQueueTransportOptions['logger'];
+}
+
+/** A message waiting for an upload slot. */
+interface SlotWaiter {
+  readonly identity: string;
+  grant(): void;
+}
+
+/** The upload slots of one client (its `maxConnections`), and who holds them. */
+interface SlotPool {
+  readonly size: number;
+  active: number;
+  readonly held: Map<string, number>;
+  readonly waiters: SlotWaiter[];
+}
+
+/**
+ * Shares the upload slots of each client the relay sends with (its
+ * `maxConnections`) among the SMTP clients whose messages use it, so that
+ * one client's backlog of large messages does not keep another's small one
+ * waiting behind all of it, as first come, first served did:
+ *
+ * - a freed slot goes to the waiting client that holds the fewest (the
+ *   earliest among them);
+ * - while another client is connected or waiting, a client that holds a slot
+ *   already does not take the last free one: it stays free for the others.
+ *   A client alone on the relay (one Postfix relayhost, a test) gets every slot.
+ *
+ * SMTP clients are told apart by their login, or by their address (IPv6 per
+ * /64) when they send without AUTH ({@link join}).
+ */
+export class UploadShares {
+  /** Sessions connected now, per SMTP client. */
+  readonly #present = new Map<string, number>();
+  readonly #sessions = new WeakMap<object, string>();
+  readonly #pools = new WeakMap<EmlApiClient, SlotPool>();
+  /** Pools with messages waiting: looked at again when a client leaves. */
+  readonly #busy = new Set<SlotPool>();
+
+  /** Counts a session as its SMTP client's from now on (again after AUTH, with its login); replaces its former one. */
+  join(session: object, identity: string): void {
+    const before = this.#sessions.get(session);
+    if (before === identity) return;
+    this.#sessions.set(session, identity);
+    this.#present.set(identity, (this.#present.get(identity) ?? 0) + 1);
+    if (before !== undefined) this.#forget(before);
+  }
+
+  /** The session closed. */
+  leave(session: object): void {
+    const identity = this.#sessions.get(session);
+    if (identity === undefined) return;
+    this.#sessions.delete(session);
+    this.#forget(identity);
+  }
+
+  /**
+   * Waits for an upload slot of `client` for a message of `identity`.
+   * @returns gives the slot back (call it once the upload settled)
+   * @throws the signal's reason when it aborts while waiting; `ETIMEDOUT` when no slot frees within the
+   *   client's `timeouts.total`
+   */
+  async acquire(client: EmlApiClient, identity: string, signal: AbortSignal): Promise<() => void> {
+    signal.throwIfAborted();
+    const pool = this.#pool(client);
+    if (pool.waiters.length > 0 || !this.#mayTake(pool, identity)) {
+      await this.#wait(pool, identity, signal, client.options.timeouts.total);
+    } else {
+      this.#take(pool, identity);
+    }
+    let held = true;
+    return () => {
+      if (!held) return;
+      held = false;
+      pool.active--;
+      const left = (pool.held.get(identity) ?? 1) - 1;
+      if (left > 0) pool.held.set(identity, left);
+      else pool.held.delete(identity);
+      this.#dispatch(pool);
+    };
+  }
+
+  #pool(client: EmlApiClient): SlotPool {
+    let pool = this.#pools.get(client);
+    if (!pool) {
+      pool = { size: client.options.maxConnections, active: 0, held: new Map(), waiters: [] };
+      this.#pools.set(client, pool);
+    }
+    return pool;
+  }
+
+  #wait(pool: SlotPool, identity: string, signal: AbortSignal, total: number): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(
+        () =>
+          drop(
+            new EmlApiError('ETIMEDOUT', `No upload slot came free within timeouts.total (${total} ms)`, {
+              permanent: false,
+            }),
+          ),
+        total,
+      );
+      timer.unref();
+      const drop = (err: unknown) => {
+        const at = pool.waiters.indexOf(waiter);
+        if (at !== -1) pool.waiters.splice(at, 1);
+        if (pool.waiters.length === 0) this.#busy.delete(pool);
+        clearTimeout(timer);
+        signal.removeEventListener('abort', onAbort);
+        reject(err);
+        // A waiter that leaves may have held back the last free slot from the others.
+        this.#dispatch(pool);
+      };
+      const onAbort = () => drop(signal.reason);
+      const waiter: SlotWaiter = {
+        identity,
+        grant: () => {
+          clearTimeout(timer);
+          signal.removeEventListener('abort', onAbort);
+          resolve();
+        },
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      pool.waiters.push(waiter);
+      this.#busy.add(pool);
+      // Others may wait for what this one may take (a slot that only a client holding none may have).
+      this.#dispatch(pool);
+    });
+  }
+
+  /** Grants free slots to the waiters, those holding the fewest first. */
+  #dispatch(pool: SlotPool): void {
+    while (pool.active < pool.size && pool.waiters.length > 0) {
+      let next = -1;
+      for (let i = 0; i < pool.waiters.length; i++) {
+        const { identity } = pool.waiters[i]!;
+        if (!this.#mayTake(pool, identity)) continue;
+        if (next === -1 || (pool.held.get(identity) ?? 0) < (pool.held.get(pool.waiters[next]!.identity) ?? 0)) {
+          next = i;
+        }
+      }
+      if (next === -1) return;
+      const [waiter] = pool.waiters.splice(next, 1);
+      this.#take(pool, waiter!.identity);
+      waiter!.grant();
+    }
+    if (pool.waiters.length === 0) this.#busy.delete(pool);
+  }
+
+  /** Whether `identity` may take a free slot now: not the last one while it holds some and others may need it. */
+  #mayTake(pool: SlotPool, identity: string): boolean {
+    const free = pool.size - pool.active;
+    if (free <= 0) return false;
+    if (free > 1 || (pool.held.get(identity) ?? 0) === 0) return true;
+    return !this.#othersPresent(identity) && pool.waiters.every((w) => w.identity === identity);
+  }
+
+  #take(pool: SlotPool, identity: string): void {
+    pool.active++;
+    pool.held.set(identity, (pool.held.get(identity) ?? 0) + 1);
+  }
+
+  #othersPresent(identity: string): boolean {
+    return this.#present.size > 1 || (this.#present.size === 1 && !this.#present.has(identity));
+  }
+
+  #forget(identity: string): void {
+    const left = (this.#present.get(identity) ?? 1) - 1;
+    if (left > 0) {
+      this.#present.set(identity, left);
+      return;
+    }
+    this.#present.delete(identity);
+    // The last free slot of a pool may now go to a client that holds some.
+    for (const pool of [...this.#busy]) this.#dispatch(pool);
+  }
 }

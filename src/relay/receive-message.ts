@@ -6,7 +6,16 @@ import { spooledInMemory, spoolMessage, type SpooledMessage, type SpoolSettings 
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { MessageDestination, MessageSender } from './message-destination.js';
 import { HeaderSectionFinder, MAX_HEADER_SECTION, headerSectionEnd } from '../protocol/message-format.js';
-import { addressKey, readAddressList, readRelayHeaders, type RelayHeaderField } from './relay-headers.js';
+import {
+  addressKey,
+  fromRefusal,
+  readingRelayHeaders,
+  runInSlices,
+  runWhole,
+  type HeaderLimits,
+  type RelayHeaderField,
+  type Steps,
+} from './relay-headers.js';
 import type { SmtpReply } from './smtp-replies.js';
 
 /** What receiving a message needs from the relay. */
@@ -57,7 +66,7 @@ export interface ReceivedMessage {
  * @throws {EmlApiError} `EENVELOPE`, a permanent `EMESSAGE` (the message cannot be read as one),
  *   a transient `EMESSAGE` or `ESPOOL` (the relay could not store it), `ESTREAM` ({@link isClientGone}) when
  *   the client left before the end of DATA, `EABORT` when the relay closed while the message was
- *   arriving, or what the destination throws (never `ESTREAM`: the relay builds no message)
+ *   arriving, or what the destination throws ({@link failedAtDestination}; never `ESTREAM`: the relay builds no message)
  */
 export async function receiveMessage(
   stream: SMTPServerDataStream,
@@ -68,8 +77,11 @@ export async function receiveMessage(
   const rcptTo = envelopeRecipients(session);
   let plan: EnvelopePlan | undefined;
   const rewriter: MessageRewriter = new MessageRewriter(
-    (head) => {
-      plan = planEnvelope(head, rcptTo, { maxRecipients: context.maxRecipients });
+    async (head) => {
+      plan = await runInSlices(planningEnvelope(head, rcptTo, { maxRecipients: context.maxRecipients }));
+      // What the service is certain to refuse gets no 250, in either mode (the outbox would store it for nothing).
+      const refusal = await fromRefusal(plan.froms);
+      if (refusal) throw refusal;
       return plan.head;
     },
     // SIZE bounds the message with CRLF line ends (RFC 1870), which is what is uploaded: one of bare LF
@@ -128,11 +140,12 @@ export async function receiveMessage(
       spooled = await respool(first, messageId, context);
       await first.body.dispose();
     }
-    const receipt = await context.destination.deliver(
-      { spooled, idempotencyKey: identity.idempotencyKey, messageId, envelope },
-      sender,
-      context.signal,
-    );
+    const receipt = await context.destination
+      .deliver({ spooled, idempotencyKey: identity.idempotencyKey, messageId, envelope }, sender, context.signal)
+      .catch((err: unknown) => {
+        if (typeof err === 'object' && err !== null) atDestination.add(err);
+        throw err;
+      });
     return { id: receipt.id, messageId, size: spooled.size, addedBcc: addedBcc.length, identity };
   } catch (err) {
     failure = err;
@@ -150,7 +163,8 @@ export async function receiveMessage(
  * in memory up to the spool threshold.
  */
 async function respool(spooled: SpooledMessage, messageId: string, context: ReceiveContext): Promise<SpooledMessage> {
-  const head = withMessageId(spooled.head, messageId);
+  // The plan took out the empty Message-ID fields of a message without one.
+  const head = appendField(spooled.head, `Message-ID: ${messageId}${eolOf(spooled.head)}`);
   if (spooled.size + head.length - spooled.head.length <= context.spool.threshold) {
     // Small enough to stay in memory: one copy, without the spool's stream machinery (about 13 µs instead of 70).
     const parts: Buffer[] = [];
@@ -193,6 +207,14 @@ function clientGone(): EmlApiError {
   });
 }
 
+/** Failures of a destination's `deliver`, which the destination answers (see `MessageDestination.reply`). */
+const atDestination = new WeakSet<object>();
+
+/** Whether {@link receiveMessage} failed in its destination's `deliver` (the message had been received and checked). */
+export function failedAtDestination(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && atDestination.has(err);
+}
+
 /**
  * Whether {@link receiveMessage} failed because the client disconnected before the end of DATA
  * (nobody to answer): its only `ESTREAM`, since a spool that fails is `ESPOOL` and the relay
@@ -224,7 +246,7 @@ const CRLF = Buffer.from('\r\n');
  * break), and as a CRLF it reads the same to the relay and to the service.
  */
 export class MessageRewriter extends Transform {
-  readonly #rewriteHead: (head: Buffer) => Buffer;
+  readonly #rewriteHead: (head: Buffer) => Buffer | Promise<Buffer>;
   readonly #tooLarge: () => Error | undefined;
   readonly #hash: Hash = createHash('sha256');
   readonly #head = new HeaderSectionFinder();
@@ -237,12 +259,12 @@ export class MessageRewriter extends Transform {
   failure: Error | undefined;
 
   /**
-   * @param rewriteHead gets the header section (up to and including its blank line) and returns the one to send;
-   *   what it throws fails the stream
+   * @param rewriteHead gets the header section (up to and including its blank line) and returns the one to send,
+   *   or a promise of it (the rest of the message waits); what it throws or rejects with fails the stream
    * @param tooLarge checked on every chunk, once {@link size} counts it: an error to fail with once the message
    *   is over the size limit
    */
-  constructor(rewriteHead: (head: Buffer) => Buffer, tooLarge: () => Error | undefined) {
+  constructor(rewriteHead: (head: Buffer) => Buffer | Promise<Buffer>, tooLarge: () => Error | undefined) {
     super();
     this.#rewriteHead = rewriteHead;
     this.#tooLarge = tooLarge;
@@ -275,8 +297,9 @@ export class MessageRewriter extends Transform {
     this.#pendingCr = false;
     const finish = () => {
       const oversize = this.#tooLarge();
+      if (oversize || this.#headDone) return callback(this.#fail(oversize));
       // A message without a blank line is all header.
-      callback(this.#fail(oversize ?? (this.#headDone ? undefined : this.#finishHead(this.#head.size))));
+      this.#finishHead(this.#head.size, (err) => callback(this.#fail(err)));
     };
     if (!last) return finish();
     this.#normalised += last.length;
@@ -340,7 +363,7 @@ export class MessageRewriter extends Transform {
       return callback();
     }
     const end = this.#head.push(chunk);
-    if (end !== undefined) return callback(this.#finishHead(end));
+    if (end !== undefined) return this.#finishHead(end, callback);
     if (this.#head.size > MAX_HEADER_SECTION) {
       return callback(
         new EmlApiError('EMESSAGE', `The header section is longer than ${MAX_HEADER_SECTION} bytes`, {
@@ -351,17 +374,25 @@ export class MessageRewriter extends Transform {
     callback();
   }
 
-  /** Rewrites the head (the first `end` bytes held) and lets the rest through. @returns the rewrite's error */
-  #finishHead(end: number): Error | undefined {
+  /** Rewrites the head (the first `end` bytes held) and lets the rest through, then calls back with the rewrite's error. */
+  #finishHead(end: number, callback: (err?: Error) => void): void {
     const held = this.#head.take();
     this.#headDone = true;
+    const done = (head: Buffer) => {
+      // The client left while the head was being read.
+      if (this.destroyed) return;
+      this.#emit(head);
+      this.#emit(held.subarray(end));
+      callback();
+    };
+    let rewritten: Buffer | Promise<Buffer>;
     try {
-      this.#emit(this.#rewriteHead(held.subarray(0, end)));
+      rewritten = this.#rewriteHead(held.subarray(0, end));
     } catch (err) {
-      return err as Error;
+      return callback(err as Error);
     }
-    this.#emit(held.subarray(end));
-    return undefined;
+    if (Buffer.isBuffer(rewritten)) return done(rewritten);
+    rewritten.then(done, (err: unknown) => callback(err as Error));
   }
 
   #emit(bytes: Buffer): void {
@@ -373,10 +404,15 @@ export class MessageRewriter extends Transform {
 
 /** What the relay does to the header section of a message before it leaves. */
 export interface EnvelopePlan {
-  /** The header section to upload: the original, or with a `Bcc` field naming the envelope-only recipients. */
+  /**
+   * The header section to upload: the original, with a `Bcc` field naming the envelope-only recipients,
+   * and without the empty Message-ID fields of a message that has no Message-ID.
+   */
   head: Buffer;
   /** `RCPT TO` recipients that no To, Cc or Bcc header named, now in the `Bcc` field. */
   addedBcc: string[];
+  /** The From fields, for {@link fromRefusal}. */
+  froms: RelayHeaderField[];
   /** The From address of the headers, or false. */
   from: string | false;
   /** The Message-ID header, when there is one. */
@@ -389,6 +425,35 @@ export interface EnvelopePlan {
 const NAMED = 5;
 
 /**
+ * Characters the address fields may hold per recipient the relay takes
+ * (`maxRecipients`), and at least: room for long display names, while one
+ * parser's run over them stays some milliseconds (it cannot be split).
+ */
+const ADDRESS_TEXT_PER_RECIPIENT = 512;
+const MIN_ADDRESS_TEXT = 64 * 1024;
+
+/** Entries the address fields may hold at least, whatever `maxRecipients`. */
+const MIN_ENTRIES = 1000;
+/** Tokens the address fields may hold per recipient, and at least (Postfix's `header_address_token_limit`, 10,240). */
+const TOKENS_PER_RECIPIENT = 20;
+const MIN_TOKENS = 10_240;
+
+/**
+ * How much of the address fields the relay reads for a message of at most
+ * `maxRecipients` recipients: twice as many entries (a recipient may be
+ * named in two fields; a group counts as one), 1,000 at least; 20 words,
+ * separators and comments each, 10,240 at least; and
+ * {@link ADDRESS_TEXT_PER_RECIPIENT} characters each, 64 KiB at least.
+ */
+export function headerLimits(maxRecipients: number): HeaderLimits {
+  return {
+    maxEntries: Math.max(MIN_ENTRIES, 2 * maxRecipients),
+    maxTokens: Math.max(MIN_TOKENS, TOKENS_PER_RECIPIENT * maxRecipients),
+    maxAddressText: Math.max(MIN_ADDRESS_TEXT, maxRecipients * ADDRESS_TEXT_PER_RECIPIENT),
+  };
+}
+
+/**
  * Reconciles the SMTP envelope with the headers, for a service that reads
  * recipients from To, Cc and Bcc:
  *
@@ -398,26 +463,39 @@ const NAMED = 5;
  *   before delivery. An existing Bcc field is merged into it.
  * - Header recipients that are not in `RCPT TO` are refused: the service
  *   would mail people this transaction did not ask for.
+ * - A control character in From, Sender or Reply-To is refused, as the
+ *   service refuses it (the From fields' addresses are checked apart, by
+ *   {@link fromRefusal}).
  *
  * Addresses compare as {@link addressKey} says: ASCII case aside, spelled
  * the same way (an IDN domain too: `xn--` in one and Unicode in the other
- * are refused). The headers are read strictly ({@link readRelayHeaders}):
+ * are refused). The headers are read strictly ({@link readingRelayHeaders}):
  * what the relay cannot read for certain is refused, never skipped; so are
- * headers that spell their recipients in more ways than `maxRecipients`.
+ * headers that spell their recipients in more ways than `maxRecipients`, and
+ * address fields past {@link headerLimits}.
  *
  * @param head the header section as received, ending with its blank line when there is a body
  * @param rcptTo the envelope recipients, as the client wrote them
  * @param limits.maxRecipients the most spellings of recipients the headers may hold
  * @throws {EmlApiError} `EENVELOPE` naming the header recipients missing from `RCPT TO`; a permanent
- *   `EMESSAGE` naming a header line or a To/Cc/Bcc entry the relay cannot read for certain, or
- *   saying that the headers spell their recipients in too many ways
+ *   `EMESSAGE` naming a header line or a To/Cc/Bcc entry the relay cannot read for certain, a limit
+ *   passed, or what the service would refuse
  */
 export function planEnvelope(
   head: Buffer,
   rcptTo: readonly string[],
-  { maxRecipients = Infinity }: { maxRecipients?: number } = {},
+  limits: { maxRecipients?: number } = {},
 ): EnvelopePlan {
-  const headers = readRelayHeaders(head);
+  return runWhole(planningEnvelope(head, rcptTo, limits));
+}
+
+/** {@link planEnvelope} in steps, which the relay runs in slices of the event loop. */
+export function* planningEnvelope(
+  head: Buffer,
+  rcptTo: readonly string[],
+  { maxRecipients = Infinity }: { maxRecipients?: number } = {},
+): Steps<EnvelopePlan> {
+  const headers = yield* readingRelayHeaders(head, headerLimits(maxRecipients));
   const envelopeKeys = new Set(rcptTo.map(addressKey));
   const headerKeys = new Set(headers.recipients.map(addressKey));
   const notInEnvelope = headers.recipients.filter((a) => !envelopeKeys.has(addressKey(a)));
@@ -440,21 +518,24 @@ export function planEnvelope(
       addedBcc.push(address);
     }
   }
-  const plan = { from: headers.from, messageId: headers.messageId, hasDate: headers.hasDate, addedBcc };
-  if (addedBcc.length === 0) return { ...plan, head };
+  const plan = {
+    froms: headers.froms,
+    from: headers.from,
+    messageId: headers.messageId,
+    hasDate: headers.hasDate,
+    addedBcc,
+  };
+  // A message has one Message-ID at most: the one the relay adds to a message without one replaces the empty ones.
+  const doomed =
+    headers.messageId === undefined ? headers.fields.filter((f) => f.name.toLowerCase() === 'message-id') : [];
+  if (addedBcc.length === 0) return { ...plan, head: withoutFields(head, doomed) };
   const bcc = headers.fields.filter((f) => f.name.toLowerCase() === 'bcc');
-  const existing = bcc.flatMap((f) => readAddressList(f.value, f.name));
-  return { ...plan, head: appendField(withoutFields(head, bcc), foldedBcc([...existing, ...addedBcc], eolOf(head))) };
-}
-
-/**
- * The header section with `messageId` as its Message-ID field, added at its
- * end; a Message-ID field without a value (the only kind a message the relay
- * names has) is removed, as a message has one Message-ID at most.
- */
-export function withMessageId(head: Buffer, messageId: string): Buffer {
-  const empty = readRelayHeaders(head).fields.filter((f) => f.name.toLowerCase() === 'message-id');
-  return appendField(withoutFields(head, empty), `Message-ID: ${messageId}${eolOf(head)}`);
+  const existing = bcc.flatMap((f) => f.addresses ?? []);
+  const kept = withoutFields(
+    head,
+    [...bcc, ...doomed].sort((a, b) => a.start - b.start),
+  );
+  return { ...plan, head: appendField(kept, foldedBcc([...existing, ...addedBcc], eolOf(head))) };
 }
 
 /** The header section without these fields (folded lines included). */
@@ -592,11 +673,13 @@ export function mailParameterRefusal(address: SMTPServerAddress, session: SMTPSe
  * `envelope.rcptTo`, the address with its domain decoded from `xn--` by
  * UTS #46 (`xn--victimexample-882l` becomes `victim。example`, which
  * mapping reads as `victim.example`), a mailbox the client never named.
+ * @returns the address as written (smtp-server's form when the line was not kept)
  */
-export function keepRcptSpelling(address: SMTPServerAddress, session: SMTPServerSession): void {
+export function keepRcptSpelling(address: SMTPServerAddress, session: SMTPServerSession): string {
   const line = lastLines.get(session);
   const written = line === undefined ? undefined : writtenAddress(lineOf(line), 'RCPT');
   if (written !== undefined) rcptSpellings.set(address, written);
+  return written ?? address.address;
 }
 
 /**

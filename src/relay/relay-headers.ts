@@ -13,8 +13,11 @@ import { EmlApiError } from '../shared/eml-api-error.js';
  * that mailparser (the emulator's parser) reads the same recipients from
  * every header section the relay accepts.
  *
- * Every function here scans its input once: linear in the header section,
- * which the relay caps at 1 MiB.
+ * The work is bounded as well as linear: the address fields are capped in
+ * entries and in characters ({@link HeaderLimits}) before a parser of the
+ * service's side runs over them, and the reading is a series of steps that
+ * the relay runs in slices of the event loop ({@link runInSlices}), so that
+ * a header section of 1 MiB does not hold up the other clients.
  */
 
 /** One header field as the relay read it. */
@@ -27,6 +30,8 @@ export interface RelayHeaderField {
   start: number;
   /** Byte offset just past the field's last line break. */
   end: number;
+  /** The addresses of a To, Cc or Bcc field, as the relay read them. */
+  addresses?: string[];
 }
 
 /** What the relay reads from a header section. */
@@ -42,6 +47,8 @@ export interface RelayHeaders {
    * service might make.
    */
   spellings: number;
+  /** The From fields. */
+  froms: RelayHeaderField[];
   /** The first address of the first From field, or false. */
   from: string | false;
   /** The first non-empty Message-ID field, or undefined. */
@@ -50,8 +57,69 @@ export interface RelayHeaders {
   hasDate: boolean;
 }
 
+/** How much of the address fields the relay reads at most. */
+export interface HeaderLimits {
+  /** Entries (addresses and groups, empty ones included) the To, Cc and Bcc fields hold in all. @default Infinity */
+  maxEntries?: number;
+  /**
+   * Words, quoted strings, comments and separators the To, Cc and Bcc fields hold in all (Postfix's
+   * `header_address_token_limit`). @default Infinity
+   */
+  maxTokens?: number;
+  /** Characters the To, Cc, Bcc and From fields hold in all, unfolded. @default Infinity */
+  maxAddressText?: number;
+}
+
 /** The fields whose addresses the service sends to. */
 const RECIPIENT_FIELDS = new Set(['to', 'cc', 'bcc']);
+
+/** Fields the service reads addresses from besides To, Cc and Bcc, and refuses with a control character in. */
+const OTHER_ADDRESS_FIELDS = new Set(['from', 'sender', 'reply-to']);
+
+/** Fields split between two steps of the reading. */
+const FIELDS_PER_STEP = 256;
+
+/**
+ * A piece of work done in steps: each `yield` is a point where it may stop
+ * for the event loop to serve others ({@link runInSlices}).
+ */
+export type Steps<T> = Generator<void, T, void>;
+
+/** Milliseconds of work the relay does in one turn of the event loop before it lets other clients in. */
+const SLICE_MS = 4;
+
+/**
+ * Steps the relay takes in one turn at most: the turns a piece of work
+ * takes then grow with the work whatever the machine's speed (a message of
+ * a few fields takes a few steps, and one turn).
+ */
+const SLICE_STEPS = 64;
+
+/**
+ * Runs work in slices of the event loop: after {@link SLICE_STEPS} steps, or
+ * a step that ends past {@link SLICE_MS} of the current slice, the rest waits
+ * for the next turn (`setImmediate`), so that other clients are greeted and
+ * answered, and the health port answers, while a large header section is read.
+ */
+export async function runInSlices<T>(steps: Steps<T>): Promise<T> {
+  let until = performance.now() + SLICE_MS;
+  for (let taken = 1; ; taken++) {
+    const step = steps.next();
+    if (step.done) return step.value;
+    if (taken % SLICE_STEPS === 0 || performance.now() >= until) {
+      await new Promise((resolve) => setImmediate(resolve));
+      until = performance.now() + SLICE_MS;
+    }
+  }
+}
+
+/** Runs work to its end at once. */
+export function runWhole<T>(steps: Steps<T>): T {
+  for (;;) {
+    const step = steps.next();
+    if (step.done) return step.value;
+  }
+}
 
 /**
  * Reads a header section the way the relay trusts: every line is a field
@@ -60,21 +128,45 @@ const RECIPIENT_FIELDS = new Set(['to', 'cc', 'bcc']);
  * for certain (see {@link readAddressList}).
  *
  * @param head the header section, with or without its blank line; the relay passes it with CRLF line ends only
- * @throws {EmlApiError} `EMESSAGE` (permanent) naming the line or the field that cannot be read
+ * @throws {EmlApiError} `EMESSAGE` (permanent) naming the line or the field that cannot be read, or the limit passed
  */
-export function readRelayHeaders(head: Buffer): RelayHeaders {
-  const fields = splitFields(head);
+export function readRelayHeaders(head: Buffer, limits: HeaderLimits = {}): RelayHeaders {
+  return runWhole(readingRelayHeaders(head, limits));
+}
+
+/** {@link readRelayHeaders} in steps. */
+export function* readingRelayHeaders(head: Buffer, limits: HeaderLimits = {}): Steps<RelayHeaders> {
+  const fields = yield* splittingFields(head);
+  const maxText = limits.maxAddressText ?? Infinity;
+  const budget = new ReadingBudget(limits);
   const recipients: string[] = [];
   const seen = new Set<string>();
   const spellings = new Set<string>();
-  let from: string | false = false;
+  const froms: RelayHeaderField[] = [];
+  let text = 0;
   let messageId: string | undefined;
   let hasDate = false;
-  for (const field of fields) {
+  for (let i = 0; i < fields.length; i++) {
+    if (i % FIELDS_PER_STEP === FIELDS_PER_STEP - 1) yield;
+    const field = fields[i]!;
     const name = field.name.toLowerCase();
+    if (RECIPIENT_FIELDS.has(name) || name === 'from') {
+      // Counted before any parser runs over the field: the parsers of the service's side are linear but slow.
+      text += field.value.length;
+      if (text > maxText) {
+        throw tooMuch(`the To, Cc, Bcc and From headers hold more than ${maxText} characters in all`);
+      }
+    }
+    if (OTHER_ADDRESS_FIELDS.has(name)) {
+      // The service refuses these (400 invalid_address): refused before anything is sent or stored.
+      const bad = findForbiddenCharacter(field.value, { allowTab: true });
+      if (bad) throw badAddressField(field, `holds ${bad.what}`);
+    }
     if (RECIPIENT_FIELDS.has(name)) {
-      const addresses = readAddressList(field.value, field.name);
-      crossCheck(field, addresses);
+      const addresses = new AddressListReader(field.value, field.name, budget).read();
+      field.addresses = addresses;
+      yield;
+      yield* crossChecking(field, addresses);
       for (const address of addresses) {
         spellings.add(address);
         const key = addressKey(address);
@@ -83,33 +175,166 @@ export function readRelayHeaders(head: Buffer): RelayHeaders {
           recipients.push(address);
         }
       }
-    } else if (name === 'from' && from === false) {
-      from = firstAddress(field.value);
+    } else if (name === 'from') {
+      froms.push(field);
     } else if (name === 'message-id' && messageId === undefined) {
       messageId = field.value || undefined;
     } else if (name === 'date') {
       hasDate = true;
     }
   }
-  return { fields, recipients, spellings: spellings.size, from, messageId, hasDate };
+  const from = froms.length === 0 ? false : firstAddress(froms[0]!.value);
+  return { fields, recipients, spellings: spellings.size, froms, from, messageId, hasDate };
+}
+
+/**
+ * What the address lists read so far hold, against the limits: counted while
+ * reading, so that a long list stops early, before any parser of the
+ * service's side runs over it.
+ */
+class ReadingBudget {
+  readonly #maxEntries: number;
+  readonly #maxTokens: number;
+  #entries = 0;
+  #tokens = 0;
+
+  constructor(limits: HeaderLimits) {
+    this.#maxEntries = limits.maxEntries ?? Infinity;
+    this.#maxTokens = limits.maxTokens ?? Infinity;
+  }
+
+  /** Counts an entry: an address, or a group, empty or not. @throws {EmlApiError} past the limit */
+  entry(): void {
+    if (++this.#entries > this.#maxEntries) {
+      throw tooMuch(
+        `the To, Cc and Bcc headers hold more than ${this.#maxEntries} entries (addresses and groups) in all`,
+      );
+    }
+  }
+
+  /** Counts a token: a word, a quoted string, a comment, a separator. @throws {EmlApiError} past the limit */
+  token(): void {
+    if (++this.#tokens > this.#maxTokens) {
+      throw tooMuch(
+        `the To, Cc and Bcc headers hold more than ${this.#maxTokens} words, separators and comments in all`,
+      );
+    }
+  }
 }
 
 /**
  * Refuses a To, Cc or Bcc field that a parser of the service's side reads
  * otherwise than the relay (see {@link disagreeingReader}): a second opinion
  * behind the strict grammar below, which is what makes the readings agree.
+ * One step per parser.
  */
-function crossCheck(field: RelayHeaderField, addresses: readonly string[]): void {
-  const other = disagreeingReader(field.value, addresses);
-  if (!other) return;
-  const theirs = other.read.map((a) => a || '(no address)').join(', ');
-  throw unreadable(
-    `the ${field.name} header reads otherwise to ${other.reader}: ${shown(theirs)} where the relay reads ${shown(addresses.join(', '))}`,
-  );
+function* crossChecking(field: RelayHeaderField, addresses: readonly string[]): Steps<void> {
+  for (const reader of serviceAddressReaders()) {
+    const read = reader.read(field.value);
+    yield;
+    if (sameAddresses(read, addresses)) continue;
+    const theirs = read.map((a) => a || '(no address)').join(', ');
+    throw unreadable(
+      `the ${field.name} header reads otherwise to ${reader.name}: ${shown(theirs)} where the relay reads ${shown(addresses.join(', '))}`,
+    );
+  }
 }
 
-/** The fields of a header section; a line that is neither a field nor a continuation is refused. */
-function splitFields(head: Buffer): RelayHeaderField[] {
+/**
+ * Why the service is certain to refuse a message for its From fields, or
+ * undefined: it has none (400 `invalid_eml`), or one of them holds no
+ * address (400 `invalid_address`; a service may read either of two From
+ * fields, mailparser reads the last). A From's address is read as mailparser
+ * reads it: with the address parser it bundles, and, where that reading
+ * leaves room for mailparser's own decoding (encoded words, `xn--`
+ * domains), with mailparser itself when it is installed. Without it, only a
+ * From in which no `@` shows, its encoded words decoded, counts as having
+ * none.
+ */
+export async function fromRefusal(froms: readonly RelayHeaderField[]): Promise<EmlApiError | undefined> {
+  if (froms.length === 0) {
+    return new EmlApiError('EMESSAGE', 'The message has no From header, which the email service requires', {
+      command: 'DATA',
+      permanent: true,
+    });
+  }
+  for (const field of froms) {
+    if (!(await fromHasAddress(field.value))) {
+      return badAddressField(field, `has no address the email service can read: ${shown(field.value)}`);
+    }
+  }
+  return undefined;
+}
+
+async function fromHasAddress(value: string): Promise<boolean> {
+  // The parser mailparser bundles when it is installed (the first reader), else the peer's.
+  const reader = serviceAddressReaders()[0];
+  const first = reader?.read(value)[0] ?? '';
+  // mailparser changes an address only for encoded words and xn-- domains; a name alone may become one.
+  if (isValidAddress(first) && !first.includes('=?') && !first.includes('@xn--')) return true;
+  const mime = loadMimeParser();
+  if (mime) {
+    const parsed = await mime(Buffer.from(`From: ${value}\r\n\r\n`, 'utf8'), FROM_ONLY).catch(() => undefined);
+    return isValidAddress(firstOf(parsed?.from) ?? '');
+  }
+  if (reader !== undefined && !value.includes('=?') && !value.includes('xn--')) return false;
+  return value.includes('@') || decodedWords(value).includes('@');
+}
+
+const FROM_ONLY = { skipHtmlToText: true, skipImageLinks: true, skipTextToHtml: true, skipTextLinks: true };
+
+type MimeAddress = { address?: string; group?: MimeAddress[] };
+type MimeParser = (source: Buffer, options?: object) => Promise<{ from?: { value: MimeAddress[] } }>;
+
+let mimeParser: MimeParser | null | undefined;
+
+/** mailparser's `simpleParser` (an optional peer: the emulator's parser), or null when it is not installed. */
+function loadMimeParser(): MimeParser | null {
+  if (mimeParser === undefined) {
+    try {
+      mimeParser = (createRequire(import.meta.url)('mailparser') as { simpleParser: MimeParser }).simpleParser;
+    } catch {
+      mimeParser = null;
+    }
+  }
+  return mimeParser;
+}
+
+/** The first address of a parsed From, groups flattened, as the emulator takes it. */
+function firstOf(from: { value: MimeAddress[] } | undefined): string | undefined {
+  const walk = (list: MimeAddress[]): string | undefined => {
+    for (const entry of list) {
+      if (!entry.group) return entry.address ?? '';
+      const found = walk(entry.group);
+      if (found !== undefined) return found;
+    }
+    return undefined;
+  };
+  return from ? walk(from.value) : undefined;
+}
+
+/** The text with its RFC 2047 encoded words (`=?charset?B|Q?...?=`) decoded, as far as this runtime knows the charset. */
+function decodedWords(text: string): string {
+  return text.replace(/=\?([^?]+)\?([BbQq])\?([^?]*)\?=/g, (_word, charset: string, kind: string, data: string) => {
+    const bytes =
+      kind.toUpperCase() === 'B'
+        ? Buffer.from(data, 'base64')
+        : Buffer.from(
+            data
+              .replace(/_/g, ' ')
+              .replace(/=([0-9A-Fa-f]{2})/g, (_m, hex: string) => String.fromCharCode(parseInt(hex, 16))),
+            'latin1',
+          );
+    try {
+      return new TextDecoder(charset.split('*')[0]).decode(bytes);
+    } catch {
+      return bytes.toString('latin1');
+    }
+  });
+}
+
+/** The fields of a header section; a line that is neither a field nor a continuation is refused. One step per {@link FIELDS_PER_STEP} lines. */
+function* splittingFields(head: Buffer): Steps<RelayHeaderField[]> {
   const fields: RelayHeaderField[] = [];
   let current: { field: RelayHeaderField; parts: string[] } | undefined;
   const close = () => {
@@ -120,6 +345,7 @@ function splitFields(head: Buffer): RelayHeaderField[] {
   };
   let pos = 0;
   for (let number = 1; pos < head.length; number++) {
+    if (number % FIELDS_PER_STEP === 0) yield;
     const lf = head.indexOf(0x0a, pos);
     const next = lf === -1 ? head.length : lf + 1;
     const lineEnd = lf === -1 ? head.length : lf > pos && head[lf - 1] === 0x0d ? lf - 1 : lf;
@@ -152,6 +378,11 @@ function splitFields(head: Buffer): RelayHeaderField[] {
   return fields;
 }
 
+/** The fields of a header section, without reading their values (see {@link readRelayHeaders} for the rules). */
+export function headerFields(head: Buffer): RelayHeaderField[] {
+  return runWhole(splittingFields(head));
+}
+
 /** The index of the colon of a field line (a name of printable ASCII, white space allowed before the colon). */
 function fieldColon(line: string): number | undefined {
   let i = 0;
@@ -164,10 +395,10 @@ function fieldColon(line: string): number | undefined {
   return line[i] === ':' ? i : undefined;
 }
 
-/** The first address of a From value, read leniently: the service checks From itself. */
+/** The first address of a From value, read leniently (the service checks From itself; {@link fromRefusal} what it refuses). */
 function firstAddress(value: string): string | false {
   try {
-    return readAddressList(value, 'From')[0] ?? false;
+    return new AddressListReader(value, 'From', new ReadingBudget({})).read()[0] ?? false;
   } catch {
     return false;
   }
@@ -221,19 +452,21 @@ const DOMAIN_END = SPECIALS.replace('.', '');
  * @throws {EmlApiError} `EMESSAGE` (permanent) naming the field and the entry
  */
 export function readAddressList(value: string, field: string): string[] {
-  return new AddressListReader(value, field).read();
+  return new AddressListReader(value, field, new ReadingBudget({})).read();
 }
 
 class AddressListReader {
   readonly #text: string;
   readonly #field: string;
+  readonly #budget: ReadingBudget;
   #at = 0;
   #inGroup = false;
   readonly #out: string[] = [];
 
-  constructor(text: string, field: string) {
+  constructor(text: string, field: string, budget: ReadingBudget) {
     this.#text = text;
     this.#field = field;
+    this.#budget = budget;
   }
 
   read(): string[] {
@@ -242,6 +475,7 @@ class AddressListReader {
     for (;;) {
       this.#skipSpace();
       if (this.#at >= this.#text.length) break;
+      this.#budget.token();
       const ch = this.#text[this.#at]!;
       if (ch === ',' || (ch === ';' && !this.#inGroup)) {
         this.#at++;
@@ -271,6 +505,7 @@ class AddressListReader {
       if (inGroup) throw this.#refuse(`has a group inside a group: ${this.#shownFrom(start)}`);
       if (phrase.encoded) throw this.#encoded(start);
       if (phrase.text === '') throw this.#refuse(`has a group without a name: ${this.#shownFrom(start)}`);
+      this.#budget.entry();
       this.#at++;
       return true;
     } else if (phrase.text !== '' || comments) {
@@ -379,10 +614,18 @@ class AddressListReader {
     if (address.startsWith('"') && DOT_ATOM.test(address.slice(1, address.lastIndexOf('"')).replace(/\\(.)/g, '$1'))) {
       throw this.#refuse(`has a quoted local part that needs no quotes, which parsers keep or drop: ${shown(address)}`);
     }
+    // mailparser decodes an xn-- domain before the service checks the address: one that decodes to characters
+    // the service refuses (a zero-width space, a bidirectional control) is refused by it, after any 250.
+    const decoded = asMailparserReads(address);
+    if (decoded !== address && !isValidAddress(decoded)) {
+      throw this.#refuse(`has an address the email service reads as ${shown(decoded)}, which it refuses`);
+    }
+    this.#budget.entry();
     this.#out.push(address);
   }
 
   #atom(): string {
+    this.#budget.token();
     const from = this.#at;
     while (this.#at < this.#text.length && !SPECIALS.includes(this.#text[this.#at]!)) this.#at++;
     return this.#text.slice(from, this.#at);
@@ -394,6 +637,7 @@ class AddressListReader {
    * group at it, and reads what follows as recipients outside the group.
    */
   #quoted(): string {
+    this.#budget.token();
     const from = this.#at++;
     while (this.#at < this.#text.length) {
       const ch = this.#text[this.#at++];
@@ -415,6 +659,7 @@ class AddressListReader {
    * was delivered to `e@y` alone.
    */
   #comment(): void {
+    this.#budget.token();
     const from = this.#at++;
     while (this.#at < this.#text.length) {
       const ch = this.#text[this.#at++]!;
@@ -447,9 +692,93 @@ class AddressListReader {
   }
 }
 
+/**
+ * An address as mailparser hands it on: a domain after `@xn--` decoded from
+ * Punycode label by label (the `punycode.js` it uses: `xn--` in lower case,
+ * RFC 3490 full stops read as dots), the address as it is where a label
+ * does not decode.
+ */
+export function asMailparserReads(address: string): string {
+  if (!address.includes('@xn--')) return address;
+  const at = address.lastIndexOf('@');
+  try {
+    const labels = address
+      .slice(at + 1)
+      .replace(/[\x2E\u3002\uFF0E\uFF61]/g, '.')
+      .split('.')
+      .map((label) => (label.startsWith('xn--') ? decodePunycode(label.slice(4).toLowerCase()) : label));
+    return `${address.slice(0, at + 1)}${labels.join('.')}`;
+  } catch {
+    return address;
+  }
+}
+
+/** RFC 3492 decoding of one label (without its `xn--`). @throws {RangeError} when it is not Punycode */
+function decodePunycode(input: string): string {
+  const [base, tMin, tMax, skew, damp] = [36, 1, 26, 38, 700];
+  const adapt = (delta: number, points: number, first: boolean) => {
+    let k = 0;
+    delta = first ? Math.floor(delta / damp) : delta >> 1;
+    delta += Math.floor(delta / points);
+    for (; delta > ((base - tMin) * tMax) >> 1; k += base) delta = Math.floor(delta / (base - tMin));
+    return Math.floor(k + ((base - tMin + 1) * delta) / (delta + skew));
+  };
+  const digit = (code: number) =>
+    code >= 0x30 && code < 0x3a
+      ? code - 22
+      : code >= 0x41 && code < 0x5b
+        ? code - 0x41
+        : code >= 0x61 && code < 0x7b
+          ? code - 0x61
+          : base;
+  const output: number[] = [];
+  const basic = Math.max(0, input.lastIndexOf('-'));
+  for (let j = 0; j < basic; j++) {
+    if (input.charCodeAt(j) >= 0x80) throw new RangeError('not basic');
+    output.push(input.charCodeAt(j));
+  }
+  let [n, i, bias] = [128, 0, 72];
+  for (let index = basic > 0 ? basic + 1 : 0; index < input.length;) {
+    const oldi = i;
+    for (let w = 1, k = base; ; k += base) {
+      if (index >= input.length) throw new RangeError('invalid input');
+      const d = digit(input.charCodeAt(index++));
+      if (d >= base || d > Math.floor((0x7fffffff - i) / w)) throw new RangeError('invalid input');
+      i += d * w;
+      const t = k <= bias ? tMin : k >= bias + tMax ? tMax : k - bias;
+      if (d < t) break;
+      if (w > Math.floor(0x7fffffff / (base - t))) throw new RangeError('overflow');
+      w *= base - t;
+    }
+    const out = output.length + 1;
+    bias = adapt(i - oldi, out, oldi === 0);
+    if (Math.floor(i / out) > 0x7fffffff - n) throw new RangeError('overflow');
+    n += Math.floor(i / out);
+    i %= out;
+    output.splice(i++, 0, n);
+  }
+  return String.fromCodePoint(...output);
+}
+
 /** A value as quoted in an error: JSON, cut to {@link SHOWN} characters. */
 export function shown(text: string): string {
   return JSON.stringify(text.length > SHOWN ? `${text.slice(0, SHOWN)}…` : text);
+}
+
+/** The error for a header section past the relay's {@link HeaderLimits} (permanent `EMESSAGE`, `554 5.6.0`). */
+function tooMuch(problem: string): EmlApiError {
+  return new EmlApiError('EMESSAGE', `The relay does not read this header section: ${problem}`, {
+    command: 'DATA',
+    permanent: true,
+  });
+}
+
+/** The error for an address field the service refuses (permanent `EMESSAGE`, `554 5.6.0`). */
+function badAddressField(field: RelayHeaderField, problem: string): EmlApiError {
+  return new EmlApiError('EMESSAGE', `The ${field.name} header ${problem}; the email service refuses it`, {
+    command: 'DATA',
+    permanent: true,
+  });
 }
 
 /** The error for a header section the relay cannot read for certain (permanent `EMESSAGE`, `554 5.6.0`). */
@@ -517,10 +846,13 @@ export function disagreeingReader(
 ): { reader: string; read: string[] } | undefined {
   for (const reader of serviceAddressReaders()) {
     const read = reader.read(value);
-    const same = read.length === relayRead.length && read.every((a, i) => addressKey(a) === addressKey(relayRead[i]!));
-    if (!same) return { reader: reader.name, read };
+    if (!sameAddresses(read, relayRead)) return { reader: reader.name, read };
   }
   return undefined;
+}
+
+function sameAddresses(read: readonly string[], relayRead: readonly string[]): boolean {
+  return read.length === relayRead.length && read.every((a, i) => addressKey(a) === addressKey(relayRead[i]!));
 }
 
 function loadReaders(): ServiceAddressReader[] {

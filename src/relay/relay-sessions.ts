@@ -1,17 +1,17 @@
-import type {
-  SMTPServerAuthentication,
-  SMTPServerAuthenticationResponse,
-  SMTPServerDataStream,
-  SMTPServerOptions,
-  SMTPServerSession,
-} from 'smtp-server';
+import type { SMTPServerAuthentication, SMTPServerDataStream, SMTPServerOptions, SMTPServerSession } from 'smtp-server';
 import type { EmlApiClient } from '../client/eml-api-client.js';
 import { isValidAddress } from '../protocol/message-format.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { type KeyClient, type KeyClients, AuthFailureBudget, MAX_PASSWORD_LENGTH } from './relay-users.js';
-import type { MessageDestination, MessageSender } from './message-destination.js';
+import {
+  withMessageLogFields,
+  type MessageDestination,
+  type MessageSender,
+  type UploadShares,
+} from './message-destination.js';
 import {
   MessageIdentities,
+  failedAtDestination,
   isClientGone,
   receiveMessage,
   keepRcptSpelling,
@@ -25,12 +25,13 @@ import type { ClientSlots } from './client-slots.js';
 import {
   acceptedReply,
   authFailureReply,
-  failureReply,
   isInternalError,
+  relayFailureReply,
   replyError,
   type SmtpReply,
 } from './smtp-replies.js';
-import type { ClientAddressList } from './client-address-list.js';
+import { clientKey, type ClientAddressList } from './client-address-list.js';
+import { asMailparserReads } from './relay-headers.js';
 
 /** Failed AUTHs after which a connection is closed (`421`): each one costs the service a request. */
 const MAX_AUTH_FAILURES = 3;
@@ -50,7 +51,11 @@ export interface RelayState {
   readonly relaySecret: Buffer | undefined;
   /** Whether a password is the relay's own key (compared in constant time; always false without one). */
   readonly isOwnKey: (password: string) => boolean;
+  /** The login of a client that AUTHs with the relay's own key: its fingerprint (`key:...`). */
+  readonly relayKeyLogin: string | undefined;
   readonly destination: MessageDestination;
+  /** Who holds the upload slots of the clients the relay sends with (the direct relay's). */
+  readonly shares: UploadShares;
   /** The connection slots: per-address cap, stress, DATA deadline. */
   readonly slots: ClientSlots;
   /** Aborted by `close({ abort: true })`. */
@@ -145,12 +150,14 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         return callback(replyError(refusal));
       }
       session.disabledCommands = commandsFor(session);
+      relay.shares.join(session, clientKey(session.remoteAddress));
       callback();
     },
     onSecure(_socket, session, callback) {
       // smtp-server forgets an AUTH made before STARTTLS (RFC 3207 4.2); so does the relay.
       const state = sessions.get(session);
       if (state) release(state);
+      relay.shares.join(session, clientKey(session.remoteAddress));
       session.disabledCommands = commandsFor(session);
       callback();
     },
@@ -162,6 +169,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         return refuse({ code: 504, text: '5.5.4 Unrecognized authentication type' });
       }
       const password = auth.password ?? '';
+      const username = auth.username ?? '';
       const started = Date.now();
       // A proxy or sidecar on trustedNetworks speaks for many clients: one of them guessing must not
       // lock the others out (Postfix exempts $mynetworks from its per-client limits the same way).
@@ -183,18 +191,17 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         const where = {
           client: session.remoteAddress,
           session: session.id,
+          // A listed user's name only: a name that is no user may be a password typed in the wrong field.
+          ...(settings.users?.has(username) ? { login: username } : {}),
           reply: `${final.code} ${final.text}`,
-          ...(told === reply ? {} : { reason: reply.text }),
+          ...(told.text === reply.text ? {} : { reason: reply.text }),
         };
+        // The detail is for the operator; the password is taken out of it (it may quote what it failed on).
+        const detail = err === undefined ? {} : { err: redact(errorDetail(err), password) };
         if (err !== undefined && isInternalError(err)) {
-          // The detail is for the operator; the password is taken out of it (it may quote what it failed on).
-          const detail = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
-          logger.error(
-            { ...where, err: redact(detail, password) },
-            'AUTH could not be checked: error inside the relay',
-          );
+          logger.error({ ...where, ...detail }, 'AUTH could not be checked: error inside the relay');
         } else {
-          logger.warn(where, 'AUTH refused');
+          logger.warn({ ...where, ...detail }, 'AUTH refused');
         }
         // Answered after a pause, as Dovecot's auth_failure_delay: smtp-server reads no further command
         // of the connection meanwhile, so a guesser gets one try per pause per connection. The pause is
@@ -211,13 +218,15 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         });
       }
       if (password.length > MAX_PASSWORD_LENGTH) return failed(PASSWORD_TOO_LONG);
-      const username = auth.username ?? '';
       const asRelay = () => {
         // Sends with the relay's key: onData falls back to it when the session holds no key client.
         attempt?.end(false);
         release(state);
-        const user: SMTPServerAuthenticationResponse['user'] = { username, key: 'relay' };
-        logger.debug({ client: session.remoteAddress, session: session.id, key: 'relay' }, 'AUTH accepted');
+        const login = settings.users?.has(username) ? username : relay.relayKeyLogin;
+        const user: SessionUser = { username, key: 'relay', login };
+        logger.debug({ client: session.remoteAddress, session: session.id, key: 'relay', login }, 'AUTH accepted');
+        // A client that left while its password was checked has closed already: it is not counted again.
+        if (login !== undefined && !state.closed) relay.shares.join(session, login);
         callback(null, { user });
       };
       const withKey = () =>
@@ -229,8 +238,12 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
             // The client left while its key was being checked: onClose has run already, so the hold
             // is released here (a held client is never evicted, and would be kept until the relay stops).
             if (state.closed) release(state);
-            const user: SMTPServerAuthenticationResponse['user'] = { username, key: held.id };
-            logger.debug({ client: session.remoteAddress, session: session.id, key: held.id }, 'AUTH accepted');
+            const user: SessionUser = { username, key: held.id, login: `key:${held.id}` };
+            logger.debug(
+              { client: session.remoteAddress, session: session.id, key: held.id, login: user.login },
+              'AUTH accepted',
+            );
+            if (!state.closed) relay.shares.join(session, user.login!);
             callback(null, { user });
           },
           (err: unknown) => failed(authFailureReply(err), err),
@@ -276,8 +289,8 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
     onRcptTo(address, session, callback) {
       const refusal = rcptParameterRefusal(address, session);
       if (refusal) return callback(replyError(refusal));
-      if (isValidAddress(address.address)) {
-        keepRcptSpelling(address, session);
+      // The spelling the relay passes on (into Bcc) must be one the service takes once mailparser decoded it too.
+      if (isValidAddress(address.address) && isValidAddress(asMailparserReads(keepRcptSpelling(address, session)))) {
         return callback();
       }
       callback(replyError({ code: 553, text: '5.1.3 The email service accepts no such address' }));
@@ -286,11 +299,13 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       // Times the message while it arrives: too slow, and the connection is closed (421).
       relay.slots.watchData(session, stream);
       const held = stateOf(session).held;
+      const login = sessionLogin(session);
+      const identity = login ?? clientKey(session.remoteAddress);
       const sender: MessageSender | undefined =
         session.user && held
-          ? { client: held.client, owner: 'client', identitySecret: held.identitySecret }
+          ? { client: held.client, owner: 'client', identitySecret: held.identitySecret, identity }
           : relay.relayClient && relay.relaySecret
-            ? { client: relay.relayClient, owner: 'relay', identitySecret: relay.relaySecret }
+            ? { client: relay.relayClient, owner: 'relay', identitySecret: relay.relaySecret, identity }
             : undefined;
       if (!sender) {
         stream.resume();
@@ -300,6 +315,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         client: session.remoteAddress,
         session: session.id,
         key: sender.owner === 'relay' ? 'relay' : held!.id,
+        ...(login === undefined ? {} : { login }),
       };
       // Each message gets signals of its own, fed by the relay's through one listener each: one
       // listener per message in flight on the relay's signals passed Node's MaxListeners (10).
@@ -316,7 +332,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         maxRecipients: settings.maxRecipients,
         maxMessageSize: settings.maxMessageSize,
       };
-      const work = receiveMessage(stream, session, sender, context).then(
+      const work = withMessageLogFields(where, () => receiveMessage(stream, session, sender, context)).then(
         (received) => {
           if (stateOf(session).closed) {
             // The client left before the 250, which it never reads: it will send the message again, which
@@ -344,22 +360,27 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
             logger.warn(where, 'Message abandoned: the client disconnected before the end of DATA');
             return callback(replyError({ code: 451, text: `4.4.2 ${err.message}` }));
           }
+          const handedOn = failedAtDestination(err);
           const reply: SmtpReply = stream.sizeExceeded
             ? { code: 552, text: `5.3.4 The message is larger than ${settings.maxMessageSize} bytes` }
-            : failureReply(err, sender.owner);
-          // What only the relay's operator can fix is an error: its key refused, its base URL wrong.
-          const misconfigured =
-            (sender.owner === 'relay' && reply.text.startsWith('4.7.1')) || reply.text.startsWith('4.3.5');
+            : handedOn
+              ? relay.destination.reply(err, sender.owner)
+              : relayFailureReply(err);
           const internal = isInternalError(err) && !stream.sizeExceeded;
-          // The relay's disk (full, failing): the operator's to fix, and the reply told the client nothing of it.
-          const spool = err instanceof EmlApiError && err.code === 'ESPOOL';
-          const log = misconfigured || internal || spool ? logger.error : logger.warn;
+          // What only the relay's operator can fix is an error: its key refused, its base URL wrong, its disk or
+          // its outbox failing, a fault inside the relay. The reply told the client nothing of it; the log does.
+          const operators =
+            internal ||
+            (err instanceof EmlApiError && err.code === 'ESPOOL') ||
+            (sender.owner === 'relay' && reply.text.startsWith('4.7.1')) ||
+            reply.text.startsWith('4.3.5') ||
+            (handedOn && storing && reply.code === 451 && !reply.text.startsWith('4.3.2'));
+          const log = operators ? logger.error : logger.warn;
           log(
             {
               ...where,
               reply: `${reply.code} ${reply.text}`,
-              ...(internal ? { err: err instanceof Error ? `${err.name}: ${err.message}` : String(err) } : {}),
-              ...(spool ? { err: withCauses(err) } : {}),
+              ...(handedOn || internal || operators ? { err: errorDetail(err) } : {}),
             },
             internal ? 'Message refused: error inside the relay' : 'Message refused',
           );
@@ -375,6 +396,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
     },
     onClose(session) {
       relay.slots.leave(session);
+      relay.shares.leave(session);
       const state = sessions.get(session);
       if (!state) return;
       state.closed = true;
@@ -383,11 +405,31 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
   };
 }
 
-/** An error's message followed by its causes' (`a: b: c`), for the log. */
-function withCauses(err: Error): string {
+/**
+ * What the relay keeps as an authenticated session's `user`: the name given,
+ * whose key it sends with (`relay`, or the fingerprint of the client's), and
+ * its login, the one name of the sender in logs, spans and metrics: a relay
+ * user's name, or `key:<fingerprint>` for an API key given as the password.
+ */
+export interface SessionUser {
+  username: string;
+  key: string;
+  login: string | undefined;
+}
+
+/** The login of a session (see {@link SessionUser}), or undefined before AUTH (a client on `allowUnauthenticatedFrom`). */
+export function sessionLogin(session: SMTPServerSession): string | undefined {
+  const user = session.user as Partial<SessionUser> | undefined;
+  return typeof user === 'object' && user !== null && typeof user.login === 'string' ? user.login : undefined;
+}
+
+/** What the log says of an error: its code (or class) and message, followed by its causes' (`ECODE: a: b: c`). */
+function errorDetail(err: unknown): string {
+  if (!(err instanceof Error)) return String(err);
   const parts: string[] = [];
   for (let e: unknown = err; e instanceof Error && parts.length < 5; e = e.cause) parts.push(e.message);
-  return parts.join(': ');
+  const code = (err as { code?: unknown }).code;
+  return `${typeof code === 'string' ? code : err.name}: ${parts.join(': ')}`;
 }
 
 /** What the relay knows of a connection when it decides what the client may do. */

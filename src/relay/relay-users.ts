@@ -407,7 +407,7 @@ export class KeyClients {
    * @throws {EmlApiError} `ECONFIG` when the text cannot be a key; what `verify()` throws (`EAUTH` when refused)
    */
   async authenticate(apiKey: string): Promise<KeyClient> {
-    const id = fingerprint(apiKey);
+    const id = keyFingerprint(apiKey);
     const refused = this.#refused.get(id);
     if (refused && refused.until > this.#now()) throw refused.err;
     if (refused) this.#refused.delete(id);
@@ -493,7 +493,7 @@ export class KeyClients {
   }
 }
 
-/** A short SHA-256 fingerprint of a key: names its client without holding or showing the key. */
-function fingerprint(apiKey: string): string {
+/** A short SHA-256 fingerprint of a key: names its client, and the login of whoever AUTHs with it, without holding or showing the key. */
+export function keyFingerprint(apiKey: string): string {
   return createHash('sha256').update(apiKey).digest('hex').slice(0, 24);
 }

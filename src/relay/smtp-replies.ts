@@ -20,14 +20,49 @@ export function acceptedReply(id: string | undefined): SmtpReply {
 }
 
 /**
- * The reply to a message that could not be handed on. Transient failures
- * (the service unreachable, a timeout, 5xx, 429) answer `451`, so the
- * client's queue retries later; failures that the same message can never get
- * past answer `5xx` with the service's reason.
+ * The reply to a message the relay itself refused or could not take, before
+ * handing it on (its destination's failures are the destination's to answer:
+ * {@link serviceFailureReply}, {@link outboxFailureReply}).
  *
  * | failure | reply |
  * | --- | --- |
- * | headers name recipients not in RCPT TO (`EENVELOPE`) | `550 5.7.1` |
+ * | headers name recipients not in RCPT TO (`EENVELOPE`) | `550 5.7.1`, naming them |
+ * | a message over SIZE with its line ends CRLF (`EMESSAGE` with 413) | `552 5.3.4` |
+ * | a message that cannot be read, or that the service is certain to refuse (permanent `EMESSAGE`) | `554 5.6.0`, saying why |
+ * | the relay is shutting down (`EABORT`) | `451 4.3.2` |
+ * | the relay's spool could not store it (`ESPOOL`: disk full...) | `451 4.3.0` |
+ * | anything else | `451 4.3.0` |
+ *
+ * The relay's own refusals say what is wrong with the message; its own
+ * failures say only to try again later (the log has the detail).
+ */
+export function relayFailureReply(err: unknown): SmtpReply {
+  if (!(err instanceof EmlApiError)) return LOCAL_ERROR;
+  switch (err.code) {
+    case 'EENVELOPE':
+      return { code: 550, text: `5.7.1 ${reason(err)}` };
+    case 'EMESSAGE':
+      if (err.responseCode === 413) return { code: 552, text: `5.3.4 ${reason(err)}` };
+      return err.permanent ? { code: 554, text: `5.6.0 The message cannot be sent: ${reason(err)}` } : LOCAL_ERROR;
+    case 'EABORT':
+      return SHUTTING_DOWN;
+    case 'ESPOOL':
+      return { code: 451, text: '4.3.0 The relay could not store the message, try again later' };
+    default:
+      return LOCAL_ERROR;
+  }
+}
+
+/**
+ * The reply to a message the service did not accept (the direct relay).
+ * Transient failures (the service unreachable, a timeout, 5xx, 429) answer
+ * `451`, so the client's queue retries later, and say no more than that (no
+ * URL, no error text of the relay's client: the log has them); failures that
+ * the same message can never get past answer `5xx` with the service's own
+ * reason (its error code and message).
+ *
+ * | failure | reply |
+ * | --- | --- |
  * | 400 `invalid_address` | `554 5.1.3` |
  * | other 400 (`invalid_eml`, `no_recipients`...) | `554 5.6.0` |
  * | 413 | `552 5.3.4` |
@@ -40,80 +75,99 @@ export function acceptedReply(id: string | undefined): SmtpReply {
  * | unreachable, connection broke | `451 4.4.1` |
  * | 5xx | `451 4.3.0` |
  * | the relay is shutting down | `451 4.3.2` |
- * | a message that could not be read (permanent) | `554 5.6.0` |
- * | a message over SIZE with its line ends CRLF (`EMESSAGE` with 413) | `552 5.3.4` |
- * | the relay's spool could not store it (`ESPOOL`: disk full...) | `451 4.3.0` |
- * | anything else | `451 4.3.0` |
- *
- * The reason quoted is an `EmlApiError`'s message, written to be shown (the
- * service's reason, keys redacted); any other error is answered with generic
- * text (see {@link isInternalError}).
+ * | anything else | as {@link relayFailureReply} |
  */
-export function failureReply(err: unknown, owner: KeyOwner): SmtpReply {
-  // Not one of this package's errors: a bug or a failure inside the relay, whose text (a stack frame, a
-  // pattern, a path) is no business of the client's and may quote what it sent. Logged, not told.
-  if (!(err instanceof EmlApiError)) return { code: 451, text: '4.3.0 Local error in processing, try again later' };
-  const why = reason(err);
+export function serviceFailureReply(err: unknown, owner: KeyOwner): SmtpReply {
+  if (!(err instanceof EmlApiError)) return LOCAL_ERROR;
   const status = err.responseCode;
   switch (err.code) {
-    case 'EENVELOPE':
-      return { code: 550, text: `5.7.1 ${why}` };
     case 'EAUTH':
       return owner === 'relay'
-        ? { code: 451, text: `4.7.1 The service refused the relay's API key; the relay's operator must fix it: ${why}` }
-        : { code: 550, text: `5.7.1 The service refused your API key for sending: ${why}` };
+        ? { code: 451, text: "4.7.1 The service refused the relay's API key, try again later" }
+        : { code: 550, text: `5.7.1 The service refused your API key for sending: ${serviceReason(err)}` };
     case 'ECONNECTION':
-      return { code: 451, text: `4.4.1 The email service could not be reached, try again later: ${why}` };
+      return { code: 451, text: '4.4.1 The email service could not be reached, try again later' };
     case 'ETIMEDOUT':
-      return { code: 451, text: `4.4.2 The email service did not answer in time, try again later: ${why}` };
-    case 'EABORT':
-      return { code: 451, text: `4.3.2 The relay is shutting down, try again later: ${why}` };
-    case 'EMESSAGE':
-      if (status === 413) return { code: 552, text: `5.3.4 ${why}` };
-      return err.permanent
-        ? { code: 554, text: `5.6.0 The message cannot be sent: ${why}` }
-        : { code: 451, text: `4.3.0 Local error in processing: ${why}` };
-    case 'ESPOOL':
-      // The reason names the relay's own disk (its spool path, the system error): for its log, not the client.
-      return { code: 451, text: '4.3.0 The relay could not store the message, try again later' };
+      return { code: 451, text: '4.4.2 The email service did not answer in time, try again later' };
     case 'ECONFIG':
-      return { code: 451, text: `4.3.5 The relay is not configured to send this: ${why}` };
-    default:
+      return MISCONFIGURED;
+    case 'EAPI':
       break;
+    default:
+      return relayFailureReply(err);
   }
-  if (status === 413) return { code: 552, text: `5.3.4 The message is too large for the email service: ${why}` };
-  if (status === 429) return { code: 451, text: `4.4.5 The email service is rate limiting, try again later: ${why}` };
-  if (status === 408) return { code: 451, text: `4.4.2 The email service timed out, try again later: ${why}` };
+  if (status === 413)
+    return { code: 552, text: `5.3.4 The message is too large for the email service: ${serviceReason(err)}` };
+  if (status === 429) return { code: 451, text: '4.4.5 The email service is rate limiting, try again later' };
+  if (status === 408) return { code: 451, text: '4.4.2 The email service did not answer in time, try again later' };
   if (status === 400 && err.apiCode === 'invalid_address')
-    return { code: 554, text: `5.1.3 The email service refused an address: ${why}` };
-  if (status === 400) return { code: 554, text: `5.6.0 The email service refused the message: ${why}` };
+    return { code: 554, text: `5.1.3 The email service refused an address: ${serviceReason(err)}` };
+  if (status === 400) return { code: 554, text: `5.6.0 The email service refused the message: ${serviceReason(err)}` };
   // The one path the relay posts to is not there (a wrong base URL, a proxy's route): no message
   // can get past that until the relay is fixed, so the mail waits in the senders' queues, as it
   // does when the service refuses the relay's key, instead of bouncing.
-  if (status === 404 || status === 405) {
-    return { code: 451, text: `4.3.5 The relay cannot reach the service's send endpoint (check its base URL): ${why}` };
-  }
+  if (status === 404 || status === 405) return MISCONFIGURED;
   if (status !== undefined && status >= 400 && status < 500 && err.permanent)
-    return { code: 554, text: `5.0.0 The email service refused the message: ${why}` };
-  return { code: 451, text: `4.3.0 The email service failed, try again later: ${why}` };
+    return { code: 554, text: `5.0.0 The email service refused the message: ${serviceReason(err)}` };
+  return { code: 451, text: '4.3.0 The email service failed, try again later' };
+}
+
+/**
+ * The reply to a message the outbox did not store (store-and-forward):
+ * `451 4.3.0`, try again later, whatever Redis answered (its address, its
+ * error text and the outbox's hints are for the log); `552 5.3.4` past the
+ * outbox's `maxMessageSize`; `554 5.6.0` for a message whose earlier copy
+ * failed and waits for the operator (queueing it again is refused).
+ */
+export function outboxFailureReply(err: unknown): SmtpReply {
+  if (!(err instanceof EmlApiError)) return LOCAL_ERROR;
+  if (err.code === 'EABORT') return SHUTTING_DOWN;
+  if (err.code === 'EMESSAGE' && err.permanent) {
+    return err.queueId === undefined
+      ? { code: 552, text: "5.3.4 The message is larger than the relay's outbox takes" }
+      : {
+          code: 554,
+          text: "5.6.0 The relay cannot take this message again: an earlier copy of it failed and waits for the relay's operator",
+        };
+  }
+  return { code: 451, text: '4.3.0 The relay could not store the message, try again later' };
 }
 
 /**
  * The reply to an `AUTH` whose password (the API key) could not be
  * accepted: `535 5.7.8` when the service refused it (or it cannot be a key),
  * `454 4.7.0` when the service could not tell (unreachable, failing), with
- * generic text for an error inside the relay (see {@link isInternalError}).
+ * no detail (the log has it).
  */
 export function authFailureReply(err: unknown): SmtpReply {
-  if (err instanceof EmlApiError && err.code === 'EAUTH') {
-    return { code: 535, text: `5.7.8 Authentication credentials invalid: ${reason(err)}` };
+  if (err instanceof EmlApiError && (err.code === 'EAUTH' || err.code === 'ECONFIG')) {
+    return { code: 535, text: '5.7.8 Authentication credentials invalid' };
   }
-  if (err instanceof EmlApiError && err.code === 'ECONFIG') {
-    return { code: 535, text: '5.7.8 Authentication credentials invalid: the password is not an API key' };
+  return { code: 454, text: '4.7.0 Temporary authentication failure, try again later' };
+}
+
+const LOCAL_ERROR: SmtpReply = { code: 451, text: '4.3.0 Local error in processing, try again later' };
+const SHUTTING_DOWN: SmtpReply = { code: 451, text: '4.3.2 The relay is shutting down, try again later' };
+const MISCONFIGURED: SmtpReply = { code: 451, text: '4.3.5 The relay is not configured to send this, try again later' };
+
+/**
+ * The service's own reason for refusing a request: the code and message of
+ * its JSON error body (`invalid_eml: mail: the message has no From header`),
+ * else its HTTP status. Never the error's own message, which names the
+ * relay's request and the service's URL.
+ */
+function serviceReason(err: EmlApiError): string {
+  let body: unknown;
+  try {
+    body = err.response === undefined ? undefined : JSON.parse(err.response);
+  } catch {
+    body = undefined;
   }
-  if (!(err instanceof EmlApiError))
-    return { code: 454, text: '4.7.0 Temporary authentication failure, try again later' };
-  return { code: 454, text: `4.7.0 Temporary authentication failure, try again later: ${reason(err)}` };
+  const error = (body as { error?: { code?: unknown; message?: unknown } } | undefined)?.error;
+  const code = typeof error?.code === 'string' ? error.code : err.apiCode;
+  const message = typeof error?.message === 'string' ? error.message : undefined;
+  const text = [code, message].filter(Boolean).join(': ');
+  return oneLine(text || `HTTP ${err.responseCode ?? 'error'}`);
 }
 
 /**
@@ -131,9 +185,14 @@ export function replyError(reply: SmtpReply): Error & { responseCode: number } {
 }
 
 /** The error's message on one line, cut to {@link MAX_REASON} characters. */
-function reason(err: unknown): string {
-  const text = (err instanceof Error ? err.message : String(err)).replace(/\s+/g, ' ').trim();
-  return text.length > MAX_REASON ? `${text.slice(0, MAX_REASON - 1)}…` : text;
+function reason(err: Error): string {
+  return oneLine(err.message);
+}
+
+/** The text on one line, cut to {@link MAX_REASON} characters. */
+function oneLine(text: string): string {
+  const line = text.replace(/\s+/g, ' ').trim();
+  return line.length > MAX_REASON ? `${line.slice(0, MAX_REASON - 1)}…` : line;
 }
 
 /** A reply text that starts with its own enhanced status code (RFC 3463), e.g. `4.4.1 ...`. */
@@ -160,7 +219,7 @@ export function keepOwnStatusCodes(server: SMTPServer): void {
   const connect = server.connect.bind(server);
   server.connect = (socket, options) => {
     connect(socket, options);
-    // connect() adds the new connection last; the greeting is sent later (see prompt-greeting.ts).
+    // connect() adds the new connection last; the greeting is sent later (see greetPromptly).
     let newest: (typeof server.connections extends Set<infer C> ? C : never) | undefined;
     for (const connection of server.connections) newest = connection;
     if (!newest) return;

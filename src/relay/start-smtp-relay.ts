@@ -6,11 +6,11 @@ import { EmlApiError } from '../shared/eml-api-error.js';
 import { configError, describe, requirePeer } from '../shared/options-kit.js';
 import { isLoopbackAddress } from './client-address-list.js';
 import { ClientSlots } from './client-slots.js';
-import { KeyClients, secretMatcher } from './relay-users.js';
+import { KeyClients, keyFingerprint, secretMatcher } from './relay-users.js';
 import { keepCommandLines, identitySecret } from './receive-message.js';
-import { directDestination, queueDestination } from './message-destination.js';
+import { directDestination, queueDestination, UploadShares } from './message-destination.js';
 import { keepOwnStatusCodes } from './smtp-replies.js';
-import { relaySessionHandlers } from './relay-sessions.js';
+import { relaySessionHandlers, sessionLogin } from './relay-sessions.js';
 import { type EmlApiRelayOptions, resolveRelayOptions, type RelaySettings } from './relay-options.js';
 import { redisPassword } from '../queue/redis-settings.js';
 import { EmlApiMetrics } from '../observability/metrics.js';
@@ -122,13 +122,18 @@ export async function startEmlApiRelay(options: EmlApiRelayOptions): Promise<Eml
   // The health port and metrics are the relay's telemetry's (relay-telemetry.ts), checked before anything opens.
   const { http, metrics, ...relayOptions } = options;
   const { apiKey, settings } = resolveRelayOptions(relayOptions);
-  const telemetry = new RelayTelemetry(http, metrics, [
-    apiKey,
-    redisPassword((relayOptions.queue as { connection?: unknown } | undefined)?.connection),
-  ]);
+  const telemetry = new RelayTelemetry(
+    http,
+    metrics,
+    [apiKey, redisPassword((relayOptions.queue as { connection?: unknown } | undefined)?.connection)],
+    (settings.users?.size ?? 0) + settings.maxKeys + 1,
+  );
   const { logger } = settings;
+  const shares = new UploadShares();
   const destination =
-    settings.queue === undefined ? directDestination() : queueDestination(settings.queue, settings.maxClients);
+    settings.queue === undefined
+      ? directDestination(shares)
+      : queueDestination(settings.queue, settings.maxClients, settings.logger);
   const makeClient = (key: string) => telemetry.watch(new EmlApiClient({ ...settings.clientOptions, apiKey: key }));
   const relayClient = apiKey === undefined ? undefined : makeClient(apiKey);
   const keyClients = new KeyClients(makeClient, settings.maxKeys);
@@ -155,7 +160,9 @@ export async function startEmlApiRelay(options: EmlApiRelayOptions): Promise<Eml
       relayClient,
       relaySecret: apiKey === undefined ? undefined : identitySecret(apiKey),
       isOwnKey: apiKey === undefined ? () => false : secretMatcher(apiKey),
+      relayKeyLogin: apiKey === undefined ? undefined : `key:${keyFingerprint(apiKey)}`,
       destination,
+      shares,
       slots,
       signal: aborter.signal,
       arriving: arriving.signal,
@@ -449,7 +456,7 @@ type DataHandler = NonNullable<SMTPServerOptions['onData']>;
  * The metrics, spans and health port of the relay (its `metrics` and `http`
  * options): a span per message (`eml-api.relay`, from DATA to the reply, in
  * which the upload or the outbox's store runs, so a queued job continues its
- * trace), messages counted by reply code with their size and time,
+ * trace), messages counted by reply code and login with their size and time,
  * connections open, and `/readyz` checking what the relay's mode needs.
  */
 export class RelayTelemetry {
@@ -457,10 +464,18 @@ export class RelayTelemetry {
   readonly #http: ReturnType<typeof resolveOpsHttpOptions>;
   readonly #secrets: (string | undefined)[];
   readonly #removers: (() => void)[] = [];
+  /** The logins counted under their own name, at most {@link #maxLogins}: the rest are `:other` (no login has a `:` first). */
+  readonly #logins = new Set<string>();
+  readonly #maxLogins: number;
   #endpoint: OpsEndpoint | undefined;
 
-  /** @throws {EmlApiError} `ECONFIG` naming `http` or `metrics`, or saying to install prom-client */
-  constructor(http: unknown, metrics: unknown, secrets: (string | undefined)[]) {
+  /**
+   * @param maxLogins the logins the message counter names at most (the relay's users, and as many keys as
+   *   it keeps clients for), so that clients AUTHing with ever new keys cannot grow it without bound
+   * @throws {EmlApiError} `ECONFIG` naming `http` or `metrics`, or saying to install prom-client
+   */
+  constructor(http: unknown, metrics: unknown, secrets: (string | undefined)[], maxLogins: number) {
+    this.#maxLogins = maxLogins;
     this.#http = resolveOpsHttpOptions(http, 'http');
     this.metrics = EmlApiMetrics.resolve(
       EmlApiMetrics.defaultWithHttp(metrics, this.#http !== undefined, 'The relay’s http option'),
@@ -482,18 +497,20 @@ export class RelayTelemetry {
     const { metrics } = this;
     const onData: DataHandler = (stream, session, callback) => {
       const started = performance.now();
+      const login = sessionLogin(session);
       const span = startSpan('eml-api.relay', {
         kind: 'server',
         attributes: {
           'eml_api.component': 'relay',
           'eml_api.session': session.id,
           'eml_api.recipients': session.envelope.rcptTo.length,
+          ...(login === undefined ? {} : { 'eml_api.login': login }),
         },
       });
       const reply: typeof callback = (err, message) => {
         const code = err ? ((err as { responseCode?: number }).responseCode ?? 451) : 250;
         const bytes = (stream as { byteLength?: number }).byteLength ?? 0;
-        metrics?.recordRelayMessage(code, bytes, (performance.now() - started) / 1000);
+        metrics?.recordRelayMessage(code, bytes, (performance.now() - started) / 1000, this.#loginLabel(login));
         span.set({ 'smtp.reply_code': code, 'eml_api.bytes': bytes });
         if (err) span.fail(Object.assign(new Error(err.message), { code: `SMTP_${code}` }));
         span.end();
@@ -502,6 +519,14 @@ export class RelayTelemetry {
       span.run(() => handlers.onData(stream, session, reply));
     };
     return { ...handlers, onData };
+  }
+
+  /** The `login` label of a message: the login, or `:other` past the logins the counter names. */
+  #loginLabel(login: string | undefined): string | undefined {
+    if (login === undefined || this.#logins.has(login)) return login;
+    if (this.#logins.size >= this.#maxLogins) return ':other';
+    this.#logins.add(login);
+    return login;
   }
 
   /**

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import { connect } from 'node:net';
 import nodemailer from 'nodemailer';
@@ -8,14 +9,20 @@ import { EmlApiQueueTransport } from '../../src/queue/index.js';
 import { redisServerMissing, startRedisServer } from '../helpers/redis-server.js';
 import { eventually } from '../helpers/outbox.js';
 import { installTracing, promtoolMissing, promtoolProblems, sample, type TestTracing } from '../helpers/telemetry.js';
+import { capturingLogger } from '../helpers/logger.js';
 
 /** The relay's health port, metrics, spans and graceful stop, with real SMTP clients (Nodemailer's SMTP transport). */
 
 let emu: Emulator;
 let tracing: TestTracing;
 const relays: EmlApiRelay[] = [];
+/** API keys of other apps of the account, which clients give as their SMTP password. */
+const APP_KEYS = ['sk_app_ONESECRET_1', 'sk_app_TWOSECRET_2', 'sk_app_THREESECRET_3'];
+/** A login as the relay names it: a relay user's name, or `key:` and the first 24 hex digits of the key's SHA-256. */
+const keyLogin = (key: string) => `key:${createHash('sha256').update(key).digest('hex').slice(0, 24)}`;
+
 beforeAll(async () => {
-  emu = await startEmulator();
+  emu = await startEmulator({ apiKeys: APP_KEYS.map((key) => ({ key, scopes: ['sender'] })) });
   tracing = installTracing();
 });
 afterAll(async () => {
@@ -132,6 +139,85 @@ describe('the relay with its http port', () => {
         await queue.close();
         const span = tracing.spans().find((s) => s.name === 'eml-api.relay')!;
         expect(job!.data.trace?.traceparent).toBe(`00-${span.spanContext().traceId}-${span.spanContext().spanId}-01`);
+        await r.close();
+      } finally {
+        await redis.stop();
+      }
+    },
+  );
+});
+
+describe('who sent it: the login in log lines, spans and metrics', () => {
+  const mail = (subject: string) => ({ from: 'app@example.test', to: 'ann@example.test', subject, text: 'x' });
+  const sendAs = async (port: number, subject: string, auth?: { user: string; pass: string }) => {
+    const transporter = nodemailer.createTransport({
+      host: '127.0.0.1',
+      port,
+      ignoreTLS: true,
+      ...(auth ? { auth } : {}),
+    });
+    try {
+      return await transporter.sendMail(mail(subject));
+    } finally {
+      transporter.close();
+    }
+  };
+
+  it("a relay user's name, or the fingerprint of the key given as the password; never the password", async () => {
+    const logger = capturingLogger({ inspect: true });
+    const r = await relay({
+      users: [{ username: 'billing', password: 'billing-SECRETPW' }],
+      logger,
+      authFailureDelay: 0,
+    });
+    await sendAs(r.port, 'as billing', { user: 'billing', pass: 'billing-SECRETPW' });
+    await sendAs(r.port, 'as a key', { user: 'apikey', pass: APP_KEYS[0]! });
+    await sendAs(r.port, 'without AUTH');
+    await expect(sendAs(r.port, 'wrong password', { user: 'billing', pass: 'billing-WRONGPW' })).rejects.toMatchObject({
+      responseCode: 535,
+    });
+    expect(logger.lines.find((l) => l.message === 'AUTH refused')?.meta).toMatchObject({ login: 'billing' });
+    const accepted = logger.lines.filter((l) => l.message === 'Message accepted').map((l) => l.meta.login);
+    expect(accepted).toEqual(['billing', keyLogin(APP_KEYS[0]!), undefined]);
+    const spans = tracing.spans().filter((s) => s.name === 'eml-api.relay');
+    expect(spans.map((s) => s.attributes['eml_api.login'])).toEqual(accepted);
+    const text = (await get(`http://127.0.0.1:${r.http!.port}/metrics`)).text;
+    expect(sample(text, 'eml_api_relay_messages_total', { outcome: 'accepted', code: '250', login: 'billing' })).toBe(
+      1,
+    );
+    expect(
+      sample(text, 'eml_api_relay_messages_total', { outcome: 'accepted', code: '250', login: keyLogin(APP_KEYS[0]!) }),
+    ).toBe(1);
+    if (!promtoolMissing) expect(promtoolProblems(text)).toBe('');
+    const everything = [...logger.inspected(), text, ...spans.map((s) => JSON.stringify(s.attributes))].join('\n');
+    for (const secret of ['SECRETPW', 'WRONGPW', 'ONESECRET']) expect(everything).not.toContain(secret);
+  });
+
+  it('the metric names as many logins as the relay has users and keeps keys for; the others are :other', async () => {
+    const r = await relay({ maxKeys: 1 });
+    for (const key of APP_KEYS) await sendAs(r.port, 'as a key', { user: 'apikey', pass: key });
+    const text = (await get(`http://127.0.0.1:${r.http!.port}/metrics`)).text;
+    const count = (login: string) =>
+      sample(text, 'eml_api_relay_messages_total', { outcome: 'accepted', code: '250', login });
+    expect([count(keyLogin(APP_KEYS[0]!)), count(keyLogin(APP_KEYS[1]!)), count(':other')]).toEqual([1, 1, 1]);
+    expect(text).not.toContain(keyLogin(APP_KEYS[2]!));
+  });
+
+  it.skipIf(redisServerMissing)(
+    "in store-and-forward, the outbox's own lines go to the relay's logger and name the login",
+    async () => {
+      const redis = await startRedisServer();
+      try {
+        const logger = capturingLogger();
+        const r = await relay({
+          queue: { connection: redis.url },
+          users: [{ username: 'cron', password: 'cron-pw' }],
+          logger,
+        });
+        await sendAs(r.port, 'stored', { user: 'cron', pass: 'cron-pw' });
+        const queued = logger.lines.find((l) => l.message === 'Message queued');
+        expect(queued?.meta).toMatchObject({ login: 'cron', client: '127.0.0.1', queueId: expect.any(String) });
+        expect(logger.lines.find((l) => l.message === 'Message accepted')?.meta).toMatchObject({ login: 'cron' });
         await r.close();
       } finally {
         await redis.stop();

@@ -10,7 +10,7 @@ import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiClient } from '../../src/index.js';
 import { ClientSlots } from '../../src/relay/client-slots.js';
 import { KeyClients } from '../../src/relay/relay-users.js';
-import { directDestination } from '../../src/relay/message-destination.js';
+import { directDestination, UploadShares } from '../../src/relay/message-destination.js';
 import { relaySessionHandlers } from '../../src/relay/relay-sessions.js';
 import { resolveRelayOptions } from '../../src/relay/relay-options.js';
 
@@ -34,7 +34,9 @@ describe('key clients held by sessions', () => {
       relayClient: undefined,
       relaySecret: undefined,
       isOwnKey: () => false,
+      relayKeyLogin: undefined,
       destination: directDestination(),
+      shares: new UploadShares(),
       slots: new ClientSlots(settings),
       signal: new AbortController().signal,
       arriving: new AbortController().signal,

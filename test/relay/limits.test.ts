@@ -169,6 +169,65 @@ describe('DATA deadline and minimum rate (dataTimeout, minDataRate)', () => {
   });
 });
 
+describe('upload slots shared fairly among clients (maxConnections to the service)', () => {
+  /** Starts a transaction up to DATA. */
+  async function ready(dialog: SmtpDialog): Promise<void> {
+    expect((await dialog.command('EHLO client.example')).code).toBe(250);
+    expect((await dialog.command('MAIL FROM:<app@example.test>')).code).toBe(250);
+    expect((await dialog.command('RCPT TO:<ann@example.test>')).code).toBe(250);
+  }
+
+  /** Sends the message of a transaction that is ready; resolves with the reply code, noting its turn in `order`. */
+  async function sendReady(dialog: SmtpDialog, id: string, order: string[]): Promise<number> {
+    const reply = await dialog.data(message(id));
+    order.push(id);
+    return reply.code;
+  }
+
+  async function sending(dialog: SmtpDialog, id: string, order: string[]): Promise<number> {
+    await ready(dialog);
+    return sendReady(dialog, id, order);
+  }
+
+  it("one client's backlog does not hold every slot: another client's message is uploaded beside it, not after it", async () => {
+    const relay = await start({ maxConnections: 2 });
+    // Every upload takes the service 300 ms.
+    emu.setFaults({ latencyMs: 300 });
+    try {
+      const order: string[] = [];
+      const other = await connect(relay, '127.0.0.71');
+      await ready(other.dialog);
+      const bulk = [];
+      for (let i = 0; i < 4; i++) bulk.push(await connect(relay, '127.0.0.70'));
+      const backlog = bulk.map(({ dialog }, i) => sending(dialog, `bulk-${i}`, order));
+      await waitFor(() => (emu.faultStats()?.none ?? 0) >= 1);
+      const small = await sendReady(other.dialog, 'small', order);
+      expect([small, ...(await Promise.all(backlog))]).toEqual([250, 250, 250, 250, 250]);
+      // First come, first served, it came fifth: after the whole backlog. Now a slot was kept for it.
+      expect(order.indexOf('small')).toBeLessThan(3);
+    } finally {
+      emu.setFaults(undefined);
+    }
+  });
+
+  it('a client alone on the relay gets every slot', async () => {
+    const relay = await start({ maxConnections: 2 });
+    emu.setFaults({ latencyMs: 300 });
+    try {
+      const order: string[] = [];
+      const alone = [];
+      for (let i = 0; i < 3; i++) alone.push(await connect(relay, '127.0.0.72'));
+      const sends = alone.map(({ dialog }, i) => sending(dialog, `alone-${i}`, order));
+      // Two uploads reach the service before either is answered.
+      await waitFor(() => (emu.faultStats()?.none ?? 0) >= 2 || order.length > 0);
+      expect(order).toEqual([]);
+      expect(await Promise.all(sends)).toEqual([250, 250, 250]);
+    } finally {
+      emu.setFaults(undefined);
+    }
+  });
+});
+
 describe('implicit TLS: sockets in their handshake count against their address, and have a deadline', () => {
   /** Opens a TCP connection from `localAddress` that never starts its TLS handshake; resolves once connected. */
   async function silent(relay: EmlApiRelay, localAddress: string): Promise<{ closed: Promise<unknown> }> {

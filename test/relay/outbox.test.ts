@@ -5,6 +5,7 @@ import { EmlApiError } from '../../src/index.js';
 import { EmlApiQueueTransport, startEmlApiWorker } from '../../src/queue/index.js';
 import { hashRelayPassword, startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { SmtpDialog } from './relay-harness.js';
+import { capturingLogger } from '../helpers/logger.js';
 import { runCli } from '../../src/cli/run-cli.js';
 import { waitFor } from '../helpers/async.js';
 import { eventually } from '../helpers/outbox.js';
@@ -137,6 +138,114 @@ describe('the relay with the outbox', () => {
     expect(info.response).toMatch(/^250 2\.0\.0 Ok: \S+/);
   });
 
+  it.each([
+    ['no From', 'To: ann@example.test', /^5\.6\.0 .*no From header/],
+    ['a From of a name alone', 'From: Shop\r\nTo: ann@example.test', /^5\.6\.0 .*From header has no address/],
+    ['a From of <>', 'From: <>\r\nTo: ann@example.test', /^5\.6\.0 .*From header has no address/],
+    ['a From of an empty group', 'From: shop:;\r\nTo: ann@example.test', /^5\.6\.0 .*From header has no address/],
+    ['a From of a comment', 'From: Shop (shop@example.test)\r\nTo: ann@example.test', /^5\.6\.0 .*From header has no/],
+    [
+      'a From of an encoded name',
+      'From: =?utf-8?B?U2hvcA==?=\r\nTo: ann@example.test',
+      /^5\.6\.0 .*From header has no/,
+    ],
+    [
+      'a From of a Base64 word holding a bare address',
+      'From: =?utf-8?B?c2hvcEBleGFtcGxlLnRlc3Q=?=\r\nTo: ann@example.test',
+      /^5\.6\.0 .*From header has no/,
+    ],
+    [
+      'two From fields, the last empty',
+      'From: shop@example.test\r\nFrom:\r\nTo: ann@example.test',
+      /^5\.6\.0 .*From header has no/,
+    ],
+    [
+      'a From with a bidi control',
+      'From: \u202eshop@example.test\r\nTo: ann@example.test',
+      /^5\.6\.0 .*From header holds/,
+    ],
+    [
+      'a Reply-To with a zero-width space',
+      'From: shop@example.test\r\nReply-To: a\u200b@example.test\r\nTo: ann@example.test',
+      /^5\.6\.0 .*Reply-To header holds/,
+    ],
+  ])('%s: 554 at DATA, as the direct relay answers it; nothing is stored', async (_label, head, reply) => {
+    const queue = new EmlApiQueueTransport({ connection: redis.url });
+    try {
+      await queue.queue.obliterate({ force: true });
+      const { dialog } = await SmtpDialog.open(relay.port);
+      await dialog.command('EHLO client.example');
+      expect((await dialog.command('MAIL FROM:<shop@example.test>')).code).toBe(250);
+      expect((await dialog.command('RCPT TO:<ann@example.test>')).code).toBe(250);
+      const answer = await dialog.data(Buffer.from(`${head}\r\nSubject: s\r\n\r\nhi\r\n`));
+      dialog.close();
+      expect([answer.code, answer.text]).toEqual([554, expect.stringMatching(reply)]);
+      expect(await queue.queue.count()).toBe(0);
+    } finally {
+      await queue.close();
+    }
+  });
+
+  it('a Redis that refuses or is gone: 451 4.3.0, try again later, quoting nothing of Redis; the log says what', async () => {
+    const own = await startRedisServer();
+    const logger = capturingLogger();
+    const storing = await startEmlApiRelay({
+      baseUrl: emu.url,
+      apiKey: emu.apiKey,
+      port: 0,
+      logger,
+      queue: { connection: own.url, timeouts: { store: 1000 } },
+    });
+    const port = new URL(own.url).port;
+    const attempt = async (subject: string) => {
+      const { dialog } = await SmtpDialog.open(storing.port);
+      await dialog.command('EHLO client.example');
+      await dialog.command('MAIL FROM:<cron@host.example>');
+      await dialog.command('RCPT TO:<ops@example.test>');
+      const reply = await dialog.data(
+        `From: cron@host.example\r\nTo: ops@example.test\r\nSubject: ${subject}\r\n\r\nx\r\n`,
+      );
+      dialog.close();
+      return `${reply.code} ${reply.text}`;
+    };
+    try {
+      await own.client.config('SET', 'maxmemory', '1');
+      expect(await attempt('redis full')).toBe('451 4.3.0 The relay could not store the message, try again later');
+      await own.stop();
+      expect(await attempt('redis gone')).toBe('451 4.3.0 The relay could not store the message, try again later');
+      const logged = logger.at('error').filter((l) => l.message === 'Message refused');
+      expect(logged.map((l) => l.meta.err)).toEqual([expect.stringMatching(/OOM/), expect.stringContaining(port)]);
+    } finally {
+      await storing.close();
+      await own.stop();
+    }
+  });
+
+  it('an xn-- domain that decodes to a zero-width space: 553 at RCPT TO, 554 at DATA in a header; nothing is stored', async () => {
+    const queue = new EmlApiQueueTransport({ connection: redis.url });
+    try {
+      await queue.queue.obliterate({ force: true });
+      // "a\u200bb": mailparser decodes it before the service checks the address, which it then refuses.
+      const hidden = 'ann@xn--ab-g1t.test';
+      const { dialog } = await SmtpDialog.open(relay.port);
+      await dialog.command('EHLO client.example');
+      expect((await dialog.command('MAIL FROM:<shop@example.test>')).code).toBe(250);
+      expect((await dialog.command(`RCPT TO:<${hidden}>`)).code).toBe(553);
+      expect((await dialog.command('RCPT TO:<ann@example.test>')).code).toBe(250);
+      const answer = await dialog.data(
+        `From: shop@example.test\r\nTo: ann@example.test, ${hidden}\r\nSubject: s\r\n\r\nhi\r\n`,
+      );
+      dialog.close();
+      expect([answer.code, answer.text]).toEqual([
+        554,
+        expect.stringMatching(/^5\.6\.0 .*reads as "ann@a\u200bb\.test", which it refuses/),
+      ]);
+      expect(await queue.queue.count()).toBe(0);
+    } finally {
+      await queue.close();
+    }
+  });
+
   it("needs the relay's own key: the workers send later with theirs", async () => {
     const err = await startEmlApiRelay({ baseUrl: emu.url, port: 0, queue: { connection: redis.url } }).catch(
       (e: unknown) => e,
@@ -202,7 +311,32 @@ describe('eml-api relay: store-and-forward is chosen with a flag, the Redis URL 
     expect(run.output().replace('redis://:s3cret', '')).not.toContain('s3cret-redis-pw');
   });
 
+  it('--durability aof: refuses to start on a Redis without its append-only file (exit 1), starts on one with it', async () => {
+    let err = '';
+    const code = await runCli(['relay', '--port', '0', '--url', emu.url, '--outbox', '--durability', 'aof'], {
+      stdout: { write: () => true },
+      stderr: { write: (text: string) => (err += text) },
+      env: { EML_API_KEY: emu.apiKey, REDIS_URL: redis.url },
+    });
+    expect(code).toBe(1);
+    expect(err).toMatch(/appendonly no.*durability: 'aof'/);
+    const durable = await startRedisServer({ appendonly: true });
+    try {
+      const run = await relayCli(['--outbox', '--durability', 'aof'], { REDIS_URL: durable.url });
+      expect((await sendTo(run.port, 'stored durably')).response).toMatch(/^250 2\.0\.0 Ok: \S+/);
+      expect(await run.stop()).toBe(0);
+    } finally {
+      await durable.stop();
+    }
+  });
+
   it.each([
+    [
+      ['--outbox', '--durability', 'always'],
+      { REDIS_URL: 'redis://127.0.0.1:1' },
+      /--durability: expected warn, aof, aof-always, got "always"/,
+    ],
+    [['--durability', 'aof'], {}, /--durability goes with the outbox/],
     [['--outbox'], {}, /--outbox needs a Redis: set REDIS_URL/],
     [
       ['--queue', 'mail'],

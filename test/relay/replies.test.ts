@@ -209,7 +209,7 @@ describe('transient failures answer 451 (the client retries later)', () => {
     emu.setFaults({ unavailable: 1 });
     const reply = await send(eml('unavailable'), ['ann@example.test']);
     expect(reply.code).toBe(451);
-    expect(reply.text).toMatch(/^4\.3\.0 .*503 unavailable/);
+    expect(reply.text).toBe('4.3.0 The email service failed, try again later');
     emu.setFaults(undefined);
     expect((await send(eml('unavailable'), ['ann@example.test'])).code).toBe(250);
     expect(emu.mailbox('ann@example.test').filter((c) => c.messageId === '<unavailable@example.test>')).toHaveLength(1);
@@ -219,12 +219,13 @@ describe('transient failures answer 451 (the client retries later)', () => {
     emu.setFaults({ rateLimited: 1, retryAfterSeconds: 1 });
     const reply = await send(eml('limited'), ['ann@example.test']);
     expect(reply.code).toBe(451);
-    expect(reply.text).toMatch(/^4\.4\.5 .*429/);
+    expect(reply.text).toBe('4.4.5 The email service is rate limiting, try again later');
   });
 
-  it('an unreachable service: 451 4.4.1 (the relay starts anyway, and says so)', async () => {
+  it("an unreachable service: 451 4.4.1 (the relay starts anyway, and says so); the service's URL is in the log, not the reply", async () => {
+    const port = await closedPort();
     const down = await startEmlApiRelay({
-      baseUrl: `http://127.0.0.1:${await closedPort()}`,
+      baseUrl: `http://127.0.0.1:${port}`,
       apiKey: 'k-unreachable',
       port: 0,
       retry: false,
@@ -234,9 +235,12 @@ describe('transient failures answer 451 (the client retries later)', () => {
     expect(logger.lines.some((l) => l.level === 'warn' && /Could not check the relay's API key/.test(l.message))).toBe(
       true,
     );
+    logger.clear();
     const reply = await send(eml('down'), ['ann@example.test'], down.port);
     expect(reply.code).toBe(451);
-    expect(reply.text).toMatch(/^4\.4\.1 The email service could not be reached/);
+    expect(reply.text).toBe('4.4.1 The email service could not be reached, try again later');
+    const logged = logger.at('warn').find((l) => l.message === 'Message refused')!;
+    expect(logged.meta.err).toMatch(new RegExp(`^ECONNECTION: .*127\\.0\\.0\\.1:${port}`));
   });
 
   it('a base URL without the send endpoint (404, a wrong --url or proxy route): 451 4.3.5, the mail waits at the sender instead of bouncing', async () => {
@@ -248,18 +252,39 @@ describe('transient failures answer 451 (the client retries later)', () => {
       logger,
     });
     relays.push(misrouted);
+    logger.clear();
     const reply = await send(eml('misrouted'), ['ann@example.test'], misrouted.port);
     expect(reply.code).toBe(451);
-    expect(reply.text).toMatch(/^4\.3\.5 .*404/);
+    expect(reply.text).toBe('4.3.5 The relay is not configured to send this, try again later');
+    const logged = logger.at('error').find((l) => l.message === 'Message refused')!;
+    expect(logged.meta.err).toMatch(/^EAPI: .*404/);
     expect(emu.mailbox('ann@example.test').some((c) => c.messageId === '<misrouted@example.test>')).toBe(false);
   });
 });
 
 describe('permanent failures answer 5xx with the reason', () => {
-  it('invalid EML (no From header): 554 5.6.0 with the service reason', async () => {
+  it('invalid EML (no From header): 554 5.6.0 saying so, and the service is not asked', async () => {
+    emu.setFaults({});
     const reply = await send('To: ann@example.test\r\nSubject: no sender\r\n\r\nHello\r\n', ['ann@example.test']);
     expect(reply.code).toBe(554);
-    expect(reply.text).toMatch(/^5\.6\.0 .*invalid_eml.*no From header/);
+    expect(reply.text).toMatch(/^5\.6\.0 .*no From header/);
+    expect(emu.faultStats()!.none).toBe(0);
+  });
+
+  it.each([
+    ['a From of a name alone', 'From: Shop', /^5\.6\.0 .*From header has no address/],
+    ['a From of an empty group', 'From: shop:;', /^5\.6\.0 .*From header has no address/],
+    ['a From with a bidi control', 'From: \u202eshop@example.test', /^5\.6\.0 .*From header holds/],
+    [
+      'a Sender with a control character',
+      'From: shop@example.test\r\nSender: s\u0085@example.test',
+      /^5\.6\.0 .*Sender header holds/,
+    ],
+  ])('%s: 554 5.6.0 before the service is asked, as under --outbox', async (_label, from, reply) => {
+    emu.setFaults({});
+    const answer = await send(`${from}\r\nTo: ann@example.test\r\nSubject: s\r\n\r\nHello\r\n`, ['ann@example.test']);
+    expect([answer.code, answer.text]).toEqual([554, expect.stringMatching(reply)]);
+    expect(emu.faultStats()!.none).toBe(0);
   });
 
   it('headers naming a recipient not in RCPT TO: 550 5.7.1 naming it, nothing delivered', async () => {
@@ -288,7 +313,7 @@ describe('permanent failures answer 5xx with the reason', () => {
       relays.push(r);
       const reply = await send(eml('service-limit', undefined, 'y'.repeat(40_000)), ['ann@example.test'], r.port);
       expect(reply.code).toBe(552);
-      expect(reply.text).toMatch(/^5\.3\.4 .*413/);
+      expect(reply.text).toMatch(/^5\.3\.4 The message is too large for the email service: payload_too_large: /);
     } finally {
       await small.close();
     }

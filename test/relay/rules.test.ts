@@ -6,12 +6,15 @@
  */
 import { Readable } from 'node:stream';
 import { inspect } from 'node:util';
+import { createRequire } from 'node:module';
 import fc from 'fast-check';
 import { buffer } from 'node:stream/consumers';
 import { describe, expect, it } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
 import { parseAddressList, parseHeaderFields } from '../../src/protocol/message-format.js';
 import {
+  asMailparserReads,
+  fromRefusal,
   addressKey,
   readAddressList,
   readRelayHeaders,
@@ -28,7 +31,6 @@ import {
 import { ClientAddressList, clientKey, isLoopbackAddress } from '../../src/relay/client-address-list.js';
 import {
   planEnvelope,
-  withMessageId,
   IDEMPOTENCY_WINDOW_MS,
   identitySecret,
   MessageIdentities,
@@ -36,8 +38,16 @@ import {
 } from '../../src/relay/receive-message.js';
 import { defaultMaxMessageSize, maxUploadableSize, resolveRelayOptions } from '../../src/relay/relay-options.js';
 import { authOffered, mailRefusal, type RelayPolicy } from '../../src/relay/relay-sessions.js';
-import { authFailureReply, failureReply } from '../../src/relay/smtp-replies.js';
+import {
+  authFailureReply,
+  outboxFailureReply,
+  relayFailureReply,
+  serviceFailureReply,
+} from '../../src/relay/smtp-replies.js';
 import { thrownBy } from '../helpers/async.js';
+import { UploadShares } from '../../src/relay/message-destination.js';
+import { parseEml } from '../../src/emulator/operations/send-operations.js';
+import { EmlApiClient } from '../../src/client/eml-api-client.js';
 
 describe('addressKey', () => {
   it.each([
@@ -105,12 +115,16 @@ describe('planEnvelope', () => {
     expect(plan.head.toString()).toBe('From: a@x.test\r\nSubject: no body\r\nBcc: b@x.test\r\n');
   });
 
-  it('adds a Message-ID as the last field, in place of an empty one', () => {
-    const id = '<1.eml-api-relay@x.test>';
-    expect(withMessageId(head(['From: a@x.test', 'Message-ID:', 'To: b@x.test']), id).toString()).toBe(
-      ['From: a@x.test', 'To: b@x.test', `Message-ID: ${id}`, '', ''].join('\r\n'),
+  it('takes the empty Message-ID fields out of a message without one (the relay adds its own), Bcc added or not', () => {
+    const empty = head(['From: a@x.test', 'Message-ID:', 'To: b@x.test', 'Message-ID:  ']);
+    expect(planEnvelope(empty, ['b@x.test']).head.toString()).toBe(
+      ['From: a@x.test', 'To: b@x.test', '', ''].join('\r\n'),
     );
-    expect(withMessageId(Buffer.from('From: a@x.test'), id).toString()).toBe(`From: a@x.test\r\nMessage-ID: ${id}\r\n`);
+    expect(planEnvelope(empty, ['b@x.test', 'c@x.test']).head.toString()).toBe(
+      ['From: a@x.test', 'To: b@x.test', 'Bcc: c@x.test', '', ''].join('\r\n'),
+    );
+    const named = head(['From: a@x.test', 'Message-ID:', 'To: b@x.test', 'Message-ID: <m@x.test>']);
+    expect(planEnvelope(named, ['b@x.test']).head).toEqual(named);
   });
 
   it('refuses header recipients that are not in RCPT TO with EENVELOPE, naming five and counting the rest', () => {
@@ -531,7 +545,19 @@ describe('replies', () => {
     });
 
   it.each([
-    [new EmlApiError('EENVELOPE', 'x'), 'client', 550, '5.7.1'],
+    [new EmlApiError('EENVELOPE', 'x'), 550, '5.7.1'],
+    [new EmlApiError('EMESSAGE', 'unreadable', { permanent: true }), 554, '5.6.0'],
+    [new EmlApiError('EMESSAGE', 'disk full', { permanent: false }), 451, '4.3.0'],
+    [new EmlApiError('ESPOOL', 'spool write failed', { permanent: false }), 451, '4.3.0'],
+    [new EmlApiError('EABORT', 'closing'), 451, '4.3.2'],
+    [new Error('bug'), 451, '4.3.0'],
+  ] as const)("the relay's own: %s → %i %s", (err, code, enhanced) => {
+    const reply = relayFailureReply(err);
+    expect(reply.code).toBe(code);
+    expect(reply.text.startsWith(`${enhanced} `)).toBe(true);
+  });
+
+  it.each([
     [api(400, 'invalid_eml'), 'client', 554, '5.6.0'],
     [api(400, 'invalid_address'), 'client', 554, '5.1.3'],
     [api(413), 'client', 552, '5.3.4'],
@@ -547,15 +573,72 @@ describe('replies', () => {
     [new EmlApiError('ECONNECTION', 'refused'), 'client', 451, '4.4.1'],
     [new EmlApiError('ETIMEDOUT', 'slow'), 'client', 451, '4.4.2'],
     [new EmlApiError('EABORT', 'closed'), 'client', 451, '4.3.2'],
-    [new EmlApiError('EMESSAGE', 'unreadable', { permanent: true }), 'client', 554, '5.6.0'],
-    [new EmlApiError('EMESSAGE', 'disk full', { permanent: false }), 'client', 451, '4.3.0'],
-    [new EmlApiError('ESPOOL', 'spool write failed', { permanent: false }), 'client', 451, '4.3.0'],
     [new Error('bug'), 'client', 451, '4.3.0'],
-  ] as const)('%s (%s key) → %i %s', (err, owner, code, enhanced) => {
-    const reply = failureReply(err, owner);
+  ] as const)('the service: %s (%s key) → %i %s', (err, owner, code, enhanced) => {
+    const reply = serviceFailureReply(err, owner);
     expect(reply.code).toBe(code);
     expect(reply.text.startsWith(`${enhanced} `)).toBe(true);
     expect(reply.text).not.toMatch(/[\r\n]/);
+  });
+
+  it.each([
+    [new EmlApiError('ECONNECTION', 'Redis down'), 451, '4.3.0'],
+    [new EmlApiError('ETIMEDOUT', 'Redis slow'), 451, '4.3.0'],
+    [new EmlApiError('ECONFIG', 'maxmemory-policy allkeys-lru'), 451, '4.3.0'],
+    [new EmlApiError('EMESSAGE', 'over maxMessageSize', { permanent: true }), 552, '5.3.4'],
+    [new EmlApiError('EMESSAGE', 'parked', { permanent: true, queueId: 'j', idempotencyKey: 'k' }), 554, '5.6.0'],
+    [new EmlApiError('EABORT', 'closed'), 451, '4.3.2'],
+    [new Error('bug'), 451, '4.3.0'],
+  ] as const)('the outbox: %s → %i %s', (err, code, enhanced) => {
+    const reply = outboxFailureReply(err);
+    expect(reply.code).toBe(code);
+    expect(reply.text.startsWith(`${enhanced} `)).toBe(true);
+  });
+
+  it("replies quote nothing of the relay's insides: no URL, no Redis address or text, no hint to a programmer", () => {
+    const service = new EmlApiError(
+      'ECONNECTION',
+      'POST /v1/send/eml to https://api.internal.example:8443 failed after 3 attempts: connect ECONNREFUSED 10.1.2.3:8443 (ECONNREFUSED); the request was sent, so the service may have accepted it; not retried to avoid sending twice (see retry.retryAmbiguous)',
+      { permanent: false },
+    );
+    const redis = new EmlApiError(
+      'ECONNECTION',
+      'Could not store the message in Redis at 10.9.8.7:6379: OOM command not allowed when used memory > \'maxmemory\'. script: 6e1c4bd0a7cbd7e4b8fa1b0c3c2a9f1e5d0c7b6a; the job may have been stored all the same (queueing again with idempotencyKey "k", err.idempotencyKey, stores it once)',
+      { permanent: false, idempotencyKey: 'k', queueId: 'j' },
+    );
+    const timeout = new EmlApiError(
+      'ETIMEDOUT',
+      'POST /v1/send/eml to https://api.internal.example failed: overall timeout (timeouts.total, 120000 ms) elapsed',
+    );
+    const texts = [
+      serviceFailureReply(service, 'client').text,
+      serviceFailureReply(service, 'relay').text,
+      serviceFailureReply(timeout, 'relay').text,
+      outboxFailureReply(redis).text,
+      authFailureReply(service).text,
+      authFailureReply(redis).text,
+    ];
+    for (const text of texts) {
+      expect(text).toMatch(/try again later$/);
+      expect(text).not.toMatch(
+        /https?:|internal\.example|10\.\d|6379|8443|Redis|OOM|maxmemory|script|idempotencyKey|retry|timeouts\./i,
+      );
+    }
+    // A refusal quotes the service's own reason (its JSON error), not the relay's request.
+    const refused = new EmlApiError(
+      'EAPI',
+      'POST /v1/send/eml failed, the service answered with an error (400 invalid_eml): mail: the message has no From header',
+      {
+        responseCode: 400,
+        apiCode: 'invalid_eml',
+        response: '{"error":{"code":"invalid_eml","message":"mail: the message has no From header"}}',
+        command: 'POST /v1/send/eml',
+      },
+    );
+    expect(serviceFailureReply(refused, 'client')).toEqual({
+      code: 554,
+      text: '5.6.0 The email service refused the message: invalid_eml: mail: the message has no From header',
+    });
   });
 
   it('AUTH: a refused key is 535 5.7.8, a service that cannot tell is 454 4.7.0', () => {
@@ -569,19 +652,28 @@ describe('replies', () => {
     const internal = new SyntaxError('Invalid regular expression: /(?:s|%73)(?:k|%6b)/: Regular expression too large');
     const auth = authFailureReply(internal);
     expect(auth).toEqual({ code: 454, text: '4.7.0 Temporary authentication failure, try again later' });
-    const data = failureReply(new TypeError('Cannot read properties of undefined (reading /srv/spool/x)'), 'client');
+    const data = relayFailureReply(new TypeError('Cannot read properties of undefined (reading /srv/spool/x)'));
     expect(data).toEqual({ code: 451, text: '4.3.0 Local error in processing, try again later' });
+    expect(serviceFailureReply(internal, 'client')).toEqual(data);
   });
 
   it('a message over SIZE with its line ends CRLF (EMESSAGE with 413) is 552 5.3.4', () => {
     const err = new EmlApiError('EMESSAGE', 'The message is larger than SIZE', { permanent: true, responseCode: 413 });
-    expect(failureReply(err, 'client')).toEqual({ code: 552, text: '5.3.4 The message is larger than SIZE' });
+    expect(relayFailureReply(err)).toEqual({ code: 552, text: '5.3.4 The message is larger than SIZE' });
   });
 
   it('keeps replies under the 512-character line limit', () => {
+    const long = 'x'.repeat(5000);
     expect(
-      failureReply(new EmlApiError('EAPI', 'x'.repeat(5000), { responseCode: 400 }), 'client').text.length,
+      serviceFailureReply(
+        new EmlApiError('EAPI', long, {
+          responseCode: 400,
+          response: JSON.stringify({ error: { code: 'x', message: long } }),
+        }),
+        'client',
+      ).text.length,
     ).toBeLessThan(500);
+    expect(relayFailureReply(new EmlApiError('EMESSAGE', long, { permanent: true })).text.length).toBeLessThan(500);
   });
 
   it('SIZE defaults to the largest message whose upload fits a 50 MiB request with a Bcc field for every recipient', () => {
@@ -620,5 +712,176 @@ describe('replies', () => {
   it('defaults timeouts.tlsHandshake to 10 s', () => {
     const base = { baseUrl: 'http://127.0.0.1:1', apiKey: 'relay-test-key' };
     expect(resolveRelayOptions(base).settings.tlsHandshakeTimeout).toBe(10_000);
+  });
+});
+
+describe('UploadShares: the upload slots of a client, shared among SMTP clients', () => {
+  const client = (maxConnections: number, total = 60_000) =>
+    new EmlApiClient({ baseUrl: 'http://127.0.0.1:1', apiKey: 'k', maxConnections, timeouts: { total } });
+  const never = new AbortController().signal;
+  /** Resolves to the release once granted; `granted()` says whether it is. */
+  const ask = (shares: UploadShares, api: EmlApiClient, who: string, signal = never) => {
+    let release: (() => void) | undefined;
+    const promise = shares.acquire(api, who, signal).then((r) => (release = r));
+    return { promise, granted: () => release !== undefined, release: () => release!() };
+  };
+  const turn = () => new Promise((resolve) => setImmediate(resolve));
+
+  it('keeps the last free slot from a client holding some while another is connected, and gives it when that one leaves', async () => {
+    const shares = new UploadShares();
+    const api = client(3);
+    const [a, b] = [{}, {}];
+    shares.join(a, 'A');
+    shares.join(b, 'B');
+    const a1 = ask(shares, api, 'A');
+    const a2 = ask(shares, api, 'A');
+    const a3 = ask(shares, api, 'A');
+    await turn();
+    expect([a1.granted(), a2.granted(), a3.granted()]).toEqual([true, true, false]);
+    const b1 = ask(shares, api, 'B');
+    await turn();
+    expect(b1.granted()).toBe(true);
+    b1.release();
+    await turn();
+    expect(a3.granted()).toBe(false);
+    shares.leave(b);
+    await turn();
+    expect(a3.granted()).toBe(true);
+  });
+
+  it('gives a freed slot to the waiting client holding the fewest, and lets an aborted waiter go', async () => {
+    const shares = new UploadShares();
+    const api = client(2);
+    const a1 = ask(shares, api, 'A');
+    const a2 = ask(shares, api, 'A');
+    await turn();
+    const a3 = ask(shares, api, 'A');
+    const stop = new AbortController();
+    const c1 = ask(shares, api, 'C', stop.signal);
+    const b1 = ask(shares, api, 'B');
+    await turn();
+    stop.abort(new Error('closing'));
+    await expect(c1.promise).rejects.toThrow('closing');
+    a1.release();
+    await turn();
+    expect([a3.granted(), b1.granted()]).toEqual([false, true]);
+    a2.release();
+    await turn();
+    expect(a3.granted()).toBe(true);
+  });
+
+  it("a message waits for a slot no longer than the client's timeouts.total (ETIMEDOUT, 451 4.4.2)", async () => {
+    const shares = new UploadShares();
+    const api = client(1, 50);
+    const first = ask(shares, api, 'A');
+    await turn();
+    await expect(ask(shares, api, 'B').promise).rejects.toMatchObject({ code: 'ETIMEDOUT' });
+    first.release();
+    expect(await ask(shares, api, 'B').promise).toBeTypeOf('function');
+  });
+});
+
+describe('From: refused at DATA exactly when the service is certain to refuse it', () => {
+  const atoms = fc.constantFrom(
+    'a@b.test',
+    'Shop',
+    '<>',
+    '<a@b.test>',
+    '"a@b.test"',
+    '"Shop"',
+    'g:',
+    ';',
+    ',',
+    ' ',
+    '\t',
+    '(c)',
+    '(a@b.test)',
+    '=?utf-8?B?U2hvcA==?=',
+    '=?utf-8?B?U2hvcCA8YUBiLnRlc3Q+?=',
+    '=?utf-8?Q?a=40b.test?=',
+    '=?utf-8?B?YUBiLnRlc3Q=?=',
+    '@',
+    'x@',
+    '@b.test',
+    'a@b',
+    '<a@b.test',
+    'a@b.test>',
+    'é@b.test',
+    'a@bé.test',
+    '"a b"@c.test',
+    'a.@b.test',
+    'a@[1.2.3.4]',
+    'a@-b.test',
+    'xn--a@b.test',
+    'a@xn--bcher-kva.example',
+    'a@xn--zz-.test',
+  );
+  const value = fc.array(atoms, { maxLength: 5 }).map((a) => a.join(''));
+  const verdicts = async (froms: string[]) => {
+    const head = `${froms.map((f) => `From: ${f}\r\n`).join('')}To: ann@example.test\r\nSubject: s\r\n\r\n`;
+    const relay = await Promise.resolve(Buffer.from(head))
+      .then(async (bytes) => fromRefusal(readRelayHeaders(bytes).froms))
+      .then(
+        (refusal) => (refusal ? 'refused' : 'accepted'),
+        () => 'refused',
+      );
+    const emulator = await parseEml(Buffer.from(`${head}hi\r\n`)).then(
+      () => 'accepted',
+      () => 'refused',
+    );
+    return { relay, emulator };
+  };
+
+  it('one From field: the relay and the emulator agree on every shape', async () => {
+    await fc.assert(
+      fc.asyncProperty(value, async (from) => {
+        const { relay, emulator } = await verdicts([from]);
+        expect([from, relay]).toEqual([from, emulator]);
+      }),
+      { numRuns: 1500 },
+    );
+  });
+
+  it('two From fields: whatever the emulator refuses the relay refuses (it refuses one whose either field has no address)', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.tuple(value, value), async (froms) => {
+        const { relay, emulator } = await verdicts(froms);
+        if (emulator === 'refused') expect([froms, relay]).toEqual([froms, 'refused']);
+      }),
+      { numRuns: 500 },
+    );
+  });
+});
+
+describe('xn-- domains as mailparser decodes them', () => {
+  // The punycode.js mailparser itself loads.
+  const punycode = createRequire(createRequire(import.meta.url).resolve('mailparser'))('punycode.js') as {
+    toUnicode(domain: string): string;
+    toASCII(domain: string): string;
+  };
+  const mailparserReads = (address: string) => {
+    if (!/@xn--/.test(address)) return address;
+    const at = address.lastIndexOf('@');
+    try {
+      return address.slice(0, at + 1) + punycode.toUnicode(address.slice(at + 1));
+    } catch {
+      return address;
+    }
+  };
+
+  it('decodes every domain as punycode.js does, valid Punycode or not', () => {
+    const label = fc.oneof(
+      fc.string({ unit: 'grapheme', minLength: 1, maxLength: 8 }).map((u) => punycode.toASCII(u)),
+      fc
+        .string({ unit: fc.constantFrom('a', 'z', '0', '9', '-', 'A', '.', '\u3002'), maxLength: 10 })
+        .map((t) => `xn--${t}`),
+    );
+    fc.assert(
+      fc.property(fc.array(label, { minLength: 1, maxLength: 3 }), (labels) => {
+        const address = `ann@${labels.join('.')}`;
+        expect(asMailparserReads(address)).toBe(mailparserReads(address));
+      }),
+      { numRuns: 3000 },
+    );
   });
 });

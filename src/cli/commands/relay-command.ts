@@ -18,6 +18,7 @@ import {
 } from '../lib/ops-flags.js';
 import type { EmlApiQueueTransportOptions } from '../../queue/queue-transport-options.js';
 import type { OutboxClusterConnection } from '../../queue/redis-connection.js';
+import { OUTBOX_DURABILITIES, type OutboxDurability } from '../../queue/redis-settings.js';
 
 /** Help of `eml-api relay`. */
 export const RELAY_HELP = `Usage: eml-api relay [options]
@@ -85,6 +86,10 @@ Options:
   --replicas <n>          with the outbox: 250 only once n replicas of Redis hold the message (WAIT);
                           when fewer confirm in time, 451 (the sender retries, stored once)
   --replicas-timeout <ms> how long to wait for them (default 1000)
+  --durability <level>    with the outbox, what Redis must keep before a 250: warn (the default: any
+                          persistence, a warning without the append-only file), aof (refuses to start
+                          without appendonly yes), aof-always (also appendfsync always: every message
+                          on disk before its 250, as Postfix fsyncs)
   --queue <name>          the outbox's queue name (default eml-api)
   --prefix <prefix>       the outbox's Redis key prefix (default bull)
   --allow-insecure-http   allow http:// to a non-loopback service (keys cross the network in clear)
@@ -134,6 +139,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       'redis-cluster': { type: 'boolean' },
       replicas: { type: 'string' },
       'replicas-timeout': { type: 'string' },
+      durability: { type: 'string' },
       queue: { type: 'string' },
       prefix: { type: 'string' },
       'allow-insecure-http': { type: 'boolean' },
@@ -189,10 +195,10 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
           queue: {
             connection: redis,
             ...replicasOption(values),
+            ...optional('durability', durabilityFlag(values.durability)),
             ...optional('encryption', outboxEncryption(io.env)),
             ...(values.queue === undefined ? {} : { queueName: values.queue }),
             ...(values.prefix === undefined ? {} : { prefix: values.prefix }),
-            logger: lineLogger(io, values.quiet ?? false),
           },
         }
       : {}),
@@ -274,13 +280,14 @@ function outboxRedis(
     'redis-cluster'?: boolean;
     replicas?: string;
     'replicas-timeout'?: string;
+    durability?: string;
     queue?: string;
     prefix?: string;
   },
   io: CliIo,
 ): string | OutboxClusterConnection | undefined {
   if (!values.outbox && values.redis === undefined) {
-    for (const flag of ['redis-cluster', 'replicas', 'replicas-timeout', 'queue', 'prefix'] as const) {
+    for (const flag of ['redis-cluster', 'replicas', 'replicas-timeout', 'durability', 'queue', 'prefix'] as const) {
       if (values[flag] !== undefined) {
         throw new UsageError(`--${flag} goes with the outbox: pass --outbox (with REDIS_URL) or --redis`);
       }
@@ -317,6 +324,15 @@ function replicasOption(values: {
       ...(timeout === undefined ? {} : { timeoutMs: wholeFlag(timeout, '--replicas-timeout', 1, 3_600_000) }),
     },
   };
+}
+
+/** `--durability` as the queue's `durability` option. */
+function durabilityFlag(value: string | undefined): OutboxDurability | undefined {
+  if (value === undefined) return undefined;
+  if (!(OUTBOX_DURABILITIES as readonly string[]).includes(value)) {
+    throw new UsageError(`--durability: expected ${OUTBOX_DURABILITIES.join(', ')}, got ${JSON.stringify(value)}`);
+  }
+  return value as OutboxDurability;
 }
 
 /** Where the outbox's Redis is, without user names and passwords, for the startup line. */
