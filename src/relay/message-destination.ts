@@ -259,7 +259,7 @@ export class UploadShares {
     signal.throwIfAborted();
     const pool = this.#pool(client);
     if (pool.waiters.length > 0 || !this.#mayTake(pool, identity)) {
-      await this.#wait(pool, identity, signal, client.options.timeouts.total);
+      await this.#wait(pool, identity, signal, client.settings.timeouts.total);
     } else {
       this.#take(pool, identity);
     }
@@ -278,7 +278,7 @@ export class UploadShares {
   #pool(client: EmlApiClient): SlotPool {
     let pool = this.#pools.get(client);
     if (!pool) {
-      pool = { size: client.options.maxConnections, active: 0, held: new Map(), waiters: [] };
+      pool = { size: client.settings.maxConnections, active: 0, held: new Map(), waiters: [] };
       this.#pools.set(client, pool);
     }
     return pool;
