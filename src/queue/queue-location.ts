@@ -60,7 +60,7 @@ export function contentKeyPrefix(prefix: string, queueName: string): string {
  * can be one of them.
  */
 export function outboxKeys(location: { prefix: string; queueName: string }): {
-  /** Sorted set: every content key, scored with when it was written (or last found needed), Redis time in ms. */
+  /** Sorted set: every content key, scored with its producer's deadline to add the job (Redis time, ms). */
   contentIndex: string;
   /** The lock of the one sweeper at work. */
   sweepLock: string;
