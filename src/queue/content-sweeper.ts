@@ -60,7 +60,7 @@ const LOCK_MS = 60_000;
  * producer's deadline, the entry's score, is not after Redis's time now. A key
  * already gone (or a tombstone, which expires by itself) leaves the index.
  * KEYS: the index, the content key, the job's hash, the queue's completed
- * set (without the last two, a key naming no job). ARGV: the job id. Answers
+ * set. ARGV: the job id. Answers
  * 1 when it removed the content, 0 otherwise. It only deletes: a full Redis
  * runs it.
  */
@@ -69,16 +69,14 @@ if redis.call('TYPE', KEYS[2]).ok ~= 'string' then
   redis.call('ZREM', KEYS[1], KEYS[2])
   return 0
 end
-if KEYS[3] then
-  local data = redis.call('HGET', KEYS[3], 'data')
-  if data then
-    local ok, job = pcall(cjson.decode, data)
-    if ok and type(job) == 'table' and job['contentKey'] == KEYS[2] then
-      if type(job['sent']) ~= 'table' and not redis.call('ZSCORE', KEYS[4], ARGV[1]) then return 0 end
-      redis.call('DEL', KEYS[2])
-      redis.call('ZREM', KEYS[1], KEYS[2])
-      return 1
-    end
+local data = redis.call('HGET', KEYS[3], 'data')
+if data then
+  local ok, job = pcall(cjson.decode, data)
+  if ok and type(job) == 'table' and job['contentKey'] == KEYS[2] then
+    if type(job['sent']) ~= 'table' and not redis.call('ZSCORE', KEYS[4], ARGV[1]) then return 0 end
+    redis.call('DEL', KEYS[2])
+    redis.call('ZREM', KEYS[1], KEYS[2])
+    return 1
   end
 end
 local deadline = redis.call('ZSCORE', KEYS[1], KEYS[2])
@@ -133,7 +131,7 @@ return redis.call('DEL', KEYS[1])
 `;
 
 interface SweepCommands {
-  emlApiJudgeEntry(...keysAndArgs: (string | number)[]): Promise<number>;
+  emlApiJudgeEntry(index: string, content: string, job: string, completed: string, jobId: string): Promise<number>;
   emlApiRenewLock(lock: string, token: string, ms: number): Promise<number>;
   emlApiReleaseLock(lock: string, token: string): Promise<number>;
   emlApiNow(index: string): Promise<number>;
@@ -144,8 +142,7 @@ const defined = new WeakSet<OutboxRedisClient>();
 
 function commands(redis: OutboxRedisClient): OutboxRedisClient & SweepCommands {
   if (!defined.has(redis)) {
-    // Its number of keys is given at each call: 4, or 2 for a key that names no job.
-    redis.defineCommand('emlApiJudgeEntry', { lua: JUDGE });
+    redis.defineCommand('emlApiJudgeEntry', { numberOfKeys: 4, lua: JUDGE });
     redis.defineCommand('emlApiRenewLock', { numberOfKeys: 1, lua: RENEW });
     redis.defineCommand('emlApiReleaseLock', { numberOfKeys: 1, lua: RELEASE });
     redis.defineCommand('emlApiNow', { numberOfKeys: 1, lua: NOW });
@@ -270,20 +267,18 @@ async function checkParked(r: OutboxRedisClient & SweepCommands, location: Queue
 /**
  * Judges one entry of the index (JUDGE), with every key it reads among its
  * KEYS. An entry that is not a content key of this queue (none is, unless
- * written by hand) only leaves the index: on a cluster a key of another slot
- * in a script's KEYS is refused (`CROSSSLOT`), and the sweeper deletes only
- * the queue's own keys.
+ * written by hand, or another queue's whose prefix nests in this one's) only
+ * leaves the index: the sweeper deletes only the queue's own content.
  * @returns 1 when the content was removed, 0 otherwise
  */
 async function judgeEntry(r: OutboxRedisClient & SweepCommands, location: QueueLocation, key: string): Promise<number> {
   const index = outboxKeys(location).contentIndex;
-  if (!key.startsWith(location.contentKeyPrefix)) {
+  const jobId = parseContentKey(location.contentKeyPrefix, key)?.jobId;
+  if (jobId === undefined) {
     await r.zrem(index, key);
     return 0;
   }
-  const jobId = parseContentKey(location.contentKeyPrefix, key)?.jobId;
-  if (jobId === undefined) return r.emlApiJudgeEntry(2, index, key, '');
-  return r.emlApiJudgeEntry(4, index, key, jobKeyBase(location) + jobId, completedKey(location), jobId);
+  return r.emlApiJudgeEntry(index, key, jobKeyBase(location) + jobId, completedKey(location), jobId);
 }
 
 /**

@@ -1,6 +1,6 @@
 import type { Queue } from 'bullmq';
 import type { OutboxJobData, OutboxSendResult, OutboxJobError } from './outbox-job.js';
-import { resolveQueueLocation, outboxKeys, type QueueLocation } from './queue-location.js';
+import { resolveQueueLocation, outboxKeys, parseContentKey, type QueueLocation } from './queue-location.js';
 import {
   loadBullmq,
   closeOutboxRedis,
@@ -422,8 +422,10 @@ export async function purgeOutbox(
   }
   const skipped = new Map<string, string>();
   const skip = (node: string, why: string) => skipped.set(node, why);
-  content += await deleteMatching(redis, `${location.contentKeyPrefix}*`, skip);
-  await deleteMatching(redis, `${location.prefix}:${location.queueName}:outbox:*`, skip);
+  // Keys of this queue's content form only: another queue's prefix may nest in this one's.
+  const ours = (key: string) => parseContentKey(location.contentKeyPrefix, key) !== undefined;
+  content += await deleteMatching(redis, `${location.contentKeyPrefix}*`, ours, skip);
+  for (const key of Object.values(outboxKeys(location))) await redis.del(key);
   const jobs = Object.values(counts).reduce((sum, n) => sum + n, 0);
   if (skipped.size > 0) {
     const skippedNodes = [...skipped].map(([node, why]) => `${node}: ${why}`);
@@ -463,7 +465,8 @@ async function purgeJobs(
 }
 
 /**
- * Deletes every key matching `pattern` (a SCAN, fine once for an operator's purge); returns how many.
+ * Deletes every key matching `pattern` that `ours` accepts (a SCAN, fine once for an operator's purge); returns
+ * how many.
  * A cluster's SCAN sees one node's keys: every master that answers is scanned (the queue's keys, under a
  * hash-tagged prefix, are on one of them, whichever a failover made it; a master down is skipped and
  * named to `skipped`), and the keys are deleted through the cluster client, which sends them to their
@@ -472,14 +475,16 @@ async function purgeJobs(
 async function deleteMatching(
   redis: OutboxRedisClient,
   pattern: string,
+  ours: (key: string) => boolean,
   skipped: (node: string, why: string) => void,
 ): Promise<number> {
   let deleted = 0;
   for (const server of await scannableServers(redis, skipped)) {
     let cursor = '0';
     do {
-      const [next, keys] = await server.scan(cursor, 'MATCH', escapeGlob(pattern), 'COUNT', BATCH);
+      const [next, found] = await server.scan(cursor, 'MATCH', escapeGlob(pattern), 'COUNT', BATCH);
       cursor = next;
+      const keys = found.filter(ours);
       if (keys.length > 0) deleted += await redis.del(...keys);
     } while (cursor !== '0');
   }
