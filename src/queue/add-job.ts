@@ -45,12 +45,24 @@ export interface AddedJob {
 }
 
 /**
+ * The field of a job's hash that holds when Redis took the job (Redis's time, ms), beside BullMQ's own.
+ */
+export const QUEUED_AT = 'emlApiQueuedAt';
+
+/**
  * KEYS: job hash, failed set, content key. ARGV: job id. The job's data,
  * failed score and `finishedOn`, and the stored length of the content, as
- * they stand together.
+ * they stand together. A job that has no {@link QUEUED_AT} yet gets Redis's
+ * time now (the add just made it; a duplicate keeps its own): BullMQ's
+ * `timestamp` is its producer's clock, which may be days off. A full Redis
+ * refuses that write, not the read.
  */
 const ADDED = `
 local data = redis.call('HGET', KEYS[1], 'data')
+if data then
+  local now = redis.call('TIME')
+  redis.pcall('HSETNX', KEYS[1], '${QUEUED_AT}', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
+end
 local failed = redis.call('ZSCORE', KEYS[2], ARGV[1])
 local finished = redis.call('HGET', KEYS[1], 'finishedOn')
 local stored = -1

@@ -10,6 +10,7 @@ import {
 } from './outbox-job.js';
 import { type QueueLocation, outboxKeys } from './queue-location.js';
 import { RETRY_PRIORITY } from './retry-schedule.js';
+import { QUEUED_AT } from './add-job.js';
 import { isContentMissing, type ContentStore } from './content-store.js';
 import { EmlApiError, errorDetails } from '../shared/eml-api-error.js';
 import { seconds } from './outbox-admin.js';
@@ -278,10 +279,9 @@ export class OutboxJobRunner {
     const aloneStalls = (suspect ? (data.aloneStalls ?? 0) : 0) + (ranAlone ? 1 : 0);
     // The stalled attempt started after the job was queued and after the attempt before it failed: the
     // later of the two is the earliest it can have been accepted (early is the safe side for the window).
-    // The attempt before failed at a Redis time; the job was queued at its producer's (BullMQ's timestamp),
-    // which is taken no later than now by Redis's clock: a producer clock ahead moves the window by the
-    // time from the attempt's start to now at most (a lock's expiry and a stall check), not by its skew.
-    const earliest = Math.max(Math.min(job.timestamp, now), Date.parse(data.lastError?.at ?? '') || 0);
+    // Both are Redis times; BullMQ's timestamp (its producer's clock, which may be days off) only stands in
+    // for a job added without the outbox's stamp, taken no later than Redis's now.
+    const earliest = Math.max(await this.#queuedAt(job, now), Date.parse(data.lastError?.at ?? '') || 0);
     const counted = { stalls, aloneStalls, stallsSeen: job.stalledCounter, ...this.#window(data, earliest) };
     const attempt = job.attemptsMade + 1;
     const at = new Date(now);
@@ -304,6 +304,12 @@ export class OutboxJobRunner {
       { retry: outcome.kind === 'retry' },
     );
     throw reported;
+  }
+
+  /** When Redis took the job (its producer's add stamped it, see add-job.ts); else BullMQ's timestamp, no later than now. */
+  async #queuedAt(job: OutboxJob, now: number): Promise<number> {
+    const stamped = await this.#settings.redis.hget(this.#keys(job).job, QUEUED_AT).catch(() => null);
+    return stamped !== null && Number.isFinite(Number(stamped)) ? Number(stamped) : Math.min(job.timestamp, now);
   }
 
   /** When an attempt failed, by Redis's clock (this machine's only if Redis cannot be read and never was). */
