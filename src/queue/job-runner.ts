@@ -45,7 +45,7 @@ export interface JobRunnerSettings {
   /** Puts a job back in the queue for another worker and tells BullMQ so (never returns). */
   handBack: (job: OutboxJob, token: string | undefined) => Promise<never>;
   /** Why this worker must not send a job (queued for another account, or in clear on an encrypted queue). */
-  foreign: (data: OutboxJobData, queuedAt: number) => EmlApiError | undefined;
+  foreign: (data: OutboxJobData, queuedAt: () => Promise<number>) => Promise<EmlApiError | undefined>;
 }
 
 /**
@@ -95,7 +95,10 @@ export class OutboxJobRunner {
       this.#alreadySent.add(job);
       return data.sent;
     }
-    const foreign = this.#settings.foreign(data, job.timestamp);
+    // When Redis took the job, read only for a job that names no account or is in clear, where it matters.
+    const foreign = await this.#settings.foreign(data, async () =>
+      this.#queuedAt(job, await this.#settings.now().catch(() => Date.now())),
+    );
     if (foreign) return this.#fail(job, token, foreign, data);
     // Redis's time, not this machine's: resendUntil was written by another worker, maybe on another clock.
     // Read once it can be read, it is carried forward and never fails again (redis-clock.ts).
