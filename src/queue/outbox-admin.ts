@@ -231,6 +231,17 @@ export interface SkippedSend {
   reason: string;
 }
 
+/**
+ * Takes a job out of the parked set if its entry is still the run that
+ * parked it (scored with that run's `processedOn`, ARGV[2]). KEYS: the
+ * parked set. ARGV: the job id, the run's `processedOn`.
+ */
+const UNPARK = `
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and tonumber(score) == tonumber(ARGV[2]) then redis.call('ZREM', KEYS[1], ARGV[1]) end
+return 0
+`;
+
 /** Why a job whose content was removed is not put back. */
 const CONTENT_REMOVED = 'its content was removed when the service refused it; queue a corrected message with sendMail';
 /** Why a job whose key another accepted message used is not put back. */
@@ -300,6 +311,7 @@ export async function retryFailedSends(
       const { possiblyAcceptedAt: _at, resendUntil: _until, ...rest } = data;
       await job.updateData({ ...(pastWindow ? rest : data), stalls: 0, aloneStalls: 0 } as OutboxJobData);
     }
+    const parkedRun = String(job.processedOn ?? '');
     try {
       await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
     } catch (err) {
@@ -310,8 +322,10 @@ export async function retryFailedSends(
       return true;
     }
     retried.push(id);
-    // No longer waiting for a person (what the workers' sweep would find later).
-    await (await queueRedis(queue)).zrem(parkedKey(queue), id).catch(() => undefined);
+    // No longer waiting for a person (what the workers' sweep would find later), unless a worker has
+    // parked it again meanwhile: its entry then names the new run.
+    const redis = await queueRedis(queue);
+    await redis.eval(UNPARK, 1, parkedKey(queue), id, parkedRun).catch(() => undefined);
     return true;
   };
   if (ids) {
