@@ -95,6 +95,7 @@ export class OutboxJobRunner {
       this.#alreadySent.add(job);
       return data.sent;
     }
+    if (data.contentRemoved) throw unrecoverable(putBackWithoutContent(data));
     // When Redis took the job, read only for a job that names no account or is in clear, where it matters.
     const foreign = await this.#settings.foreign(data, async () =>
       this.#queuedAt(job, await this.#settings.now().catch(() => Date.now())),
@@ -845,6 +846,24 @@ export function stallFailure(stalls: number): EmlApiError {
     'ECONNECTION',
     `The worker sending this message stopped before it finished${times}: killed, crashed (out of memory?) or cut off from Redis for longer than lockDuration; ${MAY_HAVE_BEEN_ACCEPTED}`,
     { permanent: false, mayHaveBeenAccepted: true },
+  );
+}
+
+/**
+ * The failure of a job put back (a dashboard's Retry, `Queue.retryJobs()`)
+ * after the service refused it and its content was removed: nothing to
+ * post. Its record (`lastError`, the service's reason) is left as it is.
+ */
+export function putBackWithoutContent(data: OutboxJobData): EmlApiError {
+  const said = data.lastError?.message ?? 'no reason recorded';
+  return new EmlApiError(
+    'EMESSAGE',
+    `Not sent: this job was put back after the service refused it, and its content was removed then; queue a corrected message with sendMail. The service's refusal: ${said}`,
+    {
+      permanent: true,
+      ...(data.lastError?.responseCode === undefined ? {} : { responseCode: data.lastError.responseCode }),
+      ...(data.lastError?.apiCode === undefined ? {} : { apiCode: data.lastError.apiCode }),
+    },
   );
 }
 

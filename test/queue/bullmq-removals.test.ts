@@ -159,4 +159,29 @@ describe('BullMQ removals on an outbox queue', () => {
     await purgeOutbox(outbox.transport.queue);
     expect(await outbox.redis.client.keys('bull:eml-api:*')).toEqual([]);
   });
+
+  it("Queue.retryJobs() of a job the service refused fails it again without a request, keeping the service's reason", async () => {
+    // 400 invalid_address: its content was removed as it failed (those bytes can never be sent).
+    const info = (await nodemailer.createTransport(outbox.transport).sendMail({
+      ...message('refused'),
+      to: 'ann@',
+    })) as unknown as EmlApiQueuedMessageInfo;
+    await outbox.workers.start();
+    await eventually(async () => (await outbox.transport.queue.getJobCounts('failed')).failed === 1);
+    // Counts the requests the service gets from now on (faults set, none drawn).
+    outbox.emu.setFaults({});
+    await outbox.transport.queue.retryJobs({ state: 'failed' });
+    await eventually(
+      async () => {
+        const job = (await outbox.transport.queue.getJob(info.queueId))!;
+        return (await job.isFailed()) && job.attemptsMade === 2;
+      },
+      { what: 'the job failed again' },
+    );
+    const job = (await outbox.transport.queue.getJob(info.queueId))!;
+    expect(job.data.lastError).toMatchObject({ responseCode: 400, apiCode: 'invalid_address' });
+    expect(job.data.lastError!.message).not.toMatch(/evicted|missing/);
+    expect(job.failedReason).toMatch(/refused/);
+    expect(outbox.emu.faultStats()).toMatchObject({ none: 0 });
+  });
 });
