@@ -425,6 +425,8 @@ export async function purgeOutbox(
   }
   const counts = await queue.getJobCounts(...OUTBOX_STATES);
   await queue.obliterate({ force: true });
+  // BullMQ's obliterate leaves its rate limit key: a 429's pause of every worker would outlive the queue.
+  await redis.del(queue.toKey('limiter'));
   // Every content key: those the index names, then any other (written before the index, or a tombstone).
   let content = 0;
   const index = outboxKeys(location).contentIndex;

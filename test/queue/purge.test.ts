@@ -97,6 +97,9 @@ describe('purgeOutbox', () => {
     // Content no job points at (a producer that died between storing and queueing) goes too.
     const orphan = 'bull:eml-api:content:gone:1795453916326-e6f0dafa';
     await redis.client.set(orphan, 'orphaned message');
+    // A 429's pause of every worker (BullMQ's rate limit key, which its obliterate leaves), a parked job.
+    await redis.client.set('bull:eml-api:limiter', String(Number.MAX_SAFE_INTEGER), 'PX', 600_000);
+    await redis.client.zadd('bull:eml-api:outbox:parked', 1, 'reset-0');
     const result = await purgeOutbox(transport.queue);
     expect(result).toEqual({ jobs: 3, content: 4, busy: [], notFound: [] });
     expect(await queueKeys()).toEqual([]);
