@@ -345,9 +345,8 @@ export async function retryFailedSends(
  * outbox keeps each message beside its BullMQ job (content keys, the content
  * index), so BullMQ's own removals (`queue.obliterate()`, `remove`, `clean`,
  * `drain`, a dashboard's delete) leave the messages in Redis, in clear
- * unless encrypted: removed by the workers' sweeper an hour later at the
- * soonest (it cannot tell content whose job was removed from content whose
- * job is being added at this moment), and never when no worker runs.
+ * unless encrypted: removed by the workers' next sweep once their
+ * producer's store deadline has passed, and never when no worker runs.
  * {@link purgeOutbox} removes both at once, for a spam run to stop, or
  * personal data to erase.
  */
