@@ -3,6 +3,8 @@ import type { ChainableCommander } from 'ioredis';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
 import { loadBullmq, requireQueuePeers, type OutboxRedisClient } from './redis-connection.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import { CONTENT_CHUNK } from './content-store.js';
+import { RECORD_OVERHEAD } from './content-cipher.js';
 
 /**
  * Adding a queued send's job, in one round trip: BullMQ's own add script,
@@ -29,6 +31,8 @@ export interface AddedState {
   finishedOn: string | null;
   /** Bytes stored under the content key, -1 when it is not there (inline content has none). */
   storedLength: number;
+  /** Whether the add was refused because the content it points at was not whole in Redis (see ADD_GUARD). */
+  refused: boolean;
 }
 
 /**
@@ -41,12 +45,24 @@ export interface AddedJob {
 }
 
 /**
+ * The field of a job's hash that holds when Redis took the job (Redis's time, ms), beside BullMQ's own.
+ */
+export const QUEUED_AT = 'emlApiQueuedAt';
+
+/**
  * KEYS: job hash, failed set, content key. ARGV: job id. The job's data,
  * failed score and `finishedOn`, and the stored length of the content, as
- * they stand together.
+ * they stand together. A job that has no {@link QUEUED_AT} yet gets Redis's
+ * time now (the add just made it; a duplicate keeps its own): BullMQ's
+ * `timestamp` is its producer's clock, which may be days off. A full Redis
+ * refuses that write, not the read.
  */
 const ADDED = `
 local data = redis.call('HGET', KEYS[1], 'data')
+if data then
+  local now = redis.call('TIME')
+  redis.pcall('HSETNX', KEYS[1], '${QUEUED_AT}', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
+end
 local failed = redis.call('ZSCORE', KEYS[2], ARGV[1])
 local finished = redis.call('HGET', KEYS[1], 'finishedOn')
 local stored = -1
@@ -87,6 +103,59 @@ export class AfterTheAdd extends Error {
   }
 }
 
+/**
+ * What BullMQ's add answers, under {@link ADD_GUARD}, for a job whose content is not whole in Redis.
+ */
+const CONTENT_NOT_WHOLE = -1000;
+
+/**
+ * Put before BullMQ's own add scripts on a producer's client: a job of the
+ * outbox whose content is beside it (its data names a `contentKey`, and has
+ * no `inline` content) is added only while that content is whole in Redis,
+ * checked in the same step as the add. An add can run long after its
+ * producer gave up on it and said so (ioredis sends a command again on a new
+ * connection once Redis answers; a paused machine sends it when it wakes):
+ * by then the sweeper may have freed the content, and the job would point at
+ * nothing. BullMQ passes the job's data as JSON in ARGV[2] to every add
+ * script; anything else is left to BullMQ.
+ */
+const ADD_GUARD = `
+do
+  local d = ARGV[2]
+  if type(d) == 'string' and string.find(d, '"contentKey":"', 1, true) and not string.find(d, '"inline":"', 1, true) then
+    local ok, j = pcall(cjson.decode, d)
+    if ok and type(j) == 'table' and type(j['contentKey']) == 'string' and type(j['size']) == 'number' and j['inline'] == nil then
+      local want = j['size']
+      if type(j['encryption']) == 'table' then want = want + math.max(1, math.ceil(want / ${CONTENT_CHUNK})) * ${RECORD_OVERHEAD} end
+      if redis.call('TYPE', j['contentKey']).ok ~= 'string' or redis.call('STRLEN', j['contentKey']) ~= want then
+        return ${CONTENT_NOT_WHOLE}
+      end
+    end
+  end
+end
+`;
+
+/** BullMQ's scripts that add a job (named with BullMQ's version since BullMQ 5.x). */
+const ADD_SCRIPT = /^add(Standard|Prioritized|Delayed)Job(:|$)/;
+
+const guarded = new WeakSet<object>();
+
+/**
+ * Puts {@link ADD_GUARD} before BullMQ's add scripts defined on `redis`
+ * (once BullMQ has defined them: the queue's client has resolved), so that
+ * the pipelines made from it add with the guard.
+ */
+function guardAdds(redis: OutboxRedisClient): void {
+  if (guarded.has(redis)) return;
+  const scripts = (redis as unknown as { scriptsSet?: Record<string, { lua: string; numberOfKeys: number | null }> })
+    .scriptsSet;
+  for (const [name, script] of Object.entries(scripts ?? {})) {
+    if (!ADD_SCRIPT.test(name) || script.lua.startsWith(ADD_GUARD)) continue;
+    redis.defineCommand(name, { numberOfKeys: script.numberOfKeys ?? undefined, lua: ADD_GUARD + script.lua });
+  }
+  guarded.add(redis);
+}
+
 type AddedCommands = {
   emlApiAdded(jobKey: string, failedKey: string, contentKey: string, jobId: string): ChainableCommander;
 };
@@ -122,6 +191,7 @@ export async function addJob(
   // on the queue's backend, BullMQ 5 on the queue).
   const holder = queue as unknown as { backend?: { client?: Promise<unknown> }; client?: Promise<unknown> };
   const client = (await (holder.backend?.client ?? holder.client)) as PipelineClient;
+  guardAdds(redis);
   // From here to the last command of this add, nothing awaits: the add's commands stay together on a
   // pipeline other adds of this turn share.
   // One pipeline per queue: on a cluster, another queue on the same client may live on another master.
@@ -147,7 +217,8 @@ export async function addJob(
   const results = await batch.results;
   const [addError, addResult] = results[added] ?? [new Error('the add was not run')];
   if (addError) throw addError;
-  if (typeof addResult === 'number' && addResult < 0) {
+  const refused = addResult === CONTENT_NOT_WHOLE;
+  if (typeof addResult === 'number' && addResult < 0 && !refused) {
     throw new Error(`BullMQ refused the job (code ${addResult})`);
   }
   const [readError, read] = results[added + 1]!;
@@ -158,6 +229,7 @@ export async function addJob(
     failedAt: failedAt === '' ? null : failedAt,
     finishedOn: finishedOn === '' ? null : finishedOn,
     storedLength: Number(storedLength),
+    refused,
   };
   if (!job.replicas) return { state };
   // WAIT once the pipeline has answered, not inside it: ioredis sends a script Redis did not have
@@ -345,8 +417,9 @@ return 1
  * duplicate id) with `ours` as its data, from what the id held right after
  * the add (read in the same round trip, see add-job.ts). Returns `gone` when
  * no job has the id any more (removed between the add and the look): add it
- * again; `lost` when a failed job would have been replaced by content that
- * is not whole (Redis lost it as it was written): the job is left as it was.
+ * again; `lost` when this content is not whole (Redis lost it, or the
+ * sweeper freed it once the send was given up): the add was refused, or a
+ * failed job would have been replaced by it; the job is left as it was.
  * Only a failed job takes more round trips.
  *
  * @param storedLength the stored length `ours` has under its content key (none: content in the job)
@@ -365,6 +438,10 @@ export async function settleDuplicate(
   const jobKey = queue.toKey(jobId);
   const failedKey = queue.toKey('failed');
   const { data: raw, failedAt, finishedOn: finished } = added;
+  // Refused for want of this content, whole: no job points at it but one an earlier run of this add made.
+  if (added.refused && (raw === null || (JSON.parse(raw) as OutboxJobData).contentKey !== ours.contentKey)) {
+    return { kind: 'lost' };
+  }
   if (raw === null) return { kind: 'gone' };
   const stored = JSON.parse(raw) as OutboxJobData;
   if (stored.contentKey === ours.contentKey) return { kind: 'new' };

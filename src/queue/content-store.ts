@@ -90,21 +90,23 @@ export class ContentStore {
    * already stored, hashing what it writes. A failed or aborted write
    * discards what it wrote (best effort; the sweeper removes the rest).
    *
-   * @param options `size`: the content's bytes (encrypted records are bound to it); `signal` stops
-   *   the writes (a deadline passed): no command is sent after it aborts
+   * @param options `size`: the content's bytes (encrypted records are bound to it); `holdMs`: how long
+   *   after the first write the producer may still add the job that points at it (its `timeouts.store`):
+   *   the sweeper leaves content without a job alone until then; `signal` stops the writes (a deadline
+   *   passed): no command is sent after it aborts
    * @throws {EmlApiError} `ECONNECTION` when Redis lost part of the message meanwhile; Redis's own errors
    */
   async write(
     key: string,
     source: Readable | Buffer,
-    { size, signal }: { size: number; signal?: AbortSignal | undefined },
+    { size, holdMs, signal }: { size: number; holdMs: number; signal?: AbortSignal | undefined },
   ): Promise<WrittenContent> {
     const hash = createHash('sha256');
     let written = 0;
     const put = async (piece: Buffer) => {
       // Checked before every command: nothing is sent once the send was given up.
       signal?.throwIfAborted();
-      const stored = await this.#redis.emlApiWriteAt(key, this.#index, written, piece);
+      const stored = await this.#redis.emlApiWriteAt(key, this.#index, written, piece, holdMs);
       if (stored !== written + piece.length) throw lostWhileWriting(written);
       hash.update(piece);
       written += piece.length;
@@ -593,8 +595,9 @@ export async function* exactChunks(source: Readable | Buffer): AsyncGenerator<Bu
  * after its answer was lost); further on, the string must be exactly
  * `offset` bytes long (or `offset` plus this chunk, likewise). Anything else,
  * a key gone or cut because Redis lost data, answers -1 and writes nothing.
- * The first write also enters the key in the queue's content index, at
- * Redis's own time (see content-sweeper.ts).
+ * The first write also enters the key in the queue's content index, scored
+ * with its producer's deadline: Redis's own time plus ARGV[3], the time the
+ * producer may still take to add its job (see content-sweeper.ts).
  */
 const WRITE_AT = `
 local kind = redis.call('TYPE', KEYS[1]).ok
@@ -604,7 +607,7 @@ if kind == 'none' then
   if offset ~= 0 then return -1 end
   redis.call('SET', KEYS[1], ARGV[2])
   local now = redis.call('TIME')
-  redis.call('ZADD', KEYS[2], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000), KEYS[1])
+  redis.call('ZADD', KEYS[2], tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[3]), KEYS[1])
   return length
 end
 if kind ~= 'string' then return -1 end
@@ -682,7 +685,7 @@ export const TOMBSTONE_MS = 60 * 60 * 1000;
  * The commands {@link contentCommands} adds to a client.
  */
 export interface ContentCommands {
-  emlApiWriteAt(key: string, index: string, offset: number, chunk: Buffer): Promise<number>;
+  emlApiWriteAt(key: string, index: string, offset: number, chunk: Buffer, holdMs: number): Promise<number>;
   emlApiDiscard(key: string, index: string, ttl: number): Promise<number>;
   emlApiLength(key: string): Promise<number>;
   emlApiWithdraw(jobKey: string, key: string, index: string, ttl: number): Promise<number>;

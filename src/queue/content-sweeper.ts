@@ -5,36 +5,32 @@ import { outboxKeys, parseContentKey, type QueueLocation } from './queue-locatio
 /**
  * Stored content no job needs any more is removed by the workers' sweeper.
  * It works from the queue's content index (a sorted set the producer fills
- * as it writes the first chunk, scored at Redis's own time), never from a
- * SCAN of the keyspace, and judges age by Redis's clock (`TIME`), never by
- * the machine it runs on: a worker whose clock runs hours ahead would have
- * removed content being written. One worker sweeps at a time (a lock with an
- * expiry in Redis). Content written before the index existed (by versions
- * before 0.2: the content of their failed jobs, removed by age after 7 days,
- * would otherwise stay for ever) is found by a SCAN for the queue's content
- * keys, once a day for the whole queue (one worker at a time), and entered
- * in the index. That a scan was made is a key in Redis that expires a day
- * later (`{prefix}:{queue}:outbox:legacy-scanned`): kept in each worker's
- * memory, as it was, every worker that started (a crash loop, autoscaling)
- * scanned the whole keyspace again. An expiring key is gone a day after a
- * queue is removed, and `purgeOutbox()` removes it at once.
+ * as it writes the first chunk), never from a SCAN of the keyspace. Each
+ * entry is scored with its producer's deadline (Redis's time at the first
+ * write plus the producer's `timeouts.store`): until then the producer may
+ * still add the job that points at the content; from then on it has given
+ * up and said so, and its job's add is refused without the content (see
+ * add-job.ts). So every sweep judges every entry, by Redis's clock (`TIME`,
+ * never the worker's): content a job still needs stays, the content of a
+ * sent job goes at once, and content whose job is gone (removed by BullMQ's
+ * `remove`, `clean`, `drain`, `obliterate`, by age, or never added) goes once
+ * its deadline has passed. Every step of a judgement only deletes, so a full
+ * Redis (maxmemory reached, `noeviction`) runs it, even without the sweeper's
+ * lock (whose SET it refuses): a full Redis gets its memory back as soon as
+ * its backlog is sent. One worker sweeps at a time otherwise (a lock with an
+ * expiry in Redis).
  *
- * The content of a sent job (its record of the send failed: a Redis error,
- * a worker killed in between) needs no grace: it is freed at every sweep,
- * whatever its age, by a pass that only deletes, which a full Redis
- * (maxmemory reached, `noeviction`) allows, and which runs there even
- * without the sweeper's lock (whose SET a full Redis refuses): each step is
- * safe to run twice. A full Redis then gets its memory back as soon as its
- * backlog is sent (review F4).
+ * Content that is in no index entry (written before the index existed, or
+ * its entry removed by hand) is found by a SCAN for the queue's content keys,
+ * once a day for the whole queue (one worker at a time), and entered in the
+ * index as due. That a scan was made is a key in Redis that expires a day
+ * later (`{prefix}:{queue}:outbox:legacy-scanned`), so that a crash loop of
+ * workers does not scan the keyspace at every start; `purgeOutbox()`
+ * removes it at once.
  */
 
 /**
- * A content key younger than this (1 hour) is never swept: its job may be being added right now.
- */
-export const SWEEP_GRACE_MS = 60 * 60 * 1000;
-
-/**
- * How often the workers of a queue look for content written before the index (24 hours).
+ * How often the workers of a queue look for content that is in no index entry (24 hours).
  */
 export const LEGACY_SCAN_EVERY_MS = 24 * 60 * 60 * 1000;
 
@@ -50,60 +46,43 @@ const LOCK_MS = 60_000;
  * node it reached with ASK or TRYAGAIN, and ioredis follows or waits. A script
  * that read the job's record by a name built from ARGV ran where the index
  * was and took a record still on the other master for gone: it deleted the
- * content of live jobs (review, cluster finding 1). So the sweeper reads a
- * batch of index entries first, then judges each entry with a script of its
- * own, atomic per entry, sent together (one round trip per batch).
+ * content of live jobs. So the sweeper reads a batch of index entries first,
+ * then judges each entry with a script of its own, atomic per entry, sent
+ * together (one round trip per batch).
  */
 
 /**
- * Judges one index entry that was due (written, or last found needed, before
- * the cutoff: the grace before the sweep's Redis `TIME`), in the same step as
- * its removal. Content whose job is gone, points elsewhere, or was sent is
- * removed; content of a waiting, delayed, active or failed job stays and is
- * scored again (ARGV[2]) to be looked at after another grace. A key already
- * gone (or a tombstone, which expires by itself) leaves the index. An entry
- * no longer due (another sweeper scored it again meanwhile) is left alone.
+ * Judges one index entry, in the same step as its removal. Content the job
+ * it names points at stays while that job is not sent (waiting, delayed,
+ * active, failed: a failed job can be put back) and goes once it was sent
+ * (completed, or its data holds the record of the send). Content no job
+ * points at (its job gone, or pointing at other content) goes once its
+ * producer's deadline, the entry's score, is not after Redis's time now. A key
+ * already gone (or a tombstone, which expires by itself) leaves the index.
  * KEYS: the index, the content key, the job's hash, the queue's completed
- * set (without the last two, a key naming no job: removed). ARGV: the
- * cutoff, the score of an entry kept, the job id. Answers 1 when it removed
- * the content, 0 otherwise.
+ * set. ARGV: the job id. Answers
+ * 1 when it removed the content, 0 otherwise. It only deletes: a full Redis
+ * runs it.
  */
 const JUDGE = `
-local score = redis.call('ZSCORE', KEYS[1], KEYS[2])
-if not score or tonumber(score) > tonumber(ARGV[1]) then return 0 end
 if redis.call('TYPE', KEYS[2]).ok ~= 'string' then
   redis.call('ZREM', KEYS[1], KEYS[2])
   return 0
 end
-if KEYS[3] then
-  local data = redis.call('HGET', KEYS[3], 'data')
-  if data then
-    local ok, job = pcall(cjson.decode, data)
-    if ok and type(job) == 'table' and job['contentKey'] == KEYS[2] and not redis.call('ZSCORE', KEYS[4], ARGV[3]) then
-      redis.call('ZADD', KEYS[1], ARGV[2], KEYS[2])
-      return 0
-    end
+local data = redis.call('HGET', KEYS[3], 'data')
+if data then
+  local ok, job = pcall(cjson.decode, data)
+  if ok and type(job) == 'table' and job['contentKey'] == KEYS[2] then
+    if type(job['sent']) ~= 'table' and not redis.call('ZSCORE', KEYS[4], ARGV[1]) then return 0 end
+    redis.call('DEL', KEYS[2])
+    redis.call('ZREM', KEYS[1], KEYS[2])
+    return 1
   end
 end
-redis.call('DEL', KEYS[2])
-redis.call('ZREM', KEYS[1], KEYS[2])
-return 1
-`;
-
-/**
- * Frees the content of one index entry, whatever its age, when its job points
- * at it and was sent (completed, or its data holds the record of the send):
- * the key is deleted with its entry. It only deletes, so a full Redis runs
- * it. KEYS: the index, the content key, the job's hash, the queue's completed
- * set. ARGV: the job id. Answers 1 when it removed the content, 0 otherwise.
- */
-const FREE_SENT = `
-if redis.call('TYPE', KEYS[2]).ok ~= 'string' then return 0 end
-local data = redis.call('HGET', KEYS[3], 'data')
-if not data then return 0 end
-local ok, job = pcall(cjson.decode, data)
-if not (ok and type(job) == 'table' and job['contentKey'] == KEYS[2]) then return 0 end
-if type(job['sent']) ~= 'table' and not redis.call('ZSCORE', KEYS[4], ARGV[1]) then return 0 end
+local deadline = redis.call('ZSCORE', KEYS[1], KEYS[2])
+if not deadline then return 0 end
+local now = redis.call('TIME')
+if tonumber(deadline) > tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) then return 0 end
 redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[1], KEYS[2])
 return 1
@@ -152,8 +131,7 @@ return redis.call('DEL', KEYS[1])
 `;
 
 interface SweepCommands {
-  emlApiJudgeEntry(...keysAndArgs: (string | number)[]): Promise<number>;
-  emlApiFreeSentEntry(index: string, content: string, job: string, completed: string, jobId: string): Promise<number>;
+  emlApiJudgeEntry(index: string, content: string, job: string, completed: string, jobId: string): Promise<number>;
   emlApiRenewLock(lock: string, token: string, ms: number): Promise<number>;
   emlApiReleaseLock(lock: string, token: string): Promise<number>;
   emlApiNow(index: string): Promise<number>;
@@ -164,9 +142,7 @@ const defined = new WeakSet<OutboxRedisClient>();
 
 function commands(redis: OutboxRedisClient): OutboxRedisClient & SweepCommands {
   if (!defined.has(redis)) {
-    // Its number of keys is given at each call: 4, or 2 for a key that names no job.
-    redis.defineCommand('emlApiJudgeEntry', { lua: JUDGE });
-    redis.defineCommand('emlApiFreeSentEntry', { numberOfKeys: 4, lua: FREE_SENT });
+    redis.defineCommand('emlApiJudgeEntry', { numberOfKeys: 4, lua: JUDGE });
     redis.defineCommand('emlApiRenewLock', { numberOfKeys: 1, lua: RENEW });
     redis.defineCommand('emlApiReleaseLock', { numberOfKeys: 1, lua: RELEASE });
     redis.defineCommand('emlApiNow', { numberOfKeys: 1, lua: NOW });
@@ -181,20 +157,15 @@ function commands(redis: OutboxRedisClient): OutboxRedisClient & SweepCommands {
  */
 export interface SweepOptions {
   /**
-   * How old (by Redis's clock) content must be before it is judged, in ms.
-   * @default SWEEP_GRACE_MS (1 hour)
-   */
-  graceMs?: number;
-  /**
-   * How often the queue's workers look for content written before the index
-   * existed, with a SCAN of the queue's content keys, in ms.
+   * How often the queue's workers look for content that is in no index
+   * entry, with a SCAN of the queue's content keys, in ms.
    * @default LEGACY_SCAN_EVERY_MS (24 hours)
    */
   legacyScanEveryMs?: number;
   /**
-   * Called with a warning when the look for content written before the index
-   * skips a master of a cluster that is down (flagged failed, or not
-   * answering): it holds none of the queue's keys.
+   * Called with a warning when the look for content in no index entry skips
+   * a master of a cluster that is down (flagged failed, or not answering):
+   * it holds none of the queue's keys.
    * @default none (not told)
    */
   warn?: (message: string) => void;
@@ -202,19 +173,19 @@ export interface SweepOptions {
 
 /**
  * Removes stored content no job needs any more: content whose job is gone
- * (removed by age, by hand in a dashboard, or never added because the
- * producer died or gave up between storing and queueing), content of a
+ * (removed by BullMQ or a dashboard, by age, or never added because its
+ * producer gave up) once its producer's deadline has passed, content of a
  * second enqueue of the same job id, and content of sent jobs (a worker that
- * died between finishing a job and removing its content). Content of
- * waiting, delayed, active and failed jobs stays: a failed job can be retried.
- * Does nothing while another worker sweeps the same queue.
+ * died between sending a job and removing its content). Content of waiting,
+ * delayed, active and failed jobs stays: a failed job can be put back. Does
+ * nothing while another worker sweeps the same queue.
  *
  * @returns how many keys were removed (0 when another worker is sweeping)
  */
 export async function sweepStoredContent(
   redis: OutboxRedisClient,
   location: QueueLocation,
-  { graceMs = SWEEP_GRACE_MS, legacyScanEveryMs = LEGACY_SCAN_EVERY_MS, warn = () => undefined }: SweepOptions = {},
+  { legacyScanEveryMs = LEGACY_SCAN_EVERY_MS, warn = () => undefined }: SweepOptions = {},
 ): Promise<number> {
   const r = commands(redis);
   const keys = outboxKeys(location);
@@ -223,33 +194,26 @@ export async function sweepStoredContent(
   try {
     locked = (await r.set(keys.sweepLock, token, 'PX', LOCK_MS, 'NX')) === 'OK';
   } catch (err) {
-    // A full Redis refuses the lock's SET: free what sent jobs hold, which needs no lock.
+    // A full Redis refuses the lock's SET: judging only deletes, which needs no lock.
     if (!isOutOfMemory(err)) throw err;
-    return freeSentContent(r, location);
+    return judgeAll(r, location, async () => true);
   }
   if (!locked) return 0;
   try {
-    // First what frees memory at once (and runs on a full Redis): the content of sent jobs, at any age.
-    let removed = await freeSentContent(r, location);
-    // Redis's clock, the one the index was written with: never this machine's.
-    const now = await r.emlApiNow(keys.contentIndex);
     // Once a day for the queue, whichever worker sweeps, not once per worker start: the marker holds when
     // the last look was (Redis time), and expires once it no longer matters.
+    const now = await r.emlApiNow(keys.contentIndex);
     const last = Number((await r.get(keys.legacyScanned)) ?? Number.NEGATIVE_INFINITY);
     if (!(now - last < legacyScanEveryMs)) {
       await indexLegacyContent(r, location, keys.contentIndex, now, warn);
       await r.set(keys.legacyScanned, String(now), 'PX', Math.max(legacyScanEveryMs, LEGACY_SCAN_EVERY_MS));
     }
-    for (;;) {
-      const due = await r.zrangebyscore(keys.contentIndex, '-inf', now - graceMs, 'LIMIT', 0, BATCH);
-      // Entries found needed are scored just after `now`, so after the cutoff: each is judged once per sweep.
-      const judged = await settleAll(due.map((key) => judgeEntry(r, location, key, now - graceMs, now + 1)));
-      removed += judged.removed;
-      // A full Redis refuses to score again the entries kept: they would come back in every batch.
-      if (due.length < BATCH || judged.full) break;
-      // Lost the lock (a sweep that ran longer than it lasts): another worker carries on.
-      if ((await r.emlApiRenewLock(keys.sweepLock, token, LOCK_MS)) !== 1) break;
-    }
+    // Lost the lock (a sweep that ran longer than it lasts): another worker carries on.
+    const removed = await judgeAll(
+      r,
+      location,
+      async () => (await r.emlApiRenewLock(keys.sweepLock, token, LOCK_MS)) === 1,
+    );
     await checkParked(r, location);
     return removed;
   } finally {
@@ -258,29 +222,26 @@ export async function sweepStoredContent(
 }
 
 /**
- * Deletes the content of sent jobs, at any age (FREE_SENT), walking the
- * whole index in batches by rank: the index holds only the content stored
- * beside jobs (over 64 KiB), the backlog of such messages and what failed
- * jobs keep, so a walk every sweep costs little. Entries removed meanwhile
- * (sends recorded) move the ranks; what a batch misses, the next sweep finds.
- * @returns how many were deleted
+ * Judges every entry of the index (JUDGE), walking it in batches by rank:
+ * the index holds only the content stored beside jobs (over 64 KiB), the
+ * backlog of such messages and what failed jobs keep. Entries removed
+ * meanwhile move the ranks; what a batch misses, the next sweep finds.
+ * @param goOn asked after each full batch; the walk stops when it answers false
+ * @returns how many keys were removed
  */
-async function freeSentContent(r: OutboxRedisClient & SweepCommands, location: QueueLocation): Promise<number> {
+async function judgeAll(
+  r: OutboxRedisClient & SweepCommands,
+  location: QueueLocation,
+  goOn: () => Promise<boolean>,
+): Promise<number> {
   const index = outboxKeys(location).contentIndex;
-  const completed = completedKey(location);
   let removed = 0;
   for (let start = 0; ;) {
     const entries = await r.zrange(index, start, start + BATCH - 1);
-    const freed = await settleAll(
-      entries.map(async (key) => {
-        const jobId = parseContentKey(location.contentKeyPrefix, key)?.jobId;
-        if (jobId === undefined) return 0;
-        return r.emlApiFreeSentEntry(index, key, jobKeyBase(location) + jobId, completed, jobId);
-      }),
-    );
-    removed += freed.removed;
-    if (entries.length < BATCH) return removed;
-    start += entries.length - freed.removed;
+    const judged = await settleAll(entries.map((key) => judgeEntry(r, location, key)));
+    removed += judged.removed;
+    if (entries.length < BATCH || !(await goOn())) return removed;
+    start += entries.length - judged.removed;
   }
 }
 
@@ -304,37 +265,20 @@ async function checkParked(r: OutboxRedisClient & SweepCommands, location: Queue
 }
 
 /**
- * Judges one due entry of the index (JUDGE), with every key it reads among
- * its KEYS. An entry that is not a content key of this queue (none is, unless
- * written by hand) only leaves the index: on a cluster a key of another slot
- * in a script's KEYS is refused (`CROSSSLOT`), and the sweeper deletes only
- * the queue's own keys.
+ * Judges one entry of the index (JUDGE), with every key it reads among its
+ * KEYS. An entry that is not a content key of this queue (none is, unless
+ * written by hand, or another queue's whose prefix nests in this one's) only
+ * leaves the index: the sweeper deletes only the queue's own content.
  * @returns 1 when the content was removed, 0 otherwise
  */
-async function judgeEntry(
-  r: OutboxRedisClient & SweepCommands,
-  location: QueueLocation,
-  key: string,
-  cutoff: number,
-  keptScore: number,
-): Promise<number> {
+async function judgeEntry(r: OutboxRedisClient & SweepCommands, location: QueueLocation, key: string): Promise<number> {
   const index = outboxKeys(location).contentIndex;
-  if (!key.startsWith(location.contentKeyPrefix)) {
+  const jobId = parseContentKey(location.contentKeyPrefix, key)?.jobId;
+  if (jobId === undefined) {
     await r.zrem(index, key);
     return 0;
   }
-  const jobId = parseContentKey(location.contentKeyPrefix, key)?.jobId;
-  if (jobId === undefined) return r.emlApiJudgeEntry(2, index, key, cutoff, keptScore, '');
-  return r.emlApiJudgeEntry(
-    4,
-    index,
-    key,
-    jobKeyBase(location) + jobId,
-    completedKey(location),
-    cutoff,
-    keptScore,
-    jobId,
-  );
+  return r.emlApiJudgeEntry(index, key, jobKeyBase(location) + jobId, completedKey(location), jobId);
 }
 
 /**
@@ -372,10 +316,11 @@ function isOutOfMemory(err: unknown): boolean {
 }
 
 /**
- * Enters in the index the content keys written before it existed: found with
- * a SCAN matching the queue's content keys only (the prefix's glob characters
- * escaped: a prefix such as `{a[1]}` is legal), entered at the current Redis
- * time (their grace runs from now), leaving the entries already there alone.
+ * Enters in the index the content keys that are in no entry: found with a
+ * SCAN matching the queue's content keys only (the prefix's glob characters
+ * escaped: a prefix such as `{a[1]}` is legal), entered as due at the current
+ * Redis time (no producer writing now lacks an entry: its first write made
+ * one), leaving the entries already there alone.
  * On a cluster SCAN sees one node's keys only, so every master is scanned:
  * with the hash-tagged prefix a cluster needs, the queue's keys are all in one
  * slot and so on one master, but which one changes with a failover or a

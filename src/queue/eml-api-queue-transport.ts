@@ -435,7 +435,11 @@ export class EmlApiQueueTransport extends EventEmitter {
         Object.assign(data, this.#content.jobFields(contentKey, written, content), { v: 3, inline: bytes });
       } else {
         const written = await withDeadline(
-          this.#content.write(contentKey, content.open(), { size: content.size, signal: writing.signal }),
+          this.#content.write(contentKey, content.open(), {
+            size: content.size,
+            holdMs: this.#settings.storeTimeout,
+            signal: writing.signal,
+          }),
           left(),
         );
         // The SHA-256 a worker checks; encrypted, the key id and the envelope sealed (issue 20, items 1, 11).

@@ -10,6 +10,7 @@ import {
 } from './outbox-job.js';
 import { type QueueLocation, outboxKeys } from './queue-location.js';
 import { RETRY_PRIORITY } from './retry-schedule.js';
+import { QUEUED_AT } from './add-job.js';
 import { isContentMissing, type ContentStore } from './content-store.js';
 import { EmlApiError, errorDetails } from '../shared/eml-api-error.js';
 import { seconds } from './outbox-admin.js';
@@ -44,7 +45,7 @@ export interface JobRunnerSettings {
   /** Puts a job back in the queue for another worker and tells BullMQ so (never returns). */
   handBack: (job: OutboxJob, token: string | undefined) => Promise<never>;
   /** Why this worker must not send a job (queued for another account, or in clear on an encrypted queue). */
-  foreign: (data: OutboxJobData, queuedAt: number) => EmlApiError | undefined;
+  foreign: (data: OutboxJobData, queuedAt: () => Promise<number>) => Promise<EmlApiError | undefined>;
 }
 
 /**
@@ -94,7 +95,11 @@ export class OutboxJobRunner {
       this.#alreadySent.add(job);
       return data.sent;
     }
-    const foreign = this.#settings.foreign(data, job.timestamp);
+    if (data.contentRemoved) throw unrecoverable(putBackWithoutContent(data));
+    // When Redis took the job, read only for a job that names no account or is in clear, where it matters.
+    const foreign = await this.#settings.foreign(data, async () =>
+      this.#queuedAt(job, await this.#settings.now().catch(() => Date.now())),
+    );
     if (foreign) return this.#fail(job, token, foreign, data);
     // Redis's time, not this machine's: resendUntil was written by another worker, maybe on another clock.
     // Read once it can be read, it is carried forward and never fails again (redis-clock.ts).
@@ -278,10 +283,9 @@ export class OutboxJobRunner {
     const aloneStalls = (suspect ? (data.aloneStalls ?? 0) : 0) + (ranAlone ? 1 : 0);
     // The stalled attempt started after the job was queued and after the attempt before it failed: the
     // later of the two is the earliest it can have been accepted (early is the safe side for the window).
-    // The attempt before failed at a Redis time; the job was queued at its producer's (BullMQ's timestamp),
-    // which is taken no later than now by Redis's clock: a producer clock ahead moves the window by the
-    // time from the attempt's start to now at most (a lock's expiry and a stall check), not by its skew.
-    const earliest = Math.max(Math.min(job.timestamp, now), Date.parse(data.lastError?.at ?? '') || 0);
+    // Both are Redis times; BullMQ's timestamp (its producer's clock, which may be days off) only stands in
+    // for a job added without the outbox's stamp, taken no later than Redis's now.
+    const earliest = Math.max(await this.#queuedAt(job, now), Date.parse(data.lastError?.at ?? '') || 0);
     const counted = { stalls, aloneStalls, stallsSeen: job.stalledCounter, ...this.#window(data, earliest) };
     const attempt = job.attemptsMade + 1;
     const at = new Date(now);
@@ -304,6 +308,12 @@ export class OutboxJobRunner {
       { retry: outcome.kind === 'retry' },
     );
     throw reported;
+  }
+
+  /** When Redis took the job (its producer's add stamped it, see add-job.ts); else BullMQ's timestamp, no later than now. */
+  async #queuedAt(job: OutboxJob, now: number): Promise<number> {
+    const stamped = await this.#settings.redis.hget(this.#keys(job).job, QUEUED_AT).catch(() => null);
+    return stamped !== null && Number.isFinite(Number(stamped)) ? Number(stamped) : Math.min(job.timestamp, now);
   }
 
   /** When an attempt failed, by Redis's clock (this machine's only if Redis cannot be read and never was). */
@@ -836,6 +846,24 @@ export function stallFailure(stalls: number): EmlApiError {
     'ECONNECTION',
     `The worker sending this message stopped before it finished${times}: killed, crashed (out of memory?) or cut off from Redis for longer than lockDuration; ${MAY_HAVE_BEEN_ACCEPTED}`,
     { permanent: false, mayHaveBeenAccepted: true },
+  );
+}
+
+/**
+ * The failure of a job put back (a dashboard's Retry, `Queue.retryJobs()`)
+ * after the service refused it and its content was removed: nothing to
+ * post. Its record (`lastError`, the service's reason) is left as it is.
+ */
+export function putBackWithoutContent(data: OutboxJobData): EmlApiError {
+  const said = data.lastError?.message ?? 'no reason recorded';
+  return new EmlApiError(
+    'EMESSAGE',
+    `Not sent: this job was put back after the service refused it, and its content was removed then; queue a corrected message with sendMail. The service's refusal: ${said}`,
+    {
+      permanent: true,
+      ...(data.lastError?.responseCode === undefined ? {} : { responseCode: data.lastError.responseCode }),
+      ...(data.lastError?.apiCode === undefined ? {} : { apiCode: data.lastError.apiCode }),
+    },
   );
 }
 

@@ -1,6 +1,6 @@
 import type { Queue } from 'bullmq';
 import type { OutboxJobData, OutboxSendResult, OutboxJobError } from './outbox-job.js';
-import { resolveQueueLocation, outboxKeys, type QueueLocation } from './queue-location.js';
+import { resolveQueueLocation, outboxKeys, parseContentKey, type QueueLocation } from './queue-location.js';
 import {
   loadBullmq,
   closeOutboxRedis,
@@ -231,6 +231,17 @@ export interface SkippedSend {
   reason: string;
 }
 
+/**
+ * Takes a job out of the parked set if its entry is still the run that
+ * parked it (scored with that run's `processedOn`, ARGV[2]). KEYS: the
+ * parked set. ARGV: the job id, the run's `processedOn`.
+ */
+const UNPARK = `
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and tonumber(score) == tonumber(ARGV[2]) then redis.call('ZREM', KEYS[1], ARGV[1]) end
+return 0
+`;
+
 /** Why a job whose content was removed is not put back. */
 const CONTENT_REMOVED = 'its content was removed when the service refused it; queue a corrected message with sendMail';
 /** Why a job whose key another accepted message used is not put back. */
@@ -300,6 +311,7 @@ export async function retryFailedSends(
       const { possiblyAcceptedAt: _at, resendUntil: _until, ...rest } = data;
       await job.updateData({ ...(pastWindow ? rest : data), stalls: 0, aloneStalls: 0 } as OutboxJobData);
     }
+    const parkedRun = String(job.processedOn ?? '');
     try {
       await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
     } catch (err) {
@@ -310,8 +322,10 @@ export async function retryFailedSends(
       return true;
     }
     retried.push(id);
-    // No longer waiting for a person (what the workers' sweep would find later).
-    await (await queueRedis(queue)).zrem(parkedKey(queue), id).catch(() => undefined);
+    // No longer waiting for a person (what the workers' sweep would find later), unless a worker has
+    // parked it again meanwhile: its entry then names the new run.
+    const redis = await queueRedis(queue);
+    await redis.eval(UNPARK, 1, parkedKey(queue), id, parkedRun).catch(() => undefined);
     return true;
   };
   if (ids) {
@@ -331,9 +345,8 @@ export async function retryFailedSends(
  * outbox keeps each message beside its BullMQ job (content keys, the content
  * index), so BullMQ's own removals (`queue.obliterate()`, `remove`, `clean`,
  * `drain`, a dashboard's delete) leave the messages in Redis, in clear
- * unless encrypted: removed by the workers' sweeper an hour later at the
- * soonest (it cannot tell content whose job was removed from content whose
- * job is being added at this moment), and never when no worker runs.
+ * unless encrypted: removed by the workers' next sweep once their
+ * producer's store deadline has passed, and never when no worker runs.
  * {@link purgeOutbox} removes both at once, for a spam run to stop, or
  * personal data to erase.
  */
@@ -411,6 +424,8 @@ export async function purgeOutbox(
   }
   const counts = await queue.getJobCounts(...OUTBOX_STATES);
   await queue.obliterate({ force: true });
+  // BullMQ's obliterate leaves its rate limit key: a 429's pause of every worker would outlive the queue.
+  await redis.del(queue.toKey('limiter'));
   // Every content key: those the index names, then any other (written before the index, or a tombstone).
   let content = 0;
   const index = outboxKeys(location).contentIndex;
@@ -422,8 +437,10 @@ export async function purgeOutbox(
   }
   const skipped = new Map<string, string>();
   const skip = (node: string, why: string) => skipped.set(node, why);
-  content += await deleteMatching(redis, `${location.contentKeyPrefix}*`, skip);
-  await deleteMatching(redis, `${location.prefix}:${location.queueName}:outbox:*`, skip);
+  // Keys of this queue's content form only: another queue's prefix may nest in this one's.
+  const ours = (key: string) => parseContentKey(location.contentKeyPrefix, key) !== undefined;
+  content += await deleteMatching(redis, `${location.contentKeyPrefix}*`, ours, skip);
+  for (const key of Object.values(outboxKeys(location))) await redis.del(key);
   const jobs = Object.values(counts).reduce((sum, n) => sum + n, 0);
   if (skipped.size > 0) {
     const skippedNodes = [...skipped].map(([node, why]) => `${node}: ${why}`);
@@ -463,7 +480,8 @@ async function purgeJobs(
 }
 
 /**
- * Deletes every key matching `pattern` (a SCAN, fine once for an operator's purge); returns how many.
+ * Deletes every key matching `pattern` that `ours` accepts (a SCAN, fine once for an operator's purge); returns
+ * how many.
  * A cluster's SCAN sees one node's keys: every master that answers is scanned (the queue's keys, under a
  * hash-tagged prefix, are on one of them, whichever a failover made it; a master down is skipped and
  * named to `skipped`), and the keys are deleted through the cluster client, which sends them to their
@@ -472,14 +490,16 @@ async function purgeJobs(
 async function deleteMatching(
   redis: OutboxRedisClient,
   pattern: string,
+  ours: (key: string) => boolean,
   skipped: (node: string, why: string) => void,
 ): Promise<number> {
   let deleted = 0;
   for (const server of await scannableServers(redis, skipped)) {
     let cursor = '0';
     do {
-      const [next, keys] = await server.scan(cursor, 'MATCH', escapeGlob(pattern), 'COUNT', BATCH);
+      const [next, found] = await server.scan(cursor, 'MATCH', escapeGlob(pattern), 'COUNT', BATCH);
       cursor = next;
+      const keys = found.filter(ours);
       if (keys.length > 0) deleted += await redis.del(...keys);
     } while (cursor !== '0');
   }

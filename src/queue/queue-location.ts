@@ -60,7 +60,7 @@ export function contentKeyPrefix(prefix: string, queueName: string): string {
  * can be one of them.
  */
 export function outboxKeys(location: { prefix: string; queueName: string }): {
-  /** Sorted set: every content key, scored with when it was written (or last found needed), Redis time in ms. */
+  /** Sorted set: every content key, scored with its producer's deadline to add the job (Redis time, ms). */
   contentIndex: string;
   /** The lock of the one sweeper at work. */
   sweepLock: string;
@@ -93,12 +93,14 @@ export function newContentKey(keyPrefix: string, jobId: string, now = Date.now()
 }
 
 /**
- * The job id and creation time a content key names, or undefined for a key of another form.
+ * The job id and creation time a content key names, or undefined for a key of another form. Job ids
+ * have no colon (outboxJobId escapes it): a key with one more is another queue's whose prefix nests in
+ * this one's (prefix `bull:x`, queue `content`, beside prefix `bull`, queue `x`).
  */
 export function parseContentKey(keyPrefix: string, key: string): { jobId: string; createdAt: number } | undefined {
   if (!key.startsWith(keyPrefix)) return undefined;
   const rest = key.slice(keyPrefix.length);
-  const colon = rest.lastIndexOf(':');
+  const colon = rest.indexOf(':');
   const match = /^(\d+)-[0-9a-f]+$/.exec(rest.slice(colon + 1));
   if (colon <= 0 || !match) return undefined;
   return { jobId: rest.slice(0, colon), createdAt: Number(match[1]) };

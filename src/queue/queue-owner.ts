@@ -193,17 +193,17 @@ function checkAccount(
  * account since before it was queued; or stored in clear on a queue whose
  * mail has been encrypted since before it was queued. (Jobs queued before
  * are the backlog of a queue that came to name its account, or to encrypt.)
- * @param queuedAt when the job was queued (BullMQ's timestamp: its producer's clock)
+ * @param queuedAt when Redis took the job (Redis's time, ms), asked only when it matters
  * @param me the worker's account fingerprint, and whether it holds encryption keys
  * @param owner from when the queue names its account, and from when its mail is encrypted
  * @returns the error (`EMESSAGE`, permanent) to fail the job with, or undefined
  */
-export function foreignJob(
+export async function foreignJob(
   data: OutboxJobData,
-  queuedAt: number,
+  queuedAt: () => Promise<number>,
   me: { account: string | undefined; decrypts: boolean },
   owner: Pick<QueueOwner, 'accountSince' | 'encryptedSince'> | undefined,
-): EmlApiError | undefined {
+): Promise<EmlApiError | undefined> {
   const { accountSince, encryptedSince } = owner ?? {};
   if (data.account !== undefined && data.account !== me.account) {
     const mine = me.account === undefined ? 'this worker names no account' : `not this worker's (${me.account})`;
@@ -219,7 +219,7 @@ export function foreignJob(
     me.account !== undefined &&
     data.account === undefined &&
     accountSince !== undefined &&
-    queuedAt >= accountSince
+    (await queuedAt()) >= accountSince
   ) {
     return new EmlApiError(
       'EMESSAGE',
@@ -228,7 +228,12 @@ export function foreignJob(
       { permanent: true },
     );
   }
-  if (me.decrypts && data.encryption === undefined && encryptedSince !== undefined && queuedAt >= encryptedSince) {
+  if (
+    me.decrypts &&
+    data.encryption === undefined &&
+    encryptedSince !== undefined &&
+    (await queuedAt()) >= encryptedSince
+  ) {
     return new EmlApiError(
       'EMESSAGE',
       `This job was stored in clear on a queue whose mail is encrypted (since ${new Date(encryptedSince).toISOString()}): ` +

@@ -117,6 +117,26 @@ export async function eventually(
   }
 }
 
+/**
+ * Resolves once Redis's clock is past every deadline in a queue's content index (each stored message's
+ * producer deadline): from then on a sweep frees the content whose job is gone.
+ * @param index the index's key @default 'bull:eml-api:outbox:content-index'
+ */
+export async function pastContentDeadlines(
+  redis: Pick<Redis, 'zrange' | 'time'>,
+  index = 'bull:eml-api:outbox:content-index',
+): Promise<void> {
+  const last = await redis.zrange(index, -1, -1, 'WITHSCORES');
+  const deadline = Number(last[1] ?? 0);
+  await eventually(
+    async () => {
+      const [s, us] = await redis.time();
+      return Number(s) * 1000 + Math.floor(Number(us) / 1000) > deadline;
+    },
+    { what: 'the stored messages past their deadlines' },
+  );
+}
+
 /** Workers started in this process by a test file, closed together after each test. */
 export interface InProcessWorkers {
   /** Starts a worker with the file's settings and `options` over them. */

@@ -17,7 +17,9 @@ import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answ
  * a minute off does not run at all (test/queue/worker-clock.test.ts): these
  * workers are 50 s off. Real redis-server, real worker processes whose
  * clocks are skewed (test/helpers/skewed-clock.mjs), the emulator, whose
- * clock the test moves to make 24.5 hours pass.
+ * clock the test moves to make 24.5 hours pass. A producer's clock (BullMQ's
+ * `timestamp` on each job) is not checked: the outbox stamps each job with
+ * Redis's time as it is added, and bounds windows with that.
  */
 
 const H = 3_600_000;
@@ -154,6 +156,39 @@ describe('a producer whose clock is ahead', () => {
     // The attempt started before the kill, so its window runs from then at the latest: not 2 hours later.
     expect(data.possiblyAcceptedAt!).toBeLessThanOrEqual((await redisNow()) + 1000);
     expect(data.possiblyAcceptedAt! - started).toBeLessThan(10 * 60_000);
+  });
+});
+
+describe('a producer whose clock is behind', () => {
+  it('does not park a stalled first attempt as past the window: the window runs from when Redis took the job', async () => {
+    // BullMQ stamps a job with its producer's clock (job.timestamp): here 2 days behind Redis.
+    const behind = new EmlApiQueueTransport({ connection: redis.url, jobOptions: { timestamp: Date.now() - 48 * H } });
+    const queuedAt = await redisNow();
+    const info = await nodemailer
+      .createTransport(behind)
+      .sendMail({ from: 'a@example.test', to: 'cy@example.test', subject: 'invoice', text: 'x' });
+    await behind.close();
+    // A worker takes it, posts it, and dies before the answer: a stall, the outcome unknown.
+    const doomed = await skewedWorker(0, {
+      baseUrl: holding.url,
+      workerOptions: { lockDuration: 800, stalledInterval: 300 },
+    });
+    await eventually(() => holding.heldRequests > 0, { what: 'the doomed worker sending' });
+    await doomed.kill();
+    await skewedWorker(0, { workerOptions: { lockDuration: 800, stalledInterval: 300 } });
+    // Retried under its key (the attempt started seconds ago, well inside the window), not parked.
+    await eventually(
+      async () => {
+        const { completed, failed } = await transport.queue.getJobCounts('completed', 'failed');
+        return (completed ?? 0) + (failed ?? 0) === 1;
+      },
+      { what: 'the job finished' },
+    );
+    const data = (await transport.queue.getJob(info.queueId))!.data;
+    expect(data.lastError?.parked).toBeUndefined();
+    expect(await transport.queue.getJobCounts('completed')).toEqual({ completed: 1 });
+    expect(data.possiblyAcceptedAt!).toBeGreaterThanOrEqual(queuedAt - 1000);
+    expect(invoices()).toBe(1);
   });
 });
 

@@ -81,8 +81,8 @@ describe('the content sweeper while the queue’s slot migrates', () => {
       await from.cluster('SETSLOT', slot, 'MIGRATING', target.id);
       const moved = [`${prefix}:eml-api:outbox:content-index`, `${prefix}:eml-api:completed`, ...contentKeys];
       await from.call('MIGRATE', '127.0.0.1', String(target.port), '', '0', '5000', 'KEYS', ...moved);
-      // A sweep (grace 0: content over an hour old, say delayed retries) falls mid-migration.
-      const sweep = sweepStoredContent(await queueRedis(transport.queue), location, { graceMs: 0 });
+      // A sweep falls mid-migration.
+      const sweep = sweepStoredContent(await queueRedis(transport.queue), location);
       const early = await Promise.race([
         sweep.then((removed) => `done: ${removed} removed`),
         new Promise((resolve) => setTimeout(() => resolve('waiting'), 1000)),

@@ -84,8 +84,7 @@ describe('a cluster with a master of other slots down (cluster-require-full-cove
       const legacy = newContentKey(location.contentKeyPrefix, 'legacy');
       await cluster.client.set(legacy, 'queued by 0.1');
       const sweep = { legacyScanEveryMs: 0, warn: (message: string) => warnings.push(message) };
-      expect(await sweepStoredContent(cluster.client, location, sweep)).toBe(0);
-      expect(await sweepStoredContent(cluster.client, location, { graceMs: 0 })).toBe(1);
+      expect(await sweepStoredContent(cluster.client, location, sweep)).toBe(1);
       // Every master that answered was scanned: a warning names the dead one only, if the client still lists it.
       for (const warning of warnings) expect(warning).toContain(`127.0.0.1:${dead.port}`);
       await mailer.sendMail({ from: 'a@example.test', to: 'b@example.test', text: 'y'.repeat(70_000) });

@@ -58,11 +58,11 @@ const mail = (key: string, to: string, text = 'Your receipt') => ({
 
 /**
  * A Lua script call (EVAL with its text the first time on a connection, EVALSHA after) of `keys` keys
- * and `args` arguments whose first keys are `first`: no `*` in between, so it never spans two commands.
+ * and `args` arguments whose first keys are `first`: never across the start of another command.
  */
 const scriptCall = (keys: number, args: number, first: string) =>
   new RegExp(
-    `\\*${3 + keys + args}\\r\\n\\$\\d\\r\\neval(?:sha)?\\r\\n[^*]*?\\r\\n\\$1\\r\\n${keys}\\r\\n${first}`,
+    `\\*${3 + keys + args}\\r\\n\\$\\d\\r\\neval(?:sha)?\\r\\n(?:(?!\\*\\d+\\r\\n\\$)[\\s\\S])*?\\r\\n\\$1\\r\\n${keys}\\r\\n${first}`,
     'i',
   );
 

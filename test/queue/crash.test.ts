@@ -114,12 +114,12 @@ describe.each(REDIS_KINDS)('a worker killed mid-batch, on %s Redis', (kind) => {
       expect(await redis.client.hget(redis.key(id), 'pb')).not.toBe('doomed');
     }
     // Sent jobs keep no content in Redis: small content leaves the job with the record of its send, larger
-    // content's key goes with it; the sweep catches what a killed worker left (once its grace is over: here at once).
+    // content's key goes with it; the sweep catches what a killed worker left.
     const completed = await transport.queue.getJobs(['completed']);
     expect(completed.filter((job) => job.data.inline !== undefined)).toEqual([]);
     await eventually(
       async () => {
-        await sweepStoredContent(redis.client, redis.location, { graceMs: 0 });
+        await sweepStoredContent(redis.client, redis.location);
         return (await redis.keys(`${redis.location.contentKeyPrefix}*`)).length === 0;
       },
       { what: 'no content left' },

@@ -32,8 +32,7 @@ describe('the look for content written before the index', () => {
       await redis.client.set(legacy, 'queued by 0.1');
       await redis.client.set(other, 'not this queue');
       try {
-        expect(await sweepStoredContent(redis.client, location, { legacyScanEveryMs: 0 })).toBe(0);
-        expect(await sweepStoredContent(redis.client, location, { graceMs: 0 })).toBe(1);
+        expect(await sweepStoredContent(redis.client, location, { legacyScanEveryMs: 0 })).toBe(1);
         expect(await redis.client.exists(legacy)).toBe(0);
         expect(await redis.client.get(other)).toBe('not this queue');
       } finally {

@@ -7,7 +7,7 @@ import { EmlApiQueueTransport, purgeOutbox, type EmlApiQueuedMessageInfo } from 
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
 import { resolveQueueLocation } from '../../src/queue/queue-location.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
-import { eventually, inProcessWorkers } from '../helpers/outbox.js';
+import { eventually, inProcessWorkers, pastContentDeadlines } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
 
@@ -97,6 +97,9 @@ describe('purgeOutbox', () => {
     // Content no job points at (a producer that died between storing and queueing) goes too.
     const orphan = 'bull:eml-api:content:gone:1795453916326-e6f0dafa';
     await redis.client.set(orphan, 'orphaned message');
+    // A 429's pause of every worker (BullMQ's rate limit key, which its obliterate leaves), a parked job.
+    await redis.client.set('bull:eml-api:limiter', String(Number.MAX_SAFE_INTEGER), 'PX', 600_000);
+    await redis.client.zadd('bull:eml-api:outbox:parked', 1, 'reset-0');
     const result = await purgeOutbox(transport.queue);
     expect(result).toEqual({ jobs: 3, content: 4, busy: [], notFound: [] });
     expect(await queueKeys()).toEqual([]);
@@ -122,6 +125,41 @@ describe('purgeOutbox', () => {
     expect(await transport.queue.getJobCounts('active', 'prioritized')).toEqual({ active: 1, prioritized: 1 });
     expect((await purgeOutbox(transport.queue, { force: true })).jobs).toBe(2);
     expect((await queueKeys()).filter((k) => k.includes(':content:'))).toEqual([]);
+  });
+});
+
+describe('purgeOutbox and the sweeper beside queues whose prefix nests in this one', () => {
+  it("touch this queue's keys only: other apps' queues under the prefix bull:x (named content and outbox) keep theirs", async () => {
+    // App A: prefix bull, queue x (keys bull:x:*). Apps B and C: prefix bull:x, queues content and
+    // outbox: their keys start bull:x:content: and bull:x:outbox:, where A keeps its messages and its own keys.
+    const b = new EmlApiQueueTransport({ connection: redis.url, prefix: 'bull:x', queueName: 'content' });
+    const c = new EmlApiQueueTransport({ connection: redis.url, prefix: 'bull:x', queueName: 'outbox' });
+    let a: EmlApiQueueTransport | undefined;
+    try {
+      const big = (to: string) => ({
+        from: 'a@example.test',
+        to,
+        text: to,
+        attachments: [{ filename: 'pad.bin', content: Buffer.alloc(80_000, 1) }],
+      });
+      await nodemailer.createTransport(b).sendMail(big('b@example.test'));
+      await nodemailer.createTransport(c).sendMail(big('c@example.test'));
+      const others = await redis.client.keys('bull:x:*');
+      a = new EmlApiQueueTransport({ connection: redis.url, queueName: 'x', timeouts: { store: 300 } });
+      await nodemailer.createTransport(a).sendMail(big('a@example.test'));
+      // A's workers sweep (their daily look for content in no index entry too), then A is purged.
+      await pastContentDeadlines(redis.client, 'bull:x:outbox:content-index');
+      await sweepStoredContent(redis.client, resolveQueueLocation('x', 'bull'), { legacyScanEveryMs: 0 });
+      expect(await purgeOutbox(a.queue)).toMatchObject({ jobs: 1, content: 1 });
+      const gone = [];
+      for (const key of others) if ((await redis.client.exists(key)) === 0) gone.push(key);
+      expect(gone).toEqual([]);
+      await workers.start({ prefix: 'bull:x', queueName: 'content', encryption: undefined });
+      await workers.start({ prefix: 'bull:x', queueName: 'outbox', encryption: undefined });
+      await eventually(() => emu.messages().length === 2, { what: "B's and C's messages delivered" });
+    } finally {
+      await Promise.all([a?.close(), b.close(), c.close()]);
+    }
   });
 });
 

@@ -94,6 +94,22 @@ describe('a queue that came to name its account', () => {
   });
 });
 
+describe('a queue that came to name its account, and a producer whose clock is behind', () => {
+  it("has its workers refuse what that producer queued since, by Redis's time, not the producer's", async () => {
+    // Another app's producer, naming no account, on a machine 2 days behind (BullMQ stamps jobs with it).
+    const unnamed = producer({ jobOptions: { timestamp: Date.now() - 48 * 3_600_000 } });
+    const before = await unnamed.sendMail(message('e1@example.test'));
+    await producer({ account: 'shop-a' }).sendMail(message('e2@example.test'));
+    const after = await unnamed.sendMail(message('e3@example.test'));
+    await outbox.workers.start({ apiKey: 'k-shop-a', account: 'shop-a' });
+    await eventually(async () => (await outbox.transport.queue.getJobCounts('failed')).failed === 1);
+    await eventually(() => outbox.emu.messages().length === 2);
+    expect(outbox.emu.mailbox('e3@example.test')).toEqual([]);
+    expect((await outbox.transport.queue.getJob(after.queueId))!.data.lastError?.message).toContain('names no account');
+    expect((await outbox.transport.queue.getJob(before.queueId))!.finishedOn).toBeDefined();
+  });
+});
+
 describe('a queue that names no account', () => {
   it('warns when workers with another API key send from it', async () => {
     await outbox.workers.start({ apiKey: 'k-shop-a' });

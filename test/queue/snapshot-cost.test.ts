@@ -1,6 +1,7 @@
 import nodemailer from 'nodemailer';
 import { describe, expect, it } from 'vitest';
-import { readOutboxSnapshot, readOutboxStatus, retryFailedSends } from '../../src/queue/index.js';
+import { openOutboxQueue, readOutboxSnapshot, readOutboxStatus, retryFailedSends } from '../../src/queue/index.js';
+import { startRedisHoldProxy } from '../helpers/redis-hold-proxy.js';
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
 import { resolveQueueLocation } from '../../src/queue/queue-location.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
@@ -64,5 +65,38 @@ describe('parked jobs', () => {
     await sweepStoredContent(outbox.redis.client, resolveQueueLocation(undefined, undefined));
     expect((await readOutboxSnapshot(outbox.transport.queue)).parked).toBe(0);
     expect((await readOutboxStatus(outbox.transport.queue)).counts.failed).toBe(0);
+  });
+
+  it('stay counted when a worker parks a job again before the put-back that preceded it has taken it out', async () => {
+    outbox.emu.setFaults({ resetAfterProcessing: 1 });
+    const info = await nodemailer
+      .createTransport(outbox.transport)
+      .sendMail({ from: 'a@example.test', to: 'b@example.test', text: 'x' });
+    await outbox.workers.start({ idempotencyWindow: 0 });
+    await eventually(async () => (await readOutboxSnapshot(outbox.transport.queue)).parked === 1, {
+      what: 'the job parked',
+    });
+    const parkedRun = (await outbox.transport.queue.getJob(info.queueId))!.processedOn;
+    // queue retry through a connection whose taking out of the parked set is late.
+    const hold = await startRedisHoldProxy(outbox.redis.port);
+    const admin = await openOutboxQueue({ connection: hold.url });
+    try {
+      hold.holdNext(/\$(4\r\nzrem|7\r\nevalsha|4\r\neval)\r\n.*outbox:parked/is);
+      const retrying = retryFailedSends(admin.queue, { ids: [info.queueId] });
+      // Meanwhile the worker takes it, and parks it again (the service's answer is lost again).
+      await eventually(
+        async () => {
+          const job = (await outbox.transport.queue.getJob(info.queueId))!;
+          return job.processedOn !== parkedRun && (await job.isFailed());
+        },
+        { what: 'the job parked again' },
+      );
+      hold.release();
+      expect((await retrying).retried).toEqual([info.queueId]);
+      expect((await readOutboxSnapshot(outbox.transport.queue)).parked).toBe(1);
+    } finally {
+      await admin.close();
+      await hold.close();
+    }
   });
 });

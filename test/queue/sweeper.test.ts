@@ -4,18 +4,21 @@ import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
 import { resolveQueueLocation } from '../../src/queue/queue-location.js';
-import { eventually, inProcessWorkers } from '../helpers/outbox.js';
+import { eventually, inProcessWorkers, pastContentDeadlines } from '../helpers/outbox.js';
 import { startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 /**
- * The sweeper of stored content nobody needs (issue 20, item 8): it judges
- * age by Redis's clock, not the worker's; one worker sweeps at a time; it
- * works from the queue's content index, never a SCAN of the keyspace (but
- * still finds content written before the index); a store that timed out
- * before its job was added discards its content once the add is known not
- * to have landed. Real redis-server, a TCP proxy in front of it where a test
- * needs Redis to stall at an exact point, the emulator over HTTP.
+ * The sweeper of stored content nobody needs: it judges deadlines by Redis's
+ * clock, not the worker's; it frees content whose job is gone once its
+ * producer's store deadline has passed, and never content a job still to be
+ * sent points at; one worker sweeps at a time; it works from the queue's
+ * content index, never a SCAN of the keyspace (but still finds content in no
+ * index entry); a store that timed out before its job was added discards its
+ * content once the add is known not to have landed, and an add that lands
+ * after its content was freed is refused. Real redis-server, a TCP proxy in
+ * front of it where a test needs Redis to stall at an exact point, the
+ * emulator over HTTP.
  */
 
 let redis: RedisServer;
@@ -52,6 +55,8 @@ const message = (text: string) => ({
   attachments: [{ filename: 'pad.bin', content: PAD }],
 });
 const PAD = Buffer.alloc(50_000, 1);
+/** A producer's store deadline short enough for a test to wait out. */
+const SHORT_STORE = 1500;
 
 /** Content keys holding content (strings; a discarded key is a small hash for an hour). */
 async function contentKeys(): Promise<string[]> {
@@ -103,14 +108,15 @@ describe('the content sweeper', () => {
     }
   });
 
-  it('removes content whose job is gone after the grace, keeps the content of waiting jobs', async () => {
-    const transport = new EmlApiQueueTransport({ connection: redis.url });
+  it("removes content whose job is gone once its producer's deadline has passed, keeps the content of waiting jobs", async () => {
+    const transport = new EmlApiQueueTransport({ connection: redis.url, timeouts: { store: SHORT_STORE } });
     try {
       const kept = await nodemailer.createTransport(transport).sendMail(message('kept'));
       const gone = await orphan(transport, 'gone');
-      // Too young: it might belong to a job being added right now.
+      // Within its producer's deadline: it might belong to a job being added right now.
       expect(await sweepStoredContent(redis.client, location)).toBe(0);
-      expect(await sweepStoredContent(redis.client, location, { graceMs: 0 })).toBe(1);
+      await pastContentDeadlines(redis.client);
+      expect(await sweepStoredContent(redis.client, location)).toBe(1);
       expect(await redis.client.exists(gone)).toBe(0);
       const keptJob = await transport.queue.getJob((kept as unknown as EmlApiQueuedMessageInfo).queueId);
       expect(await redis.client.exists(keptJob!.data.contentKey)).toBe(1);
@@ -120,17 +126,19 @@ describe('the content sweeper', () => {
   });
 
   it('never SCANs the keyspace to find the content: it reads the queue’s index', async () => {
-    const transport = new EmlApiQueueTransport({ connection: redis.url });
+    const transport = new EmlApiQueueTransport({ connection: redis.url, timeouts: { store: SHORT_STORE } });
     try {
       // Another app's keys in the same Redis.
       await redis.client.mset(Object.fromEntries(Array.from({ length: 2000 }, (_, i) => [`cache:${i}`, 'x'])));
       const first = await orphan(transport, 'first');
-      // A worker's first sweep of the day also looks for content written before the index (versions before 0.2).
-      await sweepStoredContent(redis.client, location, { graceMs: 0, legacyScanEveryMs: 0 });
+      await pastContentDeadlines(redis.client);
+      // A worker's first sweep of the day also looks for content in no index entry.
+      await sweepStoredContent(redis.client, location, { legacyScanEveryMs: 0 });
       expect(await redis.client.exists(first)).toBe(0);
       const second = await orphan(transport, 'second');
+      await pastContentDeadlines(redis.client);
       const scans = await scanCalls();
-      expect(await sweepStoredContent(redis.client, location, { graceMs: 0 })).toBe(1);
+      expect(await sweepStoredContent(redis.client, location)).toBe(1);
       expect(await redis.client.exists(second)).toBe(0);
       expect(await scanCalls()).toBe(scans);
     } finally {
@@ -147,10 +155,8 @@ describe('the content sweeper', () => {
       const old = await orphan(transport, 'orphan of 0.1');
       // As a producer before the index wrote them: not in the index.
       await redis.client.del('bull:eml-api:outbox:content-index');
-      // Found by the next look for them (here forced) and entered in the index, as new there: their grace
-      // runs from then.
-      expect(await sweepStoredContent(redis.client, location, { legacyScanEveryMs: 0 })).toBe(0);
-      expect(await sweepStoredContent(redis.client, location, { graceMs: 0 })).toBe(1);
+      // Found by the next look for them (here forced) and entered in the index as due: freed unless a job needs it.
+      expect(await sweepStoredContent(redis.client, location, { legacyScanEveryMs: 0 })).toBe(1);
       expect(await redis.client.exists(old)).toBe(0);
       await workers.start();
       await eventually(() => emu.messages().length === 1, { what: 'the old job sent' });
@@ -162,15 +168,16 @@ describe('the content sweeper', () => {
   });
 
   it('sweeps one worker at a time: nothing is done while another holds the lock', async () => {
-    const transport = new EmlApiQueueTransport({ connection: redis.url });
+    const transport = new EmlApiQueueTransport({ connection: redis.url, timeouts: { store: SHORT_STORE } });
     try {
       const key = await orphan(transport, 'orphan');
+      await pastContentDeadlines(redis.client);
       // Another worker's sweep under way.
       await redis.client.set('bull:eml-api:outbox:sweep-lock', 'another-worker', 'PX', 60_000);
-      expect(await sweepStoredContent(redis.client, location, { graceMs: 0 })).toBe(0);
+      expect(await sweepStoredContent(redis.client, location)).toBe(0);
       expect(await redis.client.exists(key)).toBe(1);
       await redis.client.del('bull:eml-api:outbox:sweep-lock');
-      expect(await sweepStoredContent(redis.client, location, { graceMs: 0 })).toBe(1);
+      expect(await sweepStoredContent(redis.client, location)).toBe(1);
       expect(await redis.client.get('bull:eml-api:outbox:sweep-lock')).toBeNull();
     } finally {
       await transport.close();
@@ -178,12 +185,17 @@ describe('the content sweeper', () => {
   });
 
   it('judges each entry once per sweep, however many there are (batches)', async () => {
-    const transport = new EmlApiQueueTransport({ connection: redis.url, concurrency: 50 });
+    const transport = new EmlApiQueueTransport({
+      connection: redis.url,
+      concurrency: 50,
+      timeouts: { store: SHORT_STORE },
+    });
     try {
       const transporter = nodemailer.createTransport(transport);
       await Promise.all(Array.from({ length: 450 }, (_, i) => transporter.sendMail(message(`n${i}`))));
       for (let i = 0; i < 30; i++) await orphan(transport, `orphan ${i}`);
-      expect(await sweepStoredContent(redis.client, location, { graceMs: 0 })).toBe(30);
+      await pastContentDeadlines(redis.client);
+      expect(await sweepStoredContent(redis.client, location)).toBe(30);
       expect(await contentKeys()).toHaveLength(450);
     } finally {
       await transport.close();
@@ -231,6 +243,40 @@ describe('a store that timed out', () => {
       });
       await workers.start();
       await eventually(() => emu.messages().length === 1, { what: 'the message delivered' });
+    } finally {
+      await transport.close();
+    }
+  });
+
+  it('is refused when its add lands after its content was freed: no job points at nothing, and queueing again sends it once', async () => {
+    // The add waits on a connection that went silent; the producer gives up (ETIMEDOUT, may have been
+    // accepted); past its deadline a sweep frees the content, which no job points at; then the network
+    // comes back and ioredis sends the add again. It used to make a job whose content was gone, failed
+    // by the worker as "missing from Redis", and a sendMail with the key was answered as a duplicate of it.
+    const transport = new EmlApiQueueTransport({ connection: proxy.url, timeouts: { store: 500 } });
+    try {
+      await transport.verify();
+      const held = proxy.holdWhen(({ text }) => text.includes('"contentKey"'));
+      const mailer = nodemailer.createTransport(transport);
+      const first = mailer.sendMail({ ...message('late'), idempotencyKey: 'late-add' }).catch((e: unknown) => e);
+      await held;
+      expect(await first).toMatchObject({ code: 'ETIMEDOUT', mayHaveBeenAccepted: true });
+      await pastContentDeadlines(redis.client);
+      expect(await sweepStoredContent(redis.client, location)).toBe(1);
+      proxy.cut();
+      // Answered after the commands ioredis sends again on the new connection.
+      await transport.verify();
+      expect(await transport.queue.getJob('late-add')).toBeUndefined();
+      const again = (await mailer.sendMail({
+        ...message('late'),
+        idempotencyKey: 'late-add',
+      })) as unknown as EmlApiQueuedMessageInfo;
+      expect(again.duplicate).toBe(false);
+      await workers.start();
+      await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 1, {
+        what: 'the message sent',
+      });
+      expect(emu.messages().map((m) => m.messageId)).toEqual([again.messageId]);
     } finally {
       await transport.close();
     }

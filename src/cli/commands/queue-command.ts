@@ -65,9 +65,9 @@ Removes queued mail from Redis for good, now: the jobs named (ids as
 "eml-api queue status" prints them) with their stored messages, or, with
 --all, the whole queue: every job in every state, every stored message, and
 every key of the outbox. BullMQ's own removals (queue.obliterate(), remove,
-clean, a dashboard's delete) leave the messages in Redis until the workers'
-sweeper finds them, an hour later at the soonest. Stop the producers first:
-a message queued meanwhile may be kept.
+clean, drain, a dashboard's delete) leave the messages in Redis until the
+workers' next sweep (every 10 minutes); obliterate leaves the outbox's keys
+too. Stop the producers first: a message queued meanwhile may be kept.
 
 Options:
 ${REDIS_OPTIONS_HELP}  --all                   the whole queue
