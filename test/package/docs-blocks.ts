@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import { copyFile, mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import ts from 'typescript';
-import { waitFor } from '../helpers/async.js';
+import { eventually } from '../helpers/async.js';
 import { ROOT, runIn, tsxArgs } from './packed.js';
 
 /**
@@ -265,7 +265,7 @@ export async function runShell(block: DocBlock, session: DocSession): Promise<st
         started.push(job);
         const wanted = ready ?? /./;
         const needsHttp = asked.has('http-port');
-        await waitFor(
+        await eventually(
           () =>
             (wanted.test(job.output()) && (!needsHttp || /Health and metrics on/.test(job.output()))) ||
             job.child.exitCode !== null,
@@ -322,7 +322,7 @@ export async function runConsole(block: DocBlock, session: DocSession): Promise<
     const command = substitute(written, session, new Map());
     const job = startInBackground(command, session);
     const lines = () => job.output().split('\n').filter(Boolean);
-    await waitFor(() => lines().length >= shown.length || job.child.exitCode !== null, { timeout: 30_000 }).catch(
+    await eventually(() => lines().length >= shown.length || job.child.exitCode !== null, { timeout: 30_000 }).catch(
       () => undefined,
     );
     const printed = lines();
@@ -453,7 +453,7 @@ export async function runTypeScript(block: DocBlock, session: DocSession): Promi
       ...session.env,
     },
   });
-  await waitFor(() => job.output().includes(DONE) || job.child.exitCode !== null, { timeout: 60_000 }).catch(
+  await eventually(() => job.output().includes(DONE) || job.child.exitCode !== null, { timeout: 60_000 }).catch(
     () => undefined,
   );
   const ranToEnd = job.output().includes(DONE);

@@ -6,7 +6,7 @@ import { mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises'
 import { join, relative } from 'node:path';
 import { promisify } from 'node:util';
 import { inject } from 'vitest';
-import { waitFor } from '../helpers/async.js';
+import { eventually } from '../helpers/async.js';
 import { PACKED_HOME, ROOT } from './packed-setup.js';
 
 const run = promisify(execFile);
@@ -178,7 +178,7 @@ async function onceAcrossProcesses(dir: string, work: () => Promise<void>): Prom
         await rm(lock, { recursive: true, force: true });
       }
     }
-    await waitFor(() => existsSync(done) || !existsSync(lock) || holderDied(lock), { timeout: 300_000 });
+    await eventually(() => existsSync(done) || !existsSync(lock) || holderDied(lock), { timeout: 300_000 });
     if (!existsSync(done) && holderDied(lock)) await rm(lock, { recursive: true, force: true });
   }
 }
@@ -261,7 +261,7 @@ export function start(
     output: () => all,
     async line(pattern) {
       const found = () => all.split('\n').find((l) => pattern.test(l));
-      await waitFor(() => found() !== undefined || ended, { timeout: 30_000 });
+      await eventually(() => found() !== undefined || ended, { timeout: 30_000 });
       const line = found();
       if (line === undefined) throw new Error(`${command} ${args.join(' ')} ended before printing ${pattern}:\n${all}`);
       return line;

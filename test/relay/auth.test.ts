@@ -9,7 +9,7 @@ import { connect as netConnect } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { hashRelayPassword, startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
-import { rejectionOf, waitFor } from '../helpers/async.js';
+import { rejectionOf, eventually } from '../helpers/async.js';
 import { closedPort } from '../helpers/fake-service.js';
 import { capturingLogger } from '../helpers/logger.js';
 import { makeNetns, smtplibSend, SmtpDialog, TEST_CERT, testTls } from './relay-harness.js';
@@ -298,7 +298,7 @@ describe('AUTH guessing', () => {
     const count = serviceRequests();
     const { dialog: guesser } = await ehlo(slow.port);
     guesser.write(`AUTH PLAIN ${plain('u', 'emu_guess_1')}\r\n`);
-    await waitFor(() => count() === 1);
+    await eventually(() => count() === 1);
     // The guess was refused by the service; another client authenticates and sends a whole message.
     const { dialog } = await ehlo(slow.port);
     expect((await dialog.command(`AUTH PLAIN ${plain('u', emu.apiKey)}`)).code).toBe(235);

@@ -11,7 +11,7 @@ import { SMTPServer } from 'smtp-server';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { startEmlApiRelay, type EmlApiRelay, type EmlApiRelayOptions } from '../../src/relay/index.js';
-import { waitFor } from '../helpers/async.js';
+import { eventually } from '../helpers/async.js';
 import { SmtpDialog, testTls } from './relay-harness.js';
 
 let emu: Emulator;
@@ -257,7 +257,7 @@ describe('deadlines on command lines and on sessions (a byte, or a NOOP, now and
         stops.push(dribble(client.dialog, `EHLO ${'a'.repeat(10_000)}`, 20));
       }
       // Every slot is taken (stress): lines are cut after the stress idle timeout, then a client from a third address gets in.
-      await waitFor(() => held.some(({ dialog }) => dialog.hasUnreadReply()));
+      await eventually(() => held.some(({ dialog }) => dialog.hasUnreadReply()));
       let fresh = await connect(relay, '127.0.0.53');
       for (let i = 0; i < 50 && fresh.greeting.code !== 220; i++) {
         await sleep(20);

@@ -6,8 +6,7 @@ import { EmlApiQueueTransport, startEmlApiWorker } from '../../src/queue/index.j
 import { hashRelayPassword, startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { SmtpDialog } from './relay-harness.js';
 import { runCli } from '../../src/cli/run-cli.js';
-import { waitFor } from '../helpers/async.js';
-import { eventually } from '../helpers/outbox.js';
+import { eventually } from '../helpers/async.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 /**
@@ -158,7 +157,7 @@ describe('eml-api relay: store-and-forward is chosen with a flag, the Redis URL 
       env: { EML_API_KEY: emu.apiKey, ...env },
       signal: stop.signal,
     });
-    await waitFor(() => /listening on/.test(out) || /eml-api:/.test(out), { timeout: 10_000 });
+    await eventually(() => /listening on/.test(out) || /eml-api:/.test(out), { timeout: 10_000 });
     const port = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(out)?.[1]);
     return { port, output: () => out, stop: async () => (stop.abort(), exit) };
   }

@@ -15,7 +15,7 @@ import { buildMessage } from '../../src/transport/build-message.js';
 import { BuildThreadPool } from '../../src/transport/build-threads/pool.js';
 import { BUILD_FIELDS, portableMail } from '../../src/transport/build-threads/portable-mail.js';
 import type { NodemailerMail } from '../../src/transport/nodemailer-types.js';
-import { rejectionOf, waitFor } from '../helpers/async.js';
+import { rejectionOf, eventually } from '../helpers/async.js';
 import { neutralEml, spooledBytes, streamBytes } from '../helpers/eml-bytes.js';
 import { corpus, type CorpusContext, type CorpusMessage } from '../helpers/message-corpus.js';
 import { capturingLogger, silentLogger } from '../helpers/logger.js';
@@ -244,7 +244,7 @@ describe('a build that fails on a thread', () => {
       } as never);
       try {
         // The thread is reading the attachment: the request reached the file server.
-        await waitFor(() => stalled.length > waiting);
+        await eventually(() => stalled.length > waiting);
         controller.abort();
         const err = await sending.catch((e: unknown) => e as Error & { code?: string });
         expect(err).toMatchObject({ code: 'EABORT' });

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiError, EmlApiTransport } from '../../src/index.js';
 import { BuildGate, SENDING_THREAD_BUILDS } from '../../src/transport/build-message.js';
-import { rejectionOf, waitFor } from '../helpers/async.js';
+import { rejectionOf, eventually } from '../helpers/async.js';
 import { NODEMAILERS } from '../helpers/nodemailer-versions.js';
 
 /**
@@ -56,7 +56,7 @@ describe('a send whose attachment stalls', () => {
     const transport = new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url });
     const transporter = nodemailer.createTransport(transport);
     const sending = rejectionOf(transporter.sendMail(message('stall-2@example.test', stalledStream())));
-    await waitFor(() => transport.client.activeRequests === 1);
+    await eventually(() => transport.client.activeRequests === 1);
     let closed = false;
     const closing = transport.close().then(() => (closed = true));
     await new Promise((resolve) => setTimeout(resolve, 150));
@@ -201,10 +201,10 @@ describe('the gate of builds on the sending thread', () => {
         return i;
       }),
     );
-    await waitFor(() => order.length === 2);
+    await eventually(() => order.length === 2);
     expect(gate.load).toEqual({ running: 2, waiting: 2 });
     builds[1]!.done();
-    await waitFor(() => order.length === 3);
+    await eventually(() => order.length === 3);
     expect(order).toEqual([0, 1, 2]);
     for (const b of builds) b.done();
     expect(await Promise.all(runs)).toEqual([0, 1, 2, 3]);

@@ -8,7 +8,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { EmlApiClient, EmlApiTransport, type EmlApiError, type EmlApiTransportOptions } from '../../src/index.js';
 import { startEmulator } from '../../src/emulator/index.js';
 import { Base64Encoder } from '../../src/body/eml-upload-body.js';
-import { waitFor } from '../helpers/async.js';
+import { eventually } from '../helpers/async.js';
 import { startEarlyAnswerServer } from '../helpers/early-answer-server.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { NODEMAILERS } from '../helpers/nodemailer-versions.js';
@@ -87,7 +87,7 @@ describe('large messages', () => {
       .createTransport(transport)
       .sendMail({ raw: fixedEml(512 * 1024), signal: controller.signal })
       .catch((e: unknown) => e);
-    await waitFor(() => service.requests.length > 0);
+    await eventually(() => service.requests.length > 0);
     const during = await readdir(spoolDir);
     expect(during).toHaveLength(1);
     expect(await readdir(join(spoolDir, during[0]!))).toEqual(['message.eml']);
