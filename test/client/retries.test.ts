@@ -227,10 +227,10 @@ describe('cancellation', () => {
   it('aborts during the backoff wait with EABORT', async () => {
     service.script([], { status: 503 });
     const controller = new AbortController();
-    const pending = makeClient({ retry: { attempts: 6, delay: 5000, maxDelay: 5000 } }).sendEml(EML, {
-      signal: controller.signal,
-    });
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    const client = makeClient({ retry: { attempts: 6, delay: 5000, maxDelay: 5000 } });
+    const backingOff = new Promise<void>((resolve) => client.observe({ retry: () => resolve() }));
+    const pending = client.sendEml(EML, { signal: controller.signal });
+    await backingOff;
     controller.abort();
     const err = await rejectionOf(pending);
     expect(err.code).toBe('EABORT');

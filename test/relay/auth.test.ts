@@ -423,7 +423,7 @@ describe("AUTH refusals tell nothing of the relay's users, in text or in time", 
     try {
       const order: string[] = [];
       const unlisted = authOverTls(relay.port, 'nosuchuser', 'emu_not_a_key').then((r) => (order.push('unlisted'), r));
-      await new Promise((resolve) => setTimeout(resolve, 50));
+      await eventually(() => (emu.faultStats()?.none ?? 0) >= 1, { what: 'the unlisted name asked of the service' });
       const listed = authOverTls(relay.port, 'billing', 'wrong-pw').then((r) => (order.push('listed'), r));
       const replies = await Promise.all([unlisted, listed]);
       expect(replies.map((r) => [r.code, r.text])).toEqual([

@@ -21,12 +21,15 @@ beforeAll(async () => {
 
 afterAll(() => emu.close());
 
-/** An attachment stream that sends one chunk and then never ends (a stalled upload or URL). */
-function stalledStream(): Readable {
+/** An attachment stream that sends one chunk and then never ends (a stalled upload or URL); `onRead` when first read. */
+function stalledStream(onRead?: () => void): Readable {
   let sent = false;
   return new Readable({
     read() {
-      if (!sent) this.push(Buffer.from('partial content '));
+      if (!sent) {
+        onRead?.();
+        this.push(Buffer.from('partial content '));
+      }
       sent = true;
     },
   });
@@ -161,15 +164,21 @@ describe('a send queued behind hundreds of builds waiting for their content', ()
       timeouts: { total: 60_000 },
     });
     const other = new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url, timeouts: { total: 1500 } });
+    let building = 0;
     const stalledOutcomes = Array.from({ length: stalledSends }, (_, i) =>
       nodemailer
         .createTransport(stalling)
-        .sendMail(message(`stalled-${i}@example.test`, stalledStream()))
+        .sendMail(
+          message(
+            `stalled-${i}@example.test`,
+            stalledStream(() => building++),
+          ),
+        )
         .catch((err: { code?: string }) => err.code),
     );
     try {
-      // Let the stalled builds take every turn and queue up behind one another first.
-      await new Promise((resolve) => setTimeout(resolve, 50));
+      // The stalled builds take every turn of the sending thread first, the others queued behind them.
+      await eventually(() => building >= SENDING_THREAD_BUILDS);
       // Handed over eight at a time, each taking a look or two to show it stalled, they held this for 2 s and more.
       const info = await nodemailer
         .createTransport(other)
