@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import { copyFile, mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import ts from 'typescript';
-import { ROOT, runIn, tsxArgs } from './packed.js';
+import { ROOT, runIn } from './packed.js';
 
 /**
  * The code blocks of README.md and docs/ as the docs-blocks test runs them against the packed
@@ -427,7 +427,7 @@ function declaredNames(code: string): Set<string> {
   return names;
 }
 
-/** Runs a TypeScript block with tsx; resolves with what went wrong ('' when nothing did). */
+/** Runs a TypeScript block; resolves with what went wrong ('' when nothing did). */
 export async function runTypeScript(block: DocBlock, session: DocSession): Promise<string> {
   const expected: string[] = [];
   const code = substitute(block.code, session, new Map())
@@ -459,9 +459,16 @@ export async function runTypeScript(block: DocBlock, session: DocSession): Promi
   const name = `${block.file.replace(/\W+/g, '-')}-${block.line}.mts`;
   await mkdir(join(session.project, 'docs-check'), { recursive: true });
   await writeFile(join(session.project, 'docs-check', name), module);
+  // TypeScript's own transpiler makes the module Node runs (what tsx or tsc would give it, without a loader to start).
+  const { outputText } = ts.transpileModule(module, {
+    fileName: name,
+    compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
+  });
+  const js = name.replace(/\.mts$/, '.mjs');
+  await writeFile(join(session.project, 'docs-check', js), outputText);
 
   // Code reads the service and Redis from the environment (process.env.EML_API_KEY!), set for it.
-  const job = startInBackground(`node ${tsxArgs().join(' ')} docs-check/${name}`, {
+  const job = startInBackground(`node docs-check/${js}`, {
     ...session,
     env: {
       EML_API_URL: session.service.url,

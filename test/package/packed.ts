@@ -140,11 +140,6 @@ export function binOf(project: string): string {
   return join(project, 'node_modules', '.bin', 'eml-api');
 }
 
-/** The Node arguments that run a TypeScript file as users of tsx do (tsx comes from this repository). */
-export function tsxArgs(): string[] {
-  return ['--import', import.meta.resolve('tsx')];
-}
-
 /** The TypeScript compiler of this repository. */
 export const TSC = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
 
