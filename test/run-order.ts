@@ -6,9 +6,9 @@ import { BaseSequencer } from 'vitest/node';
 
 /**
  * The order test files start in: longest first, so that a run does not end waiting on a slow file
- * that started late. A file's duration is the one vitest recorded in its cache (node_modules/.vite),
- * else the one in test/file-durations.json, which a full passing run rewrites when the files or
- * their durations change a lot, to be committed: a fresh clone (CI) has no cache.
+ * that started late. A file's duration is the longer of the one vitest recorded in its cache
+ * (node_modules/.vite) and the one in test/file-durations.json, which a full passing run rewrites
+ * when the files or their durations change a lot, to be committed: a fresh clone (CI) has no cache.
  */
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -37,8 +37,9 @@ export class LongestFirst extends BaseSequencer {
     const rank = (spec: TestSpecification) => {
       const key = keyOf(spec.project.name, spec.moduleId, root);
       const cached = this.ctx.cache.getFileTestResults(key);
-      if (cached) return { failed: cached.failed ?? false, seconds: cached.duration / 1000 };
-      return { failed: false, seconds: recorded[key] ?? Infinity };
+      const seconds = [cached && cached.duration / 1000, recorded[key]].filter((s) => s !== undefined);
+      // The longer of the two: vitest also records a run of some of a file's tests (-t).
+      return { failed: cached?.failed ?? false, seconds: seconds.length ? Math.max(...seconds) : Infinity };
     };
     const ranks = new Map(files.map((spec) => [spec, rank(spec)]));
     return [...files].sort((a, b) => {
@@ -78,7 +79,7 @@ export class RecordDurations implements Reporter {
 
   async onTestRunStart(specifications: ReadonlyArray<TestSpecification>): Promise<void> {
     const all = await this.#vitest!.globTestSpecifications();
-    this.#runAll = specifications.length === all.length;
+    this.#runAll = specifications.length === all.length && !this.#vitest!.config.testNamePattern;
   }
 
   onTestRunEnd(modules: ReadonlyArray<TestModule>, _errors: unknown, reason: TestRunEndReason): void {
