@@ -140,9 +140,6 @@ export function binOf(project: string): string {
   return join(project, 'node_modules', '.bin', 'eml-api');
 }
 
-/** The TypeScript compiler of this repository. */
-export const TSC = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
-
 /** Whether a file under src/ (or the build's configuration) changed since dist/ was built. */
 function distIsStale(): boolean {
   const built = join(ROOT, 'dist', 'index.js');
