@@ -66,8 +66,8 @@ function projectOrder(a: TestSpecification, b: TestSpecification): number {
 /**
  * Rewrites test/file-durations.json after a full, passing run outside CI, when a test file came or
  * went or a file that takes over 2% of the run now takes over three times or under a third of its
- * recorded share (less is the noise of a loaded machine). Durations of files that did not run are kept, so a machine that skips some (no Redis)
- * leaves theirs alone.
+ * recorded share (less is the noise of a loaded machine). Durations of files that did not run are
+ * kept, so a machine that skips some (no Redis) leaves theirs alone.
  */
 export class RecordDurations implements Reporter {
   #vitest: Vitest | undefined;
