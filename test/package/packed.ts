@@ -95,7 +95,7 @@ export async function installedProject(packages: readonly string[], ownUse?: str
   if (ownUse === undefined) return dir;
   const own = projectDir(`${specs.join(' ')} for ${ownUse}`);
   await onceAcrossProcesses(own, async () => {
-    await cp(dir, own, { recursive: true, verbatimSymlinks: true, filter: (path) => !path.endsWith('.done') });
+    await cp(dir, own, { recursive: true, verbatimSymlinks: true, filter: (path) => path !== join(dir, '.done') });
   });
   return own;
 }
