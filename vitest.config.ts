@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { defineConfig } from 'vitest/config';
-import { BaseSequencer, type TestSpecification } from 'vitest/node';
+import { LongestFirst, RecordDurations } from './test/run-order.js';
 
 const onCi = Boolean(process.env.CI) && process.env.CI !== 'false';
 
@@ -33,49 +33,6 @@ function redisFilesToSkip(): string[] {
   return files;
 }
 
-/**
- * The files that take longest (seconds of waiting on Redis failovers, lock expiries, worker processes,
- * or of building and type-checking), longest first. They start first, so that the run does not end
- * waiting on one of them; vitest's own ordering needs durations cached from an earlier run, which a
- * fresh checkout (CI) does not have. A file missing here only starts later.
- */
-const SLOW_FIRST = [
-  'test/package/docs-blocks.test.ts',
-  'test/package/types.test.ts',
-  'test/package/peers.test.ts',
-  'test/package/exports.test.ts',
-  'test/package/entries.test.ts',
-  'test/package/cli-process.test.ts',
-  'test/transport/build-threads.test.ts',
-  'test/observability/shutdown.test.ts',
-  'test/queue/failover.test.ts',
-  'test/queue/delivery.test.ts',
-  'test/queue/crash.test.ts',
-  'test/transport/large-messages.test.ts',
-  'test/queue/poison-message.test.ts',
-  'test/queue/close-without-redis.test.ts',
-  'test/queue/stalls.test.ts',
-  'test/queue/unreachable-redis.test.ts',
-  'test/property/emulator.test.ts',
-  'test/property/relay-recipients.test.ts',
-  'test/emulator/faults-soak.test.ts',
-  'test/package/examples.test.ts',
-  'test/transport/spool-files.test.ts',
-  'test/relay/replies.test.ts',
-  'test/relay/limits.test.ts',
-  'test/queue/clock-skew.test.ts',
-];
-
-class SlowFilesFirst extends BaseSequencer {
-  override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
-    const rank = (file: TestSpecification) => {
-      const at = SLOW_FIRST.findIndex((slow) => file.moduleId.endsWith(`/${slow}`));
-      return at === -1 ? SLOW_FIRST.length : at;
-    };
-    return (await super.sort(files)).sort((a, b) => rank(a) - rank(b));
-  }
-}
-
 /** Test files that mock modules (vi.mock): they get a module graph of their own. */
 const MOCKING = ['test/relay/receive-cost.test.ts'];
 
@@ -94,9 +51,10 @@ export default defineConfig({
     pool: 'forks',
     maxWorkers: 4,
     // The JSON report lets CI print a plain "N passed, N failed" summary line.
-    reporters: ['default', 'json'],
+    reporters: ['default', 'json', new RecordDurations()],
     outputFile: { json: 'test-output/vitest-results.json' },
-    sequence: { sequencer: SlowFilesFirst },
+    // Longest first, by the durations vitest records, else those of test/file-durations.json (test/run-order.ts).
+    sequence: { sequencer: LongestFirst },
     projects: [
       {
         extends: true,

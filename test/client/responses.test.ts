@@ -12,7 +12,7 @@
 import { Readable } from 'node:stream';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
-import { rejectionOf, waitFor } from '../helpers/async.js';
+import { rejectionOf, eventually } from '../helpers/async.js';
 import { clientFactory } from '../helpers/clients.js';
 import { closedPort, startFakeService, type FakeRequest, type FakeService } from '../helpers/fake-service.js';
 
@@ -355,7 +355,7 @@ describe('connection failures and aborts', () => {
     service.answer({ status: 202, body: { id: 'late' }, delayMs: 5000 });
     const controller = new AbortController();
     const pending = rejectionOf(makeClient().sendEml(EML, { signal: controller.signal }));
-    await waitFor(() => service.requests.length === 1);
+    await eventually(() => service.requests.length === 1);
     const started = Date.now();
     controller.abort();
     const err = await pending;
@@ -369,7 +369,7 @@ describe('connection failures and aborts', () => {
     service.answer({ status: 202, body: { id: 'late' }, delayMs: 5000 });
     const controller = new AbortController();
     const pending = rejectionOf(makeClient().sendEml(EML, { signal: controller.signal }));
-    await waitFor(() => service.requests.length === 1);
+    await eventually(() => service.requests.length === 1);
     controller.abort(new Error('user cancelled'));
     const err = await pending;
     expect(err.code).toBe('EABORT');
@@ -379,10 +379,10 @@ describe('connection failures and aborts', () => {
     service.answer({ status: 202, body: { id: 'ok' }, delayMs: 200 });
     const client = makeClient({ maxConnections: 1 });
     const first = client.sendEml(EML);
-    await waitFor(() => service.requests.length === 1);
+    await eventually(() => service.requests.length === 1);
     const controller = new AbortController();
     const queued = rejectionOf(client.sendEml(EML, { signal: controller.signal }));
-    await waitFor(() => client.queuedRequests === 1);
+    await eventually(() => client.queuedRequests === 1);
     controller.abort();
     const err = await queued;
     expect(err.code).toBe('EABORT');

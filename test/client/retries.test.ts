@@ -3,7 +3,7 @@ import { Agent, type Dispatcher } from 'undici';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { EmlApiTransport } from '../../src/index.js';
 import { backoffDelay, parseRetryAfter } from '../../src/http/requester.js';
-import { rejectionOf, waitFor } from '../helpers/async.js';
+import { rejectionOf, eventually } from '../helpers/async.js';
 import { clientFactory } from '../helpers/clients.js';
 import { closedPort, startFakeService, type FakeService } from '../helpers/fake-service.js';
 
@@ -227,10 +227,10 @@ describe('cancellation', () => {
   it('aborts during the backoff wait with EABORT', async () => {
     service.script([], { status: 503 });
     const controller = new AbortController();
-    const pending = makeClient({ retry: { attempts: 6, delay: 5000, maxDelay: 5000 } }).sendEml(EML, {
-      signal: controller.signal,
-    });
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    const client = makeClient({ retry: { attempts: 6, delay: 5000, maxDelay: 5000 } });
+    const backingOff = new Promise<void>((resolve) => client.observe({ retry: () => resolve() }));
+    const pending = client.sendEml(EML, { signal: controller.signal });
+    await backingOff;
     controller.abort();
     const err = await rejectionOf(pending);
     expect(err.code).toBe('EABORT');
@@ -250,7 +250,7 @@ describe('cancellation', () => {
       text: 't',
       signal: controller.signal,
     });
-    await waitFor(() => service.requests.length > 0);
+    await eventually(() => service.requests.length > 0);
     controller.abort();
     await expect(sending).rejects.toMatchObject({ code: 'EABORT' });
     await transport.close({ abort: true });
@@ -264,7 +264,7 @@ describe('cancellation', () => {
     const first = transporter.sendMail(message).catch((e: unknown) => e);
     const controller = new AbortController();
     const second = transporter.sendMail({ ...message, signal: controller.signal });
-    await waitFor(() => service.requests.length > 0);
+    await eventually(() => service.requests.length > 0);
     controller.abort();
     await expect(second).rejects.toMatchObject({ code: 'EABORT' });
     expect(service.requests).toHaveLength(1);
@@ -278,7 +278,7 @@ describe('close()', () => {
     const client = makeClient();
     service.script(['hang']);
     const pending = client.sendEml(EML).catch((e: unknown) => e);
-    await waitFor(() => service.requests.length > 0);
+    await eventually(() => service.requests.length > 0);
     let closed = false;
     const closing = client.close().then(() => (closed = true));
     await new Promise((resolve) => setTimeout(resolve, 50));

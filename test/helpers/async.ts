@@ -2,18 +2,31 @@ import { inspect } from 'node:util';
 import { expect } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
 
+/** The first pause of {@link eventually}; each next one is half as long again, up to {@link LONGEST_PAUSE}. */
+const FIRST_PAUSE = 5;
+const LONGEST_PAUSE = 25;
+
 /**
- * Resolves once `condition()` is true, checking every 5 ms; rejects after
- * `timeout` ms. For states with no event to wait on (a request arrived at a
- * fake service, a send is queued).
+ * The tests' one polling helper, for states no event tells of (a request reached a fake service, a
+ * job is in Redis): resolves once `condition()` (sync or async) is true, checked at once, then after
+ * pauses growing from 5 to 25 ms; rejects after `timeout` ms, saying what it waited for (`what`, or a
+ * function giving the state then). Wait on an event instead where there is one.
  * @example
- * await waitFor(() => service.requests.length === 1);
+ * await eventually(() => service.requests.length === 1);
+ * await eventually(async () => (await queue.getJobCounts('completed')).completed === 3, { what: 'three sent' });
  */
-export async function waitFor(condition: () => boolean, { timeout = 5000 }: { timeout?: number } = {}): Promise<void> {
+export async function eventually(
+  condition: () => boolean | Promise<boolean>,
+  { timeout = 20_000, what = 'condition' }: { timeout?: number; what?: string | (() => string) } = {},
+): Promise<void> {
   const start = Date.now();
-  while (!condition()) {
-    if (Date.now() - start > timeout) throw new Error(`waitFor timed out after ${timeout} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
+  let pause = FIRST_PAUSE;
+  while (!(await condition())) {
+    if (Date.now() - start > timeout) {
+      throw new Error(`timed out after ${timeout} ms waiting for ${typeof what === 'function' ? what() : what}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, pause));
+    pause = Math.min(pause * 1.5, LONGEST_PAUSE);
   }
 }
 

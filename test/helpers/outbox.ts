@@ -9,11 +9,13 @@ import {
   type EmlApiWorkerOptions,
   type OutboxJobData,
 } from '../../src/queue/index.js';
+import { eventually } from './async.js';
 
 /**
  * Helpers of the outbox tests (test/queue/): worker processes, reading the
- * whole of Redis, and waiting for queue states.
+ * whole of Redis, and waiting for queue states (with the suite's one polling helper).
  */
+export { eventually };
 
 const WORKER_PROCESS = fileURLToPath(new URL('../queue/worker-process.ts', import.meta.url));
 const SKEWED_CLOCK = fileURLToPath(new URL('./skewed-clock.mjs', import.meta.url));
@@ -101,20 +103,6 @@ export async function dumpRedis(redis: Redis): Promise<string> {
     parts.push(`${key} (${type}): ${JSON.stringify(value)}`);
   }
   return parts.join('\n');
-}
-
-/** Resolves once `condition()` resolves true, checking every 25 ms; rejects after `timeout` ms, saying `what` (a function: the state then). */
-export async function eventually(
-  condition: () => boolean | Promise<boolean>,
-  { timeout = 20_000, what = 'condition' }: { timeout?: number; what?: string | (() => string) } = {},
-): Promise<void> {
-  const start = Date.now();
-  while (!(await condition())) {
-    if (Date.now() - start > timeout) {
-      throw new Error(`timed out after ${timeout} ms waiting for ${typeof what === 'function' ? what() : what}`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
 }
 
 /**

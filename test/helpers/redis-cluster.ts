@@ -3,6 +3,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Cluster, Redis } from 'ioredis';
+import { eventually } from './async.js';
 import { freePort, launch, terminate } from './redis-server.js';
 
 /**
@@ -272,17 +273,9 @@ async function distinctFreePorts(count: number): Promise<number[]> {
   return [...ports];
 }
 
-async function until(condition: () => Promise<boolean>, what: string, timeout = 20_000): Promise<void> {
-  const deadline = Date.now() + timeout;
-  for (;;) {
-    try {
-      if (await condition()) return;
-    } catch {
-      // A node not answering yet: ask again.
-    }
-    if (Date.now() > deadline) throw new Error(`Redis Cluster: timed out after ${timeout} ms waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
+/** {@link eventually}, where a node not answering yet (a rejection) means "not yet". */
+function until(condition: () => Promise<boolean>, what: string, timeout = 20_000): Promise<void> {
+  return eventually(() => condition().catch(() => false), { what: `Redis Cluster: ${what}`, timeout });
 }
 
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {

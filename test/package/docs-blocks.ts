@@ -3,8 +3,7 @@ import { once } from 'node:events';
 import { copyFile, mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import ts from 'typescript';
-import { waitFor } from '../helpers/async.js';
-import { ROOT, runIn, tsxArgs } from './packed.js';
+import { ROOT, runIn } from './packed.js';
 
 /**
  * The code blocks of README.md and docs/ as the docs-blocks test runs them against the packed
@@ -201,6 +200,8 @@ interface Background {
   child: ReturnType<typeof spawn>;
   output: () => string;
   closed: Promise<[number | null, NodeJS.Signals | null]>;
+  /** Resolves once `done(output)` holds, the command ended, or `ms` passed. */
+  settled(done: (output: string) => boolean, ms: number): Promise<void>;
 }
 
 function startInBackground(command: string, session: DocSession): Background {
@@ -216,7 +217,30 @@ function startInBackground(command: string, session: DocSession): Background {
   let output = '';
   child.stdout.setEncoding('utf8').on('data', (s: string) => (output += s));
   child.stderr.setEncoding('utf8').on('data', (s: string) => (output += s));
-  return { command, child, output: () => output, closed: once(child, 'close') as Background['closed'] };
+  const closed = once(child, 'close') as Background['closed'];
+  return {
+    command,
+    child,
+    output: () => output,
+    closed,
+    async settled(done, ms) {
+      let timer: NodeJS.Timeout | undefined;
+      let check = (): void => undefined;
+      const seen = new Promise<void>((resolve) => {
+        check = () => {
+          if (done(output)) resolve();
+        };
+        child.stdout.on('data', check);
+        child.stderr.on('data', check);
+        check();
+      });
+      const late = new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)));
+      await Promise.race([seen, closed, late]);
+      clearTimeout(timer);
+      child.stdout.off('data', check);
+      child.stderr.off('data', check);
+    },
+  };
 }
 
 /** Stops commands started in the background and says which did not end cleanly. */
@@ -265,12 +289,7 @@ export async function runShell(block: DocBlock, session: DocSession): Promise<st
         started.push(job);
         const wanted = ready ?? /./;
         const needsHttp = asked.has('http-port');
-        await waitFor(
-          () =>
-            (wanted.test(job.output()) && (!needsHttp || /Health and metrics on/.test(job.output()))) ||
-            job.child.exitCode !== null,
-          { timeout: 30_000 },
-        ).catch(() => undefined);
+        await job.settled((out) => wanted.test(out) && (!needsHttp || /Health and metrics on/.test(out)), 30_000);
         const out = job.output();
         if (!wanted.test(out)) {
           problems.push(`"${written}" did not start:\n${out}`);
@@ -322,9 +341,7 @@ export async function runConsole(block: DocBlock, session: DocSession): Promise<
     const command = substitute(written, session, new Map());
     const job = startInBackground(command, session);
     const lines = () => job.output().split('\n').filter(Boolean);
-    await waitFor(() => lines().length >= shown.length || job.child.exitCode !== null, { timeout: 30_000 }).catch(
-      () => undefined,
-    );
+    await job.settled(() => lines().length >= shown.length, 30_000);
     const printed = lines();
     const problems = await stopAll([job]);
     const unlike = shown.filter((expected, i) => !shapeOf(expected, true).test(printed[i] ?? ''));
@@ -410,7 +427,7 @@ function declaredNames(code: string): Set<string> {
   return names;
 }
 
-/** Runs a TypeScript block with tsx; resolves with what went wrong ('' when nothing did). */
+/** Runs a TypeScript block; resolves with what went wrong ('' when nothing did). */
 export async function runTypeScript(block: DocBlock, session: DocSession): Promise<string> {
   const expected: string[] = [];
   const code = substitute(block.code, session, new Map())
@@ -442,9 +459,16 @@ export async function runTypeScript(block: DocBlock, session: DocSession): Promi
   const name = `${block.file.replace(/\W+/g, '-')}-${block.line}.mts`;
   await mkdir(join(session.project, 'docs-check'), { recursive: true });
   await writeFile(join(session.project, 'docs-check', name), module);
+  // TypeScript's own transpiler makes the module Node runs (what tsx or tsc would give it, without a loader to start).
+  const { outputText } = ts.transpileModule(module, {
+    fileName: name,
+    compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
+  });
+  const js = name.replace(/\.mts$/, '.mjs');
+  await writeFile(join(session.project, 'docs-check', js), outputText);
 
   // Code reads the service and Redis from the environment (process.env.EML_API_KEY!), set for it.
-  const job = startInBackground(`node ${tsxArgs().join(' ')} docs-check/${name}`, {
+  const job = startInBackground(`node docs-check/${js}`, {
     ...session,
     env: {
       EML_API_URL: session.service.url,
@@ -453,9 +477,7 @@ export async function runTypeScript(block: DocBlock, session: DocSession): Promi
       ...session.env,
     },
   });
-  await waitFor(() => job.output().includes(DONE) || job.child.exitCode !== null, { timeout: 60_000 }).catch(
-    () => undefined,
-  );
+  await job.settled((out) => out.includes(DONE), 60_000);
   const ranToEnd = job.output().includes(DONE);
   // What it left running (a worker, a relay, a server) is stopped as a reader would stop it: SIGTERM.
   if (job.child.exitCode === null) process.kill(-job.child.pid!, 'SIGTERM');

@@ -1,9 +1,8 @@
-import { execFile } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
+import { packedFiles } from './packed.js';
 
 /**
  * The documentation's links hold: every relative link of README.md,
@@ -17,7 +16,6 @@ import { describe, expect, it } from 'vitest';
  */
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const run = promisify(execFile);
 
 /** The Markdown pages whose links are checked, relative to the root. */
 const PAGES = [
@@ -267,8 +265,7 @@ describe('the documentation', () => {
   });
 
   it('ships every page the README leads to, so its links work in node_modules too', async () => {
-    const { stdout } = await run('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: ROOT });
-    const shipped = new Set((JSON.parse(stdout) as { files: { path: string }[] }[])[0]!.files.map((f) => f.path));
+    const shipped = new Set(await packedFiles());
     const reached = new Set<string>();
     const visit = (page: string) => {
       // A link to a page that does not exist is the other tests' to report.

@@ -5,7 +5,7 @@ import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import pkg from '../../package.json' with { type: 'json' };
 import { startEmulator } from '../../src/emulator/index.js';
-import { ROOT, binOf, installedProject } from './packed.js';
+import { ROOT, binOf, installedProject, packedFiles, packedTarball } from './packed.js';
 
 const run = promisify(execFile);
 
@@ -29,10 +29,10 @@ const USAGE = (load: string) => `${load}
 `;
 // Each part with only its own peers is test/package/peers.test.ts; entry points across each other,
 // entries.test.ts; the types, types.test.ts.
-describe('the packed package', () => {
+// Each test may wait for the build and pack, or for an install (test/package/packed.ts).
+describe('the packed package', { timeout: 120_000 }, () => {
   it('contains only what users need', async () => {
-    const { stdout } = await run('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: ROOT });
-    const files = (JSON.parse(stdout) as { files: { path: string }[] }[])[0]!.files.map((f) => f.path);
+    const files = await packedFiles();
     expect(files).toContain('dist/index.js');
     expect(files).toContain('dist/index.cjs');
     expect(files).toContain('dist/index.d.ts');
@@ -44,6 +44,8 @@ describe('the packed package', () => {
 
   it('exports the same values from ESM and CommonJS, each entry point only what users call (types are in etc/*.api.md)', async () => {
     // Run in the package itself: Node resolves its own name through the exports map (bullmq is installed here).
+    // dist/ as packed: the pack builds it first when it is older than src/.
+    await packedTarball();
     const entries = Object.keys(pkg.exports)
       .filter((key) => key !== './package.json')
       .map((key) => `nodemailer-eml-api${key.slice(1)}`);

@@ -2,11 +2,11 @@ import { execFile, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
-import { mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { cp, mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { promisify } from 'node:util';
 import { inject } from 'vitest';
-import { waitFor } from '../helpers/async.js';
+import { eventually } from '../helpers/async.js';
 import { PACKED_HOME, ROOT } from './packed-setup.js';
 
 const run = promisify(execFile);
@@ -50,13 +50,22 @@ export async function packedTarball(): Promise<string> {
   return join(dir, tarball);
 }
 
+/** The paths the packed tarball holds, as users get them (`dist/index.js`, `README.md`...). */
+export async function packedFiles(): Promise<string[]> {
+  const { stdout } = await run('tar', ['-tzf', await packedTarball()], { maxBuffer: 16 << 20 });
+  return stdout
+    .split('\n')
+    .filter((line) => line.startsWith('package/') && !line.endsWith('/'))
+    .map((line) => line.slice('package/'.length));
+}
+
 /**
  * A project with the packed package and exactly `packages` installed from the registry (npm's
  * cache first), as a user installs them: `npm install nodemailer-eml-api <packages>`. Nodemailer,
  * the one peer that is not optional, is always there (npm installs it with the package anyway):
  * the repository's version unless `packages` names one. Installed once per set of packages and tarball, across
  * test runs too: a test writes its own files into it and changes nothing else, unless it names
- * `ownUse`, which gives it a project of its own.
+ * `ownUse`, which gives it a copy of its own.
  */
 export async function installedProject(packages: readonly string[], ownUse?: string): Promise<string> {
   const tarball = await packedTarball();
@@ -66,11 +75,9 @@ export async function installedProject(packages: readonly string[], ownUse?: str
     .update(await readFile(tarball))
     .digest('hex')
     .slice(0, 12);
-  const key = createHash('sha256')
-    .update(`${specs.join(' ')}${ownUse ? ` for ${ownUse}` : ''}`)
-    .digest('hex')
-    .slice(0, 12);
-  const dir = join(PACKED_HOME, 'projects', `${tarballHash}-${key}`);
+  const projectDir = (name: string) =>
+    join(PACKED_HOME, 'projects', `${tarballHash}-${createHash('sha256').update(name).digest('hex').slice(0, 12)}`);
+  const dir = projectDir(specs.join(' '));
   await onceAcrossProcesses(dir, async () => {
     await writeFile(
       join(dir, 'package.json'),
@@ -85,7 +92,12 @@ export async function installedProject(packages: readonly string[], ownUse?: str
     );
   });
   await forgetOtherTarballs(tarballHash);
-  return dir;
+  if (ownUse === undefined) return dir;
+  const own = projectDir(`${specs.join(' ')} for ${ownUse}`);
+  await onceAcrossProcesses(own, async () => {
+    await cp(dir, own, { recursive: true, verbatimSymlinks: true, filter: (path) => path !== join(dir, '.done') });
+  });
+  return own;
 }
 
 /** What a command printed and how it ended. */
@@ -127,14 +139,6 @@ export async function runIn(
 export function binOf(project: string): string {
   return join(project, 'node_modules', '.bin', 'eml-api');
 }
-
-/** The Node arguments that run a TypeScript file as users of tsx do (tsx comes from this repository). */
-export function tsxArgs(): string[] {
-  return ['--import', import.meta.resolve('tsx')];
-}
-
-/** The TypeScript compiler of this repository. */
-export const TSC = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
 
 /** Whether a file under src/ (or the build's configuration) changed since dist/ was built. */
 function distIsStale(): boolean {
@@ -178,7 +182,7 @@ async function onceAcrossProcesses(dir: string, work: () => Promise<void>): Prom
         await rm(lock, { recursive: true, force: true });
       }
     }
-    await waitFor(() => existsSync(done) || !existsSync(lock) || holderDied(lock), { timeout: 300_000 });
+    await eventually(() => existsSync(done) || !existsSync(lock) || holderDied(lock), { timeout: 300_000 });
     if (!existsSync(done) && holderDied(lock)) await rm(lock, { recursive: true, force: true });
   }
 }
@@ -261,9 +265,25 @@ export function start(
     output: () => all,
     async line(pattern) {
       const found = () => all.split('\n').find((l) => pattern.test(l));
-      await waitFor(() => found() !== undefined || ended, { timeout: 30_000 });
+      let timer: NodeJS.Timeout | undefined;
+      let check = (): void => undefined;
+      const printed = new Promise<void>((resolve) => {
+        check = () => {
+          if (found() !== undefined) resolve();
+        };
+        child.stdout.on('data', check);
+        child.stderr.on('data', check);
+        check();
+      });
+      const late = new Promise<void>((resolve) => (timer = setTimeout(resolve, 30_000)));
+      await Promise.race([printed, closed, late]).finally(() => {
+        clearTimeout(timer);
+        child.stdout.off('data', check);
+        child.stderr.off('data', check);
+      });
       const line = found();
-      if (line === undefined) throw new Error(`${command} ${args.join(' ')} ended before printing ${pattern}:\n${all}`);
+      if (line === undefined)
+        throw new Error(`${command} ${args.join(' ')} did not print ${pattern} (ended: ${ended}):\n${all}`);
       return line;
     },
     async stop() {

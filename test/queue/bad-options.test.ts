@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
 import { EmlApiQueueTransport, startEmlApiWorker } from '../../src/queue/index.js';
+import { eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 /**
@@ -38,8 +39,7 @@ describe('options BullMQ refuses', () => {
     }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(EmlApiError);
     expect(err).toMatchObject({ code: 'ECONFIG', message: expect.stringContaining('workerOptions.stalledInterval') });
-    await new Promise((resolve) => setTimeout(resolve, 300));
-    expect(await otherClients()).toBe(0);
+    await eventually(async () => (await otherClients()) === 0, { what: 'no connection left open' });
   });
 
   it('a worker: maxStalledCount is refused for maxStalls (the outbox counts stalls itself), which is checked', async () => {

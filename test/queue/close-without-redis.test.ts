@@ -7,6 +7,8 @@ import { EmlApiQueueTransport, startEmlApiWorker } from '../../src/queue/index.j
 // The class itself, as the CLI uses it: only it can close a worker whose start never finishes (Redis down).
 import { EmlApiWorker } from '../../src/queue/eml-api-worker.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
+import { capturingLogger } from '../helpers/logger.js';
+import { eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 // The bounds on waiting for a Redis that does not answer, shortened here and in the worker processes.
 import { useShortWaits } from '../helpers/short-waits.js';
@@ -95,7 +97,7 @@ describe('close() when Redis does not answer', () => {
     child.stderr.on('data', (d: Buffer) => (output += d.toString()));
     const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
     try {
-      while (service.held < 1) await new Promise((resolve) => setTimeout(resolve, 50));
+      await eventually(() => service.held >= 1, { what: 'the send held at the service' });
       await freezeRedis();
       child.kill('SIGTERM');
       service.releaseAll(); // sent: the worker now waits for Redis to record it, which it cannot
@@ -125,9 +127,10 @@ describe('close() when Redis does not answer', () => {
 describe('close() when Redis is down', () => {
   it('a worker that never connected closes, gracefully or forced', async () => {
     for (const abort of [false, true]) {
-      const worker = new EmlApiWorker({ connection: NOWHERE, apiKey: emu.apiKey, baseUrl: emu.url });
+      const logger = capturingLogger();
+      const worker = new EmlApiWorker({ connection: NOWHERE, apiKey: emu.apiKey, baseUrl: emu.url, logger });
       worker.on('error', () => undefined);
-      await new Promise((resolve) => setTimeout(resolve, 500));
+      await eventually(() => logger.messages('debug').includes('Redis error'), { what: 'a failed try to reach Redis' });
       expect({ abort, closed: await within(worker.close({ abort }), 15_000) }).toEqual({ abort, closed: 'resolved' });
     }
   });
@@ -159,7 +162,7 @@ describe('close() when Redis is down', () => {
     const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
     try {
       // Started: it reports that it cannot reach Redis.
-      while (!output.includes('ECONNREFUSED')) await new Promise((resolve) => setTimeout(resolve, 50));
+      await eventually(() => output.includes('ECONNREFUSED'), { what: 'ECONNREFUSED in its output' });
       child.kill('SIGTERM');
       expect(await within(exited, 15_000)).toBe('resolved');
       expect(await exited).toBe(0);

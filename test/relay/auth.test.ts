@@ -9,7 +9,7 @@ import { connect as netConnect } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { hashRelayPassword, startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
-import { rejectionOf, waitFor } from '../helpers/async.js';
+import { rejectionOf, eventually } from '../helpers/async.js';
 import { closedPort } from '../helpers/fake-service.js';
 import { capturingLogger } from '../helpers/logger.js';
 import { makeNetns, smtplibSend, SmtpDialog, TEST_CERT, testTls } from './relay-harness.js';
@@ -298,7 +298,7 @@ describe('AUTH guessing', () => {
     const count = serviceRequests();
     const { dialog: guesser } = await ehlo(slow.port);
     guesser.write(`AUTH PLAIN ${plain('u', 'emu_guess_1')}\r\n`);
-    await waitFor(() => count() === 1);
+    await eventually(() => count() === 1);
     // The guess was refused by the service; another client authenticates and sends a whole message.
     const { dialog } = await ehlo(slow.port);
     expect((await dialog.command(`AUTH PLAIN ${plain('u', emu.apiKey)}`)).code).toBe(235);
@@ -424,7 +424,7 @@ describe("AUTH refusals tell nothing of the relay's users, in text or in time", 
     try {
       const order: string[] = [];
       const unlisted = authOverTls(relay.port, 'nosuchuser', 'emu_not_a_key').then((r) => (order.push('unlisted'), r));
-      await new Promise((resolve) => setTimeout(resolve, 50));
+      await eventually(() => (emu.faultStats()?.none ?? 0) >= 1, { what: 'the unlisted name asked of the service' });
       const listed = authOverTls(relay.port, 'billing', 'wrong-pw').then((r) => (order.push('listed'), r));
       const replies = await Promise.all([unlisted, listed]);
       expect(replies.map((r) => [r.code, r.text])).toEqual([

@@ -8,7 +8,7 @@ import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { waitFor } from '../helpers/async.js';
+import { eventually } from '../helpers/async.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
 import { SmtpDialog, TEST_CERT, TEST_KEY } from './relay-harness.js';
 
@@ -38,7 +38,7 @@ describe('eml-api relay', () => {
     const run = cli(['--port', '0', '--url', emu.url, '--tls-cert', TEST_CERT, '--tls-key', TEST_KEY], {
       EML_API_KEY: emu.apiKey,
     });
-    await waitFor(() => /listening on/.test(run.text()));
+    await eventually(() => /listening on/.test(run.text()));
     const port = Number(/listening on 127\.0\.0\.1:(\d+), STARTTLS/.exec(run.text())![1]);
     expect(run.text()).toContain('send without AUTH');
     const transporter = nodemailer.createTransport({ host: '127.0.0.1', port, ignoreTLS: true });
@@ -51,7 +51,7 @@ describe('eml-api relay', () => {
     transporter.close();
     const id = emu.messages().at(-1)!.id;
     expect(info.response).toBe(`250 2.0.0 Ok: ${id}`);
-    await waitFor(() => run.text().includes(`Message accepted`));
+    await eventually(() => run.text().includes(`Message accepted`));
     expect(run.text()).toMatch(new RegExp(`Message accepted .*id=${id}`));
     run.stop();
     expect(await run.exit).toBe(0);
@@ -106,7 +106,7 @@ describe('eml-api relay', () => {
       const run = cli(['--port', '0', '--url', emu.url, '--users', file, '--allow', '192.0.2.1'], {
         EML_API_KEY: emu.apiKey,
       });
-      await waitFor(() => /listening on/.test(run.text()));
+      await eventually(() => /listening on/.test(run.text()));
       expect(run.text()).toMatch(/as do the 1 user\(s\) of --users after AUTH/);
       const port = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(run.text())![1]);
       const send = (pass: string) => {
@@ -127,7 +127,7 @@ describe('eml-api relay', () => {
     const run = cli(['--port', '0', '--url', emu.url, '--max-clients-per-address', '1', '--trusted', '127.0.0.1/32'], {
       EML_API_KEY: emu.apiKey,
     });
-    await waitFor(() => /listening on/.test(run.text()));
+    await eventually(() => /listening on/.test(run.text()));
     const port = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(run.text())![1]);
     const first = await SmtpDialog.open(port, '127.0.0.1', { localAddress: '127.0.0.2' });
     const second = await SmtpDialog.open(port, '127.0.0.1', { localAddress: '127.0.0.2' });

@@ -9,7 +9,7 @@ import { createHash } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
-import { waitFor } from '../helpers/async.js';
+import { eventually } from '../helpers/async.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
 import { SmtpDialog } from './relay-harness.js';
 
@@ -252,7 +252,7 @@ describe('an ambiguous 451 is not a duplicate later', () => {
     const reply = await send(lossy.port, message);
     expect(reply.code).toBe(451);
     expect(reply.text).toMatch(/^4\.4\.2 /);
-    await waitFor(() => sent(subject).length === 1);
+    await eventually(() => sent(subject).length === 1);
     proxy.setAnswerDelay(0);
     return sent(subject)[0]!;
   }
@@ -304,7 +304,7 @@ describe('an ambiguous 451 is not a duplicate later', () => {
       const dialog = await openData(['ops@example.test']);
       dialog.write(`${bare(subject, '')}.\r\n`);
       dialog.close();
-      await waitFor(() => sent(subject).length === 1);
+      await eventually(() => sent(subject).length === 1);
     } finally {
       emu.setFaults(undefined);
     }

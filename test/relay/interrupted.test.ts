@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
-import { waitFor } from '../helpers/async.js';
+import { eventually } from '../helpers/async.js';
 import { SmtpDialog } from './relay-harness.js';
 
 let emu: Emulator;
@@ -71,9 +71,9 @@ describe('a message that never arrives in full', () => {
     const relay = await startRelay();
     // 200 lines: past the 1 KiB threshold, so the message is in a spool file when the client leaves.
     const dialog = await partOfMessage(relay, 'cut-off', 200);
-    await waitFor(() => spoolFolders().length > 0);
+    await eventually(() => spoolFolders().length > 0);
     dialog.close();
-    await waitFor(() => spoolFolders().length === 0);
+    await eventually(() => spoolFolders().length === 0);
     expect(await settlesWithin(relay.close(), 5000)).toBe('closed');
     expect(delivered('cut-off')).toBe(false);
   });
@@ -86,7 +86,7 @@ describe('a message that never arrives in full', () => {
     expect(await settlesWithin(relay.close(), 5000)).toBe('closed');
     const reply = await dialog.reply();
     expect(reply.code).toBe(421);
-    await waitFor(() => dialog.closed);
+    await eventually(() => dialog.closed);
     expect(delivered('stalled')).toBe(false);
     expect(spoolFolders()).toEqual([]);
   });

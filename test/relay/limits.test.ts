@@ -11,7 +11,7 @@ import { SMTPServer } from 'smtp-server';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { startEmlApiRelay, type EmlApiRelay, type EmlApiRelayOptions } from '../../src/relay/index.js';
-import { waitFor } from '../helpers/async.js';
+import { eventually } from '../helpers/async.js';
 import { SmtpDialog, testTls } from './relay-harness.js';
 
 let emu: Emulator;
@@ -200,7 +200,7 @@ describe('upload slots shared fairly among clients (maxConnections to the servic
       const bulk = [];
       for (let i = 0; i < 4; i++) bulk.push(await connect(relay, '127.0.0.70'));
       const backlog = bulk.map(({ dialog }, i) => sending(dialog, `bulk-${i}`, order));
-      await waitFor(() => (emu.faultStats()?.none ?? 0) >= 1);
+      await eventually(() => (emu.faultStats()?.none ?? 0) >= 1);
       const small = await sendReady(other.dialog, 'small', order);
       expect([small, ...(await Promise.all(backlog))]).toEqual([250, 250, 250, 250, 250]);
       // First come, first served, it came fifth: after the whole backlog. Now a slot was kept for it.
@@ -219,7 +219,7 @@ describe('upload slots shared fairly among clients (maxConnections to the servic
       for (let i = 0; i < 3; i++) alone.push(await connect(relay, '127.0.0.72'));
       const sends = alone.map(({ dialog }, i) => sending(dialog, `alone-${i}`, order));
       // Two uploads reach the service before either is answered.
-      await waitFor(() => (emu.faultStats()?.none ?? 0) >= 2 || order.length > 0);
+      await eventually(() => (emu.faultStats()?.none ?? 0) >= 2 || order.length > 0);
       expect(order).toEqual([]);
       expect(await Promise.all(sends)).toEqual([250, 250, 250]);
     } finally {
@@ -316,13 +316,15 @@ describe('deadlines on command lines and on sessions (a byte, or a NOOP, now and
         stops.push(dribble(client.dialog, `EHLO ${'a'.repeat(10_000)}`, 20));
       }
       // Every slot is taken (stress): lines are cut after the stress idle timeout, then a client from a third address gets in.
-      await waitFor(() => held.some(({ dialog }) => dialog.hasUnreadReply()));
+      await eventually(() => held.some(({ dialog }) => dialog.hasUnreadReply()));
       let fresh = await connect(relay, '127.0.0.53');
-      for (let i = 0; i < 50 && fresh.greeting.code !== 220; i++) {
-        await sleep(20);
-        fresh = await connect(relay, '127.0.0.53');
-      }
-      expect(fresh.greeting.code).toBe(220);
+      await eventually(
+        async () => {
+          if (fresh.greeting.code !== 220) fresh = await connect(relay, '127.0.0.53');
+          return fresh.greeting.code === 220;
+        },
+        { what: 'a client of a third address greeted with 220' },
+      );
       expect((await send(fresh.dialog, 'after-dribblers')).code).toBe(250);
       const cut = await Promise.all(
         held.filter(({ dialog }) => dialog.hasUnreadReply()).map(({ dialog }) => dialog.reply()),

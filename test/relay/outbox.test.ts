@@ -7,8 +7,7 @@ import { hashRelayPassword, startEmlApiRelay, type EmlApiRelay } from '../../src
 import { SmtpDialog } from './relay-harness.js';
 import { capturingLogger } from '../helpers/logger.js';
 import { runCli } from '../../src/cli/run-cli.js';
-import { waitFor } from '../helpers/async.js';
-import { eventually } from '../helpers/outbox.js';
+import { eventually } from '../helpers/async.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 /**
@@ -267,7 +266,7 @@ describe('eml-api relay: store-and-forward is chosen with a flag, the Redis URL 
       env: { EML_API_KEY: emu.apiKey, ...env },
       signal: stop.signal,
     });
-    await waitFor(() => /listening on/.test(out) || /eml-api:/.test(out), { timeout: 10_000 });
+    await eventually(() => /listening on/.test(out) || /eml-api:/.test(out), { timeout: 10_000 });
     const port = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(out)?.[1]);
     return { port, output: () => out, stop: async () => (stop.abort(), exit) };
   }

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type * as ErrorModule from '../../src/shared/eml-api-error.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
-import { waitFor } from '../helpers/async.js';
+import { eventually } from '../helpers/async.js';
 import { capturingLogger } from '../helpers/logger.js';
 import { SmtpDialog } from './relay-harness.js';
 
@@ -72,7 +72,7 @@ describe('errors built while receiving', () => {
     built.length = 0;
     dialog.write(`${head}\r\nthe beginning, and no end\r\n`);
     dialog.close();
-    await waitFor(() => abandoned().some((m) => m.startsWith('Message abandoned')));
+    await eventually(() => abandoned().some((m) => m.startsWith('Message abandoned')));
     expect(built).toEqual(['ESTREAM']);
   });
 });

@@ -9,7 +9,7 @@ import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { capturingLogger } from '../helpers/logger.js';
 import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { defaultMaxMessageSize } from '../../src/relay/relay-options.js';
-import { waitFor } from '../helpers/async.js';
+import { eventually } from '../helpers/async.js';
 import { closedPort } from '../helpers/fake-service.js';
 import { SmtpDialog } from './relay-harness.js';
 
@@ -389,7 +389,7 @@ describe('limits', () => {
     expect(second.greeting.code).toBe(421);
     const idle = await first.dialog.reply();
     expect(idle.code).toBe(421);
-    await waitFor(() => first.dialog.closed);
+    await eventually(() => first.dialog.closed);
   });
 
   it('close() lets a message in flight get its 250, refuses new transactions, then closes idle connections', async () => {
@@ -399,13 +399,13 @@ describe('limits', () => {
     await idle.dialog.command('EHLO idle.example');
     const inFlight = send(eml('in-flight'), ['ann@example.test'], closing.port);
     // The upload has reached the service (which holds it 400 ms): the message is in flight.
-    await waitFor(() => (emu.faultStats()?.none ?? 0) > 0);
+    await eventually(() => (emu.faultStats()?.none ?? 0) > 0);
     const closed = closing.close();
     const late = await idle.dialog.command('MAIL FROM:<shop@example.test>');
     expect(late.code).toBe(421);
     expect((await inFlight).code).toBe(250);
     await closed;
-    await waitFor(() => idle.dialog.closed);
+    await eventually(() => idle.dialog.closed);
     expect(emu.mailbox('ann@example.test').some((c) => c.messageId === '<in-flight@example.test>')).toBe(true);
   });
 });

@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { waitFor } from '../helpers/async.js';
+import { eventually } from '../helpers/async.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { SmtpDialog } from './relay-harness.js';
 
@@ -56,7 +56,7 @@ async function startProcess(args: string[], env: Record<string, string>, listeni
   const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
     child.once('exit', (code, signal) => resolve({ code, signal })),
   );
-  await waitFor(() => listening.test(out), { timeout: 20_000 });
+  await eventually(() => listening.test(out), { timeout: 20_000 });
   return { child, port: Number(listening.exec(out)![1]), exit, output: () => out };
 }
 
@@ -92,15 +92,15 @@ async function sigtermWithMessagesInFlight(
   complete.write(`${big('complete')}.\r\n`);
   const completeReply = complete.reply();
   // Both are in spool files, and the complete one is being uploaded.
-  await waitFor(() => service.held === 1 && spoolFolders(spoolDir).length === 2, { timeout: 20_000 });
+  await eventually(() => service.held === 1 && spoolFolders(spoolDir).length === 2, { timeout: 20_000 });
   relay.child.kill('SIGTERM');
   // The relay stops, and waits for the upload in flight: the service answers it then.
-  await waitFor(() => /Stopping/.test(relay.output()), { timeout: 20_000 });
+  await eventually(() => /Stopping/.test(relay.output()), { timeout: 20_000 });
   if (finishArriving) {
     // eml-api relay gives the messages in flight its --grace period, those still arriving too: the rest
     // of this one arrives after the signal, and is handed on (its upload held like the other's).
     arriving.write(`${big('arriving').slice(600_000)}.\r\n`);
-    await waitFor(() => service.held === 2, { timeout: 20_000 });
+    await eventually(() => service.held === 2, { timeout: 20_000 });
   }
   service.releaseAll();
   return { completeReply: await completeReply, arrivingReply: await arriving.reply(), exit: await relay.exit };

@@ -15,7 +15,7 @@ import { buildMessage } from '../../src/transport/build-message.js';
 import { BuildThreadPool } from '../../src/transport/build-threads/pool.js';
 import { BUILD_FIELDS, portableMail } from '../../src/transport/build-threads/portable-mail.js';
 import type { NodemailerMail } from '../../src/transport/nodemailer-types.js';
-import { rejectionOf, waitFor } from '../helpers/async.js';
+import { rejectionOf, eventually } from '../helpers/async.js';
 import { neutralEml, spooledBytes, streamBytes } from '../helpers/eml-bytes.js';
 import { corpus, type CorpusContext, type CorpusMessage } from '../helpers/message-corpus.js';
 import { capturingLogger, silentLogger } from '../helpers/logger.js';
@@ -131,44 +131,54 @@ describe.each(NODEMAILERS)('$label: a build thread', ({ nodemailer: mailer }) =>
     },
   );
 
-  it.each(corpus({ hrefBase: '', bigFile: '', dkimKey: '' }).map((e) => [e.name]))(
-    'sends "%s" as Nodemailer sends it over SMTP, apart from what is random per build',
-    async (name) => {
-      const entry = entries().find((e) => e.name === name)!;
-      const logger = capturingLogger();
-      const { lines } = logger;
-      const transport = new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url, buildThreads: 2, logger });
-      const viaApi = mailer.createTransport(transport, entry.defaults as never);
-      const viaSmtp = mailer.createTransport(
-        { host: '127.0.0.1', port: smtp.port, secure: false, ignoreTLS: true },
-        entry.defaults as never,
-      );
-      entry.plugins?.(viaApi as never);
-      entry.plugins?.(viaSmtp as never);
-      emu.reset();
-      const before = smtp.received.length;
-      try {
-        await viaSmtp.sendMail(entry.message() as never);
-        await viaApi.sendMail(entry.message() as never);
-      } finally {
-        viaSmtp.close();
-        await transport.close();
-      }
-      const sending = lines.find((l) => l.message === 'Sending message')!;
-      expect(sending.meta.builtOnThread).toBe(entry.staysBecause === undefined);
-      const why = lines.find((l) => l.message.startsWith('Building the message on the sending thread'));
-      if (entry.staysBecause) expect(why?.meta.reason).toMatch(entry.staysBecause);
-      else expect(why).toBeUndefined();
-      if (entry.smtpComparable === false) return;
-      const uploaded = emu.messages()[0]!.raw;
-      const overSmtp = smtp.received[before]!.raw;
-      // The upload keeps Bcc (the service removes it); Nodemailer's SMTP build leaves it out (not from a raw message).
-      const dropBcc = !/^Bcc:/im.test(overSmtp.toString('latin1'));
-      // Each build signs its own Date, Message-ID and boundaries: the signatures are checked in the test above.
-      const options = { dropDkim: true, smtpLineBreaks: true };
-      expect(neutralEml(uploaded, { ...options, dropBcc })).toBe(neutralEml(overSmtp, options));
-    },
-  );
+  describe('sent through one transport', () => {
+    // One transport for every message: a thread starts once (from source it loads tsx, which is slow).
+    const logger = capturingLogger();
+    let transport: EmlApiTransport;
+    beforeAll(() => {
+      transport = new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url, buildThreads: 2, logger });
+    });
+    afterAll(() => transport.close());
+
+    it.each(corpus({ hrefBase: '', bigFile: '', dkimKey: '' }).map((e) => [e.name]))(
+      'sends "%s" as Nodemailer sends it over SMTP, apart from what is random per build',
+      async (name) => {
+        const entry = entries().find((e) => e.name === name)!;
+        logger.clear();
+        const { lines } = logger;
+        const viaApi = mailer.createTransport(transport, entry.defaults as never);
+        const viaSmtp = mailer.createTransport(
+          { host: '127.0.0.1', port: smtp.port, secure: false, ignoreTLS: true },
+          entry.defaults as never,
+        );
+        entry.plugins?.(viaApi as never);
+        entry.plugins?.(viaSmtp as never);
+        emu.reset();
+        const before = smtp.received.length;
+        try {
+          await viaSmtp.sendMail(entry.message() as never);
+          await viaApi.sendMail(entry.message() as never);
+        } finally {
+          viaSmtp.close();
+          // What this test's Nodemailer listens to on the transport (it forwards log, error, idle and clear).
+          transport.removeAllListeners();
+        }
+        const sending = lines.find((l) => l.message === 'Sending message')!;
+        expect(sending.meta.builtOnThread).toBe(entry.staysBecause === undefined);
+        const why = lines.find((l) => l.message.startsWith('Building the message on the sending thread'));
+        if (entry.staysBecause) expect(why?.meta.reason).toMatch(entry.staysBecause);
+        else expect(why).toBeUndefined();
+        if (entry.smtpComparable === false) return;
+        const uploaded = emu.messages()[0]!.raw;
+        const overSmtp = smtp.received[before]!.raw;
+        // The upload keeps Bcc (the service removes it); Nodemailer's SMTP build leaves it out (not from a raw message).
+        const dropBcc = !/^Bcc:/im.test(overSmtp.toString('latin1'));
+        // Each build signs its own Date, Message-ID and boundaries: the signatures are checked in the test above.
+        const options = { dropDkim: true, smtpLineBreaks: true };
+        expect(neutralEml(uploaded, { ...options, dropBcc })).toBe(neutralEml(overSmtp, options));
+      },
+    );
+  });
 });
 
 describe('a build that fails on a thread', () => {
@@ -244,7 +254,7 @@ describe('a build that fails on a thread', () => {
       } as never);
       try {
         // The thread is reading the attachment: the request reached the file server.
-        await waitFor(() => stalled.length > waiting);
+        await eventually(() => stalled.length > waiting);
         controller.abort();
         const err = await sending.catch((e: unknown) => e as Error & { code?: string });
         expect(err).toMatchObject({ code: 'EABORT' });

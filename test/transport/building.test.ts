@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiError, EmlApiTransport } from '../../src/index.js';
 import { BuildGate, SENDING_THREAD_BUILDS } from '../../src/transport/build-message.js';
-import { rejectionOf, waitFor } from '../helpers/async.js';
+import { rejectionOf, eventually } from '../helpers/async.js';
 import { NODEMAILERS } from '../helpers/nodemailer-versions.js';
 
 /**
@@ -21,12 +21,15 @@ beforeAll(async () => {
 
 afterAll(() => emu.close());
 
-/** An attachment stream that sends one chunk and then never ends (a stalled upload or URL). */
-function stalledStream(): Readable {
+/** An attachment stream that sends one chunk and then never ends (a stalled upload or URL); `onRead` when first read. */
+function stalledStream(onRead?: () => void): Readable {
   let sent = false;
   return new Readable({
     read() {
-      if (!sent) this.push(Buffer.from('partial content '));
+      if (!sent) {
+        onRead?.();
+        this.push(Buffer.from('partial content '));
+      }
       sent = true;
     },
   });
@@ -56,7 +59,7 @@ describe('a send whose attachment stalls', () => {
     const transport = new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url });
     const transporter = nodemailer.createTransport(transport);
     const sending = rejectionOf(transporter.sendMail(message('stall-2@example.test', stalledStream())));
-    await waitFor(() => transport.client.activeRequests === 1);
+    await eventually(() => transport.client.activeRequests === 1);
     let closed = false;
     const closing = transport.close().then(() => (closed = true));
     await new Promise((resolve) => setTimeout(resolve, 150));
@@ -161,15 +164,21 @@ describe('a send queued behind hundreds of builds waiting for their content', ()
       timeouts: { total: 60_000 },
     });
     const other = new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url, timeouts: { total: 1500 } });
+    let building = 0;
     const stalledOutcomes = Array.from({ length: stalledSends }, (_, i) =>
       nodemailer
         .createTransport(stalling)
-        .sendMail(message(`stalled-${i}@example.test`, stalledStream()))
+        .sendMail(
+          message(
+            `stalled-${i}@example.test`,
+            stalledStream(() => building++),
+          ),
+        )
         .catch((err: { code?: string }) => err.code),
     );
     try {
-      // Let the stalled builds take every turn and queue up behind one another first.
-      await new Promise((resolve) => setTimeout(resolve, 50));
+      // The stalled builds take every turn of the sending thread first, the others queued behind them.
+      await eventually(() => building >= SENDING_THREAD_BUILDS);
       // Handed over eight at a time, each taking a look or two to show it stalled, they held this for 2 s and more.
       const info = await nodemailer
         .createTransport(other)
@@ -201,10 +210,10 @@ describe('the gate of builds on the sending thread', () => {
         return i;
       }),
     );
-    await waitFor(() => order.length === 2);
+    await eventually(() => order.length === 2);
     expect(gate.load).toEqual({ running: 2, waiting: 2 });
     builds[1]!.done();
-    await waitFor(() => order.length === 3);
+    await eventually(() => order.length === 3);
     expect(order).toEqual([0, 1, 2]);
     for (const b of builds) b.done();
     expect(await Promise.all(runs)).toEqual([0, 1, 2, 3]);

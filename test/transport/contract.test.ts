@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EmlApiError, EmlApiTransport } from '../../src/index.js';
 import { VERSION } from '../../src/shared/version.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { waitFor } from '../helpers/async.js';
+import { eventually } from '../helpers/async.js';
 import { startFakeService } from '../helpers/fake-service.js';
 import pkg from '../../package.json' with { type: 'json' };
 
@@ -106,11 +106,11 @@ describe('the Nodemailer transport contract', () => {
     transporter.on('idle', () => idleEvents++);
     expect(transporter.isIdle()).toBe(true);
     const sends = [1, 2, 3].map((n) => transporter.sendMail(message(n)));
-    await waitFor(() => service.held >= 2);
+    await eventually(() => service.held >= 2);
     expect(transporter.isIdle()).toBe(false);
     expect(idleEvents).toBe(0);
     service.releaseAll();
-    await waitFor(() => service.held >= 1);
+    await eventually(() => service.held >= 1);
     // The third send took the freed slot: still at most two in flight.
     expect(service.maxHeld).toBe(2);
     service.releaseAll();

@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import nodemailer from 'nodemailer';
 import { afterEach, describe, expect, it } from 'vitest';
 import { EmlApiTransport } from '../../src/index.js';
-import { waitFor } from '../helpers/async.js';
+import { eventually } from '../helpers/async.js';
 
 const FIXTURE = fileURLToPath(new URL('./fixtures/spool-and-wait.ts', import.meta.url));
 const dirs: string[] = [];
@@ -30,7 +30,7 @@ async function killWhileSpooling(dir: string, signal: NodeJS.Signals, mode = '')
   let out = '';
   child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
   const ended = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  await waitFor(() => out.includes('spooling'), { timeout: 20_000 });
+  await eventually(() => out.includes('spooling'), { timeout: 20_000 });
   expect(spoolFolders(dir)).toHaveLength(1);
   child.kill(signal);
   return ended;
@@ -55,9 +55,9 @@ describe('spool files', () => {
       .createTransport(transport)
       .sendMail({ from: 'a@x.test', to: 'b@x.test', attachments: [{ content: stalled }] })
       .catch((err: unknown) => err);
-    await waitFor(() => spoolFolders(dir).length === 1);
+    await eventually(() => spoolFolders(dir).length === 1);
     const folder = join(dir, spoolFolders(dir)[0]!);
-    await waitFor(() => readdirSync(folder).length === 1);
+    await eventually(() => readdirSync(folder).length === 1);
     expect(statSync(folder).mode & 0o777).toBe(0o700);
     expect(statSync(join(folder, 'message.eml')).mode & 0o777).toBe(0o600);
     await transport.close({ abort: true });
