@@ -76,6 +76,12 @@ const RECIPIENT_FIELDS = new Set(['to', 'cc', 'bcc']);
 /** Fields the service reads addresses from besides To, Cc and Bcc, and refuses with a control character in. */
 const OTHER_ADDRESS_FIELDS = new Set(['from', 'sender', 'reply-to']);
 
+/**
+ * From fields a message may have (RFC 5322 allows one; services read either of two): each one whose
+ * address mailparser's decoding could change costs a run of mailparser in {@link fromRefusal}.
+ */
+const MAX_FROM_FIELDS = 10;
+
 /** Fields split between two steps of the reading. */
 const FIELDS_PER_STEP = 256;
 
@@ -176,7 +182,9 @@ export function* readingRelayHeaders(head: Buffer, limits: HeaderLimits = {}): S
         }
       }
     } else if (name === 'from') {
-      froms.push(field);
+      if (froms.push(field) > MAX_FROM_FIELDS) {
+        throw tooMuch(`the message has more than ${MAX_FROM_FIELDS} From fields (RFC 5322 allows one)`);
+      }
     } else if (name === 'message-id' && messageId === undefined) {
       messageId = field.value || undefined;
     } else if (name === 'date') {
