@@ -36,6 +36,8 @@ export interface ReceiveContext {
   maxRecipients: number;
   /** The relay's `maxMessageSize` (SIZE), applied to the message with CRLF line ends. */
   maxMessageSize: number;
+  /** Refuse a From the relay cannot read for certain (the outbox stores the message: nobody would hear of the service's refusal). */
+  certainFrom: boolean;
 }
 
 /** A message handed on. */
@@ -80,7 +82,7 @@ export async function receiveMessage(
     async (head) => {
       plan = await runInSlices(planningEnvelope(head, rcptTo, { maxRecipients: context.maxRecipients }));
       // What the service is certain to refuse gets no 250, in either mode (the outbox would store it for nothing).
-      const refusal = await fromRefusal(plan.froms);
+      const refusal = await fromRefusal(plan.froms, { certain: context.certainFrom });
       if (refusal) throw refusal;
       return plan.head;
     },

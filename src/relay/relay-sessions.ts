@@ -331,6 +331,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         identities,
         maxRecipients: settings.maxRecipients,
         maxMessageSize: settings.maxMessageSize,
+        certainFrom: storing,
       };
       const work = withMessageLogFields(where, () => receiveMessage(stream, session, sender, context)).then(
         (received) => {
