@@ -111,6 +111,8 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
   const policy: RelayPolicy = {
     hasOwnKey: relay.relayClient !== undefined,
     hasTls: settings.tls !== undefined,
+    hasUsers: settings.users !== undefined,
+    storing: settings.queue !== undefined,
     allowUnauthenticatedFrom: settings.allowUnauthenticatedFrom,
     trustedNetworks: settings.trustedNetworks,
   };
@@ -448,6 +450,10 @@ export interface RelayPolicy {
   hasOwnKey: boolean;
   /** The relay offers STARTTLS (or listens with implicit TLS). */
   hasTls: boolean;
+  /** The relay has SMTP users of its own (`users`). */
+  hasUsers: boolean;
+  /** Store-and-forward (`queue`): AUTH takes only the relay's users and its own key. */
+  storing: boolean;
   allowUnauthenticatedFrom: ClientAddressList;
   /** Where AUTH is offered on plain text, and who is exempt from the per-address limits (`trustedNetworks`). */
   trustedNetworks: ClientAddressList;
@@ -477,13 +483,21 @@ export function authOffered(
 export function mailRefusal(facts: ConnectionFacts, policy: RelayPolicy): SmtpReply | undefined {
   if (facts.authenticated) return undefined;
   if (policy.hasOwnKey && policy.allowUnauthenticatedFrom.includes(facts.remoteAddress)) return undefined;
-  if (authOffered(facts, policy)) {
-    return { code: 530, text: '5.7.0 Authentication required: AUTH with your API key as the password' };
-  }
+  if (authOffered(facts, policy)) return { code: 530, text: `5.7.0 Authentication required: ${authWith(policy)}` };
   return policy.hasTls
-    ? { code: 530, text: '5.7.0 Must issue a STARTTLS command first, then AUTH with your API key as the password' }
+    ? { code: 530, text: `5.7.0 Must issue a STARTTLS command first, then ${authWith(policy)}` }
     : {
         code: 530,
         text: '5.7.0 Authentication required, and this relay accepts AUTH only from its trusted networks (it has no TLS certificate)',
       };
+}
+
+/** What a client AUTHs with on this relay, for the 530 (see the table in docs/relay.md). */
+function authWith(policy: RelayPolicy): string {
+  if (policy.storing) {
+    return policy.hasUsers ? 'AUTH with your relay login' : "AUTH with the relay's own API key as the password";
+  }
+  return policy.hasUsers
+    ? 'AUTH with your relay login, or with your API key as the password'
+    : 'AUTH with your API key as the password';
 }

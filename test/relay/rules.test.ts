@@ -351,9 +351,12 @@ describe('MessageRewriter', () => {
 });
 
 describe('who may AUTH and send', () => {
-  const policy = (hasOwnKey: boolean, hasTls: boolean): RelayPolicy => ({
+  const policy = (hasOwnKey: boolean, hasTls: boolean, logins: Partial<RelayPolicy> = {}): RelayPolicy => ({
     hasOwnKey,
     hasTls,
+    hasUsers: false,
+    storing: false,
+    ...logins,
     allowUnauthenticatedFrom: new ClientAddressList(['127.0.0.0/8', '::1', '10.1.0.0/16'], 'test'),
     trustedNetworks: new ClientAddressList(['127.0.0.0/8', '::1'], 'test'),
   });
@@ -382,6 +385,24 @@ describe('who may AUTH and send', () => {
     expect(mailRefusal(facts('10.2.0.1'), policy(true, true))?.text).toMatch(/STARTTLS/);
     expect(mailRefusal(facts('10.2.0.1'), policy(true, false))?.text).toMatch(/only from its trusted networks/);
     expect(mailRefusal(facts('127.0.0.1'), policy(false, false))?.text).toMatch(/AUTH with your API key/);
+  });
+
+  it("the 530 says which credentials this relay takes: API keys, its users' logins, or under --outbox its own key", () => {
+    const text = (logins: Partial<RelayPolicy>, address = '10.2.0.1') =>
+      mailRefusal({ remoteAddress: address, secure: true, authenticated: false }, policy(true, true, logins))?.text;
+    expect(text({})).toBe('5.7.0 Authentication required: AUTH with your API key as the password');
+    expect(text({ hasUsers: true })).toBe(
+      '5.7.0 Authentication required: AUTH with your relay login, or with your API key as the password',
+    );
+    expect(text({ storing: true })).toBe(
+      "5.7.0 Authentication required: AUTH with the relay's own API key as the password",
+    );
+    expect(text({ storing: true, hasUsers: true })).toBe('5.7.0 Authentication required: AUTH with your relay login');
+    const plain = mailRefusal(
+      { remoteAddress: '10.2.0.1', secure: false, authenticated: false },
+      policy(true, true, { storing: true, hasUsers: true }),
+    );
+    expect(plain?.text).toBe('5.7.0 Must issue a STARTTLS command first, then AUTH with your relay login');
   });
 
   it('reads address lists with CIDRs and IPv4-mapped addresses; refuses what is not one with ECONFIG', () => {
