@@ -73,8 +73,12 @@ Options:
   --min-data-rate <n>     bytes a second a message must arrive at, at least (default 500)
   --auth-failure-delay <s>
                           seconds before the reply to a failed AUTH (default 2)
-  --max-auth-failures <n> failed AUTHs per client address within --auth-failure-window, then 454
-                          without asking the service; --trusted exempt (default 10)
+  --max-auth-failures <n> failed AUTHs of one user name from one client address within
+                          --auth-failure-window, then its wrong passwords get 454 (its right one still
+                          235); the same wrong password again counts once; --trusted exempt (default 10)
+  --max-auth-failures-per-address <n>
+                          failed AUTHs of one client address, all names together, then every AUTH of it
+                          gets 454 unchecked (a guessing storm; default 100)
   --auth-failure-window <s>
                           seconds (default 600)
   --outbox                store-and-forward through the outbox in the Redis of REDIS_URL (comma-
@@ -135,6 +139,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       'min-data-rate': { type: 'string' },
       'auth-failure-delay': { type: 'string' },
       'max-auth-failures': { type: 'string' },
+      'max-auth-failures-per-address': { type: 'string' },
       'auth-failure-window': { type: 'string' },
       outbox: { type: 'boolean' },
       redis: { type: 'string', multiple: true },
@@ -379,7 +384,10 @@ function withoutCredentials(connection: string | OutboxClusterConnection): strin
 function limitOptions(values: Record<string, string | boolean | string[] | undefined>): Partial<EmlApiRelayOptions> {
   const flag = (name: string) => values[name] as string | undefined;
   const options: Partial<EmlApiRelayOptions> = {};
-  const count = (name: string, option: 'maxClientsPerAddress' | 'minDataRate' | 'maxAuthFailuresPerAddress') => {
+  const count = (
+    name: string,
+    option: 'maxClientsPerAddress' | 'minDataRate' | 'maxAuthFailures' | 'maxAuthFailuresPerAddress',
+  ) => {
     const value = flag(name);
     if (value !== undefined) options[option] = wholeFlag(value, `--${name}`, 1, 1_000_000_000);
   };
@@ -394,7 +402,8 @@ function limitOptions(values: Record<string, string | boolean | string[] | undef
   };
   count('max-clients-per-address', 'maxClientsPerAddress');
   count('min-data-rate', 'minDataRate');
-  count('max-auth-failures', 'maxAuthFailuresPerAddress');
+  count('max-auth-failures', 'maxAuthFailures');
+  count('max-auth-failures-per-address', 'maxAuthFailuresPerAddress');
   timeout('idle-timeout', 'idle', 86_400);
   timeout('stress-idle-timeout', 'stressIdle', 86_400);
   timeout('data-timeout', 'data', 604_800);
