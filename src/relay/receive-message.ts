@@ -36,6 +36,8 @@ export interface ReceiveContext {
   maxRecipients: number;
   /** The relay's `maxMessageSize` (SIZE), applied to the message with CRLF line ends. */
   maxMessageSize: number;
+  /** Refuse a From the relay cannot read for certain (the outbox stores the message: nobody would hear of the service's refusal). */
+  certainFrom: boolean;
 }
 
 /** A message handed on. */
@@ -80,7 +82,7 @@ export async function receiveMessage(
     async (head) => {
       plan = await runInSlices(planningEnvelope(head, rcptTo, { maxRecipients: context.maxRecipients }));
       // What the service is certain to refuse gets no 250, in either mode (the outbox would store it for nothing).
-      const refusal = await fromRefusal(plan.froms);
+      const refusal = await fromRefusal(plan.froms, { certain: context.certainFrom });
       if (refusal) throw refusal;
       return plan.head;
     },
@@ -499,7 +501,7 @@ export function* planningEnvelope(
   const envelopeKeys = new Set(rcptTo.map(addressKey));
   const headerKeys = new Set(headers.recipients.map(addressKey));
   const notInEnvelope = headers.recipients.filter((a) => !envelopeKeys.has(addressKey(a)));
-  if (notInEnvelope.length > 0) throw headersNameOthers(notInEnvelope);
+  if (notInEnvelope.length > 0) throw headersNameOthers(notInEnvelope, maxRecipients);
   if (headers.spellings > maxRecipients) {
     // Spellings that differ in ASCII case only are one recipient to the relay; a service that compared
     // them exactly would mail each: their number is held to what RCPT TO could have named.
@@ -596,14 +598,17 @@ export function foldedBcc(addresses: readonly string[], eol: string): string {
   return `${out}${eol}`;
 }
 
-function headersNameOthers(addresses: string[]): EmlApiError {
+function headersNameOthers(addresses: string[], maxRecipients: number): EmlApiError {
   const named = addresses.slice(0, NAMED).join(', ');
   const more = addresses.length > NAMED ? ` and ${addresses.length - NAMED} more` : '';
+  const limit = Number.isFinite(maxRecipients) ? ` (now ${maxRecipients})` : '';
+  // What to change comes first: a reply is cut short past its length, and the addresses may be long.
   return new EmlApiError(
     'EENVELOPE',
-    `The headers name recipients that are not in RCPT TO: ${named}${more}. The email service delivers to every ` +
-      'To/Cc/Bcc recipient, so it would mail people this transaction did not ask for; send each message once with all ' +
-      'its recipients (e.g. Postfix: raise smtp_destination_recipient_limit)',
+    'The headers name recipients that are not in this transaction, which the email service would mail too, as ' +
+      "when a sender splits a message into several transactions: set Postfix's smtp_destination_recipient_limit " +
+      `(default 50) and the relay's --max-recipients${limit} to the most recipients a message has; ` +
+      `not in RCPT TO: ${named}${more}`,
     { command: 'envelope', permanent: true },
   );
 }

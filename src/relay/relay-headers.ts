@@ -76,6 +76,12 @@ const RECIPIENT_FIELDS = new Set(['to', 'cc', 'bcc']);
 /** Fields the service reads addresses from besides To, Cc and Bcc, and refuses with a control character in. */
 const OTHER_ADDRESS_FIELDS = new Set(['from', 'sender', 'reply-to']);
 
+/**
+ * From fields a message may have (RFC 5322 allows one; services read either of two): each one whose
+ * address mailparser's decoding could change costs a run of mailparser in {@link fromRefusal}.
+ */
+const MAX_FROM_FIELDS = 10;
+
 /** Fields split between two steps of the reading. */
 const FIELDS_PER_STEP = 256;
 
@@ -176,7 +182,9 @@ export function* readingRelayHeaders(head: Buffer, limits: HeaderLimits = {}): S
         }
       }
     } else if (name === 'from') {
-      froms.push(field);
+      if (froms.push(field) > MAX_FROM_FIELDS) {
+        throw tooMuch(`the message has more than ${MAX_FROM_FIELDS} From fields (RFC 5322 allows one)`);
+      }
     } else if (name === 'message-id' && messageId === undefined) {
       messageId = field.value || undefined;
     } else if (name === 'date') {
@@ -247,11 +255,21 @@ function* crossChecking(field: RelayHeaderField, addresses: readonly string[]): 
  * fields, mailparser reads the last). A From's address is read as mailparser
  * reads it: with the address parser it bundles, and, where that reading
  * leaves room for mailparser's own decoding (encoded words, `xn--`
- * domains), with mailparser itself when it is installed. Without it, only a
- * From in which no `@` shows, its encoded words decoded, counts as having
- * none.
+ * domains), with mailparser itself when it is installed.
+ *
+ * Without mailparser, a From is read for certain where the relay's strict
+ * grammar ({@link readAddressList}, on which parsers agree) and the
+ * Nodemailer peer's parser find the same first address. Any other From is
+ * left to the service, unless `certain` asks for a certain reading (the
+ * outbox stores the message, and nobody would hear of the service's
+ * refusal): it is then refused too.
+ *
+ * @param options.certain refuse a From the relay cannot read for certain
  */
-export async function fromRefusal(froms: readonly RelayHeaderField[]): Promise<EmlApiError | undefined> {
+export async function fromRefusal(
+  froms: readonly RelayHeaderField[],
+  { certain = false }: { certain?: boolean } = {},
+): Promise<EmlApiError | undefined> {
   if (froms.length === 0) {
     return new EmlApiError('EMESSAGE', 'The message has no From header, which the email service requires', {
       command: 'DATA',
@@ -259,26 +277,53 @@ export async function fromRefusal(froms: readonly RelayHeaderField[]): Promise<E
     });
   }
   for (const field of froms) {
-    if (!(await fromHasAddress(field.value))) {
+    const reading = await fromReading(field.value);
+    if (reading === 'none') {
       return badAddressField(field, `has no address the email service can read: ${shown(field.value)}`);
+    }
+    if (reading === 'uncertain' && certain) {
+      return new EmlApiError(
+        'EMESSAGE',
+        `The relay cannot read the ${field.name} header for certain (${shown(field.value)}), and the email service may find no address in it once the message is stored; write it as Name <address> (or install mailparser beside the relay, to have it read as the service reads it)`,
+        { command: 'DATA', permanent: true },
+      );
     }
   }
   return undefined;
 }
 
-async function fromHasAddress(value: string): Promise<boolean> {
+/** Whether a From holds an address as the service reads it, holds none, or cannot be told without mailparser. */
+async function fromReading(value: string): Promise<'address' | 'none' | 'uncertain'> {
   // The parser mailparser bundles when it is installed (the first reader), else the peer's.
-  const reader = serviceAddressReaders()[0];
-  const first = reader?.read(value)[0] ?? '';
-  // mailparser changes an address only for encoded words and xn-- domains; a name alone may become one.
-  if (isValidAddress(first) && !first.includes('=?') && !first.includes('@xn--')) return true;
+  const readers = serviceAddressReaders();
+  const first = readers[0]?.read(value)[0] ?? '';
   const mime = loadMimeParser();
   if (mime) {
+    // mailparser changes an address only for encoded words and xn-- domains; a name alone may become one.
+    if (isValidAddress(first) && !first.includes('=?') && !first.includes('@xn--')) return 'address';
     const parsed = await mime(Buffer.from(`From: ${value}\r\n\r\n`, 'utf8'), FROM_ONLY).catch(() => undefined);
-    return isValidAddress(firstOf(parsed?.from) ?? '');
+    return isValidAddress(firstOf(parsed?.from) ?? '') ? 'address' : 'none';
   }
-  if (reader !== undefined && !value.includes('=?') && !value.includes('xn--')) return false;
-  return value.includes('@') || decodedWords(value).includes('@');
+  const strict = strictFirstAddress(value);
+  if (
+    strict !== undefined &&
+    readers.every((reader) => addressKey(reader.read(value)[0] ?? '') === addressKey(strict))
+  ) {
+    return 'address';
+  }
+  if (readers.length > 0 && !value.includes('=?') && !value.includes('xn--')) {
+    return isValidAddress(first) ? 'uncertain' : 'none';
+  }
+  return value.includes('@') || decodedWords(value).includes('@') ? 'uncertain' : 'none';
+}
+
+/** The first address of a From as the relay's strict grammar reads it, or undefined where it reads none for certain. */
+function strictFirstAddress(value: string): string | undefined {
+  try {
+    return new AddressListReader(value, 'From', new ReadingBudget({})).read()[0];
+  } catch {
+    return undefined;
+  }
 }
 
 const FROM_ONLY = { skipHtmlToText: true, skipImageLinks: true, skipTextToHtml: true, skipTextLinks: true };

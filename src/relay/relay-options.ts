@@ -241,19 +241,36 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
    */
   authFailureDelay?: number;
   /**
-   * Failed AUTHs (wrong credentials) a client address may make within
-   * `authFailureWindow`, across its connections; past it, its AUTHs are
-   * answered `454 4.7.0` without asking the service until the oldest failure
-   * leaves the window. IPv6 clients count per /64. `trustedNetworks` are
-   * exempt (a proxy's one address stands for many clients). Postfix's
-   * `smtpd_client_auth_rate_limit`, counting failures only.
+   * Failed AUTHs (wrong credentials) one user name may make from one client
+   * address within `authFailureWindow`, across connections; past it, its
+   * wrong passwords are answered `454 4.7.0` (try again later) instead of
+   * `535`, while its right password still gets `235`: a misconfigured sender
+   * never locks out a correct one. Names that are none of the relay's `users`
+   * (every name given with an API key) count as one name of the address. The
+   * same wrong password again (smtplib's PLAIN then LOGIN, a sender retrying
+   * its queue) counts once. IPv6 clients count per /64; `trustedNetworks`
+   * are exempt.
    * @default 10
    * @example
-   * maxAuthFailuresPerAddress: 5
+   * maxAuthFailures: 5
+   */
+  maxAuthFailures?: number;
+  /**
+   * Failed AUTHs a client address may make within `authFailureWindow`, all
+   * user names together (the same wrong password again counts once): the
+   * ceiling for guessing storms. Past it, every AUTH of the address is
+   * answered `454 4.7.0` without checking it, a right password too, until the
+   * oldest failure leaves the window. IPv6 clients count per /64;
+   * `trustedNetworks` are exempt (a proxy's one address stands for many
+   * clients). Postfix's `smtpd_client_auth_rate_limit` (off by default)
+   * counts every AUTH instead.
+   * @default 100
+   * @example
+   * maxAuthFailuresPerAddress: 30
    */
   maxAuthFailuresPerAddress?: number;
   /**
-   * The window of `maxAuthFailuresPerAddress`, in milliseconds.
+   * The window of `maxAuthFailures` and `maxAuthFailuresPerAddress`, in milliseconds.
    * @default 600000 (10 minutes)
    * @example
    * authFailureWindow: 3_600_000
@@ -337,6 +354,7 @@ export interface RelaySettings {
   dataTimeout: number;
   minDataRate: number;
   authFailureDelay: number;
+  maxAuthFailures: number;
   maxAuthFailuresPerAddress: number;
   authFailureWindow: number;
   tlsHandshakeTimeout: number;
@@ -369,6 +387,7 @@ const RELAY_KEYS = [
   'maxClientsPerAddress',
   'minDataRate',
   'authFailureDelay',
+  'maxAuthFailures',
   'maxAuthFailuresPerAddress',
   'authFailureWindow',
   'proxyProtocol',
@@ -480,7 +499,8 @@ export function resolveRelayOptions(options: EmlApiRelayOptions): {
     dataTimeout: wholeNumber(timeouts.data, 'timeouts.data', 1, 7 * 24 * 3_600_000, 600_000),
     minDataRate: wholeNumber(o.minDataRate, 'minDataRate', 1, 2 ** 40, 500),
     authFailureDelay: wholeNumber(o.authFailureDelay, 'authFailureDelay', 0, 60_000, 2_000),
-    maxAuthFailuresPerAddress: wholeNumber(o.maxAuthFailuresPerAddress, 'maxAuthFailuresPerAddress', 1, 100_000, 10),
+    maxAuthFailures: wholeNumber(o.maxAuthFailures, 'maxAuthFailures', 1, 100_000, 10),
+    maxAuthFailuresPerAddress: wholeNumber(o.maxAuthFailuresPerAddress, 'maxAuthFailuresPerAddress', 1, 100_000, 100),
     authFailureWindow: wholeNumber(o.authFailureWindow, 'authFailureWindow', 1_000, 24 * 3_600_000, 600_000),
     tlsHandshakeTimeout: wholeNumber(timeouts.tlsHandshake, 'timeouts.tlsHandshake', 1, 600_000, 10_000),
     proxyProtocol: checkProxies(o.proxyProtocol),

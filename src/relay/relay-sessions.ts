@@ -2,7 +2,13 @@ import type { SMTPServerAuthentication, SMTPServerDataStream, SMTPServerOptions,
 import type { EmlApiClient } from '../client/eml-api-client.js';
 import { isValidAddress } from '../protocol/message-format.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { type KeyClient, type KeyClients, AuthFailureBudget, MAX_PASSWORD_LENGTH } from './relay-users.js';
+import {
+  type KeyClient,
+  type KeyClients,
+  AuthFailureBudget,
+  failureFingerprint,
+  MAX_PASSWORD_LENGTH,
+} from './relay-users.js';
 import {
   withMessageLogFields,
   type MessageDestination,
@@ -111,6 +117,8 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
   const policy: RelayPolicy = {
     hasOwnKey: relay.relayClient !== undefined,
     hasTls: settings.tls !== undefined,
+    hasUsers: settings.users !== undefined,
+    storing: settings.queue !== undefined,
     allowUnauthenticatedFrom: settings.allowUnauthenticatedFrom,
     trustedNetworks: settings.trustedNetworks,
   };
@@ -129,10 +137,12 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
   ];
   // Store-and-forward: every message leaves with the outbox workers' key, whoever AUTHed.
   const storing = settings.queue !== undefined;
-  const authFailures = new AuthFailureBudget({
+  // A guessing storm from one address stops every AUTH of it; one user name's failures stop only its wrong passwords.
+  const addressFailures = new AuthFailureBudget({
     limit: settings.maxAuthFailuresPerAddress,
     window: settings.authFailureWindow,
   });
+  const userFailures = new AuthFailureBudget({ limit: settings.maxAuthFailures, window: settings.authFailureWindow });
   const release = (state: SessionState) => {
     if (state.held) keyClients.release(state.held);
     state.held = undefined;
@@ -176,14 +186,28 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       const budgeted = !settings.trustedNetworks.includes(session.remoteAddress);
       // The AUTH takes a slot of the address's budget now, before the service is asked: AUTHs sent at once
       // on many connections would otherwise all pass the check before the first failed.
-      const attempt = budgeted ? authFailures.begin(session.remoteAddress) : undefined;
+      const address = clientKey(session.remoteAddress);
+      const attempt = budgeted ? addressFailures.begin(address) : undefined;
+      // Names that are none of the relay's users (every name given with an API key) count as one, under the address.
+      const userKey = `${address} ${settings.users?.has(username) ? username : ''}`;
       const failed = (reply: SmtpReply, err?: unknown) => {
-        // Wrong credentials count against the address; a service that could not tell (454) does not.
-        if (typeof attempt === 'object') attempt.end(reply.code === 535);
+        // Wrong credentials count against the address and the name; a service that could not tell (454) does not.
+        const wrong = reply.code === 535;
+        const fingerprint = wrong ? failureFingerprint(username, password) : undefined;
+        if (typeof attempt === 'object') attempt.end(fingerprint);
+        const throttled = budgeted && wrong && userFailures.retryAfter(userKey);
+        if (budgeted && fingerprint !== undefined) userFailures.record(userKey, fingerprint);
         state.authFailures++;
         // Every refusal of credentials reads the same: which names are the relay's users, and why the service
         // refused a key, are for the operator's log, not for a guesser (the reply told them apart).
-        const told = reply.code === 535 ? BAD_PASSWORD : reply;
+        const told = throttled
+          ? {
+              code: 454,
+              text: `4.7.0 Too many failed authentications for this user name from your address, try again in ${Math.ceil(throttled / 60_000)} minute(s)`,
+            }
+          : wrong
+            ? BAD_PASSWORD
+            : reply;
         const final =
           state.authFailures >= MAX_AUTH_FAILURES
             ? { code: 421, text: '4.7.0 Too many failed authentications, closing the connection' }
@@ -220,7 +244,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       if (password.length > MAX_PASSWORD_LENGTH) return failed(PASSWORD_TOO_LONG);
       const asRelay = () => {
         // Sends with the relay's key: onData falls back to it when the session holds no key client.
-        attempt?.end(false);
+        attempt?.end(undefined);
         release(state);
         const login = settings.users?.has(username) ? username : relay.relayKeyLogin;
         const user: SessionUser = { username, key: 'relay', login };
@@ -232,7 +256,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       const withKey = () =>
         keyClients.authenticate(password).then(
           (held) => {
-            attempt?.end(false);
+            attempt?.end(undefined);
             release(state);
             state.held = held;
             // The client left while its key was being checked: onClose has run already, so the hold
@@ -331,6 +355,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         identities,
         maxRecipients: settings.maxRecipients,
         maxMessageSize: settings.maxMessageSize,
+        certainFrom: storing,
       };
       const work = withMessageLogFields(where, () => receiveMessage(stream, session, sender, context)).then(
         (received) => {
@@ -447,6 +472,10 @@ export interface RelayPolicy {
   hasOwnKey: boolean;
   /** The relay offers STARTTLS (or listens with implicit TLS). */
   hasTls: boolean;
+  /** The relay has SMTP users of its own (`users`). */
+  hasUsers: boolean;
+  /** Store-and-forward (`queue`): AUTH takes only the relay's users and its own key. */
+  storing: boolean;
   allowUnauthenticatedFrom: ClientAddressList;
   /** Where AUTH is offered on plain text, and who is exempt from the per-address limits (`trustedNetworks`). */
   trustedNetworks: ClientAddressList;
@@ -476,13 +505,21 @@ export function authOffered(
 export function mailRefusal(facts: ConnectionFacts, policy: RelayPolicy): SmtpReply | undefined {
   if (facts.authenticated) return undefined;
   if (policy.hasOwnKey && policy.allowUnauthenticatedFrom.includes(facts.remoteAddress)) return undefined;
-  if (authOffered(facts, policy)) {
-    return { code: 530, text: '5.7.0 Authentication required: AUTH with your API key as the password' };
-  }
+  if (authOffered(facts, policy)) return { code: 530, text: `5.7.0 Authentication required: ${authWith(policy)}` };
   return policy.hasTls
-    ? { code: 530, text: '5.7.0 Must issue a STARTTLS command first, then AUTH with your API key as the password' }
+    ? { code: 530, text: `5.7.0 Must issue a STARTTLS command first, then ${authWith(policy)}` }
     : {
         code: 530,
         text: '5.7.0 Authentication required, and this relay accepts AUTH only from its trusted networks (it has no TLS certificate)',
       };
+}
+
+/** What a client AUTHs with on this relay, for the 530 (see the table in docs/relay.md). */
+function authWith(policy: RelayPolicy): string {
+  if (policy.storing) {
+    return policy.hasUsers ? 'AUTH with your relay login' : "AUTH with the relay's own API key as the password";
+  }
+  return policy.hasUsers
+    ? 'AUTH with your relay login, or with your API key as the password'
+    : 'AUTH with your API key as the password';
 }

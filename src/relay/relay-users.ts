@@ -1,7 +1,6 @@
-import { createHash, randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto';
+import { createHash, createHmac, randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto';
 import { configError } from '../shared/options-kit.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { clientKey } from './client-address-list.js';
 import type { EmlApiClient } from '../client/eml-api-client.js';
 import { identitySecret } from './receive-message.js';
 
@@ -205,58 +204,65 @@ function digest(password: string): Buffer {
   return createHash('sha256').update(password).digest();
 }
 
-/** Client addresses whose failures are remembered at most; past it the least recently failing one is forgotten. */
+/** Keys (client addresses, or address and user name) whose failures are remembered at most; the least recently failing is forgotten past it. */
 export const MAX_TRACKED_ADDRESSES = 10_000;
 
-/** An AUTH under way, counted against its address's budget until it ends (see {@link AuthFailureBudget.begin}). */
+/** An AUTH under way, counted against its key's budget until it ends (see {@link AuthFailureBudget.begin}). */
 export interface AuthAttempt {
   /**
-   * Ends the attempt: a failure (wrong credentials) stays counted; anything
-   * else (accepted, or a service that could not tell) gives the slot back.
-   * Only the first call counts.
+   * Ends the attempt: a failure (wrong credentials, named by their
+   * {@link failureFingerprint}) stays counted; `undefined` (accepted, or a
+   * service that could not tell) gives the slot back. Only the first call counts.
    */
-  end(failed: boolean): void;
+  end(failure: string | undefined): void;
 }
 
 /** How {@link AuthFailureBudget} counts. */
 export interface AuthFailureBudgetOptions {
-  /** Failed AUTHs a client address may make within `window` (`maxAuthFailuresPerAddress`). */
+  /** Failed AUTHs a key may make within `window`. */
   limit: number;
   /** The window, in milliseconds (`authFailureWindow`). */
   window: number;
-  /** Addresses remembered at most. @default MAX_TRACKED_ADDRESSES */
+  /** Keys remembered at most. @default MAX_TRACKED_ADDRESSES */
   maxAddresses?: number;
   /** The clock. @default Date.now */
   now?: () => number;
 }
 
+/** One failure counted: when, and which credentials (the same ones again count once). */
+interface Failure {
+  at: number;
+  fingerprint: string;
+}
+
 /**
- * The failed AUTHs of each client address, across its connections, as a
- * sliding window (Postfix's anvil counts `smtpd_client_auth_rate_limit` per
- * client the same way; Dovecot's auth penalty too): once an address has made
- * `limit` failures within `window`, its next AUTHs are refused without asking
- * the service until the oldest failure leaves the window. A guesser can open
- * new connections, but not a new address, so the per-connection limit alone
- * (three failures) does not slow it down.
+ * The failed AUTHs of each key (a client address, IPv6 per /64; or an
+ * address and a user name), across connections, as
+ * a sliding window: once a key has `limit` failures within `window`,
+ * {@link retryAfter} says how long until the oldest leaves it.
+ *
+ * The same wrong credentials again count once, as Dovecot's auth penalty
+ * does not grow for a password it has already refused: Python's smtplib
+ * (and Django) tries PLAIN then LOGIN with one password, and a sender with a
+ * stale password retries its queue with it; neither is a guesser.
  *
  * An AUTH takes its slot when it starts ({@link begin}), not when its
  * failure is known: the service takes a while to answer, and AUTHs sent at
  * once on many connections would otherwise all pass the check before any
  * failed (40 at once all reached the service with a budget of 10).
  *
- * IPv6 clients are counted per /64 ({@link clientKey}). Memory is bounded:
- * at most `limit` times per address and {@link MAX_TRACKED_ADDRESSES}
- * addresses, the least recently failing forgotten first; AUTHs under way
- * are bounded by the connections.
+ * Memory is bounded: at most `limit` failures per key and
+ * {@link MAX_TRACKED_ADDRESSES} keys, the least recently failing forgotten
+ * first; AUTHs under way are bounded by the connections.
  */
 export class AuthFailureBudget {
   readonly #limit: number;
   readonly #window: number;
   readonly #maxAddresses: number;
   readonly #now: () => number;
-  /** Failure times per client key, oldest first; the Map in order of the latest failure. */
-  readonly #failures = new Map<string, number[]>();
-  /** AUTHs under way per client key. */
+  /** Failures per key, oldest first; the Map in order of the latest failure. */
+  readonly #failures = new Map<string, Failure[]>();
+  /** AUTHs under way per key. */
   readonly #pending = new Map<string, number>();
 
   constructor(options: AuthFailureBudgetOptions) {
@@ -266,76 +272,83 @@ export class AuthFailureBudget {
     this.#now = options.now ?? Date.now;
   }
 
-  /** Addresses remembered now. */
+  /** Keys remembered now. */
   get size(): number {
     return this.#failures.size;
   }
 
   /**
-   * Milliseconds until the address may AUTH again, or 0 when it may now
-   * (AUTHs under way count as failures until they end).
+   * Milliseconds until the key may AUTH again, or 0 when it may now (AUTHs
+   * under way count as failures until they end).
    */
-  retryAfter(address: string): number {
-    const key = clientKey(address);
-    const times = this.#recent(key);
+  retryAfter(key: string): number {
+    const failures = this.#recent(key);
     const pending = this.#pending.get(key) ?? 0;
-    if (times.length + pending < this.#limit) return 0;
+    if (failures.length + pending < this.#limit) return 0;
     // Spent by AUTHs under way: they end within seconds, one way or the other.
-    if (times.length < this.#limit) return 1_000;
-    return Math.max(1, times[times.length - this.#limit]! + this.#window - this.#now());
+    if (failures.length < this.#limit) return 1_000;
+    return Math.max(1, failures[failures.length - this.#limit]!.at + this.#window - this.#now());
   }
 
   /**
-   * Starts an AUTH of the address: takes a slot of its budget until the
-   * attempt ends.
+   * Starts an AUTH of the key: takes a slot of its budget until the attempt ends.
    * @returns the attempt, or the milliseconds to wait ({@link retryAfter}) when the budget is spent
    */
-  begin(address: string): AuthAttempt | number {
-    const wait = this.retryAfter(address);
+  begin(key: string): AuthAttempt | number {
+    const wait = this.retryAfter(key);
     if (wait > 0) return wait;
-    const key = clientKey(address);
     this.#pending.set(key, (this.#pending.get(key) ?? 0) + 1);
     let ended = false;
     return {
-      end: (failed) => {
+      end: (failure) => {
         if (ended) return;
         ended = true;
         const left = (this.#pending.get(key) ?? 1) - 1;
         if (left > 0) this.#pending.set(key, left);
         else this.#pending.delete(key);
-        if (failed) this.record(address);
+        if (failure !== undefined) this.record(key, failure);
       },
     };
   }
 
-  /** Counts one failed AUTH of the address. */
-  record(address: string): void {
-    const key = clientKey(address);
-    const times = this.#recent(key);
-    times.push(this.#now());
+  /** Counts one failed AUTH of the key, unless these credentials failed already within the window. */
+  record(key: string, fingerprint: string): void {
+    const failures = this.#recent(key);
+    const again = failures.findIndex((f) => f.fingerprint === fingerprint);
+    // Counted once, as the latest: a stale password retried keeps its one place.
+    if (again !== -1) failures.splice(again, 1);
+    failures.push({ at: this.#now(), fingerprint });
     // Only the last `limit` failures can decide anything.
-    if (times.length > this.#limit) times.splice(0, times.length - this.#limit);
+    if (failures.length > this.#limit) failures.splice(0, failures.length - this.#limit);
     this.#failures.delete(key);
-    this.#failures.set(key, times);
+    this.#failures.set(key, failures);
     while (this.#failures.size > this.#maxAddresses) {
       this.#failures.delete(this.#failures.keys().next().value!);
     }
   }
 
   /** The failures of a key still within the window (the key is forgotten when none is). */
-  #recent(key: string): number[] {
-    const times = this.#failures.get(key);
-    if (!times) return [];
+  #recent(key: string): Failure[] {
+    const failures = this.#failures.get(key);
+    if (!failures) return [];
     const since = this.#now() - this.#window;
     let expired = 0;
-    while (expired < times.length && times[expired]! <= since) expired++;
-    if (expired === times.length) {
+    while (expired < failures.length && failures[expired]!.at <= since) expired++;
+    if (expired === failures.length) {
       this.#failures.delete(key);
       return [];
     }
-    if (expired > 0) times.splice(0, expired);
-    return times;
+    if (expired > 0) failures.splice(0, expired);
+    return failures;
   }
+}
+
+/** Keys the failure fingerprints, so that a memory dump holds no plain digest of a password to look up. */
+const FINGERPRINT_KEY = randomBytes(32);
+
+/** Names one set of failed credentials (a user name and its password) for {@link AuthFailureBudget.record}, without keeping them. */
+export function failureFingerprint(username: string, password: string): string {
+  return createHmac('sha256', FINGERPRINT_KEY).update(`${username}\0${password}`).digest('base64').slice(0, 22);
 }
 
 /** How long a key the service accepted is trusted for new AUTHs without asking again. */

@@ -12,7 +12,7 @@ import { hashRelayPassword, startEmlApiRelay, type EmlApiRelay } from '../../src
 import { rejectionOf, eventually } from '../helpers/async.js';
 import { closedPort } from '../helpers/fake-service.js';
 import { capturingLogger } from '../helpers/logger.js';
-import { makeNetns, smtplibSend, SmtpDialog, TEST_CERT, testTls } from './relay-harness.js';
+import { makeNetns, smtplibSend, SmtpDialog, starttlsSessions, TEST_CERT, testTls } from './relay-harness.js';
 
 let emu: Emulator;
 /** No key of its own, STARTTLS offered: clients AUTH with their key. */
@@ -371,6 +371,72 @@ describe('AUTH guessing', () => {
       expect(reply.code).toBe(535);
     }
     expect(count()).toBe(1);
+  });
+});
+
+describe('a wrong password is never turned against the right ones', () => {
+  /** A relay with its key and two users, AUTH over STARTTLS from 127.0.0.1, which it does not trust. */
+  async function usersRelay(limits: { maxAuthFailures?: number; maxAuthFailuresPerAddress?: number }) {
+    const started = await startEmlApiRelay({
+      baseUrl: emu.url,
+      apiKey: emu.apiKey,
+      port: 0,
+      retry: false,
+      tls: testTls(),
+      trustedNetworks: [],
+      users: [
+        { username: 'billing', password: 'billing-secret-pw' },
+        { username: 'cron', password: 'cron-secret-pw' },
+      ],
+      authFailureDelay: 0,
+      ...limits,
+    });
+    relays.push(started);
+    return started;
+  }
+  async function auth(port: number, user: string, password: string, localAddress = '127.0.0.1') {
+    const { dialog } = await ehlo(port, '127.0.0.1', localAddress);
+    expect((await dialog.starttls()).code).toBe(220);
+    await dialog.command('EHLO client.example');
+    const reply = await dialog.command(`AUTH PLAIN ${plain(user, password)}`);
+    return `${reply.code} ${reply.text}`;
+  }
+
+  it("failures count per address and user name: past maxAuthFailures a wrong password gets 454, while that user's right password, and other users', still get 235", async () => {
+    const relay = await usersRelay({ maxAuthFailures: 3, maxAuthFailuresPerAddress: 20 });
+    for (const guess of ['pw-1', 'pw-2', 'pw-3']) {
+      expect(await auth(relay.port, 'billing', guess)).toBe('535 5.7.8 Authentication credentials invalid');
+    }
+    expect(await auth(relay.port, 'billing', 'pw-4')).toMatch(
+      /^454 4\.7\.0 Too many failed authentications for this user name from your address, try again in \d+ minute/,
+    );
+    expect(await auth(relay.port, 'billing', 'billing-secret-pw')).toMatch(/^235 /);
+    expect(await auth(relay.port, 'cron', 'cron-secret-pw')).toMatch(/^235 /);
+    // Names that are no user (an API key's any name) count under the address, apart from the users.
+    expect(await auth(relay.port, 'apikey', emu.apiKey)).toMatch(/^235 /);
+  });
+
+  it('the same wrong password again, by PLAIN then LOGIN (smtplib, Django) or a sender retrying its queue, counts once', async () => {
+    const relay = await usersRelay({ maxAuthFailures: 2, maxAuthFailuresPerAddress: 3 });
+    const stale = { host: '127.0.0.1', port: relay.port, user: 'billing', password: 'the-old-password' };
+    expect(await starttlsSessions({ ...stale, sequential: 6 })).toEqual({ 535: 6 });
+    expect(await starttlsSessions({ ...stale, password: 'billing-secret-pw', sequential: 1 })).toEqual({ sent: 1 });
+  });
+
+  it('past the per-address ceiling (a guessing storm) every AUTH of the address is 454 unasked, the right one too; other addresses are not touched', async () => {
+    const relay = await usersRelay({ maxAuthFailures: 2, maxAuthFailuresPerAddress: 4 });
+    for (const [user, guess] of [
+      ['billing', 'a'],
+      ['billing', 'b'],
+      ['cron', 'c'],
+      ['nobody', 'd'],
+    ]) {
+      expect(await auth(relay.port, user!, guess!, '127.0.0.4')).toMatch(/^535 /);
+    }
+    expect(await auth(relay.port, 'cron', 'cron-secret-pw', '127.0.0.4')).toMatch(
+      /^454 4\.7\.0 Too many failed authentications from your address/,
+    );
+    expect(await auth(relay.port, 'cron', 'cron-secret-pw', '127.0.0.5')).toMatch(/^235 /);
   });
 });
 

@@ -107,7 +107,7 @@ describe('eml-api relay', () => {
         EML_API_KEY: emu.apiKey,
       });
       await eventually(() => /listening on/.test(run.text()));
-      expect(run.text()).toMatch(/as do the 1 user\(s\) of --users after AUTH/);
+      expect(run.text()).toMatch(/the 1 user\(s\) of --users send with it after AUTH/);
       const port = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(run.text())![1]);
       const send = (pass: string) => {
         const transporter = nodemailer.createTransport({ host: '127.0.0.1', port, auth: { user: 'billing', pass } });
@@ -139,10 +139,59 @@ describe('eml-api relay', () => {
     expect(await run.exit).toBe(0);
   });
 
+  it.each([
+    ['flags', ['--allow', 'none', '--trusted', 'none'], {}],
+    ['environment variables', [], { EML_API_RELAY_ALLOW: 'none', EML_API_RELAY_TRUSTED: 'none' }],
+  ])(
+    '--allow none and --trusted none (%s): loopback clients must AUTH, over TLS only, and count against the per-address limit',
+    async (_how, args, env) => {
+      const run = cli(
+        [
+          '--port',
+          '0',
+          '--url',
+          emu.url,
+          '--tls-cert',
+          TEST_CERT,
+          '--tls-key',
+          TEST_KEY,
+          '--max-clients-per-address',
+          '1',
+          ...args,
+        ],
+        { EML_API_KEY: emu.apiKey, ...env },
+      );
+      await eventually(() => /listening on/.test(run.text()));
+      expect(run.text()).toContain('No client sends without AUTH');
+      const port = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(run.text())![1]);
+      const { dialog } = await SmtpDialog.open(port);
+      const ehlo = await dialog.command('EHLO client.example');
+      expect(ehlo.lines.some((line) => line.startsWith('AUTH'))).toBe(false);
+      expect((await dialog.command('MAIL FROM:<cron@example.test>')).code).toBe(530);
+      const second = await SmtpDialog.open(port);
+      expect(second.greeting.code).toBe(421);
+      second.dialog.close();
+      dialog.close();
+      run.stop();
+      expect(await run.exit).toBe(0);
+    },
+  );
+
+  it.each([
+    [['--allow', 'none', '--allow', '10.0.0.0/8'], /--allow none goes alone/],
+    [['--trusted', 'none', '--trusted', '10.0.0.0/8'], /--trusted none goes alone/],
+  ])('%j is a usage error (exit 2)', async (args, message) => {
+    const run = cli(['--url', emu.url, '--port', '0', ...args], { EML_API_KEY: emu.apiKey });
+    expect(await run.exit).toBe(2);
+    expect(run.errors()).toMatch(message);
+  });
+
   it('is listed in the help, and has its own', async () => {
     const help = cli(['--help']);
     expect(await help.exit).toBe(0);
     expect(help.text()).toContain('--tls-cert <file>');
+    expect(help.text()).toMatch(/--allow <cidr\|none>[^]*EML_API_RELAY_ALLOW/);
+    expect(help.text()).toMatch(/--trusted <cidr\|none>[^]*EML_API_RELAY_TRUSTED/);
     const out: string[] = [];
     await runCli(['--help'], { stdout: { write: (s: string) => out.push(s) } });
     expect(out.join('')).toMatch(/relay\s+run an SMTP relay/);

@@ -97,7 +97,7 @@ describe('one RCPT TO is one mailbox: spellings that differ beyond ASCII case ar
       const id = `lookalikes-${label.replace(/\W+/g, '-')}`;
       const reply = await sendHead(`To: ${spellings.join(',\r\n ')}\r\n`, ['victim@example.test'], id, parameters);
       expect(reply.code, reply.text).toBe(550);
-      expect(reply.text).toMatch(/^5\.7\.1 The headers name recipients that are not in RCPT TO: victim@𝐞xample/u);
+      expect(reply.text).toMatch(/^5\.7\.1 The headers name recipients .*not in RCPT TO: victim@𝐞xample/u);
       expect(copiesOf(id)).toEqual([]);
     },
   );

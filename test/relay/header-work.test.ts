@@ -80,6 +80,11 @@ const SHAPES: { name: string; head: () => string; reply: RegExp }[] = [
     reply: /^554 5\.6\.0 .*hold more than 65536 characters/,
   },
   {
+    name: '2,500 From fields, each with an xn-- domain (mailparser would be asked about each)',
+    head: () => `${'From: shop@xn--80ak6aa92e.com\r\n'.repeat(2500)}To: ann@example.test`,
+    reply: /^554 5\.6\.0 .*more than 10 From fields/,
+  },
+  {
     name: '100,000 other fields (read, and sent)',
     head: () => section((i) => `X-Field-${i}: v`),
     reply: /^250 2\.0\.0 Ok: msg_/,

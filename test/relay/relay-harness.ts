@@ -164,6 +164,26 @@ export async function smtplibSend(spec: Record<string, unknown>, prefix: string[
   return JSON.parse(stdout) as SmtplibResult;
 }
 
+/**
+ * Runs `clients/starttls_sessions.py`: smtplib sessions (STARTTLS, `login()`, which tries PLAIN then LOGIN
+ * after a 535, one message, QUIT), in turn and in threads; resolves with how many ended with each outcome.
+ */
+export async function starttlsSessions(spec: {
+  host: string;
+  port: number;
+  user: string;
+  password: string;
+  sequential?: number;
+  parallel?: number;
+  perThread?: number;
+}): Promise<Record<string, number>> {
+  const script = fileURLToPath(new URL('./clients/starttls_sessions.py', import.meta.url));
+  const { sequential = 0, parallel = 0, perThread = 0, ...rest } = spec;
+  const args = { ...rest, cafile: TEST_CERT, sequential, parallel, per_thread: perThread };
+  const { stdout } = await run('python3', [script, JSON.stringify(args)], { timeout: 120_000 });
+  return JSON.parse(stdout) as Record<string, number>;
+}
+
 /** Runs curl as an SMTP client; returns its exit code and the server replies it logged (`< 250 ...`). */
 export async function curlSend(args: string[]): Promise<{ exitCode: number; replies: string[] }> {
   try {

@@ -290,8 +290,20 @@ describe('permanent failures answer 5xx with the reason', () => {
   it('headers naming a recipient not in RCPT TO: 550 5.7.1 naming it, nothing delivered', async () => {
     const reply = await send(eml('mismatch', ['To: ann@example.test', 'Cc: carol@example.test']), ['ann@example.test']);
     expect(reply.code).toBe(550);
-    expect(reply.text).toMatch(/^5\.7\.1 The headers name recipients that are not in RCPT TO: carol@example\.test\./);
+    expect(reply.text).toMatch(/^5\.7\.1 The headers name recipients .*not in RCPT TO: carol@example\.test$/);
     expect(emu.messages().some((m) => m.messageId === '<mismatch@example.test>')).toBe(false);
+  });
+
+  it("a message split into several transactions (Postfix's smtp_destination_recipient_limit): the 550 names the setting and --max-recipients, however long the addresses", async () => {
+    const long = (n: number) => `${String(n).repeat(60)}@${'d'.repeat(60)}.example.test`;
+    const later = Array.from({ length: 6 }, (_, i) => long(i + 1));
+    const head = [`To: ann@example.test, ${later.join(', ')}`];
+    const reply = await send(eml('split', head), ['ann@example.test']);
+    expect(reply.code).toBe(550);
+    expect(reply.text).toMatch(
+      /^5\.7\.1 .*Postfix's smtp_destination_recipient_limit \(default 50\) and the relay's --max-recipients \(now \d+\)/,
+    );
+    expect(reply.text).toContain(`not in RCPT TO: ${later[0]!.slice(0, 40)}`);
   });
 
   it('SIZE= over the limit: 552 at MAIL FROM; a message over it without SIZE=: 552 5.3.4 after DATA', async () => {

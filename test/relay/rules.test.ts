@@ -23,6 +23,7 @@ import {
 } from '../../src/relay/relay-headers.js';
 import {
   AuthFailureBudget,
+  failureFingerprint,
   type AuthAttempt,
   hashRelayPassword,
   parseUsersFile,
@@ -351,9 +352,12 @@ describe('MessageRewriter', () => {
 });
 
 describe('who may AUTH and send', () => {
-  const policy = (hasOwnKey: boolean, hasTls: boolean): RelayPolicy => ({
+  const policy = (hasOwnKey: boolean, hasTls: boolean, logins: Partial<RelayPolicy> = {}): RelayPolicy => ({
     hasOwnKey,
     hasTls,
+    hasUsers: false,
+    storing: false,
+    ...logins,
     allowUnauthenticatedFrom: new ClientAddressList(['127.0.0.0/8', '::1', '10.1.0.0/16'], 'test'),
     trustedNetworks: new ClientAddressList(['127.0.0.0/8', '::1'], 'test'),
   });
@@ -382,6 +386,24 @@ describe('who may AUTH and send', () => {
     expect(mailRefusal(facts('10.2.0.1'), policy(true, true))?.text).toMatch(/STARTTLS/);
     expect(mailRefusal(facts('10.2.0.1'), policy(true, false))?.text).toMatch(/only from its trusted networks/);
     expect(mailRefusal(facts('127.0.0.1'), policy(false, false))?.text).toMatch(/AUTH with your API key/);
+  });
+
+  it("the 530 says which credentials this relay takes: API keys, its users' logins, or under --outbox its own key", () => {
+    const text = (logins: Partial<RelayPolicy>, address = '10.2.0.1') =>
+      mailRefusal({ remoteAddress: address, secure: true, authenticated: false }, policy(true, true, logins))?.text;
+    expect(text({})).toBe('5.7.0 Authentication required: AUTH with your API key as the password');
+    expect(text({ hasUsers: true })).toBe(
+      '5.7.0 Authentication required: AUTH with your relay login, or with your API key as the password',
+    );
+    expect(text({ storing: true })).toBe(
+      "5.7.0 Authentication required: AUTH with the relay's own API key as the password",
+    );
+    expect(text({ storing: true, hasUsers: true })).toBe('5.7.0 Authentication required: AUTH with your relay login');
+    const plain = mailRefusal(
+      { remoteAddress: '10.2.0.1', secure: false, authenticated: false },
+      policy(true, true, { storing: true, hasUsers: true }),
+    );
+    expect(plain?.text).toBe('5.7.0 Must issue a STARTTLS command first, then AUTH with your relay login');
   });
 
   it('reads address lists with CIDRs and IPv4-mapped addresses; refuses what is not one with ECONFIG', () => {
@@ -497,15 +519,27 @@ describe('the AUTH failure budget of each client address', () => {
     for (const at of [0, 10_000, 20_000]) {
       now = at;
       expect(budget.retryAfter('192.0.2.7')).toBe(0);
-      budget.record('192.0.2.7');
+      budget.record('192.0.2.7', `wrong-${at}`);
     }
-    expect(budget.retryAfter('::ffff:192.0.2.7')).toBe(40_000);
+    expect(budget.retryAfter('192.0.2.7')).toBe(40_000);
     expect(budget.retryAfter('192.0.2.8')).toBe(0);
     now = 60_000;
     expect(budget.retryAfter('192.0.2.7')).toBe(0);
     now = 200_000;
     expect(budget.retryAfter('192.0.2.7')).toBe(0);
     expect(budget.size).toBe(0);
+  });
+
+  it('the same credentials failing again count once, as their latest failure', () => {
+    let now = 0;
+    const budget = new AuthFailureBudget({ limit: 2, window: 60_000, now: () => now });
+    const stale = failureFingerprint('billing', 'old-password');
+    expect(failureFingerprint('billing', 'old-password')).toBe(stale);
+    expect(failureFingerprint('cron', 'old-password')).not.toBe(stale);
+    for (now = 0; now < 300_000; now += 30_000) budget.record('192.0.2.7', stale);
+    expect(budget.retryAfter('192.0.2.7')).toBe(0);
+    budget.record('192.0.2.7', failureFingerprint('billing', 'another'));
+    expect(budget.retryAfter('192.0.2.7')).toBe(30_000);
   });
 
   it('an AUTH under way takes its slot when it begins; a success or a service that could not tell gives it back', () => {
@@ -516,21 +550,21 @@ describe('the AUTH failure budget of each client address', () => {
     expect(typeof second).toBe('object');
     // Both slots taken by AUTHs under way: a third is refused before anyone is asked.
     expect(budget.begin('192.0.2.9')).toBe(1_000);
-    (first as AuthAttempt).end(false);
-    (first as AuthAttempt).end(true); // only the first end counts
+    (first as AuthAttempt).end(undefined);
+    (first as AuthAttempt).end('f1'); // only the first end counts
     const third = budget.begin('192.0.2.9') as AuthAttempt;
-    third.end(true);
-    (second as AuthAttempt).end(true);
+    third.end('f3');
+    (second as AuthAttempt).end('f2');
     expect(budget.retryAfter('192.0.2.9')).toBeGreaterThan(1_000);
   });
 
-  it('counts IPv6 clients per /64, and remembers at most maxAddresses', () => {
+  it('counts IPv6 clients per /64 (by clientKey), and remembers at most maxAddresses', () => {
     const budget = new AuthFailureBudget({ limit: 2, window: 60_000, maxAddresses: 100 });
-    budget.record('2001:db8:1:2::a');
-    budget.record('2001:db8:1:2:ffff::b');
-    expect(budget.retryAfter('2001:db8:1:2::c')).toBeGreaterThan(0);
-    expect(budget.retryAfter('2001:db8:1:3::c')).toBe(0);
-    for (let i = 0; i < 1000; i++) budget.record(`10.0.${i >> 8}.${i & 255}`);
+    budget.record(clientKey('2001:db8:1:2::a'), 'a');
+    budget.record(clientKey('2001:db8:1:2:ffff::b'), 'b');
+    expect(budget.retryAfter(clientKey('2001:db8:1:2::c'))).toBeGreaterThan(0);
+    expect(budget.retryAfter(clientKey('2001:db8:1:3::c'))).toBe(0);
+    for (let i = 0; i < 1000; i++) budget.record(`10.0.${i >> 8}.${i & 255}`, 'x');
     expect(budget.size).toBe(100);
     expect(clientKey('2001:DB8::1')).toBe('2001:db8:0:0::/64');
     expect(clientKey('::ffff:198.51.100.1')).toBe('198.51.100.1');

@@ -44,10 +44,12 @@ Options:
   --host <host>           interface to listen on (default 127.0.0.1)
   --url <url>             base URL of the service (or EML_API_URL)
   --key <key>             the relay's own API key (or EML_API_KEY; prefer the variable: flags show in ps)
-  --allow <cidr>          client addresses that may send without AUTH, with the relay's key (repeatable;
-                          default 127.0.0.0/8 and ::1)
-  --trusted <cidr>        networks whose clients may AUTH without TLS and are exempt from the per-address
-                          limits, e.g. a sidecar's 127.0.0.6 (repeatable; default 127.0.0.0/8 and ::1)
+  --allow <cidr|none>     client addresses that may send without AUTH, with the relay's key (repeatable;
+                          default 127.0.0.0/8 and ::1; none: every client AUTHs; or EML_API_RELAY_ALLOW,
+                          comma-separated)
+  --trusted <cidr|none>   networks whose clients may AUTH without TLS and are exempt from the per-address
+                          limits, e.g. a sidecar's 127.0.0.6 (repeatable; default 127.0.0.0/8 and ::1;
+                          none: no client, loopback included; or EML_API_RELAY_TRUSTED, comma-separated)
   --proxy-protocol <ip>   a proxy in front of the relay that sends a PROXY v1 header (HAProxy send-proxy,
                           stunnel protocol = proxy): clients are known by the address in it (repeatable)
   --users <file>          the relay's own SMTP users, one name:hash per line; they send with the relay's key
@@ -71,8 +73,12 @@ Options:
   --min-data-rate <n>     bytes a second a message must arrive at, at least (default 500)
   --auth-failure-delay <s>
                           seconds before the reply to a failed AUTH (default 2)
-  --max-auth-failures <n> failed AUTHs per client address within --auth-failure-window, then 454
-                          without asking the service; --trusted exempt (default 10)
+  --max-auth-failures <n> failed AUTHs of one user name from one client address within
+                          --auth-failure-window, then its wrong passwords get 454 (its right one still
+                          235); the same wrong password again counts once; --trusted exempt (default 10)
+  --max-auth-failures-per-address <n>
+                          failed AUTHs of one client address, all names together, then every AUTH of it
+                          gets 454 unchecked (a guessing storm; default 100)
   --auth-failure-window <s>
                           seconds (default 600)
   --outbox                store-and-forward through the outbox in the Redis of REDIS_URL (comma-
@@ -133,6 +139,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       'min-data-rate': { type: 'string' },
       'auth-failure-delay': { type: 'string' },
       'max-auth-failures': { type: 'string' },
+      'max-auth-failures-per-address': { type: 'string' },
       'auth-failure-window': { type: 'string' },
       outbox: { type: 'boolean' },
       redis: { type: 'string', multiple: true },
@@ -166,7 +173,9 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
     throw new UsageError('--tls-cert and --tls-key go together');
   if (values['tls-implicit'] && values['tls-cert'] === undefined)
     throw new UsageError('--tls-implicit needs --tls-cert and --tls-key');
-  if (values.allow && !apiKey)
+  const allow = networksFlag(values.allow, io.env.EML_API_RELAY_ALLOW, '--allow');
+  const trusted = networksFlag(values.trusted, io.env.EML_API_RELAY_TRUSTED, '--trusted');
+  if (allow !== undefined && allow.length > 0 && !apiKey)
     throw new UsageError(
       "--allow needs the relay's own key (--key or EML_API_KEY): clients that do not AUTH send with it",
     );
@@ -180,8 +189,8 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
     ...(operations.metrics === false ? { metrics: false } : {}),
     logger: lineLogger(io, values.quiet ?? false),
     ...(apiKey ? { apiKey } : {}),
-    ...(values.allow ? { allowUnauthenticatedFrom: values.allow } : {}),
-    ...(values.trusted ? { trustedNetworks: values.trusted } : {}),
+    ...(allow ? { allowUnauthenticatedFrom: allow } : {}),
+    ...(trusted ? { trustedNetworks: trusted } : {}),
     ...(values['proxy-protocol'] ? { proxyProtocol: values['proxy-protocol'] } : {}),
     ...(values.users !== undefined ? { users: await readUsers(values.users) } : {}),
     ...(values['max-size'] ? { maxMessageSize: wholeFlag(values['max-size'], '--max-size', 1, 2 ** 40) } : {}),
@@ -237,16 +246,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
           values.queue ?? 'eml-api'
         }) before its 250; \`eml-api worker\` sends it\n`,
   );
-  const users = options.users ? `, as do the ${options.users.length} user(s) of --users after AUTH` : '';
-  io.stdout.write(
-    apiKey
-      ? `Clients on ${(values.allow ?? ['127.0.0.0/8', '::1']).join(', ')} send without AUTH, with the relay's key${users}; ${
-          options.queue
-            ? "AUTH accepts only the relay's users and its own key (the outbox's workers send)"
-            : 'others AUTH with their own API key as the password'
-        }\n`
-      : 'Clients AUTH with their own API key as the password (any user name)\n',
-  );
+  io.stdout.write(`${whoSends(apiKey !== undefined, allow ?? ['127.0.0.0/8', '::1'], options)}\n`);
   if (relay.http) {
     io.stdout.write(
       `Health and metrics on http://${relay.http.host}:${relay.http.port} (/healthz, /readyz, /metrics)\n`,
@@ -263,6 +263,18 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
   }
   io.stdout.write('SMTP relay stopped\n');
   return EXIT.ok;
+}
+
+/** The startup line saying who sends, and with which key. */
+function whoSends(hasKey: boolean, allowed: string[], options: EmlApiRelayOptions): string {
+  if (!hasKey) return 'Clients AUTH with their own API key as the password (any user name)';
+  const users = options.users ? `the ${options.users.length} user(s) of --users send with it after AUTH; ` : '';
+  const others = options.queue
+    ? "AUTH accepts only the relay's users and its own key (the outbox's workers send)"
+    : 'others AUTH with their own API key as the password';
+  return allowed.length > 0
+    ? `Clients on ${allowed.join(', ')} send without AUTH, with the relay's key; ${users}${others}`
+    : `No client sends without AUTH; ${users}${others}`;
 }
 
 /**
@@ -305,6 +317,23 @@ function outboxRedis(
   const { connection, warning } = redisConnection(values, io.env);
   if (warning) io.stderr.write(`warning: ${warning}\n`);
   return connection;
+}
+
+/**
+ * `--allow` or `--trusted` (repeated), else its environment variable (comma-separated): the networks, `[]`
+ * for `none`, or undefined for the default (loopback).
+ */
+function networksFlag(values: string[] | undefined, env: string | undefined, flag: string): string[] | undefined {
+  const entries =
+    values ??
+    env
+      ?.split(',')
+      .map((entry) => entry.trim())
+      .filter(Boolean);
+  if (entries === undefined || entries.length === 0) return undefined;
+  if (!entries.includes('none')) return entries;
+  if (entries.length > 1) throw new UsageError(`${flag} none goes alone: it empties the list`);
+  return [];
 }
 
 /** `--replicas` and `--replicas-timeout` as the queue's `replicas` option. */
@@ -355,7 +384,10 @@ function withoutCredentials(connection: string | OutboxClusterConnection): strin
 function limitOptions(values: Record<string, string | boolean | string[] | undefined>): Partial<EmlApiRelayOptions> {
   const flag = (name: string) => values[name] as string | undefined;
   const options: Partial<EmlApiRelayOptions> = {};
-  const count = (name: string, option: 'maxClientsPerAddress' | 'minDataRate' | 'maxAuthFailuresPerAddress') => {
+  const count = (
+    name: string,
+    option: 'maxClientsPerAddress' | 'minDataRate' | 'maxAuthFailures' | 'maxAuthFailuresPerAddress',
+  ) => {
     const value = flag(name);
     if (value !== undefined) options[option] = wholeFlag(value, `--${name}`, 1, 1_000_000_000);
   };
@@ -370,7 +402,8 @@ function limitOptions(values: Record<string, string | boolean | string[] | undef
   };
   count('max-clients-per-address', 'maxClientsPerAddress');
   count('min-data-rate', 'minDataRate');
-  count('max-auth-failures', 'maxAuthFailuresPerAddress');
+  count('max-auth-failures', 'maxAuthFailures');
+  count('max-auth-failures-per-address', 'maxAuthFailuresPerAddress');
   timeout('idle-timeout', 'idle', 86_400);
   timeout('stress-idle-timeout', 'stressIdle', 86_400);
   timeout('data-timeout', 'data', 604_800);
