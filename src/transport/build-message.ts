@@ -14,6 +14,7 @@ import { prepareForUpload, writeMessage, type WritableTree } from './message-wri
 import type { MailEnvelope, NodemailerMail } from './nodemailer-types.js';
 import { parseAddressList, parseHeaderFields, isValidAddress } from '../protocol/message-format.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import { SlotList, type Slot } from '../shared/slot-list.js';
 
 /** A message Nodemailer compiled, built to bytes and checked, ready to upload or store. */
 export interface BuiltMessage {
@@ -157,6 +158,7 @@ interface Turn extends BuildTurn {
   quiet: number;
   progress: (() => number) | undefined;
   seen: number;
+  slot: Slot<Turn> | undefined;
   release(): void;
 }
 
@@ -172,7 +174,7 @@ export class BuildGate {
   readonly #maxLooks: number;
   #running = 0;
   readonly #waiting: Array<() => void> = [];
-  readonly #turns = new Set<Turn>();
+  readonly #turns = new SlotList<Turn>();
   #sweep: NodeJS.Timeout | undefined;
   #since: EventLoopUtilization | undefined;
   #lastLook = 0;
@@ -205,18 +207,21 @@ export class BuildGate {
       quiet: 0,
       progress: undefined,
       seen: 0,
+      slot: undefined,
       watch(progress) {
         turn.progress = progress;
       },
       release: () => {
-        if (!this.#turns.delete(turn)) return;
+        if (turn.slot === undefined) return;
+        this.#turns.remove(turn.slot);
+        turn.slot = undefined;
         // Handed straight to the next in line, so a newcomer cannot take the turn in between.
         const next = this.#waiting.shift();
         if (next) next();
         else this.#running--;
       },
     };
-    this.#turns.add(turn);
+    turn.slot = this.#turns.add(turn);
     try {
       return await build(turn);
     } finally {
@@ -259,7 +264,7 @@ export class BuildGate {
     this.#since = performance.eventLoopUtilization();
     let looked = 0;
     let moving = 0;
-    for (const turn of [...this.#turns]) {
+    for (const turn of this.#turns.items()) {
       const progress = turn.progress?.() ?? 0;
       // A build is judged from the second look it sees: at its first it may not have started writing.
       const wrote = turn.looks === 0 || late || progress !== turn.seen;
