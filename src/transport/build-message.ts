@@ -373,7 +373,11 @@ export function resolveEnvelope(
   if (!custom && !raw) {
     // Nodemailer wrote the headers from the same data its envelope comes from:
     // no need to read them back from the bytes (the common, hot path).
-    checkFrom(firstAddress(mail.message.getAddresses().from));
+    checkFrom(
+      fromIsEnvelopeSender(mail.message)
+        ? nodemailerEnvelope.from || undefined
+        : firstAddress(mail.message.getAddresses().from),
+    );
     if (nodemailerEnvelope.to.length === 0) throw noRecipients();
     return {
       envelope: { from: nodemailerEnvelope.from, to: [...nodemailerEnvelope.to] },
@@ -430,6 +434,25 @@ function checkFrom(from: string | undefined): void {
       permanent: true,
     });
   }
+}
+
+/**
+ * Whether Nodemailer's envelope sender is the first address of the From
+ * header, if any: so it is with one From header and no Sender or Reply-To,
+ * which its envelope falls back to when From gives no address. Saves
+ * parsing every address header again.
+ */
+function fromIsEnvelopeSender(message: NodemailerMail['message']): boolean {
+  const headers = (message as { _headers?: unknown })._headers;
+  if (!Array.isArray(headers)) return false;
+  let froms = 0;
+  for (const { key } of headers as { key?: unknown }[]) {
+    const name = typeof key === 'string' ? key.toLowerCase() : '';
+    // A key spelled otherwise (a normalizeHeaderKey option) is one the envelope does not read.
+    if (name === 'from' && key === 'From') froms++;
+    else if (name === 'from' || name === 'sender' || name === 'reply-to') return false;
+  }
+  return froms === 1;
 }
 
 /** The address of the first entry of a parsed address header. */
