@@ -326,9 +326,13 @@ class RunningCall implements Call {
     this.#command = command;
     this.#attempts = 0;
     this.stage = 'sending';
-    const headers: Record<string, string> = { ...settings.headers, ...init.headers };
-    if (init.body !== undefined) headers['content-type'] = 'application/json';
     const body = typeof init.body === 'string' ? bytesBody(Buffer.from(init.body)) : init.body;
+    // Stores into one new object: a literal that spreads and then names fields is several µs slow in V8.
+    const headers: Record<string, string> = Object.assign({}, settings.headers, init.headers);
+    if (body !== undefined) {
+      headers['content-type'] = 'application/json';
+      headers['content-length'] = String(body.length);
+    }
     for (;;) {
       this.#attempts++;
       let answer: RawResponse | undefined;
