@@ -4,7 +4,7 @@ import { EventEmitter, once } from 'node:events';
 import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import type { UploadBody } from '../http/exchange.js';
+import { bytesBody, type UploadBody } from '../http/exchange.js';
 import { HeaderSectionFinder, MAX_HEADER_SECTION } from '../protocol/message-format.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { emlBodyFromBuffer, emlBodyFromFile, LEAN_MESSAGE_BYTES } from './eml-upload-body.js';
@@ -103,9 +103,10 @@ export function spoolBuffer(
   settings: SpoolSettings,
   signal?: AbortSignal,
   limit?: SpoolLimit,
+  wholeBody?: Buffer,
 ): Promise<SpooledMessage> {
   if (limit && eml.length > limit.bytes) return Promise.reject(limit.error());
-  if (eml.length <= settings.threshold) return Promise.resolve(inMemory(eml));
+  if (eml.length <= settings.threshold) return Promise.resolve(inMemory(eml, undefined, wholeBody));
   return spoolMessage(Readable.from([eml], { objectMode: false }), settings, signal);
 }
 
@@ -297,22 +298,27 @@ export function lastByteOf(chunk: unknown, previous: number): number {
 /**
  * A message held in memory: one Buffer, its header section found only if
  * asked for; uploaded lean (one body, one write) up to LEAN_MESSAGE_BYTES.
+ * @param wholeBody its whole upload body, when it was made already (by a build thread)
  */
-function inMemory(eml: Buffer, knownHead?: Buffer): SpooledMessage {
+function inMemory(eml: Buffer, knownHead?: Buffer, wholeBody?: Buffer): SpooledMessage {
   let head: Buffer | undefined = knownHead;
   return {
     get head() {
-      if (!head) {
-        const scanner = new HeadScanner();
-        scanner.scan(eml);
-        head = scanner.finish();
-      }
+      head ??= headerSection(eml);
       return head;
     },
     size: eml.length,
-    body: emlBodyFromBuffer(eml, LEAN_MESSAGE_BYTES),
+    body:
+      wholeBody && eml.length <= LEAN_MESSAGE_BYTES ? bytesBody(wholeBody) : emlBodyFromBuffer(eml, LEAN_MESSAGE_BYTES),
     open: () => Readable.from([eml], { objectMode: false }),
   };
+}
+
+/** The header section of a message (up to and including the blank line; its first MAX_HEADER_SECTION bytes when it never ends). */
+export function headerSection(eml: Buffer): Buffer {
+  const scanner = new HeadScanner();
+  scanner.scan(eml);
+  return scanner.finish();
 }
 
 /** The header section of a message arriving in chunks (or its first MAX_HEADER_SECTION bytes when it never ends). */
