@@ -8,7 +8,7 @@
  */
 import { membersFromCsv } from '../src/cli/commands/group-command.js';
 import { toApiAddressList } from '../src/client/client-input.js';
-import { readHeaderAddresses } from '../src/transport/build-message.js';
+import { readHeaderAddresses } from '../src/transport/message-envelope.js';
 
 const SMALL = 10_000;
 const LARGE = 100_000;

@@ -42,20 +42,27 @@ export function maxUploadableSize(limit: number): number {
  * text (4/3 of the message) never exists whole.
  */
 export function emlBodyFromBuffer(eml: Buffer, streamAbove: number): UploadBody {
-  if (eml.length <= streamAbove) {
-    // Base64 has no character JSON must escape, so the body is framed by plain byte copies.
-    const bytes = Buffer.allocUnsafe(emlBodyLength(eml.length));
-    PREFIX.copy(bytes, 0);
-    const written = bytes.write(eml.toString('base64'), PREFIX.length, 'latin1');
-    SUFFIX.copy(bytes, PREFIX.length + written);
-    return bytesBody(bytes);
-  }
+  if (eml.length <= streamAbove) return bytesBody(wholeEmlBody(eml));
+
   return {
     length: emlBodyLength(eml.length),
     bytes: undefined,
     open: () => Readable.from(frame(sliceBase64(eml)), { objectMode: false }),
     dispose: () => Promise.resolve(),
   };
+}
+
+/**
+ * The whole `{"mail":"<base64>"}` body of a message, in one Buffer.
+ * @param allocate makes the Buffer (`Buffer.allocUnsafeSlow` for one whose memory may be transferred)
+ */
+export function wholeEmlBody(eml: Buffer, allocate: (size: number) => Buffer = Buffer.allocUnsafe): Buffer {
+  // Base64 has no character JSON must escape, so the body is framed by plain byte copies.
+  const bytes = allocate(emlBodyLength(eml.length));
+  PREFIX.copy(bytes, 0);
+  const written = bytes.write(eml.toString('base64'), PREFIX.length, 'latin1');
+  SUFFIX.copy(bytes, PREFIX.length + written);
+  return bytes;
 }
 
 /** The EML request body for a message spooled to a file; `remove` is called (once) on dispose. */

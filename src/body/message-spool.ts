@@ -1,10 +1,10 @@
 import { createReadStream, createWriteStream, type WriteStream, rmSync } from 'node:fs';
-import { Readable, Writable } from 'node:stream';
-import { once } from 'node:events';
+import { Readable } from 'node:stream';
+import { EventEmitter, once } from 'node:events';
 import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import type { UploadBody } from '../http/exchange.js';
+import { bytesBody, type UploadBody } from '../http/exchange.js';
 import { HeaderSectionFinder, MAX_HEADER_SECTION } from '../protocol/message-format.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { emlBodyFromBuffer, emlBodyFromFile, LEAN_MESSAGE_BYTES } from './eml-upload-body.js';
@@ -103,9 +103,10 @@ export function spoolBuffer(
   settings: SpoolSettings,
   signal?: AbortSignal,
   limit?: SpoolLimit,
+  wholeBody?: Buffer,
 ): Promise<SpooledMessage> {
   if (limit && eml.length > limit.bytes) return Promise.reject(limit.error());
-  if (eml.length <= settings.threshold) return Promise.resolve(inMemory(eml));
+  if (eml.length <= settings.threshold) return Promise.resolve(inMemory(eml, undefined, wholeBody));
   return spoolMessage(Readable.from([eml], { objectMode: false }), settings, signal);
 }
 
@@ -132,14 +133,27 @@ function failure(err: unknown, signal: AbortSignal | undefined): unknown {
   return buildError(err as Error);
 }
 
-/** The Writable a {@link MessageProducer} writes into; it knows the last byte written (for a final newline). */
-export class MessageSink extends Writable {
+/**
+ * What a {@link MessageProducer} writes into: a Writable as far as Nodemailer's
+ * tree and `pipe` use one (`write`, `end`, `destroy`, `destroyed`, `'drain'`,
+ * `'close'`, `'error'`), without Node's Writable machinery per chunk. A chunk
+ * goes to `take` at once; while a take is pending (a spool file opening or
+ * flushing), the chunks after it wait in order and `write` returns false
+ * until `'drain'`. It knows the last byte written (for a final newline).
+ */
+export class MessageSink extends EventEmitter {
   #lastByte = -1;
   #writes = 0;
+  #destroyed = false;
+  #ending = false;
+  #finished = false;
+  #needDrain = false;
+  /** Chunks written while a take was pending, with their callbacks. */
+  #waiting: { chunk: Buffer; callback: WriteCallback | undefined }[] | undefined;
   readonly #take: (chunk: Buffer) => Promise<void> | undefined;
 
   constructor(take: (chunk: Buffer) => Promise<void> | undefined) {
-    super({ decodeStrings: true });
+    super();
     this.#take = take;
   }
 
@@ -153,17 +167,117 @@ export class MessageSink extends Writable {
     return this.#lastByte;
   }
 
-  override write(chunk: unknown, ...rest: unknown[]): boolean {
-    this.#lastByte = lastByteOf(chunk, this.#lastByte);
-    this.#writes++;
-    return (super.write as (...args: unknown[]) => boolean)(chunk, ...rest);
+  get destroyed(): boolean {
+    return this.#destroyed;
   }
 
-  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (err?: Error | null) => void): void {
-    const pending = this.#take(chunk);
-    if (pending) pending.then(() => callback(), callback);
-    else callback();
+  get writable(): boolean {
+    return !this.#destroyed && !this.#ending;
   }
+
+  get writableNeedDrain(): boolean {
+    return this.#needDrain;
+  }
+
+  write(chunk: unknown, encoding?: BufferEncoding | WriteCallback, callback?: WriteCallback): boolean {
+    const done = typeof encoding === 'function' ? encoding : callback;
+    if (this.#destroyed || this.#ending) {
+      const err = new Error(this.#destroyed ? 'write after the sink was destroyed' : 'write after end');
+      if (done) process.nextTick(done, err);
+      return false;
+    }
+    this.#lastByte = lastByteOf(chunk, this.#lastByte);
+    this.#writes++;
+    const bytes = toBuffer(chunk, typeof encoding === 'string' ? encoding : undefined);
+    if (this.#waiting) {
+      this.#waiting.push({ chunk: bytes, callback: done });
+      this.#needDrain = true;
+      return false;
+    }
+    const pending = this.#take(bytes);
+    if (!pending) {
+      if (done) process.nextTick(done);
+      return true;
+    }
+    this.#waiting = [];
+    this.#needDrain = true;
+    this.#await(pending, done);
+    return false;
+  }
+
+  /** Calls `callback` once every chunk written is taken (at once when none waits). */
+  end(chunk?: unknown, encoding?: BufferEncoding | (() => void), callback?: () => void): this {
+    const done = typeof chunk === 'function' ? chunk : typeof encoding === 'function' ? encoding : callback;
+    if (chunk !== undefined && chunk !== null && typeof chunk !== 'function') {
+      this.write(chunk, typeof encoding === 'string' ? encoding : undefined);
+    }
+    if (done) {
+      if (this.#finished) process.nextTick(done as () => void);
+      else this.once('finish', done as () => void);
+    }
+    if (!this.#ending) {
+      this.#ending = true;
+      if (!this.#waiting) process.nextTick(() => this.#finish());
+    }
+    return this;
+  }
+
+  destroy(err?: Error | null): this {
+    if (this.#destroyed) return this;
+    this.#destroyed = true;
+    this.#waiting = undefined;
+    process.nextTick(() => {
+      if (err) this.emit('error', err);
+      this.emit('close');
+    });
+    return this;
+  }
+
+  #await(pending: Promise<void>, callback: WriteCallback | undefined): void {
+    pending.then(
+      () => {
+        if (callback) callback();
+        this.#next();
+      },
+      (err: Error) => {
+        if (callback) callback(err);
+        this.destroy(err);
+      },
+    );
+  }
+
+  /** Takes the chunks that waited, in order, until one makes the sink wait again. */
+  #next(): void {
+    const waiting = this.#waiting;
+    if (!waiting || this.#destroyed) return;
+    while (waiting.length > 0) {
+      const { chunk, callback } = waiting.shift()!;
+      const pending = this.#take(chunk);
+      if (pending) return this.#await(pending, callback);
+      if (callback) callback();
+    }
+    this.#waiting = undefined;
+    if (this.#needDrain) {
+      this.#needDrain = false;
+      this.emit('drain');
+    }
+    if (this.#ending) this.#finish();
+  }
+
+  #finish(): void {
+    if (this.#finished || this.#destroyed) return;
+    this.#finished = true;
+    this.emit('finish');
+  }
+}
+
+type WriteCallback = (err?: Error | null) => void;
+
+function toBuffer(chunk: unknown, encoding: BufferEncoding | undefined): Buffer {
+  if (Buffer.isBuffer(chunk)) return chunk;
+  if (typeof chunk === 'string') return Buffer.from(chunk, encoding ?? 'utf8');
+  if (chunk instanceof Uint8Array) return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+  throw new TypeError('A message chunk must be a string, a Buffer or a Uint8Array');
 }
 
 /**
@@ -184,22 +298,27 @@ export function lastByteOf(chunk: unknown, previous: number): number {
 /**
  * A message held in memory: one Buffer, its header section found only if
  * asked for; uploaded lean (one body, one write) up to LEAN_MESSAGE_BYTES.
+ * @param wholeBody its whole upload body, when it was made already (by a build thread)
  */
-function inMemory(eml: Buffer, knownHead?: Buffer): SpooledMessage {
+function inMemory(eml: Buffer, knownHead?: Buffer, wholeBody?: Buffer): SpooledMessage {
   let head: Buffer | undefined = knownHead;
   return {
     get head() {
-      if (!head) {
-        const scanner = new HeadScanner();
-        scanner.scan(eml);
-        head = scanner.finish();
-      }
+      head ??= headerSection(eml);
       return head;
     },
     size: eml.length,
-    body: emlBodyFromBuffer(eml, LEAN_MESSAGE_BYTES),
+    body:
+      wholeBody && eml.length <= LEAN_MESSAGE_BYTES ? bytesBody(wholeBody) : emlBodyFromBuffer(eml, LEAN_MESSAGE_BYTES),
     open: () => Readable.from([eml], { objectMode: false }),
   };
+}
+
+/** The header section of a message (up to and including the blank line; its first MAX_HEADER_SECTION bytes when it never ends). */
+export function headerSection(eml: Buffer): Buffer {
+  const scanner = new HeadScanner();
+  scanner.scan(eml);
+  return scanner.finish();
 }
 
 /** The header section of a message arriving in chunks (or its first MAX_HEADER_SECTION bytes when it never ends). */
@@ -227,7 +346,8 @@ class Collector {
   readonly #settings: SpoolSettings;
   readonly #limit: SpoolLimit | undefined;
   readonly #chunks: Buffer[] = [];
-  readonly #head = new HeadScanner();
+  /** Finds the header section as the message goes to a file (one kept in memory finds it when asked). */
+  #head: HeadScanner | undefined;
   #size = 0;
   #file: SpoolFile | undefined;
   /** The file being opened, so discard() cannot run before it exists. */
@@ -309,7 +429,7 @@ class Collector {
     }
     if (this.#file) {
       // Found while the message streams to the file: the file is not read back for it.
-      this.#head.scan(chunk);
+      this.#head!.scan(chunk);
       return this.#file.write(chunk);
     }
     this.#chunks.push(chunk);
@@ -325,6 +445,7 @@ class Collector {
     file.onError(fail);
     const buffered = Buffer.concat(this.#chunks);
     this.#chunks.length = 0;
+    this.#head = new HeadScanner();
     this.#head.scan(buffered);
     await file.write(buffered);
   }
@@ -334,7 +455,7 @@ class Collector {
     // message is in that file once the open is done (else the file would be left behind, and the message in memory).
     await this.#opening;
     if (this.#file) {
-      const head = this.#head.finish();
+      const head = this.#head!.finish();
       const file = this.#file;
       await file.end();
       const path = file.path;

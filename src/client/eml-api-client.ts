@@ -601,16 +601,29 @@ export function readSendAnswer(
   call: Call,
 ): SendResult | GroupSendResult {
   const data = objectOrUndefined(res.data);
+  const { statusCode, response, text } = res;
+  // Written out: V8 makes a literal that spreads and then names fields several µs slow.
   const result: SendResult | GroupSendResult =
     kind === 'group'
       ? {
-          ...res,
+          statusCode,
+          response,
+          data: res.data,
+          text,
           id: stringOrUndefined(data?.id),
           recipients: numberOrUndefined(data?.recipients),
           failed: numberOrUndefined(data?.failed),
           idempotencyKey,
         }
-      : { ...res, id: stringOrUndefined(data?.id), messageId: stringOrUndefined(data?.messageId), idempotencyKey };
+      : {
+          statusCode,
+          response,
+          data: res.data,
+          text,
+          id: stringOrUndefined(data?.id),
+          messageId: stringOrUndefined(data?.messageId),
+          idempotencyKey,
+        };
   return withWarning(result, call);
 }
 

@@ -35,6 +35,7 @@ export interface ExchangeRequest {
   origin: string;
   path: string;
   method: 'GET' | 'POST' | 'DELETE';
+  /** With the body's `content-length` when there is a body. */
   headers: Record<string, string>;
   body: UploadBody | undefined;
   signal: AbortSignal;
@@ -157,7 +158,7 @@ export function exchange(dispatcher: Dispatcher, request: ExchangeRequest): Prom
           origin: request.origin,
           path: request.path,
           method: request.method,
-          headers: body === undefined ? request.headers : { ...request.headers, 'content-length': String(body.length) },
+          headers: request.headers,
           body:
             body === undefined
               ? undefined

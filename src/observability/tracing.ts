@@ -1,4 +1,4 @@
-import type { Context, Span, SpanContext } from '@opentelemetry/api';
+import type { Context, Span, SpanContext, Tracer } from '@opentelemetry/api';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { VERSION } from '../shared/version.js';
 import {
@@ -74,11 +74,22 @@ export function startSpan(
   const api = loadOtelApi();
   if (!api) return NOT_RECORDING;
   const base = parent === undefined ? api.context.active() : (contextOf(api, parent) ?? api.context.active());
-  const span = api.trace
-    .getTracer('nodemailer-eml-api', VERSION)
-    .startSpan(name, { kind: spanKinds(api)[kind], attributes: defined(attributes) }, base);
+  const provider = api.trace.getTracerProvider();
+  let tracer: Tracer | undefined;
+  if (provider instanceof api.ProxyTracerProvider) {
+    tracer = provider.getDelegateTracer(TRACER_NAME, VERSION);
+    // No SDK registered and no trace to continue: the API's span would record and carry nothing.
+    if (!tracer && !api.trace.getSpanContext(base)) return NOT_RECORDING;
+  }
+  const span = (tracer ?? provider.getTracer(TRACER_NAME, VERSION)).startSpan(
+    name,
+    { kind: spanKinds(api)[kind], attributes: defined(attributes) },
+    base,
+  );
   return wrap(api, span, api.trace.setSpan(base, span));
 }
+
+const TRACER_NAME = 'nodemailer-eml-api';
 
 /**
  * Adds an event to the active span, if any: how the request engine, which

@@ -9,11 +9,13 @@ import {
 } from '../body/message-spool.js';
 import type { EmlApiLogger } from '../shared/options-kit.js';
 import type { BuildThreadPool } from './build-threads/pool.js';
-import { portableMail } from './build-threads/portable-mail.js';
-import { prepareForUpload, writeMessage, type WritableTree } from './message-writer.js';
-import type { MailEnvelope, NodemailerMail } from './nodemailer-types.js';
-import { parseAddressList, parseHeaderFields, isValidAddress } from '../protocol/message-format.js';
+import { type CheckedEnvelope, portableMail } from './build-threads/portable-mail.js';
+import { LEAN_MESSAGE_BYTES } from '../body/eml-upload-body.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import { prepareForUpload, writeMessage, type WritableTree } from './message-writer.js';
+import { resolveEnvelope } from './message-envelope.js';
+import type { MailEnvelope, NodemailerMail } from './nodemailer-types.js';
+import { SlotList, type Slot } from '../shared/slot-list.js';
 
 /** A message Nodemailer compiled, built to bytes and checked, ready to upload or store. */
 export interface BuiltMessage {
@@ -58,13 +60,14 @@ export async function buildMessage(
   gate: BuildGate | null = sendingThreadBuilds,
   limit?: SpoolLimit,
 ): Promise<BuiltMessage> {
-  const built = (threads && (await buildOnThread(mail, spool, signal, threads, limit))) ?? {
+  const built: { spooled: SpooledMessage; onThread: boolean; checked?: CheckedEnvelope | undefined } = (threads &&
+    (await buildOnThread(mail, spool, signal, threads, limit))) ?? {
     spooled: await buildHere(mail, spool, signal, gate, limit),
     onThread: false,
   };
-  const { spooled } = built;
+  const { spooled, checked } = built;
   try {
-    const resolved = resolveEnvelope(mail, spooled);
+    const resolved = checked ? envelopeFromThread(checked) : resolveEnvelope(mail, spooled);
     return {
       spooled,
       envelope: resolved.envelope,
@@ -157,6 +160,7 @@ interface Turn extends BuildTurn {
   quiet: number;
   progress: (() => number) | undefined;
   seen: number;
+  slot: Slot<Turn> | undefined;
   release(): void;
 }
 
@@ -172,7 +176,7 @@ export class BuildGate {
   readonly #maxLooks: number;
   #running = 0;
   readonly #waiting: Array<() => void> = [];
-  readonly #turns = new Set<Turn>();
+  readonly #turns = new SlotList<Turn>();
   #sweep: NodeJS.Timeout | undefined;
   #since: EventLoopUtilization | undefined;
   #lastLook = 0;
@@ -205,18 +209,21 @@ export class BuildGate {
       quiet: 0,
       progress: undefined,
       seen: 0,
+      slot: undefined,
       watch(progress) {
         turn.progress = progress;
       },
       release: () => {
-        if (!this.#turns.delete(turn)) return;
+        if (turn.slot === undefined) return;
+        this.#turns.remove(turn.slot);
+        turn.slot = undefined;
         // Handed straight to the next in line, so a newcomer cannot take the turn in between.
         const next = this.#waiting.shift();
         if (next) next();
         else this.#running--;
       },
     };
-    this.#turns.add(turn);
+    turn.slot = this.#turns.add(turn);
     try {
       return await build(turn);
     } finally {
@@ -259,7 +266,7 @@ export class BuildGate {
     this.#since = performance.eventLoopUtilization();
     let looked = 0;
     let moving = 0;
-    for (const turn of [...this.#turns]) {
+    for (const turn of this.#turns.items()) {
       const progress = turn.progress?.() ?? 0;
       // A build is judged from the second look it sees: at its first it may not have started writing.
       const wrote = turn.looks === 0 || late || progress !== turn.seen;
@@ -296,12 +303,15 @@ async function buildOnThread(
   signal: AbortSignal,
   threads: BuildThreads,
   limit?: SpoolLimit,
-): Promise<{ spooled: SpooledMessage; onThread: true } | undefined> {
+): Promise<{ spooled: SpooledMessage; onThread: true; checked?: CheckedEnvelope | undefined } | undefined> {
   const portable = portableMail(mail);
   let reason: string;
   if (portable.movable) {
-    const built = await threads.pool.build(portable, signal);
-    if (built.kind === 'whole') return { spooled: await spoolBuffer(built.eml, spool, signal, limit), onThread: true };
+    const built = await threads.pool.build(portable, signal, Math.min(spool.threshold, LEAN_MESSAGE_BYTES));
+    if (built.kind === 'whole') {
+      const spooled = await spoolBuffer(built.eml, spool, signal, limit, built.body);
+      return { spooled, onThread: true, checked: built.checked };
+    }
     if (built.kind === 'stream') {
       return { spooled: await spoolMessage(built.stream, spool, signal, limit), onThread: true };
     }
@@ -313,136 +323,8 @@ async function buildOnThread(
   return undefined;
 }
 
-/** Recipients and sender as the service will read them from the message's headers. */
-export interface HeaderAddresses {
-  from: string | false;
-  recipients: string[];
-  /** The Message-ID header as written, or undefined when there is none. */
-  messageId: string | undefined;
-}
-
-/** Reads From and the To, Cc and Bcc recipients (deduplicated, in order) from a built message. */
-export function readHeaderAddresses(eml: Buffer): HeaderAddresses {
-  const seen = new Set<string>();
-  const recipients: string[] = [];
-  let from: string | false = false;
-  let messageId: string | undefined;
-  for (const field of parseHeaderFields(eml)) {
-    const name = field.name.toLowerCase();
-    if (name === 'message-id' && messageId === undefined) {
-      messageId = field.value.trim() || undefined;
-    } else if (name === 'from' && from === false) {
-      from = parseAddressList(field.value)[0] ?? false;
-    } else if (name === 'to' || name === 'cc' || name === 'bcc') {
-      for (const address of parseAddressList(field.value)) {
-        const key = address.toLowerCase();
-        if (!seen.has(key)) {
-          seen.add(key);
-          recipients.push(address);
-        }
-      }
-    }
-  }
-  return { from, recipients, messageId };
-}
-
-/**
- * Decides the envelope of a send through `/v1/send/eml`, where the service
- * takes recipients from the headers. Recipients the caller gave that differ
- * from the headers cannot be honoured and are refused: a custom Nodemailer
- * `envelope`, or `to`/`cc`/`bcc` given with `raw` (Nodemailer makes its
- * envelope from them, while the service reads the raw message's headers).
- *
- * @param built the built message; its header section is read only when Nodemailer's own view cannot be trusted
- * @returns the envelope, whether its sender differs from the From header, and the message's Message-ID
- * @throws {EmlApiError} `EENVELOPE` when recipients differ or there are none; `EMESSAGE` without a From address
- */
-export function resolveEnvelope(
-  mail: NodemailerMail,
-  built: { readonly head: Buffer },
-): { envelope: MailEnvelope; fromDiffers: boolean; messageId: string | undefined } {
-  const { data } = mail;
-  const custom = data.envelope !== undefined && data.envelope !== null;
-  const raw = Boolean(data.raw);
-  const nodemailerEnvelope = mail.message.getEnvelope();
-  if (!custom && !raw) {
-    // Nodemailer wrote the headers from the same data its envelope comes from:
-    // no need to read them back from the bytes (the common, hot path).
-    checkFrom(firstAddress(mail.message.getAddresses().from));
-    if (nodemailerEnvelope.to.length === 0) throw noRecipients();
-    return {
-      envelope: { from: nodemailerEnvelope.from, to: [...nodemailerEnvelope.to] },
-      fromDiffers: false,
-      messageId: mail.message.messageId(),
-    };
-  }
-  const headers = readHeaderAddresses(built.head);
-  checkFrom(headers.from || undefined);
-  if (headers.recipients.length === 0) throw noRecipients();
-  const given = custom || (raw && (present(data.to) || present(data.cc) || present(data.bcc)));
-  const envelope: MailEnvelope = given
-    ? { from: nodemailerEnvelope.from, to: [...nodemailerEnvelope.to] }
-    : // A raw message has no parsed headers in Nodemailer, so read them from the bytes.
-      { from: nodemailerEnvelope.from || headers.from, to: headers.recipients };
-  if (given) {
-    const inHeaders = new Set(headers.recipients.map((a) => a.toLowerCase()));
-    const inEnvelope = new Set(envelope.to.map((a) => a.toLowerCase()));
-    const onlyEnvelope = envelope.to.filter((a) => !inHeaders.has(a.toLowerCase()));
-    const onlyHeaders = headers.recipients.filter((a) => !inEnvelope.has(a.toLowerCase()));
-    if (onlyEnvelope.length > 0 || onlyHeaders.length > 0) {
-      const parts: string[] = [];
-      const yours = custom ? 'in the envelope only' : 'in to/cc/bcc only';
-      if (onlyEnvelope.length > 0) parts.push(`${yours}: ${onlyEnvelope.join(', ')}`);
-      if (onlyHeaders.length > 0) parts.push(`in the headers only: ${onlyHeaders.join(', ')}`);
-      const what = custom ? 'envelope recipients' : 'to/cc/bcc given with raw';
-      const fix = custom
-        ? 'put the recipients in to/cc/bcc (Bcc stays hidden from recipients) and drop the custom envelope'
-        : 'put the recipients in the To/Cc/Bcc headers of the raw message and leave to/cc/bcc out';
-      throw new EmlApiError(
-        'EENVELOPE',
-        `The ${what} differ from the To/Cc/Bcc headers of the message (${parts.join('; ')}). ` +
-          `The EML endpoint delivers to the header recipients only, so these recipients cannot be honoured; ${fix}`,
-        { command: 'envelope', permanent: true },
-      );
-    }
-  }
-  const fromDiffers =
-    envelope.from !== false && headers.from !== false && envelope.from.toLowerCase() !== headers.from.toLowerCase();
-  return { envelope, fromDiffers, messageId: headers.messageId };
-}
-
-/** The service needs a From address: refused here, before anything is sent. */
-function checkFrom(from: string | undefined): void {
-  if (from === undefined || from === '') {
-    throw new EmlApiError('EMESSAGE', 'The message has no From address; set from (the service needs one to send)', {
-      command: 'envelope',
-      permanent: true,
-    });
-  }
-  if (!isValidAddress(from)) {
-    throw new EmlApiError('EMESSAGE', `The From address ${JSON.stringify(from.slice(0, 100))} is not a valid address`, {
-      command: 'envelope',
-      permanent: true,
-    });
-  }
-}
-
-/** The address of the first entry of a parsed address header. */
-function firstAddress(list: unknown): string | undefined {
-  const first: unknown = Array.isArray(list) ? list[0] : undefined;
-  if (typeof first === 'string') return first;
-  const address = (first as { address?: unknown } | undefined)?.address;
-  return typeof address === 'string' ? address : undefined;
-}
-
-function present(value: unknown): boolean {
-  return value !== undefined && value !== null && value !== '' && !(Array.isArray(value) && value.length === 0);
-}
-
-function noRecipients(): EmlApiError {
-  return new EmlApiError(
-    'EENVELOPE',
-    'No recipients defined: the message has no To, Cc or Bcc header, and the service takes recipients from them',
-    { command: 'envelope', permanent: true },
-  );
+/** The envelope its build thread found, or the error it found instead. */
+function envelopeFromThread(checked: CheckedEnvelope): ReturnType<typeof resolveEnvelope> {
+  if (!checked.ok) throw new EmlApiError(checked.code, checked.message, { command: 'envelope', permanent: true });
+  return checked;
 }

@@ -417,7 +417,7 @@ export function sentMessageInfo(
   messageId: string,
   result: SendResult | GroupSendResult,
 ): EmlApiSentMessageInfo {
-  return {
+  const info: EmlApiSentMessageInfo = {
     envelope,
     messageId,
     accepted: [...envelope.to],
@@ -427,6 +427,7 @@ export function sentMessageInfo(
     id: result.id,
     apiResponse: result.data,
     idempotencyKey: result.idempotencyKey,
-    ...(result.warning === undefined ? {} : { warning: result.warning }),
   };
+  if (result.warning !== undefined) info.warning = result.warning;
+  return info;
 }

@@ -4,7 +4,7 @@
  * large Buffers sliced, and the bytes written straight into the consumer.
  */
 
-import { type Writable, Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 
 /** The MimeNode members the writer uses, present in Nodemailer 6.9 to 10. */
 export interface WritableTree {
@@ -13,11 +13,19 @@ export interface WritableTree {
   _transforms?: unknown[];
   _processFuncs?: unknown[];
   createReadStream(): NodeJS.ReadableStream & { destroy?(): void };
-  stream?(output: Writable, options: object, done: (err?: Error | null) => void): void;
+  stream?(output: ByteSink, options: object, done: (err?: Error | null) => void): void;
 }
 
-/** A Writable that knows the last byte written into it (for the final line break). */
-export type ByteSink = Writable & { readonly lastByte: number };
+/**
+ * What the message is written into: a Writable, or a lighter object that does
+ * what Nodemailer's tree and `pipe` ask of one; it knows the last byte
+ * written into it (for the final line break).
+ */
+export type ByteSink = NodeJS.WritableStream & {
+  readonly lastByte: number;
+  readonly destroyed: boolean;
+  destroy(err?: Error): unknown;
+};
 
 /**
  * Readies a compiled message for the EML endpoint: Bcc kept in the headers

@@ -10,7 +10,7 @@ import { Worker } from 'node:worker_threads';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { defaultSpoolSettings } from '../../src/body/message-spool.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiTransport } from '../../src/index.js';
+import { EmlApiError, EmlApiTransport } from '../../src/index.js';
 import { buildMessage } from '../../src/transport/build-message.js';
 import { BuildThreadPool } from '../../src/transport/build-threads/pool.js';
 import { BUILD_FIELDS, portableMail } from '../../src/transport/build-threads/portable-mail.js';
@@ -204,6 +204,41 @@ describe('a build that fails on a thread', () => {
     expect(errors[1]!.message).toContain('/nonexistent/invoice.pdf');
     expect(emu.mailbox('missing@example.test')).toHaveLength(0);
   });
+
+  it.each([
+    ['no From', { from: undefined }],
+    ['no recipient', { to: undefined }],
+    [
+      'an envelope recipient missing from the headers',
+      { envelope: { from: 'a@example.test', to: ['eve@example.test'] } },
+    ],
+    ['a From that is no address', { from: 'a@' }],
+  ])(
+    'refuses a message with %s as the sending thread does, the envelope checked on the thread',
+    async (_label, extra) => {
+      const errors = [];
+      for (const buildThreads of [undefined, 1]) {
+        const logger = capturingLogger();
+        const transport = new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url, buildThreads, logger });
+        const sending = (await import('nodemailer')).default
+          .createTransport(transport)
+          .sendMail(message('refused@example.test', extra));
+        errors.push(await rejectionOf(sending));
+        await transport.close();
+        expect(logger.lines.some((l) => l.message.startsWith('Building the message on the sending thread'))).toBe(
+          false,
+        );
+      }
+      expect(errors[0]).toBeInstanceOf(EmlApiError);
+      expect(errors[1]).toBeInstanceOf(EmlApiError);
+      const fields = (err: Error) => {
+        const { code, command, permanent, responseCode } = err as EmlApiError;
+        return { code, command, permanent, responseCode, message: err.message };
+      };
+      expect(fields(errors[1]!)).toEqual(fields(errors[0]!));
+      expect(emu.mailbox('refused@example.test')).toHaveLength(0);
+    },
+  );
 
   it.each(NODEMAILERS)(
     '$label: fails only that send with ESTREAM when its thread dies; a new thread builds the next one',

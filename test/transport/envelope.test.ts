@@ -110,6 +110,13 @@ describe('custom envelopes', () => {
     ['no From at all', { to: 'ann@example.test', subject: 'x', text: 'x' }],
     ['a From without an address', { from: 'Shop', to: 'ann@example.test', subject: 'x', text: 'x' }],
     ['a raw message without From', { raw: 'To: ann@example.test\r\nSubject: x\r\n\r\nx\r\n' }],
+    // Nodemailer's envelope takes its sender from these when From gives none.
+    ['no From, a Reply-To', { replyTo: 'help@example.test', to: 'ann@example.test', subject: 'x', text: 'x' }],
+    ['no From, a Sender', { sender: 'bulk@example.test', to: 'ann@example.test', subject: 'x', text: 'x' }],
+    [
+      'a From without an address, a Reply-To',
+      { from: 'Shop', replyTo: 'help@example.test', to: 'ann@example.test', subject: 'x', text: 'x' },
+    ],
   ])('refuses %s with EMESSAGE before any request', async (_label, message) => {
     const before = emu.messages().length;
     const err = await transporter()

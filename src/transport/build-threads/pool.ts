@@ -13,12 +13,22 @@ import { Worker } from 'node:worker_threads';
 import { buildError } from '../../body/message-spool.js';
 import { EmlApiError } from '../../shared/eml-api-error.js';
 import type { EmlApiLogger } from '../../shared/options-kit.js';
-import { type Portable, fromThreadError, type BuildRequest, type FromThread, type ToThread } from './portable-mail.js';
+import {
+  type CheckedEnvelope,
+  type Portable,
+  fromThreadError,
+  type BuildRequest,
+  type FromThread,
+  type ToThread,
+} from './portable-mail.js';
 
 /** What a build thread made of a message. */
 export type ThreadBuilt =
-  /** A message of up to one batch: all of it, in one Buffer. */
-  | { kind: 'whole'; eml: Buffer }
+  /**
+   * A message of up to one batch: all of it, in one Buffer, its envelope
+   * checked, and its upload body when it is no larger than `bodyUpTo`.
+   */
+  | { kind: 'whole'; eml: Buffer; checked: CheckedEnvelope | undefined; body: Buffer | undefined }
   /** A larger message, streaming from the thread as the reader takes it. */
   | { kind: 'stream'; stream: Readable }
   /** The thread could not build it (Nodemailer did not load there, no thread starts): build it here. */
@@ -103,10 +113,11 @@ export class BuildThreadPool {
    * Builds a message on a thread (see `#pick` for which), starting one when
    * needed and fewer than the pool's size run.
    *
+   * @param bodyUpTo the largest message whose upload body the thread makes too (0: none)
    * @throws {EmlApiError} `EMESSAGE` when Nodemailer fails to build it, `ESTREAM` when its thread dies;
    *   the signal's reason when it aborts
    */
-  build(mail: MovableMail, signal: AbortSignal): Promise<ThreadBuilt> {
+  build(mail: MovableMail, signal: AbortSignal, bodyUpTo = 0): Promise<ThreadBuilt> {
     if (this.#unavailable !== undefined) return Promise.resolve({ kind: 'unmovable', reason: this.#unavailable });
     if (this.#closed) return Promise.resolve({ kind: 'unmovable', reason: 'the build threads are closed' });
     signal.throwIfAborted();
@@ -136,7 +147,7 @@ export class BuildThreadPool {
       if (thread.jobs.size === 0) thread.worker.ref();
       thread.jobs.set(id, job);
       signal.addEventListener('abort', onAbort, { once: true });
-      const request: BuildRequest = { type: 'build', id, ...mail.request };
+      const request: BuildRequest = { type: 'build', id, bodyUpTo, ...mail.request };
       try {
         thread.send(request, mail.transfer);
       } catch (err) {
@@ -202,7 +213,8 @@ export class BuildThreadPool {
         this.#finish(thread, message.id);
         const last = toBuffer(message.bytes);
         if (!job.stream) {
-          job.resolve({ kind: 'whole', eml: last });
+          const body = message.body ? toBuffer(message.body) : undefined;
+          job.resolve({ kind: 'whole', eml: last, checked: message.checked, body });
         } else {
           if (last.length > 0) job.stream.push(last);
           job.stream.push(null);

@@ -15,7 +15,8 @@
  */
 
 import { fileURLToPath } from 'node:url';
-import type { NodemailerMail } from '../nodemailer-types.js';
+import type { MailEnvelope, NodemailerMail } from '../nodemailer-types.js';
+import type { EmlApiErrorCode } from '../../shared/eml-api-error.js';
 
 /**
  * The fields of `mail.data` a build reads, in Nodemailer 6.9 to 10: the mail
@@ -74,7 +75,7 @@ const MAX_DEPTH = 16;
 
 /** What a build thread needs, or why the message stays on the sending thread. */
 export type Portable =
-  | { movable: true; request: Omit<BuildRequest, 'type' | 'id'>; transfer: ArrayBuffer[] }
+  | { movable: true; request: Omit<BuildRequest, 'type' | 'id' | 'bodyUpTo'>; transfer: ArrayBuffer[] }
   | { movable: false; reason: string };
 
 /** The fields of Nodemailer's objects this reads, present in Nodemailer 6.9 to 10. */
@@ -109,7 +110,10 @@ export function portableMail(mail: NodemailerMail): Portable {
   }
 }
 
-function prepare(mail: NodemailerMail): { request: Omit<BuildRequest, 'type' | 'id'>; transfer: ArrayBuffer[] } {
+function prepare(mail: NodemailerMail): {
+  request: Omit<BuildRequest, 'type' | 'id' | 'bodyUpTo'>;
+  transfer: ArrayBuffer[];
+} {
   const mailer = (mail as unknown as { mailer?: Mailer }).mailer;
   const root = mail.message as unknown as TreeNode;
   if (!mailer || typeof mailer !== 'object') throw new Unmovable('it was not sent through sendMail');
@@ -322,6 +326,8 @@ export interface BuildRequest {
   date: number;
   messageId: string;
   baseBoundary: string;
+  /** The largest message whose upload body the thread makes too (0: none). */
+  bodyUpTo: number;
 }
 
 /** Stops a build whose send was aborted. */
@@ -351,12 +357,21 @@ export type FromThread =
   | { type: 'ready' }
   /** Part of a large message. */
   | { type: 'chunk'; id: number; bytes: Uint8Array }
-  /** The end of the message (its last bytes, or all of a small message). */
-  | { type: 'done'; id: number; bytes: Uint8Array; size: number }
+  /**
+   * The end of the message (its last bytes, or all of a small message). A
+   * message that comes whole comes with its envelope checked, and with its
+   * upload body when it is no larger than `bodyUpTo`.
+   */
+  | { type: 'done'; id: number; bytes: Uint8Array; size: number; checked?: CheckedEnvelope; body?: Uint8Array }
   /** Nodemailer failed to build the message (a missing file, a bad option...). */
   | { type: 'failed'; id: number; error: ThreadError }
   /** The thread cannot build this message (Nodemailer's modules did not load): build it on the sending thread. */
   | { type: 'unmovable'; id: number; reason: string };
+
+/** The envelope of a message checked on its build thread: what the send path uses, or why the send fails. */
+export type CheckedEnvelope =
+  | { ok: true; envelope: MailEnvelope; fromDiffers: boolean; messageId: string | undefined }
+  | { ok: false; code: EmlApiErrorCode; message: string };
 
 /** Bytes per chunk posted back; a message up to this size comes back in one piece. */
 export const BATCH_BYTES = 256 * 1024;

@@ -11,9 +11,14 @@ import { dirname, join } from 'node:path';
 import { Writable, type Readable } from 'node:stream';
 import { pathToFileURL } from 'node:url';
 import { parentPort } from 'node:worker_threads';
-import { lastByteOf } from '../../body/message-spool.js';
+import { headerSection, lastByteOf } from '../../body/message-spool.js';
+import { wholeEmlBody } from '../../body/eml-upload-body.js';
+import { EmlApiError } from '../../shared/eml-api-error.js';
+import { resolveEnvelope } from '../message-envelope.js';
+import type { NodemailerMail } from '../nodemailer-types.js';
 import { prepareForUpload, writeMessage, type WritableTree } from '../message-writer.js';
 import {
+  type CheckedEnvelope,
   restoreMailData,
   BATCH_BYTES,
   ownBuffer,
@@ -88,8 +93,7 @@ function nodemailerBeside(mimeNodeFile: string): Promise<NodemailerParts> {
  * then what the transport does to every message (Bcc kept, large Buffers
  * sliced).
  */
-function compose(parts: NodemailerParts, request: BuildRequest): MimeTree {
-  const data = restoreMailData(request.data, request.buffers);
+function compose(parts: NodemailerParts, request: BuildRequest, data: Record<string, unknown>): MimeTree {
   data.baseBoundary = request.baseBoundary;
   const message = parts.compose(data);
   const mail = Object.assign(Object.create(parts.mailMessage) as object, { data, message });
@@ -154,10 +158,14 @@ class PostingSink extends Writable {
     resume();
   }
 
-  /** Posts the rest of the message and its size. */
-  done(): void {
+  /** Posts the rest of the message and its size; a message that comes whole, with what `whole` adds. */
+  done(whole: (eml: Buffer) => Pick<Extract<FromThread, { type: 'done' }>, 'checked' | 'body'>): void {
+    const cameWhole = this.#size === this.#pending;
     const rest = this.#take();
-    post({ type: 'done', id: this.#id, bytes: rest, size: this.#size }, [rest.buffer as ArrayBuffer]);
+    const extra = cameWhole ? whole(rest) : {};
+    const transfer = [rest.buffer as ArrayBuffer];
+    if (extra.body) transfer.push(extra.body.buffer as ArrayBuffer);
+    post({ type: 'done', id: this.#id, bytes: rest, size: this.#size, ...extra }, transfer);
   }
 
   #take(): Buffer {
@@ -166,6 +174,29 @@ class PostingSink extends Writable {
     this.#pending = 0;
     return bytes;
   }
+}
+
+/**
+ * What the sending thread would do next with a message that came whole,
+ * done here instead: its envelope checked against its bytes, and its upload
+ * body made when it is small enough to go in one piece.
+ */
+function checkWhole(
+  message: MimeTree,
+  data: Record<string, unknown>,
+  eml: Buffer,
+  bodyUpTo: number,
+): Pick<Extract<FromThread, { type: 'done' }>, 'checked' | 'body'> {
+  let checked: CheckedEnvelope;
+  try {
+    const mail = { data, message } as unknown as NodemailerMail;
+    checked = { ok: true, ...resolveEnvelope(mail, { head: headerSection(eml) }) };
+  } catch (err) {
+    // Anything but the envelope's own refusals is left to the sending thread, which reports it as ever.
+    if (!(err instanceof EmlApiError)) return {};
+    checked = { ok: false, code: err.code, message: err.message };
+  }
+  return eml.length <= bodyUpTo ? { checked, body: wholeEmlBody(eml, Buffer.allocUnsafeSlow) } : { checked };
 }
 
 async function build(request: BuildRequest): Promise<void> {
@@ -195,11 +226,13 @@ async function build(request: BuildRequest): Promise<void> {
   };
   sink.on('error', fail);
   try {
-    writeMessage(compose(parts, request), sink, (err) => {
+    const data = restoreMailData(request.data, request.buffers);
+    const message = compose(parts, request, data);
+    writeMessage(message, sink, (err) => {
       if (err) return fail(err);
       // Every write has been taken (the last ones may have waited for an ack).
       sink.end(() => {
-        if (builds.delete(id)) sink.done();
+        if (builds.delete(id)) sink.done((eml) => checkWhole(message, data, eml, request.bodyUpTo));
       });
     });
   } catch (err) {
