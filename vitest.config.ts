@@ -37,13 +37,12 @@ function redisFilesToSkip(): string[] {
 const MOCKING = ['test/relay/receive-cost.test.ts'];
 
 const include = ['test/**/*.test.ts', 'examples/emulator-vitest.test.ts'];
-const exclude = ['**/node_modules/**', 'test/frameworks/**', ...redisFilesToSkip()];
+// The packed package's suites run apart, with `npm run test:package` (vitest.package.config.ts).
+const exclude = ['**/node_modules/**', 'test/frameworks/**', 'test/package/**', ...redisFilesToSkip()];
 
 export default defineConfig({
   test: {
     testTimeout: 30_000,
-    // Packs the package once per run for the tests of what users install (test/package/packed.ts).
-    globalSetup: ['test/package/packed-setup.ts'],
     hookTimeout: 60_000,
     // Each file starts its own servers on port 0, so files run side by side. Most of a file's time is
     // spent waiting (on Redis, sockets, child processes, lock expiries), so more files than cores run

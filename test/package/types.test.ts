@@ -134,7 +134,7 @@ describe('the types of the packed package', () => {
 
   it('compile every @example of the declarations', async () => {
     const { examples, count } = await (compiled ??= compile());
-    // Every public name has one (test/package/public-docs.test.ts), most members too.
+    // Every public name has one (test/repository/public-docs.test.ts), most members too.
     expect(count).toBeGreaterThan(150);
     expect(examples).toEqual({});
   }, 240_000);
