@@ -119,7 +119,7 @@ export interface EmlApiRelayClosed {
  */
 export async function startEmlApiRelay(options: EmlApiRelayOptions): Promise<EmlApiRelay> {
   const { SMTPServer: Server } = loadSmtpServer();
-  // The health port and metrics are the relay's telemetry's (relay-telemetry.ts), checked before anything opens.
+  // The health port and metrics are the relay's telemetry's (RelayTelemetry, below), checked before anything opens.
   const { http, metrics, ...relayOptions } = options;
   const { apiKey, settings } = resolveRelayOptions(relayOptions);
   const telemetry = new RelayTelemetry(

@@ -1,7 +1,7 @@
 /**
  * A build thread (node:worker_threads): rebuilds messages with the
  * Nodemailer that compiled them on the sending thread and posts their bytes
- * back (see ./protocol.ts). It holds no API key and makes no request: it only
+ * back (see ./portable-mail.ts). It holds no API key and makes no request: it only
  * turns mail data into bytes.
  *
  * Built as a file of its own (dist/build-thread.js and .cjs); from source it
