@@ -256,13 +256,11 @@ const MAY_HAVE_BEEN_DELIVERED =
  * named, those that may have been delivered and whose idempotency window has
  * passed (`resendUntil`): a worker would park them again. Named, they are put
  * back for one more send, taken as a person's word that they were not
- * delivered.
+ * delivered. A job put back by someone else while this runs (another
+ * operator, a dashboard, a `sendMail` with its key) is left to them, in
+ * `skipped`, and the others are still put back.
  *
  * @param options `ids`: the jobs to put back @default every failed job
- * A job put back by someone else while this runs (another operator, a
- * dashboard, a `sendMail` with its key) is left to them, in `skipped`, and
- * the others are still put back.
- *
  * @returns the job ids put back, those named that were not failed jobs, and those left with the reason
  * @example
  * const { retried, skipped } = await retryFailedSends(transport.queue); // all of them
