@@ -220,7 +220,11 @@ export class OutboxProducer {
    *   with `idempotencyKey` and `queueId`, and `mayHaveBeenAccepted` when the job may be stored all the
    *   same (queueing again with `err.idempotencyKey` stores it once); `ECONFIG` when Redis would lose it
    * @example
-   * const info = await producer.enqueue({ content: eml, envelope, idempotencyKey: `order-${id}` }, { signal });
+   * const info = await transport.producer.enqueue({
+   *   content: eml,
+   *   envelope: { from: 'shop@example.com', to: ['ann@example.net'] },
+   *   idempotencyKey: `order-${order.id}`,
+   * });
    */
   enqueue(message: OutboxMessage, { signal }: { signal?: AbortSignal } = {}): Promise<EmlApiQueuedMessageInfo> {
     // Read now, in the caller's context: the job carries the trace it was queued in.
@@ -255,6 +259,7 @@ export class OutboxProducer {
    * @throws {EmlApiError} `ECONNECTION` when Redis cannot be reached; `ECONFIG` naming the
    *   Redis setting (and the command that fixes it) when Redis would lose queued mail
    * @example
+   * const producer = new OutboxProducer({ connection });
    * await producer.verify(); // true
    */
   async verify(): Promise<true> {
@@ -275,6 +280,7 @@ export class OutboxProducer {
    * in is left open).
    *
    * @example
+   * const producer = new OutboxProducer({ connection });
    * await producer.close();
    */
   close(): Promise<void> {
