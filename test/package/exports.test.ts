@@ -65,6 +65,7 @@ console.log(JSON.stringify(out));`;
       'nodemailer-eml-api/queue': [
         'EmlApiQueueTransport',
         'OUTBOX_STATES',
+        'OutboxProducer',
         'openOutboxQueue',
         'outboxJobId',
         'purgeOutbox',
