@@ -10,7 +10,6 @@ import {
   loggerOption,
   share,
   wholeNumber,
-  type RenamedOptions,
 } from '../shared/options-kit.js';
 import {
   DEFAULT_RETRY,
@@ -200,15 +199,7 @@ export const CLIENT_OPTIONS = [
   'logger',
 ] as const satisfies readonly (keyof EmlApiClientOptions)[];
 
-/** The client's options renamed before 1.0, refused with their new name. */
-export const CLIENT_RENAMED: RenamedOptions = {
-  retries:
-    'renamed to retry: false or { attempts, delay, maxDelay, jitter, retryAmbiguous } (attempts counts the first try: retries 3 is attempts 4)',
-  maxMessagesPerSecond:
-    'renamed to rateLimit: { max, duration } (maxMessagesPerSecond n is rateLimit { max: n, duration: 1000 })',
-};
-
-/** The fields of `retry`, renamed ones included. */
+/** The fields of `retry`. */
 const RETRY_KEYS = [
   'attempts',
   'delay',
@@ -216,10 +207,6 @@ const RETRY_KEYS = [
   'jitter',
   'retryAmbiguous',
 ] as const satisfies readonly (keyof RetryOptions)[];
-const RETRY_RENAMED: RenamedOptions = {
-  limit: 'renamed to retry.attempts, which counts the first try (limit 3 is attempts 4)',
-  baseDelay: 'renamed to retry.delay',
-};
 
 /**
  * Validates client options and splits off the API key.
@@ -233,7 +220,7 @@ export function resolveClientOptions(options: unknown): { apiKey: string; resolv
     });
   }
   const o = options as Record<string, unknown>;
-  refuseUnknownKeys(o, CLIENT_OPTIONS, '', CLIENT_RENAMED);
+  refuseUnknownKeys(o, CLIENT_OPTIONS, '');
   const apiKey = validateApiKey(o.apiKey);
   const allowInsecureHttp = booleanOption(o.allowInsecureHttp, 'allowInsecureHttp', false);
   const baseUrl = validateBaseUrl(o.baseUrl, allowInsecureHttp);
@@ -276,7 +263,7 @@ function resolveRetry(value: unknown): Required<RetryOptions> {
   if (value === undefined) return { ...DEFAULT_RETRY };
   if (value === false) return { ...DEFAULT_RETRY, attempts: 1 };
   const r = objectOption(value, 'retry', 'false or { attempts, delay, maxDelay, jitter, retryAmbiguous }');
-  refuseUnknownKeys(r, RETRY_KEYS, 'retry.', RETRY_RENAMED);
+  refuseUnknownKeys(r, RETRY_KEYS, 'retry.');
   const resolved = {
     attempts: wholeNumber(r.attempts, 'retry.attempts', 1, 101, DEFAULT_RETRY.attempts),
     delay: wholeNumber(r.delay, 'retry.delay', 0, 3_600_000, DEFAULT_RETRY.delay),

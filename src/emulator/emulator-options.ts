@@ -1,5 +1,5 @@
 import { invalidApiKeyAt, API_SCOPES, type ApiPlan, type ApiScope, MAX_REQUEST_SIZE } from '../protocol/api-types.js';
-import { configError, describe, refuseUnknownKeys, wholeNumber, type RenamedOptions } from '../shared/options-kit.js';
+import { configError, describe, refuseUnknownKeys, wholeNumber } from '../shared/options-kit.js';
 import { FaultInjector, type EmulatorFaults } from './http/fault-injector.js';
 import { KeyRateLimiter, type EmulatorRateLimit } from './http/api-router.js';
 import { DEFAULT_MAX_MESSAGES } from './state/mail-store.js';
@@ -215,10 +215,6 @@ const EMULATOR_OPTIONS = [
 /** The fields of an `apiKeys` entry. */
 const API_KEY_FIELDS = ['key', 'scopes', 'plan', 'account'] as const satisfies readonly (keyof EmulatorApiKey)[];
 
-const EMULATOR_RENAMED: RenamedOptions = {
-  bodyLimit: "renamed to maxRequestSize (the HTTP request's size, not the message's)",
-};
-
 /**
  * Validates emulator options.
  * @throws {EmlApiError} `ECONFIG` naming the bad option
@@ -227,7 +223,7 @@ export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedE
   if (typeof options !== 'object' || options === null) {
     throw configError('startEmulator', `expected an object of options, got ${describe(options)}`);
   }
-  refuseUnknownKeys(options, EMULATOR_OPTIONS, '', EMULATOR_RENAMED);
+  refuseUnknownKeys(options, EMULATOR_OPTIONS, '');
   const port = wholeNumber(options.port, 'port', 0, 65535, 0);
   const host = options.host ?? '127.0.0.1';
   if (typeof host !== 'string' || host.length === 0) throw configError('host', 'expected a host name or IP address');

@@ -1,22 +1,20 @@
 import type { JobsOptions, Queue } from 'bullmq';
 import type { ChainableCommander } from 'ioredis';
 import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
-import { loadBullmq, requireQueuePeers, type OutboxRedisClient } from './redis-connection.js';
+import type { OutboxRedisClient } from './redis-connection.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { CONTENT_CHUNK } from './content-store.js';
 import { RECORD_OVERHEAD } from './content-cipher.js';
+import { guardAddScripts, queueAdd, queueClient } from './bullmq-internals.js';
+import { QUEUED_AT } from './job-record.js';
+import { KEY_REUSED } from './failure-policy.js';
+import { queueKey, resolveQueueLocation } from './queue-location.js';
 
-/**
- * Adding a queued send's job, in one round trip: BullMQ's own add script,
- * then, in the same pipeline on the same connection (so Redis runs them one
- * after the other, and nothing of another client between them can matter to
- * what is read), a script that reads what the job id now holds and how much
- * of the content is stored, and, when replicas must confirm, `WAIT`. It used
- * to be three round trips (the add, a read of the job to tell a duplicate,
- * a check of the job and the content together): the producer's Redis time
- * per message, and so its enqueue rate, is mostly round trips. The adds of
- * one turn of the event loop share that pipeline (see `openBatch`), each
- * with its commands together.
+/*
+ * A queued send's job is added in one round trip: BullMQ's add script, then,
+ * in the same pipeline on the same connection, a script that reads what the
+ * job id holds and how much of the content is stored, and with `replicas` a
+ * `WAIT`. The adds of one turn of the event loop share that pipeline.
  */
 
 /**
@@ -36,26 +34,18 @@ export interface AddedState {
 }
 
 /**
- * The outcome of {@link addJob}.
+ * The outcome of {@link addJob} once the add ran: what Redis held then, and, when asked, how many
+ * replicas confirmed every write of the connection so far; or, `unconfirmed`, the failure of a step
+ * after the add (the job may be stored).
  */
-export interface AddedJob {
-  state: AddedState;
-  /** Replicas that confirmed every write of this connection so far (`WAIT`), when asked. */
-  replicas?: number;
-}
-
-/**
- * The field of a job's hash that holds when Redis took the job (Redis's time, ms), beside BullMQ's own.
- */
-export const QUEUED_AT = 'emlApiQueuedAt';
+export type AddedJob =
+  { kind: 'added'; state: AddedState; replicas?: number } | { kind: 'unconfirmed'; error: unknown };
 
 /**
  * KEYS: job hash, failed set, content key. ARGV: job id. The job's data,
- * failed score and `finishedOn`, and the stored length of the content, as
- * they stand together. A job that has no {@link QUEUED_AT} yet gets Redis's
- * time now (the add just made it; a duplicate keeps its own): BullMQ's
- * `timestamp` is its producer's clock, which may be days off. A full Redis
- * refuses that write, not the read.
+ * failed score and `finishedOn`, and the stored length of the content. A job
+ * that has no {@link QUEUED_AT} yet gets Redis's time now (a duplicate keeps
+ * its own). A full Redis refuses that write, not the read.
  */
 const ADDED = `
 local data = redis.call('HGET', KEYS[1], 'data')
@@ -70,54 +60,15 @@ if redis.call('TYPE', KEYS[3]).ok == 'string' then stored = redis.call('STRLEN',
 return { data or '', failed or '', finished or '', stored }
 `;
 
-/**
- * Whether a worker has already taken the job and finished with its content,
- * read from the state right after the add: it recorded the send (`sent`,
- * written in the same step as the content's removal, see job-record.ts),
- * removed content the service refused (`contentRemoved`), or completed the
- * job. Content missing then was removed by that worker, not lost by Redis:
- * the job stays and the send was queued (review F3: a fast worker's job was
- * removed as lost, and `sendMail` rejected "nothing will be sent" for a
- * message that was delivered).
- */
-export function finishedByWorker(state: AddedState): boolean {
-  if (state.finishedOn !== null && state.failedAt === null) return true;
-  if (state.data === null) return false;
-  try {
-    const data = JSON.parse(state.data) as Partial<OutboxJobData>;
-    return data.sent !== undefined || data.contentRemoved === true;
-  } catch {
-    return false;
-  }
-}
-
-/**
- * A failure after the add ran: the job may be stored (the read or `WAIT`
- * after it failed, or gave an answer that cannot be read), so it is never
- * taken for a refusal of the add.
- */
-export class AfterTheAdd extends Error {
-  constructor(cause: unknown) {
-    super(cause instanceof Error ? cause.message : String(cause), { cause });
-    this.name = 'AfterTheAdd';
-  }
-}
-
-/**
- * What BullMQ's add answers, under {@link ADD_GUARD}, for a job whose content is not whole in Redis.
- */
+/** What BullMQ's add answers, under {@link ADD_GUARD}, for a job whose content is not whole in Redis. */
 const CONTENT_NOT_WHOLE = -1000;
 
 /**
- * Put before BullMQ's own add scripts on a producer's client: a job of the
- * outbox whose content is beside it (its data names a `contentKey`, and has
- * no `inline` content) is added only while that content is whole in Redis,
- * checked in the same step as the add. An add can run long after its
- * producer gave up on it and said so (ioredis sends a command again on a new
- * connection once Redis answers; a paused machine sends it when it wakes):
- * by then the sweeper may have freed the content, and the job would point at
- * nothing. BullMQ passes the job's data as JSON in ARGV[2] to every add
- * script; anything else is left to BullMQ.
+ * Put before BullMQ's add scripts: a job whose content is beside it is added
+ * only while that content is whole in Redis, checked in the same step. An add
+ * can run long after its producer gave up on it (ioredis sends a command
+ * again once Redis answers; a paused machine sends it when it wakes): by then
+ * the sweeper may have freed the content, and the job would point at nothing.
  */
 const ADD_GUARD = `
 do
@@ -135,27 +86,6 @@ do
 end
 `;
 
-/** BullMQ's scripts that add a job (named with BullMQ's version since BullMQ 5.x). */
-const ADD_SCRIPT = /^add(Standard|Prioritized|Delayed)Job(:|$)/;
-
-const guarded = new WeakSet<object>();
-
-/**
- * Puts {@link ADD_GUARD} before BullMQ's add scripts defined on `redis`
- * (once BullMQ has defined them: the queue's client has resolved), so that
- * the pipelines made from it add with the guard.
- */
-function guardAdds(redis: OutboxRedisClient): void {
-  if (guarded.has(redis)) return;
-  const scripts = (redis as unknown as { scriptsSet?: Record<string, { lua: string; numberOfKeys: number | null }> })
-    .scriptsSet;
-  for (const [name, script] of Object.entries(scripts ?? {})) {
-    if (!ADD_SCRIPT.test(name) || script.lua.startsWith(ADD_GUARD)) continue;
-    redis.defineCommand(name, { numberOfKeys: script.numberOfKeys ?? undefined, lua: ADD_GUARD + script.lua });
-  }
-  guarded.add(redis);
-}
-
 type AddedCommands = {
   emlApiAdded(jobKey: string, failedKey: string, contentKey: string, jobId: string): ChainableCommander;
 };
@@ -164,13 +94,12 @@ const defined = new WeakSet<OutboxRedisClient>();
 
 /**
  * Adds the job (BullMQ ignores it when a job has the id already) and reads,
- * in the same round trip, what the id holds then and the content's stored
- * length; with `replicas`, also waits (`WAIT`) for that many replicas to
- * confirm every write made so far on this connection, the content's included.
+ * in the same round trip, what the id holds then; with `replicas`, also waits
+ * for that many replicas to confirm every write made so far on the connection.
  *
- * @param redis the client the queue was made with (the pipeline goes through it)
- * @throws Redis's errors, the add's own (a reply error: it never ran, see redis-failure.ts) or
- *   {@link AfterTheAdd} (the job may be stored); BullMQ's refusal of the job
+ * @param redis the client the queue was made with
+ * @throws the add's own failure (Redis's reply error when it never ran, see redis-failure.ts);
+ *   BullMQ's refusal of the job
  */
 export async function addJob(
   queue: Queue<OutboxJobData, OutboxSendResult>,
@@ -187,33 +116,24 @@ export async function addJob(
     redis.defineCommand('emlApiAdded', { numberOfKeys: 3, lua: ADDED });
     defined.add(redis);
   }
-  // BullMQ's own client for the queue: the one given, with BullMQ's scripts loaded on it (BullMQ 6 keeps it
-  // on the queue's backend, BullMQ 5 on the queue).
-  const holder = queue as unknown as { backend?: { client?: Promise<unknown> }; client?: Promise<unknown> };
-  const client = (await (holder.backend?.client ?? holder.client)) as PipelineClient;
-  guardAdds(redis);
-  // From here to the last command of this add, nothing awaits: the add's commands stay together on a
-  // pipeline other adds of this turn share.
-  // One pipeline per queue: on a cluster, another queue on the same client may live on another master.
-  const batch = openBatch(client, queue.toKey(''));
+  const client = (await queueClient(queue)) as unknown as PipelineClient;
+  guardAddScripts(redis, ADD_GUARD);
+  // From here to the last command of this add nothing awaits: its commands stay together on the
+  // pipeline the adds of this turn share (one per queue: on a cluster another queue may live elsewhere).
+  const location = resolveQueueLocation(queue.name, queue.opts.prefix);
+  const batch = openBatch(client, queueKey(location, ''));
   const { pipeline } = batch;
-  const { Job } = loadBullmq();
-  const { jobId } = job.opts;
-  const bullJob = new Job<OutboxJobData, OutboxSendResult>(queue, job.name, job.data, job.opts, jobId);
-  // Queues BullMQ's add script on the pipeline at once (its returned promise carries nothing more: the
-  // add's answer comes with the pipeline's). BullMQ's addBulk relies on the same.
-  const before = pipeline.length;
-  void Promise.resolve(bullJob.addJob(pipeline as never)).catch(() => undefined);
-  if (pipeline.length !== before + 1) {
-    const err = new Error(
-      `BullMQ ${loadBullmqVersion()} queued ${pipeline.length - before} commands to add a job, not one`,
-    );
+  const added = pipeline.length;
+  try {
+    queueAdd(queue, pipeline, job);
+  } catch (err) {
     // Nothing of this pipeline is sent: the adds queued on it before are refused too (never run).
-    batch.refuse(err);
+    batch.refuse(err as Error);
     throw err;
   }
-  const added = before;
-  pipeline.emlApiAdded(queue.toKey(jobId), queue.toKey('failed'), job.contentKey, jobId);
+  const { jobId } = job.opts;
+  const jobKey = queueKey(location, jobId);
+  pipeline.emlApiAdded(jobKey, queueKey(location, 'failed'), job.contentKey, jobId);
   const results = await batch.results;
   const [addError, addResult] = results[added] ?? [new Error('the add was not run')];
   if (addError) throw addError;
@@ -222,7 +142,7 @@ export async function addJob(
     throw new Error(`BullMQ refused the job (code ${addResult})`);
   }
   const [readError, read] = results[added + 1]!;
-  if (readError) throw new AfterTheAdd(readError);
+  if (readError) return { kind: 'unconfirmed', error: readError };
   const [data, failedAt, finishedOn, storedLength] = read as [string, string, string, number];
   const state = {
     data: data === '' ? null : data,
@@ -231,14 +151,13 @@ export async function addJob(
     storedLength: Number(storedLength),
     refused,
   };
-  if (!job.replicas) return { state };
+  if (!job.replicas) return { kind: 'added', state };
   // WAIT once the pipeline has answered, not inside it: ioredis sends a script Redis did not have
-  // (NOSCRIPT, after a failover or SCRIPT FLUSH) again after the pipeline, so a WAIT inside it could
-  // confirm the writes made before the job. One WAIT serves every add of the batch.
+  // (NOSCRIPT, after a failover) again after the pipeline, and a WAIT before it would not cover it.
   try {
-    return { state, replicas: await batch.confirmations(job.replicas, queue.toKey(jobId)) };
-  } catch (err) {
-    throw new AfterTheAdd(err);
+    return { kind: 'added', state, replicas: await batch.confirmations(job.replicas, jobKey) };
+  } catch (error) {
+    return { kind: 'unconfirmed', error };
   }
 }
 
@@ -251,11 +170,7 @@ interface AddBatch {
   readonly results: Promise<[Error | null, unknown][]>;
   /** Stops the batch: its pipeline is never sent, and every add on it fails with `err`. */
   refuse(err: Error): void;
-  /**
-   * Replicas that confirmed every write of the batch (one `WAIT` after its pipeline answered, shared by
-   * the adds that ask with the same settings).
-   * @param routeKey a key of the queue, so that on a cluster the `WAIT` goes to the queue's master
-   */
+  /** Replicas that confirmed every write of the batch (one `WAIT` per setting, routed by `routeKey`). */
   confirmations(replicas: { count: number; timeoutMs: number }, routeKey: string): Promise<number>;
 }
 
@@ -263,17 +178,10 @@ interface AddBatch {
 const openBatches = new WeakMap<object, Map<string, AddBatch>>();
 
 /**
- * The pipeline the adds of this turn of the event loop share on `client`
- * (a new one for the first): sent once the turn's I/O callbacks have run
- * (`setImmediate`), so that messages that arrived together, on many SMTP
- * connections of the relay or from many `sendMail` calls, cost one pipeline
- * and one write to Redis instead of one each. ioredis builds a pipeline by
- * copying every script defined on the client (BullMQ's 60-odd and ours):
- * about as much CPU as the rest of an add. Each add keeps its own commands
- * together and in order (add, read), and reads only its own answers:
- * Redis runs a pipeline's commands one after the other, as it ran one
- * pipeline per add after another, with other clients' commands possibly in
- * between, then as now.
+ * The pipeline the adds of this turn of the event loop share on `client`,
+ * sent once the turn's I/O callbacks have run: messages that arrived together
+ * (many SMTP connections, many `sendMail` calls) cost one write to Redis, and
+ * one copy of the client's scripts, which ioredis makes for each pipeline.
  */
 function openBatch(client: PipelineClient, queueKey: string): AddBatch {
   let open = openBatches.get(client);
@@ -285,7 +193,6 @@ function openBatch(client: PipelineClient, queueKey: string): AddBatch {
   let refused: Error | undefined;
   let settle!: (run: Promise<[Error | null, unknown][]>) => void;
   const results = new Promise<[Error | null, unknown][]>((resolve) => (settle = resolve));
-  // Each add awaits these; an add refused before they came has thrown already.
   results.catch(() => undefined);
   const close = () => {
     if (batches.get(queueKey) === batch) batches.delete(queueKey);
@@ -320,18 +227,12 @@ function openBatch(client: PipelineClient, queueKey: string): AddBatch {
   return batch;
 }
 
-function loadBullmqVersion(): string {
-  return requireQueuePeers().bullmq;
-}
-
 /**
- * `WAIT count timeoutMs` on the connection that wrote the job: replicas that
- * confirmed every write made on it so far. Sent with a read of `routeKey` in
- * one pipeline, so that on a cluster it goes to the master of the queue's
- * slot, over the connection the writes went through (`WAIT` alone names no
- * key, and would go to any node).
+ * `WAIT count timeoutMs` on the connection that wrote the job, sent with a
+ * read of `routeKey` so that on a cluster it goes to the master of the
+ * queue's slot (`WAIT` alone names no key).
  *
- * @returns how many replicas confirmed
+ * @returns how many replicas confirmed every write made on the connection so far
  */
 export async function waitForReplicas(
   redis: OutboxRedisClient,
@@ -345,59 +246,55 @@ export async function waitForReplicas(
 }
 
 /**
- * What a `sendMail` whose idempotency key already had a job does: the job
- * id is the key, so BullMQ keeps the job it has and ignores the new one; the
- * producer then looks at that job.
- *
- * - waiting, delayed, active or sent: a duplicate; the new content is dropped
- *   and the info describes the job queued first (as before).
- * - failed, and the service cannot hold its key (no attempt of it may have
- *   been accepted): **replaced** by the new message, put back with a fresh
- *   schedule. The caller may have corrected it; and a new body under a key
- *   the service never accepted is a new send to it.
- * - failed, and an attempt may have been accepted (within the window):
- *   **retried**, put back with its own bytes. The service replays the key's
- *   first answer for those, and refuses a new body under it (422
- *   `idempotency_key_reused`; a rebuilt message has a new Date and
- *   Message-ID).
- * - failed and parked for a person (stalls, or past the idempotency window):
- *   not touched; `sendMail` rejects saying why.
- *
- * The change of a failed job is a compare-and-set of its data in one Lua
- * script (still failed, data as read), which also marks the data with the
- * failure it takes over (`putBackFrom`: the job's `finishedOn`); then the job
- * is put back (BullMQ's `job.retry`). Of producers racing, one replaces or
- * puts back the job; the others find its data changed, or, looking between
- * the two steps, the failure taken over already, and answer duplicate.
+ * Whether a worker has already taken the job and finished with its content,
+ * read right after the add: it recorded the send (which removes the content
+ * in the same step), removed content the service refused, or completed the
+ * job. Content missing then was removed by that worker, not lost by Redis.
  */
+export function finishedByWorker(state: AddedState): boolean {
+  if (state.finishedOn !== null && state.failedAt === null) return true;
+  if (state.data === null) return false;
+  try {
+    const data = JSON.parse(state.data) as Partial<OutboxJobData>;
+    return data.sent !== undefined || data.contentRemoved === true;
+  } catch {
+    return false;
+  }
+}
 
 /**
- * How a `sendMail` was settled against the job its idempotency key names.
+ * How a send was settled against the job its idempotency key names:
+ * - `new`: the job is this send's;
+ * - `duplicate`: a job of the key is queued, active or sent: this content is not needed;
+ * - `retried`: the key's job had failed after an attempt that may have been accepted: it was put back
+ *   with its own bytes (the service answers them from that attempt, and refuses others under the key);
+ * - `replaced`: the key's job had failed and no attempt of it can have been accepted: it was put back
+ *   with this send's content (`removeContent`: the content it had);
+ * - `refused`: the key's job failed and was parked for a person, or its key is spent: nothing was changed;
+ * - `lost`: this content is not whole in Redis (lost, or freed once the send was given up);
+ * - `gone`: no job has the id any more (removed between the add and the look): add it again;
+ * - `put-back-failed`: Redis did not take the put-back of a failed job (it may be back or still failed).
  */
 export type DuplicateSettlement =
   | { kind: 'new' }
   | { kind: 'duplicate'; data: OutboxJobData }
   | { kind: 'retried'; data: OutboxJobData }
   | { kind: 'replaced'; removeContent: string | undefined }
+  | { kind: 'refused'; error: EmlApiError }
   | { kind: 'lost' }
-  | { kind: 'gone' };
+  | { kind: 'gone' }
+  | { kind: 'put-back-failed'; cause: unknown };
 
 /**
  * KEYS: job hash, failed set, the new content's key. ARGV: job id, data as
- * read, new data, the stored length the new content must have ('' when
- * there is none to check: content in the job, or a put-back).
- * Sets the data only while the job is failed and its data is as read, and
- * only over new content that is whole: checked in the same step, since once
- * the job is put back a worker may send it and delete its content at once
- * (a check after it took that for content Redis lost: review F3). Answers -1
- * when the new content is not whole (Redis lost it), 0 when another producer
- * changed the job, 1 when it set the data, and 1 too when the data is already
- * exactly the new data: ioredis sends a command again after reconnecting when
- * its reply was lost, and that second run must not take the first one's
- * change for another producer's (the producer would then remove its own
- * content, which the job points at: review F1). The new data is this
- * producer's alone: it names the content key of this `sendMail`
- * (`contentKey`, or `putBackBy` for a put-back).
+ * read, new data, the stored length the new content must have ('' for none
+ * to check). Sets the data only while the job is failed and its data is as
+ * read, and only over new content that is whole (once the job is back a
+ * worker may send it and delete the content at once, so the check must be
+ * in this step). Answers -1 when the new content is not whole, 0 when
+ * another producer changed the job, 1 when it set the data, and 1 too when
+ * the data is already exactly the new data: a command re-sent after its
+ * reply was lost must not take its own change for another producer's.
  */
 const SET_IF_UNCHANGED = `
 local data = redis.call('HGET', KEYS[1], 'data')
@@ -413,18 +310,16 @@ return 1
 `;
 
 /**
- * Settles a `sendMail` whose job was just added (or ignored by BullMQ as a
+ * Settles a send whose job was just added (or ignored by BullMQ as a
  * duplicate id) with `ours` as its data, from what the id held right after
- * the add (read in the same round trip, see add-job.ts). Returns `gone` when
- * no job has the id any more (removed between the add and the look): add it
- * again; `lost` when this content is not whole (Redis lost it, or the
- * sweeper freed it once the send was given up): the add was refused, or a
- * failed job would have been replaced by it; the job is left as it was.
- * Only a failed job takes more round trips.
+ * the add. Only a failed job takes more round trips: its data is changed
+ * by a compare-and-set that also marks the failure taken over
+ * (`putBackFrom`), then it is put back (BullMQ's `job.retry`). Of producers
+ * racing, one replaces or puts back the job; the others find its data
+ * changed, or the failure taken over already, and answer duplicate.
  *
  * @param storedLength the stored length `ours` has under its content key (none: content in the job)
  * @param now the producer's clock, for a job's `resendUntil` @default Date.now()
- * @throws {EmlApiError} `EMESSAGE` (permanent, with `idempotencyKey` and `queueId`) when the job was parked for a person
  */
 export async function settleDuplicate(
   queue: Queue<OutboxJobData, OutboxSendResult>,
@@ -435,8 +330,6 @@ export async function settleDuplicate(
   storedLength: number | undefined,
   now = Date.now(),
 ): Promise<DuplicateSettlement> {
-  const jobKey = queue.toKey(jobId);
-  const failedKey = queue.toKey('failed');
   const { data: raw, failedAt, finishedOn: finished } = added;
   // Refused for want of this content, whole: no job points at it but one an earlier run of this add made.
   if (added.refused && (raw === null || (JSON.parse(raw) as OutboxJobData).contentKey !== ours.contentKey)) {
@@ -449,21 +342,18 @@ export async function settleDuplicate(
   const finishedOn = Number(finished);
   if (stored.putBackFrom === finishedOn) {
     // Another producer took this very failure over and is putting the job back (or died doing it): help it.
-    if ((await putBack(queue, jobId)) === 'gone') return { kind: 'gone' };
-    return { kind: 'duplicate', data: stored };
+    return afterPutBack(await putBack(queue, jobId), { kind: 'duplicate', data: stored });
   }
-
   const parked = stored.lastError?.parked ?? (stored.resendUntil !== undefined && stored.resendUntil <= now);
-  if (parked) throw parkedJobError(stored, jobId);
+  if (parked) return { kind: 'refused', error: parkedJobError(stored, jobId) };
   // The service holds the key with another message it accepted: any message under it gets 422 again.
-  if (stored.lastError?.apiCode === 'idempotency_key_reused') throw keyUsedError(stored, jobId);
+  if (stored.lastError?.apiCode === KEY_REUSED) return { kind: 'refused', error: keyUsedError(stored, jobId) };
   // The service may hold the key with the job's own bytes: those go again, and only those.
   const retry =
     stored.possiblyAcceptedAt !== undefined &&
     !stored.contentRemoved &&
     (stored.inline !== undefined || (await redis.exists(stored.contentKey)) === 1);
-  // A replacement keeps the job, BullMQ's stall counter included: it takes the count of the stalls already
-  // seen too, or its first run would find stalls it never had (review F13 a).
+  // A replacement keeps BullMQ's stall counter, so it keeps the count of the stalls already seen.
   const seen = stored.stallsSeen === undefined ? {} : { stallsSeen: stored.stallsSeen };
   // Each producer's change is its own (putBackBy, or its content key): the compare-and-set can tell it.
   const next: OutboxJobData = {
@@ -471,11 +361,12 @@ export async function settleDuplicate(
     putBackFrom: finishedOn,
   };
   const whole = retry || storedLength === undefined ? '' : String(storedLength);
+  const location = resolveQueueLocation(queue.name, queue.opts.prefix);
   const set = await redis.eval(
     SET_IF_UNCHANGED,
     3,
-    jobKey,
-    failedKey,
+    queueKey(location, jobId),
+    queueKey(location, 'failed'),
     ours.contentKey,
     jobId,
     raw,
@@ -487,55 +378,44 @@ export async function settleDuplicate(
     // Another producer changed it first. Should it have died before putting the job back, do it for it.
     const job = await queue.getJob(jobId);
     if (!job) return { kind: 'gone' };
-    if ((await job.isFailed()) && (await putBack(queue, jobId)) === 'gone') return { kind: 'gone' };
-    return { kind: 'duplicate', data: job.data };
+    const duplicate = { kind: 'duplicate', data: job.data } as const;
+    return (await job.isFailed()) ? afterPutBack(await putBack(queue, jobId), duplicate) : duplicate;
   }
   // Put back after the data is set: a worker never takes it with the data it failed with.
-  if ((await putBack(queue, jobId)) === 'gone') return { kind: 'gone' };
-  if (retry) return { kind: 'retried', data: next };
-  // Ours is the job's data now; the info describes it.
-  return {
-    kind: 'replaced',
-    removeContent: stored.contentRemoved || stored.inline !== undefined ? undefined : stored.contentKey,
-  };
+  const removeContent = stored.contentRemoved || stored.inline !== undefined ? undefined : stored.contentKey;
+  return afterPutBack(
+    await putBack(queue, jobId),
+    retry ? { kind: 'retried', data: next } : { kind: 'replaced', removeContent },
+  );
 }
 
-/**
- * A failed job whose data a `sendMail` set (or found set by another producer)
- * could not be put back in the queue: Redis did not answer, or refused. It
- * may be back or still failed; a `sendMail` with the same key finishes the
- * put-back (it finds the failure taken over, see `putBackFrom`).
- */
-export class PutBackFailed extends Error {
-  constructor(cause: unknown) {
-    super(cause instanceof Error ? cause.message : String(cause), { cause });
-    this.name = 'PutBackFailed';
-  }
+type PutBack = { kind: 'back' } | { kind: 'gone' } | { kind: 'put-back-failed'; cause: unknown };
+
+function afterPutBack(outcome: PutBack, settled: DuplicateSettlement): DuplicateSettlement {
+  return outcome.kind === 'back' ? settled : outcome;
 }
 
 /**
  * Puts a failed job back with a fresh schedule: `back` once it is out of the
  * failed set (put back now, or a moment before by another producer), `gone`
- * when no job has the id any more (removed meanwhile).
- * @throws {PutBackFailed} when Redis did not take the change (the job may be failed still)
+ * when no job has the id any more, `put-back-failed` when Redis did not take
+ * the change (the job may be failed still).
  */
-async function putBack(queue: Queue<OutboxJobData, OutboxSendResult>, jobId: string): Promise<'back' | 'gone'> {
-  let job: Awaited<ReturnType<typeof queue.getJob>>;
+async function putBack(queue: Queue<OutboxJobData, OutboxSendResult>, jobId: string): Promise<PutBack> {
   try {
-    job = await queue.getJob(jobId);
-    if (!job) return 'gone';
+    const job = await queue.getJob(jobId);
+    if (!job) return { kind: 'gone' };
     await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
-    return 'back';
-  } catch (err) {
+    return { kind: 'back' };
+  } catch (cause) {
     // BullMQ refuses a job that is not failed: put back by another producer meanwhile, unless it is gone.
-    let state: string;
     try {
-      state = await queue.getJobState(jobId);
+      const state = await queue.getJobState(jobId);
+      if (state !== 'failed') return { kind: state === 'unknown' ? 'gone' : 'back' };
     } catch {
-      throw new PutBackFailed(err);
+      // Could not look: as if still failed.
     }
-    if (state === 'failed') throw new PutBackFailed(err);
-    return state === 'unknown' ? 'gone' : 'back';
+    return { kind: 'put-back-failed', cause };
   }
 }
 

@@ -7,25 +7,19 @@ import type { UploadBody } from '../http/exchange.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { MailEnvelope } from '../transport/nodemailer-types.js';
 import { NO_KEYS, recordAad, type OutboxKeyring, encryptedSize, RECORD_OVERHEAD } from './content-cipher.js';
-import { newContentKey, outboxKeys, parseContentKey, type QueueLocation } from './queue-location.js';
+import { newContentKey, outboxKeys, parseContentKey, queueKey, type QueueLocation } from './queue-location.js';
 import { keyVerdict } from './redis-settings.js';
 import { type OutboxJobData, outboxJobId } from './outbox-job.js';
 
-/**
- * Where the outbox keeps the content of queued sends: one Redis string per
- * send, beside (not inside) its BullMQ job, written and read in chunks of
- * CONTENT_CHUNK bytes (content-layout.ts). Keys are
- * `{prefix}:{queue}:content:{jobId}:{createdMs}-{random}`: the job id lets the
- * sweeper find keys whose job is gone, and the random part keeps a second
- * enqueue of the same job id from overwriting the first one's bytes.
- *
- * Every write is conditional on the length already stored (a Lua script), so
- * the key only ever holds a prefix of the message: when Redis loses data
- * while a message is written (a restart without AOF, a failover to a lagging
- * replica) and ioredis re-sends the command in flight, the write fails
- * instead of re-creating the key with what came after, and the send is
- * refused. A stored length equal to the message's size therefore means the
- * whole message; the SHA-256 the job carries lets a worker check it besides.
+/*
+ * The content of a queued send is one Redis string beside its BullMQ job
+ * (or, when small, in the job itself), written and read in chunks. Every
+ * write is conditional on the length already stored, so the key only ever
+ * holds a prefix of the message: when Redis loses data mid-write (a restart
+ * without AOF, a failover) and ioredis re-sends the command in flight, the
+ * write fails instead of re-creating the key with what came after. A stored
+ * length equal to the size means the whole message; the job's SHA-256 is
+ * checked besides.
  */
 
 /**
@@ -43,8 +37,7 @@ export interface WrittenContent {
 }
 
 /**
- * Where a job's content is, as its data says: what a worker needs to read
- * and check it. Jobs queued before the SHA-256 was stored have none.
+ * Where a job's content is, as its data says: what a worker needs to read and check it.
  */
 export interface StoredContentRef {
   contentKey: string;
@@ -52,7 +45,7 @@ export interface StoredContentRef {
   inline?: string | undefined;
   /** Bytes of the content (before encryption). */
   size: number;
-  sha256?: string | undefined;
+  sha256: string;
   /** Set when the content is encrypted: the id of its key. */
   encryption?: { keyId: string } | undefined;
 }
@@ -86,15 +79,14 @@ export class ContentStore {
 
   /**
    * Writes content to a new key in chunks, one command at a time (memory
-   * holds one chunk whatever the size), each conditional on the length
-   * already stored, hashing what it writes. A failed or aborted write
-   * discards what it wrote (best effort; the sweeper removes the rest).
+   * holds one chunk whatever the size), hashing what it writes. A failed or
+   * aborted write discards what it wrote (the sweeper removes the rest).
    *
    * @param options `size`: the content's bytes (encrypted records are bound to it); `holdMs`: how long
-   *   after the first write the producer may still add the job that points at it (its `timeouts.store`):
-   *   the sweeper leaves content without a job alone until then; `signal` stops the writes (a deadline
-   *   passed): no command is sent after it aborts
-   * @throws {EmlApiError} `ECONNECTION` when Redis lost part of the message meanwhile; Redis's own errors
+   *   after the first write the producer may still add the job (the sweeper leaves the content alone until
+   *   then); `signal` stops the writes: no command is sent after it aborts
+   * @throws {EmlApiError} `EMESSAGE` when the source holds another number of bytes than `size`;
+   *   `ECONNECTION` when Redis lost part of the message meanwhile; Redis's own errors
    */
   async write(
     key: string,
@@ -103,6 +95,7 @@ export class ContentStore {
   ): Promise<WrittenContent> {
     const hash = createHash('sha256');
     let written = 0;
+    let plain = 0;
     const put = async (piece: Buffer) => {
       // Checked before every command: nothing is sent once the send was given up.
       signal?.throwIfAborted();
@@ -118,15 +111,20 @@ export class ContentStore {
         // each record where its position says.
         let index = 0;
         for await (const chunk of exactChunks(source)) {
+          plain += chunk.length;
+          if (plain > size) throw notTheSize(size);
           await put(this.#keyring!.seal(chunk, recordAad(key, index++, size)));
         }
+        if (plain !== size) throw notTheSize(size);
         return { size, stored: written, sha256: hash.digest('hex'), keyId };
       }
       for await (const part of pieces(source)) {
+        if (written + part.length > size) throw notTheSize(size);
         for (let at = 0; at < part.length; at += CONTENT_CHUNK) {
           await put(part.length <= CONTENT_CHUNK ? part : part.subarray(at, at + CONTENT_CHUNK));
         }
       }
+      if (written !== size) throw notTheSize(size);
       if (written === 0) await put(Buffer.alloc(0));
       return { size: written, stored: written, sha256: hash.digest('hex') };
     } catch (err) {
@@ -137,11 +135,11 @@ export class ContentStore {
 
   /**
    * Prepares small content to go in the job itself (see INLINE_MAX_BYTES):
-   * read whole, encrypted as one record with the store's key (bound to `key`,
-   * as content written under it would be), hashed. Nothing is written to
-   * Redis; the job's add carries it.
+   * read whole, encrypted as one record bound to `key`, hashed. Nothing is
+   * written to Redis; the job's add carries it.
    *
    * @param options `size`: the content's bytes
+   * @throws {EmlApiError} `EMESSAGE` when the source holds another number of bytes than `size`
    */
   async sealInline(
     key: string,
@@ -151,6 +149,7 @@ export class ContentStore {
     const parts: Buffer[] = [];
     for await (const part of pieces(source)) parts.push(part);
     const plain = Buffer.concat(parts);
+    if (plain.length !== size) throw notTheSize(size);
     const keyId = this.#keyring?.keyId;
     const stored = keyId === undefined ? plain : this.#keyring!.seal(plain, recordAad(key, 0, size));
     const sha256 = createHash('sha256').update(stored).digest('hex');
@@ -172,9 +171,8 @@ export class ContentStore {
 
   /**
    * The fields of a job's data that describe its stored content: its SHA-256
-   * and, when encrypted, the key id, the envelope and Message-ID sealed with
-   * the same key (in clear they would name every recipient, Bcc included),
-   * and `v: 2`, which workers before 0.2 refuse instead of posting ciphertext.
+   * and, when encrypted, the key id and the envelope and Message-ID sealed
+   * with the same key (in clear they would name every recipient, Bcc included).
    */
   jobFields(
     contentKey: string,
@@ -190,7 +188,6 @@ export class ContentStore {
       ...(clear.kind === undefined ? {} : { kind: clear.kind, group: clear.group ?? null }),
     });
     return {
-      v: 2,
       sha256: written.sha256,
       encryption: {
         keyId: written.keyId,
@@ -227,12 +224,12 @@ export class ContentStore {
 
   /**
    * Checks, before an encrypted job is posted, that its data says what its
-   * producer sealed: its kind and group (in the sealed envelope, for jobs
-   * queued since 0.2's review fixes) and its idempotency key (named by its
-   * content key, to which every record is bound). Whoever can write to Redis
-   * could otherwise point an encrypted group send at another group, or give
-   * a job another idempotency key (a second delivery). Jobs in clear are not
-   * checked: whoever can write to Redis can change anything of them.
+   * producer sealed: its kind and group (sealed with the envelope) and its
+   * idempotency key (named by its content key, to which every record is
+   * bound). Whoever can write to Redis could otherwise point an encrypted
+   * group send at another group, or deliver it again under another key.
+   * Jobs in clear are not checked: whoever can write to Redis can change
+   * anything of them.
    *
    * @throws {EmlApiError} `EMESSAGE` (permanent) when the data was changed; `ECONFIG` (retried)
    *   when this worker does not hold the key, or holds other bytes under its id
@@ -253,8 +250,6 @@ export class ContentStore {
     const plain = (this.#keyring ?? NO_KEYS).tryOpen(data.encryption.keyId, sealed, aad);
     if (plain === undefined) throw await this.#undecryptable(data, true, 'envelope');
     const meta = JSON.parse(plain.toString('utf8')) as { kind?: unknown; group?: unknown };
-    // Sealed before kind and group were: nothing more to check.
-    if (meta.kind === undefined) return;
     if (meta.kind !== data.kind) throw changed(`its kind (${data.kind})`);
     if ((meta.group ?? undefined) !== data.group) throw changed(`its group (${String(data.group)})`);
   }
@@ -268,9 +263,8 @@ export class ContentStore {
   }
 
   /**
-   * After an add that failed without running (or may not have): `queued`
-   * when the job points at this content after all; otherwise the content is
-   * removed as by {@link discard}, so no job can send it, and `withdrawn`.
+   * After an add that may not have run: `queued` when the job points at this
+   * content after all; otherwise it is discarded, and `withdrawn`.
    */
   async withdraw(jobId: string, key: string): Promise<'queued' | 'withdrawn'> {
     return (await this.#redis.emlApiWithdraw(this.#jobKey(jobId), key, this.#index, TOMBSTONE_MS)) === 1
@@ -278,43 +272,34 @@ export class ContentStore {
       : 'withdrawn';
   }
 
-  /** The Redis key of a job's hash. */
   #jobKey(jobId: string): string {
-    return `${this.#location.prefix}:${this.#location.queueName}:${jobId}`;
+    return queueKey(this.#location, jobId);
   }
 
   /**
-   * Removes content a producer stored and no longer needs (its send was a
-   * duplicate, or put a failed job back with the job's own bytes) or the
-   * content a replaced job had, unless the job points at it (checked in the
-   * same step): `kept` then, else `removed`.
+   * Removes content a producer no longer needs (a duplicate; a failed job
+   * put back with its own bytes; the content of a job it replaced) unless
+   * the job points at it (checked in the same step): `kept` then.
    */
   async release(jobId: string, key: string): Promise<'removed' | 'kept'> {
     return (await this.#redis.emlApiRelease(this.#jobKey(jobId), key, this.#index)) === 1 ? 'removed' : 'kept';
   }
 
   /**
-   * The stored length of content (-1 when it is not there, or is a tombstone).
-   */
-  async storedLength(key: string): Promise<number> {
-    return this.#redis.emlApiLength(key);
-  }
-
-  /**
-   * The `/v1/send/eml` request body of stored EML bytes. Small messages are
-   * read at once and checked before anything is posted; larger ones are read
-   * in chunks on each attempt and encoded as they stream (a worker holds
-   * about one chunk per send), hashed as they are read: the last chunk is
-   * passed on only once the hash matches, so a request over content that
-   * does not match never completes and the service cannot take it.
+   * The `/v1/send/eml` request body of stored EML bytes; undefined when the
+   * content is missing. Small messages are read at once and checked before
+   * anything is posted; larger ones are streamed in chunks on each attempt,
+   * hashed as they are read: the last chunk is passed on only once the hash
+   * matches, so a request over content that does not match never completes.
    *
-   * @throws {EmlApiError} `EMESSAGE` (permanent) when the content is missing, cut or changed
+   * @throws {EmlApiError} `EMESSAGE` (permanent) when the content is cut or changed
    */
-  async emlBody(ref: StoredContentRef): Promise<UploadBody> {
+  async emlBody(ref: StoredContentRef): Promise<UploadBody | undefined> {
     if (ref.size <= STREAM_ABOVE || ref.inline !== undefined) {
-      return emlBodyFromBuffer(await this.#readWhole(ref), STREAM_ABOVE);
+      const bytes = await this.#readWhole(ref);
+      return bytes && emlBodyFromBuffer(bytes, STREAM_ABOVE);
     }
-    this.#checkLength(ref, await this.#redis.emlApiLength(ref.contentKey));
+    if (this.#checkLength(ref, await this.#redis.emlApiLength(ref.contentKey)) === 'missing') return undefined;
     return emlBodyFromStream(
       ref.size,
       () => Readable.from(this.#readChunks(ref), { objectMode: false }),
@@ -323,27 +308,20 @@ export class ContentStore {
   }
 
   /**
-   * A stored JSON request body (group or tracked send), as text, checked.
-   * @throws {EmlApiError} `EMESSAGE` (permanent) when the content is missing, cut or changed
+   * A stored JSON request body (group or tracked send), as text, checked; undefined when it is missing.
+   * @throws {EmlApiError} `EMESSAGE` (permanent) when the content is cut or changed
    */
-  async jsonBody(ref: StoredContentRef): Promise<string> {
-    return (await this.#readWhole(ref)).toString('utf8');
+  async jsonBody(ref: StoredContentRef): Promise<string | undefined> {
+    return (await this.#readWhole(ref))?.toString('utf8');
   }
 
-  /** Checks that a job's content is all there (`stored`: its length in Redis, -1 when it is not there). */
-  #checkLength(ref: StoredContentRef, stored: number): void {
-    const { contentKey } = ref;
+  /**
+   * Whether a job's content is all there (`stored`: its length in Redis, -1 when it is not there).
+   * @throws {EmlApiError} `EMESSAGE` when it is cut
+   */
+  #checkLength(ref: StoredContentRef, stored: number): 'whole' | 'missing' {
     const size = storedLength(ref);
-    if (stored === -1 || (stored === 0 && size > 0)) {
-      const missing = new EmlApiError(
-        'EMESSAGE',
-        `The queued content of this job is missing from Redis (evicted or removed; key ${contentKey}): nothing to send. ` +
-          'Redis must run with maxmemory-policy noeviction (see "What durability relies on in Redis" in docs/outbox.md)',
-        { permanent: true },
-      );
-      missingContent.add(missing);
-      throw missing;
-    }
+    if (stored === -1 || (stored === 0 && size > 0)) return 'missing';
     if (stored !== size) {
       throw new EmlApiError(
         'EMESSAGE',
@@ -351,10 +329,11 @@ export class ContentStore {
         { permanent: true },
       );
     }
+    return 'whole';
   }
 
   /** Reads the whole content (in the job, or in one round trip), checks its length and hash, decrypts it. */
-  async #readWhole(ref: StoredContentRef): Promise<Buffer> {
+  async #readWhole(ref: StoredContentRef): Promise<Buffer | undefined> {
     // A plain GET, the common case's one round trip; a tombstone (a hash) answers WRONGTYPE: not there.
     const found =
       ref.inline !== undefined
@@ -363,9 +342,8 @@ export class ContentStore {
             if (err instanceof Error && err.name === 'ReplyError' && err.message.startsWith('WRONGTYPE')) return null;
             throw err;
           });
-    // Throws when nothing was found (-1).
-    this.#checkLength(ref, found === null ? -1 : found.length);
-    const bytes = found!;
+    if (found === null || this.#checkLength(ref, found.length) === 'missing') return undefined;
+    const bytes = found;
     const hash = createHash('sha256').update(bytes);
     verify(hash, ref);
     if (ref.encryption === undefined) return bytes;
@@ -373,7 +351,7 @@ export class ContentStore {
     for (const { index, start, end } of records(ref.size)) {
       const record = this.#open(ref, index, bytes.subarray(start, end));
       // The bytes are what the producer stored (their SHA-256 matched): the key is the likely culprit.
-      if (record === undefined) throw await this.#undecryptable(ref, ref.sha256 !== undefined);
+      if (record === undefined) throw await this.#undecryptable(ref, true);
       plain.push(record);
     }
     return Buffer.concat(plain, ref.size);
@@ -404,7 +382,7 @@ export class ContentStore {
         for (const rest of spans.filter((span) => span.start >= end)) {
           hash.update(await this.#redis.getrangeBuffer(key, rest.start, rest.end - 1));
         }
-        throw await this.#undecryptable(ref, ref.sha256 !== undefined && hash.digest('hex') === ref.sha256);
+        throw await this.#undecryptable(ref, hash.digest('hex') === ref.sha256);
       }
       yield record;
     }
@@ -455,18 +433,8 @@ export class ContentStore {
   }
 }
 
-const missingContent = new WeakSet<Error>();
-
-/**
- * Whether an error says a job's content is gone from Redis (as opposed to changed, or unreadable).
- */
-export function isContentMissing(err: unknown): boolean {
-  return err instanceof Error && missingContent.has(err);
-}
-
-/** Throws when the content read does not match the SHA-256 on the job (jobs queued before it was stored have none). */
+/** Throws when the content read does not match the SHA-256 on the job. */
 function verify(hash: Hash, { contentKey, sha256 }: StoredContentRef): void {
-  if (sha256 === undefined) return;
   if (hash.digest('hex') !== sha256) {
     throw new EmlApiError(
       'EMESSAGE',
@@ -480,6 +448,12 @@ function changedWhileReading(key: string): EmlApiError {
   return new EmlApiError('EMESSAGE', `The queued content under ${key} changed while it was read`, { permanent: true });
 }
 
+function notTheSize(size: number): EmlApiError {
+  return new EmlApiError('EMESSAGE', `The content is not ${size} bytes long, as its size says: not queued`, {
+    permanent: true,
+  });
+}
+
 function lostWhileWriting(offset: number): EmlApiError {
   return new EmlApiError(
     'ECONNECTION',
@@ -490,25 +464,18 @@ function lostWhileWriting(offset: number): EmlApiError {
 }
 
 /**
- * How a message lies in its Redis string: plain, in the chunks it was
- * written in; encrypted, in records of exactly one chunk of content each (the
- * last shorter), so that a reader finds record `i` at `i × (chunk + 28)`.
- */
-
-/**
  * Bytes per Redis command when content is written or read: what a producer
- * or a worker holds of a large message at a time.
+ * or a worker holds of a large message at a time. Encrypted, each record
+ * holds exactly one chunk (the last shorter), so record `i` lies at
+ * `i × (chunk + RECORD_OVERHEAD)`.
  */
 export const CONTENT_CHUNK = 1024 * 1024;
 
 /**
- * Content stored up to this size (its stored bytes, with encryption's
- * overhead) goes in the job itself (`inline`, Base64) instead of under a key
- * of its own: the producer writes it with the job's add, in one round trip,
- * and a worker has it as it takes the job, with no read of its own. Larger
- * content stays beside the job, written and read in chunks (see
- * content-store.ts, and docs/outbox.md, "How messages are stored", on why: BullMQ parses a job's whole data
- * whenever it reads the job).
+ * Content stored up to this size (with encryption's overhead) goes in the
+ * job itself (`inline`): written with the add, read with the job, no round
+ * trip of its own. Larger content stays beside the job, since BullMQ parses
+ * a job's whole data whenever it reads the job.
  */
 export const INLINE_MAX_BYTES = 64 * 1024;
 
@@ -581,23 +548,13 @@ export async function* exactChunks(source: Readable | Buffer): AsyncGenerator<Bu
 }
 
 /**
- * The atomic Redis operations on stored content, as Lua scripts defined on
- * each client the outbox uses (ioredis sends EVALSHA, falling back to EVAL
- * after a restart emptied Redis's script cache). Atomic because Redis may
- * lose data between two commands (a restart without AOF, a failover) and
- * ioredis re-sends a command whose answer was lost: each write checks, in
- * the same step, that it goes where the stored length says.
- */
-
-/**
  * Writes a chunk only where the stored length says it goes. At offset 0 the
  * key must not exist (or hold exactly this chunk: the same write, repeated
  * after its answer was lost); further on, the string must be exactly
- * `offset` bytes long (or `offset` plus this chunk, likewise). Anything else,
- * a key gone or cut because Redis lost data, answers -1 and writes nothing.
- * The first write also enters the key in the queue's content index, scored
- * with its producer's deadline: Redis's own time plus ARGV[3], the time the
- * producer may still take to add its job (see content-sweeper.ts).
+ * `offset` bytes long (or `offset` plus this chunk, likewise). Anything else
+ * answers -1 and writes nothing. The first write also enters the key in the
+ * queue's content index, scored with its producer's deadline: Redis's time
+ * plus ARGV[3], the time the producer may still take to add its job.
  */
 const WRITE_AT = `
 local kind = redis.call('TYPE', KEYS[1]).ok
@@ -620,8 +577,7 @@ return redis.call('APPEND', KEYS[1], ARGV[2])
 /**
  * Removes content so that no write still on its way can bring it back: the
  * key becomes a small hash (a tombstone) for an hour, on which every write of
- * {@link WRITE_AT} fails. Used when a store fails or times out, when commands
- * may still be queued in the client.
+ * {@link WRITE_AT} fails.
  */
 const DISCARD = `
 redis.call('DEL', KEYS[1])
@@ -632,10 +588,9 @@ return 1
 `;
 
 /**
- * After an add that failed without running (or may not have run): whether
- * the job points at this content after all (1), and if not (0), the content
- * removed as {@link DISCARD} does, so that no job can send it later. KEYS:
- * job hash, content key, content index. ARGV: the tombstone's lifetime in ms.
+ * Whether the job points at this content after all (1), and if not (0), the
+ * content removed as {@link DISCARD} does. KEYS: job hash, content key,
+ * content index. ARGV: the tombstone's lifetime in ms.
  */
 const WITHDRAW = `
 local data = redis.call('HGET', KEYS[1], 'data')
@@ -651,13 +606,10 @@ return 0
 `;
 
 /**
- * Removes content a `sendMail` stored and does not need after all (its send
- * was a duplicate, or it put a failed job back with that job's own bytes),
- * or the content of a job it replaced, unless the job points at it: the
- * check and the removal in one step, so that no misjudged outcome (a reply
- * lost and a command re-run, another producer's change) can remove the
- * content of a job that will be sent (review F1). KEYS: job hash, content
- * key, content index. Answers 1 when it removed the content, 0 when it kept it.
+ * Removes content unless the job points at it, in one step: no misjudged
+ * outcome (a reply lost and a command re-run, another producer's change) can
+ * remove the content of a job that will be sent. KEYS: job hash, content
+ * key, content index. Answers 1 when it removed the content.
  */
 const RELEASE = `
 local data = redis.call('HGET', KEYS[1], 'data')

@@ -1,13 +1,14 @@
 import { EventEmitter } from 'node:events';
-import type { MinimalJob, Worker, Queue } from 'bullmq';
+import type { MinimalJob, Worker } from 'bullmq';
 import { refuseUnknownKeys, type EmlApiLogger } from '../shared/options-kit.js';
 import { EmlApiClient } from '../client/eml-api-client.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { ContentStore } from './content-store.js';
 import { sweepStoredContent } from './content-sweeper.js';
-import { OutboxJobRunner } from './job-runner.js';
+import { OutboxJobRunner, type RunOutcome } from './job-runner.js';
+import { JobRecords } from './job-record.js';
 import type { OutboxJob, OutboxJobData, OutboxSendResult } from './outbox-job.js';
-import type { QueueLocation } from './queue-location.js';
+import { queueKey, type QueueLocation } from './queue-location.js';
 import {
   loadBullmq,
   type BullmqModule,
@@ -16,7 +17,6 @@ import {
   type OutboxRedis,
   outboxWaits,
   withDeadline,
-  type OutboxRedisClient,
 } from './redis-connection.js';
 import {
   connectionLost,
@@ -28,13 +28,12 @@ import {
   withoutArguments,
 } from './redis-failure.js';
 import { resolveWorkerOptions, type EmlApiWorkerOptions } from './worker-options.js';
-import { compareKeyChecks, redisPassword, outboxRedisReadiness, RedisSettingsWatch } from './redis-settings.js';
+import { compareKeyChecks, redisPassword, RedisSettingsWatch } from './redis-settings.js';
 import { checkWorkerOwner, foreignJob, keyFingerprint, type QueueOwner } from './queue-owner.js';
-import { capRateLimitPause, seconds, RedisClock, redisTime, readOutboxSnapshot } from './outbox-admin.js';
-import { isOutboxBackoffType, outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
-import { EmlApiMetrics } from '../observability/metrics.js';
-import { resolveOpsHttpOptions, startOpsEndpoint, type OpsEndpoint } from '../observability/ops-server.js';
-import { endSend, statusOf, watchSends, startSpan } from '../observability/tracing.js';
+import { capRateLimitPause } from './outbox-admin.js';
+import { RedisClock, redisTime, seconds } from './redis-clock.js';
+import { OUTBOX_BACKOFF_TYPE, outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
+import { WorkerTelemetry } from './worker-telemetry.js';
 
 export type { OutboxJob } from './outbox-job.js';
 
@@ -142,7 +141,7 @@ export class EmlApiWorker extends EventEmitter {
   readonly #maxRetryAfter: number;
   /** Whether the start-up checks passed (settled by #start). */
   readonly #checks = startChecks();
-  /** Redis's time: the one clock every worker of the queue shares (see redis-clock.ts). */
+  /** Redis's time: the one clock every worker of the queue shares. */
   readonly #clock: RedisClock;
   /** Redis's settings (and the encryption keys' check values), checked at start and watched from then on. */
   readonly #watch: RedisSettingsWatch;
@@ -174,7 +173,7 @@ export class EmlApiWorker extends EventEmitter {
    */
   constructor(options: EmlApiWorkerOptions) {
     super();
-    // The health port and metrics are the worker's telemetry's (worker-telemetry.ts), not the client's.
+    // The health port and metrics are the worker's telemetry's, not the client's.
     const { http, metrics, ...workerOptions } = options;
     const settings = resolveWorkerOptions(workerOptions);
     const { Worker } = loadBullmq();
@@ -192,7 +191,7 @@ export class EmlApiWorker extends EventEmitter {
         redis: () => this.#redis.redis,
         location: settings,
         activeJobs: () => this.#running.size,
-        clock: () => this.#clockProblem(),
+        clock: () => this.#clock.problem(),
         stuck: () =>
           this.#closing === undefined && !this.worker.isRunning() ? 'the BullMQ worker stopped taking jobs' : undefined,
         secrets: [options.apiKey, redisPassword(options.connection)].filter((x): x is string => Boolean(x)),
@@ -208,9 +207,9 @@ export class EmlApiWorker extends EventEmitter {
     this.#content = new ContentStore(this.#redis.redis, settings, settings.keyring);
     this.#clock = new RedisClock(() => redisTime(this.#redis.redis));
     this.#runner = new OutboxJobRunner({
-      redis: this.#redis.redis,
       content: this.#content,
-      location: settings,
+      records: new JobRecords(this.#redis.redis, settings, this.#logger),
+      contentKeyPrefix: settings.contentKeyPrefix,
       logger: this.#logger,
       maxStalls: settings.maxStalls,
       resendWithin: settings.resendWithin,
@@ -245,7 +244,7 @@ export class EmlApiWorker extends EventEmitter {
         fixed: (message) => this.#logger.info({}, message),
       },
       more: async () => {
-        // Other bytes under a key id the producers use would fail every job they encrypted (review F10).
+        // Other bytes under a key id the producers use would fail every job they encrypted.
         if (keyring) await compareKeyChecks(this.#redis.redis, this.#location, keyring);
         const { owner, otherKeys } = await checkWorkerOwner(this.#redis.redis, this.#location, {
           account: settings.account,
@@ -267,7 +266,11 @@ export class EmlApiWorker extends EventEmitter {
     try {
       this.worker = new Worker<OutboxJobData, OutboxSendResult>(
         settings.queueName,
-        (job, token) => this.#track(this.#telemetry.run(job, () => this.#runChecked(job, token))),
+        async (job, token) => {
+          const outcome = await this.#track(this.#telemetry.run(job, () => this.#runChecked(job, token)));
+          if (outcome.kind === 'sent') return outcome.result;
+          throw outcome.thrown;
+        },
         {
           ...settings.workerOptions,
           connection: this.#redis.redis,
@@ -275,10 +278,9 @@ export class EmlApiWorker extends EventEmitter {
           concurrency: settings.concurrency,
           limiter: settings.rateLimit,
           settings: {
-            // BullMQ asks by the type stored on each job: the outbox's name now, and the one jobs queued before
-            // the rename still carry. Any other type is not the outbox's: -1 fails the job (BullMQ's convention).
+            // BullMQ asks by the type stored on each job; any other is not the outbox's: -1 fails the job.
             backoffStrategy: (attemptsMade: number, type?: string, err?: Error, job?: MinimalJob) =>
-              isOutboxBackoffType(type)
+              type === OUTBOX_BACKOFF_TYPE
                 ? outboxBackoffDelay(
                     attemptsMade,
                     job?.opts.backoff as Partial<OutboxBackoffOptions> | undefined,
@@ -313,9 +315,7 @@ export class EmlApiWorker extends EventEmitter {
     this.started = this.#start();
     if (settings.cleanupInterval > 0) {
       const sweep = () => {
-        sweepStoredContent(this.#redis.redis, this.#location, {
-          warn: (message) => this.#logger.warn({}, message),
-        }).then(
+        sweepStoredContent(this.#redis.redis, this.#location).then(
           (removed) => {
             if (removed > 0) this.#logger.info({ removed }, 'Removed stored content no job needs');
           },
@@ -339,12 +339,9 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   /**
-   * Checks Redis's settings (issue 20, item 4) once connected. Running
-   * without the append-only file is a warning; evicting keys is a refusal:
-   * the worker closes, handing back any job it took meanwhile. (Holding the
-   * jobs back until the check, with BullMQ's autorun off, started the worker
-   * with its first commands still in flight, which a close while Redis
-   * stopped answering then waited for.)
+   * Checks Redis's settings once connected. Running without the append-only
+   * file is a warning; evicting keys is a refusal: the worker closes, handing
+   * back any job it took meanwhile (see `#runChecked`).
    */
   async #start(): Promise<void> {
     // A wrong password (or a cluster connection to a Redis that is not one) keeps the clients retrying for
@@ -358,7 +355,7 @@ export class EmlApiWorker extends EventEmitter {
       await unlessRefused(this.#watch.check());
       await this.#capPause();
       await this.#clock.sync();
-      const off = this.#clockProblem();
+      const off = this.#clock.problem();
       if (off) throw new EmlApiError('ECONFIG', off, { permanent: true });
       this.#checks.pass();
       // Checked again after every reconnect and on an interval: said in the log and /readyz.
@@ -439,41 +436,21 @@ export class EmlApiWorker extends EventEmitter {
    * as soon as it is connected, and a worker refused at start (a Redis that
    * evicts, a key that is not the producers') must not have run any.
    */
-  async #runChecked(job: OutboxJob, token: string | undefined): Promise<OutboxSendResult> {
+  async #runChecked(job: OutboxJob, token: string | undefined): Promise<RunOutcome> {
     if (!(await this.#checks.passed)) return this.#handBack(job, token);
     // Redis's time read again when the machine was suspended meanwhile (the monotonic clock missed it).
     await this.#clock.now().catch(() => undefined);
-    if (this.#clockProblem() !== undefined) {
+    if (this.#clock.problem() !== undefined) {
       this.#stopForClock();
       return this.#handBack(job, token);
     }
     return this.#runner.run(job, token);
   }
 
-  /**
-   * Why this worker must not finish jobs now, if it must not: its clock is
-   * more than {@link MAX_CLOCK_OFFSET_MS} off Redis's. BullMQ removes old sent
-   * and failed jobs by the clock of the worker that finishes a job (and
-   * stamps `finishedOn` with it): a worker 8 days ahead removed every failed
-   * job, kept 7 days for a person, at its first failure; one behind would
-   * have its own failures removed early by the others.
-   */
-  #clockProblem(): string | undefined {
-    const off = this.#clock.offset();
-    if (off === undefined || Math.abs(off) <= MAX_CLOCK_OFFSET_MS) return undefined;
-    const by = off > 0 ? `${duration(off)} ahead of` : `${duration(-off)} behind`;
-    return (
-      `This machine's clock is ${by} Redis's (TIME): BullMQ removes old sent and failed jobs by the clock of the ` +
-      'worker that finishes a job, so this worker would erase mail kept for a person, or have its own removed too ' +
-      `early. A worker takes no job while its clock is more than ${seconds(MAX_CLOCK_OFFSET_MS)} off Redis's: fix ` +
-      "this machine's time (NTP)"
-    );
-  }
-
   /** Stops taking jobs while the clock is off, says so, and takes them again once it is right. */
   #stopForClock(): void {
     if (this.#clockWatch || this.#closing) return;
-    const problem = this.#clockProblem()!;
+    const problem = this.#clock.problem()!;
     this.#logger.error({}, problem);
     this.emit('warning', problem);
     void this.worker.pause(true).catch(() => undefined);
@@ -484,7 +461,7 @@ export class EmlApiWorker extends EventEmitter {
   /** Takes jobs again once the clock agrees with Redis's (read again: the machine may have slept). */
   async #clockBack(): Promise<void> {
     await this.#clock.now().catch(() => undefined);
-    if (this.#clockProblem() !== undefined || !this.#clockWatch) return;
+    if (this.#clock.problem() !== undefined || !this.#clockWatch) return;
     clearInterval(this.#clockWatch);
     this.#clockWatch = undefined;
     if (this.#closing) return;
@@ -493,13 +470,13 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   /**
-   * Cuts a queue-wide pause longer than `maxRetryAfter` (set by a worker
-   * without the cap): it would keep every worker waiting, restarts included.
+   * Cuts a queue-wide pause longer than this worker's `maxRetryAfter` (set by
+   * a worker with a larger one, or by hand): it would keep every worker
+   * waiting, restarts included.
    */
   async #capPause(): Promise<void> {
     const max = this.#maxRetryAfter;
-    const limiter = `${this.#location.prefix}:${this.#location.queueName}:limiter`;
-    const was = await capRateLimitPause(this.#redis.redis, limiter, max);
+    const was = await capRateLimitPause(this.#redis.redis, queueKey(this.#location, 'limiter'), max);
     if (was === 0) return;
     const message = `Every worker of the queue was paused for ${seconds(was)} more (a Retry-After not capped when it was set): cut to ${seconds(max)} (maxRetryAfter)`;
     this.#logger.warn({ pauseMs: was, maxRetryAfter: max }, message);
@@ -512,15 +489,13 @@ export class EmlApiWorker extends EventEmitter {
    * sends in flight are aborted and their jobs put back in the queue at once,
    * for another worker.
    *
-   * @throws {EmlApiError} `ECONFIG` (a rejection) for an option it does not know, such as `force` (renamed to `abort`)
+   * @throws {EmlApiError} `ECONFIG` (a rejection) for an option it does not know
    * @example
    * process.once('SIGTERM', () => outbox.close());
    */
   close(options: WorkerCloseOptions = {}): Promise<void> {
     try {
-      refuseUnknownKeys(options ?? {}, WORKER_CLOSE_OPTIONS, 'close.', {
-        force: 'renamed to abort: close({ abort: true })',
-      });
+      refuseUnknownKeys(options ?? {}, WORKER_CLOSE_OPTIONS, 'close.');
     } catch (err) {
       return Promise.reject(err);
     }
@@ -620,11 +595,11 @@ export class EmlApiWorker extends EventEmitter {
 
   /**
    * Puts a job of a forced close back in the queue at once, instead of waiting
-   * for its lock to expire, then tells BullMQ the job was moved (so it neither
-   * fails nor completes it). BullMQ releases before 5.x's WaitingError and
+   * for its lock to expire, and tells BullMQ the job was moved (so it neither
+   * fails nor completes it). BullMQ 5 releases without `WaitingError` and
    * `moveToWait` leave the job to the lock expiry instead.
    */
-  async #handBack(job: OutboxJob, token: string | undefined): Promise<never> {
+  async #handBack(job: OutboxJob, token: string | undefined): Promise<RunOutcome> {
     this.#handedBack++;
     const { WaitingError, DelayedError } = loadBullmq() as Omit<BullmqModule, 'WaitingError'> &
       Partial<Pick<BullmqModule, 'WaitingError'>>;
@@ -632,12 +607,12 @@ export class EmlApiWorker extends EventEmitter {
     if (typeof job.moveToWait === 'function') {
       await withDeadline(job.moveToWait(token), outboxWaits.handBack).catch(() => undefined);
     }
-    throw WaitingError ? new WaitingError() : new DelayedError();
+    return { kind: 'put-back', reason: 'handed_back', thrown: WaitingError ? new WaitingError() : new DelayedError() };
   }
 
   #onSent(job: OutboxJob, result: OutboxSendResult): void {
-    // The content was deleted with the record of the send (recordSent); the sweeper catches what a failed record left.
-    if (this.#runner.takeAlreadySent(job)) {
+    // A job whose data held the record of its send when it ran completed again, posting nothing.
+    if ((job.data as Partial<OutboxJobData> | undefined)?.sent !== undefined) {
       this.#logger.info(
         { job: job.id, id: result?.id },
         'Queued message was sent already: completed again, nothing posted',
@@ -694,24 +669,6 @@ export class EmlApiWorker extends EventEmitter {
   }
 }
 
-/**
- * How far a worker's clock may be off Redis's, in ms (1 minute): further, it
- * does not start, or stops taking jobs (see `#clockProblem`).
- */
-export const MAX_CLOCK_OFFSET_MS = 60_000;
-
-/** A duration for people: days, hours or minutes when it is that long, else seconds. */
-function duration(ms: number): string {
-  for (const [unit, size] of [
-    ['days', 86_400_000],
-    ['hours', 3_600_000],
-    ['minutes', 60_000],
-  ] as const) {
-    if (ms >= 2 * size) return `${(ms / size).toFixed(1)} ${unit}`;
-  }
-  return seconds(ms);
-}
-
 /** How often a worker stopped for its clock looks at it again, in ms (no round trip). */
 const CLOCK_CHECK_MS = 1_000;
 
@@ -738,7 +695,7 @@ function startChecks(): {
   };
 }
 
-/** A failed attempt answered with a 2xx: not the service's answer (a wrong baseUrl?), see send-outbox-job.ts. */
+/** A failed attempt answered with a 2xx: not the service's answer (a wrong baseUrl?). */
 function answeredByNotTheService(error: Error): boolean {
   const status = error instanceof EmlApiError ? error.responseCode : undefined;
   return status !== undefined && status >= 200 && status < 300;
@@ -801,171 +758,4 @@ export async function startEmlApiWorker(
     if (onAbort) signal?.removeEventListener('abort', onAbort);
   }
   return outbox;
-}
-
-/**
- * What a worker's telemetry watches: the worker's events, its client, its
- * Redis and queue, and how many jobs it runs.
- */
-export interface WorkerTelemetrySettings {
-  /** The `http` option as given (checked here). */
-  http: unknown;
-  /** The `metrics` option as given; on by default with `http`, in a registry of the worker's own. */
-  metrics: unknown;
-  /** The worker: its `'sent'`, `'retrying'` and `'failed'` events are counted. */
-  events: EventEmitter;
-  client: EmlApiClient;
-  /** The worker's Redis connection (opened after its telemetry is checked). */
-  redis: () => OutboxRedisClient;
-  location: QueueLocation;
-  /** Jobs being sent now. */
-  activeJobs: () => number;
-  /** Why the worker cannot take jobs although it is not closing (BullMQ's worker stopped), or undefined. */
-  stuck: () => string | undefined;
-  /** Why the worker takes no jobs because of its clock, or undefined. */
-  clock: () => string | undefined;
-  /** Strings never shown in a health reason (the API key). */
-  secrets: string[];
-}
-
-/**
- * The metrics, spans and health port of an outbox worker (the `metrics` and
- * `http` options): a span per job run, a child of the producer's span when
- * the job carries its trace context; sends counted by outcome; the queue's
- * depth read at each scrape; `/readyz` checking Redis (reachable, and
- * `noeviction`) and the service (reachable, the key accepted).
- */
-export class WorkerTelemetry {
-  readonly metrics: EmlApiMetrics | undefined;
-  readonly #settings: WorkerTelemetrySettings;
-  readonly #http: ReturnType<typeof resolveOpsHttpOptions>;
-  readonly #removers: (() => void)[] = [];
-  #queue: Queue<OutboxJobData, OutboxSendResult> | undefined;
-  #endpoint: OpsEndpoint | undefined;
-
-  /** @throws {EmlApiError} `ECONFIG` naming `http` or `metrics` when they are invalid, or prom-client is missing */
-  constructor(settings: WorkerTelemetrySettings) {
-    this.#settings = settings;
-    this.#http = resolveOpsHttpOptions(settings.http, 'http');
-    this.metrics = EmlApiMetrics.resolve(
-      EmlApiMetrics.defaultWithHttp(settings.metrics, this.#http !== undefined, 'The worker’s http option'),
-      "The worker's metrics option",
-    );
-    this.#removers.push(watchSends(settings.client, 'worker', this.metrics));
-    const metrics = this.metrics;
-    if (!metrics) return;
-    settings.events.on('sent', (_job: OutboxJob, result: OutboxSendResult) =>
-      metrics.recordSend('worker', 'sent', undefined, statusOf(result?.response)),
-    );
-    settings.events.on('retrying', (_job: OutboxJob, err: EmlApiError) => {
-      metrics.recordSend('worker', 'retry', err);
-      metrics.recordRetry('worker', err.responseCode === undefined ? String(err.code) : String(err.responseCode));
-    });
-    settings.events.on('failed', (_job: OutboxJob, err: EmlApiError) => metrics.recordSend('worker', 'failed', err));
-    this.#removers.push(metrics.addActiveJobs(settings.activeJobs));
-    this.#removers.push(metrics.addQueue(settings.location.queueName, () => readOutboxSnapshot(this.#openQueue())));
-  }
-
-  /** The health and metrics port, once started. */
-  get endpoint(): OpsEndpoint | undefined {
-    return this.#endpoint;
-  }
-
-  /**
-   * Starts the health and metrics port when the `http` option asks for one.
-   * @throws {EmlApiError} `ECONFIG` when it cannot listen
-   */
-  async start(): Promise<void> {
-    if (!this.#http) return;
-    const { client, stuck, secrets } = this.#settings;
-    this.#endpoint = await startOpsEndpoint(
-      this.#http,
-      {
-        checks: [
-          outboxRedisReadiness(() => this.#settings.redis(), this.#settings.location),
-          { name: 'service', check: async () => void (await client.verify()) },
-          {
-            name: 'clock',
-            check: () => {
-              const problem = this.#settings.clock();
-              return problem === undefined ? Promise.resolve() : Promise.reject(new Error(problem));
-            },
-          },
-        ],
-        stuck,
-        secrets,
-      },
-      this.metrics,
-    );
-  }
-
-  /**
-   * Runs a job in a span of its own (`eml-api.job`, a consumer span that
-   * continues the trace of the request that queued the mail), and counts the
-   * runs that put the job back rather than end it (a 429's pause, a stop).
-   */
-  async run<T>(job: OutboxJob, work: () => Promise<T>): Promise<T> {
-    const data = (job.data ?? {}) as Partial<OutboxJobData>;
-    const span = startSpan('eml-api.job', {
-      kind: 'consumer',
-      parent: data.trace,
-      attributes: {
-        'eml_api.component': 'worker',
-        'messaging.system': 'bullmq',
-        'messaging.destination.name': this.#settings.location.queueName,
-        'messaging.message.id': String(job.id),
-        'eml_api.kind': data.kind,
-        'eml_api.message_id': data.messageId || undefined,
-        'eml_api.attempt': job.attemptsMade + 1,
-        'eml_api.bytes': data.size,
-      },
-    });
-    try {
-      const result = await span.run(work);
-      endSend(span, undefined, 'worker', { response: (result as Partial<OutboxSendResult> | undefined)?.response });
-      return result;
-    } catch (err) {
-      const name = (err as Error | undefined)?.name;
-      const putBack =
-        name === 'RateLimitError'
-          ? 'rate_limited'
-          : /^(Waiting|Delayed)Error$/.test(name ?? '')
-            ? 'handed_back'
-            : undefined;
-      if (putBack) {
-        span.set({ 'eml_api.outcome': putBack });
-        span.end();
-        this.metrics?.recordSend('worker', putBack, undefined);
-      } else {
-        const cause = (err as { cause?: unknown }).cause;
-        endSend(span, undefined, 'worker', { err: cause instanceof Error ? cause : err });
-      }
-      throw err;
-    }
-  }
-
-  /** `/readyz` fails from now on: the worker is stopping. */
-  stopping(): void {
-    this.#endpoint?.stopping();
-  }
-
-  /** Closes the port and what the gauges read with. */
-  async close(): Promise<void> {
-    for (const remove of this.#removers.splice(0)) remove();
-    await this.#endpoint?.close();
-    await this.#queue?.close().catch(() => undefined);
-  }
-
-  /** A queue object on the worker's own connection (BullMQ leaves a connection it was given open). */
-  #openQueue(): Queue<OutboxJobData, OutboxSendResult> {
-    if (!this.#queue) {
-      const { Queue } = loadBullmq();
-      this.#queue = new Queue<OutboxJobData, OutboxSendResult>(this.#settings.location.queueName, {
-        connection: this.#settings.redis(),
-        prefix: this.#settings.location.prefix,
-      });
-      this.#queue.on('error', () => undefined);
-    }
-    return this.#queue;
-  }
 }

@@ -5,15 +5,16 @@ import { requireQueuePeers } from './redis-connection.js';
 // Fails at import, saying what to install, when the optional peers bullmq or ioredis are missing.
 requireQueuePeers();
 
-// The producer: a Nodemailer transport that queues.
+// The producers: the store every producer goes through, and the Nodemailer transport that builds and stores.
+export { OutboxProducer, type OutboxMessage, type EmlApiQueuedMessageInfo } from './outbox-producer.js';
 export { EmlApiQueueTransport, type QueueSendCallback } from './eml-api-queue-transport.js';
 export type {
+  OutboxProducerOptions,
   EmlApiQueueTransportOptions,
   OutboxJobOptions,
   OutboxReplicas,
   QueueTransportTimeouts,
 } from './queue-transport-options.js';
-export type { EmlApiQueuedMessageInfo } from './eml-api-queue-transport.js';
 export type { RetryScheduleOptions } from './retry-schedule.js';
 export type { RedisConnectionInput } from './redis-connection.js';
 export type { OutboxClusterConnection } from './redis-connection.js';

@@ -1,6 +1,6 @@
 import type { Queue } from 'bullmq';
 import type { OutboxJobData, OutboxSendResult, OutboxJobError } from './outbox-job.js';
-import { resolveQueueLocation, outboxKeys, parseContentKey, type QueueLocation } from './queue-location.js';
+import { resolveQueueLocation, outboxKeys, parseContentKey, queueKey, type QueueLocation } from './queue-location.js';
 import {
   loadBullmq,
   closeOutboxRedis,
@@ -12,6 +12,8 @@ import {
   scannableServers,
 } from './redis-connection.js';
 import { redisFailure, trackConnectionErrors, watchRefusal } from './redis-failure.js';
+import { queueClient } from './bullmq-internals.js';
+import { queueRedisTime } from './redis-clock.js';
 import type { SendKind } from '../protocol/api-types.js';
 import type { MailEnvelope } from '../transport/nodemailer-types.js';
 
@@ -75,15 +77,6 @@ export async function openOutboxQueue(
       await closeOutboxRedis(client);
     },
   };
-}
-
-/**
- * The Redis connection of a BullMQ queue (BullMQ 5's `queue.client`, BullMQ
- * 6's `queue.getBackend().client`), for the outbox's own keys beside BullMQ's.
- */
-export async function queueRedis(queue: object): Promise<OutboxRedisClient> {
-  const q = queue as { getBackend?: () => { client: Promise<OutboxRedisClient> }; client?: Promise<OutboxRedisClient> };
-  return (await (q.getBackend ? q.getBackend().client : q.client))!;
 }
 
 /**
@@ -178,7 +171,7 @@ export async function readOutboxStatus(
       const job = await readJob(queue, id);
       if (job === undefined) return undefined;
       if (job instanceof SyntaxError) {
-        const message = `This job cannot be read: ${UNREADABLE} (${job.message}); look at it with a Redis client (HGETALL ${queue.toKey(id)}), or remove it with eml-api queue purge ${id}`;
+        const message = `This job cannot be read: ${UNREADABLE} (${job.message}); look at it with a Redis client (HGETALL ${queueKey(resolveQueueLocation(queue.name, queue.opts.prefix), id)}), or remove it with eml-api queue purge ${id}`;
         const none = { kind: undefined, group: undefined, envelope: undefined, messageId: undefined };
         return { queueId: id, ...none, encrypted: false, attempts: 0, failedAt: undefined, error: { message } };
       }
@@ -263,13 +256,11 @@ const MAY_HAVE_BEEN_DELIVERED =
  * named, those that may have been delivered and whose idempotency window has
  * passed (`resendUntil`): a worker would park them again. Named, they are put
  * back for one more send, taken as a person's word that they were not
- * delivered.
+ * delivered. A job put back by someone else while this runs (another
+ * operator, a dashboard, a `sendMail` with its key) is left to them, in
+ * `skipped`, and the others are still put back.
  *
  * @param options `ids`: the jobs to put back @default every failed job
- * A job put back by someone else while this runs (another operator, a
- * dashboard, a `sendMail` with its key) is left to them, in `skipped`, and
- * the others are still put back.
- *
  * @returns the job ids put back, those named that were not failed jobs, and those left with the reason
  * @example
  * const { retried, skipped } = await retryFailedSends(transport.queue); // all of them
@@ -324,7 +315,7 @@ export async function retryFailedSends(
     retried.push(id);
     // No longer waiting for a person (what the workers' sweep would find later), unless a worker has
     // parked it again meanwhile: its entry then names the new run.
-    const redis = await queueRedis(queue);
+    const redis = await queueClient(queue);
     await redis.eval(UNPARK, 1, parkedKey(queue), id, parkedRun).catch(() => undefined);
     return true;
   };
@@ -415,7 +406,7 @@ export async function purgeOutbox(
   queue: Queue<OutboxJobData, OutboxSendResult>,
   { ids, force = false }: PurgeOptions = {},
 ): Promise<PurgeResult> {
-  const redis = await queueRedis(queue);
+  const redis = await queueClient(queue);
   const location = resolveQueueLocation(queue.name, queue.opts.prefix);
   if (ids) return purgeJobs(queue, redis, location, ids);
   if (!force) {
@@ -425,8 +416,8 @@ export async function purgeOutbox(
   const counts = await queue.getJobCounts(...OUTBOX_STATES);
   await queue.obliterate({ force: true });
   // BullMQ's obliterate leaves its rate limit key: a 429's pause of every worker would outlive the queue.
-  await redis.del(queue.toKey('limiter'));
-  // Every content key: those the index names, then any other (written before the index, or a tombstone).
+  await redis.del(queueKey(location, 'limiter'));
+  // Every content key: those the index names, then any other (a tombstone, an entry removed by hand).
   let content = 0;
   const index = outboxKeys(location).contentIndex;
   for (;;) {
@@ -559,20 +550,20 @@ export async function readOutboxSnapshot(
   queue: Queue<OutboxJobData, OutboxSendResult>,
   now = Date.now(),
 ): Promise<OutboxSnapshot> {
-  const redis = await queueRedis(queue);
-  const jobKey = queue.toKey('');
+  const redis = await queueClient(queue);
+  const location = resolveQueueLocation(queue.name, queue.opts.prefix);
   const [raw, paused, nextRetry, nextNew, parked, sent, failed] = await Promise.all([
     queue.getJobCounts(...OUTBOX_STATES),
     queue.isPaused(),
     // Workers take the wait list from its right end, and the prioritized set from its lowest score.
-    redis.lindex(queue.toKey('wait'), -1),
-    redis.zrange(queue.toKey('prioritized'), 0, 0),
-    redis.zcard(parkedKey(queue)),
-    redis.zcount(queue.toKey('completed'), now - 60_000, '+inf'),
-    redis.zcount(queue.toKey('failed'), now - 60_000, '+inf'),
+    redis.lindex(queueKey(location, 'wait'), -1),
+    redis.zrange(queueKey(location, 'prioritized'), 0, 0),
+    redis.zcard(outboxKeys(location).parked),
+    redis.zcount(queueKey(location, 'completed'), now - 60_000, '+inf'),
+    redis.zcount(queueKey(location, 'failed'), now - 60_000, '+inf'),
   ]);
   const heads = [nextRetry, nextNew[0]].filter((id): id is string => typeof id === 'string');
-  const queuedAt = await Promise.all(heads.map((id) => redis.hget(`${jobKey}${id}`, 'timestamp')));
+  const queuedAt = await Promise.all(heads.map((id) => redis.hget(queueKey(location, id), 'timestamp')));
   const oldest = Math.min(...queuedAt.map((t) => Number(t)).filter((t) => Number.isFinite(t) && t > 0), now);
   return {
     counts: Object.fromEntries(OUTBOX_STATES.map((s) => [s, raw[s] ?? 0])) as Record<OutboxState, number>,
@@ -614,151 +605,9 @@ return left
 `;
 
 /**
- * Cuts a pause longer than `maxMs` to `maxMs`: one that a worker without
- * `maxRetryAfter` (before 0.2) set from a huge `Retry-After` would otherwise
- * keep every worker waiting for that long, restarts included.
+ * Cuts a pause longer than `maxMs` to `maxMs`.
  * @returns how long the pause was before it was cut, in ms; 0 when it was not
  */
 export async function capRateLimitPause(redis: OutboxRedisClient, limiterKey: string, maxMs: number): Promise<number> {
   return (await redis.eval(CAP_PAUSE, 1, limiterKey, PAUSE_MARK, maxMs)) as number;
-}
-
-/**
- * A duration for messages, in whole seconds (at least 1).
- */
-export function seconds(ms: number): string {
-  return `${Math.max(1, Math.round(ms / 1000))} s`;
-}
-
-/**
- * Redis's clock, for every time the outbox writes on a job and compares with
- * one (`possiblyAcceptedAt`, `resendUntil`, `lastError.at`). Workers run on
- * many machines: a time written with one machine's clock and read with
- * another's is off by their skew, and a worker 2 hours behind sent a message
- * again after the service's idempotency window had passed. Redis is the one
- * clock every worker shares (the sweeper reads it too).
- *
- * A `TIME` per job would be a round trip per send. A worker instead reads
- * `TIME` once a minute and, in between, adds the time elapsed on its
- * monotonic clock (`performance.now()`, which no NTP step or manual change
- * of the wall clock moves): off by half the round trip of that `TIME` at most,
- * plus the drift of a quartz over a minute (microseconds), where wall
- * clocks differ by hours.
- */
-
-/**
- * How often a {@link RedisClock} reads `TIME` again, in ms (1 minute).
- */
-export const REDIS_CLOCK_REFRESH = 60_000;
-
-/**
- * Redis's time, read once a minute and carried forward on the monotonic clock.
- */
-export class RedisClock {
-  readonly #read: () => Promise<number>;
-  readonly #refreshEvery: number;
-  readonly #monotonic: () => number;
-  readonly #wall: () => number;
-  /** Redis's time at one instant of the monotonic clock, and this machine's wall clock then. */
-  #sample: { redis: number; at: number; wall: number } | undefined;
-  #syncing: Promise<void> | undefined;
-
-  /**
-   * @param read reads Redis's time, in ms ({@link redisTime})
-   * @param options `refreshEvery` @default REDIS_CLOCK_REFRESH; `monotonic` @default performance.now
-   */
-  constructor(
-    read: () => Promise<number>,
-    {
-      refreshEvery = REDIS_CLOCK_REFRESH,
-      monotonic = () => performance.now(),
-      wall = () => Date.now(),
-    }: ClockOptions = {},
-  ) {
-    this.#read = read;
-    this.#refreshEvery = refreshEvery;
-    this.#monotonic = monotonic;
-    this.#wall = wall;
-  }
-
-  /**
-   * Reads Redis's time now (one round trip); calls made meanwhile share it.
-   * @throws Redis's errors
-   */
-  sync(): Promise<void> {
-    this.#syncing ??= (async () => {
-      const before = this.#monotonic();
-      const redis = await this.#read();
-      const after = this.#monotonic();
-      // Redis read its clock somewhere within the round trip: its middle is off by half of it at most.
-      this.#sample = { redis, at: (before + after) / 2, wall: this.#wall() - (after - before) / 2 };
-    })().finally(() => (this.#syncing = undefined));
-    return this.#syncing;
-  }
-
-  /**
-   * How far this machine's clock (`Date.now()`) is ahead of Redis's (behind:
-   * negative), in ms, from the last reading carried forward; undefined before
-   * the first. No round trip.
-   */
-  offset(): number | undefined {
-    const sample = this.#sample;
-    if (sample === undefined) return undefined;
-    return this.#wall() - (sample.redis + (this.#monotonic() - sample.at));
-  }
-
-  /**
-   * Redis's time now, in ms since the epoch: a round trip once a minute, none
-   * otherwise. When Redis cannot be read, the last reading carried forward
-   * (exact as long as the monotonic clock is).
-   * @throws Redis's errors, when it was never read
-   */
-  async now(): Promise<number> {
-    const last = this.#sample;
-    const since = last === undefined ? 0 : this.#monotonic() - last.at;
-    // The monotonic clock misses a suspend of the machine (a VM paused, a host asleep): when the wall clock
-    // moved otherwise than it since the reading, the reading carried forward is behind; read it again.
-    const stale =
-      last === undefined || since >= this.#refreshEvery || Math.abs(this.#wall() - last.wall - since) > SUSPEND_MS;
-    if (stale) {
-      try {
-        await this.sync();
-      } catch (err) {
-        if (this.#sample === undefined) throw err;
-      }
-    }
-    const sample = this.#sample!;
-    return Math.round(sample.redis + (this.#monotonic() - sample.at));
-  }
-}
-
-/** How far the wall clock may move otherwise than the monotonic one before Redis's time is read again, in ms. */
-const SUSPEND_MS = 2_000;
-
-/**
- * Options of {@link RedisClock}.
- */
-export interface ClockOptions {
-  /** How often `TIME` is read again, in ms. */
-  refreshEvery?: number;
-  /** The monotonic clock, in ms. */
-  monotonic?: () => number;
-  /** This machine's wall clock, in ms. */
-  wall?: () => number;
-}
-
-/**
- * Redis's clock (`TIME`), in ms since the epoch.
- */
-export async function redisTime(redis: OutboxRedisClient): Promise<number> {
-  const [seconds, micros] = await redis.time();
-  return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
-}
-
-/**
- * Redis's clock, read through a BullMQ queue's own connection (BullMQ 5's
- * `queue.client`, BullMQ 6's `queue.getBackend().client`).
- */
-export async function queueRedisTime(queue: object): Promise<number> {
-  return redisTime(await queueRedis(queue));
 }

@@ -1,6 +1,17 @@
 import { randomBytes } from 'node:crypto';
 import { configError, describe } from '../shared/options-kit.js';
 
+/*
+ * Every Redis key name the outbox uses is built here: BullMQ's keys of a
+ * queue that the outbox's own scripts read (`{prefix}:{queue}:{name}`, a
+ * job's hash `{prefix}:{queue}:{jobId}` and its lock beside it), the content
+ * of each queued send, `{prefix}:{queue}:content:{jobId}:{createdMs}-{random}`
+ * (the job id lets the sweeper judge it; the random part keeps a second
+ * enqueue of the same id from overwriting the first one's bytes), and the
+ * outbox's own keys, `{prefix}:{queue}:outbox:{name}`. Job ids escape ":",
+ * so no job's key is one of those.
+ */
+
 /**
  * The queue's name when none is given.
  */
@@ -36,49 +47,46 @@ export function resolveQueueLocation(queueName: unknown, prefix: unknown): Queue
   if (typeof keyPrefix !== 'string' || !/^[\x21-\x7e]{1,100}$/.test(keyPrefix)) {
     throw configError('prefix', `expected 1 to 100 visible ASCII characters, got ${describe(keyPrefix)}`);
   }
-  return { queueName: name, prefix: keyPrefix, contentKeyPrefix: contentKeyPrefix(keyPrefix, name) };
+  return { queueName: name, prefix: keyPrefix, contentKeyPrefix: `${keyPrefix}:${name}:content:` };
+}
+
+type Where = Pick<QueueLocation, 'prefix' | 'queueName'>;
+
+/**
+ * One of BullMQ's keys of the queue (`failed`, `completed`, `limiter`, `meta`...), or, with a job id,
+ * the job's hash. `meta` also routes a command to the queue's master on a cluster.
+ */
+export function queueKey(location: Where, name: string): string {
+  return `${location.prefix}:${location.queueName}:${name}`;
 }
 
 /**
- * The names of the outbox's own keys in Redis, beside BullMQ's: the content
- * of each queued send, `{prefix}:{queue}:content:{jobId}:{createdMs}-{random}`
- * (the job id lets the sweeper find keys whose job is gone, and the random
- * part keeps a second enqueue of the same job id from overwriting the first
- * one's bytes), and the content index and sweeper lock of a queue.
+ * BullMQ's lock of a job: the token of the worker running it.
  */
-
-/**
- * Where the content keys of a queue start.
- */
-export function contentKeyPrefix(prefix: string, queueName: string): string {
-  return `${prefix}:${queueName}:content:`;
+export function jobLockKey(location: Where, jobId: string): string {
+  return `${queueKey(location, jobId)}:lock`;
 }
 
 /**
- * The outbox's own keys of a queue, beside BullMQ's. Their names have a colon
- * after `outbox`, which no job id has (job ids escape ":"), so no job's key
- * can be one of them.
+ * The outbox's own keys of a queue, beside BullMQ's.
  */
-export function outboxKeys(location: { prefix: string; queueName: string }): {
+export function outboxKeys(location: Where): {
   /** Sorted set: every content key, scored with its producer's deadline to add the job (Redis time, ms). */
   contentIndex: string;
   /** The lock of the one sweeper at work. */
   sweepLock: string;
-  /** Hash: the check value of each encryption key id in use (key-checks.ts). */
+  /** Hash: the check value of each encryption key id in use. */
   keyChecks: string;
-  /** Set, for a day, once the sweeper has looked for content written before the index. */
-  legacyScanned: string;
   /** Sorted set: the failed jobs parked for a person, scored with the `processedOn` of the run that parked them. */
   parked: string;
-  /** Hash: who the queue belongs to (queue-owner.ts). */
+  /** Hash: who the queue belongs to. */
   owner: string;
 } {
-  const base = `${location.prefix}:${location.queueName}:outbox:`;
+  const base = queueKey(location, 'outbox:');
   return {
     contentIndex: `${base}content-index`,
     sweepLock: `${base}sweep-lock`,
     keyChecks: `${base}keys`,
-    legacyScanned: `${base}legacy-scanned`,
     parked: `${base}parked`,
     owner: `${base}owner`,
   };
@@ -93,9 +101,8 @@ export function newContentKey(keyPrefix: string, jobId: string, now = Date.now()
 }
 
 /**
- * The job id and creation time a content key names, or undefined for a key of another form. Job ids
- * have no colon (outboxJobId escapes it): a key with one more is another queue's whose prefix nests in
- * this one's (prefix `bull:x`, queue `content`, beside prefix `bull`, queue `x`).
+ * The job id and creation time a content key names, or undefined for a key of another form. A key with
+ * one more colon is another queue's whose prefix nests in this one's (job ids have none).
  */
 export function parseContentKey(keyPrefix: string, key: string): { jobId: string; createdAt: number } | undefined {
   if (!key.startsWith(keyPrefix)) return undefined;

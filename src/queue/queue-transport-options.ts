@@ -10,7 +10,6 @@ import {
   refuseUnknownKeys,
   loggerOption,
   wholeNumber,
-  type RenamedOptions,
 } from '../shared/options-kit.js';
 import type { RedisConnectionInput } from './redis-connection.js';
 import { type OutboxEncryption, resolveEncryption, type OutboxKeyring } from './content-cipher.js';
@@ -33,7 +32,7 @@ import { accountFingerprint, resolveAccount } from './queue-owner.js';
 /**
  * BullMQ job options a producer may set on its jobs. The job id is the
  * send's idempotency key, so it is not among them; `removeOnComplete` and
- * `removeOnFail` cannot be `true` (see {@link EmlApiQueueTransportOptions.jobOptions}).
+ * `removeOnFail` cannot be `true` (see {@link OutboxProducerOptions.jobOptions}).
  *
  * @example
  * const jobOptions: OutboxJobOptions = { priority: 1, removeOnFail: { age: 30 * 86400 } };
@@ -47,8 +46,8 @@ export type OutboxJobOptions = Omit<
 };
 
 /**
- * How many Redis replicas must confirm a message before `sendMail` resolves
- * (see {@link EmlApiQueueTransportOptions.replicas}).
+ * How many Redis replicas must confirm a message before it is acknowledged
+ * (see {@link OutboxProducerOptions.replicas}).
  * @example
  * const replicas: OutboxReplicas = { count: 1, timeoutMs: 500 };
  */
@@ -63,7 +62,7 @@ export interface OutboxReplicas {
 }
 
 /**
- * Time limits of {@link EmlApiQueueTransport}, in milliseconds.
+ * Time limits of a producer ({@link OutboxProducer}, {@link EmlApiQueueTransport}), in milliseconds.
  * @example
  * const timeouts: QueueTransportTimeouts = { store: 10_000 };
  */
@@ -79,13 +78,14 @@ export interface QueueTransportTimeouts {
 }
 
 /**
- * Options of {@link EmlApiQueueTransport}. No API key: the producer only
- * stores messages; the workers that send them have the key.
+ * Options of {@link OutboxProducer}, the store every producer of the outbox
+ * goes through. No API key: a producer only stores messages; the workers
+ * that send them have the key.
  *
  * @example
- * const transport = new EmlApiQueueTransport({ connection: process.env.REDIS_URL!, queueName: 'mail' });
+ * const producer = new OutboxProducer({ connection: process.env.REDIS_URL!, queueName: 'mail' });
  */
-export interface EmlApiQueueTransportOptions {
+export interface OutboxProducerOptions {
   /** Redis: a `redis://` or `rediss://` URL, ioredis options, or an ioredis instance (which you then close). */
   connection: RedisConnectionInput;
   /**
@@ -143,16 +143,10 @@ export interface EmlApiQueueTransportOptions {
    */
   maxMessageSize?: number;
   /**
-   * Sends building and storing at once; more wait in order. `isIdle()` is
-   * true while one more would start at once.
+   * Messages storing at once; more wait in order.
    * @default 10
    */
   concurrency?: number;
-  /**
-   * Where large messages are spooled while they are built (as with the direct transport).
-   * @default { threshold: 2097152 (2 MiB), directory: os.tmpdir() }
-   */
-  spool?: SpoolOptions;
   /**
    * Time limits in milliseconds.
    * @default { store: 30000 }
@@ -161,22 +155,13 @@ export interface EmlApiQueueTransportOptions {
    */
   timeouts?: QueueTransportTimeouts;
   /**
-   * Build messages on this many worker threads (`'auto'`: one per core), as
-   * the direct transport's `buildThreads` does: the same bytes, off the
-   * thread that calls `sendMail`.
-   * @default undefined (off)
-   * @example
-   * new EmlApiQueueTransport({ connection, buildThreads: 2 });
-   */
-  buildThreads?: number | 'auto' | false;
-  /**
    * What Redis must guarantee before mail is queued; checked on the first
    * send and by `verify()`, with `maxmemory-policy noeviction` always
    * required. `'warn'` queues in any case and logs a warning when Redis runs
    * without its append-only file (a queued message then survives no restart
    * of Redis); `'aof'` refuses (`ECONFIG`) unless `appendonly yes`;
    * `'aof-always'` also needs `appendfsync always` (every write on disk
-   * before `sendMail` resolves, as Postfix fsyncs before its `250`). Where
+   * before a message is acknowledged, as Postfix fsyncs before its `250`). Where
    * Redis does not let the settings be read, a warning is logged instead.
    * @default 'warn'
    * @example
@@ -195,14 +180,14 @@ export interface EmlApiQueueTransportOptions {
    */
   durabilityVerified?: boolean;
   /**
-   * Replicas of Redis that must hold each message before `sendMail`
-   * resolves. Redis replicates asynchronously: without this, a message is
+   * Replicas of Redis that must hold each message before it is
+   * acknowledged (`sendMail` resolves). Redis replicates asynchronously: without this, a message is
    * acknowledged once its master has it, and a failover to a replica that
    * had not received it yet loses it (a master that dies mid-stream, or one
    * that hangs while its replica takes over). With it, the producer sends
    * `WAIT count timeoutMs` with the job's add, in the same round trip, and
    * resolves only once `count` replicas confirmed every write of the message
-   * (its content, its job). When fewer do within `timeoutMs`, `sendMail`
+   * (its content, its job). When fewer do within `timeoutMs`, the send
    * rejects with `ETIMEDOUT` and `mayHaveBeenAccepted: true`: the message is
    * queued on the master and will most likely be sent, but it could still be
    * lost in a failover; queue it again with the same `idempotencyKey`
@@ -230,10 +215,40 @@ export interface EmlApiQueueTransportOptions {
    */
   encryption?: OutboxEncryption;
   /**
-   * Where the transport logs: `true` for the console, or a logger object.
+   * Where the producer logs: `true` for the console, or a logger object.
    * @default false
    */
   logger?: boolean | EmlApiLogger;
+}
+
+/**
+ * Options of {@link EmlApiQueueTransport}: a producer's, and how it builds
+ * messages. No API key: the workers that send them have it.
+ *
+ * @example
+ * const transport = new EmlApiQueueTransport({ connection: process.env.REDIS_URL!, queueName: 'mail' });
+ */
+export interface EmlApiQueueTransportOptions extends OutboxProducerOptions {
+  /**
+   * Sends building and storing at once; more wait in order. `isIdle()` is
+   * true while one more would start at once.
+   * @default 10
+   */
+  concurrency?: number;
+  /**
+   * Where large messages are spooled while they are built (as with the direct transport).
+   * @default { threshold: 2097152 (2 MiB), directory: os.tmpdir() }
+   */
+  spool?: SpoolOptions;
+  /**
+   * Build messages on this many worker threads (`'auto'`: one per core), as
+   * the direct transport's `buildThreads` does: the same bytes, off the
+   * thread that calls `sendMail`.
+   * @default undefined (off)
+   * @example
+   * new EmlApiQueueTransport({ connection, buildThreads: 2 });
+   */
+  buildThreads?: number | 'auto' | false;
 }
 
 /**
@@ -242,8 +257,8 @@ export interface EmlApiQueueTransportOptions {
  */
 export const DEFAULT_MAX_MESSAGE_SIZE = maxUploadableSize(MAX_REQUEST_SIZE);
 
-/** Every option of the queue transport. */
-const QUEUE_TRANSPORT_OPTIONS = [
+/** Every option of a producer. */
+const PRODUCER_OPTIONS = [
   'connection',
   'queueName',
   'account',
@@ -252,24 +267,20 @@ const QUEUE_TRANSPORT_OPTIONS = [
   'jobOptions',
   'maxMessageSize',
   'concurrency',
-  'spool',
   'timeouts',
-  'buildThreads',
   'durability',
   'durabilityVerified',
   'replicas',
   'encryption',
   'logger',
-] as const satisfies readonly (keyof EmlApiQueueTransportOptions)[];
+] as const satisfies readonly (keyof OutboxProducerOptions)[];
 
-/** The queue transport's options renamed before 1.0, refused with their new name. */
-const QUEUE_TRANSPORT_RENAMED: RenamedOptions = {
-  maxMessageBytes:
-    'renamed to maxMessageSize, which counts the message itself, not its Base64 upload (maxMessageBytes 52428800 is maxMessageSize 39321591)',
-  storeTimeout: 'renamed to timeouts: { store }',
-  retries:
-    'the outbox retries on its schedule: retry { attempts, delay, maxDelay, jitter } (attempts counts the first try)',
-};
+/** Every option of the queue transport: a producer's and its own. */
+const QUEUE_TRANSPORT_OPTIONS = [
+  ...PRODUCER_OPTIONS,
+  'spool',
+  'buildThreads',
+] as const satisfies readonly (keyof EmlApiQueueTransportOptions)[];
 /**
  * How long sent jobs are kept, in seconds: the service's idempotency window
  * (24 hours), so a repeated `idempotencyKey` is still recognised.
@@ -283,15 +294,12 @@ export const KEEP_FAILED_SECONDS = 7 * 24 * 3600;
 /**
  * Producer options after validation.
  */
-export interface ResolvedQueueTransportOptions extends QueueLocation {
+export interface ResolvedProducerOptions extends QueueLocation {
   jobOptions: OutboxJobOptions;
   maxMessageSize: number;
   concurrency: number;
-  spool: SpoolSettings;
   /** `timeouts.store`. */
   storeTimeout: number;
-  /** Build threads (0: none). */
-  buildThreads: number;
   durability: OutboxDurability;
   /** `durabilityVerified`. */
   durabilityVerified: boolean;
@@ -305,14 +313,53 @@ export interface ResolvedQueueTransportOptions extends QueueLocation {
 }
 
 /**
- * Checks the options of {@link EmlApiQueueTransport} (all but `connection`).
+ * The queue transport's own options after validation, and the producer's options as given.
+ */
+export interface ResolvedQueueTransportOptions {
+  producer: OutboxProducerOptions;
+  concurrency: number;
+  spool: SpoolSettings;
+  /** Build threads (0: none). */
+  buildThreads: number;
+}
+
+/**
+ * Checks the options of {@link EmlApiQueueTransport} of its own, and that it knows every option given
+ * (the producer checks its own).
  * @throws {EmlApiError} `ECONFIG` naming the option
  */
 export function resolveQueueTransportOptions(options: EmlApiQueueTransportOptions): ResolvedQueueTransportOptions {
+  checkOptionsObject(options);
+  refuseUnknownKeys(options, QUEUE_TRANSPORT_OPTIONS, '');
+  const { spool, buildThreads, ...producer } = options;
+  return {
+    producer,
+    concurrency: concurrencyOption(options.concurrency),
+    spool: resolveSpool(spool),
+    buildThreads: resolveBuildThreads(buildThreads),
+  };
+}
+
+/** The largest `concurrency`. */
+export const MAX_CONCURRENCY = 10_000;
+
+function concurrencyOption(value: unknown): number {
+  return wholeNumber(value, 'concurrency', 1, MAX_CONCURRENCY, 10);
+}
+
+function checkOptionsObject(options: unknown): void {
   if (typeof options !== 'object' || options === null) {
     throw new EmlApiError('ECONFIG', 'Options must be an object with at least connection', { permanent: true });
   }
-  refuseUnknownKeys(options, QUEUE_TRANSPORT_OPTIONS, '', QUEUE_TRANSPORT_RENAMED);
+}
+
+/**
+ * Checks the options of {@link OutboxProducer}.
+ * @throws {EmlApiError} `ECONFIG` naming the option
+ */
+export function resolveProducerOptions(options: OutboxProducerOptions): ResolvedProducerOptions {
+  checkOptionsObject(options);
+  refuseUnknownKeys(options, PRODUCER_OPTIONS, '');
   if (options.connection === undefined || options.connection === null) {
     throw configError('connection', 'required: a redis:// URL, ioredis options or an ioredis instance');
   }
@@ -355,10 +402,8 @@ export function resolveQueueTransportOptions(options: EmlApiQueueTransportOption
       priority: newMessagePriority(jobOptions.priority),
     },
     maxMessageSize: wholeNumber(options.maxMessageSize, 'maxMessageSize', 1, 2 ** 40, DEFAULT_MAX_MESSAGE_SIZE),
-    concurrency: wholeNumber(options.concurrency, 'concurrency', 1, 10_000, 10),
-    spool: resolveSpool(options.spool),
+    concurrency: concurrencyOption(options.concurrency),
     storeTimeout,
-    buildThreads: resolveBuildThreads(options.buildThreads),
     durability: resolveDurability(options.durability),
     durabilityVerified: booleanOption(options.durabilityVerified, 'durabilityVerified', false),
     account: fingerprintOf(resolveAccount(options.account)),

@@ -2,7 +2,7 @@ import type * as Ioredis from 'ioredis';
 import type { Cluster, Redis, RedisOptions, ClusterOptions } from 'ioredis';
 import type * as Bullmq from 'bullmq';
 import { configError, describe, requirePeer } from '../shared/options-kit.js';
-import type { QueueLocation } from './queue-location.js';
+import { queueKey, type QueueLocation } from './queue-location.js';
 
 /**
  * Where the outbox's Redis is: a `redis://` or `rediss://` URL, ioredis
@@ -324,7 +324,7 @@ export function isClusterConnection(connection: unknown): connection is OutboxCl
  * @throws {EmlApiError} `ECONFIG` naming `prefix`
  */
 export function checkClusterLocation(location: QueueLocation): void {
-  const base = `${location.prefix}:${location.queueName}`;
+  const base = queueKey(location, '');
   const open = base.indexOf('{');
   const close = open === -1 ? -1 : base.indexOf('}', open + 1);
   if (open === -1 || close <= open + 1) {
@@ -449,15 +449,14 @@ function sameCredentials(a: RedisOptions, b: RedisOptions): boolean {
   return a.username === b.username && a.password === b.password && (a.tls === undefined) === (b.tls === undefined);
 }
 
-/**
+/*
  * Which nodes of a Redis Cluster the outbox talks to beyond the cluster
  * client's routing: the nodes that serve the queue's hash slot (whose
  * settings decide whether queued mail survives), and every master that
- * answers (for the SCANs of the sweeper's legacy look and of the whole
- * queue's purge). A cluster may run with a master down and its slots
- * uncovered (`cluster-require-full-coverage no`), or with a replica lost:
- * a node that does not serve the queue's slot must not stop the outbox
- * (review, cluster finding 2).
+ * answers (for the SCAN of the whole queue's purge). A cluster may run with
+ * a master down and its slots uncovered (`cluster-require-full-coverage
+ * no`), or with a replica lost: a node that does not serve the queue's slot
+ * must not stop the outbox.
  */
 
 /**

@@ -267,10 +267,8 @@ export function withoutArguments<T>(err: T): T {
  * Redis that is not a cluster (`ERR This instance has cluster support
  * disabled`). A cluster client hides them: it says only "Failed to refresh
  * slots cache." (or times out), again and again, and keeps the node's answer
- * in the error's `lastNodeError`; a worker waited for ever, saying neither
- * why nor giving up, and the CLI timed out (review, cluster finding 3).
- * Found, they end the start of a worker, a producer's check and the CLI's
- * commands with an `ECONFIG` that says why. Redis's replies name no password,
+ * in the error's `lastNodeError`. Found, they end the start of a worker, a
+ * producer's check and the CLI's commands with an `ECONFIG` that says why. Redis's replies name no password,
  * and the message is built from them alone.
  */
 

@@ -11,7 +11,7 @@ import {
 } from './redis-connection.js';
 import { configError } from '../shared/options-kit.js';
 import type { OutboxKeyring } from './content-cipher.js';
-import { outboxKeys, type QueueLocation } from './queue-location.js';
+import { outboxKeys, queueKey, type QueueLocation } from './queue-location.js';
 import type { ReadinessCheck } from '../observability/ops-server.js';
 
 /**
@@ -23,7 +23,7 @@ import type { ReadinessCheck } from '../observability/ops-server.js';
  * its replicas, since a failover makes one of them the master. Not the
  * others: a cluster may run with a master of other slots down
  * (`cluster-require-full-coverage no`) or a replica lost, and the outbox,
- * whose keys share one slot, works on (review, cluster finding 2).
+ * whose keys share one slot, works on.
  */
 
 /**
@@ -137,7 +137,7 @@ export async function checkRedisSettings(
   if (redis.status !== 'ready') await redis.ping();
   // The master of the queue's slot must answer (nothing of the queue works without it); any other node
   // may be down, and is then skipped.
-  const serving = location ? slotNodes(redis, `${location.prefix}:${location.queueName}:meta`) : [];
+  const serving = location ? slotNodes(redis, queueKey(location, 'meta')) : [];
   const master: Redis | undefined = serving[0];
   const others = location ? serving.slice(1) : redis.nodes('all');
   const warnings = new Map<string, { message: string; nodes: number }>();
@@ -432,7 +432,7 @@ export class RedisSettingsWatch {
       const location = this.#options.location;
       if (location) {
         on(redis, 'refresh', () => {
-          const master = slotNodes(redis, `${location.prefix}:${location.queueName}:meta`)[0];
+          const master = slotNodes(redis, queueKey(location, 'meta'))[0];
           const name = master && nodeName(master);
           if (this.#master !== undefined && name !== this.#master) bump();
           this.#master = name;
@@ -526,7 +526,7 @@ export function outboxRedisReadiness(
       const client = await redis();
       // On a cluster a PING goes to a node picked at random (which may be one that is down): a read of a key
       // of the queue goes to the master of its slot, the node that must answer.
-      if (location && isClusterClient(client)) await client.exists(`${location.prefix}:${location.queueName}:meta`);
+      if (location && isClusterClient(client)) await client.exists(queueKey(location, 'meta'));
       else await client.ping();
       const watching = [...(watches.get(client.options) ?? [])];
       if (watching.length > 0) {

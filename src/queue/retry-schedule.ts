@@ -1,6 +1,6 @@
 import type { BackoffOptions } from 'bullmq';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { objectOption, refuseUnknownKeys, share, wholeNumber, type RenamedOptions } from '../shared/options-kit.js';
+import { objectOption, refuseUnknownKeys, share, wholeNumber } from '../shared/options-kit.js';
 
 /**
  * When a send that failed for a passing reason (the service unreachable, a
@@ -60,25 +60,10 @@ export const DEFAULT_RETRY_SCHEDULE: Readonly<Required<RetryScheduleOptions>> = 
 export const OUTBOX_BACKOFF_TYPE = 'eml-api-outbox';
 
 /**
- * The backoff type jobs queued before it was renamed carry (`eml-api-relay`,
- * a name from when the outbox was the relay's; issue 17): BullMQ looks a
- * job's backoff up by the type stored on the job, so workers still compute
- * the waits of jobs that carry it.
- */
-export const LEGACY_OUTBOX_BACKOFF_TYPE = 'eml-api-relay';
-
-/**
- * Whether a job's backoff type is the outbox's (its name now, or the one jobs queued before carry).
- */
-export function isOutboxBackoffType(type: string | undefined): boolean {
-  return type === OUTBOX_BACKOFF_TYPE || type === LEGACY_OUTBOX_BACKOFF_TYPE;
-}
-
-/**
  * BullMQ backoff options of the outbox: BullMQ's own, plus the cap.
  */
 export interface OutboxBackoffOptions extends BackoffOptions {
-  type: typeof OUTBOX_BACKOFF_TYPE | typeof LEGACY_OUTBOX_BACKOFF_TYPE;
+  type: typeof OUTBOX_BACKOFF_TYPE;
   delay: number;
   maxDelay: number;
   jitter: number;
@@ -92,7 +77,7 @@ export interface OutboxBackoffOptions extends BackoffOptions {
 export function resolveRetrySchedule(options: RetryScheduleOptions | undefined): Required<RetryScheduleOptions> {
   if (options === undefined) return { ...DEFAULT_RETRY_SCHEDULE };
   const o = objectOption(options, 'retry', '{ attempts, delay, maxDelay, jitter }');
-  refuseUnknownKeys(o, RETRY_SCHEDULE_KEYS, 'retry.', RETRY_SCHEDULE_RENAMED);
+  refuseUnknownKeys(o, RETRY_SCHEDULE_KEYS, 'retry.');
   const delay = wholeNumber(o.delay, 'retry.delay', 0, Number.MAX_SAFE_INTEGER, DEFAULT_RETRY_SCHEDULE.delay);
   return {
     attempts: wholeNumber(o.attempts, 'retry.attempts', 1, Number.MAX_SAFE_INTEGER, DEFAULT_RETRY_SCHEDULE.attempts),
@@ -114,13 +99,6 @@ const RETRY_SCHEDULE_KEYS = [
   'maxDelay',
   'jitter',
 ] as const satisfies readonly (keyof RetryScheduleOptions)[];
-
-/** The client's retry names, refused in the outbox's schedule with theirs. */
-const RETRY_SCHEDULE_RENAMED: RenamedOptions = {
-  limit: 'the outbox counts retry.attempts, the first try included (limit 3 is attempts 4)',
-  baseDelay: 'renamed to retry.delay',
-  retryAmbiguous: "the outbox always resends under the job's idempotency key: there is nothing to set",
-};
 
 /**
  * The BullMQ job options of a schedule: `attempts` and the outbox's backoff.

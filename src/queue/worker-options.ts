@@ -1,10 +1,5 @@
 import type { WorkerOptions } from 'bullmq';
-import {
-  type EmlApiClientOptions,
-  CLIENT_OPTIONS,
-  CLIENT_RENAMED,
-  resolveRateLimit,
-} from '../client/client-options.js';
+import { type EmlApiClientOptions, CLIENT_OPTIONS, resolveRateLimit } from '../client/client-options.js';
 import type { RateLimitOptions } from '../http/requester.js';
 import {
   type EmlApiLogger,
@@ -14,7 +9,6 @@ import {
   loggerOption,
   refuseUnknownKeys,
   wholeNumber,
-  type RenamedOptions,
 } from '../shared/options-kit.js';
 import type { RedisConnectionInput } from './redis-connection.js';
 import { type OutboxEncryption, resolveEncryption, type OutboxKeyring } from './content-cipher.js';
@@ -165,8 +159,8 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * next attempt; one answer asking for a year (a broken proxy, a quota page)
    * would stop all sending for that long, restarts included (the pause is in
    * Redis). Longer ones are cut to this, with a warning, and a worker that
-   * starts cuts a longer pause it finds (one set before this option existed):
-   * the queue tries again then, and a service still busy answers 429 again.
+   * starts cuts a longer pause it finds: the queue tries again then, and a
+   * service still busy answers 429 again.
    * @default 900000 (15 minutes)
    * @example
    * await startEmlApiWorker({ connection, apiKey, baseUrl, maxRetryAfter: 60 * 60_000 });
@@ -251,17 +245,6 @@ const WORKER_OPTIONS = [
   'http',
   'metrics',
 ] as const satisfies readonly (keyof EmlApiWorkerOptions)[];
-
-/** The worker's options renamed (or gone) before 1.0, refused with what to use. */
-const WORKER_RENAMED: RenamedOptions = {
-  ...CLIENT_RENAMED,
-  limiter: 'renamed to rateLimit: { max, duration }',
-  retries:
-    "the worker makes one try per job run; the outbox's retry schedule is the producer's retry option (EmlApiQueueTransport({ retry: { attempts, delay, maxDelay, jitter } }))",
-  retry:
-    "the worker makes one try per job run; the outbox's retry schedule is the producer's retry option (EmlApiQueueTransport({ retry: { attempts, delay, maxDelay, jitter } }))",
-  spool: 'the worker sends stored messages from Redis and spools nothing',
-};
 
 /**
  * The default of `maxStalls`: stalls a job may have and still be retried.
@@ -351,7 +334,7 @@ export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWork
       permanent: true,
     });
   }
-  refuseUnknownKeys(options, WORKER_OPTIONS, '', WORKER_RENAMED);
+  refuseUnknownKeys(options, WORKER_OPTIONS, '');
   const {
     connection,
     queueName,

@@ -4,11 +4,11 @@ import { loggerOption, type EmlApiLogger } from '../shared/options-kit.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { EmlApiClient } from '../client/eml-api-client.js';
 import { outboxFailureReply, serviceFailureReply, type KeyOwner, type SmtpReply } from './smtp-replies.js';
-import { emlBodyLength } from '../body/eml-upload-body.js';
 import { EmlApiQueueTransport } from '../queue/eml-api-queue-transport.js';
-import type { EmlApiQueueTransportOptions } from '../queue/queue-transport-options.js';
+import { MAX_CONCURRENCY, type EmlApiQueueTransportOptions } from '../queue/queue-transport-options.js';
 import { outboxRedisReadiness } from '../queue/redis-settings.js';
-import { queueRedis } from '../queue/outbox-admin.js';
+import { queueClient } from '../queue/bullmq-internals.js';
+import { resolveQueueLocation } from '../queue/queue-location.js';
 
 /** A message the relay received and checked, ready to leave. */
 export interface RelayedMessage {
@@ -92,9 +92,6 @@ export function directDestination(shares: UploadShares = new UploadShares()): Me
   };
 }
 
-/** The largest `concurrency` the queue transport takes. */
-const MAX_CONCURRENCY = 10_000;
-
 /**
  * The destination of the `queue` option (`eml-api relay --redis`): the
  * outbox. The relay answers `250` once Redis has stored the message; the
@@ -102,9 +99,9 @@ const MAX_CONCURRENCY = 10_000;
  * day, under the message's idempotency key.
  *
  * @param queue a queue transport the caller owns (left open on close), or the
- *   options of one the relay makes and closes
- * @param maxClients the relay's `maxClients`: a transport the relay makes
- *   stores that many messages at once unless its options set `concurrency`
+ *   options of one the relay makes and closes; the relay stores through its producer
+ * @param maxClients the relay's `maxClients`: a transport the relay makes stores that many messages at once
+ *   unless its options set `concurrency`
  * @param logger the relay's: a transport the relay makes logs there unless its options name a logger, and every
  *   line it logs for a message carries the message's session fields ({@link withMessageLogFields})
  */
@@ -114,10 +111,8 @@ export function queueDestination(
   logger: EmlApiLogger,
 ): MessageDestination {
   const owned = !(queue instanceof EmlApiQueueTransport);
-  // The transport's `concurrency` (10 by default) bounds how many messages Nodemailer builds at
-  // once. A relay's messages are already spooled when they reach it, and each connection has one
-  // at a time: a limit below maxClients only makes clients wait in line for Redis (20 sessions of
-  // smtp-source were accepted 2-10% faster with it at maxClients).
+  // A relay's messages are spooled already, one per connection at a time: a lower limit only makes clients
+  // wait in line for Redis.
   const transport =
     queue instanceof EmlApiQueueTransport
       ? queue
@@ -126,24 +121,20 @@ export function queueDestination(
           ...queue,
           logger: queueLogger(queue.logger, logger),
         });
+  const { producer } = transport;
   return {
     name: 'outbox',
     async deliver(message, _sender, signal) {
       const { spooled } = message;
-      const info = await transport.queueContent(
+      const info = await producer.enqueue(
         {
-          kind: 'eml',
-          envelope: { from: message.envelope.from || false, to: [...message.envelope.to] },
-          messageId: message.messageId,
+          content: spooled.open(),
           size: spooled.size,
-          requestBytes: emlBodyLength(spooled.size),
-          fromDiffers: false,
-          open: () => spooled.open(),
-          // The relay disposes of the spooled message once deliver() settles.
-          dispose: () => Promise.resolve(),
+          envelope: { from: message.envelope.from || false, to: message.envelope.to },
+          messageId: message.messageId,
+          idempotencyKey: message.idempotencyKey,
         },
-        message.idempotencyKey,
-        signal,
+        { signal },
       );
       return { id: info.queueId };
     },
@@ -153,10 +144,10 @@ export function queueDestination(
       await transport.verify();
     },
     readiness: () =>
-      outboxRedisReadiness(() => queueRedis(transport.queue), {
-        prefix: transport.queue.opts.prefix ?? 'bull',
-        queueName: transport.queue.name,
-      }).check(),
+      outboxRedisReadiness(
+        () => queueClient(transport.queue),
+        resolveQueueLocation(transport.queue.name, transport.queue.opts.prefix),
+      ).check(),
     close: () => (owned ? transport.close() : Promise.resolve()),
   };
 }

@@ -1,12 +1,7 @@
 import type { EmlApiQueueTransport } from '../queue/eml-api-queue-transport.js';
 import type { EmlApiQueueTransportOptions } from '../queue/queue-transport-options.js';
 import type { SecureContextOptions } from 'node:tls';
-import {
-  type EmlApiClientOptions,
-  CLIENT_OPTIONS,
-  CLIENT_RENAMED,
-  resolveClientOptions,
-} from '../client/client-options.js';
+import { type EmlApiClientOptions, CLIENT_OPTIONS, resolveClientOptions } from '../client/client-options.js';
 import type { TimeoutOptions } from '../http/requester.js';
 import {
   type EmlApiLogger,
@@ -16,7 +11,6 @@ import {
   objectOption,
   refuseUnknownKeys,
   wholeNumber,
-  type RenamedOptions,
 } from '../shared/options-kit.js';
 import type { MetricsOption } from '../observability/metrics.js';
 import type { OpsHttpOptions } from '../observability/ops-server.js';
@@ -401,15 +395,6 @@ const RELAY_KEYS = [
 /** Every option of the relay: its own and the client's. */
 const RELAY_OPTIONS: readonly string[] = [...new Set<string>([...RELAY_KEYS, ...CLIENT_OPTIONS])];
 
-/** The relay's options renamed before 1.0, refused with their new name. */
-const RELAY_RENAMED: RenamedOptions = {
-  ...CLIENT_RENAMED,
-  idleTimeout: 'renamed to timeouts: { idle }',
-  stressIdleTimeout: 'renamed to timeouts: { stressIdle }',
-  dataTimeout: 'renamed to timeouts: { data }',
-  tlsHandshakeTimeout: 'renamed to timeouts: { tlsHandshake }',
-};
-
 /** The SMTP side's time limits; the rest of `timeouts` is the client's. */
 const SMTP_TIMEOUTS = [
   'idle',
@@ -453,7 +438,7 @@ export function resolveRelayOptions(options: EmlApiRelayOptions): {
     throw new EmlApiError('ECONFIG', 'Options must be an object with at least baseUrl', { permanent: true });
   }
   const o = options as unknown as Record<string, unknown>;
-  refuseUnknownKeys(o, RELAY_OPTIONS, '', RELAY_RENAMED);
+  refuseUnknownKeys(o, RELAY_OPTIONS, '');
   const clientOptions: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(o)) {
     if (!(RELAY_KEYS as readonly string[]).includes(key)) clientOptions[key] = value;

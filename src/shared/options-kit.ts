@@ -5,7 +5,7 @@ import { EmlApiError } from './eml-api-error.js';
  * The one way every component (client, transport, queue transport, worker,
  * relay, emulator, CLI) checks its options: an `ECONFIG` error naming the
  * option path, short descriptions of bad values, number checks, and the
- * refusal of unknown and renamed keys with the nearest valid name.
+ * refusal of unknown keys with the nearest valid name.
  */
 
 /**
@@ -110,32 +110,18 @@ export function loggerOption(value: unknown): EmlApiLogger {
 }
 
 /**
- * Options renamed before 1.0: the old name and what to say about its new one.
- */
-export type RenamedOptions = Readonly<Record<string, string>>;
-
-/**
  * Refuses a key that is not among `known` (a misspelt option would otherwise
- * be ignored in silence): a renamed one says its new name, another names the
- * nearest valid one. Keep `known` a `const` list typed
+ * be ignored in silence), naming the nearest valid one. Keep `known` a `const` list typed
  * `satisfies readonly (keyof XOptions)[]` so that the compiler keeps it in step
  * with the options type.
  *
  * @param where the path of the object checked, with its dot (`'retry.'`), or '' at the top
  * @throws {EmlApiError} `ECONFIG` naming the key
  */
-export function refuseUnknownKeys(
-  options: object,
-  known: readonly string[],
-  where: string,
-  renamed: RenamedOptions = {},
-): void {
+export function refuseUnknownKeys(options: object, known: readonly string[], where: string): void {
   for (const key of Object.keys(options)) {
     if (known.includes(key)) continue;
     const shown = `${where}${key.slice(0, 64)}`;
-    if (Object.hasOwn(renamed, key)) {
-      throw new EmlApiError('ECONFIG', `Unknown option ${shown}: ${renamed[key]}`, { permanent: true });
-    }
     const nearest = nearestName(key, known);
     throw configError(
       shown,

@@ -10,7 +10,7 @@ import { buildMessage, type BuildThreads } from './build-message.js';
 import { BuildThreadPool, resolveBuildThreads } from './build-threads/pool.js';
 import { sendRouteOf, type SendRoute, jsonSendFromMail } from './json-send-from-mail.js';
 import type { NodemailerMail, MailEnvelope } from './nodemailer-types.js';
-import { type EmlApiClientOptions, CLIENT_OPTIONS, CLIENT_RENAMED } from '../client/client-options.js';
+import { type EmlApiClientOptions, CLIENT_OPTIONS } from '../client/client-options.js';
 import type { GroupSendAcceptedResponse, SendAcceptedResponse } from '../protocol/api-types.js';
 import type { GroupSendResult, SendResult } from '../client/client-types.js';
 
@@ -358,7 +358,7 @@ export function splitTransportOptions(options: EmlApiTransportOptions): {
   metrics?: MetricsOption;
 } {
   if (typeof options !== 'object' || options === null) return { clientOptions: options, buildThreads: 0 };
-  refuseUnknownKeys(options, [...CLIENT_OPTIONS, ...TRANSPORT_OPTIONS], '', CLIENT_RENAMED);
+  refuseUnknownKeys(options, [...CLIENT_OPTIONS, ...TRANSPORT_OPTIONS], '');
   const { buildThreads, metrics, ...clientOptions } = options;
   return {
     clientOptions,

@@ -214,7 +214,6 @@ export async function addFailedJobs(
       const at = now - (count - i);
       const parked = parkedEvery > 0 && i % parkedEvery === 0;
       const data = {
-        v: 3,
         kind: 'eml',
         contentKey: `${base}content:${id}:${at}-00000000`,
         size: contentBytes,

@@ -67,6 +67,7 @@ console.log(JSON.stringify(out));`;
       'nodemailer-eml-api/queue': [
         'EmlApiQueueTransport',
         'OUTBOX_STATES',
+        'OutboxProducer',
         'openOutboxQueue',
         'outboxJobId',
         'purgeOutbox',

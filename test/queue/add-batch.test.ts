@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
-import { addJob } from '../../src/queue/add-job.js';
+import { addJob, type AddedJob } from '../../src/queue/add-job.js';
+import { queueClient } from '../../src/queue/bullmq-internals.js';
 import { EmlApiQueueTransport, type OutboxJobData } from '../../src/queue/index.js';
 import type { OutboxRedisClient } from '../../src/queue/redis-connection.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
@@ -17,8 +18,7 @@ let client: OutboxRedisClient;
 beforeAll(async () => {
   redis = await startRedisServer();
   transport = new EmlApiQueueTransport({ connection: redis.url });
-  const holder = transport.queue as unknown as { backend?: { client?: Promise<unknown> }; client?: Promise<unknown> };
-  client = (await (holder.backend?.client ?? holder.client)) as OutboxRedisClient;
+  client = await queueClient(transport.queue);
 });
 
 afterAll(async () => {
@@ -33,10 +33,16 @@ beforeEach(async () => {
 
 const job = (jobId: string, subject: string) => ({
   name: 'eml',
-  data: { v: 1, kind: 'eml', contentKey: `bull:eml-api:content:${jobId}:1-00`, subject } as unknown as OutboxJobData,
+  data: { kind: 'eml', contentKey: `bull:eml-api:content:${jobId}:1-00`, subject } as unknown as OutboxJobData,
   opts: { jobId },
   contentKey: `bull:eml-api:content:${jobId}:1-00`,
 });
+
+/** What Redis held after the add (the add and its read both ran). */
+function stateOf(added: AddedJob) {
+  if (added.kind !== 'added') throw new Error(`the read after the add failed: ${String(added.error)}`);
+  return added.state;
+}
 
 describe('addJob', () => {
   it('sends the adds of one turn of the event loop in one pipeline, each reading its own answers', async () => {
@@ -48,14 +54,14 @@ describe('addJob', () => {
       addJob(transport.queue, client, job('batch-a', 'third')),
     ]);
     expect(pipelines).toHaveBeenCalledTimes(1);
-    expect(JSON.parse(a.state.data!)).toMatchObject({ subject: 'first' });
-    expect(JSON.parse(b.state.data!)).toMatchObject({ subject: 'second' });
-    expect(JSON.parse(again.state.data!)).toMatchObject({ subject: 'first' });
-    expect(a.state.storedLength).toBe(-1);
+    expect(JSON.parse(stateOf(a).data!)).toMatchObject({ subject: 'first' });
+    expect(JSON.parse(stateOf(b).data!)).toMatchObject({ subject: 'second' });
+    expect(JSON.parse(stateOf(again).data!)).toMatchObject({ subject: 'first' });
+    expect(stateOf(a).storedLength).toBe(-1);
     // A later turn gets a pipeline of its own.
     const later = await addJob(transport.queue, client, job('batch-c', 'later'));
     expect(pipelines).toHaveBeenCalledTimes(2);
-    expect(JSON.parse(later.state.data!)).toMatchObject({ subject: 'later' });
+    expect(JSON.parse(stateOf(later).data!)).toMatchObject({ subject: 'later' });
     expect((await transport.queue.getJob('batch-a'))?.data).toMatchObject({ subject: 'first' });
   });
 });

@@ -5,7 +5,7 @@ import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiQueueTransport, startEmlApiWorker, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
 import { resolveQueueLocation } from '../../src/queue/queue-location.js';
-import { queueRedis } from '../../src/queue/outbox-admin.js';
+import { queueClient } from '../../src/queue/bullmq-internals.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisCluster, type RedisCluster } from '../helpers/redis-cluster.js';
 
@@ -82,7 +82,7 @@ describe('the content sweeper while the queue’s slot migrates', () => {
       const moved = [`${prefix}:eml-api:outbox:content-index`, `${prefix}:eml-api:completed`, ...contentKeys];
       await from.call('MIGRATE', '127.0.0.1', String(target.port), '', '0', '5000', 'KEYS', ...moved);
       // A sweep falls mid-migration.
-      const sweep = sweepStoredContent(await queueRedis(transport.queue), location);
+      const sweep = sweepStoredContent(await queueClient(transport.queue), location);
       const early = await Promise.race([
         sweep.then((removed) => `done: ${removed} removed`),
         new Promise((resolve) => setTimeout(() => resolve('waiting'), 1000)),

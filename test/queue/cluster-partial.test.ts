@@ -59,7 +59,6 @@ describe('a cluster with a master of other slots down (cluster-require-full-cove
       const mailer = nodemailer.createTransport(transport);
       await transport.verify();
       await mailer.sendMail({ from: 'a@example.test', to: 'b@example.test', text: 'x'.repeat(70_000) });
-      const warnings: string[] = [];
       const worker = await startEmlApiWorker({
         connection,
         prefix,
@@ -80,16 +79,14 @@ describe('a cluster with a master of other slots down (cluster-require-full-cove
       } finally {
         await worker.close({ abort: true });
       }
-      // Content with no job and no index entry (written before the index): the daily look finds it.
-      const legacy = newContentKey(location.contentKeyPrefix, 'legacy');
-      await cluster.client.set(legacy, 'queued by 0.1');
-      const sweep = { legacyScanEveryMs: 0, warn: (message: string) => warnings.push(message) };
-      expect(await sweepStoredContent(cluster.client, location, sweep)).toBe(1);
-      // Every master that answered was scanned: a warning names the dead one only, if the client still lists it.
-      for (const warning of warnings) expect(warning).toContain(`127.0.0.1:${dead.port}`);
+      // The sweep works from the index, on the queue's master alone.
+      await expect(sweepStoredContent(cluster.client, location)).resolves.toBe(0);
+      // Content with no job and no index entry: the purge's scan finds it, on whichever master answers.
+      const unindexed = newContentKey(location.contentKeyPrefix, 'unindexed');
+      await cluster.client.set(unindexed, 'no index entry');
       await mailer.sendMail({ from: 'a@example.test', to: 'b@example.test', text: 'y'.repeat(70_000) });
       const purged = await purgeOutbox(transport.queue, { force: true });
-      expect(purged).toMatchObject({ jobs: 2, content: 1 });
+      expect(purged).toMatchObject({ jobs: 2, content: 2 });
       for (const node of purged.skippedNodes ?? []) expect(node).toContain(`127.0.0.1:${dead.port}`);
       expect(await queueMaster.keys(`${prefix}:eml-api:content:*`)).toEqual([]);
       expect(await queueMaster.keys(`${prefix}:eml-api:outbox:*`)).toEqual([]);

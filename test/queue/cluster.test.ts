@@ -4,7 +4,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiError } from '../../src/index.js';
 import { EmlApiQueueTransport, openOutboxQueue, purgeOutbox, startEmlApiWorker } from '../../src/queue/index.js';
-import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
 import { newContentKey, resolveQueueLocation } from '../../src/queue/queue-location.js';
 import { runCli } from '../../src/cli/run-cli.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
@@ -119,20 +118,6 @@ describe('a queue on a Redis Cluster', () => {
     expect(notAList).toMatchObject({ code: 'ECONFIG' });
     expect(notAList.message).toContain('connection.cluster');
     expect(notAList.message).not.toContain('s3cret');
-  });
-});
-
-describe('the content sweeper on a cluster', () => {
-  it('finds content written before the index on whichever master holds the queue’s slot', async () => {
-    // Keys the way producers before the index left them: content with no job and no index entry.
-    // SCAN sees one node's keys only; several rounds, so that a scan of one node picked at random misses.
-    for (let round = 0; round < 6; round++) {
-      const key = newContentKey(location.contentKeyPrefix, `legacy-${round}`);
-      await cluster.client.set(key, 'queued by 0.1');
-      expect(await sweepStoredContent(cluster.client, location, { legacyScanEveryMs: 0 })).toBe(1);
-      expect(await cluster.client.exists(key)).toBe(0);
-      expect(await cluster.client.zscore(`${prefix}:eml-api:outbox:content-index`, key)).toBeNull();
-    }
   });
 });
 

@@ -15,8 +15,8 @@ import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
  * another idempotency key (a second delivery), and the worker posted it
  * (review F13 d, found by reading). The sealed envelope now carries the kind
  * and group of the send, the content key names its job, and a worker posts
- * nothing whose data disagrees; jobs sealed before (no kind in the envelope)
- * are still sent. Real redis-server, the emulator.
+ * nothing whose data disagrees, nor a job whose sealed envelope names no
+ * destination. Real redis-server, the emulator.
  */
 
 const K1 = randomBytes(32);
@@ -103,8 +103,8 @@ describe('an encrypted job whose data was changed in Redis', () => {
   });
 });
 
-describe('an encrypted job sealed before the binding (no kind in its envelope)', () => {
-  it('is still sent', async () => {
+describe('an encrypted job whose sealed envelope names no destination', () => {
+  it('is not posted', async () => {
     const info = await queue({ group: 'news' });
     const job = await transport.queue.getJob(info.queueId);
     const keyring = resolveEncryption({ keyId: 'k1', keys: { k1: K1 } }, 'producer')!;
@@ -114,6 +114,7 @@ describe('an encrypted job sealed before the binding (no kind in its envelope)',
     );
     await forge(info.queueId, { encryption: { keyId: 'k1', meta: meta.toString('base64') } });
     await workers.start();
-    await eventually(() => emu.mailbox('reader@example.test').length === 1, { what: 'sent to news' });
+    expect(await failedWith(info.queueId)).toMatch(/changed in Redis/);
+    expect(emu.messages()).toEqual([]);
   });
 });

@@ -123,16 +123,17 @@ describe('queued mail with encryption', () => {
   });
 
   it.each([
-    ['kept in the job', 3, {}],
-    ['beside the job', 2, { attachments: [{ filename: 'a.txt', content: 'x'.repeat(100_000) }] }],
-  ])('carries a SHA-256 of the ciphertext, not of the message (%s)', async (_where, v, extra) => {
+    ['kept in the job', true, {}],
+    ['beside the job', false, { attachments: [{ filename: 'a.txt', content: 'x'.repeat(100_000) }] }],
+  ])('carries a SHA-256 of the ciphertext, not of the message (%s)', async (_where, inline, extra) => {
     const transport = producer({ keyId: 'k1', keys: { k1: K1 } });
     const info = (await nodemailer
       .createTransport(transport)
       .sendMail(reset('ann@example.test', extra))) as unknown as EmlApiQueuedMessageInfo;
     const { data } = (await transport.queue.getJob(info.queueId))!;
     const stored = (await storedContent(redis.client, data))!;
-    expect(data).toMatchObject({ v, encryption: { keyId: 'k1' }, envelope: { to: [] }, messageId: '' });
+    expect(data).toMatchObject({ encryption: { keyId: 'k1' }, envelope: { to: [] }, messageId: '' });
+    expect(data.inline !== undefined).toBe(inline);
     expect(data.sha256).toBe(createHash('sha256').update(stored).digest('hex'));
     expect(stored.length).toBe(data.size + 28 * Math.ceil(data.size / (1024 * 1024)));
   });

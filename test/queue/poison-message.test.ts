@@ -5,7 +5,7 @@ import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiQueueTransport, type EmlApiWorkerOptions } from '../../src/queue/index.js';
-import { SoloGate } from '../../src/queue/job-runner.js';
+import { SoloGate } from '../../src/queue/solo-gate.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 

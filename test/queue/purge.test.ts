@@ -1,5 +1,4 @@
 import { randomBytes } from 'node:crypto';
-import { Redis } from 'ioredis';
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
@@ -147,9 +146,9 @@ describe('purgeOutbox and the sweeper beside queues whose prefix nests in this o
       const others = await redis.client.keys('bull:x:*');
       a = new EmlApiQueueTransport({ connection: redis.url, queueName: 'x', timeouts: { store: 300 } });
       await nodemailer.createTransport(a).sendMail(big('a@example.test'));
-      // A's workers sweep (their daily look for content in no index entry too), then A is purged.
+      // A's workers sweep, then A is purged.
       await pastContentDeadlines(redis.client, 'bull:x:outbox:content-index');
-      await sweepStoredContent(redis.client, resolveQueueLocation('x', 'bull'), { legacyScanEveryMs: 0 });
+      await sweepStoredContent(redis.client, resolveQueueLocation('x', 'bull'));
       expect(await purgeOutbox(a.queue)).toMatchObject({ jobs: 1, content: 1 });
       const gone = [];
       for (const key of others) if ((await redis.client.exists(key)) === 0) gone.push(key);
@@ -175,28 +174,5 @@ describe('eml-api queue purge', () => {
     expect(await runCliCapturing(['queue', 'purge'], { env: env() })).toMatchObject({ code: 2 });
     expect(await runCliCapturing(['queue', 'purge', '--all', 'x'], { env: env() })).toMatchObject({ code: 2 });
     expect(await runCliCapturing(['queue', 'purge', 'x', '--force'], { env: env() })).toMatchObject({ code: 2 });
-  });
-});
-
-describe("the sweeper's look for content written before the index", () => {
-  it('runs once a day for the queue, not once per worker (each start of each process)', async () => {
-    await resets(1);
-    const scans = async () =>
-      Number(/cmdstat_scan:calls=(\d+)/.exec((await redis.client.info('commandstats')) as string)?.[1] ?? 0);
-    const before = await scans();
-    // Three workers' first sweeps, each with a connection of its own (a crash loop, autoscaling).
-    for (let i = 0; i < 3; i++) {
-      const connection = new Redis(redis.url);
-      try {
-        await sweepStoredContent(connection, resolveQueueLocation('eml-api', 'bull'));
-      } finally {
-        connection.disconnect();
-      }
-    }
-    expect((await scans()) - before).toBe(1);
-    // The marker expires by itself (a day), and goes with a purge.
-    expect(await redis.client.pttl('bull:eml-api:outbox:legacy-scanned')).toBeGreaterThan(23 * 3_600_000);
-    await purgeOutbox(transport.queue);
-    expect(await queueKeys()).toEqual([]);
   });
 });

@@ -3,7 +3,7 @@ import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiQueueTransport, startEmlApiWorker, type EmlApiQueueTransportOptions } from '../../src/queue/index.js';
-import { queueRedis } from '../../src/queue/outbox-admin.js';
+import { queueClient } from '../../src/queue/bullmq-internals.js';
 import { outboxWaits } from '../../src/queue/redis-connection.js';
 import { outboxRedisReadiness } from '../../src/queue/redis-settings.js';
 import { capturingLogger } from '../helpers/logger.js';
@@ -89,7 +89,7 @@ describe('a producer', () => {
     const refused = await transporter.sendMail(message(2)).catch((e: unknown) => e);
     expect(refused).toMatchObject({ code: 'ECONFIG', command: 'CONFIG GET appendonly' });
     // The relay's /readyz reads the same verdict for the transport's connection.
-    const readiness = outboxRedisReadiness(() => queueRedis(transport.queue));
+    const readiness = outboxRedisReadiness(() => queueClient(transport.queue));
     await expect(readiness.check()).rejects.toMatchObject({ code: 'ECONFIG' });
   });
 

@@ -14,6 +14,7 @@ import { sendGroupOperation, sendEmailOperation, sendEmlOperation } from '../ope
 import type { ApiKeyStore, KnownKey, EmulatorState } from '../state/emulator-state.js';
 import type { FaultInjector } from './fault-injector.js';
 import { configError, refuseUnknownKeys } from '../../shared/options-kit.js';
+import { EmlApiError } from '../../shared/eml-api-error.js';
 
 /**
  * The emulator's request handler: a request a site section owns (public
@@ -375,10 +376,16 @@ export class KeyRateLimiter {
   constructor(limit: EmulatorRateLimit) {
     if (typeof limit !== 'object' || limit === null)
       throw configError('rateLimit', 'expected { requestsPerSecond, burst }');
-    refuseUnknownKeys(limit, RATE_LIMIT_FIELDS, 'rateLimit.', {
-      max: 'the emulator limits requests with { requestsPerSecond, burst } (the service’s token bucket)',
-      duration: 'the emulator limits requests with { requestsPerSecond, burst } (the service’s token bucket)',
-    });
+    // The client's { max, duration } is a likely mistake here: say what the emulator takes instead.
+    const clients = ['max', 'duration'].find((key) => Object.hasOwn(limit, key));
+    if (clients !== undefined) {
+      throw new EmlApiError(
+        'ECONFIG',
+        `Unknown option rateLimit.${clients}: the emulator limits requests with { requestsPerSecond, burst } (the service’s token bucket)`,
+        { permanent: true },
+      );
+    }
+    refuseUnknownKeys(limit, RATE_LIMIT_FIELDS, 'rateLimit.');
     if (!(
       typeof limit.requestsPerSecond === 'number' &&
       limit.requestsPerSecond > 0 &&

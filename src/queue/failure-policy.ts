@@ -1,0 +1,245 @@
+import { EmlApiError, errorDetails } from '../shared/eml-api-error.js';
+import { MAY_HAVE_BEEN_ACCEPTED, type ServiceResponse } from '../http/request-error.js';
+import type { OutboxJobData, OutboxJobError } from './outbox-job.js';
+
+/**
+ * Pause of the queue after a 429 without `Retry-After`, in ms (5 s).
+ */
+export const DEFAULT_RATE_LIMIT_PAUSE = 5_000;
+
+/**
+ * What a worker does with a failed send:
+ * - `pause`: the service said 429; the whole queue waits `ms` (its `Retry-After`), the job goes back without using an attempt
+ * - `fail`: the same request cannot succeed (4xx, `EAUTH`, `EMESSAGE`...): the job fails at once
+ * - `retry`: a passing failure (unreachable, timeout, 5xx): the job is tried again on its schedule
+ */
+export type FailureAction = { kind: 'pause'; ms: number } | { kind: 'fail' } | { kind: 'retry' };
+
+/**
+ * Decides what a worker does with a failed send.
+ */
+export function failureAction(err: unknown): FailureAction {
+  if (!(err instanceof EmlApiError)) return { kind: 'retry' };
+  if (err.responseCode === 429) return { kind: 'pause', ms: err.retryAfter ?? DEFAULT_RATE_LIMIT_PAUSE };
+  // An abort is the worker's own doing (a forced close), never the message's fault.
+  if (err.permanent && err.code !== 'EABORT') return { kind: 'fail' };
+  return { kind: 'retry' };
+}
+
+/**
+ * What the outbox does with a job after a failed attempt, as what it reports says:
+ * - `retry`: tried again on the job's schedule
+ * - `exhausted`: out of attempts on a passing failure; failed, its content kept to be put back
+ * - `refused`: the service refused these very bytes (400, 413, 422): failed, its content removed
+ * - `key-used`: the service accepted another message under the key (422 `idempotency_key_reused`):
+ *   failed, its content removed
+ * - `held`: refused for something a fix elsewhere cures (a key, a missing group): failed, its content kept
+ * - `broken`: the job itself cannot be sent (its content gone, not a job of this outbox): failed
+ */
+export type FailureOutcome =
+  | { kind: 'retry' }
+  | { kind: 'exhausted'; attempts: number }
+  | { kind: 'refused' }
+  | { kind: 'key-used' }
+  | { kind: 'held' }
+  | { kind: 'broken' };
+
+/** The service's code of a key another accepted message used. */
+export const KEY_REUSED = 'idempotency_key_reused';
+
+/** Statuses by which the service refuses the request itself: the same bytes can never be sent. */
+const REFUSED_REQUEST = new Set([400, 413, 422]);
+
+/**
+ * What became of a job after a failed attempt that {@link failureAction} did not pause on.
+ * @param attempt the attempt that failed (1 for the first)
+ * @param attempts the job's attempts in all
+ */
+export function failureOutcome(err: unknown, attempt: number, attempts: number): FailureOutcome {
+  if (failureAction(err).kind === 'retry') {
+    return attempt >= attempts ? { kind: 'exhausted', attempts: attempt } : { kind: 'retry' };
+  }
+  if (err instanceof EmlApiError && err.responseCode === 422 && err.apiCode === KEY_REUSED) return { kind: 'key-used' };
+  // A refused key (401, 403) or a missing group (404) can be fixed, after which the same request succeeds.
+  if (err instanceof EmlApiError && err.permanent && REFUSED_REQUEST.has(err.responseCode ?? 0)) {
+    return { kind: 'refused' };
+  }
+  return err instanceof EmlApiError && err.responseCode !== undefined ? { kind: 'held' } : { kind: 'broken' };
+}
+
+/**
+ * Whether a failed attempt may have been accepted by the service: its outcome
+ * is unknown (a timeout or a connection lost after the request was sent), or
+ * the service failed after it had the request (a 5xx other than 503, which
+ * the contract keeps for "not processed").
+ */
+export function mayHaveBeenAccepted(err: unknown): boolean {
+  if (!(err instanceof EmlApiError)) return false;
+  const status = err.responseCode;
+  return err.mayHaveBeenAccepted || (status !== undefined && status >= 500 && status !== 503);
+}
+
+/**
+ * The record of a failed attempt kept on the job (errors never carry the API key).
+ * @param at when it failed @default new Date()
+ */
+export function outboxJobError(err: unknown, attempt: number, permanent: boolean, at = new Date()): OutboxJobError {
+  const e = err instanceof Error ? err : new Error(String(err));
+  const api = e instanceof EmlApiError ? e : undefined;
+  const own = (e as { code?: unknown }).code;
+  const code = api?.code ?? (typeof own === 'string' ? own : 'ERROR');
+  return {
+    code: code as OutboxJobError['code'],
+    message: e.message,
+    ...(api?.responseCode === undefined ? {} : { responseCode: api.responseCode }),
+    ...(api?.apiCode === undefined ? {} : { apiCode: api.apiCode }),
+    permanent,
+    attempt,
+    at: at.toISOString(),
+  };
+}
+
+const SENT_AND_RETRIED =
+  'the request was sent, so the service may have accepted it; the outbox sends it again with the same Idempotency-Key, which the service answers from the first send';
+const SENT = 'the request was sent, so the service may have accepted it';
+
+/** What the outbox adds to a failure's message, by outcome. */
+const SAYS: Partial<Record<FailureOutcome['kind'], string>> = {
+  refused:
+    '; not retried: the service refused this request, so these bytes can never be sent; its content was removed from Redis (the failed job is kept to be looked at: queue a corrected message with sendMail, under the same idempotencyKey if you like)',
+  'key-used':
+    '; not retried: the service already accepted another message under this idempotency key (it answers that one, delivered, from its first send), and this one, with other bytes, can never be sent under the key; its content was removed from Redis. To send it too, queue it with sendMail under a new idempotencyKey',
+  held: '; not retried until it is put back (eml-api queue retry) once the cause is fixed; its content stays in Redis',
+  broken: '; not retried',
+};
+
+/**
+ * The error of a failed attempt as the outbox reports it: the client's words
+ * about retries (true of a direct send) replaced by what the outbox does.
+ * `EmlApiError`s stay `EmlApiError`s with the same fields.
+ */
+export function explainFailure(err: unknown, outcome: FailureOutcome): Error {
+  const e = err instanceof Error ? err : new Error(String(err));
+  let message = e.message.replace(MAY_HAVE_BEEN_ACCEPTED, outcome.kind === 'retry' ? SENT_AND_RETRIED : SENT);
+  if (outcome.kind === 'exhausted') {
+    message += `; the outbox gave up after ${outcome.attempts} attempts (its retry schedule): the job failed, its content is kept for eml-api queue retry`;
+  } else {
+    message += SAYS[outcome.kind] ?? '';
+  }
+  if (message === e.message) return e;
+  if (e instanceof EmlApiError) return new EmlApiError(e.code, message, errorDetails(e));
+  const plain = new Error(message, { cause: e });
+  const code = (e as { code?: unknown }).code;
+  if (code !== undefined) Object.assign(plain, { code });
+  return plain;
+}
+
+/**
+ * The failure of an attempt whose worker stopped before it finished (a
+ * stall). Its send may have reached the service.
+ * @param stalls stalls found at once (more than 1 when a worker died before it could count the previous one)
+ */
+export function stallFailure(stalls: number): EmlApiError {
+  const times = stalls === 1 ? '' : ` (${stalls} times)`;
+  return new EmlApiError(
+    'ECONNECTION',
+    `The worker sending this message stopped before it finished${times}: killed, crashed (out of memory?) or cut off from Redis for longer than lockDuration; ${MAY_HAVE_BEEN_ACCEPTED}`,
+    { permanent: false, mayHaveBeenAccepted: true },
+  );
+}
+
+/**
+ * The failure of a job put back (a dashboard's Retry) after the service
+ * refused it and its content was removed: nothing to post.
+ */
+export function putBackWithoutContent(data: OutboxJobData): EmlApiError {
+  const said = data.lastError?.message ?? 'no reason recorded';
+  return new EmlApiError(
+    'EMESSAGE',
+    `Not sent: this job was put back after the service refused it, and its content was removed then; queue a corrected message with sendMail. The service's refusal: ${said}`,
+    {
+      permanent: true,
+      ...(data.lastError?.responseCode === undefined ? {} : { responseCode: data.lastError.responseCode }),
+      ...(data.lastError?.apiCode === undefined ? {} : { apiCode: data.lastError.apiCode }),
+    },
+  );
+}
+
+/**
+ * Why a job that stalled more than `maxStalls` times while it ran alone is parked.
+ * @param stalls stalls in all
+ * @param alone of them, stalls while it ran alone in its worker @default stalls
+ */
+export function parkedAfterStalls(stalls: number, queueId: string, alone = stalls): EmlApiError {
+  return new EmlApiError(
+    'ECONNECTION',
+    `Parked after ${stalls} stalls, ${alone} of them while it was sent alone (nothing else in flight in its worker): each time, the worker sending this message stopped before it finished (killed, crashed, out of memory, or cut off from Redis). A message that crashes workers would crash every one that takes it, so it waits for a person; an attempt may have been delivered. Look at it (eml-api queue status), then put it back with eml-api queue retry ${queueId}`,
+    { permanent: true, mayHaveBeenAccepted: true },
+  );
+}
+
+/**
+ * Why a job whose send may have been accepted is not sent again once the
+ * service's idempotency window has passed (or is about to).
+ * @param possiblyAcceptedAt when the first attempt that may have been accepted started (ms)
+ */
+export function parkedAfterWindow(possiblyAcceptedAt: number, queueId: string): EmlApiError {
+  return new EmlApiError(
+    'ETIMEDOUT',
+    `Parked: this message may have been delivered (the outcome of an attempt at ${new Date(possiblyAcceptedAt).toISOString()} is unknown) and the service's idempotency window has passed, or is about to, so sending it again could deliver it twice; check before retrying: if it did not arrive, put it back with eml-api queue retry ${queueId}`,
+    { permanent: true, mayHaveBeenAccepted: true },
+  );
+}
+
+/**
+ * The failure of a job whose content is missing from Redis: "nothing to send"; or, after an attempt whose
+ * outcome is unknown (`possiblyAcceptedAt`), that this attempt may have delivered it.
+ */
+export function contentMissing(
+  job: Pick<OutboxJobData, 'contentKey' | 'possiblyAcceptedAt'>,
+  queueId: string,
+): EmlApiError {
+  const missing = new EmlApiError(
+    'EMESSAGE',
+    `The queued content of this job is missing from Redis (evicted or removed; key ${job.contentKey}): nothing to send. ` +
+      'Redis must run with maxmemory-policy noeviction (see "What durability relies on in Redis" in docs/outbox.md)',
+    { permanent: true },
+  );
+  if (job.possiblyAcceptedAt === undefined) return missing;
+  return new EmlApiError(
+    'EMESSAGE',
+    `The queued content of job ${queueId} is gone from Redis, after an attempt whose outcome is unknown ` +
+      `(from ${new Date(job.possiblyAcceptedAt).toISOString()}: a worker that stopped while sending it, or an answer lost): ` +
+      'that attempt may already have delivered the message, and nothing is left to send again. Check whether it ' +
+      'arrived; if not, queue it again with the same idempotencyKey (the service refuses a new copy under a key it ' +
+      'accepted, within its idempotency window)',
+    { permanent: true, mayHaveBeenAccepted: true, cause: missing },
+  );
+}
+
+/**
+ * A 2xx that is not the service's answer (an HTML page, a body that is not
+ * JSON, JSON without the send's id): a web server behind a wrong `baseUrl`
+ * (nothing sent), or a service answering in a form the outbox does not know
+ * (sent). The outbox deletes the only copy of a message once it counts it
+ * sent, so it counts only an answer it recognises: an unknown outcome,
+ * retried under the same key and parked after the idempotency window.
+ */
+export function unrecognisedAnswer(command: string, res: ServiceResponse): EmlApiError {
+  const body = res.text.trim();
+  const what =
+    body === ''
+      ? 'an empty body'
+      : res.data === undefined
+        ? body.startsWith('<')
+          ? 'an HTML page'
+          : 'a body that is not JSON'
+        : 'JSON without the id of the send';
+  return new EmlApiError(
+    'EAPI',
+    `${command} answered ${res.response} with ${what}, not the service's answer (JSON with the id of the send): ` +
+      'whether the message was taken is unknown, so the outbox does not count it as sent and keeps it; check ' +
+      `baseUrl (a web server or single-page app there answers every path); ${MAY_HAVE_BEEN_ACCEPTED}`,
+    { responseCode: res.statusCode, response: res.text, command, permanent: false, mayHaveBeenAccepted: true },
+  );
+}

@@ -1,0 +1,209 @@
+import type { EmlApiLogger } from '../shared/options-kit.js';
+import type { OutboxJob, OutboxJobData, OutboxSendResult } from './outbox-job.js';
+import { jobLockKey, outboxKeys, queueKey, type QueueLocation } from './queue-location.js';
+import type { OutboxRedisClient } from './redis-connection.js';
+import { RETRY_PRIORITY } from './retry-schedule.js';
+
+/**
+ * The field of a job's hash that holds when Redis took the job (Redis's time, ms), beside BullMQ's own:
+ * BullMQ's `timestamp` is its producer's clock, which may be days off.
+ */
+export const QUEUED_AT = 'emlApiQueuedAt';
+
+/*
+ * What a worker writes on a job besides BullMQ's own moves: the service's
+ * answer (`sent`, the content then removed) and the record of a failed
+ * attempt. Each write checks in the same script that the worker still holds
+ * the job's lock: a worker that lost it (a long pause; the job stalled and
+ * another worker took it) must not write `sent` or delete the content under
+ * the new owner, whose send of the same request the service answers from
+ * the first. Every key a script touches is one of its KEYS.
+ */
+
+/** The check every write starts with: ARGV[1], the worker's lock token ('' for none), still holds KEYS[2]. */
+const OWNED = `
+if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+`;
+
+/**
+ * The content deleted with its index entry, the answer into the job's data
+ * (only while the job exists), the job out of the parked set. KEYS: job
+ * hash, its lock, content key, content index, parked set. ARGV: the lock
+ * token, the data, the job id. The deletion comes first: on a full Redis a
+ * script's first write is refused only when it needs memory, and once a
+ * script has written Redis runs the rest, so a full Redis drains.
+ */
+const RECORD_SENT = `${OWNED}
+redis.call('DEL', KEYS[3])
+redis.call('ZREM', KEYS[4], KEYS[3])
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'data', ARGV[2]) end
+redis.call('ZREM', KEYS[5], ARGV[3])
+return 1
+`;
+
+/**
+ * The job's data; as asked, its content removed first (ARGV[3] '1'), its
+ * priority set (ARGV[4], '' to leave it: read when BullMQ moves the job back
+ * to a list) and the job into the parked set scored with its `processedOn`
+ * (ARGV[5] '1'), or out of it. KEYS as RECORD_SENT. ARGV: the lock token,
+ * the data, drop, priority, park, the job id. Answers 0 when the worker no
+ * longer holds the job, -1 when the job is gone.
+ */
+const RECORD = `${OWNED}
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if ARGV[3] == '1' then
+  redis.call('DEL', KEYS[3])
+  redis.call('ZREM', KEYS[4], KEYS[3])
+end
+redis.call('HSET', KEYS[1], 'data', ARGV[2])
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'priority', ARGV[4]) end
+if ARGV[5] == '1' then
+  redis.call('ZADD', KEYS[5], tonumber(redis.call('HGET', KEYS[1], 'processedOn') or '0') or 0, ARGV[6])
+else
+  redis.call('ZREM', KEYS[5], ARGV[6])
+end
+return 1
+`;
+
+type Keys = [job: string, lock: string, content: string, index: string, parked: string];
+
+interface RecordCommands {
+  emlApiRecordSent(...args: [...Keys, token: string, data: string, jobId: string]): Promise<number>;
+  emlApiRecord(
+    ...args: [...Keys, token: string, data: string, drop: string, priority: string, park: string, jobId: string]
+  ): Promise<number>;
+}
+
+const defined = new WeakSet<OutboxRedisClient>();
+
+function commands(redis: OutboxRedisClient): OutboxRedisClient & RecordCommands {
+  if (!defined.has(redis)) {
+    redis.defineCommand('emlApiRecordSent', { numberOfKeys: 5, lua: RECORD_SENT });
+    redis.defineCommand('emlApiRecord', { numberOfKeys: 5, lua: RECORD });
+    defined.add(redis);
+  }
+  return redis as OutboxRedisClient & RecordCommands;
+}
+
+/** What a write on a job does besides its data. */
+export interface RecordOptions {
+  /** Remove the content under its key (the service refused it). */
+  dropContent?: boolean;
+  /** Give the job the priority of retries, taken before new messages. */
+  retry?: boolean;
+  /** Put the job in the parked set (else it leaves it). */
+  parked?: boolean;
+}
+
+/**
+ * The records a worker keeps on the jobs it runs, each written only while it holds the job.
+ */
+export class JobRecords {
+  readonly #redis: OutboxRedisClient & RecordCommands;
+  readonly #location: QueueLocation;
+  readonly #logger: EmlApiLogger;
+
+  constructor(redis: OutboxRedisClient, location: QueueLocation, logger: EmlApiLogger) {
+    this.#redis = commands(redis);
+    this.#location = location;
+    this.#logger = logger;
+  }
+
+  /**
+   * Writes a job's data (and what `options` asks), keeping BullMQ's copy in
+   * memory in step.
+   * @param token the worker's lock token of the job (undefined: not checked)
+   * @returns false when nothing was written: the job is gone, or another worker holds it (then said)
+   */
+  async write(
+    job: OutboxJob,
+    token: string | undefined,
+    data: OutboxJobData,
+    { dropContent = false, retry = false, parked = false }: RecordOptions = {},
+  ): Promise<boolean> {
+    const priority = retry && job.priority !== RETRY_PRIORITY ? RETRY_PRIORITY : undefined;
+    const done = await this.#redis.emlApiRecord(
+      ...this.#keys(job, data),
+      token ?? '',
+      JSON.stringify(data),
+      dropContent ? '1' : '',
+      priority === undefined ? '' : String(priority),
+      parked ? '1' : '',
+      String(job.id),
+    );
+    if (done === 0) this.#warnNotOwner(job, 'its record of the attempt');
+    if (done !== 1) return false;
+    job.data = data;
+    if (priority !== undefined) job.priority = priority;
+    return true;
+  }
+
+  /**
+   * Keeps the record of a failed attempt: `fields` over the job's data; the
+   * content removed when `dropContent` (its key, or its `inline` field). A
+   * failure to write is logged: the attempt's outcome stands.
+   */
+  async fail(
+    job: OutboxJob,
+    token: string | undefined,
+    fields: Partial<OutboxJobData>,
+    { dropContent = false, retry = false }: { dropContent?: boolean; retry?: boolean } = {},
+  ): Promise<void> {
+    const { inline, ...rest } = { ...job.data, ...fields };
+    const data = (dropContent || inline === undefined ? rest : { ...rest, inline }) as OutboxJobData;
+    try {
+      await this.write(job, token, data, {
+        parked: fields.lastError?.parked !== undefined,
+        dropContent: dropContent && job.data.inline === undefined,
+        retry,
+      });
+    } catch (err) {
+      this.#logger.warn({ job: job.id, error: (err as Error).message }, 'Could not record the error on the job');
+    }
+  }
+
+  /**
+   * Records that the service accepted a job's send, before BullMQ completes
+   * it: the answer into its data (`sent`), its content deleted, in one step.
+   * Not awaited by the worker: BullMQ's completion follows on the same
+   * connection, so Redis runs them in that order in one round trip.
+   */
+  sent(job: OutboxJob, token: string | undefined, data: OutboxJobData, result: OutboxSendResult): void {
+    const { inline: _sent, ...kept } = data;
+    this.#redis
+      .emlApiRecordSent(
+        ...this.#keys(job, data),
+        token ?? '',
+        JSON.stringify({ ...kept, sent: result }),
+        String(job.id),
+      )
+      .then(
+        (done) => {
+          if (done !== 1) this.#warnNotOwner(job, 'its record of the send');
+        },
+        (err: unknown) =>
+          // The send stands; without the record a re-run posts again and the service answers from the first send.
+          this.#logger.warn({ job: job.id, error: (err as Error).message }, 'Could not record the send on the job'),
+      );
+  }
+
+  /** When Redis took the job (its add stamped it); else BullMQ's timestamp, no later than `now`. */
+  async queuedAt(job: OutboxJob, now: number): Promise<number> {
+    const stamped = await this.#redis.hget(queueKey(this.#location, String(job.id)), QUEUED_AT).catch(() => null);
+    return stamped !== null && Number.isFinite(Number(stamped)) ? Number(stamped) : Math.min(job.timestamp, now);
+  }
+
+  #keys(job: OutboxJob, data: OutboxJobData): Keys {
+    const id = String(job.id);
+    const { contentIndex, parked } = outboxKeys(this.#location);
+    return [queueKey(this.#location, id), jobLockKey(this.#location, id), data.contentKey, contentIndex, parked];
+  }
+
+  #warnNotOwner(job: OutboxJob, what: string): void {
+    this.#logger.warn(
+      { job: job.id },
+      `This worker no longer holds the job (its lock expired: it stalled, and another worker took it): ${what} is dropped; ` +
+        "the other worker's send, under the same idempotency key, is answered by the service from this one's",
+    );
+  }
+}

@@ -1,0 +1,706 @@
+import { randomUUID } from 'node:crypto';
+import { Readable } from 'node:stream';
+import type { Queue } from 'bullmq';
+import { activeTraceCarrier } from '../observability/tracing.js';
+import { emlBodyLength } from '../body/eml-upload-body.js';
+import { checkGroupId, checkIdempotencyKey, inputError } from '../client/client-input.js';
+import { ConcurrencyLimiter } from '../http/requester.js';
+import { EmlApiError, errorDetails } from '../shared/eml-api-error.js';
+import type { SendKind } from '../protocol/api-types.js';
+import type { MailEnvelope } from '../transport/nodemailer-types.js';
+import { ContentStore } from './content-store.js';
+import {
+  addJob,
+  finishedByWorker,
+  settleDuplicate,
+  waitForReplicas,
+  type AddedState,
+  type DuplicateSettlement,
+} from './add-job.js';
+import { outboxJobId, type OutboxJobData, type OutboxSendResult } from './outbox-job.js';
+import {
+  loadBullmq,
+  closeOutboxRedis,
+  openOutboxRedis,
+  type OutboxRedis,
+  outboxWaits,
+  withDeadline,
+} from './redis-connection.js';
+import {
+  type OutboxProducerOptions,
+  resolveProducerOptions,
+  type ResolvedProducerOptions,
+} from './queue-transport-options.js';
+import { commandFate, redisFailure, type StoredSend, trackConnectionErrors, watchRefusal } from './redis-failure.js';
+import { RedisSettingsWatch, registerKeyChecks } from './redis-settings.js';
+import { checkProducerOwner } from './queue-owner.js';
+import { queueKey } from './queue-location.js';
+
+/**
+ * A message for {@link OutboxProducer.enqueue}: the exact bytes every attempt
+ * will post, and what to report about them.
+ *
+ * @example
+ * const message: OutboxMessage = {
+ *   content: fs.readFileSync('welcome.eml'),
+ *   envelope: { from: 'shop@example.com', to: ['ann@example.net'] },
+ *   idempotencyKey: 'welcome-ann',
+ * };
+ */
+export interface OutboxMessage {
+  /**
+   * What to post: the message's EML for `kind` `'eml'`; the JSON request
+   * body of `POST /v1/send/email` or `/v1/send/group/{group}` for the others.
+   * A stream is read once, as it is stored.
+   */
+  content: Uint8Array | Readable;
+  /**
+   * Bytes of `content`; needed for a stream (the message is refused when the stream holds another number).
+   * @default content.length
+   */
+  size?: number;
+  /** Sender and recipients, as reported (`info.envelope`, `info.accepted`, `eml-api queue status`). */
+  envelope: { from: string | false; to: readonly string[] };
+  /**
+   * The message's Message-ID, as reported.
+   * @default ''
+   */
+  messageId?: string;
+  /**
+   * The `Idempotency-Key` of every attempt, and the job's id (see {@link outboxJobId}): a key queued
+   * already is stored once.
+   * @default a new UUID
+   */
+  idempotencyKey?: string;
+  /**
+   * The endpoint.
+   * @default 'eml'
+   */
+  kind?: SendKind;
+  /** The group of a group send. */
+  group?: string;
+}
+
+/**
+ * What a queued send resolves with: the fields Nodemailer's SMTP transport
+ * gives, as a relay answers once it has the message on disk. The message is
+ * then in Redis; a worker sends it.
+ *
+ * @example
+ * const info = (await transporter.sendMail(message)) as EmlApiQueuedMessageInfo;
+ * console.log(info.response); // '250 Queued as order-1042'
+ */
+export interface EmlApiQueuedMessageInfo {
+  /** Sender and recipients (To, Cc and Bcc; none for a group send, whose members are the recipients). */
+  envelope: MailEnvelope;
+  /** The Message-ID of the stored EML ('' for group and tracked sends, whose copies get theirs from the service). */
+  messageId: string;
+  /** Every envelope recipient: the queue takes a message as a whole. */
+  accepted: string[];
+  /** Always empty. */
+  rejected: string[];
+  /** Always empty. */
+  pending: string[];
+  /** `250 Queued as <queueId>`. */
+  response: string;
+  /** The BullMQ job id: the idempotency key, escaped where BullMQ needs it (see {@link outboxJobId}). */
+  queueId: string;
+  /** The `Idempotency-Key` every attempt of this send carries. */
+  idempotencyKey: string;
+  /** The group of a group send. */
+  group?: string;
+  /**
+   * `true` when a job with this idempotency key was already queued: nothing
+   * new was stored, and the other fields describe the job queued first.
+   */
+  duplicate: boolean;
+  /**
+   * Set when the job this idempotency key names had failed and this call put
+   * it back in the queue with a fresh retry schedule:
+   * - `'replaced'`: with this message (`duplicate: false`). No attempt of the
+   *   failed one can have been accepted, so its key is free at the service.
+   * - `'retried'`: with its own stored bytes (`duplicate: true`, the fields
+   *   describe it). An attempt of it may have been accepted: the service
+   *   answers the same bytes under the key from that attempt, and would
+   *   refuse other bytes (422 `idempotency_key_reused`).
+   * A failed job parked for a person is not put back: the send rejects.
+   */
+  requeued?: 'replaced' | 'retried';
+}
+
+const KINDS: readonly SendKind[] = ['eml', 'email', 'group'];
+
+/**
+ * The producer side of the outbox: stores messages that are already built
+ * in Redis (BullMQ) for the workers to send. {@link EmlApiQueueTransport}
+ * builds Nodemailer's messages and stores them through one; the SMTP relay
+ * stores what it receives through one; so can any app that has the bytes.
+ * Every guarantee of the outbox is here: a message is acknowledged only once
+ * Redis holds it whole (and, with `replicas`, its replicas), in settings that
+ * keep it; a key queued already is stored once. Holds no API key.
+ *
+ * @example
+ * import { OutboxProducer } from 'nodemailer-eml-api/queue';
+ *
+ * const producer = new OutboxProducer({ connection: process.env.REDIS_URL! });
+ * const info = await producer.enqueue({
+ *   content: eml,
+ *   envelope: { from: 'shop@example.com', to: ['ann@example.net'] },
+ *   idempotencyKey: 'welcome-ann',
+ * });
+ * console.log(info.response); // '250 Queued as welcome-ann'
+ * await producer.close();
+ */
+export class OutboxProducer {
+  /** The BullMQ queue jobs are added to: counts, jobs and events through BullMQ's own API. */
+  readonly queue: Queue<OutboxJobData, OutboxSendResult>;
+  /** Name of the queue. */
+  readonly queueName: string;
+  /** The largest message stored, in bytes (`maxMessageSize`). */
+  readonly maxMessageSize: number;
+  readonly #settings: ResolvedProducerOptions;
+  readonly #redis: OutboxRedis;
+  readonly #content: ContentStore;
+  readonly #limiter: ConcurrencyLimiter;
+  readonly #inflight = new Set<Promise<unknown>>();
+  /** Redis's refusal of the connection (a wrong password...), watched from the start: it is reported once. */
+  readonly #refusal: { refused: Promise<never>; stop(): void };
+  /** Redis's settings (eviction, persistence) and the queue's owner, checked again after every reconnect. */
+  readonly #watch: RedisSettingsWatch;
+  #closed = false;
+  #closing: Promise<void> | undefined;
+
+  /**
+   * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid
+   */
+  constructor(options: OutboxProducerOptions) {
+    const settings = resolveProducerOptions(options);
+    this.#settings = settings;
+    const { Queue } = loadBullmq();
+    this.#redis = openOutboxRedis(options.connection, 'producer', settings, 'connection', settings.storeTimeout);
+    this.#refusal = watchRefusal(this.#redis.redis, this.#redis.where);
+    trackConnectionErrors(this.#redis.redis);
+    const { logger: log, keyring } = settings;
+    this.#content = new ContentStore(this.#redis.redis, settings, keyring);
+    this.#watch = new RedisSettingsWatch(this.#redis, {
+      durability: settings.durability,
+      verified: settings.durabilityVerified,
+      location: settings,
+      reports: {
+        warn: (message) => log.warn({}, message),
+        wrong: (message) => log.error({}, `${message}. Sends are refused until it is fixed`),
+        fixed: (message) => log.info({}, message),
+      },
+      more: async () => {
+        // The check value of the key new mail is encrypted with, for workers to compare theirs with.
+        if (keyring) await registerKeyChecks(this.#redis.redis, settings, keyring);
+        await checkProducerOwner(this.#redis.redis, settings, { account: settings.account, encrypts: !!keyring });
+      },
+    });
+    this.queueName = settings.queueName;
+    this.maxMessageSize = settings.maxMessageSize;
+    this.#limiter = new ConcurrencyLimiter(settings.concurrency);
+    this.queue = new Queue<OutboxJobData, OutboxSendResult>(this.queueName, {
+      connection: this.#redis.redis,
+      prefix: settings.prefix,
+    });
+    // An 'error' event without a listener would end the process; Redis errors reach the sends anyway.
+    this.queue.on('error', (err: Error) => log.warn({ error: err.message }, 'Redis error (queue)'));
+    this.#redis.redis.on('error', (err: Error) => log.debug({ error: err.message }, 'Redis error'));
+  }
+
+  /**
+   * Stores a message for the workers to send, and resolves once Redis holds
+   * it whole, in settings that keep it (the producer's `250`).
+   *
+   * @param options `signal` stops the store until the job is added, waiting for a turn included (it rejects
+   *   with the signal's reason)
+   * @throws {EmlApiError} `EMESSAGE` for a message that cannot be queued (over `maxMessageSize`, a bad
+   *   field, a key whose failed job waits for a person); `ECONNECTION` or `ETIMEDOUT` when Redis fails,
+   *   with `idempotencyKey` and `queueId`, and `mayHaveBeenAccepted` when the job may be stored all the
+   *   same (queueing again with `err.idempotencyKey` stores it once); `ECONFIG` when Redis would lose it
+   * @example
+   * const info = await transport.producer.enqueue({
+   *   content: eml,
+   *   envelope: { from: 'shop@example.com', to: ['ann@example.net'] },
+   *   idempotencyKey: `order-${order.id}`,
+   * });
+   */
+  enqueue(message: OutboxMessage, { signal }: { signal?: AbortSignal } = {}): Promise<EmlApiQueuedMessageInfo> {
+    // Read now, in the caller's context: the job carries the trace it was queued in.
+    const trace = activeTraceCarrier();
+    const run = (async () => {
+      try {
+        if (this.#closed) {
+          throw new EmlApiError('ECONNECTION', 'The producer is closed; create a new one to queue more mail', {
+            permanent: true,
+          });
+        }
+        const checked = checkMessage(message);
+        const stop = signal ?? new AbortController().signal;
+        return await this.#limiter.run(() => this.#storeChecked(checked, stop, trace), stop);
+      } finally {
+        // A stream not read to its end (a refusal, a failure) holds its file open until destroyed.
+        const content = (message as { content?: unknown } | null)?.content;
+        if (content instanceof Readable && !content.readableEnded) content.destroy();
+      }
+    })();
+    this.#inflight.add(run);
+    void run.finally(() => this.#inflight.delete(run)).catch(() => undefined);
+    return run;
+  }
+
+  /**
+   * Checks that Redis answers (a PING) and keeps what is queued: its
+   * `maxmemory-policy` must be `noeviction`, and its persistence what the
+   * `durability` option asks (a warning is logged when the append-only file
+   * is off).
+   *
+   * @throws {EmlApiError} `ECONNECTION` when Redis cannot be reached; `ECONFIG` naming the
+   *   Redis setting (and the command that fixes it) when Redis would lose queued mail
+   * @example
+   * const producer = new OutboxProducer({ connection });
+   * await producer.verify(); // true
+   */
+  async verify(): Promise<true> {
+    const pinged = withDeadline(this.#redis.redis.ping(), this.#settings.storeTimeout);
+    try {
+      await Promise.race([pinged, this.#refusal.refused]);
+    } catch (err) {
+      throw redisFailure(err, `Could not reach Redis at ${this.#redis.where}`, false, undefined, this.#redis);
+    }
+    this.#watch.start();
+    await this.#checkSettings(() => this.#watch.check(), this.#settings.storeTimeout);
+    return true;
+  }
+
+  /**
+   * Stops the producer: new messages are refused with `ECONNECTION`; those
+   * being stored finish, then the Redis connection is closed (one you passed
+   * in is left open).
+   *
+   * @example
+   * const producer = new OutboxProducer({ connection });
+   * await producer.close();
+   */
+  close(): Promise<void> {
+    this.#closed = true;
+    this.#closing ??= (async () => {
+      while (this.#inflight.size > 0) await Promise.allSettled([...this.#inflight]);
+      await withDeadline(this.queue.close(), outboxWaits.quit).catch(() => undefined);
+      this.#refusal.stop();
+      this.#watch.stop();
+      await closeOutboxRedis(this.#redis);
+    })();
+    return this.#closing;
+  }
+
+  /** Checks the size, then stores the message. */
+  async #storeChecked(
+    message: CheckedMessage,
+    signal: AbortSignal,
+    trace: OutboxJobData['trace'],
+  ): Promise<EmlApiQueuedMessageInfo> {
+    const { maxMessageSize: limit, storeTimeout, logger } = this.#settings;
+    // An EML travels Base64-encoded in JSON: a JSON send may make a request as large as such a message's.
+    if (message.kind === 'eml' ? message.size > limit : message.size > emlBodyLength(limit)) {
+      const what =
+        message.kind === 'eml'
+          ? `The message is ${mib(message.size)}, over maxMessageSize (${mib(limit)})`
+          : `The request body is ${mib(message.size)}, over the upload of a message of maxMessageSize (${mib(limit)})`;
+      throw new EmlApiError('EMESSAGE', `${what}: not queued, nothing was stored`, { permanent: true });
+    }
+    // One deadline for every step with Redis: the checks, the writes, the add and what follows it.
+    const deadline = Date.now() + storeTimeout;
+    await this.#checkSettings(() => this.#watch.confirm(), storeTimeout);
+    signal.throwIfAborted();
+    const info = await this.#store(message, signal, deadline, trace);
+    logger.info(
+      {
+        queueId: info.queueId,
+        messageId: info.messageId,
+        bytes: message.size,
+        duplicate: info.duplicate,
+        requeued: info.requeued,
+      },
+      info.requeued
+        ? `A failed message under this idempotency key was put back (${info.requeued})`
+        : info.duplicate
+          ? 'Message already queued under this idempotency key'
+          : 'Message queued',
+    );
+    return info;
+  }
+
+  /** Stores the content, then the job that points at it: a job never points at content not fully stored. */
+  async #store(
+    message: CheckedMessage,
+    signal: AbortSignal,
+    deadline: number,
+    trace: OutboxJobData['trace'],
+  ): Promise<EmlApiQueuedMessageInfo> {
+    const { redis, where } = this.#redis;
+    const { idempotencyKey } = message;
+    const jobId = outboxJobId(idempotencyKey);
+    // On every error of this send: the caller can queue it again safely and look the job up.
+    const send: StoredSend = { idempotencyKey, queueId: jobId };
+    const contentKey = this.#content.newKey(jobId);
+    const left = () => Math.max(1, deadline - Date.now());
+    const clear = {
+      envelope: message.envelope,
+      messageId: message.messageId,
+      kind: message.kind,
+      group: message.group,
+    };
+    const data = {
+      kind: message.kind,
+      ...(message.group === undefined ? {} : { group: message.group }),
+      contentKey,
+      size: message.size,
+      envelope: message.envelope,
+      messageId: message.messageId,
+      idempotencyKey,
+      ...(this.#settings.account === undefined ? {} : { account: this.#settings.account }),
+      ...(trace ? { trace } : {}),
+    } as OutboxJobData;
+    const writing = new AbortController();
+    const inline = this.#content.fitsInline(message.size);
+    try {
+      if (inline) {
+        const { inline: bytes, ...written } = await this.#content.sealInline(contentKey, message.content, message);
+        Object.assign(data, this.#content.jobFields(contentKey, written, clear), { inline: bytes });
+      } else {
+        const written = await withDeadline(
+          this.#content.write(contentKey, message.content, {
+            size: message.size,
+            holdMs: this.#settings.storeTimeout,
+            signal: writing.signal,
+          }),
+          left(),
+        );
+        Object.assign(data, this.#content.jobFields(contentKey, written, clear));
+      }
+    } catch (err) {
+      // Past the deadline the writes may still be going on: stop them, and discard what was written.
+      // The discard leaves a tombstone on which every write still to come fails.
+      writing.abort();
+      void this.#content.discard(contentKey).catch(() => undefined);
+      throw redisFailure(err, `Could not store the message in Redis at ${where}`, false, send, this.#redis);
+    }
+    if (signal.aborted) {
+      void this.#content.discard(contentKey).catch(() => undefined);
+      signal.throwIfAborted();
+    }
+    // What this content must measure under its key (none when it is in the job, which carries it whole).
+    const storedSize = inline ? undefined : this.#content.storedSize(data);
+    let settled: DuplicateSettlement = { kind: 'gone' };
+    let state: AddedState | undefined;
+    let replicas: number | undefined;
+    let unconfirmed: { error: unknown } | undefined;
+    try {
+      // A job with this id may be there already: BullMQ keeps it, and what this send does depends on it.
+      // Removed in between, it is added again.
+      for (let tries = 0; settled.kind === 'gone' && tries < 3; tries++) {
+        const job = {
+          name: message.kind,
+          data,
+          opts: { ...this.#settings.jobOptions, jobId },
+          contentKey,
+          replicas: this.#settings.replicas,
+        };
+        const added = await withDeadline(addJob(this.queue, redis, job), left());
+        if (added.kind === 'unconfirmed') {
+          unconfirmed = added;
+          break;
+        }
+        ({ state, replicas } = added);
+        settled = await withDeadline(settleDuplicate(this.queue, redis, jobId, data, state, storedSize), left());
+      }
+    } catch (err) {
+      throw await this.#addFailure(err, jobId, contentKey, left(), send);
+    }
+    // A step after the add failed: the job may be stored.
+    if (unconfirmed) {
+      throw redisFailure(
+        unconfirmed.error,
+        `Could not queue the message in Redis at ${where}`,
+        true,
+        send,
+        this.#redis,
+      );
+    }
+    switch (settled.kind) {
+      case 'gone':
+        throw redisFailure(
+          new Error('the job was removed as it was added, three times'),
+          `Could not queue the message in Redis at ${where}`,
+          true,
+          send,
+        );
+      case 'lost':
+        // The failed job was left as it was: nothing of this call is kept.
+        void this.#content.discard(contentKey).catch(() => undefined);
+        throw this.#lost(send);
+      case 'refused':
+        void this.#content.release(jobId, contentKey).catch(() => undefined);
+        throw settled.error;
+      case 'put-back-failed':
+        throw this.#putBackFailure(settled.cause, send);
+      case 'duplicate':
+      case 'retried': {
+        // Never content the job points at (checked in the same step). Not awaited: a clean-up left
+        // undone is the sweeper's.
+        if (!inline) void this.#content.release(jobId, contentKey).catch(() => undefined);
+        // A failed job put back wrote more since the add's WAIT.
+        await this.#confirmReplicas(settled.kind === 'duplicate' ? replicas : undefined, jobId, send, left());
+        await this.#confirmSettings(send, left());
+        const stored = this.#content.reveal(settled.data);
+        return queuedMessageInfo(stored, jobId, true, settled.kind === 'retried' ? 'retried' : undefined);
+      }
+      case 'replaced':
+      case 'new': {
+        if (settled.kind === 'replaced' && settled.removeContent !== undefined) {
+          void this.#content.release(jobId, settled.removeContent).catch(() => undefined);
+        }
+        // Acknowledged only when the content is whole too, as read right after the add (a replacement
+        // checked it in the same step as it set the data; content in the job came with it).
+        if (settled.kind === 'new' && storedSize !== undefined && state!.storedLength !== storedSize) {
+          await this.#confirmStored(jobId, contentKey, finishedByWorker(state!), send, left());
+        }
+        await this.#confirmReplicas(settled.kind === 'new' ? replicas : undefined, jobId, send, left());
+        await this.#confirmSettings(send, left());
+        return queuedMessageInfo(
+          { ...data, envelope: message.envelope, messageId: message.messageId },
+          jobId,
+          false,
+          settled.kind === 'replaced' ? 'replaced' : undefined,
+        );
+      }
+    }
+  }
+
+  /**
+   * Runs a check of Redis's settings within `ms`. A refused password leaves
+   * the commands waiting until the deadline: the refusal, seen in the
+   * client's errors, ends it with its reason.
+   * @throws {EmlApiError} `ECONFIG` when the settings are wrong; `ECONNECTION`, `ETIMEDOUT`
+   */
+  async #checkSettings(check: () => Promise<void>, ms: number): Promise<void> {
+    try {
+      await Promise.race([this.#refusal.refused, withDeadline(check(), ms)]);
+    } catch (err) {
+      const doing = `Could not read the settings of Redis at ${this.#redis.where}`;
+      throw redisFailure(err, doing, false, undefined, this.#redis);
+    }
+  }
+
+  /**
+   * Before a send is acknowledged: the settings were found right since the
+   * connection last (re)connected. A Redis that restarted meanwhile into
+   * settings that lose mail has the message, but gives no `250`.
+   */
+  async #confirmSettings(send: StoredSend, ms: number): Promise<void> {
+    if (this.#watch.confirmed) return;
+    try {
+      await this.#checkSettings(() => this.#watch.confirm(), ms);
+    } catch (err) {
+      const failure = err as EmlApiError;
+      throw new EmlApiError(
+        failure.code,
+        `Redis at ${this.#redis.where} stored the message, but could not be confirmed to keep it: ${failure.message}. ` +
+          `Not acknowledged; once Redis is fixed, queueing it again with idempotencyKey ${JSON.stringify(send.idempotencyKey)} ` +
+          '(err.idempotencyKey) stores it once',
+        { ...errorDetails(failure), mayHaveBeenAccepted: true, ...send },
+      );
+    }
+  }
+
+  /**
+   * The error of an add that failed. A refusal from Redis (`NOPERM`, `OOM`,
+   * `READONLY`...) means the add never ran: the content is withdrawn (unless
+   * a job points at it after all) and the send is not accepted. A cluster
+   * that gave up re-routing it may have run an earlier try on a master that
+   * failed over: not accepted only once the content is withdrawn. Anything
+   * else (a timeout, a lost connection) may have landed: `mayHaveBeenAccepted`.
+   */
+  async #addFailure(
+    err: unknown,
+    jobId: string,
+    contentKey: string,
+    ms: number,
+    send: StoredSend,
+  ): Promise<EmlApiError> {
+    const doing = `Could not queue the message in Redis at ${this.#redis.where}`;
+    const fate = commandFate(err, this.#redis.cluster);
+    if (fate === 'unknown') return redisFailure(err, doing, true, send, this.#redis);
+    const withdrawn = await withDeadline(this.#content.withdraw(jobId, contentKey), ms).then(
+      (outcome) => outcome === 'withdrawn',
+      // Could not look: a refusal is still certain (the sweeper removes the content); a re-routing is not.
+      () => fate === 'refused',
+    );
+    return redisFailure(
+      err,
+      withdrawn ? `${doing}, which refused it: not queued, nothing will be sent` : doing,
+      !withdrawn,
+      send,
+      this.#redis,
+    );
+  }
+
+  /**
+   * The error of a failed job under the key that could not be put back: it
+   * may be back or still failed. Never a `250`: a job left failed is never
+   * sent. Queueing again with the same key finishes putting it back.
+   */
+  #putBackFailure(cause: unknown, send: StoredSend): EmlApiError {
+    const failure = redisFailure(cause, `Could not reach Redis at ${this.#redis.where}`, false, send, this.#redis);
+    return new EmlApiError(
+      failure.code === 'ETIMEDOUT' ? 'ETIMEDOUT' : 'ECONNECTION',
+      `The job queued under idempotencyKey ${JSON.stringify(send.idempotencyKey)} had failed, and could not be put ` +
+        `back in the queue (${failure.message}): it may be back, or still failed and never sent. Queueing it again ` +
+        'with the same idempotencyKey (err.idempotencyKey) finishes putting it back',
+      { ...errorDetails(failure), permanent: false, mayHaveBeenAccepted: true, ...send },
+    );
+  }
+
+  /**
+   * With `replicas`, rejects unless that many replicas confirmed every write
+   * of the message (`confirmed`, read with the add, or asked now). The
+   * message is on the master: `mayHaveBeenAccepted`.
+   */
+  async #confirmReplicas(confirmed: number | undefined, jobId: string, send: StoredSend, ms: number): Promise<void> {
+    const { replicas } = this.#settings;
+    if (!replicas) return;
+    if (confirmed === undefined) {
+      try {
+        confirmed = await withDeadline(
+          waitForReplicas(this.#redis.redis, queueKey(this.#settings, jobId), replicas),
+          ms,
+        );
+      } catch (err) {
+        const doing = `Could not queue the message in Redis at ${this.#redis.where}`;
+        throw redisFailure(err, doing, true, send, this.#redis);
+      }
+    }
+    if (confirmed >= replicas.count) return;
+    throw new EmlApiError(
+      'ETIMEDOUT',
+      `Redis at ${this.#redis.where} stored the message, but ${confirmed} of the ${replicas.count} replica(s) asked for ` +
+        `(replicas.count) confirmed it within ${replicas.timeoutMs} ms: it is queued on the master and will most likely ` +
+        `be sent, but a failover before a replica has it would lose it. Queueing it again with idempotencyKey ` +
+        `${JSON.stringify(send.idempotencyKey)} (err.idempotencyKey) stores it once`,
+      { permanent: false, mayHaveBeenAccepted: true, command: 'WAIT', response: String(confirmed), ...send },
+    );
+  }
+
+  /**
+   * The content under the job's key was not whole right after the add. A
+   * worker that finished with the job already removed it (`finished`): the
+   * send was queued. Otherwise Redis lost data since the content was written
+   * (a restart without AOF, a failover) and a re-sent add re-created the job
+   * alone: the job is removed and the send refused, so the app queues it again.
+   */
+  async #confirmStored(
+    jobId: string,
+    contentKey: string,
+    finished: boolean,
+    send: StoredSend,
+    ms: number,
+  ): Promise<void> {
+    if (finished) return;
+    const removed = async () => {
+      await this.#content.discard(contentKey);
+      await this.queue.remove(jobId);
+    };
+    await withDeadline(removed(), ms).catch(() => undefined);
+    throw this.#lost(send);
+  }
+
+  /** The error of a send whose content Redis lost as it was queued. */
+  #lost(send: StoredSend): EmlApiError {
+    return new EmlApiError(
+      'ECONNECTION',
+      `Redis at ${this.#redis.where} lost the message as it was queued (it restarted or failed over): ` +
+        'not queued, nothing will be sent; queue it again',
+      { permanent: false, mayHaveBeenAccepted: false, ...send },
+    );
+  }
+}
+
+/** A message checked, with its defaults. */
+interface CheckedMessage {
+  content: Buffer | Readable;
+  size: number;
+  envelope: MailEnvelope;
+  messageId: string;
+  idempotencyKey: string;
+  kind: SendKind;
+  group: string | undefined;
+}
+
+/**
+ * Checks a message given to {@link OutboxProducer.enqueue}.
+ * @throws {EmlApiError} `EMESSAGE` naming the field
+ */
+function checkMessage(message: OutboxMessage): CheckedMessage {
+  if (typeof message !== 'object' || message === null) throw inputError('enqueue: expected a message object');
+  const { content, envelope } = message;
+  const kind = message.kind ?? 'eml';
+  if (!KINDS.includes(kind)) throw inputError(`enqueue: kind must be one of ${KINDS.join(', ')}`);
+  if (kind === 'group') checkGroupId(message.group, 'enqueue: group');
+  else if (message.group !== undefined) throw inputError(`enqueue: group is for kind 'group' only`);
+  const stream = content instanceof Readable;
+  if (!stream && !(content instanceof Uint8Array))
+    throw inputError('enqueue: content must be a Buffer, Uint8Array or Readable');
+  const size = message.size ?? (stream ? undefined : content.length);
+  if (!Number.isSafeInteger(size) || size! < 0)
+    throw inputError('enqueue: size must be the bytes of content (needed for a stream)');
+  if (!stream && size !== content.length)
+    throw inputError(`enqueue: size is ${size}, but content is ${content.length} bytes`);
+  const to = (envelope as { to?: unknown } | null)?.to;
+  const from = (envelope as { from?: unknown } | null)?.from;
+  if (!Array.isArray(to) || !to.every((a) => typeof a === 'string') || (from !== false && typeof from !== 'string')) {
+    throw inputError('enqueue: envelope must be { from: string | false, to: string[] }');
+  }
+  if (message.messageId !== undefined && typeof message.messageId !== 'string') {
+    throw inputError('enqueue: messageId must be a string');
+  }
+  return {
+    content: stream ? content : Buffer.from(content.buffer, content.byteOffset, content.byteLength),
+    size: size!,
+    envelope: { from, to: [...(to as string[])] },
+    messageId: message.messageId ?? '',
+    idempotencyKey: checkIdempotencyKey(message.idempotencyKey) ?? randomUUID(),
+    kind,
+    group: message.group,
+  };
+}
+
+function mib(n: number): string {
+  return `${(n / 1024 / 1024).toFixed(1)} MiB`;
+}
+
+/**
+ * The info of a queued send.
+ * @param requeued how a failed job under the key was put back, if it was @default undefined
+ */
+function queuedMessageInfo(
+  fields: { envelope: MailEnvelope; messageId: string; group?: string | undefined; idempotencyKey: string },
+  queueId: string,
+  duplicate: boolean,
+  requeued?: 'replaced' | 'retried',
+): EmlApiQueuedMessageInfo {
+  return {
+    envelope: { from: fields.envelope.from, to: [...fields.envelope.to] },
+    messageId: fields.messageId,
+    accepted: [...fields.envelope.to],
+    rejected: [],
+    pending: [],
+    response: `250 Queued as ${queueId}`,
+    queueId,
+    idempotencyKey: fields.idempotencyKey,
+    ...(fields.group === undefined ? {} : { group: fields.group }),
+    duplicate,
+    ...(requeued === undefined ? {} : { requeued }),
+  };
+}

@@ -1,0 +1,164 @@
+import type { OutboxRedisClient } from './redis-connection.js';
+import { queueClient } from './bullmq-internals.js';
+
+/**
+ * How often a {@link RedisClock} reads `TIME` again, in ms (1 minute).
+ */
+export const REDIS_CLOCK_REFRESH = 60_000;
+
+/**
+ * How far a worker's clock may be off Redis's, in ms (1 minute): further, it
+ * takes no jobs (see {@link RedisClock.problem}).
+ */
+export const MAX_CLOCK_OFFSET_MS = 60_000;
+
+/** How far the wall clock may move otherwise than the monotonic one before `TIME` is read again, in ms. */
+const SUSPEND_MS = 2_000;
+
+/**
+ * Options of {@link RedisClock}.
+ */
+export interface ClockOptions {
+  /** How often `TIME` is read again, in ms. */
+  refreshEvery?: number;
+  /** The monotonic clock, in ms. */
+  monotonic?: () => number;
+  /** This machine's wall clock, in ms. */
+  wall?: () => number;
+}
+
+/**
+ * Redis's clock: every time the outbox writes on a job and compares with one
+ * (`possiblyAcceptedAt`, `resendUntil`, `lastError.at`) is Redis's, the one
+ * clock every worker shares; machines' clocks can differ by hours. `TIME` is
+ * read once a minute and carried forward on the monotonic clock in between
+ * (no round trip per job; off by half a round trip at most), and read again
+ * when the wall clock moved otherwise than the monotonic one (a suspended
+ * machine, which the monotonic clock misses).
+ */
+export class RedisClock {
+  readonly #read: () => Promise<number>;
+  readonly #refreshEvery: number;
+  readonly #monotonic: () => number;
+  readonly #wall: () => number;
+  /** Redis's time at one instant of the monotonic clock, and this machine's wall clock then. */
+  #sample: { redis: number; at: number; wall: number } | undefined;
+  #syncing: Promise<void> | undefined;
+
+  /**
+   * @param read reads Redis's time, in ms ({@link redisTime})
+   * @param options `refreshEvery` @default REDIS_CLOCK_REFRESH; `monotonic` @default performance.now;
+   *   `wall` @default Date.now
+   */
+  constructor(
+    read: () => Promise<number>,
+    {
+      refreshEvery = REDIS_CLOCK_REFRESH,
+      monotonic = () => performance.now(),
+      wall = () => Date.now(),
+    }: ClockOptions = {},
+  ) {
+    this.#read = read;
+    this.#refreshEvery = refreshEvery;
+    this.#monotonic = monotonic;
+    this.#wall = wall;
+  }
+
+  /**
+   * Reads Redis's time now; calls made meanwhile share the reading.
+   * @throws Redis's errors
+   */
+  sync(): Promise<void> {
+    this.#syncing ??= (async () => {
+      const before = this.#monotonic();
+      const redis = await this.#read();
+      const after = this.#monotonic();
+      // Redis read its clock somewhere within the round trip: its middle is off by half of it at most.
+      this.#sample = { redis, at: (before + after) / 2, wall: this.#wall() - (after - before) / 2 };
+    })().finally(() => (this.#syncing = undefined));
+    return this.#syncing;
+  }
+
+  /**
+   * How far this machine's clock is ahead of Redis's (behind: negative), in
+   * ms, from the last reading; undefined before the first. No round trip.
+   */
+  offset(): number | undefined {
+    const sample = this.#sample;
+    if (sample === undefined) return undefined;
+    return this.#wall() - (sample.redis + (this.#monotonic() - sample.at));
+  }
+
+  /**
+   * Redis's time now, in ms since the epoch. When Redis cannot be read, the
+   * last reading carried forward.
+   * @throws Redis's errors, when it was never read
+   */
+  async now(): Promise<number> {
+    const last = this.#sample;
+    const since = last === undefined ? 0 : this.#monotonic() - last.at;
+    const stale =
+      last === undefined || since >= this.#refreshEvery || Math.abs(this.#wall() - last.wall - since) > SUSPEND_MS;
+    if (stale) {
+      try {
+        await this.sync();
+      } catch (err) {
+        if (this.#sample === undefined) throw err;
+      }
+    }
+    const sample = this.#sample!;
+    return Math.round(sample.redis + (this.#monotonic() - sample.at));
+  }
+
+  /**
+   * Why a worker must not finish jobs now, if it must not: its clock is more
+   * than {@link MAX_CLOCK_OFFSET_MS} off Redis's. BullMQ removes old sent and
+   * failed jobs by the clock of the worker that finishes one: a worker days
+   * ahead would erase mail kept for a person.
+   */
+  problem(): string | undefined {
+    const off = this.offset();
+    if (off === undefined || Math.abs(off) <= MAX_CLOCK_OFFSET_MS) return undefined;
+    const by = off > 0 ? `${duration(off)} ahead of` : `${duration(-off)} behind`;
+    return (
+      `This machine's clock is ${by} Redis's (TIME): BullMQ removes old sent and failed jobs by the clock of the ` +
+      'worker that finishes a job, so this worker would erase mail kept for a person, or have its own removed too ' +
+      `early. A worker takes no job while its clock is more than ${seconds(MAX_CLOCK_OFFSET_MS)} off Redis's: fix ` +
+      "this machine's time (NTP)"
+    );
+  }
+}
+
+/**
+ * Redis's clock (`TIME`), in ms since the epoch.
+ */
+export async function redisTime(redis: OutboxRedisClient): Promise<number> {
+  const [secs, micros] = await redis.time();
+  return Number(secs) * 1000 + Math.floor(Number(micros) / 1000);
+}
+
+/**
+ * Redis's clock, read through a BullMQ queue's own connection.
+ */
+export async function queueRedisTime(queue: object): Promise<number> {
+  return redisTime(await queueClient(queue));
+}
+
+/**
+ * A duration for messages, in whole seconds (at least 1).
+ */
+export function seconds(ms: number): string {
+  return `${Math.max(1, Math.round(ms / 1000))} s`;
+}
+
+/** A duration for people: days, hours or minutes when it is that long, else seconds. */
+function duration(ms: number): string {
+  for (const [unit, size] of [
+    ['days', 86_400_000],
+    ['hours', 3_600_000],
+    ['minutes', 60_000],
+  ] as const) {
+    if (ms >= 2 * size) return `${(ms / size).toFixed(1)} ${unit}`;
+  }
+  return seconds(ms);
+}

@@ -1,0 +1,178 @@
+import { once } from 'node:events';
+import type { Job } from 'bullmq';
+import { Queue, QueueKeys, Worker } from 'bullmq';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import {
+  ADD_SCRIPT,
+  BULLMQ_KEY_NAMES,
+  guardAddScripts,
+  queueAdd,
+  queueClient,
+} from '../../src/queue/bullmq-internals.js';
+import { PAUSE_MARK } from '../../src/queue/outbox-admin.js';
+import { jobLockKey, queueKey, resolveQueueLocation } from '../../src/queue/queue-location.js';
+import { requireQueuePeers } from '../../src/queue/redis-connection.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+
+/**
+ * What the outbox relies on of BullMQ beyond its documented API
+ * (bullmq-internals.ts, and the Redis layout its scripts read), checked
+ * against the BullMQ installed: each failure names what a BullMQ release
+ * changed, so that an upgrade within the peer range (^5 || ^6) that breaks
+ * the outbox fails here, loudly. A real redis-server.
+ */
+
+const version = requireQueuePeers().bullmq;
+const changed = (what: string) => `BullMQ ${version} changed ${what}`;
+const location = resolveQueueLocation('internals', 'bull');
+let redis: RedisServer;
+
+beforeAll(async () => {
+  redis = await startRedisServer();
+});
+
+afterAll(async () => {
+  await redis?.stop();
+});
+
+beforeEach(async () => {
+  await redis.client.flushall();
+});
+
+/** A queue on a connection of its own, with its add scripts guarded by `guard` when given. */
+async function openQueue(guard?: string): Promise<{ queue: Queue; client: Redis; close(): Promise<void> }> {
+  const connection = new Redis(redis.url, { maxRetriesPerRequest: null });
+  const queue = new Queue(location.queueName, { connection, prefix: location.prefix });
+  const client = (await queueClient(queue)) as Redis;
+  if (guard !== undefined) guardAddScripts(connection, guard);
+  return {
+    queue,
+    client,
+    close: async () => {
+      await queue.close();
+      connection.disconnect();
+    },
+  };
+}
+
+describe(`BullMQ ${version}, as the outbox uses it`, () => {
+  it('names its keys of a queue as the outbox avoids them for job ids', () => {
+    const keys = new QueueKeys(location.prefix).getKeys(location.queueName);
+    const names = Object.keys(keys).filter((name) => name !== '');
+    expect(new Set(names), changed('the names of its keys of a queue (QueueKeys)')).toEqual(BULLMQ_KEY_NAMES);
+    for (const name of names) {
+      expect(keys[name], changed(`where the key ${name} is`)).toBe(queueKey(location, name));
+    }
+  });
+
+  it("gives the queue's Redis client, with its add scripts defined on it", async () => {
+    const { client, close } = await openQueue();
+    try {
+      expect(await client.ping(), changed("how a queue's client is reached (queue.client, getBackend().client)")).toBe(
+        'PONG',
+      );
+      const scripts = Object.keys((client as unknown as { scriptsSet?: object }).scriptsSet ?? {});
+      for (const kind of ['Standard', 'Prioritized', 'Delayed']) {
+        expect(
+          scripts.filter((name) => ADD_SCRIPT.test(name) && name.startsWith(`add${kind}Job`)),
+          changed(`its add script of a ${kind.toLowerCase()} job (add${kind}Job on the client's scriptsSet)`),
+        ).toHaveLength(1);
+      }
+    } finally {
+      await close();
+    }
+  });
+
+  it('adds a job with one command on a pipeline, its data as JSON in ARGV[2] of the guarded script', async () => {
+    // The guard records what it is given, and refuses the job named "refused" as the outbox's guard refuses one.
+    const probe = `
+redis.call('RPUSH', '${location.prefix}:probe', ARGV[2])
+if string.find(ARGV[2], '"refused"', 1, true) then return -1000 end
+`;
+    const { queue, client, close } = await openQueue(probe);
+    try {
+      const forms = [{}, { priority: 3 }, { delay: 60_000 }];
+      const pipeline = client.pipeline();
+      forms.forEach((opts, i) =>
+        queueAdd(queue, pipeline, { name: 'eml', data: { n: i }, opts: { ...opts, jobId: `j${i}` } }),
+      );
+      queueAdd(queue, pipeline, { name: 'eml', data: { refused: true }, opts: { jobId: 'refused' } });
+      const answers = (await pipeline.exec())!.map(([err, answer]) => err ?? answer);
+      expect(answers, changed('what its add script answers (the job id)')).toEqual(['j0', 'j1', 'j2', -1000]);
+      const seen = (await redis.client.lrange(`${location.prefix}:probe`, 0, -1)).map((d) => JSON.parse(d) as object);
+      expect(seen, changed("where its add scripts take the job's data (ARGV[2])")).toEqual([
+        { n: 0 },
+        { n: 1 },
+        { n: 2 },
+        { refused: true },
+      ]);
+      expect(await queue.getJob('refused'), changed('whether a negative answer of the guard stops the add')).toBe(
+        undefined,
+      );
+      expect(await queue.getJobCounts('wait', 'prioritized', 'delayed')).toEqual({
+        wait: 1,
+        prioritized: 1,
+        delayed: 1,
+      });
+    } finally {
+      await close();
+    }
+  });
+
+  it("keeps a job's data, run times and worker lock where the outbox's scripts read them", async () => {
+    const { queue, close } = await openQueue();
+    const connection = new Redis(redis.url, { maxRetriesPerRequest: null });
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const worker = new Worker(
+      location.queueName,
+      async (_job: Job, token?: string) => {
+        await held;
+        // The outbox's scripts check that a worker still holds a job: its token under the job's lock key.
+        expect(await redis.client.get(jobLockKey(location, 'locked')), changed("where a job's lock is")).toBe(token);
+        throw new Error('failed on purpose');
+      },
+      { connection, prefix: location.prefix, limiter: { max: 1_000_000, duration: 1000 } },
+    );
+    try {
+      await queue.add('eml', { n: 1 }, { jobId: 'locked' });
+      const active = once(worker, 'active');
+      await active;
+      const failed = once(worker, 'failed');
+      release();
+      await failed;
+      const hash = await redis.client.hgetall(queueKey(location, 'locked'));
+      expect(JSON.parse(hash.data!), changed("the field of a job's data")).toEqual({ n: 1 });
+      expect(Number(hash.processedOn), changed('the field processedOn')).toBeGreaterThan(0);
+      expect(Number(hash.finishedOn), changed('the field finishedOn')).toBeGreaterThan(0);
+      expect(await redis.client.zscore(queueKey(location, 'failed'), 'locked'), changed('the failed set')).toBe(
+        hash.finishedOn,
+      );
+      // A 429's pause of every worker: the limiter key, read by the status and cut by maxRetryAfter.
+      await worker.rateLimit(60_000);
+      const limiter = queueKey(location, 'limiter');
+      expect(
+        Number(await redis.client.get(limiter)),
+        changed("what a worker's rateLimit() writes"),
+      ).toBeGreaterThanOrEqual(PAUSE_MARK);
+      expect(await redis.client.pttl(limiter)).toBeGreaterThan(50_000);
+    } finally {
+      release();
+      await worker.close(true);
+      connection.disconnect();
+      await close();
+    }
+  });
+
+  it('fails loudly, naming its version, when it defines no add script the outbox knows', () => {
+    const bare = new Redis(redis.url, { lazyConnect: true });
+    try {
+      expect(() => guardAddScripts(bare, 'return 1')).toThrow(
+        new RegExp(`^BullMQ ${version.replace(/\./g, '\\.')} defines no add script`),
+      );
+    } finally {
+      bare.disconnect();
+    }
+  });
+});
