@@ -60,8 +60,8 @@ export function emlBodyFromFile(path: string, size: number, remove: () => Promis
 }
 
 /**
- * The EML request body for a message read from a stream that `open` makes anew for each attempt, encoded as it
- * streams; `dispose` runs once, however often it is called.
+ * The EML request body for a message read from a stream that `open` makes anew for each attempt, encoded as it streams;
+ * `dispose` runs once, however often it is called.
  */
 export function emlBodyFromStream(size: number, open: () => Readable, dispose: () => Promise<void>): UploadBody {
   let disposed: Promise<void> | undefined;

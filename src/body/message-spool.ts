@@ -106,8 +106,8 @@ function failure(err: unknown, signal: AbortSignal | undefined): unknown {
 
 /**
  * A Writable as far as Nodemailer's tree and `pipe` use one, without Node's Writable machinery per chunk. A chunk goes
- * to `take` at once; while a take is pending (a spool file opening or flushing), later chunks wait in order and
- * `write` returns false until `'drain'`.
+ * to `take` at once; while a take is pending (a spool file opening or flushing), later chunks wait in order and `write`
+ * returns false until `'drain'`.
  */
 export class MessageSink extends EventEmitter {
   #lastByte = -1;
@@ -427,8 +427,8 @@ class Collector {
 }
 
 /**
- * One message's spool file, in a folder of its own (mode 0700) with mode 0600, so no other user can read a message on
- * a shared machine. A failed write (disk full, file-size limit) is reported to the send, never as an unhandled 'error'.
+ * One message's spool file, in a folder of its own (mode 0700) with mode 0600, so no other user can read a message on a
+ * shared machine. A failed write (disk full, file-size limit) is reported to the send, never as an unhandled 'error'.
  */
 export class SpoolFile {
   readonly folder: string;
@@ -603,8 +603,8 @@ function keepFirst(event: string | symbol, listener: unknown): void {
 }
 
 /**
- * With another listener, the app handles the signal, and the 'exit' handler removes the folders. With none, the
- * folders are removed and the signal raised again with no listener, so it ends the process as it would have.
+ * With another listener, the app handles the signal, and the 'exit' handler removes the folders. With none, the folders
+ * are removed and the signal raised again with no listener, so it ends the process as it would have.
  */
 function onSignal(signal: NodeJS.Signals): void {
   if (process.listenerCount(signal) > 1) return;

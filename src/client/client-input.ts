@@ -22,7 +22,7 @@ import {
 import { EmlApiError } from '../shared/eml-api-error.js';
 
 /**
- * An address in any form Nodemailer accepts (`'Ann <ann@x.test>'`, `{ name, address }`) or the service's `{ email, name }`.
+ * An address in any form Nodemailer accepts (`'Ann <ann@x.test>'`, `{ name, address }`) or as `{ email, name }`.
  * @example const to: AddressInput[] = ['Ann <ann@example.test>', { name: 'Bob', address: 'bob@example.test' }];
  */
 export type AddressInput = string | { address: string; name?: string } | { email: string; name?: string };
@@ -30,9 +30,8 @@ export type AddressInput = string | { address: string; name?: string } | { email
 const MAX_LIST_INPUT_LENGTH = 100 * MAX_ADDRESS_INPUT_LENGTH;
 
 /**
- * Converts one Nodemailer-style address to `{ email, name }`: strings go through Nodemailer's parser after a length cap
- * and a check for control, bidirectional and zero-width characters.
- * @throws {EmlApiError} `EMESSAGE` naming `where` when it is not one valid address
+ * One address as `{ email, name }`; strings go through Nodemailer's parser after a length cap and a check for control,
+ * bidirectional and zero-width characters. @throws {EmlApiError} `EMESSAGE` naming `where`
  */
 export function toApiAddress(input: unknown, where: string): ApiAddress {
   let email: unknown;
@@ -58,7 +57,7 @@ export function toApiAddress(input: unknown, where: string): ApiAddress {
   return name ? { email, name } : { email };
 }
 
-/** Converts one address or a list (also a comma-separated string) to `{ email, name }` objects. */
+/** One address or a list (a comma-separated string too) as `{ email, name }` objects. */
 export function toApiAddressList(input: unknown, where: string): ApiAddress[] {
   let list: unknown[];
   if (Array.isArray(input)) list = input;
@@ -111,7 +110,7 @@ export interface ImageInput {
 export interface TextContentInput {
   html?: string;
   text?: string;
-  /** Turns the service's tracking on or off. */
+  /** The service's tracking on or off. */
   tracking?: boolean;
   /** Hosted images (plus plan). */
   images?: ImageInput[];
@@ -134,7 +133,7 @@ export function imageFormat(mimeType: string | undefined): ApiImage['mimeType'] 
   return mimeType === undefined ? undefined : FORMATS[mimeType.trim().toLowerCase().split(';', 1)[0]!];
 }
 
-/** Checks and converts `textContent` for the wire. @throws {EmlApiError} `EMESSAGE` naming the field */
+/** `textContent` checked and converted for the wire. @throws {EmlApiError} `EMESSAGE` naming the field */
 export function toApiTextContent(input: unknown, where: string): ApiTextContent {
   if (typeof input !== 'object' || input === null)
     throw inputError(`${where}: textContent must be an object with html and/or text`);
@@ -228,7 +227,6 @@ export function toMemberEntry(member: unknown, where: string): GroupMemberEntry 
   return { ...address, ...(substitutions ? { substitutions } : {}) };
 }
 
-/** An `EMESSAGE` error for bad input found before any request. */
 export function inputError(message: string): EmlApiError {
   return new EmlApiError('EMESSAGE', message, { permanent: true });
 }

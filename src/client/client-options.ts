@@ -48,20 +48,16 @@ export interface EmlApiClientOptions {
   /** `User-Agent` of every request. @default `nodemailer-eml-api/<version>` */
   userAgent?: string;
   /**
-   * Retries of failures the service surely did not process (refused or reset connection, DNS, 429, 503), with
-   * backoff and jitter, honouring `Retry-After`; `attempts` counts the first try, `false` tries once.
+   * Retries of failures the service surely did not process (refused or reset connection, DNS, 429, 503), with backoff
+   * and jitter, honouring `Retry-After`; `attempts` counts the first try, `false` tries once.
    * @default { attempts: 4, delay: 500, maxDelay: 30000, jitter: 0.5, retryAmbiguous: false }
-   * @example new EmlApiClient({ apiKey, baseUrl, retry: { attempts: 6, delay: 200 } });
    */
   retry?: false | RetryOptions;
   /** Time limits in ms, each failing with `ETIMEDOUT` naming it. @default { connect: 10000, response: 30000, total: 120000 } */
   timeouts?: TimeoutOptions;
   /** Above `threshold` bytes a message is built into a temporary file, so memory stays flat. @default { threshold: 2097152, directory: os.tmpdir() } */
   spool?: SpoolOptions;
-  /**
-   * At most `max` sends started per `duration` ms, spaced evenly; membership calls are not paced. @default undefined
-   * @example new EmlApiClient({ apiKey, baseUrl, rateLimit: { max: 20, duration: 1000 } }); // 20 a second
-   */
+  /** At most `max` sends started per `duration` ms, spaced evenly; membership calls are not paced. @default undefined */
   rateLimit?: RateLimitOptions;
   /** Where to log: `true` for the console, or a logger object (pino, bunyan...); never the API key. @default false */
   logger?: boolean | EmlApiLogger;
@@ -99,7 +95,6 @@ export interface EmlApiClientSettings {
 /** Options after validation, as the package uses them inside; the API key is kept apart. */
 export interface ResolvedClientOptions {
   baseUrl: URL;
-  /** The base URL's path without a trailing slash; request paths are appended to it. */
   basePath: string;
   maxConnections: number;
   dispatcher: Dispatcher | undefined;

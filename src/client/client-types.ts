@@ -73,7 +73,7 @@ export interface GroupSendResult extends ServiceResponse<Partial<GroupSendAccept
 }
 
 /**
- * One member to add: an address in any Nodemailer form, or `{ email, name, substitutions }` (keys with or without braces).
+ * One member: an address in any Nodemailer form, or `{ email, name, substitutions }` (keys with or without braces).
  * @example const member: MemberInput = { email: 'ann@example.net', name: 'Ann', substitutions: { first_name: 'Ann' } };
  */
 export type MemberInput =
@@ -109,10 +109,7 @@ export interface AddToGroupOptions extends RequestOptions {
   onFailure?: OnFailure;
   /** Entries per request. @default 500 */
   batchSize?: number;
-  /**
-   * Called after each batch the service accepted, e.g. for a progress bar. @default undefined
-   * @example await client.addToGroup('news', members, { onBatch: (p) => console.log(`${p.entriesDone}/${p.entries}`) });
-   */
+  /** Called after each batch the service accepted, e.g. for a progress bar. @default undefined */
   onBatch?: (progress: AddToGroupProgress) => void;
 }
 

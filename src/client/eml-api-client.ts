@@ -59,8 +59,8 @@ import {
 } from './client-types.js';
 
 /**
- * Typed client of the email service's HTTP API; the transport sends through one. At most `maxConnections`
- * calls run at once over keep-alive connections, the rest queue.
+ * Typed client of the email service's HTTP API; the transport sends through one. At most `maxConnections` calls run at
+ * once over keep-alive connections, the rest queue.
  * @example
  * import { EmlApiClient } from 'nodemailer-eml-api';
  * const client = new EmlApiClient({ apiKey: process.env.EML_API_KEY!, baseUrl: 'https://api.mail.example.com' });
@@ -69,10 +69,7 @@ import {
  * await client.close();
  */
 export class EmlApiClient {
-  /**
-   * The options validated and completed with their defaults, frozen; the API key, `dispatcher` and `logger` are not among them.
-   * @example client.settings.timeouts.total; // 120000
-   */
+  /** The validated options with their defaults, frozen, without the API key, `dispatcher` and `logger`. */
   readonly settings: EmlApiClientSettings;
   readonly #resolved: Readonly<ResolvedClientOptions>;
   readonly #requester: Requester;
@@ -119,8 +116,7 @@ export class EmlApiClient {
 
   /**
    * Sends a complete message through `POST /v1/send/eml`; the service takes the recipients from To, Cc and Bcc.
-   * @param eml the RFC 5322 message. A stream is read only by a send that goes out: one refused or aborted
-   *   before it holds a connection slot leaves the stream open for the caller to destroy.
+   * @param eml the RFC 5322 message; a stream is read only by a send that goes out (else the caller destroys it)
    * @throws {EmlApiError} `EAUTH`, `EAPI`, `ECONNECTION`, `ETIMEDOUT` or `EABORT`
    * @example const { id } = await client.sendEml('From: a@example.test\r\nTo: b@example.test\r\nSubject: Hi\r\n\r\nHello\r\n');
    */
@@ -148,8 +144,7 @@ export class EmlApiClient {
   }
 
   /**
-   * Sends an email to every member of a group through `POST /v1/send/group/{groupId}`, personalised with
-   * each member's substitutions and unsubscribe link.
+   * Sends an email to each member of a group through `POST /v1/send/group/{groupId}`, personalised per member.
    * @throws {EmlApiError} `EMESSAGE` for bad input, `EAPI` 404 `group_not_found`, `EAUTH`...
    * @example const { recipients } = await client.sendToGroup('newsletter', { from: 'news@example.com', subject: 'Hi {{first_name}}', textContent: { html, text } });
    */
@@ -168,8 +163,8 @@ export class EmlApiClient {
   }
 
   /**
-   * @internal The one send path (send methods, transport, outbox worker, relay). The body is built only once the
-   * call holds a connection slot, so memory is bounded by `maxConnections`; a built body is disposed when the send settles.
+   * @internal The one send path (send methods, transport, outbox worker, relay); it builds the body only once the call
+   * holds a slot, so memory is bounded by `maxConnections`, and disposes a body it built when the send settles.
    * @throws {EmlApiError} `EMESSAGE` for an empty EML; the request engine's errors (`EAUTH`, `EAPI`, `ETIMEDOUT`...)
    */
   send<K extends SendKind, B extends SendBody = SendBody>(
@@ -229,7 +224,7 @@ export class EmlApiClient {
   }
 
   /**
-   * Adds or updates group members through `POST /v1/group/{groupId}` in batches of `batchSize`, every entry checked first.
+   * Adds or updates group members through `POST /v1/group/{groupId}` in batches, every entry checked first.
    * @throws {EmlApiError} `EMESSAGE` for bad input; a failed batch rejects with earlier batches' entries in `partial`
    * @example
    * const { added, skipped } = await client.addToGroup('newsletter', [
@@ -342,8 +337,7 @@ export class EmlApiClient {
   }
 
   /**
-   * Checks membership through `GET /v1/group/{groupId}/check/{email}`; a 404 without a group error means
-   * "not a member", so it works with either style of service.
+   * Checks membership through `GET /v1/group/{groupId}/check/{email}`; a 404 without a group error means "not a member".
    * @throws {EmlApiError} `EAPI` 404 `group_not_found` for an unknown group, `EAUTH`...
    * @example if (await client.isInGroup('newsletter', 'ann@example.net')) console.log('already a member');
    */
@@ -405,8 +399,8 @@ export class EmlApiClient {
   }
 
   /**
-   * Stops accepting calls, lets those already made finish, then closes the connections the client opened
-   * (a `dispatcher` given in the options stays open). `{ abort: true }` aborts running calls (`EABORT`).
+   * Stops accepting calls, lets those already made finish, then closes the connections the client opened (a
+   * `dispatcher` given in the options stays open). `{ abort: true }` aborts running calls (`EABORT`).
    * @example
    * await client.close();                // graceful
    * await client.close({ abort: true }); // now
@@ -539,7 +533,7 @@ function withWarning<T extends SendResult | GroupSendResult>(result: T, call: Ca
 const MEMBERSHIP_FIELDS = ['member', 'isMember', 'is_member', 'inGroup', 'in_group', 'exists', 'found'];
 
 /**
- * The membership a 2xx states: `{ "member": true }` or a common spelling, a bare boolean, either inside `data`, or a 204.
+ * The membership a 2xx states: `{ "member": true }` or a common spelling, a bare boolean, either inside `data`, or 204.
  * @returns undefined when it states none: never a guess, since a wrong "yes" mails non-members
  */
 export function readMembership(res: ServiceResponse): boolean | undefined {

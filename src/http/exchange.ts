@@ -164,8 +164,8 @@ export function exchange(dispatcher: Dispatcher, request: ExchangeRequest): Prom
 }
 
 /**
- * Calls `callback` when `stream`'s source pushes the chunk that completes `length` bytes, before any consumer reads
- * it: until then the last byte cannot have left. Watching `push` adds no stream layer to every upload.
+ * Calls `callback` when `stream`'s source pushes the chunk that completes `length` bytes, before any consumer reads it:
+ * until then the last byte cannot have left. Watching `push` adds no stream layer to every upload.
  */
 function onLastByte(stream: Readable, length: number, callback: () => void): Readable {
   let produced = 0;
@@ -187,9 +187,9 @@ function onLastByte(stream: Readable, length: number, callback: () => void): Rea
 export const EARLY_ANSWER_WAIT = 2_000;
 
 /**
- * An undici connector whose sockets still read the answer of a server that refused a request before reading it all.
- * A server over its body limit answers `413` and closes; the client's next write fails, and Node destroys the socket
- * with the answer unread, so the send would fail as a retryable connection error instead of a permanent `413`.
+ * An undici connector whose sockets still read the answer of a server that refused a request before reading it all. A
+ * server over its body limit answers `413` and closes; the client's next write fails, and Node destroys the socket with
+ * the answer unread, so the send would fail as a retryable connection error instead of a permanent `413`.
  * @param wait how long to keep reading after a failed write, in ms @default EARLY_ANSWER_WAIT
  */
 export function earlyAnswerConnector(
@@ -205,9 +205,9 @@ export function earlyAnswerConnector(
 }
 
 /**
- * Holds back, once, the callback of a write the peer refused: a failed write also fails the socket's read side, so
- * the error cannot just pass. undici sees an unfinished write, the socket goes on reading, and the answer completes
- * the request; without one, the peer's reset ends it, or the write fails after `wait`.
+ * Holds back, once, the callback of a write the peer refused: a failed write also fails the socket's read side, so the
+ * error cannot just pass. undici sees an unfinished write, the socket goes on reading, and the answer completes the
+ * request; without one, the peer's reset ends it, or the write fails after `wait`.
  */
 function keepReadingAfterFailedWrite(socket: Socket, wait: number): void {
   let held = false;

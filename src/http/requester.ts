@@ -137,8 +137,8 @@ export class Requester {
   }
 
   /**
-   * Runs one logical call with its pace and a slot. The call is counted before this returns, so a later close()
-   * waits for it. @throws {EmlApiError} every failure, mapped (`EABORT`, `ETIMEDOUT`, `ECONNECTION`...)
+   * Runs one logical call with its pace and a slot. The call is counted before this returns, so a later close() waits
+   * for it. @throws {EmlApiError} every failure, mapped (`EABORT`, `ETIMEDOUT`, `ECONNECTION`...)
    */
   run<T>(command: string, options: CallOptions, work: (call: Call) => Promise<T>): Promise<T> {
     if (this.#closed) return Promise.reject(closedError(command));
@@ -365,8 +365,8 @@ class RunningCall implements Call {
 }
 
 /**
- * When the client tries a call again: `attempts` tries in all, waiting `delay` after the first failure, doubling up
- * to `maxDelay`, each wait shortened by a random share of up to `jitter`.
+ * When the client tries a call again: `attempts` tries in all, waiting `delay` after the first failure, doubling up to
+ * `maxDelay`, each wait shortened by a random share of up to `jitter`.
  * @example new EmlApiClient({ apiKey, baseUrl, retry: { attempts: 6, delay: 200, retryAmbiguous: true } });
  */
 export interface RetryOptions {
@@ -514,8 +514,8 @@ export class SendPacer {
 }
 
 /**
- * Forwards a caller's signal to its calls' controllers through one listener per signal: an app may pass one signal
- * to thousands of sends, and a listener each would pass Node's MaxListeners warning.
+ * Forwards a caller's signal to its calls' controllers through one listener per signal: an app may pass one signal to
+ * thousands of sends, and a listener each would pass Node's MaxListeners warning.
  */
 export class SignalFanout {
   readonly #followers = new Map<AbortSignal, { calls: Set<AbortController>; listener: () => void }>();
@@ -551,7 +551,8 @@ export class SignalFanout {
 
 /**
  * How a failed attempt may be retried: `safe` when the service surely did not process it (refused, reset before the
- * request was written, DNS, 429, 503), `ambiguous` when it may have (timeout or reset after sending, 502, 504), else `never`.
+ * request was written, DNS, 429, 503), `ambiguous` when it may have (timeout or reset after sending, 502, 504), else
+ * `never`.
  */
 export type RetryClass = 'safe' | 'ambiguous' | 'never';
 

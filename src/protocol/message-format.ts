@@ -60,8 +60,8 @@ export function hasLoneSurrogate(text: string): boolean {
 const SPECIALS = new Set(['(', ')', '<', '>', '[', ']', ':', ';', '@', '\\', ',', '"', ' ', '\t']);
 
 /**
- * Whether `address` is one addr-spec within {@link MAX_ADDRESS_LENGTH}: a dot-atom or quoted local part `@` labels or
- * a `[literal]`. Like the SMTP servers it stands in for, it is lenient about dots and labels and allows any non-ASCII
+ * Whether `address` is one addr-spec within {@link MAX_ADDRESS_LENGTH}: a dot-atom or quoted local part `@` labels or a
+ * `[literal]`. Like the SMTP servers it stands in for, it is lenient about dots and labels and allows any non-ASCII
  * letter (RFC 6531, 6532).
  */
 export function isValidAddress(address: string): boolean {
@@ -132,8 +132,8 @@ export interface NamedAddress {
 }
 
 /**
- * An RFC 5322 address list through Nodemailer's parser, group members flattened in order and entries without an
- * address dropped. Linear for Nodemailer 7 and later; callers cap the length first.
+ * An RFC 5322 address list through Nodemailer's parser, group members flattened in order and entries without an address
+ * dropped. Linear for Nodemailer 7 and later; callers cap the length first.
  */
 export function parseAddresses(value: string): NamedAddress[] {
   const out: NamedAddress[] = [];
@@ -173,8 +173,8 @@ export function headerSectionLength(message: Buffer): number {
 }
 
 /**
- * Offset past the blank line that ends the header section: the first empty line after a line break, whatever the mix
- * of CRLF and bare LF (`\n\r\n` is what scripts writing headers with "\n" make), as MIME parsers and the service read it.
+ * Offset past the blank line that ends the header section: the first empty line after a line break, whatever the mix of
+ * CRLF and bare LF (`\n\r\n` is what scripts writing headers with "\n" make), as MIME parsers and the service read it.
  */
 export function headerSectionEnd(bytes: Buffer): number | undefined {
   let at = bytes.indexOf(0x0a);

@@ -62,8 +62,8 @@ const MAX_RESPONSE_CHARS = 2000;
 const BRAND = Symbol.for('nodemailer-eml-api.EmlApiError');
 
 /**
- * The package's one error class, carrying the fields Nodemailer's transports use (`code`, `responseCode`,
- * `response`, `command`) so apps and frameworks handle it unchanged; the API key never appears in it.
+ * The package's one error class, carrying the fields Nodemailer's transports use (`code`, `responseCode`, `response`,
+ * `command`) so apps and frameworks handle it unchanged; the API key never appears in it.
  * @example
  * try {
  *   await transporter.sendMail(message);

@@ -37,8 +37,8 @@ export interface BuildThreads {
 
 /**
  * Builds a compiled message as the EML endpoint needs it: Bcc kept in the headers (the service reads recipients from
- * To, Cc and Bcc and removes Bcc, as sendmail and SES transports do), spooled, then checked (recipients present and
- * the same as any custom envelope). With `threads`, on a build thread when the message can move to one.
+ * To, Cc and Bcc and removes Bcc, as sendmail and SES transports do), spooled, then checked (recipients present and the
+ * same as any custom envelope). With `threads`, on a build thread when the message can move to one.
  * @param gate the turns of the sending thread's builds, or null to build at once (the outbox's producer, whose sends
  *   wait for no service) @default the shared {@link BuildGate}
  * @param limit the most bytes the message may have: the build stops as it passes them @default undefined
@@ -102,15 +102,15 @@ function buildHere(
 /**
  * How many messages the sending thread builds at once in the process. Nodemailer builds a message over several
  * event-loop turns, so builds started together share the thread and each takes as long as all of them, holding its
- * connection slot meanwhile; too few builds at once cost a CPU-bound sender per-message CPU instead. BENCHMARKS.md
- * has the measurements.
+ * connection slot meanwhile; too few builds at once cost a CPU-bound sender per-message CPU instead. BENCHMARKS.md has
+ * the measurements.
  */
 export const SENDING_THREAD_BUILDS = 8;
 
 /**
- * While builds wait, the gate looks at the thread and the running builds every this many ms. A build that wrote
- * nothing for {@link QUIET_LOOKS} looks is waiting for its content (a slow stream or URL) and stops counting; when
- * every running build is that quiet, or the event loop was idle half the period or more, every waiting build starts.
+ * While builds wait, the gate looks at the thread and the running builds every this many ms. A build that wrote nothing
+ * for {@link QUIET_LOOKS} looks is waiting for its content (a slow stream or URL) and stops counting; when every
+ * running build is that quiet, or the event loop was idle half the period or more, every waiting build starts.
  */
 export const SLOW_BUILD_MS = 20;
 
@@ -138,8 +138,8 @@ interface Turn extends BuildTurn {
 }
 
 /**
- * Lets a limited number of builds run at once, in order; a build waiting for its content stops counting, and all
- * start while the thread is idle. It keeps no timer while no build waits.
+ * Lets a limited number of builds run at once, in order; a build waiting for its content stops counting, and all start
+ * while the thread is idle. It keeps no timer while no build waits.
  */
 export class BuildGate {
   readonly #width: number;

@@ -37,12 +37,12 @@ export interface EmlApiTransport {
 }
 
 /**
- * Nodemailer transport that sends through the email service's HTTP API, a drop-in replacement for an SMTP relay.
- * A message goes to `POST /v1/send/eml` as Nodemailer compiled it (plugins and DKIM applied, Bcc kept: the service
- * reads recipients from To, Cc and Bcc and removes Bcc); `group` or `tracking: true` send JSON fields to
- * `/v1/send/group/:groupId` or `/v1/send/email`. Like Nodemailer's SMTP pool it builds a message only once a
- * connection slot is free, so memory is bounded by `maxConnections`. `send`, `verify`, `close` and `isIdle` are
- * bound own properties, so a spread copy still works.
+ * Nodemailer transport that sends through the email service's HTTP API, a drop-in replacement for an SMTP relay. A
+ * message goes to `POST /v1/send/eml` as Nodemailer compiled it (plugins and DKIM applied, Bcc kept: the service reads
+ * recipients from To, Cc and Bcc and removes Bcc); `group` or `tracking: true` send JSON fields to
+ * `/v1/send/group/:groupId` or `/v1/send/email`. Like Nodemailer's SMTP pool it builds a message only once a connection
+ * slot is free, so memory is bounded by `maxConnections`. `send`, `verify`, `close` and `isIdle` are bound own
+ * properties, so a spread copy still works.
  * @example
  * import nodemailer from 'nodemailer';
  * import { EmlApiTransport } from 'nodemailer-eml-api';
@@ -132,8 +132,8 @@ export class EmlApiTransport extends EventEmitter {
   }) as EmlApiTransport['verify'];
 
   /**
-   * Stops the transport: new sends fail with `ECONNECTION`, sends already made finish (or, with `{ abort: true }`,
-   * are aborted with `EABORT`), then connections close and build threads end. The callback is optional.
+   * Stops the transport: new sends fail with `ECONNECTION`, sends already made finish (or, with `{ abort: true }`, are
+   * aborted with `EABORT`), then connections close and build threads end. The callback is optional.
    * @example
    * await transporter.close();                // graceful, what Nodemailer calls
    * await transport.close({ abort: true });   // now

@@ -208,8 +208,8 @@ export function sendRouteOf(data: Record<string, unknown>): SendRoute {
 }
 
 /**
- * The `sendMail` fields this transport adds, declared on Nodemailer's own message options type (Nodemailer 10's
- * bundled types and `@types/nodemailer`), so TypeScript accepts them without casts.
+ * The `sendMail` fields this transport adds, declared on Nodemailer's own message options type (Nodemailer 10's bundled
+ * types and `@types/nodemailer`), so TypeScript accepts them without casts.
  * @example
  * await transporter.sendMail({ from, subject: 'Hi {{first_name}}', html, group: 'newsletter' });
  * await transporter.sendMail({ from, to, subject, html, tracking: true });
@@ -222,9 +222,9 @@ export interface EmlApiMailOptions {
   tracking?: boolean;
   /**
    * `Idempotency-Key` of this logical send (1 to 255 printable ASCII, no spaces): the service delivers a repeat under
-   * the same key once and refuses a different request under it (`EAPI` 422 `idempotency_key_reused`). Nodemailer
-   * builds anew on every `sendMail` (Date, boundaries, Message-ID), so a repeat is the same request only with `raw`
-   * or through the outbox, which builds once.
+   * the same key once and refuses a different request under it (`EAPI` 422 `idempotency_key_reused`). Nodemailer builds
+   * anew on every `sendMail` (Date, boundaries, Message-ID), so a repeat is the same request only with `raw` or through
+   * the outbox, which builds once.
    * @default a new random UUID per send
    */
   idempotencyKey?: string;

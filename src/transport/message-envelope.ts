@@ -38,8 +38,8 @@ export function readHeaderAddresses(eml: Buffer): HeaderAddresses {
 }
 
 /**
- * Decides the envelope of an EML send. Recipients the caller gave that differ from the headers cannot be honoured
- * and are refused: a custom `envelope`, or `to`/`cc`/`bcc` with `raw` (Nodemailer's envelope, not the headers).
+ * Decides the envelope of an EML send. Recipients the caller gave that differ from the headers cannot be honoured and
+ * are refused: a custom `envelope`, or `to`/`cc`/`bcc` with `raw` (Nodemailer's envelope, not the headers).
  * @param built the built message; its headers are read only when Nodemailer's own view cannot be trusted
  * @throws {EmlApiError} `EENVELOPE` when recipients differ or there are none; `EMESSAGE` without a From address
  */
@@ -116,8 +116,8 @@ function checkFrom(from: string | undefined): void {
 }
 
 /**
- * Whether Nodemailer's envelope sender is the first From address, as with one From header and no Sender or
- * Reply-To (its fallbacks), which saves parsing every address header again.
+ * Whether Nodemailer's envelope sender is the first From address, as with one From header and no Sender or Reply-To
+ * (its fallbacks), which saves parsing every address header again.
  */
 function fromIsEnvelopeSender(message: NodemailerMail['message']): boolean {
   const headers = (message as { _headers?: unknown })._headers;

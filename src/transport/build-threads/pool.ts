@@ -144,8 +144,8 @@ export class BuildThreadPool {
 
   /**
    * The first thread with room (fewer than QUEUED_BEFORE_NEW_THREAD builds); a new one only once every thread has a
-   * build waiting; past the pool's size, the least busy. On a machine with few cores a thread more than the work
-   * needs costs CPU (switching, cold caches, its own garbage collection) instead of adding any.
+   * build waiting; past the pool's size, the least busy. On a machine with few cores a thread more than the work needs
+   * costs CPU (switching, cold caches, its own garbage collection) instead of adding any.
    */
   #pick(): BuildThread {
     for (const thread of this.#threads) if (thread.jobs.size < QUEUED_BEFORE_NEW_THREAD) return thread;

@@ -9,9 +9,9 @@ import type { MailEnvelope, NodemailerMail } from '../nodemailer-types.js';
 import type { EmlApiErrorCode } from '../../shared/eml-api-error.js';
 
 /**
- * The fields of `mail.data` a build reads in Nodemailer 6.9 to 10 (composer, `sendMail`'s headers, DKIM); an app's
- * own fields, such as a template context, do not keep a message from moving. A test checks the list against the
- * composer of every Nodemailer the suite runs.
+ * The fields of `mail.data` a build reads in Nodemailer 6.9 to 10 (composer, `sendMail`'s headers, DKIM); an app's own
+ * fields, such as a template context, do not keep a message from moving. A test checks the list against the composer of
+ * every Nodemailer the suite runs.
  */
 export const BUILD_FIELDS = [
   'from',
