@@ -1,8 +1,5 @@
-/**
- * Request bodies of `POST /v1/send/eml`: `{"mail":"<base64>"}` framed around
- * a message held in memory or spooled to a file, encoded slice by slice so the
- * Base64 text (4/3 of the message) never exists whole.
- */
+// Request bodies of `POST /v1/send/eml`: `{"mail":"<base64>"}` framed around a message in memory or in a spool file,
+// encoded slice by slice so the Base64 text (4/3 of the message) never exists whole.
 
 import { createReadStream } from 'node:fs';
 import { Readable, Transform, type TransformCallback } from 'node:stream';
@@ -10,17 +7,15 @@ import { bytesBody, WHOLE_BODY_BYTES, type UploadBody } from '../http/exchange.j
 
 const PREFIX = Buffer.from('{"mail":"');
 const SUFFIX = Buffer.from('"}');
-/** Base64 slices are multiples of 3 bytes so each slice encodes on its own. */
+/** Multiples of 3 bytes, so each slice encodes on its own. */
 const SLICE = 3 * 16 * 1024;
 
-/** In-memory messages above this size are Base64-encoded in slices per attempt instead of at once. */
+/** In-memory messages above this are Base64-encoded in slices on each attempt. */
 export const STREAM_ABOVE = 256 * 1024;
 
 /**
- * The largest message uploaded lean: Base64-encoded at once into one
- * `{"mail":...}` body that is written in one piece ({@link WHOLE_BODY_BYTES},
- * about 96 KiB of message). Above it, streaming the Base64 in slices costs
- * no more CPU and holds less memory (bench/lean-crossover-case.ts).
+ * The largest message uploaded lean: encoded at once into one body written in one piece ({@link WHOLE_BODY_BYTES});
+ * above it, streaming in slices costs no more CPU and holds less memory.
  */
 export const LEAN_MESSAGE_BYTES = Math.floor((WHOLE_BODY_BYTES - PREFIX.length - SUFFIX.length) / 4) * 3;
 
@@ -29,18 +24,12 @@ export function emlBodyLength(size: number): number {
   return PREFIX.length + 4 * Math.ceil(size / 3) + SUFFIX.length;
 }
 
-/**
- * The largest message whose `{"mail":"<base64>"}` upload fits in a request of `limit` bytes.
- */
+/** The largest message whose `{"mail":"<base64>"}` upload fits in a request of `limit` bytes. */
 export function maxUploadableSize(limit: number): number {
   return 3 * Math.floor((limit - emlBodyLength(0)) / 4);
 }
 
-/**
- * The EML request body for a message in memory. Small messages are encoded
- * once; large ones are encoded slice by slice on each attempt, so the Base64
- * text (4/3 of the message) never exists whole.
- */
+/** The EML request body for a message in memory, encoded at once when small, else in slices on each attempt. */
 export function emlBodyFromBuffer(eml: Buffer, streamAbove: number): UploadBody {
   if (eml.length <= streamAbove) return bytesBody(wholeEmlBody(eml));
 
@@ -53,11 +42,11 @@ export function emlBodyFromBuffer(eml: Buffer, streamAbove: number): UploadBody 
 }
 
 /**
- * The whole `{"mail":"<base64>"}` body of a message, in one Buffer.
+ * The whole body of a message, in one Buffer.
  * @param allocate makes the Buffer (`Buffer.allocUnsafeSlow` for one whose memory may be transferred)
  */
 export function wholeEmlBody(eml: Buffer, allocate: (size: number) => Buffer = Buffer.allocUnsafe): Buffer {
-  // Base64 has no character JSON must escape, so the body is framed by plain byte copies.
+  // Base64 has no character JSON must escape: plain byte copies frame it.
   const bytes = allocate(emlBodyLength(eml.length));
   PREFIX.copy(bytes, 0);
   const written = bytes.write(eml.toString('base64'), PREFIX.length, 'latin1');
@@ -65,15 +54,13 @@ export function wholeEmlBody(eml: Buffer, allocate: (size: number) => Buffer = B
   return bytes;
 }
 
-/** The EML request body for a message spooled to a file; `remove` is called (once) on dispose. */
+/** The EML request body for a spooled message; `remove` is called once on dispose. */
 export function emlBodyFromFile(path: string, size: number, remove: () => Promise<void>): UploadBody {
   return emlBodyFromStream(size, () => createReadStream(path, { highWaterMark: SLICE }), remove);
 }
 
 /**
- * The EML request body for a message of `size` bytes read from a stream that
- * `open` makes anew for each attempt (a file, a store read in chunks), encoded
- * as it streams: neither the message nor its Base64 text is held whole.
+ * The EML request body for a message read from a stream that `open` makes anew for each attempt, encoded as it streams;
  * `dispose` runs once, however often it is called.
  */
 export function emlBodyFromStream(size: number, open: () => Readable, dispose: () => Promise<void>): UploadBody {

@@ -13,28 +13,18 @@ import { emlBodyFromBuffer, emlBodyFromFile, LEAN_MESSAGE_BYTES } from './eml-up
 export interface SpooledMessage {
   /** The header section (up to and including the blank line), for reading recipients. */
   head: Buffer;
-  /** Bytes of the whole message. */
   size: number;
-  /** The `{"mail":"<base64>"}` request body. */
   body: UploadBody;
-  /**
-   * A fresh stream of the message bytes themselves (from memory, or from the
-   * spool file in chunks), e.g. to store them elsewhere. Valid until `body.dispose()`.
-   */
+  /** A fresh stream of the message bytes (from memory or the spool file), valid until `body.dispose()`. */
   open(): Readable;
 }
 
-/** Chunks in which a spooled message is read back by `open()`. */
 const FILE_CHUNK = 1024 * 1024;
 
 /**
- * Reads a message stream (Nodemailer's built message, or a user's stream).
- * Up to `threshold` bytes it stays in memory; past that, everything goes to a
- * temporary file, written with backpressure, so memory stays flat whatever
- * the size. The file is removed by `body.dispose()`, and here on any failure.
- *
+ * Reads a message stream into memory up to `threshold` bytes, past that into a temporary file with backpressure, so
+ * memory stays flat. `body.dispose()` removes the file, and so does any failure here.
  * @throws {EmlApiError} `EMESSAGE` when the stream fails; the signal's reason when it aborts
- *   (the call that owns the signal maps it to `EABORT` or `ETIMEDOUT`)
  */
 export async function spoolMessage(
   stream: Readable,
@@ -53,29 +43,19 @@ export async function spoolMessage(
 }
 
 /**
- * A message held in memory as a {@link SpooledMessage}, without reading it
- * through a stream: for a message already whole in memory (the relay adding
- * a field to one it spooled).
- *
- * @param head its header section (up to and including the blank line), or the whole message when it has no body
+ * A message already whole in memory as a {@link SpooledMessage}, e.g. the relay adding a field to one it spooled.
+ * @param head its header section, or the whole message when it has no body
  */
 export function spooledInMemory(eml: Buffer, head: Buffer): SpooledMessage {
   return inMemory(eml, head);
 }
 
-/**
- * A {@link MessageSink}'s producer: writes the message into `sink` (respecting
- * its backpressure, as `pipe` does) and calls `done` once, when all is written
- * or with the error that stopped it.
- */
+/** Writes the message into `sink`, respecting its backpressure as `pipe` does, and calls `done` once. */
 export type MessageProducer = (sink: MessageSink, done: (err?: Error | null) => void) => void;
 
 /**
- * Spools what a producer writes, as {@link spoolMessage} spools a stream, with
- * no stream of its own in between: a producer that can write into a Writable
- * (Nodemailer's MimeNode) saves the readable side, its pipeline and a copy
- * pass per chunk.
- *
+ * Spools what a producer writes with no stream in between: a producer that writes into a Writable (Nodemailer's
+ * MimeNode) saves the readable side, its pipeline and a copy pass per chunk.
  * @throws {EmlApiError} `EMESSAGE` when the producer fails; the signal's reason when it aborts
  */
 export async function spoolWritten(
@@ -94,10 +74,7 @@ export async function spoolWritten(
   }
 }
 
-/**
- * A message already in one Buffer (built by a thread), as a spooled message:
- * kept as it is up to `threshold`, written to a spool file past it.
- */
+/** A message in one Buffer (built by a thread), kept as it is up to `threshold`, spooled past it. */
 export function spoolBuffer(
   eml: Buffer,
   settings: SpoolSettings,
@@ -110,19 +87,13 @@ export function spoolBuffer(
   return spoolMessage(Readable.from([eml], { objectMode: false }), settings, signal);
 }
 
-/**
- * The most bytes a spooled message may have: past them, the spooling stops
- * at once (within a chunk) with `error()`, and what was spooled is removed.
- */
+/** Past this many bytes, spooling stops within a chunk with `error()`, and what was spooled is removed. */
 export interface SpoolLimit {
   bytes: number;
   error(): Error;
 }
 
-/**
- * The error of a message that could not be built: `EMESSAGE`, permanent,
- * naming what failed (a missing attachment file...).
- */
+/** A message that could not be built (a missing attachment file...): `EMESSAGE`, permanent. */
 export function buildError(cause: Error): EmlApiError {
   return new EmlApiError('EMESSAGE', `Could not build the message: ${cause.message}`, { cause, permanent: true });
 }
@@ -134,12 +105,9 @@ function failure(err: unknown, signal: AbortSignal | undefined): unknown {
 }
 
 /**
- * What a {@link MessageProducer} writes into: a Writable as far as Nodemailer's
- * tree and `pipe` use one (`write`, `end`, `destroy`, `destroyed`, `'drain'`,
- * `'close'`, `'error'`), without Node's Writable machinery per chunk. A chunk
- * goes to `take` at once; while a take is pending (a spool file opening or
- * flushing), the chunks after it wait in order and `write` returns false
- * until `'drain'`. It knows the last byte written (for a final newline).
+ * A Writable as far as Nodemailer's tree and `pipe` use one, without Node's Writable machinery per chunk. A chunk goes
+ * to `take` at once; while a take is pending (a spool file opening or flushing), later chunks wait in order and `write`
+ * returns false until `'drain'`.
  */
 export class MessageSink extends EventEmitter {
   #lastByte = -1;
@@ -148,7 +116,6 @@ export class MessageSink extends EventEmitter {
   #ending = false;
   #finished = false;
   #needDrain = false;
-  /** Chunks written while a take was pending, with their callbacks. */
   #waiting: { chunk: Buffer; callback: WriteCallback | undefined }[] | undefined;
   readonly #take: (chunk: Buffer) => Promise<void> | undefined;
 
@@ -162,7 +129,7 @@ export class MessageSink extends EventEmitter {
     return this.#writes;
   }
 
-  /** The last byte written so far (-1 before any): known at write(), before the chunk is taken. */
+  /** The last byte written (-1 before any), known at write(), for a final newline. */
   get lastByte(): number {
     return this.#lastByte;
   }
@@ -205,7 +172,6 @@ export class MessageSink extends EventEmitter {
     return false;
   }
 
-  /** Calls `callback` once every chunk written is taken (at once when none waits). */
   end(chunk?: unknown, encoding?: BufferEncoding | (() => void), callback?: () => void): this {
     const done = typeof chunk === 'function' ? chunk : typeof encoding === 'function' ? encoding : callback;
     if (chunk !== undefined && chunk !== null && typeof chunk !== 'function') {
@@ -246,7 +212,6 @@ export class MessageSink extends EventEmitter {
     );
   }
 
-  /** Takes the chunks that waited, in order, until one makes the sink wait again. */
   #next(): void {
     const waiting = this.#waiting;
     if (!waiting || this.#destroyed) return;
@@ -280,11 +245,7 @@ function toBuffer(chunk: unknown, encoding: BufferEncoding | undefined): Buffer 
   throw new TypeError('A message chunk must be a string, a Buffer or a Uint8Array');
 }
 
-/**
- * The last byte of a chunk about to be written, or `previous` for an empty
- * one. For a string, what matters is whether it ends with CR or LF: any
- * other last character is reported as 0xff.
- */
+/** The last byte of a chunk about to be written, or `previous` for an empty one; for a string, CR, LF or 0xff. */
 export function lastByteOf(chunk: unknown, previous: number): number {
   if (typeof chunk === 'string') {
     if (chunk.length === 0) return previous;
@@ -296,9 +257,8 @@ export function lastByteOf(chunk: unknown, previous: number): number {
 }
 
 /**
- * A message held in memory: one Buffer, its header section found only if
- * asked for; uploaded lean (one body, one write) up to LEAN_MESSAGE_BYTES.
- * @param wholeBody its whole upload body, when it was made already (by a build thread)
+ * A message held in memory, uploaded lean (one body, one write) up to LEAN_MESSAGE_BYTES.
+ * @param wholeBody its upload body, when a build thread made it already
  */
 function inMemory(eml: Buffer, knownHead?: Buffer, wholeBody?: Buffer): SpooledMessage {
   let head: Buffer | undefined = knownHead;
@@ -314,17 +274,15 @@ function inMemory(eml: Buffer, knownHead?: Buffer, wholeBody?: Buffer): SpooledM
   };
 }
 
-/** The header section of a message (up to and including the blank line; its first MAX_HEADER_SECTION bytes when it never ends). */
+/** The header section (up to and including the blank line), or the first MAX_HEADER_SECTION bytes when it never ends. */
 export function headerSection(eml: Buffer): Buffer {
   const scanner = new HeadScanner();
   scanner.scan(eml);
   return scanner.finish();
 }
 
-/** The header section of a message arriving in chunks (or its first MAX_HEADER_SECTION bytes when it never ends). */
 class HeadScanner {
   readonly #finder = new HeaderSectionFinder();
-  /** The header section once found (or the first MAX_HEADER_SECTION bytes when it never ends). */
   head: Buffer | undefined;
 
   scan(chunk: Buffer): void {
@@ -335,18 +293,17 @@ class HeadScanner {
     }
   }
 
-  /** The head at the end of the message: a message without a blank line is all header. */
+  /** A message without a blank line is all header. */
   finish(): Buffer {
     return this.head ?? this.#finder.take();
   }
 }
 
-/** Collects chunks in memory, then in a spool file once past the threshold. */
 class Collector {
   readonly #settings: SpoolSettings;
   readonly #limit: SpoolLimit | undefined;
   readonly #chunks: Buffer[] = [];
-  /** Finds the header section as the message goes to a file (one kept in memory finds it when asked). */
+  /** Found as the message goes to a file; one kept in memory finds it when asked. */
   #head: HeadScanner | undefined;
   #size = 0;
   #file: SpoolFile | undefined;
@@ -358,10 +315,6 @@ class Collector {
     this.#limit = limit;
   }
 
-  /**
-   * Lets `produce` write the whole message into a sink, with backpressure
-   * (a chunk's write completes once the spool took it).
-   */
   write(produce: MessageProducer, signal: AbortSignal | undefined): Promise<void> {
     return new Promise((resolve, reject) => {
       let failed = false;
@@ -380,7 +333,7 @@ class Collector {
       produce(sink, (err) => {
         if (err) return fail(err);
         if (failed) return;
-        // Resolved once the chunks still waiting in the sink (behind a spool file's backpressure) are taken.
+        // Once the chunks still waiting in the sink behind a spool file's backpressure are taken.
         sink.end(() => {
           if (failed) return;
           signal?.removeEventListener('abort', onAbort);
@@ -390,7 +343,7 @@ class Collector {
     });
   }
 
-  /** Reads the whole stream with 'data' events (many small chunks: cheaper than async iteration). */
+  /** 'data' events: many small chunks are cheaper than with async iteration. */
   read(stream: Readable, signal: AbortSignal | undefined): Promise<void> {
     return new Promise((resolve, reject) => {
       let failed = false;
@@ -420,7 +373,6 @@ class Collector {
     });
   }
 
-  /** Takes one chunk. @returns a promise when the caller must wait (opening the file, backpressure) */
   #add(chunk: Buffer, fail: (err: unknown) => void): Promise<void> | undefined {
     this.#size += chunk.length;
     if (this.#limit && this.#size > this.#limit.bytes) {
@@ -428,7 +380,7 @@ class Collector {
       return undefined;
     }
     if (this.#file) {
-      // Found while the message streams to the file: the file is not read back for it.
+      // Found while the message streams to the file, which is then not read back for it.
       this.#head!.scan(chunk);
       return this.#file.write(chunk);
     }
@@ -441,7 +393,6 @@ class Collector {
   async #openFile(fail: (err: unknown) => void): Promise<void> {
     const file = await SpoolFile.create(this.#settings.directory);
     this.#file = file;
-    // A write that fails while the source is flowing ends the read at once.
     file.onError(fail);
     const buffered = Buffer.concat(this.#chunks);
     this.#chunks.length = 0;
@@ -451,8 +402,8 @@ class Collector {
   }
 
   async finish(): Promise<SpooledMessage> {
-    // A stream may end while the file its last chunk crossed the threshold with is still opening: the
-    // message is in that file once the open is done (else the file would be left behind, and the message in memory).
+    // A stream may end while the file its last chunk crossed the threshold with is still opening: the message is in
+    // that file once the open is done.
     await this.#opening;
     if (this.#file) {
       const head = this.#head!.finish();
@@ -476,11 +427,8 @@ class Collector {
 }
 
 /**
- * One message's spool file: in a folder of its own (mode 0700), written with
- * mode 0600, so no other user can read a message on a shared machine. A write
- * that fails (disk full, I/O error, file-size limit) is reported to the send
- * that owns the file, never as an unhandled 'error' event that would end the
- * process.
+ * One message's spool file, in a folder of its own (mode 0700) with mode 0600, so no other user can read a message on a
+ * shared machine. A failed write (disk full, file-size limit) is reported to the send, never as an unhandled 'error'.
  */
 export class SpoolFile {
   readonly folder: string;
@@ -507,7 +455,7 @@ export class SpoolFile {
     });
   }
 
-  /** Creates a spool file in `directory` (sweeping folders left by dead processes first). */
+  /** Creates a spool file in `directory`, first sweeping folders left by dead processes. */
   static async create(directory: string): Promise<SpoolFile> {
     await sweepStaleSpoolFolders(directory);
     const folder = await mkdtemp(spoolFolderPrefix(directory));
@@ -515,13 +463,11 @@ export class SpoolFile {
     return new SpoolFile(folder);
   }
 
-  /** Called once with the first write error. */
   onError(listener: (err: EmlApiError) => void): void {
     this.#onError = listener;
     if (this.#error) listener(this.#error);
   }
 
-  /** Writes a chunk. @returns a promise to wait on when the file asks for backpressure */
   write(chunk: Buffer): Promise<void> | undefined {
     if (this.#error) return Promise.reject(this.#error);
     if (this.#stream.write(chunk)) return undefined;
@@ -536,7 +482,6 @@ export class SpoolFile {
     if (this.#error) throw this.#error;
   }
 
-  /** Stops writing and removes the file and its folder. */
   async remove(): Promise<void> {
     this.#stream.destroy();
     await removeSpoolFolder(this.folder);
@@ -559,14 +504,9 @@ export class SpoolFile {
 }
 
 /**
- * The spool folders of this process, so none outlives it: they are removed
- * when the send ends, and also (synchronously) when the process exits, and
- * on a SIGINT/SIGTERM that nothing else handles, which would end the process
- * without its 'exit' handlers. Folders left by a process that died without a
- * chance to clean up (SIGKILL, a crash) are swept when this process first
- * spools into the same directory.
- *
- * Folder names carry the owner's pid: `eml-api-<pid>-<random>`.
+ * This process's spool folders (`eml-api-<pid>-<random>`), removed when the send ends, at exit, and on a SIGINT or
+ * SIGTERM nothing else handles (which would skip 'exit' handlers). Folders of a process that died without cleaning up
+ * are swept when this process first spools into the same directory.
  */
 
 const PREFIX = 'eml-api-';
@@ -576,12 +516,10 @@ const SIGNALS = ['SIGINT', 'SIGTERM'] as const;
 let exitHooked = false;
 let signalsHooked = false;
 
-/** The `mkdtemp` prefix of a new spool folder in `directory`. */
 export function spoolFolderPrefix(directory: string): string {
   return join(directory, `${PREFIX}${process.pid}-`);
 }
 
-/** Records a spool folder of this process (removed at exit if still there). */
 export function trackSpoolFolder(folder: string): void {
   live.add(folder);
   if (!exitHooked) {
@@ -591,7 +529,6 @@ export function trackSpoolFolder(folder: string): void {
   if (!signalsHooked) hookSignals();
 }
 
-/** Removes a spool folder and forgets it. */
 export async function removeSpoolFolder(folder: string): Promise<void> {
   try {
     await rm(folder, { recursive: true, force: true });
@@ -601,10 +538,7 @@ export async function removeSpoolFolder(folder: string): Promise<void> {
   }
 }
 
-/**
- * Removes, once per directory and process, the spool folders of processes
- * that no longer run. Best effort: a folder it cannot read or remove stays.
- */
+/** Removes, once per directory and process, the spool folders of processes no longer running; best effort. */
 export async function sweepStaleSpoolFolders(directory: string): Promise<void> {
   if (swept.has(directory)) return;
   swept.add(directory);
@@ -637,18 +571,10 @@ function removeAllNow(): void {
 }
 
 /**
- * A listener for SIGINT and SIGTERM, while spool folders exist, placed first
- * among the signal's listeners. A listener of the process's turns off
- * Node's default action (the process ends, without 'exit' handlers), so the
- * spool's must not swallow a signal nobody else handles, nor act on one the
- * app handles (the relay's CLI, or `process.once('SIGTERM', () => relay.close())`,
- * closes gracefully, the messages in flight keeping their files).
- *
- * It decides by the listeners there were when the signal came, which only
- * the first listener sees: Node calls them from a copy of the list, and a
- * `once` listener (or one that removes itself, as the CLI's does) is gone
- * from the list by the time a later one runs. Being first, the spool's sees
- * them all; see {@link keepFirst}.
+ * A SIGINT and SIGTERM listener, placed first while spool folders exist. Any listener turns off Node's default action,
+ * so the spool's must not swallow a signal nobody else handles, nor act on one the app handles (a graceful close keeps
+ * the files of messages in flight). Only the first listener sees the listeners there were: Node calls a copy of the
+ * list, and `once` listeners are gone by the time later ones run.
  */
 function hookSignals(): void {
   signalsHooked = true;
@@ -663,10 +589,8 @@ function unhookSignals(): void {
 }
 
 /**
- * Puts the spool's listener first again after the app prepends one of its
- * own: 'newListener' fires before the listener is added, so the move waits
- * for a microtask, which runs before any signal can be emitted (signals come
- * from the event loop).
+ * Puts the spool's listener first again after the app prepends one: 'newListener' fires before the listener is added,
+ * so the move waits for a microtask, which runs before any signal can be emitted.
  */
 function keepFirst(event: string | symbol, listener: unknown): void {
   if (listener === onSignal || !(SIGNALS as readonly (string | symbol)[]).includes(event)) return;
@@ -679,11 +603,8 @@ function keepFirst(event: string | symbol, listener: unknown): void {
 }
 
 /**
- * With another listener, the app handles the signal: nothing is done here,
- * and the 'exit' handler removes the folders when the app ends the process.
- * With none, the process would have ended by the signal: the folders are
- * removed and the signal raised again, now with no listener, so that it ends
- * the process as it would have without the spool (exit status and all).
+ * With another listener, the app handles the signal, and the 'exit' handler removes the folders. With none, the folders
+ * are removed and the signal raised again with no listener, so it ends the process as it would have.
  */
 function onSignal(signal: NodeJS.Signals): void {
   if (process.listenerCount(signal) > 1) return;
@@ -694,27 +615,18 @@ function onSignal(signal: NodeJS.Signals): void {
 
 /**
  * Where and when messages are spooled to disk.
- *
- * @example
- * new EmlApiTransport({ apiKey, baseUrl, spool: { threshold: 8 * 1024 * 1024, directory: '/var/tmp' } });
+ * @example new EmlApiTransport({ apiKey, baseUrl, spool: { threshold: 8 * 1024 * 1024, directory: '/var/tmp' } });
  */
 export interface SpoolOptions {
-  /**
-   * Messages larger than this many bytes are spooled to a file.
-   * @default 2097152 (2 MiB)
-   */
+  /** Messages larger than this many bytes are spooled to a file. @default 2097152 (2 MiB) */
   threshold?: number;
-  /**
-   * Folder for the temporary files.
-   * @default os.tmpdir()
-   */
+  /** Folder for the temporary files. @default os.tmpdir() */
   directory?: string;
 }
 
-/** Spool settings after validation. */
 export type SpoolSettings = Required<SpoolOptions>;
 
-/** Default spool settings (read when called: `os.tmpdir()` follows `TMPDIR`). */
+/** Read when called: `os.tmpdir()` follows `TMPDIR`. */
 export function defaultSpoolSettings(): SpoolSettings {
   return { threshold: 2 * 1024 * 1024, directory: tmpdir() };
 }

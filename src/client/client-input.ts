@@ -22,24 +22,16 @@ import {
 import { EmlApiError } from '../shared/eml-api-error.js';
 
 /**
- * An address in any of the forms Nodemailer accepts: `'ann@x.test'`,
- * `'Ann <ann@x.test>'`, `'"Doe, Jane" <jane@x.test>'`, `{ name, address }`, or
- * the service's own `{ email, name }`.
- *
- * @example
- * const to: AddressInput[] = ['Ann <ann@example.test>', { name: 'Bob', address: 'bob@example.test' }];
+ * An address in any form Nodemailer accepts (`'Ann <ann@x.test>'`, `{ name, address }`) or as `{ email, name }`.
+ * @example const to: AddressInput[] = ['Ann <ann@example.test>', { name: 'Bob', address: 'bob@example.test' }];
  */
 export type AddressInput = string | { address: string; name?: string } | { email: string; name?: string };
 
-/** Longest comma-separated list of addresses given as one string. */
 const MAX_LIST_INPUT_LENGTH = 100 * MAX_ADDRESS_INPUT_LENGTH;
 
 /**
- * Converts one Nodemailer-style address to the service's `{ email, name }`.
- * Strings are parsed with Nodemailer's own parser, after a length cap and a
- * check for control, bidirectional and zero-width characters.
- * @param where names the argument in errors, e.g. `sendEmail: to[1]`
- * @throws {EmlApiError} `EMESSAGE` when it is not one valid address
+ * One address as `{ email, name }`; strings go through Nodemailer's parser after a length cap and a check for control,
+ * bidirectional and zero-width characters. @throws {EmlApiError} `EMESSAGE` naming `where`
  */
 export function toApiAddress(input: unknown, where: string): ApiAddress {
   let email: unknown;
@@ -65,7 +57,7 @@ export function toApiAddress(input: unknown, where: string): ApiAddress {
   return name ? { email, name } : { email };
 }
 
-/** Converts one address or a list (also a comma-separated string) to `{ email, name }` objects. */
+/** One address or a list (a comma-separated string too) as `{ email, name }` objects. */
 export function toApiAddressList(input: unknown, where: string): ApiAddress[] {
   let list: unknown[];
   if (Array.isArray(input)) list = input;
@@ -79,7 +71,6 @@ export function toApiAddressList(input: unknown, where: string): ApiAddress[] {
   );
 }
 
-/** Refuses text that is too long to parse or holds a character no address may hold. */
 function checkText(text: string, max: number, where: string): void {
   if (text.length > max)
     throw inputError(`${where}: ${text.length} characters, more than the ${max} an address may have`);
@@ -100,11 +91,8 @@ function describeAddress(input: unknown): string {
 }
 
 /**
- * An embedded image as the client accepts it: bytes or Base64, and a format
- * given as the service's word (`PNG`) or a MIME type (`image/png`).
- *
- * @example
- * const logo: ImageInput = { name: 'logo', data: fs.readFileSync('logo.png'), mimeType: 'image/png' };
+ * An embedded image: bytes or Base64, its format as the service's word (`PNG`) or a MIME type.
+ * @example const logo: ImageInput = { name: 'logo', data: fs.readFileSync('logo.png'), mimeType: 'image/png' };
  */
 export interface ImageInput {
   /** Placeholder name, referenced as `{{name}}` in html. */
@@ -116,15 +104,13 @@ export interface ImageInput {
 }
 
 /**
- * Content of a JSON send as the client accepts it.
- *
- * @example
- * const content: TextContentInput = { html: '<p>Hi {{first_name}}</p>', text: 'Hi {{first_name}}', tracking: true };
+ * Content of a JSON send.
+ * @example const content: TextContentInput = { html: '<p>Hi {{first_name}}</p>', text: 'Hi {{first_name}}', tracking: true };
  */
 export interface TextContentInput {
   html?: string;
   text?: string;
-  /** Turns the service's tracking on or off. */
+  /** The service's tracking on or off. */
   tracking?: boolean;
   /** Hosted images (plus plan). */
   images?: ImageInput[];
@@ -143,15 +129,11 @@ const FORMATS: Record<string, ApiImage['mimeType']> = {
   'image/webp': 'WEBP',
 };
 
-/** The service's format word for a MIME type or format name, or undefined when it has none. */
 export function imageFormat(mimeType: string | undefined): ApiImage['mimeType'] | undefined {
   return mimeType === undefined ? undefined : FORMATS[mimeType.trim().toLowerCase().split(';', 1)[0]!];
 }
 
-/**
- * Checks and converts `textContent` for the wire.
- * @throws {EmlApiError} `EMESSAGE` naming the field
- */
+/** `textContent` checked and converted for the wire. @throws {EmlApiError} `EMESSAGE` naming the field */
 export function toApiTextContent(input: unknown, where: string): ApiTextContent {
   if (typeof input !== 'object' || input === null)
     throw inputError(`${where}: textContent must be an object with html and/or text`);
@@ -190,10 +172,7 @@ export function toApiTextContent(input: unknown, where: string): ApiTextContent 
   return out;
 }
 
-/**
- * Normalises substitution keys to `{{key}}` (given with or without braces) and values to strings.
- * @throws {EmlApiError} `EMESSAGE` naming the bad key
- */
+/** Substitution keys as `{{key}}` and values as strings. @throws {EmlApiError} `EMESSAGE` naming the bad key */
 export function toApiSubstitutions(input: unknown, where: string): Record<string, string> | undefined {
   if (input === undefined) return undefined;
   if (typeof input !== 'object' || input === null || Array.isArray(input)) {
@@ -217,7 +196,6 @@ export function toApiSubstitutions(input: unknown, where: string): Record<string
   return out;
 }
 
-/** @throws {EmlApiError} `EMESSAGE` unless `groupId` is a usable group id */
 export function checkGroupId(groupId: unknown, method: string): asserts groupId is string {
   if (typeof groupId !== 'string' || groupId.length === 0)
     throw inputError(`${method}: groupId must be a non-empty string`);
@@ -225,10 +203,7 @@ export function checkGroupId(groupId: unknown, method: string): asserts groupId 
   if (hasLoneSurrogate(groupId)) throw inputError(`${method}: groupId is not valid Unicode (a lone surrogate)`);
 }
 
-/**
- * The caller's idempotency key, checked, or undefined when none was given.
- * @throws {EmlApiError} `EMESSAGE` when it cannot be a header value
- */
+/** The idempotency key, checked. @throws {EmlApiError} `EMESSAGE` when it cannot be a header value */
 export function checkIdempotencyKey(key: unknown): string | undefined {
   if (key === undefined) return undefined;
   if (!isValidIdempotencyKey(key))
@@ -236,7 +211,6 @@ export function checkIdempotencyKey(key: unknown): string | undefined {
   return key;
 }
 
-/** @throws {EmlApiError} `EMESSAGE` unless `subject` is a non-empty single line */
 export function checkSubject(subject: unknown, method: string): string {
   if (typeof subject !== 'string' || subject.length === 0)
     throw inputError(`${method}: subject must be a non-empty string`);
@@ -244,7 +218,6 @@ export function checkSubject(subject: unknown, method: string): string {
   return subject;
 }
 
-/** One member of an add request, in the wire form. */
 export function toMemberEntry(member: unknown, where: string): GroupMemberEntry {
   const address = toApiAddress(member, where);
   const substitutions =
@@ -254,7 +227,6 @@ export function toMemberEntry(member: unknown, where: string): GroupMemberEntry 
   return { ...address, ...(substitutions ? { substitutions } : {}) };
 }
 
-/** An `EMESSAGE` error for bad input, found before any request: nothing was sent. */
 export function inputError(message: string): EmlApiError {
   return new EmlApiError('EMESSAGE', message, { permanent: true });
 }

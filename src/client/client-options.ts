@@ -22,10 +22,7 @@ import { invalidApiKeyAt } from '../protocol/api-types.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 
 /**
- * Options of {@link EmlApiClient} (and, through {@link EmlApiTransportOptions},
- * of the transport). They are validated when the client is constructed; a bad
- * option throws an {@link EmlApiError} with code `ECONFIG` naming the option.
- *
+ * Options of {@link EmlApiClient} and of the transport; a bad one throws `ECONFIG` naming it.
  * @example
  * const options: EmlApiClientOptions = {
  *   apiKey: process.env.EML_API_KEY!,
@@ -34,141 +31,69 @@ import { EmlApiError } from '../shared/eml-api-error.js';
  * };
  */
 export interface EmlApiClientOptions {
-  /**
-   * API key sent in the `X-API-KEY` header. Visible ASCII only. It never
-   * appears in errors, logs or `util.inspect` output.
-   */
+  /** API key for the `X-API-KEY` header, visible ASCII only; never in errors, logs or `util.inspect` output. */
   apiKey: string;
-  /**
-   * Base URL of the service; paths are joined under it
-   * (`{baseUrl}/v1/send/eml`), so it does not end in `/v1`. A trailing slash is fine. `http://`
-   * is only accepted for loopback hosts unless {@link allowInsecureHttp} is set.
-   */
+  /** Base URL of the service, without `/v1`; `http://` only to loopback hosts unless {@link allowInsecureHttp}. */
   baseUrl: string | URL;
-  /**
-   * Requests in flight at once; further sends wait in a queue. Also the size
-   * of the keep-alive connection pool when the client creates its own.
-   * @default 5
-   */
+  /** Requests in flight at once (the rest queue), and the size of the client's own connection pool. @default 5 */
   maxConnections?: number;
   /**
-   * An undici dispatcher to send requests through (a `ProxyAgent`, an `Agent`
-   * with custom TLS or interceptors...). The client does not close a
-   * dispatcher it was given. Its requests are retried as the client's own
-   * are: a failure before the request's last byte left is a safe retry (the
-   * client watches its own upload, not what the dispatcher reports).
+   * An undici dispatcher (`ProxyAgent`, an `Agent` with custom TLS...), which the client leaves open.
    * @default a keep-alive `Agent` with `maxConnections` connections
    */
   dispatcher?: Dispatcher;
-  /**
-   * Allow `http://` to a non-loopback host. The API key then crosses the
-   * network in clear text: only for trusted private networks.
-   * @default false
-   */
+  /** Allow `http://` to a non-loopback host, sending the API key in clear text. @default false */
   allowInsecureHttp?: boolean;
-  /**
-   * `User-Agent` header of every request.
-   * @default `nodemailer-eml-api/<version>`
-   */
+  /** `User-Agent` of every request. @default `nodemailer-eml-api/<version>` */
   userAgent?: string;
   /**
-   * Retries of failures the service surely did not process (connection refused,
-   * connection reset before the request was written, DNS failure, 429, 503),
-   * with exponential backoff and jitter, honouring `Retry-After`. `attempts`
-   * counts every try, the first included; `false` tries once. See
-   * docs/transport-and-client.md, "Reliability", and docs/options.md.
+   * Retries of failures the service surely did not process (refused or reset connection, DNS, 429, 503), with backoff
+   * and jitter, honouring `Retry-After`; `attempts` counts the first try, `false` tries once.
    * @default { attempts: 4, delay: 500, maxDelay: 30000, jitter: 0.5, retryAmbiguous: false }
-   * @example
-   * new EmlApiClient({ apiKey, baseUrl, retry: { attempts: 6, delay: 200 } });
    */
   retry?: false | RetryOptions;
-  /**
-   * Time limits in milliseconds. Each failure is an `ETIMEDOUT` error naming the limit.
-   * @default { connect: 10000, response: 30000, total: 120000 }
-   */
+  /** Time limits in ms, each failing with `ETIMEDOUT` naming it. @default { connect: 10000, response: 30000, total: 120000 } */
   timeouts?: TimeoutOptions;
-  /**
-   * Large messages are written to a temporary file while they are built and
-   * uploaded from it (Base64 and JSON framing streamed, retries re-read the
-   * file), so memory stays flat whatever the attachment sizes. The file is
-   * removed when the send ends, whatever the outcome.
-   * @default { threshold: 2097152 (2 MiB), directory: os.tmpdir() }
-   */
+  /** Above `threshold` bytes a message is built into a temporary file, so memory stays flat. @default { threshold: 2097152, directory: os.tmpdir() } */
   spool?: SpoolOptions;
-  /**
-   * Sends started at most: `max` per `duration` ms, spaced evenly (sends wait
-   * in the queue to keep the pace). Membership calls are not paced.
-   * @default undefined (no pacing)
-   * @example
-   * new EmlApiClient({ apiKey, baseUrl, rateLimit: { max: 20, duration: 1000 } }); // 20 a second
-   */
+  /** At most `max` sends started per `duration` ms, spaced evenly; membership calls are not paced. @default undefined */
   rateLimit?: RateLimitOptions;
-  /**
-   * Where the client (and the transport built on it) logs: `true` for the
-   * console, or a logger object (pino, bunyan, console...). Warnings include
-   * a 2xx answer that was not the service's. The API key is never logged.
-   * @default false
-   */
+  /** Where to log: `true` for the console, or a logger object (pino, bunyan...); never the API key. @default false */
   logger?: boolean | EmlApiLogger;
 }
 
 /**
- * What a client runs with ({@link EmlApiClient.settings}): its
- * {@link EmlApiClientOptions} validated and completed with their defaults, read-only.
- * Neither the API key nor the `dispatcher` and `logger` objects are among them.
- *
+ * What a client runs with ({@link EmlApiClient.settings}): its options validated, with their defaults, read-only.
  * @example
  * const client = new EmlApiClient({ apiKey, baseUrl: 'https://api.mail.example.com', retry: { attempts: 5 } });
  * client.settings.retry; // { attempts: 5, delay: 500, maxDelay: 30000, jitter: 0.5, retryAmbiguous: false }
  * client.settings.baseUrl.host; // 'api.mail.example.com'
  */
 export interface EmlApiClientSettings {
-  /** The service's base URL (a copy: changing it changes nothing). */
+  /** The service's base URL (a copy). */
   readonly baseUrl: URL;
-  /**
-   * Requests in flight at once.
-   * @default 5
-   */
+  /** Requests in flight at once. @default 5 */
   readonly maxConnections: number;
-  /**
-   * Whether `http://` is allowed to a non-loopback host.
-   * @default false
-   */
+  /** Whether `http://` is allowed to a non-loopback host. @default false */
   readonly allowInsecureHttp: boolean;
-  /**
-   * The `User-Agent` given in the options.
-   * @default undefined (requests carry `nodemailer-eml-api/<version>`)
-   */
+  /** The `User-Agent` option. @default undefined (requests carry `nodemailer-eml-api/<version>`) */
   readonly userAgent: string | undefined;
   /**
-   * The retry of failed requests, every field filled in (`retry: false` is `attempts: 1`).
+   * The retry settings (`retry: false` is `attempts: 1`).
    * @default { attempts: 4, delay: 500, maxDelay: 30000, jitter: 0.5, retryAmbiguous: false }
    */
   readonly retry: Readonly<Required<RetryOptions>>;
-  /**
-   * Time limits in ms, every field filled in.
-   * @default { connect: 10000, response: 30000, total: 120000 }
-   */
+  /** Time limits in ms. @default { connect: 10000, response: 30000, total: 120000 } */
   readonly timeouts: Readonly<Required<TimeoutOptions>>;
-  /**
-   * At most `max` sends started per `duration` ms.
-   * @default undefined (no pacing)
-   */
+  /** At most `max` sends started per `duration` ms. @default undefined (no pacing) */
   readonly rateLimit: Readonly<RateLimitOptions> | undefined;
-  /**
-   * Where and above what size messages are spooled to disk, every field filled in.
-   * @default { threshold: 2097152, directory: os.tmpdir() }
-   */
+  /** Where and above what size messages are spooled to disk. @default { threshold: 2097152, directory: os.tmpdir() } */
   readonly spool: Readonly<Required<SpoolOptions>>;
 }
 
-/**
- * Options after validation, as the package uses them inside (the public view
- * is {@link EmlApiClientSettings}). The API key is kept apart from them.
- */
+/** Options after validation, as the package uses them inside; the API key is kept apart. */
 export interface ResolvedClientOptions {
   baseUrl: URL;
-  /** Path of the base URL without a trailing slash ('' at the root); request paths are appended to it. */
   basePath: string;
   maxConnections: number;
   dispatcher: Dispatcher | undefined;
@@ -178,13 +103,11 @@ export interface ResolvedClientOptions {
   timeouts: Required<TimeoutOptions>;
   rateLimit: RateLimitOptions | undefined;
   spool: SpoolSettings;
-  /** The logger, silent when none was given. */
   logger: EmlApiLogger;
 }
 
 const DEFAULT_MAX_CONNECTIONS = 5;
 
-/** Every option of the client (and of the transport, which takes the same and its own). */
 export const CLIENT_OPTIONS = [
   'apiKey',
   'baseUrl',
@@ -199,7 +122,6 @@ export const CLIENT_OPTIONS = [
   'logger',
 ] as const satisfies readonly (keyof EmlApiClientOptions)[];
 
-/** The fields of `retry`. */
 const RETRY_KEYS = [
   'attempts',
   'delay',
@@ -208,11 +130,7 @@ const RETRY_KEYS = [
   'retryAmbiguous',
 ] as const satisfies readonly (keyof RetryOptions)[];
 
-/**
- * Validates client options and splits off the API key.
- *
- * @throws {EmlApiError} `ECONFIG` naming the first bad option.
- */
+/** Validates client options and splits off the API key. @throws {EmlApiError} `ECONFIG` naming the first bad option */
 export function resolveClientOptions(options: unknown): { apiKey: string; resolved: ResolvedClientOptions } {
   if (typeof options !== 'object' || options === null) {
     throw new EmlApiError('ECONFIG', 'Options must be an object with at least apiKey and baseUrl', {
@@ -277,10 +195,7 @@ function resolveRetry(value: unknown): Required<RetryOptions> {
 
 const RATE_KEYS = ['max', 'duration'] as const satisfies readonly (keyof RateLimitOptions)[];
 
-/**
- * Checks a `rateLimit` (`{ max, duration }`, the same shape in every component).
- * @throws {EmlApiError} `ECONFIG` naming the field
- */
+/** Checks a `rateLimit` (the same shape in every component). @throws {EmlApiError} `ECONFIG` naming the field */
 export function resolveRateLimit(value: unknown, option: string): RateLimitOptions | undefined {
   if (value === undefined) return undefined;
   const r = objectOption(value, option, '{ max, duration } (max sends per duration ms)');
@@ -291,7 +206,6 @@ export function resolveRateLimit(value: unknown, option: string): RateLimitOptio
   };
 }
 
-/** Validates `spool` options and completes them with the defaults. */
 export function resolveSpool(value: unknown): SpoolSettings {
   const defaults = defaultSpoolSettings();
   if (value === undefined) return defaults;
@@ -353,7 +267,7 @@ function validateBaseUrl(value: unknown, allowInsecureHttp: boolean): URL {
     try {
       url = new URL(value);
     } catch {
-      // The value is not echoed: a swapped apiKey/baseUrl pair would print the key.
+      // Not echoed: a swapped apiKey/baseUrl pair would print the key.
       throw configError('baseUrl', 'it is not an absolute URL; expected e.g. https://api.example.com');
     }
   } else {
@@ -372,7 +286,7 @@ function validateBaseUrl(value: unknown, allowInsecureHttp: boolean): URL {
     throw configError('baseUrl', 'it must not contain a query string or fragment');
   }
   if (/\/v1\/?$/i.test(url.pathname)) {
-    // Joined as given, every request would go to /v1/v1/...: the service would answer 404 to each.
+    // Joined as given, every request would go to /v1/v1/... and get a 404.
     const root = `${url.origin}${url.pathname.replace(/\/v1\/?$/i, '')}`;
     throw configError(
       'baseUrl',
@@ -388,23 +302,16 @@ function validateBaseUrl(value: unknown, allowInsecureHttp: boolean): URL {
   return url;
 }
 
-/**
- * Whether a URL hostname is a loopback address: `localhost`, 127.0.0.0/8 or `::1`.
- */
+/** Whether a URL hostname is loopback: `localhost`, 127.0.0.0/8 or `::1`. */
 export function isLoopbackHost(hostname: string): boolean {
   const host = hostname.toLowerCase();
-  // Only `localhost` itself (connections to it are resolved to loopback addresses only);
-  // other *.localhost names go through DNS, which may answer anything.
+  // Not *.localhost: those names go through DNS, which may answer anything.
   if (host === 'localhost') return true;
   if (host === '[::1]' || host === '::1') return true;
   return /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
 }
 
-/**
- * The public view of resolved options ({@link EmlApiClient.settings}): frozen
- * copies of the plain settings, without the dispatcher, the logger and the
- * base path the requests are built with.
- */
+/** The public view of resolved options: frozen copies, without the dispatcher, the logger and the base path. */
 export function clientSettingsView(resolved: ResolvedClientOptions): EmlApiClientSettings {
   return Object.freeze({
     baseUrl: new URL(resolved.baseUrl.href),

@@ -4,9 +4,7 @@ import type { AddressInput, TextContentInput } from './client-input.js';
 
 /**
  * Per-call options of the client's methods.
- *
- * @example
- * await client.sendEml(eml, { signal: AbortSignal.timeout(10_000) });
+ * @example await client.sendEml(eml, { signal: AbortSignal.timeout(10_000) });
  */
 export interface RequestOptions {
   /** Aborts the request; the call rejects with `EABORT`. */
@@ -15,25 +13,16 @@ export interface RequestOptions {
 
 /**
  * Per-call options of sends.
- *
- * @example
- * await client.sendEml(eml, { idempotencyKey: `order-${order.id}-receipt`, signal: AbortSignal.timeout(30_000) });
+ * @example await client.sendEml(eml, { idempotencyKey: `order-${order.id}-receipt`, signal: AbortSignal.timeout(30_000) });
  */
 export interface SendOptions extends RequestOptions {
-  /**
-   * `Idempotency-Key` of this logical send: 1 to 255 printable ASCII characters
-   * without spaces (anything else rejects with `EMESSAGE` before any request).
-   * @default a new random UUID per call
-   */
+  /** `Idempotency-Key` of this logical send (1 to 255 printable ASCII, no spaces). @default a new random UUID per call */
   idempotencyKey?: string;
 }
 
 /**
- * Result of an accepted send. `data` is the service's JSON answer when it
- * sent one (the fields are read leniently: a real service may omit them).
- *
- * @example
- * const { id, messageId, response } = await client.sendEml(eml); // response: '202 Accepted'
+ * Result of an accepted send; `data` is the service's JSON answer, read leniently.
+ * @example const { id, messageId, response } = await client.sendEml(eml); // response: '202 Accepted'
  */
 export interface SendResult extends ServiceResponse<Partial<SendAcceptedResponse>> {
   /** The service's id for the send, when it gave one. */
@@ -42,19 +31,13 @@ export interface SendResult extends ServiceResponse<Partial<SendAcceptedResponse
   messageId: string | undefined;
   /** The `Idempotency-Key` the send carried. */
   idempotencyKey: string;
-  /**
-   * Set when the 2xx answer was not the service's JSON (an HTML page from a web
-   * server or single-page app behind a wrong `baseUrl`): the message may not
-   * have been sent. Also logged as a warning.
-   */
+  /** Set (and logged) when the 2xx was not the service's JSON, e.g. a page behind a wrong `baseUrl`: the message may not have gone. */
   warning?: string;
 }
 
 /**
  * A standard JSON email for {@link EmlApiClient.sendEmail}.
- *
- * @example
- * const email: EmailInput = { from: 'Shop <shop@example.com>', to: 'ann@example.net', subject: 'Hi', textContent: { html: '<p>Hi</p>', tracking: true } };
+ * @example const email: EmailInput = { from: 'Shop <shop@example.com>', to: 'ann@example.net', subject: 'Hi', textContent: { html: '<p>Hi</p>', tracking: true } };
  */
 export interface EmailInput {
   /** One recipient or several, in any Nodemailer address form. */
@@ -66,9 +49,7 @@ export interface EmailInput {
 
 /**
  * A group email for {@link EmlApiClient.sendToGroup}: the recipients are the group's members.
- *
- * @example
- * const newsletter: GroupEmailInput = { from: 'news@example.com', subject: 'Hello {{first_name}}', textContent: { html: '<p>…</p><a href="{{unsubscribe}}">Unsubscribe</a>' } };
+ * @example const newsletter: GroupEmailInput = { from: 'news@example.com', subject: 'Hello {{first_name}}', textContent: { html: '<p>…</p><a href="{{unsubscribe}}">Unsubscribe</a>' } };
  */
 export interface GroupEmailInput {
   from: AddressInput;
@@ -78,9 +59,7 @@ export interface GroupEmailInput {
 
 /**
  * Result of an accepted group send.
- *
- * @example
- * const { id, recipients, failed } = await client.sendToGroup('newsletter', newsletter);
+ * @example const { id, recipients, failed } = await client.sendToGroup('newsletter', newsletter);
  */
 export interface GroupSendResult extends ServiceResponse<Partial<GroupSendAcceptedResponse>> {
   id: string | undefined;
@@ -94,11 +73,8 @@ export interface GroupSendResult extends ServiceResponse<Partial<GroupSendAccept
 }
 
 /**
- * One member to add: an address in any Nodemailer form, or an object with
- * `email`, `name` and `substitutions` (keys with or without braces).
- *
- * @example
- * const member: MemberInput = { email: 'ann@example.net', name: 'Ann', substitutions: { first_name: 'Ann' } };
+ * One member: an address in any Nodemailer form, or `{ email, name, substitutions }` (keys with or without braces).
+ * @example const member: MemberInput = { email: 'ann@example.net', name: 'Ann', substitutions: { first_name: 'Ann' } };
  */
 export type MemberInput =
   | string
@@ -107,9 +83,7 @@ export type MemberInput =
 
 /**
  * Progress of {@link EmlApiClient.addToGroup}, reported after each batch.
- *
- * @example
- * const onBatch = (p: AddToGroupProgress) => console.log(`batch ${p.batch}/${p.batches}: ${p.entriesDone}/${p.entries}`);
+ * @example const onBatch = (p: AddToGroupProgress) => console.log(`batch ${p.batch}/${p.batches}: ${p.entriesDone}/${p.entries}`);
  */
 export interface AddToGroupProgress {
   /** Batches done so far (1 after the first). */
@@ -128,36 +102,20 @@ export interface AddToGroupProgress {
 
 /**
  * Options of {@link EmlApiClient.addToGroup}.
- *
- * @example
- * await client.addToGroup('newsletter', members, { onFailure: 'SKIP', batchSize: 200 });
+ * @example await client.addToGroup('newsletter', members, { onFailure: 'SKIP', batchSize: 200 });
  */
 export interface AddToGroupOptions extends RequestOptions {
-  /**
-   * `SKIP` adds the valid entries and reports the others; `ABORT` adds nothing
-   * from a request when any entry fails (across batches, see docs/transport-and-client.md, "The API client").
-   * @default 'ABORT'
-   */
+  /** `SKIP` adds the valid entries and reports the others; `ABORT` adds nothing from a request with a bad entry. @default 'ABORT' */
   onFailure?: OnFailure;
-  /**
-   * Entries per request; larger lists are sent in several requests.
-   * @default 500
-   */
+  /** Entries per request. @default 500 */
   batchSize?: number;
-  /**
-   * Called after each batch the service accepted, e.g. to draw a progress bar.
-   * @default undefined
-   * @example
-   * await client.addToGroup('news', members, { onBatch: (p) => console.log(`${p.entriesDone}/${p.entries}`) });
-   */
+  /** Called after each batch the service accepted, e.g. for a progress bar. @default undefined */
   onBatch?: (progress: AddToGroupProgress) => void;
 }
 
 /**
- * Result of {@link EmlApiClient.addToGroup}, covering every batch.
- *
- * @example
- * const { added, skipped, batches } = await client.addToGroup('newsletter', members, { onFailure: 'SKIP' });
+ * Result of {@link EmlApiClient.addToGroup}, over every batch.
+ * @example const { added, skipped, batches } = await client.addToGroup('newsletter', members, { onFailure: 'SKIP' });
  */
 export interface AddToGroupResult {
   /** Addresses added (or updated, when already members). */
@@ -168,5 +126,4 @@ export interface AddToGroupResult {
   batches: number;
 }
 
-/** Default entries per add request. */
 export const DEFAULT_ADD_BATCH_SIZE = 500;

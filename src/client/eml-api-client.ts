@@ -59,37 +59,23 @@ import {
 } from './client-types.js';
 
 /**
- * Typed client of the email service's HTTP API. The transport uses one; apps
- * can use it directly for the operations `sendMail` does not cover.
- *
- * Requests go through undici with keep-alive connections reused across calls;
- * at most `maxConnections` calls run at once, the rest queue.
- *
+ * Typed client of the email service's HTTP API; the transport sends through one. At most `maxConnections` calls run at
+ * once over keep-alive connections, the rest queue.
  * @example
  * import { EmlApiClient } from 'nodemailer-eml-api';
- *
  * const client = new EmlApiClient({ apiKey: process.env.EML_API_KEY!, baseUrl: 'https://api.mail.example.com' });
  * const result = await client.sendEml(fs.readFileSync('welcome.eml'));
  * console.log(result.id, result.messageId);
  * await client.close();
  */
 export class EmlApiClient {
-  /**
-   * The settings the client runs with: its options validated and completed
-   * with their defaults (a frozen copy: neither the API key nor the
-   * `dispatcher` and `logger` objects are among them).
-   * @example
-   * client.settings.timeouts.total; // 120000
-   */
+  /** The validated options with their defaults, frozen, without the API key, `dispatcher` and `logger`. */
   readonly settings: EmlApiClientSettings;
-  /** The options as the package uses them inside (the dispatcher and logger included). */
   readonly #resolved: Readonly<ResolvedClientOptions>;
   readonly #requester: Requester;
   readonly #apiKey: string;
 
-  /**
-   * @throws {EmlApiError} `ECONFIG` when an option is invalid; the message names it.
-   */
+  /** @throws {EmlApiError} `ECONFIG` naming the invalid option. */
   constructor(options: EmlApiClientOptions) {
     const { apiKey, resolved } = resolveClientOptions(options);
     this.#apiKey = apiKey;
@@ -113,44 +99,28 @@ export class EmlApiClient {
     });
   }
 
-  /**
-   * Calls holding a connection slot now (building a message or sending).
-   * @internal The request engine's gauge, for the package's tests; not in the published types.
-   */
+  /** @internal Calls holding a connection slot, for the package's tests. */
   get activeRequests(): number {
     return this.#requester.active;
   }
 
-  /**
-   * Calls waiting for a free connection slot.
-   * @internal The request engine's gauge, for the package's tests; not in the published types.
-   */
+  /** @internal Calls waiting for a connection slot, for the package's tests. */
   get queuedRequests(): number {
     return this.#requester.pending;
   }
 
-  /**
-   * Whether a new call would start at once (fewer than `maxConnections` running or queued).
-   * @internal The request engine's gauge; the transports' `isIdle()` is the public signal.
-   */
+  /** @internal Whether a new call would start at once; the transports' `isIdle()` is the public signal. */
   get hasFreeSlot(): boolean {
     return this.#requester.hasFreeSlot;
   }
 
   /**
-   * Sends a complete message through `POST /v1/send/eml`. The service takes the
-   * recipients from the To, Cc and Bcc headers and removes Bcc before delivery.
-   *
-   * @param eml the RFC 5322 message: bytes, text, or a stream of bytes. A stream is read only by a send
-   *   that goes out: one refused or aborted before it holds a connection slot leaves the stream unread and
-   *   open (the caller destroys it, e.g. a file stream's descriptor)
-   * @returns the accepted send
+   * Sends a complete message through `POST /v1/send/eml`; the service takes the recipients from To, Cc and Bcc.
+   * @param eml the RFC 5322 message; a stream is read only by a send that goes out (else the caller destroys it)
    * @throws {EmlApiError} `EAUTH`, `EAPI`, `ECONNECTION`, `ETIMEDOUT` or `EABORT`
-   * @example
-   * const { id } = await client.sendEml('From: a@example.test\r\nTo: b@example.test\r\nSubject: Hi\r\n\r\nHello\r\n');
+   * @example const { id } = await client.sendEml('From: a@example.test\r\nTo: b@example.test\r\nSubject: Hi\r\n\r\nHello\r\n');
    */
   async sendEml(eml: Buffer | Uint8Array | string | Readable, options: SendOptions = {}): Promise<SendResult> {
-    // Checked before the message is read: a stream is consumed only by a send that can go out.
     const idempotencyKey = checkIdempotencyKey(options.idempotencyKey);
     const sent = await this.send({
       kind: 'eml',
@@ -162,12 +132,9 @@ export class EmlApiClient {
   }
 
   /**
-   * Sends a standard JSON email through `POST /v1/send/email` (hosted images
-   * need the plus plan).
-   *
+   * Sends a standard JSON email through `POST /v1/send/email` (hosted images need the plus plan).
    * @throws {EmlApiError} `EMESSAGE` for bad input (before any request), `EAUTH`, `EAPI`, `ECONNECTION`...
-   * @example
-   * await client.sendEmail({ to: 'ann@example.net', from: 'shop@example.com', subject: 'Hi', textContent: { html: '<p>Hi</p>', tracking: true } });
+   * @example await client.sendEmail({ to: 'ann@example.net', from: 'shop@example.com', subject: 'Hi', textContent: { html: '<p>Hi</p>', tracking: true } });
    */
   async sendEmail(email: EmailInput, options: SendOptions = {}): Promise<SendResult> {
     const body = toStandardEmailRequest(email, 'sendEmail');
@@ -177,13 +144,9 @@ export class EmlApiClient {
   }
 
   /**
-   * Sends an email to every member of a group through
-   * `POST /v1/send/group/{groupId}`; the service personalises each copy with the
-   * member's substitutions and replaces `{{unsubscribe}}` with the member's link.
-   *
+   * Sends an email to each member of a group through `POST /v1/send/group/{groupId}`, personalised per member.
    * @throws {EmlApiError} `EMESSAGE` for bad input, `EAPI` 404 `group_not_found`, `EAUTH`...
-   * @example
-   * const { recipients } = await client.sendToGroup('newsletter', { from: 'news@example.com', subject: 'Hi {{first_name}}', textContent: { html, text } });
+   * @example const { recipients } = await client.sendToGroup('newsletter', { from: 'news@example.com', subject: 'Hi {{first_name}}', textContent: { html, text } });
    */
   async sendToGroup(groupId: string, email: GroupEmailInput, options: SendOptions = {}): Promise<GroupSendResult> {
     checkGroupId(groupId, 'sendToGroup');
@@ -200,15 +163,8 @@ export class EmlApiClient {
   }
 
   /**
-   * The one send path of the package (the send methods above, the
-   * transport, the outbox worker and the relay): waits for the pace and a
-   * connection slot, builds the body once the slot is held (with `build`),
-   * posts it with its `Idempotency-Key` (the request's, or a new UUID),
-   * retrying where that is safe, and reads the answer for the send's kind.
-   * A body the client built is disposed once the send settles; a body given
-   * in `body` stays the caller's.
-   *
-   * @internal Package-internal (the transports and the relay send through it); not in the published types.
+   * @internal The one send path (send methods, transport, outbox worker, relay); it builds the body only once the call
+   * holds a slot, so memory is bounded by `maxConnections`, and disposes a body it built when the send settles.
    * @throws {EmlApiError} `EMESSAGE` for an empty EML; the request engine's errors (`EAUTH`, `EAPI`, `ETIMEDOUT`...)
    */
   send<K extends SendKind, B extends SendBody = SendBody>(
@@ -252,41 +208,24 @@ export class EmlApiClient {
     });
   }
 
-  /**
-   * Tells `observer` of every attempt and retry of the requests to come (metrics, spans).
-   * @internal Package-internal; not in the published types.
-   * @returns a function that removes it
-   */
+  /** @internal Tells `observer` of every attempt and retry (metrics, spans); returns its remover. */
   observe(observer: RequestObserver): () => void {
     return this.#requester.observe(observer);
   }
 
-  /**
-   * Calls `listener` each time a call ends and frees its connection slot (the transport's `'idle'`).
-   * @internal Package-internal; not in the published types.
-   * @returns a function that removes it
-   */
+  /** @internal Calls `listener` whenever a call frees its connection slot; returns its remover. */
   onSlotReleased(listener: () => void): () => void {
     return this.#requester.onSlotReleased(listener);
   }
 
-  /**
-   * The client's logger (silent when none was given).
-   * @internal Package-internal; not in the published types.
-   */
+  /** @internal The client's logger, silent when none was given. */
   get logger(): EmlApiLogger {
     return this.#resolved.logger;
   }
 
   /**
-   * Adds members to a group through `POST /v1/group/{groupId}`, in batches of
-   * `batchSize` (each batch a request with its own `timeouts.total`). Adding an
-   * existing member updates its name and substitutions. Every entry is checked
-   * before the first request, so a bad address never leaves a list half imported.
-   *
-   * @returns what was added and skipped, over all batches
-   * @throws {EmlApiError} `EMESSAGE` for bad input; a failed batch rejects with the
-   *   entries of earlier batches in `partial` (they were added)
+   * Adds or updates group members through `POST /v1/group/{groupId}` in batches, every entry checked first.
+   * @throws {EmlApiError} `EMESSAGE` for bad input; a failed batch rejects with earlier batches' entries in `partial`
    * @example
    * const { added, skipped } = await client.addToGroup('newsletter', [
    *   { email: 'ann@example.net', name: 'Ann', substitutions: { first_name: 'Ann' } },
@@ -315,7 +254,7 @@ export class EmlApiClient {
       try {
         entries.push(toMemberEntry(member, where));
       } catch (err) {
-        // With SKIP a bad entry is reported, like the service would, instead of failing the import.
+        // SKIP reports a bad entry as the service would instead of failing the import.
         if (onFailure === 'ABORT') throw err;
         result.skipped.push({ email: memberEmail(member), reason: (err as Error).message.replace(`${where}: `, '') });
       }
@@ -334,8 +273,7 @@ export class EmlApiClient {
               method: 'POST',
               path,
               body: JSON.stringify(body),
-              // Adding the same entries again only sets what the first attempt set.
-              replaySafe: true,
+              replaySafe: true, // re-adding the same entries sets nothing new
             }),
           );
         } catch (err) {
@@ -350,7 +288,7 @@ export class EmlApiClient {
         }
         result.batches++;
         const data = objectOrUndefined(res.data);
-        // Lenient: a service that answers 2xx without listing what it added added the whole batch.
+        // A 2xx that does not list what it added added the whole batch.
         const added = Array.isArray(data?.added)
           ? data.added.filter((a): a is string => typeof a === 'string')
           : batch.map((e) => e.email);
@@ -376,11 +314,9 @@ export class EmlApiClient {
 
   /**
    * Removes one address from a group through `DELETE /v1/group/{groupId}`.
-   *
-   * @returns `true` when it was removed, `false` when it was not a member
+   * @returns `false` when it was not a member
    * @throws {EmlApiError} `EAPI` 404 `group_not_found` for an unknown group, `EAUTH`...
-   * @example
-   * await client.removeFromGroup('newsletter', 'ann@example.net'); // true
+   * @example await client.removeFromGroup('newsletter', 'ann@example.net'); // true
    */
   async removeFromGroup(groupId: string, email: AddressInput, options: RequestOptions = {}): Promise<boolean> {
     checkGroupId(groupId, 'removeFromGroup');
@@ -401,13 +337,9 @@ export class EmlApiClient {
   }
 
   /**
-   * Checks membership through `GET /v1/group/{groupId}/check/{email}`. Reads a
-   * JSON boolean (`member`, `isMember`...) and treats a 404 without a
-   * group error as "not a member", so it works with either style of service.
-   *
+   * Checks membership through `GET /v1/group/{groupId}/check/{email}`; a 404 without a group error means "not a member".
    * @throws {EmlApiError} `EAPI` 404 `group_not_found` for an unknown group, `EAUTH`...
-   * @example
-   * if (await client.isInGroup('newsletter', 'ann@example.net')) console.log('already a member');
+   * @example if (await client.isInGroup('newsletter', 'ann@example.net')) console.log('already a member');
    */
   async isInGroup(groupId: string, email: AddressInput, options: RequestOptions = {}): Promise<boolean> {
     checkGroupId(groupId, 'isInGroup');
@@ -439,24 +371,14 @@ export class EmlApiClient {
   }
 
   /**
-   * Proves the service is reachable and accepts the key for sending, without
-   * sending mail: it posts an empty body to `/v1/send/eml`, so a validation
-   * error (400) means the key and its `sender` scope were accepted. A 2xx
-   * is refused: the service never accepts an empty send, so what answered
-   * is not the service (a web server or single-page app behind a wrong
-   * `baseUrl` answers every path 200), and sends would go nowhere.
-   *
-   * @returns `true`
-   * @throws {EmlApiError} `EAUTH` when the key or its scope is refused; `ECONNECTION`/`ETIMEDOUT` when unreachable;
-   *   `EAPI` for any other answer, a 2xx included (`responseCode` says which)
-   * @example
-   * await client.verify();
+   * Proves the service is reachable and the key may send, without sending: the service refuses an empty `/v1/send/eml`
+   * with 400 or 422 past authentication; a 2xx means something else answered (a web server behind a wrong `baseUrl`).
+   * @throws {EmlApiError} `EAUTH` for a refused key or scope; `ECONNECTION`/`ETIMEDOUT`; `EAPI` for any other answer
+   * @example await client.verify();
    */
   async verify(options: RequestOptions = {}): Promise<true> {
     const command = `POST ${API_PATHS.sendEml}`;
     return this.#requester.run(command, { signal: options.signal }, async (call) => {
-      // A 400 or 422 to an empty body means the request got past authentication
-      // and the scope check: the key may send.
       const res = await call.request({
         method: 'POST',
         path: API_PATHS.sendEml,
@@ -477,11 +399,8 @@ export class EmlApiClient {
   }
 
   /**
-   * Stops accepting calls, lets the calls already made finish (queued ones
-   * included), then closes the connections the client opened. With
-   * `{ abort: true }` the calls still running are aborted instead (`EABORT`).
-   * A dispatcher passed in the options is left open: its owner closes it.
-   *
+   * Stops accepting calls, lets those already made finish, then closes the connections the client opened (a
+   * `dispatcher` given in the options stays open). `{ abort: true }` aborts running calls (`EABORT`).
    * @example
    * await client.close();                // graceful
    * await client.close({ abort: true }); // now
@@ -495,7 +414,6 @@ export class EmlApiClient {
     return this.#requester.closed;
   }
 
-  /** The upload body of an EML given as bytes, text or a stream (streams are spooled when large). */
   async #emlBody(eml: Buffer | Uint8Array | string | Readable, signal: AbortSignal): Promise<UploadBody> {
     if (typeof eml === 'string') return emlBodyFromBuffer(Buffer.from(eml, 'utf8'), STREAM_ABOVE);
     if (eml instanceof Uint8Array)
@@ -529,20 +447,9 @@ function errorDetails(err: EmlApiError) {
   };
 }
 
-/**
- * The one send path of the package: what the client's own send methods, the
- * transport, the outbox worker and the relay hand to the client's `send`.
- * A send either brings its request body (`body`: the caller keeps and
- * disposes it) or builds it once its call holds a connection slot (`build`:
- * the client disposes what it returns), so that memory is bounded by
- * `maxConnections`, not by the sends waiting.
- *
- * @internal Package-internal; not in the published types.
- */
+/** @internal A send: it brings its `body` (the caller disposes it) or a `build` run once its call holds a slot. */
 export type SendRequest<B extends SendBody = SendBody> = {
-  /** What is posted, and so where to. */
   readonly kind: SendKind;
-  /** The group of a `group` send. */
   readonly groupId?: string | undefined;
   /** The send's `Idempotency-Key` (checked by the caller); a new UUID when undefined. */
   readonly idempotencyKey?: string | undefined;
@@ -553,47 +460,28 @@ export type SendRequest<B extends SendBody = SendBody> = {
   | { readonly build: (context: BuildContext) => Promise<B>; readonly body?: never }
 );
 
-/**
- * A request body made by a send's `build`, with whatever the builder wants
- * back with the answer (an envelope, a Message-ID).
- * @internal
- */
+/** @internal A body made by a send's `build`, with what the builder wants back with the answer. */
 export interface SendBody {
-  /** The JSON text or the replayable `{"mail": ...}` body to post. */
   readonly body: UploadBody | string;
 }
 
-/**
- * What a send's `build` gets: the call's signal and the client's settings a
- * build needs.
- * @internal
- */
+/** @internal What a send's `build` gets. */
 export interface BuildContext {
   /** Aborted by the caller's signal, `timeouts.total` or `close({ abort: true })`. */
   readonly signal: AbortSignal;
-  /** Where large messages are spooled (the client's `spool` option). */
   readonly spool: SpoolSettings;
-  /** The client's logger. */
   readonly logger: EmlApiLogger;
 }
 
-/**
- * An accepted send: the service's answer read for the send's kind, and what
- * `build` made (undefined for a send that brought its body).
- * @internal
- */
+/** @internal An accepted send: the answer, and what `build` made (undefined for a given body). */
 export interface AcceptedSend<R, B> {
   readonly result: R;
   readonly built: B;
 }
 
-/** The answer to a send of `kind`: a group send's counts, or an EML or JSON email's ids. */
 export type SendAnswer<K extends SendKind> = K extends 'group' ? GroupSendResult : SendResult;
 
-/**
- * Reads the accepted answer of a send leniently (a real service may omit
- * fields), with a warning when the body is not the service's JSON.
- */
+/** Reads a send's 2xx answer leniently (a real service may omit fields), warning when it is not JSON. */
 export function readSendAnswer(
   kind: SendKind,
   res: ServiceResponse<Partial<SendAcceptedResponse & GroupSendAcceptedResponse>>,
@@ -602,7 +490,7 @@ export function readSendAnswer(
 ): SendResult | GroupSendResult {
   const data = objectOrUndefined(res.data);
   const { statusCode, response, text } = res;
-  // Written out: V8 makes a literal that spreads and then names fields several µs slow.
+  // Written out: V8 is slow to build a literal that spreads and then names fields.
   const result: SendResult | GroupSendResult =
     kind === 'group'
       ? {
@@ -627,12 +515,7 @@ export function readSendAnswer(
   return withWarning(result, call);
 }
 
-/**
- * Adds a warning to an accepted send whose body is not the service's JSON
- * (an empty body is fine: a service may answer 202 with none). The contract
- * takes any 2xx as success, but a page from a web server or a single-page app
- * behind a wrong baseUrl answers every path with 200.
- */
+/** A 2xx that is not JSON may be a page from a web server behind a wrong baseUrl (an empty body is fine). */
 function withWarning<T extends SendResult | GroupSendResult>(result: T, call: Call): T {
   const { data, text } = result;
   if (text.trim() === '' || (typeof data === 'object' && data !== null && !Array.isArray(data))) return result;
@@ -647,17 +530,11 @@ function withWarning<T extends SendResult | GroupSendResult>(result: T, call: Ca
   return { ...result, warning };
 }
 
-/** Boolean fields a membership answer may state its answer in. */
 const MEMBERSHIP_FIELDS = ['member', 'isMember', 'is_member', 'inGroup', 'in_group', 'exists', 'found'];
 
 /**
- * Reads the membership a 2xx answer states, in the shapes services use: the
- * contract's `{ "member": true }` and its common spellings, a bare JSON
- * boolean, the same inside a `data` envelope, or a 204 (services that answer
- * 204 for a member and 404 for anyone else).
- *
- * @returns the stated membership, or undefined when the answer states none
- *   this client recognises: never a guess, since a wrong "yes" mails non-members
+ * The membership a 2xx states: `{ "member": true }` or a common spelling, a bare boolean, either inside `data`, or 204.
+ * @returns undefined when it states none: never a guess, since a wrong "yes" mails non-members
  */
 export function readMembership(res: ServiceResponse): boolean | undefined {
   if (res.statusCode === 204) return true;
@@ -677,8 +554,7 @@ function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-/** Lenient readers of the service's JSON answers: a field of the wrong type reads as undefined. */
-
+/** Lenient readers of the service's JSON: a field of the wrong type reads as undefined. */
 export function objectOrUndefined<T>(value: T | undefined): T | undefined {
   return typeof value === 'object' && value !== null ? value : undefined;
 }
@@ -691,11 +567,7 @@ export function numberOrUndefined(value: unknown): number | undefined {
   return typeof value === 'number' ? value : undefined;
 }
 
-/**
- * The body of `POST /v1/send/email` for a standard email, every field checked.
- * @param method names the call in errors, e.g. `sendEmail`
- * @throws {EmlApiError} `EMESSAGE` naming the bad field
- */
+/** The checked body of `POST /v1/send/email`. @throws {EmlApiError} `EMESSAGE` naming the bad field */
 export function toStandardEmailRequest(email: EmailInput, method: string): StandardEmailRequest {
   if (typeof email !== 'object' || email === null)
     throw inputError(`${method}: expected { to, from, subject, textContent }`);
@@ -709,10 +581,7 @@ export function toStandardEmailRequest(email: EmailInput, method: string): Stand
   return body;
 }
 
-/**
- * The body of `POST /v1/send/group/{groupId}` for a group email, every field checked.
- * @throws {EmlApiError} `EMESSAGE` naming the bad field
- */
+/** The checked body of `POST /v1/send/group/{groupId}`. @throws {EmlApiError} `EMESSAGE` naming the bad field */
 export function toGroupEmailRequest(email: GroupEmailInput, method: string): GroupEmailRequest {
   if (typeof email !== 'object' || email === null)
     throw inputError(`${method}: expected { from, subject, textContent }`);

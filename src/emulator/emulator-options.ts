@@ -7,178 +7,121 @@ import type { EmulatorSmtpOptions } from './smtp-ingest.js';
 
 /**
  * The account keys belong to unless told otherwise, the ready key `emu.apiKey` included.
- * @example
- * await startEmulator({ apiKeys: [{ key: 'k-rotated', scopes: ['sender'], account: DEFAULT_EMULATOR_ACCOUNT }] });
+ * @example await startEmulator({ apiKeys: [{ key: 'k-rotated', scopes: ['sender'], account: DEFAULT_EMULATOR_ACCOUNT }] });
  */
 export const DEFAULT_EMULATOR_ACCOUNT = 'default';
 
 /**
  * An API key the emulator accepts.
- *
- * @example
- * const key: EmulatorApiKey = { key: 'k-send', scopes: ['sender'], plan: 'free', account: 'shop' };
+ * @example const key: EmulatorApiKey = { key: 'k-send', scopes: ['sender'], plan: 'free', account: 'shop' };
  */
 export interface EmulatorApiKey {
-  /** The key's value, sent by clients in `X-API-KEY`. Visible ASCII. */
+  /** The key's value, which clients send in `X-API-KEY`; visible ASCII. */
   key: string;
   /** Scopes the key holds. */
   scopes: ApiScope[];
-  /**
-   * Account plan of the key.
-   * @default 'free'
-   */
+  /** Account plan of the key. @default 'free' */
   plan?: ApiPlan;
   /**
-   * The account the key belongs to. Idempotency keys are scoped to the
-   * account, as on the service: a send repeated under another key of the same
-   * account (a key rotated while a worker fleet retries) is answered from the
-   * first one, and two accounts never see each other's keys.
+   * The account the key belongs to. Idempotency keys are scoped to the account, as on the service: a send repeated
+   * under another key of the account (a key rotated while workers retry) is answered from the first.
    * @default 'default' (the account of the ready key `emu.apiKey`)
-   * @example
-   * await startEmulator({ apiKeys: [{ key: 'k-old', scopes: ['sender'], account: 'shop' }, { key: 'k-new', scopes: ['sender'], account: 'shop' }] });
+   * @example await startEmulator({ apiKeys: [{ key: 'k-old', scopes: ['sender'], account: 'shop' }, { key: 'k-new', scopes: ['sender'], account: 'shop' }] });
    */
   account?: string;
 }
 
 /**
  * Options of {@link startEmulator}.
- *
- * @example
- * const emu = await startEmulator({ apiKeys: [{ key: 'k-send', scopes: ['sender'] }], groups: ['newsletter'] });
+ * @example const emu = await startEmulator({ apiKeys: [{ key: 'k-send', scopes: ['sender'] }], groups: ['newsletter'] });
  */
 export interface EmulatorOptions {
-  /**
-   * TCP port; 0 picks a free one (read it from `emu.port` or `emu.url`).
-   * @default 0
-   */
+  /** TCP port; 0 picks a free one (`emu.port`, `emu.url`). @default 0 */
   port?: number;
   /**
-   * Interface to listen on. `0.0.0.0` or `::` listens on every interface: the
-   * API (with its keys) and the public pages are then reachable from the
-   * network; the web inbox still answers only the hosts below.
-   * @default '127.0.0.1'
+   * Interface to listen on; `0.0.0.0` or `::` exposes the API and public pages to the network, while the web inbox
+   * still answers only `allowedHosts`. @default '127.0.0.1'
    */
   host?: string;
   /**
-   * Host names (besides localhost and loopback addresses, which always work)
-   * under which the web inbox, its event feed and the groups page answer.
-   * Requests for any other Host get 403: a defence against DNS rebinding,
-   * where a web page on another site renames itself to 127.0.0.1 to read
-   * the captured mail.
+   * Host names besides localhost and loopback addresses under which the web inbox, its feed and the groups page answer;
+   * any other Host gets 403, against DNS rebinding (a page on another site renaming itself to 127.0.0.1).
    * @default []
-   * @example
-   * await startEmulator({ host: '0.0.0.0', allowedHosts: ['mail-emulator.internal'] });
+   * @example await startEmulator({ host: '0.0.0.0', allowedHosts: ['mail-emulator.internal'] });
    */
   allowedHosts?: string[];
   /**
-   * Base URL of the emulator as mail recipients reach it, for the links it
-   * puts in delivered mail (unsubscribe, hosted images). Its host may also
-   * open the web inbox.
+   * Base URL of the emulator as mail recipients reach it, for links in delivered mail (unsubscribe, hosted images); its
+   * host may also open the web inbox.
    * @default the URL it listens on (`emu.url`)
-   * @example
-   * await startEmulator({ host: '0.0.0.0', port: 8025, publicUrl: 'http://emulator.lan:8025' });
+   * @example await startEmulator({ host: '0.0.0.0', port: 8025, publicUrl: 'http://emulator.lan:8025' });
    */
   publicUrl?: string;
-  /**
-   * Extra API keys, besides the ready key `emu.apiKey` (all scopes, plan 'plus').
-   * @default []
-   */
+  /** API keys besides the ready key `emu.apiKey` (all scopes, plan 'plus'). @default [] */
   apiKeys?: EmulatorApiKey[];
-  /**
-   * Groups that exist from the start (groups are created out of band, never through the API).
-   * @default []
-   */
+  /** Groups that exist from the start: the service creates groups out of band, never through the API. @default [] */
   groups?: string[];
   /**
-   * Largest HTTP request body accepted, in bytes (the service's request
-   * limit, not a message size: a message travels Base64-encoded, 4/3 of its
-   * size); larger bodies get 413 `payload_too_large`.
+   * Largest request body accepted, in bytes (a request limit: a message travels Base64-encoded, 4/3 of its size);
+   * larger bodies get 413 `payload_too_large`.
    * @default 52428800 (50 MiB, the service's)
-   * @example
-   * await startEmulator({ maxRequestSize: 1024 * 1024 }); // to test the 413 path
+   * @example await startEmulator({ maxRequestSize: 1024 * 1024 }); // to test the 413 path
    */
   maxRequestSize?: number;
-  /**
-   * Clock used for timestamps, image expiry and idempotency windows.
-   * @default () => new Date()
-   */
+  /** Clock for timestamps, image expiry and idempotency windows. @default () => new Date() */
   now?: () => Date;
-  /**
-   * Called with unexpected internal errors (answered with 500). Bad input never lands here.
-   * @default logs to stderr
-   */
+  /** Called with unexpected internal errors (answered with 500); bad input never lands here. @default logs to stderr */
   onInternalError?: (err: unknown) => void;
-  /**
-   * Faults to inject into API requests (503, 429, connection resets, latency),
-   * seeded. Change them later with `emu.setFaults()`.
-   * @default undefined (no faults)
-   */
+  /** Seeded faults injected into API requests (503, 429, resets, latency); `emu.setFaults()` changes them. @default undefined */
   faults?: EmulatorFaults;
-  /**
-   * Per-key rate limit; requests over it get `429 rate_limited` with `Retry-After`.
-   * @default undefined (no limit)
-   */
+  /** Per-key rate limit; requests over it get `429 rate_limited` with `Retry-After`. @default undefined (no limit) */
   rateLimit?: EmulatorRateLimit;
   /**
-   * Most messages the inbox keeps (and accepted messages `emu.messages()`
-   * lists); past it the oldest are dropped, counted in `/api/v1/info`, so
-   * memory stays flat however much is sent.
+   * Most messages the inbox keeps; past it the oldest are dropped (counted in `/api/v1/info`), so memory stays flat.
    * @default 10000
-   * @example
-   * await startEmulator({ maxMessages: 500 });
+   * @example await startEmulator({ maxMessages: 500 });
    */
   maxMessages?: number;
   /**
-   * A login (HTTP Basic) the web inbox, its feed, the groups page and the
-   * inspection API (`/api/v1/`, `/view/`) ask for, from every client: set it
-   * when the emulator listens beyond loopback, where anyone who reaches the
-   * port could otherwise read the mail by sending a loopback Host. The service
-   * API keeps its keys; unsubscribe pages and hosted images stay public.
+   * A login (HTTP Basic) for the web inbox, its feed, the groups page and the inspection API, asked of every client:
+   * beyond loopback, anyone reaching the port could otherwise read the mail by sending a loopback Host. The service API
+   * keeps its keys; unsubscribe pages and hosted images stay public.
    * @default undefined (no login)
-   * @example
-   * await startEmulator({ host: '0.0.0.0', inboxLogin: { username: 'team', password: process.env.INBOX_PASSWORD! } });
+   * @example await startEmulator({ host: '0.0.0.0', inboxLogin: { username: 'team', password: process.env.INBOX_PASSWORD! } });
    */
   inboxLogin?: EmulatorInboxLogin;
   /**
-   * Takes mail over SMTP too, into the same inbox (as Mailpit's port 1025):
-   * `emu.smtp` then holds its host and port. Loopback clients send without
-   * AUTH. Needs the optional peer `smtp-server`.
-   * @default undefined (no SMTP)
+   * Takes mail over SMTP too, into the same inbox (as Mailpit's port 1025), at `emu.smtp`; loopback clients send
+   * without AUTH. Needs the optional peer `smtp-server`. @default undefined (no SMTP)
    * @example
    * const emu = await startEmulator({ smtp: { port: 0 } });
    * nodemailer.createTransport({ host: emu.smtp!.host, port: emu.smtp!.port });
    */
   smtp?: EmulatorSmtpOptions;
   /**
-   * A directory that keeps the inbox's messages (read marks and tags
-   * included), the groups with their members and unsubscribe links, the
-   * hosted images and the ready API key across restarts. Created when
-   * missing (mode 0700: it holds the key and every message). One emulator
-   * per directory.
+   * A directory keeping the messages (read marks and tags included), groups, unsubscribe links, hosted images and the
+   * ready API key across restarts; created with mode 0700, since it holds the key and every message. One emulator each.
    * @default undefined (everything is lost when the emulator stops)
-   * @example
-   * const emu = await startEmulator({ dataDir: '.emulator-data' }); // emu.apiKey is the same next time
+   * @example const emu = await startEmulator({ dataDir: '.emulator-data' }); // emu.apiKey is the same next time
    */
   dataDir?: string;
 }
 
 /**
  * The login of the web inbox and the inspection API.
- * @example
- * const login: EmulatorInboxLogin = { username: 'team', password: 's3cret-enough' };
+ * @example const login: EmulatorInboxLogin = { username: 'team', password: 's3cret-enough' };
  */
 export interface EmulatorInboxLogin {
   username: string;
   password: string;
 }
 
-/** Options after validation. */
 export interface ResolvedEmulatorOptions {
   port: number;
   host: string;
-  /** Lower-cased host names the web inbox answers besides loopback ones. */
+  /** Lower-cased. */
   allowedHosts: string[];
-  /** Base URL for links in mail, without a trailing slash. */
+  /** Without a trailing slash. */
   publicUrl: string | undefined;
   apiKeys: Required<EmulatorApiKey>[];
   groups: string[];
@@ -193,7 +136,6 @@ export interface ResolvedEmulatorOptions {
   dataDir: string | undefined;
 }
 
-/** Every option of the emulator. */
 const EMULATOR_OPTIONS = [
   'port',
   'host',
@@ -212,13 +154,9 @@ const EMULATOR_OPTIONS = [
   'dataDir',
 ] as const satisfies readonly (keyof EmulatorOptions)[];
 
-/** The fields of an `apiKeys` entry. */
 const API_KEY_FIELDS = ['key', 'scopes', 'plan', 'account'] as const satisfies readonly (keyof EmulatorApiKey)[];
 
-/**
- * Validates emulator options.
- * @throws {EmlApiError} `ECONFIG` naming the bad option
- */
+/** @throws {EmlApiError} `ECONFIG` naming the bad option */
 export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedEmulatorOptions {
   if (typeof options !== 'object' || options === null) {
     throw configError('startEmulator', `expected an object of options, got ${describe(options)}`);

@@ -3,15 +3,9 @@ import { EmlApiError } from '../shared/eml-api-error.js';
 import type { EmlApiLogger } from '../shared/options-kit.js';
 import type { EmulatorState } from './state/emulator-state.js';
 
-/**
- * SMTP in, as Mailpit's port 1025: the package's own SMTP relay, pointed at
- * the emulator's API with the emulator's ready key. Mail sent over SMTP
- * takes the way of an API send (parsing, recipients from the headers, Bcc
- * added for envelope-only recipients, faults and rate limits) into the same
- * inbox, and the relay's SMTP parts (limits, header checks, replies) answer
- * the client as they would in production. The relay is loaded only when
- * `smtp` is asked for: smtp-server stays an optional peer.
- */
+// SMTP in, as Mailpit's port 1025: the package's own SMTP relay pointed at the emulator's API with its ready key, so
+// mail takes an API send's way into the inbox and the relay answers as in production. It is loaded only when `smtp`
+// is asked for, so smtp-server stays an optional peer.
 
 /**
  * SMTP in of the emulator (its `smtp` option).
@@ -20,34 +14,22 @@ import type { EmulatorState } from './state/emulator-state.js';
  * await nodemailer.createTransport({ host: emu.smtp!.host, port: emu.smtp!.port }).sendMail(message);
  */
 export interface EmulatorSmtpOptions {
-  /**
-   * TCP port; 0 picks a free one (read it from `emu.smtp.port`).
-   * @default 0
-   */
+  /** TCP port; 0 picks a free one (`emu.smtp.port`). @default 0 */
   port?: number;
-  /**
-   * Interface to listen on.
-   * @default the emulator's `host`
-   */
+  /** Interface to listen on. @default the emulator's `host` */
   host?: string;
   /**
-   * Client addresses and networks that may send without AUTH (`10.0.0.0/8`,
-   * `172.16.0.0/12` for a docker-compose network). Others AUTH with any user
-   * name and the emulator's API key as the password.
-   * @default ['127.0.0.0/8', '::1/128'] (loopback)
+   * Clients that may send without AUTH (`172.16.0.0/12` for a docker-compose network); others AUTH with any user name
+   * and the emulator's API key. @default ['127.0.0.0/8', '::1/128'] (loopback)
    */
   allowFrom?: string[];
-  /**
-   * Where the SMTP side logs refused messages (`warn`) and accepted ones (`info`).
-   * @default nothing is logged
-   */
+  /** Where refused (`warn`) and accepted (`info`) messages are logged. @default nothing is logged */
   logger?: EmlApiLogger;
 }
 
 /**
  * A running SMTP listener of the emulator (`emu.smtp`).
- * @example
- * const { host, port, url } = emu.smtp!; // url: 'smtp://127.0.0.1:40123'
+ * @example const { host, port, url } = emu.smtp!; // url: 'smtp://127.0.0.1:40123'
  */
 export interface EmulatorSmtp {
   readonly host: string;
@@ -57,8 +39,7 @@ export interface EmulatorSmtp {
 }
 
 /**
- * Starts the emulator's SMTP listener.
- * @param baseUrl the emulator's own URL (loopback)
+ * Starts the emulator's SMTP listener on the emulator's own loopback `baseUrl`.
  * @throws {EmlApiError} `ECONFIG` for a bad `smtp` option, a port it cannot listen on or a missing smtp-server
  */
 export async function startSmtpIngest(

@@ -17,7 +17,6 @@ import { DataDir } from './state/data-dir.js';
 
 /**
  * A running emulator of the email service.
- *
  * @example
  * const emu = await startEmulator();
  * // ... send through new EmlApiTransport({ apiKey: emu.apiKey, baseUrl: emu.url })
@@ -25,10 +24,7 @@ import { DataDir } from './state/data-dir.js';
  * await emu.close();
  */
 export interface Emulator {
-  /**
-   * Base URL to give clients on this machine, e.g. `http://127.0.0.1:39123`
-   * (a loopback address also when listening on every interface).
-   */
+  /** Base URL for clients on this machine, e.g. `http://127.0.0.1:39123` (loopback also when listening on every interface). */
   readonly url: string;
   readonly host: string;
   readonly port: number;
@@ -41,8 +37,7 @@ export interface Emulator {
   /** Copies delivered to one address (case-insensitive), oldest first; Bcc removed. */
   mailbox(address: string): DeliveredMessage[];
   /**
-   * Creates a group, as the service's dashboard would (the API never creates groups).
-   * Does nothing when the group exists.
+   * Creates a group, as the service's dashboard would (the API never creates groups); nothing when it exists.
    * @example emu.createGroup('newsletter');
    */
   createGroup(groupId: string): void;
@@ -70,10 +65,7 @@ export interface Emulator {
 }
 
 /**
- * Starts an emulator of the email service on a real HTTP server.
- *
- * @param options port (default 0: a free one), host (default 127.0.0.1), extra API keys, groups, body limit, clock
- * @returns the running emulator, with a ready all-scopes key in `apiKey`
+ * Starts an emulator of the email service on a real HTTP server, with a ready all-scopes key in `apiKey`.
  * @example
  * import { startEmulator } from 'nodemailer-eml-api/emulator';
  *
@@ -199,11 +191,7 @@ function listen(server: Server, port: number, host: string): Promise<void> {
   });
 }
 
-/**
- * The host of a URL that reaches the server from this machine: listening on
- * every interface (`0.0.0.0`, `::`) is reached through loopback, never through
- * the unspecified address itself (which clients refuse or cannot connect to).
- */
+/** A host that reaches the server from this machine: clients cannot connect to `0.0.0.0` or `::`, so loopback. */
 function hostForUrl(address: AddressInfo): string {
   if (address.address === '0.0.0.0') return '127.0.0.1';
   if (address.address === '::') return '[::1]';

@@ -3,16 +3,15 @@ import { type Socket, isIP } from 'node:net';
 import { lookup as dnsLookup, type LookupAddress, type LookupAllOptions, type LookupOptions } from 'node:dns';
 import { type Dispatcher, buildConnector } from 'undici';
 
-/** Where a request got to before it failed: decides whether a retry is safe. */
+/** How far a request got before it failed, which decides whether a retry is safe. */
 export type FailurePhase =
-  /** The dispatcher had not started the request on a connection: the service cannot have seen it. */
+  /** Not started on a connection: the service cannot have seen it. */
   | 'connect'
   /** Started, but the body's last byte had not left: the service cannot have processed it. */
   | 'write'
   /** The whole request may have gone out: the service may have processed it. */
   | 'sent';
 
-/** A failure to exchange a request, with the phase it failed in. */
 export class ExchangeFailure extends Error {
   override readonly name = 'ExchangeFailure';
   constructor(
@@ -23,34 +22,31 @@ export class ExchangeFailure extends Error {
   }
 }
 
-/** A raw response: status, headers (lower-case names) and body text. */
+/** Header names are lower-case. */
 export interface RawResponse {
   statusCode: number;
   headers: Record<string, string>;
   text: string;
 }
 
-/** What one HTTP exchange needs. */
 export interface ExchangeRequest {
   origin: string;
   path: string;
   method: 'GET' | 'POST' | 'DELETE';
-  /** With the body's `content-length` when there is a body. */
   headers: Record<string, string>;
   body: UploadBody | undefined;
   signal: AbortSignal;
-  /** Time allowed until the response headers arrive, in ms. */
+  /** Until the response headers arrive, in ms. */
   headersTimeout: number;
 }
 
-/** Bodies larger than {@link WHOLE_BODY_BYTES} are written in chunks of this size. */
 const CHUNK_BYTES = 64 * 1024;
 
 function* chunksOf(body: Buffer): Generator<Buffer> {
   for (let at = 0; at < body.length; at += CHUNK_BYTES) yield body.subarray(at, at + CHUNK_BYTES);
 }
 
-/** Answers longer than this are cut: error pages can be large, and only the start is useful. */
+/** Answers are cut here: error pages can be large, and only the start is useful. */
 const MAX_ANSWER_BYTES = 1024 * 1024;
 
 const CONNECT_PHASE_CODES = new Set([
@@ -65,30 +61,19 @@ const CONNECT_PHASE_CODES = new Set([
 ]);
 
 /**
- * Sends one request through undici's dispatcher API and records how far the
- * request got, so callers can tell a failure the service cannot have
- * processed from one it may have, whoever made the dispatcher.
- *
- * How far it got is known from what every dispatcher must do, not from what
- * undici's own `Agent` happens to report: `onConnect` comes before the
- * request's first byte goes out (undici's handler contract, which its
- * interceptors keep), and a streamed body is watched at its source, where its
- * last byte leaves. `onRequestSent` is not used: undici's handler wrapping
- * (`dispatcher.compose()`, interceptors, `RetryAgent`) drops it, so a request
- * through a caller's interceptor would look unsent after it was sent.
- *
+ * Sends one request through any undici dispatcher and records how far it got, from what every dispatcher must do:
+ * `onConnect` comes before the first byte goes out, and a streamed body is watched at its source. `onRequestSent` is
+ * not used: undici's handler wrapping (`compose()`, interceptors, `RetryAgent`) drops it.
  * @throws {ExchangeFailure} on any failure to get a complete answer
  */
 export function exchange(dispatcher: Dispatcher, request: ExchangeRequest): Promise<RawResponse> {
   return new Promise((resolve, reject) => {
     const body = request.body;
-    // A body written in one piece counts as sent as soon as it goes (a reset during its upload
-    // looks like one after it), so only small bodies go whole; a larger one is streamed with
-    // backpressure, and counts as sent only once its last byte has left.
+    // A body written in one piece counts as sent once it goes (a reset during its upload looks like one after it),
+    // so only small bodies go whole; larger ones stream and count as sent once their last byte has left.
     const whole = body === undefined || (body.bytes !== undefined && body.bytes.length <= WHOLE_BODY_BYTES);
     const streamed = !whole && body.length > 0;
     let connected = false;
-    /** The body's last byte has left for the dispatcher: from then on the service may have it all. */
     let lastByteOut = false;
     let settled = false;
     let abortRequest: ((reason?: Error) => void) | undefined;
@@ -102,8 +87,7 @@ export function exchange(dispatcher: Dispatcher, request: ExchangeRequest): Prom
       settled = true;
       request.signal.removeEventListener('abort', onAbort);
       const code = (err as { code?: unknown } | null)?.code;
-      // Only what is known counts as safe: once the last byte has left, the service may have
-      // the whole request, whatever the dispatcher says (a connect-phase code aside).
+      // Once the last byte has left, the service may have the whole request, whatever the dispatcher says.
       let phase: FailurePhase;
       if (typeof code === 'string' && CONNECT_PHASE_CODES.has(code)) phase = 'connect';
       else if (lastByteOut) phase = 'sent';
@@ -123,8 +107,7 @@ export function exchange(dispatcher: Dispatcher, request: ExchangeRequest): Prom
       onConnect(abort: (err?: Error) => void) {
         abortRequest = abort;
         connected = true;
-        // Without a streamed body, the whole request goes out at once from here: undici writes a
-        // body in one piece as soon as it has the socket, and no dispatcher can be watched doing it.
+        // Without a streamed body, undici writes the whole request as soon as it has the socket.
         if (!streamed) lastByteOut = true;
         if (request.signal.aborted) onAbort();
       },
@@ -181,11 +164,8 @@ export function exchange(dispatcher: Dispatcher, request: ExchangeRequest): Prom
 }
 
 /**
- * Calls `callback` when `stream` hands out the chunk that completes `length`
- * bytes, before its consumer can read it: until then the request's last byte
- * cannot have left, through any dispatcher. Seen where the stream's source
- * `push`es (every Readable's source does), so no stream is added in between
- * (a layer per chunk costs CPU on every upload).
+ * Calls `callback` when `stream`'s source pushes the chunk that completes `length` bytes, before any consumer reads it:
+ * until then the last byte cannot have left. Watching `push` adds no stream layer to every upload.
  */
 function onLastByte(stream: Readable, length: number, callback: () => void): Readable {
   let produced = 0;
@@ -201,29 +181,15 @@ function onLastByte(stream: Readable, length: number, callback: () => void): Rea
 }
 
 /**
- * How long a socket whose write failed keeps reading for the answer the
- * service may have sent before it closed, in ms. The answer of a server that
- * refused an upload is already in the socket when the write fails (it answers,
- * then closes), and a reset makes the read end at once: this only bounds the
- * wait for a peer that does neither.
+ * How long a socket whose write failed keeps reading for the service's answer, in ms: a server that refuses an upload
+ * answers then closes, so the answer is usually there already; this bounds the wait for a peer that does neither.
  */
 export const EARLY_ANSWER_WAIT = 2_000;
 
 /**
- * An undici connector (its Agent's `connect` option) whose sockets still read
- * the answer of a server that refused a request before reading all of it.
- *
- * A server over its body limit answers `413` as soon as it knows and closes
- * the connection without reading the rest; the client, still uploading, then
- * fails to write (EPIPE, ECONNRESET). Node destroys a socket on a failed
- * write, and the answer, already received, is lost with it unless undici
- * happened to read it first: the send failed as a connection error (retried,
- * by the outbox for a day) instead of `413` (permanent). These sockets keep
- * their read side open after a failed write until the answer is read, the
- * connection ends, or {@link EARLY_ANSWER_WAIT} passes; undici then completes
- * the request with the answer, or fails it with the write's own error.
- *
- * @param options undici's connector options (timeout, lookup...)
+ * An undici connector whose sockets still read the answer of a server that refused a request before reading it all. A
+ * server over its body limit answers `413` and closes; the client's next write fails, and Node destroys the socket with
+ * the answer unread, so the send would fail as a retryable connection error instead of a permanent `413`.
  * @param wait how long to keep reading after a failed write, in ms @default EARLY_ANSWER_WAIT
  */
 export function earlyAnswerConnector(
@@ -239,14 +205,9 @@ export function earlyAnswerConnector(
 }
 
 /**
- * Holds back, once, the error of a write the peer refused, so that the read
- * side delivers what the peer sent before it closed. The error cannot be let
- * through and the destruction merely delayed: a failed write marks the read
- * side of the socket failed too, and it reads no more. So the write's
- * callback is held: undici sees a write that has not finished (and writes no
- * more), the socket goes on reading, and the answer completes the request
- * (undici then closes the socket). Without an answer, the read ends with the
- * peer's reset, or the write fails after `wait`, as it would have at once.
+ * Holds back, once, the callback of a write the peer refused: a failed write also fails the socket's read side, so the
+ * error cannot just pass. undici sees an unfinished write, the socket goes on reading, and the answer completes the
+ * request; without one, the peer's reset ends it, or the write fails after `wait`.
  */
 function keepReadingAfterFailedWrite(socket: Socket, wait: number): void {
   let held = false;
@@ -263,7 +224,7 @@ function keepReadingAfterFailedWrite(socket: Socket, wait: number): void {
   if (writev) socket._writev = (chunks, callback) => writev(chunks, hold(callback));
 }
 
-/** A write the peer refused: it reset or closed the connection. A failed read is not one. */
+/** A write the peer refused (reset or closed); a failed read is not one. */
 function isFailedWrite(err: unknown): err is Error {
   const { code, syscall } = (err ?? {}) as { code?: unknown; syscall?: unknown };
   return (code === 'EPIPE' || code === 'ECONNRESET') && syscall !== 'read';
@@ -273,12 +234,8 @@ type LookupCallback = (err: NodeJS.ErrnoException | null, address: string | Look
 type Lookup = (hostname: string, options: LookupOptions, callback: LookupCallback) => void;
 
 /**
- * A `lookup` for the connections the client opens: names resolve as usual,
- * except `localhost`, which may only resolve to loopback addresses. Plain
- * `http://` is allowed to `localhost` because it is this machine; a resolver
- * (or a hosts file) that says otherwise must not get the API key in clear text.
- *
- * @param resolve the resolver to ask (`dns.lookup`; a test passes its own)
+ * A `lookup` under which `localhost` may only resolve to loopback addresses: plain `http://` is allowed to localhost
+ * because it is this machine, so a resolver or hosts file that says otherwise must not get the API key in clear text.
  */
 export function localhostOnlyLoopback(resolve: typeof dnsLookup = dnsLookup): Lookup {
   return (hostname, options, callback) => {
@@ -309,35 +266,25 @@ export function isLoopbackAddress(address: string): boolean {
   return lower === '::1' || lower.startsWith('::ffff:127.');
 }
 
-/**
- * The body of one request, readable once per attempt so retries resend
- * exactly the same bytes. Large bodies are streamed, never held whole.
- */
+/** A request body, readable once per attempt so retries resend the same bytes; large bodies are streamed, never held. */
 export interface UploadBody {
-  /** Byte length of the body (the request's Content-Length). */
+  /** The request's Content-Length. */
   readonly length: number;
-  /** The whole body, when it is small enough to keep in memory. */
+  /** The whole body, when small enough to keep in memory. */
   readonly bytes: Buffer | undefined;
-  /** A fresh stream of the body bytes, for one attempt. */
+  /** A fresh stream of the body, for one attempt. */
   open(): Readable;
-  /** Releases what the body holds (removes a spool file). Safe to call twice. */
+  /** Releases what the body holds (a spool file); safe to call twice. */
   dispose(): Promise<void>;
 }
 
 /**
- * Bodies up to this size are written in one piece; larger ones in chunks,
- * with backpressure. One piece costs 15-30% less CPU per request than a
- * stream of slices for messages up to 96 KiB, and stops paying off at
- * messages of 112-128 KiB, bodies of 150-170 KiB
- * (bench/lean-crossover-case.ts, `npm run bench -- --only lean`).
- * A body written in one piece counts as sent once it is handed to the
- * connection (its upload cannot be watched, through any dispatcher), so a
- * reset during its upload counts as after it (not retried without
- * `retryAmbiguous`): a small price for bodies this small.
+ * Bodies up to this size are written in one piece, which costs less CPU than a stream of slices; larger ones stream
+ * with backpressure. A one-piece body counts as sent once handed over, so a reset during its upload is not retried
+ * without `retryAmbiguous`: a small price at this size.
  */
 export const WHOLE_BODY_BYTES = 128 * 1024;
 
-/** A body held in memory. */
 export function bytesBody(bytes: Buffer): UploadBody {
   return {
     length: bytes.length,

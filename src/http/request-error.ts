@@ -2,22 +2,19 @@ import { STATUS_CODES } from 'node:http';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { ExchangeFailure } from './exchange.js';
 
-/** What the error mapping needs to know about the call. */
 export interface FailureContext {
   command: string;
   origin: string;
   /** Redacted from every text the error carries. */
   secret: string;
-  /** The call's combined signal (caller's signal, total timeout, close). */
+  /** The call's signal (caller's signal, total timeout, close). */
   signal?: AbortSignal | undefined;
   attempts?: number;
-  /** Time limit of one attempt's response, for the message. */
   responseTimeout?: number;
-  /** What the call was doing, for the message of an abort or timeout. */
   stage?: CallStage;
 }
 
-/** What a call is doing; failure messages name it. */
+/** What a call is doing, named in failure messages. */
 export type CallStage = 'queued' | 'building' | 'sending';
 
 const STAGE_TEXT = {
@@ -26,18 +23,11 @@ const STAGE_TEXT = {
   sending: '',
 } as const;
 
-/**
- * What an ambiguous failure's message says of the client's own retries. The
- * outbox, which does retry such sends, replaces it in what it reports.
- */
+/** What an ambiguous failure says of the client's retries; the outbox, which does retry them, replaces it. */
 export const MAY_HAVE_BEEN_ACCEPTED =
   'the request was sent, so the service may have accepted it; not retried to avoid sending twice (see retry.retryAmbiguous)';
 
-/**
- * Turns a non-2xx answer into an {@link EmlApiError}: `EAUTH` for 401/403,
- * `EAPI` otherwise. The service's code and message are kept; the API key is
- * redacted from anything the service echoed back.
- */
+/** A non-2xx answer as `EAUTH` (401/403) or `EAPI`, with the service's code and message and the API key redacted. */
 export function errorFromResponse(
   command: string,
   res: ServiceResponse,
@@ -73,13 +63,7 @@ export function errorFromResponse(
   );
 }
 
-/**
- * An {@link EmlApiError} (`EAPI`, permanent) for a 2xx answer the caller had
- * to read and could not: the answer states nothing it recognises, so it is
- * neither a yes nor a no.
- *
- * @param expected what a readable answer looks like, e.g. `{"member": true|false}`
- */
+/** A permanent `EAPI` for a 2xx the caller could not read: neither a yes nor a no. */
 export function errorFromUnreadableAnswer(
   command: string,
   res: ServiceResponse,
@@ -102,16 +86,13 @@ const TIMEOUT_CODES: Record<string, string> = {
   ETIMEDOUT: 'connect timeout',
 };
 
-/**
- * Turns a failure to exchange a request (network, timeout, abort) into an
- * {@link EmlApiError}. Errors that already are `EmlApiError`s pass through.
- */
+/** A failure to exchange a request (network, timeout, abort) as an {@link EmlApiError}; those pass through. */
 export function errorFromFailure(err: unknown, ctx: FailureContext): EmlApiError {
   if (err instanceof EmlApiError) return err;
   const { command, origin } = ctx;
   const phase = err instanceof ExchangeFailure ? err.phase : undefined;
   const cause = err instanceof ExchangeFailure ? err.cause : err;
-  // The request body's own failure (it could not produce its bytes), not the network's.
+  // The request body could not produce its bytes: its own error, not the network's.
   if (cause instanceof EmlApiError && !ctx.signal?.aborted) return cause;
   const sent = phase === 'sent';
   const attempts = ctx.attempts !== undefined && ctx.attempts > 1 ? ` after ${ctx.attempts} attempts` : '';
@@ -121,7 +102,7 @@ export function errorFromFailure(err: unknown, ctx: FailureContext): EmlApiError
     mayHaveBeenAccepted: sent,
     ...(ctx.attempts === undefined ? {} : { attempts: ctx.attempts }),
   };
-  // The call's signal decides, whatever reason it was aborted with.
+  // The call's signal decides, whatever the reason it was aborted with.
   if (ctx.signal?.aborted) {
     const reason: unknown = ctx.signal.reason;
     const during = STAGE_TEXT[ctx.stage ?? 'sending'];
@@ -183,7 +164,6 @@ export function errorFromFailure(err: unknown, ctx: FailureContext): EmlApiError
   );
 }
 
-/** Abort reason when a call's `timeouts.total` elapses. */
 export class TotalTimeoutReason extends Error {
   override readonly name = 'TimeoutError';
   constructor(readonly ms: number) {
@@ -191,7 +171,6 @@ export class TotalTimeoutReason extends Error {
   }
 }
 
-/** Abort reason for calls still running when the client is closed with `{ abort: true }`. */
 export class ClientClosedReason extends Error {
   override readonly name = 'AbortError';
   constructor() {
@@ -199,48 +178,35 @@ export class ClientClosedReason extends Error {
   }
 }
 
-/** What a secret is replaced with. */
 export const REDACTED = '[redacted]';
 
-/** Secrets shorter than this are redacted only as a whole token, so that ordinary words survive. */
+/** Shorter secrets are redacted only as a whole token, so ordinary words survive. */
 const SHORT_SECRET = 12;
 
 /**
- * Replaces every occurrence of `secret` in a text, written as it is or as a
- * service or proxy would write it back: JSON-escaped (`\"`, `\\`, `\/`,
- * `\u003c`), HTML-escaped (`&quot;`, `&lt;`, `&#34;`, `&#x22;`) or
- * URL-encoded (`%22`, either case), in any mix, letters in either case. A
- * secret shorter than 12 characters is replaced only where no letter or
- * digit touches it.
- *
- * Plain substring search over the text and over its unescaped reading, in
- * time linear in the text for a secret of any length: a pattern built from
- * the secret would grow with it (a password of some thousands of characters
- * made one too large to compile, and the error quoted the pattern).
+ * Replaces `secret` in a text as written or as a service or proxy writes it back, JSON-, HTML- or URL-escaped in any
+ * mix and either case. Plain substring search over the text and its unescaped reading keeps it linear for a secret of
+ * any length; a pattern built from the secret would not compile for a long one.
  */
 export function redact(text: string, secret: string): string {
-  // An escape is longer than the character it stands for: a shorter text cannot hold the secret.
+  // An escape is longer than its character: a shorter text cannot hold the secret.
   if (secret.length === 0 || text.length < secret.length) return text;
   const needle = fold(secret);
   const whole = secret.length < SHORT_SECRET;
-  // The text as written first (a secret that itself looks escaped, `a%41`), then as unescaped.
+  // As written first (a secret may itself look escaped, `a%41`), then unescaped.
   const once = replaceAll(text, readLiterally(text), needle, whole);
   if (!/[%\\&]/.test(once)) return once;
   return replaceAll(once, readUnescaped(once), needle, whole);
 }
 
-/**
- * One reading of a text: the characters it stands for (case-folded), each
- * with the span of the text that wrote it (one character, or an escape).
- */
+/** A text's characters (case-folded), each with the span (one character, or an escape) that wrote it. */
 interface Reading {
   chars: string;
-  /** Where each character's span starts and ends in the text; undefined: one character each, in place. */
+  /** Each character's span in the text; undefined: one character each, in place. */
   starts: number[] | undefined;
   ends: number[] | undefined;
 }
 
-/** Replaces each match of `needle` in `reading` by the span of `text` it was read from. */
 function replaceAll(text: string, reading: Reading, needle: string, whole: boolean): string {
   const { chars, starts, ends } = reading;
   let out = '';
@@ -265,7 +231,6 @@ function readLiterally(text: string): Reading {
   return { chars: fold(text), starts: undefined, ends: undefined };
 }
 
-/** Reads JSON, HTML and URL escapes as the one character each stands for. */
 function readUnescaped(text: string): Reading {
   const chars: string[] = [];
   const starts: number[] = [];
@@ -283,10 +248,9 @@ function readUnescaped(text: string): Reading {
 
 const NAMED: Record<string, string> = { quot: '"', amp: '&', lt: '<', gt: '>', apos: "'" };
 const JSON_SHORT: Record<string, string> = { '"': '"', '\\': '\\', '/': '/' };
-/** The longest escape read: `&#x0000000022;` is allowed by HTML, but not without end. */
+/** `&#x0000000022;` is valid HTML, but escapes are not read without end. */
 const MAX_ESCAPE = 16;
 
-/** The character an escape at `i` stands for and the escape's length, or undefined. */
 function escapeAt(text: string, i: number): [string, number] | undefined {
   const c = text[i];
   if (c === '%') {
@@ -316,9 +280,8 @@ function escapeAt(text: string, i: number): [string, number] | undefined {
   return undefined;
 }
 
-/** Case-folded character by character, so that the folded text keeps one character per character. */
+/** Folded character by character, so the text keeps one character per character. */
 function fold(text: string): string {
-  // ASCII, almost always: lowering the whole is lowering each character.
   // eslint-disable-next-line no-control-regex
   if (/^[\x00-\x7f]*$/.test(text)) return text.toLowerCase();
   let out = '';
@@ -336,24 +299,20 @@ function isWordChar(ch: string | undefined): boolean {
 }
 
 /**
- * A service answer read leniently: any status, JSON when the body is JSON,
- * the raw text always. {@link SendResult} and {@link GroupSendResult} extend it.
- *
- * @example
- * const { statusCode, response, data, text } = await client.sendEml(eml); // 202, '202 Accepted', { id, ... }, '{"id":...}'
+ * A service answer read leniently: any status, JSON when the body is JSON, the raw text always.
+ * @example const { statusCode, response, data, text } = await client.sendEml(eml); // 202, '202 Accepted', { id, ... }, '{"id":...}'
  */
 export interface ServiceResponse<T = unknown> {
   /** HTTP status. */
   statusCode: number;
   /** Status line text, e.g. `202 Accepted`. */
   response: string;
-  /** Parsed JSON body, or `undefined` when the body is not JSON. */
+  /** Parsed JSON body, or `undefined` when it is not JSON. */
   data: T | undefined;
   /** Raw body text. */
   text: string;
 }
 
-/** Builds a {@link ServiceResponse} from a status, a content type and the body text. */
 export function readServiceResponse<T>(
   statusCode: number,
   contentType: string | undefined,
@@ -365,14 +324,14 @@ export function readServiceResponse<T>(
     try {
       data = JSON.parse(text) as T;
     } catch {
-      // A proxy's HTML page or a truncated body: keep the text, never crash.
+      // A proxy's HTML page or a truncated body: the text stays.
       data = undefined;
     }
   }
   return { statusCode, response: `${statusCode} ${STATUS_CODES[statusCode] ?? ''}`.trim(), data, text };
 }
 
-/** Reads `error.code` and `error.message` from an error body of any common shape. */
+/** `error.code` and `error.message` from an error body of any common shape. */
 export function readApiError(data: unknown): { code?: string; message?: string } {
   if (typeof data !== 'object' || data === null) return {};
   const body = data as Record<string, unknown>;

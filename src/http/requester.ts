@@ -25,74 +25,57 @@ import {
 } from './exchange.js';
 import type { EmlApiLogger } from '../shared/options-kit.js';
 
-/** One HTTP request of a call. */
 export interface HttpRequest {
   method: 'GET' | 'POST' | 'DELETE';
-  /** Path under the base URL, e.g. `/v1/send/eml`. */
+  /** Under the base URL, e.g. `/v1/send/eml`. */
   path: string;
-  /** A JSON text, or a replayable body. */
   body?: string | UploadBody;
   headers?: Record<string, string>;
-  /** Repeating it cannot do harm (a check, an add), so ambiguous failures are retried too. */
+  /** Repeating it does no harm (a check, an add), so ambiguous failures are retried too. */
   replaySafe?: boolean;
-  /** Non-2xx statuses the caller reads itself instead of failing on them. */
+  /** Non-2xx statuses the caller reads itself. */
   acceptStatus?: (status: number) => boolean;
 }
 
-/** Options of one call. */
 export interface CallOptions {
-  /** The caller's signal: aborts the call wherever it is. */
   signal?: AbortSignal | undefined;
-  /** A send: paced by `rateLimit` before it takes a connection slot. */
+  /** A send: paced by `rateLimit` before it takes a slot. */
   paced?: boolean;
 }
 
-/**
- * One logical call in progress. It holds a connection slot from the moment
- * its work starts until it ends, so whatever it builds (a message) counts
- * against `maxConnections`.
- */
+/** One logical call. It holds a connection slot while its work runs, so what it builds counts against `maxConnections`. */
 export interface Call {
   /** Aborted by the caller's signal, `timeouts.total` or `close({ abort: true })`. */
   readonly signal: AbortSignal;
-  /** What the call is doing now. */
   stage: CallStage;
-  /** The request being made (or the call's own name before the first), e.g. `POST /v1/send/eml`. */
+  /** The request being made (or the call's name before the first), e.g. `POST /v1/send/eml`. */
   readonly command: string;
-  /** Logs through the client's logger. */
   log(level: 'debug' | 'info' | 'warn', meta: Record<string, unknown>, message: string): void;
   /**
-   * Sends one request, retrying what the retry policy allows, with backoff.
-   * @returns a 2xx answer, or one `acceptStatus` accepts
-   * @throws {EmlApiError} for any other answer; the raw failure (mapped by the call) when no answer came
+   * Sends one request, retrying what the retry policy allows.
+   * @throws {EmlApiError} for an answer neither 2xx nor `acceptStatus`; the raw failure when no answer came
    */
   request<T>(request: HttpRequest): Promise<ServiceResponse<T>>;
 }
 
-/**
- * What the request engine tells its observers (metrics, traces), which it
- * knows nothing else of: one event per attempt of a request, one per retry.
- */
+/** What the request engine tells observers (metrics, traces): one event per attempt of a request, one per retry. */
 export interface RequestObserver {
   /** An attempt ended: with an answer (`status`) or without one. */
   attempt?(event: {
     command: string;
-    /** The call is a send (`paced`), not a check such as `verify()`. */
     send: boolean;
     attempt: number;
     bytes: number;
     seconds: number;
     status: number | undefined;
   }): void;
-  /** A request is tried again after `delayMs`; `reason` is the status (`503`) or what failed (`unreachable`). */
+  /** `reason` is the status (`503`) or what failed (`unreachable`). */
   retry?(event: { command: string; send: boolean; attempt: number; delayMs: number; reason: string }): void;
 }
 
 /**
- * The request engine: runs calls within `maxConnections` slots, with pacing,
- * a total timeout per call, retries with backoff, abort from the caller's
- * signal or from `close({ abort: true })`, and a graceful close that waits for
- * every call made before it. It knows nothing of email.
+ * The request engine: runs calls within `maxConnections` slots, with pacing, a total timeout per call, retries with
+ * backoff, abort, and a graceful close that waits for every call made before it. It knows nothing of email.
  */
 export class Requester {
   readonly #settings: RequesterSettings;
@@ -103,11 +86,8 @@ export class Requester {
   readonly #fanout = new SignalFanout();
   readonly #releaseListeners = new Set<() => void>();
   readonly #observers = new Set<RequestObserver>();
-  /** Calls and operations in progress, so close() can wait for them. */
   #inflight = 0;
-  /** Resolves close()'s wait once nothing is in progress. */
   #drained: (() => void) | undefined;
-  /** The controllers of calls in progress, aborted by close({ abort: true }). */
   readonly #controllers = new SlotList<AbortController>();
   #closed = false;
   #abortedByClose = false;
@@ -130,45 +110,35 @@ export class Requester {
     });
   }
 
-  /** Calls holding a slot now. */
   get active(): number {
     return this.#limiter.active;
   }
 
-  /** Calls waiting for a slot. */
   get pending(): number {
     return this.#limiter.pending;
   }
 
-  /** Whether a new call would start at once. */
   get hasFreeSlot(): boolean {
     return this.#limiter.hasFreeSlot;
   }
 
-  /** Whether {@link close} was called. */
   get closed(): boolean {
     return this.#closed;
   }
 
-  /** Calls `listener` each time a call ends and frees its slot. @returns a function that removes it */
   onSlotReleased(listener: () => void): () => void {
     this.#releaseListeners.add(listener);
     return () => this.#releaseListeners.delete(listener);
   }
 
-  /** Tells `observer` of every attempt and retry of the requests to come. @returns a function that removes it */
   observe(observer: RequestObserver): () => void {
     this.#observers.add(observer);
     return () => this.#observers.delete(observer);
   }
 
   /**
-   * Runs one logical call: waits for its pace and a free slot, then runs
-   * `work` with the slot held. The call is registered before this returns,
-   * so a later close() waits for it; after close() it is refused.
-   *
-   * @param command names the call in errors, e.g. `POST /v1/send/eml`
-   * @throws {EmlApiError} every failure, mapped (`EABORT`, `ETIMEDOUT`, `ECONNECTION`...)
+   * Runs one logical call with its pace and a slot. The call is counted before this returns, so a later close() waits
+   * for it. @throws {EmlApiError} every failure, mapped (`EABORT`, `ETIMEDOUT`, `ECONNECTION`...)
    */
   run<T>(command: string, options: CallOptions, work: (call: Call) => Promise<T>): Promise<T> {
     if (this.#closed) return Promise.reject(closedError(command));
@@ -176,13 +146,7 @@ export class Requester {
     return this.#run(command, options, work, true);
   }
 
-  /**
-   * Registers an operation made of several calls (the batches of an import),
-   * each with its own total timeout: close() waits for the whole operation,
-   * whose calls still run after close() was called.
-   *
-   * @param operation gets the function that runs each of its calls
-   */
+  /** Counts an operation of several calls (an import's batches), each with its own total timeout, for close() to wait for. */
   track<T>(
     command: string,
     operation: (
@@ -202,16 +166,11 @@ export class Requester {
     return result.finally(() => this.#ended());
   }
 
-  /** A call or operation ended: close() stops waiting once none is left. */
   #ended(): void {
     if (--this.#inflight === 0) this.#drained?.();
   }
 
-  /**
-   * Stops accepting calls, lets the calls already made finish (queued ones
-   * included), then closes the dispatcher it created. With `{ abort: true }`
-   * the calls still running are aborted instead.
-   */
+  /** Stops accepting calls, lets those made finish (or aborts them), then closes the dispatcher it created. */
   close(options: { abort?: boolean } = {}): Promise<void> {
     this.#closed = true;
     if (options.abort) {
@@ -226,8 +185,8 @@ export class Requester {
   }
 
   async #run<T>(command: string, options: CallOptions, work: (call: Call) => Promise<T>, counted: boolean): Promise<T> {
-    // One controller per call, fed by the caller's signal, the total timeout and close({ abort }).
-    // (AbortSignal.any costs noticeably more per call on Node 20.)
+    // One controller per call, fed by the caller's signal, the total timeout and close({ abort }):
+    // AbortSignal.any costs more per call on Node 20.
     const controller = new AbortController();
     const slot = this.#controllers.add(controller);
     if (this.#abortedByClose) controller.abort(new ClientClosedReason());
@@ -263,14 +222,12 @@ function closedError(command: string): EmlApiError {
   return new EmlApiError('ECONNECTION', `${command} refused: the client is closed`, { permanent: true });
 }
 
-/** What a retry without an answer is called, by the phase the request failed in. */
 const FAILED_IN: Record<ExchangeFailure['phase'], string> = {
   connect: 'unreachable',
   write: 'connection-reset',
   sent: 'no-answer',
 };
 
-/** A call in progress: its signal, stage and attempts, and the retry loop of its requests. */
 class RunningCall implements Call {
   stage: CallStage = 'queued';
   #command: string;
@@ -287,7 +244,6 @@ class RunningCall implements Call {
     this.#command = command;
   }
 
-  /** What error mapping needs to know about this call. */
   get command(): string {
     return this.#command;
   }
@@ -296,13 +252,12 @@ class RunningCall implements Call {
     this.settings.logger[level](meta, message);
   }
 
-  /** Tells the observers; one that throws is ignored (metrics must never fail a send). */
   #tell<K extends keyof RequestObserver>(kind: K, event: Parameters<NonNullable<RequestObserver[K]>>[0]): void {
     for (const observer of this.observers) {
       try {
         (observer[kind] as ((e: typeof event) => void) | undefined)?.(event);
       } catch {
-        // An observer's failure is its own.
+        // An observer that throws is ignored: metrics must never fail a send.
       }
     }
   }
@@ -327,7 +282,7 @@ class RunningCall implements Call {
     this.#attempts = 0;
     this.stage = 'sending';
     const body = typeof init.body === 'string' ? bytesBody(Buffer.from(init.body)) : init.body;
-    // Stores into one new object: a literal that spreads and then names fields is several µs slow in V8.
+    // One new object: V8 is slow to build a literal that spreads and then names fields.
     const headers: Record<string, string> = Object.assign({}, settings.headers, init.headers);
     if (body !== undefined) {
       headers['content-type'] = 'application/json';
@@ -363,14 +318,13 @@ class RunningCall implements Call {
       let wait: number | undefined;
       let res: ServiceResponse<T> | undefined;
       if (answer) {
-        // Redacted where the answer comes in: a service that echoes the key must not put it in results or errors.
+        // Redacted on arrival: a service that echoes the key must not put it in results or errors.
         res = readServiceResponse<T>(answer.statusCode, answer.headers['content-type'], redact(answer.text, secret));
         if ((res.statusCode >= 200 && res.statusCode < 300) || init.acceptStatus?.(res.statusCode)) return res;
         retryClass = classifyStatus(res.statusCode);
         wait = parseRetryAfter(answer.headers['retry-after']);
       } else {
-        // A body that failed to produce its bytes (a stored message that does not match its hash)
-        // fails the call with its own error: no retry makes it right.
+        // A body that failed to produce its bytes (a stored message not matching its hash) fails the call: no retry helps.
         if (signal.aborted || !(failure instanceof ExchangeFailure) || failure.cause instanceof EmlApiError) {
           throw failure;
         }
@@ -411,51 +365,29 @@ class RunningCall implements Call {
 }
 
 /**
- * When the client tries a call again (the same shape as the outbox's `retry`):
- * `attempts` tries in all, the first included, waiting `delay` after the first
- * failure, doubling up to `maxDelay`, each wait shortened by a random share of
- * up to `jitter`.
- *
- * @example
- * new EmlApiClient({ apiKey, baseUrl, retry: { attempts: 6, delay: 200, retryAmbiguous: true } });
+ * When the client tries a call again: `attempts` tries in all, waiting `delay` after the first failure, doubling up to
+ * `maxDelay`, each wait shortened by a random share of up to `jitter`.
+ * @example new EmlApiClient({ apiKey, baseUrl, retry: { attempts: 6, delay: 200, retryAmbiguous: true } });
  */
 export interface RetryOptions {
-  /**
-   * Tries in all, the first included (1: no retry).
-   * @default 4
-   */
+  /** Tries in all, the first included (1: no retry). @default 4 */
   attempts?: number;
-  /**
-   * Wait after the first failed try, in ms; doubled after each further one.
-   * @default 500
-   */
+  /** Wait after the first failed try, in ms; doubled after each further one. @default 500 */
   delay?: number;
-  /**
-   * Longest wait before a retry, in ms. A `Retry-After` longer than this is not waited for: the call fails.
-   * @default 30000
-   */
+  /** Longest wait before a retry, in ms; a longer `Retry-After` fails the call. @default 30000 */
   maxDelay?: number;
-  /**
-   * Share of each wait drawn at random (0 to 1), so that clients that failed
-   * together do not retry together.
-   * @default 0.5
-   */
+  /** Share of each wait drawn at random (0 to 1), so clients that failed together do not retry together. @default 0.5 */
   jitter?: number;
   /**
-   * Also retry failures after which the service may have accepted the request:
-   * a timeout or reset after the request was sent, 502 and 504. Safe only with a
-   * service that honours `Idempotency-Key` (the emulator does).
-   * @default false
+   * Also retry failures the service may have processed (timeout or reset after sending, 502, 504): safe only with a
+   * service that honours `Idempotency-Key`, as the emulator does. @default false
    */
   retryAmbiguous?: boolean;
 }
 
 /**
- * A rate: at most `max` sends start per `duration` ms (the same shape in the
- * client, the transport, the worker and the relay).
- *
- * @example
- * new EmlApiClient({ apiKey, baseUrl, rateLimit: { max: 20, duration: 1000 } }); // 20 sends a second
+ * At most `max` sends start per `duration` ms (the same shape in client, transport, worker and relay).
+ * @example new EmlApiClient({ apiKey, baseUrl, rateLimit: { max: 20, duration: 1000 } }); // 20 sends a second
  */
 export interface RateLimitOptions {
   /** Sends started per window, at least 1. */
@@ -466,31 +398,17 @@ export interface RateLimitOptions {
 
 /**
  * Time limits in milliseconds.
- *
- * @example
- * new EmlApiClient({ apiKey, baseUrl, timeouts: { connect: 5000, response: 15000, total: 60000 } });
+ * @example new EmlApiClient({ apiKey, baseUrl, timeouts: { connect: 5000, response: 15000, total: 60000 } });
  */
 export interface TimeoutOptions {
-  /**
-   * Establishing a connection (TCP and TLS). Applies to the connections the
-   * client opens itself; a `dispatcher` you pass keeps its own setting.
-   * @default 10000
-   */
+  /** Establishing a connection (TCP and TLS); a `dispatcher` you pass keeps its own. @default 10000 */
   connect?: number;
-  /**
-   * From sending the request to receiving the response headers, per attempt.
-   * @default 30000
-   */
+  /** From sending the request to the response headers, per attempt. @default 30000 */
   response?: number;
-  /**
-   * The whole call: waiting for a connection slot, building the message,
-   * uploading it, retries and backoff included.
-   * @default 120000
-   */
+  /** The whole call: waiting for a slot, building, uploading, retries and backoff. @default 120000 */
   total?: number;
 }
 
-/** The client's default retry settings: 4 tries in all. */
 export const DEFAULT_RETRY: Readonly<Required<RetryOptions>> = Object.freeze({
   attempts: 4,
   delay: 500,
@@ -499,22 +417,18 @@ export const DEFAULT_RETRY: Readonly<Required<RetryOptions>> = Object.freeze({
   retryAmbiguous: false,
 });
 
-/** Default time limits. */
 export const DEFAULT_TIMEOUTS: Readonly<Required<TimeoutOptions>> = Object.freeze({
   connect: 10_000,
   response: 30_000,
   total: 120_000,
 });
 
-/** What the {@link Requester} needs: where to send, how, and how often. */
 export interface RequesterSettings {
-  /** Origin of the service, e.g. `https://api.example.com`. */
   origin: string;
-  /** Path of the base URL without a trailing slash ('' at the root); request paths are appended to it. */
+  /** The base URL's path without a trailing slash; request paths are appended to it. */
   basePath: string;
-  /** Headers of every request (the API key among them). */
   headers: Readonly<Record<string, string>>;
-  /** The secret in `headers`, redacted from anything the service echoes back. */
+  /** The secret in `headers`, redacted from anything the service echoes. */
   secret: string;
   maxConnections: number;
   /** A dispatcher the caller owns (left open on close), or undefined to create one. */
@@ -522,49 +436,34 @@ export interface RequesterSettings {
   retry: Required<RetryOptions>;
   timeouts: Required<TimeoutOptions>;
   rateLimit: RateLimitOptions | undefined;
-  /** Where calls log (retries at debug level, warnings of the layers above). */
   logger: EmlApiLogger;
 }
 
-/**
- * Bounds how many async tasks run at once; the rest wait in FIFO order.
- * Used to keep at most `maxConnections` requests in flight whatever the
- * dispatcher, and to tell the transport when it can take more work.
- */
+/** Bounds how many async tasks run at once, whatever the dispatcher; the rest wait in FIFO order. */
 export class ConcurrencyLimiter {
   readonly #limit: number;
   readonly #waiting: (() => void)[] = [];
   #active = 0;
   readonly #onRelease: () => void;
 
-  /**
-   * @param limit tasks allowed to run at once
-   * @param onRelease called each time a task finishes and frees a slot
-   */
   constructor(limit: number, onRelease: () => void = () => {}) {
     this.#limit = limit;
     this.#onRelease = onRelease;
   }
 
-  /** Tasks running now. */
   get active(): number {
     return this.#active;
   }
 
-  /** Tasks waiting for a slot. */
   get pending(): number {
     return this.#waiting.length;
   }
 
-  /** Whether a new task would start at once. */
   get hasFreeSlot(): boolean {
     return this.#active + this.#waiting.length < this.#limit;
   }
 
-  /**
-   * Runs `task` when a slot is free. An aborted `signal` rejects at once with
-   * the signal's reason, also while waiting, and frees the waiting place.
-   */
+  /** Runs `task` when a slot is free; an aborted `signal` rejects at once, also while waiting. */
   async run<T>(task: () => Promise<T>, signal?: AbortSignal): Promise<T> {
     signal?.throwIfAborted();
     if (this.#active >= this.#limit) {
@@ -588,7 +487,7 @@ export class ConcurrencyLimiter {
       return await task();
     } finally {
       const next = this.#waiting.shift();
-      // Hand the slot straight to the next waiter so the active count never dips.
+      // Handed straight to the next waiter, so the active count never dips.
       if (next) next();
       else this.#active--;
       this.#onRelease();
@@ -596,10 +495,7 @@ export class ConcurrencyLimiter {
   }
 }
 
-/**
- * Spaces the starts of sends so that at most `max` start in any `duration` ms:
- * each start is given the next free time slot, `duration / max` ms apart.
- */
+/** Spaces sends `duration / max` ms apart, so at most `max` start in any `duration` ms. */
 export class SendPacer {
   readonly #interval: number;
   #next = 0;
@@ -608,7 +504,7 @@ export class SendPacer {
     this.#interval = duration / max;
   }
 
-  /** Resolves at this caller's slot; an aborted signal rejects (its slot is not given back). */
+  /** Resolves at this caller's slot; an aborted signal rejects without giving the slot back. */
   async wait(signal: AbortSignal): Promise<void> {
     const now = performance.now();
     const slot = Math.max(now, this.#next);
@@ -618,15 +514,12 @@ export class SendPacer {
 }
 
 /**
- * Forwards the abort of a caller's signal to the controllers of the calls
- * that use it, through one listener per signal however many calls share it
- * (an app may pass one signal to thousands of sends: one listener each would
- * pass Node's MaxListeners warning).
+ * Forwards a caller's signal to its calls' controllers through one listener per signal: an app may pass one signal to
+ * thousands of sends, and a listener each would pass Node's MaxListeners warning.
  */
 export class SignalFanout {
   readonly #followers = new Map<AbortSignal, { calls: Set<AbortController>; listener: () => void }>();
 
-  /** Aborts `controller` when `signal` aborts (at once when it already has). */
   follow(signal: AbortSignal, controller: AbortController): void {
     if (signal.aborted) {
       controller.abort(signal.reason);
@@ -645,7 +538,6 @@ export class SignalFanout {
     entry.calls.add(controller);
   }
 
-  /** Stops forwarding to `controller`; the last one removes the signal's listener. */
   unfollow(signal: AbortSignal, controller: AbortController): void {
     const entry = this.#followers.get(signal);
     if (!entry) return;
@@ -658,27 +550,19 @@ export class SignalFanout {
 }
 
 /**
- * How a failed attempt may be retried:
- * - `safe`: the service surely did not process it (connection refused, reset
- *   before the request was written, DNS failure, 429, 503)
- * - `ambiguous`: it may have been processed (timeout or reset after sending, 502, 504)
- * - `never`: repeating cannot help (other 4xx and 5xx)
+ * How a failed attempt may be retried: `safe` when the service surely did not process it (refused, reset before the
+ * request was written, DNS, 429, 503), `ambiguous` when it may have (timeout or reset after sending, 502, 504), else
+ * `never`.
  */
 export type RetryClass = 'safe' | 'ambiguous' | 'never';
 
-/** Classifies an HTTP status. */
 export function classifyStatus(status: number): RetryClass {
   if (status === 429 || status === 503) return 'safe';
   if (status === 502 || status === 504) return 'ambiguous';
   return 'never';
 }
 
-/**
- * Delay before retry number `attempt` (0 for the first retry): exponential,
- * shortened by a random share of up to `jitter` (0.5 by default: "equal
- * jitter", half fixed, half random) so that many clients that failed together
- * do not retry together.
- */
+/** Exponential delay before retry `attempt` (0 first), shortened by a random share of up to `jitter` ("equal jitter" at 0.5). */
 export function backoffDelay(
   attempt: number,
   retry: Required<RetryOptions>,
@@ -688,10 +572,7 @@ export function backoffDelay(
   return Math.round(exponential * (1 - retry.jitter * (1 - random())));
 }
 
-/**
- * Reads `Retry-After` (seconds, or an HTTP date) as milliseconds from now.
- * @returns undefined when absent or unreadable
- */
+/** `Retry-After` (seconds or an HTTP date) in ms from now; undefined when absent or unreadable. */
 export function parseRetryAfter(value: string | undefined, now: number = Date.now()): number | undefined {
   if (value === undefined) return undefined;
   const trimmed = value.trim();
@@ -700,7 +581,6 @@ export function parseRetryAfter(value: string | undefined, now: number = Date.no
   return Number.isNaN(date) ? undefined : Math.max(0, date - now);
 }
 
-/** Waits `ms`, or rejects with the signal's reason when it aborts first. */
 export function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal.aborted) return reject(signal.reason);

@@ -1,45 +1,28 @@
-/**
- * Request and response shapes of the email service, shared by the client and
- * the emulator so both always agree on the wire format.
- *
- * The service specification leaves response bodies open; the shapes here are
- * the project's contract (see docs/contract.md). The client reads
- * them leniently, the emulator produces them exactly.
- */
+// Request and response shapes of the service, shared by client and emulator so both agree on the wire. Response
+// bodies are the project's contract (docs/contract.md): the client reads them leniently, the emulator writes them exactly.
 
 /**
- * A permission held by an API key.
- *
- * - `sender`: `POST /v1/send/eml` and `POST /v1/send/email`
- * - `group.sender`: `POST /v1/send/group/{id}`
- * - `group:insert`: `POST /v1/group/{id}`
- * - `group:remove`: `DELETE /v1/group/{id}`
- *
- * @example
- * const scopes: ApiScope[] = ['sender', 'group.sender'];
+ * A permission of an API key: `sender` (send/eml, send/email), `group.sender` (send/group), `group:insert` and
+ * `group:remove` (POST and DELETE /v1/group/{id}).
+ * @example const scopes: ApiScope[] = ['sender', 'group.sender'];
  */
 export type ApiScope = 'sender' | 'group.sender' | 'group:insert' | 'group:remove';
 
 /**
  * Every scope the service knows, in the order of the specification.
- * @example
- * API_SCOPES.includes('sender'); // true
+ * @example API_SCOPES.includes('sender'); // true
  */
 export const API_SCOPES: readonly ApiScope[] = ['sender', 'group.sender', 'group:insert', 'group:remove'];
 
 /**
  * Account plan of an API key. Hosted (embedded) images need `plus`.
- *
- * @example
- * const plan: ApiPlan = 'plus';
+ * @example const plan: ApiPlan = 'plus';
  */
 export type ApiPlan = 'free' | 'plus';
 
 /**
  * Address object used for `to` and `from` in the JSON send forms.
- *
- * @example
- * const from: ApiAddress = { email: 'shop@example.test', name: 'Shop' };
+ * @example const from: ApiAddress = { email: 'shop@example.test', name: 'Shop' };
  */
 export interface ApiAddress {
   email: string;
@@ -48,9 +31,7 @@ export interface ApiAddress {
 
 /**
  * Image embedded in a JSON send, hosted by the service (plus plan).
- *
- * @example
- * const logo: ApiImage = { name: 'logo', data: pngBase64, mimeType: 'PNG' };
+ * @example const logo: ApiImage = { name: 'logo', data: pngBase64, mimeType: 'PNG' };
  */
 export interface ApiImage {
   /** Placeholder name, referenced as `{{name}}` in `html`. */
@@ -63,9 +44,7 @@ export interface ApiImage {
 
 /**
  * Content of a JSON send.
- *
- * @example
- * const content: ApiTextContent = { html: '<p>Hi</p>', text: 'Hi', tracking: false };
+ * @example const content: ApiTextContent = { html: '<p>Hi</p>', text: 'Hi', tracking: false };
  */
 export interface ApiTextContent {
   html?: string;
@@ -76,8 +55,7 @@ export interface ApiTextContent {
 
 /**
  * Body of `POST /v1/send/eml`: the complete message, Base64-encoded.
- * @example
- * const body: EmlSendRequest = { mail: Buffer.from(eml).toString('base64') };
+ * @example const body: EmlSendRequest = { mail: Buffer.from(eml).toString('base64') };
  */
 export interface EmlSendRequest {
   mail: string;
@@ -85,8 +63,7 @@ export interface EmlSendRequest {
 
 /**
  * Body of `POST /v1/send/email`.
- * @example
- * const body: StandardEmailRequest = { to: [{ email: 'ann@example.net' }], from: { email: 'shop@example.com' }, subject: 'Hi', textContent: { text: 'Hello' } };
+ * @example const body: StandardEmailRequest = { to: [{ email: 'ann@example.net' }], from: { email: 'shop@example.com' }, subject: 'Hi', textContent: { text: 'Hello' } };
  */
 export interface StandardEmailRequest {
   to: ApiAddress[];
@@ -97,8 +74,7 @@ export interface StandardEmailRequest {
 
 /**
  * Body of `POST /v1/send/group/{groupId}`.
- * @example
- * const body: GroupEmailRequest = { from: { email: 'news@example.com' }, subject: 'Hello {{first_name}}', textContent: { html: '<p>…</p>' } };
+ * @example const body: GroupEmailRequest = { from: { email: 'news@example.com' }, subject: 'Hello {{first_name}}', textContent: { html: '<p>…</p>' } };
  */
 export interface GroupEmailRequest {
   from: ApiAddress;
@@ -108,8 +84,7 @@ export interface GroupEmailRequest {
 
 /**
  * One member entry of an add-to-group request. Substitution keys are written `{{key}}`.
- * @example
- * const entry: GroupMemberEntry = { email: 'ann@example.net', name: 'Ann', substitutions: { first_name: 'Ann' } };
+ * @example const entry: GroupMemberEntry = { email: 'ann@example.net', name: 'Ann', substitutions: { first_name: 'Ann' } };
  */
 export interface GroupMemberEntry {
   email: string;
@@ -118,17 +93,14 @@ export interface GroupMemberEntry {
 }
 
 /**
- * What the service does when an entry of an add request cannot be added:
- * skip it and add the others, or add none.
- * @example
- * await client.addToGroup('newsletter', members, { onFailure: 'SKIP' });
+ * For an add request's entries that cannot be added: skip them and add the others, or add none.
+ * @example await client.addToGroup('newsletter', members, { onFailure: 'SKIP' });
  */
 export type OnFailure = 'SKIP' | 'ABORT';
 
 /**
  * Body of `POST /v1/group/{groupId}`.
- * @example
- * const body: AddToGroupRequest = { groupId: 'newsletter', entries: [{ email: 'ann@example.net' }], onFailure: 'SKIP' };
+ * @example const body: AddToGroupRequest = { groupId: 'newsletter', entries: [{ email: 'ann@example.net' }], onFailure: 'SKIP' };
  */
 export interface AddToGroupRequest {
   entries: GroupMemberEntry[];
@@ -138,8 +110,7 @@ export interface AddToGroupRequest {
 
 /**
  * Body of `DELETE /v1/group/{groupId}`.
- * @example
- * const body: RemoveFromGroupRequest = { email: 'ann@example.net' };
+ * @example const body: RemoveFromGroupRequest = { email: 'ann@example.net' };
  */
 export interface RemoveFromGroupRequest {
   email: string;
@@ -147,8 +118,7 @@ export interface RemoveFromGroupRequest {
 
 /**
  * 202 answer of `POST /v1/send/eml` and `POST /v1/send/email`.
- * @example
- * const answer: SendAcceptedResponse = { id: 'snd_1', messageId: '<a1@example.com>', recipients: 2 };
+ * @example const answer: SendAcceptedResponse = { id: 'snd_1', messageId: '<a1@example.com>', recipients: 2 };
  */
 export interface SendAcceptedResponse {
   /** The service's id for this send. */
@@ -161,8 +131,7 @@ export interface SendAcceptedResponse {
 
 /**
  * 202 answer of `POST /v1/send/group/{groupId}`.
- * @example
- * const answer: GroupSendAcceptedResponse = { id: 'grp_1', recipients: 120, failed: 0 };
+ * @example const answer: GroupSendAcceptedResponse = { id: 'grp_1', recipients: 120, failed: 0 };
  */
 export interface GroupSendAcceptedResponse {
   id: string;
@@ -172,8 +141,7 @@ export interface GroupSendAcceptedResponse {
 
 /**
  * 200 answer of `POST /v1/group/{groupId}`.
- * @example
- * const answer: AddToGroupResponse = { added: ['ann@example.net'], skipped: [{ email: 'x', reason: 'invalid_address' }] };
+ * @example const answer: AddToGroupResponse = { added: ['ann@example.net'], skipped: [{ email: 'x', reason: 'invalid_address' }] };
  */
 export interface AddToGroupResponse {
   added: string[];
@@ -182,8 +150,7 @@ export interface AddToGroupResponse {
 
 /**
  * 200 answer of `DELETE /v1/group/{groupId}`.
- * @example
- * const answer: RemoveFromGroupResponse = { removed: true };
+ * @example const answer: RemoveFromGroupResponse = { removed: true };
  */
 export interface RemoveFromGroupResponse {
   removed: true;
@@ -191,8 +158,7 @@ export interface RemoveFromGroupResponse {
 
 /**
  * 200 answer of `GET /v1/group/{groupId}/check/{email}`.
- * @example
- * const answer: GroupCheckResponse = { member: true };
+ * @example const answer: GroupCheckResponse = { member: true };
  */
 export interface GroupCheckResponse {
   member: boolean;
@@ -200,8 +166,7 @@ export interface GroupCheckResponse {
 
 /**
  * Error codes the emulator answers with (the service's own codes where it has them).
- * @example
- * const code: ApiErrorCode = 'group_not_found'; // an EmlApiError's apiCode
+ * @example const code: ApiErrorCode = 'group_not_found'; // an EmlApiError's apiCode
  */
 export type ApiErrorCode =
   | 'invalid_json'
@@ -227,36 +192,27 @@ export type ApiErrorCode =
 
 /**
  * Error body: `{ "error": { "code", "message" } }`.
- * @example
- * const body: ApiErrorBody = { error: { code: 'invalid_api_key', message: 'The API key is not valid' } };
+ * @example const body: ApiErrorBody = { error: { code: 'invalid_api_key', message: 'The API key is not valid' } };
  */
 export interface ApiErrorBody {
   error: { code: ApiErrorCode | (string & {}); message: string };
 }
 
-/**
- * Where the service's operations live and the headers every request carries,
- * shared by the client, the emulator and the CLI.
- */
-
+// Where the operations live and the headers every request carries (client, emulator and CLI).
 /**
  * Header carrying the API key (lower case, as Node.js gives header names).
- * @example
- * fetch(url, { headers: { [API_KEY_HEADER]: process.env.EML_API_KEY! } });
+ * @example fetch(url, { headers: { [API_KEY_HEADER]: process.env.EML_API_KEY! } });
  */
 export const API_KEY_HEADER = 'x-api-key';
 
 /**
  * Header carrying the idempotency key of a logical send.
- * @example
- * const key = request.headers[IDEMPOTENCY_KEY_HEADER];
+ * @example const key = request.headers[IDEMPOTENCY_KEY_HEADER];
  */
 export const IDEMPOTENCY_KEY_HEADER = 'idempotency-key';
 
 /**
- * Paths of the service's operations, relative to the base URL. Path parameters
- * are percent-encoded so that no value can change the path.
- *
+ * Paths of the service's operations under the base URL, path parameters percent-encoded so no value changes the path.
  * @example
  * API_PATHS.sendEml; // '/v1/send/eml'
  * API_PATHS.groupCheck('news', 'ann@example.net'); // '/v1/group/news/check/ann%40example.net'
@@ -271,31 +227,20 @@ export const API_PATHS = {
 } as const;
 
 /**
- * What a send posts, and so where it goes: a complete message (`eml`,
- * `POST /v1/send/eml`), a standard JSON email (`email`, `POST /v1/send/email`)
- * or a JSON email to every member of a group (`group`,
- * `POST /v1/send/group/{groupId}`). The transport, the outbox (stored on each
- * job) and the relay name a send's kind with it.
- *
- * @example
- * const counts = { eml: 0, email: 0, group: 0 } satisfies Record<SendKind, number>;
+ * What a send posts, and so where: a complete message (`eml`), a standard JSON email (`email`) or a JSON email to a
+ * group's members (`group`).
+ * @example const counts = { eml: 0, email: 0, group: 0 } satisfies Record<SendKind, number>;
  */
 export type SendKind = 'eml' | 'email' | 'group';
 
-/**
- * The path a send of `kind` is posted to.
- * @param groupId the group of a `group` send
- */
+/** The path a send of `kind` is posted to. */
 export function sendPath(kind: SendKind, groupId?: string): string {
   if (kind === 'group') return API_PATHS.sendGroup(groupId ?? '');
   return kind === 'eml' ? API_PATHS.sendEml : API_PATHS.sendEmail;
 }
 
 /**
- * Percent-encodes one path segment. Beyond `encodeURIComponent`, a segment made
- * only of dots is encoded too, since `.` and `..` would otherwise be resolved
- * as dot segments by URL parsers and proxies and change the path.
- *
+ * `encodeURIComponent`, and a segment of dots only encoded too: URL parsers and proxies resolve `.` and `..`.
  * @example
  * encodePathSegment('../admin'); // '..%2Fadmin'
  * encodePathSegment('..');       // '%2E%2E'
@@ -305,50 +250,28 @@ export function encodePathSegment(value: string): string {
   return /^\.+$/.test(encoded) ? encoded.replace(/\./g, '%2E') : encoded;
 }
 
-/**
- * The service's limits, as CONTRACT.md states them and the emulator enforces
- * them: defined once, here, and imported by every component that derives a
- * default from them.
- */
-
-/**
- * The largest HTTP request the service accepts, in bytes: 50 MiB. A message
- * travels Base64-encoded in JSON (4/3 of its size), so the largest message a
- * send carries is a little under 37.5 MiB.
- */
+// The service's limits as docs/contract.md states them and the emulator enforces them, for every component's defaults.
+/** The largest request the service accepts: 50 MiB, so a Base64 message in JSON is a little under 37.5 MiB. */
 export const MAX_REQUEST_SIZE = 50 * 1024 * 1024;
 
-/** Longest `Idempotency-Key` value. */
 export const MAX_IDEMPOTENCY_KEY = 255;
 
-/**
- * Whether a value can be an `Idempotency-Key`: 1 to 255 printable ASCII
- * characters without spaces, so it can neither inject a header nor be refused.
- */
+/** 1 to 255 printable ASCII characters without spaces: it can neither inject a header nor be refused. */
 export function isValidIdempotencyKey(key: unknown): key is string {
   return typeof key === 'string' && key.length > 0 && key.length <= MAX_IDEMPOTENCY_KEY && /^[\x21-\x7e]+$/.test(key);
 }
 
 /**
- * The API-key rule of the wire contract: a key travels in the `X-API-KEY`
- * header, so it is visible ASCII only. CR, LF, spaces or non-ASCII are a
- * configuration mistake (often a pasted line break), never a valid key.
- *
- * @returns the index of the first character a key may not hold, or -1 when the key is valid (and not empty)
+ * A key travels in `X-API-KEY`, so it is visible ASCII only; CR, LF, spaces or non-ASCII are a mistake (often a pasted
+ * line break). @returns the index of the first character a key may not hold, or -1 for a valid key
  */
 export function invalidApiKeyAt(key: string): number {
   if (key.length === 0) return 0;
   return key.search(/[^\x21-\x7e]/);
 }
 
-/**
- * The placeholder-key rule of the wire contract: substitution keys and image
- * names are 1 to 64 letters, digits, `_`, `-` or `.`, written `{{key}}` on the
- * wire and accepted with or without braces from people. Every check runs in
- * linear time on a length-capped input.
- */
-
-/** Longest placeholder key. */
+// Substitution keys and image names: 1 to 64 letters, digits, `_`, `-` or `.`, `{{key}}` on the wire, with or
+// without braces from people; every check is linear on a length-capped input.
 export const MAX_PLACEHOLDER_KEY = 64;
 
 /** What {@link isPlaceholderKey} allows, for error messages. */
@@ -356,33 +279,26 @@ export const PLACEHOLDER_KEY_RULE = `1-${MAX_PLACEHOLDER_KEY} letters, digits, "
 
 const KEY = /^[A-Za-z0-9_.-]+$/;
 
-/** Whether `key` (without braces) is a valid placeholder key. */
 export function isPlaceholderKey(key: string): boolean {
   return key.length > 0 && key.length <= MAX_PLACEHOLDER_KEY && KEY.test(key);
 }
 
-/**
- * `{{ key }}` → `key`: trims, then removes one pair of surrounding double
- * braces and the spaces inside them. Text without braces comes back trimmed.
- */
+/** `{{ key }}` → `key`: trimmed, one pair of surrounding braces and the spaces inside removed. */
 export function stripBraces(text: string): string {
   const trimmed = text.trim();
   if (trimmed.length >= 4 && trimmed.startsWith('{{') && trimmed.endsWith('}}')) return trimmed.slice(2, -2).trim();
   return trimmed;
 }
 
-/** `key` → `{{key}}`, the form keys take on the wire. */
+/** `key` → `{{key}}`, the wire form. */
 export function bracedKey(key: string): string {
   return `{{${key}}}`;
 }
 
-/** Whether `text` is a key in its wire form, `{{key}}`, braces included and no spaces. */
+/** Whether `text` is `{{key}}`, braces included and no spaces. */
 export function isBracedPlaceholderKey(text: string): boolean {
   return text.startsWith('{{') && text.endsWith('}}') && isPlaceholderKey(text.slice(2, -2));
 }
 
-/**
- * A placeholder in content: `{{key}}`, spaces allowed inside the braces. The
- * character classes are disjoint, so matching stays linear.
- */
+/** `{{key}}` in content, spaces allowed inside; disjoint character classes keep matching linear. */
 export const PLACEHOLDER_PATTERN = /\{\{\s*([^{}\s]+)\s*\}\}/g;

@@ -1,27 +1,18 @@
 import { createRequire } from 'node:module';
 
-/**
- * The address rule of the wire contract, shared by the client (checked before
- * any request) and the emulator (checked on every request): an RFC 5322
- * addr-spec as Nodemailer writes it, quoted local parts (`"a,b"@example.com`)
- * and internationalised addresses (SMTPUTF8, IDN) included; never a control
- * character, a bidirectional override or a zero-width character. Every check
- * scans the input once, after a length cap.
- */
+// The address rule of the wire contract, for the client before any request and the emulator on every request: an
+// RFC 5322 addr-spec as Nodemailer writes it, quoted local parts and SMTPUTF8/IDN included, never a control,
+// bidirectional or zero-width character. Every check scans the input once, after a length cap.
 
-/** Longest address (RFC 5321: a path of 256 octets, brackets included). */
+/** RFC 5321: a path of 256 octets, brackets included. */
 export const MAX_ADDRESS_LENGTH = 254;
 
-/** Longest address input (a display name and an address), as long as a header line may be. */
+/** A display name and an address, as long as a header line may be. */
 export const MAX_ADDRESS_INPUT_LENGTH = 998;
 
 /**
- * The first character no address may contain: C0 controls, DEL, C1 controls,
- * bidirectional overrides, isolates and marks, zero-width characters and lone
- * surrogates (text that is not valid Unicode).
- *
- * @param allowTab accept tabs: in header text and display names a tab is white space, in an address it is not
- * @returns its index and a description, or undefined when there is none
+ * The first C0 or C1 control, DEL, bidirectional override, isolate or mark, zero-width character or lone surrogate.
+ * @param allowTab accept tabs: white space in header text and display names, not in an address
  */
 export function findForbiddenCharacter(
   text: string,
@@ -59,24 +50,19 @@ function unicode(code: number): string {
   return `U+${code.toString(16).toUpperCase().padStart(4, '0')}`;
 }
 
-/**
- * Whether a string holds a lone UTF-16 surrogate: text that is no valid
- * Unicode and that `encodeURIComponent` refuses with a URIError.
- */
+/** A lone UTF-16 surrogate is not valid Unicode, and `encodeURIComponent` throws on it. */
 export function hasLoneSurrogate(text: string): boolean {
   // With the u flag, this class matches only surrogates that are not part of a pair.
   return /[\uD800-\uDFFF]/u.test(text);
 }
 
-/** Characters an unquoted local part or a domain never has (RFC 5322 specials and spaces). */
+/** RFC 5322 specials and spaces: never in an unquoted local part or a domain. */
 const SPECIALS = new Set(['(', ')', '<', '>', '[', ']', ':', ';', '@', '\\', ',', '"', ' ', '\t']);
 
 /**
- * Whether `address` is one addr-spec: a local part (a dot-atom, or a quoted
- * string with its quotes) `@` a domain (labels, or a `[literal]`), within
- * {@link MAX_ADDRESS_LENGTH} and free of forbidden characters. Like the SMTP
- * servers it stands in for, it is lenient about dots and label syntax and
- * allows any non-ASCII letter (RFC 6531, 6532).
+ * Whether `address` is one addr-spec within {@link MAX_ADDRESS_LENGTH}: a dot-atom or quoted local part `@` labels or a
+ * `[literal]`. Like the SMTP servers it stands in for, it is lenient about dots and labels and allows any non-ASCII
+ * letter (RFC 6531, 6532).
  */
 export function isValidAddress(address: string): boolean {
   if (address.length === 0 || address.length > MAX_ADDRESS_LENGTH) return false;
@@ -119,9 +105,6 @@ function isAtomText(text: string): boolean {
   return text.length > 0;
 }
 
-/**
- * Why `address` is not a valid address, for an error message, or undefined when it is.
- */
 export function addressProblem(address: string): string | undefined {
   if (address.length > MAX_ADDRESS_LENGTH) return `is longer than ${MAX_ADDRESS_LENGTH} characters`;
   const bad = findForbiddenCharacter(address);
@@ -129,7 +112,6 @@ export function addressProblem(address: string): string | undefined {
   return isValidAddress(address) ? undefined : 'is not a valid address';
 }
 
-/** One entry of Nodemailer's address parser: an address, or a group of them. */
 interface ParsedEntry {
   name: string;
   address?: string;
@@ -138,23 +120,20 @@ interface ParsedEntry {
 
 type AddressParser = (text: string) => ParsedEntry[];
 
-// Nodemailer's own parser (a peer dependency), so addresses read here are the ones Nodemailer
-// would read from the same text. Nodemailer 10 exports it as `default` too; 6.9 as the module.
+// Nodemailer's own parser (a peer dependency), so addresses read here are those Nodemailer reads; Nodemailer 10
+// exports it as `default` too, 6.9 as the module.
 const loaded = createRequire(import.meta.url)('nodemailer/lib/addressparser') as
   AddressParser | { default: AddressParser };
 const addressparser: AddressParser = typeof loaded === 'function' ? loaded : loaded.default;
 
-/** An address with its display name ('' when none). */
 export interface NamedAddress {
   name: string;
   address: string;
 }
 
 /**
- * Parses an RFC 5322 address list with Nodemailer's parser: display names,
- * comments and group syntax (`Team: a@x, b@y;`) handled, group members
- * flattened in order. Entries without an address are dropped. Linear in
- * the input for Nodemailer 7 and later; callers cap the length first.
+ * An RFC 5322 address list through Nodemailer's parser, group members flattened in order and entries without an address
+ * dropped. Linear for Nodemailer 7 and later; callers cap the length first.
  */
 export function parseAddresses(value: string): NamedAddress[] {
   const out: NamedAddress[] = [];
@@ -168,49 +147,34 @@ export function parseAddresses(value: string): NamedAddress[] {
   return out;
 }
 
-/**
- * The addresses of an address list, without names; entries that hold no `@`
- * (`undisclosed-recipients:;`) are dropped.
- */
+/** The addresses of a list without names; entries with no `@` (`undisclosed-recipients:;`) are dropped. */
 export function parseAddressList(value: string): string[] {
   return parseAddresses(value)
     .map((entry) => entry.address)
     .filter((address) => address.includes('@'));
 }
 
-/**
- * Minimal RFC 5322 header-section helpers shared by the transport and the body
- * spool (to read the recipients of the message they upload) and the emulator
- * (to remove Bcc from delivered copies). They work on bytes so the body is never decoded or copied.
- */
+// Header-section helpers for the transport and spool (reading recipients) and the emulator (removing Bcc), on bytes
+// so the body is never decoded or copied.
 
-/** One header field, unfolded, with its raw bytes' position. */
 export interface HeaderField {
-  /** Field name as written. */
   name: string;
-  /** Unfolded value, without the leading space. */
+  /** Unfolded, without the leading space. */
   value: string;
-  /** Byte offset where the field starts in the message. */
+  /** Byte offset where the field starts. */
   start: number;
   /** Byte offset just past the field's last line break. */
   end: number;
 }
 
-/**
- * Byte length of the header section including the blank line that ends it,
- * or the whole length when the message has no body.
- */
+/** Length of the header section with its blank line, or the whole length for a message without a body. */
 export function headerSectionLength(message: Buffer): number {
   return headerSectionEnd(message) ?? message.length;
 }
 
 /**
- * Offset just past the blank line that ends the header section, or undefined
- * when `bytes` holds none. The blank line is the first empty line after a
- * line break, whatever the mix of CRLF and bare LF: `\r\n\r\n`, `\n\n`,
- * `\r\n\n` and `\n\r\n` (LF header lines ended by a CRLF blank line, as
- * scripts that build headers with "\n" write), as MIME parsers and the
- * service read it.
+ * Offset past the blank line that ends the header section: the first empty line after a line break, whatever the mix of
+ * CRLF and bare LF (`\n\r\n` is what scripts writing headers with "\n" make), as MIME parsers and the service read it.
  */
 export function headerSectionEnd(bytes: Buffer): number | undefined {
   let at = bytes.indexOf(0x0a);
@@ -222,34 +186,24 @@ export function headerSectionEnd(bytes: Buffer): number | undefined {
   return undefined;
 }
 
-/**
- * The longest header section the package reads: the relay refuses a longer
- * one (`554`), and a spooled message's head is cut there. No real message
- * needs more.
- */
+/** The longest header section read: the relay refuses a longer one (`554`) and a spooled message's head is cut there. */
 export const MAX_HEADER_SECTION = 1024 * 1024;
 
 /**
- * Finds the end of the header section of a message arriving in chunks, the
- * one scanner of the spool and the relay: it holds the chunks pushed until
- * the end is found and searches only the new bytes (plus the last 3 of the
- * previous chunk, where a blank line may begin), so the cost stays linear in
- * the header's length.
+ * Finds the end of the header section of a message arriving in chunks, searching only the new bytes (and the last 3 of
+ * the previous chunk, where a blank line may begin), so the cost stays linear in the header's length.
  */
 export class HeaderSectionFinder {
   readonly #parts: Buffer[] = [];
   #size = 0;
   #tail = Buffer.alloc(0);
 
-  /** Bytes held: everything pushed since the last {@link take}. */
+  /** Everything pushed since the last {@link take}. */
   get size(): number {
     return this.#size;
   }
 
-  /**
-   * Holds `chunk` and looks for the blank line in it.
-   * @returns the end of the header section (an offset in the bytes held), once it is found; else undefined
-   */
+  /** Holds `chunk`; @returns the end of the header section in the bytes held, once found */
   push(chunk: Buffer): number | undefined {
     this.#parts.push(chunk);
     const window = this.#tail.length > 0 ? Buffer.concat([this.#tail, chunk]) : chunk;
@@ -271,9 +225,7 @@ export class HeaderSectionFinder {
   }
 }
 
-/**
- * Parses the header fields of a message. Lines that are not fields are skipped.
- */
+/** The header fields of a message; lines that are not fields are skipped. */
 export function parseHeaderFields(message: Buffer): HeaderField[] {
   const sectionEnd = headerSectionLength(message);
   const section = message.subarray(0, sectionEnd).toString('latin1');
@@ -303,18 +255,14 @@ export function parseHeaderFields(message: Buffer): HeaderField[] {
     }
     pos = lineEnd;
   }
-  // The values were read as latin1 to keep byte offsets; re-read them as UTF-8
-  // so internationalised addresses (RFC 6532) survive.
+  // Read as latin1 to keep byte offsets, then as UTF-8 so internationalised addresses (RFC 6532) survive.
   for (const field of fields) {
     field.value = Buffer.from(field.value, 'latin1').toString('utf8');
   }
   return fields;
 }
 
-/**
- * Returns the message without the named header fields (all occurrences,
- * folded lines included). The body bytes are kept as they are.
- */
+/** The message without the named header fields (every occurrence, folded lines included), body bytes as they are. */
 export function removeHeaderFields(message: Buffer, name: string): Buffer {
   const lower = name.toLowerCase();
   const doomed = parseHeaderFields(message).filter((f) => f.name.toLowerCase() === lower);
@@ -329,22 +277,15 @@ export function removeHeaderFields(message: Buffer, name: string): Buffer {
   return Buffer.concat(parts);
 }
 
-/**
- * The Base64 rule of the wire contract: standard Base64 (RFC 4648 section 4),
- * padded. Line breaks and spaces are allowed, as in MIME-wrapped Base64;
- * anything else is refused, because Node's decoder would silently skip it.
- */
+// Base64 on the wire: RFC 4648 section 4, padded; line breaks and spaces allowed as in MIME, anything else refused
+// because Node's decoder would silently skip it.
 
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 
-/** Base64 text without its line breaks and spaces. */
 export function compactBase64(text: string): string {
   return text.replace(/[\r\n\t ]+/g, '');
 }
 
-/**
- * Why compact Base64 text is not valid, or undefined when it is.
- */
 export function base64Problem(compact: string): string | undefined {
   if (compact.length === 0) return 'it is empty';
   if (!BASE64.test(compact)) {

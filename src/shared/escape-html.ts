@@ -1,6 +1,4 @@
-/**
- * Escapes text for HTML content and attribute values.
- */
+/** Escapes text for HTML content and attribute values. */
 export function escapeHtml(value: string): string {
   return value
     .replace(/&/g, '&amp;')

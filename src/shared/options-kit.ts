@@ -1,23 +1,14 @@
 import { createRequire } from 'node:module';
 import { EmlApiError } from './eml-api-error.js';
 
-/**
- * The one way every component (client, transport, queue transport, worker,
- * relay, emulator, CLI) checks its options: an `ECONFIG` error naming the
- * option path, short descriptions of bad values, number checks, and the
- * refusal of unknown keys with the nearest valid name.
- */
+// The one way every component checks its options: `ECONFIG` naming the option path, short descriptions of bad
+// values, and unknown keys refused with the nearest valid name.
 
-/**
- * An `ECONFIG` error (permanent) naming the option path.
- */
 export function configError(option: string, problem: string): EmlApiError {
   return new EmlApiError('ECONFIG', `Invalid option ${option}: ${problem}`, { permanent: true });
 }
 
-/**
- * A short description of a value for error messages (never the value of a secret object).
- */
+/** A short description of a value for error messages, never the value of a secret object. */
 export function describe(value: unknown): string {
   if (value === null) return 'null';
   if (Array.isArray(value)) return 'an array';
@@ -27,9 +18,8 @@ export function describe(value: unknown): string {
 }
 
 /**
- * Checks a whole-number option from `min` to `max`, or takes `fallback` when it is absent.
- * @param fallback the default, used when `value` is undefined (none: the option is required)
- * @throws {EmlApiError} `ECONFIG` naming the option
+ * A whole number from `min` to `max`, or `fallback` when absent.
+ * @param fallback the default (none: the option is required)
  */
 export function wholeNumber(value: unknown, option: string, min: number, max: number, fallback?: number): number {
   const v = value === undefined ? fallback : value;
@@ -39,10 +29,7 @@ export function wholeNumber(value: unknown, option: string, min: number, max: nu
   return v;
 }
 
-/**
- * Checks a finite number above 0 (a rate), or takes `fallback` when it is absent.
- * @throws {EmlApiError} `ECONFIG` naming the option
- */
+/** A finite number above 0 (a rate), or `fallback` when absent. */
 export function positiveNumber(value: unknown, option: string, fallback?: number): number {
   const v = value === undefined ? fallback : value;
   if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) {
@@ -51,10 +38,7 @@ export function positiveNumber(value: unknown, option: string, fallback?: number
   return v;
 }
 
-/**
- * Checks a share from 0 to 1 (a `jitter`), or takes `fallback` when it is absent.
- * @throws {EmlApiError} `ECONFIG` naming the option
- */
+/** A share from 0 to 1 (a `jitter`), or `fallback` when absent. */
 export function share(value: unknown, option: string, fallback: number): number {
   const v = value === undefined ? fallback : value;
   if (typeof v !== 'number' || !(v >= 0 && v <= 1)) {
@@ -63,20 +47,13 @@ export function share(value: unknown, option: string, fallback: number): number 
   return v;
 }
 
-/**
- * Checks that an option is one of `values`, or takes `fallback` when it is absent.
- * @throws {EmlApiError} `ECONFIG` naming the option and the values it takes
- */
+/** One of `values`, or `fallback` when absent. */
 export function oneOf<T extends string>(value: unknown, option: string, values: readonly T[], fallback?: T): T {
   const v = value === undefined ? fallback : value;
   if (typeof v === 'string' && (values as readonly string[]).includes(v)) return v as T;
   throw configError(option, `expected ${values.map((x) => `'${x}'`).join(', ')}, got ${describe(v)}`);
 }
 
-/**
- * Checks a `true`/`false` option, or takes `fallback` when it is absent.
- * @throws {EmlApiError} `ECONFIG` naming the option
- */
 export function booleanOption(value: unknown, option: string, fallback: boolean): boolean;
 export function booleanOption(value: unknown, option: string, fallback?: boolean): boolean | undefined;
 export function booleanOption(value: unknown, option: string, fallback?: boolean): boolean | undefined {
@@ -85,11 +62,7 @@ export function booleanOption(value: unknown, option: string, fallback?: boolean
   return value;
 }
 
-/**
- * Checks that an option is a plain object (not null, not an array).
- * @param shape what it should look like, for the error, e.g. `{ max, duration }`
- * @throws {EmlApiError} `ECONFIG` naming the option
- */
+/** A plain object; `shape` is what it should look like, for the error, e.g. `{ max, duration }`. */
 export function objectOption(value: unknown, option: string, shape: string): Record<string, unknown> {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw configError(option, `expected ${shape}, got ${describe(value)}`);
@@ -97,11 +70,7 @@ export function objectOption(value: unknown, option: string, shape: string): Rec
   return value as Record<string, unknown>;
 }
 
-/**
- * Checks a `logger` option (`true` for the console, `false`, or a logger
- * object) and returns the logger, silent when none was given.
- * @throws {EmlApiError} `ECONFIG` naming `logger`
- */
+/** A `logger` option (`true` for the console, `false`, or a logger object) as a logger, silent when none was given. */
 export function loggerOption(value: unknown): EmlApiLogger {
   if (value !== undefined && typeof value !== 'boolean' && (typeof value !== 'object' || value === null)) {
     throw configError('logger', `expected true, false or a logger object (pino, console...), got ${describe(value)}`);
@@ -110,13 +79,10 @@ export function loggerOption(value: unknown): EmlApiLogger {
 }
 
 /**
- * Refuses a key that is not among `known` (a misspelt option would otherwise
- * be ignored in silence), naming the nearest valid one. Keep `known` a `const` list typed
- * `satisfies readonly (keyof XOptions)[]` so that the compiler keeps it in step
- * with the options type.
- *
+ * Refuses a key not among `known`, since a misspelt option would be ignored in silence; keep `known` a `const` list
+ * `satisfies readonly (keyof XOptions)[]` so the compiler keeps it in step with the options type.
  * @param where the path of the object checked, with its dot (`'retry.'`), or '' at the top
- * @throws {EmlApiError} `ECONFIG` naming the key
+ * @throws {EmlApiError} `ECONFIG` naming the key and the nearest valid one
  */
 export function refuseUnknownKeys(options: object, known: readonly string[], where: string): void {
   for (const key of Object.keys(options)) {
@@ -130,14 +96,11 @@ export function refuseUnknownKeys(options: object, known: readonly string[], whe
   }
 }
 
-/**
- * The name among `names` closest to `typo` (edit distance, case ignored),
- * when it is close enough to be the one meant.
- */
+/** The name among `names` closest to `typo` (edit distance, case ignored), when close enough to be the one meant. */
 export function nearestName(typo: string, names: readonly string[]): string | undefined {
   const wanted = typo.toLowerCase();
   let best: string | undefined;
-  // Close enough: a few edits, and fewer than the typo has letters (so short nonsense matches nothing).
+  // A few edits, and fewer than the typo has letters, so short nonsense matches nothing.
   let bestDistance = Math.min(Math.max(3, Math.floor(wanted.length / 3)), wanted.length - 1);
   for (const name of names) {
     const distance = editDistance(wanted, name.toLowerCase());
@@ -149,7 +112,7 @@ export function nearestName(typo: string, names: readonly string[]): string | un
   return best;
 }
 
-/** Levenshtein distance, with one row of memory; option names are short. */
+/** Levenshtein distance with one row of memory: option names are short. */
 function editDistance(a: string, b: string): number {
   if (a.length > 64 || b.length > 64) return Infinity;
   let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
@@ -164,11 +127,8 @@ function editDistance(a: string, b: string): number {
 }
 
 /**
- * A logger the transport writes to: any object with these methods, such as
- * console, pino or bunyan (which take an object first and a message second).
- *
- * @example
- * new EmlApiTransport({ apiKey, baseUrl, logger: pino() });
+ * A logger: any object with these methods, such as console, pino or bunyan (object first, message second).
+ * @example new EmlApiTransport({ apiKey, baseUrl, logger: pino() });
  */
 export interface EmlApiLogger {
   debug(meta: Record<string, unknown>, message: string): void;
@@ -188,7 +148,6 @@ const consoleLogger: EmlApiLogger = {
   error: (meta, message) => console.error(`[nodemailer-eml-api] ERROR ${message}`, meta),
 };
 
-/** Picks the logger for a `logger` option value: `true` logs to the console, `false`/absent is silent. */
 export function resolveLogger(option: boolean | EmlApiLogger | undefined): EmlApiLogger {
   if (option === undefined || option === false) return silentLogger;
   if (option === true) return consoleLogger;
@@ -202,8 +161,8 @@ export function resolveLogger(option: boolean | EmlApiLogger | undefined): EmlAp
           try {
             fn.call(option, meta, message);
           } catch (err) {
-            // A logger that throws must not fail a send (after the service accepted it, the app would send it
-            // again) nor leave its spool file behind: the line is lost, and Node's warning says so once.
+            // A logger that throws must not fail a send the service accepted (the app would send it again) nor leave
+            // its spool file behind: the line is lost, and Node's warning says so once.
             if (warned) return;
             warned = true;
             process.emitWarning(
@@ -221,11 +180,8 @@ export function resolveLogger(option: boolean | EmlApiLogger | undefined): EmlAp
 const requireFromHere = createRequire(import.meta.url);
 
 /**
- * Loads a peer dependency the part of the package in use needs (mailparser
- * for the emulator, bullmq for the outbox, smtp-server for the relay), with
- * an error that says what to install when it is missing.
- *
- * @param name the package, e.g. `mailparser`
+ * Loads a peer dependency the part in use needs (mailparser, bullmq, smtp-server), with an error that says what to
+ * install when it is missing.
  * @param install what to install, e.g. `mailparser@3.9.31`
  * @param user the part that needs it, e.g. `The emulator`
  * @throws {EmlApiError} `ECONFIG` when the package is not installed
@@ -246,10 +202,7 @@ export function requirePeer<T>(name: string, install: string, user: string): T {
   }
 }
 
-/**
- * Whether an error is {@link requirePeer}'s: an optional peer is not installed. The CLI reports
- * it as a failure to fix by installing (exit code 1), not as a wrong flag.
- */
+/** Whether an error is {@link requirePeer}'s, which the CLI reports as a failure to fix by installing (exit code 1). */
 export function isMissingPeer(err: unknown): boolean {
   return (
     err instanceof EmlApiError &&

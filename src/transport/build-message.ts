@@ -19,35 +19,28 @@ import { SlotList, type Slot } from '../shared/slot-list.js';
 
 /** A message Nodemailer compiled, built to bytes and checked, ready to upload or store. */
 export interface BuiltMessage {
-  /** The built bytes: in memory, or in a spool file past the threshold. The caller disposes `spooled.body`. */
+  /** In memory, or in a spool file past the threshold; the caller disposes `spooled.body`. */
   spooled: SpooledMessage;
-  /** Sender and recipients, as the service will read them from the headers. */
+  /** Sender and recipients, as the service reads them from the headers. */
   envelope: MailEnvelope;
-  /** The Message-ID written in the bytes (Nodemailer's own when the message has none). */
+  /** The Message-ID in the bytes (Nodemailer's own when the message has none). */
   messageId: string;
-  /** Whether the envelope sender differs from From (the service sets its own return path). */
+  /** Whether the envelope sender differs from From, which the service ignores for its own return path. */
   fromDiffers: boolean;
-  /** Whether a build thread built it (`buildThreads`), or the sending thread. */
   onThread: boolean;
 }
 
-/** Build threads and where to say why a message stays on the sending thread. */
 export interface BuildThreads {
   pool: BuildThreadPool;
   logger: EmlApiLogger;
 }
 
 /**
- * Builds a compiled message the way the EML endpoint needs it: Bcc kept in
- * the headers (the service reads recipients from To, Cc and Bcc and removes
- * Bcc itself, as sendmail and SES transports do), spooled (in memory, or in a
- * file past the threshold), then checked: recipients present and the same as
- * any custom envelope. With `threads`, on a build thread when the message can
- * move to one; on the sending thread, a few at a time when `gate` is given.
- *
- * @param gate the turns of the sending thread's builds, or null to build at once (the outbox's producer:
- *   its sends wait for no service, so sharing the thread costs them no latency, and taking turns cost
- *   its 20 callers 9% of their rate) @default the shared {@link BuildGate}
+ * Builds a compiled message as the EML endpoint needs it: Bcc kept in the headers (the service reads recipients from
+ * To, Cc and Bcc and removes Bcc, as sendmail and SES transports do), spooled, then checked (recipients present and the
+ * same as any custom envelope). With `threads`, on a build thread when the message can move to one.
+ * @param gate the turns of the sending thread's builds, or null to build at once (the outbox's producer, whose sends
+ *   wait for no service) @default the shared {@link BuildGate}
  * @param limit the most bytes the message may have: the build stops as it passes them @default undefined
  * @throws {EmlApiError} `EENVELOPE` or `EMESSAGE`; `ESPOOL` when a spool file cannot be written,
  *   `ESTREAM` when a build thread dies; the signal's reason when it aborts
@@ -71,8 +64,7 @@ export async function buildMessage(
     return {
       spooled,
       envelope: resolved.envelope,
-      // The Message-ID written in the bytes is the truth: with `raw`,
-      // Nodemailer's own messageId() is one it made up and never wrote.
+      // With `raw`, Nodemailer's messageId() is one it made up and never wrote: the bytes are the truth.
       messageId: resolved.messageId ?? mail.message.messageId(),
       fromDiffers: resolved.fromDiffers,
       onThread: built.onThread,
@@ -83,10 +75,7 @@ export async function buildMessage(
   }
 }
 
-/**
- * On the sending thread, written by Nodemailer's tree straight into the spool,
- * when `gate` gives it a turn ({@link sendingThreadBuilds}).
- */
+/** On the sending thread, Nodemailer's tree written straight into the spool when `gate` gives it a turn. */
 function buildHere(
   mail: NodemailerMail,
   spool: SpoolSettings,
@@ -111,50 +100,34 @@ function buildHere(
 }
 
 /**
- * How many messages the sending thread builds at once, at most, in every
- * `EmlApiTransport` of the process (the outbox's producer builds at once).
- * Nodemailer builds a message over several turns of the event loop, so builds
- * started together share the thread turn by turn and each takes about as long
- * as all of them, holding its connection slot meanwhile: with
- * `maxConnections: 50` against a service answering in 50 ms, the transport
- * sent about 600 msg/s where the thread allowed 1,450 and the latency 1,000
- * (770-850 with this limit). Fewer builds a turn cost CPU per message in a
- * CPU-bound sender (each build's turns no longer share the event loop's
- * iterations): with 20 connections and a service answering at once, 2 or 4
- * lowered the rate by 5-15%, 8 by 3-9%; up to 8 connections nothing changes.
+ * How many messages the sending thread builds at once in the process. Nodemailer builds a message over several
+ * event-loop turns, so builds started together share the thread and each takes as long as all of them, holding its
+ * connection slot meanwhile; too few builds at once cost a CPU-bound sender per-message CPU instead. BENCHMARKS.md has
+ * the measurements.
  */
 export const SENDING_THREAD_BUILDS = 8;
 
 /**
- * While builds wait for their turn, every this many ms the gate looks at the
- * thread and the builds running. A build that wrote nothing for
- * {@link QUIET_LOOKS} looks in a row is waiting for its content (a slow stream
- * or URL), not using the thread: it stops counting toward
- * {@link SENDING_THREAD_BUILDS}, so it does not hold back the builds behind it.
- * When every build running is that quiet, or the thread had time to spare (its
- * event loop idle half of the period or more), the builds running are not what
- * holds the others back: every build waiting starts. A build stops counting
- * after {@link SLOW_BUILD_PERIODS} looks in any case.
+ * While builds wait, the gate looks at the thread and the running builds every this many ms. A build that wrote nothing
+ * for {@link QUIET_LOOKS} looks is waiting for its content (a slow stream or URL) and stops counting; when every
+ * running build is that quiet, or the event loop was idle half the period or more, every waiting build starts.
  */
 export const SLOW_BUILD_MS = 20;
 
 /**
- * Looks in a row without a write after which a build counts as waiting for its
- * content. One was not enough: on a thread busy with other work (an app, the
- * emulator in a test) eight builds that were moving could all miss a period.
+ * Looks in a row without a write after which a build counts as waiting for its content; more than one, since on a
+ * thread busy with other work, builds that are moving can all miss a period.
  */
 export const QUIET_LOOKS = 3;
 
 /** Looks ({@link SLOW_BUILD_MS} apart) after which a build stops counting, however it goes. */
 export const SLOW_BUILD_PERIODS = 25;
 
-/** What a build tells the gate of its progress. */
 export interface BuildTurn {
-  /** How to read the build's progress: a count that grows while it writes. */
+  /** A count that grows while the build writes. */
   watch(progress: () => number): void;
 }
 
-/** A build holding a turn. */
 interface Turn extends BuildTurn {
   looks: number;
   quiet: number;
@@ -165,10 +138,8 @@ interface Turn extends BuildTurn {
 }
 
 /**
- * Lets a limited number of builds run at once, in the order they came; a
- * build waiting for its content stops counting, and everyone starts while the
- * thread is idle. Waiting ends with the signal's reason when it aborts. It
- * keeps no timer while no build waits.
+ * Lets a limited number of builds run at once, in order; a build waiting for its content stops counting, and all start
+ * while the thread is idle. It keeps no timer while no build waits.
  */
 export class BuildGate {
   readonly #width: number;
@@ -183,7 +154,7 @@ export class BuildGate {
 
   /**
    * @param width builds at once @default SENDING_THREAD_BUILDS
-   * @param period ms between the looks at the thread and the builds while others wait @default SLOW_BUILD_MS
+   * @param period ms between looks while builds wait @default SLOW_BUILD_MS
    * @param maxLooks looks after which a build stops counting in any case @default SLOW_BUILD_PERIODS
    */
   constructor(width = SENDING_THREAD_BUILDS, period = SLOW_BUILD_MS, maxLooks = SLOW_BUILD_PERIODS) {
@@ -192,15 +163,11 @@ export class BuildGate {
     this.#maxLooks = maxLooks;
   }
 
-  /** Builds running and counted now, and builds waiting for their turn. */
   get load(): { running: number; waiting: number } {
     return { running: this.#running, waiting: this.#waiting.length };
   }
 
-  /**
-   * Runs `build` once its turn comes.
-   * @throws the signal's reason when it aborts while waiting; what `build` throws
-   */
+  /** Runs `build` once its turn comes. @throws the signal's reason when it aborts while waiting; what `build` throws */
   async run<T>(signal: AbortSignal, build: (turn: BuildTurn) => Promise<T>): Promise<T> {
     if (this.#running < this.#width) this.#running++;
     else await this.#turn(signal);
@@ -247,7 +214,7 @@ export class BuildGate {
       signal.addEventListener('abort', leave, { once: true });
     });
     if (this.#sweep === undefined) {
-      // A timer per build cost a latency-bound sender 2-3% of its rate: one for the gate, only while builds wait.
+      // One timer for the gate, only while builds wait: a timer per build costs a latency-bound sender.
       this.#since = performance.eventLoopUtilization();
       this.#lastLook = performance.now();
       this.#sweep = setInterval(() => this.#look(), this.#period);
@@ -256,10 +223,9 @@ export class BuildGate {
     return waiting;
   }
 
-  /** Stops counting builds that wait for their content; lets everyone in while no build is using the thread. */
   #look(): void {
     const now = performance.now();
-    // A look this late means the process had no time for anyone (a busy machine): nothing to judge by.
+    // A look this late means the process had no time for anyone: nothing to judge by.
     const late = now - this.#lastLook > 2 * this.#period;
     this.#lastLook = now;
     const idle = performance.eventLoopUtilization(this.#since).utilization < 0.5;
@@ -268,7 +234,7 @@ export class BuildGate {
     let moving = 0;
     for (const turn of this.#turns.items()) {
       const progress = turn.progress?.() ?? 0;
-      // A build is judged from the second look it sees: at its first it may not have started writing.
+      // Judged from its second look: at its first a build may not have started writing.
       const wrote = turn.looks === 0 || late || progress !== turn.seen;
       turn.seen = progress;
       turn.quiet = wrote ? 0 : turn.quiet + 1;
@@ -278,9 +244,8 @@ export class BuildGate {
     }
     // With no build seen (turns handed over, not started yet), nothing says the thread is free.
     if (idle || (looked > 0 && moving === 0)) {
-      // No build is using the thread (or it has time to spare): sharing it costs nothing, so a turn for
-      // everyone waiting, over the width for now. Handing turns over a few at a time, each new one taking
-      // looks to show it waits too, kept sends behind hundreds of stalled builds waiting for seconds.
+      // No build is using the thread, or it has time to spare: every waiting build gets a turn at once, since
+      // handing turns over a few at a time keeps sends waiting behind many stalled builds.
       for (const take of this.#waiting.splice(0)) {
         this.#running++;
         take();
@@ -293,10 +258,10 @@ export class BuildGate {
   }
 }
 
-/** The sending thread's builds, shared by every transport in the process (they share the thread). */
+/** Shared by every transport in the process, as they share the thread. */
 const sendingThreadBuilds = new BuildGate();
 
-/** On a build thread; undefined (after saying why, at debug level) when it must be built here. */
+/** On a build thread; undefined (saying why at debug level) when it must be built here. */
 async function buildOnThread(
   mail: NodemailerMail,
   spool: SpoolSettings,
@@ -323,7 +288,6 @@ async function buildOnThread(
   return undefined;
 }
 
-/** The envelope its build thread found, or the error it found instead. */
 function envelopeFromThread(checked: CheckedEnvelope): ReturnType<typeof resolveEnvelope> {
   if (!checked.ok) throw new EmlApiError(checked.code, checked.message, { command: 'envelope', permanent: true });
   return checked;

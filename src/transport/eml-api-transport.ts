@@ -16,15 +16,13 @@ import type { GroupSendResult, SendResult } from '../client/client-types.js';
 
 /**
  * Nodemailer's callback of `transport.send`: called once, with the error or with what the send resolved.
- * @example
- * transport.send(mail, (err, info) => (err ? reject(err) : resolve(info!)));
+ * @example transport.send(mail, (err, info) => (err ? reject(err) : resolve(info!)));
  */
 export type SendCallback = (err: Error | null, info?: EmlApiSentMessageInfo) => void;
 
 /**
  * The event of {@link EmlApiTransport}: `'idle'` when a send would start at once again (Nodemailer's pool contract).
- * @example
- * transport.on('idle', () => console.log('ready for more'));
+ * @example transport.on('idle', () => console.log('ready for more'));
  */
 // eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging -- EventEmitter implements them
 export interface EmlApiTransport {
@@ -39,23 +37,12 @@ export interface EmlApiTransport {
 }
 
 /**
- * Nodemailer transport that sends through the email service's HTTP API: a
- * drop-in replacement for an SMTP relay. A message goes to
- * `POST /v1/send/eml`, unless `sendMail` names a `group`
- * (`POST /v1/send/group/:groupId`) or asks for `tracking: true`
- * (`POST /v1/send/email`): those endpoints take JSON fields (from, to,
- * subject, text, HTML, inline images), not the built message.
- *
- * For `/v1/send/eml` it takes the message Nodemailer compiled (plugins and
- * DKIM signing applied), keeps the Bcc header (the service reads recipients
- * from To, Cc and Bcc and removes Bcc before delivery), Base64-encodes it and
- * posts it. Like Nodemailer's SMTP pool, it builds a message only once a
- * connection slot is free, so memory is bounded by `maxConnections`, not by
- * the sends waiting.
- *
- * `send`, `verify`, `close` and `isIdle` are own enumerable properties bound to
- * the instance, so a copy made with spread or `for...in` still works.
- *
+ * Nodemailer transport that sends through the email service's HTTP API, a drop-in replacement for an SMTP relay. A
+ * message goes to `POST /v1/send/eml` as Nodemailer compiled it (plugins and DKIM applied, Bcc kept: the service reads
+ * recipients from To, Cc and Bcc and removes Bcc); `group` or `tracking: true` send JSON fields to
+ * `/v1/send/group/:groupId` or `/v1/send/email`. Like Nodemailer's SMTP pool it builds a message only once a connection
+ * slot is free, so memory is bounded by `maxConnections`. `send`, `verify`, `close` and `isIdle` are bound own
+ * properties, so a spread copy still works.
  * @example
  * import nodemailer from 'nodemailer';
  * import { EmlApiTransport } from 'nodemailer-eml-api';
@@ -68,27 +55,20 @@ export interface EmlApiTransport {
  */
 // eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging -- typed events (interface above)
 export class EmlApiTransport extends EventEmitter {
-  /** Transport name, used by Nodemailer in logs. */
+  /** Transport name, for Nodemailer's logs. */
   readonly name = 'EmlApiTransport';
-  /**
-   * Tells Nodemailer that `sendMail({ signal })` is honoured by the transport
-   * itself: a send is aborted while queued, building or in flight (`EABORT`).
-   */
+  /** Tells Nodemailer that the transport honours `sendMail({ signal })`, queued, building or in flight (`EABORT`). */
   readonly supportsAbortSignal = true;
-  /** Package version, used by Nodemailer in logs. */
+  /** Package version, for Nodemailer's logs. */
   readonly version = VERSION;
   /** The API client the transport sends through; use it for the other operations. */
   readonly client: EmlApiClient;
   readonly #logger: EmlApiLogger;
-  /** The build threads (`buildThreads`), none started until a send needs one. */
   readonly #threads: BuildThreads | undefined;
   #closed = false;
-  /** The `metrics` option's metrics, if any. */
   readonly #metrics: EmlApiMetrics | undefined;
 
-  /**
-   * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid
-   */
+  /** @throws {EmlApiError} `ECONFIG` naming the invalid option */
   constructor(options: EmlApiTransportOptions) {
     super();
     const { clientOptions, buildThreads, metrics } = splitTransportOptions(options);
@@ -97,17 +77,13 @@ export class EmlApiTransport extends EventEmitter {
     this.#logger = this.client.logger;
     this.#threads =
       buildThreads > 0 ? { pool: new BuildThreadPool(buildThreads, this.#logger), logger: this.#logger } : undefined;
-    // Uploads and retries, measured and marked on each send's span.
     watchSends(this.client, 'transport', this.#metrics);
     this.client.onSlotReleased(() => {
       if (this.isIdle()) this.emit('idle');
     });
   }
 
-  /**
-   * Sends one message; called by Nodemailer's `sendMail`. The callback is
-   * called exactly once.
-   */
+  /** Sends one message for Nodemailer's `sendMail`; the callback is called exactly once. */
   readonly send = (mail: NodemailerMail, callback: SendCallback): void => {
     let called = false;
     const done: SendCallback = (err, info) => {
@@ -116,11 +92,11 @@ export class EmlApiTransport extends EventEmitter {
       if (err) callback(err);
       else callback(null, info);
     };
-    // One span per sendMail (a child of the app's active span): its build, uploads and retries as events.
+    // One span per sendMail, a child of the app's active span.
     const span = startSpan('eml-api.send', { kind: 'client', attributes: { 'eml_api.component': 'transport' } });
     let sent: Promise<EmlApiSentMessageInfo>;
     try {
-      // In the span, so are its build and uploads (a call waiting for a slot keeps the context it was made in).
+      // Run in the span, so are the build and uploads (a call waiting for a slot keeps its context).
       sent = span.run(() => this.#send(mail));
     } catch (err) {
       sent = Promise.reject(err);
@@ -139,12 +115,9 @@ export class EmlApiTransport extends EventEmitter {
   };
 
   /**
-   * Checks that the service is reachable and accepts the API key for sending,
-   * without sending mail. Returns a Promise when called without a callback.
-   *
+   * Checks that the service is reachable and the API key may send, without sending; a Promise without a callback.
    * @throws {EmlApiError} `EAUTH` when the key or its `sender` scope is refused
-   * @example
-   * await transporter.verify(); // true
+   * @example await transporter.verify(); // true
    */
   readonly verify: {
     (): Promise<true>;
@@ -159,12 +132,8 @@ export class EmlApiTransport extends EventEmitter {
   }) as EmlApiTransport['verify'];
 
   /**
-   * Stops the transport: new sends fail with `ECONNECTION`; sends already
-   * made (queued and building ones included) finish, then the connections are
-   * closed, and the build threads end. With `{ abort: true }` the sends still
-   * running are aborted instead (`EABORT`). Returns a Promise; an optional
-   * callback is called once when done.
-   *
+   * Stops the transport: new sends fail with `ECONNECTION`, sends already made finish (or, with `{ abort: true }`, are
+   * aborted with `EABORT`), then connections close and build threads end. The callback is optional.
    * @example
    * await transporter.close();                // graceful, what Nodemailer calls
    * await transport.close({ abort: true });   // now
@@ -189,14 +158,9 @@ export class EmlApiTransport extends EventEmitter {
     return promise;
   };
 
-  /** Whether the transport can start a send at once (fewer than `maxConnections` running or queued). */
+  /** Whether a send would start at once (fewer than `maxConnections` running or queued). */
   readonly isIdle = (): boolean => !this.#closed && this.client.hasFreeSlot;
 
-  /**
-   * One send through the client's send path, registered before this returns
-   * (so close() waits for it): its slot is taken before the message is
-   * built, and `timeouts.total` covers queueing, building and upload.
-   */
   async #send(mail: NodemailerMail): Promise<EmlApiSentMessageInfo> {
     if (this.#closed) {
       throw new EmlApiError('ECONNECTION', 'The transport is closed; create a new one to send more mail', {
@@ -291,70 +255,50 @@ export class EmlApiTransport extends EventEmitter {
   }
 }
 
-/** The AbortSignal of `sendMail({ signal })`, if any. */
 function signalOf(mail: NodemailerMail): AbortSignal | undefined {
   const signal = (mail.data as { signal?: unknown }).signal;
   return signal instanceof AbortSignal ? signal : undefined;
 }
 
 /**
- * Options of {@link EmlApiTransport}: every {@link EmlApiClientOptions} option,
- * plus the transport's own.
- *
+ * Options of {@link EmlApiTransport}: the {@link EmlApiClientOptions} and the transport's own.
  * @example
  * const transporter = nodemailer.createTransport(
  *   new EmlApiTransport({ apiKey: process.env.EML_API_KEY!, baseUrl: 'https://api.mail.example.com', logger: true }),
  * );
  */
 export interface EmlApiTransportOptions extends EmlApiClientOptions {
-  /**
-   * Where the transport logs: `true` for the console, or a logger object
-   * (pino, bunyan, console...). The API key is never logged.
-   * @default false
-   */
+  /** Where the transport logs: `true` for the console, or a logger object; never the API key. @default false */
   logger?: boolean | EmlApiLogger;
   /**
-   * Build messages on this many worker threads instead of the thread that
-   * calls `sendMail` (`'auto'`: one per core, `os.availableParallelism()`).
-   * Nodemailer's build (MIME encoding, DKIM signing, reading attachment
-   * files) is most of a send's CPU: on threads, the app's own thread stays
-   * free and sends go out faster on a machine with cores to spare. The bytes
-   * are the same as a build on the sending thread. Messages a thread cannot
-   * reproduce (stream or function content, a stream plugin, values that are
-   * not plain data, in-memory contents over 2 MiB) are built on the sending
-   * thread, and the debug log says why. Threads start with the first send
-   * that needs one, are reused, never keep the process alive while idle,
-   * and end with `close()`; each costs some memory (see BENCHMARKS.md).
+   * Build messages on this many worker threads (`'auto'`: `os.availableParallelism()`), keeping Nodemailer's build
+   * (MIME, DKIM, attachment files) off the app's thread, with the same bytes. A message a thread cannot reproduce
+   * (stream or function content, a stream plugin, values that are not plain data, in-memory contents over 2 MiB) is
+   * built on the sending thread, and the debug log says why. Threads start with the first send that needs one, never
+   * keep the process alive while idle, and end with `close()`.
    * @default undefined (off: messages are built on the sending thread)
-   * @example
-   * new EmlApiTransport({ apiKey, baseUrl, buildThreads: 2 });
+   * @example new EmlApiTransport({ apiKey, baseUrl, buildThreads: 2 });
    */
   buildThreads?: number | 'auto' | false;
   /**
-   * Prometheus metrics of the sends (`eml_api_sends_total`, `eml_api_send_retries_total`,
-   * `eml_api_upload_bytes`, `eml_api_upload_duration_seconds`, with `component="transport"`):
-   * `true` for prom-client's default registry, or `{ registry }` for yours. Needs the
-   * optional peer `prom-client` (`npm install prom-client`). See docs/operations.md.
+   * Prometheus metrics of the sends (`eml_api_sends_total`... with `component="transport"`): `true` for prom-client's
+   * default registry, or `{ registry }`. Needs the optional peer `prom-client`; see docs/operations.md.
    * @default false
-   * @example
-   * new EmlApiTransport({ apiKey, baseUrl, metrics: { registry } });
+   * @example new EmlApiTransport({ apiKey, baseUrl, metrics: { registry } });
    */
   metrics?: MetricsOption;
 }
 
-/** Names of the options the transport takes besides the client's. */
 const TRANSPORT_OPTIONS = ['buildThreads', 'metrics'] as const satisfies readonly (keyof EmlApiTransportOptions)[];
 
 /**
- * Splits the transport's own options from the client's, checking them.
- *
- * @returns the client's options and the number of build threads (0: none)
- * @throws {EmlApiError} `ECONFIG` naming the option (an unknown one too, with the nearest valid name)
+ * Splits the transport's own options from the client's.
+ * @throws {EmlApiError} `ECONFIG` naming the option (an unknown one with the nearest valid name)
  */
 export function splitTransportOptions(options: EmlApiTransportOptions): {
   clientOptions: EmlApiClientOptions;
   buildThreads: number;
-  /** The `metrics` option as given (checked where the metrics are made). */
+  /** Checked where the metrics are made. */
   metrics?: MetricsOption;
 } {
   if (typeof options !== 'object' || options === null) return { clientOptions: options, buildThreads: 0 };
@@ -368,10 +312,7 @@ export function splitTransportOptions(options: EmlApiTransportOptions): {
 }
 
 /**
- * What `transporter.sendMail()` resolves with: the fields Nodemailer's SMTP
- * transport gives (`envelope`, `messageId`, `accepted`, `rejected`, `pending`,
- * `response`), plus the service's answer.
- *
+ * What `transporter.sendMail()` resolves with: the fields of Nodemailer's SMTP transport and the service's answer.
  * @example
  * const info: EmlApiSentMessageInfo = await transporter.sendMail(message);
  * console.log(info.messageId, info.response); // '<...@example.test>' '202 Accepted'
@@ -379,13 +320,9 @@ export function splitTransportOptions(options: EmlApiTransportOptions): {
 export interface EmlApiSentMessageInfo {
   /** Sender and recipients of the message. */
   envelope: MailEnvelope;
-  /**
-   * The Message-ID header of the uploaded message, with angle brackets. For a
-   * tracked (JSON) send, the one the service reported; empty for group sends,
-   * where every member's copy has its own.
-   */
+  /** The uploaded message's Message-ID, with angle brackets; a tracked send's from the service; empty for group sends. */
   messageId: string;
-  /** Every envelope recipient: the service accepts or refuses a message as a whole. Empty for group sends. */
+  /** Every envelope recipient (the service takes or refuses a message whole); empty for group sends. */
   accepted: string[];
   /** Always empty: a refused message rejects the promise instead. */
   rejected: string[];
@@ -395,23 +332,17 @@ export interface EmlApiSentMessageInfo {
   response: string;
   /** The service's id for the send, when it gave one. */
   id: string | undefined;
-  /** The service's parsed JSON answer (read leniently), when it sent JSON; for group sends `{ id, recipients, failed }`. */
+  /** The service's JSON answer, read leniently; for group sends `{ id, recipients, failed }`. */
   apiResponse: Partial<SendAcceptedResponse> | Partial<GroupSendAcceptedResponse> | undefined;
   /** The group a group send went to. */
   group?: string;
   /** The `Idempotency-Key` the send carried. */
   idempotencyKey: string;
-  /**
-   * Set when the 2xx answer was not the service's JSON (an HTML page behind a
-   * wrong `baseUrl`): the message may not have been sent. Also logged as a warning.
-   */
+  /** Set (and logged) when the 2xx was not the service's JSON, e.g. a page behind a wrong `baseUrl`: the message may not have gone. */
   warning?: string;
 }
 
-/**
- * The info of an accepted send: every envelope recipient accepted (the
- * service takes or refuses a message as a whole), with the service's answer.
- */
+/** The info of an accepted send: every envelope recipient accepted, since the service takes or refuses a message whole. */
 export function sentMessageInfo(
   envelope: MailEnvelope,
   messageId: string,

@@ -51,11 +51,8 @@ const UNSUPPORTED: [field: string, label: string][] = [
 ];
 
 /**
- * Turns a Nodemailer message into a JSON send (standard or group). Inline
- * `cid:` images become hosted `images` with `{{name}}` placeholders. Anything
- * the JSON forms cannot carry is refused, naming every such part: nothing is
- * dropped silently.
- *
+ * Turns a Nodemailer message into a JSON send: inline `cid:` images become hosted `images` with `{{name}}`
+ * placeholders, and anything the JSON forms cannot carry is refused, naming every such part.
  * @throws {EmlApiError} `EMESSAGE`
  */
 export async function jsonSendFromMail(
@@ -129,11 +126,7 @@ export async function jsonSendFromMail(
   };
 }
 
-/**
- * Resolves the message's contents (streams, paths, URLs). Nodemailer cannot
- * stop a stalled source, so an abort (or the call's total timeout) rejects at
- * once and leaves the source to end on its own.
- */
+/** Resolves the contents (streams, paths, URLs); Nodemailer cannot stop a stalled source, so an abort rejects at once and leaves it. */
 function normalize(mail: NodemailerMail, signal: AbortSignal): Promise<Record<string, unknown>> {
   return new Promise((resolve, reject) => {
     if (signal.aborted) return reject(signal.reason);
@@ -183,11 +176,7 @@ function capitalise(text: string): string {
   return text.charAt(0).toUpperCase() + text.slice(1);
 }
 
-/**
- * Rewrites `cid:NAME` references to `{{placeholder}}` in one pass, matching
- * each reference whole (up to a quote, bracket or space), so `cid:logo` never
- * rewrites the start of `cid:logo2`. Unknown references stay as they are.
- */
+/** Rewrites each whole `cid:NAME` reference (up to a quote, bracket or space), so `cid:logo` never rewrites `cid:logo2`. */
 function replaceCidReferences(html: string, placeholders: ReadonlyMap<string, string>): string {
   if (placeholders.size === 0) return html;
   return html.replace(/cid:([^\s"'<>()]+)/gi, (whole, cid: string) => {
@@ -196,22 +185,15 @@ function replaceCidReferences(html: string, placeholders: ReadonlyMap<string, st
   });
 }
 
-/**
- * Where a `sendMail` call goes, from its `group` and `tracking` fields: a
- * group send, a tracked JSON email, or (neither) the built message as EML.
- */
+/** Where a `sendMail` call goes: a group send, a tracked JSON email, or the built message as EML. */
 export type SendRoute =
   | { kind: Extract<SendKind, 'group'>; groupId: string; tracking: boolean | undefined }
   | { kind: Extract<SendKind, 'email'> }
   | { kind: Extract<SendKind, 'eml'> };
 
-/** The routes that post JSON fields instead of the built message. */
 export type JsonRoute = Exclude<SendRoute, { kind: 'eml' }>;
 
-/**
- * Reads `group` and `tracking` from the message data.
- * @throws {EmlApiError} `EMESSAGE` when they have the wrong type
- */
+/** Reads `group` and `tracking` from the message data. @throws {EmlApiError} `EMESSAGE` when they have the wrong type */
 export function sendRouteOf(data: Record<string, unknown>): SendRoute {
   const { group, tracking } = data;
   if (tracking !== undefined && typeof tracking !== 'boolean') {
@@ -226,37 +208,23 @@ export function sendRouteOf(data: Record<string, unknown>): SendRoute {
 }
 
 /**
- * The `sendMail` fields this transport adds. They are declared on Nodemailer's
- * own message options type (module augmentation for Nodemailer 10's bundled
- * types and for `@types/nodemailer`), so TypeScript accepts them without casts.
- *
+ * The `sendMail` fields this transport adds, declared on Nodemailer's own message options type (Nodemailer 10's bundled
+ * types and `@types/nodemailer`), so TypeScript accepts them without casts.
  * @example
  * await transporter.sendMail({ from, subject: 'Hi {{first_name}}', html, group: 'newsletter' });
  * await transporter.sendMail({ from, to, subject, html, tracking: true });
  * await transporter.sendMail({ raw, idempotencyKey: `receipt-${order.id}` });
  */
 export interface EmlApiMailOptions {
-  /**
-   * Send to every member of this group through `/v1/send/group/{group}`
-   * instead of as EML. The message then cannot have to/cc/bcc, custom headers
-   * or attachments other than inline images.
-   * @default undefined (EML send)
-   */
+  /** Send to every member of this group through `/v1/send/group/{group}`: no to/cc/bcc, headers or attachments but inline images. @default undefined */
   group?: string;
-  /**
-   * Send through `/v1/send/email` with the service's tracking on (or, with
-   * `group`, turn tracking on for the group send).
-   * @default undefined (EML send)
-   */
+  /** Send through `/v1/send/email` with the service's tracking on (with `group`, for the group send). @default undefined */
   tracking?: boolean;
   /**
-   * `Idempotency-Key` of this logical send: the service delivers a repeat of
-   * the same request under the same key once (within its window) and refuses
-   * a different request under a used key (`EAPI` 422 `idempotency_key_reused`).
-   * Nodemailer builds a message anew on every `sendMail` (a new Date, boundaries
-   * and, unless given, Message-ID), so a repeat is the same request only when
-   * the message is the same bytes: `raw`, or the outbox, which builds once.
-   * 1 to 255 printable ASCII characters without spaces.
+   * `Idempotency-Key` of this logical send (1 to 255 printable ASCII, no spaces): the service delivers a repeat under
+   * the same key once and refuses a different request under it (`EAPI` 422 `idempotency_key_reused`). Nodemailer builds
+   * anew on every `sendMail` (Date, boundaries, Message-ID), so a repeat is the same request only with `raw` or through
+   * the outbox, which builds once.
    * @default a new random UUID per send
    */
   idempotencyKey?: string;

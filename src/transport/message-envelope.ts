@@ -1,10 +1,5 @@
-/**
- * The envelope of a send through `/v1/send/eml`, where the service takes the
- * recipients from the To, Cc and Bcc headers: decided from Nodemailer's
- * compiled message and, where Nodemailer's view cannot be trusted, from the
- * built bytes. Run on the sending thread, or on the build thread that built
- * the message.
- */
+// The envelope of a send through `/v1/send/eml`, where the service takes recipients from the To, Cc and Bcc headers:
+// from Nodemailer's compiled message and, where its view cannot be trusted, from the built bytes.
 import type { MailEnvelope, NodemailerMail } from './nodemailer-types.js';
 import { parseAddressList, parseHeaderFields, isValidAddress } from '../protocol/message-format.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
@@ -43,14 +38,9 @@ export function readHeaderAddresses(eml: Buffer): HeaderAddresses {
 }
 
 /**
- * Decides the envelope of a send through `/v1/send/eml`, where the service
- * takes recipients from the headers. Recipients the caller gave that differ
- * from the headers cannot be honoured and are refused: a custom Nodemailer
- * `envelope`, or `to`/`cc`/`bcc` given with `raw` (Nodemailer makes its
- * envelope from them, while the service reads the raw message's headers).
- *
- * @param built the built message; its header section is read only when Nodemailer's own view cannot be trusted
- * @returns the envelope, whether its sender differs from the From header, and the message's Message-ID
+ * Decides the envelope of an EML send. Recipients the caller gave that differ from the headers cannot be honoured and
+ * are refused: a custom `envelope`, or `to`/`cc`/`bcc` with `raw` (Nodemailer's envelope, not the headers).
+ * @param built the built message; its headers are read only when Nodemailer's own view cannot be trusted
  * @throws {EmlApiError} `EENVELOPE` when recipients differ or there are none; `EMESSAGE` without a From address
  */
 export function resolveEnvelope(
@@ -62,8 +52,7 @@ export function resolveEnvelope(
   const raw = Boolean(data.raw);
   const nodemailerEnvelope = mail.message.getEnvelope();
   if (!custom && !raw) {
-    // Nodemailer wrote the headers from the same data its envelope comes from:
-    // no need to read them back from the bytes (the common, hot path).
+    // Nodemailer wrote the headers from the data its envelope comes from: no need to read the bytes (the hot path).
     checkFrom(
       fromIsEnvelopeSender(mail.message)
         ? nodemailerEnvelope.from || undefined
@@ -111,7 +100,6 @@ export function resolveEnvelope(
   return { envelope, fromDiffers, messageId: headers.messageId };
 }
 
-/** The service needs a From address: refused here, before anything is sent. */
 function checkFrom(from: string | undefined): void {
   if (from === undefined || from === '') {
     throw new EmlApiError('EMESSAGE', 'The message has no From address; set from (the service needs one to send)', {
@@ -128,10 +116,8 @@ function checkFrom(from: string | undefined): void {
 }
 
 /**
- * Whether Nodemailer's envelope sender is the first address of the From
- * header, if any: so it is with one From header and no Sender or Reply-To,
- * which its envelope falls back to when From gives no address. Saves
- * parsing every address header again.
+ * Whether Nodemailer's envelope sender is the first From address, as with one From header and no Sender or Reply-To
+ * (its fallbacks), which saves parsing every address header again.
  */
 function fromIsEnvelopeSender(message: NodemailerMail['message']): boolean {
   const headers = (message as { _headers?: unknown })._headers;

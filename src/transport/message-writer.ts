@@ -1,8 +1,4 @@
-/**
- * How the transport turns Nodemailer's compiled message (a MimeNode tree)
- * into bytes, on the sending thread and on a build thread alike: Bcc kept,
- * large Buffers sliced, and the bytes written straight into the consumer.
- */
+// Nodemailer's compiled message (a MimeNode tree) into bytes, on the sending thread and a build thread alike.
 
 import { Readable } from 'node:stream';
 
@@ -16,40 +12,24 @@ export interface WritableTree {
   stream?(output: ByteSink, options: object, done: (err?: Error | null) => void): void;
 }
 
-/**
- * What the message is written into: a Writable, or a lighter object that does
- * what Nodemailer's tree and `pipe` ask of one; it knows the last byte
- * written into it (for the final line break).
- */
+/** A Writable, or a lighter object doing what the tree and `pipe` ask of one; it knows its last byte for the final line break. */
 export type ByteSink = NodeJS.WritableStream & {
   readonly lastByte: number;
   readonly destroyed: boolean;
   destroy(err?: Error): unknown;
 };
 
-/**
- * Readies a compiled message for the EML endpoint: Bcc kept in the headers
- * (the service reads recipients from To, Cc and Bcc and removes Bcc itself,
- * as sendmail and SES transports do), large Buffers sliced (see
- * {@link sliceLargeContents}).
- */
+/** Readies a compiled message for the EML endpoint: Bcc kept in the headers (the service removes it), large Buffers sliced. */
 export function prepareForUpload(message: WritableTree): void {
   message.keepBcc = true;
   sliceLargeContents(message as unknown as Parameters<typeof sliceLargeContents>[0]);
 }
 
 /**
- * Writes the bytes `message.createReadStream()` gives into `sink`, then
- * calls `done` once (with the error that stopped it, if any).
- *
- * `createReadStream()` runs the tree's output through a PassThrough, the
- * tree's transforms, a stage that ends the message with a line break, DKIM
- * and other processFuncs and a newline converter, joined with `pipeline`. A
- * message with no transforms, processFuncs or `newline` option needs none of
- * them but the line break: it is written by the tree straight into `sink`
- * and the line break added here, as that stage adds it, saving a stream, a
- * pipeline and a pass over every chunk. Any other message goes through
- * `createReadStream()` itself.
+ * Writes the message into `sink`, then calls `done` once. `createReadStream()` pipes the tree through a PassThrough,
+ * its transforms, a final line break stage, the processFuncs (DKIM) and a newline converter; a message with none of
+ * these but the line break is written by the tree straight into `sink`, saving a stream, a pipeline and a pass over
+ * every chunk.
  */
 export function writeMessage(message: WritableTree, sink: ByteSink, done: (err?: Error | null) => void): void {
   const direct =
@@ -62,7 +42,7 @@ export function writeMessage(message: WritableTree, sink: ByteSink, done: (err?:
   if (direct) {
     message.stream!(sink, {}, (err) => {
       if (err) return done(err);
-      // What Nodemailer's LastNewline stage does: a message always ends with a line break.
+      // As Nodemailer's LastNewline stage does: a message always ends with a line break.
       if (sink.lastByte === 0x0d) sink.write('\n');
       else if (sink.lastByte !== 0x0a) sink.write('\r\n');
       done();
@@ -88,7 +68,7 @@ export function writeMessage(message: WritableTree, sink: ByteSink, done: (err?:
   output.pipe(sink, { end: false });
 }
 
-/** The MimeNode fields this uses, present in Nodemailer 6 to 10. */
+/** The MimeNode fields used here, present in Nodemailer 6 to 10. */
 interface ContentNode {
   content?: unknown;
   childNodes?: ContentNode[];
@@ -98,24 +78,19 @@ interface ContentNode {
   setHeader?(name: string, value: string): unknown;
 }
 
-/** Contents larger than this are fed to Nodemailer's encoder in slices. */
 const SLICE_ABOVE = 1024 * 1024;
 /** A multiple of 3 bytes, so Base64 slices need no carry-over. */
 const SLICE = 3 * 64 * 1024;
 
 /**
- * Replaces large Buffer contents (attachments given as Buffers) in a compiled
- * message with streams of slices of the same Buffer. Nodemailer encodes a
- * Buffer in one piece, making several full-size copies (Base64 text, wrapped
- * lines); slices keep its encoder's memory flat. The bytes are the same: the
- * slices are views of the caller's Buffer, not copies, and the transfer
- * encoding Nodemailer chose for the Buffer (it reads a text Buffer to pick
- * quoted-printable or Base64, which it cannot do for a stream) is kept.
+ * Feeds large Buffer contents to Nodemailer's encoder as slices (views, not copies) of the same Buffer: it encodes a
+ * Buffer in one piece with several full-size copies. The transfer encoding Nodemailer picked by reading the Buffer,
+ * which it cannot do for a stream, is kept.
  */
 export function sliceLargeContents(node: ContentNode): void {
   if (Buffer.isBuffer(node.content) && node.content.length > SLICE_ABOVE && typeof node.setContent === 'function') {
     const content = node.content;
-    // Decided while the content is still a Buffer, then fixed in the header, which Nodemailer honours.
+    // Decided while the content is a Buffer, then fixed in the header, which Nodemailer honours.
     const encoding = node.getTransferEncoding?.();
     node.setContent(Readable.from(slices(content), { objectMode: false }));
     if ((encoding === 'base64' || encoding === 'quoted-printable') && !node.getHeader?.('Content-Transfer-Encoding')) {

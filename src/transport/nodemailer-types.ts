@@ -1,30 +1,21 @@
 import type { Readable } from 'node:stream';
 
 /**
- * The parts of Nodemailer's compiled message (`MimeNode`) the transport uses.
- * Declared structurally so the package works with the types of every
- * supported Nodemailer major (6.9 to 10) without importing any of them.
- *
- * @example
- * const envelope = mail.message.getEnvelope(); // { from: 'shop@example.com', to: ['ann@example.net'] }
+ * The parts of Nodemailer's compiled message (`MimeNode`) the transport uses, declared structurally so that every
+ * supported major (6.9 to 10) fits without importing its types.
+ * @example const envelope = mail.message.getEnvelope(); // { from: 'shop@example.com', to: ['ann@example.net'] }
  */
 export interface NodemailerMimeNode {
   keepBcc: boolean;
   createReadStream(): Readable;
   getEnvelope(): { from: string | false; to: string[] };
-  /**
-   * The addresses of the message's address headers, as Nodemailer parsed them:
-   * `{ address, name }` objects at run time in every major (typed differently
-   * by Nodemailer 10 and by @types/nodemailer, hence `unknown` here).
-   */
+  /** The message's address headers as parsed: `{ address, name }` at run time, typed differently by each major. */
   getAddresses(): { from?: unknown };
   messageId(): string;
 }
 
 /**
- * The parts of Nodemailer's `MailMessage` (the object `transport.send` gets)
- * the transport uses: Nodemailer passes it, apps do not build one.
- *
+ * The parts of Nodemailer's `MailMessage`, which Nodemailer passes to `transport.send`, that the transport uses.
  * @example
  * // A wrapper that logs each send, then hands it on.
  * const send = (mail: NodemailerMail, callback: SendCallback) => {
@@ -41,8 +32,7 @@ export interface NodemailerMail {
 
 /**
  * An SMTP-style envelope: sender and the addresses the message goes to.
- * @example
- * const { envelope } = await transporter.sendMail(message); // { from: 'shop@example.com', to: ['ann@example.net'] }
+ * @example const { envelope } = await transporter.sendMail(message); // { from: 'shop@example.com', to: ['ann@example.net'] }
  */
 export interface MailEnvelope {
   from: string | false;

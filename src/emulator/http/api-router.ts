@@ -17,8 +17,8 @@ import { configError, refuseUnknownKeys } from '../../shared/options-kit.js';
 import { EmlApiError } from '../../shared/eml-api-error.js';
 
 /**
- * The emulator's request handler: a request a site section owns (public
- * pages, the web inbox) goes to it; everything else is the JSON API.
+ * The emulator's request handler: a request a site section owns (public pages, the web inbox) goes to it; everything
+ * else is the JSON API.
  */
 export function createRequestHandler(
   server: ServerContext,
@@ -47,9 +47,8 @@ export function createRequestHandler(
 const MAX_PATH_LENGTH = 2048;
 
 /**
- * Answers one request of the JSON API, with the injected faults. Every
- * failure caused by the request is a 4xx JSON error; only a bug in the
- * emulator gives 500.
+ * Answers one request of the JSON API, with the injected faults. Every failure caused by the request is a 4xx JSON
+ * error; only a bug in the emulator gives 500.
  */
 export async function answerApi(server: ServerContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const fault = server.faults?.draw();
@@ -166,7 +165,7 @@ async function run(
   const fingerprint = createHash('sha256')
     .update(await readRequestBody())
     .digest('base64');
-  // Scoped to the account, not the API key (CONTRACT.md): a fleet that rotates keys must not send twice.
+  // Scoped to the account, not the API key (docs/contract.md): a fleet that rotates keys must not send twice.
   const outcome = await state.idempotency.run(
     `${key.account}\n${routeId}\n${params.join('\n')}\n${idempotencyKey}`,
     fingerprint,
@@ -211,9 +210,8 @@ function errorAnswer(server: ServerContext, err: unknown): ApiAnswer {
 const SEGMENT = '([^/]+)';
 
 /**
- * The service's operations. Path parameters are single, percent-encoded
- * segments; they are decoded after matching, so an encoded `/` or `..` can
- * never reach another route.
+ * The service's operations. Path parameters are single, percent-encoded segments; they are decoded after matching, so
+ * an encoded `/` or `..` can never reach another route.
  */
 export const ROUTES: readonly Route[] = [
   { pattern: /^\/v1\/send\/eml$/, methods: { POST: sendEmlOperation } },
@@ -256,8 +254,8 @@ export function requireScope(key: KnownKey, anyOf: readonly ApiScope[]): void {
 }
 
 /**
- * Reads a request body up to `limit` bytes. A declared or actual size over the
- * limit answers 413 without buffering the rest.
+ * Reads a request body up to `limit` bytes. A declared or actual size over the limit answers 413 without buffering the
+ * rest.
  */
 export async function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   const declared = req.headers['content-length'];
@@ -281,8 +279,8 @@ export async function readBody(req: IncomingMessage, limit: number): Promise<Buf
 }
 
 /**
- * The client went away before its request was read: its own doing, never an
- * internal error of the emulator. There is nobody left to answer.
+ * The client went away before its request was read: its own doing, never an internal error of the emulator. There is
+ * nobody left to answer.
  */
 export class ClientGoneError extends Error {
   override readonly name = 'ClientGoneError';
@@ -325,10 +323,9 @@ export interface ServerContext {
 }
 
 /**
- * A part of the emulator's web site beside the JSON API (the public pages,
- * the web inbox). The request handler asks each section in turn whether it
- * owns a request; sections write their own answers, so the handler knows
- * nothing of what they serve.
+ * A part of the emulator's web site beside the JSON API (the public pages, the web inbox). The request handler asks
+ * each section in turn whether it owns a request; sections write their own answers, so the handler knows nothing of
+ * what they serve.
  */
 export interface SiteSection {
   /** Whether this section answers a request for `path` with `method`. */
@@ -341,9 +338,7 @@ export interface SiteSection {
 
 /**
  * A per-API-key rate limit of the emulator.
- *
- * @example
- * await startEmulator({ rateLimit: { requestsPerSecond: 10, burst: 20 } });
+ * @example await startEmulator({ rateLimit: { requestsPerSecond: 10, burst: 20 } });
  */
 export interface EmulatorRateLimit {
   /** Requests each key may make per second, on average. */
@@ -364,8 +359,8 @@ interface Bucket {
 const RATE_LIMIT_FIELDS = ['requestsPerSecond', 'burst'] as const satisfies readonly (keyof EmulatorRateLimit)[];
 
 /**
- * Token buckets per API key, on the real (monotonic) clock: the emulator's
- * `now` option is for mail-domain time and may be frozen in tests.
+ * Token buckets per API key, on the real (monotonic) clock: the emulator's `now` option is for mail-domain time and may
+ * be frozen in tests.
  */
 export class KeyRateLimiter {
   readonly #rate: number;

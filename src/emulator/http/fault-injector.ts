@@ -1,11 +1,8 @@
 import { configError, refuseUnknownKeys } from '../../shared/options-kit.js';
 /**
- * Faults the emulator injects into API requests, for testing how clients
- * cope. Shares are probabilities from 0 to 1, drawn per request from a seeded
- * generator, so a run with the same seed and request order sees the same faults.
- *
- * @example
- * await startEmulator({ faults: { seed: 7, unavailable: 0.05, rateLimited: 0.05, resetAfterProcessing: 0.02, latencyMs: [0, 20] } });
+ * Faults the emulator injects into API requests, for testing how clients cope. Shares are probabilities from 0 to 1,
+ * drawn per request from a seeded generator, so a run with the same seed and request order sees the same faults.
+ * @example await startEmulator({ faults: { seed: 7, unavailable: 0.05, rateLimited: 0.05, resetAfterProcessing: 0.02, latencyMs: [0, 20] } });
  */
 export interface EmulatorFaults {
   /**
@@ -29,15 +26,13 @@ export interface EmulatorFaults {
 
 /**
  * What happens to one request.
- * @example
- * const kind: FaultKind = 'resetAfterProcessing'; // the request is processed, its answer lost
+ * @example const kind: FaultKind = 'resetAfterProcessing'; // the request is processed, its answer lost
  */
 export type FaultKind = 'none' | 'unavailable' | 'rateLimited' | 'resetBeforeProcessing' | 'resetAfterProcessing';
 
 /**
  * Counts of injected faults since the faults were set.
- * @example
- * const stats: FaultStats | undefined = emu.faultStats(); // { none: 180, unavailable: 12, rateLimited: 5, ... }
+ * @example const stats: FaultStats | undefined = emu.faultStats(); // { none: 180, unavailable: 12, rateLimited: 5, ... }
  */
 export type FaultStats = Record<FaultKind, number>;
 

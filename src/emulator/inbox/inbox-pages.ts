@@ -61,8 +61,8 @@ export function listPath(query: string, start: number): string {
 }
 
 /**
- * `GET /` (`?query=`, `?start=`): a page of the messages, newest first, with
- * the search box; kept up to date over /inbox/events.
+ * `GET /` (`?query=`, `?start=`): a page of the messages, newest first, with the search box; kept up to date over
+ * /inbox/events.
  */
 export function messageListPage(state: EmulatorState, query: string, start: number): PageAnswer {
   const view = listView(state, query, start);
@@ -220,10 +220,9 @@ export function servedType(contentType: string): string {
 export const INERT_CSP = "sandbox; default-src 'none'";
 
 /**
- * An HTML body as the inbox and `/view/{ID}.html` serve it: its CSP sandboxes
- * it even when opened on its own (no script runs, it reaches no other page's
- * data), lets it load only inline styles, data: images and the emulator's
- * hosted images, and lets its links and forms open new tabs.
+ * An HTML body as the inbox and `/view/{ID}.html` serve it: its CSP sandboxes it even when opened on its own (no script
+ * runs, it reaches no other page's data), lets it load only inline styles, data: images and the emulator's hosted
+ * images, and lets its links and forms open new tabs.
  */
 export function sandboxedHtml(state: EmulatorState, req: IncomingMessage, body: string): PageAnswer {
   const origins = new Set([state.baseUrl]);
@@ -252,8 +251,8 @@ function htmlAnswer(status: number, body: string | SafeHtml, csp: string[]): Pag
 }
 
 /**
- * The HTML frame's sandbox: no scripts and no same-origin access; links and
- * forms open new tabs, outside the sandbox, as in a mail client.
+ * The HTML frame's sandbox: no scripts and no same-origin access; links and forms open new tabs, outside the sandbox,
+ * as in a mail client.
  */
 export const FRAME_SANDBOX = 'allow-popups allow-popups-to-escape-sandbox allow-forms';
 
@@ -281,9 +280,8 @@ export interface InboxPage {
 }
 
 /**
- * Wraps inbox content in the common page: top bar, inline stylesheet and a
- * Content-Security-Policy that lets only this page's own inline script run
- * and only talk to the emulator.
+ * Wraps inbox content in the common page: top bar, inline stylesheet and a Content-Security-Policy that lets only this
+ * page's own inline script run and only talk to the emulator.
  */
 export function inboxPage(page: InboxPage): PageAnswer {
   const nonce = randomBytes(16).toString('base64');
@@ -328,8 +326,8 @@ export function notFoundPage(what: string, detail: string): PageAnswer {
 }
 
 /**
- * A timestamp of the emulator's clock as the inbox shows it, in UTC:
- * `2025-03-01 09:30:00 UTC`. Empty for an invalid date.
+ * A timestamp of the emulator's clock as the inbox shows it, in UTC: `2025-03-01 09:30:00 UTC`. Empty for an invalid
+ * date.
  */
 export function formatTime(date: Date): string {
   if (Number.isNaN(date.getTime())) return '';
@@ -361,9 +359,8 @@ export function plural(count: number, noun: string): string {
  */
 
 /**
- * The message list: the search box, paging, deletes and read marks through
- * the inspection API, and a reload of the page's rows whenever
- * /inbox/events reports a change (an arrival, a delete, a reset, a restart).
+ * The message list: the search box, paging, deletes and read marks through the inspection API, and a reload of the
+ * page's rows whenever /inbox/events reports a change (an arrival, a delete, a reset, a restart).
  */
 export const LIST_SCRIPT = `
 (() => {

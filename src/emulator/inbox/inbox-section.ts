@@ -20,11 +20,9 @@ import { parseSearch } from '../state/mail-search.js';
 const MESSAGE = /^\/inbox\/messages\/(dlv_[A-Za-z0-9-]{1,100})(?:\/(raw|html|attachments\/(0|[1-9]\d{0,4})))?$/;
 
 /**
- * The web inbox as a site section: GET and HEAD of `/` and of paths under
- * `/inbox/` (other methods go on to the API, which answers them as before),
- * the live event feed included. It reads the stores and follows the mail
- * store's changes; its buttons act through the inspection API. It answers
- * only who may read the mail ({@link WebAccess}).
+ * The web inbox as a site section: GET and HEAD of `/` and of paths under `/inbox/` (other methods go on to the API,
+ * which answers them as before), the live event feed included. It reads the stores and follows the mail store's
+ * changes; its buttons act through the inspection API. It answers only who may read the mail ({@link WebAccess}).
  */
 export function inboxSection(state: EmulatorState, access: WebAccess): SiteSection {
   const events = new InboxEventFeed(state);
@@ -50,9 +48,8 @@ export function inboxSection(state: EmulatorState, access: WebAccess): SiteSecti
 export const INBOX_LIST_PATH = '/inbox/list';
 
 /**
- * Answers a page or file of the web inbox (the event stream excepted): the
- * message list, a message with its raw source, HTML body and attachments,
- * the newest message, and the groups. Unknown paths get an HTML 404.
+ * Answers a page or file of the web inbox (the event stream excepted): the message list, a message with its raw source,
+ * HTML body and attachments, the newest message, and the groups. Unknown paths get an HTML 404.
  */
 async function answerInbox(
   state: EmulatorState,
@@ -117,18 +114,16 @@ const HEARTBEAT_MS = 15_000;
 export const MAX_EVENT_STREAMS = 50;
 
 /**
- * `GET /inbox/events?since=<cursor>`: Server-Sent Events for the inbox page.
- * Each message's arrival is an event `delivery` (data: a {@link DeliverySummary}, id:
- * its cursor); deletes and read marks are events `delete` and `update` (data:
- * `{ ids }`); a clear, `emu.reset()` or a large edit is an event `reset` (data: `{ before }`, the
- * messages not replayed after it). A client gets what it missed
- * after `since` (or the `Last-Event-ID` of a reconnecting EventSource) first.
+ * `GET /inbox/events?since=<cursor>`: Server-Sent Events for the inbox page. Each message's arrival is an event
+ * `delivery` (data: a {@link DeliverySummary}, id: its cursor); deletes and read marks are events `delete` and `update`
+ * (data: `{ ids }`); a clear, `emu.reset()` or a large edit is an event `reset` (data: `{ before }`, the messages not
+ * replayed after it). A client gets what it missed after `since` (or the `Last-Event-ID` of a reconnecting EventSource)
+ * first.
  *
- * Memory stays bounded whatever clients do: each stream keeps only a cursor
- * and is written to while its socket drains (a client that stops reading
- * gets nothing more until it reads again); a client more than the list's
- * 500 rows behind gets a reset and the newest 500, as the page shows no more;
- * and at most 50 streams are open. Open streams are ended when the emulator closes.
+ * Memory stays bounded whatever clients do: each stream keeps only a cursor and is written to while its socket drains
+ * (a client that stops reading gets nothing more until it reads again); a client more than the list's 500 rows behind
+ * gets a reset and the newest 500, as the page shows no more; and at most 50 streams are open. Open streams are ended
+ * when the emulator closes.
  */
 export class InboxEventFeed {
   /** Each open stream and the function that ends it. */

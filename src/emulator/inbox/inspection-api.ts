@@ -14,12 +14,10 @@ import type { WebAccess } from './web-access.js';
 import { INBOX_HEADERS, INERT_CSP, messagePath, sandboxedHtml, servedType } from './inbox-pages.js';
 
 /**
- * Mailpit's REST API v1 at the emulator's own address: the paths, query
- * parameters, field names and JSON shapes Mailpit's clients call
- * (`mailpit-api`, `cypress-mailpit`, hand-written helpers), over the
- * emulator's inbox. What makes no sense here (releasing to SMTP,
- * SpamAssassin...) answers 501 naming the feature. It answers only who may
- * read the mail ({@link WebAccess}).
+ * Mailpit's REST API v1 at the emulator's own address: the paths, query parameters, field names and JSON shapes
+ * Mailpit's clients call (`mailpit-api`, `cypress-mailpit`, hand-written helpers), over the emulator's inbox. What
+ * makes no sense here (releasing to SMTP, SpamAssassin...) answers 501 naming the feature. It answers only who may read
+ * the mail ({@link WebAccess}).
  */
 export function inspectionApi(
   state: EmulatorState,
@@ -570,9 +568,8 @@ function attachmentSummary(raw: Buffer, part: MimePart): Record<string, unknown>
 }
 
 /**
- * The links of a List-Unsubscribe header and what is wrong with it, as
- * Mailpit checks it: `<...>` entries split by commas, at most one mailto and
- * one http(s) link, no spaces.
+ * The links of a List-Unsubscribe header and what is wrong with it, as Mailpit checks it: `<...>` entries split by
+ * commas, at most one mailto and one http(s) link, no spaces.
  */
 export function listUnsubscribeLinks(value: string): { Links: string[]; Errors: string } {
   const v = value.replace(/\([^)]*\)/g, '').trim();

@@ -6,10 +6,9 @@ import type { EmulatorState } from '../state/emulator-state.js';
 import type { InboxMessage } from '../state/mail-store.js';
 
 /**
- * Mailpit's send API (`POST /api/v1/send`): a message given as JSON, built
- * and put into the inbox as an SMTP client's would be, so suites that seed
- * mail with cypress-mailpit's `mailpitSendMail` or mailpit-api's
- * `sendMessage` keep working. Its checks and error texts are Mailpit's.
+ * Mailpit's send API (`POST /api/v1/send`): a message given as JSON, built and put into the inbox as an SMTP client's
+ * would be, so suites that seed mail with cypress-mailpit's `mailpitSendMail` or mailpit-api's `sendMessage` keep
+ * working. Its checks and error texts are Mailpit's.
  */
 
 /** A send Mailpit would refuse; its message is Mailpit's. */

@@ -32,9 +32,8 @@ interface Panel {
 }
 
 /**
- * `GET /inbox/messages/{id}`: one message as its recipient `copy` got it,
- * with its HTML (sandboxed), text (links clickable), decoded headers, raw
- * source, attachments and calendar events.
+ * `GET /inbox/messages/{id}`: one message as its recipient `copy` got it, with its HTML (sandboxed), text (links
+ * clickable), decoded headers, raw source, attachments and calendar events.
  */
 export async function messagePage(message: InboxMessage, copy: DeliveredMessage): Promise<PageAnswer> {
   const base = messagePath(copy.id);
@@ -219,9 +218,8 @@ export function rawAnswer(copy: DeliveredMessage): PageAnswer {
 }
 
 /**
- * `GET /inbox/messages/{id}/html`: the HTML body for the message view's
- * sandboxed iframe, `cid:` images inlined as data: URLs and links opening
- * new tabs (a `<base target="_blank">`).
+ * `GET /inbox/messages/{id}/html`: the HTML body for the message view's sandboxed iframe, `cid:` images inlined as
+ * data: URLs and links opening new tabs (a `<base target="_blank">`).
  * @returns undefined when the message has no HTML body
  */
 export async function htmlAnswer(
@@ -236,9 +234,8 @@ export async function htmlAnswer(
 }
 
 /**
- * `GET /inbox/messages/{id}/attachments/{index}`: one attachment's decoded
- * bytes, as a download under its own name and content type. The delivered
- * message is parsed once for its page, frame and downloads.
+ * `GET /inbox/messages/{id}/attachments/{index}`: one attachment's decoded bytes, as a download under its own name and
+ * content type. The delivered message is parsed once for its page, frame and downloads.
  * @returns undefined when there is no attachment at that index
  */
 export async function attachmentAnswer(copy: DeliveredMessage, index: number): Promise<PageAnswer | undefined> {
@@ -277,9 +274,8 @@ const recent = new Map<string, { parsed: Promise<ParsedMail>; bytes: number }>()
 let keptBytes = 0;
 
 /**
- * A delivery parsed once for the inbox (its HTML with `cid:` images as data:
- * URLs, and its attachments), shared by the requests of its page, frame and
- * downloads. The last few are kept; older ones are parsed again if opened.
+ * A delivery parsed once for the inbox (its HTML with `cid:` images as data: URLs, and its attachments), shared by the
+ * requests of its page, frame and downloads. The last few are kept; older ones are parsed again if opened.
  */
 export function parsedDelivery(copy: DeliveredMessage): Promise<ParsedMail> {
   let entry = recent.get(copy.id);
@@ -308,9 +304,8 @@ function forget(id: string): void {
 }
 
 /**
- * The message view: the HTML, text, headers and raw sections as WAI-ARIA
- * tabs (arrow keys, Home and End move between them; every section shows
- * without script), and its Delete and Mark unread buttons.
+ * The message view: the HTML, text, headers and raw sections as WAI-ARIA tabs (arrow keys, Home and End move between
+ * them; every section shows without script), and its Delete and Mark unread buttons.
  */
 export const MESSAGE_SCRIPT = `
 (() => {

@@ -4,11 +4,10 @@ import { isIP } from 'node:net';
 import type { PageAnswer } from '../pages/public-pages.js';
 
 /**
- * Who may read the captured mail (the web inbox, its feed, the groups page
- * and the inspection API): requests for a loopback Host or an allowed one
- * (against DNS rebinding), from no other origin than the inbox's own (against
- * pages that post to it, as Mailpit refuses them), with the inbox login when
- * one is set (against anyone else on the network, whatever Host they claim).
+ * Who may read the captured mail (the web inbox, its feed, the groups page and the inspection API): requests for a
+ * loopback Host or an allowed one (against DNS rebinding), from no other origin than the inbox's own (against pages
+ * that post to it, as Mailpit refuses them), with the inbox login when one is set (against anyone else on the network,
+ * whatever Host they claim).
  */
 
 /** The login of the web inbox and the inspection API. */
@@ -78,8 +77,8 @@ function refusedOrigin(origin: string): PageAnswer {
 }
 
 /**
- * Whether a request's `Origin` is the inbox itself: the same host and port as
- * its `Host`, or a name the user allowed (behind a proxy that rewrites Host).
+ * Whether a request's `Origin` is the inbox itself: the same host and port as its `Host`, or a name the user allowed
+ * (behind a proxy that rewrites Host).
  */
 function isOwnOrigin(origin: string, hostHeader: string, allowed: ReadonlySet<string>): boolean {
   let from: URL;
@@ -95,11 +94,9 @@ function isOwnOrigin(origin: string, hostHeader: string, allowed: ReadonlySet<st
 }
 
 /**
- * Whether a request's `Host` is one the web inbox answers: `localhost` (and
- * `*.localhost`, which browsers resolve to loopback themselves), a loopback
- * address, or a name the user allowed. Anything else (a DNS-rebinding page's
- * own name, a missing Host) is refused.
- *
+ * Whether a request's `Host` is one the web inbox answers: `localhost` (and `*.localhost`, which browsers resolve to
+ * loopback themselves), a loopback address, or a name the user allowed. Anything else (a DNS-rebinding page's own name,
+ * a missing Host) is refused.
  * @param allowed lower-cased host names allowed besides the loopback ones
  */
 export function isAllowedHost(hostHeader: string | undefined, allowed: ReadonlySet<string>): boolean {

@@ -65,9 +65,8 @@ function checkEntry(
 }
 
 /**
- * `POST /v1/group/{groupId}`: adds members. `onFailure: 'SKIP'` adds the valid
- * entries and reports the others; `ABORT` (the default) adds nothing when any
- * entry is bad. Re-adding a member updates its name and substitutions.
+ * `POST /v1/group/{groupId}`: adds members. `onFailure: 'SKIP'` adds the valid entries and reports the others; `ABORT`
+ * (the default) adds nothing when any entry is bad. Re-adding a member updates its name and substitutions.
  */
 export const addToGroupOperation: Operation = {
   scopes: ['group:insert'],

@@ -40,8 +40,8 @@ export interface Route {
 }
 
 /**
- * An error answer of the emulator: thrown by handlers, turned into
- * `{ "error": { "code", "message" } }` with its status by the server.
+ * An error answer of the emulator: thrown by handlers, turned into `{ "error": { "code", "message" } }` with its status
+ * by the server.
  */
 export class HttpError extends Error {
   override readonly name = 'HttpError';
@@ -55,10 +55,7 @@ export class HttpError extends Error {
   }
 }
 
-/**
- * Rejects fields a request type does not have, so that a typo is reported
- * instead of silently ignored.
- */
+/** Rejects fields a request type does not have, so that a typo is reported instead of silently ignored. */
 export function rejectUnknownFields(
   body: Record<string, unknown>,
   allowed: readonly string[],

@@ -27,8 +27,8 @@ import type { ReadMessage } from '../state/records.js';
 import { requirePeer } from '../../shared/options-kit.js';
 
 /**
- * `POST /v1/send/eml`: decodes the Base64 message, parses it, takes the
- * recipients from To, Cc and Bcc and delivers one copy to each, without Bcc.
+ * `POST /v1/send/eml`: decodes the Base64 message, parses it, takes the recipients from To, Cc and Bcc and delivers one
+ * copy to each, without Bcc.
  */
 export const sendEmlOperation: Operation = {
   scopes: ['sender'],
@@ -68,8 +68,7 @@ export const sendEmlOperation: Operation = {
 export const MAX_STANDARD_RECIPIENTS = 50;
 
 /**
- * `POST /v1/send/email`: one message to the listed recipients, with hosted
- * images (plus plan) and optional tracking.
+ * `POST /v1/send/email`: one message to the listed recipients, with hosted images (plus plan) and optional tracking.
  */
 export const sendEmailOperation: Operation = {
   scopes: ['sender'],
@@ -145,9 +144,8 @@ export const sendEmailOperation: Operation = {
 };
 
 /**
- * `POST /v1/send/group/{groupId}`: one personalised copy per member, with the
- * member's substitutions, an unsubscribe link and List-Unsubscribe headers.
- * Members whose delivery fails are removed from the group.
+ * `POST /v1/send/group/{groupId}`: one personalised copy per member, with the member's substitutions, an unsubscribe
+ * link and List-Unsubscribe headers. Members whose delivery fails are removed from the group.
  */
 export const sendGroupOperation: Operation = {
   scopes: ['group.sender'],
@@ -323,8 +321,8 @@ export function hostImages(state: EmulatorState, content: ValidTextContent, now:
 }
 
 /**
- * Replaces placeholders in subject, html and text. Values are HTML-escaped in
- * html, so a member's name can never inject markup.
+ * Replaces placeholders in subject, html and text. Values are HTML-escaped in html, so a member's name can never inject
+ * markup.
  */
 export function renderContent(
   subject: string,
@@ -464,9 +462,8 @@ export function requirePlusForImages(key: KnownKey, content: ValidTextContent): 
 }
 
 /**
- * Replaces `{{key}}` placeholders in one pass, so a substituted value that
- * itself contains braces is never expanded again. Unknown placeholders stay.
- *
+ * Replaces `{{key}}` placeholders in one pass, so a substituted value that itself contains braces is never expanded
+ * again. Unknown placeholders stay.
  * @param values keyed by bare name (`first_name`, `unsubscribe`, `logo`)
  * @param escape applied to substituted values (HTML escaping for html bodies)
  */
@@ -482,10 +479,8 @@ export function renderPlaceholders(
 }
 
 /**
- * Decodes standard Base64 by the wire contract's rule (padded; line breaks and
- * spaces allowed). Anything else is refused, because Node's decoder would
- * silently skip it and deliver a corrupted message.
- *
+ * Decodes standard Base64 by the wire contract's rule (padded; line breaks and spaces allowed). Anything else is
+ * refused, because Node's decoder would silently skip it and deliver a corrupted message.
  * @throws {HttpError} 400 `invalid_base64` naming the field
  */
 export function decodeBase64Strict(value: string, field: string): Buffer {
@@ -505,9 +500,8 @@ export type ParsedEml = ReadMessage;
 const ADDRESS_FIELDS = new Set(['from', 'to', 'cc', 'bcc', 'sender', 'reply-to']);
 
 /**
- * Parses an uploaded message with mailparser and checks what delivery needs:
- * header fields, a From address and at least one valid recipient.
- *
+ * Parses an uploaded message with mailparser and checks what delivery needs: header fields, a From address and at least
+ * one valid recipient.
  * @throws {HttpError} 400 `invalid_eml`, `invalid_address` or `no_recipients`
  */
 export async function parseEml(raw: Buffer): Promise<ParsedEml> {
@@ -613,8 +607,8 @@ type SimpleParser = (source: Buffer, options?: SimpleParserOptions) => Promise<P
 let simpleParser: SimpleParser | undefined;
 
 /**
- * Loads mailparser, the MIME parser the emulator reads messages with. It is
- * an optional peer dependency: an app that only sends installs no MIME parser.
+ * Loads mailparser, the MIME parser the emulator reads messages with. It is an optional peer dependency: an app that
+ * only sends installs no MIME parser.
  * @throws {EmlApiError} `ECONFIG` saying what to install when it is missing
  */
 export function loadMimeParser(): SimpleParser {
@@ -632,8 +626,8 @@ export function parseMime(source: Buffer, options?: SimpleParserOptions): Promis
 }
 
 /**
- * Whether delivery to an address fails. Domains ending in `.invalid` (reserved
- * by RFC 2606) are undeliverable, so tests can trigger failures on purpose.
+ * Whether delivery to an address fails. Domains ending in `.invalid` (reserved by RFC 2606) are undeliverable, so tests
+ * can trigger failures on purpose.
  */
 export function isUndeliverable(address: string): boolean {
   const domain = address.slice(address.lastIndexOf('@') + 1).toLowerCase();

@@ -4,9 +4,8 @@ import { type EmulatorState, IMAGE_CONTENT_TYPES } from '../state/emulator-state
 import { escapeHtml } from '../../shared/escape-html.js';
 
 /**
- * The pages people and mail clients reach without an API key, from any
- * host, as on the real service: the hosted unsubscribe form (any method, so
- * wrong ones get their 405 here) and hosted images.
+ * The pages people and mail clients reach without an API key, from any host, as on the real service: the hosted
+ * unsubscribe form (any method, so wrong ones get their 405 here) and hosted images.
  */
 export function publicPages(state: EmulatorState): SiteSection {
   return {
@@ -26,9 +25,8 @@ export const UNSUBSCRIBE_PREFIX = '/unsubscribe/';
 const TOKEN = /^\/unsubscribe\/([A-Za-z0-9_-]{1,128})$/;
 
 /**
- * `GET`/`POST /unsubscribe/{token}`: the hosted unsubscribe form. GET and
- * HEAD only show it (link scanners must unsubscribe no one); POST, from the
- * form's button or a mail client's one-click request (RFC 8058), removes the
+ * `GET`/`POST /unsubscribe/{token}`: the hosted unsubscribe form. GET and HEAD only show it (link scanners must
+ * unsubscribe no one); POST, from the form's button or a mail client's one-click request (RFC 8058), removes the
  * member.
  */
 export async function unsubscribePage(state: EmulatorState, req: IncomingMessage, path: string): Promise<PageAnswer> {
@@ -146,10 +144,9 @@ export class SafeHtml {
 }
 
 /**
- * A template tag for the emulator's pages that escapes every value by
- * default: strings, numbers and dates become text, arrays are joined,
- * `undefined`, `null` and `false` vanish, and only {@link SafeHtml} (nested
- * `html` templates, {@link raw}) goes in as markup.
+ * A template tag for the emulator's pages that escapes every value by default: strings, numbers and dates become text,
+ * arrays are joined, `undefined`, `null` and `false` vanish, and only {@link SafeHtml} (nested `html` templates, {@link
+ * raw}) goes in as markup.
  */
 export function html(strings: TemplateStringsArray, ...values: unknown[]): SafeHtml {
   let out = strings[0] ?? '';

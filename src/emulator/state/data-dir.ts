@@ -9,13 +9,11 @@ import { type InboxMessage, MAX_TAGS, type MailObserver, uniqueTags } from './ma
 import type { EmulatorAttachment } from './records.js';
 
 /**
- * The emulator's data directory: the inbox (one `.eml` and one `.json` per
- * message, named in arrival order), and in `emulator.json` the ready API
- * key, the groups with their members and unsubscribe links, and the hosted
- * images (their bytes in `images/`). Writes follow the changes in order, in
- * the background; `flush()` waits for them. One emulator uses a directory
- * at a time (`emulator.lock`). What a crash leaves half-written is dropped on
- * the next start; a file of the wrong shape stops the start, named.
+ * The emulator's data directory: the inbox (one `.eml` and one `.json` per message, named in arrival order), and in
+ * `emulator.json` the ready API key, the groups with their members and unsubscribe links, and the hosted images (their
+ * bytes in `images/`). Writes follow the changes in order, in the background; `flush()` waits for them. One emulator
+ * uses a directory at a time (`emulator.lock`). What a crash leaves half-written is dropped on the next start; a file
+ * of the wrong shape stops the start, named.
  */
 
 const STATE_FILE = 'emulator.json';
@@ -71,8 +69,8 @@ export class DataDir {
   }
 
   /**
-   * Opens (creating it when needed) a data directory and puts what it holds
-   * into `state`; from then on every change is written to it.
+   * Opens (creating it when needed) a data directory and puts what it holds into `state`; from then on every change is
+   * written to it.
    * @param newApiKey the ready key to use when the directory holds none
    * @returns the directory, and the ready key to use
    * @throws {EmlApiError} `ECONFIG` when another emulator uses it or a file in it is damaged
@@ -278,9 +276,8 @@ function savedMessage(m: InboxMessage): SavedMessage {
 }
 
 /**
- * Claims a data directory for this process: `emulator.lock` names the
- * process and its host. A lock whose process is gone (a crash) is taken
- * over; one of another host is too, as its process cannot be checked.
+ * Claims a data directory for this process: `emulator.lock` names the process and its host. A lock whose process is
+ * gone (a crash) is taken over; one of another host is too, as its process cannot be checked.
  * @throws {EmlApiError} `ECONFIG` when a live emulator holds it
  */
 async function lock(path: string): Promise<void> {

@@ -57,11 +57,7 @@ interface StoredKey extends KnownKey {
   digest: Buffer;
 }
 
-/**
- * The API keys the emulator accepts. Keys are compared by SHA-256 digest with
- * `timingSafeEqual`, against every stored key, so response time does not tell
- * how much of a guess was right.
- */
+/** The API keys the emulator accepts, compared by SHA-256 digest with `timingSafeEqual` against every stored key, so timing tells nothing. */
 export class ApiKeyStore {
   readonly #keys: StoredKey[] = [];
 
@@ -76,7 +72,7 @@ export class ApiKeyStore {
     });
   }
 
-  /** The stored key equal to `presented`, compared in constant time against every key. */
+  /** The stored key equal to `presented`. */
   find(presented: string): KnownKey | undefined {
     const digest = sha256(presented);
     let found: StoredKey | undefined;
@@ -112,10 +108,7 @@ export interface UnsubscribeTicket {
   email: string;
 }
 
-/**
- * Groups and their members, keyed by lower-cased address, plus the
- * unsubscribe tokens handed out in group emails.
- */
+/** Groups and their members, keyed by lower-cased address, and the unsubscribe tokens handed out in group emails. */
 export class GroupStore {
   readonly #groups = new Map<string, Map<string, GroupMember>>();
   readonly #tickets = new Map<string, UnsubscribeTicket>();
@@ -171,11 +164,7 @@ export class GroupStore {
     return this.#require(groupId).has(email.toLowerCase());
   }
 
-  /**
-   * The unsubscribe token of one member of one group: one per member, in
-   * every email of the group until it is used, so the tokens kept stay as
-   * many as the members however many emails go out.
-   */
+  /** The unsubscribe token of a member of a group: one per member until used, so tokens stay as many as members. */
   issueUnsubscribeToken(groupId: string, email: string): string {
     const key = ticketKey({ groupId, email });
     const existing = this.#tokenOf.get(key);
@@ -203,10 +192,7 @@ export class GroupStore {
     return this.#tickets.get(token);
   }
 
-  /**
-   * Uses a token: removes its member from its group and retires the token.
-   * @returns the ticket, or undefined when unknown or used
-   */
+  /** Uses a token: removes its member from its group and retires the token. @returns undefined when unknown or used */
   redeem(token: string): UnsubscribeTicket | undefined {
     const ticket = this.#tickets.get(token);
     if (!ticket) return undefined;
@@ -251,19 +237,15 @@ interface Entry {
 export const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000;
 
 /**
- * Remembers the answer of each `Idempotency-Key` (per account and endpoint)
- * for 24 hours, so a retried send returns the first answer and delivers
- * nothing twice. A repeat that arrives while the first is still being handled
- * waits for it. Only successful answers are kept: a failed request may be
- * retried for real. A key used again with a different request body is a
- * conflict (a caller's bug), never a replay that would drop the second request.
+ * Remembers the answer of each `Idempotency-Key` (per account and endpoint) for 24 hours, so a retried send gets the
+ * first answer and nothing is delivered twice; a repeat waits for a first still in progress. Only successes are kept,
+ * since a failed request may be retried for real; a key reused with another body is a conflict, never a replay.
  */
 export class IdempotencyCache {
   readonly #entries = new Map<string, Entry>();
 
   /**
-   * Runs `handle` once per scope key within the window; repeats with the same
-   * `fingerprint` get its answer.
+   * Runs `handle` once per scope key within the window; repeats with the same `fingerprint` get its answer.
    * @returns the answer and whether it was replayed, or `conflict` when the key was used with another body
    */
   async run(
@@ -331,10 +313,7 @@ export const IMAGE_CONTENT_TYPES: Record<ApiImage['mimeType'], string> = {
   WEBP: 'image/webp',
 };
 
-/**
- * Images embedded in JSON sends, hosted at `/images/{sha256}`. Sending the same
- * bytes again resets the expiry; an expired image is gone.
- */
+/** Images of JSON sends, hosted at `/images/{sha256}`; sending the same bytes again resets the expiry. */
 export class ImageStore {
   readonly #images = new Map<string, HostedImage>();
   /** Called after every change (the data directory saves them). */

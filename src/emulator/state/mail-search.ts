@@ -1,12 +1,10 @@
 import { cleanSearchText, type InboxAddress, type InboxMessage } from './mail-store.js';
 
 /**
- * Mailpit's search syntax, over the inbox: words and quoted phrases (all must
- * match), `-` or `!` before a term to exclude it, and the operators `from:`,
- * `to:`, `cc:`, `bcc:`, `reply-to:`, `addressed:`, `subject:`,
- * `message-id:`, `tag:`, `is:read`, `is:unread`, `is:tagged`,
- * `has:attachment`, `has:inline`, `after:`, `before:`, `larger:`, `smaller:`.
- * Free text looks in the header values, the body's text and attachment names.
+ * Mailpit's search syntax, over the inbox: words and quoted phrases (all must match), `-` or `!` before a term to
+ * exclude it, and the operators `from:`, `to:`, `cc:`, `bcc:`, `reply-to:`, `addressed:`, `subject:`, `message-id:`,
+ * `tag:`, `is:read`, `is:unread`, `is:tagged`, `has:attachment`, `has:inline`, `after:`, `before:`, `larger:`,
+ * `smaller:`. Free text looks in the header values, the body's text and attachment names.
  */
 
 /** A parsed search: a test for one message. */
@@ -145,9 +143,8 @@ function sizeInBytes(value: string): number {
 }
 
 /**
- * The time of a search date, in ms: `2025-04-30` (midnight), `2025-04-30T14:05`,
- * with seconds, or with a zone (`Z`, `+02:00`), or a Unix time in seconds or ms.
- * A date without a zone is read in `timeZone` (else the machine's own).
+ * The time of a search date, in ms: `2025-04-30` (midnight), `2025-04-30T14:05`, with seconds, or with a zone (`Z`,
+ * `+02:00`), or a Unix time in seconds or ms. A date without a zone is read in `timeZone` (else the machine's own).
  * @returns undefined when it is no date
  */
 export function parseSearchDate(value: string, timeZone?: string): number | undefined {

@@ -9,11 +9,7 @@ export interface InboxAddress {
   address: string;
 }
 
-/**
- * One message of the inbox, as Mailpit counts them: one accepted send (or
- * SMTP transaction), or one member's copy of a group send. Its copies are
- * what each recipient's mailbox holds.
- */
+/** One inbox message as Mailpit counts them (an accepted send, an SMTP transaction, or one member's group copy). */
 export interface InboxMessage {
   /** The id of its first delivered copy (`dlv_…`): the id the web inbox and the inspection API use. */
   readonly id: string;
@@ -83,11 +79,7 @@ export interface MailObserver {
   cleared(): void;
 }
 
-/**
- * One change of the inbox, numbered: `seq` grows by one per change, survives
- * {@link MailStore.clear} and is never reused, so a reader that remembers the
- * last `seq` it saw can ask for what came after it.
- */
+/** One change of the inbox; `seq` grows by one per change, survives {@link MailStore.clear} and is never reused. */
 export type MailChange =
   | DeliveryChange
   | { kind: 'reset'; seq: number }
@@ -109,9 +101,8 @@ const EDIT_LOG = 500;
 const LARGE_EDIT = 200;
 
 /**
- * The emulator's mail: the accepted messages, the inbox (Mailpit's messages,
- * with read marks and tags) and each recipient's mailbox. It holds at most
- * `maxMessages` inbox messages and as many accepted ones: the oldest go first.
+ * The emulator's mail: accepted messages, the inbox (with read marks and tags) and each recipient's mailbox, at most
+ * `maxMessages` of each, the oldest dropped first.
  */
 export class MailStore {
   readonly #messages: EmulatorMessage[] = [];
@@ -156,10 +147,7 @@ export class MailStore {
     return this.#dropped;
   }
 
-  /**
-   * Records an accepted message and delivers one copy per recipient, each
-   * without a Bcc header: one inbox message.
-   */
+  /** Records an accepted message and delivers one copy per recipient, without Bcc: one inbox message. */
   accept(endpoint: string, uploaded: Buffer, parsed: ReadMessage, now: Date): EmulatorMessage {
     const raw = owned(uploaded);
     const message: EmulatorMessage = {
@@ -190,9 +178,8 @@ export class MailStore {
   }
 
   /**
-   * Puts one message in the inbox and a copy of it, without Bcc, in each
-   * recipient's mailbox; drops the oldest message when the inbox is full.
-   * @returns the inbox message, or undefined when it has no recipient
+   * Puts one message in the inbox and a copy without Bcc in each recipient's mailbox, dropping the oldest when full.
+   * @returns undefined when it has no recipient
    */
   store(incoming: IncomingMessage, now: Date, saved?: SavedMarks): InboxMessage | undefined {
     if (incoming.recipients.length === 0) return undefined;
@@ -321,10 +308,7 @@ export class MailStore {
     return [...all].sort((a, b) => a.localeCompare(b));
   }
 
-  /**
-   * Deletes inbox messages and their copies.
-   * @returns how many were deleted
-   */
+  /** Deletes inbox messages and their copies. @returns how many were deleted */
   delete(messages: Iterable<InboxMessage>): number {
     const doomed = new Set<InboxMessage>();
     for (const m of messages) if (this.#byId.get(m.id) === m) doomed.add(m);
@@ -397,12 +381,9 @@ export class MailStore {
   }
 
   /**
-   * The changes after cursor `since`, oldest first, with at most `limit`
-   * arrivals. A reader whose cursor is from before the last clear, a large
-   * edit or an edit no longer kept (or from another run, when larger than the
-   * current cursor), or that is more than `limit` arrivals behind, gets a
-   * reset and then the newest `limit` messages: the list it shows is rebuilt
-   * rather than replayed in full.
+   * The changes after cursor `since`, with at most `limit` arrivals. A reader whose cursor predates the last clear or a
+   * forgotten or large edit, comes from another run, or lags more than `limit` arrivals gets a reset and the newest
+   * `limit` messages: its list is rebuilt rather than replayed.
    */
   changesSince(since: number, limit = Infinity): MailChange[] {
     const stale = since < this.#staleBefore || since > this.#seq;
@@ -453,11 +434,7 @@ export class MailStore {
   }
 }
 
-/**
- * The bytes in memory of their own. A small Buffer is often a slice of an
- * 8 KB pool slab, which it keeps whole for as long as it lives: a kept
- * message would hold several times its size.
- */
+/** Bytes of their own: a small Buffer often slices an 8 KB pool slab and keeps it whole while it lives. */
 function owned(bytes: Buffer): Buffer {
   if (bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength) return bytes;
   const copy = Buffer.allocUnsafeSlow(bytes.length);
@@ -528,10 +505,7 @@ function snippetOf(text: string): string {
   return flat.length <= 200 ? flat : `${[...flat].slice(0, 200).join('')}...`;
 }
 
-/**
- * Search text as Mailpit cleans it: line breaks, tabs and `<>",;()` become
- * spaces, runs of white space one space, all lower case.
- */
+/** Search text as Mailpit cleans it: line breaks, tabs and `<>",;()` as spaces, white space collapsed, lower case. */
 export function cleanSearchText(text: string): string {
   return text
     .replace(/\uFEFF/g, ' ')

@@ -1,10 +1,9 @@
 import { headerSectionLength, parseHeaderFields, type HeaderField } from '../../protocol/message-format.js';
 
 /**
- * The MIME structure of a stored message, read the way Mailpit reads it
- * (its parser, enmime): part ids, which parts are attachments and which are
- * inline, their names and decoded bytes. Only structure is read here; text
- * and HTML bodies come from the emulator's MIME parser.
+ * The MIME structure of a stored message, read the way Mailpit reads it (its parser, enmime): part ids, which parts are
+ * attachments and which are inline, their names and decoded bytes. Only structure is read here; text and HTML bodies
+ * come from the emulator's MIME parser.
  */
 
 /** One leaf part of a message. */
@@ -55,8 +54,7 @@ interface Node {
 
 /**
  * Reads the part tree of a message.
- * @example
- * const { attachments } = mimeSummary(raw); // [{ partId: '2', fileName: 'invoice.pdf', ... }]
+ * @example const { attachments } = mimeSummary(raw); // [{ partId: '2', fileName: 'invoice.pdf', ... }]
  */
 export function mimeSummary(raw: Buffer): MimeSummary {
   const parts: MimePart[] = [];
@@ -148,8 +146,8 @@ function fieldValue(fields: HeaderField[], name: string): string | undefined {
 }
 
 /**
- * Byte ranges of the parts of a multipart body: between delimiter lines
- * `--boundary`, up to the closing `--boundary--` (or the end, when it is missing).
+ * Byte ranges of the parts of a multipart body: between delimiter lines `--boundary`, up to the closing `--boundary--`
+ * (or the end, when it is missing).
  */
 function splitMultipart(raw: Buffer, start: number, end: number, boundary: string): [number, number][] {
   const delimiter = Buffer.from(`--${boundary}`, 'latin1');
@@ -214,9 +212,8 @@ function decodeQuotedPrintable(body: Buffer): Buffer {
 }
 
 /**
- * A structured header value (`type/sub; name=value; name*=utf-8''...`): the
- * value lower-cased, and the parameters with RFC 2231 continuations and
- * charsets and RFC 2047 encoded words decoded.
+ * A structured header value (`type/sub; name=value; name*=utf-8''...`): the value lower-cased, and the parameters with
+ * RFC 2231 continuations and charsets and RFC 2047 encoded words decoded.
  */
 export function parseStructured(header: string): { value: string; params: Record<string, string> } {
   const [head = '', ...rest] = splitParams(header);
@@ -317,8 +314,8 @@ export function decodeCharset(bytes: Buffer, charset: string): string {
 const ENCODED_WORD = /=\?([^?\s]+)\?([BbQq])\?([^?\s]*)\?=/g;
 
 /**
- * Decodes RFC 2047 encoded words in a header value (`=?UTF-8?Q?caf=C3=A9?=`);
- * the white space between two adjacent encoded words goes, as the RFC says.
+ * Decodes RFC 2047 encoded words in a header value (`=?UTF-8?Q?caf=C3=A9?=`); the white space between two adjacent
+ * encoded words goes, as the RFC says.
  * @example decodeWords('=?UTF-8?B?w6lsw6k=?= time') // 'été time'
  */
 export function decodeWords(value: string): string {

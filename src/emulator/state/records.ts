@@ -1,8 +1,6 @@
 /**
  * Summary of one attachment of a message the emulator accepted.
- *
- * @example
- * const [pdf]: EmulatorAttachment[] = emu.mailbox('ann@example.net')[0]!.attachments; // { filename: 'invoice.pdf', contentType: 'application/pdf', ... }
+ * @example const [pdf]: EmulatorAttachment[] = emu.mailbox('ann@example.net')[0]!.attachments; // { filename: 'invoice.pdf', contentType: 'application/pdf', ... }
  */
 export interface EmulatorAttachment {
   filename: string | undefined;
@@ -17,7 +15,6 @@ export interface EmulatorAttachment {
 
 /**
  * A message the emulator accepted, as it was uploaded.
- *
  * @example
  * const [msg] = emu.messages();
  * expect(msg.recipients).toEqual(['ann@example.test']);
@@ -54,9 +51,8 @@ export interface EmulatorMessage {
 }
 
 /**
- * One copy of a message delivered to one recipient's mailbox. The Bcc header
- * is removed from `raw`, as a real delivery would.
- *
+ * One copy of a message delivered to one recipient's mailbox. The Bcc header is removed from `raw`, as a real delivery
+ * would.
  * @example
  * const [copy] = emu.mailbox('ann@example.test');
  * expect(copy.raw.toString()).not.toMatch(/^Bcc:/im);
@@ -81,9 +77,7 @@ export interface DeliveredMessage {
 
 /**
  * A group member as `emu.members(groupId)` returns it.
- *
- * @example
- * const [ann] = emu.members('newsletter'); // { email: 'ann@x.test', name: 'Ann', substitutions: { '{{first_name}}': 'Ann' } }
+ * @example const [ann] = emu.members('newsletter'); // { email: 'ann@x.test', name: 'Ann', substitutions: { '{{first_name}}': 'Ann' } }
  */
 export interface EmulatorMember {
   email: string;

@@ -1,9 +1,5 @@
-/**
- * The pool of build threads of one transport (`buildThreads`): threads start
- * when a send first needs one, are reused, let the process exit while they
- * are idle, and end with the transport's close(). A thread that dies fails
- * the builds it was running with `ESTREAM` and is replaced by the next build.
- */
+// The build threads of one transport (`buildThreads`): started when a send first needs one, reused, idle threads let
+// the process exit, and close() ends them. A thread that dies fails its builds with `ESTREAM` and is replaced.
 import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { createRequire } from 'node:module';
@@ -22,16 +18,12 @@ import {
   type ToThread,
 } from './portable-mail.js';
 
-/** What a build thread made of a message. */
 export type ThreadBuilt =
-  /**
-   * A message of up to one batch: all of it, in one Buffer, its envelope
-   * checked, and its upload body when it is no larger than `bodyUpTo`.
-   */
+  /** A message of up to one batch, whole, its envelope checked, with its upload body when no larger than `bodyUpTo`. */
   | { kind: 'whole'; eml: Buffer; checked: CheckedEnvelope | undefined; body: Buffer | undefined }
   /** A larger message, streaming from the thread as the reader takes it. */
   | { kind: 'stream'; stream: Readable }
-  /** The thread could not build it (Nodemailer did not load there, no thread starts): build it here. */
+  /** No thread can build it (Nodemailer did not load there, no thread starts): build it here. */
   | { kind: 'unmovable'; reason: string };
 
 type MovableMail = Extract<Portable, { movable: true }>;
@@ -42,12 +34,7 @@ const QUEUED_BEFORE_NEW_THREAD = 2;
 /** Most threads a pool takes: more than any machine gives a transport. */
 export const MAX_BUILD_THREADS = 256;
 
-/**
- * The number of threads of a `buildThreads` option value: 0 (none) for
- * `undefined`, `false` or 0; the cores of the machine for `'auto'`.
- *
- * @throws {EmlApiError} `ECONFIG` naming the option
- */
+/** Threads for a `buildThreads` value: 0 for `undefined`, `false` or 0; the cores for `'auto'`. @throws {EmlApiError} `ECONFIG` */
 export function resolveBuildThreads(value: unknown): number {
   if (value === undefined || value === false || value === 0) return 0;
   if (value === 'auto') return Math.min(availableParallelism(), MAX_BUILD_THREADS);
@@ -60,18 +47,15 @@ export function resolveBuildThreads(value: unknown): number {
   );
 }
 
-/** One build in progress on a thread. */
 interface Job {
   resolve(built: ThreadBuilt): void;
   reject(err: unknown): void;
-  /** The stream of a large message, once its first chunk came. */
   stream?: Readable;
   /** Bytes pushed to `stream` its reader has not taken yet (acknowledged when it does). */
   owed: number;
   done: boolean;
 }
 
-/** One worker thread and the builds it runs. */
 class BuildThread {
   readonly worker: Worker;
   readonly jobs = new Map<number, Job>();
@@ -87,16 +71,13 @@ class BuildThread {
   }
 }
 
-/**
- * Builds messages on worker threads.
- */
 export class BuildThreadPool {
   readonly #size: number;
   readonly #logger: EmlApiLogger;
   readonly #threads: BuildThread[] = [];
   #nextId = 1;
   #closed = false;
-  /** Why threads cannot be used at all (the first one did not start): every message is built here. */
+  /** Why threads cannot be used at all (the first did not start): every message is built here. */
   #unavailable: string | undefined;
 
   constructor(size: number, logger: EmlApiLogger) {
@@ -104,15 +85,12 @@ export class BuildThreadPool {
     this.#logger = logger;
   }
 
-  /** Threads running now. */
   get threads(): number {
     return this.#threads.length;
   }
 
   /**
-   * Builds a message on a thread (see `#pick` for which), starting one when
-   * needed and fewer than the pool's size run.
-   *
+   * Builds a message on a thread, starting one when needed and fewer than the pool's size run.
    * @param bodyUpTo the largest message whose upload body the thread makes too (0: none)
    * @throws {EmlApiError} `EMESSAGE` when Nodemailer fails to build it, `ESTREAM` when its thread dies;
    *   the signal's reason when it aborts
@@ -158,19 +136,16 @@ export class BuildThreadPool {
     });
   }
 
-  /** Ends every thread. Builds still running fail (close() of the transports waits for its sends first). */
+  /** Ends every thread; builds still running fail (the transport's close() waits for its sends first). */
   async close(): Promise<void> {
     this.#closed = true;
     await Promise.all(this.#threads.map((thread) => thread.worker.terminate()));
   }
 
   /**
-   * The first started thread with room (fewer than
-   * QUEUED_BEFORE_NEW_THREAD builds); a new thread only once every running
-   * one has a build waiting behind the one it runs; past the pool's size, the
-   * least busy. Builds gather on the fewest threads: on a machine with few
-   * cores, a thread more than the work needs costs CPU (switching, cold
-   * caches, its own garbage collection) instead of adding any.
+   * The first thread with room (fewer than QUEUED_BEFORE_NEW_THREAD builds); a new one only once every thread has a
+   * build waiting; past the pool's size, the least busy. On a machine with few cores a thread more than the work needs
+   * costs CPU (switching, cold caches, its own garbage collection) instead of adding any.
    */
   #pick(): BuildThread {
     for (const thread of this.#threads) if (thread.jobs.size < QUEUED_BEFORE_NEW_THREAD) return thread;
@@ -235,7 +210,6 @@ export class BuildThreadPool {
     }
   }
 
-  /** A chunk of a large message: into its stream, acknowledged once the reader took it. */
   #push(thread: BuildThread, id: number, job: Job, bytes: Buffer): void {
     if (!job.stream) {
       const ack = () => {
@@ -260,7 +234,7 @@ export class BuildThreadPool {
     else job.owed += bytes.length;
   }
 
-  /** A job ends: the thread forgets it, and no longer keeps the process alive once it has none. */
+  /** A job ends; a thread with none no longer keeps the process alive. */
   #finish(thread: BuildThread, id: number): void {
     const job = thread.jobs.get(id);
     if (job) job.done = true;
@@ -300,11 +274,7 @@ function toBuffer(bytes: Uint8Array): Buffer {
   return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
-/**
- * The thread's script, beside this module: dist/build-thread.js or .cjs in
- * the built package (the format of the module running this), or
- * ./thread.ts when running from source (tests, tsx).
- */
+/** The thread's script beside this module: dist/build-thread.js or .cjs when built, ./thread.ts from source. */
 function threadEntry(): { entry: URL; source: boolean } {
   const here = import.meta.url;
   if (/\.[cm]?ts$/.test(here)) return { entry: new URL('./thread.ts', here), source: true };

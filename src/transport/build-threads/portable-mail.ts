@@ -1,29 +1,17 @@
-/**
- * A compiled mail made movable to a build thread, and back into mail data
- * there. The thread rebuilds the message from `mail.data` exactly as
- * Nodemailer's `sendMail` did on the sending thread (compile, X-Mailer,
- * priority and List-* headers, DKIM), with what that compile chose at random
- * (Date, Message-ID, the base of the MIME boundaries) carried over, so the
- * bytes are the same as a build on the sending thread, byte for byte.
- *
- * A message moves only when that is certain. Anything the thread could not
- * reproduce keeps it on the sending thread, with the reason: content that is
- * a stream or a function, a stream plugin or a transform Nodemailer's tree
- * carries, values that are not plain data (class instances lose their
- * methods when copied across threads), or a Nodemailer whose modules cannot
- * be found on disk (bundled into the app).
- */
+// A compiled mail made movable to a build thread, which rebuilds it from `mail.data` exactly as `sendMail` did
+// (compile, X-Mailer, priority and List-* headers, DKIM) with the compile's random choices (Date, Message-ID, boundary
+// base) carried over, so the bytes are the same. A message moves only when that is certain: content that is a stream
+// or a function, a stream plugin or transform, values that are not plain data (class instances lose their methods
+// across threads), or a bundled Nodemailer keep it on the sending thread, with the reason.
 
 import { fileURLToPath } from 'node:url';
 import type { MailEnvelope, NodemailerMail } from '../nodemailer-types.js';
 import type { EmlApiErrorCode } from '../../shared/eml-api-error.js';
 
 /**
- * The fields of `mail.data` a build reads, in Nodemailer 6.9 to 10: the mail
- * composer's, the headers `sendMail` adds (X-Mailer, priority, List-*) and
- * DKIM's. Only these are carried (an app's own fields, such as a template
- * context, do not keep a message from moving). A test checks the list
- * against the composer of every Nodemailer the suite runs.
+ * The fields of `mail.data` a build reads in Nodemailer 6.9 to 10 (composer, `sendMail`'s headers, DKIM); an app's own
+ * fields, such as a template context, do not keep a message from moving. A test checks the list against the composer of
+ * every Nodemailer the suite runs.
  */
 export const BUILD_FIELDS = [
   'from',
@@ -63,14 +51,10 @@ export const BUILD_FIELDS = [
   '_dkim',
 ] as const;
 
-/**
- * In-memory content (strings and Buffers) above this stays on the sending
- * thread: copying it to a thread would cost its size in memory again.
- * Files and URLs are read by the thread itself, whatever their size.
- */
+/** In-memory content above this stays on the sending thread, where a copy would not double it; files and URLs move at any size. */
 export const MAX_CARRIED_BYTES = 2 * 1024 * 1024;
 
-/** Nested deeper than this is not mail data (or is a cycle). */
+/** Deeper is not mail data, or is a cycle. */
 const MAX_DEPTH = 16;
 
 /** What a build thread needs, or why the message stays on the sending thread. */
@@ -78,7 +62,7 @@ export type Portable =
   | { movable: true; request: Omit<BuildRequest, 'type' | 'id' | 'bodyUpTo'>; transfer: ArrayBuffer[] }
   | { movable: false; reason: string };
 
-/** The fields of Nodemailer's objects this reads, present in Nodemailer 6.9 to 10. */
+/** The fields of Nodemailer's objects read here, present in Nodemailer 6.9 to 10. */
 interface TreeNode {
   constructor: unknown;
   childNodes?: TreeNode[];
@@ -96,11 +80,7 @@ interface Mailer {
 
 class Unmovable extends Error {}
 
-/**
- * Decides whether a compiled mail can be built on a thread, and if so
- * prepares what the thread needs (Buffers copied into ArrayBuffers of their
- * own, to be transferred).
- */
+/** Whether a compiled mail can be built on a thread, with what the thread needs (Buffers copied to transfer). */
 export function portableMail(mail: NodemailerMail): Portable {
   try {
     return { movable: true, ...prepare(mail) };
@@ -149,10 +129,7 @@ function prepare(mail: NodemailerMail): {
   };
 }
 
-/**
- * Nodemailer's tree may carry stream stages only DKIM put there (the thread
- * adds its own): anything else came from code the thread cannot run.
- */
+/** Only DKIM's stream stages may be on the tree (the thread adds its own): others came from code the thread cannot run. */
 function checkTree(root: TreeNode, expectedProcessFuncs: number): void {
   const processFuncs = root._processFuncs;
   if (!Array.isArray(processFuncs)) throw new Unmovable("Nodemailer's compiled message is not of a known shape");
@@ -182,7 +159,7 @@ class Carrier {
     if (depth > MAX_DEPTH) throw new Unmovable(`${describePath(path)} is nested too deep`);
     if (Buffer.isBuffer(value)) {
       this.#count(value.length);
-      // A copy of exactly these bytes: the Buffer may be a view of a larger ArrayBuffer (Node's pool, a file).
+      // A copy of exactly these bytes: the Buffer may view a larger ArrayBuffer (Node's pool, a file).
       this.buffers.push({ path, bytes: new Uint8Array(value) });
       return null;
     }
@@ -201,7 +178,7 @@ class Carrier {
       );
     }
     const keys = Object.keys(value);
-    // Keys Nodemailer can read but a copy would drop.
+    // Non-enumerable keys: Nodemailer reads them, a copy would drop them.
     if (Object.getOwnPropertyNames(value).length !== keys.length) {
       throw new Unmovable(`${describePath(path)} has non-enumerable properties`);
     }
@@ -220,20 +197,17 @@ class Carrier {
   }
 }
 
-/** `attachments[2].content` */
+/** e.g. `attachments[2].content` */
 function describePath(path: DataPath): string {
   return path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i === 0 ? p : `.${p}`)).join('');
 }
 
-/** Files of the MimeNode modules met, by constructor (found once each). */
 const located = new WeakMap<object, string>();
 
 /**
- * The file of the module that defines Nodemailer's MimeNode class the mail
- * was compiled with: the thread loads the composer, DKIM and MailMessage
- * beside it, so it builds with the very Nodemailer the app uses (6.9 or 10,
- * ESM or CommonJS). Read from the stack of the constructor, as it reads an
- * option through a getter.
+ * The file that defines the MimeNode class the mail was compiled with, so the thread loads the composer, DKIM and
+ * MailMessage beside it: the very Nodemailer the app uses (6.9 or 10, ESM or CommonJS). Read from the constructor's
+ * stack as it reads an option through a getter.
  */
 function nodemailerFile(ctor: unknown): string {
   if (typeof ctor !== 'function') throw new Unmovable("Nodemailer's compiled message is not of a known shape");
@@ -249,7 +223,7 @@ function constructorFile(Ctor: new (type: unknown, options: unknown) => unknown)
   let sites: NodeJS.CallSite[] | undefined;
   const options = {
     get baseBoundary() {
-      // The first read is the constructor's own (a subclass reads before its base class does).
+      // The constructor's own read comes first (a subclass reads before its base class does).
       if (sites) return 'located';
       const savedPrepare = Error.prepareStackTrace;
       const savedLimit = Error.stackTraceLimit;
@@ -271,14 +245,12 @@ function constructorFile(Ctor: new (type: unknown, options: unknown) => unknown)
   } catch {
     return undefined;
   }
-  // sites[0] is the getter, sites[1] the constructor reading the option.
   const name = sites?.[1]?.getFileName();
   if (typeof name !== 'string') return undefined;
   if (name.startsWith('file:')) return fileURLToPath(name);
   return name.startsWith('/') || /^[A-Za-z]:[\\/]/.test(name) ? name : undefined;
 }
 
-/** On the thread: the mail data with its Buffers put back. */
 export function restoreMailData(data: Record<string, unknown>, buffers: CarriedBytes[]): Record<string, unknown> {
   for (const { path, bytes } of buffers) {
     let at: Record<string | number, unknown> = data;
@@ -288,20 +260,11 @@ export function restoreMailData(data: Record<string, unknown>, buffers: CarriedB
   return data;
 }
 
-/**
- * The messages between the sending thread and a build thread.
- *
- * The sending thread posts `build` with the message's data (its Buffers
- * transferred as fresh copies); the thread answers with the built bytes, in
- * `chunk`s of about {@link BATCH_BYTES} (each one's ArrayBuffer transferred,
- * so nothing is copied on the way back) and a final `done`. A message smaller
- * than a batch comes back whole in `done`: one postMessage, one Buffer. A
- * larger one streams: the thread stops reading Nodemailer's output once
- * {@link WINDOW_BYTES} are posted and not yet taken (`ack`), so a large
- * message never piles up in memory on either side.
- */
+// The messages between the sending thread and a build thread: `build` (Buffers transferred as fresh copies), answered
+// with `chunk`s of about BATCH_BYTES (each ArrayBuffer transferred back) and a final `done`; a message smaller than a
+// batch comes whole in `done`. The thread stops reading Nodemailer's output while WINDOW_BYTES are posted and not yet
+// `ack`ed, so a large message never piles up in memory on either side.
 
-/** A path into the mail data: keys and array indexes. */
 export type DataPath = (string | number)[];
 
 /** One Buffer of the mail data, carried as a fresh copy whose ArrayBuffer is transferred. */
@@ -310,19 +273,17 @@ export interface CarriedBytes {
   bytes: Uint8Array;
 }
 
-/** Builds one message. */
 export interface BuildRequest {
   type: 'build';
   id: number;
-  /** The file of the Nodemailer MimeNode module that compiled the message: the thread loads its siblings. */
+  /** The Nodemailer MimeNode module's file: the thread loads its siblings. */
   nodemailer: string;
-  /** The fields of `mail.data` the build reads, Buffers left out (see `buffers`). */
+  /** The fields of `mail.data` the build reads, without the Buffers. */
   data: Record<string, unknown>;
-  /** The Buffers of `data`, put back at their paths by the thread. */
   buffers: CarriedBytes[];
-  /** DKIM options of the transporter (`createTransport(transport, { dkim })`), when it signs. */
+  /** DKIM options of the transporter (`createTransport(transport, { dkim })`). */
   mailerDkim: Record<string, unknown> | undefined;
-  /** What the sending thread's compile chose at random, so the bytes are the same. */
+  /** The compile's random choices, so the bytes are the same. */
   date: number;
   messageId: string;
   baseBoundary: string;
@@ -330,7 +291,6 @@ export interface BuildRequest {
   bodyUpTo: number;
 }
 
-/** Stops a build whose send was aborted. */
 export interface CancelRequest {
   type: 'cancel';
   id: number;
@@ -345,7 +305,6 @@ export interface AckRequest {
 
 export type ToThread = BuildRequest | CancelRequest | AckRequest;
 
-/** An error as it crosses threads: what the message of the send's error needs. */
 export interface ThreadError {
   name: string;
   message: string;
@@ -353,33 +312,25 @@ export interface ThreadError {
 }
 
 export type FromThread =
-  /** The thread listens for builds. */
   | { type: 'ready' }
-  /** Part of a large message. */
   | { type: 'chunk'; id: number; bytes: Uint8Array }
-  /**
-   * The end of the message (its last bytes, or all of a small message). A
-   * message that comes whole comes with its envelope checked, and with its
-   * upload body when it is no larger than `bodyUpTo`.
-   */
+  /** The last bytes, or all of a small message, which comes with its envelope checked and its upload body up to `bodyUpTo`. */
   | { type: 'done'; id: number; bytes: Uint8Array; size: number; checked?: CheckedEnvelope; body?: Uint8Array }
-  /** Nodemailer failed to build the message (a missing file, a bad option...). */
   | { type: 'failed'; id: number; error: ThreadError }
-  /** The thread cannot build this message (Nodemailer's modules did not load): build it on the sending thread. */
+  /** Nodemailer's modules did not load on the thread: build it on the sending thread. */
   | { type: 'unmovable'; id: number; reason: string };
 
-/** The envelope of a message checked on its build thread: what the send path uses, or why the send fails. */
+/** The envelope of a message checked on its build thread, or why the send fails. */
 export type CheckedEnvelope =
   | { ok: true; envelope: MailEnvelope; fromDiffers: boolean; messageId: string | undefined }
   | { ok: false; code: EmlApiErrorCode; message: string };
 
-/** Bytes per chunk posted back; a message up to this size comes back in one piece. */
+/** Bytes per chunk posted back; a message up to this size comes back whole. */
 export const BATCH_BYTES = 256 * 1024;
 
-/** Bytes a build may have posted and not yet taken before the thread stops reading. */
+/** Bytes a build may have posted and not yet had taken before the thread stops reading. */
 export const WINDOW_BYTES = 4 * BATCH_BYTES;
 
-/** Flattens an error for postMessage. */
 export function toThreadError(err: unknown): ThreadError {
   const e = err as { name?: unknown; message?: unknown; code?: unknown } | null;
   return {
@@ -389,7 +340,7 @@ export function toThreadError(err: unknown): ThreadError {
   };
 }
 
-/** The Error of the thread, rebuilt on the sending thread (the cause of the send's error). */
+/** The thread's Error, rebuilt as the cause of the send's error. */
 export function fromThreadError(error: ThreadError): Error {
   const rebuilt = new Error(error.message) as Error & { code?: string };
   rebuilt.name = error.name;
@@ -397,11 +348,7 @@ export function fromThreadError(error: ThreadError): Error {
   return rebuilt;
 }
 
-/**
- * Copies chunks into one Buffer of its own (never from Node's shared pool of
- * small Buffers, whose ArrayBuffer other Buffers use: transferring that would
- * detach them).
- */
+/** Chunks copied into a Buffer of its own: transferring one from Node's shared pool would detach the others. */
 export function ownBuffer(chunks: Buffer[], size: number): Buffer {
   const out = Buffer.allocUnsafeSlow(size);
   let at = 0;

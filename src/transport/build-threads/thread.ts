@@ -1,12 +1,6 @@
-/**
- * A build thread (node:worker_threads): rebuilds messages with the
- * Nodemailer that compiled them on the sending thread and posts their bytes
- * back (see ./portable-mail.ts). It holds no API key and makes no request: it only
- * turns mail data into bytes.
- *
- * Built as a file of its own (dist/build-thread.js and .cjs); from source it
- * runs under tsx (see ./pool.ts).
- */
+// A build thread: rebuilds messages with the Nodemailer that compiled them on the sending thread and posts their
+// bytes back. It holds no API key and makes no request. Built as dist/build-thread.js and .cjs; from source it runs
+// under tsx.
 import { dirname, join } from 'node:path';
 import { Writable, type Readable } from 'node:stream';
 import { pathToFileURL } from 'node:url';
@@ -32,7 +26,7 @@ import {
 /** The parts of Nodemailer a build uses, loaded from beside the MimeNode module the app's mail came from. */
 interface NodemailerParts {
   compose(data: Record<string, unknown>): MimeTree;
-  /** MailMessage.prototype: its header setters run as `sendMail` runs them. */
+  /** Its header setters run as `sendMail` runs them. */
   mailMessage: {
     setMailerHeader(this: unknown): void;
     setPriorityHeaders(this: unknown): void;
@@ -49,7 +43,6 @@ interface MimeTree extends WritableTree {
 
 const port = parentPort!;
 const loaded = new Map<string, Promise<NodemailerParts>>();
-/** Builds in progress, by id. */
 const builds = new Map<number, PostingSink>();
 /** Builds waiting for Nodemailer to load, and those of them cancelled meanwhile. */
 const loading = new Set<number>();
@@ -64,7 +57,6 @@ async function importDefault<T>(file: string): Promise<T> {
   return (module.default ?? module) as T;
 }
 
-/** Nodemailer's composer, MailMessage and DKIM from the folder of the given MimeNode module. */
 function nodemailerBeside(mimeNodeFile: string): Promise<NodemailerParts> {
   let parts = loaded.get(mimeNodeFile);
   if (!parts) {
@@ -88,10 +80,8 @@ function nodemailerBeside(mimeNodeFile: string): Promise<NodemailerParts> {
 }
 
 /**
- * Builds as `sendMail` builds: compile, then the headers it adds, then
- * DKIM's processFunc, with the sending thread's random choices put back;
- * then what the transport does to every message (Bcc kept, large Buffers
- * sliced).
+ * Builds as `sendMail` does (compile, its headers, DKIM's processFunc) with the sending thread's random choices put
+ * back, then as the transport does to every message (Bcc kept, large Buffers sliced).
  */
 function compose(parts: NodemailerParts, request: BuildRequest, data: Record<string, unknown>): MimeTree {
   data.baseBoundary = request.baseBoundary;
@@ -101,7 +91,7 @@ function compose(parts: NodemailerParts, request: BuildRequest, data: Record<str
   parts.mailMessage.setPriorityHeaders.call(mail);
   parts.mailMessage.setListHeaders.call(mail);
   message.date = new Date(request.date);
-  // Replaces the Message-ID this compile made up, in place (the header keeps its position).
+  // In place, so the header keeps its position.
   message.setHeader('Message-ID', request.messageId);
   const dkimOptions = data.dkim || request.mailerDkim;
   if (dkimOptions) message.processFunc((input) => parts.dkim(dkimOptions).sign(input, data._dkim));
@@ -109,11 +99,7 @@ function compose(parts: NodemailerParts, request: BuildRequest, data: Record<str
   return message;
 }
 
-/**
- * The Writable a build writes into: posts the bytes in batches (their
- * ArrayBuffers transferred), and holds the build back (its write does not
- * complete) while a window's worth is posted and not yet taken.
- */
+/** Posts the bytes in batches, holding the build back (its write pending) while a window's worth is not yet taken. */
 class PostingSink extends Writable {
   readonly #id: number;
   #lastByte = -1;
@@ -149,7 +135,6 @@ class PostingSink extends Writable {
     this.#waiting = callback;
   }
 
-  /** The sending thread took `bytes`. */
   ack(bytes: number): void {
     this.#unacked -= bytes;
     if (this.#unacked >= WINDOW_BYTES || !this.#waiting) return;
@@ -158,7 +143,7 @@ class PostingSink extends Writable {
     resume();
   }
 
-  /** Posts the rest of the message and its size; a message that comes whole, with what `whole` adds. */
+  /** Posts the rest of the message and its size; a whole message with what `whole` adds. */
   done(whole: (eml: Buffer) => Pick<Extract<FromThread, { type: 'done' }>, 'checked' | 'body'>): void {
     const cameWhole = this.#size === this.#pending;
     const rest = this.#take();
@@ -176,11 +161,7 @@ class PostingSink extends Writable {
   }
 }
 
-/**
- * What the sending thread would do next with a message that came whole,
- * done here instead: its envelope checked against its bytes, and its upload
- * body made when it is small enough to go in one piece.
- */
+/** For a message that came whole: its envelope checked, and its upload body when small enough to go in one piece. */
 function checkWhole(
   message: MimeTree,
   data: Record<string, unknown>,
@@ -192,7 +173,7 @@ function checkWhole(
     const mail = { data, message } as unknown as NodemailerMail;
     checked = { ok: true, ...resolveEnvelope(mail, { head: headerSection(eml) }) };
   } catch (err) {
-    // Anything but the envelope's own refusals is left to the sending thread, which reports it as ever.
+    // Anything but the envelope's own refusals is left to the sending thread to report.
     if (!(err instanceof EmlApiError)) return {};
     checked = { ok: false, code: err.code, message: err.message };
   }
