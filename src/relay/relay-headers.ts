@@ -49,6 +49,8 @@ export interface RelayHeaders {
   spellings: number;
   /** The From fields. */
   froms: RelayHeaderField[];
+  /** The Sender fields. */
+  senders: RelayHeaderField[];
   /** The first address of the first From field, or false. */
   from: string | false;
   /** The first non-empty Message-ID field, or undefined. */
@@ -66,7 +68,7 @@ export interface HeaderLimits {
    * `header_address_token_limit`). @default Infinity
    */
   maxTokens?: number;
-  /** Characters the To, Cc, Bcc and From fields hold in all, unfolded. @default Infinity */
+  /** Characters the To, Cc, Bcc, From and Sender fields hold in all, unfolded. @default Infinity */
   maxAddressText?: number;
 }
 
@@ -77,8 +79,8 @@ const RECIPIENT_FIELDS = new Set(['to', 'cc', 'bcc']);
 const OTHER_ADDRESS_FIELDS = new Set(['from', 'sender', 'reply-to']);
 
 /**
- * From fields a message may have (RFC 5322 allows one; services read either of two): each one whose
- * address mailparser's decoding could change costs a run of mailparser in {@link fromRefusal}.
+ * From fields, and Sender fields, a message may have (RFC 5322 allows one; services read either of two):
+ * each one may cost a run of mailparser ({@link fromRefusal}, {@link identityAddresses}).
  */
 const MAX_FROM_FIELDS = 10;
 
@@ -149,6 +151,7 @@ export function* readingRelayHeaders(head: Buffer, limits: HeaderLimits = {}): S
   const seen = new Set<string>();
   const spellings = new Set<string>();
   const froms: RelayHeaderField[] = [];
+  const senders: RelayHeaderField[] = [];
   let text = 0;
   let messageId: string | undefined;
   let hasDate = false;
@@ -156,11 +159,11 @@ export function* readingRelayHeaders(head: Buffer, limits: HeaderLimits = {}): S
     if (i % FIELDS_PER_STEP === FIELDS_PER_STEP - 1) yield;
     const field = fields[i]!;
     const name = field.name.toLowerCase();
-    if (RECIPIENT_FIELDS.has(name) || name === 'from') {
+    if (RECIPIENT_FIELDS.has(name) || name === 'from' || name === 'sender') {
       // Counted before any parser runs over the field: the parsers of the service's side are linear but slow.
       text += field.value.length;
       if (text > maxText) {
-        throw tooMuch(`the To, Cc, Bcc and From headers hold more than ${maxText} characters in all`);
+        throw tooMuch(`the To, Cc, Bcc, From and Sender headers hold more than ${maxText} characters in all`);
       }
     }
     if (OTHER_ADDRESS_FIELDS.has(name)) {
@@ -181,9 +184,10 @@ export function* readingRelayHeaders(head: Buffer, limits: HeaderLimits = {}): S
           recipients.push(address);
         }
       }
-    } else if (name === 'from') {
-      if (froms.push(field) > MAX_FROM_FIELDS) {
-        throw tooMuch(`the message has more than ${MAX_FROM_FIELDS} From fields (RFC 5322 allows one)`);
+    } else if (name === 'from' || name === 'sender') {
+      const list = name === 'from' ? froms : senders;
+      if (list.push(field) > MAX_FROM_FIELDS) {
+        throw tooMuch(`the message has more than ${MAX_FROM_FIELDS} ${field.name} fields (RFC 5322 allows one)`);
       }
     } else if (name === 'message-id' && messageId === undefined) {
       messageId = field.value || undefined;
@@ -192,7 +196,7 @@ export function* readingRelayHeaders(head: Buffer, limits: HeaderLimits = {}): S
     }
   }
   const from = froms.length === 0 ? false : firstAddress(froms[0]!.value);
-  return { fields, recipients, spellings: spellings.size, froms, from, messageId, hasDate };
+  return { fields, recipients, spellings: spellings.size, froms, senders, from, messageId, hasDate };
 }
 
 /**
@@ -326,9 +330,48 @@ function strictFirstAddress(value: string): string | undefined {
   }
 }
 
+/**
+ * Every address a reader of the message could take a From or Sender value
+ * to name: the relay's strict reading (where it reads the value), each
+ * Nodemailer parser's, mailparser's (when installed), and every text shaped
+ * like an address once encoded words are decoded and compatibility forms
+ * folded (NFKC: `ｃｅｏ＠ｂａｎｋ．ｅｘａｍｐｌｅ`), as a display name or a comment
+ * that a mail program shows may hold one.
+ */
+export async function identityAddresses(value: string): Promise<string[]> {
+  const found = new Set<string>();
+  const add = (address: string | undefined) => {
+    if (address) found.add(address);
+  };
+  try {
+    readAddressList(value, 'From').forEach(add);
+  } catch {
+    // A value the strict grammar does not read: the other readers and the scan below still do.
+  }
+  for (const reader of serviceAddressReaders()) reader.read(value).forEach(add);
+  let names = '';
+  const mime = loadMimeParser();
+  if (mime) {
+    const parsed = await mime(Buffer.from(`From: ${value}\r\n\r\n`, 'utf8'), FROM_ONLY).catch(() => undefined);
+    const walk = (list: MimeAddress[]): void => {
+      for (const entry of list) {
+        add(entry.address);
+        names += ` ${entry.name ?? ''}`;
+        if (entry.group) walk(entry.group);
+      }
+    };
+    walk(parsed?.from?.value ?? []);
+  }
+  for (const [shaped] of `${decodedWords(value)} ${names}`.normalize('NFKC').matchAll(ADDRESS_SHAPED)) add(shaped);
+  return [...found];
+}
+
+/** Text shaped like an address: characters around an `@` up to white space or a special. */
+const ADDRESS_SHAPED = /[^\s<>"(),;:[\]\\@]+@[^\s<>"(),;:[\]\\@]+/g;
+
 const FROM_ONLY = { skipHtmlToText: true, skipImageLinks: true, skipTextToHtml: true, skipTextLinks: true };
 
-type MimeAddress = { address?: string; group?: MimeAddress[] };
+type MimeAddress = { address?: string; name?: string; group?: MimeAddress[] };
 type MimeParser = (source: Buffer, options?: object) => Promise<{ from?: { value: MimeAddress[] } }>;
 
 let mimeParser: MimeParser | null | undefined;

@@ -1,0 +1,221 @@
+/**
+ * Each login sends only as itself: relay users, API keys given as AUTH passwords and the clients of
+ * allowUnauthenticatedFrom may carry the addresses and domains they may send as (Postfix's
+ * smtpd_sender_login_maps with reject_sender_login_mismatch). MAIL FROM, and every address of the
+ * header From and Sender however it is written, must be among them: else 553 5.7.1 naming the
+ * address, and nothing is sent.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startEmulator, type Emulator } from '../../src/emulator/index.js';
+import { EmlApiError } from '../../src/index.js';
+import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
+import { keyFingerprint, parseUsersFile, hashRelayPassword } from '../../src/relay/relay-users.js';
+import { SenderList } from '../../src/relay/sender-lists.js';
+import { thrownBy } from '../helpers/async.js';
+import { capturingLogger } from '../helpers/logger.js';
+import { SmtpDialog } from './relay-harness.js';
+
+let emu: Emulator;
+let relay: EmlApiRelay;
+const logger = capturingLogger({ inspect: true });
+const plain = (user: string, password: string) => Buffer.from(`\0${user}\0${password}`).toString('base64');
+
+beforeAll(async () => {
+  emu = await startEmulator({ apiKeys: [{ key: 'k-alerts-0123456789', scopes: ['sender'] }] });
+  relay = await startEmlApiRelay({
+    baseUrl: emu.url,
+    apiKey: emu.apiKey,
+    port: 0,
+    retry: false,
+    allowUnauthenticatedFrom: ['127.0.0.2/32'],
+    users: [
+      {
+        username: 'billing',
+        password: 'billing-secret-pw',
+        senders: ['billing@shop.example', '*@billing.shop.example'],
+      },
+      { username: 'books', password: 'books-secret-pw', senders: ['*@bücher.example'] },
+      { username: 'cron', password: 'cron-secret-pw' },
+    ],
+    keySenders: { [`key:${keyFingerprint('k-alerts-0123456789')}`]: ['alerts@shop.example'] },
+    allowedSenders: ['monitor@host.example', '<>'],
+    http: { port: 0 },
+    logger,
+  });
+});
+afterAll(async () => {
+  await relay?.close();
+  await emu?.close();
+});
+
+/** A session from 127.0.0.1 (trusted: AUTH on plain text) as `user`, or without AUTH from 127.0.0.2 (allowed). */
+async function session(user?: [string, string]) {
+  const { dialog } = await SmtpDialog.open(relay.port, '127.0.0.1', user ? {} : { localAddress: '127.0.0.2' });
+  await dialog.command('EHLO client.example');
+  if (user) expect((await dialog.command(`AUTH PLAIN ${plain(...user)}`)).code).toBe(235);
+  return dialog;
+}
+
+const BILLING: [string, string] = ['billing', 'billing-secret-pw'];
+let sent = 0;
+
+/** Sends one message; the reply to MAIL FROM when refused there, else to its final dot. */
+async function send(
+  user: [string, string] | undefined,
+  mailFrom: string,
+  head: string,
+): Promise<{ reply: string; delivered: boolean }> {
+  const dialog = await session(user);
+  try {
+    const mail = await dialog.command(`MAIL FROM:${mailFrom}`);
+    if (mail.code !== 250) return { reply: `${mail.code} ${mail.text}`, delivered: false };
+    expect((await dialog.command('RCPT TO:<ann@example.test>')).code).toBe(250);
+    const id = `<sender-${++sent}@example.test>`;
+    const reply = await dialog.data(`${head}\r\nTo: ann@example.test\r\nMessage-ID: ${id}\r\n\r\nHi\r\n`);
+    return { reply: `${reply.code} ${reply.text}`, delivered: emu.messages().some((m) => m.messageId === id) };
+  } finally {
+    dialog.close();
+  }
+}
+
+describe('MAIL FROM', () => {
+  it.each([
+    ['<billing@shop.example>', '250'],
+    ['<BILLING@Shop.Example>', '250'],
+    ['<invoices@billing.shop.example>', '250'],
+    ['<ceo@bank.example>', '553 5.7.1 <ceo@bank.example>: Sender address rejected: not owned by login billing'],
+    ['<x@sub.billing.shop.example>', '553 5.7.1 <x@sub.billing.shop.example>'],
+    ['<billing@shop.example.bank.example>', '553 5.7.1'],
+    ['<ceo@bank.example> SIZE=100', '553 5.7.1 <ceo@bank.example>'],
+    ['<@shop.example:ceo@bank.example>', '553 5.7.1 <ceo@bank.example>'],
+    ['<>', '553 5.7.1 <>: Sender address rejected: login billing may not send with an empty MAIL FROM'],
+  ])('%s as billing: %s', async (mailFrom, expected) => {
+    const dialog = await session(BILLING);
+    const reply = await dialog.command(`MAIL FROM:${mailFrom}`);
+    dialog.close();
+    expect(`${reply.code} ${reply.text}`.startsWith(expected)).toBe(true);
+  });
+
+  it('AUTH=<another> on MAIL FROM changes nothing: the envelope sender is checked, and the header From', async () => {
+    const { reply, delivered } = await send(
+      BILLING,
+      '<billing@shop.example> AUTH=<ceo@bank.example>',
+      'From: billing@shop.example',
+    );
+    expect(reply).toMatch(/^250 /);
+    expect(delivered).toBe(true);
+  });
+
+  it('an IDN domain matches written in Unicode or as xn--, in MAIL FROM and in From', async () => {
+    const books: [string, string] = ['books', 'books-secret-pw'];
+    expect((await send(books, '<shop@xn--bcher-kva.example>', 'From: shop@bücher.example')).reply).toMatch(/^250 /);
+    const utf8 = await send(books, '<shop@bücher.example> SMTPUTF8', 'From: shop@xn--bcher-kva.example');
+    expect(utf8.reply).toMatch(/^250 /);
+    expect((await send(books, '<shop@xn--bcher-kwa.example>', 'From: shop@bücher.example')).reply).toMatch(/^553 /);
+  });
+});
+
+describe('the header From and Sender', () => {
+  it.each([
+    ['Billing <billing@shop.example>'],
+    ['=?utf-8?Q?Facturation_=C3=A9t=C3=A9?= <billing@shop.example>'],
+    ['BILLING@SHOP.EXAMPLE'],
+    ['invoices@billing.shop.example (Invoices)'],
+    ['Billing: billing@shop.example, invoices@billing.shop.example;'],
+  ])("From: %s is billing's: 250", async (from) => {
+    const { reply, delivered } = await send(BILLING, '<billing@shop.example>', `From: ${from}`);
+    expect(reply).toMatch(/^250 /);
+    expect(delivered).toBe(true);
+  });
+
+  it.each([
+    ['a plain other address', 'From: ceo@bank.example', 'ceo@bank.example'],
+    ['a display name that is an address', 'From: "ceo@bank.example" <billing@shop.example>', 'ceo@bank.example'],
+    ['an encoded word standing for the address', 'From: =?utf-8?B?Y2VvQGJhbmsuZXhhbXBsZQ==?=', 'ceo@bank.example'],
+    ['an encoded display name', 'From: =?utf-8?Q?ceo=40bank.example?= <billing@shop.example>', 'ceo@bank.example'],
+    [
+      'full-width letters in the name',
+      'From: ｃｅｏ＠ｂａｎｋ．ｅｘａｍｐｌｅ <billing@shop.example>',
+      'ceo@bank.example',
+    ],
+    ['a second mailbox', 'From: billing@shop.example, ceo@bank.example', 'ceo@bank.example'],
+    ['a group', 'From: Team: billing@shop.example, ceo@bank.example;', 'ceo@bank.example'],
+    ['a comment', 'From: billing@shop.example (ceo@bank.example)', 'ceo@bank.example'],
+    ['a quoted local part', 'From: "ceo"@bank.example', 'ceo@bank.example'],
+    ['a look-alike domain (Cyrillic ѕ)', 'From: billing@ѕhop.example', 'billing@ѕhop.example'],
+    ['a suffix', 'From: billing@shop.example.bank.example', 'billing@shop.example.bank.example'],
+    ['a second From field', 'From: billing@shop.example\r\nFrom: ceo@bank.example', 'ceo@bank.example'],
+    ['a Sender', 'From: billing@shop.example\r\nSender: Boss <ceo@bank.example>', 'ceo@bank.example'],
+  ])('%s: 553 5.7.1 naming it, nothing sent', async (_label, head, address) => {
+    const { reply, delivered } = await send(BILLING, '<billing@shop.example>', head);
+    expect(reply).toMatch(/^553 5\.7\.1 /);
+    expect(reply).toContain(`<${address}>: Sender address rejected`);
+    expect(reply).toContain('not owned by login billing');
+    expect(delivered).toBe(false);
+  });
+});
+
+describe('logins without a list, API keys and the allowed networks', () => {
+  it('a user without a list sends as anyone (as before), and the relay warned at start, naming it', async () => {
+    const cron: [string, string] = ['cron', 'cron-secret-pw'];
+    expect((await send(cron, '<ceo@bank.example>', 'From: ceo@bank.example')).reply).toMatch(/^250 /);
+    const warning = logger.lines.find((l) => l.message.startsWith('Relay users without a sender list'));
+    expect(warning?.meta).toMatchObject({ users: 'cron', count: 1 });
+  });
+
+  it('an API key given as the password carries the list of its login (key:<fingerprint>)', async () => {
+    const key: [string, string] = ['apikey', 'k-alerts-0123456789'];
+    expect((await send(key, '<alerts@shop.example>', 'From: alerts@shop.example')).reply).toMatch(/^250 /);
+    expect((await send(key, '<billing@shop.example>', 'From: alerts@shop.example')).reply).toMatch(
+      /^553 5\.7\.1 <billing@shop\.example>: .*not owned by login key:[0-9a-f]{24}/,
+    );
+  });
+
+  it('clients on allowUnauthenticatedFrom have allowedSenders, the null sender among them', async () => {
+    expect((await send(undefined, '<>', 'From: monitor@host.example')).reply).toMatch(/^250 /);
+    expect((await send(undefined, '<monitor@host.example>', 'From: root@host.example')).reply).toMatch(
+      /^553 5\.7\.1 <root@host\.example>: .*not owned by the senders allowed without AUTH/,
+    );
+  });
+
+  it('refusals are counted by reason and login, and logged naming the login, never a password', async () => {
+    const text = await (await fetch(`http://127.0.0.1:${relay.http!.port}/metrics`)).text();
+    expect(text).toMatch(/eml_api_relay_sender_refusals_total\{reason="mail_from",login="billing"\} [1-9]/);
+    expect(text).toMatch(/eml_api_relay_sender_refusals_total\{reason="from",login="billing"\} [1-9]/);
+    expect(text).toMatch(/eml_api_relay_sender_refusals_total\{reason="sender",login="billing"\} [1-9]/);
+    expect(text).toMatch(/eml_api_relay_sender_refusals_total\{reason="null_sender",login="billing"\} [1-9]/);
+    const refused = logger.lines.filter((l) => l.message.startsWith('Sender refused'));
+    expect(refused.some((l) => l.meta.login === 'billing' && l.meta.sender === 'ceo@bank.example')).toBe(true);
+    const all = logger.inspected().join('\n');
+    for (const secret of ['billing-secret-pw', 'books-secret-pw', 'k-alerts-0123456789'])
+      expect(all).not.toContain(secret);
+  });
+});
+
+describe('sender lists as configured', () => {
+  it('reads users files with senders (name:hash:senders), and refuses what is no sender', async () => {
+    const hash = await hashRelayPassword('pw');
+    expect(
+      parseUsersFile(`billing:${hash}:billing@shop.example, *@billing.shop.example, <>\ncron:${hash}\n`, 'users'),
+    ).toEqual([
+      { username: 'billing', passwordHash: hash, senders: ['billing@shop.example', '*@billing.shop.example', '<>'] },
+      { username: 'cron', passwordHash: hash },
+    ]);
+    expect(thrownBy(() => parseUsersFile(`billing:${hash}:shop.example\n`, 'users')).message).toMatch(
+      /users line 1, the senders.*"shop\.example": expected an address/,
+    );
+    expect(thrownBy(() => parseUsersFile(`billing:${hash}:\n`, 'users')).message).toMatch(/no senders/);
+    expect(thrownBy(() => parseUsersFile(`billing:${hash}:a@x.test:1000\n`, 'users')).message).toMatch(/no further/);
+  });
+
+  it('an entry that is none of the three forms is ECONFIG naming it; keySenders keys are key logins', async () => {
+    expect(thrownBy(() => new SenderList(['*.shop.example'], 'users[0].senders')).message).toMatch(
+      /users\[0\]\.senders: "\*\.shop\.example": expected an address/,
+    );
+    const err = await startEmlApiRelay({ baseUrl: emu.url, port: 0, keySenders: { billing: ['a@x.test'] } }).catch(
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(EmlApiError);
+    expect((err as EmlApiError).message).toMatch(/keySenders: "billing" is not a key's login/);
+  });
+});
