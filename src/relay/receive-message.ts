@@ -86,10 +86,11 @@ export async function receiveMessage(
   const rewriter: MessageRewriter = new MessageRewriter(
     async (head) => {
       plan = await runInSlices(planningEnvelope(head, rcptTo, { maxRecipients: context.maxRecipients }));
+      // A sender that is not the login's is refused first, so that every such try is counted as one.
       // What the service is certain to refuse gets no 250, in either mode (the outbox would store it for nothing).
       const refusal =
-        (await fromRefusal(plan.froms, { certain: context.certainFrom })) ??
-        (await headerSenderRefusal(plan.froms, plan.senders, context.senders, context.login));
+        (await headerSenderRefusal(plan.froms, plan.senders, context.senders, context.login)) ??
+        (await fromRefusal(plan.froms, { certain: context.certainFrom }));
       if (refusal) throw refusal;
       return plan.head;
     },

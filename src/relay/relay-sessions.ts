@@ -340,7 +340,11 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
           ));
       if (!refusal) {
         const login = sessionLogin(session);
-        const sender = mailFromRefusal(mailFromSpelling(address, session), sendersOf(session), login);
+        // Both spellings: smtp-server's reading of the command, and the address as the client wrote it.
+        const list = sendersOf(session);
+        const sender =
+          mailFromRefusal(mailFromSpelling(address, session), list, login) ??
+          mailFromRefusal(address.address, list, login);
         if (sender) {
           refuseSender(senderRefusalOf(sender)!, session);
           refusal = { code: 553, text: `5.7.1 ${sender.message}` };

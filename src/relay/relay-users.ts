@@ -3,7 +3,7 @@ import { configError } from '../shared/options-kit.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { EmlApiClient } from '../client/eml-api-client.js';
 import { identitySecret } from './receive-message.js';
-import { SenderList } from './sender-lists.js';
+import { SenderList, splitSenders } from './sender-lists.js';
 
 /**
  * An SMTP user of the relay: a client that AUTHs with this user name and
@@ -178,9 +178,10 @@ export function parseUsersFile(text: string, source: string): EmlApiRelayUser[] 
     const line = raw.trim();
     if (line === '' || line.startsWith('#')) return;
     const where = `${source} line ${i + 1}`;
-    const [username = '', passwordHash = '', senders, ...more] = line.split(':');
+    const [username = '', passwordHash = ''] = line.split(':', 2);
+    const rest = line.indexOf(':', username.length + 1 + passwordHash.length);
+    const senders = rest === -1 ? undefined : line.slice(rest + 1);
     if (!username || !passwordHash) throw configError(where, 'expected name:hash, or name:hash:senders');
-    if (more.length > 0) throw configError(where, 'expected name:hash:senders, with no further : field');
     if (!isUsername(username)) throw configError(where, `the user name: ${USERNAME_RULE}`);
     if (!parseHash(passwordHash)) {
       throw configError(
@@ -188,10 +189,7 @@ export function parseUsersFile(text: string, source: string): EmlApiRelayUser[] 
         'the hash is not an scrypt hash; make one with `eml-api relay --hash-password` (the password on standard input)',
       );
     }
-    const list = senders
-      ?.split(',')
-      .map((entry) => entry.trim())
-      .filter(Boolean);
+    const list = senders === undefined ? undefined : splitSenders(senders);
     if (list?.length === 0) throw configError(where, 'no senders after the second : (leave it out for none)');
     if (list !== undefined) new SenderList(list, `${where}, the senders`);
     users.push({ username, passwordHash, ...(list === undefined ? {} : { senders: list }) });

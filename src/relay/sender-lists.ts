@@ -73,12 +73,24 @@ export class SenderList {
   }
 }
 
-/** An address as sender lists compare it: local part ASCII case-folded, domain in ASCII; undefined when it has no domain. */
+/**
+ * An address as sender lists compare it: its local part unquoted where the
+ * quotes change nothing (`"billing"` is `billing`, RFC 5321 4.1.2) and ASCII
+ * case-folded, its domain in ASCII; undefined when it has no domain.
+ */
 function addressKey(address: string): string | undefined {
   const at = address.lastIndexOf('@');
   if (at <= 0) return undefined;
   const domain = asciiDomain(address.slice(at + 1));
-  return domain === undefined ? undefined : `${asciiLowerCase(address.slice(0, at))}@${domain}`;
+  return domain === undefined ? undefined : `${asciiLowerCase(localPart(address.slice(0, at)))}@${domain}`;
+}
+
+const DOT_ATOM = /^[\w!#$%&'*+/=?^`{|}~\u0080-\uffff-]+(?:\.[\w!#$%&'*+/=?^`{|}~\u0080-\uffff-]+)*$/;
+
+function localPart(written: string): string {
+  if (written.length < 2 || !written.startsWith('"') || !written.endsWith('"')) return written;
+  const content = written.slice(1, -1).replace(/\\(.)/g, '$1');
+  return DOT_ATOM.test(content) ? content : `"${content.replace(/["\\]/g, '\\$&')}"`;
 }
 
 function asciiDomain(domain: string): string | undefined {
@@ -175,4 +187,48 @@ export async function headerSenderRefusal(
     }
   }
   return undefined;
+}
+
+/** The entries of a comma-separated sender list; a comma inside a quoted local part is no separator. */
+export function splitSenders(text: string): string[] {
+  const entries: string[] = [];
+  let quoted = false;
+  let start = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === '\\' && quoted) i++;
+    else if (c === '"') quoted = !quoted;
+    else if (c === ',' && !quoted) {
+      entries.push(text.slice(start, i));
+      start = i + 1;
+    }
+  }
+  entries.push(text.slice(start));
+  return entries.map((entry) => entry.trim()).filter(Boolean);
+}
+
+/**
+ * Reads a file of API keys' sender lists: one `key:<fingerprint>:senders`
+ * line per key (its login as the relay logs it, then its senders
+ * comma-separated, as in a users file), blank lines and `#` comments ignored.
+ *
+ * @param source names the file in errors
+ * @throws {EmlApiError} `ECONFIG` naming the file and line
+ */
+export function parseKeySendersFile(text: string, source: string): Record<string, string[]> {
+  const lists: Record<string, string[]> = {};
+  text.split(/\r?\n/).forEach((raw, i) => {
+    const line = raw.trim();
+    if (line === '' || line.startsWith('#')) return;
+    const where = `${source} line ${i + 1}`;
+    const match = /^(key:[0-9a-f]{24})\s*:(.*)$/.exec(line);
+    if (!match) throw configError(where, 'expected key:<24 hex digits of the key login>:senders');
+    const [, login = '', senders = ''] = match;
+    if (Object.hasOwn(lists, login)) throw configError(where, `${login} is listed twice`);
+    const list = splitSenders(senders);
+    if (list.length === 0) throw configError(where, `no senders after ${login}:`);
+    new SenderList(list, `${where}, the senders`);
+    lists[login] = list;
+  });
+  return lists;
 }

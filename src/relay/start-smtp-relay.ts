@@ -240,10 +240,20 @@ export async function startEmlApiRelay(options: EmlApiRelayOptions): Promise<Eml
     'SMTP relay listening',
   );
   const unlisted = settings.users?.withoutSenders() ?? [];
-  if (unlisted.length > 0) {
+  const openAllowed =
+    settings.users !== undefined &&
+    settings.allowUnauthenticatedFrom.entries.length > 0 &&
+    settings.allowedSenders === undefined;
+  if (unlisted.length > 0 || openAllowed) {
     logger.warn(
-      { users: unlisted.slice(0, 20).join(', '), count: unlisted.length },
-      'Relay users without a sender list may send as any address: give each its senders (users file: name:hash:senders)',
+      {
+        ...(unlisted.length > 0 ? { users: unlisted.slice(0, 20).join(', '), count: unlisted.length } : {}),
+        ...(openAllowed ? { allowed: settings.allowUnauthenticatedFrom.entries.join(', ') } : {}),
+      },
+      `Without a sender list, ${[
+        ...(unlisted.length > 0 ? [`${unlisted.length} relay user(s)`] : []),
+        ...(openAllowed ? ['the clients that send without AUTH (allowUnauthenticatedFrom)'] : []),
+      ].join(' and ')} may send as any address: give each its senders (eml-api relay: name:hash:senders lines in --users, --allow-senders; options: users[].senders, allowedSenders)`,
     );
   }
   const trustsOthers = settings.trustedNetworks.entries.some((entry) => !isLoopbackAddress(entry.split('/')[0]!));

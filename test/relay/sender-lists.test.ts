@@ -11,6 +11,7 @@ import { EmlApiError } from '../../src/index.js';
 import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { keyFingerprint, parseUsersFile, hashRelayPassword } from '../../src/relay/relay-users.js';
 import { SenderList } from '../../src/relay/sender-lists.js';
+import nodemailer from 'nodemailer';
 import { thrownBy } from '../helpers/async.js';
 import { capturingLogger } from '../helpers/logger.js';
 import { SmtpDialog } from './relay-harness.js';
@@ -35,6 +36,7 @@ beforeAll(async () => {
         senders: ['billing@shop.example', '*@billing.shop.example'],
       },
       { username: 'books', password: 'books-secret-pw', senders: ['*@bücher.example'] },
+      { username: 'alerts', password: 'alerts-secret-pw', senders: ['*@*.shop.example'] },
       { username: 'cron', password: 'cron-secret-pw' },
     ],
     keySenders: { [`key:${keyFingerprint('k-alerts-0123456789')}`]: ['alerts@shop.example'] },
@@ -89,11 +91,32 @@ describe('MAIL FROM', () => {
     ['<ceo@bank.example> SIZE=100', '553 5.7.1 <ceo@bank.example>'],
     ['<@shop.example:ceo@bank.example>', '553 5.7.1 <ceo@bank.example>'],
     ['<>', '553 5.7.1 <>: Sender address rejected: login billing may not send with an empty MAIL FROM'],
+    ['<"billing"@shop.example>', '250'],
+    ['<"ceo"@bank.example>', '553 5.7.1 <"ceo"@bank.example>'],
+    ['<"billing.x"@shop.example>', '553 5.7.1'],
+    ['<billing@shop.example> BODY=8BITMIME SIZE=200', '250'],
+    ['<ceo@bank.example> BODY=8BITMIME SIZE=200', '553 5.7.1 <ceo@bank.example>'],
+    ['<@shop.example,@billing.shop.example:ceo@bank.example>', '553 5.7.1 <ceo@bank.example>'],
+    [' <ceo@bank.example>', '553 5.7.1 <ceo@bank.example>'],
+    ['<billing@[127.0.0.1]>', '553 5.7.1'],
+    ['<billing@ѕhop.example> SMTPUTF8', '553 5.7.1 <billing@ѕhop.example>'],
+    ['<ｂｉｌｌｉｎｇ@shop.example> SMTPUTF8', '553 5.7.1'],
+    ['<billing@ｓｈｏｐ．ｅｘａｍｐｌｅ> SMTPUTF8', '250'],
   ])('%s as billing: %s', async (mailFrom, expected) => {
     const dialog = await session(BILLING);
     const reply = await dialog.command(`MAIL FROM:${mailFrom}`);
     dialog.close();
     expect(`${reply.code} ${reply.text}`.startsWith(expected)).toBe(true);
+  });
+
+  it('each transaction is checked: after RSET, another MAIL FROM is refused; RCPT and DATA then get 503', async () => {
+    const dialog = await session(BILLING);
+    expect((await dialog.command('MAIL FROM:<billing@shop.example>')).code).toBe(250);
+    expect((await dialog.command('RSET')).code).toBe(250);
+    expect((await dialog.command('MAIL FROM:<ceo@bank.example>')).code).toBe(553);
+    expect((await dialog.command('RCPT TO:<ann@example.test>')).code).toBe(503);
+    expect((await dialog.command('DATA')).code).toBe(503);
+    dialog.close();
   });
 
   it('AUTH=<another> on MAIL FROM changes nothing: the envelope sender is checked, and the header From', async () => {
@@ -112,6 +135,16 @@ describe('MAIL FROM', () => {
     const utf8 = await send(books, '<shop@bücher.example> SMTPUTF8', 'From: shop@xn--bcher-kva.example');
     expect(utf8.reply).toMatch(/^250 /);
     expect((await send(books, '<shop@xn--bcher-kwa.example>', 'From: shop@bücher.example')).reply).toMatch(/^553 /);
+    expect((await send(books, '<shop@XN--BCHER-KVA.EXAMPLE>', 'From: shop@BÜCHER.example')).reply).toMatch(/^250 /);
+  });
+
+  it('*@*.domain is every subdomain of the domain, at any depth, and not the domain itself', async () => {
+    const alerts: [string, string] = ['alerts', 'alerts-secret-pw'];
+    for (const address of ['x@eu.shop.example', 'x@a.b.shop.example', 'x@EU.Shop.Example'])
+      expect((await send(alerts, `<${address}>`, `From: ${address}`)).reply).toMatch(/^250 /);
+    for (const address of ['x@shop.example', 'x@evilshop.example', 'x@eu.shop.example.evil.example'])
+      expect((await send(alerts, `<${address}>`, 'From: x@eu.shop.example')).reply).toMatch(/^553 5\.7\.1 /);
+    expect((await send(alerts, '<x@eu.shop.example>', 'From: x@shop.example')).reply).toMatch(/^553 5\.7\.1 /);
   });
 });
 
@@ -122,6 +155,12 @@ describe('the header From and Sender', () => {
     ['BILLING@SHOP.EXAMPLE'],
     ['invoices@billing.shop.example (Invoices)'],
     ['Billing: billing@shop.example, invoices@billing.shop.example;'],
+    ['"billing"@shop.example'],
+    ['billing@(the shop)shop.example'],
+    ['"Bank CEO" <billing@shop.example>'],
+    ['billing@shop.example\r\nReply-To: ceo@bank.example'],
+    ['billing@shop.example\r\nSender: Billing <invoices@billing.shop.example>'],
+    ['billing@shop.example\r\nSender: undisclosed:;'],
   ])("From: %s is billing's: 250", async (from) => {
     const { reply, delivered } = await send(BILLING, '<billing@shop.example>', `From: ${from}`);
     expect(reply).toMatch(/^250 /);
@@ -146,12 +185,86 @@ describe('the header From and Sender', () => {
     ['a suffix', 'From: billing@shop.example.bank.example', 'billing@shop.example.bank.example'],
     ['a second From field', 'From: billing@shop.example\r\nFrom: ceo@bank.example', 'ceo@bank.example'],
     ['a Sender', 'From: billing@shop.example\r\nSender: Boss <ceo@bank.example>', 'ceo@bank.example'],
+    ['an empty group, then an address', 'From: undisclosed:;, ceo@bank.example', 'ceo@bank.example'],
+    ['the field name in capitals', 'FROM: ceo@bank.example', 'ceo@bank.example'],
+    ['white space before the colon', 'From : ceo@bank.example', 'ceo@bank.example'],
+    ['a Sender named oddly', 'From: billing@shop.example\r\nsender\t: ceo@bank.example', 'ceo@bank.example'],
+    ['a second From after a bare LF', 'From: billing@shop.example\nFrom: ceo@bank.example', 'ceo@bank.example'],
+    ['a folded second mailbox', 'From: billing@shop.example,\r\n ceo@bank.example', 'ceo@bank.example'],
+    [
+      'an ISO-8859-1 encoded word',
+      'From: =?iso-8859-1?Q?ceo=40bank.example?= <billing@shop.example>',
+      'ceo@bank.example',
+    ],
+    [
+      'an encoded word with a language',
+      'From: =?utf-8*en?Q?ceo=40bank.example?= <billing@shop.example>',
+      'ceo@bank.example',
+    ],
+    ['an encoded word of an address in brackets', 'From: =?utf-8?B?PGNlb0BiYW5rLmV4YW1wbGU+?=', 'ceo@bank.example'],
+    ['a comment after the address', 'From: Billing <billing@shop.example> (via ceo@bank.example)', 'ceo@bank.example'],
+    ['a comment in the local part', 'From: billing(ceo@bank.example)@shop.example', 'ceo@bank.example'],
+    ['an address as the unquoted name', 'From: billing@shop.example <ceo@bank.example>', 'ceo@bank.example'],
+    ['an address as the name of an address', 'From: ceo@bank.example <billing@shop.example>', 'ceo@bank.example'],
+    ['a small commercial at in the name', 'From: ceo\ufe6bbank.example <billing@shop.example>', 'ceo@bank.example'],
+    ['a trailing dot', 'From: billing@shop.example.', 'billing@shop.example.'],
+    ['an address literal', 'From: billing@[127.0.0.1]', 'billing@[127.0.0.1]'],
+    ['full-width letters in the local part', 'From: ｂｉｌｌｉｎｇ@shop.example', 'ｂｉｌｌｉｎｇ@shop.example'],
+    ["a route to the login's domain", 'From: <@shop.example:ceo@bank.example>', ''],
   ])('%s: 553 5.7.1 naming it, nothing sent', async (_label, head, address) => {
     const { reply, delivered } = await send(BILLING, '<billing@shop.example>', head);
     expect(reply).toMatch(/^553 5\.7\.1 /);
-    expect(reply).toContain(`<${address}>: Sender address rejected`);
+    expect(reply).toContain(`${address}>: Sender address rejected`);
     expect(reply).toContain('not owned by login billing');
     expect(delivered).toBe(false);
+  });
+});
+
+describe('a From without an address, with a list', () => {
+  it.each([['undisclosed:;'], ['billing@shop.example\u200b']])(
+    'From: %s is refused as without one (554 5.6.0), nothing sent',
+    async (from) => {
+      const { reply, delivered } = await send(BILLING, '<billing@shop.example>', `From: ${from}`);
+      expect(reply).toMatch(/^554 5\.6\.0 /);
+      expect(delivered).toBe(false);
+    },
+  );
+});
+
+describe('Nodemailer as the client', () => {
+  const transport = () =>
+    nodemailer.createTransport({
+      host: '127.0.0.1',
+      port: relay.port,
+      ignoreTLS: true,
+      auth: { user: 'billing', pass: 'billing-secret-pw' },
+    });
+
+  it("sends as the login's address; another is refused at MAIL FROM (553), and in the header at DATA", async () => {
+    const smtp = transport();
+    try {
+      const ok = await smtp.sendMail({ from: 'Billing <billing@shop.example>', to: 'ann@example.test', text: 'x' });
+      expect(ok.response).toMatch(/^250 2\.0\.0 Ok: /);
+      const before = emu.messages().length;
+      const envelope = await smtp
+        .sendMail({ from: 'ceo@bank.example', to: 'ann@example.test', text: 'x' })
+        .catch((e: unknown) => e);
+      expect(envelope).toMatchObject({ code: 'EENVELOPE', responseCode: 553, command: 'MAIL FROM' });
+      expect((envelope as Error).message).toContain('<ceo@bank.example>: Sender address rejected');
+      const header = await smtp
+        .sendMail({
+          from: 'ceo@bank.example',
+          envelope: { from: 'billing@shop.example', to: 'ann@example.test' },
+          to: 'ann@example.test',
+          text: 'x',
+        })
+        .catch((e: unknown) => e);
+      expect(header).toMatchObject({ code: 'EMESSAGE', responseCode: 553 });
+      expect((header as Error).message).toContain('the From header names an address not owned by login billing');
+      expect(emu.messages().length).toBe(before);
+    } finally {
+      smtp.close();
+    }
   });
 });
 
@@ -159,8 +272,10 @@ describe('logins without a list, API keys and the allowed networks', () => {
   it('a user without a list sends as anyone (as before), and the relay warned at start, naming it', async () => {
     const cron: [string, string] = ['cron', 'cron-secret-pw'];
     expect((await send(cron, '<ceo@bank.example>', 'From: ceo@bank.example')).reply).toMatch(/^250 /);
-    const warning = logger.lines.find((l) => l.message.startsWith('Relay users without a sender list'));
-    expect(warning?.meta).toMatchObject({ users: 'cron', count: 1 });
+    const warnings = logger.lines.filter((l) => l.message.startsWith('Without a sender list'));
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]!.message).toMatch(/^Without a sender list, 1 relay user\(s\) may send as any address/);
+    expect(warnings[0]!.meta).toEqual({ users: 'cron', count: 1 });
   });
 
   it('an API key given as the password carries the list of its login (key:<fingerprint>)', async () => {
@@ -205,7 +320,13 @@ describe('sender lists as configured', () => {
       /users line 1, the senders.*"shop\.example": expected an address/,
     );
     expect(thrownBy(() => parseUsersFile(`billing:${hash}:\n`, 'users')).message).toMatch(/no senders/);
-    expect(thrownBy(() => parseUsersFile(`billing:${hash}:a@x.test:1000\n`, 'users')).message).toMatch(/no further/);
+    // A Dovecot passwd-file's further fields (uid:gid...) are no senders: an error naming the line, not ignored.
+    expect(thrownBy(() => parseUsersFile(`billing:${hash}:1000:1000::/home/billing\n`, 'users')).message).toMatch(
+      /users line 1, the senders: "1000:1000::\/home\/billing": expected an address/,
+    );
+    expect(
+      parseUsersFile(`billing:${hash}:"billing, shop"@shop.example,*@shop.example\n`, 'users')[0]!.senders,
+    ).toEqual(['"billing, shop"@shop.example', '*@shop.example']);
   });
 
   it('an entry that is none of the three forms is ECONFIG naming it; keySenders keys are key logins', async () => {
