@@ -11,8 +11,14 @@ import { EmlApiError } from '../../src/index.js';
 import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { keyFingerprint, parseUsersFile, hashRelayPassword } from '../../src/relay/relay-users.js';
 import { SenderList } from '../../src/relay/sender-lists.js';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import nodemailer from 'nodemailer';
-import { thrownBy } from '../helpers/async.js';
+import { runCli } from '../../src/cli/run-cli.js';
+import type { EmlApiRelayOptions } from '../../src/relay/relay-options.js';
+import { thrownBy, waitFor } from '../helpers/async.js';
+import { runCliCapturing } from '../helpers/cli-run.js';
 import { capturingLogger } from '../helpers/logger.js';
 import { SmtpDialog } from './relay-harness.js';
 
@@ -338,5 +344,142 @@ describe('sender lists as configured', () => {
     );
     expect(err).toBeInstanceOf(EmlApiError);
     expect((err as EmlApiError).message).toMatch(/keySenders: "billing" is not a key's login/);
+  });
+});
+
+describe('the warning at start', () => {
+  async function warningsOf(options: Partial<EmlApiRelayOptions>): Promise<string[]> {
+    const log = capturingLogger();
+    const started = await startEmlApiRelay({ baseUrl: emu.url, apiKey: emu.apiKey, port: 0, logger: log, ...options });
+    await started.close();
+    return log.lines.filter((l) => l.message.startsWith('Without a sender list')).map((l) => l.message);
+  }
+  const listed = [{ username: 'billing', password: 'pw', senders: ['billing@shop.example'] }];
+
+  it('names the clients on allowUnauthenticatedFrom when users have lists and they have none', async () => {
+    expect(await warningsOf({ users: listed })).toEqual([
+      expect.stringMatching(/^Without a sender list, the clients that send without AUTH \(allowUnauthenticatedFrom\)/),
+    ]);
+  });
+
+  it('is not given without users, or when every login that sends with the relay key has a list', async () => {
+    expect(await warningsOf({})).toEqual([]);
+    expect(await warningsOf({ users: listed, allowedSenders: ['cron@host.example'] })).toEqual([]);
+    expect(await warningsOf({ users: listed, allowUnauthenticatedFrom: [] })).toEqual([]);
+  });
+});
+
+describe('eml-api relay', () => {
+  function cli(args: string[], env: Record<string, string> = {}) {
+    const out: string[] = [];
+    const err: string[] = [];
+    const stop = new AbortController();
+    const exit = runCli(['relay', '--url', emu.url, '--port', '0', ...args], {
+      stdout: { write: (s: string) => out.push(s) },
+      stderr: { write: (s: string) => err.push(s) },
+      env,
+      signal: stop.signal,
+    });
+    return { stop: () => stop.abort(), exit, text: () => out.join(''), errors: () => err.join('') };
+  }
+  const smtp = (port: number, auth?: { user: string; pass: string }) =>
+    nodemailer.createTransport({ host: '127.0.0.1', port, ignoreTLS: true, ...(auth ? { auth } : {}) });
+  async function reply(port: number, from: string, auth?: { user: string; pass: string }): Promise<string> {
+    const transport = smtp(port, auth);
+    try {
+      return (await transport.sendMail({ from, to: 'ann@example.test', text: 'x' })).response;
+    } catch (err) {
+      return (err as { response: string }).response;
+    } finally {
+      transport.close();
+    }
+  }
+  let dir: string;
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'relay-senders-'));
+  });
+  afterAll(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('--users name:hash:senders, --key-senders (logins from --key-login) and --allow-senders; one warning on stderr', async () => {
+    const printed = await runCliCapturing(['relay', '--key-login'], { env: {}, stdin: 'k-alerts-0123456789\n' });
+    expect(printed.code).toBe(0);
+    const login = printed.stdout.trim();
+    expect(login).toBe(`key:${keyFingerprint('k-alerts-0123456789')}`);
+    const hash = await hashRelayPassword('billing pw');
+    await writeFile(join(dir, 'users'), `billing:${hash}:billing@shop.example, *@billing.shop.example\ncron:${hash}\n`);
+    await writeFile(join(dir, 'keys'), `# API keys\n${login}: alerts@shop.example\n`);
+    const run = cli(
+      [
+        '--users',
+        join(dir, 'users'),
+        '--key-senders',
+        join(dir, 'keys'),
+        '--allow-senders',
+        'monitor@host.example',
+        '--allow-senders',
+        '<>',
+      ],
+      { EML_API_KEY: emu.apiKey },
+    );
+    await waitFor(() => /listening on/.test(run.text()));
+    const port = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(run.text())![1]);
+    const warnings = run.errors().match(/WARN Without a sender list.*/g);
+    expect(warnings).toEqual([expect.stringMatching(/1 relay user\(s\) may send as any address.*users=cron count=1/)]);
+    const billing = { user: 'billing', pass: 'billing pw' };
+    expect(await reply(port, 'invoices@billing.shop.example', billing)).toMatch(/^250 /);
+    expect(await reply(port, 'ceo@bank.example', billing)).toMatch(/^553 5\.7\.1 <ceo@bank\.example>/);
+    expect(await reply(port, 'ceo@bank.example', { user: 'cron', pass: 'billing pw' })).toMatch(/^250 /);
+    const key = { user: 'alerts', pass: 'k-alerts-0123456789' };
+    expect(await reply(port, 'alerts@shop.example', key)).toMatch(/^250 /);
+    expect(await reply(port, 'billing@shop.example', key)).toMatch(new RegExp(`^553 5\\.7\\.1 .*login ${login}`));
+    expect(await reply(port, 'monitor@host.example')).toMatch(/^250 /);
+    expect(await reply(port, 'root@host.example')).toMatch(/^553 5\.7\.1 <root@host\.example>/);
+    run.stop();
+    expect(await run.exit).toBe(0);
+    expect(run.errors()).toMatch(
+      /WARN Sender refused: not the login's .*login=billing .*reason=mail_from sender=ceo@bank\.example/,
+    );
+    expect(run.text() + run.errors()).not.toMatch(/billing pw|k-alerts-0123456789/);
+  });
+
+  it('EML_API_RELAY_ALLOW_SENDERS stands for --allow-senders, comma-separated', async () => {
+    const run = cli([], { EML_API_KEY: emu.apiKey, EML_API_RELAY_ALLOW_SENDERS: 'cron@host.example, *@ops.example' });
+    await waitFor(() => /listening on/.test(run.text()));
+    const port = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(run.text())![1]);
+    expect(await reply(port, 'a@ops.example')).toMatch(/^250 /);
+    expect(await reply(port, 'root@host.example')).toMatch(/^553 5\.7\.1 /);
+    run.stop();
+    expect(await run.exit).toBe(0);
+  });
+
+  it.each([
+    [['--allow-senders', 'shop.example'], /allowedSenders: "shop\.example": expected an address/],
+    [['--key-senders', '/nonexistent/keys'], /--key-senders: cannot read \/nonexistent\/keys/],
+    [['--key-senders', 'KEYS:billing: a@shop.example'], /--key-senders .* line 1: expected key:<24 hex digits/],
+    [['--key-senders', 'KEYS:key:0123456789abcdef01234567:'], /line 1: no senders after key:0123456789abcdef01234567:/],
+    [
+      ['--key-senders', 'KEYS:key:0123456789abcdef01234567: *.shop.example'],
+      /line 1, the senders: "\*\.shop\.example"/,
+    ],
+  ])('%j is a usage error (exit 2)', async (args, message) => {
+    const flags = await Promise.all(
+      args.map(async (arg) => {
+        if (!arg.startsWith('KEYS:')) return arg;
+        const file = join(dir, `keys-${Math.random().toString(36).slice(2)}`);
+        await writeFile(file, `${arg.slice(5)}\n`);
+        return file;
+      }),
+    );
+    const run = cli(flags, { EML_API_KEY: emu.apiKey });
+    expect(await run.exit).toBe(2);
+    expect(run.errors()).toMatch(message);
+  });
+
+  it('--key-login reads the key from standard input, and wants one', async () => {
+    const empty = await runCliCapturing(['relay', '--key-login'], { env: {} });
+    expect(empty.code).toBe(2);
+    expect(empty.stderr).toMatch(/--key-login reads the API key from standard input, and got none/);
   });
 });
