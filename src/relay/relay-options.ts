@@ -164,20 +164,20 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
    */
   users?: EmlApiRelayUser[];
   /**
-   * The addresses and domains the API keys given as AUTH passwords may send
-   * as, by the login the relay logs for each (`key:` and the first 24 hex
-   * digits of the key's SHA-256; the relay's own key too, where clients AUTH
-   * with it): each list as a relay user's `senders`. A key without a list
-   * sends as anyone.
+   * The senders of API keys given as AUTH passwords (the relay's own key
+   * included), by the login the relay logs for each: `key:` and the first 24
+   * hex digits of the key's SHA-256 (`eml-api relay --key-login` prints it;
+   * `--key-senders FILE`). Each list is as a relay user's `senders`; a key
+   * without one sends as any address.
    * @default undefined
    * @example
    * keySenders: { 'key:3f2a9c0d41b7e6a85c1d2e3f': ['alerts@shop.example', '*@alerts.shop.example'] }
    */
   keySenders?: Record<string, string[]>;
   /**
-   * The addresses and domains clients on `allowUnauthenticatedFrom` (which
-   * send with the relay's key, without AUTH) may send as, as a relay user's
-   * `senders` (`<>` for an empty `MAIL FROM`).
+   * The senders of the clients on `allowUnauthenticatedFrom`, which send
+   * with the relay's key without AUTH (`--allow-senders`), as a relay user's
+   * `senders`.
    * @default undefined (any sender)
    * @example
    * allowedSenders: ['cron@host.example', '*@host.example', '<>']

@@ -26,9 +26,9 @@ export interface EmlApiRelayUser {
    * The addresses and domains the user may send as: `MAIL FROM`, and every
    * address of the header From and Sender, must be among them, else `553
    * 5.7.1` and nothing is sent. `billing@shop.example` (that address),
-   * `*@billing.shop.example` (any address of that domain), `<>` (an empty
-   * `MAIL FROM`, as bounces have).
-   * @default undefined (any sender: give every user a list)
+   * `*@shop.example` (any address of the domain), `*@*.shop.example` (of its
+   * subdomains), `<>` (an empty `MAIL FROM`, as bounces have).
+   * @default undefined (any sender: the relay warns at start)
    * @example
    * senders: ['billing@shop.example', '*@billing.shop.example']
    */

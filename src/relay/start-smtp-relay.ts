@@ -253,7 +253,9 @@ export async function startEmlApiRelay(options: EmlApiRelayOptions): Promise<Eml
       `Without a sender list, ${[
         ...(unlisted.length > 0 ? [`${unlisted.length} relay user(s)`] : []),
         ...(openAllowed ? ['the clients that send without AUTH (allowUnauthenticatedFrom)'] : []),
-      ].join(' and ')} may send as any address: give each its senders (eml-api relay: name:hash:senders lines in --users, --allow-senders; options: users[].senders, allowedSenders)`,
+      ].join(
+        ' and ',
+      )} may send as any address: give each its senders (eml-api relay: name:hash:senders lines in --users, --allow-senders; options: users[].senders, allowedSenders)`,
     );
   }
   const trustsOthers = settings.trustedNetworks.entries.some((entry) => !isLoopbackAddress(entry.split('/')[0]!));
