@@ -362,8 +362,24 @@ export async function identityAddresses(value: string): Promise<string[]> {
     };
     walk(parsed?.from?.value ?? []);
   }
-  for (const [shaped] of `${decodedWords(value)} ${names}`.normalize('NFKC').matchAll(ADDRESS_SHAPED)) add(shaped);
+  // As a mail program shows the text: adjacent encoded words joined (RFC 2047 6.2), quoted pairs unescaped,
+  // and once more without comments (`ceo(x)@bank.example`).
+  const shown = decodedWords(value.replace(/(\?=)\s+(?==\?)/g, '$1')).replace(/\\(.)/g, '$1');
+  const texts = `${shown} ${withoutComments(shown)} ${names}`.normalize('NFKC');
+  for (const [shaped] of texts.matchAll(ADDRESS_SHAPED)) add(shaped);
   return [...found];
+}
+
+/** The text without its parenthesised comments, nested ones included (one pass: linear). */
+function withoutComments(text: string): string {
+  let depth = 0;
+  let out = '';
+  for (const c of text) {
+    if (c === '(') depth++;
+    else if (c === ')' && depth > 0) depth--;
+    else if (depth === 0) out += c;
+  }
+  return out;
 }
 
 /** Text shaped like an address: characters around an `@` up to white space or a special. */

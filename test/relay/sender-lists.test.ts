@@ -11,9 +11,12 @@ import { EmlApiError } from '../../src/index.js';
 import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { keyFingerprint, parseUsersFile, hashRelayPassword } from '../../src/relay/relay-users.js';
 import { SenderList } from '../../src/relay/sender-lists.js';
+import { execFile } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import nodemailer from 'nodemailer';
 import { runCli } from '../../src/cli/run-cli.js';
 import type { EmlApiRelayOptions } from '../../src/relay/relay-options.js';
@@ -482,4 +485,43 @@ describe('eml-api relay', () => {
     expect(empty.code).toBe(2);
     expect(empty.stderr).toMatch(/--key-login reads the API key from standard input, and got none/);
   });
+});
+
+describe('without mailparser', () => {
+  const FOREIGN = [
+    'From: "ceo\\@bank.example" <billing@shop.example>',
+    'From: "ceo@\\bank.example" <billing@shop.example>',
+    'From: =?utf-8?Q?ceo?= =?utf-8?Q?=40bank.example?= <billing@shop.example>',
+    'From: =?utf-8?Q?ceo?=\r\n =?utf-8?Q?=40bank.example?= <billing@shop.example>',
+    'From: ceo(x)@bank.example <billing@shop.example>',
+    'From: =?utf-8?B?Y2VvQGJhbmsuZXhhbXBsZQ==?= <billing@shop.example>',
+    'From: Team: billing@shop.example, ceo@bank.example;',
+    'From: billing@shop.example\r\nSender: ceo@bank.example',
+  ];
+  const OWN = [
+    'From: Billing <billing@shop.example>',
+    'From: "billing"@shop.example',
+    'From: "Bank CEO" <billing@shop.example>',
+  ];
+
+  it('a display name a mail program shows as another address is still found: quoted pairs, adjacent encoded words, comments', async () => {
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      [
+        '--import',
+        fileURLToPath(new URL('./fixtures/hide-mailparser.mjs', import.meta.url)),
+        '--import',
+        'tsx',
+        fileURLToPath(new URL('./fixtures/senders-without-mailparser.ts', import.meta.url)),
+        JSON.stringify([...FOREIGN, ...OWN]),
+      ],
+      { timeout: 60_000 },
+    );
+    const replies = JSON.parse(stdout.trim().split('\n').pop()!) as string[];
+    expect(replies).toEqual([
+      ...FOREIGN.map(() => expect.stringMatching(/^553 5\.7\.1 <ceo@bank\.example>: Sender address rejected/)),
+      // Past the check, the direct relay finds no service there.
+      ...OWN.map(() => expect.stringMatching(/^451 4\.4\.1 /)),
+    ]);
+  }, 60_000);
 });
