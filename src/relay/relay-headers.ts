@@ -366,7 +366,10 @@ export async function identityAddresses(value: string): Promise<string[]> {
   // and once more without comments (`ceo(x)@bank.example`).
   const shown = decodedWords(value.replace(/(\?=)\s+(?==\?)/g, '$1')).replace(/\\(.)/g, '$1');
   const texts = `${shown} ${withoutComments(shown)} ${names}`.normalize('NFKC');
-  for (const [shaped] of texts.matchAll(ADDRESS_SHAPED)) add(shaped);
+  for (const word of texts.split(ADDRESS_SEPARATORS)) {
+    const parts = word.split('@');
+    for (let i = 1; i < parts.length; i++) if (parts[i - 1] && parts[i]) add(`${parts[i - 1]}@${parts[i]}`);
+  }
   return [...found];
 }
 
@@ -382,8 +385,8 @@ function withoutComments(text: string): string {
   return out;
 }
 
-/** Text shaped like an address: characters around an `@` up to white space or a special. */
-const ADDRESS_SHAPED = /[^\s<>"(),;:[\]\\@]+@[^\s<>"(),;:[\]\\@]+/g;
+/** What ends text shaped like an address (characters around an `@`): white space and the specials. Split on, never backtracked over. */
+const ADDRESS_SEPARATORS = /[\s<>"(),;:[\]\\]+/;
 
 const FROM_ONLY = { skipHtmlToText: true, skipImageLinks: true, skipTextToHtml: true, skipTextLinks: true };
 

@@ -10,6 +10,7 @@ import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiError } from '../../src/index.js';
 import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { keyFingerprint, parseUsersFile, hashRelayPassword } from '../../src/relay/relay-users.js';
+import { identityAddresses } from '../../src/relay/relay-headers.js';
 import { SenderList } from '../../src/relay/sender-lists.js';
 import { execFile } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
@@ -524,4 +525,18 @@ describe('without mailparser', () => {
       ...OWN.map(() => expect.stringMatching(/^451 4\.4\.1 /)),
     ]);
   }, 60_000);
+});
+
+describe('the cost of reading a From', () => {
+  // The bound is the test's timeout, a thousand times what a linear reading takes: a backtracking scan for
+  // address-shaped text took minutes over such a value (each position of the run tried to its end).
+  it.each([
+    ['a 200 KB name', `${'a'.repeat(200_000)} <billing@shop.example>`],
+    [
+      'adjacent encoded words',
+      `${'=?utf-8?Q?aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa?= '.repeat(5000)}<billing@shop.example>`,
+    ],
+  ])('%s is read in linear time', { timeout: 20_000 }, async (_label, value) => {
+    expect(await identityAddresses(value)).toEqual(['billing@shop.example']);
+  });
 });
