@@ -432,11 +432,23 @@ function decodedWords(text: string): string {
               .replace(/=([0-9A-Fa-f]{2})/g, (_m, hex: string) => String.fromCharCode(parseInt(hex, 16))),
             'latin1',
           );
+    const name = charset.split('*')[0]!;
+    if (/^(?:unicode-1-1-)?utf-?7$/i.test(name)) return utf7(bytes.toString('latin1'));
     try {
-      return new TextDecoder(charset.split('*')[0]).decode(bytes);
+      return new TextDecoder(name).decode(bytes);
     } catch {
-      return bytes.toString('latin1');
+      // A charset this runtime lacks (UTF-32...) that mailparser's iconv-lite may know: its ASCII still shows.
+      return bytes.toString('latin1').replace(/\0/g, '');
     }
+  });
+}
+
+/** UTF-7 text (RFC 2152), which TextDecoder lacks: `+` and modified Base64 of UTF-16BE up to `-`. */
+function utf7(text: string): string {
+  return text.replace(/\+([A-Za-z0-9+/]*)-?/g, (_run, data: string) => {
+    if (data === '') return '+';
+    const bytes = Buffer.from(data, 'base64');
+    return bytes.subarray(0, bytes.length - (bytes.length % 2)).swap16().toString('utf16le');
   });
 }
 

@@ -489,6 +489,7 @@ describe('eml-api relay', () => {
 });
 
 describe('without mailparser', () => {
+  const utf32 = (text: string) => Buffer.from([...text].flatMap((c) => [0, 0, 0, c.charCodeAt(0)])).toString('base64');
   const FOREIGN = [
     'From: "ceo\\@bank.example" <billing@shop.example>',
     'From: "ceo@\\bank.example" <billing@shop.example>',
@@ -498,6 +499,9 @@ describe('without mailparser', () => {
     'From: =?utf-8?B?Y2VvQGJhbmsuZXhhbXBsZQ==?= <billing@shop.example>',
     'From: Team: billing@shop.example, ceo@bank.example;',
     'From: billing@shop.example\r\nSender: ceo@bank.example',
+    // Charsets TextDecoder lacks, which mailparser's iconv-lite decodes.
+    'From: =?utf-7?Q?ceo+AEA-bank.example?= <billing@shop.example>',
+    `From: =?UTF-32BE?B?${utf32('ceo@bank.example')}?= <billing@shop.example>`,
   ];
   const OWN = [
     'From: Billing <billing@shop.example>',
@@ -505,7 +509,7 @@ describe('without mailparser', () => {
     'From: "Bank CEO" <billing@shop.example>',
   ];
 
-  it('a display name a mail program shows as another address is still found: quoted pairs, adjacent encoded words, comments', async () => {
+  it('a display name a mail program shows as another address is still found: quoted pairs, adjacent encoded words, comments, UTF-7 and UTF-32', async () => {
     const { stdout } = await promisify(execFile)(
       process.execPath,
       [
