@@ -448,7 +448,10 @@ function utf7(text: string): string {
   return text.replace(/\+([A-Za-z0-9+/]*)-?/g, (_run, data: string) => {
     if (data === '') return '+';
     const bytes = Buffer.from(data, 'base64');
-    return bytes.subarray(0, bytes.length - (bytes.length % 2)).swap16().toString('utf16le');
+    return bytes
+      .subarray(0, bytes.length - (bytes.length % 2))
+      .swap16()
+      .toString('utf16le');
   });
 }
 
