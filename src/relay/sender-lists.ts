@@ -37,6 +37,8 @@ export class SenderList {
     if (!Array.isArray(entries) || entries.some((entry) => typeof entry !== 'string')) {
       throw configError(option, `expected an array of strings: ${ENTRY_RULE}`);
     }
+    if (entries.length === 0)
+      throw configError(option, 'no senders: give one at least, or leave the list out (any sender)');
     let nullSender = false;
     for (const raw of entries as string[]) {
       const entry = raw.trim();
@@ -47,12 +49,15 @@ export class SenderList {
       const subdomains = entry.startsWith('*@*.');
       const written = entry.startsWith('*@') ? entry.slice(subdomains ? 4 : 2) : undefined;
       const domain = written === undefined ? undefined : asciiDomain(written);
-      if (domain !== undefined && isValidAddress(`x@${written}`) && !domain.startsWith('[')) {
+      if (domain !== undefined && isValidAddress(`x@${written}`) && HOST_NAME.test(domain)) {
         (subdomains ? this.#parents : this.#domains).add(domain);
         continue;
       }
-      const key = isValidAddress(entry) ? addressKey(entry) : undefined;
-      if (key === undefined) throw configError(option, `${JSON.stringify(raw)}: ${ENTRY_RULE}`);
+      // A `*@` entry is a domain or nothing: never the address `*@...`, which would match no one.
+      const key = written === undefined && isValidAddress(entry) ? addressKey(entry) : undefined;
+      const host = key?.slice(key.lastIndexOf('@') + 1) ?? '';
+      if (key === undefined || !(HOST_NAME.test(host) || host.startsWith('[')))
+        throw configError(option, `${JSON.stringify(raw)}: ${ENTRY_RULE}`);
       this.#addresses.add(key);
     }
     this.nullSender = nullSender;
@@ -72,6 +77,9 @@ export class SenderList {
     return false;
   }
 }
+
+/** A domain of a list, in ASCII: labels of letters, digits, `-` and `_`, none empty. */
+const HOST_NAME = /^[a-z0-9_-]{1,63}(?:\.[a-z0-9_-]{1,63})*$/;
 
 /**
  * An address as sender lists compare it: its local part unquoted where the

@@ -339,6 +339,17 @@ describe('sender lists as configured', () => {
     ).toEqual(['"billing, shop"@shop.example', '*@shop.example']);
   });
 
+  it.each([
+    [['*@[127.0.0.1]'], /"\*@\[127\.0\.0\.1\]": expected an address/],
+    [['*@shop..example'], /"\*@shop\.\.example": expected an address/],
+    [['*@*.'], /"\*@\*\.": expected an address/],
+    [['shop.example'], /"shop\.example": expected an address/],
+    [[], /no senders: give one at least/],
+    ['billing@shop.example', /expected an array of strings/],
+  ])('%j is no sender list (ECONFIG)', (entries, message) => {
+    expect(thrownBy(() => new SenderList(entries, 'allowedSenders')).message).toMatch(message);
+  });
+
   it('an entry that is none of the three forms is ECONFIG naming it; keySenders keys are key logins', async () => {
     expect(thrownBy(() => new SenderList(['*.shop.example'], 'users[0].senders')).message).toMatch(
       /users\[0\]\.senders: "\*\.shop\.example": expected an address/,
