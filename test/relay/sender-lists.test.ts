@@ -129,6 +129,15 @@ describe('MAIL FROM', () => {
     dialog.close();
   });
 
+  it('an authorization identity in AUTH PLAIN (another user, without a list) changes nothing: the login is the one checked', async () => {
+    const { dialog } = await SmtpDialog.open(relay.port, '127.0.0.1');
+    await dialog.command('EHLO client.example');
+    const token = Buffer.from('cron\0billing\0billing-secret-pw').toString('base64');
+    expect((await dialog.command(`AUTH PLAIN ${token}`)).code).toBe(235);
+    expect((await dialog.command('MAIL FROM:<ceo@bank.example>')).code).toBe(553);
+    dialog.close();
+  });
+
   it('AUTH=<another> on MAIL FROM changes nothing: the envelope sender is checked, and the header From', async () => {
     const { reply, delivered } = await send(
       BILLING,
