@@ -16,9 +16,9 @@ const ENTRY_RULE =
  * addresses (`billing@shop.example`), every address of a domain
  * (`*@shop.example`, not its subdomains), of its subdomains
  * (`*@*.shop.example`, not the domain itself), and `<>` for an empty
- * `MAIL FROM`. Addresses compare with their local part ASCII case-folded and
- * their domain in its ASCII form (`bücher.example` is `xn--bcher-kva.example`,
- * as resolvers map it).
+ * `MAIL FROM`. Addresses compare with their local part ASCII case-folded
+ * (quotes that change nothing left out) and their domain in its ASCII form
+ * (`bücher.example` is `xn--bcher-kva.example`, as IDNA maps it).
  */
 export class SenderList {
   /** The entries as given. */
@@ -107,7 +107,7 @@ function asciiDomain(domain: string): string | undefined {
   return ascii === '' ? undefined : ascii;
 }
 
-/** Why the header senders of a message are none of the login's, in the order checked. */
+/** What a refusal refused: `MAIL FROM`, an empty one, or a From or Sender field. */
 export type SenderRefusalReason = 'mail_from' | 'null_sender' | 'from' | 'sender';
 
 /** What a sender refusal refused: why, and the address as the client wrote it ('' for the null sender). */
@@ -133,14 +133,16 @@ function senderRefusal(reason: SenderRefusalReason, address: string, text: strin
   return err;
 }
 
-/** Who a refusal names: the login, or the address the client sends from without AUTH. */
+/** Who a refusal names: the login, or the clients allowed to send without AUTH. */
 function whose(login: string | undefined): string {
   return login === undefined ? 'the senders allowed without AUTH' : `login ${login}`;
 }
 
-/** The address as a reply may show it: printable, at most 254 characters. */
+/** The address as a reply may show it: no control, format or space character, at most 254 characters. */
 function shownAddress(address: string): string {
-  return address.replace(/[^\x21-\x7e\u00a0-\uffff]/g, '?').slice(0, 254);
+  return Array.from(address.replace(/[\p{C}\s]/gu, '?'))
+    .slice(0, 254)
+    .join('');
 }
 
 /**

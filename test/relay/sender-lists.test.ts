@@ -227,6 +227,11 @@ describe('the header From and Sender', () => {
     ['an address as the name of an address', 'From: ceo@bank.example <billing@shop.example>', 'ceo@bank.example'],
     ['a small commercial at in the name', 'From: ceo\ufe6bbank.example <billing@shop.example>', 'ceo@bank.example'],
     ['a trailing dot', 'From: billing@shop.example.', 'billing@shop.example.'],
+    [
+      'an invisible soft hyphen (shown as ?)',
+      'From: billing@shop.example\r\nSender: ceo\u00ad@bank.example',
+      '<ceo?@bank.example',
+    ],
     ['an address literal', 'From: billing@[127.0.0.1]', 'billing@[127.0.0.1]'],
     ['full-width letters in the local part', 'From: ｂｉｌｌｉｎｇ@shop.example', 'ｂｉｌｌｉｎｇ@shop.example'],
     ["a route to the login's domain", 'From: <@shop.example:ceo@bank.example>', ''],
