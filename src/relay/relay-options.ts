@@ -171,7 +171,7 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
    * without one sends as any address.
    * @default undefined
    * @example
-   * keySenders: { 'key:3f2a9c0d41b7e6a85c1d2e3f': ['alerts@shop.example', '*@alerts.shop.example'] }
+   * await startEmlApiRelay({ baseUrl, keySenders: { 'key:3f2a9c0d41b7e6a85c1d2e3f': ['alerts@shop.example'] } });
    */
   keySenders?: Record<string, string[]>;
   /**
