@@ -77,6 +77,7 @@ export class EmlApiMetrics {
   readonly #uploadBytes: Histogram<'component'>;
   readonly #uploadSeconds: Histogram<'component'>;
   readonly #relayMessages: Counter<'outcome' | 'code' | 'login'>;
+  readonly #senderRefusals: Counter<'reason' | 'login'>;
   readonly #relayBytes: Histogram<never>;
   readonly #relaySeconds: Histogram<never>;
   readonly #connections = new Set<() => number>();
@@ -176,6 +177,12 @@ export class EmlApiMetrics {
       name: 'eml_api_relay_messages_total',
       help: 'Messages the SMTP relay answered after DATA, by outcome (accepted, refused), SMTP reply code and the login that sent them (none without AUTH)',
       labelNames: ['outcome', 'code', 'login'],
+      registers,
+    });
+    this.#senderRefusals = new client.Counter({
+      name: 'eml_api_relay_sender_refusals_total',
+      help: 'Senders the SMTP relay refused (553 5.7.1) for not being among the addresses of the login (none without AUTH), by reason: mail_from, null_sender, from, sender',
+      labelNames: ['reason', 'login'],
       registers,
     });
     this.#relayBytes = new client.Histogram({
@@ -300,6 +307,11 @@ export class EmlApiMetrics {
     this.#relayMessages.inc({ outcome, code: String(code), ...(login === undefined ? {} : { login }) });
     this.#relayBytes.observe(bytes);
     this.#relaySeconds.observe(seconds);
+  }
+
+  /** Counts a sender the relay refused for not being the login's (`reason`: mail_from, null_sender, from, sender). */
+  recordSenderRefusal(reason: string, login?: string): void {
+    this.#senderRefusals.inc({ reason, ...(login === undefined ? {} : { login }) });
   }
 
   /**

@@ -17,6 +17,7 @@ import {
   type Steps,
 } from './relay-headers.js';
 import type { SmtpReply } from './smtp-replies.js';
+import { headerSenderRefusal, type SenderList } from './sender-lists.js';
 
 /** What receiving a message needs from the relay. */
 export interface ReceiveContext {
@@ -38,6 +39,10 @@ export interface ReceiveContext {
   maxMessageSize: number;
   /** Refuse a From the relay cannot read for certain (the outbox stores the message: nobody would hear of the service's refusal). */
   certainFrom: boolean;
+  /** The addresses the session's login may send as, when it has a list: From and Sender must be among them. */
+  senders: SenderList | undefined;
+  /** The session's login, named in a refusal (undefined for a client sending without AUTH). */
+  login: string | undefined;
 }
 
 /** A message handed on. */
@@ -81,8 +86,11 @@ export async function receiveMessage(
   const rewriter: MessageRewriter = new MessageRewriter(
     async (head) => {
       plan = await runInSlices(planningEnvelope(head, rcptTo, { maxRecipients: context.maxRecipients }));
+      // A sender that is not the login's is refused first, so that every such try is counted as one.
       // What the service is certain to refuse gets no 250, in either mode (the outbox would store it for nothing).
-      const refusal = await fromRefusal(plan.froms, { certain: context.certainFrom });
+      const refusal =
+        (await headerSenderRefusal(plan.froms, plan.senders, context.senders, context.login)) ??
+        (await fromRefusal(plan.froms, { certain: context.certainFrom }));
       if (refusal) throw refusal;
       return plan.head;
     },
@@ -415,6 +423,8 @@ export interface EnvelopePlan {
   addedBcc: string[];
   /** The From fields, for {@link fromRefusal}. */
   froms: RelayHeaderField[];
+  /** The Sender fields. */
+  senders: RelayHeaderField[];
   /** The From address of the headers, or false. */
   from: string | false;
   /** The Message-ID header, when there is one. */
@@ -522,6 +532,7 @@ export function* planningEnvelope(
   }
   const plan = {
     froms: headers.froms,
+    senders: headers.senders,
     from: headers.from,
     messageId: headers.messageId,
     hasDate: headers.hasDate,
@@ -685,6 +696,15 @@ export function keepRcptSpelling(address: SMTPServerAddress, session: SMTPServer
   const written = line === undefined ? undefined : writtenAddress(lineOf(line), 'RCPT');
   if (written !== undefined) rcptSpellings.set(address, written);
   return written ?? address.address;
+}
+
+/**
+ * The address of the `MAIL FROM` being answered as the client wrote it (call
+ * it from `onMailFrom`; see {@link keepRcptSpelling}): '' for the null sender.
+ */
+export function mailFromSpelling(address: SMTPServerAddress, session: SMTPServerSession): string {
+  const line = lastLines.get(session);
+  return (line === undefined ? undefined : writtenAddress(lineOf(line), 'MAIL')) ?? address.address;
 }
 
 /**

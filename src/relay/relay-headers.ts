@@ -49,6 +49,8 @@ export interface RelayHeaders {
   spellings: number;
   /** The From fields. */
   froms: RelayHeaderField[];
+  /** The Sender fields. */
+  senders: RelayHeaderField[];
   /** The first address of the first From field, or false. */
   from: string | false;
   /** The first non-empty Message-ID field, or undefined. */
@@ -66,7 +68,7 @@ export interface HeaderLimits {
    * `header_address_token_limit`). @default Infinity
    */
   maxTokens?: number;
-  /** Characters the To, Cc, Bcc and From fields hold in all, unfolded. @default Infinity */
+  /** Characters the To, Cc, Bcc, From and Sender fields hold in all, unfolded. @default Infinity */
   maxAddressText?: number;
 }
 
@@ -77,8 +79,8 @@ const RECIPIENT_FIELDS = new Set(['to', 'cc', 'bcc']);
 const OTHER_ADDRESS_FIELDS = new Set(['from', 'sender', 'reply-to']);
 
 /**
- * From fields a message may have (RFC 5322 allows one; services read either of two): each one whose
- * address mailparser's decoding could change costs a run of mailparser in {@link fromRefusal}.
+ * From fields, and Sender fields, a message may have (RFC 5322 allows one; services read either of two):
+ * each one may cost a run of mailparser ({@link fromRefusal}, {@link identityAddresses}).
  */
 const MAX_FROM_FIELDS = 10;
 
@@ -149,6 +151,7 @@ export function* readingRelayHeaders(head: Buffer, limits: HeaderLimits = {}): S
   const seen = new Set<string>();
   const spellings = new Set<string>();
   const froms: RelayHeaderField[] = [];
+  const senders: RelayHeaderField[] = [];
   let text = 0;
   let messageId: string | undefined;
   let hasDate = false;
@@ -156,11 +159,11 @@ export function* readingRelayHeaders(head: Buffer, limits: HeaderLimits = {}): S
     if (i % FIELDS_PER_STEP === FIELDS_PER_STEP - 1) yield;
     const field = fields[i]!;
     const name = field.name.toLowerCase();
-    if (RECIPIENT_FIELDS.has(name) || name === 'from') {
+    if (RECIPIENT_FIELDS.has(name) || name === 'from' || name === 'sender') {
       // Counted before any parser runs over the field: the parsers of the service's side are linear but slow.
       text += field.value.length;
       if (text > maxText) {
-        throw tooMuch(`the To, Cc, Bcc and From headers hold more than ${maxText} characters in all`);
+        throw tooMuch(`the To, Cc, Bcc, From and Sender headers hold more than ${maxText} characters in all`);
       }
     }
     if (OTHER_ADDRESS_FIELDS.has(name)) {
@@ -181,9 +184,10 @@ export function* readingRelayHeaders(head: Buffer, limits: HeaderLimits = {}): S
           recipients.push(address);
         }
       }
-    } else if (name === 'from') {
-      if (froms.push(field) > MAX_FROM_FIELDS) {
-        throw tooMuch(`the message has more than ${MAX_FROM_FIELDS} From fields (RFC 5322 allows one)`);
+    } else if (name === 'from' || name === 'sender') {
+      const list = name === 'from' ? froms : senders;
+      if (list.push(field) > MAX_FROM_FIELDS) {
+        throw tooMuch(`the message has more than ${MAX_FROM_FIELDS} ${field.name} fields (RFC 5322 allows one)`);
       }
     } else if (name === 'message-id' && messageId === undefined) {
       messageId = field.value || undefined;
@@ -192,7 +196,7 @@ export function* readingRelayHeaders(head: Buffer, limits: HeaderLimits = {}): S
     }
   }
   const from = froms.length === 0 ? false : firstAddress(froms[0]!.value);
-  return { fields, recipients, spellings: spellings.size, froms, from, messageId, hasDate };
+  return { fields, recipients, spellings: spellings.size, froms, senders, from, messageId, hasDate };
 }
 
 /**
@@ -326,9 +330,67 @@ function strictFirstAddress(value: string): string | undefined {
   }
 }
 
+/**
+ * Every address a reader of the message could take a From or Sender value
+ * to name: the relay's strict reading (where it reads the value), each
+ * Nodemailer parser's, mailparser's (when installed), and every text shaped
+ * like an address once encoded words are decoded and compatibility forms
+ * folded (NFKC: `ｃｅｏ＠ｂａｎｋ．ｅｘａｍｐｌｅ`), as a display name or a comment
+ * that a mail program shows may hold one.
+ */
+export async function identityAddresses(value: string): Promise<string[]> {
+  const found = new Set<string>();
+  const add = (address: string | undefined) => {
+    if (address) found.add(address);
+  };
+  try {
+    readAddressList(value, 'From').forEach(add);
+  } catch {
+    // A value the strict grammar does not read: the other readers and the scan below still do.
+  }
+  for (const reader of serviceAddressReaders()) reader.read(value).forEach(add);
+  let names = '';
+  const mime = loadMimeParser();
+  if (mime) {
+    const parsed = await mime(Buffer.from(`From: ${value}\r\n\r\n`, 'utf8'), FROM_ONLY).catch(() => undefined);
+    const walk = (list: MimeAddress[]): void => {
+      for (const entry of list) {
+        add(entry.address);
+        names += ` ${entry.name ?? ''}`;
+        if (entry.group) walk(entry.group);
+      }
+    };
+    walk(parsed?.from?.value ?? []);
+  }
+  // As a mail program shows the text: adjacent encoded words joined (RFC 2047 6.2), quoted pairs unescaped,
+  // and once more without comments (`ceo(x)@bank.example`).
+  const shown = decodedWords(value.replace(/(\?=)\s+(?==\?)/g, '$1')).replace(/\\(.)/g, '$1');
+  const texts = `${shown} ${withoutComments(shown)} ${names}`.normalize('NFKC');
+  for (const word of texts.split(ADDRESS_SEPARATORS)) {
+    const parts = word.split('@');
+    for (let i = 1; i < parts.length; i++) if (parts[i - 1] && parts[i]) add(`${parts[i - 1]}@${parts[i]}`);
+  }
+  return [...found];
+}
+
+/** The text without its parenthesised comments, nested ones included (one pass: linear). */
+function withoutComments(text: string): string {
+  let depth = 0;
+  let out = '';
+  for (const c of text) {
+    if (c === '(') depth++;
+    else if (c === ')' && depth > 0) depth--;
+    else if (depth === 0) out += c;
+  }
+  return out;
+}
+
+/** What ends text shaped like an address (characters around an `@`): white space and the specials. Split on, never backtracked over. */
+const ADDRESS_SEPARATORS = /[\s<>"(),;:[\]\\]+/;
+
 const FROM_ONLY = { skipHtmlToText: true, skipImageLinks: true, skipTextToHtml: true, skipTextLinks: true };
 
-type MimeAddress = { address?: string; group?: MimeAddress[] };
+type MimeAddress = { address?: string; name?: string; group?: MimeAddress[] };
 type MimeParser = (source: Buffer, options?: object) => Promise<{ from?: { value: MimeAddress[] } }>;
 
 let mimeParser: MimeParser | null | undefined;
@@ -370,11 +432,26 @@ function decodedWords(text: string): string {
               .replace(/=([0-9A-Fa-f]{2})/g, (_m, hex: string) => String.fromCharCode(parseInt(hex, 16))),
             'latin1',
           );
+    const name = charset.split('*')[0]!;
+    if (/^(?:unicode-1-1-)?utf-?7$/i.test(name)) return utf7(bytes.toString('latin1'));
     try {
-      return new TextDecoder(charset.split('*')[0]).decode(bytes);
+      return new TextDecoder(name).decode(bytes);
     } catch {
-      return bytes.toString('latin1');
+      // A charset this runtime lacks (UTF-32...) that mailparser's iconv-lite may know: its ASCII still shows.
+      return bytes.toString('latin1').replace(/\0/g, '');
     }
+  });
+}
+
+/** UTF-7 text (RFC 2152), which TextDecoder lacks: `+` and modified Base64 of UTF-16BE up to `-`. */
+function utf7(text: string): string {
+  return text.replace(/\+([A-Za-z0-9+/]*)-?/g, (_run, data: string) => {
+    if (data === '') return '+';
+    const bytes = Buffer.from(data, 'base64');
+    return bytes
+      .subarray(0, bytes.length - (bytes.length % 2))
+      .swap16()
+      .toString('utf16le');
   });
 }
 

@@ -23,6 +23,7 @@ import { EmlApiError } from '../shared/eml-api-error.js';
 import { MAX_ADDRESS_LENGTH } from '../protocol/message-format.js';
 import { ClientAddressList, LOOPBACK_NETWORKS } from './client-address-list.js';
 import { RelayUsers, type EmlApiRelayUser } from './relay-users.js';
+import { SenderList } from './sender-lists.js';
 
 /**
  * TLS of the relay: STARTTLS on the plain port (the default), or TLS from
@@ -156,6 +157,26 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
    * users: [{ username: 'billing', passwordHash: process.env.BILLING_SMTP_HASH! }]
    */
   users?: EmlApiRelayUser[];
+  /**
+   * The senders of API keys given as AUTH passwords (the relay's own key
+   * included), by the login the relay logs for each: `key:` and the first 24
+   * hex digits of the key's SHA-256 (`eml-api relay --key-login` prints it;
+   * `--key-senders FILE`). Each list is as a relay user's `senders`; a key
+   * without one sends as any address.
+   * @default undefined
+   * @example
+   * await startEmlApiRelay({ baseUrl, keySenders: { 'key:3f2a9c0d41b7e6a85c1d2e3f': ['alerts@shop.example'] } });
+   */
+  keySenders?: Record<string, string[]>;
+  /**
+   * The senders of the clients on `allowUnauthenticatedFrom`, which send
+   * with the relay's key without AUTH (`--allow-senders`), as a relay user's
+   * `senders`.
+   * @default undefined (any sender)
+   * @example
+   * allowedSenders: ['cron@host.example', '*@host.example', '<>']
+   */
+  allowedSenders?: string[];
   /**
    * Store-and-forward through the outbox (`nodemailer-eml-api/queue`): the
    * relay answers `250` once Redis has stored the message, and the outbox's
@@ -338,6 +359,10 @@ export interface RelaySettings {
   trustedNetworks: ClientAddressList;
   /** The relay's own SMTP users, who send with its key. */
   users: RelayUsers | undefined;
+  /** The sender lists of API keys given as AUTH passwords, by their login (`key:<fingerprint>`). */
+  keySenders: ReadonlyMap<string, SenderList>;
+  /** The sender list of the clients on `allowUnauthenticatedFrom`. */
+  allowedSenders: SenderList | undefined;
   tls: EmlApiRelayTlsOptions | undefined;
   maxMessageSize: number;
   maxRecipients: number;
@@ -372,6 +397,8 @@ const RELAY_KEYS = [
   'allowUnauthenticatedFrom',
   'trustedNetworks',
   'users',
+  'keySenders',
+  'allowedSenders',
   'queue',
   'tls',
   'maxMessageSize',
@@ -474,6 +501,8 @@ export function resolveRelayOptions(options: EmlApiRelayOptions): {
       'trustedNetworks',
     ),
     users: checkUsers(o.users, apiKey),
+    keySenders: checkKeySenders(o.keySenders),
+    allowedSenders: o.allowedSenders === undefined ? undefined : new SenderList(o.allowedSenders, 'allowedSenders'),
     tls,
     maxMessageSize: wholeNumber(o.maxMessageSize ?? defaultSize(maxRecipients), 'maxMessageSize', 1, 2 ** 40),
     maxRecipients,
@@ -561,6 +590,23 @@ function checkProxies(value: unknown): readonly string[] {
     );
   }
   return Object.freeze(value.map((entry: string) => entry.trim()));
+}
+
+/** The `keySenders` option: lists by `key:<24 hex digits>`, the login the relay logs for a key. */
+function checkKeySenders(value: unknown): ReadonlyMap<string, SenderList> {
+  if (value === undefined) return new Map();
+  const lists = objectOption(value, 'keySenders', "{ 'key:<fingerprint>': [senders] }");
+  return new Map(
+    Object.entries(lists).map(([login, senders]) => {
+      if (!/^key:[0-9a-f]{24}$/.test(login)) {
+        throw configError(
+          'keySenders',
+          `${JSON.stringify(login)} is not a key's login: expected key: and 24 hex digits, as the relay logs it`,
+        );
+      }
+      return [login, new SenderList(senders, `keySenders[${JSON.stringify(login)}]`)];
+    }),
+  );
 }
 
 /** The `users` option: they send with the relay's own key, so there must be one. */

@@ -21,6 +21,7 @@ import {
   isClientGone,
   receiveMessage,
   keepRcptSpelling,
+  mailFromSpelling,
   mailParameterRefusal,
   rcptParameterRefusal,
 } from './receive-message.js';
@@ -38,6 +39,13 @@ import {
 } from './smtp-replies.js';
 import { clientKey, type ClientAddressList } from './client-address-list.js';
 import { asMailparserReads } from './relay-headers.js';
+import {
+  mailFromRefusal,
+  senderRefusalOf,
+  type SenderList,
+  type SenderRefusal,
+  type SenderRefusalReason,
+} from './sender-lists.js';
 
 /** Failed AUTHs after which a connection is closed (`421`): each one costs the service a request. */
 const MAX_AUTH_FAILURES = 3;
@@ -72,6 +80,8 @@ export interface RelayState {
   closing(): boolean;
   /** Registers a message in progress, so close() waits for it. */
   track(work: Promise<unknown>): void;
+  /** Counts a sender refused for not being the login's (the metrics), when the relay counts. */
+  senderRefused?(reason: SenderRefusalReason, login: string | undefined): void;
 }
 
 /** What the relay keeps per connection (the session object lives as long as the connection). */
@@ -143,6 +153,25 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
     window: settings.authFailureWindow,
   });
   const userFailures = new AuthFailureBudget({ limit: settings.maxAuthFailures, window: settings.authFailureWindow });
+  // A session's sender list: its login's, or without AUTH (on allowUnauthenticatedFrom) the allowed clients'.
+  const sendersOf = (session: SMTPServerSession): SenderList | undefined => {
+    const user = session.user as Partial<SessionUser> | undefined;
+    return typeof user === 'object' && user !== null ? user.senders : settings.allowedSenders;
+  };
+  const refuseSender = (refusal: SenderRefusal, session: SMTPServerSession) => {
+    const login = sessionLogin(session);
+    relay.senderRefused?.(refusal.reason, login);
+    logger.warn(
+      {
+        client: session.remoteAddress,
+        session: session.id,
+        ...(login === undefined ? {} : { login }),
+        reason: refusal.reason,
+        sender: refusal.address,
+      },
+      "Sender refused: not the login's",
+    );
+  };
   const release = (state: SessionState) => {
     if (state.held) keyClients.release(state.held);
     state.held = undefined;
@@ -246,8 +275,14 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         // Sends with the relay's key: onData falls back to it when the session holds no key client.
         attempt?.end(undefined);
         release(state);
-        const login = settings.users?.has(username) ? username : relay.relayKeyLogin;
-        const user: SessionUser = { username, key: 'relay', login };
+        const listed = settings.users?.has(username) === true;
+        const login = listed ? username : relay.relayKeyLogin;
+        const senders = listed
+          ? settings.users!.sendersOf(username)
+          : login === undefined
+            ? undefined
+            : settings.keySenders.get(login);
+        const user: SessionUser = { username, key: 'relay', login, senders };
         logger.debug({ client: session.remoteAddress, session: session.id, key: 'relay', login }, 'AUTH accepted');
         // A client that left while its password was checked has closed already: it is not counted again.
         if (login !== undefined && !state.closed) relay.shares.join(session, login);
@@ -262,7 +297,8 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
             // The client left while its key was being checked: onClose has run already, so the hold
             // is released here (a held client is never evicted, and would be kept until the relay stops).
             if (state.closed) release(state);
-            const user: SessionUser = { username, key: held.id, login: `key:${held.id}` };
+            const login = `key:${held.id}`;
+            const user: SessionUser = { username, key: held.id, login, senders: settings.keySenders.get(login) };
             logger.debug(
               { client: session.remoteAddress, session: session.id, key: held.id, login: user.login },
               'AUTH accepted',
@@ -295,13 +331,25 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       void withKey();
     },
     onMailFrom(address, session, callback) {
-      const refusal = relay.closing()
+      let refusal = relay.closing()
         ? SHUTTING_DOWN
         : (mailParameterRefusal(address, session) ??
           mailRefusal(
             { remoteAddress: session.remoteAddress, secure: session.secure, authenticated: Boolean(session.user) },
             policy,
           ));
+      if (!refusal) {
+        const login = sessionLogin(session);
+        // Both spellings: smtp-server's reading of the command, and the address as the client wrote it.
+        const list = sendersOf(session);
+        const sender =
+          mailFromRefusal(mailFromSpelling(address, session), list, login) ??
+          mailFromRefusal(address.address, list, login);
+        if (sender) {
+          refuseSender(senderRefusalOf(sender)!, session);
+          refusal = { code: 553, text: `5.7.1 ${sender.message}` };
+        }
+      }
       // Answered on the next turn of the event loop, never synchronously: smtp-server (3.21) loses
       // its place when a client wrote the next transaction, message and all, without waiting for
       // the replies (`nc relay 2525 < session.txt`). Its parser resumes after a message by running
@@ -356,6 +404,8 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         maxRecipients: settings.maxRecipients,
         maxMessageSize: settings.maxMessageSize,
         certainFrom: storing,
+        senders: sendersOf(session),
+        login,
       };
       const work = withMessageLogFields(where, () => receiveMessage(stream, session, sender, context)).then(
         (received) => {
@@ -381,6 +431,8 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
           callback(null, reply.text);
         },
         (err: unknown) => {
+          const refused = senderRefusalOf(err);
+          if (refused) refuseSender(refused, session);
           if (isClientGone(err)) {
             logger.warn(where, 'Message abandoned: the client disconnected before the end of DATA');
             return callback(replyError({ code: 451, text: `4.4.2 ${err.message}` }));
@@ -440,6 +492,8 @@ export interface SessionUser {
   username: string;
   key: string;
   login: string | undefined;
+  /** The addresses the login may send as; undefined when it has no list (any sender). */
+  senders: SenderList | undefined;
 }
 
 /** The login of a session (see {@link SessionUser}), or undefined before AUTH (a client on `allowUnauthenticatedFrom`). */

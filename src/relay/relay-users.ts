@@ -3,6 +3,7 @@ import { configError } from '../shared/options-kit.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { EmlApiClient } from '../client/eml-api-client.js';
 import { identitySecret } from './receive-message.js';
+import { SenderList, splitSenders } from './sender-lists.js';
 
 /**
  * An SMTP user of the relay: a client that AUTHs with this user name and
@@ -21,6 +22,17 @@ export interface EmlApiRelayUser {
   password?: string;
   /** The password's scrypt hash, `$scrypt$ln=<log2 N>,r=<r>,p=<p>$<salt>$<hash>` (Base64, PHC string form). */
   passwordHash?: string;
+  /**
+   * The addresses and domains the user may send as: `MAIL FROM`, and every
+   * address of the header From and Sender, must be among them, else `553
+   * 5.7.1` and nothing is sent. `billing@shop.example` (that address),
+   * `*@shop.example` (any address of the domain), `*@*.shop.example` (of its
+   * subdomains), `<>` (an empty `MAIL FROM`, as bounces have).
+   * @default undefined (any sender: the relay warns at start)
+   * @example
+   * senders: ['billing@shop.example', '*@billing.shop.example']
+   */
+  senders?: string[];
 }
 
 /**
@@ -74,6 +86,7 @@ export async function hashRelayPassword(password: string): Promise<string> {
  */
 export class RelayUsers {
   readonly #users = new Map<string, Secret>();
+  readonly #senders = new Map<string, SenderList>();
   /** Checked for unknown names, so that they take as long as a known one. */
   readonly #decoy: ScryptHash = { ...NEW_HASH, salt: randomBytes(16), hash: randomBytes(32) };
 
@@ -87,10 +100,11 @@ export class RelayUsers {
       const name = `${option}[${i}]`;
       if (typeof user !== 'object' || user === null)
         throw configError(name, 'expected { username, password or passwordHash }');
-      const { username, password, passwordHash } = user;
+      const { username, password, passwordHash, senders } = user;
       if (!isUsername(username)) throw configError(`${name}.username`, USERNAME_RULE);
       if (this.#users.has(username))
         throw configError(`${name}.username`, `${JSON.stringify(username)} is listed twice`);
+      if (senders !== undefined) this.#senders.set(username, new SenderList(senders, `${name}.senders`));
       if ((password === undefined) === (passwordHash === undefined)) {
         throw configError(name, 'give either password or passwordHash');
       }
@@ -122,6 +136,16 @@ export class RelayUsers {
     return this.#users.has(username);
   }
 
+  /** The addresses a listed user may send as, or undefined when it has no list (it may send as anyone). */
+  sendersOf(username: string): SenderList | undefined {
+    return this.#senders.get(username);
+  }
+
+  /** The users without a sender list. */
+  withoutSenders(): string[] {
+    return [...this.#users.keys()].filter((username) => !this.#senders.has(username));
+  }
+
   /**
    * Whether the password is the listed user's. An unknown name costs as
    * much as a known one (a decoy hash is checked), and the comparison takes
@@ -140,8 +164,10 @@ export class RelayUsers {
 
 /**
  * Reads a users file: one `name:hash` per line (the hash as made by
- * `eml-api relay --hash-password`), blank lines and `#` comments ignored, as
- * in a Dovecot passwd-file (whose further `:` fields are ignored).
+ * `eml-api relay --hash-password`), optionally followed by `:` and the
+ * addresses the user may send as, comma-separated
+ * (`billing:$scrypt$...:billing@shop.example, *@billing.shop.example`);
+ * blank lines and `#` comments are ignored.
  *
  * @param source names the file in errors
  * @throws {EmlApiError} `ECONFIG` naming the file and line (never quoting a hash)
@@ -151,16 +177,22 @@ export function parseUsersFile(text: string, source: string): EmlApiRelayUser[] 
   text.split(/\r?\n/).forEach((raw, i) => {
     const line = raw.trim();
     if (line === '' || line.startsWith('#')) return;
-    const [username = '', passwordHash = ''] = line.split(':');
-    if (!username || !passwordHash) throw configError(`${source} line ${i + 1}`, 'expected name:hash');
-    if (!isUsername(username)) throw configError(`${source} line ${i + 1}`, `the user name: ${USERNAME_RULE}`);
+    const where = `${source} line ${i + 1}`;
+    const [username = '', passwordHash = ''] = line.split(':', 2);
+    const rest = line.indexOf(':', username.length + 1 + passwordHash.length);
+    const senders = rest === -1 ? undefined : line.slice(rest + 1);
+    if (!username || !passwordHash) throw configError(where, 'expected name:hash, or name:hash:senders');
+    if (!isUsername(username)) throw configError(where, `the user name: ${USERNAME_RULE}`);
     if (!parseHash(passwordHash)) {
       throw configError(
-        `${source} line ${i + 1}`,
+        where,
         'the hash is not an scrypt hash; make one with `eml-api relay --hash-password` (the password on standard input)',
       );
     }
-    users.push({ username, passwordHash });
+    const list = senders === undefined ? undefined : splitSenders(senders);
+    if (list?.length === 0) throw configError(where, 'no senders after the second : (leave it out for none)');
+    if (list !== undefined) new SenderList(list, `${where}, the senders`);
+    users.push({ username, passwordHash, ...(list === undefined ? {} : { senders: list }) });
   });
   return users;
 }

@@ -1,5 +1,6 @@
 import type { SMTPServer } from 'smtp-server';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import { senderRefusalOf } from './sender-lists.js';
 
 /** An SMTP reply: its code, and its text starting with the enhanced status code (RFC 3463). */
 export interface SmtpReply {
@@ -26,6 +27,7 @@ export function acceptedReply(id: string | undefined): SmtpReply {
  *
  * | failure | reply |
  * | --- | --- |
+ * | a From or Sender that is not the login's ({@link senderRefusalOf}) | `553 5.7.1`, naming the address |
  * | headers name recipients not in RCPT TO (`EENVELOPE`) | `550 5.7.1`, naming them |
  * | a message over SIZE with its line ends CRLF (`EMESSAGE` with 413) | `552 5.3.4` |
  * | a message that cannot be read, or that the service is certain to refuse (permanent `EMESSAGE`) | `554 5.6.0`, saying why |
@@ -38,6 +40,7 @@ export function acceptedReply(id: string | undefined): SmtpReply {
  */
 export function relayFailureReply(err: unknown): SmtpReply {
   if (!(err instanceof EmlApiError)) return LOCAL_ERROR;
+  if (senderRefusalOf(err)) return { code: 553, text: `5.7.1 ${reason(err)}` };
   switch (err.code) {
     case 'EENVELOPE':
       return { code: 550, text: `5.7.1 ${reason(err)}` };

@@ -11,6 +11,7 @@ import { keepCommandLines, identitySecret } from './receive-message.js';
 import { directDestination, queueDestination, UploadShares } from './message-destination.js';
 import { keepOwnStatusCodes } from './smtp-replies.js';
 import { relaySessionHandlers, sessionLogin } from './relay-sessions.js';
+import type { SenderRefusalReason } from './sender-lists.js';
 import { type EmlApiRelayOptions, resolveRelayOptions, type RelaySettings } from './relay-options.js';
 import { redisPassword } from '../queue/redis-settings.js';
 import { EmlApiMetrics } from '../observability/metrics.js';
@@ -167,6 +168,7 @@ export async function startEmlApiRelay(options: EmlApiRelayOptions): Promise<Eml
       signal: aborter.signal,
       arriving: arriving.signal,
       closing: () => closing,
+      senderRefused: (reason, login) => telemetry.senderRefused(reason, login),
       track(work) {
         const settled = work.catch(() => undefined);
         inflight.add(settled);
@@ -237,6 +239,25 @@ export async function startEmlApiRelay(options: EmlApiRelayOptions): Promise<Eml
     },
     'SMTP relay listening',
   );
+  const unlisted = settings.users?.withoutSenders() ?? [];
+  const openAllowed =
+    settings.users !== undefined &&
+    settings.allowUnauthenticatedFrom.entries.length > 0 &&
+    settings.allowedSenders === undefined;
+  if (unlisted.length > 0 || openAllowed) {
+    logger.warn(
+      {
+        ...(unlisted.length > 0 ? { users: unlisted.slice(0, 20).join(', '), count: unlisted.length } : {}),
+        ...(openAllowed ? { allowed: settings.allowUnauthenticatedFrom.entries.join(', ') } : {}),
+      },
+      `Without a sender list, ${[
+        ...(unlisted.length > 0 ? [`${unlisted.length} relay user(s)`] : []),
+        ...(openAllowed ? ['the clients that send without AUTH (allowUnauthenticatedFrom)'] : []),
+      ].join(
+        ' and ',
+      )} may send as any address: give each its senders (eml-api relay: name:hash:senders lines in --users, --allow-senders; options: users[].senders, allowedSenders)`,
+    );
+  }
   const trustsOthers = settings.trustedNetworks.entries.some((entry) => !isLoopbackAddress(entry.split('/')[0]!));
   if (!isLoopbackAddress(settings.host) && !settings.tls && !relayClient && !trustsOthers) {
     logger.warn(
@@ -519,6 +540,11 @@ export class RelayTelemetry {
       span.run(() => handlers.onData(stream, session, reply));
     };
     return { ...handlers, onData };
+  }
+
+  /** Counts a sender refused for not being the login's. */
+  senderRefused(reason: SenderRefusalReason, login: string | undefined): void {
+    this.metrics?.recordSenderRefusal(reason, this.#loginLabel(login));
   }
 
   /** The `login` label of a message: the login, or `:other` past the logins the counter names. */

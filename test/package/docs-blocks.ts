@@ -147,7 +147,7 @@ function substitute(text: string, session: DocSession, ports: ReadonlyMap<string
 function longRunning(command: string): RegExp | undefined {
   const cli = /(?:^|[\s;|&])(?:\S*\/)?(?:eml-api|nodemailer-eml-api) (serve|relay|worker|queue watch)\b/.exec(command);
   if (!cli) return undefined;
-  if (/--help|--hash-password|--count/.test(command)) return undefined;
+  if (/--help|--hash-password|--key-login|--count/.test(command)) return undefined;
   return {
     serve: /Try: /,
     relay: /SMTP relay listening on/,

@@ -500,10 +500,10 @@ describe("the relay's users", () => {
 
   it('reads a users file of name:hash lines, naming the line of a bad one', async () => {
     const hash = await hashRelayPassword('pw');
-    const text = `# relay users\n\nbilling:${hash}\r\ncron:${hash}:1000:1000::/home/cron\n`;
+    const text = `# relay users\n\nbilling:${hash}\r\ncron:${hash}:cron@host.example\n`;
     expect(parseUsersFile(text, 'users.txt')).toEqual([
       { username: 'billing', passwordHash: hash },
-      { username: 'cron', passwordHash: hash },
+      { username: 'cron', passwordHash: hash, senders: ['cron@host.example'] },
     ]);
     expect(thrownBy(() => parseUsersFile('a:plain-password\n', 'users.txt')).message).toMatch(
       /users\.txt line 1: the hash is not an scrypt hash/,

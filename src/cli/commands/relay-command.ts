@@ -4,7 +4,8 @@ import { EmlApiError } from '../../shared/eml-api-error.js';
 import { isMissingPeer, type EmlApiLogger } from '../../shared/options-kit.js';
 import { startEmlApiRelay, loadSmtpServer } from '../../relay/start-smtp-relay.js';
 import type { EmlApiRelayOptions } from '../../relay/relay-options.js';
-import { hashRelayPassword, parseUsersFile, type EmlApiRelayUser } from '../../relay/relay-users.js';
+import { hashRelayPassword, keyFingerprint, parseUsersFile, type EmlApiRelayUser } from '../../relay/relay-users.js';
+import { parseKeySendersFile, splitSenders } from '../../relay/sender-lists.js';
 import { readAll, type CliIo, untilStopped, EXIT, UsageError, wholeFlag, terminalText } from '../cli-io.js';
 import {
   outboxEncryption,
@@ -52,8 +53,17 @@ Options:
                           none: no client, loopback included; or EML_API_RELAY_TRUSTED, comma-separated)
   --proxy-protocol <ip>   a proxy in front of the relay that sends a PROXY v1 header (HAProxy send-proxy,
                           stunnel protocol = proxy): clients are known by the address in it (repeatable)
-  --users <file>          the relay's own SMTP users, one name:hash per line; they send with the relay's key
+  --users <file>          the relay's own SMTP users, one name:hash per line; they send with the relay's key.
+                          name:hash:senders lets the user send only as those addresses and domains
+                          (billing:$scrypt$...:billing@shop.example, *@billing.shop.example)
   --hash-password         print the hash of the password read from standard input (for --users), and exit
+  --allow-senders <addr>  the senders clients on --allow may use (repeatable: an address, *@domain,
+                          *@*.domain for its subdomains, <> for an empty MAIL FROM; or
+                          EML_API_RELAY_ALLOW_SENDERS, comma-separated); default any
+  --key-senders <file>    the senders of API keys given as AUTH passwords, one key:<fingerprint>:senders
+                          line per key (its login as logged); a key not listed sends as any address
+  --key-login             print the login (key:<fingerprint>) of the API key read from standard input,
+                          and exit
   --tls-cert <file>       PEM certificate: offers STARTTLS (with --tls-key)
   --tls-key <file>        PEM private key
   --tls-implicit          TLS from the first byte (as on port 465) instead of STARTTLS
@@ -125,6 +135,9 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       'proxy-protocol': { type: 'string', multiple: true },
       users: { type: 'string' },
       'hash-password': { type: 'boolean' },
+      'allow-senders': { type: 'string', multiple: true },
+      'key-senders': { type: 'string' },
+      'key-login': { type: 'boolean' },
       'tls-cert': { type: 'string' },
       'tls-key': { type: 'string' },
       'tls-implicit': { type: 'boolean' },
@@ -161,6 +174,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
     return EXIT.ok;
   }
   if (values['hash-password']) return hashPassword(io);
+  if (values['key-login']) return keyLogin(io);
   // Says what to install (exit 1) before anything else, when the optional peer is missing.
   loadSmtpServer();
   const operations = operationsOptions(values, 'eml-api relay --http-port');
@@ -193,6 +207,8 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
     ...(trusted ? { trustedNetworks: trusted } : {}),
     ...(values['proxy-protocol'] ? { proxyProtocol: values['proxy-protocol'] } : {}),
     ...(values.users !== undefined ? { users: await readUsers(values.users) } : {}),
+    ...optional('allowedSenders', allowSenders(values['allow-senders'], io.env.EML_API_RELAY_ALLOW_SENDERS)),
+    ...(values['key-senders'] !== undefined ? { keySenders: await readKeySenders(values['key-senders']) } : {}),
     ...(values['max-size'] ? { maxMessageSize: wholeFlag(values['max-size'], '--max-size', 1, 2 ** 40) } : {}),
     ...(values['max-recipients']
       ? { maxRecipients: wholeFlag(values['max-recipients'], '--max-recipients', 1, 100_000) }
@@ -440,16 +456,39 @@ async function hashPassword(io: CliIo): Promise<number> {
   return EXIT.ok;
 }
 
-/** `--users <file>`: `name:hash` lines. */
-async function readUsers(path: string): Promise<EmlApiRelayUser[]> {
+/** `--key-login`: the key is read from standard input, as `--hash-password` reads a password. */
+async function keyLogin(io: CliIo): Promise<number> {
+  const key = (await readAll(io.stdin)).toString('utf8').replace(/\r?\n$/, '');
+  if (key === '') throw new UsageError('--key-login reads the API key from standard input, and got none');
+  io.stdout.write(`key:${keyFingerprint(key)}\n`);
+  return EXIT.ok;
+}
+
+/** `--allow-senders` (repeated, each maybe comma-separated), else its environment variable. */
+function allowSenders(values: string[] | undefined, env: string | undefined): string[] | undefined {
+  const entries = (values ?? (env === undefined ? [] : [env])).flatMap(splitSenders);
+  return entries.length === 0 ? undefined : entries;
+}
+
+/** `--users <file>`: `name:hash` or `name:hash:senders` lines. */
+function readUsers(path: string): Promise<EmlApiRelayUser[]> {
+  return readListFile(path, '--users', parseUsersFile);
+}
+
+/** `--key-senders <file>`: `key:<fingerprint>:senders` lines. */
+function readKeySenders(path: string): Promise<Record<string, string[]>> {
+  return readListFile(path, '--key-senders', parseKeySendersFile);
+}
+
+async function readListFile<T>(path: string, flag: string, parse: (text: string, source: string) => T): Promise<T> {
   let text: string;
   try {
     text = await readFile(path, 'utf8');
   } catch (err) {
-    throw new UsageError(`--users: cannot read ${path}: ${(err as Error).message}`);
+    throw new UsageError(`${flag}: cannot read ${path}: ${(err as Error).message}`);
   }
   try {
-    return parseUsersFile(text, `--users ${path}`);
+    return parse(text, `${flag} ${path}`);
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
