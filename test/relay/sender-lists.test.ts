@@ -21,7 +21,7 @@ import { promisify } from 'node:util';
 import nodemailer from 'nodemailer';
 import { runCli } from '../../src/cli/run-cli.js';
 import type { EmlApiRelayOptions } from '../../src/relay/relay-options.js';
-import { thrownBy, waitFor } from '../helpers/async.js';
+import { thrownBy, eventually } from '../helpers/async.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
 import { capturingLogger } from '../helpers/logger.js';
 import { SmtpDialog } from './relay-harness.js';
@@ -452,7 +452,7 @@ describe('eml-api relay', () => {
       ],
       { EML_API_KEY: emu.apiKey },
     );
-    await waitFor(() => /listening on/.test(run.text()));
+    await eventually(() => /listening on/.test(run.text()));
     const port = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(run.text())![1]);
     const warnings = run.errors().match(/WARN Without a sender list.*/g);
     expect(warnings).toEqual([expect.stringMatching(/1 relay user\(s\) may send as any address.*users=cron count=1/)]);
@@ -475,7 +475,7 @@ describe('eml-api relay', () => {
 
   it('EML_API_RELAY_ALLOW_SENDERS stands for --allow-senders, comma-separated', async () => {
     const run = cli([], { EML_API_KEY: emu.apiKey, EML_API_RELAY_ALLOW_SENDERS: 'cron@host.example, *@ops.example' });
-    await waitFor(() => /listening on/.test(run.text()));
+    await eventually(() => /listening on/.test(run.text()));
     const port = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(run.text())![1]);
     expect(await reply(port, 'a@ops.example')).toMatch(/^250 /);
     expect(await reply(port, 'root@host.example')).toMatch(/^553 5\.7\.1 /);
