@@ -33,7 +33,12 @@ import { checkWorkerOwner, foreignJob, keyFingerprint, type QueueOwner } from '.
 import { capRateLimitPause, seconds, RedisClock, redisTime, readOutboxSnapshot } from './outbox-admin.js';
 import { isOutboxBackoffType, outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
 import { EmlApiMetrics } from '../observability/metrics.js';
-import { resolveOpsHttpOptions, startOpsEndpoint, type OpsEndpoint } from '../observability/ops-server.js';
+import {
+  resolveOpsHttpOptions,
+  startOpsEndpoint,
+  type OpsEndpoint,
+  type ReadinessCheck,
+} from '../observability/ops-server.js';
 import { endSend, statusOf, watchSends, startSpan } from '../observability/tracing.js';
 
 export type { OutboxJob } from './outbox-job.js';
@@ -590,6 +595,14 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   /**
+   * What `/readyz` checks for this worker, with whether it still takes jobs.
+   * @internal `eml-api worker --processes` asks each process for it, and serves one port for all.
+   */
+  get readinessChecks(): ReadinessCheck[] {
+    return this.#telemetry.checks(true);
+  }
+
+  /**
    * Jobs this worker put back in the queue unsent (a forced close): another
    * worker sends them. What `eml-api worker`'s exit code tells.
    * @example
@@ -877,26 +890,24 @@ export class WorkerTelemetry {
    */
   async start(): Promise<void> {
     if (!this.#http) return;
-    const { client, stuck, secrets } = this.#settings;
-    this.#endpoint = await startOpsEndpoint(
-      this.#http,
-      {
-        checks: [
-          outboxRedisReadiness(() => this.#settings.redis(), this.#settings.location),
-          { name: 'service', check: async () => void (await client.verify()) },
-          {
-            name: 'clock',
-            check: () => {
-              const problem = this.#settings.clock();
-              return problem === undefined ? Promise.resolve() : Promise.reject(new Error(problem));
-            },
-          },
-        ],
-        stuck,
-        secrets,
-      },
-      this.metrics,
-    );
+    const { stuck, secrets } = this.#settings;
+    this.#endpoint = await startOpsEndpoint(this.#http, { checks: this.checks(), stuck, secrets }, this.metrics);
+  }
+
+  /**
+   * What `/readyz` checks: Redis, the service and the clock.
+   * @param running also whether the worker takes jobs (what `/healthz` says of a process with a port of its own)
+   */
+  checks(running = false): ReadinessCheck[] {
+    const { client, stuck } = this.#settings;
+    const problem = (why: string | undefined) =>
+      why === undefined ? Promise.resolve() : Promise.reject(new Error(why));
+    return [
+      ...(running ? [{ name: 'running', check: () => problem(stuck()) }] : []),
+      outboxRedisReadiness(() => this.#settings.redis(), this.#settings.location),
+      { name: 'service', check: async () => void (await client.verify()) },
+      { name: 'clock', check: () => problem(this.#settings.clock()) },
+    ];
   }
 
   /**

@@ -1,7 +1,7 @@
 import cluster, { type Worker } from 'node:cluster';
 import { availableParallelism } from 'node:os';
 import { wholeFlag } from '../cli-io.js';
-import { loadPromClient } from '../../observability/metrics.js';
+import { EmlApiMetrics, loadPromClient, type MetricsRegistry } from '../../observability/metrics.js';
 import {
   HealthMonitor,
   startOpsEndpoint,
@@ -42,12 +42,25 @@ export function groupRole(env: Readonly<Record<string, string | undefined>>): st
   return cluster.isWorker ? env[ROLE_VARIABLE] : undefined;
 }
 
+/** A registry a process of a group keeps for its primary's `/metrics` (prom-client's `Registry`). */
+export type MemberRegistry = MetricsRegistry & { getMetricsAsJSON(): Promise<unknown> };
+
 /**
  * The port a group's relay process listens on (as its primary says), and
- * whether the primary serves metrics it must keep a registry for.
+ * the `metrics` option of a process whose primary serves `/metrics`: a
+ * registry of its own with the process metrics, as a port of its own would have.
  */
-export function memberSettings(env: Readonly<Record<string, string | undefined>>): { port: number; metrics: boolean } {
-  return { port: Number(env[PORT_VARIABLE] ?? 0), metrics: env[METRICS_VARIABLE] === '1' };
+export function memberSettings(env: Readonly<Record<string, string | undefined>>): {
+  port: number;
+  metrics: { registry: MemberRegistry } | undefined;
+} {
+  const metrics =
+    env[METRICS_VARIABLE] === '1'
+      ? (EmlApiMetrics.defaultWithHttp(undefined, true, 'eml-api --processes (for /metrics)') as {
+          registry: MemberRegistry;
+        })
+      : undefined;
+  return { port: Number(env[PORT_VARIABLE] ?? 0), metrics };
 }
 
 /** A message between the primary and its processes (cluster IPC). */
@@ -56,8 +69,7 @@ type GroupMessage =
   | { group: 'answer'; id: number; value: unknown }
   | { group: 'tell'; what: string; args?: unknown }
   | { group: 'started'; port?: number }
-  | { group: 'stopped'; code: number; givenUp: number; metrics?: Snapshot }
-  | { group: 'stop' };
+  | { group: 'stopped'; code: number; givenUp: number; metrics?: Snapshot };
 
 function isGroupMessage(message: unknown): message is GroupMessage {
   return typeof message === 'object' && message !== null && typeof (message as { group?: unknown }).group === 'string';
@@ -196,7 +208,8 @@ export class ProcessGroup {
       this.#stopping = true;
       this.#endpoint?.stopping();
       const members = [...this.#members].filter((m) => !m.gone);
-      for (const member of members) send(member.worker, { group: 'stop' });
+      // A signal, as the processes of a unit or a pod get from systemd or the kubelet: each stops as it would alone.
+      this.hurry();
       const kill = setTimeout(() => {
         for (const member of members) if (!member.gone) member.worker.process.kill('SIGKILL');
       }, this.#settings.grace + 5_000);
@@ -212,6 +225,11 @@ export class ProcessGroup {
       return codes.some((code) => code !== 0 && code !== 4) ? 1 : codes.includes(4) ? 4 : 0;
     })();
     return this.#stopped;
+  }
+
+  /** Signals every process (SIGTERM): once to stop, again to stop at once (the worker's second signal). */
+  hurry(): void {
+    for (const member of this.#members) if (!member.gone) member.worker.process.kill('SIGTERM');
   }
 
   /** The metrics of every process (and of those gone), summed, in the Prometheus text format. */
@@ -441,10 +459,10 @@ function send(worker: Worker, message: GroupMessage, failed?: () => void): void 
 export class GroupMember implements PrimaryLink {
   readonly #pending = new Map<number, (value: unknown) => void>();
   #nextAsk = 1;
-  #registry: { getMetricsAsJSON(): Promise<Snapshot> } | undefined;
+  #registry: MemberRegistry | undefined;
   #health: HealthMonitor | undefined;
   #stop!: () => void;
-  /** Resolves when the process is to stop: the primary says so, or SIGTERM or SIGINT came. */
+  /** Resolves when the process is to stop: SIGTERM (from its primary, or systemd) or SIGINT came. */
   readonly stopRequested = new Promise<void>((resolve) => (this.#stop = resolve));
   readonly #onMessage = (message: unknown) => this.#message(message);
   readonly #onSignal = () => this.#stop();
@@ -477,7 +495,7 @@ export class GroupMember implements PrimaryLink {
   }
 
   /** The registry `/metrics` reads from this process. */
-  serveMetrics(registry: { getMetricsAsJSON(): Promise<Snapshot> } | undefined): void {
+  serveMetrics(registry: MemberRegistry | undefined): void {
     this.#registry = registry;
   }
 
@@ -495,7 +513,7 @@ export class GroupMember implements PrimaryLink {
   /** Tells the primary how the process stopped, with its last metrics; resolves once sent. */
   async stopped(code: number, givenUp = 0): Promise<void> {
     this.#health?.stopping();
-    const metrics = await this.#registry?.getMetricsAsJSON().catch(() => undefined);
+    const metrics = (await this.#registry?.getMetricsAsJSON().catch(() => undefined)) as Snapshot | undefined;
     await new Promise<void>((resolve) =>
       this.#send({ group: 'stopped', code, givenUp, ...(metrics ? { metrics } : {}) }, resolve, resolve),
     );
@@ -516,7 +534,6 @@ export class GroupMember implements PrimaryLink {
 
   #message(message: unknown): void {
     if (!isGroupMessage(message)) return;
-    if (message.group === 'stop') return this.#stop();
     if (message.group === 'answer') {
       const resolve = this.#pending.get(message.id);
       this.#pending.delete(message.id);

@@ -1,9 +1,7 @@
-import type { Registry } from 'prom-client';
 import type { CliIo } from '../cli-io.js';
 import { startRelay, type EmlApiRelay } from '../../relay/start-smtp-relay.js';
 import type { EmlApiRelayOptions } from '../../relay/relay-options.js';
 import { ClientLimitsKeeper, SharedClientCounts } from '../../relay/shared-limits.js';
-import { EmlApiMetrics } from '../../observability/metrics.js';
 import { GroupMember, memberSettings, ProcessGroup } from './process-group.js';
 
 /**
@@ -62,11 +60,7 @@ export async function runRelayProcess(
   const member = new GroupMember();
   const settings = memberSettings(io.env);
   const { http: _http, ...rest } = options;
-  const metrics = settings.metrics
-    ? (EmlApiMetrics.defaultWithHttp(undefined, true, 'eml-api relay --processes (for /metrics)') as {
-        registry: Registry;
-      })
-    : undefined;
+  const { metrics } = settings;
   let relay: EmlApiRelay;
   try {
     relay = await startRelay(
@@ -80,7 +74,7 @@ export async function runRelayProcess(
     member.close();
     throw err;
   }
-  member.serveMetrics(metrics?.registry as Parameters<GroupMember['serveMetrics']>[0]);
+  member.serveMetrics(metrics?.registry);
   // A fault inside the relay ends the process (its primary starts another): its clients are told first,
   // 421 to those between messages and 451 to those whose message was being handed on, never a 250.
   process.once('uncaughtException', (err) => {
