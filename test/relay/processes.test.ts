@@ -8,7 +8,7 @@
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { createServer, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer as createTcpServer, type AddressInfo } from 'node:net';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,6 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashRelayPassword } from '../../src/relay/relay-users.js';
 import { eventually } from '../helpers/async.js';
+import { promtoolMissing, promtoolProblems } from '../helpers/telemetry.js';
 import { SmtpDialog, TEST_CERT, TEST_KEY } from './relay-harness.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -216,6 +217,7 @@ describe('eml-api relay --processes 2', () => {
     expect(metric(text, 'eml_api_relay_connections')).toBe(2);
     expect(metric(text, 'eml_api_processes{component="relay"}')).toBe(2);
     expect(metric(text, 'eml_api_build_info{version')).toBe(1);
+    if (!promtoolMissing) expect(promtoolProblems(text)).toBe('');
     closeAll();
   });
 
@@ -317,5 +319,40 @@ describe('eml-api relay --processes 2', () => {
     expect(output).toContain('SMTP relay stopped');
     for (const pid of pids) expect(() => process.kill(pid, 0)).toThrow();
     for (const id of acknowledged) expect(service.accepted.has(id), id).toBe(true);
+  }, 30_000);
+});
+
+describe('eml-api relay --processes 2 that cannot start', () => {
+  it('stops at the first process that fails (a port in use): exit 1, the reason said once', async () => {
+    const taken = createTcpServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const busy = (taken.address() as AddressInfo).port;
+    try {
+      const child = spawn(
+        process.execPath,
+        [
+          '--import',
+          'tsx',
+          'src/cli/main.ts',
+          'relay',
+          '--processes',
+          '2',
+          '--port',
+          String(busy),
+          '--url',
+          service.url,
+        ],
+        { cwd: ROOT, env: { ...process.env, EML_API_KEY: KEY }, stdio: ['ignore', 'pipe', 'pipe'] },
+      );
+      let said = '';
+      child.stdout!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+      child.stderr!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+      const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+      expect(code, said).toBe(1);
+      expect(said.match(/could not listen on 127\.0\.0\.1:\d+: .*EADDRINUSE/g)).toHaveLength(1);
+      expect(said).not.toContain('listening on');
+    } finally {
+      taken.close();
+    }
   }, 30_000);
 });

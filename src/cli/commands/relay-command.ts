@@ -470,7 +470,9 @@ async function readUsers(path: string): Promise<EmlApiRelayUser[]> {
 }
 
 function listenFailure(err: EmlApiError): boolean {
-  return (err.cause as NodeJS.ErrnoException | undefined)?.syscall === 'listen';
+  // A process of `--processes` gets the primary's failure to bind the shared port.
+  const syscall = (err.cause as NodeJS.ErrnoException | undefined)?.syscall;
+  return syscall === 'listen' || syscall === 'bind';
 }
 
 /** A refusal of the outbox's Redis (its eviction policy, its persistence): a failure to start, not a usage mistake. */
