@@ -239,7 +239,10 @@ async function runWorkerGroup(
   });
   const stop = stopSignals(io.signal);
   try {
-    const started = await Promise.race([group.start().then(() => true), stop.first.then(() => false)]);
+    const starting = group.start();
+    // A stop while starting: the processes are stopped below, and start() ends without them.
+    starting.catch(() => undefined);
+    const started = await Promise.race([starting.then(() => true), stop.first.then(() => false)]);
     if (started) {
       const rate = what.rate ? `, at most ${what.rate.max} per ${what.rate.duration / 1000} s across all workers` : '';
       io.stdout.write(

@@ -119,6 +119,10 @@ interface Member {
   /** Its metrics as last seen (a scrape, or its last words): counted on when it is gone. */
   last?: Snapshot;
   readonly exit: Promise<{ code: number | null; signal: string | null }>;
+  /** Resolves true once it said it started, false when it exited before. */
+  readonly ready: Promise<boolean>;
+  /** Resolves {@link ready} (from its `started` message, or its exit). */
+  settle: (started: boolean) => void;
 }
 
 /** How long a process has to answer its primary (metrics, readiness): less than a probe's 5 s. */
@@ -182,9 +186,12 @@ export class ProcessGroup {
    */
   async start(): Promise<{ port: number | undefined }> {
     await this.#await([this.#fork(true)]);
-    await this.#await(Array.from({ length: this.#settings.processes - 1 }, () => this.#fork(true)));
+    if (!this.#stopping) {
+      await this.#await(Array.from({ length: this.#settings.processes - 1 }, () => this.#fork(true)));
+    }
     const { http, metrics } = this.#settings;
-    if (http) {
+    // Stopped while starting (a SIGTERM): the processes stop, as started ones would.
+    if (http && !this.#stopping) {
       this.#endpoint = await startOpsEndpoint(
         { ...http, readyCacheMs: 0 },
         {
@@ -276,6 +283,7 @@ export class ProcessGroup {
     const exit = new Promise<{ code: number | null; signal: string | null }>((resolve) =>
       worker.once('exit', (code, signal) => resolve({ code, signal })),
     );
+    let settle!: (started: boolean) => void;
     const member: Member = {
       worker,
       pid: worker.process.pid ?? 0,
@@ -284,9 +292,14 @@ export class ProcessGroup {
       gone: false,
       givenUp: 0,
       exit,
+      ready: new Promise<boolean>((resolve) => (settle = resolve)),
+      settle: (started) => settle(started),
     };
     this.#members.add(member);
-    void exit.then((how) => this.#gone(member, how));
+    void exit.then((how) => {
+      member.settle(false);
+      this.#gone(member, how);
+    });
     return member;
   }
 
@@ -303,25 +316,14 @@ export class ProcessGroup {
         });
       }
     });
-    if (member === undefined) return;
+    if (member === undefined || this.#stopping) return;
     const { code } = await member.exit;
     await this.stop();
     throw new GroupStartError(member.stopCode ?? code ?? 1);
   }
 
-  #startedOrExit(member: Member): Promise<true | Member> {
-    return new Promise((resolve) => {
-      const check = (worker: Worker, message: unknown) => {
-        if (worker !== member.worker || !isGroupMessage(message) || message.group !== 'started') return;
-        cluster.off('message', check);
-        resolve(true);
-      };
-      cluster.on('message', check);
-      void member.exit.then(() => {
-        cluster.off('message', check);
-        resolve(member.started ? true : member);
-      });
-    });
+  async #startedOrExit(member: Member): Promise<true | Member> {
+    return (await member.ready) ? true : member;
   }
 
   #gone(member: Member, how: { code: number | null; signal: string | null }): void {
@@ -404,6 +406,7 @@ export class ProcessGroup {
     switch (message.group) {
       case 'started':
         if (member) member.started = true;
+        member?.settle(true);
         if (member && !member.initial) this.#settings.log(`${this.#settings.role} process ${member.pid} started`);
         if (message.port !== undefined) this.#boundPort ??= message.port;
         return;
