@@ -4,13 +4,14 @@
  * jobs in flight at once are one in each: /metrics sums them, a killed
  * process is replaced without losing its job, and SIGTERM drains both.
  */
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiQueueTransport } from '../../src/queue/index.js';
 import { eventually } from '../helpers/outbox.js';
+import { childPids } from '../helpers/processes.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -50,11 +51,7 @@ afterAll(async () => {
 });
 
 function workerPids(): number[] {
-  const lines = execFileSync('ps', ['-o', 'pid=,args=', '--ppid', String(worker.pid)], { encoding: 'utf8' });
-  return lines
-    .split('\n')
-    .filter((line) => line.includes('src/cli/main.ts'))
-    .map((line) => Number(line.trim().split(/\s+/)[0]));
+  return childPids(worker.pid!, 'src/cli/main.ts');
 }
 
 const send = (to: string) =>

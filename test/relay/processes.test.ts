@@ -1,12 +1,12 @@
 /**
  * `eml-api relay --processes 2`: real processes (the CLI, node:cluster), real
  * SMTP sessions. Which process holds a connection is read from the kernel
- * (`ss -tnp`), so that the tests know their connections are spread over both
+ * (/proc), so that the tests know their connections are spread over both
  * processes: per-client limits and AUTH budgets hold across them, /metrics
  * sums them, a killed process is replaced with nothing acknowledged lost,
  * and SIGTERM drains both.
  */
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import { createServer as createTcpServer, type AddressInfo } from 'node:net';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -16,6 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashRelayPassword } from '../../src/relay/relay-users.js';
 import { eventually } from '../helpers/async.js';
+import { childPids, holderOf as holdingPid } from '../helpers/processes.js';
 import { promtoolMissing, promtoolProblems } from '../helpers/telemetry.js';
 import { SmtpDialog, TEST_CERT, TEST_KEY } from './relay-harness.js';
 
@@ -144,19 +145,12 @@ afterAll(async () => {
 
 /** The relay's processes (the primary's children running the CLI; tsx has an esbuild child too). */
 function workerPids(): number[] {
-  const lines = execFileSync('ps', ['-o', 'pid=,args=', '--ppid', String(relay.pid)], { encoding: 'utf8' });
-  return lines
-    .split('\n')
-    .filter((line) => line.includes('src/cli/main.ts'))
-    .map((line) => Number(line.trim().split(/\s+/)[0]));
+  return childPids(relay.pid!, 'src/cli/main.ts');
 }
 
 /** The pid of the process that holds the relay's side of a client's connection. */
 function holderOf(dialog: SmtpDialog): number {
-  const local = dialog.localPort;
-  const lines = execFileSync('ss', ['-tnpH', 'state', 'established', `( sport = :${port} )`], { encoding: 'utf8' });
-  const line = lines.split('\n').find((l) => new RegExp(`127\\.0\\.0\\.1:${local}\\s`).test(l));
-  return Number(/pid=(\d+)/.exec(line ?? '')?.[1] ?? 0);
+  return holdingPid(workerPids(), port, dialog.localPort!);
 }
 
 async function open(): Promise<{ dialog: SmtpDialog; greeting: { code: number; text: string } }> {
