@@ -1,4 +1,10 @@
-import { AuthFailureBudget, type AuthAttempt, type AuthFailureBudgetOptions } from './relay-users.js';
+import { randomBytes } from 'node:crypto';
+import {
+  AuthFailureBudget,
+  useFingerprintKey,
+  type AuthAttempt,
+  type AuthFailureBudgetOptions,
+} from './relay-users.js';
 
 /**
  * What the per-client limits count with: the connections of each client key
@@ -77,6 +83,15 @@ export class SharedClientCounts implements ClientCounts {
     this.#link = link;
   }
 
+  /**
+   * Takes the primary's key for the fingerprints of failed credentials, so that the same wrong
+   * password counts once whichever process it comes to.
+   */
+  async join(): Promise<void> {
+    const key = await this.#link.ask('limits.fingerprintKey', undefined);
+    if (typeof key === 'string') useFingerprintKey(Buffer.from(key, 'base64'));
+  }
+
   async take(kind: SlotKind, key: string, cap: number): Promise<boolean> {
     return (await this.#link.ask('limits.take', { kind, key, cap })) === true;
   }
@@ -125,6 +140,7 @@ export class ClientLimitsKeeper {
   /** Slots held, per process: `kind key` to count. */
   readonly #held = new Map<number, Map<string, number>>();
   readonly #attempts = new Map<number, { process: number; attempt: AuthAttempt }>();
+  readonly #fingerprintKey = randomBytes(32).toString('base64');
   #nextAttempt = 1;
 
   /**
@@ -132,10 +148,12 @@ export class ClientLimitsKeeper {
    * @returns `{ value }` with the answer for {@link PrimaryLink.ask}
    */
   handle(process: number, what: string, args: unknown): { value: unknown } | undefined {
-    const a = args as Record<string, unknown>;
+    const a = (typeof args === 'object' && args !== null ? args : {}) as Record<string, unknown>;
     const kind = a.kind === 'session' ? 'session' : 'socket';
     const key = String(a.key);
     switch (what) {
+      case 'limits.fingerprintKey':
+        return { value: this.#fingerprintKey };
       case 'limits.take': {
         const taken = this.#counts.take(kind, key, Number(a.cap));
         if (taken) this.#hold(process, `${kind} ${key}`, 1);

@@ -155,7 +155,14 @@ export class ProcessGroup {
   #endpoint: OpsEndpoint | undefined;
   #stopped: Promise<number> | undefined;
   #givenUp = 0;
-  readonly #onMessage = (worker: Worker, message: unknown) => this.#message(worker, message);
+  readonly #onMessage = (worker: Worker, message: unknown) => {
+    // The primary outlives what any process sends it.
+    try {
+      this.#message(worker, message);
+    } catch (err) {
+      this.#settings.log(`a message of process ${worker.process.pid} failed: ${(err as Error).message}`);
+    }
+  };
 
   constructor(settings: ProcessGroupSettings) {
     this.#settings = settings;
@@ -247,9 +254,11 @@ export class ProcessGroup {
       live.map(async (member) => {
         const snapshot = (await this.#ask(member, 'metrics')) as Snapshot | undefined;
         if (snapshot && !member.gone) member.last = snapshot;
-        return snapshot ?? member.last ?? [];
+        return member.last ?? [];
       }),
     );
+    // A process gone meanwhile is counted once: in the retired sums, with its last snapshot.
+    const current = snapshots.filter((_, i) => !live[i]!.gone);
     const own: Snapshot = [
       {
         name: 'eml_api_processes',
@@ -266,7 +275,7 @@ export class ProcessGroup {
         aggregator: 'sum',
       },
     ];
-    return AggregatorRegistry.aggregate([...snapshots, await this.#retired, own] as never).metrics();
+    return AggregatorRegistry.aggregate([...current, await this.#retired, own] as never).metrics();
   }
 
   #fork(initial: boolean): Member {

@@ -62,11 +62,13 @@ export async function runRelayProcess(
   const { http: _http, ...rest } = options;
   const { metrics } = settings;
   let relay: EmlApiRelay;
+  const counts = new SharedClientCounts(member);
   try {
+    await counts.join();
     relay = await startRelay(
       { ...rest, port: settings.port, metrics: metrics ?? false },
       {
-        counts: new SharedClientCounts(member),
+        counts,
         readiness: (checks) => member.serveReadiness(checks, secrets),
       },
     );
