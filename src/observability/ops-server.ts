@@ -4,11 +4,12 @@ import { configError, objectOption, refuseUnknownKeys, wholeNumber } from '../sh
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { MetricsRegistry } from './metrics.js';
 
+import { redact } from '../http/request-error.js';
+
 /** What the port serves `/metrics` from: a registry, or the sum of a group's (eml-api --processes). */
 export interface MetricsSource {
   readonly registry: Pick<MetricsRegistry, 'metrics' | 'contentType'>;
 }
-import { redact } from '../http/request-error.js';
 
 /**
  * The `http` option of the relay and the worker: an HTTP port of their own
