@@ -3,7 +3,6 @@ import type { AddressInfo } from 'node:net';
 import { configError, objectOption, refuseUnknownKeys, wholeNumber } from '../shared/options-kit.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { MetricsRegistry } from './metrics.js';
-
 import { redact } from '../http/request-error.js';
 
 /** What the port serves `/metrics` from: a registry, or the sum of a group's (eml-api --processes). */
