@@ -111,7 +111,7 @@ describe('eml-api worker --processes 2', () => {
     await eventually(async () => (await fetch(`http://127.0.0.1:${opsPort}/readyz`)).status === 200);
   }, 30_000);
 
-  it('SIGTERM lets every process finish its send, then exits 0', async () => {
+  it('SIGTERM to every process at once (systemd, Ctrl-C) lets each finish its send, then exits 0', async () => {
     // The job of the killed process stays active (locked) until BullMQ finds it stalled; the other one ends.
     await eventually(async () => (await active()) === 1);
     emu.setFaults({ latencyMs: 1_500 });
@@ -119,7 +119,9 @@ describe('eml-api worker --processes 2', () => {
     await eventually(async () => (await active()) === 3);
     const exit = new Promise<number | null>((resolve) => worker.once('exit', (code) => resolve(code)));
     const pids = workerPids();
+    // systemd's KillMode=control-group signals every process of the unit: each counts one signal, not two.
     worker.kill('SIGTERM');
+    for (const pid of pids) process.kill(pid, 'SIGTERM');
     expect(await exit).toBe(0);
     expect(output).toContain('Worker stopped (2 processes)');
     const delivered = JSON.stringify(emu.messages());

@@ -168,7 +168,10 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
     outbox.on('error', (err: Error) => io.stderr.write(`worker error: ${terminalText(err.message)}\n`));
     outbox.on('warning', (message: string) => io.stderr.write(`warning: ${terminalText(message)}\n`));
 
-    const stop = stopSignals(io.signal);
+    // In a group the primary counts the signals: systemd and a terminal signal every process, and its
+    // own word comes too; a process stops once for all of them, and at once only when the primary says so.
+    const stop = stopSignals(member ? abortedBy(member.stopRequested) : io.signal);
+    if (member) void member.hurryRequested.then(stop.hurry);
     try {
       // Started once Redis's settings are checked: an evicting Redis rejects it (exit 1, the worker closed).
       const ready = await Promise.race([outbox.started.then(() => true), stop.first.then(() => false)]);
@@ -326,6 +329,8 @@ function describeError(err: EmlApiError): string {
 function stopSignals(signal: AbortSignal | undefined): {
   first: Promise<void>;
   second: Promise<void>;
+  /** Stops at once, as a second request does (a group's primary says so). */
+  hurry: () => void;
   dispose: () => void;
 } {
   let count = 0;
@@ -338,19 +343,31 @@ function stopSignals(signal: AbortSignal | undefined): {
     if (count === 1) resolveFirst();
     else resolveSecond();
   };
+  const hurry = () => {
+    resolveFirst();
+    resolveSecond();
+  };
   if (signal) {
     if (signal.aborted) onStop();
     else signal.addEventListener('abort', onStop, { once: true });
-    return { first, second, dispose: () => signal.removeEventListener('abort', onStop) };
+    return { first, second, hurry, dispose: () => signal.removeEventListener('abort', onStop) };
   }
   process.on('SIGINT', onStop);
   process.on('SIGTERM', onStop);
   return {
     first,
     second,
+    hurry,
     dispose: () => {
       process.off('SIGINT', onStop);
       process.off('SIGTERM', onStop);
     },
   };
+}
+
+/** A signal aborted once `stop` resolves. */
+function abortedBy(stop: Promise<void>): AbortSignal {
+  const controller = new AbortController();
+  void stop.then(() => controller.abort());
+  return controller.signal;
 }

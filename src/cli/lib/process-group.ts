@@ -69,7 +69,9 @@ type GroupMessage =
   | { group: 'answer'; id: number; value: unknown }
   | { group: 'tell'; what: string; args?: unknown }
   | { group: 'started'; port?: number }
-  | { group: 'stopped'; code: number; givenUp: number; metrics?: Snapshot };
+  | { group: 'stopped'; code: number; givenUp: number; metrics?: Snapshot }
+  | { group: 'stop' }
+  | { group: 'hurry' };
 
 function isGroupMessage(message: unknown): message is GroupMessage {
   return typeof message === 'object' && message !== null && typeof (message as { group?: unknown }).group === 'string';
@@ -222,8 +224,12 @@ export class ProcessGroup {
       this.#stopping = true;
       this.#endpoint?.stopping();
       const members = [...this.#members].filter((m) => !m.gone);
-      // A signal, as the processes of a unit or a pod get from systemd or the kubelet: each stops as it would alone.
-      this.hurry();
+      // Said, not signalled: systemd and a terminal signal every process of the group already, and a
+      // worker takes a second signal as "at once". One still starting has nothing to finish.
+      for (const member of members) {
+        if (member.started) send(member.worker, { group: 'stop' });
+        else member.worker.process.kill('SIGTERM');
+      }
       const kill = setTimeout(() => {
         for (const member of members) if (!member.gone) member.worker.process.kill('SIGKILL');
       }, this.#settings.grace + 5_000);
@@ -241,9 +247,9 @@ export class ProcessGroup {
     return this.#stopped;
   }
 
-  /** Signals every process (SIGTERM): once to stop, again to stop at once (the worker's second signal). */
+  /** Tells every process to stop at once (a worker hands its jobs in flight back, as on a second signal). */
   hurry(): void {
-    for (const member of this.#members) if (!member.gone) member.worker.process.kill('SIGTERM');
+    for (const member of this.#members) if (!member.gone) send(member.worker, { group: 'hurry' });
   }
 
   /** The metrics of every process (and of those gone), summed, in the Prometheus text format. */
@@ -466,7 +472,7 @@ function send(worker: Worker, message: GroupMessage, failed?: () => void): void 
 /**
  * A process of a {@link ProcessGroup}, as it sees its primary: asks and
  * tells it (the relay's shared limits), answers its questions (metrics,
- * readiness), and hears when to stop (the primary's word, or a signal).
+ * readiness), and hears when to stop (its primary's word, or a signal).
  */
 export class GroupMember implements PrimaryLink {
   readonly #pending = new Map<number, (value: unknown) => void>();
@@ -474,8 +480,11 @@ export class GroupMember implements PrimaryLink {
   #registry: MemberRegistry | undefined;
   #health: HealthMonitor | undefined;
   #stop!: () => void;
-  /** Resolves when the process is to stop: SIGTERM (from its primary, or systemd) or SIGINT came. */
+  #hurry!: () => void;
+  /** Resolves when the process is to stop: its primary says so, or SIGTERM or SIGINT came. */
   readonly stopRequested = new Promise<void>((resolve) => (this.#stop = resolve));
+  /** Resolves when its primary says to stop at once (a second signal to the primary). */
+  readonly hurryRequested = new Promise<void>((resolve) => (this.#hurry = resolve));
   readonly #onMessage = (message: unknown) => this.#message(message);
   readonly #onSignal = () => this.#stop();
   readonly #onDisconnect = () => {
@@ -546,6 +555,8 @@ export class GroupMember implements PrimaryLink {
 
   #message(message: unknown): void {
     if (!isGroupMessage(message)) return;
+    if (message.group === 'stop') return this.#stop();
+    if (message.group === 'hurry') return this.#hurry();
     if (message.group === 'answer') {
       const resolve = this.#pending.get(message.id);
       this.#pending.delete(message.id);
