@@ -146,6 +146,8 @@ export class EmlApiMetrics {
       help: 'The version of nodemailer-eml-api; always 1',
       labelNames: ['version'],
       registers,
+      // One process's value when the processes of `--processes` are summed; so for the outbox's gauges, read from one Redis.
+      aggregator: 'first',
     }).set({ version: VERSION }, 1);
     this.#sends = new client.Counter({
       name: 'eml_api_sends_total',
@@ -221,6 +223,7 @@ export class EmlApiMetrics {
       help: 'Jobs of the outbox by state (BullMQ’s: prioritized are new messages, waiting are retries due), read from Redis at each scrape',
       labelNames: ['queue', 'state'],
       registers,
+      aggregator: 'first',
       async collect() {
         const read = await snapshots();
         this.reset();
@@ -234,6 +237,7 @@ export class EmlApiMetrics {
       help: 'Age of the job waiting longest at the head of the outbox (0 when none waits)',
       labelNames: ['queue'],
       registers,
+      aggregator: 'first',
       async collect() {
         const read = await snapshots();
         this.reset();
@@ -245,6 +249,7 @@ export class EmlApiMetrics {
       help: 'Failed jobs of the outbox parked for a person: they may have been delivered, or crashed workers',
       labelNames: ['queue'],
       registers,
+      aggregator: 'first',
       async collect() {
         const read = await snapshots();
         this.reset();

@@ -2,8 +2,13 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { configError, objectOption, refuseUnknownKeys, wholeNumber } from '../shared/options-kit.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import type { EmlApiMetrics } from './metrics.js';
+import type { MetricsRegistry } from './metrics.js';
 import { redact } from '../http/request-error.js';
+
+/** What the port serves `/metrics` from: a registry, or the sum of a group's (eml-api --processes). */
+export interface MetricsSource {
+  readonly registry: Pick<MetricsRegistry, 'metrics' | 'contentType'>;
+}
 
 /**
  * The `http` option of the relay and the worker: an HTTP port of their own
@@ -84,7 +89,7 @@ const OPS_HTTP_OPTIONS = ['port', 'host', 'readyCacheMs'] as const satisfies rea
 export async function startOpsEndpoint(
   http: Required<OpsHttpOptions>,
   health: Omit<HealthMonitorSettings, 'cacheMs'>,
-  metrics: EmlApiMetrics | undefined,
+  metrics: MetricsSource | undefined,
 ): Promise<OpsEndpoint> {
   const monitor = new HealthMonitor({ ...health, cacheMs: http.readyCacheMs });
   const server = createServer((req, res) => {
@@ -119,7 +124,7 @@ async function answer(
   req: IncomingMessage,
   res: ServerResponse,
   health: HealthMonitor,
-  metrics: EmlApiMetrics | undefined,
+  metrics: MetricsSource | undefined,
 ): Promise<void> {
   const path = (req.url ?? '/').split('?')[0];
   if (req.method !== 'GET' && req.method !== 'HEAD') {

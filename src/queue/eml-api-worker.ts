@@ -34,6 +34,7 @@ import { capRateLimitPause } from './outbox-admin.js';
 import { RedisClock, redisTime, seconds } from './redis-clock.js';
 import { OUTBOX_BACKOFF_TYPE, outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
 import { WorkerTelemetry } from './worker-telemetry.js';
+import type { ReadinessCheck } from '../observability/ops-server.js';
 
 export type { OutboxJob } from './outbox-job.js';
 
@@ -562,6 +563,14 @@ export class EmlApiWorker extends EventEmitter {
   get http(): { readonly port: number; readonly host: string } | undefined {
     const endpoint = this.#telemetry.endpoint;
     return endpoint && { port: endpoint.port, host: endpoint.host };
+  }
+
+  /**
+   * What `/readyz` checks for this worker, with whether it still takes jobs.
+   * @internal `eml-api worker --processes` asks each process for it, and serves one port for all.
+   */
+  get readinessChecks(): ReadinessCheck[] {
+    return this.#telemetry.checks(true);
   }
 
   /**

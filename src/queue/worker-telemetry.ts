@@ -3,7 +3,12 @@ import type { Queue } from 'bullmq';
 import type { EmlApiClient } from '../client/eml-api-client.js';
 import type { EmlApiError } from '../shared/eml-api-error.js';
 import { EmlApiMetrics } from '../observability/metrics.js';
-import { resolveOpsHttpOptions, startOpsEndpoint, type OpsEndpoint } from '../observability/ops-server.js';
+import {
+  resolveOpsHttpOptions,
+  startOpsEndpoint,
+  type OpsEndpoint,
+  type ReadinessCheck,
+} from '../observability/ops-server.js';
 import { endSend, statusOf, watchSends, startSpan } from '../observability/tracing.js';
 import type { RunOutcome } from './job-runner.js';
 import type { OutboxJob, OutboxJobData, OutboxSendResult } from './outbox-job.js';
@@ -86,26 +91,24 @@ export class WorkerTelemetry {
    */
   async start(): Promise<void> {
     if (!this.#http) return;
-    const { client, stuck, secrets } = this.#settings;
-    this.#endpoint = await startOpsEndpoint(
-      this.#http,
-      {
-        checks: [
-          outboxRedisReadiness(() => this.#settings.redis(), this.#settings.location),
-          { name: 'service', check: async () => void (await client.verify()) },
-          {
-            name: 'clock',
-            check: () => {
-              const problem = this.#settings.clock();
-              return problem === undefined ? Promise.resolve() : Promise.reject(new Error(problem));
-            },
-          },
-        ],
-        stuck,
-        secrets,
-      },
-      this.metrics,
-    );
+    const { stuck, secrets } = this.#settings;
+    this.#endpoint = await startOpsEndpoint(this.#http, { checks: this.checks(), stuck, secrets }, this.metrics);
+  }
+
+  /**
+   * What `/readyz` checks: Redis, the service and the clock.
+   * @param running also whether the worker takes jobs (what `/healthz` says of a process with a port of its own)
+   */
+  checks(running = false): ReadinessCheck[] {
+    const { client, stuck } = this.#settings;
+    const problem = (why: string | undefined) =>
+      why === undefined ? Promise.resolve() : Promise.reject(new Error(why));
+    return [
+      ...(running ? [{ name: 'running', check: () => problem(stuck()) }] : []),
+      outboxRedisReadiness(() => this.#settings.redis(), this.#settings.location),
+      { name: 'service', check: async () => void (await client.verify()) },
+      { name: 'clock', check: () => problem(this.#settings.clock()) },
+    ];
   }
 
   /**

@@ -3,6 +3,7 @@ import type { SMTPServer, SMTPServerDataStream, SMTPServerSession } from 'smtp-s
 import type { EmlApiLogger } from '../shared/options-kit.js';
 import { ClientAddressList, clientKey, unmapIpv4 } from './client-address-list.js';
 import type { SmtpReply } from './smtp-replies.js';
+import { LocalClientCounts, type ClientCounts } from './shared-limits.js';
 
 /**
  * The share of `maxClients` from which the relay is under stress, and idle
@@ -78,10 +79,8 @@ export class ClientSlots {
   readonly #settings: ClientSlotSettings;
   readonly #stressFrom: number;
   readonly #stressEndsBelow: number;
-  /** Connections admitted, per client key. */
-  readonly #perAddress = new Map<string, number>();
-  /** Sockets open, per client key, from their accept (before any handshake) to their close. */
-  readonly #sockets = new Map<string, number>();
+  /** Sockets open (`socket`) and sessions admitted (`session`) per client key, in this process or across processes. */
+  readonly #counts: ClientCounts;
   /** How to give back the count of a socket not yet tied to its session, by {@link peerName}. */
   readonly #unclaimed = new Map<string, () => void>();
   /**
@@ -90,16 +89,20 @@ export class ClientSlots {
    * the session's `onClose` comes whichever socket closes.
    */
   readonly #socketCounts = new WeakMap<SMTPServerSession, () => void>();
-  /** The sessions admitted, with the key they count under. */
-  readonly #admitted = new WeakMap<SMTPServerSession, string>();
+  /** The sessions admitted, with the key they count under (null on trustedNetworks: not counted). */
+  readonly #admitted = new WeakMap<SMTPServerSession, string | null>();
+  /** Sessions that closed before they were admitted (while the count was asked elsewhere). */
+  readonly #left = new WeakSet<SMTPServerSession>();
   readonly #connections = new WeakMap<SMTPServerSession, SlotConnection>();
   #open = 0;
   #stressed = false;
   #server: SMTPServer | undefined;
   readonly #deadlines: ConnectionDeadlines;
 
-  constructor(settings: ClientSlotSettings) {
+  /** @param counts where the per-address counts are kept: in this process unless the processes share them */
+  constructor(settings: ClientSlotSettings, counts: ClientCounts = new LocalClientCounts()) {
     this.#settings = settings;
+    this.#counts = counts;
     this.#stressFrom = Math.max(1, Math.ceil(settings.maxClients * STRESS_SHARE));
     this.#stressEndsBelow = Math.min(this.#stressFrom, Math.ceil(settings.maxClients * STRESS_END_SHARE));
     this.#deadlines = new ConnectionDeadlines({
@@ -133,9 +136,10 @@ export class ClientSlots {
 
   /**
    * Admits a new session (from `onConnect`), or says why not.
-   * @returns undefined when admitted (call {@link leave} when it closes), else the `421` reply
+   * @returns undefined when admitted (call {@link leave} when it closes), else the `421` reply; a promise
+   *   of it when the processes share the counts
    */
-  admit(session: SMTPServerSession): SmtpReply | undefined {
+  admit(session: SMTPServerSession): SmtpReply | undefined | Promise<SmtpReply | undefined> {
     const address = session.remoteAddress;
     const name = peerName(address, session.remotePort);
     const socketCount = this.#unclaimed.get(name);
@@ -143,12 +147,21 @@ export class ClientSlots {
       this.#unclaimed.delete(name);
       this.#socketCounts.set(session, socketCount);
     }
+    if (this.#settings.trustedNetworks.includes(address)) return this.#enter(session, null, true);
     const key = clientKey(address);
-    const count = this.#perAddress.get(key) ?? 0;
-    if (count >= this.#settings.maxClientsPerAddress && !this.#settings.trustedNetworks.includes(address)) {
+    const taken = this.#counts.take('session', key, this.#settings.maxClientsPerAddress);
+    return typeof taken === 'boolean'
+      ? this.#enter(session, key, taken)
+      : taken.then((ok) => this.#enter(session, key, ok));
+  }
+
+  #enter(session: SMTPServerSession, key: string | null, taken: boolean): SmtpReply | undefined {
+    if (!taken) return this.#tooMany();
+    if (this.#left.has(session)) {
+      // Closed while its count was asked for: nothing is left to admit.
+      if (key !== null) this.#counts.give('session', key);
       return this.#tooMany();
     }
-    this.#perAddress.set(key, count + 1);
     this.#admitted.set(session, key);
     this.#open++;
     this.#checkStress();
@@ -163,11 +176,12 @@ export class ClientSlots {
     this.#socketCounts.get(session)?.();
     this.#socketCounts.delete(session);
     const key = this.#admitted.get(session);
-    if (key === undefined) return;
+    if (key === undefined) {
+      this.#left.add(session);
+      return;
+    }
     this.#admitted.delete(session);
-    const count = (this.#perAddress.get(key) ?? 1) - 1;
-    if (count > 0) this.#perAddress.set(key, count);
-    else this.#perAddress.delete(key);
+    if (key !== null) this.#counts.give('session', key);
     this.#open--;
     this.#checkStress();
   }
@@ -225,31 +239,43 @@ export class ClientSlots {
     listener.removeAllListeners('connection');
     const handshake = Boolean(server.options.secure && !server.options.needsUpgrade);
     const proxies = new ClientAddressList(this.#settings.proxyProtocol, 'proxyProtocol');
+    const hand = (socket: Socket) => {
+      for (const onConnection of accept) onConnection.call(listener, socket);
+      this.#handshakeDeadline(server, socket);
+    };
     listener.on('connection', (socket: Socket) => {
       const address = socket.remoteAddress ?? '';
       // A proxy's sockets are its clients': they are counted by the address its header gives, in onConnect.
-      if (!this.#settings.trustedNetworks.includes(address) && !proxies.includes(address)) {
-        const key = clientKey(address);
-        const count = this.#sockets.get(key) ?? 0;
-        if (count >= this.#settings.maxClientsPerAddress) return this.#refuse(socket, handshake);
-        this.#sockets.set(key, count + 1);
-        const name = peerName(address, socket.remotePort);
-        let counted = true;
-        const uncount = () => {
-          if (!counted) return;
-          counted = false;
-          if (this.#unclaimed.get(name) === uncount) this.#unclaimed.delete(name);
-          const left = (this.#sockets.get(key) ?? 1) - 1;
-          if (left > 0) this.#sockets.set(key, left);
-          else this.#sockets.delete(key);
-        };
-        // Until its session is admitted, only the socket can say it closed; from then on the session too.
-        this.#unclaimed.set(name, uncount);
-        socket.once('close', uncount);
-      }
-      for (const onConnection of accept) onConnection.call(listener, socket);
-      this.#handshakeDeadline(server, socket);
+      if (this.#settings.trustedNetworks.includes(address) || proxies.includes(address)) return hand(socket);
+      const key = clientKey(address);
+      const taken = this.#counts.take('socket', key, this.#settings.maxClientsPerAddress);
+      if (typeof taken === 'boolean') return taken ? hand(this.#counted(socket, key)) : this.#refuse(socket, handshake);
+      // Asked across processes: the socket waits (what the client sends meanwhile is buffered), and may close.
+      const ignore = () => undefined;
+      socket.on('error', ignore);
+      void taken.then((ok) => {
+        socket.off('error', ignore);
+        if (!ok) return this.#refuse(socket, handshake);
+        if (socket.destroyed) return this.#counts.give('socket', key);
+        hand(this.#counted(socket, key));
+      });
     });
+  }
+
+  /** Gives the socket's slot back when it closes, or when its session does (whichever tells first). */
+  #counted(socket: Socket, key: string): Socket {
+    const name = peerName(socket.remoteAddress ?? '', socket.remotePort);
+    let counted = true;
+    const uncount = () => {
+      if (!counted) return;
+      counted = false;
+      if (this.#unclaimed.get(name) === uncount) this.#unclaimed.delete(name);
+      this.#counts.give('socket', key);
+    };
+    // Until its session is admitted, only the socket can say it closed; from then on the session too.
+    this.#unclaimed.set(name, uncount);
+    socket.once('close', uncount);
+    return socket;
   }
 
   #refuse(socket: Socket, handshake: boolean): void {

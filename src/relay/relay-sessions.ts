@@ -46,6 +46,7 @@ import {
   type SenderRefusal,
   type SenderRefusalReason,
 } from './sender-lists.js';
+import type { AuthBudget, ClientCounts } from './shared-limits.js';
 
 /** Failed AUTHs after which a connection is closed (`421`): each one costs the service a request. */
 const MAX_AUTH_FAILURES = 3;
@@ -72,6 +73,8 @@ export interface RelayState {
   readonly shares: UploadShares;
   /** The connection slots: per-address cap, stress, DATA deadline. */
   readonly slots: ClientSlots;
+  /** Where the AUTH failure budgets are kept, when not in this process alone. */
+  readonly counts?: ClientCounts;
   /** Aborted by `close({ abort: true })`. */
   readonly signal: AbortSignal;
   /** Aborted by any close(): messages still arriving are given up. */
@@ -148,11 +151,13 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
   // Store-and-forward: every message leaves with the outbox workers' key, whoever AUTHed.
   const storing = settings.queue !== undefined;
   // A guessing storm from one address stops every AUTH of it; one user name's failures stop only its wrong passwords.
-  const addressFailures = new AuthFailureBudget({
-    limit: settings.maxAuthFailuresPerAddress,
-    window: settings.authFailureWindow,
-  });
-  const userFailures = new AuthFailureBudget({ limit: settings.maxAuthFailures, window: settings.authFailureWindow });
+  const window = settings.authFailureWindow;
+  const addressFailures: AuthBudget =
+    relay.counts?.authBudget('address', { limit: settings.maxAuthFailuresPerAddress, window }) ??
+    new AuthFailureBudget({ limit: settings.maxAuthFailuresPerAddress, window });
+  const userFailures: AuthBudget =
+    relay.counts?.authBudget('user', { limit: settings.maxAuthFailures, window }) ??
+    new AuthFailureBudget({ limit: settings.maxAuthFailures, window });
   // A session's sender list: its login's, or without AUTH (on allowUnauthenticatedFrom) the allowed clients'.
   const sendersOf = (session: SMTPServerSession): SenderList | undefined => {
     const user = session.user as Partial<SessionUser> | undefined;
@@ -178,9 +183,9 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
   };
 
   return {
-    onConnect(session, callback) {
+    async onConnect(session, callback) {
       if (relay.closing()) return callback(replyError(SHUTTING_DOWN));
-      const refusal = relay.slots.admit(session);
+      const refusal = await relay.slots.admit(session);
       if (refusal) {
         logger.warn(
           { client: session.remoteAddress, session: session.id },
@@ -200,7 +205,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       session.disabledCommands = commandsFor(session);
       callback();
     },
-    onAuth(auth: SMTPServerAuthentication, session, callback) {
+    async onAuth(auth: SMTPServerAuthentication, session, callback) {
       const state = stateOf(session);
       const refuse = (reply: SmtpReply) => callback(null, { message: reply.text, responseCode: reply.code });
       if (!authOffered(session, policy)) return refuse({ code: 538, text: '5.7.11 Encryption required for AUTH' });
@@ -216,15 +221,15 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       // The AUTH takes a slot of the address's budget now, before the service is asked: AUTHs sent at once
       // on many connections would otherwise all pass the check before the first failed.
       const address = clientKey(session.remoteAddress);
-      const attempt = budgeted ? addressFailures.begin(address) : undefined;
+      const attempt = budgeted ? await addressFailures.begin(address) : undefined;
       // Names that are none of the relay's users (every name given with an API key) count as one, under the address.
       const userKey = `${address} ${settings.users?.has(username) ? username : ''}`;
-      const failed = (reply: SmtpReply, err?: unknown) => {
+      const failed = async (reply: SmtpReply, err?: unknown) => {
         // Wrong credentials count against the address and the name; a service that could not tell (454) does not.
         const wrong = reply.code === 535;
         const fingerprint = wrong ? failureFingerprint(username, password) : undefined;
         if (typeof attempt === 'object') attempt.end(fingerprint);
-        const throttled = budgeted && wrong && userFailures.retryAfter(userKey);
+        const throttled = budgeted && wrong && (await userFailures.retryAfter(userKey));
         if (budgeted && fingerprint !== undefined) userFailures.record(userKey, fingerprint);
         state.authFailures++;
         // Every refusal of credentials reads the same: which names are the relay's users, and why the service

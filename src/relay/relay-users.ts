@@ -376,11 +376,16 @@ export class AuthFailureBudget {
 }
 
 /** Keys the failure fingerprints, so that a memory dump holds no plain digest of a password to look up. */
-const FINGERPRINT_KEY = randomBytes(32);
+let fingerprintKey: Buffer = randomBytes(32);
+
+/** Keys the fingerprints with the key of a group's primary: the processes of `--processes` name the same credentials alike. */
+export function useFingerprintKey(key: Buffer): void {
+  fingerprintKey = key;
+}
 
 /** Names one set of failed credentials (a user name and its password) for {@link AuthFailureBudget.record}, without keeping them. */
 export function failureFingerprint(username: string, password: string): string {
-  return createHmac('sha256', FINGERPRINT_KEY).update(`${username}\0${password}`).digest('base64').slice(0, 22);
+  return createHmac('sha256', fingerprintKey).update(`${username}\0${password}`).digest('base64').slice(0, 22);
 }
 
 /** How long a key the service accepted is trusted for new AUTHs without asking again. */

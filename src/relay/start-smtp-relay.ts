@@ -22,6 +22,7 @@ import {
   type ReadinessCheck,
 } from '../observability/ops-server.js';
 import { watchSends, startSpan } from '../observability/tracing.js';
+import type { ClientCounts } from './shared-limits.js';
 
 /**
  * A running SMTP relay.
@@ -118,7 +119,20 @@ export interface EmlApiRelayClosed {
  *   port: 2525,
  * });
  */
-export async function startEmlApiRelay(options: EmlApiRelayOptions): Promise<EmlApiRelay> {
+export function startEmlApiRelay(options: EmlApiRelayOptions): Promise<EmlApiRelay> {
+  return startRelay(options);
+}
+
+/** What a process of `eml-api relay --processes` shares with its primary. */
+export interface RelayProcessShares {
+  /** The per-client counts, kept by the primary. */
+  counts?: ClientCounts;
+  /** Takes what `/readyz` checks: the primary's port asks every process. */
+  readiness?: (checks: ReadinessCheck[]) => void;
+}
+
+/** {@link startEmlApiRelay}, in one of several processes. */
+export async function startRelay(options: EmlApiRelayOptions, shared: RelayProcessShares = {}): Promise<EmlApiRelay> {
   const { SMTPServer: Server } = loadSmtpServer();
   // The health port and metrics are the relay's telemetry's (RelayTelemetry, below), checked before anything opens.
   const { http, metrics, ...relayOptions } = options;
@@ -153,7 +167,7 @@ export async function startEmlApiRelay(options: EmlApiRelayOptions): Promise<Eml
   const arriving = new AbortController();
   const inflight = new Set<Promise<unknown>>();
   let closing = false;
-  const slots = new ClientSlots(settings);
+  const slots = new ClientSlots(settings, shared.counts);
   const handlers = telemetry.observe(
     relaySessionHandlers({
       settings,
@@ -165,6 +179,7 @@ export async function startEmlApiRelay(options: EmlApiRelayOptions): Promise<Eml
       destination,
       shares,
       slots,
+      ...(shared.counts ? { counts: shared.counts } : {}),
       signal: aborter.signal,
       arriving: arriving.signal,
       closing: () => closing,
@@ -211,14 +226,14 @@ export async function startEmlApiRelay(options: EmlApiRelayOptions): Promise<Eml
   try {
     // What /readyz checks: what this mode needs to take mail now. Store-and-forward needs Redis only
     // (an outage of the service is what it rides out); direct needs the service to take the relay's key.
-    await telemetry.start(
-      server,
+    const checks: ReadinessCheck[] =
       settings.queue !== undefined
         ? [{ name: 'redis', check: () => destination.readiness?.() ?? Promise.resolve() }]
         : relayClient
           ? [{ name: 'service', check: async () => void (await relayClient.verify()) }]
-          : [],
-    );
+          : [];
+    shared.readiness?.(checks);
+    await telemetry.start(server, checks);
   } catch (err) {
     await new Promise<void>((resolve) => server.close(() => resolve()));
     await stop();

@@ -113,6 +113,10 @@ describe('eml-api worker', () => {
       stderr: expect.stringContaining('--rate'),
     });
     expect(await cli(['worker', '--concurrency', '0'])).toMatchObject({ code: 2 });
+    expect(await cli(['worker', '--processes', 'many'])).toMatchObject({
+      code: 2,
+      stderr: expect.stringContaining('--processes: expected 1-1024, got "many"'),
+    });
     expect(await cli(['worker', '--redis', 'http://nope'])).toMatchObject({
       code: 2,
       stderr: expect.stringContaining('redis://'),

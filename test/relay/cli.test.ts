@@ -64,6 +64,7 @@ describe('eml-api relay', () => {
     [['--tls-cert', TEST_CERT], /--tls-cert and --tls-key go together/],
     [['--allow', '10.0.0.0/8'], /--allow needs the relay's own key/],
     [['--port', '70000'], /--port: expected 0-65535/],
+    [['--processes', '0'], /--processes: expected 1-1024, got "0"/],
     [['--max-size', 'big'], /--max-size/],
     [['--users', '/nonexistent/users'], /--users: cannot read \/nonexistent\/users/],
     [['--auth-failure-delay', '61'], /--auth-failure-delay: expected 0-60/],

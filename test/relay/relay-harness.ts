@@ -61,6 +61,11 @@ export class SmtpDialog {
     return { dialog, greeting };
   }
 
+  /** The client's local port (names the connection in `ss`). */
+  get localPort(): number | undefined {
+    return this.#socket.localPort;
+  }
+
   /** Sends one line and reads its reply. */
   async command(line: string): Promise<Reply> {
     this.#socket.write(`${line}\r\n`);

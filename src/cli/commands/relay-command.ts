@@ -19,7 +19,9 @@ import {
 } from '../lib/ops-flags.js';
 import type { EmlApiQueueTransportOptions } from '../../queue/queue-transport-options.js';
 import type { OutboxClusterConnection } from '../../queue/redis-connection.js';
-import { OUTBOX_DURABILITIES, type OutboxDurability } from '../../queue/redis-settings.js';
+import { OUTBOX_DURABILITIES, redisPassword, type OutboxDurability } from '../../queue/redis-settings.js';
+import { GroupStartError, groupRole, processesFlag, PROCESSES_HELP } from '../lib/process-group.js';
+import { runRelayProcess, startRelayGroup } from '../lib/relay-group.js';
 
 /** Help of `eml-api relay`. */
 export const RELAY_HELP = `Usage: eml-api relay [options]
@@ -109,7 +111,7 @@ Options:
   --queue <name>          the outbox's queue name (default eml-api)
   --prefix <prefix>       the outbox's Redis key prefix (default bull)
   --allow-insecure-http   allow http:// to a non-loopback service (keys cross the network in clear)
-${operationsHelp('the messages in flight (arriving or being handed on)')}  --quiet                 log refusals and errors only, not every accepted message
+${PROCESSES_HELP}${operationsHelp('the messages in flight (arriving or being handed on)')}  --quiet                 log refusals and errors only, not every accepted message
   -h, --help              show this help
 
 With the outbox, REDIS_PASSWORD is the password of its Redis (every node's) when the URLs give
@@ -164,6 +166,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       prefix: { type: 'string' },
       'allow-insecure-http': { type: 'boolean' },
       quiet: { type: 'boolean' },
+      processes: { type: 'string' },
       ...OPERATIONS_ARG_OPTIONS,
       help: { type: 'boolean', short: 'h' },
     },
@@ -235,12 +238,22 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       implicit: values['tls-implicit'] ?? false,
     };
   }
+  const processes = processesFlag(values.processes);
+  const secrets = [apiKey, redisPassword(redis)];
+  const member = groupRole(io.env) === 'relay';
   // Listening for SIGTERM before it says it listens: a stop sent at once is a clean stop.
-  const stopped = untilStopped(io.signal);
+  const stopped = member ? undefined : untilStopped(io.signal);
   let relay;
   try {
-    relay = await startEmlApiRelay(options);
+    // One process of a group: its primary tells it when to stop.
+    if (member) return await runRelayProcess(options, operations.grace, io, secrets);
+    relay =
+      processes === undefined
+        ? await startEmlApiRelay(options)
+        : await startRelayGroup(options, processes, operations.grace, io, secrets);
   } catch (err) {
+    // A process that could not start said why; the others are stopped.
+    if (err instanceof GroupStartError) return err.exitCode;
     // A bad option is a usage mistake; a port in use or a refused key is a failure to start.
     if (
       err instanceof EmlApiError &&
@@ -254,7 +267,8 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
     throw err;
   }
   const tls = options.tls ? (options.tls.implicit ? ', implicit TLS' : ', STARTTLS') : '';
-  io.stdout.write(`SMTP relay listening on ${relay.host}:${relay.port}${tls}, forwarding to ${baseUrl}\n`);
+  const group = processes === undefined ? '' : ` (${processes} processes)`;
+  io.stdout.write(`SMTP relay listening on ${relay.host}:${relay.port}${tls}${group}, forwarding to ${baseUrl}\n`);
   io.stdout.write(
     redis === undefined
       ? 'Mode: direct, each message is uploaded to the service before its 250\n'
@@ -495,7 +509,9 @@ async function readListFile<T>(path: string, flag: string, parse: (text: string,
 }
 
 function listenFailure(err: EmlApiError): boolean {
-  return (err.cause as NodeJS.ErrnoException | undefined)?.syscall === 'listen';
+  // A process of `--processes` gets the primary's failure to bind the shared port.
+  const syscall = (err.cause as NodeJS.ErrnoException | undefined)?.syscall;
+  return syscall === 'listen' || syscall === 'bind';
 }
 
 /** A refusal of the outbox's Redis (its eviction policy, its persistence): a failure to start, not a usage mistake. */

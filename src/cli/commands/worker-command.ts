@@ -24,6 +24,16 @@ import {
   operationsOptions,
 } from '../lib/ops-flags.js';
 import { statusOf } from '../../observability/tracing.js';
+import { redisPassword } from '../../queue/redis-settings.js';
+import {
+  GroupMember,
+  GroupStartError,
+  groupRole,
+  memberSettings,
+  ProcessGroup,
+  processesFlag,
+  PROCESSES_HELP,
+} from '../lib/process-group.js';
 
 /** Help of `eml-api worker`. */
 export const WORKER_HELP = `Usage: eml-api worker [options]
@@ -42,7 +52,7 @@ ${REDIS_OPTIONS_HELP}  --concurrency <n>       messages sent at once by this wor
   --rate <N/s>            at most N sends per second across all workers (also N/m, N/h)
   --wait-for-redis        wait for Redis at start for as long as it takes (default: give up after
                           10 s, exit 1, saying why it cannot be reached)
-${operationsHelp('the sends in flight')}${SERVICE_OPTIONS_HELP}
+${PROCESSES_HELP}${operationsHelp('the sends in flight')}${SERVICE_OPTIONS_HELP}
 Environment: REDIS_URL, REDIS_CLUSTER, REDIS_PASSWORD, EML_API_URL, EML_API_KEY, EML_API_ACCOUNT.
 ${REDIS_ENV_HELP}${OUTBOX_KEYS_HELP}EML_API_ACCOUNT names the service account the queue sends for, as its producers name it
 (their account option): a queue recorded for another account is refused, and so are its jobs.
@@ -71,6 +81,7 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
       concurrency: { type: 'string' },
       rate: { type: 'string' },
       'wait-for-redis': { type: 'boolean' },
+      processes: { type: 'string' },
       ...OPERATIONS_ARG_OPTIONS,
     },
     allowPositionals: true,
@@ -93,77 +104,176 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
   if (operations.logFormat === 'json') io = jsonIo(io, [service.apiKey]);
   // In JSON mode each message's outcome is a JSON line with fixed field names (see "Logs" in docs/operations.md).
   const json = isJsonIo(io) ? io.jsonLogger : undefined;
+  const processes = processesFlag(values.processes);
+  // One process of a group: its primary checked the key, and serves the health and metrics port.
+  const member = groupRole(io.env) === 'worker' ? new GroupMember() : undefined;
+  if (member) {
+    try {
+      return await runWorker(member);
+    } finally {
+      member.close();
+    }
+  }
   await checkKey(service, io);
-  const outbox = asUsageError(
-    () =>
-      new EmlApiWorker({
-        ...location,
-        ...service,
-        concurrency,
-        ...(rateLimit ? { rateLimit } : {}),
-        ...(encryption ? { encryption } : {}),
-        ...(io.env.EML_API_ACCOUNT ? { account: io.env.EML_API_ACCOUNT } : {}),
-        ...(values['wait-for-redis'] ? { waitForRedis: true } : {}),
-        ...(operations.http ? { http: operations.http } : {}),
-        ...(operations.metrics === false ? { metrics: false } : {}),
-      }),
-  );
-  let sent = 0;
-  let failed = 0;
-  outbox.on('sent', (job: OutboxJob, result: OutboxSendResult) => {
-    sent++;
-    if (json)
-      return json.info({ ...jobFields(job), id: result.id, status: statusOf(result.response) }, 'Queued message sent');
-    io.stdout.write(`sent ${jobName(job)} ${terminalText(result.response)} id=${terminalText(result.id ?? '-')}\n`);
-  });
-  outbox.on('retrying', (job: OutboxJob, err: EmlApiError, delayMs: number | undefined) => {
-    if (json) return json.warn({ ...jobFields(job), ...errorFields(err), delayMs }, 'Queued message will be retried');
-    const wait = delayMs === undefined ? '' : ` in ${Math.ceil(delayMs / 1000)}s`;
-    io.stderr.write(`retry ${jobName(job)}${wait}: ${describeError(err)}\n`);
-  });
-  outbox.on('failed', (job: OutboxJob, err: EmlApiError) => {
-    failed++;
-    if (json) return json.error({ ...jobFields(job), ...errorFields(err) }, 'Queued message failed');
-    io.stderr.write(`failed ${jobName(job)}: ${describeError(err)}\n`);
-  });
-  outbox.on('error', (err: Error) => io.stderr.write(`worker error: ${terminalText(err.message)}\n`));
-  outbox.on('warning', (message: string) => io.stderr.write(`warning: ${terminalText(message)}\n`));
+  if (processes !== undefined) {
+    return runWorkerGroup(processes, operations, [service.apiKey, redisPassword(location.connection)], io, {
+      queue: location.queueName ?? 'eml-api',
+      concurrency,
+      rate: rateLimit,
+    });
+  }
+  return runWorker(undefined);
 
+  async function runWorker(member: GroupMember | undefined): Promise<number> {
+    const groupMetrics = member ? memberSettings(io.env).metrics : undefined;
+    const outbox = asUsageError(
+      () =>
+        new EmlApiWorker({
+          ...location,
+          ...service,
+          concurrency,
+          ...(rateLimit ? { rateLimit } : {}),
+          ...(encryption ? { encryption } : {}),
+          ...(io.env.EML_API_ACCOUNT ? { account: io.env.EML_API_ACCOUNT } : {}),
+          ...(values['wait-for-redis'] ? { waitForRedis: true } : {}),
+          ...(member
+            ? { metrics: groupMetrics ?? false }
+            : {
+                ...(operations.http ? { http: operations.http } : {}),
+                ...(operations.metrics === false ? { metrics: false } : {}),
+              }),
+        }),
+    );
+    let sent = 0;
+    let failed = 0;
+    outbox.on('sent', (job: OutboxJob, result: OutboxSendResult) => {
+      sent++;
+      if (json)
+        return json.info(
+          { ...jobFields(job), id: result.id, status: statusOf(result.response) },
+          'Queued message sent',
+        );
+      io.stdout.write(`sent ${jobName(job)} ${terminalText(result.response)} id=${terminalText(result.id ?? '-')}\n`);
+    });
+    outbox.on('retrying', (job: OutboxJob, err: EmlApiError, delayMs: number | undefined) => {
+      if (json) return json.warn({ ...jobFields(job), ...errorFields(err), delayMs }, 'Queued message will be retried');
+      const wait = delayMs === undefined ? '' : ` in ${Math.ceil(delayMs / 1000)}s`;
+      io.stderr.write(`retry ${jobName(job)}${wait}: ${describeError(err)}\n`);
+    });
+    outbox.on('failed', (job: OutboxJob, err: EmlApiError) => {
+      failed++;
+      if (json) return json.error({ ...jobFields(job), ...errorFields(err) }, 'Queued message failed');
+      io.stderr.write(`failed ${jobName(job)}: ${describeError(err)}\n`);
+    });
+    outbox.on('error', (err: Error) => io.stderr.write(`worker error: ${terminalText(err.message)}\n`));
+    outbox.on('warning', (message: string) => io.stderr.write(`warning: ${terminalText(message)}\n`));
+
+    // In a group the primary counts the signals: systemd and a terminal signal every process, and its
+    // own word comes too; a process stops once for all of them, and at once only when the primary says so.
+    const stop = stopSignals(member ? abortedBy(member.stopRequested) : io.signal);
+    if (member) void member.hurryRequested.then(stop.hurry);
+    try {
+      // Started once Redis's settings are checked: an evicting Redis rejects it (exit 1, the worker closed).
+      const ready = await Promise.race([outbox.started.then(() => true), stop.first.then(() => false)]);
+      if (ready && member) {
+        member.serveMetrics(groupMetrics?.registry);
+        member.serveReadiness(outbox.readinessChecks, [service.apiKey, redisPassword(location.connection)]);
+        member.started();
+        await stop.first;
+      } else if (ready) {
+        const rate = rateLimit
+          ? `, at most ${rateLimit.max} per ${rateLimit.duration / 1000} s across all workers`
+          : '';
+        io.stdout.write(`Worker sending from queue "${outbox.queueName}", ${concurrency} at a time${rate}\n`);
+        if (outbox.http) {
+          io.stdout.write(
+            `Health and metrics on http://${outbox.http.host}:${outbox.http.port} (/healthz, /readyz, /metrics)\n`,
+          );
+        }
+        await stop.first;
+      }
+      // Also when the signal came before the worker was ready: it may have taken jobs already.
+      io.stdout.write(
+        `Stopping: finishing the sends in flight (up to ${operations.grace / 1000} s; signal again to stop at once)\n`,
+      );
+      // The grace period over (or a second signal), the sends left are aborted and their jobs handed back.
+      let graceTimer: NodeJS.Timeout | undefined;
+      const graceOver = new Promise<void>((resolve) => (graceTimer = setTimeout(resolve, operations.grace)));
+      await Promise.race([
+        outbox.close(),
+        Promise.race([stop.second, graceOver]).then(() => outbox.close({ abort: true })),
+      ]);
+      clearTimeout(graceTimer);
+      await outbox.close();
+    } finally {
+      stop.dispose();
+    }
+    const handedBack = outbox.handedBack;
+    io.stdout.write(
+      `Worker ${member ? `process ${process.pid} ` : ''}stopped: ${sent} sent, ${failed} failed${handedBack ? `, ${handedBack} handed back to the queue` : ''}\n`,
+    );
+    const code = handedBack > 0 ? EXIT.cutShort : EXIT.ok;
+    await member?.stopped(code, handedBack);
+    return code;
+  }
+}
+
+/**
+ * `eml-api worker --processes`, in the primary: runs the worker processes,
+ * replaces any that dies, serves one health and metrics port for all, and
+ * stops them all on SIGTERM (a second one: at once, the sends in flight
+ * handed back).
+ */
+async function runWorkerGroup(
+  processes: number,
+  operations: ReturnType<typeof operationsOptions>,
+  secrets: (string | undefined)[],
+  io: CliIo,
+  what: { queue: string; concurrency: number; rate: { max: number; duration: number } | undefined },
+): Promise<number> {
+  const group = new ProcessGroup({
+    role: 'worker',
+    processes,
+    grace: operations.grace,
+    http: operations.http,
+    metrics: operations.metrics !== false,
+    secrets,
+    log: (line) => io.stderr.write(`${new Date().toISOString()} ${line}\n`),
+  });
   const stop = stopSignals(io.signal);
   try {
-    // Started once Redis's settings are checked: an evicting Redis rejects it (exit 1, the worker closed).
-    const ready = await Promise.race([outbox.started.then(() => true), stop.first.then(() => false)]);
-    if (ready) {
-      const rate = rateLimit ? `, at most ${rateLimit.max} per ${rateLimit.duration / 1000} s across all workers` : '';
-      io.stdout.write(`Worker sending from queue "${outbox.queueName}", ${concurrency} at a time${rate}\n`);
-      if (outbox.http) {
+    const starting = group.start();
+    // A stop while starting: the processes are stopped below, and start() ends without them.
+    starting.catch(() => undefined);
+    const started = await Promise.race([starting.then(() => true), stop.first.then(() => false)]);
+    if (started) {
+      const rate = what.rate ? `, at most ${what.rate.max} per ${what.rate.duration / 1000} s across all workers` : '';
+      io.stdout.write(
+        `Worker sending from queue "${what.queue}" in ${processes} processes, ${what.concurrency} at a time in each${rate}\n`,
+      );
+      const endpoint = group.endpoint;
+      if (endpoint) {
         io.stdout.write(
-          `Health and metrics on http://${outbox.http.host}:${outbox.http.port} (/healthz, /readyz, /metrics)\n`,
+          `Health and metrics on http://${endpoint.host}:${endpoint.port} (/healthz, /readyz, /metrics)\n`,
         );
       }
       await stop.first;
     }
-    // Also when the signal came before the worker was ready: it may have taken jobs already.
     io.stdout.write(
       `Stopping: finishing the sends in flight (up to ${operations.grace / 1000} s; signal again to stop at once)\n`,
     );
-    // The grace period over (or a second signal), the sends left are aborted and their jobs handed back.
-    let graceTimer: NodeJS.Timeout | undefined;
-    const graceOver = new Promise<void>((resolve) => (graceTimer = setTimeout(resolve, operations.grace)));
-    await Promise.race([
-      outbox.close(),
-      Promise.race([stop.second, graceOver]).then(() => outbox.close({ abort: true })),
-    ]);
-    clearTimeout(graceTimer);
-    await outbox.close();
+    void stop.second.then(() => group.hurry());
+    const code = await group.stop();
+    io.stdout.write(
+      `Worker stopped (${processes} processes)${group.givenUp ? `: ${group.givenUp} handed back to the queue` : ''}\n`,
+    );
+    return code;
+  } catch (err) {
+    if (err instanceof GroupStartError) return err.exitCode;
+    throw err;
   } finally {
     stop.dispose();
   }
-  const handedBack = outbox.handedBack;
-  io.stdout.write(
-    `Worker stopped: ${sent} sent, ${failed} failed${handedBack ? `, ${handedBack} handed back to the queue` : ''}\n`,
-  );
-  return handedBack > 0 ? EXIT.cutShort : EXIT.ok;
 }
 
 /**
@@ -219,6 +329,8 @@ function describeError(err: EmlApiError): string {
 function stopSignals(signal: AbortSignal | undefined): {
   first: Promise<void>;
   second: Promise<void>;
+  /** Stops at once, as a second request does (a group's primary says so). */
+  hurry: () => void;
   dispose: () => void;
 } {
   let count = 0;
@@ -231,19 +343,31 @@ function stopSignals(signal: AbortSignal | undefined): {
     if (count === 1) resolveFirst();
     else resolveSecond();
   };
+  const hurry = () => {
+    resolveFirst();
+    resolveSecond();
+  };
   if (signal) {
     if (signal.aborted) onStop();
     else signal.addEventListener('abort', onStop, { once: true });
-    return { first, second, dispose: () => signal.removeEventListener('abort', onStop) };
+    return { first, second, hurry, dispose: () => signal.removeEventListener('abort', onStop) };
   }
   process.on('SIGINT', onStop);
   process.on('SIGTERM', onStop);
   return {
     first,
     second,
+    hurry,
     dispose: () => {
       process.off('SIGINT', onStop);
       process.off('SIGTERM', onStop);
     },
   };
+}
+
+/** A signal aborted once `stop` resolves. */
+function abortedBy(stop: Promise<void>): AbortSignal {
+  const controller = new AbortController();
+  void stop.then(() => controller.abort());
+  return controller.signal;
 }

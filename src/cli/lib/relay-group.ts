@@ -1,0 +1,93 @@
+import type { CliIo } from '../cli-io.js';
+import { startRelay, type EmlApiRelay } from '../../relay/start-smtp-relay.js';
+import type { EmlApiRelayOptions } from '../../relay/relay-options.js';
+import { ClientLimitsKeeper, SharedClientCounts } from '../../relay/shared-limits.js';
+import { GroupMember, memberSettings, ProcessGroup } from './process-group.js';
+
+/**
+ * `eml-api relay --processes`, in the primary: starts the relay's processes,
+ * which share its port, its per-client limits and one health and metrics
+ * port, and stands for them as one relay.
+ * @throws {GroupStartError} when a process could not start (it said why on standard error)
+ */
+export async function startRelayGroup(
+  options: EmlApiRelayOptions,
+  processes: number,
+  grace: number,
+  io: CliIo,
+  secrets: (string | undefined)[],
+): Promise<EmlApiRelay> {
+  const limits = new ClientLimitsKeeper();
+  const group = new ProcessGroup({
+    role: 'relay',
+    processes,
+    grace,
+    port: options.port ?? 2525,
+    http: options.http && { port: options.http.port, host: options.http.host ?? '127.0.0.1' },
+    metrics: options.metrics !== false,
+    secrets,
+    serve: (process, what, args) => limits.handle(process, what, args),
+    exited: (process) => limits.forget(process),
+    log: (line) => io.stderr.write(`${new Date().toISOString()} ${line}\n`),
+  });
+  const { port } = await group.start();
+  const endpoint = group.endpoint;
+  return {
+    port: port ?? 0,
+    host: options.host ?? '127.0.0.1',
+    ...(endpoint ? { http: { port: endpoint.port, host: endpoint.host } } : {}),
+    // Each process stops within the --grace it was started with.
+    async close() {
+      const code = await group.stop();
+      return { givenUp: code === 0 ? 0 : Math.max(1, group.givenUp) };
+    },
+  };
+}
+
+/**
+ * One process of `eml-api relay --processes`: runs the relay on the port the
+ * primary gives, with the per-client limits kept by the primary, and answers
+ * its primary's `/metrics` and `/readyz`; stops when the primary says so (or
+ * on SIGTERM), within `grace`.
+ * @returns the exit code: 4 when the grace period ran out on messages in flight
+ */
+export async function runRelayProcess(
+  options: EmlApiRelayOptions,
+  grace: number,
+  io: CliIo,
+  secrets: (string | undefined)[],
+): Promise<number> {
+  const member = new GroupMember();
+  const settings = memberSettings(io.env);
+  const { http: _http, ...rest } = options;
+  const { metrics } = settings;
+  let relay: EmlApiRelay;
+  const counts = new SharedClientCounts(member);
+  try {
+    await counts.join();
+    relay = await startRelay(
+      { ...rest, port: settings.port, metrics: metrics ?? false },
+      {
+        counts,
+        readiness: (checks) => member.serveReadiness(checks, secrets),
+      },
+    );
+  } catch (err) {
+    member.close();
+    throw err;
+  }
+  member.serveMetrics(metrics?.registry);
+  // A fault inside the relay ends the process (its primary starts another): its clients are told first,
+  // 421 to those between messages and 451 to those whose message was being handed on, never a 250.
+  process.once('uncaughtException', (err) => {
+    io.stderr.write(`${new Date().toISOString()} ERROR relay process ${process.pid}: ${err.stack ?? err.message}\n`);
+    setTimeout(() => process.exit(70), 2_000).unref();
+    void relay.close({ abort: true }).finally(() => process.exit(70));
+  });
+  member.started(relay.port);
+  await member.stopRequested;
+  const { givenUp } = await relay.close({ grace });
+  await member.stopped(givenUp > 0 ? 4 : 0, givenUp);
+  member.close();
+  return givenUp > 0 ? 4 : 0;
+}

@@ -1,0 +1,354 @@
+/**
+ * `eml-api relay --processes 2`: real processes (the CLI, node:cluster), real
+ * SMTP sessions. Which process holds a connection is read from the kernel
+ * (/proc), so that the tests know their connections are spread over both
+ * processes: per-client limits and AUTH budgets hold across them, /metrics
+ * sums them, a killed process is replaced with nothing acknowledged lost,
+ * and SIGTERM drains both.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer, type Server, type ServerResponse } from 'node:http';
+import { createServer as createTcpServer, type AddressInfo } from 'node:net';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { hashRelayPassword } from '../../src/relay/relay-users.js';
+import { eventually } from '../helpers/async.js';
+import { childPids, holderOf as holdingPid } from '../helpers/processes.js';
+import { promtoolMissing, promtoolProblems } from '../helpers/telemetry.js';
+import { SmtpDialog, TEST_CERT, TEST_KEY } from './relay-harness.js';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const KEY = 'relay-key-0000000000000000';
+
+/**
+ * The service: answers the key check (an empty send) with 400, every message with 202 after
+ * noting its Message-ID, or holds the messages while `holding`.
+ */
+interface Service {
+  url: string;
+  /** Message-IDs the service answered 202. */
+  accepted: Set<string>;
+  holding: boolean;
+  held: { res: ServerResponse; messageId: string }[];
+  release(): void;
+  close(): Promise<void>;
+}
+
+async function startService(): Promise<Service> {
+  const service: Service = {
+    url: '',
+    accepted: new Set(),
+    holding: false,
+    held: [],
+    release() {
+      for (const { res, messageId } of this.held.splice(0)) answer(res, messageId);
+    },
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  };
+  const answer = (res: ServerResponse, messageId: string) => {
+    if (res.destroyed) return;
+    service.accepted.add(messageId);
+    res.writeHead(202, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ id: `id-${messageId}`, messageId, recipients: 1 }));
+  };
+  const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      const text = Buffer.concat(chunks).toString();
+      const b64 = /"([A-Za-z0-9+/=]{40,})"/.exec(text)?.[1];
+      if (!b64) {
+        res.writeHead(400, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ error: { code: 'invalid_request', message: 'no eml' } }));
+        return;
+      }
+      const messageId = /^Message-ID: <([^>]+)>/im.exec(Buffer.from(b64, 'base64').toString())?.[1] ?? '?';
+      if (service.holding) service.held.push({ res, messageId });
+      else answer(res, messageId);
+    });
+  });
+  server.keepAliveTimeout = 500;
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  service.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return service;
+}
+
+let service: Service;
+let dir: string;
+let relay: ChildProcess;
+let output = '';
+let port: number;
+let opsPort: number;
+const dialogs: SmtpDialog[] = [];
+/** Message-IDs the relay answered 250. */
+const acknowledged = new Set<string>();
+
+beforeAll(async () => {
+  service = await startService();
+  dir = mkdtempSync(join(tmpdir(), 'relay-processes-'));
+  const users = join(dir, 'users');
+  writeFileSync(users, `app:${await hashRelayPassword('right-password')}\n`);
+  relay = spawn(
+    process.execPath,
+    [
+      '--import',
+      'tsx',
+      'src/cli/main.ts',
+      'relay',
+      '--processes',
+      '2',
+      '--port',
+      '0',
+      '--http-port',
+      '0',
+      '--url',
+      service.url,
+      '--tls-cert',
+      TEST_CERT,
+      '--tls-key',
+      TEST_KEY,
+      // Loopback is counted as any client here: by default it is exempt from the per-address limits.
+      '--trusted',
+      'none',
+      '--users',
+      users,
+      '--max-clients-per-address',
+      '3',
+      '--max-auth-failures-per-address',
+      '2',
+      '--auth-failure-delay',
+      '0',
+      '--grace',
+      '20',
+    ],
+    { cwd: ROOT, env: { ...process.env, EML_API_KEY: KEY }, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  relay.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  relay.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  await eventually(() => /Health and metrics on/.test(output), { timeout: 30_000, what: () => output });
+  port = Number(/listening on 127\.0\.0\.1:(\d+), STARTTLS \(2 processes\)/.exec(output)![1]);
+  opsPort = Number(/Health and metrics on http:\/\/127\.0\.0\.1:(\d+)/.exec(output)![1]);
+}, 60_000);
+
+afterAll(async () => {
+  for (const dialog of dialogs.splice(0)) dialog.close();
+  if (relay && relay.exitCode === null && relay.signalCode === null) {
+    for (const pid of workerPids()) process.kill(pid, 'SIGKILL');
+    relay.kill('SIGKILL');
+  }
+  await service?.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** The relay's processes (the primary's children running the CLI; tsx has an esbuild child too). */
+function workerPids(): number[] {
+  return childPids(relay.pid!, 'src/cli/main.ts');
+}
+
+/** The pid of the process that holds the relay's side of a client's connection. */
+function holderOf(dialog: SmtpDialog): number {
+  return holdingPid(workerPids(), port, dialog.localPort!);
+}
+
+async function open(): Promise<{ dialog: SmtpDialog; greeting: { code: number; text: string } }> {
+  const opened = await SmtpDialog.open(port);
+  dialogs.push(opened.dialog);
+  return opened;
+}
+
+/** Opens a connection once the slots of closed ones are given back (the primary hears of it a moment later). */
+async function admitted(): Promise<SmtpDialog> {
+  let dialog: SmtpDialog | undefined;
+  await eventually(async () => {
+    const opened = await open();
+    if (opened.greeting.code === 220) dialog = opened.dialog;
+    else opened.dialog.close();
+    return dialog !== undefined;
+  });
+  return dialog!;
+}
+
+async function send(dialog: SmtpDialog, messageId: string): Promise<number> {
+  await dialog.command('EHLO client.example');
+  expect((await dialog.command('MAIL FROM:<cron@example.test>')).code).toBe(250);
+  expect((await dialog.command('RCPT TO:<ops@example.test>')).code).toBe(250);
+  const reply = await dialog.data(
+    `From: cron@example.test\r\nTo: ops@example.test\r\nSubject: s\r\nMessage-ID: <${messageId}>\r\n\r\nbody\r\n`,
+  );
+  if (reply.code === 250) acknowledged.add(messageId);
+  return reply.code;
+}
+
+async function ops(path: string): Promise<{ status: number; text: string }> {
+  const res = await fetch(`http://127.0.0.1:${opsPort}${path}`);
+  return { status: res.status, text: await res.text() };
+}
+
+function metric(text: string, name: string): number {
+  const line = text.split('\n').find((l) => !l.startsWith('#') && l.startsWith(name));
+  return line === undefined ? NaN : Number(line.split(' ').at(-1));
+}
+
+function closeAll(): void {
+  for (const dialog of dialogs.splice(0)) dialog.close();
+}
+
+describe('eml-api relay --processes 2', () => {
+  it('spreads connections over both processes; /metrics sums them', async () => {
+    expect(workerPids()).toHaveLength(2);
+    const first = await admitted();
+    const second = await admitted();
+    const holders = new Set([holderOf(first), holderOf(second)]);
+    expect(holders).toEqual(new Set(workerPids()));
+    expect(await send(first, 'm1@example.test')).toBe(250);
+    expect(await send(second, 'm2@example.test')).toBe(250);
+    const { status, text } = await ops('/metrics');
+    expect(status).toBe(200);
+    expect(metric(text, 'eml_api_relay_messages_total{outcome="accepted",code="250"}')).toBe(2);
+    expect(metric(text, 'eml_api_relay_connections')).toBe(2);
+    expect(metric(text, 'eml_api_processes{component="relay"}')).toBe(2);
+    expect(metric(text, 'eml_api_build_info{version')).toBe(1);
+    if (!promtoolMissing) expect(promtoolProblems(text)).toBe('');
+    closeAll();
+  });
+
+  it('counts the connections of a client address across processes: the fourth gets 421', async () => {
+    const held = [await admitted(), await admitted(), await admitted()];
+    // Neither process holds three alone: only a count shared between them refuses the fourth.
+    expect(new Set(held.map(holderOf)).size).toBe(2);
+    const fourth = await open();
+    expect(fourth.greeting.code).toBe(421);
+    expect(fourth.greeting.text).toMatch(/^4\.7\.0 Too many connections from your address \(at most 3\)/);
+    held[0]!.close();
+    // Its slot is given back: another connection is admitted.
+    await admitted();
+    closeAll();
+  });
+
+  it('counts failed AUTHs of a client address across processes: the same password once, the third other gets 454', async () => {
+    const auth = async (dialog: SmtpDialog, password: string) => {
+      await dialog.command('EHLO client.example');
+      expect((await dialog.starttls()).code).toBe(220);
+      await dialog.command('EHLO client.example');
+      return (await dialog.command(`AUTH PLAIN ${Buffer.from(`\0app\0${password}`).toString('base64')}`)).code;
+    };
+    // The same wrong password on both processes (a sender's queue retrying a stale one) counts once.
+    const both = [await admitted(), await admitted()];
+    expect(new Set(both.map(holderOf)).size).toBe(2);
+    expect([await auth(both[0]!, 'stale'), await auth(both[1]!, 'stale')]).toEqual([535, 535]);
+    closeAll();
+    expect(await auth(await admitted(), 'wrong-1')).toBe(535);
+    closeAll();
+    // Two failures of the address's budget of 2, on whichever process: every AUTH of it is 454 now.
+    expect(await auth(await admitted(), 'wrong-2')).toBe(454);
+    closeAll();
+  });
+
+  it('/readyz is ready only when every process answers ready', async () => {
+    expect((await ops('/readyz')).status).toBe(200);
+    const [stuck] = workerPids();
+    process.kill(stuck!, 'SIGSTOP');
+    try {
+      const { status, text } = await ops('/readyz');
+      expect(status).toBe(503);
+      expect(text).toMatch(/1 of 2 processes ready; process \d+: .*no answer/);
+    } finally {
+      process.kill(stuck!, 'SIGCONT');
+    }
+    await eventually(async () => (await ops('/readyz')).status === 200);
+  }, 20_000);
+
+  it('a process killed with a message in flight is replaced; its client gets no 250, and every 250 was delivered', async () => {
+    const before = metric((await ops('/metrics')).text, 'eml_api_relay_messages_total{outcome="accepted",code="250"}');
+    service.holding = true;
+    const dialog = await admitted();
+    const victim = holderOf(dialog);
+    void send(dialog, 'in-flight@example.test').catch(() => undefined);
+    await eventually(() => service.held.length === 1);
+    process.kill(victim, 'SIGKILL');
+    // The connection ends without a reply: the client keeps the message and sends it again.
+    await eventually(() => dialog.closed);
+    expect(dialog.hasUnreadReply()).toBe(false);
+    service.holding = false;
+    service.release();
+    await eventually(async () => {
+      const text = (await ops('/metrics')).text;
+      return (
+        metric(text, 'eml_api_processes{component="relay"}') === 2 &&
+        metric(text, 'eml_api_process_restarts_total{component="relay"}') === 1
+      );
+    });
+    expect(workerPids()).not.toContain(victim);
+    await eventually(async () => (await ops('/readyz')).status === 200);
+    // The counters of the process that died stay in the sums.
+    const after = metric((await ops('/metrics')).text, 'eml_api_relay_messages_total{outcome="accepted",code="250"}');
+    expect(after).toBeGreaterThanOrEqual(before);
+    // Both processes take mail again, and the killed one's slot is free: the address has all three.
+    const next = [await admitted(), await admitted(), await admitted()];
+    expect(new Set(next.map(holderOf))).toEqual(new Set(workerPids()));
+    expect(await send(next[0]!, 'm3@example.test')).toBe(250);
+    expect(await send(next[1]!, 'm4@example.test')).toBe(250);
+    expect(acknowledged.has('in-flight@example.test')).toBe(false);
+    for (const id of acknowledged) expect(service.accepted.has(id), id).toBe(true);
+    expect(output).toMatch(new RegExp(`relay process ${victim} died \\(signal SIGKILL\\)`));
+    closeAll();
+  }, 30_000);
+
+  it('SIGTERM drains every process: the messages in flight on both get their 250, then all exit 0', async () => {
+    service.holding = true;
+    const dialogsInFlight = [await admitted(), await admitted()];
+    expect(new Set(dialogsInFlight.map(holderOf)).size).toBe(2);
+    const replies = dialogsInFlight.map((dialog, i) => send(dialog, `draining-${i}@example.test`));
+    await eventually(() => service.held.length === 2);
+    const pids = workerPids();
+    const exit = new Promise<number | null>((resolve) => relay.once('exit', (code) => resolve(code)));
+    relay.kill('SIGTERM');
+    await eventually(() => /Stopping/.test(output));
+    expect((await ops('/readyz')).status).toBe(503);
+    service.holding = false;
+    service.release();
+    expect(await Promise.all(replies)).toEqual([250, 250]);
+    expect(await exit).toBe(0);
+    expect(output).toContain('SMTP relay stopped');
+    for (const pid of pids) expect(() => process.kill(pid, 0)).toThrow();
+    for (const id of acknowledged) expect(service.accepted.has(id), id).toBe(true);
+  }, 30_000);
+});
+
+describe('eml-api relay --processes 2 that cannot start', () => {
+  it('stops at the first process that fails (a port in use): exit 1, the reason said once', async () => {
+    const taken = createTcpServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const busy = (taken.address() as AddressInfo).port;
+    try {
+      const child = spawn(
+        process.execPath,
+        [
+          '--import',
+          'tsx',
+          'src/cli/main.ts',
+          'relay',
+          '--processes',
+          '2',
+          '--port',
+          String(busy),
+          '--url',
+          service.url,
+        ],
+        { cwd: ROOT, env: { ...process.env, EML_API_KEY: KEY }, stdio: ['ignore', 'pipe', 'pipe'] },
+      );
+      let said = '';
+      child.stdout!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+      child.stderr!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+      const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+      expect(code, said).toBe(1);
+      expect(said.match(/could not listen on 127\.0\.0\.1:\d+: .*EADDRINUSE/g)).toHaveLength(1);
+      expect(said).not.toContain('listening on');
+    } finally {
+      taken.close();
+    }
+  }, 30_000);
+});
