@@ -88,7 +88,6 @@ const defined = new WeakSet<OutboxRedisClient>();
 /**
  * Adds the job (BullMQ ignores it when the id exists) and reads what the id holds then, in the same
  * round trip; with `replicas`, also waits for them to confirm every write so far on the connection.
- *
  * @param redis the client the queue was made with
  * @throws the add's own failure (Redis's reply error when it never ran); BullMQ's refusal of the job
  */
@@ -219,7 +218,6 @@ function openBatch(client: PipelineClient, queueKey: string): AddBatch {
 /**
  * `WAIT count timeoutMs` on the connection that wrote the job, with a read of `routeKey` so that on
  * a cluster it goes to the queue's master (`WAIT` names no key).
- *
  * @returns how many replicas confirmed every write made on the connection so far
  */
 export async function waitForReplicas(
@@ -297,7 +295,6 @@ return 1
  * trips: a compare-and-set of its data that marks the failure taken over (`putBackFrom`), then
  * BullMQ's `job.retry`. Of racing producers one replaces or puts back the job; the others answer
  * duplicate.
- *
  * @param storedLength the stored length `ours` has under its content key (none: content in the job)
  * @param now the producer's clock, for a job's `resendUntil` @default Date.now()
  */

@@ -7,7 +7,6 @@ import { EmlApiError } from '../shared/eml-api-error.js';
  * The `encryption` option of producers, workers and the relay's queue (AES-256-GCM at rest: anyone
  * who reads Redis otherwise reads every queued message). Keys have ids, written on each job, so they
  * can rotate while workers still read what older keys encrypted.
- *
  * @example
  * const encryption: OutboxEncryption = {
  *   keyId: '2026-05',
@@ -129,7 +128,6 @@ export const NO_KEYS = new OutboxKeyring(new Map(), undefined);
 
 /**
  * Checks the `encryption` option. Errors name the option and the key id, never a key.
- *
  * @param role a producer needs `keyId`; a worker does not
  * @throws {EmlApiError} `ECONFIG` naming the option
  */

@@ -69,7 +69,6 @@ export class ContentStore {
   /**
    * Writes content to a new key in chunks (memory holds one chunk whatever the size), hashing it. A
    * failed or aborted write discards what it wrote.
-   *
    * @param options `size`: the content's bytes (encrypted records are bound to it); `holdMs`: how long
    *   the producer may still add the job (the sweeper leaves the content alone until then); `signal`:
    *   no command is sent after it aborts
@@ -122,7 +121,6 @@ export class ContentStore {
   /**
    * Prepares small content to go in the job itself: read whole, encrypted as one record, hashed. The
    * job's add carries it.
-   *
    * @param options `size`: the content's bytes
    * @throws {EmlApiError} `EMESSAGE` when the source holds another number of bytes than `size`
    */
@@ -203,7 +201,6 @@ export class ContentStore {
    * Checks, before an encrypted job is posted, that its kind, group and idempotency key are what its
    * producer sealed: whoever can write to Redis could otherwise send it to another group or deliver it
    * again under another key. Jobs in clear are not checked: anything of them can be changed.
-   *
    * @throws {EmlApiError} `EMESSAGE` (permanent) when the data was changed; `ECONFIG` (retried)
    *   when this worker does not hold the key, or holds other bytes under its id
    */
@@ -255,7 +252,6 @@ export class ContentStore {
    * The `/v1/send/eml` request body of stored EML; undefined when the content is missing. Larger
    * messages are streamed on each attempt and hashed as read: the last chunk goes out only once the
    * hash matches, so a request over changed content never completes.
-   *
    * @throws {EmlApiError} `EMESSAGE` (permanent) when the content is cut or changed
    */
   async emlBody(ref: StoredContentRef): Promise<UploadBody | undefined> {

@@ -99,7 +99,6 @@ function commands(redis: OutboxRedisClient): OutboxRedisClient & SweepCommands {
 /**
  * Removes stored content no job needs: content whose job is gone once its producer's deadline has
  * passed, and content of sent jobs. Does nothing while another worker sweeps the queue.
- *
  * @returns how many keys were removed (0 when another worker is sweeping)
  */
 export async function sweepStoredContent(redis: OutboxRedisClient, location: QueueLocation): Promise<number> {

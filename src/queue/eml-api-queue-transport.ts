@@ -47,7 +47,6 @@ export interface EmlApiQueueTransport {
  * ({@link startEmlApiWorker}, `eml-api worker`) send them through the service. Messages are built
  * and checked exactly as {@link EmlApiTransport} builds them, before anything is stored, and stored
  * through its {@link OutboxProducer}. Holds no API key.
- *
  * @example
  * import nodemailer from 'nodemailer';
  * import { EmlApiQueueTransport } from 'nodemailer-eml-api/queue';
@@ -122,7 +121,6 @@ export class EmlApiQueueTransport extends EventEmitter {
   /**
    * Checks that Redis answers and keeps what is queued (see {@link OutboxProducer.verify}).
    * Returns a Promise when called without a callback.
-   *
    * @throws {EmlApiError} `ECONNECTION` when Redis cannot be reached; `ECONFIG` naming the
    *   Redis setting (and the command that fixes it) when Redis would lose queued mail
    * @example
@@ -143,7 +141,6 @@ export class EmlApiQueueTransport extends EventEmitter {
   /**
    * Stops the transport: new sends fail with `ECONNECTION`, sends made are stored, then the connection
    * closes (one you passed in is left open) and the build threads end. A callback is called once.
-   *
    * @example
    * await transporter.close();
    */
@@ -256,7 +253,6 @@ interface BuiltMessage {
  * Builds a send's content exactly as {@link EmlApiTransport} would post it, with the same checks: an
  * EML, or the normalized JSON request body of a group or tracked send, so that every attempt sends
  * the same request under the same idempotency key.
- *
  * @param route where the message goes (its `group`/`tracking` fields)
  * @param threads build threads to build an EML on (`buildThreads`)
  * @param maxMessageSize the most bytes an EML may have: its build stops as it passes them @default Infinity

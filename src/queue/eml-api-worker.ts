@@ -104,7 +104,6 @@ export interface EmlApiWorker {
 /**
  * A running outbox worker: takes jobs from the queue and posts them through the service with each
  * job's idempotency key. Made by {@link startEmlApiWorker}; events: {@link EmlApiWorkerEvents}.
- *
  * @example
  * const outbox = await startEmlApiWorker({ connection, apiKey, baseUrl });
  * outbox.on('sent', (job, result) => metrics.increment('mail.sent'));
@@ -462,7 +461,6 @@ export class EmlApiWorker extends EventEmitter {
   /**
    * Stops the worker: by default it takes no new jobs, lets the sends in flight finish and closes its
    * connections; with `{ abort: true }` the sends are aborted and their jobs put back at once.
-   *
    * @throws {EmlApiError} `ECONFIG` (a rejection) for an option it does not know
    * @example
    * process.once('SIGTERM', () => outbox.close());
@@ -673,7 +671,6 @@ function answeredByNotTheService(error: Error): boolean {
  * retried on the job's schedule; a 429 pauses every worker for its `Retry-After`; permanent ones
  * fail the job, keeping the error. A `maxmemory-policy` other than `noeviction` is refused (queued
  * mail would be evicted silently); no append-only file is a warning.
- *
  * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid (or an `encryption` key
  *   differs from the producers' under its id), or naming the Redis setting (and the command that fixes
  *   it) when Redis would lose queued mail

@@ -285,7 +285,6 @@ function failed(error: Error, permanent: boolean): RunOutcome {
 /**
  * Posts one queued send with the job's idempotency key and exactly the stored bytes, so that a job
  * run again is the same request and the service delivers it once.
- *
  * @throws {EmlApiError} the client's errors; `EMESSAGE` when the stored content is gone, cut or
  *   does not match its SHA-256; `ECONNECTION` when Redis fails while the content is read; `EAPI`
  *   (not permanent, `mayHaveBeenAccepted`) for a 2xx that is not the service's answer

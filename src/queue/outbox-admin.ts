@@ -19,7 +19,6 @@ import type { MailEnvelope } from '../transport/nodemailer-types.js';
 
 /**
  * The outbox's BullMQ queue opened for administration, without a producer.
- *
  * @example
  * const admin = await openOutboxQueue({ connection: process.env.REDIS_URL! });
  * console.log(await readOutboxStatus(admin.queue));
@@ -34,7 +33,6 @@ export interface OutboxQueue {
 
 /**
  * Opens the outbox's queue and checks that Redis answers.
- *
  * @param options `connection`; `queueName` @default 'eml-api'; `prefix` @default 'bull'
  * @param timeout how long Redis may take to answer, in ms @default 10000
  * @throws {EmlApiError} `ECONFIG` for a bad option or a refused connection (`command` `AUTH` or
@@ -100,7 +98,6 @@ export type OutboxState = (typeof OUTBOX_STATES)[number];
 
 /**
  * A send that failed for good, with its error as the worker recorded it.
- *
  * @example
  * for (const f of status.failed) console.log(f.queueId, f.error.code, f.error.message);
  */
@@ -124,7 +121,6 @@ export interface FailedSend {
 
 /**
  * Jobs by state, and the newest failed sends.
- *
  * @example
  * const status = await readOutboxStatus(transport.queue);
  * console.log(status.counts.waiting, status.counts.failed);
@@ -145,7 +141,6 @@ export interface OutboxStatus {
 /**
  * Reads how many jobs are in each state and the newest failed sends (what `eml-api queue status`
  * prints).
- *
  * @param options `limit`: failed sends to list, newest first @default 20
  * @example
  * const { counts, failed } = await readOutboxStatus(transport.queue, { limit: 5 });
@@ -247,7 +242,6 @@ const MAY_HAVE_BEEN_DELIVERED =
  * content was removed, jobs put back by someone else meanwhile, and, unless named, jobs past their
  * idempotency window (a worker would park them again; naming one is a person's word that it was
  * not delivered).
- *
  * @param options `ids`: the jobs to put back @default every failed job
  * @returns the job ids put back, those named that were not failed jobs, and those left with the reason
  * @example
@@ -362,7 +356,6 @@ const BATCH = 500;
  * stored message and outbox key. BullMQ's own removals (`obliterate`, `remove`, `clean`, a
  * dashboard) leave the stored messages, in clear unless encrypted, until a worker sweeps them. Stop
  * the producers first: a message queued during a purge may be kept.
- *
  * @returns what was removed and left
  * @example
  * await purgeOutbox(admin.queue); // everything
@@ -463,7 +456,6 @@ async function deleteMatching(
 /**
  * The live state of the outbox for people and dashboards (what `eml-api queue watch` prints and the
  * worker's gauges show).
- *
  * @example
  * const { counts, oldestWaitingSeconds, sentLastMinute } = await readOutboxSnapshot(transport.queue);
  */
@@ -496,7 +488,6 @@ function parkedKey(queue: Queue<OutboxJobData, OutboxSendResult>): string {
 /**
  * Reads the outbox's live state in a few commands whose cost does not grow with the queue, cheap
  * enough for a scrape every few seconds.
- *
  * @param now the time ages and the last minute are counted from (ms) @default Date.now()
  * @example
  * const snapshot = await readOutboxSnapshot(transport.queue);

@@ -8,7 +8,6 @@ import { BULLMQ_KEY_NAMES } from './bullmq-internals.js';
 /**
  * The error of a failed attempt, kept on the job (`lastError`) for `eml-api queue status` and your
  * tools. Never holds the API key.
- *
  * @example
  * const job = await transport.queue.getJob(info.queueId);
  * console.log(job?.data.lastError?.apiCode); // 'invalid_address'
@@ -46,7 +45,6 @@ export type OutboxParkReason = 'stalls' | 'idempotency-window';
 /**
  * What an outbox job holds in its BullMQ data: where its content is and what `sendMail` reported.
  * Never the API key; the message bytes only when small (`inline`).
- *
  * @example
  * const job = await transport.queue.getJob(info.queueId);
  * console.log(job?.data.envelope.to, job?.data.size);
@@ -105,7 +103,6 @@ export interface OutboxJobData {
 
 /**
  * What a job returns when the service accepted its send, and what the worker's `'sent'` event carries.
- *
  * @example
  * outbox.on('sent', (job, result: OutboxSendResult) => log.info({ job: job.id, id: result.id }, result.response));
  */
@@ -136,7 +133,6 @@ const KINDS: readonly SendKind[] = ['eml', 'email', 'group'];
 /**
  * Reads a job's data back, checking its shape and that its content key lies in this queue's content
  * space (a forged job must not make a worker upload another Redis key).
- *
  * @throws {EmlApiError} `EMESSAGE` (permanent) when the job is not one of this outbox
  */
 export function readOutboxJobData(data: unknown, contentKeyPrefix: string): OutboxJobData {
@@ -185,7 +181,6 @@ export function readOutboxJobData(data: unknown, contentKeyPrefix: string): Outb
  * The BullMQ job id of a queued send: its idempotency key, escaped one to one so that BullMQ takes
  * it (it refuses `:`, whole numbers and its own key names): the same key always gives the same id,
  * which is how a message queued twice is stored once.
- *
  * @param idempotencyKey a valid idempotency key (1 to 255 printable ASCII characters, no spaces)
  * @returns the job id, e.g. `order-1042` for `order-1042`, `a%3Ab` for `a:b`, `%342` for `42`, `%6Deta` for `meta`
  * @example

@@ -39,7 +39,6 @@ import { queueKey } from './queue-location.js';
 /**
  * A message for {@link OutboxProducer.enqueue}: the exact bytes every attempt posts, and what to
  * report about them.
- *
  * @example
  * const message: OutboxMessage = {
  *   content: fs.readFileSync('welcome.eml'),
@@ -82,7 +81,6 @@ export interface OutboxMessage {
 /**
  * What a queued send resolves with: the fields Nodemailer's SMTP transport gives, as a relay answers
  * once it has the message on disk.
- *
  * @example
  * const info = (await transporter.sendMail(message)) as EmlApiQueuedMessageInfo;
  * console.log(info.response); // '250 Queued as order-1042'
@@ -125,7 +123,6 @@ const KINDS: readonly SendKind[] = ['eml', 'email', 'group'];
  * bytes. Every guarantee of the outbox is here: a message is acknowledged only once Redis (and, with
  * `replicas`, its replicas) holds it whole, in settings that keep it; a key queued already is stored
  * once. Holds no API key.
- *
  * @example
  * import { OutboxProducer } from 'nodemailer-eml-api/queue';
  *
@@ -197,7 +194,6 @@ export class OutboxProducer {
   /**
    * Stores a message for the workers to send, and resolves once Redis holds it whole, in settings that
    * keep it (the producer's `250`).
-   *
    * @param options `signal` stops the store until the job is added, waiting for a turn included
    * @throws {EmlApiError} `EMESSAGE` for a message that cannot be queued (over `maxMessageSize`, a bad
    *   field, a key whose failed job waits for a person); `ECONNECTION` or `ETIMEDOUT` when Redis fails,
@@ -237,7 +233,6 @@ export class OutboxProducer {
   /**
    * Checks that Redis answers and keeps what is queued: `maxmemory-policy noeviction`, and the
    * persistence `durability` asks for.
-   *
    * @throws {EmlApiError} `ECONNECTION` when Redis cannot be reached; `ECONFIG` naming the
    *   Redis setting (and the command that fixes it) when Redis would lose queued mail
    * @example
@@ -259,7 +254,6 @@ export class OutboxProducer {
   /**
    * Stops the producer: new messages are refused with `ECONNECTION`, those being stored finish, then
    * the connection closes (one you passed in is left open).
-   *
    * @example
    * const producer = new OutboxProducer({ connection });
    * await producer.close();

@@ -24,7 +24,6 @@ export interface QueueLocation {
 
 /**
  * Checks `queueName` and `prefix` (producers, workers and the CLI alike).
- *
  * @param queueName @default 'eml-api'
  * @param prefix @default 'bull'
  * @throws {EmlApiError} `ECONFIG` naming the option

@@ -32,7 +32,6 @@ import { accountFingerprint, resolveAccount } from './queue-owner.js';
 /**
  * BullMQ job options a producer may set. Not the job id (it is the send's idempotency key);
  * `removeOnComplete` and `removeOnFail` cannot be `true`.
- *
  * @example
  * const jobOptions: OutboxJobOptions = { priority: 1, removeOnFail: { age: 30 * 86400 } };
  */
@@ -76,7 +75,6 @@ export interface QueueTransportTimeouts {
 /**
  * Options of {@link OutboxProducer}, the store every producer of the outbox goes through. No API
  * key: only the workers that send need it.
- *
  * @example
  * const producer = new OutboxProducer({ connection: process.env.REDIS_URL!, queueName: 'mail' });
  */
@@ -184,7 +182,6 @@ export interface OutboxProducerOptions {
 
 /**
  * Options of {@link EmlApiQueueTransport}: a producer's, and how it builds messages.
- *
  * @example
  * const transport = new EmlApiQueueTransport({ connection: process.env.REDIS_URL!, queueName: 'mail' });
  */

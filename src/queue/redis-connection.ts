@@ -8,7 +8,6 @@ import { queueKey, type QueueLocation } from './queue-location.js';
  * Where the outbox's Redis is: a `redis://` or `rediss://` URL, ioredis options, or an ioredis
  * instance you made (and close); or a Redis Cluster: `{ cluster: [node URLs], clusterOptions? }` or
  * an ioredis `Cluster`. On a cluster the queue's `prefix` needs a hash tag (`'{eml-api}'`).
- *
  * @example
  * const connection: RedisConnectionInput = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
  * const cluster: RedisConnectionInput = { cluster: ['redis://10.0.0.1:7000', 'redis://10.0.0.2:7000'] };
@@ -39,7 +38,6 @@ export type RedisRole = 'producer' | 'worker';
 /**
  * Opens (or adopts) the Redis client of a producer or a worker, with {@link connectionDefaults} or
  * {@link clusterDefaults}.
- *
  * @param location where the queue's keys are (checked for a hash tag on a cluster)
  * @param option the option's name in errors @default 'connection'
  * @param rideMs how long a producer's command keeps trying (its `timeouts.store`) @default 30000
@@ -110,7 +108,6 @@ const KEEPALIVE_MS = 10_000;
  * reconnect attempts and within `rideMs`, so `sendMail` rejects while Redis is down and a silent
  * network cannot leave a command waiting for ever. A worker's wait for Redis, as BullMQ requires.
  * TCP keepalive finds a dead peer while idle.
- *
  * @param rideMs a producer's command timeout @default 30000
  */
 export function connectionDefaults(role: RedisRole, rideMs = 30_000): RedisOptions {
@@ -150,7 +147,6 @@ function dropWhenSilent(redis: Redis, silentMs: number): void {
 /**
  * Closes a client the outbox made; leaves one it was given open. Waits at most `wait` for QUIT: with
  * Redis down or a partition, close() and the process would otherwise wait for ever.
- *
  * @param wait ms to wait for the answer to QUIT @default outboxWaits.quit (2 s)
  */
 export async function closeOutboxRedis(client: OutboxRedis, wait = outboxWaits.quit): Promise<void> {
@@ -237,7 +233,6 @@ const RETRY_DELAY = 250;
  * again: a producer's for `rideMs`, a worker's until Redis is back. Reading the slot map every
  * second moves commands off a master that hangs soon after its successor takes over.
  * docs/outbox.md, "Redis Cluster", has the measurements.
- *
  * @param rideMs how long a producer's command keeps trying @default 30000
  */
 export function clusterDefaults(role: ClusterRole, rideMs = 30_000): ClusterOptions {
@@ -267,7 +262,6 @@ export function isClusterConnection(connection: unknown): connection is OutboxCl
  * Checks that the queue's prefix (or name) holds a hash tag, so every key of the queue is in one
  * slot: BullMQ's scripts and the outbox's touch several keys at once, which a cluster refuses
  * (`CROSSSLOT`) otherwise.
- *
  * @throws {EmlApiError} `ECONFIG` naming `prefix`
  */
 export function checkClusterLocation(location: QueueLocation): void {
@@ -286,7 +280,6 @@ export function checkClusterLocation(location: QueueLocation): void {
 
 /**
  * Opens a Redis Cluster client with the outbox's defaults for `role` and `clusterOptions` over them.
- *
  * @param option the option's name in errors
  * @param rideMs how long a producer's command keeps trying through a failover @default 30000
  * @throws {EmlApiError} `ECONFIG` naming the option when a node is not a Redis URL or `{ host, port }`
@@ -516,7 +509,6 @@ let cluster: ClusterConstructor | undefined;
 
 /**
  * Loads `bullmq` on first use, so that the CLI and the rest of the package run without it.
- *
  * @throws {EmlApiError} `ECONFIG` saying what to install when it is missing
  */
 export function loadBullmq(): BullmqModule {
@@ -526,7 +518,6 @@ export function loadBullmq(): BullmqModule {
 /**
  * Loads the `ioredis` client on first use. The outbox stores message bytes as binary strings, which
  * needs a client that answers with Buffers; BullMQ 6 made ioredis optional for itself.
- *
  * @throws {EmlApiError} `ECONFIG` saying what to install when it is missing
  */
 export function loadRedis(): RedisConstructor {
@@ -539,7 +530,6 @@ export function loadRedis(): RedisConstructor {
 
 /**
  * Loads ioredis's Redis Cluster client on first use.
- *
  * @throws {EmlApiError} `ECONFIG` saying what to install when ioredis is missing
  */
 export function loadRedisCluster(): ClusterConstructor {
@@ -552,7 +542,6 @@ export function loadRedisCluster(): ClusterConstructor {
 
 /**
  * Checks that both peers of the outbox are installed and tells their versions.
- *
  * @throws {EmlApiError} `ECONFIG` saying what to install
  */
 export function requireQueuePeers(): OutboxPeerVersions {
@@ -593,7 +582,6 @@ export function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
 /**
  * The outbox's fixed waits, in ms. Not options: the defaults are the product's. Only the test suite
  * lowers them (test/helpers/short-waits.ts), to not wait them out in real time.
- *
  * @internal
  */
 export const outboxWaits = {

@@ -16,7 +16,6 @@ export interface StoredSend {
 /**
  * An {@link EmlApiError} for a failed Redis operation: `ETIMEDOUT` after a deadline, `ECONNECTION`
  * otherwise; a refused connection is `ECONFIG`. `EmlApiError`s pass through, given `send`'s fields.
- *
  * @param doing what failed, e.g. `Could not store the message in Redis at 127.0.0.1:6379`
  * @param mayHaveBeenStored whether the write may have landed all the same (then `mayHaveBeenAccepted` is set)
  * @param send the send being stored, whose key and job id the error carries @default undefined
@@ -189,7 +188,6 @@ const REROUTED = new Set(['MOVED', 'ASK', 'TRYAGAIN', 'CLUSTERDOWN']);
  * How sure it is that a failed command never ran: `refused` (a REFUSALS reply); `rerouted` (a
  * cluster client gave up re-routing it: a try cut off by a failover may have run on the old master,
  * so it is to be looked up); `unknown` otherwise (a timeout, a lost connection: it may have run).
- *
  * @param cluster whether the client is a cluster's (which re-routes, and so tries again)
  */
 export function commandFate(err: unknown, cluster: boolean): 'refused' | 'rerouted' | 'unknown' {
@@ -261,7 +259,6 @@ const DEPTH = 4;
 /**
  * The `ECONFIG` (permanent) for an error that is, or wraps, a refusal of the connection by Redis;
  * undefined for any other error.
- *
  * @param where host and port of Redis (a cluster: its nodes), never a password
  * @param doing what failed, to start the message with @default `Redis at ${where}`
  */

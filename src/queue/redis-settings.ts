@@ -90,7 +90,6 @@ export async function readRedisSettings(redis: Redis): Promise<RedisSettings> {
  * are checked, since a failover makes a replica the master: the master must answer; a replica that
  * does not answer within 2 s is skipped with a warning. Other nodes may be down without harm. A
  * cluster node reached as a single server is refused: the queue's keys would answer `MOVED`.
- *
  * @param where host and port (a cluster: its nodes), for messages
  * @param warn called with each warning
  * @param location where the queue's keys are: on a cluster, the nodes of their slot are checked
@@ -456,7 +455,6 @@ const watches = new WeakMap<object, Set<RedisSettingsWatch>>();
  * The readiness of the outbox's Redis for `/readyz`: it answers and keeps what is queued. A watched
  * client is checked as its watch checks it; any other for `noeviction` only. Warnings are not repeated:
  * a probe every few seconds must not fill the logs.
- *
  * @param redis the connection to check (read when the check runs)
  * @param location where the queue's keys are: on a cluster, only the nodes serving their slot matter
  *   @default undefined (every node)

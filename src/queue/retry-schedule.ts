@@ -9,7 +9,6 @@ import { objectOption, refuseUnknownKeys, share, wholeNumber } from '../shared/o
  * before the service's idempotency window less the workers' margin closes, so a send whose answer
  * was lost is answered from its first attempt; a job still retrying then is parked rather than sent
  * again blindly. A longer `Retry-After` is honoured. Retries go before new messages.
- *
  * @example
  * // Give up after about 2 hours instead: 5 s doubling to 10 min, 20 attempts.
  * new EmlApiQueueTransport({ connection, retry: { attempts: 20, delay: 5_000, maxDelay: 600_000 } });
@@ -107,7 +106,6 @@ export function retryJobOptions(schedule: Required<RetryScheduleOptions>): {
 /**
  * The wait before the next attempt: `delay · 2^(attemptsMade − 1)`, capped at `maxDelay`, shortened
  * by up to `jitter`; at least the service's `Retry-After`, up to `maxRetryAfter`.
- *
  * @param random @default Math.random
  * @param maxRetryAfter the longest `Retry-After` honoured, in ms @default Infinity
  */

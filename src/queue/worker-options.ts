@@ -21,7 +21,6 @@ import { accountFingerprint, resolveAccount } from './queue-owner.js';
 /**
  * A global rate: at most `max` sends start per `duration` ms, counted in Redis across every worker
  * of the queue. The same shape as the client's `rateLimit`.
- *
  * @example
  * const rateLimit: OutboxRateLimit = { max: 20, duration: 1000 }; // 20 per second, all workers together
  */
@@ -30,7 +29,6 @@ export type OutboxRateLimit = RateLimitOptions;
 /**
  * BullMQ worker options the outbox lets through, e.g. `lockDuration`, `stalledInterval` or `name`.
  * Not `maxStalledCount`: the outbox counts stalls itself ({@link EmlApiWorkerOptions.maxStalls}).
- *
  * @example
  * const workerOptions: OutboxWorkerTuning = { name: os.hostname(), lockDuration: 60_000 };
  */
@@ -42,7 +40,6 @@ export type OutboxWorkerTuning = Omit<
 /**
  * Options of {@link startEmlApiWorker}: where the queue is, how to reach the service (every
  * {@link EmlApiClientOptions} option), and how fast to send.
- *
  * @example
  * await startEmlApiWorker({
  *   connection: process.env.REDIS_URL!,
