@@ -314,10 +314,7 @@ export async function retryFailedSends(
  * const options: PurgeOptions = { ids: ['order-1042'] };
  */
 export interface PurgeOptions {
-  /**
-   * The jobs to remove, with their content.
-   * @default undefined (the whole queue)
-   */
+  /** The jobs to remove, with their content. @default undefined (the whole queue) */
   ids?: readonly string[];
   /**
    * Purge the whole queue even while jobs are being sent (their workers then record sends on jobs

@@ -59,20 +59,14 @@ export interface OutboxMessage {
   size?: number;
   /** Sender and recipients, as reported (`info.envelope`, `info.accepted`, `eml-api queue status`). */
   envelope: { from: string | false; to: readonly string[] };
-  /**
-   * The message's Message-ID, as reported.
-   * @default ''
-   */
+  /** The message's Message-ID, as reported. @default '' */
   messageId?: string;
   /**
    * The `Idempotency-Key` of every attempt and the job's id: a key queued already is stored once.
    * @default a new UUID
    */
   idempotencyKey?: string;
-  /**
-   * The endpoint.
-   * @default 'eml'
-   */
+  /** The endpoint. @default 'eml' */
   kind?: SendKind;
   /** The group of a group send. */
   group?: string;

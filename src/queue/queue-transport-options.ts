@@ -51,10 +51,7 @@ export type OutboxJobOptions = Omit<
 export interface OutboxReplicas {
   /** Replicas that must confirm, at least 1. */
   count: number;
-  /**
-   * How long to wait for them, in ms.
-   * @default 1000
-   */
+  /** How long to wait for them, in ms. @default 1000 */
   timeoutMs?: number;
 }
 
@@ -81,10 +78,7 @@ export interface QueueTransportTimeouts {
 export interface OutboxProducerOptions {
   /** Redis: a `redis://` or `rediss://` URL, ioredis options, or an ioredis instance (which you then close). */
   connection: RedisConnectionInput;
-  /**
-   * Name of the BullMQ queue; workers must use the same.
-   * @default 'eml-api'
-   */
+  /** Name of the BullMQ queue; workers must use the same. @default 'eml-api' */
   queueName?: string;
   /**
    * The service account this queue sends for. Recorded on the queue (a fingerprint) by the first
@@ -95,10 +89,7 @@ export interface OutboxProducerOptions {
    * new EmlApiQueueTransport({ connection, account: 'shop-prod' });
    */
   account?: string;
-  /**
-   * Prefix of every Redis key of the queue (BullMQ's `prefix`); workers must use the same.
-   * @default 'bull'
-   */
+  /** Prefix of every Redis key of the queue (BullMQ's `prefix`); workers must use the same. @default 'bull' */
   prefix?: string;
   /**
    * When failed sends are tried again. See docs/outbox.md, "Retries, rate limits and failures".
@@ -121,10 +112,7 @@ export interface OutboxProducerOptions {
    * new EmlApiQueueTransport({ connection, maxMessageSize: 10 * 1024 * 1024 });
    */
   maxMessageSize?: number;
-  /**
-   * Messages storing at once; more wait in order.
-   * @default 10
-   */
+  /** Messages storing at once; more wait in order. @default 10 */
   concurrency?: number;
   /**
    * Time limits in milliseconds.
@@ -173,10 +161,7 @@ export interface OutboxProducerOptions {
    * });
    */
   encryption?: OutboxEncryption;
-  /**
-   * Where the producer logs: `true` for the console, or a logger object.
-   * @default false
-   */
+  /** Where the producer logs: `true` for the console, or a logger object. @default false */
   logger?: boolean | EmlApiLogger;
 }
 
@@ -186,10 +171,7 @@ export interface OutboxProducerOptions {
  * const transport = new EmlApiQueueTransport({ connection: process.env.REDIS_URL!, queueName: 'mail' });
  */
 export interface EmlApiQueueTransportOptions extends OutboxProducerOptions {
-  /**
-   * Sends building and storing at once; more wait in order.
-   * @default 10
-   */
+  /** Sends building and storing at once; more wait in order. @default 10 */
   concurrency?: number;
   /**
    * Where large messages are spooled while they are built (as with the direct transport).

@@ -14,20 +14,11 @@ import { objectOption, refuseUnknownKeys, share, wholeNumber } from '../shared/o
  * new EmlApiQueueTransport({ connection, retry: { attempts: 20, delay: 5_000, maxDelay: 600_000 } });
  */
 export interface RetryScheduleOptions {
-  /**
-   * Attempts in all, the first included.
-   * @default 30
-   */
+  /** Attempts in all, the first included. @default 30 */
   attempts?: number;
-  /**
-   * Wait after the first failed attempt, in ms; doubled after each further one.
-   * @default 5000
-   */
+  /** Wait after the first failed attempt, in ms; doubled after each further one. @default 5000 */
   delay?: number;
-  /**
-   * Longest wait between attempts, in ms.
-   * @default 3600000 (1 hour)
-   */
+  /** Longest wait between attempts, in ms. @default 3600000 (1 hour) */
   maxDelay?: number;
   /**
    * Share of each wait drawn at random (0 to 1), so that sends that failed together do not all come

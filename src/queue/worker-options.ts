@@ -52,15 +52,9 @@ export type OutboxWorkerTuning = Omit<
 export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' | 'retry' | 'rateLimit'> {
   /** Redis: a `redis://` or `rediss://` URL, ioredis options, or an ioredis instance (which you then close). */
   connection: RedisConnectionInput;
-  /**
-   * Name of the BullMQ queue, as the producers use it.
-   * @default 'eml-api'
-   */
+  /** Name of the BullMQ queue, as the producers use it. @default 'eml-api' */
   queueName?: string;
-  /**
-   * Prefix of the queue's Redis keys, as the producers use it.
-   * @default 'bull'
-   */
+  /** Prefix of the queue's Redis keys, as the producers use it. @default 'bull' */
   prefix?: string;
   /**
    * The service account this queue sends for, as its producers name it: the worker refuses a queue
@@ -71,10 +65,7 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * await startEmlApiWorker({ connection, apiKey, baseUrl, account: 'shop-prod' });
    */
   account?: string;
-  /**
-   * Sends this worker runs at once.
-   * @default 5
-   */
+  /** Sends this worker runs at once. @default 5 */
   concurrency?: number;
   /**
    * Global rate limit across every worker of the queue, sends spaced evenly.
@@ -83,10 +74,7 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * await startEmlApiWorker({ connection, apiKey, baseUrl, rateLimit: { max: 50, duration: 1000 } });
    */
   rateLimit?: OutboxRateLimit;
-  /**
-   * Requests in flight at once (the connection pool of this worker's client).
-   * @default concurrency
-   */
+  /** Requests in flight at once (the connection pool of this worker's client). @default concurrency */
   maxConnections?: number;
   /**
    * How often this worker sweeps stored content whose job is gone, in ms; 0 turns it off. One worker
@@ -141,10 +129,7 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * await startEmlApiWorker({ connection, apiKey, baseUrl, waitForRedis: true });
    */
   waitForRedis?: boolean;
-  /**
-   * More BullMQ worker options.
-   * @default BullMQ's (lockDuration 30 s, stalledInterval 30 s)
-   */
+  /** More BullMQ worker options. @default BullMQ's (lockDuration 30 s, stalledInterval 30 s) */
   workerOptions?: OutboxWorkerTuning;
   /**
    * The keys producers encrypt queued mail with, by id; keep older keys while their jobs may be
@@ -155,10 +140,7 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * startEmlApiWorker({ connection, apiKey, baseUrl, encryption: { keys: { k2: process.env.OUTBOX_KEY_K2!, k1: process.env.OUTBOX_KEY_K1! } } });
    */
   encryption?: OutboxEncryption;
-  /**
-   * Where the worker logs: `true` for the console, or a logger object. The API key is never logged.
-   * @default false
-   */
+  /** Where the worker logs: `true` for the console, or a logger object. The API key is never logged. @default false */
   logger?: boolean | EmlApiLogger;
   /**
    * An HTTP port of the worker's own for `/healthz`, `/readyz` and `/metrics`, on `127.0.0.1` unless
