@@ -55,6 +55,7 @@ export interface EmlApiQueueTransport {
  * const info = await transporter.sendMail({ from: 'shop@example.com', to: 'ann@example.net', subject: 'Hi', text: 'Hello', idempotencyKey: 'welcome-ann' });
  * console.log(info.response); // '250 Queued as welcome-ann'
  */
+// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging -- typed events (interface above)
 export class EmlApiQueueTransport extends EventEmitter {
   /** Transport name, used by Nodemailer in logs. */
   readonly name = 'EmlApiQueueTransport';

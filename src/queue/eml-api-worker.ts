@@ -110,6 +110,7 @@ export interface EmlApiWorker {
  * outbox.on('failed', (job, err) => log.error({ job: job.id, code: err.code }, err.message));
  * process.once('SIGTERM', () => outbox.close());
  */
+// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging -- typed events (interface above)
 export class EmlApiWorker extends EventEmitter {
   /** The BullMQ worker (pause, resume, events: BullMQ's own API). */
   readonly worker: Worker<OutboxJobData, OutboxSendResult>;
