@@ -11,15 +11,12 @@ import { KEY_REUSED } from './failure-policy.js';
 import { queueKey, resolveQueueLocation } from './queue-location.js';
 
 /*
- * A queued send's job is added in one round trip: BullMQ's add script, then,
- * in the same pipeline on the same connection, a script that reads what the
- * job id holds and how much of the content is stored, and with `replicas` a
- * `WAIT`. The adds of one turn of the event loop share that pipeline.
+ * A job is added in one round trip: BullMQ's add script, then on the same pipeline a read of what the
+ * job id holds and how much content is stored, and with `replicas` a `WAIT`. The adds of one turn of
+ * the event loop share that pipeline.
  */
 
-/**
- * What Redis held for the job id right after the add, and of the content.
- */
+/** What Redis held for the job id right after the add, and of the content. */
 export interface AddedState {
   /** The job's data (JSON), `null` when no job has the id (removed meanwhile). */
   data: string | null;
@@ -29,23 +26,21 @@ export interface AddedState {
   finishedOn: string | null;
   /** Bytes stored under the content key, -1 when it is not there (inline content has none). */
   storedLength: number;
-  /** Whether the add was refused because the content it points at was not whole in Redis (see ADD_GUARD). */
+  /** Whether the add was refused because its content was not whole in Redis (ADD_GUARD). */
   refused: boolean;
 }
 
 /**
- * The outcome of {@link addJob} once the add ran: what Redis held then, and, when asked, how many
- * replicas confirmed every write of the connection so far; or, `unconfirmed`, the failure of a step
- * after the add (the job may be stored).
+ * The outcome of {@link addJob}: what Redis held after the add and, when asked, how many replicas
+ * confirmed; or `unconfirmed`, a step after the add failed (the job may be stored).
  */
 export type AddedJob =
   { kind: 'added'; state: AddedState; replicas?: number } | { kind: 'unconfirmed'; error: unknown };
 
 /**
- * KEYS: job hash, failed set, content key. ARGV: job id. The job's data,
- * failed score and `finishedOn`, and the stored length of the content. A job
- * that has no {@link QUEUED_AT} yet gets Redis's time now (a duplicate keeps
- * its own). A full Redis refuses that write, not the read.
+ * KEYS: job hash, failed set, content key. ARGV: job id. The job's data, failed score, `finishedOn`
+ * and the content's stored length. A job without {@link QUEUED_AT} gets Redis's time (a duplicate
+ * keeps its own); a full Redis refuses that write, not the read.
  */
 const ADDED = `
 local data = redis.call('HGET', KEYS[1], 'data')
@@ -64,11 +59,9 @@ return { data or '', failed or '', finished or '', stored }
 const CONTENT_NOT_WHOLE = -1000;
 
 /**
- * Put before BullMQ's add scripts: a job whose content is beside it is added
- * only while that content is whole in Redis, checked in the same step. An add
- * can run long after its producer gave up on it (ioredis sends a command
- * again once Redis answers; a paused machine sends it when it wakes): by then
- * the sweeper may have freed the content, and the job would point at nothing.
+ * Put before BullMQ's add scripts: a job whose content is beside it is added only while that content
+ * is whole, in the same step. An add can run long after its producer gave up (ioredis resends once
+ * Redis answers; a paused machine sends it when it wakes), when the sweeper may have freed the content.
  */
 const ADD_GUARD = `
 do
@@ -93,13 +86,10 @@ type AddedCommands = {
 const defined = new WeakSet<OutboxRedisClient>();
 
 /**
- * Adds the job (BullMQ ignores it when a job has the id already) and reads,
- * in the same round trip, what the id holds then; with `replicas`, also waits
- * for that many replicas to confirm every write made so far on the connection.
- *
+ * Adds the job (BullMQ ignores it when the id exists) and reads what the id holds then, in the same
+ * round trip; with `replicas`, also waits for them to confirm every write so far on the connection.
  * @param redis the client the queue was made with
- * @throws the add's own failure (Redis's reply error when it never ran, see redis-failure.ts);
- *   BullMQ's refusal of the job
+ * @throws the add's own failure (Redis's reply error when it never ran); BullMQ's refusal of the job
  */
 export async function addJob(
   queue: Queue<OutboxJobData, OutboxSendResult>,
@@ -118,8 +108,8 @@ export async function addJob(
   }
   const client = (await queueClient(queue)) as unknown as PipelineClient;
   guardAddScripts(redis, ADD_GUARD);
-  // From here to the last command of this add nothing awaits: its commands stay together on the
-  // pipeline the adds of this turn share (one per queue: on a cluster another queue may live elsewhere).
+  // Nothing awaits until this add's last command, so its commands stay together on the turn's pipeline
+  // (one per queue: on a cluster another queue may live elsewhere).
   const location = resolveQueueLocation(queue.name, queue.opts.prefix);
   const batch = openBatch(client, queueKey(location, ''));
   const { pipeline } = batch;
@@ -152,8 +142,8 @@ export async function addJob(
     refused,
   };
   if (!job.replicas) return { kind: 'added', state };
-  // WAIT once the pipeline has answered, not inside it: ioredis sends a script Redis did not have
-  // (NOSCRIPT, after a failover) again after the pipeline, and a WAIT before it would not cover it.
+  // WAIT after the pipeline, not in it: ioredis resends a script Redis lacked (NOSCRIPT, after a
+  // failover) after the pipeline, and a WAIT before that would not cover it.
   try {
     return { kind: 'added', state, replicas: await batch.confirmations(job.replicas, jobKey) };
   } catch (error) {
@@ -178,10 +168,8 @@ interface AddBatch {
 const openBatches = new WeakMap<object, Map<string, AddBatch>>();
 
 /**
- * The pipeline the adds of this turn of the event loop share on `client`,
- * sent once the turn's I/O callbacks have run: messages that arrived together
- * (many SMTP connections, many `sendMail` calls) cost one write to Redis, and
- * one copy of the client's scripts, which ioredis makes for each pipeline.
+ * The pipeline the adds of this turn of the event loop share on `client`, sent after the turn's I/O
+ * callbacks: messages that arrive together cost one write to Redis and one copy of the scripts.
  */
 function openBatch(client: PipelineClient, queueKey: string): AddBatch {
   let open = openBatches.get(client);
@@ -228,10 +216,8 @@ function openBatch(client: PipelineClient, queueKey: string): AddBatch {
 }
 
 /**
- * `WAIT count timeoutMs` on the connection that wrote the job, sent with a
- * read of `routeKey` so that on a cluster it goes to the master of the
- * queue's slot (`WAIT` alone names no key).
- *
+ * `WAIT count timeoutMs` on the connection that wrote the job, with a read of `routeKey` so that on
+ * a cluster it goes to the queue's master (`WAIT` names no key).
  * @returns how many replicas confirmed every write made on the connection so far
  */
 export async function waitForReplicas(
@@ -246,10 +232,8 @@ export async function waitForReplicas(
 }
 
 /**
- * Whether a worker has already taken the job and finished with its content,
- * read right after the add: it recorded the send (which removes the content
- * in the same step), removed content the service refused, or completed the
- * job. Content missing then was removed by that worker, not lost by Redis.
+ * Whether a worker already finished with the job's content, read right after the add (recorded the
+ * send, removed refused content, or completed it): content missing then was not lost by Redis.
  */
 export function finishedByWorker(state: AddedState): boolean {
   if (state.finishedOn !== null && state.failedAt === null) return true;
@@ -286,15 +270,12 @@ export type DuplicateSettlement =
   | { kind: 'put-back-failed'; cause: unknown };
 
 /**
- * KEYS: job hash, failed set, the new content's key. ARGV: job id, data as
- * read, new data, the stored length the new content must have ('' for none
- * to check). Sets the data only while the job is failed and its data is as
- * read, and only over new content that is whole (once the job is back a
- * worker may send it and delete the content at once, so the check must be
- * in this step). Answers -1 when the new content is not whole, 0 when
- * another producer changed the job, 1 when it set the data, and 1 too when
- * the data is already exactly the new data: a command re-sent after its
- * reply was lost must not take its own change for another producer's.
+ * Sets the data only while the job is failed and its data is as read, and only over new content that
+ * is whole (once back, a worker may send the job and delete the content at once, so the check must be
+ * in this step). KEYS: job hash, failed set, new content key. ARGV: job id, data as read, new data,
+ * the new content's stored length ('' for none). Answers -1 for content not whole, 0 when another
+ * producer changed the job, 1 when set, and 1 when the data is already the new data: a command resent
+ * after its reply was lost must not take its own change for another producer's.
  */
 const SET_IF_UNCHANGED = `
 local data = redis.call('HGET', KEYS[1], 'data')
@@ -310,14 +291,10 @@ return 1
 `;
 
 /**
- * Settles a send whose job was just added (or ignored by BullMQ as a
- * duplicate id) with `ours` as its data, from what the id held right after
- * the add. Only a failed job takes more round trips: its data is changed
- * by a compare-and-set that also marks the failure taken over
- * (`putBackFrom`), then it is put back (BullMQ's `job.retry`). Of producers
- * racing, one replaces or puts back the job; the others find its data
- * changed, or the failure taken over already, and answer duplicate.
- *
+ * Settles a send from what its job id held right after the add. Only a failed job takes more round
+ * trips: a compare-and-set of its data that marks the failure taken over (`putBackFrom`), then
+ * BullMQ's `job.retry`. Of racing producers one replaces or puts back the job; the others answer
+ * duplicate.
  * @param storedLength the stored length `ours` has under its content key (none: content in the job)
  * @param now the producer's clock, for a job's `resendUntil` @default Date.now()
  */
@@ -355,7 +332,7 @@ export async function settleDuplicate(
     (stored.inline !== undefined || (await redis.exists(stored.contentKey)) === 1);
   // A replacement keeps BullMQ's stall counter, so it keeps the count of the stalls already seen.
   const seen = stored.stallsSeen === undefined ? {} : { stallsSeen: stored.stallsSeen };
-  // Each producer's change is its own (putBackBy, or its content key): the compare-and-set can tell it.
+  // Each producer's change is its own (putBackBy, or its content key), so the compare-and-set can tell it.
   const next: OutboxJobData = {
     ...(retry ? { ...stored, stalls: 0, putBackBy: ours.contentKey } : { ...ours, ...seen }),
     putBackFrom: finishedOn,
@@ -375,7 +352,7 @@ export async function settleDuplicate(
   );
   if (set === -1) return { kind: 'lost' };
   if (set !== 1) {
-    // Another producer changed it first. Should it have died before putting the job back, do it for it.
+    // Another producer changed it first; should it have died before putting the job back, do it for it.
     const job = await queue.getJob(jobId);
     if (!job) return { kind: 'gone' };
     const duplicate = { kind: 'duplicate', data: job.data } as const;
@@ -396,10 +373,8 @@ function afterPutBack(outcome: PutBack, settled: DuplicateSettlement): Duplicate
 }
 
 /**
- * Puts a failed job back with a fresh schedule: `back` once it is out of the
- * failed set (put back now, or a moment before by another producer), `gone`
- * when no job has the id any more, `put-back-failed` when Redis did not take
- * the change (the job may be failed still).
+ * Puts a failed job back with a fresh schedule: `back` once it is out of the failed set (by this or
+ * another producer), `gone` when the id is gone, `put-back-failed` when Redis did not take it.
  */
 async function putBack(queue: Queue<OutboxJobData, OutboxSendResult>, jobId: string): Promise<PutBack> {
   try {

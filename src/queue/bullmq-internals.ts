@@ -16,9 +16,7 @@ import { loadBullmq, requireQueuePeers, type OutboxRedisClient } from './redis-c
  * queue-location.ts, checked by the same test.
  */
 
-/**
- * BullMQ's own keys of a queue (`{prefix}:{queue}:{name}`, BullMQ's `QueueKeys`).
- */
+/** BullMQ's own keys of a queue (`{prefix}:{queue}:{name}`, BullMQ's `QueueKeys`). */
 export const BULLMQ_KEY_NAMES: ReadonlySet<string> = new Set([
   'active',
   'wait',
@@ -43,9 +41,7 @@ export const BULLMQ_KEY_NAMES: ReadonlySet<string> = new Set([
 /** BullMQ's scripts that add a job (BullMQ 5 and 6 name them with their version after a colon). */
 export const ADD_SCRIPT = /^add(Standard|Prioritized|Delayed)Job(:|$)/;
 
-/**
- * The Redis client of a BullMQ queue: BullMQ 5's `queue.client`, BullMQ 6's `queue.getBackend().client`.
- */
+/** The Redis client of a BullMQ queue: BullMQ 5's `queue.client`, BullMQ 6's `queue.getBackend().client`. */
 export async function queueClient(queue: object): Promise<OutboxRedisClient> {
   const q = queue as { getBackend?: () => { client: Promise<OutboxRedisClient> }; client?: Promise<OutboxRedisClient> };
   return (await (q.getBackend ? q.getBackend().client : q.client))!;

@@ -4,18 +4,9 @@ import { configError } from '../shared/options-kit.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 
 /**
- * Encryption of queued mail at rest (AES-256-GCM). Anyone who can read
- * Redis reads every queued message (password-reset links, Bcc recipients);
- * with a key shared by producers and workers, what the outbox stores of a
- * message is ciphertext: its content, chunk by chunk, and its envelope and
- * Message-ID. Keys have ids, written on each job, so keys can rotate: new
- * mail is encrypted with the current key while workers still read what older
- * keys encrypted.
- */
-
-/**
- * The `encryption` option of producers, workers and the relay's queue.
- *
+ * The `encryption` option of producers, workers and the relay's queue (AES-256-GCM at rest: anyone
+ * who reads Redis otherwise reads every queued message). Keys have ids, written on each job, so they
+ * can rotate while workers still read what older keys encrypted.
  * @example
  * const encryption: OutboxEncryption = {
  *   keyId: '2026-05',
@@ -23,32 +14,22 @@ import { EmlApiError } from '../shared/eml-api-error.js';
  * };
  */
 export interface OutboxEncryption {
-  /**
-   * Id of the key new mail is encrypted with: required on producers, unused
-   * by workers (they decrypt with the key each job names).
-   */
+  /** Id of the key new mail is encrypted with: required on producers; workers use the key each job names. */
   keyId?: string;
   /**
-   * The keys by id (1 to 64 of `A-Z a-z 0-9 . _ -`): 32 random bytes each, as
-   * a Buffer or a string of 64 hex or 44 Base64 characters
-   * (`openssl rand -base64 32`). Keep older keys here while jobs they
-   * encrypted may still be queued (the retry schedule: a day; failed jobs: 7 days).
+   * The keys by id (1 to 64 of `A-Z a-z 0-9 . _ -`): 32 random bytes each, as a Buffer or 64 hex or 44
+   * Base64 characters (`openssl rand -base64 32`). Keep older keys while their jobs may be queued.
    */
   keys: Readonly<Record<string, Uint8Array | string>>;
 }
 
-/**
- * Bytes a record adds to its chunk: a 12-byte nonce before it, a 16-byte GCM tag after it.
- */
+/** Bytes a record adds to its chunk: a 12-byte nonce before it, a 16-byte GCM tag after it. */
 export const RECORD_OVERHEAD = 28;
 const NONCE = 12;
 const TAG = 16;
 const KEY_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
-/**
- * Validated keys, usable only through this module: the key bytes are in a
- * private field, never in `util.inspect`, JSON or errors.
- */
+/** Validated keys, in a private field: never in `util.inspect`, JSON or errors. */
 export class OutboxKeyring {
   readonly #keys: ReadonlyMap<string, Buffer>;
   /** Id of the key new content is encrypted with (undefined for a worker given none). */
@@ -80,8 +61,7 @@ export class OutboxKeyring {
   /**
    * Decrypts a record sealed with key `keyId`, its tag checked first.
    * @throws {EmlApiError} `ECONFIG` (retried: another worker may hold the key) when the key is not
-   *   held; `EMESSAGE` (permanent) when the record does not decrypt (changed in Redis, or another key
-   *   under the same id)
+   *   held; `EMESSAGE` (permanent) when the record does not decrypt
    */
   open(keyId: string, record: Buffer, aad: Buffer, what: string): Buffer {
     const plain = this.tryOpen(keyId, record, aad);
@@ -90,9 +70,8 @@ export class OutboxKeyring {
   }
 
   /**
-   * Decrypts a record sealed with key `keyId`, or `undefined` when its tag
-   * does not match: the record was changed, or this key is not the one that
-   * sealed it (the caller tells which: see content-store.ts).
+   * Decrypts a record, or `undefined` when its tag does not match: changed, or sealed with another
+   * key (the caller tells which).
    * @throws {EmlApiError} `ECONFIG` (retried) when the key is not held
    */
   tryOpen(keyId: string, record: Buffer, aad: Buffer): Buffer | undefined {
@@ -110,9 +89,8 @@ export class OutboxKeyring {
   }
 
   /**
-   * The check value of key `keyId` (32 hex characters): an HMAC-SHA256 under
-   * the key of a fixed text naming the id. Two holders of the id compare it
-   * to learn whether they hold the same bytes; it tells nothing of the key.
+   * The check value of key `keyId`: an HMAC under the key of a text naming the id. Holders of the id
+   * compare it to learn whether they hold the same bytes; it tells nothing of the key.
    * @throws {EmlApiError} `ECONFIG` when the key is not held
    */
   checkValue(keyId: string): string {
@@ -145,16 +123,11 @@ export class OutboxKeyring {
   }
 }
 
-/**
- * A worker given no keys meeting an encrypted job: the same retried error a
- * worker missing one key gives.
- */
+/** A worker given no keys meeting an encrypted job: the same retried error a worker missing one key gives. */
 export const NO_KEYS = new OutboxKeyring(new Map(), undefined);
 
 /**
- * Checks the `encryption` option. Errors name the option and the key id,
- * never a key.
- *
+ * Checks the `encryption` option. Errors name the option and the key id, never a key.
  * @param role a producer needs `keyId`; a worker does not
  * @throws {EmlApiError} `ECONFIG` naming the option
  */
@@ -198,17 +171,14 @@ function keyBytes(key: unknown): Buffer | undefined {
   return undefined;
 }
 
-/**
- * Bytes stored for `size` bytes of content encrypted in chunks of `chunk` bytes.
- */
+/** Bytes stored for `size` bytes of content encrypted in chunks of `chunk` bytes. */
 export function encryptedSize(size: number, chunk: number): number {
   return size + Math.max(1, Math.ceil(size / chunk)) * RECORD_OVERHEAD;
 }
 
 /**
- * What a record is bound to: the content key (so a record cannot be moved to
- * another message), its position and the message's size (so records cannot
- * be reordered, dropped or the message cut), or `meta` for the envelope.
+ * What a record is bound to: the content key (so it cannot move to another message), its position and
+ * the message's size (so records cannot be reordered, dropped or cut), or `meta` for the envelope.
  */
 export function recordAad(contentKey: string, index: number | 'meta', size: number): Buffer {
   return Buffer.from(`nodemailer-eml-api outbox\0${contentKey}\0${index}\0${size}`);

@@ -12,33 +12,25 @@ import { keyVerdict } from './redis-settings.js';
 import { type OutboxJobData, outboxJobId } from './outbox-job.js';
 
 /*
- * The content of a queued send is one Redis string beside its BullMQ job
- * (or, when small, in the job itself), written and read in chunks. Every
- * write is conditional on the length already stored, so the key only ever
- * holds a prefix of the message: when Redis loses data mid-write (a restart
- * without AOF, a failover) and ioredis re-sends the command in flight, the
- * write fails instead of re-creating the key with what came after. A stored
- * length equal to the size means the whole message; the job's SHA-256 is
- * checked besides.
+ * A send's content is one Redis string beside its job (or, when small, in the job), written in
+ * chunks. Every write is conditional on the length already stored, so the key only ever holds a
+ * prefix of the message: when Redis loses data mid-write and ioredis resends the command in flight,
+ * the write fails instead of re-creating the key with what came after.
  */
 
-/**
- * What a finished write stored, for the job's data.
- */
+/** What a finished write stored, for the job's data. */
 export interface WrittenContent {
   /** Bytes of the content (before encryption). */
   size: number;
   /** Bytes stored under the key (with encryption, the records' nonces and tags added). */
   stored: number;
-  /** SHA-256 of the bytes stored under the key, hex: of the ciphertext, when encrypted. */
+  /** SHA-256 of the bytes stored under the key (of the ciphertext, when encrypted), hex. */
   sha256: string;
   /** The key the content was encrypted with, if it was. */
   keyId?: string;
 }
 
-/**
- * Where a job's content is, as its data says: what a worker needs to read and check it.
- */
+/** Where a job's content is, as its data says: what a worker needs to read and check it. */
 export interface StoredContentRef {
   contentKey: string;
   /** The content itself (Base64), when it is kept in the job. */
@@ -51,12 +43,9 @@ export interface StoredContentRef {
 }
 
 /**
- * The content of a queue's sends in Redis: writing it (producers), reading
- * and checking it (workers), removing it. With a keyring, content is stored
- * encrypted (AES-256-GCM), in records of one chunk each: a 12-byte nonce,
- * the chunk encrypted, its 16-byte tag, bound to the key, its position and
- * the message's size; a worker decrypts each record, its tag checked, before
- * any of it goes out.
+ * The content of a queue's sends in Redis: written by producers, read and checked by workers. With a
+ * keyring it is stored encrypted (AES-256-GCM) in one record per chunk, each bound to the key, its
+ * position and the message's size, and decrypted with its tag checked before any of it goes out.
  */
 export class ContentStore {
   readonly #redis: OutboxRedisClient & ContentCommands;
@@ -78,13 +67,11 @@ export class ContentStore {
   }
 
   /**
-   * Writes content to a new key in chunks, one command at a time (memory
-   * holds one chunk whatever the size), hashing what it writes. A failed or
-   * aborted write discards what it wrote (the sweeper removes the rest).
-   *
+   * Writes content to a new key in chunks (memory holds one chunk whatever the size), hashing it. A
+   * failed or aborted write discards what it wrote.
    * @param options `size`: the content's bytes (encrypted records are bound to it); `holdMs`: how long
-   *   after the first write the producer may still add the job (the sweeper leaves the content alone until
-   *   then); `signal` stops the writes: no command is sent after it aborts
+   *   the producer may still add the job (the sweeper leaves the content alone until then); `signal`:
+   *   no command is sent after it aborts
    * @throws {EmlApiError} `EMESSAGE` when the source holds another number of bytes than `size`;
    *   `ECONNECTION` when Redis lost part of the message meanwhile; Redis's own errors
    */
@@ -97,7 +84,6 @@ export class ContentStore {
     let written = 0;
     let plain = 0;
     const put = async (piece: Buffer) => {
-      // Checked before every command: nothing is sent once the send was given up.
       signal?.throwIfAborted();
       const stored = await this.#redis.emlApiWriteAt(key, this.#index, written, piece, holdMs);
       if (stored !== written + piece.length) throw lostWhileWriting(written);
@@ -107,8 +93,7 @@ export class ContentStore {
     try {
       const keyId = this.#keyring?.keyId;
       if (keyId !== undefined) {
-        // Records of exactly CONTENT_CHUNK bytes of content (the last one shorter), so a reader finds
-        // each record where its position says.
+        // Records of exactly CONTENT_CHUNK bytes, so a reader finds each where its position says.
         let index = 0;
         for await (const chunk of exactChunks(source)) {
           plain += chunk.length;
@@ -134,10 +119,8 @@ export class ContentStore {
   }
 
   /**
-   * Prepares small content to go in the job itself (see INLINE_MAX_BYTES):
-   * read whole, encrypted as one record bound to `key`, hashed. Nothing is
-   * written to Redis; the job's add carries it.
-   *
+   * Prepares small content to go in the job itself: read whole, encrypted as one record, hashed. The
+   * job's add carries it.
    * @param options `size`: the content's bytes
    * @throws {EmlApiError} `EMESSAGE` when the source holds another number of bytes than `size`
    */
@@ -162,17 +145,14 @@ export class ContentStore {
     };
   }
 
-  /**
-   * Whether content of `size` bytes goes in the job (with this store's encryption's overhead).
-   */
+  /** Whether content of `size` bytes goes in the job (with this store's encryption's overhead). */
   fitsInline(size: number): boolean {
     return storedLength({ size, encryption: this.#keyring?.keyId }) <= INLINE_MAX_BYTES;
   }
 
   /**
-   * The fields of a job's data that describe its stored content: its SHA-256
-   * and, when encrypted, the key id and the envelope and Message-ID sealed
-   * with the same key (in clear they would name every recipient, Bcc included).
+   * The fields of a job's data that describe its content: its SHA-256 and, when encrypted, the key id
+   * and the envelope and Message-ID sealed with it (in clear they would name every recipient, Bcc too).
    */
   jobFields(
     contentKey: string,
@@ -180,8 +160,8 @@ export class ContentStore {
     clear: { envelope: MailEnvelope; messageId: string; kind?: SendKind; group?: string | undefined },
   ): Partial<OutboxJobData> {
     if (written.keyId === undefined) return { sha256: written.sha256 };
-    // Where the mail goes is sealed with it: a job whose kind or group is changed in Redis is not posted
-    // (checkBinding). The idempotency key is bound through the content key, which names the job.
+    // Kind and group are sealed too, so a job changed in Redis is not posted (checkBinding). The
+    // idempotency key is bound through the content key, which names the job.
     const meta = JSON.stringify({
       envelope: clear.envelope,
       messageId: clear.messageId,
@@ -198,17 +178,12 @@ export class ContentStore {
     };
   }
 
-  /**
-   * Bytes stored under a job's content key (with encryption, the records' nonces and tags added).
-   */
+  /** Bytes stored under a job's content key. */
   storedSize(ref: StoredContentRef): number {
     return storedLength(ref);
   }
 
-  /**
-   * A job's data with its envelope and Message-ID in clear: decrypted from
-   * an encrypted job (when this store holds its key), as they are otherwise.
-   */
+  /** A job's data with its envelope and Message-ID in clear, decrypted when this store holds the key. */
   reveal<T extends Pick<OutboxJobData, 'contentKey' | 'size' | 'envelope' | 'messageId' | 'encryption'>>(data: T): T {
     if (data.encryption === undefined) return data;
     try {
@@ -223,14 +198,9 @@ export class ContentStore {
   }
 
   /**
-   * Checks, before an encrypted job is posted, that its data says what its
-   * producer sealed: its kind and group (sealed with the envelope) and its
-   * idempotency key (named by its content key, to which every record is
-   * bound). Whoever can write to Redis could otherwise point an encrypted
-   * group send at another group, or deliver it again under another key.
-   * Jobs in clear are not checked: whoever can write to Redis can change
-   * anything of them.
-   *
+   * Checks, before an encrypted job is posted, that its kind, group and idempotency key are what its
+   * producer sealed: whoever can write to Redis could otherwise send it to another group or deliver it
+   * again under another key. Jobs in clear are not checked: anything of them can be changed.
    * @throws {EmlApiError} `EMESSAGE` (permanent) when the data was changed; `ECONFIG` (retried)
    *   when this worker does not hold the key, or holds other bytes under its id
    */
@@ -254,18 +224,12 @@ export class ContentStore {
     if ((meta.group ?? undefined) !== data.group) throw changed(`its group (${String(data.group)})`);
   }
 
-  /**
-   * Removes content that may still be being written: writes still on their
-   * way fail instead of re-creating it.
-   */
+  /** Removes content that may still be being written: writes on their way fail instead of re-creating it. */
   async discard(key: string): Promise<void> {
     await this.#redis.emlApiDiscard(key, this.#index, TOMBSTONE_MS);
   }
 
-  /**
-   * After an add that may not have run: `queued` when the job points at this
-   * content after all; otherwise it is discarded, and `withdrawn`.
-   */
+  /** After an add that may not have run: `queued` when the job points at this content after all, else discarded. */
   async withdraw(jobId: string, key: string): Promise<'queued' | 'withdrawn'> {
     return (await this.#redis.emlApiWithdraw(this.#jobKey(jobId), key, this.#index, TOMBSTONE_MS)) === 1
       ? 'queued'
@@ -277,21 +241,17 @@ export class ContentStore {
   }
 
   /**
-   * Removes content a producer no longer needs (a duplicate; a failed job
-   * put back with its own bytes; the content of a job it replaced) unless
-   * the job points at it (checked in the same step): `kept` then.
+   * Removes content a producer no longer needs unless the job points at it (checked in the same
+   * step): `kept` then.
    */
   async release(jobId: string, key: string): Promise<'removed' | 'kept'> {
     return (await this.#redis.emlApiRelease(this.#jobKey(jobId), key, this.#index)) === 1 ? 'removed' : 'kept';
   }
 
   /**
-   * The `/v1/send/eml` request body of stored EML bytes; undefined when the
-   * content is missing. Small messages are read at once and checked before
-   * anything is posted; larger ones are streamed in chunks on each attempt,
-   * hashed as they are read: the last chunk is passed on only once the hash
-   * matches, so a request over content that does not match never completes.
-   *
+   * The `/v1/send/eml` request body of stored EML; undefined when the content is missing. Larger
+   * messages are streamed on each attempt and hashed as read: the last chunk goes out only once the
+   * hash matches, so a request over changed content never completes.
    * @throws {EmlApiError} `EMESSAGE` (permanent) when the content is cut or changed
    */
   async emlBody(ref: StoredContentRef): Promise<UploadBody | undefined> {
@@ -334,7 +294,7 @@ export class ContentStore {
 
   /** Reads the whole content (in the job, or in one round trip), checks its length and hash, decrypts it. */
   async #readWhole(ref: StoredContentRef): Promise<Buffer | undefined> {
-    // A plain GET, the common case's one round trip; a tombstone (a hash) answers WRONGTYPE: not there.
+    // A tombstone (a hash) answers WRONGTYPE: not there.
     const found =
       ref.inline !== undefined
         ? Buffer.from(ref.inline, 'base64')
@@ -369,13 +329,11 @@ export class ContentStore {
       const chunk = await this.#redis.getrangeBuffer(key, start, end - 1);
       if (chunk.length !== end - start) throw changedWhileReading(key);
       hash.update(chunk);
-      // The last chunk goes out only once the whole content is known to match.
       if (end === stored) verify(hash, ref);
       if (ref.encryption === undefined) {
         yield chunk;
         continue;
       }
-      // A record is decrypted, its tag checked, before any of it is passed on.
       const record = this.#open(ref, index, chunk);
       if (record === undefined) {
         // Whether the bytes are what the producer stored is known once all are hashed: read the rest.
@@ -395,12 +353,9 @@ export class ContentStore {
   }
 
   /**
-   * The error of content (or a sealed envelope) that does not decrypt.
-   * Changed in Redis (a failure for good) when its SHA-256 does not match, or
-   * when Redis confirms that this worker's key is the producers'; otherwise
-   * (the bytes as stored, and the key unconfirmed or refused by Redis's check
-   * value) this worker's key is likely not the one: retried, for a worker
-   * that holds the right one.
+   * The error of content (or a sealed envelope) that does not decrypt: changed in Redis (for good)
+   * when its SHA-256 does not match or Redis confirms this worker's key is the producers'; otherwise
+   * this worker's key is likely wrong, and the job is retried for a worker that holds the right one.
    * @param asStored whether the bytes read match the SHA-256 on the job (an envelope has none: true)
    */
   async #undecryptable(
@@ -464,31 +419,23 @@ function lostWhileWriting(offset: number): EmlApiError {
 }
 
 /**
- * Bytes per Redis command when content is written or read: what a producer
- * or a worker holds of a large message at a time. Encrypted, each record
- * holds exactly one chunk (the last shorter), so record `i` lies at
+ * Bytes per Redis command when content is written or read. Encrypted, record `i` lies at
  * `i × (chunk + RECORD_OVERHEAD)`.
  */
 export const CONTENT_CHUNK = 1024 * 1024;
 
 /**
- * Content stored up to this size (with encryption's overhead) goes in the
- * job itself (`inline`): written with the add, read with the job, no round
- * trip of its own. Larger content stays beside the job, since BullMQ parses
- * a job's whole data whenever it reads the job.
+ * Content stored up to this size goes in the job itself: no round trip of its own. Larger content
+ * stays beside the job, since BullMQ parses a job's whole data whenever it reads the job.
  */
 export const INLINE_MAX_BYTES = 64 * 1024;
 
-/**
- * Bytes under the key of a job's content: with encryption, each record's nonce and tag added.
- */
+/** Bytes under the key of a job's content: with encryption, each record's nonce and tag added. */
 export function storedLength(ref: { size: number; encryption?: unknown }): number {
   return ref.encryption === undefined ? ref.size : encryptedSize(ref.size, CONTENT_CHUNK);
 }
 
-/**
- * Where each chunk of plain content lies.
- */
+/** Where each chunk of plain content lies. */
 export function plainSpans(size: number): { index: number; start: number; end: number }[] {
   const spans = [];
   for (let at = 0, index = 0; at < size; at += CONTENT_CHUNK, index++) {
@@ -497,9 +444,7 @@ export function plainSpans(size: number): { index: number; start: number; end: n
   return spans;
 }
 
-/**
- * Where each record of encrypted content lies in the stored bytes (one record at least).
- */
+/** Where each record of encrypted content lies in the stored bytes (one record at least). */
 export function records(size: number): { index: number; start: number; end: number }[] {
   const spans = [];
   const count = Math.max(1, Math.ceil(size / CONTENT_CHUNK));
@@ -511,9 +456,7 @@ export function records(size: number): { index: number; start: number; end: numb
   return spans;
 }
 
-/**
- * A source's pieces as Buffers.
- */
+/** A source's pieces as Buffers. */
 export async function* pieces(source: Readable | Buffer): AsyncGenerator<Buffer> {
   const parts = Buffer.isBuffer(source) ? [source] : source;
   for await (const part of parts as AsyncIterable<Buffer | string>) {
@@ -521,9 +464,7 @@ export async function* pieces(source: Readable | Buffer): AsyncGenerator<Buffer>
   }
 }
 
-/**
- * A source cut into chunks of exactly CONTENT_CHUNK bytes, the last shorter; one (empty) chunk at least.
- */
+/** A source cut into chunks of exactly CONTENT_CHUNK bytes, the last shorter; one (empty) chunk at least. */
 export async function* exactChunks(source: Readable | Buffer): AsyncGenerator<Buffer> {
   let held: Buffer[] = [];
   let length = 0;
@@ -548,13 +489,10 @@ export async function* exactChunks(source: Readable | Buffer): AsyncGenerator<Bu
 }
 
 /**
- * Writes a chunk only where the stored length says it goes. At offset 0 the
- * key must not exist (or hold exactly this chunk: the same write, repeated
- * after its answer was lost); further on, the string must be exactly
- * `offset` bytes long (or `offset` plus this chunk, likewise). Anything else
- * answers -1 and writes nothing. The first write also enters the key in the
- * queue's content index, scored with its producer's deadline: Redis's time
- * plus ARGV[3], the time the producer may still take to add its job.
+ * Writes a chunk only where the stored length says it goes: at offset 0 the key must not exist,
+ * further on the string must be exactly `offset` bytes long; the same write repeated after its answer
+ * was lost is accepted. Anything else answers -1. The first write also indexes the key, scored with
+ * Redis's time plus ARGV[3], the time the producer may still take to add its job.
  */
 const WRITE_AT = `
 local kind = redis.call('TYPE', KEYS[1]).ok
@@ -574,11 +512,7 @@ if stored ~= offset or offset == 0 then return -1 end
 return redis.call('APPEND', KEYS[1], ARGV[2])
 `;
 
-/**
- * Removes content so that no write still on its way can bring it back: the
- * key becomes a small hash (a tombstone) for an hour, on which every write of
- * {@link WRITE_AT} fails.
- */
+/** Removes content as a tombstone (a small hash, for an hour) on which every {@link WRITE_AT} fails. */
 const DISCARD = `
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'discarded', '1')
@@ -588,9 +522,8 @@ return 1
 `;
 
 /**
- * Whether the job points at this content after all (1), and if not (0), the
- * content removed as {@link DISCARD} does. KEYS: job hash, content key,
- * content index. ARGV: the tombstone's lifetime in ms.
+ * Whether the job points at this content after all (1); if not (0), discards it as {@link DISCARD}.
+ * KEYS: job hash, content key, content index. ARGV: the tombstone's lifetime in ms.
  */
 const WITHDRAW = `
 local data = redis.call('HGET', KEYS[1], 'data')
@@ -606,9 +539,8 @@ return 0
 `;
 
 /**
- * Removes content unless the job points at it, in one step: no misjudged
- * outcome (a reply lost and a command re-run, another producer's change) can
- * remove the content of a job that will be sent. KEYS: job hash, content
+ * Removes content unless the job points at it, in one step, so no misjudged outcome (a reply lost,
+ * another producer's change) removes the content of a job that will be sent. KEYS: job hash, content
  * key, content index. Answers 1 when it removed the content.
  */
 const RELEASE = `
@@ -628,14 +560,10 @@ if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return -1 end
 return redis.call('STRLEN', KEYS[1])
 `;
 
-/**
- * How long a discarded key stays a tombstone, in ms (1 hour).
- */
+/** How long a discarded key stays a tombstone, in ms. */
 export const TOMBSTONE_MS = 60 * 60 * 1000;
 
-/**
- * The commands {@link contentCommands} adds to a client.
- */
+/** The commands {@link contentCommands} adds to a client. */
 export interface ContentCommands {
   emlApiWriteAt(key: string, index: string, offset: number, chunk: Buffer, holdMs: number): Promise<number>;
   emlApiDiscard(key: string, index: string, ttl: number): Promise<number>;
@@ -646,9 +574,7 @@ export interface ContentCommands {
 
 const defined = new WeakSet<OutboxRedisClient>();
 
-/**
- * The client with the outbox's content commands (defined once per client).
- */
+/** The client with the outbox's content commands (defined once per client). */
 export function contentCommands(redis: OutboxRedisClient): OutboxRedisClient & ContentCommands {
   if (!defined.has(redis)) {
     redis.defineCommand('emlApiWriteAt', { numberOfKeys: 2, lua: WRITE_AT });

@@ -3,21 +3,14 @@ import type { OutboxRedisClient } from './redis-connection.js';
 import { jobLockKey, outboxKeys, parseContentKey, queueKey, type QueueLocation } from './queue-location.js';
 
 /*
- * The workers' sweeper removes stored content no job needs any more. It
- * works from the queue's content index, never from a SCAN of the keyspace:
- * the producer enters each key as it writes the first chunk, scored with its
- * deadline (Redis's time plus its `timeouts.store`), until which it may still
- * add the job; after it, a late add is refused (add-job.ts). So every sweep
- * judges every entry by Redis's clock: content a job still needs stays, a
- * sent job's goes at once, content whose job is gone goes once its deadline
- * has passed. A judgement only deletes, so a full Redis runs it, even
- * without the sweeper's lock (whose SET it refuses). One worker sweeps at a
- * time otherwise.
+ * The sweeper removes stored content no job needs. It works from the queue's content index, never a
+ * SCAN: producers enter each key as they write its first chunk, scored with their deadline for adding
+ * the job (a later add is refused). So each entry is judged by Redis's clock: content a job needs
+ * stays, a sent job's goes, content whose job is gone goes once its deadline has passed. Judging only
+ * deletes, so a full Redis runs it even without the lock.
  *
- * Every key a script touches is one of its KEYS: while the queue's slot
- * moves to another master, Redis answers a script whose keys are not all on
- * the node with ASK or TRYAGAIN, and ioredis follows; a key built in Lua
- * would be read on the wrong node and taken for gone.
+ * Every key a script touches is one of its KEYS: while the queue's slot moves, Redis answers ASK or
+ * TRYAGAIN and ioredis follows; a key built in Lua would be read on the wrong node and taken for gone.
  */
 
 /** Index entries read, then judged, per round trip. */
@@ -26,13 +19,10 @@ const BATCH = 200;
 const LOCK_MS = 60_000;
 
 /**
- * Judges one index entry, in the same step as its removal. Content its job
- * points at stays until the job is sent (a failed job can be put back);
- * content no job points at goes once its deadline (the entry's score) is
- * not after Redis's time. A key already gone (or a tombstone, which expires
- * by itself) leaves the index. KEYS: the index, the content key, the job's
- * hash, the queue's completed set. ARGV: the job id. Answers 1 when it
- * removed the content.
+ * Judges one index entry, in the same step as its removal: content its job points at stays until the
+ * job is sent (a failed job can be put back); content no job points at goes once its deadline is not
+ * after Redis's time; a key gone or a tombstone leaves the index. KEYS: the index, the content key,
+ * the job's hash, the completed set. ARGV: the job id. Answers 1 when it removed the content.
  */
 const JUDGE = `
 if redis.call('TYPE', KEYS[2]).ok ~= 'string' then
@@ -59,12 +49,9 @@ return 1
 `;
 
 /**
- * Keeps an entry of the parked set only while it stands for the failure
- * that parked the job: the job is failed and its `processedOn` is the
- * entry's score, or it is being run (its lock held: between the record of
- * its parking and BullMQ's move to failed). KEYS: the parked set, the job's
- * hash, its lock, the failed set. ARGV: the job id. Answers 1 when it
- * removed the entry.
+ * Keeps an entry of the parked set only while the job is failed by the run that parked it, or is
+ * running (its lock held, between the parking record and BullMQ's move to failed). KEYS: the parked
+ * set, the job's hash, its lock, the failed set. ARGV: the job id. Answers 1 when it removed the entry.
  */
 const CHECK_PARKED = `
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -110,13 +97,8 @@ function commands(redis: OutboxRedisClient): OutboxRedisClient & SweepCommands {
 }
 
 /**
- * Removes stored content no job needs any more: content whose job is gone
- * (removed by BullMQ or a dashboard, by age, or never added because its
- * producer gave up) once its producer's deadline has passed, content of a
- * second enqueue of the same job id, and content of sent jobs (a worker that
- * died between sending a job and removing its content). Does nothing while
- * another worker sweeps the same queue.
- *
+ * Removes stored content no job needs: content whose job is gone once its producer's deadline has
+ * passed, and content of sent jobs. Does nothing while another worker sweeps the queue.
  * @returns how many keys were removed (0 when another worker is sweeping)
  */
 export async function sweepStoredContent(redis: OutboxRedisClient, location: QueueLocation): Promise<number> {
@@ -133,7 +115,7 @@ export async function sweepStoredContent(redis: OutboxRedisClient, location: Que
   }
   if (!locked) return 0;
   try {
-    // Lost the lock (a sweep that ran longer than it lasts): another worker carries on.
+    // A sweep that outlived its lock stops: another worker carries on.
     const removed = await judgeAll(
       r,
       location,
@@ -147,8 +129,8 @@ export async function sweepStoredContent(redis: OutboxRedisClient, location: Que
 }
 
 /**
- * Judges every entry of the index, walking it in batches by rank (entries
- * removed meanwhile move the ranks; what a batch misses, the next sweep finds).
+ * Judges every entry of the index in batches by rank (what removals make a batch miss, the next sweep
+ * finds).
  * @param goOn asked after each full batch; the walk stops when it answers false
  * @returns how many keys were removed
  */
@@ -169,9 +151,8 @@ async function judgeAll(
 }
 
 /**
- * Drops the entries of the parked set whose job is no longer parked by the
- * failure that parked it: what the outbox does not see (a dashboard's retry
- * or removal, failed jobs removed by age) leaves the count at the next sweep.
+ * Drops parked entries whose job is no longer parked by that failure (a dashboard's retry or removal,
+ * removal by age), so the count is right again after the next sweep.
  */
 async function checkParked(r: OutboxRedisClient & SweepCommands, location: QueueLocation): Promise<void> {
   const parked = outboxKeys(location).parked;
@@ -187,8 +168,7 @@ async function checkParked(r: OutboxRedisClient & SweepCommands, location: Queue
 }
 
 /**
- * Judges one entry of the index. An entry that is not a content key of this
- * queue only leaves the index: the sweeper deletes only the queue's own content.
+ * Judges one entry; one that is not a content key of this queue only leaves the index.
  * @returns 1 when the content was removed, 0 otherwise
  */
 async function judgeEntry(r: OutboxRedisClient & SweepCommands, location: QueueLocation, key: string): Promise<number> {
@@ -202,10 +182,8 @@ async function judgeEntry(r: OutboxRedisClient & SweepCommands, location: QueueL
 }
 
 /**
- * Waits for every entry's script of a batch (sent together: one round trip)
- * and sums what they removed. A refusal because Redis is full (`OOM`) is not
- * thrown: the removals of the batch went through; any other error is, once
- * all have settled.
+ * Waits for a batch's scripts (one round trip) and sums what they removed. `OOM` refusals are not
+ * thrown (the batch's removals went through); any other error is, once all have settled.
  */
 async function settleAll(runs: Promise<number>[]): Promise<{ removed: number }> {
   let removed = 0;

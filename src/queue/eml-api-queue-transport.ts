@@ -42,16 +42,11 @@ export interface EmlApiQueueTransport {
 }
 
 /**
- * Nodemailer transport that queues messages in Redis (BullMQ) instead of
- * sending them: `sendMail` resolves once Redis has stored the message, like
- * a relay answering `250` once the message is on disk. Workers
- * ({@link startEmlApiWorker}, `eml-api worker`), on any number of machines,
- * send the queued messages through the service, retrying for most of a day.
- *
- * Messages are built exactly as {@link EmlApiTransport} builds them (plugins
- * and DKIM applied, Bcc kept), refused with the same errors before anything
- * is stored, and stored through its {@link OutboxProducer}. It holds no API key.
- *
+ * Nodemailer transport that queues messages in Redis instead of sending them: `sendMail` resolves
+ * once Redis has stored the message, as a relay answers `250` once it is on disk. Workers
+ * ({@link startEmlApiWorker}, `eml-api worker`) send them through the service. Messages are built
+ * and checked exactly as {@link EmlApiTransport} builds them, before anything is stored, and stored
+ * through its {@link OutboxProducer}. Holds no API key.
  * @example
  * import nodemailer from 'nodemailer';
  * import { EmlApiQueueTransport } from 'nodemailer-eml-api/queue';
@@ -68,10 +63,7 @@ export class EmlApiQueueTransport extends EventEmitter {
   readonly version = VERSION;
   /** `sendMail({ signal })` aborts a send until its job is stored (`EABORT`). */
   readonly supportsAbortSignal = true;
-  /**
-   * The producer this transport stores through: give it to the relay's `queue`, or store messages built
-   * elsewhere with `producer.enqueue()`.
-   */
+  /** The producer this transport stores through: give it to the relay's `queue`, or `enqueue()` messages built elsewhere. */
   readonly producer: OutboxProducer;
   /** The BullMQ queue jobs are added to: counts, jobs and events through BullMQ's own API. */
   readonly queue: Queue<OutboxJobData, OutboxSendResult>;
@@ -80,7 +72,6 @@ export class EmlApiQueueTransport extends EventEmitter {
   readonly #logger: EmlApiLogger;
   readonly #spool: SpoolSettings;
   readonly #limiter: ConcurrencyLimiter;
-  /** The build threads (`buildThreads`), none started until a send needs one. */
   readonly #threads: BuildThreads | undefined;
   readonly #inflight = new Set<Promise<unknown>>();
   #closed = false;
@@ -105,10 +96,7 @@ export class EmlApiQueueTransport extends EventEmitter {
     });
   }
 
-  /**
-   * Queues one message; called by Nodemailer's `sendMail`. The callback is
-   * called exactly once.
-   */
+  /** Queues one message; called by Nodemailer's `sendMail`. The callback is called exactly once. */
   readonly send = (mail: NodemailerMail, callback: QueueSendCallback): void => {
     let called = false;
     let queued: Promise<EmlApiQueuedMessageInfo>;
@@ -134,7 +122,6 @@ export class EmlApiQueueTransport extends EventEmitter {
   /**
    * Checks that Redis answers and keeps what is queued (see {@link OutboxProducer.verify}).
    * Returns a Promise when called without a callback.
-   *
    * @throws {EmlApiError} `ECONNECTION` when Redis cannot be reached; `ECONFIG` naming the
    *   Redis setting (and the command that fixes it) when Redis would lose queued mail
    * @example
@@ -153,10 +140,8 @@ export class EmlApiQueueTransport extends EventEmitter {
   }) as EmlApiQueueTransport['verify'];
 
   /**
-   * Stops the transport: new sends fail with `ECONNECTION`; sends already
-   * made are stored, then the Redis connection is closed (one you passed in
-   * is left open) and the build threads end. Returns a Promise; an optional callback is called once.
-   *
+   * Stops the transport: new sends fail with `ECONNECTION`, sends made are stored, then the connection
+   * closes (one you passed in is left open) and the build threads end. A callback is called once.
    * @example
    * await transporter.close();
    */
@@ -189,7 +174,7 @@ export class EmlApiQueueTransport extends EventEmitter {
     const route = sendRouteOf(data);
     const idempotencyKey = checkIdempotencyKey(data.idempotencyKey) ?? randomUUID();
     const signal = signalOf(mail);
-    // A span per sendMail that queues; the job carries its context, so the worker's span continues the trace.
+    // The job carries the span's context, so the worker's span continues the trace.
     const span = startSpan('eml-api.queue', {
       kind: 'producer',
       attributes: {
@@ -224,7 +209,6 @@ export class EmlApiQueueTransport extends EventEmitter {
         span.end();
       },
     );
-    // close() waits for it.
     this.#inflight.add(run);
     void run.finally(() => this.#inflight.delete(run)).catch(() => undefined);
     return run;
@@ -261,20 +245,15 @@ export class EmlApiQueueTransport extends EventEmitter {
 /** A Nodemailer message built to be queued: the exact bytes every attempt will post. */
 interface BuiltMessage {
   message: OutboxMessage & { size: number };
-  /** Whether the envelope sender differs from From (logged; the service sets its own return path). */
   fromDiffers: boolean;
   /** Removes the spool file, if any. */
   dispose(): Promise<void>;
 }
 
 /**
- * Builds the content of a send exactly as {@link EmlApiTransport} would post
- * it, with the same checks: an EML through `buildMessage` (plugins and DKIM
- * applied, Bcc kept, envelope checked), a group or tracked send as its JSON
- * request body (the normalized content: contents resolved, inline images
- * Base64-encoded, every field checked), so that replaying it later sends the
- * same request, under the same idempotency key, on every attempt.
- *
+ * Builds a send's content exactly as {@link EmlApiTransport} would post it, with the same checks: an
+ * EML, or the normalized JSON request body of a group or tracked send, so that every attempt sends
+ * the same request under the same idempotency key.
  * @param route where the message goes (its `group`/`tracking` fields)
  * @param threads build threads to build an EML on (`buildThreads`)
  * @param maxMessageSize the most bytes an EML may have: its build stops as it passes them @default Infinity

@@ -45,10 +45,8 @@ export type { OutboxJob } from './outbox-job.js';
  */
 export interface WorkerCloseOptions {
   /**
-   * `false`: stop taking jobs and let the sends in flight finish. `true`:
-   * abort them and put their jobs straight back in the queue for another
-   * worker (the service's idempotency window makes a resend deliver once).
-   * The same option as the client's and the relay's `close({ abort })`.
+   * `false`: stop taking jobs and let the sends in flight finish. `true`: abort them and put their
+   * jobs straight back for another worker (the idempotency key makes a resend deliver once).
    * @default false
    */
   abort?: boolean;
@@ -71,9 +69,8 @@ export interface EmlApiWorkerEvents {
   /** The worker itself failed (Redis unreachable...); logged when nobody listens. */
   error: [error: Error];
   /**
-   * Redis keeps queued mail less safely than it should (it runs without its append-only file),
-   * or its settings cannot be read; or the queue was paused (a 429) for longer than
-   * `maxRetryAfter` and the worker cut the pause as it started; also logged.
+   * Redis keeps queued mail less safely than it should or its settings cannot be read, or the worker
+   * cut a queue pause longer than `maxRetryAfter`; also logged.
    */
   warning: [message: string];
 }
@@ -106,10 +103,8 @@ export interface EmlApiWorker {
 }
 
 /**
- * A running outbox worker: takes jobs from the queue and posts them through
- * the service with each job's idempotency key. Made by {@link startEmlApiWorker}.
- * Its events and their arguments: {@link EmlApiWorkerEvents}.
- *
+ * A running outbox worker: takes jobs from the queue and posts them through the service with each
+ * job's idempotency key. Made by {@link startEmlApiWorker}; events: {@link EmlApiWorkerEvents}.
  * @example
  * const outbox = await startEmlApiWorker({ connection, apiKey, baseUrl });
  * outbox.on('sent', (job, result) => metrics.increment('mail.sent'));
@@ -125,10 +120,8 @@ export class EmlApiWorker extends EventEmitter {
   /** Name of the queue. */
   readonly queueName: string;
   /**
-   * Resolves once the worker is connected and has checked that Redis keeps
-   * what is queued; rejects (`ECONFIG`, the worker then closed) when Redis
-   * evicts keys (`maxmemory-policy` other than `noeviction`: queued mail would
-   * be lost silently). {@link startEmlApiWorker} waits for it.
+   * Resolves once the worker is connected and has checked that Redis keeps what is queued; rejects
+   * (`ECONFIG`, the worker then closed) when Redis evicts keys.
    * @example
    * const outbox = await startEmlApiWorker(options); // has waited for it
    * await outbox.started; // already settled
@@ -140,25 +133,20 @@ export class EmlApiWorker extends EventEmitter {
   readonly #logger: EmlApiLogger;
   readonly #runner: OutboxJobRunner;
   readonly #maxRetryAfter: number;
-  /** Whether the start-up checks passed (settled by #start). */
   readonly #checks = startChecks();
   /** Redis's time: the one clock every worker of the queue shares. */
   readonly #clock: RedisClock;
-  /** Redis's settings (and the encryption keys' check values), checked at start and watched from then on. */
   readonly #watch: RedisSettingsWatch;
-  /** The fingerprint of this worker's API key, for the queue's owner record. */
   readonly #keyPrint: string | undefined;
-  /** Whether the start waits for Redis for as long as it takes (`waitForRedis`). */
   readonly #waitForRedis: boolean;
-  /** When a lost connection to Redis was last told (performance.now()), so that it is told once per 30 s. */
+  /** When a lost connection was last told (performance.now()), to tell it once per 30 s. */
   #connectionToldAt = Number.NEGATIVE_INFINITY;
-  /** Other workers' key fingerprints already warned of. */
   readonly #keysTold = new Set<string>();
-  /** The queue's owner record as last read (from when it names its account, and encrypts). */
+  /** The queue's owner record as last read. */
   #owner: QueueOwner | undefined;
   readonly #running = new Set<Promise<unknown>>();
   readonly #telemetry: WorkerTelemetry;
-  /** Redis's refusal of the connection (a wrong password...), seen in the errors of the worker's clients. */
+  /** Redis's refusal of the connection (a wrong password...), as the worker's clients see it. */
   #refusals: { refused: Promise<never>; stop(): void }[] = [];
   #forcing = false;
   #handedBack = 0;
@@ -174,7 +162,6 @@ export class EmlApiWorker extends EventEmitter {
    */
   constructor(options: EmlApiWorkerOptions) {
     super();
-    // The health port and metrics are the worker's telemetry's, not the client's.
     const { http, metrics, ...workerOptions } = options;
     const settings = resolveWorkerOptions(workerOptions);
     const { Worker } = loadBullmq();
@@ -294,8 +281,7 @@ export class EmlApiWorker extends EventEmitter {
         },
       );
     } catch (err) {
-      // BullMQ refuses some workerOptions in its constructor: the connection opened for it
-      // would otherwise stay open (and keep the process alive) with no worker to close it.
+      // The connection opened for BullMQ would otherwise keep the process alive with no worker to close it.
       if (this.#redis.owned) this.#redis.redis.disconnect();
       void this.client.close();
       throw new EmlApiError('ECONFIG', `workerOptions: ${(err as Error).message}`, { cause: err, permanent: true });
@@ -323,8 +309,7 @@ export class EmlApiWorker extends EventEmitter {
           (err: unknown) => this.#logger.warn({ error: (err as Error).message }, 'Could not sweep stored content'),
         );
       };
-      // Once Redis's settings are checked: a worker refused at start (a Redis that evicts, a cluster's node
-      // reached as a single server) sweeps nothing, nor holds the sweep's lock for the workers that run.
+      // After the start's checks: a worker refused at start must not hold the sweep's lock.
       void this.started.then(
         () => {
           if (this.#closing) return;
@@ -335,20 +320,17 @@ export class EmlApiWorker extends EventEmitter {
         () => undefined,
       );
     }
-    // Whoever made the worker awaits `started` (startEmlApiWorker does); else it is only logged.
+    // Whoever made the worker awaits `started`; else it is only logged.
     this.started.catch((err: Error) => this.#logger.error({ error: err.message }, 'Outbox worker not started'));
   }
 
   /**
-   * Checks Redis's settings once connected. Running without the append-only
-   * file is a warning; evicting keys is a refusal: the worker closes, handing
-   * back any job it took meanwhile (see `#runChecked`).
+   * Checks Redis's settings once connected. Evicting keys is a refusal: the worker closes, handing
+   * back any job it took meanwhile.
    */
   async #start(): Promise<void> {
-    // A wrong password (or a cluster connection to a Redis that is not one) keeps the clients retrying for
-    // ever, BullMQ's readiness and the checks waiting: the refusal ends the start with its reason (ECONFIG).
+    // A wrong password keeps the clients retrying for ever: the refusal ends the start with its reason.
     const refusal = Promise.race(this.#refusals.map((r) => r.refused));
-    // One seen after the start is not the start's: nobody awaits it then.
     refusal.catch(() => undefined);
     const unlessRefused = <T>(step: Promise<T>) => Promise.race([step, refusal]);
     try {
@@ -359,13 +341,11 @@ export class EmlApiWorker extends EventEmitter {
       const off = this.#clock.problem();
       if (off) throw new EmlApiError('ECONFIG', off, { permanent: true });
       this.#checks.pass();
-      // Checked again after every reconnect and on an interval: said in the log and /readyz.
       this.#watch.start();
       await this.#telemetry.start();
     } catch (err) {
-      // Jobs BullMQ handed over meanwhile go back to the queue as the worker closes, untouched. A refusal
-      // (ECONFIG: Redis answers) closes gracefully, so that jobs BullMQ fetched but had not handed over yet
-      // are handed back too rather than left to their locks' expiry; a Redis that fails, at once.
+      // A refusal (Redis answers) closes gracefully, so jobs BullMQ fetched but had not handed over go back
+      // too rather than waiting for their locks to expire; a failing Redis closes at once.
       this.#checks.fail();
       const refused = err instanceof EmlApiError && err.code === 'ECONFIG';
       await this.close(refused ? {} : { abort: true }).catch(() => undefined);
@@ -374,10 +354,8 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   /**
-   * Resolves once BullMQ's connections are ready. While Redis cannot be
-   * reached it says so, at the first failure of the connection and every few
-   * seconds, naming the cause (refused, timed out, host not found...); after
-   * the client's `timeouts.connect` it rejects, unless `waitForRedis`.
+   * Resolves once BullMQ's connections are ready, telling why Redis cannot be reached meanwhile; after
+   * `timeouts.connect` it rejects, unless `waitForRedis`.
    * @throws {EmlApiError} `ECONNECTION` when Redis was not reached in time
    */
   async #connected(): Promise<void> {
@@ -433,13 +411,12 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   /**
-   * Runs a job once the start-up checks have passed: BullMQ hands over jobs
-   * as soon as it is connected, and a worker refused at start (a Redis that
-   * evicts, a key that is not the producers') must not have run any.
+   * Runs a job once the start-up checks have passed: BullMQ hands over jobs as soon as it is connected,
+   * and a worker refused at start must not have run any.
    */
   async #runChecked(job: OutboxJob, token: string | undefined): Promise<RunOutcome> {
     if (!(await this.#checks.passed)) return this.#handBack(job, token);
-    // Redis's time read again when the machine was suspended meanwhile (the monotonic clock missed it).
+    // Read again in case the machine was suspended meanwhile (the monotonic clock missed it).
     await this.#clock.now().catch(() => undefined);
     if (this.#clock.problem() !== undefined) {
       this.#stopForClock();
@@ -471,9 +448,8 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   /**
-   * Cuts a queue-wide pause longer than this worker's `maxRetryAfter` (set by
-   * a worker with a larger one, or by hand): it would keep every worker
-   * waiting, restarts included.
+   * Cuts a queue-wide pause longer than this worker's `maxRetryAfter` (set by a worker with a larger
+   * one, or by hand): it would keep every worker waiting, restarts included.
    */
   async #capPause(): Promise<void> {
     const max = this.#maxRetryAfter;
@@ -485,11 +461,8 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   /**
-   * Stops the worker. By default it takes no new jobs, lets the sends in
-   * flight finish, then closes its connections. With `{ abort: true }` the
-   * sends in flight are aborted and their jobs put back in the queue at once,
-   * for another worker.
-   *
+   * Stops the worker: by default it takes no new jobs, lets the sends in flight finish and closes its
+   * connections; with `{ abort: true }` the sends are aborted and their jobs put back at once.
    * @throws {EmlApiError} `ECONFIG` (a rejection) for an option it does not know
    * @example
    * process.once('SIGTERM', () => outbox.close());
@@ -504,8 +477,8 @@ export class EmlApiWorker extends EventEmitter {
     if (options.abort && !this.#forcing) {
       this.#forcing = true;
       void this.client.close({ abort: true });
-      // A graceful close under way waits for BullMQ, which waits for Redis to record the sends
-      // in flight: for ever while Redis is unreachable. The forced close bounds that wait.
+      // A graceful close waits for BullMQ, which waits for Redis to record the sends in flight: for ever
+      // while Redis is unreachable. The forced close bounds that wait.
       if (this.#closing) this.#closing = this.#cutShort(this.#closing);
     }
     this.#closing ??= this.#close();
@@ -513,10 +486,8 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   /**
-   * Ends a graceful close that a forced one overtook: it gets the time a
-   * forced close takes, then the connections are dropped (BullMQ's with
-   * them; a job it could not put back returns to the queue when its lock
-   * expires, as after a crash).
+   * Ends a graceful close that a forced one overtook: after a forced close's time the connections are
+   * dropped; a job BullMQ could not put back returns when its lock expires, as after a crash.
    */
   async #cutShort(graceful: Promise<void>): Promise<void> {
     const ended = await withDeadline(graceful, 2 * outboxWaits.handBack).then(
@@ -537,16 +508,14 @@ export class EmlApiWorker extends EventEmitter {
     this.#watch.stop();
     for (const refusal of this.#refusals) refusal.stop();
     if (this.#forcing) {
-      // Stop taking jobs, then wait (briefly) for the aborted sends to put their jobs back
-      // while the worker still holds its connections; jobs fetched meanwhile are put back too.
+      // Wait briefly, still connected, for the aborted sends to put their jobs back.
       await withDeadline(this.worker.pause(true), outboxWaits.handBack).catch(() => undefined);
       const until = Date.now() + outboxWaits.handBack;
       while (this.#running.size > 0 && Date.now() < until) {
         await withDeadline(Promise.allSettled([...this.#running]), until - Date.now()).catch(() => undefined);
       }
     }
-    // With Redis unreachable and no send in flight there is nothing to finish, and BullMQ's
-    // graceful close would first wait for its connections to come up: for ever if Redis stays down.
+    // BullMQ's graceful close would first wait for its connections: for ever if Redis stays down.
     const nothingToFinish = this.#running.size === 0 && this.#redis.redis.status !== 'ready';
     await this.worker.close(this.#forcing || nothingToFinish);
     await this.client.close({ abort: this.#forcing });
@@ -574,8 +543,7 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   /**
-   * Jobs this worker put back in the queue unsent (a forced close): another
-   * worker sends them. What `eml-api worker`'s exit code tells.
+   * Jobs this worker put back unsent by a forced close; `eml-api worker`'s exit code tells it.
    * @example
    * await outbox.close({ abort: true });
    * if (outbox.handedBack > 0) console.log(`${outbox.handedBack} job(s) left to other workers`);
@@ -603,10 +571,9 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   /**
-   * Puts a job of a forced close back in the queue at once, instead of waiting
-   * for its lock to expire, and tells BullMQ the job was moved (so it neither
-   * fails nor completes it). BullMQ 5 releases without `WaitingError` and
-   * `moveToWait` leave the job to the lock expiry instead.
+   * Puts a job of a forced close back in the queue at once instead of at its lock's expiry, and tells
+   * BullMQ it moved (so it neither fails nor completes it). BullMQ 5 releases without `WaitingError`
+   * get `DelayedError`.
    */
   async #handBack(job: OutboxJob, token: string | undefined): Promise<RunOutcome> {
     this.#handedBack++;
@@ -620,7 +587,7 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   #onSent(job: OutboxJob, result: OutboxSendResult): void {
-    // A job whose data held the record of its send when it ran completed again, posting nothing.
+    // Its data held the record of its send when it ran: completed again, nothing posted.
     if ((job.data as Partial<OutboxJobData> | undefined)?.sent !== undefined) {
       this.#logger.info(
         { job: job.id, id: result?.id },
@@ -634,7 +601,6 @@ export class EmlApiWorker extends EventEmitter {
 
   #onFailed(job: OutboxJob, thrown: Error): void {
     const cause = (thrown as { cause?: unknown }).cause;
-    // The runner's failures are EmlApiErrors, or carry one as their cause.
     const error = (cause instanceof EmlApiError ? cause : thrown) as EmlApiError;
     if (job.finishedOn) {
       this.#logger.error({ job: job.id, code: (error as EmlApiError).code }, `Queued message failed: ${error.message}`);
@@ -661,8 +627,7 @@ export class EmlApiWorker extends EventEmitter {
   #reportError(err: Error): void {
     let reported = err;
     if (connectionLost(err)) {
-      // Each reconnect fails with one (every 2 s at most): told once per 30 s, saying why and what to check.
-      // While the worker starts, its own warnings say it.
+      // Each reconnect fails with one: told once per 30 s (while starting, the start's warnings say it).
       const now = performance.now();
       if (this.#checks.settled === undefined || now - this.#connectionToldAt < CONNECTION_ERROR_EVERY_MS) return;
       this.#connectionToldAt = now;
@@ -672,7 +637,7 @@ export class EmlApiWorker extends EventEmitter {
         { permanent: false, cause: err },
       );
     }
-    // BullMQ's errors are often ioredis's, whose command arguments may hold a job's data.
+    // ioredis's errors carry command arguments, which may hold a job's data.
     if (this.listenerCount('error') > 0) this.emit('error', withoutArguments(reported));
     else this.#logger.error({ error: redisErrorText(reported) }, 'Outbox worker error');
   }
@@ -711,18 +676,11 @@ function answeredByNotTheService(error: Error): boolean {
 }
 
 /**
- * Starts a worker of the outbox: it takes the jobs {@link EmlApiQueueTransport}
- * queued and posts each through the service with the job's idempotency key,
- * `concurrency` at a time. Passing failures (unreachable, timeouts, 5xx) are
- * retried on the job's schedule; a 429 pauses every worker for its
- * `Retry-After`; permanent failures (4xx, `EAUTH`, `EMESSAGE`) fail the job at
- * once, keeping the error on it. Resolves once the worker is connected.
- *
- * As it starts it checks that Redis keeps what is queued: a
- * `maxmemory-policy` other than `noeviction` is refused (queued mail would be
- * evicted silently); running without the append-only file is logged as a
- * warning (see {@link EmlApiWorker.started}).
- *
+ * Starts a worker of the outbox and resolves once it is connected and Redis is checked: it posts
+ * each queued job with the job's idempotency key, `concurrency` at a time. Passing failures are
+ * retried on the job's schedule; a 429 pauses every worker for its `Retry-After`; permanent ones
+ * fail the job, keeping the error. A `maxmemory-policy` other than `noeviction` is refused (queued
+ * mail would be evicted silently); no append-only file is a warning.
  * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid (or an `encryption` key
  *   differs from the producers' under its id), or naming the Redis setting (and the command that fixes
  *   it) when Redis would lose queued mail
@@ -749,8 +707,7 @@ export async function startEmlApiWorker(
 ): Promise<EmlApiWorker> {
   signal?.throwIfAborted();
   const outbox = new EmlApiWorker(options);
-  // A start can wait for as long as Redis is unreachable: the signal is the caller's way to stop
-  // it, since the worker is not theirs to close until it resolves.
+  // The worker is not the caller's to close until it resolves: the signal stops a start that waits for Redis.
   let onAbort: (() => void) | undefined;
   const aborted = new Promise<never>((_resolve, reject) => {
     onAbort = () =>

@@ -2,22 +2,16 @@ import { EmlApiError, errorDetails } from '../shared/eml-api-error.js';
 import { MAY_HAVE_BEEN_ACCEPTED, type ServiceResponse } from '../http/request-error.js';
 import type { OutboxJobData, OutboxJobError } from './outbox-job.js';
 
-/**
- * Pause of the queue after a 429 without `Retry-After`, in ms (5 s).
- */
+/** Pause of the queue after a 429 without `Retry-After`, in ms. */
 export const DEFAULT_RATE_LIMIT_PAUSE = 5_000;
 
 /**
- * What a worker does with a failed send:
- * - `pause`: the service said 429; the whole queue waits `ms` (its `Retry-After`), the job goes back without using an attempt
- * - `fail`: the same request cannot succeed (4xx, `EAUTH`, `EMESSAGE`...): the job fails at once
- * - `retry`: a passing failure (unreachable, timeout, 5xx): the job is tried again on its schedule
+ * What a worker does with a failed send: `pause` the whole queue for a 429's `Retry-After` (no
+ * attempt used), `fail` at once when the same request cannot succeed, or `retry` on the schedule.
  */
 export type FailureAction = { kind: 'pause'; ms: number } | { kind: 'fail' } | { kind: 'retry' };
 
-/**
- * Decides what a worker does with a failed send.
- */
+/** Decides what a worker does with a failed send. */
 export function failureAction(err: unknown): FailureAction {
   if (!(err instanceof EmlApiError)) return { kind: 'retry' };
   if (err.responseCode === 429) return { kind: 'pause', ms: err.retryAfter ?? DEFAULT_RATE_LIMIT_PAUSE };
@@ -27,14 +21,13 @@ export function failureAction(err: unknown): FailureAction {
 }
 
 /**
- * What the outbox does with a job after a failed attempt, as what it reports says:
+ * What became of a job after a failed attempt, as its report says:
  * - `retry`: tried again on the job's schedule
- * - `exhausted`: out of attempts on a passing failure; failed, its content kept to be put back
- * - `refused`: the service refused these very bytes (400, 413, 422): failed, its content removed
- * - `key-used`: the service accepted another message under the key (422 `idempotency_key_reused`):
- *   failed, its content removed
- * - `held`: refused for something a fix elsewhere cures (a key, a missing group): failed, its content kept
- * - `broken`: the job itself cannot be sent (its content gone, not a job of this outbox): failed
+ * - `exhausted`: out of attempts on a passing failure; its content kept to be put back
+ * - `refused` / `key-used`: these bytes can never be sent (400, 413, 422, or the key spent on
+ *   another message): its content removed
+ * - `held`: refused for something fixable elsewhere (a key, a missing group): its content kept
+ * - `broken`: the job itself cannot be sent
  */
 export type FailureOutcome =
   | { kind: 'retry' }
@@ -68,10 +61,8 @@ export function failureOutcome(err: unknown, attempt: number, attempts: number):
 }
 
 /**
- * Whether a failed attempt may have been accepted by the service: its outcome
- * is unknown (a timeout or a connection lost after the request was sent), or
- * the service failed after it had the request (a 5xx other than 503, which
- * the contract keeps for "not processed").
+ * Whether a failed attempt may have been accepted: its outcome is unknown, or the service failed
+ * after it had the request (a 5xx other than 503, which the contract keeps for "not processed").
  */
 export function mayHaveBeenAccepted(err: unknown): boolean {
   if (!(err instanceof EmlApiError)) return false;
@@ -114,9 +105,8 @@ const SAYS: Partial<Record<FailureOutcome['kind'], string>> = {
 };
 
 /**
- * The error of a failed attempt as the outbox reports it: the client's words
- * about retries (true of a direct send) replaced by what the outbox does.
- * `EmlApiError`s stay `EmlApiError`s with the same fields.
+ * The error of a failed attempt as the outbox reports it: the client's words about retries replaced
+ * by what the outbox does. `EmlApiError`s keep their fields.
  */
 export function explainFailure(err: unknown, outcome: FailureOutcome): Error {
   const e = err instanceof Error ? err : new Error(String(err));
@@ -135,8 +125,8 @@ export function explainFailure(err: unknown, outcome: FailureOutcome): Error {
 }
 
 /**
- * The failure of an attempt whose worker stopped before it finished (a
- * stall). Its send may have reached the service.
+ * The failure of an attempt whose worker stopped before it finished (a stall): its send may have
+ * reached the service.
  * @param stalls stalls found at once (more than 1 when a worker died before it could count the previous one)
  */
 export function stallFailure(stalls: number): EmlApiError {
@@ -148,10 +138,7 @@ export function stallFailure(stalls: number): EmlApiError {
   );
 }
 
-/**
- * The failure of a job put back (a dashboard's Retry) after the service
- * refused it and its content was removed: nothing to post.
- */
+/** The failure of a job put back after the service refused it and its content was removed: nothing to post. */
 export function putBackWithoutContent(data: OutboxJobData): EmlApiError {
   const said = data.lastError?.message ?? 'no reason recorded';
   return new EmlApiError(
@@ -179,8 +166,8 @@ export function parkedAfterStalls(stalls: number, queueId: string, alone = stall
 }
 
 /**
- * Why a job whose send may have been accepted is not sent again once the
- * service's idempotency window has passed (or is about to).
+ * Why a job whose send may have been accepted is not sent again once the idempotency window has
+ * passed (or is about to).
  * @param possiblyAcceptedAt when the first attempt that may have been accepted started (ms)
  */
 export function parkedAfterWindow(possiblyAcceptedAt: number, queueId: string): EmlApiError {
@@ -192,8 +179,8 @@ export function parkedAfterWindow(possiblyAcceptedAt: number, queueId: string): 
 }
 
 /**
- * The failure of a job whose content is missing from Redis: "nothing to send"; or, after an attempt whose
- * outcome is unknown (`possiblyAcceptedAt`), that this attempt may have delivered it.
+ * The failure of a job whose content is missing from Redis; after an attempt of unknown outcome, it
+ * says that attempt may have delivered it.
  */
 export function contentMissing(
   job: Pick<OutboxJobData, 'contentKey' | 'possiblyAcceptedAt'>,
@@ -218,12 +205,9 @@ export function contentMissing(
 }
 
 /**
- * A 2xx that is not the service's answer (an HTML page, a body that is not
- * JSON, JSON without the send's id): a web server behind a wrong `baseUrl`
- * (nothing sent), or a service answering in a form the outbox does not know
- * (sent). The outbox deletes the only copy of a message once it counts it
- * sent, so it counts only an answer it recognises: an unknown outcome,
- * retried under the same key and parked after the idempotency window.
+ * A 2xx that is not the service's answer (an HTML page, not JSON, no send id): a web server behind a
+ * wrong `baseUrl`, or an answer the outbox does not know. The outbox deletes a message's only copy
+ * once it counts it sent, so it counts only an answer it recognises; this one is an unknown outcome.
  */
 export function unrecognisedAnswer(command: string, res: ServiceResponse): EmlApiError {
   const body = res.text.trim();

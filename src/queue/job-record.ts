@@ -5,20 +5,10 @@ import type { OutboxRedisClient } from './redis-connection.js';
 import { RETRY_PRIORITY } from './retry-schedule.js';
 
 /**
- * The field of a job's hash that holds when Redis took the job (Redis's time, ms), beside BullMQ's own:
- * BullMQ's `timestamp` is its producer's clock, which may be days off.
+ * The field of a job's hash holding when Redis took the job (Redis's time, ms): BullMQ's `timestamp`
+ * is its producer's clock, which may be days off.
  */
 export const QUEUED_AT = 'emlApiQueuedAt';
-
-/*
- * What a worker writes on a job besides BullMQ's own moves: the service's
- * answer (`sent`, the content then removed) and the record of a failed
- * attempt. Each write checks in the same script that the worker still holds
- * the job's lock: a worker that lost it (a long pause; the job stalled and
- * another worker took it) must not write `sent` or delete the content under
- * the new owner, whose send of the same request the service answers from
- * the first. Every key a script touches is one of its KEYS.
- */
 
 /** The check every write starts with: ARGV[1], the worker's lock token ('' for none), still holds KEYS[2]. */
 const OWNED = `
@@ -26,12 +16,10 @@ if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 `;
 
 /**
- * The content deleted with its index entry, the answer into the job's data
- * (only while the job exists), the job out of the parked set. KEYS: job
- * hash, its lock, content key, content index, parked set. ARGV: the lock
- * token, the data, the job id. The deletion comes first: on a full Redis a
- * script's first write is refused only when it needs memory, and once a
- * script has written Redis runs the rest, so a full Redis drains.
+ * The content deleted, the answer into the job's data (while the job exists), the job out of the
+ * parked set. KEYS: job hash, its lock, content key, content index, parked set. ARGV: the lock token,
+ * the data, the job id. Deleting first lets a full Redis drain: a script's first write is refused only
+ * when it needs memory, and once a script has written Redis runs the rest.
  */
 const RECORD_SENT = `${OWNED}
 redis.call('DEL', KEYS[3])
@@ -42,11 +30,9 @@ return 1
 `;
 
 /**
- * The job's data; as asked, its content removed first (ARGV[3] '1'), its
- * priority set (ARGV[4], '' to leave it: read when BullMQ moves the job back
- * to a list) and the job into the parked set scored with its `processedOn`
- * (ARGV[5] '1'), or out of it. KEYS as RECORD_SENT. ARGV: the lock token,
- * the data, drop, priority, park, the job id. Answers 0 when the worker no
+ * The job's data; as asked, its content removed first (ARGV[3]), its priority set (ARGV[4], '' to
+ * leave it: read when BullMQ moves the job back to a list), and the job into the parked set scored with
+ * its `processedOn` (ARGV[5] '1') or out of it. KEYS as RECORD_SENT. Answers 0 when the worker no
  * longer holds the job, -1 when the job is gone.
  */
 const RECORD = `${OWNED}
@@ -96,7 +82,10 @@ export interface RecordOptions {
 }
 
 /**
- * The records a worker keeps on the jobs it runs, each written only while it holds the job.
+ * The records a worker keeps on the jobs it runs: the service's answer and the record of a failed
+ * attempt. Each write checks in the same script that the worker still holds the job's lock: a worker
+ * that lost it (the job stalled and another took it) must not write `sent` or delete the content
+ * under the new owner.
  */
 export class JobRecords {
   readonly #redis: OutboxRedisClient & RecordCommands;
@@ -110,8 +99,7 @@ export class JobRecords {
   }
 
   /**
-   * Writes a job's data (and what `options` asks), keeping BullMQ's copy in
-   * memory in step.
+   * Writes a job's data (and what `options` asks), keeping BullMQ's copy in memory in step.
    * @param token the worker's lock token of the job (undefined: not checked)
    * @returns false when nothing was written: the job is gone, or another worker holds it (then said)
    */
@@ -138,11 +126,7 @@ export class JobRecords {
     return true;
   }
 
-  /**
-   * Keeps the record of a failed attempt: `fields` over the job's data; the
-   * content removed when `dropContent` (its key, or its `inline` field). A
-   * failure to write is logged: the attempt's outcome stands.
-   */
+  /** Keeps the record of a failed attempt; a failure to write is logged, as the attempt's outcome stands. */
   async fail(
     job: OutboxJob,
     token: string | undefined,
@@ -163,10 +147,8 @@ export class JobRecords {
   }
 
   /**
-   * Records that the service accepted a job's send, before BullMQ completes
-   * it: the answer into its data (`sent`), its content deleted, in one step.
-   * Not awaited by the worker: BullMQ's completion follows on the same
-   * connection, so Redis runs them in that order in one round trip.
+   * Records that the service accepted a job's send (`sent`, its content deleted, in one step). Not
+   * awaited: BullMQ's completion follows on the same connection, so Redis runs them in that order.
    */
   sent(job: OutboxJob, token: string | undefined, data: OutboxJobData, result: OutboxSendResult): void {
     const { inline: _sent, ...kept } = data;

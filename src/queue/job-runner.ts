@@ -24,32 +24,25 @@ import {
 } from './failure-policy.js';
 
 /**
- * How a run of a job ended, and what BullMQ is to be told: the result to
- * complete it with (`sent`), or the error to throw (`thrown`): BullMQ's
- * rate-limit or moved error (`put-back`), or the failure, wrapped in BullMQ's
- * `UnrecoverableError` when the job fails at once (`failed`, `error` the
- * outbox's own).
+ * How a run of a job ended, and what BullMQ is to be told: the result to complete it with, or the
+ * error to throw (BullMQ's rate-limit or moved error, or the failure, wrapped in `UnrecoverableError`
+ * when the job fails at once).
  */
 export type RunOutcome =
   | { kind: 'sent'; result: OutboxSendResult }
   | { kind: 'put-back'; reason: 'rate_limited' | 'handed_back'; thrown: Error }
   | { kind: 'failed'; error: Error; thrown: Error };
 
-/**
- * What a job runner needs from its worker.
- */
+/** What a job runner needs from its worker. */
 export interface JobRunnerSettings {
-  /** Where the queue's content is, read and removed. */
   content: ContentStore;
-  /** The records the worker keeps on its jobs. */
   records: JobRecords;
   contentKeyPrefix: string;
   logger: EmlApiLogger;
-  /** Stalls a job may have and be retried. */
   maxStalls: number;
   /** From a send's first possibly-accepted attempt, how long it may be sent again, in ms. */
   resendWithin: number;
-  /** The worker's client (one attempt per job run). */
+  /** One attempt per job run. */
   client: EmlApiClient;
   /** Pauses every worker of the queue (a 429's `Retry-After`), in ms. */
   rateLimit: (ms: number) => Promise<void>;
@@ -66,10 +59,8 @@ export interface JobRunnerSettings {
 }
 
 /**
- * How a worker runs one job of the outbox, and what it records on the job
- * about each attempt: the service's answer, the error of a failed attempt,
- * stalls counted as attempts, when an attempt may have been accepted, and
- * why a job was parked.
+ * How a worker runs one job, and what it records on the job of each attempt: the answer, the error,
+ * stalls counted as attempts, when an attempt may have been accepted, why it was parked.
  */
 export class OutboxJobRunner {
   readonly #settings: JobRunnerSettings;
@@ -81,9 +72,8 @@ export class OutboxJobRunner {
   }
 
   /**
-   * Runs one job: completes a job sent already with its first answer, counts
-   * a stall, parks a job past its `resendUntil`, or posts it and records the
-   * outcome.
+   * Runs one job: completes a job sent already with its first answer, counts a stall, parks a job past
+   * its `resendUntil`, or posts it and records the outcome.
    */
   async run(job: OutboxJob, token: string | undefined): Promise<RunOutcome> {
     const { stopping, handBack, records } = this.#settings;
@@ -94,11 +84,9 @@ export class OutboxJobRunner {
     } catch (err) {
       return this.#fail(job, token, err, undefined);
     }
-    // Sent already (a dashboard's "Retry" on a completed job, or a worker that died before completing it):
-    // complete again with the service's first answer.
+    // Sent already (a dashboard's "Retry", a worker that died before completing it): its first answer.
     if (data.sent) return { kind: 'sent', result: data.sent };
     if (data.contentRemoved) return failed(putBackWithoutContent(data), true);
-    // When Redis took the job, read only when it matters.
     const foreign = await this.#settings.foreign(data, async () =>
       records.queuedAt(job, await this.#settings.now().catch(() => Date.now())),
     );
@@ -154,8 +142,7 @@ export class OutboxJobRunner {
     const action = failureAction(err);
     this.#warnLongRetryAfter(job, err);
     if (action.kind === 'pause') {
-      // BullMQ's rate limit key pauses every worker of the queue; the job goes back without using an attempt.
-      // Never longer than maxRetryAfter: one answer asking for a year would stop all sending for a year.
+      // The rate limit key pauses every worker; the job goes back without using an attempt.
       const pauseMs = Math.min(action.ms, this.#settings.maxRetryAfter);
       await this.#settings.rateLimit(pauseMs);
       this.#settings.logger.warn({ job: job.id, pauseMs }, 'The service is rate limiting: queue paused');
@@ -185,10 +172,9 @@ export class OutboxJobRunner {
   }
 
   /**
-   * Hands back a job whose attempt a forced close aborted. When its upload
-   * may have reached the service, that is recorded as for any such attempt,
-   * and the job goes back at the priority of retries, ahead of the backlog:
-   * sent again only after the idempotency window, it would be delivered twice.
+   * Hands back a job whose attempt a forced close aborted. If its upload may have reached the service,
+   * that is recorded and the job goes back at retry priority: resent after the idempotency window, it
+   * would be delivered twice.
    */
   async #handBackAborted(
     job: OutboxJob,
@@ -216,10 +202,7 @@ export class OutboxJobRunner {
     );
   }
 
-  /**
-   * The window of a send that may have been accepted, from its first such
-   * attempt (`startedAt` when this is the first): until when it may be sent again.
-   */
+  /** Until when a send that may have been accepted can be sent again, from its first such attempt. */
   #window(data: OutboxJobData, startedAt: number): Pick<OutboxJobData, 'possiblyAcceptedAt' | 'resendUntil'> {
     const possiblyAcceptedAt = data.possiblyAcceptedAt ?? startedAt;
     return { possiblyAcceptedAt, resendUntil: possiblyAcceptedAt + this.#settings.resendWithin };
@@ -239,9 +222,8 @@ export class OutboxJobRunner {
   }
 
   /**
-   * Ends a run that found its job stalled: the worker of an earlier run
-   * stopped while it sent it. That attempt failed, its outcome unknown:
-   * retried after its backoff, or, past `maxStalls`, parked for a person.
+   * Ends a run that found its job stalled: that attempt failed with its outcome unknown. Retried after
+   * its backoff, or, past `maxStalls`, parked for a person.
    */
   async #failStalled(
     job: OutboxJob,
@@ -252,13 +234,12 @@ export class OutboxJobRunner {
   ): Promise<RunOutcome> {
     const { records, maxStalls, logger } = this.#settings;
     const stalls = (data.stalls ?? 0) + stalled;
-    // Only stalls of runs alone count toward parking: a send beside others may have stalled for another
-    // job's crash. A job put back (stalls 0 again) starts counting afresh.
+    // Only stalls of runs alone count toward parking: beside others, another job's crash may be the cause.
     const suspect = (data.stalls ?? 0) > 0;
     const ranAlone = suspect && data.aloneAt !== undefined && data.aloneAt === (data.stallsSeen ?? 0);
     const aloneStalls = (suspect ? (data.aloneStalls ?? 0) : 0) + (ranAlone ? 1 : 0);
-    // The stalled attempt started after the job was queued and after the attempt before it failed: the
-    // later of the two is the earliest it can have been accepted (early is the safe side for the window).
+    // The later of queueing and the previous failure is the earliest it can have been accepted (early is
+    // the safe side for the window).
     const earliest = Math.max(await records.queuedAt(job, now), Date.parse(data.lastError?.at ?? '') || 0);
     const counted = { stalls, aloneStalls, stallsSeen: job.stalledCounter, ...this.#window(data, earliest) };
     const attempt = job.attemptsMade + 1;
@@ -302,11 +283,8 @@ function failed(error: Error, permanent: boolean): RunOutcome {
 }
 
 /**
- * Posts one queued send through the client's send path, with the job's
- * idempotency key and exactly the stored bytes, so that a job run again is
- * the same request and the service delivers it once. Only the service's
- * answer counts as sent (see {@link unrecognisedAnswer}).
- *
+ * Posts one queued send with the job's idempotency key and exactly the stored bytes, so that a job
+ * run again is the same request and the service delivers it once.
  * @throws {EmlApiError} the client's errors; `EMESSAGE` when the stored content is gone, cut or
  *   does not match its SHA-256; `ECONNECTION` when Redis fails while the content is read; `EAPI`
  *   (not permanent, `mayHaveBeenAccepted`) for a 2xx that is not the service's answer

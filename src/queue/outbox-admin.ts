@@ -18,9 +18,7 @@ import type { SendKind } from '../protocol/api-types.js';
 import type { MailEnvelope } from '../transport/nodemailer-types.js';
 
 /**
- * The outbox's BullMQ queue opened for administration (counts, failed jobs,
- * retries, BullMQ's whole API), without a producer.
- *
+ * The outbox's BullMQ queue opened for administration, without a producer.
  * @example
  * const admin = await openOutboxQueue({ connection: process.env.REDIS_URL! });
  * console.log(await readOutboxStatus(admin.queue));
@@ -35,12 +33,10 @@ export interface OutboxQueue {
 
 /**
  * Opens the outbox's queue and checks that Redis answers.
- *
- * @param options `connection`; `queueName` @default 'eml-api'; `prefix` @default 'bull' (as the producers use them)
+ * @param options `connection`; `queueName` @default 'eml-api'; `prefix` @default 'bull'
  * @param timeout how long Redis may take to answer, in ms @default 10000
- * @throws {EmlApiError} `ECONFIG` for a bad option, or when Redis refuses the connection (a wrong password,
- *   a cluster connection to a Redis that is not one: `command` `AUTH` or `CLUSTER SLOTS`); `ECONNECTION` or
- *   `ETIMEDOUT` when Redis does not answer
+ * @throws {EmlApiError} `ECONFIG` for a bad option or a refused connection (`command` `AUTH` or
+ *   `CLUSTER SLOTS`); `ECONNECTION` or `ETIMEDOUT` when Redis does not answer
  * @example
  * const { queue, close } = await openOutboxQueue({ connection: 'redis://127.0.0.1:6379', queueName: 'mail' });
  */
@@ -53,8 +49,7 @@ export async function openOutboxQueue(
   const client = openOutboxRedis(options.connection, 'producer', location);
   client.redis.on('error', () => undefined);
   trackConnectionErrors(client.redis);
-  // A refused password leaves the PING waiting (a cluster client retries, saying only "Failed to refresh
-  // slots cache."): the refusal, seen in the client's errors, ends the wait with its reason.
+  // A refused password leaves the PING waiting (a cluster client retries silently): the refusal ends the wait.
   const refusal = watchRefusal(client.redis, client.where);
   try {
     await Promise.race([withDeadline(client.redis.ping(), timeout), refusal.refused]);
@@ -103,7 +98,6 @@ export type OutboxState = (typeof OUTBOX_STATES)[number];
 
 /**
  * A send that failed for good, with its error as the worker recorded it.
- *
  * @example
  * for (const f of status.failed) console.log(f.queueId, f.error.code, f.error.message);
  */
@@ -127,7 +121,6 @@ export interface FailedSend {
 
 /**
  * Jobs by state, and the newest failed sends.
- *
  * @example
  * const status = await readOutboxStatus(transport.queue);
  * console.log(status.counts.waiting, status.counts.failed);
@@ -137,9 +130,8 @@ export interface OutboxStatus {
   /** Whether the queue is paused (`queue.pause()`): workers take no jobs. */
   paused: boolean;
   /**
-   * How long every worker still waits because the service answered 429
-   * (its `Retry-After`, up to the workers' `maxRetryAfter`), in ms; 0 when
-   * no such pause holds. Workers take no jobs meanwhile.
+   * How long every worker still waits because the service answered 429, in ms; 0 when no such
+   * pause holds.
    */
   rateLimitedMs: number;
   /** The newest failed sends, up to the limit asked for. */
@@ -147,9 +139,8 @@ export interface OutboxStatus {
 }
 
 /**
- * Reads how many jobs of the outbox are in each state, and the newest failed
- * sends with their errors (what `eml-api queue status` prints).
- *
+ * Reads how many jobs are in each state and the newest failed sends (what `eml-api queue status`
+ * prints).
  * @param options `limit`: failed sends to list, newest first @default 20
  * @example
  * const { counts, failed } = await readOutboxStatus(transport.queue, { limit: 5 });
@@ -197,9 +188,8 @@ export async function readOutboxStatus(
 const UNREADABLE = 'its data in Redis is not valid JSON (cut, or written by something else than the outbox)';
 
 /**
- * A job as BullMQ reads it; the parse error when its hash holds something
- * that is not JSON (one such job must not stop a reading of the whole
- * queue); undefined when it is gone.
+ * A job as BullMQ reads it, the parse error when its hash is not JSON (one such job must not stop a
+ * reading of the whole queue), or undefined when it is gone.
  * @throws Redis's errors
  */
 async function readJob(
@@ -225,9 +215,8 @@ export interface SkippedSend {
 }
 
 /**
- * Takes a job out of the parked set if its entry is still the run that
- * parked it (scored with that run's `processedOn`, ARGV[2]). KEYS: the
- * parked set. ARGV: the job id, the run's `processedOn`.
+ * Takes a job out of the parked set if its entry is still the run that parked it.
+ * KEYS: the parked set. ARGV: the job id, the run's `processedOn`.
  */
 const UNPARK = `
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -248,18 +237,11 @@ const MAY_HAVE_BEEN_DELIVERED =
   "it may have been delivered and the service's idempotency window has passed: check, then put it back by naming it";
 
 /**
- * Puts failed sends back in the queue with a fresh retry schedule (what
- * `eml-api queue retry` does): the ones named, or every one failed when it
- * is called (each once, even if a running worker fails it again meanwhile).
- * Sends that cannot be sent as they are stay failed, in `skipped`: those
- * whose content was removed because the service refused it. So do, unless
- * named, those that may have been delivered and whose idempotency window has
- * passed (`resendUntil`): a worker would park them again. Named, they are put
- * back for one more send, taken as a person's word that they were not
- * delivered. A job put back by someone else while this runs (another
- * operator, a dashboard, a `sendMail` with its key) is left to them, in
- * `skipped`, and the others are still put back.
- *
+ * Puts failed sends back with a fresh retry schedule (what `eml-api queue retry` does): the ones
+ * named, or every job failed when it is called, each once. Skipped, with the reason: jobs whose
+ * content was removed, jobs put back by someone else meanwhile, and, unless named, jobs past their
+ * idempotency window (a worker would park them again; naming one is a person's word that it was
+ * not delivered).
  * @param options `ids`: the jobs to put back @default every failed job
  * @returns the job ids put back, those named that were not failed jobs, and those left with the reason
  * @example
@@ -290,14 +272,13 @@ export async function retryFailedSends(
       skipped.push({ queueId: id, reason: keyUsed ? KEY_USED : CONTENT_REMOVED });
       return true;
     }
-    // By Redis's clock, which workers wrote resendUntil with (not this machine's).
+    // By Redis's clock, which workers wrote resendUntil with.
     const pastWindow = data.resendUntil !== undefined && data.resendUntil <= (now ??= await queueRedisTime(queue));
     if (pastWindow && !ids) {
       skipped.push({ queueId: id, reason: MAY_HAVE_BEEN_DELIVERED });
       return true;
     }
-    // A fresh schedule: its attempts, and its stalls (a job parked after too many starts again from 0);
-    // named past its window, the person's word that it was not delivered: the window starts again.
+    // A fresh schedule resets stalls too; named past its window, the window starts again.
     if (data.stalls || pastWindow) {
       const { possiblyAcceptedAt: _at, resendUntil: _until, ...rest } = data;
       await job.updateData({ ...(pastWindow ? rest : data), stalls: 0, aloneStalls: 0 } as OutboxJobData);
@@ -306,15 +287,12 @@ export async function retryFailedSends(
     try {
       await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
     } catch (err) {
-      // Put back meanwhile by someone else (another operator, a dashboard, a sendMail with its key):
-      // nothing to do for it, and the others still to do.
       if (await job.isFailed()) throw err;
       skipped.push({ queueId: id, reason: NO_LONGER_FAILED });
       return true;
     }
     retried.push(id);
-    // No longer waiting for a person (what the workers' sweep would find later), unless a worker has
-    // parked it again meanwhile: its entry then names the new run.
+    // Out of the parked set, unless a worker parked it again meanwhile (its entry then names the new run).
     const redis = await queueClient(queue);
     await redis.eval(UNPARK, 1, parkedKey(queue), id, parkedRun).catch(() => undefined);
     return true;
@@ -323,24 +301,12 @@ export async function retryFailedSends(
     for (const id of ids) if (!(await retry(id))) notFailed.push(id);
     return { retried, notFailed, skipped };
   }
-  // The failed jobs of this moment, read before any is put back: workers run meanwhile, and one
-  // that fails a put-back job again within milliseconds would put it back in the failed list,
-  // where reading as we go found it again, and again (a request to the service each time).
+  // Read before any is put back: a worker that fails one again at once would otherwise have it found
+  // again, and again, each time a request to the service.
   const failed = await queue.getRanges(['failed'], 0, -1, true);
   for (const id of new Set(failed)) await retry(id);
   return { retried, notFailed, skipped };
 }
-
-/**
- * Removing queued mail for good, now: the jobs and the stored messages. The
- * outbox keeps each message beside its BullMQ job (content keys, the content
- * index), so BullMQ's own removals (`queue.obliterate()`, `remove`, `clean`,
- * `drain`, a dashboard's delete) leave the messages in Redis, in clear
- * unless encrypted: removed by the workers' next sweep once their
- * producer's store deadline has passed, and never when no worker runs.
- * {@link purgeOutbox} removes both at once, for a spam run to stop, or
- * personal data to erase.
- */
 
 /**
  * Options of {@link purgeOutbox}.
@@ -348,17 +314,11 @@ export async function retryFailedSends(
  * const options: PurgeOptions = { ids: ['order-1042'] };
  */
 export interface PurgeOptions {
-  /**
-   * The jobs to remove, with their content. Without it, the whole queue:
-   * every job, every stored message, and every key of the outbox.
-   * @default undefined (the whole queue)
-   */
+  /** The jobs to remove, with their content. @default undefined (the whole queue) */
   ids?: readonly string[];
   /**
-   * Also what workers are sending right now: the whole queue is otherwise
-   * left as it is while any job is being sent (its worker would record the
-   * send on a job that is gone). Named jobs being sent are always left
-   * (BullMQ does not remove a locked job).
+   * Purge the whole queue even while jobs are being sent (their workers then record sends on jobs
+   * that are gone). Named jobs being sent are always left: BullMQ does not remove a locked job.
    * @default false
    */
   force?: boolean;
@@ -379,10 +339,8 @@ export interface PurgeResult {
   /** Named jobs that do not exist. */
   notFound: string[];
   /**
-   * Masters of a Redis Cluster that were down (flagged failed, or not
-   * answering) and so not scanned for stored messages, with why; absent when
-   * none was. The queue's keys share one slot, on a master that answered: a
-   * master down holds none of them.
+   * Masters of a Redis Cluster that were down and so not scanned for stored messages, with why. The
+   * queue's own keys share one slot, on a master that answered.
    */
   skippedNodes?: string[];
 }
@@ -391,12 +349,10 @@ export interface PurgeResult {
 const BATCH = 500;
 
 /**
- * Removes queued mail now: the jobs named, with their stored message, or the
- * whole queue (BullMQ's `obliterate`, then every stored message and every key
- * of the outbox: its content index, the sweeper's lock and marker, the
- * encryption keys' check values). Stop the producers first: a message
- * queued while the queue is purged may be kept.
- *
+ * Removes queued mail now: the jobs named with their stored messages, or the whole queue with every
+ * stored message and outbox key. BullMQ's own removals (`obliterate`, `remove`, `clean`, a
+ * dashboard) leave the stored messages, in clear unless encrypted, until a worker sweeps them. Stop
+ * the producers first: a message queued during a purge may be kept.
  * @returns what was removed and left
  * @example
  * await purgeOutbox(admin.queue); // everything
@@ -415,9 +371,9 @@ export async function purgeOutbox(
   }
   const counts = await queue.getJobCounts(...OUTBOX_STATES);
   await queue.obliterate({ force: true });
-  // BullMQ's obliterate leaves its rate limit key: a 429's pause of every worker would outlive the queue.
+  // obliterate leaves the limiter key: a 429's pause would outlive the queue.
   await redis.del(queueKey(location, 'limiter'));
-  // Every content key: those the index names, then any other (a tombstone, an entry removed by hand).
+  // Those the index names, then any other (a tombstone, an entry removed by hand).
   let content = 0;
   const index = outboxKeys(location).contentIndex;
   for (;;) {
@@ -428,7 +384,7 @@ export async function purgeOutbox(
   }
   const skipped = new Map<string, string>();
   const skip = (node: string, why: string) => skipped.set(node, why);
-  // Keys of this queue's content form only: another queue's prefix may nest in this one's.
+  // Another queue's prefix may nest in this one's.
   const ours = (key: string) => parseContentKey(location.contentKeyPrefix, key) !== undefined;
   content += await deleteMatching(redis, `${location.contentKeyPrefix}*`, ours, skip);
   for (const key of Object.values(outboxKeys(location))) await redis.del(key);
@@ -461,7 +417,7 @@ async function purgeJobs(
     }
     result.jobs++;
     await redis.zrem(outboxKeys(location).parked, id);
-    // Only a key of this queue's content: a forged job must not make this delete another key.
+    // A forged job must not make this delete another key.
     if (typeof contentKey === 'string' && contentKey.startsWith(location.contentKeyPrefix)) {
       const [[, deleted]] = (await redis.multi().del(contentKey).zrem(index, contentKey).exec()) as [[unknown, number]];
       result.content += deleted;
@@ -471,12 +427,9 @@ async function purgeJobs(
 }
 
 /**
- * Deletes every key matching `pattern` that `ours` accepts (a SCAN, fine once for an operator's purge); returns
- * how many.
- * A cluster's SCAN sees one node's keys: every master that answers is scanned (the queue's keys, under a
- * hash-tagged prefix, are on one of them, whichever a failover made it; a master down is skipped and
- * named to `skipped`), and the keys are deleted through the cluster client, which sends them to their
- * slot's master.
+ * Deletes every key matching `pattern` that `ours` accepts, by SCAN; returns how many. A cluster's
+ * SCAN sees one node, so every master that answers is scanned (one that is down is passed to
+ * `skipped`) and deletes go through the cluster client to each slot's master.
  */
 async function deleteMatching(
   redis: OutboxRedisClient,
@@ -498,11 +451,8 @@ async function deleteMatching(
 }
 
 /**
- * The live state of the outbox for people and dashboards: counts, how long
- * the head of the queue has waited, what waits for a person, and the recent
- * rate. What `eml-api queue watch` prints, `queue status --json` adds, and
- * the worker's gauges show.
- *
+ * The live state of the outbox for people and dashboards (what `eml-api queue watch` prints and the
+ * worker's gauges show).
  * @example
  * const { counts, oldestWaitingSeconds, sentLastMinute } = await readOutboxSnapshot(transport.queue);
  */
@@ -512,17 +462,13 @@ export interface OutboxSnapshot {
   /** Whether the queue is paused (`queue.pause()`). */
   paused: boolean;
   /**
-   * Seconds since the job next in line was queued: the older of the heads of
-   * the `waiting` list (retries due) and the `prioritized` set (new messages);
-   * 0 when nothing waits. A number that grows says the workers do not keep up,
-   * or none runs.
+   * Seconds since the job next in line (retries due, then new messages) was queued; 0 when nothing
+   * waits. Growing, it says the workers do not keep up, or none runs.
    */
   oldestWaitingSeconds: number;
   /**
-   * Failed jobs parked for a person (`lastError.parked`): counted as workers
-   * park them and `eml-api queue retry` puts them back; one put back or
-   * removed another way (a dashboard) counts until the workers' next sweep
-   * of stored content (`cleanupInterval`).
+   * Failed jobs parked for a person (`lastError.parked`). One put back other than by `eml-api queue
+   * retry` counts until the workers' next sweep.
    */
   parked: number;
   /** Jobs sent (completed) within the last minute, by their finishing time. */
@@ -537,10 +483,8 @@ function parkedKey(queue: Queue<OutboxJobData, OutboxSendResult>): string {
 }
 
 /**
- * Reads the outbox's live state (see {@link OutboxSnapshot}): a few commands,
- * each of a cost that does not grow with the number of jobs, cheap enough for
- * a scrape every few seconds.
- *
+ * Reads the outbox's live state in a few commands whose cost does not grow with the queue, cheap
+ * enough for a scrape every few seconds.
  * @param now the time ages and the last minute are counted from (ms) @default Date.now()
  * @example
  * const snapshot = await readOutboxSnapshot(transport.queue);
@@ -576,24 +520,15 @@ export async function readOutboxSnapshot(
 }
 
 /**
- * The queue-wide pause a 429 sets: BullMQ's rate limit key
- * (`{prefix}:{queue}:limiter`), which `worker.rateLimit(ms)` sets far above
- * any count for `ms`, and which every worker of the queue honours (re-read
- * at least every 30 s, BullMQ's `maximumRateLimitDelay`). The same key
- * counts the sends of BullMQ's own limiter (`limiter`) in short windows: a
- * count below {@link PAUSE_MARK} is that, not a pause.
- */
-
-/**
- * Values of the limiter key from this one up are a pause set by
- * `rateLimit()` (BullMQ writes `Number.MAX_SAFE_INTEGER`), not a count.
+ * Values of BullMQ's limiter key from this one up are a queue-wide pause set by
+ * `worker.rateLimit(ms)` (a 429), which every worker honours; below, the key counts the sends of
+ * BullMQ's own limiter.
  */
 export const PAUSE_MARK = 1e15;
 
 /**
- * Shortens the pause to `maxMs` when it is longer, in one step (a pause set
- * meanwhile by another worker is judged as it stands).
- * KEYS: the limiter key. ARGV: PAUSE_MARK, maxMs. Returns the pause's length before, 0 when not cut.
+ * Shortens the pause to `maxMs` in one step (a pause set meanwhile by another worker is judged as it
+ * stands). KEYS: the limiter key. ARGV: PAUSE_MARK, maxMs. Returns the length cut, 0 when not cut.
  */
 const CAP_PAUSE = `
 local value = tonumber(redis.call('GET', KEYS[1]) or '0')

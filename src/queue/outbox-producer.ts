@@ -37,9 +37,8 @@ import { checkProducerOwner } from './queue-owner.js';
 import { queueKey } from './queue-location.js';
 
 /**
- * A message for {@link OutboxProducer.enqueue}: the exact bytes every attempt
- * will post, and what to report about them.
- *
+ * A message for {@link OutboxProducer.enqueue}: the exact bytes every attempt posts, and what to
+ * report about them.
  * @example
  * const message: OutboxMessage = {
  *   content: fs.readFileSync('welcome.eml'),
@@ -49,9 +48,8 @@ import { queueKey } from './queue-location.js';
  */
 export interface OutboxMessage {
   /**
-   * What to post: the message's EML for `kind` `'eml'`; the JSON request
-   * body of `POST /v1/send/email` or `/v1/send/group/{group}` for the others.
-   * A stream is read once, as it is stored.
+   * What to post: the EML for `kind` `'eml'`, else the JSON request body of its endpoint. A stream is
+   * read once, as it is stored.
    */
   content: Uint8Array | Readable;
   /**
@@ -61,39 +59,30 @@ export interface OutboxMessage {
   size?: number;
   /** Sender and recipients, as reported (`info.envelope`, `info.accepted`, `eml-api queue status`). */
   envelope: { from: string | false; to: readonly string[] };
-  /**
-   * The message's Message-ID, as reported.
-   * @default ''
-   */
+  /** The message's Message-ID, as reported. @default '' */
   messageId?: string;
   /**
-   * The `Idempotency-Key` of every attempt, and the job's id (see {@link outboxJobId}): a key queued
-   * already is stored once.
+   * The `Idempotency-Key` of every attempt and the job's id: a key queued already is stored once.
    * @default a new UUID
    */
   idempotencyKey?: string;
-  /**
-   * The endpoint.
-   * @default 'eml'
-   */
+  /** The endpoint. @default 'eml' */
   kind?: SendKind;
   /** The group of a group send. */
   group?: string;
 }
 
 /**
- * What a queued send resolves with: the fields Nodemailer's SMTP transport
- * gives, as a relay answers once it has the message on disk. The message is
- * then in Redis; a worker sends it.
- *
+ * What a queued send resolves with: the fields Nodemailer's SMTP transport gives, as a relay answers
+ * once it has the message on disk.
  * @example
  * const info = (await transporter.sendMail(message)) as EmlApiQueuedMessageInfo;
  * console.log(info.response); // '250 Queued as order-1042'
  */
 export interface EmlApiQueuedMessageInfo {
-  /** Sender and recipients (To, Cc and Bcc; none for a group send, whose members are the recipients). */
+  /** Sender and recipients (none for a group send, whose members are the recipients). */
   envelope: MailEnvelope;
-  /** The Message-ID of the stored EML ('' for group and tracked sends, whose copies get theirs from the service). */
+  /** The Message-ID of the stored EML ('' for group and tracked sends: the service gives their copies theirs). */
   messageId: string;
   /** Every envelope recipient: the queue takes a message as a whole. */
   accepted: string[];
@@ -103,27 +92,19 @@ export interface EmlApiQueuedMessageInfo {
   pending: string[];
   /** `250 Queued as <queueId>`. */
   response: string;
-  /** The BullMQ job id: the idempotency key, escaped where BullMQ needs it (see {@link outboxJobId}). */
+  /** The BullMQ job id: the idempotency key, escaped where BullMQ needs it. */
   queueId: string;
   /** The `Idempotency-Key` every attempt of this send carries. */
   idempotencyKey: string;
   /** The group of a group send. */
   group?: string;
-  /**
-   * `true` when a job with this idempotency key was already queued: nothing
-   * new was stored, and the other fields describe the job queued first.
-   */
+  /** `true` when a job with this key was already queued: nothing was stored, the fields describe that job. */
   duplicate: boolean;
   /**
-   * Set when the job this idempotency key names had failed and this call put
-   * it back in the queue with a fresh retry schedule:
-   * - `'replaced'`: with this message (`duplicate: false`). No attempt of the
-   *   failed one can have been accepted, so its key is free at the service.
-   * - `'retried'`: with its own stored bytes (`duplicate: true`, the fields
-   *   describe it). An attempt of it may have been accepted: the service
-   *   answers the same bytes under the key from that attempt, and would
-   *   refuse other bytes (422 `idempotency_key_reused`).
-   * A failed job parked for a person is not put back: the send rejects.
+   * Set when this key's job had failed and this call put it back with a fresh retry schedule:
+   * `'replaced'` with this message (no attempt of the failed one can have been accepted, so the key is
+   * free at the service); `'retried'` with its own stored bytes (an attempt may have been accepted, and
+   * the service would refuse other bytes under the key). A job parked for a person is not put back.
    */
   requeued?: 'replaced' | 'retried';
 }
@@ -131,14 +112,11 @@ export interface EmlApiQueuedMessageInfo {
 const KINDS: readonly SendKind[] = ['eml', 'email', 'group'];
 
 /**
- * The producer side of the outbox: stores messages that are already built
- * in Redis (BullMQ) for the workers to send. {@link EmlApiQueueTransport}
- * builds Nodemailer's messages and stores them through one; the SMTP relay
- * stores what it receives through one; so can any app that has the bytes.
- * Every guarantee of the outbox is here: a message is acknowledged only once
- * Redis holds it whole (and, with `replicas`, its replicas), in settings that
- * keep it; a key queued already is stored once. Holds no API key.
- *
+ * The producer side of the outbox: stores built messages in Redis for the workers to send.
+ * {@link EmlApiQueueTransport} and the SMTP relay store through one; so can any app that has the
+ * bytes. Every guarantee of the outbox is here: a message is acknowledged only once Redis (and, with
+ * `replicas`, its replicas) holds it whole, in settings that keep it; a key queued already is stored
+ * once. Holds no API key.
  * @example
  * import { OutboxProducer } from 'nodemailer-eml-api/queue';
  *
@@ -163,9 +141,8 @@ export class OutboxProducer {
   readonly #content: ContentStore;
   readonly #limiter: ConcurrencyLimiter;
   readonly #inflight = new Set<Promise<unknown>>();
-  /** Redis's refusal of the connection (a wrong password...), watched from the start: it is reported once. */
   readonly #refusal: { refused: Promise<never>; stop(): void };
-  /** Redis's settings (eviction, persistence) and the queue's owner, checked again after every reconnect. */
+  /** Redis's settings and the queue's owner, checked again after every reconnect. */
   readonly #watch: RedisSettingsWatch;
   #closed = false;
   #closing: Promise<void> | undefined;
@@ -192,7 +169,6 @@ export class OutboxProducer {
         fixed: (message) => log.info({}, message),
       },
       more: async () => {
-        // The check value of the key new mail is encrypted with, for workers to compare theirs with.
         if (keyring) await registerKeyChecks(this.#redis.redis, settings, keyring);
         await checkProducerOwner(this.#redis.redis, settings, { account: settings.account, encrypts: !!keyring });
       },
@@ -210,11 +186,9 @@ export class OutboxProducer {
   }
 
   /**
-   * Stores a message for the workers to send, and resolves once Redis holds
-   * it whole, in settings that keep it (the producer's `250`).
-   *
-   * @param options `signal` stops the store until the job is added, waiting for a turn included (it rejects
-   *   with the signal's reason)
+   * Stores a message for the workers to send, and resolves once Redis holds it whole, in settings that
+   * keep it (the producer's `250`).
+   * @param options `signal` stops the store until the job is added, waiting for a turn included
    * @throws {EmlApiError} `EMESSAGE` for a message that cannot be queued (over `maxMessageSize`, a bad
    *   field, a key whose failed job waits for a person); `ECONNECTION` or `ETIMEDOUT` when Redis fails,
    *   with `idempotencyKey` and `queueId`, and `mayHaveBeenAccepted` when the job may be stored all the
@@ -240,7 +214,7 @@ export class OutboxProducer {
         const stop = signal ?? new AbortController().signal;
         return await this.#limiter.run(() => this.#storeChecked(checked, stop, trace), stop);
       } finally {
-        // A stream not read to its end (a refusal, a failure) holds its file open until destroyed.
+        // A stream not read to its end holds its file open until destroyed.
         const content = (message as { content?: unknown } | null)?.content;
         if (content instanceof Readable && !content.readableEnded) content.destroy();
       }
@@ -251,11 +225,8 @@ export class OutboxProducer {
   }
 
   /**
-   * Checks that Redis answers (a PING) and keeps what is queued: its
-   * `maxmemory-policy` must be `noeviction`, and its persistence what the
-   * `durability` option asks (a warning is logged when the append-only file
-   * is off).
-   *
+   * Checks that Redis answers and keeps what is queued: `maxmemory-policy noeviction`, and the
+   * persistence `durability` asks for.
    * @throws {EmlApiError} `ECONNECTION` when Redis cannot be reached; `ECONFIG` naming the
    *   Redis setting (and the command that fixes it) when Redis would lose queued mail
    * @example
@@ -275,10 +246,8 @@ export class OutboxProducer {
   }
 
   /**
-   * Stops the producer: new messages are refused with `ECONNECTION`; those
-   * being stored finish, then the Redis connection is closed (one you passed
-   * in is left open).
-   *
+   * Stops the producer: new messages are refused with `ECONNECTION`, those being stored finish, then
+   * the connection closes (one you passed in is left open).
    * @example
    * const producer = new OutboxProducer({ connection });
    * await producer.close();
@@ -295,14 +264,13 @@ export class OutboxProducer {
     return this.#closing;
   }
 
-  /** Checks the size, then stores the message. */
   async #storeChecked(
     message: CheckedMessage,
     signal: AbortSignal,
     trace: OutboxJobData['trace'],
   ): Promise<EmlApiQueuedMessageInfo> {
     const { maxMessageSize: limit, storeTimeout, logger } = this.#settings;
-    // An EML travels Base64-encoded in JSON: a JSON send may make a request as large as such a message's.
+    // A JSON send may make a request as large as an EML of the limit, Base64-encoded.
     if (message.kind === 'eml' ? message.size > limit : message.size > emlBodyLength(limit)) {
       const what =
         message.kind === 'eml'
@@ -381,8 +349,7 @@ export class OutboxProducer {
         Object.assign(data, this.#content.jobFields(contentKey, written, clear));
       }
     } catch (err) {
-      // Past the deadline the writes may still be going on: stop them, and discard what was written.
-      // The discard leaves a tombstone on which every write still to come fails.
+      // Past the deadline the writes may still be going on: the discard's tombstone fails every one to come.
       writing.abort();
       void this.#content.discard(contentKey).catch(() => undefined);
       throw redisFailure(err, `Could not store the message in Redis at ${where}`, false, send, this.#redis);
@@ -398,8 +365,7 @@ export class OutboxProducer {
     let replicas: number | undefined;
     let unconfirmed: { error: unknown } | undefined;
     try {
-      // A job with this id may be there already: BullMQ keeps it, and what this send does depends on it.
-      // Removed in between, it is added again.
+      // A job with this id may be there already, and decides what this send does; removed in between, it is added again.
       for (let tries = 0; settled.kind === 'gone' && tries < 3; tries++) {
         const job = {
           name: message.kind,
@@ -438,7 +404,6 @@ export class OutboxProducer {
           send,
         );
       case 'lost':
-        // The failed job was left as it was: nothing of this call is kept.
         void this.#content.discard(contentKey).catch(() => undefined);
         throw this.#lost(send);
       case 'refused':
@@ -448,8 +413,7 @@ export class OutboxProducer {
         throw this.#putBackFailure(settled.cause, send);
       case 'duplicate':
       case 'retried': {
-        // Never content the job points at (checked in the same step). Not awaited: a clean-up left
-        // undone is the sweeper's.
+        // Never content the job points at (checked in the same step); a clean-up left undone is the sweeper's.
         if (!inline) void this.#content.release(jobId, contentKey).catch(() => undefined);
         // A failed job put back wrote more since the add's WAIT.
         await this.#confirmReplicas(settled.kind === 'duplicate' ? replicas : undefined, jobId, send, left());
@@ -462,8 +426,7 @@ export class OutboxProducer {
         if (settled.kind === 'replaced' && settled.removeContent !== undefined) {
           void this.#content.release(jobId, settled.removeContent).catch(() => undefined);
         }
-        // Acknowledged only when the content is whole too, as read right after the add (a replacement
-        // checked it in the same step as it set the data; content in the job came with it).
+        // Acknowledged only when the content is whole too (a replacement checked it in the same step).
         if (settled.kind === 'new' && storedSize !== undefined && state!.storedLength !== storedSize) {
           await this.#confirmStored(jobId, contentKey, finishedByWorker(state!), send, left());
         }
@@ -480,9 +443,8 @@ export class OutboxProducer {
   }
 
   /**
-   * Runs a check of Redis's settings within `ms`. A refused password leaves
-   * the commands waiting until the deadline: the refusal, seen in the
-   * client's errors, ends it with its reason.
+   * Runs a check of Redis's settings within `ms`; a refused password ends it with its reason instead of
+   * at the deadline.
    * @throws {EmlApiError} `ECONFIG` when the settings are wrong; `ECONNECTION`, `ETIMEDOUT`
    */
   async #checkSettings(check: () => Promise<void>, ms: number): Promise<void> {
@@ -495,9 +457,8 @@ export class OutboxProducer {
   }
 
   /**
-   * Before a send is acknowledged: the settings were found right since the
-   * connection last (re)connected. A Redis that restarted meanwhile into
-   * settings that lose mail has the message, but gives no `250`.
+   * Before a send is acknowledged, the settings must have been found right since the last
+   * (re)connection: a Redis that restarted into settings that lose mail has the message, but no `250`.
    */
   async #confirmSettings(send: StoredSend, ms: number): Promise<void> {
     if (this.#watch.confirmed) return;
@@ -516,12 +477,10 @@ export class OutboxProducer {
   }
 
   /**
-   * The error of an add that failed. A refusal from Redis (`NOPERM`, `OOM`,
-   * `READONLY`...) means the add never ran: the content is withdrawn (unless
-   * a job points at it after all) and the send is not accepted. A cluster
-   * that gave up re-routing it may have run an earlier try on a master that
-   * failed over: not accepted only once the content is withdrawn. Anything
-   * else (a timeout, a lost connection) may have landed: `mayHaveBeenAccepted`.
+   * The error of an add that failed. A refusal from Redis (`NOPERM`, `OOM`, `READONLY`...) means the
+   * add never ran: the content is withdrawn and the send not accepted. A cluster that gave up
+   * re-routing may have run an earlier try before a failover: not accepted only once the content is
+   * withdrawn. Anything else may have landed: `mayHaveBeenAccepted`.
    */
   async #addFailure(
     err: unknown,
@@ -548,9 +507,8 @@ export class OutboxProducer {
   }
 
   /**
-   * The error of a failed job under the key that could not be put back: it
-   * may be back or still failed. Never a `250`: a job left failed is never
-   * sent. Queueing again with the same key finishes putting it back.
+   * A failed job under the key could not be put back: it may be back or still failed, so never a
+   * `250`. Queueing again with the same key finishes putting it back.
    */
   #putBackFailure(cause: unknown, send: StoredSend): EmlApiError {
     const failure = redisFailure(cause, `Could not reach Redis at ${this.#redis.where}`, false, send, this.#redis);
@@ -564,9 +522,8 @@ export class OutboxProducer {
   }
 
   /**
-   * With `replicas`, rejects unless that many replicas confirmed every write
-   * of the message (`confirmed`, read with the add, or asked now). The
-   * message is on the master: `mayHaveBeenAccepted`.
+   * With `replicas`, rejects unless enough replicas confirmed every write of the message (`confirmed`
+   * read with the add, or asked now). The message is on the master: `mayHaveBeenAccepted`.
    */
   async #confirmReplicas(confirmed: number | undefined, jobId: string, send: StoredSend, ms: number): Promise<void> {
     const { replicas } = this.#settings;
@@ -594,11 +551,9 @@ export class OutboxProducer {
   }
 
   /**
-   * The content under the job's key was not whole right after the add. A
-   * worker that finished with the job already removed it (`finished`): the
-   * send was queued. Otherwise Redis lost data since the content was written
-   * (a restart without AOF, a failover) and a re-sent add re-created the job
-   * alone: the job is removed and the send refused, so the app queues it again.
+   * The content was not whole right after the add. A worker that finished the job removed it: queued.
+   * Otherwise Redis lost data since it was written (a restart without AOF, a failover) and a resent add
+   * re-created the job alone: the job is removed and the send refused, to be queued again.
    */
   async #confirmStored(
     jobId: string,
@@ -627,7 +582,6 @@ export class OutboxProducer {
   }
 }
 
-/** A message checked, with its defaults. */
 interface CheckedMessage {
   content: Buffer | Readable;
   size: number;
@@ -680,10 +634,7 @@ function mib(n: number): string {
   return `${(n / 1024 / 1024).toFixed(1)} MiB`;
 }
 
-/**
- * The info of a queued send.
- * @param requeued how a failed job under the key was put back, if it was @default undefined
- */
+/** @param requeued how a failed job under the key was put back, if it was @default undefined */
 function queuedMessageInfo(
   fields: { envelope: MailEnvelope; messageId: string; group?: string | undefined; idempotencyKey: string },
   queueId: string,

@@ -2,29 +2,20 @@ import { randomBytes } from 'node:crypto';
 import { configError, describe } from '../shared/options-kit.js';
 
 /*
- * Every Redis key name the outbox uses is built here: BullMQ's keys of a
- * queue that the outbox's own scripts read (`{prefix}:{queue}:{name}`, a
- * job's hash `{prefix}:{queue}:{jobId}` and its lock beside it), the content
- * of each queued send, `{prefix}:{queue}:content:{jobId}:{createdMs}-{random}`
- * (the job id lets the sweeper judge it; the random part keeps a second
- * enqueue of the same id from overwriting the first one's bytes), and the
- * outbox's own keys, `{prefix}:{queue}:outbox:{name}`. Job ids escape ":",
- * so no job's key is one of those.
+ * Every Redis key name the outbox uses is built here: BullMQ's keys of a queue that the outbox's
+ * scripts read, the content of each send (`{prefix}:{queue}:content:{jobId}:{createdMs}-{random}`: the
+ * job id lets the sweeper judge it, the random part keeps a second enqueue of the id from overwriting
+ * the first one's bytes), and the outbox's own keys (`{prefix}:{queue}:outbox:{name}`). Job ids escape
+ * ":", so no job's key is one of those.
  */
 
-/**
- * The queue's name when none is given.
- */
+/** The queue's name when none is given. */
 export const DEFAULT_QUEUE_NAME = 'eml-api';
 
-/**
- * BullMQ's own default key prefix, so the outbox's keys are `bull:eml-api:*`.
- */
+/** BullMQ's own default key prefix. */
 export const DEFAULT_PREFIX = 'bull';
 
-/**
- * Where a queue lives in Redis: its name, its key prefix, and where its content keys start.
- */
+/** Where a queue lives in Redis: its name, its key prefix, and where its content keys start. */
 export interface QueueLocation {
   queueName: string;
   prefix: string;
@@ -33,7 +24,6 @@ export interface QueueLocation {
 
 /**
  * Checks `queueName` and `prefix` (producers, workers and the CLI alike).
- *
  * @param queueName @default 'eml-api'
  * @param prefix @default 'bull'
  * @throws {EmlApiError} `ECONFIG` naming the option
@@ -60,16 +50,12 @@ export function queueKey(location: Where, name: string): string {
   return `${location.prefix}:${location.queueName}:${name}`;
 }
 
-/**
- * BullMQ's lock of a job: the token of the worker running it.
- */
+/** BullMQ's lock of a job: the token of the worker running it. */
 export function jobLockKey(location: Where, jobId: string): string {
   return `${queueKey(location, jobId)}:lock`;
 }
 
-/**
- * The outbox's own keys of a queue, beside BullMQ's.
- */
+/** The outbox's own keys of a queue, beside BullMQ's. */
 export function outboxKeys(location: Where): {
   /** Sorted set: every content key, scored with its producer's deadline to add the job (Redis time, ms). */
   contentIndex: string;

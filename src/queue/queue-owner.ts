@@ -6,31 +6,23 @@ import { outboxKeys, type QueueLocation } from './queue-location.js';
 import type { OutboxJobData } from './outbox-job.js';
 
 /**
- * Who a queue belongs to, recorded on it (`{prefix}:{queue}:outbox:owner`, a
- * hash): the account its producers and workers name (a fingerprint of their
- * `account` option, never the API key), that its mail is encrypted (from when,
- * by Redis's clock), and the fingerprints of the API keys its workers hold.
- * Two apps on one Redis with the default prefix and queue name shared one
- * queue: one app's mail went out through the other's account, and a worker
- * holding encryption keys posted jobs another app had stored in clear.
+ * Fields of the owner hash of a queue: the account its producers and workers name (a fingerprint,
+ * never the API key), since when its mail is encrypted, and its workers' key fingerprints. Without it
+ * two apps sharing a Redis and a queue name send each other's mail through their own accounts.
  */
-
-/** Fields of the owner record. */
 const ACCOUNT = 'account';
 const ACCOUNT_SINCE = 'account-since';
 const ENCRYPTED = 'encrypted';
 const KEY = 'key:';
 
-/** How long a worker's API key counts as in use on the queue after it was last seen, in ms (a day). */
+/** How long a worker's API key counts as in use on the queue after it was last seen, in ms. */
 const KEY_SEEN_MS = 24 * 3_600_000;
 
 /**
- * Records what a producer or worker brings (its account, the queue's
- * encryption, a worker's key) where nothing is recorded yet, and answers the
- * record as it stands. KEYS: the owner hash. ARGV: the account fingerprint
- * ('' for none), '1' when the producer encrypts, the worker's key field (''
- * for none). A full Redis (maxmemory, `noeviction`) refuses the writes: the
- * record is read all the same, so that a worker starts and drains it.
+ * Records what a producer or worker brings where nothing is recorded yet, and answers the record.
+ * KEYS: the owner hash. ARGV: the account fingerprint ('' for none), '1' when the producer encrypts,
+ * the worker's key field ('' for none). A full Redis refuses the writes but the record is read, so
+ * that a worker starts and drains the queue.
  */
 const REGISTER = `
 local now = redis.call('TIME')
@@ -46,18 +38,12 @@ table.insert(record, ms)
 return record
 `;
 
-/**
- * The fingerprint of an `account` option (16 hex characters): what the
- * queue records and jobs carry.
- */
+/** The fingerprint of an `account` option: what the queue records and jobs carry. */
 export function accountFingerprint(account: string): string {
   return createHash('sha256').update(`nodemailer-eml-api account\0${account}`).digest('hex').slice(0, 16);
 }
 
-/**
- * A short fingerprint of a worker's API key (12 hex characters, an HMAC of
- * a fixed text under the key): tells keys apart, tells nothing of them.
- */
+/** A short fingerprint of a worker's API key (an HMAC under the key): tells keys apart, tells nothing of them. */
 export function keyFingerprint(apiKey: string): string {
   return createHmac('sha256', apiKey).update('nodemailer-eml-api worker key').digest('hex').slice(0, 12);
 }
@@ -121,8 +107,8 @@ export async function registerOwner(
 }
 
 /**
- * What a producer checks of the owner record: the account it names, and
- * that it encrypts when the queue's mail is.
+ * Checks a producer against the owner record: the account it names, and that it encrypts when the
+ * queue's mail is encrypted.
  * @throws {EmlApiError} `ECONFIG` naming `account` or `encryption`
  */
 export async function checkProducerOwner(
@@ -144,10 +130,8 @@ export async function checkProducerOwner(
 }
 
 /**
- * What a worker checks of the owner record, at start and then with Redis's
- * settings: the account it names. Returns the record, and the keys of other
- * workers seen within a day when the queue names no account (another app's,
- * or a rotated key: told as a warning).
+ * Checks a worker against the owner record. When the queue names no account, also returns the keys of
+ * other workers seen within a day (another app's, or a rotated key: warned of).
  * @throws {EmlApiError} `ECONFIG` naming `account`
  */
 export async function checkWorkerOwner(
@@ -188,11 +172,9 @@ function checkAccount(
 }
 
 /**
- * Why a worker does not send a job, if it must not: queued for another
- * account than the worker's, or naming none on a queue that has named its
- * account since before it was queued; or stored in clear on a queue whose
- * mail has been encrypted since before it was queued. (Jobs queued before
- * are the backlog of a queue that came to name its account, or to encrypt.)
+ * Why a worker must not send a job: queued for another account, or naming none on a queue that named
+ * its account before it was queued; or stored in clear on a queue encrypted before it was queued. Jobs
+ * queued earlier are the backlog of a queue that came to name its account or to encrypt.
  * @param queuedAt when Redis took the job (Redis's time, ms), asked only when it matters
  * @param me the worker's account fingerprint, and whether it holds encryption keys
  * @param owner from when the queue names its account, and from when its mail is encrypted

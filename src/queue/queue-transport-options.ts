@@ -30,10 +30,8 @@ import { OUTBOX_DURABILITIES, type OutboxDurability } from './redis-settings.js'
 import { accountFingerprint, resolveAccount } from './queue-owner.js';
 
 /**
- * BullMQ job options a producer may set on its jobs. The job id is the
- * send's idempotency key, so it is not among them; `removeOnComplete` and
- * `removeOnFail` cannot be `true` (see {@link OutboxProducerOptions.jobOptions}).
- *
+ * BullMQ job options a producer may set. Not the job id (it is the send's idempotency key);
+ * `removeOnComplete` and `removeOnFail` cannot be `true`.
  * @example
  * const jobOptions: OutboxJobOptions = { priority: 1, removeOnFail: { age: 30 * 86400 } };
  */
@@ -46,18 +44,14 @@ export type OutboxJobOptions = Omit<
 };
 
 /**
- * How many Redis replicas must confirm a message before it is acknowledged
- * (see {@link OutboxProducerOptions.replicas}).
+ * How many Redis replicas must confirm a message before it is acknowledged.
  * @example
  * const replicas: OutboxReplicas = { count: 1, timeoutMs: 500 };
  */
 export interface OutboxReplicas {
   /** Replicas that must confirm, at least 1. */
   count: number;
-  /**
-   * How long to wait for them, in ms.
-   * @default 1000
-   */
+  /** How long to wait for them, in ms. @default 1000 */
   timeoutMs?: number;
 }
 
@@ -68,84 +62,57 @@ export interface OutboxReplicas {
  */
 export interface QueueTransportTimeouts {
   /**
-   * Time allowed to store a message and its job in Redis. A send that takes
-   * longer fails with `ETIMEDOUT` (when the job may still have been stored,
-   * the error says so: `mayHaveBeenAccepted`). Also bounds Redis's checks
-   * (`verify()`, the first send's) and the wait for `replicas`.
+   * Time allowed to store a message and its job in Redis, and for Redis's checks and `replicas`;
+   * longer fails with `ETIMEDOUT` (with `mayHaveBeenAccepted` when the job may have been stored).
    * @default 30000
    */
   store?: number;
 }
 
 /**
- * Options of {@link OutboxProducer}, the store every producer of the outbox
- * goes through. No API key: a producer only stores messages; the workers
- * that send them have the key.
- *
+ * Options of {@link OutboxProducer}, the store every producer of the outbox goes through. No API
+ * key: only the workers that send need it.
  * @example
  * const producer = new OutboxProducer({ connection: process.env.REDIS_URL!, queueName: 'mail' });
  */
 export interface OutboxProducerOptions {
   /** Redis: a `redis://` or `rediss://` URL, ioredis options, or an ioredis instance (which you then close). */
   connection: RedisConnectionInput;
-  /**
-   * Name of the BullMQ queue; workers must use the same.
-   * @default 'eml-api'
-   */
+  /** Name of the BullMQ queue; workers must use the same. @default 'eml-api' */
   queueName?: string;
   /**
-   * The service account this queue sends for: your account's id, or any
-   * name its producers and workers share. Recorded on the queue (a
-   * fingerprint) by the first producer or worker that names one; a producer
-   * or worker of another account, or one that names none, then refuses the
-   * queue (`ECONFIG`), and workers refuse jobs queued for another account.
-   * Two apps on one Redis with the same queue name would otherwise send each
-   * other's mail through their own accounts.
+   * The service account this queue sends for. Recorded on the queue (a fingerprint) by the first
+   * producer or worker that names one; others then refuse the queue (`ECONFIG`), so two apps sharing
+   * a Redis and a queue name cannot send each other's mail through their own accounts.
    * @default undefined (none named)
    * @example
    * new EmlApiQueueTransport({ connection, account: 'shop-prod' });
    */
   account?: string;
-  /**
-   * Prefix of every Redis key of the queue (BullMQ's `prefix`); workers must use the same.
-   * @default 'bull'
-   */
+  /** Prefix of every Redis key of the queue (BullMQ's `prefix`); workers must use the same. @default 'bull' */
   prefix?: string;
   /**
    * When failed sends are tried again. See docs/outbox.md, "Retries, rate limits and failures".
-   * @default { attempts: 30, delay: 5000, maxDelay: 3600000, jitter: 0.2 } (waits of 16.3 to 20.4 hours in all)
+   * @default { attempts: 30, delay: 5000, maxDelay: 3600000, jitter: 0.2 }
    */
   retry?: RetryScheduleOptions;
   /**
-   * BullMQ options of every job, over the outbox's (`attempts` and `backoff`
-   * from `retry`; sent jobs kept 24 hours, the service's idempotency window,
-   * so a repeated `idempotencyKey` is still recognised; failed jobs kept 7 days).
-   * `priority` (0 to 2^21 - 2, lower first) orders new messages among
-   * themselves; BullMQ stores it plus 1, as retries, which go first, have 0.
-   * `removeOnComplete` that removes sent jobs within the idempotency window
-   * (`true`, a count of 0, an `age` under 86400) and `removeOnFail` that
-   * removes failed jobs at once (`true`, a count of 0, an `age` of 0: parked
-   * messages would vanish) are refused with `ECONFIG`; a count keeps that many
-   * (under load, fewer than a day's).
+   * BullMQ options of every job, over the outbox's. `priority` (0 to 2^21 - 2, lower first) orders
+   * new messages; retries always go first. Removal that loses sent jobs within the idempotency window
+   * (a repeated `idempotencyKey` is recognised by its job) or failed jobs at once (parked messages
+   * would vanish) is refused with `ECONFIG`.
    * @default { removeOnComplete: { age: 86400 }, removeOnFail: { age: 604800 } }
    */
   jobOptions?: OutboxJobOptions;
   /**
-   * Largest message queued, in bytes: the size of the message itself (its
-   * EML), as the relay's `maxMessageSize` counts it. Larger ones are refused
-   * with `EMESSAGE` before anything is stored. The default is the largest
-   * message whose upload (Base64 in JSON, 4/3 of its size) fits the
-   * service's 50 MiB request limit; a send without EML (a JSON send) may make
-   * a request as large as such a message's.
-   * @default 39321591 (37.5 MiB, whose upload is the service's 50 MiB request limit)
+   * Largest message queued (its EML), in bytes; larger ones are refused with `EMESSAGE` before
+   * anything is stored.
+   * @default 39321591 (37.5 MiB, whose Base64 upload is the service's 50 MiB request limit)
    * @example
    * new EmlApiQueueTransport({ connection, maxMessageSize: 10 * 1024 * 1024 });
    */
   maxMessageSize?: number;
-  /**
-   * Messages storing at once; more wait in order.
-   * @default 10
-   */
+  /** Messages storing at once; more wait in order. @default 10 */
   concurrency?: number;
   /**
    * Time limits in milliseconds.
@@ -155,57 +122,37 @@ export interface OutboxProducerOptions {
    */
   timeouts?: QueueTransportTimeouts;
   /**
-   * What Redis must guarantee before mail is queued; checked on the first
-   * send and by `verify()`, with `maxmemory-policy noeviction` always
-   * required. `'warn'` queues in any case and logs a warning when Redis runs
-   * without its append-only file (a queued message then survives no restart
-   * of Redis); `'aof'` refuses (`ECONFIG`) unless `appendonly yes`;
-   * `'aof-always'` also needs `appendfsync always` (every write on disk
-   * before a message is acknowledged, as Postfix fsyncs before its `250`). Where
-   * Redis does not let the settings be read, a warning is logged instead.
+   * What Redis must guarantee before mail is queued (`maxmemory-policy noeviction` always): `'warn'`
+   * logs a warning without the append-only file; `'aof'` refuses (`ECONFIG`) unless `appendonly yes`;
+   * `'aof-always'` also needs `appendfsync always`, as Postfix fsyncs before its `250`. Checked on
+   * the first send and by `verify()`.
    * @default 'warn'
    * @example
    * new EmlApiQueueTransport({ connection: process.env.REDIS_URL!, durability: 'aof' });
    */
   durability?: OutboxDurability;
   /**
-   * The persistence `durability` asks for is verified another way: where
-   * Redis does not let it be read (a managed Redis that renames `CONFIG`,
-   * whose `INFO` tells `appendonly` but not `appendfsync`), it is taken as
-   * given, with a warning, instead of refused (`ECONFIG`). Say it only once
-   * you checked the setting (your provider's console or parameter group).
+   * Where Redis does not let `durability` be read (a managed Redis that renames `CONFIG`), take it as
+   * given with a warning instead of refusing. Say it only once you checked the setting.
    * @default false
    * @example
    * new EmlApiQueueTransport({ connection, durability: 'aof-always', durabilityVerified: true });
    */
   durabilityVerified?: boolean;
   /**
-   * Replicas of Redis that must hold each message before it is
-   * acknowledged (`sendMail` resolves). Redis replicates asynchronously: without this, a message is
-   * acknowledged once its master has it, and a failover to a replica that
-   * had not received it yet loses it (a master that dies mid-stream, or one
-   * that hangs while its replica takes over). With it, the producer sends
-   * `WAIT count timeoutMs` with the job's add, in the same round trip, and
-   * resolves only once `count` replicas confirmed every write of the message
-   * (its content, its job). When fewer do within `timeoutMs`, the send
-   * rejects with `ETIMEDOUT` and `mayHaveBeenAccepted: true`: the message is
-   * queued on the master and will most likely be sent, but it could still be
-   * lost in a failover; queue it again with the same `idempotencyKey`
-   * (`err.idempotencyKey`), which stores it once. Works with one Redis and its
-   * replicas and on a Redis Cluster (the master of the queue's slot). Costs
-   * the replicas' round trip per message (`WAIT` holds the producer's
-   * connection meanwhile); see BENCHMARKS.md, "outbox replicas".
+   * Replicas that must hold each message before `sendMail` resolves. Redis replicates
+   * asynchronously, so a failover can lose what only the master had. The producer sends `WAIT count
+   * timeoutMs` with the job's add; when fewer confirm, the send rejects with `ETIMEDOUT` and
+   * `mayHaveBeenAccepted: true`, and queueing it again under `err.idempotencyKey` stores it once.
+   * Costs a replica round trip per message.
    * @default undefined (the master's acknowledgement alone)
    * @example
    * new EmlApiQueueTransport({ connection, replicas: { count: 1, timeoutMs: 500 } });
    */
   replicas?: OutboxReplicas;
   /**
-   * Encrypts what is queued (AES-256-GCM): the message's content, chunk by
-   * chunk, and its envelope and Message-ID; the workers hold the same keys.
-   * Anyone who can read Redis otherwise reads every queued message. See
-   * docs/outbox.md, "Encryption at rest", for what stays in clear (the idempotency key, the
-   * group, the size, the errors the service returned).
+   * Encrypts the queued content, envelope and Message-ID (AES-256-GCM); the workers hold the same
+   * keys. See docs/outbox.md, "Encryption at rest", for what stays in clear.
    * @default undefined (stored in clear)
    * @example
    * new EmlApiQueueTransport({
@@ -214,26 +161,17 @@ export interface OutboxProducerOptions {
    * });
    */
   encryption?: OutboxEncryption;
-  /**
-   * Where the producer logs: `true` for the console, or a logger object.
-   * @default false
-   */
+  /** Where the producer logs: `true` for the console, or a logger object. @default false */
   logger?: boolean | EmlApiLogger;
 }
 
 /**
- * Options of {@link EmlApiQueueTransport}: a producer's, and how it builds
- * messages. No API key: the workers that send them have it.
- *
+ * Options of {@link EmlApiQueueTransport}: a producer's, and how it builds messages.
  * @example
  * const transport = new EmlApiQueueTransport({ connection: process.env.REDIS_URL!, queueName: 'mail' });
  */
 export interface EmlApiQueueTransportOptions extends OutboxProducerOptions {
-  /**
-   * Sends building and storing at once; more wait in order. `isIdle()` is
-   * true while one more would start at once.
-   * @default 10
-   */
+  /** Sends building and storing at once; more wait in order. @default 10 */
   concurrency?: number;
   /**
    * Where large messages are spooled while they are built (as with the direct transport).
@@ -241,9 +179,7 @@ export interface EmlApiQueueTransportOptions extends OutboxProducerOptions {
    */
   spool?: SpoolOptions;
   /**
-   * Build messages on this many worker threads (`'auto'`: one per core), as
-   * the direct transport's `buildThreads` does: the same bytes, off the
-   * thread that calls `sendMail`.
+   * Build messages on this many worker threads (`'auto'`: one per core), as the direct transport does.
    * @default undefined (off)
    * @example
    * new EmlApiQueueTransport({ connection, buildThreads: 2 });
@@ -251,10 +187,7 @@ export interface EmlApiQueueTransportOptions extends OutboxProducerOptions {
   buildThreads?: number | 'auto' | false;
 }
 
-/**
- * The default of `maxMessageSize`: the largest message whose upload fits the
- * service's 50 MiB request limit (37.5 MiB).
- */
+/** The default of `maxMessageSize`: the largest message whose upload fits the service's request limit. */
 export const DEFAULT_MAX_MESSAGE_SIZE = maxUploadableSize(MAX_REQUEST_SIZE);
 
 /** Every option of a producer. */
@@ -281,27 +214,18 @@ const QUEUE_TRANSPORT_OPTIONS = [
   'spool',
   'buildThreads',
 ] as const satisfies readonly (keyof EmlApiQueueTransportOptions)[];
-/**
- * How long sent jobs are kept, in seconds: the service's idempotency window
- * (24 hours), so a repeated `idempotencyKey` is still recognised.
- */
+/** How long sent jobs are kept, in seconds: the idempotency window, so a repeated key is recognised. */
 export const KEEP_SENT_SECONDS = 24 * 3600;
-/**
- * How long failed jobs are kept, in seconds: 7 days, to be looked at and retried.
- */
+/** How long failed jobs are kept, in seconds. */
 export const KEEP_FAILED_SECONDS = 7 * 24 * 3600;
 
-/**
- * Producer options after validation.
- */
+/** Producer options after validation. */
 export interface ResolvedProducerOptions extends QueueLocation {
   jobOptions: OutboxJobOptions;
   maxMessageSize: number;
   concurrency: number;
-  /** `timeouts.store`. */
   storeTimeout: number;
   durability: OutboxDurability;
-  /** `durabilityVerified`. */
   durabilityVerified: boolean;
   /** The fingerprint of `account`, if given. */
   account: string | undefined;
@@ -312,9 +236,7 @@ export interface ResolvedProducerOptions extends QueueLocation {
   logger: EmlApiLogger;
 }
 
-/**
- * The queue transport's own options after validation, and the producer's options as given.
- */
+/** The queue transport's own options after validation, and the producer's options as given. */
 export interface ResolvedQueueTransportOptions {
   producer: OutboxProducerOptions;
   concurrency: number;
@@ -324,8 +246,7 @@ export interface ResolvedQueueTransportOptions {
 }
 
 /**
- * Checks the options of {@link EmlApiQueueTransport} of its own, and that it knows every option given
- * (the producer checks its own).
+ * Checks the queue transport's own options and that every option given is known.
  * @throws {EmlApiError} `ECONFIG` naming the option
  */
 export function resolveQueueTransportOptions(options: EmlApiQueueTransportOptions): ResolvedQueueTransportOptions {
@@ -436,10 +357,8 @@ function resolveReplicas(value: unknown, storeTimeout: number): Required<OutboxR
 }
 
 /**
- * Refuses a `removeOnComplete` / `removeOnFail` (BullMQ's `boolean | number |
- * { age, count }`) that removes jobs the outbox needs: at once (`true`, a
- * count of 0), or younger than `minAge` seconds. `false` (keep them), a count
- * of at least 1 and longer ages are the app's choice.
+ * Refuses a `removeOnComplete` / `removeOnFail` that removes jobs the outbox needs: at once, or
+ * younger than `minAge` seconds.
  */
 function checkRemoval(value: unknown, name: string, minAge: number, why: string): void {
   if (value === undefined || value === false) return;

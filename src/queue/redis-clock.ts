@@ -1,23 +1,16 @@
 import type { OutboxRedisClient } from './redis-connection.js';
 import { queueClient } from './bullmq-internals.js';
 
-/**
- * How often a {@link RedisClock} reads `TIME` again, in ms (1 minute).
- */
+/** How often a {@link RedisClock} reads `TIME` again, in ms. */
 export const REDIS_CLOCK_REFRESH = 60_000;
 
-/**
- * How far a worker's clock may be off Redis's, in ms (1 minute): further, it
- * takes no jobs (see {@link RedisClock.problem}).
- */
+/** How far a worker's clock may be off Redis's before it takes no jobs, in ms. */
 export const MAX_CLOCK_OFFSET_MS = 60_000;
 
 /** How far the wall clock may move otherwise than the monotonic one before `TIME` is read again, in ms. */
 const SUSPEND_MS = 2_000;
 
-/**
- * Options of {@link RedisClock}.
- */
+/** Options of {@link RedisClock}. */
 export interface ClockOptions {
   /** How often `TIME` is read again, in ms. */
   refreshEvery?: number;
@@ -28,12 +21,9 @@ export interface ClockOptions {
 }
 
 /**
- * Redis's clock: every time the outbox writes on a job and compares with one
- * (`possiblyAcceptedAt`, `resendUntil`, `lastError.at`) is Redis's, the one
- * clock every worker shares; machines' clocks can differ by hours. `TIME` is
- * read once a minute and carried forward on the monotonic clock in between
- * (no round trip per job; off by half a round trip at most), and read again
- * when the wall clock moved otherwise than the monotonic one (a suspended
+ * Redis's clock: every time written on a job or compared with one is Redis's, the one clock every
+ * worker shares (machines' clocks can differ by hours). `TIME` is read once a minute and carried
+ * forward on the monotonic clock, and read again when the wall clock moved otherwise (a suspended
  * machine, which the monotonic clock misses).
  */
 export class RedisClock {
@@ -79,10 +69,7 @@ export class RedisClock {
     return this.#syncing;
   }
 
-  /**
-   * How far this machine's clock is ahead of Redis's (behind: negative), in
-   * ms, from the last reading; undefined before the first. No round trip.
-   */
+  /** How far this machine's clock is ahead of Redis's (behind: negative), in ms; undefined before the first reading. */
   offset(): number | undefined {
     const sample = this.#sample;
     if (sample === undefined) return undefined;
@@ -90,8 +77,7 @@ export class RedisClock {
   }
 
   /**
-   * Redis's time now, in ms since the epoch. When Redis cannot be read, the
-   * last reading carried forward.
+   * Redis's time now, in ms since the epoch; the last reading carried forward when Redis cannot be read.
    * @throws Redis's errors, when it was never read
    */
   async now(): Promise<number> {
@@ -111,10 +97,9 @@ export class RedisClock {
   }
 
   /**
-   * Why a worker must not finish jobs now, if it must not: its clock is more
-   * than {@link MAX_CLOCK_OFFSET_MS} off Redis's. BullMQ removes old sent and
-   * failed jobs by the clock of the worker that finishes one: a worker days
-   * ahead would erase mail kept for a person.
+   * Why a worker must not finish jobs now: its clock is more than {@link MAX_CLOCK_OFFSET_MS} off
+   * Redis's. BullMQ removes old jobs by the finishing worker's clock, so a worker days ahead would erase
+   * mail kept for a person.
    */
   problem(): string | undefined {
     const off = this.offset();
@@ -129,24 +114,18 @@ export class RedisClock {
   }
 }
 
-/**
- * Redis's clock (`TIME`), in ms since the epoch.
- */
+/** Redis's clock (`TIME`), in ms since the epoch. */
 export async function redisTime(redis: OutboxRedisClient): Promise<number> {
   const [secs, micros] = await redis.time();
   return Number(secs) * 1000 + Math.floor(Number(micros) / 1000);
 }
 
-/**
- * Redis's clock, read through a BullMQ queue's own connection.
- */
+/** Redis's clock, read through a BullMQ queue's own connection. */
 export async function queueRedisTime(queue: object): Promise<number> {
   return redisTime(await queueClient(queue));
 }
 
-/**
- * A duration for messages, in whole seconds (at least 1).
- */
+/** A duration for messages, in whole seconds (at least 1). */
 export function seconds(ms: number): string {
   return `${Math.max(1, Math.round(ms / 1000))} s`;
 }

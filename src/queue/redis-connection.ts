@@ -5,33 +5,24 @@ import { configError, describe, requirePeer } from '../shared/options-kit.js';
 import { queueKey, type QueueLocation } from './queue-location.js';
 
 /**
- * Where the outbox's Redis is: a `redis://` or `rediss://` URL, ioredis
- * options, or an ioredis instance you made (you then close it yourself); or a
- * Redis Cluster: `{ cluster: [node URLs], clusterOptions? }`, or an ioredis
- * `Cluster` you made. On a cluster the queue's `prefix` needs a hash tag
- * (`'{eml-api}'`).
- *
+ * Where the outbox's Redis is: a `redis://` or `rediss://` URL, ioredis options, or an ioredis
+ * instance you made (and close); or a Redis Cluster: `{ cluster: [node URLs], clusterOptions? }` or
+ * an ioredis `Cluster`. On a cluster the queue's `prefix` needs a hash tag (`'{eml-api}'`).
  * @example
  * const connection: RedisConnectionInput = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
  * const cluster: RedisConnectionInput = { cluster: ['redis://10.0.0.1:7000', 'redis://10.0.0.2:7000'] };
  */
 export type RedisConnectionInput = string | RedisOptions | Redis | Cluster | OutboxClusterConnection;
 
-/**
- * The client the outbox talks to Redis through: one server, or a cluster.
- */
+/** The client the outbox talks to Redis through: one server, or a cluster. */
 export type OutboxRedisClient = Redis | Cluster;
 
-/**
- * Whether a client of the outbox is a Redis Cluster's.
- */
+/** Whether a client of the outbox is a Redis Cluster's. */
 export function isClusterClient(redis: OutboxRedisClient): redis is Cluster {
   return (redis as { isCluster?: boolean }).isCluster === true;
 }
 
-/**
- * A Redis client of the outbox, and whether the outbox made it (and so closes it).
- */
+/** A Redis client of the outbox, and whether the outbox made it (and so closes it). */
 export interface OutboxRedis {
   readonly redis: OutboxRedisClient;
   readonly owned: boolean;
@@ -41,24 +32,15 @@ export interface OutboxRedis {
   readonly cluster: boolean;
 }
 
-/**
- * What the connection is for: producers fail sends after a few reconnect tries, workers wait for Redis.
- */
+/** What the connection is for: producers fail sends after a few reconnect tries, workers wait for Redis. */
 export type RedisRole = 'producer' | 'worker';
 
 /**
- * Opens (or adopts) the Redis client of a producer or a worker.
- *
- * A producer's commands fail after 3 reconnect attempts instead of waiting
- * (so `sendMail` rejects while Redis is down); a worker's wait for Redis to
- * come back, as BullMQ requires of its workers. A cluster's commands ride a
- * failover (see `clusterDefaults`), and the queue's keys must share a hash
- * slot there.
- *
+ * Opens (or adopts) the Redis client of a producer or a worker, with {@link connectionDefaults} or
+ * {@link clusterDefaults}.
  * @param location where the queue's keys are (checked for a hash tag on a cluster)
  * @param option the option's name in errors @default 'connection'
- * @param rideMs how long a producer's command keeps trying through a cluster's failover (its `timeouts.store`)
- *   @default 30000
+ * @param rideMs how long a producer's command keeps trying (its `timeouts.store`) @default 30000
  * @throws {EmlApiError} `ECONFIG` when the option is not a Redis URL, options, cluster nodes or an
  *   ioredis instance, or when the prefix of a queue on a cluster has no hash tag
  */
@@ -122,14 +104,10 @@ export function openOutboxRedis(
 const KEEPALIVE_MS = 10_000;
 
 /**
- * The ioredis options the outbox's own connections start from. A producer's
- * commands fail after 3 reconnect attempts, and each within `rideMs` (its
- * `timeouts.store`): a network that goes silent (a partition, a host gone
- * without a reset) leaves the socket open and a command waiting for ever,
- * which no reconnect ends. A worker's wait for Redis (BullMQ blocks on its
- * connection, and needs its commands kept until Redis is back). Both turn
- * on TCP keepalive, so that a dead peer is found while idle.
- *
+ * The ioredis options the outbox's own connections start from. A producer's commands fail after 3
+ * reconnect attempts and within `rideMs`, so `sendMail` rejects while Redis is down and a silent
+ * network cannot leave a command waiting for ever. A worker's wait for Redis, as BullMQ requires.
+ * TCP keepalive finds a dead peer while idle.
  * @param rideMs a producer's command timeout @default 30000
  */
 export function connectionDefaults(role: RedisRole, rideMs = 30_000): RedisOptions {
@@ -139,14 +117,10 @@ export function connectionDefaults(role: RedisRole, rideMs = 30_000): RedisOptio
 }
 
 /**
- * Drops a producer's connection that has answered nothing for longer than
- * `silentMs` while commands wait for their answers, and makes a new one. A
- * network that goes silent for good (a partition dropping the old
- * connection's packets, a firewall's state lost) leaves the socket open: the
- * command timeout fails each send, but no reconnect comes, and every later
- * send failed too until the system gave the socket up, minutes later. ioredis
- * sends the commands still waiting again on the new connection, as after any
- * reconnect (the outbox's writes are made to be run twice).
+ * Drops a producer's connection that has answered nothing for longer than `silentMs` while commands
+ * wait, and makes a new one: a network gone silent leaves the socket open, and no reconnect comes
+ * until the system gives it up minutes later. ioredis resends the waiting commands on the new
+ * connection; the outbox's writes are safe to run twice.
  */
 function dropWhenSilent(redis: Redis, silentMs: number): void {
   let heard = performance.now();
@@ -171,19 +145,14 @@ function dropWhenSilent(redis: Redis, silentMs: number): void {
 }
 
 /**
- * Closes a client the outbox made; leaves one it was given open. Never waits
- * longer than `wait` for Redis: a QUIT that gets no answer (Redis down, and
- * a worker's client queues commands until it is back; or a network
- * partition, where the socket stays open) would otherwise keep close(), and
- * the process, waiting for ever.
- *
+ * Closes a client the outbox made; leaves one it was given open. Waits at most `wait` for QUIT: with
+ * Redis down or a partition, close() and the process would otherwise wait for ever.
  * @param wait ms to wait for the answer to QUIT @default outboxWaits.quit (2 s)
  */
 export async function closeOutboxRedis(client: OutboxRedis, wait = outboxWaits.quit): Promise<void> {
   if (!client.owned) return;
   const { redis } = client;
   if (redis.status !== 'ready') {
-    // Not connected: nothing to say goodbye to; stop the reconnection attempts.
     redis.disconnect();
     return;
   }
@@ -232,17 +201,8 @@ function describeRedis(options: RedisOptions | undefined): string {
 }
 
 /**
- * The outbox on a Redis Cluster: how it connects (the nodes it is given, with
- * defaults that ride a master's failover), how it names the cluster in
- * messages (by its nodes, never a password), and what it asks of the queue's
- * keys (one hash slot: BullMQ's scripts touch several keys of the queue at
- * once, and so do the outbox's).
- */
-
-/**
- * A Redis Cluster to connect to: some of its nodes (one is enough; the client
- * learns the others from it), and ioredis `Cluster` options over the outbox's.
- * A password, user name or `rediss://` in the URLs applies to every node.
+ * A Redis Cluster to connect to: some of its nodes (the client learns the others), and ioredis
+ * `Cluster` options over the outbox's. Credentials or `rediss://` in the URLs apply to every node.
  * @example
  * const connection: OutboxClusterConnection = {
  *   cluster: ['redis://10.0.0.1:7000', 'redis://10.0.0.2:7000'],
@@ -253,39 +213,26 @@ export interface OutboxClusterConnection {
   /** Nodes of the cluster: `redis://` or `rediss://` URLs, or `{ host, port }`. */
   cluster: readonly (string | { host: string; port: number })[];
   /**
-   * ioredis `Cluster` options over the outbox's (`redisOptions` for what every node connection needs:
-   * `password`, `username`, `tls`...).
+   * ioredis `Cluster` options over the outbox's (`redisOptions` for `password`, `tls`...).
    * @default the outbox's failover defaults, see {@link clusterDefaults}
    */
   clusterOptions?: ClusterOptions;
 }
 
-/**
- * What a connection is for: producers fail sends when Redis stays away, workers wait for it.
- */
+/** What a connection is for: producers fail sends when Redis stays away, workers wait for it. */
 export type ClusterRole = 'producer' | 'worker';
 
 /** How long a retry waits after a failover's error (a closed connection, `CLUSTERDOWN`, `TRYAGAIN`), in ms. */
 const RETRY_DELAY = 250;
 
 /**
- * The ioredis Cluster options the outbox starts from, for a producer or a
- * worker, measured against a master killed mid-traffic (the figures are in
- * docs/outbox.md, "Redis Cluster"; test/queue/failover.test.ts keeps them).
- * ioredis gives a command up after 16 redirections 100 ms apart (1.6 s),
- * while a failover takes
- * `cluster-node-timeout` (15 s by Redis's default) plus an election: sends
- * failed for the whole failover, and a worker's completions failed with
- * them, leaving their jobs to the lock's expiry (30 s) and the next stall
- * check (30 s more). Here a command that meets a failover (its master's
- * connection closed, `CLUSTERDOWN` while no master serves its slot,
- * `TRYAGAIN` while a slot moves) is tried again every 250 ms, the slot map
- * read again each time: a producer's for as long as its send may take
- * (`rideMs`, its `timeouts.store`), a worker's until Redis is back (as BullMQ
- * asks of its workers). The slot map is also read every second, so that
- * commands waiting on a master that hangs (rather than dies) move to its
- * successor soon after it takes over.
- *
+ * The ioredis Cluster options the outbox starts from. ioredis gives a command up after 16
+ * redirections 100 ms apart, far shorter than a failover (`cluster-node-timeout` plus an election),
+ * so sends and a worker's completions would fail for the whole failover. Here a command that meets
+ * one (connection closed, `CLUSTERDOWN`, `TRYAGAIN`) is retried every 250 ms with the slot map read
+ * again: a producer's for `rideMs`, a worker's until Redis is back. Reading the slot map every
+ * second moves commands off a master that hangs soon after its successor takes over.
+ * docs/outbox.md, "Redis Cluster", has the measurements.
  * @param rideMs how long a producer's command keeps trying @default 30000
  */
 export function clusterDefaults(role: ClusterRole, rideMs = 30_000): ClusterOptions {
@@ -305,22 +252,16 @@ export function clusterDefaults(role: ClusterRole, rideMs = 30_000): ClusterOpti
   };
 }
 
-/**
- * Whether `connection` is a Redis Cluster: an {@link OutboxClusterConnection}
- * or an ioredis `Cluster` instance.
- */
+/** Whether `connection` is a Redis Cluster: an {@link OutboxClusterConnection} or an ioredis `Cluster`. */
 export function isClusterConnection(connection: unknown): connection is OutboxClusterConnection | Cluster {
   if (typeof connection !== 'object' || connection === null) return false;
   return 'cluster' in connection || (connection as { isCluster?: unknown }).isCluster === true;
 }
 
 /**
- * Checks that every key of the queue falls in one hash slot of a cluster:
- * the prefix (or the queue name) must hold a hash tag, `{...}`, since every
- * key of the queue starts with `{prefix}:{queueName}`. BullMQ's scripts and
- * the outbox's touch several keys of a queue at once, which a cluster
- * refuses (`CROSSSLOT`) unless they share a slot.
- *
+ * Checks that the queue's prefix (or name) holds a hash tag, so every key of the queue is in one
+ * slot: BullMQ's scripts and the outbox's touch several keys at once, which a cluster refuses
+ * (`CROSSSLOT`) otherwise.
  * @throws {EmlApiError} `ECONFIG` naming `prefix`
  */
 export function checkClusterLocation(location: QueueLocation): void {
@@ -338,9 +279,7 @@ export function checkClusterLocation(location: QueueLocation): void {
 }
 
 /**
- * Opens a Redis Cluster client with the outbox's defaults for `role` and the
- * caller's `clusterOptions` over them.
- *
+ * Opens a Redis Cluster client with the outbox's defaults for `role` and `clusterOptions` over them.
  * @param option the option's name in errors
  * @param rideMs how long a producer's command keeps trying through a failover @default 30000
  * @throws {EmlApiError} `ECONFIG` naming the option when a node is not a Redis URL or `{ host, port }`
@@ -372,9 +311,7 @@ export function openCluster(
   return { redis, where: describeNodes(nodes) };
 }
 
-/**
- * Names a cluster in messages by the nodes it was given (never a password).
- */
+/** Names a cluster in messages by the nodes it was given (never a password). */
 export function describeNodes(nodes: readonly { host?: string | undefined; port?: number | undefined }[]): string {
   const named = nodes.map((n) => `${n.host ?? '127.0.0.1'}:${n.port ?? 6379}`);
   const shown = named.length > 3 ? `${named.slice(0, 3).join(', ')} and ${named.length - 3} more` : named.join(', ');
@@ -382,9 +319,8 @@ export function describeNodes(nodes: readonly { host?: string | undefined; port?
 }
 
 /**
- * The nodes as `{ host, port }`, and the credentials and TLS their URLs
- * carry, which ioredis would otherwise use for the nodes given only, not for
- * those it discovers.
+ * The nodes as `{ host, port }`, and the credentials and TLS their URLs carry, which ioredis would
+ * otherwise apply to the given nodes only, not to those it discovers.
  */
 function clusterNodes(
   given: unknown,
@@ -449,29 +385,16 @@ function sameCredentials(a: RedisOptions, b: RedisOptions): boolean {
   return a.username === b.username && a.password === b.password && (a.tls === undefined) === (b.tls === undefined);
 }
 
-/*
- * Which nodes of a Redis Cluster the outbox talks to beyond the cluster
- * client's routing: the nodes that serve the queue's hash slot (whose
- * settings decide whether queued mail survives), and every master that
- * answers (for the SCAN of the whole queue's purge). A cluster may run with
- * a master down and its slots uncovered (`cluster-require-full-coverage
- * no`), or with a replica lost: a node that does not serve the queue's slot
- * must not stop the outbox.
- */
-
 /**
- * How long a node other than the queue's master may take to answer, in ms:
- * longer, and it is skipped as down (its connection may wait for it for ever).
+ * How long a node other than the queue's master may take to answer, in ms, before it is skipped as
+ * down. A cluster may run with a master down or a replica lost: a node that does not serve the
+ * queue's slot must not stop the outbox.
  */
 export const NODE_ANSWER_MS = 2_000;
 
 const SLOTS = 16384;
 
-/**
- * The hash slot of a key, as Redis Cluster computes it: CRC16 (XMODEM) of the
- * key, or of its hash tag (what lies between the first `{` and the next `}`,
- * when not empty), modulo 16384.
- */
+/** The hash slot of a key, as Redis Cluster computes it: CRC16 of the key or its hash tag, modulo 16384. */
 export function keySlot(key: string): number {
   const open = key.indexOf('{');
   if (open !== -1) {
@@ -487,10 +410,8 @@ export function keySlot(key: string): number {
 }
 
 /**
- * A SCAN pattern matching `literal` followed by anything (when it ends with
- * `*`): the glob characters of the prefix and queue name (`*`, `?`, `[`, `]`,
- * `\`, all legal in a prefix) escaped, or a prefix such as `{a[1]}` would
- * match other keys than its own, and not its own.
+ * A SCAN pattern matching `literal` (and anything after it when it ends with `*`): glob characters
+ * are legal in a prefix, and unescaped a prefix such as `{a[1]}` would match other keys, not its own.
  */
 export function escapeGlob(pattern: string): string {
   const star = pattern.endsWith('*');
@@ -498,18 +419,14 @@ export function escapeGlob(pattern: string): string {
   return `${literal.replace(/[\\*?[\]]/g, '\\$&')}${star ? '*' : ''}`;
 }
 
-/**
- * `host:port` of a node connection of a cluster client, as its slot map names it.
- */
+/** `host:port` of a node connection of a cluster client, as its slot map names it. */
 export function nodeName(node: Redis): string {
   return `${node.options.host ?? '127.0.0.1'}:${node.options.port ?? 6379}`;
 }
 
 /**
- * The nodes that serve the slot of `key`, its master first, then its replicas,
- * as the cluster client's slot map has them (read from `CLUSTER SLOTS`, which
- * leaves out replicas flagged failed); every node when the map does not have
- * the slot yet.
+ * The nodes that serve the slot of `key`, master first, as the client's slot map has them (it leaves
+ * out replicas flagged failed); every node when the map lacks the slot.
  */
 export function slotNodes(cluster: Cluster, key: string): Redis[] {
   const names = cluster.slots[keySlot(key)];
@@ -519,12 +436,9 @@ export function slotNodes(cluster: Cluster, key: string): Redis[] {
 }
 
 /**
- * The servers whose keyspace a SCAN must cover to find a queue's keys: the
- * server itself, or every master of a cluster that answers. A master the
- * cluster flags as failed (`fail` in `CLUSTER NODES`), or that does not answer
- * a PING within {@link NODE_ANSWER_MS}, is left out and named to `skipped`:
- * the queue's keys share one slot, served by a master that answers (or
- * nothing of the queue works), so a master down holds none of them.
+ * The servers a SCAN must cover to find a queue's keys: the server, or every master of a cluster
+ * that answers. A master flagged `fail` or silent for {@link NODE_ANSWER_MS} is named to `skipped`:
+ * the queue's keys share one slot, on a master that answers, so it holds none of them.
  * @param skipped called with each master left out, and why
  */
 export async function scannableServers(
@@ -553,11 +467,7 @@ export async function scannableServers(
   return answering.filter((node): node is Redis => node !== undefined);
 }
 
-/**
- * The `host:port` of the nodes the cluster flags as failed, as one node that
- * answers sees them; none when no node answers in time (the PING of each
- * master then decides).
- */
+/** The nodes the cluster flags as failed; none when no node answers in time (each master's PING then decides). */
 async function failedNodes(cluster: Cluster): Promise<Set<string>> {
   const failed = new Set<string>();
   let view: string;
@@ -578,24 +488,16 @@ async function failedNodes(cluster: Cluster): Promise<Set<string>> {
 const INSTALL = 'bullmq ioredis';
 const USER = 'The outbox (nodemailer-eml-api/queue)';
 
-/**
- * The BullMQ module, as {@link loadBullmq} returns it.
- */
+/** The BullMQ module, as {@link loadBullmq} returns it. */
 export type BullmqModule = typeof Bullmq;
 
-/**
- * The ioredis client class, as {@link loadRedis} returns it.
- */
+/** The ioredis client class, as {@link loadRedis} returns it. */
 export type RedisConstructor = typeof Ioredis.Redis;
 
-/**
- * The ioredis Redis Cluster client class, as {@link loadRedisCluster} returns it.
- */
+/** The ioredis Redis Cluster client class, as {@link loadRedisCluster} returns it. */
 export type ClusterConstructor = typeof Ioredis.Cluster;
 
-/**
- * Versions of the peers the outbox runs on.
- */
+/** Versions of the peers the outbox runs on. */
 export interface OutboxPeerVersions {
   bullmq: string;
   ioredis: string;
@@ -606,9 +508,7 @@ let redis: RedisConstructor | undefined;
 let cluster: ClusterConstructor | undefined;
 
 /**
- * Loads `bullmq`, the queue engine of the outbox, on first use, so that the
- * CLI and the rest of the package run without it.
- *
+ * Loads `bullmq` on first use, so that the CLI and the rest of the package run without it.
  * @throws {EmlApiError} `ECONFIG` saying what to install when it is missing
  */
 export function loadBullmq(): BullmqModule {
@@ -616,10 +516,8 @@ export function loadBullmq(): BullmqModule {
 }
 
 /**
- * Loads the `ioredis` client on first use. The outbox writes and reads
- * message bytes as binary Redis strings in chunks, which needs a client that
- * answers with Buffers; BullMQ 6 made ioredis an optional peer of its own.
- *
+ * Loads the `ioredis` client on first use. The outbox stores message bytes as binary strings, which
+ * needs a client that answers with Buffers; BullMQ 6 made ioredis optional for itself.
  * @throws {EmlApiError} `ECONFIG` saying what to install when it is missing
  */
 export function loadRedis(): RedisConstructor {
@@ -632,7 +530,6 @@ export function loadRedis(): RedisConstructor {
 
 /**
  * Loads ioredis's Redis Cluster client on first use.
- *
  * @throws {EmlApiError} `ECONFIG` saying what to install when ioredis is missing
  */
 export function loadRedisCluster(): ClusterConstructor {
@@ -644,10 +541,7 @@ export function loadRedisCluster(): ClusterConstructor {
 }
 
 /**
- * Checks that both peers of the outbox are installed (the
- * `nodemailer-eml-api/queue` entry point and the CLI's queue commands call it
- * first) and tells their versions.
- *
+ * Checks that both peers of the outbox are installed and tells their versions.
  * @throws {EmlApiError} `ECONFIG` saying what to install
  */
 export function requireQueuePeers(): OutboxPeerVersions {
@@ -665,9 +559,7 @@ function versionOf(name: string): string {
   }
 }
 
-/**
- * The deadline of {@link withDeadline} passed.
- */
+/** The deadline of {@link withDeadline} passed. */
 export class DeadlineError extends Error {
   override readonly name = 'DeadlineError';
   constructor(readonly ms: number) {
@@ -676,8 +568,8 @@ export class DeadlineError extends Error {
 }
 
 /**
- * Resolves as `promise` does, or rejects with a {@link DeadlineError} after
- * `ms`; the promise itself runs on (a Redis command cannot be taken back).
+ * Resolves as `promise` does, or rejects with a {@link DeadlineError} after `ms`; the promise runs on
+ * (a Redis command cannot be taken back).
  */
 export function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
@@ -688,19 +580,14 @@ export function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
 }
 
 /**
- * The outbox's fixed waits, in ms: bounds on how long a close waits for
- * Redis or for aborted sends. Package-internal and not an option: the
- * defaults are the product's. Only the test suite lowers them
- * (test/helpers/short-waits.ts, also preloaded into the worker processes it
- * starts), so that it does not wait them out in real time; the behaviour is
- * the same, only sooner.
- *
+ * The outbox's fixed waits, in ms. Not options: the defaults are the product's. Only the test suite
+ * lowers them (test/helpers/short-waits.ts), to not wait them out in real time.
  * @internal
  */
 export const outboxWaits = {
-  /** How long a forced close of a worker waits for its aborted sends to hand their jobs back (twice this for a graceful close it overtook). */
+  /** How long a forced close waits for aborted sends to hand their jobs back (twice this after a graceful close). */
   handBack: 5_000,
-  /** How long closing waits for Redis to answer QUIT before dropping the connection. */
+  /** How long closing waits for Redis to answer QUIT. */
   quit: 2_000,
   /** How often producers and workers check Redis's settings again (besides after every reconnect). */
   settingsCheck: 60_000,

@@ -7,21 +7,15 @@ export interface RedisEndpoint {
   readonly where: string;
 }
 
-/**
- * Which send a failed Redis operation was storing: put on its error, so that
- * the caller can queue it again safely (`sendMail({ idempotencyKey })` stores
- * it once) and look the job up (`queue.getJob(queueId)`).
- */
+/** The send a failed Redis operation was storing, put on its error so that the caller can queue it again safely. */
 export interface StoredSend {
   idempotencyKey: string;
   queueId: string;
 }
 
 /**
- * An {@link EmlApiError} for a failed Redis operation: `ETIMEDOUT` after a
- * deadline, `ECONNECTION` otherwise. `EmlApiError`s pass through (given
- * `send`, a copy of them carrying it).
- *
+ * An {@link EmlApiError} for a failed Redis operation: `ETIMEDOUT` after a deadline, `ECONNECTION`
+ * otherwise; a refused connection is `ECONFIG`. `EmlApiError`s pass through, given `send`'s fields.
  * @param doing what failed, e.g. `Could not store the message in Redis at 127.0.0.1:6379`
  * @param mayHaveBeenStored whether the write may have landed all the same (then `mayHaveBeenAccepted` is set)
  * @param send the send being stored, whose key and job id the error carries @default undefined
@@ -34,7 +28,6 @@ export function redisFailure(
   endpoint?: RedisEndpoint,
 ): EmlApiError {
   if (err instanceof EmlApiError) return send === undefined ? err : withStoredSend(err, send);
-  // A wrong password, a cluster client on a plain Redis: no retry fixes it, and the caller must be told why.
   const refusal =
     redisRefusal(err, '', doing) ?? redisRefusal(endpoint && lastConnectionError(endpoint.redis), '', doing);
   if (refusal) return send === undefined ? refusal : withStoredSend(refusal, send);
@@ -59,7 +52,6 @@ export function redisFailure(
   if (endpoint && connectionLost(err)) {
     return new EmlApiError('ECONNECTION', `${doing}: ${unreachable(endpoint.where, lost ?? err)}${stored}`, details);
   }
-  // A cluster's "Failed to refresh slots cache." says why only in its lastNodeError.
   const reason = redisErrorText(err);
   return new EmlApiError('ECONNECTION', `${doing}: ${reason}${stored}`, details);
 }
@@ -69,9 +61,8 @@ const connectionErrors = new WeakMap<object, Error>();
 const tracked = new WeakSet<object>();
 
 /**
- * Keeps the last error of a client's connection (a cluster's: of any of its
- * nodes), so that a command that fails because the connection is gone can
- * say why (refused, timed out, host not found) instead of ioredis's words.
+ * Keeps the last error of a client's connection (a cluster's: of any node), so that a command failing
+ * for want of a connection can say why instead of ioredis's words.
  */
 export function trackConnectionErrors(redis: OutboxRedisClient): void {
   if (tracked.has(redis)) return;
@@ -86,9 +77,7 @@ export function trackConnectionErrors(redis: OutboxRedisClient): void {
   redis.on('ready', () => connectionErrors.delete(redis));
 }
 
-/**
- * The last error of the client's connection since it was last ready, if any.
- */
+/** The last error of the client's connection since it was last ready, if any. */
 export function lastConnectionError(redis: OutboxRedisClient): Error | undefined {
   return connectionErrors.get(redis);
 }
@@ -107,9 +96,8 @@ function connectionCode(err: unknown, depth = 0): string | undefined {
 }
 
 /**
- * Whether a command failed because the client lost its connection and could
- * not make a new one: ioredis gave up retrying it (`maxRetriesPerRequest`),
- * closed it, or a cluster found no node; or the error is the connection's own.
+ * Whether a command failed because the client lost its connection and could not make a new one, or
+ * the error is the connection's own.
  */
 export function connectionLost(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
@@ -136,9 +124,7 @@ const UNREACHABLE: readonly { codes: readonly string[]; what: string }[] = [
 ];
 
 /**
- * Why Redis cannot be reached, and what to check, from the connection's last
- * error: `the connection was refused (ECONNREFUSED): is Redis running at
- * 127.0.0.1:6379? Check the connection option (REDIS_URL or --redis with the CLI)`.
+ * Why Redis cannot be reached and what to check, from the connection's last error.
  * @param where host and port (a cluster: its nodes), never a password
  */
 export function unreachable(where: string, err: unknown): string {
@@ -165,22 +151,16 @@ export function unreachable(where: string, err: unknown): string {
   return `${what}:${hint} ${check}`;
 }
 
-/**
- * The error with the send's idempotency key and job id on it (itself when it has them).
- */
+/** The error with the send's idempotency key and job id on it (itself when it has them). */
 export function withStoredSend(err: EmlApiError, send: StoredSend): EmlApiError {
   if (err.idempotencyKey === send.idempotencyKey && err.queueId === send.queueId) return err;
   return new EmlApiError(err.code, err.message, { ...errorDetails(err), ...send });
 }
 
 /**
- * Redis's refusals of a command that it never ran: the command's slot is
- * served elsewhere or not at all (`MOVED`, `ASK`, `CROSSSLOT`, `TRYAGAIN`,
- * `CLUSTERDOWN`), the script is unknown (`NOSCRIPT`), the user may not
- * (`NOPERM`, `NOAUTH`, `WRONGPASS`), or Redis takes no write now (`OOM`,
- * `READONLY`, `MISCONF`, `NOREPLICAS`, `MASTERDOWN`, `LOADING`, `BUSY`). A
- * script is refused these at its first write at the latest, before it has
- * written anything, and Redis then writes nothing of it.
+ * Redis's refusals of a command it never ran: slot served elsewhere or not at all, unknown script,
+ * user not allowed, or no write taken now. A script gets these at its first write at the latest, and
+ * Redis then writes nothing of it.
  */
 const REFUSALS = new Set([
   'MOVED',
@@ -201,18 +181,13 @@ const REFUSALS = new Set([
   'BUSY',
 ]);
 
-/** The refusals a cluster client answers by trying again elsewhere: the last one seen says nothing of the tries before. */
+/** Refusals a cluster client answers by trying elsewhere: the last one says nothing of the tries before. */
 const REROUTED = new Set(['MOVED', 'ASK', 'TRYAGAIN', 'CLUSTERDOWN']);
 
 /**
- * How sure it is that a failed command never ran: `refused`, Redis answered
- * it with a refusal (see REFUSALS); `rerouted`, a cluster client gave up
- * after trying it on node after node (`Too many Cluster redirections`, or a
- * pipeline's last `MOVED`): every try it heard of was refused, but a try cut
- * off by a failover may have run on the master that failed, so whether it
- * landed is to be looked up; `unknown` otherwise (a timeout, a lost
- * connection: it may have run).
- *
+ * How sure it is that a failed command never ran: `refused` (a REFUSALS reply); `rerouted` (a
+ * cluster client gave up re-routing it: a try cut off by a failover may have run on the old master,
+ * so it is to be looked up); `unknown` otherwise (a timeout, a lost connection: it may have run).
  * @param cluster whether the client is a cluster's (which re-routes, and so tries again)
  */
 export function commandFate(err: unknown, cluster: boolean): 'refused' | 'rerouted' | 'unknown' {
@@ -228,15 +203,9 @@ export function commandFate(err: unknown, cluster: boolean): 'refused' | 'rerout
 const CAUSE_DEPTH = 8;
 
 /**
- * The error with the arguments of every Redis command it names removed,
- * its command's name kept: ioredis puts the command on its errors
- * (`ReplyError.command = { name, args }`), and the outbox's commands carry
- * message content (a chunk of the message, a job's data), which an app
- * logging the error (pino and winston serialise causes, `util.inspect` shows
- * them) would otherwise write into its logs. Follows `cause`,
- * `lastNodeError` (a cluster's) and `errors` (an `AggregateError`'s). The
- * error is changed in place: the outbox made the command, and nothing reads
- * its arguments once it failed.
+ * The error with the arguments of every Redis command it names removed: the outbox's commands carry
+ * message content, which an app logging the error (causes included) would otherwise write into its
+ * logs. Follows `cause`, `lastNodeError` and `errors`; changes the error in place.
  */
 export function withoutArguments<T>(err: T): T {
   const seen = new Set<object>();
@@ -261,18 +230,10 @@ export function withoutArguments<T>(err: T): T {
 }
 
 /**
- * Redis's refusals of the connection itself, which no retry fixes: a wrong
- * password or user (`WRONGPASS`, `NOAUTH`: it wants one and got none), a
- * password given to a Redis that has none, and a cluster client pointed at a
- * Redis that is not a cluster (`ERR This instance has cluster support
- * disabled`). A cluster client hides them: it says only "Failed to refresh
- * slots cache." (or times out), again and again, and keeps the node's answer
- * in the error's `lastNodeError`. Found, they end the start of a worker, a
- * producer's check and the CLI's commands with an `ECONFIG` that says why. Redis's replies name no password,
- * and the message is built from them alone.
+ * Redis's refusals of the connection itself, which no retry fixes, with what fixes each. A cluster
+ * client hides them behind "Failed to refresh slots cache." and keeps the node's answer in
+ * `lastNodeError`. Redis's replies name no password, and messages are built from them alone.
  */
-
-/** The refusals, by the start of Redis's reply, with what fixes each and the command it answered. */
 const REFUSAL_FIXES: readonly { match: RegExp; command: string; fix: string }[] = [
   {
     match: /^WRONGPASS\b/,
@@ -296,10 +257,8 @@ const REFUSAL_FIXES: readonly { match: RegExp; command: string; fix: string }[] 
 const DEPTH = 4;
 
 /**
- * The `ECONFIG` (permanent) for an error that is, or wraps (a cluster's
- * `lastNodeError`, a `cause`), a refusal of the connection by Redis (see
- * REFUSAL_FIXES); undefined for any other error.
- *
+ * The `ECONFIG` (permanent) for an error that is, or wraps, a refusal of the connection by Redis;
+ * undefined for any other error.
  * @param where host and port of Redis (a cluster: its nodes), never a password
  * @param doing what failed, to start the message with @default `Redis at ${where}`
  */
@@ -317,11 +276,7 @@ export function redisRefusal(err: unknown, where: string, doing?: string): EmlAp
   });
 }
 
-/**
- * The reason a Redis error gives, with a cluster's `lastNodeError` (what the
- * last node it asked answered) after its own message: "Failed to refresh
- * slots cache." alone says nothing of why.
- */
+/** The reason a Redis error gives, with a cluster's `lastNodeError` after its own message. */
 export function redisErrorText(err: unknown): string {
   const message = err instanceof Error ? err.message : String(err);
   const last = (err as { lastNodeError?: unknown } | null)?.lastNodeError;
@@ -329,12 +284,9 @@ export function redisErrorText(err: unknown): string {
 }
 
 /**
- * Watches a client's (or a BullMQ worker's) `error` events for a refusal of
- * the connection: `refused` rejects with its `ECONFIG` once one is seen
- * (commands meanwhile wait, or are retried, and would not tell it), until
- * the connection is ready again (the password fixed on either side): then
- * `refused` is a new promise, pending. `stop()` removes the listeners; the
- * promises never reject unhandled.
+ * Watches a client's (or a BullMQ worker's) `error` events for a refusal of the connection, which
+ * commands waiting or retrying would never tell: `refused` rejects with its `ECONFIG`, and is a new
+ * pending promise once the connection is ready again. Never rejects unhandled.
  */
 export function watchRefusal(
   redis: OutboxRedisClient | ErrorEmitter,

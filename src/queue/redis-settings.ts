@@ -15,42 +15,23 @@ import { outboxKeys, queueKey, type QueueLocation } from './queue-location.js';
 import type { ReadinessCheck } from '../observability/ops-server.js';
 
 /**
- * What the outbox asks of Redis before it acknowledges mail: that nothing is
- * ever evicted, and (as far as the user asked) that what it stored survives a
- * restart. Read with `CONFIG GET`, or, where a managed Redis renames or
- * forbids `CONFIG` (ElastiCache, Upstash, ACLs), from `INFO`. On a Redis
- * Cluster the nodes that serve the queue's slot are asked: its master, and
- * its replicas, since a failover makes one of them the master. Not the
- * others: a cluster may run with a master of other slots down
- * (`cluster-require-full-coverage no`) or a replica lost, and the outbox,
- * whose keys share one slot, works on.
- */
-
-/**
  * How durable Redis must be before a producer queues mail:
- * - `'warn'`: queue in any case; warn (through the logger) when the append-only
- *   file is off, since a queued message then survives no restart of Redis
+ * - `'warn'`: queue in any case; warn when the append-only file is off (a queued message then
+ *   survives no restart of Redis)
  * - `'aof'`: refuse (`ECONFIG`) unless `appendonly yes`
- * - `'aof-always'`: refuse unless `appendonly yes` and `appendfsync always`:
- *   every write on disk before `sendMail` resolves, as Postfix fsyncs a
- *   message before its `250`
+ * - `'aof-always'`: also `appendfsync always`, every write on disk before `sendMail` resolves, as
+ *   Postfix fsyncs a message before its `250`
  *
- * Where the setting cannot be read (no `CONFIG`, no `INFO`), a warning is
- * logged instead of refusing.
+ * Where the setting cannot be read, a warning is logged instead of refusing.
  * @example
  * new EmlApiQueueTransport({ connection, durability: 'aof' });
  */
 export type OutboxDurability = 'warn' | 'aof' | 'aof-always';
 
-/**
- * The values {@link OutboxDurability} takes.
- */
+/** The values {@link OutboxDurability} takes. */
 export const OUTBOX_DURABILITIES: readonly OutboxDurability[] = ['warn', 'aof', 'aof-always'];
 
-/**
- * Redis's settings that decide whether queued mail survives; `undefined` where
- * this connection may not read them.
- */
+/** Redis's settings that decide whether queued mail survives; `undefined` where this connection may not read them. */
 export interface RedisSettings {
   /** `maxmemory-policy`. */
   evictionPolicy: string | undefined;
@@ -63,8 +44,8 @@ export interface RedisSettings {
 }
 
 /**
- * Reads the settings with `CONFIG GET`, falling back to `INFO memory` and
- * `INFO persistence` where `CONFIG` is refused.
+ * Reads the settings with `CONFIG GET`, or from `INFO` where a managed Redis renames or forbids
+ * `CONFIG`.
  * @throws Redis's own errors other than a refused command (the connection failing...)
  */
 export async function readRedisSettings(redis: Redis): Promise<RedisSettings> {
@@ -103,18 +84,12 @@ export async function readRedisSettings(redis: Redis): Promise<RedisSettings> {
 }
 
 /**
- * Checks that Redis keeps what the outbox stores: refuses an eviction policy
- * other than `noeviction` (queued mail would be evicted silently, jobs and
- * their content alike), and the persistence `durability` asks for; warns
- * where persistence is off and nothing more was asked, and where a setting
- * cannot be read. On a Redis Cluster the nodes serving the queue's slot are
- * checked (each warning is given once, naming the first node it concerns and
- * how many more): its master, whose failure to answer fails the check, and
- * its replicas, each skipped with a warning when it does not answer within
- * 2 s (a replica down: the cluster has flagged it failed, or soon will). A
- * node of a cluster reached as a single server is refused: the queue's keys
- * would be answered with `MOVED`.
- *
+ * Checks that Redis keeps what the outbox stores: refuses an eviction policy other than
+ * `noeviction` (queued mail would be evicted silently) and missing persistence `durability` asks
+ * for; warns where persistence is off or unreadable. On a cluster, the nodes serving the queue's slot
+ * are checked, since a failover makes a replica the master: the master must answer; a replica that
+ * does not answer within 2 s is skipped with a warning. Other nodes may be down without harm. A
+ * cluster node reached as a single server is refused: the queue's keys would answer `MOVED`.
  * @param where host and port (a cluster: its nodes), for messages
  * @param warn called with each warning
  * @param location where the queue's keys are: on a cluster, the nodes of their slot are checked
@@ -133,10 +108,8 @@ export async function checkRedisSettings(
     await checkServer(redis, where, durability, false, (_kind, message) => warn(message), verified);
     return;
   }
-  // The node list and slot map are known once the cluster has answered.
   if (redis.status !== 'ready') await redis.ping();
-  // The master of the queue's slot must answer (nothing of the queue works without it); any other node
-  // may be down, and is then skipped.
+  // Nothing of the queue works without its slot's master; any other node may be down, and is skipped.
   const serving = location ? slotNodes(redis, queueKey(location, 'meta')) : [];
   const master: Redis | undefined = serving[0];
   const others = location ? serving.slice(1) : redis.nodes('all');
@@ -239,9 +212,8 @@ async function checkServer(
 }
 
 /**
- * The refusal of a persistence the producer asked for (`durability`) and
- * Redis does not let this connection read: queueing on a guess would give
- * the `250` a promise nobody checked.
+ * Durability the producer asked for, which this connection cannot read: queueing on a guess would
+ * give the `250` a promise nobody checked.
  */
 function unverifiable(message: string, durability: OutboxDurability, command: string): EmlApiError {
   return new EmlApiError(
@@ -259,23 +231,9 @@ function refused(err: unknown): boolean {
 }
 
 /**
- * Which bytes each encryption key id of a queue stands for, kept in Redis
- * as a check value per id (`{prefix}:{queue}:outbox:keys`, a hash from key
- * id to {@link OutboxKeyring.checkValue}), never the key. A worker given
- * other bytes under an id the producers use (a typo in one machine's
- * EML_API_OUTBOX_KEYS, a key regenerated under its old id) used to start
- * and fail every encrypted job for good, as if Redis had changed them.
- * Producers write the check value of the key they encrypt with when they
- * first use it; producers and workers refuse to start with a key that does
- * not match it; and a worker that cannot decrypt a job asks it whether its
- * key is the right one (see content-store.ts).
- */
-
-/**
- * Records the check value of the producer's current key (the first producer
- * to use an id writes it), then compares every key it holds with what Redis
- * has: a producer encrypting with other bytes than the workers hold under the
- * id would queue mail no worker can read.
+ * Records the check value of the producer's current key (the first producer to use an id writes
+ * it), then compares every key it holds with Redis's: other bytes than the workers hold under an id
+ * would queue mail no worker can read.
  * @throws {EmlApiError} `ECONFIG` naming `encryption.keys.<id>` on a mismatch; Redis's errors
  */
 export async function registerKeyChecks(
@@ -289,8 +247,8 @@ export async function registerKeyChecks(
 }
 
 /**
- * Compares every key held with the check values in Redis (ids Redis has none
- * for pass: their producers predate the checks).
+ * Compares every key held with the check values in Redis (never the keys), so a worker with other
+ * bytes under an id refuses to start instead of failing every encrypted job. Ids Redis has none for pass.
  * @param others who else uses the keys, for the message
  * @throws {EmlApiError} `ECONFIG` naming `encryption.keys.<id>` on a mismatch; Redis's errors
  */
@@ -311,10 +269,7 @@ export async function compareKeyChecks(
   });
 }
 
-/**
- * Whether this keyring's key `keyId` is the one the producers use, as Redis
- * tells: `right`, `wrong`, or `unknown` when Redis has no check value of it.
- */
+/** Whether the key `keyId` is the producers', as Redis's check value tells; `unknown` when it has none. */
 export async function keyVerdict(
   redis: OutboxRedisClient,
   location: QueueLocation,
@@ -336,9 +291,7 @@ function keyMismatch(location: QueueLocation, id: string, others: string): EmlAp
   );
 }
 
-/**
- * What a {@link RedisSettingsWatch} tells as it finds the settings.
- */
+/** What a {@link RedisSettingsWatch} tells as it finds the settings. */
 export interface SettingsReports {
   /** A setting that keeps mail less safely than it should, or cannot be read (each said once). */
   warn(message: string): void;
@@ -349,14 +302,11 @@ export interface SettingsReports {
 }
 
 /**
- * Redis's settings, watched for as long as a producer or a worker runs:
- * checked again after every reconnect (a Redis restarted with another
- * configuration: `allkeys-lru`, or without its append-only file, acknowledged
- * mail it then evicted or lost), when a cluster's slot of the queue gets
- * another master, and on an interval (`CONFIG SET` at run time). Producers
- * acknowledge a message only once the settings were found right since the
- * connection last (re)connected (`confirm()`, no round trip in the common
- * case); readiness probes read the verdict.
+ * Redis's settings, watched while a producer or a worker runs: checked again after every reconnect
+ * (a Redis restarted with another configuration would evict or lose acknowledged mail), when the
+ * queue's slot gets another master, and on an interval (`CONFIG SET` at run time). Producers
+ * acknowledge only once the settings were found right since the last (re)connection (`confirm()`, no
+ * round trip in the common case).
  */
 export class RedisSettingsWatch {
   readonly #redis: OutboxRedisClient;
@@ -483,9 +433,7 @@ export class RedisSettingsWatch {
   }
 }
 
-/**
- * Options of a {@link RedisSettingsWatch}.
- */
+/** Options of a {@link RedisSettingsWatch}. */
 export interface SettingsWatchOptions {
   durability: OutboxDurability;
   /** Persistence the settings cannot tell is taken as the operator's word (`durabilityVerified`). */
@@ -498,23 +446,18 @@ export interface SettingsWatchOptions {
 }
 
 /**
- * The watches of each client, by its options object: BullMQ 6 hands out its
- * own proxy of a client (`queue.getBackend().client`), which reads the same
- * options object as the client itself.
+ * The watches of each client, by its options object: BullMQ 6 hands out its own proxy of a client,
+ * which reads the same options object.
  */
 const watches = new WeakMap<object, Set<RedisSettingsWatch>>();
 
 /**
- * The readiness of the outbox's Redis, for `/readyz` of a worker or a
- * store-and-forward relay: it answers, and keeps what is queued. A client a
- * producer or worker watches (see {@link RedisSettingsWatch}) is checked as
- * they check it, the durability a producer asks for included; any other for
- * `maxmemory-policy noeviction` only. Warnings are not repeated here: a probe
- * every few seconds must not fill the logs.
- *
+ * The readiness of the outbox's Redis for `/readyz`: it answers and keeps what is queued. A watched
+ * client is checked as its watch checks it; any other for `noeviction` only. Warnings are not repeated:
+ * a probe every few seconds must not fill the logs.
  * @param redis the connection to check (read when the check runs)
  * @param location where the queue's keys are: on a cluster, only the nodes serving their slot matter
- *   (a master of other slots down does not make the outbox unready) @default undefined (every node)
+ *   @default undefined (every node)
  */
 export function outboxRedisReadiness(
   redis: () => OutboxRedisClient | Promise<OutboxRedisClient>,
@@ -524,8 +467,7 @@ export function outboxRedisReadiness(
     name: 'redis',
     async check() {
       const client = await redis();
-      // On a cluster a PING goes to a node picked at random (which may be one that is down): a read of a key
-      // of the queue goes to the master of its slot, the node that must answer.
+      // A cluster's PING goes to a random node, maybe one that is down; a key of the queue goes to its slot's master.
       if (location && isClusterClient(client)) await client.exists(queueKey(location, 'meta'));
       else await client.ping();
       const watching = [...(watches.get(client.options) ?? [])];
@@ -540,10 +482,7 @@ export function outboxRedisReadiness(
   };
 }
 
-/**
- * The password of a Redis connection given as a URL or ioredis options, if
- * any: one more string a health reason never shows.
- */
+/** The password of a Redis connection given as a URL or options: one more string a health reason never shows. */
 export function redisPassword(connection: unknown): string | undefined {
   if (typeof connection === 'string') {
     try {

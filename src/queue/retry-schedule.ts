@@ -3,50 +3,32 @@ import { EmlApiError } from '../shared/eml-api-error.js';
 import { objectOption, refuseUnknownKeys, share, wholeNumber } from '../shared/options-kit.js';
 
 /**
- * When a send that failed for a passing reason (the service unreachable, a
- * timeout, a 5xx, a worker that stopped mid-send) is tried again: `delay`
- * after the first failure, doubling each time up to `maxDelay`, each wait
- * shortened by a random share of up to `jitter`, for `attempts` attempts in
- * all. The default keeps trying for most of a day, as an SMTP relay does:
- * 5 s, 10 s, 20 s ... 43 min, then hourly, 30 attempts whose waits add up to
- * 16.3 to 20.4 hours (plus the time the attempts take). It ends before the
- * service's idempotency window (24 hours) less the workers' margin (1 hour)
- * closes, so a send whose answer was lost is answered from its first attempt
- * to the last; a job still retrying then (rate-limit pauses, stalls) is
- * parked rather than sent again blindly. A `Retry-After` longer than the
- * scheduled wait is honoured. Retries are taken before new messages.
- *
+ * When a send that failed for a passing reason is tried again: `delay` after the first failure,
+ * doubling up to `maxDelay`, each wait shortened by a random share of up to `jitter`, for `attempts`
+ * attempts in all. The default keeps trying for most of a day, as an SMTP relay does, and ends
+ * before the service's idempotency window less the workers' margin closes, so a send whose answer
+ * was lost is answered from its first attempt; a job still retrying then is parked rather than sent
+ * again blindly. A longer `Retry-After` is honoured. Retries go before new messages.
  * @example
  * // Give up after about 2 hours instead: 5 s doubling to 10 min, 20 attempts.
  * new EmlApiQueueTransport({ connection, retry: { attempts: 20, delay: 5_000, maxDelay: 600_000 } });
  */
 export interface RetryScheduleOptions {
-  /**
-   * Attempts in all, the first included.
-   * @default 30
-   */
+  /** Attempts in all, the first included. @default 30 */
   attempts?: number;
-  /**
-   * Wait after the first failed attempt, in ms; doubled after each further one.
-   * @default 5000
-   */
+  /** Wait after the first failed attempt, in ms; doubled after each further one. @default 5000 */
   delay?: number;
-  /**
-   * Longest wait between attempts, in ms.
-   * @default 3600000 (1 hour)
-   */
+  /** Longest wait between attempts, in ms. @default 3600000 (1 hour) */
   maxDelay?: number;
   /**
-   * Share of each wait drawn at random (0 to 1), so that sends that failed
-   * together do not all come back together.
+   * Share of each wait drawn at random (0 to 1), so that sends that failed together do not all come
+   * back together.
    * @default 0.2
    */
   jitter?: number;
 }
 
-/**
- * The default retry schedule: 30 attempts, their waits 16.3 to 20.4 hours in all.
- */
+/** The default retry schedule: 30 attempts, about 16 to 20 hours of waits in all. */
 export const DEFAULT_RETRY_SCHEDULE: Readonly<Required<RetryScheduleOptions>> = Object.freeze({
   attempts: 30,
   delay: 5_000,
@@ -54,14 +36,10 @@ export const DEFAULT_RETRY_SCHEDULE: Readonly<Required<RetryScheduleOptions>> = 
   jitter: 0.2,
 });
 
-/**
- * The BullMQ backoff type of the outbox's jobs; its workers compute the waits ({@link outboxBackoffDelay}).
- */
+/** The BullMQ backoff type of the outbox's jobs; its workers compute the waits ({@link outboxBackoffDelay}). */
 export const OUTBOX_BACKOFF_TYPE = 'eml-api-outbox';
 
-/**
- * BullMQ backoff options of the outbox: BullMQ's own, plus the cap.
- */
+/** BullMQ backoff options of the outbox: BullMQ's own, plus the cap. */
 export interface OutboxBackoffOptions extends BackoffOptions {
   type: typeof OUTBOX_BACKOFF_TYPE;
   delay: number;
@@ -100,9 +78,7 @@ const RETRY_SCHEDULE_KEYS = [
   'jitter',
 ] as const satisfies readonly (keyof RetryScheduleOptions)[];
 
-/**
- * The BullMQ job options of a schedule: `attempts` and the outbox's backoff.
- */
+/** The BullMQ job options of a schedule: `attempts` and the outbox's backoff. */
 export function retryJobOptions(schedule: Required<RetryScheduleOptions>): {
   attempts: number;
   backoff: OutboxBackoffOptions;
@@ -119,11 +95,8 @@ export function retryJobOptions(schedule: Required<RetryScheduleOptions>): {
 }
 
 /**
- * The wait before the next attempt after `attemptsMade` failed ones:
- * `delay · 2^(attemptsMade − 1)`, capped at `maxDelay`, shortened by up to
- * `jitter` of itself; at least the `Retry-After` the service sent, up to
- * `maxRetryAfter` (the workers' option).
- *
+ * The wait before the next attempt: `delay · 2^(attemptsMade − 1)`, capped at `maxDelay`, shortened
+ * by up to `jitter`; at least the service's `Retry-After`, up to `maxRetryAfter`.
  * @param random @default Math.random
  * @param maxRetryAfter the longest `Retry-After` honoured, in ms @default Infinity
  */
@@ -144,9 +117,7 @@ export function outboxBackoffDelay(
   return retryAfter !== undefined && retryAfter > wait ? retryAfter : wait;
 }
 
-/**
- * How long a schedule keeps trying, from the first failure to the last attempt, without jitter, in ms.
- */
+/** How long a schedule keeps trying, from the first failure to the last attempt, without jitter, in ms. */
 export function retrySpan(schedule: Required<RetryScheduleOptions>): number {
   let total = 0;
   for (let made = 1; made < schedule.attempts; made++) {
@@ -156,28 +127,19 @@ export function retrySpan(schedule: Required<RetryScheduleOptions>): number {
 }
 
 /**
- * The BullMQ priority of a job while it is tried again: 0, BullMQ's
- * "no priority". BullMQ takes jobs from its wait list (priority 0) before its
- * prioritized set, and promotes a backed-off job to the back of the list it
- * belongs to; new messages go to the prioritized set ({@link newMessagePriority}),
- * so the wait list holds only retries, and a retry goes before every new
- * message instead of behind the whole backlog (past the service's idempotency
- * window, a send whose answer was lost would be delivered twice).
+ * The BullMQ priority of a job while it is retried: 0, "no priority". BullMQ takes its wait list
+ * (priority 0) before its prioritized set, where new messages go, so a retry goes before the backlog
+ * instead of behind it (past the idempotency window, a send whose answer was lost would be delivered
+ * twice).
  */
 export const RETRY_PRIORITY = 0;
 
-/**
- * The highest `jobOptions.priority` a producer takes: BullMQ's `PRIORITY_LIMIT`
- * (2^21 - 1) less the 1 the outbox adds ({@link newMessagePriority}).
- */
+/** The highest `jobOptions.priority` a producer takes: BullMQ's limit (2^21 - 1) less the 1 the outbox adds. */
 export const MAX_OUTBOX_PRIORITY = 2 ** 21 - 2;
 
 /**
- * The BullMQ priority a new message is queued with: the producer's
- * `jobOptions.priority` plus 1 (none: 1). BullMQ's order among new messages
- * stays as you set it (no priority first, then 1, 2 ...), and all of them
- * come after retries ({@link RETRY_PRIORITY}). Among messages of one priority,
- * first in, first out.
+ * The BullMQ priority of a new message: the producer's `jobOptions.priority` plus 1, so new messages
+ * keep their order among themselves and all come after retries.
  * @param priority the producer's `jobOptions.priority` (0 or none: the highest)
  */
 export function newMessagePriority(priority: number | undefined): number {

@@ -1,15 +1,11 @@
 /**
- * Admits the sends of one worker: shared, or alone. A job that has stalled
- * is sent alone (nothing else of the worker in flight), so that if it crashes
- * the worker again no other send goes down with it and that stall is its
- * own: the job runner counts toward `maxStalls` only stalls of runs alone.
+ * Admits the sends of one worker: shared, or alone. A job that has stalled is sent alone, so that if
+ * it crashes the worker again no other send goes down with it and the stall is its own.
  *
- * A fair readers-writer lock: first come, first served. Ordinary sends
- * share the worker; a send alone waits until the sends in flight end; a send
- * that comes after a waiting one alone waits behind it. Holders never wait
- * on the gate again and each send ends within the client's timeouts, so
- * nothing deadlocks or starves. Jobs waiting here keep their locks: BullMQ
- * renews the lock of every job a worker has taken.
+ * A fair readers-writer lock, first come first served: a send alone waits for the sends in flight, and
+ * sends after a waiting one alone wait behind it. Holders never wait on the gate again and each send
+ * ends within the client's timeouts, so nothing deadlocks or starves. Waiting jobs keep their locks:
+ * BullMQ renews the lock of every job a worker has taken.
  */
 export class SoloGate {
   #shared = 0;

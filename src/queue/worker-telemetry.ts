@@ -17,10 +17,7 @@ import type { QueueLocation } from './queue-location.js';
 import { loadBullmq, type OutboxRedisClient } from './redis-connection.js';
 import { outboxRedisReadiness } from './redis-settings.js';
 
-/**
- * What a worker's telemetry watches: the worker's events, its client, its
- * Redis and queue, and how many jobs it runs.
- */
+/** What a worker's telemetry watches: its events, client, Redis and queue, and how many jobs it runs. */
 export interface WorkerTelemetrySettings {
   /** The `http` option as given (checked here). */
   http: unknown;
@@ -43,11 +40,8 @@ export interface WorkerTelemetrySettings {
 }
 
 /**
- * The metrics, spans and health port of an outbox worker (the `metrics` and
- * `http` options): a span per job run, a child of the producer's span when
- * the job carries its trace context; sends counted by outcome; the queue's
- * depth read at each scrape; `/readyz` checking Redis (reachable, and
- * `noeviction`) and the service (reachable, the key accepted).
+ * The metrics, spans and health port of a worker: a span per job run (a child of the producer's span),
+ * sends counted by outcome, the queue's depth read at each scrape, and `/readyz`.
  */
 export class WorkerTelemetry {
   readonly metrics: EmlApiMetrics | undefined;
@@ -112,9 +106,8 @@ export class WorkerTelemetry {
   }
 
   /**
-   * Runs a job in a span of its own (`eml-api.job`, a consumer span that
-   * continues the trace of the request that queued the mail), and counts the
-   * runs that put the job back rather than end it (a 429's pause, a stop).
+   * Runs a job in a consumer span that continues the trace of the request that queued it, and counts
+   * runs that put the job back rather than end it.
    */
   async run(job: OutboxJob, work: () => Promise<RunOutcome>): Promise<RunOutcome> {
     const data = (job.data ?? {}) as Partial<OutboxJobData>;
