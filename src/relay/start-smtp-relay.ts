@@ -43,8 +43,7 @@ export interface EmlApiRelay {
    * Stops the relay: no new connections or transactions (`421`), messages
    * that arrived in full are handed on and get their reply, messages still
    * arriving are given up (`421`: the client sends them again later), then
-   * every connection is closed and the clients with it. With `{ abort: true }` messages still being
-   * uploaded are aborted instead (their clients get `451`, and try again).
+   * every connection is closed. `{ abort: true }` aborts uploads too (`451`).
    * @example
    * process.once('SIGTERM', () => relay.close());
    */
@@ -134,7 +133,6 @@ export interface RelayProcessShares {
 /** {@link startEmlApiRelay}, in one of several processes. */
 export async function startRelay(options: EmlApiRelayOptions, shared: RelayProcessShares = {}): Promise<EmlApiRelay> {
   const { SMTPServer: Server } = loadSmtpServer();
-  // The health port and metrics are the relay's telemetry's (RelayTelemetry, below), checked before anything opens.
   const { http, metrics, ...relayOptions } = options;
   const { apiKey, settings } = resolveRelayOptions(relayOptions);
   const telemetry = new RelayTelemetry(
@@ -198,7 +196,7 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
     banner: 'nodemailer-eml-api relay',
     logger: false,
     authMethods: ['PLAIN', 'LOGIN'],
-    // Who may send is decided at MAIL FROM (session-rules), with the reply saying what to do.
+    // Who may send is decided at MAIL FROM, where the reply can say what to do.
     authOptional: true,
     // AUTH is hidden per connection where it is not allowed (plain text from another host).
     allowInsecureAuth: true,
@@ -224,8 +222,7 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
     throw err;
   }
   try {
-    // What /readyz checks: what this mode needs to take mail now. Store-and-forward needs Redis only
-    // (an outage of the service is what it rides out); direct needs the service to take the relay's key.
+    // Store-and-forward rides out a service outage, so it is ready with Redis alone.
     const checks: ReadinessCheck[] =
       settings.queue !== undefined
         ? [{ name: 'redis', check: () => destination.readiness?.() ?? Promise.resolve() }]
@@ -305,14 +302,11 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
         // Not ready from now on: a load balancer sends no more clients while the relay finishes.
         telemetry.stopping();
         let givenUp = 0;
-        // No new connections; messages that arrived in full are handed on and get their reply.
         server.server.close();
         if (grace === undefined) {
-          // A message still arriving is given up (the client gets 421 below, and retries): a slow or
-          // stalled client would otherwise hold close() for as long as it keeps the connection open.
+          // A stalled client would otherwise hold close() for as long as it keeps its connection.
           giveUpArriving();
         } else {
-          // Messages in flight, arriving ones too, get the grace period; those left are given up then.
           const deadline = Date.now() + grace;
           while (inflight.size > 0 && Date.now() < deadline) {
             let timer: NodeJS.Timeout | undefined;
@@ -332,7 +326,6 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
           }
         }
         while (inflight.size > 0) await Promise.allSettled([...inflight]);
-        // Then every connection left is told (421) and closed.
         server.options.closeTimeout = 1;
         await new Promise<void>((resolve) => server.close(() => resolve()));
         await stop();
@@ -402,19 +395,15 @@ export function loadSmtpServer(): SmtpServerPeer {
 }
 
 /**
- * What the relay uses of an smtp-server connection to greet it. None of it is
- * smtp-server's public API: it reads the same in 3.13.0 (the oldest release
- * the peer range allows) and 3.21.6, and test/relay/greeting.test.ts pins it
- * for the installed release:
+ * The smtp-server connection internals the relay greets through (not public
+ * API; test/relay/greeting.test.ts pins them for the installed release):
  *
- * - `connect(socket)` adds the connection, whose `_socket` is that socket, last
- *   to `server.connections`, and calls its `init()`, which arms a 100 ms timer that calls
- *   `this.connectionReady()`, looked up on the connection when it fires (a
- *   connection over `maxClients` is answered `421` and removed instead);
- * - `connectionReady()` runs `onConnect`, sets `_ready` and sends the `220`
- *   greeting; before it the session holds only its `id` (no `envelope`);
- * - a command that arrives while `_ready` is false is answered
- *   `421 <name> You talk too soon` and the connection is closed.
+ * - `connect(socket)` adds the connection last to `server.connections` and
+ *   calls `init()`, which arms a 100 ms timer calling `this.connectionReady()`
+ *   (a connection over `maxClients` is answered `421` and removed instead);
+ * - `connectionReady()` runs `onConnect`, sets `_ready` and sends the `220`;
+ *   until then the session has no `envelope`;
+ * - a command arriving while `_ready` is false gets `421 You talk too soon`.
  */
 interface GreetingConnection {
   _socket?: unknown;
@@ -426,38 +415,23 @@ interface GreetingConnection {
 }
 
 /**
- * Greets each client as soon as the bytes that came with its connection have
- * been read, instead of after smtp-server's fixed 100 ms pause.
- *
- * smtp-server waits 100 ms before its greeting to catch early talkers
- * (spam software that sends its commands without waiting for the greeting:
- * `421 You talk too soon`). That pause caps a client that opens a connection
- * per message, as cron, PHP's `mail()` and most scripts do, at 10 messages a
- * second per connection, with the relay idle meanwhile; Postfix's smtpd greets at once
- * (early-talker tests live in postscreen, in front of an MX). The relay greets
- * once the event loop has read what the client sent along with its connection,
- * so a client whose commands were already there when the connection was accepted (the
- * early talker that blasts its whole dialog at once) still gets smtp-server's
- * `421 ... You talk too soon`; one that starts talking within the next 100 ms
- * but after the greeting left is no longer caught. A relay open to the
- * Internet should sit behind a firewall or connection rate limit anyway (see
- * "Hostile clients" in docs/relay.md).
- *
- * The 100 ms timer smtp-server armed still fires, and finds the greeting
- * already done. A connection whose internals are not as pinned above is left
- * to smtp-server's own timer: greeted 100 ms later, as before.
+ * Greets each client once the bytes sent with its connection have been read,
+ * instead of after smtp-server's fixed 100 ms early-talker pause, which caps a
+ * client that connects per message (cron, PHP's `mail()`) at 10 messages a
+ * second; Postfix's smtpd greets at once too (postscreen does the early-talker
+ * test). A client that sends its dialog with the connection still gets
+ * `421 You talk too soon`. A connection whose internals are not as above is
+ * left to smtp-server's own timer.
  */
 export function greetPromptly(server: SMTPServer): void {
   const connect = server.connect.bind(server);
   server.connect = (socket, options) => {
     connect(socket, options);
-    // connect() adds the new connection last.
     let newest: GreetingConnection | undefined;
     for (const connection of server.connections as Set<unknown> as Set<GreetingConnection>) newest = connection;
     const connection = newest;
     const ready = connection?.connectionReady;
-    // This socket's connection (one refused for maxClients in init() has already left the set),
-    // not greeted yet.
+    // One refused for maxClients in init() has already left the set.
     if (
       !connection ||
       connection._socket !== socket ||
@@ -475,13 +449,10 @@ export function greetPromptly(server: SMTPServer): void {
       greeted = true;
       ready.call(connection, next);
     };
-    // smtp-server's timer calls connection.connectionReady(): it now finds the greeting done.
+    // smtp-server's timer looks this up when it fires, and finds the greeting done.
     connection.connectionReady = greetOnce;
-    // Bytes the client sent along with its connection (before it could have seen a greeting) are
-    // read in the event loop's next poll phase, and reach smtp-server's parser while `_ready` is
-    // still false: its "You talk too soon". The greeting waits for that phase: two turns of the
-    // loop (connect() runs from a setImmediate for a plain connection, from the handshake's
-    // callback with implicit TLS; the second turn covers both), microseconds on an idle relay.
+    // Bytes sent with the connection are read in the next poll phase and must reach the parser while
+    // `_ready` is false. Two turns: connect() runs from a setImmediate (plain) or the handshake callback (TLS).
     setImmediate(() => setImmediate(() => greetOnce()));
   };
 }
@@ -525,10 +496,7 @@ export class RelayTelemetry {
     return this.#endpoint;
   }
 
-  /**
-   * The session handlers, with each message (DATA to reply) in a span of its
-   * own and counted with its reply code.
-   */
+  /** The session handlers, with each message (DATA to reply) in a span and counted by reply code. */
   observe<H extends { onData: DataHandler }>(handlers: H): H {
     const { metrics } = this;
     const onData: DataHandler = (stream, session, callback) => {
@@ -570,11 +538,9 @@ export class RelayTelemetry {
     return login;
   }
 
-  /**
-   * Measures the uploads and retries of a client the relay sends with.
-   */
+  /** Measures the uploads and retries of a client the relay sends with. */
   watch(client: EmlApiClient): EmlApiClient {
-    // Not removed: the observer goes with the client's engine when the client is dropped (KeyClients evicts).
+    // Never removed: the observer goes with the client's engine when the client is evicted.
     watchSends(client, 'relay', this.metrics);
     return client;
   }
