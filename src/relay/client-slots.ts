@@ -6,18 +6,16 @@ import type { SmtpReply } from './smtp-replies.js';
 import { LocalClientCounts, type ClientCounts } from './shared-limits.js';
 
 /**
- * The share of `maxClients` from which the relay is under stress, and idle
- * clients get `stressIdleTimeout` instead of `idleTimeout`. Postfix enters
- * stress when every smtpd process is busy; the relay a little before its
- * limit, so that the slots are freed before anyone is turned away.
+ * The share of `maxClients` from which the relay is under stress (idle clients
+ * get `stressIdleTimeout`). Postfix enters stress when every smtpd is busy; the
+ * relay enters it a little earlier, so slots are freed before anyone is turned away.
  */
 export const STRESS_SHARE = 0.8;
 
 /**
- * The share of `maxClients` below which stress ends. Cutting the first idle
- * client under stress must not lift it for the others (they would get the
- * long idle timeout back at once, and a client holding slots just under the
- * threshold would keep them): stress ends only once the relay is well below it.
+ * The share of `maxClients` below which stress ends: well below the threshold,
+ * so that closing the first idle client does not give the others the long
+ * idle timeout back at once.
  */
 export const STRESS_END_SHARE = 0.6;
 
@@ -38,12 +36,10 @@ export interface ClientSlotSettings {
 }
 
 /**
- * What the slots use of an smtp-server connection. `send` and `session` are
- * its public API; `_socket` (the socket it reads from now: the TLS socket
- * after STARTTLS) is not, and is pinned by the relay's tests. The idle
- * timeout smtp-server arms is the socket's own (`socket.setTimeout`), whose
- * listener it re-arms with `options.socketTimeout`: giving the socket another
- * duration changes the timeout of that connection alone.
+ * What the slots use of an smtp-server connection. `_socket` (the TLS socket
+ * after STARTTLS) is not public API and is pinned by the relay's tests. The
+ * idle timeout is the socket's own (`socket.setTimeout`), so setting it there
+ * changes that connection alone.
  */
 interface SlotConnection {
   session: SMTPServerSession;
@@ -52,28 +48,18 @@ interface SlotConnection {
 }
 
 /**
- * The connection slots of the relay, so that no client can starve the
- * others (the protections of Postfix's smtpd and anvil):
+ * The connection slots of the relay, so that no client can starve the others
+ * (Postfix's smtpd and anvil protections; the options' docs give the Postfix names):
  *
- * - at most `maxClientsPerAddress` connections from one client address
- *   (`smtpd_client_connection_count_limit`; IPv6 counted per /64), clients on
- *   `trustedNetworks` exempt (`smtpd_client_event_limit_exceptions`, which
- *   is `$mynetworks`): `421 4.7.0` past it. Counted from the moment the
- *   socket is accepted, before an implicit TLS handshake: smtp-server keeps
- *   sockets in their handshake in one pool of `maxClients` for every
- *   address, which one address could fill with silent connections;
- * - an implicit TLS handshake must be over within `tlsHandshakeTimeout`
- *   (smtp-server gives it the idle timeout, 5 minutes);
- * - under stress, from {@link STRESS_SHARE} of `maxClients` connections on,
- *   idle clients are given `stressIdleTimeout` instead of `idleTimeout`
- *   (`smtpd_timeout = ${stress?{10}:{300}}s`);
- * - DATA must arrive at `minDataRate` bytes a second at least, after a grace
- *   of the idle timeout (`smtpd_min_data_rate`, with a per-request deadline),
- *   and within `dataTimeout` in all: a client sending a byte per idle period
- *   no longer holds its slot for ever. `421 4.4.2` closes it;
- * - a command line must be whole within the idle timeout in force of its
- *   first byte, and under stress a session must make progress (AUTH, MAIL,
- *   RCPT, a message) within the stress idle timeout ({@link ConnectionDeadlines}).
+ * - `maxClientsPerAddress` per client address (IPv6 per /64, `trustedNetworks`
+ *   exempt), counted from the socket's accept: smtp-server keeps sockets in
+ *   their handshake in one `maxClients` pool that one address could fill;
+ * - an implicit TLS handshake within `tlsHandshakeTimeout` (smtp-server gives
+ *   it the 5-minute idle timeout);
+ * - `stressIdleTimeout` from {@link STRESS_SHARE} of `maxClients` on;
+ * - DATA at `minDataRate` after a grace of the idle timeout, and within
+ *   `dataTimeout`, else `421 4.4.2`;
+ * - command-line and progress deadlines ({@link ConnectionDeadlines}).
  */
 export class ClientSlots {
   readonly #settings: ClientSlotSettings;
@@ -85,8 +71,7 @@ export class ClientSlots {
   readonly #unclaimed = new Map<string, () => void>();
   /**
    * The same, for a socket whose session was admitted: smtp-server's STARTTLS
-   * removes every listener of the raw socket (its `close` among them), while
-   * the session's `onClose` comes whichever socket closes.
+   * removes the raw socket's `close` listener, while `onClose` always comes.
    */
   readonly #socketCounts = new WeakMap<SMTPServerSession, () => void>();
   /** The sessions admitted, with the key they count under (null on trustedNetworks: not counted). */
@@ -158,7 +143,6 @@ export class ClientSlots {
   #enter(session: SMTPServerSession, key: string | null, taken: boolean): SmtpReply | undefined {
     if (!taken) return this.#tooMany();
     if (this.#left.has(session)) {
-      // Closed while its count was asked for: nothing is left to admit.
       if (key !== null) this.#counts.give('session', key);
       return this.#tooMany();
     }
@@ -187,11 +171,9 @@ export class ClientSlots {
   }
 
   /**
-   * Times a message while it arrives (from `onData`): it must come at
-   * `minDataRate` after a grace of the idle timeout, and whole within
-   * `dataTimeout`; otherwise the connection is closed with `421 4.4.2` (the
-   * message is abandoned and nothing is sent). Stops at the end of the
-   * message: the time the service then takes is not the client's.
+   * Times a message while it arrives (from `onData`) against `minDataRate` and
+   * `dataTimeout`, closing the connection with `421 4.4.2` past them. The time
+   * the service takes afterwards is not the client's.
    *
    * @returns stops the timer (call it once the message is in, or failed)
    */
@@ -227,11 +209,9 @@ export class ClientSlots {
   }
 
   /**
-   * Puts the slots' check in front of smtp-server's: its listener of the
-   * listening socket's 'connection' event (`server.server`, public) is
-   * called only for sockets within their address's cap; the others are
-   * refused there, `421 4.7.0` on a plain-text listener, closed on an
-   * implicit TLS one (nothing can be said before the handshake).
+   * Puts the per-address cap in front of smtp-server's 'connection' listener:
+   * sockets past it get `421 4.7.0`, or are closed on an implicit TLS listener
+   * (nothing can be said before the handshake).
    */
   #guardAccept(server: SMTPServer): void {
     const listener = server.server;
@@ -245,12 +225,12 @@ export class ClientSlots {
     };
     listener.on('connection', (socket: Socket) => {
       const address = socket.remoteAddress ?? '';
-      // A proxy's sockets are its clients': they are counted by the address its header gives, in onConnect.
+      // A proxy's sockets are counted by the address its header gives, in onConnect.
       if (this.#settings.trustedNetworks.includes(address) || proxies.includes(address)) return hand(socket);
       const key = clientKey(address);
       const taken = this.#counts.take('socket', key, this.#settings.maxClientsPerAddress);
       if (typeof taken === 'boolean') return taken ? hand(this.#counted(socket, key)) : this.#refuse(socket, handshake);
-      // Asked across processes: the socket waits (what the client sends meanwhile is buffered), and may close.
+      // Asked across processes: what the client sends meanwhile is buffered, and it may close.
       const ignore = () => undefined;
       socket.on('error', ignore);
       void taken.then((ok) => {
@@ -272,7 +252,6 @@ export class ClientSlots {
       if (this.#unclaimed.get(name) === uncount) this.#unclaimed.delete(name);
       this.#counts.give('socket', key);
     };
-    // Until its session is admitted, only the socket can say it closed; from then on the session too.
     this.#unclaimed.set(name, uncount);
     socket.once('close', uncount);
     return socket;
@@ -291,11 +270,10 @@ export class ClientSlots {
   }
 
   /**
-   * Closes a socket still in its implicit TLS handshake, or still waiting for
-   * its PROXY header, after `tlsHandshakeTimeout`. smtp-server keeps such
-   * sockets in `_pendingSockets` (not its public API, pinned by the relay's
-   * tests), mapped to the TLS socket over them, which is the one to destroy
-   * (as its close() does); a socket not in it has its session already.
+   * Closes a socket still in its implicit TLS handshake, or waiting for its
+   * PROXY header, after `tlsHandshakeTimeout`. smtp-server's `_pendingSockets`
+   * (not public API, pinned by the relay's tests) maps it to the TLS socket,
+   * the one to destroy, as its close() does.
    */
   #handshakeDeadline(server: SMTPServer, socket: Socket): void {
     const pending = (server as unknown as { _pendingSockets?: unknown })._pendingSockets;
@@ -356,10 +334,7 @@ export interface ConnectionDeadlineSettings {
   idleTimeout(): number;
   /** Whether the relay is under stress now: only then is a session that makes no progress closed. */
   stressed(): boolean;
-  /**
-   * A deadline is checked again at least this often (the stress idle timeout),
-   * so that one armed before the relay came under stress is shortened with it.
-   */
+  /** A deadline is checked again this often at least, so that stress shortens one armed before it. */
   recheckEvery: number;
   /** The clock. @default Date.now */
   now?: () => number;
@@ -374,12 +349,10 @@ interface CommandParser {
 }
 
 /**
- * What the deadlines use of an smtp-server connection. `session` and `send`
- * are its public API; the rest is not, and is pinned by the relay's tests:
- * `_parser` (replaced after STARTTLS, by `_createParser`), `_onCommand` (each
- * command line, once whole), `_handlerPending` (a handler of the relay's has
- * not answered yet), `_dataStream` (a message is arriving), `_closing` and
- * `_closed`.
+ * What the deadlines use of an smtp-server connection; the underscored members
+ * are not public API and are pinned by the relay's tests. `_createParser` makes
+ * the TLS parser after STARTTLS; `_handlerPending` means a relay handler has not
+ * answered yet.
  */
 interface DeadlineConnection {
   session: SMTPServerSession;
@@ -413,37 +386,21 @@ interface Watched {
 }
 
 /**
- * Deadlines on what a client owes the relay, beyond the idle timeout (which
- * any byte resets, so that a client sending one byte every few seconds, or a
- * NOOP every few seconds, would hold its connection slot for ever):
+ * Deadlines beyond the idle timeout, which any byte resets (a byte or a NOOP
+ * every few seconds would hold a slot for ever); past one, `421 4.4.2`:
  *
- * - **a command line** must be whole within the idle timeout in force
- *   (`stressIdleTimeout` under stress) of its first byte, as Postfix's
- *   `smtpd_per_request_deadline` makes `smtpd_timeout` a deadline for a whole
- *   request. Postfix turns that on under stress only, as it also times
- *   message content over slow links; here it times command lines alone (a
- *   message is timed by `minDataRate` and `dataTimeout`), which no client
- *   takes minutes to write, so it is always on. A line that arrives while
- *   the relay is under stress keeps the stress deadline when the stress ends
- *   (closing the first dribblers ends it, which would give the rest minutes);
- * - **under stress, the session** must make progress within the stress
- *   idle timeout: authenticate (`235`), start a transaction or add a
- *   recipient (`250` to MAIL or RCPT), or send a message (the reply to its
- *   final dot). NOOP, RSET, EHLO, HELP, VRFY and refused commands are none,
- *   so they no longer keep a connection that sends no mail when others wait
- *   for a slot. Postfix bounds such commands by count
- *   (`smtpd_junk_command_limit`, 100), which leaves a slot held for many
- *   minutes; like Postfix's stress-dependent timeouts, this applies only
- *   when slots run short. A client that has been silent for the idle
- *   timeout in force is the idle timeout's to close, not this one's.
+ * - **a command line** must be whole within the idle timeout in force of its
+ *   first byte (Postfix's `smtpd_per_request_deadline`). Postfix enables it
+ *   under stress only, as it also times message content; here it times command
+ *   lines alone, which no client takes minutes to write, so it is always on;
+ * - **under stress, the session** must make progress within the stress idle
+ *   timeout: `235`, `250` to MAIL or RCPT, or the reply to a message. NOOP,
+ *   RSET, EHLO, HELP, VRFY and refused commands are not progress. Postfix's
+ *   `smtpd_junk_command_limit` counts them instead, which leaves a slot held
+ *   for minutes. A silent client is the idle timeout's to close.
  *
- * Time the relay takes (a handler of its own not answered yet: an AUTH
- * checked with the service, a message being handed on) is not the client's:
- * a deadline that falls then is given another period. Past a deadline the
- * connection is closed with `421 4.4.2`.
- *
- * The hooks are smtp-server's connection internals (see
- * {@link DeadlineConnection}), wrapped per connection as it is made.
+ * Time the relay takes (a handler not answered yet) is not the client's: a
+ * deadline that falls then gets another period.
  */
 export class ConnectionDeadlines {
   readonly #settings: ConnectionDeadlineSettings;
@@ -516,18 +473,16 @@ export class ConnectionDeadlines {
     const send = connection.send.bind(connection);
     connection.send = (code, data, context) => {
       if (code === 220 && watched.verb === '') {
-        // The greeting: the session starts (the time before it is smtp-server's and onConnect's).
+        // The time before the greeting is smtp-server's and onConnect's.
         watched.progressSince = this.#now();
       } else if (isProgress(watched.verb, code)) {
         watched.progressSince = this.#now();
         watched.commandsSince = false;
-        // The final reply to a message is progress once: what follows is another command.
         if (watched.verb === 'DATA') watched.verb = '';
       }
       send(code, data, context);
     };
-    // Armed now, whether or not the greeting is still to come (smtp-server holds it a moment, and may
-    // not): a client that has sent no command is never closed by it.
+    // Armed before the greeting: a client that has sent no command is never closed by it.
     this.#armProgress(watched);
   }
 
@@ -553,12 +508,12 @@ export class ConnectionDeadlines {
       const { connection } = watched;
       if (watched.lineSince === undefined || gone(connection)) return;
       if (connection._handlerPending || connection._dataStream) {
-        // The relay's turn, or a message: the line (what is left of it) is timed afresh afterwards.
+        // The relay's turn, or a message: what is left of the line is timed afresh afterwards.
         watched.lineSince = undefined;
         return;
       }
-      // A line that arrived while the relay was under stress keeps the stress deadline when the stress
-      // ends: closing the first dribblers would otherwise end it, and give the others minutes again.
+      // A line begun under stress keeps the stress deadline: closing the first dribblers ends the
+      // stress, which would give the others minutes again.
       watched.lineLimit = Math.min(watched.lineLimit, this.#settings.idleTimeout());
       if (watched.lineSince + watched.lineLimit > this.#now()) return this.#armLine(watched);
       connection.send(
@@ -570,7 +525,6 @@ export class ConnectionDeadlines {
 
   #armProgress(watched: Watched): void {
     clearTimeout(watched.progressTimer);
-    // Checked every recheckEvery at least: stress may come at any time.
     const wait = this.#settings.stressed()
       ? Math.min(this.#left(watched.progressSince), this.#settings.recheckEvery)
       : this.#settings.recheckEvery;
@@ -579,11 +533,10 @@ export class ConnectionDeadlines {
       const { connection } = watched;
       if (gone(connection)) return;
       if (connection._handlerPending || connection._dataStream) {
-        // Not the client's time: another period from now.
         watched.progressSince = this.#now();
         return this.#armProgress(watched);
       }
-      // A client silent since, or for the idle timeout in force, is idle: the idle timeout's business, not this one's.
+      // A silent client is the idle timeout's to close.
       const busy = watched.commandsSince && this.#now() - watched.lastCommandAt < this.#settings.idleTimeout();
       const overdue = busy && this.#left(watched.progressSince) <= 0;
       if (!this.#settings.stressed() || !overdue) return this.#armProgress(watched);
