@@ -7,10 +7,9 @@ import { SenderList, splitSenders } from './sender-lists.js';
 
 /**
  * An SMTP user of the relay: a client that AUTHs with this user name and
- * password sends with the relay's own API key (Postfix with Dovecot SASL, or
- * `smtp_sasl_password_maps`, gives each sender such a login). The password
- * is given as it is, or as a hash made by {@link hashRelayPassword} (or
- * `eml-api relay --hash-password`), so that the configuration holds no password.
+ * password sends with the relay's own API key, as Postfix with Dovecot SASL
+ * gives each sender a login. Store a hash made by {@link hashRelayPassword}
+ * (or `eml-api relay --hash-password`) so that the configuration holds no password.
  *
  * @example
  * const user: EmlApiRelayUser = { username: 'billing-app', passwordHash: await hashRelayPassword(process.env.BILLING_PASSWORD!) };
@@ -36,9 +35,8 @@ export interface EmlApiRelayUser {
 }
 
 /**
- * The longest password the relay considers (UTF-16 units), a user's or an API key given as one. API keys
- * are far shorter; a longer password is refused (`535`) without asking the service, and is never copied
- * into a pattern, reply or log.
+ * The longest password the relay considers (UTF-16 units): a longer one is refused (`535`) without asking
+ * the service, and is never copied into a pattern, reply or log.
  */
 export const MAX_PASSWORD_LENGTH = 1024;
 
@@ -269,23 +267,20 @@ interface Failure {
 
 /**
  * The failed AUTHs of each key (a client address, IPv6 per /64; or an
- * address and a user name), across connections, as
- * a sliding window: once a key has `limit` failures within `window`,
- * {@link retryAfter} says how long until the oldest leaves it.
+ * address and a user name), across connections, in a sliding window: once a
+ * key has `limit` failures within `window`, {@link retryAfter} says how long
+ * until the oldest leaves it.
  *
- * The same wrong credentials again count once, as Dovecot's auth penalty
- * does not grow for a password it has already refused: Python's smtplib
- * (and Django) tries PLAIN then LOGIN with one password, and a sender with a
- * stale password retries its queue with it; neither is a guesser.
+ * The same wrong credentials again count once, as in Dovecot's auth penalty:
+ * smtplib (and Django) tries PLAIN then LOGIN with one password, and a sender
+ * with a stale password retries its queue with it; neither is a guesser.
  *
- * An AUTH takes its slot when it starts ({@link begin}), not when its
- * failure is known: the service takes a while to answer, and AUTHs sent at
- * once on many connections would otherwise all pass the check before any
- * failed (40 at once all reached the service with a budget of 10).
+ * An AUTH takes its slot when it starts ({@link begin}): the service takes a
+ * while to answer, and AUTHs sent at once on many connections would otherwise
+ * all pass the check before any failed.
  *
- * Memory is bounded: at most `limit` failures per key and
- * {@link MAX_TRACKED_ADDRESSES} keys, the least recently failing forgotten
- * first; AUTHs under way are bounded by the connections.
+ * Memory is bounded: `limit` failures per key, {@link MAX_TRACKED_ADDRESSES}
+ * keys; AUTHs under way are bounded by the connections.
  */
 export class AuthFailureBudget {
   readonly #limit: number;
@@ -317,7 +312,7 @@ export class AuthFailureBudget {
     const failures = this.#recent(key);
     const pending = this.#pending.get(key) ?? 0;
     if (failures.length + pending < this.#limit) return 0;
-    // Spent by AUTHs under way: they end within seconds, one way or the other.
+    // Spent by AUTHs under way, which end within seconds.
     if (failures.length < this.#limit) return 1_000;
     return Math.max(1, failures[failures.length - this.#limit]!.at + this.#window - this.#now());
   }
@@ -350,7 +345,6 @@ export class AuthFailureBudget {
     // Counted once, as the latest: a stale password retried keeps its one place.
     if (again !== -1) failures.splice(again, 1);
     failures.push({ at: this.#now(), fingerprint });
-    // Only the last `limit` failures can decide anything.
     if (failures.length > this.#limit) failures.splice(0, failures.length - this.#limit);
     this.#failures.delete(key);
     this.#failures.set(key, failures);
@@ -393,9 +387,8 @@ export const VERIFIED_FOR_MS = 5 * 60_000;
 
 /**
  * How long a key the service refused is refused again without asking: a
- * guesser that repeats a key, or a client retrying with a revoked one, costs
- * the service one request a minute, and a key given its scope in the
- * dashboard works again within that time.
+ * repeated or revoked key costs the service one request a minute, and a key
+ * given its scope in the dashboard works again within that time.
  */
 export const REFUSED_FOR_MS = 60_000;
 
@@ -420,15 +413,11 @@ interface Entry extends KeyClient {
 }
 
 /**
- * The clients of the API keys SMTP clients authenticate with (their
- * password is their key; the relay stores none). One client per key, made at
- * its first AUTH and checked like `client.verify()` does; a key the service
- * accepted is trusted for {@link VERIFIED_FOR_MS} before it is asked again;
- * one it refused is refused again without asking for {@link REFUSED_FOR_MS}
- * (at most {@link MAX_REFUSED_KEYS} remembered, by fingerprint).
- * At most `max` clients are kept beyond those in use: the least recently
- * used idle one is closed (gracefully) when the bound is passed. Keys live
- * only inside their clients; entries are found by fingerprint.
+ * The clients of the API keys SMTP clients authenticate with, one per key,
+ * made at its first AUTH and checked as `client.verify()` does. Accepted keys
+ * are trusted for {@link VERIFIED_FOR_MS}, refused ones refused for
+ * {@link REFUSED_FOR_MS}. Past `max` clients the least recently used idle one
+ * is closed. Keys live only inside their clients; entries are found by fingerprint.
  */
 export class KeyClients {
   readonly #createClient: (apiKey: string) => EmlApiClient;
