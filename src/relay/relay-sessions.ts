@@ -215,11 +215,10 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       const password = auth.password ?? '';
       const username = auth.username ?? '';
       const started = Date.now();
-      // A proxy or sidecar on trustedNetworks speaks for many clients: one of them guessing must not
-      // lock the others out (Postfix exempts $mynetworks from its per-client limits the same way).
+      // A proxy on trustedNetworks speaks for many clients: one guessing must not lock the others out
+      // (Postfix exempts $mynetworks likewise).
       const budgeted = !settings.trustedNetworks.includes(session.remoteAddress);
-      // The AUTH takes a slot of the address's budget now, before the service is asked: AUTHs sent at once
-      // on many connections would otherwise all pass the check before the first failed.
+      // Taken before the service is asked (see AuthFailureBudget).
       const address = clientKey(session.remoteAddress);
       const attempt = budgeted ? await addressFailures.begin(address) : undefined;
       // Names that are none of the relay's users (every name given with an API key) count as one, under the address.
@@ -232,8 +231,8 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         const throttled = budgeted && wrong && (await userFailures.retryAfter(userKey));
         if (budgeted && fingerprint !== undefined) userFailures.record(userKey, fingerprint);
         state.authFailures++;
-        // Every refusal of credentials reads the same: which names are the relay's users, and why the service
-        // refused a key, are for the operator's log, not for a guesser (the reply told them apart).
+        // Every refusal reads the same: which names are users, and why a key was refused, are for the
+        // operator's log, not for a guesser.
         const told = throttled
           ? {
               code: 454,
@@ -254,17 +253,15 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
           reply: `${final.code} ${final.text}`,
           ...(told.text === reply.text ? {} : { reason: reply.text }),
         };
-        // The detail is for the operator; the password is taken out of it (it may quote what it failed on).
+        // The detail may quote the password it failed on.
         const detail = err === undefined ? {} : { err: redact(errorDetail(err), password) };
         if (err !== undefined && isInternalError(err)) {
           logger.error({ ...where, ...detail }, 'AUTH could not be checked: error inside the relay');
         } else {
           logger.warn({ ...where, ...detail }, 'AUTH refused');
         }
-        // Answered after a pause, as Dovecot's auth_failure_delay: smtp-server reads no further command
-        // of the connection meanwhile, so a guesser gets one try per pause per connection. The pause is
-        // counted from the AUTH, so that every refusal takes the same time, whatever was checked (a hash,
-        // the service) and however long that took, as long as it took less than the pause.
+        // Dovecot's auth_failure_delay: smtp-server reads no further command meanwhile. Counted from the
+        // AUTH, so that every refusal takes the same time whatever was checked.
         const wait = settings.authFailureDelay - (Date.now() - started);
         if (wait <= 0) return refuse(final);
         setTimeout(() => refuse(final), wait).unref();
@@ -289,7 +286,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
             : settings.keySenders.get(login);
         const user: SessionUser = { username, key: 'relay', login, senders };
         logger.debug({ client: session.remoteAddress, session: session.id, key: 'relay', login }, 'AUTH accepted');
-        // A client that left while its password was checked has closed already: it is not counted again.
+        // A client that left during the check has closed already: it is not counted again.
         if (login !== undefined && !state.closed) relay.shares.join(session, login);
         callback(null, { user });
       };
@@ -299,8 +296,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
             attempt?.end(undefined);
             release(state);
             state.held = held;
-            // The client left while its key was being checked: onClose has run already, so the hold
-            // is released here (a held client is never evicted, and would be kept until the relay stops).
+            // onClose has run already; a held client is never evicted, so the hold is released here.
             if (state.closed) release(state);
             const login = `key:${held.id}`;
             const user: SessionUser = { username, key: held.id, login, senders: settings.keySenders.get(login) };
@@ -314,8 +310,8 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
           (err: unknown) => failed(authFailureReply(err), err),
         );
       if (settings.users?.has(username) || (storing && !relay.isOwnKey(password))) {
-        // The relay's own users (a listed name is never tried as an API key); under `queue`, nobody else
-        // but the relay's key: the outbox sends with the workers' key, so an API key proves nothing there.
+        // A listed name is never tried as an API key. Under `queue` the outbox sends with the workers' key,
+        // so another API key proves nothing.
         const users = settings.users;
         (users ? users.verify(username, password) : Promise.resolve(false)).then(
           (ok) => (ok ? asRelay() : failed(storing && !users?.has(username) ? NOT_A_RELAY_USER : WRONG_PASSWORD)),
@@ -325,8 +321,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       }
       if (storing) return asRelay();
       if (settings.users) {
-        // A name that is not the relay's costs the hash a listed one does (a decoy) before its password is
-        // tried as an API key, so that the time of a refusal does not tell the relay's user names either.
+        // An unlisted name costs a decoy hash, so that timing does not tell the relay's user names.
         settings.users.verify(username, password).then(
           () => withKey(),
           (err: unknown) => failed(authFailureReply(err), err),
@@ -355,12 +350,9 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
           refusal = { code: 553, text: `5.7.1 ${sender.message}` };
         }
       }
-      // Answered on the next turn of the event loop, never synchronously: smtp-server (3.21) loses
-      // its place when a client wrote the next transaction, message and all, without waiting for
-      // the replies (`nc relay 2525 < session.txt`). Its parser resumes after a message by running
-      // the rest of the input, and a MAIL answered synchronously lets that run reach the end of
-      // the next message at once; the parser then forgets that it must resume after that one, and
-      // the session stalls (the third message and QUIT never answered).
+      // Never answered synchronously: when a client pipelines the next transaction, message and all,
+      // without waiting for replies, a synchronous MAIL lets smtp-server's parser run past the end of
+      // the next message and forget to resume after it, and the session stalls.
       setImmediate(() => callback(refusal ? replyError(refusal) : undefined));
     },
     onRcptTo(address, session, callback) {
@@ -373,7 +365,6 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       callback(replyError({ code: 553, text: '5.1.3 The email service accepts no such address' }));
     },
     onData(stream: SMTPServerDataStream, session, callback) {
-      // Times the message while it arrives: too slow, and the connection is closed (421).
       relay.slots.watchData(session, stream);
       const held = stateOf(session).held;
       const login = sessionLogin(session);
@@ -394,8 +385,8 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
         key: sender.owner === 'relay' ? 'relay' : held!.id,
         ...(login === undefined ? {} : { login }),
       };
-      // Each message gets signals of its own, fed by the relay's through one listener each: one
-      // listener per message in flight on the relay's signals passed Node's MaxListeners (10).
+      // Signals of its own per message: a listener per message on the relay's signals would pass
+      // Node's MaxListeners.
       const aborted = new AbortController();
       const stopped = new AbortController();
       signals.follow(relay.signal, aborted);
@@ -415,9 +406,8 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       const work = withMessageLogFields(where, () => receiveMessage(stream, session, sender, context)).then(
         (received) => {
           if (stateOf(session).closed) {
-            // The client left before the 250, which it never reads: it will send the message again, which
-            // must keep this identity (as after a 451), or a message named by neither Message-ID nor
-            // Date would be delivered twice.
+            // The client will send it again: it must keep this identity (as after a 451), or a message
+            // without Message-ID and Date would be delivered twice.
             identities.settle(received.identity, CLIENT_LEFT);
           }
           const reply = acceptedReply(received.id);
@@ -449,8 +439,7 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
               ? relay.destination.reply(err, sender.owner)
               : relayFailureReply(err);
           const internal = isInternalError(err) && !stream.sizeExceeded;
-          // What only the relay's operator can fix is an error: its key refused, its base URL wrong, its disk or
-          // its outbox failing, a fault inside the relay. The reply told the client nothing of it; the log does.
+          // What only the operator can fix (its key, base URL, disk, outbox, a fault in the relay) is an error.
           const operators =
             internal ||
             (err instanceof EmlApiError && err.code === 'ESPOOL') ||
@@ -541,11 +530,9 @@ export interface RelayPolicy {
 }
 
 /**
- * Whether AUTH is offered: over TLS, or from `trustedNetworks` (loopback by
- * default). The password is an API key, so it never crosses the network in
- * clear; AUTH is not even advertised on a plain-text connection from another
- * host (RFC 4954 section 4: a mechanism not permitted on a connection is not
- * advertised), so a client never sends the key before the refusal.
+ * Whether AUTH is offered: over TLS, or from `trustedNetworks`, so that an API
+ * key never crosses the network in clear. Not advertised otherwise (RFC 4954
+ * section 4), so a client never sends the key before the refusal.
  */
 export function authOffered(
   facts: Pick<ConnectionFacts, 'remoteAddress' | 'secure'>,
