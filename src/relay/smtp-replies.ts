@@ -22,8 +22,8 @@ export function acceptedReply(id: string | undefined): SmtpReply {
 
 /**
  * The reply to a message the relay itself refused or could not take, before
- * handing it on (its destination's failures are the destination's to answer:
- * {@link serviceFailureReply}, {@link outboxFailureReply}).
+ * handing it on ({@link serviceFailureReply} and {@link outboxFailureReply}
+ * answer for the destination).
  *
  * | failure | reply |
  * | --- | --- |
@@ -58,11 +58,9 @@ export function relayFailureReply(err: unknown): SmtpReply {
 
 /**
  * The reply to a message the service did not accept (the direct relay).
- * Transient failures (the service unreachable, a timeout, 5xx, 429) answer
- * `451`, so the client's queue retries later, and say no more than that (no
- * URL, no error text of the relay's client: the log has them); failures that
- * the same message can never get past answer `5xx` with the service's own
- * reason (its error code and message).
+ * Transient failures answer `451`, so the client's queue retries, with no
+ * detail (the log has it); failures the same message can never get past
+ * answer `5xx` with the service's own reason.
  *
  * | failure | reply |
  * | --- | --- |
@@ -106,9 +104,8 @@ export function serviceFailureReply(err: unknown, owner: KeyOwner): SmtpReply {
   if (status === 400 && err.apiCode === 'invalid_address')
     return { code: 554, text: `5.1.3 The email service refused an address: ${serviceReason(err)}` };
   if (status === 400) return { code: 554, text: `5.6.0 The email service refused the message: ${serviceReason(err)}` };
-  // The one path the relay posts to is not there (a wrong base URL, a proxy's route): no message
-  // can get past that until the relay is fixed, so the mail waits in the senders' queues, as it
-  // does when the service refuses the relay's key, instead of bouncing.
+  // A wrong base URL fails every message until the relay is fixed: the mail waits in the senders'
+  // queues instead of bouncing.
   if (status === 404 || status === 405) return MISCONFIGURED;
   if (status !== undefined && status >= 400 && status < 500 && err.permanent)
     return { code: 554, text: `5.0.0 The email service refused the message: ${serviceReason(err)}` };
@@ -117,10 +114,9 @@ export function serviceFailureReply(err: unknown, owner: KeyOwner): SmtpReply {
 
 /**
  * The reply to a message the outbox did not store (store-and-forward):
- * `451 4.3.0`, try again later, whatever Redis answered (its address, its
- * error text and the outbox's hints are for the log); `552 5.3.4` past the
- * outbox's `maxMessageSize`; `554 5.6.0` for a message whose earlier copy
- * failed and waits for the operator (queueing it again is refused).
+ * `451 4.3.0` whatever Redis answered (the detail is for the log); `552 5.3.4`
+ * past the outbox's `maxMessageSize`; `554 5.6.0` for a message whose earlier
+ * copy failed and waits for the operator.
  */
 export function outboxFailureReply(err: unknown): SmtpReply {
   if (!(err instanceof EmlApiError)) return LOCAL_ERROR;
@@ -137,10 +133,9 @@ export function outboxFailureReply(err: unknown): SmtpReply {
 }
 
 /**
- * The reply to an `AUTH` whose password (the API key) could not be
- * accepted: `535 5.7.8` when the service refused it (or it cannot be a key),
- * `454 4.7.0` when the service could not tell (unreachable, failing), with
- * no detail (the log has it).
+ * The reply to an `AUTH` whose API key could not be accepted: `535 5.7.8`
+ * when the service refused it (or it cannot be a key), `454 4.7.0` when the
+ * service could not tell; no detail.
  */
 export function authFailureReply(err: unknown): SmtpReply {
   if (err instanceof EmlApiError && (err.code === 'EAUTH' || err.code === 'ECONFIG')) {
@@ -155,9 +150,8 @@ const MISCONFIGURED: SmtpReply = { code: 451, text: '4.3.5 The relay is not conf
 
 /**
  * The service's own reason for refusing a request: the code and message of
- * its JSON error body (`invalid_eml: mail: the message has no From header`),
- * else its HTTP status. Never the error's own message, which names the
- * relay's request and the service's URL.
+ * its JSON error body, else its HTTP status. Never the error's own message,
+ * which names the service's URL.
  */
 function serviceReason(err: EmlApiError): string {
   let body: unknown;
@@ -208,21 +202,16 @@ const AUTH_NEEDS_TLS =
 type Send = (code: number, data?: string | string[] | null, context?: string | false) => void;
 
 /**
- * Makes the server's replies carry the enhanced status codes the relay
- * chose. smtp-server advertises ENHANCEDSTATUSCODES and adds a code to each
- * reply from a fixed table (`550` is always `5.1.1`, `552` always `5.2.2`);
- * the relay's replies name a precise one (`550 5.7.1`, `552 5.3.4`,
- * `250 2.0.0 Ok: <id>`), so a reply text that starts with its own code is
- * sent as it is. And AUTH on a connection where it is not offered (it is
- * hidden from EHLO on plain-text connections from hosts outside `trustedNetworks`, so that a
- * client never sends the key in clear) is answered `538 5.7.11`, as RFC 4954
- * says, instead of "command not recognized".
+ * Sends a reply text that starts with its own enhanced status code as it is:
+ * smtp-server adds a code from a fixed table (`550` is always `5.1.1`). AUTH
+ * where it is not offered is answered `538 5.7.11` (RFC 4954) instead of
+ * "command not recognized".
  */
 export function keepOwnStatusCodes(server: SMTPServer): void {
   const connect = server.connect.bind(server);
   server.connect = (socket, options) => {
     connect(socket, options);
-    // connect() adds the new connection last; the greeting is sent later (see greetPromptly).
+    // connect() adds the new connection last; the greeting is sent later.
     let newest: (typeof server.connections extends Set<infer C> ? C : never) | undefined;
     for (const connection of server.connections) newest = connection;
     if (!newest) return;
