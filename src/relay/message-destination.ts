@@ -13,10 +13,9 @@ import { resolveQueueLocation } from '../queue/queue-location.js';
 /** A message the relay received and checked, ready to leave. */
 export interface RelayedMessage {
   /**
-   * The message as it is to be uploaded (a `Bcc` field added for the
-   * envelope-only recipients), spooled: its header section, its size, and
-   * its `{"mail":"<base64>"}` request body (replayable). The relay disposes
-   * of the body after {@link MessageDestination.deliver} settles.
+   * The message as it is to be uploaded (with a `Bcc` field for the
+   * envelope-only recipients), spooled, with its replayable request body. The
+   * relay disposes of the body after {@link MessageDestination.deliver} settles.
    */
   readonly spooled: SpooledMessage;
   /** The `Idempotency-Key` of the send, from the message's identity (see `MessageIdentities`). */
@@ -44,10 +43,9 @@ export interface DeliveryReceipt {
 }
 
 /**
- * Where an accepted message goes. The relay answers `250` only once
- * `deliver` resolves, so a destination resolves only when the message is
- * safe: the service accepted it (direct), or the outbox stored it. What it
- * rejects with is answered with its {@link MessageDestination.reply}.
+ * Where an accepted message goes. The relay answers `250` once `deliver`
+ * resolves, so a destination resolves only when the message is safe: the
+ * service accepted it, or the outbox stored it.
  */
 export interface MessageDestination {
   /** Names the destination in logs, e.g. `service` or `outbox`. */
@@ -64,11 +62,9 @@ export interface MessageDestination {
 }
 
 /**
- * Uploads each message to `POST /v1/send/eml` through the sender's client,
- * through the client's send path: it waits for a connection slot and the
- * pace, is retried where that is safe, and is bounded by `timeouts.total`.
- * The client's slots are shared fairly among the SMTP clients that send
- * with it ({@link UploadShares}).
+ * Uploads each message to `POST /v1/send/eml` through the sender's client (its
+ * slots, pace, retries and `timeouts.total`), the slots shared fairly among
+ * the SMTP clients that send with it ({@link UploadShares}).
  */
 export function directDestination(shares: UploadShares = new UploadShares()): MessageDestination {
   return {
@@ -94,9 +90,7 @@ export function directDestination(shares: UploadShares = new UploadShares()): Me
 
 /**
  * The destination of the `queue` option (`eml-api relay --redis`): the
- * outbox. The relay answers `250` once Redis has stored the message; the
- * outbox's workers send it when the service can take it, retrying for about a
- * day, under the message's idempotency key.
+ * outbox, whose workers send the message under its idempotency key.
  *
  * @param queue a queue transport the caller owns (left open on close), or the
  *   options of one the relay makes and closes; the relay stores through its producer
@@ -155,11 +149,7 @@ export function queueDestination(
 /** The fields of the message being handled (its session, client, login), for the lines its destination logs. */
 const messageLogFields = new AsyncLocalStorage<Readonly<Record<string, unknown>>>();
 
-/**
- * Runs `work` (a message's handling) with `fields` added to every line the
- * destination's logger writes meanwhile: the outbox's lines then name the
- * session and the login, as the relay's own do.
- */
+/** Runs a message's handling with `fields` on every line the destination logs meanwhile. */
 export function withMessageLogFields<T>(fields: Readonly<Record<string, unknown>>, work: () => T): T {
   return messageLogFields.run(fields, work);
 }
@@ -203,8 +193,7 @@ interface SlotPool {
 /**
  * Shares the upload slots of each client the relay sends with (its
  * `maxConnections`) among the SMTP clients whose messages use it, so that
- * one client's backlog of large messages does not keep another's small one
- * waiting behind all of it, as first come, first served did:
+ * one client's backlog of large messages does not keep another's waiting:
  *
  * - a freed slot goes to the waiting client that holds the fewest (the
  *   earliest among them);
