@@ -9,13 +9,12 @@ export const LOOPBACK_NETWORKS: readonly string[] = Object.freeze(['127.0.0.0/8'
 
 /**
  * A list of client addresses and networks (`203.0.113.7`, `10.0.0.0/8`,
- * `fd00::/8`), matched family by family: IPv4 entries match IPv4 clients,
- * IPv6 entries IPv6 clients. An IPv4-mapped IPv6 client (`::ffff:10.1.2.3`,
- * as a dual-stack listener reports IPv4 clients) is an IPv4 client, and an
- * IPv4-mapped entry (`::ffff:10.0.0.0/104`) is read as the IPv4 network it
- * maps (`10.0.0.0/8`). So `::/0` is every IPv6 client, not every client: Node's
- * `BlockList` alone matches IPv4 addresses against IPv6 rules through their
- * mapped form, and `--allow ::/0` let every IPv4 client send without AUTH.
+ * `fd00::/8`), matched family by family. An IPv4-mapped IPv6 client
+ * (`::ffff:10.1.2.3`, from a dual-stack listener) is an IPv4 client, and an
+ * IPv4-mapped entry (`::ffff:10.0.0.0/104`) is the IPv4 network it maps. So
+ * `::/0` is every IPv6 client only: Node's `BlockList` alone matches IPv4
+ * addresses against IPv6 rules through their mapped form, which would let
+ * `--allow ::/0` admit every IPv4 client without AUTH.
  */
 export class ClientAddressList {
   /** The entries as given. */
@@ -36,10 +35,9 @@ export class ClientAddressList {
   }
 
   /**
-   * The answers for the addresses asked last. The relay asks about the same
-   * client several times a session (admission, EHLO, MAIL) and BlockList's
-   * check builds a SocketAddress each time: about 1% of the relay's CPU with
-   * a connection per message. The list never changes, so an answer stays true.
+   * The answers for the addresses asked last: the relay asks about a client
+   * several times a session, and BlockList's check builds a SocketAddress each
+   * time. The list never changes, so an answer stays true.
    */
   readonly #recent = new Map<string, boolean>();
 

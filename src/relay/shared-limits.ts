@@ -8,11 +8,9 @@ import {
 
 /**
  * What the per-client limits count with: the connections of each client key
- * (`socket`: accepted sockets, before any handshake; `session`: sessions
- * admitted, known by the address a PROXY header gives), and the AUTH failure
- * budgets. In one process they are counted in place, synchronously; the
- * processes of `eml-api relay --processes` count in their primary, so that a
- * client cannot spread its connections or its guesses over the processes.
+ * and the AUTH failure budgets. The processes of `eml-api relay --processes`
+ * count in their primary, so that a client cannot spread its connections or
+ * its guesses over the processes.
  */
 export interface ClientCounts {
   /**
@@ -130,9 +128,8 @@ export class SharedClientCounts implements ClientCounts {
 
 /**
  * The per-client counts of every process of `eml-api relay --processes`,
- * kept in the primary: each process asks before it admits a connection or
- * checks an AUTH. What a process held is given back when it exits (its
- * connections closed with it; its AUTHs under way never ended).
+ * kept in the primary. What a process held is given back when it exits: its
+ * connections closed with it, and its AUTHs under way never end.
  */
 export class ClientLimitsKeeper {
   readonly #counts = new LocalClientCounts();
