@@ -78,11 +78,9 @@ export interface EmlApiRelayTimeouts extends TimeoutOptions {
   data?: number;
   /**
    * How long a client of an implicit TLS listener (`tls.implicit`) has to
-   * complete its TLS handshake before the socket is closed, and a proxy
-   * (`proxyProtocol`) to send its PROXY header. smtp-server would give it
-   * the idle timeout; a socket in its handshake has no session yet, so
-   * nothing else times it. Sockets count against `maxClientsPerAddress`
-   * from the moment they are accepted, handshake included.
+   * complete its handshake, and a proxy (`proxyProtocol`) to send its PROXY
+   * header, before the socket is closed (smtp-server would give it the idle
+   * timeout). The socket counts against `maxClientsPerAddress` meanwhile.
    * @default 10000
    */
   tlsHandshake?: number;
@@ -122,8 +120,7 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
    * `permit_mynetworks`). Ignored without `apiKey`. Behind a sidecar that
    * forwards from loopback (`127.0.0.6`), loopback is every client: narrow it,
    * e.g. to `['127.0.0.1/32']`, or to `[]`. Entries match their own address
-   * family: `::/0` is every IPv6 client, not the IPv4 ones (an IPv4-mapped
-   * entry, `::ffff:10.0.0.0/104`, is the IPv4 network `10.0.0.0/8`).
+   * family: `::/0` is every IPv6 client, not the IPv4 ones.
    * @default ['127.0.0.0/8', '::1/128'] (loopback)
    * @example
    * allowUnauthenticatedFrom: ['10.0.0.0/8']
@@ -131,14 +128,11 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
   allowUnauthenticatedFrom?: string[];
   /**
    * Client addresses and networks whose path to the relay is trusted, as
-   * Postfix's `mynetworks` is for its per-client limits: clients there may AUTH
-   * on a plain-text connection (the password crosses no network in clear), and
-   * are exempt from the per-address limits (`maxClientsPerAddress`, the AUTH
-   * failure budget), as Postfix exempts `smtpd_client_event_limit_exceptions`.
-   * List a proxy or sidecar whose one address stands for many clients: an
-   * Istio/Envoy sidecar forwards every inbound connection from `127.0.0.6`.
-   * Being trusted does not let a client send without AUTH: that is
-   * `allowUnauthenticatedFrom`.
+   * Postfix's `mynetworks`: clients there may AUTH on a plain-text connection,
+   * and are exempt from the per-address limits (Postfix's
+   * `smtpd_client_event_limit_exceptions`). List a proxy or sidecar whose one
+   * address stands for many clients (an Istio/Envoy sidecar forwards from
+   * `127.0.0.6`). Sending without AUTH is `allowUnauthenticatedFrom`.
    * @default ['127.0.0.0/8', '::1/128'] (loopback)
    * @example
    * trustedNetworks: ['127.0.0.1/32', '127.0.0.6/32'] // the machine itself and the sidecar
@@ -147,11 +141,9 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
   /**
    * The relay's own SMTP users: a client that AUTHs with one of these user
    * names and its password sends with the relay's `apiKey` (so `apiKey` is
-   * needed). Give each sender its own login instead of an API key, as
-   * Postfix with Dovecot SASL does; store hashes (`passwordHash`, made by
-   * `hashRelayPassword` or `eml-api relay --hash-password`), not passwords.
-   * A listed user name is checked only against its password, never as an
-   * API key. With `queue`, only these users and the relay's own key can AUTH.
+   * needed), as Postfix with Dovecot SASL gives each sender a login. Store
+   * hashes (`passwordHash`, from `hashRelayPassword` or `eml-api relay
+   * --hash-password`). A listed user name is never tried as an API key.
    * @default undefined (no users: clients AUTH with an API key, or with the relay's key under `queue`)
    * @example
    * users: [{ username: 'billing', passwordHash: process.env.BILLING_SMTP_HASH! }]
@@ -182,12 +174,10 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
    * relay answers `250` once Redis has stored the message, and the outbox's
    * workers (`eml-api worker`, `startEmlApiWorker`) send it when the service
    * can take it. A queue transport you made (left open when the relay closes),
-   * or its options. Needs `apiKey` (the relay's own key; the workers send with
-   * theirs), bullmq and ioredis. Every message then goes out under the
-   * workers' key, so AUTH accepts only the relay's own key (as the password,
-   * any user name) and the `users`, never another API key. A transport the
-   * relay makes from options stores up to `maxClients` messages at once,
-   * unless the options set `concurrency`.
+   * or its options. Needs `apiKey`, bullmq and ioredis. Every message goes out
+   * under the workers' key, so AUTH accepts only the relay's own key and the
+   * `users`. A transport the relay makes stores up to `maxClients` messages at
+   * once, unless its options set `concurrency`.
    * @default undefined (each message is uploaded before the relay answers)
    * @example
    * await startEmlApiRelay({ baseUrl, apiKey, queue: { connection: process.env.REDIS_URL! } });
@@ -202,11 +192,10 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
   tls?: EmlApiRelayTlsOptions;
   /**
    * Largest message accepted, in bytes, advertised as `SIZE`. The default is
-   * the largest message whose upload (Base64 in JSON, 4/3 of its size) fits
-   * a 50 MiB request, the emulator's limit, with room left for the `Bcc`
-   * field the relay writes for `maxRecipients` envelope-only recipients
-   * (766 bytes each); set your service's, less that room. Without it,
-   * `maxRecipients` above about 25,000 is `ECONFIG`.
+   * the largest message whose upload (Base64 in JSON) fits a 50 MiB request,
+   * the emulator's limit, with room for the `Bcc` field the relay writes for
+   * `maxRecipients` envelope-only recipients; set your service's, less that
+   * room. Without it, a `maxRecipients` that leaves too little room is `ECONFIG`.
    * @default 39244983 (with maxRecipients 100)
    */
   maxMessageSize?: number;
@@ -261,10 +250,8 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
    * wrong passwords are answered `454 4.7.0` (try again later) instead of
    * `535`, while its right password still gets `235`: a misconfigured sender
    * never locks out a correct one. Names that are none of the relay's `users`
-   * (every name given with an API key) count as one name of the address. The
-   * same wrong password again (smtplib's PLAIN then LOGIN, a sender retrying
-   * its queue) counts once. IPv6 clients count per /64; `trustedNetworks`
-   * are exempt.
+   * count as one name of the address. The same wrong password again counts
+   * once. IPv6 clients count per /64; `trustedNetworks` are exempt.
    * @default 10
    * @example
    * maxAuthFailures: 5
@@ -295,13 +282,11 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
    * The addresses of proxies in front of the relay (HAProxy with
    * `send-proxy`, stunnel with `protocol = proxy`, a load balancer) that
    * open each connection with a PROXY protocol v1 header naming the client:
-   * the relay then takes the client's address from the header, for
-   * `allowUnauthenticatedFrom`, `trustedNetworks` and the per-address limits.
-   * Without it, a proxy or TLS terminator on the relay's machine makes every
-   * client a loopback one: allowed without AUTH and exempt from the
-   * per-address limits by default. Exact addresses, not networks (a host
-   * listed here can claim any client address); connections from them must
-   * send the header, others must not. `timeouts.tlsHandshake` bounds the wait for it.
+   * the relay then takes the client's address from the header. Without it, a
+   * proxy on the relay's machine makes every client a loopback one: allowed
+   * without AUTH and exempt from the per-address limits by default. Exact
+   * addresses, not networks (a host listed here can claim any client
+   * address); connections from them must send the header, others must not.
    * @default [] (no proxy)
    * @example
    * proxyProtocol: ['127.0.0.1'] // HAProxy on this machine, `server relay 127.0.0.1:2525 send-proxy`
@@ -440,10 +425,8 @@ export { maxUploadableSize };
 const BCC_BYTES_PER_RECIPIENT = 4 + 3 * MAX_ADDRESS_LENGTH;
 
 /**
- * The default `maxMessageSize` (advertised as `SIZE`) for a service that takes requests of up to
- * `requestLimit` bytes: the largest message whose upload still fits once the relay has written its
- * `maxRecipients` recipients into a `Bcc` field, so a message the relay accepted by `SIZE` is not refused
- * by the service for the field the relay added.
+ * The default `maxMessageSize` for a service that takes requests of up to `requestLimit` bytes: the
+ * largest message whose upload still fits once the relay has written `maxRecipients` into a `Bcc` field.
  * @returns at least half of {@link maxUploadableSize}; undefined when `maxRecipients` would leave less
  */
 export function defaultMaxMessageSize(requestLimit: number, maxRecipients: number): number | undefined {
