@@ -43,9 +43,7 @@ export type TelemetryComponent = 'transport' | 'worker' | 'relay';
  */
 export type SendOutcome = 'sent' | 'retry' | 'failed' | 'rate_limited' | 'handed_back';
 
-/**
- * What the queue gauges show of one queue, read at each scrape.
- */
+/** What the queue gauges show of one queue, read at each scrape. */
 export interface QueueSnapshot {
   /** Jobs by BullMQ state. */
   counts: Record<string, number>;
@@ -112,10 +110,8 @@ export class EmlApiMetrics {
   }
 
   /**
-   * The `metrics` option a part with an `http` port uses: the one given, or,
-   * when none was given and the port is on, a registry of its own with
-   * prom-client's process metrics (CPU, memory, event loop lag) in it, less
-   * the three gauges promtool refuses for their `_total` suffix.
+   * The `metrics` option a part with an `http` port uses: the one given, or a
+   * registry of its own with prom-client's process metrics.
    * @param user what asked, named when prom-client is missing
    */
   static defaultWithHttp(option: unknown, http: boolean, user: string): unknown {
@@ -123,8 +119,7 @@ export class EmlApiMetrics {
     const client = loadPromClient(user);
     const registry = new client.Registry();
     client.collectDefaultMetrics({ register: registry });
-    // Three of prom-client's gauges are named like counters, which promtool's lint refuses; each has a
-    // twin without the suffix, by type (nodejs_active_handles...), which stays.
+    // promtool's lint refuses these gauges for their `_total` suffix; each has a twin without it.
     for (const name of [
       'nodejs_active_handles_total',
       'nodejs_active_requests_total',
@@ -146,7 +141,8 @@ export class EmlApiMetrics {
       help: 'The version of nodemailer-eml-api; always 1',
       labelNames: ['version'],
       registers,
-      // One process's value when the processes of `--processes` are summed; so for the outbox's gauges, read from one Redis.
+      // Every process of `--processes` reports the same value (so do the queue gauges, read from one
+      // Redis): the sum takes one.
       aggregator: 'first',
     }).set({ version: VERSION }, 1);
     this.#sends = new client.Counter({
@@ -215,8 +211,7 @@ export class EmlApiMetrics {
         this.set([...activeJobs].reduce((sum, count) => sum + count(), 0));
       },
     });
-    // The three queue gauges are serialised at once (prom-client collects every metric of a scrape
-    // concurrently): they share one read of the queues per scrape.
+    // prom-client collects a scrape's metrics concurrently: the three queue gauges share one read.
     const snapshots = () => this.#readQueues();
     new client.Gauge({
       name: 'eml_api_outbox_jobs',
@@ -259,8 +254,8 @@ export class EmlApiMetrics {
   }
 
   /**
-   * Reads every queue once for the scrape under way: calls within a second share the read. A queue
-   * that cannot be read (Redis down) is left out of the gauges, rather than failing the whole scrape.
+   * Reads every queue once for the scrape under way (calls within a second share the read). A queue that
+   * cannot be read is left out rather than failing the whole scrape.
    */
   #readQueues(): Promise<[string, QueueSnapshot][]> {
     const now = Date.now();
@@ -278,9 +273,7 @@ export class EmlApiMetrics {
     return read;
   }
 
-  /**
-   * Counts a send that ended (or was put off).
-   */
+  /** Counts a send that ended (or was put off). */
   recordSend(component: TelemetryComponent, outcome: SendOutcome, err: unknown, status?: number): void {
     const api = err instanceof EmlApiError ? err : undefined;
     const code = err === undefined ? 'none' : (api?.code ?? ownCode(err));
@@ -296,17 +289,13 @@ export class EmlApiMetrics {
     this.#retries.inc({ component, reason });
   }
 
-  /**
-   * Records one attempt at a send endpoint: its body's size and how long it took.
-   */
+  /** Records one attempt at a send endpoint: its body's size and how long it took. */
   recordUpload(component: TelemetryComponent, bytes: number, seconds: number): void {
     this.#uploadBytes.observe({ component }, bytes);
     this.#uploadSeconds.observe({ component }, seconds);
   }
 
-  /**
-   * Records a message the relay answered after DATA, with the login of its session (none without AUTH).
-   */
+  /** Records a message the relay answered after DATA, with the login of its session (none without AUTH). */
   recordRelayMessage(code: number, bytes: number, seconds: number, login?: string): void {
     const outcome = code >= 200 && code < 300 ? 'accepted' : 'refused';
     this.#relayMessages.inc({ outcome, code: String(code), ...(login === undefined ? {} : { login }) });
@@ -362,14 +351,10 @@ function ownCode(err: unknown): string {
   return typeof code === 'string' && /^[A-Z][A-Z0-9_]{0,40}$/.test(code) ? code : 'ERROR';
 }
 
-/**
- * The `prom-client` module, as {@link loadPromClient} returns it.
- */
+/** The `prom-client` module, as {@link loadPromClient} returns it. */
 export type PromClientModule = typeof PromClient;
 
-/**
- * The `@opentelemetry/api` module, as {@link loadOtelApi} returns it.
- */
+/** The `@opentelemetry/api` module, as {@link loadOtelApi} returns it. */
 export type OtelApiModule = typeof OtelApi;
 
 let promClient: PromClientModule | undefined;
@@ -390,11 +375,9 @@ export function loadPromClient(user: string): PromClientModule {
 const requireFromHere = createRequire(import.meta.url);
 
 /**
- * Loads `@opentelemetry/api` when it is installed, and `undefined` when it is
- * not. Tracing asks for nothing: as every instrumented library does, the
- * package calls the API, which records nothing until the app registers an SDK
- * (and an app with an SDK has the API). Without the API there is no tracer
- * anyone could export from, so there is nothing to say.
+ * Loads `@opentelemetry/api` when it is installed, else `undefined`, silently:
+ * the API records nothing until the app registers an SDK, and an app with an
+ * SDK has the API.
  */
 export function loadOtelApi(): OtelApiModule | undefined {
   if (otelApi === undefined) {
