@@ -12,11 +12,10 @@ export interface MetricsSource {
 
 /**
  * The `http` option of the relay and the worker: an HTTP port of their own
- * for `/healthz`, `/readyz` and `/metrics`. It listens on loopback unless
- * told otherwise: health and metrics say how busy the service is and why it
- * fails, which is for its operators, not for the network. In a Kubernetes pod,
- * probes come from the node (`host: '0.0.0.0'`, and keep the port out of any
- * Service); a Prometheus elsewhere needs it too.
+ * for `/healthz`, `/readyz` and `/metrics`. It listens on loopback unless told
+ * otherwise, since health and metrics are for operators, not the network. In
+ * a Kubernetes pod, probes come from the node (`host: '0.0.0.0'`, and keep the
+ * port out of any Service).
  *
  * @example
  * await startEmlApiRelay({ baseUrl, apiKey, http: { port: 9464, host: '0.0.0.0' } });
@@ -46,9 +45,7 @@ export interface OpsHttpOptions {
   readyCacheMs?: number;
 }
 
-/**
- * The running HTTP port of health and metrics.
- */
+/** The running HTTP port of health and metrics. */
 export interface OpsEndpoint {
   readonly port: number;
   readonly host: string;
@@ -171,10 +168,7 @@ function listen(server: Server, { port, host }: Required<OpsHttpOptions>): Promi
   });
 }
 
-/**
- * One thing a service needs to do its job now (Redis, the email service, its
- * key), checked for `/readyz`.
- */
+/** One thing a service needs to do its job now (Redis, the email service, its key), checked for `/readyz`. */
 export interface ReadinessCheck {
   /** Names the check in the answer, e.g. `redis`. */
   readonly name: string;
@@ -182,17 +176,13 @@ export interface ReadinessCheck {
   check(): Promise<void>;
 }
 
-/**
- * What `/healthz` and `/readyz` answer, as JSON: `status` and each check's.
- */
+/** What `/healthz` and `/readyz` answer, as JSON: `status` and each check's. */
 export interface HealthReport {
   status: 'ok' | 'fail';
   checks: Record<string, { status: 'ok' | 'fail'; reason?: string }>;
 }
 
-/**
- * Settings of a {@link HealthMonitor}.
- */
+/** Settings of a {@link HealthMonitor}. */
 export interface HealthMonitorSettings {
   /** What `/readyz` checks. */
   checks: ReadinessCheck[];
@@ -213,12 +203,10 @@ const BEAT = 500;
 
 /**
  * Liveness and readiness of a long-running part (the relay, a worker):
- * - alive: its event loop turns (a heartbeat timer ran within `maxLagMs`), and
- *   nothing it watches says it is stuck. A process whose loop is blocked does
- *   not answer at all, which a probe's timeout counts as a failure too.
- * - ready: every check passed, within `timeoutMs`, at most `cacheMs` ago; and
- *   it is not stopping (from {@link HealthMonitor.stopping} on, `/readyz` fails,
- *   so that a load balancer sends it no more work while it finishes).
+ * - alive: a heartbeat timer ran within `maxLagMs` and nothing it watches says
+ *   it is stuck (a blocked loop does not answer, which a probe counts as failed);
+ * - ready: every check passed within `timeoutMs`, at most `cacheMs` ago, and it
+ *   is not stopping, so that a load balancer sends it no more work while it finishes.
  */
 export class HealthMonitor {
   readonly #settings: Required<Omit<HealthMonitorSettings, 'stuck'>> & Pick<HealthMonitorSettings, 'stuck'>;
@@ -237,9 +225,7 @@ export class HealthMonitor {
     this.#heartbeat.unref();
   }
 
-  /**
-   * Whether the process is alive and not stuck (`/healthz`).
-   */
+  /** Whether the process is alive and not stuck (`/healthz`). */
   liveness(): HealthReport {
     const late = Date.now() - this.#lastBeat;
     const loop =
@@ -254,10 +240,7 @@ export class HealthMonitor {
     return { status: loop || stuck ? 'fail' : 'ok', checks };
   }
 
-  /**
-   * Whether the part can do its job now (`/readyz`): each check's last result
-   * when it is recent, or a new run of it.
-   */
+  /** Whether the part can do its job now (`/readyz`): each check's recent result, or a new run of it. */
   async readiness(): Promise<HealthReport> {
     if (!this.#stopping) {
       const checks: HealthReport['checks'] = {};
@@ -269,13 +252,12 @@ export class HealthMonitor {
           checks[name] = reason === undefined ? { status: 'ok' } : { status: 'fail', reason };
         }),
       );
-      // A probe that arrived just before a SIGTERM gets its answer when the stop begins, not after a
-      // check of a slow service that could outlast the process.
+      // A probe that arrived just before a SIGTERM is answered when the stop begins, not after a slow
+      // check that could outlast the process.
       if ((await Promise.race([ran.then(() => 'ran' as const), this.#stopped])) === 'ran') {
         return { status: Object.values(checks).every((c) => c.status === 'ok') ? 'ok' : 'fail', checks };
       }
     }
-    // The answer is "no" whatever the checks say: it is given at once, with the last results seen.
     const checks: HealthReport['checks'] = {
       stopping: { status: 'fail', reason: 'shutting down: finishing the work in flight' },
     };
@@ -285,17 +267,13 @@ export class HealthMonitor {
     return { status: 'fail', checks };
   }
 
-  /**
-   * From now on `/readyz` fails with "shutting down".
-   */
+  /** From now on `/readyz` fails with "shutting down". */
   stopping(): void {
     this.#stopping = true;
     this.#stop('stopping');
   }
 
-  /**
-   * Stops the heartbeat.
-   */
+  /** Stops the heartbeat. */
   close(): void {
     clearInterval(this.#heartbeat);
   }

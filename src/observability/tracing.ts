@@ -15,9 +15,8 @@ export type TelemetryAttributes = Record<string, string | number | boolean | und
 
 /**
  * The trace context a queued job carries from its producer to the worker
- * that sends it: W3C Trace Context (`traceparent`, and `tracestate` when
- * there is one), written by the package itself, whatever propagator the app
- * registered, since both ends are the package's.
+ * that sends it: W3C Trace Context, written by the package itself whatever
+ * propagator the app registered, since both ends are the package's.
  * @example
  * const carrier: TraceCarrier = { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' };
  */
@@ -29,10 +28,7 @@ export interface TraceCarrier {
 /** How a span relates to the world, as OpenTelemetry's `SpanKind`. */
 export type TelemetrySpanKind = 'internal' | 'server' | 'client' | 'producer' | 'consumer';
 
-/**
- * A span of the package, or a stand-in that records nothing when
- * `@opentelemetry/api` is not installed.
- */
+/** A span of the package, or a stand-in that records nothing when `@opentelemetry/api` is not installed. */
 export interface TelemetrySpan {
   /** Adds an event (a point in time with attributes) to the span. */
   event(name: string, attributes?: TelemetryAttributes): void;
@@ -91,19 +87,13 @@ export function startSpan(
 
 const TRACER_NAME = 'nodemailer-eml-api';
 
-/**
- * Adds an event to the active span, if any: how the request engine, which
- * knows nothing of spans, marks retries on the span of the send it serves.
- */
+/** Adds an event to the active span, if any: the request engine knows nothing of spans. */
 export function activeSpanEvent(name: string, attributes: TelemetryAttributes = {}): void {
   const api = loadOtelApi();
   api?.trace.getActiveSpan()?.addEvent(name, defined(attributes));
 }
 
-/**
- * The active context as a carrier (the span of the request that queues a
- * mail), or undefined when no span is active.
- */
+/** The active context as a carrier (the span of the request that queues a mail), or undefined. */
 export function activeTraceCarrier(): TraceCarrier | undefined {
   const api = loadOtelApi();
   if (!api) return undefined;
@@ -194,11 +184,9 @@ function defined(attributes: TelemetryAttributes): Record<string, string | numbe
 const SEND_REQUEST = /^POST \/v1\/send\//;
 
 /**
- * Watches a client's request engine for what the sends of `component` do at
- * each attempt: every upload is measured (`eml_api_upload_bytes`,
- * `eml_api_upload_duration_seconds`) and marked on the active span (the
- * span of the send: an `upload` event with its status), every retry counted
- * (`eml_api_send_retries_total`) and marked (a `retry` event).
+ * Watches a client's request engine: every upload of `component` is measured
+ * and marked on the send's span (an `upload` event), every retry counted and
+ * marked (a `retry` event).
  *
  * @returns stops watching
  */
