@@ -460,7 +460,6 @@ export class ConnectionDeadlines {
     const onCommand = connection._onCommand;
     if (typeof onCommand === 'function') {
       connection._onCommand = (command, callback) => {
-        // A whole line arrived: its deadline is met.
         watched.lineSince = undefined;
         clearTimeout(watched.lineTimer);
         watched.lineTimer = undefined;
