@@ -38,10 +38,7 @@ export interface EmlApiRelayTlsOptions extends SecureContextOptions {
   cert: string | Buffer;
   /** The private key, PEM. */
   key: string | Buffer;
-  /**
-   * TLS from the first byte (SMTPS) instead of STARTTLS.
-   * @default false
-   */
+  /** TLS from the first byte (SMTPS) instead of STARTTLS. @default false */
   implicit?: boolean;
 }
 
@@ -95,10 +92,7 @@ export interface EmlApiRelayTimeouts extends TimeoutOptions {
  * const relay = await startEmlApiRelay({ baseUrl: 'https://api.mail.example.com', port: 2525 });
  */
 export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' | 'timeouts'> {
-  /**
-   * TCP port; 0 picks a free one (see `relay.port`).
-   * @default 2525
-   */
+  /** TCP port; 0 picks a free one (see `relay.port`). @default 2525 */
   port?: number;
   /**
    * Interface to listen on. Listening on another than loopback makes the
@@ -199,15 +193,9 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
    * @default 39244983 (with maxRecipients 100)
    */
   maxMessageSize?: number;
-  /**
-   * Recipients per message (`452 4.5.3` past it).
-   * @default 100
-   */
+  /** Recipients per message (`452 4.5.3` past it). @default 100 */
   maxRecipients?: number;
-  /**
-   * SMTP connections at once (`421` past it).
-   * @default 100
-   */
+  /** SMTP connections at once (`421` past it). @default 100 */
   maxClients?: number;
   /**
    * Time limits, in milliseconds: the SMTP side's and the service's.
@@ -292,10 +280,7 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
    * proxyProtocol: ['127.0.0.1'] // HAProxy on this machine, `server relay 127.0.0.1:2525 send-proxy`
    */
   proxyProtocol?: string[];
-  /**
-   * The name the relay greets with (`220 <name> ESMTP`).
-   * @default os.hostname()
-   */
+  /** The name the relay greets with (`220 <name> ESMTP`). @default os.hostname() */
   hostname?: string;
   /**
    * API keys (given as SMTP passwords) whose clients are kept between

@@ -56,10 +56,7 @@ export interface EmlApiRelay {
  * await relay.close({ grace: 25_000 });
  */
 export interface EmlApiRelayCloseOptions {
-  /**
-   * Abort the messages being uploaded at once (their clients get `451`).
-   * @default false
-   */
+  /** Abort the messages being uploaded at once (their clients get `451`). @default false */
   abort?: boolean;
   /**
    * Milliseconds the messages in flight, still arriving or being handed on,
