@@ -11,9 +11,11 @@ import { KEY_REUSED } from './failure-policy.js';
 import { queueKey, resolveQueueLocation } from './queue-location.js';
 
 /*
- * A job is added in one round trip: BullMQ's add script, then on the same pipeline a read of what the
- * job id holds and how much content is stored, and with `replicas` a `WAIT`. The adds of one turn of
- * the event loop share that pipeline.
+ * A queued send's job is added in one round trip: BullMQ's add script, then,
+ * in the same pipeline on the same connection, a script that reads what the
+ * job id holds and how much of the content is stored. With `replicas`, a
+ * `WAIT` follows, behind a script that finds each job on the node it runs on.
+ * The adds of one turn of the event loop share that pipeline.
  */
 
 /** What Redis held for the job id right after the add, and of the content. */
@@ -28,6 +30,8 @@ export interface AddedState {
   storedLength: number;
   /** Whether the add was refused because its content was not whole in Redis (ADD_GUARD). */
   refused: boolean;
+  /** The job's {@link QUEUED_AT}, `null` when it has none: what tells this very job from a later one of the id. */
+  queuedAt: string | null;
 }
 
 /**
@@ -52,7 +56,8 @@ local failed = redis.call('ZSCORE', KEYS[2], ARGV[1])
 local finished = redis.call('HGET', KEYS[1], 'finishedOn')
 local stored = -1
 if redis.call('TYPE', KEYS[3]).ok == 'string' then stored = redis.call('STRLEN', KEYS[3]) end
-return { data or '', failed or '', finished or '', stored }
+local at = redis.call('HGET', KEYS[1], '${QUEUED_AT}')
+return { data or '', failed or '', finished or '', stored, at or '' }
 `;
 
 /** What BullMQ's add answers, under {@link ADD_GUARD}, for a job whose content is not whole in Redis. */
@@ -133,19 +138,21 @@ export async function addJob(
   }
   const [readError, read] = results[added + 1]!;
   if (readError) return { kind: 'unconfirmed', error: readError };
-  const [data, failedAt, finishedOn, storedLength] = read as [string, string, string, number];
+  const [data, failedAt, finishedOn, storedLength, queuedAt] = read as [string, string, string, number, string];
   const state = {
     data: data === '' ? null : data,
     failedAt: failedAt === '' ? null : failedAt,
     finishedOn: finishedOn === '' ? null : finishedOn,
     storedLength: Number(storedLength),
     refused,
+    queuedAt: queuedAt === '' ? null : queuedAt,
   };
   if (!job.replicas) return { kind: 'added', state };
   // WAIT after the pipeline, not in it: ioredis resends a script Redis lacked (NOSCRIPT, after a
   // failover) after the pipeline, and a WAIT before that would not cover it.
   try {
-    return { kind: 'added', state, replicas: await batch.confirmations(job.replicas, jobKey) };
+    const check = { jobKey, jobId, failedKey: queueKey(location, 'failed'), queuedAt: state.queuedAt };
+    return { kind: 'added', state, replicas: await batch.confirmations(job.replicas, check) };
   } catch (error) {
     return { kind: 'unconfirmed', error };
   }
@@ -160,8 +167,8 @@ interface AddBatch {
   readonly results: Promise<[Error | null, unknown][]>;
   /** Stops the batch: its pipeline is never sent, and every add on it fails with `err`. */
   refuse(err: Error): void;
-  /** Replicas that confirmed every write of the batch (one `WAIT` per setting, routed by `routeKey`). */
-  confirmations(replicas: { count: number; timeoutMs: number }, routeKey: string): Promise<number>;
+  /** Replicas that confirmed `job` (one `WAIT` per setting for the jobs of the batch, see {@link waitForReplicas}). */
+  confirmations(replicas: { count: number; timeoutMs: number }, job: ReplicaCheck): Promise<number>;
 }
 
 /** The open batch of each queue (by its key prefix) on each client. */
@@ -185,7 +192,7 @@ function openBatch(client: PipelineClient, queueKey: string): AddBatch {
   const close = () => {
     if (batches.get(queueKey) === batch) batches.delete(queueKey);
   };
-  const waits = new Map<string, Promise<number>>();
+  const waits = new Map<string, { jobs: ReplicaCheck[]; held: Promise<Map<string, number>> }>();
   const batch: AddBatch = {
     pipeline,
     results,
@@ -193,14 +200,23 @@ function openBatch(client: PipelineClient, queueKey: string): AddBatch {
       refused ??= err;
       close();
     },
-    confirmations(replicas, routeKey) {
+    async confirmations(replicas, job) {
       const key = `${replicas.count}/${replicas.timeoutMs}`;
       let wait = waits.get(key);
       if (!wait) {
-        wait = waitForReplicas(client as unknown as OutboxRedisClient, routeKey, replicas);
+        const jobs: ReplicaCheck[] = [];
+        // Sent once every add of the batch, resumed together by its results, has joined.
+        const held = new Promise<void>((resolve) => setImmediate(resolve)).then(() => {
+          if (waits.get(key) === wait) waits.delete(key);
+          return replicasHolding(client as unknown as OutboxRedisClient, replicas, jobs);
+        });
+        wait = { jobs, held };
         waits.set(key, wait);
       }
-      return wait;
+      wait.jobs.push(job);
+      const confirmed = (await wait.held).get(job.jobKey);
+      if (confirmed === undefined) throw notHeld();
+      return confirmed;
     },
   };
   batches.set(queueKey, batch);
@@ -216,19 +232,95 @@ function openBatch(client: PipelineClient, queueKey: string): AddBatch {
 }
 
 /**
- * `WAIT count timeoutMs` on the connection that wrote the job, with a read of `routeKey` so that on
- * a cluster it goes to the queue's master (`WAIT` names no key).
- * @returns how many replicas confirmed every write made on the connection so far
+ * A job whose replicas are asked for: it must still be the one read right
+ * after the add (the same {@link QUEUED_AT}), and, given `holds`, its data
+ * must contain that text and it must not be failed (a put-back's change).
+ */
+export interface ReplicaCheck {
+  jobKey: string;
+  jobId: string;
+  /** The queue's failed set. */
+  failedKey: string;
+  queuedAt: string | null;
+  holds?: string;
+}
+
+/**
+ * KEYS: the failed set, then each job's hash. ARGV: for each job its id,
+ * {@link QUEUED_AT} as read after the add, and the text its data must hold
+ * ('' for none). Each job found so is written again, unchanged: a write of
+ * this connection on this node, which the `WAIT` after it covers, and
+ * which comes after all the node holds of the job. Answers 1 or 0 per job.
+ */
+const HELD = `
+local held = {}
+for i = 2, #KEYS do
+  local id, at, holds = ARGV[3 * i - 5], ARGV[3 * i - 4], ARGV[3 * i - 3]
+  local ok = at ~= '' and redis.call('HGET', KEYS[i], '${QUEUED_AT}') == at
+  if ok and holds ~= '' then
+    local data = redis.call('HGET', KEYS[i], 'data')
+    ok = data ~= false and string.find(data, holds, 1, true) ~= nil and not redis.call('ZSCORE', KEYS[1], id)
+  end
+  if ok then redis.call('HSET', KEYS[i], '${QUEUED_AT}', at) end
+  held[#held + 1] = ok and 1 or 0
+end
+return held
+`;
+
+/**
+ * How many replicas hold each of `jobs`: {@link HELD}, then \`WAIT count
+ * timeoutMs\`, in one pipeline on the connection to the master of the
+ * queue's slot. A \`WAIT\` counts only the writes of its own connection on its
+ * own node: a job added on a master that failed over since, whose writes its
+ * replica never had, is not on the node the client turns to now, and is not
+ * counted there.
+ *
+ * @returns the replicas that confirmed each job found, by its key (a job not found is not in it)
+ */
+async function replicasHolding(
+  redis: OutboxRedisClient,
+  replicas: { count: number; timeoutMs: number },
+  jobs: readonly ReplicaCheck[],
+): Promise<Map<string, number>> {
+  const { failedKey } = jobs[0]!;
+  const args = jobs.flatMap((job) => [job.jobId, job.queuedAt ?? '', job.holds ?? '']);
+  // EVAL, never EVALSHA: a NOSCRIPT answer would be sent again after the WAIT, which would not cover it.
+  const results =
+    (await redis
+      .pipeline()
+      .eval(HELD, jobs.length + 1, failedKey, ...jobs.map((job) => job.jobKey), ...args)
+      .wait(replicas.count, replicas.timeoutMs)
+      .exec()) ?? [];
+  const [heldError, held] = results[0] ?? [new Error('the check of the jobs was not run')];
+  if (heldError) throw heldError;
+  const [err, confirmed] = results[1] ?? [new Error('WAIT was not run')];
+  if (err) throw err;
+  const found = new Map<string, number>();
+  jobs.forEach((job, i) => {
+    if ((held as number[])[i] === 1) found.set(job.jobKey, Number(confirmed));
+  });
+  return found;
+}
+
+/**
+ * How many replicas confirmed `job`, asked after its add's round trip (see {@link replicasHolding}).
+ * @throws when the node that answers does not hold the job as it was added (a failover lost it, or the
+ *   change is not there)
  */
 export async function waitForReplicas(
   redis: OutboxRedisClient,
-  routeKey: string,
   replicas: { count: number; timeoutMs: number },
+  job: ReplicaCheck,
 ): Promise<number> {
-  const results = (await redis.pipeline().exists(routeKey).wait(replicas.count, replicas.timeoutMs).exec()) ?? [];
-  const [err, confirmed] = results[1] ?? [new Error('WAIT was not run')];
-  if (err) throw err;
-  return Number(confirmed);
+  const confirmed = (await replicasHolding(redis, replicas, [job])).get(job.jobKey);
+  if (confirmed === undefined) throw notHeld();
+  return confirmed;
+}
+
+function notHeld(): Error {
+  return new Error(
+    'the master of its slot does not hold the job as it was added (a failover since: the master that took it may have lost it)',
+  );
 }
 
 /**

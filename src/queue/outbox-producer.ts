@@ -416,7 +416,12 @@ export class OutboxProducer {
         // Never content the job points at (checked in the same step); a clean-up left undone is the sweeper's.
         if (!inline) void this.#content.release(jobId, contentKey).catch(() => undefined);
         // A failed job put back wrote more since the add's WAIT.
-        await this.#confirmReplicas(settled.kind === 'duplicate' ? replicas : undefined, jobId, send, left());
+        await this.#confirmReplicas(
+          settled.kind === 'duplicate' ? replicas : undefined,
+          { jobId, queuedAt: state!.queuedAt, holds: JSON.stringify(contentKey) },
+          send,
+          left(),
+        );
         await this.#confirmSettings(send, left());
         const stored = this.#content.reveal(settled.data);
         return queuedMessageInfo(stored, jobId, true, settled.kind === 'retried' ? 'retried' : undefined);
@@ -430,7 +435,12 @@ export class OutboxProducer {
         if (settled.kind === 'new' && storedSize !== undefined && state!.storedLength !== storedSize) {
           await this.#confirmStored(jobId, contentKey, finishedByWorker(state!), send, left());
         }
-        await this.#confirmReplicas(settled.kind === 'new' ? replicas : undefined, jobId, send, left());
+        await this.#confirmReplicas(
+          settled.kind === 'new' ? replicas : undefined,
+          { jobId, queuedAt: state!.queuedAt, holds: JSON.stringify(contentKey) },
+          send,
+          left(),
+        );
         await this.#confirmSettings(send, left());
         return queuedMessageInfo(
           { ...data, envelope: message.envelope, messageId: message.messageId },
@@ -522,18 +532,27 @@ export class OutboxProducer {
   }
 
   /**
-   * With `replicas`, rejects unless enough replicas confirmed every write of the message (`confirmed`
-   * read with the add, or asked now). The message is on the master: `mayHaveBeenAccepted`.
+   * With `replicas`, rejects unless that many replicas confirmed every write
+   * of the message (`confirmed`, read with the add, or asked now after a
+   * put-back, whose data holds `job.holds`). The message is on the master:
+   * `mayHaveBeenAccepted`.
    */
-  async #confirmReplicas(confirmed: number | undefined, jobId: string, send: StoredSend, ms: number): Promise<void> {
+  async #confirmReplicas(
+    confirmed: number | undefined,
+    job: { jobId: string; queuedAt: string | null; holds: string },
+    send: StoredSend,
+    ms: number,
+  ): Promise<void> {
     const { replicas } = this.#settings;
     if (!replicas) return;
     if (confirmed === undefined) {
+      const check = {
+        ...job,
+        jobKey: queueKey(this.#settings, job.jobId),
+        failedKey: queueKey(this.#settings, 'failed'),
+      };
       try {
-        confirmed = await withDeadline(
-          waitForReplicas(this.#redis.redis, queueKey(this.#settings, jobId), replicas),
-          ms,
-        );
+        confirmed = await withDeadline(waitForReplicas(this.#redis.redis, replicas, check), ms);
       } catch (err) {
         const doing = `Could not queue the message in Redis at ${this.#redis.where}`;
         throw redisFailure(err, doing, true, send, this.#redis);

@@ -7,6 +7,7 @@ import {
   type EmlApiQueueTransportOptions,
   type EmlApiWorkerOptions,
 } from '../../src/queue/index.js';
+import { queueClient } from '../../src/queue/bullmq-internals.js';
 import { eventually, startWorkerProcess, type WorkerProcess } from '../helpers/outbox.js';
 import { startRedisCluster, type RedisCluster } from '../helpers/redis-cluster.js';
 
@@ -20,6 +21,10 @@ import { startRedisCluster, type RedisCluster } from '../helpers/redis-cluster.j
  * `replicas`, nothing acknowledged is lost to a master that hung, whose last
  * writes never reached its replica (it acknowledges what it had buffered
  * when it runs again, then learns it was replaced and drops it all).
+ * A batch of adds the hung master ran when it came back, while the producer
+ * already turned to its successor, is acknowledged only once the node the
+ * producer asks holds it: a `WAIT` there counted the successor's replica (the
+ * old master, which dropped the batch as it rejoined).
  * Nothing is delivered twice. A six-node cluster on loopback per test,
  * `cluster-node-timeout` 2 s.
  */
@@ -155,7 +160,6 @@ describe('the master of the queue’s slot hanging mid-traffic, then coming back
       const delivered = deliveries();
       expect([...run.accepted].filter((id) => delivered.get(id) !== 1)).toEqual([]);
       expect([...delivered.values()].filter((count) => count > 1)).toEqual([]);
-      // Rejected sends said whether they may be queued all the same: none of the others was delivered.
       // A rejected send said whether it may be queued all the same (replicas not confirming, the hung master's
       // answers cut short): none of those that said no was delivered.
       const unexpected = [...delivered.keys()].filter((id) => !run.accepted.has(id) && !run.maybe.has(id));
@@ -166,6 +170,59 @@ describe('the master of the queue’s slot hanging mid-traffic, then coming back
       );
     } finally {
       await run.transport.close();
+    }
+  }, 60_000);
+});
+
+describe('a batch the hung master took, confirmed after its replica took over', () => {
+  it('is acknowledged only once the master of the slot holds it: the old one ran it and then dropped it', async () => {
+    const transport = new EmlApiQueueTransport({
+      connection: { cluster: [...cluster.urls] },
+      prefix,
+      replicas: { count: 1, timeoutMs: 500 },
+    });
+    const transporter = nodemailer.createTransport(transport);
+    const message = (i: number) => ({
+      from: 'shop@example.test',
+      to: `c${i}@example.test`,
+      text: `n${i}`,
+      idempotencyKey: `order-${i}`,
+    });
+    try {
+      await transporter.sendMail(message(0));
+      const slot = Number(await cluster.client.call('CLUSTER', 'KEYSLOT', prefix));
+      const master = await cluster.masterOf(prefix);
+      cluster.pause(master);
+      // Written to the hung master's socket; it runs them when it is let go, before it hears it was replaced.
+      const sends = Array.from({ length: 10 }, (_, i) =>
+        transporter.sendMail(message(i + 1)).then(
+          () => undefined,
+          (err: EmlApiError) => err,
+        ),
+      );
+      try {
+        await cluster.healthy();
+        const successor = await cluster.masterOf(prefix);
+        // The producer's own view of the slot turns to the successor (it reads the cluster's slots every second).
+        const client = (await queueClient(transport.queue)) as unknown as { slots: string[][] };
+        await eventually(() => client.slots[slot]?.[0] === `127.0.0.1:${successor.port}`, {
+          what: 'the producer to see the new master',
+        });
+      } finally {
+        cluster.resume(master);
+      }
+      const outcomes = await Promise.all(sends);
+      await cluster.healthy();
+      const held = await Promise.all(outcomes.map((_, i) => cluster.client.exists(`${prefix}:eml-api:order-${i + 1}`)));
+      // Acknowledged only what the cluster holds; the others said they may have been queued.
+      expect(outcomes.flatMap((err, i) => (err === undefined && held[i] !== 1 ? [`order-${i + 1}`] : []))).toEqual([]);
+      expect(outcomes.filter((err) => err !== undefined && !err.mayHaveBeenAccepted)).toEqual([]);
+      console.log(
+        `hung master's batch: ${outcomes.filter((err) => err === undefined).length} acknowledged, ` +
+          `${held.filter((n) => n === 1).length} held by the cluster`,
+      );
+    } finally {
+      await transport.close();
     }
   }, 60_000);
 });

@@ -2,7 +2,7 @@ import nodemailer, { type Transporter } from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
 import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
-import { eventually } from '../helpers/outbox.js';
+import { addFailedJobs, eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 /**
@@ -99,6 +99,21 @@ describe('replicas: { count: 1 }', () => {
       // MONITOR runs on a connection of its own: closing the client it came from leaves it open.
       monitor.disconnect();
       watcher.disconnect();
+    }
+  });
+
+  it('resolves a put-back of a failed job under the key once the replica holds it, replaced or retried', async () => {
+    const [replaced, retried] = await addFailedJobs(master.client, { count: 2, contentBytes: 100 });
+    // An attempt of this one may have been accepted: its own bytes go again.
+    const key = `bull:eml-api:${retried!}`;
+    const data = JSON.parse((await master.client.hget(key, 'data'))!) as Record<string, unknown>;
+    await master.client.hset(key, 'data', JSON.stringify({ ...data, possiblyAcceptedAt: Date.now() }));
+    const put = async (id: string) => transporter.sendMail({ ...order(0), idempotencyKey: id });
+    expect(await put(replaced!)).toMatchObject({ requeued: 'replaced', duplicate: false });
+    expect(await put(retried!)).toMatchObject({ requeued: 'retried', duplicate: true });
+    for (const id of [replaced!, retried!]) {
+      expect(await replica.client.zscore('bull:eml-api:failed', id)).toBeNull();
+      expect(await replica.client.hget(`bull:eml-api:${id}`, 'data')).toContain('"putBackFrom"');
     }
   });
 
