@@ -48,7 +48,7 @@ export default defineConfig({
     // spent waiting (on Redis, sockets, child processes, lock expiries), so more files than cores run
     // at once: vitest's default (cores - 1) ran them one at a time on a 2-core machine.
     pool: 'forks',
-    maxWorkers: 4,
+    maxWorkers: 6,
     // The JSON report lets CI print a plain "N passed, N failed" summary line.
     reporters: ['default', 'json', new RecordDurations()],
     outputFile: { json: 'test-output/vitest-results.json' },
