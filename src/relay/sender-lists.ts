@@ -2,7 +2,7 @@ import { domainToASCII } from 'node:url';
 import { isValidAddress } from '../protocol/message-format.js';
 import { configError } from '../shared/options-kit.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { asciiLowerCase, identityAddresses, type RelayHeaderField } from './relay-headers.js';
+import { asciiLowerCase, identityAddresses, unreadCharset, type RelayHeaderField } from './relay-headers.js';
 
 /** The entry of a sender list that allows an empty `MAIL FROM` (bounces, vacation replies). */
 export const NULL_SENDER = '<>';
@@ -171,7 +171,9 @@ export function mailFromRefusal(
  * sender list, or undefined: each address any reader finds in them (the
  * relay's, Nodemailer's, mailparser's), and each text shaped like an
  * address in them once encoded words are decoded (a display name or a
- * comment a mail program shows), must be the login's.
+ * comment a mail program shows), must be the login's. Without mailparser, an
+ * encoded word in a charset the relay cannot decode as mailparser does is
+ * refused: it could stand for any address.
  */
 export async function headerSenderRefusal(
   froms: readonly RelayHeaderField[],
@@ -187,7 +189,15 @@ export async function headerSenderRefusal(
     for (const field of fields) {
       const found = await identityAddresses(field.value);
       const foreign = found.find((address) => !list.owns(address));
-      if (foreign === undefined) continue;
+      if (foreign === undefined) {
+        const charset = unreadCharset(field.value);
+        if (charset === undefined) continue;
+        return senderRefusal(
+          reason,
+          field.value,
+          `<${shownAddress(field.value)}>: Sender address rejected: the ${field.name} header has an encoded word in the charset ${shownAddress(charset)}, which the relay reads only with mailparser installed, and which may name an address not owned by ${whose(login)}; write it in UTF-8`,
+        );
+      }
       const shown = shownAddress(foreign);
       return senderRefusal(
         reason,

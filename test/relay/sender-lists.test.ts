@@ -534,6 +534,47 @@ describe('without mailparser', () => {
     'From: "Bank CEO" <billing@shop.example>',
   ];
 
+  const b64 = (bytes: Buffer | string) => Buffer.from(bytes).toString('base64');
+  const WIDE = 'ｃｅｏ＠ｂａｎｋ．ｅｘａｍｐｌｅ';
+  // Charset labels mailparser (libmime, iconv-lite) decodes one way and TextDecoder another way, or not at all.
+  const UNREAD = [
+    `From: =?unicode11utf7?B?${b64('+ADw-ceo+AEA-bank.example+AD4-')}?=, billing@shop.example`,
+    `From: =?utf_7?B?${b64('+ADw-ceo+AEA-bank.example+AD4-')}?= <billing@shop.example>`,
+    `From: =?utf7imap?B?${b64('&ADw-ceo&AEA-bank.example&AD4-')}?=, billing@shop.example`,
+    `From: =?shiftjis?B?${b64(Buffer.from([0x82, 0x83, 0x81, 0x97, 0x82, 0x82]))}?= <billing@shop.example>`,
+    `From: =?unicode?B?${b64(WIDE)}?= <billing@shop.example>`,
+    `From: =?us-ascii?B?${b64(WIDE)}?= <billing@shop.example>`,
+    `From: =?utf-8x?B?${b64(WIDE)}?= <billing@shop.example>`,
+    `From: =?iso-2022-kr?B?${b64(WIDE)}?= <billing@shop.example>`,
+    `From: =?utf16be?B?${b64(Buffer.from(WIDE, 'utf16le').swap16())}?= <billing@shop.example>`,
+    `From: billing@shop.example\r\nSender: =?cp936?B?${b64(Buffer.from('a3c0', 'hex'))}?= <billing@shop.example>`,
+  ];
+  const READ = [
+    'From: =?utf-8?Q?Facturation_=C3=A9t=C3=A9?= <billing@shop.example>',
+    'From: =?ISO-8859-1?Q?Caf=E9?= <billing@shop.example>',
+    `From: =?iso-2022-jp?B?${b64(Buffer.from('1b2442246424731b2842', 'hex'))}?= <billing@shop.example>`,
+  ];
+
+  it('an encoded word in a charset the relay cannot read as mailparser does is refused (553), never passed', async () => {
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      [
+        '--import',
+        fileURLToPath(new URL('./fixtures/hide-mailparser.mjs', import.meta.url)),
+        '--import',
+        'tsx',
+        fileURLToPath(new URL('./fixtures/senders-without-mailparser.ts', import.meta.url)),
+        JSON.stringify([...UNREAD, ...READ]),
+      ],
+      { timeout: 60_000 },
+    );
+    const replies = JSON.parse(stdout.trim().split('\n').pop()!) as string[];
+    expect(replies).toEqual([
+      ...UNREAD.map(() => expect.stringMatching(/^553 5\.7\.1 /)),
+      ...READ.map(() => expect.stringMatching(/^451 4\.4\.1 /)),
+    ]);
+  }, 60_000);
+
   it('a display name a mail program shows as another address is still found: quoted pairs, adjacent encoded words, comments, UTF-7 and UTF-32', async () => {
     const { stdout } = await promisify(execFile)(
       process.execPath,
