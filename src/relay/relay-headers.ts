@@ -527,16 +527,16 @@ function* splittingFields(head: Buffer): Steps<RelayHeaderField[]> {
       current.field.end = next;
     } else {
       close();
-      // mailsplit (mailparser's splitter) takes a first line starting so for an mbox or HTTP preamble, and skips it.
-      if (number === 1 && /^(?:From|POST) /i.test(line)) {
-        throw unreadable(
-          `header line 1 is an mbox separator or HTTP preamble to MIME parsers, not a field: ${shown(line)}`,
-        );
-      }
       const colon = fieldColon(line);
       if (colon === undefined) {
         throw unreadable(
           `header line ${number} is neither a header field nor the folded continuation of one: ${shown(line)}`,
+        );
+      }
+      // mailsplit (mailparser's splitter) takes a first line starting so for an mbox or HTTP preamble, and skips it.
+      if (number === 1 && /^(?:From|POST) /i.test(line)) {
+        throw unreadable(
+          `header line 1 is an mbox separator or HTTP preamble to MIME parsers, not a field: ${shown(line)}`,
         );
       }
       const field = { name: line.slice(0, colon).trimEnd(), value: '', start: pos, end: next };
