@@ -103,7 +103,10 @@ function localPart(written: string): string {
 
 function asciiDomain(domain: string): string | undefined {
   if (domain.startsWith('[')) return asciiLowerCase(domain);
+  // domainToASCII reads its input as a URL's host: it ends the host at / ? # \, decodes %, and reads 0x7f.1 as 127.0.0.1.
+  if (/[%/?#\\]/.test(domain)) return undefined;
   const ascii = domainToASCII(domain);
+  if (/^[\d.]+$/.test(ascii) && ascii !== domain) return undefined;
   return ascii === '' ? undefined : ascii;
 }
 

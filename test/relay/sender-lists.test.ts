@@ -206,7 +206,7 @@ describe('the header From and Sender', () => {
     ['a Sender', 'From: billing@shop.example\r\nSender: Boss <ceo@bank.example>', 'ceo@bank.example'],
     ['an empty group, then an address', 'From: undisclosed:;, ceo@bank.example', 'ceo@bank.example'],
     ['the field name in capitals', 'FROM: ceo@bank.example', 'ceo@bank.example'],
-    ['white space before the colon', 'From : ceo@bank.example', 'ceo@bank.example'],
+    ['white space before the colon', 'Subject: x\r\nFrom : ceo@bank.example', 'ceo@bank.example'],
     ['a Sender named oddly', 'From: billing@shop.example\r\nsender\t: ceo@bank.example', 'ceo@bank.example'],
     ['a second From after a bare LF', 'From: billing@shop.example\nFrom: ceo@bank.example', 'ceo@bank.example'],
     ['a folded second mailbox', 'From: billing@shop.example,\r\n ceo@bank.example', 'ceo@bank.example'],
@@ -235,6 +235,11 @@ describe('the header From and Sender', () => {
     ['an address literal', 'From: billing@[127.0.0.1]', 'billing@[127.0.0.1]'],
     ['full-width letters in the local part', 'From: ｂｉｌｌｉｎｇ@shop.example', 'ｂｉｌｌｉｎｇ@shop.example'],
     ["a route to the login's domain", 'From: <@shop.example:ceo@bank.example>', ''],
+    // A URL parser's host ends at these, and decodes %: the domain is not the login's, though it starts so.
+    ["'?' after the login's domain", 'From: billing@shop.example?.bank.example', 'billing@shop.example?.bank.example'],
+    ["'#' after the login's domain", 'From: billing@shop.example#bank.example', 'billing@shop.example#bank.example'],
+    ["'/' after the login's domain", 'From: Billing <billing@shop.example/bank>', 'billing@shop.example/bank'],
+    ['a percent-encoded domain', 'From: billing@sh%6Fp.example', 'billing@sh%6Fp.example'],
   ])('%s: 553 5.7.1 naming it, nothing sent', async (_label, head, address) => {
     const { reply, delivered } = await send(BILLING, '<billing@shop.example>', head);
     expect(reply).toMatch(/^553 5\.7\.1 /);
@@ -358,10 +363,23 @@ describe('sender lists as configured', () => {
     [['*@shop..example'], /"\*@shop\.\.example": expected an address/],
     [['*@*.'], /"\*@\*\.": expected an address/],
     [['shop.example'], /"shop\.example": expected an address/],
+    [['*@shop.example/x'], /"\*@shop\.example\/x": expected an address/],
+    [['billing@sh%6Fp.example'], /"billing@sh%6Fp\.example": expected an address/],
     [[], /no senders: give one at least/],
     ['billing@shop.example', /expected an array of strings/],
   ])('%j is no sender list (ECONFIG)', (entries, message) => {
     expect(thrownBy(() => new SenderList(entries, 'allowedSenders')).message).toMatch(message);
+  });
+
+  it('a domain is compared as written, not as a URL parser reads a host (0x7f.1 and 2130706433 are not 127.0.0.1)', () => {
+    const list = new SenderList(['*@127.0.0.1', 'billing@shop.example'], 'allowedSenders');
+    expect(list.owns('x@127.0.0.1')).toBe(true);
+    expect(['x@0x7f.1', 'x@2130706433', 'x@127.1', 'billing@shop.example\\x'].map((a) => list.owns(a))).toEqual([
+      false,
+      false,
+      false,
+      false,
+    ]);
   });
 
   it('an entry that is none of the three forms is ECONFIG naming it; keySenders keys are key logins', async () => {
