@@ -129,6 +129,17 @@ describe('MAIL FROM', () => {
     dialog.close();
   });
 
+  it('AUTH within a transaction is refused (503, RFC 4954): a MAIL FROM checked for one login never goes on as another', async () => {
+    const dialog = await session();
+    expect((await dialog.command('MAIL FROM:<monitor@host.example>')).code).toBe(250);
+    const auth = await dialog.command(`AUTH PLAIN ${plain(...BILLING)}`);
+    expect(`${auth.code} ${auth.text}`).toMatch(/^503 5\.5\.1 /);
+    expect((await dialog.command('RSET')).code).toBe(250);
+    expect((await dialog.command(`AUTH PLAIN ${plain(...BILLING)}`)).code).toBe(235);
+    expect((await dialog.command('MAIL FROM:<monitor@host.example>')).code).toBe(553);
+    dialog.close();
+  });
+
   it('an authorization identity in AUTH PLAIN (another user, without a list) changes nothing: the login is the one checked', async () => {
     const { dialog } = await SmtpDialog.open(relay.port, '127.0.0.1');
     await dialog.command('EHLO client.example');
