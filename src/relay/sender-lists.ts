@@ -1,5 +1,5 @@
 import { domainToASCII } from 'node:url';
-import { isValidAddress } from '../protocol/message-format.js';
+import { isValidAddress, MAX_ADDRESS_INPUT_LENGTH } from '../protocol/message-format.js';
 import { configError } from '../shared/options-kit.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { asciiLowerCase, identityAddresses, unreadCharset, type RelayHeaderField } from './relay-headers.js';
@@ -67,6 +67,8 @@ export class SenderList {
   /** Whether the login may send as this address; `''` is the null sender. */
   owns(address: string): boolean {
     if (address === '') return this.nullSender;
+    // Each parent domain of a long one is hashed in full: bounded here, as the service takes no such address.
+    if (address.length > MAX_ADDRESS_INPUT_LENGTH) return false;
     const key = addressKey(address);
     if (key === undefined) return false;
     const domain = key.slice(key.lastIndexOf('@') + 1);

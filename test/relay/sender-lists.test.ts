@@ -393,6 +393,12 @@ describe('sender lists as configured', () => {
     ]);
   });
 
+  it('an address longer than an address may be (998 characters) is nobody\'s: no domain is built from its 500 labels', () => {
+    const list = new SenderList(['*@*.shop.example'], 'allowedSenders');
+    expect(list.owns(`a@${'x.'.repeat(400)}shop.example`)).toBe(true);
+    expect(list.owns(`a@${'x.'.repeat(8000)}shop.example`)).toBe(false);
+  });
+
   it('an entry that is none of the three forms is ECONFIG naming it; keySenders keys are key logins', async () => {
     expect(thrownBy(() => new SenderList(['*.shop.example'], 'users[0].senders')).message).toMatch(
       /users\[0\]\.senders: "\*\.shop\.example": expected an address/,
