@@ -393,7 +393,7 @@ describe('sender lists as configured', () => {
     ]);
   });
 
-  it('an address longer than an address may be (998 characters) is nobody\'s: no domain is built from its 500 labels', () => {
+  it("an address longer than an address may be (998 characters) is nobody's: no domain is built from its 500 labels", () => {
     const list = new SenderList(['*@*.shop.example'], 'allowedSenders');
     expect(list.owns(`a@${'x.'.repeat(400)}shop.example`)).toBe(true);
     expect(list.owns(`a@${'x.'.repeat(8000)}shop.example`)).toBe(false);
