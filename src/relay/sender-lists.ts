@@ -73,6 +73,8 @@ export class SenderList {
     if (key === undefined) return false;
     const domain = key.slice(key.lastIndexOf('@') + 1);
     if (this.#addresses.has(key) || this.#domains.has(domain)) return true;
+    // An empty label (x@.shop.example, x@eu..shop.example) makes no subdomain.
+    if (!HOST_NAME.test(domain)) return false;
     for (let dot = domain.indexOf('.'); dot !== -1; dot = domain.indexOf('.', dot + 1)) {
       if (this.#parents.has(domain.slice(dot + 1))) return true;
     }

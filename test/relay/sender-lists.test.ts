@@ -382,9 +382,15 @@ describe('sender lists as configured', () => {
     expect(thrownBy(() => new SenderList(entries, 'allowedSenders')).message).toMatch(message);
   });
 
-  it('a domain is compared as written, not as a URL parser reads a host (0x7f.1 and 2130706433 are not 127.0.0.1)', () => {
+  it('a domain is compared as written, not as a URL parser reads a host (0x7f.1 is not 127.0.0.1), and has no empty label', () => {
     const list = new SenderList(['*@127.0.0.1', 'billing@shop.example'], 'allowedSenders');
     expect(list.owns('x@127.0.0.1')).toBe(true);
+    const parents = new SenderList(['*@*.shop.example'], 'allowedSenders');
+    expect(['x@eu.shop.example', 'x@.shop.example', 'x@eu..shop.example'].map((a) => parents.owns(a))).toEqual([
+      true,
+      false,
+      false,
+    ]);
     expect(['x@0x7f.1', 'x@2130706433', 'x@127.1', 'billing@shop.example\\x'].map((a) => list.owns(a))).toEqual([
       false,
       false,
