@@ -420,9 +420,45 @@ function firstOf(from: { value: MimeAddress[] } | undefined): string | undefined
   return from ? walk(from.value) : undefined;
 }
 
-/** The text with its RFC 2047 encoded words (`=?charset?B|Q?...?=`) decoded, as far as this runtime knows the charset. */
+/** An RFC 2047 encoded word: its charset (language suffix included), encoding and text. */
+const ENCODED_WORD = /=\?([^?]+)\?([BbQq])\?([^?]*)\?=/g;
+
+/**
+ * The charsets the relay decodes as mailparser (libmime, iconv-lite) does,
+ * by their lower-case label: TextDecoder's label, or the relay's own decoder.
+ * libmime reads `us-ascii` as UTF-8, and decodes labels iconv-lite lacks (or
+ * that it reads otherwise than TextDecoder: `unicode`, `utf-8x`, `cp936`,
+ * `utf7imap`...) each its own way.
+ */
+const READ_CHARSETS = new Map<string, string>([
+  ...['utf-8', 'utf8', 'us-ascii', 'ascii'].map((label) => [label, 'utf-8'] as const),
+  ...['utf-7', 'utf7', 'unicode-1-1-utf-7'].map((label) => [label, 'utf-7'] as const),
+  ...['utf-16le', 'utf-16be', 'utf-32le', 'utf-32be'].map((label) => [label, label] as const),
+  ...Array.from({ length: 16 }, (_, i) => [`iso-8859-${i + 1}`, `iso-8859-${i + 1}`] as const),
+  ...Array.from({ length: 9 }, (_, i) => [`windows-125${i}`, `windows-125${i}`] as const),
+  ...['iso-2022-jp', 'shift_jis', 'euc-jp', 'gb2312', 'gbk', 'gb18030', 'big5', 'euc-kr', 'koi8-r', 'koi8-u'].map(
+    (label) => [label, label] as const,
+  ),
+]);
+
+function charsetOf(word: string): string | undefined {
+  return READ_CHARSETS.get(word.split('*')[0]!.toLowerCase());
+}
+
+/**
+ * The charset of the first encoded word in the text that the relay cannot
+ * decode as the service's parser does, or undefined; always undefined where
+ * mailparser is installed (it is then run over the text itself).
+ */
+export function unreadCharset(text: string): string | undefined {
+  if (loadMimeParser()) return undefined;
+  for (const [, charset] of text.matchAll(ENCODED_WORD)) if (!charsetOf(charset!)) return charset;
+  return undefined;
+}
+
+/** The text with its RFC 2047 encoded words (`=?charset?B|Q?...?=`) decoded, as far as the relay knows the charset. */
 function decodedWords(text: string): string {
-  return text.replace(/=\?([^?]+)\?([BbQq])\?([^?]*)\?=/g, (_word, charset: string, kind: string, data: string) => {
+  return text.replace(ENCODED_WORD, (_word, charset: string, kind: string, data: string) => {
     const bytes =
       kind.toUpperCase() === 'B'
         ? Buffer.from(data, 'base64')
@@ -432,15 +468,22 @@ function decodedWords(text: string): string {
               .replace(/=([0-9A-Fa-f]{2})/g, (_m, hex: string) => String.fromCharCode(parseInt(hex, 16))),
             'latin1',
           );
-    const name = charset.split('*')[0]!;
-    if (/^(?:unicode-1-1-)?utf-?7$/i.test(name)) return utf7(bytes.toString('latin1'));
-    try {
-      return new TextDecoder(name).decode(bytes);
-    } catch {
-      // A charset this runtime lacks (UTF-32...) that mailparser's iconv-lite may know: its ASCII still shows.
-      return bytes.toString('latin1').replace(/\0/g, '');
-    }
+    const name = charsetOf(charset);
+    if (name === 'utf-7') return utf7(bytes.toString('latin1'));
+    if (name === 'utf-32be' || name === 'utf-32le') return utf32(bytes, name === 'utf-32be');
+    // Another charset (see unreadCharset): its ASCII still shows.
+    return name ? new TextDecoder(name).decode(bytes) : bytes.toString('latin1').replace(/\0/g, '');
   });
+}
+
+/** UTF-32 text, which TextDecoder lacks; a code point out of range is U+FFFD. */
+function utf32(bytes: Buffer, bigEndian: boolean): string {
+  let out = '';
+  for (let i = 0; i + 4 <= bytes.length; i += 4) {
+    const code = bigEndian ? bytes.readUInt32BE(i) : bytes.readUInt32LE(i);
+    out += code <= 0x10ffff ? String.fromCodePoint(code) : '\uFFFD';
+  }
+  return out;
 }
 
 /** UTF-7 text (RFC 2152), which TextDecoder lacks: `+` and modified Base64 of UTF-16BE up to `-`. */
@@ -488,6 +531,12 @@ function* splittingFields(head: Buffer): Steps<RelayHeaderField[]> {
       if (colon === undefined) {
         throw unreadable(
           `header line ${number} is neither a header field nor the folded continuation of one: ${shown(line)}`,
+        );
+      }
+      // mailsplit (mailparser's splitter) takes a first line starting so for an mbox or HTTP preamble, and skips it.
+      if (number === 1 && /^(?:From|POST) /i.test(line)) {
+        throw unreadable(
+          `header line 1 is an mbox separator or HTTP preamble to MIME parsers, not a field: ${shown(line)}`,
         );
       }
       const field = { name: line.slice(0, colon).trimEnd(), value: '', start: pos, end: next };

@@ -209,6 +209,10 @@ export function relaySessionHandlers(relay: RelayState): Handlers {
       const state = stateOf(session);
       const refuse = (reply: SmtpReply) => callback(null, { message: reply.text, responseCode: reply.code });
       if (!authOffered(session, policy)) return refuse({ code: 538, text: '5.7.11 Encryption required for AUTH' });
+      // RFC 4954 4: its MAIL FROM was checked against the sender list of the session before this AUTH.
+      if (session.envelope.mailFrom) {
+        return refuse({ code: 503, text: '5.5.1 AUTH is not permitted during a mail transaction (RSET first)' });
+      }
       if (auth.method !== 'PLAIN' && auth.method !== 'LOGIN') {
         return refuse({ code: 504, text: '5.5.4 Unrecognized authentication type' });
       }

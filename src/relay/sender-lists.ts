@@ -1,8 +1,8 @@
 import { domainToASCII } from 'node:url';
-import { isValidAddress } from '../protocol/message-format.js';
+import { isValidAddress, MAX_ADDRESS_INPUT_LENGTH } from '../protocol/message-format.js';
 import { configError } from '../shared/options-kit.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { asciiLowerCase, identityAddresses, type RelayHeaderField } from './relay-headers.js';
+import { asciiLowerCase, identityAddresses, unreadCharset, type RelayHeaderField } from './relay-headers.js';
 
 /** The entry of a sender list that allows an empty `MAIL FROM` (bounces, vacation replies). */
 export const NULL_SENDER = '<>';
@@ -67,10 +67,14 @@ export class SenderList {
   /** Whether the login may send as this address; `''` is the null sender. */
   owns(address: string): boolean {
     if (address === '') return this.nullSender;
+    // Each parent domain of a long one is hashed in full: bounded here, as the service takes no such address.
+    if (address.length > MAX_ADDRESS_INPUT_LENGTH) return false;
     const key = addressKey(address);
     if (key === undefined) return false;
     const domain = key.slice(key.lastIndexOf('@') + 1);
     if (this.#addresses.has(key) || this.#domains.has(domain)) return true;
+    // An empty label (x@.shop.example, x@eu..shop.example) makes no subdomain.
+    if (!HOST_NAME.test(domain)) return false;
     for (let dot = domain.indexOf('.'); dot !== -1; dot = domain.indexOf('.', dot + 1)) {
       if (this.#parents.has(domain.slice(dot + 1))) return true;
     }
@@ -103,7 +107,10 @@ function localPart(written: string): string {
 
 function asciiDomain(domain: string): string | undefined {
   if (domain.startsWith('[')) return asciiLowerCase(domain);
+  // domainToASCII reads its input as a URL's host: it ends the host at / ? # \, decodes %, and reads 0x7f.1 as 127.0.0.1.
+  if (/[%/?#\\]/.test(domain)) return undefined;
   const ascii = domainToASCII(domain);
+  if (/^[\d.]+$/.test(ascii) && ascii !== domain) return undefined;
   return ascii === '' ? undefined : ascii;
 }
 
@@ -171,7 +178,9 @@ export function mailFromRefusal(
  * sender list, or undefined: each address any reader finds in them (the
  * relay's, Nodemailer's, mailparser's), and each text shaped like an
  * address in them once encoded words are decoded (a display name or a
- * comment a mail program shows), must be the login's.
+ * comment a mail program shows), must be the login's. Without mailparser, an
+ * encoded word in a charset the relay cannot decode as mailparser does is
+ * refused: it could stand for any address.
  */
 export async function headerSenderRefusal(
   froms: readonly RelayHeaderField[],
@@ -187,7 +196,15 @@ export async function headerSenderRefusal(
     for (const field of fields) {
       const found = await identityAddresses(field.value);
       const foreign = found.find((address) => !list.owns(address));
-      if (foreign === undefined) continue;
+      if (foreign === undefined) {
+        const charset = unreadCharset(field.value);
+        if (charset === undefined) continue;
+        return senderRefusal(
+          reason,
+          field.value,
+          `<${shownAddress(field.value)}>: Sender address rejected: the ${field.name} header has an encoded word in the charset ${shownAddress(charset)}, which the relay reads only with mailparser installed, and which may name an address not owned by ${whose(login)}; write it in UTF-8`,
+        );
+      }
       const shown = shownAddress(foreign);
       return senderRefusal(
         reason,

@@ -47,7 +47,12 @@ describe('key clients held by sessions', () => {
     emu.setFaults({ latencyMs: 200 });
     try {
       const answers = keys.map((password, i) => {
-        const session = { id: `s${i}`, remoteAddress: '127.0.0.1', secure: false } as unknown as SMTPServerSession;
+        const session = {
+          id: `s${i}`,
+          remoteAddress: '127.0.0.1',
+          secure: false,
+          envelope: { mailFrom: false, rcptTo: [] },
+        } as unknown as SMTPServerSession;
         const auth = { method: 'PLAIN', username: 'app', password } as SMTPServerAuthentication;
         const answered = new Promise<unknown>((resolve) =>
           handlers.onAuth(auth, session, (err, res) => resolve(err ?? res)),

@@ -9,6 +9,7 @@ import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiQueueTransport } from '../../src/queue/index.js';
 import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { keyFingerprint } from '../../src/relay/relay-users.js';
+import { SmtpDialog } from './relay-harness.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 let redis: RedisServer;
@@ -72,6 +73,23 @@ it("refuses a sender that is not the login's before storing it; stores the login
     expect(await send('cron@host.example')).toMatch(/^250 /);
     expect(await queue.queue.count()).toBe(3);
   } finally {
+    await queue.close();
+  }
+});
+
+it('a first header line "From :" (an mbox separator to mailparser, which then reads no From) is refused, never stored', async () => {
+  const queue = new EmlApiQueueTransport({ connection: redis.url });
+  const { dialog } = await SmtpDialog.open(relay.port);
+  try {
+    await dialog.command('EHLO client.example');
+    expect((await dialog.command('MAIL FROM:<cron@host.example>')).code).toBe(250);
+    expect((await dialog.command('RCPT TO:<ann@example.test>')).code).toBe(250);
+    const before = await queue.queue.count();
+    const reply = await dialog.data('From : cron@host.example\r\nTo: ann@example.test\r\nSubject: x\r\n\r\nhi\r\n');
+    expect(`${reply.code} ${reply.text}`).toMatch(/^554 5\.6\.0 .*line 1.*mbox/);
+    expect(await queue.queue.count()).toBe(before);
+  } finally {
+    dialog.close();
     await queue.close();
   }
 });

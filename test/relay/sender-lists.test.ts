@@ -129,6 +129,17 @@ describe('MAIL FROM', () => {
     dialog.close();
   });
 
+  it('AUTH within a transaction is refused (503, RFC 4954): a MAIL FROM checked for one login never goes on as another', async () => {
+    const dialog = await session();
+    expect((await dialog.command('MAIL FROM:<monitor@host.example>')).code).toBe(250);
+    const auth = await dialog.command(`AUTH PLAIN ${plain(...BILLING)}`);
+    expect(`${auth.code} ${auth.text}`).toMatch(/^503 5\.5\.1 /);
+    expect((await dialog.command('RSET')).code).toBe(250);
+    expect((await dialog.command(`AUTH PLAIN ${plain(...BILLING)}`)).code).toBe(235);
+    expect((await dialog.command('MAIL FROM:<monitor@host.example>')).code).toBe(553);
+    dialog.close();
+  });
+
   it('an authorization identity in AUTH PLAIN (another user, without a list) changes nothing: the login is the one checked', async () => {
     const { dialog } = await SmtpDialog.open(relay.port, '127.0.0.1');
     await dialog.command('EHLO client.example');
@@ -206,7 +217,7 @@ describe('the header From and Sender', () => {
     ['a Sender', 'From: billing@shop.example\r\nSender: Boss <ceo@bank.example>', 'ceo@bank.example'],
     ['an empty group, then an address', 'From: undisclosed:;, ceo@bank.example', 'ceo@bank.example'],
     ['the field name in capitals', 'FROM: ceo@bank.example', 'ceo@bank.example'],
-    ['white space before the colon', 'From : ceo@bank.example', 'ceo@bank.example'],
+    ['white space before the colon', 'Subject: x\r\nFrom : ceo@bank.example', 'ceo@bank.example'],
     ['a Sender named oddly', 'From: billing@shop.example\r\nsender\t: ceo@bank.example', 'ceo@bank.example'],
     ['a second From after a bare LF', 'From: billing@shop.example\nFrom: ceo@bank.example', 'ceo@bank.example'],
     ['a folded second mailbox', 'From: billing@shop.example,\r\n ceo@bank.example', 'ceo@bank.example'],
@@ -235,6 +246,11 @@ describe('the header From and Sender', () => {
     ['an address literal', 'From: billing@[127.0.0.1]', 'billing@[127.0.0.1]'],
     ['full-width letters in the local part', 'From: ｂｉｌｌｉｎｇ@shop.example', 'ｂｉｌｌｉｎｇ@shop.example'],
     ["a route to the login's domain", 'From: <@shop.example:ceo@bank.example>', ''],
+    // A URL parser's host ends at these, and decodes %: the domain is not the login's, though it starts so.
+    ["'?' after the login's domain", 'From: billing@shop.example?.bank.example', 'billing@shop.example?.bank.example'],
+    ["'#' after the login's domain", 'From: billing@shop.example#bank.example', 'billing@shop.example#bank.example'],
+    ["'/' after the login's domain", 'From: Billing <billing@shop.example/bank>', 'billing@shop.example/bank'],
+    ['a percent-encoded domain', 'From: billing@sh%6Fp.example', 'billing@sh%6Fp.example'],
   ])('%s: 553 5.7.1 naming it, nothing sent', async (_label, head, address) => {
     const { reply, delivered } = await send(BILLING, '<billing@shop.example>', head);
     expect(reply).toMatch(/^553 5\.7\.1 /);
@@ -358,10 +374,35 @@ describe('sender lists as configured', () => {
     [['*@shop..example'], /"\*@shop\.\.example": expected an address/],
     [['*@*.'], /"\*@\*\.": expected an address/],
     [['shop.example'], /"shop\.example": expected an address/],
+    [['*@shop.example/x'], /"\*@shop\.example\/x": expected an address/],
+    [['billing@sh%6Fp.example'], /"billing@sh%6Fp\.example": expected an address/],
     [[], /no senders: give one at least/],
     ['billing@shop.example', /expected an array of strings/],
   ])('%j is no sender list (ECONFIG)', (entries, message) => {
     expect(thrownBy(() => new SenderList(entries, 'allowedSenders')).message).toMatch(message);
+  });
+
+  it('a domain is compared as written, not as a URL parser reads a host (0x7f.1 is not 127.0.0.1), and has no empty label', () => {
+    const list = new SenderList(['*@127.0.0.1', 'billing@shop.example'], 'allowedSenders');
+    expect(list.owns('x@127.0.0.1')).toBe(true);
+    const parents = new SenderList(['*@*.shop.example'], 'allowedSenders');
+    expect(['x@eu.shop.example', 'x@.shop.example', 'x@eu..shop.example'].map((a) => parents.owns(a))).toEqual([
+      true,
+      false,
+      false,
+    ]);
+    expect(['x@0x7f.1', 'x@2130706433', 'x@127.1', 'billing@shop.example\\x'].map((a) => list.owns(a))).toEqual([
+      false,
+      false,
+      false,
+      false,
+    ]);
+  });
+
+  it("an address longer than an address may be (998 characters) is nobody's: no domain is built from its 500 labels", () => {
+    const list = new SenderList(['*@*.shop.example'], 'allowedSenders');
+    expect(list.owns(`a@${'x.'.repeat(400)}shop.example`)).toBe(true);
+    expect(list.owns(`a@${'x.'.repeat(8000)}shop.example`)).toBe(false);
   });
 
   it('an entry that is none of the three forms is ECONFIG naming it; keySenders keys are key logins', async () => {
@@ -533,6 +574,47 @@ describe('without mailparser', () => {
     'From: "billing"@shop.example',
     'From: "Bank CEO" <billing@shop.example>',
   ];
+
+  const b64 = (bytes: Buffer | string) => Buffer.from(bytes).toString('base64');
+  const WIDE = 'ｃｅｏ＠ｂａｎｋ．ｅｘａｍｐｌｅ';
+  // Charset labels mailparser (libmime, iconv-lite) decodes one way and TextDecoder another way, or not at all.
+  const UNREAD = [
+    `From: =?unicode11utf7?B?${b64('+ADw-ceo+AEA-bank.example+AD4-')}?=, billing@shop.example`,
+    `From: =?utf_7?B?${b64('+ADw-ceo+AEA-bank.example+AD4-')}?= <billing@shop.example>`,
+    `From: =?utf7imap?B?${b64('&ADw-ceo&AEA-bank.example&AD4-')}?=, billing@shop.example`,
+    `From: =?shiftjis?B?${b64(Buffer.from([0x82, 0x83, 0x81, 0x97, 0x82, 0x82]))}?= <billing@shop.example>`,
+    `From: =?unicode?B?${b64(WIDE)}?= <billing@shop.example>`,
+    `From: =?us-ascii?B?${b64(WIDE)}?= <billing@shop.example>`,
+    `From: =?utf-8x?B?${b64(WIDE)}?= <billing@shop.example>`,
+    `From: =?iso-2022-kr?B?${b64(WIDE)}?= <billing@shop.example>`,
+    `From: =?utf16be?B?${b64(Buffer.from(WIDE, 'utf16le').swap16())}?= <billing@shop.example>`,
+    `From: billing@shop.example\r\nSender: =?cp936?B?${b64(Buffer.from('a3c0', 'hex'))}?= <billing@shop.example>`,
+  ];
+  const READ = [
+    'From: =?utf-8?Q?Facturation_=C3=A9t=C3=A9?= <billing@shop.example>',
+    'From: =?ISO-8859-1?Q?Caf=E9?= <billing@shop.example>',
+    `From: =?iso-2022-jp?B?${b64(Buffer.from('1b2442246424731b2842', 'hex'))}?= <billing@shop.example>`,
+  ];
+
+  it('an encoded word in a charset the relay cannot read as mailparser does is refused (553), never passed', async () => {
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      [
+        '--import',
+        fileURLToPath(new URL('./fixtures/hide-mailparser.mjs', import.meta.url)),
+        '--import',
+        'tsx',
+        fileURLToPath(new URL('./fixtures/senders-without-mailparser.ts', import.meta.url)),
+        JSON.stringify([...UNREAD, ...READ]),
+      ],
+      { timeout: 60_000 },
+    );
+    const replies = JSON.parse(stdout.trim().split('\n').pop()!) as string[];
+    expect(replies).toEqual([
+      ...UNREAD.map(() => expect.stringMatching(/^553 5\.7\.1 /)),
+      ...READ.map(() => expect.stringMatching(/^451 4\.4\.1 /)),
+    ]);
+  }, 60_000);
 
   it('a display name a mail program shows as another address is still found: quoted pairs, adjacent encoded words, comments, UTF-7 and UTF-32', async () => {
     const { stdout } = await promisify(execFile)(
