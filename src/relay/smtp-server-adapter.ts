@@ -1,7 +1,7 @@
 import type { AddressInfo, Socket } from 'node:net';
 import type * as SmtpServerModule from 'smtp-server';
 import type { SMTPServer, SMTPServerOptions, SMTPServerSession } from 'smtp-server';
-import { requirePeer } from '../shared/options-kit.js';
+import { requirePeer, type EmlApiLogger } from '../shared/options-kit.js';
 import type { SmtpReply } from './smtp-replies.js';
 
 export type { SMTPServerAddress, SMTPServerAuthentication, SMTPServerDataStream, SMTPServerSession } from 'smtp-server';
@@ -70,6 +70,8 @@ export interface SmtpServerAdapterOptions {
   handshakeTimeout: number;
   /** The reply to AUTH where the session disabled it (smtp-server answers `500` "command not recognized"). */
   authDisabledReply: SmtpReply;
+  /** Told once of each internal smtp-server lacks. */
+  logger: EmlApiLogger;
 }
 
 /** smtp-server's command parser (`SMTPStream`). */
@@ -114,7 +116,7 @@ export function commandLineOf(session: SMTPServerSession): Buffer | string | und
  * An smtp-server with what the relay needs of it beyond its options. This
  * module is the only one that touches smtp-server's internals (docs/relay.md,
  * "What the relay changes in smtp-server"); each patch keeps smtp-server's
- * behaviour where the internal it needs is missing.
+ * behaviour where the internal it needs is missing, and says so once.
  *
  * - Replies whose text has its own enhanced status code are sent as they are
  *   (smtp-server adds one from a fixed table); AUTH where the session disabled
@@ -134,6 +136,7 @@ export class SmtpServerAdapter {
   readonly #connections = new WeakMap<SMTPServerSession, { raw: Connection; handle: SmtpConnection }>();
   #watch: ((connection: SmtpConnection) => ConnectionObserver) | undefined;
   #gate: AcceptGate = (socket, accept) => accept(socket);
+  readonly #missing = new Set<string>();
 
   /** @throws {EmlApiError} `ECONFIG` when smtp-server is not installed */
   constructor(options: SMTPServerOptions, adapter: SmtpServerAdapterOptions) {
@@ -261,7 +264,28 @@ export class SmtpServerAdapter {
         connection._createParser = () => watchParser(createParser.call(connection), observer);
       }
     }
-    greetPromptly(connection, socket);
+    this.#report([
+      typeof onCommand === 'function' ? '' : '_onCommand (MAIL and RCPT as written, command deadlines)',
+      connection._parser && typeof connection._parser._write === 'function'
+        ? ''
+        : '_parser._write (command-line deadline)',
+      typeof connection._createParser === 'function' ? '' : '_createParser (deadlines after STARTTLS)',
+      typeof connection._handlerPending === 'boolean' && connection._dataStream === false
+        ? ''
+        : "_handlerPending, _dataStream (the relay's turn)",
+      greetPromptly(connection, socket) ? '' : 'connectionReady, _ready, _socket (prompt greeting)',
+    ]);
+  }
+
+  /** Warns once of each internal missing: the relay then keeps smtp-server's own behaviour there. */
+  #report(missing: string[]): void {
+    const fresh = missing.filter((name) => name !== '' && !this.#missing.has(name));
+    if (fresh.length === 0) return;
+    for (const name of fresh) this.#missing.add(name);
+    this.#options.logger.warn(
+      { missing: fresh.join('; '), supported: SUPPORTED_SMTP_SERVER },
+      "smtp-server lacks internals the relay patches: it keeps smtp-server's own behaviour there",
+    );
   }
 
   #patchAccept(): void {
@@ -273,6 +297,11 @@ export class SmtpServerAdapter {
       this.#handshakeDeadline(socket);
     };
     listener.on('connection', (socket: Socket) => this.#gate(socket, hand));
+    const pending = (this.#server as unknown as { _pendingSockets?: unknown })._pendingSockets;
+    this.#report([
+      accept.length === 1 ? '' : "one 'connection' listener on server.server (per-address cap from accept)",
+      pending instanceof Map ? '' : '_pendingSockets (tlsHandshake timeout)',
+    ]);
   }
 
   /**
@@ -313,7 +342,7 @@ function watchParser(parser: CommandParser, observer: ConnectionObserver): Comma
  * which runs `onConnect`, sets `_ready` and sends the `220`; a command arriving
  * while `_ready` is false gets that 421.
  */
-function greetPromptly(connection: Connection, socket: Socket): void {
+function greetPromptly(connection: Connection, socket: Socket): boolean {
   const ready = connection.connectionReady;
   if (
     connection._socket !== socket ||
@@ -323,7 +352,7 @@ function greetPromptly(connection: Connection, socket: Socket): void {
     connection._closing ||
     connection._closed
   ) {
-    return;
+    return false;
   }
   let greeted = false;
   const greetOnce = (next?: () => void) => {
@@ -336,4 +365,5 @@ function greetPromptly(connection: Connection, socket: Socket): void {
   // Bytes sent with the connection are read in the next poll phase and must reach the parser while
   // `_ready` is false. Two turns: connect() runs from a setImmediate (plain) or the handshake callback (TLS).
   setImmediate(() => setImmediate(() => greetOnce()));
+  return true;
 }

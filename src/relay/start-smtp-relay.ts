@@ -208,7 +208,7 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
       hideENHANCEDSTATUSCODES: false,
       ...handlers,
     },
-    { handshakeTimeout: settings.tlsHandshakeTimeout, authDisabledReply: AUTH_NEEDS_TLS },
+    { handshakeTimeout: settings.tlsHandshakeTimeout, authDisabledReply: AUTH_NEEDS_TLS, logger },
   );
   slots.attach(server);
   server.onError((err) => logger.warn({ err: err.message }, 'SMTP connection error'));

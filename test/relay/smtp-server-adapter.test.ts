@@ -4,12 +4,14 @@
  * here, naming it, before a relay test fails for a reason nobody can see.
  */
 import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { connect as netConnect, type Socket } from 'node:net';
 import { TLSSocket } from 'node:tls';
 import { SMTPServer, type SMTPServerOptions } from 'smtp-server';
 import { afterEach, describe, expect, it } from 'vitest';
 import pkg from '../../package.json' with { type: 'json' };
 import { SUPPORTED_SMTP_SERVER, SmtpServerAdapter } from '../../src/relay/smtp-server-adapter.js';
+import type { EmlApiLogger } from '../../src/shared/options-kit.js';
 import { eventually } from '../helpers/async.js';
 import { SmtpDialog, testTls } from './relay-harness.js';
 
@@ -281,18 +283,34 @@ describe(`the internals the adapter touches, on smtp-server ${installed}`, () =>
   });
 });
 
+/** A logger that keeps its warnings. */
+function warnings(): { logger: EmlApiLogger; warned: { meta: Record<string, unknown>; message: string }[] } {
+  const warned: { meta: Record<string, unknown>; message: string }[] = [];
+  const ignore = () => undefined;
+  return {
+    logger: { debug: ignore, info: ignore, error: ignore, warn: (meta, message) => warned.push({ meta, message }) },
+    warned,
+  };
+}
+
+async function adapterServer(logger: EmlApiLogger, options: SMTPServerOptions = {}): Promise<SmtpServerAdapter> {
+  const adapter = new SmtpServerAdapter(
+    { logger: false, disabledCommands: ['STARTTLS'], authOptional: true, closeTimeout: 1, ...options },
+    { handshakeTimeout: 10_000, authDisabledReply: { code: 538, text: '5.7.11 TLS first' }, logger },
+  );
+  await adapter.listen(0, '127.0.0.1');
+  return adapter;
+}
+
 describe('SmtpServerAdapter', () => {
-  it('watches each connection once: one refused for maxClients is not taken for the one before it', async () => {
-    const adapter = new SmtpServerAdapter(
-      { logger: false, disabledCommands: ['STARTTLS'], authOptional: true, maxClients: 1, closeTimeout: 1 },
-      { handshakeTimeout: 10_000, authDisabledReply: { code: 538, text: '5.7.11 TLS first' } },
-    );
+  it('watches each connection once: one refused for maxClients is not taken for the one before it; the installed release lacks nothing', async () => {
+    const { logger, warned } = warnings();
+    const adapter = await adapterServer(logger, { maxClients: 1 });
     let watched = 0;
     adapter.watchConnections(() => {
       watched++;
       return { commandBytes: () => undefined, command: () => undefined, reply: () => undefined };
     });
-    await adapter.listen(0, '127.0.0.1');
     const { port } = adapter.address();
     const first = await SmtpDialog.open(port);
     const second = await SmtpDialog.open(port);
@@ -301,10 +319,39 @@ describe('SmtpServerAdapter', () => {
       expect(second.greeting.code).toBe(421);
       expect(watched).toBe(1);
       expect(adapter.connectionCount).toBe(1);
+      expect(warned).toEqual([]);
     } finally {
       first.dialog.close();
       second.dialog.close();
       await adapter.close();
     }
+  });
+
+  it('says once which internal a release lacks (here _onCommand), and still greets without it', async () => {
+    // A release without SMTPConnection._onCommand cannot be installed here: it is taken off the prototype
+    // of the copy the adapter loads (CommonJS), for this test only.
+    const { SMTPConnection } = createRequire(import.meta.url)('smtp-server/lib/smtp-connection.js') as {
+      SMTPConnection: { prototype: Record<string, unknown> };
+    };
+    const onCommand = SMTPConnection.prototype._onCommand;
+    const { logger, warned } = warnings();
+    const adapter = await adapterServer(logger);
+    const { port } = adapter.address();
+    try {
+      delete SMTPConnection.prototype._onCommand;
+      const first = await SmtpDialog.open(port);
+      const second = await SmtpDialog.open(port);
+      first.dialog.close();
+      second.dialog.close();
+    } finally {
+      SMTPConnection.prototype._onCommand = onCommand;
+      await adapter.close();
+    }
+    expect(warned).toEqual([
+      {
+        meta: { missing: '_onCommand (MAIL and RCPT as written, command deadlines)', supported: SUPPORTED_SMTP_SERVER },
+        message: "smtp-server lacks internals the relay patches: it keeps smtp-server's own behaviour there",
+      },
+    ]);
   });
 });
