@@ -126,7 +126,7 @@ export function commandLineOf(session: SMTPServerSession): Buffer | string | und
  * - Each connection's command lines, command bytes and replies are told to
  *   the {@link watchConnections} observer, and its command line is kept
  *   ({@link commandLineOf}).
- * - Sockets pass an {@link gateAccept} gate before smtp-server sees them, and
+ * - Sockets pass a {@link gateAccept} gate before smtp-server sees them, and
  *   get `handshakeTimeout` for an implicit TLS handshake or a PROXY header.
  * - The idle timeout can change while connections are open ({@link setIdleTimeout}).
  */
