@@ -1,9 +1,15 @@
 import type { Socket } from 'node:net';
-import type { SMTPServer, SMTPServerDataStream, SMTPServerSession } from 'smtp-server';
 import type { EmlApiLogger } from '../shared/options-kit.js';
 import { ClientAddressList, clientKey, unmapIpv4 } from './client-address-list.js';
 import type { SmtpReply } from './smtp-replies.js';
 import { LocalClientCounts, type ClientCounts } from './shared-limits.js';
+import type {
+  ConnectionObserver,
+  SMTPServerDataStream,
+  SMTPServerSession,
+  SmtpConnection,
+  SmtpServerAdapter,
+} from './smtp-server-adapter.js';
 
 /**
  * The share of `maxClients` from which the relay is under stress (idle clients
@@ -28,23 +34,9 @@ export interface ClientSlotSettings {
   stressIdleTimeout: number;
   dataTimeout: number;
   minDataRate: number;
-  /** Milliseconds an implicit TLS client has for its handshake, and a proxy for its PROXY header (`tlsHandshakeTimeout`). */
-  tlsHandshakeTimeout: number;
   /** The proxies (`proxyProtocol`): their sockets stand for many clients, counted by the address in the header. */
   proxyProtocol: readonly string[];
   logger: EmlApiLogger;
-}
-
-/**
- * What the slots use of an smtp-server connection. `_socket` (the TLS socket
- * after STARTTLS) is not public API and is pinned by the relay's tests. The
- * idle timeout is the socket's own (`socket.setTimeout`), so setting it there
- * changes that connection alone.
- */
-interface SlotConnection {
-  session: SMTPServerSession;
-  _socket?: { setTimeout(ms: number): unknown } | undefined;
-  send(code: number, data?: string, context?: string | false): void;
 }
 
 /**
@@ -54,8 +46,6 @@ interface SlotConnection {
  * - `maxClientsPerAddress` per client address (IPv6 per /64, `trustedNetworks`
  *   exempt), counted from the socket's accept: smtp-server keeps sockets in
  *   their handshake in one `maxClients` pool that one address could fill;
- * - an implicit TLS handshake within `tlsHandshakeTimeout` (smtp-server gives
- *   it the 5-minute idle timeout);
  * - `stressIdleTimeout` from {@link STRESS_SHARE} of `maxClients` on;
  * - DATA at `minDataRate` after a grace of the idle timeout, and within
  *   `dataTimeout`, else `421 4.4.2`;
@@ -78,10 +68,9 @@ export class ClientSlots {
   readonly #admitted = new WeakMap<SMTPServerSession, string | null>();
   /** Sessions that closed before they were admitted (while the count was asked elsewhere). */
   readonly #left = new WeakSet<SMTPServerSession>();
-  readonly #connections = new WeakMap<SMTPServerSession, SlotConnection>();
   #open = 0;
   #stressed = false;
-  #server: SMTPServer | undefined;
+  #server: SmtpServerAdapter | undefined;
   readonly #deadlines: ConnectionDeadlines;
 
   /** @param counts where the per-address counts are kept: in this process unless the processes share them */
@@ -113,7 +102,7 @@ export class ClientSlots {
   }
 
   /** The server whose connections the slots time; before it, sessions are counted but not timed. */
-  attach(server: SMTPServer): void {
+  attach(server: SmtpServerAdapter): void {
     this.#server = server;
     this.#deadlines.attach(server);
     this.#guardAccept(server);
@@ -150,7 +139,7 @@ export class ClientSlots {
     this.#open++;
     this.#checkStress();
     // A session admitted under stress starts with the short timeout too.
-    if (this.#stressed) this.#connectionOf(session)?._socket?.setTimeout(this.#settings.stressIdleTimeout);
+    if (this.#stressed) this.#server?.connectionOf(session)?.setIdleTimeout(this.#settings.stressIdleTimeout);
     return undefined;
   }
 
@@ -190,10 +179,12 @@ export class ClientSlots {
         return;
       }
       timer = undefined;
-      this.#connectionOf(session)?.send(
-        421,
-        `4.4.2 The message did not arrive in time (at least ${minDataRate} bytes a second, all of it within ${duration(dataTimeout)}), closing the connection`,
-      );
+      this.#server
+        ?.connectionOf(session)
+        ?.reply(
+          421,
+          `4.4.2 The message did not arrive in time (at least ${minDataRate} bytes a second, all of it within ${duration(dataTimeout)}), closing the connection`,
+        );
     };
     timer = setTimeout(check, allowed());
     timer.unref();
@@ -209,21 +200,14 @@ export class ClientSlots {
   }
 
   /**
-   * Puts the per-address cap in front of smtp-server's 'connection' listener:
-   * sockets past it get `421 4.7.0`, or are closed on an implicit TLS listener
-   * (nothing can be said before the handshake).
+   * Puts the per-address cap in front of smtp-server's accept: sockets past it
+   * get `421 4.7.0`, or are closed on an implicit TLS listener (nothing can be
+   * said before the handshake).
    */
-  #guardAccept(server: SMTPServer): void {
-    const listener = server.server;
-    const accept = listener.listeners('connection') as ((socket: Socket) => void)[];
-    listener.removeAllListeners('connection');
-    const handshake = Boolean(server.options.secure && !server.options.needsUpgrade);
+  #guardAccept(server: SmtpServerAdapter): void {
+    const handshake = server.implicitTls;
     const proxies = new ClientAddressList(this.#settings.proxyProtocol, 'proxyProtocol');
-    const hand = (socket: Socket) => {
-      for (const onConnection of accept) onConnection.call(listener, socket);
-      this.#handshakeDeadline(server, socket);
-    };
-    listener.on('connection', (socket: Socket) => {
+    server.gateAccept((socket, hand) => {
       const address = socket.remoteAddress ?? '';
       // A proxy's sockets are counted by the address its header gives, in onConnect.
       if (this.#settings.trustedNetworks.includes(address) || proxies.includes(address)) return hand(socket);
@@ -269,23 +253,6 @@ export class ClientSlots {
     setTimeout(() => socket.destroy(), 1_000).unref();
   }
 
-  /**
-   * Closes a socket still in its implicit TLS handshake, or waiting for its
-   * PROXY header, after `tlsHandshakeTimeout`. smtp-server's `_pendingSockets`
-   * (not public API, pinned by the relay's tests) maps it to the TLS socket,
-   * the one to destroy, as its close() does.
-   */
-  #handshakeDeadline(server: SMTPServer, socket: Socket): void {
-    const pending = (server as unknown as { _pendingSockets?: unknown })._pendingSockets;
-    if (!(pending instanceof Map) || !pending.has(socket)) return;
-    const timer = setTimeout(() => {
-      const top = pending.get(socket) as Socket | undefined;
-      if (top) top.destroy();
-    }, this.#settings.tlsHandshakeTimeout);
-    timer.unref();
-    socket.once('close', () => clearTimeout(timer));
-  }
-
   #tooMany(): SmtpReply {
     return {
       code: 421,
@@ -298,24 +265,7 @@ export class ClientSlots {
     const stressed = this.#stressed ? this.#open >= this.#stressEndsBelow : this.#open >= this.#stressFrom;
     if (stressed === this.#stressed) return;
     this.#stressed = stressed;
-    const server = this.#server;
-    if (!server) return;
-    // smtp-server re-arms a connection's timeout with this value after it fired while a handler ran.
-    server.options.socketTimeout = this.idleTimeout;
-    for (const connection of server.connections as Set<unknown> as Set<SlotConnection>) {
-      connection._socket?.setTimeout(this.idleTimeout);
-    }
-  }
-
-  /** The smtp-server connection of a session (found once, among at most `maxClients`). */
-  #connectionOf(session: SMTPServerSession): SlotConnection | undefined {
-    let connection = this.#connections.get(session);
-    if (connection || !this.#server) return connection;
-    for (const candidate of this.#server.connections as Set<unknown> as Set<SlotConnection>) {
-      if (candidate.session === session) connection = candidate;
-    }
-    if (connection) this.#connections.set(session, connection);
-    return connection;
+    this.#server?.setIdleTimeout(this.idleTimeout);
   }
 }
 
@@ -340,35 +290,9 @@ export interface ConnectionDeadlineSettings {
   now?: () => number;
 }
 
-/** smtp-server's command parser (an `SMTPStream`): not its public API, pinned by the relay's tests. */
-interface CommandParser {
-  /** True while the parser passes a message (DATA) on instead of reading command lines. */
-  _dataMode?: boolean;
-  isClosed?: boolean;
-  _write?: (chunk: Buffer, encoding: BufferEncoding, next: (err?: Error | null) => void) => void;
-}
-
-/**
- * What the deadlines use of an smtp-server connection; the underscored members
- * are not public API and are pinned by the relay's tests. `_createParser` makes
- * the TLS parser after STARTTLS; `_handlerPending` means a relay handler has not
- * answered yet.
- */
-interface DeadlineConnection {
-  session: SMTPServerSession;
-  _parser?: CommandParser | false;
-  _createParser?: () => CommandParser;
-  _onCommand?: (command: Buffer | string, callback?: () => void) => unknown;
-  _handlerPending?: boolean;
-  _dataStream?: unknown;
-  _closing?: boolean;
-  _closed?: boolean;
-  send(code: number, data?: string | string[] | null, context?: string | false): void;
-}
-
 /** One connection's deadlines. */
 interface Watched {
-  connection: DeadlineConnection;
+  connection: SmtpConnection;
   /** When the first byte of the command line not yet complete arrived, if one is arriving. */
   lineSince: number | undefined;
   /** The shortest idle timeout in force while that line arrived: it is its deadline. */
@@ -413,15 +337,8 @@ export class ConnectionDeadlines {
   }
 
   /** Watches every connection the server makes from now on. */
-  attach(server: SMTPServer): void {
-    const connect = server.connect.bind(server);
-    server.connect = (socket, options) => {
-      connect(socket, options);
-      // connect() adds the new connection last.
-      let newest: DeadlineConnection | undefined;
-      for (const connection of server.connections as Set<unknown> as Set<DeadlineConnection>) newest = connection;
-      if (newest) this.#watch(newest);
-    };
+  attach(server: SmtpServerAdapter): void {
+    server.watchConnections((connection) => this.#watch(connection));
   }
 
   /** Stops the deadlines of a session that closed (from `onClose`). */
@@ -434,7 +351,7 @@ export class ConnectionDeadlines {
     this.#watched.delete(session);
   }
 
-  #watch(connection: DeadlineConnection): void {
+  #watch(connection: SmtpConnection): ConnectionObserver {
     const watched: Watched = {
       connection,
       lineSince: undefined,
@@ -447,55 +364,34 @@ export class ConnectionDeadlines {
       verb: '',
     };
     this.#watched.set(connection.session, watched);
-    if (connection._parser) this.#watchParser(watched, connection._parser);
-    const createParser = connection._createParser;
-    if (typeof createParser === 'function') {
-      // STARTTLS gives the TLS session a parser of its own.
-      connection._createParser = () => {
-        const parser = createParser.call(connection);
-        this.#watchParser(watched, parser);
-        return parser;
-      };
-    }
-    const onCommand = connection._onCommand;
-    if (typeof onCommand === 'function') {
-      connection._onCommand = (command, callback) => {
-        watched.lineSince = undefined;
-        clearTimeout(watched.lineTimer);
-        watched.lineTimer = undefined;
-        watched.verb = firstWord(command);
-        watched.commandsSince = true;
-        watched.lastCommandAt = this.#now();
-        return onCommand.call(connection, command, callback);
-      };
-    }
-    const send = connection.send.bind(connection);
-    connection.send = (code, data, context) => {
-      if (code === 220 && watched.verb === '') {
-        // The time before the greeting is smtp-server's and onConnect's.
-        watched.progressSince = this.#now();
-      } else if (isProgress(watched.verb, code)) {
-        watched.progressSince = this.#now();
-        watched.commandsSince = false;
-        if (watched.verb === 'DATA') watched.verb = '';
-      }
-      send(code, data, context);
-    };
     // Armed before the greeting: a client that has sent no command is never closed by it.
     this.#armProgress(watched);
-  }
-
-  /** Times the command lines a parser reads: the first byte of a line starts its deadline. */
-  #watchParser(watched: Watched, parser: CommandParser): void {
-    const write = parser._write;
-    if (typeof write !== 'function') return;
-    parser._write = (chunk, encoding, next) => {
-      if (!parser._dataMode && !parser.isClosed && watched.lineSince === undefined) {
+    return {
+      // The first byte of a command line starts its deadline.
+      commandBytes: () => {
+        if (watched.lineSince !== undefined) return;
         watched.lineSince = this.#now();
         watched.lineLimit = this.#settings.idleTimeout();
         this.#armLine(watched);
-      }
-      write.call(parser, chunk, encoding, next);
+      },
+      command: (line) => {
+        watched.lineSince = undefined;
+        clearTimeout(watched.lineTimer);
+        watched.lineTimer = undefined;
+        watched.verb = firstWord(line);
+        watched.commandsSince = true;
+        watched.lastCommandAt = this.#now();
+      },
+      reply: (code) => {
+        if (code === 220 && watched.verb === '') {
+          // The time before the greeting is smtp-server's and onConnect's.
+          watched.progressSince = this.#now();
+        } else if (isProgress(watched.verb, code)) {
+          watched.progressSince = this.#now();
+          watched.commandsSince = false;
+          if (watched.verb === 'DATA') watched.verb = '';
+        }
+      },
     };
   }
 
@@ -505,8 +401,8 @@ export class ConnectionDeadlines {
     watched.lineTimer = this.#timer(wait, () => {
       watched.lineTimer = undefined;
       const { connection } = watched;
-      if (watched.lineSince === undefined || gone(connection)) return;
-      if (connection._handlerPending || connection._dataStream) {
+      if (watched.lineSince === undefined || connection.gone) return;
+      if (connection.relayTurn) {
         // The relay's turn, or a message: what is left of the line is timed afresh afterwards.
         watched.lineSince = undefined;
         return;
@@ -515,7 +411,7 @@ export class ConnectionDeadlines {
       // stress, which would give the others minutes again.
       watched.lineLimit = Math.min(watched.lineLimit, this.#settings.idleTimeout());
       if (watched.lineSince + watched.lineLimit > this.#now()) return this.#armLine(watched);
-      connection.send(
+      connection.reply(
         421,
         `4.4.2 The command line was not complete within ${seconds(watched.lineLimit)} of its first byte, closing the connection`,
       );
@@ -530,8 +426,8 @@ export class ConnectionDeadlines {
     watched.progressTimer = this.#timer(wait, () => {
       watched.progressTimer = undefined;
       const { connection } = watched;
-      if (gone(connection)) return;
-      if (connection._handlerPending || connection._dataStream) {
+      if (connection.gone) return;
+      if (connection.relayTurn) {
         watched.progressSince = this.#now();
         return this.#armProgress(watched);
       }
@@ -539,7 +435,7 @@ export class ConnectionDeadlines {
       const busy = watched.commandsSince && this.#now() - watched.lastCommandAt < this.#settings.idleTimeout();
       const overdue = busy && this.#left(watched.progressSince) <= 0;
       if (!this.#settings.stressed() || !overdue) return this.#armProgress(watched);
-      connection.send(
+      connection.reply(
         421,
         `4.4.2 No mail sent within ${seconds(this.#settings.idleTimeout())} (no AUTH, MAIL, RCPT or message), closing the connection`,
       );
@@ -568,10 +464,6 @@ function isProgress(verb: string, code: number): boolean {
 function firstWord(command: Buffer | string): string {
   const text = typeof command === 'string' ? command : command.toString('latin1', 0, Math.min(command.length, 16));
   return text.split(' ', 1)[0]!.toUpperCase();
-}
-
-function gone(connection: DeadlineConnection): boolean {
-  return Boolean(connection._closing || connection._closed);
 }
 
 function seconds(ms: number): string {

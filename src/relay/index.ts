@@ -1,5 +1,5 @@
 // The relay's public API (nodemailer-eml-api/relay): every name here is a promise to users.
-import { loadSmtpServer } from './start-smtp-relay.js';
+import { loadSmtpServer } from './smtp-server-adapter.js';
 
 // Fails at import, saying what to install, when the optional peer smtp-server is missing.
 loadSmtpServer();

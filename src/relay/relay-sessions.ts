@@ -1,4 +1,3 @@
-import type { SMTPServerAuthentication, SMTPServerDataStream, SMTPServerOptions, SMTPServerSession } from 'smtp-server';
 import type { EmlApiClient } from '../client/eml-api-client.js';
 import { isValidAddress } from '../protocol/message-format.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
@@ -15,16 +14,9 @@ import {
   type MessageSender,
   type UploadShares,
 } from './message-destination.js';
-import {
-  MessageIdentities,
-  failedAtDestination,
-  isClientGone,
-  receiveMessage,
-  keepRcptSpelling,
-  mailFromSpelling,
-  mailParameterRefusal,
-  rcptParameterRefusal,
-} from './receive-message.js';
+import { keepRcptSpelling, mailFromSpelling, mailParameterRefusal, rcptParameterRefusal } from './envelope-commands.js';
+import { MessageIdentities } from './message-identities.js';
+import { failedAtDestination, isClientGone, receiveMessage } from './receive-message.js';
 import type { RelaySettings } from './relay-options.js';
 import { redact } from '../http/request-error.js';
 import { SignalFanout } from '../http/requester.js';
@@ -47,6 +39,12 @@ import {
   type SenderRefusalReason,
 } from './sender-lists.js';
 import type { AuthBudget, ClientCounts } from './shared-limits.js';
+import type {
+  SessionHandlers,
+  SMTPServerAuthentication,
+  SMTPServerDataStream,
+  SMTPServerSession,
+} from './smtp-server-adapter.js';
 
 /** Failed AUTHs after which a connection is closed (`421`): each one costs the service a request. */
 const MAX_AUTH_FAILURES = 3;
@@ -95,10 +93,6 @@ interface SessionState {
   closed: boolean;
 }
 
-type Handlers = Required<
-  Pick<SMTPServerOptions, 'onConnect' | 'onSecure' | 'onAuth' | 'onMailFrom' | 'onRcptTo' | 'onData' | 'onClose'>
->;
-
 /** The one reply to credentials refused, whatever was wrong with them (the log says what). */
 const BAD_PASSWORD: SmtpReply = { code: 535, text: '5.7.8 Authentication credentials invalid' };
 
@@ -125,7 +119,7 @@ const CLIENT_LEFT = new EmlApiError('ECONNECTION', 'the client left before the r
  * session sends with, and each message from DATA to its destination, with
  * the reply an MTA expects.
  */
-export function relaySessionHandlers(relay: RelayState): Handlers {
+export function relaySessionHandlers(relay: RelayState): SessionHandlers {
   const { settings, keyClients, logger } = { ...relay, logger: relay.settings.logger };
   const policy: RelayPolicy = {
     hasOwnKey: relay.relayClient !== undefined,

@@ -2,7 +2,7 @@ import { createHash, createHmac, randomBytes, scrypt, timingSafeEqual, type Scry
 import { configError } from '../shared/options-kit.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { EmlApiClient } from '../client/eml-api-client.js';
-import { identitySecret } from './receive-message.js';
+import { identitySecret } from './message-identities.js';
 import { SenderList, splitSenders } from './sender-lists.js';
 
 /**

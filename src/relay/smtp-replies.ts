@@ -1,4 +1,3 @@
-import type { SMTPServer } from 'smtp-server';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { senderRefusalOf } from './sender-lists.js';
 
@@ -192,34 +191,8 @@ function oneLine(text: string): string {
   return line.length > MAX_REASON ? `${line.slice(0, MAX_REASON - 1)}…` : line;
 }
 
-/** A reply text that starts with its own enhanced status code (RFC 3463), e.g. `4.4.1 ...`. */
-const OWN_CODE = /^[245]\.\d{1,3}\.\d{1,3} /;
-
-/** The reply to AUTH on a connection where it is not offered (plain text, not from `trustedNetworks`). */
-const AUTH_NEEDS_TLS =
-  '5.7.11 Encryption required: AUTH is accepted over TLS (STARTTLS first), or from trusted networks only';
-
-type Send = (code: number, data?: string | string[] | null, context?: string | false) => void;
-
-/**
- * Sends a reply text that starts with its own enhanced status code as it is:
- * smtp-server adds a code from a fixed table (`550` is always `5.1.1`). AUTH
- * where it is not offered is answered `538 5.7.11` (RFC 4954) instead of
- * "command not recognized".
- */
-export function keepOwnStatusCodes(server: SMTPServer): void {
-  const connect = server.connect.bind(server);
-  server.connect = (socket, options) => {
-    connect(socket, options);
-    // connect() adds the new connection last; the greeting is sent later.
-    let newest: (typeof server.connections extends Set<infer C> ? C : never) | undefined;
-    for (const connection of server.connections) newest = connection;
-    if (!newest) return;
-    const original: Send = newest.send.bind(newest);
-    newest.send = (code, data, context) => {
-      if (typeof data === 'string' && OWN_CODE.test(data)) return original(code, data, false);
-      if (code === 500 && context === 'AUTH') return original(538, AUTH_NEEDS_TLS, false);
-      return original(code, data, context);
-    };
-  };
-}
+/** The reply to AUTH on a connection where it is not offered (plain text, not from `trustedNetworks`): RFC 4954's `538`. */
+export const AUTH_NEEDS_TLS: SmtpReply = {
+  code: 538,
+  text: '5.7.11 Encryption required: AUTH is accepted over TLS (STARTTLS first), or from trusted networks only',
+};

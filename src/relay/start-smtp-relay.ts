@@ -1,15 +1,13 @@
-import type { AddressInfo } from 'node:net';
-import type * as SmtpServerModule from 'smtp-server';
-import type { SMTPServer, SMTPServerOptions } from 'smtp-server';
 import { EmlApiClient } from '../client/eml-api-client.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { configError, describe, requirePeer } from '../shared/options-kit.js';
+import { configError, describe } from '../shared/options-kit.js';
 import { isLoopbackAddress } from './client-address-list.js';
 import { ClientSlots } from './client-slots.js';
 import { KeyClients, keyFingerprint, secretMatcher } from './relay-users.js';
-import { keepCommandLines, identitySecret } from './receive-message.js';
+import { identitySecret } from './message-identities.js';
 import { directDestination, queueDestination, UploadShares } from './message-destination.js';
-import { keepOwnStatusCodes } from './smtp-replies.js';
+import { AUTH_NEEDS_TLS } from './smtp-replies.js';
+import { loadSmtpServer, SmtpServerAdapter, type SessionHandlers } from './smtp-server-adapter.js';
 import { relaySessionHandlers, sessionLogin } from './relay-sessions.js';
 import type { SenderRefusalReason } from './sender-lists.js';
 import { type EmlApiRelayOptions, resolveRelayOptions, type RelaySettings } from './relay-options.js';
@@ -129,7 +127,7 @@ export interface RelayProcessShares {
 
 /** {@link startEmlApiRelay}, in one of several processes. */
 export async function startRelay(options: EmlApiRelayOptions, shared: RelayProcessShares = {}): Promise<EmlApiRelay> {
-  const { SMTPServer: Server } = loadSmtpServer();
+  loadSmtpServer();
   const { http, metrics, ...relayOptions } = options;
   const { apiKey, settings } = resolveRelayOptions(relayOptions);
   const telemetry = new RelayTelemetry(
@@ -187,31 +185,33 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
     }),
   );
   const { implicit, ...tlsContext } = settings.tls ?? {};
-  const server: SMTPServer = new Server({
-    ...(settings.tls ? { ...tlsContext, secure: implicit === true } : { disabledCommands: ['STARTTLS'] }),
-    name: settings.hostname,
-    banner: 'nodemailer-eml-api relay',
-    logger: false,
-    authMethods: ['PLAIN', 'LOGIN'],
-    // Who may send is decided at MAIL FROM, where the reply can say what to do.
-    authOptional: true,
-    // AUTH is hidden per connection where it is not allowed (plain text from another host).
-    allowInsecureAuth: true,
-    size: settings.maxMessageSize,
-    rejectOversized: true,
-    maxRecipients: settings.maxRecipients,
-    maxClients: settings.maxClients,
-    socketTimeout: settings.idleTimeout,
-    disableReverseLookup: true,
-    useProxy: settings.proxyProtocol.length > 0 ? [...settings.proxyProtocol] : false,
-    hideENHANCEDSTATUSCODES: false,
-    ...handlers,
-  });
-  keepOwnStatusCodes(server);
-  keepCommandLines(server);
-  greetPromptly(server);
+  const server = new SmtpServerAdapter(
+    {
+      ...(settings.tls ? { ...tlsContext, secure: implicit === true } : { disabledCommands: ['STARTTLS'] }),
+      name: settings.hostname,
+      banner: 'nodemailer-eml-api relay',
+      logger: false,
+      authMethods: ['PLAIN', 'LOGIN'],
+      // Who may send is decided at MAIL FROM, where the reply can say what to do.
+      authOptional: true,
+      // AUTH is hidden per connection where it is not allowed (plain text from another host).
+      allowInsecureAuth: true,
+      size: settings.maxMessageSize,
+      rejectOversized: true,
+      maxRecipients: settings.maxRecipients,
+      maxClients: settings.maxClients,
+      socketTimeout: settings.idleTimeout,
+      // close() runs once the messages in flight are done: the connections left are closed at once.
+      closeTimeout: 1,
+      disableReverseLookup: true,
+      useProxy: settings.proxyProtocol.length > 0 ? [...settings.proxyProtocol] : false,
+      hideENHANCEDSTATUSCODES: false,
+      ...handlers,
+    },
+    { handshakeTimeout: settings.tlsHandshakeTimeout, authDisabledReply: AUTH_NEEDS_TLS, logger },
+  );
   slots.attach(server);
-  server.on('error', (err) => logger.warn({ err: err.message }, 'SMTP connection error'));
+  server.onError((err) => logger.warn({ err: err.message }, 'SMTP connection error'));
   try {
     await listen(server, settings);
   } catch (err) {
@@ -229,11 +229,11 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
     shared.readiness?.(checks);
     await telemetry.start(server, checks);
   } catch (err) {
-    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await server.close();
     await stop();
     throw err;
   }
-  const address = server.server.address() as AddressInfo;
+  const address = server.address();
   const listening = { port: address.port, host: settings.host };
   logger.info(
     {
@@ -299,7 +299,7 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
         // Not ready from now on: a load balancer sends no more clients while the relay finishes.
         telemetry.stopping();
         let givenUp = 0;
-        server.server.close();
+        server.stopAccepting();
         if (grace === undefined) {
           // A stalled client would otherwise hold close() for as long as it keeps its connection.
           giveUpArriving();
@@ -323,8 +323,7 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
           }
         }
         while (inflight.size > 0) await Promise.allSettled([...inflight]);
-        server.options.closeTimeout = 1;
-        await new Promise<void>((resolve) => server.close(() => resolve()));
+        await server.close();
         await stop();
         await telemetry.close();
         logger.info({ ...listening, givenUp }, 'SMTP relay stopped');
@@ -351,110 +350,20 @@ async function checkOwnKey(client: EmlApiClient, settings: RelaySettings, stop: 
   }
 }
 
-function listen(server: SMTPServer, settings: RelaySettings): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const onError = (err: NodeJS.ErrnoException) => {
-      reject(
-        new EmlApiError(
-          'ECONFIG',
-          `The SMTP relay could not listen on ${settings.host}:${settings.port}: ${err.message} (${err.code ?? 'error'})`,
-          { cause: err, permanent: true },
-        ),
-      );
-    };
-    server.server.once('error', onError);
-    server.listen(settings.port, settings.host, () => {
-      server.server.off('error', onError);
-      resolve();
-    });
-  });
+async function listen(server: SmtpServerAdapter, settings: RelaySettings): Promise<void> {
+  try {
+    await server.listen(settings.port, settings.host);
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    throw new EmlApiError(
+      'ECONFIG',
+      `The SMTP relay could not listen on ${settings.host}:${settings.port}: ${e.message} (${e.code ?? 'error'})`,
+      { cause: err, permanent: true },
+    );
+  }
 }
 
-/** The `smtp-server` module, as the relay uses it. */
-export type SmtpServerPeer = typeof SmtpServerModule;
-
-let loaded: SmtpServerPeer | undefined;
-
-/**
- * Loads `smtp-server`, the optional peer the relay is built on, the first
- * time the relay needs it: the CLI bundle imports the relay command eagerly,
- * and `eml-api send` must keep working where smtp-server is not installed.
- *
- * @throws {EmlApiError} `ECONFIG` saying what to install when it is missing
- */
-export function loadSmtpServer(): SmtpServerPeer {
-  loaded ??= requirePeer<SmtpServerPeer>(
-    'smtp-server',
-    'smtp-server',
-    'The SMTP relay (nodemailer-eml-api/relay, eml-api relay)',
-  );
-  return loaded;
-}
-
-/**
- * The smtp-server connection internals the relay greets through (not public
- * API; test/relay/greeting.test.ts pins them for the installed release):
- *
- * - `connect(socket)` adds the connection last to `server.connections` and
- *   calls `init()`, which arms a 100 ms timer calling `this.connectionReady()`
- *   (a connection over `maxClients` is answered `421` and removed instead);
- * - `connectionReady()` runs `onConnect`, sets `_ready` and sends the `220`;
- *   until then the session has no `envelope`;
- * - a command arriving while `_ready` is false gets `421 You talk too soon`.
- */
-interface GreetingConnection {
-  _socket?: unknown;
-  connectionReady?: (next?: () => void) => void;
-  _ready?: boolean;
-  _closing?: boolean;
-  _closed?: boolean;
-  session?: { envelope?: unknown };
-}
-
-/**
- * Greets each client once the bytes sent with its connection have been read,
- * instead of after smtp-server's fixed 100 ms early-talker pause, which caps a
- * client that connects per message (cron, PHP's `mail()`) at 10 messages a
- * second; Postfix's smtpd greets at once too (postscreen does the early-talker
- * test). A client that sends its dialog with the connection still gets
- * `421 You talk too soon`. A connection whose internals are not as above is
- * left to smtp-server's own timer.
- */
-export function greetPromptly(server: SMTPServer): void {
-  const connect = server.connect.bind(server);
-  server.connect = (socket, options) => {
-    connect(socket, options);
-    let newest: GreetingConnection | undefined;
-    for (const connection of server.connections as Set<unknown> as Set<GreetingConnection>) newest = connection;
-    const connection = newest;
-    const ready = connection?.connectionReady;
-    // One refused for maxClients in init() has already left the set.
-    if (
-      !connection ||
-      connection._socket !== socket ||
-      typeof ready !== 'function' ||
-      connection._ready !== false ||
-      connection.session?.envelope !== undefined ||
-      connection._closing ||
-      connection._closed
-    ) {
-      return;
-    }
-    let greeted = false;
-    const greetOnce = (next?: () => void) => {
-      if (greeted) return;
-      greeted = true;
-      ready.call(connection, next);
-    };
-    // smtp-server's timer looks this up when it fires, and finds the greeting done.
-    connection.connectionReady = greetOnce;
-    // Bytes sent with the connection are read in the next poll phase and must reach the parser while
-    // `_ready` is false. Two turns: connect() runs from a setImmediate (plain) or the handshake callback (TLS).
-    setImmediate(() => setImmediate(() => greetOnce()));
-  };
-}
-
-type DataHandler = NonNullable<SMTPServerOptions['onData']>;
+type DataHandler = SessionHandlers['onData'];
 
 /**
  * The metrics, spans and health port of the relay (its `metrics` and `http`
@@ -548,9 +457,8 @@ export class RelayTelemetry {
    * @param checks what `/readyz` checks in the relay's mode
    * @throws {EmlApiError} `ECONFIG` when the port cannot listen
    */
-  async start(server: SMTPServer, checks: ReadinessCheck[]): Promise<void> {
-    const connections = (server as unknown as { connections?: Set<unknown> }).connections;
-    if (this.metrics && connections) this.#removers.push(this.metrics.addConnections(() => connections.size));
+  async start(server: SmtpServerAdapter, checks: ReadinessCheck[]): Promise<void> {
+    if (this.metrics) this.#removers.push(this.metrics.addConnections(() => server.connectionCount));
     if (!this.#http) return;
     this.#endpoint = await startOpsEndpoint(this.#http, { checks, secrets: this.#secrets }, this.metrics);
   }

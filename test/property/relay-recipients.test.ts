@@ -33,7 +33,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiError } from '../../src/index.js';
 import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
-import { planEnvelope, MessageRewriter } from '../../src/relay/receive-message.js';
+import { planEnvelope } from '../../src/relay/envelope-plan.js';
+import { MessageRewriter } from '../../src/relay/message-rewriter.js';
 import { readRelayHeaders } from '../../src/relay/relay-headers.js';
 import { SmtpDialog } from '../relay/relay-harness.js';
 

@@ -2,7 +2,7 @@
  * The greeting: the relay greets without smtp-server's fixed 100 ms pause
  * (which capped clients that open a connection per message at 10 messages a
  * second per connection), and an early talker still gets smtp-server's own
- * answer. These tests pin the smtp-server internals src/relay/start-smtp-relay.ts
+ * answer. These tests pin the smtp-server internals src/relay/smtp-server-adapter.ts
  * relies on, so that an upgrade that changes them fails here, loudly.
  */
 import { spawn } from 'node:child_process';

@@ -5,9 +5,8 @@
  * take different loopback addresses (127.0.0.2, 127.0.0.3...) to stand for
  * different hosts; loopback is trusted (exempt) only where a test says so.
  */
-import { connect as netConnect, type AddressInfo, type Socket } from 'node:net';
+import { connect as netConnect, type Socket } from 'node:net';
 import nodemailer from 'nodemailer';
-import { SMTPServer } from 'smtp-server';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { startEmlApiRelay, type EmlApiRelay, type EmlApiRelayOptions } from '../../src/relay/index.js';
@@ -269,12 +268,6 @@ describe('implicit TLS: sockets in their handshake count against their address, 
       await silent(relay, '127.0.0.63')
     ).closed;
   });
-
-  it("smtp-server still keeps sockets in their handshake in _pendingSockets (the handshake deadline's hook)", () => {
-    const server = new SMTPServer({ secure: true, ...testTls(), logger: false });
-    expect((server as unknown as { _pendingSockets: unknown })._pendingSockets).toBeInstanceOf(Map);
-    expect(server.server.listeners('connection')).toHaveLength(1);
-  });
 });
 
 describe('deadlines on command lines and on sessions (a byte, or a NOOP, now and then holds no slot)', () => {
@@ -397,29 +390,6 @@ describe('deadlines on command lines and on sessions (a byte, or a NOOP, now and
       expect((await dialog.command('MAIL FROM:<app@example.test>')).code).toBe(250);
       expect((await dialog.command('RCPT TO:<ann@example.test>')).code).toBe(250);
       expect((await dialog.data(message(`progress-${round}`))).code).toBe(250);
-    }
-  });
-
-  it("smtp-server still has the internals the deadlines hook (a connection's parser, command dispatch, handler state)", async () => {
-    const server = new SMTPServer({ authOptional: true, disabledCommands: ['STARTTLS'], logger: false });
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    try {
-      const { port } = server.server.address() as AddressInfo;
-      const { dialog, greeting } = await SmtpDialog.open(port);
-      expect(greeting.code).toBe(220);
-      const [connection] = [...server.connections] as unknown as Record<string, unknown>[];
-      const parser = connection!._parser as Record<string, unknown>;
-      expect(typeof parser._write).toBe('function');
-      expect(parser._dataMode).toBe(false);
-      expect(parser.isClosed).toBe(false);
-      expect(typeof connection!._createParser).toBe('function');
-      expect(typeof connection!._onCommand).toBe('function');
-      expect(connection!._handlerPending).toBe(false);
-      expect(connection!._dataStream).toBe(false);
-      expect(connection!._closing).toBe(false);
-      dialog.close();
-    } finally {
-      await new Promise<void>((resolve) => server.close(() => resolve()));
     }
   });
 });

@@ -30,13 +30,9 @@ import {
   RelayUsers,
 } from '../../src/relay/relay-users.js';
 import { ClientAddressList, clientKey, isLoopbackAddress } from '../../src/relay/client-address-list.js';
-import {
-  planEnvelope,
-  IDEMPOTENCY_WINDOW_MS,
-  identitySecret,
-  MessageIdentities,
-  MessageRewriter,
-} from '../../src/relay/receive-message.js';
+import { planEnvelope } from '../../src/relay/envelope-plan.js';
+import { IDEMPOTENCY_WINDOW_MS, identitySecret, MessageIdentities } from '../../src/relay/message-identities.js';
+import { MessageRewriter } from '../../src/relay/message-rewriter.js';
 import { defaultMaxMessageSize, maxUploadableSize, resolveRelayOptions } from '../../src/relay/relay-options.js';
 import { authOffered, mailRefusal, type RelayPolicy } from '../../src/relay/relay-sessions.js';
 import {

@@ -120,6 +120,34 @@ describe('the layers of src/', () => {
   });
 });
 
+/** A file's code without its comments. */
+function codeOf(file: string): string {
+  return readFileSync(join(SRC, file), 'utf8')
+    .replace(/\/\*[\s\S]*?\*\//g, '')
+    .replace(/^\s*\/\/.*$/gm, '')
+    .replace(/ \/\/ .*$/gm, '');
+}
+
+describe('smtp-server', () => {
+  const ADAPTER = 'relay/smtp-server-adapter.ts';
+  const files = sourceFiles();
+
+  it('is loaded and imported by its adapter alone (types included)', () => {
+    const users = files.filter((f) => /['"]smtp-server(?:\/[^'"]*)?['"]/.test(codeOf(f)));
+    expect(users).toEqual([ADAPTER]);
+  });
+
+  it("has its internals (underscored members) touched by its adapter alone: none in the relay, the CLI or the emulator's SMTP in", () => {
+    const near = files.filter(
+      (f) => (f.startsWith('relay/') || f.startsWith('cli/') || f === 'emulator/smtp-ingest.ts') && f !== ADAPTER,
+    );
+    const touches = near.flatMap((f) =>
+      [...codeOf(f).matchAll(/(?:\.|\[\s*['"])_[A-Za-z]\w*/g)].map((m) => `${f}: ${m[0]}`),
+    );
+    expect(touches).toEqual([]);
+  });
+});
+
 describe('the entry points', () => {
   const subpaths = Object.keys(pkg.exports).filter((key) => key !== './package.json');
   const names = subpaths.map((key) => (key === '.' ? 'index' : key.slice(2)));

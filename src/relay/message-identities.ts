@@ -1,0 +1,149 @@
+import { createHmac, hkdfSync, randomBytes } from 'node:crypto';
+import { domainToASCII } from 'node:url';
+import { EmlApiError } from '../shared/eml-api-error.js';
+
+/** How long the service honours an `Idempotency-Key` (the contract's 24 hours); the relay remembers no longer. */
+export const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000;
+
+/** Messages whose send outcome the relay remembers at most, by default (about 200 bytes each). */
+const DEFAULT_CAPACITY = 10_000;
+
+/** What names one message the relay received. */
+export interface MessageIdentity {
+  /** The `Idempotency-Key` of its send. */
+  readonly idempotencyKey: string;
+  /** The Message-ID the relay adds (deterministically), when the message has none; undefined when it has one. */
+  readonly addedMessageId: string | undefined;
+  /** What {@link MessageIdentities.settle} keys it by. */
+  readonly fingerprint: string;
+  /** The random part of an identity named by neither Message-ID nor Date ('' otherwise). */
+  readonly nonce: string;
+}
+
+/**
+ * The secret that keys the identities of the messages sent with an API key:
+ * derived from the key (HKDF-SHA-256), so that every relay sending with the
+ * same key names a message alike (a retry that reaches another relay is the
+ * same send), while nobody without the key can compute a name.
+ */
+export function identitySecret(apiKey: string): Buffer {
+  return Buffer.from(hkdfSync('sha256', apiKey, 'nodemailer-eml-api', 'relay message identity v1', 32));
+}
+
+/** What the relay knows of a message when it names it. */
+export interface MessageFacts {
+  /** {@link identitySecret} of the API key the message is sent with. */
+  readonly secret: Buffer;
+  /** `MAIL FROM` ('' for the null sender) and the `RCPT TO` recipients. */
+  readonly envelope: { readonly from: string; readonly to: readonly string[] };
+  /** SHA-256 (hex) of the message as it would leave the relay, without a Message-ID of the relay's. */
+  readonly digest: string;
+  readonly hasMessageId: boolean;
+  readonly hasDate: boolean;
+  /** The From address, whose domain the added Message-ID ends with. */
+  readonly from: string | false;
+}
+
+/**
+ * Names each message the relay sends, so that a client retrying after an
+ * ambiguous `451` (the service accepted the upload but its answer was lost)
+ * is not delivered twice, while a message sent again on purpose still is.
+ *
+ * - A message with a Message-ID, or with a Date, is named by its envelope and
+ *   its bytes: the same bytes (the Date to the second) from the same `MAIL
+ *   FROM` to the same `RCPT TO` are a retry, from whatever relay and however
+ *   late, within the 24 hours the service honours the key.
+ * - A message with neither (a static file sent by curl, Python's
+ *   `EmailMessage` without a Date) may be sent again on purpose with the same
+ *   bytes (an hourly alert): its bytes cannot tell a retry from a repeat. It
+ *   gets a new identity, unless this relay's last try of the same envelope
+ *   and bytes ended in a failure whose outcome it could not know (a `451`):
+ *   then it is that try's retry, and keeps its identity. The relay remembers
+ *   such failures for 24 hours, up to 10,000 messages, in memory: a retry
+ *   that reaches another relay, or this one after a restart, is sent again.
+ *
+ * A message without a Message-ID gets one made from its identity
+ * (`<hex.eml-api-relay@from-domain>`), as Postfix's cleanup adds a missing one
+ * (`always_add_missing_headers`): recipients (and Gmail) expect one, and it
+ * names the same message in every retry.
+ *
+ * Identities are HMACs keyed by the {@link identitySecret} of the API key
+ * the message is sent with. An unkeyed hash of the envelope and the bytes,
+ * which hold the hidden recipients (`RCPT TO`, and the Bcc field the relay
+ * writes), let any recipient rebuild the added Message-ID from what it
+ * received and a guessed Bcc, and so confirm the guess.
+ */
+export class MessageIdentities {
+  /** Identity fingerprint → the nonce of a try whose outcome is unknown, and until when it holds. */
+  readonly #unknown = new Map<string, { nonce: string; until: number }>();
+  readonly #capacity: number;
+  readonly #now: () => number;
+
+  /**
+   * @param options.capacity failed tries remembered at most; the oldest is forgotten past it. Default 10,000
+   * @param options.now the clock, in milliseconds. Default `Date.now`
+   */
+  constructor({ capacity = DEFAULT_CAPACITY, now = Date.now }: { capacity?: number; now?: () => number } = {}) {
+    this.#capacity = capacity;
+    this.#now = now;
+  }
+
+  /** The identity of a message about to be sent. */
+  identify(facts: MessageFacts): MessageIdentity {
+    const hash = (label: string, ...parts: (string | readonly string[])[]) => mac(facts.secret, label, ...parts);
+    const fingerprint = hash('fingerprint', facts.envelope.from, facts.envelope.to, facts.digest);
+    // Without a Message-ID or a Date the bytes cannot tell a retry from a repeat: a new identity, or the remembered one.
+    const nonce =
+      facts.hasMessageId || facts.hasDate ? '' : (this.#remembered(fingerprint) ?? randomBytes(16).toString('hex'));
+    const id = hash('identity', fingerprint, nonce);
+    return {
+      idempotencyKey: `smtp-relay-${id}`,
+      addedMessageId: facts.hasMessageId
+        ? undefined
+        : `<${id.slice(0, 32)}.eml-api-relay@${messageIdDomain(facts.from)}>`,
+      fingerprint,
+      nonce,
+    };
+  }
+
+  /**
+   * Records how the send of an identified message ended: a failure whose
+   * outcome is unknown (anything but a permanent refusal) is remembered, so
+   * that the client's retry keeps the identity; anything else is forgotten.
+   * Only messages named by a nonce (neither Message-ID nor Date) need it.
+   * A send that succeeded but whose client left before its `250` (it will
+   * retry, not knowing) is settled again with a transient failure.
+   */
+  settle(identity: { readonly fingerprint: string; readonly nonce: string }, failure: unknown): void {
+    if (identity.nonce === '') return;
+    this.#unknown.delete(identity.fingerprint);
+    const known = failure === undefined || (failure instanceof EmlApiError && failure.permanent);
+    if (known) return;
+    this.#unknown.set(identity.fingerprint, { nonce: identity.nonce, until: this.#now() + IDEMPOTENCY_WINDOW_MS });
+    // Map keeps insertion order: the first entry is the oldest.
+    if (this.#unknown.size > this.#capacity) this.#unknown.delete(this.#unknown.keys().next().value!);
+  }
+
+  #remembered(fingerprint: string): string | undefined {
+    const entry = this.#unknown.get(fingerprint);
+    if (entry === undefined) return undefined;
+    if (entry.until > this.#now()) return entry.nonce;
+    this.#unknown.delete(fingerprint);
+    return undefined;
+  }
+}
+
+/** HMAC-SHA-256 (hex) of the parts, each length-prefixed so that no two lists of parts hash alike. */
+function mac(secret: Buffer, label: string, ...parts: (string | readonly string[])[]): string {
+  const h = createHmac('sha256', secret).update(label);
+  for (const part of parts.flat()) h.update(`\0${Buffer.byteLength(part)}:${part}`);
+  return h.digest('hex');
+}
+
+/** The domain of the From address in ASCII (`xn--` for an IDN), or `localhost` when there is none. */
+function messageIdDomain(from: string | false): string {
+  const domain = from === false ? '' : from.slice(from.lastIndexOf('@') + 1);
+  if (domain.startsWith('[') && domain.endsWith(']')) return domain;
+  const ascii = domain === '' ? '' : domainToASCII(domain.toLowerCase());
+  return /^[a-z0-9.-]+$/.test(ascii) ? ascii : 'localhost';
+}
