@@ -71,7 +71,10 @@ export function outboxKeys(location: Where): {
   };
 }
 
-/** @param now the creation time written in the key @default Date.now() */
+/**
+ * A new content key for a job.
+ * @param now the creation time written in the key @default Date.now()
+ */
 export function newContentKey(keyPrefix: string, jobId: string, now = Date.now()): string {
   return `${keyPrefix}${jobId}:${now}-${randomBytes(4).toString('hex')}`;
 }

@@ -47,7 +47,10 @@ export function keyFingerprint(apiKey: string): string {
   return createHmac('sha256', apiKey).update('nodemailer-eml-api worker key').digest('hex').slice(0, 12);
 }
 
-/** @throws {EmlApiError} `ECONFIG` naming `account` */
+/**
+ * Checks an `account` option.
+ * @throws {EmlApiError} `ECONFIG` naming `account`
+ */
 export function resolveAccount(value: unknown): string | undefined {
   if (value === undefined) return undefined;
   if (typeof value !== 'string' || !/^[\x21-\x7e]{1,200}$/.test(value)) {
