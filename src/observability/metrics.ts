@@ -16,6 +16,7 @@ import { requirePeer } from '../shared/options-kit.js';
 export interface MetricsRegistry {
   /** The Prometheus text format. */
   metrics(): Promise<string>;
+  /** The `Content-Type` of {@link MetricsRegistry.metrics}. */
   readonly contentType: string;
   getSingleMetric(name: string): unknown;
   registerMetric(metric: never): void;

@@ -111,7 +111,9 @@ export interface EmlApiWorker {
 export class EmlApiWorker extends EventEmitter {
   /** The BullMQ worker (pause, resume, events). */
   readonly worker: Worker<OutboxJobData, OutboxSendResult>;
+  /** The API client the worker sends through. */
   readonly client: EmlApiClient;
+  /** Name of the queue. */
   readonly queueName: string;
   /**
    * Resolves once the worker is connected and Redis keeps what is queued; rejects (`ECONFIG`, the

@@ -102,14 +102,18 @@ export type OutboxState = (typeof OUTBOX_STATES)[number];
  * for (const f of status.failed) console.log(f.queueId, f.error.code, f.error.message);
  */
 export interface FailedSend {
+  /** The job id. */
   queueId: string;
   kind: SendKind | undefined;
   group: string | undefined;
   /** Empty when `encrypted`: the envelope is sealed with the content's key. */
   envelope: MailEnvelope | undefined;
   messageId: string | undefined;
+  /** Whether the job's content and envelope are encrypted (the producer's `encryption` option). */
   encrypted: boolean;
+  /** Attempts made. */
   attempts: number;
+  /** When it failed for good. */
   failedAt: Date | undefined;
   /** From the job's data, else BullMQ's `failedReason`. */
   error: Pick<OutboxJobError, 'message'> & Partial<OutboxJobError>;
@@ -127,6 +131,7 @@ export interface OutboxStatus {
   paused: boolean;
   /** How long every worker still waits because the service answered 429, in ms. */
   rateLimitedMs: number;
+  /** The newest failed sends, up to the limit asked for. */
   failed: FailedSend[];
 }
 
@@ -309,11 +314,13 @@ export interface PurgeOptions {
  * const { jobs, content, busy } = await purgeOutbox(queue);
  */
 export interface PurgeResult {
+  /** Jobs removed. */
   jobs: number;
   /** Stored messages removed (with the whole queue, orphans included). */
   content: number;
   /** Jobs left because a worker is sending them (with the whole queue, nothing was then removed). */
   busy: string[];
+  /** Named jobs that do not exist. */
   notFound: string[];
   /** Redis Cluster masters down, and so not scanned for stored messages, with why. */
   skippedNodes?: string[];
@@ -427,7 +434,9 @@ async function deleteMatching(
  * const { counts, oldestWaitingSeconds, sentLastMinute } = await readOutboxSnapshot(transport.queue);
  */
 export interface OutboxSnapshot {
+  /** Jobs by state, as {@link readOutboxStatus} counts them. */
   counts: Record<OutboxState, number>;
+  /** Whether the queue is paused (`queue.pause()`). */
   paused: boolean;
   /** Seconds since the job next in line was queued; 0 when nothing waits. Growing: the workers do not keep up. */
   oldestWaitingSeconds: number;

@@ -85,10 +85,13 @@ export interface EmlApiQueuedMessageInfo {
   rejected: string[];
   /** Always empty. */
   pending: string[];
+  /** `250 Queued as <queueId>`. */
   response: string;
   /** The idempotency key, escaped where BullMQ needs it. */
   queueId: string;
+  /** The `Idempotency-Key` every attempt of this send carries. */
   idempotencyKey: string;
+  /** The group of a group send. */
   group?: string;
   /** A job with this key was already queued: nothing was stored, the fields describe that job. */
   duplicate: boolean;
@@ -121,6 +124,7 @@ const KINDS: readonly SendKind[] = ['eml', 'email', 'group'];
 export class OutboxProducer {
   /** Counts, jobs and events through BullMQ's own API. */
   readonly queue: Queue<OutboxJobData, OutboxSendResult>;
+  /** Name of the queue. */
   readonly queueName: string;
   /** In bytes (`maxMessageSize`). */
   readonly maxMessageSize: number;
