@@ -6,14 +6,11 @@ import { nearestName } from '../shared/options-kit.js';
 /** A stream the CLI writes text to: `process.stdout`, `process.stderr`, or a test's capture. */
 export interface CliOutput {
   write(chunk: string): unknown;
-  /** `true` when the stream is a terminal; the progress bar is drawn only then. */
+  /** The progress bar is drawn only on a terminal. */
   isTTY?: boolean;
 }
 
-/**
- * Everything the CLI reads from or writes to its process, so that
- * {@link runCli} can run in-process with captured streams.
- */
+/** Everything the CLI reads from or writes to its process, so {@link runCli} can run in-process with captured streams. */
 export interface CliIo {
   stdout: CliOutput;
   stderr: CliOutput;
@@ -21,16 +18,11 @@ export interface CliIo {
   stdin: AsyncIterable<string | Uint8Array>;
   /** Where `EML_API_URL`, `EML_API_KEY` and `CI` are read. */
   env: Readonly<Record<string, string | undefined>>;
-  /**
-   * Stops long-running commands (`serve`, `relay`). Without it, they run until
-   * SIGINT or SIGTERM.
-   */
+  /** Stops long-running commands (`serve`, `relay`), which otherwise run until SIGINT or SIGTERM. */
   signal?: AbortSignal;
 }
 
-/**
- * The process's own streams and environment, completed with the fields a caller gave.
- */
+/** The process's own streams and environment, completed with the fields a caller gave. */
 export function resolveCliIo(io: Partial<CliIo> = {}): CliIo {
   return {
     stdout: io.stdout ?? process.stdout,
@@ -41,22 +33,16 @@ export function resolveCliIo(io: Partial<CliIo> = {}): CliIo {
   };
 }
 
-/**
- * A mistake in the command line (unknown command or option, missing argument,
- * missing configuration): printed in one line with a pointer to the help, exit code 2.
- */
+/** A mistake in the command line: printed in one line with a pointer to the help, exit code 2. */
 export class UsageError extends Error {
   override readonly name = 'UsageError';
 }
 
-/**
- * Exit codes scripts can rely on.
- */
+/** Exit codes scripts can rely on. */
 export const EXIT = {
   ok: 0,
   /** The operation failed (service error, unreachable, refused key, unreadable or invalid input). */
   failed: 1,
-  /** The command line was wrong. */
   usage: 2,
   /** `group check`: at least one address is not a member. */
   notMember: 3,
@@ -64,48 +50,40 @@ export const EXIT = {
   cutShort: 4,
 } as const;
 
-/**
- * Whether an error is a command-line mistake: a {@link UsageError} or an
- * error of `node:util` `parseArgs` (unknown option, missing value...).
- */
+/** A {@link UsageError} or an error of `node:util` `parseArgs` (unknown option, missing value...). */
 export function isUsageError(err: unknown): boolean {
   if (err instanceof UsageError) return true;
   const code = (err as { code?: unknown } | null)?.code;
   return typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS');
 }
 
-/**
- * ` did you mean "send"?` for a mistyped command, subcommand or flag, when one of `names` is near
- * enough; '' otherwise.
- */
+/** ` did you mean "send"?` for a mistyped command, subcommand or flag near one of `names`; '' otherwise. */
 export function didYouMean(typo: string, names: readonly string[], quote = '"'): string {
   const strip = (name: string) => name.replace(/^-+/, '');
   const wanted = strip(typo);
   const nearest = nearestName(wanted, names.map(strip));
-  // Or the one name the typo begins (an abbreviation, which parseArgs does not take).
+  // Or the one name the typo begins: parseArgs takes no abbreviation.
   const begun = names.filter((n) => wanted.length >= 3 && strip(n).startsWith(wanted));
   const name =
     nearest !== undefined ? names.find((n) => strip(n) === nearest) : begun.length === 1 ? begun[0] : undefined;
   return name === undefined ? '' : `; did you mean ${quote}${name}${quote}?`;
 }
 
-/** The flags of the package's options that a command's own flags do not spell as `--kebab-case`. */
+/** Options whose flag is not their name in `--kebab-case`. */
 const OPTION_FLAGS: Readonly<Record<string, string>> = {
   baseUrl: '--url',
   apiKey: '--key',
 };
 
-/** The environment variable a flag falls back to. */
 const FLAG_VARIABLES: Readonly<Record<string, string>> = {
   '--url': 'EML_API_URL',
   '--key': 'EML_API_KEY',
 };
 
 /**
- * An error message of the package's code in the words of the command line, for the flags the
- * command has (read from its help): `Invalid option baseUrl: ...` becomes `--url (or EML_API_URL): ...`,
- * `set allowInsecureHttp: true` becomes `pass --allow-insecure-http`, `the apiKey option` becomes `--key`.
- * Options without a flag of the command keep their name.
+ * A message of the package's code in the words of the command line, for the flags the command has:
+ * `Invalid option baseUrl: ...` becomes `--url (or EML_API_URL): ...`, `set allowInsecureHttp: true`
+ * becomes `pass --allow-insecure-http`. Options without a flag keep their name.
  */
 export function inFlagWords(message: string, flags: readonly string[]): string {
   const flagOf = (option: string): string | undefined => {
@@ -127,7 +105,7 @@ export function inFlagWords(message: string, flags: readonly string[]): string {
 }
 
 /**
- * Reads a flag that takes a whole number, the CLI's one check for them.
+ * Reads a flag that takes a whole number.
  * @param value the flag's text, or undefined when it was not given
  * @param fallback what an absent flag means
  * @throws {UsageError} naming the flag, the range and what was given
@@ -149,13 +127,11 @@ export function wholeFlag(
 }
 
 /**
- * The one line the CLI prints for a failure: the message on a single line,
- * followed by the error code when the client gave one, e.g.
+ * The one line the CLI prints for a failure, the error code after it when the client gave one, e.g.
  * `POST /v1/send/eml failed, the service refused the API key (401 invalid_api_key): ... [EAUTH]`.
- * Never a stack trace (see {@link formatErrorDetails}).
  */
 export function formatErrorLine(err: unknown): string {
-  // The message may quote the service, so it is made safe for the terminal after joining its lines.
+  // The message may quote the service: made safe for the terminal after joining its lines.
   const message = terminalText(
     (err instanceof Error ? err.message : String(err)).replace(/\s*[\r\n]+\s*/g, ' ').trim(),
   );
@@ -171,16 +147,12 @@ export function formatErrorDetails(err: unknown): string {
 
 const ESC = 0x1b;
 const BEL = 0x07;
-/** The one-byte (C1) form of ESC [. */
 const CSI = 0x9b;
 
 /**
- * Text from elsewhere (the service's error messages, job data) made safe to
- * print on a terminal: escape sequences (colours, cursor moves, screen
- * clearing, window titles, hyperlinks) removed, other control characters and
- * line breaks turned into a space, C1 controls and bidirectional overrides
- * removed, so nothing a service or a job says can rewrite the screen or
- * disguise itself.
+ * Text from elsewhere (the service's messages, job data) made safe to print on a terminal: escape
+ * sequences and C1 controls and bidirectional overrides removed, other control characters and line
+ * breaks turned into a space, so nothing a service or a job says can rewrite the screen or disguise itself.
  */
 export function terminalText(text: string): string {
   let out = '';
@@ -191,7 +163,7 @@ export function terminalText(text: string): string {
     } else if (c === CSI) {
       i = endOfControlSequence(text, i + 1);
     } else if ((c >= 0x80 && c <= 0x9f) || (c >= 0x202a && c <= 0x202e) || (c >= 0x2066 && c <= 0x2069)) {
-      // Other C1 controls, bidirectional overrides and isolates: dropped.
+      // Other C1 controls, bidirectional overrides and isolates.
     } else if (c < 0x20 || c === 0x7f) {
       if (!out.endsWith(' ')) out += ' ';
     } else {
@@ -201,7 +173,7 @@ export function terminalText(text: string): string {
   return out;
 }
 
-/** The index of the last character of the escape sequence whose ESC was just before `at`. */
+/** The last index of the escape sequence whose ESC is just before `at`. */
 function endOfEscape(text: string, at: number): number {
   const kind = text[at];
   if (kind === undefined) return at - 1;
@@ -220,17 +192,14 @@ function endOfEscape(text: string, at: number): number {
   return Math.min(i, text.length - 1);
 }
 
-/** The index of the final character (0x40-0x7e) of a control sequence whose parameters start at `at`. */
+/** The final character (0x40-0x7e) of a control sequence whose parameters start at `at`. */
 function endOfControlSequence(text: string, at: number): number {
   let i = at;
   while (i < text.length && text.charCodeAt(i) >= 0x20 && text.charCodeAt(i) <= 0x3f) i++;
   return Math.min(i, text.length - 1);
 }
 
-/**
- * Resolves when the signal aborts or, without one, on SIGINT or SIGTERM:
- * how the long-running commands (`serve`, `relay`) wait until they are stopped.
- */
+/** Resolves when the signal aborts or, without one, on SIGINT or SIGTERM. */
 export function untilStopped(signal: AbortSignal | undefined): Promise<void> {
   if (signal) {
     return new Promise((resolve) => {
@@ -254,20 +223,15 @@ export function untilStopped(signal: AbortSignal | undefined): Promise<void> {
   });
 }
 
-/** How to remove the signal listeners of {@link untilStopped} calls still waiting. */
 const stopListeners = new Set<() => void>();
 
-/**
- * Removes the signal listeners of {@link untilStopped} calls that are still waiting: a command that
- * listens before it starts and then fails to start leaves none behind.
- */
+/** Removes the listeners of waiting {@link untilStopped} calls: a command that fails to start leaves none behind. */
 export function stopListeningForSignals(): void {
   for (const dispose of [...stopListeners]) dispose();
 }
 
 /**
- * Reads a whole input: the named file, or standard input for `-`.
- *
+ * Reads the named file, or standard input for `-`.
  * @throws {Error} in one line naming the file when it cannot be read
  */
 export async function readInput(source: string, stdin: AsyncIterable<string | Uint8Array>): Promise<Buffer> {

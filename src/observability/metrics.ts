@@ -7,14 +7,14 @@ import { VERSION } from '../shared/version.js';
 import { requirePeer } from '../shared/options-kit.js';
 
 /**
- * A prom-client `Registry`, described by what the package uses of it, so
- * that the types of the package do not need prom-client installed.
+ * A prom-client `Registry`, described by what the package uses of it, so the package's types do not
+ * need prom-client installed.
  * @example
  * import { Registry } from 'prom-client';
  * const registry: MetricsRegistry = new Registry();
  */
 export interface MetricsRegistry {
-  /** The exposition, in the Prometheus text format. */
+  /** The Prometheus text format. */
   metrics(): Promise<string>;
   /** The `Content-Type` of {@link MetricsRegistry.metrics}. */
   readonly contentType: string;
@@ -36,39 +36,35 @@ export type MetricsOption = boolean | { registry: MetricsRegistry };
 export type TelemetryComponent = 'transport' | 'worker' | 'relay';
 
 /**
- * What became of a send, the `outcome` label of `eml_api_sends_total`:
- * `sent`; `retry` (to be tried again: by the worker's queue); `failed` (for good);
- * `rate_limited` (429: the worker's queue paused, the job back without using an
- * attempt); `handed_back` (a worker stopping put the job back in the queue).
+ * The `outcome` label of `eml_api_sends_total`: `sent`; `retry`; `failed` (for good); `rate_limited`
+ * (429: the queue paused, the job back without using an attempt); `handed_back` (a stopping worker
+ * put the job back).
  */
 export type SendOutcome = 'sent' | 'retry' | 'failed' | 'rate_limited' | 'handed_back';
 
-/** What the queue gauges show of one queue, read at each scrape. */
+/** One queue's gauges, read at each scrape. */
 export interface QueueSnapshot {
-  /** Jobs by BullMQ state. */
   counts: Record<string, number>;
-  /** Age of the job waiting longest at the head of the queue, in seconds (0 when none waits). */
+  /** Age of the job waiting longest at the head of the queue, in seconds. */
   oldestWaitingSeconds: number;
   /** Failed jobs parked for a person (`lastError.parked`). */
   parked: number;
 }
 
-/** Powers of 4 from 1 KiB to 64 MiB: a message from a line of text to the service's largest. */
+/** 1 KiB to 64 MiB: a line of text to the service's largest message. */
 const BYTE_BUCKETS = Array.from({ length: 9 }, (_, i) => 1024 * 4 ** i);
-/** From 5 ms (a local service) to a minute (a large upload over a slow link, or a slow service). */
+/** 5 ms (a local service) to a minute (a large upload over a slow link). */
 const SECOND_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
 /** One set of metrics per registry: prom-client refuses a second metric of the same name. */
 const byRegistry = new WeakMap<object, EmlApiMetrics>();
 
 /**
- * The package's metrics in one prom-client registry: what the transport, the
- * relay and the worker record, and gauges read when the registry is scraped.
- * Labels hold codes and names only (never a key, an address or content), so
- * their number stays small.
+ * The package's metrics in one prom-client registry: what the transport, the relay and the worker
+ * record, and gauges read at each scrape. Labels hold codes and names only (never a key, an address
+ * or content), so their number stays small.
  */
 export class EmlApiMetrics {
-  /** The registry the metrics are in. */
   readonly registry: MetricsRegistry;
   readonly #sends: Counter<'component' | 'outcome' | 'code' | 'status'>;
   readonly #retries: Counter<'component' | 'reason'>;
@@ -84,8 +80,7 @@ export class EmlApiMetrics {
   #snapshots: { at: number; read: Promise<[string, QueueSnapshot][]> } | undefined;
 
   /**
-   * Metrics for a `metrics` option value, or undefined when it is off; the
-   * same object for the same registry, however many parts use it.
+   * Metrics for a `metrics` option value, or undefined when it is off; one object per registry.
    * @param user what asked, named when prom-client is missing, e.g. `The relay's metrics option`
    * @throws {EmlApiError} `ECONFIG` when prom-client is missing or the value is not an option value
    */
@@ -110,8 +105,8 @@ export class EmlApiMetrics {
   }
 
   /**
-   * The `metrics` option a part with an `http` port uses: the one given, or a
-   * registry of its own with prom-client's process metrics.
+   * The `metrics` option of a part with an `http` port: the one given, or a registry of its own with
+   * prom-client's process metrics.
    * @param user what asked, named when prom-client is missing
    */
   static defaultWithHttp(option: unknown, http: boolean, user: string): unknown {
@@ -141,8 +136,7 @@ export class EmlApiMetrics {
       help: 'The version of nodemailer-eml-api; always 1',
       labelNames: ['version'],
       registers,
-      // Every process of `--processes` reports the same value (so do the queue gauges, read from one
-      // Redis): the sum takes one.
+      // Every process of `--processes` reports the same value: the sum takes one.
       aggregator: 'first',
     }).set({ version: VERSION }, 1);
     this.#sends = new client.Counter({
@@ -211,7 +205,7 @@ export class EmlApiMetrics {
         this.set([...activeJobs].reduce((sum, count) => sum + count(), 0));
       },
     });
-    // prom-client collects a scrape's metrics concurrently: the three queue gauges share one read.
+    // prom-client collects a scrape's metrics concurrently: the queue gauges share one read.
     const snapshots = () => this.#readQueues();
     new client.Gauge({
       name: 'eml_api_outbox_jobs',
@@ -253,10 +247,7 @@ export class EmlApiMetrics {
     });
   }
 
-  /**
-   * Reads every queue once for the scrape under way (calls within a second share the read). A queue that
-   * cannot be read is left out rather than failing the whole scrape.
-   */
+  /** Calls within a second share the read; a queue that cannot be read is left out rather than failing the scrape. */
   #readQueues(): Promise<[string, QueueSnapshot][]> {
     const now = Date.now();
     if (this.#snapshots && now - this.#snapshots.at < 1000) return this.#snapshots.read;
@@ -281,21 +272,18 @@ export class EmlApiMetrics {
     this.#sends.inc({ component, outcome, code, status: answered === undefined ? 'none' : String(answered) });
   }
 
-  /**
-   * Counts a send tried again.
-   * @param reason an HTTP status (`429`), or an error code (`ETIMEDOUT`)
-   */
+  /** @param reason an HTTP status (`429`), or an error code (`ETIMEDOUT`) */
   recordRetry(component: TelemetryComponent, reason: string): void {
     this.#retries.inc({ component, reason });
   }
 
-  /** Records one attempt at a send endpoint: its body's size and how long it took. */
+  /** One attempt at a send endpoint: its body's size and duration. */
   recordUpload(component: TelemetryComponent, bytes: number, seconds: number): void {
     this.#uploadBytes.observe({ component }, bytes);
     this.#uploadSeconds.observe({ component }, seconds);
   }
 
-  /** Records a message the relay answered after DATA, with the login of its session (none without AUTH). */
+  /** A message the relay answered after DATA, with its session's login (none without AUTH). */
   recordRelayMessage(code: number, bytes: number, seconds: number, login?: string): void {
     const outcome = code >= 200 && code < 300 ? 'accepted' : 'refused';
     this.#relayMessages.inc({ outcome, code: String(code), ...(login === undefined ? {} : { login }) });
@@ -303,13 +291,13 @@ export class EmlApiMetrics {
     this.#relaySeconds.observe(seconds);
   }
 
-  /** Counts a sender the relay refused for not being the login's (`reason`: mail_from, null_sender, from, sender). */
+  /** `reason`: mail_from, null_sender, from, sender. */
   recordSenderRefusal(reason: string, login?: string): void {
     this.#senderRefusals.inc({ reason, ...(login === undefined ? {} : { login }) });
   }
 
   /**
-   * Adds a source of `eml_api_relay_connections` (summed over the relays of the process).
+   * Adds a source of `eml_api_relay_connections` (summed over the process's relays).
    * @returns removes it
    */
   addConnections(count: () => number): () => void {
@@ -327,8 +315,7 @@ export class EmlApiMetrics {
   }
 
   /**
-   * Adds a queue whose depth the gauges show, read at each scrape. Two workers
-   * of one queue in a process report it once.
+   * Adds a queue whose depth the gauges show; two workers of one queue in a process report it once.
    * @returns removes it
    */
   addQueue(queue: string, read: () => Promise<QueueSnapshot>): () => void {
@@ -345,7 +332,7 @@ function isRegistry(value: unknown): value is MetricsRegistry {
   return typeof r?.metrics === 'function' && typeof r.registerMetric === 'function';
 }
 
-/** The code of an error that is not an EmlApiError (a system error's `ECONNRESET`), or `ERROR`. */
+/** A system error's code (`ECONNRESET`), or `ERROR`. */
 function ownCode(err: unknown): string {
   const code = (err as { code?: unknown } | null)?.code;
   return typeof code === 'string' && /^[A-Z][A-Z0-9_]{0,40}$/.test(code) ? code : 'ERROR';
@@ -361,9 +348,8 @@ let promClient: PromClientModule | undefined;
 let otelApi: OtelApiModule | null | undefined;
 
 /**
- * Loads `prom-client`, the optional peer metrics are kept in, the first time
- * metrics are asked for: an app that sends mail without metrics never loads it.
- *
+ * Loads the optional `prom-client` the first time metrics are asked for: an app without metrics
+ * never loads it.
  * @param user what asked for it, named in the error, e.g. `The metrics option`
  * @throws {EmlApiError} `ECONFIG` saying `npm install prom-client` when it is missing
  */
@@ -371,13 +357,12 @@ export function loadPromClient(user: string): PromClientModule {
   return (promClient ??= requirePeer<PromClientModule>('prom-client', 'prom-client', user));
 }
 
-// Resolved from this package, as requirePeer does: the app's copy when it installed one.
+// The app's copy when it installed one, as requirePeer resolves.
 const requireFromHere = createRequire(import.meta.url);
 
 /**
- * Loads `@opentelemetry/api` when it is installed, else `undefined`, silently:
- * the API records nothing until the app registers an SDK, and an app with an
- * SDK has the API.
+ * Loads `@opentelemetry/api` when installed, else `undefined`, silently: the API records nothing until
+ * the app registers an SDK, and an app with an SDK has the API.
  */
 export function loadOtelApi(): OtelApiModule | undefined {
   if (otelApi === undefined) {

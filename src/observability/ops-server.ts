@@ -5,24 +5,22 @@ import { EmlApiError } from '../shared/eml-api-error.js';
 import type { MetricsRegistry } from './metrics.js';
 import { redact } from '../http/request-error.js';
 
-/** What the port serves `/metrics` from: a registry, or the sum of a group's (eml-api --processes). */
+/** A registry, or the sum of a group's (eml-api --processes). */
 export interface MetricsSource {
   readonly registry: Pick<MetricsRegistry, 'metrics' | 'contentType'>;
 }
 
 /**
- * The `http` option of the relay and the worker: an HTTP port of their own
- * for `/healthz`, `/readyz` and `/metrics`. It listens on loopback unless told
- * otherwise, since health and metrics are for operators, not the network. In
- * a Kubernetes pod, probes come from the node (`host: '0.0.0.0'`, and keep the
- * port out of any Service).
+ * The `http` option of the relay and the worker: a port of their own for `/healthz`, `/readyz` and
+ * `/metrics`. Loopback unless told otherwise, since they are for operators; in a Kubernetes pod,
+ * probes come from the node (`host: '0.0.0.0'`, and keep the port out of any Service).
  *
  * @example
  * await startEmlApiRelay({ baseUrl, apiKey, http: { port: 9464, host: '0.0.0.0' } });
  */
 export interface OpsHttpOptions {
   /**
-   * TCP port; 0 picks a free one (see `http.port` on the relay or worker).
+   * TCP port; 0 picks a free one.
    * @example
    * await startEmlApiRelay({ baseUrl, apiKey, http: { port: 9464 } });
    */
@@ -36,8 +34,8 @@ export interface OpsHttpOptions {
    */
   host?: string;
   /**
-   * How long `/readyz` reuses a check's result, in ms: a probe every few
-   * seconds then costs Redis and the service one request per `readyCacheMs`.
+   * How long `/readyz` reuses a check's result, in ms: frequent probes then cost Redis and the
+   * service one request per `readyCacheMs`.
    * @default 10000
    * @example
    * await startEmlApiWorker({ connection, apiKey, baseUrl, http: { port: 9465, readyCacheMs: 30_000 } });
@@ -49,11 +47,9 @@ export interface OpsHttpOptions {
 export interface OpsEndpoint {
   readonly port: number;
   readonly host: string;
-  /** Health as `/readyz` and `/healthz` tell it. */
   readonly health: HealthMonitor;
-  /** Fails `/readyz` from now on (a stop has begun); `/healthz` and `/metrics` keep answering. */
+  /** `/readyz` fails from now on; `/healthz` and `/metrics` keep answering. */
   stopping(): void;
-  /** Stops listening. */
   close(): Promise<void>;
 }
 
@@ -77,9 +73,8 @@ export function resolveOpsHttpOptions(value: unknown, name: string): Required<Op
 const OPS_HTTP_OPTIONS = ['port', 'host', 'readyCacheMs'] as const satisfies readonly (keyof OpsHttpOptions)[];
 
 /**
- * Starts the HTTP port of health and metrics: `GET /healthz` (200 alive, 503
- * stuck), `GET /readyz` (200 ready, 503 with the reasons), `GET /metrics`
- * (the Prometheus text format; 404 when metrics are off).
+ * Starts the port: `GET /healthz` (200 alive, 503 stuck), `GET /readyz` (200, or 503 with the
+ * reasons), `GET /metrics` (404 when metrics are off).
  *
  * @throws {EmlApiError} `ECONFIG` when it cannot listen (port in use)
  */
@@ -95,7 +90,7 @@ export async function startOpsEndpoint(
       res.end(`error: ${err instanceof Error ? err.name : 'unknown'}\n`);
     });
   });
-  // A probe keeps no connection open: a slow or idle client must not hold the port.
+  // A slow or idle client must not hold the port.
   server.requestTimeout = 10_000;
   server.keepAliveTimeout = 1_000;
   await listen(server, http);
@@ -168,15 +163,15 @@ function listen(server: Server, { port, host }: Required<OpsHttpOptions>): Promi
   });
 }
 
-/** One thing a service needs to do its job now (Redis, the email service, its key), checked for `/readyz`. */
+/** One thing a part needs to do its job now (Redis, the email service, its key), checked for `/readyz`. */
 export interface ReadinessCheck {
-  /** Names the check in the answer, e.g. `redis`. */
+  /** E.g. `redis`. */
   readonly name: string;
-  /** Resolves when ready; rejects with why not (its message is shown, secrets taken out). */
+  /** Rejects with why not (its message is shown, secrets taken out). */
   check(): Promise<void>;
 }
 
-/** What `/healthz` and `/readyz` answer, as JSON: `status` and each check's. */
+/** What `/healthz` and `/readyz` answer, as JSON. */
 export interface HealthReport {
   status: 'ok' | 'fail';
   checks: Record<string, { status: 'ok' | 'fail'; reason?: string }>;
@@ -184,29 +179,25 @@ export interface HealthReport {
 
 /** Settings of a {@link HealthMonitor}. */
 export interface HealthMonitorSettings {
-  /** What `/readyz` checks. */
   checks: ReadinessCheck[];
-  /** Liveness beyond the event loop: returns why the process is stuck, or undefined. */
+  /** Returns why the process is stuck beyond the event loop, or undefined. */
   stuck?: () => string | undefined;
-  /** Strings never shown in a reason (the API key, a Redis password). */
+  /** Never shown in a reason (the API key, a Redis password). */
   secrets?: (string | undefined)[];
-  /** How long a readiness result is reused, in ms: a probe every second costs the service no request a second. @default 10000 */
+  /** How long a readiness result is reused, in ms. @default 10000 */
   cacheMs?: number;
-  /** How long a check may take before it counts as failed, in ms. @default 5000 */
+  /** A slower check counts as failed, in ms. @default 5000 */
   timeoutMs?: number;
   /** How late the event loop may run before the process counts as stuck, in ms. @default 10000 */
   maxLagMs?: number;
 }
 
-/** How often the event loop's heartbeat beats, in ms. */
 const BEAT = 500;
 
 /**
- * Liveness and readiness of a long-running part (the relay, a worker):
- * - alive: a heartbeat timer ran within `maxLagMs` and nothing it watches says
- *   it is stuck (a blocked loop does not answer, which a probe counts as failed);
- * - ready: every check passed within `timeoutMs`, at most `cacheMs` ago, and it
- *   is not stopping, so that a load balancer sends it no more work while it finishes.
+ * Liveness and readiness of a long-running part: alive while a heartbeat timer runs within
+ * `maxLagMs` and nothing says it is stuck; ready while every check passed recently and it is not
+ * stopping, so a load balancer sends it no more work while it finishes.
  */
 export class HealthMonitor {
   readonly #settings: Required<Omit<HealthMonitorSettings, 'stuck'>> & Pick<HealthMonitorSettings, 'stuck'>;
@@ -221,11 +212,10 @@ export class HealthMonitor {
   constructor(settings: HealthMonitorSettings) {
     this.#settings = { cacheMs: 10_000, timeoutMs: 5_000, maxLagMs: 10_000, secrets: [], ...settings };
     this.#heartbeat = setInterval(() => (this.#lastBeat = Date.now()), BEAT);
-    // The heartbeat must never keep a process alive that has nothing else to do.
     this.#heartbeat.unref();
   }
 
-  /** Whether the process is alive and not stuck (`/healthz`). */
+  /** `/healthz` */
   liveness(): HealthReport {
     const late = Date.now() - this.#lastBeat;
     const loop =
@@ -240,7 +230,7 @@ export class HealthMonitor {
     return { status: loop || stuck ? 'fail' : 'ok', checks };
   }
 
-  /** Whether the part can do its job now (`/readyz`): each check's recent result, or a new run of it. */
+  /** `/readyz`: each check's recent result, or a new run of it. */
   async readiness(): Promise<HealthReport> {
     if (!this.#stopping) {
       const checks: HealthReport['checks'] = {};
@@ -252,8 +242,7 @@ export class HealthMonitor {
           checks[name] = reason === undefined ? { status: 'ok' } : { status: 'fail', reason };
         }),
       );
-      // A probe that arrived just before a SIGTERM is answered when the stop begins, not after a slow
-      // check that could outlast the process.
+      // A probe just before a SIGTERM is answered when the stop begins, not after a slow check.
       if ((await Promise.race([ran.then(() => 'ran' as const), this.#stopped])) === 'ran') {
         return { status: Object.values(checks).every((c) => c.status === 'ok') ? 'ok' : 'fail', checks };
       }
@@ -267,18 +256,16 @@ export class HealthMonitor {
     return { status: 'fail', checks };
   }
 
-  /** From now on `/readyz` fails with "shutting down". */
   stopping(): void {
     this.#stopping = true;
     this.#stop('stopping');
   }
 
-  /** Stops the heartbeat. */
   close(): void {
     clearInterval(this.#heartbeat);
   }
 
-  /** Runs a check once, however many probes ask at the same time. */
+  /** Once, however many probes ask at the same time. */
   #run(name: string): Promise<void> {
     let running = this.#running.get(name);
     if (running) return running;

@@ -10,13 +10,12 @@ import {
 } from './metrics.js';
 import type { Requester } from '../http/requester.js';
 
-/** Values of span attributes and events; undefined ones are left out. */
+/** Undefined values are left out. */
 export type TelemetryAttributes = Record<string, string | number | boolean | undefined>;
 
 /**
- * The trace context a queued job carries from its producer to the worker
- * that sends it: W3C Trace Context, written by the package itself whatever
- * propagator the app registered, since both ends are the package's.
+ * The W3C Trace Context a queued job carries from producer to worker, written by the package itself
+ * whatever propagator the app registered, since both ends are the package's.
  * @example
  * const carrier: TraceCarrier = { traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' };
  */
@@ -25,22 +24,20 @@ export interface TraceCarrier {
   tracestate?: string;
 }
 
-/** How a span relates to the world, as OpenTelemetry's `SpanKind`. */
+/** OpenTelemetry's `SpanKind`. */
 export type TelemetrySpanKind = 'internal' | 'server' | 'client' | 'producer' | 'consumer';
 
 /** A span of the package, or a stand-in that records nothing when `@opentelemetry/api` is not installed. */
 export interface TelemetrySpan {
-  /** Adds an event (a point in time with attributes) to the span. */
   event(name: string, attributes?: TelemetryAttributes): void;
-  /** Sets attributes. */
   set(attributes: TelemetryAttributes): void;
-  /** Marks the span failed with the error: its code as `error.type`, the exception as an event. */
+  /** Its code as `error.type`, the exception as an event. */
   fail(err: unknown): void;
-  /** Ends the span (once; later calls do nothing). */
+  /** Once; later calls do nothing. */
   end(): void;
-  /** Runs `fn` with the span as the active one, so what it starts (spans, queued jobs) descends from it. */
+  /** Runs `fn` with the span active, so what it starts (spans, queued jobs) descends from it. */
   run<T>(fn: () => T): T;
-  /** The span's context as a carrier, for a job to take along; undefined when it records nothing. */
+  /** Undefined when it records nothing. */
   carrier(): TraceCarrier | undefined;
 }
 
@@ -55,10 +52,7 @@ const NOT_RECORDING: TelemetrySpan = {
   carrier: () => undefined,
 };
 
-/**
- * Starts a span with the package's tracer (`nodemailer-eml-api`), a child of
- * `parent` when given (a job's carrier), else of the active context.
- */
+/** Starts a span with the package's tracer, a child of `parent` (a job's carrier) or of the active context. */
 export function startSpan(
   name: string,
   {
@@ -74,7 +68,7 @@ export function startSpan(
   let tracer: Tracer | undefined;
   if (provider instanceof api.ProxyTracerProvider) {
     tracer = provider.getDelegateTracer(TRACER_NAME, VERSION);
-    // No SDK registered and no trace to continue: the API's span would record and carry nothing.
+    // No SDK and no trace to continue: the span would record and carry nothing.
     if (!tracer && !api.trace.getSpanContext(base)) return NOT_RECORDING;
   }
   const span = (tracer ?? provider.getTracer(TRACER_NAME, VERSION)).startSpan(
@@ -87,23 +81,20 @@ export function startSpan(
 
 const TRACER_NAME = 'nodemailer-eml-api';
 
-/** Adds an event to the active span, if any: the request engine knows nothing of spans. */
+/** The request engine knows nothing of spans. */
 export function activeSpanEvent(name: string, attributes: TelemetryAttributes = {}): void {
   const api = loadOtelApi();
   api?.trace.getActiveSpan()?.addEvent(name, defined(attributes));
 }
 
-/** The active context as a carrier (the span of the request that queues a mail), or undefined. */
+/** The span of the request that queues a mail, or undefined. */
 export function activeTraceCarrier(): TraceCarrier | undefined {
   const api = loadOtelApi();
   if (!api) return undefined;
   return carrierOf(api.trace.getSpanContext(api.context.active()));
 }
 
-/**
- * `fn`, bound to the context active now: run later from elsewhere (a slot
- * freed by another send), it still runs in the caller's trace.
- */
+/** `fn` bound to the current context: run later from elsewhere (a slot freed by another send), it stays in the caller's trace. */
 export function bindToActiveContext<F extends (...args: never[]) => unknown>(fn: F): F {
   const api = loadOtelApi();
   return api ? api.context.bind(api.context.active(), fn) : fn;
@@ -118,7 +109,7 @@ function wrap(api: OtelApiModule, span: Span, context: Context): TelemetrySpan {
       const e = err instanceof Error ? err : new Error(String(err));
       const code = e instanceof EmlApiError ? e.code : ((e as { code?: unknown }).code ?? e.name);
       span.setAttributes({ 'error.type': String(code) });
-      // The message only: the package's errors are written to be shown, keys redacted; no stack.
+      // The package's errors are written to be shown, keys redacted; no stack.
       span.addEvent('exception', { 'exception.type': String(code), 'exception.message': e.message });
       span.setStatus({ code: api.SpanStatusCode.ERROR, message: e.message });
     },
@@ -144,7 +135,7 @@ function carrierOf(spanContext: SpanContext | undefined): TraceCarrier | undefin
   };
 }
 
-/** The remote context a carrier names; undefined for anything that is not a valid one (a job is outside data). */
+/** Undefined for anything not a valid carrier: a job is outside data. */
 function contextOf(api: OtelApiModule, carrier: unknown): Context | undefined {
   const { traceparent, tracestate } = (typeof carrier === 'object' && carrier !== null ? carrier : {}) as Partial<
     Record<keyof TraceCarrier, unknown>
@@ -180,13 +171,11 @@ function defined(attributes: TelemetryAttributes): Record<string, string | numbe
   return out;
 }
 
-/** The send endpoints (`/v1/send/eml`, `/v1/send/email`, `/v1/send/group/...`), whose attempts are uploads. */
 const SEND_REQUEST = /^POST \/v1\/send\//;
 
 /**
- * Watches a client's request engine: every upload of `component` is measured
- * and marked on the send's span (an `upload` event), every retry counted and
- * marked (a `retry` event).
+ * Watches a client's request engine: every upload of `component` is measured and marked on the send's
+ * span, every retry counted and marked.
  *
  * @returns stops watching
  */
@@ -215,8 +204,7 @@ export function watchSends(
 }
 
 /**
- * Ends the span of a send and counts it: its outcome, its error's code and
- * the service's status (`202`, `429`).
+ * Ends the span of a send and counts it by outcome, error code and the service's status.
  * @param outcome what became of it, when it failed (`failed` unless said)
  */
 export function endSend(
@@ -238,7 +226,7 @@ export function endSend(
   span.end();
 }
 
-/** The status of an answer's status line (`202 Accepted`), or undefined. */
+/** `202 Accepted` is 202. */
 export function statusOf(response: string | undefined): number | undefined {
   const match = /^(\d{3})\b/.exec(response ?? '');
   return match ? Number(match[1]) : undefined;

@@ -11,40 +11,33 @@ import { KEY_REUSED } from './failure-policy.js';
 import { queueKey, resolveQueueLocation } from './queue-location.js';
 
 /*
- * A queued send's job is added in one round trip: BullMQ's add script, then,
- * in the same pipeline on the same connection, a script that reads what the
- * job id holds and how much of the content is stored. With `replicas`, a
- * `WAIT` follows, behind a script that finds each job on the node it runs on.
- * The adds of one turn of the event loop share that pipeline.
+ * A job is added in one round trip: BullMQ's add script, then, on the same pipeline and
+ * connection, a script that reads what the job id holds and how much of its content is stored (and
+ * with `replicas`, a `WAIT`). The adds of one turn of the event loop share that pipeline.
  */
 
 /** What Redis held for the job id right after the add, and of the content. */
 export interface AddedState {
-  /** The job's data (JSON), `null` when no job has the id (removed meanwhile). */
+  /** `null` when no job has the id (removed meanwhile). */
   data: string | null;
-  /** The job's score in the failed set, `null` when it has not failed. */
+  /** The job's score in the failed set, or `null`. */
   failedAt: string | null;
-  /** The job's `finishedOn`, `null` when it has not finished. */
   finishedOn: string | null;
-  /** Bytes stored under the content key, -1 when it is not there (inline content has none). */
+  /** -1 when not there (inline content has none). */
   storedLength: number;
-  /** Whether the add was refused because its content was not whole in Redis (ADD_GUARD). */
+  /** The add was refused because its content was not whole ({@link ADD_GUARD}). */
   refused: boolean;
-  /** The job's {@link QUEUED_AT}, `null` when it has none: what tells this very job from a later one of the id. */
+  /** Tells this very job from a later one of the id; `null` when it has none. */
   queuedAt: string | null;
 }
 
-/**
- * The outcome of {@link addJob}: what Redis held after the add and, when asked, how many replicas
- * confirmed; or `unconfirmed`, a step after the add failed (the job may be stored).
- */
+/** What Redis held after the add and the replicas that confirmed; `unconfirmed`: a step after the add failed (the job may be stored). */
 export type AddedJob =
   { kind: 'added'; state: AddedState; replicas?: number } | { kind: 'unconfirmed'; error: unknown };
 
 /**
- * KEYS: job hash, failed set, content key. ARGV: job id. The job's data, failed score, `finishedOn`
- * and the content's stored length. A job without {@link QUEUED_AT} gets Redis's time (a duplicate
- * keeps its own); a full Redis refuses that write, not the read.
+ * KEYS: job hash, failed set, content key. ARGV: job id. A job without {@link QUEUED_AT} gets
+ * Redis's time; a full Redis refuses that write, not the read.
  */
 const ADDED = `
 local data = redis.call('HGET', KEYS[1], 'data')
@@ -60,13 +53,12 @@ local at = redis.call('HGET', KEYS[1], '${QUEUED_AT}')
 return { data or '', failed or '', finished or '', stored, at or '' }
 `;
 
-/** What BullMQ's add answers, under {@link ADD_GUARD}, for a job whose content is not whole in Redis. */
 const CONTENT_NOT_WHOLE = -1000;
 
 /**
- * Put before BullMQ's add scripts: a job whose content is beside it is added only while that content
- * is whole, in the same step. An add can run long after its producer gave up (ioredis resends once
- * Redis answers; a paused machine sends it when it wakes), when the sweeper may have freed the content.
+ * Before BullMQ's add: the job is added only while its content is whole, in the same step. An add can
+ * run long after its producer gave up (ioredis resends; a paused machine wakes), when the sweeper may
+ * have freed the content.
  */
 const ADD_GUARD = `
 do
@@ -91,8 +83,8 @@ type AddedCommands = {
 const defined = new WeakSet<OutboxRedisClient>();
 
 /**
- * Adds the job (BullMQ ignores it when the id exists) and reads what the id holds then, in the same
- * round trip; with `replicas`, also waits for them to confirm every write so far on the connection.
+ * Adds the job (BullMQ ignores an existing id) and reads what the id holds then, in the same round
+ * trip; with `replicas`, also waits for them to confirm every write so far on the connection.
  * @param redis the client the queue was made with
  * @throws the add's own failure (Redis's reply error when it never ran); BullMQ's refusal of the job
  */
@@ -113,8 +105,8 @@ export async function addJob(
   }
   const client = (await queueClient(queue)) as unknown as PipelineClient;
   guardAddScripts(redis, ADD_GUARD);
-  // Nothing awaits until this add's last command, so its commands stay together on the turn's pipeline
-  // (one per queue: on a cluster another queue may live elsewhere).
+  // Nothing awaits before the last command, so the add stays together on the turn's pipeline (one per
+  // queue: on a cluster another queue may live elsewhere).
   const location = resolveQueueLocation(queue.name, queue.opts.prefix);
   const batch = openBatch(client, queueKey(location, ''));
   const { pipeline } = batch;
@@ -122,7 +114,7 @@ export async function addJob(
   try {
     queueAdd(queue, pipeline, job);
   } catch (err) {
-    // Nothing of this pipeline is sent: the adds queued on it before are refused too (never run).
+    // Nothing of this pipeline is sent: the adds queued on it before fail too.
     batch.refuse(err as Error);
     throw err;
   }
@@ -148,8 +140,8 @@ export async function addJob(
     queuedAt: queuedAt === '' ? null : queuedAt,
   };
   if (!job.replicas) return { kind: 'added', state };
-  // WAIT after the pipeline, not in it: ioredis resends a script Redis lacked (NOSCRIPT, after a
-  // failover) after the pipeline, and a WAIT before that would not cover it.
+  // WAIT after the pipeline: ioredis resends a script Redis lacked (NOSCRIPT, after a failover) after
+  // the pipeline, and a WAIT before that would not cover it.
   try {
     const check = { jobKey, jobId, failedKey: queueKey(location, 'failed'), queuedAt: state.queuedAt };
     return { kind: 'added', state, replicas: await batch.confirmations(job.replicas, check) };
@@ -160,24 +152,20 @@ export async function addJob(
 
 type PipelineClient = { pipeline(): ChainableCommander & AddedCommands };
 
-/** The adds of one turn of the event loop to one queue on one client, sent as one pipeline. */
+/** The adds of one turn of the event loop to one queue on one client. */
 interface AddBatch {
   readonly pipeline: ChainableCommander & AddedCommands;
-  /** The pipeline's results, once it ran. */
   readonly results: Promise<[Error | null, unknown][]>;
-  /** Stops the batch: its pipeline is never sent, and every add on it fails with `err`. */
+  /** Its pipeline is never sent, and every add on it fails with `err`. */
   refuse(err: Error): void;
-  /** Replicas that confirmed `job` (one `WAIT` per setting for the jobs of the batch, see {@link waitForReplicas}). */
+  /** One `WAIT` per setting for the jobs of the batch. */
   confirmations(replicas: { count: number; timeoutMs: number }, job: ReplicaCheck): Promise<number>;
 }
 
-/** The open batch of each queue (by its key prefix) on each client. */
+/** By client, then queue key prefix. */
 const openBatches = new WeakMap<object, Map<string, AddBatch>>();
 
-/**
- * The pipeline the adds of this turn of the event loop share on `client`, sent after the turn's I/O
- * callbacks: messages that arrive together cost one write to Redis and one copy of the scripts.
- */
+/** Sent after the turn's I/O callbacks: messages that arrive together cost one write and one copy of the scripts. */
 function openBatch(client: PipelineClient, queueKey: string): AddBatch {
   let open = openBatches.get(client);
   if (!open) openBatches.set(client, (open = new Map()));
@@ -205,7 +193,7 @@ function openBatch(client: PipelineClient, queueKey: string): AddBatch {
       let wait = waits.get(key);
       if (!wait) {
         const jobs: ReplicaCheck[] = [];
-        // Sent once every add of the batch, resumed together by its results, has joined.
+        // Sent once every add of the batch has joined.
         const held = new Promise<void>((resolve) => setImmediate(resolve)).then(() => {
           if (waits.get(key) === wait) waits.delete(key);
           return replicasHolding(client as unknown as OutboxRedisClient, replicas, jobs);
@@ -232,25 +220,21 @@ function openBatch(client: PipelineClient, queueKey: string): AddBatch {
 }
 
 /**
- * A job whose replicas are asked for: it must still be the one read right
- * after the add (the same {@link QUEUED_AT}), and, given `holds`, its data
- * must contain that text and it must not be failed (a put-back's change).
+ * A job whose replicas are asked for: still the one read after the add (same {@link QUEUED_AT}),
+ * and, given `holds`, holding that text and not failed (a put-back's change).
  */
 export interface ReplicaCheck {
   jobKey: string;
   jobId: string;
-  /** The queue's failed set. */
   failedKey: string;
   queuedAt: string | null;
   holds?: string;
 }
 
 /**
- * KEYS: the failed set, then each job's hash. ARGV: for each job its id,
- * {@link QUEUED_AT} as read after the add, and the text its data must hold
- * ('' for none). Each job found so is written again, unchanged: a write of
- * this connection on this node, which the `WAIT` after it covers, and
- * which comes after all the node holds of the job. Answers 1 or 0 per job.
+ * KEYS: the failed set, then each job's hash. ARGV per job: id, {@link QUEUED_AT}, the text its data
+ * must hold ('' for none). Each job found so is written again unchanged: a write of this connection
+ * on this node, after all it holds of the job, which the `WAIT` then covers. Answers 1 or 0 per job.
  */
 const HELD = `
 local held = {}
@@ -268,12 +252,9 @@ return held
 `;
 
 /**
- * How many replicas hold each of `jobs`: {@link HELD}, then \`WAIT count
- * timeoutMs\`, in one pipeline on the connection to the master of the
- * queue's slot. A \`WAIT\` counts only the writes of its own connection on its
- * own node: a job added on a master that failed over since, whose writes its
- * replica never had, is not on the node the client turns to now, and is not
- * counted there.
+ * {@link HELD} then `WAIT` in one pipeline to the master of the queue's slot. A `WAIT` counts only its
+ * own connection's writes on its own node: a job added on a master that failed over since is not
+ * counted on the new one.
  *
  * @returns the replicas that confirmed each job found, by its key (a job not found is not in it)
  */
@@ -284,7 +265,7 @@ async function replicasHolding(
 ): Promise<Map<string, number>> {
   const { failedKey } = jobs[0]!;
   const args = jobs.flatMap((job) => [job.jobId, job.queuedAt ?? '', job.holds ?? '']);
-  // EVAL, never EVALSHA: a NOSCRIPT answer would be sent again after the WAIT, which would not cover it.
+  // A NOSCRIPT answer would be resent after the WAIT, which would not cover it.
   const results =
     (await redis
       .pipeline()
@@ -303,6 +284,7 @@ async function replicasHolding(
 }
 
 /**
+ * How many replicas confirmed `job`, asked after its add's round trip.
  * How many replicas confirmed `job`, asked after its add's round trip (see {@link replicasHolding}).
  * @throws when the node that answers does not hold the job as it was added (a failover lost it, or the
  *   change is not there)
@@ -323,10 +305,7 @@ function notHeld(): Error {
   );
 }
 
-/**
- * Whether a worker already finished with the job's content, read right after the add (recorded the
- * send, removed refused content, or completed it): content missing then was not lost by Redis.
- */
+/** A worker already finished with the job's content, so content missing right after the add was not lost by Redis. */
 export function finishedByWorker(state: AddedState): boolean {
   if (state.finishedOn !== null && state.failedAt === null) return true;
   if (state.data === null) return false;
@@ -341,15 +320,13 @@ export function finishedByWorker(state: AddedState): boolean {
 /**
  * How a send was settled against the job its idempotency key names:
  * - `new`: the job is this send's;
- * - `duplicate`: a job of the key is queued, active or sent: this content is not needed;
- * - `retried`: the key's job had failed after an attempt that may have been accepted: it was put back
- *   with its own bytes (the service answers them from that attempt, and refuses others under the key);
- * - `replaced`: the key's job had failed and no attempt of it can have been accepted: it was put back
- *   with this send's content (`removeContent`: the content it had);
- * - `refused`: the key's job failed and was parked for a person, or its key is spent: nothing was changed;
- * - `lost`: this content is not whole in Redis (lost, or freed once the send was given up);
- * - `gone`: no job has the id any more (removed between the add and the look): add it again;
- * - `put-back-failed`: Redis did not take the put-back of a failed job (it may be back or still failed).
+ * - `duplicate`: a job of the key is queued, active or sent;
+ * - `retried`: the key's failed job may have been accepted: put back with its own bytes;
+ * - `replaced`: the key's failed job cannot have been accepted: put back with this send's content;
+ * - `refused`: the key's job is parked for a person, or its key is spent;
+ * - `lost`: this content is not whole in Redis;
+ * - `gone`: no job has the id any more: add it again;
+ * - `put-back-failed`: Redis did not take the put-back (it may be back or still failed).
  */
 export type DuplicateSettlement =
   | { kind: 'new' }
@@ -362,12 +339,11 @@ export type DuplicateSettlement =
   | { kind: 'put-back-failed'; cause: unknown };
 
 /**
- * Sets the data only while the job is failed and its data is as read, and only over new content that
- * is whole (once back, a worker may send the job and delete the content at once, so the check must be
- * in this step). KEYS: job hash, failed set, new content key. ARGV: job id, data as read, new data,
- * the new content's stored length ('' for none). Answers -1 for content not whole, 0 when another
- * producer changed the job, 1 when set, and 1 when the data is already the new data: a command resent
- * after its reply was lost must not take its own change for another producer's.
+ * Sets the data only while the job is failed with its data as read, and only over whole new content
+ * (once back, a worker may send it and delete the content at once). KEYS: job hash, failed set, new
+ * content key. ARGV: job id, data as read, new data, new stored length ('' for none). Answers -1 for
+ * content not whole, 0 when another producer changed the job, 1 when set or already set (a resend
+ * after a lost reply must not take its own change for another's).
  */
 const SET_IF_UNCHANGED = `
 local data = redis.call('HGET', KEYS[1], 'data')
@@ -383,10 +359,9 @@ return 1
 `;
 
 /**
- * Settles a send from what its job id held right after the add. Only a failed job takes more round
- * trips: a compare-and-set of its data that marks the failure taken over (`putBackFrom`), then
- * BullMQ's `job.retry`. Of racing producers one replaces or puts back the job; the others answer
- * duplicate.
+ * Settles a send from what its job id held after the add. A failed job takes a compare-and-set of its
+ * data (`putBackFrom`), then BullMQ's `job.retry`: of racing producers one puts it back, the others
+ * answer duplicate.
  * @param storedLength the stored length `ours` has under its content key (none: content in the job)
  * @param now the producer's clock, for a job's `resendUntil` @default Date.now()
  */
@@ -400,7 +375,7 @@ export async function settleDuplicate(
   now = Date.now(),
 ): Promise<DuplicateSettlement> {
   const { data: raw, failedAt, finishedOn: finished } = added;
-  // Refused for want of this content, whole: no job points at it but one an earlier run of this add made.
+  // Refused for want of this content: no job points at it but one an earlier run of this add made.
   if (added.refused && (raw === null || (JSON.parse(raw) as OutboxJobData).contentKey !== ours.contentKey)) {
     return { kind: 'lost' };
   }
@@ -410,21 +385,21 @@ export async function settleDuplicate(
   if (failedAt === null) return { kind: 'duplicate', data: stored };
   const finishedOn = Number(finished);
   if (stored.putBackFrom === finishedOn) {
-    // Another producer took this very failure over and is putting the job back (or died doing it): help it.
+    // Another producer took this failure over and is putting it back (or died doing it): help it.
     return afterPutBack(await putBack(queue, jobId), { kind: 'duplicate', data: stored });
   }
   const parked = stored.lastError?.parked ?? (stored.resendUntil !== undefined && stored.resendUntil <= now);
   if (parked) return { kind: 'refused', error: parkedJobError(stored, jobId) };
-  // The service holds the key with another message it accepted: any message under it gets 422 again.
+  // The service accepted another message under the key: any message under it gets 422 again.
   if (stored.lastError?.apiCode === KEY_REUSED) return { kind: 'refused', error: keyUsedError(stored, jobId) };
-  // The service may hold the key with the job's own bytes: those go again, and only those.
+  // The service may hold the key with the job's own bytes: only those go again.
   const retry =
     stored.possiblyAcceptedAt !== undefined &&
     !stored.contentRemoved &&
     (stored.inline !== undefined || (await redis.exists(stored.contentKey)) === 1);
-  // A replacement keeps BullMQ's stall counter, so it keeps the count of the stalls already seen.
+  // BullMQ keeps its stall counter across a replacement.
   const seen = stored.stallsSeen === undefined ? {} : { stallsSeen: stored.stallsSeen };
-  // Each producer's change is its own (putBackBy, or its content key), so the compare-and-set can tell it.
+  // Each producer's change is its own, so the compare-and-set can tell it.
   const next: OutboxJobData = {
     ...(retry ? { ...stored, stalls: 0, putBackBy: ours.contentKey } : { ...ours, ...seen }),
     putBackFrom: finishedOn,
@@ -444,13 +419,13 @@ export async function settleDuplicate(
   );
   if (set === -1) return { kind: 'lost' };
   if (set !== 1) {
-    // Another producer changed it first; should it have died before putting the job back, do it for it.
+    // Another producer changed it first; should it have died before the put-back, do it for it.
     const job = await queue.getJob(jobId);
     if (!job) return { kind: 'gone' };
     const duplicate = { kind: 'duplicate', data: job.data } as const;
     return (await job.isFailed()) ? afterPutBack(await putBack(queue, jobId), duplicate) : duplicate;
   }
-  // Put back after the data is set: a worker never takes it with the data it failed with.
+  // After the data is set: a worker never takes it with the data it failed with.
   const removeContent = stored.contentRemoved || stored.inline !== undefined ? undefined : stored.contentKey;
   return afterPutBack(
     await putBack(queue, jobId),
@@ -464,10 +439,7 @@ function afterPutBack(outcome: PutBack, settled: DuplicateSettlement): Duplicate
   return outcome.kind === 'back' ? settled : outcome;
 }
 
-/**
- * Puts a failed job back with a fresh schedule: `back` once it is out of the failed set (by this or
- * another producer), `gone` when the id is gone, `put-back-failed` when Redis did not take it.
- */
+/** `back` once out of the failed set (by any producer), `gone` when the id is gone, `put-back-failed` when Redis did not take it. */
 async function putBack(queue: Queue<OutboxJobData, OutboxSendResult>, jobId: string): Promise<PutBack> {
   try {
     const job = await queue.getJob(jobId);
@@ -475,7 +447,7 @@ async function putBack(queue: Queue<OutboxJobData, OutboxSendResult>, jobId: str
     await job.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true });
     return { kind: 'back' };
   } catch (cause) {
-    // BullMQ refuses a job that is not failed: put back by another producer meanwhile, unless it is gone.
+    // BullMQ refuses a job that is not failed: another producer put it back, unless it is gone.
     try {
       const state = await queue.getJobState(jobId);
       if (state !== 'failed') return { kind: state === 'unknown' ? 'gone' : 'back' };

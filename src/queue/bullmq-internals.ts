@@ -3,20 +3,13 @@ import type { ChainableCommander } from 'ioredis';
 import { loadBullmq, requireQueuePeers, type OutboxRedisClient } from './redis-connection.js';
 
 /*
- * Every use the outbox makes of BullMQ beyond its documented API, in one
- * place; test/queue/bullmq-internals.test.ts fails, naming what changed, on a
- * BullMQ release that breaks one of them:
- * - its key names (a job id must not be one of them);
- * - its add scripts, defined on the ioredis client under names starting with
- *   `addStandardJob`, `addPrioritizedJob` or `addDelayedJob`, with the job's
- *   data as JSON in ARGV[2] (the outbox puts a guard before them);
- * - `Job#addJob(client)`, which queues exactly one command on a pipeline
- *   given as its client (BullMQ's own `addBulk` relies on it).
- * The job hash's fields and lock key that the outbox's scripts read are in
- * queue-location.ts, checked by the same test.
+ * Every use the outbox makes of BullMQ beyond its documented API; test/queue/bullmq-internals.test.ts
+ * fails, naming what changed, on a release that breaks one: its key names, its add scripts (named
+ * `addStandardJob`... on the ioredis client, the job's data as JSON in ARGV[2]), and `Job#addJob(client)`
+ * queueing exactly one command on a pipeline given as its client (BullMQ's own `addBulk` relies on it).
  */
 
-/** BullMQ's own keys of a queue (`{prefix}:{queue}:{name}`, BullMQ's `QueueKeys`). */
+/** BullMQ's own keys of a queue (`{prefix}:{queue}:{name}`, its `QueueKeys`). */
 export const BULLMQ_KEY_NAMES: ReadonlySet<string> = new Set([
   'active',
   'wait',
@@ -38,10 +31,10 @@ export const BULLMQ_KEY_NAMES: ReadonlySet<string> = new Set([
   'de',
 ]);
 
-/** BullMQ's scripts that add a job (BullMQ 5 and 6 name them with their version after a colon). */
+/** BullMQ 5 and 6 name them with their version after a colon. */
 export const ADD_SCRIPT = /^add(Standard|Prioritized|Delayed)Job(:|$)/;
 
-/** The Redis client of a BullMQ queue: BullMQ 5's `queue.client`, BullMQ 6's `queue.getBackend().client`. */
+/** BullMQ 5's `queue.client`, BullMQ 6's `queue.getBackend().client`. */
 export async function queueClient(queue: object): Promise<OutboxRedisClient> {
   const q = queue as { getBackend?: () => { client: Promise<OutboxRedisClient> }; client?: Promise<OutboxRedisClient> };
   return (await (q.getBackend ? q.getBackend().client : q.client))!;
@@ -50,10 +43,9 @@ export async function queueClient(queue: object): Promise<OutboxRedisClient> {
 const guarded = new WeakSet<object>();
 
 /**
- * Puts `lua` before each of BullMQ's add scripts defined on `redis` (once
- * BullMQ has defined them: the queue's client has resolved), so that it runs
- * in the same step as the add; `lua` reads the job's data from ARGV[2] and
- * may `return` a negative code to refuse the add.
+ * Puts `lua` before each of BullMQ's add scripts on `redis` (once the queue's client has resolved), in
+ * the same step as the add; `lua` reads the job's data from ARGV[2] and may `return` a negative code
+ * to refuse the add.
  * @throws {Error} naming the BullMQ version when it defines no add script the outbox knows
  */
 export function guardAddScripts(redis: OutboxRedisClient, lua: string): void {
@@ -71,8 +63,8 @@ export function guardAddScripts(redis: OutboxRedisClient, lua: string): void {
 }
 
 /**
- * Queues BullMQ's add of a job on `pipeline`, as one command (nothing awaits: the caller's commands that
- * follow stay next to it). Its answer comes with the pipeline's: the job id, or a negative code.
+ * Queues BullMQ's add of a job on `pipeline` as one command, answered with the pipeline: the job id,
+ * or a negative code. Nothing awaits, so the caller's commands that follow stay next to it.
  * @throws {Error} naming the BullMQ version when it queued more or less than one command
  */
 export function queueAdd(

@@ -4,9 +4,8 @@ import { configError } from '../shared/options-kit.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 
 /**
- * The `encryption` option of producers, workers and the relay's queue (AES-256-GCM at rest: anyone
- * who reads Redis otherwise reads every queued message). Keys have ids, written on each job, so they
- * can rotate while workers still read what older keys encrypted.
+ * The `encryption` option (AES-256-GCM at rest: otherwise whoever reads Redis reads every queued
+ * message). Keys have ids, written on each job, so they can rotate while older jobs are queued.
  * @example
  * const encryption: OutboxEncryption = {
  *   keyId: '2026-05',
@@ -14,16 +13,16 @@ import { EmlApiError } from '../shared/eml-api-error.js';
  * };
  */
 export interface OutboxEncryption {
-  /** Id of the key new mail is encrypted with: required on producers; workers use the key each job names. */
+  /** Required on producers; workers use the key each job names. */
   keyId?: string;
   /**
-   * The keys by id (1 to 64 of `A-Z a-z 0-9 . _ -`): 32 random bytes each, as a Buffer or 64 hex or 44
+   * The keys by id (`A-Z a-z 0-9 . _ -`, 1 to 64): 32 random bytes each, as a Buffer, 64 hex or 44
    * Base64 characters (`openssl rand -base64 32`). Keep older keys while their jobs may be queued.
    */
   keys: Readonly<Record<string, Uint8Array | string>>;
 }
 
-/** Bytes a record adds to its chunk: a 12-byte nonce before it, a 16-byte GCM tag after it. */
+/** A 12-byte nonce before each record, a 16-byte GCM tag after it. */
 export const RECORD_OVERHEAD = 28;
 const NONCE = 12;
 const TAG = 16;
@@ -32,7 +31,7 @@ const KEY_ID = /^[A-Za-z0-9._-]{1,64}$/;
 /** Validated keys, in a private field: never in `util.inspect`, JSON or errors. */
 export class OutboxKeyring {
   readonly #keys: ReadonlyMap<string, Buffer>;
-  /** Id of the key new content is encrypted with (undefined for a worker given none). */
+  /** Undefined for a worker given none. */
   readonly keyId: string | undefined;
 
   constructor(keys: ReadonlyMap<string, Buffer>, keyId: string | undefined) {
@@ -40,7 +39,6 @@ export class OutboxKeyring {
     this.keyId = keyId;
   }
 
-  /** The ids of the keys held. */
   get keyIds(): string[] {
     return [...this.#keys.keys()];
   }
@@ -70,8 +68,7 @@ export class OutboxKeyring {
   }
 
   /**
-   * Decrypts a record, or `undefined` when its tag does not match: changed, or sealed with another
-   * key (the caller tells which).
+   * `undefined` when the tag does not match: changed, or sealed with another key.
    * @throws {EmlApiError} `ECONFIG` (retried) when the key is not held
    */
   tryOpen(keyId: string, record: Buffer, aad: Buffer): Buffer | undefined {
@@ -89,8 +86,8 @@ export class OutboxKeyring {
   }
 
   /**
-   * The check value of key `keyId`: an HMAC under the key of a text naming the id. Holders of the id
-   * compare it to learn whether they hold the same bytes; it tells nothing of the key.
+   * An HMAC under the key of a text naming the id: holders compare it to learn whether they hold the
+   * same bytes; it tells nothing of the key.
    * @throws {EmlApiError} `ECONFIG` when the key is not held
    */
   checkValue(keyId: string): string {
@@ -123,7 +120,7 @@ export class OutboxKeyring {
   }
 }
 
-/** A worker given no keys meeting an encrypted job: the same retried error a worker missing one key gives. */
+/** Gives a worker without keys the same retried error as one missing a key. */
 export const NO_KEYS = new OutboxKeyring(new Map(), undefined);
 
 /**
@@ -177,8 +174,8 @@ export function encryptedSize(size: number, chunk: number): number {
 }
 
 /**
- * What a record is bound to: the content key (so it cannot move to another message), its position and
- * the message's size (so records cannot be reordered, dropped or cut), or `meta` for the envelope.
+ * Binds a record to its content key (it cannot move to another message), its position and the
+ * message's size (records cannot be reordered, dropped or cut), or `meta` for the envelope.
  */
 export function recordAad(contentKey: string, index: number | 'meta', size: number): Buffer {
   return Buffer.from(`nodemailer-eml-api outbox\0${contentKey}\0${index}\0${size}`);

@@ -12,40 +12,37 @@ import { keyVerdict } from './redis-settings.js';
 import { type OutboxJobData, outboxJobId } from './outbox-job.js';
 
 /*
- * A send's content is one Redis string beside its job (or, when small, in the job), written in
- * chunks. Every write is conditional on the length already stored, so the key only ever holds a
- * prefix of the message: when Redis loses data mid-write and ioredis resends the command in flight,
- * the write fails instead of re-creating the key with what came after.
+ * Content is one Redis string beside its job (or, when small, in the job), written in chunks, each
+ * write conditional on the length already stored: when Redis loses data mid-write and ioredis resends
+ * the command in flight, the write fails instead of re-creating the key with what came after.
  */
 
 /** What a finished write stored, for the job's data. */
 export interface WrittenContent {
-  /** Bytes of the content (before encryption). */
+  /** Before encryption. */
   size: number;
-  /** Bytes stored under the key (with encryption, the records' nonces and tags added). */
+  /** With encryption, the records' nonces and tags added. */
   stored: number;
-  /** SHA-256 of the bytes stored under the key (of the ciphertext, when encrypted), hex. */
+  /** Hex SHA-256 of the bytes stored (the ciphertext, when encrypted). */
   sha256: string;
-  /** The key the content was encrypted with, if it was. */
   keyId?: string;
 }
 
-/** Where a job's content is, as its data says: what a worker needs to read and check it. */
+/** Where a job's content is, as its data says. */
 export interface StoredContentRef {
   contentKey: string;
-  /** The content itself (Base64), when it is kept in the job. */
+  /** Base64, when kept in the job. */
   inline?: string | undefined;
-  /** Bytes of the content (before encryption). */
+  /** Before encryption. */
   size: number;
   sha256: string;
-  /** Set when the content is encrypted: the id of its key. */
   encryption?: { keyId: string } | undefined;
 }
 
 /**
- * The content of a queue's sends in Redis: written by producers, read and checked by workers. With a
- * keyring it is stored encrypted (AES-256-GCM) in one record per chunk, each bound to the key, its
- * position and the message's size, and decrypted with its tag checked before any of it goes out.
+ * The content of a queue's sends in Redis. With a keyring it is stored encrypted (AES-256-GCM) in one
+ * record per chunk, each bound to the key, its position and the message's size, and its tag checked
+ * before any of it goes out.
  */
 export class ContentStore {
   readonly #redis: OutboxRedisClient & ContentCommands;
@@ -61,14 +58,12 @@ export class ContentStore {
     this.#keyring = keyring;
   }
 
-  /** A new content key for a job of this queue. */
   newKey(jobId: string): string {
     return newContentKey(this.#location.contentKeyPrefix, jobId);
   }
 
   /**
-   * Writes content to a new key in chunks (memory holds one chunk whatever the size), hashing it. A
-   * failed or aborted write discards what it wrote.
+   * Writes content to a new key in chunks, hashing it; a failed or aborted write discards what it wrote.
    * @param options `size`: the content's bytes (encrypted records are bound to it); `holdMs`: how long
    *   the producer may still add the job (the sweeper leaves the content alone until then); `signal`:
    *   no command is sent after it aborts
@@ -93,7 +88,7 @@ export class ContentStore {
     try {
       const keyId = this.#keyring?.keyId;
       if (keyId !== undefined) {
-        // Records of exactly CONTENT_CHUNK bytes, so a reader finds each where its position says.
+        // A reader finds each record where its position says.
         let index = 0;
         for await (const chunk of exactChunks(source)) {
           plain += chunk.length;
@@ -119,8 +114,7 @@ export class ContentStore {
   }
 
   /**
-   * Prepares small content to go in the job itself: read whole, encrypted as one record, hashed. The
-   * job's add carries it.
+   * Prepares small content to go in the job itself: read whole, encrypted as one record, hashed.
    * @param options `size`: the content's bytes
    * @throws {EmlApiError} `EMESSAGE` when the source holds another number of bytes than `size`
    */
@@ -145,23 +139,20 @@ export class ContentStore {
     };
   }
 
-  /** Whether content of `size` bytes goes in the job (with this store's encryption's overhead). */
+  /** Counting this store's encryption overhead. */
   fitsInline(size: number): boolean {
     return storedLength({ size, encryption: this.#keyring?.keyId }) <= INLINE_MAX_BYTES;
   }
 
-  /**
-   * The fields of a job's data that describe its content: its SHA-256 and, when encrypted, the key id
-   * and the envelope and Message-ID sealed with it (in clear they would name every recipient, Bcc too).
-   */
+  /** The content's hash and, when encrypted, the key id and the sealed envelope and Message-ID (in clear they name every recipient, Bcc too). */
   jobFields(
     contentKey: string,
     written: WrittenContent,
     clear: { envelope: MailEnvelope; messageId: string; kind?: SendKind; group?: string | undefined },
   ): Partial<OutboxJobData> {
     if (written.keyId === undefined) return { sha256: written.sha256 };
-    // Kind and group are sealed too, so a job changed in Redis is not posted (checkBinding). The
-    // idempotency key is bound through the content key, which names the job.
+    // Kind and group are sealed so a job changed in Redis is not posted; the idempotency key is bound
+    // through the content key, which names the job.
     const meta = JSON.stringify({
       envelope: clear.envelope,
       messageId: clear.messageId,
@@ -178,12 +169,11 @@ export class ContentStore {
     };
   }
 
-  /** Bytes stored under a job's content key. */
   storedSize(ref: StoredContentRef): number {
     return storedLength(ref);
   }
 
-  /** A job's data with its envelope and Message-ID in clear, decrypted when this store holds the key. */
+  /** Decrypted when this store holds the key. */
   reveal<T extends Pick<OutboxJobData, 'contentKey' | 'size' | 'envelope' | 'messageId' | 'encryption'>>(data: T): T {
     if (data.encryption === undefined) return data;
     try {
@@ -198,9 +188,8 @@ export class ContentStore {
   }
 
   /**
-   * Checks, before an encrypted job is posted, that its kind, group and idempotency key are what its
-   * producer sealed: whoever can write to Redis could otherwise send it to another group or deliver it
-   * again under another key. Jobs in clear are not checked: anything of them can be changed.
+   * Checks that an encrypted job's kind, group and idempotency key are what its producer sealed:
+   * whoever can write to Redis could otherwise send it to another group or again under another key.
    * @throws {EmlApiError} `EMESSAGE` (permanent) when the data was changed; `ECONFIG` (retried)
    *   when this worker does not hold the key, or holds other bytes under its id
    */
@@ -224,12 +213,12 @@ export class ContentStore {
     if ((meta.group ?? undefined) !== data.group) throw changed(`its group (${String(data.group)})`);
   }
 
-  /** Removes content that may still be being written: writes on their way fail instead of re-creating it. */
+  /** Leaves a tombstone: writes on their way fail instead of re-creating the content. */
   async discard(key: string): Promise<void> {
     await this.#redis.emlApiDiscard(key, this.#index, TOMBSTONE_MS);
   }
 
-  /** After an add that may not have run: `queued` when the job points at this content after all, else discarded. */
+  /** After an add that may not have run. */
   async withdraw(jobId: string, key: string): Promise<'queued' | 'withdrawn'> {
     return (await this.#redis.emlApiWithdraw(this.#jobKey(jobId), key, this.#index, TOMBSTONE_MS)) === 1
       ? 'queued'
@@ -240,18 +229,14 @@ export class ContentStore {
     return queueKey(this.#location, jobId);
   }
 
-  /**
-   * Removes content a producer no longer needs unless the job points at it (checked in the same
-   * step): `kept` then.
-   */
+  /** Checked in the same step as the job's pointer. */
   async release(jobId: string, key: string): Promise<'removed' | 'kept'> {
     return (await this.#redis.emlApiRelease(this.#jobKey(jobId), key, this.#index)) === 1 ? 'removed' : 'kept';
   }
 
   /**
-   * The `/v1/send/eml` request body of stored EML; undefined when the content is missing. Larger
-   * messages are streamed on each attempt and hashed as read: the last chunk goes out only once the
-   * hash matches, so a request over changed content never completes.
+   * The `/v1/send/eml` body of stored EML; undefined when missing. Large messages stream and are hashed
+   * as read: the last chunk goes out only once the hash matches.
    * @throws {EmlApiError} `EMESSAGE` (permanent) when the content is cut or changed
    */
   async emlBody(ref: StoredContentRef): Promise<UploadBody | undefined> {
@@ -268,6 +253,7 @@ export class ContentStore {
   }
 
   /**
+   * A stored JSON request body (group or tracked send), checked; undefined when missing.
    * A stored JSON request body (group or tracked send), as text, checked; undefined when it is missing.
    * @throws {EmlApiError} `EMESSAGE` (permanent) when the content is cut or changed
    */
@@ -276,7 +262,7 @@ export class ContentStore {
   }
 
   /**
-   * Whether a job's content is all there (`stored`: its length in Redis, -1 when it is not there).
+   * @param stored its length in Redis, -1 when not there
    * @throws {EmlApiError} `EMESSAGE` when it is cut
    */
   #checkLength(ref: StoredContentRef, stored: number): 'whole' | 'missing' {
@@ -292,9 +278,9 @@ export class ContentStore {
     return 'whole';
   }
 
-  /** Reads the whole content (in the job, or in one round trip), checks its length and hash, decrypts it. */
+  /** In the job, or in one round trip; length and hash checked, then decrypted. */
   async #readWhole(ref: StoredContentRef): Promise<Buffer | undefined> {
-    // A tombstone (a hash) answers WRONGTYPE: not there.
+    // A tombstone answers WRONGTYPE.
     const found =
       ref.inline !== undefined
         ? Buffer.from(ref.inline, 'base64')
@@ -310,7 +296,7 @@ export class ContentStore {
     const plain: Buffer[] = [];
     for (const { index, start, end } of records(ref.size)) {
       const record = this.#open(ref, index, bytes.subarray(start, end));
-      // The bytes are what the producer stored (their SHA-256 matched): the key is the likely culprit.
+      // The bytes are as stored (SHA-256 matched): the key is the likely culprit.
       if (record === undefined) throw await this.#undecryptable(ref, true);
       plain.push(record);
     }
@@ -336,7 +322,7 @@ export class ContentStore {
       }
       const record = this.#open(ref, index, chunk);
       if (record === undefined) {
-        // Whether the bytes are what the producer stored is known once all are hashed: read the rest.
+        // Whether the bytes are as stored is known once all are hashed.
         for (const rest of spans.filter((span) => span.start >= end)) {
           hash.update(await this.#redis.getrangeBuffer(key, rest.start, rest.end - 1));
         }
@@ -346,16 +332,15 @@ export class ContentStore {
     }
   }
 
-  /** A record decrypted, `undefined` when its tag does not match. */
+  /** `undefined` when the tag does not match. */
   #open(ref: StoredContentRef, index: number, record: Buffer): Buffer | undefined {
     const aad = recordAad(ref.contentKey, index, ref.size);
     return (this.#keyring ?? NO_KEYS).tryOpen(ref.encryption!.keyId, record, aad);
   }
 
   /**
-   * The error of content (or a sealed envelope) that does not decrypt: changed in Redis (for good)
-   * when its SHA-256 does not match or Redis confirms this worker's key is the producers'; otherwise
-   * this worker's key is likely wrong, and the job is retried for a worker that holds the right one.
+   * Content changed in Redis (permanent) when its SHA-256 does not match or Redis confirms our key is
+   * the producers'; otherwise our key is likely wrong, and the job is retried for another worker.
    * @param asStored whether the bytes read match the SHA-256 on the job (an envelope has none: true)
    */
   async #undecryptable(
@@ -388,7 +373,6 @@ export class ContentStore {
   }
 }
 
-/** Throws when the content read does not match the SHA-256 on the job. */
 function verify(hash: Hash, { contentKey, sha256 }: StoredContentRef): void {
   if (hash.digest('hex') !== sha256) {
     throw new EmlApiError(
@@ -418,19 +402,16 @@ function lostWhileWriting(offset: number): EmlApiError {
   );
 }
 
-/**
- * Bytes per Redis command when content is written or read. Encrypted, record `i` lies at
- * `i × (chunk + RECORD_OVERHEAD)`.
- */
+/** Bytes per Redis command. Encrypted, record `i` lies at `i × (chunk + RECORD_OVERHEAD)`. */
 export const CONTENT_CHUNK = 1024 * 1024;
 
 /**
- * Content stored up to this size goes in the job itself: no round trip of its own. Larger content
- * stays beside the job, since BullMQ parses a job's whole data whenever it reads the job.
+ * Content up to this size goes in the job: no round trip of its own. BullMQ parses a job's whole data
+ * whenever it reads the job, so larger content stays beside it.
  */
 export const INLINE_MAX_BYTES = 64 * 1024;
 
-/** Bytes under the key of a job's content: with encryption, each record's nonce and tag added. */
+/** With encryption, each record's nonce and tag added. */
 export function storedLength(ref: { size: number; encryption?: unknown }): number {
   return ref.encryption === undefined ? ref.size : encryptedSize(ref.size, CONTENT_CHUNK);
 }
@@ -444,7 +425,7 @@ export function plainSpans(size: number): { index: number; start: number; end: n
   return spans;
 }
 
-/** Where each record of encrypted content lies in the stored bytes (one record at least). */
+/** One record at least. */
 export function records(size: number): { index: number; start: number; end: number }[] {
   const spans = [];
   const count = Math.max(1, Math.ceil(size / CONTENT_CHUNK));
@@ -464,7 +445,7 @@ export async function* pieces(source: Readable | Buffer): AsyncGenerator<Buffer>
   }
 }
 
-/** A source cut into chunks of exactly CONTENT_CHUNK bytes, the last shorter; one (empty) chunk at least. */
+/** The last shorter; one (empty) chunk at least. */
 export async function* exactChunks(source: Readable | Buffer): AsyncGenerator<Buffer> {
   let held: Buffer[] = [];
   let length = 0;
@@ -489,10 +470,9 @@ export async function* exactChunks(source: Readable | Buffer): AsyncGenerator<Bu
 }
 
 /**
- * Writes a chunk only where the stored length says it goes: at offset 0 the key must not exist,
- * further on the string must be exactly `offset` bytes long; the same write repeated after its answer
- * was lost is accepted. Anything else answers -1. The first write also indexes the key, scored with
- * Redis's time plus ARGV[3], the time the producer may still take to add its job.
+ * Writes a chunk only where the stored length says it goes (offset 0: the key must not exist); the
+ * same write repeated after a lost answer is accepted; else -1. The first write indexes the key,
+ * scored with Redis's time plus ARGV[3], the time the producer may still take to add its job.
  */
 const WRITE_AT = `
 local kind = redis.call('TYPE', KEYS[1]).ok
@@ -512,7 +492,7 @@ if stored ~= offset or offset == 0 then return -1 end
 return redis.call('APPEND', KEYS[1], ARGV[2])
 `;
 
-/** Removes content as a tombstone (a small hash, for an hour) on which every {@link WRITE_AT} fails. */
+/** A tombstone (a small hash, for an hour) on which every {@link WRITE_AT} fails. */
 const DISCARD = `
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'discarded', '1')
@@ -539,9 +519,8 @@ return 0
 `;
 
 /**
- * Removes content unless the job points at it, in one step, so no misjudged outcome (a reply lost,
- * another producer's change) removes the content of a job that will be sent. KEYS: job hash, content
- * key, content index. Answers 1 when it removed the content.
+ * Removes content unless the job points at it, in one step, so no misjudged outcome removes the
+ * content of a job that will be sent. KEYS: job hash, content key, content index. Answers 1 if removed.
  */
 const RELEASE = `
 local data = redis.call('HGET', KEYS[1], 'data')
@@ -554,13 +533,13 @@ redis.call('ZREM', KEYS[3], KEYS[2])
 return 1
 `;
 
-/** The stored length of the content, or -1 when it is not there (gone, or a tombstone). */
+/** -1 when not there (gone, or a tombstone). */
 const LENGTH = `
 if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return -1 end
 return redis.call('STRLEN', KEYS[1])
 `;
 
-/** How long a discarded key stays a tombstone, in ms. */
+/** In ms. */
 export const TOMBSTONE_MS = 60 * 60 * 1000;
 
 /** The commands {@link contentCommands} adds to a client. */
@@ -574,7 +553,7 @@ export interface ContentCommands {
 
 const defined = new WeakSet<OutboxRedisClient>();
 
-/** The client with the outbox's content commands (defined once per client). */
+/** Defined once per client. */
 export function contentCommands(redis: OutboxRedisClient): OutboxRedisClient & ContentCommands {
   if (!defined.has(redis)) {
     redis.defineCommand('emlApiWriteAt', { numberOfKeys: 2, lua: WRITE_AT });

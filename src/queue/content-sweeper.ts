@@ -3,26 +3,22 @@ import type { OutboxRedisClient } from './redis-connection.js';
 import { jobLockKey, outboxKeys, parseContentKey, queueKey, type QueueLocation } from './queue-location.js';
 
 /*
- * The sweeper removes stored content no job needs. It works from the queue's content index, never a
- * SCAN: producers enter each key as they write its first chunk, scored with their deadline for adding
- * the job (a later add is refused). So each entry is judged by Redis's clock: content a job needs
- * stays, a sent job's goes, content whose job is gone goes once its deadline has passed. Judging only
- * deletes, so a full Redis runs it even without the lock.
- *
- * Every key a script touches is one of its KEYS: while the queue's slot moves, Redis answers ASK or
- * TRYAGAIN and ioredis follows; a key built in Lua would be read on the wrong node and taken for gone.
+ * The sweeper works from the queue's content index, never a SCAN: producers index each key as they
+ * write its first chunk, scored with their deadline for adding the job, and each entry is judged by
+ * Redis's clock. Judging only deletes, so a full Redis runs it even without the lock. Every key a
+ * script touches is one of its KEYS: while the slot moves, a key built in Lua would be read on the
+ * wrong node and taken for gone.
  */
 
-/** Index entries read, then judged, per round trip. */
 const BATCH = 200;
-/** How long the sweeper's lock lasts without being renewed, in ms (renewed after every batch). */
+/** Renewed after every batch; in ms. */
 const LOCK_MS = 60_000;
 
 /**
- * Judges one index entry, in the same step as its removal: content its job points at stays until the
- * job is sent (a failed job can be put back); content no job points at goes once its deadline is not
- * after Redis's time; a key gone or a tombstone leaves the index. KEYS: the index, the content key,
- * the job's hash, the completed set. ARGV: the job id. Answers 1 when it removed the content.
+ * Judges one index entry in the same step as its removal: content its job points at stays until the
+ * job is sent (a failed job can be put back); content no job points at goes once its deadline is
+ * not after Redis's time. KEYS: the index, the content key, the job's hash, the completed set. ARGV:
+ * the job id. Answers 1 when it removed the content.
  */
 const JUDGE = `
 if redis.call('TYPE', KEYS[2]).ok ~= 'string' then
@@ -49,9 +45,9 @@ return 1
 `;
 
 /**
- * Keeps an entry of the parked set only while the job is failed by the run that parked it, or is
- * running (its lock held, between the parking record and BullMQ's move to failed). KEYS: the parked
- * set, the job's hash, its lock, the failed set. ARGV: the job id. Answers 1 when it removed the entry.
+ * Keeps a parked entry only while the job is failed by the run that parked it, or running (locked
+ * between the parking record and BullMQ's move to failed). KEYS: the parked set, the job's hash, its
+ * lock, the failed set. ARGV: the job id. Answers 1 when it removed the entry.
  */
 const CHECK_PARKED = `
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -64,13 +60,11 @@ redis.call('ZREM', KEYS[1], ARGV[1])
 return 1
 `;
 
-/** Renews the lock if this sweeper still holds it. */
 const RENEW = `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 `;
 
-/** Releases the lock if this sweeper still holds it. */
 const RELEASE = `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 return redis.call('DEL', KEYS[1])
@@ -97,8 +91,8 @@ function commands(redis: OutboxRedisClient): OutboxRedisClient & SweepCommands {
 }
 
 /**
- * Removes stored content no job needs: content whose job is gone once its producer's deadline has
- * passed, and content of sent jobs. Does nothing while another worker sweeps the queue.
+ * Removes stored content no job needs: a sent job's, and a gone job's once its producer's deadline
+ * has passed. Does nothing while another worker sweeps the queue.
  * @returns how many keys were removed (0 when another worker is sweeping)
  */
 export async function sweepStoredContent(redis: OutboxRedisClient, location: QueueLocation): Promise<number> {
@@ -109,13 +103,12 @@ export async function sweepStoredContent(redis: OutboxRedisClient, location: Que
   try {
     locked = (await r.set(keys.sweepLock, token, 'PX', LOCK_MS, 'NX')) === 'OK';
   } catch (err) {
-    // A full Redis refuses the lock's SET: judging only deletes, which needs no lock.
+    // A full Redis refuses the lock's SET; judging only deletes.
     if (!isOutOfMemory(err)) throw err;
     return judgeAll(r, location, async () => true);
   }
   if (!locked) return 0;
   try {
-    // A sweep that outlived its lock stops: another worker carries on.
     const removed = await judgeAll(
       r,
       location,
@@ -129,8 +122,7 @@ export async function sweepStoredContent(redis: OutboxRedisClient, location: Que
 }
 
 /**
- * Judges every entry of the index in batches by rank (what removals make a batch miss, the next sweep
- * finds).
+ * Judges the index in batches by rank (what removals make a batch miss, the next sweep finds).
  * @param goOn asked after each full batch; the walk stops when it answers false
  * @returns how many keys were removed
  */
@@ -150,10 +142,7 @@ async function judgeAll(
   }
 }
 
-/**
- * Drops parked entries whose job is no longer parked by that failure (a dashboard's retry or removal,
- * removal by age), so the count is right again after the next sweep.
- */
+/** Parked entries a dashboard's retry or removal left wrong are dropped, so the count is right after the next sweep. */
 async function checkParked(r: OutboxRedisClient & SweepCommands, location: QueueLocation): Promise<void> {
   const parked = outboxKeys(location).parked;
   const failed = queueKey(location, 'failed');
@@ -167,10 +156,7 @@ async function checkParked(r: OutboxRedisClient & SweepCommands, location: Queue
   }
 }
 
-/**
- * Judges one entry; one that is not a content key of this queue only leaves the index.
- * @returns 1 when the content was removed, 0 otherwise
- */
+/** @returns 1 when the content was removed; an entry that is not this queue's content key only leaves the index */
 async function judgeEntry(r: OutboxRedisClient & SweepCommands, location: QueueLocation, key: string): Promise<number> {
   const index = outboxKeys(location).contentIndex;
   const jobId = parseContentKey(location.contentKeyPrefix, key)?.jobId;
@@ -181,10 +167,7 @@ async function judgeEntry(r: OutboxRedisClient & SweepCommands, location: QueueL
   return r.emlApiJudgeEntry(index, key, queueKey(location, jobId), queueKey(location, 'completed'), jobId);
 }
 
-/**
- * Waits for a batch's scripts (one round trip) and sums what they removed. `OOM` refusals are not
- * thrown (the batch's removals went through); any other error is, once all have settled.
- */
+/** `OOM` refusals are not thrown (the batch's removals went through); any other error is, once all settled. */
 async function settleAll(runs: Promise<number>[]): Promise<{ removed: number }> {
   let removed = 0;
   let failure: unknown;
@@ -196,7 +179,7 @@ async function settleAll(runs: Promise<number>[]): Promise<{ removed: number }> 
   return { removed };
 }
 
-/** Whether Redis refused a command because it is full (maxmemory reached, `noeviction`). */
+/** maxmemory reached under `noeviction`. */
 function isOutOfMemory(err: unknown): boolean {
   return err instanceof Error && err.message.startsWith('OOM ');
 }

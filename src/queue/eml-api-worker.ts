@@ -45,8 +45,8 @@ export type { OutboxJob } from './outbox-job.js';
  */
 export interface WorkerCloseOptions {
   /**
-   * `false`: stop taking jobs and let the sends in flight finish. `true`: abort them and put their
-   * jobs straight back for another worker (the idempotency key makes a resend deliver once).
+   * `true`: abort the sends in flight and put their jobs straight back for another worker (the
+   * idempotency key makes a resend deliver once). `false`: let them finish.
    * @default false
    */
   abort?: boolean;
@@ -68,16 +68,12 @@ export interface EmlApiWorkerEvents {
   failed: [job: OutboxJob, error: EmlApiError];
   /** The worker itself failed (Redis unreachable...); logged when nobody listens. */
   error: [error: Error];
-  /**
-   * Redis keeps queued mail less safely than it should or its settings cannot be read, or the worker
-   * cut a queue pause longer than `maxRetryAfter`; also logged.
-   */
+  /** Redis keeps queued mail unsafely or its settings cannot be read, or a long queue pause was cut; also logged. */
   warning: [message: string];
 }
 
 /**
- * The event methods of {@link EmlApiWorker}, typed by {@link EmlApiWorkerEvents}: a listener's
- * arguments are inferred.
+ * The event methods of {@link EmlApiWorker}, typed by {@link EmlApiWorkerEvents}.
  * @example
  * outbox.on('failed', (job, err) => log.error({ job: job.id, code: err.code }, err.message));
  */
@@ -113,15 +109,15 @@ export interface EmlApiWorker {
  */
 // eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging -- typed events (interface above)
 export class EmlApiWorker extends EventEmitter {
-  /** The BullMQ worker (pause, resume, events: BullMQ's own API). */
+  /** The BullMQ worker (pause, resume, events). */
   readonly worker: Worker<OutboxJobData, OutboxSendResult>;
   /** The API client the worker sends through. */
   readonly client: EmlApiClient;
   /** Name of the queue. */
   readonly queueName: string;
   /**
-   * Resolves once the worker is connected and has checked that Redis keeps what is queued; rejects
-   * (`ECONFIG`, the worker then closed) when Redis evicts keys.
+   * Resolves once the worker is connected and Redis keeps what is queued; rejects (`ECONFIG`, the
+   * worker then closed) when Redis evicts keys.
    * @example
    * const outbox = await startEmlApiWorker(options); // has waited for it
    * await outbox.started; // already settled
@@ -134,25 +130,23 @@ export class EmlApiWorker extends EventEmitter {
   readonly #runner: OutboxJobRunner;
   readonly #maxRetryAfter: number;
   readonly #checks = startChecks();
-  /** Redis's time: the one clock every worker of the queue shares. */
+  /** The one clock every worker of the queue shares. */
   readonly #clock: RedisClock;
   readonly #watch: RedisSettingsWatch;
   readonly #keyPrint: string | undefined;
   readonly #waitForRedis: boolean;
-  /** When a lost connection was last told (performance.now()), to tell it once per 30 s. */
+  /** performance.now() of the last lost-connection message. */
   #connectionToldAt = Number.NEGATIVE_INFINITY;
   readonly #keysTold = new Set<string>();
-  /** The queue's owner record as last read. */
   #owner: QueueOwner | undefined;
   readonly #running = new Set<Promise<unknown>>();
   readonly #telemetry: WorkerTelemetry;
-  /** Redis's refusal of the connection (a wrong password...), as the worker's clients see it. */
+  /** Redis's refusal of the connection (a wrong password...). */
   #refusals: { refused: Promise<never>; stop(): void }[] = [];
   #forcing = false;
   #handedBack = 0;
   #closing: Promise<void> | undefined;
   #sweeper: NodeJS.Timeout | undefined;
-  /** While the clock is off: the check that takes jobs again once it is right. */
   #clockWatch: NodeJS.Timeout | undefined;
 
   /**
@@ -224,7 +218,7 @@ export class EmlApiWorker extends EventEmitter {
       location: settings,
       reports: {
         warn: (message) => this.#warn(message),
-        // Jobs still go out: what Redis holds is safer sent than kept in a Redis that may drop it.
+        // What Redis holds is safer sent than kept in a Redis that may drop it.
         wrong: (message) => {
           this.#logger.error({}, `${message}. Sending goes on; fix it, or queued mail may be lost`);
           this.emit('warning', message);
@@ -266,7 +260,7 @@ export class EmlApiWorker extends EventEmitter {
           concurrency: settings.concurrency,
           limiter: settings.rateLimit,
           settings: {
-            // BullMQ asks by the type stored on each job; any other is not the outbox's: -1 fails the job.
+            // BullMQ asks by the type stored on each job; -1 fails a job that is not the outbox's.
             backoffStrategy: (attemptsMade: number, type?: string, err?: Error, job?: MinimalJob) =>
               type === OUTBOX_BACKOFF_TYPE
                 ? outboxBackoffDelay(
@@ -281,13 +275,13 @@ export class EmlApiWorker extends EventEmitter {
         },
       );
     } catch (err) {
-      // The connection opened for BullMQ would otherwise keep the process alive with no worker to close it.
+      // Else it keeps the process alive with no worker to close it.
       if (this.#redis.owned) this.#redis.redis.disconnect();
       void this.client.close();
       throw new EmlApiError('ECONFIG', `workerOptions: ${(err as Error).message}`, { cause: err, permanent: true });
     }
     this.worker.on('error', (err) => this.#reportError(err));
-    // BullMQ's own connections (its blocking one is a copy of the client) report theirs here.
+    // Its blocking connection is a copy of the client.
     this.#refusals.push(watchRefusal(this.worker, this.#redis.where));
     this.worker.on('stalled', (jobId) =>
       this.#logger.warn(
@@ -309,7 +303,7 @@ export class EmlApiWorker extends EventEmitter {
           (err: unknown) => this.#logger.warn({ error: (err as Error).message }, 'Could not sweep stored content'),
         );
       };
-      // After the start's checks: a worker refused at start must not hold the sweep's lock.
+      // A worker refused at start must not hold the sweep's lock.
       void this.started.then(
         () => {
           if (this.#closing) return;
@@ -320,16 +314,12 @@ export class EmlApiWorker extends EventEmitter {
         () => undefined,
       );
     }
-    // Whoever made the worker awaits `started`; else it is only logged.
     this.started.catch((err: Error) => this.#logger.error({ error: err.message }, 'Outbox worker not started'));
   }
 
-  /**
-   * Checks Redis's settings once connected. Evicting keys is a refusal: the worker closes, handing
-   * back any job it took meanwhile.
-   */
+  /** Evicting keys is a refusal: the worker closes, handing back any job it took meanwhile. */
   async #start(): Promise<void> {
-    // A wrong password keeps the clients retrying for ever: the refusal ends the start with its reason.
+    // A wrong password keeps the clients retrying for ever.
     const refusal = Promise.race(this.#refusals.map((r) => r.refused));
     refusal.catch(() => undefined);
     const unlessRefused = <T>(step: Promise<T>) => Promise.race([step, refusal]);
@@ -344,8 +334,8 @@ export class EmlApiWorker extends EventEmitter {
       this.#watch.start();
       await this.#telemetry.start();
     } catch (err) {
-      // A refusal (Redis answers) closes gracefully, so jobs BullMQ fetched but had not handed over go back
-      // too rather than waiting for their locks to expire; a failing Redis closes at once.
+      // A refusal closes gracefully, so fetched jobs go back now rather than at lock expiry;
+      // a failing Redis closes at once.
       this.#checks.fail();
       const refused = err instanceof EmlApiError && err.code === 'ECONFIG';
       await this.close(refused ? {} : { abort: true }).catch(() => undefined);
@@ -354,8 +344,7 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   /**
-   * Resolves once BullMQ's connections are ready, telling why Redis cannot be reached meanwhile; after
-   * `timeouts.connect` it rejects, unless `waitForRedis`.
+   * Resolves once BullMQ's connections are ready, telling why Redis cannot be reached meanwhile.
    * @throws {EmlApiError} `ECONNECTION` when Redis was not reached in time
    */
   async #connected(): Promise<void> {
@@ -377,7 +366,6 @@ export class EmlApiWorker extends EventEmitter {
       say();
     };
     redis.on('error', first);
-    // Every 2 s in the first minute, then every minute.
     let ticks = 0;
     const again = setInterval(() => {
       ticks++;
@@ -410,13 +398,10 @@ export class EmlApiWorker extends EventEmitter {
     }
   }
 
-  /**
-   * Runs a job once the start-up checks have passed: BullMQ hands over jobs as soon as it is connected,
-   * and a worker refused at start must not have run any.
-   */
+  /** BullMQ hands over jobs as soon as it is connected, and a worker refused at start must not have run any. */
   async #runChecked(job: OutboxJob, token: string | undefined): Promise<RunOutcome> {
     if (!(await this.#checks.passed)) return this.#handBack(job, token);
-    // Read again in case the machine was suspended meanwhile (the monotonic clock missed it).
+    // The monotonic clock misses a suspended machine.
     await this.#clock.now().catch(() => undefined);
     if (this.#clock.problem() !== undefined) {
       this.#stopForClock();
@@ -425,7 +410,6 @@ export class EmlApiWorker extends EventEmitter {
     return this.#runner.run(job, token);
   }
 
-  /** Stops taking jobs while the clock is off, says so, and takes them again once it is right. */
   #stopForClock(): void {
     if (this.#clockWatch || this.#closing) return;
     const problem = this.#clock.problem()!;
@@ -436,7 +420,7 @@ export class EmlApiWorker extends EventEmitter {
     this.#clockWatch.unref();
   }
 
-  /** Takes jobs again once the clock agrees with Redis's (read again: the machine may have slept). */
+  /** Read again: the machine may have slept. */
   async #clockBack(): Promise<void> {
     await this.#clock.now().catch(() => undefined);
     if (this.#clock.problem() !== undefined || !this.#clockWatch) return;
@@ -447,10 +431,7 @@ export class EmlApiWorker extends EventEmitter {
     void this.worker.resume();
   }
 
-  /**
-   * Cuts a queue-wide pause longer than this worker's `maxRetryAfter` (set by a worker with a larger
-   * one, or by hand): it would keep every worker waiting, restarts included.
-   */
+  /** A pause longer than this worker's `maxRetryAfter` (set by another worker or by hand) would hold every worker. */
   async #capPause(): Promise<void> {
     const max = this.#maxRetryAfter;
     const was = await capRateLimitPause(this.#redis.redis, queueKey(this.#location, 'limiter'), max);
@@ -461,8 +442,8 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   /**
-   * Stops the worker: by default it takes no new jobs, lets the sends in flight finish and closes its
-   * connections; with `{ abort: true }` the sends are aborted and their jobs put back at once.
+   * Stops the worker: by default it lets the sends in flight finish; with `{ abort: true }` they are
+   * aborted and their jobs put back at once.
    * @throws {EmlApiError} `ECONFIG` (a rejection) for an option it does not know
    * @example
    * process.once('SIGTERM', () => outbox.close());
@@ -477,8 +458,7 @@ export class EmlApiWorker extends EventEmitter {
     if (options.abort && !this.#forcing) {
       this.#forcing = true;
       void this.client.close({ abort: true });
-      // A graceful close waits for BullMQ, which waits for Redis to record the sends in flight: for ever
-      // while Redis is unreachable. The forced close bounds that wait.
+      // A graceful close waits for Redis to record the sends in flight: for ever while it is unreachable.
       if (this.#closing) this.#closing = this.#cutShort(this.#closing);
     }
     this.#closing ??= this.#close();
@@ -486,8 +466,8 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   /**
-   * Ends a graceful close that a forced one overtook: after a forced close's time the connections are
-   * dropped; a job BullMQ could not put back returns when its lock expires, as after a crash.
+   * After a forced close's time the connections are dropped; a job BullMQ could not put back returns
+   * when its lock expires, as after a crash.
    */
   async #cutShort(graceful: Promise<void>): Promise<void> {
     const ended = await withDeadline(graceful, 2 * outboxWaits.handBack).then(
@@ -508,7 +488,6 @@ export class EmlApiWorker extends EventEmitter {
     this.#watch.stop();
     for (const refusal of this.#refusals) refusal.stop();
     if (this.#forcing) {
-      // Wait briefly, still connected, for the aborted sends to put their jobs back.
       await withDeadline(this.worker.pause(true), outboxWaits.handBack).catch(() => undefined);
       const until = Date.now() + outboxWaits.handBack;
       while (this.#running.size > 0 && Date.now() < until) {
@@ -535,8 +514,8 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   /**
-   * What `/readyz` checks for this worker, with whether it still takes jobs.
-   * @internal `eml-api worker --processes` asks each process for it, and serves one port for all.
+   * What `/readyz` checks for this worker.
+   * @internal `eml-api worker --processes` serves one port for all processes.
    */
   get readinessChecks(): ReadinessCheck[] {
     return this.#telemetry.checks(true);
@@ -571,15 +550,14 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   /**
-   * Puts a job of a forced close back in the queue at once instead of at its lock's expiry, and tells
-   * BullMQ it moved (so it neither fails nor completes it). BullMQ 5 releases without `WaitingError`
-   * get `DelayedError`.
+   * Puts a job of a forced close back at once instead of at lock expiry, and tells BullMQ it moved.
+   * BullMQ 5 releases without `WaitingError` get `DelayedError`.
    */
   async #handBack(job: OutboxJob, token: string | undefined): Promise<RunOutcome> {
     this.#handedBack++;
     const { WaitingError, DelayedError } = loadBullmq() as Omit<BullmqModule, 'WaitingError'> &
       Partial<Pick<BullmqModule, 'WaitingError'>>;
-    // Bounded: with Redis unreachable the job cannot be moved, and its lock expiry returns it instead.
+    // With Redis unreachable the job cannot be moved, and its lock expiry returns it instead.
     if (typeof job.moveToWait === 'function') {
       await withDeadline(job.moveToWait(token), outboxWaits.handBack).catch(() => undefined);
     }
@@ -587,7 +565,7 @@ export class EmlApiWorker extends EventEmitter {
   }
 
   #onSent(job: OutboxJob, result: OutboxSendResult): void {
-    // Its data held the record of its send when it ran: completed again, nothing posted.
+    // It was sent when it ran: completed again, nothing posted.
     if ((job.data as Partial<OutboxJobData> | undefined)?.sent !== undefined) {
       this.#logger.info(
         { job: job.id, id: result?.id },
@@ -606,7 +584,7 @@ export class EmlApiWorker extends EventEmitter {
       this.#logger.error({ job: job.id, code: (error as EmlApiError).code }, `Queued message failed: ${error.message}`);
       this.emit('failed', job, error);
     } else if (answeredByNotTheService(error)) {
-      // Every job fails so while the worker points at a wrong host: an error, not a passing warning.
+      // Every job fails so while the worker points at a wrong host.
       this.#logger.error(
         { job: job.id, code: (error as EmlApiError).code, responseCode: (error as EmlApiError).responseCode },
         `Queued message will be retried: ${error.message}`,
@@ -618,7 +596,6 @@ export class EmlApiWorker extends EventEmitter {
     }
   }
 
-  /** A warning: logged, and the `'warning'` event. */
   #warn(message: string): void {
     this.#logger.warn({}, message);
     this.emit('warning', message);
@@ -627,7 +604,7 @@ export class EmlApiWorker extends EventEmitter {
   #reportError(err: Error): void {
     let reported = err;
     if (connectionLost(err)) {
-      // Each reconnect fails with one: told once per 30 s (while starting, the start's warnings say it).
+      // Each reconnect fails with one (while starting, the start's warnings say it).
       const now = performance.now();
       if (this.#checks.settled === undefined || now - this.#connectionToldAt < CONNECTION_ERROR_EVERY_MS) return;
       this.#connectionToldAt = now;
@@ -643,13 +620,10 @@ export class EmlApiWorker extends EventEmitter {
   }
 }
 
-/** How often a worker stopped for its clock looks at it again, in ms (no round trip). */
 const CLOCK_CHECK_MS = 1_000;
 
-/** How often a lost connection to Redis is told, at most, in ms. */
 const CONNECTION_ERROR_EVERY_MS = 30_000;
 
-/** A promise of whether the start-up checks passed, with the functions that settle it. */
 function startChecks(): {
   passed: Promise<boolean>;
   readonly settled: boolean | undefined;
@@ -669,18 +643,17 @@ function startChecks(): {
   };
 }
 
-/** A failed attempt answered with a 2xx: not the service's answer (a wrong baseUrl?). */
+/** A failed attempt answered with a 2xx is not the service's answer (a wrong baseUrl?). */
 function answeredByNotTheService(error: Error): boolean {
   const status = error instanceof EmlApiError ? error.responseCode : undefined;
   return status !== undefined && status >= 200 && status < 300;
 }
 
 /**
- * Starts a worker of the outbox and resolves once it is connected and Redis is checked: it posts
- * each queued job with the job's idempotency key, `concurrency` at a time. Passing failures are
- * retried on the job's schedule; a 429 pauses every worker for its `Retry-After`; permanent ones
- * fail the job, keeping the error. A `maxmemory-policy` other than `noeviction` is refused (queued
- * mail would be evicted silently); no append-only file is a warning.
+ * Starts an outbox worker and resolves once it is connected and Redis is checked: it posts each
+ * queued job with its idempotency key, `concurrency` at a time. Passing failures retry on the job's
+ * schedule; a 429 pauses every worker; permanent ones fail the job. A `maxmemory-policy` other than
+ * `noeviction` is refused (queued mail would be evicted silently); no append-only file is a warning.
  * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid (or an `encryption` key
  *   differs from the producers' under its id), or naming the Redis setting (and the command that fixes
  *   it) when Redis would lose queued mail
@@ -707,7 +680,7 @@ export async function startEmlApiWorker(
 ): Promise<EmlApiWorker> {
   signal?.throwIfAborted();
   const outbox = new EmlApiWorker(options);
-  // The worker is not the caller's to close until it resolves: the signal stops a start that waits for Redis.
+  // Until it resolves the worker is not the caller's to close: the signal stops a start that waits for Redis.
   let onAbort: (() => void) | undefined;
   const aborted = new Promise<never>((_resolve, reject) => {
     onAbort = () =>

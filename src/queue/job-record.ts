@@ -4,22 +4,18 @@ import { jobLockKey, outboxKeys, queueKey, type QueueLocation } from './queue-lo
 import type { OutboxRedisClient } from './redis-connection.js';
 import { RETRY_PRIORITY } from './retry-schedule.js';
 
-/**
- * The field of a job's hash holding when Redis took the job (Redis's time, ms): BullMQ's `timestamp`
- * is its producer's clock, which may be days off.
- */
+/** When Redis took the job (Redis's time, ms): BullMQ's `timestamp` is the producer's clock, which may be days off. */
 export const QUEUED_AT = 'emlApiQueuedAt';
 
-/** The check every write starts with: ARGV[1], the worker's lock token ('' for none), still holds KEYS[2]. */
+/** ARGV[1], the worker's lock token ('' for none), still holds KEYS[2]. */
 const OWNED = `
 if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 `;
 
 /**
- * The content deleted, the answer into the job's data (while the job exists), the job out of the
- * parked set. KEYS: job hash, its lock, content key, content index, parked set. ARGV: the lock token,
- * the data, the job id. Deleting first lets a full Redis drain: a script's first write is refused only
- * when it needs memory, and once a script has written Redis runs the rest.
+ * Deletes the content, records the answer in the job's data, takes the job out of the parked set.
+ * KEYS: job hash, its lock, content key, content index, parked set. ARGV: the lock token, the data,
+ * the job id. Deleting first lets a full Redis drain: once a script has written, Redis runs the rest.
  */
 const RECORD_SENT = `${OWNED}
 redis.call('DEL', KEYS[3])
@@ -30,10 +26,9 @@ return 1
 `;
 
 /**
- * The job's data; as asked, its content removed first (ARGV[3]), its priority set (ARGV[4], '' to
- * leave it: read when BullMQ moves the job back to a list), and the job into the parked set scored with
- * its `processedOn` (ARGV[5] '1') or out of it. KEYS as RECORD_SENT. Answers 0 when the worker no
- * longer holds the job, -1 when the job is gone.
+ * Writes the job's data; as asked, removes its content first (ARGV[3]), sets its priority (ARGV[4], ''
+ * to leave it), and puts it in the parked set scored with `processedOn` (ARGV[5] '1') or out of it.
+ * KEYS as RECORD_SENT. Answers 0 when the worker no longer holds the job, -1 when it is gone.
  */
 const RECORD = `${OWNED}
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
@@ -73,19 +68,18 @@ function commands(redis: OutboxRedisClient): OutboxRedisClient & RecordCommands 
 
 /** What a write on a job does besides its data. */
 export interface RecordOptions {
-  /** Remove the content under its key (the service refused it). */
+  /** The service refused the content. */
   dropContent?: boolean;
-  /** Give the job the priority of retries, taken before new messages. */
+  /** Retries are taken before new messages. */
   retry?: boolean;
-  /** Put the job in the parked set (else it leaves it). */
+  /** Else it leaves the parked set. */
   parked?: boolean;
 }
 
 /**
- * The records a worker keeps on the jobs it runs: the service's answer and the record of a failed
- * attempt. Each write checks in the same script that the worker still holds the job's lock: a worker
- * that lost it (the job stalled and another took it) must not write `sent` or delete the content
- * under the new owner.
+ * The records a worker keeps on the jobs it runs. Each write checks in the same script that the
+ * worker still holds the job's lock: a worker that lost it must not write `sent` or delete the
+ * content under the new owner.
  */
 export class JobRecords {
   readonly #redis: OutboxRedisClient & RecordCommands;
@@ -99,7 +93,7 @@ export class JobRecords {
   }
 
   /**
-   * Writes a job's data (and what `options` asks), keeping BullMQ's copy in memory in step.
+   * Writes a job's data, keeping BullMQ's copy in memory in step.
    * @param token the worker's lock token of the job (undefined: not checked)
    * @returns false when nothing was written: the job is gone, or another worker holds it (then said)
    */
@@ -126,7 +120,7 @@ export class JobRecords {
     return true;
   }
 
-  /** Keeps the record of a failed attempt; a failure to write is logged, as the attempt's outcome stands. */
+  /** A failure to write is logged: the attempt's outcome stands. */
   async fail(
     job: OutboxJob,
     token: string | undefined,
@@ -147,8 +141,8 @@ export class JobRecords {
   }
 
   /**
-   * Records that the service accepted a job's send (`sent`, its content deleted, in one step). Not
-   * awaited: BullMQ's completion follows on the same connection, so Redis runs them in that order.
+   * Records the service's acceptance and deletes the content, in one step. Not awaited: BullMQ's
+   * completion follows on the same connection, so Redis runs them in that order.
    */
   sent(job: OutboxJob, token: string | undefined, data: OutboxJobData, result: OutboxSendResult): void {
     const { inline: _sent, ...kept } = data;
@@ -164,12 +158,12 @@ export class JobRecords {
           if (done !== 1) this.#warnNotOwner(job, 'its record of the send');
         },
         (err: unknown) =>
-          // The send stands; without the record a re-run posts again and the service answers from the first send.
+          // The send stands; a re-run posts again and the service answers from the first send.
           this.#logger.warn({ job: job.id, error: (err as Error).message }, 'Could not record the send on the job'),
       );
   }
 
-  /** When Redis took the job (its add stamped it); else BullMQ's timestamp, no later than `now`. */
+  /** Stamped by its add; else BullMQ's timestamp, no later than `now`. */
   async queuedAt(job: OutboxJob, now: number): Promise<number> {
     const stamped = await this.#redis.hget(queueKey(this.#location, String(job.id)), QUEUED_AT).catch(() => null);
     return stamped !== null && Number.isFinite(Number(stamped)) ? Number(stamped) : Math.min(job.timestamp, now);

@@ -26,7 +26,7 @@ import type { MailEnvelope } from '../transport/nodemailer-types.js';
  */
 export interface OutboxQueue {
   readonly queue: Queue<OutboxJobData, OutboxSendResult>;
-  /** Host and port of Redis (never its password), for messages. */
+  /** Host and port of Redis (never its password). */
   readonly where: string;
   close(): Promise<void>;
 }
@@ -49,7 +49,7 @@ export async function openOutboxQueue(
   const client = openOutboxRedis(options.connection, 'producer', location);
   client.redis.on('error', () => undefined);
   trackConnectionErrors(client.redis);
-  // A refused password leaves the PING waiting (a cluster client retries silently): the refusal ends the wait.
+  // A cluster client retries a refused password silently, leaving the PING waiting.
   const refusal = watchRefusal(client.redis, client.where);
   try {
     await Promise.race([withDeadline(client.redis.ping(), timeout), refusal.refused]);
@@ -106,7 +106,7 @@ export interface FailedSend {
   queueId: string;
   kind: SendKind | undefined;
   group: string | undefined;
-  /** Empty when `encrypted` (the envelope is sealed with the content's key). */
+  /** Empty when `encrypted`: the envelope is sealed with the content's key. */
   envelope: MailEnvelope | undefined;
   messageId: string | undefined;
   /** Whether the job's content and envelope are encrypted (the producer's `encryption` option). */
@@ -115,7 +115,7 @@ export interface FailedSend {
   attempts: number;
   /** When it failed for good. */
   failedAt: Date | undefined;
-  /** The last error (from the job's data; BullMQ's `failedReason` when the job has none). */
+  /** From the job's data, else BullMQ's `failedReason`. */
   error: Pick<OutboxJobError, 'message'> & Partial<OutboxJobError>;
 }
 
@@ -127,20 +127,16 @@ export interface FailedSend {
  */
 export interface OutboxStatus {
   counts: Record<OutboxState, number>;
-  /** Whether the queue is paused (`queue.pause()`): workers take no jobs. */
+  /** Workers take no jobs (`queue.pause()`). */
   paused: boolean;
-  /**
-   * How long every worker still waits because the service answered 429, in ms; 0 when no such
-   * pause holds.
-   */
+  /** How long every worker still waits because the service answered 429, in ms. */
   rateLimitedMs: number;
   /** The newest failed sends, up to the limit asked for. */
   failed: FailedSend[];
 }
 
 /**
- * Reads how many jobs are in each state and the newest failed sends (what `eml-api queue status`
- * prints).
+ * Reads how many jobs are in each state and the newest failed sends (`eml-api queue status`).
  * @param options `limit`: failed sends to list, newest first @default 20
  * @example
  * const { counts, failed } = await readOutboxStatus(transport.queue, { limit: 5 });
@@ -152,7 +148,7 @@ export async function readOutboxStatus(
   const [raw, paused, rateLimitedMs] = await Promise.all([
     queue.getJobCounts(...OUTBOX_STATES),
     queue.isPaused(),
-    // BullMQ's limiter key counts sends too: only a value from PAUSE_MARK up is a 429's pause.
+    // The limiter key counts BullMQ's sends too: only values from PAUSE_MARK up are a 429's pause.
     queue.getRateLimitTtl(PAUSE_MARK),
   ]);
   const counts = Object.fromEntries(OUTBOX_STATES.map((s) => [s, raw[s] ?? 0])) as Record<OutboxState, number>;
@@ -184,12 +180,11 @@ export async function readOutboxStatus(
   return { counts, paused, rateLimitedMs: Math.max(0, rateLimitedMs), failed };
 }
 
-/** What is wrong with a job BullMQ cannot read. */
 const UNREADABLE = 'its data in Redis is not valid JSON (cut, or written by something else than the outbox)';
 
 /**
- * A job as BullMQ reads it, the parse error when its hash is not JSON (one such job must not stop a
- * reading of the whole queue), or undefined when it is gone.
+ * A job, the parse error when its hash is not JSON (one such job must not stop reading the queue),
+ * or undefined when it is gone.
  * @throws Redis's errors
  */
 async function readJob(
@@ -214,34 +209,26 @@ export interface SkippedSend {
   reason: string;
 }
 
-/**
- * Takes a job out of the parked set if its entry is still the run that parked it.
- * KEYS: the parked set. ARGV: the job id, the run's `processedOn`.
- */
+/** KEYS: the parked set. ARGV: the job id, the run's `processedOn` (a re-parked job names a new run). */
 const UNPARK = `
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if score and tonumber(score) == tonumber(ARGV[2]) then redis.call('ZREM', KEYS[1], ARGV[1]) end
 return 0
 `;
 
-/** Why a job whose content was removed is not put back. */
 const CONTENT_REMOVED = 'its content was removed when the service refused it; queue a corrected message with sendMail';
-/** Why a job whose key another accepted message used is not put back. */
 const KEY_USED =
   'the service had already accepted another message under its idempotency key (422 idempotency_key_reused), and its content was removed; queue it with sendMail under a new idempotencyKey if it must go too';
-/** Why a job put back by someone else while this call ran is left to them. */
 const NO_LONGER_FAILED =
   'no longer failed: put back meanwhile by someone else (another eml-api queue retry, a dashboard, a sendMail with its idempotencyKey)';
-/** Why a job that may have been delivered is not put back with the others. */
 const MAY_HAVE_BEEN_DELIVERED =
   "it may have been delivered and the service's idempotency window has passed: check, then put it back by naming it";
 
 /**
- * Puts failed sends back with a fresh retry schedule (what `eml-api queue retry` does): the ones
- * named, or every job failed when it is called, each once. Skipped, with the reason: jobs whose
- * content was removed, jobs put back by someone else meanwhile, and, unless named, jobs past their
- * idempotency window (a worker would park them again; naming one is a person's word that it was
- * not delivered).
+ * Puts failed sends back with a fresh retry schedule (`eml-api queue retry`), each once. Skipped,
+ * with the reason: jobs whose content was removed, jobs put back by someone else meanwhile, and,
+ * unless named, jobs past their idempotency window (naming one is a person's word that it was not
+ * delivered).
  * @param options `ids`: the jobs to put back @default every failed job
  * @returns the job ids put back, those named that were not failed jobs, and those left with the reason
  * @example
@@ -272,13 +259,12 @@ export async function retryFailedSends(
       skipped.push({ queueId: id, reason: keyUsed ? KEY_USED : CONTENT_REMOVED });
       return true;
     }
-    // By Redis's clock, which workers wrote resendUntil with.
+    // Workers wrote resendUntil by Redis's clock.
     const pastWindow = data.resendUntil !== undefined && data.resendUntil <= (now ??= await queueRedisTime(queue));
     if (pastWindow && !ids) {
       skipped.push({ queueId: id, reason: MAY_HAVE_BEEN_DELIVERED });
       return true;
     }
-    // A fresh schedule resets stalls too; named past its window, the window starts again.
     if (data.stalls || pastWindow) {
       const { possiblyAcceptedAt: _at, resendUntil: _until, ...rest } = data;
       await job.updateData({ ...(pastWindow ? rest : data), stalls: 0, aloneStalls: 0 } as OutboxJobData);
@@ -292,7 +278,6 @@ export async function retryFailedSends(
       return true;
     }
     retried.push(id);
-    // Out of the parked set, unless a worker parked it again meanwhile (its entry then names the new run).
     const redis = await queueClient(queue);
     await redis.eval(UNPARK, 1, parkedKey(queue), id, parkedRun).catch(() => undefined);
     return true;
@@ -301,8 +286,7 @@ export async function retryFailedSends(
     for (const id of ids) if (!(await retry(id))) notFailed.push(id);
     return { retried, notFailed, skipped };
   }
-  // Read before any is put back: a worker that fails one again at once would otherwise have it found
-  // again, and again, each time a request to the service.
+  // Read before any is put back: one a worker fails again at once must not be found again, and sent again.
   const failed = await queue.getRanges(['failed'], 0, -1, true);
   for (const id of new Set(failed)) await retry(id);
   return { retried, notFailed, skipped };
@@ -314,11 +298,11 @@ export async function retryFailedSends(
  * const options: PurgeOptions = { ids: ['order-1042'] };
  */
 export interface PurgeOptions {
-  /** The jobs to remove, with their content. @default undefined (the whole queue) */
+  /** @default undefined (the whole queue) */
   ids?: readonly string[];
   /**
-   * Purge the whole queue even while jobs are being sent (their workers then record sends on jobs
-   * that are gone). Named jobs being sent are always left: BullMQ does not remove a locked job.
+   * Purge the whole queue even while jobs are being sent. Named jobs being sent are always left:
+   * BullMQ does not remove a locked job.
    * @default false
    */
   force?: boolean;
@@ -332,27 +316,22 @@ export interface PurgeOptions {
 export interface PurgeResult {
   /** Jobs removed. */
   jobs: number;
-  /** Stored messages removed (with the whole queue, content no job pointed at included). */
+  /** Stored messages removed (with the whole queue, orphans included). */
   content: number;
-  /** Jobs left because a worker is sending them (the whole queue: then nothing was removed). */
+  /** Jobs left because a worker is sending them (with the whole queue, nothing was then removed). */
   busy: string[];
   /** Named jobs that do not exist. */
   notFound: string[];
-  /**
-   * Masters of a Redis Cluster that were down and so not scanned for stored messages, with why. The
-   * queue's own keys share one slot, on a master that answered.
-   */
+  /** Redis Cluster masters down, and so not scanned for stored messages, with why. */
   skippedNodes?: string[];
 }
 
-/** Keys deleted per command. */
 const BATCH = 500;
 
 /**
- * Removes queued mail now: the jobs named with their stored messages, or the whole queue with every
- * stored message and outbox key. BullMQ's own removals (`obliterate`, `remove`, `clean`, a
- * dashboard) leave the stored messages, in clear unless encrypted, until a worker sweeps them. Stop
- * the producers first: a message queued during a purge may be kept.
+ * Removes queued mail now: the named jobs with their stored messages, or the whole queue with every
+ * outbox key. BullMQ's own removals leave stored messages until a worker sweeps them. Stop the
+ * producers first: a message queued during a purge may be kept.
  * @returns what was removed and left
  * @example
  * await purgeOutbox(admin.queue); // everything
@@ -373,7 +352,7 @@ export async function purgeOutbox(
   await queue.obliterate({ force: true });
   // obliterate leaves the limiter key: a 429's pause would outlive the queue.
   await redis.del(queueKey(location, 'limiter'));
-  // Those the index names, then any other (a tombstone, an entry removed by hand).
+  // Those the index names, then any other (a tombstone, one removed by hand).
   let content = 0;
   const index = outboxKeys(location).contentIndex;
   for (;;) {
@@ -427,9 +406,8 @@ async function purgeJobs(
 }
 
 /**
- * Deletes every key matching `pattern` that `ours` accepts, by SCAN; returns how many. A cluster's
- * SCAN sees one node, so every master that answers is scanned (one that is down is passed to
- * `skipped`) and deletes go through the cluster client to each slot's master.
+ * Deletes by SCAN every key matching `pattern` that `ours` accepts. A cluster's SCAN sees one node,
+ * so every master that answers is scanned; those down go to `skipped`.
  */
 async function deleteMatching(
   redis: OutboxRedisClient,
@@ -451,8 +429,7 @@ async function deleteMatching(
 }
 
 /**
- * The live state of the outbox for people and dashboards (what `eml-api queue watch` prints and the
- * worker's gauges show).
+ * The live state of the outbox (`eml-api queue watch`, the worker's gauges).
  * @example
  * const { counts, oldestWaitingSeconds, sentLastMinute } = await readOutboxSnapshot(transport.queue);
  */
@@ -461,30 +438,22 @@ export interface OutboxSnapshot {
   counts: Record<OutboxState, number>;
   /** Whether the queue is paused (`queue.pause()`). */
   paused: boolean;
-  /**
-   * Seconds since the job next in line (retries due, then new messages) was queued; 0 when nothing
-   * waits. Growing, it says the workers do not keep up, or none runs.
-   */
+  /** Seconds since the job next in line was queued; 0 when nothing waits. Growing: the workers do not keep up. */
   oldestWaitingSeconds: number;
-  /**
-   * Failed jobs parked for a person (`lastError.parked`). One put back other than by `eml-api queue
-   * retry` counts until the workers' next sweep.
-   */
+  /** Failed jobs parked for a person; one put back other than by `eml-api queue retry` counts until the next sweep. */
   parked: number;
-  /** Jobs sent (completed) within the last minute, by their finishing time. */
+  /** Completed within the last minute. */
   sentLastMinute: number;
   /** Jobs failed for good within the last minute. */
   failedLastMinute: number;
 }
 
-/** The queue's set of parked jobs (see `outboxKeys`). */
 function parkedKey(queue: Queue<OutboxJobData, OutboxSendResult>): string {
   return outboxKeys(resolveQueueLocation(queue.name, queue.opts.prefix)).parked;
 }
 
 /**
- * Reads the outbox's live state in a few commands whose cost does not grow with the queue, cheap
- * enough for a scrape every few seconds.
+ * Reads the outbox's live state in a few commands whose cost does not grow with the queue.
  * @param now the time ages and the last minute are counted from (ms) @default Date.now()
  * @example
  * const snapshot = await readOutboxSnapshot(transport.queue);
@@ -520,16 +489,12 @@ export async function readOutboxSnapshot(
 }
 
 /**
- * Values of BullMQ's limiter key from this one up are a queue-wide pause set by
- * `worker.rateLimit(ms)` (a 429), which every worker honours; below, the key counts the sends of
- * BullMQ's own limiter.
+ * Values of BullMQ's limiter key from this one up are a queue-wide pause set by a 429
+ * (`worker.rateLimit(ms)`); below, the key counts BullMQ's limiter's sends.
  */
 export const PAUSE_MARK = 1e15;
 
-/**
- * Shortens the pause to `maxMs` in one step (a pause set meanwhile by another worker is judged as it
- * stands). KEYS: the limiter key. ARGV: PAUSE_MARK, maxMs. Returns the length cut, 0 when not cut.
- */
+/** A pause set meanwhile by another worker is judged as it stands. KEYS: limiter key. ARGV: PAUSE_MARK, maxMs. */
 const CAP_PAUSE = `
 local value = tonumber(redis.call('GET', KEYS[1]) or '0')
 if not value or value < tonumber(ARGV[1]) then return 0 end
@@ -541,7 +506,7 @@ return left
 
 /**
  * Cuts a pause longer than `maxMs` to `maxMs`.
- * @returns how long the pause was before it was cut, in ms; 0 when it was not
+ * @returns the pause's length before the cut, in ms; 0 when not cut
  */
 export async function capRateLimitPause(redis: OutboxRedisClient, limiterKey: string, maxMs: number): Promise<number> {
   return (await redis.eval(CAP_PAUSE, 1, limiterKey, PAUSE_MARK, maxMs)) as number;

@@ -37,8 +37,7 @@ import { checkProducerOwner } from './queue-owner.js';
 import { queueKey } from './queue-location.js';
 
 /**
- * A message for {@link OutboxProducer.enqueue}: the exact bytes every attempt posts, and what to
- * report about them.
+ * A message for {@link OutboxProducer.enqueue}: the exact bytes every attempt posts.
  * @example
  * const message: OutboxMessage = {
  *   content: fs.readFileSync('welcome.eml'),
@@ -47,44 +46,40 @@ import { queueKey } from './queue-location.js';
  * };
  */
 export interface OutboxMessage {
-  /**
-   * What to post: the EML for `kind` `'eml'`, else the JSON request body of its endpoint. A stream is
-   * read once, as it is stored.
-   */
+  /** The EML for `kind` `'eml'`, else the endpoint's JSON request body. A stream is read once, as it is stored. */
   content: Uint8Array | Readable;
   /**
-   * Bytes of `content`; needed for a stream (the message is refused when the stream holds another number).
+   * Needed for a stream; the message is refused when the stream holds another number of bytes.
    * @default content.length
    */
   size?: number;
-  /** Sender and recipients, as reported (`info.envelope`, `info.accepted`, `eml-api queue status`). */
+  /** As reported (`info.envelope`, `info.accepted`, `eml-api queue status`). */
   envelope: { from: string | false; to: readonly string[] };
-  /** The message's Message-ID, as reported. @default '' */
+  /** @default '' */
   messageId?: string;
   /**
    * The `Idempotency-Key` of every attempt and the job's id: a key queued already is stored once.
    * @default a new UUID
    */
   idempotencyKey?: string;
-  /** The endpoint. @default 'eml' */
+  /** @default 'eml' */
   kind?: SendKind;
   /** The group of a group send. */
   group?: string;
 }
 
 /**
- * What a queued send resolves with: the fields Nodemailer's SMTP transport gives, as a relay answers
- * once it has the message on disk.
+ * What a queued send resolves with: the fields Nodemailer's SMTP transport gives.
  * @example
  * const info = (await transporter.sendMail(message)) as EmlApiQueuedMessageInfo;
  * console.log(info.response); // '250 Queued as order-1042'
  */
 export interface EmlApiQueuedMessageInfo {
-  /** Sender and recipients (none for a group send, whose members are the recipients). */
+  /** None for a group send, whose members are the recipients. */
   envelope: MailEnvelope;
-  /** The Message-ID of the stored EML ('' for group and tracked sends: the service gives their copies theirs). */
+  /** '' for group and tracked sends: the service gives their copies theirs. */
   messageId: string;
-  /** Every envelope recipient: the queue takes a message as a whole. */
+  /** Every envelope recipient: the queue takes a message whole. */
   accepted: string[];
   /** Always empty. */
   rejected: string[];
@@ -92,19 +87,18 @@ export interface EmlApiQueuedMessageInfo {
   pending: string[];
   /** `250 Queued as <queueId>`. */
   response: string;
-  /** The BullMQ job id: the idempotency key, escaped where BullMQ needs it. */
+  /** The idempotency key, escaped where BullMQ needs it. */
   queueId: string;
   /** The `Idempotency-Key` every attempt of this send carries. */
   idempotencyKey: string;
   /** The group of a group send. */
   group?: string;
-  /** `true` when a job with this key was already queued: nothing was stored, the fields describe that job. */
+  /** A job with this key was already queued: nothing was stored, the fields describe that job. */
   duplicate: boolean;
   /**
-   * Set when this key's job had failed and this call put it back with a fresh retry schedule:
-   * `'replaced'` with this message (no attempt of the failed one can have been accepted, so the key is
-   * free at the service); `'retried'` with its own stored bytes (an attempt may have been accepted, and
-   * the service would refuse other bytes under the key). A job parked for a person is not put back.
+   * Set when this key's job had failed and this call put it back: `'replaced'` with this message (no
+   * attempt of it can have been accepted), `'retried'` with its own bytes (one may have been, and the
+   * service refuses other bytes under the key). A job parked for a person is not put back.
    */
   requeued?: 'replaced' | 'retried';
 }
@@ -112,11 +106,9 @@ export interface EmlApiQueuedMessageInfo {
 const KINDS: readonly SendKind[] = ['eml', 'email', 'group'];
 
 /**
- * The producer side of the outbox: stores built messages in Redis for the workers to send.
- * {@link EmlApiQueueTransport} and the SMTP relay store through one; so can any app that has the
- * bytes. Every guarantee of the outbox is here: a message is acknowledged only once Redis (and, with
- * `replicas`, its replicas) holds it whole, in settings that keep it; a key queued already is stored
- * once. Holds no API key.
+ * The producer side of the outbox: stores built messages in Redis for the workers to send. A
+ * message is acknowledged only once Redis (and, with `replicas`, its replicas) holds it whole, in
+ * settings that keep it; a key queued already is stored once. Holds no API key.
  * @example
  * import { OutboxProducer } from 'nodemailer-eml-api/queue';
  *
@@ -130,11 +122,11 @@ const KINDS: readonly SendKind[] = ['eml', 'email', 'group'];
  * await producer.close();
  */
 export class OutboxProducer {
-  /** The BullMQ queue jobs are added to: counts, jobs and events through BullMQ's own API. */
+  /** Counts, jobs and events through BullMQ's own API. */
   readonly queue: Queue<OutboxJobData, OutboxSendResult>;
   /** Name of the queue. */
   readonly queueName: string;
-  /** The largest message stored, in bytes (`maxMessageSize`). */
+  /** In bytes (`maxMessageSize`). */
   readonly maxMessageSize: number;
   readonly #settings: ResolvedProducerOptions;
   readonly #redis: OutboxRedis;
@@ -142,7 +134,7 @@ export class OutboxProducer {
   readonly #limiter: ConcurrencyLimiter;
   readonly #inflight = new Set<Promise<unknown>>();
   readonly #refusal: { refused: Promise<never>; stop(): void };
-  /** Redis's settings and the queue's owner, checked again after every reconnect. */
+  /** Checked again after every reconnect. */
   readonly #watch: RedisSettingsWatch;
   #closed = false;
   #closing: Promise<void> | undefined;
@@ -180,13 +172,13 @@ export class OutboxProducer {
       connection: this.#redis.redis,
       prefix: settings.prefix,
     });
-    // An 'error' event without a listener would end the process; Redis errors reach the sends anyway.
+    // An 'error' event without a listener ends the process; Redis errors reach the sends anyway.
     this.queue.on('error', (err: Error) => log.warn({ error: err.message }, 'Redis error (queue)'));
     this.#redis.redis.on('error', (err: Error) => log.debug({ error: err.message }, 'Redis error'));
   }
 
   /**
-   * Stores a message for the workers to send, and resolves once Redis holds it whole, in settings that
+   * Stores a message for the workers to send; resolves once Redis holds it whole, in settings that
    * keep it (the producer's `250`).
    * @param options `signal` stops the store until the job is added, waiting for a turn included
    * @throws {EmlApiError} `EMESSAGE` for a message that cannot be queued (over `maxMessageSize`, a bad
@@ -201,7 +193,7 @@ export class OutboxProducer {
    * });
    */
   enqueue(message: OutboxMessage, { signal }: { signal?: AbortSignal } = {}): Promise<EmlApiQueuedMessageInfo> {
-    // Read now, in the caller's context: the job carries the trace it was queued in.
+    // In the caller's context: the job carries the trace it was queued in.
     const trace = activeTraceCarrier();
     const run = (async () => {
       try {
@@ -225,8 +217,7 @@ export class OutboxProducer {
   }
 
   /**
-   * Checks that Redis answers and keeps what is queued: `maxmemory-policy noeviction`, and the
-   * persistence `durability` asks for.
+   * Checks that Redis answers and keeps what is queued (`noeviction`, the `durability` persistence).
    * @throws {EmlApiError} `ECONNECTION` when Redis cannot be reached; `ECONFIG` naming the
    *   Redis setting (and the command that fixes it) when Redis would lose queued mail
    * @example
@@ -246,8 +237,8 @@ export class OutboxProducer {
   }
 
   /**
-   * Stops the producer: new messages are refused with `ECONNECTION`, those being stored finish, then
-   * the connection closes (one you passed in is left open).
+   * Stops the producer: new messages are refused with `ECONNECTION`, those being stored finish (a
+   * connection you passed in is left open).
    * @example
    * const producer = new OutboxProducer({ connection });
    * await producer.close();
@@ -270,7 +261,7 @@ export class OutboxProducer {
     trace: OutboxJobData['trace'],
   ): Promise<EmlApiQueuedMessageInfo> {
     const { maxMessageSize: limit, storeTimeout, logger } = this.#settings;
-    // A JSON send may make a request as large as an EML of the limit, Base64-encoded.
+    // A JSON send may be as large as a Base64-encoded EML of the limit.
     if (message.kind === 'eml' ? message.size > limit : message.size > emlBodyLength(limit)) {
       const what =
         message.kind === 'eml'
@@ -278,7 +269,7 @@ export class OutboxProducer {
           : `The request body is ${mib(message.size)}, over the upload of a message of maxMessageSize (${mib(limit)})`;
       throw new EmlApiError('EMESSAGE', `${what}: not queued, nothing was stored`, { permanent: true });
     }
-    // One deadline for every step with Redis: the checks, the writes, the add and what follows it.
+    // One deadline for every step with Redis.
     const deadline = Date.now() + storeTimeout;
     await this.#checkSettings(() => this.#watch.confirm(), storeTimeout);
     signal.throwIfAborted();
@@ -300,7 +291,7 @@ export class OutboxProducer {
     return info;
   }
 
-  /** Stores the content, then the job that points at it: a job never points at content not fully stored. */
+  /** Content first: a job never points at content not fully stored. */
   async #store(
     message: CheckedMessage,
     signal: AbortSignal,
@@ -310,7 +301,7 @@ export class OutboxProducer {
     const { redis, where } = this.#redis;
     const { idempotencyKey } = message;
     const jobId = outboxJobId(idempotencyKey);
-    // On every error of this send: the caller can queue it again safely and look the job up.
+    // Attached to every error: the caller can queue it again safely and look the job up.
     const send: StoredSend = { idempotencyKey, queueId: jobId };
     const contentKey = this.#content.newKey(jobId);
     const left = () => Math.max(1, deadline - Date.now());
@@ -349,7 +340,7 @@ export class OutboxProducer {
         Object.assign(data, this.#content.jobFields(contentKey, written, clear));
       }
     } catch (err) {
-      // Past the deadline the writes may still be going on: the discard's tombstone fails every one to come.
+      // The writes may still be going on: the discard's tombstone fails every one to come.
       writing.abort();
       void this.#content.discard(contentKey).catch(() => undefined);
       throw redisFailure(err, `Could not store the message in Redis at ${where}`, false, send, this.#redis);
@@ -358,14 +349,14 @@ export class OutboxProducer {
       void this.#content.discard(contentKey).catch(() => undefined);
       signal.throwIfAborted();
     }
-    // What this content must measure under its key (none when it is in the job, which carries it whole).
+    // None when the job carries the content inline.
     const storedSize = inline ? undefined : this.#content.storedSize(data);
     let settled: DuplicateSettlement = { kind: 'gone' };
     let state: AddedState | undefined;
     let replicas: number | undefined;
     let unconfirmed: { error: unknown } | undefined;
     try {
-      // A job with this id may be there already, and decides what this send does; removed in between, it is added again.
+      // A job with this id decides what this send does; removed in between, it is added again.
       for (let tries = 0; settled.kind === 'gone' && tries < 3; tries++) {
         const job = {
           name: message.kind,
@@ -385,7 +376,7 @@ export class OutboxProducer {
     } catch (err) {
       throw await this.#addFailure(err, jobId, contentKey, left(), send);
     }
-    // A step after the add failed: the job may be stored.
+    // The job may be stored.
     if (unconfirmed) {
       throw redisFailure(
         unconfirmed.error,
@@ -415,7 +406,7 @@ export class OutboxProducer {
       case 'retried': {
         // Never content the job points at (checked in the same step); a clean-up left undone is the sweeper's.
         if (!inline) void this.#content.release(jobId, contentKey).catch(() => undefined);
-        // A failed job put back wrote more since the add's WAIT.
+        // A put-back job wrote more since the add's WAIT.
         await this.#confirmReplicas(
           settled.kind === 'duplicate' ? replicas : undefined,
           { jobId, queuedAt: state!.queuedAt, holds: JSON.stringify(contentKey) },
@@ -431,7 +422,7 @@ export class OutboxProducer {
         if (settled.kind === 'replaced' && settled.removeContent !== undefined) {
           void this.#content.release(jobId, settled.removeContent).catch(() => undefined);
         }
-        // Acknowledged only when the content is whole too (a replacement checked it in the same step).
+        // Acknowledged only when the content is whole too.
         if (settled.kind === 'new' && storedSize !== undefined && state!.storedLength !== storedSize) {
           await this.#confirmStored(jobId, contentKey, finishedByWorker(state!), send, left());
         }
@@ -453,8 +444,7 @@ export class OutboxProducer {
   }
 
   /**
-   * Runs a check of Redis's settings within `ms`; a refused password ends it with its reason instead of
-   * at the deadline.
+   * A refused password ends the check with its reason instead of at the deadline.
    * @throws {EmlApiError} `ECONFIG` when the settings are wrong; `ECONNECTION`, `ETIMEDOUT`
    */
   async #checkSettings(check: () => Promise<void>, ms: number): Promise<void> {
@@ -466,10 +456,7 @@ export class OutboxProducer {
     }
   }
 
-  /**
-   * Before a send is acknowledged, the settings must have been found right since the last
-   * (re)connection: a Redis that restarted into settings that lose mail has the message, but no `250`.
-   */
+  /** A Redis that restarted into settings that lose mail has the message, but no `250`. */
   async #confirmSettings(send: StoredSend, ms: number): Promise<void> {
     if (this.#watch.confirmed) return;
     try {
@@ -487,10 +474,9 @@ export class OutboxProducer {
   }
 
   /**
-   * The error of an add that failed. A refusal from Redis (`NOPERM`, `OOM`, `READONLY`...) means the
-   * add never ran: the content is withdrawn and the send not accepted. A cluster that gave up
-   * re-routing may have run an earlier try before a failover: not accepted only once the content is
-   * withdrawn. Anything else may have landed: `mayHaveBeenAccepted`.
+   * A refusal from Redis (`NOPERM`, `OOM`, `READONLY`...) means the add never ran: the content is
+   * withdrawn and the send refused. A cluster that gave up re-routing may have run an earlier try:
+   * refused only once the content is withdrawn. Anything else may have landed: `mayHaveBeenAccepted`.
    */
   async #addFailure(
     err: unknown,
@@ -504,7 +490,7 @@ export class OutboxProducer {
     if (fate === 'unknown') return redisFailure(err, doing, true, send, this.#redis);
     const withdrawn = await withDeadline(this.#content.withdraw(jobId, contentKey), ms).then(
       (outcome) => outcome === 'withdrawn',
-      // Could not look: a refusal is still certain (the sweeper removes the content); a re-routing is not.
+      // A refusal is still certain (the sweeper removes the content); a re-routing is not.
       () => fate === 'refused',
     );
     return redisFailure(
@@ -516,10 +502,7 @@ export class OutboxProducer {
     );
   }
 
-  /**
-   * A failed job under the key could not be put back: it may be back or still failed, so never a
-   * `250`. Queueing again with the same key finishes putting it back.
-   */
+  /** The job may be back or still failed, so never a `250`; queueing again with the key finishes the put-back. */
   #putBackFailure(cause: unknown, send: StoredSend): EmlApiError {
     const failure = redisFailure(cause, `Could not reach Redis at ${this.#redis.where}`, false, send, this.#redis);
     return new EmlApiError(
@@ -532,10 +515,8 @@ export class OutboxProducer {
   }
 
   /**
-   * With `replicas`, rejects unless that many replicas confirmed every write
-   * of the message (`confirmed`, read with the add, or asked now after a
-   * put-back, whose data holds `job.holds`). The message is on the master:
-   * `mayHaveBeenAccepted`.
+   * With `replicas`, rejects unless that many replicas confirmed every write of the message (read
+   * with the add, or asked now after a put-back). The master has it: `mayHaveBeenAccepted`.
    */
   async #confirmReplicas(
     confirmed: number | undefined,
@@ -570,9 +551,9 @@ export class OutboxProducer {
   }
 
   /**
-   * The content was not whole right after the add. A worker that finished the job removed it: queued.
-   * Otherwise Redis lost data since it was written (a restart without AOF, a failover) and a resent add
-   * re-created the job alone: the job is removed and the send refused, to be queued again.
+   * Content not whole right after the add: a worker finished the job (queued), or Redis lost data (a
+   * restart without AOF, a failover) and a resent add re-created the job alone, which is removed and
+   * the send refused.
    */
   async #confirmStored(
     jobId: string,
@@ -590,7 +571,6 @@ export class OutboxProducer {
     throw this.#lost(send);
   }
 
-  /** The error of a send whose content Redis lost as it was queued. */
   #lost(send: StoredSend): EmlApiError {
     return new EmlApiError(
       'ECONNECTION',
@@ -611,10 +591,7 @@ interface CheckedMessage {
   group: string | undefined;
 }
 
-/**
- * Checks a message given to {@link OutboxProducer.enqueue}.
- * @throws {EmlApiError} `EMESSAGE` naming the field
- */
+/** @throws {EmlApiError} `EMESSAGE` naming the field */
 function checkMessage(message: OutboxMessage): CheckedMessage {
   if (typeof message !== 'object' || message === null) throw inputError('enqueue: expected a message object');
   const { content, envelope } = message;

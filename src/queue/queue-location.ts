@@ -2,11 +2,9 @@ import { randomBytes } from 'node:crypto';
 import { configError, describe } from '../shared/options-kit.js';
 
 /*
- * Every Redis key name the outbox uses is built here: BullMQ's keys of a queue that the outbox's
- * scripts read, the content of each send (`{prefix}:{queue}:content:{jobId}:{createdMs}-{random}`: the
- * job id lets the sweeper judge it, the random part keeps a second enqueue of the id from overwriting
- * the first one's bytes), and the outbox's own keys (`{prefix}:{queue}:outbox:{name}`). Job ids escape
- * ":", so no job's key is one of those.
+ * Every Redis key name the outbox uses is built here. A content key holds the job id (for the
+ * sweeper) and a random part (a second enqueue of the id must not overwrite the first one's bytes).
+ * Job ids escape ":", so no job's key is one of the outbox's.
  */
 
 /** The queue's name when none is given. */
@@ -15,7 +13,7 @@ export const DEFAULT_QUEUE_NAME = 'eml-api';
 /** BullMQ's own default key prefix. */
 export const DEFAULT_PREFIX = 'bull';
 
-/** Where a queue lives in Redis: its name, its key prefix, and where its content keys start. */
+/** A queue's name, key prefix, and where its content keys start. */
 export interface QueueLocation {
   queueName: string;
   prefix: string;
@@ -42,30 +40,25 @@ export function resolveQueueLocation(queueName: unknown, prefix: unknown): Queue
 
 type Where = Pick<QueueLocation, 'prefix' | 'queueName'>;
 
-/**
- * One of BullMQ's keys of the queue (`failed`, `completed`, `limiter`, `meta`...), or, with a job id,
- * the job's hash. `meta` also routes a command to the queue's master on a cluster.
- */
+/** One of BullMQ's keys of the queue, or with a job id the job's hash. `meta` also routes a command to the queue's master on a cluster. */
 export function queueKey(location: Where, name: string): string {
   return `${location.prefix}:${location.queueName}:${name}`;
 }
 
-/** BullMQ's lock of a job: the token of the worker running it. */
+/** Holds the token of the worker running the job. */
 export function jobLockKey(location: Where, jobId: string): string {
   return `${queueKey(location, jobId)}:lock`;
 }
 
-/** The outbox's own keys of a queue, beside BullMQ's. */
+/** Beside BullMQ's. */
 export function outboxKeys(location: Where): {
   /** Sorted set: every content key, scored with its producer's deadline to add the job (Redis time, ms). */
   contentIndex: string;
-  /** The lock of the one sweeper at work. */
   sweepLock: string;
-  /** Hash: the check value of each encryption key id in use. */
+  /** Hash: the check value of each encryption key id. */
   keyChecks: string;
-  /** Sorted set: the failed jobs parked for a person, scored with the `processedOn` of the run that parked them. */
+  /** Sorted set: jobs parked for a person, scored with the `processedOn` of the run that parked them. */
   parked: string;
-  /** Hash: who the queue belongs to. */
   owner: string;
 } {
   const base = queueKey(location, 'outbox:');
@@ -87,8 +80,8 @@ export function newContentKey(keyPrefix: string, jobId: string, now = Date.now()
 }
 
 /**
- * The job id and creation time a content key names, or undefined for a key of another form. A key with
- * one more colon is another queue's whose prefix nests in this one's (job ids have none).
+ * The job id and creation time a content key names, or undefined. A key with one more colon is
+ * another queue's whose prefix nests in this one's (job ids have none).
  */
 export function parseContentKey(keyPrefix: string, key: string): { jobId: string; createdAt: number } | undefined {
   if (!key.startsWith(keyPrefix)) return undefined;

@@ -6,23 +6,22 @@ import { outboxKeys, type QueueLocation } from './queue-location.js';
 import type { OutboxJobData } from './outbox-job.js';
 
 /**
- * Fields of the owner hash of a queue: the account its producers and workers name (a fingerprint,
- * never the API key), since when its mail is encrypted, and its workers' key fingerprints. Without it
- * two apps sharing a Redis and a queue name send each other's mail through their own accounts.
+ * Fields of a queue's owner hash: the account its producers and workers name (a fingerprint), since
+ * when its mail is encrypted, its workers' key fingerprints. Without it two apps sharing a Redis and a
+ * queue name send each other's mail through their own accounts.
  */
 const ACCOUNT = 'account';
 const ACCOUNT_SINCE = 'account-since';
 const ENCRYPTED = 'encrypted';
 const KEY = 'key:';
 
-/** How long a worker's API key counts as in use on the queue after it was last seen, in ms. */
+/** How long a worker's API key counts as in use after it was last seen, in ms. */
 const KEY_SEEN_MS = 24 * 3_600_000;
 
 /**
  * Records what a producer or worker brings where nothing is recorded yet, and answers the record.
- * KEYS: the owner hash. ARGV: the account fingerprint ('' for none), '1' when the producer encrypts,
- * the worker's key field ('' for none). A full Redis refuses the writes but the record is read, so
- * that a worker starts and drains the queue.
+ * KEYS: the owner hash. ARGV: the account fingerprint, '1' when the producer encrypts, the worker's key
+ * field ('' for none). A full Redis refuses the writes but the record is read, so a worker drains the queue.
  */
 const REGISTER = `
 local now = redis.call('TIME')
@@ -38,18 +37,18 @@ table.insert(record, ms)
 return record
 `;
 
-/** The fingerprint of an `account` option: what the queue records and jobs carry. */
+/** What the queue records and jobs carry for an `account` option. */
 export function accountFingerprint(account: string): string {
   return createHash('sha256').update(`nodemailer-eml-api account\0${account}`).digest('hex').slice(0, 16);
 }
 
-/** A short fingerprint of a worker's API key (an HMAC under the key): tells keys apart, tells nothing of them. */
+/** An HMAC under the key: tells keys apart, tells nothing of them. */
 export function keyFingerprint(apiKey: string): string {
   return createHmac('sha256', apiKey).update('nodemailer-eml-api worker key').digest('hex').slice(0, 12);
 }
 
 /**
- * Checks an `account` option (producers, workers).
+ * Checks an `account` option.
  * @throws {EmlApiError} `ECONFIG` naming `account`
  */
 export function resolveAccount(value: unknown): string | undefined {
@@ -62,15 +61,14 @@ export function resolveAccount(value: unknown): string | undefined {
 
 /** The owner record as a producer or worker read it. */
 export interface QueueOwner {
-  /** The account fingerprint recorded, if any. */
   account: string | undefined;
-  /** From when (Redis's clock, ms) the queue names its account, if it does. */
+  /** From when (Redis's clock, ms) the queue names its account. */
   accountSince: number | undefined;
-  /** From when (Redis's clock, ms) the queue's mail is encrypted, if it is. */
+  /** From when (Redis's clock, ms) the queue's mail is encrypted. */
   encryptedSince: number | undefined;
-  /** Fingerprints of the workers' API keys, with when each was last seen (Redis's clock, ms). */
+  /** Workers' key fingerprints, each with when last seen (Redis's clock, ms). */
   keys: Map<string, number>;
-  /** Redis's time when it was read. */
+  /** Redis's time when read. */
   now: number;
 }
 
@@ -107,8 +105,7 @@ export async function registerOwner(
 }
 
 /**
- * Checks a producer against the owner record: the account it names, and that it encrypts when the
- * queue's mail is encrypted.
+ * Checks a producer's account against the owner record, and that it encrypts when the queue does.
  * @throws {EmlApiError} `ECONFIG` naming `account` or `encryption`
  */
 export async function checkProducerOwner(
@@ -130,7 +127,8 @@ export async function checkProducerOwner(
 }
 
 /**
- * Checks a worker against the owner record. When the queue names no account, also returns the keys of
+ * Checks a worker against the owner record. When the queue names no account, also returns other
+ * workers' keys seen within a day (another app's, or a rotated key: warned of).
  * other workers seen within a day (another app's, or a rotated key: warned of).
  * @throws {EmlApiError} `ECONFIG` naming `account`
  */
@@ -172,9 +170,8 @@ function checkAccount(
 }
 
 /**
- * Why a worker must not send a job: queued for another account, or naming none on a queue that named
- * its account before it was queued; or stored in clear on a queue encrypted before it was queued. Jobs
- * queued earlier are the backlog of a queue that came to name its account or to encrypt.
+ * Why a worker must not send a job: queued for another account, or for none on a queue that named its
+ * account before; or stored in clear on a queue encrypted before. Earlier jobs are the queue's backlog.
  * @param queuedAt when Redis took the job (Redis's time, ms), asked only when it matters
  * @param me the worker's account fingerprint, and whether it holds encryption keys
  * @param owner from when the queue names its account, and from when its mail is encrypted

@@ -7,31 +7,29 @@ export const REDIS_CLOCK_REFRESH = 60_000;
 /** How far a worker's clock may be off Redis's before it takes no jobs, in ms. */
 export const MAX_CLOCK_OFFSET_MS = 60_000;
 
-/** How far the wall clock may move otherwise than the monotonic one before `TIME` is read again, in ms. */
+/** Wall and monotonic clocks drifting apart by this means the machine was suspended; in ms. */
 const SUSPEND_MS = 2_000;
 
 /** Options of {@link RedisClock}. */
 export interface ClockOptions {
-  /** How often `TIME` is read again, in ms. */
   refreshEvery?: number;
-  /** The monotonic clock, in ms. */
+  /** In ms. */
   monotonic?: () => number;
-  /** This machine's wall clock, in ms. */
+  /** In ms. */
   wall?: () => number;
 }
 
 /**
- * Redis's clock: every time written on a job or compared with one is Redis's, the one clock every
- * worker shares (machines' clocks can differ by hours). `TIME` is read once a minute and carried
- * forward on the monotonic clock, and read again when the wall clock moved otherwise (a suspended
- * machine, which the monotonic clock misses).
+ * Redis's clock, the one every worker shares (machines' clocks can differ by hours). `TIME` is read
+ * once a minute and carried forward on the monotonic clock, and read again when the wall clock moved
+ * otherwise (a suspended machine, which the monotonic clock misses).
  */
 export class RedisClock {
   readonly #read: () => Promise<number>;
   readonly #refreshEvery: number;
   readonly #monotonic: () => number;
   readonly #wall: () => number;
-  /** Redis's time at one instant of the monotonic clock, and this machine's wall clock then. */
+  /** Redis's time at one monotonic instant, and the wall clock then. */
   #sample: { redis: number; at: number; wall: number } | undefined;
   #syncing: Promise<void> | undefined;
 
@@ -55,7 +53,7 @@ export class RedisClock {
   }
 
   /**
-   * Reads Redis's time now; calls made meanwhile share the reading.
+   * Calls made meanwhile share the reading.
    * @throws Redis's errors
    */
   sync(): Promise<void> {
@@ -63,13 +61,13 @@ export class RedisClock {
       const before = this.#monotonic();
       const redis = await this.#read();
       const after = this.#monotonic();
-      // Redis read its clock somewhere within the round trip: its middle is off by half of it at most.
+      // Redis read its clock within the round trip: its middle is off by half of it at most.
       this.#sample = { redis, at: (before + after) / 2, wall: this.#wall() - (after - before) / 2 };
     })().finally(() => (this.#syncing = undefined));
     return this.#syncing;
   }
 
-  /** How far this machine's clock is ahead of Redis's (behind: negative), in ms; undefined before the first reading. */
+  /** This machine's clock ahead of Redis's (behind: negative), in ms; undefined before the first reading. */
   offset(): number | undefined {
     const sample = this.#sample;
     if (sample === undefined) return undefined;
@@ -77,7 +75,7 @@ export class RedisClock {
   }
 
   /**
-   * Redis's time now, in ms since the epoch; the last reading carried forward when Redis cannot be read.
+   * In ms since the epoch; the last reading carried forward when Redis cannot be read.
    * @throws Redis's errors, when it was never read
    */
   async now(): Promise<number> {
@@ -97,9 +95,8 @@ export class RedisClock {
   }
 
   /**
-   * Why a worker must not finish jobs now: its clock is more than {@link MAX_CLOCK_OFFSET_MS} off
-   * Redis's. BullMQ removes old jobs by the finishing worker's clock, so a worker days ahead would erase
-   * mail kept for a person.
+   * Why a worker must not finish jobs now: BullMQ removes old jobs by the finishing worker's clock, so
+   * one days ahead would erase mail kept for a person.
    */
   problem(): string | undefined {
     const off = this.offset();
@@ -114,23 +111,22 @@ export class RedisClock {
   }
 }
 
-/** Redis's clock (`TIME`), in ms since the epoch. */
+/** `TIME`, in ms since the epoch. */
 export async function redisTime(redis: OutboxRedisClient): Promise<number> {
   const [secs, micros] = await redis.time();
   return Number(secs) * 1000 + Math.floor(Number(micros) / 1000);
 }
 
-/** Redis's clock, read through a BullMQ queue's own connection. */
+/** Through a BullMQ queue's own connection. */
 export async function queueRedisTime(queue: object): Promise<number> {
   return redisTime(await queueClient(queue));
 }
 
-/** A duration for messages, in whole seconds (at least 1). */
+/** In whole seconds (at least 1). */
 export function seconds(ms: number): string {
   return `${Math.max(1, Math.round(ms / 1000))} s`;
 }
 
-/** A duration for people: days, hours or minutes when it is that long, else seconds. */
 function duration(ms: number): string {
   for (const [unit, size] of [
     ['days', 86_400_000],

@@ -5,9 +5,8 @@ import { configError, describe, requirePeer } from '../shared/options-kit.js';
 import { queueKey, type QueueLocation } from './queue-location.js';
 
 /**
- * Where the outbox's Redis is: a `redis://` or `rediss://` URL, ioredis options, or an ioredis
- * instance you made (and close); or a Redis Cluster: `{ cluster: [node URLs], clusterOptions? }` or
- * an ioredis `Cluster`. On a cluster the queue's `prefix` needs a hash tag (`'{eml-api}'`).
+ * Where the outbox's Redis is: a `redis://` or `rediss://` URL, ioredis options, an ioredis instance
+ * you made (and close), or a Redis Cluster. On a cluster the queue's `prefix` needs a hash tag (`'{eml-api}'`).
  * @example
  * const connection: RedisConnectionInput = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
  * const cluster: RedisConnectionInput = { cluster: ['redis://10.0.0.1:7000', 'redis://10.0.0.2:7000'] };
@@ -26,9 +25,8 @@ export function isClusterClient(redis: OutboxRedisClient): redis is Cluster {
 export interface OutboxRedis {
   readonly redis: OutboxRedisClient;
   readonly owned: boolean;
-  /** Host and port for messages (a cluster: the nodes it was given); never the password. */
+  /** Host and port (a cluster: the nodes it was given); never the password. */
   readonly where: string;
-  /** Whether it is a Redis Cluster. */
   readonly cluster: boolean;
 }
 
@@ -36,8 +34,7 @@ export interface OutboxRedis {
 export type RedisRole = 'producer' | 'worker';
 
 /**
- * Opens (or adopts) the Redis client of a producer or a worker, with {@link connectionDefaults} or
- * {@link clusterDefaults}.
+ * Opens (or adopts) the Redis client of a producer or a worker.
  * @param location where the queue's keys are (checked for a hash tag on a cluster)
  * @param option the option's name in errors @default 'connection'
  * @param rideMs how long a producer's command keeps trying (its `timeouts.store`) @default 30000
@@ -100,14 +97,13 @@ export function openOutboxRedis(
   );
 }
 
-/** TCP keepalive of the outbox's connections: idle time before the first probe, in ms. */
+/** Idle time before the first keepalive probe: finds a dead peer while idle. */
 const KEEPALIVE_MS = 10_000;
 
 /**
  * The ioredis options the outbox's own connections start from. A producer's commands fail after 3
- * reconnect attempts and within `rideMs`, so `sendMail` rejects while Redis is down and a silent
- * network cannot leave a command waiting for ever. A worker's wait for Redis, as BullMQ requires.
- * TCP keepalive finds a dead peer while idle.
+ * reconnect attempts and within `rideMs`, so `sendMail` rejects while Redis is down; a worker waits
+ * for Redis, as BullMQ requires.
  * @param rideMs a producer's command timeout @default 30000
  */
 export function connectionDefaults(role: RedisRole, rideMs = 30_000): RedisOptions {
@@ -117,10 +113,8 @@ export function connectionDefaults(role: RedisRole, rideMs = 30_000): RedisOptio
 }
 
 /**
- * Drops a producer's connection that has answered nothing for longer than `silentMs` while commands
- * wait, and makes a new one: a network gone silent leaves the socket open, and no reconnect comes
- * until the system gives it up minutes later. ioredis resends the waiting commands on the new
- * connection; the outbox's writes are safe to run twice.
+ * Replaces a producer's connection silent for `silentMs` while commands wait: a silent network keeps
+ * the socket open for minutes. ioredis resends the commands; the outbox's writes are safe to run twice.
  */
 function dropWhenSilent(redis: Redis, silentMs: number): void {
   let heard = performance.now();
@@ -130,7 +124,7 @@ function dropWhenSilent(redis: Redis, silentMs: number): void {
     redis.stream?.on('data', hear);
   });
   const waiting = () => (redis as unknown as { commandQueue?: { length?: number } }).commandQueue?.length ?? 0;
-  // A WAIT for replicas answers within timeouts.store: a second more before the connection counts as silent.
+  // A WAIT for replicas answers within timeouts.store.
   const limit = silentMs + 1_000;
   const look = setInterval(
     () => {
@@ -145,9 +139,9 @@ function dropWhenSilent(redis: Redis, silentMs: number): void {
 }
 
 /**
- * Closes a client the outbox made; leaves one it was given open. Waits at most `wait` for QUIT: with
- * Redis down or a partition, close() and the process would otherwise wait for ever.
- * @param wait ms to wait for the answer to QUIT @default outboxWaits.quit (2 s)
+ * Closes a client the outbox made; leaves one it was given open. QUIT gets at most `wait`: with Redis
+ * down the process would otherwise wait for ever.
+ * @param wait ms @default outboxWaits.quit (2 s)
  */
 export async function closeOutboxRedis(client: OutboxRedis, wait = outboxWaits.quit): Promise<void> {
   if (!client.owned) return;
@@ -156,7 +150,7 @@ export async function closeOutboxRedis(client: OutboxRedis, wait = outboxWaits.q
     redis.disconnect();
     return;
   }
-  // QUIT is answered once the commands before it have run: it gets the whole wait, not a command's timeout.
+  // QUIT is answered once the commands before it have run: it gets the whole wait.
   const options = isClusterClient(redis)
     ? [redis.options.redisOptions, ...redis.nodes('all').map((node) => node.options)]
     : [redis.options];
@@ -175,7 +169,7 @@ function isRedisInstance(value: unknown): value is Redis | Cluster {
   return typeof o.duplicate === 'function' && typeof o.connect === 'function' && typeof o.options === 'object';
 }
 
-/** An ioredis Cluster made by the app, named by the nodes it was made with (never a password). */
+/** Named by the nodes it was made with (never a password). */
 function describeClusterInstance(cluster: Cluster): string {
   const given = (cluster as unknown as { startupNodes?: unknown[] }).startupNodes ?? [];
   return describeNodes(
@@ -201,8 +195,8 @@ function describeRedis(options: RedisOptions | undefined): string {
 }
 
 /**
- * A Redis Cluster to connect to: some of its nodes (the client learns the others), and ioredis
- * `Cluster` options over the outbox's. Credentials or `rediss://` in the URLs apply to every node.
+ * A Redis Cluster: some of its nodes (the client learns the others), and ioredis `Cluster` options
+ * over the outbox's. Credentials or `rediss://` in the URLs apply to every node.
  * @example
  * const connection: OutboxClusterConnection = {
  *   cluster: ['redis://10.0.0.1:7000', 'redis://10.0.0.2:7000'],
@@ -210,7 +204,7 @@ function describeRedis(options: RedisOptions | undefined): string {
  * };
  */
 export interface OutboxClusterConnection {
-  /** Nodes of the cluster: `redis://` or `rediss://` URLs, or `{ host, port }`. */
+  /** `redis://` or `rediss://` URLs, or `{ host, port }`. */
   cluster: readonly (string | { host: string; port: number })[];
   /**
    * ioredis `Cluster` options over the outbox's (`redisOptions` for `password`, `tls`...).
@@ -219,20 +213,18 @@ export interface OutboxClusterConnection {
   clusterOptions?: ClusterOptions;
 }
 
-/** What a connection is for: producers fail sends when Redis stays away, workers wait for it. */
+/** Producers fail sends when Redis stays away, workers wait for it. */
 export type ClusterRole = 'producer' | 'worker';
 
-/** How long a retry waits after a failover's error (a closed connection, `CLUSTERDOWN`, `TRYAGAIN`), in ms. */
+/** After a failover's error (closed connection, `CLUSTERDOWN`, `TRYAGAIN`), in ms. */
 const RETRY_DELAY = 250;
 
 /**
  * The ioredis Cluster options the outbox starts from. ioredis gives a command up after 16
- * redirections 100 ms apart, far shorter than a failover (`cluster-node-timeout` plus an election),
- * so sends and a worker's completions would fail for the whole failover. Here a command that meets
- * one (connection closed, `CLUSTERDOWN`, `TRYAGAIN`) is retried every 250 ms with the slot map read
- * again: a producer's for `rideMs`, a worker's until Redis is back. Reading the slot map every
- * second moves commands off a master that hangs soon after its successor takes over.
- * docs/outbox.md, "Redis Cluster", has the measurements.
+ * redirections 100 ms apart, far shorter than a failover, so a command that meets one is retried
+ * every 250 ms with the slot map read again (a producer's for `rideMs`, a worker's until Redis is
+ * back). Reading the slot map every second moves commands off a master that hangs after its
+ * successor takes over.
  * @param rideMs how long a producer's command keeps trying @default 30000
  */
 export function clusterDefaults(role: ClusterRole, rideMs = 30_000): ClusterOptions {
@@ -245,7 +237,6 @@ export function clusterDefaults(role: ClusterRole, rideMs = 30_000): ClusterOpti
     slotsRefreshInterval: 1_000,
     slotsRefreshTimeout: 1_000,
     redisOptions: {
-      // A node that does not answer a connection attempt within this is given up for the next try.
       connectTimeout: 2_000,
       ...connectionDefaults(role, rideMs),
     },
@@ -259,9 +250,8 @@ export function isClusterConnection(connection: unknown): connection is OutboxCl
 }
 
 /**
- * Checks that the queue's prefix (or name) holds a hash tag, so every key of the queue is in one
- * slot: BullMQ's scripts and the outbox's touch several keys at once, which a cluster refuses
- * (`CROSSSLOT`) otherwise.
+ * Checks that the queue's prefix (or name) holds a hash tag: BullMQ's scripts touch several keys at
+ * once, which a cluster refuses (`CROSSSLOT`) across slots.
  * @throws {EmlApiError} `ECONFIG` naming `prefix`
  */
 export function checkClusterLocation(location: QueueLocation): void {
@@ -279,7 +269,7 @@ export function checkClusterLocation(location: QueueLocation): void {
 }
 
 /**
- * Opens a Redis Cluster client with the outbox's defaults for `role` and `clusterOptions` over them.
+ * Opens a Redis Cluster client, `clusterOptions` over the outbox's defaults for `role`.
  * @param option the option's name in errors
  * @param rideMs how long a producer's command keeps trying through a failover @default 30000
  * @throws {EmlApiError} `ECONFIG` naming the option when a node is not a Redis URL or `{ host, port }`
@@ -311,23 +301,20 @@ export function openCluster(
   return { redis, where: describeNodes(nodes) };
 }
 
-/** Names a cluster in messages by the nodes it was given (never a password). */
+/** Names a cluster by the nodes it was given (never a password). */
 export function describeNodes(nodes: readonly { host?: string | undefined; port?: number | undefined }[]): string {
   const named = nodes.map((n) => `${n.host ?? '127.0.0.1'}:${n.port ?? 6379}`);
   const shown = named.length > 3 ? `${named.slice(0, 3).join(', ')} and ${named.length - 3} more` : named.join(', ');
   return `Redis Cluster ${shown}`;
 }
 
-/**
- * The nodes as `{ host, port }`, and the credentials and TLS their URLs carry, which ioredis would
- * otherwise apply to the given nodes only, not to those it discovers.
- */
+/** The nodes, and their URLs' credentials and TLS, which ioredis would apply only to the given nodes, not to those it discovers. */
 function clusterNodes(
   given: unknown,
   option: string,
 ): { nodes: { host: string; port: number }[]; credentials: RedisOptions } {
   if (!Array.isArray(given) || given.length === 0) {
-    // A string is described, never shown: a URL may hold a password.
+    // Never shown: a URL may hold a password.
     const got = typeof given === 'string' ? 'a string (one URL: give a list, [url])' : describe(given);
     throw configError(
       option,
@@ -358,7 +345,6 @@ function clusterNodes(
     try {
       url = new URL(node);
     } catch {
-      // Never the value: it may hold a password.
       throw configError(name, 'expected a redis:// or rediss:// URL');
     }
     if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
@@ -386,15 +372,14 @@ function sameCredentials(a: RedisOptions, b: RedisOptions): boolean {
 }
 
 /**
- * How long a node other than the queue's master may take to answer, in ms, before it is skipped as
- * down. A cluster may run with a master down or a replica lost: a node that does not serve the
- * queue's slot must not stop the outbox.
+ * How long a node other than the queue's master may take to answer before it is skipped as down: a
+ * node that does not serve the queue's slot must not stop the outbox. In ms.
  */
 export const NODE_ANSWER_MS = 2_000;
 
 const SLOTS = 16384;
 
-/** The hash slot of a key, as Redis Cluster computes it: CRC16 of the key or its hash tag, modulo 16384. */
+/** CRC16 of the key or its hash tag, modulo 16384. */
 export function keySlot(key: string): number {
   const open = key.indexOf('{');
   if (open !== -1) {
@@ -409,25 +394,19 @@ export function keySlot(key: string): number {
   return crc % SLOTS;
 }
 
-/**
- * A SCAN pattern matching `literal` (and anything after it when it ends with `*`): glob characters
- * are legal in a prefix, and unescaped a prefix such as `{a[1]}` would match other keys, not its own.
- */
+/** A SCAN pattern matching `literal`: unescaped, a prefix such as `{a[1]}` would match other keys, not its own. */
 export function escapeGlob(pattern: string): string {
   const star = pattern.endsWith('*');
   const literal = star ? pattern.slice(0, -1) : pattern;
   return `${literal.replace(/[\\*?[\]]/g, '\\$&')}${star ? '*' : ''}`;
 }
 
-/** `host:port` of a node connection of a cluster client, as its slot map names it. */
+/** `host:port` of a cluster node, as the slot map names it. */
 export function nodeName(node: Redis): string {
   return `${node.options.host ?? '127.0.0.1'}:${node.options.port ?? 6379}`;
 }
 
-/**
- * The nodes that serve the slot of `key`, master first, as the client's slot map has them (it leaves
- * out replicas flagged failed); every node when the map lacks the slot.
- */
+/** Master first, as the slot map has them (failed replicas left out); every node when the map lacks the slot. */
 export function slotNodes(cluster: Cluster, key: string): Redis[] {
   const names = cluster.slots[keySlot(key)];
   const all = cluster.nodes('all');
@@ -436,9 +415,8 @@ export function slotNodes(cluster: Cluster, key: string): Redis[] {
 }
 
 /**
- * The servers a SCAN must cover to find a queue's keys: the server, or every master of a cluster
- * that answers. A master flagged `fail` or silent for {@link NODE_ANSWER_MS} is named to `skipped`:
- * the queue's keys share one slot, on a master that answers, so it holds none of them.
+ * The servers a SCAN must cover to find a queue's keys. Masters flagged `fail` or silent for
+ * {@link NODE_ANSWER_MS} are named to `skipped`: the queue's slot is on a master that answers.
  * @param skipped called with each master left out, and why
  */
 export async function scannableServers(
@@ -467,7 +445,7 @@ export async function scannableServers(
   return answering.filter((node): node is Redis => node !== undefined);
 }
 
-/** The nodes the cluster flags as failed; none when no node answers in time (each master's PING then decides). */
+/** None when no node answers in time (each master's PING then decides). */
 async function failedNodes(cluster: Cluster): Promise<Set<string>> {
   const failed = new Set<string>();
   let view: string;
@@ -484,17 +462,16 @@ async function failedNodes(cluster: Cluster): Promise<Set<string>> {
   return failed;
 }
 
-/** What to install for the outbox, in the error when a peer is missing. */
 const INSTALL = 'bullmq ioredis';
 const USER = 'The outbox (nodemailer-eml-api/queue)';
 
-/** The BullMQ module, as {@link loadBullmq} returns it. */
+/** The BullMQ module. */
 export type BullmqModule = typeof Bullmq;
 
-/** The ioredis client class, as {@link loadRedis} returns it. */
+/** The ioredis client class. */
 export type RedisConstructor = typeof Ioredis.Redis;
 
-/** The ioredis Redis Cluster client class, as {@link loadRedisCluster} returns it. */
+/** The ioredis Redis Cluster client class. */
 export type ClusterConstructor = typeof Ioredis.Cluster;
 
 /** Versions of the peers the outbox runs on. */
@@ -508,7 +485,7 @@ let redis: RedisConstructor | undefined;
 let cluster: ClusterConstructor | undefined;
 
 /**
- * Loads `bullmq` on first use, so that the CLI and the rest of the package run without it.
+ * Loads `bullmq` on first use, so the CLI and the rest of the package run without it.
  * @throws {EmlApiError} `ECONFIG` saying what to install when it is missing
  */
 export function loadBullmq(): BullmqModule {
@@ -516,8 +493,8 @@ export function loadBullmq(): BullmqModule {
 }
 
 /**
- * Loads the `ioredis` client on first use. The outbox stores message bytes as binary strings, which
- * needs a client that answers with Buffers; BullMQ 6 made ioredis optional for itself.
+ * Loads the `ioredis` client on first use: the outbox needs one that answers with Buffers, and BullMQ
+ * 6 does not depend on ioredis.
  * @throws {EmlApiError} `ECONFIG` saying what to install when it is missing
  */
 export function loadRedis(): RedisConstructor {
@@ -554,7 +531,7 @@ function versionOf(name: string): string {
   try {
     return requirePeer<{ version: string }>(`${name}/package.json`, INSTALL, USER).version;
   } catch {
-    // A package whose exports hide its package.json: installed all the same.
+    // Its exports hide its package.json: installed all the same.
     return 'unknown';
   }
 }
@@ -567,10 +544,7 @@ export class DeadlineError extends Error {
   }
 }
 
-/**
- * Resolves as `promise` does, or rejects with a {@link DeadlineError} after `ms`; the promise runs on
- * (a Redis command cannot be taken back).
- */
+/** Resolves as `promise` does, or rejects with a {@link DeadlineError} after `ms`; a Redis command cannot be taken back. */
 export function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
@@ -580,15 +554,13 @@ export function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
 }
 
 /**
- * The outbox's fixed waits, in ms. Not options: the defaults are the product's. Only the test suite
- * lowers them (test/helpers/short-waits.ts), to not wait them out in real time.
+ * The outbox's fixed waits, in ms: the product's, not options. The test suite lowers them.
  * @internal
  */
 export const outboxWaits = {
-  /** How long a forced close waits for aborted sends to hand their jobs back (twice this after a graceful close). */
+  /** A forced close's wait for aborted sends to hand their jobs back (twice this after a graceful close). */
   handBack: 5_000,
-  /** How long closing waits for Redis to answer QUIT. */
   quit: 2_000,
-  /** How often producers and workers check Redis's settings again (besides after every reconnect). */
+  /** Besides after every reconnect. */
   settingsCheck: 60_000,
 };

@@ -16,11 +16,9 @@ import type { ReadinessCheck } from '../observability/ops-server.js';
 
 /**
  * How durable Redis must be before a producer queues mail:
- * - `'warn'`: queue in any case; warn when the append-only file is off (a queued message then
- *   survives no restart of Redis)
+ * - `'warn'`: queue in any case; warn when the append-only file is off (mail survives no restart)
  * - `'aof'`: refuse (`ECONFIG`) unless `appendonly yes`
- * - `'aof-always'`: also `appendfsync always`, every write on disk before `sendMail` resolves, as
- *   Postfix fsyncs a message before its `250`
+ * - `'aof-always'`: also `appendfsync always`, as Postfix fsyncs a message before its `250`
  *
  * Where the setting cannot be read, a warning is logged instead of refusing.
  * @example
@@ -33,19 +31,15 @@ export const OUTBOX_DURABILITIES: readonly OutboxDurability[] = ['warn', 'aof', 
 
 /** Redis's settings that decide whether queued mail survives; `undefined` where this connection may not read them. */
 export interface RedisSettings {
-  /** `maxmemory-policy`. */
   evictionPolicy: string | undefined;
-  /** `appendonly`. */
   appendOnly: boolean | undefined;
-  /** `appendfsync` (`CONFIG` only: `INFO` does not tell it). */
+  /** `appendfsync` (`INFO` does not tell it). */
   appendFsync: string | undefined;
-  /** `cluster-enabled`: a node of a Redis Cluster. */
   clusterEnabled: boolean | undefined;
 }
 
 /**
- * Reads the settings with `CONFIG GET`, or from `INFO` where a managed Redis renames or forbids
- * `CONFIG`.
+ * Reads the settings with `CONFIG GET`, or from `INFO` where a managed Redis forbids `CONFIG`.
  * @throws Redis's own errors other than a refused command (the connection failing...)
  */
 export async function readRedisSettings(redis: Redis): Promise<RedisSettings> {
@@ -84,11 +78,10 @@ export async function readRedisSettings(redis: Redis): Promise<RedisSettings> {
 }
 
 /**
- * Checks that Redis keeps what the outbox stores: refuses an eviction policy other than
- * `noeviction` (queued mail would be evicted silently) and missing persistence `durability` asks
- * for; warns where persistence is off or unreadable. On a cluster, the nodes serving the queue's slot
- * are checked, since a failover makes a replica the master: the master must answer; a replica that
- * does not answer within 2 s is skipped with a warning. Other nodes may be down without harm. A
+ * Checks that Redis keeps what the outbox stores: refuses an eviction policy other than `noeviction`
+ * (queued mail would be evicted silently) and missing persistence `durability` asks for; warns where
+ * persistence is off or unreadable. On a cluster, the nodes serving the queue's slot are checked, as
+ * a failover makes a replica the master (a replica silent for 2 s is skipped with a warning). A
  * cluster node reached as a single server is refused: the queue's keys would answer `MOVED`.
  * @param where host and port (a cluster: its nodes), for messages
  * @param warn called with each warning
@@ -109,7 +102,7 @@ export async function checkRedisSettings(
     return;
   }
   if (redis.status !== 'ready') await redis.ping();
-  // Nothing of the queue works without its slot's master; any other node may be down, and is skipped.
+  // Nothing of the queue works without its slot's master; any other node may be down.
   const serving = location ? slotNodes(redis, queueKey(location, 'meta')) : [];
   const master: Redis | undefined = serving[0];
   const others = location ? serving.slice(1) : redis.nodes('all');
@@ -211,10 +204,7 @@ async function checkServer(
   }
 }
 
-/**
- * Durability the producer asked for, which this connection cannot read: queueing on a guess would
- * give the `250` a promise nobody checked.
- */
+/** Queueing on a guess would give the `250` a promise nobody checked. */
 function unverifiable(message: string, durability: OutboxDurability, command: string): EmlApiError {
   return new EmlApiError(
     'ECONFIG',
@@ -225,15 +215,14 @@ function unverifiable(message: string, durability: OutboxDurability, command: st
   );
 }
 
-/** Redis refused the command itself (renamed, unknown, or not allowed to this user), as opposed to failing. */
+/** Renamed, unknown, or not allowed to this user, as opposed to failing. */
 function refused(err: unknown): boolean {
   return err instanceof Error && err.name === 'ReplyError';
 }
 
 /**
- * Records the check value of the producer's current key (the first producer to use an id writes
- * it), then compares every key it holds with Redis's: other bytes than the workers hold under an id
- * would queue mail no worker can read.
+ * Records the check value of the producer's current key (the first producer of an id writes it),
+ * then compares every key held with Redis's: other bytes under an id would queue mail no worker can read.
  * @throws {EmlApiError} `ECONFIG` naming `encryption.keys.<id>` on a mismatch; Redis's errors
  */
 export async function registerKeyChecks(
@@ -247,8 +236,8 @@ export async function registerKeyChecks(
 }
 
 /**
- * Compares every key held with the check values in Redis (never the keys), so a worker with other
- * bytes under an id refuses to start instead of failing every encrypted job. Ids Redis has none for pass.
+ * Compares every key held with the check values in Redis, so a worker with other bytes under an id
+ * refuses to start instead of failing every encrypted job. Ids Redis has none for pass.
  * @param others who else uses the keys, for the message
  * @throws {EmlApiError} `ECONFIG` naming `encryption.keys.<id>` on a mismatch; Redis's errors
  */
@@ -269,7 +258,7 @@ export async function compareKeyChecks(
   });
 }
 
-/** Whether the key `keyId` is the producers', as Redis's check value tells; `unknown` when it has none. */
+/** `unknown` when Redis has no check value for `keyId`. */
 export async function keyVerdict(
   redis: OutboxRedisClient,
   location: QueueLocation,
@@ -293,20 +282,17 @@ function keyMismatch(location: QueueLocation, id: string, others: string): EmlAp
 
 /** What a {@link RedisSettingsWatch} tells as it finds the settings. */
 export interface SettingsReports {
-  /** A setting that keeps mail less safely than it should, or cannot be read (each said once). */
+  /** Keeps mail less safely than it should, or cannot be read (each said once). */
   warn(message: string): void;
-  /** The settings are wrong (said when they become so, or wrong another way). */
+  /** Said when they become wrong, or wrong another way. */
   wrong(message: string): void;
-  /** They are right again. */
   fixed(message: string): void;
 }
 
 /**
- * Redis's settings, watched while a producer or a worker runs: checked again after every reconnect
- * (a Redis restarted with another configuration would evict or lose acknowledged mail), when the
- * queue's slot gets another master, and on an interval (`CONFIG SET` at run time). Producers
- * acknowledge only once the settings were found right since the last (re)connection (`confirm()`, no
- * round trip in the common case).
+ * Redis's settings, checked again after every reconnect (a restarted Redis may evict or lose
+ * acknowledged mail), when the queue's slot gets another master, and on an interval (`CONFIG SET`).
+ * Producers acknowledge only once the settings were found right since the last (re)connection.
  */
 export class RedisSettingsWatch {
   readonly #redis: OutboxRedisClient;
@@ -329,19 +315,16 @@ export class RedisSettingsWatch {
     this.#options = options;
   }
 
-  /** Why the settings were last found wrong, if they were. */
   get problem(): EmlApiError | undefined {
     return this.#wrong;
   }
 
-  /** Whether the settings were found right since the connection last (re)connected. */
   get confirmed(): boolean {
     return this.#wrong === undefined && this.#confirmed === this.#epoch;
   }
 
   /**
-   * Resolves once the settings were found right since the connection last
-   * (re)connected: at once when they were, else after a check.
+   * Resolves once the settings were found right since the last (re)connection: at once when they were.
    * @throws {EmlApiError} `ECONFIG` while they are wrong; Redis's errors
    */
   async confirm(): Promise<void> {
@@ -358,12 +341,12 @@ export class RedisSettingsWatch {
     return this.#running;
   }
 
-  /** Starts watching (reconnects, the interval); called by `confirm()`. */
+  /** Called by `confirm()`. */
   start(): void {
     if (this.#stops.length > 0 || this.#timer) return;
     const bump = () => {
       this.#epoch++;
-      // Said at once, not at the next send: a worker's log and /readyz, a producer's refusals.
+      // Said at once: a worker's log and /readyz, a producer's refusals.
       void this.check().catch(() => undefined);
     };
     const redis = this.#redis;
@@ -376,7 +359,7 @@ export class RedisSettingsWatch {
     };
     on(redis, 'ready', bump);
     if (isClusterClient(redis)) {
-      // A node restarted comes back on its own connection; a failover gives the queue's slot another master.
+      // A restarted node comes back on its own connection; a failover gives the slot another master.
       for (const node of redis.nodes('all')) on(node, 'ready', bump);
       on(redis, '+node', (node: Redis) => on(node, 'ready', bump));
       const location = this.#options.location;
@@ -397,7 +380,6 @@ export class RedisSettingsWatch {
     this.#stops.push(() => set.delete(this));
   }
 
-  /** Stops watching. */
   stop(): void {
     if (this.#timer) clearInterval(this.#timer);
     this.#timer = undefined;
@@ -436,25 +418,21 @@ export class RedisSettingsWatch {
 /** Options of a {@link RedisSettingsWatch}. */
 export interface SettingsWatchOptions {
   durability: OutboxDurability;
-  /** Persistence the settings cannot tell is taken as the operator's word (`durabilityVerified`). */
+  /** Take persistence the settings cannot tell as the operator's word (`durabilityVerified`). */
   verified?: boolean;
-  /** Where the queue's keys are: on a cluster, the nodes of their slot are checked. */
   location?: { prefix: string; queueName: string };
   reports: SettingsReports;
-  /** More checks made with the settings' (the encryption keys', the queue's owner). */
+  /** More checks made with the settings' (encryption keys, the queue's owner). */
   more?: () => Promise<void>;
 }
 
-/**
- * The watches of each client, by its options object: BullMQ 6 hands out its own proxy of a client,
- * which reads the same options object.
- */
+/** By the client's options object: BullMQ 6 hands out its own proxy of a client, which reads the same one. */
 const watches = new WeakMap<object, Set<RedisSettingsWatch>>();
 
 /**
  * The readiness of the outbox's Redis for `/readyz`: it answers and keeps what is queued. A watched
- * client is checked as its watch checks it; any other for `noeviction` only. Warnings are not repeated:
- * a probe every few seconds must not fill the logs.
+ * client is checked as its watch checks it, any other for `noeviction` only; warnings are not
+ * repeated, as a probe every few seconds must not fill the logs.
  * @param redis the connection to check (read when the check runs)
  * @param location where the queue's keys are: on a cluster, only the nodes serving their slot matter
  *   @default undefined (every node)
@@ -467,7 +445,7 @@ export function outboxRedisReadiness(
     name: 'redis',
     async check() {
       const client = await redis();
-      // A cluster's PING goes to a random node, maybe one that is down; a key of the queue goes to its slot's master.
+      // A cluster's PING may go to a node that is down; a key of the queue goes to its slot's master.
       if (location && isClusterClient(client)) await client.exists(queueKey(location, 'meta'));
       else await client.ping();
       const watching = [...(watches.get(client.options) ?? [])];
@@ -482,7 +460,7 @@ export function outboxRedisReadiness(
   };
 }
 
-/** The password of a Redis connection given as a URL or options: one more string a health reason never shows. */
+/** The password of a Redis connection given as a URL or options, which a health reason never shows. */
 export function redisPassword(connection: unknown): string | undefined {
   if (typeof connection === 'string') {
     try {

@@ -4,11 +4,10 @@ import { objectOption, refuseUnknownKeys, share, wholeNumber } from '../shared/o
 
 /**
  * When a send that failed for a passing reason is tried again: `delay` after the first failure,
- * doubling up to `maxDelay`, each wait shortened by a random share of up to `jitter`, for `attempts`
- * attempts in all. The default keeps trying for most of a day, as an SMTP relay does, and ends
- * before the service's idempotency window less the workers' margin closes, so a send whose answer
- * was lost is answered from its first attempt; a job still retrying then is parked rather than sent
- * again blindly. A longer `Retry-After` is honoured. Retries go before new messages.
+ * doubling up to `maxDelay`, each wait shortened by up to `jitter`, for `attempts` attempts in all.
+ * The default keeps trying for most of a day, as an SMTP relay does, ending before the service's
+ * idempotency window closes, so a send whose answer was lost is answered from its first attempt; a
+ * job still retrying then is parked. A longer `Retry-After` is honoured. Retries go before new messages.
  * @example
  * // Give up after about 2 hours instead: 5 s doubling to 10 min, 20 attempts.
  * new EmlApiQueueTransport({ connection, retry: { attempts: 20, delay: 5_000, maxDelay: 600_000 } });
@@ -21,8 +20,7 @@ export interface RetryScheduleOptions {
   /** Longest wait between attempts, in ms. @default 3600000 (1 hour) */
   maxDelay?: number;
   /**
-   * Share of each wait drawn at random (0 to 1), so that sends that failed together do not all come
-   * back together.
+   * Share of each wait drawn at random (0 to 1), so sends that failed together do not come back together.
    * @default 0.2
    */
   jitter?: number;
@@ -36,10 +34,10 @@ export const DEFAULT_RETRY_SCHEDULE: Readonly<Required<RetryScheduleOptions>> = 
   jitter: 0.2,
 });
 
-/** The BullMQ backoff type of the outbox's jobs; its workers compute the waits ({@link outboxBackoffDelay}). */
+/** The BullMQ backoff type of the outbox's jobs ({@link outboxBackoffDelay}). */
 export const OUTBOX_BACKOFF_TYPE = 'eml-api-outbox';
 
-/** BullMQ backoff options of the outbox: BullMQ's own, plus the cap. */
+/** BullMQ's backoff options, plus the cap. */
 export interface OutboxBackoffOptions extends BackoffOptions {
   type: typeof OUTBOX_BACKOFF_TYPE;
   delay: number;
@@ -78,7 +76,7 @@ const RETRY_SCHEDULE_KEYS = [
   'jitter',
 ] as const satisfies readonly (keyof RetryScheduleOptions)[];
 
-/** The BullMQ job options of a schedule: `attempts` and the outbox's backoff. */
+/** `attempts` and the outbox's backoff. */
 export function retryJobOptions(schedule: Required<RetryScheduleOptions>): {
   attempts: number;
   backoff: OutboxBackoffOptions;
@@ -117,7 +115,7 @@ export function outboxBackoffDelay(
   return retryAfter !== undefined && retryAfter > wait ? retryAfter : wait;
 }
 
-/** How long a schedule keeps trying, from the first failure to the last attempt, without jitter, in ms. */
+/** From the first failure to the last attempt, without jitter, in ms. */
 export function retrySpan(schedule: Required<RetryScheduleOptions>): number {
   let total = 0;
   for (let made = 1; made < schedule.attempts; made++) {
@@ -127,19 +125,16 @@ export function retrySpan(schedule: Required<RetryScheduleOptions>): number {
 }
 
 /**
- * The BullMQ priority of a job while it is retried: 0, "no priority". BullMQ takes its wait list
- * (priority 0) before its prioritized set, where new messages go, so a retry goes before the backlog
- * instead of behind it (past the idempotency window, a send whose answer was lost would be delivered
- * twice).
+ * A retried job's BullMQ priority: 0 puts it in the wait list, taken before the prioritized set of new
+ * messages, so a retry goes before the backlog, within the idempotency window.
  */
 export const RETRY_PRIORITY = 0;
 
-/** The highest `jobOptions.priority` a producer takes: BullMQ's limit (2^21 - 1) less the 1 the outbox adds. */
+/** BullMQ's limit (2^21 - 1) less the 1 the outbox adds. */
 export const MAX_OUTBOX_PRIORITY = 2 ** 21 - 2;
 
 /**
- * The BullMQ priority of a new message: the producer's `jobOptions.priority` plus 1, so new messages
- * keep their order among themselves and all come after retries.
+ * The producer's `jobOptions.priority` plus 1: new messages keep their order and come after retries.
  * @param priority the producer's `jobOptions.priority` (0 or none: the highest)
  */
 export function newMessagePriority(priority: number | undefined): number {

@@ -1,26 +1,19 @@
 /**
- * Admits the sends of one worker: shared, or alone. A job that has stalled is sent alone, so that if
- * it crashes the worker again no other send goes down with it and the stall is its own.
- *
- * A fair readers-writer lock, first come first served: a send alone waits for the sends in flight, and
- * sends after a waiting one alone wait behind it. Holders never wait on the gate again and each send
- * ends within the client's timeouts, so nothing deadlocks or starves. Waiting jobs keep their locks:
- * BullMQ renews the lock of every job a worker has taken.
+ * Admits one worker's sends, shared or alone. A stalled job is sent alone: if it crashes the worker
+ * again, no other send goes down with it. A fair readers-writer lock; holders never wait on it again
+ * and each send ends within the client's timeouts, so nothing deadlocks or starves. Waiting jobs keep
+ * their locks: BullMQ renews the lock of every job a worker has taken.
  */
 export class SoloGate {
   #shared = 0;
   #alone = false;
   readonly #waiting: { alone: boolean; admit: () => void }[] = [];
 
-  /** Sends in flight now. */
   get inFlight(): number {
     return this.#alone ? 1 : this.#shared;
   }
 
-  /**
-   * Waits for the send's turn.
-   * @returns the function that ends the turn (idempotent)
-   */
+  /** @returns the function that ends the turn (idempotent) */
   async enter(alone: boolean): Promise<() => void> {
     if (this.#waiting.length === 0 && this.#free(alone)) {
       this.#take(alone);
@@ -46,7 +39,7 @@ export class SoloGate {
     else this.#shared++;
   }
 
-  /** Admits waiting sends in order: ordinary ones together, up to the next one that runs alone. */
+  /** Ordinary sends together, up to the next one that runs alone. */
   #admit(): void {
     while (this.#waiting.length > 0 && this.#free(this.#waiting[0]!.alone)) {
       const next = this.#waiting.shift()!;

@@ -19,29 +19,27 @@ import { outboxRedisReadiness } from './redis-settings.js';
 
 /** What a worker's telemetry watches: its events, client, Redis and queue, and how many jobs it runs. */
 export interface WorkerTelemetrySettings {
-  /** The `http` option as given (checked here). */
+  /** Checked here. */
   http: unknown;
-  /** The `metrics` option as given; on by default with `http`, in a registry of the worker's own. */
+  /** On by default with `http`, in a registry of the worker's own. */
   metrics: unknown;
-  /** The worker: its `'sent'`, `'retrying'` and `'failed'` events are counted. */
+  /** Its `'sent'`, `'retrying'` and `'failed'` events are counted. */
   events: EventEmitter;
   client: EmlApiClient;
-  /** The worker's Redis connection (opened after its telemetry is checked). */
+  /** Opened after the telemetry is checked. */
   redis: () => OutboxRedisClient;
   location: QueueLocation;
-  /** Jobs being sent now. */
   activeJobs: () => number;
-  /** Why the worker cannot take jobs although it is not closing (BullMQ's worker stopped), or undefined. */
+  /** Why the worker cannot take jobs although not closing (BullMQ's worker stopped). */
   stuck: () => string | undefined;
-  /** Why the worker takes no jobs because of its clock, or undefined. */
   clock: () => string | undefined;
-  /** Strings never shown in a health reason (the API key). */
+  /** Never shown in a health reason (the API key). */
   secrets: string[];
 }
 
 /**
- * The metrics, spans and health port of a worker: a span per job run (a child of the producer's span),
- * sends counted by outcome, the queue's depth read at each scrape, and `/readyz`.
+ * A worker's span per job run (a child of the producer's span), sends counted by outcome, queue
+ * depth read at each scrape, and `/readyz`.
  */
 export class WorkerTelemetry {
   readonly metrics: EmlApiMetrics | undefined;
@@ -74,15 +72,11 @@ export class WorkerTelemetry {
     this.#removers.push(metrics.addQueue(settings.location.queueName, () => readOutboxSnapshot(this.#openQueue())));
   }
 
-  /** The health and metrics port, once started. */
   get endpoint(): OpsEndpoint | undefined {
     return this.#endpoint;
   }
 
-  /**
-   * Starts the health and metrics port when the `http` option asks for one.
-   * @throws {EmlApiError} `ECONFIG` when it cannot listen
-   */
+  /** @throws {EmlApiError} `ECONFIG` when the `http` port cannot listen */
   async start(): Promise<void> {
     if (!this.#http) return;
     const { stuck, secrets } = this.#settings;
@@ -90,8 +84,8 @@ export class WorkerTelemetry {
   }
 
   /**
-   * What `/readyz` checks: Redis, the service and the clock.
-   * @param running also whether the worker takes jobs (what `/healthz` says of a process with a port of its own)
+   * Redis, the service and the clock.
+   * @param running also whether the worker takes jobs (`/healthz` of a process with its own port)
    */
   checks(running = false): ReadinessCheck[] {
     const { client, stuck } = this.#settings;
@@ -105,10 +99,7 @@ export class WorkerTelemetry {
     ];
   }
 
-  /**
-   * Runs a job in a consumer span that continues the trace of the request that queued it, and counts
-   * runs that put the job back rather than end it.
-   */
+  /** In a consumer span continuing the trace that queued the job; counts runs that put the job back. */
   async run(job: OutboxJob, work: () => Promise<RunOutcome>): Promise<RunOutcome> {
     const data = (job.data ?? {}) as Partial<OutboxJobData>;
     const span = startSpan('eml-api.job', {
@@ -144,19 +135,18 @@ export class WorkerTelemetry {
     return outcome;
   }
 
-  /** `/readyz` fails from now on: the worker is stopping. */
+  /** The worker is stopping. */
   stopping(): void {
     this.#endpoint?.stopping();
   }
 
-  /** Closes the port and what the gauges read with. */
   async close(): Promise<void> {
     for (const remove of this.#removers.splice(0)) remove();
     await this.#endpoint?.close();
     await this.#queue?.close().catch(() => undefined);
   }
 
-  /** A queue object on the worker's own connection (BullMQ leaves a connection it was given open). */
+  /** On the worker's own connection (BullMQ leaves a connection it was given open). */
   #openQueue(): Queue<OutboxJobData, OutboxSendResult> {
     if (!this.#queue) {
       const { Queue } = loadBullmq();

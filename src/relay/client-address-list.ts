@@ -1,23 +1,17 @@
 import { BlockList, isIP } from 'node:net';
 import { configError } from '../shared/options-kit.js';
 
-/** Addresses a {@link ClientAddressList} remembers its answer for. */
 const RECENT_ADDRESSES = 1024;
 
-/** The loopback networks: the clients on the relay's own machine. */
+/** The clients on the relay's own machine. */
 export const LOOPBACK_NETWORKS: readonly string[] = Object.freeze(['127.0.0.0/8', '::1/128']);
 
 /**
- * A list of client addresses and networks (`203.0.113.7`, `10.0.0.0/8`,
- * `fd00::/8`), matched family by family. An IPv4-mapped IPv6 client
- * (`::ffff:10.1.2.3`, from a dual-stack listener) is an IPv4 client, and an
- * IPv4-mapped entry (`::ffff:10.0.0.0/104`) is the IPv4 network it maps. So
- * `::/0` is every IPv6 client only: Node's `BlockList` alone matches IPv4
- * addresses against IPv6 rules through their mapped form, which would let
- * `--allow ::/0` admit every IPv4 client without AUTH.
+ * Client addresses and networks, matched family by family: an IPv4-mapped
+ * client or entry is IPv4. Node's `BlockList` alone matches IPv4 against IPv6
+ * rules through the mapped form, so `--allow ::/0` would admit every IPv4 client.
  */
 export class ClientAddressList {
-  /** The entries as given. */
   readonly entries: readonly string[];
   readonly #ipv4 = new BlockList();
   readonly #ipv6 = new BlockList();
@@ -34,14 +28,9 @@ export class ClientAddressList {
     this.entries = Object.freeze([...entries]);
   }
 
-  /**
-   * The answers for the addresses asked last: the relay asks about a client
-   * several times a session, and BlockList's check builds a SocketAddress each
-   * time. The list never changes, so an answer stays true.
-   */
+  /** The relay asks about a client several times a session, and each BlockList check builds a SocketAddress. */
   readonly #recent = new Map<string, boolean>();
 
-  /** Whether a client address is on the list. */
   includes(address: string): boolean {
     const known = this.#recent.get(address);
     if (known !== undefined) return known;
@@ -49,7 +38,6 @@ export class ClientAddressList {
     const family = isIP(plain);
     const found =
       family === 4 ? this.#ipv4.check(plain, 'ipv4') : family === 6 ? this.#ipv6.check(plain, 'ipv6') : false;
-    // Bounded: clients spread over many addresses cannot grow it.
     if (this.#recent.size >= RECENT_ADDRESSES) this.#recent.clear();
     this.#recent.set(address, found);
     return found;
@@ -63,7 +51,7 @@ export class ClientAddressList {
     if (isIP(written) === 0 || extra !== undefined) throw bad();
     let bits = prefix === undefined ? undefined : Number(prefix);
     if (prefix !== undefined && (!/^\d{1,3}$/.test(prefix) || bits! > (isIP(written) === 4 ? 32 : 128))) throw bad();
-    // An IPv4-mapped entry is the IPv4 address or network it maps, when it lies within the mapped range.
+    // Only within the mapped range.
     const mapped = unmapIpv4(written);
     const address = isIP(mapped) === 4 && (bits === undefined || bits >= 96) ? mapped : written;
     if (address !== written && bits !== undefined) bits -= 96;
@@ -80,11 +68,7 @@ export function isLoopbackAddress(address: string): boolean {
   return loopback.includes(address);
 }
 
-/**
- * What the per-address limits count a client as: its IPv4 address, or the
- * /64 of its IPv6 address (one host, or one site, is usually given a whole
- * /64, and could otherwise take a new address for every connection).
- */
+/** Its IPv4 address, or its IPv6 /64: a host usually owns a whole /64 and could take a new address per connection. */
 export function clientKey(address: string): string {
   const plain = unmapIpv4(address);
   if (isIP(plain) !== 6) return plain;
@@ -105,7 +89,7 @@ export function unmapIpv4(address: string): string {
   return [groups[6]! >> 8, groups[6]! & 255, groups[7]! >> 8, groups[7]! & 255].join('.');
 }
 
-/** The eight 16-bit groups of an IPv6 address (a zone dropped, an embedded IPv4 tail read), or undefined. */
+/** A zone dropped, an embedded IPv4 tail read; undefined when not IPv6. */
 function ipv6Groups(address: string): number[] | undefined {
   const bare = address.split('%')[0]!.toLowerCase();
   const [head = '', tail] = bare.split('::');

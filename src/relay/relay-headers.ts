@@ -4,20 +4,12 @@ import { findForbiddenCharacter, isValidAddress } from '../protocol/message-form
 import { EmlApiError } from '../shared/eml-api-error.js';
 
 /**
- * The relay reads a message's header section strictly, because the service
- * reads it leniently: a line, an address or an encoded word that the relay
- * skipped while the service read it as a recipient would send mail to people
- * who were never in `RCPT TO`. So whatever the relay cannot read for certain
- * is refused (`554 5.6.0`, naming it), never skipped. What it accepts is a
- * subset of RFC 5322 on which MIME parsers agree: the property tests check
- * that mailparser (the emulator's parser) reads the same recipients from
- * every header section the relay accepts.
- *
- * The work is bounded as well as linear: the address fields are capped in
- * entries and in characters ({@link HeaderLimits}) before a parser of the
- * service's side runs over them, and the reading is a series of steps that
- * the relay runs in slices of the event loop ({@link runInSlices}), so that
- * a header section of 1 MiB does not hold up the other clients.
+ * The relay reads a header section strictly because the service reads it
+ * leniently: anything it cannot read for certain is refused (`554 5.6.0`),
+ * never skipped, so the service cannot find recipients that were never in
+ * `RCPT TO`. Address fields are capped ({@link HeaderLimits}) before a
+ * service-side parser runs, and the reading runs in event-loop slices
+ * ({@link runInSlices}) so a large header section does not hold up others.
  */
 
 /** One header field as the relay read it. */
@@ -40,22 +32,16 @@ export interface RelayHeaders {
   /** The To, Cc and Bcc recipients, in order, each once (as {@link addressKey} compares them). */
   recipients: string[];
   /**
-   * How many ways the To, Cc and Bcc fields spell their recipients: distinct
-   * addresses as written (`Ann@x` and `ann@x` are two). The relay compares
-   * spellings as {@link addressKey} does, and the service may compare them
-   * more strictly, so this, not `recipients.length`, bounds the copies the
-   * service might make.
+   * Distinct spellings of the To, Cc and Bcc addresses (`Ann@x` and `ann@x` are two): the service may
+   * compare more strictly than {@link addressKey}, so this bounds the copies it might make.
    */
   spellings: number;
-  /** The From fields. */
   froms: RelayHeaderField[];
-  /** The Sender fields. */
   senders: RelayHeaderField[];
   /** The first address of the first From field, or false. */
   from: string | false;
   /** The first non-empty Message-ID field, or undefined. */
   messageId: string | undefined;
-  /** Whether the message has a Date field. */
   hasDate: boolean;
 }
 
@@ -72,42 +58,27 @@ export interface HeaderLimits {
   maxAddressText?: number;
 }
 
-/** The fields whose addresses the service sends to. */
 const RECIPIENT_FIELDS = new Set(['to', 'cc', 'bcc']);
 
 /** Fields the service reads addresses from besides To, Cc and Bcc, and refuses with a control character in. */
 const OTHER_ADDRESS_FIELDS = new Set(['from', 'sender', 'reply-to']);
 
-/**
- * From fields, and Sender fields, a message may have (RFC 5322 allows one; services read either of two):
- * each one may cost a run of mailparser ({@link fromRefusal}, {@link identityAddresses}).
- */
+/** Each From or Sender field may cost a run of mailparser; RFC 5322 allows one. */
 const MAX_FROM_FIELDS = 10;
 
-/** Fields split between two steps of the reading. */
 const FIELDS_PER_STEP = 256;
 
-/**
- * A piece of work done in steps: each `yield` is a point where it may stop
- * for the event loop to serve others ({@link runInSlices}).
- */
+/** Work done in steps: each `yield` lets the event loop serve others ({@link runInSlices}). */
 export type Steps<T> = Generator<void, T, void>;
 
-/** Milliseconds of work the relay does in one turn of the event loop before it lets other clients in. */
 const SLICE_MS = 4;
 
-/**
- * Steps the relay takes in one turn at most: the turns a piece of work
- * takes then grow with the work whatever the machine's speed (a message of
- * a few fields takes a few steps, and one turn).
- */
+/** Caps the steps per turn, so the turns grow with the work whatever the machine's speed. */
 const SLICE_STEPS = 64;
 
 /**
- * Runs work in slices of the event loop: after {@link SLICE_STEPS} steps, or
- * a step that ends past {@link SLICE_MS} of the current slice, the rest waits
- * for the next turn (`setImmediate`), so that other clients are greeted and
- * answered, and the health port answers, while a large header section is read.
+ * Runs work in slices of the event loop, so other clients and the health port
+ * are answered while a large header section is read.
  */
 export async function runInSlices<T>(steps: Steps<T>): Promise<T> {
   let until = performance.now() + SLICE_MS;
@@ -130,10 +101,9 @@ export function runWhole<T>(steps: Steps<T>): T {
 }
 
 /**
- * Reads a header section the way the relay trusts: every line is a field
- * (`name:` or `name :`, the name printable ASCII) or the folded continuation
- * of one, and every To, Cc and Bcc field is an address list the relay reads
- * for certain (see {@link readAddressList}).
+ * Reads a header section the way the relay trusts: every line is a field or
+ * its folded continuation, and every To, Cc and Bcc field an address list
+ * read for certain (see {@link readAddressList}).
  *
  * @param head the header section, with or without its blank line; the relay passes it with CRLF line ends only
  * @throws {EmlApiError} `EMESSAGE` (permanent) naming the line or the field that cannot be read, or the limit passed
@@ -167,7 +137,6 @@ export function* readingRelayHeaders(head: Buffer, limits: HeaderLimits = {}): S
       }
     }
     if (OTHER_ADDRESS_FIELDS.has(name)) {
-      // The service refuses these (400 invalid_address): refused before anything is sent or stored.
       const bad = findForbiddenCharacter(field.value, { allowTab: true });
       if (bad) throw badAddressField(field, `holds ${bad.what}`);
     }
@@ -199,11 +168,7 @@ export function* readingRelayHeaders(head: Buffer, limits: HeaderLimits = {}): S
   return { fields, recipients, spellings: spellings.size, froms, senders, from, messageId, hasDate };
 }
 
-/**
- * What the address lists read so far hold, against the limits: counted while
- * reading, so that a long list stops early, before any parser of the
- * service's side runs over it.
- */
+/** Counted while reading, so a long list stops before any service-side parser runs over it. */
 class ReadingBudget {
   readonly #maxEntries: number;
   readonly #maxTokens: number;
@@ -215,7 +180,6 @@ class ReadingBudget {
     this.#maxTokens = limits.maxTokens ?? Infinity;
   }
 
-  /** Counts an entry: an address, or a group, empty or not. @throws {EmlApiError} past the limit */
   entry(): void {
     if (++this.#entries > this.#maxEntries) {
       throw tooMuch(
@@ -224,7 +188,6 @@ class ReadingBudget {
     }
   }
 
-  /** Counts a token: a word, a quoted string, a comment, a separator. @throws {EmlApiError} past the limit */
   token(): void {
     if (++this.#tokens > this.#maxTokens) {
       throw tooMuch(
@@ -235,10 +198,8 @@ class ReadingBudget {
 }
 
 /**
- * Refuses a To, Cc or Bcc field that a parser of the service's side reads
- * otherwise than the relay (see {@link disagreeingReader}): a second opinion
- * behind the strict grammar below, which is what makes the readings agree.
- * One step per parser.
+ * Refuses a To, Cc or Bcc field that a service-side parser reads otherwise
+ * than the relay: the cross-check that makes the readings agree.
  */
 function* crossChecking(field: RelayHeaderField, addresses: readonly string[]): Steps<void> {
   for (const reader of serviceAddressReaders()) {
@@ -254,19 +215,11 @@ function* crossChecking(field: RelayHeaderField, addresses: readonly string[]): 
 
 /**
  * Why the service is certain to refuse a message for its From fields, or
- * undefined: it has none (400 `invalid_eml`), or one of them holds no
- * address (400 `invalid_address`; a service may read either of two From
- * fields, mailparser reads the last). A From's address is read as mailparser
- * reads it: with the address parser it bundles, and, where that reading
- * leaves room for mailparser's own decoding (encoded words, `xn--`
- * domains), with mailparser itself when it is installed.
- *
- * Without mailparser, a From is read for certain where the relay's strict
- * grammar ({@link readAddressList}, on which parsers agree) and the
- * Nodemailer peer's parser find the same first address. Any other From is
- * left to the service, unless `certain` asks for a certain reading (the
- * outbox stores the message, and nobody would hear of the service's
- * refusal): it is then refused too.
+ * undefined: it has none, or one holds no address as mailparser reads it
+ * (with mailparser itself when installed). Without mailparser, a From neither
+ * the strict grammar nor the peer's parser reads for certain is left to the
+ * service, unless `certain` (the outbox stores the message, and nobody would
+ * hear of the service's refusal).
  *
  * @param options.certain refuse a From the relay cannot read for certain
  */
@@ -296,9 +249,7 @@ export async function fromRefusal(
   return undefined;
 }
 
-/** Whether a From holds an address as the service reads it, holds none, or cannot be told without mailparser. */
 async function fromReading(value: string): Promise<'address' | 'none' | 'uncertain'> {
-  // The parser mailparser bundles when it is installed (the first reader), else the peer's.
   const readers = serviceAddressReaders();
   const first = readers[0]?.read(value)[0] ?? '';
   const mime = loadMimeParser();
@@ -321,7 +272,6 @@ async function fromReading(value: string): Promise<'address' | 'none' | 'uncerta
   return value.includes('@') || decodedWords(value).includes('@') ? 'uncertain' : 'none';
 }
 
-/** The first address of a From as the relay's strict grammar reads it, or undefined where it reads none for certain. */
 function strictFirstAddress(value: string): string | undefined {
   try {
     return new AddressListReader(value, 'From', new ReadingBudget({})).read()[0];
@@ -331,12 +281,9 @@ function strictFirstAddress(value: string): string | undefined {
 }
 
 /**
- * Every address a reader of the message could take a From or Sender value
- * to name: the relay's strict reading (where it reads the value), each
- * Nodemailer parser's, mailparser's (when installed), and every text shaped
- * like an address once encoded words are decoded and compatibility forms
- * folded (NFKC: `ｃｅｏ＠ｂａｎｋ．ｅｘａｍｐｌｅ`), as a display name or a comment
- * that a mail program shows may hold one.
+ * Every address a reader could take a From or Sender value to name: each
+ * parser's reading, and every address-shaped text once encoded words are
+ * decoded and NFKC folds compatibility forms, as a shown display name may hold one.
  */
 export async function identityAddresses(value: string): Promise<string[]> {
   const found = new Set<string>();
@@ -362,8 +309,7 @@ export async function identityAddresses(value: string): Promise<string[]> {
     };
     walk(parsed?.from?.value ?? []);
   }
-  // As a mail program shows the text: adjacent encoded words joined (RFC 2047 6.2), quoted pairs unescaped,
-  // and once more without comments (`ceo(x)@bank.example`).
+  // As a mail program shows it: adjacent encoded words joined (RFC 2047 6.2), and once more without comments.
   const shown = decodedWords(value.replace(/(\?=)\s+(?==\?)/g, '$1')).replace(/\\(.)/g, '$1');
   const texts = `${shown} ${withoutComments(shown)} ${names}`.normalize('NFKC');
   for (const word of texts.split(ADDRESS_SEPARATORS)) {
@@ -373,7 +319,6 @@ export async function identityAddresses(value: string): Promise<string[]> {
   return [...found];
 }
 
-/** The text without its parenthesised comments, nested ones included (one pass: linear). */
 function withoutComments(text: string): string {
   let depth = 0;
   let out = '';
@@ -385,7 +330,7 @@ function withoutComments(text: string): string {
   return out;
 }
 
-/** What ends text shaped like an address (characters around an `@`): white space and the specials. Split on, never backtracked over. */
+/** Split on, never backtracked over. */
 const ADDRESS_SEPARATORS = /[\s<>"(),;:[\]\\]+/;
 
 const FROM_ONLY = { skipHtmlToText: true, skipImageLinks: true, skipTextToHtml: true, skipTextLinks: true };
@@ -395,7 +340,6 @@ type MimeParser = (source: Buffer, options?: object) => Promise<{ from?: { value
 
 let mimeParser: MimeParser | null | undefined;
 
-/** mailparser's `simpleParser` (an optional peer: the emulator's parser), or null when it is not installed. */
 function loadMimeParser(): MimeParser | null {
   if (mimeParser === undefined) {
     try {
@@ -407,7 +351,6 @@ function loadMimeParser(): MimeParser | null {
   return mimeParser;
 }
 
-/** The first address of a parsed From, groups flattened, as the emulator takes it. */
 function firstOf(from: { value: MimeAddress[] } | undefined): string | undefined {
   const walk = (list: MimeAddress[]): string | undefined => {
     for (const entry of list) {
@@ -420,15 +363,11 @@ function firstOf(from: { value: MimeAddress[] } | undefined): string | undefined
   return from ? walk(from.value) : undefined;
 }
 
-/** An RFC 2047 encoded word: its charset (language suffix included), encoding and text. */
 const ENCODED_WORD = /=\?([^?]+)\?([BbQq])\?([^?]*)\?=/g;
 
 /**
- * The charsets the relay decodes as mailparser (libmime, iconv-lite) does,
- * by their lower-case label: TextDecoder's label, or the relay's own decoder.
- * libmime reads `us-ascii` as UTF-8, and decodes labels iconv-lite lacks (or
- * that it reads otherwise than TextDecoder: `unicode`, `utf-8x`, `cp936`,
- * `utf7imap`...) each its own way.
+ * Charsets decoded as mailparser (libmime, iconv-lite) decodes them, by
+ * lower-case label; libmime reads `us-ascii` as UTF-8.
  */
 const READ_CHARSETS = new Map<string, string>([
   ...['utf-8', 'utf8', 'us-ascii', 'ascii'].map((label) => [label, 'utf-8'] as const),
@@ -446,9 +385,8 @@ function charsetOf(word: string): string | undefined {
 }
 
 /**
- * The charset of the first encoded word in the text that the relay cannot
- * decode as the service's parser does, or undefined; always undefined where
- * mailparser is installed (it is then run over the text itself).
+ * The charset of the first encoded word the relay cannot decode as the
+ * service's parser does; undefined where mailparser is installed (it then reads the text itself).
  */
 export function unreadCharset(text: string): string | undefined {
   if (loadMimeParser()) return undefined;
@@ -456,7 +394,6 @@ export function unreadCharset(text: string): string | undefined {
   return undefined;
 }
 
-/** The text with its RFC 2047 encoded words (`=?charset?B|Q?...?=`) decoded, as far as the relay knows the charset. */
 function decodedWords(text: string): string {
   return text.replace(ENCODED_WORD, (_word, charset: string, kind: string, data: string) => {
     const bytes =
@@ -476,7 +413,7 @@ function decodedWords(text: string): string {
   });
 }
 
-/** UTF-32 text, which TextDecoder lacks; a code point out of range is U+FFFD. */
+/** TextDecoder lacks UTF-32 and UTF-7. */
 function utf32(bytes: Buffer, bigEndian: boolean): string {
   let out = '';
   for (let i = 0; i + 4 <= bytes.length; i += 4) {
@@ -486,7 +423,6 @@ function utf32(bytes: Buffer, bigEndian: boolean): string {
   return out;
 }
 
-/** UTF-7 text (RFC 2152), which TextDecoder lacks: `+` and modified Base64 of UTF-16BE up to `-`. */
 function utf7(text: string): string {
   return text.replace(/\+([A-Za-z0-9+/]*)-?/g, (_run, data: string) => {
     if (data === '') return '+';
@@ -498,7 +434,6 @@ function utf7(text: string): string {
   });
 }
 
-/** The fields of a header section; a line that is neither a field nor a continuation is refused. One step per {@link FIELDS_PER_STEP} lines. */
 function* splittingFields(head: Buffer): Steps<RelayHeaderField[]> {
   const fields: RelayHeaderField[] = [];
   let current: { field: RelayHeaderField; parts: string[] } | undefined;
@@ -549,12 +484,11 @@ function* splittingFields(head: Buffer): Steps<RelayHeaderField[]> {
   return fields;
 }
 
-/** The fields of a header section, without reading their values (see {@link readRelayHeaders} for the rules). */
+/** The fields of a header section, values not read. */
 export function headerFields(head: Buffer): RelayHeaderField[] {
   return runWhole(splittingFields(head));
 }
 
-/** The index of the colon of a field line (a name of printable ASCII, white space allowed before the colon). */
 function fieldColon(line: string): number | undefined {
   let i = 0;
   for (; i < line.length; i++) {
@@ -566,7 +500,7 @@ function fieldColon(line: string): number | undefined {
   return line[i] === ':' ? i : undefined;
 }
 
-/** The first address of a From value, read leniently (the service checks From itself; {@link fromRefusal} what it refuses). */
+/** Read leniently: the service checks From itself. */
 function firstAddress(value: string): string | false {
   try {
     return new AddressListReader(value, 'From', new ReadingBudget({})).read()[0] ?? false;
@@ -575,47 +509,28 @@ function firstAddress(value: string): string | false {
   }
 }
 
-/**
- * The relay's strict grammar of a To, Cc or Bcc value (see
- * {@link readAddressList}): the subset of RFC 5322 address lists on which
- * MIME parsers agree. What it cannot read for certain is refused, never
- * skipped. One pass over the value: linear in its length.
- */
-
-/** Characters of a value quoted in an error. */
 const SHOWN = 60;
 
-/** Characters that end an atom (RFC 5322 specials and white space). */
 const SPECIALS = '()<>[]:;@\\,."\t ';
 
-/** A dot-atom (RFC 5322 3.2.3) of ASCII atext: a local part that reads the same with or without quotes. */
+/** A local part that reads the same with or without quotes. */
 const DOT_ATOM = /^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*$/;
 
-/** Characters a comment in a To, Cc or Bcc field may not hold (it ends at the first `)`). */
+/** A comment may end at the first `)` or count nesting, by parser, so these are refused in one. */
 const COMMENT_SPECIALS = '()\\<>,;:@"[]';
 
-/** Characters that end a domain written as labels: the specials but the dot. */
 const DOMAIN_END = SPECIALS.replace('.', '');
 
 /**
- * Reads one address list (a To, Cc or Bcc value) as the relay trusts it:
- * addresses (`a@x`), display names with an address in angle brackets
- * (`Ann <a@x>`, `"Doe, Ann" <a@x>`, `=?utf-8?B?...?= <a@x>`), groups
- * (`Team: a@x, b@x;`, `undisclosed-recipients:;`), comments of plain text
- * beside an address (`a@x (Sales)`), and `,` or `;` between entries.
- * Refused, because parsers read them differently: an entry without an
- * address (a name alone, a comment alone, `<>`), an encoded word (RFC 2047)
- * anywhere but in a display name before an address (mailparser reads a
- * Base64 word standing alone as the addresses it holds), a comment holding
- * any of `( ) \ < > , ; : @ " [ ]` (Nodemailer 10.0 ends a comment at the
- * first `)` and takes no escape in it, 10.6 counts nesting; an address or a
- * separator in one is read as a recipient by some), inside a group a quoted
- * string holding `;` (which ends the group for some), a group in a group, a
- * source route, an `xn--` prefix written in capitals (mailparser decodes
- * only the lower-case one, so `XN--` and `xn--` would be two mailboxes), a
- * quoted local part that needs no quotes (`"ann"@x`, which mailparser reads
- * as `ann@x` or `"ann"@x` by where it stands), and an address that is not
- * valid.
+ * Reads one To, Cc or Bcc value as the relay trusts it: the subset of RFC
+ * 5322 address lists on which MIME parsers agree (addresses, named
+ * addresses, groups, plain comments beside an address). Refused, because
+ * parsers read them differently: an entry without an address, an encoded word
+ * anywhere but in a display name before an address, a comment holding a
+ * {@link COMMENT_SPECIALS} character, a quoted string holding `;` inside a
+ * group, a nested group, a source route, `XN--` in capitals, a quoted local
+ * part that needs no quotes, and an invalid address. One linear pass.
+ *
  *
  * @param value the unfolded field value
  * @param field the field's name, for the error
@@ -663,7 +578,6 @@ class AddressListReader {
     return this.#out;
   }
 
-  /** Reads one entry; @returns true when it opened a group. */
   #entry(inGroup: boolean): boolean {
     const start = this.#at;
     const { phrase, comments } = this.#phrase();
@@ -690,7 +604,6 @@ class AddressListReader {
     return false;
   }
 
-  /** Words before `<`, `@` or `:` (atoms, dots, quoted strings, encoded words; comments skipped), and what they held. */
   #phrase(): { phrase: { text: string; encoded: boolean }; comments: boolean } {
     const words: string[] = [];
     let encoded = false;
@@ -720,7 +633,6 @@ class AddressListReader {
     return { phrase: { text: words.join(' '), encoded }, comments };
   }
 
-  /** `<addr-spec>`, white space allowed inside the brackets. */
   #angleAddress(start: number): void {
     this.#at++;
     this.#skipSpace();
@@ -734,11 +646,9 @@ class AddressListReader {
     this.#at = close + 1;
   }
 
-  /** `local@domain` where the phrase just read is the local part. */
   #addrSpec(start: number, local: { encoded: boolean }): void {
     const written = this.#text.slice(start, this.#at).trimStart();
-    // The local part: one atom (dots allowed) or one quoted string, written without white space (a fold
-    // inside an address leaves one, which parsers keep or drop) or comments.
+    // A fold inside an address leaves white space, which parsers keep or drop.
     if (written === '' || /[\s()]/.test(written.replace(/"(?:[^"\\]|\\.)*"/g, '""'))) {
       throw this.#refuse(`has an address that is not one addr-spec: ${this.#shownFrom(start)}`);
     }
@@ -755,7 +665,6 @@ class AddressListReader {
     this.#push(`${written}@${this.#text.slice(from, this.#at)}`, start);
   }
 
-  /** After an address: comments and white space, then a separator or the end. */
   #trailer(start: number): void {
     for (;;) {
       this.#skipSpace();
@@ -776,17 +685,14 @@ class AddressListReader {
         `has a domain with its xn-- prefix in capitals, which parsers decode or not: ${shown(address)}`,
       );
     }
-    // Parsers trim a quoted local part, or drop its quotes, when it starts or ends with white space.
     if (address.startsWith('"') && /^"[ \t]|[ \t]"@|\t/.test(address)) {
       throw this.#refuse(`has a quoted local part with white space at its ends or a tab: ${shown(address)}`);
     }
-    // Quotes a local part does not need are dropped by mailparser in some places and kept in others
-    // ("ann"@x is ann@x alone, "ann"@x in <>): two mailboxes to the service for one spelling.
+    // mailparser drops unneeded quotes in some places and keeps them in others: two mailboxes for one spelling.
     if (address.startsWith('"') && DOT_ATOM.test(address.slice(1, address.lastIndexOf('"')).replace(/\\(.)/g, '$1'))) {
       throw this.#refuse(`has a quoted local part that needs no quotes, which parsers keep or drop: ${shown(address)}`);
     }
-    // mailparser decodes an xn-- domain before the service checks the address: one that decodes to characters
-    // the service refuses (a zero-width space, a bidirectional control) is refused by it, after any 250.
+    // mailparser decodes xn-- before the service checks the address, and would refuse it after our 250.
     const decoded = asMailparserReads(address);
     if (decoded !== address && !isValidAddress(decoded)) {
       throw this.#refuse(`has an address the email service reads as ${shown(decoded)}, which it refuses`);
@@ -802,11 +708,7 @@ class AddressListReader {
     return this.#text.slice(from, this.#at);
   }
 
-  /**
-   * A quoted string, quotes included; a backslash escapes the next character.
-   * Inside a group one holding `;` is refused: Nodemailer before 10.6 ends the
-   * group at it, and reads what follows as recipients outside the group.
-   */
+  /** Inside a group, `;` in a quoted string ends the group for some Nodemailer releases. */
   #quoted(): string {
     this.#budget.token();
     const from = this.#at++;
@@ -821,13 +723,8 @@ class AddressListReader {
   }
 
   /**
-   * Skips a comment of plain text. A comment is read only beside an address:
-   * an entry that is a comment alone is refused, as parsers read one as a
-   * name or as an address. So is one holding a character in
-   * {@link COMMENT_SPECIALS}: parsers disagree on where such a comment ends
-   * (nested parentheses, a backslash) and on whether an address, a
-   * separator or a quote inside it is a recipient, and `a@x (c (d) <e@y>)`
-   * was delivered to `e@y` alone.
+   * A comment is read only beside an address, and without {@link COMMENT_SPECIALS}:
+   * parsers disagree on where such a comment ends and whether an address in it is a recipient.
    */
   #comment(): void {
     this.#budget.token();
@@ -864,10 +761,8 @@ class AddressListReader {
 }
 
 /**
- * An address as mailparser hands it on: a domain after `@xn--` decoded from
- * Punycode label by label (the `punycode.js` it uses: `xn--` in lower case,
- * RFC 3490 full stops read as dots), the address as it is where a label
- * does not decode.
+ * An address as mailparser hands it on: an `xn--` domain decoded label by
+ * label as punycode.js does, unchanged where a label does not decode.
  */
 export function asMailparserReads(address: string): string {
   if (!address.includes('@xn--')) return address;
@@ -884,7 +779,7 @@ export function asMailparserReads(address: string): string {
   }
 }
 
-/** RFC 3492 decoding of one label (without its `xn--`). @throws {RangeError} when it is not Punycode */
+/** RFC 3492. @throws {RangeError} when it is not Punycode */
 function decodePunycode(input: string): string {
   const [base, tMin, tMax, skew, damp] = [36, 1, 26, 38, 700];
   const adapt = (delta: number, points: number, first: boolean) => {
@@ -931,12 +826,11 @@ function decodePunycode(input: string): string {
   return String.fromCodePoint(...output);
 }
 
-/** A value as quoted in an error: JSON, cut to {@link SHOWN} characters. */
+/** A value as quoted in an error: JSON, cut to 60 characters. */
 export function shown(text: string): string {
   return JSON.stringify(text.length > SHOWN ? `${text.slice(0, SHOWN)}…` : text);
 }
 
-/** The error for a header section past the relay's {@link HeaderLimits} (permanent `EMESSAGE`, `554 5.6.0`). */
 function tooMuch(problem: string): EmlApiError {
   return new EmlApiError('EMESSAGE', `The relay does not read this header section: ${problem}`, {
     command: 'DATA',
@@ -944,7 +838,6 @@ function tooMuch(problem: string): EmlApiError {
   });
 }
 
-/** The error for an address field the service refuses (permanent `EMESSAGE`, `554 5.6.0`). */
 function badAddressField(field: RelayHeaderField, problem: string): EmlApiError {
   return new EmlApiError('EMESSAGE', `The ${field.name} header ${problem}; the email service refuses it`, {
     command: 'DATA',
@@ -952,7 +845,7 @@ function badAddressField(field: RelayHeaderField, problem: string): EmlApiError 
   });
 }
 
-/** The error for a header section the relay cannot read for certain (permanent `EMESSAGE`, `554 5.6.0`). */
+/** The error for a header section the relay cannot read for certain (`554 5.6.0`). */
 export function unreadable(problem: string): EmlApiError {
   return new EmlApiError(
     'EMESSAGE',
@@ -961,7 +854,6 @@ export function unreadable(problem: string): EmlApiError {
   );
 }
 
-/** One entry of Nodemailer's address parser: an address, or a group of them. */
 interface ParsedEntry {
   name?: string;
   address?: string;
@@ -978,26 +870,16 @@ export interface ServiceAddressReader {
   read(value: string): string[];
 }
 
-/**
- * Nodemailer releases before 7 parse an address list in time quadratic in its
- * length (ten seconds for a header section of 1 MiB, which the relay takes):
- * they are not run as a cross-check.
- */
+/** Earlier Nodemailer parsers take quadratic time on a long address list. */
 const FIRST_LINEAR_MAJOR = 7;
 
 let loaded: readonly ServiceAddressReader[] | undefined;
 
 /**
- * The address parsers the service's side reads To, Cc and Bcc with, as far
- * as this machine has them: Nodemailer's `addressparser` as mailparser (the
- * emulator's MIME parser, and that of services built on it) loads it, from
- * mailparser's own dependencies (mailparser 3.9.31 bundles Nodemailer
- * 10.0.12, whose parser reads comments and groups otherwise than 10.6's), and
- * the copy of the `nodemailer` peer dependency when it is another. Both are
- * optional here: mailparser is an optional peer, and a reader that cannot be
- * loaded is left out (the relay's own strict reading stays the rule).
- *
- * Loaded once, on first use.
+ * The address parsers the service's side reads To, Cc and Bcc with, as far as
+ * this machine has them: the Nodemailer copy mailparser loads (it may differ
+ * from the peer's) and the `nodemailer` peer's. Either may be missing; the
+ * relay's strict reading stays the rule. Loaded once.
  */
 export function serviceAddressReaders(): readonly ServiceAddressReader[] {
   loaded ??= loadReaders();
@@ -1005,9 +887,8 @@ export function serviceAddressReaders(): readonly ServiceAddressReader[] {
 }
 
 /**
- * Whether every service address reader reads `value` as the relay read it:
- * the same addresses, in the same order, each spelled the same way (ASCII
- * case aside, as {@link addressKey} compares them).
+ * Whether every service address reader reads `value` as the relay did (same
+ * addresses, order and spelling, ASCII case aside).
  *
  * @returns undefined when they agree, else the first reader that does not and what it read
  */
@@ -1046,10 +927,10 @@ function loadReaders(): ServiceAddressReader[] {
     readers.push({ name: `nodemailer ${version} (${owner})`, read: (value) => flatten(parse(value)) });
   };
   try {
-    // Resolved from mailparser's own folder: npm nests the Nodemailer it depends on there when versions differ.
+    // npm nests mailparser's own Nodemailer in its folder when versions differ.
     add(createRequire(join(dirname(here.resolve('mailparser')), 'index.js')), "mailparser's");
   } catch {
-    // mailparser is not installed: only the peer's copy is run.
+    // mailparser is not installed.
   }
   add(here, 'the nodemailer peer');
   return readers;
@@ -1068,27 +949,17 @@ function flatten(entries: ParsedEntry[]): string[] {
 }
 
 /**
- * The form in which two spellings of one mailbox compare equal, as the
- * service delivers them: ASCII letters case-insensitively (the service, and
- * the emulator, fold case), every other character exactly as written.
- *
- * Nothing else is folded, on purpose: no Unicode normalisation, no Unicode
- * case folding, no IDNA mapping, no quotes dropped. Each of those makes two
- * spellings one mailbox for the relay that the service may keep apart, and a
- * header listing both (`victim@example.test`, `victim@𝐞xample.test`,
- * `victim@ｅxample.test`...) would then be mailed once per spelling for one
- * `RCPT TO`. Stricter than the service is safe: two spellings the relay keeps
- * apart must each be in `RCPT TO`. So an internationalised domain is written
- * the same way (`xn--` or Unicode) in `RCPT TO` and in the header; and a
- * quoted local part the relay reads only where the quotes are needed (it
- * refuses `"ann"@x`, which mailparser reads as `"ann"@x` in angle brackets
- * and as `ann@x` without).
+ * The form in which two spellings of one mailbox compare equal: ASCII case
+ * folded, as the service folds it, nothing else. Any further folding
+ * (Unicode, IDNA, quotes) would make two spellings one mailbox for the relay
+ * that the service may keep apart, and mail a header listing both once per
+ * spelling for one `RCPT TO`.
  */
 export function addressKey(address: string): string {
   return asciiLowerCase(address);
 }
 
-/** The text with A-Z made a-z and nothing else changed (`toLowerCase` also folds non-ASCII letters, and the Kelvin sign to k). */
+/** `toLowerCase` also folds non-ASCII letters, and the Kelvin sign to k. */
 export function asciiLowerCase(text: string): string {
   return text.replace(/[A-Z]+/g, (run) => run.toLowerCase());
 }

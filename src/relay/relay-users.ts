@@ -6,11 +6,9 @@ import { identitySecret } from './message-identities.js';
 import { SenderList, splitSenders } from './sender-lists.js';
 
 /**
- * An SMTP user of the relay: a client that AUTHs with this user name and
- * password sends with the relay's own API key, as Postfix with Dovecot SASL
- * gives each sender a login. Store a hash made by {@link hashRelayPassword}
- * (or `eml-api relay --hash-password`) so that the configuration holds no password.
- *
+ * An SMTP user of the relay: a client that AUTHs as it sends with the relay's
+ * own API key. Store a hash made by {@link hashRelayPassword} (or `eml-api
+ * relay --hash-password`) so that the configuration holds no password.
  * @example
  * const user: EmlApiRelayUser = { username: 'billing-app', passwordHash: await hashRelayPassword(process.env.BILLING_PASSWORD!) };
  */
@@ -22,11 +20,8 @@ export interface EmlApiRelayUser {
   /** The password's scrypt hash, `$scrypt$ln=<log2 N>,r=<r>,p=<p>$<salt>$<hash>` (Base64, PHC string form). */
   passwordHash?: string;
   /**
-   * The addresses and domains the user may send as: `MAIL FROM`, and every
-   * address of the header From and Sender, must be among them, else `553
-   * 5.7.1` and nothing is sent. `billing@shop.example` (that address),
-   * `*@shop.example` (any address of the domain), `*@*.shop.example` (of its
-   * subdomains), `<>` (an empty `MAIL FROM`, as bounces have).
+   * The addresses and domains the user may send as (`MAIL FROM` and every header From and Sender address),
+   * else `553 5.7.1`: `billing@shop.example`, `*@shop.example`, `*@*.shop.example` (subdomains), `<>` (bounces).
    * @default undefined (any sender: the relay warns at start)
    * @example
    * senders: ['billing@shop.example', '*@billing.shop.example']
@@ -34,16 +29,13 @@ export interface EmlApiRelayUser {
   senders?: string[];
 }
 
-/**
- * The longest password the relay considers (UTF-16 units): a longer one is refused (`535`) without asking
- * the service, and is never copied into a pattern, reply or log.
- */
+/** The longest password the relay considers (UTF-16 units); a longer one is refused (`535`) and never copied anywhere. */
 export const MAX_PASSWORD_LENGTH = 1024;
 
-/** scrypt cost of new hashes: N = 2^14, r = 8, p = 1 (16 MiB, some tens of ms), Node's and RFC 7914's interactive choice. */
+/** scrypt's interactive choice (N = 2^14, r = 8, p = 1: 16 MiB). */
 const NEW_HASH = { ln: 14, r: 8, p: 1, saltBytes: 16, hashBytes: 32 };
 
-/** A hash is refused past these costs: checking one must not take the relay's memory (128·N·r bytes) or its threads. */
+/** Checking a hash must not take the relay's memory (128·N·r bytes) or its threads. */
 const MAX_COST = { memory: 256 * 1024 * 1024, p: 16 };
 
 const HASH_FORM = /^\$scrypt\$ln=(\d{1,2}),r=(\d{1,2}),p=(\d{1,2})\$([A-Za-z0-9+/]{16,88})\$([A-Za-z0-9+/]{22,88})$/;
@@ -59,9 +51,8 @@ interface ScryptHash {
 type Secret = { kind: 'plain'; digest: Buffer } | { kind: 'scrypt'; hash: ScryptHash };
 
 /**
- * Makes the hash of a relay user's password, for `users[].passwordHash` or a
- * line of `eml-api relay --users` (`name:<hash>`): scrypt with a random salt,
- * written as a PHC string.
+ * Makes the hash of a relay user's password (scrypt, random salt, PHC string),
+ * for `users[].passwordHash` or a line of `eml-api relay --users`.
  *
  * @example
  * await hashRelayPassword('correct horse battery staple') // '$scrypt$ln=14,r=8,p=1$<salt>$<hash>'
@@ -78,10 +69,7 @@ export async function hashRelayPassword(password: string): Promise<string> {
   return `$scrypt$ln=${NEW_HASH.ln},r=${NEW_HASH.r},p=${NEW_HASH.p}$${b64(salt)}$${b64(hash)}`;
 }
 
-/**
- * The relay's own SMTP users (the `users` option). Passwords and hashes stay
- * in private fields: `util.inspect` of the relay shows none.
- */
+/** The relay's own SMTP users. Secrets stay in private fields, out of `util.inspect`. */
 export class RelayUsers {
   readonly #users = new Map<string, Secret>();
   readonly #senders = new Map<string, SenderList>();
@@ -124,31 +112,24 @@ export class RelayUsers {
     });
   }
 
-  /** Users listed. */
   get size(): number {
     return this.#users.size;
   }
 
-  /** Whether a user of this name is listed. */
   has(username: string): boolean {
     return this.#users.has(username);
   }
 
-  /** The addresses a listed user may send as, or undefined when it has no list (it may send as anyone). */
+  /** undefined when the user may send as anyone. */
   sendersOf(username: string): SenderList | undefined {
     return this.#senders.get(username);
   }
 
-  /** The users without a sender list. */
   withoutSenders(): string[] {
     return [...this.#users.keys()].filter((username) => !this.#senders.has(username));
   }
 
-  /**
-   * Whether the password is the listed user's. An unknown name costs as
-   * much as a known one (a decoy hash is checked), and the comparison takes
-   * constant time, so neither names nor passwords can be found by timing.
-   */
+  /** An unknown name checks a decoy hash, and the comparison is constant-time: nothing is learnt by timing. */
   async verify(username: string, password: string): Promise<boolean> {
     const secret = this.#users.get(username);
     if (!secret || secret.kind === 'scrypt') {
@@ -161,11 +142,8 @@ export class RelayUsers {
 }
 
 /**
- * Reads a users file: one `name:hash` per line (the hash as made by
- * `eml-api relay --hash-password`), optionally followed by `:` and the
- * addresses the user may send as, comma-separated
- * (`billing:$scrypt$...:billing@shop.example, *@billing.shop.example`);
- * blank lines and `#` comments are ignored.
+ * Reads a users file: `name:hash` per line, optionally `:` and the addresses
+ * the user may send as, comma-separated; blank lines and `#` comments ignored.
  *
  * @param source names the file in errors
  * @throws {EmlApiError} `ECONFIG` naming the file and line (never quoting a hash)
@@ -201,10 +179,7 @@ function isUsername(value: unknown): value is string {
   return typeof value === 'string' && /^[^\s:\p{Cc}]{1,256}$/u.test(value);
 }
 
-/**
- * A check of a password against one secret (the relay's own API key), in
- * constant time, keeping only a digest of the secret.
- */
+/** Checks a password against the relay's own API key in constant time, keeping only a digest of the key. */
 export function secretMatcher(secret: string): (candidate: string) => boolean {
   const expected = digest(secret);
   return (candidate) => timingSafeEqual(digest(candidate), expected);
@@ -229,67 +204,49 @@ function derive(password: string, hash: ScryptHash): Promise<Buffer> {
   );
 }
 
-/** A fixed-length digest, so that passwords of any length compare in constant time. */
 function digest(password: string): Buffer {
   return createHash('sha256').update(password).digest();
 }
 
-/** Keys (client addresses, or address and user name) whose failures are remembered at most; the least recently failing is forgotten past it. */
+/** Keys whose failures are remembered at most; the least recently failing is forgotten past it. */
 export const MAX_TRACKED_ADDRESSES = 10_000;
 
-/** An AUTH under way, counted against its key's budget until it ends (see {@link AuthFailureBudget.begin}). */
+/** An AUTH under way, counted against its key's budget until it ends. */
 export interface AuthAttempt {
-  /**
-   * Ends the attempt: a failure (wrong credentials, named by their
-   * {@link failureFingerprint}) stays counted; `undefined` (accepted, or a
-   * service that could not tell) gives the slot back. Only the first call counts.
-   */
+  /** A failure stays counted; `undefined` (accepted, or the service could not tell) gives the slot back. Only the first call counts. */
   end(failure: string | undefined): void;
 }
 
 /** How {@link AuthFailureBudget} counts. */
 export interface AuthFailureBudgetOptions {
-  /** Failed AUTHs a key may make within `window`. */
   limit: number;
-  /** The window, in milliseconds (`authFailureWindow`). */
+  /** Milliseconds (`authFailureWindow`). */
   window: number;
   /** Keys remembered at most. @default MAX_TRACKED_ADDRESSES */
   maxAddresses?: number;
-  /** The clock. @default Date.now */
+  /** @default Date.now */
   now?: () => number;
 }
 
-/** One failure counted: when, and which credentials (the same ones again count once). */
 interface Failure {
   at: number;
   fingerprint: string;
 }
 
 /**
- * The failed AUTHs of each key (a client address, IPv6 per /64; or an
- * address and a user name), across connections, in a sliding window: once a
- * key has `limit` failures within `window`, {@link retryAfter} says how long
- * until the oldest leaves it.
- *
- * The same wrong credentials again count once, as in Dovecot's auth penalty:
- * smtplib (and Django) tries PLAIN then LOGIN with one password, and a sender
- * with a stale password retries its queue with it; neither is a guesser.
- *
- * An AUTH takes its slot when it starts ({@link begin}): the service takes a
- * while to answer, and AUTHs sent at once on many connections would otherwise
- * all pass the check before any failed.
- *
- * Memory is bounded: `limit` failures per key, {@link MAX_TRACKED_ADDRESSES}
- * keys; AUTHs under way are bounded by the connections.
+ * The failed AUTHs of each key (a client address, IPv6 per /64, or an address
+ * and a user name) in a sliding window. The same wrong credentials count once,
+ * as in Dovecot: smtplib tries PLAIN then LOGIN with one password, and a stale
+ * password is retried, neither by a guesser. An AUTH takes its slot when it
+ * starts, or AUTHs sent at once on many connections would all pass before any failed.
  */
 export class AuthFailureBudget {
   readonly #limit: number;
   readonly #window: number;
   readonly #maxAddresses: number;
   readonly #now: () => number;
-  /** Failures per key, oldest first; the Map in order of the latest failure. */
+  /** Oldest first; the Map in order of the latest failure. */
   readonly #failures = new Map<string, Failure[]>();
-  /** AUTHs under way per key. */
   readonly #pending = new Map<string, number>();
 
   constructor(options: AuthFailureBudgetOptions) {
@@ -299,15 +256,11 @@ export class AuthFailureBudget {
     this.#now = options.now ?? Date.now;
   }
 
-  /** Keys remembered now. */
   get size(): number {
     return this.#failures.size;
   }
 
-  /**
-   * Milliseconds until the key may AUTH again, or 0 when it may now (AUTHs
-   * under way count as failures until they end).
-   */
+  /** Milliseconds until the key may AUTH again, or 0; AUTHs under way count as failures. */
   retryAfter(key: string): number {
     const failures = this.#recent(key);
     const pending = this.#pending.get(key) ?? 0;
@@ -318,7 +271,6 @@ export class AuthFailureBudget {
   }
 
   /**
-   * Starts an AUTH of the key: takes a slot of its budget until the attempt ends.
    * @returns the attempt, or the milliseconds to wait ({@link retryAfter}) when the budget is spent
    */
   begin(key: string): AuthAttempt | number {
@@ -338,11 +290,10 @@ export class AuthFailureBudget {
     };
   }
 
-  /** Counts one failed AUTH of the key, unless these credentials failed already within the window. */
   record(key: string, fingerprint: string): void {
     const failures = this.#recent(key);
     const again = failures.findIndex((f) => f.fingerprint === fingerprint);
-    // Counted once, as the latest: a stale password retried keeps its one place.
+    // Moved to the latest: a stale password retried keeps its one place.
     if (again !== -1) failures.splice(again, 1);
     failures.push({ at: this.#now(), fingerprint });
     if (failures.length > this.#limit) failures.splice(0, failures.length - this.#limit);
@@ -353,7 +304,6 @@ export class AuthFailureBudget {
     }
   }
 
-  /** The failures of a key still within the window (the key is forgotten when none is). */
   #recent(key: string): Failure[] {
     const failures = this.#failures.get(key);
     if (!failures) return [];
@@ -369,55 +319,48 @@ export class AuthFailureBudget {
   }
 }
 
-/** Keys the failure fingerprints, so that a memory dump holds no plain digest of a password to look up. */
+/** Keys the failure fingerprints, so that a memory dump holds no plain password digest to look up. */
 let fingerprintKey: Buffer = randomBytes(32);
 
-/** Keys the fingerprints with the key of a group's primary: the processes of `--processes` name the same credentials alike. */
+/** Shares the primary's key, so the processes of `--processes` fingerprint the same credentials alike. */
 export function useFingerprintKey(key: Buffer): void {
   fingerprintKey = key;
 }
 
-/** Names one set of failed credentials (a user name and its password) for {@link AuthFailureBudget.record}, without keeping them. */
+/** Names one set of failed credentials without keeping them. */
 export function failureFingerprint(username: string, password: string): string {
   return createHmac('sha256', fingerprintKey).update(`${username}\0${password}`).digest('base64').slice(0, 22);
 }
 
-/** How long a key the service accepted is trusted for new AUTHs without asking again. */
+/** How long an accepted key is trusted for new AUTHs without asking again. */
 export const VERIFIED_FOR_MS = 5 * 60_000;
 
-/**
- * How long a key the service refused is refused again without asking: a
- * repeated or revoked key costs the service one request a minute, and a key
- * given its scope in the dashboard works again within that time.
- */
+/** A refused key costs the service one request a minute, and a key fixed in the dashboard works again within that time. */
 export const REFUSED_FOR_MS = 60_000;
 
-/** Refused keys remembered at most (their fingerprints, with the refusal); the oldest is forgotten first. */
+/** Refused keys remembered at most; the oldest is forgotten first. */
 export const MAX_REFUSED_KEYS = 1_000;
 
 /** The client of one API key given as an SMTP password. */
 export interface KeyClient {
-  /** A short fingerprint of the key (a SHA-256 prefix), for logs and the session; never the key. */
+  /** A SHA-256 prefix, for logs and the session; never the key. */
   readonly id: string;
   readonly client: EmlApiClient;
-  /** The key's `identitySecret`, which keys the identities of the messages sent with it (not the key). */
+  /** Keys the identities of the messages sent with it. */
   readonly identitySecret: Buffer;
 }
 
 interface Entry extends KeyClient {
   verifiedUntil: number;
   verifying: Promise<unknown> | undefined;
-  /** SMTP sessions authenticated with the key now. */
   sessions: number;
   lastUsed: number;
 }
 
 /**
- * The clients of the API keys SMTP clients authenticate with, one per key,
- * made at its first AUTH and checked as `client.verify()` does. Accepted keys
- * are trusted for {@link VERIFIED_FOR_MS}, refused ones refused for
- * {@link REFUSED_FOR_MS}. Past `max` clients the least recently used idle one
- * is closed. Keys live only inside their clients; entries are found by fingerprint.
+ * One client per API key that SMTP clients AUTH with, checked as
+ * `client.verify()` does; past `max` the least recently used idle one is
+ * closed. Keys live only inside their clients.
  */
 export class KeyClients {
   readonly #createClient: (apiKey: string) => EmlApiClient;
@@ -425,7 +368,6 @@ export class KeyClients {
   readonly #now: () => number;
   readonly #entries = new Map<string, Entry>();
   readonly #closing = new Set<Promise<void>>();
-  /** Fingerprints of keys the service refused, with the refusal and when it stops counting; oldest first. */
   readonly #refused = new Map<string, { until: number; err: unknown }>();
 
   constructor(createClient: (apiKey: string) => EmlApiClient, max: number, now: () => number = Date.now) {
@@ -434,14 +376,12 @@ export class KeyClients {
     this.#now = now;
   }
 
-  /** Clients kept now. */
   get size(): number {
     return this.#entries.size;
   }
 
   /**
-   * Checks a key with the service and returns its client, retained for one
-   * session (call {@link release} when the session ends).
+   * Checks a key with the service and returns its client, held until {@link release}.
    *
    * @throws {EmlApiError} `ECONFIG` when the text cannot be a key; what `verify()` throws (`EAUTH` when refused)
    */
@@ -480,7 +420,6 @@ export class KeyClients {
     }
   }
 
-  /** Refuses the key again without asking for {@link REFUSED_FOR_MS}. */
   #remember(id: string, err: EmlApiError): void {
     this.#refused.delete(id);
     this.#refused.set(id, { until: this.#now() + REFUSED_FOR_MS, err });
@@ -490,13 +429,11 @@ export class KeyClients {
     }
   }
 
-  /** Ends a session's hold on a client (from {@link authenticate}). */
   release(held: KeyClient): void {
     const entry = this.#entries.get(held.id);
     if (entry && entry === held) this.#release(entry, false);
   }
 
-  /** Closes every client, letting their sends finish. */
   async close(): Promise<void> {
     const clients = [...this.#entries.values()].map((e) => e.client.close());
     this.#entries.clear();
@@ -506,12 +443,11 @@ export class KeyClients {
 
   #release(entry: Entry, failed: boolean): void {
     entry.sessions = Math.max(0, entry.sessions - 1);
-    // A key that was never accepted is not kept: a wrong password must not occupy the cache.
+    // A wrong password must not occupy the cache.
     if (failed && entry.sessions === 0 && entry.verifiedUntil === 0) this.#drop(entry);
     this.#evict();
   }
 
-  /** Closes the least recently used idle clients while more than `max` are kept. */
   #evict(): void {
     while (this.#entries.size > this.#max) {
       let oldest: Entry | undefined;
@@ -532,7 +468,7 @@ export class KeyClients {
   }
 }
 
-/** A short SHA-256 fingerprint of a key: names its client, and the login of whoever AUTHs with it, without holding or showing the key. */
+/** Names a key's client and login without holding or showing the key. */
 export function keyFingerprint(apiKey: string): string {
   return createHash('sha256').update(apiKey).digest('hex').slice(0, 24);
 }

@@ -12,18 +12,13 @@ const ENTRY_RULE =
 
 /**
  * The addresses and domains one login may send as (Postfix's
- * `smtpd_sender_login_maps` with `reject_sender_login_mismatch`): exact
- * addresses (`billing@shop.example`), every address of a domain
- * (`*@shop.example`, not its subdomains), of its subdomains
- * (`*@*.shop.example`, not the domain itself), and `<>` for an empty
- * `MAIL FROM`. Addresses compare with their local part ASCII case-folded
- * (quotes that change nothing left out) and their domain in its ASCII form
- * (`bücher.example` is `xn--bcher-kva.example`, as IDNA maps it).
+ * `smtpd_sender_login_maps`): `billing@shop.example`, `*@shop.example` (not
+ * its subdomains), `*@*.shop.example` (not the domain itself), and `<>`.
+ * Local parts compare ASCII case-folded without needless quotes, domains in
+ * their IDNA ASCII form.
  */
 export class SenderList {
-  /** The entries as given. */
   readonly entries: readonly string[];
-  /** Whether an empty `MAIL FROM` is allowed (the `<>` entry). */
   readonly nullSender: boolean;
   readonly #addresses = new Set<string>();
   readonly #domains = new Set<string>();
@@ -53,7 +48,7 @@ export class SenderList {
         (subdomains ? this.#parents : this.#domains).add(domain);
         continue;
       }
-      // A `*@` entry is a domain or nothing: never the address `*@...`, which would match no one.
+      // Never the address `*@...`, which would match no one.
       const key = written === undefined && isValidAddress(entry) ? addressKey(entry) : undefined;
       const host = key?.slice(key.lastIndexOf('@') + 1) ?? '';
       if (key === undefined || !(HOST_NAME.test(host) || host.startsWith('[')))
@@ -67,13 +62,12 @@ export class SenderList {
   /** Whether the login may send as this address; `''` is the null sender. */
   owns(address: string): boolean {
     if (address === '') return this.nullSender;
-    // Each parent domain of a long one is hashed in full: bounded here, as the service takes no such address.
+    // Each parent domain is hashed in full, so length is bounded here; the service takes no longer address.
     if (address.length > MAX_ADDRESS_INPUT_LENGTH) return false;
     const key = addressKey(address);
     if (key === undefined) return false;
     const domain = key.slice(key.lastIndexOf('@') + 1);
     if (this.#addresses.has(key) || this.#domains.has(domain)) return true;
-    // An empty label (x@.shop.example, x@eu..shop.example) makes no subdomain.
     if (!HOST_NAME.test(domain)) return false;
     for (let dot = domain.indexOf('.'); dot !== -1; dot = domain.indexOf('.', dot + 1)) {
       if (this.#parents.has(domain.slice(dot + 1))) return true;
@@ -82,14 +76,9 @@ export class SenderList {
   }
 }
 
-/** A domain of a list, in ASCII: labels of letters, digits, `-` and `_`, none empty. */
 const HOST_NAME = /^[a-z0-9_-]{1,63}(?:\.[a-z0-9_-]{1,63})*$/;
 
-/**
- * An address as sender lists compare it: its local part unquoted where the
- * quotes change nothing (`"billing"` is `billing`, RFC 5321 4.1.2) and ASCII
- * case-folded, its domain in ASCII; undefined when it has no domain.
- */
+/** Unquoted where the quotes change nothing (RFC 5321 4.1.2); undefined without a domain. */
 function addressKey(address: string): string | undefined {
   const at = address.lastIndexOf('@');
   if (at <= 0) return undefined;
@@ -107,7 +96,7 @@ function localPart(written: string): string {
 
 function asciiDomain(domain: string): string | undefined {
   if (domain.startsWith('[')) return asciiLowerCase(domain);
-  // domainToASCII reads its input as a URL's host: it ends the host at / ? # \, decodes %, and reads 0x7f.1 as 127.0.0.1.
+  // domainToASCII reads a URL host: it stops at / ? # \ and decodes %.
   if (/[%/?#\\]/.test(domain)) return undefined;
   const ascii = domainToASCII(domain);
   if (/^[\d.]+$/.test(ascii) && ascii !== domain) return undefined;
@@ -117,7 +106,7 @@ function asciiDomain(domain: string): string | undefined {
 /** What a refusal refused: `MAIL FROM`, an empty one, or a From or Sender field. */
 export type SenderRefusalReason = 'mail_from' | 'null_sender' | 'from' | 'sender';
 
-/** What a sender refusal refused: why, and the address as the client wrote it ('' for the null sender). */
+/** What a sender refusal refused, and the address as the client wrote it ('' for the null sender). */
 export interface SenderRefusal {
   reason: SenderRefusalReason;
   address: string;
@@ -140,12 +129,11 @@ function senderRefusal(reason: SenderRefusalReason, address: string, text: strin
   return err;
 }
 
-/** Who a refusal names: the login, or the clients allowed to send without AUTH. */
 function whose(login: string | undefined): string {
   return login === undefined ? 'the senders allowed without AUTH' : `login ${login}`;
 }
 
-/** The address as a reply may show it: no control, format or space character, at most 254 characters. */
+/** No control, format or space character, at most 254 characters. */
 function shownAddress(address: string): string {
   return Array.from(address.replace(/[\p{C}\s]/gu, '?'))
     .slice(0, 254)
@@ -174,13 +162,10 @@ export function mailFromRefusal(
 }
 
 /**
- * Why the From or Sender fields of a message are refused for the login's
- * sender list, or undefined: each address any reader finds in them (the
- * relay's, Nodemailer's, mailparser's), and each text shaped like an
- * address in them once encoded words are decoded (a display name or a
- * comment a mail program shows), must be the login's. Without mailparser, an
- * encoded word in a charset the relay cannot decode as mailparser does is
- * refused: it could stand for any address.
+ * Why the From or Sender fields are refused for the login's sender list, or
+ * undefined: every address any reader finds in them, and every address-shaped
+ * text a mail program shows, must be the login's. Without mailparser, an
+ * encoded word in a charset the relay cannot decode is refused: it could stand for any address.
  */
 export async function headerSenderRefusal(
   froms: readonly RelayHeaderField[],
@@ -235,9 +220,8 @@ export function splitSenders(text: string): string[] {
 }
 
 /**
- * Reads a file of API keys' sender lists: one `key:<fingerprint>:senders`
- * line per key (its login as the relay logs it, then its senders
- * comma-separated, as in a users file), blank lines and `#` comments ignored.
+ * Reads a file of API keys' sender lists: `key:<fingerprint>:senders` per
+ * line, blank lines and `#` comments ignored.
  *
  * @param source names the file in errors
  * @throws {EmlApiError} `ECONFIG` naming the file and line

@@ -7,20 +7,15 @@ import {
 } from './relay-users.js';
 
 /**
- * What the per-client limits count with: the connections of each client key
- * and the AUTH failure budgets. The processes of `eml-api relay --processes`
- * count in their primary, so that a client cannot spread its connections or
- * its guesses over the processes.
+ * The per-client connection counts and AUTH budgets. The processes of
+ * `--processes` count in their primary, so a client cannot spread its
+ * connections or its guesses over them.
  */
 export interface ClientCounts {
-  /**
-   * Takes one of the key's slots of `kind`, unless `cap` are taken.
-   * @returns whether it was taken (a promise when the count is kept elsewhere)
-   */
+  /** @returns whether one of the key's `cap` slots was taken (a promise when counted elsewhere) */
   take(kind: SlotKind, key: string, cap: number): boolean | Promise<boolean>;
-  /** Gives back a slot taken. */
   give(kind: SlotKind, key: string): void;
-  /** The AUTH failure budget called `name`, made with `options` the first time. */
+  /** Made with `options` the first time. */
   authBudget(name: AuthBudgetName, options: AuthFailureBudgetOptions): AuthBudget;
 }
 
@@ -30,14 +25,14 @@ export type SlotKind = 'socket' | 'session';
 /** The two AUTH budgets: per client address, and per address and user name. */
 export type AuthBudgetName = 'address' | 'user';
 
-/** An AUTH failure budget as the sessions use it: {@link AuthFailureBudget}, or its primary's over IPC. */
+/** {@link AuthFailureBudget}, or its primary's over IPC. */
 export interface AuthBudget {
   begin(key: string): AuthAttempt | number | Promise<AuthAttempt | number>;
   retryAfter(key: string): number | Promise<number>;
   record(key: string, fingerprint: string): void;
 }
 
-/** The counts of one process: the relay's own, when it runs alone. */
+/** The relay's own counts, when it runs alone. */
 export class LocalClientCounts implements ClientCounts {
   readonly #counts = { socket: new Map<string, number>(), session: new Map<string, number>() };
 
@@ -61,19 +56,14 @@ export class LocalClientCounts implements ClientCounts {
   }
 }
 
-/** How a process of the relay reaches its primary (cluster IPC). */
+/** Cluster IPC to the primary. */
 export interface PrimaryLink {
-  /** Asks the primary; resolves with its answer, or `undefined` when it is gone. */
+  /** Resolves `undefined` when the primary is gone. */
   ask(what: string, args: unknown): Promise<unknown>;
-  /** Tells the primary, expecting no answer. */
   tell(what: string, args: unknown): void;
 }
 
-/**
- * The counts of a process of `eml-api relay --processes`, kept by its
- * primary ({@link ClientLimitsKeeper}). Without an answer (the primary is
- * gone, and the process with it) a slot is refused and an AUTH waits.
- */
+/** Counts kept by the primary; without an answer (it is gone) a slot is refused and an AUTH waits. */
 export class SharedClientCounts implements ClientCounts {
   readonly #link: PrimaryLink;
 
@@ -81,10 +71,7 @@ export class SharedClientCounts implements ClientCounts {
     this.#link = link;
   }
 
-  /**
-   * Takes the primary's key for the fingerprints of failed credentials, so that the same wrong
-   * password counts once whichever process it comes to.
-   */
+  /** Shares the primary's fingerprint key, so a wrong password counts once whichever process gets it. */
   async join(): Promise<void> {
     const key = await this.#link.ask('limits.fingerprintKey', undefined);
     if (typeof key === 'string') useFingerprintKey(Buffer.from(key, 'base64'));
@@ -127,21 +114,20 @@ export class SharedClientCounts implements ClientCounts {
 }
 
 /**
- * The per-client counts of every process of `eml-api relay --processes`,
- * kept in the primary. What a process held is given back when it exits: its
- * connections closed with it, and its AUTHs under way never end.
+ * The counts of every process, kept in the primary. What a process held is
+ * given back when it exits: its AUTHs under way never end.
  */
 export class ClientLimitsKeeper {
   readonly #counts = new LocalClientCounts();
   readonly #budgets = new Map<string, AuthFailureBudget>();
-  /** Slots held, per process: `kind key` to count. */
+  /** Per process: `kind key` to count. */
   readonly #held = new Map<number, Map<string, number>>();
   readonly #attempts = new Map<number, { process: number; attempt: AuthAttempt }>();
   readonly #fingerprintKey = randomBytes(32).toString('base64');
   #nextAttempt = 1;
 
   /**
-   * Answers a process's request (`limits.*`), or returns undefined for one that is not the limits'.
+   * Answers a `limits.*` request; undefined for another.
    * @returns `{ value }` with the answer for {@link PrimaryLink.ask}
    */
   handle(process: number, what: string, args: unknown): { value: unknown } | undefined {
@@ -182,7 +168,6 @@ export class ClientLimitsKeeper {
     }
   }
 
-  /** Gives back what a process that exited held. */
   forget(process: number): void {
     for (const [slot, count] of this.#held.get(process) ?? []) {
       const space = slot.indexOf(' ');
@@ -197,14 +182,14 @@ export class ClientLimitsKeeper {
     }
   }
 
-  /** Slots held by every process (for tests and the log). */
+  /** For tests and the log. */
   get held(): number {
     let total = 0;
     for (const slots of this.#held.values()) for (const count of slots.values()) total += count;
     return total;
   }
 
-  /** Adds `change` to what a process holds of a slot; false when it held none to give back. */
+  /** False when the process held none to give back. */
   #hold(process: number, slot: string, change: 1 | -1): boolean {
     let slots = this.#held.get(process);
     if (!slots) this.#held.set(process, (slots = new Map()));

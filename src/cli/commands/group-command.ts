@@ -148,14 +148,14 @@ function toMemberInput(row: MemberRow): MemberInput {
   };
 }
 
-/** A skip the service reported, with the row it came from when the address is found among the rows. */
+/** With the row it came from when the address is found among the rows. */
 function describeSkip(rows: Map<string, MemberRow>, skip: { email: string; reason: string }): string {
   const row = rows.get(skip.email);
   const email = skip.email || '(no address)';
   return row ? `${row.where} (${email}): ${skip.reason}` : `${email}: ${skip.reason}`;
 }
 
-/** The CSV source when the inputs name one (a file or "-"), undefined for addresses. */
+/** A file or "-"; undefined for addresses. */
 function csvInput(inputs: string[]): string | undefined {
   const isCsv = (arg: string) => arg === '-' || /\.csv$/i.test(arg) || !arg.includes('@');
   if (inputs.length === 1 && isCsv(inputs[0]!)) return inputs[0]!;
@@ -240,7 +240,7 @@ export async function groupRemoveCommand(args: string[], io: CliIo): Promise<num
 
 /** A member ready to add, with where it came from (for messages). */
 export interface MemberRow {
-  /** e.g. `people.csv line 4` or `argument 2` */
+  /** E.g. `people.csv line 4` or `argument 2`. */
   where: string;
   email: string;
   name?: string;
@@ -251,21 +251,19 @@ export interface MemberRow {
 /** An input row that cannot be added, with the reason. */
 export interface RejectedRow {
   where: string;
-  /** The address as written (may be empty or invalid). */
+  /** As written (may be empty or invalid). */
   email: string;
   reason: string;
 }
 
-/** Rows read from an input: the valid ones and the rejected ones, in input order. */
+/** The valid rows and the rejected ones, in input order. */
 export interface MemberRows {
   members: MemberRow[];
   rejected: RejectedRow[];
 }
 
 /**
- * Checks one member with the same rules as the client, so that a bad row is
- * found, and reported with its line, before anything is sent.
- *
+ * Checks one member with the client's rules, so a bad row is reported with its line before anything is sent.
  * @returns the member, or the reason it cannot be added
  */
 export function checkMember(
@@ -299,10 +297,7 @@ export function isRejected(row: MemberRow | RejectedRow): row is RejectedRow {
   return 'reason' in row;
 }
 
-/**
- * Members given as command-line arguments, in any Nodemailer form
- * (`ann@x.test`, `Ann <ann@x.test>`).
- */
+/** Members given as command-line arguments, in any Nodemailer form (`ann@x.test`, `Ann <ann@x.test>`). */
 export function membersFromArguments(args: readonly string[]): MemberRows {
   const rows: MemberRows = { members: [], rejected: [] };
   args.forEach((arg, i) => {
@@ -314,14 +309,10 @@ export function membersFromArguments(args: readonly string[]): MemberRows {
 }
 
 /**
- * Reads members from CSV bytes. The first record is the header: an `email`
- * column is required, `name` is optional (both case-insensitive), and every
- * other column is a substitution key (`first_name` or `{{first_name}}`).
- * Cells are trimmed; an empty cell gives an empty substitution value; missing
- * trailing cells are empty. Rows whose cells are all empty are skipped.
- * A row with more cells than the header, or with an invalid address, is
- * rejected with its line.
- *
+ * Reads members from CSV bytes. The header needs an `email` column; `name` is optional (both
+ * case-insensitive); every other column is a substitution key. Cells are trimmed, missing trailing
+ * cells empty, all-empty rows skipped; a row with more cells than the header, or an invalid address,
+ * is rejected with its line.
  * @param source names the input in messages, e.g. `people.csv` or `stdin`
  * @throws {CsvSyntaxError} when the text cannot be parsed or the header is unusable
  */
@@ -403,7 +394,7 @@ function readHeader(fields: string[], source: string): Columns {
   return columns;
 }
 
-/** One record of a CSV text, with the line it starts on (1-based, for messages). */
+/** One CSV record, with the line it starts on (1-based). */
 export interface CsvRecord {
   line: number;
   fields: string[];
@@ -415,8 +406,7 @@ export class CsvSyntaxError extends Error {
 }
 
 /**
- * Decodes CSV bytes as UTF-8 (a leading byte order mark is dropped).
- *
+ * Decodes CSV bytes as UTF-8, dropping a byte order mark.
  * @throws {CsvSyntaxError} when the bytes are not UTF-8
  */
 export function decodeCsv(bytes: Uint8Array): string {
@@ -428,11 +418,8 @@ export function decodeCsv(bytes: Uint8Array): string {
 }
 
 /**
- * Parses CSV text (RFC 4180): fields separated by commas, records by CRLF, LF
- * or CR. A field in double quotes may contain commas, line breaks and doubled
- * quotes (`""` for `"`). A quote inside an unquoted field is kept as it is.
- * Empty lines are skipped; a leading byte order mark is ignored.
- *
+ * Parses CSV text (RFC 4180; records end at CRLF, LF or CR). A quote inside an unquoted field is kept;
+ * empty lines are skipped; a leading byte order mark is ignored.
  * @returns the records in order, each with the line it starts on
  * @throws {CsvSyntaxError} for a quoted field that is never closed or is followed by other text
  */
@@ -444,7 +431,6 @@ export function parseCsv(text: string): CsvRecord[] {
     const startLine = line;
     const fields: string[] = [];
     let lineEmpty = true;
-    // One record: fields until a line break outside quotes, or the end.
     for (;;) {
       let field = '';
       if (text[i] === '"') {
@@ -487,7 +473,6 @@ export function parseCsv(text: string): CsvRecord[] {
       }
       break;
     }
-    // At a line break or the end.
     if (text[i] === '\r') i += text[i + 1] === '\n' ? 2 : 1;
     else if (text[i] === '\n') i++;
     line++;
@@ -496,20 +481,19 @@ export function parseCsv(text: string): CsvRecord[] {
   return records;
 }
 
-/** Parsed `<group> <address...>` command line of `group remove` and `group check`. */
+/** The parsed `<group> <address...>` of `group remove` and `group check`. */
 export interface GroupAddressArguments {
-  /** `--help` was given: the help has been written. */
+  /** `--help` was given and the help written. */
   help: boolean;
   groupId: string;
-  /** Plain addresses, in the order given. */
+  /** In the order given. */
   emails: string[];
   flags: ServiceFlags;
 }
 
 /**
- * Parses `<group> <address...>` plus the service options, writing `help` on
- * `--help`. Every address is checked before any request.
- *
+ * Parses `<group> <address...>` plus the service options, writing `help` on `--help`; every address
+ * is checked before any request.
  * @param command `remove` or `check`, for messages
  * @throws {UsageError} for a missing group or address, or an invalid address
  */
@@ -539,7 +523,6 @@ export function parseGroupAddressArguments(
 
 /**
  * Renders a progress bar line, e.g. `[#####.....] 1500/3000`.
- *
  * @param width number of cells between the brackets
  */
 export function renderProgressBar(done: number, total: number, width = 30): string {
@@ -548,10 +531,7 @@ export function renderProgressBar(done: number, total: number, width = 30): stri
   return `[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${done}/${total}`;
 }
 
-/**
- * Whether a progress bar may be drawn on a stream: only on a terminal, and
- * never in CI (`CI` set) or on a dumb terminal, so pipes and logs stay clean.
- */
+/** Only on a terminal, never in CI (`CI` set) or on a dumb terminal, so pipes and logs stay clean. */
 export function canDrawProgress(stream: CliOutput, env: Readonly<Record<string, string | undefined>>): boolean {
   if (stream.isTTY !== true) return false;
   const ci = env.CI;
@@ -559,10 +539,7 @@ export function canDrawProgress(stream: CliOutput, env: Readonly<Record<string, 
   return env.TERM !== 'dumb';
 }
 
-/**
- * A progress bar redrawn in place (carriage return) on a terminal stream.
- * When disabled it writes nothing at all.
- */
+/** A progress bar redrawn in place (carriage return) on a terminal stream; when disabled it writes nothing. */
 export class ProgressBar {
   readonly #stream: CliOutput;
   readonly #total: number;
@@ -575,19 +552,17 @@ export class ProgressBar {
     this.#enabled = enabled;
   }
 
-  /** Whether the bar is drawn at all. */
   get enabled(): boolean {
     return this.#enabled;
   }
 
-  /** Redraws the bar with `done` of the total. */
   update(done: number): void {
     if (!this.#enabled) return;
     this.#stream.write(`\r${renderProgressBar(done, this.#total)}`);
     this.#drawn = true;
   }
 
-  /** Ends the bar's line, so that later output starts on a line of its own. */
+  /** Later output then starts on a line of its own. */
   finish(): void {
     if (!this.#drawn) return;
     this.#stream.write('\n');

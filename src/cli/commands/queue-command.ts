@@ -171,7 +171,7 @@ export async function queueRetryCommand(args: string[], io: CliIo): Promise<numb
     if (named) {
       for (const { queueId, reason } of skipped) io.stderr.write(`${terminalText(queueId)}: not put back: ${reason}\n`);
     } else {
-      // Every failed message: one line per reason, not one per message.
+      // One line per reason, not one per message.
       const byReason = new Map<string, number>();
       for (const { reason } of skipped) byReason.set(reason, (byReason.get(reason) ?? 0) + 1);
       for (const [reason, n] of byReason) {
@@ -246,7 +246,7 @@ export async function queueStatusCommand(args: string[], io: CliIo): Promise<num
     const counts = OUTBOX_STATES.map((state) => `${state} ${status.counts[state]}`).join(', ');
     const states = [
       status.paused ? 'paused' : undefined,
-      // A 429's Retry-After: workers run but take nothing until it ends (eml-api worker caps it, maxRetryAfter).
+      // Workers run but take nothing until a 429's Retry-After ends (capped by maxRetryAfter).
       status.rateLimitedMs > 0
         ? `rate limited for ${Math.ceil(status.rateLimitedMs / 1000)} s: the service answered 429, every worker waits`
         : undefined,
@@ -267,7 +267,7 @@ export async function queueStatusCommand(args: string[], io: CliIo): Promise<num
   }
 }
 
-/** Two lines per failed message: what it was, and why it failed. Everything from outside is made terminal-safe. */
+/** What a failed message was, and why it failed; everything from outside made terminal-safe. */
 function failedLine(send: FailedSend): string {
   const { error } = send;
   const to = send.group

@@ -179,10 +179,10 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
   }
   if (values['hash-password']) return hashPassword(io);
   if (values['key-login']) return keyLogin(io);
-  // Says what to install (exit 1) before anything else, when the optional peer is missing.
+  // Says what to install (exit 1) when the optional peer is missing, before anything else.
   loadSmtpServer();
   const operations = operationsOptions(values, 'eml-api relay --http-port');
-  // In JSON mode every line it prints is a JSON object, its parts' logs included (lineLogger below).
+  // In JSON mode every line it prints is a JSON object, its parts' logs included.
   if (operations.logFormat === 'json') io = jsonIo(io, [values.key ?? io.env.EML_API_KEY ?? ''].filter(Boolean));
   const baseUrl = values.url ?? io.env.EML_API_URL;
   if (!baseUrl) throw new UsageError('no service URL: pass --url or set EML_API_URL');
@@ -242,18 +242,16 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
   const processes = processesFlag(values.processes);
   const secrets = [apiKey, redisPassword(redis)];
   const member = groupRole(io.env) === 'relay';
-  // Listening for SIGTERM before it says it listens: a stop sent at once is a clean stop.
+  // A stop sent as soon as it says it listens is a clean stop.
   const stopped = member ? undefined : untilStopped(io.signal);
   let relay;
   try {
-    // One process of a group: its primary tells it when to stop.
     if (member) return await runRelayProcess(options, operations.grace, io, secrets);
     relay =
       processes === undefined
         ? await startEmlApiRelay(options)
         : await startRelayGroup(options, processes, operations.grace, io, secrets);
   } catch (err) {
-    // A process that could not start said why; the others are stopped.
     if (err instanceof GroupStartError) return err.exitCode;
     // A bad option is a usage mistake; a port in use or a refused key is a failure to start.
     if (
@@ -309,12 +307,9 @@ function whoSends(hasKey: boolean, allowed: string[], options: EmlApiRelayOption
 }
 
 /**
- * The outbox's Redis for store-and-forward, or undefined to run direct:
- * `--redis <url>` (repeated or with `--redis-cluster` for a cluster), or
- * `--outbox` with `REDIS_URL` (and `REDIS_CLUSTER`). REDIS_URL alone does not
- * switch a relay to store-and-forward: it may be set for other programs, and
- * a relay that answers 250 once Redis holds a message needs workers to send
- * it, so the choice is the operator's, said with a flag.
+ * The outbox's Redis for store-and-forward, or undefined to run direct. REDIS_URL alone does not switch
+ * to store-and-forward (it may be set for other programs, and answering 250 once Redis holds a message
+ * needs workers): the operator says so with `--redis` or `--outbox`.
  */
 function outboxRedis(
   values: {
@@ -350,10 +345,7 @@ function outboxRedis(
   return connection;
 }
 
-/**
- * `--allow` or `--trusted` (repeated), else its environment variable (comma-separated): the networks, `[]`
- * for `none`, or undefined for the default (loopback).
- */
+/** `--allow` or `--trusted` (repeated), else its environment variable: `[]` for `none`, undefined for the default (loopback). */
 function networksFlag(values: string[] | undefined, env: string | undefined, flag: string): string[] | undefined {
   const entries =
     values ??
@@ -367,7 +359,6 @@ function networksFlag(values: string[] | undefined, env: string | undefined, fla
   return [];
 }
 
-/** `--replicas` and `--replicas-timeout` as the queue's `replicas` option. */
 function replicasOption(values: {
   replicas?: string;
   'replicas-timeout'?: string;
@@ -386,7 +377,6 @@ function replicasOption(values: {
   };
 }
 
-/** `--durability` as the queue's `durability` option. */
 function durabilityFlag(value: string | undefined): OutboxDurability | undefined {
   if (value === undefined) return undefined;
   if (!(OUTBOX_DURABILITIES as readonly string[]).includes(value)) {
@@ -395,7 +385,7 @@ function durabilityFlag(value: string | undefined): OutboxDurability | undefined
   return value as OutboxDurability;
 }
 
-/** Where the outbox's Redis is, without user names and passwords, for the startup line. */
+/** For the startup line. */
 function withoutCredentials(connection: string | OutboxClusterConnection): string {
   const urls = typeof connection === 'string' ? [connection] : connection.cluster;
   const shown = urls.map((url) => {
@@ -411,7 +401,7 @@ function withoutCredentials(connection: string | OutboxClusterConnection): strin
   return typeof connection === 'string' ? shown[0]! : `the Redis Cluster of ${shown.join(', ')}`;
 }
 
-/** The flags of the per-client limits, as options (seconds become milliseconds). */
+/** Seconds become milliseconds. */
 function limitOptions(values: Record<string, string | boolean | string[] | undefined>): Partial<EmlApiRelayOptions> {
   const flag = (name: string) => values[name] as string | undefined;
   const options: Partial<EmlApiRelayOptions> = {};
@@ -444,10 +434,10 @@ function limitOptions(values: Record<string, string | boolean | string[] | undef
   return options;
 }
 
-/** A logger that writes one line per event: accepted messages to standard output, the rest to standard error. */
+/** Accepted messages to standard output, the rest to standard error. */
 function lineLogger(io: CliIo, quiet: boolean): EmlApiLogger {
   if (isJsonIo(io)) return io.jsonLogger;
-  // Values may quote the service or an SMTP client: made safe for the terminal.
+  // Values may quote the service or an SMTP client.
   const line = (meta: Record<string, unknown>, message: string) =>
     `${new Date().toISOString()} ${terminalText(message)}${Object.entries(meta)
       .filter(([, v]) => v !== undefined)
@@ -463,7 +453,7 @@ function lineLogger(io: CliIo, quiet: boolean): EmlApiLogger {
   };
 }
 
-/** `--hash-password`: the password is read from standard input (a flag would show in `ps` and shell history). */
+/** `--hash-password`: read from standard input, as a flag would show in `ps` and shell history. */
 async function hashPassword(io: CliIo): Promise<number> {
   const password = (await readAll(io.stdin)).toString('utf8').replace(/\r?\n$/, '');
   if (password === '') throw new UsageError('--hash-password reads the password from standard input, and got none');
@@ -471,7 +461,7 @@ async function hashPassword(io: CliIo): Promise<number> {
   return EXIT.ok;
 }
 
-/** `--key-login`: the key is read from standard input, as `--hash-password` reads a password. */
+/** `--key-login`: the key is read from standard input. */
 async function keyLogin(io: CliIo): Promise<number> {
   const key = (await readAll(io.stdin)).toString('utf8').replace(/\r?\n$/, '');
   if (key === '') throw new UsageError('--key-login reads the API key from standard input, and got none');
@@ -528,7 +518,6 @@ async function readPem(path: string, flag: string): Promise<Buffer> {
   }
 }
 
-/** `{ [name]: value }`, or nothing when the value is undefined. */
 function optional<K extends string, V>(name: K, value: V | undefined): { [P in K]?: V } {
   return value === undefined ? {} : ({ [name]: value } as { [P in K]?: V });
 }

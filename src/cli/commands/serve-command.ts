@@ -127,7 +127,7 @@ export async function serveCommand(args: string[], io: CliIo): Promise<number> {
   if (smtpPort === undefined && (values['smtp-host'] !== undefined || values['smtp-allow'] !== undefined)) {
     throw new UsageError('--smtp-host and --smtp-allow need --smtp-port');
   }
-  // Listening for SIGTERM before it says it listens: a stop sent at once is a clean stop.
+  // A stop sent as soon as it says it listens is a clean stop.
   const stopped = untilStopped(io.signal);
   let emu;
   try {
@@ -163,7 +163,7 @@ export async function serveCommand(args: string[], io: CliIo): Promise<number> {
   return EXIT.ok;
 }
 
-/** The flags of the emulator's options, for an `ECONFIG` error read as a usage error. */
+/** For an `ECONFIG` error read as a usage error. */
 const OPTION_FLAGS: Readonly<Record<string, string>> = {
   'smtp.allowFrom': '--smtp-allow',
   'smtp.host': '--smtp-host',
@@ -208,12 +208,10 @@ function parseKeySpec(spec: string): EmulatorApiKey {
   return { key, scopes, plan: plan ?? 'free' };
 }
 
-/** Whether the emulator would listen on a loopback interface only. */
 function isLoopbackInterface(host: string): boolean {
   return host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host);
 }
 
-/** A share flag (0 to 1) as a number. */
 function shareFlag(value: string | undefined, flag: string): number | undefined {
   if (value === undefined) return undefined;
   const n = Number(value);
@@ -269,9 +267,8 @@ function faultOptions(values: ServeValues): Pick<EmulatorOptions, 'faults' | 'ra
 }
 
 /**
- * The inbox login: from --inbox-login-file or EML_API_INBOX_LOGIN, else one made
- * up when the emulator listens beyond loopback (kept in the data directory,
- * when there is one, so that it stays the same).
+ * The inbox login: from --inbox-login-file or EML_API_INBOX_LOGIN, else one made up when the emulator
+ * listens beyond loopback (kept in the data directory, if any, so it stays the same).
  * @returns the login and how to show it, or undefined for none
  */
 async function inboxLogin(
@@ -323,7 +320,7 @@ async function inboxLogin(
   return { login: { username: 'inbox', password }, shown: `inbox / ${password}` };
 }
 
-/** Where serve prints what its SMTP port refuses: one line on standard error each. */
+/** One line on standard error per refusal of the SMTP port. */
 function smtpLogger(io: CliIo): EmlApiLogger {
   const line = (meta: Record<string, unknown>, message: string) => {
     const reply = typeof meta.reply === 'string' ? `: ${meta.reply}` : '';

@@ -98,14 +98,14 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
   if (warning) io.stderr.write(`warning: ${warning}\n`);
   const service = serviceOptions(values, io.env);
   const encryption = outboxEncryption(io.env);
-  // A missing bullmq or ioredis is a failure to run (exit 1), not a usage mistake.
+  // A missing bullmq or ioredis is a failure to run (exit 1).
   requireQueuePeers();
   const operations = operationsOptions(values, 'eml-api worker --http-port');
   if (operations.logFormat === 'json') io = jsonIo(io, [service.apiKey]);
-  // In JSON mode each message's outcome is a JSON line with fixed field names (see "Logs" in docs/operations.md).
+  // In JSON mode each message's outcome is a JSON line with fixed field names.
   const json = isJsonIo(io) ? io.jsonLogger : undefined;
   const processes = processesFlag(values.processes);
-  // One process of a group: its primary checked the key, and serves the health and metrics port.
+  // Its primary checked the key, and serves the health and metrics port.
   const member = groupRole(io.env) === 'worker' ? new GroupMember() : undefined;
   if (member) {
     try {
@@ -168,12 +168,12 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
     outbox.on('error', (err: Error) => io.stderr.write(`worker error: ${terminalText(err.message)}\n`));
     outbox.on('warning', (message: string) => io.stderr.write(`warning: ${terminalText(message)}\n`));
 
-    // In a group the primary counts the signals: systemd and a terminal signal every process, and its
-    // own word comes too; a process stops once for all of them, and at once only when the primary says so.
+    // In a group the primary counts the signals (systemd and a terminal signal every process): a process
+    // stops once for all of them, and at once only when the primary says so.
     const stop = stopSignals(member ? abortedBy(member.stopRequested) : io.signal);
     if (member) void member.hurryRequested.then(stop.hurry);
     try {
-      // Started once Redis's settings are checked: an evicting Redis rejects it (exit 1, the worker closed).
+      // An evicting Redis rejects the start (exit 1, the worker closed).
       const ready = await Promise.race([outbox.started.then(() => true), stop.first.then(() => false)]);
       if (ready && member) {
         member.serveMetrics(groupMetrics?.registry);
@@ -192,11 +192,11 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
         }
         await stop.first;
       }
-      // Also when the signal came before the worker was ready: it may have taken jobs already.
+      // Also when the signal came before the worker was ready: it may have taken jobs.
       io.stdout.write(
         `Stopping: finishing the sends in flight (up to ${operations.grace / 1000} s; signal again to stop at once)\n`,
       );
-      // The grace period over (or a second signal), the sends left are aborted and their jobs handed back.
+      // Once the grace period is over (or a second signal), the sends left are aborted and handed back.
       let graceTimer: NodeJS.Timeout | undefined;
       const graceOver = new Promise<void>((resolve) => (graceTimer = setTimeout(resolve, operations.grace)));
       await Promise.race([
@@ -218,12 +218,7 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
   }
 }
 
-/**
- * `eml-api worker --processes`, in the primary: runs the worker processes,
- * replaces any that dies, serves one health and metrics port for all, and
- * stops them all on SIGTERM (a second one: at once, the sends in flight
- * handed back).
- */
+/** `eml-api worker --processes`, in the primary; a second SIGTERM stops at once, the sends in flight handed back. */
 async function runWorkerGroup(
   processes: number,
   operations: ReturnType<typeof operationsOptions>,
@@ -243,7 +238,7 @@ async function runWorkerGroup(
   const stop = stopSignals(io.signal);
   try {
     const starting = group.start();
-    // A stop while starting: the processes are stopped below, and start() ends without them.
+    // A stop while starting: start() ends without the processes, stopped below.
     starting.catch(() => undefined);
     const started = await Promise.race([starting.then(() => true), stop.first.then(() => false)]);
     if (started) {
@@ -277,11 +272,9 @@ async function runWorkerGroup(
 }
 
 /**
- * Checks the key before the worker takes any job: a key the service refuses
- * would fail every queued message at once (401 and 403 are permanent), and a
- * host that answers a 2xx to the check's empty send is not the service (a
- * web server or single-page app behind a wrong EML_API_URL answers every
- * path 200), which would take every queued message and deliver none. An
+ * Checks the key before the worker takes any job: a refused key would fail every queued message at
+ * once (401 and 403 are permanent), and a host that answers a 2xx to the empty send is not the service
+ * (a web server behind a wrong EML_API_URL) and would take every message and deliver none. An
  * unreachable service is only a warning: the queue retries.
  */
 async function checkKey(service: ReturnType<typeof serviceOptions>, io: CliIo): Promise<void> {
@@ -298,17 +291,16 @@ async function checkKey(service: ReturnType<typeof serviceOptions>, io: CliIo): 
   }
 }
 
-/** A job's fields in a JSON log line: its queue id and Message-ID (none when encrypted or a JSON send). */
+/** None when encrypted or a JSON send. */
 function jobFields(job: OutboxJob): Record<string, unknown> {
   return { job: String(job.id), messageId: job.data?.messageId || undefined, attempt: job.attemptsMade };
 }
 
-/** An error's fields in a JSON log line: its code, the service's status and code, its message. */
 function errorFields(err: EmlApiError): Record<string, unknown> {
   return { code: err.code, status: err.responseCode, apiCode: err.apiCode, error: err.message };
 }
 
-/** Whether verify() failed because a 2xx answered its empty send: whatever answered is not the service. */
+/** A 2xx answered verify()'s empty send: whatever answered is not the service. */
 function notTheService(err: EmlApiError): boolean {
   return err.responseCode !== undefined && err.responseCode >= 200 && err.responseCode < 300;
 }
@@ -322,14 +314,11 @@ function describeError(err: EmlApiError): string {
   return `${terminalText(err.message)}${code}`;
 }
 
-/**
- * The first and second stop requests: SIGINT/SIGTERM, or the abort of `signal`
- * (tests), which counts as the first.
- */
+/** The first and second stop requests: SIGINT/SIGTERM, or the abort of `signal` (tests), which counts as the first. */
 function stopSignals(signal: AbortSignal | undefined): {
   first: Promise<void>;
   second: Promise<void>;
-  /** Stops at once, as a second request does (a group's primary says so). */
+  /** As a second request does (a group's primary says so). */
   hurry: () => void;
   dispose: () => void;
 } {

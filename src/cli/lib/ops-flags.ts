@@ -8,9 +8,7 @@ import { EmlApiClient } from '../../client/eml-api-client.js';
 import { EmlApiError } from '../../shared/eml-api-error.js';
 
 /**
- * `parseArgs` options shared by the commands that use the outbox's Redis
- * (`worker`, `queue status`, `queue retry`; the relay's `--redis` and
- * `--redis-cluster` read the same way): `--redis` may be repeated, for the
+ * `parseArgs` options of the commands that use the outbox's Redis; `--redis` may be repeated, for the
  * nodes of a Redis Cluster.
  */
 export const REDIS_ARG_OPTIONS = {
@@ -29,9 +27,7 @@ export const REDIS_OPTIONS_HELP = `  --redis <url>           Redis of the outbox
   --prefix <prefix>       Redis key prefix of the queue (default bull)
 `;
 
-/**
- * Help lines of the environment variables of the outbox's Redis.
- */
+/** Help lines of the environment variables of the outbox's Redis. */
 export const REDIS_ENV_HELP = `REDIS_URL is the outbox's Redis (comma-separated for a cluster's nodes), REDIS_CLUSTER=1
 says it is a cluster, REDIS_PASSWORD its password (every node's) when the URLs give none: a
 password in a --redis flag shows in ps to every user of the machine; in the environment it does not.
@@ -45,20 +41,16 @@ export interface RedisFlags {
   prefix?: string | undefined;
 }
 
-/**
- * Where the outbox's Redis is, from flags or the environment: one server's
- * URL, or a cluster's nodes (several URLs, or `--redis-cluster`).
- */
+/** One server's URL, or a cluster's nodes (several URLs, or `--redis-cluster`). */
 export interface RedisConnectionFlags {
   connection: string | OutboxClusterConnection;
-  /** Said on standard error: a password given in a flag, which `ps` shows. */
+  /** A password given in a flag, which `ps` shows. */
   warning?: string;
 }
 
 /**
- * The outbox's Redis from `--redis` (repeatable) and `--redis-cluster`,
- * falling back to `REDIS_URL` (comma-separated for a cluster) and
- * `REDIS_CLUSTER`; `REDIS_PASSWORD` is the password of URLs that give none.
+ * The outbox's Redis from `--redis` and `--redis-cluster`, else `REDIS_URL` (comma-separated for a
+ * cluster) and `REDIS_CLUSTER`; `REDIS_PASSWORD` is the password of URLs that give none.
  * @throws {UsageError} when no Redis is given, or `REDIS_CLUSTER` is not a yes or no (exit code 2)
  */
 export function redisConnection(
@@ -76,7 +68,6 @@ export function redisConnection(
   const withWarning = <T extends object>(value: T): T & { warning?: string } =>
     warning === undefined ? value : { ...value, warning };
   if (!cluster) return withWarning({ connection: password ? withPassword(urls[0]!, password) : urls[0]! });
-  // URLs that give none share the password; the outbox checks the URLs themselves.
   return withWarning({
     connection: {
       cluster: urls,
@@ -86,7 +77,7 @@ export function redisConnection(
 }
 
 /**
- * The outbox's Redis and queue from flags, falling back to the environment (see {@link redisConnection}).
+ * The outbox's Redis and queue from flags, else the environment.
  * @throws {UsageError} when no Redis URL is given (exit code 2)
  */
 export function outboxLocation(
@@ -100,10 +91,7 @@ export function outboxLocation(
   };
 }
 
-/**
- * The URLs of a comma-separated list. A node's URL starts with redis:// or rediss://: a comma
- * before anything else belongs to the URL (a password may hold one, as ioredis accepts).
- */
+/** A comma before a node's `redis://` or `rediss://` belongs to the URL before it (a password may hold one). */
 function split(value: string): string[] {
   return value
     .split(/,(?=\s*rediss?:\/\/)/i)
@@ -127,7 +115,7 @@ function hasPassword(url: string): boolean {
   }
 }
 
-/** The URL with `password` in it, when it gives none (a URL that is not one is left for the outbox to refuse). */
+/** A URL that is not one is left for the outbox to refuse. */
 function withPassword(url: string, password: string): string {
   try {
     const parsed = new URL(url);
@@ -154,26 +142,18 @@ export function parseRate(value: string): { max: number; duration: number } {
   return { max, duration };
 }
 
-/**
- * The environment variable holding the outbox's encryption keys: never a
- * flag, whose value every user of the machine sees in `ps`.
- */
+/** Never a flag, whose value every user of the machine sees in `ps`. */
 export const OUTBOX_KEYS_VARIABLE = 'EML_API_OUTBOX_KEYS';
 
-/**
- * Help lines of {@link OUTBOX_KEYS_VARIABLE}.
- */
+/** Help lines of {@link OUTBOX_KEYS_VARIABLE}. */
 export const OUTBOX_KEYS_HELP = `${OUTBOX_KEYS_VARIABLE}="<id>:<key>,<id>:<key>..." encrypts (relay) and decrypts (worker)
 queued mail in Redis: keys of 32 bytes, Base64 or hex (openssl rand -base64 32); the first
 one encrypts new mail, the others are older keys still needed to read what they encrypted.
 `;
 
 /**
- * The outbox's encryption keys from {@link OUTBOX_KEYS_VARIABLE}, the first
- * one the key new mail is encrypted with; undefined when it is not set. The
- * option's own checks run where it is used; a malformed list is a usage error
- * that never repeats the variable's value.
- * @throws {UsageError} when the variable is not a list of `<id>:<key>`
+ * The outbox's encryption keys from {@link OUTBOX_KEYS_VARIABLE}, the first one encrypting new mail;
+ * undefined when it is not set. A malformed list is a usage error that never repeats the value.
  */
 export function outboxEncryption(env: Readonly<Record<string, string | undefined>>): OutboxEncryption | undefined {
   const value = env[OUTBOX_KEYS_VARIABLE];
@@ -192,11 +172,7 @@ export function outboxEncryption(env: Readonly<Record<string, string | undefined
   return { keyId, keys };
 }
 
-/**
- * `parseArgs` options of the long-running commands (`relay`, `worker`) for
- * running them in production: the health and metrics port, the log format,
- * and the grace period of a stop.
- */
+/** `parseArgs` options of `relay` and `worker` in production: the health and metrics port, the log format, the grace period. */
 export const OPERATIONS_ARG_OPTIONS = {
   'http-port': { type: 'string' },
   'http-host': { type: 'string' },
@@ -224,7 +200,7 @@ export interface OperationsFlags {
   grace?: string | undefined;
 }
 
-/** The default `--grace`: inside Kubernetes' default `terminationGracePeriodSeconds` of 30, with room to exit. */
+/** Inside Kubernetes' default `terminationGracePeriodSeconds` of 30, with room to exit. */
 const DEFAULT_GRACE_SECONDS = 25;
 
 /**
@@ -254,7 +230,7 @@ export function operationsOptions(
     return { http: undefined, metrics: undefined, logFormat, grace };
   }
   const port = wholeFlag(flags['http-port'], '--http-port', 0, 65535);
-  // Checked before the command starts anything: a missing prom-client says what to install, or how to do without.
+  // A missing prom-client says what to install, or how to do without, before anything starts.
   if (!flags['no-metrics']) loadPromClient(`${user} (for /metrics; or pass --no-metrics)`);
   return {
     http: { port, host: flags['http-host'] ?? '127.0.0.1' },
@@ -269,22 +245,15 @@ function seconds(value: string | undefined, flag: string, fallback: number): num
 }
 
 /**
- * How `eml-api relay` and `eml-api worker` write what they log: `text`, one
- * line for a person (today's format), or `json`, one JSON object per line
- * for a log pipeline (Loki, Elasticsearch, CloudWatch), with the fields
- * below under fixed names.
+ * How `eml-api relay` and `eml-api worker` log: `text`, a line for a person, or `json`, one JSON
+ * object per line for a log pipeline, with fixed field names.
  */
 export type LogFormat = 'text' | 'json';
 
-/**
- * A JSON log line's level.
- */
+/** A JSON log line's level. */
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
 
-/**
- * What the package's loggers and the CLI call things, and what a JSON line
- * calls them: fixed names a query can rely on, whichever part logged it.
- */
+/** Fixed names a query can rely on, whichever part logged the line. */
 const FIELD_NAMES: Record<string, string> = {
   job: 'queue_id',
   queueId: 'queue_id',
@@ -301,17 +270,14 @@ const FIELD_NAMES: Record<string, string> = {
 };
 
 /**
- * Fields never written, whatever a caller put in them: the package never
- * logs a key or content, and a JSON line keeps it so (`key` is the relay's
- * word for whose key a message went with: `relay`, or a key's fingerprint).
+ * Never written, whatever a caller put in them: the package never logs a key or content (`key` is
+ * the relay's word for whose key a message went with: `relay`, or a key's fingerprint).
  */
 const NEVER = /^(api_?key|password|pass|secret|authorization|token|content|body|raw|html|text|data)$/i;
 
 /**
- * One JSON log line: `time` (ISO 8601), `level`, `msg`, then the fields
- * under their fixed names (`queue_id`, `message_id`, `id` for the
- * service's id, `reply` and `reply_code` for an SMTP reply, `code` and
- * `status` for an error). Every string has the secrets taken out.
+ * One JSON log line: `time` (ISO 8601), `level`, `msg`, then the fields under their fixed names.
+ * Every string has the secrets taken out.
  *
  * @param secrets strings never written (the API key, a Redis password)
  */
@@ -330,7 +296,7 @@ export function jsonLogLine(
       line.reply_code = Number(value.slice(0, 3));
     }
   }
-  // The relay's `id` is the service's id, or the outbox's job id under store-and-forward.
+  // The service's id, or the outbox's job id under store-and-forward.
   if (meta.destination === 'outbox' && meta.id !== undefined) line.queue_id ??= meta.id;
   if (message === 'Message accepted') line.reply_code ??= 250;
   const text = JSON.stringify(line, (_key, value: unknown) =>
@@ -339,9 +305,7 @@ export function jsonLogLine(
   return `${text}\n`;
 }
 
-/**
- * A logger writing {@link jsonLogLine}s, `debug` left out.
- */
+/** A logger writing {@link jsonLogLine}s, `debug` left out. */
 export function jsonLogger(out: CliOutput, secrets: readonly string[]): EmlApiLogger {
   const write = (level: LogLevel) => (meta: Record<string, unknown>, message: string) =>
     out.write(jsonLogLine(level, message, meta ?? {}, secrets));
@@ -349,11 +313,8 @@ export function jsonLogger(out: CliOutput, secrets: readonly string[]): EmlApiLo
 }
 
 /**
- * The command's streams in JSON mode: what it prints as plain text (its
- * startup lines, its notes on standard error) becomes a JSON line too
- * (`info` from standard output, `warn` from standard error), so that every
- * line of its output is one JSON object. Both go to standard output, the
- * one stream a log pipeline reads in order.
+ * The command's streams in JSON mode: its plain-text lines become JSON lines too (`info` from
+ * stdout, `warn` from stderr), both on stdout, the one stream a log pipeline reads in order.
  */
 export function jsonIo(io: CliIo, secrets: readonly string[]): JsonCliIo {
   const lines = (level: LogLevel): CliOutput => ({
@@ -371,16 +332,12 @@ export function jsonIo(io: CliIo, secrets: readonly string[]): JsonCliIo {
   return { ...io, stdout: lines('info'), stderr: lines('warn'), jsonLogger: jsonLogger(io.stdout, secrets) };
 }
 
-/**
- * A command's streams in JSON mode, with the logger its parts (the relay, the outbox) write to.
- */
+/** A command's streams in JSON mode, with the logger its parts (the relay, the outbox) write to. */
 export interface JsonCliIo extends CliIo {
   readonly jsonLogger: EmlApiLogger;
 }
 
-/**
- * Whether the streams are {@link jsonIo}'s.
- */
+/** Whether the streams are {@link jsonIo}'s. */
 export function isJsonIo(io: CliIo): io is JsonCliIo {
   return typeof (io as Partial<JsonCliIo>).jsonLogger === 'object';
 }
@@ -389,10 +346,7 @@ function snakeCase(name: string): string {
   return name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 }
 
-/**
- * `parseArgs` options shared by the commands that call the service
- * (`send`, `group add|remove|check`).
- */
+/** `parseArgs` options of the commands that call the service (`send`, `group add|remove|check`). */
 export const SERVICE_ARG_OPTIONS = {
   url: { type: 'string' },
   key: { type: 'string' },
@@ -416,7 +370,6 @@ export interface ServiceFlags {
 
 /**
  * Creates the client from flags, falling back to `EML_API_URL` and `EML_API_KEY`.
- *
  * @throws {UsageError} when the URL or the key is missing or invalid (exit code 2)
  */
 export function createServiceClient(
@@ -429,7 +382,6 @@ export function createServiceClient(
 
 /**
  * The service's URL and key from flags, falling back to `EML_API_URL` and `EML_API_KEY`.
- *
  * @throws {UsageError} when the URL or the key is missing (exit code 2)
  */
 export function serviceOptions(
@@ -444,11 +396,8 @@ export function serviceOptions(
 }
 
 /**
- * Runs `make`, reporting an `ECONFIG` error (a bad URL, key or option) as a
- * usage error: a configuration mistake, reported like a wrong flag. Not
- * Redis's refusal of the connection (a wrong password, a cluster connection
- * to a Redis that is not one: `command` `AUTH` or `CLUSTER SLOTS`): the flags
- * were well formed and Redis said no, a failure (exit code 1) with its reason.
+ * Runs `make`, reporting an `ECONFIG` error as a usage error (exit 2). Not Redis's refusal of the
+ * connection (`command` `AUTH` or `CLUSTER SLOTS`): the flags were well formed and Redis said no (exit 1).
  */
 export function asUsageError<T>(make: () => T): T {
   const convert = (err: unknown): never => {

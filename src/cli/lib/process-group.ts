@@ -11,14 +11,11 @@ import {
 } from '../../observability/ops-server.js';
 import type { PrimaryLink } from '../../relay/shared-limits.js';
 
-/**
- * The environment variable that makes a process one of a group's, and says
- * which (`relay`, `worker`): set by the primary when it forks.
- */
+/** Set by the primary when it forks: the process's role in the group (`relay`, `worker`). */
 const ROLE_VARIABLE = 'EML_API_PROCESS_ROLE';
-/** The port a relay process listens on: the one the others listen on (cluster shares it). */
+/** The port every relay process listens with (cluster shares it). */
 const PORT_VARIABLE = 'EML_API_PROCESS_PORT';
-/** Set when the primary serves `/metrics`: each process keeps a registry for it. */
+/** Set when the primary serves `/metrics`. */
 const METRICS_VARIABLE = 'EML_API_PROCESS_METRICS';
 
 /** Help line of `--processes`. */
@@ -27,8 +24,7 @@ export const PROCESSES_HELP = `  --processes <n|auto>    run n processes (auto: 
 `;
 
 /**
- * Reads `--processes`: a number of processes, or `auto` for the machine's cores
- * (`os.availableParallelism()`, which follows the CPU affinity a container sets).
+ * Reads `--processes`: a number, or `auto` for `os.availableParallelism()` (which follows a container's CPU affinity).
  * @throws {UsageError} for anything else
  */
 export function processesFlag(value: string | undefined): number | undefined {
@@ -37,18 +33,17 @@ export function processesFlag(value: string | undefined): number | undefined {
   return wholeFlag(value, '--processes', 1, 1024);
 }
 
-/** What this process is in a group: its role when a primary forked it, else undefined. */
+/** Its role when a primary forked it, else undefined. */
 export function groupRole(env: Readonly<Record<string, string | undefined>>): string | undefined {
   return cluster.isWorker ? env[ROLE_VARIABLE] : undefined;
 }
 
-/** A registry a process of a group keeps for its primary's `/metrics` (prom-client's `Registry`). */
+/** What a process keeps for its primary's `/metrics` (prom-client's `Registry`). */
 export type MemberRegistry = MetricsRegistry & { getMetricsAsJSON(): Promise<unknown> };
 
 /**
- * The port a group's relay process listens on (as its primary says), and
- * the `metrics` option of a process whose primary serves `/metrics`: a
- * registry of its own with the process metrics, as a port of its own would have.
+ * The port a group's relay process listens on, and the `metrics` option of a process whose primary
+ * serves `/metrics`: a registry of its own with the process metrics.
  */
 export function memberSettings(env: Readonly<Record<string, string | undefined>>): {
   port: number;
@@ -63,7 +58,7 @@ export function memberSettings(env: Readonly<Record<string, string | undefined>>
   return { port: Number(env[PORT_VARIABLE] ?? 0), metrics };
 }
 
-/** A message between the primary and its processes (cluster IPC). */
+/** Cluster IPC between the primary and its processes. */
 type GroupMessage =
   | { group: 'ask'; id: number; what: string; args?: unknown }
   | { group: 'answer'; id: number; value: unknown }
@@ -77,7 +72,7 @@ function isGroupMessage(message: unknown): message is GroupMessage {
   return typeof message === 'object' && message !== null && typeof (message as { group?: unknown }).group === 'string';
 }
 
-/** A process's metrics, as prom-client's `getMetricsAsJSON()` gives them and `AggregatorRegistry.aggregate()` takes them. */
+/** As prom-client's `getMetricsAsJSON()` gives them and `AggregatorRegistry.aggregate()` takes them. */
 type Snapshot = {
   name: string;
   help: string;
@@ -88,58 +83,54 @@ type Snapshot = {
 
 /** Settings of a {@link ProcessGroup}. */
 export interface ProcessGroupSettings {
-  /** What the processes are (`relay`, `worker`), in their environment and the metrics' `component` label. */
+  /** Also the metrics' `component` label. */
   role: 'relay' | 'worker';
   processes: number;
-  /** Milliseconds a process has to finish after a stop; past it, and 5 s more, it is killed. */
+  /** Milliseconds a process has to finish after a stop; 5 s past it, it is killed. */
   grace: number;
-  /** The port the relay listens on (0: the one the first process was given). */
+  /** 0: the one the first process was given. */
   port?: number;
-  /** The health and metrics port, served by the primary for all. */
+  /** Served by the primary for all. */
   http?: { port: number; host: string } | undefined;
-  /** Whether `/metrics` is served (needs prom-client). */
+  /** Needs prom-client. */
   metrics: boolean;
-  /** Strings never shown in a `/readyz` reason. */
+  /** Never shown in a `/readyz` reason. */
   secrets: (string | undefined)[];
   /** Answers what a process asks that the group does not (the relay's shared limits). */
   serve?: (process: number, what: string, args: unknown) => { value: unknown } | undefined;
-  /** A process is gone: what it held is given back. */
+  /** What a gone process held is given back. */
   exited?: (process: number) => void;
-  /** Writes a line about the group (a process that died, its replacement) to standard error. */
+  /** Writes a line about the group (a process that died, its replacement) to stderr. */
   log: (line: string) => void;
 }
 
 interface Member {
   readonly worker: Worker;
   readonly pid: number;
-  /** One of the first: if it cannot start, the group does not. */
+  /** If one of the first cannot start, the group does not. */
   readonly initial: boolean;
   started: boolean;
   gone: boolean;
   stopCode?: number;
   givenUp: number;
-  /** Its metrics as last seen (a scrape, or its last words): counted on when it is gone. */
+  /** As last seen (a scrape, or its last words): counted on when it is gone. */
   last?: Snapshot;
   readonly exit: Promise<{ code: number | null; signal: string | null }>;
-  /** Resolves true once it said it started, false when it exited before. */
+  /** False when it exited before saying it started. */
   readonly ready: Promise<boolean>;
-  /** Resolves {@link ready} (from its `started` message, or its exit). */
   settle: (started: boolean) => void;
 }
 
-/** How long a process has to answer its primary (metrics, readiness): less than a probe's 5 s. */
+/** Less than a probe's 5 s. */
 const ASK_TIMEOUT = 3_000;
 
-/** The longest pause before a process that keeps dying is started again. */
 const MAX_RESTART_DELAY = 30_000;
 
 /**
- * The primary of `eml-api relay --processes` and `eml-api worker --processes`:
- * forks the processes (`node:cluster`, which shares the relay's listening
- * port between them), replaces any that dies, serves one health and metrics
- * port for all (`/metrics` summed over the processes with prom-client's
- * AggregatorRegistry, `/readyz` ready only when every process is), and stops
- * them all on SIGTERM, each within the grace period.
+ * The primary of `eml-api relay|worker --processes`: forks the processes (`node:cluster` shares the
+ * relay's port), replaces any that dies, serves one health and metrics port for all (`/metrics`
+ * summed with prom-client's AggregatorRegistry, `/readyz` ready only when every process is), and
+ * stops them all on SIGTERM within the grace period.
  */
 export class ProcessGroup {
   readonly #settings: ProcessGroupSettings;
@@ -149,16 +140,15 @@ export class ProcessGroup {
   #stopping = false;
   #restarts = 0;
   #recentDeaths: number[] = [];
-  /** The port the processes listen with (0 until one reported the port it got). */
+  /** 0 until one reported the port it got. */
   #listenPort: number;
   #boundPort: number | undefined;
-  /** Counters and histograms of the processes gone, summed: the totals never go down. */
+  /** Summed over the processes gone, so the totals never go down. */
   #retired: Promise<Snapshot> = Promise.resolve([]);
   #endpoint: OpsEndpoint | undefined;
   #stopped: Promise<number> | undefined;
   #givenUp = 0;
   readonly #onMessage = (worker: Worker, message: unknown) => {
-    // The primary outlives what any process sends it.
     try {
       this.#message(worker, message);
     } catch (err) {
@@ -172,24 +162,22 @@ export class ProcessGroup {
     cluster.on('message', this.#onMessage);
   }
 
-  /** The processes running now (started, not stopping). */
+  /** Started, not stopping. */
   get running(): number {
     return [...this.#members].filter((m) => m.started && !m.gone).length;
   }
 
-  /** Work the processes gave up when they stopped (the relay's messages in flight). */
+  /** The relay's messages in flight the processes gave up when they stopped. */
   get givenUp(): number {
     return this.#givenUp;
   }
 
-  /** The health and metrics port, once started. */
   get endpoint(): OpsEndpoint | undefined {
     return this.#endpoint;
   }
 
   /**
-   * Starts the processes: one first (a setting that stops it, such as a port
-   * in use or a refused key, is said once), then the others.
+   * Starts one process first (a setting that stops it, such as a port in use, is said once), then the others.
    * @returns the port they listen on (relay), once all are started
    * @throws {GroupStartError} with the exit code of a process that could not start (the others are stopped)
    */
@@ -199,7 +187,6 @@ export class ProcessGroup {
       await this.#await(Array.from({ length: this.#settings.processes - 1 }, () => this.#fork(true)));
     }
     const { http, metrics } = this.#settings;
-    // Stopped while starting (a SIGTERM): the processes stop, as started ones would.
     if (http && !this.#stopping) {
       this.#endpoint = await startOpsEndpoint(
         { ...http, readyCacheMs: 0 },
@@ -216,7 +203,7 @@ export class ProcessGroup {
   }
 
   /**
-   * Stops every process (each finishes its work within the grace period) and the health port.
+   * Stops every process, each within the grace period, and the health port.
    * @returns the exit code: 4 when a process gave up work (or was killed), 1 when one failed, else 0
    */
   stop(): Promise<number> {
@@ -224,8 +211,8 @@ export class ProcessGroup {
       this.#stopping = true;
       this.#endpoint?.stopping();
       const members = [...this.#members].filter((m) => !m.gone);
-      // Said, not signalled: systemd and a terminal signal every process of the group already, and a
-      // worker takes a second signal as "at once". One still starting has nothing to finish.
+      // Said, not signalled: systemd and a terminal signal the whole group already, and a worker takes
+      // a second signal as "at once". One still starting has nothing to finish.
       for (const member of members) {
         if (member.started) send(member.worker, { group: 'stop' });
         else member.worker.process.kill('SIGTERM');
@@ -247,12 +234,12 @@ export class ProcessGroup {
     return this.#stopped;
   }
 
-  /** Tells every process to stop at once (a worker hands its jobs in flight back, as on a second signal). */
+  /** A worker hands its jobs in flight back, as on a second signal. */
   hurry(): void {
     for (const member of this.#members) if (!member.gone) send(member.worker, { group: 'hurry' });
   }
 
-  /** The metrics of every process (and of those gone), summed, in the Prometheus text format. */
+  /** Summed over every process, those gone included. */
   async metrics(): Promise<string> {
     const { AggregatorRegistry } = loadPromClient('metrics');
     const live = [...this.#members].filter((m) => m.started && !m.gone);
@@ -263,7 +250,7 @@ export class ProcessGroup {
         return member.last ?? [];
       }),
     );
-    // A process gone meanwhile is counted once: in the retired sums, with its last snapshot.
+    // A process gone meanwhile is counted once: in the retired sums.
     const current = snapshots.filter((_, i) => !live[i]!.gone);
     const own: Snapshot = [
       {
@@ -286,8 +273,8 @@ export class ProcessGroup {
 
   #fork(initial: boolean): Member {
     const { role } = this.#settings;
-    // Every process listens with the same port argument as those listening (cluster keys the shared
-    // handle by it); once none is left, with the port the first one got, so that the port stays.
+    // cluster keys the shared handle by the port argument: every process passes the same one, and once
+    // none is left, the port the first one got, so that the port stays.
     const alive = [...this.#members].some((m) => !m.gone);
     if (!alive && this.#boundPort !== undefined) this.#listenPort = this.#boundPort;
     const worker = cluster.fork({
@@ -318,9 +305,8 @@ export class ProcessGroup {
     return member;
   }
 
-  /** Waits until the processes started; one that exits first stops them all. */
+  /** One that exits first stops them all. */
   async #await(members: Member[]): Promise<void> {
-    // The first that exits before it started; undefined once all started.
     const member = await new Promise<Member | undefined>((resolve) => {
       let left = members.length;
       if (left === 0) resolve(undefined);
@@ -363,7 +349,7 @@ export class ProcessGroup {
     const reason = how.signal ? `signal ${how.signal}` : `exit code ${how.code}`;
     const now = Date.now();
     this.#recentDeaths = [...this.#recentDeaths.filter((at) => now - at < 60_000), now];
-    // A process that keeps dying is started again less and less often (0.1 s, 0.2 s... up to 30 s).
+    // 0.1 s, 0.2 s... up to 30 s for a process that keeps dying.
     const delay = Math.min(MAX_RESTART_DELAY, 100 * 2 ** (this.#recentDeaths.length - 1));
     this.#settings.log(
       `${this.#settings.role} process ${member.pid} died (${reason}); starting another in ${delay / 1000} s`,
@@ -371,7 +357,7 @@ export class ProcessGroup {
     setTimeout(() => this.#replace(), delay).unref();
   }
 
-  /** Starts a process in place of one that died; one that cannot start (Redis down) is replaced in turn. */
+  /** One that cannot start (Redis down) is replaced in turn. */
   #replace(): void {
     if (this.#stopping) return;
     this.#restarts++;
@@ -400,7 +386,7 @@ export class ProcessGroup {
       throw new Error(`${live.length - failing.length} of ${processes} processes ready; ${failing.join('; ')}`);
   }
 
-  /** Asks a process; resolves with its answer, or undefined when it is gone or silent for {@link ASK_TIMEOUT} ms. */
+  /** Undefined when the process is gone or silent for {@link ASK_TIMEOUT} ms. */
   #ask(member: Member, what: string): Promise<unknown> {
     return new Promise((resolve) => {
       const id = this.#nextAsk++;
@@ -469,11 +455,7 @@ function send(worker: Worker, message: GroupMessage, failed?: () => void): void 
   });
 }
 
-/**
- * A process of a {@link ProcessGroup}, as it sees its primary: asks and
- * tells it (the relay's shared limits), answers its questions (metrics,
- * readiness), and hears when to stop (its primary's word, or a signal).
- */
+/** A process of a {@link ProcessGroup}: asks and tells its primary, answers its questions, and hears when to stop. */
 export class GroupMember implements PrimaryLink {
   readonly #pending = new Map<number, (value: unknown) => void>();
   #nextAsk = 1;
@@ -481,9 +463,9 @@ export class GroupMember implements PrimaryLink {
   #health: HealthMonitor | undefined;
   #stop!: () => void;
   #hurry!: () => void;
-  /** Resolves when the process is to stop: its primary says so, or SIGTERM or SIGINT came. */
+  /** Resolves when its primary says to stop, or on SIGTERM or SIGINT. */
   readonly stopRequested = new Promise<void>((resolve) => (this.#stop = resolve));
-  /** Resolves when its primary says to stop at once (a second signal to the primary). */
+  /** Resolves when its primary says to stop at once (a second signal to it). */
   readonly hurryRequested = new Promise<void>((resolve) => (this.#hurry = resolve));
   readonly #onMessage = (message: unknown) => this.#message(message);
   readonly #onSignal = () => this.#stop();
@@ -495,7 +477,7 @@ export class GroupMember implements PrimaryLink {
   constructor() {
     process.on('message', this.#onMessage);
     process.on('disconnect', this.#onDisconnect);
-    // systemd's stop, and a terminal's Ctrl-C, signal every process of the group, not only the primary.
+    // systemd and a terminal's Ctrl-C signal every process of the group, not only the primary.
     process.on('SIGTERM', this.#onSignal);
     process.on('SIGINT', this.#onSignal);
   }
@@ -515,12 +497,11 @@ export class GroupMember implements PrimaryLink {
     this.#send({ group: 'tell', what, args });
   }
 
-  /** The registry `/metrics` reads from this process. */
   serveMetrics(registry: MemberRegistry | undefined): void {
     this.#registry = registry;
   }
 
-  /** What `/readyz` checks in this process (each result reused for 10 s, as on a port of its own). */
+  /** Each result reused for 10 s, as on a port of its own. */
   serveReadiness(checks: ReadinessCheck[], secrets: (string | undefined)[]): void {
     this.#health?.close();
     this.#health = new HealthMonitor({ checks, secrets });
@@ -540,10 +521,7 @@ export class GroupMember implements PrimaryLink {
     );
   }
 
-  /**
-   * Stops listening to the primary and to signals, and leaves the group: the process then exits
-   * with the code it sets (cluster's own disconnect would exit at once, with 0).
-   */
+  /** Leaves the group: the process then exits with the code it sets (cluster's disconnect would exit at once, with 0). */
   close(): void {
     this.#health?.close();
     process.off('message', this.#onMessage);

@@ -5,9 +5,8 @@ import { ClientLimitsKeeper, SharedClientCounts } from '../../relay/shared-limit
 import { GroupMember, memberSettings, ProcessGroup } from './process-group.js';
 
 /**
- * `eml-api relay --processes`, in the primary: starts the relay's processes,
- * which share its port, its per-client limits and one health and metrics
- * port, and stands for them as one relay.
+ * `eml-api relay --processes`, in the primary: starts processes that share the relay's port, its
+ * per-client limits and one health and metrics port, and stands for them as one relay.
  * @throws {GroupStartError} when a process could not start (it said why on standard error)
  */
 export async function startRelayGroup(
@@ -36,7 +35,6 @@ export async function startRelayGroup(
     port: port ?? 0,
     host: options.host ?? '127.0.0.1',
     ...(endpoint ? { http: { port: endpoint.port, host: endpoint.host } } : {}),
-    // Each process stops within the --grace it was started with.
     async close() {
       const code = await group.stop();
       return { givenUp: code === 0 ? 0 : Math.max(1, group.givenUp) };
@@ -45,10 +43,8 @@ export async function startRelayGroup(
 }
 
 /**
- * One process of `eml-api relay --processes`: runs the relay on the port the
- * primary gives, with the per-client limits kept by the primary, and answers
- * its primary's `/metrics` and `/readyz`; stops when the primary says so (or
- * on SIGTERM), within `grace`.
+ * One process of `eml-api relay --processes`: runs the relay with the port and per-client limits of
+ * its primary, answers its `/metrics` and `/readyz`, and stops within `grace` when told (or on SIGTERM).
  * @returns the exit code: 4 when the grace period ran out on messages in flight
  */
 export async function runRelayProcess(
@@ -77,8 +73,8 @@ export async function runRelayProcess(
     throw err;
   }
   member.serveMetrics(metrics?.registry);
-  // A fault inside the relay ends the process (its primary starts another): its clients are told first,
-  // 421 to those between messages and 451 to those whose message was being handed on, never a 250.
+  // A fault inside the relay ends the process (its primary starts another), clients told first: 421
+  // between messages, 451 for a message being handed on, never a 250.
   process.once('uncaughtException', (err) => {
     io.stderr.write(`${new Date().toISOString()} ERROR relay process ${process.pid}: ${err.stack ?? err.message}\n`);
     setTimeout(() => process.exit(70), 2_000).unref();
