@@ -7,7 +7,7 @@ export {
 } from './emulator-options.js';
 export type { EmulatorMessage, DeliveredMessage, EmulatorAttachment, EmulatorMember } from './state/records.js';
 export type { ApiScope, ApiPlan } from '../protocol/api-types.js';
-export type { EmulatorFaults, FaultStats, FaultKind } from './http/fault-injector.js';
+export type { EmulatorFaults, EmulatorFaultStats, FaultKind } from './http/fault-injector.js';
 export type { EmulatorRateLimit } from './http/api-router.js';
 export type { EmulatorSmtpOptions, EmulatorSmtp } from './smtp-ingest.js';
 export type { EmlApiLogger } from '../shared/options-kit.js';

@@ -5,7 +5,7 @@ import { API_SCOPES } from '../protocol/api-types.js';
 import { DEFAULT_EMULATOR_ACCOUNT, resolveEmulatorOptions, type EmulatorOptions } from './emulator-options.js';
 import type { DeliveredMessage, EmulatorMember, EmulatorMessage } from './state/records.js';
 import { EmulatorState } from './state/emulator-state.js';
-import { FaultInjector, type EmulatorFaults, type FaultStats } from './http/fault-injector.js';
+import { FaultInjector, type EmulatorFaults, type EmulatorFaultStats } from './http/fault-injector.js';
 import { createRequestHandler, type ServerContext } from './http/api-router.js';
 import { inboxSection } from './inbox/inbox-section.js';
 import { inspectionApi } from './inbox/inspection-api.js';
@@ -59,7 +59,7 @@ export interface Emulator {
    */
   setFaults(faults: EmulatorFaults | undefined): void;
   /** How many requests got each fault since the faults were set; undefined without faults. */
-  faultStats(): FaultStats | undefined;
+  faultStats(): EmulatorFaultStats | undefined;
   /** Stops the server and drops its connections (open inbox event streams included). */
   close(): Promise<void>;
 }

@@ -27,7 +27,7 @@ import {
   watchRefusal,
   withoutArguments,
 } from './redis-failure.js';
-import { resolveWorkerOptions, type EmlApiWorkerOptions } from './worker-options.js';
+import { resolveWorkerOptions, type OutboxWorkerOptions } from './worker-options.js';
 import { compareKeyChecks, redisPassword, RedisSettingsWatch } from './redis-settings.js';
 import { checkWorkerOwner, foreignJob, keyFingerprint, type QueueOwner } from './queue-owner.js';
 import { capRateLimitPause } from './outbox-admin.js';
@@ -39,7 +39,7 @@ import type { ReadinessCheck } from '../observability/ops-server.js';
 export type { OutboxJob } from './outbox-job.js';
 
 /**
- * Options of {@link EmlApiWorker.close}.
+ * Options of {@link OutboxWorker.close}.
  * @example
  * await outbox.close({ abort: true });
  */
@@ -55,11 +55,11 @@ export interface WorkerCloseOptions {
 const WORKER_CLOSE_OPTIONS = ['abort'] as const satisfies readonly (keyof WorkerCloseOptions)[];
 
 /**
- * The events of an {@link EmlApiWorker} and their listeners' arguments.
+ * The events of an {@link OutboxWorker} and their listeners' arguments.
  * @example
  * outbox.on('retrying', (job, err, delayMs) => log.warn({ job: job.id, code: err.code, delayMs }, err.message));
  */
-export interface EmlApiWorkerEvents {
+export interface OutboxWorkerEvents {
   /** The service accepted a send. */
   sent: [job: OutboxJob, result: OutboxSendResult];
   /** A send failed for a passing reason and will be tried again in `delayMs`. */
@@ -76,43 +76,43 @@ export interface EmlApiWorkerEvents {
 }
 
 /**
- * The event methods of {@link EmlApiWorker}, typed by {@link EmlApiWorkerEvents}: a listener's
+ * The event methods of {@link OutboxWorker}, typed by {@link OutboxWorkerEvents}: a listener's
  * arguments are inferred.
  * @example
  * outbox.on('failed', (job, err) => log.error({ job: job.id, code: err.code }, err.message));
  */
 // eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging -- EventEmitter implements them
-export interface EmlApiWorker {
-  on<E extends keyof EmlApiWorkerEvents>(event: E, listener: (...args: EmlApiWorkerEvents[E]) => void): this;
-  once<E extends keyof EmlApiWorkerEvents>(event: E, listener: (...args: EmlApiWorkerEvents[E]) => void): this;
-  off<E extends keyof EmlApiWorkerEvents>(event: E, listener: (...args: EmlApiWorkerEvents[E]) => void): this;
-  addListener<E extends keyof EmlApiWorkerEvents>(event: E, listener: (...args: EmlApiWorkerEvents[E]) => void): this;
-  removeListener<E extends keyof EmlApiWorkerEvents>(
+export interface OutboxWorker {
+  on<E extends keyof OutboxWorkerEvents>(event: E, listener: (...args: OutboxWorkerEvents[E]) => void): this;
+  once<E extends keyof OutboxWorkerEvents>(event: E, listener: (...args: OutboxWorkerEvents[E]) => void): this;
+  off<E extends keyof OutboxWorkerEvents>(event: E, listener: (...args: OutboxWorkerEvents[E]) => void): this;
+  addListener<E extends keyof OutboxWorkerEvents>(event: E, listener: (...args: OutboxWorkerEvents[E]) => void): this;
+  removeListener<E extends keyof OutboxWorkerEvents>(
     event: E,
-    listener: (...args: EmlApiWorkerEvents[E]) => void,
+    listener: (...args: OutboxWorkerEvents[E]) => void,
   ): this;
-  prependListener<E extends keyof EmlApiWorkerEvents>(
+  prependListener<E extends keyof OutboxWorkerEvents>(
     event: E,
-    listener: (...args: EmlApiWorkerEvents[E]) => void,
+    listener: (...args: OutboxWorkerEvents[E]) => void,
   ): this;
-  prependOnceListener<E extends keyof EmlApiWorkerEvents>(
+  prependOnceListener<E extends keyof OutboxWorkerEvents>(
     event: E,
-    listener: (...args: EmlApiWorkerEvents[E]) => void,
+    listener: (...args: OutboxWorkerEvents[E]) => void,
   ): this;
-  emit<E extends keyof EmlApiWorkerEvents>(event: E, ...args: EmlApiWorkerEvents[E]): boolean;
+  emit<E extends keyof OutboxWorkerEvents>(event: E, ...args: OutboxWorkerEvents[E]): boolean;
 }
 
 /**
  * A running outbox worker: takes jobs from the queue and posts them through the service with each
- * job's idempotency key. Made by {@link startEmlApiWorker}; events: {@link EmlApiWorkerEvents}.
+ * job's idempotency key. Made by {@link startOutboxWorker}; events: {@link OutboxWorkerEvents}.
  * @example
- * const outbox = await startEmlApiWorker({ connection, apiKey, baseUrl });
+ * const outbox = await startOutboxWorker({ connection, apiKey, baseUrl });
  * outbox.on('sent', (job, result) => metrics.increment('mail.sent'));
  * outbox.on('failed', (job, err) => log.error({ job: job.id, code: err.code }, err.message));
  * process.once('SIGTERM', () => outbox.close());
  */
 // eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging -- typed events (interface above)
-export class EmlApiWorker extends EventEmitter {
+export class OutboxWorker extends EventEmitter {
   /** The BullMQ worker (pause, resume, events: BullMQ's own API). */
   readonly worker: Worker<OutboxJobData, OutboxSendResult>;
   /** The API client the worker sends through. */
@@ -123,7 +123,7 @@ export class EmlApiWorker extends EventEmitter {
    * Resolves once the worker is connected and has checked that Redis keeps what is queued; rejects
    * (`ECONFIG`, the worker then closed) when Redis evicts keys.
    * @example
-   * const outbox = await startEmlApiWorker(options); // has waited for it
+   * const outbox = await startOutboxWorker(options); // has waited for it
    * await outbox.started; // already settled
    */
   readonly started: Promise<void>;
@@ -156,11 +156,11 @@ export class EmlApiWorker extends EventEmitter {
   #clockWatch: NodeJS.Timeout | undefined;
 
   /**
-   * Workers are started with {@link startEmlApiWorker}, which also waits until the worker is connected.
+   * Workers are started with {@link startOutboxWorker}, which also waits until the worker is connected.
    * @internal The package's CLI and tests make one directly, to stop it before it has connected.
    * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid
    */
-  constructor(options: EmlApiWorkerOptions) {
+  constructor(options: OutboxWorkerOptions) {
     super();
     const { http, metrics, ...workerOptions } = options;
     const settings = resolveWorkerOptions(workerOptions);
@@ -526,7 +526,7 @@ export class EmlApiWorker extends EventEmitter {
   /**
    * The worker's health and metrics port (the `http` option), once started.
    * @example
-   * const outbox = await startEmlApiWorker({ connection, apiKey, baseUrl, http: { port: 0 } });
+   * const outbox = await startOutboxWorker({ connection, apiKey, baseUrl, http: { port: 0 } });
    * console.log(`http://${outbox.http!.host}:${outbox.http!.port}/readyz`);
    */
   get http(): { readonly port: number; readonly host: string } | undefined {
@@ -685,9 +685,9 @@ function answeredByNotTheService(error: Error): boolean {
  *   differs from the producers' under its id), or naming the Redis setting (and the command that fixes
  *   it) when Redis would lose queued mail
  * @example
- * import { startEmlApiWorker } from 'nodemailer-eml-api/queue';
+ * import { startOutboxWorker } from 'nodemailer-eml-api/queue';
  *
- * const outbox = await startEmlApiWorker({
+ * const outbox = await startOutboxWorker({
  *   connection: process.env.REDIS_URL!,
  *   apiKey: process.env.EML_API_KEY!,
  *   baseUrl: 'https://api.mail.example.com',
@@ -699,14 +699,14 @@ function answeredByNotTheService(error: Error): boolean {
  * // Stopped while it waits for Redis (SIGTERM during the start):
  * const stop = new AbortController();
  * process.once('SIGTERM', () => stop.abort());
- * const started = await startEmlApiWorker(options, { signal: stop.signal }); // rejects EABORT when aborted first
+ * const started = await startOutboxWorker(options, { signal: stop.signal }); // rejects EABORT when aborted first
  */
-export async function startEmlApiWorker(
-  options: EmlApiWorkerOptions,
+export async function startOutboxWorker(
+  options: OutboxWorkerOptions,
   { signal }: { signal?: AbortSignal } = {},
-): Promise<EmlApiWorker> {
+): Promise<OutboxWorker> {
   signal?.throwIfAborted();
-  const outbox = new EmlApiWorker(options);
+  const outbox = new OutboxWorker(options);
   // The worker is not the caller's to close until it resolves: the signal stops a start that waits for Redis.
   let onAbort: (() => void) | undefined;
   const aborted = new Promise<never>((_resolve, reject) => {

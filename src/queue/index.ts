@@ -6,7 +6,7 @@ import { requireQueuePeers } from './redis-connection.js';
 requireQueuePeers();
 
 // The producers: the store every producer goes through, and the Nodemailer transport that builds and stores.
-export { OutboxProducer, type OutboxMessage, type EmlApiQueuedMessageInfo } from './outbox-producer.js';
+export { OutboxProducer, type OutboxMessage, type OutboxQueuedMessageInfo } from './outbox-producer.js';
 export { EmlApiQueueTransport, type QueueSendCallback } from './eml-api-queue-transport.js';
 export type {
   OutboxProducerOptions,
@@ -22,15 +22,15 @@ export type { OutboxDurability } from './redis-settings.js';
 export type { OutboxEncryption } from './content-cipher.js';
 export { outboxJobId } from './outbox-job.js';
 
-// The worker: one way to start one (startEmlApiWorker resolves once its start-up checks pass).
-// EmlApiWorker is the type of the instance it resolves with, not a second constructor.
+// The worker: one way to start one (startOutboxWorker resolves once its start-up checks pass).
+// OutboxWorker is the type of the instance it resolves with, not a second constructor.
 export {
-  startEmlApiWorker,
-  type EmlApiWorker,
-  type EmlApiWorkerEvents,
+  startOutboxWorker,
+  type OutboxWorker,
+  type OutboxWorkerEvents,
   type WorkerCloseOptions,
 } from './eml-api-worker.js';
-export type { EmlApiWorkerOptions, OutboxRateLimit, OutboxWorkerTuning } from './worker-options.js';
+export type { OutboxWorkerOptions, OutboxRateLimit, OutboxWorkerTuning } from './worker-options.js';
 
 // The jobs, as the worker's events and BullMQ's API (transport.queue, worker.worker) hand them out:
 // OutboxJob is BullMQ's Job<OutboxJobData, OutboxSendResult>; the rest are what its data and result hold.
@@ -47,8 +47,8 @@ export {
   OUTBOX_STATES,
   type OutboxStatus,
   type OutboxState,
-  type FailedSend,
+  type OutboxFailedSend,
   type SkippedSend,
 } from './outbox-admin.js';
 export { readOutboxSnapshot, type OutboxSnapshot } from './outbox-admin.js';
-export { purgeOutbox, type PurgeOptions, type PurgeResult } from './outbox-admin.js';
+export { purgeOutbox, type PurgeOptions, type OutboxPurgeResult } from './outbox-admin.js';

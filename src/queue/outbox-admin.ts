@@ -101,7 +101,7 @@ export type OutboxState = (typeof OUTBOX_STATES)[number];
  * @example
  * for (const f of status.failed) console.log(f.queueId, f.error.code, f.error.message);
  */
-export interface FailedSend {
+export interface OutboxFailedSend {
   /** The job id. */
   queueId: string;
   kind: SendKind | undefined;
@@ -135,7 +135,7 @@ export interface OutboxStatus {
    */
   rateLimitedMs: number;
   /** The newest failed sends, up to the limit asked for. */
-  failed: FailedSend[];
+  failed: OutboxFailedSend[];
 }
 
 /**
@@ -158,7 +158,7 @@ export async function readOutboxStatus(
   const counts = Object.fromEntries(OUTBOX_STATES.map((s) => [s, raw[s] ?? 0])) as Record<OutboxState, number>;
   const ids = limit > 0 ? await queue.getRanges(['failed'], 0, limit - 1) : [];
   const read = await Promise.all(
-    ids.map(async (id): Promise<FailedSend | undefined> => {
+    ids.map(async (id): Promise<OutboxFailedSend | undefined> => {
       const job = await readJob(queue, id);
       if (job === undefined) return undefined;
       if (job instanceof SyntaxError) {
@@ -180,7 +180,7 @@ export async function readOutboxStatus(
       };
     }),
   );
-  const failed = read.filter((send): send is FailedSend => send !== undefined);
+  const failed = read.filter((send): send is OutboxFailedSend => send !== undefined);
   return { counts, paused, rateLimitedMs: Math.max(0, rateLimitedMs), failed };
 }
 
@@ -329,7 +329,7 @@ export interface PurgeOptions {
  * @example
  * const { jobs, content, busy } = await purgeOutbox(queue);
  */
-export interface PurgeResult {
+export interface OutboxPurgeResult {
   /** Jobs removed. */
   jobs: number;
   /** Stored messages removed (with the whole queue, content no job pointed at included). */
@@ -361,7 +361,7 @@ const BATCH = 500;
 export async function purgeOutbox(
   queue: Queue<OutboxJobData, OutboxSendResult>,
   { ids, force = false }: PurgeOptions = {},
-): Promise<PurgeResult> {
+): Promise<OutboxPurgeResult> {
   const redis = await queueClient(queue);
   const location = resolveQueueLocation(queue.name, queue.opts.prefix);
   if (ids) return purgeJobs(queue, redis, location, ids);
@@ -401,8 +401,8 @@ async function purgeJobs(
   redis: OutboxRedisClient,
   location: QueueLocation,
   ids: readonly string[],
-): Promise<PurgeResult> {
-  const result: PurgeResult = { jobs: 0, content: 0, busy: [], notFound: [] };
+): Promise<OutboxPurgeResult> {
+  const result: OutboxPurgeResult = { jobs: 0, content: 0, busy: [], notFound: [] };
   const index = outboxKeys(location).contentIndex;
   for (const id of ids) {
     const job = await queue.getJob(id);

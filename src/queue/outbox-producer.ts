@@ -76,10 +76,10 @@ export interface OutboxMessage {
  * What a queued send resolves with: the fields Nodemailer's SMTP transport gives, as a relay answers
  * once it has the message on disk.
  * @example
- * const info = (await transporter.sendMail(message)) as EmlApiQueuedMessageInfo;
+ * const info = (await transporter.sendMail(message)) as OutboxQueuedMessageInfo;
  * console.log(info.response); // '250 Queued as order-1042'
  */
-export interface EmlApiQueuedMessageInfo {
+export interface OutboxQueuedMessageInfo {
   /** Sender and recipients (none for a group send, whose members are the recipients). */
   envelope: MailEnvelope;
   /** The Message-ID of the stored EML ('' for group and tracked sends: the service gives their copies theirs). */
@@ -200,7 +200,7 @@ export class OutboxProducer {
    *   idempotencyKey: `order-${order.id}`,
    * });
    */
-  enqueue(message: OutboxMessage, { signal }: { signal?: AbortSignal } = {}): Promise<EmlApiQueuedMessageInfo> {
+  enqueue(message: OutboxMessage, { signal }: { signal?: AbortSignal } = {}): Promise<OutboxQueuedMessageInfo> {
     // Read now, in the caller's context: the job carries the trace it was queued in.
     const trace = activeTraceCarrier();
     const run = (async () => {
@@ -268,7 +268,7 @@ export class OutboxProducer {
     message: CheckedMessage,
     signal: AbortSignal,
     trace: OutboxJobData['trace'],
-  ): Promise<EmlApiQueuedMessageInfo> {
+  ): Promise<OutboxQueuedMessageInfo> {
     const { maxMessageSize: limit, storeTimeout, logger } = this.#settings;
     // A JSON send may make a request as large as an EML of the limit, Base64-encoded.
     if (message.kind === 'eml' ? message.size > limit : message.size > emlBodyLength(limit)) {
@@ -306,7 +306,7 @@ export class OutboxProducer {
     signal: AbortSignal,
     deadline: number,
     trace: OutboxJobData['trace'],
-  ): Promise<EmlApiQueuedMessageInfo> {
+  ): Promise<OutboxQueuedMessageInfo> {
     const { redis, where } = this.#redis;
     const { idempotencyKey } = message;
     const jobId = outboxJobId(idempotencyKey);
@@ -659,7 +659,7 @@ function queuedMessageInfo(
   queueId: string,
   duplicate: boolean,
   requeued?: 'replaced' | 'retried',
-): EmlApiQueuedMessageInfo {
+): OutboxQueuedMessageInfo {
   return {
     envelope: { from: fields.envelope.from, to: [...fields.envelope.to] },
     messageId: fields.messageId,

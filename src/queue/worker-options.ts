@@ -28,7 +28,7 @@ export type OutboxRateLimit = RateLimitOptions;
 
 /**
  * BullMQ worker options the outbox lets through, e.g. `lockDuration`, `stalledInterval` or `name`.
- * Not `maxStalledCount`: the outbox counts stalls itself ({@link EmlApiWorkerOptions.maxStalls}).
+ * Not `maxStalledCount`: the outbox counts stalls itself ({@link OutboxWorkerOptions.maxStalls}).
  * @example
  * const workerOptions: OutboxWorkerTuning = { name: os.hostname(), lockDuration: 60_000 };
  */
@@ -38,10 +38,10 @@ export type OutboxWorkerTuning = Omit<
 >;
 
 /**
- * Options of {@link startEmlApiWorker}: where the queue is, how to reach the service (every
+ * Options of {@link startOutboxWorker}: where the queue is, how to reach the service (every
  * {@link EmlApiClientOptions} option), and how fast to send.
  * @example
- * await startEmlApiWorker({
+ * await startOutboxWorker({
  *   connection: process.env.REDIS_URL!,
  *   apiKey: process.env.EML_API_KEY!,
  *   baseUrl: 'https://api.mail.example.com',
@@ -49,7 +49,7 @@ export type OutboxWorkerTuning = Omit<
  *   rateLimit: { max: 50, duration: 1000 },
  * });
  */
-export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' | 'retry' | 'rateLimit'> {
+export interface OutboxWorkerOptions extends Omit<EmlApiClientOptions, 'spool' | 'retry' | 'rateLimit'> {
   /** Redis: a `redis://` or `rediss://` URL, ioredis options, or an ioredis instance (which you then close). */
   connection: RedisConnectionInput;
   /** Name of the BullMQ queue, as the producers use it. @default 'eml-api' */
@@ -62,7 +62,7 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * warns when workers with another API key send from the queue.
    * @default undefined (none named)
    * @example
-   * await startEmlApiWorker({ connection, apiKey, baseUrl, account: 'shop-prod' });
+   * await startOutboxWorker({ connection, apiKey, baseUrl, account: 'shop-prod' });
    */
   account?: string;
   /** Sends this worker runs at once. @default 5 */
@@ -71,7 +71,7 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * Global rate limit across every worker of the queue, sends spaced evenly.
    * @default undefined (no limit but the service's 429s, which pause every worker)
    * @example
-   * await startEmlApiWorker({ connection, apiKey, baseUrl, rateLimit: { max: 50, duration: 1000 } });
+   * await startOutboxWorker({ connection, apiKey, baseUrl, rateLimit: { max: 50, duration: 1000 } });
    */
   rateLimit?: OutboxRateLimit;
   /** Requests in flight at once (the connection pool of this worker's client). @default concurrency */
@@ -90,7 +90,7 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * crash them all again. `eml-api queue retry` puts it back with its counts at 0.
    * @default 5
    * @example
-   * await startEmlApiWorker({ connection, apiKey, baseUrl, maxStalls: 2 });
+   * await startOutboxWorker({ connection, apiKey, baseUrl, maxStalls: 2 });
    */
   maxStalls?: number;
   /**
@@ -101,7 +101,7 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * the header. Every worker of a queue should say the same.
    * @default 86400000 (24 hours, as CONTRACT.md)
    * @example
-   * await startEmlApiWorker({ connection, apiKey, baseUrl, idempotencyWindow: 12 * 3_600_000 });
+   * await startOutboxWorker({ connection, apiKey, baseUrl, idempotencyWindow: 12 * 3_600_000 });
    */
   idempotencyWindow?: number;
   /**
@@ -109,7 +109,7 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * the attempt itself.
    * @default 3600000 (1 hour), or `idempotencyWindow` when that is shorter
    * @example
-   * await startEmlApiWorker({ connection, apiKey, baseUrl, idempotencyMargin: 10 * 60_000 });
+   * await startOutboxWorker({ connection, apiKey, baseUrl, idempotencyMargin: 10 * 60_000 });
    */
   idempotencyMargin?: number;
   /**
@@ -118,7 +118,7 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * for a year.
    * @default 900000 (15 minutes)
    * @example
-   * await startEmlApiWorker({ connection, apiKey, baseUrl, maxRetryAfter: 60 * 60_000 });
+   * await startOutboxWorker({ connection, apiKey, baseUrl, maxRetryAfter: 60 * 60_000 });
    */
   maxRetryAfter?: number;
   /**
@@ -126,7 +126,7 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * `ECONNECTION` after `timeouts.connect`. Once started, a worker always waits for Redis.
    * @default false
    * @example
-   * await startEmlApiWorker({ connection, apiKey, baseUrl, waitForRedis: true });
+   * await startOutboxWorker({ connection, apiKey, baseUrl, waitForRedis: true });
    */
   waitForRedis?: boolean;
   /** More BullMQ worker options. @default BullMQ's (lockDuration 30 s, stalledInterval 30 s) */
@@ -137,7 +137,7 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * producers' (their check value in Redis) stops the start: `ECONFIG` naming `encryption.keys.<id>`.
    * @default undefined (no encrypted job can be sent)
    * @example
-   * startEmlApiWorker({ connection, apiKey, baseUrl, encryption: { keys: { k2: process.env.OUTBOX_KEY_K2!, k1: process.env.OUTBOX_KEY_K1! } } });
+   * startOutboxWorker({ connection, apiKey, baseUrl, encryption: { keys: { k2: process.env.OUTBOX_KEY_K2!, k1: process.env.OUTBOX_KEY_K1! } } });
    */
   encryption?: OutboxEncryption;
   /** Where the worker logs: `true` for the console, or a logger object. The API key is never logged. @default false */
@@ -147,7 +147,7 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * `host` says otherwise. See docs/operations.md.
    * @default undefined (no port)
    * @example
-   * const outbox = await startEmlApiWorker({ connection, apiKey, baseUrl, http: { port: 9465 } });
+   * const outbox = await startOutboxWorker({ connection, apiKey, baseUrl, http: { port: 9465 } });
    * outbox.http?.port; // 9465
    */
   http?: OpsHttpOptions;
@@ -156,7 +156,7 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * for none. With `http` and no `metrics`, a registry of the worker's own.
    * @default false (without http), a registry of its own (with http)
    * @example
-   * startEmlApiWorker({ connection, apiKey, baseUrl, metrics: { registry } });
+   * startOutboxWorker({ connection, apiKey, baseUrl, metrics: { registry } });
    */
   metrics?: MetricsOption;
 }
@@ -181,7 +181,7 @@ const WORKER_OPTIONS = [
   'logger',
   'http',
   'metrics',
-] as const satisfies readonly (keyof EmlApiWorkerOptions)[];
+] as const satisfies readonly (keyof OutboxWorkerOptions)[];
 
 /** The default of `maxStalls`. */
 export const DEFAULT_MAX_STALLS = 5;
@@ -244,10 +244,10 @@ export interface ResolvedWorkerOptions extends QueueLocation {
 }
 
 /**
- * Checks the options of {@link startEmlApiWorker} (the client checks its own).
+ * Checks the options of {@link startOutboxWorker} (the client checks its own).
  * @throws {EmlApiError} `ECONFIG` naming the option
  */
-export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWorkerOptions {
+export function resolveWorkerOptions(options: OutboxWorkerOptions): ResolvedWorkerOptions {
   if (typeof options !== 'object' || options === null) {
     throw new EmlApiError('ECONFIG', 'Options must be an object with at least connection, apiKey and baseUrl', {
       permanent: true,

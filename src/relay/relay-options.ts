@@ -166,7 +166,7 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
   /**
    * Store-and-forward through the outbox (`nodemailer-eml-api/queue`): the
    * relay answers `250` once Redis has stored the message, and the outbox's
-   * workers (`eml-api worker`, `startEmlApiWorker`) send it when the service
+   * workers (`eml-api worker`, `startOutboxWorker`) send it when the service
    * can take it. A queue transport you made (left open when the relay closes),
    * or its options. Needs `apiKey`, bullmq and ioredis. Every message goes out
    * under the workers' key, so AUTH accepts only the relay's own key and the

@@ -4,9 +4,9 @@ import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
 import {
-  startEmlApiWorker,
-  type EmlApiWorker,
-  type EmlApiWorkerOptions,
+  startOutboxWorker,
+  type OutboxWorker,
+  type OutboxWorkerOptions,
   type OutboxJobData,
 } from '../../src/queue/index.js';
 import { eventually } from './async.js';
@@ -43,7 +43,7 @@ export interface WorkerProcess {
  *   that far off (test/helpers/skewed-clock.mjs)
  */
 export async function startWorkerProcess(
-  options: EmlApiWorkerOptions,
+  options: OutboxWorkerOptions,
   { script = WORKER_PROCESS, clockSkewMs }: { script?: string; clockSkewMs?: number } = {},
 ): Promise<WorkerProcess> {
   const skewed = clockSkewMs === undefined ? [] : ['--import', SKEWED_CLOCK];
@@ -128,7 +128,7 @@ export async function pastContentDeadlines(
 /** Workers started in this process by a test file, closed together after each test. */
 export interface InProcessWorkers {
   /** Starts a worker with the file's settings and `options` over them. */
-  start(options?: Partial<EmlApiWorkerOptions>): Promise<EmlApiWorker>;
+  start(options?: Partial<OutboxWorkerOptions>): Promise<OutboxWorker>;
   /** Force-closes every worker started since the last call. */
   closeAll(): Promise<void>;
 }
@@ -141,11 +141,11 @@ export interface InProcessWorkers {
  * afterEach(() => workers.closeAll());
  * const w = await workers.start({ concurrency: 2 });
  */
-export function inProcessWorkers(settings: () => EmlApiWorkerOptions): InProcessWorkers {
-  let started: EmlApiWorker[] = [];
+export function inProcessWorkers(settings: () => OutboxWorkerOptions): InProcessWorkers {
+  let started: OutboxWorker[] = [];
   return {
     async start(options = {}) {
-      const worker = await startEmlApiWorker({ cleanupInterval: 0, ...settings(), ...options });
+      const worker = await startOutboxWorker({ cleanupInterval: 0, ...settings(), ...options });
       started.push(worker);
       return worker;
     },

@@ -1,7 +1,7 @@
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, type EmlApiWorkerOptions } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, type OutboxWorkerOptions } from '../../src/queue/index.js';
 import { RedisClock } from '../../src/queue/redis-clock.js';
 import { eventually, inProcessWorkers, startWorkerProcess, type WorkerProcess } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
@@ -71,7 +71,7 @@ const redisNow = async () => {
 };
 
 /** A worker process whose clock runs `skewMs` off. */
-async function skewedWorker(skewMs: number, more: Partial<EmlApiWorkerOptions> = {}): Promise<WorkerProcess> {
+async function skewedWorker(skewMs: number, more: Partial<OutboxWorkerOptions> = {}): Promise<WorkerProcess> {
   const options = { connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url, cleanupInterval: 0, ...more };
   const worker = await startWorkerProcess(options, { clockSkewMs: skewMs });
   processes.push(worker);

@@ -2,7 +2,7 @@ import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiError } from '../../src/index.js';
-import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, type OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { eventually, inProcessWorkers } from '../helpers/outbox.js';
 import { startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
@@ -154,7 +154,7 @@ describe('content that does not match its SHA-256', () => {
     try {
       const info = (await nodemailer
         .createTransport(transport)
-        .sendMail(big(3, mib))) as unknown as EmlApiQueuedMessageInfo;
+        .sendMail(big(3, mib))) as unknown as OutboxQueuedMessageInfo;
       const job = await transport.queue.getJob(info.queueId);
       const { contentKey, size, inline } = job!.data;
       expect(inline !== undefined).toBe(_label === 'kept in the job');

@@ -1,7 +1,7 @@
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, type EmlApiWorkerOptions } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, type OutboxWorkerOptions } from '../../src/queue/index.js';
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
 import { eventually, startWorkerProcess, type WorkerProcess } from '../helpers/outbox.js';
 import { REDIS_KINDS, startOutboxRedis, type OutboxRedisUnderTest } from '../helpers/outbox-redis.js';
@@ -66,7 +66,7 @@ describe.each(REDIS_KINDS)('a worker killed mid-batch, on %s Redis', (kind) => {
     expect(messageIds.size).toBe(MESSAGES);
 
     // Short locks and stall checks, so the killed worker's jobs come back in about a second.
-    const options = (name: string, via = proxy): EmlApiWorkerOptions => ({
+    const options = (name: string, via = proxy): OutboxWorkerOptions => ({
       connection: redis.connection,
       prefix: redis.prefix,
       apiKey: emu.apiKey,

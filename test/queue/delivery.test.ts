@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { EmlApiClient } from '../../src/index.js';
-import type { EmlApiWorkerOptions } from '../../src/queue/index.js';
+import type { OutboxWorkerOptions } from '../../src/queue/index.js';
 import { eventually } from '../helpers/outbox.js';
 import { useOutbox } from '../helpers/outbox-fixture.js';
 import { REDIS_KINDS } from '../helpers/outbox-redis.js';
@@ -18,7 +18,7 @@ const FAST_RETRY = { attempts: 40, delay: 200, maxDelay: 1000, jitter: 0 };
 
 describe.each(REDIS_KINDS)('on %s Redis', (kind) => {
   const outbox = useOutbox({ kind, emulator: { groups: ['newsletter'] }, transport: { retry: FAST_RETRY } });
-  const worker = (options: Partial<EmlApiWorkerOptions> = {}) => outbox.workers.start(options);
+  const worker = (options: Partial<OutboxWorkerOptions> = {}) => outbox.workers.start(options);
 
   const allSent = (n: number) => async () => (await outbox.transport.queue.getJobCounts('completed')).completed === n;
 

@@ -1,7 +1,7 @@
 import nodemailer from 'nodemailer';
 import { describe, expect, it } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
-import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, type OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { eventually } from '../helpers/outbox.js';
 import { useOutbox } from '../helpers/outbox-fixture.js';
 import { startReplyLossProxy } from '../helpers/reply-loss-proxy.js';
@@ -32,7 +32,7 @@ const order = (to: string) => ({
 });
 
 /** Queues `order(to)`, runs a worker until the job has failed, and closes the worker. */
-async function failedJob(to: string): Promise<EmlApiQueuedMessageInfo> {
+async function failedJob(to: string): Promise<OutboxQueuedMessageInfo> {
   const info = await outbox.transporter.sendMail(order(to));
   await outbox.workers.start();
   await eventually(async () => (await outbox.transport.queue.getJobCounts('failed')).failed === 1, { what: 'failed' });
@@ -157,7 +157,7 @@ describe('sendMail with the idempotency key of a failed job', () => {
       proxy.arm(/putBackFrom/);
       const again = (await nodemailer
         .createTransport(producer)
-        .sendMail(big('corrected'))) as unknown as EmlApiQueuedMessageInfo;
+        .sendMail(big('corrected'))) as unknown as OutboxQueuedMessageInfo;
       expect(proxy.fired).toBe(1);
       expect(again).toMatchObject({ duplicate: false, requeued: 'replaced', queueId: first.queueId });
       expect(await contentKeys()).toHaveLength(1);

@@ -4,7 +4,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiClient } from '../../src/index.js';
 import { resolveEncryption, recordAad } from '../../src/queue/content-cipher.js';
-import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo, type OutboxJobData } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, type OutboxQueuedMessageInfo, type OutboxJobData } from '../../src/queue/index.js';
 import { eventually, inProcessWorkers } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
@@ -57,10 +57,10 @@ afterAll(async () => {
   await redis?.stop();
 });
 
-async function queue(mail: object): Promise<EmlApiQueuedMessageInfo> {
+async function queue(mail: object): Promise<OutboxQueuedMessageInfo> {
   return (await nodemailer
     .createTransport(transport)
-    .sendMail({ from: 'shop@example.test', subject: 'Hi', text: 'x', ...mail })) as unknown as EmlApiQueuedMessageInfo;
+    .sendMail({ from: 'shop@example.test', subject: 'Hi', text: 'x', ...mail })) as unknown as OutboxQueuedMessageInfo;
 }
 
 /** Changes a queued job's data in Redis, as someone with write access (and no key) could. */

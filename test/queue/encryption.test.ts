@@ -6,7 +6,7 @@ import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import {
   EmlApiQueueTransport,
   readOutboxStatus,
-  type EmlApiQueuedMessageInfo,
+  type OutboxQueuedMessageInfo,
   type OutboxEncryption,
 } from '../../src/queue/index.js';
 import { startEmlApiRelay } from '../../src/relay/index.js';
@@ -76,13 +76,13 @@ describe('queued mail with encryption', () => {
     const transporter = nodemailer.createTransport(producer({ keyId: 'k1', keys: { k1: K1 } }));
     const small = (await transporter.sendMail(
       reset('ann@example.test', { idempotencyKey: 'reset-ann-1' }),
-    )) as unknown as EmlApiQueuedMessageInfo;
+    )) as unknown as OutboxQueuedMessageInfo;
     // Streamed through the worker in chunks: several records.
     const large = (await transporter.sendMail(
       reset('bob@example.test', {
         attachments: [{ filename: 'statement.txt', content: `${SECRET}\n`.repeat(200_000) }],
       }),
-    )) as unknown as EmlApiQueuedMessageInfo;
+    )) as unknown as OutboxQueuedMessageInfo;
     // Tracked and group sends are stored as their JSON request bodies.
     await transporter.sendMail({
       ...reset('cy@example.test'),
@@ -129,7 +129,7 @@ describe('queued mail with encryption', () => {
     const transport = producer({ keyId: 'k1', keys: { k1: K1 } });
     const info = (await nodemailer
       .createTransport(transport)
-      .sendMail(reset('ann@example.test', extra))) as unknown as EmlApiQueuedMessageInfo;
+      .sendMail(reset('ann@example.test', extra))) as unknown as OutboxQueuedMessageInfo;
     const { data } = (await transport.queue.getJob(info.queueId))!;
     const stored = (await storedContent(redis.client, data))!;
     expect(data).toMatchObject({ encryption: { keyId: 'k1' }, envelope: { to: [] }, messageId: '' });
@@ -175,7 +175,7 @@ describe('queued mail with encryption', () => {
       const transport = producer({ keyId: 'k1', keys: { k1: K1 } });
       const info = (await nodemailer
         .createTransport(transport)
-        .sendMail(reset('ann@example.test', extra))) as unknown as EmlApiQueuedMessageInfo;
+        .sendMail(reset('ann@example.test', extra))) as unknown as OutboxQueuedMessageInfo;
       const job = (await transport.queue.getJob(info.queueId))!;
       const bytes = (await storedContent(redis.client, job.data))!;
       bytes[40] = bytes[40]! ^ 1;

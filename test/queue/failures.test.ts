@@ -5,7 +5,7 @@ import { EmlApiError } from '../../src/index.js';
 import {
   EmlApiQueueTransport,
   readOutboxStatus,
-  type EmlApiWorkerOptions,
+  type OutboxWorkerOptions,
   type OutboxJobData,
   type OutboxSendResult,
 } from '../../src/queue/index.js';
@@ -37,7 +37,7 @@ afterAll(() => service?.close());
 
 beforeEach(() => service.clear());
 
-const worker = (options: Partial<EmlApiWorkerOptions> = {}) => outbox.workers.start(options);
+const worker = (options: Partial<OutboxWorkerOptions> = {}) => outbox.workers.start(options);
 
 function cli(argv: string[], env: Record<string, string> = { REDIS_URL: outbox.redis.url }) {
   return runCliCapturing(argv, { env });

@@ -1,7 +1,7 @@
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo, type OutboxJob } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, type OutboxQueuedMessageInfo, type OutboxJob } from '../../src/queue/index.js';
 import { eventually, inProcessWorkers } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
@@ -52,7 +52,7 @@ describe('a forced close with a send the service may have accepted', () => {
     const mailer = nodemailer.createTransport(transport);
     const redisNow = async () => Number((await redis.client.time())[0]) * 1000;
     const queuedAt = await redisNow();
-    const reset = (await mailer.sendMail(mail('Password reset', 'reset-ann-1'))) as unknown as EmlApiQueuedMessageInfo;
+    const reset = (await mailer.sendMail(mail('Password reset', 'reset-ann-1'))) as unknown as OutboxQueuedMessageInfo;
     // Workers that know the service keeps keys 0 ms: once a send may have been accepted, it is never sent again.
     const worker = await workers.start({ baseUrl: answerHeld.url, concurrency: 1, idempotencyWindow: 0 });
     await eventually(() => emu.messages().length === 1, { what: 'the reset delivered, its answer held' });

@@ -3,7 +3,7 @@ import { inspect } from 'node:util';
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, startEmlApiWorker, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, startOutboxWorker, type OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { eventually, inProcessWorkers } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
@@ -53,7 +53,7 @@ afterAll(async () => {
 });
 
 /** A small message (read whole) and a large one (streamed, records checked one by one). */
-async function queueBoth(): Promise<EmlApiQueuedMessageInfo[]> {
+async function queueBoth(): Promise<OutboxQueuedMessageInfo[]> {
   const mailer = nodemailer.createTransport(transport);
   const infos = [];
   for (const [name, size] of [
@@ -67,7 +67,7 @@ async function queueBoth(): Promise<EmlApiQueuedMessageInfo[]> {
         subject: name,
         text: 'y'.repeat(size),
         idempotencyKey: name,
-      })) as unknown as EmlApiQueuedMessageInfo,
+      })) as unknown as OutboxQueuedMessageInfo,
     );
   }
   return infos;
@@ -79,7 +79,7 @@ describe('a worker holding other bytes under the key id the producers use', () =
   it('refuses to start, naming the key id, never a key', async () => {
     await queueBoth();
     expect(await redis.client.hkeys(KEYS_HASH)).toEqual(['k1']);
-    const err = await startEmlApiWorker({
+    const err = await startOutboxWorker({
       connection: redis.url,
       apiKey: emu.apiKey,
       baseUrl: emu.url,
@@ -126,7 +126,7 @@ describe('a worker holding other bytes under the key id the producers use', () =
 
 describe('content changed in Redis', () => {
   /** Flips a bit of the first record of each job's content; with `rehash`, sets the job's SHA-256 to match. */
-  async function tamper(infos: EmlApiQueuedMessageInfo[], rehash: (id: string) => boolean): Promise<void> {
+  async function tamper(infos: OutboxQueuedMessageInfo[], rehash: (id: string) => boolean): Promise<void> {
     for (const info of infos) {
       const job = (await transport.queue.getJob(info.queueId))!;
       // Small content is inline in the job (Base64), larger content under its key.
@@ -141,7 +141,7 @@ describe('content changed in Redis', () => {
     }
   }
 
-  async function expectFailedForGood(infos: EmlApiQueuedMessageInfo[]): Promise<void> {
+  async function expectFailedForGood(infos: OutboxQueuedMessageInfo[]): Promise<void> {
     await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === infos.length, {
       what: 'failed',
     });

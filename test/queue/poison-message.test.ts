@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, type EmlApiWorkerOptions } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, type OutboxWorkerOptions } from '../../src/queue/index.js';
 import { SoloGate } from '../../src/queue/solo-gate.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
@@ -58,7 +58,7 @@ describe('a message that crashes every worker sending it', () => {
     });
     await mailer.sendMail(mail('poison', 'poison'));
     for (let i = 0; i < INNOCENTS; i++) await mailer.sendMail(mail(`ok ${i}`, `ok-${i}`));
-    const options: EmlApiWorkerOptions = {
+    const options: OutboxWorkerOptions = {
       connection: redis.url,
       apiKey: emu.apiKey,
       baseUrl: emu.url,

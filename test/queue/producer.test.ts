@@ -7,7 +7,7 @@ import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import {
   EmlApiQueueTransport,
   outboxJobId,
-  type EmlApiQueuedMessageInfo,
+  type OutboxQueuedMessageInfo,
   type OutboxJobData,
 } from '../../src/queue/index.js';
 import { DEFAULT_RETRY_SCHEDULE, outboxBackoffDelay, retrySpan } from '../../src/queue/retry-schedule.js';
@@ -27,12 +27,12 @@ import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 let redis: RedisServer;
 let emu: Emulator;
 let transport: EmlApiQueueTransport;
-let transporter: Transporter<EmlApiQueuedMessageInfo>;
+let transporter: Transporter<OutboxQueuedMessageInfo>;
 
 beforeAll(async () => {
   [redis, emu] = await Promise.all([startRedisServer(), startEmulator({ groups: ['newsletter'] })]);
   transport = new EmlApiQueueTransport({ connection: redis.url });
-  transporter = nodemailer.createTransport(transport) as unknown as Transporter<EmlApiQueuedMessageInfo>;
+  transporter = nodemailer.createTransport(transport) as unknown as Transporter<OutboxQueuedMessageInfo>;
 });
 
 afterAll(async () => {
@@ -128,7 +128,7 @@ describe('sendMail through EmlApiQueueTransport', () => {
       posted.push(args[0]);
       return original.apply(this, args);
     });
-    let onThread: EmlApiQueuedMessageInfo;
+    let onThread: OutboxQueuedMessageInfo;
     try {
       onThread = await nodemailer.createTransport(threaded).sendMail({ ...richMovable(), idempotencyKey: 'on-thread' });
     } finally {
@@ -137,7 +137,7 @@ describe('sendMail through EmlApiQueueTransport', () => {
     }
     const here = await transporter.sendMail({ ...richMovable(), idempotencyKey: 'here' });
     expect(posted).toEqual([expect.objectContaining({ type: 'build' })]);
-    const content = async (info: EmlApiQueuedMessageInfo) => {
+    const content = async (info: OutboxQueuedMessageInfo) => {
       const data = (await transport.queue.getJob(info.queueId))!.data as OutboxJobData;
       return (await storedContent(redis.client, data))!;
     };

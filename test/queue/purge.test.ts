@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, purgeOutbox, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, purgeOutbox, type OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
 import { resolveQueueLocation } from '../../src/queue/queue-location.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
@@ -59,7 +59,7 @@ afterAll(async () => {
 });
 
 /** Queues password resets; returns their infos. */
-async function resets(n: number): Promise<EmlApiQueuedMessageInfo[]> {
+async function resets(n: number): Promise<OutboxQueuedMessageInfo[]> {
   const mailer = nodemailer.createTransport(transport);
   const infos = [];
   for (let i = 0; i < n; i++) {
@@ -72,7 +72,7 @@ async function resets(n: number): Promise<EmlApiQueuedMessageInfo[]> {
         // Over the 64 KiB kept inline in the job: stored under a content key of its own.
         attachments: [{ filename: 'terms.txt', content: 'terms and conditions\n'.repeat(4000) }],
         idempotencyKey: `reset-${i}`,
-      })) as unknown as EmlApiQueuedMessageInfo,
+      })) as unknown as OutboxQueuedMessageInfo,
     );
   }
   return infos;

@@ -5,8 +5,8 @@ import { startEmlApiRelay } from '../../src/relay/index.js';
 import { capturingLogger } from '../helpers/logger.js';
 import {
   EmlApiQueueTransport,
-  startEmlApiWorker,
-  type EmlApiQueuedMessageInfo,
+  startOutboxWorker,
+  type OutboxQueuedMessageInfo,
   type EmlApiQueueTransportOptions,
 } from '../../src/queue/index.js';
 import { checkRedisSettings } from '../../src/queue/redis-settings.js';
@@ -92,8 +92,8 @@ describe('a Redis that evicts keys', () => {
     }
   });
 
-  it('is refused by startEmlApiWorker, by eml-api worker (exit 1), and by the relay with a queue', async () => {
-    const worker = await rejection(startEmlApiWorker({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url }));
+  it('is refused by startOutboxWorker, by eml-api worker (exit 1), and by the relay with a queue', async () => {
+    const worker = await rejection(startOutboxWorker({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url }));
     expect(worker).toMatchObject({ code: 'ECONFIG', message: expect.stringContaining('maxmemory-policy allkeys-lru') });
     const stop = new AbortController();
     const cli = await runCliCapturing(['worker'], {
@@ -210,7 +210,7 @@ describe('persistence', () => {
   it('without AOF: workers warn (the warning event, and eml-api worker on stderr), and run', async () => {
     const redis = await redisWith({ appendonly: false });
     const logger = capturingLogger();
-    const worker = await startEmlApiWorker({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url, logger });
+    const worker = await startOutboxWorker({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url, logger });
     await worker.close();
     expect(logger.messages('warn')).toEqual([expect.stringContaining('appendonly no')]);
     const stop = new AbortController();
@@ -259,8 +259,8 @@ describe('a job whose content or data is gone', () => {
     const transport = new EmlApiQueueTransport({ connection: redis.url });
     try {
       const transporter = nodemailer.createTransport(transport);
-      const noContent = (await transporter.sendMail(message(1))) as unknown as EmlApiQueuedMessageInfo;
-      const noData = (await transporter.sendMail(message(2))) as unknown as EmlApiQueuedMessageInfo;
+      const noContent = (await transporter.sendMail(message(1))) as unknown as OutboxQueuedMessageInfo;
+      const noData = (await transporter.sendMail(message(2))) as unknown as OutboxQueuedMessageInfo;
       await redis.client.del((await transport.queue.getJob(noContent.queueId))!.data.contentKey);
       // What eviction does to a job: its hash goes, its id stays in the wait list.
       await redis.client.del(`bull:eml-api:${noData.queueId}`);

@@ -1,6 +1,6 @@
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import type { OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
 import { eventually, startWorkerProcess, type WorkerProcess } from '../helpers/outbox.js';
@@ -50,7 +50,7 @@ describe('a failed job that stalled once, replaced under its key', () => {
       text,
       idempotencyKey: 'rep-1',
     });
-    const first = (await mailer.sendMail(mail('first'))) as unknown as EmlApiQueuedMessageInfo;
+    const first = (await mailer.sendMail(mail('first'))) as unknown as OutboxQueuedMessageInfo;
     // A worker dies with the send in flight: the job stalls (BullMQ's stc becomes 1).
     const doomed = await startWorkerProcess({
       connection: outbox.redis.url,
@@ -73,7 +73,7 @@ describe('a failed job that stalled once, replaced under its key', () => {
     expect(failed!.stalledCounter).toBe(1);
 
     // Corrected and queued again under the same key: the failed job is replaced by the new message.
-    const again = (await mailer.sendMail(mail('corrected'))) as unknown as EmlApiQueuedMessageInfo;
+    const again = (await mailer.sendMail(mail('corrected'))) as unknown as OutboxQueuedMessageInfo;
     expect(again.requeued).toBe('replaced');
     // A worker whose service ignores idempotency keys (idempotencyWindow 0) parks any send that may have
     // been accepted: a phantom stall of the new message would park it.

@@ -1,6 +1,6 @@
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import type { OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { eventually } from '../helpers/outbox.js';
 import { useOutbox } from '../helpers/outbox-fixture.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
@@ -43,7 +43,7 @@ describe('a worker that lost its job to another worker', () => {
       // Stored beside the job (over 64 KiB): the record of a send deletes it.
       text: `Report ${'z'.repeat(200_000)}`,
       idempotencyKey: 'report-7',
-    })) as unknown as EmlApiQueuedMessageInfo;
+    })) as unknown as OutboxQueuedMessageInfo;
     // The first worker sends; the service delivers; its answer is held, and the worker renews no lock (frozen).
     const stale = await outbox.workers.start({
       baseUrl: answerHeld.url,

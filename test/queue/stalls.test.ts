@@ -1,7 +1,7 @@
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, type EmlApiWorkerOptions } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, type OutboxWorkerOptions } from '../../src/queue/index.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
 import { eventually, startWorkerProcess, type WorkerProcess, hasStoredContent } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
@@ -47,7 +47,7 @@ afterEach(async () => {
 });
 
 /** Short locks and stall checks, so a killed worker's job comes back within about a second. */
-const options = (baseUrl: string, more: Partial<EmlApiWorkerOptions> = {}): EmlApiWorkerOptions => ({
+const options = (baseUrl: string, more: Partial<OutboxWorkerOptions> = {}): OutboxWorkerOptions => ({
   connection: redis.url,
   apiKey: emu.apiKey,
   baseUrl,
@@ -57,7 +57,7 @@ const options = (baseUrl: string, more: Partial<EmlApiWorkerOptions> = {}): EmlA
 });
 
 /** Starts a worker process that takes the job, and kills it with SIGKILL while its request is held. */
-async function crashWithSendInFlight(more: Partial<EmlApiWorkerOptions> = {}): Promise<void> {
+async function crashWithSendInFlight(more: Partial<OutboxWorkerOptions> = {}): Promise<void> {
   const before = holding.heldRequests;
   const doomed = await startWorkerProcess(options(holding.url, more));
   processes.push(doomed);

@@ -32,9 +32,9 @@ export type FaultKind = 'none' | 'unavailable' | 'rateLimited' | 'resetBeforePro
 
 /**
  * Counts of injected faults since the faults were set.
- * @example const stats: FaultStats | undefined = emu.faultStats(); // { none: 180, unavailable: 12, rateLimited: 5, ... }
+ * @example const stats: EmulatorFaultStats | undefined = emu.faultStats(); // { none: 180, unavailable: 12, rateLimited: 5, ... }
  */
-export type FaultStats = Record<FaultKind, number>;
+export type EmulatorFaultStats = Record<FaultKind, number>;
 
 /** A fault drawn for one request. */
 export interface FaultDraw {
@@ -57,7 +57,7 @@ const FAULT_FIELDS = [
 export class FaultInjector {
   readonly #faults: Required<Omit<EmulatorFaults, 'latencyMs'>> & { latency: [number, number] };
   #state: number;
-  readonly stats: FaultStats = {
+  readonly stats: EmulatorFaultStats = {
     none: 0,
     unavailable: 0,
     rateLimited: 0,
