@@ -18,13 +18,6 @@ import { type EmlApiQueueTransportOptions, resolveQueueTransportOptions } from '
 import { OutboxProducer, type OutboxQueuedMessageInfo, type OutboxMessage } from './outbox-producer.js';
 
 /**
- * Nodemailer's callback of `transport.send`.
- * @example
- * transport.send(mail, (err, info) => console.log(err ?? info?.response));
- */
-export type QueueSendCallback = (err: Error | null, info?: OutboxQueuedMessageInfo) => void;
-
-/**
  * The event of {@link EmlApiQueueTransport}: `'idle'` when a send would start at once again (Nodemailer's pool contract).
  * @example
  * transport.on('idle', () => console.log('ready for more'));
@@ -97,7 +90,10 @@ export class EmlApiQueueTransport extends EventEmitter {
   }
 
   /** Queues one message; called by Nodemailer's `sendMail`. The callback is called exactly once. */
-  readonly send = (mail: NodemailerMail, callback: QueueSendCallback): void => {
+  readonly send = (
+    mail: NodemailerMail,
+    callback: (err: Error | null, info?: OutboxQueuedMessageInfo) => void,
+  ): void => {
     let called = false;
     let queued: Promise<OutboxQueuedMessageInfo>;
     try {

@@ -7,7 +7,7 @@ import { ContentStore } from './content-store.js';
 import { sweepStoredContent } from './content-sweeper.js';
 import { OutboxJobRunner, type RunOutcome } from './job-runner.js';
 import { JobRecords } from './job-record.js';
-import type { OutboxJob, OutboxJobData, OutboxSendResult } from './outbox-job.js';
+import type { OutboxJob, OutboxRecordJob, OutboxJobRecord, OutboxJobData, OutboxSendResult } from './outbox-job.js';
 import { queueKey, type QueueLocation } from './queue-location.js';
 import {
   loadBullmq,
@@ -38,21 +38,9 @@ import type { ReadinessCheck } from '../observability/ops-server.js';
 
 export type { OutboxJob } from './outbox-job.js';
 
-/**
- * Options of {@link OutboxWorker.close}.
- * @example
- * await outbox.close({ abort: true });
- */
-export interface WorkerCloseOptions {
-  /**
-   * `false`: stop taking jobs and let the sends in flight finish. `true`: abort them and put their
-   * jobs straight back for another worker (the idempotency key makes a resend deliver once).
-   * @default false
-   */
-  abort?: boolean;
-}
-
-const WORKER_CLOSE_OPTIONS = ['abort'] as const satisfies readonly (keyof WorkerCloseOptions)[];
+const WORKER_CLOSE_OPTIONS = ['abort'] as const satisfies readonly (keyof NonNullable<
+  Parameters<OutboxWorker['close']>[0]
+>)[];
 
 /**
  * The events of an {@link OutboxWorker} and their listeners' arguments.
@@ -422,7 +410,7 @@ export class OutboxWorker extends EventEmitter {
       this.#stopForClock();
       return this.#handBack(job, token);
     }
-    return this.#runner.run(job, token);
+    return this.#runner.run(job as OutboxRecordJob, token);
   }
 
   /** Stops taking jobs while the clock is off, says so, and takes them again once it is right. */
@@ -467,7 +455,16 @@ export class OutboxWorker extends EventEmitter {
    * @example
    * process.once('SIGTERM', () => outbox.close());
    */
-  close(options: WorkerCloseOptions = {}): Promise<void> {
+  close(
+    options: {
+      /**
+       * `false`: stop taking jobs and let the sends in flight finish. `true`: abort them and put their
+       * jobs straight back for another worker (the idempotency key makes a resend deliver once).
+       * @default false
+       */
+      abort?: boolean;
+    } = {},
+  ): Promise<void> {
     try {
       refuseUnknownKeys(options ?? {}, WORKER_CLOSE_OPTIONS, 'close.');
     } catch (err) {
@@ -588,7 +585,7 @@ export class OutboxWorker extends EventEmitter {
 
   #onSent(job: OutboxJob, result: OutboxSendResult): void {
     // Its data held the record of its send when it ran: completed again, nothing posted.
-    if ((job.data as Partial<OutboxJobData> | undefined)?.sent !== undefined) {
+    if ((job.data as Partial<OutboxJobRecord> | undefined)?.sent !== undefined) {
       this.#logger.info(
         { job: job.id, id: result?.id },
         'Queued message was sent already: completed again, nothing posted',

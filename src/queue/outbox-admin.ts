@@ -1,5 +1,11 @@
 import type { Queue } from 'bullmq';
-import type { OutboxJobData, OutboxSendResult, OutboxJobError } from './outbox-job.js';
+import {
+  recordQueue,
+  type OutboxJobRecord,
+  type OutboxJobData,
+  type OutboxSendResult,
+  type OutboxJobError,
+} from './outbox-job.js';
 import { resolveQueueLocation, outboxKeys, parseContentKey, queueKey, type QueueLocation } from './queue-location.js';
 import {
   loadBullmq,
@@ -89,12 +95,8 @@ export const OUTBOX_STATES = [
   'completed',
 ] as const;
 
-/**
- * A job state of {@link OUTBOX_STATES}.
- * @example
- * const state: OutboxState = 'failed';
- */
-export type OutboxState = (typeof OUTBOX_STATES)[number];
+/** A job state of {@link OUTBOX_STATES}. */
+type OutboxState = (typeof OUTBOX_STATES)[number];
 
 /**
  * A send that failed for good, with its error as the worker recorded it.
@@ -126,7 +128,7 @@ export interface OutboxFailedSend {
  * console.log(status.counts.waiting, status.counts.failed);
  */
 export interface OutboxStatus {
-  counts: Record<OutboxState, number>;
+  counts: Record<(typeof OUTBOX_STATES)[number], number>;
   /** Whether the queue is paused (`queue.pause()`): workers take no jobs. */
   paused: boolean;
   /**
@@ -159,14 +161,14 @@ export async function readOutboxStatus(
   const ids = limit > 0 ? await queue.getRanges(['failed'], 0, limit - 1) : [];
   const read = await Promise.all(
     ids.map(async (id): Promise<OutboxFailedSend | undefined> => {
-      const job = await readJob(queue, id);
+      const job = await readJob(recordQueue(queue), id);
       if (job === undefined) return undefined;
       if (job instanceof SyntaxError) {
         const message = `This job cannot be read: ${UNREADABLE} (${job.message}); look at it with a Redis client (HGETALL ${queueKey(resolveQueueLocation(queue.name, queue.opts.prefix), id)}), or remove it with eml-api queue purge ${id}`;
         const none = { kind: undefined, group: undefined, envelope: undefined, messageId: undefined };
         return { queueId: id, ...none, encrypted: false, attempts: 0, failedAt: undefined, error: { message } };
       }
-      const data = (job.data ?? {}) as Partial<OutboxJobData>;
+      const data = (job.data ?? {}) as Partial<OutboxJobRecord>;
       return {
         queueId: String(job.id),
         kind: data.kind,
@@ -193,7 +195,7 @@ const UNREADABLE = 'its data in Redis is not valid JSON (cut, or written by some
  * @throws Redis's errors
  */
 async function readJob(
-  queue: Queue<OutboxJobData, OutboxSendResult>,
+  queue: Queue<OutboxJobRecord, OutboxSendResult>,
   id: string,
 ): Promise<Awaited<ReturnType<typeof queue.getJob>> | SyntaxError> {
   try {
@@ -202,16 +204,6 @@ async function readJob(
     if (err instanceof SyntaxError) return err;
     throw err;
   }
-}
-
-/**
- * A failed send {@link retryFailedSends} left where it is, and why.
- * @example
- * for (const { queueId, reason } of skipped) console.log(`${queueId}: not put back: ${reason}`);
- */
-export interface SkippedSend {
-  queueId: string;
-  reason: string;
 }
 
 /**
@@ -250,13 +242,13 @@ const MAY_HAVE_BEEN_DELIVERED =
 export async function retryFailedSends(
   queue: Queue<OutboxJobData, OutboxSendResult>,
   { ids }: { ids?: readonly string[] } = {},
-): Promise<{ retried: string[]; notFailed: string[]; skipped: SkippedSend[] }> {
+): Promise<{ retried: string[]; notFailed: string[]; skipped: { queueId: string; reason: string }[] }> {
   const retried: string[] = [];
   const notFailed: string[] = [];
-  const skipped: SkippedSend[] = [];
+  const skipped: { queueId: string; reason: string }[] = [];
   let now: number | undefined;
   const retry = async (id: string) => {
-    const job = await readJob(queue, id);
+    const job = await readJob(recordQueue(queue), id);
     if (job instanceof SyntaxError) {
       if (!(await queue.getJobState(id).then((state) => state === 'failed'))) return false;
       skipped.push({
@@ -266,7 +258,7 @@ export async function retryFailedSends(
       return true;
     }
     if (!job || !(await job.isFailed())) return false;
-    const data = (job.data ?? {}) as Partial<OutboxJobData>;
+    const data = (job.data ?? {}) as Partial<OutboxJobRecord>;
     if (data.contentRemoved) {
       const keyUsed = data.lastError?.apiCode === 'idempotency_key_reused';
       skipped.push({ queueId: id, reason: keyUsed ? KEY_USED : CONTENT_REMOVED });
@@ -281,7 +273,7 @@ export async function retryFailedSends(
     // A fresh schedule resets stalls too; named past its window, the window starts again.
     if (data.stalls || pastWindow) {
       const { possiblyAcceptedAt: _at, resendUntil: _until, ...rest } = data;
-      await job.updateData({ ...(pastWindow ? rest : data), stalls: 0, aloneStalls: 0 } as OutboxJobData);
+      await job.updateData({ ...(pastWindow ? rest : data), stalls: 0, aloneStalls: 0 } as OutboxJobRecord);
     }
     const parkedRun = String(job.processedOn ?? '');
     try {
@@ -294,7 +286,7 @@ export async function retryFailedSends(
     retried.push(id);
     // Out of the parked set, unless a worker parked it again meanwhile (its entry then names the new run).
     const redis = await queueClient(queue);
-    await redis.eval(UNPARK, 1, parkedKey(queue), id, parkedRun).catch(() => undefined);
+    await redis.eval(UNPARK, 1, parkedKey(recordQueue(queue)), id, parkedRun).catch(() => undefined);
     return true;
   };
   if (ids) {
@@ -306,22 +298,6 @@ export async function retryFailedSends(
   const failed = await queue.getRanges(['failed'], 0, -1, true);
   for (const id of new Set(failed)) await retry(id);
   return { retried, notFailed, skipped };
-}
-
-/**
- * Options of {@link purgeOutbox}.
- * @example
- * const options: PurgeOptions = { ids: ['order-1042'] };
- */
-export interface PurgeOptions {
-  /** The jobs to remove, with their content. @default undefined (the whole queue) */
-  ids?: readonly string[];
-  /**
-   * Purge the whole queue even while jobs are being sent (their workers then record sends on jobs
-   * that are gone). Named jobs being sent are always left: BullMQ does not remove a locked job.
-   * @default false
-   */
-  force?: boolean;
 }
 
 /**
@@ -360,11 +336,23 @@ const BATCH = 500;
  */
 export async function purgeOutbox(
   queue: Queue<OutboxJobData, OutboxSendResult>,
-  { ids, force = false }: PurgeOptions = {},
+  {
+    ids,
+    force = false,
+  }: {
+    /** The jobs to remove, with their content. @default undefined (the whole queue) */
+    ids?: readonly string[];
+    /**
+     * Purge the whole queue even while jobs are being sent (their workers then record sends on jobs
+     * that are gone). Named jobs being sent are always left: BullMQ does not remove a locked job.
+     * @default false
+     */
+    force?: boolean;
+  } = {},
 ): Promise<OutboxPurgeResult> {
   const redis = await queueClient(queue);
   const location = resolveQueueLocation(queue.name, queue.opts.prefix);
-  if (ids) return purgeJobs(queue, redis, location, ids);
+  if (ids) return purgeJobs(recordQueue(queue), redis, location, ids);
   if (!force) {
     const active = await queue.getActive();
     if (active.length > 0) return { jobs: 0, content: 0, busy: active.map((job) => String(job.id)), notFound: [] };
@@ -397,7 +385,7 @@ export async function purgeOutbox(
 }
 
 async function purgeJobs(
-  queue: Queue<OutboxJobData, OutboxSendResult>,
+  queue: Queue<OutboxJobRecord, OutboxSendResult>,
   redis: OutboxRedisClient,
   location: QueueLocation,
   ids: readonly string[],
@@ -410,7 +398,7 @@ async function purgeJobs(
       result.notFound.push(id);
       continue;
     }
-    const contentKey = (job.data as Partial<OutboxJobData> | undefined)?.contentKey;
+    const contentKey = (job.data as Partial<OutboxJobRecord> | undefined)?.contentKey;
     if ((await queue.remove(id)) !== 1) {
       result.busy.push(id);
       continue;
@@ -458,7 +446,7 @@ async function deleteMatching(
  */
 export interface OutboxSnapshot {
   /** Jobs by state, as {@link readOutboxStatus} counts them. */
-  counts: Record<OutboxState, number>;
+  counts: Record<(typeof OUTBOX_STATES)[number], number>;
   /** Whether the queue is paused (`queue.pause()`). */
   paused: boolean;
   /**
@@ -478,7 +466,7 @@ export interface OutboxSnapshot {
 }
 
 /** The queue's set of parked jobs (see `outboxKeys`). */
-function parkedKey(queue: Queue<OutboxJobData, OutboxSendResult>): string {
+function parkedKey(queue: Queue<OutboxJobRecord, OutboxSendResult>): string {
   return outboxKeys(resolveQueueLocation(queue.name, queue.opts.prefix)).parked;
 }
 

@@ -17,7 +17,13 @@ import {
   type AddedState,
   type DuplicateSettlement,
 } from './add-job.js';
-import { outboxJobId, type OutboxJobData, type OutboxSendResult } from './outbox-job.js';
+import {
+  outboxJobId,
+  recordQueue,
+  type OutboxJobRecord,
+  type OutboxJobData,
+  type OutboxSendResult,
+} from './outbox-job.js';
 import {
   loadBullmq,
   closeOutboxRedis,
@@ -267,7 +273,7 @@ export class OutboxProducer {
   async #storeChecked(
     message: CheckedMessage,
     signal: AbortSignal,
-    trace: OutboxJobData['trace'],
+    trace: OutboxJobRecord['trace'],
   ): Promise<OutboxQueuedMessageInfo> {
     const { maxMessageSize: limit, storeTimeout, logger } = this.#settings;
     // A JSON send may make a request as large as an EML of the limit, Base64-encoded.
@@ -305,7 +311,7 @@ export class OutboxProducer {
     message: CheckedMessage,
     signal: AbortSignal,
     deadline: number,
-    trace: OutboxJobData['trace'],
+    trace: OutboxJobRecord['trace'],
   ): Promise<OutboxQueuedMessageInfo> {
     const { redis, where } = this.#redis;
     const { idempotencyKey } = message;
@@ -330,7 +336,7 @@ export class OutboxProducer {
       idempotencyKey,
       ...(this.#settings.account === undefined ? {} : { account: this.#settings.account }),
       ...(trace ? { trace } : {}),
-    } as OutboxJobData;
+    } as OutboxJobRecord;
     const writing = new AbortController();
     const inline = this.#content.fitsInline(message.size);
     try {
@@ -374,13 +380,16 @@ export class OutboxProducer {
           contentKey,
           replicas: this.#settings.replicas,
         };
-        const added = await withDeadline(addJob(this.queue, redis, job), left());
+        const added = await withDeadline(addJob(recordQueue(this.queue), redis, job), left());
         if (added.kind === 'unconfirmed') {
           unconfirmed = added;
           break;
         }
         ({ state, replicas } = added);
-        settled = await withDeadline(settleDuplicate(this.queue, redis, jobId, data, state, storedSize), left());
+        settled = await withDeadline(
+          settleDuplicate(recordQueue(this.queue), redis, jobId, data, state, storedSize),
+          left(),
+        );
       }
     } catch (err) {
       throw await this.#addFailure(err, jobId, contentKey, left(), send);

@@ -12,30 +12,13 @@ import {
 } from '../shared/options-kit.js';
 import type { RedisConnectionInput } from './redis-connection.js';
 import { type OutboxEncryption, resolveEncryption, type OutboxKeyring } from './content-cipher.js';
-import type { MetricsOption } from '../observability/metrics.js';
+import type { MetricsRegistry } from '../observability/metrics.js';
 import type { OpsHttpOptions } from '../observability/ops-server.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
 import { accountFingerprint, resolveAccount } from './queue-owner.js';
 
-/**
- * A global rate: at most `max` sends start per `duration` ms, counted in Redis across every worker
- * of the queue. The same shape as the client's `rateLimit`.
- * @example
- * const rateLimit: OutboxRateLimit = { max: 20, duration: 1000 }; // 20 per second, all workers together
- */
-export type OutboxRateLimit = RateLimitOptions;
-
-/**
- * BullMQ worker options the outbox lets through, e.g. `lockDuration`, `stalledInterval` or `name`.
- * Not `maxStalledCount`: the outbox counts stalls itself ({@link OutboxWorkerOptions.maxStalls}).
- * @example
- * const workerOptions: OutboxWorkerTuning = { name: os.hostname(), lockDuration: 60_000 };
- */
-export type OutboxWorkerTuning = Omit<
-  WorkerOptions,
-  'connection' | 'concurrency' | 'limiter' | 'prefix' | 'autorun' | 'settings' | 'useWorkerThreads' | 'maxStalledCount'
->;
+type OutboxWorkerTuning = NonNullable<OutboxWorkerOptions['workerOptions']>;
 
 /**
  * Options of {@link startOutboxWorker}: where the queue is, how to reach the service (every
@@ -68,12 +51,12 @@ export interface OutboxWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
   /** Sends this worker runs at once. @default 5 */
   concurrency?: number;
   /**
-   * Global rate limit across every worker of the queue, sends spaced evenly.
+   * Global rate limit across every worker of the queue (counted in Redis), sends spaced evenly.
    * @default undefined (no limit but the service's 429s, which pause every worker)
    * @example
    * await startOutboxWorker({ connection, apiKey, baseUrl, rateLimit: { max: 50, duration: 1000 } });
    */
-  rateLimit?: OutboxRateLimit;
+  rateLimit?: RateLimitOptions;
   /** Requests in flight at once (the connection pool of this worker's client). @default concurrency */
   maxConnections?: number;
   /**
@@ -129,8 +112,22 @@ export interface OutboxWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * await startOutboxWorker({ connection, apiKey, baseUrl, waitForRedis: true });
    */
   waitForRedis?: boolean;
-  /** More BullMQ worker options. @default BullMQ's (lockDuration 30 s, stalledInterval 30 s) */
-  workerOptions?: OutboxWorkerTuning;
+  /**
+   * More BullMQ worker options, e.g. `lockDuration`, `stalledInterval` or `name`; not
+   * `maxStalledCount` (the outbox counts stalls itself, see `maxStalls`).
+   * @default BullMQ's (lockDuration 30 s, stalledInterval 30 s)
+   */
+  workerOptions?: Omit<
+    WorkerOptions,
+    | 'connection'
+    | 'concurrency'
+    | 'limiter'
+    | 'prefix'
+    | 'autorun'
+    | 'settings'
+    | 'useWorkerThreads'
+    | 'maxStalledCount'
+  >;
   /**
    * The keys producers encrypt queued mail with, by id; keep older keys while their jobs may be
    * queued. A job whose key is missing is retried, not failed. A key whose bytes differ from the
@@ -158,7 +155,7 @@ export interface OutboxWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * @example
    * startOutboxWorker({ connection, apiKey, baseUrl, metrics: { registry } });
    */
-  metrics?: MetricsOption;
+  metrics?: boolean | { registry: MetricsRegistry };
 }
 
 /** Every option of the worker: its own and the client's (but `spool`, `retry` and the client's `rateLimit`). */
@@ -205,7 +202,7 @@ const BULLMQ_STALL_LIMIT = 1_000_000;
  * The limiter of workers without one: it never limits, but BullMQ honours a queue-wide pause (a
  * 429's `Retry-After`) only in workers that have a limiter.
  */
-export const UNLIMITED_RATE: Readonly<OutboxRateLimit> = Object.freeze({ max: 1_000_000_000, duration: 1000 });
+export const UNLIMITED_RATE: Readonly<RateLimitOptions> = Object.freeze({ max: 1_000_000_000, duration: 1000 });
 
 /** The shortest window the even limiter uses, in ms: faster rates send in small groups. */
 const SHORTEST_WINDOW = 10;
@@ -215,7 +212,7 @@ const SHORTEST_WINDOW = 10;
  * second across a window boundary. Asking for windows of one send each spaces sends evenly, so no
  * `duration` window sees more than `max`; rounding up never exceeds the rate.
  */
-export function evenRate({ max, duration }: OutboxRateLimit): OutboxRateLimit {
+export function evenRate({ max, duration }: RateLimitOptions): RateLimitOptions {
   const perSend = duration / max;
   if (perSend >= SHORTEST_WINDOW) return { max: 1, duration: Math.ceil(perSend) };
   const group = Math.ceil(SHORTEST_WINDOW / perSend);
@@ -227,7 +224,7 @@ export interface ResolvedWorkerOptions extends QueueLocation {
   client: EmlApiClientOptions;
   concurrency: number;
   /** BullMQ's limiter: `rateLimit` spaced evenly ({@link evenRate}), or {@link UNLIMITED_RATE}. */
-  rateLimit: OutboxRateLimit;
+  rateLimit: RateLimitOptions;
   cleanupInterval: number;
   maxStalls: number;
   /** A possibly accepted send is resent only until its first such attempt's start plus this, in ms. */

@@ -10,6 +10,7 @@ import {
   type OutboxJobData,
 } from '../../src/queue/index.js';
 import { eventually } from './async.js';
+import type { OutboxJobRecord } from '../../src/queue/outbox-job.js';
 
 /**
  * Helpers of the outbox tests (test/queue/): worker processes, reading the
@@ -163,12 +164,10 @@ export function inProcessWorkers(settings: () => OutboxWorkerOptions): InProcess
  * @example
  * const eml = await storedContent(redis.client, job.data);
  */
-export async function storedContent(
-  redis: Pick<Redis, 'getBuffer'>,
-  data: Pick<OutboxJobData, 'inline' | 'contentKey'>,
-): Promise<Buffer | null> {
-  if (data.inline !== undefined) return Buffer.from(data.inline, 'base64');
-  return redis.getBuffer(data.contentKey);
+export async function storedContent(redis: Pick<Redis, 'getBuffer'>, data: OutboxJobData): Promise<Buffer | null> {
+  const { inline, contentKey } = data as OutboxJobRecord;
+  if (inline !== undefined) return Buffer.from(inline, 'base64');
+  return redis.getBuffer(contentKey);
 }
 
 /**
@@ -176,11 +175,9 @@ export async function storedContent(
  * @example
  * expect(await hasStoredContent(redis.client, job.data)).toBe(true);
  */
-export async function hasStoredContent(
-  redis: Pick<Redis, 'exists'>,
-  data: Pick<OutboxJobData, 'inline' | 'contentKey'>,
-): Promise<boolean> {
-  return data.inline !== undefined || (await redis.exists(data.contentKey)) === 1;
+export async function hasStoredContent(redis: Pick<Redis, 'exists'>, data: OutboxJobData): Promise<boolean> {
+  const { inline, contentKey } = data as OutboxJobRecord;
+  return inline !== undefined || (await redis.exists(contentKey)) === 1;
 }
 
 /**

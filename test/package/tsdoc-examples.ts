@@ -85,7 +85,7 @@ const GIVEN = (queueSide: boolean): Record<string, string> => ({
   mail: 'NodemailerMail',
   job: 'OutboxJob',
   status: 'OutboxStatus',
-  skipped: 'SkippedSend[]',
+  skipped: '{ queueId: string; reason: string }[]',
   admin: 'OutboxQueue',
   outbox: 'OutboxWorker',
   queue: 'OutboxQueue["queue"]',

@@ -6,6 +6,7 @@ import { EmlApiQueueTransport, type OutboxQueuedMessageInfo } from '../../src/qu
 import { eventually, inProcessWorkers } from '../helpers/outbox.js';
 import { startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * What sendMail acknowledges is what a worker will post, whole (issue 20,
@@ -155,7 +156,7 @@ describe('content that does not match its SHA-256', () => {
       const info = (await nodemailer
         .createTransport(transport)
         .sendMail(big(3, mib))) as unknown as OutboxQueuedMessageInfo;
-      const job = await transport.queue.getJob(info.queueId);
+      const job = await recordQueue(transport.queue).getJob(info.queueId);
       const { contentKey, size, inline } = job!.data;
       expect(inline !== undefined).toBe(_label === 'kept in the job');
       // One byte changed near the end, the length kept: only the hash can tell.

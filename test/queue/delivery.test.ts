@@ -5,6 +5,7 @@ import type { OutboxWorkerOptions } from '../../src/queue/index.js';
 import { eventually } from '../helpers/outbox.js';
 import { useOutbox } from '../helpers/outbox-fixture.js';
 import { REDIS_KINDS } from '../helpers/outbox-redis.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * Queued messages reach the service: through an outage, through lost
@@ -91,7 +92,7 @@ describe.each(REDIS_KINDS)('on %s Redis', (kind) => {
       expect(outbox.emu.mailbox('bob@example.test').map((m) => m.subject)).toEqual(['Hello Bob']);
       expect(outbox.emu.mailbox('carl@example.test')).toHaveLength(1);
       expect(outbox.emu.messages()).toHaveLength(2);
-      const completed = await outbox.transport.queue.getCompleted();
+      const completed = await recordQueue(outbox.transport.queue).getCompleted();
       for (const job of completed) expect(job.attemptsMade).toBeGreaterThanOrEqual(2);
     }, 30_000);
   });
@@ -106,7 +107,7 @@ describe.each(REDIS_KINDS)('on %s Redis', (kind) => {
         text: 'See attachment',
         attachments: [{ filename: 'big.bin', content: attachment }],
       });
-      const job = await outbox.transport.queue.getJob(info.queueId);
+      const job = await recordQueue(outbox.transport.queue).getJob(info.queueId);
       const stored = await outbox.redis.client.strlen(job!.data.contentKey);
       expect(stored).toBe(job!.data.size);
       expect(stored).toBeGreaterThan(25 * 1024 * 1024 * 1.3); // the attachment's Base64 inside the EML

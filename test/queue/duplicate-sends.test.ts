@@ -5,6 +5,7 @@ import { EmlApiQueueTransport, type OutboxQueuedMessageInfo } from '../../src/qu
 import { eventually } from '../helpers/outbox.js';
 import { useOutbox } from '../helpers/outbox-fixture.js';
 import { startReplyLossProxy } from '../helpers/reply-loss-proxy.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * `sendMail` again with the `idempotencyKey` of a job that failed. It used
@@ -42,7 +43,7 @@ async function failedJob(to: string): Promise<OutboxQueuedMessageInfo> {
 
 /** The content stored: under keys, or in jobs (small content), by key. */
 async function contentKeys(): Promise<string[]> {
-  const jobs = await outbox.transport.queue.getJobs([
+  const jobs = await recordQueue(outbox.transport.queue).getJobs([
     'waiting',
     'prioritized',
     'delayed',
@@ -162,10 +163,13 @@ describe('sendMail with the idempotency key of a failed job', () => {
       expect(again).toMatchObject({ duplicate: false, requeued: 'replaced', queueId: first.queueId });
       expect(await contentKeys()).toHaveLength(1);
       await outbox.workers.start();
-      await eventually(async () => (await outbox.transport.queue.getJob(first.queueId))?.finishedOn !== undefined, {
-        what: 'the replacement settled',
-      });
-      const job = await outbox.transport.queue.getJob(first.queueId);
+      await eventually(
+        async () => (await recordQueue(outbox.transport.queue).getJob(first.queueId))?.finishedOn !== undefined,
+        {
+          what: 'the replacement settled',
+        },
+      );
+      const job = await recordQueue(outbox.transport.queue).getJob(first.queueId);
       expect(job!.data.lastError?.message).toBeUndefined();
       expect(await job!.getState()).toBe('completed');
       expect(outbox.emu.mailbox('eve@example.test').map((m) => m.messageId)).toEqual([again.messageId]);

@@ -13,6 +13,7 @@ import { startEmlApiRelay } from '../../src/relay/index.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
 import { dumpRedis, eventually, inProcessWorkers, storedContent } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * Mail at rest (issue 20, item 11): anyone who can read Redis used to read
@@ -130,7 +131,7 @@ describe('queued mail with encryption', () => {
     const info = (await nodemailer
       .createTransport(transport)
       .sendMail(reset('ann@example.test', extra))) as unknown as OutboxQueuedMessageInfo;
-    const { data } = (await transport.queue.getJob(info.queueId))!;
+    const { data } = (await recordQueue(transport.queue).getJob(info.queueId))!;
     const stored = (await storedContent(redis.client, data))!;
     expect(data).toMatchObject({ encryption: { keyId: 'k1' }, envelope: { to: [] }, messageId: '' });
     expect(data.inline !== undefined).toBe(inline);
@@ -176,7 +177,7 @@ describe('queued mail with encryption', () => {
       const info = (await nodemailer
         .createTransport(transport)
         .sendMail(reset('ann@example.test', extra))) as unknown as OutboxQueuedMessageInfo;
-      const job = (await transport.queue.getJob(info.queueId))!;
+      const job = (await recordQueue(transport.queue).getJob(info.queueId))!;
       const bytes = (await storedContent(redis.client, job.data))!;
       bytes[40] = bytes[40]! ^ 1;
       const sha256 = createHash('sha256').update(bytes).digest('hex');

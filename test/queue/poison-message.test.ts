@@ -8,6 +8,7 @@ import { EmlApiQueueTransport, type OutboxWorkerOptions } from '../../src/queue/
 import { SoloGate } from '../../src/queue/solo-gate.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * A message that crashes every worker that sends it is parked after
@@ -95,7 +96,7 @@ describe('a message that crashes every worker sending it', () => {
       current?.kill('SIGKILL');
       await supervisor;
     }
-    const failed = await transport.queue.getFailed(0, -1);
+    const failed = await recordQueue(transport.queue).getFailed(0, -1);
     const parked = failed.map((j) => `${j.id} (${j.data.lastError?.parked}, stalls ${j.data.stalls})`);
     console.log(`poison: ${crashes} worker crashes; parked: ${parked.join(', ')}`);
     expect(failed.map((j) => j.id)).toEqual(['poison']);

@@ -9,6 +9,7 @@ import { runCliCapturing } from '../helpers/cli-run.js';
 import { eventually, inProcessWorkers, pastContentDeadlines } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * Removing queued mail for good (review F11, attack/12-obliterate-leaves-mail.ts):
@@ -106,11 +107,11 @@ describe('purgeOutbox', () => {
 
   it('removes named jobs with their messages, and only those', async () => {
     const infos = await resets(3);
-    const keep = (await transport.queue.getJob(infos[2]!.queueId))!.data.contentKey;
+    const keep = (await recordQueue(transport.queue).getJob(infos[2]!.queueId))!.data.contentKey;
     const result = await purgeOutbox(transport.queue, { ids: ['reset-0', 'reset-1', 'nope'] });
     expect(result).toEqual({ jobs: 2, content: 2, busy: [], notFound: ['nope'] });
     expect((await queueKeys()).filter((k) => k.includes(':content:'))).toEqual([keep]);
-    expect(await transport.queue.getJob('reset-0')).toBeUndefined();
+    expect(await recordQueue(transport.queue).getJob('reset-0')).toBeUndefined();
     expect(await transport.queue.count()).toBe(1);
   });
 

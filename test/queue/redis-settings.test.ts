@@ -13,6 +13,7 @@ import { checkRedisSettings } from '../../src/queue/redis-settings.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
 import { eventually, inProcessWorkers } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer, type RedisServerOptions } from '../helpers/redis-server.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * What Redis must keep for a 250 to mean something (issue 20, item 4). With
@@ -261,12 +262,14 @@ describe('a job whose content or data is gone', () => {
       const transporter = nodemailer.createTransport(transport);
       const noContent = (await transporter.sendMail(message(1))) as unknown as OutboxQueuedMessageInfo;
       const noData = (await transporter.sendMail(message(2))) as unknown as OutboxQueuedMessageInfo;
-      await redis.client.del((await transport.queue.getJob(noContent.queueId))!.data.contentKey);
+      await redis.client.del((await recordQueue(transport.queue).getJob(noContent.queueId))!.data.contentKey);
       // What eviction does to a job: its hash goes, its id stays in the wait list.
       await redis.client.del(`bull:eml-api:${noData.queueId}`);
       await workers.start();
       await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === 2);
-      const reasons = Object.fromEntries((await transport.queue.getFailed()).map((j) => [j.id, j.failedReason]));
+      const reasons = Object.fromEntries(
+        (await recordQueue(transport.queue).getFailed()).map((j) => [j.id, j.failedReason]),
+      );
       expect(reasons[noContent.queueId]).toMatch(/content of this job is missing from Redis \(evicted or removed/);
       expect(reasons[noData.queueId]).toMatch(/data of this job is missing from Redis \(evicted or removed\)/);
       expect(emu.messages()).toEqual([]);

@@ -6,6 +6,7 @@ import { runCliCapturing } from '../helpers/cli-run.js';
 import { eventually, startWorkerProcess, type WorkerProcess, hasStoredContent } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * A job held by workers that die (OOM-killed pods, a crash loop): worker
@@ -81,7 +82,7 @@ describe('a job whose workers die while sending it', () => {
       },
       { what: 'the job sent or failed' },
     );
-    const job = await transport.queue.getJob(info.queueId);
+    const job = await recordQueue(transport.queue).getJob(info.queueId);
     expect(await job!.getState()).toBe('completed');
     expect(emu.mailbox('ann@example.test')).toHaveLength(1);
     // Each crash was a failed attempt of its schedule, recorded on the job.
@@ -112,7 +113,7 @@ describe('a job whose workers die while sending it', () => {
     await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === 1, {
       what: 'the job parked',
     });
-    const job = await transport.queue.getJob(info.queueId);
+    const job = await recordQueue(transport.queue).getJob(info.queueId);
     expect(job!.data.lastError).toMatchObject({ parked: 'stalls', permanent: true });
     expect(job!.data).toMatchObject({ stalls: 3, aloneStalls: 2 });
     expect(job!.failedReason).toContain('Parked after 3 stalls, 2 of them while it was sent alone');
@@ -140,14 +141,14 @@ describe('a job whose workers die while sending it', () => {
       attachments: [{ filename: 'invoice.bin', content: Buffer.alloc(80_000, 1) }],
     });
     await crashWithSendInFlight();
-    const { data } = (await transport.queue.getJob(info.queueId))!;
+    const { data } = (await recordQueue(transport.queue).getJob(info.queueId))!;
     await redis.client.del(data.contentKey);
     const next = await startWorkerProcess(options(emu.url));
     processes.push(next);
     await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === 1, {
       what: 'the job failed',
     });
-    const job = await transport.queue.getJob(info.queueId);
+    const job = await recordQueue(transport.queue).getJob(info.queueId);
     expect(job!.data.lastError).toMatchObject({ code: 'EMESSAGE', permanent: true });
     for (const text of [job!.data.lastError!.message, job!.failedReason]) {
       expect(text).toContain('may already have delivered the message');

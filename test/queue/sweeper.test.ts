@@ -7,6 +7,7 @@ import { resolveQueueLocation } from '../../src/queue/queue-location.js';
 import { eventually, inProcessWorkers, pastContentDeadlines } from '../helpers/outbox.js';
 import { startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * The sweeper of stored content nobody needs: it judges deadlines by Redis's
@@ -72,7 +73,7 @@ async function orphan(transport: EmlApiQueueTransport, text: string): Promise<st
   const info = (await nodemailer
     .createTransport(transport)
     .sendMail(message(text))) as unknown as OutboxQueuedMessageInfo;
-  const job = await transport.queue.getJob(info.queueId);
+  const job = await recordQueue(transport.queue).getJob(info.queueId);
   await job!.remove();
   return job!.data.contentKey;
 }
@@ -118,7 +119,7 @@ describe('the content sweeper', () => {
       await pastContentDeadlines(redis.client);
       expect(await sweepStoredContent(redis.client, location)).toBe(1);
       expect(await redis.client.exists(gone)).toBe(0);
-      const keptJob = await transport.queue.getJob((kept as unknown as OutboxQueuedMessageInfo).queueId);
+      const keptJob = await recordQueue(transport.queue).getJob((kept as unknown as OutboxQueuedMessageInfo).queueId);
       expect(await redis.client.exists(keptJob!.data.contentKey)).toBe(1);
     } finally {
       await transport.close();
@@ -240,7 +241,7 @@ describe('a store that timed out', () => {
       proxy.cut();
       // Answered after the commands ioredis sends again on the new connection.
       await transport.verify();
-      expect(await transport.queue.getJob('late-add')).toBeUndefined();
+      expect(await recordQueue(transport.queue).getJob('late-add')).toBeUndefined();
       const again = (await mailer.sendMail({
         ...message('late'),
         idempotencyKey: 'late-add',

@@ -13,12 +13,12 @@ import {
 import { startEmulator, type Emulator } from 'nodemailer-eml-api/emulator';
 import {
   EmlApiQueueTransport,
+  type EmlApiQueueTransportOptions,
   startOutboxWorker,
   type OutboxQueuedMessageInfo,
   type OutboxWorker,
   type OutboxWorkerEvents,
   type OutboxJob,
-  type OutboxJobOptions,
   type OutboxSendResult,
 } from 'nodemailer-eml-api/queue';
 import { startEmlApiRelay, type EmlApiRelay } from 'nodemailer-eml-api/relay';
@@ -103,6 +103,7 @@ export async function outbox(connection: string): Promise<string> {
   void new OutboxWorker({ connection, apiKey: 'k', baseUrl: 'https://x.test' });
   await worker.close({ abort: true });
 
+  type OutboxJobOptions = NonNullable<EmlApiQueueTransportOptions['jobOptions']>;
   const keep: OutboxJobOptions = { removeOnComplete: { age: 86_400 }, removeOnFail: false, priority: 1 };
   // @ts-expect-error true removes each job as it finishes: the runtime refuses it
   const removeSent: OutboxJobOptions = { removeOnComplete: true };

@@ -15,6 +15,7 @@ import type { ApiKeyStore, KnownKey, EmulatorState } from '../state/emulator-sta
 import type { FaultInjector } from './fault-injector.js';
 import { configError, refuseUnknownKeys } from '../../shared/options-kit.js';
 import { EmlApiError } from '../../shared/eml-api-error.js';
+import type { EmulatorOptions } from '../emulator-options.js';
 
 /**
  * The emulator's request handler: a request a site section owns (public pages, the web inbox) goes to it; everything
@@ -336,19 +337,7 @@ export interface SiteSection {
   close?(): void;
 }
 
-/**
- * A per-API-key rate limit of the emulator.
- * @example await startEmulator({ rateLimit: { requestsPerSecond: 10, burst: 20 } });
- */
-export interface EmulatorRateLimit {
-  /** Requests each key may make per second, on average. */
-  requestsPerSecond: number;
-  /**
-   * Requests a key may make at once after being idle.
-   * @default requestsPerSecond
-   */
-  burst?: number;
-}
+export type EmulatorRateLimit = NonNullable<EmulatorOptions['rateLimit']>;
 
 interface Bucket {
   tokens: number;

@@ -24,16 +24,10 @@ export interface EmulatorFaults {
   latencyMs?: number | [number, number];
 }
 
-/**
- * What happens to one request.
- * @example const kind: FaultKind = 'resetAfterProcessing'; // the request is processed, its answer lost
- */
+/** What happens to one request. */
 export type FaultKind = 'none' | 'unavailable' | 'rateLimited' | 'resetBeforeProcessing' | 'resetAfterProcessing';
 
-/**
- * Counts of injected faults since the faults were set.
- * @example const stats: EmulatorFaultStats | undefined = emu.faultStats(); // { none: 180, unavailable: 12, rateLimited: 5, ... }
- */
+/** Counts of injected faults since the faults were set. */
 export type EmulatorFaultStats = Record<FaultKind, number>;
 
 /** A fault drawn for one request. */
