@@ -2,13 +2,18 @@ import type { EmlApiRelay } from '../relay/start-smtp-relay.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { EmlApiLogger } from '../shared/options-kit.js';
 import type { EmulatorState } from './state/emulator-state.js';
-import type { EmulatorOptions } from './emulator-options.js';
 
 // SMTP in, as Mailpit's port 1025: the package's own SMTP relay pointed at the emulator's API with its ready key, so
 // mail takes an API send's way into the inbox and the relay answers as in production. It is loaded only when `smtp`
 // is asked for, so smtp-server stays an optional peer.
 
-export type EmulatorSmtpOptions = NonNullable<EmulatorOptions['smtp']>;
+/** SMTP in of the emulator (its `smtp` option). */
+export interface EmulatorSmtpOptions {
+  port?: number;
+  host?: string;
+  allowFrom?: string[];
+  logger?: EmlApiLogger;
+}
 
 /** A running SMTP listener of the emulator (`emu.smtp`). */
 export interface EmulatorSmtp {

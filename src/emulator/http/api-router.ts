@@ -15,7 +15,6 @@ import type { ApiKeyStore, KnownKey, EmulatorState } from '../state/emulator-sta
 import type { FaultInjector } from './fault-injector.js';
 import { configError, refuseUnknownKeys } from '../../shared/options-kit.js';
 import { EmlApiError } from '../../shared/eml-api-error.js';
-import type { EmulatorOptions } from '../emulator-options.js';
 
 /**
  * The emulator's request handler: a request a site section owns (public pages, the web inbox) goes to it; everything
@@ -337,7 +336,11 @@ export interface SiteSection {
   close?(): void;
 }
 
-export type EmulatorRateLimit = NonNullable<EmulatorOptions['rateLimit']>;
+/** A per-API-key rate limit of the emulator (its `rateLimit` option). */
+export interface EmulatorRateLimit {
+  requestsPerSecond: number;
+  burst?: number;
+}
 
 interface Bucket {
   tokens: number;
