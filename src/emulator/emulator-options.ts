@@ -1,5 +1,5 @@
 import { invalidApiKeyAt, API_SCOPES, type ApiPlan, type ApiScope, MAX_REQUEST_SIZE } from '../protocol/api-types.js';
-import { configError, describe, refuseUnknownKeys, wholeNumber } from '../shared/options-kit.js';
+import { configError, describe, refuseUnknownKeys, wholeNumber, type ListsEveryKey } from '../shared/options-kit.js';
 import { FaultInjector, type EmulatorFaults } from './http/fault-injector.js';
 import { KeyRateLimiter } from './http/api-router.js';
 import { DEFAULT_MAX_MESSAGES } from './state/mail-store.js';
@@ -166,6 +166,7 @@ const EMULATOR_OPTIONS = [
   'smtp',
   'dataDir',
 ] as const satisfies readonly (keyof EmulatorOptions)[];
+const _everyEmulatorOptions: ListsEveryKey<EmulatorOptions, typeof EMULATOR_OPTIONS> = true;
 
 const API_KEY_FIELDS = ['key', 'scopes', 'plan', 'account'] as const satisfies readonly (keyof EmulatorApiKey)[];
 

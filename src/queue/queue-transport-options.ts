@@ -10,6 +10,7 @@ import {
   refuseUnknownKeys,
   loggerOption,
   wholeNumber,
+  type ListsEveryKey,
 } from '../shared/options-kit.js';
 import type { RedisConnectionInput } from './redis-connection.js';
 import { type OutboxEncryption, resolveEncryption, type OutboxKeyring } from './content-cipher.js';
@@ -189,6 +190,7 @@ const PRODUCER_OPTIONS = [
   'encryption',
   'logger',
 ] as const satisfies readonly (keyof OutboxProducerOptions)[];
+const _everyProducerOptions: ListsEveryKey<OutboxProducerOptions, typeof PRODUCER_OPTIONS> = true;
 
 /** Every option of the queue transport: a producer's and its own. */
 const QUEUE_TRANSPORT_OPTIONS = [
@@ -196,6 +198,7 @@ const QUEUE_TRANSPORT_OPTIONS = [
   'spool',
   'buildThreads',
 ] as const satisfies readonly (keyof EmlApiQueueTransportOptions)[];
+const _everyQueueTransportOptions: ListsEveryKey<EmlApiQueueTransportOptions, typeof QUEUE_TRANSPORT_OPTIONS> = true;
 /** How long sent jobs are kept, in seconds: the idempotency window, so a repeated key is recognised. */
 export const KEEP_SENT_SECONDS = 24 * 3600;
 /** How long failed jobs are kept, in seconds. */

@@ -9,6 +9,7 @@ import {
   loggerOption,
   refuseUnknownKeys,
   wholeNumber,
+  type ListsEveryKey,
 } from '../shared/options-kit.js';
 import type { RedisConnectionInput } from './redis-connection.js';
 import { type OutboxEncryption, resolveEncryption, type OutboxKeyring } from './content-cipher.js';
@@ -179,6 +180,7 @@ const WORKER_OPTIONS = [
   'http',
   'metrics',
 ] as const satisfies readonly (keyof OutboxWorkerOptions)[];
+const _everyWorkerOptions: ListsEveryKey<OutboxWorkerOptions, typeof WORKER_OPTIONS> = true;
 
 /** The default of `maxStalls`. */
 export const DEFAULT_MAX_STALLS = 5;

@@ -11,6 +11,7 @@ import {
   objectOption,
   refuseUnknownKeys,
   wholeNumber,
+  type ListsEveryKey,
 } from '../shared/options-kit.js';
 import type { MetricsRegistry } from '../observability/metrics.js';
 import type { OpsHttpOptions } from '../observability/ops-server.js';
@@ -374,6 +375,7 @@ const RELAY_KEYS = [
 
 /** Every option of the relay: its own and the client's. */
 const RELAY_OPTIONS: readonly string[] = [...new Set<string>([...RELAY_KEYS, ...CLIENT_OPTIONS])];
+const _everyRelayOptions: ListsEveryKey<EmlApiRelayOptions, [...typeof RELAY_KEYS, ...typeof CLIENT_OPTIONS]> = true;
 
 /** The SMTP side's time limits; the rest of `timeouts` is the client's. */
 const SMTP_TIMEOUTS = [

@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import { EmlApiClient, toGroupEmailRequest, toStandardEmailRequest } from '../client/eml-api-client.js';
 import { checkIdempotencyKey } from '../client/client-input.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { type EmlApiLogger, refuseUnknownKeys } from '../shared/options-kit.js';
+import { type EmlApiLogger, type ListsEveryKey, refuseUnknownKeys } from '../shared/options-kit.js';
 import { VERSION } from '../shared/version.js';
 import { EmlApiMetrics, type MetricsRegistry } from '../observability/metrics.js';
 import { endSend, watchSends, activeSpanEvent, startSpan } from '../observability/tracing.js';
@@ -287,6 +287,10 @@ export interface EmlApiTransportOptions extends EmlApiClientOptions {
 }
 
 const TRANSPORT_OPTIONS = ['buildThreads', 'metrics'] as const satisfies readonly (keyof EmlApiTransportOptions)[];
+const _everyTransportOption: ListsEveryKey<
+  EmlApiTransportOptions,
+  [...typeof CLIENT_OPTIONS, ...typeof TRANSPORT_OPTIONS]
+> = true;
 
 /**
  * Splits the transport's own options from the client's.
