@@ -14,6 +14,7 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 /** The tables: the interface, where it is declared, and the docs page that shows it. */
 export const OPTIONS_TABLES = [
   { name: 'OutboxWorkerOptions', source: 'src/queue/worker-options.ts', doc: 'docs/outbox.md' },
+  { name: 'EmlApiRelayOptions', source: 'src/relay/relay-options.ts', doc: 'docs/relay.md' },
 ] as const;
 
 /** One row per option: own options first, then inherited ones, in declaration order. */
@@ -53,8 +54,15 @@ function firstSentence(text: string): string {
   return end ? text.slice(0, end.index + 1) : text;
 }
 
-/** A default that starts with a literal (`5`, `'bull'`, `false`) shows it as code. */
+/** A default that starts with a literal (`5`, `'bull'`, `false`, `{ ... }`, `[ ... ]`) shows it as code. */
 function literal(text: string): string {
+  if (text.startsWith('{') || text.startsWith('[')) {
+    let depth = 0;
+    for (let i = 0; i < text.length; i++) {
+      depth += '{['.includes(text[i]!) ? 1 : ']}'.includes(text[i]!) ? -1 : 0;
+      if (depth === 0) return `\`${text.slice(0, i + 1)}\`${text.slice(i + 1)}`;
+    }
+  }
   return text.replace(/^('[^']*'|\d+|true|false|undefined)(?=\s|,|$)/, '`$1`');
 }
 
