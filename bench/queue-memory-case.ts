@@ -9,7 +9,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import nodemailer from 'nodemailer';
-import { EmlApiQueueTransport, startEmlApiWorker } from '../src/queue/index.js';
+import { EmlApiQueueTransport, startOutboxWorker } from '../src/queue/index.js';
 import { startPeakRss } from './peak-rss.js';
 
 const [mode, redisUrl, queueName, sinkUrl] = process.argv.slice(2) as [string, string, string, string | undefined];
@@ -35,7 +35,7 @@ if (mode === 'producer') {
   await transport.close();
   console.log(JSON.stringify({ ...figures, messageBytes: job?.data.size }));
 } else {
-  const outbox = await startEmlApiWorker({
+  const outbox = await startOutboxWorker({
     connection: redisUrl,
     queueName,
     apiKey: 'k',

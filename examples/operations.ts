@@ -16,7 +16,7 @@
  */
 import nodemailer from 'nodemailer';
 import { startEmulator } from 'nodemailer-eml-api/emulator';
-import { EmlApiQueueTransport, startEmlApiWorker } from 'nodemailer-eml-api/queue';
+import { EmlApiQueueTransport, startOutboxWorker } from 'nodemailer-eml-api/queue';
 import { startEmlApiRelay } from 'nodemailer-eml-api/relay';
 
 const connection = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -32,7 +32,7 @@ const relay = await startEmlApiRelay({
   queue: { connection, queueName },
   http: { port: 0 },
 });
-const outbox = await startEmlApiWorker({
+const outbox = await startOutboxWorker({
   connection,
   queueName,
   apiKey: emu.apiKey,

@@ -7,7 +7,7 @@
  *   REDIS_URL=redis://127.0.0.1:6379 npx tsx examples/outbox.ts
  *
  * In production the app only creates the EmlApiQueueTransport (it needs no
- * API key), and the workers run `eml-api worker` (or startEmlApiWorker) with
+ * API key), and the workers run `eml-api worker` (or startOutboxWorker) with
  * EML_API_URL, EML_API_KEY and REDIS_URL. See docs/outbox.md.
  */
 import nodemailer from 'nodemailer';
@@ -16,8 +16,8 @@ import {
   EmlApiQueueTransport,
   purgeOutbox,
   readOutboxStatus,
-  startEmlApiWorker,
-  type EmlApiQueuedMessageInfo,
+  startOutboxWorker,
+  type OutboxQueuedMessageInfo,
 } from 'nodemailer-eml-api/queue';
 
 const connection = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -37,14 +37,14 @@ const order = {
   // One logical message, one key: a retry of this code path (a request run twice) queues it once.
   idempotencyKey: 'order-1042-confirmation',
 };
-const info = (await transporter.sendMail(order)) as EmlApiQueuedMessageInfo;
+const info = (await transporter.sendMail(order)) as OutboxQueuedMessageInfo;
 console.log(`Queued: ${info.response}`);
-const again = (await transporter.sendMail(order)) as EmlApiQueuedMessageInfo;
+const again = (await transporter.sendMail(order)) as OutboxQueuedMessageInfo;
 console.log(`Queued again: ${again.duplicate ? 'already queued, stored once' : again.response}`);
 
 // The workers' side: they hold the API key and post each queued message with its idempotency key.
 const emu = await startEmulator();
-const outbox = await startEmlApiWorker({
+const outbox = await startOutboxWorker({
   connection,
   queueName,
   apiKey: emu.apiKey,

@@ -3,11 +3,11 @@
 // records them (npm run api:check). The wire contract is nodemailer-eml-api/protocol.
 
 // Transport
-export { EmlApiTransport, type SendCallback } from './transport/eml-api-transport.js';
+export { EmlApiTransport } from './transport/eml-api-transport.js';
 export type { EmlApiTransportOptions } from './transport/eml-api-transport.js';
 export type { EmlApiMailOptions } from './transport/json-send-from-mail.js';
 export type { EmlApiSentMessageInfo } from './transport/eml-api-transport.js';
-export type { MailEnvelope, NodemailerMail, NodemailerMimeNode } from './transport/nodemailer-types.js';
+export type { MailEnvelope, NodemailerMail } from './transport/nodemailer-types.js';
 
 // Client
 export { EmlApiClient } from './client/eml-api-client.js';
@@ -21,7 +21,6 @@ export type {
   GroupSendResult,
   MemberInput,
   AddToGroupOptions,
-  AddToGroupProgress,
   AddToGroupResult,
 } from './client/client-types.js';
 export type { AddressInput } from './client/client-input.js';
@@ -38,5 +37,5 @@ export { EmlApiError, type EmlApiErrorCode, type EmlApiErrorDetails } from './sh
 export type { EmlApiLogger } from './shared/options-kit.js';
 
 // Operating: metrics, the health port (see docs/operations.md)
-export type { MetricsOption, MetricsRegistry } from './observability/metrics.js';
+export type { MetricsRegistry } from './observability/metrics.js';
 export type { OpsHttpOptions } from './observability/ops-server.js';

@@ -2,8 +2,8 @@ import { describe, expect, it } from 'vitest';
 import { EmlApiClient, EmlApiError, EmlApiTransport } from '../src/index.js';
 import { startEmulator } from '../src/emulator/index.js';
 import { EmlApiQueueTransport } from '../src/queue/index.js';
-// The class itself (users get instances from startEmlApiWorker): its constructor checks the options synchronously.
-import { EmlApiWorker } from '../src/queue/eml-api-worker.js';
+// The class itself (users get instances from startOutboxWorker): its constructor checks the options synchronously.
+import { OutboxWorker } from '../src/queue/eml-api-worker.js';
 import { resolveRelayOptions } from '../src/relay/relay-options.js';
 import { resolveEmulatorOptions } from '../src/emulator/emulator-options.js';
 import { MAX_REQUEST_SIZE } from '../src/protocol/api-types.js';
@@ -95,7 +95,7 @@ describe('unknown options are refused, naming the known ones', () => {
   });
 
   it('worker: limiter, retries and retry refused (the producer owns the schedule), close() options checked', async () => {
-    const make = (o: object) => new EmlApiWorker({ connection, apiKey, baseUrl, ...o });
+    const make = (o: object) => new OutboxWorker({ connection, apiKey, baseUrl, ...o });
     expectConfig(
       thrown(() => make({ limiter: { max: 1, duration: 1000 } })),
       /^Invalid option limiter: unknown option \(known: .*rateLimit/,

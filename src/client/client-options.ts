@@ -10,6 +10,7 @@ import {
   loggerOption,
   share,
   wholeNumber,
+  type ListsEveryKey,
 } from '../shared/options-kit.js';
 import {
   DEFAULT_RETRY,
@@ -121,6 +122,7 @@ export const CLIENT_OPTIONS = [
   'rateLimit',
   'logger',
 ] as const satisfies readonly (keyof EmlApiClientOptions)[];
+const _everyClientOptions: ListsEveryKey<EmlApiClientOptions, typeof CLIENT_OPTIONS> = true;
 
 const RETRY_KEYS = [
   'attempts',

@@ -82,25 +82,6 @@ export type MemberInput =
   | { address: string; name?: string; substitutions?: Record<string, string | number | boolean> };
 
 /**
- * Progress of {@link EmlApiClient.addToGroup}, reported after each batch.
- * @example const onBatch = (p: AddToGroupProgress) => console.log(`batch ${p.batch}/${p.batches}: ${p.entriesDone}/${p.entries}`);
- */
-export interface AddToGroupProgress {
-  /** Batches done so far (1 after the first). */
-  batch: number;
-  /** Batches in all. */
-  batches: number;
-  /** Entries sent so far, over all batches done. */
-  entriesDone: number;
-  /** Entries in all. */
-  entries: number;
-  /** What this batch added. */
-  added: string[];
-  /** What this batch skipped, with the service's reasons. */
-  skipped: { email: string; reason: string }[];
-}
-
-/**
  * Options of {@link EmlApiClient.addToGroup}.
  * @example await client.addToGroup('newsletter', members, { onFailure: 'SKIP', batchSize: 200 });
  */
@@ -110,7 +91,20 @@ export interface AddToGroupOptions extends RequestOptions {
   /** Entries per request. @default 500 */
   batchSize?: number;
   /** Called after each batch the service accepted, e.g. for a progress bar. @default undefined */
-  onBatch?: (progress: AddToGroupProgress) => void;
+  onBatch?: (progress: {
+    /** Batches done so far (1 after the first). */
+    batch: number;
+    /** Batches in all. */
+    batches: number;
+    /** Entries sent so far, over all batches done. */
+    entriesDone: number;
+    /** Entries in all. */
+    entries: number;
+    /** What this batch added. */
+    added: string[];
+    /** What this batch skipped, with the service's reasons. */
+    skipped: { email: string; reason: string }[];
+  }) => void;
 }
 
 /**

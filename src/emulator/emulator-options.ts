@@ -1,9 +1,10 @@
 import { invalidApiKeyAt, API_SCOPES, type ApiPlan, type ApiScope, MAX_REQUEST_SIZE } from '../protocol/api-types.js';
-import { configError, describe, refuseUnknownKeys, wholeNumber } from '../shared/options-kit.js';
+import { configError, describe, refuseUnknownKeys, wholeNumber, type ListsEveryKey } from '../shared/options-kit.js';
 import { FaultInjector, type EmulatorFaults } from './http/fault-injector.js';
-import { KeyRateLimiter, type EmulatorRateLimit } from './http/api-router.js';
+import { KeyRateLimiter } from './http/api-router.js';
 import { DEFAULT_MAX_MESSAGES } from './state/mail-store.js';
 import type { EmulatorSmtpOptions } from './smtp-ingest.js';
+import type { EmlApiLogger } from '../shared/options-kit.js';
 
 /**
  * The account keys belong to unless told otherwise, the ready key `emu.apiKey` included.
@@ -11,25 +12,7 @@ import type { EmulatorSmtpOptions } from './smtp-ingest.js';
  */
 export const DEFAULT_EMULATOR_ACCOUNT = 'default';
 
-/**
- * An API key the emulator accepts.
- * @example const key: EmulatorApiKey = { key: 'k-send', scopes: ['sender'], plan: 'free', account: 'shop' };
- */
-export interface EmulatorApiKey {
-  /** The key's value, which clients send in `X-API-KEY`; visible ASCII. */
-  key: string;
-  /** Scopes the key holds. */
-  scopes: ApiScope[];
-  /** Account plan of the key. @default 'free' */
-  plan?: ApiPlan;
-  /**
-   * The account the key belongs to. Idempotency keys are scoped to the account, as on the service: a send repeated
-   * under another key of the account (a key rotated while workers retry) is answered from the first.
-   * @default 'default' (the account of the ready key `emu.apiKey`)
-   * @example await startEmulator({ apiKeys: [{ key: 'k-old', scopes: ['sender'], account: 'shop' }, { key: 'k-new', scopes: ['sender'], account: 'shop' }] });
-   */
-  account?: string;
-}
+export type EmulatorApiKey = NonNullable<EmulatorOptions['apiKeys']>[number];
 
 /**
  * Options of {@link startEmulator}.
@@ -58,7 +41,21 @@ export interface EmulatorOptions {
    */
   publicUrl?: string;
   /** API keys besides the ready key `emu.apiKey` (all scopes, plan 'plus'). @default [] */
-  apiKeys?: EmulatorApiKey[];
+  apiKeys?: {
+    /** The key's value, which clients send in `X-API-KEY`; visible ASCII. */
+    key: string;
+    /** Scopes the key holds. */
+    scopes: ApiScope[];
+    /** Account plan of the key. @default 'free' */
+    plan?: ApiPlan;
+    /**
+     * The account the key belongs to. Idempotency keys are scoped to the account, as on the service: a send repeated
+     * under another key of the account (a key rotated while workers retry) is answered from the first.
+     * @default 'default' (the account of the ready key `emu.apiKey`)
+     * @example await startEmulator({ apiKeys: [{ key: 'k-old', scopes: ['sender'], account: 'shop' }, { key: 'k-new', scopes: ['sender'], account: 'shop' }] });
+     */
+    account?: string;
+  }[];
   /** Groups that exist from the start: the service creates groups out of band, never through the API. @default [] */
   groups?: string[];
   /**
@@ -75,7 +72,15 @@ export interface EmulatorOptions {
   /** Seeded faults injected into API requests (503, 429, resets, latency); `emu.setFaults()` changes them. @default undefined */
   faults?: EmulatorFaults;
   /** Per-key rate limit; requests over it get `429 rate_limited` with `Retry-After`. @default undefined (no limit) */
-  rateLimit?: EmulatorRateLimit;
+  rateLimit?: {
+    /** Requests each key may make per second, on average. */
+    requestsPerSecond: number;
+    /**
+     * Requests a key may make at once after being idle.
+     * @default requestsPerSecond
+     */
+    burst?: number;
+  };
   /**
    * Most messages the inbox keeps; past it the oldest are dropped (counted in `/api/v1/info`), so memory stays flat.
    * @default 10000
@@ -89,7 +94,10 @@ export interface EmulatorOptions {
    * @default undefined (no login)
    * @example await startEmulator({ host: '0.0.0.0', inboxLogin: { username: 'team', password: process.env.INBOX_PASSWORD! } });
    */
-  inboxLogin?: EmulatorInboxLogin;
+  inboxLogin?: {
+    username: string;
+    password: string;
+  };
   /**
    * Takes mail over SMTP too, into the same inbox (as Mailpit's port 1025), at `emu.smtp`; loopback clients send
    * without AUTH. Needs the optional peer `smtp-server`. @default undefined (no SMTP)
@@ -97,7 +105,19 @@ export interface EmulatorOptions {
    * const emu = await startEmulator({ smtp: { port: 0 } });
    * nodemailer.createTransport({ host: emu.smtp!.host, port: emu.smtp!.port });
    */
-  smtp?: EmulatorSmtpOptions;
+  smtp?: {
+    /** TCP port; 0 picks a free one (`emu.smtp.port`). @default 0 */
+    port?: number;
+    /** Interface to listen on. @default the emulator's `host` */
+    host?: string;
+    /**
+     * Clients that may send without AUTH (`172.16.0.0/12` for a docker-compose network); others AUTH with any user name
+     * and the emulator's API key. @default ['127.0.0.0/8', '::1/128'] (loopback)
+     */
+    allowFrom?: string[];
+    /** Where refused (`warn`) and accepted (`info`) messages are logged. @default nothing is logged */
+    logger?: EmlApiLogger;
+  };
   /**
    * A directory keeping the messages (read marks and tags included), groups, unsubscribe links, hosted images and the
    * ready API key across restarts; created with mode 0700, since it holds the key and every message. One emulator each.
@@ -107,14 +127,7 @@ export interface EmulatorOptions {
   dataDir?: string;
 }
 
-/**
- * The login of the web inbox and the inspection API.
- * @example const login: EmulatorInboxLogin = { username: 'team', password: 's3cret-enough' };
- */
-export interface EmulatorInboxLogin {
-  username: string;
-  password: string;
-}
+export type EmulatorInboxLogin = NonNullable<EmulatorOptions['inboxLogin']>;
 
 export interface ResolvedEmulatorOptions {
   port: number;
@@ -153,6 +166,7 @@ const EMULATOR_OPTIONS = [
   'smtp',
   'dataDir',
 ] as const satisfies readonly (keyof EmulatorOptions)[];
+const _everyEmulatorOptions: ListsEveryKey<EmulatorOptions, typeof EMULATOR_OPTIONS> = true;
 
 const API_KEY_FIELDS = ['key', 'scopes', 'plan', 'account'] as const satisfies readonly (keyof EmulatorApiKey)[];
 

@@ -7,34 +7,18 @@ import type { EmulatorState } from './state/emulator-state.js';
 // mail takes an API send's way into the inbox and the relay answers as in production. It is loaded only when `smtp`
 // is asked for, so smtp-server stays an optional peer.
 
-/**
- * SMTP in of the emulator (its `smtp` option).
- * @example
- * const emu = await startEmulator({ smtp: { port: 0 } });
- * await nodemailer.createTransport({ host: emu.smtp!.host, port: emu.smtp!.port }).sendMail(message);
- */
+/** SMTP in of the emulator (its `smtp` option). */
 export interface EmulatorSmtpOptions {
-  /** TCP port; 0 picks a free one (`emu.smtp.port`). @default 0 */
   port?: number;
-  /** Interface to listen on. @default the emulator's `host` */
   host?: string;
-  /**
-   * Clients that may send without AUTH (`172.16.0.0/12` for a docker-compose network); others AUTH with any user name
-   * and the emulator's API key. @default ['127.0.0.0/8', '::1/128'] (loopback)
-   */
   allowFrom?: string[];
-  /** Where refused (`warn`) and accepted (`info`) messages are logged. @default nothing is logged */
   logger?: EmlApiLogger;
 }
 
-/**
- * A running SMTP listener of the emulator (`emu.smtp`).
- * @example const { host, port, url } = emu.smtp!; // url: 'smtp://127.0.0.1:40123'
- */
+/** A running SMTP listener of the emulator (`emu.smtp`). */
 export interface EmulatorSmtp {
   readonly host: string;
   readonly port: number;
-  /** `smtp://HOST:PORT`, a host that reaches it from this machine. */
   readonly url: string;
 }
 

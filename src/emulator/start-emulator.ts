@@ -5,14 +5,14 @@ import { API_SCOPES } from '../protocol/api-types.js';
 import { DEFAULT_EMULATOR_ACCOUNT, resolveEmulatorOptions, type EmulatorOptions } from './emulator-options.js';
 import type { DeliveredMessage, EmulatorMember, EmulatorMessage } from './state/records.js';
 import { EmulatorState } from './state/emulator-state.js';
-import { FaultInjector, type EmulatorFaults, type FaultStats } from './http/fault-injector.js';
+import { FaultInjector, type EmulatorFaults } from './http/fault-injector.js';
 import { createRequestHandler, type ServerContext } from './http/api-router.js';
 import { inboxSection } from './inbox/inbox-section.js';
 import { inspectionApi } from './inbox/inspection-api.js';
 import { WebAccess } from './inbox/web-access.js';
 import { loadMimeParser } from './operations/send-operations.js';
 import { publicPages } from './pages/public-pages.js';
-import { startSmtpIngest, type EmulatorSmtp } from './smtp-ingest.js';
+import { startSmtpIngest } from './smtp-ingest.js';
 import { DataDir } from './state/data-dir.js';
 
 /**
@@ -30,8 +30,12 @@ export interface Emulator {
   readonly port: number;
   /** A ready API key holding every scope, on the `plus` plan, of the account `'default'`. */
   readonly apiKey: string;
-  /** The SMTP listener, when the `smtp` option asked for one. */
-  readonly smtp: EmulatorSmtp | undefined;
+  /**
+   * The SMTP listener, when the `smtp` option asked for one (`url`: `smtp://HOST:PORT`, a host that
+   * reaches it from this machine).
+   * @example const { host, port, url } = emu.smtp!; // url: 'smtp://127.0.0.1:40123'
+   */
+  readonly smtp: { readonly host: string; readonly port: number; readonly url: string } | undefined;
   /** Accepted messages, oldest first. */
   messages(): EmulatorMessage[];
   /** Copies delivered to one address (case-insensitive), oldest first; Bcc removed. */
@@ -58,8 +62,13 @@ export interface Emulator {
    * emu.setFaults(undefined); // none
    */
   setFaults(faults: EmulatorFaults | undefined): void;
-  /** How many requests got each fault since the faults were set; undefined without faults. */
-  faultStats(): FaultStats | undefined;
+  /**
+   * How many requests got each fault since the faults were set; undefined without faults.
+   * @example const stats = emu.faultStats(); // { none: 180, unavailable: 12, rateLimited: 5, ... }
+   */
+  faultStats():
+    | Record<'none' | 'unavailable' | 'rateLimited' | 'resetBeforeProcessing' | 'resetAfterProcessing', number>
+    | undefined;
   /** Stops the server and drops its connections (open inbox event streams included). */
   close(): Promise<void>;
 }

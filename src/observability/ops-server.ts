@@ -38,7 +38,7 @@ export interface OpsHttpOptions {
    * service one request per `readyCacheMs`.
    * @default 10000
    * @example
-   * await startEmlApiWorker({ connection, apiKey, baseUrl, http: { port: 9465, readyCacheMs: 30_000 } });
+   * await startOutboxWorker({ connection, apiKey, baseUrl, http: { port: 9465, readyCacheMs: 30_000 } });
    */
   readyCacheMs?: number;
 }

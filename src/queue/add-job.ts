@@ -1,6 +1,6 @@
 import type { JobsOptions, Queue } from 'bullmq';
 import type { ChainableCommander } from 'ioredis';
-import type { OutboxJobData, OutboxSendResult } from './outbox-job.js';
+import type { OutboxJobRecord, OutboxSendResult } from './outbox-job.js';
 import type { OutboxRedisClient } from './redis-connection.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { CONTENT_CHUNK } from './content-store.js';
@@ -89,11 +89,11 @@ const defined = new WeakSet<OutboxRedisClient>();
  * @throws the add's own failure (Redis's reply error when it never ran); BullMQ's refusal of the job
  */
 export async function addJob(
-  queue: Queue<OutboxJobData, OutboxSendResult>,
+  queue: Queue<OutboxJobRecord, OutboxSendResult>,
   redis: OutboxRedisClient,
   job: {
     name: string;
-    data: OutboxJobData;
+    data: OutboxJobRecord;
     opts: JobsOptions & { jobId: string };
     contentKey: string;
     replicas?: { count: number; timeoutMs: number } | undefined;
@@ -310,7 +310,7 @@ export function finishedByWorker(state: AddedState): boolean {
   if (state.finishedOn !== null && state.failedAt === null) return true;
   if (state.data === null) return false;
   try {
-    const data = JSON.parse(state.data) as Partial<OutboxJobData>;
+    const data = JSON.parse(state.data) as Partial<OutboxJobRecord>;
     return data.sent !== undefined || data.contentRemoved === true;
   } catch {
     return false;
@@ -330,8 +330,8 @@ export function finishedByWorker(state: AddedState): boolean {
  */
 export type DuplicateSettlement =
   | { kind: 'new' }
-  | { kind: 'duplicate'; data: OutboxJobData }
-  | { kind: 'retried'; data: OutboxJobData }
+  | { kind: 'duplicate'; data: OutboxJobRecord }
+  | { kind: 'retried'; data: OutboxJobRecord }
   | { kind: 'replaced'; removeContent: string | undefined }
   | { kind: 'refused'; error: EmlApiError }
   | { kind: 'lost' }
@@ -366,21 +366,21 @@ return 1
  * @param now the producer's clock, for a job's `resendUntil` @default Date.now()
  */
 export async function settleDuplicate(
-  queue: Queue<OutboxJobData, OutboxSendResult>,
+  queue: Queue<OutboxJobRecord, OutboxSendResult>,
   redis: OutboxRedisClient,
   jobId: string,
-  ours: OutboxJobData,
+  ours: OutboxJobRecord,
   added: AddedState,
   storedLength: number | undefined,
   now = Date.now(),
 ): Promise<DuplicateSettlement> {
   const { data: raw, failedAt, finishedOn: finished } = added;
   // Refused for want of this content: no job points at it but one an earlier run of this add made.
-  if (added.refused && (raw === null || (JSON.parse(raw) as OutboxJobData).contentKey !== ours.contentKey)) {
+  if (added.refused && (raw === null || (JSON.parse(raw) as OutboxJobRecord).contentKey !== ours.contentKey)) {
     return { kind: 'lost' };
   }
   if (raw === null) return { kind: 'gone' };
-  const stored = JSON.parse(raw) as OutboxJobData;
+  const stored = JSON.parse(raw) as OutboxJobRecord;
   if (stored.contentKey === ours.contentKey) return { kind: 'new' };
   if (failedAt === null) return { kind: 'duplicate', data: stored };
   const finishedOn = Number(finished);
@@ -400,7 +400,7 @@ export async function settleDuplicate(
   // BullMQ keeps its stall counter across a replacement.
   const seen = stored.stallsSeen === undefined ? {} : { stallsSeen: stored.stallsSeen };
   // Each producer's change is its own, so the compare-and-set can tell it.
-  const next: OutboxJobData = {
+  const next: OutboxJobRecord = {
     ...(retry ? { ...stored, stalls: 0, putBackBy: ours.contentKey } : { ...ours, ...seen }),
     putBackFrom: finishedOn,
   };
@@ -440,7 +440,7 @@ function afterPutBack(outcome: PutBack, settled: DuplicateSettlement): Duplicate
 }
 
 /** `back` once out of the failed set (by any producer), `gone` when the id is gone, `put-back-failed` when Redis did not take it. */
-async function putBack(queue: Queue<OutboxJobData, OutboxSendResult>, jobId: string): Promise<PutBack> {
+async function putBack(queue: Queue<OutboxJobRecord, OutboxSendResult>, jobId: string): Promise<PutBack> {
   try {
     const job = await queue.getJob(jobId);
     if (!job) return { kind: 'gone' };
@@ -458,7 +458,7 @@ async function putBack(queue: Queue<OutboxJobData, OutboxSendResult>, jobId: str
   }
 }
 
-function keyUsedError(stored: OutboxJobData, jobId: string): EmlApiError {
+function keyUsedError(stored: OutboxJobRecord, jobId: string): EmlApiError {
   return new EmlApiError(
     'EMESSAGE',
     `The message queued under this idempotencyKey (job ${jobId}) failed because the service had already accepted ` +
@@ -468,7 +468,7 @@ function keyUsedError(stored: OutboxJobData, jobId: string): EmlApiError {
   );
 }
 
-function parkedJobError(stored: OutboxJobData, jobId: string): EmlApiError {
+function parkedJobError(stored: OutboxJobRecord, jobId: string): EmlApiError {
   const why =
     stored.lastError?.parked === 'stalls'
       ? 'it stalled again and again (each time, the worker sending it stopped before it finished: a message that crashes workers?), and an attempt may have been delivered'

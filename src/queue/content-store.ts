@@ -9,7 +9,7 @@ import type { MailEnvelope } from '../transport/nodemailer-types.js';
 import { NO_KEYS, recordAad, type OutboxKeyring, encryptedSize, RECORD_OVERHEAD } from './content-cipher.js';
 import { newContentKey, outboxKeys, parseContentKey, queueKey, type QueueLocation } from './queue-location.js';
 import { keyVerdict } from './redis-settings.js';
-import { type OutboxJobData, outboxJobId } from './outbox-job.js';
+import { type OutboxJobRecord, outboxJobId } from './outbox-job.js';
 
 /*
  * Content is one Redis string beside its job (or, when small, in the job), written in chunks, each
@@ -149,7 +149,7 @@ export class ContentStore {
     contentKey: string,
     written: WrittenContent,
     clear: { envelope: MailEnvelope; messageId: string; kind?: SendKind; group?: string | undefined },
-  ): Partial<OutboxJobData> {
+  ): Partial<OutboxJobRecord> {
     if (written.keyId === undefined) return { sha256: written.sha256 };
     // Kind and group are sealed so a job changed in Redis is not posted; the idempotency key is bound
     // through the content key, which names the job.
@@ -174,7 +174,7 @@ export class ContentStore {
   }
 
   /** Decrypted when this store holds the key. */
-  reveal<T extends Pick<OutboxJobData, 'contentKey' | 'size' | 'envelope' | 'messageId' | 'encryption'>>(data: T): T {
+  reveal<T extends Pick<OutboxJobRecord, 'contentKey' | 'size' | 'envelope' | 'messageId' | 'encryption'>>(data: T): T {
     if (data.encryption === undefined) return data;
     try {
       const aad = recordAad(data.contentKey, 'meta', data.size);
@@ -193,7 +193,7 @@ export class ContentStore {
    * @throws {EmlApiError} `EMESSAGE` (permanent) when the data was changed; `ECONFIG` (retried)
    *   when this worker does not hold the key, or holds other bytes under its id
    */
-  async checkBinding(data: OutboxJobData): Promise<void> {
+  async checkBinding(data: OutboxJobRecord): Promise<void> {
     if (data.encryption === undefined) return;
     const changed = (what: string) =>
       new EmlApiError(

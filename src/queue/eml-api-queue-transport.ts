@@ -15,14 +15,7 @@ import type { SpoolSettings } from '../body/message-spool.js';
 import { toGroupEmailRequest, toStandardEmailRequest } from '../client/eml-api-client.js';
 import { outboxJobId, type OutboxJobData, type OutboxSendResult } from './outbox-job.js';
 import { type EmlApiQueueTransportOptions, resolveQueueTransportOptions } from './queue-transport-options.js';
-import { OutboxProducer, type EmlApiQueuedMessageInfo, type OutboxMessage } from './outbox-producer.js';
-
-/**
- * Nodemailer's callback of `transport.send`.
- * @example
- * transport.send(mail, (err, info) => console.log(err ?? info?.response));
- */
-export type QueueSendCallback = (err: Error | null, info?: EmlApiQueuedMessageInfo) => void;
+import { OutboxProducer, type OutboxQueuedMessageInfo, type OutboxMessage } from './outbox-producer.js';
 
 /**
  * The event of {@link EmlApiQueueTransport}: `'idle'` when a send would start at once again (Nodemailer's pool contract).
@@ -44,7 +37,7 @@ export interface EmlApiQueueTransport {
 /**
  * Nodemailer transport that queues messages in Redis instead of sending them: `sendMail` resolves
  * once Redis has stored the message, as a relay answers `250` once it is on disk. Workers
- * ({@link startEmlApiWorker}, `eml-api worker`) send them through the service. Messages are built
+ * ({@link startOutboxWorker}, `eml-api worker`) send them through the service. Messages are built
  * and checked exactly as {@link EmlApiTransport} builds them, before anything is stored, and stored
  * through its {@link OutboxProducer}. Holds no API key.
  * @example
@@ -97,9 +90,12 @@ export class EmlApiQueueTransport extends EventEmitter {
   }
 
   /** Queues one message; called by Nodemailer's `sendMail`. The callback is called exactly once. */
-  readonly send = (mail: NodemailerMail, callback: QueueSendCallback): void => {
+  readonly send = (
+    mail: NodemailerMail,
+    callback: (err: Error | null, info?: OutboxQueuedMessageInfo) => void,
+  ): void => {
     let called = false;
-    let queued: Promise<EmlApiQueuedMessageInfo>;
+    let queued: Promise<OutboxQueuedMessageInfo>;
     try {
       queued = this.#send(mail);
     } catch (err) {
@@ -164,7 +160,7 @@ export class EmlApiQueueTransport extends EventEmitter {
   /** Whether a send would start at once (fewer than `concurrency` building or storing). */
   readonly isIdle = (): boolean => !this.#closed && this.#limiter.hasFreeSlot;
 
-  #send(mail: NodemailerMail): Promise<EmlApiQueuedMessageInfo> {
+  #send(mail: NodemailerMail): Promise<OutboxQueuedMessageInfo> {
     if (this.#closed) {
       throw new EmlApiError('ECONNECTION', 'The transport is closed; create a new one to queue more mail', {
         permanent: true,
@@ -219,7 +215,7 @@ export class EmlApiQueueTransport extends EventEmitter {
     route: SendRoute,
     idempotencyKey: string,
     signal: AbortSignal,
-  ): Promise<EmlApiQueuedMessageInfo> {
+  ): Promise<OutboxQueuedMessageInfo> {
     const built = await buildQueuedMessage(
       mail,
       route,
@@ -326,4 +322,4 @@ function signalOf(mail: NodemailerMail): AbortSignal | undefined {
   return signal instanceof AbortSignal ? signal : undefined;
 }
 
-export type { EmlApiQueuedMessageInfo } from './outbox-producer.js';
+export type { OutboxQueuedMessageInfo } from './outbox-producer.js';

@@ -7,7 +7,7 @@ import { ContentStore } from './content-store.js';
 import { sweepStoredContent } from './content-sweeper.js';
 import { OutboxJobRunner, type RunOutcome } from './job-runner.js';
 import { JobRecords } from './job-record.js';
-import type { OutboxJob, OutboxJobData, OutboxSendResult } from './outbox-job.js';
+import type { OutboxJob, OutboxRecordJob, OutboxJobRecord, OutboxJobData, OutboxSendResult } from './outbox-job.js';
 import { queueKey, type QueueLocation } from './queue-location.js';
 import {
   loadBullmq,
@@ -27,7 +27,7 @@ import {
   watchRefusal,
   withoutArguments,
 } from './redis-failure.js';
-import { resolveWorkerOptions, type EmlApiWorkerOptions } from './worker-options.js';
+import { resolveWorkerOptions, type OutboxWorkerOptions } from './worker-options.js';
 import { compareKeyChecks, redisPassword, RedisSettingsWatch } from './redis-settings.js';
 import { checkWorkerOwner, foreignJob, keyFingerprint, type QueueOwner } from './queue-owner.js';
 import { capRateLimitPause } from './outbox-admin.js';
@@ -38,28 +38,16 @@ import type { ReadinessCheck } from '../observability/ops-server.js';
 
 export type { OutboxJob } from './outbox-job.js';
 
-/**
- * Options of {@link EmlApiWorker.close}.
- * @example
- * await outbox.close({ abort: true });
- */
-export interface WorkerCloseOptions {
-  /**
-   * `true`: abort the sends in flight and put their jobs straight back for another worker (the
-   * idempotency key makes a resend deliver once). `false`: let them finish.
-   * @default false
-   */
-  abort?: boolean;
-}
-
-const WORKER_CLOSE_OPTIONS = ['abort'] as const satisfies readonly (keyof WorkerCloseOptions)[];
+const WORKER_CLOSE_OPTIONS = ['abort'] as const satisfies readonly (keyof NonNullable<
+  Parameters<OutboxWorker['close']>[0]
+>)[];
 
 /**
- * The events of an {@link EmlApiWorker} and their listeners' arguments.
+ * The events of an {@link OutboxWorker} and their listeners' arguments.
  * @example
  * outbox.on('retrying', (job, err, delayMs) => log.warn({ job: job.id, code: err.code, delayMs }, err.message));
  */
-export interface EmlApiWorkerEvents {
+export interface OutboxWorkerEvents {
   /** The service accepted a send. */
   sent: [job: OutboxJob, result: OutboxSendResult];
   /** A send failed for a passing reason and will be tried again in `delayMs`. */
@@ -78,37 +66,37 @@ export interface EmlApiWorkerEvents {
  * outbox.on('failed', (job, err) => log.error({ job: job.id, code: err.code }, err.message));
  */
 // eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging -- EventEmitter implements them
-export interface EmlApiWorker {
-  on<E extends keyof EmlApiWorkerEvents>(event: E, listener: (...args: EmlApiWorkerEvents[E]) => void): this;
-  once<E extends keyof EmlApiWorkerEvents>(event: E, listener: (...args: EmlApiWorkerEvents[E]) => void): this;
-  off<E extends keyof EmlApiWorkerEvents>(event: E, listener: (...args: EmlApiWorkerEvents[E]) => void): this;
-  addListener<E extends keyof EmlApiWorkerEvents>(event: E, listener: (...args: EmlApiWorkerEvents[E]) => void): this;
-  removeListener<E extends keyof EmlApiWorkerEvents>(
+export interface OutboxWorker {
+  on<E extends keyof OutboxWorkerEvents>(event: E, listener: (...args: OutboxWorkerEvents[E]) => void): this;
+  once<E extends keyof OutboxWorkerEvents>(event: E, listener: (...args: OutboxWorkerEvents[E]) => void): this;
+  off<E extends keyof OutboxWorkerEvents>(event: E, listener: (...args: OutboxWorkerEvents[E]) => void): this;
+  addListener<E extends keyof OutboxWorkerEvents>(event: E, listener: (...args: OutboxWorkerEvents[E]) => void): this;
+  removeListener<E extends keyof OutboxWorkerEvents>(
     event: E,
-    listener: (...args: EmlApiWorkerEvents[E]) => void,
+    listener: (...args: OutboxWorkerEvents[E]) => void,
   ): this;
-  prependListener<E extends keyof EmlApiWorkerEvents>(
+  prependListener<E extends keyof OutboxWorkerEvents>(
     event: E,
-    listener: (...args: EmlApiWorkerEvents[E]) => void,
+    listener: (...args: OutboxWorkerEvents[E]) => void,
   ): this;
-  prependOnceListener<E extends keyof EmlApiWorkerEvents>(
+  prependOnceListener<E extends keyof OutboxWorkerEvents>(
     event: E,
-    listener: (...args: EmlApiWorkerEvents[E]) => void,
+    listener: (...args: OutboxWorkerEvents[E]) => void,
   ): this;
-  emit<E extends keyof EmlApiWorkerEvents>(event: E, ...args: EmlApiWorkerEvents[E]): boolean;
+  emit<E extends keyof OutboxWorkerEvents>(event: E, ...args: OutboxWorkerEvents[E]): boolean;
 }
 
 /**
  * A running outbox worker: takes jobs from the queue and posts them through the service with each
- * job's idempotency key. Made by {@link startEmlApiWorker}; events: {@link EmlApiWorkerEvents}.
+ * job's idempotency key. Made by {@link startOutboxWorker}; events: {@link OutboxWorkerEvents}.
  * @example
- * const outbox = await startEmlApiWorker({ connection, apiKey, baseUrl });
+ * const outbox = await startOutboxWorker({ connection, apiKey, baseUrl });
  * outbox.on('sent', (job, result) => metrics.increment('mail.sent'));
  * outbox.on('failed', (job, err) => log.error({ job: job.id, code: err.code }, err.message));
  * process.once('SIGTERM', () => outbox.close());
  */
 // eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging -- typed events (interface above)
-export class EmlApiWorker extends EventEmitter {
+export class OutboxWorker extends EventEmitter {
   /** The BullMQ worker (pause, resume, events). */
   readonly worker: Worker<OutboxJobData, OutboxSendResult>;
   /** The API client the worker sends through. */
@@ -119,7 +107,7 @@ export class EmlApiWorker extends EventEmitter {
    * Resolves once the worker is connected and Redis keeps what is queued; rejects (`ECONFIG`, the
    * worker then closed) when Redis evicts keys.
    * @example
-   * const outbox = await startEmlApiWorker(options); // has waited for it
+   * const outbox = await startOutboxWorker(options); // has waited for it
    * await outbox.started; // already settled
    */
   readonly started: Promise<void>;
@@ -150,11 +138,11 @@ export class EmlApiWorker extends EventEmitter {
   #clockWatch: NodeJS.Timeout | undefined;
 
   /**
-   * Workers are started with {@link startEmlApiWorker}, which also waits until the worker is connected.
+   * Workers are started with {@link startOutboxWorker}, which also waits until the worker is connected.
    * @internal The package's CLI and tests make one directly, to stop it before it has connected.
    * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid
    */
-  constructor(options: EmlApiWorkerOptions) {
+  constructor(options: OutboxWorkerOptions) {
     super();
     const { http, metrics, ...workerOptions } = options;
     const settings = resolveWorkerOptions(workerOptions);
@@ -407,7 +395,7 @@ export class EmlApiWorker extends EventEmitter {
       this.#stopForClock();
       return this.#handBack(job, token);
     }
-    return this.#runner.run(job, token);
+    return this.#runner.run(job as OutboxRecordJob, token);
   }
 
   #stopForClock(): void {
@@ -448,7 +436,16 @@ export class EmlApiWorker extends EventEmitter {
    * @example
    * process.once('SIGTERM', () => outbox.close());
    */
-  close(options: WorkerCloseOptions = {}): Promise<void> {
+  close(
+    options: {
+      /**
+       * `false`: stop taking jobs and let the sends in flight finish. `true`: abort them and put their
+       * jobs straight back for another worker (the idempotency key makes a resend deliver once).
+       * @default false
+       */
+      abort?: boolean;
+    } = {},
+  ): Promise<void> {
     try {
       refuseUnknownKeys(options ?? {}, WORKER_CLOSE_OPTIONS, 'close.');
     } catch (err) {
@@ -505,7 +502,7 @@ export class EmlApiWorker extends EventEmitter {
   /**
    * The worker's health and metrics port (the `http` option), once started.
    * @example
-   * const outbox = await startEmlApiWorker({ connection, apiKey, baseUrl, http: { port: 0 } });
+   * const outbox = await startOutboxWorker({ connection, apiKey, baseUrl, http: { port: 0 } });
    * console.log(`http://${outbox.http!.host}:${outbox.http!.port}/readyz`);
    */
   get http(): { readonly port: number; readonly host: string } | undefined {
@@ -566,7 +563,7 @@ export class EmlApiWorker extends EventEmitter {
 
   #onSent(job: OutboxJob, result: OutboxSendResult): void {
     // It was sent when it ran: completed again, nothing posted.
-    if ((job.data as Partial<OutboxJobData> | undefined)?.sent !== undefined) {
+    if ((job.data as Partial<OutboxJobRecord> | undefined)?.sent !== undefined) {
       this.#logger.info(
         { job: job.id, id: result?.id },
         'Queued message was sent already: completed again, nothing posted',
@@ -658,9 +655,9 @@ function answeredByNotTheService(error: Error): boolean {
  *   differs from the producers' under its id), or naming the Redis setting (and the command that fixes
  *   it) when Redis would lose queued mail
  * @example
- * import { startEmlApiWorker } from 'nodemailer-eml-api/queue';
+ * import { startOutboxWorker } from 'nodemailer-eml-api/queue';
  *
- * const outbox = await startEmlApiWorker({
+ * const outbox = await startOutboxWorker({
  *   connection: process.env.REDIS_URL!,
  *   apiKey: process.env.EML_API_KEY!,
  *   baseUrl: 'https://api.mail.example.com',
@@ -672,14 +669,14 @@ function answeredByNotTheService(error: Error): boolean {
  * // Stopped while it waits for Redis (SIGTERM during the start):
  * const stop = new AbortController();
  * process.once('SIGTERM', () => stop.abort());
- * const started = await startEmlApiWorker(options, { signal: stop.signal }); // rejects EABORT when aborted first
+ * const started = await startOutboxWorker(options, { signal: stop.signal }); // rejects EABORT when aborted first
  */
-export async function startEmlApiWorker(
-  options: EmlApiWorkerOptions,
+export async function startOutboxWorker(
+  options: OutboxWorkerOptions,
   { signal }: { signal?: AbortSignal } = {},
-): Promise<EmlApiWorker> {
+): Promise<OutboxWorker> {
   signal?.throwIfAborted();
-  const outbox = new EmlApiWorker(options);
+  const outbox = new OutboxWorker(options);
   // Until it resolves the worker is not the caller's to close: the signal stops a start that waits for Redis.
   let onAbort: (() => void) | undefined;
   const aborted = new Promise<never>((_resolve, reject) => {

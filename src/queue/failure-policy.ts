@@ -1,6 +1,6 @@
 import { EmlApiError, errorDetails } from '../shared/eml-api-error.js';
 import { MAY_HAVE_BEEN_ACCEPTED, type ServiceResponse } from '../http/request-error.js';
-import type { OutboxJobData, OutboxJobError } from './outbox-job.js';
+import type { OutboxJobRecord, OutboxJobError } from './outbox-job.js';
 
 /** Pause of the queue after a 429 without `Retry-After`, in ms. */
 export const DEFAULT_RATE_LIMIT_PAUSE = 5_000;
@@ -139,7 +139,7 @@ export function stallFailure(stalls: number): EmlApiError {
 }
 
 /** The failure of a job put back after the service refused it and its content was removed: nothing to post. */
-export function putBackWithoutContent(data: OutboxJobData): EmlApiError {
+export function putBackWithoutContent(data: OutboxJobRecord): EmlApiError {
   const said = data.lastError?.message ?? 'no reason recorded';
   return new EmlApiError(
     'EMESSAGE',
@@ -183,7 +183,7 @@ export function parkedAfterWindow(possiblyAcceptedAt: number, queueId: string): 
  * says that attempt may have delivered it.
  */
 export function contentMissing(
-  job: Pick<OutboxJobData, 'contentKey' | 'possiblyAcceptedAt'>,
+  job: Pick<OutboxJobRecord, 'contentKey' | 'possiblyAcceptedAt'>,
   queueId: string,
 ): EmlApiError {
   const missing = new EmlApiError(

@@ -1,5 +1,5 @@
 import type { EmlApiLogger } from '../shared/options-kit.js';
-import type { OutboxJob, OutboxJobData, OutboxSendResult } from './outbox-job.js';
+import type { OutboxRecordJob, OutboxJobRecord, OutboxSendResult } from './outbox-job.js';
 import { jobLockKey, outboxKeys, queueKey, type QueueLocation } from './queue-location.js';
 import type { OutboxRedisClient } from './redis-connection.js';
 import { RETRY_PRIORITY } from './retry-schedule.js';
@@ -98,9 +98,9 @@ export class JobRecords {
    * @returns false when nothing was written: the job is gone, or another worker holds it (then said)
    */
   async write(
-    job: OutboxJob,
+    job: OutboxRecordJob,
     token: string | undefined,
-    data: OutboxJobData,
+    data: OutboxJobRecord,
     { dropContent = false, retry = false, parked = false }: RecordOptions = {},
   ): Promise<boolean> {
     const priority = retry && job.priority !== RETRY_PRIORITY ? RETRY_PRIORITY : undefined;
@@ -122,13 +122,13 @@ export class JobRecords {
 
   /** A failure to write is logged: the attempt's outcome stands. */
   async fail(
-    job: OutboxJob,
+    job: OutboxRecordJob,
     token: string | undefined,
-    fields: Partial<OutboxJobData>,
+    fields: Partial<OutboxJobRecord>,
     { dropContent = false, retry = false }: { dropContent?: boolean; retry?: boolean } = {},
   ): Promise<void> {
     const { inline, ...rest } = { ...job.data, ...fields };
-    const data = (dropContent || inline === undefined ? rest : { ...rest, inline }) as OutboxJobData;
+    const data = (dropContent || inline === undefined ? rest : { ...rest, inline }) as OutboxJobRecord;
     try {
       await this.write(job, token, data, {
         parked: fields.lastError?.parked !== undefined,
@@ -144,7 +144,7 @@ export class JobRecords {
    * Records the service's acceptance and deletes the content, in one step. Not awaited: BullMQ's
    * completion follows on the same connection, so Redis runs them in that order.
    */
-  sent(job: OutboxJob, token: string | undefined, data: OutboxJobData, result: OutboxSendResult): void {
+  sent(job: OutboxRecordJob, token: string | undefined, data: OutboxJobRecord, result: OutboxSendResult): void {
     const { inline: _sent, ...kept } = data;
     this.#redis
       .emlApiRecordSent(
@@ -164,18 +164,18 @@ export class JobRecords {
   }
 
   /** Stamped by its add; else BullMQ's timestamp, no later than `now`. */
-  async queuedAt(job: OutboxJob, now: number): Promise<number> {
+  async queuedAt(job: OutboxRecordJob, now: number): Promise<number> {
     const stamped = await this.#redis.hget(queueKey(this.#location, String(job.id)), QUEUED_AT).catch(() => null);
     return stamped !== null && Number.isFinite(Number(stamped)) ? Number(stamped) : Math.min(job.timestamp, now);
   }
 
-  #keys(job: OutboxJob, data: OutboxJobData): Keys {
+  #keys(job: OutboxRecordJob, data: OutboxJobRecord): Keys {
     const id = String(job.id);
     const { contentIndex, parked } = outboxKeys(this.#location);
     return [queueKey(this.#location, id), jobLockKey(this.#location, id), data.contentKey, contentIndex, parked];
   }
 
-  #warnNotOwner(job: OutboxJob, what: string): void {
+  #warnNotOwner(job: OutboxRecordJob, what: string): void {
     this.#logger.warn(
       { job: job.id },
       `This worker no longer holds the job (its lock expired: it stalled, and another worker took it): ${what} is dropped; ` +

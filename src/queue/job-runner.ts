@@ -1,7 +1,7 @@
 import { loadBullmq } from './redis-connection.js';
 import type { EmlApiClient } from '../client/eml-api-client.js';
 import type { EmlApiLogger } from '../shared/options-kit.js';
-import { readOutboxJobData, type OutboxJob, type OutboxJobData, type OutboxSendResult } from './outbox-job.js';
+import { readOutboxJobData, type OutboxRecordJob, type OutboxJobRecord, type OutboxSendResult } from './outbox-job.js';
 import type { ContentStore } from './content-store.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { seconds } from './redis-clock.js';
@@ -53,9 +53,9 @@ export interface JobRunnerSettings {
   /** Whether the worker is closing with `{ abort: true }`: its jobs are handed back, not failed. */
   stopping: () => boolean;
   /** Puts a job back in the queue for another worker. */
-  handBack: (job: OutboxJob, token: string | undefined) => Promise<RunOutcome>;
+  handBack: (job: OutboxRecordJob, token: string | undefined) => Promise<RunOutcome>;
   /** Why this worker must not send a job (queued for another account, or in clear on an encrypted queue). */
-  foreign: (data: OutboxJobData, queuedAt: () => Promise<number>) => Promise<EmlApiError | undefined>;
+  foreign: (data: OutboxJobRecord, queuedAt: () => Promise<number>) => Promise<EmlApiError | undefined>;
 }
 
 /**
@@ -75,10 +75,10 @@ export class OutboxJobRunner {
    * Runs one job: completes a job sent already with its first answer, counts a stall, parks a job past
    * its `resendUntil`, or posts it and records the outcome.
    */
-  async run(job: OutboxJob, token: string | undefined): Promise<RunOutcome> {
+  async run(job: OutboxRecordJob, token: string | undefined): Promise<RunOutcome> {
     const { stopping, handBack, records } = this.#settings;
     if (stopping()) return handBack(job, token);
-    let data: OutboxJobData;
+    let data: OutboxJobRecord;
     try {
       data = readOutboxJobData(job.data, this.#settings.contentKeyPrefix);
     } catch (err) {
@@ -111,7 +111,12 @@ export class OutboxJobRunner {
   }
 
   /** Posts a job (its turn at the gate taken) and records the outcome. */
-  async #send(job: OutboxJob, token: string | undefined, data: OutboxJobData, alone: boolean): Promise<RunOutcome> {
+  async #send(
+    job: OutboxRecordJob,
+    token: string | undefined,
+    data: OutboxJobRecord,
+    alone: boolean,
+  ): Promise<RunOutcome> {
     const { stopping, handBack, records, now } = this.#settings;
     if (stopping()) return handBack(job, token);
     const startedAt = await now();
@@ -131,10 +136,10 @@ export class OutboxJobRunner {
 
   /** Ends a run whose attempt failed: records why on the job and tells BullMQ what to do with it. */
   async #fail(
-    job: OutboxJob,
+    job: OutboxRecordJob,
     token: string | undefined,
     err: unknown,
-    data: OutboxJobData | undefined,
+    data: OutboxJobRecord | undefined,
     startedAt?: number,
   ): Promise<RunOutcome> {
     const { records, stopping } = this.#settings;
@@ -177,10 +182,10 @@ export class OutboxJobRunner {
    * would be delivered twice.
    */
   async #handBackAborted(
-    job: OutboxJob,
+    job: OutboxRecordJob,
     token: string | undefined,
     err: unknown,
-    data: OutboxJobData | undefined,
+    data: OutboxJobRecord | undefined,
     startedAt: number | undefined,
   ): Promise<RunOutcome> {
     if (data !== undefined && startedAt !== undefined && mayHaveBeenAccepted(err)) {
@@ -191,7 +196,7 @@ export class OutboxJobRunner {
   }
 
   /** Says so when the service asked to wait longer than the worker will (its `Retry-After` over `maxRetryAfter`). */
-  #warnLongRetryAfter(job: OutboxJob, err: unknown): void {
+  #warnLongRetryAfter(job: OutboxRecordJob, err: unknown): void {
     const asked = err instanceof EmlApiError ? err.retryAfter : undefined;
     const max = this.#settings.maxRetryAfter;
     if (asked === undefined || asked <= max) return;
@@ -203,13 +208,13 @@ export class OutboxJobRunner {
   }
 
   /** Until when a send that may have been accepted can be sent again, from its first such attempt. */
-  #window(data: OutboxJobData, startedAt: number): Pick<OutboxJobData, 'possiblyAcceptedAt' | 'resendUntil'> {
+  #window(data: OutboxJobRecord, startedAt: number): Pick<OutboxJobRecord, 'possiblyAcceptedAt' | 'resendUntil'> {
     const possiblyAcceptedAt = data.possiblyAcceptedAt ?? startedAt;
     return { possiblyAcceptedAt, resendUntil: possiblyAcceptedAt + this.#settings.resendWithin };
   }
 
   /** Parks a job whose send may have been accepted, now that the service may have forgotten its key. */
-  async #parkAfterWindow(job: OutboxJob, token: string | undefined, data: OutboxJobData): Promise<RunOutcome> {
+  async #parkAfterWindow(job: OutboxRecordJob, token: string | undefined, data: OutboxJobRecord): Promise<RunOutcome> {
     const parked = parkedAfterWindow(data.possiblyAcceptedAt ?? data.resendUntil!, String(job.id));
     this.#settings.logger.error({ job: job.id }, parked.message);
     const at = await this.#failedAt();
@@ -226,9 +231,9 @@ export class OutboxJobRunner {
    * its backoff, or, past `maxStalls`, parked for a person.
    */
   async #failStalled(
-    job: OutboxJob,
+    job: OutboxRecordJob,
     token: string | undefined,
-    data: OutboxJobData,
+    data: OutboxJobRecord,
     stalled: number,
     now: number,
   ): Promise<RunOutcome> {
@@ -292,7 +297,7 @@ function failed(error: Error, permanent: boolean): RunOutcome {
 export async function sendOutboxJob(
   client: EmlApiClient,
   store: ContentStore,
-  job: OutboxJobData,
+  job: OutboxJobRecord,
   queueId: string,
 ): Promise<OutboxSendResult> {
   const key = job.idempotencyKey;

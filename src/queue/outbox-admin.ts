@@ -1,5 +1,11 @@
 import type { Queue } from 'bullmq';
-import type { OutboxJobData, OutboxSendResult, OutboxJobError } from './outbox-job.js';
+import {
+  recordQueue,
+  type OutboxJobRecord,
+  type OutboxJobData,
+  type OutboxSendResult,
+  type OutboxJobError,
+} from './outbox-job.js';
 import { resolveQueueLocation, outboxKeys, parseContentKey, queueKey, type QueueLocation } from './queue-location.js';
 import {
   loadBullmq,
@@ -89,19 +95,15 @@ export const OUTBOX_STATES = [
   'completed',
 ] as const;
 
-/**
- * A job state of {@link OUTBOX_STATES}.
- * @example
- * const state: OutboxState = 'failed';
- */
-export type OutboxState = (typeof OUTBOX_STATES)[number];
+/** A job state of {@link OUTBOX_STATES}. */
+type OutboxState = (typeof OUTBOX_STATES)[number];
 
 /**
  * A send that failed for good, with its error as the worker recorded it.
  * @example
  * for (const f of status.failed) console.log(f.queueId, f.error.code, f.error.message);
  */
-export interface FailedSend {
+export interface OutboxFailedSend {
   /** The job id. */
   queueId: string;
   kind: SendKind | undefined;
@@ -126,13 +128,13 @@ export interface FailedSend {
  * console.log(status.counts.waiting, status.counts.failed);
  */
 export interface OutboxStatus {
-  counts: Record<OutboxState, number>;
+  counts: Record<(typeof OUTBOX_STATES)[number], number>;
   /** Workers take no jobs (`queue.pause()`). */
   paused: boolean;
   /** How long every worker still waits because the service answered 429, in ms. */
   rateLimitedMs: number;
   /** The newest failed sends, up to the limit asked for. */
-  failed: FailedSend[];
+  failed: OutboxFailedSend[];
 }
 
 /**
@@ -154,15 +156,15 @@ export async function readOutboxStatus(
   const counts = Object.fromEntries(OUTBOX_STATES.map((s) => [s, raw[s] ?? 0])) as Record<OutboxState, number>;
   const ids = limit > 0 ? await queue.getRanges(['failed'], 0, limit - 1) : [];
   const read = await Promise.all(
-    ids.map(async (id): Promise<FailedSend | undefined> => {
-      const job = await readJob(queue, id);
+    ids.map(async (id): Promise<OutboxFailedSend | undefined> => {
+      const job = await readJob(recordQueue(queue), id);
       if (job === undefined) return undefined;
       if (job instanceof SyntaxError) {
         const message = `This job cannot be read: ${UNREADABLE} (${job.message}); look at it with a Redis client (HGETALL ${queueKey(resolveQueueLocation(queue.name, queue.opts.prefix), id)}), or remove it with eml-api queue purge ${id}`;
         const none = { kind: undefined, group: undefined, envelope: undefined, messageId: undefined };
         return { queueId: id, ...none, encrypted: false, attempts: 0, failedAt: undefined, error: { message } };
       }
-      const data = (job.data ?? {}) as Partial<OutboxJobData>;
+      const data = (job.data ?? {}) as Partial<OutboxJobRecord>;
       return {
         queueId: String(job.id),
         kind: data.kind,
@@ -176,7 +178,7 @@ export async function readOutboxStatus(
       };
     }),
   );
-  const failed = read.filter((send): send is FailedSend => send !== undefined);
+  const failed = read.filter((send): send is OutboxFailedSend => send !== undefined);
   return { counts, paused, rateLimitedMs: Math.max(0, rateLimitedMs), failed };
 }
 
@@ -188,7 +190,7 @@ const UNREADABLE = 'its data in Redis is not valid JSON (cut, or written by some
  * @throws Redis's errors
  */
 async function readJob(
-  queue: Queue<OutboxJobData, OutboxSendResult>,
+  queue: Queue<OutboxJobRecord, OutboxSendResult>,
   id: string,
 ): Promise<Awaited<ReturnType<typeof queue.getJob>> | SyntaxError> {
   try {
@@ -200,16 +202,9 @@ async function readJob(
 }
 
 /**
- * A failed send {@link retryFailedSends} left where it is, and why.
- * @example
- * for (const { queueId, reason } of skipped) console.log(`${queueId}: not put back: ${reason}`);
+ * Takes a job out of the parked set if its entry is still the run that parked it.
+ * KEYS: the parked set. ARGV: the job id, the run's `processedOn`.
  */
-export interface SkippedSend {
-  queueId: string;
-  reason: string;
-}
-
-/** KEYS: the parked set. ARGV: the job id, the run's `processedOn` (a re-parked job names a new run). */
 const UNPARK = `
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if score and tonumber(score) == tonumber(ARGV[2]) then redis.call('ZREM', KEYS[1], ARGV[1]) end
@@ -237,13 +232,13 @@ const MAY_HAVE_BEEN_DELIVERED =
 export async function retryFailedSends(
   queue: Queue<OutboxJobData, OutboxSendResult>,
   { ids }: { ids?: readonly string[] } = {},
-): Promise<{ retried: string[]; notFailed: string[]; skipped: SkippedSend[] }> {
+): Promise<{ retried: string[]; notFailed: string[]; skipped: { queueId: string; reason: string }[] }> {
   const retried: string[] = [];
   const notFailed: string[] = [];
-  const skipped: SkippedSend[] = [];
+  const skipped: { queueId: string; reason: string }[] = [];
   let now: number | undefined;
   const retry = async (id: string) => {
-    const job = await readJob(queue, id);
+    const job = await readJob(recordQueue(queue), id);
     if (job instanceof SyntaxError) {
       if (!(await queue.getJobState(id).then((state) => state === 'failed'))) return false;
       skipped.push({
@@ -253,7 +248,7 @@ export async function retryFailedSends(
       return true;
     }
     if (!job || !(await job.isFailed())) return false;
-    const data = (job.data ?? {}) as Partial<OutboxJobData>;
+    const data = (job.data ?? {}) as Partial<OutboxJobRecord>;
     if (data.contentRemoved) {
       const keyUsed = data.lastError?.apiCode === 'idempotency_key_reused';
       skipped.push({ queueId: id, reason: keyUsed ? KEY_USED : CONTENT_REMOVED });
@@ -267,7 +262,7 @@ export async function retryFailedSends(
     }
     if (data.stalls || pastWindow) {
       const { possiblyAcceptedAt: _at, resendUntil: _until, ...rest } = data;
-      await job.updateData({ ...(pastWindow ? rest : data), stalls: 0, aloneStalls: 0 } as OutboxJobData);
+      await job.updateData({ ...(pastWindow ? rest : data), stalls: 0, aloneStalls: 0 } as OutboxJobRecord);
     }
     const parkedRun = String(job.processedOn ?? '');
     try {
@@ -279,7 +274,7 @@ export async function retryFailedSends(
     }
     retried.push(id);
     const redis = await queueClient(queue);
-    await redis.eval(UNPARK, 1, parkedKey(queue), id, parkedRun).catch(() => undefined);
+    await redis.eval(UNPARK, 1, parkedKey(recordQueue(queue)), id, parkedRun).catch(() => undefined);
     return true;
   };
   if (ids) {
@@ -293,27 +288,11 @@ export async function retryFailedSends(
 }
 
 /**
- * Options of {@link purgeOutbox}.
- * @example
- * const options: PurgeOptions = { ids: ['order-1042'] };
- */
-export interface PurgeOptions {
-  /** @default undefined (the whole queue) */
-  ids?: readonly string[];
-  /**
-   * Purge the whole queue even while jobs are being sent. Named jobs being sent are always left:
-   * BullMQ does not remove a locked job.
-   * @default false
-   */
-  force?: boolean;
-}
-
-/**
  * What {@link purgeOutbox} removed, and left.
  * @example
  * const { jobs, content, busy } = await purgeOutbox(queue);
  */
-export interface PurgeResult {
+export interface OutboxPurgeResult {
   /** Jobs removed. */
   jobs: number;
   /** Stored messages removed (with the whole queue, orphans included). */
@@ -339,11 +318,23 @@ const BATCH = 500;
  */
 export async function purgeOutbox(
   queue: Queue<OutboxJobData, OutboxSendResult>,
-  { ids, force = false }: PurgeOptions = {},
-): Promise<PurgeResult> {
+  {
+    ids,
+    force = false,
+  }: {
+    /** The jobs to remove, with their content. @default undefined (the whole queue) */
+    ids?: readonly string[];
+    /**
+     * Purge the whole queue even while jobs are being sent (their workers then record sends on jobs
+     * that are gone). Named jobs being sent are always left: BullMQ does not remove a locked job.
+     * @default false
+     */
+    force?: boolean;
+  } = {},
+): Promise<OutboxPurgeResult> {
   const redis = await queueClient(queue);
   const location = resolveQueueLocation(queue.name, queue.opts.prefix);
-  if (ids) return purgeJobs(queue, redis, location, ids);
+  if (ids) return purgeJobs(recordQueue(queue), redis, location, ids);
   if (!force) {
     const active = await queue.getActive();
     if (active.length > 0) return { jobs: 0, content: 0, busy: active.map((job) => String(job.id)), notFound: [] };
@@ -376,12 +367,12 @@ export async function purgeOutbox(
 }
 
 async function purgeJobs(
-  queue: Queue<OutboxJobData, OutboxSendResult>,
+  queue: Queue<OutboxJobRecord, OutboxSendResult>,
   redis: OutboxRedisClient,
   location: QueueLocation,
   ids: readonly string[],
-): Promise<PurgeResult> {
-  const result: PurgeResult = { jobs: 0, content: 0, busy: [], notFound: [] };
+): Promise<OutboxPurgeResult> {
+  const result: OutboxPurgeResult = { jobs: 0, content: 0, busy: [], notFound: [] };
   const index = outboxKeys(location).contentIndex;
   for (const id of ids) {
     const job = await queue.getJob(id);
@@ -389,7 +380,7 @@ async function purgeJobs(
       result.notFound.push(id);
       continue;
     }
-    const contentKey = (job.data as Partial<OutboxJobData> | undefined)?.contentKey;
+    const contentKey = (job.data as Partial<OutboxJobRecord> | undefined)?.contentKey;
     if ((await queue.remove(id)) !== 1) {
       result.busy.push(id);
       continue;
@@ -435,7 +426,7 @@ async function deleteMatching(
  */
 export interface OutboxSnapshot {
   /** Jobs by state, as {@link readOutboxStatus} counts them. */
-  counts: Record<OutboxState, number>;
+  counts: Record<(typeof OUTBOX_STATES)[number], number>;
   /** Whether the queue is paused (`queue.pause()`). */
   paused: boolean;
   /** Seconds since the job next in line was queued; 0 when nothing waits. Growing: the workers do not keep up. */
@@ -448,7 +439,8 @@ export interface OutboxSnapshot {
   failedLastMinute: number;
 }
 
-function parkedKey(queue: Queue<OutboxJobData, OutboxSendResult>): string {
+/** The queue's set of parked jobs (see `outboxKeys`). */
+function parkedKey(queue: Queue<OutboxJobRecord, OutboxSendResult>): string {
   return outboxKeys(resolveQueueLocation(queue.name, queue.opts.prefix)).parked;
 }
 

@@ -1,4 +1,4 @@
-import type { Job } from 'bullmq';
+import type { Job, Queue } from 'bullmq';
 import type { SendKind } from '../protocol/api-types.js';
 import type { MailEnvelope } from '../transport/nodemailer-types.js';
 import { EmlApiError, type EmlApiErrorCode } from '../shared/eml-api-error.js';
@@ -32,19 +32,15 @@ export interface OutboxJobError {
    * that crashes workers?), or `'idempotency-window'` (an attempt may have been accepted and the
    * window has passed). The message says what to check.
    */
-  parked?: OutboxParkReason;
+  parked?: 'stalls' | 'idempotency-window';
 }
 
-/**
- * Why a job was parked (failed for a person to look at): see {@link OutboxJobError.parked}.
- * @example
- * if (job.data.lastError?.parked === 'stalls') alert(`${job.id} crashes workers`);
- */
-export type OutboxParkReason = 'stalls' | 'idempotency-window';
+/** Why a job was parked (failed for a person to look at). */
+export type OutboxParkReason = NonNullable<OutboxJobError['parked']>;
 
 /**
- * What an outbox job holds in its BullMQ data: where its content is and what `sendMail` reported.
- * Never the API key; the message bytes only when small (`inline`).
+ * What an outbox job's BullMQ data tells about its message: what `sendMail` reported, and the last
+ * failed attempt. Never the API key.
  * @example
  * const job = await transport.queue.getJob(info.queueId);
  * console.log(job?.data.envelope.to, job?.data.size);
@@ -54,29 +50,33 @@ export interface OutboxJobData {
   kind: SendKind;
   /** The group of a group send. */
   group?: string;
-  /**
-   * Redis key of the content, exactly as every attempt posts it. Content in `inline` is only named by
-   * it (its encryption is bound to the name).
-   */
-  contentKey: string;
   /** Bytes of the content (before encryption). */
   size: number;
-  /** The content itself, Base64 (encrypted when the producer encrypts), when small. */
-  inline?: string;
-  /** SHA-256 (hex) of the bytes stored: a worker posts nothing that does not match. */
-  sha256: string;
-  /** Set when the content is encrypted: the key's id, and the envelope, Message-ID and destination sealed with it. */
-  encryption?: { keyId: string; meta: string };
   /** Sender and recipients (a group send has none: its members are). Empty when encrypted. */
   envelope: MailEnvelope;
   /** Message-ID of the EML ('' for JSON sends, whose copies get theirs from the service, and when encrypted). */
   messageId: string;
   /** `Idempotency-Key` of every attempt. */
   idempotencyKey: string;
-  /** The fingerprint of the producer's `account`: a worker of another account does not send it. */
-  account?: string;
   /** The last failed attempt, if any. */
   lastError?: OutboxJobError;
+}
+
+/** A job's whole data: {@link OutboxJobData} and the outbox's bookkeeping. */
+export interface OutboxJobRecord extends OutboxJobData {
+  /**
+   * Redis key of the content, exactly as every attempt posts it. Content in `inline` is only named by
+   * it (its encryption is bound to the name).
+   */
+  contentKey: string;
+  /** The content itself, Base64 (encrypted when the producer encrypts), when small. */
+  inline?: string;
+  /** SHA-256 (hex) of the bytes stored: a worker posts nothing that does not match. */
+  sha256: string;
+  /** Set when the content is encrypted: the key's id, and the envelope, Message-ID and destination sealed with it. */
+  encryption?: { keyId: string; meta: string };
+  /** The fingerprint of the producer's `account`: a worker of another account does not send it. */
+  account?: string;
   /** What the service answered, recorded before the job completes: a job run again completes with it, posting nothing. */
   sent?: OutboxSendResult;
   /** Set when the service refused these very bytes (400, 413, 422) and they were removed. */
@@ -128,6 +128,9 @@ export interface OutboxSendResult {
  */
 export type OutboxJob = Job<OutboxJobData, OutboxSendResult>;
 
+/** A job as the outbox itself reads it, bookkeeping included. */
+export type OutboxRecordJob = Job<OutboxJobRecord, OutboxSendResult>;
+
 const KINDS: readonly SendKind[] = ['eml', 'email', 'group'];
 
 /**
@@ -135,8 +138,8 @@ const KINDS: readonly SendKind[] = ['eml', 'email', 'group'];
  * space (a forged job must not make a worker upload another Redis key).
  * @throws {EmlApiError} `EMESSAGE` (permanent) when the job is not one of this outbox
  */
-export function readOutboxJobData(data: unknown, contentKeyPrefix: string): OutboxJobData {
-  const o = (typeof data === 'object' && data !== null ? data : {}) as Partial<OutboxJobData>;
+export function readOutboxJobData(data: unknown, contentKeyPrefix: string): OutboxJobRecord {
+  const o = (typeof data === 'object' && data !== null ? data : {}) as Partial<OutboxJobRecord>;
   if (Object.keys(o).length === 0) {
     // BullMQ hands a job whose hash is gone (evicted) to a worker with empty data.
     throw new EmlApiError(
@@ -174,7 +177,7 @@ export function readOutboxJobData(data: unknown, contentKeyPrefix: string): Outb
       { permanent: true },
     );
   }
-  return o as OutboxJobData;
+  return o as OutboxJobRecord;
 }
 
 /**
@@ -197,4 +200,9 @@ export function outboxJobId(idempotencyKey: string): string {
 
 function percentEncoded(char: string): string {
   return `%${char.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')}`;
+}
+
+/** The outbox's own view of a queue whose public type shows {@link OutboxJobData} only. */
+export function recordQueue(queue: Queue<OutboxJobData, OutboxSendResult>): Queue<OutboxJobRecord, OutboxSendResult> {
+  return queue as unknown as Queue<OutboxJobRecord, OutboxSendResult>;
 }

@@ -17,7 +17,13 @@ import {
   type AddedState,
   type DuplicateSettlement,
 } from './add-job.js';
-import { outboxJobId, type OutboxJobData, type OutboxSendResult } from './outbox-job.js';
+import {
+  outboxJobId,
+  recordQueue,
+  type OutboxJobRecord,
+  type OutboxJobData,
+  type OutboxSendResult,
+} from './outbox-job.js';
 import {
   loadBullmq,
   closeOutboxRedis,
@@ -71,10 +77,10 @@ export interface OutboxMessage {
 /**
  * What a queued send resolves with: the fields Nodemailer's SMTP transport gives.
  * @example
- * const info = (await transporter.sendMail(message)) as EmlApiQueuedMessageInfo;
+ * const info = (await transporter.sendMail(message)) as OutboxQueuedMessageInfo;
  * console.log(info.response); // '250 Queued as order-1042'
  */
-export interface EmlApiQueuedMessageInfo {
+export interface OutboxQueuedMessageInfo {
   /** None for a group send, whose members are the recipients. */
   envelope: MailEnvelope;
   /** '' for group and tracked sends: the service gives their copies theirs. */
@@ -192,7 +198,7 @@ export class OutboxProducer {
    *   idempotencyKey: `order-${order.id}`,
    * });
    */
-  enqueue(message: OutboxMessage, { signal }: { signal?: AbortSignal } = {}): Promise<EmlApiQueuedMessageInfo> {
+  enqueue(message: OutboxMessage, { signal }: { signal?: AbortSignal } = {}): Promise<OutboxQueuedMessageInfo> {
     // In the caller's context: the job carries the trace it was queued in.
     const trace = activeTraceCarrier();
     const run = (async () => {
@@ -258,8 +264,8 @@ export class OutboxProducer {
   async #storeChecked(
     message: CheckedMessage,
     signal: AbortSignal,
-    trace: OutboxJobData['trace'],
-  ): Promise<EmlApiQueuedMessageInfo> {
+    trace: OutboxJobRecord['trace'],
+  ): Promise<OutboxQueuedMessageInfo> {
     const { maxMessageSize: limit, storeTimeout, logger } = this.#settings;
     // A JSON send may be as large as a Base64-encoded EML of the limit.
     if (message.kind === 'eml' ? message.size > limit : message.size > emlBodyLength(limit)) {
@@ -296,8 +302,8 @@ export class OutboxProducer {
     message: CheckedMessage,
     signal: AbortSignal,
     deadline: number,
-    trace: OutboxJobData['trace'],
-  ): Promise<EmlApiQueuedMessageInfo> {
+    trace: OutboxJobRecord['trace'],
+  ): Promise<OutboxQueuedMessageInfo> {
     const { redis, where } = this.#redis;
     const { idempotencyKey } = message;
     const jobId = outboxJobId(idempotencyKey);
@@ -321,7 +327,7 @@ export class OutboxProducer {
       idempotencyKey,
       ...(this.#settings.account === undefined ? {} : { account: this.#settings.account }),
       ...(trace ? { trace } : {}),
-    } as OutboxJobData;
+    } as OutboxJobRecord;
     const writing = new AbortController();
     const inline = this.#content.fitsInline(message.size);
     try {
@@ -365,13 +371,16 @@ export class OutboxProducer {
           contentKey,
           replicas: this.#settings.replicas,
         };
-        const added = await withDeadline(addJob(this.queue, redis, job), left());
+        const added = await withDeadline(addJob(recordQueue(this.queue), redis, job), left());
         if (added.kind === 'unconfirmed') {
           unconfirmed = added;
           break;
         }
         ({ state, replicas } = added);
-        settled = await withDeadline(settleDuplicate(this.queue, redis, jobId, data, state, storedSize), left());
+        settled = await withDeadline(
+          settleDuplicate(recordQueue(this.queue), redis, jobId, data, state, storedSize),
+          left(),
+        );
       }
     } catch (err) {
       throw await this.#addFailure(err, jobId, contentKey, left(), send);
@@ -636,7 +645,7 @@ function queuedMessageInfo(
   queueId: string,
   duplicate: boolean,
   requeued?: 'replaced' | 'retried',
-): EmlApiQueuedMessageInfo {
+): OutboxQueuedMessageInfo {
   return {
     envelope: { from: fields.envelope.from, to: [...fields.envelope.to] },
     messageId: fields.messageId,

@@ -3,7 +3,7 @@ import { EmlApiError } from '../shared/eml-api-error.js';
 import { configError, describe } from '../shared/options-kit.js';
 import type { OutboxRedisClient } from './redis-connection.js';
 import { outboxKeys, type QueueLocation } from './queue-location.js';
-import type { OutboxJobData } from './outbox-job.js';
+import type { OutboxJobRecord } from './outbox-job.js';
 
 /**
  * Fields of a queue's owner hash: the account its producers and workers name (a fingerprint), since
@@ -178,7 +178,7 @@ function checkAccount(
  * @returns the error (`EMESSAGE`, permanent) to fail the job with, or undefined
  */
 export async function foreignJob(
-  data: OutboxJobData,
+  data: OutboxJobRecord,
   queuedAt: () => Promise<number>,
   me: { account: string | undefined; decrypts: boolean },
   owner: Pick<QueueOwner, 'accountSince' | 'encryptedSince'> | undefined,

@@ -10,16 +10,12 @@ import {
   refuseUnknownKeys,
   loggerOption,
   wholeNumber,
+  type ListsEveryKey,
 } from '../shared/options-kit.js';
 import type { RedisConnectionInput } from './redis-connection.js';
 import { type OutboxEncryption, resolveEncryption, type OutboxKeyring } from './content-cipher.js';
-import {
-  type RetryScheduleOptions,
-  MAX_OUTBOX_PRIORITY,
-  newMessagePriority,
-  resolveRetrySchedule,
-  retryJobOptions,
-} from './retry-schedule.js';
+import type { RetryOptions } from '../http/requester.js';
+import { MAX_OUTBOX_PRIORITY, newMessagePriority, resolveRetrySchedule, retryJobOptions } from './retry-schedule.js';
 import { resolveSpool } from '../client/client-options.js';
 import { maxUploadableSize } from '../body/eml-upload-body.js';
 import { MAX_REQUEST_SIZE } from '../protocol/api-types.js';
@@ -29,45 +25,11 @@ import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
 import { OUTBOX_DURABILITIES, type OutboxDurability } from './redis-settings.js';
 import { accountFingerprint, resolveAccount } from './queue-owner.js';
 
-/**
- * BullMQ job options a producer may set. Not the job id (it is the send's idempotency key);
- * `removeOnComplete` and `removeOnFail` cannot be `true`.
- * @example
- * const jobOptions: OutboxJobOptions = { priority: 1, removeOnFail: { age: 30 * 86400 } };
- */
-export type OutboxJobOptions = Omit<
-  JobsOptions,
-  'jobId' | 'repeat' | 'parent' | 'deduplication' | 'debounce' | 'removeOnComplete' | 'removeOnFail'
-> & {
-  removeOnComplete?: Exclude<JobsOptions['removeOnComplete'], true>;
-  removeOnFail?: Exclude<JobsOptions['removeOnFail'], true>;
-};
+/** BullMQ job options a producer may set. */
+export type OutboxJobOptions = NonNullable<OutboxProducerOptions['jobOptions']>;
 
-/**
- * How many Redis replicas must confirm a message before it is acknowledged.
- * @example
- * const replicas: OutboxReplicas = { count: 1, timeoutMs: 500 };
- */
-export interface OutboxReplicas {
-  /** Replicas that must confirm, at least 1. */
-  count: number;
-  /** How long to wait for them, in ms. @default 1000 */
-  timeoutMs?: number;
-}
-
-/**
- * Time limits of a producer ({@link OutboxProducer}, {@link EmlApiQueueTransport}), in milliseconds.
- * @example
- * const timeouts: QueueTransportTimeouts = { store: 10_000 };
- */
-export interface QueueTransportTimeouts {
-  /**
-   * Time allowed to store a message and its job in Redis, and for Redis's checks and `replicas`;
-   * longer fails with `ETIMEDOUT` (with `mayHaveBeenAccepted` when the job may have been stored).
-   * @default 30000
-   */
-  store?: number;
-}
+type OutboxReplicas = NonNullable<OutboxProducerOptions['replicas']>;
+type QueueTransportTimeouts = NonNullable<OutboxProducerOptions['timeouts']>;
 
 /**
  * Options of {@link OutboxProducer}, the store every producer of the outbox goes through. No API
@@ -92,18 +54,27 @@ export interface OutboxProducerOptions {
   /** Prefix of every Redis key of the queue (BullMQ's `prefix`); workers must use the same. @default 'bull' */
   prefix?: string;
   /**
-   * When failed sends are tried again. See docs/outbox.md, "Retries, rate limits and failures".
+   * When failed sends are tried again: `delay` after the first failure, doubling up to `maxDelay`,
+   * each wait shortened by a random share of up to `jitter`, for `attempts` attempts in all. The
+   * default ends before the service's idempotency window closes. See docs/outbox.md, "Retries, rate
+   * limits and failures".
    * @default { attempts: 30, delay: 5000, maxDelay: 3600000, jitter: 0.2 }
    */
-  retry?: RetryScheduleOptions;
+  retry?: Omit<RetryOptions, 'retryAmbiguous'>;
   /**
-   * BullMQ options of every job, over the outbox's. `priority` (0 to 2^21 - 2, lower first) orders
-   * new messages; retries always go first. Removal that loses sent jobs within the idempotency window
+   * BullMQ options of every job, over the outbox's; not `jobId` (it is the send's idempotency key).
+   * `priority` (0 to 2^21 - 2, lower first) orders new messages; retries always go first. Removal that loses sent jobs within the idempotency window
    * (a repeated `idempotencyKey` is recognised by its job) or failed jobs at once (parked messages
    * would vanish) is refused with `ECONFIG`.
    * @default { removeOnComplete: { age: 86400 }, removeOnFail: { age: 604800 } }
    */
-  jobOptions?: OutboxJobOptions;
+  jobOptions?: Omit<
+    JobsOptions,
+    'jobId' | 'repeat' | 'parent' | 'deduplication' | 'debounce' | 'removeOnComplete' | 'removeOnFail'
+  > & {
+    removeOnComplete?: Exclude<JobsOptions['removeOnComplete'], true>;
+    removeOnFail?: Exclude<JobsOptions['removeOnFail'], true>;
+  };
   /**
    * Largest message queued (its EML), in bytes; larger ones are refused with `EMESSAGE` before
    * anything is stored.
@@ -120,7 +91,14 @@ export interface OutboxProducerOptions {
    * @example
    * new EmlApiQueueTransport({ connection, timeouts: { store: 10_000 } });
    */
-  timeouts?: QueueTransportTimeouts;
+  timeouts?: {
+    /**
+     * Time allowed to store a message and its job in Redis, and for Redis's checks and `replicas`;
+     * longer fails with `ETIMEDOUT` (with `mayHaveBeenAccepted` when the job may have been stored).
+     * @default 30000
+     */
+    store?: number;
+  };
   /**
    * What Redis must guarantee before mail is queued (`maxmemory-policy noeviction` always): `'warn'`
    * logs a warning without the append-only file; `'aof'` refuses (`ECONFIG`) unless `appendonly yes`;
@@ -130,7 +108,7 @@ export interface OutboxProducerOptions {
    * @example
    * new EmlApiQueueTransport({ connection: process.env.REDIS_URL!, durability: 'aof' });
    */
-  durability?: OutboxDurability;
+  durability?: 'warn' | 'aof' | 'aof-always';
   /**
    * Where Redis does not let `durability` be read (a managed Redis that renames `CONFIG`), take it as
    * given with a warning instead of refusing. Say it only once you checked the setting.
@@ -149,7 +127,12 @@ export interface OutboxProducerOptions {
    * @example
    * new EmlApiQueueTransport({ connection, replicas: { count: 1, timeoutMs: 500 } });
    */
-  replicas?: OutboxReplicas;
+  replicas?: {
+    /** Replicas that must confirm, at least 1. */
+    count: number;
+    /** How long to wait for them, in ms. @default 1000 */
+    timeoutMs?: number;
+  };
   /**
    * Encrypts the queued content, envelope and Message-ID (AES-256-GCM); the workers hold the same
    * keys. See docs/outbox.md, "Encryption at rest", for what stays in clear.
@@ -207,6 +190,7 @@ const PRODUCER_OPTIONS = [
   'encryption',
   'logger',
 ] as const satisfies readonly (keyof OutboxProducerOptions)[];
+const _everyProducerOptions: ListsEveryKey<OutboxProducerOptions, typeof PRODUCER_OPTIONS> = true;
 
 /** Every option of the queue transport: a producer's and its own. */
 const QUEUE_TRANSPORT_OPTIONS = [
@@ -214,6 +198,7 @@ const QUEUE_TRANSPORT_OPTIONS = [
   'spool',
   'buildThreads',
 ] as const satisfies readonly (keyof EmlApiQueueTransportOptions)[];
+const _everyQueueTransportOptions: ListsEveryKey<EmlApiQueueTransportOptions, typeof QUEUE_TRANSPORT_OPTIONS> = true;
 /** How long sent jobs are kept, in seconds: the idempotency window, so a repeated key is recognised. */
 export const KEEP_SENT_SECONDS = 24 * 3600;
 /** How long failed jobs are kept, in seconds. */

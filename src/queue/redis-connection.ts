@@ -11,7 +11,12 @@ import { queueKey, type QueueLocation } from './queue-location.js';
  * const connection: RedisConnectionInput = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
  * const cluster: RedisConnectionInput = { cluster: ['redis://10.0.0.1:7000', 'redis://10.0.0.2:7000'] };
  */
-export type RedisConnectionInput = string | RedisOptions | Redis | Cluster | OutboxClusterConnection;
+export type RedisConnectionInput =
+  | string
+  | RedisOptions
+  | Redis
+  | Cluster
+  | { cluster: readonly (string | { host: string; port: number })[]; clusterOptions?: ClusterOptions };
 
 /** The client the outbox talks to Redis through: one server, or a cluster. */
 export type OutboxRedisClient = Redis | Cluster;
@@ -194,22 +199,9 @@ function describeRedis(options: RedisOptions | undefined): string {
   return `${options?.host ?? '127.0.0.1'}:${options?.port ?? 6379}`;
 }
 
-/**
- * A Redis Cluster: some of its nodes (the client learns the others), and ioredis `Cluster` options
- * over the outbox's. Credentials or `rediss://` in the URLs apply to every node.
- * @example
- * const connection: OutboxClusterConnection = {
- *   cluster: ['redis://10.0.0.1:7000', 'redis://10.0.0.2:7000'],
- *   clusterOptions: { redisOptions: { password: process.env.REDIS_PASSWORD } },
- * };
- */
+/** A Redis Cluster given by some of its nodes (the client learns the others). */
 export interface OutboxClusterConnection {
-  /** `redis://` or `rediss://` URLs, or `{ host, port }`. */
   cluster: readonly (string | { host: string; port: number })[];
-  /**
-   * ioredis `Cluster` options over the outbox's (`redisOptions` for `password`, `tls`...).
-   * @default the outbox's failover defaults, see {@link clusterDefaults}
-   */
   clusterOptions?: ClusterOptions;
 }
 

@@ -1,30 +1,10 @@
 import type { BackoffOptions } from 'bullmq';
+import type { RetryOptions } from '../http/requester.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { objectOption, refuseUnknownKeys, share, wholeNumber } from '../shared/options-kit.js';
 
-/**
- * When a send that failed for a passing reason is tried again: `delay` after the first failure,
- * doubling up to `maxDelay`, each wait shortened by up to `jitter`, for `attempts` attempts in all.
- * The default keeps trying for most of a day, as an SMTP relay does, ending before the service's
- * idempotency window closes, so a send whose answer was lost is answered from its first attempt; a
- * job still retrying then is parked. A longer `Retry-After` is honoured. Retries go before new messages.
- * @example
- * // Give up after about 2 hours instead: 5 s doubling to 10 min, 20 attempts.
- * new EmlApiQueueTransport({ connection, retry: { attempts: 20, delay: 5_000, maxDelay: 600_000 } });
- */
-export interface RetryScheduleOptions {
-  /** Attempts in all, the first included. @default 30 */
-  attempts?: number;
-  /** Wait after the first failed attempt, in ms; doubled after each further one. @default 5000 */
-  delay?: number;
-  /** Longest wait between attempts, in ms. @default 3600000 (1 hour) */
-  maxDelay?: number;
-  /**
-   * Share of each wait drawn at random (0 to 1), so sends that failed together do not come back together.
-   * @default 0.2
-   */
-  jitter?: number;
-}
+/** A retry schedule of the outbox: the client's retry options but `retryAmbiguous` (every failure is retried). */
+export type RetryScheduleOptions = Omit<RetryOptions, 'retryAmbiguous'>;
 
 /** The default retry schedule: 30 attempts, about 16 to 20 hours of waits in all. */
 export const DEFAULT_RETRY_SCHEDULE: Readonly<Required<RetryScheduleOptions>> = Object.freeze({

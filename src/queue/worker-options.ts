@@ -9,39 +9,23 @@ import {
   loggerOption,
   refuseUnknownKeys,
   wholeNumber,
+  type ListsEveryKey,
 } from '../shared/options-kit.js';
 import type { RedisConnectionInput } from './redis-connection.js';
 import { type OutboxEncryption, resolveEncryption, type OutboxKeyring } from './content-cipher.js';
-import type { MetricsOption } from '../observability/metrics.js';
+import type { MetricsRegistry } from '../observability/metrics.js';
 import type { OpsHttpOptions } from '../observability/ops-server.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
 import { accountFingerprint, resolveAccount } from './queue-owner.js';
 
-/**
- * A global rate: at most `max` sends start per `duration` ms, counted in Redis across every worker
- * of the queue. The same shape as the client's `rateLimit`.
- * @example
- * const rateLimit: OutboxRateLimit = { max: 20, duration: 1000 }; // 20 per second, all workers together
- */
-export type OutboxRateLimit = RateLimitOptions;
+type OutboxWorkerTuning = NonNullable<OutboxWorkerOptions['workerOptions']>;
 
 /**
- * BullMQ worker options the outbox lets through, e.g. `lockDuration`, `stalledInterval` or `name`.
- * Not `maxStalledCount`: the outbox counts stalls itself ({@link EmlApiWorkerOptions.maxStalls}).
- * @example
- * const workerOptions: OutboxWorkerTuning = { name: os.hostname(), lockDuration: 60_000 };
- */
-export type OutboxWorkerTuning = Omit<
-  WorkerOptions,
-  'connection' | 'concurrency' | 'limiter' | 'prefix' | 'autorun' | 'settings' | 'useWorkerThreads' | 'maxStalledCount'
->;
-
-/**
- * Options of {@link startEmlApiWorker}: where the queue is, how to reach the service (every
+ * Options of {@link startOutboxWorker}: where the queue is, how to reach the service (every
  * {@link EmlApiClientOptions} option), and how fast to send.
  * @example
- * await startEmlApiWorker({
+ * await startOutboxWorker({
  *   connection: process.env.REDIS_URL!,
  *   apiKey: process.env.EML_API_KEY!,
  *   baseUrl: 'https://api.mail.example.com',
@@ -49,7 +33,7 @@ export type OutboxWorkerTuning = Omit<
  *   rateLimit: { max: 50, duration: 1000 },
  * });
  */
-export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' | 'retry' | 'rateLimit'> {
+export interface OutboxWorkerOptions extends Omit<EmlApiClientOptions, 'spool' | 'retry' | 'rateLimit'> {
   /** Redis: a `redis://` or `rediss://` URL, ioredis options, or an ioredis instance (which you then close). */
   connection: RedisConnectionInput;
   /** Name of the BullMQ queue, as the producers use it. @default 'eml-api' */
@@ -62,18 +46,18 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * warns when workers with another API key send from the queue.
    * @default undefined (none named)
    * @example
-   * await startEmlApiWorker({ connection, apiKey, baseUrl, account: 'shop-prod' });
+   * await startOutboxWorker({ connection, apiKey, baseUrl, account: 'shop-prod' });
    */
   account?: string;
   /** Sends this worker runs at once. @default 5 */
   concurrency?: number;
   /**
-   * Global rate limit across every worker of the queue, sends spaced evenly.
+   * Global rate limit across every worker of the queue (counted in Redis), sends spaced evenly.
    * @default undefined (no limit but the service's 429s, which pause every worker)
    * @example
-   * await startEmlApiWorker({ connection, apiKey, baseUrl, rateLimit: { max: 50, duration: 1000 } });
+   * await startOutboxWorker({ connection, apiKey, baseUrl, rateLimit: { max: 50, duration: 1000 } });
    */
-  rateLimit?: OutboxRateLimit;
+  rateLimit?: RateLimitOptions;
   /** Requests in flight at once (the connection pool of this worker's client). @default concurrency */
   maxConnections?: number;
   /**
@@ -90,7 +74,7 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * crash them all again. `eml-api queue retry` puts it back with its counts at 0.
    * @default 5
    * @example
-   * await startEmlApiWorker({ connection, apiKey, baseUrl, maxStalls: 2 });
+   * await startOutboxWorker({ connection, apiKey, baseUrl, maxStalls: 2 });
    */
   maxStalls?: number;
   /**
@@ -101,7 +85,7 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * the header. Every worker of a queue should say the same.
    * @default 86400000 (24 hours, as CONTRACT.md)
    * @example
-   * await startEmlApiWorker({ connection, apiKey, baseUrl, idempotencyWindow: 12 * 3_600_000 });
+   * await startOutboxWorker({ connection, apiKey, baseUrl, idempotencyWindow: 12 * 3_600_000 });
    */
   idempotencyWindow?: number;
   /**
@@ -109,7 +93,7 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * the attempt itself.
    * @default 3600000 (1 hour), or `idempotencyWindow` when that is shorter
    * @example
-   * await startEmlApiWorker({ connection, apiKey, baseUrl, idempotencyMargin: 10 * 60_000 });
+   * await startOutboxWorker({ connection, apiKey, baseUrl, idempotencyMargin: 10 * 60_000 });
    */
   idempotencyMargin?: number;
   /**
@@ -118,7 +102,7 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * for a year.
    * @default 900000 (15 minutes)
    * @example
-   * await startEmlApiWorker({ connection, apiKey, baseUrl, maxRetryAfter: 60 * 60_000 });
+   * await startOutboxWorker({ connection, apiKey, baseUrl, maxRetryAfter: 60 * 60_000 });
    */
   maxRetryAfter?: number;
   /**
@@ -126,18 +110,32 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * `ECONNECTION` after `timeouts.connect`. Once started, a worker always waits for Redis.
    * @default false
    * @example
-   * await startEmlApiWorker({ connection, apiKey, baseUrl, waitForRedis: true });
+   * await startOutboxWorker({ connection, apiKey, baseUrl, waitForRedis: true });
    */
   waitForRedis?: boolean;
-  /** More BullMQ worker options. @default BullMQ's (lockDuration 30 s, stalledInterval 30 s) */
-  workerOptions?: OutboxWorkerTuning;
+  /**
+   * More BullMQ worker options, e.g. `lockDuration`, `stalledInterval` or `name`; not
+   * `maxStalledCount` (the outbox counts stalls itself, see `maxStalls`).
+   * @default BullMQ's (lockDuration 30 s, stalledInterval 30 s)
+   */
+  workerOptions?: Omit<
+    WorkerOptions,
+    | 'connection'
+    | 'concurrency'
+    | 'limiter'
+    | 'prefix'
+    | 'autorun'
+    | 'settings'
+    | 'useWorkerThreads'
+    | 'maxStalledCount'
+  >;
   /**
    * The keys producers encrypt queued mail with, by id; keep older keys while their jobs may be
    * queued. A job whose key is missing is retried, not failed. A key whose bytes differ from the
    * producers' (their check value in Redis) stops the start: `ECONFIG` naming `encryption.keys.<id>`.
    * @default undefined (no encrypted job can be sent)
    * @example
-   * startEmlApiWorker({ connection, apiKey, baseUrl, encryption: { keys: { k2: process.env.OUTBOX_KEY_K2!, k1: process.env.OUTBOX_KEY_K1! } } });
+   * startOutboxWorker({ connection, apiKey, baseUrl, encryption: { keys: { k2: process.env.OUTBOX_KEY_K2!, k1: process.env.OUTBOX_KEY_K1! } } });
    */
   encryption?: OutboxEncryption;
   /** Where the worker logs: `true` for the console, or a logger object. The API key is never logged. @default false */
@@ -147,7 +145,7 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * `host` says otherwise. See docs/operations.md.
    * @default undefined (no port)
    * @example
-   * const outbox = await startEmlApiWorker({ connection, apiKey, baseUrl, http: { port: 9465 } });
+   * const outbox = await startOutboxWorker({ connection, apiKey, baseUrl, http: { port: 9465 } });
    * outbox.http?.port; // 9465
    */
   http?: OpsHttpOptions;
@@ -156,9 +154,9 @@ export interface EmlApiWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * for none. With `http` and no `metrics`, a registry of the worker's own.
    * @default false (without http), a registry of its own (with http)
    * @example
-   * startEmlApiWorker({ connection, apiKey, baseUrl, metrics: { registry } });
+   * startOutboxWorker({ connection, apiKey, baseUrl, metrics: { registry } });
    */
-  metrics?: MetricsOption;
+  metrics?: boolean | { registry: MetricsRegistry };
 }
 
 /** Every option of the worker: its own and the client's (but `spool`, `retry` and the client's `rateLimit`). */
@@ -181,7 +179,8 @@ const WORKER_OPTIONS = [
   'logger',
   'http',
   'metrics',
-] as const satisfies readonly (keyof EmlApiWorkerOptions)[];
+] as const satisfies readonly (keyof OutboxWorkerOptions)[];
+const _everyWorkerOptions: ListsEveryKey<OutboxWorkerOptions, typeof WORKER_OPTIONS> = true;
 
 /** The default of `maxStalls`. */
 export const DEFAULT_MAX_STALLS = 5;
@@ -205,7 +204,7 @@ const BULLMQ_STALL_LIMIT = 1_000_000;
  * The limiter of workers without one: it never limits, but BullMQ honours a queue-wide pause (a
  * 429's `Retry-After`) only in workers that have a limiter.
  */
-export const UNLIMITED_RATE: Readonly<OutboxRateLimit> = Object.freeze({ max: 1_000_000_000, duration: 1000 });
+export const UNLIMITED_RATE: Readonly<RateLimitOptions> = Object.freeze({ max: 1_000_000_000, duration: 1000 });
 
 /** The shortest window the even limiter uses, in ms: faster rates send in small groups. */
 const SHORTEST_WINDOW = 10;
@@ -215,7 +214,7 @@ const SHORTEST_WINDOW = 10;
  * second across a window boundary. Asking for windows of one send each spaces sends evenly, so no
  * `duration` window sees more than `max`; rounding up never exceeds the rate.
  */
-export function evenRate({ max, duration }: OutboxRateLimit): OutboxRateLimit {
+export function evenRate({ max, duration }: RateLimitOptions): RateLimitOptions {
   const perSend = duration / max;
   if (perSend >= SHORTEST_WINDOW) return { max: 1, duration: Math.ceil(perSend) };
   const group = Math.ceil(SHORTEST_WINDOW / perSend);
@@ -227,7 +226,7 @@ export interface ResolvedWorkerOptions extends QueueLocation {
   client: EmlApiClientOptions;
   concurrency: number;
   /** BullMQ's limiter: `rateLimit` spaced evenly ({@link evenRate}), or {@link UNLIMITED_RATE}. */
-  rateLimit: OutboxRateLimit;
+  rateLimit: RateLimitOptions;
   cleanupInterval: number;
   maxStalls: number;
   /** A possibly accepted send is resent only until its first such attempt's start plus this, in ms. */
@@ -244,10 +243,10 @@ export interface ResolvedWorkerOptions extends QueueLocation {
 }
 
 /**
- * Checks the options of {@link startEmlApiWorker} (the client checks its own).
+ * Checks the options of {@link startOutboxWorker} (the client checks its own).
  * @throws {EmlApiError} `ECONFIG` naming the option
  */
-export function resolveWorkerOptions(options: EmlApiWorkerOptions): ResolvedWorkerOptions {
+export function resolveWorkerOptions(options: OutboxWorkerOptions): ResolvedWorkerOptions {
   if (typeof options !== 'object' || options === null) {
     throw new EmlApiError('ECONFIG', 'Options must be an object with at least connection, apiKey and baseUrl', {
       permanent: true,

@@ -11,7 +11,7 @@ import {
 } from '../observability/ops-server.js';
 import { endSend, statusOf, watchSends, startSpan } from '../observability/tracing.js';
 import type { RunOutcome } from './job-runner.js';
-import type { OutboxJob, OutboxJobData, OutboxSendResult } from './outbox-job.js';
+import type { OutboxJob, OutboxJobRecord, OutboxJobData, OutboxSendResult } from './outbox-job.js';
 import { readOutboxSnapshot } from './outbox-admin.js';
 import type { QueueLocation } from './queue-location.js';
 import { loadBullmq, type OutboxRedisClient } from './redis-connection.js';
@@ -101,7 +101,7 @@ export class WorkerTelemetry {
 
   /** In a consumer span continuing the trace that queued the job; counts runs that put the job back. */
   async run(job: OutboxJob, work: () => Promise<RunOutcome>): Promise<RunOutcome> {
-    const data = (job.data ?? {}) as Partial<OutboxJobData>;
+    const data = (job.data ?? {}) as Partial<OutboxJobRecord>;
     const span = startSpan('eml-api.job', {
       kind: 'consumer',
       parent: data.trace,

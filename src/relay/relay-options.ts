@@ -11,8 +11,9 @@ import {
   objectOption,
   refuseUnknownKeys,
   wholeNumber,
+  type ListsEveryKey,
 } from '../shared/options-kit.js';
-import type { MetricsOption } from '../observability/metrics.js';
+import type { MetricsRegistry } from '../observability/metrics.js';
 import type { OpsHttpOptions } from '../observability/ops-server.js';
 import { isIP } from 'node:net';
 import { hostname as osHostname } from 'node:os';
@@ -25,63 +26,9 @@ import { ClientAddressList, LOOPBACK_NETWORKS } from './client-address-list.js';
 import { RelayUsers, type EmlApiRelayUser } from './relay-users.js';
 import { SenderList } from './sender-lists.js';
 
-/**
- * TLS of the relay: STARTTLS on the plain port (the default), or TLS from
- * the first byte (`implicit`, as on port 465). Any other option of
- * `tls.createSecureContext` (`ca`, `passphrase`, `minVersion`...) may be added.
- *
- * @example
- * const tls: EmlApiRelayTlsOptions = { cert: fs.readFileSync('/etc/ssl/relay.crt'), key: fs.readFileSync('/etc/ssl/relay.key') };
- */
-export interface EmlApiRelayTlsOptions extends SecureContextOptions {
-  /** The certificate chain, PEM. */
-  cert: string | Buffer;
-  /** The private key, PEM. */
-  key: string | Buffer;
-  /** TLS from the first byte (SMTPS) instead of STARTTLS. @default false */
-  implicit?: boolean;
-}
+export type EmlApiRelayTlsOptions = NonNullable<EmlApiRelayOptions['tls']>;
 
-/**
- * Time limits of the relay, in milliseconds: its SMTP side (`idle`,
- * `stressIdle`, `data`, `tlsHandshake`) and the service's (`connect`,
- * `response`, `total`, the client's {@link TimeoutOptions}, for the
- * requests it makes).
- *
- * @example
- * await startEmlApiRelay({ baseUrl, timeouts: { idle: 60_000, data: 1_800_000, total: 60_000 } });
- */
-export interface EmlApiRelayTimeouts extends TimeoutOptions {
-  /**
-   * How long a client may stay silent while the relay waits for it before
-   * it is disconnected (`421`). RFC 5321 suggests 5 minutes.
-   * @default 300000
-   */
-  idle?: number;
-  /**
-   * The idle timeout while the relay is nearly full (from 80% of
-   * `maxClients` connections on), for every connection: Postfix's stress
-   * mode (`smtpd_timeout = ${stress?{10}:{300}}s`). The idle clients leave
-   * room for those that send.
-   * @default 10000
-   */
-  stressIdle?: number;
-  /**
-   * How long a message may take to arrive, from DATA to its final dot,
-   * whatever its rate (`421 4.4.2` past it: the message is abandoned, and the
-   * client sends it again later). Raise it for large messages over slow links.
-   * @default 600000 (10 minutes)
-   */
-  data?: number;
-  /**
-   * How long a client of an implicit TLS listener (`tls.implicit`) has to
-   * complete its handshake, and a proxy (`proxyProtocol`) to send its PROXY
-   * header, before the socket is closed (smtp-server would give it the idle
-   * timeout). The socket counts against `maxClientsPerAddress` meanwhile.
-   * @default 10000
-   */
-  tlsHandshake?: number;
-}
+type EmlApiRelayTimeouts = NonNullable<EmlApiRelayOptions['timeouts']>;
 
 /**
  * Options of {@link startEmlApiRelay}: where to listen, the service to relay
@@ -166,7 +113,7 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
   /**
    * Store-and-forward through the outbox (`nodemailer-eml-api/queue`): the
    * relay answers `250` once Redis has stored the message, and the outbox's
-   * workers (`eml-api worker`, `startEmlApiWorker`) send it when the service
+   * workers (`eml-api worker`, `startOutboxWorker`) send it when the service
    * can take it. A queue transport you made (left open when the relay closes),
    * or its options. Needs `apiKey`, bullmq and ioredis. Every message goes out
    * under the workers' key, so AUTH accepts only the relay's own key and the
@@ -183,7 +130,14 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
    * password is an API key: it never crosses the network in clear).
    * @default undefined
    */
-  tls?: EmlApiRelayTlsOptions;
+  tls?: SecureContextOptions & {
+    /** The certificate chain, PEM. */
+    cert: string | Buffer;
+    /** The private key, PEM. */
+    key: string | Buffer;
+    /** TLS from the first byte (SMTPS) instead of STARTTLS. @default false */
+    implicit?: boolean;
+  };
   /**
    * Largest message accepted, in bytes, advertised as `SIZE`. The default is
    * the largest message whose upload (Base64 in JSON) fits a 50 MiB request,
@@ -203,7 +157,37 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
    * @example
    * await startEmlApiRelay({ baseUrl, timeouts: { idle: 60_000, data: 1_800_000 } });
    */
-  timeouts?: EmlApiRelayTimeouts;
+  timeouts?: TimeoutOptions & {
+    /**
+     * How long a client may stay silent while the relay waits for it before
+     * it is disconnected (`421`). RFC 5321 suggests 5 minutes.
+     * @default 300000
+     */
+    idle?: number;
+    /**
+     * The idle timeout while the relay is nearly full (from 80% of
+     * `maxClients` connections on), for every connection: Postfix's stress
+     * mode (`smtpd_timeout = ${stress?{10}:{300}}s`). The idle clients leave
+     * room for those that send.
+     * @default 10000
+     */
+    stressIdle?: number;
+    /**
+     * How long a message may take to arrive, from DATA to its final dot,
+     * whatever its rate (`421 4.4.2` past it: the message is abandoned, and the
+     * client sends it again later). Raise it for large messages over slow links.
+     * @default 600000 (10 minutes)
+     */
+    data?: number;
+    /**
+     * How long a client of an implicit TLS listener (`tls.implicit`) has to
+     * complete its handshake, and a proxy (`proxyProtocol`) to send its PROXY
+     * header, before the socket is closed (smtp-server would give it the idle
+     * timeout). The socket counts against `maxClientsPerAddress` meanwhile.
+     * @default 10000
+     */
+    tlsHandshake?: number;
+  };
   /**
    * SMTP connections at once from one client address (`421 4.7.0` past it),
    * so that one client cannot take every slot: Postfix's
@@ -315,7 +299,7 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
    * @example
    * startEmlApiRelay({ baseUrl, apiKey, metrics: { registry } });
    */
-  metrics?: MetricsOption;
+  metrics?: boolean | { registry: MetricsRegistry };
 }
 
 /** The relay spools past 512 KiB unless told otherwise: up to `maxClients` messages may arrive at once. */
@@ -391,6 +375,7 @@ const RELAY_KEYS = [
 
 /** Every option of the relay: its own and the client's. */
 const RELAY_OPTIONS: readonly string[] = [...new Set<string>([...RELAY_KEYS, ...CLIENT_OPTIONS])];
+const _everyRelayOptions: ListsEveryKey<EmlApiRelayOptions, [...typeof RELAY_KEYS, ...typeof CLIENT_OPTIONS]> = true;
 
 /** The SMTP side's time limits; the rest of `timeouts` is the client's. */
 const SMTP_TIMEOUTS = [

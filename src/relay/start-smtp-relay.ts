@@ -45,39 +45,27 @@ export interface EmlApiRelay {
    * @example
    * process.once('SIGTERM', () => relay.close());
    */
-  close(options?: EmlApiRelayCloseOptions): Promise<EmlApiRelayClosed>;
+  close(options?: {
+    /** Abort the messages being uploaded at once (their clients get `451`). @default false */
+    abort?: boolean;
+    /**
+     * Milliseconds the messages in flight, still arriving or being handed on,
+     * have to finish; then the ones left are given up (`421` or `451`: their
+     * clients send them again later) and counted in `givenUp`. Without it, a
+     * message still arriving is given up at once and the ones that arrived are
+     * waited for (each within the client's `timeouts.total`).
+     * @default undefined
+     * @example
+     * process.once('SIGTERM', async () => process.exit((await relay.close({ grace: 25_000 })).givenUp ? 4 : 0));
+     */
+    grace?: number;
+  }): Promise<{
+    /** Messages in flight that the grace period ran out on: given up, their clients retry them. */
+    givenUp: number;
+  }>;
 }
 
-/**
- * Options of {@link EmlApiRelay.close}.
- * @example
- * await relay.close({ grace: 25_000 });
- */
-export interface EmlApiRelayCloseOptions {
-  /** Abort the messages being uploaded at once (their clients get `451`). @default false */
-  abort?: boolean;
-  /**
-   * Milliseconds the messages in flight, still arriving or being handed on,
-   * have to finish; then the ones left are given up (`421` or `451`: their
-   * clients send them again later) and counted in `givenUp`. Without it, a
-   * message still arriving is given up at once and the ones that arrived are
-   * waited for (each within the client's `timeouts.total`).
-   * @default undefined
-   * @example
-   * process.once('SIGTERM', async () => process.exit((await relay.close({ grace: 25_000 })).givenUp ? 4 : 0));
-   */
-  grace?: number;
-}
-
-/**
- * What {@link EmlApiRelay.close} resolves with.
- * @example
- * const { givenUp } = await relay.close({ grace: 25_000 });
- */
-export interface EmlApiRelayClosed {
-  /** Messages in flight that the grace period ran out on: given up, their clients retry them. */
-  givenUp: number;
-}
+type EmlApiRelayClosed = Awaited<ReturnType<EmlApiRelay['close']>>;
 
 /**
  * Starts an SMTP server that hands every message it accepts to the email

@@ -2,9 +2,9 @@ import { EventEmitter } from 'node:events';
 import { EmlApiClient, toGroupEmailRequest, toStandardEmailRequest } from '../client/eml-api-client.js';
 import { checkIdempotencyKey } from '../client/client-input.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { type EmlApiLogger, refuseUnknownKeys } from '../shared/options-kit.js';
+import { type EmlApiLogger, type ListsEveryKey, refuseUnknownKeys } from '../shared/options-kit.js';
 import { VERSION } from '../shared/version.js';
-import { EmlApiMetrics, type MetricsOption } from '../observability/metrics.js';
+import { EmlApiMetrics, type MetricsRegistry } from '../observability/metrics.js';
 import { endSend, watchSends, activeSpanEvent, startSpan } from '../observability/tracing.js';
 import { buildMessage, type BuildThreads } from './build-message.js';
 import { BuildThreadPool, resolveBuildThreads } from './build-threads/pool.js';
@@ -14,11 +14,8 @@ import { type EmlApiClientOptions, CLIENT_OPTIONS } from '../client/client-optio
 import type { GroupSendAcceptedResponse, SendAcceptedResponse } from '../protocol/api-types.js';
 import type { GroupSendResult, SendResult } from '../client/client-types.js';
 
-/**
- * Nodemailer's callback of `transport.send`: called once, with the error or with what the send resolved.
- * @example transport.send(mail, (err, info) => (err ? reject(err) : resolve(info!)));
- */
-export type SendCallback = (err: Error | null, info?: EmlApiSentMessageInfo) => void;
+/** Nodemailer's callback of `transport.send`: called once, with the error or with what the send resolved. */
+type SendCallback = (err: Error | null, info?: EmlApiSentMessageInfo) => void;
 
 /**
  * The event of {@link EmlApiTransport}: `'idle'` when a send would start at once again (Nodemailer's pool contract).
@@ -84,7 +81,7 @@ export class EmlApiTransport extends EventEmitter {
   }
 
   /** Sends one message for Nodemailer's `sendMail`; the callback is called exactly once. */
-  readonly send = (mail: NodemailerMail, callback: SendCallback): void => {
+  readonly send = (mail: NodemailerMail, callback: (err: Error | null, info?: EmlApiSentMessageInfo) => void): void => {
     let called = false;
     const done: SendCallback = (err, info) => {
       if (called) return;
@@ -286,10 +283,14 @@ export interface EmlApiTransportOptions extends EmlApiClientOptions {
    * @default false
    * @example new EmlApiTransport({ apiKey, baseUrl, metrics: { registry } });
    */
-  metrics?: MetricsOption;
+  metrics?: boolean | { registry: MetricsRegistry };
 }
 
 const TRANSPORT_OPTIONS = ['buildThreads', 'metrics'] as const satisfies readonly (keyof EmlApiTransportOptions)[];
+const _everyTransportOption: ListsEveryKey<
+  EmlApiTransportOptions,
+  [...typeof CLIENT_OPTIONS, ...typeof TRANSPORT_OPTIONS]
+> = true;
 
 /**
  * Splits the transport's own options from the client's.
@@ -299,7 +300,7 @@ export function splitTransportOptions(options: EmlApiTransportOptions): {
   clientOptions: EmlApiClientOptions;
   buildThreads: number;
   /** Checked where the metrics are made. */
-  metrics?: MetricsOption;
+  metrics?: boolean | { registry: MetricsRegistry };
 } {
   if (typeof options !== 'object' || options === null) return { clientOptions: options, buildThreads: 0 };
   refuseUnknownKeys(options, [...CLIENT_OPTIONS, ...TRANSPORT_OPTIONS], '');

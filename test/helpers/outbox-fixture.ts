@@ -4,9 +4,9 @@ import { startEmulator, type Emulator, type EmulatorOptions } from '../../src/em
 import {
   EmlApiQueueTransport,
   purgeOutbox,
-  type EmlApiQueuedMessageInfo,
+  type OutboxQueuedMessageInfo,
   type EmlApiQueueTransportOptions,
-  type EmlApiWorkerOptions,
+  type OutboxWorkerOptions,
   type RedisConnectionInput,
 } from '../../src/queue/index.js';
 import { inProcessWorkers, type InProcessWorkers } from './outbox.js';
@@ -34,11 +34,11 @@ export interface OutboxFixture<R> {
   /** The file's producer (with `transport` options). */
   readonly transport: EmlApiQueueTransport;
   /** Nodemailer over {@link transport}. */
-  readonly transporter: Transporter<EmlApiQueuedMessageInfo>;
+  readonly transporter: Transporter<OutboxQueuedMessageInfo>;
   /** Workers in this process with the fixture's settings; closed after each test. */
   readonly workers: InProcessWorkers;
   /** The options a worker of the fixture starts with (Redis, the emulator, no content sweep), `more` over them: for worker processes. */
-  workerOptions(more?: Partial<EmlApiWorkerOptions>): EmlApiWorkerOptions;
+  workerOptions(more?: Partial<OutboxWorkerOptions>): OutboxWorkerOptions;
 }
 
 export interface OutboxFixtureOptions {
@@ -49,7 +49,7 @@ export interface OutboxFixtureOptions {
   /** The producer's options besides its connection and prefix. */
   transport?: Partial<EmlApiQueueTransportOptions>;
   /** Every worker's options besides its connection, prefix, key and baseUrl (e.g. `logger`). */
-  worker?: Partial<EmlApiWorkerOptions>;
+  worker?: Partial<OutboxWorkerOptions>;
   /**
    * What is emptied before each test, besides resetting the emulator (its messages and faults):
    * `'queue'` (the producer's queue: every job and key of the outbox, as `purgeOutbox`), `'redis'` (FLUSHALL on every master); or `'nothing'`
@@ -81,14 +81,14 @@ export function useOutbox(
   let under: OutboxRedisUnderTest | undefined;
   let emu: Emulator | undefined;
   let transport: EmlApiQueueTransport | undefined;
-  let transporter: Transporter<EmlApiQueuedMessageInfo> | undefined;
+  let transporter: Transporter<OutboxQueuedMessageInfo> | undefined;
   const started = <T>(value: T | undefined, what: string): T => {
     if (value === undefined) throw new Error(`the outbox fixture's ${what} is not started (used outside a test?)`);
     return value;
   };
   const connection = (): RedisConnectionInput => (under ? under.connection : started(server, 'Redis').url);
   const prefix = () => under?.prefix ?? 'bull';
-  const workerOptions = (more: Partial<EmlApiWorkerOptions> = {}): EmlApiWorkerOptions => ({
+  const workerOptions = (more: Partial<OutboxWorkerOptions> = {}): OutboxWorkerOptions => ({
     connection: connection(),
     prefix: prefix(),
     apiKey: started(emu, 'emulator').apiKey,
@@ -106,7 +106,7 @@ export function useOutbox(
     else server = r as RedisServer;
     emu = e;
     transport = new EmlApiQueueTransport({ connection: connection(), prefix: prefix(), ...options.transport });
-    transporter = nodemailer.createTransport(transport) as unknown as Transporter<EmlApiQueuedMessageInfo>;
+    transporter = nodemailer.createTransport(transport) as unknown as Transporter<OutboxQueuedMessageInfo>;
   });
 
   afterAll(async () => {

@@ -4,12 +4,13 @@ import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
 import {
-  startEmlApiWorker,
-  type EmlApiWorker,
-  type EmlApiWorkerOptions,
+  startOutboxWorker,
+  type OutboxWorker,
+  type OutboxWorkerOptions,
   type OutboxJobData,
 } from '../../src/queue/index.js';
 import { eventually } from './async.js';
+import type { OutboxJobRecord } from '../../src/queue/outbox-job.js';
 
 /**
  * Helpers of the outbox tests (test/queue/): worker processes, reading the
@@ -43,7 +44,7 @@ export interface WorkerProcess {
  *   that far off (test/helpers/skewed-clock.mjs)
  */
 export async function startWorkerProcess(
-  options: EmlApiWorkerOptions,
+  options: OutboxWorkerOptions,
   { script = WORKER_PROCESS, clockSkewMs }: { script?: string; clockSkewMs?: number } = {},
 ): Promise<WorkerProcess> {
   const skewed = clockSkewMs === undefined ? [] : ['--import', SKEWED_CLOCK];
@@ -128,7 +129,7 @@ export async function pastContentDeadlines(
 /** Workers started in this process by a test file, closed together after each test. */
 export interface InProcessWorkers {
   /** Starts a worker with the file's settings and `options` over them. */
-  start(options?: Partial<EmlApiWorkerOptions>): Promise<EmlApiWorker>;
+  start(options?: Partial<OutboxWorkerOptions>): Promise<OutboxWorker>;
   /** Force-closes every worker started since the last call. */
   closeAll(): Promise<void>;
 }
@@ -141,11 +142,11 @@ export interface InProcessWorkers {
  * afterEach(() => workers.closeAll());
  * const w = await workers.start({ concurrency: 2 });
  */
-export function inProcessWorkers(settings: () => EmlApiWorkerOptions): InProcessWorkers {
-  let started: EmlApiWorker[] = [];
+export function inProcessWorkers(settings: () => OutboxWorkerOptions): InProcessWorkers {
+  let started: OutboxWorker[] = [];
   return {
     async start(options = {}) {
-      const worker = await startEmlApiWorker({ cleanupInterval: 0, ...settings(), ...options });
+      const worker = await startOutboxWorker({ cleanupInterval: 0, ...settings(), ...options });
       started.push(worker);
       return worker;
     },
@@ -163,12 +164,10 @@ export function inProcessWorkers(settings: () => EmlApiWorkerOptions): InProcess
  * @example
  * const eml = await storedContent(redis.client, job.data);
  */
-export async function storedContent(
-  redis: Pick<Redis, 'getBuffer'>,
-  data: Pick<OutboxJobData, 'inline' | 'contentKey'>,
-): Promise<Buffer | null> {
-  if (data.inline !== undefined) return Buffer.from(data.inline, 'base64');
-  return redis.getBuffer(data.contentKey);
+export async function storedContent(redis: Pick<Redis, 'getBuffer'>, data: OutboxJobData): Promise<Buffer | null> {
+  const { inline, contentKey } = data as OutboxJobRecord;
+  if (inline !== undefined) return Buffer.from(inline, 'base64');
+  return redis.getBuffer(contentKey);
 }
 
 /**
@@ -176,11 +175,9 @@ export async function storedContent(
  * @example
  * expect(await hasStoredContent(redis.client, job.data)).toBe(true);
  */
-export async function hasStoredContent(
-  redis: Pick<Redis, 'exists'>,
-  data: Pick<OutboxJobData, 'inline' | 'contentKey'>,
-): Promise<boolean> {
-  return data.inline !== undefined || (await redis.exists(data.contentKey)) === 1;
+export async function hasStoredContent(redis: Pick<Redis, 'exists'>, data: OutboxJobData): Promise<boolean> {
+  const { inline, contentKey } = data as OutboxJobRecord;
+  return inline !== undefined || (await redis.exists(contentKey)) === 1;
 }
 
 /**

@@ -10,6 +10,7 @@ import { redisServerMissing, startRedisServer } from '../helpers/redis-server.js
 import { eventually } from '../helpers/outbox.js';
 import { installTracing, promtoolMissing, promtoolProblems, sample, type TestTracing } from '../helpers/telemetry.js';
 import { capturingLogger } from '../helpers/logger.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /** The relay's health port, metrics, spans and graceful stop, with real SMTP clients (Nodemailer's SMTP transport). */
 
@@ -135,7 +136,7 @@ describe('the relay with its http port', () => {
         });
         const jobId = /Ok: (\S+)/.exec(info.response)![1]!;
         const queue = new EmlApiQueueTransport({ connection: redis.url });
-        const job = await queue.queue.getJob(jobId);
+        const job = await recordQueue(queue.queue).getJob(jobId);
         await queue.close();
         const span = tracing.spans().find((s) => s.name === 'eml-api.relay')!;
         expect(job!.data.trace?.traceparent).toBe(`00-${span.spanContext().traceId}-${span.spanContext().spanId}-01`);

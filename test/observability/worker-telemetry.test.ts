@@ -2,7 +2,7 @@ import nodemailer from 'nodemailer';
 import { trace } from '@opentelemetry/api';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, purgeOutbox, startEmlApiWorker, type EmlApiWorker } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, purgeOutbox, startOutboxWorker, type OutboxWorker } from '../../src/queue/index.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { installTracing, promtoolMissing, promtoolProblems, sample, type TestTracing } from '../helpers/telemetry.js';
@@ -13,7 +13,7 @@ let redis: RedisServer;
 let emu: Emulator;
 let transport: EmlApiQueueTransport;
 let tracing: TestTracing;
-const workers: EmlApiWorker[] = [];
+const workers: OutboxWorker[] = [];
 
 beforeAll(async () => {
   [redis, emu] = await Promise.all([startRedisServer({ appendonly: true }), startEmulator()]);
@@ -35,7 +35,7 @@ beforeEach(async () => {
 });
 
 async function worker(options: { apiKey?: string; readyCacheMs?: number; idempotencyWindow?: number } = {}) {
-  const started = await startEmlApiWorker({
+  const started = await startOutboxWorker({
     connection: redis.url,
     apiKey: options.apiKey ?? emu.apiKey,
     baseUrl: emu.url,

@@ -24,7 +24,7 @@ const DOCUMENTS = ['README.md', ...readdirSync(join(ROOT, 'docs')).map((f) => `d
 
 /** Whether a block needs a Redis (the outbox, or the relay storing in it). */
 function needsRedis(block: DocBlock): boolean {
-  return /REDIS_URL|redis:\/\/|EmlApiQueueTransport|startEmlApiWorker|eml-api (worker|queue)|--outbox/.test(block.code);
+  return /REDIS_URL|redis:\/\/|EmlApiQueueTransport|startOutboxWorker|eml-api (worker|queue)|--outbox/.test(block.code);
 }
 
 describe.concurrent('the code blocks of the docs, against the packed package', () => {

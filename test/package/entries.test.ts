@@ -22,7 +22,7 @@ async function classesOf(dir: string, extension: '.js' | '.cjs'): Promise<Map<st
 // One script for both formats: `load` is the format's way of loading an entry point.
 const CROSS_ENTRY = `
 const { EmlApiError, EmlApiClient, EmlApiTransport } = load('nodemailer-eml-api');
-const { EmlApiQueueTransport, startEmlApiWorker } = load('nodemailer-eml-api/queue');
+const { EmlApiQueueTransport, startOutboxWorker } = load('nodemailer-eml-api/queue');
 const { startEmlApiRelay } = load('nodemailer-eml-api/relay');
 const { startEmulator } = load('nodemailer-eml-api/emulator');
 const nodemailer = load('nodemailer');
@@ -38,7 +38,7 @@ async function main() {
     client: await refusal(() => new EmlApiClient({ apiKey: 'k', baseUrl: 'https://x.test', bogus: 1 })),
     transport: await refusal(() => new EmlApiTransport({ apiKey: 'k', baseUrl: 'https://x.test', bogus: 1 })),
     queue: await refusal(() => new EmlApiQueueTransport({ connection: process.env.REDIS_URL, bogus: 1 })),
-    worker: await refusal(() => startEmlApiWorker({ connection: process.env.REDIS_URL, apiKey: 'k', baseUrl: 'https://x.test', bogus: 1 })),
+    worker: await refusal(() => startOutboxWorker({ connection: process.env.REDIS_URL, apiKey: 'k', baseUrl: 'https://x.test', bogus: 1 })),
     relay: await refusal(() => startEmlApiRelay({ apiKey: 'k', baseUrl: 'https://x.test', bogus: 1 })),
     emulator: await refusal(() => startEmulator({ bogus: 1 })),
   };
@@ -53,7 +53,7 @@ async function main() {
   const stored = await smtp.sendMail({ from: 'a@example.test', to: process.env.QUEUE + '@example.test', text: 'hi' });
   smtp.close();
   await relay.close();
-  const worker = await startEmlApiWorker({
+  const worker = await startOutboxWorker({
     connection: process.env.REDIS_URL, queueName: process.env.QUEUE,
     apiKey: process.env.EML_API_KEY, baseUrl: process.env.EML_API_URL, cleanupInterval: 0,
   });

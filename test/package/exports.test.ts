@@ -74,7 +74,7 @@ console.log(JSON.stringify(out));`;
         'readOutboxSnapshot',
         'readOutboxStatus',
         'retryFailedSends',
-        'startEmlApiWorker',
+        'startOutboxWorker',
       ],
       'nodemailer-eml-api/protocol': [
         'API_KEY_HEADER',

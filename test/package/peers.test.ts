@@ -212,7 +212,7 @@ await emu.close();
   const info = await transporter.sendMail({ from: 'a@example.test', to: '${queue}@example.test', subject: 'packed', text: 'hi' });
   let tooLarge;
   try { await transporter.sendMail({ from: 'a@example.test', to: 'b@example.test', text: 'x'.repeat(5000) }); } catch (e) { tooLarge = e; }
-  const worker = await startEmlApiWorker({ connection: process.env.REDIS_URL, queueName: '${queue}', apiKey: process.env.EML_API_KEY, baseUrl: process.env.EML_API_URL, cleanupInterval: 0 });
+  const worker = await startOutboxWorker({ connection: process.env.REDIS_URL, queueName: '${queue}', apiKey: process.env.EML_API_KEY, baseUrl: process.env.EML_API_URL, cleanupInterval: 0 });
   const sent = await new Promise((resolve) => worker.once('sent', (job, result) => resolve(result.response)));
   await worker.close();
   await transport.close();
@@ -224,7 +224,7 @@ await emu.close();
         program(
           `import nodemailer from 'nodemailer';
 import { EmlApiError } from 'nodemailer-eml-api';
-import { EmlApiQueueTransport, startEmlApiWorker } from 'nodemailer-eml-api/queue';`,
+import { EmlApiQueueTransport, startOutboxWorker } from 'nodemailer-eml-api/queue';`,
           'esm',
         ),
       );
@@ -233,7 +233,7 @@ import { EmlApiQueueTransport, startEmlApiWorker } from 'nodemailer-eml-api/queu
         program(
           `const nodemailer = require('nodemailer');
 const { EmlApiError } = require('nodemailer-eml-api');
-const { EmlApiQueueTransport, startEmlApiWorker } = require('nodemailer-eml-api/queue');`,
+const { EmlApiQueueTransport, startOutboxWorker } = require('nodemailer-eml-api/queue');`,
           'cjs',
         ),
       );

@@ -75,19 +75,19 @@ const GIVEN = (queueSide: boolean): Record<string, string> => ({
   members: 'MemberInput[]',
   newsletter: 'GroupEmailInput',
   message: 'import("nodemailer").SendMailOptions',
-  options: queueSide ? 'EmlApiWorkerOptions' : 'EmlApiClientOptions',
+  options: queueSide ? 'OutboxWorkerOptions' : 'EmlApiClientOptions',
   client: 'EmlApiClient',
   transport: queueSide ? 'EmlApiQueueTransport' : 'EmlApiTransport',
   transporter: queueSide
-    ? 'import("nodemailer").Transporter<EmlApiQueuedMessageInfo>'
+    ? 'import("nodemailer").Transporter<OutboxQueuedMessageInfo>'
     : 'import("nodemailer").Transporter<EmlApiSentMessageInfo>',
-  info: 'EmlApiQueuedMessageInfo',
+  info: 'OutboxQueuedMessageInfo',
   mail: 'NodemailerMail',
   job: 'OutboxJob',
   status: 'OutboxStatus',
-  skipped: 'SkippedSend[]',
+  skipped: '{ queueId: string; reason: string }[]',
   admin: 'OutboxQueue',
-  outbox: 'EmlApiWorker',
+  outbox: 'OutboxWorker',
   queue: 'OutboxQueue["queue"]',
   relay: 'EmlApiRelay',
   emu: 'Emulator',
@@ -120,7 +120,7 @@ export function exampleModule(example: TsdocExample, names: Map<string, string>)
     if (imported.has(name)) continue;
     byEntry.set(entry, [...(byEntry.get(entry) ?? []), name]);
   }
-  const given = GIVEN(/queue/.test(example.file) || /^(Outbox|EmlApiWorker|EmlApiQueue)/.test(example.symbol));
+  const given = GIVEN(/queue/.test(example.file) || /^(Outbox|OutboxWorker|EmlApiQueue)/.test(example.symbol));
   const head = [
     ...imports,
     ...[...byEntry].map(([entry, list]) => `import { ${list.join(', ')} } from '${entry}';`),

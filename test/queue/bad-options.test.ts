@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
-import { EmlApiQueueTransport, startEmlApiWorker } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, startOutboxWorker } from '../../src/queue/index.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
@@ -31,7 +31,7 @@ async function otherClients(): Promise<number> {
 
 describe('options BullMQ refuses', () => {
   it('a worker: ECONFIG naming workerOptions, and no connection left open', async () => {
-    const err = await startEmlApiWorker({
+    const err = await startOutboxWorker({
       connection: redis.url,
       apiKey: 'k_0123456789abcdef',
       baseUrl: 'http://127.0.0.1:9',
@@ -44,7 +44,7 @@ describe('options BullMQ refuses', () => {
 
   it('a worker: maxStalledCount is refused for maxStalls (the outbox counts stalls itself), which is checked', async () => {
     const base = { connection: redis.url, apiKey: 'k_0123456789abcdef', baseUrl: 'http://127.0.0.1:9' };
-    const bullmqLimit = await startEmlApiWorker({
+    const bullmqLimit = await startOutboxWorker({
       ...base,
       workerOptions: { maxStalledCount: 3 } as Record<string, unknown>,
     }).catch((e: unknown) => e);
@@ -53,7 +53,7 @@ describe('options BullMQ refuses', () => {
       message: expect.stringMatching(/^Invalid option workerOptions\.maxStalledCount: .*set maxStalls/),
     });
     for (const maxStalls of [-1, 1.5, '3']) {
-      const err = await startEmlApiWorker({ ...base, maxStalls: maxStalls as number }).catch((e: unknown) => e);
+      const err = await startOutboxWorker({ ...base, maxStalls: maxStalls as number }).catch((e: unknown) => e);
       expect(err).toMatchObject({ code: 'ECONFIG', message: expect.stringContaining('maxStalls') });
     }
     expect(await otherClients()).toBe(0);

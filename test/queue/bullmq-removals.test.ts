@@ -1,6 +1,6 @@
 import nodemailer from 'nodemailer';
 import { describe, expect, it } from 'vitest';
-import { EmlApiQueueTransport, purgeOutbox, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, purgeOutbox, type OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
 import { resolveQueueLocation } from '../../src/queue/queue-location.js';
 import { eventually, pastContentDeadlines } from '../helpers/outbox.js';
@@ -34,7 +34,7 @@ const message = (key: string) => ({
 async function queue(keys: string[], transport: EmlApiQueueTransport = outbox.transport): Promise<void> {
   const mailer = nodemailer.createTransport(transport);
   for (const key of keys) {
-    const info = (await mailer.sendMail(message(key))) as unknown as EmlApiQueuedMessageInfo;
+    const info = (await mailer.sendMail(message(key))) as unknown as OutboxQueuedMessageInfo;
     expect(info.duplicate).toBe(false);
   }
 }
@@ -165,7 +165,7 @@ describe('BullMQ removals on an outbox queue', () => {
     const info = (await nodemailer.createTransport(outbox.transport).sendMail({
       ...message('refused'),
       to: 'ann@',
-    })) as unknown as EmlApiQueuedMessageInfo;
+    })) as unknown as OutboxQueuedMessageInfo;
     await outbox.workers.start();
     await eventually(async () => (await outbox.transport.queue.getJobCounts('failed')).failed === 1);
     // Counts the requests the service gets from now on (faults set, none drawn).

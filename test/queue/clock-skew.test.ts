@@ -1,11 +1,12 @@
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, type EmlApiWorkerOptions } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, type OutboxWorkerOptions } from '../../src/queue/index.js';
 import { RedisClock } from '../../src/queue/redis-clock.js';
 import { eventually, inProcessWorkers, startWorkerProcess, type WorkerProcess } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * Workers on machines whose clocks disagree (review F9, attack/04-clock-skew.ts).
@@ -71,7 +72,7 @@ const redisNow = async () => {
 };
 
 /** A worker process whose clock runs `skewMs` off. */
-async function skewedWorker(skewMs: number, more: Partial<EmlApiWorkerOptions> = {}): Promise<WorkerProcess> {
+async function skewedWorker(skewMs: number, more: Partial<OutboxWorkerOptions> = {}): Promise<WorkerProcess> {
   const options = { connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url, cleanupInterval: 0, ...more };
   const worker = await startWorkerProcess(options, { clockSkewMs: skewMs });
   processes.push(worker);
@@ -89,25 +90,28 @@ describe('a worker whose clock is 50 s behind', () => {
       text: 'x',
       idempotencyKey: 'inv-1',
     });
-    await eventually(async () => (await transport.queue.getJob(info.queueId))!.data.resendUntil !== undefined, {
-      what: 'the unknown outcome recorded',
-    });
+    await eventually(
+      async () => (await recordQueue(transport.queue).getJob(info.queueId))!.data.resendUntil !== undefined,
+      {
+        what: 'the unknown outcome recorded',
+      },
+    );
     await workers.closeAll();
     await eventually(() => invoices() === 1, { what: 'the first attempt delivered' });
 
     // 24.5 hours pass: the service forgets the key. By Redis's clock the job's window (23 h) ended 30 s ago.
     shift = 24.5 * H;
-    const job = await transport.queue.getJob(info.queueId);
+    const job = await recordQueue(transport.queue).getJob(info.queueId);
     const resendUntil = (await redisNow()) - 30_000;
     await job!.updateData({ ...job!.data, possiblyAcceptedAt: resendUntil - 23 * H, resendUntil });
     // Due now (BullMQ itself promotes delayed jobs by the clock of the worker that looks).
     if ((await job!.getState()) === 'delayed') await job!.promote();
     // Worker B runs 50 s behind: by its own clock, the window has 20 s to go.
     await skewedWorker(-50_000);
-    await eventually(async () => (await transport.queue.getJob(info.queueId))!.finishedOn !== undefined, {
+    await eventually(async () => (await recordQueue(transport.queue).getJob(info.queueId))!.finishedOn !== undefined, {
       what: 'the job settled',
     });
-    const done = await transport.queue.getJob(info.queueId);
+    const done = await recordQueue(transport.queue).getJob(info.queueId);
     expect(await done!.getState()).toBe('failed');
     expect(done!.data.lastError?.parked).toBe('idempotency-window');
     expect(invoices()).toBe(1);
@@ -120,10 +124,13 @@ describe('a worker whose clock is 50 s ahead', () => {
     const info = await nodemailer
       .createTransport(transport)
       .sendMail({ from: 'a@example.test', to: 'bob@example.test', subject: 'invoice', text: 'x' });
-    await eventually(async () => (await transport.queue.getJob(info.queueId))!.data.resendUntil !== undefined, {
-      what: 'the unknown outcome recorded',
-    });
-    const data = (await transport.queue.getJob(info.queueId))!.data;
+    await eventually(
+      async () => (await recordQueue(transport.queue).getJob(info.queueId))!.data.resendUntil !== undefined,
+      {
+        what: 'the unknown outcome recorded',
+      },
+    );
+    const data = (await recordQueue(transport.queue).getJob(info.queueId))!.data;
     const now = await redisNow();
     // Within seconds of Redis's clock (the attempt's time), not 50 s ahead of it.
     expect(Math.abs(data.possiblyAcceptedAt! - now)).toBeLessThan(25_000);
@@ -149,10 +156,10 @@ describe('a producer whose clock is ahead', () => {
     await doomed.kill();
     const started = await redisNow();
     await skewedWorker(0, { workerOptions: { lockDuration: 800, stalledInterval: 300 } });
-    await eventually(async () => (await transport.queue.getJob(info.queueId))!.data.stalls === 1, {
+    await eventually(async () => (await recordQueue(transport.queue).getJob(info.queueId))!.data.stalls === 1, {
       what: 'the stall counted',
     });
-    const data = (await transport.queue.getJob(info.queueId))!.data;
+    const data = (await recordQueue(transport.queue).getJob(info.queueId))!.data;
     // The attempt started before the kill, so its window runs from then at the latest: not 2 hours later.
     expect(data.possiblyAcceptedAt!).toBeLessThanOrEqual((await redisNow()) + 1000);
     expect(data.possiblyAcceptedAt! - started).toBeLessThan(10 * 60_000);
@@ -184,7 +191,7 @@ describe('a producer whose clock is behind', () => {
       },
       { what: 'the job finished' },
     );
-    const data = (await transport.queue.getJob(info.queueId))!.data;
+    const data = (await recordQueue(transport.queue).getJob(info.queueId))!.data;
     expect(data.lastError?.parked).toBeUndefined();
     expect(await transport.queue.getJobCounts('completed')).toEqual({ completed: 1 });
     expect(data.possiblyAcceptedAt!).toBeGreaterThanOrEqual(queuedAt - 1000);

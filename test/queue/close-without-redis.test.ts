@@ -3,9 +3,9 @@ import { fileURLToPath } from 'node:url';
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, startEmlApiWorker } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, startOutboxWorker } from '../../src/queue/index.js';
 // The class itself, as the CLI uses it: only it can close a worker whose start never finishes (Redis down).
-import { EmlApiWorker } from '../../src/queue/eml-api-worker.js';
+import { OutboxWorker } from '../../src/queue/eml-api-worker.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { capturingLogger } from '../helpers/logger.js';
 import { eventually } from '../helpers/outbox.js';
@@ -112,7 +112,7 @@ describe('close() when Redis does not answer', () => {
   }, 40_000);
 
   it('a worker closes', async () => {
-    const worker = await startEmlApiWorker({
+    const worker = await startOutboxWorker({
       connection: redis.url,
       apiKey: emu.apiKey,
       baseUrl: emu.url,
@@ -128,16 +128,16 @@ describe('close() when Redis is down', () => {
   it('a worker that never connected closes, gracefully or forced', async () => {
     for (const abort of [false, true]) {
       const logger = capturingLogger();
-      const worker = new EmlApiWorker({ connection: NOWHERE, apiKey: emu.apiKey, baseUrl: emu.url, logger });
+      const worker = new OutboxWorker({ connection: NOWHERE, apiKey: emu.apiKey, baseUrl: emu.url, logger });
       worker.on('error', () => undefined);
       await eventually(() => logger.messages('debug').includes('Redis error'), { what: 'a failed try to reach Redis' });
       expect({ abort, closed: await within(worker.close({ abort }), 15_000) }).toEqual({ abort, closed: 'resolved' });
     }
   });
 
-  it('startEmlApiWorker, still waiting for Redis, stops when its signal is aborted (EABORT) and leaves nothing open', async () => {
+  it('startOutboxWorker, still waiting for Redis, stops when its signal is aborted (EABORT) and leaves nothing open', async () => {
     const stop = new AbortController();
-    const starting = startEmlApiWorker(
+    const starting = startOutboxWorker(
       { connection: NOWHERE, apiKey: emu.apiKey, baseUrl: emu.url },
       { signal: stop.signal },
     );
@@ -146,7 +146,7 @@ describe('close() when Redis is down', () => {
     await expect(within(starting, 15_000)).resolves.toBe('rejected');
     await expect(starting).rejects.toMatchObject({ code: 'EABORT' });
     await expect(
-      startEmlApiWorker({ connection: NOWHERE, apiKey: emu.apiKey, baseUrl: emu.url }, { signal: stop.signal }),
+      startOutboxWorker({ connection: NOWHERE, apiKey: emu.apiKey, baseUrl: emu.url }, { signal: stop.signal }),
     ).rejects.toThrow();
   });
 

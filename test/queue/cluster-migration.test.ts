@@ -2,7 +2,7 @@ import { Redis } from 'ioredis';
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, startEmlApiWorker, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, startOutboxWorker, type OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
 import { resolveQueueLocation } from '../../src/queue/queue-location.js';
 import { queueClient } from '../../src/queue/bullmq-internals.js';
@@ -47,7 +47,7 @@ describe('the content sweeper while the queue’s slot migrates', () => {
   it('deletes no content of a live job whose record has not moved yet, and the jobs are all sent', async () => {
     const connection = { cluster: [...cluster.urls] };
     const startWorker = () =>
-      startEmlApiWorker({ connection, prefix, apiKey: emu.apiKey, baseUrl: emu.url, cleanupInterval: 0 });
+      startOutboxWorker({ connection, prefix, apiKey: emu.apiKey, baseUrl: emu.url, cleanupInterval: 0 });
     const transport = new EmlApiQueueTransport({ connection, prefix });
     const admins: Redis[] = [];
     const admin = (port: number) => {
@@ -67,8 +67,8 @@ describe('the content sweeper while the queue’s slot migrates', () => {
       });
       await eventually(() => emu.messages().length === 1, { what: 'the first message sent' });
       await first.close();
-      const infos: EmlApiQueuedMessageInfo[] = [];
-      for (let i = 0; i < 4; i++) infos.push((await mailer.sendMail(big(i))) as unknown as EmlApiQueuedMessageInfo);
+      const infos: OutboxQueuedMessageInfo[] = [];
+      for (let i = 0; i < 4; i++) infos.push((await mailer.sendMail(big(i))) as unknown as OutboxQueuedMessageInfo);
       const source = await cluster.masterOf(prefix);
       const target = cluster.nodes.slice(0, 3).find((node) => node.id !== source.id)!;
       const [from, to] = [admin(source.port), admin(target.port)];

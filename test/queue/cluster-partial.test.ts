@@ -2,7 +2,7 @@ import { Redis } from 'ioredis';
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, purgeOutbox, startEmlApiWorker } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, purgeOutbox, startOutboxWorker } from '../../src/queue/index.js';
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
 import { newContentKey, resolveQueueLocation } from '../../src/queue/queue-location.js';
 import { eventually } from '../helpers/outbox.js';
@@ -59,7 +59,7 @@ describe('a cluster with a master of other slots down (cluster-require-full-cove
       const mailer = nodemailer.createTransport(transport);
       await transport.verify();
       await mailer.sendMail({ from: 'a@example.test', to: 'b@example.test', text: 'x'.repeat(70_000) });
-      const worker = await startEmlApiWorker({
+      const worker = await startOutboxWorker({
         connection,
         prefix,
         apiKey: emu.apiKey,

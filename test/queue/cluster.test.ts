@@ -3,7 +3,7 @@ import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiError } from '../../src/index.js';
-import { EmlApiQueueTransport, openOutboxQueue, purgeOutbox, startEmlApiWorker } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, openOutboxQueue, purgeOutbox, startOutboxWorker } from '../../src/queue/index.js';
 import { newContentKey, resolveQueueLocation } from '../../src/queue/queue-location.js';
 import { runCli } from '../../src/cli/run-cli.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
@@ -51,7 +51,7 @@ describe('a queue on a Redis Cluster', () => {
     for (const err of [
       await caught(() => new EmlApiQueueTransport({ connection })),
       await caught(() => new EmlApiQueueTransport({ connection, prefix: 'mail' })),
-      await caught(() => startEmlApiWorker({ connection, apiKey: emu.apiKey, baseUrl: emu.url })),
+      await caught(() => startOutboxWorker({ connection, apiKey: emu.apiKey, baseUrl: emu.url })),
       await caught(() => openOutboxQueue({ connection, prefix: '{}' })),
     ]) {
       expect(err).toBeInstanceOf(EmlApiError);
@@ -79,7 +79,7 @@ describe('a queue on a Redis Cluster', () => {
       await producer.close();
     }
     const worker = await caught(() =>
-      startEmlApiWorker({ connection: cluster.urls[1]!, prefix, apiKey: emu.apiKey, baseUrl: emu.url }),
+      startOutboxWorker({ connection: cluster.urls[1]!, prefix, apiKey: emu.apiKey, baseUrl: emu.url }),
     );
     expect(worker).toMatchObject({ code: 'ECONFIG' });
     expect(worker.message).toContain('is a node of a Redis Cluster');

@@ -1,7 +1,7 @@
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, type OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { eventually, inProcessWorkers } from '../helpers/outbox.js';
 import { startRedisHoldProxy, type RedisHoldProxy } from '../helpers/redis-hold-proxy.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
@@ -89,7 +89,7 @@ describe('a job a worker sends before the producer has read it back', () => {
     });
     expect(proxy.held).toBeGreaterThan(0);
     proxy.release();
-    const info = (await sending) as unknown as EmlApiQueuedMessageInfo;
+    const info = (await sending) as unknown as OutboxQueuedMessageInfo;
     expect(info).toMatchObject({ duplicate: false, queueId: 'receipt-1' });
     expect(await (await transport.queue.getJob(info.queueId))!.getState()).toBe('completed');
     expect(emu.mailbox('ann@example.test').map((m) => m.messageId)).toEqual([info.messageId]);
@@ -107,10 +107,10 @@ describe('a job a worker sends before the producer has read it back', () => {
       what: 'the replacement sent and completed',
     });
     proxy.release();
-    const info = (await sending) as unknown as EmlApiQueuedMessageInfo;
+    const info = (await sending) as unknown as OutboxQueuedMessageInfo;
     expect(info).toMatchObject({
       requeued: 'replaced',
-      queueId: (first as unknown as EmlApiQueuedMessageInfo).queueId,
+      queueId: (first as unknown as OutboxQueuedMessageInfo).queueId,
     });
     expect(await (await transport.queue.getJob(info.queueId))!.getState()).toBe('completed');
     expect(emu.mailbox('bob@example.test').map((m) => m.messageId)).toEqual([info.messageId]);

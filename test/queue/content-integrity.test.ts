@@ -2,10 +2,11 @@ import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiError } from '../../src/index.js';
-import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, type OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { eventually, inProcessWorkers } from '../helpers/outbox.js';
 import { startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * What sendMail acknowledges is what a worker will post, whole (issue 20,
@@ -154,8 +155,8 @@ describe('content that does not match its SHA-256', () => {
     try {
       const info = (await nodemailer
         .createTransport(transport)
-        .sendMail(big(3, mib))) as unknown as EmlApiQueuedMessageInfo;
-      const job = await transport.queue.getJob(info.queueId);
+        .sendMail(big(3, mib))) as unknown as OutboxQueuedMessageInfo;
+      const job = await recordQueue(transport.queue).getJob(info.queueId);
       const { contentKey, size, inline } = job!.data;
       expect(inline !== undefined).toBe(_label === 'kept in the job');
       // One byte changed near the end, the length kept: only the hash can tell.

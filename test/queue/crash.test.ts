@@ -1,11 +1,12 @@
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, type EmlApiWorkerOptions } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, type OutboxWorkerOptions } from '../../src/queue/index.js';
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
 import { eventually, startWorkerProcess, type WorkerProcess } from '../helpers/outbox.js';
 import { REDIS_KINDS, startOutboxRedis, type OutboxRedisUnderTest } from '../helpers/outbox-redis.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * Issue 11, test 1: 300 messages queued, two worker processes, one killed
@@ -66,7 +67,7 @@ describe.each(REDIS_KINDS)('a worker killed mid-batch, on %s Redis', (kind) => {
     expect(messageIds.size).toBe(MESSAGES);
 
     // Short locks and stall checks, so the killed worker's jobs come back in about a second.
-    const options = (name: string, via = proxy): EmlApiWorkerOptions => ({
+    const options = (name: string, via = proxy): OutboxWorkerOptions => ({
       connection: redis.connection,
       prefix: redis.prefix,
       apiKey: emu.apiKey,
@@ -115,7 +116,7 @@ describe.each(REDIS_KINDS)('a worker killed mid-batch, on %s Redis', (kind) => {
     }
     // Sent jobs keep no content in Redis: small content leaves the job with the record of its send, larger
     // content's key goes with it; the sweep catches what a killed worker left.
-    const completed = await transport.queue.getJobs(['completed']);
+    const completed = await recordQueue(transport.queue).getJobs(['completed']);
     expect(completed.filter((job) => job.data.inline !== undefined)).toEqual([]);
     await eventually(
       async () => {

@@ -1,10 +1,11 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { EmlApiClient } from '../../src/index.js';
-import type { EmlApiWorkerOptions } from '../../src/queue/index.js';
+import type { OutboxWorkerOptions } from '../../src/queue/index.js';
 import { eventually } from '../helpers/outbox.js';
 import { useOutbox } from '../helpers/outbox-fixture.js';
 import { REDIS_KINDS } from '../helpers/outbox-redis.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * Queued messages reach the service: through an outage, through lost
@@ -18,7 +19,7 @@ const FAST_RETRY = { attempts: 40, delay: 200, maxDelay: 1000, jitter: 0 };
 
 describe.each(REDIS_KINDS)('on %s Redis', (kind) => {
   const outbox = useOutbox({ kind, emulator: { groups: ['newsletter'] }, transport: { retry: FAST_RETRY } });
-  const worker = (options: Partial<EmlApiWorkerOptions> = {}) => outbox.workers.start(options);
+  const worker = (options: Partial<OutboxWorkerOptions> = {}) => outbox.workers.start(options);
 
   const allSent = (n: number) => async () => (await outbox.transport.queue.getJobCounts('completed')).completed === n;
 
@@ -91,7 +92,7 @@ describe.each(REDIS_KINDS)('on %s Redis', (kind) => {
       expect(outbox.emu.mailbox('bob@example.test').map((m) => m.subject)).toEqual(['Hello Bob']);
       expect(outbox.emu.mailbox('carl@example.test')).toHaveLength(1);
       expect(outbox.emu.messages()).toHaveLength(2);
-      const completed = await outbox.transport.queue.getCompleted();
+      const completed = await recordQueue(outbox.transport.queue).getCompleted();
       for (const job of completed) expect(job.attemptsMade).toBeGreaterThanOrEqual(2);
     }, 30_000);
   });
@@ -106,7 +107,7 @@ describe.each(REDIS_KINDS)('on %s Redis', (kind) => {
         text: 'See attachment',
         attachments: [{ filename: 'big.bin', content: attachment }],
       });
-      const job = await outbox.transport.queue.getJob(info.queueId);
+      const job = await recordQueue(outbox.transport.queue).getJob(info.queueId);
       const stored = await outbox.redis.client.strlen(job!.data.contentKey);
       expect(stored).toBe(job!.data.size);
       expect(stored).toBeGreaterThan(25 * 1024 * 1024 * 1.3); // the attachment's Base64 inside the EML

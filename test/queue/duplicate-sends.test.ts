@@ -1,10 +1,11 @@
 import nodemailer from 'nodemailer';
 import { describe, expect, it } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
-import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, type OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { eventually } from '../helpers/outbox.js';
 import { useOutbox } from '../helpers/outbox-fixture.js';
 import { startReplyLossProxy } from '../helpers/reply-loss-proxy.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * `sendMail` again with the `idempotencyKey` of a job that failed. It used
@@ -32,7 +33,7 @@ const order = (to: string) => ({
 });
 
 /** Queues `order(to)`, runs a worker until the job has failed, and closes the worker. */
-async function failedJob(to: string): Promise<EmlApiQueuedMessageInfo> {
+async function failedJob(to: string): Promise<OutboxQueuedMessageInfo> {
   const info = await outbox.transporter.sendMail(order(to));
   await outbox.workers.start();
   await eventually(async () => (await outbox.transport.queue.getJobCounts('failed')).failed === 1, { what: 'failed' });
@@ -42,7 +43,7 @@ async function failedJob(to: string): Promise<EmlApiQueuedMessageInfo> {
 
 /** The content stored: under keys, or in jobs (small content), by key. */
 async function contentKeys(): Promise<string[]> {
-  const jobs = await outbox.transport.queue.getJobs([
+  const jobs = await recordQueue(outbox.transport.queue).getJobs([
     'waiting',
     'prioritized',
     'delayed',
@@ -157,15 +158,18 @@ describe('sendMail with the idempotency key of a failed job', () => {
       proxy.arm(/putBackFrom/);
       const again = (await nodemailer
         .createTransport(producer)
-        .sendMail(big('corrected'))) as unknown as EmlApiQueuedMessageInfo;
+        .sendMail(big('corrected'))) as unknown as OutboxQueuedMessageInfo;
       expect(proxy.fired).toBe(1);
       expect(again).toMatchObject({ duplicate: false, requeued: 'replaced', queueId: first.queueId });
       expect(await contentKeys()).toHaveLength(1);
       await outbox.workers.start();
-      await eventually(async () => (await outbox.transport.queue.getJob(first.queueId))?.finishedOn !== undefined, {
-        what: 'the replacement settled',
-      });
-      const job = await outbox.transport.queue.getJob(first.queueId);
+      await eventually(
+        async () => (await recordQueue(outbox.transport.queue).getJob(first.queueId))?.finishedOn !== undefined,
+        {
+          what: 'the replacement settled',
+        },
+      );
+      const job = await recordQueue(outbox.transport.queue).getJob(first.queueId);
       expect(job!.data.lastError?.message).toBeUndefined();
       expect(await job!.getState()).toBe('completed');
       expect(outbox.emu.mailbox('eve@example.test').map((m) => m.messageId)).toEqual([again.messageId]);

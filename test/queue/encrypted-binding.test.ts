@@ -4,9 +4,10 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiClient } from '../../src/index.js';
 import { resolveEncryption, recordAad } from '../../src/queue/content-cipher.js';
-import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo, type OutboxJobData } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, type OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { eventually, inProcessWorkers } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { recordQueue, type OutboxJobRecord } from '../../src/queue/outbox-job.js';
 
 /**
  * Encrypted records were bound to their content key, position and size, but
@@ -57,21 +58,23 @@ afterAll(async () => {
   await redis?.stop();
 });
 
-async function queue(mail: object): Promise<EmlApiQueuedMessageInfo> {
+async function queue(mail: object): Promise<OutboxQueuedMessageInfo> {
   return (await nodemailer
     .createTransport(transport)
-    .sendMail({ from: 'shop@example.test', subject: 'Hi', text: 'x', ...mail })) as unknown as EmlApiQueuedMessageInfo;
+    .sendMail({ from: 'shop@example.test', subject: 'Hi', text: 'x', ...mail })) as unknown as OutboxQueuedMessageInfo;
 }
 
 /** Changes a queued job's data in Redis, as someone with write access (and no key) could. */
-async function forge(queueId: string, change: Partial<OutboxJobData>): Promise<void> {
-  const job = await transport.queue.getJob(queueId);
+async function forge(queueId: string, change: Partial<OutboxJobRecord>): Promise<void> {
+  const job = await recordQueue(transport.queue).getJob(queueId);
   await job!.updateData({ ...job!.data, ...change });
 }
 
 async function failedWith(queueId: string): Promise<string> {
-  await eventually(async () => (await transport.queue.getJob(queueId))!.finishedOn !== undefined, { what: 'settled' });
-  const job = await transport.queue.getJob(queueId);
+  await eventually(async () => (await recordQueue(transport.queue).getJob(queueId))!.finishedOn !== undefined, {
+    what: 'settled',
+  });
+  const job = await recordQueue(transport.queue).getJob(queueId);
   expect(await job!.getState()).toBe('failed');
   return job!.data.lastError!.message;
 }
@@ -106,7 +109,7 @@ describe('an encrypted job whose data was changed in Redis', () => {
 describe('an encrypted job whose sealed envelope names no destination', () => {
   it('is not posted', async () => {
     const info = await queue({ group: 'news' });
-    const job = await transport.queue.getJob(info.queueId);
+    const job = await recordQueue(transport.queue).getJob(info.queueId);
     const keyring = resolveEncryption({ keyId: 'k1', keys: { k1: K1 } }, 'producer')!;
     const meta = keyring.seal(
       Buffer.from(JSON.stringify({ envelope: { from: 'shop@example.test', to: [] }, messageId: '' })),

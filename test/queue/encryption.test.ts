@@ -6,13 +6,14 @@ import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import {
   EmlApiQueueTransport,
   readOutboxStatus,
-  type EmlApiQueuedMessageInfo,
+  type OutboxQueuedMessageInfo,
   type OutboxEncryption,
 } from '../../src/queue/index.js';
 import { startEmlApiRelay } from '../../src/relay/index.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
 import { dumpRedis, eventually, inProcessWorkers, storedContent } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * Mail at rest (issue 20, item 11): anyone who can read Redis used to read
@@ -76,13 +77,13 @@ describe('queued mail with encryption', () => {
     const transporter = nodemailer.createTransport(producer({ keyId: 'k1', keys: { k1: K1 } }));
     const small = (await transporter.sendMail(
       reset('ann@example.test', { idempotencyKey: 'reset-ann-1' }),
-    )) as unknown as EmlApiQueuedMessageInfo;
+    )) as unknown as OutboxQueuedMessageInfo;
     // Streamed through the worker in chunks: several records.
     const large = (await transporter.sendMail(
       reset('bob@example.test', {
         attachments: [{ filename: 'statement.txt', content: `${SECRET}\n`.repeat(200_000) }],
       }),
-    )) as unknown as EmlApiQueuedMessageInfo;
+    )) as unknown as OutboxQueuedMessageInfo;
     // Tracked and group sends are stored as their JSON request bodies.
     await transporter.sendMail({
       ...reset('cy@example.test'),
@@ -129,8 +130,8 @@ describe('queued mail with encryption', () => {
     const transport = producer({ keyId: 'k1', keys: { k1: K1 } });
     const info = (await nodemailer
       .createTransport(transport)
-      .sendMail(reset('ann@example.test', extra))) as unknown as EmlApiQueuedMessageInfo;
-    const { data } = (await transport.queue.getJob(info.queueId))!;
+      .sendMail(reset('ann@example.test', extra))) as unknown as OutboxQueuedMessageInfo;
+    const { data } = (await recordQueue(transport.queue).getJob(info.queueId))!;
     const stored = (await storedContent(redis.client, data))!;
     expect(data).toMatchObject({ encryption: { keyId: 'k1' }, envelope: { to: [] }, messageId: '' });
     expect(data.inline !== undefined).toBe(inline);
@@ -175,8 +176,8 @@ describe('queued mail with encryption', () => {
       const transport = producer({ keyId: 'k1', keys: { k1: K1 } });
       const info = (await nodemailer
         .createTransport(transport)
-        .sendMail(reset('ann@example.test', extra))) as unknown as EmlApiQueuedMessageInfo;
-      const job = (await transport.queue.getJob(info.queueId))!;
+        .sendMail(reset('ann@example.test', extra))) as unknown as OutboxQueuedMessageInfo;
+      const job = (await recordQueue(transport.queue).getJob(info.queueId))!;
       const bytes = (await storedContent(redis.client, job.data))!;
       bytes[40] = bytes[40]! ^ 1;
       const sha256 = createHash('sha256').update(bytes).digest('hex');

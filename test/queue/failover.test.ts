@@ -5,7 +5,7 @@ import type { EmlApiError } from '../../src/index.js';
 import {
   EmlApiQueueTransport,
   type EmlApiQueueTransportOptions,
-  type EmlApiWorkerOptions,
+  type OutboxWorkerOptions,
 } from '../../src/queue/index.js';
 import { queueClient } from '../../src/queue/bullmq-internals.js';
 import { eventually, startWorkerProcess, type WorkerProcess } from '../helpers/outbox.js';
@@ -63,7 +63,7 @@ interface Traffic {
  */
 async function traffic(
   options: Partial<EmlApiQueueTransportOptions>,
-  workerOptions: EmlApiWorkerOptions['workerOptions'],
+  workerOptions: OutboxWorkerOptions['workerOptions'],
   fail: () => Promise<void>,
 ): Promise<Traffic> {
   const connection = { cluster: [...cluster.urls] };

@@ -5,7 +5,7 @@ import { EmlApiError } from '../../src/index.js';
 import {
   EmlApiQueueTransport,
   readOutboxStatus,
-  type EmlApiWorkerOptions,
+  type OutboxWorkerOptions,
   type OutboxJobData,
   type OutboxSendResult,
 } from '../../src/queue/index.js';
@@ -13,6 +13,7 @@ import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
 import { dumpRedis, eventually, hasStoredContent } from '../helpers/outbox.js';
 import { useOutbox } from '../helpers/outbox-fixture.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * How the outbox fails: permanent errors fail the job at once and keep the
@@ -37,7 +38,7 @@ afterAll(() => service?.close());
 
 beforeEach(() => service.clear());
 
-const worker = (options: Partial<EmlApiWorkerOptions> = {}) => outbox.workers.start(options);
+const worker = (options: Partial<OutboxWorkerOptions> = {}) => outbox.workers.start(options);
 
 function cli(argv: string[], env: Record<string, string> = { REDIS_URL: outbox.redis.url }) {
   return runCliCapturing(argv, { env });
@@ -56,7 +57,7 @@ describe('a permanent failure', () => {
     expect(err).toBeInstanceOf(EmlApiError);
     expect(err).toMatchObject({ code: 'EAPI', responseCode: 400, apiCode: 'invalid_address', permanent: true });
 
-    const job = await outbox.transport.queue.getJob(info.queueId);
+    const job = await recordQueue(outbox.transport.queue).getJob(info.queueId);
     expect(await job!.getState()).toBe('failed');
     expect(job!.attemptsMade).toBe(1);
     expect((job!.data as OutboxJobData).lastError).toMatchObject({
@@ -104,7 +105,7 @@ describe('a permanent failure', () => {
     const w = await worker({ apiKey: GROUPS_ONLY_KEY });
     const err = await new Promise<EmlApiError>((resolve) => w.once('failed', (_job, e) => resolve(e)));
     expect(err).toMatchObject({ code: 'EAUTH', responseCode: 403, permanent: true });
-    const job = await outbox.transport.queue.getJob(info.queueId);
+    const job = await recordQueue(outbox.transport.queue).getJob(info.queueId);
     expect(job!.failedReason).toContain('not retried until it is put back (eml-api queue retry)');
     expect(job!.data.contentRemoved).toBeUndefined();
     expect(await hasStoredContent(outbox.redis.client, job!.data)).toBe(true);
@@ -174,7 +175,7 @@ describe('what a failed attempt says', () => {
     expect(retrying[0]).toMatchObject({ code: 'ECONNECTION', mayHaveBeenAccepted: true, permanent: false });
     expect(retrying[0]!.message).toContain('the outbox sends it again with the same Idempotency-Key');
     expect(failed.message).toContain('gave up after 2 attempts');
-    const job = await outbox.transport.queue.getJob(info.queueId);
+    const job = await recordQueue(outbox.transport.queue).getJob(info.queueId);
     const { stdout } = await cli(['queue', 'status']);
     for (const text of [
       retrying[0]!.message,
@@ -202,11 +203,14 @@ describe('a sent job run again (Bull Board\'s "Retry" on a completed job)', () =
       w.once('sent', (job, result) => resolve([job, result])),
     );
     await eventually(async () => (await outbox.transport.queue.getJobCounts('completed')).completed === 1);
-    let job = await outbox.transport.queue.getJob(info.queueId);
+    let job = await recordQueue(outbox.transport.queue).getJob(info.queueId);
     // Sent: its content is gone from Redis.
     await eventually(
       async () =>
-        !(await hasStoredContent(outbox.redis.client, (await outbox.transport.queue.getJob(info.queueId))!.data)),
+        !(await hasStoredContent(
+          outbox.redis.client,
+          (await recordQueue(outbox.transport.queue).getJob(info.queueId))!.data,
+        )),
       { what: 'content removed' },
     );
     await job!.retry('completed');
@@ -217,7 +221,7 @@ describe('a sent job run again (Bull Board\'s "Retry" on a completed job)', () =
       },
       { what: 'run again' },
     );
-    job = await outbox.transport.queue.getJob(info.queueId);
+    job = await recordQueue(outbox.transport.queue).getJob(info.queueId);
     expect(await job!.getState()).toBe('completed');
     expect(job!.returnvalue).toEqual(first);
     expect(await outbox.transport.queue.getJobCounts('failed')).toEqual({ failed: 0 });
@@ -246,7 +250,7 @@ describe('a 429 with Retry-After', () => {
     expect(after).toHaveLength(5);
     expect(Math.min(...after)).toBeGreaterThanOrEqual(1950);
     expect(Math.min(...after)).toBeLessThan(4000);
-    const job = await outbox.transport.queue.getJob(info.queueId);
+    const job = await recordQueue(outbox.transport.queue).getJob(info.queueId);
     expect(job!.attemptsMade).toBe(1); // the 429 did not count
     expect(job!.data.lastError).toMatchObject({ responseCode: 429, apiCode: 'rate_limited' });
     console.log(`429: the next request came ${Math.round(Math.min(...after))} ms after it (Retry-After: 2)`);

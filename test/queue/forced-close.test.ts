@@ -1,10 +1,11 @@
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo, type OutboxJob } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, type OutboxQueuedMessageInfo, type OutboxJob } from '../../src/queue/index.js';
 import { eventually, inProcessWorkers } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * `close({ abort: true })` (the CLI's second SIGTERM) aborts the sends in
@@ -52,7 +53,7 @@ describe('a forced close with a send the service may have accepted', () => {
     const mailer = nodemailer.createTransport(transport);
     const redisNow = async () => Number((await redis.client.time())[0]) * 1000;
     const queuedAt = await redisNow();
-    const reset = (await mailer.sendMail(mail('Password reset', 'reset-ann-1'))) as unknown as EmlApiQueuedMessageInfo;
+    const reset = (await mailer.sendMail(mail('Password reset', 'reset-ann-1'))) as unknown as OutboxQueuedMessageInfo;
     // Workers that know the service keeps keys 0 ms: once a send may have been accepted, it is never sent again.
     const worker = await workers.start({ baseUrl: answerHeld.url, concurrency: 1, idempotencyWindow: 0 });
     await eventually(() => emu.messages().length === 1, { what: 'the reset delivered, its answer held' });
@@ -62,7 +63,7 @@ describe('a forced close with a send the service may have accepted', () => {
     await worker.close({ abort: true });
     expect(worker.handedBack).toBe(1);
 
-    const job = await transport.queue.getJob(reset.queueId);
+    const job = await recordQueue(transport.queue).getJob(reset.queueId);
     // With the retries (BullMQ's wait list, priority 0), which workers take before every new message.
     expect(await job!.getState()).toBe('waiting');
     // When the attempt started, by Redis's clock: after the message was queued, before the close.
@@ -78,7 +79,7 @@ describe('a forced close with a send the service may have accepted', () => {
     next.on('sent', (sent: OutboxJob) => order.push(String(sent.id)));
     await eventually(() => order.length === 4, { what: 'every job settled' });
     expect(order[0]).toBe(reset.queueId);
-    const parked = await transport.queue.getJob(reset.queueId);
+    const parked = await recordQueue(transport.queue).getJob(reset.queueId);
     expect(parked!.data.lastError?.parked).toBe('idempotency-window');
     expect(emu.messages().filter((m) => m.subject === 'Password reset')).toHaveLength(1);
   });

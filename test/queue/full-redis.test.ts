@@ -4,6 +4,7 @@ import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
 import { resolveQueueLocation } from '../../src/queue/queue-location.js';
 import { eventually } from '../helpers/outbox.js';
 import { useOutbox } from '../helpers/outbox-fixture.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * A full Redis (maxmemory reached, `noeviction`: what the outbox requires)
@@ -71,7 +72,7 @@ describe('a full Redis', () => {
     });
     expect(outbox.emu.messages()).toHaveLength(queued);
     expect(await contentKeys()).toEqual([]);
-    const job = await outbox.transport.queue.getJob('backlog-0');
+    const job = await recordQueue(outbox.transport.queue).getJob('backlog-0');
     expect(job!.data.sent?.id).toBeDefined();
     await nodemailer.createTransport(outbox.transport).sendMail(big(1000));
   });
@@ -86,7 +87,7 @@ describe('a full Redis', () => {
     await outbox.workers.closeAll();
     // The records of the sends failed (a Redis error, a worker killed between its send and its record): the
     // content of the sent jobs is still there, and Redis is full.
-    for (const job of await outbox.transport.queue.getJobs(['completed'])) {
+    for (const job of await recordQueue(outbox.transport.queue).getJobs(['completed'])) {
       await outbox.redis.client.set(job.data.contentKey, Buffer.alloc(200_000, 7));
       await outbox.redis.client.zadd('bull:eml-api:outbox:content-index', Date.now(), job.data.contentKey);
     }

@@ -3,9 +3,10 @@ import { inspect } from 'node:util';
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, startEmlApiWorker, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, startOutboxWorker, type OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { eventually, inProcessWorkers } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * The wrong key bytes under the right key id (a typo in one machine's
@@ -53,7 +54,7 @@ afterAll(async () => {
 });
 
 /** A small message (read whole) and a large one (streamed, records checked one by one). */
-async function queueBoth(): Promise<EmlApiQueuedMessageInfo[]> {
+async function queueBoth(): Promise<OutboxQueuedMessageInfo[]> {
   const mailer = nodemailer.createTransport(transport);
   const infos = [];
   for (const [name, size] of [
@@ -67,7 +68,7 @@ async function queueBoth(): Promise<EmlApiQueuedMessageInfo[]> {
         subject: name,
         text: 'y'.repeat(size),
         idempotencyKey: name,
-      })) as unknown as EmlApiQueuedMessageInfo,
+      })) as unknown as OutboxQueuedMessageInfo,
     );
   }
   return infos;
@@ -79,7 +80,7 @@ describe('a worker holding other bytes under the key id the producers use', () =
   it('refuses to start, naming the key id, never a key', async () => {
     await queueBoth();
     expect(await redis.client.hkeys(KEYS_HASH)).toEqual(['k1']);
-    const err = await startEmlApiWorker({
+    const err = await startOutboxWorker({
       connection: redis.url,
       apiKey: emu.apiKey,
       baseUrl: emu.url,
@@ -96,7 +97,8 @@ describe('a worker holding other bytes under the key id the producers use', () =
     // for a worker with the right key.
     const counts = await transport.queue.getJobCounts('prioritized', 'waiting', 'active', 'failed');
     expect(counts.prioritized! + counts.waiting!).toBe(2);
-    for (const id of ['small', 'large']) expect((await transport.queue.getJob(id))!.data.lastError).toBeUndefined();
+    for (const id of ['small', 'large'])
+      expect((await recordQueue(transport.queue).getJob(id))!.data.lastError).toBeUndefined();
     expect(emu.messages()).toEqual([]);
   });
 
@@ -106,13 +108,13 @@ describe('a worker holding other bytes under the key id the producers use', () =
     await workers.start({ encryption: { keys: { k1: OTHER_K1 } } });
     await eventually(
       async () => {
-        const jobs = await Promise.all(infos.map((i) => transport.queue.getJob(i.queueId)));
+        const jobs = await Promise.all(infos.map((i) => recordQueue(transport.queue).getJob(i.queueId)));
         return jobs.every((j) => (j!.data.lastError?.attempt ?? 0) >= 2);
       },
       { what: 'both tried twice' },
     );
     for (const info of infos) {
-      const job = await transport.queue.getJob(info.queueId);
+      const job = await recordQueue(transport.queue).getJob(info.queueId);
       expect(await job!.getState()).not.toBe('failed');
       expect(job!.data.lastError).toMatchObject({ code: 'ECONFIG', permanent: false });
       expect(job!.data.lastError!.message).toContain('does not decrypt with the key "k1"');
@@ -126,9 +128,9 @@ describe('a worker holding other bytes under the key id the producers use', () =
 
 describe('content changed in Redis', () => {
   /** Flips a bit of the first record of each job's content; with `rehash`, sets the job's SHA-256 to match. */
-  async function tamper(infos: EmlApiQueuedMessageInfo[], rehash: (id: string) => boolean): Promise<void> {
+  async function tamper(infos: OutboxQueuedMessageInfo[], rehash: (id: string) => boolean): Promise<void> {
     for (const info of infos) {
-      const job = (await transport.queue.getJob(info.queueId))!;
+      const job = (await recordQueue(transport.queue).getJob(info.queueId))!;
       // Small content is inline in the job (Base64), larger content under its key.
       const inline = job.data.inline;
       const bytes =
@@ -141,12 +143,12 @@ describe('content changed in Redis', () => {
     }
   }
 
-  async function expectFailedForGood(infos: EmlApiQueuedMessageInfo[]): Promise<void> {
+  async function expectFailedForGood(infos: OutboxQueuedMessageInfo[]): Promise<void> {
     await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === infos.length, {
       what: 'failed',
     });
     for (const info of infos) {
-      const job = await transport.queue.getJob(info.queueId);
+      const job = await recordQueue(transport.queue).getJob(info.queueId);
       expect(job!.data.lastError).toMatchObject({ code: 'EMESSAGE', permanent: true, attempt: 1 });
       expect(job!.data.lastError!.message).toMatch(/changed in Redis/);
     }

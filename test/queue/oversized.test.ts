@@ -1,6 +1,6 @@
 import nodemailer from 'nodemailer';
 import { describe, expect, it } from 'vitest';
-import type { EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import type { OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { eventually } from '../helpers/outbox.js';
 import { useOutbox } from '../helpers/outbox-fixture.js';
 
@@ -22,7 +22,7 @@ const outbox = useOutbox({
 describe('a message over the service body limit', () => {
   it('fails at once with EAPI 413, after one attempt, instead of being retried as a connection error', async () => {
     const transporter = nodemailer.createTransport(outbox.transport);
-    const infos: EmlApiQueuedMessageInfo[] = [];
+    const infos: OutboxQueuedMessageInfo[] = [];
     for (let i = 0; i < 5; i++) {
       infos.push(
         (await transporter.sendMail({
@@ -30,7 +30,7 @@ describe('a message over the service body limit', () => {
           to: 'b@example.test',
           text: `big ${i}`,
           attachments: [{ filename: 'big.bin', content: Buffer.alloc(6 * 1024 * 1024, i) }],
-        })) as unknown as EmlApiQueuedMessageInfo,
+        })) as unknown as OutboxQueuedMessageInfo,
       );
     }
     const w = await outbox.workers.start({ concurrency: 1 });

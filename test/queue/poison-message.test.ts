@@ -4,10 +4,11 @@ import { fileURLToPath } from 'node:url';
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, type EmlApiWorkerOptions } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, type OutboxWorkerOptions } from '../../src/queue/index.js';
 import { SoloGate } from '../../src/queue/solo-gate.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * A message that crashes every worker that sends it is parked after
@@ -58,7 +59,7 @@ describe('a message that crashes every worker sending it', () => {
     });
     await mailer.sendMail(mail('poison', 'poison'));
     for (let i = 0; i < INNOCENTS; i++) await mailer.sendMail(mail(`ok ${i}`, `ok-${i}`));
-    const options: EmlApiWorkerOptions = {
+    const options: OutboxWorkerOptions = {
       connection: redis.url,
       apiKey: emu.apiKey,
       baseUrl: emu.url,
@@ -95,7 +96,7 @@ describe('a message that crashes every worker sending it', () => {
       current?.kill('SIGKILL');
       await supervisor;
     }
-    const failed = await transport.queue.getFailed(0, -1);
+    const failed = await recordQueue(transport.queue).getFailed(0, -1);
     const parked = failed.map((j) => `${j.id} (${j.data.lastError?.parked}, stalls ${j.data.stalls})`);
     console.log(`poison: ${crashes} worker crashes; parked: ${parked.join(', ')}`);
     expect(failed.map((j) => j.id)).toEqual(['poison']);

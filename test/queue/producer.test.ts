@@ -4,12 +4,7 @@ import nodemailer, { type Transporter } from 'nodemailer';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { EmlApiError, EmlApiTransport } from '../../src/index.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import {
-  EmlApiQueueTransport,
-  outboxJobId,
-  type EmlApiQueuedMessageInfo,
-  type OutboxJobData,
-} from '../../src/queue/index.js';
+import { EmlApiQueueTransport, outboxJobId, type OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { DEFAULT_RETRY_SCHEDULE, outboxBackoffDelay, retrySpan } from '../../src/queue/retry-schedule.js';
 import { DEFAULT_IDEMPOTENCY_MARGIN, DEFAULT_IDEMPOTENCY_WINDOW } from '../../src/queue/worker-options.js';
 import { neutralEml } from '../helpers/eml-bytes.js';
@@ -17,6 +12,7 @@ import { richMovable } from '../helpers/message-corpus.js';
 import { FIXTURES } from '../helpers/rich-message.js';
 import { storedContent } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { recordQueue, type OutboxJobRecord } from '../../src/queue/outbox-job.js';
 
 /**
  * The producer side of the outbox: what sendMail resolves with, what is
@@ -27,12 +23,12 @@ import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 let redis: RedisServer;
 let emu: Emulator;
 let transport: EmlApiQueueTransport;
-let transporter: Transporter<EmlApiQueuedMessageInfo>;
+let transporter: Transporter<OutboxQueuedMessageInfo>;
 
 beforeAll(async () => {
   [redis, emu] = await Promise.all([startRedisServer(), startEmulator({ groups: ['newsletter'] })]);
   transport = new EmlApiQueueTransport({ connection: redis.url });
-  transporter = nodemailer.createTransport(transport) as unknown as Transporter<EmlApiQueuedMessageInfo>;
+  transporter = nodemailer.createTransport(transport) as unknown as Transporter<OutboxQueuedMessageInfo>;
 });
 
 afterAll(async () => {
@@ -50,7 +46,14 @@ beforeEach(async () => {
  * as its meta hash, are not counted).
  */
 async function stored(): Promise<{ content: number; jobs: number }> {
-  const jobs = await transport.queue.getJobs(['waiting', 'delayed', 'prioritized', 'active', 'failed', 'completed']);
+  const jobs = await recordQueue(transport.queue).getJobs([
+    'waiting',
+    'delayed',
+    'prioritized',
+    'active',
+    'failed',
+    'completed',
+  ]);
   const content = (await redis.client.keys('bull:eml-api:content:*')).length + jobs.filter((j) => j.data.inline).length;
   const counts = await transport.queue.getJobCounts(
     'waiting',
@@ -85,9 +88,9 @@ describe('sendMail through EmlApiQueueTransport', () => {
       idempotencyKey: 'order-1042',
       duplicate: false,
     });
-    const job = await transport.queue.getJob('order-1042');
+    const job = await recordQueue(transport.queue).getJob('order-1042');
     expect(job?.name).toBe('eml');
-    const data = job!.data as OutboxJobData;
+    const data = job!.data as OutboxJobRecord;
     expect(data).toMatchObject({ kind: 'eml', messageId: info.messageId, idempotencyKey: 'order-1042' });
     // A small message is kept in the job (Base64), Bcc kept for the service to strip; nothing beside it.
     expect(await redis.client.exists(data.contentKey)).toBe(0);
@@ -108,8 +111,8 @@ describe('sendMail through EmlApiQueueTransport', () => {
     // Nodemailer wraps long lines: a text of 60 KiB makes an EML of about 62 KiB, and 70 KiB about 72.
     const small = await transporter.sendMail(message(60, 'small'));
     const large = await transporter.sendMail(message(70, 'large'));
-    const smallData = (await transport.queue.getJob(small.queueId))!.data;
-    const largeData = (await transport.queue.getJob(large.queueId))!.data;
+    const smallData = (await recordQueue(transport.queue).getJob(small.queueId))!.data;
+    const largeData = (await recordQueue(transport.queue).getJob(large.queueId))!.data;
     expect(smallData.size).toBeLessThanOrEqual(64 * 1024);
     expect(smallData).toMatchObject({ inline: expect.any(String) });
     expect(largeData.size).toBeGreaterThan(64 * 1024);
@@ -128,7 +131,7 @@ describe('sendMail through EmlApiQueueTransport', () => {
       posted.push(args[0]);
       return original.apply(this, args);
     });
-    let onThread: EmlApiQueuedMessageInfo;
+    let onThread: OutboxQueuedMessageInfo;
     try {
       onThread = await nodemailer.createTransport(threaded).sendMail({ ...richMovable(), idempotencyKey: 'on-thread' });
     } finally {
@@ -137,8 +140,8 @@ describe('sendMail through EmlApiQueueTransport', () => {
     }
     const here = await transporter.sendMail({ ...richMovable(), idempotencyKey: 'here' });
     expect(posted).toEqual([expect.objectContaining({ type: 'build' })]);
-    const content = async (info: EmlApiQueuedMessageInfo) => {
-      const data = (await transport.queue.getJob(info.queueId))!.data as OutboxJobData;
+    const content = async (info: OutboxQueuedMessageInfo) => {
+      const data = (await recordQueue(transport.queue).getJob(info.queueId))!.data as OutboxJobRecord;
       return (await storedContent(redis.client, data))!;
     };
     expect(onThread.envelope).toEqual(here.envelope);
@@ -167,7 +170,7 @@ describe('sendMail through EmlApiQueueTransport', () => {
     for (const idempotencyKey of ['42', '-5', '-0', '-05']) {
       const info = await transporter.sendMail({ ...message, idempotencyKey });
       expect(decodeURIComponent(info.queueId)).toBe(idempotencyKey);
-      expect(await transport.queue.getJob(info.queueId)).toBeTruthy();
+      expect(await recordQueue(transport.queue).getJob(info.queueId)).toBeTruthy();
       expect(await transporter.sendMail({ ...message, idempotencyKey })).toEqual({ ...info, duplicate: true });
     }
     expect(await stored()).toEqual({ content: 4, jobs: 4 });
@@ -198,7 +201,7 @@ describe('sendMail through EmlApiQueueTransport', () => {
       tracking: true,
     });
     expect(tracked.accepted).toEqual(['ann@example.test', 'bob@example.test']);
-    const groupJob = await transport.queue.getJob(group.queueId);
+    const groupJob = await recordQueue(transport.queue).getJob(group.queueId);
     expect(groupJob!.name).toBe('group');
     const body = JSON.parse((await storedContent(redis.client, groupJob!.data))!.toString()) as {
       subject: string;
@@ -207,7 +210,7 @@ describe('sendMail through EmlApiQueueTransport', () => {
     expect(body.subject).toBe('Hi {{first_name}}');
     expect(body.textContent.html).toBe('<p>Hi {{first_name}}</p><img src="{{logo}}">');
     expect(body.textContent.images[0]).toMatchObject({ name: 'logo', mimeType: 'PNG' });
-    const trackedJob = await transport.queue.getJob(tracked.queueId);
+    const trackedJob = await recordQueue(transport.queue).getJob(tracked.queueId);
     expect(trackedJob!.name).toBe('email');
     expect(JSON.parse((await storedContent(redis.client, trackedJob!.data))!.toString())).toMatchObject({
       to: [{ email: 'ann@example.test' }, { email: 'bob@example.test', name: 'Bob' }],

@@ -2,13 +2,14 @@ import { randomBytes } from 'node:crypto';
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, purgeOutbox, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, purgeOutbox, type OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
 import { resolveQueueLocation } from '../../src/queue/queue-location.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
 import { eventually, inProcessWorkers, pastContentDeadlines } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * Removing queued mail for good (review F11, attack/12-obliterate-leaves-mail.ts):
@@ -59,7 +60,7 @@ afterAll(async () => {
 });
 
 /** Queues password resets; returns their infos. */
-async function resets(n: number): Promise<EmlApiQueuedMessageInfo[]> {
+async function resets(n: number): Promise<OutboxQueuedMessageInfo[]> {
   const mailer = nodemailer.createTransport(transport);
   const infos = [];
   for (let i = 0; i < n; i++) {
@@ -72,7 +73,7 @@ async function resets(n: number): Promise<EmlApiQueuedMessageInfo[]> {
         // Over the 64 KiB kept inline in the job: stored under a content key of its own.
         attachments: [{ filename: 'terms.txt', content: 'terms and conditions\n'.repeat(4000) }],
         idempotencyKey: `reset-${i}`,
-      })) as unknown as EmlApiQueuedMessageInfo,
+      })) as unknown as OutboxQueuedMessageInfo,
     );
   }
   return infos;
@@ -106,11 +107,11 @@ describe('purgeOutbox', () => {
 
   it('removes named jobs with their messages, and only those', async () => {
     const infos = await resets(3);
-    const keep = (await transport.queue.getJob(infos[2]!.queueId))!.data.contentKey;
+    const keep = (await recordQueue(transport.queue).getJob(infos[2]!.queueId))!.data.contentKey;
     const result = await purgeOutbox(transport.queue, { ids: ['reset-0', 'reset-1', 'nope'] });
     expect(result).toEqual({ jobs: 2, content: 2, busy: [], notFound: ['nope'] });
     expect((await queueKeys()).filter((k) => k.includes(':content:'))).toEqual([keep]);
-    expect(await transport.queue.getJob('reset-0')).toBeUndefined();
+    expect(await recordQueue(transport.queue).getJob('reset-0')).toBeUndefined();
     expect(await transport.queue.count()).toBe(1);
   });
 

@@ -2,7 +2,7 @@ import { Redis } from 'ioredis';
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
-import { EmlApiQueueTransport, startEmlApiWorker } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, startOutboxWorker } from '../../src/queue/index.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisCluster, type RedisCluster } from '../helpers/redis-cluster.js';
@@ -62,7 +62,7 @@ describe('Redis refusing the connection', () => {
     ['a cluster connection to a plain Redis', () => ({ cluster: [plain.url] }), /cluster support disabled/],
   ])('%s: the worker does not start, ECONFIG saying why, at once', async (_, connection, reason) => {
     const { err, ms } = await caught(() =>
-      startEmlApiWorker({ connection: connection(), prefix, ...service, cleanupInterval: 0 }),
+      startOutboxWorker({ connection: connection(), prefix, ...service, cleanupInterval: 0 }),
     );
     expect(err).toBeInstanceOf(EmlApiError);
     expect(err).toMatchObject({ code: 'ECONFIG', permanent: true });

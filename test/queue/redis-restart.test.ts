@@ -1,7 +1,7 @@
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, startEmlApiWorker, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, startOutboxWorker, type OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
@@ -26,17 +26,17 @@ afterAll(async () => {
 
 async function queueTwenty(
   redis: RedisServer,
-): Promise<{ transport: EmlApiQueueTransport; infos: EmlApiQueuedMessageInfo[] }> {
+): Promise<{ transport: EmlApiQueueTransport; infos: OutboxQueuedMessageInfo[] }> {
   const transport = new EmlApiQueueTransport({ connection: redis.url });
   const transporter = nodemailer.createTransport(transport);
-  const infos: EmlApiQueuedMessageInfo[] = [];
+  const infos: OutboxQueuedMessageInfo[] = [];
   for (let i = 0; i < 20; i++) {
     infos.push(
       (await transporter.sendMail({
         from: 'shop@example.test',
         to: `c${i}@example.test`,
         text: `n${i}`,
-      })) as unknown as EmlApiQueuedMessageInfo,
+      })) as unknown as OutboxQueuedMessageInfo,
     );
   }
   return { transport, infos };
@@ -53,7 +53,7 @@ describe('Redis crashing with queued jobs', () => {
     const after = await nodemailer
       .createTransport(transport)
       .sendMail({ from: 'shop@example.test', to: 'late@example.test', text: 'x' });
-    const worker = await startEmlApiWorker({
+    const worker = await startOutboxWorker({
       connection: redis.url,
       apiKey: emu.apiKey,
       baseUrl: emu.url,
@@ -61,7 +61,7 @@ describe('Redis crashing with queued jobs', () => {
     });
     await eventually(() => emu.messages().length === 21, { what: '21 delivered' });
     expect(new Set(emu.messages().map((m) => m.messageId))).toEqual(
-      new Set([...infos.map((i) => i.messageId), (after as unknown as EmlApiQueuedMessageInfo).messageId]),
+      new Set([...infos.map((i) => i.messageId), (after as unknown as OutboxQueuedMessageInfo).messageId]),
     );
     await worker.close();
     await transport.close();

@@ -5,14 +5,15 @@ import { startEmlApiRelay } from '../../src/relay/index.js';
 import { capturingLogger } from '../helpers/logger.js';
 import {
   EmlApiQueueTransport,
-  startEmlApiWorker,
-  type EmlApiQueuedMessageInfo,
+  startOutboxWorker,
+  type OutboxQueuedMessageInfo,
   type EmlApiQueueTransportOptions,
 } from '../../src/queue/index.js';
 import { checkRedisSettings } from '../../src/queue/redis-settings.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
 import { eventually, inProcessWorkers } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer, type RedisServerOptions } from '../helpers/redis-server.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * What Redis must keep for a 250 to mean something (issue 20, item 4). With
@@ -92,8 +93,8 @@ describe('a Redis that evicts keys', () => {
     }
   });
 
-  it('is refused by startEmlApiWorker, by eml-api worker (exit 1), and by the relay with a queue', async () => {
-    const worker = await rejection(startEmlApiWorker({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url }));
+  it('is refused by startOutboxWorker, by eml-api worker (exit 1), and by the relay with a queue', async () => {
+    const worker = await rejection(startOutboxWorker({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url }));
     expect(worker).toMatchObject({ code: 'ECONFIG', message: expect.stringContaining('maxmemory-policy allkeys-lru') });
     const stop = new AbortController();
     const cli = await runCliCapturing(['worker'], {
@@ -210,7 +211,7 @@ describe('persistence', () => {
   it('without AOF: workers warn (the warning event, and eml-api worker on stderr), and run', async () => {
     const redis = await redisWith({ appendonly: false });
     const logger = capturingLogger();
-    const worker = await startEmlApiWorker({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url, logger });
+    const worker = await startOutboxWorker({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url, logger });
     await worker.close();
     expect(logger.messages('warn')).toEqual([expect.stringContaining('appendonly no')]);
     const stop = new AbortController();
@@ -259,14 +260,16 @@ describe('a job whose content or data is gone', () => {
     const transport = new EmlApiQueueTransport({ connection: redis.url });
     try {
       const transporter = nodemailer.createTransport(transport);
-      const noContent = (await transporter.sendMail(message(1))) as unknown as EmlApiQueuedMessageInfo;
-      const noData = (await transporter.sendMail(message(2))) as unknown as EmlApiQueuedMessageInfo;
-      await redis.client.del((await transport.queue.getJob(noContent.queueId))!.data.contentKey);
+      const noContent = (await transporter.sendMail(message(1))) as unknown as OutboxQueuedMessageInfo;
+      const noData = (await transporter.sendMail(message(2))) as unknown as OutboxQueuedMessageInfo;
+      await redis.client.del((await recordQueue(transport.queue).getJob(noContent.queueId))!.data.contentKey);
       // What eviction does to a job: its hash goes, its id stays in the wait list.
       await redis.client.del(`bull:eml-api:${noData.queueId}`);
       await workers.start();
       await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === 2);
-      const reasons = Object.fromEntries((await transport.queue.getFailed()).map((j) => [j.id, j.failedReason]));
+      const reasons = Object.fromEntries(
+        (await recordQueue(transport.queue).getFailed()).map((j) => [j.id, j.failedReason]),
+      );
       expect(reasons[noContent.queueId]).toMatch(/content of this job is missing from Redis \(evicted or removed/);
       expect(reasons[noData.queueId]).toMatch(/data of this job is missing from Redis \(evicted or removed\)/);
       expect(emu.messages()).toEqual([]);

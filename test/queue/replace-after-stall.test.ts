@@ -1,10 +1,11 @@
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import type { OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
 import { eventually, startWorkerProcess, type WorkerProcess } from '../helpers/outbox.js';
 import { useOutbox } from '../helpers/outbox-fixture.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * A failed job replaced by a new message under its idempotency key keeps its
@@ -50,7 +51,7 @@ describe('a failed job that stalled once, replaced under its key', () => {
       text,
       idempotencyKey: 'rep-1',
     });
-    const first = (await mailer.sendMail(mail('first'))) as unknown as EmlApiQueuedMessageInfo;
+    const first = (await mailer.sendMail(mail('first'))) as unknown as OutboxQueuedMessageInfo;
     // A worker dies with the send in flight: the job stalls (BullMQ's stc becomes 1).
     const doomed = await startWorkerProcess({
       connection: outbox.redis.url,
@@ -68,20 +69,23 @@ describe('a failed job that stalled once, replaced under its key', () => {
       what: 'refused',
     });
     await outbox.workers.closeAll();
-    const failed = await outbox.transport.queue.getJob(first.queueId);
+    const failed = await recordQueue(outbox.transport.queue).getJob(first.queueId);
     expect(failed!.data).toMatchObject({ stalls: 1, contentRemoved: true });
     expect(failed!.stalledCounter).toBe(1);
 
     // Corrected and queued again under the same key: the failed job is replaced by the new message.
-    const again = (await mailer.sendMail(mail('corrected'))) as unknown as EmlApiQueuedMessageInfo;
+    const again = (await mailer.sendMail(mail('corrected'))) as unknown as OutboxQueuedMessageInfo;
     expect(again.requeued).toBe('replaced');
     // A worker whose service ignores idempotency keys (idempotencyWindow 0) parks any send that may have
     // been accepted: a phantom stall of the new message would park it.
     await outbox.workers.start({ idempotencyWindow: 0, ...tuning });
-    await eventually(async () => (await outbox.transport.queue.getJob(again.queueId))!.finishedOn !== undefined, {
-      what: 'the new message settled',
-    });
-    const job = await outbox.transport.queue.getJob(again.queueId);
+    await eventually(
+      async () => (await recordQueue(outbox.transport.queue).getJob(again.queueId))!.finishedOn !== undefined,
+      {
+        what: 'the new message settled',
+      },
+    );
+    const job = await recordQueue(outbox.transport.queue).getJob(again.queueId);
     expect(job!.data.lastError?.parked).toBeUndefined();
     expect(await job!.getState()).toBe('completed');
     expect(job!.data.stalls).toBeUndefined();

@@ -1,7 +1,7 @@
 import nodemailer, { type Transporter } from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
-import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, type OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { addFailedJobs, eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
@@ -18,7 +18,7 @@ import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 let master: RedisServer;
 let replica: RedisServer;
 let transport: EmlApiQueueTransport;
-let transporter: Transporter<EmlApiQueuedMessageInfo>;
+let transporter: Transporter<OutboxQueuedMessageInfo>;
 
 beforeAll(async () => {
   master = await startRedisServer();
@@ -27,7 +27,7 @@ beforeAll(async () => {
     what: 'the replica in sync',
   });
   transport = new EmlApiQueueTransport({ connection: master.url, replicas: { count: 1, timeoutMs: 300 } });
-  transporter = nodemailer.createTransport(transport) as unknown as Transporter<EmlApiQueuedMessageInfo>;
+  transporter = nodemailer.createTransport(transport) as unknown as Transporter<OutboxQueuedMessageInfo>;
 });
 
 afterAll(async () => {

@@ -5,9 +5,9 @@ import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import {
   EmlApiQueueTransport,
   outboxJobId,
-  startEmlApiWorker,
-  type EmlApiQueuedMessageInfo,
-  type EmlApiWorker,
+  startOutboxWorker,
+  type OutboxQueuedMessageInfo,
+  type OutboxWorker,
 } from '../../src/queue/index.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
@@ -30,13 +30,13 @@ const BULLMQ_KEY_NAMES = Object.keys(new QueueKeys('bull').getKeys('eml-api')).f
 let redis: RedisServer;
 let emu: Emulator;
 let transport: EmlApiQueueTransport;
-let transporter: Transporter<EmlApiQueuedMessageInfo>;
-let worker: EmlApiWorker | undefined;
+let transporter: Transporter<OutboxQueuedMessageInfo>;
+let worker: OutboxWorker | undefined;
 
 beforeAll(async () => {
   [redis, emu] = await Promise.all([startRedisServer(), startEmulator()]);
   transport = new EmlApiQueueTransport({ connection: redis.url });
-  transporter = nodemailer.createTransport(transport) as unknown as Transporter<EmlApiQueuedMessageInfo>;
+  transporter = nodemailer.createTransport(transport) as unknown as Transporter<OutboxQueuedMessageInfo>;
 });
 
 afterAll(async () => {
@@ -76,7 +76,7 @@ describe('idempotency keys named like BullMQ keys', () => {
   it('queue each message, leave the queue usable and are all delivered once', async () => {
     // A message first, so that the queue already has its meta hash and wait list.
     await transporter.sendMail(message('before'));
-    const infos: EmlApiQueuedMessageInfo[] = [];
+    const infos: OutboxQueuedMessageInfo[] = [];
     for (const name of BULLMQ_KEY_NAMES) {
       const info = await transporter.sendMail(message(name));
       expect(info).toMatchObject({ idempotencyKey: name, duplicate: false });
@@ -84,7 +84,7 @@ describe('idempotency keys named like BullMQ keys', () => {
     }
     await transporter.sendMail(message('after'));
     expect(await transport.queue.getJobCounts('prioritized')).toEqual({ prioritized: BULLMQ_KEY_NAMES.length + 2 });
-    worker = await startEmlApiWorker({
+    worker = await startOutboxWorker({
       connection: redis.url,
       apiKey: emu.apiKey,
       baseUrl: emu.url,

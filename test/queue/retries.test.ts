@@ -6,6 +6,7 @@ import { runCliCapturing } from '../helpers/cli-run.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { eventually, inProcessWorkers, hasStoredContent } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * When a retry goes, and when it must not. BullMQ promotes a backed-off job
@@ -113,7 +114,7 @@ describe('a send whose outcome was unknown', () => {
         { what: 'the job parked (or sent again)' },
       );
       expect(emu.mailbox('ann@example.test')).toHaveLength(1);
-      const job = await transport.queue.getJob(info.queueId);
+      const job = await recordQueue(transport.queue).getJob(info.queueId);
       expect(await job!.getState()).toBe('failed');
       // When the first attempt that may have been accepted started, and until when a resend was safe.
       expect(job!.data.possiblyAcceptedAt).toBeGreaterThanOrEqual(started);
@@ -136,7 +137,7 @@ describe('a send whose outcome was unknown', () => {
         code: 0,
         stdout: 'Put back 1 failed message\n',
       });
-      const putBack = await transport.queue.getJob(info.queueId);
+      const putBack = await recordQueue(transport.queue).getJob(info.queueId);
       expect(putBack!.data.resendUntil).toBeUndefined();
       expect(await putBack!.getState()).not.toBe('failed');
     } finally {

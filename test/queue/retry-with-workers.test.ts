@@ -1,6 +1,6 @@
 import nodemailer from 'nodemailer';
 import { describe, expect, it } from 'vitest';
-import { retryFailedSends, startEmlApiWorker } from '../../src/queue/index.js';
+import { retryFailedSends, startOutboxWorker } from '../../src/queue/index.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
 import { eventually } from '../helpers/outbox.js';
 import { useOutbox } from '../helpers/outbox-fixture.js';
@@ -30,7 +30,7 @@ describe('putting failed messages back while workers run', () => {
     for (let i = 0; i < MESSAGES; i++) {
       await transporter.sendMail({ from: 'shop@example.test', to: 'ann@example.test', subject: `#${i}`, text: 'x' });
     }
-    const worker = await startEmlApiWorker({
+    const worker = await startOutboxWorker({
       connection: outbox.redis.url,
       apiKey: GROUPS_ONLY_KEY,
       baseUrl: outbox.emu.url,

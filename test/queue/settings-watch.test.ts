@@ -2,7 +2,7 @@ import { request } from 'node:http';
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, startEmlApiWorker, type EmlApiQueueTransportOptions } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, startOutboxWorker, type EmlApiQueueTransportOptions } from '../../src/queue/index.js';
 import { queueClient } from '../../src/queue/bullmq-internals.js';
 import { outboxWaits } from '../../src/queue/redis-connection.js';
 import { outboxRedisReadiness } from '../../src/queue/redis-settings.js';
@@ -116,7 +116,7 @@ describe('a worker', () => {
     const redis = await redisWith({ appendonly: true });
     const logger = capturingLogger();
     const warnings: string[] = [];
-    const worker = await startEmlApiWorker({
+    const worker = await startOutboxWorker({
       connection: redis.url,
       apiKey: emu.apiKey,
       baseUrl: emu.url,

@@ -1,9 +1,10 @@
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import type { OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { eventually } from '../helpers/outbox.js';
 import { useOutbox } from '../helpers/outbox-fixture.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * A worker that lost its job's lock (a long GC pause, a frozen VM, a
@@ -43,7 +44,7 @@ describe('a worker that lost its job to another worker', () => {
       // Stored beside the job (over 64 KiB): the record of a send deletes it.
       text: `Report ${'z'.repeat(200_000)}`,
       idempotencyKey: 'report-7',
-    })) as unknown as EmlApiQueuedMessageInfo;
+    })) as unknown as OutboxQueuedMessageInfo;
     // The first worker sends; the service delivers; its answer is held, and the worker renews no lock (frozen).
     const stale = await outbox.workers.start({
       baseUrl: answerHeld.url,
@@ -59,24 +60,29 @@ describe('a worker that lost its job to another worker', () => {
     // The first worker hears its answer now, and records the send (BullMQ refuses its completion: an error).
     answerHeld.releaseAnswers();
     await eventually(() => staleErrors.length > 0 && stale.activeJobs === 0, { what: 'the stale worker done' });
-    expect(await outbox.redis.client.exists((await outbox.transport.queue.getJob(info.queueId))!.data.contentKey)).toBe(
-      1,
-    );
+    expect(
+      await outbox.redis.client.exists(
+        (await recordQueue(outbox.transport.queue).getJob(info.queueId))!.data.contentKey,
+      ),
+    ).toBe(1);
     // The new owner's attempt fails (its connection cut after sending: an unknown outcome), retried.
     await requestHeld.close();
     // (Attempt 1 was the stall.)
     await eventually(
-      async () => ((await outbox.transport.queue.getJob(info.queueId))!.data.lastError?.attempt ?? 0) >= 2,
+      async () => ((await recordQueue(outbox.transport.queue).getJob(info.queueId))!.data.lastError?.attempt ?? 0) >= 2,
       {
         what: "the new owner's failure recorded",
       },
     );
     await outbox.workers.closeAll();
     await outbox.workers.start({ workerOptions: tuning });
-    await eventually(async () => (await outbox.transport.queue.getJob(info.queueId))!.finishedOn !== undefined, {
-      what: 'the job settled',
-    });
-    const job = await outbox.transport.queue.getJob(info.queueId);
+    await eventually(
+      async () => (await recordQueue(outbox.transport.queue).getJob(info.queueId))!.finishedOn !== undefined,
+      {
+        what: 'the job settled',
+      },
+    );
+    const job = await recordQueue(outbox.transport.queue).getJob(info.queueId);
     expect(await job!.getState()).toBe('completed');
     expect(job!.data.sent?.id).toBeDefined();
     expect(outbox.emu.mailbox('ann@example.test').map((m) => m.messageId)).toEqual([info.messageId]);

@@ -1,11 +1,12 @@
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, type EmlApiWorkerOptions } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, type OutboxWorkerOptions } from '../../src/queue/index.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
 import { eventually, startWorkerProcess, type WorkerProcess, hasStoredContent } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * A job held by workers that die (OOM-killed pods, a crash loop): worker
@@ -47,7 +48,7 @@ afterEach(async () => {
 });
 
 /** Short locks and stall checks, so a killed worker's job comes back within about a second. */
-const options = (baseUrl: string, more: Partial<EmlApiWorkerOptions> = {}): EmlApiWorkerOptions => ({
+const options = (baseUrl: string, more: Partial<OutboxWorkerOptions> = {}): OutboxWorkerOptions => ({
   connection: redis.url,
   apiKey: emu.apiKey,
   baseUrl,
@@ -57,7 +58,7 @@ const options = (baseUrl: string, more: Partial<EmlApiWorkerOptions> = {}): EmlA
 });
 
 /** Starts a worker process that takes the job, and kills it with SIGKILL while its request is held. */
-async function crashWithSendInFlight(more: Partial<EmlApiWorkerOptions> = {}): Promise<void> {
+async function crashWithSendInFlight(more: Partial<OutboxWorkerOptions> = {}): Promise<void> {
   const before = holding.heldRequests;
   const doomed = await startWorkerProcess(options(holding.url, more));
   processes.push(doomed);
@@ -81,7 +82,7 @@ describe('a job whose workers die while sending it', () => {
       },
       { what: 'the job sent or failed' },
     );
-    const job = await transport.queue.getJob(info.queueId);
+    const job = await recordQueue(transport.queue).getJob(info.queueId);
     expect(await job!.getState()).toBe('completed');
     expect(emu.mailbox('ann@example.test')).toHaveLength(1);
     // Each crash was a failed attempt of its schedule, recorded on the job.
@@ -112,7 +113,7 @@ describe('a job whose workers die while sending it', () => {
     await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === 1, {
       what: 'the job parked',
     });
-    const job = await transport.queue.getJob(info.queueId);
+    const job = await recordQueue(transport.queue).getJob(info.queueId);
     expect(job!.data.lastError).toMatchObject({ parked: 'stalls', permanent: true });
     expect(job!.data).toMatchObject({ stalls: 3, aloneStalls: 2 });
     expect(job!.failedReason).toContain('Parked after 3 stalls, 2 of them while it was sent alone');
@@ -140,14 +141,14 @@ describe('a job whose workers die while sending it', () => {
       attachments: [{ filename: 'invoice.bin', content: Buffer.alloc(80_000, 1) }],
     });
     await crashWithSendInFlight();
-    const { data } = (await transport.queue.getJob(info.queueId))!;
+    const { data } = (await recordQueue(transport.queue).getJob(info.queueId))!;
     await redis.client.del(data.contentKey);
     const next = await startWorkerProcess(options(emu.url));
     processes.push(next);
     await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === 1, {
       what: 'the job failed',
     });
-    const job = await transport.queue.getJob(info.queueId);
+    const job = await recordQueue(transport.queue).getJob(info.queueId);
     expect(job!.data.lastError).toMatchObject({ code: 'EMESSAGE', permanent: true });
     for (const text of [job!.data.lastError!.message, job!.failedReason]) {
       expect(text).toContain('may already have delivered the message');

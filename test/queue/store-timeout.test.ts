@@ -6,6 +6,7 @@ import { EmlApiQueueTransport, outboxJobId } from '../../src/queue/index.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisHoldProxy, type RedisHoldProxy } from '../helpers/redis-hold-proxy.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * A send that runs out of `storeTimeout` while Redis is slow. While the
@@ -91,7 +92,7 @@ describe('storeTimeout while Redis is slow', () => {
 
       // The held add runs after all: the job lands although sendMail rejected.
       proxy.release();
-      await eventually(async () => (await transport.queue.getJob(err.queueId!)) !== undefined, {
+      await eventually(async () => (await recordQueue(transport.queue).getJob(err.queueId!)) !== undefined, {
         what: 'the late job',
       });
       // Queueing again with the key from the error stores it once.
@@ -100,7 +101,7 @@ describe('storeTimeout while Redis is slow', () => {
       const counts = await transport.queue.getJobCounts('waiting', 'prioritized');
       expect((counts.waiting ?? 0) + (counts.prioritized ?? 0)).toBe(1);
       // One copy of this message's content: in the job (a small message), none beside it.
-      expect((await transport.queue.getJob(err.queueId!))!.data.inline).toEqual(expect.any(String));
+      expect((await recordQueue(transport.queue).getJob(err.queueId!))!.data.inline).toEqual(expect.any(String));
       expect(await redis.client.keys(`bull:eml-api:content:${err.queueId}:*`)).toHaveLength(0);
     } finally {
       proxy.release();

@@ -1,12 +1,13 @@
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, type EmlApiQueuedMessageInfo } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, type OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
 import { resolveQueueLocation } from '../../src/queue/queue-location.js';
 import { eventually, inProcessWorkers, pastContentDeadlines } from '../helpers/outbox.js';
 import { startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * The sweeper of stored content nobody needs: it judges deadlines by Redis's
@@ -71,8 +72,8 @@ async function contentKeys(): Promise<string[]> {
 async function orphan(transport: EmlApiQueueTransport, text: string): Promise<string> {
   const info = (await nodemailer
     .createTransport(transport)
-    .sendMail(message(text))) as unknown as EmlApiQueuedMessageInfo;
-  const job = await transport.queue.getJob(info.queueId);
+    .sendMail(message(text))) as unknown as OutboxQueuedMessageInfo;
+  const job = await recordQueue(transport.queue).getJob(info.queueId);
   await job!.remove();
   return job!.data.contentKey;
 }
@@ -99,7 +100,7 @@ describe('the content sweeper', () => {
       expect(await contentKeys()).toHaveLength(1);
       // The add goes through (re-sent on reconnect) and the message is delivered whole.
       proxy.cut();
-      const info = (await sending) as unknown as EmlApiQueuedMessageInfo;
+      const info = (await sending) as unknown as OutboxQueuedMessageInfo;
       await workers.start();
       await eventually(() => emu.messages().length === 1, { what: 'the message delivered' });
       expect(emu.messages()[0]!.messageId).toBe(info.messageId);
@@ -118,7 +119,7 @@ describe('the content sweeper', () => {
       await pastContentDeadlines(redis.client);
       expect(await sweepStoredContent(redis.client, location)).toBe(1);
       expect(await redis.client.exists(gone)).toBe(0);
-      const keptJob = await transport.queue.getJob((kept as unknown as EmlApiQueuedMessageInfo).queueId);
+      const keptJob = await recordQueue(transport.queue).getJob((kept as unknown as OutboxQueuedMessageInfo).queueId);
       expect(await redis.client.exists(keptJob!.data.contentKey)).toBe(1);
     } finally {
       await transport.close();
@@ -240,11 +241,11 @@ describe('a store that timed out', () => {
       proxy.cut();
       // Answered after the commands ioredis sends again on the new connection.
       await transport.verify();
-      expect(await transport.queue.getJob('late-add')).toBeUndefined();
+      expect(await recordQueue(transport.queue).getJob('late-add')).toBeUndefined();
       const again = (await mailer.sendMail({
         ...message('late'),
         idempotencyKey: 'late-add',
-      })) as unknown as EmlApiQueuedMessageInfo;
+      })) as unknown as OutboxQueuedMessageInfo;
       expect(again.duplicate).toBe(false);
       await workers.start();
       await eventually(async () => (await transport.queue.getJobCounts('completed')).completed === 1, {

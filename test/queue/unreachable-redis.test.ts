@@ -1,6 +1,6 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import nodemailer from 'nodemailer';
-import { EmlApiQueueTransport, startEmlApiWorker } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, startOutboxWorker } from '../../src/queue/index.js';
 import { rejectionOf } from '../helpers/async.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
 import { capturingLogger } from '../helpers/logger.js';
@@ -31,7 +31,7 @@ const FIX = /Check the connection option \(REDIS_URL or --redis with the CLI\)/;
 describe('a worker whose Redis is not running', () => {
   it('warns at once, keeps warning, and rejects with ECONNECTION after timeouts.connect', async () => {
     const logger = capturingLogger();
-    const started = startEmlApiWorker({ ...service, connection: nowhere, logger, timeouts: { connect: 2500 } });
+    const started = startOutboxWorker({ ...service, connection: nowhere, logger, timeouts: { connect: 2500 } });
     await eventually(() => logger.messages('warn').length >= 1, { timeout: 1000, what: 'a warning at once' });
     expect(logger.messages('warn')[0]).toMatch(CAUSE);
     const err = await rejectionOf(started);
@@ -46,7 +46,7 @@ describe('a worker whose Redis is not running', () => {
   it('waits for Redis with waitForRedis, still saying so, until stopped', async () => {
     const logger = capturingLogger();
     const stop = new AbortController();
-    const started = startEmlApiWorker(
+    const started = startOutboxWorker(
       { ...service, connection: nowhere, logger, timeouts: { connect: 500 }, waitForRedis: true },
       { signal: stop.signal },
     );

@@ -6,6 +6,7 @@ import { runCliCapturing } from '../helpers/cli-run.js';
 import { startFakeService, type FakeReply, type FakeService } from '../helpers/fake-service.js';
 import { eventually, inProcessWorkers } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
  * A worker pointed at the wrong host (the marketing site, a single-page app,
@@ -62,7 +63,7 @@ const send = (n: number) =>
 
 /** Whether the job still holds its message: inline in the job (up to 64 KiB stored) or under its content key. */
 async function holdsContent(id: string): Promise<boolean> {
-  const job = (await transport.queue.getJob(id))!;
+  const job = (await recordQueue(transport.queue).getJob(id))!;
   return job.data.inline !== undefined || (await redis.client.exists(job.data.contentKey)) === 1;
 }
 
@@ -73,7 +74,7 @@ describe('a 2xx that is not the service answer', () => {
     await workers.start();
     // Tried twice at least (each answered 200 HTML): it is being retried, not completed.
     await eventually(() => site.requests.length >= 2, { what: 'two attempts' });
-    const job = await transport.queue.getJob(info.queueId);
+    const job = await recordQueue(transport.queue).getJob(info.queueId);
     expect(await job!.getState()).not.toBe('completed');
     expect(job!.data.sent).toBeUndefined();
     expect(await holdsContent(info.queueId)).toBe(true);
@@ -86,10 +87,10 @@ describe('a 2xx that is not the service answer', () => {
 
     // Pointed at the service again (here: the host answers as the service does), it is sent, once.
     site.answer({ status: 202, body: { id: 'msg_1', messageId: '<m1@example.test>', recipients: 1 } });
-    await eventually(async () => (await transport.queue.getJob(info.queueId))!.finishedOn !== undefined, {
+    await eventually(async () => (await recordQueue(transport.queue).getJob(info.queueId))!.finishedOn !== undefined, {
       what: 'the job completed',
     });
-    const sent = await transport.queue.getJob(info.queueId);
+    const sent = await recordQueue(transport.queue).getJob(info.queueId);
     expect(await sent!.getState()).toBe('completed');
     expect(sent!.returnvalue).toMatchObject({ id: 'msg_1', response: '202 Accepted' });
     expect(await holdsContent(info.queueId)).toBe(false);
@@ -105,10 +106,13 @@ describe('a 2xx that is not the service answer', () => {
       const info = await send(n);
       await workers.start();
       await eventually(() => site.requests.length >= 1, { what: 'an attempt' });
-      await eventually(async () => (await transport.queue.getJob(info.queueId))!.data.lastError !== undefined, {
-        what: 'the attempt recorded',
-      });
-      const job = await transport.queue.getJob(info.queueId);
+      await eventually(
+        async () => (await recordQueue(transport.queue).getJob(info.queueId))!.data.lastError !== undefined,
+        {
+          what: 'the attempt recorded',
+        },
+      );
+      const job = await recordQueue(transport.queue).getJob(info.queueId);
       expect(await job!.getState()).not.toBe('completed');
       expect(job!.data.lastError!.responseCode).toBe(reply.status);
       expect(await holdsContent(info.queueId)).toBe(true);

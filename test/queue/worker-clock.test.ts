@@ -1,7 +1,7 @@
 import nodemailer from 'nodemailer';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
-import { EmlApiQueueTransport, type EmlApiWorkerOptions } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, type OutboxWorkerOptions } from '../../src/queue/index.js';
 import { eventually, inProcessWorkers, startWorkerProcess, type WorkerProcess } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
@@ -48,7 +48,7 @@ const doomed = (i: number) =>
 const failed = async () => (await transport.queue.getJobCounts('failed')).failed;
 
 async function skewedWorker(skewMs: number): Promise<WorkerProcess> {
-  const options: EmlApiWorkerOptions = {
+  const options: OutboxWorkerOptions = {
     connection: redis.url,
     apiKey: emu.apiKey,
     baseUrl: emu.url,

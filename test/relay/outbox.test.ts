@@ -2,7 +2,7 @@ import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiError } from '../../src/index.js';
-import { EmlApiQueueTransport, startEmlApiWorker } from '../../src/queue/index.js';
+import { EmlApiQueueTransport, startOutboxWorker } from '../../src/queue/index.js';
 import { hashRelayPassword, startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { SmtpDialog } from './relay-harness.js';
 import { capturingLogger } from '../helpers/logger.js';
@@ -61,7 +61,7 @@ describe('the relay with the outbox', () => {
     });
     expect(info.response).toMatch(/^250 2\.0\.0 Ok: \S+/);
     expect(emu.messages()).toHaveLength(0);
-    const worker = await startEmlApiWorker({
+    const worker = await startOutboxWorker({
       connection: redis.url,
       apiKey: emu.apiKey,
       baseUrl: emu.url,

@@ -13,12 +13,12 @@ import {
 import { startEmulator, type Emulator } from 'nodemailer-eml-api/emulator';
 import {
   EmlApiQueueTransport,
-  startEmlApiWorker,
-  type EmlApiQueuedMessageInfo,
-  type EmlApiWorker,
-  type EmlApiWorkerEvents,
+  type EmlApiQueueTransportOptions,
+  startOutboxWorker,
+  type OutboxQueuedMessageInfo,
+  type OutboxWorker,
+  type OutboxWorkerEvents,
   type OutboxJob,
-  type OutboxJobOptions,
   type OutboxSendResult,
 } from 'nodemailer-eml-api/queue';
 import { startEmlApiRelay, type EmlApiRelay } from 'nodemailer-eml-api/relay';
@@ -82,27 +82,28 @@ export async function outbox(connection: string): Promise<string> {
     to: 'b@x.test',
     text: 'x',
     idempotencyKey: 'k1',
-  })) as EmlApiQueuedMessageInfo;
+  })) as OutboxQueuedMessageInfo;
 
-  const worker: EmlApiWorker = await startEmlApiWorker({ connection, apiKey: 'k', baseUrl: 'https://x.test' });
+  const worker: OutboxWorker = await startOutboxWorker({ connection, apiKey: 'k', baseUrl: 'https://x.test' });
   // Events infer their arguments: no annotations, under strict.
   worker.on('sent', (job, result) => console.log(job.id, result.response, result.id?.length));
   worker.on('failed', (job, err) => console.log(job.data.kind, err.code, err.apiCode, err.mayHaveBeenAccepted));
   worker.on('retrying', (_job, err, delayMs) => console.log(err.permanent, delayMs.toFixed()));
   worker.once('warning', (message) => console.log(message.toUpperCase()));
   worker.on('error', (err) => console.log(err.message));
-  const sent: EmlApiWorkerEvents['sent'] = await new Promise((resolve) =>
+  const sent: OutboxWorkerEvents['sent'] = await new Promise((resolve) =>
     worker.once('sent', (job: OutboxJob, result: OutboxSendResult) => resolve([job, result])),
   );
   // @ts-expect-error no such event
   worker.on('sant', () => undefined);
   // @ts-expect-error a result is not a number
   worker.on('sent', (_job, result: number) => result);
-  // One way to start a worker: EmlApiWorker is a type, not a constructor.
+  // One way to start a worker: OutboxWorker is a type, not a constructor.
   // @ts-expect-error only refers to a type
-  void new EmlApiWorker({ connection, apiKey: 'k', baseUrl: 'https://x.test' });
+  void new OutboxWorker({ connection, apiKey: 'k', baseUrl: 'https://x.test' });
   await worker.close({ abort: true });
 
+  type OutboxJobOptions = NonNullable<EmlApiQueueTransportOptions['jobOptions']>;
   const keep: OutboxJobOptions = { removeOnComplete: { age: 86_400 }, removeOnFail: false, priority: 1 };
   // @ts-expect-error true removes each job as it finishes: the runtime refuses it
   const removeSent: OutboxJobOptions = { removeOnComplete: true };

@@ -6,7 +6,7 @@ import {
   retryFailedSends,
   OUTBOX_STATES,
   readOutboxStatus,
-  type FailedSend,
+  type OutboxFailedSend,
   readOutboxSnapshot,
   type OutboxSnapshot,
 } from '../../queue/outbox-admin.js';
@@ -268,7 +268,7 @@ export async function queueStatusCommand(args: string[], io: CliIo): Promise<num
 }
 
 /** What a failed message was, and why it failed; everything from outside made terminal-safe. */
-function failedLine(send: FailedSend): string {
+function failedLine(send: OutboxFailedSend): string {
   const { error } = send;
   const to = send.group
     ? `group ${send.group}`

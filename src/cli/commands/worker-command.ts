@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import { EmlApiWorker, type OutboxJob } from '../../queue/eml-api-worker.js';
+import { OutboxWorker, type OutboxJob } from '../../queue/eml-api-worker.js';
 import type { OutboxSendResult } from '../../queue/outbox-job.js';
 import { requireQueuePeers } from '../../queue/redis-connection.js';
 import { EmlApiClient } from '../../client/eml-api-client.js';
@@ -128,7 +128,7 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
     const groupMetrics = member ? memberSettings(io.env).metrics : undefined;
     const outbox = asUsageError(
       () =>
-        new EmlApiWorker({
+        new OutboxWorker({
           ...location,
           ...service,
           concurrency,

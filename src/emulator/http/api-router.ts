@@ -336,17 +336,9 @@ export interface SiteSection {
   close?(): void;
 }
 
-/**
- * A per-API-key rate limit of the emulator.
- * @example await startEmulator({ rateLimit: { requestsPerSecond: 10, burst: 20 } });
- */
+/** A per-API-key rate limit of the emulator (its `rateLimit` option). */
 export interface EmulatorRateLimit {
-  /** Requests each key may make per second, on average. */
   requestsPerSecond: number;
-  /**
-   * Requests a key may make at once after being idle.
-   * @default requestsPerSecond
-   */
   burst?: number;
 }
 

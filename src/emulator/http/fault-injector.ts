@@ -24,17 +24,11 @@ export interface EmulatorFaults {
   latencyMs?: number | [number, number];
 }
 
-/**
- * What happens to one request.
- * @example const kind: FaultKind = 'resetAfterProcessing'; // the request is processed, its answer lost
- */
+/** What happens to one request. */
 export type FaultKind = 'none' | 'unavailable' | 'rateLimited' | 'resetBeforeProcessing' | 'resetAfterProcessing';
 
-/**
- * Counts of injected faults since the faults were set.
- * @example const stats: FaultStats | undefined = emu.faultStats(); // { none: 180, unavailable: 12, rateLimited: 5, ... }
- */
-export type FaultStats = Record<FaultKind, number>;
+/** Counts of injected faults since the faults were set. */
+export type EmulatorFaultStats = Record<FaultKind, number>;
 
 /** A fault drawn for one request. */
 export interface FaultDraw {
@@ -57,7 +51,7 @@ const FAULT_FIELDS = [
 export class FaultInjector {
   readonly #faults: Required<Omit<EmulatorFaults, 'latencyMs'>> & { latency: [number, number] };
   #state: number;
-  readonly stats: FaultStats = {
+  readonly stats: EmulatorFaultStats = {
     none: 0,
     unavailable: 0,
     rateLimited: 0,

@@ -1,0 +1,20 @@
+import { describe, expect, it } from 'vitest';
+import { OPTIONS_TABLES, renderOptionsTables } from '../../scripts/options-tables.js';
+
+describe('the options tables of docs/', () => {
+  it('are the ones the options interfaces give (npm run docs:options writes them)', async () => {
+    const pages = await renderOptionsTables();
+    expect(pages.size).toBeGreaterThan(0);
+    for (const [path, { before, after }] of pages)
+      expect(before, `${path} is stale: run npm run docs:options`).toBe(after);
+  }, 60_000);
+
+  it('list every option of their interface, with a default or "required"', async () => {
+    const pages = await renderOptionsTables();
+    const page = [...pages.values()][0]!.after;
+    expect(OPTIONS_TABLES.map((t) => t.name)).toContain('OutboxWorkerOptions');
+    for (const option of ['connection', 'maxStalls', 'apiKey', 'timeouts'])
+      expect(page).toMatch(new RegExp(`^\\| \`${option}\` +\\| \\S`, 'm'));
+    expect(page).toMatch(/^\| `connection` +\| required +\|/m);
+  }, 60_000);
+});
