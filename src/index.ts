@@ -1,6 +1,4 @@
-// The package's public API: what users call (the transport, the client, errors), their option and
-// result types, and the types those reference. Every name here is a promise to users; etc/index.api.md
-// records them (npm run api:check). The wire contract is nodemailer-eml-api/protocol.
+// The package's public API; etc/index.api.md records every name (npm run api:check).
 
 // Transport
 export { EmlApiTransport } from './transport/eml-api-transport.js';
@@ -28,8 +26,7 @@ export type { TextContentInput, ImageInput } from './client/client-input.js';
 export type { RateLimitOptions, RetryOptions, TimeoutOptions } from './http/requester.js';
 export type { SpoolOptions } from './body/message-spool.js';
 export type { ServiceResponse } from './http/request-error.js';
-// The service's answers a result carries (`data`, `apiResponse`) and the onFailure values: wire types that
-// the client's own types name, so they are here as well as in nodemailer-eml-api/protocol.
+// Wire types the client's own types name (also in nodemailer-eml-api/protocol).
 export type { OnFailure, SendAcceptedResponse, GroupSendAcceptedResponse } from './protocol/api-types.js';
 
 // Errors and logging

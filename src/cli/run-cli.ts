@@ -68,9 +68,8 @@ export const SUBCOMMANDS: Readonly<Record<string, readonly string[]>> = {
 };
 
 /**
- * Runs the `eml-api` command line and returns its exit code (see {@link EXIT});
- * it never throws and never exits the process. Streams and environment come
- * from `io`, defaulting to the process's, so tests can run it in-process.
+ * Runs the `eml-api` command line and returns its exit code (see {@link EXIT}); it never throws and never exits the
+ * process. Streams and environment come from `io`, defaulting to the process's, so tests can run it in-process.
  *
  * @param argv the arguments after the program name, e.g. `['group', 'add', 'news', 'people.csv']`
  */

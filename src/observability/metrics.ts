@@ -36,9 +36,8 @@ export type MetricsOption = boolean | { registry: MetricsRegistry };
 export type TelemetryComponent = 'transport' | 'worker' | 'relay';
 
 /**
- * The `outcome` label of `eml_api_sends_total`: `sent`; `retry`; `failed` (for good); `rate_limited`
- * (429: the queue paused, the job back without using an attempt); `handed_back` (a stopping worker
- * put the job back).
+ * The `outcome` label of `eml_api_sends_total`: `sent`; `retry`; `failed` (for good); `rate_limited` (429: the queue
+ * paused, the job back without using an attempt); `handed_back` (a stopping worker put the job back).
  */
 export type SendOutcome = 'sent' | 'retry' | 'failed' | 'rate_limited' | 'handed_back';
 
@@ -348,8 +347,7 @@ let promClient: PromClientModule | undefined;
 let otelApi: OtelApiModule | null | undefined;
 
 /**
- * Loads the optional `prom-client` the first time metrics are asked for: an app without metrics
- * never loads it.
+ * Loads the optional `prom-client` the first time metrics are asked for: an app without metrics never loads it.
  * @param user what asked for it, named in the error, e.g. `The metrics option`
  * @throws {EmlApiError} `ECONFIG` saying `npm install prom-client` when it is missing
  */

@@ -56,9 +56,8 @@ return { data or '', failed or '', finished or '', stored, at or '' }
 const CONTENT_NOT_WHOLE = -1000;
 
 /**
- * Before BullMQ's add: the job is added only while its content is whole, in the same step. An add can
- * run long after its producer gave up (ioredis resends; a paused machine wakes), when the sweeper may
- * have freed the content.
+ * Before BullMQ's add: the job is added only while its content is whole, in the same step. An add can run long after
+ * its producer gave up (ioredis resends; a paused machine wakes), when the sweeper may have freed the content.
  */
 const ADD_GUARD = `
 do
@@ -252,9 +251,8 @@ return held
 `;
 
 /**
- * {@link HELD} then `WAIT` in one pipeline to the master of the queue's slot. A `WAIT` counts only its
- * own connection's writes on its own node: a job added on a master that failed over since is not
- * counted on the new one.
+ * {@link HELD} then `WAIT` in one pipeline to the master of the queue's slot. A `WAIT` counts only its own
+ * connection's writes on its own node: a job added on a master that failed over since is not counted on the new one.
  *
  * @returns the replicas that confirmed each job found, by its key (a job not found is not in it)
  */
@@ -359,9 +357,8 @@ return 1
 `;
 
 /**
- * Settles a send from what its job id held after the add. A failed job takes a compare-and-set of its
- * data (`putBackFrom`), then BullMQ's `job.retry`: of racing producers one puts it back, the others
- * answer duplicate.
+ * Settles a send from what its job id held after the add. A failed job takes a compare-and-set of its data
+ * (`putBackFrom`), then BullMQ's `job.retry`: of racing producers one puts it back, the others answer duplicate.
  * @param storedLength the stored length `ours` has under its content key (none: content in the job)
  * @param now the producer's clock, for a job's `resendUntil` @default Date.now()
  */

@@ -43,9 +43,8 @@ export async function queueClient(queue: object): Promise<OutboxRedisClient> {
 const guarded = new WeakSet<object>();
 
 /**
- * Puts `lua` before each of BullMQ's add scripts on `redis` (once the queue's client has resolved), in
- * the same step as the add; `lua` reads the job's data from ARGV[2] and may `return` a negative code
- * to refuse the add.
+ * Puts `lua` before each of BullMQ's add scripts on `redis` (once the queue's client has resolved), in the same step
+ * as the add; `lua` reads the job's data from ARGV[2] and may `return` a negative code to refuse the add.
  * @throws {Error} naming the BullMQ version when it defines no add script the outbox knows
  */
 export function guardAddScripts(redis: OutboxRedisClient, lua: string): void {

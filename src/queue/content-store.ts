@@ -40,9 +40,8 @@ export interface StoredContentRef {
 }
 
 /**
- * The content of a queue's sends in Redis. With a keyring it is stored encrypted (AES-256-GCM) in one
- * record per chunk, each bound to the key, its position and the message's size, and its tag checked
- * before any of it goes out.
+ * The content of a queue's sends in Redis. With a keyring it is stored encrypted (AES-256-GCM) in one record per
+ * chunk, each bound to the key, its position and the message's size, and its tag checked before any of it goes out.
  */
 export class ContentStore {
   readonly #redis: OutboxRedisClient & ContentCommands;

@@ -15,10 +15,9 @@ const BATCH = 200;
 const LOCK_MS = 60_000;
 
 /**
- * Judges one index entry in the same step as its removal: content its job points at stays until the
- * job is sent (a failed job can be put back); content no job points at goes once its deadline is
- * not after Redis's time. KEYS: the index, the content key, the job's hash, the completed set. ARGV:
- * the job id. Answers 1 when it removed the content.
+ * Judges one index entry in the same step as its removal: content its job points at stays until the job is sent (a
+ * failed job can be put back); content no job points at goes once its deadline is not after Redis's time. KEYS: the
+ * index, the content key, the job's hash, the completed set. ARGV: the job id. Answers 1 when it removed the content.
  */
 const JUDGE = `
 if redis.call('TYPE', KEYS[2]).ok ~= 'string' then

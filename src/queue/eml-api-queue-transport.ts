@@ -35,11 +35,10 @@ export interface EmlApiQueueTransport {
 }
 
 /**
- * Nodemailer transport that queues messages in Redis instead of sending them: `sendMail` resolves
- * once Redis has stored the message, as a relay answers `250` once it is on disk. Workers
- * ({@link startOutboxWorker}, `eml-api worker`) send them through the service. Messages are built
- * and checked exactly as {@link EmlApiTransport} builds them, before anything is stored, and stored
- * through its {@link OutboxProducer}. Holds no API key.
+ * Nodemailer transport that queues messages in Redis instead of sending them: `sendMail` resolves once Redis has
+ * stored the message, as a relay answers `250` once it is on disk. Workers ({@link startOutboxWorker},
+ * `eml-api worker`) send them through the service. Messages are built and checked exactly as {@link EmlApiTransport}
+ * builds them, before anything is stored, and stored through its {@link OutboxProducer}. Holds no API key.
  * @example
  * import nodemailer from 'nodemailer';
  * import { EmlApiQueueTransport } from 'nodemailer-eml-api/queue';

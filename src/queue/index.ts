@@ -1,5 +1,4 @@
-// nodemailer-eml-api/queue: the outbox. Every name here is a promise to users; etc/queue.api.md
-// records them (npm run api:check).
+// nodemailer-eml-api/queue: the outbox. etc/queue.api.md records every name (npm run api:check).
 import { requireQueuePeers } from './redis-connection.js';
 
 // Fails at import, saying what to install, when the optional peers bullmq or ioredis are missing.
@@ -13,13 +12,11 @@ export type { RedisConnectionInput } from './redis-connection.js';
 export type { OutboxEncryption } from './content-cipher.js';
 export { outboxJobId } from './outbox-job.js';
 
-// The worker: one way to start one (startOutboxWorker resolves once its start-up checks pass).
-// OutboxWorker is the type of the instance it resolves with, not a second constructor.
+// The worker: startOutboxWorker resolves with an OutboxWorker once its start-up checks pass.
 export { startOutboxWorker, type OutboxWorker, type OutboxWorkerEvents } from './eml-api-worker.js';
 export type { OutboxWorkerOptions } from './worker-options.js';
 
-// The jobs, as the worker's events and BullMQ's API (transport.queue, worker.worker) hand them out:
-// OutboxJob is BullMQ's Job<OutboxJobData, OutboxSendResult>; the rest are what its data and result hold.
+// The jobs, as the worker's events and BullMQ's API hand them out.
 export type { OutboxJob, OutboxJobData, OutboxJobError, OutboxSendResult } from './outbox-job.js';
 
 // Administration: a queue opened without a producer, its status, failed sends, a purge.

@@ -77,9 +77,8 @@ export interface RecordOptions {
 }
 
 /**
- * The records a worker keeps on the jobs it runs. Each write checks in the same script that the
- * worker still holds the job's lock: a worker that lost it must not write `sent` or delete the
- * content under the new owner.
+ * The records a worker keeps on the jobs it runs. Each write checks in the same script that the worker still holds
+ * the job's lock: a worker that lost it must not write `sent` or delete the content under the new owner.
  */
 export class JobRecords {
   readonly #redis: OutboxRedisClient & RecordCommands;

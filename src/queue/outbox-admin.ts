@@ -220,10 +220,9 @@ const MAY_HAVE_BEEN_DELIVERED =
   "it may have been delivered and the service's idempotency window has passed: check, then put it back by naming it";
 
 /**
- * Puts failed sends back with a fresh retry schedule (`eml-api queue retry`), each once. Skipped,
- * with the reason: jobs whose content was removed, jobs put back by someone else meanwhile, and,
- * unless named, jobs past their idempotency window (naming one is a person's word that it was not
- * delivered).
+ * Puts failed sends back with a fresh retry schedule (`eml-api queue retry`), each once. Skipped, with the reason:
+ * jobs whose content was removed, jobs put back by someone else meanwhile, and, unless named, jobs past their
+ * idempotency window (naming one is a person's word that it was not delivered).
  * @param options `ids`: the jobs to put back @default every failed job
  * @returns the job ids put back, those named that were not failed jobs, and those left with the reason
  * @example

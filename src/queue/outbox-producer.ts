@@ -560,9 +560,8 @@ export class OutboxProducer {
   }
 
   /**
-   * Content not whole right after the add: a worker finished the job (queued), or Redis lost data (a
-   * restart without AOF, a failover) and a resent add re-created the job alone, which is removed and
-   * the send refused.
+   * Content not whole right after the add: a worker finished the job (queued), or Redis lost data (a restart without
+   * AOF, a failover) and a resent add re-created the job alone, which is removed and the send refused.
    */
   async #confirmStored(
     jobId: string,

@@ -54,10 +54,9 @@ export interface OutboxProducerOptions {
   /** Prefix of every Redis key of the queue (BullMQ's `prefix`); workers must use the same. @default 'bull' */
   prefix?: string;
   /**
-   * When failed sends are tried again: `delay` after the first failure, doubling up to `maxDelay`,
-   * each wait shortened by a random share of up to `jitter`, for `attempts` attempts in all. The
-   * default ends before the service's idempotency window closes. See docs/outbox.md, "Retries, rate
-   * limits and failures".
+   * When failed sends are tried again: `delay` after the first failure, doubling up to `maxDelay`, each wait
+   * shortened by a random share of up to `jitter`, for `attempts` attempts in all. The default ends before the
+   * service's idempotency window closes. See docs/outbox.md, "Retries, rate limits and failures".
    * @default { attempts: 30, delay: 5000, maxDelay: 3600000, jitter: 0.2 }
    */
   retry?: Omit<RetryOptions, 'retryAmbiguous'>;
@@ -76,8 +75,7 @@ export interface OutboxProducerOptions {
     removeOnFail?: Exclude<JobsOptions['removeOnFail'], true>;
   };
   /**
-   * Largest message queued (its EML), in bytes; larger ones are refused with `EMESSAGE` before
-   * anything is stored.
+   * Largest message queued (its EML), in bytes; larger ones are refused with `EMESSAGE` before anything is stored.
    * @default 39321591 (37.5 MiB, whose Base64 upload is the service's 50 MiB request limit)
    * @example
    * new EmlApiQueueTransport({ connection, maxMessageSize: 10 * 1024 * 1024 });
@@ -100,10 +98,9 @@ export interface OutboxProducerOptions {
     store?: number;
   };
   /**
-   * What Redis must guarantee before mail is queued (`maxmemory-policy noeviction` always): `'warn'`
-   * logs a warning without the append-only file; `'aof'` refuses (`ECONFIG`) unless `appendonly yes`;
-   * `'aof-always'` also needs `appendfsync always`, as Postfix fsyncs before its `250`. Checked on
-   * the first send and by `verify()`.
+   * What Redis must guarantee before mail is queued (`maxmemory-policy noeviction` always): `'warn'` logs a warning
+   * without the append-only file; `'aof'` refuses (`ECONFIG`) unless `appendonly yes`; `'aof-always'` also needs
+   * `appendfsync always`, as Postfix fsyncs before its `250`. Checked on the first send and by `verify()`.
    * @default 'warn'
    * @example
    * new EmlApiQueueTransport({ connection: process.env.REDIS_URL!, durability: 'aof' });
@@ -118,11 +115,10 @@ export interface OutboxProducerOptions {
    */
   durabilityVerified?: boolean;
   /**
-   * Replicas that must hold each message before `sendMail` resolves. Redis replicates
-   * asynchronously, so a failover can lose what only the master had. The producer sends `WAIT count
-   * timeoutMs` with the job's add; when fewer confirm, the send rejects with `ETIMEDOUT` and
-   * `mayHaveBeenAccepted: true`, and queueing it again under `err.idempotencyKey` stores it once.
-   * Costs a replica round trip per message.
+   * Replicas that must hold each message before `sendMail` resolves. Redis replicates asynchronously, so a failover
+   * can lose what only the master had. The producer sends `WAIT count timeoutMs` with the job's add; when fewer
+   * confirm, the send rejects with `ETIMEDOUT` and `mayHaveBeenAccepted: true`, and queueing it again under
+   * `err.idempotencyKey` stores it once. Costs a replica round trip per message.
    * @default undefined (the master's acknowledgement alone)
    * @example
    * new EmlApiQueueTransport({ connection, replicas: { count: 1, timeoutMs: 500 } });

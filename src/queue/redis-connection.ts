@@ -106,9 +106,8 @@ export function openOutboxRedis(
 const KEEPALIVE_MS = 10_000;
 
 /**
- * The ioredis options the outbox's own connections start from. A producer's commands fail after 3
- * reconnect attempts and within `rideMs`, so `sendMail` rejects while Redis is down; a worker waits
- * for Redis, as BullMQ requires.
+ * The ioredis options the outbox's own connections start from. A producer's commands fail after 3 reconnect attempts
+ * and within `rideMs`, so `sendMail` rejects while Redis is down; a worker waits for Redis, as BullMQ requires.
  * @param rideMs a producer's command timeout @default 30000
  */
 export function connectionDefaults(role: RedisRole, rideMs = 30_000): RedisOptions {
@@ -212,11 +211,10 @@ export type ClusterRole = 'producer' | 'worker';
 const RETRY_DELAY = 250;
 
 /**
- * The ioredis Cluster options the outbox starts from. ioredis gives a command up after 16
- * redirections 100 ms apart, far shorter than a failover, so a command that meets one is retried
- * every 250 ms with the slot map read again (a producer's for `rideMs`, a worker's until Redis is
- * back). Reading the slot map every second moves commands off a master that hangs after its
- * successor takes over.
+ * The ioredis Cluster options the outbox starts from. ioredis gives a command up after 16 redirections 100 ms apart,
+ * far shorter than a failover, so a command that meets one is retried every 250 ms with the slot map read again (a
+ * producer's for `rideMs`, a worker's until Redis is back). Reading the slot map every second moves commands off a
+ * master that hangs after its successor takes over.
  * @param rideMs how long a producer's command keeps trying @default 30000
  */
 export function clusterDefaults(role: ClusterRole, rideMs = 30_000): ClusterOptions {

@@ -97,9 +97,8 @@ export interface OutboxWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    */
   idempotencyMargin?: number;
   /**
-   * The longest `Retry-After` the worker honours, in ms; longer ones are cut to this with a warning.
-   * A 429's pause stops every worker and lives in Redis, so one absurd answer must not stop sending
-   * for a year.
+   * The longest `Retry-After` the worker honours, in ms; longer ones are cut to this with a warning. A 429's pause
+   * stops every worker and lives in Redis, so one absurd answer must not stop sending for a year.
    * @default 900000 (15 minutes)
    * @example
    * await startOutboxWorker({ connection, apiKey, baseUrl, maxRetryAfter: 60 * 60_000 });

@@ -7,9 +7,8 @@ const RECENT_ADDRESSES = 1024;
 export const LOOPBACK_NETWORKS: readonly string[] = Object.freeze(['127.0.0.0/8', '::1/128']);
 
 /**
- * Client addresses and networks, matched family by family: an IPv4-mapped
- * client or entry is IPv4. Node's `BlockList` alone matches IPv4 against IPv6
- * rules through the mapped form, so `--allow ::/0` would admit every IPv4 client.
+ * Client addresses and networks, matched family by family: an IPv4-mapped client or entry is IPv4. Node's `BlockList`
+ * alone matches IPv4 against IPv6 rules through the mapped form, so `--allow ::/0` would admit every IPv4 client.
  */
 export class ClientAddressList {
   readonly entries: readonly string[];

@@ -11,18 +11,10 @@ import type {
   SmtpServerAdapter,
 } from './smtp-server-adapter.js';
 
-/**
- * The share of `maxClients` from which the relay is under stress (idle clients
- * get `stressIdleTimeout`). Postfix enters stress when every smtpd is busy; the
- * relay enters it a little earlier, so slots are freed before anyone is turned away.
- */
+/** The share of `maxClients` from which idle clients get `stressIdleTimeout`: before every slot is taken, unlike Postfix. */
 export const STRESS_SHARE = 0.8;
 
-/**
- * The share of `maxClients` below which stress ends: well below the threshold,
- * so that closing the first idle client does not give the others the long
- * idle timeout back at once.
- */
+/** The share of `maxClients` below which stress ends: well below, so one closed client does not end it. */
 export const STRESS_END_SHARE = 0.6;
 
 /** What the slots are given of the relay's settings. */
@@ -59,10 +51,7 @@ export class ClientSlots {
   readonly #counts: ClientCounts;
   /** How to give back the count of a socket not yet tied to its session, by {@link peerName}. */
   readonly #unclaimed = new Map<string, () => void>();
-  /**
-   * The same, for a socket whose session was admitted: smtp-server's STARTTLS
-   * removes the raw socket's `close` listener, while `onClose` always comes.
-   */
+  /** The same once admitted: smtp-server's STARTTLS removes the raw socket's `close` listener; `onClose` always comes. */
   readonly #socketCounts = new WeakMap<SMTPServerSession, () => void>();
   /** The sessions admitted, with the key they count under (null on trustedNetworks: not counted). */
   readonly #admitted = new WeakMap<SMTPServerSession, string | null>();
@@ -160,10 +149,7 @@ export class ClientSlots {
   }
 
   /**
-   * Times a message while it arrives (from `onData`) against `minDataRate` and
-   * `dataTimeout`, closing the connection with `421 4.4.2` past them. The time
-   * the service takes afterwards is not the client's.
-   *
+   * Times a message while it arrives against `minDataRate` and `dataTimeout` (`421 4.4.2` past them).
    * @returns stops the timer (call it once the message is in, or failed)
    */
   watchData(session: SMTPServerSession, stream: SMTPServerDataStream): () => void {
@@ -199,11 +185,7 @@ export class ClientSlots {
     return stop;
   }
 
-  /**
-   * Puts the per-address cap in front of smtp-server's accept: sockets past it
-   * get `421 4.7.0`, or are closed on an implicit TLS listener (nothing can be
-   * said before the handshake).
-   */
+  /** The per-address cap before smtp-server's accept: `421 4.7.0`, or closed on implicit TLS (nothing can be said yet). */
   #guardAccept(server: SmtpServerAdapter): void {
     const handshake = server.implicitTls;
     const proxies = new ClientAddressList(this.#settings.proxyProtocol, 'proxyProtocol');

@@ -2,9 +2,8 @@ import type { SmtpReply } from './smtp-replies.js';
 import { commandLineOf, type SMTPServerAddress, type SMTPServerSession } from './smtp-server-adapter.js';
 
 /**
- * The MAIL FROM parameters of the extensions the relay advertises: SIZE
- * (RFC 1870), BODY (8BITMIME, RFC 6152), SMTPUTF8 (RFC 6531), and AUTH (RFC
- * 4954 section 5, which clients that authenticated may send).
+ * The MAIL FROM parameters of the extensions the relay advertises: SIZE (RFC 1870), BODY (8BITMIME, RFC 6152),
+ * SMTPUTF8 (RFC 6531), and AUTH (RFC 4954 section 5, which clients that authenticated may send).
  */
 const MAIL_PARAMETERS = new Set(['SIZE', 'BODY', 'SMTPUTF8', 'AUTH']);
 
@@ -15,10 +14,9 @@ const RCPT_PARAMETERS = new Set<string>();
 const rcptSpellings = new WeakMap<SMTPServerAddress, string>();
 
 /**
- * Why a MAIL FROM must be refused for its parameters or its address, or
- * undefined: `555 5.5.4` for a parameter of an extension the relay does not
- * advertise (RFC 5321 4.1.1.11; Postfix says the same), `553 5.6.7` for a
- * non-ASCII address without SMTPUTF8 (RFC 6531 3.5).
+ * Why a MAIL FROM must be refused for its parameters or its address, or undefined: `555 5.5.4` for a parameter of an
+ * extension the relay does not advertise (RFC 5321 4.1.1.11; Postfix says the same), `553 5.6.7` for a non-ASCII
+ * address without SMTPUTF8 (RFC 6531 3.5).
  */
 export function mailParameterRefusal(address: SMTPServerAddress, session: SMTPServerSession): SmtpReply | undefined {
   return (
@@ -28,11 +26,10 @@ export function mailParameterRefusal(address: SMTPServerAddress, session: SMTPSe
 }
 
 /**
- * Remembers how the client wrote the address of the RCPT TO being answered
- * (call it from `onRcptTo`): smtp-server hands the handlers, and keeps in
- * `envelope.rcptTo`, the address with its domain decoded from `xn--` by
- * UTS #46 (`xn--victimexample-882l` becomes `victim。example`, which
- * mapping reads as `victim.example`), a mailbox the client never named.
+ * Remembers how the client wrote the address of the RCPT TO being answered (call it from `onRcptTo`): smtp-server
+ * hands the handlers, and keeps in `envelope.rcptTo`, the address with its domain decoded from `xn--` by UTS #46
+ * (`xn--victimexample-882l` becomes `victim。example`, which mapping reads as `victim.example`), a mailbox the client
+ * never named.
  * @returns the address as written (smtp-server's form when the line was not kept)
  */
 export function keepRcptSpelling(address: SMTPServerAddress, session: SMTPServerSession): string {
@@ -52,18 +49,16 @@ export function mailFromSpelling(address: SMTPServerAddress, session: SMTPServer
 }
 
 /**
- * The `RCPT TO` recipients of the session's transaction as the client wrote
- * them (see {@link keepRcptSpelling}); smtp-server's decoded form for one
- * whose line was not kept.
+ * The `RCPT TO` recipients of the session's transaction as the client wrote them (see {@link keepRcptSpelling});
+ * smtp-server's decoded form for one whose line was not kept.
  */
 export function envelopeRecipients(session: SMTPServerSession): string[] {
   return session.envelope.rcptTo.map((rcpt) => rcptSpellings.get(rcpt) ?? rcpt.address);
 }
 
 /**
- * The address of a MAIL or RCPT line as written, read as smtp-server reads
- * it (`_parseAddressCommand`): the first word after the colon, in angle
- * brackets, without a source route.
+ * The address of a MAIL or RCPT line as written, read as smtp-server reads it (`_parseAddressCommand`): the first
+ * word after the colon, in angle brackets, without a source route.
  */
 function writtenAddress(line: string, verb: string): string | undefined {
   const colon = line.indexOf(':');

@@ -34,9 +34,8 @@ export interface EnvelopePlan {
 const NAMED = 5;
 
 /**
- * Characters the address fields may hold per recipient the relay takes
- * (`maxRecipients`), and at least: room for long display names, while one
- * parser's run over them stays some milliseconds (it cannot be split).
+ * Characters the address fields may hold per recipient the relay takes (`maxRecipients`), and at least: room for long
+ * display names, while one parser's run over them stays some milliseconds (it cannot be split).
  */
 const ADDRESS_TEXT_PER_RECIPIENT = 512;
 const MIN_ADDRESS_TEXT = 64 * 1024;
@@ -48,11 +47,9 @@ const TOKENS_PER_RECIPIENT = 20;
 const MIN_TOKENS = 10_240;
 
 /**
- * How much of the address fields the relay reads for a message of at most
- * `maxRecipients` recipients: twice as many entries (a recipient may be
- * named in two fields; a group counts as one), 1,000 at least; 20 words,
- * separators and comments each, 10,240 at least; and
- * {@link ADDRESS_TEXT_PER_RECIPIENT} characters each, 64 KiB at least.
+ * How much of the address fields the relay reads for a message of at most `maxRecipients` recipients: twice as many
+ * entries (a recipient may be named in two fields; a group counts as one), 1,000 at least; 20 words, separators and
+ * comments each, 10,240 at least; and {@link ADDRESS_TEXT_PER_RECIPIENT} characters each, 64 KiB at least.
  */
 export function headerLimits(maxRecipients: number): HeaderLimits {
   return {
@@ -63,8 +60,7 @@ export function headerLimits(maxRecipients: number): HeaderLimits {
 }
 
 /**
- * Reconciles the SMTP envelope with the headers, for a service that reads
- * recipients from To, Cc and Bcc:
+ * Reconciles the SMTP envelope with the headers, for a service that reads recipients from To, Cc and Bcc:
  *
  * - `RCPT TO` recipients no header names (the client removed Bcc, as
  *   Python's `send_message`, PHPMailer and most MTAs do) are written into a
@@ -76,12 +72,10 @@ export function headerLimits(maxRecipients: number): HeaderLimits {
  *   service refuses it (the From fields' addresses are checked apart, by
  *   {@link fromRefusal}).
  *
- * Addresses compare as {@link addressKey} says: ASCII case aside, spelled
- * the same way (an IDN domain too: `xn--` in one and Unicode in the other
- * are refused). The headers are read strictly ({@link readingRelayHeaders}):
- * what the relay cannot read for certain is refused, never skipped; so are
- * headers that spell their recipients in more ways than `maxRecipients`, and
- * address fields past {@link headerLimits}.
+ * Addresses compare as {@link addressKey} says: ASCII case aside, spelled the same way (an IDN domain too: `xn--` in
+ * one and Unicode in the other are refused). The headers are read strictly ({@link readingRelayHeaders}): what the
+ * relay cannot read for certain is refused, never skipped; so are headers that spell their recipients in more ways
+ * than `maxRecipients`, and address fields past {@link headerLimits}.
  *
  * @param head the header section as received, ending with its blank line when there is a body
  * @param rcptTo the envelope recipients, as the client wrote them

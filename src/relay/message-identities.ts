@@ -21,10 +21,9 @@ export interface MessageIdentity {
 }
 
 /**
- * The secret that keys the identities of the messages sent with an API key:
- * derived from the key (HKDF-SHA-256), so that every relay sending with the
- * same key names a message alike (a retry that reaches another relay is the
- * same send), while nobody without the key can compute a name.
+ * The secret that keys the identities of the messages sent with an API key: derived from the key (HKDF-SHA-256), so
+ * that every relay sending with the same key names a message alike (a retry that reaches another relay is the same
+ * send), while nobody without the key can compute a name.
  */
 export function identitySecret(apiKey: string): Buffer {
   return Buffer.from(hkdfSync('sha256', apiKey, 'nodemailer-eml-api', 'relay message identity v1', 32));
@@ -45,9 +44,8 @@ export interface MessageFacts {
 }
 
 /**
- * Names each message the relay sends, so that a client retrying after an
- * ambiguous `451` (the service accepted the upload but its answer was lost)
- * is not delivered twice, while a message sent again on purpose still is.
+ * Names each message the relay sends, so that a client retrying after an ambiguous `451` (the service accepted the
+ * upload but its answer was lost) is not delivered twice, while a message sent again on purpose still is.
  *
  * - A message with a Message-ID, or with a Date, is named by its envelope and
  *   its bytes: the same bytes (the Date to the second) from the same `MAIL
@@ -62,16 +60,13 @@ export interface MessageFacts {
  *   such failures for 24 hours, up to 10,000 messages, in memory: a retry
  *   that reaches another relay, or this one after a restart, is sent again.
  *
- * A message without a Message-ID gets one made from its identity
- * (`<hex.eml-api-relay@from-domain>`), as Postfix's cleanup adds a missing one
- * (`always_add_missing_headers`): recipients (and Gmail) expect one, and it
- * names the same message in every retry.
+ * A message without a Message-ID gets one made from its identity (`<hex.eml-api-relay@from-domain>`), as Postfix's
+ * cleanup adds a missing one (`always_add_missing_headers`): recipients (and Gmail) expect one, and it names the same
+ * message in every retry.
  *
- * Identities are HMACs keyed by the {@link identitySecret} of the API key
- * the message is sent with. An unkeyed hash of the envelope and the bytes,
- * which hold the hidden recipients (`RCPT TO`, and the Bcc field the relay
- * writes), let any recipient rebuild the added Message-ID from what it
- * received and a guessed Bcc, and so confirm the guess.
+ * Identities are HMACs keyed by the {@link identitySecret} of the API key the message is sent with. An unkeyed hash
+ * of the envelope and the bytes, which hold the hidden recipients (`RCPT TO`, and the Bcc field the relay writes),
+ * let any recipient rebuild the added Message-ID from what it received and a guessed Bcc, and so confirm the guess.
  */
 export class MessageIdentities {
   /** Identity fingerprint → the nonce of a try whose outcome is unknown, and until when it holds. */
@@ -107,12 +102,10 @@ export class MessageIdentities {
   }
 
   /**
-   * Records how the send of an identified message ended: a failure whose
-   * outcome is unknown (anything but a permanent refusal) is remembered, so
-   * that the client's retry keeps the identity; anything else is forgotten.
-   * Only messages named by a nonce (neither Message-ID nor Date) need it.
-   * A send that succeeded but whose client left before its `250` (it will
-   * retry, not knowing) is settled again with a transient failure.
+   * Records how the send of an identified message ended: a failure whose outcome is unknown (anything but a permanent
+   * refusal) is remembered, so that the client's retry keeps the identity; anything else is forgotten. Only messages
+   * named by a nonce (neither Message-ID nor Date) need it. A send that succeeded but whose client left before its
+   * `250` (it will retry, not knowing) is settled again with a transient failure.
    */
   settle(identity: { readonly fingerprint: string; readonly nonce: string }, failure: unknown): void {
     if (identity.nonce === '') return;

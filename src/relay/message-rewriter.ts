@@ -8,20 +8,16 @@ const LF = 0x0a;
 const CRLF = Buffer.from('\r\n');
 
 /**
- * The message as it arrives from DATA, passed through with every bare line
- * end made CRLF, its header section replaced by what `rewriteHead` makes of
- * it, and hashed (SHA-256) as it leaves. It holds at most the header section
- * in memory; the body streams through with backpressure.
+ * The message as it arrives from DATA, passed through with every bare line end made CRLF, its header section replaced
+ * by what `rewriteHead` makes of it, and hashed (SHA-256) as it leaves. It holds at most the header section in
+ * memory; the body streams through with backpressure.
  *
- * A bare LF or a bare CR (one that is not half of a CRLF) becomes CRLF, as
- * Postfix's `smtpd_forbid_bare_newline = normalize` (its default since 3.9)
- * treats bare LF: `\n.\n`, `\n.\r\n`, `\r.\r\n` and `\r\n.\n` inside DATA
- * never reach the service, where a later SMTP hop could read them as the end
- * of the message (SMTP smuggling); they arrive as a line holding a dot, which
- * every SMTP client dot-stuffs. DATA itself ends only at CRLF.CRLF
- * (smtp-server's rule, and the "normalize" rule). Bare CR is made a line
- * break too, where Postfix keeps it as a byte: MIME parsers read a bare CR
- * in a header field each their own way (mailparser unfolds it like a line
+ * A bare LF or a bare CR (one that is not half of a CRLF) becomes CRLF, as Postfix's
+ * `smtpd_forbid_bare_newline = normalize` (its default since 3.9) treats bare LF: `\n.\n`, `\n.\r\n`, `\r.\r\n` and
+ * `\r\n.\n` inside DATA never reach the service, where a later SMTP hop could read them as the end of the message
+ * (SMTP smuggling); they arrive as a line holding a dot, which every SMTP client dot-stuffs. DATA itself ends only at
+ * CRLF.CRLF (smtp-server's rule, and the "normalize" rule). Bare CR is made a line break too, where Postfix keeps it
+ * as a byte: MIME parsers read a bare CR in a header field each their own way (mailparser unfolds it like a line
  * break), and as a CRLF it reads the same to the relay and to the service.
  */
 export class MessageRewriter extends Transform {
@@ -50,11 +46,9 @@ export class MessageRewriter extends Transform {
   }
 
   /**
-   * The size of the message read so far with every line end CRLF, as the
-   * client sent it otherwise (before the relay's Bcc or Message-ID): what
-   * SMTP's SIZE measures (RFC 1870 counts a message in CRLF lines), and what
-   * the upload grows with. A message of bare LF lines is larger than the
-   * bytes it took on the wire.
+   * The size of the message read so far with every line end CRLF, as the client sent it otherwise (before the relay's
+   * Bcc or Message-ID): what SMTP's SIZE measures (RFC 1870 counts a message in CRLF lines), and what the upload
+   * grows with. A message of bare LF lines is larger than the bytes it took on the wire.
    */
   get size(): number {
     return this.#normalised;
@@ -86,9 +80,8 @@ export class MessageRewriter extends Transform {
   }
 
   /**
-   * The chunk with each bare LF and bare CR made CRLF. A CR at the end of the
-   * chunk is held back until the next byte tells whether an LF follows it.
-   * Copies nothing when the chunk has no bare line end (the common case).
+   * The chunk with each bare LF and bare CR made CRLF. A CR at the end of the chunk is held back until the next byte
+   * tells whether an LF follows it. Copies nothing when the chunk has no bare line end (the common case).
    */
   #crlf(chunk: Buffer): Buffer {
     const parts: Buffer[] = [];

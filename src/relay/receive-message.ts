@@ -17,9 +17,8 @@ export interface ReceiveContext {
   /** Aborted when the relay is closed with `{ abort: true }`. */
   signal: AbortSignal;
   /**
-   * Aborted as soon as the relay is closed (whether or not with `abort`): a
-   * message still arriving then is given up, so that a slow or stalled
-   * client cannot hold close().
+   * Aborted as soon as the relay is closed (whether or not with `abort`): a message still arriving then is given up,
+   * so that a slow or stalled client cannot hold close().
    */
   arriving: AbortSignal;
   /** How the relay names the messages it sends (one per relay: it remembers sends whose outcome it could not know). */
@@ -51,15 +50,12 @@ export interface ReceivedMessage {
 }
 
 /**
- * One SMTP transaction's message, from DATA to its destination: the header
- * section is reconciled with the envelope (envelope-only recipients added as
- * Bcc; header recipients missing from RCPT TO refused), the message streams
- * into the spool (memory, or a temporary file past the threshold, never whole
- * in memory) while it is hashed, and the destination takes it. Its
- * idempotency key, and the Message-ID added when it has none, come from
- * {@link MessageIdentities}: a client that retries after a `451` (a timeout
- * after the service may have accepted it) is not delivered twice by a
- * service that honours `Idempotency-Key`.
+ * One SMTP transaction's message, from DATA to its destination: the header section is reconciled with the envelope
+ * (envelope-only recipients added as Bcc; header recipients missing from RCPT TO refused), the message streams into
+ * the spool (memory, or a temporary file past the threshold, never whole in memory) while it is hashed, and the
+ * destination takes it. Its idempotency key, and the Message-ID added when it has none, come from {@link
+ * MessageIdentities}: a client that retries after a `451` (a timeout after the service may have accepted it) is not
+ * delivered twice by a service that honours `Idempotency-Key`.
  *
  * @throws {EmlApiError} `EENVELOPE`, a permanent `EMESSAGE` (the message cannot be read as one),
  *   a transient `EMESSAGE` or `ESPOOL` (the relay could not store it), `ESTREAM` ({@link isClientGone}) when
@@ -158,10 +154,9 @@ export async function receiveMessage(
 }
 
 /**
- * The spooled message again, with a Message-ID field added at the end of its
- * header section. Made only for messages without one, once their bytes are
- * known (the Message-ID is made from them): one more pass over the message,
- * in memory up to the spool threshold.
+ * The spooled message again, with a Message-ID field added at the end of its header section. Made only for messages
+ * without one, once their bytes are known (the Message-ID is made from them): one more pass over the message, in
+ * memory up to the spool threshold.
  */
 async function respool(spooled: SpooledMessage, messageId: string, context: ReceiveContext): Promise<SpooledMessage> {
   // The plan took out the empty Message-ID fields of a message without one.

@@ -4,12 +4,10 @@ import { findForbiddenCharacter, isValidAddress } from '../protocol/message-form
 import { EmlApiError } from '../shared/eml-api-error.js';
 
 /**
- * The relay reads a header section strictly because the service reads it
- * leniently: anything it cannot read for certain is refused (`554 5.6.0`),
- * never skipped, so the service cannot find recipients that were never in
- * `RCPT TO`. Address fields are capped ({@link HeaderLimits}) before a
- * service-side parser runs, and the reading runs in event-loop slices
- * ({@link runInSlices}) so a large header section does not hold up others.
+ * The relay reads a header section strictly because the service reads it leniently: anything it cannot read for
+ * certain is refused (`554 5.6.0`), never skipped, so the service cannot find recipients that were never in
+ * `RCPT TO`. Address fields are capped ({@link HeaderLimits}) before a service-side parser runs, and the reading runs
+ * in event-loop slices ({@link runInSlices}) so a large header section does not hold up others.
  */
 
 /** One header field as the relay read it. */
@@ -101,9 +99,8 @@ export function runWhole<T>(steps: Steps<T>): T {
 }
 
 /**
- * Reads a header section the way the relay trusts: every line is a field or
- * its folded continuation, and every To, Cc and Bcc field an address list
- * read for certain (see {@link readAddressList}).
+ * Reads a header section the way the relay trusts: every line is a field or its folded continuation, and every To, Cc
+ * and Bcc field an address list read for certain (see {@link readAddressList}).
  *
  * @param head the header section, with or without its blank line; the relay passes it with CRLF line ends only
  * @throws {EmlApiError} `EMESSAGE` (permanent) naming the line or the field that cannot be read, or the limit passed
@@ -214,12 +211,10 @@ function* crossChecking(field: RelayHeaderField, addresses: readonly string[]): 
 }
 
 /**
- * Why the service is certain to refuse a message for its From fields, or
- * undefined: it has none, or one holds no address as mailparser reads it
- * (with mailparser itself when installed). Without mailparser, a From neither
- * the strict grammar nor the peer's parser reads for certain is left to the
- * service, unless `certain` (the outbox stores the message, and nobody would
- * hear of the service's refusal).
+ * Why the service is certain to refuse a message for its From fields, or undefined: it has none, or one holds no
+ * address as mailparser reads it (with mailparser itself when installed). Without mailparser, a From neither the
+ * strict grammar nor the peer's parser reads for certain is left to the service, unless `certain` (the outbox stores
+ * the message, and nobody would hear of the service's refusal).
  *
  * @param options.certain refuse a From the relay cannot read for certain
  */
@@ -281,9 +276,8 @@ function strictFirstAddress(value: string): string | undefined {
 }
 
 /**
- * Every address a reader could take a From or Sender value to name: each
- * parser's reading, and every address-shaped text once encoded words are
- * decoded and NFKC folds compatibility forms, as a shown display name may hold one.
+ * Every address a reader could take a From or Sender value to name: each parser's reading, and every address-shaped
+ * text once encoded words are decoded and NFKC folds compatibility forms, as a shown display name may hold one.
  */
 export async function identityAddresses(value: string): Promise<string[]> {
   const found = new Set<string>();
@@ -522,14 +516,12 @@ const COMMENT_SPECIALS = '()\\<>,;:@"[]';
 const DOMAIN_END = SPECIALS.replace('.', '');
 
 /**
- * Reads one To, Cc or Bcc value as the relay trusts it: the subset of RFC
- * 5322 address lists on which MIME parsers agree (addresses, named
- * addresses, groups, plain comments beside an address). Refused, because
- * parsers read them differently: an entry without an address, an encoded word
- * anywhere but in a display name before an address, a comment holding a
- * {@link COMMENT_SPECIALS} character, a quoted string holding `;` inside a
- * group, a nested group, a source route, `XN--` in capitals, a quoted local
- * part that needs no quotes, and an invalid address. One linear pass.
+ * Reads one To, Cc or Bcc value as the relay trusts it: the subset of RFC 5322 address lists on which MIME parsers
+ * agree (addresses, named addresses, groups, plain comments beside an address). Refused, because parsers read them
+ * differently: an entry without an address, an encoded word anywhere but in a display name before an address, a
+ * comment holding a {@link COMMENT_SPECIALS} character, a quoted string holding `;` inside a group, a nested group, a
+ * source route, `XN--` in capitals, a quoted local part that needs no quotes, and an invalid address. One linear
+ * pass.
  *
  *
  * @param value the unfolded field value
@@ -876,9 +868,8 @@ const FIRST_LINEAR_MAJOR = 7;
 let loaded: readonly ServiceAddressReader[] | undefined;
 
 /**
- * The address parsers the service's side reads To, Cc and Bcc with, as far as
- * this machine has them: the Nodemailer copy mailparser loads (it may differ
- * from the peer's) and the `nodemailer` peer's. Either may be missing; the
+ * The address parsers the service's side reads To, Cc and Bcc with, as far as this machine has them: the Nodemailer
+ * copy mailparser loads (it may differ from the peer's) and the `nodemailer` peer's. Either may be missing; the
  * relay's strict reading stays the rule. Loaded once.
  */
 export function serviceAddressReaders(): readonly ServiceAddressReader[] {
@@ -949,11 +940,9 @@ function flatten(entries: ParsedEntry[]): string[] {
 }
 
 /**
- * The form in which two spellings of one mailbox compare equal: ASCII case
- * folded, as the service folds it, nothing else. Any further folding
- * (Unicode, IDNA, quotes) would make two spellings one mailbox for the relay
- * that the service may keep apart, and mail a header listing both once per
- * spelling for one `RCPT TO`.
+ * The form in which two spellings of one mailbox compare equal: ASCII case folded, as the service folds it, nothing
+ * else. Any further folding (Unicode, IDNA, quotes) would make two spellings one mailbox for the relay that the
+ * service may keep apart, and mail a header listing both once per spelling for one `RCPT TO`.
  */
 export function addressKey(address: string): string {
   return asciiLowerCase(address);

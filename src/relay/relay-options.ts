@@ -31,9 +31,8 @@ export type EmlApiRelayTlsOptions = NonNullable<EmlApiRelayOptions['tls']>;
 type EmlApiRelayTimeouts = NonNullable<EmlApiRelayOptions['timeouts']>;
 
 /**
- * Options of {@link startEmlApiRelay}: where to listen, the service to relay
- * to, and every option of {@link EmlApiClientOptions} (retry, `maxConnections`
- * to the service, spool...) for the clients it sends with.
+ * Options of {@link startEmlApiRelay}: where to listen, the service to relay to, and every option of {@link
+ * EmlApiClientOptions} (retry, `maxConnections` to the service, spool...) for the clients it sends with.
  *
  * @example
  * const relay = await startEmlApiRelay({ baseUrl: 'https://api.mail.example.com', port: 2525 });
@@ -48,86 +47,73 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
    */
   host?: string;
   /**
-   * The relay's own API key. Without it, each SMTP client authenticates with
-   * its own key as the password (any user name) and the relay stores none.
-   * With it, clients on `allowUnauthenticatedFrom` and the `users` send with
-   * this key; clients that AUTH with an API key send with their own (not under `queue`).
+   * The relay's own API key. Without it, each SMTP client authenticates with its own key as the password (any user
+   * name) and the relay stores none. With it, clients on `allowUnauthenticatedFrom` and the `users` send with this
+   * key; clients that AUTH with an API key send with their own (not under `queue`).
    * @default undefined
    */
   apiKey?: string;
   /**
-   * Client addresses and networks (`10.0.0.0/8`, `fd00::/8`, `192.0.2.7`)
-   * that may send without AUTH, with the relay's `apiKey` (Postfix's
-   * `permit_mynetworks`). Ignored without `apiKey`. Behind a sidecar that
-   * forwards from loopback (`127.0.0.6`), loopback is every client: narrow it,
-   * e.g. to `['127.0.0.1/32']`, or to `[]`. Entries match their own address
-   * family: `::/0` is every IPv6 client, not the IPv4 ones.
+   * Client addresses and networks (`10.0.0.0/8`, `fd00::/8`, `192.0.2.7`) that may send without AUTH, with the
+   * relay's `apiKey` (Postfix's `permit_mynetworks`). Ignored without `apiKey`. Behind a sidecar that forwards from
+   * loopback (`127.0.0.6`), loopback is every client: narrow it, e.g. to `['127.0.0.1/32']`, or to `[]`. Entries
+   * match their own address family: `::/0` is every IPv6 client, not the IPv4 ones.
    * @default ['127.0.0.0/8', '::1/128'] (loopback)
    * @example
    * allowUnauthenticatedFrom: ['10.0.0.0/8']
    */
   allowUnauthenticatedFrom?: string[];
   /**
-   * Client addresses and networks whose path to the relay is trusted, as
-   * Postfix's `mynetworks`: clients there may AUTH on a plain-text connection,
-   * and are exempt from the per-address limits (Postfix's
-   * `smtpd_client_event_limit_exceptions`). List a proxy or sidecar whose one
-   * address stands for many clients (an Istio/Envoy sidecar forwards from
-   * `127.0.0.6`). Sending without AUTH is `allowUnauthenticatedFrom`.
+   * Client addresses and networks whose path to the relay is trusted, as Postfix's `mynetworks`: clients there may
+   * AUTH on a plain-text connection, and are exempt from the per-address limits (Postfix's
+   * `smtpd_client_event_limit_exceptions`). List a proxy or sidecar whose one address stands for many clients (an
+   * Istio/Envoy sidecar forwards from `127.0.0.6`). Sending without AUTH is `allowUnauthenticatedFrom`.
    * @default ['127.0.0.0/8', '::1/128'] (loopback)
    * @example
    * trustedNetworks: ['127.0.0.1/32', '127.0.0.6/32'] // the machine itself and the sidecar
    */
   trustedNetworks?: string[];
   /**
-   * The relay's own SMTP users: a client that AUTHs with one of these user
-   * names and its password sends with the relay's `apiKey` (so `apiKey` is
-   * needed), as Postfix with Dovecot SASL gives each sender a login. Store
-   * hashes (`passwordHash`, from `hashRelayPassword` or `eml-api relay
-   * --hash-password`). A listed user name is never tried as an API key.
+   * The relay's own SMTP users: a client that AUTHs with one of these user names and its password sends with the
+   * relay's `apiKey` (so `apiKey` is needed), as Postfix with Dovecot SASL gives each sender a login. Store hashes
+   * (`passwordHash`, from `hashRelayPassword` or `eml-api relay --hash-password`). A listed user name is never tried
+   * as an API key.
    * @default undefined (no users: clients AUTH with an API key, or with the relay's key under `queue`)
    * @example
    * users: [{ username: 'billing', passwordHash: process.env.BILLING_SMTP_HASH! }]
    */
   users?: EmlApiRelayUser[];
   /**
-   * The senders of API keys given as AUTH passwords (the relay's own key
-   * included), by the login the relay logs for each: `key:` and the first 24
-   * hex digits of the key's SHA-256 (`eml-api relay --key-login` prints it;
-   * `--key-senders FILE`). Each list is as a relay user's `senders`; a key
-   * without one sends as any address.
+   * The senders of API keys given as AUTH passwords (the relay's own key included), by the login the relay logs for
+   * each: `key:` and the first 24 hex digits of the key's SHA-256 (`eml-api relay --key-login` prints it;
+   * `--key-senders FILE`). Each list is as a relay user's `senders`; a key without one sends as any address.
    * @default undefined
    * @example
    * await startEmlApiRelay({ baseUrl, keySenders: { 'key:3f2a9c0d41b7e6a85c1d2e3f': ['alerts@shop.example'] } });
    */
   keySenders?: Record<string, string[]>;
   /**
-   * The senders of the clients on `allowUnauthenticatedFrom`, which send
-   * with the relay's key without AUTH (`--allow-senders`), as a relay user's
-   * `senders`.
+   * The senders of the clients on `allowUnauthenticatedFrom`, which send with the relay's key without AUTH
+   * (`--allow-senders`), as a relay user's `senders`.
    * @default undefined (any sender)
    * @example
    * allowedSenders: ['cron@host.example', '*@host.example', '<>']
    */
   allowedSenders?: string[];
   /**
-   * Store-and-forward through the outbox (`nodemailer-eml-api/queue`): the
-   * relay answers `250` once Redis has stored the message, and the outbox's
-   * workers (`eml-api worker`, `startOutboxWorker`) send it when the service
-   * can take it. A queue transport you made (left open when the relay closes),
-   * or its options. Needs `apiKey`, bullmq and ioredis. Every message goes out
-   * under the workers' key, so AUTH accepts only the relay's own key and the
-   * `users`. A transport the relay makes stores up to `maxClients` messages at
-   * once, unless its options set `concurrency`.
+   * Store-and-forward through the outbox (`nodemailer-eml-api/queue`): the relay answers `250` once Redis has stored
+   * the message, and the outbox's workers (`eml-api worker`, `startOutboxWorker`) send it when the service can take
+   * it. A queue transport you made (left open when the relay closes), or its options. Needs `apiKey`, bullmq and
+   * ioredis. Every message goes out under the workers' key, so AUTH accepts only the relay's own key and the `users`.
+   * A transport the relay makes stores up to `maxClients` messages at once, unless its options set `concurrency`.
    * @default undefined (each message is uploaded before the relay answers)
    * @example
    * await startEmlApiRelay({ baseUrl, apiKey, queue: { connection: process.env.REDIS_URL! } });
    */
   queue?: EmlApiQueueTransport | EmlApiQueueTransportOptions;
   /**
-   * STARTTLS (or implicit TLS) with this certificate. Without it, STARTTLS
-   * is not offered, and clients outside `trustedNetworks` cannot AUTH (the
-   * password is an API key: it never crosses the network in clear).
+   * STARTTLS (or implicit TLS) with this certificate. Without it, STARTTLS is not offered, and clients outside
+   * `trustedNetworks` cannot AUTH (the password is an API key: it never crosses the network in clear).
    * @default undefined
    */
   tls?: SecureContextOptions & {
@@ -139,11 +125,10 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
     implicit?: boolean;
   };
   /**
-   * Largest message accepted, in bytes, advertised as `SIZE`. The default is
-   * the largest message whose upload (Base64 in JSON) fits a 50 MiB request,
-   * the emulator's limit, with room for the `Bcc` field the relay writes for
-   * `maxRecipients` envelope-only recipients; set your service's, less that
-   * room. Without it, a `maxRecipients` that leaves too little room is `ECONFIG`.
+   * Largest message accepted, in bytes, advertised as `SIZE`. The default is the largest message whose upload (Base64
+   * in JSON) fits a 50 MiB request, the emulator's limit, with room for the `Bcc` field the relay writes for
+   * `maxRecipients` envelope-only recipients; set your service's, less that room. Without it, a `maxRecipients` that
+   * leaves too little room is `ECONFIG`.
    * @default 39244983 (with maxRecipients 100)
    */
   maxMessageSize?: number;
@@ -165,34 +150,30 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
      */
     idle?: number;
     /**
-     * The idle timeout while the relay is nearly full (from 80% of
-     * `maxClients` connections on), for every connection: Postfix's stress
-     * mode (`smtpd_timeout = ${stress?{10}:{300}}s`). The idle clients leave
-     * room for those that send.
+     * The idle timeout while the relay is nearly full (from 80% of `maxClients` connections on), for every
+     * connection: Postfix's stress mode (`smtpd_timeout = ${stress?{10}:{300}}s`). The idle clients leave room for
+     * those that send.
      * @default 10000
      */
     stressIdle?: number;
     /**
-     * How long a message may take to arrive, from DATA to its final dot,
-     * whatever its rate (`421 4.4.2` past it: the message is abandoned, and the
-     * client sends it again later). Raise it for large messages over slow links.
+     * How long a message may take to arrive, from DATA to its final dot, whatever its rate (`421 4.4.2` past it: the
+     * message is abandoned, and the client sends it again later). Raise it for large messages over slow links.
      * @default 600000 (10 minutes)
      */
     data?: number;
     /**
-     * How long a client of an implicit TLS listener (`tls.implicit`) has to
-     * complete its handshake, and a proxy (`proxyProtocol`) to send its PROXY
-     * header, before the socket is closed (smtp-server would give it the idle
+     * How long a client of an implicit TLS listener (`tls.implicit`) has to complete its handshake, and a proxy
+     * (`proxyProtocol`) to send its PROXY header, before the socket is closed (smtp-server would give it the idle
      * timeout). The socket counts against `maxClientsPerAddress` meanwhile.
      * @default 10000
      */
     tlsHandshake?: number;
   };
   /**
-   * SMTP connections at once from one client address (`421 4.7.0` past it),
-   * so that one client cannot take every slot: Postfix's
-   * `smtpd_client_connection_count_limit`. IPv6 clients count per /64;
-   * `trustedNetworks` are exempt (a sidecar's one address stands for many clients).
+   * SMTP connections at once from one client address (`421 4.7.0` past it), so that one client cannot take every
+   * slot: Postfix's `smtpd_client_connection_count_limit`. IPv6 clients count per /64; `trustedNetworks` are exempt
+   * (a sidecar's one address stands for many clients).
    * @default 50
    * @example
    * maxClientsPerAddress: 10
@@ -208,36 +189,30 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
    */
   minDataRate?: number;
   /**
-   * Milliseconds a failed AUTH waits before its reply (Dovecot's
-   * `auth_failure_delay`): the connection reads no further command meanwhile,
-   * so a guesser gets one try per delay per connection. 0 answers at once.
+   * Milliseconds a failed AUTH waits before its reply (Dovecot's `auth_failure_delay`): the connection reads no
+   * further command meanwhile, so a guesser gets one try per delay per connection. 0 answers at once.
    * @default 2000
    * @example
    * authFailureDelay: 5_000
    */
   authFailureDelay?: number;
   /**
-   * Failed AUTHs (wrong credentials) one user name may make from one client
-   * address within `authFailureWindow`, across connections; past it, its
-   * wrong passwords are answered `454 4.7.0` (try again later) instead of
-   * `535`, while its right password still gets `235`: a misconfigured sender
-   * never locks out a correct one. Names that are none of the relay's `users`
-   * count as one name of the address. The same wrong password again counts
-   * once. IPv6 clients count per /64; `trustedNetworks` are exempt.
+   * Failed AUTHs (wrong credentials) one user name may make from one client address within `authFailureWindow`,
+   * across connections; past it, its wrong passwords are answered `454 4.7.0` (try again later) instead of `535`,
+   * while its right password still gets `235`: a misconfigured sender never locks out a correct one. Names that are
+   * none of the relay's `users` count as one name of the address. The same wrong password again counts once. IPv6
+   * clients count per /64; `trustedNetworks` are exempt.
    * @default 10
    * @example
    * maxAuthFailures: 5
    */
   maxAuthFailures?: number;
   /**
-   * Failed AUTHs a client address may make within `authFailureWindow`, all
-   * user names together (the same wrong password again counts once): the
-   * ceiling for guessing storms. Past it, every AUTH of the address is
-   * answered `454 4.7.0` without checking it, a right password too, until the
-   * oldest failure leaves the window. IPv6 clients count per /64;
-   * `trustedNetworks` are exempt (a proxy's one address stands for many
-   * clients). Postfix's `smtpd_client_auth_rate_limit` (off by default)
-   * counts every AUTH instead.
+   * Failed AUTHs a client address may make within `authFailureWindow`, all user names together (the same wrong
+   * password again counts once): the ceiling for guessing storms. Past it, every AUTH of the address is answered
+   * `454 4.7.0` without checking it, a right password too, until the oldest failure leaves the window. IPv6 clients
+   * count per /64; `trustedNetworks` are exempt (a proxy's one address stands for many clients). Postfix's
+   * `smtpd_client_auth_rate_limit` (off by default) counts every AUTH instead.
    * @default 100
    * @example
    * maxAuthFailuresPerAddress: 30
@@ -251,14 +226,11 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
    */
   authFailureWindow?: number;
   /**
-   * The addresses of proxies in front of the relay (HAProxy with
-   * `send-proxy`, stunnel with `protocol = proxy`, a load balancer) that
-   * open each connection with a PROXY protocol v1 header naming the client:
-   * the relay then takes the client's address from the header. Without it, a
-   * proxy on the relay's machine makes every client a loopback one: allowed
-   * without AUTH and exempt from the per-address limits by default. Exact
-   * addresses, not networks (a host listed here can claim any client
-   * address); connections from them must send the header, others must not.
+   * The addresses of proxies in front of the relay (HAProxy with `send-proxy`, stunnel with `protocol = proxy`, a
+   * load balancer) that open each connection with a PROXY protocol v1 header naming the client: the relay then takes
+   * the client's address from the header. Without it, a proxy on the relay's machine makes every client a loopback
+   * one: allowed without AUTH and exempt from the per-address limits by default. Exact addresses, not networks (a
+   * host listed here can claim any client address); connections from them must send the header, others must not.
    * @default [] (no proxy)
    * @example
    * proxyProtocol: ['127.0.0.1'] // HAProxy on this machine, `server relay 127.0.0.1:2525 send-proxy`
@@ -279,22 +251,18 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
    */
   logger?: boolean | EmlApiLogger;
   /**
-   * An HTTP port of the relay's own for `/healthz` (alive: its event loop
-   * turns), `/readyz` (it can take mail now: direct with its own key, the
-   * service answers and accepts the key; with `queue`, Redis answers with
-   * `noeviction`; 503 with the reasons, and from `close()` on) and
-   * `/metrics` (Prometheus text format). Listens on `127.0.0.1` unless
-   * `host` says otherwise. Metrics need the optional peer `prom-client`.
-   * See docs/operations.md.
+   * An HTTP port of the relay's own for `/healthz` (alive: its event loop turns), `/readyz` (it can take mail now:
+   * direct with its own key, the service answers and accepts the key; with `queue`, Redis answers with `noeviction`;
+   * 503 with the reasons, and from `close()` on) and `/metrics` (Prometheus text format). Listens on `127.0.0.1`
+   * unless `host` says otherwise. Metrics need the optional peer `prom-client`. See docs/operations.md.
    * @default undefined (no port)
    * @example
    * const relay = await startEmlApiRelay({ baseUrl, apiKey, http: { port: 9464, host: '0.0.0.0' } });
    */
   http?: OpsHttpOptions;
   /**
-   * Prometheus metrics: `true` for prom-client's default registry, `{ registry }`
-   * for yours, `false` for none. With `http` and no `metrics`, a registry of
-   * the relay's own (with prom-client's process metrics) served on `/metrics`.
+   * Prometheus metrics: `true` for prom-client's default registry, `{ registry }` for yours, `false` for none. With
+   * `http` and no `metrics`, a registry of the relay's own (with prom-client's process metrics) served on `/metrics`.
    * @default false (without http), a registry of its own (with http)
    * @example
    * startEmlApiRelay({ baseUrl, apiKey, metrics: { registry } });
@@ -508,9 +476,8 @@ function text(value: unknown, name: string): string {
 }
 
 /**
- * The `queue` option: an object (a queue transport, or its options, checked
- * when the outbox is made). The outbox sends later with its workers' key, so
- * the relay must hold a key of its own: clients' AUTH keys are never stored.
+ * The `queue` option: an object (a queue transport, or its options, checked when the outbox is made). The outbox
+ * sends later with its workers' key, so the relay must hold a key of its own: clients' AUTH keys are never stored.
  */
 function checkQueue(value: unknown, apiKey: unknown): EmlApiQueueTransport | EmlApiQueueTransportOptions | undefined {
   if (value === undefined) return undefined;
@@ -530,9 +497,8 @@ function checkQueue(value: unknown, apiKey: unknown): EmlApiQueueTransport | Eml
 }
 
 /**
- * The `proxyProtocol` option: the proxies' own addresses, each one IP address
- * (smtp-server matches a peer against them exactly; a network would let any
- * host in it claim any client address).
+ * The `proxyProtocol` option: the proxies' own addresses, each one IP address (smtp-server matches a peer against
+ * them exactly; a network would let any host in it claim any client address).
  */
 function checkProxies(value: unknown): readonly string[] {
   if (value === undefined) return [];

@@ -115,9 +115,8 @@ const SHUTTING_DOWN: SmtpReply = { code: 421, text: '4.3.2 The relay is shutting
 const CLIENT_LEFT = new EmlApiError('ECONNECTION', 'the client left before the reply', { permanent: false });
 
 /**
- * The smtp-server handlers of the relay: who may AUTH and send, the key a
- * session sends with, and each message from DATA to its destination, with
- * the reply an MTA expects.
+ * The smtp-server handlers of the relay: who may AUTH and send, the key a session sends with, and each message from
+ * DATA to its destination, with the reply an MTA expects.
  */
 export function relaySessionHandlers(relay: RelayState): SessionHandlers {
   const { settings, keyClients, logger } = { ...relay, logger: relay.settings.logger };
@@ -475,10 +474,9 @@ export function relaySessionHandlers(relay: RelayState): SessionHandlers {
 }
 
 /**
- * What the relay keeps as an authenticated session's `user`: the name given,
- * whose key it sends with (`relay`, or the fingerprint of the client's), and
- * its login, the one name of the sender in logs, spans and metrics: a relay
- * user's name, or `key:<fingerprint>` for an API key given as the password.
+ * What the relay keeps as an authenticated session's `user`: the name given, whose key it sends with (`relay`, or the
+ * fingerprint of the client's), and its login, the one name of the sender in logs, spans and metrics: a relay user's
+ * name, or `key:<fingerprint>` for an API key given as the password.
  */
 export interface SessionUser {
   username: string;
@@ -528,9 +526,8 @@ export interface RelayPolicy {
 }
 
 /**
- * Whether AUTH is offered: over TLS, or from `trustedNetworks`, so that an API
- * key never crosses the network in clear. Not advertised otherwise (RFC 4954
- * section 4), so a client never sends the key before the refusal.
+ * Whether AUTH is offered: over TLS, or from `trustedNetworks`, so that an API key never crosses the network in
+ * clear. Not advertised otherwise (RFC 4954 section 4), so a client never sends the key before the refusal.
  */
 export function authOffered(
   facts: Pick<ConnectionFacts, 'remoteAddress' | 'secure'>,
@@ -540,9 +537,8 @@ export function authOffered(
 }
 
 /**
- * Whether a client may start a mail transaction (MAIL FROM): when it
- * authenticated (it sends with its own key), or, when the relay holds a key,
- * when its address is on `allowUnauthenticatedFrom`.
+ * Whether a client may start a mail transaction (MAIL FROM): when it authenticated (it sends with its own key), or,
+ * when the relay holds a key, when its address is on `allowUnauthenticatedFrom`.
  *
  * @returns undefined when it may, else the `530` reply saying what it must do
  */

@@ -6,9 +6,8 @@ import { identitySecret } from './message-identities.js';
 import { SenderList, splitSenders } from './sender-lists.js';
 
 /**
- * An SMTP user of the relay: a client that AUTHs as it sends with the relay's
- * own API key. Store a hash made by {@link hashRelayPassword} (or `eml-api
- * relay --hash-password`) so that the configuration holds no password.
+ * An SMTP user of the relay: a client that AUTHs as it sends with the relay's own API key. Store a hash made by
+ * {@link hashRelayPassword} (or `eml-api relay --hash-password`) so that the configuration holds no password.
  * @example
  * const user: EmlApiRelayUser = { username: 'billing-app', passwordHash: await hashRelayPassword(process.env.BILLING_PASSWORD!) };
  */
@@ -234,11 +233,10 @@ interface Failure {
 }
 
 /**
- * The failed AUTHs of each key (a client address, IPv6 per /64, or an address
- * and a user name) in a sliding window. The same wrong credentials count once,
- * as in Dovecot: smtplib tries PLAIN then LOGIN with one password, and a stale
- * password is retried, neither by a guesser. An AUTH takes its slot when it
- * starts, or AUTHs sent at once on many connections would all pass before any failed.
+ * The failed AUTHs of each key (a client address, IPv6 per /64, or an address and a user name) in a sliding window.
+ * The same wrong credentials count once, as in Dovecot: smtplib tries PLAIN then LOGIN with one password, and a stale
+ * password is retried, neither by a guesser. An AUTH takes its slot when it starts, or AUTHs sent at once on many
+ * connections would all pass before any failed.
  */
 export class AuthFailureBudget {
   readonly #limit: number;
@@ -358,9 +356,8 @@ interface Entry extends KeyClient {
 }
 
 /**
- * One client per API key that SMTP clients AUTH with, checked as
- * `client.verify()` does; past `max` the least recently used idle one is
- * closed. Keys live only inside their clients.
+ * One client per API key that SMTP clients AUTH with, checked as `client.verify()` does; past `max` the least
+ * recently used idle one is closed. Keys live only inside their clients.
  */
 export class KeyClients {
   readonly #createClient: (apiKey: string) => EmlApiClient;

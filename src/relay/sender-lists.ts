@@ -11,11 +11,9 @@ const ENTRY_RULE =
   'expected an address (billing@shop.example), a domain (*@shop.example), its subdomains (*@*.shop.example) or <> (the null sender)';
 
 /**
- * The addresses and domains one login may send as (Postfix's
- * `smtpd_sender_login_maps`): `billing@shop.example`, `*@shop.example` (not
- * its subdomains), `*@*.shop.example` (not the domain itself), and `<>`.
- * Local parts compare ASCII case-folded without needless quotes, domains in
- * their IDNA ASCII form.
+ * The addresses and domains one login may send as (Postfix's `smtpd_sender_login_maps`): `billing@shop.example`,
+ * `*@shop.example` (not its subdomains), `*@*.shop.example` (not the domain itself), and `<>`. Local parts compare
+ * ASCII case-folded without needless quotes, domains in their IDNA ASCII form.
  */
 export class SenderList {
   readonly entries: readonly string[];
@@ -162,10 +160,9 @@ export function mailFromRefusal(
 }
 
 /**
- * Why the From or Sender fields are refused for the login's sender list, or
- * undefined: every address any reader finds in them, and every address-shaped
- * text a mail program shows, must be the login's. Without mailparser, an
- * encoded word in a charset the relay cannot decode is refused: it could stand for any address.
+ * Why the From or Sender fields are refused for the login's sender list, or undefined: every address any reader finds
+ * in them, and every address-shaped text a mail program shows, must be the login's. Without mailparser, an encoded
+ * word in a charset the relay cannot decode is refused: it could stand for any address.
  */
 export async function headerSenderRefusal(
   froms: readonly RelayHeaderField[],
@@ -220,8 +217,7 @@ export function splitSenders(text: string): string[] {
 }
 
 /**
- * Reads a file of API keys' sender lists: `key:<fingerprint>:senders` per
- * line, blank lines and `#` comments ignored.
+ * Reads a file of API keys' sender lists: `key:<fingerprint>:senders` per line, blank lines and `#` comments ignored.
  *
  * @param source names the file in errors
  * @throws {EmlApiError} `ECONFIG` naming the file and line

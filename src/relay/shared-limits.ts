@@ -7,9 +7,8 @@ import {
 } from './relay-users.js';
 
 /**
- * The per-client connection counts and AUTH budgets. The processes of
- * `--processes` count in their primary, so a client cannot spread its
- * connections or its guesses over them.
+ * The per-client connection counts and AUTH budgets. The processes of `--processes` count in their primary, so a
+ * client cannot spread its connections or its guesses over them.
  */
 export interface ClientCounts {
   /** @returns whether one of the key's `cap` slots was taken (a promise when counted elsewhere) */

@@ -18,10 +18,7 @@ export type SmtpServerPeer = typeof SmtpServerModule;
 let loaded: SmtpServerPeer | undefined;
 
 /**
- * Loads `smtp-server`, the optional peer the relay is built on, the first
- * time the relay needs it: the CLI bundle imports the relay command eagerly,
- * and `eml-api send` must keep working where smtp-server is not installed.
- *
+ * Loads the optional peer `smtp-server` when the relay first needs it, so the CLI works without it.
  * @throws {EmlApiError} `ECONFIG` saying what to install when it is missing
  */
 export function loadSmtpServer(): SmtpServerPeer {
@@ -81,11 +78,7 @@ interface CommandParser {
   _write?: (chunk: Buffer, encoding: BufferEncoding, next: (err?: Error | null) => void) => void;
 }
 
-/**
- * The members of smtp-server's `SMTPConnection` the adapter uses. Only
- * `session` and `send` are its public API; the rest are its internals, each
- * optional so that a release without one loses that patch alone.
- */
+/** `SMTPConnection` as the adapter uses it: `session` and `send` are public, the internals optional (a release without one loses that patch alone). */
 interface Connection {
   session: SMTPServerSession;
   send(code: number, data?: string | string[] | null, context?: string | false): void;
@@ -113,22 +106,9 @@ export function commandLineOf(session: SMTPServerSession): Buffer | string | und
 }
 
 /**
- * An smtp-server with what the relay needs of it beyond its options. This
- * module is the only one that touches smtp-server's internals (docs/relay.md,
- * "What the relay changes in smtp-server"); each patch keeps smtp-server's
- * behaviour where the internal it needs is missing, and says so once.
- *
- * - Replies whose text has its own enhanced status code are sent as they are
- *   (smtp-server adds one from a fixed table); AUTH where the session disabled
- *   it gets `authDisabledReply`.
- * - Clients are greeted once the bytes sent with the connection are read,
- *   without smtp-server's fixed 100 ms early-talker pause.
- * - Each connection's command lines, command bytes and replies are told to
- *   the {@link watchConnections} observer, and its command line is kept
- *   ({@link commandLineOf}).
- * - Sockets pass a {@link gateAccept} gate before smtp-server sees them, and
- *   get `handshakeTimeout` for an implicit TLS handshake or a PROXY header.
- * - The idle timeout can change while connections are open ({@link setIdleTimeout}).
+ * An smtp-server with what the relay needs beyond its options; the only module that touches its
+ * internals (docs/relay.md, "What the relay changes in smtp-server"). Each patch keeps smtp-server's
+ * behaviour where its internal is missing, and says so once.
  */
 export class SmtpServerAdapter {
   readonly #server: SMTPServer;
@@ -305,9 +285,8 @@ export class SmtpServerAdapter {
   }
 
   /**
-   * Closes a socket still in its implicit TLS handshake, or waiting for its
-   * PROXY header, after `handshakeTimeout` (smtp-server gives it the idle
-   * timeout). `_pendingSockets` maps it to the TLS socket, the one to destroy.
+   * Closes a socket still in its TLS handshake or PROXY header after `handshakeTimeout` (smtp-server
+   * gives it the idle timeout). `_pendingSockets` maps it to the TLS socket, the one to destroy.
    */
   #handshakeDeadline(socket: Socket): void {
     const pending = (this.#server as unknown as { _pendingSockets?: unknown })._pendingSockets;
@@ -333,14 +312,11 @@ function watchParser(parser: CommandParser, observer: ConnectionObserver): Comma
 }
 
 /**
- * Greets the client once the bytes sent with its connection have been read,
- * instead of after smtp-server's fixed 100 ms early-talker pause, which caps a
- * client that connects per message (cron, PHP's `mail()`) at 10 messages a
- * second; Postfix's smtpd greets at once too (postscreen does the early-talker
- * test). A client that sends its dialog with the connection still gets
- * `421 You talk too soon`: `init()` arms a timer calling `connectionReady()`,
- * which runs `onConnect`, sets `_ready` and sends the `220`; a command arriving
- * while `_ready` is false gets that 421.
+ * Greets the client once the bytes sent with its connection have been read, instead of after smtp-server's fixed 100
+ * ms early-talker pause, which caps a client that connects per message (cron, PHP's `mail()`) at 10 messages a
+ * second; Postfix's smtpd greets at once too (postscreen does the early-talker test). A client that sends its dialog
+ * with the connection still gets `421 You talk too soon`: `init()` arms a timer calling `connectionReady()`, which
+ * runs `onConnect`, sets `_ready` and sends the `220`; a command arriving while `_ready` is false gets that 421.
  */
 function greetPromptly(connection: Connection, socket: Socket): boolean {
   const ready = connection.connectionReady;

@@ -38,10 +38,9 @@ export interface EmlApiRelay {
   /** The health and metrics port (the `http` option), when there is one. */
   readonly http?: { readonly port: number; readonly host: string };
   /**
-   * Stops the relay: no new connections or transactions (`421`), messages
-   * that arrived in full are handed on and get their reply, messages still
-   * arriving are given up (`421`: the client sends them again later), then
-   * every connection is closed. `{ abort: true }` aborts uploads too (`451`).
+   * Stops the relay: no new connections or transactions (`421`), messages that arrived in full are handed on and get
+   * their reply, messages still arriving are given up (`421`: the client sends them again later), then every
+   * connection is closed. `{ abort: true }` aborts uploads too (`451`).
    * @example
    * process.once('SIGTERM', () => relay.close());
    */
@@ -49,11 +48,10 @@ export interface EmlApiRelay {
     /** Abort the messages being uploaded at once (their clients get `451`). @default false */
     abort?: boolean;
     /**
-     * Milliseconds the messages in flight, still arriving or being handed on,
-     * have to finish; then the ones left are given up (`421` or `451`: their
-     * clients send them again later) and counted in `givenUp`. Without it, a
-     * message still arriving is given up at once and the ones that arrived are
-     * waited for (each within the client's `timeouts.total`).
+     * Milliseconds the messages in flight, still arriving or being handed on, have to finish; then the ones left are
+     * given up (`421` or `451`: their clients send them again later) and counted in `givenUp`. Without it, a message
+     * still arriving is given up at once and the ones that arrived are waited for (each within the client's
+     * `timeouts.total`).
      * @default undefined
      * @example
      * process.once('SIGTERM', async () => process.exit((await relay.close({ grace: 25_000 })).givenUp ? 4 : 0));
@@ -68,23 +66,14 @@ export interface EmlApiRelay {
 type EmlApiRelayClosed = Awaited<ReturnType<EmlApiRelay['close']>>;
 
 /**
- * Starts an SMTP server that hands every message it accepts to the email
- * service's `POST /v1/send/eml`, or with `queue` to the outbox, whose workers
- * post it there, for the senders that still speak SMTP (Postfix, PHP,
- * Django, Rails, cron, monitoring tools...). It answers `250` only once the
- * service accepted the message (`250 2.0.0 Ok: <id>`), or with `queue` once
- * Redis stored it, `451` when the failure is transient (the client's queue
- * retries), `5xx` with the service's reason when the message can never be
- * sent as it is.
+ * Starts an SMTP server that hands every message it accepts to the email service's `POST /v1/send/eml`, or with
+ * `queue` to the outbox, whose workers post it there, for the senders that still speak SMTP (Postfix, PHP, Django,
+ * Rails, cron, monitoring tools...). It answers `250` only once the service accepted the message
+ * (`250 2.0.0 Ok: <id>`), or with `queue` once Redis stored it, `451` when the failure is transient (the client's
+ * queue retries), `5xx` with the service's reason when the message can never be sent as it is.
  *
- * Without `apiKey`, each client authenticates with its own API key as the
- * password (any user name) and the relay stores none; with it, clients on
- * `allowUnauthenticatedFrom` (loopback by default) send without AUTH, and the
- * relay's `users` with AUTH, both with the relay's key. With `queue`, AUTH
- * accepts only the `users` and the relay's own key. AUTH is offered over TLS,
- * or from `trustedNetworks` (loopback by default), only. Per-address limits,
- * stress timeouts, a DATA deadline and AUTH throttling keep one client from
- * starving the others (see the options).
+ * Who may send, with which key, and the limits that keep one client from
+ * starving the others are the options' (see {@link EmlApiRelayOptions}).
  *
  * Needs the optional peer `smtp-server` (`npm install smtp-server`).
  *
@@ -354,11 +343,8 @@ async function listen(server: SmtpServerAdapter, settings: RelaySettings): Promi
 type DataHandler = SessionHandlers['onData'];
 
 /**
- * The metrics, spans and health port of the relay (its `metrics` and `http`
- * options): a span per message (`eml-api.relay`, from DATA to the reply, in
- * which the upload or the outbox's store runs, so a queued job continues its
- * trace), messages counted by reply code and login with their size and time,
- * connections open, and `/readyz` checking what the relay's mode needs.
+ * The relay's metrics, spans (`eml-api.relay`, DATA to reply: a queued job continues its trace) and
+ * health port, with `/readyz` checking what the relay's mode needs.
  */
 export class RelayTelemetry {
   readonly metrics: EmlApiMetrics | undefined;
@@ -440,8 +426,7 @@ export class RelayTelemetry {
   }
 
   /**
-   * Counts the server's connections, and starts the health and metrics port
-   * when the `http` option asks for one.
+   * Counts the server's connections; starts the health and metrics port for the `http` option.
    * @param checks what `/readyz` checks in the relay's mode
    * @throws {EmlApiError} `ECONFIG` when the port cannot listen
    */

@@ -309,10 +309,9 @@ export function membersFromArguments(args: readonly string[]): MemberRows {
 }
 
 /**
- * Reads members from CSV bytes. The header needs an `email` column; `name` is optional (both
- * case-insensitive); every other column is a substitution key. Cells are trimmed, missing trailing
- * cells empty, all-empty rows skipped; a row with more cells than the header, or an invalid address,
- * is rejected with its line.
+ * Reads members from CSV bytes. The header needs an `email` column; `name` is optional (both case-insensitive); every
+ * other column is a substitution key. Cells are trimmed, missing trailing cells empty, all-empty rows skipped; a row
+ * with more cells than the header, or an invalid address, is rejected with its line.
  * @param source names the input in messages, e.g. `people.csv` or `stdin`
  * @throws {CsvSyntaxError} when the text cannot be parsed or the header is unusable
  */
