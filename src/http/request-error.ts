@@ -1,5 +1,6 @@
 import { STATUS_CODES } from 'node:http';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import { statusVerdict } from '../shared/failure.js';
 import { ExchangeFailure } from './exchange.js';
 
 export interface FailureContext {
@@ -45,7 +46,7 @@ export function errorFromResponse(
       ? 'the service refused the API key'
       : 'the API key is not allowed to do this'
     : 'the service answered with an error';
-  const ambiguous = res.statusCode === 502 || res.statusCode === 504;
+  const ambiguous = statusVerdict(res.statusCode).mayHaveBeenAccepted;
   const attempts = extra.attempts !== undefined && extra.attempts > 1 ? ` after ${extra.attempts} attempts` : '';
   const notes = [extra.note, ambiguous ? MAY_HAVE_BEEN_ACCEPTED : undefined].filter(Boolean).join('; ');
   return new EmlApiError(

@@ -1,4 +1,5 @@
 import { EmlApiError, errorDetails } from '../shared/eml-api-error.js';
+import { statusVerdict } from '../shared/failure.js';
 import { MAY_HAVE_BEEN_ACCEPTED, type ServiceResponse } from '../http/request-error.js';
 import type { OutboxJobData, OutboxJobError } from './outbox-job.js';
 
@@ -67,7 +68,7 @@ export function failureOutcome(err: unknown, attempt: number, attempts: number):
 export function mayHaveBeenAccepted(err: unknown): boolean {
   if (!(err instanceof EmlApiError)) return false;
   const status = err.responseCode;
-  return err.mayHaveBeenAccepted || (status !== undefined && status >= 500 && status !== 503);
+  return err.mayHaveBeenAccepted || (status !== undefined && statusVerdict(status).possiblyProcessed);
 }
 
 /**

@@ -1,0 +1,42 @@
+/**
+ * How a failed request may be repeated: `safe` when the service surely did not process it (refused, reset before the
+ * request was written, DNS, 429, 503), `ambiguous` when it may have (timeout or reset after sending, 502, 504), else
+ * `never`.
+ */
+export type RetryClass = 'safe' | 'ambiguous' | 'never';
+
+/**
+ * What a failed answer of the service means, decided here only: the client, the outbox and the relay render it.
+ * @example statusVerdict(502) // { retry: 'ambiguous', permanent: false, mayHaveBeenAccepted: true, possiblyProcessed: true }
+ */
+export interface StatusVerdict {
+  /** Whether the client may repeat the request. */
+  retry: RetryClass;
+  /** Repeating the same request cannot succeed. */
+  permanent: boolean;
+  /** The answer itself says the request may have been accepted (a gateway lost it). */
+  mayHaveBeenAccepted: boolean;
+  /** The service may have processed the request: any 5xx but 503, which the contract keeps for "not processed". */
+  possiblyProcessed: boolean;
+}
+
+/** The verdict on a non-2xx HTTP status. */
+export function statusVerdict(status: number): StatusVerdict {
+  const gateway = status === 502 || status === 504;
+  return {
+    retry: status === 429 || status === 503 ? 'safe' : gateway ? 'ambiguous' : 'never',
+    permanent: isPermanentStatus(status),
+    mayHaveBeenAccepted: gateway,
+    possiblyProcessed: status >= 500 && status !== 503,
+  };
+}
+
+/** How a request that got no answer may be repeated: once it was sent, the service may have processed it. */
+export function exchangeRetryClass(sent: boolean): RetryClass {
+  return sent ? 'ambiguous' : 'safe';
+}
+
+/** 4xx except 408 (timeout) and 429 (rate limited): the same request can never succeed. */
+export function isPermanentStatus(status: number | undefined): boolean {
+  return status !== undefined && status >= 400 && status < 500 && status !== 408 && status !== 429;
+}
