@@ -41,9 +41,6 @@ export type FailureOutcome =
 /** The service's code of a key another accepted message used. */
 export const KEY_REUSED = 'idempotency_key_reused';
 
-/** Statuses by which the service refuses the request itself: the same bytes can never be sent. */
-const REFUSED_REQUEST = new Set([400, 413, 422]);
-
 /**
  * What became of a job after a failed attempt that {@link failureAction} did not pause on.
  * @param attempt the attempt that failed (1 for the first)
@@ -55,7 +52,13 @@ export function failureOutcome(err: unknown, attempt: number, attempts: number):
   }
   if (err instanceof EmlApiError && err.responseCode === 422 && err.apiCode === KEY_REUSED) return { kind: 'key-used' };
   // A refused key (401, 403) or a missing group (404) can be fixed, after which the same request succeeds.
-  if (err instanceof EmlApiError && err.permanent && REFUSED_REQUEST.has(err.responseCode ?? 0)) {
+  const status = err instanceof EmlApiError ? err.responseCode : undefined;
+  if (
+    err instanceof EmlApiError &&
+    err.permanent &&
+    status !== undefined &&
+    statusVerdict(status).refuses === 'message'
+  ) {
     return { kind: 'refused' };
   }
   return err instanceof EmlApiError && err.responseCode !== undefined ? { kind: 'held' } : { kind: 'broken' };

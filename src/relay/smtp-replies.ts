@@ -1,5 +1,6 @@
 import type { SMTPServer } from 'smtp-server';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import { statusVerdict } from '../shared/failure.js';
 import { senderRefusalOf } from './sender-lists.js';
 
 /** An SMTP reply: its code, and its text starting with the enhanced status code (RFC 3463). */
@@ -106,7 +107,7 @@ export function serviceFailureReply(err: unknown, owner: KeyOwner): SmtpReply {
   if (status === 400) return { code: 554, text: `5.6.0 The email service refused the message: ${serviceReason(err)}` };
   // A wrong base URL fails every message until the relay is fixed: the mail waits in the senders'
   // queues instead of bouncing.
-  if (status === 404 || status === 405) return MISCONFIGURED;
+  if (status !== undefined && statusVerdict(status).refuses === 'endpoint') return MISCONFIGURED;
   if (status !== undefined && status >= 400 && status < 500 && err.permanent)
     return { code: 554, text: `5.0.0 The email service refused the message: ${serviceReason(err)}` };
   return { code: 451, text: '4.3.0 The email service failed, try again later' };

@@ -8,6 +8,7 @@ export type RetryClass = 'safe' | 'ambiguous' | 'never';
 /**
  * What a failed answer of the service means, decided here only: the client, the outbox and the relay render it.
  * @example statusVerdict(502) // { retry: 'ambiguous', permanent: false, mayHaveBeenAccepted: true, possiblyProcessed: true }
+ * statusVerdict(413).refuses // 'message'
  */
 export interface StatusVerdict {
   /** Whether the client may repeat the request. */
@@ -18,17 +19,31 @@ export interface StatusVerdict {
   mayHaveBeenAccepted: boolean;
   /** The service may have processed the request: any 5xx but 503, which the contract keeps for "not processed". */
   possiblyProcessed: boolean;
+  /**
+   * What a permanent refusal is about: `message` (400, 413, 422: these bytes can never be sent), `key` (401, 403),
+   * `endpoint` (404, 405: no send endpoint at the base URL), `request` (another 4xx); absent when not permanent.
+   */
+  refuses?: 'message' | 'key' | 'endpoint' | 'request';
 }
 
 /** The verdict on a non-2xx HTTP status. */
 export function statusVerdict(status: number): StatusVerdict {
   const gateway = status === 502 || status === 504;
+  const permanent = isPermanentStatus(status);
   return {
     retry: status === 429 || status === 503 ? 'safe' : gateway ? 'ambiguous' : 'never',
-    permanent: isPermanentStatus(status),
+    permanent,
     mayHaveBeenAccepted: gateway,
     possiblyProcessed: status >= 500 && status !== 503,
+    ...(permanent ? { refuses: refusal(status) } : {}),
   };
+}
+
+function refusal(status: number): StatusVerdict['refuses'] {
+  if (status === 400 || status === 413 || status === 422) return 'message';
+  if (status === 401 || status === 403) return 'key';
+  if (status === 404 || status === 405) return 'endpoint';
+  return 'request';
 }
 
 /** How a request that got no answer may be repeated: once it was sent, the service may have processed it. */

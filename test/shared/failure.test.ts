@@ -6,36 +6,37 @@ import { failureAction, failureOutcome, mayHaveBeenAccepted } from '../../src/qu
 import { serviceFailureReply } from '../../src/relay/smtp-replies.js';
 
 // status, client retry, permanent, answer says maybe accepted, outbox counts it possibly processed,
-// worker action, worker outcome on the first of 3 attempts, relay reply (client's own key)
+// worker action, worker outcome on the first of 3 attempts, relay reply (client's own key), what a refusal is about
 const TABLE = [
-  [300, 'never', false, false, false, 'retry', 'retry', 451],
-  [400, 'never', true, false, false, 'fail', 'refused', 554],
-  [401, 'never', true, false, false, 'fail', 'held', 550],
-  [403, 'never', true, false, false, 'fail', 'held', 550],
-  [404, 'never', true, false, false, 'fail', 'held', 451],
-  [405, 'never', true, false, false, 'fail', 'held', 451],
-  [408, 'never', false, false, false, 'retry', 'retry', 451],
-  [409, 'never', true, false, false, 'fail', 'held', 554],
-  [413, 'never', true, false, false, 'fail', 'refused', 552],
-  [422, 'never', true, false, false, 'fail', 'refused', 554],
-  [429, 'safe', false, false, false, 'pause', 'retry', 451],
-  [500, 'never', false, false, true, 'retry', 'retry', 451],
-  [501, 'never', false, false, true, 'retry', 'retry', 451],
-  [502, 'ambiguous', false, true, true, 'retry', 'retry', 451],
-  [503, 'safe', false, false, false, 'retry', 'retry', 451],
-  [504, 'ambiguous', false, true, true, 'retry', 'retry', 451],
-  [599, 'never', false, false, true, 'retry', 'retry', 451],
+  [300, 'never', false, false, false, 'retry', 'retry', 451, undefined],
+  [400, 'never', true, false, false, 'fail', 'refused', 554, 'message'],
+  [401, 'never', true, false, false, 'fail', 'held', 550, 'key'],
+  [403, 'never', true, false, false, 'fail', 'held', 550, 'key'],
+  [404, 'never', true, false, false, 'fail', 'held', 451, 'endpoint'],
+  [405, 'never', true, false, false, 'fail', 'held', 451, 'endpoint'],
+  [408, 'never', false, false, false, 'retry', 'retry', 451, undefined],
+  [409, 'never', true, false, false, 'fail', 'held', 554, 'request'],
+  [413, 'never', true, false, false, 'fail', 'refused', 552, 'message'],
+  [422, 'never', true, false, false, 'fail', 'refused', 554, 'message'],
+  [429, 'safe', false, false, false, 'pause', 'retry', 451, undefined],
+  [500, 'never', false, false, true, 'retry', 'retry', 451, undefined],
+  [501, 'never', false, false, true, 'retry', 'retry', 451, undefined],
+  [502, 'ambiguous', false, true, true, 'retry', 'retry', 451, undefined],
+  [503, 'safe', false, false, false, 'retry', 'retry', 451, undefined],
+  [504, 'ambiguous', false, true, true, 'retry', 'retry', 451, undefined],
+  [599, 'never', false, false, true, 'retry', 'retry', 451, undefined],
 ] as const;
 
 describe('a failed answer is judged once', () => {
   it.each(TABLE)(
     'status %i: client retry %s, permanent %s, may have been accepted %s, possibly processed %s',
-    (status, retry, permanent, accepted, processed) => {
+    (status, retry, permanent, accepted, processed, _action, _outcome, _reply, refuses) => {
       expect(statusVerdict(status)).toEqual({
         retry,
         permanent,
         mayHaveBeenAccepted: accepted,
         possiblyProcessed: processed,
+        ...(refuses === undefined ? {} : { refuses }),
       });
     },
   );
