@@ -1,6 +1,6 @@
 import { EmlApiError, errorDetails } from '../shared/eml-api-error.js';
 import { statusVerdict } from '../shared/failure.js';
-import { MAY_HAVE_BEEN_ACCEPTED, type ServiceResponse } from '../http/request-error.js';
+import { MAY_HAVE_BEEN_ACCEPTED, bodyShape, type ServiceResponse } from '../http/request-error.js';
 import type { OutboxJobData, OutboxJobError } from './outbox-job.js';
 
 /** Pause of the queue after a 429 without `Retry-After`, in ms. */
@@ -214,15 +214,12 @@ export function contentMissing(
  * once it counts it sent, so it counts only an answer it recognises; this one is an unknown outcome.
  */
 export function unrecognisedAnswer(command: string, res: ServiceResponse): EmlApiError {
-  const body = res.text.trim();
-  const what =
-    body === ''
-      ? 'an empty body'
-      : res.data === undefined
-        ? body.startsWith('<')
-          ? 'an HTML page'
-          : 'a body that is not JSON'
-        : 'JSON without the id of the send';
+  const what = {
+    empty: 'an empty body',
+    html: 'an HTML page',
+    text: 'a body that is not JSON',
+    json: 'JSON without the id of the send',
+  }[bodyShape(res)];
   return new EmlApiError(
     'EAPI',
     `${command} answered ${res.response} with ${what}, not the service's answer (JSON with the id of the send): ` +

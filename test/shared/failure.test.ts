@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { exchangeRetryClass, statusVerdict } from '../../src/shared/failure.js';
 import { EmlApiError } from '../../src/shared/eml-api-error.js';
-import { errorFromResponse, readServiceResponse } from '../../src/http/request-error.js';
+import { bodyShape, errorFromResponse, readServiceResponse } from '../../src/http/request-error.js';
 import { failureAction, failureOutcome, mayHaveBeenAccepted } from '../../src/queue/failure-policy.js';
 import { serviceFailureReply } from '../../src/relay/smtp-replies.js';
 
@@ -63,5 +63,18 @@ describe('a failed answer is judged once', () => {
   it('a request that got no answer may be repeated safely only if it was not sent', () => {
     expect(exchangeRetryClass(false)).toBe('safe');
     expect(exchangeRetryClass(true)).toBe('ambiguous');
+  });
+
+  it.each([
+    ['', undefined, 'empty'],
+    [' \r\n', 'text/html', 'empty'],
+    ['<!doctype html><p>hi</p>', 'text/html', 'html'],
+    ['  <html>', undefined, 'html'],
+    ['ok', 'text/plain', 'text'],
+    ['{"id":"1"}', 'application/json', 'json'],
+    ['[1]', undefined, 'json'],
+    ['{broken', 'application/json', 'text'],
+  ] as const)('a 2xx body %j (%s) is named once: %s', (text, type, shape) => {
+    expect(bodyShape(readServiceResponse(200, type, text))).toBe(shape);
   });
 });
