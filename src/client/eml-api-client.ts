@@ -5,6 +5,7 @@ import { emlBodyFromBuffer, emlBodyLength, STREAM_ABOVE } from '../body/eml-uplo
 import { Requester, type RequestObserver, type Call } from '../http/requester.js';
 import {
   errorFromResponse,
+  bodyShape,
   errorFromUnreadableAnswer,
   readApiError,
   type ServiceResponse,
@@ -517,14 +518,10 @@ export function readSendAnswer(
 
 /** A 2xx that is not JSON may be a page from a web server behind a wrong baseUrl (an empty body is fine). */
 function withWarning<T extends SendResult | GroupSendResult>(result: T, call: Call): T {
-  const { data, text } = result;
-  if (text.trim() === '' || (typeof data === 'object' && data !== null && !Array.isArray(data))) return result;
-  const what =
-    data === undefined
-      ? text.trimStart().startsWith('<')
-        ? 'an HTML page'
-        : 'a body that is not JSON'
-      : 'JSON that is not an object';
+  const { data } = result;
+  const shape = bodyShape(result);
+  if (shape === 'empty' || (typeof data === 'object' && data !== null && !Array.isArray(data))) return result;
+  const what = { html: 'an HTML page', text: 'a body that is not JSON', json: 'JSON that is not an object' }[shape];
   const warning = `The service answered ${result.response}, but with ${what}, not the service's JSON: the message may not have been sent; check baseUrl (a web server or single-page app may answer every path)`;
   call.log('warn', { command: call.command, responseCode: result.statusCode }, warning);
   return { ...result, warning };

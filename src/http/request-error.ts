@@ -1,5 +1,6 @@
 import { STATUS_CODES } from 'node:http';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import { statusVerdict } from '../shared/failure.js';
 import { ExchangeFailure } from './exchange.js';
 
 export interface FailureContext {
@@ -45,7 +46,7 @@ export function errorFromResponse(
       ? 'the service refused the API key'
       : 'the API key is not allowed to do this'
     : 'the service answered with an error';
-  const ambiguous = res.statusCode === 502 || res.statusCode === 504;
+  const ambiguous = statusVerdict(res.statusCode).mayHaveBeenAccepted;
   const attempts = extra.attempts !== undefined && extra.attempts > 1 ? ` after ${extra.attempts} attempts` : '';
   const notes = [extra.note, ambiguous ? MAY_HAVE_BEEN_ACCEPTED : undefined].filter(Boolean).join('; ');
   return new EmlApiError(
@@ -71,7 +72,8 @@ export function errorFromUnreadableAnswer(
   what: string,
   expected: string,
 ): EmlApiError {
-  const shown = res.text.trim() === '' ? 'an empty body' : res.data === undefined ? 'a body that is not JSON' : 'JSON';
+  const shape = bodyShape(res);
+  const shown = shape === 'empty' ? 'an empty body' : shape === 'json' ? 'JSON' : 'a body that is not JSON';
   return new EmlApiError(
     'EAPI',
     `${command} answered ${res.response} with ${shown}, which is not ${what} (expected ${expected}); is baseUrl the service's?`,
@@ -329,6 +331,14 @@ export function readServiceResponse<T>(
     }
   }
   return { statusCode, response: `${statusCode} ${STATUS_CODES[statusCode] ?? ''}`.trim(), data, text };
+}
+
+/** What a body is, as the messages about an answer that is not the service's name it. */
+export function bodyShape(res: Pick<ServiceResponse, 'data' | 'text'>): 'empty' | 'html' | 'text' | 'json' {
+  const body = res.text.trim();
+  if (body === '') return 'empty';
+  if (res.data !== undefined) return 'json';
+  return body.startsWith('<') ? 'html' : 'text';
 }
 
 /** `error.code` and `error.message` from an error body of any common shape. */

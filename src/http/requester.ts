@@ -3,6 +3,7 @@ export type { CallStage };
 import { Agent, type Dispatcher } from 'undici';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { SlotList } from '../shared/slot-list.js';
+import { exchangeRetryClass, statusVerdict, type RetryClass } from '../shared/failure.js';
 import {
   ClientClosedReason,
   TotalTimeoutReason,
@@ -321,14 +322,14 @@ class RunningCall implements Call {
         // Redacted on arrival: a service that echoes the key must not put it in results or errors.
         res = readServiceResponse<T>(answer.statusCode, answer.headers['content-type'], redact(answer.text, secret));
         if ((res.statusCode >= 200 && res.statusCode < 300) || init.acceptStatus?.(res.statusCode)) return res;
-        retryClass = classifyStatus(res.statusCode);
+        retryClass = statusVerdict(res.statusCode).retry;
         wait = parseRetryAfter(answer.headers['retry-after']);
       } else {
         // A body that failed to produce its bytes (a stored message not matching its hash) fails the call: no retry helps.
         if (signal.aborted || !(failure instanceof ExchangeFailure) || failure.cause instanceof EmlApiError) {
           throw failure;
         }
-        retryClass = failure.phase === 'sent' ? 'ambiguous' : 'safe';
+        retryClass = exchangeRetryClass(failure.phase === 'sent');
       }
       const allowed =
         retryClass === 'safe' || (retryClass === 'ambiguous' && (retry.retryAmbiguous || init.replaySafe === true));
@@ -547,19 +548,6 @@ export class SignalFanout {
       this.#followers.delete(signal);
     }
   }
-}
-
-/**
- * How a failed attempt may be retried: `safe` when the service surely did not process it (refused, reset before the
- * request was written, DNS, 429, 503), `ambiguous` when it may have (timeout or reset after sending, 502, 504), else
- * `never`.
- */
-export type RetryClass = 'safe' | 'ambiguous' | 'never';
-
-export function classifyStatus(status: number): RetryClass {
-  if (status === 429 || status === 503) return 'safe';
-  if (status === 502 || status === 504) return 'ambiguous';
-  return 'never';
 }
 
 /** Exponential delay before retry `attempt` (0 first), shortened by a random share of up to `jitter` ("equal jitter" at 0.5). */

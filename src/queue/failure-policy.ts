@@ -1,5 +1,6 @@
 import { EmlApiError, errorDetails } from '../shared/eml-api-error.js';
-import { MAY_HAVE_BEEN_ACCEPTED, type ServiceResponse } from '../http/request-error.js';
+import { statusVerdict } from '../shared/failure.js';
+import { MAY_HAVE_BEEN_ACCEPTED, bodyShape, type ServiceResponse } from '../http/request-error.js';
 import type { OutboxJobRecord, OutboxJobError } from './outbox-job.js';
 
 /** Pause of the queue after a 429 without `Retry-After`, in ms. */
@@ -40,9 +41,6 @@ export type FailureOutcome =
 /** The service's code of a key another accepted message used. */
 export const KEY_REUSED = 'idempotency_key_reused';
 
-/** Statuses by which the service refuses the request itself: the same bytes can never be sent. */
-const REFUSED_REQUEST = new Set([400, 413, 422]);
-
 /**
  * What became of a job after a failed attempt that {@link failureAction} did not pause on.
  * @param attempt the attempt that failed (1 for the first)
@@ -54,7 +52,13 @@ export function failureOutcome(err: unknown, attempt: number, attempts: number):
   }
   if (err instanceof EmlApiError && err.responseCode === 422 && err.apiCode === KEY_REUSED) return { kind: 'key-used' };
   // A refused key (401, 403) or a missing group (404) can be fixed, after which the same request succeeds.
-  if (err instanceof EmlApiError && err.permanent && REFUSED_REQUEST.has(err.responseCode ?? 0)) {
+  const status = err instanceof EmlApiError ? err.responseCode : undefined;
+  if (
+    err instanceof EmlApiError &&
+    err.permanent &&
+    status !== undefined &&
+    statusVerdict(status).refuses === 'message'
+  ) {
     return { kind: 'refused' };
   }
   return err instanceof EmlApiError && err.responseCode !== undefined ? { kind: 'held' } : { kind: 'broken' };
@@ -67,7 +71,7 @@ export function failureOutcome(err: unknown, attempt: number, attempts: number):
 export function mayHaveBeenAccepted(err: unknown): boolean {
   if (!(err instanceof EmlApiError)) return false;
   const status = err.responseCode;
-  return err.mayHaveBeenAccepted || (status !== undefined && status >= 500 && status !== 503);
+  return err.mayHaveBeenAccepted || (status !== undefined && statusVerdict(status).possiblyProcessed);
 }
 
 /**
@@ -125,8 +129,7 @@ export function explainFailure(err: unknown, outcome: FailureOutcome): Error {
 }
 
 /**
- * The failure of an attempt whose worker stopped before it finished (a stall): its send may have
- * reached the service.
+ * The failure of an attempt whose worker stopped before it finished (a stall): its send may have reached the service.
  * @param stalls stalls found at once (more than 1 when a worker died before it could count the previous one)
  */
 export function stallFailure(stalls: number): EmlApiError {
@@ -210,15 +213,12 @@ export function contentMissing(
  * once it counts it sent, so it counts only an answer it recognises; this one is an unknown outcome.
  */
 export function unrecognisedAnswer(command: string, res: ServiceResponse): EmlApiError {
-  const body = res.text.trim();
-  const what =
-    body === ''
-      ? 'an empty body'
-      : res.data === undefined
-        ? body.startsWith('<')
-          ? 'an HTML page'
-          : 'a body that is not JSON'
-        : 'JSON without the id of the send';
+  const what = {
+    empty: 'an empty body',
+    html: 'an HTML page',
+    text: 'a body that is not JSON',
+    json: 'JSON without the id of the send',
+  }[bodyShape(res)];
   return new EmlApiError(
     'EAPI',
     `${command} answered ${res.response} with ${what}, not the service's answer (JSON with the id of the send): ` +

@@ -24,9 +24,8 @@ import {
 } from './failure-policy.js';
 
 /**
- * How a run of a job ended, and what BullMQ is to be told: the result to complete it with, or the
- * error to throw (BullMQ's rate-limit or moved error, or the failure, wrapped in `UnrecoverableError`
- * when the job fails at once).
+ * How a run of a job ended, and what BullMQ is to be told: the result to complete it with, or the error to throw
+ * (BullMQ's rate-limit or moved error, or the failure, wrapped in `UnrecoverableError` when the job fails at once).
  */
 export type RunOutcome =
   | { kind: 'sent'; result: OutboxSendResult }

@@ -158,9 +158,8 @@ export function withStoredSend(err: EmlApiError, send: StoredSend): EmlApiError 
 }
 
 /**
- * Redis's refusals of a command it never ran: slot served elsewhere or not at all, unknown script,
- * user not allowed, or no write taken now. A script gets these at its first write at the latest, and
- * Redis then writes nothing of it.
+ * Redis's refusals of a command it never ran: slot served elsewhere or not at all, unknown script, user not allowed,
+ * or no write taken now. A script gets these at its first write at the latest, and Redis then writes nothing of it.
  */
 const REFUSALS = new Set([
   'MOVED',

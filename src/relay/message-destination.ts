@@ -13,9 +13,8 @@ import { resolveQueueLocation } from '../queue/queue-location.js';
 /** A message the relay received and checked, ready to leave. */
 export interface RelayedMessage {
   /**
-   * The message as it is to be uploaded (with a `Bcc` field for the
-   * envelope-only recipients), spooled, with its replayable request body. The
-   * relay disposes of the body after {@link MessageDestination.deliver} settles.
+   * The message as it is to be uploaded (with a `Bcc` field for the envelope-only recipients), spooled, with its
+   * replayable request body. The relay disposes of the body after {@link MessageDestination.deliver} settles.
    */
   readonly spooled: SpooledMessage;
   /** The `Idempotency-Key` of the send, from the message's identity (see `MessageIdentities`). */
@@ -43,9 +42,8 @@ export interface DeliveryReceipt {
 }
 
 /**
- * Where an accepted message goes. The relay answers `250` once `deliver`
- * resolves, so a destination resolves only when the message is safe: the
- * service accepted it, or the outbox stored it.
+ * Where an accepted message goes. The relay answers `250` once `deliver` resolves, so a destination resolves only
+ * when the message is safe: the service accepted it, or the outbox stored it.
  */
 export interface MessageDestination {
   /** Names the destination in logs, e.g. `service` or `outbox`. */
@@ -62,9 +60,8 @@ export interface MessageDestination {
 }
 
 /**
- * Uploads each message to `POST /v1/send/eml` through the sender's client (its
- * slots, pace, retries and `timeouts.total`), the slots shared fairly among
- * the SMTP clients that send with it ({@link UploadShares}).
+ * Uploads each message to `POST /v1/send/eml` through the sender's client (its slots, pace, retries and
+ * `timeouts.total`), the slots shared fairly among the SMTP clients that send with it ({@link UploadShares}).
  */
 export function directDestination(shares: UploadShares = new UploadShares()): MessageDestination {
   return {
@@ -191,9 +188,8 @@ interface SlotPool {
 }
 
 /**
- * Shares the upload slots of each client the relay sends with (its
- * `maxConnections`) among the SMTP clients whose messages use it, so that
- * one client's backlog of large messages does not keep another's waiting:
+ * Shares the upload slots of each client the relay sends with (its `maxConnections`) among the SMTP clients whose
+ * messages use it, so that one client's backlog of large messages does not keep another's waiting:
  *
  * - a freed slot goes to the waiting client that holds the fewest (the
  *   earliest among them);

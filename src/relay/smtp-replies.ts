@@ -1,4 +1,5 @@
 import { EmlApiError } from '../shared/eml-api-error.js';
+import { statusVerdict } from '../shared/failure.js';
 import { senderRefusalOf } from './sender-lists.js';
 
 /** An SMTP reply: its code, and its text starting with the enhanced status code (RFC 3463). */
@@ -20,9 +21,8 @@ export function acceptedReply(id: string | undefined): SmtpReply {
 }
 
 /**
- * The reply to a message the relay itself refused or could not take, before
- * handing it on ({@link serviceFailureReply} and {@link outboxFailureReply}
- * answer for the destination).
+ * The reply to a message the relay itself refused or could not take, before handing it on ({@link
+ * serviceFailureReply} and {@link outboxFailureReply} answer for the destination).
  *
  * | failure | reply |
  * | --- | --- |
@@ -56,10 +56,9 @@ export function relayFailureReply(err: unknown): SmtpReply {
 }
 
 /**
- * The reply to a message the service did not accept (the direct relay).
- * Transient failures answer `451`, so the client's queue retries, with no
- * detail (the log has it); failures the same message can never get past
- * answer `5xx` with the service's own reason.
+ * The reply to a message the service did not accept (the direct relay). Transient failures answer `451`, so the
+ * client's queue retries, with no detail (the log has it); failures the same message can never get past answer `5xx`
+ * with the service's own reason.
  *
  * | failure | reply |
  * | --- | --- |
@@ -105,16 +104,15 @@ export function serviceFailureReply(err: unknown, owner: KeyOwner): SmtpReply {
   if (status === 400) return { code: 554, text: `5.6.0 The email service refused the message: ${serviceReason(err)}` };
   // A wrong base URL fails every message until the relay is fixed: the mail waits in the senders'
   // queues instead of bouncing.
-  if (status === 404 || status === 405) return MISCONFIGURED;
+  if (status !== undefined && statusVerdict(status).refuses === 'endpoint') return MISCONFIGURED;
   if (status !== undefined && status >= 400 && status < 500 && err.permanent)
     return { code: 554, text: `5.0.0 The email service refused the message: ${serviceReason(err)}` };
   return { code: 451, text: '4.3.0 The email service failed, try again later' };
 }
 
 /**
- * The reply to a message the outbox did not store (store-and-forward):
- * `451 4.3.0` whatever Redis answered (the detail is for the log); `552 5.3.4`
- * past the outbox's `maxMessageSize`; `554 5.6.0` for a message whose earlier
+ * The reply to a message the outbox did not store (store-and-forward): `451 4.3.0` whatever Redis answered (the
+ * detail is for the log); `552 5.3.4` past the outbox's `maxMessageSize`; `554 5.6.0` for a message whose earlier
  * copy failed and waits for the operator.
  */
 export function outboxFailureReply(err: unknown): SmtpReply {
@@ -132,9 +130,8 @@ export function outboxFailureReply(err: unknown): SmtpReply {
 }
 
 /**
- * The reply to an `AUTH` whose API key could not be accepted: `535 5.7.8`
- * when the service refused it (or it cannot be a key), `454 4.7.0` when the
- * service could not tell; no detail.
+ * The reply to an `AUTH` whose API key could not be accepted: `535 5.7.8` when the service refused it (or it cannot
+ * be a key), `454 4.7.0` when the service could not tell; no detail.
  */
 export function authFailureReply(err: unknown): SmtpReply {
   if (err instanceof EmlApiError && (err.code === 'EAUTH' || err.code === 'ECONFIG')) {
@@ -148,9 +145,8 @@ const SHUTTING_DOWN: SmtpReply = { code: 451, text: '4.3.2 The relay is shutting
 const MISCONFIGURED: SmtpReply = { code: 451, text: '4.3.5 The relay is not configured to send this, try again later' };
 
 /**
- * The service's own reason for refusing a request: the code and message of
- * its JSON error body, else its HTTP status. Never the error's own message,
- * which names the service's URL.
+ * The service's own reason for refusing a request: the code and message of its JSON error body, else its HTTP status.
+ * Never the error's own message, which names the service's URL.
  */
 function serviceReason(err: EmlApiError): string {
   let body: unknown;
@@ -167,9 +163,8 @@ function serviceReason(err: EmlApiError): string {
 }
 
 /**
- * Whether an error came from inside the relay rather than from the service
- * or the client: anything but an `EmlApiError`. Its text never reaches a
- * reply; the relay logs it, with the client's password taken out.
+ * Whether an error came from inside the relay rather than from the service or the client: anything but an
+ * `EmlApiError`. Its text never reaches a reply; the relay logs it, with the client's password taken out.
  */
 export function isInternalError(err: unknown): boolean {
   return !(err instanceof EmlApiError);

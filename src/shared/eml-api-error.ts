@@ -1,3 +1,5 @@
+import { isPermanentStatus } from './failure.js';
+
 /**
  * The package's error codes, in Nodemailer's style:
  * - `EAUTH`: the service refused the API key (401) or its scope or plan (403)
@@ -145,11 +147,6 @@ export function errorDetails(err: EmlApiError): EmlApiErrorDetails {
     if (err[name] !== undefined) (details as Record<string, unknown>)[name] = err[name];
   }
   return details;
-}
-
-/** 4xx except 408 (timeout) and 429 (rate limited): the same request can never succeed. */
-export function isPermanentStatus(status: number | undefined): boolean {
-  return status !== undefined && status >= 400 && status < 500 && status !== 408 && status !== 429;
 }
 
 function truncate(text: string): string {
