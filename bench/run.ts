@@ -91,8 +91,8 @@ async function interleaved(
   return rates;
 }
 
-const THROUGHPUT_ROUNDS = 7;
-const THROUGHPUT_COUNT = 1500;
+const THROUGHPUT_ROUNDS = Number(process.env.THROUGHPUT_ROUNDS ?? 7);
+const THROUGHPUT_COUNT = Number(process.env.THROUGHPUT_COUNT ?? 1500);
 /** Per concurrency: every runner's figures in every round (the model of build threads reads concurrency 5). */
 const throughputFigures = new Map<number, ThroughputFigures>();
 
@@ -620,11 +620,16 @@ async function threadMemory(sinks: Sinks): Promise<void> {
 
 /** Why the relay-vs-Postfix section did not run on this machine, when it did not. */
 let postfixSkipped: string | undefined;
+/** Memory figures of the relay-vs-Postfix section, for BENCHMARKS.md. */
+let postfixNotes: string[] = [];
 
 async function relayVsPostfix(sinks: Sinks): Promise<void> {
   const result = await postfixBenchmarks(sinks);
   if ('skipped' in result) postfixSkipped = result.skipped;
-  else rows.push(...result.rows);
+  else {
+    rows.push(...result.rows);
+    postfixNotes = result.notes;
+  }
 }
 
 let profileShares: { cpuMsPerMessage: number; shares: Record<string, number> } | undefined;
@@ -799,6 +804,7 @@ function markdown(): string {
     ),
     '',
     ...(postfixSkipped === undefined ? [] : [`Relay vs Postfix: skipped on this machine (${postfixSkipped}).`, '']),
+    ...(postfixNotes.length === 0 ? [] : ['Relay vs Postfix, memory:', '', ...postfixNotes.map((n) => `- ${n}`), '']),
   ];
   if (profileShares) {
     lines.push(
