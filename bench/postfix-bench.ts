@@ -374,7 +374,7 @@ export function treeMemory(root: number): { rssMb: number[]; pssMb: number } {
     try {
       const pid = Number(entry);
       let ours = pid === root;
-      for (let at = pid; !ours && at > 1; ) {
+      for (let at = pid; !ours && at > 1;) {
         const stat = readFileSync(`/proc/${at}/stat`, 'utf8');
         at = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
         ours = at === root;
@@ -500,7 +500,9 @@ const RUNNER_LABELS: Record<RunnerName, string> = {
 };
 
 /** The relay-vs-Postfix rows, or why the section was skipped. */
-export async function postfixBenchmarks(sinks: Sinks): Promise<{ rows: BenchRow[]; notes: string[] } | { skipped: string }> {
+export async function postfixBenchmarks(
+  sinks: Sinks,
+): Promise<{ rows: BenchRow[]; notes: string[] } | { skipped: string }> {
   const tools = findTools();
   if (typeof tools === 'string') {
     console.log(`\nRelay vs Postfix: SKIPPED, ${tools}`);
@@ -634,7 +636,10 @@ export async function postfixBenchmarks(sinks: Sinks): Promise<{ rows: BenchRow[
         } as unknown as Record<RunnerName, (count: number) => Promise<RunFigures>>;
         const names = Object.keys(runners) as RunnerName[];
         for (const name of names) await runners[name](WARM_UP);
-        const figures = Object.fromEntries(names.map((n) => [n, [] as RunFigures[]])) as Record<RunnerName, RunFigures[]>;
+        const figures = Object.fromEntries(names.map((n) => [n, [] as RunFigures[]])) as Record<
+          RunnerName,
+          RunFigures[]
+        >;
         for (let round = 0; round < ROUNDS; round++) {
           for (let i = 0; i < names.length; i++) {
             const name = names[(round + i) % names.length]!;
@@ -650,7 +655,14 @@ export async function postfixBenchmarks(sinks: Sinks): Promise<{ rows: BenchRow[
           console.log(
             `    ${name.padEnd(8)} msg/s ${figures[name].map((f) => f.rate.toFixed(0)).join(' ')} | CPU ms/msg ${keys
               .map((k) => `${k} ${median(cpuOf(name, k)).toFixed(2)}`)
-              .join(', ')} | peak RSS MB ${median(figures[name].map((f) => f.peakRssMb[0] ?? 0)).toFixed(0)} (largest process; processes ${figures[name].at(-1)!.peakRssMb.map((r) => r.toFixed(0)).join(' + ')})`,
+              .join(
+                ', ',
+              )} | peak RSS MB ${median(figures[name].map((f) => f.peakRssMb[0] ?? 0)).toFixed(0)} (largest process; processes ${figures[
+              name
+            ]
+              .at(-1)!
+              .peakRssMb.map((r) => r.toFixed(0))
+              .join(' + ')})`,
           );
         }
         for (const name of names.filter((n) => n !== 'postfix')) {
@@ -706,8 +718,16 @@ export async function postfixBenchmarks(sinks: Sinks): Promise<{ rows: BenchRow[
         }
         const postfixPeak = median(figures.postfix.map((f) => f.peakRssMb[0] ?? 0));
         notes.push(
-          `${shape}: peak RSS under load, largest process: Postfix ${postfixPeak.toFixed(0)} MB; ${(['direct1', 'direct2', 'stored1', 'stored2'] as const)
-            .map((n) => `${n} ${figures[n].at(-1)!.peakRssMb.map((r) => r.toFixed(0)).join(' + ')} MB`)
+          `${shape}: peak RSS under load, largest process: Postfix ${postfixPeak.toFixed(0)} MB; ${(
+            ['direct1', 'direct2', 'stored1', 'stored2'] as const
+          )
+            .map(
+              (n) =>
+                `${n} ${figures[n]
+                  .at(-1)!
+                  .peakRssMb.map((r) => r.toFixed(0))
+                  .join(' + ')} MB`,
+            )
             .join('; ')}.`,
         );
       }
