@@ -781,6 +781,9 @@ async function profile(sinks: Sinks): Promise<void> {
   }
 }
 
+/** One decimal, two below 10 (CPU ms per message). */
+const fixed = (value: number) => value.toFixed(Math.abs(value) < 10 ? 2 : 1);
+
 function markdown(): string {
   const lines = [
     '# Benchmarks',
@@ -800,7 +803,7 @@ function markdown(): string {
     '|---|---|---|---|---|---|---|',
     ...rows.map(
       (r) =>
-        `| ${r.benchmark} | ${r.case} | ${r.value.toFixed(1)} ${r.unit} | ${r.reference}${r.reference === '-' ? '' : `: ${r.referenceValue.toFixed(1)}`} | ${r.ratio.toFixed(2)} | ${r.target} | ${r.target === '-' ? '' : r.met ? 'yes' : '**no**'} |`,
+        `| ${r.benchmark} | ${r.case} | ${fixed(r.value)} ${r.unit} | ${r.reference}${r.reference === '-' ? '' : `: ${fixed(r.referenceValue)}`} | ${r.ratio.toFixed(2)} | ${r.target} | ${r.target === '-' ? '' : r.met ? 'yes' : '**no**'} |`,
     ),
     '',
     ...(postfixSkipped === undefined ? [] : [`Relay vs Postfix: skipped on this machine (${postfixSkipped}).`, '']),
