@@ -15,16 +15,16 @@
  * them the section says why and is skipped. It leaves no process and no
  * folder behind, also when the run is interrupted (SIGINT, SIGTERM).
  */
-import { execFile, spawn, spawnSync } from 'node:child_process';
-import { accessSync, constants, readFileSync, rmSync } from 'node:fs';
+import { execFile, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { accessSync, constants, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { chmod, chown, mkdir, mkdtemp, readdir, readFile, writeFile } from 'node:fs/promises';
 import { connect, createServer } from 'node:net';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { startRedisServer, type RedisServer } from '../test/helpers/redis-server.js';
 import type { BenchRow } from './bench-row.js';
-import { startRelayProcess, stopRelay } from './relay-bench.js';
 import type { Sinks } from './sinks.js';
 
 const run = promisify(execFile);
@@ -164,6 +164,9 @@ interface PostfixInstance {
   readonly port: number;
   /** Messages in Postfix's queue (not yet delivered to smtp-sink). */
   queued(): Promise<number>;
+  /** The master process's pid: every Postfix process runs under it. */
+  masterPid(): Promise<number>;
+  sinkPid: number;
 }
 
 /**
@@ -270,6 +273,8 @@ async function startPostfix(tools: Tools, cleanup: Cleanup): Promise<PostfixInst
   const queueDirs = ['maildrop', 'incoming', 'active', 'deferred', 'hold'].map((d) => join(dir, 'queue', d));
   return {
     port,
+    sinkPid: sink.pid!,
+    masterPid: async () => Number((await readFile(pidFile, 'utf8')).trim()),
     async queued() {
       let files = 0;
       for (const queueDir of queueDirs) {
@@ -324,8 +329,180 @@ export async function smtpSourceRate(smtpSource: string, port: number, count: nu
 /** smtp-source's path, or undefined where Postfix's test programs are not installed. */
 export const findSmtpSource = (): string | undefined => findTool('smtp-source');
 
+/** CPU time (user + system) of a process and every process under it, the ones that ended included, in ms. */
+export function treeCpuMs(root: number): number {
+  const parents = new Map<number, number>();
+  const cpu = new Map<number, number>();
+  for (const entry of readdirSyncSafe('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      parents.set(Number(entry), Number(fields[1]));
+      // utime, stime, and cutime, cstime: the CPU of the children it reaped (Linux counts in 10 ms ticks).
+      cpu.set(Number(entry), (Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) * 10);
+    } catch {
+      // it ended while read
+    }
+  }
+  let total = 0;
+  for (const [pid, ms] of cpu) {
+    for (let at: number | undefined = pid; at !== undefined && at > 1; at = parents.get(at)) {
+      if (at === root) {
+        total += ms;
+        break;
+      }
+    }
+  }
+  return total;
+}
+
+function readdirSyncSafe(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
+}
+
+/** Resident memory of a process and each process under it, in MB: RSS each, and PSS of all together. */
+export function treeMemory(root: number): { rssMb: number[]; pssMb: number } {
+  const rss: number[] = [];
+  let pss = 0;
+  for (const entry of readdirSyncSafe('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const pid = Number(entry);
+      let ours = pid === root;
+      for (let at = pid; !ours && at > 1;) {
+        const stat = readFileSync(`/proc/${at}/stat`, 'utf8');
+        at = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+        ours = at === root;
+      }
+      if (!ours) continue;
+      const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+      rss.push(Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024);
+      const rollup = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
+      pss += Number(/^Pss:\s+(\d+)/m.exec(rollup)?.[1] ?? 0) / 1024;
+    } catch {
+      // it ended while read
+    }
+  }
+  return { rssMb: rss.sort((a, b) => b - a), pssMb: pss };
+}
+
+/** A process of the built CLI (`node dist/cli.js ...`) and what it printed. */
+interface CliProcess {
+  child: ChildProcess;
+  output: () => string;
+}
+
+const CLI = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
+
+function startCli(args: string[], env: Record<string, string>, cleanup: Cleanup, name: string): CliProcess {
+  const child = spawn(process.execPath, [CLI, ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  // The start-up lines are what is read; a worker logs a line per message sent after them.
+  const keep = (chunk: Buffer) => {
+    if (output.length < 65_536) output += chunk.toString();
+  };
+  child.stdout!.on('data', keep);
+  child.stderr!.on('data', keep);
+  cleanup.add(`stop ${name}`, () => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    // The cluster's processes too: they are the primary's children.
+    for (const pid of descendants(child.pid!)) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone
+      }
+    }
+    child.kill('SIGKILL');
+  });
+  return { child, output: () => output };
+}
+
+function descendants(root: number): number[] {
+  const found: number[] = [];
+  for (const entry of readdirSyncSafe('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === root) found.push(Number(entry));
+    } catch {
+      // gone
+    }
+  }
+  return found;
+}
+
+async function until<T>(what: string, check: () => T | undefined, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`${what} within ${timeoutMs / 1000} s`);
+    await sleep(50);
+  }
+}
+
+/** Stops a CLI process with SIGTERM (it drains) and waits for it. */
+async function stopCli(cli: CliProcess): Promise<void> {
+  if (cli.child.exitCode !== null || cli.child.signalCode !== null) return;
+  const exited = new Promise((resolve) => cli.child.once('exit', resolve));
+  cli.child.kill('SIGTERM');
+  await exited;
+}
+
+/** A relay of the built CLI, `processes` processes, direct to `baseUrl` or (`redisUrl`) store-and-forward. */
+async function startCliRelay(
+  baseUrl: string,
+  processes: number,
+  cleanup: Cleanup,
+  redisUrl?: string,
+): Promise<CliProcess & { port: number }> {
+  const args = ['relay', '--port', '0', '--url', baseUrl, '--max-clients', '1000'];
+  // One process is the relay as it runs without the flag: no primary.
+  if (processes > 1) args.push('--processes', String(processes));
+  if (redisUrl) args.push('--outbox', '--queue', QUEUE_NAME);
+  const env = { EML_API_KEY: 'k', ...(redisUrl ? { REDIS_URL: redisUrl } : {}) };
+  const cli = startCli(args, env, cleanup, `the relay (${processes} processes${redisUrl ? ', outbox' : ''})`);
+  const port = await until(`the relay (${args.join(' ')}) did not say where it listens`, () => {
+    const match = /listening on 127\.0\.0\.1:(\d+)/.exec(cli.output());
+    if (cli.child.exitCode !== null) throw new Error(`the relay exited: ${cli.output()}`);
+    return match ? Number(match[1]) : undefined;
+  });
+  // With several processes, every one of them listens before the primary reports them ready.
+  await untilGreeting(port, 'the relay');
+  return { ...cli, port };
+}
+
+/** One runner's figures in one round. */
+interface RunFigures {
+  rate: number;
+  /** CPU ms per message, by process group. */
+  cpu: Record<string, number>;
+  /** Peak RSS of each process of the server under test while it ran, MB (largest first). */
+  peakRssMb: number[];
+}
+
+type RunnerName = 'postfix' | 'direct1' | 'direct2' | 'stored1' | 'stored2';
+const RUNNER_LABELS: Record<RunnerName, string> = {
+  postfix: 'Postfix',
+  direct1: 'direct relay, 1 process',
+  direct2: 'direct relay, 2 processes',
+  stored1: 'store-and-forward relay, 1 process (+ 1 outbox worker draining)',
+  stored2: 'store-and-forward relay, 2 processes (+ 1 outbox worker draining)',
+};
+
 /** The relay-vs-Postfix rows, or why the section was skipped. */
-export async function postfixBenchmarks(sinks: Sinks): Promise<{ rows: BenchRow[] } | { skipped: string }> {
+export async function postfixBenchmarks(
+  sinks: Sinks,
+): Promise<{ rows: BenchRow[]; notes: string[] } | { skipped: string }> {
   const tools = findTools();
   if (typeof tools === 'string') {
     console.log(`\nRelay vs Postfix: SKIPPED, ${tools}`);
@@ -345,85 +522,228 @@ export async function postfixBenchmarks(sinks: Sinks): Promise<{ rows: BenchRow[
   process.once('SIGTERM', onSignal);
   try {
     console.log(
-      `\nRelay vs Postfix ${tools.version}: smtp-source, ${SESSIONS} sessions, ${MESSAGE_BYTES / 1024} KB messages, ${ROUNDS} interleaved rounds of ${COUNT}`,
+      `\nRelay vs Postfix ${tools.version}: smtp-source, ${SESSIONS} sessions, ${MESSAGE_BYTES / 1024} KB messages, ${ROUNDS} interleaved rounds of ${COUNT}; the relay is the built CLI (node dist/cli.js relay)`,
     );
+    await run('npm', ['run', 'build'], { cwd: fileURLToPath(new URL('..', import.meta.url)), maxBuffer: 16 << 20 });
     const postfix = await startPostfix(tools, cleanup);
     redis = await startRedisServer({ appendonly: true, appendfsync: 'everysec' });
-    const direct = await startRelayProcess(sinks.httpUrl);
-    cleanup.add('stop the direct relay', () => direct.child.kill('SIGKILL'));
     const redisServer = redis;
-    const stored = await startRelayProcess(sinks.httpUrl, { redisUrl: redis.url, queueName: QUEUE_NAME });
-    cleanup.add('stop the store-and-forward relay', () => stored.child.kill('SIGKILL'));
+    const redisPid = Number(/process_id:(\d+)/.exec(await redis.client.info('server'))![1]);
+    const idle: string[] = [];
+    const relays = {
+      direct1: await startCliRelay(sinks.httpUrl, 1, cleanup),
+      direct2: await startCliRelay(sinks.httpUrl, 2, cleanup),
+      stored1: await startCliRelay(sinks.httpUrl, 1, cleanup, redis.url),
+      stored2: await startCliRelay(sinks.httpUrl, 2, cleanup, redis.url),
+    };
+    const worker = startCli(
+      ['worker', '--url', sinks.httpUrl, '--queue', QUEUE_NAME, '--concurrency', '20'],
+      { EML_API_KEY: 'k', REDIS_URL: redis.url },
+      cleanup,
+      'the outbox worker',
+    );
+    await until('the outbox worker did not start', () => {
+      if (worker.child.exitCode !== null) throw new Error(`the worker exited: ${worker.output()}`);
+      return /Worker sending from queue/.test(worker.output()) ? true : undefined;
+    });
+    const workerPid = worker.child.pid!;
+    await sleep(1000);
+    for (const [name, relay] of Object.entries(relays)) {
+      const memory = treeMemory(relay.child.pid!);
+      idle.push(`${name}: ${memory.rssMb.map((r) => r.toFixed(0)).join(' + ')} MB RSS`);
+    }
+    console.log(`  idle RSS per process (primary first when several): ${idle.join('; ')}`);
     const load = [loadavg()[0]!];
     const rows: BenchRow[] = [];
+    const notes: string[] = [`Idle RSS of the relays, per process: ${idle.join('; ')}.`];
+    const postfixPid = await postfix.masterPid();
     try {
       for (const reuse of [false, true]) {
         const shape = reuse ? 'connections reused (-d)' : 'one connection per message';
-        const runners: Record<'postfix' | 'direct' | 'stored', (count: number) => Promise<number>> = {
-          postfix: async (count) => {
-            const rate = await smtpSourceRate(tools.smtpSource, postfix.port, count, reuse);
-            // Postfix accepted them; let it deliver them to smtp-sink before the next runner measures.
+        // Samples RSS of `pids` every 100 ms while `work` runs.
+        const sampled = async (root: number, work: () => Promise<number>) => {
+          let peak: number[] = [];
+          const timer = setInterval(() => {
+            const now = treeMemory(root).rssMb;
+            if (now.reduce((a, b) => a + b, 0) > peak.reduce((a, b) => a + b, 0)) peak = now;
+          }, 100);
+          try {
+            return { rate: await work(), peak };
+          } finally {
+            clearInterval(timer);
+          }
+        };
+        const delivered = async (before: number, count: number, what: string) => {
+          const deadline = Date.now() + 120_000;
+          while ((await sinks.stats()).requests < before + count) {
+            if (Date.now() > deadline) throw new Error(`${what} did not deliver within 120 s`);
+            await sleep(20);
+          }
+        };
+        const runners: Record<RunnerName, (count: number) => Promise<RunFigures>> = {
+          postfix: async (count: number) => {
+            const cpu0 = { postfix: treeCpuMs(postfixPid), sink: treeCpuMs(postfix.sinkPid) };
+            const { rate, peak } = await sampled(postfixPid, () =>
+              smtpSourceRate(tools.smtpSource, postfix.port, count, reuse),
+            );
+            // Postfix accepted them; it delivers them to smtp-sink, and its CPU counts until it has.
             const deadline = Date.now() + 120_000;
             while ((await postfix.queued()) > 0) {
               if (Date.now() > deadline) throw new Error("Postfix's queue did not drain within 120 s");
-              await sleep(50);
+              await sleep(20);
             }
-            return rate;
+            return {
+              rate,
+              cpu: {
+                postfix: (treeCpuMs(postfixPid) - cpu0.postfix) / count,
+                'smtp-sink': (treeCpuMs(postfix.sinkPid) - cpu0.sink) / count,
+              },
+              peakRssMb: peak,
+            };
           },
-          direct: (count) => smtpSourceRate(tools.smtpSource, direct.port, count, reuse),
-          stored: async (count) => {
-            const rate = await smtpSourceRate(tools.smtpSource, stored.port, count, reuse);
-            // Empty, for the next round: what the relay stored (jobs and their content) goes.
-            await redisServer.client.flushall();
-            return rate;
-          },
-        };
-        const names = Object.keys(runners) as (keyof typeof runners)[];
+          ...Object.fromEntries(
+            (Object.keys(relays) as (keyof typeof relays)[]).map((name) => [
+              name,
+              async (count: number): Promise<RunFigures> => {
+                const relay = relays[name];
+                const stored = name.startsWith('stored');
+                const before = (await sinks.stats()).requests;
+                const cpu0 = {
+                  relay: treeCpuMs(relay.child.pid!),
+                  worker: treeCpuMs(workerPid),
+                  redis: treeCpuMs(redisPid),
+                  sink: treeCpuMs(sinks.pid),
+                };
+                const { rate, peak } = await sampled(relay.child.pid!, () =>
+                  smtpSourceRate(tools.smtpSource, relay.port, count, reuse),
+                );
+                // Store-and-forward: the worker sends meanwhile, and its CPU counts until it sent them all.
+                if (stored) await delivered(before, count, 'the outbox worker');
+                const cpu: Record<string, number> = { relay: (treeCpuMs(relay.child.pid!) - cpu0.relay) / count };
+                if (stored) {
+                  cpu.worker = (treeCpuMs(workerPid) - cpu0.worker) / count;
+                  cpu.redis = (treeCpuMs(redisPid) - cpu0.redis) / count;
+                }
+                cpu['HTTP sink'] = (treeCpuMs(sinks.pid) - cpu0.sink) / count;
+                if (stored) {
+                  // Finished jobs go, for the next round (the worker removes nothing itself here).
+                  await redisServer.client.flushall();
+                }
+                return { rate, cpu, peakRssMb: peak };
+              },
+            ]),
+          ),
+        } as unknown as Record<RunnerName, (count: number) => Promise<RunFigures>>;
+        const names = Object.keys(runners) as RunnerName[];
         for (const name of names) await runners[name](WARM_UP);
-        const rates: Record<keyof typeof runners, number[]> = { postfix: [], direct: [], stored: [] };
+        const figures = Object.fromEntries(names.map((n) => [n, [] as RunFigures[]])) as Record<
+          RunnerName,
+          RunFigures[]
+        >;
         for (let round = 0; round < ROUNDS; round++) {
           for (let i = 0; i < names.length; i++) {
             const name = names[(round + i) % names.length]!;
-            rates[name].push(await runners[name](COUNT));
+            figures[name].push(await runners[name](COUNT));
           }
         }
         load.push(loadavg()[0]!);
-        console.log(`  ${shape} (msg/s):`);
-        for (const name of names)
-          console.log(`    ${name.padEnd(8)} ${rates[name].map((r) => r.toFixed(0)).join(' ')}`);
-        for (const [mode, label] of [
-          ['direct', 'direct (relay → HTTP sink, 250 once the sink took it)'],
-          ['stored', 'store-and-forward (relay --redis, 250 once Redis holds it; acceptance only)'],
-        ] as const) {
-          const ratios = rates[mode].map((r, i) => r / rates.postfix[i]!);
-          const ratio = median(ratios);
-          console.log(`    ${mode} / postfix per round: ${ratios.map((r) => r.toFixed(2)).join(' ')}`);
+        console.log(`  ${shape}:`);
+        const cpuOf = (name: RunnerName, key?: string) =>
+          figures[name].map((f) => (key ? (f.cpu[key] ?? 0) : serverCpu(name, f.cpu)));
+        for (const name of names) {
+          const keys = Object.keys(figures[name][0]!.cpu);
+          console.log(
+            `    ${name.padEnd(8)} msg/s ${figures[name].map((f) => f.rate.toFixed(0)).join(' ')} | CPU ms/msg ${keys
+              .map((k) => `${k} ${median(cpuOf(name, k)).toFixed(2)}`)
+              .join(
+                ', ',
+              )} | peak RSS MB ${median(figures[name].map((f) => f.peakRssMb[0] ?? 0)).toFixed(0)} (largest process; processes ${figures[
+              name
+            ]
+              .at(-1)!
+              .peakRssMb.map((r) => r.toFixed(0))
+              .join(' + ')})`,
+          );
+        }
+        for (const name of names.filter((n) => n !== 'postfix')) {
+          const ratios = figures[name].map((f, i) => f.rate / figures.postfix[i]!.rate);
+          const cpuRatios = figures[name].map((f, i) => serverCpu(name, f.cpu) / figures.postfix[i]!.cpu.postfix!);
+          const stored = name.startsWith('stored');
+          console.log(
+            `    ${name} / postfix per round: accept rate ${ratios.map((r) => r.toFixed(2)).join(' ')}; CPU ${cpuRatios.map((r) => r.toFixed(2)).join(' ')}`,
+          );
           rows.push({
             benchmark: 'relay vs Postfix',
-            case: `smtp-source ${SESSIONS} sessions, ${MESSAGE_BYTES / 1024} KB, ${shape}, ${label}`,
-            value: median(rates[mode]),
+            case: `smtp-source ${SESSIONS} sessions, ${MESSAGE_BYTES / 1024} KB, ${shape}, ${RUNNER_LABELS[name]}: accept rate (per-round ratios ${ratios.map((r) => r.toFixed(2)).join(' ')})`,
+            value: median(figures[name].map((f) => f.rate)),
             unit: 'msg/s',
             reference: `Postfix ${tools.version} smtpd → smtp-sink, same run`,
-            referenceValue: median(rates.postfix),
-            ratio,
+            referenceValue: median(figures.postfix.map((f) => f.rate)),
+            ratio: median(ratios),
             target: '>= 1',
-            met: ratio >= 1,
+            met: median(ratios) >= 1,
+          });
+          const parts = Object.keys(figures[name][0]!.cpu)
+            .filter((k) => k !== 'HTTP sink')
+            .map((k) => `${k} ${median(cpuOf(name, k)).toFixed(2)}`)
+            .join(' + ');
+          rows.push({
+            benchmark: stored ? 'relay vs Postfix, CPU' : 'relay vs Postfix, CPU (reference)',
+            case: `${shape}, ${RUNNER_LABELS[name]}: CPU ms per message, ${stored ? 'the whole path until sent' : 'the relay'} (${parts}; per-round ratios ${cpuRatios.map((r) => r.toFixed(2)).join(' ')})`,
+            value: median(cpuOf(name)),
+            unit: 'ms',
+            reference: "all of Postfix's processes until delivered to smtp-sink",
+            referenceValue: median(cpuOf('postfix', 'postfix')),
+            ratio: median(cpuRatios),
+            target: stored ? '<= 0.8' : '-',
+            met: stored ? median(cpuRatios) <= 0.8 : true,
           });
         }
+        const relayCpu = (name: RunnerName) => median(cpuOf(name, 'relay'));
+        for (const processes of [1, 2]) {
+          const ratios = figures[`stored${processes}` as RunnerName].map(
+            (f, i) => f.cpu.relay! / figures[`direct${processes}` as RunnerName][i]!.cpu.relay!,
+          );
+          rows.push({
+            benchmark: 'relay CPU per message',
+            case: `${shape}, ${processes} process${processes > 1 ? 'es' : ''}: store-and-forward relay against the direct relay (per-round ratios ${ratios.map((r) => r.toFixed(2)).join(' ')})`,
+            value: relayCpu(`stored${processes}` as RunnerName),
+            unit: 'ms',
+            reference: 'direct relay',
+            referenceValue: relayCpu(`direct${processes}` as RunnerName),
+            ratio: median(ratios),
+            target: '< 1',
+            met: median(ratios) < 1,
+          });
+        }
+        const postfixPeak = median(figures.postfix.map((f) => f.peakRssMb[0] ?? 0));
+        notes.push(
+          `${shape}: peak RSS under load, largest process: Postfix ${postfixPeak.toFixed(0)} MB; ${(
+            ['direct1', 'direct2', 'stored1', 'stored2'] as const
+          )
+            .map(
+              (n) =>
+                `${n} ${figures[n]
+                  .at(-1)!
+                  .peakRssMb.map((r) => r.toFixed(0))
+                  .join(' + ')} MB`,
+            )
+            .join('; ')}.`,
+        );
       }
     } finally {
-      await stopRelay(direct.child);
-      await stopRelay(stored.child);
+      await Promise.all([...Object.values(relays), worker].map((cli) => stopCli(cli)));
     }
     const loadNote = `1-min load average ${load.map((l) => l.toFixed(1)).join(' → ')} on ${cpus().length} cores`;
     console.log(`  ${loadNote}`);
     for (const row of rows) row.case += ` (${loadNote})`;
     for (const row of rows) {
       console.log(
-        `${row.benchmark} | ${row.case}: ${row.value.toFixed(1)} msg/s vs Postfix ${row.referenceValue.toFixed(1)} → median ratio ${row.ratio.toFixed(2)} (target ${row.target}) ${row.met ? 'MET' : 'NOT MET'}`,
+        `${row.benchmark} | ${row.case}: ${row.value.toFixed(2)} ${row.unit} vs ${row.referenceValue.toFixed(2)} → median ratio ${row.ratio.toFixed(2)} (target ${row.target}) ${row.met ? 'MET' : 'NOT MET'}`,
       );
     }
-    return { rows };
+    for (const note of notes) console.log(`  ${note}`);
+    return { rows, notes };
   } finally {
     const started = redis;
     redis = undefined;
@@ -432,4 +752,10 @@ export async function postfixBenchmarks(sinks: Sinks): Promise<{ rows: BenchRow[
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
   }
+}
+
+/** The server's CPU per message: Postfix's processes, or the relay with (store-and-forward) its worker and Redis. */
+function serverCpu(name: RunnerName, cpu: Record<string, number>): number {
+  if (name === 'postfix') return cpu.postfix!;
+  return (cpu.relay ?? 0) + (cpu.worker ?? 0) + (cpu.redis ?? 0);
 }

@@ -10,8 +10,11 @@
  */
 import { Session } from 'node:inspector/promises';
 import nodemailer from 'nodemailer';
-import { EmlApiTransport } from '../src/index.js';
+import type * as Package from '../src/index.js';
 import { benchMessage } from './bench-message.js';
+
+// The built package, as the throughput section measures it (loaded by path: no build needed to type-check).
+const { EmlApiTransport } = (await import(new URL('../dist/index.js', import.meta.url).href)) as typeof Package;
 
 const [sinkUrl] = process.argv.slice(2) as [string];
 const CONCURRENCY = 5;
@@ -61,12 +64,14 @@ function categoryOf(frame: ProfileNode['callFrame']): string | undefined {
   if (frame.functionName === '(idle)') return 'idle (waiting for the sink)';
   if (frame.url === '' && SOCKET_WRITES.has(frame.functionName)) return 'socket writes (kernel)';
   // The connector's pass-through of undici's writes (exchange.ts, which keeps reading after a refused write).
-  if (/^socket\._writev?$/.test(frame.functionName) && frame.url.endsWith('/src/http/exchange.ts')) return undefined;
+  if (/^socket\._writev?$/.test(frame.functionName) && /\/(src\/http\/exchange\.ts|dist\/[^/]+\.js)$/.test(frame.url)) {
+    return undefined;
+  }
   if (frame.functionName === '(garbage collector)') return 'garbage collector';
   if (frame.url.includes('/node_modules/nodemailer/')) return 'Nodemailer (compile)';
   if (frame.url.includes('/node_modules/undici/')) return 'undici (HTTP)';
-  // Any module under src/ (this package's own code, in its sub-folders too).
-  if (/\/src\/.+\.ts$/.test(frame.url)) return 'nodemailer-eml-api';
+  // The built package's modules (dist/), or the sources under src/ when run from them.
+  if (/\/(dist\/[^/]+\.js|src\/.+\.ts)$/.test(frame.url)) return 'nodemailer-eml-api';
   return undefined;
 }
 

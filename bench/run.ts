@@ -5,20 +5,25 @@
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { rm, writeFile } from 'node:fs/promises';
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import nodemailer from 'nodemailer';
-import { Agent } from 'undici';
 import { EmlApiTransport } from '../src/index.js';
 import { benchMessage } from './bench-message.js';
 import { postfixBenchmarks } from './postfix-bench.js';
 import { queueBenchmarks } from './queue-cases.js';
 import { relayBenchmarks } from './relay-bench.js';
 import { scrapeBenchmarks } from './outbox-scrape-case.js';
+import {
+  RUNNERS,
+  throughputRounds,
+  type RoundFigures,
+  type RunnerName,
+  type ThroughputFigures,
+} from './throughput-case.js';
 import { startSinks, type Sinks } from './sinks.js';
 import type { BenchRow } from './bench-row.js';
 
@@ -56,18 +61,6 @@ async function rate(count: number, concurrency: number, task: (n: number) => Pro
   return count / ((performance.now() - started) / 1000);
 }
 
-/**
- * CPU time of this thread alone, in ms (Linux: /proc, in 10 ms ticks), to
- * tell the sending thread's share of a threaded send from its build
- * threads'. Wall-clock measures (event loop utilisation) would count the
- * time the thread waits for a core on a loaded machine.
- */
-function sendingThreadCpuMs(): number {
-  const stat = readFileSync(`/proc/self/task/${process.pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) * (1000 / 100);
-}
-
 const median = (values: number[]): number => {
   const sorted = [...values].sort((a, b) => a - b);
   const mid = sorted.length >> 1;
@@ -98,169 +91,230 @@ async function interleaved(
   return rates;
 }
 
-const THROUGHPUT_ROUNDS = 7;
-const THROUGHPUT_COUNT = 1500;
-/** The threaded case: as many build threads as this 2-core machine has cores. */
-const BENCH_BUILD_THREADS = 2;
-/** Per concurrency: the threaded case's CPU per message, on the sending thread and in all of the process. */
-const threadCosts = new Map<number, { mainMs: number; processMs: number }>();
+const THROUGHPUT_ROUNDS = Number(process.env.THROUGHPUT_ROUNDS ?? 7);
+const THROUGHPUT_COUNT = Number(process.env.THROUGHPUT_COUNT ?? 1500);
+/** Per concurrency: every runner's figures in every round (the model of build threads reads concurrency 5). */
+const throughputFigures = new Map<number, ThroughputFigures>();
 
 async function throughput(sinks: Sinks): Promise<void> {
-  const built = await nodemailer.createTransport({ streamTransport: true, buffer: true }).sendMail(message(0));
-  const body = Buffer.from(JSON.stringify({ mail: (built.message as Buffer).toString('base64') }));
-  console.log(`\nThroughput: ${(built.message as Buffer).length} byte message, ${body.length} byte request`);
+  await run('npm', ['run', 'build'], { cwd: ROOT, maxBuffer: 16 * 1024 * 1024 });
+  const sample = message(0);
+  const built = await nodemailer.createTransport({ streamTransport: true, buffer: true }).sendMail(sample);
+  console.log(
+    `\nThroughput: the ideal sender beside the transport (built package), ${(built.message as Buffer).length} byte message`,
+  );
   for (const concurrency of [5, 20]) {
-    const compiler = nodemailer.createTransport({ streamTransport: true, buffer: true });
-    const agent = new Agent({ connections: concurrency });
-    const post = async () => {
-      const res = await agent.request({
-        origin: sinks.httpUrl,
-        path: '/v1/send/eml',
-        method: 'POST',
-        headers: { 'content-type': 'application/json', 'x-api-key': 'k' },
-        body,
-      });
-      await res.body.text();
-    };
-    const transport = new EmlApiTransport({
-      apiKey: 'k',
-      baseUrl: sinks.httpUrl,
-      maxConnections: concurrency,
-      retry: false,
-    });
-    const viaApi = nodemailer.createTransport(transport);
-    const threaded = new EmlApiTransport({
-      apiKey: 'k',
-      baseUrl: sinks.httpUrl,
-      maxConnections: concurrency,
-      retry: false,
-      buildThreads: BENCH_BUILD_THREADS,
-    });
-    const viaThreads = nodemailer.createTransport(threaded);
-    // CPU of the sending thread and of the whole process (build threads, GC helpers), per threaded send.
-    const threadCost = { mainMs: [] as number[], processMs: [] as number[] };
-    let warmedUp = false;
-    const threads = async (count: number) => {
-      // The first call is the warm-up (threads starting): not counted.
-      if (!warmedUp) {
-        warmedUp = true;
-        return rate(count, concurrency, (n) => viaThreads.sendMail(message(n)));
-      }
-      const main = sendingThreadCpuMs();
-      const cpu = process.cpuUsage();
-      const measured = await rate(count, concurrency, (n) => viaThreads.sendMail(message(n)));
-      const used = process.cpuUsage(cpu);
-      threadCost.mainMs.push((sendingThreadCpuMs() - main) / count);
-      threadCost.processMs.push((used.user + used.system) / 1000 / count);
-      return measured;
-    };
-    const viaSmtp = nodemailer.createTransport({
-      host: '127.0.0.1',
-      port: sinks.smtpPort,
-      secure: false,
-      ignoreTLS: true,
-      pool: true,
-      maxConnections: concurrency,
-      maxMessages: Infinity,
-    });
-    const rates = await interleaved(
-      {
-        compile: (count) => rate(count, concurrency, (n) => compiler.sendMail(message(n))),
-        http: (count) => rate(count, concurrency, post),
-        transport: (count) => rate(count, concurrency, (n) => viaApi.sendMail(message(n))),
-        threads,
-        smtp: (count) => rate(count, concurrency, (n) => viaSmtp.sendMail(message(n))),
-      },
-      THROUGHPUT_ROUNDS,
-      THROUGHPUT_COUNT,
-    );
-    await agent.close();
-    await transport.close();
-    await threaded.close();
-    viaSmtp.close();
-    const floors = rates.compile!.map((compile, i) => 1 / (1 / compile + 1 / rates.http![i]!));
-    const vsFloor = rates.transport!.map((api, i) => api / floors[i]!);
-    const vsCompile = rates.transport!.map((api, i) => api / rates.compile![i]!);
-    const vsSmtp = rates.transport!.map((api, i) => api / rates.smtp![i]!);
-    const threadsVsSmtp = rates.threads!.map((api, i) => api / rates.smtp![i]!);
-    const threadsVsFloor = rates.threads!.map((api, i) => api / floors[i]!);
+    const figures = await throughputRounds(sinks, concurrency, THROUGHPUT_ROUNDS, THROUGHPUT_COUNT);
+    throughputFigures.set(concurrency, figures);
+    const of = (name: RunnerName, key: keyof RoundFigures) => figures[name]!.map((round) => round[key]);
+    const perRound = (name: RunnerName, reference: RunnerName, key: keyof RoundFigures) =>
+      figures[name]!.map((round, i) => round[key] / figures[reference]![i]![key]);
     const fmt = (values: number[], digits = 0) => values.map((v) => v.toFixed(digits)).join(' ');
+    const loads = of('transport', 'load');
+    const loadText = `load ${Math.min(...loads).toFixed(1)}-${Math.max(...loads).toFixed(1)}`;
     console.log(
-      `  concurrency ${concurrency}, ${THROUGHPUT_ROUNDS} interleaved rounds of ${THROUGHPUT_COUNT} (msg/s):`,
+      `  concurrency ${concurrency}, ${THROUGHPUT_ROUNDS} interleaved rounds of ${THROUGHPUT_COUNT}, ${loadText}:`,
     );
-    for (const name of Object.keys(rates)) console.log(`    ${name.padEnd(9)} ${fmt(rates[name]!)}`);
-    console.log(`    transport / combined floor per round: ${fmt(vsFloor, 2)}`);
-    console.log(`    transport / compile floor per round:  ${fmt(vsCompile, 2)}`);
-    console.log(`    transport / SMTP per round:           ${fmt(vsSmtp, 2)}`);
-    console.log(`    threads / SMTP per round:             ${fmt(threadsVsSmtp, 2)}`);
-    console.log(
-      `    threads: sending thread ${fmt(threadCost.mainMs, 3)} ms/msg CPU; whole process ${fmt(threadCost.processMs, 3)} ms/msg CPU`,
-    );
-    threadCosts.set(concurrency, { mainMs: median(threadCost.mainMs), processMs: median(threadCost.processMs) });
-    const api = median(rates.transport!);
-    const paired = (
+    for (const name of RUNNERS) {
+      console.log(
+        `    ${name.padEnd(9)} msg/s ${fmt(of(name, 'rate'))} | CPU µs/msg ${fmt(of(name, 'cpuUs'))} | main busy µs/msg ${fmt(of(name, 'busyUs'))} | main CPU µs/msg ${fmt(of(name, 'mainCpuUs'))} | threads CPU µs/msg ${fmt(of(name, 'threadsCpuUs'))}`,
+      );
+    }
+    const add = (
+      benchmark: string,
       name: string,
+      unit: string,
+      value: number[],
       reference: string,
-      referenceValue: number,
+      referenceValue: number[],
       ratios: number[],
-      target?: number,
-      value = api,
-    ): BenchRow => {
-      const ratio = median(ratios);
-      return {
-        benchmark: target === undefined ? 'throughput (reference)' : 'throughput',
-        case: `${name}, concurrency ${concurrency}`,
-        value,
-        unit: 'msg/s',
+      target?: { text: string; met: (ratio: number) => boolean },
+    ) => {
+      const row: BenchRow = {
+        benchmark: target ? benchmark : `${benchmark} (reference)`,
+        case: `${name}, concurrency ${concurrency} (${loadText}; per-round ratios ${fmt(ratios, 2)})`,
+        value: median(value),
+        unit,
         reference,
-        referenceValue,
-        ratio,
-        target: target === undefined ? '-' : `>= ${target}`,
-        met: target === undefined || ratio >= target,
+        referenceValue: median(referenceValue),
+        ratio: median(ratios),
+        target: target?.text ?? '-',
+        met: target ? target.met(median(ratios)) : true,
       };
+      rows.push(row);
+      console.log(
+        `${row.benchmark} | ${name}, concurrency ${concurrency}: ${row.value.toFixed(1)} ${unit} vs ${reference} ${row.referenceValue.toFixed(1)} → median ratio ${row.ratio.toFixed(2)}${target ? ` (target ${target.text}) ${row.met ? 'MET' : 'NOT MET'}` : ''}`,
+      );
     };
-    const reference = (name: string, values: number[]): BenchRow => ({
-      benchmark: 'throughput (reference)',
-      case: `${name}, concurrency ${concurrency}`,
-      value: median(values),
+    const atLeast = (x: number) => ({ text: `>= ${x}`, met: (r: number) => r >= x });
+    const atMost = (x: number) => ({ text: `<= ${x}`, met: (r: number) => r <= x });
+    add(
+      'throughput',
+      'transport',
+      'msg/s',
+      of('transport', 'rate'),
+      'ideal sender',
+      of('ideal', 'rate'),
+      perRound('transport', 'ideal', 'rate'),
+      atLeast(0.95),
+    );
+    add(
+      'CPU per message',
+      'transport (whole process)',
+      'µs',
+      of('transport', 'cpuUs'),
+      'ideal sender',
+      of('ideal', 'cpuUs'),
+      perRound('transport', 'ideal', 'cpuUs'),
+      atMost(1.05),
+    );
+    for (const threads of [1, 2] as const) {
+      const name = `threads${threads}` as const;
+      add(
+        'sending thread per message',
+        `event-loop busy time, buildThreads: ${threads}`,
+        'µs',
+        of(name, 'busyUs'),
+        'transport without build threads',
+        of('transport', 'busyUs'),
+        perRound(name, 'transport', 'busyUs'),
+        atMost(0.35),
+      );
+      add(
+        'sending thread per message',
+        `CPU (/proc), buildThreads: ${threads}`,
+        'µs',
+        of(name, 'mainCpuUs'),
+        'transport without build threads',
+        of('transport', 'mainCpuUs'),
+        perRound(name, 'transport', 'mainCpuUs'),
+      );
+      add(
+        'throughput',
+        `transport, buildThreads: ${threads}`,
+        'msg/s',
+        of(name, 'rate'),
+        'ideal sender',
+        of('ideal', 'rate'),
+        perRound(name, 'ideal', 'rate'),
+      );
+    }
+    // What stays on the sending thread whatever builds the message: Nodemailer's sendMail and one request.
+    const stays = figures.sendMail!.map((r, i) => r.mainCpuUs + figures.post![i]!.mainCpuUs);
+    add(
+      'sending thread per message',
+      "what must stay on it: Nodemailer's sendMail to a transport that does nothing + the ideal sender's request, CPU (/proc)",
+      'µs',
+      stays,
+      'transport without build threads',
+      of('transport', 'mainCpuUs'),
+      stays.map((v, i) => v / figures.transport![i]!.mainCpuUs),
+    );
+    add(
+      'sending thread per message',
+      'CPU (/proc), buildThreads: 2, against what must stay on it',
+      'µs',
+      of('threads2', 'mainCpuUs'),
+      "Nodemailer's sendMail + the ideal sender's request",
+      stays,
+      figures.threads2!.map((r, i) => r.mainCpuUs / stays[i]!),
+    );
+    add(
+      'throughput',
+      'transport vs SMTP',
+      'msg/s',
+      of('transport', 'rate'),
+      'Nodemailer pooled SMTP to smtp-server',
+      of('smtp', 'rate'),
+      perRound('transport', 'smtp', 'rate'),
+    );
+    add(
+      'throughput',
+      'transport, buildThreads: 2, vs SMTP',
+      'msg/s',
+      of('threads2', 'rate'),
+      'Nodemailer pooled SMTP to smtp-server',
+      of('smtp', 'rate'),
+      perRound('threads2', 'smtp', 'rate'),
+      atLeast(1.4),
+    );
+    if (concurrency === 5) threadModel(figures);
+  }
+}
+
+/** What build threads give on more cores, from the per-message times measured at concurrency 5. */
+interface ThreadModel {
+  /** Per message, µs: the sending thread, the build threads together, the rest of the process, the sink. */
+  main: number;
+  threads: number;
+  rest: number;
+  sink: number;
+  /** The same without build threads. */
+  defaultMain: number;
+  defaultProcess: number;
+  /** Predicted and measured msg/s on this machine (2 cores shared with the sink). */
+  check: { threads: number; predicted: number; measured: number }[];
+}
+let model: ThreadModel | undefined;
+
+/**
+ * msg/s with `cores` free cores and `threads` build threads: bounded by the
+ * sending thread (one core), the build threads (one core each) and the
+ * process's CPU per message over the cores it has.
+ */
+function modelRate(m: { main: number; threads: number; rest: number }, cores: number, threads: number): number {
+  return Math.min(1e6 / m.main, (threads * 1e6) / m.threads, (cores * 1e6) / (m.main + m.threads + m.rest));
+}
+
+function threadModel(figures: ThroughputFigures): void {
+  const med = (name: RunnerName, key: keyof RoundFigures) => median(figures[name]!.map((r) => r[key]));
+  const perThreads = (name: 'threads1' | 'threads2') => ({
+    main: med(name, 'mainCpuUs'),
+    threads: med(name, 'threadsCpuUs'),
+    rest: Math.max(0, med(name, 'cpuUs') - med(name, 'mainCpuUs') - med(name, 'threadsCpuUs')),
+  });
+  const two = perThreads('threads2');
+  const sink = med('threads2', 'sinkCpuUs');
+  // Here the sink shares the 2 cores: it takes its CPU per message out of them.
+  const check = ([1, 2] as const).map((threads) => {
+    const m = perThreads(`threads${threads}`);
+    const predicted = Math.min(
+      1e6 / m.main,
+      (threads * 1e6) / m.threads,
+      (2 * 1e6) / (m.main + m.threads + m.rest + med(`threads${threads}`, 'sinkCpuUs')),
+    );
+    return { threads, predicted, measured: med(`threads${threads}`, 'rate') };
+  });
+  model = {
+    ...two,
+    sink,
+    defaultMain: med('transport', 'mainCpuUs'),
+    defaultProcess: med('transport', 'cpuUs'),
+    check,
+  };
+  console.log(
+    `  model (concurrency 5, buildThreads: 2): sending thread ${two.main.toFixed(0)} µs, build threads ${two.threads.toFixed(0)} µs, rest of the process ${two.rest.toFixed(0)} µs, sink ${sink.toFixed(0)} µs per message`,
+  );
+  for (const c of check) {
+    console.log(
+      `    here, buildThreads: ${c.threads}: predicted ${c.predicted.toFixed(0)} msg/s, measured ${c.measured.toFixed(0)} msg/s`,
+    );
+    rows.push({
+      benchmark: 'build-thread model (reference)',
+      case: `buildThreads: ${c.threads} on this machine (2 cores, the sink on them too): measured against the model's prediction`,
+      value: c.measured,
       unit: 'msg/s',
-      reference: '-',
-      referenceValue: median(values),
-      ratio: 1,
+      reference: 'model',
+      referenceValue: c.predicted,
+      ratio: c.measured / c.predicted,
       target: '-',
       met: true,
     });
-    const added = [
-      paired('transport', 'combined floor 1/(1/compile+1/http)', median(floors), vsFloor, 0.9),
-      paired('transport vs SMTP', 'Nodemailer pooled SMTP to smtp-server', median(rates.smtp!), vsSmtp),
-      paired(
-        `transport, buildThreads: ${BENCH_BUILD_THREADS}, vs SMTP`,
-        'Nodemailer pooled SMTP to smtp-server',
-        median(rates.smtp!),
-        threadsVsSmtp,
-        1.4,
-        median(rates.threads!),
-      ),
-      paired(
-        `transport, buildThreads: ${BENCH_BUILD_THREADS}`,
-        'combined floor 1/(1/compile+1/http)',
-        median(floors),
-        threadsVsFloor,
-        undefined,
-        median(rates.threads!),
-      ),
-      paired('transport vs compile alone', 'compile floor', median(rates.compile!), vsCompile),
-      reference('compile floor', rates.compile!),
-      reference('http floor', rates.http!),
-    ];
-    for (const row of added) {
-      rows.push(row);
-      if (row.target !== '-') {
-        console.log(
-          `${row.benchmark} | ${row.case}: ${row.value.toFixed(1)} msg/s vs ${row.reference} ${row.referenceValue.toFixed(1)} → median ratio ${row.ratio.toFixed(2)} (target ${row.target}) ${row.met ? 'MET' : 'NOT MET'}`,
-        );
-      }
-    }
+  }
+  for (const cores of [1, 2, 4, 8, 16]) {
+    console.log(
+      `    ${String(cores).padStart(2)} free cores: default ${Math.min(1e6 / model.defaultMain, (cores * 1e6) / model.defaultProcess).toFixed(0)} msg/s, buildThreads: 'auto' (${cores}) ${modelRate(two, cores, cores).toFixed(0)} msg/s`,
+    );
   }
 }
 
@@ -566,11 +620,16 @@ async function threadMemory(sinks: Sinks): Promise<void> {
 
 /** Why the relay-vs-Postfix section did not run on this machine, when it did not. */
 let postfixSkipped: string | undefined;
+/** Memory figures of the relay-vs-Postfix section, for BENCHMARKS.md. */
+let postfixNotes: string[] = [];
 
 async function relayVsPostfix(sinks: Sinks): Promise<void> {
   const result = await postfixBenchmarks(sinks);
   if ('skipped' in result) postfixSkipped = result.skipped;
-  else rows.push(...result.rows);
+  else {
+    rows.push(...result.rows);
+    postfixNotes = result.notes;
+  }
 }
 
 let profileShares: { cpuMsPerMessage: number; shares: Record<string, number> } | undefined;
@@ -710,6 +769,7 @@ async function inbox(): Promise<void> {
 
 async function profile(sinks: Sinks): Promise<void> {
   console.log("\nProfile: where the sender's CPU goes (transport, concurrency 5, 3,000 messages, fresh process)");
+  await run('npm', ['run', 'build'], { cwd: ROOT, maxBuffer: 16 * 1024 * 1024 });
   const { stdout } = await run(process.execPath, ['--import', 'tsx', 'bench/profile-case.ts', sinks.httpUrl], {
     cwd: ROOT,
     maxBuffer: 1024 * 1024,
@@ -721,6 +781,9 @@ async function profile(sinks: Sinks): Promise<void> {
   }
 }
 
+/** One decimal, two below 10 (CPU ms per message). */
+const fixed = (value: number) => value.toFixed(Math.abs(value) < 10 ? 2 : 1);
+
 function markdown(): string {
   const lines = [
     '# Benchmarks',
@@ -729,7 +792,7 @@ function markdown(): string {
     '',
     'Reproduce with `npm ci && npm run bench` (about 8 minutes; `npm run bench -- --only <section>` runs one section (throughput, latency, connections, memory, queued, parsing, lean, threads, profile, relay, postfix, inbox, queue, scrape) and prints it).',
     'Sinks run in a separate process; each memory case runs in a fresh process; the outbox cases use a redis-server started for the run.',
-    'Every figure is compared with a reference measured in the same run. Throughput: the transport and its references run in',
+    'Every figure is compared with a reference measured in the same run. Throughput: the transport (the built package, as apps run it) and its references run in',
     `${THROUGHPUT_ROUNDS} interleaved rounds of ${THROUGHPUT_COUNT} messages (10 KB HTML and a 2 KB attachment) after a warm-up; values are medians and`,
     'each ratio is the median of the per-round ratios, because the speed of a shared machine drifts by tens of percent between',
     'seconds. Latency-bound figures are medians of 3 rounds, interleaved with the same transport and no added latency.',
@@ -740,10 +803,11 @@ function markdown(): string {
     '|---|---|---|---|---|---|---|',
     ...rows.map(
       (r) =>
-        `| ${r.benchmark} | ${r.case} | ${r.value.toFixed(1)} ${r.unit} | ${r.reference}${r.reference === '-' ? '' : `: ${r.referenceValue.toFixed(1)}`} | ${r.ratio.toFixed(2)} | ${r.target} | ${r.target === '-' ? '' : r.met ? 'yes' : '**no**'} |`,
+        `| ${r.benchmark} | ${r.case} | ${fixed(r.value)} ${r.unit} | ${r.reference}${r.reference === '-' ? '' : `: ${fixed(r.referenceValue)}`} | ${r.ratio.toFixed(2)} | ${r.target} | ${r.target === '-' ? '' : r.met ? 'yes' : '**no**'} |`,
     ),
     '',
     ...(postfixSkipped === undefined ? [] : [`Relay vs Postfix: skipped on this machine (${postfixSkipped}).`, '']),
+    ...(postfixNotes.length === 0 ? [] : ['Relay vs Postfix, memory:', '', ...postfixNotes.map((n) => `- ${n}`), '']),
   ];
   if (profileShares) {
     lines.push(
@@ -768,21 +832,28 @@ function markdown(): string {
 /** What the build-thread and lean-path figures of this run say, with the numbers of this run. */
 function threadsAndLeanAnalysis(): string[] {
   const lines = ['## Build threads and the lean path', ''];
-  const cost = threadCosts.get(5);
-  if (cost) {
-    const mainBound = 1000 / cost.mainMs;
-    const perCore = 1000 / cost.processMs;
-    const cores = (n: number) => Math.min(mainBound, n * perCore).toFixed(0);
+  if (model) {
+    const m = model;
+    const defaultRate = (cores: number) => Math.min(1e6 / m.defaultMain, (cores * 1e6) / m.defaultProcess);
     lines.push(
-      `- **What more cores give.** With \`buildThreads: ${BENCH_BUILD_THREADS}\` a send cost the sending thread ${cost.mainMs.toFixed(2)} ms of CPU`,
-      `  and the whole process ${cost.processMs.toFixed(2)} ms (build threads, V8's garbage-collector helpers), medians of the rounds above`,
-      '  (thread CPU read from /proc, so a loaded machine does not inflate it). The sending thread alone caps the rate at',
-      `  ${mainBound.toFixed(0)} msg/s; the process's CPU allows ${perCore.toFixed(0)} msg/s per core it gets. With the sink elsewhere and`,
-      `  enough build threads: about ${cores(2)} msg/s on 2 free cores, ${cores(4)} on 4, ${cores(8)} on 8 (against`,
-      "  Nodemailer's SMTP transport, which builds on one thread and stays at its one-core rate). On this 2-core machine the",
-      '  process shares the cores with the sink and, today, with other jobs (see the load below), so the threads compete',
-      '  for the same cores as the sending thread: a build on a thread costs more CPU than on the sending thread (the',
-      '  message is compiled twice, each thread has its own heap), which only pays when cores are free.',
+      '- **A model of msg/s against cores.** Per message, with `buildThreads: 2` at concurrency 5 (medians of the rounds',
+      `  above; CPU read from /proc, so waiting for a core on a loaded machine does not count): the sending thread ${m.main.toFixed(0)} µs,`,
+      `  the build threads ${m.threads.toFixed(0)} µs together, the rest of the process (V8's collector helpers, libuv) ${m.rest.toFixed(0)} µs; without`,
+      `  threads the sending thread spends ${m.defaultMain.toFixed(0)} µs and the process ${m.defaultProcess.toFixed(0)} µs. With \`c\` free cores and \`t\``,
+      '  build threads the rate is bounded by the sending thread (one core), the threads (one core each) and the',
+      '  process over its cores: `min(1/main, t/threads, c/(main + threads + rest))`, with the service elsewhere:',
+      '',
+      "  | free cores | without build threads | `buildThreads: 'auto'` (one per core) |",
+      '  |---|---|---|',
+      ...[1, 2, 4, 8, 16].map(
+        (cores) =>
+          `  | ${cores} | ${defaultRate(cores).toFixed(0)} msg/s | ${modelRate(m, cores, cores).toFixed(0)} msg/s |`,
+      ),
+      '',
+      `  Checked here, where the sink (${m.sink.toFixed(0)} µs a message) shares the 2 cores, so the process bound is`,
+      `  \`2/(main + threads + rest + sink)\`: ${m.check.map((c) => `\`buildThreads: ${c.threads}\` predicted ${c.predicted.toFixed(0)}, measured ${c.measured.toFixed(0)} msg/s`).join('; ')}.`,
+      '  Other jobs on the machine take cores too (the load is given with each row), so the measured rates fall below',
+      '  the 2-core prediction by about their share.',
     );
   }
   if (leanCrossover) {
@@ -816,12 +887,13 @@ function threadsAndLeanAnalysis(): string[] {
 const ANALYSIS = [
   '## Reading the figures',
   '',
-  '- **Throughput against the combined floor.** The floor assumes the HTTP work costs what a bare undici POST of a',
-  '  pre-built body costs when it runs alone. In the transport it runs on the same thread between Nodemailer builds,',
-  "  and the profile shows Nodemailer's build taking most of the sender's CPU, undici's request writing and response",
-  '  parsing the next largest part, and this package (spooling, envelope, Base64/JSON framing, retry and timeout',
-  '  bookkeeping) a small share. The sender is CPU-bound (the idle share is small), so the ratio is bounded by',
-  "  Nodemailer's build plus undici's per-request cost on one core; a 2-core machine also runs the sink process.",
+  '- **The transport against the ideal sender.** The ideal sender (bench/ideal-sender.ts) is what the transport does',
+  '  at its least: Nodemailer builds the message to a Buffer (its stream transport), then Base64, `JSON.stringify` and',
+  "  one undici request. The transport keeps Nodemailer's build as it is (plugins, DKIM) and adds what the ideal",
+  '  leaves out: the connection slot taken before the build, `timeouts.total`, retries, the idempotency key, the envelope',
+  '  checks, spans and metrics when enabled, spooling past `spool.threshold`. It saves where the ideal pays: the tree is',
+  '  written straight into the spool (no stream pipeline), the body is framed without `JSON.stringify` (Base64 needs no',
+  "  escaping) and goes to undici's dispatcher as one Buffer, the answer is read without a body stream.",
   '- **Against SMTP.** Nodemailer builds the message for SMTP too, so both transports share the same dominant cost;',
   '  the difference is the protocol work per message, which is a small part of the total on a loopback connection.',
   '  The 1.4 target is held by the transport with build threads, which takes the build off the sending thread (see',
@@ -846,9 +918,6 @@ const ANALYSIS = [
   '  again at 100 KB (median of many calls, in 3 fresh processes). A linear parser costs about 10 times more, a quadratic',
   '  one 100 times, the cubic regular expressions this replaced 1,000 times (3 KB took 11.8 s). Single calls of a few ms',
   '  are noisy on a shared machine, hence the per-run ratios beside each figure.',
-  "- **Today's machine.** Figures drift from run to run on this shared machine: in this run the transport at 0 ms",
-  '  latency reached 565-679 msg/s with 50 connections, against 871 msg/s in an earlier run, and the 25 MB file-path',
-  '  case measured 36.6 MB here against 38.8 MB for the code before this change in the same minute (5 runs each).',
   '- **Outbox enqueue.** `sendMail` through `EmlApiQueueTransport` builds the message exactly as the direct transport',
   "  does, then writes it to Redis and adds a job, without waiting for the service. Both are bound by Nodemailer's build,",
   '  so the rates are close (a direct send spends the time the producer spends on Redis on the HTTP request).',
@@ -864,9 +933,7 @@ const ANALYSIS = [
   "  about 4 bytes per byte of the message (Redis's socket reads, the reply parser's copy, the Base64 text and its bytes):",
   '  a 34 MiB message reaches that limit, so its peak sits near 64 MB unless a collection happens to run mid-send (the',
   '  low runs: the figures are bimodal, and a median of 5 runs moves by 10-15 MB between runs of the same code; an',
-  "  11 MiB message peaks at about 44 MB). The worker's 51.9 MB of 2026-11-25 16:06 and its 66.0 MB of 20:17 were the",
-  '  same behaviour: the commit of the first run (ea1aba7) and the code of the second, measured in alternation on',
-  '  2026-11-25 at 21:00 (load 5-6.6), gave medians of 65.1 and 64.8 MB over 15 runs each (runs 35-81 and 34-80 MB).',
+  '  11 MiB message peaks at about 44 MB).',
   '- **Relay.** The relay is a separate process between Nodemailer and the sink: each message is built by Nodemailer,',
   '  sent over SMTP, parsed by smtp-server, spooled and hashed, then uploaded, so it costs a second protocol hop on the',
   '  same two cores the direct transport has to itself. Its memory stays flat: the message streams to the spool file',
@@ -876,46 +943,32 @@ const ANALYSIS = [
   '  instance made for the run (its own `main.cf` and `master.cf` in a temporary folder, `smtpd` on a loopback port, every',
   '  message relayed to `smtp-sink`) and to the relay, one after the other in every round; each ratio is the median of the',
   "  per-round ratios. Two client shapes: a connection per message (smtp-source's default; cron, PHP's `mail()` and most",
-  "  scripts send this way) and connections reused (`-d`). A `250` does not promise the same thing everywhere: Postfix's",
-  '  says the message is in its queue on disk (written and fsynced), and its delivery to smtp-sink runs on the same two',
-  "  cores meanwhile (its queue is left to drain before the next measurement); the direct relay's says the HTTP sink took",
-  "  the message; store-and-forward's that Redis holds it (append-only file, fsync every second), with no worker draining",
-  '  the queue: acceptance only (with workers draining, see the next item). smtp-server waits a fixed 100 ms before its',
-  '  greeting, to catch early talkers, which capped 20 sessions opening a connection per message near 190 msg/s (0.36x',
-  '  Postfix) with the relay mostly idle; the relay greets once what came with the connection has been read instead (a',
-  "  client that sent its commands with its connection still gets smtp-server's `421 You talk too soon`).",
-  '  The relay runs from source through tsx, as in every section here.',
-  '- **Store-and-forward, profiled** (`npx tsx bench/relay-store-profile.ts`, and the relay under `--cpu-prof` with a',
-  '  connection per message only, run by hand on 2026-11-25 at 21:28-22:00, load average 7-10 on 2 cores shared with other',
-  "  jobs: absolute times run about 1.5x a quiet machine's). The relay makes one Redis round trip per message (BullMQ's add",
-  "  script and the outbox's read of the job in one pipeline, content up to 64 KiB inline in the job), 16 commands with",
-  "  those run inside the scripts. smtp-server's per-connection options cost nothing here: no reverse lookup",
-  '  (`disableReverseLookup: true`), the name given (no `os.hostname()`), no TLS context without TLS; its session id',
-  "  (`randomBytes(10)`) is 0.7%. With a connection per message the relay's CPU (from /proc) was 1.1-1.4 ms a message",
-  "  (Redis 0.18 ms; the direct relay 0.8-1.15 ms): socket writes about a fifth (smtp-server's one write per reply 11%,",
-  "  the pipeline's one write to Redis 10%, both mostly the kernel's loopback work), smtp-server's parsing and Node's",
-  "  streams most of the rest; the outbox's add 23% in all, of which ioredis building the pipeline 4% (it copies every",
-  "  script defined on the client, BullMQ's 64 and the outbox's, into each pipeline: 90-100 µs each on the loaded",
-  "  machine); the relay's own code 15% in self time, spread thin (header reading, the envelope plan, the identity's",
-  '  HMAC and SHA-256, the spool, `randomBytes(4)` for the content key 1.3%; no function over 1%); the garbage collector',
-  '  7%. The adds of one turn of the event loop now share one pipeline (`add-job.ts`; 1.6 adds a pipeline with a',
-  "  connection per message, more with connections reused): in the profile script's run the relay's CPU per message",
-  "  (both shapes, warm-ups included) fell from 1.85 to 1.15 ms, the add's from 0.45 to 0.19 ms; the old and the new",
-  '  relay side by side in 6 interleaved rounds: 0.85 → 0.62 ms with connections reused (load 7.7-8.8), 1.23 → 1.25 and',
-  '  1.20 → 1.17 ms with a connection per message (load 7-10: within the noise). Whole postfix section, new and old code',
-  '  in alternation (21:53-21:59): store-and-forward with a connection per message 0.96 and 0.86 (new; load 3.7-13.3 and',
-  '  11-15.7), 1.17 and 0.91 (old; load 11.7-13.5 and 13.8-16.9); with connections reused 1.66 and 2.39 (new), 1.18 and',
-  "  1.32 (old). The cell with a connection per message follows the machine's load more than the code (a likely reason, not measured: one",
-  '  single-threaded relay against 20 smtpd processes, which the scheduler gives more of two shared cores the busier',
-  '  they are). **A second outbox worker is slower than one** on this machine because it is',
-  '  CPU-bound: smtp-source, the relay, Redis, the sink and the workers share two cores (1.9 ms of CPU per message on',
-  '  all processes, at about 1,000 msg/s), so a process adds no capacity, only cost. And two starved workers cost more per',
-  "  message than one busy worker: each new job wakes the workers blocked on the queue's marker, every free slot tries to",
-  '  take a job, and one busy worker gets its next job from the script that completes the last one. With a connection per',
-  '  message, one worker draining meanwhile: 993 msg/s accepted, 939 sent, workers 0.70 ms of CPU per message, 43 Redis',
-  '  commands per message in all; two workers: 759 accepted and sent, 1.11 ms, 49 commands (3 rounds each, medians).',
-  '  With connections reused one worker cannot keep up (1,690 accepted, 825 sent a second) and two can (1,131 and 1,125):',
-  '  a second worker pays when the one worker is the bottleneck, and costs the acceptance rate when it is not.',
+  '  scripts send this way) and connections reused (`-d`). The relay is the built CLI as operators run it (`node',
+  '  dist/cli.js relay`), one process (no `--processes`) and `--processes 2` (a primary and two relay processes). A',
+  "  `250` does not promise the same thing everywhere: Postfix's says the message is in its queue on disk (written and",
+  "  fsynced); the direct relay's that the HTTP sink took it; store-and-forward's that Redis holds it (append-only file,",
+  '  fsync every second). Postfix delivers to smtp-sink while it accepts, and one `eml-api worker` (concurrency 20)',
+  '  sends the outbox to the HTTP sink while the relay accepts; each runner waits until everything it accepted is',
+  '  delivered before the next one runs, and its CPU counts until then. CPU per message is read from /proc for each',
+  "  process tree (a process and all under it, the ones that ended included): all of Postfix's processes (master,",
+  '  smtpd, cleanup, qmgr, smtp...), the relay (with `--processes`, the primary and its processes), the worker, Redis;',
+  '  the sinks are the destinations and are shown apart. The whole store-and-forward path (relay + worker + Redis) is',
+  "  held to 0.8 of Postfix's. On 2 cores smtp-source, the server under test and the sink share the machine, so a",
+  '  second relay process adds cost (the primary hands each connection to a process in turn, and the two processes',
+  '  compete with the load generator) and no capacity; it is measured to show what a process costs, and for hosts',
+  '  with the cores to use it.',
+  "- **Where store-and-forward's time goes** (`npx tsx bench/relay-store-profile.ts`; the relay, the worker and Redis",
+  "  each under a profiler or MONITOR, run by hand). Per message the relay makes one Redis round trip (BullMQ's add",
+  "  script and the outbox's read of the job in one pipeline, content up to 64 KiB inline in the job) and the worker",
+  "  about six (take the job, record the attempt, complete it and take the next, wait on the queue's marker), about",
+  '  77 commands in all with those run inside the scripts. In the relay, replies and Redis writes are one socket write',
+  "  each (mostly the kernel's loopback work), smtp-server's parsing and Node's streams most of the rest; the outbox's",
+  '  add is about a quarter, of which ioredis building each pipeline a fifth (it copies every script defined on the',
+  "  client, BullMQ's and the outbox's, into each pipeline); the relay's own code is spread thin (header reading, the",
+  "  envelope plan, the identity's HMAC and SHA-256, the spool), no function over 1%. In the worker the socket writes",
+  "  to Redis and to the service lead, then BullMQ's job (de)serialisation. With a connection per message a worker",
+  '  that waits for each job costs more per job than one that finds the next job waiting (its slots wake on the',
+  "  queue's marker; a busy worker gets the next job from the script that completes the last one).",
   '',
 ];
 

@@ -1,6 +1,6 @@
 /**
  * Benchmark sinks, run in their own process so the sender's figures are its
- * own: an HTTP sink that answers 202 (optionally after a delay) and counts TCP
+ * own: an HTTP sink that answers 202 (optionally after a delay; 400 to an empty send) and counts TCP
  * connections, and an SMTP sink (smtp-server) that accepts and discards.
  * Controlled over IPC: { cmd: 'start', httpDelayMs } → { httpPort, smtpPort };
  * { cmd: 'stats' } → { connections, requests }; { cmd: 'reset' }.
@@ -14,9 +14,18 @@ let connections = 0;
 let requests = 0;
 const ACCEPTED = JSON.stringify({ id: 'bench', messageId: '<bench@example.test>', recipients: 1 });
 
+const REFUSED = JSON.stringify({ error: { code: 'invalid_request', message: 'mail is empty' } });
+
 const http = createServer((req, res) => {
-  req.resume();
+  let bytes = 0;
+  req.on('data', (chunk: Buffer) => (bytes += chunk.length));
   req.on('end', () => {
+    // The service's answer to an empty send, which a worker makes to check its key before it starts.
+    if (bytes < 64) {
+      res.writeHead(400, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(REFUSED) });
+      res.end(REFUSED);
+      return;
+    }
     requests++;
     const answer = () => {
       res.writeHead(202, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(ACCEPTED) });
