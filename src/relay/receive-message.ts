@@ -50,6 +50,16 @@ export interface ReceivedMessage {
 }
 
 /**
+ * How receiving a message ended: handed on, or failed where `stage` says. `client`: the client left before the end of
+ * DATA (`ESTREAM`; nobody to answer). `destination`: the destination's `deliver` failed after the message was received
+ * and checked (the destination answers it, see `MessageDestination.reply`). `relay`: everything else, that is
+ * `EENVELOPE`, a permanent `EMESSAGE` (the message cannot be read as one), a transient `EMESSAGE` or `ESPOOL` (the
+ * relay could not store it), or `EABORT` when the relay closed while the message was arriving.
+ */
+export type ReceiveOutcome =
+  { ok: true; message: ReceivedMessage } | { ok: false; stage: 'client' | 'relay' | 'destination'; error: unknown };
+
+/**
  * One SMTP transaction's message, from DATA to its destination: the header section is reconciled with the envelope
  * (envelope-only recipients added as Bcc; header recipients missing from RCPT TO refused), the message streams into
  * the spool (memory, or a temporary file past the threshold, never whole in memory) while it is hashed, and the
@@ -57,17 +67,14 @@ export interface ReceivedMessage {
  * MessageIdentities}: a client that retries after a `451` (a timeout after the service may have accepted it) is not
  * delivered twice by a service that honours `Idempotency-Key`.
  *
- * @throws {EmlApiError} `EENVELOPE`, a permanent `EMESSAGE` (the message cannot be read as one),
- *   a transient `EMESSAGE` or `ESPOOL` (the relay could not store it), `ESTREAM` ({@link isClientGone}) when
- *   the client left before the end of DATA, `EABORT` when the relay closed while the message was
- *   arriving, or what the destination throws ({@link failedAtDestination}; never `ESTREAM`: the relay builds no message)
+ * @returns the message handed on, or where it failed ({@link ReceiveOutcome})
  */
 export async function receiveMessage(
   stream: SMTPServerDataStream,
   session: SMTPServerSession,
   sender: MessageSender,
   context: ReceiveContext,
-): Promise<ReceivedMessage> {
+): Promise<ReceiveOutcome> {
   const rcptTo = envelopeRecipients(session);
   let plan: EnvelopePlan | undefined;
   const rewriter: MessageRewriter = new MessageRewriter(
@@ -113,9 +120,11 @@ export async function receiveMessage(
     // The rest of the message is read and dropped, so that smtp-server can answer.
     stream.resume();
     if (err === rewriter.failure || (gone && err === gone) || context.signal.aborted || context.arriving.aborted) {
-      throw err;
+      // The relay builds no message, so an `ESTREAM` is always the client's DATA breaking off.
+      const clientLeft = err instanceof EmlApiError && err.code === 'ESTREAM';
+      return { ok: false, stage: clientLeft ? 'client' : 'relay', error: err };
     }
-    throw storingFailed(err);
+    return { ok: false, stage: 'relay', error: storingFailed(err) };
   } finally {
     stream.off('close', onClose);
   }
@@ -131,22 +140,26 @@ export async function receiveMessage(
   });
   const messageId = plan!.messageId ?? identity.addedMessageId!;
   let failure: unknown;
+  let stage: 'relay' | 'destination' = 'relay';
   try {
     if (plan!.messageId === undefined) {
       const first = spooled;
       spooled = await respool(first, messageId, context);
       await first.body.dispose();
     }
-    const receipt = await context.destination
-      .deliver({ spooled, idempotencyKey: identity.idempotencyKey, messageId, envelope }, sender, context.signal)
-      .catch((err: unknown) => {
-        if (typeof err === 'object' && err !== null) atDestination.add(err);
-        throw err;
-      });
-    return { id: receipt.id, messageId, size: spooled.size, addedBcc: addedBcc.length, identity };
+    stage = 'destination';
+    const receipt = await context.destination.deliver(
+      { spooled, idempotencyKey: identity.idempotencyKey, messageId, envelope },
+      sender,
+      context.signal,
+    );
+    return {
+      ok: true,
+      message: { id: receipt.id, messageId, size: spooled.size, addedBcc: addedBcc.length, identity },
+    };
   } catch (err) {
     failure = err;
-    throw err;
+    return { ok: false, stage, error: err };
   } finally {
     context.identities.settle(identity, failure);
     await spooled.body.dispose();
@@ -201,21 +214,4 @@ function clientGone(): EmlApiError {
   return new EmlApiError('ESTREAM', 'The SMTP client disconnected before the end of its message (DATA)', {
     permanent: false,
   });
-}
-
-/** Failures of a destination's `deliver`, which the destination answers (see `MessageDestination.reply`). */
-const atDestination = new WeakSet<object>();
-
-/** Whether {@link receiveMessage} failed in its destination's `deliver` (the message had been received and checked). */
-export function failedAtDestination(err: unknown): boolean {
-  return typeof err === 'object' && err !== null && atDestination.has(err);
-}
-
-/**
- * Whether {@link receiveMessage} failed because the client disconnected before the end of DATA
- * (nobody to answer): its only `ESTREAM`, since a spool that fails is `ESPOOL` and the relay
- * builds no message (the other source of `ESTREAM`).
- */
-export function isClientGone(err: unknown): err is EmlApiError {
-  return err instanceof EmlApiError && err.code === 'ESTREAM';
 }

@@ -16,7 +16,7 @@ import {
 } from './message-destination.js';
 import { keepRcptSpelling, mailFromSpelling, mailParameterRefusal, rcptParameterRefusal } from './envelope-commands.js';
 import { MessageIdentities } from './message-identities.js';
-import { failedAtDestination, isClientGone, receiveMessage } from './receive-message.js';
+import { receiveMessage, type ReceiveOutcome } from './receive-message.js';
 import type { RelaySettings } from './relay-options.js';
 import { redact } from '../http/request-error.js';
 import { SignalFanout } from '../http/requester.js';
@@ -400,8 +400,42 @@ export function relaySessionHandlers(relay: RelayState): SessionHandlers {
         senders: sendersOf(session),
         login,
       };
+      const refused = ({ stage, error: err }: Extract<ReceiveOutcome, { ok: false }>) => {
+        const senderRefused = senderRefusalOf(err);
+        if (senderRefused) refuseSender(senderRefused, session);
+        if (stage === 'client') {
+          logger.warn(where, 'Message abandoned: the client disconnected before the end of DATA');
+          return callback(replyError({ code: 451, text: `4.4.2 ${(err as Error).message}` }));
+        }
+        const handedOn = stage === 'destination';
+        const reply: SmtpReply = stream.sizeExceeded
+          ? { code: 552, text: `5.3.4 The message is larger than ${settings.maxMessageSize} bytes` }
+          : handedOn
+            ? relay.destination.reply(err, sender.owner)
+            : relayFailureReply(err);
+        const internal = isInternalError(err) && !stream.sizeExceeded;
+        // What only the operator can fix (its key, base URL, disk, outbox, a fault in the relay) is an error.
+        const operators =
+          internal ||
+          (err instanceof EmlApiError && err.code === 'ESPOOL') ||
+          (sender.owner === 'relay' && reply.text.startsWith('4.7.1')) ||
+          reply.text.startsWith('4.3.5') ||
+          (handedOn && storing && reply.code === 451 && !reply.text.startsWith('4.3.2'));
+        const log = operators ? logger.error : logger.warn;
+        log(
+          {
+            ...where,
+            reply: `${reply.code} ${reply.text}`,
+            ...(handedOn || internal || operators ? { err: errorDetail(err) } : {}),
+          },
+          internal ? 'Message refused: error inside the relay' : 'Message refused',
+        );
+        callback(replyError(reply));
+      };
       const work = withMessageLogFields(where, () => receiveMessage(stream, session, sender, context)).then(
-        (received) => {
+        (outcome) => {
+          if (!outcome.ok) return refused(outcome);
+          const received = outcome.message;
           if (stateOf(session).closed) {
             // The client will send it again: it must keep this identity (as after a 451), or a message
             // without Message-ID and Date would be delivered twice.
@@ -422,38 +456,7 @@ export function relaySessionHandlers(relay: RelayState): SessionHandlers {
           );
           callback(null, reply.text);
         },
-        (err: unknown) => {
-          const refused = senderRefusalOf(err);
-          if (refused) refuseSender(refused, session);
-          if (isClientGone(err)) {
-            logger.warn(where, 'Message abandoned: the client disconnected before the end of DATA');
-            return callback(replyError({ code: 451, text: `4.4.2 ${err.message}` }));
-          }
-          const handedOn = failedAtDestination(err);
-          const reply: SmtpReply = stream.sizeExceeded
-            ? { code: 552, text: `5.3.4 The message is larger than ${settings.maxMessageSize} bytes` }
-            : handedOn
-              ? relay.destination.reply(err, sender.owner)
-              : relayFailureReply(err);
-          const internal = isInternalError(err) && !stream.sizeExceeded;
-          // What only the operator can fix (its key, base URL, disk, outbox, a fault in the relay) is an error.
-          const operators =
-            internal ||
-            (err instanceof EmlApiError && err.code === 'ESPOOL') ||
-            (sender.owner === 'relay' && reply.text.startsWith('4.7.1')) ||
-            reply.text.startsWith('4.3.5') ||
-            (handedOn && storing && reply.code === 451 && !reply.text.startsWith('4.3.2'));
-          const log = operators ? logger.error : logger.warn;
-          log(
-            {
-              ...where,
-              reply: `${reply.code} ${reply.text}`,
-              ...(handedOn || internal || operators ? { err: errorDetail(err) } : {}),
-            },
-            internal ? 'Message refused: error inside the relay' : 'Message refused',
-          );
-          callback(replyError(reply));
-        },
+        (error: unknown) => refused({ ok: false, stage: 'relay', error }),
       );
       relay.track(
         work.finally(() => {
