@@ -43,6 +43,8 @@ const exclude = ['**/node_modules/**', 'test/frameworks/**', 'test/package/**', 
 export default defineConfig({
   test: {
     testTimeout: 30_000,
+    // Child processes run the repository's TypeScript compiled once per run (test/helpers/compiled.ts).
+    globalSetup: ['test/global-setup.ts'],
     hookTimeout: 60_000,
     // Each file starts its own servers on port 0, so files run side by side. Most of a file's time is
     // spent waiting (on Redis, sockets, child processes, lock expiries), so more files than cores run

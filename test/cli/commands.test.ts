@@ -8,6 +8,7 @@ import { renderProgressBar } from '../../src/cli/commands/group-command.js';
 import { runCli } from '../../src/cli/run-cli.js';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
+import { nodeArgs } from '../helpers/compiled.js';
 
 /**
  * The `eml-api` CLI run in-process through runCli() with captured streams,
@@ -359,7 +360,7 @@ describe('configuration, errors and exit codes', () => {
   });
 
   it('runs as a process through its entry point', { timeout: 90_000 }, () => {
-    const child = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'group', '--help'], {
+    const child = spawnSync(process.execPath, nodeArgs(['--import', 'tsx', 'src/cli/main.ts', 'group', '--help']), {
       cwd: ROOT,
       encoding: 'utf8',
       env: { ...process.env, EML_API_URL: '', EML_API_KEY: '' },
@@ -368,7 +369,7 @@ describe('configuration, errors and exit codes', () => {
     expect(child.status).toBe(0);
     expect(child.stdout).toContain('Usage: eml-api group <subcommand>');
 
-    const usage = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'launch'], {
+    const usage = spawnSync(process.execPath, nodeArgs(['--import', 'tsx', 'src/cli/main.ts', 'launch']), {
       cwd: ROOT,
       encoding: 'utf8',
       timeout: 40_000,

@@ -11,6 +11,7 @@ import {
 } from '../../src/queue/index.js';
 import { eventually } from './async.js';
 import type { OutboxJobRecord } from '../../src/queue/outbox-job.js';
+import { compiledPath, nodeArgs } from './compiled.js';
 
 /**
  * Helpers of the outbox tests (test/queue/): worker processes, reading the
@@ -48,8 +49,8 @@ export async function startWorkerProcess(
   { script = WORKER_PROCESS, clockSkewMs }: { script?: string; clockSkewMs?: number } = {},
 ): Promise<WorkerProcess> {
   const skewed = clockSkewMs === undefined ? [] : ['--import', SKEWED_CLOCK];
-  const child = fork(script, [JSON.stringify(options)], {
-    execArgv: ['--import', 'tsx', ...skewed],
+  const child = fork(compiledPath(script), [JSON.stringify(options)], {
+    execArgv: nodeArgs(['--import', 'tsx', ...skewed]),
     env: { ...process.env, ...(clockSkewMs === undefined ? {} : { CLOCK_SKEW_MS: String(clockSkewMs) }) },
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });

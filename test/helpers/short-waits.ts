@@ -12,10 +12,10 @@ export const SHORT_WAITS = { handBack: 1_000, quit: 500, settingsCheck: 60_000 }
 
 /**
  * Uses {@link SHORT_WAITS} in this test file (restored after it: test files may share a process), and
- * gives the Node arguments that preload them into a process the file starts with `--import tsx`.
+ * gives the Node arguments that preload them into a process the file starts (see test/helpers/compiled.ts).
  * @example
  * const shortWaits = useShortWaits();
- * spawn(process.execPath, ['--import', 'tsx', ...shortWaits.nodeArgs, 'src/cli/main.ts', 'worker']);
+ * spawn(process.execPath, nodeArgs(['--import', 'tsx', ...shortWaits.nodeArgs, 'src/cli/main.ts', 'worker']));
  */
 export function useShortWaits(): { nodeArgs: readonly string[] } {
   const saved = { ...outboxWaits };

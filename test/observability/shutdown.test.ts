@@ -7,6 +7,7 @@ import { EmlApiQueueTransport } from '../../src/queue/index.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { promtoolMissing, promtoolProblems, sample } from '../helpers/telemetry.js';
+import { nodeArgs } from '../helpers/compiled.js';
 
 /**
  * `eml-api relay` and `eml-api worker` as real child processes, stopped with
@@ -54,7 +55,7 @@ interface Command {
 }
 
 function run(args: string[]): Command {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', ...args], {
+  const child = spawn(process.execPath, nodeArgs(['--import', 'tsx', 'src/cli/main.ts', ...args]), {
     cwd: ROOT,
     env: { ...process.env, REDIS_URL: redis.url, EML_API_URL: emu.url, EML_API_KEY: emu.apiKey },
     stdio: ['ignore', 'pipe', 'pipe'],

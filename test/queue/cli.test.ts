@@ -9,6 +9,7 @@ import { EmlApiQueueTransport } from '../../src/queue/index.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { nodeArgs } from '../helpers/compiled.js';
 
 /** `eml-api worker` and `eml-api queue`: in-process through runCli(), and the real command with SIGTERM. */
 
@@ -70,7 +71,7 @@ describe('eml-api worker', () => {
   it('finishes the send in flight on SIGTERM, then exits 0 (the real command)', async () => {
     emu.setFaults({ latencyMs: 1500 });
     await send('slow@example.test');
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/main.ts', 'worker'], {
+    const child = spawn(process.execPath, nodeArgs(['--import', 'tsx', 'src/cli/main.ts', 'worker']), {
       cwd: ROOT,
       env: { ...process.env, ...env },
       stdio: ['ignore', 'pipe', 'pipe'],

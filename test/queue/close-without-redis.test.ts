@@ -12,6 +12,7 @@ import { eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 // The bounds on waiting for a Redis that does not answer, shortened here and in the worker processes.
 import { useShortWaits } from '../helpers/short-waits.js';
+import { nodeArgs } from '../helpers/compiled.js';
 
 /**
  * close() of the producer and of workers, and stopping `eml-api worker`,
@@ -87,11 +88,15 @@ describe('close() when Redis does not answer', () => {
     await transport.close();
     // The key check gets a 400 (the key may send), the queued send is held.
     service.script([{ status: 400, body: { error: { code: 'invalid_request', message: 'no mail' } } }], 'hold');
-    const child = spawn(process.execPath, ['--import', 'tsx', ...shortWaits.nodeArgs, 'src/cli/main.ts', 'worker'], {
-      cwd: ROOT,
-      env: { ...process.env, REDIS_URL: redis.url, EML_API_URL: service.url, EML_API_KEY: 'k_0123456789abcdef' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      process.execPath,
+      nodeArgs(['--import', 'tsx', ...shortWaits.nodeArgs, 'src/cli/main.ts', 'worker']),
+      {
+        cwd: ROOT,
+        env: { ...process.env, REDIS_URL: redis.url, EML_API_URL: service.url, EML_API_KEY: 'k_0123456789abcdef' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     let output = '';
     child.stdout.on('data', (d: Buffer) => (output += d.toString()));
     child.stderr.on('data', (d: Buffer) => (output += d.toString()));
@@ -151,11 +156,15 @@ describe('close() when Redis is down', () => {
   });
 
   it('eml-api worker stops on SIGTERM', async () => {
-    const child = spawn(process.execPath, ['--import', 'tsx', ...shortWaits.nodeArgs, 'src/cli/main.ts', 'worker'], {
-      cwd: ROOT,
-      env: { ...process.env, REDIS_URL: NOWHERE, EML_API_URL: emu.url, EML_API_KEY: emu.apiKey },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      process.execPath,
+      nodeArgs(['--import', 'tsx', ...shortWaits.nodeArgs, 'src/cli/main.ts', 'worker']),
+      {
+        cwd: ROOT,
+        env: { ...process.env, REDIS_URL: NOWHERE, EML_API_URL: emu.url, EML_API_KEY: emu.apiKey },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     let output = '';
     child.stdout.on('data', (d: Buffer) => (output += d.toString()));
     child.stderr.on('data', (d: Buffer) => (output += d.toString()));

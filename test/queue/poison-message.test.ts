@@ -9,6 +9,7 @@ import { SoloGate } from '../../src/queue/solo-gate.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { recordQueue } from '../../src/queue/outbox-job.js';
+import { compiledPath, nodeArgs } from '../helpers/compiled.js';
 
 /**
  * A message that crashes every worker that sends it is parked after
@@ -74,8 +75,8 @@ describe('a message that crashes every worker sending it', () => {
     let current: ReturnType<typeof fork> | undefined;
     const supervisor = (async () => {
       while (!stop) {
-        current = fork(POISON_WORKER, [JSON.stringify(options)], {
-          execArgv: ['--import', 'tsx'],
+        current = fork(compiledPath(POISON_WORKER), [JSON.stringify(options)], {
+          execArgv: nodeArgs(['--import', 'tsx']),
           env: { ...process.env, POISON_KEY: 'poison' },
           stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
         });

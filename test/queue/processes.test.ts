@@ -13,6 +13,7 @@ import { EmlApiQueueTransport } from '../../src/queue/index.js';
 import { eventually } from '../helpers/outbox.js';
 import { childPids } from '../helpers/processes.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { nodeArgs } from '../helpers/compiled.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 let redis: RedisServer;
@@ -27,7 +28,18 @@ beforeAll(async () => {
   transport = new EmlApiQueueTransport({ connection: redis.url });
   worker = spawn(
     process.execPath,
-    ['--import', 'tsx', 'src/cli/main.ts', 'worker', '--processes', '2', '--concurrency', '1', '--http-port', '0'],
+    nodeArgs([
+      '--import',
+      'tsx',
+      'src/cli/main.ts',
+      'worker',
+      '--processes',
+      '2',
+      '--concurrency',
+      '1',
+      '--http-port',
+      '0',
+    ]),
     {
       cwd: ROOT,
       env: { ...process.env, REDIS_URL: redis.url, EML_API_URL: emu.url, EML_API_KEY: emu.apiKey },
@@ -51,7 +63,7 @@ afterAll(async () => {
 });
 
 function workerPids(): number[] {
-  return childPids(worker.pid!, 'src/cli/main.ts');
+  return childPids(worker.pid!, 'src/cli/main.');
 }
 
 const send = (to: string) =>

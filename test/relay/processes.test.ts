@@ -19,6 +19,7 @@ import { eventually } from '../helpers/async.js';
 import { childPids, holderOf as holdingPid } from '../helpers/processes.js';
 import { promtoolMissing, promtoolProblems } from '../helpers/telemetry.js';
 import { SmtpDialog, TEST_CERT, TEST_KEY } from './relay-harness.js';
+import { nodeArgs } from '../helpers/compiled.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const KEY = 'relay-key-0000000000000000';
@@ -93,7 +94,7 @@ beforeAll(async () => {
   writeFileSync(users, `app:${await hashRelayPassword('right-password')}\n`);
   relay = spawn(
     process.execPath,
-    [
+    nodeArgs([
       '--import',
       'tsx',
       'src/cli/main.ts',
@@ -123,7 +124,7 @@ beforeAll(async () => {
       '0',
       '--grace',
       '20',
-    ],
+    ]),
     { cwd: ROOT, env: { ...process.env, EML_API_KEY: KEY }, stdio: ['ignore', 'pipe', 'pipe'] },
   );
   relay.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
@@ -145,7 +146,7 @@ afterAll(async () => {
 
 /** The relay's processes (the primary's children running the CLI; tsx has an esbuild child too). */
 function workerPids(): number[] {
-  return childPids(relay.pid!, 'src/cli/main.ts');
+  return childPids(relay.pid!, 'src/cli/main.');
 }
 
 /** The pid of the process that holds the relay's side of a client's connection. */
@@ -326,7 +327,7 @@ describe('eml-api relay --processes 2 that cannot start', () => {
     try {
       const child = spawn(
         process.execPath,
-        [
+        nodeArgs([
           '--import',
           'tsx',
           'src/cli/main.ts',
@@ -337,7 +338,7 @@ describe('eml-api relay --processes 2 that cannot start', () => {
           String(busy),
           '--url',
           service.url,
-        ],
+        ]),
         { cwd: ROOT, env: { ...process.env, EML_API_KEY: KEY }, stdio: ['ignore', 'pipe', 'pipe'] },
       );
       let said = '';

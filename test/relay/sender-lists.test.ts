@@ -25,6 +25,7 @@ import { thrownBy, eventually } from '../helpers/async.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
 import { capturingLogger } from '../helpers/logger.js';
 import { SmtpDialog } from './relay-harness.js';
+import { nodeArgs } from '../helpers/compiled.js';
 
 let emu: Emulator;
 let relay: EmlApiRelay;
@@ -599,14 +600,14 @@ describe('without mailparser', () => {
   it('an encoded word in a charset the relay cannot read as mailparser does is refused (553), never passed', async () => {
     const { stdout } = await promisify(execFile)(
       process.execPath,
-      [
+      nodeArgs([
         '--import',
         fileURLToPath(new URL('./fixtures/hide-mailparser.mjs', import.meta.url)),
         '--import',
         'tsx',
         fileURLToPath(new URL('./fixtures/senders-without-mailparser.ts', import.meta.url)),
         JSON.stringify([...UNREAD, ...READ]),
-      ],
+      ]),
       { timeout: 60_000 },
     );
     const replies = JSON.parse(stdout.trim().split('\n').pop()!) as string[];
@@ -619,14 +620,14 @@ describe('without mailparser', () => {
   it('a display name a mail program shows as another address is still found: quoted pairs, adjacent encoded words, comments, UTF-7 and UTF-32', async () => {
     const { stdout } = await promisify(execFile)(
       process.execPath,
-      [
+      nodeArgs([
         '--import',
         fileURLToPath(new URL('./fixtures/hide-mailparser.mjs', import.meta.url)),
         '--import',
         'tsx',
         fileURLToPath(new URL('./fixtures/senders-without-mailparser.ts', import.meta.url)),
         JSON.stringify([...FOREIGN, ...OWN]),
-      ],
+      ]),
       { timeout: 60_000 },
     );
     const replies = JSON.parse(stdout.trim().split('\n').pop()!) as string[];

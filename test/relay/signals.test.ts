@@ -18,6 +18,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { eventually } from '../helpers/async.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { SmtpDialog } from './relay-harness.js';
+import { nodeArgs } from '../helpers/compiled.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const FIXTURE = fileURLToPath(new URL('./fixtures/relay-until-sigterm.ts', import.meta.url));
@@ -44,7 +45,7 @@ afterEach(async () => {
 
 /** Starts a relay process; resolves with its port once it listens, and its exit (code, signal). */
 async function startProcess(args: string[], env: Record<string, string>, listening: RegExp) {
-  const child = spawn(process.execPath, ['--import', 'tsx', ...args], {
+  const child = spawn(process.execPath, nodeArgs(['--import', 'tsx', ...args]), {
     cwd: ROOT,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -10,6 +10,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseEml } from '../../src/emulator/operations/send-operations.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { nodeArgs } from '../helpers/compiled.js';
 
 const run = promisify(execFile);
 const FIXTURE = fileURLToPath(new URL('./fixtures/from-without-mailparser.ts', import.meta.url));
@@ -46,7 +47,15 @@ describe('without mailparser', () => {
     expect(await Promise.all(UNREADABLE_HERE.map(emulatorFinds))).toEqual(UNREADABLE_HERE.map(() => false));
     const { stdout } = await run(
       process.execPath,
-      ['--import', HIDE, '--import', 'tsx', FIXTURE, redis.url, JSON.stringify([...READABLE, ...UNREADABLE_HERE])],
+      nodeArgs([
+        '--import',
+        HIDE,
+        '--import',
+        'tsx',
+        FIXTURE,
+        redis.url,
+        JSON.stringify([...READABLE, ...UNREADABLE_HERE]),
+      ]),
       { timeout: 60_000 },
     );
     const { stored, direct } = JSON.parse(stdout.trim().split('\n').pop()!) as { stored: string[]; direct: string[] };

@@ -3,11 +3,16 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { redisServerMissing, startRedisServer } from '../helpers/redis-server.js';
+import { nodeArgs } from '../helpers/compiled.js';
 
 const run = promisify(execFile);
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const tsx = (args: string[], env: Record<string, string> = {}) =>
-  run(process.execPath, ['--import', 'tsx', ...args], { cwd: ROOT, timeout: 60_000, env: { ...process.env, ...env } });
+  run(process.execPath, nodeArgs(['--import', 'tsx', ...args]), {
+    cwd: ROOT,
+    timeout: 60_000,
+    env: { ...process.env, ...env },
+  });
 
 describe('the examples run as documented', () => {
   it('node:test example passes under node --test', async () => {

@@ -8,6 +8,7 @@ import nodemailer from 'nodemailer';
 import { afterEach, describe, expect, it } from 'vitest';
 import { EmlApiTransport } from '../../src/index.js';
 import { eventually } from '../helpers/async.js';
+import { nodeArgs } from '../helpers/compiled.js';
 
 const FIXTURE = fileURLToPath(new URL('./fixtures/spool-and-wait.ts', import.meta.url));
 const dirs: string[] = [];
@@ -24,7 +25,7 @@ afterEach(() => {
 
 /** Runs the fixture until its spool file exists, then sends it `signal` and waits for it to end. */
 async function killWhileSpooling(dir: string, signal: NodeJS.Signals, mode = ''): Promise<number | null> {
-  const child = spawn(process.execPath, ['--import', 'tsx', FIXTURE, dir, mode], {
+  const child = spawn(process.execPath, nodeArgs(['--import', 'tsx', FIXTURE, dir, mode]), {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   let out = '';
