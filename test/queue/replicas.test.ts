@@ -72,6 +72,10 @@ describe('replicas: { count: 1 }', () => {
     expect(err.message).toContain('0 of the 1 replica(s) asked for (replicas.count) confirmed it within 300 ms');
     // On the master all the same.
     expect(await master.client.exists('bull:eml-api:order-2')).toBe(1);
+    // The resumed replica catches up first: on a loaded machine the next WAIT could outlast its 300 ms.
+    await eventually(async () => (await replica.client.exists('bull:eml-api:order-2')) === 1, {
+      what: 'the replica to catch up',
+    });
     const again = await transporter.sendMail(order(2));
     expect(again).toMatchObject({ duplicate: true, queueId: 'order-2' });
     expect(await transport.queue.getJobCounts('prioritized')).toEqual({ prioritized: 2 });
