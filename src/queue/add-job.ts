@@ -1,19 +1,18 @@
 import type { JobsOptions, Queue } from 'bullmq';
-import type { ChainableCommander } from 'ioredis';
 import type { OutboxJobRecord, OutboxSendResult } from './outbox-job.js';
 import type { OutboxRedisClient } from './redis-connection.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { CONTENT_CHUNK } from './content-store.js';
 import { RECORD_OVERHEAD } from './content-cipher.js';
-import { guardAddScripts, queueAdd, queueClient } from './bullmq-internals.js';
+import { addCommand, queueClient, runGuardedAdd } from './bullmq-internals.js';
 import { QUEUED_AT } from './job-record.js';
 import { KEY_REUSED } from './failure-policy.js';
 import { queueKey, resolveQueueLocation } from './queue-location.js';
 
 /*
- * A job is added in one round trip: BullMQ's add script, then, on the same pipeline and
- * connection, a script that reads what the job id holds and how much of its content is stored (and
- * with `replicas`, a `WAIT`). The adds of one turn of the event loop share that pipeline.
+ * A job is added with one command: a script that runs BullMQ's add script, guarded, then reads what the
+ * job id holds and how much of its content is stored (with `replicas`, a `WAIT` follows; the adds of one
+ * turn of the event loop share it).
  */
 
 /** What Redis held for the job id right after the add, and of the content. */
@@ -53,6 +52,8 @@ local at = redis.call('HGET', KEYS[1], '${QUEUED_AT}')
 return { data or '', failed or '', finished or '', stored, at or '' }
 `;
 
+const ADDED_READ = { lua: ADDED, keys: 3, args: 1 };
+
 const CONTENT_NOT_WHOLE = -1000;
 
 /**
@@ -75,21 +76,13 @@ do
 end
 `;
 
-type AddedCommands = {
-  emlApiAdded(jobKey: string, failedKey: string, contentKey: string, jobId: string): ChainableCommander;
-};
-
-const defined = new WeakSet<OutboxRedisClient>();
-
 /**
- * Adds the job (BullMQ ignores an existing id) and reads what the id holds then, in the same round
- * trip; with `replicas`, also waits for them to confirm every write so far on the connection.
- * @param redis the client the queue was made with
+ * Adds the job (BullMQ ignores an existing id) and reads what the id holds then, in the same step;
+ * with `replicas`, also waits for them to confirm every write so far on the connection.
  * @throws the add's own failure (Redis's reply error when it never ran); BullMQ's refusal of the job
  */
 export async function addJob(
   queue: Queue<OutboxJobRecord, OutboxSendResult>,
-  redis: OutboxRedisClient,
   job: {
     name: string;
     data: OutboxJobRecord;
@@ -98,38 +91,24 @@ export async function addJob(
     replicas?: { count: number; timeoutMs: number } | undefined;
   },
 ): Promise<AddedJob> {
-  if (!defined.has(redis)) {
-    redis.defineCommand('emlApiAdded', { numberOfKeys: 3, lua: ADDED });
-    defined.add(redis);
-  }
-  const client = (await queueClient(queue)) as unknown as PipelineClient;
-  guardAddScripts(redis, ADD_GUARD);
-  // Nothing awaits before the last command, so the add stays together on the turn's pipeline (one per
-  // queue: on a cluster another queue may live elsewhere).
+  const client = await queueClient(queue);
   const location = resolveQueueLocation(queue.name, queue.opts.prefix);
-  const batch = openBatch(client, queueKey(location, ''));
-  const { pipeline } = batch;
-  const added = pipeline.length;
-  try {
-    queueAdd(queue, pipeline, job);
-  } catch (err) {
-    // Nothing of this pipeline is sent: the adds queued on it before fail too.
-    batch.refuse(err as Error);
-    throw err;
-  }
   const { jobId } = job.opts;
   const jobKey = queueKey(location, jobId);
-  pipeline.emlApiAdded(jobKey, queueKey(location, 'failed'), job.contentKey, jobId);
-  const results = await batch.results;
-  const [addError, addResult] = results[added] ?? [new Error('the add was not run')];
-  if (addError) throw addError;
+  const failedKey = queueKey(location, 'failed');
+  const [addResult, read] = (await runGuardedAdd(
+    client,
+    addCommand(queue, job),
+    ADD_GUARD,
+    ADDED_READ,
+    [jobKey, failedKey, job.contentKey],
+    [jobId],
+  )) as [unknown, [string, string, string, number, string]];
   const refused = addResult === CONTENT_NOT_WHOLE;
   if (typeof addResult === 'number' && addResult < 0 && !refused) {
     throw new Error(`BullMQ refused the job (code ${addResult})`);
   }
-  const [readError, read] = results[added + 1]!;
-  if (readError) return { kind: 'unconfirmed', error: readError };
-  const [data, failedAt, finishedOn, storedLength, queuedAt] = read as [string, string, string, number, string];
+  const [data, failedAt, finishedOn, storedLength, queuedAt] = read;
   const state = {
     data: data === '' ? null : data,
     failedAt: failedAt === '' ? null : failedAt,
@@ -139,83 +118,42 @@ export async function addJob(
     queuedAt: queuedAt === '' ? null : queuedAt,
   };
   if (!job.replicas) return { kind: 'added', state };
-  // WAIT after the pipeline: ioredis resends a script Redis lacked (NOSCRIPT, after a failover) after
-  // the pipeline, and a WAIT before that would not cover it.
   try {
-    const check = { jobKey, jobId, failedKey: queueKey(location, 'failed'), queuedAt: state.queuedAt };
-    return { kind: 'added', state, replicas: await batch.confirmations(job.replicas, check) };
+    const check = { jobKey, jobId, failedKey, queuedAt: state.queuedAt };
+    return { kind: 'added', state, replicas: await confirmations(client, job.replicas, check) };
   } catch (error) {
     return { kind: 'unconfirmed', error };
   }
 }
 
-type PipelineClient = { pipeline(): ChainableCommander & AddedCommands };
+/** The jobs waiting for a `WAIT`, by client, then replicas setting. */
+const pendingWaits = new WeakMap<object, Map<string, { jobs: ReplicaCheck[]; held: Promise<Map<string, number>> }>>();
 
-/** The adds of one turn of the event loop to one queue on one client. */
-interface AddBatch {
-  readonly pipeline: ChainableCommander & AddedCommands;
-  readonly results: Promise<[Error | null, unknown][]>;
-  /** Its pipeline is never sent, and every add on it fails with `err`. */
-  refuse(err: Error): void;
-  /** One `WAIT` per setting for the jobs of the batch. */
-  confirmations(replicas: { count: number; timeoutMs: number }, job: ReplicaCheck): Promise<number>;
-}
-
-/** By client, then queue key prefix. */
-const openBatches = new WeakMap<object, Map<string, AddBatch>>();
-
-/** Sent after the turn's I/O callbacks: messages that arrive together cost one write and one copy of the scripts. */
-function openBatch(client: PipelineClient, queueKey: string): AddBatch {
-  let open = openBatches.get(client);
-  if (!open) openBatches.set(client, (open = new Map()));
-  const batches = open;
-  const existing = batches.get(queueKey);
-  if (existing) return existing;
-  const pipeline = client.pipeline();
-  let refused: Error | undefined;
-  let settle!: (run: Promise<[Error | null, unknown][]>) => void;
-  const results = new Promise<[Error | null, unknown][]>((resolve) => (settle = resolve));
-  results.catch(() => undefined);
-  const close = () => {
-    if (batches.get(queueKey) === batch) batches.delete(queueKey);
-  };
-  const waits = new Map<string, { jobs: ReplicaCheck[]; held: Promise<Map<string, number>> }>();
-  const batch: AddBatch = {
-    pipeline,
-    results,
-    refuse(err) {
-      refused ??= err;
-      close();
-    },
-    async confirmations(replicas, job) {
-      const key = `${replicas.count}/${replicas.timeoutMs}`;
-      let wait = waits.get(key);
-      if (!wait) {
-        const jobs: ReplicaCheck[] = [];
-        // Sent once every add of the batch has joined.
-        const held = new Promise<void>((resolve) => setImmediate(resolve)).then(() => {
-          if (waits.get(key) === wait) waits.delete(key);
-          return replicasHolding(client as unknown as OutboxRedisClient, replicas, jobs);
-        });
-        wait = { jobs, held };
-        waits.set(key, wait);
-      }
-      wait.jobs.push(job);
-      const confirmed = (await wait.held).get(job.jobKey);
-      if (confirmed === undefined) throw notHeld();
-      return confirmed;
-    },
-  };
-  batches.set(queueKey, batch);
-  setImmediate(() => {
-    close();
-    settle(
-      refused
-        ? Promise.reject(refused)
-        : (pipeline.exec() as Promise<[Error | null, unknown][] | null>).then((r) => r ?? []),
-    );
-  });
-  return batch;
+/** One `WAIT` per client and setting for the jobs added in one turn of the event loop. */
+async function confirmations(
+  client: OutboxRedisClient,
+  replicas: { count: number; timeoutMs: number },
+  job: ReplicaCheck,
+): Promise<number> {
+  let waits = pendingWaits.get(client);
+  if (!waits) pendingWaits.set(client, (waits = new Map()));
+  const key = `${replicas.count}/${replicas.timeoutMs}/${job.failedKey}`;
+  let wait = waits.get(key);
+  if (!wait) {
+    const jobs: ReplicaCheck[] = [];
+    const open = waits;
+    // Sent once every add of the turn has been answered.
+    const held = new Promise<void>((resolve) => setImmediate(resolve)).then(() => {
+      if (open.get(key) === wait) open.delete(key);
+      return replicasHolding(client, replicas, jobs);
+    });
+    wait = { jobs, held };
+    waits.set(key, wait);
+  }
+  wait.jobs.push(job);
+  const confirmed = (await wait.held).get(job.jobKey);
+  if (confirmed === undefined) throw notHeld();
+  return confirmed;
 }
 
 /**

@@ -371,7 +371,7 @@ export class OutboxProducer {
           contentKey,
           replicas: this.#settings.replicas,
         };
-        const added = await withDeadline(addJob(recordQueue(this.queue), redis, job), left());
+        const added = await withDeadline(addJob(recordQueue(this.queue), job), left());
         if (added.kind === 'unconfirmed') {
           unconfirmed = added;
           break;

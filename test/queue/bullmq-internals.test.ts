@@ -6,8 +6,8 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
   ADD_SCRIPT,
   BULLMQ_KEY_NAMES,
-  guardAddScripts,
-  queueAdd,
+  addCommand,
+  runGuardedAdd,
   queueClient,
 } from '../../src/queue/bullmq-internals.js';
 import { PAUSE_MARK } from '../../src/queue/outbox-admin.js';
@@ -40,12 +40,11 @@ beforeEach(async () => {
   await redis.client.flushall();
 });
 
-/** A queue on a connection of its own, with its add scripts guarded by `guard` when given. */
-async function openQueue(guard?: string): Promise<{ queue: Queue; client: Redis; close(): Promise<void> }> {
+/** A queue on a connection of its own. */
+async function openQueue(): Promise<{ queue: Queue; client: Redis; close(): Promise<void> }> {
   const connection = new Redis(redis.url, { maxRetriesPerRequest: null });
   const queue = new Queue(location.queueName, { connection, prefix: location.prefix });
   const client = (await queueClient(queue)) as Redis;
-  if (guard !== undefined) guardAddScripts(connection, guard);
   return {
     queue,
     client,
@@ -84,22 +83,33 @@ describe(`BullMQ ${version}, as the outbox uses it`, () => {
     }
   });
 
-  it('adds a job with one command on a pipeline, its data as JSON in ARGV[2] of the guarded script', async () => {
-    // The guard records what it is given, and refuses the job named "refused" as the outbox's guard refuses one.
+  it('adds a job with one add script, its data as JSON in ARGV[2], run guarded inside a function', async () => {
+    // The guard records what it is given, and refuses the job named "refused" as the outbox's guard refuses one;
+    // the read after the add answers its own keys and arguments, and what the add left.
     const probe = `
 redis.call('RPUSH', '${location.prefix}:probe', ARGV[2])
 if string.find(ARGV[2], '"refused"', 1, true) then return -1000 end
 `;
-    const { queue, client, close } = await openQueue(probe);
+    const read = { lua: `return { KEYS[1], ARGV[1], redis.call('EXISTS', KEYS[2]) }`, keys: 2, args: 1 };
+    const { queue, client, close } = await openQueue();
     try {
-      const forms = [{}, { priority: 3 }, { delay: 60_000 }];
-      const pipeline = client.pipeline();
-      forms.forEach((opts, i) =>
-        queueAdd(queue, pipeline, { name: 'eml', data: { n: i }, opts: { ...opts, jobId: `j${i}` } }),
-      );
-      queueAdd(queue, pipeline, { name: 'eml', data: { refused: true }, opts: { jobId: 'refused' } });
-      const answers = (await pipeline.exec())!.map(([err, answer]) => err ?? answer);
-      expect(answers, changed('what its add script answers (the job id)')).toEqual(['j0', 'j1', 'j2', -1000]);
+      const forms = [{}, { priority: 3 }, { delay: 60_000 }, {}];
+      const answers = [];
+      for (const [i, opts] of forms.entries()) {
+        const jobId = i === 3 ? 'refused' : `j${i}`;
+        const data = i === 3 ? { refused: true } : { n: i };
+        const command = addCommand(queue, { name: 'eml', data, opts: { ...opts, jobId } });
+        expect(command.script, changed('the name of its add scripts')).toMatch(ADD_SCRIPT);
+        answers.push(
+          await runGuardedAdd(client, command, probe, read, [`probe:${i}`, queueKey(location, jobId)], [`arg${i}`]),
+        );
+      }
+      expect(answers, changed('what its add script answers (the job id), or its Lua as a function body')).toEqual([
+        ['j0', ['probe:0', 'arg0', 1]],
+        ['j1', ['probe:1', 'arg1', 1]],
+        ['j2', ['probe:2', 'arg2', 1]],
+        [-1000, ['probe:3', 'arg3', 0]],
+      ]);
       const seen = (await redis.client.lrange(`${location.prefix}:probe`, 0, -1)).map((d) => JSON.parse(d) as object);
       expect(seen, changed("where its add scripts take the job's data (ARGV[2])")).toEqual([
         { n: 0 },
@@ -114,6 +124,9 @@ if string.find(ARGV[2], '"refused"', 1, true) then return -1000 end
         wait: 1,
         prioritized: 1,
         delayed: 1,
+      });
+      expect((await queue.getJob('j1'))?.opts, changed("how a job's options are stored")).toMatchObject({
+        priority: 3,
       });
     } finally {
       await close();
@@ -168,7 +181,8 @@ if string.find(ARGV[2], '"refused"', 1, true) then return -1000 end
   it('fails loudly, naming its version, when it defines no add script the outbox knows', () => {
     const bare = new Redis(redis.url, { lazyConnect: true });
     try {
-      expect(() => guardAddScripts(bare, 'return 1')).toThrow(
+      const command = { script: 'addStandardJob', args: [] };
+      expect(() => runGuardedAdd(bare, command, 'return 1', { lua: '', keys: 0, args: 0 }, [], [])).toThrow(
         new RegExp(`^BullMQ ${version.replace(/\./g, '\\.')} defines no add script`),
       );
     } finally {
