@@ -19,6 +19,8 @@ import { queueKey, resolveQueueLocation } from './queue-location.js';
 export interface AddedState {
   /** `null` when no job has the id (removed meanwhile). */
   data: string | null;
+  /** The job's data is what this add wrote (the job is this send's). */
+  ours: boolean;
   /** The job's score in the failed set, or `null`. */
   failedAt: string | null;
   finishedOn: string | null;
@@ -35,8 +37,9 @@ export type AddedJob =
   { kind: 'added'; state: AddedState; replicas?: number } | { kind: 'unconfirmed'; error: unknown };
 
 /**
- * KEYS: job hash, failed set, content key. ARGV: job id. A job without {@link QUEUED_AT} gets
- * Redis's time; a full Redis refuses that write, not the read.
+ * KEYS: job hash, failed set, content key. ARGV: job id. DATA: the job's data as this add sent it, answered 1 when the
+ * job holds it (not sent back). A job without {@link QUEUED_AT} gets Redis's time; a full Redis refuses that write,
+ * not the read.
  */
 const ADDED = `
 local data = redis.call('HGET', KEYS[1], 'data')
@@ -49,7 +52,7 @@ local finished = redis.call('HGET', KEYS[1], 'finishedOn')
 local stored = -1
 if redis.call('TYPE', KEYS[3]).ok == 'string' then stored = redis.call('STRLEN', KEYS[3]) end
 local at = redis.call('HGET', KEYS[1], '${QUEUED_AT}')
-return { data or '', failed or '', finished or '', stored, at or '' }
+return { (data == DATA and 1) or data or '', failed or '', finished or '', stored, at or '' }
 `;
 
 const ADDED_READ = { lua: ADDED, keys: 3, args: 1 };
@@ -86,6 +89,8 @@ export async function addJob(
   job: {
     name: string;
     data: OutboxJobRecord;
+    /** `data` as JSON, when made already. */
+    json?: string;
     opts: JobsOptions & { jobId: string };
     contentKey: string;
     replicas?: { count: number; timeoutMs: number } | undefined;
@@ -96,21 +101,23 @@ export async function addJob(
   const { jobId } = job.opts;
   const jobKey = queueKey(location, jobId);
   const failedKey = queueKey(location, 'failed');
-  const [addResult, read] = (await runGuardedAdd(
+  const sent = runGuardedAdd(
     client,
-    addCommand(queue, job),
+    addCommand(queue, job, job.json),
     ADD_GUARD,
     ADDED_READ,
     [jobKey, failedKey, job.contentKey],
     [jobId],
-  )) as [unknown, [string, string, string, number, string]];
+  );
+  const [addResult, read] = (await sent.answer) as [unknown, [string | 1, string, string, number, string]];
   const refused = addResult === CONTENT_NOT_WHOLE;
   if (typeof addResult === 'number' && addResult < 0 && !refused) {
     throw new Error(`BullMQ refused the job (code ${addResult})`);
   }
   const [data, failedAt, finishedOn, storedLength, queuedAt] = read;
   const state = {
-    data: data === '' ? null : data,
+    data: data === 1 ? sent.data : data === '' ? null : data,
+    ours: data === 1,
     failedAt: failedAt === '' ? null : failedAt,
     finishedOn: finishedOn === '' ? null : finishedOn,
     storedLength: Number(storedLength),
@@ -310,6 +317,7 @@ export async function settleDuplicate(
   now = Date.now(),
 ): Promise<DuplicateSettlement> {
   const { data: raw, failedAt, finishedOn: finished } = added;
+  if (added.ours) return { kind: 'new' };
   // Refused for want of this content: no job points at it but one an earlier run of this add made.
   if (added.refused && (raw === null || (JSON.parse(raw) as OutboxJobRecord).contentKey !== ours.contentKey)) {
     return { kind: 'lost' };

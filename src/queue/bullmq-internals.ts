@@ -44,6 +44,8 @@ export async function queueClient(queue: object): Promise<OutboxRedisClient> {
 export interface AddCommand {
   script: string;
   args: unknown[];
+  /** The job's data as JSON, for ARGV[2], when given instead of BullMQ's own (which is then `{}`). */
+  data?: string;
 }
 
 /**
@@ -54,9 +56,12 @@ export interface AddCommand {
 export function addCommand(
   queue: Queue,
   job: { name: string; data: unknown; opts: JobsOptions & { jobId: string } },
+  json?: string,
 ): AddCommand {
   const { Job } = loadBullmq();
-  const bullJob = new Job(queue, job.name, job.data, job.opts, job.opts.jobId);
+  // BullMQ's JSON.stringify is slow on long strings (inline content); it checks the data's size only with `sizeLimit`.
+  const data = json !== undefined && job.opts.sizeLimit === undefined ? json : undefined;
+  const bullJob = new Job(queue, job.name, data === undefined ? job.data : {}, job.opts, job.opts.jobId);
   const seen: AddCommand[] = [];
   // BullMQ 6 calls `runCommand(name, args)` on the client it is given, BullMQ 5 `client[name](args)`.
   const record = (script: string, args: unknown) => {
@@ -79,15 +84,15 @@ export function addCommand(
   if (seen.length !== 1 || !ADD_SCRIPT.test(command!.script)) {
     throw changed(`asked for ${seen.map((c) => c.script).join(', ') || 'no command'} to add a job, not one add script`);
   }
-  return command!;
+  return data === undefined ? command! : { ...command!, data };
 }
 
 const combined = new WeakMap<object, Map<string, { name: string; keys: number }>>();
 
 /**
- * Runs `guard`, then BullMQ's add `command`, then `read` (given `readKeys` and `readArgs`), in one step, as a
- * script defined on `redis` once; answers `[add's answer, read's answer]`. `guard` reads the job's data from
- * ARGV[2] and may `return` a negative code to refuse the add.
+ * Runs `guard`, then BullMQ's add `command`, then `read` (given `readKeys`, `readArgs` and the job's data as sent),
+ * in one step, as a script defined on `redis` once; answers `[add's answer, read's answer]` and the data sent.
+ * `guard` reads the job's data from ARGV[2] and may `return` a negative code to refuse the add.
  * @throws {Error} naming the BullMQ version when `redis` has no such script
  */
 export function runGuardedAdd(
@@ -97,11 +102,18 @@ export function runGuardedAdd(
   read: { lua: string; keys: number; args: number },
   readKeys: readonly string[],
   readArgs: readonly string[],
-): Promise<[unknown, unknown]> {
+): { answer: Promise<[unknown, unknown]>; data: string } {
   const { name, keys } = defineGuardedAdd(redis, command.script, guard, read);
   const run = (redis as unknown as Record<string, (...args: unknown[]) => Promise<[unknown, unknown]>>)[name]!;
-  const { args } = command;
-  return run.call(redis, ...args.slice(0, keys), ...readKeys, ...args.slice(keys), ...readArgs);
+  const args = [...command.args];
+  if (command.data !== undefined) {
+    if (args[keys + 1] !== '{}') throw changed("took a job's data elsewhere than ARGV[2] of its add script");
+    args[keys + 1] = command.data;
+  }
+  const data = args[keys + 1];
+  if (typeof data !== 'string') throw changed("took a job's data elsewhere than ARGV[2] of its add script");
+  const answer = run.call(redis, ...args.slice(0, keys), ...readKeys, ...args.slice(keys), ...readArgs);
+  return { answer, data };
 }
 
 /** The guarded add's name on `redis` and the keys of BullMQ's script, defined once per client. */
@@ -124,7 +136,7 @@ function defineGuardedAdd(
 ${guard}
 ${add.lua}
 end
-local function read(KEYS, ARGV)
+local function read(KEYS, ARGV, DATA)
 ${read.lua}
 end
 local addKeys, addArgs, readKeys, readArgs = {}, {}, {}, {}
@@ -135,7 +147,7 @@ for i = 1, #ARGV do
   if i <= #ARGV - ${read.args} then addArgs[i] = ARGV[i] else readArgs[#readArgs + 1] = ARGV[i] end
 end
 local added = bullmqAdd(addKeys, addArgs)
-return { added, read(readKeys, readArgs) }
+return { added, read(readKeys, readArgs, addArgs[2]) }
 `;
   const name = `emlApiGuarded:${script}`;
   redis.defineCommand(name, { numberOfKeys: add.numberOfKeys + read.keys, lua });

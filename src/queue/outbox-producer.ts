@@ -357,6 +357,7 @@ export class OutboxProducer {
     }
     // None when the job carries the content inline.
     const storedSize = inline ? undefined : this.#content.storedSize(data);
+    const json = inline ? inlineJson(data) : undefined;
     let settled: DuplicateSettlement = { kind: 'gone' };
     let state: AddedState | undefined;
     let replicas: number | undefined;
@@ -367,6 +368,7 @@ export class OutboxProducer {
         const job = {
           name: message.kind,
           data,
+          json,
           opts: { ...this.#settings.jobOptions, jobId },
           contentKey,
           replicas: this.#settings.replicas,
@@ -632,6 +634,12 @@ function checkMessage(message: OutboxMessage): CheckedMessage {
     kind,
     group: message.group,
   };
+}
+
+/** `JSON.stringify(data)`, but the Base64 content (never escaped) is not scanned for characters to escape. */
+function inlineJson(data: OutboxJobRecord): string {
+  const { inline, ...rest } = data;
+  return inline === undefined ? JSON.stringify(data) : `${JSON.stringify(rest).slice(0, -1)},"inline":"${inline}"}`;
 }
 
 function mib(n: number): string {

@@ -90,25 +90,34 @@ describe(`BullMQ ${version}, as the outbox uses it`, () => {
 redis.call('RPUSH', '${location.prefix}:probe', ARGV[2])
 if string.find(ARGV[2], '"refused"', 1, true) then return -1000 end
 `;
-    const read = { lua: `return { KEYS[1], ARGV[1], redis.call('EXISTS', KEYS[2]) }`, keys: 2, args: 1 };
+    const read = { lua: `return { KEYS[1], ARGV[1], redis.call('EXISTS', KEYS[2]), DATA }`, keys: 2, args: 1 };
     const { queue, client, close } = await openQueue();
     try {
-      const forms = [{}, { priority: 3 }, { delay: 60_000 }, {}];
+      // The last is given as JSON, made by the caller.
+      const forms = [{}, { priority: 3 }, { delay: 60_000 }, {}, {}];
       const answers = [];
       for (const [i, opts] of forms.entries()) {
         const jobId = i === 3 ? 'refused' : `j${i}`;
         const data = i === 3 ? { refused: true } : { n: i };
-        const command = addCommand(queue, { name: 'eml', data, opts: { ...opts, jobId } });
+        const json = i === 4 ? '{"given":4}' : undefined;
+        const command = addCommand(queue, { name: 'eml', data, opts: { ...opts, jobId } }, json);
         expect(command.script, changed('the name of its add scripts')).toMatch(ADD_SCRIPT);
-        answers.push(
-          await runGuardedAdd(client, command, probe, read, [`probe:${i}`, queueKey(location, jobId)], [`arg${i}`]),
+        const { answer } = runGuardedAdd(
+          client,
+          command,
+          probe,
+          read,
+          [`probe:${i}`, queueKey(location, jobId)],
+          [`arg${i}`],
         );
+        answers.push(await answer);
       }
       expect(answers, changed('what its add script answers (the job id), or its Lua as a function body')).toEqual([
-        ['j0', ['probe:0', 'arg0', 1]],
-        ['j1', ['probe:1', 'arg1', 1]],
-        ['j2', ['probe:2', 'arg2', 1]],
-        [-1000, ['probe:3', 'arg3', 0]],
+        ['j0', ['probe:0', 'arg0', 1, '{"n":0}']],
+        ['j1', ['probe:1', 'arg1', 1, '{"n":1}']],
+        ['j2', ['probe:2', 'arg2', 1, '{"n":2}']],
+        [-1000, ['probe:3', 'arg3', 0, '{"refused":true}']],
+        ['j4', ['probe:4', 'arg4', 1, '{"given":4}']],
       ]);
       const seen = (await redis.client.lrange(`${location.prefix}:probe`, 0, -1)).map((d) => JSON.parse(d) as object);
       expect(seen, changed("where its add scripts take the job's data (ARGV[2])")).toEqual([
@@ -116,12 +125,14 @@ if string.find(ARGV[2], '"refused"', 1, true) then return -1000 end
         { n: 1 },
         { n: 2 },
         { refused: true },
+        { given: 4 },
       ]);
       expect(await queue.getJob('refused'), changed('whether a negative answer of the guard stops the add')).toBe(
         undefined,
       );
+      expect((await queue.getJob('j4'))?.data).toEqual({ given: 4 });
       expect(await queue.getJobCounts('wait', 'prioritized', 'delayed')).toEqual({
-        wait: 1,
+        wait: 2,
         prioritized: 1,
         delayed: 1,
       });
