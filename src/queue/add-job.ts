@@ -24,7 +24,7 @@ export interface AddedState {
   /** The job's score in the failed set, or `null`. */
   failedAt: string | null;
   finishedOn: string | null;
-  /** -1 when not there (inline content has none). */
+  /** -1 when not there, and for inline content (which has none). */
   storedLength: number;
   /** The add was refused because its content was not whole ({@link ADD_GUARD}). */
   refused: boolean;
@@ -37,25 +37,25 @@ export type AddedJob =
   { kind: 'added'; state: AddedState; replicas?: number } | { kind: 'unconfirmed'; error: unknown };
 
 /**
- * KEYS: job hash, failed set, content key. ARGV: job id. DATA: the job's data as this add sent it, answered 1 when the
- * job holds it (not sent back). A job without {@link QUEUED_AT} gets Redis's time; a full Redis refuses that write,
- * not the read.
+ * KEYS: job hash, failed set, content key. ARGV: job id, '1' to read the content's length (else -1). DATA: the job's
+ * data as this add sent it, answered 1 when the job holds it (not sent back). A job without {@link QUEUED_AT} gets
+ * Redis's time; a full Redis refuses that write, not the read.
  */
 const ADDED = `
-local data = redis.call('HGET', KEYS[1], 'data')
-if data then
+local job = redis.call('HMGET', KEYS[1], 'data', 'finishedOn', '${QUEUED_AT}')
+local data, finished, at = job[1], job[2], job[3]
+if data and not at then
   local now = redis.call('TIME')
-  redis.pcall('HSETNX', KEYS[1], '${QUEUED_AT}', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
+  local stamp = string.format('%d', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
+  if redis.pcall('HSETNX', KEYS[1], '${QUEUED_AT}', stamp) == 1 then at = stamp end
 end
 local failed = redis.call('ZSCORE', KEYS[2], ARGV[1])
-local finished = redis.call('HGET', KEYS[1], 'finishedOn')
 local stored = -1
-if redis.call('TYPE', KEYS[3]).ok == 'string' then stored = redis.call('STRLEN', KEYS[3]) end
-local at = redis.call('HGET', KEYS[1], '${QUEUED_AT}')
+if ARGV[2] == '1' and redis.call('TYPE', KEYS[3]).ok == 'string' then stored = redis.call('STRLEN', KEYS[3]) end
 return { (data == DATA and 1) or data or '', failed or '', finished or '', stored, at or '' }
 `;
 
-const ADDED_READ = { lua: ADDED, keys: 3, args: 1 };
+const ADDED_READ = { lua: ADDED, keys: 3, args: 2 };
 
 const CONTENT_NOT_WHOLE = -1000;
 
@@ -107,7 +107,7 @@ export async function addJob(
     ADD_GUARD,
     ADDED_READ,
     [jobKey, failedKey, job.contentKey],
-    [jobId],
+    [jobId, job.data.inline === undefined ? '1' : ''],
   );
   const [addResult, read] = (await sent.answer) as [unknown, [string | 1, string, string, number, string]];
   const refused = addResult === CONTENT_NOT_WHOLE;
