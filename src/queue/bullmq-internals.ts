@@ -156,6 +156,84 @@ return { added, read(readKeys, readArgs, addArgs[2]) }
   return defined;
 }
 
+/** BullMQ 5 and 6 name it with their version after a colon. */
+export const FINISH_SCRIPT = /^moveToFinished(:|$)/;
+
+/** In its keys, where BullMQ's script that finishes a job has the job's hash (its KEYS[12]). */
+const FINISHED_JOB_KEY = 11;
+
+/** What runs before BullMQ's finish of one job: its keys and ARGV, and what to do with its answer. */
+export interface BeforeFinish {
+  keys: readonly string[];
+  args: readonly string[];
+  answered(answer: unknown): void;
+  failed(err: unknown): void;
+}
+
+const finishing = new WeakMap<object, (jobKey: string) => BeforeFinish | undefined>();
+
+/**
+ * Makes BullMQ's finish of a job (to completed or failed, taking the next) on `redis` run `lua` first, in the same
+ * step, when `take(job hash)` gives it keys and ARGV for that job; BullMQ's own script otherwise. `lua` takes
+ * `keys` keys and `args` arguments. Once per client; later calls change nothing.
+ * @returns false when BullMQ defines no such script on `redis` (yet): nothing was changed
+ */
+export function runBeforeFinish(
+  redis: OutboxRedisClient,
+  lua: { lua: string; keys: number; args: number },
+  take: (jobKey: string) => BeforeFinish | undefined,
+): boolean {
+  if (finishing.has(redis)) return true;
+  const scripts = (redis as unknown as { scriptsSet?: Record<string, { lua: string; numberOfKeys: number | null }> })
+    .scriptsSet;
+  const [name, finish] = Object.entries(scripts ?? {}).find(([n]) => FINISH_SCRIPT.test(n)) ?? [];
+  if (name === undefined || typeof finish?.numberOfKeys !== 'number') return false;
+  const keys = finish.numberOfKeys;
+  const combined = `emlApiBefore:${name}`;
+  redis.defineCommand(combined, {
+    numberOfKeys: keys + lua.keys,
+    lua: `local function before(KEYS, ARGV)
+${lua.lua}
+end
+local function bullmqFinish(KEYS, ARGV)
+${finish.lua}
+end
+local finishKeys, finishArgs, ownKeys, ownArgs = {}, {}, {}, {}
+for i = 1, #KEYS do
+  if i <= ${keys} then finishKeys[i] = KEYS[i] else ownKeys[#ownKeys + 1] = KEYS[i] end
+end
+for i = 1, #ARGV do
+  if i <= #ARGV - ${lua.args} then finishArgs[i] = ARGV[i] else ownArgs[#ownArgs + 1] = ARGV[i] end
+end
+local done = before(ownKeys, ownArgs)
+return { done, bullmqFinish(finishKeys, finishArgs) }
+`,
+  });
+  const client = redis as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;
+  const original = client[name]!;
+  const run = client[combined]!;
+  client[name] = function (this: unknown, ...input: unknown[]) {
+    // BullMQ 6 passes its keys and ARGV as one array.
+    const args = input.length === 1 && Array.isArray(input[0]) ? (input[0] as unknown[]) : input;
+    const jobKey = args[FINISHED_JOB_KEY];
+    const before = typeof jobKey === 'string' ? take(jobKey) : undefined;
+    if (!before) return original.apply(this, input);
+    const answer = run.call(redis, ...args.slice(0, keys), ...before.keys, ...args.slice(keys), ...before.args);
+    return (answer as Promise<[unknown, unknown]>).then(
+      ([done, finished]) => {
+        before.answered(done);
+        return finished;
+      },
+      (err: unknown) => {
+        before.failed(err);
+        throw err;
+      },
+    );
+  };
+  finishing.set(redis, take);
+  return true;
+}
+
 function changed(what: string): Error {
   return new Error(
     `BullMQ ${requireQueuePeers().bullmq} ${what}, which the outbox relies on: install a BullMQ release this version of nodemailer-eml-api supports`,

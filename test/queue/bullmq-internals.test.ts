@@ -7,6 +7,7 @@ import {
   ADD_SCRIPT,
   BULLMQ_KEY_NAMES,
   addCommand,
+  runBeforeFinish,
   runGuardedAdd,
   queueClient,
 } from '../../src/queue/bullmq-internals.js';
@@ -144,6 +145,61 @@ if string.find(ARGV[2], '"refused"', 1, true) then return -1000 end
     }
   });
 
+  it("finishes a job with one script on the worker's connection, its hash in KEYS[12], run after the outbox's", async () => {
+    const { queue, close } = await openQueue();
+    const connection = new Redis(redis.url, { maxRetriesPerRequest: null });
+    // The outbox's step reads the job as BullMQ left it before its finish, and answers through `answered`.
+    const before = {
+      lua: `redis.call('RPUSH', KEYS[1], ARGV[1], redis.call('HGET', KEYS[2], 'finishedOn') or 'active') return 7`,
+      keys: 2,
+      args: 1,
+    };
+    const answers: unknown[] = [];
+    const asked: string[] = [];
+    const probe = `${location.prefix}:finish-probe`;
+    const worker = new Worker(location.queueName, async (job: Job) => `done ${job.id}`, {
+      connection,
+      prefix: location.prefix,
+      autorun: false,
+    });
+    try {
+      await worker.waitUntilReady();
+      const installed = runBeforeFinish(connection, before, (jobKey) => {
+        asked.push(jobKey);
+        return jobKey.endsWith(':plain')
+          ? undefined
+          : { keys: [probe, jobKey], args: ['seen'], answered: (a) => answers.push(a), failed: () => undefined };
+      });
+      expect(installed, changed('the name of its script that finishes a job (moveToFinished)')).toBe(true);
+      await queue.add('eml', {}, { jobId: 'finished' });
+      await queue.add('eml', {}, { jobId: 'plain' });
+      const completed = new Promise<void>((resolve) => {
+        let n = 0;
+        worker.on('completed', () => ++n === 2 && resolve());
+      });
+      void worker.run();
+      await completed;
+      expect(asked, changed("where its finish script takes the job's hash (KEYS[12])")).toEqual([
+        queueKey(location, 'finished'),
+        queueKey(location, 'plain'),
+      ]);
+      expect(await redis.client.lrange(probe, 0, -1), changed('its finish script, run as a function body')).toEqual([
+        'seen',
+        'active',
+      ]);
+      expect(answers).toEqual([7]);
+      for (const id of ['finished', 'plain']) {
+        const job = await queue.getJob(id);
+        expect(await job?.getState()).toBe('completed');
+        expect(job?.returnvalue).toBe(`done ${id}`);
+      }
+    } finally {
+      await worker.close();
+      connection.disconnect();
+      await close();
+    }
+  });
+
   it("keeps a job's data, run times and worker lock where the outbox's scripts read them", async () => {
     const { queue, close } = await openQueue();
     const connection = new Redis(redis.url, { maxRetriesPerRequest: null });
@@ -192,6 +248,7 @@ if string.find(ARGV[2], '"refused"', 1, true) then return -1000 end
   it('fails loudly, naming its version, when it defines no add script the outbox knows', () => {
     const bare = new Redis(redis.url, { lazyConnect: true });
     try {
+      expect(runBeforeFinish(bare, { lua: '', keys: 0, args: 0 }, () => undefined)).toBe(false);
       const command = { script: 'addStandardJob', args: [] };
       expect(() => runGuardedAdd(bare, command, 'return 1', { lua: '', keys: 0, args: 0 }, [], [])).toThrow(
         new RegExp(`^BullMQ ${version.replace(/\./g, '\\.')} defines no add script`),
