@@ -277,7 +277,7 @@ export class OutboxProducer {
     }
     // One deadline for every step with Redis.
     const deadline = Date.now() + storeTimeout;
-    await this.#checkSettings(() => this.#watch.confirm(), storeTimeout);
+    if (!this.#watch.confirmed) await this.#checkSettings(() => this.#watch.confirm(), storeTimeout);
     signal.throwIfAborted();
     const info = await this.#store(message, signal, deadline, trace);
     logger.info(
@@ -379,10 +379,9 @@ export class OutboxProducer {
           break;
         }
         ({ state, replicas } = added);
-        settled = await withDeadline(
-          settleDuplicate(recordQueue(this.queue), redis, jobId, data, state, storedSize),
-          left(),
-        );
+        settled = state.ours
+          ? { kind: 'new' }
+          : await withDeadline(settleDuplicate(recordQueue(this.queue), redis, jobId, data, state, storedSize), left());
       }
     } catch (err) {
       throw await this.#addFailure(err, jobId, contentKey, left(), send);
