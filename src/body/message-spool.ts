@@ -17,6 +17,8 @@ export interface SpooledMessage {
   body: UploadBody;
   /** A fresh stream of the message bytes (from memory or the spool file), valid until `body.dispose()`. */
   open(): Readable;
+  /** The message bytes, when held in memory. */
+  bytes?: Buffer;
 }
 
 const FILE_CHUNK = 1024 * 1024;
@@ -271,6 +273,7 @@ function inMemory(eml: Buffer, knownHead?: Buffer, wholeBody?: Buffer): SpooledM
     body:
       wholeBody && eml.length <= LEAN_MESSAGE_BYTES ? bytesBody(wholeBody) : emlBodyFromBuffer(eml, LEAN_MESSAGE_BYTES),
     open: () => Readable.from([eml], { objectMode: false }),
+    bytes: eml,
   };
 }
 

@@ -1,29 +1,30 @@
 import type { JobsOptions, Queue } from 'bullmq';
-import type { ChainableCommander } from 'ioredis';
 import type { OutboxJobRecord, OutboxSendResult } from './outbox-job.js';
 import type { OutboxRedisClient } from './redis-connection.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { CONTENT_CHUNK } from './content-store.js';
 import { RECORD_OVERHEAD } from './content-cipher.js';
-import { guardAddScripts, queueAdd, queueClient } from './bullmq-internals.js';
+import { addCommand, queueClient, runGuardedAdd } from './bullmq-internals.js';
 import { QUEUED_AT } from './job-record.js';
 import { KEY_REUSED } from './failure-policy.js';
 import { queueKey, resolveQueueLocation } from './queue-location.js';
 
 /*
- * A job is added in one round trip: BullMQ's add script, then, on the same pipeline and
- * connection, a script that reads what the job id holds and how much of its content is stored (and
- * with `replicas`, a `WAIT`). The adds of one turn of the event loop share that pipeline.
+ * A job is added with one command: a script that runs BullMQ's add script, guarded, then reads what the
+ * job id holds and how much of its content is stored (with `replicas`, a `WAIT` follows; the adds of one
+ * turn of the event loop share it).
  */
 
 /** What Redis held for the job id right after the add, and of the content. */
 export interface AddedState {
   /** `null` when no job has the id (removed meanwhile). */
   data: string | null;
+  /** The job's data is what this add wrote (the job is this send's). */
+  ours: boolean;
   /** The job's score in the failed set, or `null`. */
   failedAt: string | null;
   finishedOn: string | null;
-  /** -1 when not there (inline content has none). */
+  /** -1 when not there, and for inline content (which has none). */
   storedLength: number;
   /** The add was refused because its content was not whole ({@link ADD_GUARD}). */
   refused: boolean;
@@ -36,22 +37,25 @@ export type AddedJob =
   { kind: 'added'; state: AddedState; replicas?: number } | { kind: 'unconfirmed'; error: unknown };
 
 /**
- * KEYS: job hash, failed set, content key. ARGV: job id. A job without {@link QUEUED_AT} gets
+ * KEYS: job hash, failed set, content key. ARGV: job id, '1' to read the content's length (else -1). DATA: the job's
+ * data as this add sent it, answered 1 when the job holds it (not sent back). A job without {@link QUEUED_AT} gets
  * Redis's time; a full Redis refuses that write, not the read.
  */
 const ADDED = `
-local data = redis.call('HGET', KEYS[1], 'data')
-if data then
+local job = redis.call('HMGET', KEYS[1], 'data', 'finishedOn', '${QUEUED_AT}')
+local data, finished, at = job[1], job[2], job[3]
+if data and not at then
   local now = redis.call('TIME')
-  redis.pcall('HSETNX', KEYS[1], '${QUEUED_AT}', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
+  local stamp = string.format('%d', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
+  if redis.pcall('HSETNX', KEYS[1], '${QUEUED_AT}', stamp) == 1 then at = stamp end
 end
 local failed = redis.call('ZSCORE', KEYS[2], ARGV[1])
-local finished = redis.call('HGET', KEYS[1], 'finishedOn')
 local stored = -1
-if redis.call('TYPE', KEYS[3]).ok == 'string' then stored = redis.call('STRLEN', KEYS[3]) end
-local at = redis.call('HGET', KEYS[1], '${QUEUED_AT}')
-return { data or '', failed or '', finished or '', stored, at or '' }
+if ARGV[2] == '1' and redis.call('TYPE', KEYS[3]).ok == 'string' then stored = redis.call('STRLEN', KEYS[3]) end
+return { (data == DATA and 1) or data or '', failed or '', finished or '', stored, at or '' }
 `;
+
+const ADDED_READ = { lua: ADDED, keys: 3, args: 2 };
 
 const CONTENT_NOT_WHOLE = -1000;
 
@@ -75,63 +79,45 @@ do
 end
 `;
 
-type AddedCommands = {
-  emlApiAdded(jobKey: string, failedKey: string, contentKey: string, jobId: string): ChainableCommander;
-};
-
-const defined = new WeakSet<OutboxRedisClient>();
-
 /**
- * Adds the job (BullMQ ignores an existing id) and reads what the id holds then, in the same round
- * trip; with `replicas`, also waits for them to confirm every write so far on the connection.
- * @param redis the client the queue was made with
+ * Adds the job (BullMQ ignores an existing id) and reads what the id holds then, in the same step;
+ * with `replicas`, also waits for them to confirm every write so far on the connection.
  * @throws the add's own failure (Redis's reply error when it never ran); BullMQ's refusal of the job
  */
 export async function addJob(
   queue: Queue<OutboxJobRecord, OutboxSendResult>,
-  redis: OutboxRedisClient,
   job: {
     name: string;
     data: OutboxJobRecord;
+    /** `data` as JSON, when made already. */
+    json?: string;
     opts: JobsOptions & { jobId: string };
     contentKey: string;
     replicas?: { count: number; timeoutMs: number } | undefined;
   },
 ): Promise<AddedJob> {
-  if (!defined.has(redis)) {
-    redis.defineCommand('emlApiAdded', { numberOfKeys: 3, lua: ADDED });
-    defined.add(redis);
-  }
-  const client = (await queueClient(queue)) as unknown as PipelineClient;
-  guardAddScripts(redis, ADD_GUARD);
-  // Nothing awaits before the last command, so the add stays together on the turn's pipeline (one per
-  // queue: on a cluster another queue may live elsewhere).
+  const client = await queueClient(queue);
   const location = resolveQueueLocation(queue.name, queue.opts.prefix);
-  const batch = openBatch(client, queueKey(location, ''));
-  const { pipeline } = batch;
-  const added = pipeline.length;
-  try {
-    queueAdd(queue, pipeline, job);
-  } catch (err) {
-    // Nothing of this pipeline is sent: the adds queued on it before fail too.
-    batch.refuse(err as Error);
-    throw err;
-  }
   const { jobId } = job.opts;
   const jobKey = queueKey(location, jobId);
-  pipeline.emlApiAdded(jobKey, queueKey(location, 'failed'), job.contentKey, jobId);
-  const results = await batch.results;
-  const [addError, addResult] = results[added] ?? [new Error('the add was not run')];
-  if (addError) throw addError;
+  const failedKey = queueKey(location, 'failed');
+  const sent = runGuardedAdd(
+    client,
+    addCommand(queue, job, job.json),
+    ADD_GUARD,
+    ADDED_READ,
+    [jobKey, failedKey, job.contentKey],
+    [jobId, job.data.inline === undefined ? '1' : ''],
+  );
+  const [addResult, read] = (await sent.answer) as [unknown, [string | 1, string, string, number, string]];
   const refused = addResult === CONTENT_NOT_WHOLE;
   if (typeof addResult === 'number' && addResult < 0 && !refused) {
     throw new Error(`BullMQ refused the job (code ${addResult})`);
   }
-  const [readError, read] = results[added + 1]!;
-  if (readError) return { kind: 'unconfirmed', error: readError };
-  const [data, failedAt, finishedOn, storedLength, queuedAt] = read as [string, string, string, number, string];
+  const [data, failedAt, finishedOn, storedLength, queuedAt] = read;
   const state = {
-    data: data === '' ? null : data,
+    data: data === 1 ? sent.data : data === '' ? null : data,
+    ours: data === 1,
     failedAt: failedAt === '' ? null : failedAt,
     finishedOn: finishedOn === '' ? null : finishedOn,
     storedLength: Number(storedLength),
@@ -139,83 +125,42 @@ export async function addJob(
     queuedAt: queuedAt === '' ? null : queuedAt,
   };
   if (!job.replicas) return { kind: 'added', state };
-  // WAIT after the pipeline: ioredis resends a script Redis lacked (NOSCRIPT, after a failover) after
-  // the pipeline, and a WAIT before that would not cover it.
   try {
-    const check = { jobKey, jobId, failedKey: queueKey(location, 'failed'), queuedAt: state.queuedAt };
-    return { kind: 'added', state, replicas: await batch.confirmations(job.replicas, check) };
+    const check = { jobKey, jobId, failedKey, queuedAt: state.queuedAt };
+    return { kind: 'added', state, replicas: await confirmations(client, job.replicas, check) };
   } catch (error) {
     return { kind: 'unconfirmed', error };
   }
 }
 
-type PipelineClient = { pipeline(): ChainableCommander & AddedCommands };
+/** The jobs waiting for a `WAIT`, by client, then replicas setting. */
+const pendingWaits = new WeakMap<object, Map<string, { jobs: ReplicaCheck[]; held: Promise<Map<string, number>> }>>();
 
-/** The adds of one turn of the event loop to one queue on one client. */
-interface AddBatch {
-  readonly pipeline: ChainableCommander & AddedCommands;
-  readonly results: Promise<[Error | null, unknown][]>;
-  /** Its pipeline is never sent, and every add on it fails with `err`. */
-  refuse(err: Error): void;
-  /** One `WAIT` per setting for the jobs of the batch. */
-  confirmations(replicas: { count: number; timeoutMs: number }, job: ReplicaCheck): Promise<number>;
-}
-
-/** By client, then queue key prefix. */
-const openBatches = new WeakMap<object, Map<string, AddBatch>>();
-
-/** Sent after the turn's I/O callbacks: messages that arrive together cost one write and one copy of the scripts. */
-function openBatch(client: PipelineClient, queueKey: string): AddBatch {
-  let open = openBatches.get(client);
-  if (!open) openBatches.set(client, (open = new Map()));
-  const batches = open;
-  const existing = batches.get(queueKey);
-  if (existing) return existing;
-  const pipeline = client.pipeline();
-  let refused: Error | undefined;
-  let settle!: (run: Promise<[Error | null, unknown][]>) => void;
-  const results = new Promise<[Error | null, unknown][]>((resolve) => (settle = resolve));
-  results.catch(() => undefined);
-  const close = () => {
-    if (batches.get(queueKey) === batch) batches.delete(queueKey);
-  };
-  const waits = new Map<string, { jobs: ReplicaCheck[]; held: Promise<Map<string, number>> }>();
-  const batch: AddBatch = {
-    pipeline,
-    results,
-    refuse(err) {
-      refused ??= err;
-      close();
-    },
-    async confirmations(replicas, job) {
-      const key = `${replicas.count}/${replicas.timeoutMs}`;
-      let wait = waits.get(key);
-      if (!wait) {
-        const jobs: ReplicaCheck[] = [];
-        // Sent once every add of the batch has joined.
-        const held = new Promise<void>((resolve) => setImmediate(resolve)).then(() => {
-          if (waits.get(key) === wait) waits.delete(key);
-          return replicasHolding(client as unknown as OutboxRedisClient, replicas, jobs);
-        });
-        wait = { jobs, held };
-        waits.set(key, wait);
-      }
-      wait.jobs.push(job);
-      const confirmed = (await wait.held).get(job.jobKey);
-      if (confirmed === undefined) throw notHeld();
-      return confirmed;
-    },
-  };
-  batches.set(queueKey, batch);
-  setImmediate(() => {
-    close();
-    settle(
-      refused
-        ? Promise.reject(refused)
-        : (pipeline.exec() as Promise<[Error | null, unknown][] | null>).then((r) => r ?? []),
-    );
-  });
-  return batch;
+/** One `WAIT` per client and setting for the jobs added in one turn of the event loop. */
+async function confirmations(
+  client: OutboxRedisClient,
+  replicas: { count: number; timeoutMs: number },
+  job: ReplicaCheck,
+): Promise<number> {
+  let waits = pendingWaits.get(client);
+  if (!waits) pendingWaits.set(client, (waits = new Map()));
+  const key = `${replicas.count}/${replicas.timeoutMs}/${job.failedKey}`;
+  let wait = waits.get(key);
+  if (!wait) {
+    const jobs: ReplicaCheck[] = [];
+    const open = waits;
+    // Sent once every add of the turn has been answered.
+    const held = new Promise<void>((resolve) => setImmediate(resolve)).then(() => {
+      if (open.get(key) === wait) open.delete(key);
+      return replicasHolding(client, replicas, jobs);
+    });
+    wait = { jobs, held };
+    waits.set(key, wait);
+  }
+  wait.jobs.push(job);
+  const confirmed = (await wait.held).get(job.jobKey);
+  if (confirmed === undefined) throw notHeld();
+  return confirmed;
 }
 
 /**
@@ -372,6 +317,7 @@ export async function settleDuplicate(
   now = Date.now(),
 ): Promise<DuplicateSettlement> {
   const { data: raw, failedAt, finishedOn: finished } = added;
+  if (added.ours) return { kind: 'new' };
   // Refused for want of this content: no job points at it but one an earlier run of this add made.
   if (added.refused && (raw === null || (JSON.parse(raw) as OutboxJobRecord).contentKey !== ours.contentKey)) {
     return { kind: 'lost' };

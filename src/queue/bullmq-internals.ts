@@ -1,12 +1,12 @@
 import type { JobsOptions, Queue } from 'bullmq';
-import type { ChainableCommander } from 'ioredis';
 import { loadBullmq, requireQueuePeers, type OutboxRedisClient } from './redis-connection.js';
 
 /*
  * Every use the outbox makes of BullMQ beyond its documented API; test/queue/bullmq-internals.test.ts
  * fails, naming what changed, on a release that breaks one: its key names, its add scripts (named
- * `addStandardJob`... on the ioredis client, the job's data as JSON in ARGV[2]), and `Job#addJob(client)`
- * queueing exactly one command on a pipeline given as its client (BullMQ's own `addBulk` relies on it).
+ * `addStandardJob`... on the ioredis client, with their keys counted, the job's data as JSON in ARGV[2],
+ * a script that still runs as the body of a Lua function), and `Job#addJob(client)` asking its client
+ * for exactly one add script, synchronously (BullMQ's own `addBulk` relies on it).
  */
 
 /** BullMQ's own keys of a queue (`{prefix}:{queue}:{name}`, its `QueueKeys`). */
@@ -40,43 +40,198 @@ export async function queueClient(queue: object): Promise<OutboxRedisClient> {
   return (await (q.getBackend ? q.getBackend().client : q.client))!;
 }
 
-const guarded = new WeakSet<object>();
-
-/**
- * Puts `lua` before each of BullMQ's add scripts on `redis` (once the queue's client has resolved), in the same step
- * as the add; `lua` reads the job's data from ARGV[2] and may `return` a negative code to refuse the add.
- * @throws {Error} naming the BullMQ version when it defines no add script the outbox knows
- */
-export function guardAddScripts(redis: OutboxRedisClient, lua: string): void {
-  if (guarded.has(redis)) return;
-  const scripts = (redis as unknown as { scriptsSet?: Record<string, { lua: string; numberOfKeys: number | null }> })
-    .scriptsSet;
-  const adds = Object.entries(scripts ?? {}).filter(([name]) => ADD_SCRIPT.test(name));
-  if (adds.length === 0)
-    throw changed('defines no add script named addStandardJob, addPrioritizedJob or addDelayedJob');
-  for (const [name, script] of adds) {
-    if (script.lua.startsWith(lua)) continue;
-    redis.defineCommand(name, { numberOfKeys: script.numberOfKeys ?? undefined, lua: lua + script.lua });
-  }
-  guarded.add(redis);
+/** BullMQ's add of one job: its script's name on the client, and its keys then ARGV. */
+export interface AddCommand {
+  script: string;
+  args: unknown[];
+  /** The job's data as JSON, for ARGV[2], when given instead of BullMQ's own (which is then `{}`). */
+  data?: string;
 }
 
 /**
- * Queues BullMQ's add of a job on `pipeline` as one command, answered with the pipeline: the job id,
- * or a negative code. Nothing awaits, so the caller's commands that follow stay next to it.
- * @throws {Error} naming the BullMQ version when it queued more or less than one command
+ * BullMQ's add of a job as one command, built by `Job#addJob` against a client that only records it: no
+ * pipeline is made and nothing is sent.
+ * @throws {Error} naming the BullMQ version when it asked for more or less than one add script
  */
-export function queueAdd(
+export function addCommand(
   queue: Queue,
-  pipeline: ChainableCommander,
   job: { name: string; data: unknown; opts: JobsOptions & { jobId: string } },
-): void {
+  json?: string,
+): AddCommand {
   const { Job } = loadBullmq();
-  const bullJob = new Job(queue, job.name, job.data, job.opts, job.opts.jobId);
-  const before = pipeline.length;
-  void Promise.resolve(bullJob.addJob(pipeline as never)).catch(() => undefined);
-  if (pipeline.length !== before + 1)
-    throw changed(`queued ${pipeline.length - before} commands to add a job, not one`);
+  // BullMQ's JSON.stringify is slow on long strings (inline content); it checks the data's size only with `sizeLimit`.
+  const data = json !== undefined && job.opts.sizeLimit === undefined ? json : undefined;
+  const bullJob = new Job(queue, job.name, data === undefined ? job.data : {}, job.opts, job.opts.jobId);
+  const seen: AddCommand[] = [];
+  // BullMQ 6 calls `runCommand(name, args)` on the client it is given, BullMQ 5 `client[name](args)`.
+  const record = (script: string, args: unknown) => {
+    seen.push({ script, args: Array.isArray(args) ? args : [args] });
+    return recorder;
+  };
+  const recorder: object = new Proxy(
+    {},
+    {
+      get: (_target, prop) =>
+        prop === 'runCommand'
+          ? record
+          : typeof prop === 'string' && prop !== 'then'
+            ? (args: unknown) => record(prop, args)
+            : undefined,
+    },
+  );
+  void Promise.resolve(bullJob.addJob(recorder as never)).catch(() => undefined);
+  const [command] = seen;
+  if (seen.length !== 1 || !ADD_SCRIPT.test(command!.script)) {
+    throw changed(`asked for ${seen.map((c) => c.script).join(', ') || 'no command'} to add a job, not one add script`);
+  }
+  return data === undefined ? command! : { ...command!, data };
+}
+
+const combined = new WeakMap<object, Map<string, { name: string; keys: number }>>();
+
+/**
+ * Runs `guard`, then BullMQ's add `command`, then `read` (given `readKeys`, `readArgs` and the job's data as sent),
+ * in one step, as a script defined on `redis` once; answers `[add's answer, read's answer]` and the data sent.
+ * `guard` reads the job's data from ARGV[2] and may `return` a negative code to refuse the add.
+ * @throws {Error} naming the BullMQ version when `redis` has no such script
+ */
+export function runGuardedAdd(
+  redis: OutboxRedisClient,
+  command: AddCommand,
+  guard: string,
+  read: { lua: string; keys: number; args: number },
+  readKeys: readonly string[],
+  readArgs: readonly string[],
+): { answer: Promise<[unknown, unknown]>; data: string } {
+  const { name, keys } = defineGuardedAdd(redis, command.script, guard, read);
+  const run = (redis as unknown as Record<string, (...args: unknown[]) => Promise<[unknown, unknown]>>)[name]!;
+  const args = [...command.args];
+  if (command.data !== undefined) {
+    if (args[keys + 1] !== '{}') throw changed("took a job's data elsewhere than ARGV[2] of its add script");
+    args[keys + 1] = command.data;
+  }
+  const data = args[keys + 1];
+  if (typeof data !== 'string') throw changed("took a job's data elsewhere than ARGV[2] of its add script");
+  const answer = run.call(redis, ...args.slice(0, keys), ...readKeys, ...args.slice(keys), ...readArgs);
+  return { answer, data };
+}
+
+/** The guarded add's name on `redis` and the keys of BullMQ's script, defined once per client. */
+function defineGuardedAdd(
+  redis: OutboxRedisClient,
+  script: string,
+  guard: string,
+  read: { lua: string; keys: number; args: number },
+): { name: string; keys: number } {
+  let names = combined.get(redis);
+  if (!names) combined.set(redis, (names = new Map()));
+  const known = names.get(script);
+  if (known) return known;
+  const scripts = (redis as unknown as { scriptsSet?: Record<string, { lua: string; numberOfKeys: number | null }> })
+    .scriptsSet;
+  const add = scripts?.[script];
+  if (!add || typeof add.numberOfKeys !== 'number')
+    throw changed(`defines no add script ${script} with its keys counted`);
+  const lua = `local function bullmqAdd(KEYS, ARGV)
+${guard}
+${add.lua}
+end
+local function read(KEYS, ARGV, DATA)
+${read.lua}
+end
+local addKeys, addArgs, readKeys, readArgs = {}, {}, {}, {}
+for i = 1, #KEYS do
+  if i <= ${add.numberOfKeys} then addKeys[i] = KEYS[i] else readKeys[#readKeys + 1] = KEYS[i] end
+end
+for i = 1, #ARGV do
+  if i <= #ARGV - ${read.args} then addArgs[i] = ARGV[i] else readArgs[#readArgs + 1] = ARGV[i] end
+end
+local added = bullmqAdd(addKeys, addArgs)
+return { added, read(readKeys, readArgs, addArgs[2]) }
+`;
+  const name = `emlApiGuarded:${script}`;
+  redis.defineCommand(name, { numberOfKeys: add.numberOfKeys + read.keys, lua });
+  const defined = { name, keys: add.numberOfKeys };
+  names.set(script, defined);
+  return defined;
+}
+
+/** BullMQ 5 and 6 name it with their version after a colon. */
+export const FINISH_SCRIPT = /^moveToFinished(:|$)/;
+
+/** In its keys, where BullMQ's script that finishes a job has the job's hash (its KEYS[12]). */
+const FINISHED_JOB_KEY = 11;
+
+/** What runs before BullMQ's finish of one job: its keys and ARGV, and what to do with its answer. */
+export interface BeforeFinish {
+  keys: readonly string[];
+  args: readonly string[];
+  answered(answer: unknown): void;
+  failed(err: unknown): void;
+}
+
+const finishing = new WeakMap<object, (jobKey: string) => BeforeFinish | undefined>();
+
+/**
+ * Makes BullMQ's finish of a job (to completed or failed, taking the next) on `redis` run `lua` first, in the same
+ * step, when `take(job hash)` gives it keys and ARGV for that job; BullMQ's own script otherwise. `lua` takes
+ * `keys` keys and `args` arguments. Once per client; later calls change nothing.
+ * @returns false when BullMQ defines no such script on `redis` (yet): nothing was changed
+ */
+export function runBeforeFinish(
+  redis: OutboxRedisClient,
+  lua: { lua: string; keys: number; args: number },
+  take: (jobKey: string) => BeforeFinish | undefined,
+): boolean {
+  if (finishing.has(redis)) return true;
+  const scripts = (redis as unknown as { scriptsSet?: Record<string, { lua: string; numberOfKeys: number | null }> })
+    .scriptsSet;
+  const [name, finish] = Object.entries(scripts ?? {}).find(([n]) => FINISH_SCRIPT.test(n)) ?? [];
+  if (name === undefined || typeof finish?.numberOfKeys !== 'number') return false;
+  const keys = finish.numberOfKeys;
+  const combined = `emlApiBefore:${name}`;
+  redis.defineCommand(combined, {
+    numberOfKeys: keys + lua.keys,
+    lua: `local function before(KEYS, ARGV)
+${lua.lua}
+end
+local function bullmqFinish(KEYS, ARGV)
+${finish.lua}
+end
+local finishKeys, finishArgs, ownKeys, ownArgs = {}, {}, {}, {}
+for i = 1, #KEYS do
+  if i <= ${keys} then finishKeys[i] = KEYS[i] else ownKeys[#ownKeys + 1] = KEYS[i] end
+end
+for i = 1, #ARGV do
+  if i <= #ARGV - ${lua.args} then finishArgs[i] = ARGV[i] else ownArgs[#ownArgs + 1] = ARGV[i] end
+end
+local done = before(ownKeys, ownArgs)
+return { done, bullmqFinish(finishKeys, finishArgs) }
+`,
+  });
+  const client = redis as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;
+  const original = client[name]!;
+  const run = client[combined]!;
+  client[name] = function (this: unknown, ...input: unknown[]) {
+    // BullMQ 6 passes its keys and ARGV as one array.
+    const args = input.length === 1 && Array.isArray(input[0]) ? (input[0] as unknown[]) : input;
+    const jobKey = args[FINISHED_JOB_KEY];
+    const before = typeof jobKey === 'string' ? take(jobKey) : undefined;
+    if (!before) return original.apply(this, input);
+    const answer = run.call(redis, ...args.slice(0, keys), ...before.keys, ...args.slice(keys), ...before.args);
+    return (answer as Promise<[unknown, unknown]>).then(
+      ([done, finished]) => {
+        before.answered(done);
+        return finished;
+      },
+      (err: unknown) => {
+        before.failed(err);
+        throw err;
+      },
+    );
+  };
+  finishing.set(redis, take);
+  return true;
 }
 
 function changed(what: string): Error {

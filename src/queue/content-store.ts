@@ -122,9 +122,12 @@ export class ContentStore {
     source: Readable | Buffer,
     { size }: { size: number },
   ): Promise<WrittenContent & { inline: string }> {
-    const parts: Buffer[] = [];
-    for await (const part of pieces(source)) parts.push(part);
-    const plain = Buffer.concat(parts);
+    let plain = source as Buffer;
+    if (!Buffer.isBuffer(source)) {
+      const parts: Buffer[] = [];
+      for await (const part of pieces(source)) parts.push(part);
+      plain = Buffer.concat(parts);
+    }
     if (plain.length !== size) throw notTheSize(size);
     const keyId = this.#keyring?.keyId;
     const stored = keyId === undefined ? plain : this.#keyring!.seal(plain, recordAad(key, 0, size));

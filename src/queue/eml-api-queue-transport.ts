@@ -279,7 +279,12 @@ async function buildQueuedMessage(
     throw new EmlApiError('EMESSAGE', 'sendMail() got an empty message', { permanent: true });
   }
   return {
-    message: { envelope: built.envelope, messageId: built.messageId, size: spooled.size, content: spooled.open() },
+    message: {
+      envelope: built.envelope,
+      messageId: built.messageId,
+      size: spooled.size,
+      content: spooled.bytes ?? spooled.open(),
+    },
     fromDiffers: built.fromDiffers,
     dispose: () => spooled.body.dispose(),
   };

@@ -3,6 +3,7 @@ import type { OutboxRecordJob, OutboxJobRecord, OutboxSendResult } from './outbo
 import { jobLockKey, outboxKeys, queueKey, type QueueLocation } from './queue-location.js';
 import type { OutboxRedisClient } from './redis-connection.js';
 import { RETRY_PRIORITY } from './retry-schedule.js';
+import { runBeforeFinish, type BeforeFinish } from './bullmq-internals.js';
 
 /** When Redis took the job (Redis's time, ms): BullMQ's `timestamp` is the producer's clock, which may be days off. */
 export const QUEUED_AT = 'emlApiQueuedAt';
@@ -56,6 +57,9 @@ interface RecordCommands {
 }
 
 const defined = new WeakSet<OutboxRedisClient>();
+
+/** Records of sends waiting to run with BullMQ's completion of their job, by client, then job hash. */
+const deferred = new WeakMap<object, Map<string, BeforeFinish>>();
 
 function commands(redis: OutboxRedisClient): OutboxRedisClient & RecordCommands {
   if (!defined.has(redis)) {
@@ -140,26 +144,52 @@ export class JobRecords {
   }
 
   /**
-   * Records the service's acceptance and deletes the content, in one step. Not awaited: BullMQ's
-   * completion follows on the same connection, so Redis runs them in that order.
+   * Records the service's acceptance and deletes the content, in one step. Not awaited: it runs in the same script
+   * as BullMQ's completion of the job, before it; or, should that not come within this turn of the event loop, on
+   * its own, on the same connection before it.
    */
   sent(job: OutboxRecordJob, token: string | undefined, data: OutboxJobRecord, result: OutboxSendResult): void {
     const { inline: _sent, ...kept } = data;
-    this.#redis
-      .emlApiRecordSent(
-        ...this.#keys(job, data),
-        token ?? '',
-        JSON.stringify({ ...kept, sent: result }),
-        String(job.id),
-      )
-      .then(
-        (done) => {
-          if (done !== 1) this.#warnNotOwner(job, 'its record of the send');
-        },
-        (err: unknown) =>
-          // The send stands; a re-run posts again and the service answers from the first send.
-          this.#logger.warn({ job: job.id, error: (err as Error).message }, 'Could not record the send on the job'),
-      );
+    const keys = this.#keys(job, data);
+    const args = [token ?? '', JSON.stringify({ ...kept, sent: result }), String(job.id)] as const;
+    const record: BeforeFinish = {
+      keys,
+      args,
+      answered: (done) => {
+        if (done !== 1) this.#warnNotOwner(job, 'its record of the send');
+      },
+      failed: (err) =>
+        // The send stands; a re-run posts again and the service answers from the first send.
+        this.#logger.warn({ job: job.id, error: (err as Error).message }, 'Could not record the send on the job'),
+    };
+    const waiting = this.#waiting();
+    const [jobKey] = keys;
+    if (waiting && !waiting.has(jobKey)) {
+      waiting.set(jobKey, record);
+      setImmediate(() => {
+        if (waiting.get(jobKey) !== record) return;
+        waiting.delete(jobKey);
+        this.#redis.emlApiRecordSent(...keys, ...args).then(record.answered, record.failed);
+      });
+      return;
+    }
+    this.#redis.emlApiRecordSent(...keys, ...args).then(record.answered, record.failed);
+  }
+
+  /** The records waiting for their job's completion on this client; undefined when BullMQ's cannot carry them. */
+  #waiting(): Map<string, BeforeFinish> | undefined {
+    let waiting = deferred.get(this.#redis);
+    if (waiting) return waiting;
+    waiting = new Map();
+    const taken = waiting;
+    const take = (jobKey: string) => {
+      const record = taken.get(jobKey);
+      taken.delete(jobKey);
+      return record;
+    };
+    if (!runBeforeFinish(this.#redis, { lua: RECORD_SENT, keys: 5, args: 3 }, take)) return undefined;
+    deferred.set(this.#redis, waiting);
+    return waiting;
   }
 
   /** Stamped by its add; else BullMQ's timestamp, no later than `now`. */

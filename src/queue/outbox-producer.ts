@@ -277,7 +277,7 @@ export class OutboxProducer {
     }
     // One deadline for every step with Redis.
     const deadline = Date.now() + storeTimeout;
-    await this.#checkSettings(() => this.#watch.confirm(), storeTimeout);
+    if (!this.#watch.confirmed) await this.#checkSettings(() => this.#watch.confirm(), storeTimeout);
     signal.throwIfAborted();
     const info = await this.#store(message, signal, deadline, trace);
     logger.info(
@@ -357,6 +357,7 @@ export class OutboxProducer {
     }
     // None when the job carries the content inline.
     const storedSize = inline ? undefined : this.#content.storedSize(data);
+    const json = inline ? inlineJson(data) : undefined;
     let settled: DuplicateSettlement = { kind: 'gone' };
     let state: AddedState | undefined;
     let replicas: number | undefined;
@@ -367,20 +368,20 @@ export class OutboxProducer {
         const job = {
           name: message.kind,
           data,
+          json,
           opts: { ...this.#settings.jobOptions, jobId },
           contentKey,
           replicas: this.#settings.replicas,
         };
-        const added = await withDeadline(addJob(recordQueue(this.queue), redis, job), left());
+        const added = await withDeadline(addJob(recordQueue(this.queue), job), left());
         if (added.kind === 'unconfirmed') {
           unconfirmed = added;
           break;
         }
         ({ state, replicas } = added);
-        settled = await withDeadline(
-          settleDuplicate(recordQueue(this.queue), redis, jobId, data, state, storedSize),
-          left(),
-        );
+        settled = state.ours
+          ? { kind: 'new' }
+          : await withDeadline(settleDuplicate(recordQueue(this.queue), redis, jobId, data, state, storedSize), left());
       }
     } catch (err) {
       throw await this.#addFailure(err, jobId, contentKey, left(), send);
@@ -632,6 +633,12 @@ function checkMessage(message: OutboxMessage): CheckedMessage {
     kind,
     group: message.group,
   };
+}
+
+/** `JSON.stringify(data)`, but the Base64 content (never escaped) is not scanned for characters to escape. */
+function inlineJson(data: OutboxJobRecord): string {
+  const { inline, ...rest } = data;
+  return inline === undefined ? JSON.stringify(data) : `${JSON.stringify(rest).slice(0, -1)},"inline":"${inline}"}`;
 }
 
 function mib(n: number): string {

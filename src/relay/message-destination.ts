@@ -119,7 +119,7 @@ export function queueDestination(
       const { spooled } = message;
       const info = await producer.enqueue(
         {
-          content: spooled.open(),
+          content: spooled.bytes ?? spooled.open(),
           size: spooled.size,
           envelope: { from: message.envelope.from || false, to: message.envelope.to },
           messageId: message.messageId,

@@ -27,6 +27,11 @@ export interface RedisHoldProxy {
   holdNext(pattern: RegExp, options?: { from?: 'chunk' | 'match' }): void;
   /** Passes on everything held, in order, and stops holding. */
   release(): void;
+  /**
+   * Runs what is held, still holding it, on a connection of its own straight to Redis: as a command that ran
+   * although its client never had the answer, which the client sends again on release. Resolves with Redis's first answer.
+   */
+  runHeld(): Promise<string>;
   close(): Promise<void>;
 }
 
@@ -77,6 +82,15 @@ export async function startRedisHoldProxy(redisPort: number): Promise<RedisHoldP
       holding.clear();
       for (const { to, chunk } of held.splice(0)) to.write(chunk);
     },
+    runHeld: () =>
+      new Promise<string>((resolve, reject) => {
+        const direct = connect(redisPort, '127.0.0.1', () => direct.write(Buffer.concat(held.map((h) => h.chunk))));
+        direct.once('data', (answer: Buffer) => {
+          direct.destroy();
+          resolve(answer.toString('latin1'));
+        });
+        direct.once('error', reject);
+      }),
     close: () =>
       new Promise<void>((resolve) => {
         for (const s of sockets) s.destroy();

@@ -7,9 +7,9 @@ import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { recordQueue, type OutboxJobRecord } from '../../src/queue/outbox-job.js';
 
 /**
- * The adds of one turn of the event loop share one pipeline (add-job.ts): what the relay's many
- * connections store at once costs one pipeline and one write to Redis. Each add still reads only
- * what its own commands answered, in order. Real redis-server.
+ * Each add is one command, a script that adds and reads (add-job.ts): no ioredis pipeline (each
+ * copies every script BullMQ defines), whatever the relay's many connections store at once. Each
+ * add reads only what its own command answered. Real redis-server.
  */
 
 let redis: RedisServer;
@@ -46,22 +46,25 @@ function stateOf(added: AddedJob) {
 }
 
 describe('addJob', () => {
-  it('sends the adds of one turn of the event loop in one pipeline, each reading its own answers', async () => {
+  it('adds each job with one command and no pipeline, each reading its own answers', async () => {
     const pipelines = vi.spyOn(client as unknown as { pipeline(): unknown }, 'pipeline');
+    const commands = vi.spyOn(client as unknown as { sendCommand(c: { name: string }): unknown }, 'sendCommand');
     const [a, b, again] = await Promise.all([
-      addJob(recordQueue(transport.queue), client, job('batch-a', 'first')),
-      addJob(recordQueue(transport.queue), client, job('batch-b', 'second')),
-      // The same id in the same pipeline: BullMQ keeps the first, and this add reads it (a duplicate).
-      addJob(recordQueue(transport.queue), client, job('batch-a', 'third')),
+      addJob(recordQueue(transport.queue), job('batch-a', 'first')),
+      addJob(recordQueue(transport.queue), job('batch-b', 'second')),
+      // The same id in the same turn: BullMQ keeps the first, and this add reads it (a duplicate).
+      addJob(recordQueue(transport.queue), job('batch-a', 'third')),
     ]);
-    expect(pipelines).toHaveBeenCalledTimes(1);
+    expect(pipelines).not.toHaveBeenCalled();
+    // The script goes whole (EVAL) the first time on a connection, by its hash (EVALSHA) after.
+    expect(commands.mock.calls.map(([c]) => c.name)).toEqual(['eval', 'evalsha', 'evalsha']);
     expect(JSON.parse(stateOf(a).data!)).toMatchObject({ subject: 'first' });
     expect(JSON.parse(stateOf(b).data!)).toMatchObject({ subject: 'second' });
     expect(JSON.parse(stateOf(again).data!)).toMatchObject({ subject: 'first' });
     expect(stateOf(a).storedLength).toBe(-1);
-    // A later turn gets a pipeline of its own.
-    const later = await addJob(recordQueue(transport.queue), client, job('batch-c', 'later'));
-    expect(pipelines).toHaveBeenCalledTimes(2);
+    const later = await addJob(recordQueue(transport.queue), job('batch-c', 'later'));
+    expect(pipelines).not.toHaveBeenCalled();
+    expect(commands).toHaveBeenCalledTimes(4);
     expect(JSON.parse(stateOf(later).data!)).toMatchObject({ subject: 'later' });
     expect((await recordQueue(transport.queue).getJob('batch-a'))?.data).toMatchObject({ subject: 'first' });
   });

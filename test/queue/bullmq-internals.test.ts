@@ -6,8 +6,9 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
   ADD_SCRIPT,
   BULLMQ_KEY_NAMES,
-  guardAddScripts,
-  queueAdd,
+  addCommand,
+  runBeforeFinish,
+  runGuardedAdd,
   queueClient,
 } from '../../src/queue/bullmq-internals.js';
 import { PAUSE_MARK } from '../../src/queue/outbox-admin.js';
@@ -40,12 +41,11 @@ beforeEach(async () => {
   await redis.client.flushall();
 });
 
-/** A queue on a connection of its own, with its add scripts guarded by `guard` when given. */
-async function openQueue(guard?: string): Promise<{ queue: Queue; client: Redis; close(): Promise<void> }> {
+/** A queue on a connection of its own. */
+async function openQueue(): Promise<{ queue: Queue; client: Redis; close(): Promise<void> }> {
   const connection = new Redis(redis.url, { maxRetriesPerRequest: null });
   const queue = new Queue(location.queueName, { connection, prefix: location.prefix });
   const client = (await queueClient(queue)) as Redis;
-  if (guard !== undefined) guardAddScripts(connection, guard);
   return {
     queue,
     client,
@@ -84,38 +84,118 @@ describe(`BullMQ ${version}, as the outbox uses it`, () => {
     }
   });
 
-  it('adds a job with one command on a pipeline, its data as JSON in ARGV[2] of the guarded script', async () => {
-    // The guard records what it is given, and refuses the job named "refused" as the outbox's guard refuses one.
+  it('adds a job with one add script, its data as JSON in ARGV[2], run guarded inside a function', async () => {
+    // The guard records what it is given, and refuses the job named "refused" as the outbox's guard refuses one;
+    // the read after the add answers its own keys and arguments, and what the add left.
     const probe = `
 redis.call('RPUSH', '${location.prefix}:probe', ARGV[2])
 if string.find(ARGV[2], '"refused"', 1, true) then return -1000 end
 `;
-    const { queue, client, close } = await openQueue(probe);
+    const read = { lua: `return { KEYS[1], ARGV[1], redis.call('EXISTS', KEYS[2]), DATA }`, keys: 2, args: 1 };
+    const { queue, client, close } = await openQueue();
     try {
-      const forms = [{}, { priority: 3 }, { delay: 60_000 }];
-      const pipeline = client.pipeline();
-      forms.forEach((opts, i) =>
-        queueAdd(queue, pipeline, { name: 'eml', data: { n: i }, opts: { ...opts, jobId: `j${i}` } }),
-      );
-      queueAdd(queue, pipeline, { name: 'eml', data: { refused: true }, opts: { jobId: 'refused' } });
-      const answers = (await pipeline.exec())!.map(([err, answer]) => err ?? answer);
-      expect(answers, changed('what its add script answers (the job id)')).toEqual(['j0', 'j1', 'j2', -1000]);
+      // The last is given as JSON, made by the caller.
+      const forms = [{}, { priority: 3 }, { delay: 60_000 }, {}, {}];
+      const answers = [];
+      for (const [i, opts] of forms.entries()) {
+        const jobId = i === 3 ? 'refused' : `j${i}`;
+        const data = i === 3 ? { refused: true } : { n: i };
+        const json = i === 4 ? '{"given":4}' : undefined;
+        const command = addCommand(queue, { name: 'eml', data, opts: { ...opts, jobId } }, json);
+        expect(command.script, changed('the name of its add scripts')).toMatch(ADD_SCRIPT);
+        const { answer } = runGuardedAdd(
+          client,
+          command,
+          probe,
+          read,
+          [`probe:${i}`, queueKey(location, jobId)],
+          [`arg${i}`],
+        );
+        answers.push(await answer);
+      }
+      expect(answers, changed('what its add script answers (the job id), or its Lua as a function body')).toEqual([
+        ['j0', ['probe:0', 'arg0', 1, '{"n":0}']],
+        ['j1', ['probe:1', 'arg1', 1, '{"n":1}']],
+        ['j2', ['probe:2', 'arg2', 1, '{"n":2}']],
+        [-1000, ['probe:3', 'arg3', 0, '{"refused":true}']],
+        ['j4', ['probe:4', 'arg4', 1, '{"given":4}']],
+      ]);
       const seen = (await redis.client.lrange(`${location.prefix}:probe`, 0, -1)).map((d) => JSON.parse(d) as object);
       expect(seen, changed("where its add scripts take the job's data (ARGV[2])")).toEqual([
         { n: 0 },
         { n: 1 },
         { n: 2 },
         { refused: true },
+        { given: 4 },
       ]);
       expect(await queue.getJob('refused'), changed('whether a negative answer of the guard stops the add')).toBe(
         undefined,
       );
+      expect((await queue.getJob('j4'))?.data).toEqual({ given: 4 });
       expect(await queue.getJobCounts('wait', 'prioritized', 'delayed')).toEqual({
-        wait: 1,
+        wait: 2,
         prioritized: 1,
         delayed: 1,
       });
+      expect((await queue.getJob('j1'))?.opts, changed("how a job's options are stored")).toMatchObject({
+        priority: 3,
+      });
     } finally {
+      await close();
+    }
+  });
+
+  it("finishes a job with one script on the worker's connection, its hash in KEYS[12], run after the outbox's", async () => {
+    const { queue, close } = await openQueue();
+    const connection = new Redis(redis.url, { maxRetriesPerRequest: null });
+    // The outbox's step reads the job as BullMQ left it before its finish, and answers through `answered`.
+    const before = {
+      lua: `redis.call('RPUSH', KEYS[1], ARGV[1], redis.call('HGET', KEYS[2], 'finishedOn') or 'active') return 7`,
+      keys: 2,
+      args: 1,
+    };
+    const answers: unknown[] = [];
+    const asked: string[] = [];
+    const probe = `${location.prefix}:finish-probe`;
+    const worker = new Worker(location.queueName, async (job: Job) => `done ${job.id}`, {
+      connection,
+      prefix: location.prefix,
+      autorun: false,
+    });
+    try {
+      await worker.waitUntilReady();
+      const installed = runBeforeFinish(connection, before, (jobKey) => {
+        asked.push(jobKey);
+        return jobKey.endsWith(':plain')
+          ? undefined
+          : { keys: [probe, jobKey], args: ['seen'], answered: (a) => answers.push(a), failed: () => undefined };
+      });
+      expect(installed, changed('the name of its script that finishes a job (moveToFinished)')).toBe(true);
+      await queue.add('eml', {}, { jobId: 'finished' });
+      await queue.add('eml', {}, { jobId: 'plain' });
+      const completed = new Promise<void>((resolve) => {
+        let n = 0;
+        worker.on('completed', () => ++n === 2 && resolve());
+      });
+      void worker.run();
+      await completed;
+      expect(asked, changed("where its finish script takes the job's hash (KEYS[12])")).toEqual([
+        queueKey(location, 'finished'),
+        queueKey(location, 'plain'),
+      ]);
+      expect(await redis.client.lrange(probe, 0, -1), changed('its finish script, run as a function body')).toEqual([
+        'seen',
+        'active',
+      ]);
+      expect(answers).toEqual([7]);
+      for (const id of ['finished', 'plain']) {
+        const job = await queue.getJob(id);
+        expect(await job?.getState()).toBe('completed');
+        expect(job?.returnvalue).toBe(`done ${id}`);
+      }
+    } finally {
+      await worker.close();
+      connection.disconnect();
       await close();
     }
   });
@@ -168,7 +248,9 @@ if string.find(ARGV[2], '"refused"', 1, true) then return -1000 end
   it('fails loudly, naming its version, when it defines no add script the outbox knows', () => {
     const bare = new Redis(redis.url, { lazyConnect: true });
     try {
-      expect(() => guardAddScripts(bare, 'return 1')).toThrow(
+      expect(runBeforeFinish(bare, { lua: '', keys: 0, args: 0 }, () => undefined)).toBe(false);
+      const command = { script: 'addStandardJob', args: [] };
+      expect(() => runGuardedAdd(bare, command, 'return 1', { lua: '', keys: 0, args: 0 }, [], [])).toThrow(
         new RegExp(`^BullMQ ${version.replace(/\./g, '\\.')} defines no add script`),
       );
     } finally {
