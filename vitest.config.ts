@@ -48,9 +48,9 @@ export default defineConfig({
     hookTimeout: 60_000,
     // Each file starts its own servers on port 0, so files run side by side. Most of a file's time is
     // spent waiting (on Redis, sockets, child processes, lock expiries), so more files than cores run
-    // at once: vitest's default (cores - 1) ran them one at a time on a 2-core machine.
+    // at once; each worker process loads the package and its dependencies again, so not many more.
     pool: 'forks',
-    maxWorkers: 6,
+    maxWorkers: 4,
     // The JSON report lets CI print a plain "N passed, N failed" summary line.
     reporters: ['default', 'json', new RecordDurations()],
     outputFile: { json: 'test-output/vitest-results.json' },
