@@ -8,7 +8,7 @@ import { ConcurrencyLimiter } from '../http/requester.js';
 import { EmlApiError, errorDetails } from '../shared/eml-api-error.js';
 import type { SendKind } from '../protocol/api-types.js';
 import type { MailEnvelope } from '../transport/nodemailer-types.js';
-import { ContentStore } from './content-store.js';
+import { ContentStore, storedLength } from './content-store.js';
 import {
   addJob,
   finishedByWorker,
@@ -342,7 +342,7 @@ export class OutboxProducer {
       void this.#content.discard(contentKey).catch(() => undefined);
       signal.throwIfAborted();
     }
-    const storedSize = inline ? undefined : this.#content.storedSize(data);
+    const storedSize = inline ? undefined : storedLength(data);
     const json = inline ? inlineJson(data) : undefined;
     let settled: DuplicateSettlement = { kind: 'gone' };
     let state: AddedState | undefined;
