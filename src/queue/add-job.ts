@@ -25,13 +25,13 @@ export interface AddedState {
   queuedAt: string | null;
 }
 
-/** What Redis held after the add and the replicas that confirmed; `unconfirmed`: a step after the add failed (the job may be stored). */
+/** What Redis held after the add and the replicas that confirmed; `unconfirmed`: the job may be stored. */
 export type AddedJob =
   { kind: 'added'; state: AddedState; replicas?: number } | { kind: 'unconfirmed'; error: unknown };
 
 /**
- * KEYS: job hash, failed set, content key. ARGV: job id, '1' to read the content's length. DATA (the data this add sent)
- * is answered 1, not sent back. A job without {@link QUEUED_AT} gets Redis's time; a full Redis refuses that write only.
+ * KEYS: job hash, failed set, content key. ARGV: job id, '1' to read the content's length. DATA (the data this add
+ * sent) is answered 1, not sent back. A job without {@link QUEUED_AT} gets Redis's time (a full Redis refuses it).
  */
 const ADDED = `
 local job = redis.call('HMGET', KEYS[1], 'data', 'finishedOn', '${QUEUED_AT}')
@@ -162,8 +162,8 @@ export interface ReplicaCheck {
 }
 
 /**
- * KEYS: the failed set, then each job's hash. ARGV per job: id, {@link QUEUED_AT}, the text its data must hold. Each job
- * found so is written again unchanged: a write of this connection on this node, which the `WAIT` then covers.
+ * KEYS: the failed set, then each job's hash. ARGV per job: id, {@link QUEUED_AT}, the text its data must hold.
+ * Each job found so is written again unchanged: a write of this connection on this node, which the `WAIT` then covers.
  */
 const HELD = `
 local held = {}
@@ -357,7 +357,7 @@ function afterPutBack(outcome: PutBack, settled: DuplicateSettlement): Duplicate
   return outcome.kind === 'back' ? settled : outcome;
 }
 
-/** `back` once out of the failed set (by any producer), `gone` when the id is gone, `put-back-failed` when Redis did not take it. */
+/** `back` once out of the failed set (by any producer); `put-back-failed` when Redis did not take it. */
 async function putBack(queue: Queue<OutboxJobRecord, OutboxSendResult>, jobId: string): Promise<PutBack> {
   try {
     const job = await queue.getJob(jobId);

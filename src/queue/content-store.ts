@@ -60,7 +60,7 @@ export class ContentStore {
 
   /**
    * Writes content to a new key in chunks, hashing it; a failed or aborted write discards what it wrote.
-   * @param options `holdMs`: how long the producer may still add the job (the sweeper leaves the content alone until then)
+   * @param options `holdMs`: how long the producer may still add the job (the sweeper leaves the content until then)
    */
   async write(
     key: string,
@@ -377,7 +377,7 @@ function lostWhileWriting(offset: number): EmlApiError {
 /** Bytes per Redis command. Encrypted, record `i` lies at `i × (chunk + RECORD_OVERHEAD)`. */
 export const CONTENT_CHUNK = 1024 * 1024;
 
-/** Content up to this size goes in the job; BullMQ parses a job's whole data whenever it reads it, so larger stays out. */
+/** Content up to this size goes in the job; BullMQ parses a job's whole data whenever it reads it: larger stays out. */
 export const INLINE_MAX_BYTES = 64 * 1024;
 
 /** With encryption, each record's nonce and tag added. */

@@ -18,7 +18,7 @@ import { type EmlApiQueueTransportOptions, resolveQueueTransportOptions } from '
 import { OutboxProducer, type OutboxQueuedMessageInfo, type OutboxMessage } from './outbox-producer.js';
 
 /**
- * The event of {@link EmlApiQueueTransport}: `'idle'` when a send would start at once again (Nodemailer's pool contract).
+ * The event of {@link EmlApiQueueTransport}: `'idle'` when a send would start at once again (Nodemailer's pool).
  * @example
  * transport.on('idle', () => console.log('ready for more'));
  */
@@ -36,8 +36,8 @@ export interface EmlApiQueueTransport {
 
 /**
  * Nodemailer transport that queues messages in Redis instead of sending them: `sendMail` resolves once Redis has
- * stored the message, as a relay answers `250` once it is on disk. Workers ({@link startOutboxWorker}, `eml-api worker`)
- * send them; messages are built and checked exactly as {@link EmlApiTransport} builds them. Holds no API key.
+ * stored the message, as a relay answers `250` once it is on disk. Workers ({@link startOutboxWorker}, the CLI) send
+ * them; messages are built and checked exactly as {@link EmlApiTransport} builds them. Holds no API key.
  * @example
  * const transporter = nodemailer.createTransport(new EmlApiQueueTransport({ connection: process.env.REDIS_URL! }));
  * const info = await transporter.sendMail({ from: 'shop@example.com', to: 'ann@example.net', subject: 'Hi', text: 'Hello', idempotencyKey: 'welcome-ann' });
@@ -51,7 +51,7 @@ export class EmlApiQueueTransport extends EventEmitter {
   readonly version = VERSION;
   /** `sendMail({ signal })` aborts a send until its job is stored (`EABORT`). */
   readonly supportsAbortSignal = true;
-  /** The producer this transport stores through: give it to the relay's `queue`, or `enqueue()` messages built elsewhere. */
+  /** The producer this transport stores through: give it to the relay's `queue`, or `enqueue()` other messages. */
   readonly producer: OutboxProducer;
   /** The BullMQ queue jobs are added to: counts, jobs and events through BullMQ's own API. */
   readonly queue: Queue<OutboxJobData, OutboxSendResult>;

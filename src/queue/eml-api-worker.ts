@@ -633,7 +633,7 @@ function answeredByNotTheService(error: Error): boolean {
 /**
  * Starts an outbox worker and resolves once it is connected and Redis is checked: it posts each queued job with its
  * idempotency key, `concurrency` at a time. Passing failures retry on the job's schedule; a 429 pauses every worker;
- * permanent ones fail the job. A `maxmemory-policy` other than `noeviction` is refused; no append-only file is a warning.
+ * permanent ones fail the job. A `maxmemory-policy` other than `noeviction` is refused; no append-only file warns.
  * `signal` stops a start that waits for Redis (`EABORT`).
  * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid (or an `encryption` key differs from the
  *   producers' under its id), or naming the Redis setting (and the command that fixes it) when Redis would lose mail

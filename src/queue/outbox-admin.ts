@@ -191,7 +191,7 @@ async function readJob(
   }
 }
 
-/** Unparks a job if its entry is still the run that parked it. KEYS: the parked set. ARGV: job id, its `processedOn`. */
+/** Unparks a job if its entry is still the run that parked it. KEYS: the parked set. ARGV: job id, `processedOn`. */
 const UNPARK = `
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if score and tonumber(score) == tonumber(ARGV[2]) then redis.call('ZREM', KEYS[1], ARGV[1]) end
@@ -294,8 +294,8 @@ export interface OutboxPurgeResult {
 const BATCH = 500;
 
 /**
- * Removes queued mail now: the named jobs with their stored messages, or the whole queue with every outbox key (BullMQ's
- * own removals leave stored messages until a sweep). Stop the producers first: a message queued meanwhile may be kept.
+ * Removes queued mail now: the named jobs with their stored messages, or the whole queue with every outbox key (BullMQ
+ * removals leave stored messages until a sweep). Stop the producers first: a message queued meanwhile may be kept.
  * @example
  * await purgeOutbox(admin.queue, { ids: ['order-1042'] });
  */
@@ -461,7 +461,7 @@ export async function readOutboxSnapshot(
   };
 }
 
-/** Values of BullMQ's limiter key from this one up are a 429's queue-wide pause; below, its limiter's count of sends. */
+/** Values of BullMQ's limiter key from this one up are a 429's queue-wide pause; below, the limiter's count. */
 export const PAUSE_MARK = 1e15;
 
 /** A pause set meanwhile by another worker is judged as it stands. KEYS: limiter key. ARGV: PAUSE_MARK, maxMs. */

@@ -466,8 +466,8 @@ export class OutboxProducer {
   }
 
   /**
-   * A refusal (`NOPERM`, `OOM`, `READONLY`...) means the add never ran; a cluster that gave up re-routing may have run an
-   * earlier try: refused only once the content is withdrawn. Anything else may have landed: `mayHaveBeenAccepted`.
+   * A refusal (`NOPERM`, `OOM`, `READONLY`...) means the add never ran; a cluster that gave up re-routing may have run
+   * an earlier try: refused only once the content is withdrawn. Anything else may have landed: `mayHaveBeenAccepted`.
    */
   async #addFailure(
     err: unknown,
@@ -505,7 +505,7 @@ export class OutboxProducer {
     );
   }
 
-  /** With `replicas`, rejects unless that many replicas confirmed every write of the message (`mayHaveBeenAccepted`). */
+  /** With `replicas`, rejects unless that many replicas confirmed every write of the message: `mayHaveBeenAccepted`. */
   async #confirmReplicas(
     confirmed: number | undefined,
     job: { jobId: string; queuedAt: string | null; holds: string },

@@ -30,7 +30,7 @@ export class RedisClock {
   #sample: { redis: number; at: number; wall: number } | undefined;
   #syncing: Promise<void> | undefined;
 
-  /** @param options `refreshEvery` @default REDIS_CLOCK_REFRESH; `monotonic`, `wall` @default performance.now, Date.now */
+  /** @param options `refreshEvery` @default REDIS_CLOCK_REFRESH; clocks @default performance.now, Date.now */
   constructor(
     read: () => Promise<number>,
     {

@@ -113,8 +113,8 @@ export function connectionDefaults(role: RedisRole, rideMs = 30_000): RedisOptio
 }
 
 /**
- * Replaces a producer's connection silent for `silentMs` while commands wait: a silent network keeps the socket open for
- * minutes. ioredis resends the commands; the outbox's writes are safe to run twice.
+ * Replaces a producer's connection silent for `silentMs` while commands wait: a silent network keeps the socket open
+ * for minutes. ioredis resends the commands; the outbox's writes are safe to run twice.
  */
 function dropWhenSilent(redis: Redis, silentMs: number): void {
   let heard = performance.now();
@@ -279,7 +279,7 @@ export function describeNodes(nodes: readonly { host?: string | undefined; port?
   return `Redis Cluster ${shown}`;
 }
 
-/** The nodes, and their URLs' credentials and TLS, which ioredis would apply only to the given nodes, not to those it discovers. */
+/** The nodes, and their URLs' credentials and TLS, which ioredis would apply to the given nodes only. */
 function clusterNodes(
   given: unknown,
   option: string,
@@ -489,7 +489,7 @@ export class DeadlineError extends Error {
   }
 }
 
-/** Resolves as `promise` does, or rejects with a {@link DeadlineError} after `ms`; a Redis command cannot be taken back. */
+/** Rejects with a {@link DeadlineError} after `ms` unless `promise` settles; a Redis command cannot be taken back. */
 export function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {

@@ -75,7 +75,7 @@ export function lastConnectionError(redis: OutboxRedisClient): Error | undefined
   return connectionErrors.get(redis);
 }
 
-/** The code of an error of a connection itself (a socket's, a DNS lookup's, TLS's), through a cluster's lastNodeError. */
+/** The code of an error of a connection itself (a socket's, a DNS lookup's, TLS's), through `lastNodeError`. */
 function connectionCode(err: unknown, depth = 0): string | undefined {
   if (!(err instanceof Error) || depth > 3) return undefined;
   const code = (err as { code?: unknown }).code;

@@ -73,9 +73,9 @@ export async function readRedisSettings(redis: Redis): Promise<RedisSettings> {
 
 /**
  * Checks that Redis keeps what the outbox stores: refuses an eviction policy other than `noeviction` (queued mail would
- * be evicted silently) and missing persistence `durability` asks for; warns where persistence is off or unreadable. On a
- * cluster the nodes serving the queue's slot are checked, as a failover makes a replica the master (a silent replica is
- * skipped with a warning); a cluster node reached as a single server is refused: the queue's keys would answer `MOVED`.
+ * be evicted silently) and missing persistence `durability` asks for; warns where persistence is off or unreadable.
+ * On a cluster the nodes serving the queue's slot are checked, as a failover makes a replica the master (a silent one
+ * is skipped with a warning); a cluster node reached as a single server is refused: the queue's keys answer `MOVED`.
  * @param location where the queue's keys are @default undefined (every node of a cluster)
  * @throws {EmlApiError} `ECONFIG` (permanent) naming the setting and the command that fixes it
  */
@@ -410,8 +410,8 @@ export interface SettingsWatchOptions {
 const watches = new WeakMap<object, Set<RedisSettingsWatch>>();
 
 /**
- * The readiness of the outbox's Redis for `/readyz`: it answers and keeps what is queued. A watched client is checked as
- * its watch checks it, any other for `noeviction` only, without warnings: a probe every few seconds must not fill logs.
+ * The readiness of the outbox's Redis for `/readyz`: it answers and keeps what is queued. A watched client is checked
+ * as its watch checks it, any other for `noeviction` only, without warnings: a frequent probe must not fill logs.
  * @param location where the queue's keys are @default undefined (every node of a cluster)
  */
 export function outboxRedisReadiness(
