@@ -100,6 +100,7 @@ type OutboxState = (typeof OUTBOX_STATES)[number];
  * for (const f of status.failed) console.log(f.queueId, f.error.code, f.error.message);
  */
 export interface OutboxFailedSend {
+  /** The job id. */
   queueId: string;
   kind: SendKind | undefined;
   group: string | undefined;
@@ -108,6 +109,7 @@ export interface OutboxFailedSend {
   messageId: string | undefined;
   /** Whether the job's content and envelope are encrypted (the producer's `encryption` option). */
   encrypted: boolean;
+  /** Attempts made. */
   attempts: number;
   /** When it failed for good. */
   failedAt: Date | undefined;
