@@ -15,7 +15,8 @@ if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 
 /**
  * Deletes the content, records the answer in the job's data, takes the job out of the parked set. KEYS: job hash, its
- * lock, content key, content index, parked set. Deleting first lets a full Redis drain: once a script wrote, it runs.
+ * lock, content key, content index, parked set. Deleting first lets a full Redis drain: once a script has written,
+ * Redis runs the rest.
  */
 const RECORD_SENT = `${OWNED}
 redis.call('DEL', KEYS[3])
