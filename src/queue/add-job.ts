@@ -9,19 +9,12 @@ import { QUEUED_AT } from './job-record.js';
 import { KEY_REUSED } from './failure-policy.js';
 import { queueKey, resolveQueueLocation } from './queue-location.js';
 
-/*
- * A job is added with one command: a script that runs BullMQ's add script, guarded, then reads what the
- * job id holds and how much of its content is stored (with `replicas`, a `WAIT` follows; the adds of one
- * turn of the event loop share it).
- */
-
 /** What Redis held for the job id right after the add, and of the content. */
 export interface AddedState {
   /** `null` when no job has the id (removed meanwhile). */
   data: string | null;
   /** The job's data is what this add wrote (the job is this send's). */
   ours: boolean;
-  /** The job's score in the failed set, or `null`. */
   failedAt: string | null;
   finishedOn: string | null;
   /** -1 when not there, and for inline content (which has none). */
@@ -32,14 +25,13 @@ export interface AddedState {
   queuedAt: string | null;
 }
 
-/** What Redis held after the add and the replicas that confirmed; `unconfirmed`: a step after the add failed (the job may be stored). */
+/** What Redis held after the add and the replicas that confirmed; `unconfirmed`: the job may be stored. */
 export type AddedJob =
   { kind: 'added'; state: AddedState; replicas?: number } | { kind: 'unconfirmed'; error: unknown };
 
 /**
- * KEYS: job hash, failed set, content key. ARGV: job id, '1' to read the content's length (else -1). DATA: the job's
- * data as this add sent it, answered 1 when the job holds it (not sent back). A job without {@link QUEUED_AT} gets
- * Redis's time; a full Redis refuses that write, not the read.
+ * KEYS: job hash, failed set, content key. ARGV: job id, '1' to read the content's length. DATA (the data this add
+ * sent) is answered 1, not sent back. A job without {@link QUEUED_AT} gets Redis's time (a full Redis refuses it).
  */
 const ADDED = `
 local job = redis.call('HMGET', KEYS[1], 'data', 'finishedOn', '${QUEUED_AT}')
@@ -80,16 +72,14 @@ end
 `;
 
 /**
- * Adds the job (BullMQ ignores an existing id) and reads what the id holds then, in the same step;
- * with `replicas`, also waits for them to confirm every write so far on the connection.
- * @throws the add's own failure (Redis's reply error when it never ran); BullMQ's refusal of the job
+ * Adds the job (BullMQ ignores an existing id) and reads what the id holds then, in the same step; with `replicas`,
+ * also waits for them to confirm every write so far on the connection (one `WAIT` for the adds of a turn).
  */
 export async function addJob(
   queue: Queue<OutboxJobRecord, OutboxSendResult>,
   job: {
     name: string;
     data: OutboxJobRecord;
-    /** `data` as JSON, when made already. */
     json?: string;
     opts: JobsOptions & { jobId: string };
     contentKey: string;
@@ -133,7 +123,6 @@ export async function addJob(
   }
 }
 
-/** The jobs waiting for a `WAIT`, by client, then replicas setting. */
 const pendingWaits = new WeakMap<object, Map<string, { jobs: ReplicaCheck[]; held: Promise<Map<string, number>> }>>();
 
 /** One `WAIT` per client and setting for the jobs added in one turn of the event loop. */
@@ -163,10 +152,7 @@ async function confirmations(
   return confirmed;
 }
 
-/**
- * A job whose replicas are asked for: still the one read after the add (same {@link QUEUED_AT}),
- * and, given `holds`, holding that text and not failed (a put-back's change).
- */
+/** A job still the one read after the add (same {@link QUEUED_AT}), holding `holds` and not failed when given. */
 export interface ReplicaCheck {
   jobKey: string;
   jobId: string;
@@ -176,9 +162,8 @@ export interface ReplicaCheck {
 }
 
 /**
- * KEYS: the failed set, then each job's hash. ARGV per job: id, {@link QUEUED_AT}, the text its data
- * must hold ('' for none). Each job found so is written again unchanged: a write of this connection
- * on this node, after all it holds of the job, which the `WAIT` then covers. Answers 1 or 0 per job.
+ * KEYS: the failed set, then each job's hash. ARGV per job: id, {@link QUEUED_AT}, the text its data must hold.
+ * Each job found so is written again unchanged: a write of this connection on this node, which the `WAIT` then covers.
  */
 const HELD = `
 local held = {}
@@ -196,10 +181,8 @@ return held
 `;
 
 /**
- * {@link HELD} then `WAIT` in one pipeline to the master of the queue's slot. A `WAIT` counts only its own
- * connection's writes on its own node: a job added on a master that failed over since is not counted on the new one.
- *
- * @returns the replicas that confirmed each job found, by its key (a job not found is not in it)
+ * {@link HELD} then `WAIT` in one pipeline: a `WAIT` counts only its own connection's writes on its own node, so a job
+ * added on a master that failed over since is not counted on the new one. Jobs not found are left out of the map.
  */
 async function replicasHolding(
   redis: OutboxRedisClient,
@@ -226,12 +209,7 @@ async function replicasHolding(
   return found;
 }
 
-/**
- * How many replicas confirmed `job`, asked after its add's round trip.
- * How many replicas confirmed `job`, asked after its add's round trip (see {@link replicasHolding}).
- * @throws when the node that answers does not hold the job as it was added (a failover lost it, or the
- *   change is not there)
- */
+/** How many replicas confirmed `job`, asked after its add's round trip (see {@link replicasHolding}). */
 export async function waitForReplicas(
   redis: OutboxRedisClient,
   replicas: { count: number; timeoutMs: number },
@@ -282,11 +260,9 @@ export type DuplicateSettlement =
   | { kind: 'put-back-failed'; cause: unknown };
 
 /**
- * Sets the data only while the job is failed with its data as read, and only over whole new content
- * (once back, a worker may send it and delete the content at once). KEYS: job hash, failed set, new
- * content key. ARGV: job id, data as read, new data, new stored length ('' for none). Answers -1 for
- * content not whole, 0 when another producer changed the job, 1 when set or already set (a resend
- * after a lost reply must not take its own change for another's).
+ * Sets the data only while the job is failed with its data as read, and only over whole new content (once back, a
+ * worker may send it and delete the content at once). Answers -1 for content not whole, 0 when another producer changed
+ * the job, 1 when set or already set (a resend after a lost reply must not take its own change for another's).
  */
 const SET_IF_UNCHANGED = `
 local data = redis.call('HGET', KEYS[1], 'data')
@@ -302,10 +278,9 @@ return 1
 `;
 
 /**
- * Settles a send from what its job id held after the add. A failed job takes a compare-and-set of its data
- * (`putBackFrom`), then BullMQ's `job.retry`: of racing producers one puts it back, the others answer duplicate.
+ * A failed job takes a compare-and-set of its data (`putBackFrom`), then BullMQ's `job.retry`: of racing producers one
+ * puts it back, the others answer duplicate.
  * @param storedLength the stored length `ours` has under its content key (none: content in the job)
- * @param now the producer's clock, for a job's `resendUntil` @default Date.now()
  */
 export async function settleDuplicate(
   queue: Queue<OutboxJobRecord, OutboxSendResult>,
@@ -382,7 +357,7 @@ function afterPutBack(outcome: PutBack, settled: DuplicateSettlement): Duplicate
   return outcome.kind === 'back' ? settled : outcome;
 }
 
-/** `back` once out of the failed set (by any producer), `gone` when the id is gone, `put-back-failed` when Redis did not take it. */
+/** `back` once out of the failed set (by any producer); `put-back-failed` when Redis did not take it. */
 async function putBack(queue: Queue<OutboxJobRecord, OutboxSendResult>, jobId: string): Promise<PutBack> {
   try {
     const job = await queue.getJob(jobId);

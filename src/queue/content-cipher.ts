@@ -4,8 +4,8 @@ import { configError } from '../shared/options-kit.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 
 /**
- * The `encryption` option (AES-256-GCM at rest: otherwise whoever reads Redis reads every queued
- * message). Keys have ids, written on each job, so they can rotate while older jobs are queued.
+ * The `encryption` option (AES-256-GCM at rest: otherwise whoever reads Redis reads every queued message). Keys have
+ * ids, written on each job, so they can rotate while older jobs are queued.
  * @example
  * const encryption: OutboxEncryption = {
  *   keyId: '2026-05',
@@ -16,8 +16,8 @@ export interface OutboxEncryption {
   /** Required on producers; workers use the key each job names. */
   keyId?: string;
   /**
-   * The keys by id (`A-Z a-z 0-9 . _ -`, 1 to 64): 32 random bytes each, as a Buffer, 64 hex or 44
-   * Base64 characters (`openssl rand -base64 32`). Keep older keys while their jobs may be queued.
+   * The keys by id (`A-Z a-z 0-9 . _ -`, 1 to 64): 32 random bytes each, as a Buffer, 64 hex or 44 Base64 characters
+   * (`openssl rand -base64 32`). Keep older keys while their jobs may be queued.
    */
   keys: Readonly<Record<string, Uint8Array | string>>;
 }
@@ -43,10 +43,7 @@ export class OutboxKeyring {
     return [...this.#keys.keys()];
   }
 
-  /**
-   * Encrypts with the current key: nonce, ciphertext, tag.
-   * @param aad what the record is bound to (its key, position, the message's size)
-   */
+  /** Encrypts with the current key: nonce, ciphertext, tag. */
   seal(plain: Buffer, aad: Buffer): Buffer {
     const nonce = randomBytes(NONCE);
     const cipher = createCipheriv('aes-256-gcm', this.#key(this.keyId!), nonce);
@@ -58,8 +55,8 @@ export class OutboxKeyring {
 
   /**
    * Decrypts a record sealed with key `keyId`, its tag checked first.
-   * @throws {EmlApiError} `ECONFIG` (retried: another worker may hold the key) when the key is not
-   *   held; `EMESSAGE` (permanent) when the record does not decrypt
+   * @throws {EmlApiError} `ECONFIG` (retried: another worker may hold the key) when the key is not held; `EMESSAGE`
+   *   (permanent) when the record does not decrypt
    */
   open(keyId: string, record: Buffer, aad: Buffer, what: string): Buffer {
     const plain = this.tryOpen(keyId, record, aad);
@@ -67,10 +64,7 @@ export class OutboxKeyring {
     return plain;
   }
 
-  /**
-   * `undefined` when the tag does not match: changed, or sealed with another key.
-   * @throws {EmlApiError} `ECONFIG` (retried) when the key is not held
-   */
+  /** `undefined` when the tag does not match: changed, or sealed with another key. */
   tryOpen(keyId: string, record: Buffer, aad: Buffer): Buffer | undefined {
     const key = this.#key(keyId);
     if (record.length < RECORD_OVERHEAD) return undefined;
@@ -85,11 +79,7 @@ export class OutboxKeyring {
     }
   }
 
-  /**
-   * An HMAC under the key of a text naming the id: holders compare it to learn whether they hold the
-   * same bytes; it tells nothing of the key.
-   * @throws {EmlApiError} `ECONFIG` when the key is not held
-   */
+  /** An HMAC under the key of a text naming the id: holders compare it to learn whether they hold the same bytes. */
   checkValue(keyId: string): string {
     return createHmac('sha256', this.#key(keyId))
       .update(`nodemailer-eml-api outbox key check\0${keyId}`)
@@ -123,11 +113,7 @@ export class OutboxKeyring {
 /** Gives a worker without keys the same retried error as one missing a key. */
 export const NO_KEYS = new OutboxKeyring(new Map(), undefined);
 
-/**
- * Checks the `encryption` option. Errors name the option and the key id, never a key.
- * @param role a producer needs `keyId`; a worker does not
- * @throws {EmlApiError} `ECONFIG` naming the option
- */
+/** Checks the `encryption` option (a producer needs `keyId`). Errors name the option and the key id, never a key. */
 export function resolveEncryption(value: unknown, role: 'producer' | 'worker'): OutboxKeyring | undefined {
   if (value === undefined) return undefined;
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
@@ -174,8 +160,8 @@ export function encryptedSize(size: number, chunk: number): number {
 }
 
 /**
- * Binds a record to its content key (it cannot move to another message), its position and the
- * message's size (records cannot be reordered, dropped or cut), or `meta` for the envelope.
+ * Binds a record to its content key (it cannot move to another message), its position and the message's size (records
+ * cannot be reordered, dropped or cut), or `meta` for the envelope.
  */
 export function recordAad(contentKey: string, index: number | 'meta', size: number): Buffer {
   return Buffer.from(`nodemailer-eml-api outbox\0${contentKey}\0${index}\0${size}`);

@@ -12,12 +12,10 @@ import { keyVerdict } from './redis-settings.js';
 import { type OutboxJobRecord, outboxJobId } from './outbox-job.js';
 
 /*
- * Content is one Redis string beside its job (or, when small, in the job), written in chunks, each
- * write conditional on the length already stored: when Redis loses data mid-write and ioredis resends
- * the command in flight, the write fails instead of re-creating the key with what came after.
+ * Content is one Redis string beside its job (or, when small, in the job), written in chunks, each write conditional on
+ * the length stored: when Redis loses data mid-write and ioredis resends a command, the write fails instead.
  */
 
-/** What a finished write stored, for the job's data. */
 export interface WrittenContent {
   /** Before encryption. */
   size: number;
@@ -28,7 +26,6 @@ export interface WrittenContent {
   keyId?: string;
 }
 
-/** Where a job's content is, as its data says. */
 export interface StoredContentRef {
   contentKey: string;
   /** Base64, when kept in the job. */
@@ -63,11 +60,7 @@ export class ContentStore {
 
   /**
    * Writes content to a new key in chunks, hashing it; a failed or aborted write discards what it wrote.
-   * @param options `size`: the content's bytes (encrypted records are bound to it); `holdMs`: how long
-   *   the producer may still add the job (the sweeper leaves the content alone until then); `signal`:
-   *   no command is sent after it aborts
-   * @throws {EmlApiError} `EMESSAGE` when the source holds another number of bytes than `size`;
-   *   `ECONNECTION` when Redis lost part of the message meanwhile; Redis's own errors
+   * @param options `holdMs`: how long the producer may still add the job (the sweeper leaves the content until then)
    */
   async write(
     key: string,
@@ -112,11 +105,7 @@ export class ContentStore {
     }
   }
 
-  /**
-   * Prepares small content to go in the job itself: read whole, encrypted as one record, hashed.
-   * @param options `size`: the content's bytes
-   * @throws {EmlApiError} `EMESSAGE` when the source holds another number of bytes than `size`
-   */
+  /** Prepares small content to go in the job itself: read whole, encrypted as one record, hashed. */
   async sealInline(
     key: string,
     source: Readable | Buffer,
@@ -146,15 +135,14 @@ export class ContentStore {
     return storedLength({ size, encryption: this.#keyring?.keyId }) <= INLINE_MAX_BYTES;
   }
 
-  /** The content's hash and, when encrypted, the key id and the sealed envelope and Message-ID (in clear they name every recipient, Bcc too). */
+  /** When encrypted, the envelope and Message-ID are sealed too: in clear they name every recipient, Bcc too. */
   jobFields(
     contentKey: string,
     written: WrittenContent,
     clear: { envelope: MailEnvelope; messageId: string; kind?: SendKind; group?: string | undefined },
   ): Partial<OutboxJobRecord> {
     if (written.keyId === undefined) return { sha256: written.sha256 };
-    // Kind and group are sealed so a job changed in Redis is not posted; the idempotency key is bound
-    // through the content key, which names the job.
+    // Kind and group are sealed so a job changed in Redis is not posted; the content key binds the idempotency key.
     const meta = JSON.stringify({
       envelope: clear.envelope,
       messageId: clear.messageId,
@@ -169,10 +157,6 @@ export class ContentStore {
       envelope: { from: false, to: [] },
       messageId: '',
     };
-  }
-
-  storedSize(ref: StoredContentRef): number {
-    return storedLength(ref);
   }
 
   /** Decrypted when this store holds the key. */
@@ -190,10 +174,8 @@ export class ContentStore {
   }
 
   /**
-   * Checks that an encrypted job's kind, group and idempotency key are what its producer sealed:
-   * whoever can write to Redis could otherwise send it to another group or again under another key.
-   * @throws {EmlApiError} `EMESSAGE` (permanent) when the data was changed; `ECONFIG` (retried)
-   *   when this worker does not hold the key, or holds other bytes under its id
+   * Checks that an encrypted job's kind, group and idempotency key are what its producer sealed: whoever can write to
+   * Redis could otherwise send it to another group or again under another key.
    */
   async checkBinding(data: OutboxJobRecord): Promise<void> {
     if (data.encryption === undefined) return;
@@ -236,11 +218,7 @@ export class ContentStore {
     return (await this.#redis.emlApiRelease(this.#jobKey(jobId), key, this.#index)) === 1 ? 'removed' : 'kept';
   }
 
-  /**
-   * The `/v1/send/eml` body of stored EML; undefined when missing. Large messages stream and are hashed
-   * as read: the last chunk goes out only once the hash matches.
-   * @throws {EmlApiError} `EMESSAGE` (permanent) when the content is cut or changed
-   */
+  /** Large messages stream and are hashed as read: the last chunk goes out only once the hash matches. */
   async emlBody(ref: StoredContentRef): Promise<UploadBody | undefined> {
     if (ref.size <= STREAM_ABOVE || ref.inline !== undefined) {
       const bytes = await this.#readWhole(ref);
@@ -254,19 +232,11 @@ export class ContentStore {
     );
   }
 
-  /**
-   * A stored JSON request body (group or tracked send), checked; undefined when missing.
-   * A stored JSON request body (group or tracked send), as text, checked; undefined when it is missing.
-   * @throws {EmlApiError} `EMESSAGE` (permanent) when the content is cut or changed
-   */
   async jsonBody(ref: StoredContentRef): Promise<string | undefined> {
     return (await this.#readWhole(ref))?.toString('utf8');
   }
 
-  /**
-   * @param stored its length in Redis, -1 when not there
-   * @throws {EmlApiError} `EMESSAGE` when it is cut
-   */
+  /** @param stored its length in Redis, -1 when not there */
   #checkLength(ref: StoredContentRef, stored: number): 'whole' | 'missing' {
     const size = storedLength(ref);
     if (stored === -1 || (stored === 0 && size > 0)) return 'missing';
@@ -341,8 +311,8 @@ export class ContentStore {
   }
 
   /**
-   * Content changed in Redis (permanent) when its SHA-256 does not match or Redis confirms our key is
-   * the producers'; otherwise our key is likely wrong, and the job is retried for another worker.
+   * Content changed in Redis (permanent) when its SHA-256 does not match or Redis confirms our key is the producers';
+   * otherwise our key is likely wrong, and the job is retried for another worker.
    * @param asStored whether the bytes read match the SHA-256 on the job (an envelope has none: true)
    */
   async #undecryptable(
@@ -407,10 +377,7 @@ function lostWhileWriting(offset: number): EmlApiError {
 /** Bytes per Redis command. Encrypted, record `i` lies at `i × (chunk + RECORD_OVERHEAD)`. */
 export const CONTENT_CHUNK = 1024 * 1024;
 
-/**
- * Content up to this size goes in the job: no round trip of its own. BullMQ parses a job's whole data
- * whenever it reads the job, so larger content stays beside it.
- */
+/** Content up to this size goes in the job; BullMQ parses a job's whole data whenever it reads it: larger stays out. */
 export const INLINE_MAX_BYTES = 64 * 1024;
 
 /** With encryption, each record's nonce and tag added. */
@@ -418,7 +385,6 @@ export function storedLength(ref: { size: number; encryption?: unknown }): numbe
   return ref.encryption === undefined ? ref.size : encryptedSize(ref.size, CONTENT_CHUNK);
 }
 
-/** Where each chunk of plain content lies. */
 export function plainSpans(size: number): { index: number; start: number; end: number }[] {
   const spans = [];
   for (let at = 0, index = 0; at < size; at += CONTENT_CHUNK, index++) {
@@ -439,7 +405,6 @@ export function records(size: number): { index: number; start: number; end: numb
   return spans;
 }
 
-/** A source's pieces as Buffers. */
 export async function* pieces(source: Readable | Buffer): AsyncGenerator<Buffer> {
   const parts = Buffer.isBuffer(source) ? [source] : source;
   for await (const part of parts as AsyncIterable<Buffer | string>) {
@@ -472,9 +437,8 @@ export async function* exactChunks(source: Readable | Buffer): AsyncGenerator<Bu
 }
 
 /**
- * Writes a chunk only where the stored length says it goes (offset 0: the key must not exist); the
- * same write repeated after a lost answer is accepted; else -1. The first write indexes the key,
- * scored with Redis's time plus ARGV[3], the time the producer may still take to add its job.
+ * Writes a chunk only where the stored length says it goes (offset 0: the key must not exist); the same write repeated
+ * after a lost answer is accepted; else -1. The first write indexes the key at Redis's time plus ARGV[3] (the hold).
  */
 const WRITE_AT = `
 local kind = redis.call('TYPE', KEYS[1]).ok
@@ -503,10 +467,7 @@ redis.call('ZREM', KEYS[2], KEYS[1])
 return 1
 `;
 
-/**
- * Whether the job points at this content after all (1); if not (0), discards it as {@link DISCARD}.
- * KEYS: job hash, content key, content index. ARGV: the tombstone's lifetime in ms.
- */
+/** Whether the job points at this content after all (1); if not (0), discards it as {@link DISCARD}. */
 const WITHDRAW = `
 local data = redis.call('HGET', KEYS[1], 'data')
 if data then
@@ -520,10 +481,7 @@ redis.call('ZREM', KEYS[3], KEYS[2])
 return 0
 `;
 
-/**
- * Removes content unless the job points at it, in one step, so no misjudged outcome removes the
- * content of a job that will be sent. KEYS: job hash, content key, content index. Answers 1 if removed.
- */
+/** Removes content unless the job points at it, in one step: no misjudged outcome removes a job's content. */
 const RELEASE = `
 local data = redis.call('HGET', KEYS[1], 'data')
 if data then
@@ -541,10 +499,8 @@ if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return -1 end
 return redis.call('STRLEN', KEYS[1])
 `;
 
-/** In ms. */
 export const TOMBSTONE_MS = 60 * 60 * 1000;
 
-/** The commands {@link contentCommands} adds to a client. */
 export interface ContentCommands {
   emlApiWriteAt(key: string, index: string, offset: number, chunk: Buffer, holdMs: number): Promise<number>;
   emlApiDiscard(key: string, index: string, ttl: number): Promise<number>;

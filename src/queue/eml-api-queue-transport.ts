@@ -18,7 +18,7 @@ import { type EmlApiQueueTransportOptions, resolveQueueTransportOptions } from '
 import { OutboxProducer, type OutboxQueuedMessageInfo, type OutboxMessage } from './outbox-producer.js';
 
 /**
- * The event of {@link EmlApiQueueTransport}: `'idle'` when a send would start at once again (Nodemailer's pool contract).
+ * The event of {@link EmlApiQueueTransport}: `'idle'` when a send would start at once again (Nodemailer's pool).
  * @example
  * transport.on('idle', () => console.log('ready for more'));
  */
@@ -36,13 +36,9 @@ export interface EmlApiQueueTransport {
 
 /**
  * Nodemailer transport that queues messages in Redis instead of sending them: `sendMail` resolves once Redis has
- * stored the message, as a relay answers `250` once it is on disk. Workers ({@link startOutboxWorker},
- * `eml-api worker`) send them through the service. Messages are built and checked exactly as {@link EmlApiTransport}
- * builds them, before anything is stored, and stored through its {@link OutboxProducer}. Holds no API key.
+ * stored the message, as a relay answers `250` once it is on disk. Workers ({@link startOutboxWorker}, the CLI) send
+ * them; messages are built and checked exactly as {@link EmlApiTransport} builds them. Holds no API key.
  * @example
- * import nodemailer from 'nodemailer';
- * import { EmlApiQueueTransport } from 'nodemailer-eml-api/queue';
- *
  * const transporter = nodemailer.createTransport(new EmlApiQueueTransport({ connection: process.env.REDIS_URL! }));
  * const info = await transporter.sendMail({ from: 'shop@example.com', to: 'ann@example.net', subject: 'Hi', text: 'Hello', idempotencyKey: 'welcome-ann' });
  * console.log(info.response); // '250 Queued as welcome-ann'
@@ -55,7 +51,7 @@ export class EmlApiQueueTransport extends EventEmitter {
   readonly version = VERSION;
   /** `sendMail({ signal })` aborts a send until its job is stored (`EABORT`). */
   readonly supportsAbortSignal = true;
-  /** The producer this transport stores through: give it to the relay's `queue`, or `enqueue()` messages built elsewhere. */
+  /** The producer this transport stores through: give it to the relay's `queue`, or `enqueue()` other messages. */
   readonly producer: OutboxProducer;
   /** The BullMQ queue jobs are added to: counts, jobs and events through BullMQ's own API. */
   readonly queue: Queue<OutboxJobData, OutboxSendResult>;
@@ -69,9 +65,7 @@ export class EmlApiQueueTransport extends EventEmitter {
   #closed = false;
   #closing: Promise<void> | undefined;
 
-  /**
-   * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid
-   */
+  /** @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid */
   constructor(options: EmlApiQueueTransportOptions) {
     super();
     const settings = resolveQueueTransportOptions(options);
@@ -115,10 +109,8 @@ export class EmlApiQueueTransport extends EventEmitter {
   };
 
   /**
-   * Checks that Redis answers and keeps what is queued (see {@link OutboxProducer.verify}).
-   * Returns a Promise when called without a callback.
-   * @throws {EmlApiError} `ECONNECTION` when Redis cannot be reached; `ECONFIG` naming the
-   *   Redis setting (and the command that fixes it) when Redis would lose queued mail
+   * Checks that Redis answers and keeps what is queued (see {@link OutboxProducer.verify}); a Promise without callback.
+   * @throws {EmlApiError} `ECONNECTION` when Redis cannot be reached; `ECONFIG` when Redis would lose queued mail
    * @example
    * await transporter.verify(); // true
    */
@@ -135,8 +127,8 @@ export class EmlApiQueueTransport extends EventEmitter {
   }) as EmlApiQueueTransport['verify'];
 
   /**
-   * Stops the transport: new sends fail with `ECONNECTION`, sends made are stored, then the connection
-   * closes (one you passed in is left open) and the build threads end. A callback is called once.
+   * Stops the transport: new sends fail with `ECONNECTION`, sends made are stored, then the connection closes (one you
+   * passed in is left open) and the build threads end.
    * @example
    * await transporter.close();
    */
@@ -241,18 +233,13 @@ export class EmlApiQueueTransport extends EventEmitter {
 interface BuiltMessage {
   message: OutboxMessage & { size: number };
   fromDiffers: boolean;
-  /** Removes the spool file, if any. */
   dispose(): Promise<void>;
 }
 
 /**
- * Builds a send's content exactly as {@link EmlApiTransport} would post it, with the same checks: an
- * EML, or the normalized JSON request body of a group or tracked send, so that every attempt sends
- * the same request under the same idempotency key.
- * @param route where the message goes (its `group`/`tracking` fields)
- * @param threads build threads to build an EML on (`buildThreads`)
+ * Builds a send's content exactly as {@link EmlApiTransport} would post it, with the same checks (an EML, or the JSON
+ * request body of a group or tracked send), so that every attempt sends the same request under the same key.
  * @param maxMessageSize the most bytes an EML may have: its build stops as it passes them @default Infinity
- * @throws {EmlApiError} `EENVELOPE` or `EMESSAGE`, as the direct transport; the signal's reason when it aborts
  */
 async function buildQueuedMessage(
   mail: NodemailerMail,
@@ -320,7 +307,6 @@ async function buildJsonMessage(mail: NodemailerMail, route: JsonRoute, signal: 
   };
 }
 
-/** The AbortSignal of `sendMail({ signal })`, if any. */
 function signalOf(mail: NodemailerMail): AbortSignal | undefined {
   const signal = (mail.data as { signal?: unknown }).signal;
   return signal instanceof AbortSignal ? signal : undefined;

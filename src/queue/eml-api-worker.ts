@@ -87,13 +87,11 @@ export interface OutboxWorker {
 }
 
 /**
- * A running outbox worker: takes jobs from the queue and posts them through the service with each
- * job's idempotency key. Made by {@link startOutboxWorker}; events: {@link OutboxWorkerEvents}.
+ * A running outbox worker: takes jobs from the queue and posts them through the service with each job's idempotency
+ * key. Made by {@link startOutboxWorker}; events: {@link OutboxWorkerEvents}.
  * @example
  * const outbox = await startOutboxWorker({ connection, apiKey, baseUrl });
  * outbox.on('sent', (job, result) => metrics.increment('mail.sent'));
- * outbox.on('failed', (job, err) => log.error({ job: job.id, code: err.code }, err.message));
- * process.once('SIGTERM', () => outbox.close());
  */
 // eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging -- typed events (interface above)
 export class OutboxWorker extends EventEmitter {
@@ -104,11 +102,10 @@ export class OutboxWorker extends EventEmitter {
   /** Name of the queue. */
   readonly queueName: string;
   /**
-   * Resolves once the worker is connected and Redis keeps what is queued; rejects (`ECONFIG`, the
-   * worker then closed) when Redis evicts keys.
+   * Resolves once the worker is connected and Redis keeps what is queued; rejects (`ECONFIG`, the worker then closed)
+   * when Redis evicts keys.
    * @example
-   * const outbox = await startOutboxWorker(options); // has waited for it
-   * await outbox.started; // already settled
+   * await outbox.started; // settled once startOutboxWorker resolves
    */
   readonly started: Promise<void>;
   readonly #redis: OutboxRedis;
@@ -123,13 +120,11 @@ export class OutboxWorker extends EventEmitter {
   readonly #watch: RedisSettingsWatch;
   readonly #keyPrint: string | undefined;
   readonly #waitForRedis: boolean;
-  /** performance.now() of the last lost-connection message. */
   #connectionToldAt = Number.NEGATIVE_INFINITY;
   readonly #keysTold = new Set<string>();
   #owner: QueueOwner | undefined;
   readonly #running = new Set<Promise<unknown>>();
   readonly #telemetry: WorkerTelemetry;
-  /** Redis's refusal of the connection (a wrong password...). */
   #refusals: { refused: Promise<never>; stop(): void }[] = [];
   #forcing = false;
   #handedBack = 0;
@@ -322,8 +317,7 @@ export class OutboxWorker extends EventEmitter {
       this.#watch.start();
       await this.#telemetry.start();
     } catch (err) {
-      // A refusal closes gracefully, so fetched jobs go back now rather than at lock expiry;
-      // a failing Redis closes at once.
+      // A refusal closes gracefully, so fetched jobs go back now rather than at lock expiry; a failing Redis at once.
       this.#checks.fail();
       const refused = err instanceof EmlApiError && err.code === 'ECONFIG';
       await this.close(refused ? {} : { abort: true }).catch(() => undefined);
@@ -331,10 +325,7 @@ export class OutboxWorker extends EventEmitter {
     }
   }
 
-  /**
-   * Resolves once BullMQ's connections are ready, telling why Redis cannot be reached meanwhile.
-   * @throws {EmlApiError} `ECONNECTION` when Redis was not reached in time
-   */
+  /** Resolves once BullMQ's connections are ready, telling why Redis cannot be reached meanwhile. */
   async #connected(): Promise<void> {
     const { redis, where } = this.#redis;
     const connectMs = this.client.settings.timeouts.connect;
@@ -430,17 +421,16 @@ export class OutboxWorker extends EventEmitter {
   }
 
   /**
-   * Stops the worker: by default it lets the sends in flight finish; with `{ abort: true }` they are
-   * aborted and their jobs put back at once.
-   * @throws {EmlApiError} `ECONFIG` (a rejection) for an option it does not know
+   * Stops the worker: by default it lets the sends in flight finish; with `{ abort: true }` they are aborted and their
+   * jobs put back at once.
    * @example
    * process.once('SIGTERM', () => outbox.close());
    */
   close(
     options: {
       /**
-       * `false`: stop taking jobs and let the sends in flight finish. `true`: abort them and put their
-       * jobs straight back for another worker (the idempotency key makes a resend deliver once).
+       * Abort the sends in flight and put their jobs straight back for another worker (the idempotency key makes a
+       * resend deliver once), instead of letting them finish.
        * @default false
        */
       abort?: boolean;
@@ -462,10 +452,7 @@ export class OutboxWorker extends EventEmitter {
     return this.#closing;
   }
 
-  /**
-   * After a forced close's time the connections are dropped; a job BullMQ could not put back returns
-   * when its lock expires, as after a crash.
-   */
+  /** After a forced close's time the connections are dropped; a job not put back returns when its lock expires. */
   async #cutShort(graceful: Promise<void>): Promise<void> {
     const ended = await withDeadline(graceful, 2 * outboxWaits.handBack).then(
       () => true,
@@ -546,10 +533,7 @@ export class OutboxWorker extends EventEmitter {
     return run;
   }
 
-  /**
-   * Puts a job of a forced close back at once instead of at lock expiry, and tells BullMQ it moved.
-   * BullMQ 5 releases without `WaitingError` get `DelayedError`.
-   */
+  /** Puts a job of a forced close back at once instead of at lock expiry; BullMQ 5 lacks `WaitingError`. */
   async #handBack(job: OutboxJob, token: string | undefined): Promise<RunOutcome> {
     this.#handedBack++;
     const { WaitingError, DelayedError } = loadBullmq() as Omit<BullmqModule, 'WaitingError'> &
@@ -647,29 +631,15 @@ function answeredByNotTheService(error: Error): boolean {
 }
 
 /**
- * Starts an outbox worker and resolves once it is connected and Redis is checked: it posts each
- * queued job with its idempotency key, `concurrency` at a time. Passing failures retry on the job's
- * schedule; a 429 pauses every worker; permanent ones fail the job. A `maxmemory-policy` other than
- * `noeviction` is refused (queued mail would be evicted silently); no append-only file is a warning.
- * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid (or an `encryption` key
- *   differs from the producers' under its id), or naming the Redis setting (and the command that fixes
- *   it) when Redis would lose queued mail
+ * Starts an outbox worker and resolves once it is connected and Redis is checked: it posts each queued job with its
+ * idempotency key, `concurrency` at a time. Passing failures retry on the job's schedule; a 429 pauses every worker;
+ * permanent ones fail the job. A `maxmemory-policy` other than `noeviction` is refused; no append-only file warns.
+ * `signal` stops a start that waits for Redis (`EABORT`).
+ * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid (or an `encryption` key differs from the
+ *   producers' under its id), or naming the Redis setting (and the command that fixes it) when Redis would lose mail
  * @example
- * import { startOutboxWorker } from 'nodemailer-eml-api/queue';
- *
- * const outbox = await startOutboxWorker({
- *   connection: process.env.REDIS_URL!,
- *   apiKey: process.env.EML_API_KEY!,
- *   baseUrl: 'https://api.mail.example.com',
- *   concurrency: 10,
- *   rateLimit: { max: 50, duration: 1000 },
- * });
+ * const outbox = await startOutboxWorker({ connection: process.env.REDIS_URL!, apiKey, baseUrl, concurrency: 10 });
  * process.once('SIGTERM', () => outbox.close());
- *
- * // Stopped while it waits for Redis (SIGTERM during the start):
- * const stop = new AbortController();
- * process.once('SIGTERM', () => stop.abort());
- * const started = await startOutboxWorker(options, { signal: stop.signal }); // rejects EABORT when aborted first
  */
 export async function startOutboxWorker(
   options: OutboxWorkerOptions,

@@ -14,9 +14,9 @@ if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 `;
 
 /**
- * Deletes the content, records the answer in the job's data, takes the job out of the parked set.
- * KEYS: job hash, its lock, content key, content index, parked set. ARGV: the lock token, the data,
- * the job id. Deleting first lets a full Redis drain: once a script has written, Redis runs the rest.
+ * Deletes the content, records the answer in the job's data, takes the job out of the parked set. KEYS: job hash, its
+ * lock, content key, content index, parked set. Deleting first lets a full Redis drain: once a script has written,
+ * Redis runs the rest.
  */
 const RECORD_SENT = `${OWNED}
 redis.call('DEL', KEYS[3])
@@ -27,9 +27,8 @@ return 1
 `;
 
 /**
- * Writes the job's data; as asked, removes its content first (ARGV[3]), sets its priority (ARGV[4], ''
- * to leave it), and puts it in the parked set scored with `processedOn` (ARGV[5] '1') or out of it.
- * KEYS as RECORD_SENT. Answers 0 when the worker no longer holds the job, -1 when it is gone.
+ * Writes the job's data; as asked, removes its content first (ARGV[3]), sets its priority (ARGV[4], '' to leave it),
+ * and parks it scored with `processedOn` (ARGV[5] '1') or unparks it. Answers 0 when the lock is not held, -1: gone.
  */
 const RECORD = `${OWNED}
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
@@ -70,7 +69,6 @@ function commands(redis: OutboxRedisClient): OutboxRedisClient & RecordCommands 
   return redis as OutboxRedisClient & RecordCommands;
 }
 
-/** What a write on a job does besides its data. */
 export interface RecordOptions {
   /** The service refused the content. */
   dropContent?: boolean;
@@ -96,9 +94,8 @@ export class JobRecords {
   }
 
   /**
-   * Writes a job's data, keeping BullMQ's copy in memory in step.
+   * Writes a job's data, keeping BullMQ's copy in memory in step; false when the job is gone or another worker has it.
    * @param token the worker's lock token of the job (undefined: not checked)
-   * @returns false when nothing was written: the job is gone, or another worker holds it (then said)
    */
   async write(
     job: OutboxRecordJob,
@@ -144,9 +141,8 @@ export class JobRecords {
   }
 
   /**
-   * Records the service's acceptance and deletes the content, in one step. Not awaited: it runs in the same script
-   * as BullMQ's completion of the job, before it; or, should that not come within this turn of the event loop, on
-   * its own, on the same connection before it.
+   * Records the service's acceptance and deletes the content, in one step. Not awaited: it runs in BullMQ's completion
+   * script of the job, before it; or, should that not come within this turn of the event loop, on its own before it.
    */
   sent(job: OutboxRecordJob, token: string | undefined, data: OutboxJobRecord, result: OutboxSendResult): void {
     const { inline: _sent, ...kept } = data;

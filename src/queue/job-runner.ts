@@ -32,7 +32,6 @@ export type RunOutcome =
   | { kind: 'put-back'; reason: 'rate_limited' | 'handed_back'; thrown: Error }
   | { kind: 'failed'; error: Error; thrown: Error };
 
-/** What a job runner needs from its worker. */
 export interface JobRunnerSettings {
   content: ContentStore;
   records: JobRecords;
@@ -58,8 +57,8 @@ export interface JobRunnerSettings {
 }
 
 /**
- * How a worker runs one job, and what it records on the job of each attempt: the answer, the error,
- * stalls counted as attempts, when an attempt may have been accepted, why it was parked.
+ * How a worker runs one job, and what it records on the job of each attempt: the answer, the error, stalls counted as
+ * attempts, when an attempt may have been accepted, why it was parked.
  */
 export class OutboxJobRunner {
   readonly #settings: JobRunnerSettings;
@@ -70,10 +69,7 @@ export class OutboxJobRunner {
     this.#settings = settings;
   }
 
-  /**
-   * Runs one job: completes a job sent already with its first answer, counts a stall, parks a job past
-   * its `resendUntil`, or posts it and records the outcome.
-   */
+  /** Completes a job sent already with its answer, counts a stall, parks a job past `resendUntil`, or posts it. */
   async run(job: OutboxRecordJob, token: string | undefined): Promise<RunOutcome> {
     const { stopping, handBack, records } = this.#settings;
     if (stopping()) return handBack(job, token);
@@ -176,9 +172,8 @@ export class OutboxJobRunner {
   }
 
   /**
-   * Hands back a job whose attempt a forced close aborted. If its upload may have reached the service,
-   * that is recorded and the job goes back at retry priority: resent after the idempotency window, it
-   * would be delivered twice.
+   * Hands back a job whose attempt a forced close aborted. An upload that may have reached the service is recorded and
+   * the job goes back at retry priority: resent after the idempotency window, it would be delivered twice.
    */
   async #handBackAborted(
     job: OutboxRecordJob,
@@ -225,10 +220,7 @@ export class OutboxJobRunner {
     return failed(parked, true);
   }
 
-  /**
-   * Ends a run that found its job stalled: that attempt failed with its outcome unknown. Retried after
-   * its backoff, or, past `maxStalls`, parked for a person.
-   */
+  /** A stalled attempt failed with its outcome unknown: retried after its backoff or, past `maxStalls`, parked. */
   async #failStalled(
     job: OutboxRecordJob,
     token: string | undefined,
@@ -242,8 +234,7 @@ export class OutboxJobRunner {
     const suspect = (data.stalls ?? 0) > 0;
     const ranAlone = suspect && data.aloneAt !== undefined && data.aloneAt === (data.stallsSeen ?? 0);
     const aloneStalls = (suspect ? (data.aloneStalls ?? 0) : 0) + (ranAlone ? 1 : 0);
-    // The later of queueing and the previous failure is the earliest it can have been accepted (early is
-    // the safe side for the window).
+    // The later of queueing and the last failure is the earliest it can have been accepted (early is the safe side).
     const earliest = Math.max(await records.queuedAt(job, now), Date.parse(data.lastError?.at ?? '') || 0);
     const counted = { stalls, aloneStalls, stallsSeen: job.stalledCounter, ...this.#window(data, earliest) };
     const attempt = job.attemptsMade + 1;
@@ -275,10 +266,7 @@ export class OutboxJobRunner {
   }
 }
 
-/**
- * A failed run: BullMQ fails the job at once (its `UnrecoverableError`, the outbox's error as its cause)
- * when `permanent`, else retries it on its schedule.
- */
+/** BullMQ fails a `permanent` error's job at once (`UnrecoverableError`, the error as its cause), else retries it. */
 function failed(error: Error, permanent: boolean): RunOutcome {
   if (!permanent) return { kind: 'failed', error, thrown: error };
   const thrown = new (loadBullmq().UnrecoverableError)(error.message);
@@ -287,11 +275,9 @@ function failed(error: Error, permanent: boolean): RunOutcome {
 }
 
 /**
- * Posts one queued send with the job's idempotency key and exactly the stored bytes, so that a job
- * run again is the same request and the service delivers it once.
- * @throws {EmlApiError} the client's errors; `EMESSAGE` when the stored content is gone, cut or
- *   does not match its SHA-256; `ECONNECTION` when Redis fails while the content is read; `EAPI`
- *   (not permanent, `mayHaveBeenAccepted`) for a 2xx that is not the service's answer
+ * Posts one queued send with the job's idempotency key and exactly the stored bytes, so that a job run again is the
+ * same request and the service delivers it once.
+ * @throws {EmlApiError} `EAPI` (not permanent, `mayHaveBeenAccepted`) for a 2xx that is not the service's answer
  */
 export async function sendOutboxJob(
   client: EmlApiClient,

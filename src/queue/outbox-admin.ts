@@ -27,8 +27,6 @@ import type { MailEnvelope } from '../transport/nodemailer-types.js';
  * The outbox's BullMQ queue opened for administration, without a producer.
  * @example
  * const admin = await openOutboxQueue({ connection: process.env.REDIS_URL! });
- * console.log(await readOutboxStatus(admin.queue));
- * await admin.close();
  */
 export interface OutboxQueue {
   readonly queue: Queue<OutboxJobData, OutboxSendResult>;
@@ -41,8 +39,7 @@ export interface OutboxQueue {
  * Opens the outbox's queue and checks that Redis answers.
  * @param options `connection`; `queueName` @default 'eml-api'; `prefix` @default 'bull'
  * @param timeout how long Redis may take to answer, in ms @default 10000
- * @throws {EmlApiError} `ECONFIG` for a bad option or a refused connection (`command` `AUTH` or
- *   `CLUSTER SLOTS`); `ECONNECTION` or `ETIMEDOUT` when Redis does not answer
+ * @throws {EmlApiError} `ECONFIG` for a bad option or a refused connection; `ECONNECTION` or `ETIMEDOUT` otherwise
  * @example
  * const { queue, close } = await openOutboxQueue({ connection: 'redis://127.0.0.1:6379', queueName: 'mail' });
  */
@@ -95,7 +92,6 @@ export const OUTBOX_STATES = [
   'completed',
 ] as const;
 
-/** A job state of {@link OUTBOX_STATES}. */
 type OutboxState = (typeof OUTBOX_STATES)[number];
 
 /**
@@ -184,11 +180,7 @@ export async function readOutboxStatus(
 
 const UNREADABLE = 'its data in Redis is not valid JSON (cut, or written by something else than the outbox)';
 
-/**
- * A job, the parse error when its hash is not JSON (one such job must not stop reading the queue),
- * or undefined when it is gone.
- * @throws Redis's errors
- */
+/** A job, the parse error when its hash is not JSON (one such job must not stop reading the queue), or undefined. */
 async function readJob(
   queue: Queue<OutboxJobRecord, OutboxSendResult>,
   id: string,
@@ -201,10 +193,7 @@ async function readJob(
   }
 }
 
-/**
- * Takes a job out of the parked set if its entry is still the run that parked it.
- * KEYS: the parked set. ARGV: the job id, the run's `processedOn`.
- */
+/** Unparks a job if its entry is still the run that parked it. KEYS: the parked set. ARGV: job id, `processedOn`. */
 const UNPARK = `
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if score and tonumber(score) == tonumber(ARGV[2]) then redis.call('ZREM', KEYS[1], ARGV[1]) end
@@ -307,12 +296,9 @@ export interface OutboxPurgeResult {
 const BATCH = 500;
 
 /**
- * Removes queued mail now: the named jobs with their stored messages, or the whole queue with every
- * outbox key. BullMQ's own removals leave stored messages until a worker sweeps them. Stop the
- * producers first: a message queued during a purge may be kept.
- * @returns what was removed and left
+ * Removes queued mail now: the named jobs with their stored messages, or the whole queue with every outbox key (BullMQ
+ * removals leave stored messages until a sweep). Stop the producers first: a message queued meanwhile may be kept.
  * @example
- * await purgeOutbox(admin.queue); // everything
  * await purgeOutbox(admin.queue, { ids: ['order-1042'] });
  */
 export async function purgeOutbox(
@@ -324,8 +310,8 @@ export async function purgeOutbox(
     /** The jobs to remove, with their content. @default undefined (the whole queue) */
     ids?: readonly string[];
     /**
-     * Purge the whole queue even while jobs are being sent (their workers then record sends on jobs
-     * that are gone). Named jobs being sent are always left: BullMQ does not remove a locked job.
+     * Purge the whole queue even while jobs are being sent (their workers then record sends on jobs that are gone).
+     * Named jobs being sent are always left: BullMQ does not remove a locked job.
      * @default false
      */
     force?: boolean;
@@ -438,7 +424,6 @@ export interface OutboxSnapshot {
   failedLastMinute: number;
 }
 
-/** The queue's set of parked jobs (see `outboxKeys`). */
 function parkedKey(queue: Queue<OutboxJobRecord, OutboxSendResult>): string {
   return outboxKeys(resolveQueueLocation(queue.name, queue.opts.prefix)).parked;
 }
@@ -447,8 +432,7 @@ function parkedKey(queue: Queue<OutboxJobRecord, OutboxSendResult>): string {
  * Reads the outbox's live state in a few commands whose cost does not grow with the queue.
  * @param now the time ages and the last minute are counted from (ms) @default Date.now()
  * @example
- * const snapshot = await readOutboxSnapshot(transport.queue);
- * if (snapshot.oldestWaitingSeconds > 600) alert('the outbox is 10 minutes behind');
+ * if ((await readOutboxSnapshot(transport.queue)).oldestWaitingSeconds > 600) alert('the outbox is 10 minutes behind');
  */
 export async function readOutboxSnapshot(
   queue: Queue<OutboxJobData, OutboxSendResult>,
@@ -479,10 +463,7 @@ export async function readOutboxSnapshot(
   };
 }
 
-/**
- * Values of BullMQ's limiter key from this one up are a queue-wide pause set by a 429
- * (`worker.rateLimit(ms)`); below, the key counts BullMQ's limiter's sends.
- */
+/** Values of BullMQ's limiter key from this one up are a 429's queue-wide pause; below, the limiter's count. */
 export const PAUSE_MARK = 1e15;
 
 /** A pause set meanwhile by another worker is judged as it stands. KEYS: limiter key. ARGV: PAUSE_MARK, maxMs. */
@@ -495,10 +476,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return left
 `;
 
-/**
- * Cuts a pause longer than `maxMs` to `maxMs`.
- * @returns the pause's length before the cut, in ms; 0 when not cut
- */
+/** Cuts a pause longer than `maxMs` to `maxMs`; resolves with its length before the cut (ms), 0 when not cut. */
 export async function capRateLimitPause(redis: OutboxRedisClient, limiterKey: string, maxMs: number): Promise<number> {
   return (await redis.eval(CAP_PAUSE, 1, limiterKey, PAUSE_MARK, maxMs)) as number;
 }

@@ -28,15 +28,11 @@ export interface OutboxJobError {
   /** When it failed (ISO 8601, Redis's clock). */
   at: string;
   /**
-   * Set when the job was failed to wait for a person: `'stalls'` (more than `maxStalls`: a message
-   * that crashes workers?), or `'idempotency-window'` (an attempt may have been accepted and the
-   * window has passed). The message says what to check.
+   * Set when the job was failed to wait for a person: `'stalls'` (more than `maxStalls`: a message that crashes
+   * workers?), or `'idempotency-window'` (an attempt may have been accepted and the window has passed).
    */
   parked?: 'stalls' | 'idempotency-window';
 }
-
-/** Why a job was parked (failed for a person to look at). */
-export type OutboxParkReason = NonNullable<OutboxJobError['parked']>;
 
 /**
  * What an outbox job's BullMQ data tells about its message: what `sendMail` reported, and the last
@@ -64,10 +60,7 @@ export interface OutboxJobData {
 
 /** A job's whole data: {@link OutboxJobData} and the outbox's bookkeeping. */
 export interface OutboxJobRecord extends OutboxJobData {
-  /**
-   * Redis key of the content, exactly as every attempt posts it. Content in `inline` is only named by
-   * it (its encryption is bound to the name).
-   */
+  /** Redis key of the content; content in `inline` is only named by it (its encryption is bound to the name). */
   contentKey: string;
   /** The content itself, Base64 (encrypted when the producer encrypts), when small. */
   inline?: string;
@@ -77,7 +70,7 @@ export interface OutboxJobRecord extends OutboxJobData {
   encryption?: { keyId: string; meta: string };
   /** The fingerprint of the producer's `account`: a worker of another account does not send it. */
   account?: string;
-  /** What the service answered, recorded before the job completes: a job run again completes with it, posting nothing. */
+  /** What the service answered, recorded before the job completes: a job run again completes with it, posting none. */
   sent?: OutboxSendResult;
   /** Set when the service refused these very bytes (400, 413, 422) and they were removed. */
   contentRemoved?: true;
@@ -89,7 +82,7 @@ export interface OutboxJobRecord extends OutboxJobData {
   aloneAt?: number;
   /** BullMQ's stall counter when the outbox last counted the job's stalls. */
   stallsSeen?: number;
-  /** When (ms, Redis's clock) the first attempt of unknown outcome started: the service may remember the key from then. */
+  /** When (ms, Redis's clock) the first attempt of unknown outcome started: the service may know the key from then. */
   possiblyAcceptedAt?: number;
   /** Until when (ms, Redis's clock) sending again is safe; after it the job is parked. */
   resendUntil?: number;
@@ -134,9 +127,8 @@ export type OutboxRecordJob = Job<OutboxJobRecord, OutboxSendResult>;
 const KINDS: readonly SendKind[] = ['eml', 'email', 'group'];
 
 /**
- * Reads a job's data back, checking its shape and that its content key lies in this queue's content
- * space (a forged job must not make a worker upload another Redis key).
- * @throws {EmlApiError} `EMESSAGE` (permanent) when the job is not one of this outbox
+ * Reads a job's data back, checking its shape and that its content key lies in this queue's content space (a forged
+ * job must not make a worker upload another Redis key).
  */
 export function readOutboxJobData(data: unknown, contentKeyPrefix: string): OutboxJobRecord {
   const o = (typeof data === 'object' && data !== null ? data : {}) as Partial<OutboxJobRecord>;
@@ -181,18 +173,15 @@ export function readOutboxJobData(data: unknown, contentKeyPrefix: string): Outb
 }
 
 /**
- * The BullMQ job id of a queued send: its idempotency key, escaped one to one so that BullMQ takes
- * it (it refuses `:`, whole numbers and its own key names): the same key always gives the same id,
- * which is how a message queued twice is stored once.
- * @param idempotencyKey a valid idempotency key (1 to 255 printable ASCII characters, no spaces)
+ * The BullMQ job id of a queued send: its idempotency key, escaped one to one so that BullMQ takes it (it refuses `:`,
+ * whole numbers and its own key names): the same key always gives the same id, so a message queued twice is kept once.
  * @returns the job id, e.g. `order-1042` for `order-1042`, `a%3Ab` for `a:b`, `%342` for `42`, `%6Deta` for `meta`
  * @example
  * const job = await transport.queue.getJob(outboxJobId('receipt-1042'));
  */
 export function outboxJobId(idempotencyKey: string): string {
   const escaped = idempotencyKey.replace(/[%:]/g, (c) => (c === '%' ? '%25' : '%3A'));
-  // A literal '%' is always '%25', so an escaped first character never collides with another key's id.
-  // BullMQ refuses an id that reads as an integer (`-5` too).
+  // A literal '%' is always '%25', so an escaped first character never collides; BullMQ refuses `-5` too.
   if (/^\d+$/.test(escaped) || `${parseInt(escaped, 10)}` === escaped || BULLMQ_KEY_NAMES.has(escaped))
     return `${percentEncoded(escaped[0]!)}${escaped.slice(1)}`;
   return escaped;

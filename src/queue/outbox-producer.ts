@@ -8,7 +8,7 @@ import { ConcurrencyLimiter } from '../http/requester.js';
 import { EmlApiError, errorDetails } from '../shared/eml-api-error.js';
 import type { SendKind } from '../protocol/api-types.js';
 import type { MailEnvelope } from '../transport/nodemailer-types.js';
-import { ContentStore } from './content-store.js';
+import { ContentStore, storedLength } from './content-store.js';
 import {
   addJob,
   finishedByWorker,
@@ -102,9 +102,8 @@ export interface OutboxQueuedMessageInfo {
   /** A job with this key was already queued: nothing was stored, the fields describe that job. */
   duplicate: boolean;
   /**
-   * Set when this key's job had failed and this call put it back: `'replaced'` with this message (no
-   * attempt of it can have been accepted), `'retried'` with its own bytes (one may have been, and the
-   * service refuses other bytes under the key). A job parked for a person is not put back.
+   * Set when this key's job had failed and this call put it back: `'replaced'` with this message (no attempt of it can
+   * have been accepted), `'retried'` with its own bytes (the service refuses other bytes under the key). Parked: never.
    */
   requeued?: 'replaced' | 'retried';
 }
@@ -112,12 +111,9 @@ export interface OutboxQueuedMessageInfo {
 const KINDS: readonly SendKind[] = ['eml', 'email', 'group'];
 
 /**
- * The producer side of the outbox: stores built messages in Redis for the workers to send. A
- * message is acknowledged only once Redis (and, with `replicas`, its replicas) holds it whole, in
- * settings that keep it; a key queued already is stored once. Holds no API key.
+ * The producer side of the outbox: stores messages in Redis for the workers. A message is acknowledged only once Redis
+ * (and, with `replicas`, its replicas) holds it whole, in settings that keep it; a key queued already is stored once.
  * @example
- * import { OutboxProducer } from 'nodemailer-eml-api/queue';
- *
  * const producer = new OutboxProducer({ connection: process.env.REDIS_URL! });
  * const info = await producer.enqueue({
  *   content: eml,
@@ -145,9 +141,7 @@ export class OutboxProducer {
   #closed = false;
   #closing: Promise<void> | undefined;
 
-  /**
-   * @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid
-   */
+  /** @throws {EmlApiError} `ECONFIG` naming the option when an option is invalid */
   constructor(options: OutboxProducerOptions) {
     const settings = resolveProducerOptions(options);
     this.#settings = settings;
@@ -184,19 +178,13 @@ export class OutboxProducer {
   }
 
   /**
-   * Stores a message for the workers to send; resolves once Redis holds it whole, in settings that
-   * keep it (the producer's `250`).
+   * Stores a message for the workers; resolves once Redis holds it whole, in settings that keep it (the `250`).
    * @param options `signal` stops the store until the job is added, waiting for a turn included
-   * @throws {EmlApiError} `EMESSAGE` for a message that cannot be queued (over `maxMessageSize`, a bad
-   *   field, a key whose failed job waits for a person); `ECONNECTION` or `ETIMEDOUT` when Redis fails,
-   *   with `idempotencyKey` and `queueId`, and `mayHaveBeenAccepted` when the job may be stored all the
-   *   same (queueing again with `err.idempotencyKey` stores it once); `ECONFIG` when Redis would lose it
+   * @throws {EmlApiError} `EMESSAGE` for a message that cannot be queued (over `maxMessageSize`, a bad field, a key
+   *   whose failed job waits for a person); `ECONNECTION` or `ETIMEDOUT` when Redis fails, with `idempotencyKey`,
+   *   `queueId` and, when it may be stored all the same, `mayHaveBeenAccepted`; `ECONFIG` when Redis would lose it
    * @example
-   * const info = await transport.producer.enqueue({
-   *   content: eml,
-   *   envelope: { from: 'shop@example.com', to: ['ann@example.net'] },
-   *   idempotencyKey: `order-${order.id}`,
-   * });
+   * const info = await transport.producer.enqueue({ content: eml, envelope, idempotencyKey: `order-${order.id}` });
    */
   enqueue(message: OutboxMessage, { signal }: { signal?: AbortSignal } = {}): Promise<OutboxQueuedMessageInfo> {
     // In the caller's context: the job carries the trace it was queued in.
@@ -224,8 +212,8 @@ export class OutboxProducer {
 
   /**
    * Checks that Redis answers and keeps what is queued (`noeviction`, the `durability` persistence).
-   * @throws {EmlApiError} `ECONNECTION` when Redis cannot be reached; `ECONFIG` naming the
-   *   Redis setting (and the command that fixes it) when Redis would lose queued mail
+   * @throws {EmlApiError} `ECONNECTION` when Redis cannot be reached; `ECONFIG` naming the Redis setting (and the
+   *   command that fixes it) when Redis would lose queued mail
    * @example
    * const producer = new OutboxProducer({ connection });
    * await producer.verify(); // true
@@ -243,8 +231,8 @@ export class OutboxProducer {
   }
 
   /**
-   * Stops the producer: new messages are refused with `ECONNECTION`, those being stored finish (a
-   * connection you passed in is left open).
+   * Stops the producer: new messages are refused with `ECONNECTION`, those being stored finish (a connection you passed
+   * in is left open).
    * @example
    * const producer = new OutboxProducer({ connection });
    * await producer.close();
@@ -275,7 +263,6 @@ export class OutboxProducer {
           : `The request body is ${mib(message.size)}, over the upload of a message of maxMessageSize (${mib(limit)})`;
       throw new EmlApiError('EMESSAGE', `${what}: not queued, nothing was stored`, { permanent: true });
     }
-    // One deadline for every step with Redis.
     const deadline = Date.now() + storeTimeout;
     if (!this.#watch.confirmed) await this.#checkSettings(() => this.#watch.confirm(), storeTimeout);
     signal.throwIfAborted();
@@ -355,8 +342,7 @@ export class OutboxProducer {
       void this.#content.discard(contentKey).catch(() => undefined);
       signal.throwIfAborted();
     }
-    // None when the job carries the content inline.
-    const storedSize = inline ? undefined : this.#content.storedSize(data);
+    const storedSize = inline ? undefined : storedLength(data);
     const json = inline ? inlineJson(data) : undefined;
     let settled: DuplicateSettlement = { kind: 'gone' };
     let state: AddedState | undefined;
@@ -386,7 +372,6 @@ export class OutboxProducer {
     } catch (err) {
       throw await this.#addFailure(err, jobId, contentKey, left(), send);
     }
-    // The job may be stored.
     if (unconfirmed) {
       throw redisFailure(
         unconfirmed.error,
@@ -453,10 +438,7 @@ export class OutboxProducer {
     }
   }
 
-  /**
-   * A refused password ends the check with its reason instead of at the deadline.
-   * @throws {EmlApiError} `ECONFIG` when the settings are wrong; `ECONNECTION`, `ETIMEDOUT`
-   */
+  /** A refused password ends the check with its reason instead of at the deadline. */
   async #checkSettings(check: () => Promise<void>, ms: number): Promise<void> {
     try {
       await Promise.race([this.#refusal.refused, withDeadline(check(), ms)]);
@@ -484,9 +466,8 @@ export class OutboxProducer {
   }
 
   /**
-   * A refusal from Redis (`NOPERM`, `OOM`, `READONLY`...) means the add never ran: the content is
-   * withdrawn and the send refused. A cluster that gave up re-routing may have run an earlier try:
-   * refused only once the content is withdrawn. Anything else may have landed: `mayHaveBeenAccepted`.
+   * A refusal (`NOPERM`, `OOM`, `READONLY`...) means the add never ran; a cluster that gave up re-routing may have run
+   * an earlier try: refused only once the content is withdrawn. Anything else may have landed: `mayHaveBeenAccepted`.
    */
   async #addFailure(
     err: unknown,
@@ -524,10 +505,7 @@ export class OutboxProducer {
     );
   }
 
-  /**
-   * With `replicas`, rejects unless that many replicas confirmed every write of the message (read
-   * with the add, or asked now after a put-back). The master has it: `mayHaveBeenAccepted`.
-   */
+  /** With `replicas`, rejects unless that many replicas confirmed every write of the message: `mayHaveBeenAccepted`. */
   async #confirmReplicas(
     confirmed: number | undefined,
     job: { jobId: string; queuedAt: string | null; holds: string },

@@ -6,9 +6,8 @@ import { outboxKeys, type QueueLocation } from './queue-location.js';
 import type { OutboxJobRecord } from './outbox-job.js';
 
 /**
- * Fields of a queue's owner hash: the account its producers and workers name (a fingerprint), since
- * when its mail is encrypted, its workers' key fingerprints. Without it two apps sharing a Redis and a
- * queue name send each other's mail through their own accounts.
+ * Fields of a queue's owner hash: the account its producers and workers name (a fingerprint), since when its mail is
+ * encrypted, its workers' key fingerprints. Without it two apps sharing a Redis and a queue send each other's mail.
  */
 const ACCOUNT = 'account';
 const ACCOUNT_SINCE = 'account-since';
@@ -19,9 +18,8 @@ const KEY = 'key:';
 const KEY_SEEN_MS = 24 * 3_600_000;
 
 /**
- * Records what a producer or worker brings where nothing is recorded yet, and answers the record.
- * KEYS: the owner hash. ARGV: the account fingerprint, '1' when the producer encrypts, the worker's key
- * field ('' for none). A full Redis refuses the writes but the record is read, so a worker drains the queue.
+ * Records what a producer or worker brings where nothing is recorded yet, and answers the record. A full Redis refuses
+ * the writes but the record is read, so a worker drains the queue.
  */
 const REGISTER = `
 local now = redis.call('TIME')
@@ -47,10 +45,7 @@ export function keyFingerprint(apiKey: string): string {
   return createHmac('sha256', apiKey).update('nodemailer-eml-api worker key').digest('hex').slice(0, 12);
 }
 
-/**
- * Checks an `account` option.
- * @throws {EmlApiError} `ECONFIG` naming `account`
- */
+/** @throws {EmlApiError} `ECONFIG` naming `account` */
 export function resolveAccount(value: unknown): string | undefined {
   if (value === undefined) return undefined;
   if (typeof value !== 'string' || !/^[\x21-\x7e]{1,200}$/.test(value)) {
@@ -68,14 +63,10 @@ export interface QueueOwner {
   encryptedSince: number | undefined;
   /** Workers' key fingerprints, each with when last seen (Redis's clock, ms). */
   keys: Map<string, number>;
-  /** Redis's time when read. */
   now: number;
 }
 
-/**
- * Registers with the queue's owner record and reads it.
- * @param me the account fingerprint, whether this producer encrypts, this worker's key fingerprint
- */
+/** Registers with the queue's owner record and reads it. */
 export async function registerOwner(
   redis: OutboxRedisClient,
   location: QueueLocation,
@@ -127,9 +118,8 @@ export async function checkProducerOwner(
 }
 
 /**
- * Checks a worker against the owner record. When the queue names no account, also returns other
- * workers' keys seen within a day (another app's, or a rotated key: warned of).
- * other workers seen within a day (another app's, or a rotated key: warned of).
+ * Checks a worker against the owner record. When the queue names no account, also returns other workers' keys seen
+ * within a day (another app's, or a rotated key: warned of).
  * @throws {EmlApiError} `ECONFIG` naming `account`
  */
 export async function checkWorkerOwner(
@@ -170,12 +160,9 @@ function checkAccount(
 }
 
 /**
- * Why a worker must not send a job: queued for another account, or for none on a queue that named its
- * account before; or stored in clear on a queue encrypted before. Earlier jobs are the queue's backlog.
+ * The error (`EMESSAGE`, permanent) for a job queued for another account, or for none on a queue that named its account
+ * before, or stored in clear on a queue encrypted before; earlier jobs are the queue's backlog. Else undefined.
  * @param queuedAt when Redis took the job (Redis's time, ms), asked only when it matters
- * @param me the worker's account fingerprint, and whether it holds encryption keys
- * @param owner from when the queue names its account, and from when its mail is encrypted
- * @returns the error (`EMESSAGE`, permanent) to fail the job with, or undefined
  */
 export async function foreignJob(
   data: OutboxJobRecord,

@@ -10,19 +10,16 @@ export const MAX_CLOCK_OFFSET_MS = 60_000;
 /** Wall and monotonic clocks drifting apart by this means the machine was suspended; in ms. */
 const SUSPEND_MS = 2_000;
 
-/** Options of {@link RedisClock}. */
+/** Every time in ms. */
 export interface ClockOptions {
   refreshEvery?: number;
-  /** In ms. */
   monotonic?: () => number;
-  /** In ms. */
   wall?: () => number;
 }
 
 /**
- * Redis's clock, the one every worker shares (machines' clocks can differ by hours). `TIME` is read
- * once a minute and carried forward on the monotonic clock, and read again when the wall clock moved
- * otherwise (a suspended machine, which the monotonic clock misses).
+ * Redis's clock, the one every worker shares (machines' clocks can differ by hours). `TIME` is read once a minute and
+ * carried forward on the monotonic clock, and read again when the wall clock moved otherwise (a suspended machine).
  */
 export class RedisClock {
   readonly #read: () => Promise<number>;
@@ -33,11 +30,7 @@ export class RedisClock {
   #sample: { redis: number; at: number; wall: number } | undefined;
   #syncing: Promise<void> | undefined;
 
-  /**
-   * @param read reads Redis's time, in ms ({@link redisTime})
-   * @param options `refreshEvery` @default REDIS_CLOCK_REFRESH; `monotonic` @default performance.now;
-   *   `wall` @default Date.now
-   */
+  /** @param options `refreshEvery` @default REDIS_CLOCK_REFRESH; clocks @default performance.now, Date.now */
   constructor(
     read: () => Promise<number>,
     {
@@ -52,10 +45,7 @@ export class RedisClock {
     this.#wall = wall;
   }
 
-  /**
-   * Calls made meanwhile share the reading.
-   * @throws Redis's errors
-   */
+  /** Calls made meanwhile share the reading. */
   sync(): Promise<void> {
     this.#syncing ??= (async () => {
       const before = this.#monotonic();
@@ -74,10 +64,7 @@ export class RedisClock {
     return this.#wall() - (sample.redis + (this.#monotonic() - sample.at));
   }
 
-  /**
-   * In ms since the epoch; the last reading carried forward when Redis cannot be read.
-   * @throws Redis's errors, when it was never read
-   */
+  /** In ms since the epoch; the last reading carried forward when Redis cannot be read. */
   async now(): Promise<number> {
     const last = this.#sample;
     const since = last === undefined ? 0 : this.#monotonic() - last.at;
@@ -94,10 +81,7 @@ export class RedisClock {
     return Math.round(sample.redis + (this.#monotonic() - sample.at));
   }
 
-  /**
-   * Why a worker must not finish jobs now: BullMQ removes old jobs by the finishing worker's clock, so
-   * one days ahead would erase mail kept for a person.
-   */
+  /** BullMQ removes old jobs by the finishing worker's clock: one days ahead would erase mail kept for a person. */
   problem(): string | undefined {
     const off = this.offset();
     if (off === undefined || Math.abs(off) <= MAX_CLOCK_OFFSET_MS) return undefined;
@@ -117,7 +101,6 @@ export async function redisTime(redis: OutboxRedisClient): Promise<number> {
   return Number(secs) * 1000 + Math.floor(Number(micros) / 1000);
 }
 
-/** Through a BullMQ queue's own connection. */
 export async function queueRedisTime(queue: object): Promise<number> {
   return redisTime(await queueClient(queue));
 }

@@ -5,8 +5,8 @@ import { configError, describe, requirePeer } from '../shared/options-kit.js';
 import { queueKey, type QueueLocation } from './queue-location.js';
 
 /**
- * Where the outbox's Redis is: a `redis://` or `rediss://` URL, ioredis options, an ioredis instance
- * you made (and close), or a Redis Cluster. On a cluster the queue's `prefix` needs a hash tag (`'{eml-api}'`).
+ * Where the outbox's Redis is: a `redis://` or `rediss://` URL, ioredis options, an ioredis instance you made (and
+ * close), or a Redis Cluster. On a cluster the queue's `prefix` needs a hash tag (`'{eml-api}'`).
  * @example
  * const connection: RedisConnectionInput = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
  * const cluster: RedisConnectionInput = { cluster: ['redis://10.0.0.1:7000', 'redis://10.0.0.2:7000'] };
@@ -18,10 +18,8 @@ export type RedisConnectionInput =
   | Cluster
   | { cluster: readonly (string | { host: string; port: number })[]; clusterOptions?: ClusterOptions };
 
-/** The client the outbox talks to Redis through: one server, or a cluster. */
 export type OutboxRedisClient = Redis | Cluster;
 
-/** Whether a client of the outbox is a Redis Cluster's. */
 export function isClusterClient(redis: OutboxRedisClient): redis is Cluster {
   return (redis as { isCluster?: boolean }).isCluster === true;
 }
@@ -40,11 +38,9 @@ export type RedisRole = 'producer' | 'worker';
 
 /**
  * Opens (or adopts) the Redis client of a producer or a worker.
- * @param location where the queue's keys are (checked for a hash tag on a cluster)
  * @param option the option's name in errors @default 'connection'
  * @param rideMs how long a producer's command keeps trying (its `timeouts.store`) @default 30000
- * @throws {EmlApiError} `ECONFIG` when the option is not a Redis URL, options, cluster nodes or an
- *   ioredis instance, or when the prefix of a queue on a cluster has no hash tag
+ * @throws {EmlApiError} `ECONFIG` for a bad connection, or a queue on a cluster whose prefix has no hash tag
  */
 export function openOutboxRedis(
   connection: unknown,
@@ -117,8 +113,8 @@ export function connectionDefaults(role: RedisRole, rideMs = 30_000): RedisOptio
 }
 
 /**
- * Replaces a producer's connection silent for `silentMs` while commands wait: a silent network keeps
- * the socket open for minutes. ioredis resends the commands; the outbox's writes are safe to run twice.
+ * Replaces a producer's connection silent for `silentMs` while commands wait: a silent network keeps the socket open
+ * for minutes. ioredis resends the commands; the outbox's writes are safe to run twice.
  */
 function dropWhenSilent(redis: Redis, silentMs: number): void {
   let heard = performance.now();
@@ -143,9 +139,8 @@ function dropWhenSilent(redis: Redis, silentMs: number): void {
 }
 
 /**
- * Closes a client the outbox made; leaves one it was given open. QUIT gets at most `wait`: with Redis
- * down the process would otherwise wait for ever.
- * @param wait ms @default outboxWaits.quit (2 s)
+ * Closes a client the outbox made; leaves one it was given open. QUIT gets at most `wait`: with Redis down the process
+ * would otherwise wait for ever.
  */
 export async function closeOutboxRedis(client: OutboxRedis, wait = outboxWaits.quit): Promise<void> {
   if (!client.owned) return;
@@ -173,7 +168,6 @@ function isRedisInstance(value: unknown): value is Redis | Cluster {
   return typeof o.duplicate === 'function' && typeof o.connect === 'function' && typeof o.options === 'object';
 }
 
-/** Named by the nodes it was made with (never a password). */
 function describeClusterInstance(cluster: Cluster): string {
   const given = (cluster as unknown as { startupNodes?: unknown[] }).startupNodes ?? [];
   return describeNodes(
@@ -204,9 +198,6 @@ export interface OutboxClusterConnection {
   clusterOptions?: ClusterOptions;
 }
 
-/** Producers fail sends when Redis stays away, workers wait for it. */
-export type ClusterRole = 'producer' | 'worker';
-
 /** After a failover's error (closed connection, `CLUSTERDOWN`, `TRYAGAIN`), in ms. */
 const RETRY_DELAY = 250;
 
@@ -217,7 +208,7 @@ const RETRY_DELAY = 250;
  * master that hangs after its successor takes over.
  * @param rideMs how long a producer's command keeps trying @default 30000
  */
-export function clusterDefaults(role: ClusterRole, rideMs = 30_000): ClusterOptions {
+export function clusterDefaults(role: RedisRole, rideMs = 30_000): ClusterOptions {
   return {
     retryDelayOnFailover: RETRY_DELAY,
     retryDelayOnClusterDown: RETRY_DELAY,
@@ -239,11 +230,7 @@ export function isClusterConnection(connection: unknown): connection is OutboxCl
   return 'cluster' in connection || (connection as { isCluster?: unknown }).isCluster === true;
 }
 
-/**
- * Checks that the queue's prefix (or name) holds a hash tag: BullMQ's scripts touch several keys at
- * once, which a cluster refuses (`CROSSSLOT`) across slots.
- * @throws {EmlApiError} `ECONFIG` naming `prefix`
- */
+/** BullMQ's scripts touch several keys at once, which a cluster refuses (`CROSSSLOT`) across slots. */
 export function checkClusterLocation(location: QueueLocation): void {
   const base = queueKey(location, '');
   const open = base.indexOf('{');
@@ -258,15 +245,10 @@ export function checkClusterLocation(location: QueueLocation): void {
   }
 }
 
-/**
- * Opens a Redis Cluster client, `clusterOptions` over the outbox's defaults for `role`.
- * @param option the option's name in errors
- * @param rideMs how long a producer's command keeps trying through a failover @default 30000
- * @throws {EmlApiError} `ECONFIG` naming the option when a node is not a Redis URL or `{ host, port }`
- */
+/** Opens a Redis Cluster client, `clusterOptions` over the outbox's defaults for `role`. */
 export function openCluster(
   connection: OutboxClusterConnection,
-  role: ClusterRole,
+  role: RedisRole,
   option: string,
   rideMs?: number,
 ): { redis: Cluster; where: string } {
@@ -291,14 +273,13 @@ export function openCluster(
   return { redis, where: describeNodes(nodes) };
 }
 
-/** Names a cluster by the nodes it was given (never a password). */
 export function describeNodes(nodes: readonly { host?: string | undefined; port?: number | undefined }[]): string {
   const named = nodes.map((n) => `${n.host ?? '127.0.0.1'}:${n.port ?? 6379}`);
   const shown = named.length > 3 ? `${named.slice(0, 3).join(', ')} and ${named.length - 3} more` : named.join(', ');
   return `Redis Cluster ${shown}`;
 }
 
-/** The nodes, and their URLs' credentials and TLS, which ioredis would apply only to the given nodes, not to those it discovers. */
+/** The nodes, and their URLs' credentials and TLS, which ioredis would apply to the given nodes only. */
 function clusterNodes(
   given: unknown,
   option: string,
@@ -361,10 +342,7 @@ function sameCredentials(a: RedisOptions, b: RedisOptions): boolean {
   return a.username === b.username && a.password === b.password && (a.tls === undefined) === (b.tls === undefined);
 }
 
-/**
- * How long a node other than the queue's master may take to answer before it is skipped as down: a
- * node that does not serve the queue's slot must not stop the outbox. In ms.
- */
+/** How long (ms) a node may take to answer before it is skipped as down: one not serving the queue must not stop it. */
 export const NODE_ANSWER_MS = 2_000;
 
 const SLOTS = 16384;
@@ -391,7 +369,6 @@ export function escapeGlob(pattern: string): string {
   return `${literal.replace(/[\\*?[\]]/g, '\\$&')}${star ? '*' : ''}`;
 }
 
-/** `host:port` of a cluster node, as the slot map names it. */
 export function nodeName(node: Redis): string {
   return `${node.options.host ?? '127.0.0.1'}:${node.options.port ?? 6379}`;
 }
@@ -405,9 +382,8 @@ export function slotNodes(cluster: Cluster, key: string): Redis[] {
 }
 
 /**
- * The servers a SCAN must cover to find a queue's keys. Masters flagged `fail` or silent for
- * {@link NODE_ANSWER_MS} are named to `skipped`: the queue's slot is on a master that answers.
- * @param skipped called with each master left out, and why
+ * The servers a SCAN must cover to find a queue's keys. Masters flagged `fail` or silent for {@link NODE_ANSWER_MS} go
+ * to `skipped`: the queue's slot is on a master that answers.
  */
 export async function scannableServers(
   redis: OutboxRedisClient,
@@ -455,16 +431,10 @@ async function failedNodes(cluster: Cluster): Promise<Set<string>> {
 const INSTALL = 'bullmq ioredis';
 const USER = 'The outbox (nodemailer-eml-api/queue)';
 
-/** The BullMQ module. */
 export type BullmqModule = typeof Bullmq;
-
-/** The ioredis client class. */
 export type RedisConstructor = typeof Ioredis.Redis;
-
-/** The ioredis Redis Cluster client class. */
 export type ClusterConstructor = typeof Ioredis.Cluster;
 
-/** Versions of the peers the outbox runs on. */
 export interface OutboxPeerVersions {
   bullmq: string;
   ioredis: string;
@@ -474,19 +444,12 @@ let bullmq: BullmqModule | undefined;
 let redis: RedisConstructor | undefined;
 let cluster: ClusterConstructor | undefined;
 
-/**
- * Loads `bullmq` on first use, so the CLI and the rest of the package run without it.
- * @throws {EmlApiError} `ECONFIG` saying what to install when it is missing
- */
+/** Loads `bullmq` on first use, so the CLI and the rest of the package run without it. */
 export function loadBullmq(): BullmqModule {
   return (bullmq ??= requirePeer<BullmqModule>('bullmq', INSTALL, USER));
 }
 
-/**
- * Loads the `ioredis` client on first use: the outbox needs one that answers with Buffers, and BullMQ
- * 6 does not depend on ioredis.
- * @throws {EmlApiError} `ECONFIG` saying what to install when it is missing
- */
+/** The outbox needs an ioredis client that answers with Buffers, and BullMQ 6 does not depend on ioredis. */
 export function loadRedis(): RedisConstructor {
   if (!redis) {
     const mod = requirePeer<typeof Ioredis & { default?: RedisConstructor }>('ioredis', INSTALL, USER);
@@ -495,10 +458,6 @@ export function loadRedis(): RedisConstructor {
   return redis;
 }
 
-/**
- * Loads ioredis's Redis Cluster client on first use.
- * @throws {EmlApiError} `ECONFIG` saying what to install when ioredis is missing
- */
 export function loadRedisCluster(): ClusterConstructor {
   if (!cluster) {
     const mod = requirePeer<typeof Ioredis & { default?: { Cluster?: ClusterConstructor } }>('ioredis', INSTALL, USER);
@@ -507,10 +466,7 @@ export function loadRedisCluster(): ClusterConstructor {
   return cluster;
 }
 
-/**
- * Checks that both peers of the outbox are installed and tells their versions.
- * @throws {EmlApiError} `ECONFIG` saying what to install
- */
+/** @throws {EmlApiError} `ECONFIG` saying what to install when a peer of the outbox is missing */
 export function requireQueuePeers(): OutboxPeerVersions {
   loadBullmq();
   loadRedis();
@@ -526,7 +482,6 @@ function versionOf(name: string): string {
   }
 }
 
-/** The deadline of {@link withDeadline} passed. */
 export class DeadlineError extends Error {
   override readonly name = 'DeadlineError';
   constructor(readonly ms: number) {
@@ -534,7 +489,7 @@ export class DeadlineError extends Error {
   }
 }
 
-/** Resolves as `promise` does, or rejects with a {@link DeadlineError} after `ms`; a Redis command cannot be taken back. */
+/** Rejects with a {@link DeadlineError} after `ms` unless `promise` settles; a Redis command cannot be taken back. */
 export function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
@@ -543,14 +498,10 @@ export function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
   return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
 }
 
-/**
- * The outbox's fixed waits, in ms: the product's, not options. The test suite lowers them.
- * @internal
- */
+/** @internal The outbox's fixed waits, in ms: the product's, not options. The test suite lowers them. */
 export const outboxWaits = {
   /** A forced close's wait for aborted sends to hand their jobs back (twice this after a graceful close). */
   handBack: 5_000,
   quit: 2_000,
-  /** Besides after every reconnect. */
   settingsCheck: 60_000,
 };

@@ -14,11 +14,9 @@ export interface StoredSend {
 }
 
 /**
- * An {@link EmlApiError} for a failed Redis operation: `ETIMEDOUT` after a deadline, `ECONNECTION`
- * otherwise; a refused connection is `ECONFIG`. `EmlApiError`s pass through, given `send`'s fields.
- * @param doing what failed, e.g. `Could not store the message in Redis at 127.0.0.1:6379`
+ * An {@link EmlApiError} for a failed Redis operation: `ETIMEDOUT` after a deadline, `ECONNECTION` otherwise; a refused
+ * connection is `ECONFIG`. `EmlApiError`s pass through, given `send`'s fields.
  * @param mayHaveBeenStored whether the write may have landed all the same (then `mayHaveBeenAccepted` is set)
- * @param send the send being stored, whose key and job id the error carries @default undefined
  */
 export function redisFailure(
   err: unknown,
@@ -56,14 +54,10 @@ export function redisFailure(
   return new EmlApiError('ECONNECTION', `${doing}: ${reason}${stored}`, details);
 }
 
-/** The last failure of each client's connection (refused, timed out...), until it is ready again. */
 const connectionErrors = new WeakMap<object, Error>();
 const tracked = new WeakSet<object>();
 
-/**
- * Keeps the last error of a client's connection (a cluster's: of any node), so that a command failing
- * for want of a connection can say why instead of ioredis's words.
- */
+/** Keeps the last error of a client's connection (any node's), so that a failing command can say why. */
 export function trackConnectionErrors(redis: OutboxRedisClient): void {
   if (tracked.has(redis)) return;
   tracked.add(redis);
@@ -77,12 +71,11 @@ export function trackConnectionErrors(redis: OutboxRedisClient): void {
   redis.on('ready', () => connectionErrors.delete(redis));
 }
 
-/** The last error of the client's connection since it was last ready, if any. */
 export function lastConnectionError(redis: OutboxRedisClient): Error | undefined {
   return connectionErrors.get(redis);
 }
 
-/** The code of an error of a connection itself (a socket's, a DNS lookup's, TLS's), through a cluster's lastNodeError. */
+/** The code of an error of a connection itself (a socket's, a DNS lookup's, TLS's), through `lastNodeError`. */
 function connectionCode(err: unknown, depth = 0): string | undefined {
   if (!(err instanceof Error) || depth > 3) return undefined;
   const code = (err as { code?: unknown }).code;
@@ -95,10 +88,7 @@ function connectionCode(err: unknown, depth = 0): string | undefined {
   return connectionCode((err as { lastNodeError?: unknown }).lastNodeError, depth + 1);
 }
 
-/**
- * Whether a command failed because the client lost its connection and could not make a new one, or
- * the error is the connection's own.
- */
+/** Whether a command failed because the client lost its connection and could not make a new one. */
 export function connectionLost(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   return (
@@ -114,7 +104,6 @@ function isCommandTimeout(err: unknown): boolean {
   return err instanceof Error && err.message === 'Command timed out';
 }
 
-/** What each connection failure says, and what to check. */
 const UNREACHABLE: readonly { codes: readonly string[]; what: string }[] = [
   { codes: ['ECONNREFUSED'], what: 'the connection was refused' },
   { codes: ['ETIMEDOUT', 'ESOCKETTIMEDOUT'], what: 'connecting timed out (nothing answered)' },
@@ -123,10 +112,7 @@ const UNREACHABLE: readonly { codes: readonly string[]; what: string }[] = [
   { codes: ['ECONNRESET', 'EPIPE', 'ECONNABORTED'], what: 'it closed the connection' },
 ];
 
-/**
- * Why Redis cannot be reached and what to check, from the connection's last error.
- * @param where host and port (a cluster: its nodes), never a password
- */
+/** Why Redis cannot be reached and what to check, from the connection's last error. */
 export function unreachable(where: string, err: unknown): string {
   const code = connectionCode(err);
   const check = 'Check the connection option (REDIS_URL or --redis with the CLI)';
@@ -151,7 +137,6 @@ export function unreachable(where: string, err: unknown): string {
   return `${what}:${hint} ${check}`;
 }
 
-/** The error with the send's idempotency key and job id on it (itself when it has them). */
 export function withStoredSend(err: EmlApiError, send: StoredSend): EmlApiError {
   if (err.idempotencyKey === send.idempotencyKey && err.queueId === send.queueId) return err;
   return new EmlApiError(err.code, err.message, { ...errorDetails(err), ...send });
@@ -184,10 +169,8 @@ const REFUSALS = new Set([
 const REROUTED = new Set(['MOVED', 'ASK', 'TRYAGAIN', 'CLUSTERDOWN']);
 
 /**
- * How sure it is that a failed command never ran: `refused` (a REFUSALS reply); `rerouted` (a
- * cluster client gave up re-routing it: a try cut off by a failover may have run on the old master,
- * so it is to be looked up); `unknown` otherwise (a timeout, a lost connection: it may have run).
- * @param cluster whether the client is a cluster's (which re-routes, and so tries again)
+ * How sure it is that a failed command never ran: `refused` (a REFUSALS reply); `rerouted` (a cluster client gave up
+ * re-routing it: a try cut off by a failover may have run on the old master); `unknown` (a timeout: it may have run).
  */
 export function commandFate(err: unknown, cluster: boolean): 'refused' | 'rerouted' | 'unknown' {
   if (!(err instanceof Error)) return 'unknown';
@@ -198,13 +181,11 @@ export function commandFate(err: unknown, cluster: boolean): 'refused' | 'rerout
   return cluster && REROUTED.has(word) ? 'rerouted' : 'refused';
 }
 
-/** How deep {@link withoutArguments} follows an error's causes. */
 const CAUSE_DEPTH = 8;
 
 /**
- * The error with the arguments of every Redis command it names removed: the outbox's commands carry
- * message content, which an app logging the error (causes included) would otherwise write into its
- * logs. Follows `cause`, `lastNodeError` and `errors`; changes the error in place.
+ * Removes, in place, the arguments of every Redis command the error (or its causes) names: the outbox's commands carry
+ * message content, which an app logging the error would otherwise write into its logs.
  */
 export function withoutArguments<T>(err: T): T {
   const seen = new Set<object>();
@@ -229,9 +210,8 @@ export function withoutArguments<T>(err: T): T {
 }
 
 /**
- * Redis's refusals of the connection itself, which no retry fixes, with what fixes each. A cluster
- * client hides them behind "Failed to refresh slots cache." and keeps the node's answer in
- * `lastNodeError`. Redis's replies name no password, and messages are built from them alone.
+ * Redis's refusals of the connection itself, which no retry fixes, with what fixes each (a cluster client keeps them in
+ * `lastNodeError`). Redis's replies name no password, and messages are built from them alone.
  */
 const REFUSAL_FIXES: readonly { match: RegExp; command: string; fix: string }[] = [
   {
@@ -252,13 +232,10 @@ const REFUSAL_FIXES: readonly { match: RegExp; command: string; fix: string }[] 
   },
 ];
 
-/** How deep {@link redisRefusal} follows an error's `cause` and `lastNodeError`. */
 const DEPTH = 4;
 
 /**
- * The `ECONFIG` (permanent) for an error that is, or wraps, a refusal of the connection by Redis;
- * undefined for any other error.
- * @param where host and port of Redis (a cluster: its nodes), never a password
+ * The `ECONFIG` (permanent) for an error that is, or wraps, a refusal of the connection by Redis; else undefined.
  * @param doing what failed, to start the message with @default `Redis at ${where}`
  */
 export function redisRefusal(err: unknown, where: string, doing?: string): EmlApiError | undefined {
@@ -283,9 +260,8 @@ export function redisErrorText(err: unknown): string {
 }
 
 /**
- * Watches a client's (or a BullMQ worker's) `error` events for a refusal of the connection, which
- * commands waiting or retrying would never tell: `refused` rejects with its `ECONFIG`, and is a new
- * pending promise once the connection is ready again. Never rejects unhandled.
+ * Watches a client's (or a BullMQ worker's) `error` events for a refusal of the connection, which commands retrying
+ * would never tell: `refused` rejects with its `ECONFIG`, and is a new pending promise once the connection is ready.
  */
 export function watchRefusal(
   redis: OutboxRedisClient | ErrorEmitter,

@@ -19,14 +19,11 @@ import type { ReadinessCheck } from '../observability/ops-server.js';
  * - `'warn'`: queue in any case; warn when the append-only file is off (mail survives no restart)
  * - `'aof'`: refuse (`ECONFIG`) unless `appendonly yes`
  * - `'aof-always'`: also `appendfsync always`, as Postfix fsyncs a message before its `250`
- *
- * Where the setting cannot be read, a warning is logged instead of refusing.
  * @example
  * new EmlApiQueueTransport({ connection, durability: 'aof' });
  */
 export type OutboxDurability = 'warn' | 'aof' | 'aof-always';
 
-/** The values {@link OutboxDurability} takes. */
 export const OUTBOX_DURABILITIES: readonly OutboxDurability[] = ['warn', 'aof', 'aof-always'];
 
 /** Redis's settings that decide whether queued mail survives; `undefined` where this connection may not read them. */
@@ -38,10 +35,7 @@ export interface RedisSettings {
   clusterEnabled: boolean | undefined;
 }
 
-/**
- * Reads the settings with `CONFIG GET`, or from `INFO` where a managed Redis forbids `CONFIG`.
- * @throws Redis's own errors other than a refused command (the connection failing...)
- */
+/** Reads the settings with `CONFIG GET`, or from `INFO` where a managed Redis forbids `CONFIG`. */
 export async function readRedisSettings(redis: Redis): Promise<RedisSettings> {
   try {
     const [policy, aof, fsync, cluster] = await Promise.all(
@@ -78,15 +72,11 @@ export async function readRedisSettings(redis: Redis): Promise<RedisSettings> {
 }
 
 /**
- * Checks that Redis keeps what the outbox stores: refuses an eviction policy other than `noeviction`
- * (queued mail would be evicted silently) and missing persistence `durability` asks for; warns where
- * persistence is off or unreadable. On a cluster, the nodes serving the queue's slot are checked, as
- * a failover makes a replica the master (a replica silent for 2 s is skipped with a warning). A
- * cluster node reached as a single server is refused: the queue's keys would answer `MOVED`.
- * @param where host and port (a cluster: its nodes), for messages
- * @param warn called with each warning
- * @param location where the queue's keys are: on a cluster, the nodes of their slot are checked
- *   @default undefined (every node of a cluster, those that do not answer skipped with a warning)
+ * Checks that Redis keeps what the outbox stores: refuses an eviction policy other than `noeviction` (queued mail would
+ * be evicted silently) and missing persistence `durability` asks for; warns where persistence is off or unreadable.
+ * On a cluster the nodes serving the queue's slot are checked, as a failover makes a replica the master (a silent one
+ * is skipped with a warning); a cluster node reached as a single server is refused: the queue's keys answer `MOVED`.
+ * @param location where the queue's keys are @default undefined (every node of a cluster)
  * @throws {EmlApiError} `ECONFIG` (permanent) naming the setting and the command that fixes it
  */
 export async function checkRedisSettings(
@@ -221,9 +211,8 @@ function refused(err: unknown): boolean {
 }
 
 /**
- * Records the check value of the producer's current key (the first producer of an id writes it),
- * then compares every key held with Redis's: other bytes under an id would queue mail no worker can read.
- * @throws {EmlApiError} `ECONFIG` naming `encryption.keys.<id>` on a mismatch; Redis's errors
+ * Records the check value of the producer's current key (the first producer of an id writes it), then compares every
+ * key held with Redis's: other bytes under an id would queue mail no worker can read.
  */
 export async function registerKeyChecks(
   redis: OutboxRedisClient,
@@ -236,10 +225,9 @@ export async function registerKeyChecks(
 }
 
 /**
- * Compares every key held with the check values in Redis, so a worker with other bytes under an id
- * refuses to start instead of failing every encrypted job. Ids Redis has none for pass.
- * @param others who else uses the keys, for the message
- * @throws {EmlApiError} `ECONFIG` naming `encryption.keys.<id>` on a mismatch; Redis's errors
+ * Compares every key held with the check values in Redis, so a worker with other bytes under an id refuses to start
+ * instead of failing every encrypted job. Ids Redis has none for pass.
+ * @throws {EmlApiError} `ECONFIG` naming `encryption.keys.<id>` on a mismatch
  */
 export async function compareKeyChecks(
   redis: OutboxRedisClient,
@@ -290,9 +278,9 @@ export interface SettingsReports {
 }
 
 /**
- * Redis's settings, checked again after every reconnect (a restarted Redis may evict or lose
- * acknowledged mail), when the queue's slot gets another master, and on an interval (`CONFIG SET`).
- * Producers acknowledge only once the settings were found right since the last (re)connection.
+ * Redis's settings, checked again after every reconnect (a restarted Redis may evict or lose acknowledged mail), when
+ * the queue's slot gets another master, and on an interval (`CONFIG SET`). Producers acknowledge only once the settings
+ * were found right since the last (re)connection.
  */
 export class RedisSettingsWatch {
   readonly #redis: OutboxRedisClient;
@@ -323,25 +311,18 @@ export class RedisSettingsWatch {
     return this.#wrong === undefined && this.#confirmed === this.#epoch;
   }
 
-  /**
-   * Resolves once the settings were found right since the last (re)connection: at once when they were.
-   * @throws {EmlApiError} `ECONFIG` while they are wrong; Redis's errors
-   */
+  /** Resolves once the settings were found right since the last (re)connection: at once when they were. */
   async confirm(): Promise<void> {
     this.start();
     while (!this.confirmed) await this.check();
   }
 
-  /**
-   * Checks now; calls made meanwhile share the check.
-   * @throws {EmlApiError} `ECONFIG` when the settings are wrong; Redis's errors
-   */
+  /** Calls made meanwhile share the check. */
   check(): Promise<void> {
     this.#running ??= this.#check().finally(() => (this.#running = undefined));
     return this.#running;
   }
 
-  /** Called by `confirm()`. */
   start(): void {
     if (this.#stops.length > 0 || this.#timer) return;
     const bump = () => {
@@ -415,7 +396,6 @@ export class RedisSettingsWatch {
   }
 }
 
-/** Options of a {@link RedisSettingsWatch}. */
 export interface SettingsWatchOptions {
   durability: OutboxDurability;
   /** Take persistence the settings cannot tell as the operator's word (`durabilityVerified`). */
@@ -430,12 +410,9 @@ export interface SettingsWatchOptions {
 const watches = new WeakMap<object, Set<RedisSettingsWatch>>();
 
 /**
- * The readiness of the outbox's Redis for `/readyz`: it answers and keeps what is queued. A watched
- * client is checked as its watch checks it, any other for `noeviction` only; warnings are not
- * repeated, as a probe every few seconds must not fill the logs.
- * @param redis the connection to check (read when the check runs)
- * @param location where the queue's keys are: on a cluster, only the nodes serving their slot matter
- *   @default undefined (every node)
+ * The readiness of the outbox's Redis for `/readyz`: it answers and keeps what is queued. A watched client is checked
+ * as its watch checks it, any other for `noeviction` only, without warnings: a frequent probe must not fill logs.
+ * @param location where the queue's keys are @default undefined (every node of a cluster)
  */
 export function outboxRedisReadiness(
   redis: () => OutboxRedisClient | Promise<OutboxRedisClient>,
