@@ -185,3 +185,21 @@ export function freePort(): Promise<number> {
     });
   });
 }
+
+/**
+ * A MONITOR connection beside `client`. ioredis misreads a command Redis runs in the same read as MONITOR's `OK`
+ * (before the connection counts as monitoring) and emits "Command queue state error" on it, where no listener is
+ * yet: that line is dropped here, since it comes before the caller can have sent what it watches for.
+ */
+export async function monitorBeside(client: Redis): Promise<Redis> {
+  const monitor = client.duplicate({ monitor: true, lazyConnect: false });
+  monitor.on('error', (err: Error) => {
+    if (err.message.startsWith('Command queue state error')) return;
+    queueMicrotask(() => {
+      throw err;
+    });
+  });
+  // Not events.once: it rejects on that 'error'.
+  await new Promise((resolve) => monitor.once('monitoring', resolve));
+  return monitor;
+}

@@ -1,10 +1,9 @@
 import nodemailer from 'nodemailer';
-import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiQueueTransport, type OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { eventually, inProcessWorkers } from '../helpers/outbox.js';
-import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { monitorBeside, startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 /**
  * A worker records a send (the service's answer, the content deleted) in the same script as BullMQ's
@@ -31,7 +30,7 @@ afterAll(async () => {
 
 /** Script calls seen by MONITOR, by their number of keys. */
 async function watchScripts(): Promise<{ keys: string[]; stop(): void }> {
-  const monitor = (await redis.client.monitor()) as Redis;
+  const monitor = await monitorBeside(redis.client);
   const keys: string[] = [];
   monitor.on('monitor', (_time: string, args: string[]) => {
     if (/^eval(sha)?$/i.test(args[0]!)) keys.push(args[2]!);

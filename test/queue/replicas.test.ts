@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EmlApiError } from '../../src/index.js';
 import { EmlApiQueueTransport, type OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { addFailedJobs, eventually } from '../helpers/outbox.js';
-import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { monitorBeside, startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 /**
  * `replicas: { count, timeoutMs }` (issue 21, item 4): `sendMail` resolves
@@ -86,9 +86,8 @@ describe('replicas: { count: 1 }', () => {
     // were in. A WAIT inside that pipeline would confirm the writes made before the job (batch review, finding 2).
     await transporter.sendMail(order(10));
     await master.client.script('FLUSH');
-    const watcher = master.client.duplicate();
     const seen: string[] = [];
-    const monitor = await watcher.monitor();
+    const monitor = await monitorBeside(master.client);
     monitor.on('monitor', (_time: string, args: string[]) => {
       const name = String(args[0]).toLowerCase();
       if (name === 'eval' || name === 'evalsha' || name === 'wait') seen.push(name);
@@ -100,9 +99,7 @@ describe('replicas: { count: 1 }', () => {
       expect(seen.lastIndexOf('eval')).toBeLessThan(seen.indexOf('wait'));
       expect(await replica.client.hget(`bull:eml-api:${info.queueId}`, 'data')).toBeTruthy();
     } finally {
-      // MONITOR runs on a connection of its own: closing the client it came from leaves it open.
       monitor.disconnect();
-      watcher.disconnect();
     }
   });
 
