@@ -13,19 +13,29 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 /** The tables: the interface, where it is declared, and the docs page that shows it. */
 export const OPTIONS_TABLES = [
+  { name: 'EmlApiTransportOptions', source: 'src/transport/eml-api-transport.ts', doc: 'docs/transport-and-client.md' },
+  { name: 'EmlApiQueueTransportOptions', source: 'src/queue/queue-transport-options.ts', doc: 'docs/outbox.md' },
   { name: 'OutboxWorkerOptions', source: 'src/queue/worker-options.ts', doc: 'docs/outbox.md' },
   { name: 'EmlApiRelayOptions', source: 'src/relay/relay-options.ts', doc: 'docs/relay.md' },
+  { name: 'EmulatorOptions', source: 'src/emulator/emulator-options.ts', doc: 'docs/emulator.md' },
 ] as const;
 
+/** One program for every table: building it is most of the work. */
+function program(): ts.Program {
+  return ts.createProgram(
+    OPTIONS_TABLES.map((t) => join(ROOT, t.source)),
+    {
+      strict: true,
+      target: ts.ScriptTarget.ES2022,
+      module: ts.ModuleKind.NodeNext,
+      moduleResolution: ts.ModuleResolutionKind.NodeNext,
+      noEmit: true,
+    },
+  );
+}
+
 /** One row per option: own options first, then inherited ones, in declaration order. */
-function rows(name: string, source: string): string[] {
-  const program = ts.createProgram([join(ROOT, source)], {
-    strict: true,
-    target: ts.ScriptTarget.ES2022,
-    module: ts.ModuleKind.NodeNext,
-    moduleResolution: ts.ModuleResolutionKind.NodeNext,
-    noEmit: true,
-  });
+function rows(program: ts.Program, name: string, source: string): string[] {
   const checker = program.getTypeChecker();
   let declaration: ts.InterfaceDeclaration | undefined;
   ts.forEachChild(program.getSourceFile(join(ROOT, source))!, (node) => {
@@ -48,9 +58,9 @@ function rows(name: string, source: string): string[] {
     });
 }
 
-/** Up to the first full stop that ends a sentence (not the one of "e.g." or "i.e."). */
+/** Up to the first full stop that ends a sentence (not the one of "e.g.", "i.e." or "..."). */
 function firstSentence(text: string): string {
-  const end = /(?<!\b(?:e\.g|i\.e))\.(?=\s|$)/.exec(text);
+  const end = /(?<!\b(?:e\.g|i\.e))(?<!\.)\.(?=\s|$)/.exec(text);
   return end ? text.slice(0, end.index + 1) : text;
 }
 
@@ -73,6 +83,7 @@ function cell(text: string): string {
 /** Every docs page with its tables written anew, formatted as `npm run format` leaves it. */
 export async function renderOptionsTables(): Promise<Map<string, { before: string; after: string }>> {
   const pages = new Map<string, { before: string; after: string }>();
+  const shared = program();
   for (const { name, source, doc } of OPTIONS_TABLES) {
     const path = join(ROOT, doc);
     const page = pages.get(path) ?? { before: await readFile(path, 'utf8'), after: '' };
@@ -81,7 +92,7 @@ export async function renderOptionsTables(): Promise<Map<string, { before: strin
     const start = text.indexOf(open);
     const end = text.indexOf('<!-- /options -->', start);
     if (start < 0 || end < 0) throw new Error(`options-tables: ${doc} has no ${open} ... <!-- /options --> markers`);
-    const table = ['| option | default | meaning |', '| --- | --- | --- |', ...rows(name, source)].join('\n');
+    const table = ['| option | default | meaning |', '| --- | --- | --- |', ...rows(shared, name, source)].join('\n');
     page.after = `${text.slice(0, start + open.length)}\n\n${table}\n\n${text.slice(end)}`;
     pages.set(path, page);
   }

@@ -15,7 +15,7 @@ describe('the options tables of docs/', () => {
   });
 
   it('list every option of their interface, with a default or "required"', () => {
-    const page = [...pages.values()][0]!.after;
+    const page = [...pages].find(([path]) => path.endsWith('outbox.md'))![1].after;
     expect(OPTIONS_TABLES.map((t) => t.name)).toContain('OutboxWorkerOptions');
     for (const option of ['connection', 'maxStalls', 'apiKey', 'timeouts'])
       expect(page).toMatch(new RegExp(`^\\| \`${option}\` +\\| \\S`, 'm'));
