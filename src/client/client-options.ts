@@ -169,7 +169,7 @@ export const CLIENT_SCHEMA = {
     return v as string | undefined;
   }),
   retry: custom(retryObject.range, (v, option, o): Required<RetryOptions> =>
-    v === false ? { ...DEFAULT_RETRY, attempts: 1 } : (retryObject.check(v, option, o) as Required<RetryOptions>),
+    v === false ? { ...DEFAULT_RETRY, attempts: 1 } : (retryObject.check(v, option, o, {}) as Required<RetryOptions>),
   ),
   timeouts: nested(TIMEOUT_SCHEMA, '{ connect, response, total } in milliseconds', () => ({ ...DEFAULT_TIMEOUTS })),
   spool: custom('{ threshold, directory }', resolveSpool),
@@ -193,7 +193,7 @@ export function resolveClientOptions(options: unknown): { apiKey: string; resolv
 
 /** Checks a `rateLimit` (the same shape in every component). @throws {EmlApiError} `ECONFIG` naming the field */
 export function resolveRateLimit(value: unknown, option: string): RateLimitOptions | undefined {
-  return rateLimitRule.check(value, option, {});
+  return rateLimitRule.check(value, option, {}, {});
 }
 
 const SPOOL_SCHEMA = {

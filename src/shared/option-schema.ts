@@ -1,9 +1,10 @@
-import { booleanOption, configError, objectOption, refuseUnknownKeys, share, wholeNumber } from './options-kit.js';
+import { booleanOption, objectOption, refuseUnknownKeys, share, wholeNumber } from './options-kit.js';
 
 /** How one option is checked: `check` returns its value with its default, `range` is the docs table's range column. */
 export interface OptionRule<T = unknown> {
   readonly range: string;
-  check(value: unknown, option: string, options: Record<string, unknown>): T;
+  /** `options` is the object as given, `checked` the results of the rules before this one. */
+  check(value: unknown, option: string, options: Record<string, unknown>, checked: Record<string, unknown>): T;
 }
 
 /** One rule per key of `T`, none missing and none extra; the key order is the order checked and listed. */
@@ -69,11 +70,10 @@ export function checkOptions<S extends Record<string, OptionRule>>(
 ): Checked<S> {
   refuseUnknownKeys(options, Object.keys(schema), where);
   const checked = {} as Record<string, unknown>;
-  for (const key of Object.keys(schema)) checked[key] = schema[key]!.check(options[key], `${where}${key}`, options);
+  for (const key of Object.keys(schema))
+    checked[key] = schema[key]!.check(options[key], `${where}${key}`, options, checked);
   return checked as Checked<S>;
 }
 
-/** A value that must not be `undefined` or `null`. */
-export function present(value: unknown, option: string, problem: string): void {
-  if (value === undefined || value === null) throw configError(option, problem);
-}
+/** The same range as `rule`, without checking: for options another component checks (the worker's client). */
+export const passOn = (rule: OptionRule): OptionRule => ({ range: rule.range, check: (v) => v });
