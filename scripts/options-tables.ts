@@ -1,4 +1,5 @@
-// The options tables of docs/, written from the options interfaces' TSDoc (first sentence, @default),
+// The options tables of docs/, written from the options interfaces' TSDoc (first sentence, @default) and, for a
+// component on the options schema, each option's range from its rule,
 // between `<!-- options:Interface -->` and `<!-- /options -->`, so that the docs follow the types.
 //
 //   npm run docs:options    rewrites the tables (commit them with the change)
@@ -8,17 +9,31 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import prettier from 'prettier';
 import ts from 'typescript';
+import { CLIENT_SCHEMA } from '../src/client/client-options.js';
+import { WORKER_SCHEMA } from '../src/queue/worker-options.js';
+import type { OptionRule } from '../src/shared/option-schema.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 /** The tables: the interface, where it is declared, and the docs page that shows it. */
-export const OPTIONS_TABLES = [
-  { name: 'OutboxWorkerOptions', source: 'src/queue/worker-options.ts', doc: 'docs/outbox.md' },
+export const OPTIONS_TABLES: {
+  name: string;
+  source: string;
+  doc: string;
+  schema?: Readonly<Record<string, OptionRule>>;
+}[] = [
+  {
+    name: 'EmlApiClientOptions',
+    source: 'src/client/client-options.ts',
+    doc: 'docs/transport-and-client.md',
+    schema: CLIENT_SCHEMA,
+  },
+  { name: 'OutboxWorkerOptions', source: 'src/queue/worker-options.ts', doc: 'docs/outbox.md', schema: WORKER_SCHEMA },
   { name: 'EmlApiRelayOptions', source: 'src/relay/relay-options.ts', doc: 'docs/relay.md' },
-] as const;
+];
 
 /** One row per option: own options first, then inherited ones, in declaration order. */
-function rows(name: string, source: string): string[] {
+function rows(name: string, source: string, schema?: Readonly<Record<string, OptionRule>>): string[] {
   const program = ts.createProgram([join(ROOT, source)], {
     strict: true,
     target: ts.ScriptTarget.ES2022,
@@ -44,7 +59,8 @@ function rows(name: string, source: string): string[] {
         : optional
           ? 'none'
           : 'required';
-      return `| \`${property.name}\` | ${cell(literal(fallback))} | ${cell(firstSentence(doc))} |`;
+      const range = schema ? ` ${cell(schema[property.name]!.range)} |` : '';
+      return `| \`${property.name}\` |${range} ${cell(literal(fallback))} | ${cell(firstSentence(doc))} |`;
     });
 }
 
@@ -73,7 +89,7 @@ function cell(text: string): string {
 /** Every docs page with its tables written anew, formatted as `npm run format` leaves it. */
 export async function renderOptionsTables(): Promise<Map<string, { before: string; after: string }>> {
   const pages = new Map<string, { before: string; after: string }>();
-  for (const { name, source, doc } of OPTIONS_TABLES) {
+  for (const { name, source, doc, schema } of OPTIONS_TABLES) {
     const path = join(ROOT, doc);
     const page = pages.get(path) ?? { before: await readFile(path, 'utf8'), after: '' };
     const text = page.after || page.before;
@@ -81,7 +97,10 @@ export async function renderOptionsTables(): Promise<Map<string, { before: strin
     const start = text.indexOf(open);
     const end = text.indexOf('<!-- /options -->', start);
     if (start < 0 || end < 0) throw new Error(`options-tables: ${doc} has no ${open} ... <!-- /options --> markers`);
-    const table = ['| option | default | meaning |', '| --- | --- | --- |', ...rows(name, source)].join('\n');
+    const head = schema
+      ? ['| option | range | default | meaning |', '| --- | --- | --- | --- |']
+      : ['| option | default | meaning |', '| --- | --- | --- |'];
+    const table = [...head, ...rows(name, source, schema)].join('\n');
     page.after = `${text.slice(0, start + open.length)}\n\n${table}\n\n${text.slice(end)}`;
     pages.set(path, page);
   }

@@ -221,7 +221,7 @@ export interface ResolvedWorkerOptions extends QueueLocation {
 const { spool: _s, retry: _r, rateLimit: _l, logger: _g, ...clientRules } = CLIENT_SCHEMA;
 const day = 24 * 3_600_000;
 
-const WORKER_SCHEMA = {
+export const WORKER_SCHEMA = {
   ...(Object.fromEntries(Object.entries(clientRules).map(([key, rule]) => [key, passOn(rule)])) as {
     [K in keyof typeof clientRules]: OptionRule<EmlApiClientOptions[K] | undefined>;
   }),
