@@ -10,6 +10,7 @@ import { fileURLToPath } from 'node:url';
 import prettier from 'prettier';
 import ts from 'typescript';
 import { CLIENT_SCHEMA } from '../src/client/client-options.js';
+import { QUEUE_TRANSPORT_SCHEMA } from '../src/queue/queue-transport-options.js';
 import { WORKER_SCHEMA } from '../src/queue/worker-options.js';
 import type { OptionRule } from '../src/shared/option-schema.js';
 
@@ -27,6 +28,12 @@ export const OPTIONS_TABLES: {
     source: 'src/client/client-options.ts',
     doc: 'docs/transport-and-client.md',
     schema: CLIENT_SCHEMA,
+  },
+  {
+    name: 'EmlApiQueueTransportOptions',
+    source: 'src/queue/queue-transport-options.ts',
+    doc: 'docs/outbox.md',
+    schema: QUEUE_TRANSPORT_SCHEMA,
   },
   { name: 'OutboxWorkerOptions', source: 'src/queue/worker-options.ts', doc: 'docs/outbox.md', schema: WORKER_SCHEMA },
   { name: 'EmlApiRelayOptions', source: 'src/relay/relay-options.ts', doc: 'docs/relay.md' },

@@ -231,7 +231,7 @@ const PRODUCER_SCHEMA = {
   durability: custom(OUTBOX_DURABILITIES.join(', '), (v) => oneOf(v, 'durability', OUTBOX_DURABILITIES, 'warn')),
   durabilityVerified: bool(false),
   replicas: custom('{ count, timeoutMs }', (v, _, o, c) => resolveReplicas(v, (c.timeouts as { store: number }).store)),
-  encryption: custom('{ keys, current }', (v) => resolveEncryption(v, 'producer')),
+  encryption: custom('{ keyId, keys }', (v) => resolveEncryption(v, 'producer')),
   logger: custom('true, false, logger', loggerOption),
 } as const satisfies OptionSchema<OutboxProducerOptions>;
 
