@@ -9,9 +9,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import prettier from 'prettier';
 import ts from 'typescript';
-import { CLIENT_SCHEMA } from '../src/client/client-options.js';
 import { QUEUE_TRANSPORT_SCHEMA } from '../src/queue/queue-transport-options.js';
 import { WORKER_SCHEMA } from '../src/queue/worker-options.js';
+import { TRANSPORT_SCHEMA } from '../src/transport/eml-api-transport.js';
 import type { OptionRule } from '../src/shared/option-schema.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -24,10 +24,10 @@ export const OPTIONS_TABLES: {
   schema?: Readonly<Record<string, OptionRule>>;
 }[] = [
   {
-    name: 'EmlApiClientOptions',
-    source: 'src/client/client-options.ts',
+    name: 'EmlApiTransportOptions',
+    source: 'src/transport/eml-api-transport.ts',
     doc: 'docs/transport-and-client.md',
-    schema: CLIENT_SCHEMA,
+    schema: TRANSPORT_SCHEMA,
   },
   {
     name: 'EmlApiQueueTransportOptions',
