@@ -1,16 +1,7 @@
 import type { JobsOptions } from 'bullmq';
 import type { SpoolOptions, SpoolSettings } from '../body/message-spool.js';
 import { type EmlApiLogger, configError, describe, oneOf, loggerOption, wholeNumber } from '../shared/options-kit.js';
-import {
-  bool,
-  checkOptions,
-  custom,
-  nested,
-  type OptionRule,
-  type OptionSchema,
-  passOn,
-  whole,
-} from '../shared/option-schema.js';
+import { bool, checkOptions, custom, nested, type OptionSchema, passedOn, whole } from '../shared/option-schema.js';
 import type { RedisConnectionInput } from './redis-connection.js';
 import { type OutboxEncryption, resolveEncryption, type OutboxKeyring } from './content-cipher.js';
 import type { RetryOptions } from '../http/requester.js';
@@ -236,9 +227,7 @@ const PRODUCER_SCHEMA = {
 } as const satisfies OptionSchema<OutboxProducerOptions>;
 
 export const QUEUE_TRANSPORT_SCHEMA = {
-  ...(Object.fromEntries(Object.entries(PRODUCER_SCHEMA).map(([key, rule]) => [key, passOn(rule)])) as {
-    [K in keyof typeof PRODUCER_SCHEMA]: OptionRule<unknown>;
-  }),
+  ...passedOn(PRODUCER_SCHEMA),
   concurrency: PRODUCER_SCHEMA.concurrency,
   spool: custom('{ threshold, directory }', resolveSpool),
   buildThreads: custom("0 to cores, 'auto', false", resolveBuildThreads),

@@ -2,15 +2,7 @@ import type { WorkerOptions } from 'bullmq';
 import { type EmlApiClientOptions, CLIENT_SCHEMA, rateLimitRule } from '../client/client-options.js';
 import type { RateLimitOptions } from '../http/requester.js';
 import { type EmlApiLogger, configError, describe, loggerOption, wholeNumber } from '../shared/options-kit.js';
-import {
-  bool,
-  checkOptions,
-  custom,
-  type OptionRule,
-  type OptionSchema,
-  passOn,
-  whole,
-} from '../shared/option-schema.js';
+import { bool, checkOptions, custom, type OptionSchema, passedOn, whole } from '../shared/option-schema.js';
 import type { RedisConnectionInput } from './redis-connection.js';
 import { type OutboxEncryption, resolveEncryption, type OutboxKeyring } from './content-cipher.js';
 import type { MetricsRegistry } from '../observability/metrics.js';
@@ -222,9 +214,7 @@ const { spool: _s, retry: _r, rateLimit: _l, logger: _g, ...clientRules } = CLIE
 const day = 24 * 3_600_000;
 
 export const WORKER_SCHEMA = {
-  ...(Object.fromEntries(Object.entries(clientRules).map(([key, rule]) => [key, passOn(rule)])) as {
-    [K in keyof typeof clientRules]: OptionRule<EmlApiClientOptions[K] | undefined>;
-  }),
+  ...passedOn(clientRules),
   connection: custom('redis:// URL, ioredis options or instance', (v) => {
     if (v === undefined || v === null) {
       throw configError('connection', 'required: a redis:// URL, ioredis options or an ioredis instance');

@@ -75,5 +75,8 @@ export function checkOptions<S extends Record<string, OptionRule>>(
   return checked as Checked<S>;
 }
 
-/** The same range as `rule`, without checking: for options another component checks (the worker's client). */
-export const passOn = (rule: OptionRule): OptionRule => ({ range: rule.range, check: (v) => v });
+/** `schema`'s keys and ranges without their checks: for options another component checks. */
+export const passedOn = <S extends Record<string, OptionRule>>(schema: S) =>
+  Object.fromEntries(
+    Object.entries(schema).map(([k, rule]) => [k, { range: rule.range, check: (v: unknown) => v }]),
+  ) as unknown as { [K in keyof S]: OptionRule<unknown> };

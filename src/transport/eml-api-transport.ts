@@ -3,7 +3,7 @@ import { EmlApiClient, toGroupEmailRequest, toStandardEmailRequest } from '../cl
 import { checkIdempotencyKey } from '../client/client-input.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { EmlApiLogger } from '../shared/options-kit.js';
-import { checkOptions, custom, type OptionRule, type OptionSchema, passOn } from '../shared/option-schema.js';
+import { checkOptions, custom, type OptionSchema, passedOn } from '../shared/option-schema.js';
 import { VERSION } from '../shared/version.js';
 import { EmlApiMetrics, type MetricsRegistry } from '../observability/metrics.js';
 import { endSend, watchSends, activeSpanEvent, startSpan } from '../observability/tracing.js';
@@ -288,9 +288,7 @@ export interface EmlApiTransportOptions extends EmlApiClientOptions {
 }
 
 export const TRANSPORT_SCHEMA = {
-  ...(Object.fromEntries(Object.entries(CLIENT_SCHEMA).map(([key, rule]) => [key, passOn(rule)])) as {
-    [K in keyof typeof CLIENT_SCHEMA]: OptionRule<unknown>;
-  }),
+  ...passedOn(CLIENT_SCHEMA),
   buildThreads: custom("0 to cores, 'auto', false", resolveBuildThreads),
   metrics: custom('true, false, { registry }', (v) => v as EmlApiTransportOptions['metrics']),
 } as const satisfies OptionSchema<EmlApiTransportOptions>;
