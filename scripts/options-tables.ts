@@ -1,4 +1,5 @@
-// The options tables of docs/, written from the options interfaces' TSDoc (first sentence, @default),
+// The options tables of docs/, written from the options interfaces' TSDoc (first sentence, @default) and, for a
+// component on the options schema, each option's range from its rule,
 // between `<!-- options:Interface -->` and `<!-- /options -->`, so that the docs follow the types.
 //
 //   npm run docs:options    rewrites the tables (commit them with the change)
@@ -8,17 +9,36 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import prettier from 'prettier';
 import ts from 'typescript';
+import { QUEUE_TRANSPORT_SCHEMA } from '../src/queue/queue-transport-options.js';
+import { WORKER_SCHEMA } from '../src/queue/worker-options.js';
+import { TRANSPORT_SCHEMA } from '../src/transport/eml-api-transport.js';
+import type { OptionRule } from '../src/shared/option-schema.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 /** The tables: the interface, where it is declared, and the docs page that shows it. */
-export const OPTIONS_TABLES = [
-  { name: 'EmlApiTransportOptions', source: 'src/transport/eml-api-transport.ts', doc: 'docs/transport-and-client.md' },
-  { name: 'EmlApiQueueTransportOptions', source: 'src/queue/queue-transport-options.ts', doc: 'docs/outbox.md' },
-  { name: 'OutboxWorkerOptions', source: 'src/queue/worker-options.ts', doc: 'docs/outbox.md' },
+export const OPTIONS_TABLES: {
+  name: string;
+  source: string;
+  doc: string;
+  schema?: Readonly<Record<string, OptionRule>>;
+}[] = [
+  {
+    name: 'EmlApiTransportOptions',
+    source: 'src/transport/eml-api-transport.ts',
+    doc: 'docs/transport-and-client.md',
+    schema: TRANSPORT_SCHEMA,
+  },
+  {
+    name: 'EmlApiQueueTransportOptions',
+    source: 'src/queue/queue-transport-options.ts',
+    doc: 'docs/outbox.md',
+    schema: QUEUE_TRANSPORT_SCHEMA,
+  },
+  { name: 'OutboxWorkerOptions', source: 'src/queue/worker-options.ts', doc: 'docs/outbox.md', schema: WORKER_SCHEMA },
   { name: 'EmlApiRelayOptions', source: 'src/relay/relay-options.ts', doc: 'docs/relay.md' },
   { name: 'EmulatorOptions', source: 'src/emulator/emulator-options.ts', doc: 'docs/emulator.md' },
-] as const;
+];
 
 /** One program for every table: building it is most of the work. */
 function program(): ts.Program {
@@ -35,7 +55,12 @@ function program(): ts.Program {
 }
 
 /** One row per option: own options first, then inherited ones, in declaration order. */
-function rows(program: ts.Program, name: string, source: string): string[] {
+function rows(
+  program: ts.Program,
+  name: string,
+  source: string,
+  schema?: Readonly<Record<string, OptionRule>>,
+): string[] {
   const checker = program.getTypeChecker();
   let declaration: ts.InterfaceDeclaration | undefined;
   ts.forEachChild(program.getSourceFile(join(ROOT, source))!, (node) => {
@@ -54,7 +79,8 @@ function rows(program: ts.Program, name: string, source: string): string[] {
         : optional
           ? 'none'
           : 'required';
-      return `| \`${property.name}\` | ${cell(literal(fallback))} | ${cell(firstSentence(doc))} |`;
+      const range = schema ? ` ${cell(schema[property.name]!.range)} |` : '';
+      return `| \`${property.name}\` |${range} ${cell(literal(fallback))} | ${cell(firstSentence(doc))} |`;
     });
 }
 
@@ -84,7 +110,7 @@ function cell(text: string): string {
 export async function renderOptionsTables(): Promise<Map<string, { before: string; after: string }>> {
   const pages = new Map<string, { before: string; after: string }>();
   const shared = program();
-  for (const { name, source, doc } of OPTIONS_TABLES) {
+  for (const { name, source, doc, schema } of OPTIONS_TABLES) {
     const path = join(ROOT, doc);
     const page = pages.get(path) ?? { before: await readFile(path, 'utf8'), after: '' };
     const text = page.after || page.before;
@@ -92,7 +118,10 @@ export async function renderOptionsTables(): Promise<Map<string, { before: strin
     const start = text.indexOf(open);
     const end = text.indexOf('<!-- /options -->', start);
     if (start < 0 || end < 0) throw new Error(`options-tables: ${doc} has no ${open} ... <!-- /options --> markers`);
-    const table = ['| option | default | meaning |', '| --- | --- | --- |', ...rows(shared, name, source)].join('\n');
+    const head = schema
+      ? ['| option | range | default | meaning |', '| --- | --- | --- | --- |']
+      : ['| option | default | meaning |', '| --- | --- | --- |'];
+    const table = [...head, ...rows(shared, name, source, schema)].join('\n');
     page.after = `${text.slice(0, start + open.length)}\n\n${table}\n\n${text.slice(end)}`;
     pages.set(path, page);
   }

@@ -6,12 +6,18 @@ import {
   configError,
   describe,
   objectOption,
-  refuseUnknownKeys,
   loggerOption,
-  share,
-  wholeNumber,
-  type ListsEveryKey,
 } from '../shared/options-kit.js';
+import {
+  bool,
+  checkOptions,
+  custom,
+  nested,
+  type OptionSchema,
+  required,
+  shareOf,
+  whole,
+} from '../shared/option-schema.js';
 import {
   DEFAULT_RETRY,
   DEFAULT_TIMEOUTS,
@@ -107,30 +113,72 @@ export interface ResolvedClientOptions {
   logger: EmlApiLogger;
 }
 
-const DEFAULT_MAX_CONNECTIONS = 5;
+const RETRY_SCHEMA = {
+  attempts: whole(1, 101, DEFAULT_RETRY.attempts),
+  delay: whole(0, 3_600_000, DEFAULT_RETRY.delay),
+  maxDelay: whole(0, 3_600_000, DEFAULT_RETRY.maxDelay),
+  jitter: shareOf(DEFAULT_RETRY.jitter),
+  retryAmbiguous: bool(DEFAULT_RETRY.retryAmbiguous),
+} as const satisfies OptionSchema<RetryOptions>;
 
-export const CLIENT_OPTIONS = [
-  'apiKey',
-  'baseUrl',
-  'maxConnections',
-  'dispatcher',
-  'allowInsecureHttp',
-  'userAgent',
-  'retry',
-  'timeouts',
-  'spool',
-  'rateLimit',
-  'logger',
-] as const satisfies readonly (keyof EmlApiClientOptions)[];
-const _everyClientOptions: ListsEveryKey<EmlApiClientOptions, typeof CLIENT_OPTIONS> = true;
+const RATE_SCHEMA = {
+  max: required(1, 1_000_000_000),
+  duration: required(1, 24 * 3_600_000),
+} as const satisfies OptionSchema<RateLimitOptions>;
 
-const RETRY_KEYS = [
-  'attempts',
-  'delay',
-  'maxDelay',
-  'jitter',
-  'retryAmbiguous',
-] as const satisfies readonly (keyof RetryOptions)[];
+/** A `rateLimit` rule (the same shape in every component). */
+export const rateLimitRule = nested(
+  RATE_SCHEMA,
+  '{ max, duration } (max sends per duration ms)',
+  (): RateLimitOptions | undefined => undefined,
+);
+
+const TIMEOUT_SCHEMA = {
+  connect: whole(1, 24 * 3_600_000, DEFAULT_TIMEOUTS.connect),
+  response: whole(1, 24 * 3_600_000, DEFAULT_TIMEOUTS.response),
+  total: whole(1, 24 * 3_600_000, DEFAULT_TIMEOUTS.total),
+} as const satisfies OptionSchema<TimeoutOptions>;
+
+const retryObject = nested(
+  RETRY_SCHEMA,
+  'false or { attempts, delay, maxDelay, jitter, retryAmbiguous }',
+  () => ({ ...DEFAULT_RETRY }),
+  (r) => {
+    if (r.maxDelay < r.delay) throw configError('retry.maxDelay', 'must not be smaller than retry.delay');
+    return r;
+  },
+);
+
+export const CLIENT_SCHEMA = {
+  apiKey: custom('visible ASCII', validateApiKey),
+  baseUrl: custom('http(s) URL', (v, _, o) =>
+    validateBaseUrl(v, booleanOption(o.allowInsecureHttp, 'allowInsecureHttp', false)),
+  ),
+  maxConnections: whole(1, 100_000, 5),
+  dispatcher: custom('undici Dispatcher', (v) => {
+    if (v !== undefined && (typeof v !== 'object' || v === null || typeof (v as Dispatcher).dispatch !== 'function')) {
+      throw configError('dispatcher', 'expected an undici Dispatcher (an object with a dispatch() method)');
+    }
+    return v as Dispatcher | undefined;
+  }),
+  allowInsecureHttp: bool(false),
+  userAgent: custom('printable ASCII', (v) => {
+    if (v !== undefined && (typeof v !== 'string' || !/^[\x20-\x7e]+$/.test(v))) {
+      throw configError('userAgent', 'expected a non-empty string of printable ASCII characters');
+    }
+    return v as string | undefined;
+  }),
+  retry: custom(retryObject.range, (v, option, o): Required<RetryOptions> =>
+    v === false ? { ...DEFAULT_RETRY, attempts: 1 } : (retryObject.check(v, option, o, {}) as Required<RetryOptions>),
+  ),
+  timeouts: nested(TIMEOUT_SCHEMA, '{ connect, response, total } in milliseconds', () => ({ ...DEFAULT_TIMEOUTS })),
+  spool: custom('{ threshold, directory }', resolveSpool),
+  rateLimit: rateLimitRule,
+  logger: custom('true, false, logger', loggerOption),
+} as const satisfies OptionSchema<EmlApiClientOptions>;
+
+/** The client's option names, for components that take them too. */
+export const CLIENT_OPTIONS = Object.keys(CLIENT_SCHEMA) as (keyof EmlApiClientOptions)[];
 
 /** Validates client options and splits off the API key. @throws {EmlApiError} `ECONFIG` naming the first bad option */
 export function resolveClientOptions(options: unknown): { apiKey: string; resolved: ResolvedClientOptions } {
@@ -139,100 +187,34 @@ export function resolveClientOptions(options: unknown): { apiKey: string; resolv
       permanent: true,
     });
   }
-  const o = options as Record<string, unknown>;
-  refuseUnknownKeys(o, CLIENT_OPTIONS, '');
-  const apiKey = validateApiKey(o.apiKey);
-  const allowInsecureHttp = booleanOption(o.allowInsecureHttp, 'allowInsecureHttp', false);
-  const baseUrl = validateBaseUrl(o.baseUrl, allowInsecureHttp);
-  const maxConnections = wholeNumber(o.maxConnections, 'maxConnections', 1, 100_000, DEFAULT_MAX_CONNECTIONS);
-  const dispatcher = o.dispatcher;
-  if (
-    dispatcher !== undefined &&
-    (typeof dispatcher !== 'object' || dispatcher === null || typeof (dispatcher as Dispatcher).dispatch !== 'function')
-  ) {
-    throw configError('dispatcher', 'expected an undici Dispatcher (an object with a dispatch() method)');
-  }
-  const userAgent = o.userAgent;
-  if (userAgent !== undefined && (typeof userAgent !== 'string' || !/^[\x20-\x7e]+$/.test(userAgent))) {
-    throw configError('userAgent', 'expected a non-empty string of printable ASCII characters');
-  }
-  const retry = resolveRetry(o.retry);
-  const timeouts = resolveTimeouts(o.timeouts);
-  const rateLimit = resolveRateLimit(o.rateLimit, 'rateLimit');
-  const spool = resolveSpool(o.spool);
-  const logger = loggerOption(o.logger);
-  return {
-    apiKey,
-    resolved: {
-      spool,
-      logger,
-      retry,
-      timeouts,
-      rateLimit,
-      baseUrl,
-      basePath: baseUrl.pathname.replace(/\/+$/, ''),
-      maxConnections,
-      dispatcher: dispatcher as Dispatcher | undefined,
-      allowInsecureHttp,
-      userAgent: userAgent as string | undefined,
-    },
-  };
+  const { apiKey, ...o } = checkOptions(options as Record<string, unknown>, CLIENT_SCHEMA);
+  return { apiKey, resolved: { ...o, basePath: o.baseUrl.pathname.replace(/\/+$/, '') } };
 }
-
-function resolveRetry(value: unknown): Required<RetryOptions> {
-  if (value === undefined) return { ...DEFAULT_RETRY };
-  if (value === false) return { ...DEFAULT_RETRY, attempts: 1 };
-  const r = objectOption(value, 'retry', 'false or { attempts, delay, maxDelay, jitter, retryAmbiguous }');
-  refuseUnknownKeys(r, RETRY_KEYS, 'retry.');
-  const resolved = {
-    attempts: wholeNumber(r.attempts, 'retry.attempts', 1, 101, DEFAULT_RETRY.attempts),
-    delay: wholeNumber(r.delay, 'retry.delay', 0, 3_600_000, DEFAULT_RETRY.delay),
-    maxDelay: wholeNumber(r.maxDelay, 'retry.maxDelay', 0, 3_600_000, DEFAULT_RETRY.maxDelay),
-    jitter: share(r.jitter, 'retry.jitter', DEFAULT_RETRY.jitter),
-    retryAmbiguous: booleanOption(r.retryAmbiguous, 'retry.retryAmbiguous', DEFAULT_RETRY.retryAmbiguous),
-  };
-  if (resolved.maxDelay < resolved.delay) throw configError('retry.maxDelay', 'must not be smaller than retry.delay');
-  return resolved;
-}
-
-const RATE_KEYS = ['max', 'duration'] as const satisfies readonly (keyof RateLimitOptions)[];
 
 /** Checks a `rateLimit` (the same shape in every component). @throws {EmlApiError} `ECONFIG` naming the field */
 export function resolveRateLimit(value: unknown, option: string): RateLimitOptions | undefined {
-  if (value === undefined) return undefined;
-  const r = objectOption(value, option, '{ max, duration } (max sends per duration ms)');
-  refuseUnknownKeys(r, RATE_KEYS, `${option}.`);
-  return {
-    max: wholeNumber(r.max, `${option}.max`, 1, 1_000_000_000),
-    duration: wholeNumber(r.duration, `${option}.duration`, 1, 24 * 3_600_000),
-  };
+  return rateLimitRule.check(value, option, {}, {});
 }
+
+const SPOOL_SCHEMA = {
+  threshold: whole(0, 2 ** 40),
+  directory: custom('folder path', (v) => {
+    if (v !== undefined && (typeof v !== 'string' || v.length === 0)) {
+      throw configError('spool.directory', 'expected a folder path');
+    }
+    return v as string | undefined;
+  }),
+} as const satisfies OptionSchema<SpoolOptions>;
 
 export function resolveSpool(value: unknown): SpoolSettings {
   const defaults = defaultSpoolSettings();
   if (value === undefined) return defaults;
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    throw configError('spool', `expected { threshold, directory }, got ${describe(value)}`);
-  }
-  const v = value as Record<string, unknown>;
-  refuseUnknownKeys(v, ['threshold', 'directory'], 'spool.');
-  const threshold = wholeNumber(v.threshold, 'spool.threshold', 0, 2 ** 40, defaults.threshold);
-  if (v.directory !== undefined && (typeof v.directory !== 'string' || v.directory.length === 0)) {
-    throw configError('spool.directory', 'expected a folder path');
-  }
-  return { threshold, directory: (v.directory as string | undefined) ?? defaults.directory };
-}
-
-function resolveTimeouts(value: unknown): Required<TimeoutOptions> {
-  if (value === undefined) return { ...DEFAULT_TIMEOUTS };
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    throw configError('timeouts', `expected { connect, response, total } in milliseconds, got ${describe(value)}`);
-  }
-  const t = value as Record<string, unknown>;
-  refuseUnknownKeys(t, ['connect', 'response', 'total'], 'timeouts.');
-  const pick = (key: 'connect' | 'response' | 'total') =>
-    wholeNumber(t[key], `timeouts.${key}`, 1, 24 * 3_600_000, DEFAULT_TIMEOUTS[key]);
-  return { connect: pick('connect'), response: pick('response'), total: pick('total') };
+  const { threshold, directory } = checkOptions(
+    objectOption(value, 'spool', '{ threshold, directory }'),
+    SPOOL_SCHEMA,
+    'spool.',
+  );
+  return { threshold: threshold ?? defaults.threshold, directory: directory ?? defaults.directory };
 }
 
 function validateApiKey(value: unknown): string {

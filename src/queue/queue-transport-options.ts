@@ -1,17 +1,7 @@
 import type { JobsOptions } from 'bullmq';
 import type { SpoolOptions, SpoolSettings } from '../body/message-spool.js';
-import {
-  type EmlApiLogger,
-  booleanOption,
-  configError,
-  describe,
-  objectOption,
-  oneOf,
-  refuseUnknownKeys,
-  loggerOption,
-  wholeNumber,
-  type ListsEveryKey,
-} from '../shared/options-kit.js';
+import { type EmlApiLogger, configError, describe, oneOf, loggerOption, wholeNumber } from '../shared/options-kit.js';
+import { bool, checkOptions, custom, nested, type OptionSchema, passedOn, whole } from '../shared/option-schema.js';
 import type { RedisConnectionInput } from './redis-connection.js';
 import { type OutboxEncryption, resolveEncryption, type OutboxKeyring } from './content-cipher.js';
 import type { RetryOptions } from '../http/requester.js';
@@ -169,32 +159,6 @@ export interface EmlApiQueueTransportOptions extends OutboxProducerOptions {
 /** The default of `maxMessageSize`: the largest message whose upload fits the service's request limit. */
 export const DEFAULT_MAX_MESSAGE_SIZE = maxUploadableSize(MAX_REQUEST_SIZE);
 
-/** Every option of a producer. */
-const PRODUCER_OPTIONS = [
-  'connection',
-  'queueName',
-  'account',
-  'prefix',
-  'retry',
-  'jobOptions',
-  'maxMessageSize',
-  'concurrency',
-  'timeouts',
-  'durability',
-  'durabilityVerified',
-  'replicas',
-  'encryption',
-  'logger',
-] as const satisfies readonly (keyof OutboxProducerOptions)[];
-const _everyProducerOptions: ListsEveryKey<OutboxProducerOptions, typeof PRODUCER_OPTIONS> = true;
-
-/** Every option of the queue transport: a producer's and its own. */
-const QUEUE_TRANSPORT_OPTIONS = [
-  ...PRODUCER_OPTIONS,
-  'spool',
-  'buildThreads',
-] as const satisfies readonly (keyof EmlApiQueueTransportOptions)[];
-const _everyQueueTransportOptions: ListsEveryKey<EmlApiQueueTransportOptions, typeof QUEUE_TRANSPORT_OPTIONS> = true;
 /** How long sent jobs are kept, in seconds: the idempotency window, so a repeated key is recognised. */
 export const KEEP_SENT_SECONDS = 24 * 3600;
 /** How long failed jobs are kept, in seconds. */
@@ -226,27 +190,61 @@ export interface ResolvedQueueTransportOptions {
   buildThreads: number;
 }
 
+/** The largest `concurrency`. */
+export const MAX_CONCURRENCY = 10_000;
+
+/** The default of `timeouts.store`, in ms. */
+const DEFAULT_STORE_TIMEOUT = 30_000;
+
+const PRODUCER_SCHEMA = {
+  connection: custom('redis:// URL, ioredis options or instance', (v) => {
+    if (v === undefined || v === null) {
+      throw configError('connection', 'required: a redis:// URL, ioredis options or an ioredis instance');
+    }
+    return v as RedisConnectionInput;
+  }),
+  queueName: custom('1 to 200 visible ASCII, no ":"', (v) => resolveQueueLocation(v, undefined).queueName),
+  account: custom('account name', (v) => fingerprintOf(resolveAccount(v))),
+  prefix: custom('1 to 100 visible ASCII', (v) => resolveQueueLocation(undefined, v).prefix),
+  retry: custom('false or { attempts, delay, maxDelay, jitter }', (v) =>
+    resolveRetrySchedule(v as OutboxProducerOptions['retry']),
+  ),
+  jobOptions: custom('BullMQ job options', (v, _, o, c) =>
+    resolveJobOptions(v, c.retry as ReturnType<typeof resolveRetrySchedule>),
+  ),
+  maxMessageSize: whole(1, 2 ** 40, DEFAULT_MAX_MESSAGE_SIZE),
+  concurrency: whole(1, MAX_CONCURRENCY, 10),
+  timeouts: nested(
+    { store: whole(1, 3_600_000, DEFAULT_STORE_TIMEOUT) } satisfies OptionSchema<QueueTransportTimeouts>,
+    '{ store } in milliseconds',
+    () => ({ store: DEFAULT_STORE_TIMEOUT }),
+  ),
+  durability: custom(OUTBOX_DURABILITIES.join(', '), (v) => oneOf(v, 'durability', OUTBOX_DURABILITIES, 'warn')),
+  durabilityVerified: bool(false),
+  replicas: custom('{ count, timeoutMs }', (v, _, o, c) => resolveReplicas(v, (c.timeouts as { store: number }).store)),
+  encryption: custom('{ keyId, keys }', (v) => resolveEncryption(v, 'producer')),
+  logger: custom('true, false, logger', loggerOption),
+} as const satisfies OptionSchema<OutboxProducerOptions>;
+
+export const QUEUE_TRANSPORT_SCHEMA = {
+  ...passedOn(PRODUCER_SCHEMA),
+  concurrency: PRODUCER_SCHEMA.concurrency,
+  spool: custom('{ threshold, directory }', resolveSpool),
+  buildThreads: custom("0 to 256, 'auto', false", resolveBuildThreads),
+} as const satisfies OptionSchema<EmlApiQueueTransportOptions>;
+
 /**
  * Checks the queue transport's own options and that every option given is known.
  * @throws {EmlApiError} `ECONFIG` naming the option
  */
 export function resolveQueueTransportOptions(options: EmlApiQueueTransportOptions): ResolvedQueueTransportOptions {
   checkOptionsObject(options);
-  refuseUnknownKeys(options, QUEUE_TRANSPORT_OPTIONS, '');
-  const { spool, buildThreads, ...producer } = options;
-  return {
-    producer,
-    concurrency: concurrencyOption(options.concurrency),
-    spool: resolveSpool(spool),
-    buildThreads: resolveBuildThreads(buildThreads),
-  };
-}
-
-/** The largest `concurrency`. */
-export const MAX_CONCURRENCY = 10_000;
-
-function concurrencyOption(value: unknown): number {
-  return wholeNumber(value, 'concurrency', 1, MAX_CONCURRENCY, 10);
+  const { concurrency, spool, buildThreads } = checkOptions(
+    options as unknown as Record<string, unknown>,
+    QUEUE_TRANSPORT_SCHEMA,
+  );
+  const { spool: _s, buildThreads: _b, ...producer } = options;
+  return { producer, concurrency, spool, buildThreads };
 }
 
 function checkOptionsObject(options: unknown): void {
@@ -261,11 +259,24 @@ function checkOptionsObject(options: unknown): void {
  */
 export function resolveProducerOptions(options: OutboxProducerOptions): ResolvedProducerOptions {
   checkOptionsObject(options);
-  refuseUnknownKeys(options, PRODUCER_OPTIONS, '');
-  if (options.connection === undefined || options.connection === null) {
-    throw configError('connection', 'required: a redis:// URL, ioredis options or an ioredis instance');
-  }
-  const jobOptions = options.jobOptions ?? {};
+  const o = checkOptions(options as unknown as Record<string, unknown>, PRODUCER_SCHEMA);
+  return {
+    ...resolveQueueLocation(o.queueName, o.prefix),
+    jobOptions: o.jobOptions,
+    maxMessageSize: o.maxMessageSize,
+    concurrency: o.concurrency,
+    storeTimeout: o.timeouts.store,
+    durability: o.durability,
+    durabilityVerified: o.durabilityVerified,
+    account: o.account,
+    replicas: o.replicas,
+    keyring: o.encryption,
+    logger: o.logger,
+  };
+}
+
+function resolveJobOptions(value: unknown, schedule: ReturnType<typeof resolveRetrySchedule>): OutboxJobOptions {
+  const jobOptions = (value ?? {}) as OutboxJobOptions;
   if (typeof jobOptions !== 'object' || jobOptions === null || Array.isArray(jobOptions)) {
     throw configError('jobOptions', `expected BullMQ job options, got ${describe(jobOptions)}`);
   }
@@ -291,27 +302,13 @@ export function resolveProducerOptions(options: OutboxProducerOptions): Resolved
     1,
     'failed jobs removed at once take with them the messages parked for a person and every error (their content left to the sweeper)',
   );
-  const schedule = resolveRetrySchedule(options.retry);
-  const storeTimeout = resolveTimeouts(options.timeouts).store;
   return {
-    ...resolveQueueLocation(options.queueName, options.prefix),
-    jobOptions: {
-      ...retryJobOptions(schedule),
-      removeOnComplete: { age: KEEP_SENT_SECONDS },
-      removeOnFail: { age: KEEP_FAILED_SECONDS },
-      ...jobOptions,
-      // New messages go after retries, which BullMQ takes first (see RETRY_PRIORITY).
-      priority: newMessagePriority(jobOptions.priority),
-    },
-    maxMessageSize: wholeNumber(options.maxMessageSize, 'maxMessageSize', 1, 2 ** 40, DEFAULT_MAX_MESSAGE_SIZE),
-    concurrency: concurrencyOption(options.concurrency),
-    storeTimeout,
-    durability: resolveDurability(options.durability),
-    durabilityVerified: booleanOption(options.durabilityVerified, 'durabilityVerified', false),
-    account: fingerprintOf(resolveAccount(options.account)),
-    replicas: resolveReplicas(options.replicas, storeTimeout),
-    keyring: resolveEncryption(options.encryption, 'producer'),
-    logger: loggerOption(options.logger),
+    ...retryJobOptions(schedule),
+    removeOnComplete: { age: KEEP_SENT_SECONDS },
+    removeOnFail: { age: KEEP_FAILED_SECONDS },
+    ...jobOptions,
+    // New messages go after retries, which BullMQ takes first (see RETRY_PRIORITY).
+    priority: newMessagePriority(jobOptions.priority),
   };
 }
 
@@ -362,20 +359,6 @@ function checkRemoval(value: unknown, name: string, minAge: number, why: string)
   if (age !== undefined && !(typeof age === 'number' && age >= minAge)) {
     refuse(`age: expected at least ${minAge} (seconds), got ${describe(age)}`);
   }
-}
-
-function resolveDurability(value: unknown): OutboxDurability {
-  return oneOf(value, 'durability', OUTBOX_DURABILITIES, 'warn');
-}
-
-/** The default of `timeouts.store`, in ms. */
-const DEFAULT_STORE_TIMEOUT = 30_000;
-
-function resolveTimeouts(value: unknown): Required<QueueTransportTimeouts> {
-  if (value === undefined) return { store: DEFAULT_STORE_TIMEOUT };
-  const t = objectOption(value, 'timeouts', '{ store } in milliseconds');
-  refuseUnknownKeys(t, ['store'] satisfies (keyof QueueTransportTimeouts)[], 'timeouts.');
-  return { store: wholeNumber(t.store, 'timeouts.store', 1, 3_600_000, DEFAULT_STORE_TIMEOUT) };
 }
 
 function fingerprintOf(account: string | undefined): string | undefined {

@@ -1,16 +1,8 @@
 import type { WorkerOptions } from 'bullmq';
-import { type EmlApiClientOptions, CLIENT_OPTIONS, resolveRateLimit } from '../client/client-options.js';
+import { type EmlApiClientOptions, CLIENT_SCHEMA, rateLimitRule } from '../client/client-options.js';
 import type { RateLimitOptions } from '../http/requester.js';
-import {
-  type EmlApiLogger,
-  booleanOption,
-  configError,
-  describe,
-  loggerOption,
-  refuseUnknownKeys,
-  wholeNumber,
-  type ListsEveryKey,
-} from '../shared/options-kit.js';
+import { type EmlApiLogger, configError, describe, loggerOption, wholeNumber } from '../shared/options-kit.js';
+import { bool, checkOptions, custom, type OptionSchema, passedOn, whole } from '../shared/option-schema.js';
 import type { RedisConnectionInput } from './redis-connection.js';
 import { type OutboxEncryption, resolveEncryption, type OutboxKeyring } from './content-cipher.js';
 import type { MetricsRegistry } from '../observability/metrics.js';
@@ -158,29 +150,6 @@ export interface OutboxWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
   metrics?: boolean | { registry: MetricsRegistry };
 }
 
-/** Every option of the worker: its own and the client's (but `spool`, `retry` and the client's `rateLimit`). */
-const WORKER_OPTIONS = [
-  ...CLIENT_OPTIONS.filter((key) => key !== 'spool' && key !== 'retry' && key !== 'rateLimit'),
-  'connection',
-  'queueName',
-  'prefix',
-  'account',
-  'concurrency',
-  'rateLimit',
-  'cleanupInterval',
-  'maxStalls',
-  'idempotencyWindow',
-  'idempotencyMargin',
-  'maxRetryAfter',
-  'waitForRedis',
-  'workerOptions',
-  'encryption',
-  'logger',
-  'http',
-  'metrics',
-] as const satisfies readonly (keyof OutboxWorkerOptions)[];
-const _everyWorkerOptions: ListsEveryKey<OutboxWorkerOptions, typeof WORKER_OPTIONS> = true;
-
 /** The default of `maxStalls`. */
 export const DEFAULT_MAX_STALLS = 5;
 
@@ -241,6 +210,53 @@ export interface ResolvedWorkerOptions extends QueueLocation {
   logger: EmlApiLogger;
 }
 
+const { spool: _s, retry: _r, rateLimit: _l, logger: _g, ...clientRules } = CLIENT_SCHEMA;
+const day = 24 * 3_600_000;
+
+export const WORKER_SCHEMA = {
+  ...passedOn(clientRules),
+  connection: custom('redis:// URL, ioredis options or instance', (v) => {
+    if (v === undefined || v === null) {
+      throw configError('connection', 'required: a redis:// URL, ioredis options or an ioredis instance');
+    }
+    return v as RedisConnectionInput;
+  }),
+  queueName: custom('1 to 200 visible ASCII, no ":"', (v) => resolveQueueLocation(v, undefined).queueName),
+  prefix: custom('1 to 100 visible ASCII', (v) => resolveQueueLocation(undefined, v).prefix),
+  account: custom('account name', (v) => (v === undefined ? undefined : accountFingerprint(resolveAccount(v)!))),
+  concurrency: whole(1, 10_000, 5),
+  rateLimit: custom(rateLimitRule.range, (v, option) => {
+    const given = rateLimitRule.check(v, option, {}, {});
+    return given ? evenRate(given) : UNLIMITED_RATE;
+  }),
+  cleanupInterval: whole(0, day, 600_000),
+  maxStalls: whole(0, 1000, DEFAULT_MAX_STALLS),
+  idempotencyWindow: whole(0, 365 * day, DEFAULT_IDEMPOTENCY_WINDOW),
+  idempotencyMargin: custom('0 to idempotencyWindow', (v, option, _, c) => {
+    const window = c.idempotencyWindow as number;
+    return wholeNumber(v, option, 0, window, Math.min(DEFAULT_IDEMPOTENCY_MARGIN, window));
+  }),
+  maxRetryAfter: whole(1000, day, DEFAULT_MAX_RETRY_AFTER),
+  waitForRedis: bool(false),
+  workerOptions: custom('BullMQ worker options', (v) => {
+    if (v !== undefined && (typeof v !== 'object' || v === null)) {
+      throw configError('workerOptions', `expected BullMQ worker options, got ${describe(v)}`);
+    }
+    if (v !== undefined && 'maxStalledCount' in v) {
+      throw configError(
+        'workerOptions.maxStalledCount',
+        'the outbox counts stalls itself, as failed attempts retried with backoff: set maxStalls (default 5) instead',
+      );
+    }
+    checkBullmqWorkerTuning((v ?? {}) as Record<string, unknown>);
+    return { ...(v as OutboxWorkerTuning | undefined), maxStalledCount: BULLMQ_STALL_LIMIT };
+  }),
+  encryption: custom('{ keys }', (v) => resolveEncryption(v, 'worker')),
+  logger: custom('true, false, logger', loggerOption),
+  http: custom('{ port, host }', (v) => v),
+  metrics: custom('true, false, { registry }', (v) => v),
+} as const satisfies OptionSchema<OutboxWorkerOptions>;
+
 /**
  * Checks the options of {@link startOutboxWorker} (the client checks its own).
  * @throws {EmlApiError} `ECONFIG` naming the option
@@ -251,58 +267,27 @@ export function resolveWorkerOptions(options: OutboxWorkerOptions): ResolvedWork
       permanent: true,
     });
   }
-  refuseUnknownKeys(options, WORKER_OPTIONS, '');
-  const {
-    connection,
-    queueName,
-    prefix,
-    account,
-    concurrency: rawConcurrency,
-    rateLimit: rawRateLimit,
-    cleanupInterval,
-    maxStalls,
-    idempotencyWindow: rawWindow,
-    idempotencyMargin: rawMargin,
-    maxRetryAfter,
-    waitForRedis,
-    workerOptions,
-    encryption,
-    logger,
-    ...client
-  } = options;
-  if (connection === undefined || connection === null) {
-    throw configError('connection', 'required: a redis:// URL, ioredis options or an ioredis instance');
-  }
-  const concurrency = wholeNumber(rawConcurrency, 'concurrency', 1, 10_000, 5);
-  const given = resolveRateLimit(rawRateLimit, 'rateLimit');
-  const rateLimit = given ? evenRate(given) : UNLIMITED_RATE;
-  if (workerOptions !== undefined && (typeof workerOptions !== 'object' || workerOptions === null)) {
-    throw configError('workerOptions', `expected BullMQ worker options, got ${describe(workerOptions)}`);
-  }
-  if (workerOptions !== undefined && 'maxStalledCount' in workerOptions) {
-    throw configError(
-      'workerOptions.maxStalledCount',
-      'the outbox counts stalls itself, as failed attempts retried with backoff: set maxStalls (default 5) instead',
-    );
-  }
-  checkBullmqWorkerTuning(workerOptions ?? {});
-  const window = wholeNumber(rawWindow, 'idempotencyWindow', 0, 365 * 24 * 3_600_000, DEFAULT_IDEMPOTENCY_WINDOW);
-  const margin = wholeNumber(rawMargin, 'idempotencyMargin', 0, window, Math.min(DEFAULT_IDEMPOTENCY_MARGIN, window));
+  const o = checkOptions(options as unknown as Record<string, unknown>, WORKER_SCHEMA);
+  const client = Object.fromEntries(
+    Object.keys(clientRules).flatMap((key) =>
+      key in options ? [[key, options[key as keyof OutboxWorkerOptions]]] : [],
+    ),
+  ) as unknown as EmlApiClientOptions;
   return {
-    ...resolveQueueLocation(queueName, prefix),
+    ...resolveQueueLocation(o.queueName, o.prefix),
     // One try per job run: the outbox retries on the queue's schedule (and a 429 pauses the queue).
-    client: { ...client, maxConnections: client.maxConnections ?? concurrency, retry: false },
-    concurrency,
-    rateLimit,
-    cleanupInterval: wholeNumber(cleanupInterval, 'cleanupInterval', 0, 24 * 3_600_000, 600_000),
-    maxStalls: wholeNumber(maxStalls, 'maxStalls', 0, 1000, DEFAULT_MAX_STALLS),
-    resendWithin: window - margin,
-    maxRetryAfter: wholeNumber(maxRetryAfter, 'maxRetryAfter', 1000, 24 * 3_600_000, DEFAULT_MAX_RETRY_AFTER),
-    workerOptions: { ...workerOptions, maxStalledCount: BULLMQ_STALL_LIMIT },
-    keyring: resolveEncryption(encryption, 'worker'),
-    account: account === undefined ? undefined : accountFingerprint(resolveAccount(account)!),
-    waitForRedis: booleanOption(waitForRedis, 'waitForRedis', false),
-    logger: loggerOption(logger),
+    client: { ...client, maxConnections: client.maxConnections ?? o.concurrency, retry: false },
+    concurrency: o.concurrency,
+    rateLimit: o.rateLimit,
+    cleanupInterval: o.cleanupInterval,
+    maxStalls: o.maxStalls,
+    resendWithin: o.idempotencyWindow - o.idempotencyMargin,
+    maxRetryAfter: o.maxRetryAfter,
+    workerOptions: o.workerOptions,
+    keyring: o.encryption,
+    account: o.account,
+    waitForRedis: o.waitForRedis,
+    logger: o.logger,
   };
 }
 
@@ -311,7 +296,6 @@ export function resolveWorkerOptions(options: OutboxWorkerOptions): ResolvedWork
  * open with no worker to close it; so they are made first.
  */
 function checkBullmqWorkerTuning(tuning: Record<string, unknown>): void {
-  const day = 24 * 3_600_000;
   const numbers: [string, number][] = [
     ['stalledInterval', 1],
     ['drainDelay', 1],

@@ -2,7 +2,8 @@ import { EventEmitter } from 'node:events';
 import { EmlApiClient, toGroupEmailRequest, toStandardEmailRequest } from '../client/eml-api-client.js';
 import { checkIdempotencyKey } from '../client/client-input.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
-import { type EmlApiLogger, type ListsEveryKey, refuseUnknownKeys } from '../shared/options-kit.js';
+import type { EmlApiLogger } from '../shared/options-kit.js';
+import { checkOptions, custom, type OptionSchema, passedOn } from '../shared/option-schema.js';
 import { VERSION } from '../shared/version.js';
 import { EmlApiMetrics, type MetricsRegistry } from '../observability/metrics.js';
 import { endSend, watchSends, activeSpanEvent, startSpan } from '../observability/tracing.js';
@@ -10,7 +11,7 @@ import { buildMessage, type BuildThreads } from './build-message.js';
 import { BuildThreadPool, resolveBuildThreads } from './build-threads/pool.js';
 import { sendRouteOf, type SendRoute, jsonSendFromMail } from './json-send-from-mail.js';
 import type { NodemailerMail, MailEnvelope } from './nodemailer-types.js';
-import { type EmlApiClientOptions, CLIENT_OPTIONS } from '../client/client-options.js';
+import { type EmlApiClientOptions, CLIENT_SCHEMA } from '../client/client-options.js';
 import type { GroupSendAcceptedResponse, SendAcceptedResponse } from '../protocol/api-types.js';
 import type { GroupSendResult, SendResult } from '../client/client-types.js';
 
@@ -286,11 +287,11 @@ export interface EmlApiTransportOptions extends EmlApiClientOptions {
   metrics?: boolean | { registry: MetricsRegistry };
 }
 
-const TRANSPORT_OPTIONS = ['buildThreads', 'metrics'] as const satisfies readonly (keyof EmlApiTransportOptions)[];
-const _everyTransportOption: ListsEveryKey<
-  EmlApiTransportOptions,
-  [...typeof CLIENT_OPTIONS, ...typeof TRANSPORT_OPTIONS]
-> = true;
+export const TRANSPORT_SCHEMA = {
+  ...passedOn(CLIENT_SCHEMA),
+  buildThreads: custom("0 to 256, 'auto', false", resolveBuildThreads),
+  metrics: custom('true, false, { registry }', (v) => v as EmlApiTransportOptions['metrics']),
+} as const satisfies OptionSchema<EmlApiTransportOptions>;
 
 /**
  * Splits the transport's own options from the client's.
@@ -303,11 +304,11 @@ export function splitTransportOptions(options: EmlApiTransportOptions): {
   metrics?: boolean | { registry: MetricsRegistry };
 } {
   if (typeof options !== 'object' || options === null) return { clientOptions: options, buildThreads: 0 };
-  refuseUnknownKeys(options, [...CLIENT_OPTIONS, ...TRANSPORT_OPTIONS], '');
-  const { buildThreads, metrics, ...clientOptions } = options;
+  const { buildThreads } = checkOptions(options as unknown as Record<string, unknown>, TRANSPORT_SCHEMA);
+  const { buildThreads: _b, metrics, ...clientOptions } = options;
   return {
     clientOptions,
-    buildThreads: resolveBuildThreads(buildThreads),
+    buildThreads,
     ...(metrics === undefined ? {} : { metrics }),
   };
 }

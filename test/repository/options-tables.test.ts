@@ -14,11 +14,12 @@ describe('the options tables of docs/', () => {
       expect(before, `${path} is stale: run npm run docs:options`).toBe(after);
   });
 
-  it('list every option of their interface, with a default or "required"', () => {
+  it('list every option of their interface, with its range from the schema and a default or "required"', () => {
     const page = [...pages].find(([path]) => path.endsWith('outbox.md'))![1].after;
     expect(OPTIONS_TABLES.map((t) => t.name)).toContain('OutboxWorkerOptions');
     for (const option of ['connection', 'maxStalls', 'apiKey', 'timeouts'])
       expect(page).toMatch(new RegExp(`^\\| \`${option}\` +\\| \\S`, 'm'));
-    expect(page).toMatch(/^\| `connection` +\| required +\|/m);
+    expect(page).toMatch(/^\| `connection` +\| redis:\/\/ URL[^|]*\| required +\|/m);
+    expect(page).toMatch(/^\| `maxStalls` +\| 0 to 1000 +\| `5` +\|/m);
   });
 });
