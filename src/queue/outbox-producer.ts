@@ -184,6 +184,7 @@ export class OutboxProducer {
    *   whose failed job waits for a person); `ECONNECTION` or `ETIMEDOUT` when Redis fails, with `idempotencyKey`,
    *   `queueId` and, when it may be stored all the same, `mayHaveBeenAccepted`; `ECONFIG` when Redis would lose it
    * @example
+   * const envelope = { from: 'shop@example.com', to: ['ann@example.net'] };
    * const info = await transport.producer.enqueue({ content: eml, envelope, idempotencyKey: `order-${order.id}` });
    */
   enqueue(message: OutboxMessage, { signal }: { signal?: AbortSignal } = {}): Promise<OutboxQueuedMessageInfo> {
