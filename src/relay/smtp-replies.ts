@@ -67,7 +67,7 @@ export function relayFailureReply(err: unknown): SmtpReply {
  * | 413 | `552 5.3.4` |
  * | 401/403 for the client's own key | `550 5.7.1` |
  * | 401/403 for the relay's key (the relay is misconfigured) | `451 4.7.1` |
- * | 404, 405: no send endpoint at the relay's base URL (misconfigured) | `451 4.3.5` |
+ * | 404, 405, 3xx: no send endpoint at the relay's base URL, or a redirect (misconfigured) | `451 4.3.5` |
  * | other 4xx | `554 5.0.0` |
  * | 429 | `451 4.4.5` |
  * | 408, timeout | `451 4.4.2` |
@@ -102,9 +102,10 @@ export function serviceFailureReply(err: unknown, owner: KeyOwner): SmtpReply {
   if (status === 400 && err.apiCode === 'invalid_address')
     return { code: 554, text: `5.1.3 The email service refused an address: ${serviceReason(err)}` };
   if (status === 400) return { code: 554, text: `5.6.0 The email service refused the message: ${serviceReason(err)}` };
-  // A wrong base URL fails every message until the relay is fixed: the mail waits in the senders'
-  // queues instead of bouncing.
-  if (status !== undefined && statusVerdict(status).refuses === 'endpoint') return MISCONFIGURED;
+  // A wrong or moved base URL (no send endpoint, a redirect the client does not follow) fails every message until the
+  // relay is fixed: the mail waits in the senders' queues instead of bouncing.
+  if (status !== undefined && (statusVerdict(status).refuses === 'endpoint' || (status >= 300 && status < 400)))
+    return MISCONFIGURED;
   if (status !== undefined && status >= 400 && status < 500 && err.permanent)
     return { code: 554, text: `5.0.0 The email service refused the message: ${serviceReason(err)}` };
   return { code: 451, text: '4.3.0 The email service failed, try again later' };

@@ -4,6 +4,8 @@
  * a later try can get past, 5xx with the service's reason for what it cannot;
  * the extensions and limits.
  */
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { capturingLogger } from '../helpers/logger.js';
@@ -259,6 +261,31 @@ describe('transient failures answer 451 (the client retries later)', () => {
     const logged = logger.at('error').find((l) => l.message === 'Message refused')!;
     expect(logged.meta.err).toMatch(/^EAPI: .*404/);
     expect(emu.mailbox('ann@example.test').some((c) => c.messageId === '<misrouted@example.test>')).toBe(false);
+  });
+
+  it('a base URL the service redirects (301 to https://, a moved host): 451 4.3.5 and an error in the log, not a quiet 4.3.0', async () => {
+    const redirecting = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => res.writeHead(301, { location: 'https://api.example.test/v1/send/eml' }).end());
+    });
+    await new Promise<void>((resolve) => redirecting.listen(0, '127.0.0.1', resolve));
+    try {
+      const moved = await startEmlApiRelay({
+        baseUrl: `http://127.0.0.1:${(redirecting.address() as AddressInfo).port}`,
+        apiKey: emu.apiKey,
+        port: 0,
+        retry: false,
+        logger,
+      });
+      relays.push(moved);
+      logger.clear();
+      const reply = await send(eml('moved'), ['ann@example.test'], moved.port);
+      expect(reply.code).toBe(451);
+      expect(reply.text).toBe('4.3.5 The relay is not configured to send this, try again later');
+      expect(logger.at('error').find((l) => l.message === 'Message refused')!.meta.err).toMatch(/^EAPI: .*301/);
+    } finally {
+      redirecting.close();
+    }
   });
 });
 
