@@ -191,11 +191,6 @@ export function resolveClientOptions(options: unknown): { apiKey: string; resolv
   return { apiKey, resolved: { ...o, basePath: o.baseUrl.pathname.replace(/\/+$/, '') } };
 }
 
-/** Checks a `rateLimit` (the same shape in every component). @throws {EmlApiError} `ECONFIG` naming the field */
-export function resolveRateLimit(value: unknown, option: string): RateLimitOptions | undefined {
-  return rateLimitRule.check(value, option, {}, {});
-}
-
 const SPOOL_SCHEMA = {
   threshold: whole(0, 2 ** 40),
   directory: custom('folder path', (v) => {
