@@ -129,6 +129,8 @@ export class OutboxWorker extends EventEmitter {
   #forcing = false;
   #handedBack = 0;
   #closing: Promise<void> | undefined;
+  /** Aborted by close(): a start still waiting for Redis stops waiting. */
+  readonly #closeCalled = new AbortController();
   #sweeper: NodeJS.Timeout | undefined;
   #clockWatch: NodeJS.Timeout | undefined;
 
@@ -297,7 +299,9 @@ export class OutboxWorker extends EventEmitter {
         () => undefined,
       );
     }
-    this.started.catch((err: Error) => this.#logger.error({ error: err.message }, 'Outbox worker not started'));
+    this.started.catch((err: Error) => {
+      if (!this.#closeCalled.signal.aborted) this.#logger.error({ error: err.message }, 'Outbox worker not started');
+    });
   }
 
   /** Evicting keys is a refusal: the worker closes, handing back any job it took meanwhile. */
@@ -319,6 +323,7 @@ export class OutboxWorker extends EventEmitter {
     } catch (err) {
       // A refusal closes gracefully, so fetched jobs go back now rather than at lock expiry; a failing Redis at once.
       this.#checks.fail();
+      if (this.#closeCalled.signal.aborted) throw err;
       const refused = err instanceof EmlApiError && err.code === 'ECONFIG';
       await this.close(refused ? {} : { abort: true }).catch(() => undefined);
       throw err;
@@ -368,9 +373,18 @@ export class OutboxWorker extends EventEmitter {
       }, connectMs);
     });
     late.catch(() => undefined);
+    const closeCalled = this.#closeCalled.signal;
+    let onClose: (() => void) | undefined;
+    const closed = new Promise<never>((_resolve, reject) => {
+      onClose = () => reject(new EmlApiError('EABORT', 'the worker was closed before Redis answered'));
+      if (closeCalled.aborted) onClose();
+      else closeCalled.addEventListener('abort', onClose, { once: true });
+    });
+    closed.catch(() => undefined);
     try {
-      await Promise.race([this.worker.waitUntilReady(), late]);
+      await Promise.race([this.worker.waitUntilReady(), late, closed]);
     } finally {
+      closeCalled.removeEventListener('abort', onClose!);
       redis.off('error', first);
       clearInterval(again);
       clearTimeout(deadline);
@@ -442,6 +456,7 @@ export class OutboxWorker extends EventEmitter {
       return Promise.reject(err);
     }
     this.#telemetry.stopping();
+    this.#closeCalled.abort();
     if (options.abort && !this.#forcing) {
       this.#forcing = true;
       void this.client.close({ abort: true });

@@ -155,29 +155,38 @@ describe('close() when Redis is down', () => {
     ).rejects.toThrow();
   });
 
-  it('eml-api worker stops on SIGTERM', async () => {
-    const child = spawn(
-      process.execPath,
-      nodeArgs(['--import', 'tsx', ...shortWaits.nodeArgs, 'src/cli/main.ts', 'worker']),
-      {
-        cwd: ROOT,
-        env: { ...process.env, REDIS_URL: NOWHERE, EML_API_URL: emu.url, EML_API_KEY: emu.apiKey },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      },
-    );
-    let output = '';
-    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
-    const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
-    try {
-      // Started: it reports that it cannot reach Redis.
-      await eventually(() => output.includes('ECONNREFUSED'), { what: 'ECONNREFUSED in its output' });
-      child.kill('SIGTERM');
-      expect(await within(exited, 15_000)).toBe('resolved');
-      expect(await exited).toBe(0);
-      expect(output).toMatch(/Worker stopped: 0 sent, 0 failed/);
-    } finally {
-      child.kill('SIGKILL');
-    }
-  }, 40_000);
+  it.each([
+    ['giving up after timeouts.connect', []],
+    ['waiting for it (--wait-for-redis)', ['--wait-for-redis']],
+  ])(
+    'eml-api worker %s stops on SIGTERM at once, and says nothing more',
+    async (_what, flags) => {
+      const child = spawn(
+        process.execPath,
+        nodeArgs(['--import', 'tsx', ...shortWaits.nodeArgs, 'src/cli/main.ts', 'worker', ...flags]),
+        {
+          cwd: ROOT,
+          env: { ...process.env, REDIS_URL: NOWHERE, EML_API_URL: emu.url, EML_API_KEY: emu.apiKey },
+          stdio: ['ignore', 'pipe', 'pipe'],
+        },
+      );
+      let output = '';
+      child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+      child.stderr.on('data', (d: Buffer) => (output += d.toString()));
+      const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+      try {
+        // Started: it reports that it cannot reach Redis.
+        await eventually(() => output.includes('ECONNREFUSED'), { what: 'ECONNREFUSED in its output' });
+        child.kill('SIGTERM');
+        expect(await within(exited, 15_000)).toBe('resolved');
+        expect(await exited).toBe(0);
+        expect(output).toMatch(/Worker stopped: 0 sent, 0 failed/);
+        // Waiting for Redis ends with the worker: no warning about it once stopped.
+        expect(output.slice(output.indexOf('Worker stopped'))).not.toContain('Cannot reach Redis');
+      } finally {
+        child.kill('SIGKILL');
+      }
+    },
+    40_000,
+  );
 });
