@@ -1,5 +1,6 @@
 import { EmlApiClient } from '../client/eml-api-client.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
+import { answeredAsNoService } from '../shared/failure.js';
 import { configError, describe } from '../shared/options-kit.js';
 import { isLoopbackAddress } from './client-address-list.js';
 import { ClientSlots } from './client-slots.js';
@@ -80,7 +81,8 @@ type EmlApiRelayClosed = Awaited<ReturnType<EmlApiRelay['close']>>;
  * @returns the running relay, once it listens
  * @throws {EmlApiError} `ECONFIG` for a bad option (`queue` without the relay's own `apiKey`...), a port
  *   it cannot listen on, or an outbox Redis that would lose queued mail (`maxmemory-policy` other than `noeviction`, or less
- *   persistence than the queue's `durability` asks); `EAUTH` when the service refuses the relay's `apiKey`
+ *   persistence than the queue's `durability` asks); `EAUTH` when the service refuses the relay's `apiKey`; `EAPI`
+ *   when the base URL answers the key check's empty send with a 2xx (whatever answers is not the service)
  * @example
  * import { startEmlApiRelay } from 'nodemailer-eml-api/relay';
  *
@@ -316,7 +318,8 @@ async function checkOwnKey(client: EmlApiClient, settings: RelaySettings, stop: 
   try {
     await client.verify();
   } catch (err) {
-    if (err instanceof EmlApiError && err.code === 'EAUTH') {
+    // A refused key, or a base URL that is not the service's, would fail or lose every message.
+    if (err instanceof EmlApiError && (err.code === 'EAUTH' || answeredAsNoService(err))) {
       await stop();
       throw err;
     }

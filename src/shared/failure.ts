@@ -55,3 +55,13 @@ export function exchangeRetryClass(sent: boolean): RetryClass {
 export function isPermanentStatus(status: number | undefined): boolean {
   return status !== undefined && status >= 400 && status < 500 && status !== 408 && status !== 429;
 }
+
+/**
+ * Whether a failed key check (`verify()`) means the base URL is not the service's: a 2xx to its empty send, which the
+ * service always refuses (a web server or single-page app behind a wrong URL, answering every path). Nothing sent
+ * there is delivered, so a relay or a worker does not start.
+ */
+export function answeredAsNoService(err: unknown): boolean {
+  const status = (err as { responseCode?: unknown } | null)?.responseCode;
+  return typeof status === 'number' && status >= 200 && status < 300;
+}

@@ -287,6 +287,35 @@ describe('transient failures answer 451 (the client retries later)', () => {
       redirecting.close();
     }
   });
+
+  it('a base URL that answers 2xx to everything (a web server, not the service): the relay does not start, as the worker does not', async () => {
+    const webServer = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => res.writeHead(200, { 'content-type': 'text/html' }).end('<html>Welcome</html>'));
+    });
+    await new Promise<void>((resolve) => webServer.listen(0, '127.0.0.1', resolve));
+    try {
+      const start = startEmlApiRelay({
+        baseUrl: `http://127.0.0.1:${(webServer.address() as AddressInfo).port}`,
+        apiKey: emu.apiKey,
+        port: 0,
+        retry: false,
+        logger,
+      });
+      start.then(
+        (relay) => relays.push(relay),
+        () => undefined,
+      );
+      const err = await start.then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toMatchObject({ code: 'EAPI', responseCode: 200 });
+      expect((err as Error).message).toMatch(/is baseUrl the service's\?/);
+    } finally {
+      webServer.close();
+    }
+  });
 });
 
 describe('permanent failures answer 5xx with the reason', () => {

@@ -121,7 +121,8 @@ ${OUTBOX_KEYS_HELP}
 On SIGTERM it stops taking connections and transactions (421), lets the messages in flight
 finish within --grace, then gives up the ones left (421 or 451: their senders retry) and exits.
 Exit codes: 0 stopped, every message in flight finished; 1 could not start (port in use, key
-refused, Redis that evicts...); 2 wrong usage; 4 stopped when --grace ran out, messages given up.
+refused, a URL that is not the service's, Redis that evicts...); 2 wrong usage; 4 stopped when
+--grace ran out, messages given up.
 `;
 
 /** `eml-api relay`: runs the SMTP relay until SIGINT/SIGTERM (or `io.signal`). */

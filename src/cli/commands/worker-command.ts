@@ -4,6 +4,7 @@ import type { OutboxSendResult } from '../../queue/outbox-job.js';
 import { requireQueuePeers } from '../../queue/redis-connection.js';
 import { EmlApiClient } from '../../client/eml-api-client.js';
 import { EmlApiError } from '../../shared/eml-api-error.js';
+import { answeredAsNoService } from '../../shared/failure.js';
 import { type CliIo, terminalText, EXIT, UsageError, wholeFlag } from '../cli-io.js';
 import {
   outboxEncryption,
@@ -282,7 +283,7 @@ async function checkKey(service: ReturnType<typeof serviceOptions>, io: CliIo): 
   try {
     await client.verify();
   } catch (err) {
-    if (err instanceof EmlApiError && (err.code === 'EAUTH' || notTheService(err))) throw err;
+    if (err instanceof EmlApiError && (err.code === 'EAUTH' || answeredAsNoService(err))) throw err;
     io.stderr.write(
       `warning: could not check the key (${terminalText((err as Error).message)}); starting anyway, the queue retries\n`,
     );
@@ -298,11 +299,6 @@ function jobFields(job: OutboxJob): Record<string, unknown> {
 
 function errorFields(err: EmlApiError): Record<string, unknown> {
   return { code: err.code, status: err.responseCode, apiCode: err.apiCode, error: err.message };
-}
-
-/** A 2xx answered verify()'s empty send: whatever answered is not the service. */
-function notTheService(err: EmlApiError): boolean {
-  return err.responseCode !== undefined && err.responseCode >= 200 && err.responseCode < 300;
 }
 
 function jobName(job: OutboxJob): string {
