@@ -6,6 +6,7 @@ import { CONTENT_CHUNK } from './content-store.js';
 import { RECORD_OVERHEAD } from './content-cipher.js';
 import { addCommand, queueClient, runGuardedAdd } from './bullmq-internals.js';
 import { QUEUED_AT } from './job-record.js';
+import { DECODE_JOB_DATA } from './outbox-job.js';
 import { KEY_REUSED } from './failure-policy.js';
 import { queueKey, resolveQueueLocation } from './queue-location.js';
 
@@ -59,8 +60,9 @@ const ADD_GUARD = `
 do
   local d = ARGV[2]
   if type(d) == 'string' and string.find(d, '"contentKey":"', 1, true) and not string.find(d, '"inline":"', 1, true) then
-    local ok, j = pcall(cjson.decode, d)
-    if ok and type(j) == 'table' and type(j['contentKey']) == 'string' and type(j['size']) == 'number' and j['inline'] == nil then
+    ${DECODE_JOB_DATA}
+    local j = decodeJobData(d)
+    if j and type(j['contentKey']) == 'string' and type(j['size']) == 'number' and j['inline'] == nil then
       local want = j['size']
       if type(j['encryption']) == 'table' then want = want + math.max(1, math.ceil(want / ${CONTENT_CHUNK})) * ${RECORD_OVERHEAD} end
       if redis.call('TYPE', j['contentKey']).ok ~= 'string' or redis.call('STRLEN', j['contentKey']) ~= want then

@@ -9,7 +9,7 @@ import type { MailEnvelope } from '../transport/nodemailer-types.js';
 import { NO_KEYS, recordAad, type OutboxKeyring, encryptedSize, RECORD_OVERHEAD } from './content-cipher.js';
 import { newContentKey, outboxKeys, parseContentKey, queueKey, type QueueLocation } from './queue-location.js';
 import { keyVerdict } from './redis-settings.js';
-import { type OutboxJobRecord, outboxJobId } from './outbox-job.js';
+import { DECODE_JOB_DATA, type OutboxJobRecord, outboxJobId } from './outbox-job.js';
 
 /*
  * Content is one Redis string beside its job (or, when small, in the job), written in chunks, each write conditional on
@@ -468,11 +468,11 @@ return 1
 `;
 
 /** Whether the job points at this content after all (1); if not (0), discards it as {@link DISCARD}. */
-const WITHDRAW = `
+const WITHDRAW = `${DECODE_JOB_DATA}
 local data = redis.call('HGET', KEYS[1], 'data')
 if data then
-  local ok, job = pcall(cjson.decode, data)
-  if ok and type(job) == 'table' and job['contentKey'] == KEYS[2] then return 1 end
+  local job = decodeJobData(data)
+  if job and job['contentKey'] == KEYS[2] then return 1 end
 end
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[2], 'discarded', '1')
@@ -482,11 +482,11 @@ return 0
 `;
 
 /** Removes content unless the job points at it, in one step: no misjudged outcome removes a job's content. */
-const RELEASE = `
+const RELEASE = `${DECODE_JOB_DATA}
 local data = redis.call('HGET', KEYS[1], 'data')
 if data then
-  local ok, job = pcall(cjson.decode, data)
-  if ok and type(job) == 'table' and job['contentKey'] == KEYS[2] then return 0 end
+  local job = decodeJobData(data)
+  if job and job['contentKey'] == KEYS[2] then return 0 end
 end
 redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[3], KEYS[2])
