@@ -48,7 +48,16 @@ if ARGV[2] == '1' and redis.call('TYPE', KEYS[3]).ok == 'string' then stored = r
 return { (data == DATA and 1) or data or '', failed or '', finished or '', stored, at or '' }
 `;
 
-const ADDED_READ = { lua: ADDED, keys: 3, args: 2 };
+/**
+ * A job of the id answers for the add, as BullMQ's does (its id), without BullMQ's writes (its id counter, an event):
+ * a full Redis, which refuses any first write, still tells a send of a queued key it is a duplicate.
+ */
+const ADDED_READ = {
+  lua: ADDED,
+  keys: 3,
+  args: 2,
+  before: `if redis.call('EXISTS', KEYS[1]) == 1 then return ARGV[1] end`,
+};
 
 const CONTENT_NOT_WHOLE = -1000;
 
