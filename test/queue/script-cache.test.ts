@@ -38,7 +38,7 @@ describe('Redis forgetting the scripts (SCRIPT FLUSH)', () => {
     service.answer('hold');
     const worker = await outbox.workers.start({ baseUrl: service.url, concurrency: 6 });
     const sent: string[] = [];
-    worker.on('sent', (job: { id: string }) => sent.push(job.id));
+    worker.on('sent', (job) => void sent.push(String(job.id)));
     await eventually(() => service.held === 6, { what: 'six sends held' });
     await outbox.redis.client.script('FLUSH');
     service.releaseAll();
