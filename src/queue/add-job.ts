@@ -6,6 +6,7 @@ import { CONTENT_CHUNK } from './content-store.js';
 import { RECORD_OVERHEAD } from './content-cipher.js';
 import { addCommand, queueClient, runGuardedAdd } from './bullmq-internals.js';
 import { QUEUED_AT } from './job-record.js';
+import { DECODE_JOB_DATA } from './outbox-job.js';
 import { KEY_REUSED } from './failure-policy.js';
 import { queueKey, resolveQueueLocation } from './queue-location.js';
 
@@ -47,7 +48,16 @@ if ARGV[2] == '1' and redis.call('TYPE', KEYS[3]).ok == 'string' then stored = r
 return { (data == DATA and 1) or data or '', failed or '', finished or '', stored, at or '' }
 `;
 
-const ADDED_READ = { lua: ADDED, keys: 3, args: 2 };
+/**
+ * A job of the id answers for the add, as BullMQ's does (its id), without BullMQ's writes (its id counter, an event):
+ * a full Redis, which refuses any first write, still tells a send of a queued key it is a duplicate.
+ */
+const ADDED_READ = {
+  lua: ADDED,
+  keys: 3,
+  args: 2,
+  before: `if redis.call('EXISTS', KEYS[1]) == 1 then return ARGV[1] end`,
+};
 
 const CONTENT_NOT_WHOLE = -1000;
 
@@ -59,8 +69,9 @@ const ADD_GUARD = `
 do
   local d = ARGV[2]
   if type(d) == 'string' and string.find(d, '"contentKey":"', 1, true) and not string.find(d, '"inline":"', 1, true) then
-    local ok, j = pcall(cjson.decode, d)
-    if ok and type(j) == 'table' and type(j['contentKey']) == 'string' and type(j['size']) == 'number' and j['inline'] == nil then
+    ${DECODE_JOB_DATA}
+    local j = decodeJobData(d)
+    if j and type(j['contentKey']) == 'string' and type(j['size']) == 'number' and j['inline'] == nil then
       local want = j['size']
       if type(j['encryption']) == 'table' then want = want + math.max(1, math.ceil(want / ${CONTENT_CHUNK})) * ${RECORD_OVERHEAD} end
       if redis.call('TYPE', j['contentKey']).ok ~= 'string' or redis.call('STRLEN', j['contentKey']) ~= want then

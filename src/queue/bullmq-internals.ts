@@ -89,17 +89,27 @@ export function addCommand(
 
 const combined = new WeakMap<object, Map<string, { name: string; keys: number }>>();
 
+/** Lua of the step after an add, given its own keys and ARGV. */
+export interface AddRead {
+  /** Run after the add, with the job's data as sent (DATA). */
+  lua: string;
+  keys: number;
+  args: number;
+  /** Run before it: an answer other than nil stands for the add's, which is then not run. */
+  before?: string;
+}
+
 /**
- * Runs `guard`, then BullMQ's add `command`, then `read` (given `readKeys`, `readArgs` and the job's data as sent),
- * in one step, as a script defined on `redis` once; answers `[add's answer, read's answer]` and the data sent.
- * `guard` reads the job's data from ARGV[2] and may `return` a negative code to refuse the add.
+ * Runs `read.before`, `guard`, then BullMQ's add `command`, then `read` (given `readKeys`, `readArgs` and the job's
+ * data as sent), in one step, as a script defined on `redis` once; answers `[add's answer, read's answer]` and the
+ * data sent. `guard` reads the job's data from ARGV[2] and may `return` a negative code to refuse the add.
  * @throws {Error} naming the BullMQ version when `redis` has no such script
  */
 export function runGuardedAdd(
   redis: OutboxRedisClient,
   command: AddCommand,
   guard: string,
-  read: { lua: string; keys: number; args: number },
+  read: AddRead,
   readKeys: readonly string[],
   readArgs: readonly string[],
 ): { answer: Promise<[unknown, unknown]>; data: string } {
@@ -121,7 +131,7 @@ function defineGuardedAdd(
   redis: OutboxRedisClient,
   script: string,
   guard: string,
-  read: { lua: string; keys: number; args: number },
+  read: AddRead,
 ): { name: string; keys: number } {
   let names = combined.get(redis);
   if (!names) combined.set(redis, (names = new Map()));
@@ -139,6 +149,9 @@ end
 local function read(KEYS, ARGV, DATA)
 ${read.lua}
 end
+local function before(KEYS, ARGV)
+${read.before ?? 'return nil'}
+end
 local addKeys, addArgs, readKeys, readArgs = {}, {}, {}, {}
 for i = 1, #KEYS do
   if i <= ${add.numberOfKeys} then addKeys[i] = KEYS[i] else readKeys[#readKeys + 1] = KEYS[i] end
@@ -146,7 +159,8 @@ end
 for i = 1, #ARGV do
   if i <= #ARGV - ${read.args} then addArgs[i] = ARGV[i] else readArgs[#readArgs + 1] = ARGV[i] end
 end
-local added = bullmqAdd(addKeys, addArgs)
+local added = before(readKeys, readArgs)
+if added == nil then added = bullmqAdd(addKeys, addArgs) end
 return { added, read(readKeys, readArgs, addArgs[2]) }
 `;
   const name = `emlApiGuarded:${script}`;

@@ -9,7 +9,7 @@ import type { MailEnvelope } from '../transport/nodemailer-types.js';
 import { NO_KEYS, recordAad, type OutboxKeyring, encryptedSize, RECORD_OVERHEAD } from './content-cipher.js';
 import { newContentKey, outboxKeys, parseContentKey, queueKey, type QueueLocation } from './queue-location.js';
 import { keyVerdict } from './redis-settings.js';
-import { type OutboxJobRecord, outboxJobId } from './outbox-job.js';
+import { DECODE_JOB_DATA, type OutboxJobRecord, outboxJobId } from './outbox-job.js';
 
 /*
  * Content is one Redis string beside its job (or, when small, in the job), written in chunks, each write conditional on
@@ -202,11 +202,19 @@ export class ContentStore {
     await this.#redis.emlApiDiscard(key, this.#index, TOMBSTONE_MS);
   }
 
-  /** After an add that may not have run. */
-  async withdraw(jobId: string, key: string): Promise<'queued' | 'withdrawn'> {
-    return (await this.#redis.emlApiWithdraw(this.#jobKey(jobId), key, this.#index, TOMBSTONE_MS)) === 1
-      ? 'queued'
-      : 'withdrawn';
+  /**
+   * After an add that may not have run.
+   * @param stored whether the content went to `key` (else it is in the job, and nothing is written: no tombstone)
+   */
+  async withdraw(jobId: string, key: string, stored: boolean): Promise<'queued' | 'withdrawn'> {
+    const answer = await this.#redis.emlApiWithdraw(
+      this.#jobKey(jobId),
+      key,
+      this.#index,
+      TOMBSTONE_MS,
+      stored ? '' : '1',
+    );
+    return answer === 1 ? 'queued' : 'withdrawn';
   }
 
   #jobKey(jobId: string): string {
@@ -467,13 +475,14 @@ redis.call('ZREM', KEYS[2], KEYS[1])
 return 1
 `;
 
-/** Whether the job points at this content after all (1); if not (0), discards it as {@link DISCARD}. */
-const WITHDRAW = `
+/** Whether the job points at this content after all (1); if not (0), discards it as {@link DISCARD} unless ARGV[2]. */
+const WITHDRAW = `${DECODE_JOB_DATA}
 local data = redis.call('HGET', KEYS[1], 'data')
 if data then
-  local ok, job = pcall(cjson.decode, data)
-  if ok and type(job) == 'table' and job['contentKey'] == KEYS[2] then return 1 end
+  local job = decodeJobData(data)
+  if job and job['contentKey'] == KEYS[2] then return 1 end
 end
+if ARGV[2] == '1' then return 0 end
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[2], 'discarded', '1')
 redis.call('PEXPIRE', KEYS[2], ARGV[1])
@@ -482,11 +491,11 @@ return 0
 `;
 
 /** Removes content unless the job points at it, in one step: no misjudged outcome removes a job's content. */
-const RELEASE = `
+const RELEASE = `${DECODE_JOB_DATA}
 local data = redis.call('HGET', KEYS[1], 'data')
 if data then
-  local ok, job = pcall(cjson.decode, data)
-  if ok and type(job) == 'table' and job['contentKey'] == KEYS[2] then return 0 end
+  local job = decodeJobData(data)
+  if job and job['contentKey'] == KEYS[2] then return 0 end
 end
 redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[3], KEYS[2])
@@ -505,7 +514,7 @@ export interface ContentCommands {
   emlApiWriteAt(key: string, index: string, offset: number, chunk: Buffer, holdMs: number): Promise<number>;
   emlApiDiscard(key: string, index: string, ttl: number): Promise<number>;
   emlApiLength(key: string): Promise<number>;
-  emlApiWithdraw(jobKey: string, key: string, index: string, ttl: number): Promise<number>;
+  emlApiWithdraw(jobKey: string, key: string, index: string, ttl: number, inline: string): Promise<number>;
   emlApiRelease(jobKey: string, key: string, index: string): Promise<number>;
 }
 

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { OutboxRedisClient } from './redis-connection.js';
 import { jobLockKey, outboxKeys, parseContentKey, queueKey, type QueueLocation } from './queue-location.js';
+import { DECODE_JOB_DATA } from './outbox-job.js';
 
 /*
  * The sweeper works from the queue's content index, never a SCAN: producers index each key as they
@@ -19,15 +20,15 @@ const LOCK_MS = 60_000;
  * failed job can be put back); content no job points at goes once its deadline is not after Redis's time. KEYS: the
  * index, the content key, the job's hash, the completed set. ARGV: the job id. Answers 1 when it removed the content.
  */
-const JUDGE = `
+const JUDGE = `${DECODE_JOB_DATA}
 if redis.call('TYPE', KEYS[2]).ok ~= 'string' then
   redis.call('ZREM', KEYS[1], KEYS[2])
   return 0
 end
 local data = redis.call('HGET', KEYS[3], 'data')
 if data then
-  local ok, job = pcall(cjson.decode, data)
-  if ok and type(job) == 'table' and job['contentKey'] == KEYS[2] then
+  local job = decodeJobData(data)
+  if job and job['contentKey'] == KEYS[2] then
     if type(job['sent']) ~= 'table' and not redis.call('ZSCORE', KEYS[4], ARGV[1]) then return 0 end
     redis.call('DEL', KEYS[2])
     redis.call('ZREM', KEYS[1], KEYS[2])

@@ -195,3 +195,17 @@ function percentEncoded(char: string): string {
 export function recordQueue(queue: Queue<OutboxJobData, OutboxSendResult>): Queue<OutboxJobRecord, OutboxSendResult> {
   return queue as unknown as Queue<OutboxJobRecord, OutboxSendResult>;
 }
+
+/**
+ * Lua: `decodeJobData(data)`, a job's data as a table, or nil when it is not a JSON object. cjson refuses the escape of
+ * a lone UTF-16 surrogate, which JSON.stringify writes (`\ud800`): read again with each surrogate escape as U+FFFD, the
+ * data still says which content it points at. A script that took it for unreadable would free a queued job's content.
+ */
+export const DECODE_JOB_DATA = `
+local function decodeJobData(data)
+  local ok, job = pcall(cjson.decode, data)
+  if not ok then ok, job = pcall(cjson.decode, (string.gsub(data, '\\\\u[dD][89a-fA-F]%x%x', '\\\\uFFFD'))) end
+  if ok and type(job) == 'table' then return job end
+  return nil
+end
+`;

@@ -371,7 +371,7 @@ export class OutboxProducer {
           : await withDeadline(settleDuplicate(recordQueue(this.queue), redis, jobId, data, state, storedSize), left());
       }
     } catch (err) {
-      throw await this.#addFailure(err, jobId, contentKey, left(), send);
+      throw await this.#addFailure(err, jobId, contentKey, !inline, left(), send);
     }
     if (unconfirmed) {
       throw redisFailure(
@@ -474,13 +474,14 @@ export class OutboxProducer {
     err: unknown,
     jobId: string,
     contentKey: string,
+    stored: boolean,
     ms: number,
     send: StoredSend,
   ): Promise<EmlApiError> {
     const doing = `Could not queue the message in Redis at ${this.#redis.where}`;
     const fate = commandFate(err, this.#redis.cluster);
     if (fate === 'unknown') return redisFailure(err, doing, true, send, this.#redis);
-    const withdrawn = await withDeadline(this.#content.withdraw(jobId, contentKey), ms).then(
+    const withdrawn = await withDeadline(this.#content.withdraw(jobId, contentKey, stored), ms).then(
       (outcome) => outcome === 'withdrawn',
       // A refusal is still certain (the sweeper removes the content); a re-routing is not.
       () => fate === 'refused',

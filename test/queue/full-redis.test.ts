@@ -2,9 +2,11 @@ import nodemailer from 'nodemailer';
 import { afterEach, describe, expect, it } from 'vitest';
 import { sweepStoredContent } from '../../src/queue/content-sweeper.js';
 import { resolveQueueLocation } from '../../src/queue/queue-location.js';
-import { eventually } from '../helpers/outbox.js';
+import { rejectionOf } from '../helpers/async.js';
+import { dumpRedis, eventually } from '../helpers/outbox.js';
 import { useOutbox } from '../helpers/outbox-fixture.js';
 import { recordQueue } from '../../src/queue/outbox-job.js';
+import type { OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 
 /**
  * A full Redis (maxmemory reached, `noeviction`: what the outbox requires)
@@ -98,5 +100,27 @@ describe('a full Redis', () => {
     expect(await sweepStoredContent(outbox.redis.client, location)).toBe(20);
     expect(await contentKeys()).toEqual([]);
     await mailer.sendMail(big(101));
+  });
+
+  it('answers a send under the key of a queued message as a duplicate, and refuses a new one, writing nothing', async () => {
+    const mailer = nodemailer.createTransport(outbox.transport);
+    // Small: kept in the job, so the add is the send's first write.
+    const receipt = (idempotencyKey: string) => ({
+      from: 'shop@example.test',
+      to: 'ann@example.test',
+      subject: 'Receipt',
+      text: 'Thank you',
+      idempotencyKey,
+    });
+    const first = (await mailer.sendMail(receipt('full-1'))) as unknown as OutboxQueuedMessageInfo;
+    const used = Number(/used_memory:(\d+)/.exec(await outbox.redis.client.info('memory'))![1]);
+    await outbox.redis.client.config('SET', 'maxmemory', String(used - 1_000_000));
+    const before = await dumpRedis(outbox.redis.client);
+    // Its first try's answer was lost, say: the message is queued, and will be sent.
+    const again = (await mailer.sendMail(receipt('full-1'))) as unknown as OutboxQueuedMessageInfo;
+    expect(again).toMatchObject({ duplicate: true, queueId: first.queueId, response: first.response });
+    const refused = await rejectionOf(mailer.sendMail(receipt('full-2')));
+    expect(refused).toMatchObject({ mayHaveBeenAccepted: false, message: expect.stringMatching(/OOM/) });
+    expect(await dumpRedis(outbox.redis.client)).toBe(before);
   });
 });
