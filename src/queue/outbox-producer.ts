@@ -7,6 +7,7 @@ import { checkGroupId, checkIdempotencyKey, inputError } from '../client/client-
 import { ConcurrencyLimiter } from '../http/requester.js';
 import { EmlApiError, errorDetails } from '../shared/eml-api-error.js';
 import type { SendKind } from '../protocol/api-types.js';
+import { findForbiddenCharacter } from '../protocol/message-format.js';
 import type { MailEnvelope } from '../transport/nodemailer-types.js';
 import { ContentStore, storedLength } from './content-store.js';
 import {
@@ -603,6 +604,16 @@ function checkMessage(message: OutboxMessage): CheckedMessage {
   }
   if (message.messageId !== undefined && typeof message.messageId !== 'string') {
     throw inputError('enqueue: messageId must be a string');
+  }
+  // They are shown by `eml-api queue`, logs and metrics, and read by Redis's scripts.
+  const texts: [string, unknown][] = [
+    ['envelope.from', from],
+    ...(to as string[]).map((address, i): [string, string] => [`envelope.to[${i}]`, address]),
+    ['messageId', message.messageId],
+  ];
+  for (const [field, text] of texts) {
+    const bad = typeof text === 'string' ? findForbiddenCharacter(text) : undefined;
+    if (bad) throw inputError(`enqueue: ${field} holds ${bad.what}`);
   }
   return {
     content: stream ? content : Buffer.from(content.buffer, content.byteOffset, content.byteLength),

@@ -94,6 +94,21 @@ describe('OutboxProducer.enqueue', () => {
     ['an envelope without recipients', { envelope: { from: 'a@example.test' } as never }, /envelope must be/],
     ['a group for an EML', { group: 'news' }, /group is for kind 'group' only/],
     ['an unknown kind', { kind: 'sms' as never }, /kind must be one of eml, email, group/],
+    [
+      'a recipient holding a line break',
+      { envelope: { from: 'a@example.test', to: ['b@example.test', 'c@example.test\r\nBcc: d@example.test'] } },
+      /envelope\.to\[1\] holds the control character U\+000D/,
+    ],
+    [
+      'a sender holding a lone surrogate',
+      { envelope: { from: 'a\ud800@example.test', to: ['b@example.test'] } },
+      /envelope\.from holds a lone surrogate/,
+    ],
+    [
+      'a Message-ID holding a control character',
+      { messageId: '<a\u0000@example.test>' },
+      /messageId holds the control character U\+0000/,
+    ],
   ])('refuses %s with EMESSAGE, storing nothing', async (_what, change, message) => {
     const err = await producer()
       .enqueue({ content: EML, envelope, ...change })
