@@ -263,7 +263,10 @@ export class OutboxProducer {
         message.kind === 'eml'
           ? `The message is ${mib(message.size)}, over maxMessageSize (${mib(limit)})`
           : `The request body is ${mib(message.size)}, over the upload of a message of maxMessageSize (${mib(limit)})`;
-      throw new EmlApiError('EMESSAGE', `${what}: not queued, nothing was stored`, { permanent: true });
+      throw new EmlApiError('EMESSAGE', `${what}: not queued, nothing was stored`, {
+        permanent: true,
+        responseCode: 413,
+      });
     }
     const deadline = Date.now() + storeTimeout;
     if (!this.#watch.confirmed) await this.#checkSettings(() => this.#watch.confirm(), storeTimeout);

@@ -1,5 +1,5 @@
 import type { EmlApiClient } from '../client/eml-api-client.js';
-import { isValidAddress } from '../protocol/message-format.js';
+import { findForbiddenCharacter, isValidAddress } from '../protocol/message-format.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import {
   type KeyClient,
@@ -335,13 +335,16 @@ export function relaySessionHandlers(relay: RelayState): SessionHandlers {
             { remoteAddress: session.remoteAddress, secure: session.secure, authenticated: Boolean(session.user) },
             policy,
           ));
+      const spellings = [mailFromSpelling(address, session), address.address];
+      const hidden = spellings.map((spelling) => findForbiddenCharacter(spelling)).find(Boolean);
+      // A control, bidirectional or zero-width character makes an address that reads as another (a recipient's
+      // too is refused at RCPT).
+      if (!refusal && hidden) refusal = { code: 553, text: `5.1.7 The sender address holds ${hidden.what}` };
       if (!refusal) {
         const login = sessionLogin(session);
         // Both spellings: smtp-server's reading of the command, and the address as the client wrote it.
         const list = sendersOf(session);
-        const sender =
-          mailFromRefusal(mailFromSpelling(address, session), list, login) ??
-          mailFromRefusal(address.address, list, login);
+        const sender = mailFromRefusal(spellings[0]!, list, login) ?? mailFromRefusal(spellings[1]!, list, login);
         if (sender) {
           refuseSender(senderRefusalOf(sender)!, session);
           refusal = { code: 553, text: `5.7.1 ${sender.message}` };

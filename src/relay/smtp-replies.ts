@@ -114,18 +114,21 @@ export function serviceFailureReply(err: unknown, owner: KeyOwner): SmtpReply {
 /**
  * The reply to a message the outbox did not store (store-and-forward): `451 4.3.0` whatever Redis answered (the
  * detail is for the log); `552 5.3.4` past the outbox's `maxMessageSize`; `554 5.6.0` for a message whose earlier
- * copy failed and waits for the operator.
+ * copy failed and waits for the operator, or that the outbox refuses (saying why).
  */
 export function outboxFailureReply(err: unknown): SmtpReply {
   if (!(err instanceof EmlApiError)) return LOCAL_ERROR;
   if (err.code === 'EABORT') return SHUTTING_DOWN;
   if (err.code === 'EMESSAGE' && err.permanent) {
-    return err.queueId === undefined
-      ? { code: 552, text: "5.3.4 The message is larger than the relay's outbox takes" }
-      : {
-          code: 554,
-          text: "5.6.0 The relay cannot take this message again: an earlier copy of it failed and waits for the relay's operator",
-        };
+    if (err.queueId !== undefined) {
+      return {
+        code: 554,
+        text: "5.6.0 The relay cannot take this message again: an earlier copy of it failed and waits for the relay's operator",
+      };
+    }
+    if (err.responseCode === 413)
+      return { code: 552, text: "5.3.4 The message is larger than the relay's outbox takes" };
+    return { code: 554, text: `5.6.0 The relay's outbox cannot take this message: ${reason(err)}` };
   }
   return { code: 451, text: '4.3.0 The relay could not store the message, try again later' };
 }

@@ -129,6 +129,19 @@ describe('MAIL and RCPT parameters', () => {
     expect((await dialog.command('RCPT TO:<zoë@example.test>')).code).toBe(250);
   });
 
+  it('a sender address holding a bidirectional control is 553 5.1.7 at MAIL, as such a recipient is at RCPT', async () => {
+    const { dialog } = await session();
+    await dialog.command('EHLO client.example');
+    // smtp-server itself refuses zero-width characters there (501).
+    for (const sender of ['shop\u202e@example.test', 'sh\u2067op@example.test']) {
+      const mail = await dialog.command(`MAIL FROM:<${sender}> SMTPUTF8`);
+      expect(mail.code).toBe(553);
+      expect(mail.text).toMatch(/^5\.1\.7 The sender address holds the bidirectional control U\+20/);
+      expect((await dialog.command('RCPT TO:<ann@example.test>')).code).toBe(503);
+    }
+    expect((await dialog.command('MAIL FROM:<shop@example.test> SMTPUTF8')).code).toBe(250);
+  });
+
   it('a parameter the relay did not advertise is 555 5.5.4; SIZE, BODY, SMTPUTF8 and AUTH are taken', async () => {
     const { dialog } = await session();
     await dialog.command('EHLO client.example');
