@@ -11,6 +11,7 @@ import prettier from 'prettier';
 import ts from 'typescript';
 import { QUEUE_TRANSPORT_SCHEMA } from '../src/queue/queue-transport-options.js';
 import { WORKER_SCHEMA } from '../src/queue/worker-options.js';
+import { EMULATOR_SCHEMA } from '../src/emulator/emulator-options.js';
 import { TRANSPORT_SCHEMA } from '../src/transport/eml-api-transport.js';
 import type { OptionRule } from '../src/shared/option-schema.js';
 
@@ -37,7 +38,12 @@ export const OPTIONS_TABLES: {
   },
   { name: 'OutboxWorkerOptions', source: 'src/queue/worker-options.ts', doc: 'docs/outbox.md', schema: WORKER_SCHEMA },
   { name: 'EmlApiRelayOptions', source: 'src/relay/relay-options.ts', doc: 'docs/relay.md' },
-  { name: 'EmulatorOptions', source: 'src/emulator/emulator-options.ts', doc: 'docs/emulator.md' },
+  {
+    name: 'EmulatorOptions',
+    source: 'src/emulator/emulator-options.ts',
+    doc: 'docs/emulator.md',
+    schema: EMULATOR_SCHEMA,
+  },
 ];
 
 /** One program for every table: building it is most of the work. */

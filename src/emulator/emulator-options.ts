@@ -1,5 +1,6 @@
 import { invalidApiKeyAt, API_SCOPES, type ApiPlan, type ApiScope, MAX_REQUEST_SIZE } from '../protocol/api-types.js';
-import { configError, describe, refuseUnknownKeys, wholeNumber, type ListsEveryKey } from '../shared/options-kit.js';
+import { configError, describe, refuseUnknownKeys, wholeNumber } from '../shared/options-kit.js';
+import { checkOptions, custom, whole, type OptionSchema } from '../shared/option-schema.js';
 import { FaultInjector, type EmulatorFaults } from './http/fault-injector.js';
 import { KeyRateLimiter } from './http/api-router.js';
 import { DEFAULT_MAX_MESSAGES } from './state/mail-store.js';
@@ -149,24 +150,62 @@ export interface ResolvedEmulatorOptions {
   dataDir: string | undefined;
 }
 
-const EMULATOR_OPTIONS = [
-  'port',
-  'host',
-  'allowedHosts',
-  'publicUrl',
-  'apiKeys',
-  'groups',
-  'maxRequestSize',
-  'now',
-  'onInternalError',
-  'faults',
-  'rateLimit',
-  'maxMessages',
-  'inboxLogin',
-  'smtp',
-  'dataDir',
-] as const satisfies readonly (keyof EmulatorOptions)[];
-const _everyEmulatorOptions: ListsEveryKey<EmulatorOptions, typeof EMULATOR_OPTIONS> = true;
+/** What {@link resolveEmulatorOptions} checks, in order, and the range column of docs/emulator.md's table. */
+export const EMULATOR_SCHEMA = {
+  port: whole(0, 65535, 0),
+  host: custom('host name or IP address', (value) => {
+    const v = value ?? '127.0.0.1';
+    if (typeof v !== 'string' || v.length === 0) throw configError('host', 'expected a host name or IP address');
+    return v;
+  }),
+  allowedHosts: custom('host names', (value) => {
+    const v = value ?? [];
+    if (!Array.isArray(v) || v.some((h) => typeof h !== 'string' || !HOST_NAME.test(h))) {
+      throw configError('allowedHosts', 'expected an array of host names (e.g. "mail-emulator.internal")');
+    }
+    return (v as string[]).map((h) => h.toLowerCase());
+  }),
+  publicUrl: custom('http(s) URL', (v) => (v === undefined ? undefined : publicUrlOption(v))),
+  apiKeys: custom('{ key, scopes, plan, account }[]', (v) => {
+    if (v !== undefined && !Array.isArray(v)) {
+      throw configError('apiKeys', `expected an array of { key, scopes, plan, account }, got ${describe(v)}`);
+    }
+    return ((v ?? []) as unknown[]).map(apiKeyOption);
+  }),
+  groups: custom('group ids', (value) => {
+    const v = value ?? [];
+    if (!Array.isArray(v) || v.some((g) => typeof g !== 'string' || g.length === 0)) {
+      throw configError('groups', 'expected an array of non-empty group ids');
+    }
+    return [...(v as string[])];
+  }),
+  maxRequestSize: whole(1, 2 ** 40, MAX_REQUEST_SIZE),
+  now: custom('function', (value) => {
+    const v = value ?? (() => new Date());
+    if (typeof v !== 'function') throw configError('now', 'expected a function returning a Date');
+    return v as () => Date;
+  }),
+  onInternalError: custom(
+    'function',
+    (v) =>
+      (v as ((err: unknown) => void) | undefined) ??
+      ((err: unknown) => console.error('[eml-api emulator] internal error:', err)),
+  ),
+  faults: custom('EmulatorFaults', (v) => (v === undefined ? undefined : new FaultInjector(v as EmulatorFaults))),
+  rateLimit: custom('{ requestsPerSecond, burst }', (v) =>
+    v === undefined ? undefined : new KeyRateLimiter(v as NonNullable<EmulatorOptions['rateLimit']>),
+  ),
+  maxMessages: whole(1, 10_000_000, DEFAULT_MAX_MESSAGES),
+  inboxLogin: custom('{ username, password }', (v) => resolveLogin(v as EmulatorInboxLogin | undefined)),
+  smtp: custom('{ port, host, allowFrom, logger }', (v) => resolveSmtp(v as EmulatorSmtpOptions | undefined)),
+  dataDir: custom('directory path', (v) => {
+    if (v !== undefined && (typeof v !== 'string' || v === ''))
+      throw configError('dataDir', 'expected the path of a directory');
+    return v as string | undefined;
+  }),
+} as const satisfies OptionSchema<EmulatorOptions>;
+
+const HOST_NAME = /^[A-Za-z0-9.-]{1,253}$|^\[[0-9A-Fa-f:.]{2,45}\]$/;
 
 const API_KEY_FIELDS = ['key', 'scopes', 'plan', 'account'] as const satisfies readonly (keyof EmulatorApiKey)[];
 
@@ -175,91 +214,41 @@ export function resolveEmulatorOptions(options: EmulatorOptions = {}): ResolvedE
   if (typeof options !== 'object' || options === null) {
     throw configError('startEmulator', `expected an object of options, got ${describe(options)}`);
   }
-  refuseUnknownKeys(options, EMULATOR_OPTIONS, '');
-  const port = wholeNumber(options.port, 'port', 0, 65535, 0);
-  const host = options.host ?? '127.0.0.1';
-  if (typeof host !== 'string' || host.length === 0) throw configError('host', 'expected a host name or IP address');
-  const allowedHosts = options.allowedHosts ?? [];
-  if (
-    !Array.isArray(allowedHosts) ||
-    allowedHosts.some((h) => typeof h !== 'string' || !/^[A-Za-z0-9.-]{1,253}$|^\[[0-9A-Fa-f:.]{2,45}\]$/.test(h))
-  ) {
-    throw configError('allowedHosts', 'expected an array of host names (e.g. "mail-emulator.internal")');
+  const { rateLimit, ...checked } = checkOptions(options as Record<string, unknown>, EMULATOR_SCHEMA);
+  return { ...checked, rateLimiter: rateLimit };
+}
+
+function publicUrlOption(value: unknown): string {
+  let url: URL | undefined;
+  try {
+    url = new URL(String(value));
+  } catch {
+    url = undefined;
   }
-  let publicUrl: string | undefined;
-  if (options.publicUrl !== undefined) {
-    let url: URL | undefined;
-    try {
-      url = new URL(String(options.publicUrl));
-    } catch {
-      url = undefined;
-    }
-    if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.search || url.hash || url.username) {
-      throw configError('publicUrl', 'expected an http(s) URL such as "http://emulator.lan:8025"');
-    }
-    publicUrl = url.href.replace(/\/+$/, '');
+  if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.search || url.hash || url.username) {
+    throw configError('publicUrl', 'expected an http(s) URL such as "http://emulator.lan:8025"');
   }
-  const maxRequestSize = wholeNumber(options.maxRequestSize, 'maxRequestSize', 1, 2 ** 40, MAX_REQUEST_SIZE);
-  if (options.apiKeys !== undefined && !Array.isArray(options.apiKeys)) {
-    throw configError(
-      'apiKeys',
-      `expected an array of { key, scopes, plan, account }, got ${describe(options.apiKeys)}`,
-    );
+  return url.href.replace(/\/+$/, '');
+}
+
+function apiKeyOption(value: unknown, i: number): Required<EmulatorApiKey> {
+  const where = `apiKeys[${i}]`;
+  if (typeof value !== 'object' || value === null) throw configError(`${where}`, `expected { key, scopes, plan }`);
+  refuseUnknownKeys(value, API_KEY_FIELDS, `${where}.`);
+  const entry = value as EmulatorApiKey;
+  if (typeof entry.key !== 'string' || invalidApiKeyAt(entry.key) !== -1) {
+    throw configError(`${where}.key`, `expected a non-empty string of visible ASCII characters`);
   }
-  const apiKeys = (options.apiKeys ?? []).map((entry, i) => {
-    const where = `apiKeys[${i}]`;
-    if (typeof entry !== 'object' || entry === null) throw configError(`${where}`, `expected { key, scopes, plan }`);
-    refuseUnknownKeys(entry, API_KEY_FIELDS, `${where}.`);
-    if (typeof entry.key !== 'string' || invalidApiKeyAt(entry.key) !== -1) {
-      throw configError(`${where}.key`, `expected a non-empty string of visible ASCII characters`);
-    }
-    if (!Array.isArray(entry.scopes) || entry.scopes.some((s) => !API_SCOPES.includes(s))) {
-      throw configError(`${where}.scopes`, `expected an array of ${API_SCOPES.map((s) => `'${s}'`).join(', ')}`);
-    }
-    const plan = entry.plan ?? 'free';
-    if (plan !== 'free' && plan !== 'plus') throw configError(`${where}.plan`, `expected 'free' or 'plus'`);
-    const account = entry.account ?? DEFAULT_EMULATOR_ACCOUNT;
-    if (typeof account !== 'string' || !/^[\x21-\x7e]{1,100}$/.test(account)) {
-      throw configError(
-        `${where}.account`,
-        `expected 1 to 100 visible ASCII characters, got ${JSON.stringify(account)}`,
-      );
-    }
-    return { key: entry.key, scopes: [...entry.scopes], plan, account };
-  });
-  const groups = options.groups ?? [];
-  if (!Array.isArray(groups) || groups.some((g) => typeof g !== 'string' || g.length === 0)) {
-    throw configError('groups', 'expected an array of non-empty group ids');
+  if (!Array.isArray(entry.scopes) || entry.scopes.some((s) => !API_SCOPES.includes(s))) {
+    throw configError(`${where}.scopes`, `expected an array of ${API_SCOPES.map((s) => `'${s}'`).join(', ')}`);
   }
-  const now = options.now ?? (() => new Date());
-  if (typeof now !== 'function') throw configError('now', 'expected a function returning a Date');
-  const onInternalError =
-    options.onInternalError ?? ((err: unknown) => console.error('[eml-api emulator] internal error:', err));
-  const faults = options.faults === undefined ? undefined : new FaultInjector(options.faults);
-  const rateLimiter = options.rateLimit === undefined ? undefined : new KeyRateLimiter(options.rateLimit);
-  const maxMessages = wholeNumber(options.maxMessages, 'maxMessages', 1, 10_000_000, DEFAULT_MAX_MESSAGES);
-  const inboxLogin = resolveLogin(options.inboxLogin);
-  const smtp = resolveSmtp(options.smtp);
-  if (options.dataDir !== undefined && (typeof options.dataDir !== 'string' || options.dataDir === '')) {
-    throw configError('dataDir', 'expected the path of a directory');
+  const plan = entry.plan ?? 'free';
+  if (plan !== 'free' && plan !== 'plus') throw configError(`${where}.plan`, `expected 'free' or 'plus'`);
+  const account = entry.account ?? DEFAULT_EMULATOR_ACCOUNT;
+  if (typeof account !== 'string' || !/^[\x21-\x7e]{1,100}$/.test(account)) {
+    throw configError(`${where}.account`, `expected 1 to 100 visible ASCII characters, got ${JSON.stringify(account)}`);
   }
-  return {
-    port,
-    host,
-    allowedHosts: allowedHosts.map((h) => h.toLowerCase()),
-    publicUrl,
-    apiKeys,
-    groups: [...groups],
-    maxRequestSize,
-    now,
-    onInternalError,
-    faults,
-    rateLimiter,
-    maxMessages,
-    inboxLogin,
-    smtp,
-    dataDir: options.dataDir,
-  };
+  return { key: entry.key, scopes: [...entry.scopes], plan, account };
 }
 
 function resolveSmtp(smtp: EmulatorSmtpOptions | undefined): EmulatorSmtpOptions | undefined {
