@@ -12,6 +12,7 @@ import ts from 'typescript';
 import { QUEUE_TRANSPORT_SCHEMA } from '../src/queue/queue-transport-options.js';
 import { WORKER_SCHEMA } from '../src/queue/worker-options.js';
 import { EMULATOR_SCHEMA } from '../src/emulator/emulator-options.js';
+import { RELAY_SCHEMA } from '../src/relay/relay-options.js';
 import { TRANSPORT_SCHEMA } from '../src/transport/eml-api-transport.js';
 import type { OptionRule } from '../src/shared/option-schema.js';
 
@@ -37,7 +38,7 @@ export const OPTIONS_TABLES: {
     schema: QUEUE_TRANSPORT_SCHEMA,
   },
   { name: 'OutboxWorkerOptions', source: 'src/queue/worker-options.ts', doc: 'docs/outbox.md', schema: WORKER_SCHEMA },
-  { name: 'EmlApiRelayOptions', source: 'src/relay/relay-options.ts', doc: 'docs/relay.md' },
+  { name: 'EmlApiRelayOptions', source: 'src/relay/relay-options.ts', doc: 'docs/relay.md', schema: RELAY_SCHEMA },
   {
     name: 'EmulatorOptions',
     source: 'src/emulator/emulator-options.ts',

@@ -133,7 +133,7 @@ export const rateLimitRule = nested(
   (): RateLimitOptions | undefined => undefined,
 );
 
-const TIMEOUT_SCHEMA = {
+export const TIMEOUT_SCHEMA = {
   connect: whole(1, 24 * 3_600_000, DEFAULT_TIMEOUTS.connect),
   response: whole(1, 24 * 3_600_000, DEFAULT_TIMEOUTS.response),
   total: whole(1, 24 * 3_600_000, DEFAULT_TIMEOUTS.total),
@@ -176,9 +176,6 @@ export const CLIENT_SCHEMA = {
   rateLimit: rateLimitRule,
   logger: custom('true, false, logger', loggerOption),
 } as const satisfies OptionSchema<EmlApiClientOptions>;
-
-/** The client's option names, for components that take them too. */
-export const CLIENT_OPTIONS = Object.keys(CLIENT_SCHEMA) as (keyof EmlApiClientOptions)[];
 
 /** Validates client options and splits off the API key. @throws {EmlApiError} `ECONFIG` naming the first bad option */
 export function resolveClientOptions(options: unknown): { apiKey: string; resolved: ResolvedClientOptions } {

@@ -1,7 +1,13 @@
 import type { EmlApiQueueTransport } from '../queue/eml-api-queue-transport.js';
 import type { EmlApiQueueTransportOptions } from '../queue/queue-transport-options.js';
 import type { SecureContextOptions } from 'node:tls';
-import { type EmlApiClientOptions, CLIENT_OPTIONS, resolveClientOptions } from '../client/client-options.js';
+import {
+  type EmlApiClientOptions,
+  CLIENT_SCHEMA,
+  TIMEOUT_SCHEMA,
+  resolveClientOptions,
+} from '../client/client-options.js';
+import { checkOptions, custom, nested, passedOn, whole, type OptionSchema } from '../shared/option-schema.js';
 import type { TimeoutOptions } from '../http/requester.js';
 import {
   type EmlApiLogger,
@@ -9,9 +15,7 @@ import {
   configError,
   loggerOption,
   objectOption,
-  refuseUnknownKeys,
   wholeNumber,
-  type ListsEveryKey,
 } from '../shared/options-kit.js';
 import type { MetricsRegistry } from '../observability/metrics.js';
 import type { OpsHttpOptions } from '../observability/ops-server.js';
@@ -311,49 +315,6 @@ export interface RelaySettings {
   spool: SpoolSettings;
 }
 
-/** The relay's own options, besides the client's. */
-const RELAY_KEYS = [
-  'port',
-  'host',
-  'apiKey',
-  'allowUnauthenticatedFrom',
-  'trustedNetworks',
-  'users',
-  'keySenders',
-  'allowedSenders',
-  'queue',
-  'tls',
-  'maxMessageSize',
-  'maxRecipients',
-  'maxClients',
-  'timeouts',
-  'maxClientsPerAddress',
-  'minDataRate',
-  'authFailureDelay',
-  'maxAuthFailures',
-  'maxAuthFailuresPerAddress',
-  'authFailureWindow',
-  'proxyProtocol',
-  'hostname',
-  'maxKeys',
-  'logger',
-  'http',
-  'metrics',
-] as const satisfies readonly (keyof EmlApiRelayOptions)[];
-
-/** Every option of the relay: its own and the client's. */
-const RELAY_OPTIONS: readonly string[] = [...new Set<string>([...RELAY_KEYS, ...CLIENT_OPTIONS])];
-const _everyRelayOptions: ListsEveryKey<EmlApiRelayOptions, [...typeof RELAY_KEYS, ...typeof CLIENT_OPTIONS]> = true;
-
-/** The SMTP side's time limits; the rest of `timeouts` is the client's. */
-const SMTP_TIMEOUTS = [
-  'idle',
-  'stressIdle',
-  'data',
-  'tlsHandshake',
-] as const satisfies readonly (keyof EmlApiRelayTimeouts)[];
-const CLIENT_TIMEOUTS = ['connect', 'response', 'total'] as const satisfies readonly (keyof EmlApiRelayTimeouts)[];
-
 export { maxUploadableSize };
 
 /**
@@ -386,68 +347,106 @@ export function resolveRelayOptions(options: EmlApiRelayOptions): {
     throw new EmlApiError('ECONFIG', 'Options must be an object with at least baseUrl', { permanent: true });
   }
   const o = options as unknown as Record<string, unknown>;
-  refuseUnknownKeys(o, RELAY_OPTIONS, '');
+  const c = checkOptions(o, RELAY_SCHEMA);
   const clientOptions: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(o)) {
-    if (!(RELAY_KEYS as readonly string[]).includes(key)) clientOptions[key] = value;
-  }
-  const timeouts =
-    o.timeouts === undefined
-      ? {}
-      : objectOption(
-          o.timeouts,
-          'timeouts',
-          '{ idle, stressIdle, data, tlsHandshake, connect, response, total } in milliseconds',
-        );
-  refuseUnknownKeys(timeouts, [...SMTP_TIMEOUTS, ...CLIENT_TIMEOUTS], 'timeouts.');
+  for (const key of Object.keys(clientRules)) if (o[key] !== undefined) clientOptions[key] = o[key];
+  const { connect, response, total } = c.timeouts;
   const clientTimeouts = Object.fromEntries(
-    CLIENT_TIMEOUTS.filter((key) => timeouts[key] !== undefined).map((key) => [key, timeouts[key]]),
+    Object.entries({ connect, response, total }).filter(([, value]) => value !== undefined),
   );
   if (Object.keys(clientTimeouts).length > 0) clientOptions.timeouts = clientTimeouts;
   clientOptions.spool = { threshold: DEFAULT_SPOOL_THRESHOLD, ...(o.spool as object | undefined) };
-  const apiKey = o.apiKey === undefined || o.apiKey === null || o.apiKey === '' ? undefined : o.apiKey;
   // Checks the client options (and the key's form) as every client the relay makes will.
-  const { resolved } = resolveClientOptions({ ...clientOptions, apiKey: apiKey ?? 'relay-option-check' });
-  const tls = o.tls === undefined ? undefined : checkTls(o.tls);
-  const maxRecipients = wholeNumber(o.maxRecipients, 'maxRecipients', 1, 100_000, 100);
+  const { resolved } = resolveClientOptions({ ...clientOptions, apiKey: c.apiKey ?? 'relay-option-check' });
   const settings: RelaySettings = {
-    port: wholeNumber(o.port, 'port', 0, 65535, 2525),
-    host: text(o.host ?? '127.0.0.1', 'host'),
-    allowUnauthenticatedFrom: new ClientAddressList(
-      (o.allowUnauthenticatedFrom as string[] | undefined) ?? LOOPBACK_NETWORKS,
-      'allowUnauthenticatedFrom',
-    ),
-    trustedNetworks: new ClientAddressList(
-      (o.trustedNetworks as string[] | undefined) ?? LOOPBACK_NETWORKS,
-      'trustedNetworks',
-    ),
-    users: checkUsers(o.users, apiKey),
-    keySenders: checkKeySenders(o.keySenders),
-    allowedSenders: o.allowedSenders === undefined ? undefined : new SenderList(o.allowedSenders, 'allowedSenders'),
-    tls,
-    maxMessageSize: wholeNumber(o.maxMessageSize ?? defaultSize(maxRecipients), 'maxMessageSize', 1, 2 ** 40),
-    maxRecipients,
-    maxClients: wholeNumber(o.maxClients, 'maxClients', 1, 100_000, 100),
-    idleTimeout: wholeNumber(timeouts.idle, 'timeouts.idle', 1, 24 * 3_600_000, 300_000),
-    maxClientsPerAddress: wholeNumber(o.maxClientsPerAddress, 'maxClientsPerAddress', 1, 100_000, 50),
-    stressIdleTimeout: wholeNumber(timeouts.stressIdle, 'timeouts.stressIdle', 1, 24 * 3_600_000, 10_000),
-    dataTimeout: wholeNumber(timeouts.data, 'timeouts.data', 1, 7 * 24 * 3_600_000, 600_000),
-    minDataRate: wholeNumber(o.minDataRate, 'minDataRate', 1, 2 ** 40, 500),
-    authFailureDelay: wholeNumber(o.authFailureDelay, 'authFailureDelay', 0, 60_000, 2_000),
-    maxAuthFailures: wholeNumber(o.maxAuthFailures, 'maxAuthFailures', 1, 100_000, 10),
-    maxAuthFailuresPerAddress: wholeNumber(o.maxAuthFailuresPerAddress, 'maxAuthFailuresPerAddress', 1, 100_000, 100),
-    authFailureWindow: wholeNumber(o.authFailureWindow, 'authFailureWindow', 1_000, 24 * 3_600_000, 600_000),
-    tlsHandshakeTimeout: wholeNumber(timeouts.tlsHandshake, 'timeouts.tlsHandshake', 1, 600_000, 10_000),
-    proxyProtocol: checkProxies(o.proxyProtocol),
-    hostname: text(o.hostname ?? osHostname(), 'hostname'),
-    maxKeys: wholeNumber(o.maxKeys, 'maxKeys', 1, 100_000, 100),
-    logger: loggerOption(o.logger),
-    queue: checkQueue(o.queue, apiKey),
+    port: c.port,
+    host: c.host,
+    allowUnauthenticatedFrom: c.allowUnauthenticatedFrom,
+    trustedNetworks: c.trustedNetworks,
+    users: c.users,
+    keySenders: c.keySenders,
+    allowedSenders: c.allowedSenders,
+    tls: c.tls,
+    maxMessageSize: c.maxMessageSize,
+    maxRecipients: c.maxRecipients,
+    maxClients: c.maxClients,
+    idleTimeout: c.timeouts.idle,
+    maxClientsPerAddress: c.maxClientsPerAddress,
+    stressIdleTimeout: c.timeouts.stressIdle,
+    dataTimeout: c.timeouts.data,
+    minDataRate: c.minDataRate,
+    authFailureDelay: c.authFailureDelay,
+    maxAuthFailures: c.maxAuthFailures,
+    maxAuthFailuresPerAddress: c.maxAuthFailuresPerAddress,
+    authFailureWindow: c.authFailureWindow,
+    tlsHandshakeTimeout: c.timeouts.tlsHandshake,
+    proxyProtocol: c.proxyProtocol,
+    hostname: c.hostname,
+    maxKeys: c.maxKeys,
+    logger: c.logger,
+    queue: c.queue,
     clientOptions: clientOptions as Omit<EmlApiClientOptions, 'apiKey'>,
     spool: resolved.spool,
   };
-  return { apiKey: apiKey as string | undefined, settings };
+  return { apiKey: c.apiKey, settings };
 }
+
+const { apiKey: _k, timeouts: _t, logger: _l, ...clientRules } = CLIENT_SCHEMA;
+const day = 24 * 3_600_000;
+
+/** `timeouts`: the SMTP side's, checked here; the client's, checked by the client. */
+const RELAY_TIMEOUT_SCHEMA = {
+  idle: whole(1, day, 300_000),
+  stressIdle: whole(1, day, 10_000),
+  data: whole(1, 7 * day, 600_000),
+  tlsHandshake: whole(1, 600_000, 10_000),
+  ...passedOn(TIMEOUT_SCHEMA),
+} as const satisfies OptionSchema<EmlApiRelayTimeouts>;
+
+/** What {@link resolveRelayOptions} checks, in order (the client's options are the client's), and docs/relay.md's ranges. */
+export const RELAY_SCHEMA = {
+  ...passedOn(clientRules),
+  port: whole(0, 65535, 2525),
+  host: custom('visible ASCII', (v, option) => text(v ?? '127.0.0.1', option)),
+  apiKey: custom('visible ASCII', (v) => (v === undefined || v === null || v === '' ? undefined : (v as string))),
+  allowUnauthenticatedFrom: custom(
+    'addresses and networks',
+    (v, option) => new ClientAddressList((v as string[] | undefined) ?? LOOPBACK_NETWORKS, option),
+  ),
+  trustedNetworks: custom(
+    'addresses and networks',
+    (v, option) => new ClientAddressList((v as string[] | undefined) ?? LOOPBACK_NETWORKS, option),
+  ),
+  users: custom('{ name, passwordHash, senders }[]', (v, _, _o, c) => checkUsers(v, c.apiKey)),
+  keySenders: custom("{ 'key:<fingerprint>': senders }", checkKeySenders),
+  allowedSenders: custom('addresses and domains', (v, option) =>
+    v === undefined ? undefined : new SenderList(v, option),
+  ),
+  queue: custom('EmlApiQueueTransport or its options', (v, _, _o, c) => checkQueue(v, c.apiKey)),
+  tls: custom('{ cert, key, implicit }', (v) => (v === undefined ? undefined : checkTls(v))),
+  maxRecipients: whole(1, 100_000, 100),
+  maxMessageSize: custom('1 to 1099511627776', (v, option, _o, c) =>
+    wholeNumber(v ?? defaultSize(c.maxRecipients as number), option, 1, 2 ** 40),
+  ),
+  maxClients: whole(1, 100_000, 100),
+  timeouts: nested(
+    RELAY_TIMEOUT_SCHEMA,
+    '{ idle, stressIdle, data, tlsHandshake, connect, response, total } in milliseconds',
+    () => checkOptions({}, RELAY_TIMEOUT_SCHEMA, 'timeouts.'),
+  ),
+  maxClientsPerAddress: whole(1, 100_000, 50),
+  minDataRate: whole(1, 2 ** 40, 500),
+  authFailureDelay: whole(0, 60_000, 2_000),
+  maxAuthFailures: whole(1, 100_000, 10),
+  maxAuthFailuresPerAddress: whole(1, 100_000, 100),
+  authFailureWindow: whole(1_000, day, 600_000),
+  proxyProtocol: custom('IP addresses', checkProxies),
+  hostname: custom('visible ASCII', (v, option) => text(v ?? osHostname(), option)),
+  maxKeys: whole(1, 100_000, 100),
+  logger: custom('true, false, logger', loggerOption),
+  http: custom('{ port, host }', (v) => v),
+  metrics: custom('true, false, { registry }', (v) => v),
+} as const satisfies OptionSchema<EmlApiRelayOptions>;
 
 function checkTls(value: unknown): EmlApiRelayTlsOptions {
   const tls = value as Partial<EmlApiRelayTlsOptions> | null;

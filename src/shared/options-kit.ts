@@ -79,15 +79,6 @@ export function loggerOption(value: unknown): EmlApiLogger {
 }
 
 /**
- * `true` when the list `L` names every option of `T` (with `satisfies readonly (keyof T)[]`, nothing
- * else either), so that a list of known keys cannot fall behind its options interface.
- * @example const _everyOption: ListsEveryKey<EmlApiClientOptions, typeof CLIENT_OPTIONS> = true;
- */
-export type ListsEveryKey<T, L extends readonly PropertyKey[]> = [Exclude<keyof T, L[number]>] extends [never]
-  ? true
-  : { missing: Exclude<keyof T, L[number]> };
-
-/**
  * Refuses a key not among `known`, since a misspelt option would be ignored in silence; keep `known` a `const` list
  * `satisfies readonly (keyof XOptions)[]` so the compiler keeps it in step with the options type.
  * @param where the path of the object checked, with its dot (`'retry.'`), or '' at the top
