@@ -367,7 +367,7 @@ export function resolveRelayOptions(options: EmlApiRelayOptions): {
     keySenders: c.keySenders,
     allowedSenders: c.allowedSenders,
     tls: c.tls,
-    maxMessageSize: c.maxMessageSize,
+    maxMessageSize: c.maxMessageSize ?? defaultSize(c.maxRecipients),
     maxRecipients: c.maxRecipients,
     maxClients: c.maxClients,
     idleTimeout: c.timeouts.idle,
@@ -405,7 +405,6 @@ const RELAY_TIMEOUT_SCHEMA = {
 
 /** What {@link resolveRelayOptions} checks, in order (the client's options are the client's), and docs/relay.md's ranges. */
 export const RELAY_SCHEMA = {
-  ...passedOn(clientRules),
   port: whole(0, 65535, 2525),
   host: custom('visible ASCII', (v, option) => text(v ?? '127.0.0.1', option)),
   apiKey: custom('visible ASCII', (v) => (v === undefined || v === null || v === '' ? undefined : (v as string))),
@@ -424,10 +423,10 @@ export const RELAY_SCHEMA = {
   ),
   queue: custom('EmlApiQueueTransport or its options', (v, _, _o, c) => checkQueue(v, c.apiKey)),
   tls: custom('{ cert, key, implicit }', (v) => (v === undefined ? undefined : checkTls(v))),
-  maxRecipients: whole(1, 100_000, 100),
-  maxMessageSize: custom('1 to 1099511627776', (v, option, _o, c) =>
-    wholeNumber(v ?? defaultSize(c.maxRecipients as number), option, 1, 2 ** 40),
+  maxMessageSize: custom('1 to 1099511627776', (v, option) =>
+    v === undefined ? undefined : wholeNumber(v, option, 1, 2 ** 40),
   ),
+  maxRecipients: whole(1, 100_000, 100),
   maxClients: whole(1, 100_000, 100),
   timeouts: nested(
     RELAY_TIMEOUT_SCHEMA,
@@ -446,6 +445,7 @@ export const RELAY_SCHEMA = {
   logger: custom('true, false, logger', loggerOption),
   http: custom('{ port, host }', (v) => v),
   metrics: custom('true, false, { registry }', (v) => v),
+  ...passedOn(clientRules),
 } as const satisfies OptionSchema<EmlApiRelayOptions>;
 
 function checkTls(value: unknown): EmlApiRelayTlsOptions {
