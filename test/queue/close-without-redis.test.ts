@@ -27,6 +27,19 @@ const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 /** A port nothing listens on. */
 const NOWHERE = 'redis://127.0.0.1:1';
 
+/** `eml-api worker` in a child process, with the shortened waits; `output` gathers stdout and stderr. */
+function workerProcess(flags: string[], env: Record<string, string>) {
+  const child = spawn(
+    process.execPath,
+    nodeArgs(['--import', 'tsx', ...shortWaits.nodeArgs, 'src/cli/main.ts', 'worker', ...flags]),
+    { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  const worker = { child, output: '', exited: new Promise<number | null>((resolve) => child.once('exit', resolve)) };
+  child.stdout.on('data', (d: Buffer) => (worker.output += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (worker.output += d.toString()));
+  return worker;
+}
+
 let redis: RedisServer;
 let emu: Emulator;
 let service: FakeService;
@@ -88,19 +101,12 @@ describe('close() when Redis does not answer', () => {
     await transport.close();
     // The key check gets a 400 (the key may send), the queued send is held.
     service.script([{ status: 400, body: { error: { code: 'invalid_request', message: 'no mail' } } }], 'hold');
-    const child = spawn(
-      process.execPath,
-      nodeArgs(['--import', 'tsx', ...shortWaits.nodeArgs, 'src/cli/main.ts', 'worker']),
-      {
-        cwd: ROOT,
-        env: { ...process.env, REDIS_URL: redis.url, EML_API_URL: service.url, EML_API_KEY: 'k_0123456789abcdef' },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      },
-    );
-    let output = '';
-    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
-    const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    const worker = workerProcess([], {
+      REDIS_URL: redis.url,
+      EML_API_URL: service.url,
+      EML_API_KEY: 'k_0123456789abcdef',
+    });
+    const { child, exited } = worker;
     try {
       await eventually(() => service.held >= 1, { what: 'the send held at the service' });
       await freezeRedis();
@@ -110,7 +116,7 @@ describe('close() when Redis does not answer', () => {
       child.kill('SIGTERM');
       expect(await within(exited, 20_000)).toBe('resolved');
       expect(await exited).toBe(0);
-      expect(output).toMatch(/Worker stopped/);
+      expect(worker.output).toMatch(/Worker stopped/);
     } finally {
       child.kill('SIGKILL');
     }
@@ -161,28 +167,18 @@ describe('close() when Redis is down', () => {
   ])(
     'eml-api worker %s stops on SIGTERM at once, and says nothing more',
     async (_what, flags) => {
-      const child = spawn(
-        process.execPath,
-        nodeArgs(['--import', 'tsx', ...shortWaits.nodeArgs, 'src/cli/main.ts', 'worker', ...flags]),
-        {
-          cwd: ROOT,
-          env: { ...process.env, REDIS_URL: NOWHERE, EML_API_URL: emu.url, EML_API_KEY: emu.apiKey },
-          stdio: ['ignore', 'pipe', 'pipe'],
-        },
-      );
-      let output = '';
-      child.stdout.on('data', (d: Buffer) => (output += d.toString()));
-      child.stderr.on('data', (d: Buffer) => (output += d.toString()));
-      const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+      const worker = workerProcess(flags, { REDIS_URL: NOWHERE, EML_API_URL: emu.url, EML_API_KEY: emu.apiKey });
+      const { child, exited } = worker;
+      const output = () => worker.output;
       try {
         // Started: it reports that it cannot reach Redis.
-        await eventually(() => output.includes('ECONNREFUSED'), { what: 'ECONNREFUSED in its output' });
+        await eventually(() => output().includes('ECONNREFUSED'), { what: 'ECONNREFUSED in its output' });
         child.kill('SIGTERM');
         expect(await within(exited, 15_000)).toBe('resolved');
         expect(await exited).toBe(0);
-        expect(output).toMatch(/Worker stopped: 0 sent, 0 failed/);
+        expect(output()).toMatch(/Worker stopped: 0 sent, 0 failed/);
         // Waiting for Redis ends with the worker: no warning about it once stopped.
-        expect(output.slice(output.indexOf('Worker stopped'))).not.toContain('Cannot reach Redis');
+        expect(output().slice(output().indexOf('Worker stopped'))).not.toContain('Cannot reach Redis');
       } finally {
         child.kill('SIGKILL');
       }
