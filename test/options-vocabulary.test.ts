@@ -216,6 +216,17 @@ describe('unknown options are refused, naming the known ones', () => {
     ).toBeTruthy();
   });
 
+  it('emulator: a non-function onInternalError and a null latencyMs are refused, not found out later', () => {
+    expectConfig(
+      thrown(() => resolveEmulatorOptions({ onInternalError: 'log' as never })),
+      /^Invalid option onInternalError: expected a function/,
+    );
+    expectConfig(
+      thrown(() => resolveEmulatorOptions({ faults: { latencyMs: null as never } })),
+      /^Invalid option faults\.latencyMs: expected a number of ms or \[min, max\]/,
+    );
+  });
+
   it('CLI: an emulator option refused is a usage error (exit 2) naming the flag', async () => {
     const { code, stderr } = await runCliCapturing(['serve', '--allow-host', 'not a host'], { env: {} });
     expect(code).toBe(2);

@@ -185,12 +185,11 @@ export const EMULATOR_SCHEMA = {
     if (typeof v !== 'function') throw configError('now', 'expected a function returning a Date');
     return v as () => Date;
   }),
-  onInternalError: custom(
-    'function',
-    (v) =>
-      (v as ((err: unknown) => void) | undefined) ??
-      ((err: unknown) => console.error('[eml-api emulator] internal error:', err)),
-  ),
+  onInternalError: custom('function', (value, option) => {
+    const v = value ?? ((err: unknown) => console.error('[eml-api emulator] internal error:', err));
+    if (typeof v !== 'function') throw configError(option, 'expected a function taking the error');
+    return v as (err: unknown) => void;
+  }),
   faults: custom('EmulatorFaults', (v) => (v === undefined ? undefined : new FaultInjector(v as EmulatorFaults))),
   rateLimit: custom('{ requestsPerSecond, burst }', (v) =>
     v === undefined ? undefined : new KeyRateLimiter(v as NonNullable<EmulatorOptions['rateLimit']>),

@@ -77,7 +77,8 @@ export class FaultInjector {
         ? [0, 0]
         : typeof faults.latencyMs === 'number'
           ? [faults.latencyMs, faults.latencyMs]
-          : [faults.latencyMs[0], faults.latencyMs[1]];
+          : // Object(null) is {}: refused below, as any value that is not a pair.
+            [Object(faults.latencyMs)[0], Object(faults.latencyMs)[1]];
     if (!latency.every((v) => Number.isFinite(v) && v >= 0) || latency[0] > latency[1]) {
       throw configError('faults.latencyMs', 'expected a number of ms or [min, max] with 0 <= min <= max');
     }
