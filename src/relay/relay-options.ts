@@ -41,7 +41,7 @@ type EmlApiRelayTimeouts = NonNullable<EmlApiRelayOptions['timeouts']>;
  * @example
  * const relay = await startEmlApiRelay({ baseUrl: 'https://api.mail.example.com', port: 2525 });
  */
-export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' | 'timeouts'> {
+export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' | 'timeouts' | 'spool'> {
   /** TCP port; 0 picks a free one (see `relay.port`). @default 2525 */
   port?: number;
   /**
@@ -272,6 +272,12 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
    * startEmlApiRelay({ baseUrl, apiKey, metrics: { registry } });
    */
   metrics?: boolean | { registry: MetricsRegistry };
+  /**
+   * Above `threshold` bytes a message arriving is kept in a temporary file, so memory stays flat while up to
+   * `maxClients` messages arrive at once. @default { threshold: 524288, directory: os.tmpdir() }
+   * @example await startEmlApiRelay({ baseUrl, spool: { directory: '/var/spool/eml-api' } });
+   */
+  spool?: EmlApiClientOptions['spool'];
 }
 
 /** The relay spools past 512 KiB unless told otherwise: up to `maxClients` messages may arrive at once. */
@@ -355,7 +361,7 @@ export function resolveRelayOptions(options: EmlApiRelayOptions): {
     Object.entries({ connect, response, total }).filter(([, value]) => value !== undefined),
   );
   if (Object.keys(clientTimeouts).length > 0) clientOptions.timeouts = clientTimeouts;
-  clientOptions.spool = { threshold: DEFAULT_SPOOL_THRESHOLD, ...(o.spool as object | undefined) };
+  clientOptions.spool = c.spool;
   // Checks the client options (and the key's form) as every client the relay makes will.
   const { resolved } = resolveClientOptions({ ...clientOptions, apiKey: c.apiKey ?? 'relay-option-check' });
   const settings: RelaySettings = {
@@ -446,6 +452,11 @@ export const RELAY_SCHEMA = {
   http: custom('{ port, host }', (v) => v),
   metrics: custom('true, false, { registry }', (v) => v),
   ...passedOn(clientRules),
+  // The client's shape, with the relay's default threshold.
+  spool: custom(CLIENT_SCHEMA.spool.range, (v, option) => ({
+    threshold: DEFAULT_SPOOL_THRESHOLD,
+    ...(v === undefined ? {} : objectOption(v, option, CLIENT_SCHEMA.spool.range)),
+  })),
 } as const satisfies OptionSchema<EmlApiRelayOptions>;
 
 function checkTls(value: unknown): EmlApiRelayTlsOptions {

@@ -1,5 +1,5 @@
 import { createHash, createHmac, randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from 'node:crypto';
-import { configError } from '../shared/options-kit.js';
+import { configError, refuseUnknownKeys } from '../shared/options-kit.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import type { EmlApiClient } from '../client/eml-api-client.js';
 import { identitySecret } from './message-identities.js';
@@ -27,6 +27,14 @@ export interface EmlApiRelayUser {
    */
   senders?: string[];
 }
+
+/** A user's keys: an unknown one (a misspelt `senders`) would drop a restriction in silence. */
+const USER_KEYS = Object.keys({
+  username: true,
+  password: true,
+  passwordHash: true,
+  senders: true,
+} satisfies Record<keyof EmlApiRelayUser, true>);
 
 /** The longest password the relay considers (UTF-16 units); a longer one is refused (`535`) and never copied anywhere. */
 export const MAX_PASSWORD_LENGTH = 1024;
@@ -85,6 +93,7 @@ export class RelayUsers {
       const name = `${option}[${i}]`;
       if (typeof user !== 'object' || user === null)
         throw configError(name, 'expected { username, password or passwordHash }');
+      refuseUnknownKeys(user, USER_KEYS, `${name}.`);
       const { username, password, passwordHash, senders } = user;
       if (!isUsername(username)) throw configError(`${name}.username`, USERNAME_RULE);
       if (this.#users.has(username))

@@ -494,6 +494,21 @@ describe("the relay's users", () => {
     }
   });
 
+  it('refuses an unknown key in a user (a misspelt senders would let the user send as anyone), naming the nearest one', () => {
+    const err = thrownBy(() => new RelayUsers([{ username: 'a', password: 'pw-1', sender: ['a@x.test'] } as never]));
+    expect(err).toMatchObject({ code: 'ECONFIG', permanent: true });
+    expect(err.message).toBe(
+      'Invalid option users[0].sender: unknown option; did you mean users[0].senders? (known: username, password, passwordHash, senders)',
+    );
+    expect(() =>
+      resolveRelayOptions({
+        baseUrl: 'http://127.0.0.1:1',
+        apiKey: 'k',
+        users: [{ username: 'a', password: 'pw-1', Senders: [] } as never],
+      }),
+    ).toThrow(/users\[0\]\.Senders: unknown option; did you mean users\[0\]\.senders\?/);
+  });
+
   it('reads a users file of name:hash lines, naming the line of a bad one', async () => {
     const hash = await hashRelayPassword('pw');
     const text = `# relay users\n\nbilling:${hash}\r\ncron:${hash}:cron@host.example\n`;
@@ -738,6 +753,23 @@ describe('replies', () => {
     expect(() => resolveRelayOptions({ ...base, ...options })).toThrow(
       expect.objectContaining({ code: 'ECONFIG', message: expect.stringMatching(message) }),
     );
+  });
+
+  it('refuses a spool that is not an object as the client does, and spools past 512 KiB unless told otherwise', () => {
+    const base = { baseUrl: 'http://127.0.0.1:1', apiKey: 'relay-test-key' };
+    for (const spool of [5, true, null, 'ab', []]) {
+      expect(() => resolveRelayOptions({ ...base, spool } as never)).toThrow(
+        expect.objectContaining({
+          code: 'ECONFIG',
+          message: expect.stringMatching(/^Invalid option spool: expected \{ threshold, directory \}, got /),
+        }),
+      );
+    }
+    expect(resolveRelayOptions(base).settings.spool.threshold).toBe(512 * 1024);
+    expect(resolveRelayOptions({ ...base, spool: { directory: '/tmp' } }).settings.spool).toEqual({
+      threshold: 512 * 1024,
+      directory: '/tmp',
+    });
   });
 
   it('defaults timeouts.tlsHandshake to 10 s', () => {
