@@ -1,12 +1,14 @@
 import type { JobsOptions, Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
 import { loadBullmq, requireQueuePeers, type OutboxRedisClient } from './redis-connection.js';
 
 /*
  * Every use the outbox makes of BullMQ beyond its documented API; test/queue/bullmq-internals.test.ts
  * fails, naming what changed, on a release that breaks one: its key names, its add scripts (named
  * `addStandardJob`... on the ioredis client, with their keys counted, the job's data as JSON in ARGV[2],
- * a script that still runs as the body of a Lua function), and `Job#addJob(client)` asking its client
- * for exactly one add script, synchronously (BullMQ's own `addBulk` relies on it).
+ * a script that still runs as the body of a Lua function), `Job#addJob(client)` asking its client
+ * for exactly one add script, synchronously (BullMQ's own `addBulk` relies on it), and where a worker
+ * keeps its blocking connection.
  */
 
 /** BullMQ's own keys of a queue (`{prefix}:{queue}:{name}`, its `QueueKeys`). */
@@ -38,6 +40,39 @@ export const ADD_SCRIPT = /^add(Standard|Prioritized|Delayed)Job(:|$)/;
 export async function queueClient(queue: object): Promise<OutboxRedisClient> {
   const q = queue as { getBackend?: () => { client: Promise<OutboxRedisClient> }; client?: Promise<OutboxRedisClient> };
   return (await (q.getBackend ? q.getBackend().client : q.client))!;
+}
+
+/**
+ * The client a worker waits for jobs on: BullMQ 5's `worker.blockingConnection.client`, BullMQ 6's
+ * `worker.getBackend().blockingClient`.
+ */
+export async function blockingClient(worker: object): Promise<Redis | undefined> {
+  const w = worker as {
+    getBackend?: () => { blockingClient?: Promise<Redis> };
+    blockingConnection?: { client: Promise<Redis> };
+  };
+  return w.getBackend ? w.getBackend().blockingClient : w.blockingConnection?.client;
+}
+
+/**
+ * Resolves once the blocking connection of `worker` does not wait to reconnect. BullMQ's graceful close disconnects
+ * it and waits for it to end, which one waiting to reconnect never does: ioredis drops its retry timer and it stays
+ * `reconnecting`, for ever.
+ */
+export async function blockingConnectionBack(worker: object): Promise<void> {
+  // Until it first connects, BullMQ's promise of it waits for it.
+  const client = await blockingClient(worker).catch(() => undefined);
+  while (client?.status === 'reconnecting') {
+    await new Promise<void>((resolve) => {
+      const back = () => {
+        client.off('ready', back);
+        client.off('end', back);
+        resolve();
+      };
+      client.on('ready', back);
+      client.on('end', back);
+    });
+  }
 }
 
 /** BullMQ's add of one job: its script's name on the client, and its keys then ARGV. */

@@ -31,6 +31,7 @@ import { resolveWorkerOptions, type OutboxWorkerOptions } from './worker-options
 import { compareKeyChecks, redisPassword, RedisSettingsWatch } from './redis-settings.js';
 import { checkWorkerOwner, foreignJob, keyFingerprint, type QueueOwner } from './queue-owner.js';
 import { capRateLimitPause } from './outbox-admin.js';
+import { blockingConnectionBack } from './bullmq-internals.js';
 import { RedisClock, redisTime, seconds } from './redis-clock.js';
 import { OUTBOX_BACKOFF_TYPE, outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
 import { WorkerTelemetry } from './worker-telemetry.js';
@@ -495,7 +496,11 @@ export class OutboxWorker extends EventEmitter {
     }
     // BullMQ's graceful close would first wait for its connections: for ever if Redis stays down.
     const nothingToFinish = this.#running.size === 0 && this.#redis.redis.status !== 'ready';
-    await this.worker.close(this.#forcing || nothingToFinish);
+    const force = this.#forcing || nothingToFinish;
+    // Its graceful close waits for the end of a blocking connection it disconnects: never, while that one waits to
+    // reconnect (just after Redis restarted). Nothing but microtasks runs between this wait and the disconnect.
+    if (!force) await blockingConnectionBack(this.worker);
+    await this.worker.close(force);
     await this.client.close({ abort: this.#forcing });
     await this.#telemetry.close();
     await closeOutboxRedis(this.#redis);

@@ -7,6 +7,7 @@ import {
   ADD_SCRIPT,
   BULLMQ_KEY_NAMES,
   addCommand,
+  blockingClient,
   runBeforeFinish,
   runGuardedAdd,
   queueClient,
@@ -81,6 +82,34 @@ describe(`BullMQ ${version}, as the outbox uses it`, () => {
       }
     } finally {
       await close();
+    }
+  });
+
+  it("gives a worker's blocking connection, the one that waits for jobs", async () => {
+    const connection = new Redis(redis.url, { maxRetriesPerRequest: null });
+    const worker = new Worker(location.queueName, async () => undefined, { connection, prefix: location.prefix });
+    try {
+      await worker.waitUntilReady();
+      const client = await blockingClient(worker);
+      const how = changed(
+        "how a worker's blocking connection is reached (blockingConnection.client, getBackend().blockingClient)",
+      );
+      expect(client?.status, how).toBe('ready');
+      const addr = `${client!.stream.localAddress}:${client!.stream.localPort}`;
+      await expect
+        .poll(
+          async () =>
+            String(await redis.client.client('LIST'))
+              .split('\n')
+              .find((line) => line.includes(` addr=${addr} `)),
+          {
+            message: how,
+          },
+        )
+        .toContain('cmd=bzpopmin');
+    } finally {
+      await worker.close();
+      connection.disconnect();
     }
   });
 

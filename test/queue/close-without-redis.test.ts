@@ -6,6 +6,7 @@ import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiQueueTransport, startOutboxWorker } from '../../src/queue/index.js';
 // The class itself, as the CLI uses it: only it can close a worker whose start never finishes (Redis down).
 import { OutboxWorker } from '../../src/queue/eml-api-worker.js';
+import { blockingClient } from '../../src/queue/bullmq-internals.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { capturingLogger } from '../helpers/logger.js';
 import { eventually } from '../helpers/outbox.js';
@@ -20,7 +21,9 @@ import { nodeArgs } from '../helpers/compiled.js';
  * stays open, nothing comes back). They used to wait for ever for Redis to
  * answer QUIT, or for BullMQ to connect: a process that could not be stopped
  * but with SIGKILL. Real redis-server, frozen with SIGSTOP; the outbox's
- * bounds on those waits shortened (test/helpers/short-waits.ts).
+ * bounds on those waits shortened (test/helpers/short-waits.ts). A graceful
+ * close also waited for ever when BullMQ's blocking connection was between
+ * two tries to reconnect as Redis came back (a restart).
  */
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -131,6 +134,25 @@ describe('close() when Redis does not answer', () => {
     });
     worker.on('error', () => undefined);
     await freezeRedis();
+    expect(await within(worker.close(), 15_000)).toBe('resolved');
+  });
+});
+
+describe('close() as Redis comes back', () => {
+  it("a worker closes gracefully while BullMQ's blocking connection waits to reconnect", async () => {
+    const worker = await startOutboxWorker({
+      connection: redis.url,
+      apiKey: emu.apiKey,
+      baseUrl: emu.url,
+      cleanupInterval: 0,
+    });
+    worker.on('error', () => undefined);
+    // As after a restart of Redis: the worker's own connection is back, the blocking one waits for its retry timer.
+    const blocking = (await blockingClient(worker.worker))!;
+    const reconnecting = new Promise((resolve) => blocking.once('reconnecting', resolve));
+    await redis.client.client('KILL', 'ADDR', `${blocking.stream.localAddress}:${blocking.stream.localPort}`);
+    await reconnecting;
+    expect(blocking.status).toBe('reconnecting');
     expect(await within(worker.close(), 15_000)).toBe('resolved');
   });
 });
