@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { defineConfig } from 'vitest/config';
-import { LongestFirst, RecordDurations } from './test/run-order.js';
+import { FillingOrder, RecordDurations } from './test/run-order.js';
 
 const onCi = Boolean(process.env.CI) && process.env.CI !== 'false';
 
@@ -45,17 +45,21 @@ export default defineConfig({
     testTimeout: 30_000,
     // Child processes run the repository's TypeScript compiled once per run (test/helpers/compiled.ts).
     globalSetup: ['test/global-setup.ts'],
+    // Each file's CPU seconds, for the run order (test/run-order.ts).
+    setupFiles: ['test/file-cpu.ts'],
     hookTimeout: 60_000,
     // Each file starts its own servers on port 0, so files run side by side. Most of a file's time is
     // spent waiting (on Redis, sockets, child processes, lock expiries), so more files than cores run
-    // at once; each worker process loads the package and its dependencies again, so not many more.
+    // at once, the run order putting files that compute beside files that wait. Not many more: each
+    // worker process loads the package again, and past 5 on 2 cores tests that time a child process's
+    // shutdown or an SMTP exchange failed.
     pool: 'forks',
-    maxWorkers: 4,
+    maxWorkers: 5,
     // The JSON report lets CI print a plain "N passed, N failed" summary line.
     reporters: ['default', 'json', new RecordDurations()],
     outputFile: { json: 'test-output/vitest-results.json' },
-    // Longest first, by the durations vitest records, else those of test/file-durations.json (test/run-order.ts).
-    sequence: { sequencer: LongestFirst },
+    // Long files first, those that compute beside those that wait, by test/file-durations.json (test/run-order.ts).
+    sequence: { sequencer: FillingOrder },
     projects: [
       {
         extends: true,

@@ -1,5 +1,5 @@
 import { defineConfig } from 'vitest/config';
-import { LongestFirst, RecordDurations } from './test/run-order.js';
+import { FillingOrder, RecordDurations } from './test/run-order.js';
 
 /**
  * `npm run test:package`: the package as users install it (test/package/), apart from `npm test`
@@ -20,6 +20,6 @@ export default defineConfig({
     isolate: false,
     reporters: ['default', 'json', new RecordDurations()],
     outputFile: { json: 'test-output/package-results.json' },
-    sequence: { sequencer: LongestFirst },
+    sequence: { sequencer: FillingOrder },
   },
 });
