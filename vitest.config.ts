@@ -51,8 +51,7 @@ export default defineConfig({
     // Each file starts its own servers on port 0, so files run side by side. Most of a file's time is
     // spent waiting (on Redis, sockets, child processes, lock expiries), so more files than cores run
     // at once, the run order putting files that compute beside files that wait. Not many more: each
-    // worker process loads the package again, and past 5 on 2 cores tests that time a child process's
-    // shutdown or an SMTP exchange failed.
+    // worker process loads the package again, and a busier machine tries the tests' patience.
     pool: 'forks',
     maxWorkers: 5,
     // The JSON report lets CI print a plain "N passed, N failed" summary line.
