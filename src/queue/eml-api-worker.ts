@@ -553,9 +553,12 @@ export class OutboxWorker extends EventEmitter {
     return run;
   }
 
-  /** Puts a job of a forced close back at once instead of at lock expiry; BullMQ 5 lacks `WaitingError`. */
+  /**
+   * Puts a job back at once instead of at lock expiry; BullMQ 5 lacks `WaitingError`. Only a forced close's count: a
+   * job taken while the checks or the clock stop this worker's sends was never begun.
+   */
   async #handBack(job: OutboxJob, token: string | undefined): Promise<RunOutcome> {
-    this.#handedBack++;
+    if (this.#forcing) this.#handedBack++;
     const { WaitingError, DelayedError } = loadBullmq() as Omit<BullmqModule, 'WaitingError'> &
       Partial<Pick<BullmqModule, 'WaitingError'>>;
     // With Redis unreachable the job cannot be moved, and its lock expiry returns it instead.

@@ -1,5 +1,5 @@
 import nodemailer from 'nodemailer';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiQueueTransport, type OutboxWorkerOptions } from '../../src/queue/index.js';
 import { eventually, inProcessWorkers, startWorkerProcess, type WorkerProcess } from '../helpers/outbox.js';
@@ -83,6 +83,28 @@ describe('a worker whose clock is more than a minute off Redis’s', () => {
     expect(await failed()).toBe(1);
     worker.skewClock(0);
     await eventually(async () => (await failed()) === 2, { what: 'the second failure, once the clock is right' });
+  });
+
+  it('hands back the jobs it takes meanwhile without counting them as cut short by its close', async () => {
+    const worker = await workers.start();
+    const warnings: string[] = [];
+    worker.on('warning', (message: string) => warnings.push(message));
+    // Stepping this machine's clock would step every process here: Date.now alone is stepped, in this process.
+    const now = Date.now.bind(Date);
+    const stepped = vi.spyOn(Date, 'now').mockImplementation(() => now() + 8 * DAY);
+    try {
+      await doomed(0);
+      await eventually(() => warnings.some((w) => /clock/.test(w)), { what: 'the warning' });
+      await eventually(async () => (await transport.queue.getJobCounts('prioritized')).prioritized === 1, {
+        what: 'the job handed back',
+      });
+    } finally {
+      stepped.mockRestore();
+    }
+    await worker.close();
+    // `eml-api worker` exits 4 when a close handed sends back; this close ended none.
+    expect(worker.handedBack).toBe(0);
+    expect(await failed()).toBe(0);
   });
 
   it('is not taken for one by a suspend of its machine, which its monotonic clock misses', async () => {
