@@ -186,7 +186,7 @@ export class OutboxWorker extends EventEmitter {
       maxRetryAfter: settings.maxRetryAfter,
       now: () => this.#clock.now(),
       stopping: () => this.#forcing,
-      handBack: (job, token) => this.#handBack(job, token),
+      handBack: (job, token, recordFirst) => this.#handBack(job, token, recordFirst),
       foreign: (data, queuedAt) =>
         foreignJob(
           data,
@@ -555,10 +555,12 @@ export class OutboxWorker extends EventEmitter {
 
   /**
    * Puts a job back at once instead of at lock expiry; BullMQ 5 lacks `WaitingError`. Only a forced close's count: a
-   * job taken while the checks or the clock stop this worker's sends was never begun.
+   * job taken while the checks or the clock stop this worker's sends was never begun. Counted before `recordFirst`,
+   * which waits for a Redis that may not answer before the close gives up on it.
    */
-  async #handBack(job: OutboxJob, token: string | undefined): Promise<RunOutcome> {
+  async #handBack(job: OutboxJob, token: string | undefined, recordFirst?: () => Promise<void>): Promise<RunOutcome> {
     if (this.#forcing) this.#handedBack++;
+    await recordFirst?.();
     const { WaitingError, DelayedError } = loadBullmq() as Omit<BullmqModule, 'WaitingError'> &
       Partial<Pick<BullmqModule, 'WaitingError'>>;
     // With Redis unreachable the job cannot be moved, and its lock expiry returns it instead.

@@ -50,8 +50,8 @@ export interface JobRunnerSettings {
   now: () => Promise<number>;
   /** Whether the worker is closing with `{ abort: true }`: its jobs are handed back, not failed. */
   stopping: () => boolean;
-  /** Puts a job back in the queue for another worker. */
-  handBack: (job: OutboxRecordJob, token: string | undefined) => Promise<RunOutcome>;
+  /** Puts a job back in the queue for another worker, after `recordFirst` (which needs the job's lock still). */
+  handBack: (job: OutboxRecordJob, token: string | undefined, recordFirst?: () => Promise<void>) => Promise<RunOutcome>;
   /** Why this worker must not send a job (queued for another account, or in clear on an encrypted queue). */
   foreign: (data: OutboxJobRecord, queuedAt: () => Promise<number>) => Promise<EmlApiError | undefined>;
 }
@@ -182,11 +182,13 @@ export class OutboxJobRunner {
     data: OutboxJobRecord | undefined,
     startedAt: number | undefined,
   ): Promise<RunOutcome> {
-    if (data !== undefined && startedAt !== undefined && mayHaveBeenAccepted(err)) {
+    if (data === undefined || startedAt === undefined || !mayHaveBeenAccepted(err)) {
+      return this.#settings.handBack(job, token);
+    }
+    return this.#settings.handBack(job, token, async () => {
       const lastError = outboxJobError(err, job.attemptsMade + 1, false, await this.#failedAt());
       await this.#settings.records.fail(job, token, { lastError, ...this.#window(data, startedAt) }, { retry: true });
-    }
-    return this.#settings.handBack(job, token);
+    });
   }
 
   /** Says so when the service asked to wait longer than the worker will (its `Retry-After` over `maxRetryAfter`). */

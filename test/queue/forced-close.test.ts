@@ -84,3 +84,24 @@ describe('a forced close with a send the service may have accepted', () => {
     expect(emu.messages().filter((m) => m.subject === 'Password reset')).toHaveLength(1);
   });
 });
+
+describe('a forced close while Redis does not answer', () => {
+  it('counts the send it ended as handed back, though Redis did not answer to record it', async () => {
+    await workers.closeAll();
+    const mailer = nodemailer.createTransport(transport);
+    await mailer.sendMail(mail('Invoice', 'invoice-ann-1'));
+    const worker = await workers.start({ baseUrl: answerHeld.url, concurrency: 1 });
+    worker.on('error', () => undefined);
+    await eventually(() => emu.messages().some((m) => m.subject === 'Invoice'), {
+      what: 'the invoice delivered, its answer held',
+    });
+    redis.pause();
+    try {
+      await worker.close({ abort: true });
+    } finally {
+      redis.resume();
+    }
+    // `eml-api worker` exits 4 on it: the operator learns that a send was cut short.
+    expect(worker.handedBack).toBe(1);
+  }, 30_000);
+});
