@@ -224,12 +224,14 @@ const finishing = new WeakMap<object, (jobKey: string) => BeforeFinish | undefin
 /**
  * Makes BullMQ's finish of a job (to completed or failed, taking the next) on `redis` run `lua` first, in the same
  * step, when `take(job hash)` gives it keys and ARGV for that job; BullMQ's own script otherwise. `lua` takes
- * `keys` keys and `args` arguments. Once per client; later calls change nothing.
+ * `keys` keys and `args` arguments. When it answers `ranAlready`, the finish is a resend of one that ran (its reply
+ * lost): BullMQ's is not run again, which would answer that the lock is missing, and the finish answers BullMQ's
+ * "finished, no next job" (0). Once per client; later calls change nothing.
  * @returns false when BullMQ defines no such script on `redis` (yet): nothing was changed
  */
 export function runBeforeFinish(
   redis: OutboxRedisClient,
-  lua: { lua: string; keys: number; args: number },
+  lua: { lua: string; keys: number; args: number; ranAlready: number },
   take: (jobKey: string) => BeforeFinish | undefined,
 ): boolean {
   if (finishing.has(redis)) return true;
@@ -255,6 +257,7 @@ for i = 1, #ARGV do
   if i <= #ARGV - ${lua.args} then finishArgs[i] = ARGV[i] else ownArgs[#ownArgs + 1] = ARGV[i] end
 end
 local done = before(ownKeys, ownArgs)
+if done == ${lua.ranAlready} then return { done, 0 } end
 return { done, bullmqFinish(finishKeys, finishArgs) }
 `,
   });

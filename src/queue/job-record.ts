@@ -13,15 +13,23 @@ const OWNED = `
 if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 `;
 
+/** The lock token of the run that recorded the job's send, on the job's hash. */
+const SENT_BY = 'emlApiSentBy';
+
 /**
  * Deletes the content, records the answer in the job's data, takes the job out of the parked set. KEYS: job hash, its
  * lock, content key, content index, parked set. Deleting first lets a full Redis drain: once a script has written,
- * Redis runs the rest.
+ * Redis runs the rest. Answers 2, not 0, when the lock is gone because this very record already ran with BullMQ's
+ * completion (ioredis sends a command again when its reply was lost): the job is this run's, completed.
  */
-const RECORD_SENT = `${OWNED}
+const RECORD_SENT = `
+if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then
+  if redis.call('HGET', KEYS[1], '${SENT_BY}') == ARGV[1] then return 2 end
+  return 0
+end
 redis.call('DEL', KEYS[3])
 redis.call('ZREM', KEYS[4], KEYS[3])
-if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'data', ARGV[2]) end
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'data', ARGV[2], '${SENT_BY}', ARGV[1]) end
 redis.call('ZREM', KEYS[5], ARGV[3])
 return 1
 `;
@@ -152,7 +160,7 @@ export class JobRecords {
       keys,
       args,
       answered: (done) => {
-        if (done !== 1) this.#warnNotOwner(job, 'its record of the send');
+        if (done === 0) this.#warnNotOwner(job, 'its record of the send');
       },
       failed: (err) =>
         // The send stands; a re-run posts again and the service answers from the first send.
@@ -183,7 +191,7 @@ export class JobRecords {
       taken.delete(jobKey);
       return record;
     };
-    if (!runBeforeFinish(this.#redis, { lua: RECORD_SENT, keys: 5, args: 3 }, take)) return undefined;
+    if (!runBeforeFinish(this.#redis, { lua: RECORD_SENT, keys: 5, args: 3, ranAlready: 2 }, take)) return undefined;
     deferred.set(this.#redis, waiting);
     return waiting;
   }

@@ -182,6 +182,7 @@ if string.find(ARGV[2], '"refused"', 1, true) then return -1000 end
       lua: `redis.call('RPUSH', KEYS[1], ARGV[1], redis.call('HGET', KEYS[2], 'finishedOn') or 'active') return 7`,
       keys: 2,
       args: 1,
+      ranAlready: 2,
     };
     const answers: unknown[] = [];
     const asked: string[] = [];
@@ -277,7 +278,7 @@ if string.find(ARGV[2], '"refused"', 1, true) then return -1000 end
   it('fails loudly, naming its version, when it defines no add script the outbox knows', () => {
     const bare = new Redis(redis.url, { lazyConnect: true });
     try {
-      expect(runBeforeFinish(bare, { lua: '', keys: 0, args: 0 }, () => undefined)).toBe(false);
+      expect(runBeforeFinish(bare, { lua: '', keys: 0, args: 0, ranAlready: 2 }, () => undefined)).toBe(false);
       const command = { script: 'addStandardJob', args: [] };
       expect(() => runGuardedAdd(bare, command, 'return 1', { lua: '', keys: 0, args: 0 }, [], [])).toThrow(
         new RegExp(`^BullMQ ${version.replace(/\./g, '\\.')} defines no add script`),

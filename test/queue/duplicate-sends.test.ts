@@ -179,3 +179,33 @@ describe('sendMail with the idempotency key of a failed job', () => {
     }
   });
 });
+
+describe('a worker whose completion of a job loses its reply', () => {
+  it('takes the completion ioredis sends again for its own: no "Missing lock" error, sent once, counted once', async () => {
+    const proxy = await startReplyLossProxy(outbox.redis.port);
+    try {
+      const info = await outbox.transporter.sendMail({ ...order('finn@example.test'), idempotencyKey: 'order-2001' });
+      // The completion carries the record of the send (its data gains "sent"): it runs, and its reply is lost.
+      proxy.arm(/"sent":\{/);
+      const worker = await outbox.workers.start({ connection: proxy.url });
+      const errors: string[] = [];
+      const sent: string[] = [];
+      worker.on('error', (err: Error) => errors.push(err.message));
+      worker.on('sent', (job: { id?: string }) => sent.push(String(job.id)));
+      await eventually(async () => (await outbox.transport.queue.getJobCounts('completed')).completed === 1, {
+        what: 'the job completed',
+      });
+      await eventually(() => proxy.fired === 1, { what: 'the reply lost' });
+      await eventually(() => sent.length + errors.length > 0, { what: 'the resent completion answered' });
+      await outbox.workers.closeAll();
+      expect(errors).toEqual([]);
+      expect(sent).toEqual([info.queueId]);
+      expect(outbox.emu.mailbox('finn@example.test')).toHaveLength(1);
+      const job = await recordQueue(outbox.transport.queue).getJob(info.queueId);
+      expect(await job!.getState()).toBe('completed');
+      expect(job!.data.sent).toBeDefined();
+    } finally {
+      await proxy.close();
+    }
+  });
+});
