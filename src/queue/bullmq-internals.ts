@@ -211,6 +211,13 @@ export const FINISH_SCRIPT = /^moveToFinished(:|$)/;
 /** In its keys, where BullMQ's script that finishes a job has the job's hash (its KEYS[12]). */
 const FINISHED_JOB_KEY = 11;
 
+/**
+ * The job BullMQ's finish took next (in its answer, under the same lock token), and that lock, on the finished job's
+ * hash: a resent finish answers it again, whose first answer was lost with the job in it.
+ */
+const NEXT_JOB = 'emlApiNextJob';
+const NEXT_LOCK = 'emlApiNextLock';
+
 /** What runs before BullMQ's finish of one job: its keys and ARGV, and what to do with its answer. */
 export interface BeforeFinish {
   keys: readonly string[];
@@ -225,8 +232,9 @@ const finishing = new WeakMap<object, (jobKey: string) => BeforeFinish | undefin
  * Makes BullMQ's finish of a job (to completed or failed, taking the next) on `redis` run `lua` first, in the same
  * step, when `take(job hash)` gives it keys and ARGV for that job; BullMQ's own script otherwise. `lua` takes
  * `keys` keys and `args` arguments. When it answers `ranAlready`, the finish is a resend of one that ran (its reply
- * lost): BullMQ's is not run again, which would answer that the lock is missing, and the finish answers BullMQ's
- * "finished, no next job" (0). Once per client; later calls change nothing.
+ * lost): BullMQ's is not run again, which would answer that the lock is missing; the finish answers the job the first
+ * run took next, while its lock is the one it took it with, else "finished, no next job" (0). Once per client; later
+ * calls change nothing.
  * @returns false when BullMQ defines no such script on `redis` (yet): nothing was changed
  */
 export function runBeforeFinish(
@@ -256,9 +264,27 @@ end
 for i = 1, #ARGV do
   if i <= #ARGV - ${lua.args} then finishArgs[i] = ARGV[i] else ownArgs[#ownArgs + 1] = ARGV[i] end
 end
+local jobKey, jobId = KEYS[${FINISHED_JOB_KEY + 1}], ARGV[1]
 local done = before(ownKeys, ownArgs)
-if done == ${lua.ranAlready} then return { done, 0 } end
-return { done, bullmqFinish(finishKeys, finishArgs) }
+if done == ${lua.ranAlready} then
+  local nextId, nextLock = unpack(redis.call('HMGET', jobKey, '${NEXT_JOB}', '${NEXT_LOCK}'))
+  if nextId and string.sub(jobKey, -#jobId) == jobId then
+    local nextKey = string.sub(jobKey, 1, #jobKey - #jobId) .. nextId
+    if redis.call('GET', nextKey .. ':lock') == nextLock then
+      return { done, { redis.call('HGETALL', nextKey), nextId, 0, 0 } }
+    end
+  end
+  return { done, 0 }
+end
+local finished = bullmqFinish(finishKeys, finishArgs)
+if type(finished) == 'table' and type(finished[2]) == 'string' and string.sub(jobKey, -#jobId) == jobId then
+  local nextKey = string.sub(jobKey, 1, #jobKey - #jobId) .. finished[2]
+  local lock = redis.call('GET', nextKey .. ':lock')
+  if lock and redis.call('EXISTS', jobKey) == 1 then
+    redis.call('HSET', jobKey, '${NEXT_JOB}', finished[2], '${NEXT_LOCK}', lock)
+  end
+end
+return { done, finished }
 `,
   });
   const client = redis as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;

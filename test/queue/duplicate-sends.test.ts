@@ -208,4 +208,34 @@ describe('a worker whose completion of a job loses its reply', () => {
       await proxy.close();
     }
   });
+
+  it('gives the worker again the job that completion took next: sent on its first attempt, no stall', async () => {
+    const proxy = await startReplyLossProxy(outbox.redis.port);
+    try {
+      await outbox.transporter.sendMail({ ...order('gus@example.test'), idempotencyKey: 'order-2002' });
+      const next = await outbox.transporter.sendMail({ ...order('hal@example.test'), idempotencyKey: 'order-2003' });
+      proxy.arm(/"sent":\{/);
+      // One at a time: the first job's completion takes the second in the answer that is lost. Locks that expire
+      // in 2 s show a job left behind as a stall within the test.
+      const worker = await outbox.workers.start({
+        connection: proxy.url,
+        concurrency: 1,
+        workerOptions: { lockDuration: 2000, stalledInterval: 500 },
+      });
+      const errors: string[] = [];
+      worker.on('error', (err: Error) => errors.push(err.message));
+      await eventually(async () => (await outbox.transport.queue.getJobCounts('completed')).completed === 2, {
+        what: 'both jobs completed',
+      });
+      await outbox.workers.closeAll();
+      expect(proxy.fired).toBe(1);
+      expect(errors).toEqual([]);
+      const job = await recordQueue(outbox.transport.queue).getJob(next.queueId);
+      expect(job!.attemptsMade).toBe(1);
+      expect(job!.data.stalls).toBeUndefined();
+      expect(outbox.emu.mailbox('hal@example.test')).toHaveLength(1);
+    } finally {
+      await proxy.close();
+    }
+  });
 });
