@@ -265,24 +265,25 @@ for i = 1, #ARGV do
   if i <= #ARGV - ${lua.args} then finishArgs[i] = ARGV[i] else ownArgs[#ownArgs + 1] = ARGV[i] end
 end
 local jobKey, jobId = KEYS[${FINISHED_JOB_KEY + 1}], ARGV[1]
+-- Another job's hash: the finished one's key with the id swapped; nil should that key not end in its id.
+local function keyOf(id)
+  if string.sub(jobKey, -#jobId) ~= jobId then return nil end
+  return string.sub(jobKey, 1, #jobKey - #jobId) .. id
+end
 local done = before(ownKeys, ownArgs)
 if done == ${lua.ranAlready} then
   local nextId, nextLock = unpack(redis.call('HMGET', jobKey, '${NEXT_JOB}', '${NEXT_LOCK}'))
-  if nextId and string.sub(jobKey, -#jobId) == jobId then
-    local nextKey = string.sub(jobKey, 1, #jobKey - #jobId) .. nextId
-    if redis.call('GET', nextKey .. ':lock') == nextLock then
-      return { done, { redis.call('HGETALL', nextKey), nextId, 0, 0 } }
-    end
+  local nextKey = nextId and keyOf(nextId)
+  if nextKey and redis.call('GET', nextKey .. ':lock') == nextLock then
+    return { done, { redis.call('HGETALL', nextKey), nextId, 0, 0 } }
   end
   return { done, 0 }
 end
 local finished = bullmqFinish(finishKeys, finishArgs)
-if type(finished) == 'table' and type(finished[2]) == 'string' and string.sub(jobKey, -#jobId) == jobId then
-  local nextKey = string.sub(jobKey, 1, #jobKey - #jobId) .. finished[2]
+local nextKey = type(finished) == 'table' and type(finished[2]) == 'string' and keyOf(finished[2])
+if nextKey and redis.call('EXISTS', jobKey) == 1 then
   local lock = redis.call('GET', nextKey .. ':lock')
-  if lock and redis.call('EXISTS', jobKey) == 1 then
-    redis.call('HSET', jobKey, '${NEXT_JOB}', finished[2], '${NEXT_LOCK}', lock)
-  end
+  if lock then redis.call('HSET', jobKey, '${NEXT_JOB}', finished[2], '${NEXT_LOCK}', lock) end
 end
 return { done, finished }
 `,

@@ -64,6 +64,18 @@ afterAll(async () => {
 });
 
 /** Stops the Redis server answering, without closing its connections. */
+/** A worker started on this file's Redis, its errors (Redis going away) expected. */
+async function startedWorker() {
+  const worker = await startOutboxWorker({
+    connection: redis.url,
+    apiKey: emu.apiKey,
+    baseUrl: emu.url,
+    cleanupInterval: 0,
+  });
+  worker.on('error', () => undefined);
+  return worker;
+}
+
 async function freezeRedis(): Promise<void> {
   const info = await redis.client.info('server');
   frozen = Number(/process_id:(\d+)/.exec(info)![1]);
@@ -126,13 +138,7 @@ describe('close() when Redis does not answer', () => {
   }, 40_000);
 
   it('a worker closes', async () => {
-    const worker = await startOutboxWorker({
-      connection: redis.url,
-      apiKey: emu.apiKey,
-      baseUrl: emu.url,
-      cleanupInterval: 0,
-    });
-    worker.on('error', () => undefined);
+    const worker = await startedWorker();
     await freezeRedis();
     expect(await within(worker.close(), 15_000)).toBe('resolved');
   });
@@ -140,13 +146,7 @@ describe('close() when Redis does not answer', () => {
 
 describe('close() as Redis comes back', () => {
   it("a worker closes gracefully while BullMQ's blocking connection waits to reconnect", async () => {
-    const worker = await startOutboxWorker({
-      connection: redis.url,
-      apiKey: emu.apiKey,
-      baseUrl: emu.url,
-      cleanupInterval: 0,
-    });
-    worker.on('error', () => undefined);
+    const worker = await startedWorker();
     // As after a restart of Redis: the worker's own connection is back, the blocking one waits for its retry timer.
     const blocking = (await blockingClient(worker.worker))!;
     const reconnecting = new Promise((resolve) => blocking.once('reconnecting', resolve));
