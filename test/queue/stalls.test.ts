@@ -91,6 +91,9 @@ describe('a job whose workers die while sending it', () => {
     expect(job!.data.lastError).toMatchObject({ code: 'ECONNECTION', attempt: 2, permanent: false });
     expect(job!.data.lastError!.message).toContain('The worker sending this message stopped before it finished');
     expect(job!.data.lastError!.message).toContain('the outbox sends it again with the same Idempotency-Key');
+    // Its worker left no word of how far it got: the request may never have gone out.
+    expect(job!.data.lastError!.message).toContain('its request may have been sent');
+    expect(job!.data.lastError!.message).not.toContain('the request was sent');
     // The first crashed attempt may have been accepted: from the earliest it can have started (when Redis
     // took the job, stamped with its add), the service's idempotency window runs, and the job is sent
     // again only within it.
