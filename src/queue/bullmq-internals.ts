@@ -55,24 +55,27 @@ export async function blockingClient(worker: object): Promise<Redis | undefined>
 }
 
 /**
- * Resolves once the blocking connection of `worker` does not wait to reconnect. BullMQ's graceful close disconnects
- * it and waits for it to end, which one waiting to reconnect never does: ioredis drops its retry timer and it stays
- * `reconnecting`, for ever.
+ * Waits until the blocking connection of `worker` is ready or ended. BullMQ's graceful close disconnects it and waits
+ * for its end, which never comes while it waits to reconnect (ioredis drops the retry timer and it stays
+ * `reconnecting`) or while the server it reconnected to does not answer (its socket never closes).
+ * @param ms how long to wait at most; unbounded when omitted
+ * @returns whether it is ready or ended (or was never made)
  */
-export async function blockingConnectionBack(worker: object): Promise<void> {
+export async function blockingConnectionBack(worker: object, ms?: number): Promise<boolean> {
   // Until it first connects, BullMQ's promise of it waits for it.
   const client = await blockingClient(worker).catch(() => undefined);
-  while (client?.status === 'reconnecting') {
-    await new Promise<void>((resolve) => {
-      const back = () => {
-        client.off('ready', back);
-        client.off('end', back);
-        resolve();
-      };
-      client.on('ready', back);
-      client.on('end', back);
-    });
-  }
+  if (!client || client.status === 'ready' || client.status === 'end') return true;
+  return new Promise<boolean>((resolve) => {
+    const timer = ms === undefined ? undefined : setTimeout(() => settle(false), ms);
+    // ioredis names each status change by an event.
+    const settle = (settled: boolean) => {
+      clearTimeout(timer);
+      client.off('ready', back).off('end', back);
+      resolve(settled);
+    };
+    const back = () => settle(true);
+    client.on('ready', back).on('end', back);
+  });
 }
 
 /** BullMQ's add of one job: its script's name on the client, and its keys then ARGV. */

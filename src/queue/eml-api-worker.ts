@@ -495,11 +495,15 @@ export class OutboxWorker extends EventEmitter {
       }
     }
     // BullMQ's graceful close would first wait for its connections: for ever if Redis stays down.
-    const nothingToFinish = this.#running.size === 0 && this.#redis.redis.status !== 'ready';
-    const force = this.#forcing || nothingToFinish;
-    // Its graceful close waits for the end of a blocking connection it disconnects: never, while that one waits to
-    // reconnect (just after Redis restarted). Nothing but microtasks runs between this wait and the disconnect.
-    if (!force) await blockingConnectionBack(this.worker);
+    let force = this.#forcing || (this.#running.size === 0 && this.#redis.redis.status !== 'ready');
+    // Its graceful close also waits for the end of the blocking connection it disconnects: never, while that one waits
+    // to reconnect (just after Redis restarted) or is not answered. With nothing to finish it need not wait for Redis;
+    // a send in flight waits for Redis to record it anyway. Nothing but microtasks runs between this wait and the
+    // disconnect.
+    if (!force && !(await blockingConnectionBack(this.worker, outboxWaits.quit))) {
+      if (this.#running.size === 0) force = true;
+      else await blockingConnectionBack(this.worker);
+    }
     await this.worker.close(force);
     await this.client.close({ abort: this.#forcing });
     await this.#telemetry.close();

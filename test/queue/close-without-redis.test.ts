@@ -155,6 +155,20 @@ describe('close() as Redis comes back', () => {
     expect(blocking.status).toBe('reconnecting');
     expect(await within(worker.close(), 15_000)).toBe('resolved');
   });
+
+  it("a worker closes gracefully while BullMQ's blocking connection reconnects to a Redis that does not answer", async () => {
+    const worker = await startedWorker();
+    const blocking = (await blockingClient(worker.worker))!;
+    const reconnecting = new Promise((resolve) => blocking.once('reconnecting', resolve));
+    await redis.client.client('KILL', 'ADDR', `${blocking.stream.localAddress}:${blocking.stream.localPort}`);
+    await reconnecting;
+    // Its socket opens (the kernel accepts for the frozen server), but it is never ready.
+    const connected = new Promise((resolve) => blocking.once('connect', resolve));
+    await freezeRedis();
+    await connected;
+    expect(blocking.status).toBe('connect');
+    expect(await within(worker.close(), 15_000)).toBe('resolved');
+  });
 });
 
 describe('close() when Redis is down', () => {

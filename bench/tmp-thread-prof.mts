@@ -1,0 +1,27 @@
+// temporary: profile the sending thread with buildThreads
+import { Session } from 'node:inspector/promises';
+import { writeFileSync, readFileSync } from 'node:fs';
+import nodemailer from 'nodemailer';
+import { startSinks } from './sinks.js';
+import { benchMessage } from './bench-message.js';
+const { EmlApiTransport } = await import(new URL('../dist/index.js', import.meta.url).href);
+const threads = Number(process.env.T ?? 2);
+const sinks = await startSinks();
+const CONC = 5;
+const transport = new EmlApiTransport({ apiKey: 'k', baseUrl: sinks.httpUrl, maxConnections: CONC, retry: false, buildThreads: threads || undefined });
+const t = nodemailer.createTransport(transport);
+const sendAll = async (count: number) => { let next = 0; await Promise.all(Array.from({ length: CONC }, async () => { while (next < count) await t.sendMail(benchMessage(next++)); })); };
+await sendAll(1000);
+const task = () => { const f = readFileSync(`/proc/self/task/${process.pid}/stat`, 'utf8').slice(readFileSync(`/proc/self/task/${process.pid}/stat`,'utf8').lastIndexOf(')') + 2).split(' '); return (Number(f[11]) + Number(f[12])) * 10; };
+const session = new Session(); session.connect();
+await session.post('Profiler.enable'); await session.post('Profiler.setSamplingInterval', { interval: 100 });
+const { performance } = await import('node:perf_hooks');
+const elu0 = performance.eventLoopUtilization(); const c0 = task();
+await session.post('Profiler.start');
+const N = 3000; const t0 = performance.now();
+await sendAll(N);
+const { profile } = await session.post('Profiler.stop');
+const elu = performance.eventLoopUtilization(elu0); const c1 = task();
+console.log(JSON.stringify({ threads, msgps: N / ((performance.now() - t0) / 1000), eluUsPerMsg: elu.active * 1000 / N, cpuUsPerMsg: (c1 - c0) * 1000 / N }));
+writeFileSync(process.env.OUT ?? '/work/notes/prof/threads.cpuprofile', JSON.stringify(profile));
+await transport.close(); await sinks.stop();
