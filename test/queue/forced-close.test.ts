@@ -6,6 +6,8 @@ import { eventually, inProcessWorkers } from '../helpers/outbox.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
 import { recordQueue } from '../../src/queue/outbox-job.js';
+// The bounds on waiting for a Redis that does not answer, shortened (the forced close waits them out).
+import { useShortWaits } from '../helpers/short-waits.js';
 
 /**
  * `close({ abort: true })` (the CLI's second SIGTERM) aborts the sends in
@@ -24,6 +26,7 @@ let redis: RedisServer;
 let emu: Emulator;
 let answerHeld: SlowAnswerProxy;
 let transport: EmlApiQueueTransport;
+useShortWaits();
 const workers = inProcessWorkers(() => ({ connection: redis.url, apiKey: emu.apiKey, baseUrl: emu.url }));
 
 beforeAll(async () => {

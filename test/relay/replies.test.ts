@@ -461,7 +461,8 @@ describe('limits', () => {
       apiKey: emu.apiKey,
       port: 0,
       maxClients: 1,
-      timeouts: { idle: 400 },
+      // Its one client puts it under stress (from 80% of maxClients): the timeout in force is stressIdle.
+      timeouts: { idle: 400, stressIdle: 400 },
     });
     relays.push(tight);
     const first = await session(tight.port);
