@@ -102,14 +102,20 @@ export function openOutboxRedis(
 const KEEPALIVE_MS = 10_000;
 
 /**
+ * How long a disconnect waits for the server to close its side before the socket is dropped. A Redis that answers
+ * closes at once; one that does not would keep a stopped process alive for ioredis's 2 s, per connection.
+ */
+const DISCONNECT_MS = 300;
+
+/**
  * The ioredis options the outbox's own connections start from. A producer's commands fail after 3 reconnect attempts
  * and within `rideMs`, so `sendMail` rejects while Redis is down; a worker waits for Redis, as BullMQ requires.
  * @param rideMs a producer's command timeout @default 30000
  */
 export function connectionDefaults(role: RedisRole, rideMs = 30_000): RedisOptions {
   return role === 'worker'
-    ? { maxRetriesPerRequest: null, keepAlive: KEEPALIVE_MS }
-    : { maxRetriesPerRequest: 3, commandTimeout: rideMs, keepAlive: KEEPALIVE_MS };
+    ? { maxRetriesPerRequest: null, keepAlive: KEEPALIVE_MS, disconnectTimeout: DISCONNECT_MS }
+    : { maxRetriesPerRequest: 3, commandTimeout: rideMs, keepAlive: KEEPALIVE_MS, disconnectTimeout: DISCONNECT_MS };
 }
 
 /**
