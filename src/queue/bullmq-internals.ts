@@ -55,27 +55,16 @@ export async function blockingClient(worker: object): Promise<Redis | undefined>
 }
 
 /**
- * Waits until the blocking connection of `worker` is ready or ended. BullMQ's graceful close disconnects it and waits
- * for its end, which never comes while it waits to reconnect (ioredis drops the retry timer and it stays
- * `reconnecting`) or while the server it reconnected to does not answer (its socket never closes).
- * @param ms how long to wait at most; unbounded when omitted
- * @returns whether it is ready or ended (or was never made)
+ * Ends the blocking connection of `worker` at once if it waits to reconnect, failing the wait for jobs it holds. BullMQ's
+ * graceful close disconnects it and waits for its end, which ioredis never gives such a connection: it drops the
+ * retry timer and stays `reconnecting`. ioredis ends at once only a connection it has not begun (`wait`), which one
+ * waiting to reconnect is as much; call this once BullMQ is closing, so that it takes the failed wait for its close.
  */
-export async function blockingConnectionBack(worker: object, ms?: number): Promise<boolean> {
-  // Until it first connects, BullMQ's promise of it waits for it.
+export async function endReconnectingBlockingConnection(worker: object): Promise<void> {
   const client = await blockingClient(worker).catch(() => undefined);
-  if (!client || client.status === 'ready' || client.status === 'end') return true;
-  return new Promise<boolean>((resolve) => {
-    const timer = ms === undefined ? undefined : setTimeout(() => settle(false), ms);
-    // ioredis names each status change by an event.
-    const settle = (settled: boolean) => {
-      clearTimeout(timer);
-      client.off('ready', back).off('end', back);
-      resolve(settled);
-    };
-    const back = () => settle(true);
-    client.on('ready', back).on('end', back);
-  });
+  if (client?.status !== 'reconnecting') return;
+  (client as { status: string }).status = 'wait';
+  client.disconnect();
 }
 
 /** BullMQ's add of one job: its script's name on the client, and its keys then ARGV. */

@@ -31,7 +31,7 @@ import { resolveWorkerOptions, type OutboxWorkerOptions } from './worker-options
 import { compareKeyChecks, redisPassword, RedisSettingsWatch } from './redis-settings.js';
 import { checkWorkerOwner, foreignJob, keyFingerprint, type QueueOwner } from './queue-owner.js';
 import { capRateLimitPause } from './outbox-admin.js';
-import { blockingConnectionBack } from './bullmq-internals.js';
+import { endReconnectingBlockingConnection } from './bullmq-internals.js';
 import { RedisClock, redisTime, seconds } from './redis-clock.js';
 import { OUTBOX_BACKOFF_TYPE, outboxBackoffDelay, type OutboxBackoffOptions } from './retry-schedule.js';
 import { WorkerTelemetry } from './worker-telemetry.js';
@@ -125,6 +125,8 @@ export class OutboxWorker extends EventEmitter {
   readonly #keysTold = new Set<string>();
   #owner: QueueOwner | undefined;
   readonly #running = new Set<Promise<unknown>>();
+  /** Jobs sent or failed whose outcome BullMQ is still recording (its finish follows the processor). */
+  readonly #finishing = new Set<string>();
   readonly #telemetry: WorkerTelemetry;
   #refusals: { refused: Promise<never>; stop(): void }[] = [];
   #forcing = false;
@@ -236,6 +238,7 @@ export class OutboxWorker extends EventEmitter {
         settings.queueName,
         async (job, token) => {
           const outcome = await this.#track(this.#telemetry.run(job, () => this.#runChecked(job, token)));
+          if (outcome.kind !== 'put-back') this.#finishing.add(job.id!);
           if (outcome.kind === 'sent') return outcome.result;
           throw outcome.thrown;
         },
@@ -275,9 +278,14 @@ export class OutboxWorker extends EventEmitter {
         'A job was left by a worker that stopped answering: a failed attempt, retried after its backoff',
       ),
     );
-    this.worker.on('completed', (job, result) => this.#onSent(job, result));
+    this.worker.on('completed', (job, result) => {
+      this.#finishing.delete(job.id!);
+      this.#onSent(job, result);
+    });
     this.worker.on('failed', (job, err) => {
-      if (job) this.#onFailed(job, err);
+      if (!job) return;
+      this.#finishing.delete(job.id!);
+      this.#onFailed(job, err);
     });
     this.started = this.#start();
     if (settings.cleanupInterval > 0) {
@@ -495,19 +503,38 @@ export class OutboxWorker extends EventEmitter {
       }
     }
     // BullMQ's graceful close would first wait for its connections: for ever if Redis stays down.
-    let force = this.#forcing || (this.#running.size === 0 && this.#redis.redis.status !== 'ready');
-    // Its graceful close also waits for the end of the blocking connection it disconnects: never, while that one waits
-    // to reconnect (just after Redis restarted) or is not answered. With nothing to finish it need not wait for Redis;
-    // a send in flight waits for Redis to record it anyway. Nothing but microtasks runs between this wait and the
-    // disconnect.
-    if (!force && !(await blockingConnectionBack(this.worker, outboxWaits.quit))) {
-      if (this.#running.size === 0) force = true;
-      else await blockingConnectionBack(this.worker);
+    const nothingToFinish = this.#running.size === 0 && this.#redis.redis.status !== 'ready';
+    const force = this.#forcing || nothingToFinish;
+    const closing = this.worker.close(force);
+    if (force) await closing;
+    else {
+      await endReconnectingBlockingConnection(this.worker);
+      // BullMQ's graceful close also waits for what it asked Redis (a finish that takes the next job, a fetch).
+      if (!(await this.#whileRedisAnswers(closing))) {
+        this.#logger.warn({}, 'Redis does not answer: closing the worker without it');
+        await withDeadline(this.worker.disconnect(), outboxWaits.quit).catch(() => undefined);
+      }
     }
-    await this.worker.close(force);
     await this.client.close({ abort: this.#forcing });
     await this.#telemetry.close();
     await closeOutboxRedis(this.#redis);
+  }
+
+  /**
+   * Waits for `done` while Redis answers, or a send of this worker's waits for it to record its outcome.
+   * @returns false once Redis leaves a PING unanswered for `outboxWaits.quit` with no send in flight or being recorded
+   */
+  async #whileRedisAnswers(done: Promise<unknown>): Promise<boolean> {
+    const within = (promise: Promise<unknown>) =>
+      withDeadline(promise, outboxWaits.quit).then(
+        () => true,
+        () => false,
+      );
+    for (;;) {
+      if (await within(done)) return true;
+      const inFlight = this.#running.size + this.#finishing.size;
+      if (inFlight === 0 && !(await within(this.#redis.redis.ping()))) return false;
+    }
   }
 
   /**

@@ -97,7 +97,8 @@ export function outboxJobError(err: unknown, attempt: number, permanent: boolean
 const SENT = 'the request was sent, so the service may have accepted it';
 /** A stalled attempt's worker left no word of how far it got. */
 const MAYBE_SENT = 'its request may have been sent, so the service may have accepted it';
-const RESENT = '; the outbox sends it again with the same Idempotency-Key, which the service answers from the first send';
+const RESENT =
+  '; the outbox sends it again with the same Idempotency-Key, which the service answers from the first send';
 
 /** What the outbox adds to a failure's message, by outcome. */
 const SAYS: Partial<Record<FailureOutcome['kind'], string>> = {
@@ -116,9 +117,7 @@ const SAYS: Partial<Record<FailureOutcome['kind'], string>> = {
 export function explainFailure(err: unknown, outcome: FailureOutcome): Error {
   const e = err instanceof Error ? err : new Error(String(err));
   const retried = outcome.kind === 'retry' ? RESENT : '';
-  let message = e.message
-    .replace(MAY_HAVE_BEEN_ACCEPTED, SENT + retried)
-    .replace(MAYBE_SENT, MAYBE_SENT + retried);
+  let message = e.message.replace(MAY_HAVE_BEEN_ACCEPTED, SENT + retried).replace(MAYBE_SENT, MAYBE_SENT + retried);
   if (outcome.kind === 'exhausted') {
     message += `; the outbox gave up after ${outcome.attempts} attempts (its retry schedule): the job failed, its content is kept for eml-api queue retry`;
   } else {

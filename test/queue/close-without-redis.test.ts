@@ -10,9 +10,10 @@ import { blockingClient } from '../../src/queue/bullmq-internals.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { capturingLogger } from '../helpers/logger.js';
 import { eventually } from '../helpers/outbox.js';
+import { startRedisHoldProxy } from '../helpers/redis-hold-proxy.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 // The bounds on waiting for a Redis that does not answer, shortened here and in the worker processes.
-import { useShortWaits } from '../helpers/short-waits.js';
+import { SHORT_WAITS, useShortWaits } from '../helpers/short-waits.js';
 import { nodeArgs } from '../helpers/compiled.js';
 
 /**
@@ -169,6 +170,39 @@ describe('close() as Redis comes back', () => {
     await connected;
     expect(blocking.status).toBe('connect');
     expect(await within(worker.close(), 15_000)).toBe('resolved');
+  });
+});
+
+describe('close() while Redis is slow', () => {
+  it('waits for BullMQ to record a send, and leaves the job its finish took next in no dead lock', async () => {
+    await redis.client.flushall();
+    const proxy = await startRedisHoldProxy(redis.port);
+    const transport = new EmlApiQueueTransport({ connection: redis.url });
+    try {
+      const mailer = nodemailer.createTransport(transport);
+      for (const to of ['ann@example.test', 'bob@example.test']) {
+        await mailer.sendMail({ from: 'shop@example.test', to, subject: 'Slow', text: 'x' });
+      }
+      // The worker's finish of its first send (which also takes the next job) waits in the network.
+      proxy.holdNext(/:completed/);
+      const worker = new OutboxWorker({ connection: proxy.url, apiKey: emu.apiKey, baseUrl: emu.url, concurrency: 1 });
+      worker.on('error', () => undefined);
+      await worker.started;
+      await eventually(() => proxy.held > 0, { what: 'the finish held' });
+      const closing = worker.close();
+      // Longer than a close waits for a Redis that does not answer when nothing of its own is in flight.
+      expect(await within(closing, 3 * SHORT_WAITS.quit)).toBe('pending');
+      proxy.release();
+      expect(await within(closing, 15_000)).toBe('resolved');
+      const states = await Promise.all(
+        (await transport.queue.getJobs(['active', 'wait', 'completed'])).map((job) => job.getState()),
+      );
+      expect(states.sort()).toEqual(expect.arrayContaining(['completed']));
+      expect(states).not.toContain('active');
+    } finally {
+      await transport.close();
+      await proxy.close();
+    }
   });
 });
 
