@@ -466,37 +466,37 @@ if stored ~= offset or offset == 0 then return -1 end
 return redis.call('APPEND', KEYS[1], ARGV[2])
 `;
 
-/** A tombstone (a small hash, for an hour) on which every {@link WRITE_AT} fails. */
-const DISCARD = `
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'discarded', '1')
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[2], KEYS[1])
+/** Whether a job points at some content; its discard, a tombstone (a small hash, for an hour) every {@link WRITE_AT} fails on. */
+const CONTENT_FUNCTIONS = `${DECODE_JOB_DATA}
+local function pointedAt(jobKey, key)
+  local data = redis.call('HGET', jobKey, 'data')
+  local job = data and decodeJobData(data)
+  return job and job['contentKey'] == key
+end
+local function discard(key, index, ttl)
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'discarded', '1')
+  redis.call('PEXPIRE', key, ttl)
+  redis.call('ZREM', index, key)
+end
+`;
+
+const DISCARD = `${CONTENT_FUNCTIONS}
+discard(KEYS[1], KEYS[2], ARGV[1])
 return 1
 `;
 
-/** Whether the job points at this content after all (1); if not (0), discards it as {@link DISCARD} unless ARGV[2]. */
-const WITHDRAW = `${DECODE_JOB_DATA}
-local data = redis.call('HGET', KEYS[1], 'data')
-if data then
-  local job = decodeJobData(data)
-  if job and job['contentKey'] == KEYS[2] then return 1 end
-end
+/** Whether the job points at this content after all (1); if not (0), discards it unless ARGV[2]. */
+const WITHDRAW = `${CONTENT_FUNCTIONS}
+if pointedAt(KEYS[1], KEYS[2]) then return 1 end
 if ARGV[2] == '1' then return 0 end
-redis.call('DEL', KEYS[2])
-redis.call('HSET', KEYS[2], 'discarded', '1')
-redis.call('PEXPIRE', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], KEYS[2])
+discard(KEYS[2], KEYS[3], ARGV[1])
 return 0
 `;
 
 /** Removes content unless the job points at it, in one step: no misjudged outcome removes a job's content. */
-const RELEASE = `${DECODE_JOB_DATA}
-local data = redis.call('HGET', KEYS[1], 'data')
-if data then
-  local job = decodeJobData(data)
-  if job and job['contentKey'] == KEYS[2] then return 0 end
-end
+const RELEASE = `${CONTENT_FUNCTIONS}
+if pointedAt(KEYS[1], KEYS[2]) then return 0 end
 redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[3], KEYS[2])
 return 1

@@ -6,6 +6,8 @@ import { eventually } from '../helpers/outbox.js';
 import { useOutbox } from '../helpers/outbox-fixture.js';
 import { startReplyLossProxy } from '../helpers/reply-loss-proxy.js';
 import { recordQueue } from '../../src/queue/outbox-job.js';
+import { ContentStore } from '../../src/queue/content-store.js';
+import { resolveQueueLocation } from '../../src/queue/queue-location.js';
 
 /**
  * `sendMail` again with the `idempotencyKey` of a job that failed. It used
@@ -237,5 +239,50 @@ describe('a worker whose completion of a job loses its reply', () => {
     } finally {
       await proxy.close();
     }
+  });
+});
+
+describe('sendMail whose add loses its reply', () => {
+  it('takes the add ioredis sends again for its own, and keeps the content its job points at: delivered once', async () => {
+    const proxy = await startReplyLossProxy(outbox.redis.port);
+    const producer = new EmlApiQueueTransport({ connection: proxy.url });
+    try {
+      await producer.verify();
+      // Content stored beside the job (over 64 KiB): the add that ran twice leaves one copy, the one its job points at.
+      proxy.arm(/order-lost/);
+      const info = (await nodemailer.createTransport(producer).sendMail({
+        ...order('ann@example.test'),
+        idempotencyKey: 'order-lost',
+        text: `Thanks ${'z'.repeat(100_000)}`,
+      })) as unknown as OutboxQueuedMessageInfo;
+      expect(proxy.fired).toBe(1);
+      expect(info).toMatchObject({ duplicate: false });
+      expect(await contentKeys()).toHaveLength(1);
+      await outbox.workers.start();
+      await eventually(async () => (await outbox.transport.queue.getJobCounts('completed')).completed === 1, {
+        what: 'sent',
+      });
+      expect(outbox.emu.mailbox('ann@example.test').map((m) => m.messageId)).toEqual([info.messageId]);
+    } finally {
+      await producer.close();
+      await proxy.close();
+    }
+  });
+});
+
+describe("a producer's clean-up of content it stored", () => {
+  it('never removes the content a job points at: it is checked in the same step', async () => {
+    const info = await outbox.transporter.sendMail({ ...order('ann@example.test'), text: `x ${'w'.repeat(100_000)}` });
+    const [key] = await contentKeys();
+    const store = new ContentStore(outbox.redis.client, resolveQueueLocation(undefined, undefined));
+    // As after an outcome misjudged (a cluster's re-routed add that ran after all).
+    expect(await store.release(info.queueId, key!)).toBe('kept');
+    expect(await store.withdraw(info.queueId, key!, true)).toBe('queued');
+    expect(await contentKeys()).toEqual([key]);
+    // Content no job points at goes.
+    const stray = store.newKey(info.queueId);
+    await outbox.redis.client.set(stray, 'x');
+    expect(await store.release(info.queueId, stray)).toBe('removed');
+    expect(await contentKeys()).toEqual([key]);
   });
 });
