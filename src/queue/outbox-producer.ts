@@ -403,44 +403,39 @@ export class OutboxProducer {
       case 'put-back-failed':
         throw this.#putBackFailure(settled.cause, send);
       case 'duplicate':
-      case 'retried': {
+      case 'retried':
         // Never content the job points at (checked in the same step); a clean-up left undone is the sweeper's.
         if (!inline) void this.#content.release(jobId, contentKey).catch(() => undefined);
-        // A put-back job wrote more since the add's WAIT.
-        await this.#confirmReplicas(
-          settled.kind === 'duplicate' ? replicas : undefined,
-          { jobId, queuedAt: state!.queuedAt, holds: JSON.stringify(contentKey) },
-          send,
-          left(),
-        );
-        await this.#confirmSettings(send, left());
-        const stored = this.#content.reveal(settled.data);
-        return queuedMessageInfo(stored, jobId, true, settled.kind === 'retried' ? 'retried' : undefined);
-      }
+        break;
       case 'replaced':
-      case 'new': {
-        if (settled.kind === 'replaced' && settled.removeContent !== undefined) {
+        if (settled.removeContent !== undefined) {
           void this.#content.release(jobId, settled.removeContent).catch(() => undefined);
         }
+        break;
+      case 'new':
         // Acknowledged only when the content is whole too.
-        if (settled.kind === 'new' && storedSize !== undefined && state!.storedLength !== storedSize) {
+        if (storedSize !== undefined && state!.storedLength !== storedSize) {
           await this.#confirmStored(jobId, contentKey, finishedByWorker(state!), send, left());
         }
-        await this.#confirmReplicas(
-          settled.kind === 'new' ? replicas : undefined,
-          { jobId, queuedAt: state!.queuedAt, holds: JSON.stringify(contentKey) },
-          send,
-          left(),
-        );
-        await this.#confirmSettings(send, left());
-        return queuedMessageInfo(
-          { ...data, envelope: message.envelope, messageId: message.messageId },
-          jobId,
-          false,
-          settled.kind === 'replaced' ? 'replaced' : undefined,
-        );
-      }
     }
+    // A job put back (retried, replaced) wrote more since the add's WAIT.
+    await this.#confirmReplicas(
+      settled.kind === 'new' || settled.kind === 'duplicate' ? replicas : undefined,
+      { jobId, queuedAt: state!.queuedAt, holds: JSON.stringify(contentKey) },
+      send,
+      left(),
+    );
+    await this.#confirmSettings(send, left());
+    const requeued = settled.kind === 'retried' || settled.kind === 'replaced' ? settled.kind : undefined;
+    if (settled.kind === 'duplicate' || settled.kind === 'retried') {
+      return queuedMessageInfo(this.#content.reveal(settled.data), jobId, true, requeued);
+    }
+    return queuedMessageInfo(
+      { ...data, envelope: message.envelope, messageId: message.messageId },
+      jobId,
+      false,
+      requeued,
+    );
   }
 
   /** A refused password ends the check with its reason instead of at the deadline. */
