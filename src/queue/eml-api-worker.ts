@@ -16,6 +16,7 @@ import {
   openOutboxRedis,
   type OutboxRedis,
   outboxWaits,
+  resolvesWithin,
   withDeadline,
 } from './redis-connection.js';
 import {
@@ -478,11 +479,7 @@ export class OutboxWorker extends EventEmitter {
 
   /** After a forced close's time the connections are dropped; a job not put back returns when its lock expires. */
   async #cutShort(graceful: Promise<void>): Promise<void> {
-    const ended = await withDeadline(graceful, 2 * outboxWaits.handBack).then(
-      () => true,
-      () => false,
-    );
-    if (ended) return;
+    if (await resolvesWithin(graceful, 2 * outboxWaits.handBack)) return;
     this.#logger.warn({}, 'Redis does not answer: closing the worker without it');
     await withDeadline(this.worker.disconnect(), outboxWaits.quit).catch(() => undefined);
     await this.client.close({ abort: true });
@@ -520,21 +517,14 @@ export class OutboxWorker extends EventEmitter {
     await closeOutboxRedis(this.#redis);
   }
 
-  /**
-   * Waits for `done` while Redis answers, or a send of this worker's waits for it to record its outcome.
-   * @returns false once Redis leaves a PING unanswered for `outboxWaits.quit` with no send in flight or being recorded
-   */
+  /** Waits for `done`; false once Redis leaves a PING unanswered with no send of its own in flight or being recorded. */
   async #whileRedisAnswers(done: Promise<unknown>): Promise<boolean> {
-    const within = (promise: Promise<unknown>) =>
-      withDeadline(promise, outboxWaits.quit).then(
-        () => true,
-        () => false,
-      );
-    for (;;) {
-      if (await within(done)) return true;
+    const { quit } = outboxWaits;
+    while (!(await resolvesWithin(done, quit))) {
       const inFlight = this.#running.size + this.#finishing.size;
-      if (inFlight === 0 && !(await within(this.#redis.redis.ping()))) return false;
+      if (inFlight === 0 && !(await resolvesWithin(this.#redis.redis.ping(), quit))) return false;
     }
+    return true;
   }
 
   /**

@@ -504,6 +504,14 @@ export function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
   return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
 }
 
+/** Whether `promise` resolves within `ms`. */
+export function resolvesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  return withDeadline(promise, ms).then(
+    () => true,
+    () => false,
+  );
+}
+
 /** @internal The outbox's fixed waits, in ms: the product's, not options. The test suite lowers them. */
 export const outboxWaits = {
   /** A forced close's wait for aborted sends to hand their jobs back (twice this after a graceful close). */
