@@ -1,5 +1,6 @@
 import { inspect } from 'node:util';
 import nodemailer from 'nodemailer';
+import { Agent } from 'undici';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { EmlApiError } from '../src/index.js';
 import { EmlApiClient, EmlApiTransport } from '../src/index.js';
@@ -214,6 +215,25 @@ describe('the API key stays secret in what the client reports', () => {
     const err = await rejectionOf(makeClient({ baseUrl: `http://127.0.0.1:${port}` }).sendEml(EML));
     expect(err.code).toBe('ECONNECTION');
     expectNoSecret(err);
+  });
+
+  it("keeps the key out of a failure whose own message names it (a caller's dispatcher that quotes the request)", async () => {
+    const agent = new Agent();
+    // An interceptor that refuses the request and, as some proxies' do, quotes its headers in the error.
+    const quoting = agent.compose(() => (options) => {
+      throw new Error(`request refused by policy: ${JSON.stringify(options.headers)}`);
+    });
+    try {
+      const err = await rejectionOf(makeClient({ dispatcher: quoting }).sendEml(EML));
+      expect(err.code).toBe('ECONNECTION');
+      expect(err.message).toContain('refused by policy');
+      // Its message, stack and JSON. (Its `cause` is the dispatcher's error as thrown: util.inspect still shows the key.)
+      expect(err.message).not.toContain(KEY_FRAGMENT);
+      expect(String(err.stack)).not.toContain(KEY_FRAGMENT);
+      expect(JSON.stringify(err)).not.toContain(KEY_FRAGMENT);
+    } finally {
+      await agent.close();
+    }
   });
 
   it('keeps the key out of util.inspect(client) and JSON.stringify(client)', async () => {

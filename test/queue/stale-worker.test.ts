@@ -4,6 +4,7 @@ import type { OutboxQueuedMessageInfo } from '../../src/queue/index.js';
 import { eventually } from '../helpers/outbox.js';
 import { useOutbox } from '../helpers/outbox-fixture.js';
 import { startSlowAnswerProxy, type SlowAnswerProxy } from '../helpers/slow-answer-proxy.js';
+import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { recordQueue } from '../../src/queue/outbox-job.js';
 
 /**
@@ -20,16 +21,19 @@ import { recordQueue } from '../../src/queue/outbox-job.js';
 
 let answerHeld: SlowAnswerProxy;
 let requestHeld: SlowAnswerProxy;
+let refusing: FakeService;
 const outbox = useOutbox({ transport: { retry: { delay: 100, maxDelay: 100, jitter: 0 } }, clean: 'nothing' });
 
 beforeAll(async () => {
   answerHeld = await startSlowAnswerProxy(outbox.emu.url, 600_000);
   requestHeld = await startSlowAnswerProxy(outbox.emu.url, 0, { requestDelayMs: 600_000 });
+  refusing = await startFakeService();
 });
 
 afterAll(async () => {
   await answerHeld?.close();
   await requestHeld?.close();
+  await refusing?.close();
 });
 
 /** Short locks and stall checks: a job whose lock is not renewed goes to another worker within about a second. */
@@ -86,5 +90,50 @@ describe('a worker that lost its job to another worker', () => {
     expect(await job!.getState()).toBe('completed');
     expect(job!.data.sent?.id).toBeDefined();
     expect(outbox.emu.mailbox('ann@example.test').map((m) => m.messageId)).toEqual([info.messageId]);
+  });
+
+  it("records nothing of a refusal it hears after losing the job: the new owner's content stays, and it is delivered", async () => {
+    const info = (await nodemailer.createTransport(outbox.transport).sendMail({
+      from: 'shop@example.test',
+      to: 'bob@example.test',
+      subject: 'Big invoice',
+      // Stored beside the job (over 64 KiB): a refusal's record deletes it.
+      text: `Invoice ${'z'.repeat(200_000)}`,
+      idempotencyKey: 'invoice-9',
+    })) as unknown as OutboxQueuedMessageInfo;
+    const contentKey = (await recordQueue(outbox.transport.queue).getJob(info.queueId))!.data.contentKey;
+    // The first worker's service refuses the message (400), its answer late; the worker renews no lock (frozen).
+    refusing.script([
+      { status: 400, body: { error: { code: 'invalid_message', message: 'refused' } }, delayMs: 4_000 },
+    ]);
+    const stale = await outbox.workers.start({
+      baseUrl: refusing.url,
+      concurrency: 1,
+      workerOptions: { ...tuning, lockRenewTime: 3_600_000 },
+    });
+    stale.on('error', () => undefined);
+    await eventually(() => refusing.requests.length === 1, { what: 'the first worker sending' });
+    // Its lock expires: another worker takes the job, its request held before the service sees it.
+    await outbox.workers.start({ baseUrl: requestHeld.url, workerOptions: tuning });
+    await eventually(() => requestHeld.heldRequests > 0, { what: 'the new owner sending' });
+    // The refusal reaches the first worker now: the job is no longer its own to fail, nor its content to remove.
+    await eventually(() => stale.activeJobs === 0, { what: 'the stale worker done' });
+    expect(await outbox.redis.client.exists(contentKey)).toBe(1);
+    expect((await recordQueue(outbox.transport.queue).getJob(info.queueId))!.data.contentRemoved).toBeUndefined();
+    // The new owner's attempt fails (its connection cut: an unknown outcome), retried, and then sent.
+    await requestHeld.close();
+    await eventually(
+      async () => ((await recordQueue(outbox.transport.queue).getJob(info.queueId))!.data.lastError?.attempt ?? 0) >= 2,
+      { what: "the new owner's failure recorded" },
+    );
+    await outbox.workers.closeAll();
+    await outbox.workers.start({ workerOptions: tuning });
+    await eventually(
+      async () => (await recordQueue(outbox.transport.queue).getJob(info.queueId))!.finishedOn !== undefined,
+      { what: 'the job settled' },
+    );
+    const job = await recordQueue(outbox.transport.queue).getJob(info.queueId);
+    expect(await job!.getState()).toBe('completed');
+    expect(outbox.emu.mailbox('bob@example.test').map((m) => m.messageId)).toEqual([info.messageId]);
   });
 });

@@ -214,6 +214,18 @@ describe("the service's address readers (a second reading of To, Cc and Bcc)", (
     expect(disagreeingReader(value, relayRead)).toEqual({ reader: "nodemailer 10.0.12 (mailparser's)", read: theirs });
   });
 
+  it('refuse a To the grammar reads as one address and they read otherwise (a comma inside a domain literal)', () => {
+    const value = "ann@[1.2.3.4,'x]";
+    // The relay's grammar takes it as one address: only the second reading stops it.
+    expect(disagreeingReader(value, [value])).toEqual({
+      reader: "nodemailer 10.0.12 (mailparser's)",
+      read: ['ann@[1.2.3.4', ''],
+    });
+    const err = thrownBy(() => planEnvelope(Buffer.from(`From: a@x.test\r\nTo: ${value}\r\n\r\nhi\r\n`), [value]));
+    expect(err).toMatchObject({ code: 'EMESSAGE', permanent: true });
+    expect(err.message).toContain("the To header reads otherwise to nodemailer 10.0.12 (mailparser's)");
+  });
+
   it('agree with what the relay reads, ASCII case aside', () => {
     expect(disagreeingReader('Ann (desk 4) <ANN@x.test>, G: "f g"@x.test;', ['ann@x.test', '"f g"@x.test'])).toBe(
       undefined,
