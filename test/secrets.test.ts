@@ -227,10 +227,12 @@ describe('the API key stays secret in what the client reports', () => {
       const err = await rejectionOf(makeClient({ dispatcher: quoting }).sendEml(EML));
       expect(err.code).toBe('ECONNECTION');
       expect(err.message).toContain('refused by policy');
-      // Its message, stack and JSON. (Its `cause` is the dispatcher's error as thrown: util.inspect still shows the key.)
+      // Its message, stack, JSON, and its cause (the dispatcher's error, kept with the key taken out).
       expect(err.message).not.toContain(KEY_FRAGMENT);
       expect(String(err.stack)).not.toContain(KEY_FRAGMENT);
       expect(JSON.stringify(err)).not.toContain(KEY_FRAGMENT);
+      expect(inspect(err, { depth: 10, showHidden: true })).not.toContain(KEY_FRAGMENT);
+      expect((err.cause as Error).message).toContain('refused by policy');
     } finally {
       await agent.close();
     }

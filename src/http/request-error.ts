@@ -1,4 +1,5 @@
 import { STATUS_CODES } from 'node:http';
+import { inspect } from 'node:util';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { statusVerdict } from '../shared/failure.js';
 import { ExchangeFailure } from './exchange.js';
@@ -100,7 +101,7 @@ export function errorFromFailure(err: unknown, ctx: FailureContext): EmlApiError
   const attempts = ctx.attempts !== undefined && ctx.attempts > 1 ? ` after ${ctx.attempts} attempts` : '';
   const common = {
     command,
-    cause,
+    cause: withoutSecret(cause, ctx.secret),
     mayHaveBeenAccepted: sent,
     ...(ctx.attempts === undefined ? {} : { attempts: ctx.attempts }),
   };
@@ -181,6 +182,22 @@ export class ClientClosedReason extends Error {
 }
 
 export const REDACTED = '[redacted]';
+
+/**
+ * An error to keep as a cause that shows no secret: a copy with its message and stack redacted (its code and name kept,
+ * its own causes dropped) when it, or an error under it, quotes the secret (a dispatcher quoting the request's headers).
+ */
+function withoutSecret(cause: unknown, secret: string): unknown {
+  if (!(cause instanceof Error)) return cause;
+  const shown = inspect(cause, { depth: 5 });
+  if (redact(shown, secret) === shown) return cause;
+  const copy = new Error(redact(cause.message, secret));
+  copy.name = cause.name;
+  copy.stack = redact(cause.stack ?? '', secret);
+  const { code } = cause as { code?: unknown };
+  if (code !== undefined) Object.assign(copy, { code });
+  return copy;
+}
 
 /** Shorter secrets are redacted only as a whole token, so ordinary words survive. */
 const SHORT_SECRET = 12;
