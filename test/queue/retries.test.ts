@@ -90,6 +90,34 @@ describe('a retry', () => {
 });
 
 describe('a send whose outcome was unknown', () => {
+  it.each([
+    [500, true],
+    [503, false],
+  ])(
+    'after a %i, counts as possibly accepted: %s (the contract keeps 503 for "not processed")',
+    async (status, may) => {
+      const queueName = `answered-${status}`;
+      const transport = new EmlApiQueueTransport({ connection: redis.url, queueName, retry: { attempts: 1 } });
+      try {
+        const info = await nodemailer.createTransport(transport).sendMail(message(`dan-${status}`));
+        service.script([{ status, body: { error: { code: 'internal', message: 'failed' } } }]);
+        const started = Date.now();
+        await workers.start({ queueName, baseUrl: service.url });
+        await eventually(async () => (await transport.queue.getJobCounts('failed')).failed === 1, { what: 'failed' });
+        const job = await recordQueue(transport.queue).getJob(info.queueId);
+        expect(job!.data.lastError).toMatchObject({ responseCode: status });
+        if (may) {
+          expect(job!.data.possiblyAcceptedAt).toBeGreaterThanOrEqual(started);
+          expect(job!.data.resendUntil).toBeGreaterThan(job!.data.possiblyAcceptedAt!);
+        } else {
+          expect(job!.data.possiblyAcceptedAt).toBeUndefined();
+        }
+      } finally {
+        await transport.close();
+      }
+    },
+  );
+
   it('is not sent again once the service may have forgotten its key: the job is parked for a person', async () => {
     const transport = new EmlApiQueueTransport({
       connection: redis.url,
