@@ -108,4 +108,30 @@ describe('storeTimeout while Redis is slow', () => {
       await transport.close();
     }
   });
+
+  it('adds no job that lands late over content cut short meanwhile', async () => {
+    const transport = new EmlApiQueueTransport({ connection: proxy.url, timeouts: { store: 500 } });
+    try {
+      await transport.verify();
+      // Content stored beside the job (over 64 KiB); the job's add is held past the deadline.
+      proxy.holdNext(/"contentKey"/);
+      const big = { ...message, text: `Thanks ${'t'.repeat(100_000)}` };
+      const err = (await nodemailer
+        .createTransport(transport)
+        .sendMail(big)
+        .catch((e: unknown) => e)) as EmlApiError;
+      expect(err).toMatchObject({ code: 'ETIMEDOUT', mayHaveBeenAccepted: true });
+      // Meanwhile its content loses its end (what a restart without AOF or a lagging replica can leave).
+      const [key] = await redis.client.keys(`bull:eml-api:content:${err.queueId}:*`);
+      await redis.client.set(key!, (await redis.client.getBuffer(key!))!.subarray(0, 50_000));
+      proxy.release();
+      await eventually(() => proxy.held === 0, { what: 'the held add run' });
+      // The add, run in the same step as its check of the content, added nothing.
+      await redis.client.ping();
+      expect(await recordQueue(transport.queue).getJob(err.queueId!)).toBeUndefined();
+    } finally {
+      proxy.release();
+      await transport.close();
+    }
+  });
 });
