@@ -500,7 +500,7 @@ export class OutboxWorker extends EventEmitter {
       }
     }
     // BullMQ's graceful close would first wait for its connections: for ever if Redis stays down.
-    const nothingToFinish = this.#running.size === 0 && this.#redis.redis.status !== 'ready';
+    const nothingToFinish = this.#running.size + this.#finishing.size === 0 && this.#redis.redis.status !== 'ready';
     const force = this.#forcing || nothingToFinish;
     const closing = this.worker.close(force);
     if (force) await closing;

@@ -11,6 +11,7 @@ import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { capturingLogger } from '../helpers/logger.js';
 import { eventually } from '../helpers/outbox.js';
 import { startRedisHoldProxy } from '../helpers/redis-hold-proxy.js';
+import { startRedisProxy } from '../helpers/redis-proxy.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 // The bounds on waiting for a Redis that does not answer, shortened here and in the worker processes.
 import { SHORT_WAITS, useShortWaits } from '../helpers/short-waits.js';
@@ -207,6 +208,40 @@ describe('close() while Redis is slow', () => {
 });
 
 describe('close() when Redis is down', () => {
+  it('waits for Redis to record a send whose finish was on its way: nothing is left active', async () => {
+    await redis.client.flushall();
+    const proxy = await startRedisProxy(redis.port);
+    const transport = new EmlApiQueueTransport({ connection: redis.url });
+    try {
+      const mailer = nodemailer.createTransport(transport);
+      for (const to of ['ann@example.test', 'bob@example.test']) {
+        await mailer.sendMail({ from: 'shop@example.test', to, subject: 'Down', text: 'x' });
+      }
+      const held = proxy.holdWhen(({ text }) => text.includes(':completed'));
+      const worker = new OutboxWorker({ connection: proxy.url, apiKey: emu.apiKey, baseUrl: emu.url, concurrency: 1 });
+      worker.on('error', () => undefined);
+      await worker.started;
+      await held;
+      // The first send's finish is on its way when Redis becomes unreachable: the worker has no send running.
+      await proxy.down();
+      const connection = worker.worker.opts.connection as { status: string };
+      await eventually(() => connection.status !== 'ready', { what: 'the worker losing Redis' });
+      expect(worker.activeJobs).toBe(0);
+      const closing = worker.close();
+      expect(await within(closing, 1_000)).toBe('pending');
+      await proxy.up();
+      expect(await within(closing, 15_000)).toBe('resolved');
+      const states = await Promise.all(
+        (await transport.queue.getJobs(['active', 'wait', 'completed'])).map((job) => job.getState()),
+      );
+      expect(states).toContain('completed');
+      expect(states).not.toContain('active');
+    } finally {
+      await transport.close();
+      await proxy.close();
+    }
+  });
+
   it('a worker that never connected closes, gracefully or forced', async () => {
     for (const abort of [false, true]) {
       const logger = capturingLogger();
