@@ -7,6 +7,7 @@ import { eventually, inProcessWorkers } from '../helpers/outbox.js';
 import { startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { recordQueue } from '../../src/queue/outbox-job.js';
+import { contentCommands } from '../../src/queue/content-store.js';
 
 /**
  * What sendMail acknowledges is what a worker will post, whole (issue 20,
@@ -182,5 +183,27 @@ describe('content that does not match its SHA-256', () => {
     } finally {
       await transport.close();
     }
+  });
+});
+
+describe("a chunk's write", () => {
+  // Each chunk names where it goes; Redis writes it only there, so a write re-sent after a lost answer or after
+  // Redis lost data never re-creates or extends content out of order.
+  it('goes only where the stored length says: the first at 0, a repeat is taken as done, anything else refused', async () => {
+    const commands = contentCommands(redis.client);
+    const key = 'bull:eml-api:content:chunks:1';
+    const index = 'bull:eml-api:content-index';
+    const hold = 60_000;
+    // A later chunk on a key Redis does not hold (it lost the first ones): refused, nothing created.
+    expect(await commands.emlApiWriteAt(key, index, 3, Buffer.from('def'), hold)).toBe(-1);
+    expect(await redis.client.exists(key)).toBe(0);
+    expect(await commands.emlApiWriteAt(key, index, 0, Buffer.from('abc'), hold)).toBe(3);
+    expect(await commands.emlApiWriteAt(key, index, 3, Buffer.from('def'), hold)).toBe(6);
+    // The same chunk again (its answer lost): the length it made, nothing appended.
+    expect(await commands.emlApiWriteAt(key, index, 3, Buffer.from('def'), hold)).toBe(6);
+    // A chunk for a place already written, or past the end: refused, the content unchanged.
+    expect(await commands.emlApiWriteAt(key, index, 0, Buffer.from('xyz'), hold)).toBe(-1);
+    expect(await commands.emlApiWriteAt(key, index, 9, Buffer.from('ghi'), hold)).toBe(-1);
+    expect(await redis.client.get(key)).toBe('abcdef');
   });
 });
