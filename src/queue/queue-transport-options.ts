@@ -196,7 +196,8 @@ export const MAX_CONCURRENCY = 10_000;
 /** The default of `timeouts.store`, in ms. */
 const DEFAULT_STORE_TIMEOUT = 30_000;
 
-const PRODUCER_SCHEMA = {
+/** Where an outbox is and whose it is: the same options for its producers and its workers. */
+export const OUTBOX_PLACE_SCHEMA = {
   connection: custom('redis:// URL, ioredis options or instance', (v) => {
     if (v === undefined || v === null) {
       throw configError('connection', 'required: a redis:// URL, ioredis options or an ioredis instance');
@@ -204,8 +205,12 @@ const PRODUCER_SCHEMA = {
     return v as RedisConnectionInput;
   }),
   queueName: custom('1 to 200 visible ASCII, no ":"', (v) => resolveQueueLocation(v, undefined).queueName),
-  account: custom('account name', (v) => fingerprintOf(resolveAccount(v))),
+  account: custom('account name', (v) => (v === undefined ? undefined : accountFingerprint(resolveAccount(v)!))),
   prefix: custom('1 to 100 visible ASCII', (v) => resolveQueueLocation(undefined, v).prefix),
+};
+
+const PRODUCER_SCHEMA = {
+  ...OUTBOX_PLACE_SCHEMA,
   retry: custom('false or { attempts, delay, maxDelay, jitter }', (v) =>
     resolveRetrySchedule(v as OutboxProducerOptions['retry']),
   ),
@@ -359,8 +364,4 @@ function checkRemoval(value: unknown, name: string, minAge: number, why: string)
   if (age !== undefined && !(typeof age === 'number' && age >= minAge)) {
     refuse(`age: expected at least ${minAge} (seconds), got ${describe(age)}`);
   }
-}
-
-function fingerprintOf(account: string | undefined): string | undefined {
-  return account === undefined ? undefined : accountFingerprint(account);
 }

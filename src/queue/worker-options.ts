@@ -9,7 +9,7 @@ import type { MetricsRegistry } from '../observability/metrics.js';
 import type { OpsHttpOptions } from '../observability/ops-server.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { resolveQueueLocation, type QueueLocation } from './queue-location.js';
-import { accountFingerprint, resolveAccount } from './queue-owner.js';
+import { OUTBOX_PLACE_SCHEMA } from './queue-transport-options.js';
 
 type OutboxWorkerTuning = NonNullable<OutboxWorkerOptions['workerOptions']>;
 
@@ -215,15 +215,7 @@ const day = 24 * 3_600_000;
 
 export const WORKER_SCHEMA = {
   ...passedOn(clientRules),
-  connection: custom('redis:// URL, ioredis options or instance', (v) => {
-    if (v === undefined || v === null) {
-      throw configError('connection', 'required: a redis:// URL, ioredis options or an ioredis instance');
-    }
-    return v as RedisConnectionInput;
-  }),
-  queueName: custom('1 to 200 visible ASCII, no ":"', (v) => resolveQueueLocation(v, undefined).queueName),
-  prefix: custom('1 to 100 visible ASCII', (v) => resolveQueueLocation(undefined, v).prefix),
-  account: custom('account name', (v) => (v === undefined ? undefined : accountFingerprint(resolveAccount(v)!))),
+  ...OUTBOX_PLACE_SCHEMA,
   concurrency: whole(1, 10_000, 5),
   rateLimit: custom(rateLimitRule.range, (v, option) => {
     const given = rateLimitRule.check(v, option, {}, {});
