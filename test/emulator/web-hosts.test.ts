@@ -36,6 +36,17 @@ describe('the web inbox', () => {
     },
   );
 
+  it.each(['192.168.1.20', '10.0.0.5:8025', '0.0.0.0', '169.254.169.254'])(
+    'refuses Host %s, an IPv4 address outside 127.0.0.0/8 (the emulator reached from the network by its address), with 403',
+    async (host) => {
+      for (const path of INBOX_PATHS) {
+        const answer = await get(path, host);
+        expect(answer.status, path).toBe(403);
+        expect(answer.text).toContain('allowedHosts');
+      }
+    },
+  );
+
   it('answers loopback names and addresses, with or without a port, and hosts allowed explicitly', async () => {
     for (const host of [
       'localhost',

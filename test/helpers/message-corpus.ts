@@ -215,6 +215,16 @@ export function corpus(context: CorpusContext): CorpusMessage[] {
       staysBecause: /headers\.X-Url is a URL/,
     },
     {
+      // Nodemailer reads attachment.content by name, enumerable or not; a copy of the enumerable keys would lose it.
+      name: 'an attachment whose content is not enumerable',
+      message: () => {
+        const attachment = { filename: 'hidden.txt' };
+        Object.defineProperty(attachment, 'content', { value: 'the attachment text', enumerable: false });
+        return { from: 'a@example.test', to: 'b@example.test', subject: 'n', text: 'x', attachments: [attachment] };
+      },
+      staysBecause: /^attachments\[0\] has non-enumerable properties$/,
+    },
+    {
       name: 'in-memory contents over 2 MiB',
       message: () => ({
         from: 'a@example.test',

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { once } from 'node:events';
 import { connect } from 'node:net';
+import { networkInterfaces } from 'node:os';
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
@@ -106,6 +107,23 @@ describe('the relay with its http port', () => {
       reason: expect.stringMatching(/503/),
     });
     expect(down.text).not.toContain(emu.apiKey);
+  });
+
+  it("listens on loopback only unless told otherwise: its metrics and health are not reachable at the machine's network address", async () => {
+    const r = await relay();
+    expect(r.http).toEqual({ port: expect.any(Number), host: '127.0.0.1' });
+    expect((await get(`http://127.0.0.1:${r.http!.port}/healthz`)).status).toBe(200);
+    const external = Object.values(networkInterfaces())
+      .flat()
+      .find((a) => a !== undefined && a.family === 'IPv4' && !a.internal);
+    if (external === undefined) return;
+    const socket = connect(r.http!.port, external.address);
+    const outcome = await new Promise<string | undefined>((resolve) => {
+      socket.once('connect', () => resolve('connected'));
+      socket.once('error', (err: NodeJS.ErrnoException) => resolve(err.code));
+    });
+    socket.destroy();
+    expect(outcome).toBe('ECONNREFUSED');
   });
 
   it('makes a span per message with its reply code', async () => {
