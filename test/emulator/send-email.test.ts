@@ -54,6 +54,15 @@ describe('POST /v1/send/email', () => {
     expect(emu.messages().find((m) => m.id === off.id)?.tracking).toBe(false);
   });
 
+  it('refuses more than 50 recipients as the service does (400 invalid_request), delivering none; 50 go', async () => {
+    const before = emu.messages().length;
+    const many = (n: number) => Array.from({ length: n }, (_, i) => address(`limit-${n}-${i}`));
+    const tooMany = await sendEmail(many(51), 'Hi', { text: 'Hi' });
+    expect(expectError(tooMany, 400, 'invalid_request')).toMatch(/51 recipients; at most 50/);
+    expect(emu.messages()).toHaveLength(before);
+    await sendEmailOk(many(50), 'Hi', { text: 'Hi' });
+  });
+
   it('names the field in validation errors', async () => {
     const before = emu.messages().length;
     const badTo = await api('POST', '/v1/send/email', {
