@@ -54,7 +54,7 @@ describe('POST /v1/send/email', () => {
     expect(emu.messages().find((m) => m.id === off.id)?.tracking).toBe(false);
   });
 
-  it('refuses more than 50 recipients as the service does (400 invalid_request), delivering none; 50 go', async () => {
+  it('refuses more than 50 recipients, its documented limit (400 invalid_request), delivering none; 50 go', async () => {
     const before = emu.messages().length;
     const many = (n: number) => Array.from({ length: n }, (_, i) => address(`limit-${n}-${i}`));
     const tooMany = await sendEmail(many(51), 'Hi', { text: 'Hi' });
