@@ -109,6 +109,20 @@ describe('hosted images', () => {
     expect(emu.messages()).toHaveLength(before);
   });
 
+  it("answers 400 for an image named unsubscribe (the members' unsubscribe link keeps that name), sending nothing", async () => {
+    const group = freshGroup('img-unsub');
+    await addOk(group, [{ email: address('img-unsub-member') }]);
+    const before = emu.messages().length;
+    for (const name of ['unsubscribe', '{{unsubscribe}}']) {
+      const image = { ...logoImage(), name };
+      const grouped = await sendGroup(group, 'News', { html: '<a href="{{unsubscribe}}">Leave</a>', images: [image] });
+      expect(expectError(grouped, 400, 'invalid_request')).toMatch(/"unsubscribe" is reserved/);
+      const single = await sendEmail([address('img-unsub')], 'News', { html: '<p>Hi</p>', images: [image] });
+      expect(expectError(single, 400, 'invalid_request')).toContain('textContent.images[0].name');
+    }
+    expect(emu.messages()).toHaveLength(before);
+  });
+
   it('answers 400 for a lower-case mimeType such as "png"', async () => {
     const answer = await sendEmail([address('img-lower')], 'Lower', {
       html: imageHtml,
