@@ -12,6 +12,7 @@ import { eventually } from '../helpers/outbox.js';
 import { installTracing, promtoolMissing, promtoolProblems, sample, type TestTracing } from '../helpers/telemetry.js';
 import { capturingLogger } from '../helpers/logger.js';
 import { recordQueue } from '../../src/queue/outbox-job.js';
+import { HealthMonitor } from '../../src/observability/ops-server.js';
 
 /** The relay's health port, metrics, spans and graceful stop, with real SMTP clients (Nodemailer's SMTP transport). */
 
@@ -107,6 +108,25 @@ describe('the relay with its http port', () => {
       reason: expect.stringMatching(/503/),
     });
     expect(down.text).not.toContain(emu.apiKey);
+  });
+
+  it('shows no secret in a reason, whatever a check quotes (as written or escaped)', async () => {
+    const apiKey = 'sk_live_0123456789abcdefSECRET';
+    const monitor = new HealthMonitor({
+      secrets: [apiKey, undefined],
+      checks: [
+        { name: 'service', check: () => Promise.reject(new Error(`refused key ${apiKey} (401)`)) },
+        { name: 'proxy', check: () => Promise.reject(new Error(`echoed ${encodeURIComponent(`"${apiKey}"`)}`)) },
+      ],
+    });
+    try {
+      const report = await monitor.readiness();
+      expect(report.status).toBe('fail');
+      expect(report.checks.service!.reason).toMatch(/^refused key .+ \(401\)$/);
+      expect(JSON.stringify(report)).not.toContain('SECRET');
+    } finally {
+      monitor.close();
+    }
   });
 
   it("listens on loopback only unless told otherwise: its metrics and health are not reachable at the machine's network address", async () => {
