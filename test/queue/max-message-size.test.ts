@@ -75,18 +75,26 @@ describe('maxMessageSize', () => {
     }
   });
 
-  it('holds for a message built on a build thread too', async () => {
-    const transport = new EmlApiQueueTransport({ connection: redis.url, maxMessageSize: MiB, buildThreads: 1 });
+  it.each([
+    // Kept on the sending thread (in memory, over 2 MiB does not move).
+    ['kept on the sending thread', MiB, 3 * MiB],
+    // Returned whole by the thread (up to 256 KiB).
+    ['returned whole by the thread', 64 * 1024, 150_000],
+    // Streamed from the thread.
+    ['streamed from the thread', 512 * 1024, 1.5 * MiB],
+  ])('holds for a message built with build threads: %s', async (_how, maxMessageSize, bytes) => {
+    const transport = new EmlApiQueueTransport({ connection: redis.url, maxMessageSize, buildThreads: 1 });
     try {
       const err = await nodemailer
         .createTransport(transport)
         .sendMail({
           from: 'a@example.test',
           to: 'b@example.test',
-          attachments: [{ filename: 'big.bin', content: Buffer.alloc(3 * MiB, 1) }],
+          attachments: [{ filename: 'big.bin', content: Buffer.alloc(bytes, 1) }],
         })
         .catch((e: unknown) => e);
-      expect(err).toMatchObject({ code: 'EMESSAGE', message: expect.stringContaining('maxMessageSize') });
+      // Stopped as the build passed the limit, not after (the producer's own check is the last line).
+      expect(err).toMatchObject({ code: 'EMESSAGE', message: expect.stringContaining('its build stopped there') });
       expect(await redis.client.keys('*content*')).toEqual([]);
     } finally {
       await transport.close();
