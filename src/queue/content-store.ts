@@ -1,7 +1,7 @@
 import { createHash, type Hash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import type { SendKind } from '../protocol/api-types.js';
-import type { OutboxRedisClient } from './redis-connection.js';
+import { type LuaCommands, type OutboxRedisClient, withCommands } from './redis-connection.js';
 import { emlBodyFromBuffer, emlBodyFromStream, STREAM_ABOVE } from '../body/eml-upload-body.js';
 import type { UploadBody } from '../http/exchange.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
@@ -518,17 +518,14 @@ export interface ContentCommands {
   emlApiRelease(jobKey: string, key: string, index: string): Promise<number>;
 }
 
-const defined = new WeakSet<OutboxRedisClient>();
+const CONTENT_COMMANDS: LuaCommands = {
+  emlApiWriteAt: { numberOfKeys: 2, lua: WRITE_AT },
+  emlApiDiscard: { numberOfKeys: 2, lua: DISCARD },
+  emlApiLength: { numberOfKeys: 1, lua: LENGTH },
+  emlApiWithdraw: { numberOfKeys: 3, lua: WITHDRAW },
+  emlApiRelease: { numberOfKeys: 3, lua: RELEASE },
+};
 
-/** Defined once per client. */
 export function contentCommands(redis: OutboxRedisClient): OutboxRedisClient & ContentCommands {
-  if (!defined.has(redis)) {
-    redis.defineCommand('emlApiWriteAt', { numberOfKeys: 2, lua: WRITE_AT });
-    redis.defineCommand('emlApiDiscard', { numberOfKeys: 2, lua: DISCARD });
-    redis.defineCommand('emlApiLength', { numberOfKeys: 1, lua: LENGTH });
-    redis.defineCommand('emlApiWithdraw', { numberOfKeys: 3, lua: WITHDRAW });
-    redis.defineCommand('emlApiRelease', { numberOfKeys: 3, lua: RELEASE });
-    defined.add(redis);
-  }
-  return redis as OutboxRedisClient & ContentCommands;
+  return withCommands<ContentCommands>(redis, CONTENT_COMMANDS);
 }

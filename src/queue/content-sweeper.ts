@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { OutboxRedisClient } from './redis-connection.js';
+import { type LuaCommands, type OutboxRedisClient, withCommands } from './redis-connection.js';
 import { jobLockKey, outboxKeys, parseContentKey, queueKey, type QueueLocation } from './queue-location.js';
 import { DECODE_JOB_DATA } from './outbox-job.js';
 
@@ -77,18 +77,12 @@ interface SweepCommands {
   emlApiCheckParked(parked: string, job: string, lock: string, failed: string, jobId: string): Promise<number>;
 }
 
-const defined = new WeakSet<OutboxRedisClient>();
-
-function commands(redis: OutboxRedisClient): OutboxRedisClient & SweepCommands {
-  if (!defined.has(redis)) {
-    redis.defineCommand('emlApiJudgeEntry', { numberOfKeys: 4, lua: JUDGE });
-    redis.defineCommand('emlApiRenewLock', { numberOfKeys: 1, lua: RENEW });
-    redis.defineCommand('emlApiReleaseLock', { numberOfKeys: 1, lua: RELEASE });
-    redis.defineCommand('emlApiCheckParked', { numberOfKeys: 4, lua: CHECK_PARKED });
-    defined.add(redis);
-  }
-  return redis as OutboxRedisClient & SweepCommands;
-}
+const SWEEP_COMMANDS: LuaCommands = {
+  emlApiJudgeEntry: { numberOfKeys: 4, lua: JUDGE },
+  emlApiRenewLock: { numberOfKeys: 1, lua: RENEW },
+  emlApiReleaseLock: { numberOfKeys: 1, lua: RELEASE },
+  emlApiCheckParked: { numberOfKeys: 4, lua: CHECK_PARKED },
+};
 
 /**
  * Removes stored content no job needs: a sent job's, and a gone job's once its producer's deadline
@@ -96,7 +90,7 @@ function commands(redis: OutboxRedisClient): OutboxRedisClient & SweepCommands {
  * @returns how many keys were removed (0 when another worker is sweeping)
  */
 export async function sweepStoredContent(redis: OutboxRedisClient, location: QueueLocation): Promise<number> {
-  const r = commands(redis);
+  const r = withCommands<SweepCommands>(redis, SWEEP_COMMANDS);
   const keys = outboxKeys(location);
   const token = randomBytes(8).toString('hex');
   let locked: boolean;

@@ -1,7 +1,7 @@
 import type { EmlApiLogger } from '../shared/options-kit.js';
 import type { OutboxRecordJob, OutboxJobRecord, OutboxSendResult } from './outbox-job.js';
 import { jobLockKey, outboxKeys, queueKey, type QueueLocation } from './queue-location.js';
-import type { OutboxRedisClient } from './redis-connection.js';
+import { type LuaCommands, type OutboxRedisClient, withCommands } from './redis-connection.js';
 import { RETRY_PRIORITY } from './retry-schedule.js';
 import { runBeforeFinish, type BeforeFinish } from './bullmq-internals.js';
 
@@ -63,19 +63,13 @@ interface RecordCommands {
   ): Promise<number>;
 }
 
-const defined = new WeakSet<OutboxRedisClient>();
-
 /** Records of sends waiting to run with BullMQ's completion of their job, by client, then job hash. */
 const deferred = new WeakMap<object, Map<string, BeforeFinish>>();
 
-function commands(redis: OutboxRedisClient): OutboxRedisClient & RecordCommands {
-  if (!defined.has(redis)) {
-    redis.defineCommand('emlApiRecordSent', { numberOfKeys: 5, lua: RECORD_SENT });
-    redis.defineCommand('emlApiRecord', { numberOfKeys: 5, lua: RECORD });
-    defined.add(redis);
-  }
-  return redis as OutboxRedisClient & RecordCommands;
-}
+const RECORD_COMMANDS: LuaCommands = {
+  emlApiRecordSent: { numberOfKeys: 5, lua: RECORD_SENT },
+  emlApiRecord: { numberOfKeys: 5, lua: RECORD },
+};
 
 export interface RecordOptions {
   /** The service refused the content. */
@@ -96,7 +90,7 @@ export class JobRecords {
   readonly #logger: EmlApiLogger;
 
   constructor(redis: OutboxRedisClient, location: QueueLocation, logger: EmlApiLogger) {
-    this.#redis = commands(redis);
+    this.#redis = withCommands<RecordCommands>(redis, RECORD_COMMANDS);
     this.#location = location;
     this.#logger = logger;
   }

@@ -171,40 +171,27 @@ export async function foreignJob(
   owner: Pick<QueueOwner, 'accountSince' | 'encryptedSince'> | undefined,
 ): Promise<EmlApiError | undefined> {
   const { accountSince, encryptedSince } = owner ?? {};
+  const refused = (problem: string) => new EmlApiError('EMESSAGE', problem, { permanent: true });
+  /** Redis took this job at or after `since`, when the queue began to name its account or to encrypt. */
+  const queuedSince = async (since: number | undefined) => since !== undefined && (await queuedAt()) >= since;
   if (data.account !== undefined && data.account !== me.account) {
     const mine = me.account === undefined ? 'this worker names no account' : `not this worker's (${me.account})`;
-    return new EmlApiError(
-      'EMESSAGE',
+    return refused(
       `This job was queued for another account (fingerprint ${data.account}), ${mine}: not sent with this worker's ` +
         'key. Another app queues into this queue: give each app its own queueName (or prefix), then put it back ' +
         'with a worker of its account',
-      { permanent: true },
     );
   }
-  if (
-    me.account !== undefined &&
-    data.account === undefined &&
-    accountSince !== undefined &&
-    (await queuedAt()) >= accountSince
-  ) {
-    return new EmlApiError(
-      'EMESSAGE',
-      `This job names no account, on a queue that names its account (since ${new Date(accountSince).toISOString()}): ` +
+  if (me.account !== undefined && data.account === undefined && (await queuedSince(accountSince))) {
+    return refused(
+      `This job names no account, on a queue that names its account (since ${new Date(accountSince!).toISOString()}): ` +
         "a producer without the queue's account option (another app?) queued it; not sent with this worker's key",
-      { permanent: true },
     );
   }
-  if (
-    me.decrypts &&
-    data.encryption === undefined &&
-    encryptedSince !== undefined &&
-    (await queuedAt()) >= encryptedSince
-  ) {
-    return new EmlApiError(
-      'EMESSAGE',
-      `This job was stored in clear on a queue whose mail is encrypted (since ${new Date(encryptedSince).toISOString()}): ` +
+  if (me.decrypts && data.encryption === undefined && (await queuedSince(encryptedSince))) {
+    return refused(
+      `This job was stored in clear on a queue whose mail is encrypted (since ${new Date(encryptedSince!).toISOString()}): ` +
         "a producer without the queue's encryption (another app?) queued it; not sent",
-      { permanent: true },
     );
   }
   return undefined;

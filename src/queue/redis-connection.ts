@@ -24,6 +24,15 @@ export function isClusterClient(redis: OutboxRedisClient): redis is Cluster {
   return (redis as { isCluster?: boolean }).isCluster === true;
 }
 
+/** Lua scripts of one module, by the command name ioredis gives each. */
+export type LuaCommands = Readonly<Record<string, { numberOfKeys: number; lua: string }>>;
+
+/** The client with `commands` defined on it: once per client (ioredis makes each a method of it). */
+export function withCommands<T>(redis: OutboxRedisClient, commands: LuaCommands): OutboxRedisClient & T {
+  for (const [name, command] of Object.entries(commands)) if (!(name in redis)) redis.defineCommand(name, command);
+  return redis as OutboxRedisClient & T;
+}
+
 /** A Redis client of the outbox, and whether the outbox made it (and so closes it). */
 export interface OutboxRedis {
   readonly redis: OutboxRedisClient;
