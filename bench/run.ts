@@ -190,6 +190,15 @@ async function throughput(sinks: Sinks): Promise<void> {
         perRound(name, 'transport', 'mainCpuUs'),
       );
       add(
+        'sending thread per message',
+        `time waiting for a core (schedstat run-queue delay), buildThreads: ${threads}`,
+        'µs',
+        of(name, 'mainWaitUs'),
+        'transport without build threads',
+        of('transport', 'mainWaitUs'),
+        perRound(name, 'transport', 'mainWaitUs'),
+      );
+      add(
         'throughput',
         `transport, buildThreads: ${threads}`,
         'msg/s',

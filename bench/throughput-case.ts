@@ -26,6 +26,8 @@ export interface RoundFigures {
   busyUs: number;
   /** The sending thread's own CPU (/proc, 10 ms ticks). */
   mainCpuUs: number;
+  /** Time the sending thread was ready to run but waited for a core (/proc schedstat, run-queue delay). */
+  mainWaitUs: number;
   /** CPU of this runner's build threads, all together. */
   threadsCpuUs: number;
   /** CPU of the sink process. */
@@ -59,6 +61,15 @@ function cpuOf(statPath: string): number {
 }
 
 const tasks = (): string[] => readdirSync('/proc/self/task');
+
+/** Run-queue delay of a task in µs: the time it was ready to run and waited for a core (0 without schedstats). */
+function waitOf(schedstatPath: string): number {
+  try {
+    return Number(readFileSync(schedstatPath, 'utf8').split(' ')[1]) / 1000;
+  } catch {
+    return 0;
+  }
+}
 
 /**
  * Runs every runner `rounds` times, `count` messages each, `concurrency` in
@@ -109,12 +120,13 @@ export async function throughputRounds(
   const known = new Set(tasks());
   const ownTasks = new Map<RunnerName, Set<string>>(RUNNERS.map((name) => [name, new Set()]));
   const mainStat = `/proc/self/task/${process.pid}/stat`;
+  const mainSchedstat = `/proc/self/task/${process.pid}/schedstat`;
   const sinkStat = `/proc/${sinks.pid}/stat`;
 
   const measure = async (name: RunnerName, messages: number): Promise<RoundFigures> => {
     const own = ownTasks.get(name)!;
     const threadCpu = () => [...own].reduce((sum, tid) => sum + cpuOf(`/proc/self/task/${tid}/stat`), 0);
-    const before = { threads: threadCpu(), main: cpuOf(mainStat), sink: cpuOf(sinkStat) };
+    const before = { threads: threadCpu(), main: cpuOf(mainStat), wait: waitOf(mainSchedstat), sink: cpuOf(sinkStat) };
     const cpu = process.cpuUsage();
     const elu = performance.eventLoopUtilization();
     const started = performance.now();
@@ -137,6 +149,7 @@ export async function throughputRounds(
       cpuUs: (used.user + used.system) / messages,
       busyUs: (busy.active * 1000) / messages,
       mainCpuUs: (cpuOf(mainStat) - before.main) / messages,
+      mainWaitUs: (waitOf(mainSchedstat) - before.wait) / messages,
       threadsCpuUs: (threadCpu() - before.threads) / messages,
       sinkCpuUs: (cpuOf(sinkStat) - before.sink) / messages,
       load: loadavg()[0]!,
