@@ -333,6 +333,25 @@ describe('POST /v1/send/eml success', () => {
     expect(copy!.raw.toString()).toBe(text);
   });
 
+  it('does not deliver to a .invalid recipient of any header and records it in failed, as /v1/send/email does', async () => {
+    const text = eml(['To: eml-good@example.test, eml-bad@nowhere.invalid', 'Bcc: eml-hidden@also.INVALID']);
+    const accepted = expectAccepted(await post(SEND_EML, mailBody(text)));
+    expect(accepted.recipients).toBe(3);
+    const record = emu.messages().find((m) => m.id === accepted.id)!;
+    expect(record.recipients).toEqual(['eml-good@example.test']);
+    expect(record.failed).toEqual(['eml-bad@nowhere.invalid', 'eml-hidden@also.INVALID']);
+    expect(emu.mailbox('eml-bad@nowhere.invalid')).toHaveLength(0);
+    expect(emu.mailbox('eml-hidden@also.INVALID')).toHaveLength(0);
+    expect(emu.mailbox('eml-good@example.test').filter((c) => c.messageRef === accepted.id)).toHaveLength(1);
+  });
+
+  it('accepts a message whose every recipient is undeliverable and delivers no copy', async () => {
+    const accepted = expectAccepted(await post(SEND_EML, mailBody(eml(['To: eml-only@nowhere.invalid']))));
+    expect(accepted.recipients).toBe(1);
+    expect(emu.messages().find((m) => m.id === accepted.id)!.failed).toEqual(['eml-only@nowhere.invalid']);
+    expect(emu.mailbox('eml-only@nowhere.invalid')).toHaveLength(0);
+  });
+
   it('answers a fresh id for every accepted message', async () => {
     const first = expectAccepted(await post(SEND_EML, mailBody()));
     const second = expectAccepted(await post(SEND_EML, mailBody()));

@@ -28,7 +28,7 @@ import { requirePeer } from '../../shared/options-kit.js';
 
 /**
  * `POST /v1/send/eml`: decodes the Base64 message, parses it, takes the recipients from To, Cc and Bcc and delivers one
- * copy to each, without Bcc.
+ * copy to each deliverable one, without Bcc.
  */
 export const sendEmlOperation: Operation = {
   scopes: ['sender'],
@@ -54,11 +54,12 @@ export const sendEmlOperation: Operation = {
       parsed.messageId = newMessageId();
       raw = Buffer.concat([Buffer.from(`Message-ID: ${parsed.messageId}\r\n`), raw]);
     }
-    const message = ctx.state.mail.accept(API_PATHS.sendEml, raw, parsed, ctx.now);
+    const failed = parsed.recipients.filter(isUndeliverable);
+    const message = ctx.state.mail.accept(API_PATHS.sendEml, raw, parsed, ctx.now, failed);
     const answer: SendAcceptedResponse = {
       id: message.id,
       messageId: message.messageId,
-      recipients: message.recipients.length,
+      recipients: parsed.recipients.length,
     };
     return { status: 202, body: answer };
   },
