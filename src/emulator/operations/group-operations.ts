@@ -5,7 +5,7 @@ import {
   type RemoveFromGroupResponse,
 } from '../../protocol/api-types.js';
 import { HttpError, rejectUnknownFields, type Operation, requireGroup } from './operation.js';
-import { addressProblem } from '../../protocol/message-format.js';
+import { addressProblem, displayNameProblem } from '../../protocol/message-format.js';
 
 /** Most entries in one add request. */
 export const MAX_ENTRIES_PER_ADD = 1000;
@@ -40,9 +40,9 @@ function checkEntry(
   if (typeof o.email !== 'string') return fail(`${path}.email is required and must be a string`);
   const problem = addressProblem(o.email);
   if (problem) return fail(`${path}.email ${problem}: ${JSON.stringify(o.email.slice(0, 100))}`, 'invalid_address');
-  if (o.name !== undefined && (typeof o.name !== 'string' || /[\r\n]/.test(o.name))) {
-    return fail(`${path}.name must be a single-line string`);
-  }
+  if (o.name !== undefined && typeof o.name !== 'string') return fail(`${path}.name must be a string`);
+  const nameProblem = o.name === undefined ? undefined : displayNameProblem(o.name);
+  if (nameProblem) return fail(`${path}.name ${nameProblem}`, 'invalid_address');
   let substitutions: Record<string, string> | undefined;
   if (o.substitutions !== undefined) {
     if (typeof o.substitutions !== 'object' || o.substitutions === null || Array.isArray(o.substitutions)) {

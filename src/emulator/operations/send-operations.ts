@@ -19,6 +19,7 @@ import {
   addressProblem,
   base64Problem,
   compactBase64,
+  displayNameProblem,
   findForbiddenCharacter,
   isValidAddress,
   parseHeaderFields,
@@ -376,7 +377,8 @@ export function validateAddress(value: unknown, path: string): ApiAddress {
   const problem = addressProblem(o.email);
   if (problem) throw bad(`${path}.email ${problem}: ${JSON.stringify(o.email.slice(0, 100))}`, 'invalid_address');
   if (o.name !== undefined && typeof o.name !== 'string') throw bad(`${path}.name must be a string`);
-  if (typeof o.name === 'string' && /[\r\n]/.test(o.name)) throw bad(`${path}.name must not contain line breaks`);
+  const nameProblem = o.name === undefined ? undefined : displayNameProblem(o.name);
+  if (nameProblem) throw bad(`${path}.name ${nameProblem}`, 'invalid_address');
   return o.name === undefined ? { email: o.email } : { email: o.email, name: o.name };
 }
 
