@@ -2,7 +2,7 @@ import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiTransport } from '../../src/index.js';
-import { emulatorApi, eml, expectAccepted, expectError, FROM, mailBody } from '../helpers/emulator-api.js';
+import { checkPath, emulatorApi, eml, expectAccepted, expectError, FROM, mailBody } from '../helpers/emulator-api.js';
 
 /**
  * The contract's "Addresses": what Nodemailer writes and SMTP servers accept
@@ -75,6 +75,26 @@ describe('addresses the emulator refuses with 400 invalid_address', () => {
     expect(expectError(send, 400, 'invalid_address')).toContain('to[0].email contains');
     const add = await api('POST', '/v1/group/addr', { entries: [{ email }] });
     expect(expectError(add, 400, 'invalid_address')).toContain('entries[0].email contains');
+    expectError(await api('DELETE', '/v1/group/addr', { email }), 400, 'invalid_address');
+  });
+
+  it.each(FORBIDDEN)('refuses %s in the address of a membership check, as the client does', async (_name, ch) => {
+    const message = expectError(
+      await api('GET', checkPath('addr', `a${ch}b@forbidden.example`)),
+      400,
+      'invalid_address',
+    );
+    expect(message).toContain('contains');
+  });
+
+  it.each([
+    ['no @', 'not-an-address'],
+    ['no domain', 'a@'],
+    ['no local part', '@b.example'],
+    ['an unquoted space', 'a b@example.test'],
+    ['263 characters', `${'x'.repeat(250)}@example.test`],
+  ])('refuses an address with %s in a membership check, as a remove does', async (_label, email) => {
+    expectError(await api('GET', checkPath('addr', email)), 400, 'invalid_address');
     expectError(await api('DELETE', '/v1/group/addr', { email }), 400, 'invalid_address');
   });
 });

@@ -127,7 +127,7 @@ export const addToGroupOperation: Operation = {
   },
 };
 
-/** `GET /v1/group/{groupId}/check/{email}`: `{ "member": true | false }`. */
+/** `GET /v1/group/{groupId}/check/{email}`: `{ "member": true | false }`; 400 `invalid_address` for a bad address. */
 export const checkGroupOperation: Operation = {
   scopes: ['group:insert', 'group:remove', 'group.sender'],
   hasBody: false,
@@ -135,6 +135,9 @@ export const checkGroupOperation: Operation = {
   handle(ctx) {
     const [groupId, email] = ctx.params as [string, string];
     requireGroup(ctx.state, groupId);
+    const problem = addressProblem(email);
+    if (problem)
+      throw new HttpError(400, 'invalid_address', `email ${problem}: ${JSON.stringify(email.slice(0, 100))}`);
     const answer: GroupCheckResponse = { member: ctx.state.groups.isMember(groupId, email) };
     return Promise.resolve({ status: 200, body: answer });
   },
