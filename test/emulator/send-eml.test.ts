@@ -439,6 +439,34 @@ describe('POST /v1/send/eml Idempotency-Key', () => {
     expect(emu.mailbox('idem-9b@example.test')).toHaveLength(1);
   });
 
+  it('is one space per account: the key reused on another endpoint or for another group is refused with 422, sending nothing', async () => {
+    const key = 'idem-key-10';
+    expectAccepted(await post(SEND_EML, mailBody(eml(['To: idem-10@example.test'])), { 'idempotency-key': key }));
+    const email = JSON.stringify({
+      to: [{ email: 'idem-10b@example.test' }],
+      from: { email: 'shop@example.test' },
+      subject: 'Another request',
+      textContent: { text: 'Hello' },
+    });
+    expectError(await post('/v1/send/email', email, { 'idempotency-key': key }), 422, 'idempotency_key_reused');
+    expect(emu.mailbox('idem-10b@example.test')).toHaveLength(0);
+
+    for (const group of ['idem-a', 'idem-b']) {
+      emu.createGroup(group);
+      const added = await post(`/v1/group/${group}`, JSON.stringify({ entries: [{ email: `${group}@example.test` }] }));
+      expect(added.status, added.text).toBe(200);
+    }
+    const news = JSON.stringify({ from: { email: 'shop@example.test' }, subject: 'News', textContent: { text: 'Hi' } });
+    const first = await post('/v1/send/group/idem-a', news, { 'idempotency-key': 'idem-key-11' });
+    expect(first.status, first.text).toBe(202);
+    const other = await post('/v1/send/group/idem-b', news, { 'idempotency-key': 'idem-key-11' });
+    expectError(other, 422, 'idempotency_key_reused');
+    expect(emu.mailbox('idem-b@example.test')).toHaveLength(0);
+    const replay = await post('/v1/send/group/idem-a', news, { 'idempotency-key': 'idem-key-11' });
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(emu.mailbox('idem-a@example.test')).toHaveLength(1);
+  });
+
   it('delivers again for a different key', async () => {
     const body = mailBody(eml(['To: idem-3@example.test']));
     const a = expectAccepted(await post(SEND_EML, body, { 'idempotency-key': 'idem-key-3a' }));

@@ -161,22 +161,20 @@ async function run(
       `The Idempotency-Key header must be 1 to ${MAX_IDEMPOTENCY_KEY} printable ASCII characters without spaces`,
     );
   }
-  // The body is read first: a key reused with another body is refused, not replayed.
+  // The body is read first: a key reused with another request (body, operation or path) is refused, not replayed.
   const fingerprint = createHash('sha256')
+    .update(`${routeId}\n${params.join('\n')}\n`)
     .update(await readRequestBody())
     .digest('base64');
-  // Scoped to the account, not the API key (docs/contract.md): a fleet that rotates keys must not send twice.
-  const outcome = await state.idempotency.run(
-    `${key.account}\n${routeId}\n${params.join('\n')}\n${idempotencyKey}`,
-    fingerprint,
-    now.getTime(),
-    () => operation.handle(ctx),
+  // One space per account, not per API key or operation (docs/contract.md): a fleet that rotates keys must not send twice.
+  const outcome = await state.idempotency.run(`${key.account}\n${idempotencyKey}`, fingerprint, now.getTime(), () =>
+    operation.handle(ctx),
   );
   if (outcome === 'conflict') {
     throw new HttpError(
       422,
       'idempotency_key_reused',
-      'This Idempotency-Key was already used with a different request body; a new message needs a new key',
+      'This Idempotency-Key was already used with a different request (another body, operation or group); a new message needs a new key',
     );
   }
   const { answer, replayed } = outcome;
