@@ -467,6 +467,32 @@ describe('POST /v1/send/eml Idempotency-Key', () => {
     expect(emu.mailbox('idem-a@example.test')).toHaveLength(1);
   });
 
+  it('remembers a key for 24 hours of the emulator clock: a repeat just before replays, one at 24 hours sends again', async () => {
+    const start = Date.parse('2030-01-01T00:00:00Z');
+    let clock = start;
+    const timed = await startEmulator({ now: () => new Date(clock) });
+    try {
+      const body = mailBody(eml(['To: idem-window@example.test']));
+      const send = () =>
+        call(timed.url, SEND_EML, {
+          body,
+          headers: { 'x-api-key': timed.apiKey, 'content-type': 'application/json', 'idempotency-key': 'idem-window' },
+        });
+      const first = expectAccepted(await send());
+      clock = start + 24 * 60 * 60 * 1000 - 1;
+      const replay = await send();
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(expectAccepted(replay).id).toBe(first.id);
+      clock = start + 24 * 60 * 60 * 1000;
+      const fresh = await send();
+      expect(fresh.headers['idempotent-replayed']).toBeUndefined();
+      expect(expectAccepted(fresh).id).not.toBe(first.id);
+      expect(timed.mailbox('idem-window@example.test')).toHaveLength(2);
+    } finally {
+      await timed.close();
+    }
+  });
+
   it('delivers again for a different key', async () => {
     const body = mailBody(eml(['To: idem-3@example.test']));
     const a = expectAccepted(await post(SEND_EML, body, { 'idempotency-key': 'idem-key-3a' }));
