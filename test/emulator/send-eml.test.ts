@@ -102,6 +102,26 @@ describe('POST /v1/send/eml request body', () => {
     expectError(await post(SEND_EML, ''), 400, 'invalid_json');
   });
 
+  it('answers 400 invalid_json for a body that is not UTF-8 (RFC 8259), delivering nothing', async () => {
+    const before = emu.messages().length;
+    const latin1Name = JSON.stringify({
+      to: [{ email: 'latin1@example.test', name: 'Andr\u00e9' }],
+      from: { email: 'shop@example.test' },
+      subject: 'Caf\u00e9',
+      textContent: { text: 'x' },
+    });
+    for (const [path, bytes] of [
+      [SEND_EML, Buffer.concat([Buffer.from('{"mail":"'), Buffer.from([0xff, 0xfe]), Buffer.from('"}')])],
+      [SEND_EML, Buffer.concat([Buffer.from('{"mail":"'), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from('"}')])],
+      ['/v1/send/email', Buffer.from(latin1Name, 'latin1')],
+    ] as const) {
+      const answer = await post(path, Readable.from([bytes]));
+      expect(expectError(answer, 400, 'invalid_json')).toContain('UTF-8');
+    }
+    expect(emu.messages()).toHaveLength(before);
+    expect(emu.mailbox('latin1@example.test')).toHaveLength(0);
+  });
+
   it('answers 400 invalid_request for a JSON array body', async () => {
     expectError(await post(SEND_EML, JSON.stringify([{ mail: b64(eml()) }])), 400, 'invalid_request');
   });

@@ -291,14 +291,24 @@ function tooLarge(limit: number): HttpError {
   return new HttpError(413, 'payload_too_large', `The request body is larger than the limit of ${limit} bytes`);
 }
 
+/** Strict: bad bytes throw; a byte order mark is kept, so JSON.parse refuses it. */
+const UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
 /**
  * Parses a JSON body that must be an object.
  * @throws {HttpError} 400 `invalid_json` or `invalid_request`
  */
 export function parseJsonObject(body: Buffer): Record<string, unknown> {
+  let text: string;
+  try {
+    text = UTF8.decode(body);
+  } catch {
+    // Decoding leniently would turn the bad bytes into U+FFFD and deliver a changed message.
+    throw new HttpError(400, 'invalid_json', 'The request body is not UTF-8, the encoding of JSON (RFC 8259)');
+  }
   let value: unknown;
   try {
-    value = JSON.parse(body.toString('utf8'));
+    value = JSON.parse(text);
   } catch (err) {
     throw new HttpError(400, 'invalid_json', `The request body is not valid JSON: ${(err as Error).message}`);
   }
