@@ -84,13 +84,9 @@ export const addToGroupOperation: Operation = {
         `groupId in the body (${bodyValue(body.groupId)}) differs from the path (${JSON.stringify(groupId.slice(0, 100))})`,
       );
     }
-    const onFailure = body.onFailure ?? 'ABORT';
+    const onFailure = body.onFailure === undefined ? 'ABORT' : body.onFailure;
     if (onFailure !== 'SKIP' && onFailure !== 'ABORT') {
-      throw new HttpError(
-        400,
-        'invalid_request',
-        `onFailure must be "SKIP" or "ABORT", got ${JSON.stringify(String(onFailure).slice(0, 50))}`,
-      );
+      throw new HttpError(400, 'invalid_request', `onFailure must be "SKIP" or "ABORT", got ${bodyValue(onFailure)}`);
     }
     if (!Array.isArray(body.entries))
       throw new HttpError(
