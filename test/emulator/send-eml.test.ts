@@ -115,7 +115,10 @@ describe('POST /v1/send/eml request body', () => {
       [SEND_EML, Buffer.concat([Buffer.from('{"mail":"'), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from('"}')])],
       ['/v1/send/email', Buffer.from(latin1Name, 'latin1')],
     ] as const) {
-      const answer = await post(path, Readable.from([bytes]));
+      const answer = await call(emu.url, path, {
+        body: Readable.from([bytes]),
+        headers: { 'x-api-key': emu.apiKey, 'content-type': 'application/json' },
+      });
       expect(expectError(answer, 400, 'invalid_json')).toContain('UTF-8');
     }
     expect(emu.messages()).toHaveLength(before);
