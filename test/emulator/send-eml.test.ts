@@ -155,6 +155,18 @@ describe('POST /v1/send/eml request body', () => {
   });
 });
 
+describe('POST /v1/send/eml URL length', () => {
+  const padded = (length: number) => `${SEND_EML}?${'p'.repeat(length - SEND_EML.length - 1)}`;
+
+  it('serves a URL of 2,048 characters, its documented limit, and refuses one of 2,049 with 400 invalid_request', async () => {
+    expect(padded(2048)).toHaveLength(2048);
+    expectAccepted(await post(padded(2048), mailBody(eml(['To: url-limit@example.test']))));
+    const over = await post(padded(2049), mailBody(eml(['To: url-limit-b@example.test'])));
+    expect(expectError(over, 400, 'invalid_request')).toContain('2048');
+    expect(emu.mailbox('url-limit-b@example.test')).toHaveLength(0);
+  });
+});
+
 describe('POST /v1/send/eml Base64', () => {
   const sendMail = (mail: string) => post(SEND_EML, JSON.stringify({ mail }));
 
@@ -514,6 +526,16 @@ describe('POST /v1/send/eml Idempotency-Key', () => {
     } finally {
       await timed.close();
     }
+  });
+
+  it('takes an Idempotency-Key of 255 characters and refuses one of 256 with 400 invalid_request, sending nothing', async () => {
+    const body = mailBody(eml(['To: idem-length@example.test']));
+    expectAccepted(await post(SEND_EML, body, { 'idempotency-key': 'k'.repeat(255) }));
+    const long = await post(SEND_EML, mailBody(eml(['To: idem-length-b@example.test'])), {
+      'idempotency-key': 'k'.repeat(256),
+    });
+    expect(expectError(long, 400, 'invalid_request')).toContain('Idempotency-Key');
+    expect(emu.mailbox('idem-length-b@example.test')).toHaveLength(0);
   });
 
   it('delivers again for a different key', async () => {
