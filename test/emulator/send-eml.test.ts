@@ -167,6 +167,33 @@ describe('POST /v1/send/eml URL length', () => {
   });
 });
 
+describe('rate limit', () => {
+  it("answers 429 rate_limited with Retry-After in whole seconds past a key's burst, delivering nothing; other keys go on", async () => {
+    // A refill of one request per 1,000 s: nothing comes back while the test runs.
+    const limited = await startEmulator({
+      rateLimit: { requestsPerSecond: 0.001, burst: 2 },
+      apiKeys: [{ key: SENDER_KEY, scopes: ['sender'] }],
+    });
+    try {
+      const send = (to: string, key = limited.apiKey) =>
+        call(limited.url, SEND_EML, {
+          body: mailBody(eml([`To: ${to}`])),
+          headers: { 'x-api-key': key, 'content-type': 'application/json' },
+        });
+      expectAccepted(await send('rate-1@example.test'));
+      expectAccepted(await send('rate-2@example.test'));
+      const over = await send('rate-3@example.test');
+      expectError(over, 429, 'rate_limited');
+      expect(over.headers['retry-after']).toMatch(/^[1-9]\d*$/);
+      expect(Number(over.headers['retry-after'])).toBeGreaterThan(900);
+      expect(limited.mailbox('rate-3@example.test')).toHaveLength(0);
+      expectAccepted(await send('rate-4@example.test', SENDER_KEY));
+    } finally {
+      await limited.close();
+    }
+  });
+});
+
 describe('POST /v1/send/eml Base64', () => {
   const sendMail = (mail: string) => post(SEND_EML, JSON.stringify({ mail }));
 
