@@ -141,10 +141,11 @@ export interface GroupSendAcceptedResponse {
 
 /**
  * 200 answer of `POST /v1/group/{groupId}`.
- * @example const answer: AddToGroupResponse = { added: ['ann@example.net'], skipped: [{ email: 'x', reason: 'invalid_address' }] };
+ * @example const answer: AddToGroupResponse = { added: ['ann@example.net'], skipped: [{ email: 'x', reason: 'entries[1].email is not a valid address: "x"' }] };
  */
 export interface AddToGroupResponse {
   added: string[];
+  /** Entries not added (`onFailure: 'SKIP'`), each with a human-readable reason naming the entry and its field. */
   skipped: { email: string; reason: string }[];
 }
 

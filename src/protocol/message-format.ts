@@ -112,6 +112,13 @@ export function addressProblem(address: string): string | undefined {
   return isValidAddress(address) ? undefined : 'is not a valid address';
 }
 
+/** What is wrong with a display name: longer than a header line, or a control, bidirectional or zero-width character. */
+export function displayNameProblem(name: string): string | undefined {
+  if (name.length > MAX_ADDRESS_INPUT_LENGTH) return `is longer than ${MAX_ADDRESS_INPUT_LENGTH} characters`;
+  const bad = findForbiddenCharacter(name, { allowTab: true });
+  return bad ? `contains ${bad.what} at position ${bad.index}` : undefined;
+}
+
 interface ParsedEntry {
   name: string;
   address?: string;

@@ -2,7 +2,7 @@ import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiTransport } from '../../src/index.js';
-import { emulatorApi, eml, expectAccepted, expectError, FROM, mailBody } from '../helpers/emulator-api.js';
+import { checkPath, emulatorApi, eml, expectAccepted, expectError, FROM, mailBody } from '../helpers/emulator-api.js';
 
 /**
  * The contract's "Addresses": what Nodemailer writes and SMTP servers accept
@@ -11,7 +11,7 @@ import { emulatorApi, eml, expectAccepted, expectError, FROM, mailBody } from '.
  */
 
 let emu: Emulator;
-const { api, post } = emulatorApi(() => emu);
+const { api, post, address } = emulatorApi(() => emu);
 
 beforeAll(async () => {
   emu = await startEmulator({ groups: ['addr'] });
@@ -76,5 +76,85 @@ describe('addresses the emulator refuses with 400 invalid_address', () => {
     const add = await api('POST', '/v1/group/addr', { entries: [{ email }] });
     expect(expectError(add, 400, 'invalid_address')).toContain('entries[0].email contains');
     expectError(await api('DELETE', '/v1/group/addr', { email }), 400, 'invalid_address');
+  });
+
+  it.each(FORBIDDEN)('refuses %s in the address of a membership check, as the client does', async (_name, ch) => {
+    const message = expectError(
+      await api('GET', checkPath('addr', `a${ch}b@forbidden.example`)),
+      400,
+      'invalid_address',
+    );
+    expect(message).toContain('contains');
+  });
+
+  it.each([
+    ['no @', 'not-an-address'],
+    ['no domain', 'a@'],
+    ['no local part', '@b.example'],
+    ['an unquoted space', 'a b@example.test'],
+    ['263 characters', `${'x'.repeat(250)}@example.test`],
+  ])('refuses an address with %s in a membership check, as a remove does', async (_label, email) => {
+    expectError(await api('GET', checkPath('addr', email)), 400, 'invalid_address');
+    expectError(await api('DELETE', '/v1/group/addr', { email }), 400, 'invalid_address');
+  });
+});
+
+describe('display names the emulator refuses with 400 invalid_address, as the client does', () => {
+  it.each(FORBIDDEN)('refuses %s in a display name of JSON sends and group adds', async (_name, ch) => {
+    const name = `Ann${ch}Smith`;
+    const to = address('name-to');
+    const send = await api('POST', '/v1/send/email', {
+      to: [{ email: to, name }],
+      from: FROM,
+      subject: 's',
+      textContent: { text: 'x' },
+    });
+    expect(expectError(send, 400, 'invalid_address')).toContain('to[0].name contains');
+    const from = await api('POST', '/v1/send/email', {
+      to: [{ email: to }],
+      from: { email: FROM.email, name },
+      subject: 's',
+      textContent: { text: 'x' },
+    });
+    expect(expectError(from, 400, 'invalid_address')).toContain('from.name contains');
+    expect(emu.mailbox(to)).toHaveLength(0);
+    const member = address('name-member');
+    const add = await api('POST', '/v1/group/addr', { entries: [{ email: member, name }] });
+    expect(expectError(add, 400, 'invalid_address')).toContain('entries[0].name contains');
+    expect(emu.members('addr').map((m) => m.email)).not.toContain(member);
+  });
+
+  it('refuses a display name longer than a header line (998 characters) and accepts one of 998', async () => {
+    const long = 'n'.repeat(999);
+    const send = await api('POST', '/v1/send/email', {
+      to: [{ email: address('long-name'), name: long }],
+      from: FROM,
+      subject: 's',
+      textContent: { text: 'x' },
+    });
+    expect(expectError(send, 400, 'invalid_address')).toContain('to[0].name is longer than 998');
+    const add = await api('POST', '/v1/group/addr', { entries: [{ email: address('long-member'), name: long }] });
+    expect(expectError(add, 400, 'invalid_address')).toContain('entries[0].name is longer than 998');
+    expectAccepted(
+      await api('POST', '/v1/send/email', {
+        to: [{ email: address('max-name'), name: long.slice(1) }],
+        from: FROM,
+        subject: 's',
+        textContent: { text: 'x' },
+      }),
+    );
+  });
+
+  it('accepts a tab and non-ASCII letters in a display name', async () => {
+    const to = address('tab-name');
+    expectAccepted(
+      await api('POST', '/v1/send/email', {
+        to: [{ email: to, name: 'Zoë\tÅström' }],
+        from: FROM,
+        subject: 's',
+        textContent: { text: 'x' },
+      }),
+    );
+    expect(emu.mailbox(to)).toHaveLength(1);
   });
 });

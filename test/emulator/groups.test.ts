@@ -233,10 +233,13 @@ describe('add requests: SKIP and ABORT', () => {
     expect(emu.members(group)).toHaveLength(1000);
   });
 
-  it('answers 400 for an onFailure value other than SKIP or ABORT', async () => {
-    const group = freshGroup('onfailure');
-    const answer = await addMembers(group, [{ email: address('one') }], { onFailure: 'IGNORE' });
-    expect(expectError(answer, 400, 'invalid_request')).toContain('onFailure');
-    expect(emu.members(group)).toEqual([]);
-  });
+  it.each(['IGNORE', 'skip', null, 1, { toString: null }])(
+    'answers 400, never 500, for an onFailure of %j, other than SKIP or ABORT (null is not absent)',
+    async (onFailure) => {
+      const group = freshGroup('onfailure');
+      const answer = await addMembers(group, [{ email: address('one') }], { onFailure } as never);
+      expect(expectError(answer, 400, 'invalid_request')).toContain('onFailure');
+      expect(emu.members(group)).toEqual([]);
+    },
+  );
 });

@@ -102,6 +102,29 @@ describe('POST /v1/send/eml request body', () => {
     expectError(await post(SEND_EML, ''), 400, 'invalid_json');
   });
 
+  it('answers 400 invalid_json for a body that is not UTF-8 (RFC 8259), delivering nothing', async () => {
+    const before = emu.messages().length;
+    const latin1Name = JSON.stringify({
+      to: [{ email: 'latin1@example.test', name: 'Andr\u00e9' }],
+      from: { email: 'shop@example.test' },
+      subject: 'Caf\u00e9',
+      textContent: { text: 'x' },
+    });
+    for (const [path, bytes] of [
+      [SEND_EML, Buffer.concat([Buffer.from('{"mail":"'), Buffer.from([0xff, 0xfe]), Buffer.from('"}')])],
+      [SEND_EML, Buffer.concat([Buffer.from('{"mail":"'), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from('"}')])],
+      ['/v1/send/email', Buffer.from(latin1Name, 'latin1')],
+    ] as const) {
+      const answer = await call(emu.url, path, {
+        body: Readable.from([bytes]),
+        headers: { 'x-api-key': emu.apiKey, 'content-type': 'application/json' },
+      });
+      expect(expectError(answer, 400, 'invalid_json')).toContain('UTF-8');
+    }
+    expect(emu.messages()).toHaveLength(before);
+    expect(emu.mailbox('latin1@example.test')).toHaveLength(0);
+  });
+
   it('answers 400 invalid_request for a JSON array body', async () => {
     expectError(await post(SEND_EML, JSON.stringify([{ mail: b64(eml()) }])), 400, 'invalid_request');
   });
@@ -129,6 +152,45 @@ describe('POST /v1/send/eml request body', () => {
     const beside = await post(SEND_EML, JSON.stringify({ mail: b64(eml()), mial: 'x' }));
     expect(expectError(beside, 400, 'invalid_request')).toContain('mial');
     expect(emu.messages()).toHaveLength(before);
+  });
+});
+
+describe('POST /v1/send/eml URL length', () => {
+  const padded = (length: number) => `${SEND_EML}?${'p'.repeat(length - SEND_EML.length - 1)}`;
+
+  it('serves a URL of 2,048 characters, its documented limit, and refuses one of 2,049 with 400 invalid_request', async () => {
+    expect(padded(2048)).toHaveLength(2048);
+    expectAccepted(await post(padded(2048), mailBody(eml(['To: url-limit@example.test']))));
+    const over = await post(padded(2049), mailBody(eml(['To: url-limit-b@example.test'])));
+    expect(expectError(over, 400, 'invalid_request')).toContain('2048');
+    expect(emu.mailbox('url-limit-b@example.test')).toHaveLength(0);
+  });
+});
+
+describe('rate limit', () => {
+  it("answers 429 rate_limited with Retry-After in whole seconds past a key's burst, delivering nothing; other keys go on", async () => {
+    // A refill of one request per 1,000 s: nothing comes back while the test runs.
+    const limited = await startEmulator({
+      rateLimit: { requestsPerSecond: 0.001, burst: 2 },
+      apiKeys: [{ key: SENDER_KEY, scopes: ['sender'] }],
+    });
+    try {
+      const send = (to: string, key = limited.apiKey) =>
+        call(limited.url, SEND_EML, {
+          body: mailBody(eml([`To: ${to}`])),
+          headers: { 'x-api-key': key, 'content-type': 'application/json' },
+        });
+      expectAccepted(await send('rate-1@example.test'));
+      expectAccepted(await send('rate-2@example.test'));
+      const over = await send('rate-3@example.test');
+      expectError(over, 429, 'rate_limited');
+      expect(over.headers['retry-after']).toMatch(/^[1-9]\d*$/);
+      expect(Number(over.headers['retry-after'])).toBeGreaterThan(900);
+      expect(limited.mailbox('rate-3@example.test')).toHaveLength(0);
+      expectAccepted(await send('rate-4@example.test', SENDER_KEY));
+    } finally {
+      await limited.close();
+    }
   });
 });
 
@@ -333,6 +395,25 @@ describe('POST /v1/send/eml success', () => {
     expect(copy!.raw.toString()).toBe(text);
   });
 
+  it('does not deliver to a .invalid recipient of any header and records it in failed, as /v1/send/email does', async () => {
+    const text = eml(['To: eml-good@example.test, eml-bad@nowhere.invalid', 'Bcc: eml-hidden@also.INVALID']);
+    const accepted = expectAccepted(await post(SEND_EML, mailBody(text)));
+    expect(accepted.recipients).toBe(3);
+    const record = emu.messages().find((m) => m.id === accepted.id)!;
+    expect(record.recipients).toEqual(['eml-good@example.test']);
+    expect(record.failed).toEqual(['eml-bad@nowhere.invalid', 'eml-hidden@also.INVALID']);
+    expect(emu.mailbox('eml-bad@nowhere.invalid')).toHaveLength(0);
+    expect(emu.mailbox('eml-hidden@also.INVALID')).toHaveLength(0);
+    expect(emu.mailbox('eml-good@example.test').filter((c) => c.messageRef === accepted.id)).toHaveLength(1);
+  });
+
+  it('accepts a message whose every recipient is undeliverable and delivers no copy', async () => {
+    const accepted = expectAccepted(await post(SEND_EML, mailBody(eml(['To: eml-only@nowhere.invalid']))));
+    expect(accepted.recipients).toBe(1);
+    expect(emu.messages().find((m) => m.id === accepted.id)!.failed).toEqual(['eml-only@nowhere.invalid']);
+    expect(emu.mailbox('eml-only@nowhere.invalid')).toHaveLength(0);
+  });
+
   it('answers a fresh id for every accepted message', async () => {
     const first = expectAccepted(await post(SEND_EML, mailBody()));
     const second = expectAccepted(await post(SEND_EML, mailBody()));
@@ -418,6 +499,70 @@ describe('POST /v1/send/eml Idempotency-Key', () => {
     expectError(await post(SEND_EML, elsewhere, { 'idempotency-key': 'idem-key-9' }), 422, 'idempotency_key_reused');
     expect(emu.mailbox('idem-9@example.test')).toHaveLength(1);
     expect(emu.mailbox('idem-9b@example.test')).toHaveLength(1);
+  });
+
+  it('is one space per account: the key reused on another endpoint or for another group is refused with 422, sending nothing', async () => {
+    const key = 'idem-key-10';
+    expectAccepted(await post(SEND_EML, mailBody(eml(['To: idem-10@example.test'])), { 'idempotency-key': key }));
+    const email = JSON.stringify({
+      to: [{ email: 'idem-10b@example.test' }],
+      from: { email: 'shop@example.test' },
+      subject: 'Another request',
+      textContent: { text: 'Hello' },
+    });
+    expectError(await post('/v1/send/email', email, { 'idempotency-key': key }), 422, 'idempotency_key_reused');
+    expect(emu.mailbox('idem-10b@example.test')).toHaveLength(0);
+
+    for (const group of ['idem-a', 'idem-b']) {
+      emu.createGroup(group);
+      const added = await post(`/v1/group/${group}`, JSON.stringify({ entries: [{ email: `${group}@example.test` }] }));
+      expect(added.status, added.text).toBe(200);
+    }
+    const news = JSON.stringify({ from: { email: 'shop@example.test' }, subject: 'News', textContent: { text: 'Hi' } });
+    const first = await post('/v1/send/group/idem-a', news, { 'idempotency-key': 'idem-key-11' });
+    expect(first.status, first.text).toBe(202);
+    const other = await post('/v1/send/group/idem-b', news, { 'idempotency-key': 'idem-key-11' });
+    expectError(other, 422, 'idempotency_key_reused');
+    expect(emu.mailbox('idem-b@example.test')).toHaveLength(0);
+    const replay = await post('/v1/send/group/idem-a', news, { 'idempotency-key': 'idem-key-11' });
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(emu.mailbox('idem-a@example.test')).toHaveLength(1);
+  });
+
+  it('remembers a key for 24 hours of the emulator clock: a repeat just before replays, one at 24 hours sends again', async () => {
+    const start = Date.parse('2030-01-01T00:00:00Z');
+    let clock = start;
+    const timed = await startEmulator({ now: () => new Date(clock) });
+    try {
+      const body = mailBody(eml(['To: idem-window@example.test']));
+      const send = () =>
+        call(timed.url, SEND_EML, {
+          body,
+          headers: { 'x-api-key': timed.apiKey, 'content-type': 'application/json', 'idempotency-key': 'idem-window' },
+        });
+      const first = expectAccepted(await send());
+      clock = start + 24 * 60 * 60 * 1000 - 1;
+      const replay = await send();
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(expectAccepted(replay).id).toBe(first.id);
+      clock = start + 24 * 60 * 60 * 1000;
+      const fresh = await send();
+      expect(fresh.headers['idempotent-replayed']).toBeUndefined();
+      expect(expectAccepted(fresh).id).not.toBe(first.id);
+      expect(timed.mailbox('idem-window@example.test')).toHaveLength(2);
+    } finally {
+      await timed.close();
+    }
+  });
+
+  it('takes an Idempotency-Key of 255 characters and refuses one of 256 with 400 invalid_request, sending nothing', async () => {
+    const body = mailBody(eml(['To: idem-length@example.test']));
+    expectAccepted(await post(SEND_EML, body, { 'idempotency-key': 'k'.repeat(255) }));
+    const long = await post(SEND_EML, mailBody(eml(['To: idem-length-b@example.test'])), {
+      'idempotency-key': 'k'.repeat(256),
+    });
+    expect(expectError(long, 400, 'invalid_request')).toContain('Idempotency-Key');
+    expect(emu.mailbox('idem-length-b@example.test')).toHaveLength(0);
   });
 
   it('delivers again for a different key', async () => {

@@ -161,22 +161,20 @@ async function run(
       `The Idempotency-Key header must be 1 to ${MAX_IDEMPOTENCY_KEY} printable ASCII characters without spaces`,
     );
   }
-  // The body is read first: a key reused with another body is refused, not replayed.
+  // The body is read first: a key reused with another request (body, operation or path) is refused, not replayed.
   const fingerprint = createHash('sha256')
+    .update(`${routeId}\n${params.join('\n')}\n`)
     .update(await readRequestBody())
     .digest('base64');
-  // Scoped to the account, not the API key (docs/contract.md): a fleet that rotates keys must not send twice.
-  const outcome = await state.idempotency.run(
-    `${key.account}\n${routeId}\n${params.join('\n')}\n${idempotencyKey}`,
-    fingerprint,
-    now.getTime(),
-    () => operation.handle(ctx),
+  // One space per account, not per API key or operation (docs/contract.md): a fleet that rotates keys must not send twice.
+  const outcome = await state.idempotency.run(`${key.account}\n${idempotencyKey}`, fingerprint, now.getTime(), () =>
+    operation.handle(ctx),
   );
   if (outcome === 'conflict') {
     throw new HttpError(
       422,
       'idempotency_key_reused',
-      'This Idempotency-Key was already used with a different request body; a new message needs a new key',
+      'This Idempotency-Key was already used with a different request (another body, operation or group); a new message needs a new key',
     );
   }
   const { answer, replayed } = outcome;
@@ -293,14 +291,24 @@ function tooLarge(limit: number): HttpError {
   return new HttpError(413, 'payload_too_large', `The request body is larger than the limit of ${limit} bytes`);
 }
 
+/** Strict: bad bytes throw; a byte order mark is kept, so JSON.parse refuses it. */
+const UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
 /**
  * Parses a JSON body that must be an object.
  * @throws {HttpError} 400 `invalid_json` or `invalid_request`
  */
 export function parseJsonObject(body: Buffer): Record<string, unknown> {
+  let text: string;
+  try {
+    text = UTF8.decode(body);
+  } catch {
+    // Decoding leniently would turn the bad bytes into U+FFFD and deliver a changed message.
+    throw new HttpError(400, 'invalid_json', 'The request body is not UTF-8, the encoding of JSON (RFC 8259)');
+  }
   let value: unknown;
   try {
-    value = JSON.parse(body.toString('utf8'));
+    value = JSON.parse(text);
   } catch (err) {
     throw new HttpError(400, 'invalid_json', `The request body is not valid JSON: ${(err as Error).message}`);
   }

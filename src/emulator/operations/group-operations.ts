@@ -5,7 +5,7 @@ import {
   type RemoveFromGroupResponse,
 } from '../../protocol/api-types.js';
 import { HttpError, rejectUnknownFields, type Operation, requireGroup } from './operation.js';
-import { addressProblem } from '../../protocol/message-format.js';
+import { addressProblem, displayNameProblem } from '../../protocol/message-format.js';
 
 /** Most entries in one add request. */
 export const MAX_ENTRIES_PER_ADD = 1000;
@@ -40,9 +40,9 @@ function checkEntry(
   if (typeof o.email !== 'string') return fail(`${path}.email is required and must be a string`);
   const problem = addressProblem(o.email);
   if (problem) return fail(`${path}.email ${problem}: ${JSON.stringify(o.email.slice(0, 100))}`, 'invalid_address');
-  if (o.name !== undefined && (typeof o.name !== 'string' || /[\r\n]/.test(o.name))) {
-    return fail(`${path}.name must be a single-line string`);
-  }
+  if (o.name !== undefined && typeof o.name !== 'string') return fail(`${path}.name must be a string`);
+  const nameProblem = o.name === undefined ? undefined : displayNameProblem(o.name);
+  if (nameProblem) return fail(`${path}.name ${nameProblem}`, 'invalid_address');
   let substitutions: Record<string, string> | undefined;
   if (o.substitutions !== undefined) {
     if (typeof o.substitutions !== 'object' || o.substitutions === null || Array.isArray(o.substitutions)) {
@@ -84,13 +84,9 @@ export const addToGroupOperation: Operation = {
         `groupId in the body (${bodyValue(body.groupId)}) differs from the path (${JSON.stringify(groupId.slice(0, 100))})`,
       );
     }
-    const onFailure = body.onFailure ?? 'ABORT';
+    const onFailure = body.onFailure === undefined ? 'ABORT' : body.onFailure;
     if (onFailure !== 'SKIP' && onFailure !== 'ABORT') {
-      throw new HttpError(
-        400,
-        'invalid_request',
-        `onFailure must be "SKIP" or "ABORT", got ${JSON.stringify(String(onFailure).slice(0, 50))}`,
-      );
+      throw new HttpError(400, 'invalid_request', `onFailure must be "SKIP" or "ABORT", got ${bodyValue(onFailure)}`);
     }
     if (!Array.isArray(body.entries))
       throw new HttpError(
@@ -127,7 +123,7 @@ export const addToGroupOperation: Operation = {
   },
 };
 
-/** `GET /v1/group/{groupId}/check/{email}`: `{ "member": true | false }`. */
+/** `GET /v1/group/{groupId}/check/{email}`: `{ "member": true | false }`; 400 `invalid_address` for a bad address. */
 export const checkGroupOperation: Operation = {
   scopes: ['group:insert', 'group:remove', 'group.sender'],
   hasBody: false,
@@ -135,6 +131,9 @@ export const checkGroupOperation: Operation = {
   handle(ctx) {
     const [groupId, email] = ctx.params as [string, string];
     requireGroup(ctx.state, groupId);
+    const problem = addressProblem(email);
+    if (problem)
+      throw new HttpError(400, 'invalid_address', `email ${problem}: ${JSON.stringify(email.slice(0, 100))}`);
     const answer: GroupCheckResponse = { member: ctx.state.groups.isMember(groupId, email) };
     return Promise.resolve({ status: 200, body: answer });
   },

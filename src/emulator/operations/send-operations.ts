@@ -19,6 +19,7 @@ import {
   addressProblem,
   base64Problem,
   compactBase64,
+  displayNameProblem,
   findForbiddenCharacter,
   isValidAddress,
   parseHeaderFields,
@@ -28,7 +29,7 @@ import { requirePeer } from '../../shared/options-kit.js';
 
 /**
  * `POST /v1/send/eml`: decodes the Base64 message, parses it, takes the recipients from To, Cc and Bcc and delivers one
- * copy to each, without Bcc.
+ * copy to each deliverable one, without Bcc.
  */
 export const sendEmlOperation: Operation = {
   scopes: ['sender'],
@@ -54,11 +55,12 @@ export const sendEmlOperation: Operation = {
       parsed.messageId = newMessageId();
       raw = Buffer.concat([Buffer.from(`Message-ID: ${parsed.messageId}\r\n`), raw]);
     }
-    const message = ctx.state.mail.accept(API_PATHS.sendEml, raw, parsed, ctx.now);
+    const failed = parsed.recipients.filter(isUndeliverable);
+    const message = ctx.state.mail.accept(API_PATHS.sendEml, raw, parsed, ctx.now, failed);
     const answer: SendAcceptedResponse = {
       id: message.id,
       messageId: message.messageId,
-      recipients: message.recipients.length,
+      recipients: parsed.recipients.length,
     };
     return { status: 202, body: answer };
   },
@@ -375,7 +377,8 @@ export function validateAddress(value: unknown, path: string): ApiAddress {
   const problem = addressProblem(o.email);
   if (problem) throw bad(`${path}.email ${problem}: ${JSON.stringify(o.email.slice(0, 100))}`, 'invalid_address');
   if (o.name !== undefined && typeof o.name !== 'string') throw bad(`${path}.name must be a string`);
-  if (typeof o.name === 'string' && /[\r\n]/.test(o.name)) throw bad(`${path}.name must not contain line breaks`);
+  const nameProblem = o.name === undefined ? undefined : displayNameProblem(o.name);
+  if (nameProblem) throw bad(`${path}.name ${nameProblem}`, 'invalid_address');
   return o.name === undefined ? { email: o.email } : { email: o.email, name: o.name };
 }
 

@@ -237,7 +237,7 @@ interface Entry {
 export const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000;
 
 /**
- * Remembers the answer of each `Idempotency-Key` (per account and endpoint) for 24 hours, so a retried send gets the
+ * Remembers the answer of each `Idempotency-Key` (per account) for 24 hours, so a retried send gets the
  * first answer and nothing is delivered twice; a repeat waits for a first still in progress. Only successes are kept,
  * since a failed request may be retried for real; a key reused with another body is a conflict, never a replay.
  */

@@ -147,14 +147,24 @@ export class MailStore {
     return this.#dropped;
   }
 
-  /** Records an accepted message and delivers one copy per recipient, without Bcc: one inbox message. */
-  accept(endpoint: string, uploaded: Buffer, parsed: ReadMessage, now: Date): EmulatorMessage {
+  /**
+   * Records an accepted message and delivers one copy per recipient, without Bcc: one inbox message.
+   * @param failed recipients among `parsed.recipients` whose delivery fails: recorded, never delivered
+   */
+  accept(
+    endpoint: string,
+    uploaded: Buffer,
+    parsed: ReadMessage,
+    now: Date,
+    failed: readonly string[] = [],
+  ): EmulatorMessage {
     const raw = owned(uploaded);
+    const recipients = parsed.recipients.filter((r) => !failed.includes(r));
     const message: EmulatorMessage = {
       id: `msg_${randomUUID()}`,
       endpoint,
       from: parsed.from,
-      recipients: parsed.recipients,
+      recipients,
       subject: parsed.subject,
       messageId: parsed.messageId,
       raw,
@@ -162,10 +172,10 @@ export class MailStore {
       html: parsed.html,
       attachments: parsed.attachments,
       acceptedAt: now,
-      failed: [],
+      failed: [...failed],
     };
     this.record(message);
-    this.store({ ...parsed, messageRef: message.id, raw }, now);
+    this.store({ ...parsed, recipients, messageRef: message.id, raw }, now);
     return message;
   }
 
