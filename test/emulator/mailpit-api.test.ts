@@ -94,7 +94,7 @@ describe('listing', () => {
       Bcc: [{ Name: '', Address: 'audit@example.test' }],
       ReplyTo: [{ Name: '', Address: 'help@example.test' }],
       Subject: 'Order #1042 confirmed',
-      Created: '2030-05-01T10:01:00.000Z',
+      Created: '2030-05-01T10:01:00Z',
       Username: '',
       Tags: [],
       Size: expect.any(Number),
@@ -296,6 +296,9 @@ describe('searching', () => {
     expect(await subjects('after:2030-05-01T23:00 before:2030-05-01T23:59', 'Pacific/Honolulu')).toEqual([
       'Order #1042 confirmed',
     ]);
+    expect(await subjects('after:"2030-05-01 23:00" before:"2030-05-01 23:59:59"', 'Pacific/Honolulu')).toEqual([
+      'Order #1042 confirmed',
+    ]);
     const result = await mailpit.searchMessages({ query: 'is:unread' });
     expect(result).toMatchObject({ total: 3, unread: 2, messages_count: 2, messages_unread: 2 });
   });
@@ -353,6 +356,159 @@ describe('changing the inbox', () => {
     await mailpit.deleteTag('two');
     expect((await mailpit.getMessageSummary(message!.ID)).Tags).toEqual(['uno']);
     expect((await mailpit.getInfo()).Tags).toEqual({ uno: 1 });
+  });
+});
+
+describe('tags as Mailpit keeps them', () => {
+  it("takes a tag from each + part of the sender's and recipients' addresses, and sorts tags as Mailpit", async () => {
+    await sendPlain({
+      from: 'shop+promo@example.test',
+      to: 'ann+a+b@example.test',
+      subject: 'Plus',
+      headers: { 'X-Tags': 'Zed, _under, 1one' },
+    });
+    const sorted = ['1one', '_under', 'a', 'b', 'promo', 'Zed'];
+    expect((await mailpit.listMessages()).messages[0]!.Tags).toEqual(sorted);
+    expect((await mailpit.getMessageSummary()).Tags).toEqual(sorted);
+    expect(await mailpit.getTags()).toEqual(sorted);
+    // Go writes a map's keys in byte order.
+    expect(Object.keys((await mailpit.getInfo()).Tags)).toEqual(['1one', 'Zed', '_under', 'a', 'b', 'promo']);
+  });
+
+  it('refuses to rename or delete a tag no message has, and to rename a tag onto another one', async () => {
+    await sendPlain({ subject: 'Tagged', headers: { 'X-Tags': 'one, two' } });
+    await expect(mailpit.renameTag('nope', 'x')).rejects.toThrow(/400.*tag not found: nope/);
+    await expect(mailpit.deleteTag('nope')).rejects.toThrow(/400.*tag not found: nope/);
+    await expect(mailpit.renameTag('one', 'TWO')).rejects.toThrow(/400.*tag already exists: TWO/);
+    expect(await mailpit.renameTag('ONE', 'One')).toBe('ok');
+    expect(await mailpit.getTags()).toEqual(['One', 'two']);
+  });
+});
+
+describe("JSON as Mailpit's Go code writes it", () => {
+  const getJson = async (path: string) => {
+    const res = await request(`${emu.url}${path}`);
+    expect(res.statusCode, path).toBe(200);
+    return (await res.body.json()) as Record<string, unknown> & { messages: Record<string, unknown>[] };
+  };
+
+  it("orders every object's fields as Mailpit's structs", async () => {
+    await sendOrder();
+    const list = await getJson('/api/v1/messages');
+    expect(Object.keys(list)).toEqual([
+      'total',
+      'unread',
+      'count',
+      'messages_count',
+      'messages_unread',
+      'start',
+      'tags',
+      'messages',
+    ]);
+    expect(Object.keys(list.messages[0]!)).toEqual([
+      'ID',
+      'MessageID',
+      'Read',
+      'From',
+      'To',
+      'Cc',
+      'Bcc',
+      'ReplyTo',
+      'Subject',
+      'Created',
+      'Username',
+      'Tags',
+      'Size',
+      'Attachments',
+      'Snippet',
+    ]);
+    const message = await getJson(`/api/v1/message/${String(list.messages[0]!.ID)}`);
+    expect(Object.keys(message)).toEqual([
+      'ID',
+      'MessageID',
+      'From',
+      'To',
+      'Cc',
+      'Bcc',
+      'ReplyTo',
+      'ReturnPath',
+      'Subject',
+      'ListUnsubscribe',
+      'Date',
+      'Tags',
+      'Username',
+      'Text',
+      'HTML',
+      'Size',
+      'Inline',
+      'Attachments',
+    ]);
+    expect(Object.keys((message.Attachments as object[])[0]!)).toEqual([
+      'PartID',
+      'FileName',
+      'ContentType',
+      'ContentID',
+      'Size',
+      'Checksums',
+    ]);
+    const info = await getJson('/api/v1/info');
+    expect(Object.keys(info)).toEqual([
+      'Version',
+      'LatestVersion',
+      'Database',
+      'DatabaseSize',
+      'Messages',
+      'Unread',
+      'Tags',
+      'RuntimeStats',
+    ]);
+    // The emulator's own counters come after Mailpit's.
+    expect(Object.keys(info.RuntimeStats as object)).toEqual([
+      'Uptime',
+      'Memory',
+      'MessagesDeleted',
+      'SMTPAccepted',
+      'SMTPAcceptedSize',
+      'SMTPRejected',
+      'SMTPIgnored',
+      'MessagesDropped',
+      'MaxMessages',
+    ]);
+  });
+
+  it("writes times as Go's RFC 3339: no zero fraction, and a message's Date in its header's own offset", async () => {
+    clock = new Date('2030-05-01T10:01:00.120Z');
+    await client.sendEml(
+      [
+        'From: a@example.test',
+        'To: b@example.test',
+        'Subject: Zoned',
+        'Date: Wed, 01 May 2030 12:00:00 +0200',
+        'Message-ID: <zoned@example.test>',
+        '',
+        'body',
+      ].join('\r\n'),
+    );
+    clock = new Date('2030-05-01T10:02:00.000Z');
+    await sendPlain({ subject: 'Plain' });
+    const [plain, zoned] = (await getJson('/api/v1/messages')).messages;
+    expect(plain!.Created).toBe('2030-05-01T10:02:00Z');
+    expect(zoned!.Created).toBe('2030-05-01T10:01:00.12Z');
+    expect((await getJson(`/api/v1/message/${String(zoned!.ID)}`)).Date).toBe('2030-05-01T12:00:00+02:00');
+    // Nodemailer writes the Date header in UTC, on the machine's clock.
+    expect((await getJson(`/api/v1/message/${String(plain!.ID)}`)).Date).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
+  });
+
+  it("names a part's file in Content-Disposition escaped as Go's url.PathEscape", async () => {
+    const { ID } = await mailpit.sendMessage({
+      From: { Email: 'app@example.test' },
+      To: [{ Email: 'ann@example.test' }],
+      Attachments: [{ Content: Buffer.from('%PDF').toString('base64'), Filename: 'report (1) & co.pdf' }],
+    });
+    const { Attachments } = await mailpit.getMessageSummary(ID);
+    const res = await request(`${emu.url}/api/v1/message/${ID}/part/${Attachments[0]!.PartID}`);
+    expect(res.headers['content-disposition']).toBe('inline; filename="report%20%281%29%20&%20co.pdf"');
+    await res.body.text();
   });
 });
 
@@ -444,6 +600,16 @@ describe("Mailpit's send API", () => {
     expect((await mailpit.searchMessages({ query: 'to:jane@example.com' })).messages.map((m) => m.ID)).toEqual([
       seeded,
     ]);
+  });
+
+  it('takes an X-Tags header when the request has no Tags, as Mailpit', async () => {
+    const from = { Email: 'app@example.test' };
+    const to = [{ Email: 'ann@example.test' }];
+    const { ID } = await mailpit.sendMessage({ From: from, To: to, Headers: { 'X-Tags': 'from-header' } });
+    expect((await mailpit.getMessageSummary(ID)).Tags).toEqual(['from-header']);
+    await expect(
+      mailpit.sendMessage({ From: from, To: to, Tags: ['t'], Headers: { 'x-tags': 'from-header' } }),
+    ).rejects.toThrow(/400.*cannot overwrite header: \\"x-tags\\"/);
   });
 
   it('refuses what Mailpit refuses, with its JSON error, and stores nothing', async () => {

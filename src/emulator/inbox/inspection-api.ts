@@ -4,7 +4,7 @@ import { readBody, type SiteSection } from '../http/api-router.js';
 import { sendPage, type PageAnswer } from '../pages/public-pages.js';
 import type { EmulatorState } from '../state/emulator-state.js';
 import type { InboxAddress, InboxMessage } from '../state/mail-store.js';
-import { MAX_TAGS, uniqueTags } from '../state/mail-store.js';
+import { compareTags, MAX_TAGS, uniqueTags } from '../state/mail-store.js';
 import { type MessageFilter, parseSearch } from '../state/mail-search.js';
 import { mimeSummary, partContent, type MimePart } from '../state/mime-parts.js';
 import { parseHeaderFields } from '../../protocol/message-format.js';
@@ -267,8 +267,10 @@ class InspectionApi {
   #info(): Record<string, unknown> {
     const mail = this.#state.mail;
     const messages = mail.newestFirst();
-    const tags: Record<string, number> = {};
-    for (const m of messages) for (const t of m.tags) tags[t] = (tags[t] ?? 0) + 1;
+    const counts = new Map<string, number>();
+    for (const m of messages) for (const t of m.tags) counts.set(t, (counts.get(t) ?? 0) + 1);
+    // Go writes a map's keys in byte order.
+    const tags = Object.fromEntries([...counts].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
     const smtp = this.#state.smtpStats;
     return {
       Version: VERSION,
@@ -282,12 +284,12 @@ class InspectionApi {
         Uptime: Math.floor((Date.now() - this.#startedAt) / 1000),
         Memory: process.memoryUsage().rss,
         MessagesDeleted: mail.deletedCount,
-        MessagesDropped: mail.droppedCount,
-        MaxMessages: mail.maxMessages,
         SMTPAccepted: smtp.accepted,
         SMTPAcceptedSize: smtp.acceptedSize,
         SMTPRejected: smtp.rejected,
         SMTPIgnored: 0,
+        MessagesDropped: mail.droppedCount,
+        MaxMessages: mail.maxMessages,
       },
     };
   }
@@ -369,7 +371,7 @@ class InspectionApi {
     if (!Array.isArray(tags) || tags.some((t) => typeof t !== 'string')) {
       throw new BadRequest('Tags must be an array of strings');
     }
-    const next = uniqueTags(tags as string[]).sort((a, b) => a.localeCompare(b));
+    const next = uniqueTags(tags as string[]).sort(compareTags);
     if (next.length > MAX_TAGS) throw new BadRequest(`A message holds at most ${MAX_TAGS} tags; got ${next.length}`);
     this.#state.mail.setTags(this.#byIds(idList(fieldOf(body, 'ids'))), () => next);
     return text(200, 'ok');
@@ -380,15 +382,22 @@ class InspectionApi {
     const [to] = typeof name === 'string' ? uniqueTags([name]) : [];
     if (to === undefined)
       throw new BadRequest(`invalid tag name: ${typeof name === 'string' ? name.slice(0, 100) : ''}`);
+    if (tag === to) return text(200, 'ok');
     const from = tag.toLowerCase();
+    const existing = this.#state.mail.tags();
+    if (!existing.some((t) => t.toLowerCase() === from)) throw new BadRequest(`tag not found: ${tag}`);
+    if (to.toLowerCase() !== from && existing.some((t) => t.toLowerCase() === to.toLowerCase())) {
+      throw new BadRequest(`tag already exists: ${to}`);
+    }
     this.#state.mail.setTags(this.#state.mail.newestFirst(), (tags) =>
-      uniqueTags(tags.map((t) => (t.toLowerCase() === from ? to : t))).sort((a, b) => a.localeCompare(b)),
+      tags.map((t) => (t.toLowerCase() === from ? to : t)).sort(compareTags),
     );
     return text(200, 'ok');
   }
 
   #deleteTag(tag: string): PageAnswer {
     const doomed = tag.toLowerCase();
+    if (!this.#state.mail.tags().some((t) => t.toLowerCase() === doomed)) throw new BadRequest(`tag not found: ${tag}`);
     this.#state.mail.setTags(this.#state.mail.newestFirst(), (tags) => tags.filter((t) => t.toLowerCase() !== doomed));
     return text(200, 'ok');
   }
@@ -495,11 +504,9 @@ function address(a: InboxAddress): { Name: string; Address: string } {
   return { Name: a.name, Address: a.address };
 }
 
-/** The fields a list entry and a message summary share, in Mailpit's order. */
-function idAndAddresses(m: InboxMessage): Record<string, unknown> {
+/** The address fields a list entry and a message summary share, in Mailpit's order. */
+function addressFields(m: InboxMessage): Record<string, unknown> {
   return {
-    ID: m.id,
-    MessageID: m.messageId,
     From: address(m.from ?? { name: '', address: '' }),
     To: m.to.map(address),
     Cc: m.cc.map(address),
@@ -511,10 +518,12 @@ function idAndAddresses(m: InboxMessage): Record<string, unknown> {
 /** A message as Mailpit's lists show it. */
 function listSummary(m: InboxMessage): Record<string, unknown> {
   return {
-    ...idAndAddresses(m),
+    ID: m.id,
+    MessageID: m.messageId,
     Read: m.read,
+    ...addressFields(m),
     Subject: m.subject,
-    Created: m.created.toISOString(),
+    Created: goTime(m.created.getTime()),
     Username: '',
     Tags: m.tags,
     Size: m.raw.length,
@@ -529,10 +538,13 @@ function messageSummary(m: InboxMessage): Record<string, unknown> {
   const header = (name: string) => fields.find((f) => f.name.toLowerCase() === name)?.value;
   const dateHeader = header('date');
   const date = dateHeader === undefined ? NaN : Date.parse(dateHeader);
+  const offset = /([+-])(\d\d)(\d\d)\s*(?:\([^()]*\)\s*)?$/.exec(dateHeader ?? '');
   const { inline, attachments } = mimeSummary(m.raw);
   const unsubscribe = header('list-unsubscribe');
   return {
-    ...idAndAddresses(m),
+    ID: m.id,
+    MessageID: m.messageId,
+    ...addressFields(m),
     ReturnPath: header('return-path')?.replace(/^<|>$/g, '') || (m.from?.address ?? ''),
     Subject: m.subject,
     ListUnsubscribe:
@@ -543,7 +555,9 @@ function messageSummary(m: InboxMessage): Record<string, unknown> {
             ...listUnsubscribeLinks(unsubscribe),
             HeaderPost: header('list-unsubscribe-post') ?? '',
           },
-    Date: (Number.isNaN(date) ? m.created : new Date(date)).toISOString(),
+    Date: Number.isNaN(date)
+      ? goTime(m.created.getTime())
+      : goTime(date, offset ? (offset[1] === '-' ? -1 : 1) * (Number(offset[2]) * 60 + Number(offset[3])) : 0),
     Tags: m.tags,
     Username: '',
     Text: m.text ?? '',
@@ -552,6 +566,17 @@ function messageSummary(m: InboxMessage): Record<string, unknown> {
     Inline: inline.map((p) => attachmentSummary(m.raw, p)),
     Attachments: attachments.map((p) => attachmentSummary(m.raw, p)),
   };
+}
+
+/** A time as Go's JSON encoder writes it: RFC 3339, the fraction without its trailing zeros, at an offset in minutes. */
+function goTime(ms: number, offsetMinutes = 0): string {
+  const local = new Date(ms + offsetMinutes * 60_000).toISOString();
+  const fraction = local.slice(20, 23).replace(/0+$/, '');
+  const abs = Math.abs(offsetMinutes);
+  const pad = (n: number) => String(n).padStart(2, '0');
+  const zone =
+    offsetMinutes === 0 ? 'Z' : `${offsetMinutes < 0 ? '-' : '+'}${pad(Math.floor(abs / 60))}:${pad(abs % 60)}`;
+  return `${local.slice(0, 19)}${fraction === '' ? '' : `.${fraction}`}${zone}`;
 }
 
 function attachmentSummary(raw: Buffer, part: MimePart): Record<string, unknown> {
@@ -623,10 +648,17 @@ function partAnswer(m: InboxMessage, partId: string): PageAnswer {
     contentType: servedType(part.contentType),
     body: partContent(m.raw, part),
     headers: {
-      'content-disposition': `inline; filename="${encodeURIComponent(name)}"`,
+      'content-disposition': `inline; filename="${pathEscape(name)}"`,
       'content-security-policy': INERT_CSP,
     },
   };
+}
+
+/** Go's `url.PathEscape`: UTF-8 bytes percent-encoded except unreserved characters and `$&+:=@`. */
+function pathEscape(value: string): string {
+  return encodeURIComponent(value)
+    .replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)
+    .replace(/%(24|26|2B|3A|3D|40)/g, (_w, hex: string) => String.fromCharCode(parseInt(hex, 16)));
 }
 
 function fileSafe(id: string): string {

@@ -16,8 +16,8 @@ export class SendRefused extends Error {
   override readonly name = 'SendRefused';
 }
 
-/** Headers the request may not set: the message's own. */
-const RESTRICTED = ['to', 'from', 'cc', 'bcc', 'reply-to', 'date', 'subject', 'content-type', 'mime-version', 'x-tags'];
+/** Headers the request may not set: the message's own (and X-Tags when the request has Tags). */
+const RESTRICTED = ['to', 'from', 'cc', 'bcc', 'reply-to', 'date', 'subject', 'content-type', 'mime-version'];
 
 /**
  * Builds the message of a send request and stores it.
@@ -34,7 +34,9 @@ export async function mailpitSend(state: EmulatorState, body: Record<string, unk
   const tags = strings(fieldOf(body, 'tags'), 'Tags');
   const headers: Record<string, string> = tags.length > 0 ? { 'X-Tags': tags.join(', ') } : {};
   for (const [name, value] of Object.entries(object(fieldOf(body, 'headers'), 'Headers'))) {
-    if (RESTRICTED.includes(name.toLowerCase())) throw new SendRefused(`cannot overwrite header: "${name}"`);
+    const lower = name.toLowerCase();
+    if (RESTRICTED.includes(lower) || (lower === 'x-tags' && tags.length > 0))
+      throw new SendRefused(`cannot overwrite header: "${name}"`);
     if (typeof value !== 'string') throw new SendRefused(`Headers: the value of "${name}" must be a string`);
     headers[name] = value;
   }

@@ -143,7 +143,7 @@ function sizeInBytes(value: string): number {
 }
 
 /**
- * The time of a search date, in ms: `2025-04-30` (midnight), `2025-04-30T14:05`, with seconds, or with a zone (`Z`,
+ * The time of a search date, in ms: `2025-04-30` (midnight), `2025-04-30T14:05` or `2025-04-30 14:05`, with seconds, or with a zone (`Z`,
  * `+02:00`), or a Unix time in seconds or ms. A date without a zone is read in `timeZone` (else the machine's own).
  * @returns undefined when it is no date
  */
@@ -151,7 +151,7 @@ export function parseSearchDate(value: string, timeZone?: string): number | unde
   if (/^\d{10}$/.test(value)) return Number(value) * 1000;
   if (/^\d{13}$/.test(value)) return Number(value);
   const m =
-    /^(\d{4})[-/](\d{1,2})[-/](\d{1,2})(?:T(\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?)?(Z|[+-]\d{2}:?\d{2})?$/.exec(
+    /^(\d{4})[-/](\d{1,2})[-/](\d{1,2})(?:[T ](\d{1,2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?)?(Z|[+-]\d{2}:?\d{2})?$/.exec(
       value,
     );
   if (!m) return undefined;

@@ -315,7 +315,7 @@ export class MailStore {
   tags(): string[] {
     const all = new Set<string>();
     for (const m of this.#inbox) for (const t of m.tags) all.add(t);
-    return [...all].sort((a, b) => a.localeCompare(b));
+    return [...all].sort(compareTags);
   }
 
   /** Deletes inbox messages and their copies. @returns how many were deleted */
@@ -502,7 +502,12 @@ function readInboxMessage(incoming: IncomingMessage, copies: DeliveredMessage[],
     group: incoming.group,
     copies,
     read: false,
-    tags: tagsOf(header('x-tags'), [...addresses('to'), ...addresses('cc'), ...addresses('bcc')]),
+    tags: tagsOf(header('x-tags'), [
+      ...addresses('to'),
+      ...addresses('cc'),
+      ...addresses('bcc'),
+      ...(from ? [from] : []),
+    ]),
   };
 }
 
@@ -579,15 +584,25 @@ export function uniqueTags(tags: Iterable<string>): string[] {
 /** Most tags a message holds: a header or request with more is cut (header) or refused (request). */
 export const MAX_TAGS = 100;
 
-/** Tags a new message gets, as Mailpit gives them: its X-Tags header and plus addresses (`ann+signup@`). */
-function tagsOf(xTags: string[], recipients: InboxAddress[]): string[] {
+/** Mailpit's order of tags (SQLite's NOCASE): ASCII letters folded to lower case, then by code unit. */
+export function compareTags(a: string, b: string): number {
+  const x = a.toLowerCase();
+  const y = b.toLowerCase();
+  return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/**
+ * Tags a new message gets, as Mailpit gives them: its X-Tags header and each `+` part of the plus addresses of its
+ * recipients and sender (`ann+signup+eu@` gives `signup` and `eu`).
+ */
+function tagsOf(xTags: string[], addresses: InboxAddress[]): string[] {
   const fromHeader = xTags.flatMap((value) => value.split(','));
-  const plus = recipients.flatMap((r) => {
-    const local = r.address.slice(0, r.address.lastIndexOf('@'));
+  const plus = addresses.flatMap((a) => {
+    const local = a.address.slice(0, a.address.lastIndexOf('@'));
     const at = local.indexOf('+');
-    return at === -1 ? [] : [local.slice(at + 1)];
+    return at === -1 ? [] : local.slice(at + 1).split('+');
   });
   return uniqueTags([...fromHeader, ...plus])
     .slice(0, MAX_TAGS)
-    .sort((a, b) => a.localeCompare(b));
+    .sort(compareTags);
 }
