@@ -499,6 +499,27 @@ describe("JSON as Mailpit's Go code writes it", () => {
     expect((await getJson(`/api/v1/message/${String(plain!.ID)}`)).Date).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
   });
 
+  it("gives an HTML-only message a Text made from its HTML, links as 'text ( url )', as Mailpit's enmime does", async () => {
+    await client.sendEml(
+      [
+        'From: app@example.test',
+        'To: ann@example.test',
+        'Subject: HTML only',
+        'Content-Type: text/html; charset=utf-8',
+        '',
+        '<p>Your code is 123456.</p><p><a href="https://app.example.test/v?t=1&amp;u=2">Verify</a></p>',
+        '<p><a href="https://app.example.test/help">https://app.example.test/help</a></p>',
+      ].join('\r\n'),
+    );
+    const message = await mailpit.getMessageSummary();
+    expect(message.Text).toContain('Your code is 123456.');
+    expect(message.Text).toContain('Verify ( https://app.example.test/v?t=1&u=2 )');
+    expect(message.Text).toContain('https://app.example.test/help');
+    expect(message.Text).not.toContain('help )');
+    expect(message.Text).not.toMatch(/<|&amp;/);
+    expect(await mailpit.renderMessageText(message.ID)).toBe(message.Text);
+  });
+
   it("names a part's file in Content-Disposition escaped as Go's url.PathEscape", async () => {
     const { ID } = await mailpit.sendMessage({
       From: { Email: 'app@example.test' },

@@ -4,7 +4,7 @@ import { readBody, type SiteSection } from '../http/api-router.js';
 import { sendPage, type PageAnswer } from '../pages/public-pages.js';
 import type { EmulatorState } from '../state/emulator-state.js';
 import type { InboxAddress, InboxMessage } from '../state/mail-store.js';
-import { compareTags, MAX_TAGS, uniqueTags } from '../state/mail-store.js';
+import { compareTags, htmlToText, MAX_TAGS, uniqueTags } from '../state/mail-store.js';
 import { type MessageFilter, parseSearch } from '../state/mail-search.js';
 import { mimeSummary, partContent, type MimePart } from '../state/mime-parts.js';
 import { parseHeaderFields } from '../../protocol/message-format.js';
@@ -206,7 +206,10 @@ class InspectionApi {
               q,
               (m) => {
                 this.#state.mail.markRead([m], true);
-                return { ...text(200, m.text ?? ''), headers: { 'content-security-policy': INERT_CSP } };
+                return {
+                  ...text(200, mailpitText(m, mimeSummary(m.raw).parts)),
+                  headers: { 'content-security-policy': INERT_CSP },
+                };
               },
               MESSAGE_NOT_FOUND,
             ),
@@ -539,7 +542,7 @@ function messageSummary(m: InboxMessage): Record<string, unknown> {
   const dateHeader = header('date');
   const date = dateHeader === undefined ? NaN : Date.parse(dateHeader);
   const offset = /([+-])(\d\d)(\d\d)\s*(?:\([^()]*\)\s*)?$/.exec(dateHeader ?? '');
-  const { inline, attachments } = mimeSummary(m.raw);
+  const { inline, attachments, parts } = mimeSummary(m.raw);
   const unsubscribe = header('list-unsubscribe');
   return {
     ID: m.id,
@@ -560,12 +563,45 @@ function messageSummary(m: InboxMessage): Record<string, unknown> {
       : goTime(date, offset ? (offset[1] === '-' ? -1 : 1) * (Number(offset[2]) * 60 + Number(offset[3])) : 0),
     Tags: m.tags,
     Username: '',
-    Text: m.text ?? '',
+    Text: mailpitText(m, parts),
     HTML: m.html ?? '',
     Size: m.raw.length,
     Inline: inline.map((p) => attachmentSummary(m.raw, p)),
     Attachments: attachments.map((p) => attachmentSummary(m.raw, p)),
   };
+}
+
+/**
+ * A message's text as Mailpit gives it: an HTML-only message's is made from its HTML, as enmime's html2text makes it
+ * (links as `text ( url )`, bold as `*text*`), so tests that read links and codes from `Text` find them where Mailpit
+ * puts them.
+ */
+function mailpitText(m: InboxMessage, parts: MimePart[]): string {
+  const textPart = parts.some((p) => p.contentType === 'text/plain' && p.disposition !== 'attachment');
+  if (textPart || !m.html) return m.text ?? '';
+  return htmlToText(linksAsText(m.html).replace(/<\/?(?:b|strong)(?=[\s>])[^>]*>/gi, '*'));
+}
+
+/** Each `<a href>`'s URL written after its text, as `( url )`, unless the text is the URL; one pass. */
+function linksAsText(html: string): string {
+  let out = '';
+  let last = 0;
+  let link: { href: string; start: number } | undefined;
+  for (const tag of html.matchAll(/<a(?=[\s>])([^>]*)>|<\/a\s*>/gi)) {
+    out += html.slice(last, tag.index);
+    last = tag.index + tag[0].length;
+    if (tag[1] !== undefined) {
+      const href = /\shref\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))/i.exec(tag[1]);
+      link = {
+        href: htmlToText(href?.[1] ?? href?.[2] ?? href?.[3] ?? '').replace(/^mailto:/i, ''),
+        start: out.length,
+      };
+    } else if (link) {
+      if (link.href !== '' && htmlToText(out.slice(link.start)) !== link.href) out += ` ( ${link.href} )`;
+      link = undefined;
+    }
+  }
+  return out + html.slice(last);
 }
 
 /** A time as Go's JSON encoder writes it: RFC 3339, the fraction without its trailing zeros, at an offset in minutes. */
