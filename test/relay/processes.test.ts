@@ -34,6 +34,9 @@ interface Service {
   accepted: Set<string>;
   holding: boolean;
   held: { res: ServerResponse; messageId: string }[];
+  /** Holds the key checks (the empty sends) while set: a process starting waits on its own. */
+  holdingChecks: boolean;
+  heldChecks: ServerResponse[];
   release(): void;
   close(): Promise<void>;
 }
@@ -44,6 +47,8 @@ async function startService(): Promise<Service> {
     accepted: new Set(),
     holding: false,
     held: [],
+    holdingChecks: false,
+    heldChecks: [],
     release() {
       for (const { res, messageId } of this.held.splice(0)) answer(res, messageId);
     },
@@ -61,6 +66,10 @@ async function startService(): Promise<Service> {
     req.on('end', () => {
       const text = Buffer.concat(chunks).toString();
       const b64 = /"([A-Za-z0-9+/=]{40,})"/.exec(text)?.[1];
+      if (!b64 && service.holdingChecks) {
+        service.heldChecks.push(res);
+        return;
+      }
       if (!b64) {
         res.writeHead(400, { 'content-type': 'application/json' });
         res.end(JSON.stringify({ error: { code: 'invalid_request', message: 'no eml' } }));
@@ -366,4 +375,51 @@ describe('eml-api relay --processes 2 that cannot start', () => {
       taken.close();
     }
   }, 30_000);
+});
+
+describe('eml-api relay --processes 2 stopped while a process is replaced', () => {
+  it('SIGTERM while the replacement still starts: exit 0, nothing said to be given up', async () => {
+    const child = spawn(
+      process.execPath,
+      nodeArgs([
+        '--import',
+        'tsx',
+        'src/cli/main.ts',
+        'relay',
+        '--processes',
+        '2',
+        '--port',
+        '0',
+        '--url',
+        service.url,
+        // Longer than the test: a process that waited out the grace period would not do.
+        '--grace',
+        '60',
+      ]),
+      { cwd: ROOT, env: { ...process.env, EML_API_KEY: KEY }, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let said = '';
+    child.stdout!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+    child.stderr!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+    const exit = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    try {
+      await eventually(() => /listening on/.test(said), { timeout: 30_000, what: () => said });
+      const [victim] = childPids(child.pid!, 'src/cli/main.');
+      service.holdingChecks = true;
+      process.kill(victim!, 'SIGKILL');
+      // The replacement waits on its key check: it has started nothing.
+      await eventually(() => service.heldChecks.length === 1, { timeout: 20_000, what: () => said });
+      child.kill('SIGTERM');
+      expect(await exit, said).toBe(0);
+      expect(said).toContain('SMTP relay stopped\n');
+      expect(said).not.toMatch(/given up/);
+    } finally {
+      service.holdingChecks = false;
+      for (const res of service.heldChecks.splice(0)) res.destroy();
+      if (child.exitCode === null && child.signalCode === null) {
+        for (const pid of childPids(child.pid!, 'src/cli/main.')) process.kill(pid, 'SIGKILL');
+        child.kill('SIGKILL');
+      }
+    }
+  }, 40_000);
 });

@@ -227,7 +227,9 @@ export class ProcessGroup {
       cluster.off('message', this.#onMessage);
       const codes = members.map((member, i) => {
         const { code, signal } = exits[i]!;
-        return signal !== null ? 4 : (member.stopCode ?? code ?? 4);
+        // One signalled while it started had nothing in flight to give up.
+        if (signal !== null) return member.started ? 4 : 0;
+        return member.stopCode ?? code ?? 4;
       });
       return codes.some((code) => code !== 0 && code !== 4) ? 1 : codes.includes(4) ? 4 : 0;
     })();

@@ -58,6 +58,11 @@ export async function runRelayProcess(
   const { http: _http, ...rest } = options;
   const { metrics } = settings;
   let relay: EmlApiRelay;
+  let serving = false;
+  // Stopped while it starts (its key check may wait on the service): it has no client yet.
+  void member.stopRequested.then(() => {
+    if (!serving) process.exit(0);
+  });
   const counts = new SharedClientCounts(member);
   try {
     await counts.join();
@@ -68,6 +73,7 @@ export async function runRelayProcess(
         readiness: (checks) => member.serveReadiness(checks, secrets),
       },
     );
+    serving = true;
   } catch (err) {
     member.close();
     throw err;
