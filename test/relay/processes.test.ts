@@ -423,3 +423,52 @@ describe('eml-api relay --processes 2 stopped while a process is replaced', () =
     }
   }, 40_000);
 });
+
+describe('eml-api relay --processes 1 without --http-port', () => {
+  it('a process killed is replaced: the primary waits for its replacement instead of exiting', async () => {
+    const child = spawn(
+      process.execPath,
+      nodeArgs([
+        '--import',
+        'tsx',
+        'src/cli/main.ts',
+        'relay',
+        '--processes',
+        '1',
+        '--port',
+        '0',
+        '--url',
+        service.url,
+      ]),
+      { cwd: ROOT, env: { ...process.env, EML_API_KEY: KEY }, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let said = '';
+    child.stdout!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+    child.stderr!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+    let exited = false;
+    const exit = new Promise<number | null>((resolve) =>
+      child.once('exit', (code) => {
+        exited = true;
+        resolve(code);
+      }),
+    );
+    try {
+      await eventually(() => /listening on 127\.0\.0\.1:(\d+)/.test(said), { timeout: 30_000, what: () => said });
+      const port = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(said)![1]);
+      const [victim] = childPids(child.pid!, 'src/cli/main.');
+      process.kill(victim!, 'SIGKILL');
+      await eventually(() => exited || /relay process \d+ started/.test(said), { timeout: 20_000, what: () => said });
+      expect(exited, said).toBe(false);
+      const { dialog, greeting } = await SmtpDialog.open(port);
+      dialog.close();
+      expect(greeting.code).toBe(220);
+      child.kill('SIGTERM');
+      expect(await exit, said).toBe(0);
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) {
+        for (const pid of childPids(child.pid!, 'src/cli/main.')) process.kill(pid, 'SIGKILL');
+        child.kill('SIGKILL');
+      }
+    }
+  }, 40_000);
+});

@@ -140,6 +140,8 @@ export class ProcessGroup {
   #stopping = false;
   #restarts = 0;
   #recentDeaths: number[] = [];
+  /** Held, not unref'd: with every process gone they are all that keeps the primary running. */
+  readonly #restartTimers = new Set<NodeJS.Timeout>();
   /** 0 until one reported the port it got. */
   #listenPort: number;
   #boundPort: number | undefined;
@@ -209,6 +211,8 @@ export class ProcessGroup {
   stop(): Promise<number> {
     this.#stopped ??= (async () => {
       this.#stopping = true;
+      for (const timer of this.#restartTimers) clearTimeout(timer);
+      this.#restartTimers.clear();
       this.#endpoint?.stopping();
       const members = [...this.#members].filter((m) => !m.gone);
       // Said, not signalled: systemd and a terminal signal the whole group already, and a worker takes
@@ -356,7 +360,11 @@ export class ProcessGroup {
     this.#settings.log(
       `${this.#settings.role} process ${member.pid} died (${reason}); starting another in ${delay / 1000} s`,
     );
-    setTimeout(() => this.#replace(), delay).unref();
+    const timer = setTimeout(() => {
+      this.#restartTimers.delete(timer);
+      this.#replace();
+    }, delay);
+    this.#restartTimers.add(timer);
   }
 
   /** One that cannot start (Redis down) is replaced in turn. */
