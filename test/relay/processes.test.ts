@@ -34,6 +34,10 @@ interface Service {
   accepted: Set<string>;
   holding: boolean;
   held: { res: ServerResponse; messageId: string }[];
+  /** The Idempotency-Key of every message sent. */
+  keys: string[];
+  /** Breaks the connection of every message sent while set, once it has been read: the relay cannot tell the outcome. */
+  resetting: boolean;
   /** Holds the key checks (the empty sends) while set: a process starting waits on its own. */
   holdingChecks: boolean;
   heldChecks: ServerResponse[];
@@ -47,6 +51,8 @@ async function startService(): Promise<Service> {
     accepted: new Set(),
     holding: false,
     held: [],
+    keys: [],
+    resetting: false,
     holdingChecks: false,
     heldChecks: [],
     release() {
@@ -73,6 +79,11 @@ async function startService(): Promise<Service> {
       if (!b64) {
         res.writeHead(400, { 'content-type': 'application/json' });
         res.end(JSON.stringify({ error: { code: 'invalid_request', message: 'no eml' } }));
+        return;
+      }
+      service.keys.push(String(req.headers['idempotency-key']));
+      if (service.resetting) {
+        req.socket.destroy();
         return;
       }
       const messageId = /^Message-ID: <([^>]+)>/im.exec(Buffer.from(b64, 'base64').toString())?.[1] ?? '?';
@@ -320,6 +331,31 @@ describe('eml-api relay --processes 2', () => {
     expect(output).toMatch(new RegExp(`relay process ${victim} died \\(signal SIGKILL\\)`));
     closeAll();
   }, 30_000);
+
+  it('a message without Message-ID or Date that got a 451 keeps its identity when retried on the other process', async () => {
+    const [first, second] = await onBothProcesses();
+    expect(new Set([holderOf(first!), holderOf(second!)]).size).toBe(2);
+    const bare = async (dialog: SmtpDialog) => {
+      await dialog.command('EHLO client.example');
+      expect((await dialog.command('MAIL FROM:<cron@example.test>')).code).toBe(250);
+      expect((await dialog.command('RCPT TO:<ops@example.test>')).code).toBe(250);
+      return (
+        await dialog.data('From: cron@example.test\r\nTo: ops@example.test\r\nSubject: disk full\r\n\r\n/var\r\n')
+      ).code;
+    };
+    const sent = service.keys.length;
+    service.resetting = true;
+    try {
+      // The service took it, but its answer was lost.
+      expect(await bare(first!)).toBe(451);
+    } finally {
+      service.resetting = false;
+    }
+    expect(await bare(second!)).toBe(250);
+    const [tried, retried] = service.keys.slice(sent);
+    expect(retried).toBe(tried);
+    closeAll();
+  });
 
   it('SIGTERM drains every process: the messages in flight on both get their 250, then all exit 0', async () => {
     service.holding = true;

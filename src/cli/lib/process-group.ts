@@ -240,6 +240,13 @@ export class ProcessGroup {
     return this.#stopped;
   }
 
+  /** Tells every process but `except` (the one it came from). */
+  tell(what: string, args: unknown, except?: number): void {
+    for (const member of this.#members) {
+      if (!member.gone && member.worker.id !== except) send(member.worker, { group: 'tell', what, args });
+    }
+  }
+
   /** A worker hands its jobs in flight back, as on a second signal. */
   hurry(): void {
     for (const member of this.#members) if (!member.gone) send(member.worker, { group: 'hurry' });
@@ -468,6 +475,7 @@ function send(worker: Worker, message: GroupMessage, failed?: () => void): void 
 /** A process of a {@link ProcessGroup}: asks and tells its primary, answers its questions, and hears when to stop. */
 export class GroupMember implements PrimaryLink {
   readonly #pending = new Map<number, (value: unknown) => void>();
+  readonly #heard = new Map<string, (args: unknown) => void>();
   #nextAsk = 1;
   #registry: MemberRegistry | undefined;
   #health: HealthMonitor | undefined;
@@ -505,6 +513,11 @@ export class GroupMember implements PrimaryLink {
 
   tell(what: string, args: unknown): void {
     this.#send({ group: 'tell', what, args });
+  }
+
+  /** Handles what the primary tells every process. */
+  hear(what: string, handle: (args: unknown) => void): void {
+    this.#heard.set(what, handle);
   }
 
   serveMetrics(registry: MemberRegistry | undefined): void {
@@ -545,6 +558,7 @@ export class GroupMember implements PrimaryLink {
     if (!isGroupMessage(message)) return;
     if (message.group === 'stop') return this.#stop();
     if (message.group === 'hurry') return this.#hurry();
+    if (message.group === 'tell') return this.#heard.get(message.what)?.(message.args);
     if (message.group === 'answer') {
       const resolve = this.#pending.get(message.id);
       this.#pending.delete(message.id);
