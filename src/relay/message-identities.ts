@@ -8,6 +8,13 @@ export const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000;
 /** Messages whose send outcome the relay remembers at most, by default (about 200 bytes each). */
 const DEFAULT_CAPACITY = 10_000;
 
+/** A try whose outcome is unknown, remembered so that the client's retry keeps its identity. */
+export interface RememberedTry {
+  readonly nonce: string;
+  /** Until when it holds, in ms since the epoch. */
+  readonly until: number;
+}
+
 /** What names one message the relay received. */
 export interface MessageIdentity {
   /** The `Idempotency-Key` of its send. */
@@ -57,8 +64,9 @@ export interface MessageFacts {
  *   gets a new identity, unless this relay's last try of the same envelope
  *   and bytes ended in a failure whose outcome it could not know (a `451`):
  *   then it is that try's retry, and keeps its identity. The relay remembers
- *   such failures for 24 hours, up to 10,000 messages, in memory: a retry
- *   that reaches another relay, or this one after a restart, is sent again.
+ *   such failures for 24 hours, up to 10,000 messages, in memory (shared by
+ *   the processes of `--processes`): a retry that reaches another relay, or
+ *   this one after a restart, is sent again.
  *
  * A message without a Message-ID gets one made from its identity (`<hex.eml-api-relay@from-domain>`), as Postfix's
  * cleanup adds a missing one (`always_add_missing_headers`): recipients (and Gmail) expect one, and it names the same
@@ -70,17 +78,28 @@ export interface MessageFacts {
  */
 export class MessageIdentities {
   /** Identity fingerprint → the nonce of a try whose outcome is unknown, and until when it holds. */
-  readonly #unknown = new Map<string, { nonce: string; until: number }>();
+  readonly #unknown = new Map<string, RememberedTry>();
   readonly #capacity: number;
   readonly #now: () => number;
+  readonly #settled: ((fingerprint: string, remembered: RememberedTry | undefined) => void) | undefined;
 
   /**
    * @param options.capacity failed tries remembered at most; the oldest is forgotten past it. Default 10,000
    * @param options.now the clock, in milliseconds. Default `Date.now`
+   * @param options.settled told every change {@link settle} makes, for the other processes to {@link learn}
    */
-  constructor({ capacity = DEFAULT_CAPACITY, now = Date.now }: { capacity?: number; now?: () => number } = {}) {
+  constructor({
+    capacity = DEFAULT_CAPACITY,
+    now = Date.now,
+    settled,
+  }: {
+    capacity?: number;
+    now?: () => number;
+    settled?: (fingerprint: string, remembered: RememberedTry | undefined) => void;
+  } = {}) {
     this.#capacity = capacity;
     this.#now = now;
+    this.#settled = settled;
   }
 
   /** The identity of a message about to be sent. */
@@ -109,12 +128,25 @@ export class MessageIdentities {
    */
   settle(identity: { readonly fingerprint: string; readonly nonce: string }, failure: unknown): void {
     if (identity.nonce === '') return;
-    this.#unknown.delete(identity.fingerprint);
     const known = failure === undefined || (failure instanceof EmlApiError && failure.permanent);
-    if (known) return;
-    this.#unknown.set(identity.fingerprint, { nonce: identity.nonce, until: this.#now() + IDEMPOTENCY_WINDOW_MS });
+    const remembered = known ? undefined : { nonce: identity.nonce, until: this.#now() + IDEMPOTENCY_WINDOW_MS };
+    this.learn(identity.fingerprint, remembered);
+    this.#settled?.(identity.fingerprint, remembered);
+  }
+
+  /** Takes in what {@link settle} did elsewhere (another process of the group). */
+  learn(fingerprint: string, remembered: RememberedTry | undefined): void {
+    this.#unknown.delete(fingerprint);
+    if (!remembered || remembered.until <= this.#now()) return;
+    this.#unknown.set(fingerprint, { nonce: remembered.nonce, until: remembered.until });
     // Map keeps insertion order: the first entry is the oldest.
     if (this.#unknown.size > this.#capacity) this.#unknown.delete(this.#unknown.keys().next().value!);
+  }
+
+  /** The tries remembered now, oldest first: what a process that joins the group {@link learn}s. */
+  remembered(): [string, RememberedTry][] {
+    const now = this.#now();
+    return [...this.#unknown].filter(([, entry]) => entry.until > now);
   }
 
   #remembered(fingerprint: string): string | undefined {

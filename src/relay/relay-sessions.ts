@@ -73,6 +73,8 @@ export interface RelayState {
   readonly slots: ClientSlots;
   /** Where the AUTH failure budgets are kept, when not in this process alone. */
   readonly counts?: ClientCounts;
+  /** The identities' memory, when the processes share it. */
+  readonly identities?: MessageIdentities;
   /** Aborted by `close({ abort: true })`. */
   readonly signal: AbortSignal;
   /** Aborted by any close(): messages still arriving are given up. */
@@ -130,7 +132,7 @@ export function relaySessionHandlers(relay: RelayState): SessionHandlers {
   };
   const sessions = new WeakMap<SMTPServerSession, SessionState>();
   const signals = new SignalFanout();
-  const identities = new MessageIdentities();
+  const identities = relay.identities ?? new MessageIdentities();
   const stateOf = (session: SMTPServerSession): SessionState => {
     let state = sessions.get(session);
     if (!state) sessions.set(session, (state = { held: undefined, authFailures: 0, closed: false }));

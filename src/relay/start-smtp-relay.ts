@@ -5,7 +5,7 @@ import { configError, describe } from '../shared/options-kit.js';
 import { isLoopbackAddress } from './client-address-list.js';
 import { ClientSlots } from './client-slots.js';
 import { KeyClients, keyFingerprint, secretMatcher } from './relay-users.js';
-import { identitySecret } from './message-identities.js';
+import { identitySecret, type MessageIdentities } from './message-identities.js';
 import { directDestination, queueDestination, UploadShares } from './message-destination.js';
 import { AUTH_NEEDS_TLS } from './smtp-replies.js';
 import { loadSmtpServer, SmtpServerAdapter, type SessionHandlers } from './smtp-server-adapter.js';
@@ -100,6 +100,8 @@ export function startEmlApiRelay(options: EmlApiRelayOptions): Promise<EmlApiRel
 export interface RelayProcessShares {
   /** The per-client counts, kept by the primary. */
   counts?: ClientCounts;
+  /** The tries of unknown outcome, shared with the other processes. */
+  identities?: MessageIdentities;
   /** Takes what `/readyz` checks: the primary's port asks every process. */
   readiness?: (checks: ReadinessCheck[]) => void;
 }
@@ -152,6 +154,7 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
       shares,
       slots,
       ...(shared.counts ? { counts: shared.counts } : {}),
+      ...(shared.identities ? { identities: shared.identities } : {}),
       signal: aborter.signal,
       arriving: arriving.signal,
       closing: () => closing,

@@ -143,3 +143,41 @@ describe('eml-api worker --processes 2', () => {
     for (const pid of pids) expect(() => process.kill(pid, 0)).toThrow();
   }, 30_000);
 });
+
+describe('eml-api worker --processes 1 without --http-port', () => {
+  it('a process killed is replaced: the primary waits for its replacement instead of exiting', async () => {
+    const child = spawn(
+      process.execPath,
+      nodeArgs(['--import', 'tsx', 'src/cli/main.ts', 'worker', '--processes', '1', '--queue', 'alone']),
+      {
+        cwd: ROOT,
+        env: { ...process.env, REDIS_URL: redis.url, EML_API_URL: emu.url, EML_API_KEY: emu.apiKey },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    let said = '';
+    child.stdout!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+    child.stderr!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+    let exited = false;
+    const exit = new Promise<number | null>((resolve) =>
+      child.once('exit', (code) => {
+        exited = true;
+        resolve(code);
+      }),
+    );
+    try {
+      await eventually(() => /Worker sending/.test(said), { timeout: 30_000, what: () => said });
+      const [victim] = childPids(child.pid!, 'src/cli/main.');
+      process.kill(victim!, 'SIGKILL');
+      await eventually(() => exited || /worker process \d+ started/.test(said), { timeout: 20_000, what: () => said });
+      expect(exited, said).toBe(false);
+      child.kill('SIGTERM');
+      expect(await exit, said).toBe(0);
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) {
+        for (const pid of childPids(child.pid!, 'src/cli/main.')) process.kill(pid, 'SIGKILL');
+        child.kill('SIGKILL');
+      }
+    }
+  }, 40_000);
+});

@@ -34,6 +34,13 @@ interface Service {
   accepted: Set<string>;
   holding: boolean;
   held: { res: ServerResponse; messageId: string }[];
+  /** The Idempotency-Key of every message sent. */
+  keys: string[];
+  /** Breaks the connection of every message sent while set, once it has been read: the relay cannot tell the outcome. */
+  resetting: boolean;
+  /** Holds the key checks (the empty sends) while set: a process starting waits on its own. */
+  holdingChecks: boolean;
+  heldChecks: ServerResponse[];
   release(): void;
   close(): Promise<void>;
 }
@@ -44,6 +51,10 @@ async function startService(): Promise<Service> {
     accepted: new Set(),
     holding: false,
     held: [],
+    keys: [],
+    resetting: false,
+    holdingChecks: false,
+    heldChecks: [],
     release() {
       for (const { res, messageId } of this.held.splice(0)) answer(res, messageId);
     },
@@ -61,9 +72,18 @@ async function startService(): Promise<Service> {
     req.on('end', () => {
       const text = Buffer.concat(chunks).toString();
       const b64 = /"([A-Za-z0-9+/=]{40,})"/.exec(text)?.[1];
+      if (!b64 && service.holdingChecks) {
+        service.heldChecks.push(res);
+        return;
+      }
       if (!b64) {
         res.writeHead(400, { 'content-type': 'application/json' });
         res.end(JSON.stringify({ error: { code: 'invalid_request', message: 'no eml' } }));
+        return;
+      }
+      service.keys.push(String(req.headers['idempotency-key']));
+      if (service.resetting) {
+        req.socket.destroy();
         return;
       }
       const messageId = /^Message-ID: <([^>]+)>/im.exec(Buffer.from(b64, 'base64').toString())?.[1] ?? '?';
@@ -312,6 +332,31 @@ describe('eml-api relay --processes 2', () => {
     closeAll();
   }, 30_000);
 
+  it('a message without Message-ID or Date that got a 451 keeps its identity when retried on the other process', async () => {
+    const [first, second] = await onBothProcesses();
+    expect(new Set([holderOf(first!), holderOf(second!)]).size).toBe(2);
+    const bare = async (dialog: SmtpDialog) => {
+      await dialog.command('EHLO client.example');
+      expect((await dialog.command('MAIL FROM:<cron@example.test>')).code).toBe(250);
+      expect((await dialog.command('RCPT TO:<ops@example.test>')).code).toBe(250);
+      return (
+        await dialog.data('From: cron@example.test\r\nTo: ops@example.test\r\nSubject: disk full\r\n\r\n/var\r\n')
+      ).code;
+    };
+    const sent = service.keys.length;
+    service.resetting = true;
+    try {
+      // The service took it, but its answer was lost.
+      expect(await bare(first!)).toBe(451);
+    } finally {
+      service.resetting = false;
+    }
+    expect(await bare(second!)).toBe(250);
+    const [tried, retried] = service.keys.slice(sent);
+    expect(retried).toBe(tried);
+    closeAll();
+  });
+
   it('SIGTERM drains every process: the messages in flight on both get their 250, then all exit 0', async () => {
     service.holding = true;
     const dialogsInFlight = await onBothProcesses();
@@ -366,4 +411,100 @@ describe('eml-api relay --processes 2 that cannot start', () => {
       taken.close();
     }
   }, 30_000);
+});
+
+describe('eml-api relay --processes 2 stopped while a process is replaced', () => {
+  it('SIGTERM while the replacement still starts: exit 0, nothing said to be given up', async () => {
+    const child = spawn(
+      process.execPath,
+      nodeArgs([
+        '--import',
+        'tsx',
+        'src/cli/main.ts',
+        'relay',
+        '--processes',
+        '2',
+        '--port',
+        '0',
+        '--url',
+        service.url,
+        // Longer than the test: a process that waited out the grace period would not do.
+        '--grace',
+        '60',
+      ]),
+      { cwd: ROOT, env: { ...process.env, EML_API_KEY: KEY }, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let said = '';
+    child.stdout!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+    child.stderr!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+    const exit = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    try {
+      await eventually(() => /listening on/.test(said), { timeout: 30_000, what: () => said });
+      const [victim] = childPids(child.pid!, 'src/cli/main.');
+      service.holdingChecks = true;
+      process.kill(victim!, 'SIGKILL');
+      // The replacement waits on its key check: it has started nothing.
+      await eventually(() => service.heldChecks.length === 1, { timeout: 20_000, what: () => said });
+      child.kill('SIGTERM');
+      expect(await exit, said).toBe(0);
+      expect(said).toContain('SMTP relay stopped\n');
+      expect(said).not.toMatch(/given up/);
+    } finally {
+      service.holdingChecks = false;
+      for (const res of service.heldChecks.splice(0)) res.destroy();
+      if (child.exitCode === null && child.signalCode === null) {
+        for (const pid of childPids(child.pid!, 'src/cli/main.')) process.kill(pid, 'SIGKILL');
+        child.kill('SIGKILL');
+      }
+    }
+  }, 40_000);
+});
+
+describe('eml-api relay --processes 1 without --http-port', () => {
+  it('a process killed is replaced: the primary waits for its replacement instead of exiting', async () => {
+    const child = spawn(
+      process.execPath,
+      nodeArgs([
+        '--import',
+        'tsx',
+        'src/cli/main.ts',
+        'relay',
+        '--processes',
+        '1',
+        '--port',
+        '0',
+        '--url',
+        service.url,
+      ]),
+      { cwd: ROOT, env: { ...process.env, EML_API_KEY: KEY }, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let said = '';
+    child.stdout!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+    child.stderr!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+    let exited = false;
+    const exit = new Promise<number | null>((resolve) =>
+      child.once('exit', (code) => {
+        exited = true;
+        resolve(code);
+      }),
+    );
+    try {
+      await eventually(() => /listening on 127\.0\.0\.1:(\d+)/.test(said), { timeout: 30_000, what: () => said });
+      const port = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(said)![1]);
+      const [victim] = childPids(child.pid!, 'src/cli/main.');
+      process.kill(victim!, 'SIGKILL');
+      await eventually(() => exited || /relay process \d+ started/.test(said), { timeout: 20_000, what: () => said });
+      expect(exited, said).toBe(false);
+      const { dialog, greeting } = await SmtpDialog.open(port);
+      dialog.close();
+      expect(greeting.code).toBe(220);
+      child.kill('SIGTERM');
+      expect(await exit, said).toBe(0);
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) {
+        for (const pid of childPids(child.pid!, 'src/cli/main.')) process.kill(pid, 'SIGKILL');
+        child.kill('SIGKILL');
+      }
+    }
+  }, 40_000);
 });

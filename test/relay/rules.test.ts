@@ -289,6 +289,22 @@ describe('MessageIdentities', () => {
     expect(identities.identify(bare).idempotencyKey).not.toBe(late.idempotencyKey);
   });
 
+  it('shares what it settles with other processes, and with one that joins later (--processes)', () => {
+    const other = new MessageIdentities();
+    const identities = new MessageIdentities({
+      settled: (fingerprint, remembered) => other.learn(fingerprint, remembered),
+    });
+    const bare = facts({ hasDate: false });
+    const tried = identities.identify(bare);
+    identities.settle(tried, transient);
+    expect(other.identify(bare).idempotencyKey).toBe(tried.idempotencyKey);
+    const joined = new MessageIdentities();
+    for (const [fingerprint, remembered] of other.remembered()) joined.learn(fingerprint, remembered);
+    expect(joined.identify(bare).idempotencyKey).toBe(tried.idempotencyKey);
+    identities.settle(tried, undefined);
+    expect(other.identify(bare).idempotencyKey).not.toBe(tried.idempotencyKey);
+  });
+
   it('remembers at most `capacity` tries, forgetting the oldest', () => {
     const identities = new MessageIdentities({ capacity: 2 });
     const tries = ['1', '2', '3'].map((d) => identities.identify(facts({ hasDate: false, digest: d })));

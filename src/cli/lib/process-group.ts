@@ -140,6 +140,8 @@ export class ProcessGroup {
   #stopping = false;
   #restarts = 0;
   #recentDeaths: number[] = [];
+  /** Held, not unref'd: with every process gone they are all that keeps the primary running. */
+  readonly #restartTimers = new Set<NodeJS.Timeout>();
   /** 0 until one reported the port it got. */
   #listenPort: number;
   #boundPort: number | undefined;
@@ -209,6 +211,8 @@ export class ProcessGroup {
   stop(): Promise<number> {
     this.#stopped ??= (async () => {
       this.#stopping = true;
+      for (const timer of this.#restartTimers) clearTimeout(timer);
+      this.#restartTimers.clear();
       this.#endpoint?.stopping();
       const members = [...this.#members].filter((m) => !m.gone);
       // Said, not signalled: systemd and a terminal signal the whole group already, and a worker takes
@@ -227,11 +231,20 @@ export class ProcessGroup {
       cluster.off('message', this.#onMessage);
       const codes = members.map((member, i) => {
         const { code, signal } = exits[i]!;
-        return signal !== null ? 4 : (member.stopCode ?? code ?? 4);
+        // One signalled while it started had nothing in flight to give up.
+        if (signal !== null) return member.started ? 4 : 0;
+        return member.stopCode ?? code ?? 4;
       });
       return codes.some((code) => code !== 0 && code !== 4) ? 1 : codes.includes(4) ? 4 : 0;
     })();
     return this.#stopped;
+  }
+
+  /** Tells every process but `except` (the one it came from). */
+  tell(what: string, args: unknown, except?: number): void {
+    for (const member of this.#members) {
+      if (!member.gone && member.worker.id !== except) send(member.worker, { group: 'tell', what, args });
+    }
   }
 
   /** A worker hands its jobs in flight back, as on a second signal. */
@@ -354,7 +367,11 @@ export class ProcessGroup {
     this.#settings.log(
       `${this.#settings.role} process ${member.pid} died (${reason}); starting another in ${delay / 1000} s`,
     );
-    setTimeout(() => this.#replace(), delay).unref();
+    const timer = setTimeout(() => {
+      this.#restartTimers.delete(timer);
+      this.#replace();
+    }, delay);
+    this.#restartTimers.add(timer);
   }
 
   /** One that cannot start (Redis down) is replaced in turn. */
@@ -458,6 +475,7 @@ function send(worker: Worker, message: GroupMessage, failed?: () => void): void 
 /** A process of a {@link ProcessGroup}: asks and tells its primary, answers its questions, and hears when to stop. */
 export class GroupMember implements PrimaryLink {
   readonly #pending = new Map<number, (value: unknown) => void>();
+  readonly #heard = new Map<string, (args: unknown) => void>();
   #nextAsk = 1;
   #registry: MemberRegistry | undefined;
   #health: HealthMonitor | undefined;
@@ -495,6 +513,11 @@ export class GroupMember implements PrimaryLink {
 
   tell(what: string, args: unknown): void {
     this.#send({ group: 'tell', what, args });
+  }
+
+  /** Handles what the primary tells every process. */
+  hear(what: string, handle: (args: unknown) => void): void {
+    this.#heard.set(what, handle);
   }
 
   serveMetrics(registry: MemberRegistry | undefined): void {
@@ -535,6 +558,7 @@ export class GroupMember implements PrimaryLink {
     if (!isGroupMessage(message)) return;
     if (message.group === 'stop') return this.#stop();
     if (message.group === 'hurry') return this.#hurry();
+    if (message.group === 'tell') return this.#heard.get(message.what)?.(message.args);
     if (message.group === 'answer') {
       const resolve = this.#pending.get(message.id);
       this.#pending.delete(message.id);

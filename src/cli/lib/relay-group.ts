@@ -2,6 +2,7 @@ import type { CliIo } from '../cli-io.js';
 import { startRelay, type EmlApiRelay } from '../../relay/start-smtp-relay.js';
 import type { EmlApiRelayOptions } from '../../relay/relay-options.js';
 import { ClientLimitsKeeper, SharedClientCounts } from '../../relay/shared-limits.js';
+import { MessageIdentities, type RememberedTry } from '../../relay/message-identities.js';
 import { GroupMember, memberSettings, ProcessGroup } from './process-group.js';
 
 /**
@@ -17,6 +18,16 @@ export async function startRelayGroup(
   secrets: (string | undefined)[],
 ): Promise<EmlApiRelay> {
   const limits = new ClientLimitsKeeper();
+  // A retry after a 451 may reach another process: each one's tries of unknown outcome go to all.
+  const tries = new MessageIdentities();
+  const shareTries = (process: number, what: string, args: unknown): { value: unknown } | undefined => {
+    if (what === 'identities.remembered') return { value: tries.remembered() };
+    if (what !== 'identities.settle') return undefined;
+    const { fingerprint, remembered } = args as SettledTry;
+    tries.learn(fingerprint, remembered);
+    group.tell(what, args, process);
+    return { value: undefined };
+  };
   const group = new ProcessGroup({
     role: 'relay',
     processes,
@@ -25,7 +36,7 @@ export async function startRelayGroup(
     http: options.http && { port: options.http.port, host: options.http.host ?? '127.0.0.1' },
     metrics: options.metrics !== false,
     secrets,
-    serve: (process, what, args) => limits.handle(process, what, args),
+    serve: (process, what, args) => limits.handle(process, what, args) ?? shareTries(process, what, args),
     exited: (process) => limits.forget(process),
     log: (line) => io.stderr.write(`${new Date().toISOString()} ${line}\n`),
   });
@@ -58,16 +69,35 @@ export async function runRelayProcess(
   const { http: _http, ...rest } = options;
   const { metrics } = settings;
   let relay: EmlApiRelay;
+  let serving = false;
+  // Stopped while it starts (its key check may wait on the service): it has no client yet.
+  void member.stopRequested.then(() => {
+    if (!serving) process.exit(0);
+  });
   const counts = new SharedClientCounts(member);
+  const identities = new MessageIdentities({
+    settled: (fingerprint, remembered) =>
+      member.tell('identities.settle', { fingerprint, remembered } satisfies SettledTry),
+  });
+  member.hear('identities.settle', (args) => {
+    const { fingerprint, remembered } = args as SettledTry;
+    identities.learn(fingerprint, remembered);
+  });
   try {
     await counts.join();
+    const known = await member.ask('identities.remembered', undefined);
+    for (const [fingerprint, remembered] of (known ?? []) as [string, RememberedTry][]) {
+      identities.learn(fingerprint, remembered);
+    }
     relay = await startRelay(
       { ...rest, port: settings.port, metrics: metrics ?? false },
       {
         counts,
+        identities,
         readiness: (checks) => member.serveReadiness(checks, secrets),
       },
     );
+    serving = true;
   } catch (err) {
     member.close();
     throw err;
@@ -86,4 +116,10 @@ export async function runRelayProcess(
   await member.stopped(givenUp > 0 ? 4 : 0, givenUp);
   member.close();
   return givenUp > 0 ? 4 : 0;
+}
+
+/** What a process tells of a try it settled (see {@link MessageIdentities.settle}). */
+interface SettledTry {
+  fingerprint: string;
+  remembered: RememberedTry | undefined;
 }
