@@ -225,6 +225,46 @@ export function untilStopped(signal: AbortSignal | undefined): Promise<void> {
 
 const stopListeners = new Set<() => void>();
 
+/** The first and second stop requests: SIGINT/SIGTERM, or the abort of `signal` (tests), which counts as the first. */
+export function stopSignals(signal: AbortSignal | undefined): {
+  first: Promise<void>;
+  second: Promise<void>;
+  /** As a second request does (a group's primary says so). */
+  hurry: () => void;
+  dispose: () => void;
+} {
+  let count = 0;
+  let resolveFirst!: () => void;
+  let resolveSecond!: () => void;
+  const first = new Promise<void>((resolve) => (resolveFirst = resolve));
+  const second = new Promise<void>((resolve) => (resolveSecond = resolve));
+  const onStop = () => {
+    count++;
+    if (count === 1) resolveFirst();
+    else resolveSecond();
+  };
+  const hurry = () => {
+    resolveFirst();
+    resolveSecond();
+  };
+  if (signal) {
+    if (signal.aborted) onStop();
+    else signal.addEventListener('abort', onStop, { once: true });
+    return { first, second, hurry, dispose: () => signal.removeEventListener('abort', onStop) };
+  }
+  process.on('SIGINT', onStop);
+  process.on('SIGTERM', onStop);
+  return {
+    first,
+    second,
+    hurry,
+    dispose: () => {
+      process.off('SIGINT', onStop);
+      process.off('SIGTERM', onStop);
+    },
+  };
+}
+
 /** Removes the listeners of waiting {@link untilStopped} calls: a command that fails to start leaves none behind. */
 export function stopListeningForSignals(): void {
   for (const dispose of [...stopListeners]) dispose();

@@ -46,7 +46,10 @@ export interface EmlApiRelay {
    * process.once('SIGTERM', () => relay.close());
    */
   close(options?: {
-    /** Abort the messages being uploaded at once (their clients get `451`). @default false */
+    /**
+     * Abort the messages being uploaded at once (their clients get `451`); given while another close waits out its
+     * `grace`, it ends that wait: the messages left are given up and counted in `givenUp`. @default false
+     */
     abort?: boolean;
     /**
      * Milliseconds the messages in flight, still arriving or being handed on, have to finish; then the ones left are
@@ -258,6 +261,10 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
   }
 
   let closed: Promise<EmlApiRelayClosed> | undefined;
+  // A close({ abort: true }) while a close waits out its grace period: what is left is given up now.
+  let hurriedNow = false;
+  let hurry!: () => void;
+  const hurried = new Promise<void>((resolve) => (hurry = resolve)).then(() => (hurriedNow = true));
   const endpoint = telemetry.endpoint;
   const giveUpArriving = () =>
     arriving.abort(
@@ -271,6 +278,7 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
     close(closeOptions = {}) {
       if (closeOptions.abort) {
         aborter.abort(new EmlApiError('EABORT', 'the relay was closed with { abort: true }', { permanent: false }));
+        if (closed) hurry();
       }
       const { grace } = closeOptions;
       if (grace !== undefined && (!Number.isInteger(grace) || grace < 0)) {
@@ -287,17 +295,23 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
           giveUpArriving();
         } else {
           const deadline = Date.now() + grace;
-          while (inflight.size > 0 && Date.now() < deadline) {
+          while (inflight.size > 0 && Date.now() < deadline && !hurriedNow) {
             let timer: NodeJS.Timeout | undefined;
             await Promise.race([
               Promise.allSettled([...inflight]),
               new Promise((resolve) => (timer = setTimeout(resolve, deadline - Date.now()))),
+              hurried,
             ]);
             clearTimeout(timer);
           }
           givenUp = inflight.size;
           if (givenUp > 0) {
-            logger.warn({ messages: givenUp, graceMs: grace }, 'Grace period over: giving up the messages in flight');
+            logger.warn(
+              { messages: givenUp, graceMs: grace },
+              hurriedNow
+                ? 'Stopping at once: giving up the messages in flight'
+                : 'Grace period over: giving up the messages in flight',
+            );
             giveUpArriving();
             aborter.abort(
               new EmlApiError('EABORT', 'the relay stopped: its grace period ran out', { permanent: false }),

@@ -508,3 +508,89 @@ describe('eml-api relay --processes 1 without --http-port', () => {
     }
   }, 40_000);
 });
+
+describe('eml-api relay --processes 2 signalled twice', () => {
+  /** A group with a message held at the service on each process, then the first signal; resolves once it is stopping. */
+  async function stoppingWithMessagesHeld(signal: (child: ChildProcess, members: number[]) => void) {
+    const child = spawn(
+      process.execPath,
+      nodeArgs([
+        '--import',
+        'tsx',
+        'src/cli/main.ts',
+        'relay',
+        '--processes',
+        '2',
+        '--port',
+        '0',
+        '--url',
+        service.url,
+        // Longer than the test: only the second signal can end the wait.
+        '--grace',
+        '60',
+      ]),
+      { cwd: ROOT, env: { ...process.env, EML_API_KEY: KEY }, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let said = '';
+    child.stdout!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+    child.stderr!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+    const exit = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    await eventually(() => /listening on 127\.0\.0\.1:(\d+)/.test(said), { timeout: 30_000, what: () => said });
+    const groupPort = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(said)![1]);
+    const members = childPids(child.pid!, 'src/cli/main.');
+    const held = new Map<number, SmtpDialog>();
+    for (let tries = 0; held.size < 2; tries++) {
+      if (tries === 20) throw new Error('20 connections all went to one process');
+      const { dialog, greeting } = await SmtpDialog.open(groupPort);
+      dialogs.push(dialog);
+      const pid = holdingPid(members, groupPort, dialog.localPort!);
+      if (greeting.code !== 220 || held.has(pid)) dialog.close();
+      else held.set(pid, dialog);
+    }
+    service.holding = true;
+    const replies = [...held.values()].map((dialog, i) => send(dialog, `twice-${i}@example.test`));
+    await eventually(() => service.held.length === 2, { what: () => said });
+    signal(child, members);
+    await eventually(() => /Stopping/.test(said), { timeout: 20_000, what: () => said });
+    return { child, members, replies, exit, said: () => said };
+  }
+
+  async function cleanUp(child: ChildProcess): Promise<void> {
+    service.holding = false;
+    for (const { res } of service.held.splice(0)) res.destroy();
+    closeAll();
+    if (child.exitCode === null && child.signalCode === null) {
+      for (const pid of childPids(child.pid!, 'src/cli/main.')) process.kill(pid, 'SIGKILL');
+      child.kill('SIGKILL');
+    }
+  }
+
+  it('a second SIGTERM to the primary stops every process at once: 451 to the messages held, exit 4', async () => {
+    const run = await stoppingWithMessagesHeld((child) => child.kill('SIGTERM'));
+    try {
+      expect(run.said()).toContain('signal again to stop at once');
+      run.child.kill('SIGTERM');
+      expect(await Promise.all(run.replies), run.said()).toEqual([451, 451]);
+      expect(await run.exit, run.said()).toBe(4);
+      expect(run.said()).toMatch(/given up/);
+      for (const pid of run.members) expect(() => process.kill(pid, 0)).toThrow();
+    } finally {
+      await cleanUp(run.child);
+    }
+  }, 40_000);
+
+  it("a terminal's Ctrl-C twice (SIGINT to every process, twice) stops at once: 451 to the messages held, exit 4", async () => {
+    const everyProcess = (child: ChildProcess, members: number[]) => {
+      child.kill('SIGINT');
+      for (const pid of members) process.kill(pid, 'SIGINT');
+    };
+    const run = await stoppingWithMessagesHeld(everyProcess);
+    try {
+      everyProcess(run.child, run.members);
+      expect(await Promise.all(run.replies), run.said()).toEqual([451, 451]);
+      expect(await run.exit, run.said()).toBe(4);
+    } finally {
+      await cleanUp(run.child);
+    }
+  }, 40_000);
+});

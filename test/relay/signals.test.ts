@@ -126,6 +126,30 @@ describe('SIGTERM with spooled messages in flight', () => {
     expect(spoolFolders(dir)).toEqual([]);
   });
 
+  it('eml-api relay: a second SIGTERM stops at once: the message being handed on gets 451, the one arriving 421, exit 4, no spool folder left', async () => {
+    const relay = await startProcess(
+      ['src/cli/main.ts', 'relay', '--port', '0', '--url', service.url, '--grace', '60'],
+      { EML_API_KEY: KEY, TMPDIR: dir },
+      /listening on 127\.0\.0\.1:(\d+)/,
+    );
+    const arriving = await openData(relay.port);
+    arriving.write(big('arriving').slice(0, 600_000));
+    const complete = await openData(relay.port);
+    complete.write(`${big('complete')}.\r\n`);
+    await eventually(() => service.held === 1 && spoolFolders(dir).length === 2, { timeout: 20_000 });
+    relay.child.kill('SIGTERM');
+    await eventually(() => /Stopping/.test(relay.output()), { timeout: 20_000 });
+    expect(relay.output()).toContain('signal again to stop at once');
+    relay.child.kill('SIGTERM');
+    // The service never answers: the second signal alone ends the wait.
+    const [completeReply, arrivingReply, exit] = await Promise.all([complete.reply(), arriving.reply(), relay.exit]);
+    expect(completeReply.code, relay.output()).toBe(451);
+    expect(arrivingReply.code, relay.output()).toBe(421);
+    expect(exit, relay.output()).toEqual({ code: 4, signal: null });
+    expect(relay.output()).toMatch(/2 message\(s\) in flight given up/);
+    expect(spoolFolders(dir)).toEqual([]);
+  });
+
   it("a relay started from code with process.once('SIGTERM', () => relay.close()): the same", async () => {
     const relay = await startProcess([FIXTURE, service.url, KEY, dir], {}, /listening (\d+)/);
     const { completeReply, arrivingReply, exit } = await sigtermWithMessagesInFlight(relay, dir);

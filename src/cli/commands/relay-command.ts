@@ -7,7 +7,7 @@ import { startEmlApiRelay } from '../../relay/start-smtp-relay.js';
 import type { EmlApiRelayOptions } from '../../relay/relay-options.js';
 import { hashRelayPassword, keyFingerprint, parseUsersFile, type EmlApiRelayUser } from '../../relay/relay-users.js';
 import { parseKeySendersFile, splitSenders } from '../../relay/sender-lists.js';
-import { readAll, type CliIo, untilStopped, EXIT, UsageError, wholeFlag, terminalText } from '../cli-io.js';
+import { readAll, type CliIo, stopSignals, EXIT, UsageError, wholeFlag, terminalText } from '../cli-io.js';
 import {
   outboxEncryption,
   OUTBOX_KEYS_HELP,
@@ -119,10 +119,11 @@ With the outbox, REDIS_PASSWORD is the password of its Redis (every node's) when
 none: a password in a flag shows in ps to every user of the machine.
 ${OUTBOX_KEYS_HELP}
 On SIGTERM it stops taking connections and transactions (421), lets the messages in flight
-finish within --grace, then gives up the ones left (421 or 451: their senders retry) and exits.
+finish within --grace, then (or on a second signal) gives up the ones left (421 or 451: their
+senders retry) and exits.
 Exit codes: 0 stopped, every message in flight finished; 1 could not start (port in use, key
 refused, a URL that is not the service's, Redis that evicts...); 2 wrong usage; 4 stopped when
---grace ran out, messages given up.
+--grace ran out (or on a second signal), messages given up.
 `;
 
 /** `eml-api relay`: runs the SMTP relay until SIGINT/SIGTERM (or `io.signal`). */
@@ -244,7 +245,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
   const secrets = [apiKey, redisPassword(redis)];
   const member = groupRole(io.env) === 'relay';
   // A stop sent as soon as it says it listens is a clean stop.
-  const stopped = member ? undefined : untilStopped(io.signal);
+  const stop = member ? undefined : stopSignals(io.signal);
   let relay;
   try {
     if (member) return await runRelayProcess(options, operations.grace, io, secrets);
@@ -253,6 +254,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
         ? await startEmlApiRelay(options)
         : await startRelayGroup(options, processes, operations.grace, io, secrets);
   } catch (err) {
+    stop?.dispose();
     if (err instanceof GroupStartError) return err.exitCode;
     // A bad option is a usage mistake; a port in use or a refused key is a failure to start.
     if (
@@ -282,9 +284,15 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       `Health and metrics on http://${relay.http.host}:${relay.http.port} (/healthz, /readyz, /metrics)\n`,
     );
   }
-  await stopped;
-  io.stdout.write(`Stopping: letting the messages in progress finish (up to ${operations.grace / 1000} s)\n`);
-  const { givenUp } = await relay.close({ grace: operations.grace });
+  await stop!.first;
+  io.stdout.write(
+    `Stopping: letting the messages in progress finish (up to ${operations.grace / 1000} s; signal again to stop at once)\n`,
+  );
+  void stop!.second.then(() => {
+    io.stdout.write('Stopping at once: giving up the messages in flight (their senders retry)\n');
+    return relay.close({ abort: true });
+  });
+  const { givenUp } = await relay.close({ grace: operations.grace }).finally(() => stop!.dispose());
   if (givenUp > 0) {
     io.stdout.write(
       `SMTP relay stopped: the grace period ran out, ${givenUp} message(s) in flight given up (their senders retry)\n`,

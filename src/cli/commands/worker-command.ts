@@ -5,7 +5,7 @@ import { requireQueuePeers } from '../../queue/redis-connection.js';
 import { EmlApiClient } from '../../client/eml-api-client.js';
 import { EmlApiError } from '../../shared/eml-api-error.js';
 import { answeredAsNoService } from '../../shared/failure.js';
-import { type CliIo, terminalText, EXIT, UsageError, wholeFlag } from '../cli-io.js';
+import { type CliIo, terminalText, EXIT, UsageError, wholeFlag, stopSignals } from '../cli-io.js';
 import {
   outboxEncryption,
   outboxLocation,
@@ -308,46 +308,6 @@ function jobName(job: OutboxJob): string {
 function describeError(err: EmlApiError): string {
   const code = typeof err.code === 'string' ? ` [${err.code}]` : '';
   return `${terminalText(err.message)}${code}`;
-}
-
-/** The first and second stop requests: SIGINT/SIGTERM, or the abort of `signal` (tests), which counts as the first. */
-function stopSignals(signal: AbortSignal | undefined): {
-  first: Promise<void>;
-  second: Promise<void>;
-  /** As a second request does (a group's primary says so). */
-  hurry: () => void;
-  dispose: () => void;
-} {
-  let count = 0;
-  let resolveFirst!: () => void;
-  let resolveSecond!: () => void;
-  const first = new Promise<void>((resolve) => (resolveFirst = resolve));
-  const second = new Promise<void>((resolve) => (resolveSecond = resolve));
-  const onStop = () => {
-    count++;
-    if (count === 1) resolveFirst();
-    else resolveSecond();
-  };
-  const hurry = () => {
-    resolveFirst();
-    resolveSecond();
-  };
-  if (signal) {
-    if (signal.aborted) onStop();
-    else signal.addEventListener('abort', onStop, { once: true });
-    return { first, second, hurry, dispose: () => signal.removeEventListener('abort', onStop) };
-  }
-  process.on('SIGINT', onStop);
-  process.on('SIGTERM', onStop);
-  return {
-    first,
-    second,
-    hurry,
-    dispose: () => {
-      process.off('SIGINT', onStop);
-      process.off('SIGTERM', onStop);
-    },
-  };
 }
 
 /** A signal aborted once `stop` resolves. */

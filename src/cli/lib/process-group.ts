@@ -483,10 +483,12 @@ export class GroupMember implements PrimaryLink {
   #hurry!: () => void;
   /** Resolves when its primary says to stop, or on SIGTERM or SIGINT. */
   readonly stopRequested = new Promise<void>((resolve) => (this.#stop = resolve));
-  /** Resolves when its primary says to stop at once (a second signal to it). */
+  /** Resolves when its primary says to stop at once (a second signal to it), or on a second SIGTERM or SIGINT. */
   readonly hurryRequested = new Promise<void>((resolve) => (this.#hurry = resolve));
   readonly #onMessage = (message: unknown) => this.#message(message);
-  readonly #onSignal = () => this.#stop();
+  #signals = 0;
+  /** A second one stops at once, as a second signal to a process alone does. */
+  readonly #onSignal = () => (++this.#signals === 1 ? this.#stop() : this.#hurry());
   readonly #onDisconnect = () => {
     for (const resolve of this.#pending.values()) resolve(undefined);
     this.#pending.clear();

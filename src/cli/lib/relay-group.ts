@@ -46,7 +46,9 @@ export async function startRelayGroup(
     port: port ?? 0,
     host: options.host ?? '127.0.0.1',
     ...(endpoint ? { http: { port: endpoint.port, host: endpoint.host } } : {}),
-    async close() {
+    async close(closeOptions) {
+      // A second signal: every process gives up its messages in flight now.
+      if (closeOptions?.abort) group.hurry();
       const code = await group.stop();
       return { givenUp: code === 0 ? 0 : Math.max(1, group.givenUp) };
     },
@@ -111,6 +113,7 @@ export async function runRelayProcess(
     void relay.close({ abort: true }).finally(() => process.exit(70));
   });
   member.started(relay.port);
+  void member.hurryRequested.then(() => relay.close({ abort: true }));
   await member.stopRequested;
   const { givenUp } = await relay.close({ grace });
   await member.stopped(givenUp > 0 ? 4 : 0, givenUp);
