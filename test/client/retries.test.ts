@@ -191,6 +191,21 @@ describe('ambiguous failures', () => {
     expect(err.mayHaveBeenAccepted).toBe(true);
     expect(service.requests).toHaveLength(3);
   });
+
+  it('does not say "not retried" of an ambiguous failure it retried until the attempts ran out', async () => {
+    service.script([], { status: 502, text: '<html>Bad Gateway</html>', headers: { 'content-type': 'text/html' } });
+    const check = await rejectionOf(makeClient().isInGroup('g', 'a@example.test'));
+    expect(check).toMatchObject({ code: 'EAPI', responseCode: 502, attempts: 4 });
+    expect(check.message).not.toContain('not retried');
+    const send = await rejectionOf(makeClient({ retry: { ...FAST, retryAmbiguous: true } }).sendEml(EML));
+    expect(send).toMatchObject({ code: 'EAPI', responseCode: 502, attempts: 4 });
+    expect(send.message).not.toContain('not retried');
+    expect(send.message).toContain('the service may have accepted it');
+    service.script([], 'reset-after-body');
+    const reset = await rejectionOf(makeClient().isInGroup('g', 'a@example.test'));
+    expect(reset).toMatchObject({ code: 'ECONNECTION', attempts: 4 });
+    expect(reset.message).not.toContain('not retried');
+  });
 });
 
 describe('timeouts', () => {
