@@ -25,12 +25,38 @@ export interface CliIo {
 /** The process's own streams and environment, completed with the fields a caller gave. */
 export function resolveCliIo(io: Partial<CliIo> = {}): CliIo {
   return {
-    stdout: io.stdout ?? process.stdout,
-    stderr: io.stderr ?? process.stderr,
+    stdout: io.stdout ?? processOutput(process.stdout),
+    stderr: io.stderr ?? processOutput(process.stderr),
     stdin: io.stdin ?? process.stdin,
     env: io.env ?? process.env,
     ...(io.signal ? { signal: io.signal } : {}),
   };
+}
+
+const processOutputs = new Map<NodeJS.WriteStream, CliOutput>();
+
+/**
+ * The process's stream, which stops writing once its reader is gone (`eml-api inbox list | head -1`):
+ * no crash on EPIPE; a command that runs until stopped stops as on SIGTERM, as SIGPIPE would stop it.
+ */
+function processOutput(stream: NodeJS.WriteStream): CliOutput {
+  let output = processOutputs.get(stream);
+  if (output) return output;
+  let closed = false;
+  stream.on('error', (err: NodeJS.ErrnoException) => {
+    if (closed) return;
+    if (err.code !== 'EPIPE') throw err;
+    closed = true;
+    if (process.listenerCount('SIGTERM') > 0) process.emit('SIGTERM', 'SIGTERM');
+  });
+  output = {
+    write: (chunk: string) => closed || stream.write(chunk),
+    get isTTY() {
+      return stream.isTTY;
+    },
+  };
+  processOutputs.set(stream, output);
+  return output;
 }
 
 /** A mistake in the command line: printed in one line with a pointer to the help, exit code 2. */
