@@ -62,9 +62,11 @@ export async function openOutboxQueue(
   } finally {
     refusal.stop();
   }
+  // Administration reads: a queue name with a typo must not leave a queue's keys behind.
   const queue = new Queue<OutboxJobData, OutboxSendResult>(location.queueName, {
     connection: client.redis,
     prefix: location.prefix,
+    skipMetasUpdate: true,
   });
   queue.on('error', () => undefined);
   return {
@@ -75,6 +77,19 @@ export async function openOutboxQueue(
       await closeOutboxRedis(client);
     },
   };
+}
+
+/**
+ * Whether Redis holds the queue: its meta key (which producers and workers write) or any job.
+ * @example if (!(await outboxQueueExists(admin.queue))) console.warn('no such queue');
+ */
+export async function outboxQueueExists(queue: Queue): Promise<boolean> {
+  if (
+    (await (await queueClient(queue)).exists(queueKey(resolveQueueLocation(queue.name, queue.opts.prefix), 'meta'))) > 0
+  )
+    return true;
+  const counts = await queue.getJobCounts(...OUTBOX_STATES);
+  return Object.values(counts).some((n) => n > 0);
 }
 
 /**

@@ -3,6 +3,8 @@ import { type CliIo, EXIT, UsageError, terminalText, wholeFlag, untilStopped } f
 import {
   purgeOutbox,
   openOutboxQueue,
+  outboxQueueExists,
+  type OutboxQueue,
   retryFailedSends,
   OUTBOX_STATES,
   readOutboxStatus,
@@ -126,6 +128,15 @@ export async function queuePurgeCommand(args: string[], io: CliIo): Promise<numb
   }
 }
 
+/** A `--queue` or `--prefix` with a typo otherwise reads as an empty outbox. */
+async function warnOfMissingQueue(admin: OutboxQueue, io: CliIo): Promise<void> {
+  if (await outboxQueueExists(admin.queue)) return;
+  const { name, opts } = admin.queue;
+  io.stderr.write(
+    `warning: Redis holds no queue ${terminalText(JSON.stringify(name))} under the prefix ${terminalText(JSON.stringify(opts.prefix ?? 'bull'))}: check --queue and --prefix\n`,
+  );
+}
+
 function plural(n: number): string {
   return n === 1 ? 'message' : 'messages';
 }
@@ -165,6 +176,7 @@ export async function queueRetryCommand(args: string[], io: CliIo): Promise<numb
   requireQueuePeers();
   const admin = await asUsageError(() => openOutboxQueue(location));
   try {
+    await warnOfMissingQueue(admin, io);
     const named = positionals.length > 0;
     const { retried, notFailed, skipped } = await retryFailedSends(admin.queue, named ? { ids: positionals } : {});
     for (const id of notFailed) io.stderr.write(`${terminalText(id)}: not a failed job\n`);
@@ -229,6 +241,7 @@ export async function queueStatusCommand(args: string[], io: CliIo): Promise<num
   requireQueuePeers();
   const admin = await asUsageError(() => openOutboxQueue(location));
   try {
+    await warnOfMissingQueue(admin, io);
     const [status, snapshot] = await Promise.all([
       readOutboxStatus(admin.queue, { limit }),
       readOutboxSnapshot(admin.queue),
@@ -327,6 +340,7 @@ export async function queueWatchCommand(args: string[], io: CliIo): Promise<numb
   const admin = await asUsageError(() => openOutboxQueue(location));
   const stopped = untilStopped(io.signal).then(() => true);
   try {
+    await warnOfMissingQueue(admin, io);
     for (let printed = 0; printed < count; printed++) {
       const snapshot = await readOutboxSnapshot(admin.queue);
       io.stdout.write(values.json ? jsonLine(admin.queue.name, snapshot) : textLine(snapshot));
