@@ -99,11 +99,14 @@ export function didYouMean(typo: string, names: readonly string[], quote = '"'):
 const OPTION_FLAGS: Readonly<Record<string, string>> = {
   baseUrl: '--url',
   apiKey: '--key',
+  connection: '--redis',
+  queueName: '--queue',
 };
 
 const FLAG_VARIABLES: Readonly<Record<string, string>> = {
   '--url': 'EML_API_URL',
   '--key': 'EML_API_KEY',
+  '--redis': 'REDIS_URL',
 };
 
 /**

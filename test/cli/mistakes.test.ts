@@ -75,6 +75,14 @@ describe('mistakes on the command line', () => {
     expect(await usageError(['send', message], { ...env, EML_API_KEY: 'k\u00e9y' })).toMatch(
       /^eml-api: --key \(or EML_API_KEY\): it contains /,
     );
+    for (const [argv, redisEnv] of [
+      [['queue', 'status'], { REDIS_URL: 'http://127.0.0.1:6379' }],
+      [['queue', 'retry', '--redis', 'localhost:6379'], {}],
+    ] as const) {
+      expect(await usageError([...argv], redisEnv)).toMatch(
+        /^eml-api: --redis \(or REDIS_URL\): expected a redis:\/\/ or rediss:\/\/ URL/,
+      );
+    }
   });
 
   it('refuse a base URL that ends in /v1, saying to drop it', async () => {
