@@ -474,3 +474,30 @@ describe('text the service sent', () => {
     expect(sent.stdout.split('\n').filter(Boolean)).toHaveLength(1);
   });
 });
+
+describe('inbox pointed at something that is not an emulator', () => {
+  let service: FakeService;
+  beforeAll(async () => {
+    service = await startFakeService();
+  });
+  afterAll(() => service.close());
+
+  it('says so, and clear deletes nothing there', async () => {
+    const answers = [
+      { status: 200, text: '<!doctype html><div id="app"></div>', headers: { 'content-type': 'text/html' } },
+      { status: 200, body: { ok: true } },
+    ];
+    for (const answer of answers) {
+      service.answer(answer);
+      for (const action of ['list', 'clear']) {
+        const before = service.requests.length;
+        const r = await run(['inbox', action], { env: { EML_API_URL: service.url } });
+        expect(r, action).toMatchObject({ code: 1, stdout: '' });
+        expect(r.stderr, action).toMatch(
+          /^eml-api: GET \/api\/v1\/(messages|info) answered 200 with .*, not the emulator's inspection API \(Mailpit's API v1\): is --url \(or EML_API_URL\) the URL eml-api serve printed\?\n$/,
+        );
+        expect(service.requests.slice(before).map((q) => q.method)).toEqual(['GET']);
+      }
+    }
+  });
+});
