@@ -17,7 +17,13 @@ import {
   escapeGlob,
   scannableServers,
 } from './redis-connection.js';
-import { redisFailure, trackConnectionErrors, watchRefusal } from './redis-failure.js';
+import {
+  connectionLost,
+  redisFailure,
+  trackConnectionErrors,
+  watchRefusal,
+  type RedisEndpoint,
+} from './redis-failure.js';
 import { queueClient } from './bullmq-internals.js';
 import { queueRedisTime } from './redis-clock.js';
 import type { SendKind } from '../protocol/api-types.js';
@@ -69,7 +75,7 @@ export async function openOutboxQueue(
     skipMetasUpdate: true,
   });
   queue.on('error', () => undefined);
-  return {
+  const admin: OutboxQueue = {
     queue,
     where: client.where,
     close: async () => {
@@ -77,6 +83,20 @@ export async function openOutboxQueue(
       await closeOutboxRedis(client);
     },
   };
+  endpoints.set(admin, client);
+  return admin;
+}
+
+const endpoints = new WeakMap<OutboxQueue, RedisEndpoint>();
+
+/**
+ * A failure of Redis after {@link openOutboxQueue} said where and why, as at the start, instead of
+ * ioredis's "Reached the max retries per request limit"; other errors are returned as they are.
+ */
+export function outboxQueueFailure(admin: OutboxQueue, err: unknown): unknown {
+  const client = endpoints.get(admin);
+  if (!client || !connectionLost(err)) return err;
+  return redisFailure(err, `Could not reach Redis at ${client.where}`, false, undefined, client);
 }
 
 /**

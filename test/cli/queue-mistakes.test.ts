@@ -1,6 +1,8 @@
+import { Readable } from 'node:stream';
 import nodemailer from 'nodemailer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EmlApiQueueTransport } from '../../src/queue/index.js';
+import { runCli } from '../../src/cli/run-cli.js';
 import { runCliCapturing } from '../helpers/cli-run.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
@@ -44,5 +46,30 @@ describe('eml-api queue with a queue that is not in Redis', () => {
     const run = await runCliCapturing(['queue', 'status'], { env });
     expect(run).toMatchObject({ code: 0, stderr: '' });
     expect(run.stdout).toContain('prioritized 1');
+  });
+});
+
+describe('eml-api queue when Redis goes away while it runs', () => {
+  it('watch says where Redis was and why it failed, never ioredis’s retry limit', { timeout: 60_000 }, async () => {
+    const gone = await startRedisServer();
+    let lines = 0;
+    let stderr = '';
+    const watching = runCli(['queue', 'watch', '--interval', '1'], {
+      stdout: {
+        write: (s: string) => {
+          lines += s.split('\n').length - 1;
+          if (lines === 1) void gone.stop();
+          return true;
+        },
+      },
+      stderr: { write: (s: string) => ((stderr += s), true) },
+      stdin: Readable.from([]),
+      env: { REDIS_URL: gone.url },
+    });
+    expect(await watching).toBe(1);
+    expect(stderr).not.toContain('maxRetriesPerRequest');
+    expect(stderr).toMatch(
+      new RegExp(`^eml-api: Could not reach Redis at 127\\.0\\.0\\.1:${gone.port}: .*is Redis running at`, 'm'),
+    );
   });
 });

@@ -4,6 +4,7 @@ import {
   purgeOutbox,
   openOutboxQueue,
   outboxQueueExists,
+  outboxQueueFailure,
   type OutboxQueue,
   retryFailedSends,
   OUTBOX_STATES,
@@ -123,6 +124,8 @@ export async function queuePurgeCommand(args: string[], io: CliIo): Promise<numb
     const what = `${result.jobs} ${result.jobs === 1 ? 'job' : 'jobs'} and ${result.content} stored ${plural(result.content)}`;
     io.stdout.write(values.all ? `Purged queue "${name}": removed ${what}\n` : `Removed ${what}\n`);
     return result.busy.length > 0 || result.notFound.length > 0 ? EXIT.failed : EXIT.ok;
+  } catch (err) {
+    throw outboxQueueFailure(admin, err);
   } finally {
     await admin.close();
   }
@@ -192,6 +195,8 @@ export async function queueRetryCommand(args: string[], io: CliIo): Promise<numb
     }
     io.stdout.write(`Put back ${retried.length} failed ${plural(retried.length)}\n`);
     return notFailed.length > 0 || (named && skipped.length > 0) ? EXIT.failed : EXIT.ok;
+  } catch (err) {
+    throw outboxQueueFailure(admin, err);
   } finally {
     await admin.close();
   }
@@ -275,6 +280,8 @@ export async function queueStatusCommand(args: string[], io: CliIo): Promise<num
       for (const send of status.failed) io.stdout.write(failedLine(send));
     }
     return EXIT.ok;
+  } catch (err) {
+    throw outboxQueueFailure(admin, err);
   } finally {
     await admin.close();
   }
@@ -354,6 +361,8 @@ export async function queueWatchCommand(args: string[], io: CliIo): Promise<numb
       if (stop) break;
     }
     return EXIT.ok;
+  } catch (err) {
+    throw outboxQueueFailure(admin, err);
   } finally {
     await admin.close();
   }
