@@ -284,6 +284,12 @@ describe('send', () => {
     expect(r.code).toBe(0);
     expect(emu.messages()[0]?.subject).toBe('Your order');
   });
+  it('sends a file an editor saved with a byte order mark, without it', async () => {
+    const eml = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), readFileSync(fixture('message.eml'))]);
+    const r = await run(['send', '-'], { env, stdin: eml });
+    expect(r).toMatchObject({ code: 0, stderr: '' });
+    expect(emu.messages()[0]).toMatchObject({ subject: 'Your order', from: expect.stringContaining('@example.test') });
+  });
 });
 
 describe('configuration, errors and exit codes', () => {
