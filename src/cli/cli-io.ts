@@ -90,8 +90,12 @@ export function didYouMean(typo: string, names: readonly string[], quote = '"'):
   const nearest = nearestName(wanted, names.map(strip));
   // Or the one name the typo begins: parseArgs takes no abbreviation.
   const begun = names.filter((n) => wanted.length >= 3 && strip(n).startsWith(wanted));
+  // Or the longest name the typo extends with a word of its own: --redis-url, --key-file.
+  const extended = names
+    .filter((n) => strip(n).length >= 3 && wanted.startsWith(`${strip(n)}-`))
+    .sort((a, b) => b.length - a.length)[0];
   const name =
-    nearest !== undefined ? names.find((n) => strip(n) === nearest) : begun.length === 1 ? begun[0] : undefined;
+    nearest !== undefined ? names.find((n) => strip(n) === nearest) : begun.length === 1 ? begun[0] : extended;
   return name === undefined ? '' : `; did you mean ${quote}${name}${quote}?`;
 }
 
