@@ -265,10 +265,17 @@ export function stopListeningForSignals(): void {
 
 /**
  * Reads the named file, or standard input for `-`.
+ * @param what names the input in the hint printed when standard input is a terminal, e.g. `the message`
  * @throws {Error} in one line naming the file when it cannot be read
  */
-export async function readInput(source: string, stdin: AsyncIterable<string | Uint8Array>): Promise<Buffer> {
-  if (source === '-') return readAll(stdin);
+export async function readInput(source: string, io: Pick<CliIo, 'stdin' | 'stderr'>, what: string): Promise<Buffer> {
+  if (source === '-') {
+    // Otherwise a terminal waits for its input with nothing on the screen, as if the command hung.
+    if ((io.stdin as { isTTY?: boolean }).isTTY === true) {
+      io.stderr.write(`eml-api: reading ${what} from the terminal; end it with Ctrl-D on a line of its own\n`);
+    }
+    return readAll(io.stdin);
+  }
   try {
     return await readFile(source);
   } catch (err) {

@@ -284,6 +284,22 @@ describe('send', () => {
     expect(r.code).toBe(0);
     expect(emu.messages()[0]?.subject).toBe('Your order');
   });
+  it('says how to end standard input when it is a terminal', async () => {
+    const eml = readFileSync(fixture('message.eml'));
+    const tty = Object.assign(Readable.from([eml]), { isTTY: true });
+    let stderr = '';
+    const code = await runCli(['send', '-'], {
+      stdout: { write: () => true },
+      stderr: { write: (s: string) => ((stderr += s), true) },
+      stdin: tty,
+      env,
+    });
+    expect(code).toBe(0);
+    expect(stderr).toBe('eml-api: reading the message from the terminal; end it with Ctrl-D on a line of its own\n');
+    const piped = await run(['send', '-'], { env, stdin: eml });
+    expect(piped).toMatchObject({ code: 0, stderr: '' });
+  });
+
   it('sends a file an editor saved with a byte order mark, without it', async () => {
     const eml = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), readFileSync(fixture('message.eml'))]);
     const r = await run(['send', '-'], { env, stdin: eml });

@@ -94,7 +94,7 @@ export async function groupAddCommand(args: string[], io: CliIo): Promise<number
     const rows =
       csvSource === undefined
         ? membersFromArguments(inputs)
-        : membersFromCsv(await readInput(csvSource, io.stdin), csvSource === '-' ? 'stdin' : csvSource);
+        : membersFromCsv(await readInput(csvSource, io, 'the CSV'), csvSource === '-' ? 'stdin' : csvSource);
     return await importRows(client, groupId, rows, { batchSize, onFailure }, io);
   } finally {
     await client.close();

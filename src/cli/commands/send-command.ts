@@ -30,7 +30,7 @@ export async function sendCommand(args: string[], io: CliIo): Promise<number> {
   if (positionals.length !== 1) throw new UsageError('send takes one file name, or - for standard input');
   const client = createServiceClient(values, io.env);
   try {
-    const read = await readInput(positionals[0]!, io.stdin);
+    const read = await readInput(positionals[0]!, io, 'the message');
     // Editors on Windows start a saved file with a UTF-8 byte order mark, which no message header does.
     const eml = read[0] === 0xef && read[1] === 0xbb && read[2] === 0xbf ? read.subarray(3) : read;
     const result = await client.sendEml(eml);
