@@ -112,6 +112,17 @@ describe('group add', () => {
     ]);
   });
 
+  it('sends a member given on several rows once, the last row, and lists the rows it replaced', async () => {
+    const csv = 'email,name\nann@example.test,Ann\nbob@example.test,Bob\nANN@example.test,Ann Doe\n';
+    const r = await run(['group', 'add', 'newsletter', '-'], { env, stdin: csv });
+    expect(r.code).toBe(0);
+    expect(lines(r.stdout)).toEqual([
+      'duplicate stdin line 4 (ANN@example.test) replaces stdin line 2',
+      'added 2, skipped 0 (1 batch) to group "newsletter"',
+    ]);
+    expect(emu.members('newsletter').map((m) => m.name)).toEqual(['Bob', 'Ann Doe']);
+  });
+
   it('skips a row with an empty email cell, naming its line', async () => {
     const csv = 'email,name\n,Nobody\nann@example.test,Ann\n';
     const r = await run(['group', 'add', 'newsletter', '-', '--on-failure', 'SKIP'], { env, stdin: csv });

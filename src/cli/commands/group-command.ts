@@ -54,7 +54,8 @@ CSV: UTF-8 (a byte order mark is fine), comma-separated, a header row first.
   name         optional
   any other    a substitution key: a column first_name fills {{first_name}}
 Values containing commas, quotes or line breaks go in double quotes ("" for a
-quote). Cells are trimmed; blank lines are skipped.
+quote). Cells are trimmed; blank lines are skipped. An address on several
+rows is sent once, with its last row, and each duplicate row is listed.
 
 Options:
   --batch-size <n>        entries per request (default ${DEFAULT_ADD_BATCH_SIZE})
@@ -116,14 +117,26 @@ async function importRows(
     );
   }
   const skippedLines = rejected.map((r) => `skipped ${r.reason}`);
-  const rowsByEmail = new Map<string, MemberRow>();
-  for (const row of [...members].reverse()) rowsByEmail.set(row.email, row);
-  const total = members.length;
+  // The service keeps the last row of a member (it updates); sending it once counts members truly.
+  const latest = new Map<string, MemberRow>();
+  const duplicateLines: string[] = [];
+  for (const row of members) {
+    const key = row.email.toLowerCase();
+    const earlier = latest.get(key);
+    if (earlier) {
+      duplicateLines.push(`duplicate ${row.where} (${row.email}) replaces ${earlier.where}`);
+      latest.delete(key);
+    }
+    latest.set(key, row);
+  }
+  const unique = [...latest.values()];
+  const rowsByEmail = new Map(unique.map((row) => [row.email, row]));
+  const total = unique.length;
   const bar = new ProgressBar(io.stderr, total, total > options.batchSize && canDrawProgress(io.stderr, io.env));
   let result;
   try {
     bar.update(0);
-    result = await client.addToGroup(groupId, members.map(toMemberInput), {
+    result = await client.addToGroup(groupId, unique.map(toMemberInput), {
       onFailure: options.onFailure,
       batchSize: options.batchSize,
       onBatch: (progress) => bar.update(progress.entriesDone),
@@ -132,7 +145,7 @@ async function importRows(
     bar.finish();
   }
   for (const skip of result.skipped) skippedLines.push(`skipped ${describeSkip(rowsByEmail, skip)}`);
-  for (const line of skippedLines) io.stdout.write(`${terminalText(line)}\n`);
+  for (const line of [...duplicateLines, ...skippedLines]) io.stdout.write(`${terminalText(line)}\n`);
   const { batches } = result;
   io.stdout.write(
     `added ${result.added.length}, skipped ${skippedLines.length} (${batches} ${batches === 1 ? 'batch' : 'batches'}) to group ${JSON.stringify(groupId)}\n`,
