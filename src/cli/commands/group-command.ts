@@ -1,5 +1,15 @@
 import { parseArgs } from 'node:util';
-import { type CliIo, EXIT, UsageError, readInput, wholeFlag, terminalText, type CliOutput } from '../cli-io.js';
+import {
+  type CliIo,
+  EXIT,
+  UsageError,
+  readInput,
+  wholeFlag,
+  terminalText,
+  type CliOutput,
+  untilStopped,
+} from '../cli-io.js';
+import { EmlApiError } from '../../shared/eml-api-error.js';
 import type { EmlApiClient } from '../../client/eml-api-client.js';
 import { DEFAULT_ADD_BATCH_SIZE, type MemberInput } from '../../client/client-types.js';
 import { type OnFailure, bracedKey, isPlaceholderKey, stripBraces } from '../../protocol/api-types.js';
@@ -133,6 +143,10 @@ async function importRows(
   const rowsByEmail = new Map(unique.map((row) => [row.email, row]));
   const total = unique.length;
   const bar = new ProgressBar(io.stderr, total, total > options.batchSize && canDrawProgress(io.stderr, io.env));
+  // Ctrl-C ends the import between requests' bytes, saying what was added.
+  const interrupt = new AbortController();
+  void untilStopped(io.signal).then(() => interrupt.abort());
+  const batches = Math.ceil(total / options.batchSize);
   let result;
   try {
     bar.update(0);
@@ -140,15 +154,23 @@ async function importRows(
       onFailure: options.onFailure,
       batchSize: options.batchSize,
       onBatch: (progress) => bar.update(progress.entriesDone),
+      signal: interrupt.signal,
     });
+  } catch (err) {
+    if (!interrupt.signal.aborted || !(err instanceof EmlApiError) || err.code !== 'EABORT') throw err;
+    const partial = err.partial as { batches?: number; added?: unknown[] } | undefined;
+    const done = partial?.batches ?? 0;
+    const earlier = done > 0 ? `the ${partial?.added?.length ?? 0} entries of earlier batches were added, ` : '';
+    throw new Error(
+      `interrupted during batch ${done + 1} of ${batches}: ${earlier}those of batch ${done + 1} may have been, the others were not; running the same import again adds the rest (re-adding a member updates it)`,
+    );
   } finally {
     bar.finish();
   }
   for (const skip of result.skipped) skippedLines.push(`skipped ${describeSkip(rowsByEmail, skip)}`);
   for (const line of [...duplicateLines, ...skippedLines]) io.stdout.write(`${terminalText(line)}\n`);
-  const { batches } = result;
   io.stdout.write(
-    `added ${result.added.length}, skipped ${skippedLines.length} (${batches} ${batches === 1 ? 'batch' : 'batches'}) to group ${JSON.stringify(groupId)}\n`,
+    `added ${result.added.length}, skipped ${skippedLines.length} (${result.batches} ${result.batches === 1 ? 'batch' : 'batches'}) to group ${JSON.stringify(groupId)}\n`,
   );
   return EXIT.ok;
 }
