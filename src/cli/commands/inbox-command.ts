@@ -110,7 +110,14 @@ async function call(
     throw new Error(`cannot reach the emulator at ${base}: ${(err as Error).message}`, { cause: err });
   }
   const text = await res.body.text();
-  if (res.statusCode === 401) throw new Error('the inbox asks for its login: set EML_API_INBOX_LOGIN=user:password');
+  if (res.statusCode === 401) {
+    const login = headers.authorization;
+    if (login === undefined) throw new Error('the inbox asks for its login: set EML_API_INBOX_LOGIN=user:password');
+    const user = Buffer.from(login.slice('Basic '.length), 'base64').toString().split(':', 1)[0]!;
+    throw new Error(
+      `the inbox refused the login in EML_API_INBOX_LOGIN (user ${terminalText(user)}): check its user and password`,
+    );
+  }
   if (res.statusCode !== 200) {
     throw new Error(`${method} ${path.split('?', 1)[0]} answered ${res.statusCode}: ${text.slice(0, 300)}`);
   }
