@@ -94,6 +94,12 @@ const TIMEOUT_CODES: Record<string, string> = {
   ETIMEDOUT: 'connect timeout',
 };
 
+/** OpenSSL's words for a TLS handshake answered in plain text (an http:// server under an https:// URL). */
+const PLAIN_ANSWER_TO_TLS: ReadonlySet<string> = new Set([
+  'ERR_SSL_WRONG_VERSION_NUMBER',
+  'ERR_SSL_PACKET_LENGTH_TOO_LONG',
+]);
+
 /** A failure to exchange a request (network, timeout, abort) as an {@link EmlApiError}; those pass through. */
 export function errorFromFailure(err: unknown, ctx: FailureContext): EmlApiError {
   if (err instanceof EmlApiError) return err;
@@ -162,7 +168,10 @@ export function errorFromFailure(err: unknown, ctx: FailureContext): EmlApiError
     );
   }
   const suffix = code ? ` (${code})` : '';
-  return new EmlApiError('ECONNECTION', `${command} to ${origin} failed${attempts}: ${reason}${suffix}${note}`, {
+  const said = PLAIN_ANSWER_TO_TLS.has(code)
+    ? 'the server answered without TLS: does the URL need http:// instead of https://?'
+    : reason;
+  return new EmlApiError('ECONNECTION', `${command} to ${origin} failed${attempts}: ${said}${suffix}${note}`, {
     ...common,
     permanent: false,
   });

@@ -533,4 +533,12 @@ describe('inbox pointed at something that is not an emulator', () => {
       }
     }
   });
+
+  it('at an https:// URL where it answers plain HTTP, says to use http://', async () => {
+    const r = await run(['inbox', 'list'], { env: { EML_API_URL: service.url.replace(/^http:/, 'https:') } });
+    expect(r).toMatchObject({ code: 1, stdout: '' });
+    expect(r.stderr).toMatch(
+      /^eml-api: cannot reach the emulator at https:\/\/127\.0\.0\.1:\d+: it answered without TLS: use http:\/\/ \(ERR_SSL_\w+\)\n$/,
+    );
+  });
 });

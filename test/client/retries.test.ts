@@ -361,3 +361,15 @@ describe('backoff arithmetic', () => {
     expect(parseRetryAfter(undefined)).toBeUndefined();
   });
 });
+
+describe('an https:// URL at a server that speaks plain HTTP', () => {
+  it('says the server answered without TLS, not OpenSSL’s record-layer text', async () => {
+    const client = makeClient({ baseUrl: service.url.replace(/^http:/, 'https:'), retry: false });
+    const err = await rejectionOf(client.sendEml(EML));
+    expect(err.code).toBe('ECONNECTION');
+    expect(err.message).toMatch(
+      /^POST \/v1\/send\/eml to https:\/\/127\.0\.0\.1:\d+ failed: the server answered without TLS: does the URL need http:\/\/ instead of https:\/\/\? \(ERR_SSL_\w+\)$/,
+    );
+    expect(service.requests).toHaveLength(0);
+  });
+});

@@ -107,7 +107,12 @@ async function call(
   try {
     res = await request(`${base}${path}`, { method, headers, headersTimeout: 30_000, bodyTimeout: 30_000 });
   } catch (err) {
-    throw new Error(`cannot reach the emulator at ${base}: ${(err as Error).message}`, { cause: err });
+    const code = (err as { code?: unknown }).code;
+    const why =
+      code === 'ERR_SSL_WRONG_VERSION_NUMBER' || code === 'ERR_SSL_PACKET_LENGTH_TOO_LONG'
+        ? `it answered without TLS: use http:// (${code})`
+        : (err as Error).message;
+    throw new Error(`cannot reach the emulator at ${base}: ${why}`, { cause: err });
   }
   const text = await res.body.text();
   if (res.statusCode === 401) {
