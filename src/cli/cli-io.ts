@@ -25,12 +25,38 @@ export interface CliIo {
 /** The process's own streams and environment, completed with the fields a caller gave. */
 export function resolveCliIo(io: Partial<CliIo> = {}): CliIo {
   return {
-    stdout: io.stdout ?? process.stdout,
-    stderr: io.stderr ?? process.stderr,
+    stdout: io.stdout ?? processOutput(process.stdout),
+    stderr: io.stderr ?? processOutput(process.stderr),
     stdin: io.stdin ?? process.stdin,
     env: io.env ?? process.env,
     ...(io.signal ? { signal: io.signal } : {}),
   };
+}
+
+const processOutputs = new Map<NodeJS.WriteStream, CliOutput>();
+
+/**
+ * The process's stream, which stops writing once its reader is gone (`eml-api inbox list | head -1`):
+ * no crash on EPIPE; a command that runs until stopped stops as on SIGTERM, as SIGPIPE would stop it.
+ */
+function processOutput(stream: NodeJS.WriteStream): CliOutput {
+  let output = processOutputs.get(stream);
+  if (output) return output;
+  let closed = false;
+  stream.on('error', (err: NodeJS.ErrnoException) => {
+    if (closed) return;
+    if (err.code !== 'EPIPE') throw err;
+    closed = true;
+    if (process.listenerCount('SIGTERM') > 0) process.emit('SIGTERM', 'SIGTERM');
+  });
+  output = {
+    write: (chunk: string) => closed || stream.write(chunk),
+    get isTTY() {
+      return stream.isTTY;
+    },
+  };
+  processOutputs.set(stream, output);
+  return output;
 }
 
 /** A mistake in the command line: printed in one line with a pointer to the help, exit code 2. */
@@ -64,8 +90,12 @@ export function didYouMean(typo: string, names: readonly string[], quote = '"'):
   const nearest = nearestName(wanted, names.map(strip));
   // Or the one name the typo begins: parseArgs takes no abbreviation.
   const begun = names.filter((n) => wanted.length >= 3 && strip(n).startsWith(wanted));
+  // Or the longest name the typo extends with a word of its own: --redis-url, --key-file.
+  const extended = names
+    .filter((n) => strip(n).length >= 3 && wanted.startsWith(`${strip(n)}-`))
+    .sort((a, b) => b.length - a.length)[0];
   const name =
-    nearest !== undefined ? names.find((n) => strip(n) === nearest) : begun.length === 1 ? begun[0] : undefined;
+    nearest !== undefined ? names.find((n) => strip(n) === nearest) : begun.length === 1 ? begun[0] : extended;
   return name === undefined ? '' : `; did you mean ${quote}${name}${quote}?`;
 }
 
@@ -73,11 +103,14 @@ export function didYouMean(typo: string, names: readonly string[], quote = '"'):
 const OPTION_FLAGS: Readonly<Record<string, string>> = {
   baseUrl: '--url',
   apiKey: '--key',
+  connection: '--redis',
+  queueName: '--queue',
 };
 
 const FLAG_VARIABLES: Readonly<Record<string, string>> = {
   '--url': 'EML_API_URL',
   '--key': 'EML_API_KEY',
+  '--redis': 'REDIS_URL',
 };
 
 /**
@@ -272,10 +305,17 @@ export function stopListeningForSignals(): void {
 
 /**
  * Reads the named file, or standard input for `-`.
+ * @param what names the input in the hint printed when standard input is a terminal, e.g. `the message`
  * @throws {Error} in one line naming the file when it cannot be read
  */
-export async function readInput(source: string, stdin: AsyncIterable<string | Uint8Array>): Promise<Buffer> {
-  if (source === '-') return readAll(stdin);
+export async function readInput(source: string, io: Pick<CliIo, 'stdin' | 'stderr'>, what: string): Promise<Buffer> {
+  if (source === '-') {
+    // Otherwise a terminal waits for its input with nothing on the screen, as if the command hung.
+    if ((io.stdin as { isTTY?: boolean }).isTTY === true) {
+      io.stderr.write(`eml-api: reading ${what} from the terminal; end it with Ctrl-D on a line of its own\n`);
+    }
+    return readAll(io.stdin);
+  }
   try {
     return await readFile(source);
   } catch (err) {

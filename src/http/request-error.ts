@@ -12,6 +12,8 @@ export interface FailureContext {
   /** The call's signal (caller's signal, total timeout, close). */
   signal?: AbortSignal | undefined;
   attempts?: number;
+  /** The call repeats ambiguous failures (a check, or `retry.retryAmbiguous`), so its note says no "not retried". */
+  replaysAmbiguous?: boolean;
   responseTimeout?: number;
   stage?: CallStage;
 }
@@ -25,16 +27,17 @@ const STAGE_TEXT = {
   sending: '',
 } as const;
 
+const SENT = 'the request was sent, so the service may have accepted it';
+
 /** What an ambiguous failure says of the client's retries; the outbox, which does retry them, replaces it. */
-export const MAY_HAVE_BEEN_ACCEPTED =
-  'the request was sent, so the service may have accepted it; not retried to avoid sending twice (see retry.retryAmbiguous)';
+export const MAY_HAVE_BEEN_ACCEPTED = `${SENT}; not retried to avoid sending twice (see retry.retryAmbiguous)`;
 
 /** A non-2xx answer as `EAUTH` (401/403) or `EAPI`, with the service's code and message and the API key redacted. */
 export function errorFromResponse(
   command: string,
   res: ServiceResponse,
   secret: string,
-  extra: { attempts?: number; note?: string; retryAfter?: number } = {},
+  extra: { attempts?: number; note?: string; retryAfter?: number; replaysAmbiguous?: boolean } = {},
 ): EmlApiError {
   const text = redact(res.text, secret);
   const raw = readApiError(res.data);
@@ -49,7 +52,9 @@ export function errorFromResponse(
     : 'the service answered with an error';
   const ambiguous = statusVerdict(res.statusCode).mayHaveBeenAccepted;
   const attempts = extra.attempts !== undefined && extra.attempts > 1 ? ` after ${extra.attempts} attempts` : '';
-  const notes = [extra.note, ambiguous ? MAY_HAVE_BEEN_ACCEPTED : undefined].filter(Boolean).join('; ');
+  const notes = [extra.note, ambiguous ? (extra.replaysAmbiguous ? SENT : MAY_HAVE_BEEN_ACCEPTED) : undefined]
+    .filter(Boolean)
+    .join('; ');
   return new EmlApiError(
     isAuth ? 'EAUTH' : 'EAPI',
     `${command} failed${attempts}, ${summary} (${label}): ${detail}${notes ? `; ${notes}` : ''}`,
@@ -89,6 +94,12 @@ const TIMEOUT_CODES: Record<string, string> = {
   ETIMEDOUT: 'connect timeout',
 };
 
+/** OpenSSL's words for a TLS handshake answered in plain text (an http:// server under an https:// URL). */
+const PLAIN_ANSWER_TO_TLS: ReadonlySet<string> = new Set([
+  'ERR_SSL_WRONG_VERSION_NUMBER',
+  'ERR_SSL_PACKET_LENGTH_TOO_LONG',
+]);
+
 /** A failure to exchange a request (network, timeout, abort) as an {@link EmlApiError}; those pass through. */
 export function errorFromFailure(err: unknown, ctx: FailureContext): EmlApiError {
   if (err instanceof EmlApiError) return err;
@@ -98,6 +109,7 @@ export function errorFromFailure(err: unknown, ctx: FailureContext): EmlApiError
   // The request body could not produce its bytes: its own error, not the network's.
   if (cause instanceof EmlApiError && !ctx.signal?.aborted) return cause;
   const sent = phase === 'sent';
+  const note = sent ? `; ${ctx.replaysAmbiguous ? SENT : MAY_HAVE_BEEN_ACCEPTED}` : '';
   const attempts = ctx.attempts !== undefined && ctx.attempts > 1 ? ` after ${ctx.attempts} attempts` : '';
   const common = {
     command,
@@ -112,14 +124,14 @@ export function errorFromFailure(err: unknown, ctx: FailureContext): EmlApiError
     if (reason instanceof TotalTimeoutReason) {
       return new EmlApiError(
         'ETIMEDOUT',
-        `${command} to ${origin} failed: overall timeout (timeouts.total, ${reason.ms} ms) elapsed${during}${sent ? `; ${MAY_HAVE_BEEN_ACCEPTED}` : ''}`,
+        `${command} to ${origin} failed: overall timeout (timeouts.total, ${reason.ms} ms) elapsed${during}${note}`,
         { ...common, permanent: false },
       );
     }
     if (reason instanceof Error && reason.name === 'TimeoutError') {
       return new EmlApiError(
         'ETIMEDOUT',
-        `${command} to ${origin} failed: the caller's AbortSignal timeout elapsed${during}${sent ? `; ${MAY_HAVE_BEEN_ACCEPTED}` : ''}`,
+        `${command} to ${origin} failed: the caller's AbortSignal timeout elapsed${during}${note}`,
         { ...common, permanent: false },
       );
     }
@@ -127,14 +139,10 @@ export function errorFromFailure(err: unknown, ctx: FailureContext): EmlApiError
       reason instanceof ClientClosedReason
         ? 'the client was closed with { abort: true }'
         : 'its AbortSignal was aborted';
-    return new EmlApiError(
-      'EABORT',
-      `${command} was aborted${during}: ${why}${sent ? `; ${MAY_HAVE_BEEN_ACCEPTED}` : ''}`,
-      {
-        ...common,
-        permanent: true,
-      },
-    );
+    return new EmlApiError('EABORT', `${command} was aborted${during}: ${why}${note}`, {
+      ...common,
+      permanent: true,
+    });
   }
   const e = (typeof cause === 'object' && cause !== null ? cause : {}) as {
     code?: unknown;
@@ -155,16 +163,18 @@ export function errorFromFailure(err: unknown, ctx: FailureContext): EmlApiError
         : '';
     return new EmlApiError(
       'ETIMEDOUT',
-      `${command} to ${origin} failed${attempts}: ${which}${limit}${code ? ` (${code})` : ''}${sent ? `; ${MAY_HAVE_BEEN_ACCEPTED}` : ''}`,
+      `${command} to ${origin} failed${attempts}: ${which}${limit}${code ? ` (${code})` : ''}${note}`,
       { ...common, permanent: false },
     );
   }
   const suffix = code ? ` (${code})` : '';
-  return new EmlApiError(
-    'ECONNECTION',
-    `${command} to ${origin} failed${attempts}: ${reason}${suffix}${sent ? `; ${MAY_HAVE_BEEN_ACCEPTED}` : ''}`,
-    { ...common, permanent: false },
-  );
+  const said = PLAIN_ANSWER_TO_TLS.has(code)
+    ? 'the server answered without TLS: does the URL need http:// instead of https://?'
+    : reason;
+  return new EmlApiError('ECONNECTION', `${command} to ${origin} failed${attempts}: ${said}${suffix}${note}`, {
+    ...common,
+    permanent: false,
+  });
 }
 
 export class TotalTimeoutReason extends Error {

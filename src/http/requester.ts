@@ -233,6 +233,7 @@ class RunningCall implements Call {
   stage: CallStage = 'queued';
   #command: string;
   #attempts = 0;
+  #replaysAmbiguous = false;
 
   constructor(
     readonly settings: RequesterSettings,
@@ -270,6 +271,7 @@ class RunningCall implements Call {
       secret: this.settings.secret,
       signal: this.signal,
       attempts: this.#attempts,
+      replaysAmbiguous: this.#replaysAmbiguous,
       responseTimeout: this.settings.timeouts.response,
       stage: this.stage,
     };
@@ -331,8 +333,8 @@ class RunningCall implements Call {
         }
         retryClass = exchangeRetryClass(failure.phase === 'sent');
       }
-      const allowed =
-        retryClass === 'safe' || (retryClass === 'ambiguous' && (retry.retryAmbiguous || init.replaySafe === true));
+      this.#replaysAmbiguous = retry.retryAmbiguous || init.replaySafe === true;
+      const allowed = retryClass === 'safe' || (retryClass === 'ambiguous' && this.#replaysAmbiguous);
       const delay = wait ?? backoffDelay(this.#attempts - 1, retry);
       if (!allowed || this.#attempts >= retry.attempts || delay > retry.maxDelay) {
         if (res) {
@@ -342,6 +344,7 @@ class RunningCall implements Call {
               : undefined;
           throw errorFromResponse(command, res, secret, {
             attempts: this.#attempts,
+            replaysAmbiguous: this.#replaysAmbiguous,
             ...(note ? { note } : {}),
             ...(wait === undefined ? {} : { retryAfter: wait }),
           });

@@ -17,7 +17,13 @@ import {
   escapeGlob,
   scannableServers,
 } from './redis-connection.js';
-import { redisFailure, trackConnectionErrors, watchRefusal } from './redis-failure.js';
+import {
+  connectionLost,
+  redisFailure,
+  trackConnectionErrors,
+  watchRefusal,
+  type RedisEndpoint,
+} from './redis-failure.js';
 import { queueClient } from './bullmq-internals.js';
 import { queueRedisTime } from './redis-clock.js';
 import type { SendKind } from '../protocol/api-types.js';
@@ -62,12 +68,14 @@ export async function openOutboxQueue(
   } finally {
     refusal.stop();
   }
+  // Administration reads: a queue name with a typo must not leave a queue's keys behind.
   const queue = new Queue<OutboxJobData, OutboxSendResult>(location.queueName, {
     connection: client.redis,
     prefix: location.prefix,
+    skipMetasUpdate: true,
   });
   queue.on('error', () => undefined);
-  return {
+  const admin: OutboxQueue = {
     queue,
     where: client.where,
     close: async () => {
@@ -75,6 +83,33 @@ export async function openOutboxQueue(
       await closeOutboxRedis(client);
     },
   };
+  endpoints.set(admin, client);
+  return admin;
+}
+
+const endpoints = new WeakMap<OutboxQueue, RedisEndpoint>();
+
+/**
+ * A failure of Redis after {@link openOutboxQueue} said where and why, as at the start, instead of
+ * ioredis's "Reached the max retries per request limit"; other errors are returned as they are.
+ */
+export function outboxQueueFailure(admin: OutboxQueue, err: unknown): unknown {
+  const client = endpoints.get(admin);
+  if (!client || !connectionLost(err)) return err;
+  return redisFailure(err, `Could not reach Redis at ${client.where}`, false, undefined, client);
+}
+
+/**
+ * Whether Redis holds the queue: its meta key (which producers and workers write) or any job.
+ * @example if (!(await outboxQueueExists(admin.queue))) console.warn('no such queue');
+ */
+export async function outboxQueueExists(queue: Queue): Promise<boolean> {
+  if (
+    (await (await queueClient(queue)).exists(queueKey(resolveQueueLocation(queue.name, queue.opts.prefix), 'meta'))) > 0
+  )
+    return true;
+  const counts = await queue.getJobCounts(...OUTBOX_STATES);
+  return Object.values(counts).some((n) => n > 0);
 }
 
 /**

@@ -112,6 +112,17 @@ describe('group add', () => {
     ]);
   });
 
+  it('sends a member given on several rows once, the last row, and lists the rows it replaced', async () => {
+    const csv = 'email,name\nann@example.test,Ann\nbob@example.test,Bob\nANN@example.test,Ann Doe\n';
+    const r = await run(['group', 'add', 'newsletter', '-'], { env, stdin: csv });
+    expect(r.code).toBe(0);
+    expect(lines(r.stdout)).toEqual([
+      'duplicate stdin line 4 (ANN@example.test) replaces stdin line 2',
+      'added 2, skipped 0 (1 batch) to group "newsletter"',
+    ]);
+    expect(emu.members('newsletter').map((m) => m.name)).toEqual(['Bob', 'Ann Doe']);
+  });
+
   it('skips a row with an empty email cell, naming its line', async () => {
     const csv = 'email,name\n,Nobody\nann@example.test,Ann\n';
     const r = await run(['group', 'add', 'newsletter', '-', '--on-failure', 'SKIP'], { env, stdin: csv });
@@ -283,6 +294,28 @@ describe('send', () => {
     const r = await run(['send', '-', '--url', emu.url, '--key', emu.apiKey], { env: wrongEnv, stdin: eml });
     expect(r.code).toBe(0);
     expect(emu.messages()[0]?.subject).toBe('Your order');
+  });
+  it('says how to end standard input when it is a terminal', async () => {
+    const eml = readFileSync(fixture('message.eml'));
+    const tty = Object.assign(Readable.from([eml]), { isTTY: true });
+    let stderr = '';
+    const code = await runCli(['send', '-'], {
+      stdout: { write: () => true },
+      stderr: { write: (s: string) => ((stderr += s), true) },
+      stdin: tty,
+      env,
+    });
+    expect(code).toBe(0);
+    expect(stderr).toBe('eml-api: reading the message from the terminal; end it with Ctrl-D on a line of its own\n');
+    const piped = await run(['send', '-'], { env, stdin: eml });
+    expect(piped).toMatchObject({ code: 0, stderr: '' });
+  });
+
+  it('sends a file an editor saved with a byte order mark, without it', async () => {
+    const eml = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), readFileSync(fixture('message.eml'))]);
+    const r = await run(['send', '-'], { env, stdin: eml });
+    expect(r).toMatchObject({ code: 0, stderr: '' });
+    expect(emu.messages()[0]).toMatchObject({ subject: 'Your order', from: expect.stringContaining('@example.test') });
   });
 });
 
@@ -472,5 +505,40 @@ describe('text the service sent', () => {
     expect(sent.code).toBe(0);
     expect(sent.stdout).not.toMatch(controls);
     expect(sent.stdout.split('\n').filter(Boolean)).toHaveLength(1);
+  });
+});
+
+describe('inbox pointed at something that is not an emulator', () => {
+  let service: FakeService;
+  beforeAll(async () => {
+    service = await startFakeService();
+  });
+  afterAll(() => service.close());
+
+  it('says so, and clear deletes nothing there', async () => {
+    const answers = [
+      { status: 200, text: '<!doctype html><div id="app"></div>', headers: { 'content-type': 'text/html' } },
+      { status: 200, body: { ok: true } },
+    ];
+    for (const answer of answers) {
+      service.answer(answer);
+      for (const action of ['list', 'clear']) {
+        const before = service.requests.length;
+        const r = await run(['inbox', action], { env: { EML_API_URL: service.url } });
+        expect(r, action).toMatchObject({ code: 1, stdout: '' });
+        expect(r.stderr, action).toMatch(
+          /^eml-api: GET \/api\/v1\/(messages|info) answered 200 with .*, not the emulator's inspection API \(Mailpit's API v1\): is --url \(or EML_API_URL\) the URL eml-api serve printed\?\n$/,
+        );
+        expect(service.requests.slice(before).map((q) => q.method)).toEqual(['GET']);
+      }
+    }
+  });
+
+  it('at an https:// URL where it answers plain HTTP, says to use http://', async () => {
+    const r = await run(['inbox', 'list'], { env: { EML_API_URL: service.url.replace(/^http:/, 'https:') } });
+    expect(r).toMatchObject({ code: 1, stdout: '' });
+    expect(r.stderr).toMatch(
+      /^eml-api: cannot reach the emulator at https:\/\/127\.0\.0\.1:\d+: it answered without TLS: use http:\/\/ \(ERR_SSL_\w+\)\n$/,
+    );
   });
 });

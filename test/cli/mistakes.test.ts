@@ -48,6 +48,12 @@ describe('mistakes on the command line', () => {
     expect(await usageError(['relay', '--allow-insecure'])).toBe(
       'eml-api: unknown option --allow-insecure; did you mean --allow-insecure-http? (see "eml-api relay --help")',
     );
+    expect(await usageError(['queue', 'status', '--redis-url', 'redis://127.0.0.1:6379'])).toBe(
+      'eml-api: unknown option --redis-url; did you mean --redis? (see "eml-api queue status --help")',
+    );
+    expect(await usageError(['send', message, '--key-file', 'key.txt'])).toBe(
+      'eml-api: unknown option --key-file; did you mean --key? (see "eml-api send --help")',
+    );
     // Nothing near: the list is in the help.
     expect(await usageError(['launch'])).toBe('eml-api: unknown command "launch" (see "eml-api --help")');
     expect(await usageError(['send', '--zzzzzz', message])).toBe(
@@ -75,6 +81,14 @@ describe('mistakes on the command line', () => {
     expect(await usageError(['send', message], { ...env, EML_API_KEY: 'k\u00e9y' })).toMatch(
       /^eml-api: --key \(or EML_API_KEY\): it contains /,
     );
+    for (const [argv, redisEnv] of [
+      [['queue', 'status'], { REDIS_URL: 'http://127.0.0.1:6379' }],
+      [['queue', 'retry', '--redis', 'localhost:6379'], {}],
+    ] as const) {
+      expect(await usageError([...argv], redisEnv)).toMatch(
+        /^eml-api: --redis \(or REDIS_URL\): expected a redis:\/\/ or rediss:\/\/ URL/,
+      );
+    }
   });
 
   it('refuse a base URL that ends in /v1, saying to drop it', async () => {

@@ -191,6 +191,21 @@ describe('ambiguous failures', () => {
     expect(err.mayHaveBeenAccepted).toBe(true);
     expect(service.requests).toHaveLength(3);
   });
+
+  it('does not say "not retried" of an ambiguous failure it retried until the attempts ran out', async () => {
+    service.script([], { status: 502, text: '<html>Bad Gateway</html>', headers: { 'content-type': 'text/html' } });
+    const check = await rejectionOf(makeClient().isInGroup('g', 'a@example.test'));
+    expect(check).toMatchObject({ code: 'EAPI', responseCode: 502, attempts: 4 });
+    expect(check.message).not.toContain('not retried');
+    const send = await rejectionOf(makeClient({ retry: { ...FAST, retryAmbiguous: true } }).sendEml(EML));
+    expect(send).toMatchObject({ code: 'EAPI', responseCode: 502, attempts: 4 });
+    expect(send.message).not.toContain('not retried');
+    expect(send.message).toContain('the service may have accepted it');
+    service.script([], 'reset-after-body');
+    const reset = await rejectionOf(makeClient().isInGroup('g', 'a@example.test'));
+    expect(reset).toMatchObject({ code: 'ECONNECTION', attempts: 4 });
+    expect(reset.message).not.toContain('not retried');
+  });
 });
 
 describe('timeouts', () => {
@@ -344,5 +359,17 @@ describe('backoff arithmetic', () => {
     expect(parseRetryAfter(new Date(10_000 + 5000).toUTCString(), 10_000)).toBe(5000);
     expect(parseRetryAfter('soon')).toBeUndefined();
     expect(parseRetryAfter(undefined)).toBeUndefined();
+  });
+});
+
+describe('an https:// URL at a server that speaks plain HTTP', () => {
+  it('says the server answered without TLS, not OpenSSL’s record-layer text', async () => {
+    const client = makeClient({ baseUrl: service.url.replace(/^http:/, 'https:'), retry: false });
+    const err = await rejectionOf(client.sendEml(EML));
+    expect(err.code).toBe('ECONNECTION');
+    expect(err.message).toMatch(
+      /^POST \/v1\/send\/eml to https:\/\/127\.0\.0\.1:\d+ failed: the server answered without TLS: does the URL need http:\/\/ instead of https:\/\/\? \(ERR_SSL_\w+\)$/,
+    );
+    expect(service.requests).toHaveLength(0);
   });
 });

@@ -212,7 +212,19 @@ describe('eml-api serve beyond loopback', () => {
       const inbox = await cli(['inbox', 'list'], { EML_API_URL: server.url, EML_API_INBOX_LOGIN: `inbox:${login}` });
       expect(inbox.stdout).toBe('0 of 0 messages\n');
       const refused = await cli(['inbox', 'list'], { EML_API_URL: server.url });
-      expect(refused).toMatchObject({ code: 1, stderr: expect.stringContaining('EML_API_INBOX_LOGIN') });
+      expect(refused).toMatchObject({
+        code: 1,
+        stderr: 'eml-api: the inbox asks for its login: set EML_API_INBOX_LOGIN=user:password\n',
+      });
+      const mistyped = await cli(['inbox', 'list'], {
+        EML_API_URL: server.url,
+        EML_API_INBOX_LOGIN: `inbox:${login}x`,
+      });
+      expect(mistyped).toMatchObject({
+        code: 1,
+        stderr:
+          'eml-api: the inbox refused the login in EML_API_INBOX_LOGIN (user inbox): check its user and password\n',
+      });
     } finally {
       await server.stop();
     }

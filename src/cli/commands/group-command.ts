@@ -1,5 +1,15 @@
 import { parseArgs } from 'node:util';
-import { type CliIo, EXIT, UsageError, readInput, wholeFlag, terminalText, type CliOutput } from '../cli-io.js';
+import {
+  type CliIo,
+  EXIT,
+  UsageError,
+  readInput,
+  wholeFlag,
+  terminalText,
+  type CliOutput,
+  untilStopped,
+} from '../cli-io.js';
+import { EmlApiError } from '../../shared/eml-api-error.js';
 import type { EmlApiClient } from '../../client/eml-api-client.js';
 import { DEFAULT_ADD_BATCH_SIZE, type MemberInput } from '../../client/client-types.js';
 import { type OnFailure, bracedKey, isPlaceholderKey, stripBraces } from '../../protocol/api-types.js';
@@ -54,7 +64,8 @@ CSV: UTF-8 (a byte order mark is fine), comma-separated, a header row first.
   name         optional
   any other    a substitution key: a column first_name fills {{first_name}}
 Values containing commas, quotes or line breaks go in double quotes ("" for a
-quote). Cells are trimmed; blank lines are skipped.
+quote). Cells are trimmed; blank lines are skipped. An address on several
+rows is sent once, with its last row, and each duplicate row is listed.
 
 Options:
   --batch-size <n>        entries per request (default ${DEFAULT_ADD_BATCH_SIZE})
@@ -94,7 +105,7 @@ export async function groupAddCommand(args: string[], io: CliIo): Promise<number
     const rows =
       csvSource === undefined
         ? membersFromArguments(inputs)
-        : membersFromCsv(await readInput(csvSource, io.stdin), csvSource === '-' ? 'stdin' : csvSource);
+        : membersFromCsv(await readInput(csvSource, io, 'the CSV'), csvSource === '-' ? 'stdin' : csvSource);
     return await importRows(client, groupId, rows, { batchSize, onFailure }, io);
   } finally {
     await client.close();
@@ -116,26 +127,50 @@ async function importRows(
     );
   }
   const skippedLines = rejected.map((r) => `skipped ${r.reason}`);
-  const rowsByEmail = new Map<string, MemberRow>();
-  for (const row of [...members].reverse()) rowsByEmail.set(row.email, row);
-  const total = members.length;
+  // The service keeps the last row of a member (it updates); sending it once counts members truly.
+  const latest = new Map<string, MemberRow>();
+  const duplicateLines: string[] = [];
+  for (const row of members) {
+    const key = row.email.toLowerCase();
+    const earlier = latest.get(key);
+    if (earlier) {
+      duplicateLines.push(`duplicate ${row.where} (${row.email}) replaces ${earlier.where}`);
+      latest.delete(key);
+    }
+    latest.set(key, row);
+  }
+  const unique = [...latest.values()];
+  const rowsByEmail = new Map(unique.map((row) => [row.email, row]));
+  const total = unique.length;
   const bar = new ProgressBar(io.stderr, total, total > options.batchSize && canDrawProgress(io.stderr, io.env));
+  // Ctrl-C ends the import between requests' bytes, saying what was added.
+  const interrupt = new AbortController();
+  void untilStopped(io.signal).then(() => interrupt.abort());
+  const batches = Math.ceil(total / options.batchSize);
   let result;
   try {
     bar.update(0);
-    result = await client.addToGroup(groupId, members.map(toMemberInput), {
+    result = await client.addToGroup(groupId, unique.map(toMemberInput), {
       onFailure: options.onFailure,
       batchSize: options.batchSize,
       onBatch: (progress) => bar.update(progress.entriesDone),
+      signal: interrupt.signal,
     });
+  } catch (err) {
+    if (!interrupt.signal.aborted || !(err instanceof EmlApiError) || err.code !== 'EABORT') throw err;
+    const partial = err.partial as { batches?: number; added?: unknown[] } | undefined;
+    const done = partial?.batches ?? 0;
+    const earlier = done > 0 ? `the ${partial?.added?.length ?? 0} entries of earlier batches were added, ` : '';
+    throw new Error(
+      `interrupted during batch ${done + 1} of ${batches}: ${earlier}those of batch ${done + 1} may have been, the others were not; running the same import again adds the rest (re-adding a member updates it)`,
+    );
   } finally {
     bar.finish();
   }
   for (const skip of result.skipped) skippedLines.push(`skipped ${describeSkip(rowsByEmail, skip)}`);
-  for (const line of skippedLines) io.stdout.write(`${terminalText(line)}\n`);
-  const { batches } = result;
+  for (const line of [...duplicateLines, ...skippedLines]) io.stdout.write(`${terminalText(line)}\n`);
   io.stdout.write(
-    `added ${result.added.length}, skipped ${skippedLines.length} (${batches} ${batches === 1 ? 'batch' : 'batches'}) to group ${JSON.stringify(groupId)}\n`,
+    `added ${result.added.length}, skipped ${skippedLines.length} (${result.batches} ${result.batches === 1 ? 'batch' : 'batches'}) to group ${JSON.stringify(groupId)}\n`,
   );
   return EXIT.ok;
 }

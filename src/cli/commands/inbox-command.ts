@@ -50,10 +50,14 @@ export async function inboxCommand(args: string[], io: CliIo): Promise<number> {
   const query = values.query?.trim();
   if (action === 'clear') {
     const path = query ? `/api/v1/search?query=${encodeURIComponent(query)}` : '/api/v1/messages';
-    const before = await call(base, 'GET', '/api/v1/info', headers);
+    const count = async () => {
+      const info = await call(base, 'GET', '/api/v1/info', headers);
+      return (expectShape(info, 'GET /api/v1/info', (i) => typeof i.Messages === 'number') as { Messages: number })
+        .Messages;
+    };
+    const before = await count();
     await call(base, 'DELETE', path, headers);
-    const after = await call(base, 'GET', '/api/v1/info', headers);
-    const deleted = (before as { Messages: number }).Messages - (after as { Messages: number }).Messages;
+    const deleted = before - (await count());
     io.stdout.write(
       `deleted ${deleted} message${deleted === 1 ? '' : 's'}${query ? ` matching ${terminalText(JSON.stringify(query))}` : ''}\n`,
     );
@@ -65,7 +69,11 @@ export async function inboxCommand(args: string[], io: CliIo): Promise<number> {
   const path = query
     ? `/api/v1/search?query=${encodeURIComponent(query)}&limit=${limit}`
     : `/api/v1/messages?limit=${limit}`;
-  const list = (await call(base, 'GET', path, headers)) as {
+  const list = expectShape(
+    await call(base, 'GET', path, headers),
+    `GET ${path.split('?', 1)[0]}`,
+    (l) => typeof l.messages_count === 'number' && Array.isArray(l.messages),
+  ) as {
     messages_count: number;
     messages: { ID: string; Created: string; From: { Address: string }; To: { Address: string }[]; Subject: string }[];
   };
@@ -99,12 +107,54 @@ async function call(
   try {
     res = await request(`${base}${path}`, { method, headers, headersTimeout: 30_000, bodyTimeout: 30_000 });
   } catch (err) {
-    throw new Error(`cannot reach the emulator at ${base}: ${(err as Error).message}`, { cause: err });
+    const code = (err as { code?: unknown }).code;
+    const why =
+      code === 'ERR_SSL_WRONG_VERSION_NUMBER' || code === 'ERR_SSL_PACKET_LENGTH_TOO_LONG'
+        ? `it answered without TLS: use http:// (${code})`
+        : (err as Error).message;
+    throw new Error(`cannot reach the emulator at ${base}: ${why}`, { cause: err });
   }
   const text = await res.body.text();
-  if (res.statusCode === 401) throw new Error('the inbox asks for its login: set EML_API_INBOX_LOGIN=user:password');
+  if (res.statusCode === 401) {
+    const login = headers.authorization;
+    if (login === undefined) throw new Error('the inbox asks for its login: set EML_API_INBOX_LOGIN=user:password');
+    const user = Buffer.from(login.slice('Basic '.length), 'base64').toString().split(':', 1)[0]!;
+    throw new Error(
+      `the inbox refused the login in EML_API_INBOX_LOGIN (user ${terminalText(user)}): check its user and password`,
+    );
+  }
   if (res.statusCode !== 200) {
     throw new Error(`${method} ${path.split('?', 1)[0]} answered ${res.statusCode}: ${text.slice(0, 300)}`);
   }
-  return (res.headers['content-type'] ?? '').toString().startsWith('application/json') ? JSON.parse(text) : text;
+  const json = (res.headers['content-type'] ?? '').toString().startsWith('application/json');
+  if (!json) return new NotJson(res.headers['content-type']?.toString());
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return new NotJson('JSON that does not parse');
+  }
+}
+
+/** An answer that is not JSON; the command says what it was. */
+class NotJson {
+  constructor(readonly what: string | undefined) {}
+}
+
+/**
+ * The answer when `fits` it; a server that is not an emulator (a web app, a proxy, the service
+ * itself) otherwise answers 200 with something else, which is said before anything is deleted.
+ */
+function expectShape(answer: unknown, request: string, fits: (value: Record<string, unknown>) => boolean): unknown {
+  if (typeof answer === 'object' && answer !== null && !(answer instanceof NotJson)) {
+    if (fits(answer as Record<string, unknown>)) return answer;
+  }
+  const what =
+    answer instanceof NotJson
+      ? answer.what === undefined
+        ? 'a body without a Content-Type'
+        : terminalText(answer.what)
+      : 'JSON of another shape';
+  throw new Error(
+    `${request} answered 200 with ${what}, not the emulator's inspection API (Mailpit's API v1): is --url (or EML_API_URL) the URL eml-api serve printed?`,
+  );
 }

@@ -3,6 +3,9 @@ import { type CliIo, EXIT, UsageError, terminalText, wholeFlag, untilStopped } f
 import {
   purgeOutbox,
   openOutboxQueue,
+  outboxQueueExists,
+  outboxQueueFailure,
+  type OutboxQueue,
   retryFailedSends,
   OUTBOX_STATES,
   readOutboxStatus,
@@ -121,9 +124,20 @@ export async function queuePurgeCommand(args: string[], io: CliIo): Promise<numb
     const what = `${result.jobs} ${result.jobs === 1 ? 'job' : 'jobs'} and ${result.content} stored ${plural(result.content)}`;
     io.stdout.write(values.all ? `Purged queue "${name}": removed ${what}\n` : `Removed ${what}\n`);
     return result.busy.length > 0 || result.notFound.length > 0 ? EXIT.failed : EXIT.ok;
+  } catch (err) {
+    throw outboxQueueFailure(admin, err);
   } finally {
     await admin.close();
   }
+}
+
+/** A `--queue` or `--prefix` with a typo otherwise reads as an empty outbox. */
+async function warnOfMissingQueue(admin: OutboxQueue, io: CliIo): Promise<void> {
+  if (await outboxQueueExists(admin.queue)) return;
+  const { name, opts } = admin.queue;
+  io.stderr.write(
+    `warning: Redis holds no queue ${terminalText(JSON.stringify(name))} under the prefix ${terminalText(JSON.stringify(opts.prefix ?? 'bull'))}: check --queue and --prefix\n`,
+  );
 }
 
 function plural(n: number): string {
@@ -165,6 +179,7 @@ export async function queueRetryCommand(args: string[], io: CliIo): Promise<numb
   requireQueuePeers();
   const admin = await asUsageError(() => openOutboxQueue(location));
   try {
+    await warnOfMissingQueue(admin, io);
     const named = positionals.length > 0;
     const { retried, notFailed, skipped } = await retryFailedSends(admin.queue, named ? { ids: positionals } : {});
     for (const id of notFailed) io.stderr.write(`${terminalText(id)}: not a failed job\n`);
@@ -180,6 +195,8 @@ export async function queueRetryCommand(args: string[], io: CliIo): Promise<numb
     }
     io.stdout.write(`Put back ${retried.length} failed ${plural(retried.length)}\n`);
     return notFailed.length > 0 || (named && skipped.length > 0) ? EXIT.failed : EXIT.ok;
+  } catch (err) {
+    throw outboxQueueFailure(admin, err);
   } finally {
     await admin.close();
   }
@@ -229,6 +246,7 @@ export async function queueStatusCommand(args: string[], io: CliIo): Promise<num
   requireQueuePeers();
   const admin = await asUsageError(() => openOutboxQueue(location));
   try {
+    await warnOfMissingQueue(admin, io);
     const [status, snapshot] = await Promise.all([
       readOutboxStatus(admin.queue, { limit }),
       readOutboxSnapshot(admin.queue),
@@ -262,6 +280,8 @@ export async function queueStatusCommand(args: string[], io: CliIo): Promise<num
       for (const send of status.failed) io.stdout.write(failedLine(send));
     }
     return EXIT.ok;
+  } catch (err) {
+    throw outboxQueueFailure(admin, err);
   } finally {
     await admin.close();
   }
@@ -327,6 +347,7 @@ export async function queueWatchCommand(args: string[], io: CliIo): Promise<numb
   const admin = await asUsageError(() => openOutboxQueue(location));
   const stopped = untilStopped(io.signal).then(() => true);
   try {
+    await warnOfMissingQueue(admin, io);
     for (let printed = 0; printed < count; printed++) {
       const snapshot = await readOutboxSnapshot(admin.queue);
       io.stdout.write(values.json ? jsonLine(admin.queue.name, snapshot) : textLine(snapshot));
@@ -340,6 +361,8 @@ export async function queueWatchCommand(args: string[], io: CliIo): Promise<numb
       if (stop) break;
     }
     return EXIT.ok;
+  } catch (err) {
+    throw outboxQueueFailure(admin, err);
   } finally {
     await admin.close();
   }
