@@ -113,15 +113,17 @@ describe('a worker that lost its job to another worker', () => {
     });
     stale.on('error', () => undefined);
     await eventually(() => refusing.requests.length === 1, { what: 'the first worker sending' });
-    // Its lock expires: another worker takes the job, its request held before the service sees it.
-    await outbox.workers.start({ baseUrl: requestHeld.url, workerOptions: tuning });
-    await eventually(() => requestHeld.heldRequests > 0, { what: 'the new owner sending' });
+    // Its lock expires: another worker takes the job, its request held before the service sees it (a proxy of this
+    // test's own: the one the test above closed would refuse the request, and count the one it held).
+    const held = await startSlowAnswerProxy(outbox.emu.url, 0, { requestDelayMs: 600_000 });
+    await outbox.workers.start({ baseUrl: held.url, workerOptions: tuning });
+    await eventually(() => held.heldRequests > 0, { what: 'the new owner sending' });
     // The refusal reaches the first worker now: the job is no longer its own to fail, nor its content to remove.
     await eventually(() => stale.activeJobs === 0, { what: 'the stale worker done' });
     expect(await outbox.redis.client.exists(contentKey)).toBe(1);
     expect((await recordQueue(outbox.transport.queue).getJob(info.queueId))!.data.contentRemoved).toBeUndefined();
     // The new owner's attempt fails (its connection cut: an unknown outcome), retried, and then sent.
-    await requestHeld.close();
+    await held.close();
     await eventually(
       async () => ((await recordQueue(outbox.transport.queue).getJob(info.queueId))!.data.lastError?.attempt ?? 0) >= 2,
       { what: "the new owner's failure recorded" },
