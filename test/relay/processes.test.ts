@@ -378,32 +378,39 @@ describe('eml-api relay --processes 2', () => {
   }, 30_000);
 });
 
+/** `eml-api relay` as a process of its own, with the relay's key; what it says (stdout and stderr) and its exit. */
+function relayCli(args: string[]) {
+  const child = spawn(process.execPath, nodeArgs(['--import', 'tsx', 'src/cli/main.ts', 'relay', ...args]), {
+    cwd: ROOT,
+    env: { ...process.env, EML_API_KEY: KEY },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let said = '';
+  child.stdout!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+  child.stderr!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+  const exit = new Promise<number | null>((resolve) => child.once('exit', resolve));
+  return {
+    child,
+    exit,
+    said: () => said,
+    /** Kills it and its processes if still there. */
+    kill(): void {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      for (const pid of childPids(child.pid!, 'src/cli/main.')) process.kill(pid, 'SIGKILL');
+      child.kill('SIGKILL');
+    },
+  };
+}
+
 describe('eml-api relay --processes 2 that cannot start', () => {
   it('stops at the first process that fails (a port in use): exit 1, the reason said once', async () => {
     const taken = createTcpServer();
     await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
     const busy = (taken.address() as AddressInfo).port;
     try {
-      const child = spawn(
-        process.execPath,
-        nodeArgs([
-          '--import',
-          'tsx',
-          'src/cli/main.ts',
-          'relay',
-          '--processes',
-          '2',
-          '--port',
-          String(busy),
-          '--url',
-          service.url,
-        ]),
-        { cwd: ROOT, env: { ...process.env, EML_API_KEY: KEY }, stdio: ['ignore', 'pipe', 'pipe'] },
-      );
-      let said = '';
-      child.stdout!.on('data', (chunk: Buffer) => (said += chunk.toString()));
-      child.stderr!.on('data', (chunk: Buffer) => (said += chunk.toString()));
-      const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+      const relay = relayCli(['--processes', '2', '--port', String(busy), '--url', service.url]);
+      const code = await relay.exit;
+      const said = relay.said();
       expect(code, said).toBe(1);
       expect(said.match(/could not listen on 127\.0\.0\.1:\d+: .*EADDRINUSE/g)).toHaveLength(1);
       expect(said).not.toContain('listening on');
@@ -415,96 +422,48 @@ describe('eml-api relay --processes 2 that cannot start', () => {
 
 describe('eml-api relay --processes 2 stopped while a process is replaced', () => {
   it('SIGTERM while the replacement still starts: exit 0, nothing said to be given up', async () => {
-    const child = spawn(
-      process.execPath,
-      nodeArgs([
-        '--import',
-        'tsx',
-        'src/cli/main.ts',
-        'relay',
-        '--processes',
-        '2',
-        '--port',
-        '0',
-        '--url',
-        service.url,
-        // Longer than the test: a process that waited out the grace period would not do.
-        '--grace',
-        '60',
-      ]),
-      { cwd: ROOT, env: { ...process.env, EML_API_KEY: KEY }, stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    let said = '';
-    child.stdout!.on('data', (chunk: Buffer) => (said += chunk.toString()));
-    child.stderr!.on('data', (chunk: Buffer) => (said += chunk.toString()));
-    const exit = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    // A grace longer than the test: a process that waited out the grace period would not do.
+    const relay = relayCli(['--processes', '2', '--port', '0', '--url', service.url, '--grace', '60']);
+    const { child, exit } = relay;
     try {
-      await eventually(() => /listening on/.test(said), { timeout: 30_000, what: () => said });
+      await eventually(() => /listening on/.test(relay.said()), { timeout: 30_000, what: relay.said });
       const [victim] = childPids(child.pid!, 'src/cli/main.');
       service.holdingChecks = true;
       process.kill(victim!, 'SIGKILL');
       // The replacement waits on its key check: it has started nothing.
-      await eventually(() => service.heldChecks.length === 1, { timeout: 20_000, what: () => said });
+      await eventually(() => service.heldChecks.length === 1, { timeout: 20_000, what: relay.said });
       child.kill('SIGTERM');
-      expect(await exit, said).toBe(0);
-      expect(said).toContain('SMTP relay stopped\n');
-      expect(said).not.toMatch(/given up/);
+      expect(await exit, relay.said()).toBe(0);
+      expect(relay.said()).toContain('SMTP relay stopped\n');
+      expect(relay.said()).not.toMatch(/given up/);
     } finally {
       service.holdingChecks = false;
       for (const res of service.heldChecks.splice(0)) res.destroy();
-      if (child.exitCode === null && child.signalCode === null) {
-        for (const pid of childPids(child.pid!, 'src/cli/main.')) process.kill(pid, 'SIGKILL');
-        child.kill('SIGKILL');
-      }
+      relay.kill();
     }
   }, 40_000);
 });
 
 describe('eml-api relay --processes 1 without --http-port', () => {
   it('a process killed is replaced: the primary waits for its replacement instead of exiting', async () => {
-    const child = spawn(
-      process.execPath,
-      nodeArgs([
-        '--import',
-        'tsx',
-        'src/cli/main.ts',
-        'relay',
-        '--processes',
-        '1',
-        '--port',
-        '0',
-        '--url',
-        service.url,
-      ]),
-      { cwd: ROOT, env: { ...process.env, EML_API_KEY: KEY }, stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    let said = '';
-    child.stdout!.on('data', (chunk: Buffer) => (said += chunk.toString()));
-    child.stderr!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+    const relay = relayCli(['--processes', '1', '--port', '0', '--url', service.url]);
+    const { child, exit, said } = relay;
     let exited = false;
-    const exit = new Promise<number | null>((resolve) =>
-      child.once('exit', (code) => {
-        exited = true;
-        resolve(code);
-      }),
-    );
+    void exit.then(() => (exited = true));
     try {
-      await eventually(() => /listening on 127\.0\.0\.1:(\d+)/.test(said), { timeout: 30_000, what: () => said });
-      const port = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(said)![1]);
+      await eventually(() => /listening on 127\.0\.0\.1:(\d+)/.test(said()), { timeout: 30_000, what: said });
+      const port = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(said())![1]);
       const [victim] = childPids(child.pid!, 'src/cli/main.');
       process.kill(victim!, 'SIGKILL');
-      await eventually(() => exited || /relay process \d+ started/.test(said), { timeout: 20_000, what: () => said });
-      expect(exited, said).toBe(false);
+      await eventually(() => exited || /relay process \d+ started/.test(said()), { timeout: 20_000, what: said });
+      expect(exited, said()).toBe(false);
       const { dialog, greeting } = await SmtpDialog.open(port);
       dialog.close();
       expect(greeting.code).toBe(220);
       child.kill('SIGTERM');
-      expect(await exit, said).toBe(0);
+      expect(await exit, said()).toBe(0);
     } finally {
-      if (child.exitCode === null && child.signalCode === null) {
-        for (const pid of childPids(child.pid!, 'src/cli/main.')) process.kill(pid, 'SIGKILL');
-        child.kill('SIGKILL');
-      }
+      relay.kill();
     }
   }, 40_000);
 });
@@ -512,31 +471,11 @@ describe('eml-api relay --processes 1 without --http-port', () => {
 describe('eml-api relay --processes 2 signalled twice', () => {
   /** A group with a message held at the service on each process, then the first signal; resolves once it is stopping. */
   async function stoppingWithMessagesHeld(signal: (child: ChildProcess, members: number[]) => void) {
-    const child = spawn(
-      process.execPath,
-      nodeArgs([
-        '--import',
-        'tsx',
-        'src/cli/main.ts',
-        'relay',
-        '--processes',
-        '2',
-        '--port',
-        '0',
-        '--url',
-        service.url,
-        // Longer than the test: only the second signal can end the wait.
-        '--grace',
-        '60',
-      ]),
-      { cwd: ROOT, env: { ...process.env, EML_API_KEY: KEY }, stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    let said = '';
-    child.stdout!.on('data', (chunk: Buffer) => (said += chunk.toString()));
-    child.stderr!.on('data', (chunk: Buffer) => (said += chunk.toString()));
-    const exit = new Promise<number | null>((resolve) => child.once('exit', resolve));
-    await eventually(() => /listening on 127\.0\.0\.1:(\d+)/.test(said), { timeout: 30_000, what: () => said });
-    const groupPort = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(said)![1]);
+    // A grace longer than the test: only the second signal can end the wait.
+    const relay = relayCli(['--processes', '2', '--port', '0', '--url', service.url, '--grace', '60']);
+    const { child, exit, said } = relay;
+    await eventually(() => /listening on 127\.0\.0\.1:(\d+)/.test(said()), { timeout: 30_000, what: said });
+    const groupPort = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(said())![1]);
     const members = childPids(child.pid!, 'src/cli/main.');
     const held = new Map<number, SmtpDialog>();
     for (let tries = 0; held.size < 2; tries++) {
@@ -549,20 +488,17 @@ describe('eml-api relay --processes 2 signalled twice', () => {
     }
     service.holding = true;
     const replies = [...held.values()].map((dialog, i) => send(dialog, `twice-${i}@example.test`));
-    await eventually(() => service.held.length === 2, { what: () => said });
+    await eventually(() => service.held.length === 2, { what: said });
     signal(child, members);
-    await eventually(() => /Stopping/.test(said), { timeout: 20_000, what: () => said });
-    return { child, members, replies, exit, said: () => said };
+    await eventually(() => /Stopping/.test(said()), { timeout: 20_000, what: said });
+    return { relay, child, members, replies, exit, said };
   }
 
-  async function cleanUp(child: ChildProcess): Promise<void> {
+  function cleanUp(relay: ReturnType<typeof relayCli>): void {
     service.holding = false;
     for (const { res } of service.held.splice(0)) res.destroy();
     closeAll();
-    if (child.exitCode === null && child.signalCode === null) {
-      for (const pid of childPids(child.pid!, 'src/cli/main.')) process.kill(pid, 'SIGKILL');
-      child.kill('SIGKILL');
-    }
+    relay.kill();
   }
 
   it('a second SIGTERM to the primary stops every process at once: 451 to the messages held, exit 4', async () => {
@@ -575,7 +511,7 @@ describe('eml-api relay --processes 2 signalled twice', () => {
       expect(run.said()).toMatch(/given up/);
       for (const pid of run.members) expect(() => process.kill(pid, 0)).toThrow();
     } finally {
-      await cleanUp(run.child);
+      cleanUp(run.relay);
     }
   }, 40_000);
 
@@ -590,7 +526,7 @@ describe('eml-api relay --processes 2 signalled twice', () => {
       expect(await Promise.all(run.replies), run.said()).toEqual([451, 451]);
       expect(await run.exit, run.said()).toBe(4);
     } finally {
-      await cleanUp(run.child);
+      cleanUp(run.relay);
     }
   }, 40_000);
 });
