@@ -170,7 +170,7 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
     outbox.on('warning', (message: string) => io.stderr.write(`warning: ${terminalText(message)}\n`));
 
     // In a group the primary counts the signals (systemd and a terminal signal every process): a process
-    // stops once for all of them, and at once only when the primary says so.
+    // stops once for all of them, and at once when the primary says so or a second signal reaches it.
     const stop = stopSignals(member ? abortedBy(member.stopRequested) : io.signal);
     if (member) void member.hurryRequested.then(stop.hurry);
     try {
