@@ -288,14 +288,16 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
   io.stdout.write(
     `Stopping: letting the messages in progress finish (up to ${operations.grace / 1000} s; signal again to stop at once)\n`,
   );
+  let atOnce = false;
   void stop!.second.then(() => {
+    atOnce = true;
     io.stdout.write('Stopping at once: giving up the messages in flight (their senders retry)\n');
     return relay.close({ abort: true });
   });
   const { givenUp } = await relay.close({ grace: operations.grace }).finally(() => stop!.dispose());
   if (givenUp > 0) {
     io.stdout.write(
-      `SMTP relay stopped: the grace period ran out, ${givenUp} message(s) in flight given up (their senders retry)\n`,
+      `SMTP relay stopped${atOnce ? ' at once:' : ': the grace period ran out,'} ${givenUp} message(s) in flight given up (their senders retry)\n`,
     );
     return EXIT.cutShort;
   }
