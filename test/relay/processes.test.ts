@@ -530,3 +530,29 @@ describe('eml-api relay --processes 2 signalled twice', () => {
     }
   }, 40_000);
 });
+
+describe('eml-api relay --processes 2 signalled twice with nothing in flight', () => {
+  it('Ctrl-C twice (SIGINT to every process, twice): exit 0, nothing said to be given up', async () => {
+    const relay = relayCli(['--processes', '2', '--port', '0', '--url', service.url]);
+    const { child, exit, said } = relay;
+    const everyProcess = (members: number[]) => {
+      child.kill('SIGINT');
+      for (const pid of members) process.kill(pid, 'SIGINT');
+    };
+    try {
+      await eventually(() => /listening on 127\.0\.0\.1:(\d+)/.test(said()), { timeout: 30_000, what: said });
+      const members = childPids(child.pid!, 'src/cli/main.');
+      everyProcess(members);
+      await eventually(() => /Stopping/.test(said()), { timeout: 20_000, what: said });
+      try {
+        everyProcess(members);
+      } catch {
+        // A process already gone has nothing to give up.
+      }
+      expect(await exit, said()).toBe(0);
+      expect(said()).not.toMatch(/given up/);
+    } finally {
+      relay.kill();
+    }
+  }, 40_000);
+});

@@ -146,8 +146,23 @@ describe('SIGTERM with spooled messages in flight', () => {
     expect(completeReply.code, relay.output()).toBe(451);
     expect(arrivingReply.code, relay.output()).toBe(421);
     expect(exit, relay.output()).toEqual({ code: 4, signal: null });
-    expect(relay.output()).toMatch(/2 message\(s\) in flight given up/);
+    expect(relay.output()).toMatch(/SMTP relay stopped at once: 2 message\(s\) in flight given up/);
+    expect(relay.output()).not.toContain('grace period ran out');
     expect(spoolFolders(dir)).toEqual([]);
+  });
+
+  it('eml-api relay: a second SIGTERM once it has stopped, nothing in flight, does not kill it: exit 0', async () => {
+    const relay = await startProcess(
+      ['src/cli/main.ts', 'relay', '--port', '0', '--url', service.url],
+      { EML_API_KEY: KEY, TMPDIR: dir },
+      /listening on 127\.0\.0\.1:(\d+)/,
+    );
+    relay.child.kill('SIGTERM');
+    await eventually(() => /SMTP relay stopped/.test(relay.output()) || relay.child.exitCode !== null, {
+      timeout: 20_000,
+    });
+    relay.child.kill('SIGTERM');
+    expect(await relay.exit, relay.output()).toEqual({ code: 0, signal: null });
   });
 
   it("a relay started from code with process.once('SIGTERM', () => relay.close()): the same", async () => {

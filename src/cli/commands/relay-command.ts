@@ -297,7 +297,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
   const { givenUp } = await relay.close({ grace: operations.grace }).finally(() => stop!.dispose());
   if (givenUp > 0) {
     io.stdout.write(
-      `SMTP relay stopped: ${atOnce ? 'at once' : 'the grace period ran out'}, ${givenUp} message(s) in flight given up (their senders retry)\n`,
+      `SMTP relay stopped${atOnce ? ' at once:' : ': the grace period ran out,'} ${givenUp} message(s) in flight given up (their senders retry)\n`,
     );
     return EXIT.cutShort;
   }

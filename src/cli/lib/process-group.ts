@@ -231,9 +231,11 @@ export class ProcessGroup {
       cluster.off('message', this.#onMessage);
       const codes = members.map((member, i) => {
         const { code, signal } = exits[i]!;
+        // One that said how it stopped gave up only what it said, whatever signal then ended it.
+        if (member.stopCode !== undefined) return member.stopCode;
         // One signalled while it started had nothing in flight to give up.
         if (signal !== null) return member.started ? 4 : 0;
-        return member.stopCode ?? code ?? 4;
+        return code ?? 4;
       });
       return codes.some((code) => code !== 0 && code !== 4) ? 1 : codes.includes(4) ? 4 : 0;
     })();
