@@ -294,6 +294,10 @@ export function stopSignals(signal: AbortSignal | undefined): {
     dispose: () => {
       process.off('SIGINT', onStop);
       process.off('SIGTERM', onStop);
+      // The command is done: a signal from now on exits with its code (set as it returns), instead of killing it.
+      const late = () => setImmediate(() => process.exit(process.exitCode ?? 0));
+      process.once('SIGINT', late);
+      process.once('SIGTERM', late);
     },
   };
 }
