@@ -265,6 +265,8 @@ export function stopSignals(signal: AbortSignal | undefined): {
   /** As a second request does (a group's primary says so). */
   hurry: () => void;
   dispose: () => void;
+  /** As dispose, once the command has stopped: a later signal exits with its code rather than killing the process. */
+  done: () => void;
 } {
   let count = 0;
   let resolveFirst!: () => void;
@@ -283,7 +285,8 @@ export function stopSignals(signal: AbortSignal | undefined): {
   if (signal) {
     if (signal.aborted) onStop();
     else signal.addEventListener('abort', onStop, { once: true });
-    return { first, second, hurry, dispose: () => signal.removeEventListener('abort', onStop) };
+    const dispose = () => signal.removeEventListener('abort', onStop);
+    return { first, second, hurry, dispose, done: dispose };
   }
   process.on('SIGINT', onStop);
   process.on('SIGTERM', onStop);
@@ -292,6 +295,10 @@ export function stopSignals(signal: AbortSignal | undefined): {
     second,
     hurry,
     dispose: () => {
+      process.off('SIGINT', onStop);
+      process.off('SIGTERM', onStop);
+    },
+    done: () => {
       process.off('SIGINT', onStop);
       process.off('SIGTERM', onStop);
       // The command is done: a signal from now on exits with its code (set as it returns), instead of killing it.

@@ -294,7 +294,7 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
     io.stdout.write('Stopping at once: giving up the messages in flight (their senders retry)\n');
     return relay.close({ abort: true });
   });
-  const { givenUp } = await relay.close({ grace: operations.grace }).finally(() => stop!.dispose());
+  const { givenUp } = await relay.close({ grace: operations.grace }).finally(() => stop!.done());
   if (givenUp > 0) {
     io.stdout.write(
       `SMTP relay stopped${atOnce ? ' at once:' : ': the grace period ran out,'} ${givenUp} message(s) in flight given up (their senders retry)\n`,
