@@ -8,7 +8,7 @@ import { addCommand, queueClient, runGuardedAdd } from './bullmq-internals.js';
 import { QUEUED_AT } from './job-record.js';
 import { DECODE_JOB_DATA } from './outbox-job.js';
 import { KEY_REUSED } from './failure-policy.js';
-import { queueKey, resolveQueueLocation } from './queue-location.js';
+import { queueKey, queueLocationOf } from './queue-location.js';
 
 /** What Redis held for the job id right after the add, and of the content. */
 export interface AddedState {
@@ -98,7 +98,7 @@ export async function addJob(
   },
 ): Promise<AddedJob> {
   const client = await queueClient(queue);
-  const location = resolveQueueLocation(queue.name, queue.opts.prefix);
+  const location = queueLocationOf(queue);
   const { jobId } = job.opts;
   const jobKey = queueKey(location, jobId);
   const failedKey = queueKey(location, 'failed');
@@ -220,7 +220,7 @@ async function replicasHolding(
   return found;
 }
 
-/** How many replicas confirmed `job`, asked after its add's round trip (see {@link replicasHolding}). */
+/** How many replicas confirmed `job`, asked after its add's round trip. */
 export async function waitForReplicas(
   redis: OutboxRedisClient,
   replicas: { count: number; timeoutMs: number },
@@ -250,15 +250,11 @@ export function finishedByWorker(state: AddedState): boolean {
 }
 
 /**
- * How a send was settled against the job its idempotency key names:
- * - `new`: the job is this send's;
- * - `duplicate`: a job of the key is queued, active or sent;
- * - `retried`: the key's failed job may have been accepted: put back with its own bytes;
- * - `replaced`: the key's failed job cannot have been accepted: put back with this send's content;
- * - `refused`: the key's job is parked for a person, or its key is spent;
- * - `lost`: this content is not whole in Redis;
- * - `gone`: no job has the id any more: add it again;
- * - `put-back-failed`: Redis did not take the put-back (it may be back or still failed).
+ * How a send was settled against the job its idempotency key names: `new` (the job is this send's), `duplicate` (a job
+ * of the key is queued, active or sent), `retried` (the key's failed job may have been accepted: put back with its own
+ * bytes), `replaced` (it cannot have been: put back with this send's content), `refused` (parked for a person, or its
+ * key spent), `lost` (this content is not whole in Redis), `gone` (no job has the id any more: add it again),
+ * `put-back-failed` (Redis did not take the put-back: it may be back or still failed).
  */
 export type DuplicateSettlement =
   | { kind: 'new' }
@@ -334,7 +330,7 @@ export async function settleDuplicate(
     putBackFrom: finishedOn,
   };
   const whole = retry || storedLength === undefined ? '' : String(storedLength);
-  const location = resolveQueueLocation(queue.name, queue.opts.prefix);
+  const location = queueLocationOf(queue);
   const set = await redis.eval(
     SET_IF_UNCHANGED,
     3,

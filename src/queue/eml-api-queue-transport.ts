@@ -87,7 +87,6 @@ export class EmlApiQueueTransport extends EventEmitter {
     mail: NodemailerMail,
     callback: (err: Error | null, info?: OutboxQueuedMessageInfo) => void,
   ): void => {
-    let called = false;
     let queued: Promise<OutboxQueuedMessageInfo>;
     try {
       queued = this.#send(mail);
@@ -95,16 +94,8 @@ export class EmlApiQueueTransport extends EventEmitter {
       queued = Promise.reject(err);
     }
     queued.then(
-      (info) => {
-        if (called) return;
-        called = true;
-        callback(null, info);
-      },
-      (err: unknown) => {
-        if (called) return;
-        called = true;
-        callback(err instanceof Error ? err : new Error(String(err)));
-      },
+      (info) => callback(null, info),
+      (err: unknown) => callback(err instanceof Error ? err : new Error(String(err))),
     );
   };
 

@@ -6,7 +6,14 @@ import {
   type OutboxSendResult,
   type OutboxJobError,
 } from './outbox-job.js';
-import { resolveQueueLocation, outboxKeys, parseContentKey, queueKey, type QueueLocation } from './queue-location.js';
+import {
+  resolveQueueLocation,
+  outboxKeys,
+  parseContentKey,
+  queueKey,
+  queueLocationOf,
+  type QueueLocation,
+} from './queue-location.js';
 import {
   loadBullmq,
   closeOutboxRedis,
@@ -17,13 +24,7 @@ import {
   escapeGlob,
   scannableServers,
 } from './redis-connection.js';
-import {
-  connectionLost,
-  redisFailure,
-  trackConnectionErrors,
-  watchRefusal,
-  type RedisEndpoint,
-} from './redis-failure.js';
+import { connectionLost, redisFailure, trackConnectionErrors, watchRefusal } from './redis-failure.js';
 import { queueClient } from './bullmq-internals.js';
 import { queueRedisTime } from './redis-clock.js';
 import type { SendKind } from '../protocol/api-types.js';
@@ -75,7 +76,7 @@ export async function openOutboxQueue(
     skipMetasUpdate: true,
   });
   queue.on('error', () => undefined);
-  const admin: OutboxQueue = {
+  return {
     queue,
     where: client.where,
     close: async () => {
@@ -83,33 +84,20 @@ export async function openOutboxQueue(
       await closeOutboxRedis(client);
     },
   };
-  endpoints.set(admin, client);
-  return admin;
 }
 
-const endpoints = new WeakMap<OutboxQueue, RedisEndpoint>();
-
-/**
- * A failure of Redis after {@link openOutboxQueue} said where and why, as at the start, instead of
- * ioredis's "Reached the max retries per request limit"; other errors are returned as they are.
- */
-export function outboxQueueFailure(admin: OutboxQueue, err: unknown): unknown {
-  const client = endpoints.get(admin);
-  if (!client || !connectionLost(err)) return err;
-  return redisFailure(err, `Could not reach Redis at ${client.where}`, false, undefined, client);
+/** A lost connection said with where and why, not ioredis's "max retries per request"; other errors as they are. */
+export function outboxQueueFailure({ queue, where }: OutboxQueue, err: unknown): unknown {
+  if (!connectionLost(err)) return err;
+  const redis = queue.opts.connection as OutboxRedisClient;
+  return redisFailure(err, `Could not reach Redis at ${where}`, false, undefined, { redis, where });
 }
 
-/**
- * Whether Redis holds the queue: its meta key (which producers and workers write) or any job.
- * @example if (!(await outboxQueueExists(admin.queue))) console.warn('no such queue');
- */
+/** Whether Redis holds the queue: its meta key (which producers and workers write) or any job. */
 export async function outboxQueueExists(queue: Queue): Promise<boolean> {
-  if (
-    (await (await queueClient(queue)).exists(queueKey(resolveQueueLocation(queue.name, queue.opts.prefix), 'meta'))) > 0
-  )
-    return true;
-  const counts = await queue.getJobCounts(...OUTBOX_STATES);
-  return Object.values(counts).some((n) => n > 0);
+  const redis = await queueClient(queue);
+  if ((await redis.exists(queueKey(queueLocationOf(queue), 'meta'))) > 0) return true;
+  return Object.values(await jobCounts(queue)).some((n) => n > 0);
 }
 
 /**
@@ -128,6 +116,11 @@ export const OUTBOX_STATES = [
 ] as const;
 
 type OutboxState = (typeof OUTBOX_STATES)[number];
+
+async function jobCounts(queue: Queue): Promise<Record<OutboxState, number>> {
+  const raw = await queue.getJobCounts(...OUTBOX_STATES);
+  return Object.fromEntries(OUTBOX_STATES.map((s) => [s, raw[s] ?? 0])) as Record<OutboxState, number>;
+}
 
 /**
  * A send that failed for good, with its error as the worker recorded it.
@@ -178,20 +171,19 @@ export async function readOutboxStatus(
   queue: Queue<OutboxJobData, OutboxSendResult>,
   { limit = 20 }: { limit?: number } = {},
 ): Promise<OutboxStatus> {
-  const [raw, paused, rateLimitedMs] = await Promise.all([
-    queue.getJobCounts(...OUTBOX_STATES),
+  const [counts, paused, rateLimitedMs] = await Promise.all([
+    jobCounts(queue),
     queue.isPaused(),
     // The limiter key counts BullMQ's sends too: only values from PAUSE_MARK up are a 429's pause.
     queue.getRateLimitTtl(PAUSE_MARK),
   ]);
-  const counts = Object.fromEntries(OUTBOX_STATES.map((s) => [s, raw[s] ?? 0])) as Record<OutboxState, number>;
   const ids = limit > 0 ? await queue.getRanges(['failed'], 0, limit - 1) : [];
   const read = await Promise.all(
     ids.map(async (id): Promise<OutboxFailedSend | undefined> => {
       const job = await readJob(recordQueue(queue), id);
       if (job === undefined) return undefined;
       if (job instanceof SyntaxError) {
-        const message = `This job cannot be read: ${UNREADABLE} (${job.message}); look at it with a Redis client (HGETALL ${queueKey(resolveQueueLocation(queue.name, queue.opts.prefix), id)}), or remove it with eml-api queue purge ${id}`;
+        const message = `This job cannot be read: ${UNREADABLE} (${job.message}); look at it with a Redis client (HGETALL ${queueKey(queueLocationOf(queue), id)}), or remove it with eml-api queue purge ${id}`;
         const none = { kind: undefined, group: undefined, envelope: undefined, messageId: undefined };
         return { queueId: id, ...none, encrypted: false, attempts: 0, failedAt: undefined, error: { message } };
       }
@@ -297,7 +289,7 @@ export async function retryFailedSends(
     }
     retried.push(id);
     const redis = await queueClient(queue);
-    await redis.eval(UNPARK, 1, parkedKey(recordQueue(queue)), id, parkedRun).catch(() => undefined);
+    await redis.eval(UNPARK, 1, outboxKeys(queueLocationOf(queue)).parked, id, parkedRun).catch(() => undefined);
     return true;
   };
   if (ids) {
@@ -353,13 +345,13 @@ export async function purgeOutbox(
   } = {},
 ): Promise<OutboxPurgeResult> {
   const redis = await queueClient(queue);
-  const location = resolveQueueLocation(queue.name, queue.opts.prefix);
+  const location = queueLocationOf(queue);
   if (ids) return purgeJobs(recordQueue(queue), redis, location, ids);
   if (!force) {
     const active = await queue.getActive();
     if (active.length > 0) return { jobs: 0, content: 0, busy: active.map((job) => String(job.id)), notFound: [] };
   }
-  const counts = await queue.getJobCounts(...OUTBOX_STATES);
+  const counts = await jobCounts(queue);
   await queue.obliterate({ force: true });
   // obliterate leaves the limiter key: a 429's pause would outlive the queue.
   await redis.del(queueKey(location, 'limiter'));
@@ -459,10 +451,6 @@ export interface OutboxSnapshot {
   failedLastMinute: number;
 }
 
-function parkedKey(queue: Queue<OutboxJobRecord, OutboxSendResult>): string {
-  return outboxKeys(resolveQueueLocation(queue.name, queue.opts.prefix)).parked;
-}
-
 /**
  * Reads the outbox's live state in a few commands whose cost does not grow with the queue.
  * @param now the time ages and the last minute are counted from (ms) @default Date.now()
@@ -474,9 +462,9 @@ export async function readOutboxSnapshot(
   now = Date.now(),
 ): Promise<OutboxSnapshot> {
   const redis = await queueClient(queue);
-  const location = resolveQueueLocation(queue.name, queue.opts.prefix);
-  const [raw, paused, nextRetry, nextNew, parked, sent, failed] = await Promise.all([
-    queue.getJobCounts(...OUTBOX_STATES),
+  const location = queueLocationOf(queue);
+  const [counts, paused, nextRetry, nextNew, parked, sent, failed] = await Promise.all([
+    jobCounts(queue),
     queue.isPaused(),
     // Workers take the wait list from its right end, and the prioritized set from its lowest score.
     redis.lindex(queueKey(location, 'wait'), -1),
@@ -489,7 +477,7 @@ export async function readOutboxSnapshot(
   const queuedAt = await Promise.all(heads.map((id) => redis.hget(queueKey(location, id), 'timestamp')));
   const oldest = Math.min(...queuedAt.map((t) => Number(t)).filter((t) => Number.isFinite(t) && t > 0), now);
   return {
-    counts: Object.fromEntries(OUTBOX_STATES.map((s) => [s, raw[s] ?? 0])) as Record<OutboxState, number>,
+    counts,
     paused,
     oldestWaitingSeconds: Math.max(0, now - oldest) / 1000,
     parked: Number(parked),

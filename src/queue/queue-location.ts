@@ -38,6 +38,11 @@ export function resolveQueueLocation(queueName: unknown, prefix: unknown): Queue
   return { queueName: name, prefix: keyPrefix, contentKeyPrefix: `${keyPrefix}:${name}:content:` };
 }
 
+/** The location of an open BullMQ queue. */
+export function queueLocationOf(queue: { name: string; opts: { prefix?: string | undefined } }): QueueLocation {
+  return resolveQueueLocation(queue.name, queue.opts.prefix);
+}
+
 type Where = Pick<QueueLocation, 'prefix' | 'queueName'>;
 
 /** One of BullMQ's keys of the queue, or with a job id the job's hash. `meta` also routes a command to the queue's master on a cluster. */

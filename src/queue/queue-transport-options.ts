@@ -22,8 +22,8 @@ type OutboxReplicas = NonNullable<OutboxProducerOptions['replicas']>;
 type QueueTransportTimeouts = NonNullable<OutboxProducerOptions['timeouts']>;
 
 /**
- * Options of {@link OutboxProducer}, the store every producer of the outbox goes through. No API
- * key: only the workers that send need it.
+ * Options of {@link OutboxProducer}, the store every producer of the outbox goes through. No API key: only the workers
+ * that send need it.
  * @example
  * const producer = new OutboxProducer({ connection: process.env.REDIS_URL!, queueName: 'mail' });
  */
@@ -33,9 +33,8 @@ export interface OutboxProducerOptions {
   /** Name of the BullMQ queue; workers must use the same. @default 'eml-api' */
   queueName?: string;
   /**
-   * The service account this queue sends for. Recorded on the queue (a fingerprint) by the first
-   * producer or worker that names one; others then refuse the queue (`ECONFIG`), so two apps sharing
-   * a Redis and a queue name cannot send each other's mail through their own accounts.
+   * The service account this queue sends for. Recorded on the queue by the first producer or worker that names one;
+   * others then refuse the queue (`ECONFIG`), so two apps sharing a queue cannot send each other's mail.
    * @default undefined (none named)
    * @example
    * new EmlApiQueueTransport({ connection, account: 'shop-prod' });
@@ -51,10 +50,9 @@ export interface OutboxProducerOptions {
    */
   retry?: Omit<RetryOptions, 'retryAmbiguous'>;
   /**
-   * BullMQ options of every job, over the outbox's; not `jobId` (it is the send's idempotency key).
-   * `priority` (0 to 2^21 - 2, lower first) orders new messages; retries always go first. Removal that loses sent jobs within the idempotency window
-   * (a repeated `idempotencyKey` is recognised by its job) or failed jobs at once (parked messages
-   * would vanish) is refused with `ECONFIG`.
+   * BullMQ options of every job, over the outbox's; not `jobId` (it is the send's idempotency key). `priority` (0 to
+   * 2^21 - 2, lower first) orders new messages; retries always go first. Removal of sent jobs within the idempotency
+   * window, or of failed jobs at once, is refused with `ECONFIG`.
    * @default { removeOnComplete: { age: 86400 }, removeOnFail: { age: 604800 } }
    */
   jobOptions?: Omit<
@@ -81,8 +79,8 @@ export interface OutboxProducerOptions {
    */
   timeouts?: {
     /**
-     * Time allowed to store a message and its job in Redis, and for Redis's checks and `replicas`;
-     * longer fails with `ETIMEDOUT` (with `mayHaveBeenAccepted` when the job may have been stored).
+     * Time allowed to store a message and its job in Redis, and for Redis's checks and `replicas`; longer fails with
+     * `ETIMEDOUT` (with `mayHaveBeenAccepted` when the job may have been stored).
      * @default 30000
      */
     store?: number;
@@ -97,18 +95,16 @@ export interface OutboxProducerOptions {
    */
   durability?: 'warn' | 'aof' | 'aof-always';
   /**
-   * Where Redis does not let `durability` be read (a managed Redis that renames `CONFIG`), take it as
-   * given with a warning instead of refusing. Say it only once you checked the setting.
+   * Where Redis does not let `durability` be read (a managed Redis that renames `CONFIG`), take it as given with a
+   * warning instead of refusing. Say it only once you checked the setting.
    * @default false
    * @example
    * new EmlApiQueueTransport({ connection, durability: 'aof-always', durabilityVerified: true });
    */
   durabilityVerified?: boolean;
   /**
-   * Replicas that must hold each message before `sendMail` resolves. Redis replicates asynchronously, so a failover
-   * can lose what only the master had. The producer sends `WAIT count timeoutMs` with the job's add; when fewer
-   * confirm, the send rejects with `ETIMEDOUT` and `mayHaveBeenAccepted: true`, and queueing it again under
-   * `err.idempotencyKey` stores it once. Costs a replica round trip per message.
+   * Replicas that must hold each message before `sendMail` resolves. A failover can lose what only the master had;
+   * when fewer confirm (`WAIT`), the send rejects with `ETIMEDOUT` and `mayHaveBeenAccepted: true`.
    * @default undefined (the master's acknowledgement alone)
    * @example
    * new EmlApiQueueTransport({ connection, replicas: { count: 1, timeoutMs: 500 } });
@@ -120,8 +116,8 @@ export interface OutboxProducerOptions {
     timeoutMs?: number;
   };
   /**
-   * Encrypts the queued content, envelope and Message-ID (AES-256-GCM); the workers hold the same
-   * keys. See docs/outbox.md, "Encryption at rest", for what stays in clear.
+   * Encrypts the queued content, envelope and Message-ID (AES-256-GCM); the workers hold the same keys. See
+   * docs/outbox.md, "Encryption at rest", for what stays in clear.
    * @default undefined (stored in clear)
    * @example
    * new EmlApiQueueTransport({
@@ -156,15 +152,13 @@ export interface EmlApiQueueTransportOptions extends OutboxProducerOptions {
   buildThreads?: number | 'auto' | false;
 }
 
-/** The default of `maxMessageSize`: the largest message whose upload fits the service's request limit. */
+/** The largest message whose upload fits the service's request limit. */
 export const DEFAULT_MAX_MESSAGE_SIZE = maxUploadableSize(MAX_REQUEST_SIZE);
 
-/** How long sent jobs are kept, in seconds: the idempotency window, so a repeated key is recognised. */
-export const KEEP_SENT_SECONDS = 24 * 3600;
-/** How long failed jobs are kept, in seconds. */
-export const KEEP_FAILED_SECONDS = 7 * 24 * 3600;
+/** In seconds: the idempotency window, so a repeated key is recognised. */
+const KEEP_SENT_SECONDS = 24 * 3600;
+const KEEP_FAILED_SECONDS = 7 * 24 * 3600;
 
-/** Producer options after validation. */
 export interface ResolvedProducerOptions extends QueueLocation {
   jobOptions: OutboxJobOptions;
   maxMessageSize: number;
@@ -174,15 +168,13 @@ export interface ResolvedProducerOptions extends QueueLocation {
   durabilityVerified: boolean;
   /** The fingerprint of `account`, if given. */
   account: string | undefined;
-  /** Replicas that must confirm each message (`WAIT`), if any. */
   replicas: Required<OutboxReplicas> | undefined;
-  /** The `encryption` keys, if any. */
   keyring: OutboxKeyring | undefined;
   logger: EmlApiLogger;
 }
 
 /** The queue transport's own options after validation, and the producer's options as given. */
-export interface ResolvedQueueTransportOptions {
+interface ResolvedQueueTransportOptions {
   producer: OutboxProducerOptions;
   concurrency: number;
   spool: SpoolSettings;
@@ -190,10 +182,7 @@ export interface ResolvedQueueTransportOptions {
   buildThreads: number;
 }
 
-/** The largest `concurrency`. */
 export const MAX_CONCURRENCY = 10_000;
-
-/** The default of `timeouts.store`, in ms. */
 const DEFAULT_STORE_TIMEOUT = 30_000;
 
 /** Where an outbox is and whose it is: the same options for its producers and its workers. */
@@ -238,10 +227,7 @@ export const QUEUE_TRANSPORT_SCHEMA = {
   buildThreads: custom("0 to 256, 'auto', false", resolveBuildThreads),
 } as const satisfies OptionSchema<EmlApiQueueTransportOptions>;
 
-/**
- * Checks the queue transport's own options and that every option given is known.
- * @throws {EmlApiError} `ECONFIG` naming the option
- */
+/** @throws {EmlApiError} `ECONFIG` naming the option */
 export function resolveQueueTransportOptions(options: EmlApiQueueTransportOptions): ResolvedQueueTransportOptions {
   checkOptionsObject(options);
   const { concurrency, spool, buildThreads } = checkOptions(
@@ -258,10 +244,7 @@ function checkOptionsObject(options: unknown): void {
   }
 }
 
-/**
- * Checks the options of {@link OutboxProducer}.
- * @throws {EmlApiError} `ECONFIG` naming the option
- */
+/** @throws {EmlApiError} `ECONFIG` naming the option */
 export function resolveProducerOptions(options: OutboxProducerOptions): ResolvedProducerOptions {
   checkOptionsObject(options);
   const o = checkOptions(options as unknown as Record<string, unknown>, PRODUCER_SCHEMA);
@@ -317,7 +300,6 @@ function resolveJobOptions(value: unknown, schedule: ReturnType<typeof resolveRe
   };
 }
 
-/** The default of `replicas.timeoutMs`. */
 const DEFAULT_REPLICAS_TIMEOUT = 1000;
 
 function resolveReplicas(value: unknown, storeTimeout: number): Required<OutboxReplicas> | undefined {
@@ -339,10 +321,7 @@ function resolveReplicas(value: unknown, storeTimeout: number): Required<OutboxR
   };
 }
 
-/**
- * Refuses a `removeOnComplete` / `removeOnFail` that removes jobs the outbox needs: at once, or
- * younger than `minAge` seconds.
- */
+/** Refuses a `removeOnComplete` / `removeOnFail` that removes jobs the outbox needs: at once, or younger than `minAge`. */
 function checkRemoval(value: unknown, name: string, minAge: number, why: string): void {
   if (value === undefined || value === false) return;
   const refuse = (what: string) => {

@@ -79,15 +79,11 @@ export function openOutboxRedis(
   const Redis = loadRedis();
   const roleOptions = connectionDefaults(role, rideMs);
   if (typeof connection === 'string') {
-    let url: URL;
-    try {
-      url = new URL(connection);
-    } catch {
-      throw configError(option, `expected a redis:// or rediss:// URL, ioredis options or an ioredis instance`);
-    }
-    if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
-      throw configError(option, `expected a redis:// or rediss:// URL, got a ${url.protocol} URL`);
-    }
+    const url = redisUrl(
+      connection,
+      option,
+      'expected a redis:// or rediss:// URL, ioredis options or an ioredis instance',
+    );
     const redis = new Redis(connection, { ...roleOptions, lazyConnect: false });
     if (role === 'producer') dropWhenSilent(redis, rideMs ?? 30_000);
     return { redis, owned: true, where: `${url.hostname}:${url.port || '6379'}`, cluster: false };
@@ -119,7 +115,6 @@ const DISCONNECT_MS = 300;
 /**
  * The ioredis options the outbox's own connections start from. A producer's commands fail after 3 reconnect attempts
  * and within `rideMs`, so `sendMail` rejects while Redis is down; a worker waits for Redis, as BullMQ requires.
- * @param rideMs a producer's command timeout @default 30000
  */
 export function connectionDefaults(role: RedisRole, rideMs = 30_000): RedisOptions {
   return role === 'worker'
@@ -239,8 +234,7 @@ export function clusterDefaults(role: RedisRole, rideMs = 30_000): ClusterOption
   };
 }
 
-/** Whether `connection` is a Redis Cluster: an {@link OutboxClusterConnection} or an ioredis `Cluster`. */
-export function isClusterConnection(connection: unknown): connection is OutboxClusterConnection | Cluster {
+function isClusterConnection(connection: unknown): connection is OutboxClusterConnection | Cluster {
   if (typeof connection !== 'object' || connection === null) return false;
   return 'cluster' in connection || (connection as { isCluster?: unknown }).isCluster === true;
 }
@@ -327,15 +321,7 @@ function clusterNodes(
     }
     if (typeof node !== 'string')
       throw configError(name, `expected a redis:// URL or { host, port }, got ${describe(node)}`);
-    let url: URL;
-    try {
-      url = new URL(node);
-    } catch {
-      throw configError(name, 'expected a redis:// or rediss:// URL');
-    }
-    if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
-      throw configError(name, `expected a redis:// or rediss:// URL, got a ${url.protocol} URL`);
-    }
+    const url = redisUrl(node, name, 'expected a redis:// or rediss:// URL');
     nodes.push({ host: url.hostname.replace(/^\[|\]$/g, ''), port: Number(url.port || 6379) });
     const these: RedisOptions = {
       ...(url.username ? { username: decodeURIComponent(url.username) } : {}),
@@ -351,6 +337,19 @@ function clusterNodes(
     credentials = these;
   });
   return { nodes, credentials: credentials ?? {} };
+}
+
+function redisUrl(text: string, option: string, unparsable: string): URL {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw configError(option, unparsable);
+  }
+  if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
+    throw configError(option, `expected a redis:// or rediss:// URL, got a ${url.protocol} URL`);
+  }
+  return url;
 }
 
 function sameCredentials(a: RedisOptions, b: RedisOptions): boolean {
@@ -447,17 +446,10 @@ const INSTALL = 'bullmq ioredis';
 const USER = 'The outbox (nodemailer-eml-api/queue)';
 
 export type BullmqModule = typeof Bullmq;
-export type RedisConstructor = typeof Ioredis.Redis;
-export type ClusterConstructor = typeof Ioredis.Cluster;
-
-export interface OutboxPeerVersions {
-  bullmq: string;
-  ioredis: string;
-}
+type IoredisModule = typeof Ioredis & { default?: typeof Ioredis.Redis & { Cluster?: typeof Ioredis.Cluster } };
 
 let bullmq: BullmqModule | undefined;
-let redis: RedisConstructor | undefined;
-let cluster: ClusterConstructor | undefined;
+let ioredis: IoredisModule | undefined;
 
 /** Loads `bullmq` on first use, so the CLI and the rest of the package run without it. */
 export function loadBullmq(): BullmqModule {
@@ -465,24 +457,22 @@ export function loadBullmq(): BullmqModule {
 }
 
 /** The outbox needs an ioredis client that answers with Buffers, and BullMQ 6 does not depend on ioredis. */
-export function loadRedis(): RedisConstructor {
-  if (!redis) {
-    const mod = requirePeer<typeof Ioredis & { default?: RedisConstructor }>('ioredis', INSTALL, USER);
-    redis = mod.Redis ?? mod.default!;
-  }
-  return redis;
+function loadIoredis(): IoredisModule {
+  return (ioredis ??= requirePeer<IoredisModule>('ioredis', INSTALL, USER));
 }
 
-export function loadRedisCluster(): ClusterConstructor {
-  if (!cluster) {
-    const mod = requirePeer<typeof Ioredis & { default?: { Cluster?: ClusterConstructor } }>('ioredis', INSTALL, USER);
-    cluster = mod.Cluster ?? mod.default!.Cluster!;
-  }
-  return cluster;
+function loadRedis(): typeof Ioredis.Redis {
+  const mod = loadIoredis();
+  return mod.Redis ?? mod.default!;
+}
+
+function loadRedisCluster(): typeof Ioredis.Cluster {
+  const mod = loadIoredis();
+  return mod.Cluster ?? mod.default!.Cluster!;
 }
 
 /** @throws {EmlApiError} `ECONFIG` saying what to install when a peer of the outbox is missing */
-export function requireQueuePeers(): OutboxPeerVersions {
+export function requireQueuePeers(): { bullmq: string; ioredis: string } {
   loadBullmq();
   loadRedis();
   return { bullmq: versionOf('bullmq'), ioredis: versionOf('ioredis') };
@@ -513,7 +503,6 @@ export function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
   return Promise.race([promise, deadline]).finally(() => clearTimeout(timer));
 }
 
-/** Whether `promise` resolves within `ms`. */
 export function resolvesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
   return withDeadline(promise, ms).then(
     () => true,

@@ -59,30 +59,25 @@ export interface OutboxWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    */
   cleanupInterval?: number;
   /**
-   * How many times a job may stall while sent alone and still be retried. A stall counts as a failed
-   * attempt (its send may have reached the service). A job that has stalled is sent alone from then
-   * on, so only stalls it alone can have caused count; one more than this and it is parked (failed,
-   * `lastError.parked: 'stalls'`, content kept) so that a message that crashes every worker does not
-   * crash them all again. `eml-api queue retry` puts it back with its counts at 0.
+   * How many times a job may stall while sent alone and still be retried. A stall is a failed attempt of unknown
+   * outcome; a job that has stalled is sent alone from then on, and one more stall alone than this parks it
+   * (`lastError.parked: 'stalls'`): a message that crashes workers waits for a person.
    * @default 5
    * @example
    * await startOutboxWorker({ connection, apiKey, baseUrl, maxStalls: 2 });
    */
   maxStalls?: number;
   /**
-   * How long the service remembers an `Idempotency-Key`, in ms. A send that may have been accepted
-   * (timeout, connection lost, 5xx other than 503, stall) is resent under the same key only until
-   * `idempotencyWindow - idempotencyMargin` after its first such attempt; after that it is parked
-   * (`lastError.parked: 'idempotency-window'`) for a person to check. 0 for a service that ignores
-   * the header. Every worker of a queue should say the same.
+   * How long the service remembers an `Idempotency-Key`, in ms. A send that may have been accepted is resent under
+   * its key only until `idempotencyWindow - idempotencyMargin` after its first such attempt, then parked
+   * (`lastError.parked: 'idempotency-window'`). Every worker of a queue should say the same.
    * @default 86400000 (24 hours, as CONTRACT.md)
    * @example
    * await startOutboxWorker({ connection, apiKey, baseUrl, idempotencyWindow: 12 * 3_600_000 });
    */
   idempotencyWindow?: number;
   /**
-   * How long before the end of `idempotencyWindow` resends stop, in ms: room for clock skew and for
-   * the attempt itself.
+   * How long before the end of `idempotencyWindow` resends stop, in ms: room for clock skew and for the attempt itself.
    * @default 3600000 (1 hour), or `idempotencyWindow` when that is shorter
    * @example
    * await startOutboxWorker({ connection, apiKey, baseUrl, idempotencyMargin: 10 * 60_000 });
@@ -97,8 +92,8 @@ export interface OutboxWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    */
   maxRetryAfter?: number;
   /**
-   * Whether the start waits for an unreachable Redis indefinitely, instead of rejecting with
-   * `ECONNECTION` after `timeouts.connect`. Once started, a worker always waits for Redis.
+   * Whether the start waits for an unreachable Redis indefinitely, instead of rejecting with `ECONNECTION` after
+   * `timeouts.connect`. Once started, a worker always waits for Redis.
    * @default false
    * @example
    * await startOutboxWorker({ connection, apiKey, baseUrl, waitForRedis: true });
@@ -121,9 +116,8 @@ export interface OutboxWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
     | 'maxStalledCount'
   >;
   /**
-   * The keys producers encrypt queued mail with, by id; keep older keys while their jobs may be
-   * queued. A job whose key is missing is retried, not failed. A key whose bytes differ from the
-   * producers' (their check value in Redis) stops the start: `ECONFIG` naming `encryption.keys.<id>`.
+   * The keys producers encrypt queued mail with, by id; keep older keys while their jobs may be queued. A job whose
+   * key is missing is retried; a key other than the producers' under its id stops the start (`ECONFIG`).
    * @default undefined (no encrypted job can be sent)
    * @example
    * startOutboxWorker({ connection, apiKey, baseUrl, encryption: { keys: { k2: process.env.OUTBOX_KEY_K2!, k1: process.env.OUTBOX_KEY_K1! } } });
@@ -132,8 +126,8 @@ export interface OutboxWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
   /** Where the worker logs: `true` for the console, or a logger object. The API key is never logged. @default false */
   logger?: boolean | EmlApiLogger;
   /**
-   * An HTTP port of the worker's own for `/healthz`, `/readyz` and `/metrics`, on `127.0.0.1` unless
-   * `host` says otherwise. See docs/operations.md.
+   * An HTTP port of the worker's own for `/healthz`, `/readyz` and `/metrics`, on `127.0.0.1` unless `host` says
+   * otherwise. See docs/operations.md.
    * @default undefined (no port)
    * @example
    * const outbox = await startOutboxWorker({ connection, apiKey, baseUrl, http: { port: 9465 } });
@@ -141,8 +135,7 @@ export interface OutboxWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    */
   http?: OpsHttpOptions;
   /**
-   * Prometheus metrics: `true` for prom-client's default registry, `{ registry }` for yours, `false`
-   * for none. With `http` and no `metrics`, a registry of the worker's own.
+   * Prometheus metrics: `true` for prom-client's default registry, `{ registry }` for yours, `false` for none.
    * @default false (without http), a registry of its own (with http)
    * @example
    * startOutboxWorker({ connection, apiKey, baseUrl, metrics: { registry } });
@@ -150,39 +143,23 @@ export interface OutboxWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
   metrics?: boolean | { registry: MetricsRegistry };
 }
 
-/** The default of `maxStalls`. */
-export const DEFAULT_MAX_STALLS = 5;
-
-/** The default of `idempotencyWindow`: 24 hours, in ms. */
 export const DEFAULT_IDEMPOTENCY_WINDOW = 24 * 3_600_000;
-
-/** The default of `idempotencyMargin` (when the window is longer): 1 hour, in ms. */
 export const DEFAULT_IDEMPOTENCY_MARGIN = 3_600_000;
 
-/** The default of `maxRetryAfter`: 15 minutes, in ms. */
-export const DEFAULT_MAX_RETRY_AFTER = 15 * 60_000;
-
-/**
- * BullMQ's own stall limit, set out of reach: BullMQ fails a job over it without calling the worker
- * and outside its retry schedule.
- */
+/** BullMQ fails a job over its own stall limit without calling the worker and outside its retry schedule. */
 const BULLMQ_STALL_LIMIT = 1_000_000;
 
-/**
- * The limiter of workers without one: it never limits, but BullMQ honours a queue-wide pause (a
- * 429's `Retry-After`) only in workers that have a limiter.
- */
-export const UNLIMITED_RATE: Readonly<RateLimitOptions> = Object.freeze({ max: 1_000_000_000, duration: 1000 });
+/** It never limits, but BullMQ honours a queue-wide pause (a 429's `Retry-After`) only in workers with a limiter. */
+const UNLIMITED_RATE: Readonly<RateLimitOptions> = Object.freeze({ max: 1_000_000_000, duration: 1000 });
 
-/** The shortest window the even limiter uses, in ms: faster rates send in small groups. */
+/** In ms: faster rates send in small groups. */
 const SHORTEST_WINDOW = 10;
 
 /**
- * BullMQ counts jobs in fixed windows, so `{ max: 20, duration: 1000 }` lets 40 go within one
- * second across a window boundary. Asking for windows of one send each spaces sends evenly, so no
- * `duration` window sees more than `max`; rounding up never exceeds the rate.
+ * BullMQ counts jobs in fixed windows, so `{ max: 20, duration: 1000 }` lets 40 go within one second across a window
+ * boundary. Windows of one send each space sends evenly; rounding up never exceeds the rate.
  */
-export function evenRate({ max, duration }: RateLimitOptions): RateLimitOptions {
+function evenRate({ max, duration }: RateLimitOptions): RateLimitOptions {
   const perSend = duration / max;
   if (perSend >= SHORTEST_WINDOW) return { max: 1, duration: Math.ceil(perSend) };
   const group = Math.ceil(SHORTEST_WINDOW / perSend);
@@ -190,19 +167,17 @@ export function evenRate({ max, duration }: RateLimitOptions): RateLimitOptions 
 }
 
 /** Worker options after validation, split into the client's and the worker's. */
-export interface ResolvedWorkerOptions extends QueueLocation {
+interface ResolvedWorkerOptions extends QueueLocation {
   client: EmlApiClientOptions;
   concurrency: number;
-  /** BullMQ's limiter: `rateLimit` spaced evenly ({@link evenRate}), or {@link UNLIMITED_RATE}. */
+  /** BullMQ's limiter: `rateLimit` spaced evenly, or {@link UNLIMITED_RATE}. */
   rateLimit: RateLimitOptions;
   cleanupInterval: number;
   maxStalls: number;
   /** A possibly accepted send is resent only until its first such attempt's start plus this, in ms. */
   resendWithin: number;
-  /** The longest `Retry-After` honoured, in ms. */
   maxRetryAfter: number;
   workerOptions: OutboxWorkerTuning & { maxStalledCount: number };
-  /** The `encryption` keys, if any. */
   keyring: OutboxKeyring | undefined;
   /** The fingerprint of `account`, if given. */
   account: string | undefined;
@@ -222,13 +197,13 @@ export const WORKER_SCHEMA = {
     return given ? evenRate(given) : UNLIMITED_RATE;
   }),
   cleanupInterval: whole(0, day, 600_000),
-  maxStalls: whole(0, 1000, DEFAULT_MAX_STALLS),
+  maxStalls: whole(0, 1000, 5),
   idempotencyWindow: whole(0, 365 * day, DEFAULT_IDEMPOTENCY_WINDOW),
   idempotencyMargin: custom('0 to idempotencyWindow', (v, option, _, c) => {
     const window = c.idempotencyWindow as number;
     return wholeNumber(v, option, 0, window, Math.min(DEFAULT_IDEMPOTENCY_MARGIN, window));
   }),
-  maxRetryAfter: whole(1000, day, DEFAULT_MAX_RETRY_AFTER),
+  maxRetryAfter: whole(1000, day, 15 * 60_000),
   waitForRedis: bool(false),
   workerOptions: custom('BullMQ worker options', (v) => {
     if (v !== undefined && (typeof v !== 'object' || v === null)) {
@@ -283,10 +258,7 @@ export function resolveWorkerOptions(options: OutboxWorkerOptions): ResolvedWork
   };
 }
 
-/**
- * BullMQ's Worker constructor makes these checks after opening its connection, which then stays
- * open with no worker to close it; so they are made first.
- */
+/** BullMQ's Worker makes these checks after opening its connection, which then stays open with no worker to close it. */
 function checkBullmqWorkerTuning(tuning: Record<string, unknown>): void {
   const numbers: [string, number][] = [
     ['stalledInterval', 1],

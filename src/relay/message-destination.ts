@@ -8,7 +8,7 @@ import { EmlApiQueueTransport } from '../queue/eml-api-queue-transport.js';
 import { MAX_CONCURRENCY, type EmlApiQueueTransportOptions } from '../queue/queue-transport-options.js';
 import { outboxRedisReadiness } from '../queue/redis-settings.js';
 import { queueClient } from '../queue/bullmq-internals.js';
-import { resolveQueueLocation } from '../queue/queue-location.js';
+import { queueLocationOf } from '../queue/queue-location.js';
 
 /** A message the relay received and checked, ready to leave. */
 export interface RelayedMessage {
@@ -134,11 +134,7 @@ export function queueDestination(
     ready: async () => {
       await transport.verify();
     },
-    readiness: () =>
-      outboxRedisReadiness(
-        () => queueClient(transport.queue),
-        resolveQueueLocation(transport.queue.name, transport.queue.opts.prefix),
-      ).check(),
+    readiness: () => outboxRedisReadiness(() => queueClient(transport.queue), queueLocationOf(transport.queue)).check(),
     close: () => (owned ? transport.close() : Promise.resolve()),
   };
 }
