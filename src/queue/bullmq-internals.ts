@@ -3,12 +3,8 @@ import type { Redis } from 'ioredis';
 import { loadBullmq, requireQueuePeers, type OutboxRedisClient } from './redis-connection.js';
 
 /*
- * Every use the outbox makes of BullMQ beyond its documented API; test/queue/bullmq-internals.test.ts
- * fails, naming what changed, on a release that breaks one: its key names, its add scripts (named
- * `addStandardJob`... on the ioredis client, with their keys counted, the job's data as JSON in ARGV[2],
- * a script that still runs as the body of a Lua function), `Job#addJob(client)` asking its client
- * for exactly one add script, synchronously (BullMQ's own `addBulk` relies on it), and where a worker
- * keeps its blocking connection.
+ * Every use the outbox makes of BullMQ beyond its documented API: test/queue/bullmq-internals.test.ts fails, naming
+ * what changed, on a release that breaks one.
  */
 
 /** BullMQ's own keys of a queue (`{prefix}:{queue}:{name}`, its `QueueKeys`). */
@@ -42,10 +38,7 @@ export async function queueClient(queue: object): Promise<OutboxRedisClient> {
   return (await (q.getBackend ? q.getBackend().client : q.client))!;
 }
 
-/**
- * The client a worker waits for jobs on: BullMQ 5's `worker.blockingConnection.client`, BullMQ 6's
- * `worker.getBackend().blockingClient`.
- */
+/** BullMQ 5's `worker.blockingConnection.client`, BullMQ 6's `worker.getBackend().blockingClient`. */
 export async function blockingClient(worker: object): Promise<Redis | undefined> {
   const w = worker as {
     getBackend?: () => { blockingClient?: Promise<Redis> };
@@ -76,8 +69,7 @@ export interface AddCommand {
 }
 
 /**
- * BullMQ's add of a job as one command, built by `Job#addJob` against a client that only records it: no
- * pipeline is made and nothing is sent.
+ * BullMQ's add of a job as one command, built by `Job#addJob` against a client that only records it (nothing is sent).
  * @throws {Error} naming the BullMQ version when it asked for more or less than one add script
  */
 export function addCommand(
@@ -164,9 +156,7 @@ function defineGuardedAdd(
   if (!names) combined.set(redis, (names = new Map()));
   const known = names.get(script);
   if (known) return known;
-  const scripts = (redis as unknown as { scriptsSet?: Record<string, { lua: string; numberOfKeys: number | null }> })
-    .scriptsSet;
-  const add = scripts?.[script];
+  const add = bullmqScripts(redis)[script];
   if (!add || typeof add.numberOfKeys !== 'number')
     throw changed(`defines no add script ${script} with its keys counted`);
   const lua = `local function bullmqAdd(KEYS, ARGV)
@@ -235,9 +225,7 @@ export function runBeforeFinish(
   take: (jobKey: string) => BeforeFinish | undefined,
 ): boolean {
   if (finishing.has(redis)) return true;
-  const scripts = (redis as unknown as { scriptsSet?: Record<string, { lua: string; numberOfKeys: number | null }> })
-    .scriptsSet;
-  const [name, finish] = Object.entries(scripts ?? {}).find(([n]) => FINISH_SCRIPT.test(n)) ?? [];
+  const [name, finish] = Object.entries(bullmqScripts(redis)).find(([n]) => FINISH_SCRIPT.test(n)) ?? [];
   if (name === undefined || typeof finish?.numberOfKeys !== 'number') return false;
   const keys = finish.numberOfKeys;
   const combined = `emlApiBefore:${name}`;
@@ -303,6 +291,11 @@ return { done, finished }
   };
   finishing.set(redis, take);
   return true;
+}
+
+/** The Lua scripts BullMQ defined on the client, by command name. */
+function bullmqScripts(redis: OutboxRedisClient): Record<string, { lua: string; numberOfKeys: number | null }> {
+  return (redis as unknown as { scriptsSet?: ReturnType<typeof bullmqScripts> }).scriptsSet ?? {};
 }
 
 function changed(what: string): Error {

@@ -46,7 +46,6 @@ export class ContentStore {
   readonly #index: string;
   readonly #keyring: OutboxKeyring | undefined;
 
-  /** @param keyring encrypts what is written (with its current key), decrypts what is read */
   constructor(redis: OutboxRedisClient, location: QueueLocation, keyring?: OutboxKeyring) {
     this.#redis = contentCommands(redis);
     this.#location = location;
@@ -269,13 +268,11 @@ export class ContentStore {
             throw err;
           });
     if (found === null || this.#checkLength(ref, found.length) === 'missing') return undefined;
-    const bytes = found;
-    const hash = createHash('sha256').update(bytes);
-    verify(hash, ref);
-    if (ref.encryption === undefined) return bytes;
+    verify(createHash('sha256').update(found), ref);
+    if (ref.encryption === undefined) return found;
     const plain: Buffer[] = [];
     for (const { index, start, end } of records(ref.size)) {
-      const record = this.#open(ref, index, bytes.subarray(start, end));
+      const record = this.#open(ref, index, found.subarray(start, end));
       // The bytes are as stored (SHA-256 matched): the key is the likely culprit.
       if (record === undefined) throw await this.#undecryptable(ref, true);
       plain.push(record);
@@ -287,10 +284,7 @@ export class ContentStore {
     const { contentKey: key } = ref;
     const stored = storedLength(ref);
     const hash: Hash = createHash('sha256');
-    const spans =
-      ref.encryption === undefined
-        ? plainSpans(ref.size)
-        : records(ref.size).map(({ index, start, end }) => ({ index, start, end }));
+    const spans = ref.encryption === undefined ? plainSpans(ref.size) : records(ref.size);
     for (const { index, start, end } of spans) {
       const chunk = await this.#redis.getrangeBuffer(key, start, end - 1);
       if (chunk.length !== end - start) throw changedWhileReading(key);

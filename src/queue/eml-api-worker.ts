@@ -63,7 +63,7 @@ export interface OutboxWorkerEvents {
 }
 
 /**
- * The event methods of {@link EmlApiWorker}, typed by {@link EmlApiWorkerEvents}.
+ * The event methods of {@link OutboxWorker}, typed by {@link OutboxWorkerEvents}.
  * @example
  * outbox.on('failed', (job, err) => log.error({ job: job.id, code: err.code }, err.message));
  */
@@ -117,7 +117,6 @@ export class OutboxWorker extends EventEmitter {
   readonly #runner: OutboxJobRunner;
   readonly #maxRetryAfter: number;
   readonly #checks = startChecks();
-  /** The one clock every worker of the queue shares. */
   readonly #clock: RedisClock;
   readonly #watch: RedisSettingsWatch;
   readonly #keyPrint: string | undefined;
@@ -177,6 +176,7 @@ export class OutboxWorker extends EventEmitter {
     this.#keyPrint = typeof apiKey === 'string' && apiKey !== '' ? keyFingerprint(apiKey) : undefined;
     this.#content = new ContentStore(this.#redis.redis, settings, settings.keyring);
     this.#clock = new RedisClock(() => redisTime(this.#redis.redis));
+    const me = { account: settings.account, decrypts: settings.keyring !== undefined };
     this.#runner = new OutboxJobRunner({
       content: this.#content,
       records: new JobRecords(this.#redis.redis, settings, this.#logger),
@@ -190,13 +190,7 @@ export class OutboxWorker extends EventEmitter {
       now: () => this.#clock.now(),
       stopping: () => this.#forcing,
       handBack: (job, token, recordFirst) => this.#handBack(job, token, recordFirst),
-      foreign: (data, queuedAt) =>
-        foreignJob(
-          data,
-          queuedAt,
-          { account: settings.account, decrypts: settings.keyring !== undefined },
-          this.#owner,
-        ),
+      foreign: (data, queuedAt) => foreignJob(data, queuedAt, me, this.#owner),
     });
     this.#redis.redis.on('error', (err: Error) => this.#logger.debug({ error: redisErrorText(err) }, 'Redis error'));
     this.#refusals.push(watchRefusal(this.#redis.redis, this.#redis.where));
@@ -371,16 +365,14 @@ export class OutboxWorker extends EventEmitter {
     let deadline: NodeJS.Timeout | undefined;
     const late = new Promise<never>((_resolve, reject) => {
       if (this.#waitForRedis) return;
-      deadline = setTimeout(() => {
-        reject(
-          new EmlApiError(
-            'ECONNECTION',
-            `Could not reach Redis at ${where} within ${seconds(connectMs)} (timeouts.connect): ${why()}. To wait ` +
-              'for Redis instead, start the worker with waitForRedis: true (eml-api worker --wait-for-redis)',
-            { permanent: false, cause: lastConnectionError(redis) },
-          ),
-        );
-      }, connectMs);
+      const message = () =>
+        `Could not reach Redis at ${where} within ${seconds(connectMs)} (timeouts.connect): ${why()}. To wait for ` +
+        'Redis instead, start the worker with waitForRedis: true (eml-api worker --wait-for-redis)';
+      deadline = setTimeout(
+        () =>
+          reject(new EmlApiError('ECONNECTION', message(), { permanent: false, cause: lastConnectionError(redis) })),
+        connectMs,
+      );
     });
     late.catch(() => undefined);
     const closeCalled = this.#closeCalled.signal;
@@ -423,7 +415,6 @@ export class OutboxWorker extends EventEmitter {
     this.#clockWatch.unref();
   }
 
-  /** Read again: the machine may have slept. */
   async #clockBack(): Promise<void> {
     await this.#clock.now().catch(() => undefined);
     if (this.#clock.problem() !== undefined || !this.#clockWatch) return;
@@ -592,7 +583,6 @@ export class OutboxWorker extends EventEmitter {
   }
 
   #onSent(job: OutboxJob, result: OutboxSendResult): void {
-    // It was sent when it ran: completed again, nothing posted.
     if ((job.data as Partial<OutboxJobRecord> | undefined)?.sent !== undefined) {
       this.#logger.info(
         { job: job.id, id: result?.id },
@@ -608,19 +598,16 @@ export class OutboxWorker extends EventEmitter {
     const cause = (thrown as { cause?: unknown }).cause;
     const error = (cause instanceof EmlApiError ? cause : thrown) as EmlApiError;
     if (job.finishedOn) {
-      this.#logger.error({ job: job.id, code: (error as EmlApiError).code }, `Queued message failed: ${error.message}`);
+      this.#logger.error({ job: job.id, code: error.code }, `Queued message failed: ${error.message}`);
       this.emit('failed', job, error);
-    } else if (answeredByNotTheService(error)) {
-      // Every job fails so while the worker points at a wrong host.
-      this.#logger.error(
-        { job: job.id, code: (error as EmlApiError).code, responseCode: (error as EmlApiError).responseCode },
-        `Queued message will be retried: ${error.message}`,
-      );
-      this.emit('retrying', job, error, job.delay);
-    } else {
-      this.#logger.warn({ job: job.id, delayMs: job.delay }, `Queued message will be retried: ${error.message}`);
-      this.emit('retrying', job, error, job.delay);
+      return;
     }
+    const message = `Queued message will be retried: ${error.message}`;
+    // Every job fails so while the worker points at a wrong host.
+    if (answeredByNotTheService(error)) {
+      this.#logger.error({ job: job.id, code: error.code, responseCode: error.responseCode }, message);
+    } else this.#logger.warn({ job: job.id, delayMs: job.delay }, message);
+    this.emit('retrying', job, error, job.delay);
   }
 
   #warn(message: string): void {

@@ -10,10 +10,7 @@ export const DEFAULT_RATE_LIMIT_PAUSE = 5_000;
  * What a worker does with a failed send: `pause` the whole queue for a 429's `Retry-After` (no
  * attempt used), `fail` at once when the same request cannot succeed, or `retry` on the schedule.
  */
-export type FailureAction = { kind: 'pause'; ms: number } | { kind: 'fail' } | { kind: 'retry' };
-
-/** Decides what a worker does with a failed send. */
-export function failureAction(err: unknown): FailureAction {
+export function failureAction(err: unknown): { kind: 'pause'; ms: number } | { kind: 'fail' } | { kind: 'retry' } {
   if (!(err instanceof EmlApiError)) return { kind: 'retry' };
   if (err.responseCode === 429) return { kind: 'pause', ms: err.retryAfter ?? DEFAULT_RATE_LIMIT_PAUSE };
   // An abort is the worker's own doing (a forced close), never the message's fault.
@@ -22,15 +19,12 @@ export function failureAction(err: unknown): FailureAction {
 }
 
 /**
- * What became of a job after a failed attempt, as its report says:
- * - `retry`: tried again on the job's schedule
- * - `exhausted`: out of attempts on a passing failure; its content kept to be put back
- * - `refused` / `key-used`: these bytes can never be sent (400, 413, 422, or the key spent on
- *   another message): its content removed
- * - `held`: refused for something fixable elsewhere (a key, a missing group): its content kept
- * - `broken`: the job itself cannot be sent
+ * What became of a job after a failed attempt: `retry` on its schedule; `exhausted` (out of attempts on a passing
+ * failure, content kept to be put back); `refused` / `key-used` (these bytes can never be sent: 400, 413, 422, or the
+ * key spent on another message; content removed); `held` (refused for something fixable elsewhere, a key or a missing
+ * group; content kept); `broken` (the job itself cannot be sent).
  */
-export type FailureOutcome =
+type FailureOutcome =
   | { kind: 'retry' }
   | { kind: 'exhausted'; attempts: number }
   | { kind: 'refused' }
@@ -100,7 +94,6 @@ const MAYBE_SENT = 'its request may have been sent, so the service may have acce
 const RESENT =
   '; the outbox sends it again with the same Idempotency-Key, which the service answers from the first send';
 
-/** What the outbox adds to a failure's message, by outcome. */
 const SAYS: Partial<Record<FailureOutcome['kind'], string>> = {
   refused:
     '; not retried: the service refused this request, so these bytes can never be sent; its content was removed from Redis (the failed job is kept to be looked at: queue a corrected message with sendMail, under the same idempotencyKey if you like)',
@@ -110,10 +103,7 @@ const SAYS: Partial<Record<FailureOutcome['kind'], string>> = {
   broken: '; not retried',
 };
 
-/**
- * The error of a failed attempt as the outbox reports it: the client's words about retries replaced
- * by what the outbox does. `EmlApiError`s keep their fields.
- */
+/** The error of a failed attempt with the client's words about retries replaced by what the outbox does. */
 export function explainFailure(err: unknown, outcome: FailureOutcome): Error {
   const e = err instanceof Error ? err : new Error(String(err));
   const retried = outcome.kind === 'retry' ? RESENT : '';
@@ -160,8 +150,7 @@ export function putBackWithoutContent(data: OutboxJobRecord): EmlApiError {
 
 /**
  * Why a job that stalled more than `maxStalls` times while it ran alone is parked.
- * @param stalls stalls in all
- * @param alone of them, stalls while it ran alone in its worker @default stalls
+ * @param alone of `stalls`, those while it ran alone in its worker @default stalls
  */
 export function parkedAfterStalls(stalls: number, queueId: string, alone = stalls): EmlApiError {
   return new EmlApiError(
@@ -172,8 +161,7 @@ export function parkedAfterStalls(stalls: number, queueId: string, alone = stall
 }
 
 /**
- * Why a job whose send may have been accepted is not sent again once the idempotency window has
- * passed (or is about to).
+ * Why a job whose send may have been accepted is not sent again once the idempotency window has passed (or is near).
  * @param possiblyAcceptedAt when the first attempt that may have been accepted started (ms)
  */
 export function parkedAfterWindow(possiblyAcceptedAt: number, queueId: string): EmlApiError {
@@ -184,10 +172,7 @@ export function parkedAfterWindow(possiblyAcceptedAt: number, queueId: string): 
   );
 }
 
-/**
- * The failure of a job whose content is missing from Redis; after an attempt of unknown outcome, it
- * says that attempt may have delivered it.
- */
+/** The failure of a job whose content is missing from Redis, which an attempt of unknown outcome may have delivered. */
 export function contentMissing(
   job: Pick<OutboxJobRecord, 'contentKey' | 'possiblyAcceptedAt'>,
   queueId: string,
@@ -211,9 +196,8 @@ export function contentMissing(
 }
 
 /**
- * A 2xx that is not the service's answer (an HTML page, not JSON, no send id): a web server behind a
- * wrong `baseUrl`, or an answer the outbox does not know. The outbox deletes a message's only copy
- * once it counts it sent, so it counts only an answer it recognises; this one is an unknown outcome.
+ * A 2xx that is not the service's answer (an HTML page, not JSON, no send id): a web server behind a wrong `baseUrl`.
+ * The outbox deletes a message's only copy once it counts it sent, so this one is an unknown outcome.
  */
 export function unrecognisedAnswer(command: string, res: ServiceResponse): EmlApiError {
   const what = {

@@ -71,7 +71,7 @@ const RECORD_COMMANDS: LuaCommands = {
   emlApiRecord: { numberOfKeys: 5, lua: RECORD },
 };
 
-export interface RecordOptions {
+interface RecordOptions {
   /** The service refused the content. */
   dropContent?: boolean;
   /** Retries are taken before new messages. */
@@ -127,7 +127,7 @@ export class JobRecords {
     job: OutboxRecordJob,
     token: string | undefined,
     fields: Partial<OutboxJobRecord>,
-    { dropContent = false, retry = false }: { dropContent?: boolean; retry?: boolean } = {},
+    { dropContent = false, retry = false }: Omit<RecordOptions, 'parked'> = {},
   ): Promise<void> {
     const { inline, ...rest } = { ...job.data, ...fields };
     const data = (dropContent || inline === undefined ? rest : { ...rest, inline }) as OutboxJobRecord;
@@ -174,7 +174,7 @@ export class JobRecords {
     this.#redis.emlApiRecordSent(...keys, ...args).then(record.answered, record.failed);
   }
 
-  /** The records waiting for their job's completion on this client; undefined when BullMQ's cannot carry them. */
+  /** Undefined when BullMQ's completion cannot carry them. */
   #waiting(): Map<string, BeforeFinish> | undefined {
     let waiting = deferred.get(this.#redis);
     if (waiting) return waiting;

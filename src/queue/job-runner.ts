@@ -32,7 +32,7 @@ export type RunOutcome =
   | { kind: 'put-back'; reason: 'rate_limited' | 'handed_back'; thrown: Error }
   | { kind: 'failed'; error: Error; thrown: Error };
 
-export interface JobRunnerSettings {
+interface JobRunnerSettings {
   content: ContentStore;
   records: JobRecords;
   contentKeyPrefix: string;
@@ -40,11 +40,9 @@ export interface JobRunnerSettings {
   maxStalls: number;
   /** From a send's first possibly-accepted attempt, how long it may be sent again, in ms. */
   resendWithin: number;
-  /** One attempt per job run. */
   client: EmlApiClient;
   /** Pauses every worker of the queue (a 429's `Retry-After`), in ms. */
   rateLimit: (ms: number) => Promise<void>;
-  /** The longest `Retry-After` honoured (a 429's pause, a 5xx's wait), in ms. */
   maxRetryAfter: number;
   /** Redis's time, in ms: every time written on a job or compared with one. */
   now: () => Promise<number>;
@@ -105,7 +103,6 @@ export class OutboxJobRunner {
     }
   }
 
-  /** Posts a job (its turn at the gate taken) and records the outcome. */
   async #send(
     job: OutboxRecordJob,
     token: string | undefined,
@@ -203,7 +200,7 @@ export class OutboxJobRunner {
     );
   }
 
-  /** Until when a send that may have been accepted can be sent again, from its first such attempt. */
+  /** Until when a send that may have been accepted can be sent again. */
   #window(data: OutboxJobRecord, startedAt: number): Pick<OutboxJobRecord, 'possiblyAcceptedAt' | 'resendUntil'> {
     const possiblyAcceptedAt = data.possiblyAcceptedAt ?? startedAt;
     return { possiblyAcceptedAt, resendUntil: possiblyAcceptedAt + this.#settings.resendWithin };
@@ -277,11 +274,10 @@ function failed(error: Error, permanent: boolean): RunOutcome {
 }
 
 /**
- * Posts one queued send with the job's idempotency key and exactly the stored bytes, so that a job run again is the
- * same request and the service delivers it once.
- * @throws {EmlApiError} `EAPI` (not permanent, `mayHaveBeenAccepted`) for a 2xx that is not the service's answer
+ * Posts one queued send with the job's idempotency key and exactly the stored bytes: a job run again is the same
+ * request, which the service delivers once.
  */
-export async function sendOutboxJob(
+async function sendOutboxJob(
   client: EmlApiClient,
   store: ContentStore,
   job: OutboxJobRecord,

@@ -137,7 +137,6 @@ export class OutboxProducer {
   readonly #limiter: ConcurrencyLimiter;
   readonly #inflight = new Set<Promise<unknown>>();
   readonly #refusal: { refused: Promise<never>; stop(): void };
-  /** Checked again after every reconnect. */
   readonly #watch: RedisSettingsWatch;
   #closed = false;
   #closing: Promise<void> | undefined;
@@ -377,23 +376,11 @@ export class OutboxProducer {
     } catch (err) {
       throw await this.#addFailure(err, jobId, contentKey, !inline, left(), send);
     }
-    if (unconfirmed) {
-      throw redisFailure(
-        unconfirmed.error,
-        `Could not queue the message in Redis at ${where}`,
-        true,
-        send,
-        this.#redis,
-      );
-    }
+    const queueing = `Could not queue the message in Redis at ${where}`;
+    if (unconfirmed) throw redisFailure(unconfirmed.error, queueing, true, send, this.#redis);
     switch (settled.kind) {
       case 'gone':
-        throw redisFailure(
-          new Error('the job was removed as it was added, three times'),
-          `Could not queue the message in Redis at ${where}`,
-          true,
-          send,
-        );
+        throw redisFailure(new Error('the job was removed as it was added, three times'), queueing, true, send);
       case 'lost':
         void this.#content.discard(contentKey).catch(() => undefined);
         throw this.#lost(send);
