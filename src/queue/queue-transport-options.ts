@@ -24,8 +24,7 @@ type QueueTransportTimeouts = NonNullable<OutboxProducerOptions['timeouts']>;
 /**
  * Options of {@link OutboxProducer}, the store every producer of the outbox goes through. No API key: only the workers
  * that send need it.
- * @example
- * const producer = new OutboxProducer({ connection: process.env.REDIS_URL!, queueName: 'mail' });
+ * @example const producer = new OutboxProducer({ connection: process.env.REDIS_URL!, queueName: 'mail' });
  */
 export interface OutboxProducerOptions {
   /** Redis: a `redis://` or `rediss://` URL, ioredis options, or an ioredis instance (which you then close). */
@@ -36,8 +35,7 @@ export interface OutboxProducerOptions {
    * The service account this queue sends for. Recorded on the queue by the first producer or worker that names one;
    * others then refuse the queue (`ECONFIG`), so two apps sharing a queue cannot send each other's mail.
    * @default undefined (none named)
-   * @example
-   * new EmlApiQueueTransport({ connection, account: 'shop-prod' });
+   * @example new EmlApiQueueTransport({ connection, account: 'shop-prod' });
    */
   account?: string;
   /** Prefix of every Redis key of the queue (BullMQ's `prefix`); workers must use the same. @default 'bull' */
@@ -65,8 +63,7 @@ export interface OutboxProducerOptions {
   /**
    * Largest message queued (its EML), in bytes; larger ones are refused with `EMESSAGE` before anything is stored.
    * @default 39321591 (37.5 MiB, whose Base64 upload is the service's 50 MiB request limit)
-   * @example
-   * new EmlApiQueueTransport({ connection, maxMessageSize: 10 * 1024 * 1024 });
+   * @example new EmlApiQueueTransport({ connection, maxMessageSize: 10 * 1024 * 1024 });
    */
   maxMessageSize?: number;
   /** Messages storing at once; more wait in order. @default 10 */
@@ -74,8 +71,7 @@ export interface OutboxProducerOptions {
   /**
    * Time limits in milliseconds.
    * @default { store: 30000 }
-   * @example
-   * new EmlApiQueueTransport({ connection, timeouts: { store: 10_000 } });
+   * @example new EmlApiQueueTransport({ connection, timeouts: { store: 10_000 } });
    */
   timeouts?: {
     /**
@@ -90,24 +86,21 @@ export interface OutboxProducerOptions {
    * without the append-only file; `'aof'` refuses (`ECONFIG`) unless `appendonly yes`; `'aof-always'` also needs
    * `appendfsync always`, as Postfix fsyncs before its `250`. Checked on the first send and by `verify()`.
    * @default 'warn'
-   * @example
-   * new EmlApiQueueTransport({ connection: process.env.REDIS_URL!, durability: 'aof' });
+   * @example new EmlApiQueueTransport({ connection: process.env.REDIS_URL!, durability: 'aof' });
    */
   durability?: 'warn' | 'aof' | 'aof-always';
   /**
    * Where Redis does not let `durability` be read (a managed Redis that renames `CONFIG`), take it as given with a
    * warning instead of refusing. Say it only once you checked the setting.
    * @default false
-   * @example
-   * new EmlApiQueueTransport({ connection, durability: 'aof-always', durabilityVerified: true });
+   * @example new EmlApiQueueTransport({ connection, durability: 'aof-always', durabilityVerified: true });
    */
   durabilityVerified?: boolean;
   /**
    * Replicas that must hold each message before `sendMail` resolves. A failover can lose what only the master had;
    * when fewer confirm (`WAIT`), the send rejects with `ETIMEDOUT` and `mayHaveBeenAccepted: true`.
    * @default undefined (the master's acknowledgement alone)
-   * @example
-   * new EmlApiQueueTransport({ connection, replicas: { count: 1, timeoutMs: 500 } });
+   * @example new EmlApiQueueTransport({ connection, replicas: { count: 1, timeoutMs: 500 } });
    */
   replicas?: {
     /** Replicas that must confirm, at least 1. */
@@ -132,8 +125,7 @@ export interface OutboxProducerOptions {
 
 /**
  * Options of {@link EmlApiQueueTransport}: a producer's, and how it builds messages.
- * @example
- * const transport = new EmlApiQueueTransport({ connection: process.env.REDIS_URL!, queueName: 'mail' });
+ * @example const transport = new EmlApiQueueTransport({ connection: process.env.REDIS_URL!, queueName: 'mail' });
  */
 export interface EmlApiQueueTransportOptions extends OutboxProducerOptions {
   /** Sends building and storing at once; more wait in order. @default 10 */
@@ -146,8 +138,7 @@ export interface EmlApiQueueTransportOptions extends OutboxProducerOptions {
   /**
    * Build messages on this many worker threads (`'auto'`: one per core), as the direct transport does.
    * @default undefined (off)
-   * @example
-   * new EmlApiQueueTransport({ connection, buildThreads: 2 });
+   * @example new EmlApiQueueTransport({ connection, buildThreads: 2 });
    */
   buildThreads?: number | 'auto' | false;
 }

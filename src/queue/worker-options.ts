@@ -37,8 +37,7 @@ export interface OutboxWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * recorded for another account (`ECONFIG`) and fails jobs queued for one. Without it, the worker
    * warns when workers with another API key send from the queue.
    * @default undefined (none named)
-   * @example
-   * await startOutboxWorker({ connection, apiKey, baseUrl, account: 'shop-prod' });
+   * @example await startOutboxWorker({ connection, apiKey, baseUrl, account: 'shop-prod' });
    */
   account?: string;
   /** Sends this worker runs at once. @default 5 */
@@ -46,8 +45,7 @@ export interface OutboxWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
   /**
    * Global rate limit across every worker of the queue (counted in Redis), sends spaced evenly.
    * @default undefined (no limit but the service's 429s, which pause every worker)
-   * @example
-   * await startOutboxWorker({ connection, apiKey, baseUrl, rateLimit: { max: 50, duration: 1000 } });
+   * @example await startOutboxWorker({ connection, apiKey, baseUrl, rateLimit: { max: 50, duration: 1000 } });
    */
   rateLimit?: RateLimitOptions;
   /** Requests in flight at once (the connection pool of this worker's client). @default concurrency */
@@ -63,8 +61,7 @@ export interface OutboxWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * outcome; a job that has stalled is sent alone from then on, and one more stall alone than this parks it
    * (`lastError.parked: 'stalls'`): a message that crashes workers waits for a person.
    * @default 5
-   * @example
-   * await startOutboxWorker({ connection, apiKey, baseUrl, maxStalls: 2 });
+   * @example await startOutboxWorker({ connection, apiKey, baseUrl, maxStalls: 2 });
    */
   maxStalls?: number;
   /**
@@ -72,31 +69,27 @@ export interface OutboxWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
    * its key only until `idempotencyWindow - idempotencyMargin` after its first such attempt, then parked
    * (`lastError.parked: 'idempotency-window'`). Every worker of a queue should say the same.
    * @default 86400000 (24 hours, as CONTRACT.md)
-   * @example
-   * await startOutboxWorker({ connection, apiKey, baseUrl, idempotencyWindow: 12 * 3_600_000 });
+   * @example await startOutboxWorker({ connection, apiKey, baseUrl, idempotencyWindow: 12 * 3_600_000 });
    */
   idempotencyWindow?: number;
   /**
    * How long before the end of `idempotencyWindow` resends stop, in ms: room for clock skew and for the attempt itself.
    * @default 3600000 (1 hour), or `idempotencyWindow` when that is shorter
-   * @example
-   * await startOutboxWorker({ connection, apiKey, baseUrl, idempotencyMargin: 10 * 60_000 });
+   * @example await startOutboxWorker({ connection, apiKey, baseUrl, idempotencyMargin: 10 * 60_000 });
    */
   idempotencyMargin?: number;
   /**
    * The longest `Retry-After` the worker honours, in ms; longer ones are cut to this with a warning. A 429's pause
    * stops every worker and lives in Redis, so one absurd answer must not stop sending for a year.
    * @default 900000 (15 minutes)
-   * @example
-   * await startOutboxWorker({ connection, apiKey, baseUrl, maxRetryAfter: 60 * 60_000 });
+   * @example await startOutboxWorker({ connection, apiKey, baseUrl, maxRetryAfter: 60 * 60_000 });
    */
   maxRetryAfter?: number;
   /**
    * Whether the start waits for an unreachable Redis indefinitely, instead of rejecting with `ECONNECTION` after
    * `timeouts.connect`. Once started, a worker always waits for Redis.
    * @default false
-   * @example
-   * await startOutboxWorker({ connection, apiKey, baseUrl, waitForRedis: true });
+   * @example await startOutboxWorker({ connection, apiKey, baseUrl, waitForRedis: true });
    */
   waitForRedis?: boolean;
   /**
@@ -137,8 +130,7 @@ export interface OutboxWorkerOptions extends Omit<EmlApiClientOptions, 'spool' |
   /**
    * Prometheus metrics: `true` for prom-client's default registry, `{ registry }` for yours, `false` for none.
    * @default false (without http), a registry of its own (with http)
-   * @example
-   * startOutboxWorker({ connection, apiKey, baseUrl, metrics: { registry } });
+   * @example startOutboxWorker({ connection, apiKey, baseUrl, metrics: { registry } });
    */
   metrics?: boolean | { registry: MetricsRegistry };
 }

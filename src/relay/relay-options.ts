@@ -38,59 +38,47 @@ type EmlApiRelayTimeouts = NonNullable<EmlApiRelayOptions['timeouts']>;
  * Options of {@link startEmlApiRelay}: where to listen, the service to relay to, and every option of {@link
  * EmlApiClientOptions} (retry, `maxConnections` to the service, spool...) for the clients it sends with.
  *
- * @example
- * const relay = await startEmlApiRelay({ baseUrl: 'https://api.mail.example.com', port: 2525 });
+ * @example const relay = await startEmlApiRelay({ baseUrl: 'https://api.mail.example.com', port: 2525 });
  */
 export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' | 'timeouts' | 'spool'> {
   /** TCP port; 0 picks a free one (see `relay.port`). @default 2525 */
   port?: number;
-  /**
-   * Interface to listen on. Listening on another than loopback makes the
-   * relay reachable from the network: see `tls` and `allowUnauthenticatedFrom`.
-   * @default '127.0.0.1'
-   */
+  /** Interface to listen on. Beyond loopback, see `tls` and `allowUnauthenticatedFrom`. @default '127.0.0.1' */
   host?: string;
   /**
    * The relay's own API key. Without it, each SMTP client authenticates with its own key as the password (any user
-   * name) and the relay stores none. With it, clients on `allowUnauthenticatedFrom` and the `users` send with this
-   * key; clients that AUTH with an API key send with their own (not under `queue`).
+   * name). With it, clients on `allowUnauthenticatedFrom` and the `users` send with this key.
    * @default undefined
    */
   apiKey?: string;
   /**
    * Client addresses and networks (`10.0.0.0/8`, `fd00::/8`, `192.0.2.7`) that may send without AUTH, with the
    * relay's `apiKey` (Postfix's `permit_mynetworks`). Ignored without `apiKey`. Behind a sidecar that forwards from
-   * loopback (`127.0.0.6`), loopback is every client: narrow it, e.g. to `['127.0.0.1/32']`, or to `[]`. Entries
-   * match their own address family: `::/0` is every IPv6 client, not the IPv4 ones.
+   * loopback, narrow it (e.g. `['127.0.0.1/32']`). `::/0` is every IPv6 client, not the IPv4 ones.
    * @default ['127.0.0.0/8', '::1/128'] (loopback)
-   * @example
-   * allowUnauthenticatedFrom: ['10.0.0.0/8']
+   * @example allowUnauthenticatedFrom: ['10.0.0.0/8']
    */
   allowUnauthenticatedFrom?: string[];
   /**
    * Client addresses and networks whose path to the relay is trusted, as Postfix's `mynetworks`: clients there may
    * AUTH on a plain-text connection, and are exempt from the per-address limits (Postfix's
-   * `smtpd_client_event_limit_exceptions`). List a proxy or sidecar whose one address stands for many clients (an
-   * Istio/Envoy sidecar forwards from `127.0.0.6`). Sending without AUTH is `allowUnauthenticatedFrom`.
+   * `smtpd_client_event_limit_exceptions`). List a proxy or sidecar whose one address stands for many clients.
    * @default ['127.0.0.0/8', '::1/128'] (loopback)
-   * @example
-   * trustedNetworks: ['127.0.0.1/32', '127.0.0.6/32'] // the machine itself and the sidecar
+   * @example trustedNetworks: ['127.0.0.1/32', '127.0.0.6/32'] // the machine itself and the sidecar
    */
   trustedNetworks?: string[];
   /**
    * The relay's own SMTP users: a client that AUTHs with one of these user names and its password sends with the
    * relay's `apiKey` (so `apiKey` is needed), as Postfix with Dovecot SASL gives each sender a login. Store hashes
-   * (`passwordHash`, from `hashRelayPassword` or `eml-api relay --hash-password`). A listed user name is never tried
-   * as an API key.
+   * (`passwordHash`, from `hashRelayPassword` or `eml-api relay --hash-password`).
    * @default undefined (no users: clients AUTH with an API key, or with the relay's key under `queue`)
-   * @example
-   * users: [{ username: 'billing', passwordHash: process.env.BILLING_SMTP_HASH! }]
+   * @example users: [{ username: 'billing', passwordHash: process.env.BILLING_SMTP_HASH! }]
    */
   users?: EmlApiRelayUser[];
   /**
    * The senders of API keys given as AUTH passwords (the relay's own key included), by the login the relay logs for
    * each: `key:` and the first 24 hex digits of the key's SHA-256 (`eml-api relay --key-login` prints it;
-   * `--key-senders FILE`). Each list is as a relay user's `senders`; a key without one sends as any address.
+   * `--key-senders FILE`).
    * @default undefined
    * @example
    * await startEmlApiRelay({ baseUrl, keySenders: { 'key:3f2a9c0d41b7e6a85c1d2e3f': ['alerts@shop.example'] } });
@@ -100,24 +88,20 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
    * The senders of the clients on `allowUnauthenticatedFrom`, which send with the relay's key without AUTH
    * (`--allow-senders`), as a relay user's `senders`.
    * @default undefined (any sender)
-   * @example
-   * allowedSenders: ['cron@host.example', '*@host.example', '<>']
+   * @example allowedSenders: ['cron@host.example', '*@host.example', '<>']
    */
   allowedSenders?: string[];
   /**
    * Store-and-forward through the outbox (`nodemailer-eml-api/queue`): the relay answers `250` once Redis has stored
    * the message, and the outbox's workers (`eml-api worker`, `startOutboxWorker`) send it when the service can take
-   * it. A queue transport you made (left open when the relay closes), or its options. Needs `apiKey`, bullmq and
-   * ioredis. Every message goes out under the workers' key, so AUTH accepts only the relay's own key and the `users`.
-   * A transport the relay makes stores up to `maxClients` messages at once, unless its options set `concurrency`.
+   * it. A queue transport you made (left open when the relay closes), or its options. Needs `apiKey`; AUTH then
+   * accepts only the relay's own key and the `users`.
    * @default undefined (each message is uploaded before the relay answers)
-   * @example
-   * await startEmlApiRelay({ baseUrl, apiKey, queue: { connection: process.env.REDIS_URL! } });
+   * @example await startEmlApiRelay({ baseUrl, apiKey, queue: { connection: process.env.REDIS_URL! } });
    */
   queue?: EmlApiQueueTransport | EmlApiQueueTransportOptions;
   /**
-   * STARTTLS (or implicit TLS) with this certificate. Without it, STARTTLS is not offered, and clients outside
-   * `trustedNetworks` cannot AUTH (the password is an API key: it never crosses the network in clear).
+   * STARTTLS (or implicit TLS) with this certificate. Without it, clients outside `trustedNetworks` cannot AUTH.
    * @default undefined
    */
   tls?: SecureContextOptions & {
@@ -129,10 +113,8 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
     implicit?: boolean;
   };
   /**
-   * Largest message accepted, in bytes, advertised as `SIZE`. The default is the largest message whose upload (Base64
-   * in JSON) fits a 50 MiB request, the emulator's limit, with room for the `Bcc` field the relay writes for
-   * `maxRecipients` envelope-only recipients; set your service's, less that room. Without it, a `maxRecipients` that
-   * leaves too little room is `ECONFIG`.
+   * Largest message accepted, in bytes, advertised as `SIZE`. The default is the largest whose upload fits a 50 MiB
+   * request, with room for the `Bcc` field the relay writes for `maxRecipients` recipients.
    * @default 39244983 (with maxRecipients 100)
    */
   maxMessageSize?: number;
@@ -143,133 +125,103 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
   /**
    * Time limits, in milliseconds: the SMTP side's and the service's.
    * @default { idle: 300000, stressIdle: 10000, data: 600000, tlsHandshake: 10000, connect: 10000, response: 30000, total: 120000 }
-   * @example
-   * await startEmlApiRelay({ baseUrl, timeouts: { idle: 60_000, data: 1_800_000 } });
+   * @example await startEmlApiRelay({ baseUrl, timeouts: { idle: 60_000, data: 1_800_000 } });
    */
   timeouts?: TimeoutOptions & {
-    /**
-     * How long a client may stay silent while the relay waits for it before
-     * it is disconnected (`421`). RFC 5321 suggests 5 minutes.
-     * @default 300000
-     */
+    /** How long a client may stay silent while the relay waits for it (`421` past it). @default 300000 */
     idle?: number;
     /**
-     * The idle timeout while the relay is nearly full (from 80% of `maxClients` connections on), for every
-     * connection: Postfix's stress mode (`smtpd_timeout = ${stress?{10}:{300}}s`). The idle clients leave room for
-     * those that send.
+     * The idle timeout while the relay is nearly full (from 80% of `maxClients` connections on): Postfix's stress mode.
      * @default 10000
      */
     stressIdle?: number;
-    /**
-     * How long a message may take to arrive, from DATA to its final dot, whatever its rate (`421 4.4.2` past it: the
-     * message is abandoned, and the client sends it again later). Raise it for large messages over slow links.
-     * @default 600000 (10 minutes)
-     */
+    /** How long a message may take to arrive, from DATA to its final dot (`421 4.4.2` past it). @default 600000 */
     data?: number;
     /**
-     * How long a client of an implicit TLS listener (`tls.implicit`) has to complete its handshake, and a proxy
-     * (`proxyProtocol`) to send its PROXY header, before the socket is closed (smtp-server would give it the idle
-     * timeout). The socket counts against `maxClientsPerAddress` meanwhile.
+     * How long a client of an implicit TLS listener has to complete its handshake, and a proxy its PROXY header.
      * @default 10000
      */
     tlsHandshake?: number;
   };
   /**
    * SMTP connections at once from one client address (`421 4.7.0` past it), so that one client cannot take every
-   * slot: Postfix's `smtpd_client_connection_count_limit`. IPv6 clients count per /64; `trustedNetworks` are exempt
-   * (a sidecar's one address stands for many clients).
+   * slot: Postfix's `smtpd_client_connection_count_limit`. IPv6 clients count per /64; `trustedNetworks` are exempt.
    * @default 50
-   * @example
-   * maxClientsPerAddress: 10
+   * @example maxClientsPerAddress: 10
    */
   maxClientsPerAddress?: number;
   /**
-   * The slowest a message may arrive, in bytes a second, after a grace of the
-   * idle timeout, `timeouts.idle` (Postfix's `smtpd_min_data_rate`, with its per-request
-   * deadline): a client sending a byte per idle period is closed (`421 4.4.2`).
+   * The slowest a message may arrive, in bytes a second, after a grace of the idle timeout, `timeouts.idle` (Postfix's
+   * `smtpd_min_data_rate`, with its per-request deadline): a client sending a byte per idle period is closed
+   * (`421 4.4.2`).
    * @default 500
-   * @example
-   * minDataRate: 2_000
+   * @example minDataRate: 2_000
    */
   minDataRate?: number;
   /**
    * Milliseconds a failed AUTH waits before its reply (Dovecot's `auth_failure_delay`): the connection reads no
-   * further command meanwhile, so a guesser gets one try per delay per connection. 0 answers at once.
+   * further command meanwhile, so a guesser gets one try per delay per connection.
    * @default 2000
-   * @example
-   * authFailureDelay: 5_000
+   * @example authFailureDelay: 5_000
    */
   authFailureDelay?: number;
   /**
    * Failed AUTHs (wrong credentials) one user name may make from one client address within `authFailureWindow`,
    * across connections; past it, its wrong passwords are answered `454 4.7.0` (try again later) instead of `535`,
-   * while its right password still gets `235`: a misconfigured sender never locks out a correct one. Names that are
-   * none of the relay's `users` count as one name of the address. The same wrong password again counts once. IPv6
-   * clients count per /64; `trustedNetworks` are exempt.
+   * while its right password still gets `235`: a misconfigured sender never locks out a correct one. The same wrong
+   * password again counts once; `trustedNetworks` are exempt.
    * @default 10
-   * @example
-   * maxAuthFailures: 5
+   * @example maxAuthFailures: 5
    */
   maxAuthFailures?: number;
   /**
    * Failed AUTHs a client address may make within `authFailureWindow`, all user names together (the same wrong
    * password again counts once): the ceiling for guessing storms. Past it, every AUTH of the address is answered
-   * `454 4.7.0` without checking it, a right password too, until the oldest failure leaves the window. IPv6 clients
-   * count per /64; `trustedNetworks` are exempt (a proxy's one address stands for many clients). Postfix's
-   * `smtpd_client_auth_rate_limit` (off by default) counts every AUTH instead.
+   * `454 4.7.0` without checking it until the oldest failure leaves the window; `trustedNetworks` are exempt.
    * @default 100
-   * @example
-   * maxAuthFailuresPerAddress: 30
+   * @example maxAuthFailuresPerAddress: 30
    */
   maxAuthFailuresPerAddress?: number;
   /**
    * The window of `maxAuthFailures` and `maxAuthFailuresPerAddress`, in milliseconds.
    * @default 600000 (10 minutes)
-   * @example
-   * authFailureWindow: 3_600_000
+   * @example authFailureWindow: 3_600_000
    */
   authFailureWindow?: number;
   /**
    * The addresses of proxies in front of the relay (HAProxy with `send-proxy`, stunnel with `protocol = proxy`, a
    * load balancer) that open each connection with a PROXY protocol v1 header naming the client: the relay then takes
-   * the client's address from the header. Without it, a proxy on the relay's machine makes every client a loopback
-   * one: allowed without AUTH and exempt from the per-address limits by default. Exact addresses, not networks (a
-   * host listed here can claim any client address); connections from them must send the header, others must not.
+   * the client's address from the header. Exact addresses, not networks: a listed host can claim any client address.
    * @default [] (no proxy)
-   * @example
-   * proxyProtocol: ['127.0.0.1'] // HAProxy on this machine, `server relay 127.0.0.1:2525 send-proxy`
+   * @example proxyProtocol: ['127.0.0.1'] // HAProxy on this machine, `server relay 127.0.0.1:2525 send-proxy`
    */
   proxyProtocol?: string[];
   /** The name the relay greets with (`220 <name> ESMTP`). @default os.hostname() */
   hostname?: string;
   /**
-   * API keys (given as SMTP passwords) whose clients are kept between
-   * sessions; the least recently used idle one is closed past it.
+   * API keys (given as SMTP passwords) whose clients are kept between sessions; the least recently used idle one is
+   * closed past it.
    * @default 100
    */
   maxKeys?: number;
   /**
-   * Where the relay logs: every accepted message with its id, every refusal,
-   * AUTH failures. `true` for the console, or a pino/bunyan/console-like object.
+   * Where the relay logs: every accepted message with its id, every refusal, AUTH failures. `true` for the console,
+   * or a pino/bunyan/console-like object.
    * @default false
    */
   logger?: boolean | EmlApiLogger;
   /**
    * An HTTP port of the relay's own for `/healthz` (alive: its event loop turns), `/readyz` (it can take mail now:
    * direct with its own key, the service answers and accepts the key; with `queue`, Redis answers with `noeviction`;
-   * 503 with the reasons, and from `close()` on) and `/metrics` (Prometheus text format). Listens on `127.0.0.1`
-   * unless `host` says otherwise. Metrics need the optional peer `prom-client`. See docs/operations.md.
+   * 503 with the reasons, and from `close()` on) and `/metrics` (Prometheus text format). See docs/operations.md.
    * @default undefined (no port)
-   * @example
-   * const relay = await startEmlApiRelay({ baseUrl, apiKey, http: { port: 9464, host: '0.0.0.0' } });
+   * @example const relay = await startEmlApiRelay({ baseUrl, apiKey, http: { port: 9464, host: '0.0.0.0' } });
    */
   http?: OpsHttpOptions;
   /**
-   * Prometheus metrics: `true` for prom-client's default registry, `{ registry }` for yours, `false` for none. With
-   * `http` and no `metrics`, a registry of the relay's own (with prom-client's process metrics) served on `/metrics`.
+   * Prometheus metrics: `true` for prom-client's default registry, `{ registry }` for yours, `false` for none.
    * @default false (without http), a registry of its own (with http)
-   * @example
-   * startEmlApiRelay({ baseUrl, apiKey, metrics: { registry } });
+   * @example startEmlApiRelay({ baseUrl, apiKey, metrics: { registry } });
    */
   metrics?: boolean | { registry: MetricsRegistry };
   /**
@@ -280,20 +232,17 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
   spool?: EmlApiClientOptions['spool'];
 }
 
-/** The relay spools past 512 KiB unless told otherwise: up to `maxClients` messages may arrive at once. */
+/** Up to `maxClients` messages may arrive at once. */
 const DEFAULT_SPOOL_THRESHOLD = 512 * 1024;
 
-/** Relay options after validation. The API key is not among them. */
+/** Relay options after validation, without the API key. */
 export interface RelaySettings {
   port: number;
   host: string;
   allowUnauthenticatedFrom: ClientAddressList;
   trustedNetworks: ClientAddressList;
-  /** The relay's own SMTP users, who send with its key. */
   users: RelayUsers | undefined;
-  /** The sender lists of API keys given as AUTH passwords, by their login (`key:<fingerprint>`). */
   keySenders: ReadonlyMap<string, SenderList>;
-  /** The sender list of the clients on `allowUnauthenticatedFrom`. */
   allowedSenders: SenderList | undefined;
   tls: EmlApiRelayTlsOptions | undefined;
   maxMessageSize: number;
@@ -309,12 +258,10 @@ export interface RelaySettings {
   maxAuthFailuresPerAddress: number;
   authFailureWindow: number;
   tlsHandshakeTimeout: number;
-  /** Addresses of the proxies that speak the PROXY protocol (v1) to the relay; empty: none. */
   proxyProtocol: readonly string[];
   hostname: string;
   maxKeys: number;
   logger: EmlApiLogger;
-  /** The outbox to store messages in, when store-and-forward is on. */
   queue: EmlApiQueueTransport | EmlApiQueueTransportOptions | undefined;
   /** Options of every client the relay makes, without a key. */
   clientOptions: Omit<EmlApiClientOptions, 'apiKey'>;
@@ -330,9 +277,8 @@ export { maxUploadableSize };
 const BCC_BYTES_PER_RECIPIENT = 4 + 3 * MAX_ADDRESS_LENGTH;
 
 /**
- * The default `maxMessageSize` for a service that takes requests of up to `requestLimit` bytes: the
- * largest message whose upload still fits once the relay has written `maxRecipients` into a `Bcc` field.
- * @returns at least half of {@link maxUploadableSize}; undefined when `maxRecipients` would leave less
+ * The largest message whose upload still fits `requestLimit` once the relay has written `maxRecipients` into a `Bcc`
+ * field; undefined when that is less than half of {@link maxUploadableSize}.
  */
 export function defaultMaxMessageSize(requestLimit: number, maxRecipients: number): number | undefined {
   const uploadable = maxUploadableSize(requestLimit);
@@ -340,11 +286,7 @@ export function defaultMaxMessageSize(requestLimit: number, maxRecipients: numbe
   return size >= uploadable / 2 ? size : undefined;
 }
 
-/**
- * Validates the relay's options and splits off its API key.
- *
- * @throws {EmlApiError} `ECONFIG` naming the first bad option
- */
+/** @throws {EmlApiError} `ECONFIG` naming the first bad option */
 export function resolveRelayOptions(options: EmlApiRelayOptions): {
   apiKey: string | undefined;
   settings: RelaySettings;
@@ -400,7 +342,6 @@ export function resolveRelayOptions(options: EmlApiRelayOptions): {
 const { apiKey: _k, timeouts: _t, logger: _l, ...clientRules } = CLIENT_SCHEMA;
 const day = 24 * 3_600_000;
 
-/** `timeouts`: the SMTP side's, checked here; the client's, checked by the client. */
 const RELAY_TIMEOUT_SCHEMA = {
   idle: whole(1, day, 300_000),
   stressIdle: whole(1, day, 10_000),
@@ -469,7 +410,6 @@ function checkTls(value: unknown): EmlApiRelayTlsOptions {
   return tls as EmlApiRelayTlsOptions;
 }
 
-/** The default `maxMessageSize` for the emulator's request limit, or an error asking for one. */
 function defaultSize(maxRecipients: number): number {
   const size = defaultMaxMessageSize(MAX_REQUEST_SIZE, maxRecipients);
   if (size !== undefined) return size;
@@ -485,10 +425,7 @@ function text(value: unknown, name: string): string {
   return value;
 }
 
-/**
- * The `queue` option: an object (a queue transport, or its options, checked when the outbox is made). The outbox
- * sends later with its workers' key, so the relay must hold a key of its own: clients' AUTH keys are never stored.
- */
+/** The outbox sends later with its workers' key: clients' AUTH keys are never stored, so the relay needs its own. */
 function checkQueue(value: unknown, apiKey: unknown): EmlApiQueueTransport | EmlApiQueueTransportOptions | undefined {
   if (value === undefined) return undefined;
   if (typeof value !== 'object' || value === null) {
@@ -506,10 +443,7 @@ function checkQueue(value: unknown, apiKey: unknown): EmlApiQueueTransport | Eml
   return value as EmlApiQueueTransport | EmlApiQueueTransportOptions;
 }
 
-/**
- * The `proxyProtocol` option: the proxies' own addresses, each one IP address (smtp-server matches a peer against
- * them exactly; a network would let any host in it claim any client address).
- */
+/** One IP address each: smtp-server matches a peer exactly, and a network would let any host in it claim any client. */
 function checkProxies(value: unknown): readonly string[] {
   if (value === undefined) return [];
   if (!Array.isArray(value) || value.some((entry) => typeof entry !== 'string' || isIP(entry.trim()) === 0)) {
@@ -521,7 +455,6 @@ function checkProxies(value: unknown): readonly string[] {
   return Object.freeze(value.map((entry: string) => entry.trim()));
 }
 
-/** The `keySenders` option: lists by `key:<24 hex digits>`, the login the relay logs for a key. */
 function checkKeySenders(value: unknown): ReadonlyMap<string, SenderList> {
   if (value === undefined) return new Map();
   const lists = objectOption(value, 'keySenders', "{ 'key:<fingerprint>': [senders] }");
@@ -538,7 +471,6 @@ function checkKeySenders(value: unknown): ReadonlyMap<string, SenderList> {
   );
 }
 
-/** The `users` option: they send with the relay's own key, so there must be one. */
 function checkUsers(value: unknown, apiKey: unknown): RelayUsers | undefined {
   if (value === undefined) return undefined;
   const users = new RelayUsers(value as EmlApiRelayUser[]);
