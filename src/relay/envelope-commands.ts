@@ -1,10 +1,7 @@
 import type { SmtpReply } from './smtp-replies.js';
 import { commandLineOf, type SMTPServerAddress, type SMTPServerSession } from './smtp-server-adapter.js';
 
-/**
- * The MAIL FROM parameters of the extensions the relay advertises: SIZE (RFC 1870), BODY (8BITMIME, RFC 6152),
- * SMTPUTF8 (RFC 6531), and AUTH (RFC 4954 section 5, which clients that authenticated may send).
- */
+/** The MAIL FROM parameters of the extensions the relay advertises: SIZE, BODY (8BITMIME), SMTPUTF8 and AUTH. */
 const MAIL_PARAMETERS = new Set(['SIZE', 'BODY', 'SMTPUTF8', 'AUTH']);
 
 /** RCPT TO takes none: DSN (NOTIFY, ORCPT) is not advertised. */
@@ -14,9 +11,8 @@ const RCPT_PARAMETERS = new Set<string>();
 const rcptSpellings = new WeakMap<SMTPServerAddress, string>();
 
 /**
- * Why a MAIL FROM must be refused for its parameters or its address, or undefined: `555 5.5.4` for a parameter of an
- * extension the relay does not advertise (RFC 5321 4.1.1.11; Postfix says the same), `553 5.6.7` for a non-ASCII
- * address without SMTPUTF8 (RFC 6531 3.5).
+ * `555 5.5.4` for a parameter of an extension the relay does not advertise (RFC 5321 4.1.1.11), `553 5.6.7` for a
+ * non-ASCII address without SMTPUTF8 (RFC 6531 3.5), else undefined.
  */
 export function mailParameterRefusal(address: SMTPServerAddress, session: SMTPServerSession): SmtpReply | undefined {
   return (
@@ -26,9 +22,8 @@ export function mailParameterRefusal(address: SMTPServerAddress, session: SMTPSe
 }
 
 /**
- * Remembers how the client wrote the address of the RCPT TO being answered (call it from `onRcptTo`): smtp-server
- * hands the handlers, and keeps in `envelope.rcptTo`, the address with its domain decoded from `xn--` by UTS #46
- * (`xn--victimexample-882l` becomes `victim。example`, which mapping reads as `victim.example`), a mailbox the client
+ * Remembers how the client wrote the address of the RCPT TO being answered (from `onRcptTo`): smtp-server keeps the
+ * domain decoded from `xn--` by UTS #46 (`xn--victimexample-882l` reads as `victim.example`), a mailbox the client
  * never named.
  * @returns the address as written (smtp-server's form when the line was not kept)
  */
@@ -39,27 +34,18 @@ export function keepRcptSpelling(address: SMTPServerAddress, session: SMTPServer
   return written ?? address.address;
 }
 
-/**
- * The address of the `MAIL FROM` being answered as the client wrote it (call
- * it from `onMailFrom`; see {@link keepRcptSpelling}): '' for the null sender.
- */
+/** The address of the `MAIL FROM` being answered as the client wrote it (from `onMailFrom`): '' for `<>`. */
 export function mailFromSpelling(address: SMTPServerAddress, session: SMTPServerSession): string {
   const line = commandLineOf(session);
   return (line === undefined ? undefined : writtenAddress(lineOf(line), 'MAIL')) ?? address.address;
 }
 
-/**
- * The `RCPT TO` recipients of the session's transaction as the client wrote them (see {@link keepRcptSpelling});
- * smtp-server's decoded form for one whose line was not kept.
- */
+/** The `RCPT TO` recipients of the session's transaction as the client wrote them (see {@link keepRcptSpelling}). */
 export function envelopeRecipients(session: SMTPServerSession): string[] {
   return session.envelope.rcptTo.map((rcpt) => rcptSpellings.get(rcpt) ?? rcpt.address);
 }
 
-/**
- * The address of a MAIL or RCPT line as written, read as smtp-server reads it (`_parseAddressCommand`): the first
- * word after the colon, in angle brackets, without a source route.
- */
+/** The address of a MAIL or RCPT line as written, read as smtp-server's `_parseAddressCommand` reads it. */
 function writtenAddress(line: string, verb: string): string | undefined {
   const colon = line.indexOf(':');
   if (colon === -1 || !line.slice(0, colon).trim().toUpperCase().startsWith(verb)) return undefined;
@@ -88,10 +74,7 @@ function unknownParameter(address: SMTPServerAddress, known: ReadonlySet<string>
   return { code: 555, text: `5.5.4 Unsupported parameter ${name}` };
 }
 
-/**
- * Read from the line as sent: smtp-server hands the handlers the domain decoded
- * from `xn--` to Unicode. Without the line, only the local part is checked.
- */
+/** Read from the line as sent (smtp-server decodes `xn--` domains); without the line, the local part alone. */
 function needsSmtpUtf8(address: SMTPServerAddress, session: SMTPServerSession, verb: string): SmtpReply | undefined {
   const line = commandLineOf(session);
   const written =

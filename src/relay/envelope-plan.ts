@@ -11,48 +11,32 @@ import {
 
 /** What the relay does to the header section of a message before it leaves. */
 export interface EnvelopePlan {
-  /**
-   * The header section to upload: the original, with a `Bcc` field naming the envelope-only recipients,
-   * and without the empty Message-ID fields of a message that has no Message-ID.
-   */
+  /** The header section with a `Bcc` field for the envelope-only recipients, without empty Message-ID fields. */
   head: Buffer;
   /** `RCPT TO` recipients that no To, Cc or Bcc header named, now in the `Bcc` field. */
   addedBcc: string[];
-  /** The From fields, for {@link fromRefusal}. */
   froms: RelayHeaderField[];
-  /** The Sender fields. */
   senders: RelayHeaderField[];
-  /** The From address of the headers, or false. */
   from: string | false;
-  /** The Message-ID header, when there is one. */
   messageId: string | undefined;
-  /** Whether the message has a Date header. */
   hasDate: boolean;
 }
 
 /** Recipients named in the refusal before "and N more". */
 const NAMED = 5;
 
-/**
- * Characters the address fields may hold per recipient the relay takes (`maxRecipients`), and at least: room for long
- * display names, while one parser's run over them stays some milliseconds (it cannot be split).
- */
+/** Room for long display names, while one parser's run over them (which cannot be split) stays some milliseconds. */
 const ADDRESS_TEXT_PER_RECIPIENT = 512;
 const MIN_ADDRESS_TEXT = 64 * 1024;
-
-/** Entries the address fields may hold at least, whatever `maxRecipients`. */
 const MIN_ENTRIES = 1000;
-/** Tokens the address fields may hold per recipient, and at least (Postfix's `header_address_token_limit`, 10,240). */
+/** At least Postfix's `header_address_token_limit`. */
 const TOKENS_PER_RECIPIENT = 20;
 const MIN_TOKENS = 10_240;
 
-/**
- * How much of the address fields the relay reads for a message of at most `maxRecipients` recipients: twice as many
- * entries (a recipient may be named in two fields; a group counts as one), 1,000 at least; 20 words, separators and
- * comments each, 10,240 at least; and {@link ADDRESS_TEXT_PER_RECIPIENT} characters each, 64 KiB at least.
- */
-export function headerLimits(maxRecipients: number): HeaderLimits {
+/** How much of the address fields the relay reads for a message of at most `maxRecipients` recipients. */
+function headerLimits(maxRecipients: number): HeaderLimits {
   return {
+    // A recipient may be named in two fields.
     maxEntries: Math.max(MIN_ENTRIES, 2 * maxRecipients),
     maxTokens: Math.max(MIN_TOKENS, TOKENS_PER_RECIPIENT * maxRecipients),
     maxAddressText: Math.max(MIN_ADDRESS_TEXT, maxRecipients * ADDRESS_TEXT_PER_RECIPIENT),
@@ -60,29 +44,16 @@ export function headerLimits(maxRecipients: number): HeaderLimits {
 }
 
 /**
- * Reconciles the SMTP envelope with the headers, for a service that reads recipients from To, Cc and Bcc:
- *
- * - `RCPT TO` recipients no header names (the client removed Bcc, as
- *   Python's `send_message`, PHPMailer and most MTAs do) are written into a
- *   `Bcc` field at the end of the header section; the service removes it
- *   before delivery. An existing Bcc field is merged into it.
- * - Header recipients that are not in `RCPT TO` are refused: the service
- *   would mail people this transaction did not ask for.
- * - A control character in From, Sender or Reply-To is refused, as the
- *   service refuses it (the From fields' addresses are checked apart, by
- *   {@link fromRefusal}).
- *
- * Addresses compare as {@link addressKey} says: ASCII case aside, spelled the same way (an IDN domain too: `xn--` in
- * one and Unicode in the other are refused). The headers are read strictly ({@link readingRelayHeaders}): what the
- * relay cannot read for certain is refused, never skipped; so are headers that spell their recipients in more ways
- * than `maxRecipients`, and address fields past {@link headerLimits}.
+ * Reconciles the SMTP envelope with the headers, for a service that reads recipients from To, Cc and Bcc. `RCPT TO`
+ * recipients no header names (the client removed Bcc, as most MTAs do) are written into a `Bcc` field at the end of
+ * the header section, an existing Bcc field merged into it; the service removes it before delivery. Header recipients
+ * not in `RCPT TO` are refused: the service would mail people this transaction did not ask for. Addresses compare as
+ * {@link addressKey} says; what the relay cannot read for certain is refused, never skipped.
  *
  * @param head the header section as received, ending with its blank line when there is a body
  * @param rcptTo the envelope recipients, as the client wrote them
- * @param limits.maxRecipients the most spellings of recipients the headers may hold
- * @throws {EmlApiError} `EENVELOPE` naming the header recipients missing from `RCPT TO`; a permanent
- *   `EMESSAGE` naming a header line or a To/Cc/Bcc entry the relay cannot read for certain, a limit
- *   passed, or what the service would refuse
+ * @throws {EmlApiError} `EENVELOPE` naming the header recipients missing from `RCPT TO`; a permanent `EMESSAGE`
+ *   naming what the relay cannot read for certain, a limit passed, or what the service would refuse
  */
 export function planEnvelope(
   head: Buffer,
@@ -161,10 +132,7 @@ export function eolOf(head: Buffer): string {
   return lf === -1 || head[lf - 1] === 0x0d ? '\r\n' : '\n';
 }
 
-/**
- * The header section with `field` (a whole field, ending with its line break)
- * added as its last field, before the blank line that ends the section.
- */
+/** The header section with `field` (ending with its line break) added last, before the blank line that ends it. */
 export function appendField(section: Buffer, field: string): Buffer {
   const end = headerSectionEnd(section);
   let at: number;
@@ -180,11 +148,8 @@ export function appendField(section: Buffer, field: string): Buffer {
   return Buffer.concat([section.subarray(0, at), Buffer.from(`${lead}${field}`, 'utf8'), section.subarray(at)]);
 }
 
-/**
- * `Bcc: a, b, ...` folded so that no line exceeds 78 characters where the
- * addresses allow it (RFC 5322 2.1.1), ending with a line break.
- */
-export function foldedBcc(addresses: readonly string[], eol: string): string {
+/** `Bcc: a, b, ...` folded at 78 characters where the addresses allow it (RFC 5322 2.1.1), ending with a line break. */
+function foldedBcc(addresses: readonly string[], eol: string): string {
   let out = 'Bcc:';
   let line = out.length;
   addresses.forEach((address, i) => {

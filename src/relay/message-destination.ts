@@ -12,12 +12,8 @@ import { queueLocationOf } from '../queue/queue-location.js';
 
 /** A message the relay received and checked, ready to leave. */
 export interface RelayedMessage {
-  /**
-   * The message as it is to be uploaded (with a `Bcc` field for the envelope-only recipients), spooled, with its
-   * replayable request body. The relay disposes of the body after {@link MessageDestination.deliver} settles.
-   */
+  /** The message as it is to be uploaded; the relay disposes of it after {@link MessageDestination.deliver} settles. */
   readonly spooled: SpooledMessage;
-  /** The `Idempotency-Key` of the send, from the message's identity (see `MessageIdentities`). */
   readonly idempotencyKey: string;
   /** The Message-ID header: the client's, or the one the relay added. */
   readonly messageId: string;
@@ -59,10 +55,7 @@ export interface MessageDestination {
   close(): Promise<void>;
 }
 
-/**
- * Uploads each message to `POST /v1/send/eml` through the sender's client (its slots, pace, retries and
- * `timeouts.total`), the slots shared fairly among the SMTP clients that send with it ({@link UploadShares}).
- */
+/** Uploads each message through the sender's client, its slots shared fairly among SMTP clients. */
 export function directDestination(shares: UploadShares = new UploadShares()): MessageDestination {
   return {
     name: 'service',
@@ -86,15 +79,8 @@ export function directDestination(shares: UploadShares = new UploadShares()): Me
 }
 
 /**
- * The destination of the `queue` option (`eml-api relay --redis`): the
- * outbox, whose workers send the message under its idempotency key.
- *
- * @param queue a queue transport the caller owns (left open on close), or the
- *   options of one the relay makes and closes; the relay stores through its producer
- * @param maxClients the relay's `maxClients`: a transport the relay makes stores that many messages at once
- *   unless its options set `concurrency`
- * @param logger the relay's: a transport the relay makes logs there unless its options name a logger, and every
- *   line it logs for a message carries the message's session fields ({@link withMessageLogFields})
+ * The destination of the `queue` option: the outbox, whose workers send the message under its idempotency key.
+ * @param queue a queue transport the caller owns (left open on close), or the options of one the relay makes
  */
 export function queueDestination(
   queue: EmlApiQueueTransport | EmlApiQueueTransportOptions,
@@ -157,10 +143,7 @@ function withSessionFields(logger: EmlApiLogger): EmlApiLogger {
   return { debug: level(logger.debug), info: level(logger.info), warn: level(logger.warn), error: level(logger.error) };
 }
 
-/**
- * The logger of a queue the relay makes: the one its options name, else the relay's, with the message's
- * session fields; a value that is no logger is left for the transport to refuse.
- */
+/** The one the options name, else the relay's, with the message's session fields; a non-logger for the transport. */
 function queueLogger(value: unknown, relayLogger: EmlApiLogger): EmlApiQueueTransportOptions['logger'] {
   if (value === undefined) return withSessionFields(relayLogger);
   if (typeof value === 'boolean' || (typeof value === 'object' && value !== null)) {
@@ -185,16 +168,9 @@ interface SlotPool {
 
 /**
  * Shares the upload slots of each client the relay sends with (its `maxConnections`) among the SMTP clients whose
- * messages use it, so that one client's backlog of large messages does not keep another's waiting:
- *
- * - a freed slot goes to the waiting client that holds the fewest (the
- *   earliest among them);
- * - while another client is connected or waiting, a client that holds a slot
- *   already does not take the last free one: it stays free for the others.
- *   A client alone on the relay (one Postfix relayhost, a test) gets every slot.
- *
- * SMTP clients are told apart by their login, or by their address (IPv6 per
- * /64) when they send without AUTH ({@link join}).
+ * messages use it, so that one client's backlog does not keep another's waiting: a freed slot goes to the waiting
+ * client that holds the fewest, and while another client is connected or waiting, a client that holds a slot does
+ * not take the last free one. SMTP clients are told apart by their login, or by their address ({@link join}).
  */
 export class UploadShares {
   /** Sessions connected now, per SMTP client. */
@@ -213,7 +189,6 @@ export class UploadShares {
     if (before !== undefined) this.#forget(before);
   }
 
-  /** The session closed. */
   leave(session: object): void {
     const identity = this.#sessions.get(session);
     if (identity === undefined) return;
@@ -222,10 +197,8 @@ export class UploadShares {
   }
 
   /**
-   * Waits for an upload slot of `client` for a message of `identity`.
    * @returns gives the slot back (call it once the upload settled)
-   * @throws the signal's reason when it aborts while waiting; `ETIMEDOUT` when no slot frees within the
-   *   client's `timeouts.total`
+   * @throws the signal's reason when it aborts while waiting; `ETIMEDOUT` past the client's `timeouts.total`
    */
   async acquire(client: EmlApiClient, identity: string, signal: AbortSignal): Promise<() => void> {
     signal.throwIfAborted();

@@ -17,7 +17,6 @@ export interface RememberedTry {
 
 /** What names one message the relay received. */
 export interface MessageIdentity {
-  /** The `Idempotency-Key` of its send. */
   readonly idempotencyKey: string;
   /** The Message-ID the relay adds (deterministically), when the message has none; undefined when it has one. */
   readonly addedMessageId: string | undefined;
@@ -54,27 +53,15 @@ export interface MessageFacts {
  * Names each message the relay sends, so that a client retrying after an ambiguous `451` (the service accepted the
  * upload but its answer was lost) is not delivered twice, while a message sent again on purpose still is.
  *
- * - A message with a Message-ID, or with a Date, is named by its envelope and
- *   its bytes: the same bytes (the Date to the second) from the same `MAIL
- *   FROM` to the same `RCPT TO` are a retry, from whatever relay and however
- *   late, within the 24 hours the service honours the key.
- * - A message with neither (a static file sent by curl, Python's
- *   `EmailMessage` without a Date) may be sent again on purpose with the same
- *   bytes (an hourly alert): its bytes cannot tell a retry from a repeat. It
- *   gets a new identity, unless this relay's last try of the same envelope
- *   and bytes ended in a failure whose outcome it could not know (a `451`):
- *   then it is that try's retry, and keeps its identity. The relay remembers
- *   such failures for 24 hours, up to 10,000 messages, in memory (shared by
- *   the processes of `--processes`): a retry that reaches another relay, or
- *   this one after a restart, is sent again.
+ * A message with a Message-ID or a Date is named by its envelope and bytes: the same bytes from the same `MAIL FROM`
+ * to the same `RCPT TO` are a retry, from whatever relay, within the 24 hours the service honours the key. A message
+ * with neither (a static file sent by curl) may be sent again on purpose, so its bytes cannot tell a retry from a
+ * repeat: it gets a new identity, unless this relay's last try of the same envelope and bytes ended in a failure of
+ * unknown outcome (remembered in memory for 24 hours, up to 10,000 messages, shared by `--processes`).
  *
- * A message without a Message-ID gets one made from its identity (`<hex.eml-api-relay@from-domain>`), as Postfix's
- * cleanup adds a missing one (`always_add_missing_headers`): recipients (and Gmail) expect one, and it names the same
- * message in every retry.
- *
- * Identities are HMACs keyed by the {@link identitySecret} of the API key the message is sent with. An unkeyed hash
- * of the envelope and the bytes, which hold the hidden recipients (`RCPT TO`, and the Bcc field the relay writes),
- * let any recipient rebuild the added Message-ID from what it received and a guessed Bcc, and so confirm the guess.
+ * A message without a Message-ID gets one made from its identity, as Postfix's cleanup adds a missing one. Identities
+ * are HMACs keyed by the API key's {@link identitySecret}: an unkeyed hash of the envelope and bytes, which hold the
+ * hidden recipients, would let a recipient confirm a guessed Bcc from the added Message-ID.
  */
 export class MessageIdentities {
   /** Identity fingerprint → the nonce of a try whose outcome is unknown, and until when it holds. */
@@ -102,11 +89,9 @@ export class MessageIdentities {
     this.#settled = settled;
   }
 
-  /** The identity of a message about to be sent. */
   identify(facts: MessageFacts): MessageIdentity {
     const hash = (label: string, ...parts: (string | readonly string[])[]) => mac(facts.secret, label, ...parts);
     const fingerprint = hash('fingerprint', facts.envelope.from, facts.envelope.to, facts.digest);
-    // Without a Message-ID or a Date the bytes cannot tell a retry from a repeat: a new identity, or the remembered one.
     const nonce =
       facts.hasMessageId || facts.hasDate ? '' : (this.#remembered(fingerprint) ?? randomBytes(16).toString('hex'));
     const id = hash('identity', fingerprint, nonce);
@@ -121,10 +106,9 @@ export class MessageIdentities {
   }
 
   /**
-   * Records how the send of an identified message ended: a failure whose outcome is unknown (anything but a permanent
-   * refusal) is remembered, so that the client's retry keeps the identity; anything else is forgotten. Only messages
-   * named by a nonce (neither Message-ID nor Date) need it. A send that succeeded but whose client left before its
-   * `250` (it will retry, not knowing) is settled again with a transient failure.
+   * Records how the send of a message named by a nonce ended: a failure of unknown outcome (anything but a permanent
+   * refusal) is remembered, so that the client's retry keeps the identity. A send whose client left before its `250`
+   * is settled again with a transient failure.
    */
   settle(identity: { readonly fingerprint: string; readonly nonce: string }, failure: unknown): void {
     if (identity.nonce === '') return;

@@ -9,16 +9,11 @@ const CRLF = Buffer.from('\r\n');
 
 /**
  * The message as it arrives from DATA, passed through with every bare line end made CRLF, its header section replaced
- * by what `rewriteHead` makes of it, and hashed (SHA-256) as it leaves. It holds at most the header section in
- * memory; the body streams through with backpressure.
+ * by what `rewriteHead` makes of it, and hashed (SHA-256) as it leaves; only the header section is held in memory.
  *
- * A bare LF or a bare CR (one that is not half of a CRLF) becomes CRLF, as Postfix's
- * `smtpd_forbid_bare_newline = normalize` (its default since 3.9) treats bare LF: `\n.\n`, `\n.\r\n`, `\r.\r\n` and
- * `\r\n.\n` inside DATA never reach the service, where a later SMTP hop could read them as the end of the message
- * (SMTP smuggling); they arrive as a line holding a dot, which every SMTP client dot-stuffs. DATA itself ends only at
- * CRLF.CRLF (smtp-server's rule, and the "normalize" rule). Bare CR is made a line break too, where Postfix keeps it
- * as a byte: MIME parsers read a bare CR in a header field each their own way (mailparser unfolds it like a line
- * break), and as a CRLF it reads the same to the relay and to the service.
+ * A bare LF or CR becomes CRLF, as Postfix's `smtpd_forbid_bare_newline = normalize` treats bare LF: `\n.\n` and its
+ * kin never reach the service, where a later hop could read them as the end of the message (SMTP smuggling). Bare CR
+ * too, where Postfix keeps it: MIME parsers read one in a header field each their own way.
  */
 export class MessageRewriter extends Transform {
   readonly #rewriteHead: (head: Buffer) => Buffer | Promise<Buffer>;
@@ -30,14 +25,12 @@ export class MessageRewriter extends Transform {
   #headDone = false;
   /** The last chunk ended with a CR: whether it is bare depends on the next byte. */
   #pendingCr = false;
-  /** The error this stream failed with (a refused envelope, an oversized message or header), if any. */
   failure: Error | undefined;
 
   /**
-   * @param rewriteHead gets the header section (up to and including its blank line) and returns the one to send,
-   *   or a promise of it (the rest of the message waits); what it throws or rejects with fails the stream
-   * @param tooLarge checked on every chunk, once {@link size} counts it: an error to fail with once the message
-   *   is over the size limit
+   * @param rewriteHead gets the header section (with its blank line) and returns the one to send, or a promise of it;
+   *   what it throws fails the stream
+   * @param tooLarge checked on every chunk: an error to fail with once the message is over the size limit
    */
   constructor(rewriteHead: (head: Buffer) => Buffer | Promise<Buffer>, tooLarge: () => Error | undefined) {
     super();
@@ -45,16 +38,11 @@ export class MessageRewriter extends Transform {
     this.#tooLarge = tooLarge;
   }
 
-  /**
-   * The size of the message read so far with every line end CRLF, as the client sent it otherwise (before the relay's
-   * Bcc or Message-ID): what SMTP's SIZE measures (RFC 1870 counts a message in CRLF lines), and what the upload
-   * grows with. A message of bare LF lines is larger than the bytes it took on the wire.
-   */
+  /** The size read so far with every line end CRLF, before the relay's Bcc or Message-ID: what SIZE measures. */
   get size(): number {
     return this.#normalised;
   }
 
-  /** SHA-256 (hex) of the bytes that left, once the stream has ended. */
   digest(): string {
     return this.#hash.copy().digest('hex');
   }
@@ -79,10 +67,7 @@ export class MessageRewriter extends Transform {
     this.#step(last, (err) => (err ? callback(this.#fail(err)) : finish()));
   }
 
-  /**
-   * The chunk with each bare LF and bare CR made CRLF. A CR at the end of the chunk is held back until the next byte
-   * tells whether an LF follows it. Copies nothing when the chunk has no bare line end (the common case).
-   */
+  /** A CR at the end of the chunk waits for the next byte; a chunk without a bare line end is not copied. */
   #crlf(chunk: Buffer): Buffer {
     const parts: Buffer[] = [];
     let from = 0;

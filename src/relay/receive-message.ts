@@ -21,9 +21,9 @@ export interface ReceiveContext {
    * so that a slow or stalled client cannot hold close().
    */
   arriving: AbortSignal;
-  /** How the relay names the messages it sends (one per relay: it remembers sends whose outcome it could not know). */
+  /** One per relay: it remembers sends whose outcome it could not know. */
   identities: MessageIdentities;
-  /** The relay's `maxRecipients`, which also bounds the ways the headers may spell their recipients. */
+  /** Also bounds the ways the headers may spell their recipients. */
   maxRecipients: number;
   /** The relay's `maxMessageSize` (SIZE), applied to the message with CRLF line ends. */
   maxMessageSize: number;
@@ -37,7 +37,6 @@ export interface ReceiveContext {
 
 /** A message handed on. */
 export interface ReceivedMessage {
-  /** The id the destination gave it. */
   id: string | undefined;
   /** Its Message-ID: the client's, or the one the relay added. */
   messageId: string;
@@ -50,24 +49,15 @@ export interface ReceivedMessage {
 }
 
 /**
- * How receiving a message ended: handed on, or failed where `stage` says. `client`: the client left before the end of
- * DATA (`ESTREAM`; nobody to answer). `destination`: the destination's `deliver` failed after the message was received
- * and checked (the destination answers it, see `MessageDestination.reply`). `relay`: everything else, that is
- * `EENVELOPE`, a permanent `EMESSAGE` (the message cannot be read as one), a transient `EMESSAGE` or `ESPOOL` (the
- * relay could not store it), or `EABORT` when the relay closed while the message was arriving.
+ * How receiving a message ended: handed on, or failed where `stage` says: `client` (it left before the end of DATA:
+ * nobody to answer), `destination` (its `deliver` failed, and `MessageDestination.reply` answers), or `relay`.
  */
 export type ReceiveOutcome =
   { ok: true; message: ReceivedMessage } | { ok: false; stage: 'client' | 'relay' | 'destination'; error: unknown };
 
 /**
- * One SMTP transaction's message, from DATA to its destination: the header section is reconciled with the envelope
- * (envelope-only recipients added as Bcc; header recipients missing from RCPT TO refused), the message streams into
- * the spool (memory, or a temporary file past the threshold, never whole in memory) while it is hashed, and the
- * destination takes it. Its idempotency key, and the Message-ID added when it has none, come from {@link
- * MessageIdentities}: a client that retries after a `451` (a timeout after the service may have accepted it) is not
- * delivered twice by a service that honours `Idempotency-Key`.
- *
- * @returns the message handed on, or where it failed ({@link ReceiveOutcome})
+ * One SMTP transaction's message, from DATA to its destination: the header section reconciled with the envelope, the
+ * message streamed into the spool while it is hashed, named by {@link MessageIdentities}, and handed on.
  */
 export async function receiveMessage(
   stream: SMTPServerDataStream,
@@ -100,11 +90,8 @@ export async function receiveMessage(
         : undefined,
   );
   stream.pipe(rewriter);
-  // smtp-server destroys the DATA stream when the client disconnects mid-message, and pipe() does
-  // not pass that on: without this, the spool would wait for the rest forever (its file kept, and
-  // close() waiting for the message).
-  // The error is built only when a client vanishes: an EmlApiError and its stack for every
-  // message cost 2.3% of the relay's CPU.
+  // smtp-server destroys the DATA stream when the client disconnects mid-message, and pipe() does not pass that on:
+  // the spool would wait for the rest for ever. The error (and its stack) is built only when a client vanishes.
   let gone: EmlApiError | undefined;
   const onClose = () => {
     if (stream.readableEnded) return;
@@ -166,16 +153,12 @@ export async function receiveMessage(
   }
 }
 
-/**
- * The spooled message again, with a Message-ID field added at the end of its header section. Made only for messages
- * without one, once their bytes are known (the Message-ID is made from them): one more pass over the message, in
- * memory up to the spool threshold.
- */
+/** The spooled message again, with a Message-ID field (made from its bytes) added at the end of its header section. */
 async function respool(spooled: SpooledMessage, messageId: string, context: ReceiveContext): Promise<SpooledMessage> {
   // The plan took out the empty Message-ID fields of a message without one.
   const head = appendField(spooled.head, `Message-ID: ${messageId}${eolOf(spooled.head)}`);
   if (spooled.size + head.length - spooled.head.length <= context.spool.threshold) {
-    // Small enough to stay in memory: one copy, without the spool's stream machinery (about 13 µs instead of 70).
+    // One copy, without the spool's stream machinery.
     const parts: Buffer[] = [];
     for await (const chunk of spooled.open() as AsyncIterable<Buffer>) parts.push(chunk);
     return spooledInMemory(Buffer.concat([head, Buffer.concat(parts).subarray(spooled.head.length)]), head);
@@ -200,10 +183,7 @@ async function respool(spooled: SpooledMessage, messageId: string, context: Rece
   }
 }
 
-/**
- * A failure to store an arriving message, as the relay answers it: the client may try again
- * (`451`). Its text names no path or system error (the relay's log has them, in `cause`).
- */
+/** Answered `451`; its text names no path or system error (the relay's log has them, in `cause`). */
 function storingFailed(err: unknown): EmlApiError {
   if (err instanceof EmlApiError && err.code === 'ESPOOL') return err;
   return new EmlApiError('ESPOOL', 'The relay could not store the message', { cause: err, permanent: false });

@@ -74,10 +74,7 @@ const SLICE_MS = 4;
 /** Caps the steps per turn, so the turns grow with the work whatever the machine's speed. */
 const SLICE_STEPS = 64;
 
-/**
- * Runs work in slices of the event loop, so other clients and the health port
- * are answered while a large header section is read.
- */
+/** Runs work in slices of the event loop, so other clients are answered while a large header section is read. */
 export async function runInSlices<T>(steps: Steps<T>): Promise<T> {
   let until = performance.now() + SLICE_MS;
   for (let taken = 1; ; taken++) {
@@ -90,7 +87,6 @@ export async function runInSlices<T>(steps: Steps<T>): Promise<T> {
   }
 }
 
-/** Runs work to its end at once. */
 export function runWhole<T>(steps: Steps<T>): T {
   for (;;) {
     const step = steps.next();
@@ -101,8 +97,6 @@ export function runWhole<T>(steps: Steps<T>): T {
 /**
  * Reads a header section the way the relay trusts: every line is a field or its folded continuation, and every To, Cc
  * and Bcc field an address list read for certain (see {@link readAddressList}).
- *
- * @param head the header section, with or without its blank line; the relay passes it with CRLF line ends only
  * @throws {EmlApiError} `EMESSAGE` (permanent) naming the line or the field that cannot be read, or the limit passed
  */
 export function readRelayHeaders(head: Buffer, limits: HeaderLimits = {}): RelayHeaders {
@@ -194,10 +188,7 @@ class ReadingBudget {
   }
 }
 
-/**
- * Refuses a To, Cc or Bcc field that a service-side parser reads otherwise
- * than the relay: the cross-check that makes the readings agree.
- */
+/** Refuses a To, Cc or Bcc field that a service-side parser reads otherwise than the relay. */
 function* crossChecking(field: RelayHeaderField, addresses: readonly string[]): Steps<void> {
   for (const reader of serviceAddressReaders()) {
     const read = reader.read(field.value);
@@ -212,11 +203,8 @@ function* crossChecking(field: RelayHeaderField, addresses: readonly string[]): 
 
 /**
  * Why the service is certain to refuse a message for its From fields, or undefined: it has none, or one holds no
- * address as mailparser reads it (with mailparser itself when installed). Without mailparser, a From neither the
- * strict grammar nor the peer's parser reads for certain is left to the service, unless `certain` (the outbox stores
- * the message, and nobody would hear of the service's refusal).
- *
- * @param options.certain refuse a From the relay cannot read for certain
+ * address as mailparser reads it. A From the relay cannot read for certain is left to the service unless `certain`
+ * (the outbox stores the message, and nobody would hear of the service's refusal).
  */
 export async function fromRefusal(
   froms: readonly RelayHeaderField[],
@@ -359,10 +347,7 @@ function firstOf(from: { value: MimeAddress[] } | undefined): string | undefined
 
 const ENCODED_WORD = /=\?([^?]+)\?([BbQq])\?([^?]*)\?=/g;
 
-/**
- * Charsets decoded as mailparser (libmime, iconv-lite) decodes them, by
- * lower-case label; libmime reads `us-ascii` as UTF-8.
- */
+/** Charsets decoded as mailparser decodes them, by lower-case label; libmime reads `us-ascii` as UTF-8. */
 const READ_CHARSETS = new Map<string, string>([
   ...['utf-8', 'utf8', 'us-ascii', 'ascii'].map((label) => [label, 'utf-8'] as const),
   ...['utf-7', 'utf7', 'unicode-1-1-utf-7'].map((label) => [label, 'utf-7'] as const),
@@ -378,10 +363,7 @@ function charsetOf(word: string): string | undefined {
   return READ_CHARSETS.get(word.split('*')[0]!.toLowerCase());
 }
 
-/**
- * The charset of the first encoded word the relay cannot decode as the
- * service's parser does; undefined where mailparser is installed (it then reads the text itself).
- */
+/** The charset of the first encoded word the relay cannot decode; undefined where mailparser is installed. */
 export function unreadCharset(text: string): string | undefined {
   if (loadMimeParser()) return undefined;
   for (const [, charset] of text.matchAll(ENCODED_WORD)) if (!charsetOf(charset!)) return charset;
@@ -478,11 +460,6 @@ function* splittingFields(head: Buffer): Steps<RelayHeaderField[]> {
   return fields;
 }
 
-/** The fields of a header section, values not read. */
-export function headerFields(head: Buffer): RelayHeaderField[] {
-  return runWhole(splittingFields(head));
-}
-
 function fieldColon(line: string): number | undefined {
   let i = 0;
   for (; i < line.length; i++) {
@@ -516,17 +493,11 @@ const COMMENT_SPECIALS = '()\\<>,;:@"[]';
 const DOMAIN_END = SPECIALS.replace('.', '');
 
 /**
- * Reads one To, Cc or Bcc value as the relay trusts it: the subset of RFC 5322 address lists on which MIME parsers
- * agree (addresses, named addresses, groups, plain comments beside an address). Refused, because parsers read them
- * differently: an entry without an address, an encoded word anywhere but in a display name before an address, a
- * comment holding a {@link COMMENT_SPECIALS} character, a quoted string holding `;` inside a group, a nested group, a
- * source route, `XN--` in capitals, a quoted local part that needs no quotes, and an invalid address. One linear
- * pass.
- *
- *
- * @param value the unfolded field value
- * @param field the field's name, for the error
- * @returns the addresses, in order
+ * Reads one To, Cc or Bcc value as the relay trusts it, in one linear pass: the subset of RFC 5322 address lists on
+ * which MIME parsers agree (addresses, named addresses, groups, plain comments beside an address). What parsers read
+ * differently is refused: an entry without an address, an encoded word but in a display name, a comment holding a
+ * {@link COMMENT_SPECIALS} character, `;` quoted inside a group, a nested group, a source route, `XN--` in capitals, a
+ * quoted local part that needs no quotes, an invalid address.
  * @throws {EmlApiError} `EMESSAGE` (permanent) naming the field and the entry
  */
 export function readAddressList(value: string, field: string): string[] {
@@ -752,10 +723,7 @@ class AddressListReader {
   }
 }
 
-/**
- * An address as mailparser hands it on: an `xn--` domain decoded label by
- * label as punycode.js does, unchanged where a label does not decode.
- */
+/** An address as mailparser hands it on: an `xn--` domain decoded label by label as punycode.js does. */
 export function asMailparserReads(address: string): string {
   if (!address.includes('@xn--')) return address;
   const at = address.lastIndexOf('@');
@@ -854,8 +822,7 @@ interface ParsedEntry {
 
 type AddressParser = (text: string) => ParsedEntry[];
 
-/** One address parser the relay checks its reading against. */
-export interface ServiceAddressReader {
+interface ServiceAddressReader {
   /** Where it was loaded from, e.g. `nodemailer 10.0.12 (mailparser's)`. */
   readonly name: string;
   /** The addresses of an address list, groups flattened, in order; '' for an entry without one. */
@@ -869,20 +836,14 @@ let loaded: readonly ServiceAddressReader[] | undefined;
 
 /**
  * The address parsers the service's side reads To, Cc and Bcc with, as far as this machine has them: the Nodemailer
- * copy mailparser loads (it may differ from the peer's) and the `nodemailer` peer's. Either may be missing; the
- * relay's strict reading stays the rule. Loaded once.
+ * copy mailparser loads (it may differ from the peer's) and the `nodemailer` peer's.
  */
 export function serviceAddressReaders(): readonly ServiceAddressReader[] {
   loaded ??= loadReaders();
   return loaded;
 }
 
-/**
- * Whether every service address reader reads `value` as the relay did (same
- * addresses, order and spelling, ASCII case aside).
- *
- * @returns undefined when they agree, else the first reader that does not and what it read
- */
+/** The first service address reader that reads `value` otherwise than the relay (ASCII case aside), and its reading. */
 export function disagreeingReader(
   value: string,
   relayRead: readonly string[],

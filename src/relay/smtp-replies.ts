@@ -21,21 +21,8 @@ export function acceptedReply(id: string | undefined): SmtpReply {
 }
 
 /**
- * The reply to a message the relay itself refused or could not take, before handing it on ({@link
- * serviceFailureReply} and {@link outboxFailureReply} answer for the destination).
- *
- * | failure | reply |
- * | --- | --- |
- * | a From or Sender that is not the login's ({@link senderRefusalOf}) | `553 5.7.1`, naming the address |
- * | headers name recipients not in RCPT TO (`EENVELOPE`) | `550 5.7.1`, naming them |
- * | a message over SIZE with its line ends CRLF (`EMESSAGE` with 413) | `552 5.3.4` |
- * | a message that cannot be read, or that the service is certain to refuse (permanent `EMESSAGE`) | `554 5.6.0`, saying why |
- * | the relay is shutting down (`EABORT`) | `451 4.3.2` |
- * | the relay's spool could not store it (`ESPOOL`: disk full...) | `451 4.3.0` |
- * | anything else | `451 4.3.0` |
- *
- * The relay's own refusals say what is wrong with the message; its own
- * failures say only to try again later (the log has the detail).
+ * The reply to a message the relay itself refused or could not take, before handing it on (docs/relay.md, "What the
+ * relay promises", has the table). Its refusals say what is wrong; its own failures only to try again later.
  */
 export function relayFailureReply(err: unknown): SmtpReply {
   if (!(err instanceof EmlApiError)) return LOCAL_ERROR;
@@ -56,25 +43,8 @@ export function relayFailureReply(err: unknown): SmtpReply {
 }
 
 /**
- * The reply to a message the service did not accept (the direct relay). Transient failures answer `451`, so the
- * client's queue retries, with no detail (the log has it); failures the same message can never get past answer `5xx`
- * with the service's own reason.
- *
- * | failure | reply |
- * | --- | --- |
- * | 400 `invalid_address` | `554 5.1.3` |
- * | other 400 (`invalid_eml`, `no_recipients`...) | `554 5.6.0` |
- * | 413 | `552 5.3.4` |
- * | 401/403 for the client's own key | `550 5.7.1` |
- * | 401/403 for the relay's key (the relay is misconfigured) | `451 4.7.1` |
- * | 404, 405, 3xx: no send endpoint at the relay's base URL, or a redirect (misconfigured) | `451 4.3.5` |
- * | other 4xx | `554 5.0.0` |
- * | 429 | `451 4.4.5` |
- * | 408, timeout | `451 4.4.2` |
- * | unreachable, connection broke | `451 4.4.1` |
- * | 5xx | `451 4.3.0` |
- * | the relay is shutting down | `451 4.3.2` |
- * | anything else | as {@link relayFailureReply} |
+ * The reply to a message the service did not accept (the direct relay): `451` without detail for what may pass (the
+ * client's queue retries), `5xx` with the service's own reason for what never will.
  */
 export function serviceFailureReply(err: unknown, owner: KeyOwner): SmtpReply {
   if (!(err instanceof EmlApiError)) return LOCAL_ERROR;
@@ -111,11 +81,7 @@ export function serviceFailureReply(err: unknown, owner: KeyOwner): SmtpReply {
   return { code: 451, text: '4.3.0 The email service failed, try again later' };
 }
 
-/**
- * The reply to a message the outbox did not store (store-and-forward): `451 4.3.0` whatever Redis answered (the
- * detail is for the log); `552 5.3.4` past the outbox's `maxMessageSize`; `554 5.6.0` for a message whose earlier
- * copy failed and waits for the operator, or that the outbox refuses (saying why).
- */
+/** The reply to a message the outbox did not store: `451 4.3.0` whatever Redis answered (the log has the detail). */
 export function outboxFailureReply(err: unknown): SmtpReply {
   if (!(err instanceof EmlApiError)) return LOCAL_ERROR;
   if (err.code === 'EABORT') return SHUTTING_DOWN;
@@ -133,10 +99,7 @@ export function outboxFailureReply(err: unknown): SmtpReply {
   return { code: 451, text: '4.3.0 The relay could not store the message, try again later' };
 }
 
-/**
- * The reply to an `AUTH` whose API key could not be accepted: `535 5.7.8` when the service refused it (or it cannot
- * be a key), `454 4.7.0` when the service could not tell; no detail.
- */
+/** `535 5.7.8` when the service refused the AUTH's key (or it cannot be one), `454 4.7.0` when it could not tell. */
 export function authFailureReply(err: unknown): SmtpReply {
   if (err instanceof EmlApiError && (err.code === 'EAUTH' || err.code === 'ECONFIG')) {
     return { code: 535, text: '5.7.8 Authentication credentials invalid' };
@@ -148,10 +111,7 @@ const LOCAL_ERROR: SmtpReply = { code: 451, text: '4.3.0 Local error in processi
 const SHUTTING_DOWN: SmtpReply = { code: 451, text: '4.3.2 The relay is shutting down, try again later' };
 const MISCONFIGURED: SmtpReply = { code: 451, text: '4.3.5 The relay is not configured to send this, try again later' };
 
-/**
- * The service's own reason for refusing a request: the code and message of its JSON error body, else its HTTP status.
- * Never the error's own message, which names the service's URL.
- */
+/** The code and message of the service's JSON error body, else its status: never the message, which names its URL. */
 function serviceReason(err: EmlApiError): string {
   let body: unknown;
   try {
@@ -166,10 +126,7 @@ function serviceReason(err: EmlApiError): string {
   return oneLine(text || `HTTP ${err.responseCode ?? 'error'}`);
 }
 
-/**
- * Whether an error came from inside the relay rather than from the service or the client: anything but an
- * `EmlApiError`. Its text never reaches a reply; the relay logs it, with the client's password taken out.
- */
+/** An error from inside the relay (not an `EmlApiError`): its text never reaches a reply. */
 export function isInternalError(err: unknown): boolean {
   return !(err instanceof EmlApiError);
 }
@@ -179,7 +136,6 @@ export function replyError(reply: SmtpReply): Error & { responseCode: number } {
   return Object.assign(new Error(reply.text), { responseCode: reply.code });
 }
 
-/** The error's message on one line, cut to {@link MAX_REASON} characters. */
 function reason(err: Error): string {
   return oneLine(err.message);
 }
