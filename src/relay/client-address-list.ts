@@ -15,10 +15,7 @@ export class ClientAddressList {
   readonly #ipv4 = new BlockList();
   readonly #ipv6 = new BlockList();
 
-  /**
-   * @param option names the option in errors, e.g. `allowUnauthenticatedFrom`
-   * @throws {EmlApiError} `ECONFIG` naming the option and the entry that is not an address or network
-   */
+  /** @throws {EmlApiError} `ECONFIG` naming the option and the entry that is not an address or network */
   constructor(entries: readonly string[], option: string) {
     if (!Array.isArray(entries)) {
       throw configError(option, 'expected an array of addresses or networks');
@@ -62,7 +59,6 @@ export class ClientAddressList {
 
 const loopback = new ClientAddressList(LOOPBACK_NETWORKS, 'loopback');
 
-/** Whether a client address is a loopback address (127.0.0.0/8, ::1, or IPv4-mapped loopback). */
 export function isLoopbackAddress(address: string): boolean {
   return loopback.includes(address);
 }

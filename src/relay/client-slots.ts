@@ -12,13 +12,12 @@ import type {
 } from './smtp-server-adapter.js';
 
 /** The share of `maxClients` from which idle clients get `stressIdleTimeout`: before every slot is taken, unlike Postfix. */
-export const STRESS_SHARE = 0.8;
+const STRESS_SHARE = 0.8;
 
 /** The share of `maxClients` below which stress ends: well below, so one closed client does not end it. */
-export const STRESS_END_SHARE = 0.6;
+const STRESS_END_SHARE = 0.6;
 
-/** What the slots are given of the relay's settings. */
-export interface ClientSlotSettings {
+interface ClientSlotSettings {
   maxClients: number;
   maxClientsPerAddress: number;
   trustedNetworks: ClientAddressList;
@@ -32,16 +31,10 @@ export interface ClientSlotSettings {
 }
 
 /**
- * The connection slots of the relay, so that no client can starve the others
- * (Postfix's smtpd and anvil protections; the options' docs give the Postfix names):
- *
- * - `maxClientsPerAddress` per client address (IPv6 per /64, `trustedNetworks`
- *   exempt), counted from the socket's accept: smtp-server keeps sockets in
- *   their handshake in one `maxClients` pool that one address could fill;
- * - `stressIdleTimeout` from {@link STRESS_SHARE} of `maxClients` on;
- * - DATA at `minDataRate` after a grace of the idle timeout, and within
- *   `dataTimeout`, else `421 4.4.2`;
- * - command-line and progress deadlines ({@link ConnectionDeadlines}).
+ * The connection slots of the relay, so that no client can starve the others (Postfix's smtpd and anvil protections):
+ * `maxClientsPerAddress` counted from the socket's accept (smtp-server keeps sockets in their handshake in one
+ * `maxClients` pool that one address could fill), `stressIdleTimeout` from {@link STRESS_SHARE} of `maxClients` on,
+ * DATA's `minDataRate` and `dataTimeout`, and the {@link ConnectionDeadlines}.
  */
 export class ClientSlots {
   readonly #settings: ClientSlotSettings;
@@ -85,7 +78,6 @@ export class ClientSlots {
     return this.#open;
   }
 
-  /** The idle timeout in force now. */
   get idleTimeout(): number {
     return this.#stressed ? this.#settings.stressIdleTimeout : this.#settings.idleTimeout;
   }
@@ -99,8 +91,7 @@ export class ClientSlots {
 
   /**
    * Admits a new session (from `onConnect`), or says why not.
-   * @returns undefined when admitted (call {@link leave} when it closes), else the `421` reply; a promise
-   *   of it when the processes share the counts
+   * @returns undefined when admitted, else the `421` reply; a promise of it when the processes share the counts
    */
   admit(session: SMTPServerSession): SmtpReply | undefined | Promise<SmtpReply | undefined> {
     const address = session.remoteAddress;
@@ -169,7 +160,7 @@ export class ClientSlots {
         ?.connectionOf(session)
         ?.reply(
           421,
-          `4.4.2 The message did not arrive in time (at least ${minDataRate} bytes a second, all of it within ${duration(dataTimeout)}), closing the connection`,
+          `4.4.2 The message did not arrive in time (at least ${minDataRate} bytes a second, all of it within ${seconds(dataTimeout)}), closing the connection`,
         );
     };
     timer = setTimeout(check, allowed());
@@ -256,12 +247,7 @@ function peerName(address: string, port: number | undefined): string {
   return `${unmapIpv4(address)} ${port ?? 0}`;
 }
 
-function duration(ms: number): string {
-  return ms % 1000 === 0 ? `${ms / 1000} s` : `${ms} ms`;
-}
-
-/** What the deadlines are given: the idle timeout in force now (shorter under stress), and how often to look again. */
-export interface ConnectionDeadlineSettings {
+interface ConnectionDeadlineSettings {
   /** The idle timeout in force now, in milliseconds (`stressIdleTimeout` under stress). */
   idleTimeout(): number;
   /** Whether the relay is under stress now: only then is a session that makes no progress closed. */
@@ -292,21 +278,11 @@ interface Watched {
 }
 
 /**
- * Deadlines beyond the idle timeout, which any byte resets (a byte or a NOOP
- * every few seconds would hold a slot for ever); past one, `421 4.4.2`:
- *
- * - **a command line** must be whole within the idle timeout in force of its
- *   first byte (Postfix's `smtpd_per_request_deadline`). Postfix enables it
- *   under stress only, as it also times message content; here it times command
- *   lines alone, which no client takes minutes to write, so it is always on;
- * - **under stress, the session** must make progress within the stress idle
- *   timeout: `235`, `250` to MAIL or RCPT, or the reply to a message. NOOP,
- *   RSET, EHLO, HELP, VRFY and refused commands are not progress. Postfix's
- *   `smtpd_junk_command_limit` counts them instead, which leaves a slot held
- *   for minutes. A silent client is the idle timeout's to close.
- *
- * Time the relay takes (a handler not answered yet) is not the client's: a
- * deadline that falls then gets another period.
+ * Deadlines beyond the idle timeout, which any byte resets (a byte or a NOOP every few seconds would hold a slot for
+ * ever); past one, `421 4.4.2`. A command line must be whole within the idle timeout in force at its first byte
+ * (Postfix's `smtpd_per_request_deadline`, always on since it times command lines alone). Under stress, the session
+ * must make progress (`235`, `250` to MAIL or RCPT, a message answered) within the stress idle timeout; NOOP, RSET
+ * and refused commands are not progress. Time the relay takes is not the client's: such a deadline gets another period.
  */
 export class ConnectionDeadlines {
   readonly #settings: ConnectionDeadlineSettings;
@@ -318,7 +294,6 @@ export class ConnectionDeadlines {
     this.#now = settings.now ?? Date.now;
   }
 
-  /** Watches every connection the server makes from now on. */
   attach(server: SmtpServerAdapter): void {
     server.watchConnections((connection) => this.#watch(connection));
   }

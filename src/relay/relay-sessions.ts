@@ -58,22 +58,17 @@ const PASSWORD_TOO_LONG: SmtpReply = {
 export interface RelayState {
   readonly settings: RelaySettings;
   readonly keyClients: KeyClients;
-  /** The client of the relay's own key, when it has one. */
   readonly relayClient: EmlApiClient | undefined;
-  /** The `identitySecret` of the relay's own key, when it has one. */
   readonly relaySecret: Buffer | undefined;
   /** Whether a password is the relay's own key (compared in constant time; always false without one). */
   readonly isOwnKey: (password: string) => boolean;
   /** The login of a client that AUTHs with the relay's own key: its fingerprint (`key:...`). */
   readonly relayKeyLogin: string | undefined;
   readonly destination: MessageDestination;
-  /** Who holds the upload slots of the clients the relay sends with (the direct relay's). */
   readonly shares: UploadShares;
-  /** The connection slots: per-address cap, stress, DATA deadline. */
   readonly slots: ClientSlots;
   /** Where the AUTH failure budgets are kept, when not in this process alone. */
   readonly counts?: ClientCounts;
-  /** The identities' memory, when the processes share it. */
   readonly identities?: MessageIdentities;
   /** Aborted by `close({ abort: true })`. */
   readonly signal: AbortSignal;
@@ -512,7 +507,6 @@ function errorDetail(err: unknown): string {
 /** What the relay knows of a connection when it decides what the client may do. */
 export interface ConnectionFacts {
   remoteAddress: string;
-  /** TLS is up (implicit TLS, or after STARTTLS). */
   secure: boolean;
   /** The client authenticated with an API key the service accepted. */
   authenticated: boolean;
@@ -520,11 +514,9 @@ export interface ConnectionFacts {
 
 /** The relay's configuration that the decisions depend on. */
 export interface RelayPolicy {
-  /** The relay holds its own API key. */
   hasOwnKey: boolean;
   /** The relay offers STARTTLS (or listens with implicit TLS). */
   hasTls: boolean;
-  /** The relay has SMTP users of its own (`users`). */
   hasUsers: boolean;
   /** Store-and-forward (`queue`): AUTH takes only the relay's users and its own key. */
   storing: boolean;

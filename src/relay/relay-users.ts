@@ -28,7 +28,7 @@ export interface EmlApiRelayUser {
   senders?: string[];
 }
 
-/** A user's keys: an unknown one (a misspelt `senders`) would drop a restriction in silence. */
+/** An unknown key (a misspelt `senders`) would drop a restriction in silence. */
 const USER_KEYS = Object.keys({
   username: true,
   password: true,
@@ -58,9 +58,7 @@ interface ScryptHash {
 type Secret = { kind: 'plain'; digest: Buffer } | { kind: 'scrypt'; hash: ScryptHash };
 
 /**
- * Makes the hash of a relay user's password (scrypt, random salt, PHC string),
- * for `users[].passwordHash` or a line of `eml-api relay --users`.
- *
+ * Makes the hash of a relay user's password (scrypt, random salt, PHC string), for `users[].passwordHash`.
  * @example
  * await hashRelayPassword('correct horse battery staple') // '$scrypt$ln=14,r=8,p=1$<salt>$<hash>'
  */
@@ -83,10 +81,7 @@ export class RelayUsers {
   /** Checked for unknown names, so that they take as long as a known one. */
   readonly #decoy: ScryptHash = { ...NEW_HASH, salt: randomBytes(16), hash: randomBytes(32) };
 
-  /**
-   * @param option names the option in errors (`users`, or the file given to `--users`)
-   * @throws {EmlApiError} `ECONFIG` naming the entry that is not a user (its password is never quoted)
-   */
+  /** @throws {EmlApiError} `ECONFIG` naming the entry that is not a user (its password is never quoted) */
   constructor(users: readonly EmlApiRelayUser[], option = 'users') {
     if (!Array.isArray(users)) throw configError(option, 'expected an array of { username, password or passwordHash }');
     users.forEach((user, i) => {
@@ -150,10 +145,7 @@ export class RelayUsers {
 }
 
 /**
- * Reads a users file: `name:hash` per line, optionally `:` and the addresses
- * the user may send as, comma-separated; blank lines and `#` comments ignored.
- *
- * @param source names the file in errors
+ * Reads a users file: `name:hash[:senders]` per line; blank lines and `#` comments ignored.
  * @throws {EmlApiError} `ECONFIG` naming the file and line (never quoting a hash)
  */
 export function parseUsersFile(text: string, source: string): EmlApiRelayUser[] {
@@ -216,8 +208,7 @@ function digest(password: string): Buffer {
   return createHash('sha256').update(password).digest();
 }
 
-/** Keys whose failures are remembered at most; the least recently failing is forgotten past it. */
-export const MAX_TRACKED_ADDRESSES = 10_000;
+const MAX_TRACKED_ADDRESSES = 10_000;
 
 /** An AUTH under way, counted against its key's budget until it ends. */
 export interface AuthAttempt {
@@ -225,12 +216,11 @@ export interface AuthAttempt {
   end(failure: string | undefined): void;
 }
 
-/** How {@link AuthFailureBudget} counts. */
 export interface AuthFailureBudgetOptions {
   limit: number;
   /** Milliseconds (`authFailureWindow`). */
   window: number;
-  /** Keys remembered at most. @default MAX_TRACKED_ADDRESSES */
+  /** Keys remembered at most; the least recently failing is forgotten past it. @default 10000 */
   maxAddresses?: number;
   /** @default Date.now */
   now?: () => number;
@@ -277,9 +267,7 @@ export class AuthFailureBudget {
     return Math.max(1, failures[failures.length - this.#limit]!.at + this.#window - this.#now());
   }
 
-  /**
-   * @returns the attempt, or the milliseconds to wait ({@link retryAfter}) when the budget is spent
-   */
+  /** @returns the attempt, or the milliseconds to wait ({@link retryAfter}) when the budget is spent */
   begin(key: string): AuthAttempt | number {
     const wait = this.retryAfter(key);
     if (wait > 0) return wait;
@@ -334,19 +322,17 @@ export function useFingerprintKey(key: Buffer): void {
   fingerprintKey = key;
 }
 
-/** Names one set of failed credentials without keeping them. */
 export function failureFingerprint(username: string, password: string): string {
   return createHmac('sha256', fingerprintKey).update(`${username}\0${password}`).digest('base64').slice(0, 22);
 }
 
 /** How long an accepted key is trusted for new AUTHs without asking again. */
-export const VERIFIED_FOR_MS = 5 * 60_000;
+const VERIFIED_FOR_MS = 5 * 60_000;
 
 /** A refused key costs the service one request a minute, and a key fixed in the dashboard works again within that time. */
-export const REFUSED_FOR_MS = 60_000;
+const REFUSED_FOR_MS = 60_000;
 
-/** Refused keys remembered at most; the oldest is forgotten first. */
-export const MAX_REFUSED_KEYS = 1_000;
+const MAX_REFUSED_KEYS = 1_000;
 
 /** The client of one API key given as an SMTP password. */
 export interface KeyClient {
@@ -388,7 +374,6 @@ export class KeyClients {
 
   /**
    * Checks a key with the service and returns its client, held until {@link release}.
-   *
    * @throws {EmlApiError} `ECONFIG` when the text cannot be a key; what `verify()` throws (`EAUTH` when refused)
    */
   async authenticate(apiKey: string): Promise<KeyClient> {

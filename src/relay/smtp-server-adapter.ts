@@ -6,14 +6,10 @@ import type { SmtpReply } from './smtp-replies.js';
 
 export type { SMTPServerAddress, SMTPServerAuthentication, SMTPServerDataStream, SMTPServerSession } from 'smtp-server';
 
-/**
- * The smtp-server releases whose internals this module is checked against
- * (test/relay/smtp-server-adapter.test.ts); package.json's peer range says the same.
- */
+/** The smtp-server releases whose internals test/relay/smtp-server-adapter.test.ts checks; the peer range too. */
 export const SUPPORTED_SMTP_SERVER = '^3.21.1';
 
-/** The `smtp-server` module, as the relay uses it. */
-export type SmtpServerPeer = typeof SmtpServerModule;
+type SmtpServerPeer = typeof SmtpServerModule;
 
 let loaded: SmtpServerPeer | undefined;
 
@@ -30,7 +26,6 @@ export function loadSmtpServer(): SmtpServerPeer {
   return loaded;
 }
 
-/** The session handlers the relay gives smtp-server. */
 export type SessionHandlers = Required<
   Pick<SMTPServerOptions, 'onConnect' | 'onSecure' | 'onAuth' | 'onMailFrom' | 'onRcptTo' | 'onData' | 'onClose'>
 >;
@@ -40,11 +35,10 @@ export interface SmtpConnection {
   readonly session: SMTPServerSession;
   /** Sends a reply; `421` closes the connection. */
   reply(code: number, text: string): void;
-  /** Sets the idle timeout of this connection alone. */
   setIdleTimeout(ms: number): void;
   /** Whether the client waits for the relay: a handler has not answered, or a message is arriving or being decided. */
   readonly relayTurn: boolean;
-  /** Whether it is closing or closed. */
+  /** Closing or closed. */
   readonly gone: boolean;
 }
 
@@ -59,10 +53,9 @@ export interface ConnectionObserver {
 }
 
 /** Hands a socket on to smtp-server (`accept`), or closes it. */
-export type AcceptGate = (socket: Socket, accept: (socket: Socket) => void) => void;
+type AcceptGate = (socket: Socket, accept: (socket: Socket) => void) => void;
 
-/** What the adapter adds to smtp-server. */
-export interface SmtpServerAdapterOptions {
+interface SmtpServerAdapterOptions {
   /** Milliseconds a socket has for its implicit TLS handshake or its PROXY header. */
   handshakeTimeout: number;
   /** The reply to AUTH where the session disabled it (smtp-server answers `500` "command not recognized"). */
@@ -132,7 +125,6 @@ export class SmtpServerAdapter {
     return Boolean(this.#server.options.secure && !this.#server.options.needsUpgrade);
   }
 
-  /** Connections open. */
   get connectionCount(): number {
     return this.#server.connections.size;
   }
@@ -142,12 +134,10 @@ export class SmtpServerAdapter {
     this.#watch = watch;
   }
 
-  /** Puts `gate` in front of smtp-server's accept. */
   gateAccept(gate: AcceptGate): void {
     this.#gate = gate;
   }
 
-  /** The open connection of a session. */
   connectionOf(session: SMTPServerSession): SmtpConnection | undefined {
     const entry = this.#connections.get(session);
     return entry && this.#server.connections.has(entry.raw as never) ? entry.handle : undefined;
@@ -162,7 +152,6 @@ export class SmtpServerAdapter {
     }
   }
 
-  /** Listens, or rejects with the listener's error. */
   listen(port: number, host: string): Promise<void> {
     const listener = this.#server.server;
     return new Promise((resolve, reject) => {
@@ -174,12 +163,10 @@ export class SmtpServerAdapter {
     });
   }
 
-  /** The address it listens on. */
   address(): AddressInfo {
     return this.#server.server.address() as AddressInfo;
   }
 
-  /** Receives the errors of connections and of the listener. */
   onError(listener: (err: Error) => void): void {
     this.#server.on('error', listener);
   }
@@ -314,9 +301,8 @@ function watchParser(parser: CommandParser, observer: ConnectionObserver): Comma
 /**
  * Greets the client once the bytes sent with its connection have been read, instead of after smtp-server's fixed 100
  * ms early-talker pause, which caps a client that connects per message (cron, PHP's `mail()`) at 10 messages a
- * second; Postfix's smtpd greets at once too (postscreen does the early-talker test). A client that sends its dialog
- * with the connection still gets `421 You talk too soon`: `init()` arms a timer calling `connectionReady()`, which
- * runs `onConnect`, sets `_ready` and sends the `220`; a command arriving while `_ready` is false gets that 421.
+ * second. A client that sends its dialog with the connection still gets `421 You talk too soon`: a command arriving
+ * while `_ready` is false gets it, and `connectionReady()` (timed by `init()`) sets `_ready` and sends the `220`.
  */
 function greetPromptly(connection: Connection, socket: Socket): boolean {
   const ready = connection.connectionReady;

@@ -76,9 +76,6 @@ type EmlApiRelayClosed = Awaited<ReturnType<EmlApiRelay['close']>>;
  * (`250 2.0.0 Ok: <id>`), or with `queue` once Redis stored it, `451` when the failure is transient (the client's
  * queue retries), `5xx` with the service's reason when the message can never be sent as it is.
  *
- * Who may send, with which key, and the limits that keep one client from
- * starving the others are the options' (see {@link EmlApiRelayOptions}).
- *
  * Needs the optional peer `smtp-server` (`npm install smtp-server`).
  *
  * @returns the running relay, once it listens
@@ -101,7 +98,6 @@ export function startEmlApiRelay(options: EmlApiRelayOptions): Promise<EmlApiRel
 
 /** What a process of `eml-api relay --processes` shares with its primary. */
 export interface RelayProcessShares {
-  /** The per-client counts, kept by the primary. */
   counts?: ClientCounts;
   /** The tries of unknown outcome, shared with the other processes. */
   identities?: MessageIdentities;
@@ -391,7 +387,6 @@ export class RelayTelemetry {
     this.#secrets = secrets;
   }
 
-  /** The health and metrics port, once started. */
   get endpoint(): OpsEndpoint | undefined {
     return this.#endpoint;
   }
@@ -425,7 +420,6 @@ export class RelayTelemetry {
     return { ...handlers, onData };
   }
 
-  /** Counts a sender refused for not being the login's. */
   senderRefused(reason: SenderRefusalReason, login: string | undefined): void {
     this.metrics?.recordSenderRefusal(reason, this.#loginLabel(login));
   }
