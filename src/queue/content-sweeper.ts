@@ -118,7 +118,6 @@ export async function sweepStoredContent(redis: OutboxRedisClient, location: Que
 /**
  * Judges the index in batches by rank (what removals make a batch miss, the next sweep finds).
  * @param goOn asked after each full batch; the walk stops when it answers false
- * @returns how many keys were removed
  */
 async function judgeAll(
   r: OutboxRedisClient & SweepCommands,

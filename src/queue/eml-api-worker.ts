@@ -638,12 +638,8 @@ const CLOCK_CHECK_MS = 1_000;
 
 const CONNECTION_ERROR_EVERY_MS = 30_000;
 
-function startChecks(): {
-  passed: Promise<boolean>;
-  readonly settled: boolean | undefined;
-  pass: () => void;
-  fail: () => void;
-} {
+/** Whether the start's checks passed; `settled` is undefined until they end. */
+function startChecks() {
   let settle!: (passed: boolean) => void;
   let settled: boolean | undefined;
   const passed = new Promise<boolean>((resolve) => (settle = resolve));

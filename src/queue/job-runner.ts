@@ -188,7 +188,6 @@ export class OutboxJobRunner {
     });
   }
 
-  /** Says so when the service asked to wait longer than the worker will (its `Retry-After` over `maxRetryAfter`). */
   #warnLongRetryAfter(job: OutboxRecordJob, err: unknown): void {
     const asked = err instanceof EmlApiError ? err.retryAfter : undefined;
     const max = this.#settings.maxRetryAfter;

@@ -124,7 +124,7 @@ export type OutboxJob = Job<OutboxJobData, OutboxSendResult>;
 /** A job as the outbox itself reads it, bookkeeping included. */
 export type OutboxRecordJob = Job<OutboxJobRecord, OutboxSendResult>;
 
-const KINDS: readonly SendKind[] = ['eml', 'email', 'group'];
+export const SEND_KINDS: readonly SendKind[] = ['eml', 'email', 'group'];
 
 /**
  * Reads a job's data back, checking its shape and that its content key lies in this queue's content space (a forged
@@ -151,7 +151,7 @@ export function readOutboxJobData(data: unknown, contentKeyPrefix: string): Outb
     typeof o.sha256 === 'string' &&
     /^[0-9a-f]{64}$/.test(o.sha256) &&
     (o.inline === undefined || typeof o.inline === 'string') &&
-    KINDS.includes(o.kind as SendKind) &&
+    SEND_KINDS.includes(o.kind as SendKind) &&
     (o.kind !== 'group' || (typeof o.group === 'string' && o.group.length > 0)) &&
     typeof o.contentKey === 'string' &&
     o.contentKey.startsWith(contentKeyPrefix) &&

@@ -21,6 +21,7 @@ import {
 import {
   outboxJobId,
   recordQueue,
+  SEND_KINDS,
   type OutboxJobRecord,
   type OutboxJobData,
   type OutboxSendResult,
@@ -108,8 +109,6 @@ export interface OutboxQueuedMessageInfo {
    */
   requeued?: 'replaced' | 'retried';
 }
-
-const KINDS: readonly SendKind[] = ['eml', 'email', 'group'];
 
 /**
  * The producer side of the outbox: stores messages in Redis for the workers. A message is acknowledged only once Redis
@@ -401,8 +400,8 @@ export class OutboxProducer {
         break;
       case 'new':
         // Acknowledged only when the content is whole too.
-        if (storedSize !== undefined && state!.storedLength !== storedSize) {
-          await this.#confirmStored(jobId, contentKey, finishedByWorker(state!), send, left());
+        if (storedSize !== undefined && state!.storedLength !== storedSize && !finishedByWorker(state!)) {
+          await this.#lostOnAdd(jobId, contentKey, send, left());
         }
     }
     // A job put back (retried, replaced) wrote more since the add's WAIT.
@@ -527,17 +526,10 @@ export class OutboxProducer {
   }
 
   /**
-   * Content not whole right after the add: a worker finished the job (queued), or Redis lost data (a restart without
-   * AOF, a failover) and a resent add re-created the job alone, which is removed and the send refused.
+   * Content not whole right after the add, and no worker finished the job: Redis lost data (a restart without AOF, a
+   * failover) and a resent add re-created the job alone, which is removed and the send refused.
    */
-  async #confirmStored(
-    jobId: string,
-    contentKey: string,
-    finished: boolean,
-    send: StoredSend,
-    ms: number,
-  ): Promise<void> {
-    if (finished) return;
+  async #lostOnAdd(jobId: string, contentKey: string, send: StoredSend, ms: number): Promise<never> {
     const removed = async () => {
       await this.#content.discard(contentKey);
       await this.queue.remove(jobId);
@@ -571,7 +563,7 @@ function checkMessage(message: OutboxMessage): CheckedMessage {
   if (typeof message !== 'object' || message === null) throw inputError('enqueue: expected a message object');
   const { content, envelope } = message;
   const kind = message.kind ?? 'eml';
-  if (!KINDS.includes(kind)) throw inputError(`enqueue: kind must be one of ${KINDS.join(', ')}`);
+  if (!SEND_KINDS.includes(kind)) throw inputError(`enqueue: kind must be one of ${SEND_KINDS.join(', ')}`);
   if (kind === 'group') checkGroupId(message.group, 'enqueue: group');
   else if (message.group !== undefined) throw inputError(`enqueue: group is for kind 'group' only`);
   const stream = content instanceof Readable;
@@ -621,7 +613,6 @@ function mib(n: number): string {
   return `${(n / 1024 / 1024).toFixed(1)} MiB`;
 }
 
-/** @param requeued how a failed job under the key was put back, if it was @default undefined */
 function queuedMessageInfo(
   fields: { envelope: MailEnvelope; messageId: string; group?: string | undefined; idempotencyKey: string },
   queueId: string,

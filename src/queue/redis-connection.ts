@@ -216,7 +216,6 @@ const RETRY_DELAY = 250;
  * far shorter than a failover, so a command that meets one is retried every 250 ms with the slot map read again (a
  * producer's for `rideMs`, a worker's until Redis is back). Reading the slot map every second moves commands off a
  * master that hangs after its successor takes over.
- * @param rideMs how long a producer's command keeps trying @default 30000
  */
 export function clusterDefaults(role: RedisRole, rideMs = 30_000): ClusterOptions {
   return {

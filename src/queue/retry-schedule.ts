@@ -27,7 +27,6 @@ export interface OutboxBackoffOptions extends BackoffOptions {
 
 /**
  * Checks a schedule and completes it with the defaults.
- * @param options @default DEFAULT_RETRY_SCHEDULE
  * @throws {EmlApiError} `ECONFIG` naming the bad field
  */
 export function resolveRetrySchedule(options: RetryScheduleOptions | undefined): Required<RetryScheduleOptions> {
@@ -49,33 +48,19 @@ export function resolveRetrySchedule(options: RetryScheduleOptions | undefined):
   };
 }
 
-const RETRY_SCHEDULE_KEYS = [
-  'attempts',
-  'delay',
-  'maxDelay',
-  'jitter',
-] as const satisfies readonly (keyof RetryScheduleOptions)[];
+const RETRY_SCHEDULE_KEYS = Object.keys(DEFAULT_RETRY_SCHEDULE) as (keyof RetryScheduleOptions)[];
 
 /** `attempts` and the outbox's backoff. */
-export function retryJobOptions(schedule: Required<RetryScheduleOptions>): {
+export function retryJobOptions({ attempts, delay, maxDelay, jitter }: Required<RetryScheduleOptions>): {
   attempts: number;
   backoff: OutboxBackoffOptions;
 } {
-  return {
-    attempts: schedule.attempts,
-    backoff: {
-      type: OUTBOX_BACKOFF_TYPE,
-      delay: schedule.delay,
-      maxDelay: schedule.maxDelay,
-      jitter: schedule.jitter,
-    },
-  };
+  return { attempts, backoff: { type: OUTBOX_BACKOFF_TYPE, delay, maxDelay, jitter } };
 }
 
 /**
  * The wait before the next attempt: `delay · 2^(attemptsMade − 1)`, capped at `maxDelay`, shortened
  * by up to `jitter`; at least the service's `Retry-After`, up to `maxRetryAfter`.
- * @param random @default Math.random
  * @param maxRetryAfter the longest `Retry-After` honoured, in ms @default Infinity
  */
 export function outboxBackoffDelay(
