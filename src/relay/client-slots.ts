@@ -248,17 +248,14 @@ function peerName(address: string, port: number | undefined): string {
 }
 
 interface ConnectionDeadlineSettings {
-  /** The idle timeout in force now, in milliseconds (`stressIdleTimeout` under stress). */
   idleTimeout(): number;
   /** Whether the relay is under stress now: only then is a session that makes no progress closed. */
   stressed(): boolean;
   /** A deadline is checked again this often at least, so that stress shortens one armed before it. */
   recheckEvery: number;
-  /** The clock. @default Date.now */
   now?: () => number;
 }
 
-/** One connection's deadlines. */
 interface Watched {
   connection: SmtpConnection;
   /** When the first byte of the command line not yet complete arrived, if one is arriving. */
@@ -268,7 +265,6 @@ interface Watched {
   lineTimer: NodeJS.Timeout | undefined;
   /** When the session last made progress (see {@link ConnectionDeadlines}). */
   progressSince: number;
-  /** Whether the client sent a command since. */
   commandsSince: boolean;
   /** When it sent its last command: a client silent for the idle timeout in force is left to the idle timeout. */
   lastCommandAt: number;
@@ -298,7 +294,6 @@ export class ConnectionDeadlines {
     server.watchConnections((connection) => this.#watch(connection));
   }
 
-  /** Stops the deadlines of a session that closed (from `onClose`). */
   leave(session: SMTPServerSession): void {
     const watched = this.#watched.get(session);
     if (!watched) return;

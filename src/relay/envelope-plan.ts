@@ -6,20 +6,16 @@ import {
   runWhole,
   type HeaderLimits,
   type RelayHeaderField,
+  type RelayHeaders,
   type Steps,
 } from './relay-headers.js';
 
 /** What the relay does to the header section of a message before it leaves. */
-export interface EnvelopePlan {
+export interface EnvelopePlan extends Pick<RelayHeaders, 'froms' | 'senders' | 'from' | 'messageId' | 'hasDate'> {
   /** The header section with a `Bcc` field for the envelope-only recipients, without empty Message-ID fields. */
   head: Buffer;
   /** `RCPT TO` recipients that no To, Cc or Bcc header named, now in the `Bcc` field. */
   addedBcc: string[];
-  froms: RelayHeaderField[];
-  senders: RelayHeaderField[];
-  from: string | false;
-  messageId: string | undefined;
-  hasDate: boolean;
 }
 
 /** Recipients named in the refusal before "and N more". */

@@ -152,7 +152,6 @@ function queueLogger(value: unknown, relayLogger: EmlApiLogger): EmlApiQueueTran
   return value as EmlApiQueueTransportOptions['logger'];
 }
 
-/** A message waiting for an upload slot. */
 interface SlotWaiter {
   readonly identity: string;
   grant(): void;

@@ -15,7 +15,6 @@ export interface RememberedTry {
   readonly until: number;
 }
 
-/** What names one message the relay received. */
 export interface MessageIdentity {
   readonly idempotencyKey: string;
   /** The Message-ID the relay adds (deterministically), when the message has none; undefined when it has one. */
@@ -35,8 +34,7 @@ export function identitySecret(apiKey: string): Buffer {
   return Buffer.from(hkdfSync('sha256', apiKey, 'nodemailer-eml-api', 'relay message identity v1', 32));
 }
 
-/** What the relay knows of a message when it names it. */
-export interface MessageFacts {
+interface MessageFacts {
   /** {@link identitySecret} of the API key the message is sent with. */
   readonly secret: Buffer;
   /** `MAIL FROM` ('' for the null sender) and the `RCPT TO` recipients. */
@@ -70,11 +68,7 @@ export class MessageIdentities {
   readonly #now: () => number;
   readonly #settled: ((fingerprint: string, remembered: RememberedTry | undefined) => void) | undefined;
 
-  /**
-   * @param options.capacity failed tries remembered at most; the oldest is forgotten past it. Default 10,000
-   * @param options.now the clock, in milliseconds. Default `Date.now`
-   * @param options.settled told every change {@link settle} makes, for the other processes to {@link learn}
-   */
+  /** @param options.settled told every change {@link settle} makes, for the other processes to {@link learn} */
   constructor({
     capacity = DEFAULT_CAPACITY,
     now = Date.now,

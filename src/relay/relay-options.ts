@@ -46,8 +46,7 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
   /** Interface to listen on. Beyond loopback, see `tls` and `allowUnauthenticatedFrom`. @default '127.0.0.1' */
   host?: string;
   /**
-   * The relay's own API key. Without it, each SMTP client authenticates with its own key as the password (any user
-   * name). With it, clients on `allowUnauthenticatedFrom` and the `users` send with this key.
+   * The relay's own API key. Without it, each SMTP client authenticates with its own key as the password.
    * @default undefined
    */
   apiKey?: string;
@@ -86,8 +85,7 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
   keySenders?: Record<string, string[]>;
   /**
    * The senders of the clients on `allowUnauthenticatedFrom`, which send with the relay's key without AUTH
-   * (`--allow-senders`), as a relay user's `senders`.
-   * @default undefined (any sender)
+   * (`--allow-senders`), as a relay user's `senders`. @default undefined (any sender)
    * @example allowedSenders: ['cron@host.example', '*@host.example', '<>']
    */
   allowedSenders?: string[];
@@ -113,8 +111,7 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
     implicit?: boolean;
   };
   /**
-   * Largest message accepted, in bytes, advertised as `SIZE`. The default is the largest whose upload fits a 50 MiB
-   * request, with room for the `Bcc` field the relay writes for `maxRecipients` recipients.
+   * Largest message accepted, in bytes, advertised as `SIZE`. The default leaves room for the relay's `Bcc` field.
    * @default 39244983 (with maxRecipients 100)
    */
   maxMessageSize?: number;
@@ -130,17 +127,11 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
   timeouts?: TimeoutOptions & {
     /** How long a client may stay silent while the relay waits for it (`421` past it). @default 300000 */
     idle?: number;
-    /**
-     * The idle timeout while the relay is nearly full (from 80% of `maxClients` connections on): Postfix's stress mode.
-     * @default 10000
-     */
+    /** The idle timeout from 80% of `maxClients` connections on (Postfix's stress mode). @default 10000 */
     stressIdle?: number;
     /** How long a message may take to arrive, from DATA to its final dot (`421 4.4.2` past it). @default 600000 */
     data?: number;
-    /**
-     * How long a client of an implicit TLS listener has to complete its handshake, and a proxy its PROXY header.
-     * @default 10000
-     */
+    /** How long an implicit TLS handshake, or a proxy's PROXY header, may take. @default 10000 */
     tlsHandshake?: number;
   };
   /**
@@ -168,16 +159,14 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
   /**
    * Failed AUTHs (wrong credentials) one user name may make from one client address within `authFailureWindow`,
    * across connections; past it, its wrong passwords are answered `454 4.7.0` (try again later) instead of `535`,
-   * while its right password still gets `235`: a misconfigured sender never locks out a correct one. The same wrong
-   * password again counts once; `trustedNetworks` are exempt.
+   * while its right password still gets `235`: a misconfigured sender never locks out a correct one.
    * @default 10
    * @example maxAuthFailures: 5
    */
   maxAuthFailures?: number;
   /**
    * Failed AUTHs a client address may make within `authFailureWindow`, all user names together (the same wrong
-   * password again counts once): the ceiling for guessing storms. Past it, every AUTH of the address is answered
-   * `454 4.7.0` without checking it until the oldest failure leaves the window; `trustedNetworks` are exempt.
+   * password again counts once): the ceiling for guessing storms. Past it every AUTH of the address gets `454`.
    * @default 100
    * @example maxAuthFailuresPerAddress: 30
    */
@@ -205,8 +194,7 @@ export interface EmlApiRelayOptions extends Omit<EmlApiClientOptions, 'apiKey' |
    */
   maxKeys?: number;
   /**
-   * Where the relay logs: every accepted message with its id, every refusal, AUTH failures. `true` for the console,
-   * or a pino/bunyan/console-like object.
+   * Where the relay logs: every accepted message with its id, every refusal, AUTH failures. `true` for the console.
    * @default false
    */
   logger?: boolean | EmlApiLogger;

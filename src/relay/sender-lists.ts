@@ -4,8 +4,8 @@ import { configError } from '../shared/options-kit.js';
 import { EmlApiError } from '../shared/eml-api-error.js';
 import { asciiLowerCase, identityAddresses, unreadCharset, type RelayHeaderField } from './relay-headers.js';
 
-/** The entry of a sender list that allows an empty `MAIL FROM` (bounces, vacation replies). */
-export const NULL_SENDER = '<>';
+/** Allows an empty `MAIL FROM` (bounces, vacation replies). */
+const NULL_SENDER = '<>';
 
 const ENTRY_RULE =
   'expected an address (billing@shop.example), a domain (*@shop.example), its subdomains (*@*.shop.example) or <> (the null sender)';
@@ -22,10 +22,7 @@ export class SenderList {
   readonly #domains = new Set<string>();
   readonly #parents = new Set<string>();
 
-  /**
-   * @param option names the option in errors, e.g. `users[0].senders`
-   * @throws {EmlApiError} `ECONFIG` naming the option and the entry that is none of the three forms
-   */
+  /** @throws {EmlApiError} `ECONFIG` naming the option (e.g. `users[0].senders`) and the entry of no known form */
   constructor(entries: unknown, option: string) {
     if (!Array.isArray(entries) || entries.some((entry) => typeof entry !== 'string')) {
       throw configError(option, `expected an array of strings: ${ENTRY_RULE}`);
@@ -101,7 +98,6 @@ function asciiDomain(domain: string): string | undefined {
   return ascii === '' ? undefined : ascii;
 }
 
-/** What a refusal refused: `MAIL FROM`, an empty one, or a From or Sender field. */
 export type SenderRefusalReason = 'mail_from' | 'null_sender' | 'from' | 'sender';
 
 /** What a sender refusal refused, and the address as the client wrote it ('' for the null sender). */
@@ -138,10 +134,7 @@ function shownAddress(address: string): string {
     .join('');
 }
 
-/**
- * Why `MAIL FROM` is refused for the login's sender list, or undefined.
- * @param address the `MAIL FROM` address as the client wrote it, '' for the null sender
- */
+/** Why `MAIL FROM` (as the client wrote it, '' for `<>`) is refused for the login's sender list, or undefined. */
 export function mailFromRefusal(
   address: string,
   list: SenderList | undefined,
@@ -218,8 +211,6 @@ export function splitSenders(text: string): string[] {
 
 /**
  * Reads a file of API keys' sender lists: `key:<fingerprint>:senders` per line, blank lines and `#` comments ignored.
- *
- * @param source names the file in errors
  * @throws {EmlApiError} `ECONFIG` naming the file and line
  */
 export function parseKeySendersFile(text: string, source: string): Record<string, string[]> {

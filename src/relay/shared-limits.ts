@@ -31,7 +31,6 @@ export interface AuthBudget {
   record(key: string, fingerprint: string): void;
 }
 
-/** The relay's own counts, when it runs alone. */
 export class LocalClientCounts implements ClientCounts {
   readonly #counts = { socket: new Map<string, number>(), session: new Map<string, number>() };
 
@@ -112,10 +111,7 @@ export class SharedClientCounts implements ClientCounts {
   }
 }
 
-/**
- * The counts of every process, kept in the primary. What a process held is
- * given back when it exits: its AUTHs under way never end.
- */
+/** The counts of every process, kept in the primary; what a process held is given back when it exits. */
 export class ClientLimitsKeeper {
   readonly #counts = new LocalClientCounts();
   readonly #budgets = new Map<string, AuthFailureBudget>();
@@ -125,10 +121,7 @@ export class ClientLimitsKeeper {
   readonly #fingerprintKey = randomBytes(32).toString('base64');
   #nextAttempt = 1;
 
-  /**
-   * Answers a `limits.*` request; undefined for another.
-   * @returns `{ value }` with the answer for {@link PrimaryLink.ask}
-   */
+  /** Answers a `limits.*` request with `{ value }` for {@link PrimaryLink.ask}; undefined for another. */
   handle(process: number, what: string, args: unknown): { value: unknown } | undefined {
     const a = (typeof args === 'object' && args !== null ? args : {}) as Record<string, unknown>;
     const kind = a.kind === 'session' ? 'session' : 'socket';
