@@ -362,10 +362,11 @@ describe('deadlines on command lines and on sessions (a byte, or a NOOP, now and
   });
 
   it('not under stress, a session may take its time between commands (a NOOP keeps it, as before)', async () => {
-    const relay = await start({ timeouts: { idle: 300 } });
+    // The session outlasts the idle timeout by half; each pause leaves a loaded machine 900 ms to spare.
+    const relay = await start({ timeouts: { idle: 1_000 } });
     const { dialog } = await connect(relay, '127.0.0.60');
     expect((await dialog.command('EHLO client.example')).code).toBe(250);
-    for (let i = 0; i < 10; i++) {
+    for (let i = 0; i < 15; i++) {
       await sleep(100);
       expect((await dialog.command('NOOP')).code).toBe(250);
     }
