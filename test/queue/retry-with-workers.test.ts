@@ -45,6 +45,8 @@ describe('putting failed messages back while workers run', () => {
           what: `${MESSAGES} failed messages`,
         });
       await allFailed();
+      // A worker tells of a failure just after Redis has it: wait for the last 'failed' events.
+      await eventually(() => failures >= MESSAGES, { what: `${MESSAGES} failed events` });
       expect(failures).toBe(MESSAGES);
 
       failures = 0;
@@ -55,7 +57,6 @@ describe('putting failed messages back while workers run', () => {
       expect(outcome === 'still retrying' ? outcome : outcome.retried.length).toBe(MESSAGES);
       await allFailed();
       await eventually(async () => (await outbox.transport.queue.getJobCounts('active', 'waiting')).active === 0);
-      // A worker tells of a failure just after Redis has it: wait for the last 'failed' events.
       await eventually(() => failures >= MESSAGES, { what: `${MESSAGES} failed events` });
       // One more attempt each: one more request each to the service, no more.
       expect(failures).toBe(MESSAGES);
