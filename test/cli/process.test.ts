@@ -1,6 +1,8 @@
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { nodeArgs } from '../helpers/compiled.js';
 import { eventually } from '../helpers/async.js';
 import { startFakeService } from '../helpers/fake-service.js';
@@ -95,4 +97,33 @@ describe('group add interrupted (Ctrl-C) in the middle of an import', () => {
       await service.close();
     }
   });
+});
+
+describe('eml-api serve --data-dir where no directory can be made', () => {
+  const children: ReturnType<typeof spawn>[] = [];
+  afterEach(() => {
+    for (const child of children.splice(0))
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  });
+
+  // /proc exists yet refuses every new entry with ENOENT, which sent Node's recursive mkdir round forever.
+  it.skipIf(!existsSync('/proc/self'))(
+    'refuses it at once with exit code 1, naming the directory and what is wrong there',
+    { timeout: 60_000 },
+    async () => {
+      // Beyond loopback, serve writes its made-up inbox login there before the emulator starts.
+      for (const [dir, level, extra] of [
+        ['/proc/eml-api-data', '/proc/eml-api-data', []],
+        ['/proc/self/eml-api/data', '/proc/self/eml-api', ['--host', '0.0.0.0']],
+      ] as const) {
+        const exit = await runProcess(['serve', '--port', '0', '--data-dir', dir, ...extra], {
+          onSpawn: (c) => children.push(c),
+        });
+        expect(exit).toMatchObject({ code: 1, signal: null, stdout: '' });
+        expect(exit.stderr).toBe(
+          `eml-api: The emulator's data directory ${dir} cannot be created: ${level} cannot be made in ${dirname(level)}, which exists but takes no new directories (a filesystem such as /proc) [ECONFIG]\n`,
+        );
+      }
+    },
+  );
 });

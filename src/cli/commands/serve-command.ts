@@ -1,11 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { EmlApiError } from '../../shared/eml-api-error.js';
 import type { EmlApiLogger } from '../../shared/options-kit.js';
 import { API_SCOPES, type ApiScope } from '../../protocol/api-types.js';
 import { startEmulator } from '../../emulator/index.js';
+import { createDataDir } from '../../emulator/state/data-dir.js';
 import type { EmulatorApiKey, EmulatorInboxLogin, EmulatorOptions } from '../../emulator/emulator-options.js';
 import type { EmulatorFaults } from '../../emulator/index.js';
 import { type CliIo, untilStopped, EXIT, UsageError, wholeFlag, terminalText } from '../cli-io.js';
@@ -313,7 +314,7 @@ async function inboxLogin(
   if (!password) {
     password = randomBytes(18).toString('base64url');
     if (saved !== undefined) {
-      await mkdir(dataDir!, { recursive: true, mode: 0o700 });
+      await createDataDir(dataDir!);
       await writeFile(saved, `${password}\n`, { mode: 0o600 });
     }
   }
