@@ -127,3 +127,27 @@ describe('eml-api serve --data-dir where no directory can be made', () => {
     },
   );
 });
+
+describe('eml-api worker with a REDIS_URL that is not a Redis URL', () => {
+  it('refuses it (exit 2) before it checks the key with the service', { timeout: 60_000 }, async () => {
+    const service = await startFakeService();
+    try {
+      for (const [url, extra] of [
+        ['redis://:badport', []],
+        ['not a url', []],
+        ['not a url', ['--processes', '2']],
+      ] as const) {
+        const exit = await runProcess(['worker', ...extra], {
+          env: { REDIS_URL: url, EML_API_URL: service.url, EML_API_KEY: 'k' },
+        });
+        expect(exit).toMatchObject({ code: 2, signal: null, stdout: '' });
+        expect(exit.stderr).toBe(
+          'eml-api: --redis (or REDIS_URL): expected a redis:// or rediss:// URL, ioredis options or an ioredis instance (see "eml-api worker --help")\n',
+        );
+      }
+      expect(service.requests).toHaveLength(0);
+    } finally {
+      await service.close();
+    }
+  });
+});
