@@ -41,6 +41,7 @@ import {
 import type { AuthBudget, ClientCounts } from './shared-limits.js';
 import type {
   SessionHandlers,
+  SmtpConnection,
   SMTPServerAuthentication,
   SMTPServerDataStream,
   SMTPServerSession,
@@ -79,6 +80,8 @@ export interface RelayState {
   readonly signal: AbortSignal;
   /** Aborted by any close(): messages still arriving are given up. */
   readonly arriving: AbortSignal;
+  /** The open connection of a session, to answer a client that is still sending its message. */
+  connectionOf(session: SMTPServerSession): SmtpConnection | undefined;
   /** True once close() was called: new transactions are refused with `421`. */
   closing(): boolean;
   /** Registers a message in progress, so close() waits for it. */
@@ -411,6 +414,13 @@ export function relaySessionHandlers(relay: RelayState): SessionHandlers {
         if (stage === 'client') {
           logger.warn(where, 'Message abandoned: the client disconnected before the end of DATA');
           return callback(replyError({ code: 451, text: `4.4.2 ${(err as Error).message}` }));
+        }
+        if (relay.arriving.aborted && !stream.writableEnded) {
+          // Given up while its client still sends it: smtp-server would answer only after the end of DATA, which
+          // the client may never send before the relay closes, so the relay answers now and closes the connection.
+          logger.warn({ ...where, reply: `${SHUTTING_DOWN.code} ${SHUTTING_DOWN.text}` }, 'Message refused');
+          relay.connectionOf(session)?.reply(SHUTTING_DOWN.code, SHUTTING_DOWN.text);
+          return callback(replyError(SHUTTING_DOWN));
         }
         const handedOn = stage === 'destination';
         const reply: SmtpReply = stream.sizeExceeded

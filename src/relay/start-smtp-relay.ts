@@ -8,7 +8,7 @@ import { KeyClients, keyFingerprint, secretMatcher } from './relay-users.js';
 import { identitySecret, type MessageIdentities } from './message-identities.js';
 import { directDestination, queueDestination, UploadShares } from './message-destination.js';
 import { AUTH_NEEDS_TLS } from './smtp-replies.js';
-import { loadSmtpServer, SmtpServerAdapter, type SessionHandlers } from './smtp-server-adapter.js';
+import { loadSmtpServer, SmtpServerAdapter, type SessionHandlers, type SmtpConnection } from './smtp-server-adapter.js';
 import { relaySessionHandlers, sessionLogin } from './relay-sessions.js';
 import type { SenderRefusalReason } from './sender-lists.js';
 import { type EmlApiRelayOptions, resolveRelayOptions, type RelaySettings } from './relay-options.js';
@@ -160,6 +160,7 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
       ...(shared.identities ? { identities: shared.identities } : {}),
       signal: aborter.signal,
       arriving: arriving.signal,
+      connectionOf: (session): SmtpConnection | undefined => server.connectionOf(session),
       closing: () => closing,
       senderRefused: (reason, login) => telemetry.senderRefused(reason, login),
       track(work) {

@@ -145,6 +145,13 @@ describe('SIGTERM with spooled messages in flight', () => {
     const [completeReply, arrivingReply, exit] = await Promise.all([complete.reply(), arriving.reply(), relay.exit]);
     expect(completeReply.code, relay.output()).toBe(451);
     expect(arrivingReply.code, relay.output()).toBe(421);
+    // The log gives each message the reply its client got.
+    const logged = relay
+      .output()
+      .split('\n')
+      .filter((line) => line.includes('Message refused'))
+      .map((line) => /reply="([^"]*)"/.exec(line)?.[1]);
+    expect(logged.sort(), relay.output()).toEqual([`421 ${arrivingReply.text}`, `451 ${completeReply.text}`].sort());
     expect(exit, relay.output()).toEqual({ code: 4, signal: null });
     expect(relay.output()).toMatch(/SMTP relay stopped at once: 2 message\(s\) in flight given up/);
     expect(relay.output()).not.toContain('grace period ran out');
