@@ -84,8 +84,8 @@ export interface RelayState {
   connectionOf(session: SMTPServerSession): SmtpConnection | undefined;
   /** True once close() was called: new transactions are refused with `421`. */
   closing(): boolean;
-  /** Registers a message in progress, so close() waits for it. */
-  track(work: Promise<unknown>): void;
+  /** Registers a message in progress, resolving to whether it got its 250, so close() waits for it and counts it. */
+  track(work: Promise<boolean>): void;
   /** Counts a sender refused for not being the login's (the metrics), when the relay counts. */
   senderRefused?(reason: SenderRefusalReason, login: string | undefined): void;
 }
@@ -449,7 +449,10 @@ export function relaySessionHandlers(relay: RelayState): SessionHandlers {
       };
       const work = withMessageLogFields(where, () => receiveMessage(stream, session, sender, context)).then(
         (outcome) => {
-          if (!outcome.ok) return refused(outcome);
+          if (!outcome.ok) {
+            refused(outcome);
+            return false;
+          }
           const received = outcome.message;
           if (stateOf(session).closed) {
             // The client will send it again: it must keep this identity (as after a 451), or a message
@@ -470,8 +473,12 @@ export function relaySessionHandlers(relay: RelayState): SessionHandlers {
             'Message accepted',
           );
           callback(null, reply.text);
+          return true;
         },
-        (error: unknown) => refused({ ok: false, stage: 'relay', error }),
+        (error: unknown) => {
+          refused({ ok: false, stage: 'relay', error });
+          return false;
+        },
       );
       relay.track(
         work.finally(() => {
