@@ -6,7 +6,6 @@ import { EmlApiError } from '../../shared/eml-api-error.js';
 import type { EmlApiLogger } from '../../shared/options-kit.js';
 import { API_SCOPES, type ApiScope } from '../../protocol/api-types.js';
 import { startEmulator } from '../../emulator/index.js';
-import { createDataDir } from '../../emulator/state/data-dir.js';
 import type { EmulatorApiKey, EmulatorInboxLogin, EmulatorOptions } from '../../emulator/emulator-options.js';
 import type { EmulatorFaults } from '../../emulator/index.js';
 import { type CliIo, untilStopped, EXIT, UsageError, wholeFlag, terminalText } from '../cli-io.js';
@@ -148,6 +147,8 @@ export async function serveCommand(args: string[], io: CliIo): Promise<number> {
     );
   }
   try {
+    // Once the emulator has made the directory (and holds it).
+    if (login?.saveTo !== undefined) await writeFile(login.saveTo, `${login.login.password}\n`, { mode: 0o600 });
     io.stdout.write(`Emulator listening on ${emu.url}\n`);
     io.stdout.write(`Web inbox: ${emu.url}/\n`);
     io.stdout.write(`Mailpit API: ${emu.url}/api/v1/\n`);
@@ -270,14 +271,14 @@ function faultOptions(values: ServeValues): Pick<EmulatorOptions, 'faults' | 'ra
 /**
  * The inbox login: from --inbox-login-file or EML_API_INBOX_LOGIN, else one made up when the emulator
  * listens beyond loopback (kept in the data directory, if any, so it stays the same).
- * @returns the login and how to show it, or undefined for none
+ * @returns the login, how to show it, and where to keep a made-up one; undefined for none
  */
 async function inboxLogin(
   file: string | undefined,
   env: CliIo['env'],
   dataDir: string | undefined,
   beyondLoopback: boolean,
-): Promise<{ login: EmulatorInboxLogin; shown: string } | undefined> {
+): Promise<{ login: EmulatorInboxLogin; shown: string; saveTo?: string } | undefined> {
   let text: string | undefined;
   let from: string | undefined;
   if (file !== undefined) {
@@ -304,21 +305,19 @@ async function inboxLogin(
   }
   if (!beyondLoopback) return undefined;
   const saved = dataDir === undefined ? undefined : join(dataDir, 'inbox-login');
-  let password =
+  const password =
     saved === undefined
       ? undefined
       : await readFile(saved, 'utf8').then(
           (t) => t.trim(),
           () => undefined,
         );
-  if (!password) {
-    password = randomBytes(18).toString('base64url');
-    if (saved !== undefined) {
-      await createDataDir(dataDir!);
-      await writeFile(saved, `${password}\n`, { mode: 0o600 });
-    }
-  }
-  return { login: { username: 'inbox', password }, shown: `inbox / ${password}` };
+  const login = { username: 'inbox', password: password || randomBytes(18).toString('base64url') };
+  return {
+    login,
+    shown: `inbox / ${login.password}`,
+    ...(saved !== undefined && !password ? { saveTo: saved } : {}),
+  };
 }
 
 /** One line on standard error per refusal of the SMTP port. */

@@ -280,7 +280,7 @@ function savedMessage(m: InboxMessage): SavedMessage {
  * ENOENT (/proc), while a plain one always answers.
  * @throws {EmlApiError} `ECONFIG` naming the level that cannot be made and why
  */
-export async function createDataDir(path: string): Promise<void> {
+async function createDataDir(path: string): Promise<void> {
   for (const dir of [path, join(path, MESSAGES), join(path, IMAGES)]) {
     const missing: string[] = [];
     for (let at = resolve(dir); ; at = dirname(at)) {
