@@ -111,7 +111,7 @@ describe('eml-api serve --data-dir where no directory can be made', () => {
     'refuses it at once with exit code 1, naming the directory and what is wrong there',
     { timeout: 60_000 },
     async () => {
-      // Beyond loopback, serve writes its made-up inbox login there before the emulator starts.
+      // Beyond loopback, serve keeps a made-up inbox login there too.
       for (const [dir, level, extra] of [
         ['/proc/eml-api-data', '/proc/eml-api-data', []],
         ['/proc/self/eml-api/data', '/proc/self/eml-api', ['--host', '0.0.0.0']],
