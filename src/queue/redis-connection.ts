@@ -46,10 +46,45 @@ export interface OutboxRedis {
 export type RedisRole = 'producer' | 'worker';
 
 /**
+ * Checks a connection as {@link openOutboxRedis} takes it, without opening anything: a worker refuses a bad one before
+ * it checks its key with the service.
+ * @param option the option's name in errors @default 'connection'
+ * @throws {EmlApiError} `ECONFIG` for a bad connection, or a queue on a cluster whose prefix has no hash tag
+ */
+export function checkRedisConnection(connection: unknown, location: QueueLocation, option = 'connection'): void {
+  if (isClusterConnection(connection)) {
+    checkClusterLocation(location);
+    if (isRedisInstance(connection)) {
+      const given = connection as Cluster;
+      if (given.options.keyPrefix || given.options.redisOptions?.keyPrefix) {
+        throw configError(option, `an ioredis Cluster with a keyPrefix cannot be used; use the prefix option instead`);
+      }
+    } else {
+      clusterSettings(connection as OutboxClusterConnection, option);
+    }
+  } else if (isRedisInstance(connection)) {
+    if ((connection as Redis).options.keyPrefix) {
+      throw configError(option, `an ioredis instance with a keyPrefix cannot be used; use the prefix option instead`);
+    }
+  } else if (typeof connection === 'string') {
+    redisUrl(connection, option, 'expected a redis:// or rediss:// URL, ioredis options or an ioredis instance');
+  } else if (typeof connection === 'object' && connection !== null && !Array.isArray(connection)) {
+    if ((connection as RedisOptions).keyPrefix) {
+      throw configError(option, `keyPrefix is not supported (BullMQ refuses it); use the prefix option instead`);
+    }
+  } else {
+    throw configError(
+      option,
+      `expected a redis:// or rediss:// URL, ioredis options, { cluster: [node URLs] } or an ioredis instance`,
+    );
+  }
+}
+
+/**
  * Opens (or adopts) the Redis client of a producer or a worker.
  * @param option the option's name in errors @default 'connection'
  * @param rideMs how long a producer's command keeps trying (its `timeouts.store`) @default 30000
- * @throws {EmlApiError} `ECONFIG` for a bad connection, or a queue on a cluster whose prefix has no hash tag
+ * @throws {EmlApiError} `ECONFIG` as {@link checkRedisConnection}
  */
 export function openOutboxRedis(
   connection: unknown,
@@ -58,22 +93,20 @@ export function openOutboxRedis(
   option = 'connection',
   rideMs?: number,
 ): OutboxRedis {
+  checkRedisConnection(connection, location, option);
   if (isClusterConnection(connection)) {
-    checkClusterLocation(location);
     if (isRedisInstance(connection)) {
-      const given = connection as Cluster;
-      if (given.options.keyPrefix || given.options.redisOptions?.keyPrefix) {
-        throw configError(option, `an ioredis Cluster with a keyPrefix cannot be used; use the prefix option instead`);
-      }
-      return { redis: given, owned: false, where: describeClusterInstance(given), cluster: true };
+      return {
+        redis: connection as Cluster,
+        owned: false,
+        where: describeClusterInstance(connection as Cluster),
+        cluster: true,
+      };
     }
     return { ...openCluster(connection as OutboxClusterConnection, role, option, rideMs), owned: true, cluster: true };
   }
   if (isRedisInstance(connection)) {
     const given = connection as Redis;
-    if (given.options.keyPrefix) {
-      throw configError(option, `an ioredis instance with a keyPrefix cannot be used; use the prefix option instead`);
-    }
     return { redis: given, owned: false, where: describeRedis(given.options), cluster: false };
   }
   const Redis = loadRedis();
@@ -88,19 +121,10 @@ export function openOutboxRedis(
     if (role === 'producer') dropWhenSilent(redis, rideMs ?? 30_000);
     return { redis, owned: true, where: `${url.hostname}:${url.port || '6379'}`, cluster: false };
   }
-  if (typeof connection === 'object' && connection !== null && !Array.isArray(connection)) {
-    const options = connection as RedisOptions;
-    if (options.keyPrefix) {
-      throw configError(option, `keyPrefix is not supported (BullMQ refuses it); use the prefix option instead`);
-    }
-    const redis = new Redis({ ...roleOptions, ...options });
-    if (role === 'producer') dropWhenSilent(redis, rideMs ?? 30_000);
-    return { redis, owned: true, where: describeRedis(options), cluster: false };
-  }
-  throw configError(
-    option,
-    `expected a redis:// or rediss:// URL, ioredis options, { cluster: [node URLs] } or an ioredis instance`,
-  );
+  const options = connection as RedisOptions;
+  const redis = new Redis({ ...roleOptions, ...options });
+  if (role === 'producer') dropWhenSilent(redis, rideMs ?? 30_000);
+  return { redis, owned: true, where: describeRedis(options), cluster: false };
 }
 
 /** Idle time before the first keepalive probe: finds a dead peer while idle. */
@@ -260,8 +284,22 @@ export function openCluster(
   option: string,
   rideMs?: number,
 ): { redis: Cluster; where: string } {
-  const { nodes, credentials } = clusterNodes(connection.cluster, `${option}.cluster`);
+  const { nodes, credentials, given } = clusterSettings(connection, option);
   const defaults = clusterDefaults(role, rideMs);
+  const Cluster = loadRedisCluster();
+  const redis = new Cluster(nodes, {
+    ...defaults,
+    ...given,
+    redisOptions: { ...defaults.redisOptions, ...credentials, ...given.redisOptions },
+  });
+  return { redis, where: describeNodes(nodes) };
+}
+
+function clusterSettings(
+  connection: OutboxClusterConnection,
+  option: string,
+): ReturnType<typeof clusterNodes> & { given: ClusterOptions } {
+  const { nodes, credentials } = clusterNodes(connection.cluster, `${option}.cluster`);
   const given = connection.clusterOptions ?? {};
   if (typeof given !== 'object' || given === null) {
     throw configError(`${option}.clusterOptions`, `expected ioredis Cluster options, got ${describe(given)}`);
@@ -272,13 +310,7 @@ export function openCluster(
       'keyPrefix is not supported (BullMQ refuses it); use the prefix option',
     );
   }
-  const Cluster = loadRedisCluster();
-  const redis = new Cluster(nodes, {
-    ...defaults,
-    ...given,
-    redisOptions: { ...defaults.redisOptions, ...credentials, ...given.redisOptions },
-  });
-  return { redis, where: describeNodes(nodes) };
+  return { nodes, credentials, given };
 }
 
 export function describeNodes(nodes: readonly { host?: string | undefined; port?: number | undefined }[]): string {

@@ -3,7 +3,7 @@ import { type EmlApiClientOptions, CLIENT_SCHEMA, rateLimitRule } from '../clien
 import type { RateLimitOptions } from '../http/requester.js';
 import { type EmlApiLogger, configError, describe, loggerOption, wholeNumber } from '../shared/options-kit.js';
 import { bool, checkOptions, custom, type OptionSchema, passedOn, whole } from '../shared/option-schema.js';
-import type { RedisConnectionInput } from './redis-connection.js';
+import { checkRedisConnection, type RedisConnectionInput } from './redis-connection.js';
 import { type OutboxEncryption, resolveEncryption, type OutboxKeyring } from './content-cipher.js';
 import type { MetricsRegistry } from '../observability/metrics.js';
 import type { OpsHttpOptions } from '../observability/ops-server.js';
@@ -227,13 +227,15 @@ export function resolveWorkerOptions(options: OutboxWorkerOptions): ResolvedWork
     });
   }
   const o = checkOptions(options as unknown as Record<string, unknown>, WORKER_SCHEMA);
+  const location = resolveQueueLocation(o.queueName, o.prefix);
+  checkRedisConnection(options.connection, location);
   const client = Object.fromEntries(
     Object.keys(clientRules).flatMap((key) =>
       key in options ? [[key, options[key as keyof OutboxWorkerOptions]]] : [],
     ),
   ) as unknown as EmlApiClientOptions;
   return {
-    ...resolveQueueLocation(o.queueName, o.prefix),
+    ...location,
     // One try per job run: the outbox retries on the queue's schedule (and a 429 pauses the queue).
     client: { ...client, maxConnections: client.maxConnections ?? o.concurrency, retry: false },
     concurrency: o.concurrency,

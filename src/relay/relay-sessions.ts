@@ -41,6 +41,7 @@ import {
 import type { AuthBudget, ClientCounts } from './shared-limits.js';
 import type {
   SessionHandlers,
+  SmtpConnection,
   SMTPServerAuthentication,
   SMTPServerDataStream,
   SMTPServerSession,
@@ -74,10 +75,12 @@ export interface RelayState {
   readonly signal: AbortSignal;
   /** Aborted by any close(): messages still arriving are given up. */
   readonly arriving: AbortSignal;
+  /** The open connection of a session, to answer a client that is still sending its message. */
+  connectionOf(session: SMTPServerSession): SmtpConnection | undefined;
   /** True once close() was called: new transactions are refused with `421`. */
   closing(): boolean;
-  /** Registers a message in progress, so close() waits for it. */
-  track(work: Promise<unknown>): void;
+  /** Registers a message in progress, resolving to whether it got its 250, so close() waits for it and counts it. */
+  track(work: Promise<boolean>): void;
   /** Counts a sender refused for not being the login's (the metrics), when the relay counts. */
   senderRefused?(reason: SenderRefusalReason, login: string | undefined): void;
 }
@@ -407,6 +410,13 @@ export function relaySessionHandlers(relay: RelayState): SessionHandlers {
           logger.warn(where, 'Message abandoned: the client disconnected before the end of DATA');
           return callback(replyError({ code: 451, text: `4.4.2 ${(err as Error).message}` }));
         }
+        if (relay.arriving.aborted && !stream.writableEnded) {
+          // Given up while its client still sends it: smtp-server would answer only after the end of DATA, which
+          // the client may never send before the relay closes, so the relay answers now and closes the connection.
+          logger.warn({ ...where, reply: `${SHUTTING_DOWN.code} ${SHUTTING_DOWN.text}` }, 'Message refused');
+          relay.connectionOf(session)?.reply(SHUTTING_DOWN.code, SHUTTING_DOWN.text);
+          return callback(replyError(SHUTTING_DOWN));
+        }
         const handedOn = stage === 'destination';
         const reply: SmtpReply = stream.sizeExceeded
           ? { code: 552, text: `5.3.4 The message is larger than ${settings.maxMessageSize} bytes` }
@@ -434,7 +444,10 @@ export function relaySessionHandlers(relay: RelayState): SessionHandlers {
       };
       const work = withMessageLogFields(where, () => receiveMessage(stream, session, sender, context)).then(
         (outcome) => {
-          if (!outcome.ok) return refused(outcome);
+          if (!outcome.ok) {
+            refused(outcome);
+            return false;
+          }
           const received = outcome.message;
           if (stateOf(session).closed) {
             // The client will send it again: it must keep this identity (as after a 451), or a message
@@ -455,8 +468,12 @@ export function relaySessionHandlers(relay: RelayState): SessionHandlers {
             'Message accepted',
           );
           callback(null, reply.text);
+          return true;
         },
-        (error: unknown) => refused({ ok: false, stage: 'relay', error }),
+        (error: unknown) => {
+          refused({ ok: false, stage: 'relay', error });
+          return false;
+        },
       );
       relay.track(
         work.finally(() => {

@@ -110,6 +110,7 @@ export class SmtpServerAdapter {
   #watch: ((connection: SmtpConnection) => ConnectionObserver) | undefined;
   #gate: AcceptGate = (socket, accept) => accept(socket);
   readonly #missing = new Set<string>();
+  #listening = false;
 
   /** @throws {EmlApiError} `ECONFIG` when smtp-server is not installed */
   constructor(options: SMTPServerOptions, adapter: SmtpServerAdapterOptions) {
@@ -152,23 +153,28 @@ export class SmtpServerAdapter {
     }
   }
 
+  /** Listens, or rejects with the listener's error (which {@link onError} is not told of). */
   listen(port: number, host: string): Promise<void> {
     const listener = this.#server.server;
-    return new Promise((resolve, reject) => {
+    this.#listening = true;
+    return new Promise<void>((resolve, reject) => {
       listener.once('error', reject);
       this.#server.listen(port, host, () => {
         listener.off('error', reject);
         resolve();
       });
-    });
+    }).finally(() => (this.#listening = false));
   }
 
   address(): AddressInfo {
     return this.#server.server.address() as AddressInfo;
   }
 
+  /** Receives the errors of connections and of the listener once it listens. */
   onError(listener: (err: Error) => void): void {
-    this.#server.on('error', listener);
+    this.#server.on('error', (err: Error) => {
+      if (!this.#listening) listener(err);
+    });
   }
 
   /** Accepts no more connections; those open go on. */

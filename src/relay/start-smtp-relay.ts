@@ -8,7 +8,7 @@ import { KeyClients, keyFingerprint, secretMatcher } from './relay-users.js';
 import { identitySecret, type MessageIdentities } from './message-identities.js';
 import { directDestination, queueDestination, UploadShares } from './message-destination.js';
 import { AUTH_NEEDS_TLS } from './smtp-replies.js';
-import { loadSmtpServer, SmtpServerAdapter, type SessionHandlers } from './smtp-server-adapter.js';
+import { loadSmtpServer, SmtpServerAdapter, type SessionHandlers, type SmtpConnection } from './smtp-server-adapter.js';
 import { relaySessionHandlers, sessionLogin } from './relay-sessions.js';
 import type { SenderRefusalReason } from './sender-lists.js';
 import { type EmlApiRelayOptions, resolveRelayOptions, type RelaySettings } from './relay-options.js';
@@ -62,7 +62,10 @@ export interface EmlApiRelay {
      */
     grace?: number;
   }): Promise<{
-    /** Messages in flight that the grace period ran out on: given up, their clients retry them. */
+    /**
+     * Messages in flight when the grace period ran out (or `abort` ended it) that got no `250`: their clients retry
+     * them. One whose write to the outbox had started, and then ended, got its `250` and is not counted.
+     */
     givenUp: number;
   }>;
 }
@@ -138,7 +141,8 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
 
   const aborter = new AbortController();
   const arriving = new AbortController();
-  const inflight = new Set<Promise<unknown>>();
+  /** The messages in progress, each resolving to whether it got its 250. */
+  const inflight = new Set<Promise<boolean>>();
   let closing = false;
   const slots = new ClientSlots(settings, shared.counts);
   const handlers = telemetry.observe(
@@ -156,10 +160,11 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
       ...(shared.identities ? { identities: shared.identities } : {}),
       signal: aborter.signal,
       arriving: arriving.signal,
+      connectionOf: (session): SmtpConnection | undefined => server.connectionOf(session),
       closing: () => closing,
       senderRefused: (reason, login) => telemetry.senderRefused(reason, login),
       track(work) {
-        const settled = work.catch(() => undefined);
+        const settled = work.catch(() => false);
         inflight.add(settled);
         void settled.finally(() => inflight.delete(settled));
       },
@@ -300,10 +305,10 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
             ]);
             clearTimeout(timer);
           }
-          givenUp = inflight.size;
-          if (givenUp > 0) {
+          const left = [...inflight];
+          if (left.length > 0) {
             logger.warn(
-              { messages: givenUp, graceMs: grace },
+              { messages: left.length, graceMs: grace },
               hurriedNow
                 ? 'Stopping at once: giving up the messages in flight'
                 : 'Grace period over: giving up the messages in flight',
@@ -312,6 +317,8 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
             aborter.abort(
               new EmlApiError('EABORT', 'the relay stopped: its grace period ran out', { permanent: false }),
             );
+            // A write to the outbox that has started is not cut short: it may still end in a 250.
+            givenUp = (await Promise.all(left)).filter((accepted) => !accepted).length;
           }
         }
         while (inflight.size > 0) await Promise.allSettled([...inflight]);

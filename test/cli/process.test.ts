@@ -1,6 +1,8 @@
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { nodeArgs } from '../helpers/compiled.js';
 import { eventually } from '../helpers/async.js';
 import { startFakeService } from '../helpers/fake-service.js';
@@ -92,6 +94,59 @@ describe('group add interrupted (Ctrl-C) in the middle of an import', () => {
       );
     } finally {
       service.releaseAll();
+      await service.close();
+    }
+  });
+});
+
+describe('eml-api serve --data-dir where no directory can be made', () => {
+  const children: ReturnType<typeof spawn>[] = [];
+  afterEach(() => {
+    for (const child of children.splice(0))
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  });
+
+  // /proc exists yet refuses every new entry with ENOENT, which sent Node's recursive mkdir round forever.
+  it.skipIf(!existsSync('/proc/self'))(
+    'refuses it at once with exit code 1, naming the directory and what is wrong there',
+    { timeout: 60_000 },
+    async () => {
+      // Beyond loopback, serve keeps a made-up inbox login there too.
+      for (const [dir, level, extra] of [
+        ['/proc/eml-api-data', '/proc/eml-api-data', []],
+        ['/proc/self/eml-api/data', '/proc/self/eml-api', ['--host', '0.0.0.0']],
+      ] as const) {
+        const exit = await runProcess(['serve', '--port', '0', '--data-dir', dir, ...extra], {
+          onSpawn: (c) => children.push(c),
+        });
+        expect(exit).toMatchObject({ code: 1, signal: null, stdout: '' });
+        expect(exit.stderr).toBe(
+          `eml-api: The emulator's data directory ${dir} cannot be created: ${level} cannot be made in ${dirname(level)}, which exists but takes no new directories (a filesystem such as /proc) [ECONFIG]\n`,
+        );
+      }
+    },
+  );
+});
+
+describe('eml-api worker with a REDIS_URL that is not a Redis URL', () => {
+  it('refuses it (exit 2) before it checks the key with the service', { timeout: 60_000 }, async () => {
+    const service = await startFakeService();
+    try {
+      for (const [url, extra] of [
+        ['redis://:badport', []],
+        ['not a url', []],
+        ['not a url', ['--processes', '2']],
+      ] as const) {
+        const exit = await runProcess(['worker', ...extra], {
+          env: { REDIS_URL: url, EML_API_URL: service.url, EML_API_KEY: 'k' },
+        });
+        expect(exit).toMatchObject({ code: 2, signal: null, stdout: '' });
+        expect(exit.stderr).toBe(
+          'eml-api: --redis (or REDIS_URL): expected a redis:// or rediss:// URL, ioredis options or an ioredis instance (see "eml-api worker --help")\n',
+        );
+      }
+      expect(service.requests).toHaveLength(0);
+    } finally {
       await service.close();
     }
   });

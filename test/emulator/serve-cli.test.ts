@@ -1,4 +1,4 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
@@ -227,6 +227,25 @@ describe('eml-api serve beyond loopback', () => {
       });
     } finally {
       await server.stop();
+    }
+  });
+
+  it('keeps the login it made up in --data-dir (made with its parents), the same after a restart', async () => {
+    const parent = await mkdtemp(join(tmpdir(), 'eml-api-serve-'));
+    const dir = join(parent, 'a', 'b');
+    try {
+      const loginOf = (stdout: string) => /^Inbox login: inbox \/ (\S+)$/m.exec(stdout)?.[1];
+      const first = await serve(['--host', '0.0.0.0', '--data-dir', dir]);
+      const login = loginOf(first.stdout);
+      await first.stop();
+      expect(await readFile(join(dir, 'inbox-login'), 'utf8')).toBe(`${login}\n`);
+      expect((await stat(join(dir, 'inbox-login'))).mode & 0o777).toBe(0o600);
+      expect((await stat(join(parent, 'a'))).mode & 0o777).toBe(0o700);
+      const second = await serve(['--host', '0.0.0.0', '--data-dir', dir]);
+      await second.stop();
+      expect(loginOf(second.stdout)).toBe(login);
+    } finally {
+      await rm(parent, { recursive: true, force: true });
     }
   });
 

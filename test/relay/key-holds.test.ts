@@ -40,6 +40,7 @@ describe('key clients held by sessions', () => {
       slots: new ClientSlots(settings),
       signal: new AbortController().signal,
       arriving: new AbortController().signal,
+      connectionOf: () => undefined,
       closing: () => false,
       track: () => undefined,
     });

@@ -402,22 +402,30 @@ function relayCli(args: string[]) {
   };
 }
 
-describe('eml-api relay --processes 2 that cannot start', () => {
-  it('stops at the first process that fails (a port in use): exit 1, the reason said once', async () => {
-    const taken = createTcpServer();
-    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
-    const busy = (taken.address() as AddressInfo).port;
-    try {
-      const relay = relayCli(['--processes', '2', '--port', String(busy), '--url', service.url]);
-      const code = await relay.exit;
-      const said = relay.said();
-      expect(code, said).toBe(1);
-      expect(said.match(/could not listen on 127\.0\.0\.1:\d+: .*EADDRINUSE/g)).toHaveLength(1);
-      expect(said).not.toContain('listening on');
-    } finally {
-      taken.close();
-    }
-  }, 30_000);
+describe('eml-api relay (one process or --processes 2) that cannot start', () => {
+  it.each([[[]], [['--processes', '2']]])(
+    'a port in use: exit 1, the reason said once (%j)',
+    async (processes) => {
+      const taken = createTcpServer();
+      await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+      const busy = (taken.address() as AddressInfo).port;
+      try {
+        const relay = relayCli([...processes, '--port', String(busy), '--url', service.url]);
+        const code = await relay.exit;
+        const said = relay.said();
+        expect(code, said).toBe(1);
+        expect(said.match(/could not listen on 127\.0\.0\.1:\d+: .*EADDRINUSE/g)).toHaveLength(1);
+        expect(
+          said.split('\n').filter((line) => line.includes('EADDRINUSE')),
+          said,
+        ).toHaveLength(1);
+        expect(said).not.toContain('listening on');
+      } finally {
+        taken.close();
+      }
+    },
+    30_000,
+  );
 });
 
 describe('eml-api relay --processes 2 stopped while a process is replaced', () => {

@@ -17,6 +17,11 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { eventually } from '../helpers/async.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
+import { startRedisHoldProxy, type RedisHoldProxy } from '../helpers/redis-hold-proxy.js';
+import { redisServerMissing, startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { EmlApiQueueTransport } from '../../src/queue/index.js';
+import { startEmlApiRelay } from '../../src/relay/index.js';
+import { capturingLogger } from '../helpers/logger.js';
 import { SmtpDialog } from './relay-harness.js';
 import { nodeArgs } from '../helpers/compiled.js';
 
@@ -145,6 +150,13 @@ describe('SIGTERM with spooled messages in flight', () => {
     const [completeReply, arrivingReply, exit] = await Promise.all([complete.reply(), arriving.reply(), relay.exit]);
     expect(completeReply.code, relay.output()).toBe(451);
     expect(arrivingReply.code, relay.output()).toBe(421);
+    // The log gives each message the reply its client got.
+    const logged = relay
+      .output()
+      .split('\n')
+      .filter((line) => line.includes('Message refused'))
+      .map((line) => /reply="([^"]*)"/.exec(line)?.[1]);
+    expect(logged.sort(), relay.output()).toEqual([`421 ${arrivingReply.text}`, `451 ${completeReply.text}`].sort());
     expect(exit, relay.output()).toEqual({ code: 4, signal: null });
     expect(relay.output()).toMatch(/SMTP relay stopped at once: 2 message\(s\) in flight given up/);
     expect(relay.output()).not.toContain('grace period ran out');
@@ -173,5 +185,106 @@ describe('SIGTERM with spooled messages in flight', () => {
     expect(exit, relay.output()).toEqual({ code: 0, signal: null });
     expect(relay.output()).toContain('closed');
     expect(spoolFolders(dir)).toEqual([]);
+  });
+});
+
+describe('--outbox: a message whose Redis write has started when the relay gives up', () => {
+  let redis: RedisServer | undefined;
+  let proxy: RedisHoldProxy | undefined;
+  let outbox: EmlApiQueueTransport | undefined;
+  afterEach(async () => {
+    proxy?.release();
+    await outbox?.close();
+    await proxy?.close();
+    await redis?.stop();
+    [redis, proxy, outbox] = [undefined, undefined, undefined];
+  });
+
+  /**
+   * A relay storing in Redis through a proxy that holds the job's add (a Lua script naming the
+   * content); one message sent in full, its write under way; then `stop` (signals), waiting for
+   * the relay to say `givesUp`; then the write lands. The write is never cut short: it ends, and
+   * the client gets its 250.
+   */
+  async function writeLandsAfterGivingUp(
+    grace: string,
+    stop: (relay: Awaited<ReturnType<typeof startProcess>>) => Promise<void>,
+    givesUp: RegExp,
+  ) {
+    redis = await startRedisServer();
+    proxy = await startRedisHoldProxy(redis.port);
+    outbox = new EmlApiQueueTransport({ connection: redis.url });
+    const relay = await startProcess(
+      ['src/cli/main.ts', 'relay', '--port', '0', '--url', service.url, '--outbox', '--grace', grace],
+      { EML_API_KEY: KEY, REDIS_URL: proxy.url, TMPDIR: dir },
+      /listening on 127\.0\.0\.1:(\d+)/,
+    );
+    proxy.holdNext(/"contentKey"/);
+    const dialog = await openData(relay.port);
+    dialog.write('From: cron@example.test\r\nTo: ops@example.test\r\nSubject: s\r\n\r\nbody\r\n.\r\n');
+    const reply = dialog.reply();
+    await eventually(() => proxy!.held > 0, { what: 'the job add held' });
+    await stop(relay);
+    await eventually(() => givesUp.test(relay.output()), { timeout: 20_000, what: relay.output });
+    proxy.release();
+    return { reply: await reply, exit: await relay.exit, output: relay.output() };
+  }
+
+  it.skipIf(redisServerMissing)(
+    'on a second signal: the client gets its 250 and it is not counted as given up (exit 0)',
+    async () => {
+      const { reply, exit, output } = await writeLandsAfterGivingUp(
+        '60',
+        async (relay) => {
+          relay.child.kill('SIGTERM');
+          await eventually(() => /Stopping:/.test(relay.output()), { timeout: 20_000 });
+          relay.child.kill('SIGTERM');
+        },
+        /WARN Stopping at once: giving up the messages in flight/,
+      );
+      expect(reply.code, output).toBe(250);
+      const counts = await outbox!.queue.getJobCounts('waiting', 'prioritized');
+      expect((counts.waiting ?? 0) + (counts.prioritized ?? 0)).toBe(1);
+      expect(output).toMatch(/\nSMTP relay stopped\n$/);
+      expect(exit, output).toEqual({ code: 0, signal: null });
+    },
+  );
+
+  it.skipIf(redisServerMissing)(
+    'a write that then fails (its store timeout, not the stop) gets 451 and is counted as given up',
+    async () => {
+      redis = await startRedisServer();
+      proxy = await startRedisHoldProxy(redis.port);
+      const logger = capturingLogger();
+      const relay = await startEmlApiRelay({
+        baseUrl: service.url,
+        apiKey: KEY,
+        port: 0,
+        queue: { connection: proxy.url, timeouts: { store: 1000 } },
+        logger,
+      });
+      proxy.holdNext(/"contentKey"/);
+      const dialog = await openData(relay.port);
+      dialog.write('From: cron@example.test\r\nTo: ops@example.test\r\nSubject: s\r\n\r\nbody\r\n.\r\n');
+      const reply = dialog.reply();
+      await eventually(() => proxy!.held > 0, { what: 'the job add held' });
+      const closed = relay.close({ grace: 60_000 });
+      void relay.close({ abort: true });
+      expect((await reply).code).toBe(451);
+      expect(await closed).toEqual({ givenUp: 1 });
+      const refused = logger.lines.find((line) => line.message === 'Message refused');
+      expect(refused?.meta.err).toMatch(/ETIMEDOUT/);
+    },
+  );
+
+  it.skipIf(redisServerMissing)('when --grace runs out: the same (the client gets its 250, exit 0)', async () => {
+    const { reply, exit, output } = await writeLandsAfterGivingUp(
+      '1',
+      async (relay) => void relay.child.kill('SIGTERM'),
+      /WARN Grace period over: giving up the messages in flight/,
+    );
+    expect(reply.code, output).toBe(250);
+    expect(output).toMatch(/\nSMTP relay stopped\n$/);
+    expect(exit, output).toEqual({ code: 0, signal: null });
   });
 });

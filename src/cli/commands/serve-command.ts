@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { EmlApiError } from '../../shared/eml-api-error.js';
@@ -147,6 +147,8 @@ export async function serveCommand(args: string[], io: CliIo): Promise<number> {
     );
   }
   try {
+    // Once the emulator has made the directory (and holds it).
+    if (login?.saveTo !== undefined) await writeFile(login.saveTo, `${login.login.password}\n`, { mode: 0o600 });
     io.stdout.write(`Emulator listening on ${emu.url}\n`);
     io.stdout.write(`Web inbox: ${emu.url}/\n`);
     io.stdout.write(`Mailpit API: ${emu.url}/api/v1/\n`);
@@ -269,14 +271,14 @@ function faultOptions(values: ServeValues): Pick<EmulatorOptions, 'faults' | 'ra
 /**
  * The inbox login: from --inbox-login-file or EML_API_INBOX_LOGIN, else one made up when the emulator
  * listens beyond loopback (kept in the data directory, if any, so it stays the same).
- * @returns the login and how to show it, or undefined for none
+ * @returns the login, how to show it, and where to keep a made-up one; undefined for none
  */
 async function inboxLogin(
   file: string | undefined,
   env: CliIo['env'],
   dataDir: string | undefined,
   beyondLoopback: boolean,
-): Promise<{ login: EmulatorInboxLogin; shown: string } | undefined> {
+): Promise<{ login: EmulatorInboxLogin; shown: string; saveTo?: string } | undefined> {
   let text: string | undefined;
   let from: string | undefined;
   if (file !== undefined) {
@@ -303,21 +305,19 @@ async function inboxLogin(
   }
   if (!beyondLoopback) return undefined;
   const saved = dataDir === undefined ? undefined : join(dataDir, 'inbox-login');
-  let password =
+  const password =
     saved === undefined
       ? undefined
       : await readFile(saved, 'utf8').then(
           (t) => t.trim(),
           () => undefined,
         );
-  if (!password) {
-    password = randomBytes(18).toString('base64url');
-    if (saved !== undefined) {
-      await mkdir(dataDir!, { recursive: true, mode: 0o700 });
-      await writeFile(saved, `${password}\n`, { mode: 0o600 });
-    }
-  }
-  return { login: { username: 'inbox', password }, shown: `inbox / ${password}` };
+  const login = { username: 'inbox', password: password || randomBytes(18).toString('base64url') };
+  return {
+    login,
+    shown: `inbox / ${login.password}`,
+    ...(saved !== undefined && !password ? { saveTo: saved } : {}),
+  };
 }
 
 /** One line on standard error per refusal of the SMTP port. */

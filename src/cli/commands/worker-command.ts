@@ -1,6 +1,7 @@
 import { parseArgs } from 'node:util';
 import { OutboxWorker, type OutboxJob } from '../../queue/eml-api-worker.js';
 import type { OutboxSendResult } from '../../queue/outbox-job.js';
+import { resolveWorkerOptions, type OutboxWorkerOptions } from '../../queue/worker-options.js';
 import { requireQueuePeers } from '../../queue/redis-connection.js';
 import { EmlApiClient } from '../../client/eml-api-client.js';
 import { EmlApiError } from '../../shared/eml-api-error.js';
@@ -106,6 +107,17 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
   // In JSON mode each message's outcome is a JSON line with fixed field names.
   const json = isJsonIo(io) ? io.jsonLogger : undefined;
   const processes = processesFlag(values.processes);
+  const workerOptions: OutboxWorkerOptions = {
+    ...location,
+    ...service,
+    concurrency,
+    ...(rateLimit ? { rateLimit } : {}),
+    ...(encryption ? { encryption } : {}),
+    ...(io.env.EML_API_ACCOUNT ? { account: io.env.EML_API_ACCOUNT } : {}),
+    ...(values['wait-for-redis'] ? { waitForRedis: true } : {}),
+  };
+  // A wrong REDIS_URL is said at once, not after the key's check over the network.
+  asUsageError(() => resolveWorkerOptions(workerOptions));
   // Its primary checked the key, and serves the health and metrics port.
   const member = groupRole(io.env) === 'worker' ? new GroupMember() : undefined;
   if (member) {
@@ -130,13 +142,7 @@ export async function workerCommand(args: string[], io: CliIo): Promise<number> 
     const outbox = asUsageError(
       () =>
         new OutboxWorker({
-          ...location,
-          ...service,
-          concurrency,
-          ...(rateLimit ? { rateLimit } : {}),
-          ...(encryption ? { encryption } : {}),
-          ...(io.env.EML_API_ACCOUNT ? { account: io.env.EML_API_ACCOUNT } : {}),
-          ...(values['wait-for-redis'] ? { waitForRedis: true } : {}),
+          ...workerOptions,
           ...(member
             ? { metrics: groupMetrics ?? false }
             : {

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
-import { mkdir, readdir, readFile, rename, rm, unlink, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rename, rm, stat, unlink, writeFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import type { ApiImage } from '../../protocol/api-types.js';
 import { EmlApiError } from '../../shared/eml-api-error.js';
 import { type EmulatorState, type GroupMember, IMAGE_CONTENT_TYPES, type UnsubscribeTicket } from './emulator-state.js';
@@ -81,8 +81,7 @@ export class DataDir {
     newApiKey: string,
     onError: (err: unknown) => void,
   ): Promise<{ dataDir: DataDir; apiKey: string }> {
-    await mkdir(join(path, MESSAGES), { recursive: true, mode: 0o700 });
-    await mkdir(join(path, IMAGES), { recursive: true, mode: 0o700 });
+    await createDataDir(path);
     await lock(path);
     const dataDir = new DataDir(path, state, newApiKey, onError);
     try {
@@ -273,6 +272,51 @@ function savedMessage(m: InboxMessage): SavedMessage {
     read: m.read,
     tags: m.tags,
   };
+}
+
+/**
+ * Creates a data directory (and its missing parents) with its subdirectories, one plain `mkdir` per level: a
+ * recursive `mkdir` in Node 20 retries forever, at full CPU, where a directory exists but refuses new entries with
+ * ENOENT (/proc), while a plain one always answers.
+ * @throws {EmlApiError} `ECONFIG` naming the level that cannot be made and why
+ */
+async function createDataDir(path: string): Promise<void> {
+  for (const dir of [path, join(path, MESSAGES), join(path, IMAGES)]) {
+    const missing: string[] = [];
+    for (let at = resolve(dir); ; at = dirname(at)) {
+      const found = await stat(at).catch((err: NodeJS.ErrnoException) => {
+        if (err.code === 'ENOENT' || err.code === 'ENOTDIR') return undefined;
+        throw cannotCreate(path, at, err);
+      });
+      if (found?.isDirectory()) break;
+      if (found) throw cannotCreate(path, at, 'ENOTDIR');
+      missing.unshift(at);
+      if (dirname(at) === at) break;
+    }
+    for (const at of missing) {
+      await mkdir(at, { mode: 0o700 }).catch((err: NodeJS.ErrnoException) => {
+        if (err.code !== 'EEXIST') throw cannotCreate(path, at, err);
+      });
+    }
+  }
+}
+
+function cannotCreate(path: string, at: string, err: NodeJS.ErrnoException | 'ENOTDIR'): EmlApiError {
+  const code = err === 'ENOTDIR' ? err : err.code;
+  const problem =
+    code === 'ENOENT'
+      ? `${at} cannot be made in ${dirname(at)}, which exists but takes no new directories (a filesystem such as /proc)`
+      : code === 'ENOTDIR'
+        ? `${at} is not a directory`
+        : code === 'EACCES' || code === 'EPERM'
+          ? `${at}: permission denied (${code})`
+          : code === 'EROFS'
+            ? `${at} is on a read-only filesystem`
+            : `${at}: ${code ?? (err as Error).message}`;
+  return new EmlApiError('ECONFIG', `The emulator's data directory ${path} cannot be created: ${problem}`, {
+    permanent: true,
+    cause: err === 'ENOTDIR' ? undefined : err,
+  });
 }
 
 /**
