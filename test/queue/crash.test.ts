@@ -20,7 +20,8 @@ import { recordQueue } from '../../src/queue/outbox-job.js';
  * off then the worker killed while it holds one of each, so both states are
  * always there (with one short hold for both workers it depended on timing,
  * and a loaded machine sometimes missed the second). On one Redis and on a
- * Redis Cluster (issue 21).
+ * Redis Cluster (issue 21), side by side: each kind has its own Redis,
+ * emulator, proxies and workers.
  */
 
 /**
@@ -29,7 +30,7 @@ import { recordQueue } from '../../src/queue/outbox-job.js';
  */
 const MESSAGES = 150;
 
-describe.each(REDIS_KINDS)('a worker killed mid-batch, on %s Redis', (kind) => {
+describe.concurrent.each(REDIS_KINDS)('a worker killed mid-batch, on %s Redis', (kind) => {
   let redis: OutboxRedisUnderTest;
   let emu: Emulator;
   let proxy: SlowAnswerProxy;
