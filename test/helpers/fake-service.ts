@@ -31,7 +31,7 @@ export interface FakeReply {
  * - `reset-after-body`: reads the whole request, then destroys the socket (the request was sent)
  * - `reset-on-headers`: destroys the socket as soon as the headers arrive, before the body is read
  * - `hang`: never answers
- * - `hold`: answers only when the test calls `releaseAll()`, with {@link HELD_REPLY}
+ * - `hold`: answers only when the test calls `releaseAll()`, with {@link HELD_REPLY} or the reply it gives
  */
 export type FakeAction = FakeReply | 'reset-after-body' | 'reset-on-headers' | 'hang' | 'hold';
 
@@ -80,8 +80,8 @@ export interface FakeService {
   script(actions: FakeAction[], fallback?: FakeAction): void;
   /** Answers every request from now on with `action`. */
   answer(action: FakeAction): void;
-  /** Answers every held request with {@link HELD_REPLY}. */
-  releaseAll(): void;
+  /** Answers every held request with `reply`. @default HELD_REPLY */
+  releaseAll(reply?: FakeReply): void;
   /** Forgets the recorded requests and counters and goes back to answering {@link DEFAULT_REPLY}. */
   clear(): void;
   close(): Promise<void>;
@@ -195,8 +195,8 @@ export async function startFakeService(): Promise<FakeService> {
       queue = [];
       fallback = action;
     },
-    releaseAll() {
-      for (const res of held.splice(0)) reply(res, HELD_REPLY);
+    releaseAll(answer = HELD_REPLY) {
+      for (const res of held.splice(0)) reply(res, answer);
     },
     clear() {
       queue = [];

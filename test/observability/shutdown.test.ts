@@ -228,9 +228,11 @@ describe('eml-api worker, stopped with SIGTERM mid-traffic', () => {
   }, 60_000);
 
   it('hands its sends back to the queue when --grace runs out (exit 4); another worker delivers each once', async () => {
-    await queue(4, 'h');
-    emu.setFaults({ latencyMs: 4000 });
     const worker = run(['worker', '--concurrency', '4', '--grace', '1']);
+    // Slow sends only once it runs: its check of the key at start would wait as long.
+    await eventually(() => worker.output().includes('Worker sending from queue'), { what: 'the worker running' });
+    emu.setFaults({ latencyMs: 4000 });
+    await queue(4, 'h');
     await eventually(async () => (await transport.queue.getJobCounts('active')).active === 4, {
       what: 'four in flight',
     });

@@ -17,7 +17,8 @@ const workers: OutboxWorker[] = [];
 
 beforeAll(async () => {
   [redis, emu] = await Promise.all([startRedisServer({ appendonly: true }), startEmulator()]);
-  transport = new EmlApiQueueTransport({ connection: redis.url });
+  // A short backoff: a failed attempt's retry comes at once, not after the default 5 s.
+  transport = new EmlApiQueueTransport({ connection: redis.url, retry: { delay: 100, maxDelay: 100 } });
   tracing = installTracing();
 });
 afterAll(async () => {
@@ -99,7 +100,7 @@ describe('eml-api worker telemetry', () => {
 
   it('shows the age of the head of the queue and the jobs parked for a person', async () => {
     const transporter = nodemailer.createTransport(transport);
-    // Taken by the service, the connection then reset: an unknown outcome, parked at once by a worker
+    // Taken by the service, the connection then reset: an unknown outcome, parked at its retry by a worker
     // told the service keeps no idempotency keys.
     emu.setFaults({ resetAfterProcessing: 1 });
     await transporter.sendMail({ from: 'shop@example.test', to: 'ann@example.test', subject: 'Hi', text: 'x' });

@@ -69,8 +69,6 @@ describe('eml-api worker', () => {
   });
 
   it('finishes the send in flight on SIGTERM, then exits 0 (the real command)', async () => {
-    emu.setFaults({ latencyMs: 1500 });
-    await send('slow@example.test');
     const child = spawn(process.execPath, nodeArgs(['--import', 'tsx', 'src/cli/main.ts', 'worker']), {
       cwd: ROOT,
       env: { ...process.env, ...env },
@@ -80,6 +78,10 @@ describe('eml-api worker', () => {
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
     child.stderr.on('data', (d: Buffer) => (stdout += d.toString()));
     const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    // A slow send only once it runs: its check of the key at start would wait as long.
+    await eventually(() => stdout.includes('Worker sending from queue'), { what: 'the worker running' });
+    emu.setFaults({ latencyMs: 1500 });
+    await send('slow@example.test');
     await eventually(async () => (await transport.queue.getJobCounts('active')).active === 1, {
       what: 'the send in flight',
     });

@@ -169,7 +169,11 @@ describe('a producer whose clock is ahead', () => {
 describe('a producer whose clock is behind', () => {
   it('does not park a stalled first attempt as past the window: the window runs from when Redis took the job', async () => {
     // BullMQ stamps a job with its producer's clock (job.timestamp): here 2 days behind Redis.
-    const behind = new EmlApiQueueTransport({ connection: redis.url, jobOptions: { timestamp: Date.now() - 48 * H } });
+    const behind = new EmlApiQueueTransport({
+      connection: redis.url,
+      jobOptions: { timestamp: Date.now() - 48 * H },
+      retry: { attempts: 5, delay: 300, jitter: 0 },
+    });
     const queuedAt = await redisNow();
     const info = await nodemailer
       .createTransport(behind)

@@ -90,7 +90,7 @@ describe('a queue on a Redis Cluster', () => {
     const producer = new EmlApiQueueTransport({
       connection: { cluster: [`redis://:s3cret-pw@127.0.0.1:${a}`, `redis://:s3cret-pw@127.0.0.1:${b}`] },
       prefix,
-      timeouts: { store: 1000 },
+      timeouts: { store: 300 },
     });
     try {
       const err = await caught(() =>

@@ -17,13 +17,14 @@ import { recordQueue } from '../../src/queue/outbox-job.js';
 /** Fast retries for tests: 200 ms doubling to 1 s. */
 const FAST_RETRY = { attempts: 40, delay: 200, maxDelay: 1000, jitter: 0 };
 
-describe.each(REDIS_KINDS)('on %s Redis', (kind) => {
+// The kinds run side by side (each has its own Redis, emulator and workers); the tests of a kind, in turn.
+describe.concurrent.each(REDIS_KINDS)('on %s Redis', (kind) => {
   const outbox = useOutbox({ kind, emulator: { groups: ['newsletter'] }, transport: { retry: FAST_RETRY } });
   const worker = (options: Partial<OutboxWorkerOptions> = {}) => outbox.workers.start(options);
 
   const allSent = (n: number) => async () => (await outbox.transport.queue.getJobCounts('completed')).completed === n;
 
-  describe('an outage of the service', () => {
+  describe.sequential('an outage of the service', () => {
     it('503 until every message was refused three times, then back: every message delivered, none twice, none failed', async () => {
       const messageIds = new Set<string>();
       for (let i = 0; i < 40; i++) {
@@ -60,7 +61,7 @@ describe.each(REDIS_KINDS)('on %s Redis', (kind) => {
     }, 40_000);
   });
 
-  describe('answers lost after the service processed the send', () => {
+  describe.sequential('answers lost after the service processed the send', () => {
     it('group and tracked sends are replayed with the same body and key: delivered once', async () => {
       const client = new EmlApiClient({ apiKey: outbox.emu.apiKey, baseUrl: outbox.emu.url });
       await client.addToGroup('newsletter', [
@@ -98,7 +99,7 @@ describe.each(REDIS_KINDS)('on %s Redis', (kind) => {
     }, 30_000);
   });
 
-  describe('a 25 MB message', () => {
+  describe.sequential('a 25 MB message', () => {
     it('queues and sends intact; Redis holds its raw bytes until it is sent, then nothing', async () => {
       const attachment = randomBytes(25 * 1024 * 1024);
       const info = await outbox.transporter.sendMail({

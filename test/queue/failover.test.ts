@@ -67,7 +67,9 @@ async function traffic(
   fail: () => Promise<void>,
 ): Promise<Traffic> {
   const connection = { cluster: [...cluster.urls] };
-  const transport = new EmlApiQueueTransport({ connection, prefix, concurrency: 10, ...options });
+  // A short backoff: a job whose completion a failover lost is sent again soon after it comes back.
+  const retry = { delay: 200, maxDelay: 1000 };
+  const transport = new EmlApiQueueTransport({ connection, prefix, concurrency: 10, retry, ...options });
   const transporter = nodemailer.createTransport(transport);
   worker = await startWorkerProcess({
     connection,

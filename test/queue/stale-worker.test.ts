@@ -102,10 +102,8 @@ describe('a worker that lost its job to another worker', () => {
       idempotencyKey: 'invoice-9',
     })) as unknown as OutboxQueuedMessageInfo;
     const contentKey = (await recordQueue(outbox.transport.queue).getJob(info.queueId))!.data.contentKey;
-    // The first worker's service refuses the message (400), its answer late; the worker renews no lock (frozen).
-    refusing.script([
-      { status: 400, body: { error: { code: 'invalid_message', message: 'refused' } }, delayMs: 4_000 },
-    ]);
+    // The first worker's service refuses the message (400), its answer held; the worker renews no lock (frozen).
+    refusing.script(['hold']);
     const stale = await outbox.workers.start({
       baseUrl: refusing.url,
       concurrency: 1,
@@ -119,6 +117,7 @@ describe('a worker that lost its job to another worker', () => {
     await outbox.workers.start({ baseUrl: held.url, workerOptions: tuning });
     await eventually(() => held.heldRequests > 0, { what: 'the new owner sending' });
     // The refusal reaches the first worker now: the job is no longer its own to fail, nor its content to remove.
+    refusing.releaseAll({ status: 400, body: { error: { code: 'invalid_message', message: 'refused' } } });
     await eventually(() => stale.activeJobs === 0, { what: 'the stale worker done' });
     expect(await outbox.redis.client.exists(contentKey)).toBe(1);
     expect((await recordQueue(outbox.transport.queue).getJob(info.queueId))!.data.contentRemoved).toBeUndefined();

@@ -16,6 +16,8 @@ import { freePort } from '../helpers/redis-server.js';
  * keeps saying so, and rejects with ECONNECTION after `timeouts.connect`
  * unless told to wait (`waitForRedis`); every error names the host and port,
  * the cause and what to check. Nothing listens on the port (no Redis runs).
+ * The tests share nothing but that port, and mostly wait out timeouts (the
+ * CLI's is its default, 10 s): they run at once.
  */
 
 let nowhere: string;
@@ -28,7 +30,7 @@ beforeAll(async () => {
 const CAUSE = /the connection was refused \(ECONNREFUSED\): is Redis running at 127\.0\.0\.1:\d+/;
 const FIX = /Check the connection option \(REDIS_URL or --redis with the CLI\)/;
 
-describe('a worker whose Redis is not running', () => {
+describe.concurrent('a worker whose Redis is not running', () => {
   it('warns at once, keeps warning, and rejects with ECONNECTION after timeouts.connect', async () => {
     const logger = capturingLogger();
     const started = startOutboxWorker({ ...service, connection: nowhere, logger, timeouts: { connect: 2500 } });
@@ -56,7 +58,7 @@ describe('a worker whose Redis is not running', () => {
   });
 });
 
-describe('the producer and eml-api queue status with Redis not running', () => {
+describe.concurrent('the producer and eml-api queue status with Redis not running', () => {
   it('say where, why and what to check, never ioredis’s retry limit', async () => {
     const transport = new EmlApiQueueTransport({ connection: nowhere });
     try {

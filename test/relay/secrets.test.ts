@@ -85,7 +85,7 @@ describe('the relay keeps keys secret', () => {
   });
 
   it('a password too long to be a key (10,000 characters) is 535 without asking the service, and never echoed', async () => {
-    const relay = await startEmlApiRelay({ baseUrl: emu.url, port: 0, retry: false, logger });
+    const relay = await startEmlApiRelay({ baseUrl: emu.url, port: 0, retry: false, logger, authFailureDelay: 0 });
     relays.push(relay);
     const password = `sk_live_LONGSECRET_${Array.from({ length: 1000 }, (_, i) => `${i}x`).join('')}`.padEnd(
       10_000,

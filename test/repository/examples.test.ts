@@ -14,7 +14,8 @@ const tsx = (args: string[], env: Record<string, string> = {}) =>
     env: { ...process.env, ...env },
   });
 
-describe('the examples run as documented', () => {
+// Each example is a process of its own on port 0 (a Redis of its own where it needs one): they run at once.
+describe.concurrent('the examples run as documented', () => {
   it('node:test example passes under node --test', async () => {
     const { stdout } = await tsx(['--test', 'examples/emulator-node-test.test.ts']);
     expect(stdout).toMatch(/^# pass 1$/m);

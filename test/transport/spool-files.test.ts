@@ -97,10 +97,12 @@ describe('spool files', () => {
     mkdirSync(live);
     writeFileSync(join(live, 'message.eml'), 'x');
     try {
+      // Nothing listens: the send fails at once (no retries), after spooling, which is what sweeps.
       const transport = new EmlApiTransport({
         apiKey: 'k',
         baseUrl: 'http://127.0.0.1:9',
         spool: { threshold: 10, directory: dir },
+        retry: false,
       });
       await nodemailer
         .createTransport(transport)
