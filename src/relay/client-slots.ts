@@ -50,6 +50,8 @@ export class ClientSlots {
   readonly #admitted = new WeakMap<SMTPServerSession, string | null>();
   /** Sessions that closed before they were admitted (while the count was asked elsewhere). */
   readonly #left = new WeakSet<SMTPServerSession>();
+  /** The reply that cut a session's message off for its time or rate. */
+  readonly #dataCuts = new WeakMap<SMTPServerSession, SmtpReply>();
   #open = 0;
   #stressed = false;
   #server: SmtpServerAdapter | undefined;
@@ -156,12 +158,12 @@ export class ClientSlots {
         return;
       }
       timer = undefined;
-      this.#server
-        ?.connectionOf(session)
-        ?.reply(
-          421,
-          `4.4.2 The message did not arrive in time (at least ${minDataRate} bytes a second, all of it within ${seconds(dataTimeout)}), closing the connection`,
-        );
+      const cut: SmtpReply = {
+        code: 421,
+        text: `4.4.2 The message did not arrive in time (at least ${minDataRate} bytes a second, all of it within ${seconds(dataTimeout)}), closing the connection`,
+      };
+      this.#dataCuts.set(session, cut);
+      this.#server?.connectionOf(session)?.reply(cut.code, cut.text);
     };
     timer = setTimeout(check, allowed());
     timer.unref();
@@ -174,6 +176,11 @@ export class ClientSlots {
     stream.once('end', stop);
     stream.once('close', stop);
     return stop;
+  }
+
+  /** The reply {@link watchData} cut the session's message off with, if it did. */
+  dataCut(session: SMTPServerSession): SmtpReply | undefined {
+    return this.#dataCuts.get(session);
   }
 
   /** The per-address cap before smtp-server's accept: `421 4.7.0`, or closed on implicit TLS (nothing can be said yet). */

@@ -406,6 +406,11 @@ export function relaySessionHandlers(relay: RelayState): SessionHandlers {
       const refused = ({ stage, error: err }: Extract<ReceiveOutcome, { ok: false }>) => {
         const senderRefused = senderRefusalOf(err);
         if (senderRefused) refuseSender(senderRefused, session);
+        const cut = relay.slots.dataCut(session);
+        if (cut) {
+          logger.warn({ ...where, reply: `${cut.code} ${cut.text}` }, 'Message refused');
+          return callback(replyError(cut));
+        }
         if (stage === 'client') {
           logger.warn(where, 'Message abandoned: the client disconnected before the end of DATA');
           return callback(replyError({ code: 451, text: `4.4.2 ${(err as Error).message}` }));

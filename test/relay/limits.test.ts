@@ -138,6 +138,30 @@ describe('DATA deadline and minimum rate (dataTimeout, minDataRate)', () => {
     expect(emu.messages().some((m) => m.raw.toString().includes('slow-rate'))).toBe(false);
   });
 
+  it('a message cut off for its rate is logged with the 421 its client got, not as the client leaving', async () => {
+    const lines: { level: string; fields: Record<string, unknown>; message: string }[] = [];
+    const log = (level: string) => (fields: Record<string, unknown>, message: string) =>
+      lines.push({ level, fields, message });
+    const logger = { debug: log('debug'), info: log('info'), warn: log('warn'), error: log('error') };
+    const relay = await start({ timeouts: { idle: 300 }, minDataRate: 10_000, logger });
+    const { dialog } = await connect(relay, '127.0.0.32');
+    expect((await dialog.command('EHLO client.example')).code).toBe(250);
+    expect((await dialog.command('MAIL FROM:<app@example.test>')).code).toBe(250);
+    expect((await dialog.command('RCPT TO:<ann@example.test>')).code).toBe(250);
+    expect((await dialog.command('DATA')).code).toBe(354);
+    dialog.write('From: app@example.test\r\nTo: ann@example.test\r\nSubject: slow-logged\r\n\r\n');
+    const stop = trickle(dialog, 1, 20);
+    try {
+      expect((await dialog.reply()).code).toBe(421);
+    } finally {
+      stop();
+    }
+    await eventually(() => lines.some((line) => line.level === 'warn'), { what: 'the warning of the cut' });
+    expect(lines.filter((line) => line.level === 'warn').map(({ fields, message }) => [message, fields.reply])).toEqual(
+      [['Message refused', expect.stringMatching(/^421 4\.4\.2 The message did not arrive in time/)]],
+    );
+  });
+
   it('a message arriving fast enough but past dataTimeout is cut off too', async () => {
     const relay = await start({ timeouts: { idle: 60_000, data: 300 }, minDataRate: 1 });
     const { dialog } = await connect(relay, '127.0.0.31');
