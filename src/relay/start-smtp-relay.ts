@@ -277,13 +277,14 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
     ...listening,
     ...(endpoint ? { http: { port: endpoint.port, host: endpoint.host } } : {}),
     close(closeOptions = {}) {
+      const { grace } = closeOptions;
+      // Checked before anything is done: a refused close leaves the relay taking mail as before.
+      if (grace !== undefined && (!Number.isInteger(grace) || grace < 0)) {
+        return Promise.reject(configError('grace', `expected a whole number of ms, got ${describe(grace)}`));
+      }
       if (closeOptions.abort) {
         aborter.abort(new EmlApiError('EABORT', 'the relay was closed with { abort: true }', { permanent: false }));
         if (closed) hurry();
-      }
-      const { grace } = closeOptions;
-      if (grace !== undefined && (!Number.isInteger(grace) || grace < 0)) {
-        return Promise.reject(configError('grace', `expected a whole number of ms, got ${describe(grace)}`));
       }
       closed ??= (async () => {
         closing = true;

@@ -16,11 +16,11 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { eventually } from '../helpers/async.js';
-import { startFakeService, type FakeService } from '../helpers/fake-service.js';
+import { DEFAULT_REPLY, startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { startRedisHoldProxy, type RedisHoldProxy } from '../helpers/redis-hold-proxy.js';
 import { redisServerMissing, startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { EmlApiQueueTransport } from '../../src/queue/index.js';
-import { startEmlApiRelay } from '../../src/relay/index.js';
+import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { capturingLogger } from '../helpers/logger.js';
 import { SmtpDialog } from './relay-harness.js';
 import { nodeArgs } from '../helpers/compiled.js';
@@ -71,15 +71,23 @@ const big = (subject: string) =>
   `From: cron@example.test\r\nTo: ops@example.test\r\nSubject: ${subject}\r\nMessage-ID: <${subject}@example.test>\r\n\r\n` +
   `${'x'.repeat(998)}\r\n`.repeat(700);
 
-async function openData(port: number): Promise<SmtpDialog> {
+/** A session whose transaction has its sender and recipient, before DATA. */
+async function openTransaction(port: number): Promise<SmtpDialog> {
   const { dialog } = await SmtpDialog.open(port);
   opened.push(dialog);
   await dialog.command('EHLO client.example');
   expect((await dialog.command('MAIL FROM:<cron@example.test>')).code).toBe(250);
   expect((await dialog.command('RCPT TO:<ops@example.test>')).code).toBe(250);
+  return dialog;
+}
+
+async function openData(port: number): Promise<SmtpDialog> {
+  const dialog = await openTransaction(port);
   expect((await dialog.command('DATA')).code).toBe(354);
   return dialog;
 }
+
+const SMALL = 'From: cron@example.test\r\nTo: ops@example.test\r\nSubject: s\r\n\r\nbody\r\n';
 
 const spoolFolders = (folder: string) => readdirSync(folder).filter((name) => name.startsWith('eml-api-'));
 
@@ -185,6 +193,28 @@ describe('SIGTERM with spooled messages in flight', () => {
     expect(exit, relay.output()).toEqual({ code: 0, signal: null });
     expect(relay.output()).toContain('closed');
     expect(spoolFolders(dir)).toEqual([]);
+  });
+});
+
+describe('close() from code', () => {
+  const relays: EmlApiRelay[] = [];
+  afterEach(async () => {
+    await Promise.all(relays.splice(0).map((relay) => relay.close({ abort: true })));
+  });
+  async function relayFromCode() {
+    const relay = await startEmlApiRelay({ baseUrl: service.url, apiKey: KEY, port: 0, retry: false, logger: false });
+    relays.push(relay);
+    return relay;
+  }
+
+  it('refused for a grace that is no whole number of ms, it does nothing, abort included: the relay takes mail as before', async () => {
+    const relay = await relayFromCode();
+    service.answer(DEFAULT_REPLY);
+    await expect(relay.close({ abort: true, grace: 2.5 })).rejects.toMatchObject({ code: 'ECONFIG' });
+    const dialog = await openData(relay.port);
+    dialog.write(`${SMALL}.\r\n`);
+    expect((await dialog.reply()).code).toBe(250);
+    expect(await relay.close()).toEqual({ givenUp: 0 });
   });
 });
 
