@@ -216,6 +216,37 @@ describe('close() from code', () => {
     expect((await dialog.reply()).code).toBe(250);
     expect(await relay.close()).toEqual({ givenUp: 0 });
   });
+
+  it('without grace: counts the messages it gives up, one still arriving and one whose DATA comes after (421); the one being uploaded gets its 250', async () => {
+    const relay = await relayFromCode();
+    const uploading = await openData(relay.port);
+    uploading.write(`${SMALL}.\r\n`);
+    const uploaded = uploading.reply();
+    await eventually(() => service.held === 1, { what: 'the upload held' });
+    const arriving = await openData(relay.port);
+    arriving.write(SMALL);
+    const late = await openTransaction(relay.port);
+    const closed = relay.close();
+    expect((await arriving.reply()).code).toBe(421);
+    expect((await late.command('DATA')).code).toBe(354);
+    expect((await late.reply()).code).toBe(421);
+    service.releaseAll();
+    expect((await uploaded).code).toBe(250);
+    expect(await closed).toEqual({ givenUp: 2 });
+  });
+
+  it('{ abort: true } without grace: counts what it gives up, the upload (451) and the message arriving (421)', async () => {
+    const relay = await relayFromCode();
+    const uploading = await openData(relay.port);
+    uploading.write(`${SMALL}.\r\n`);
+    await eventually(() => service.held === 1, { what: 'the upload held' });
+    const arriving = await openData(relay.port);
+    arriving.write(SMALL);
+    const closed = relay.close({ abort: true });
+    expect((await uploading.reply()).code).toBe(451);
+    expect((await arriving.reply()).code).toBe(421);
+    expect(await closed).toEqual({ givenUp: 2 });
+  });
 });
 
 describe('--outbox: a message whose Redis write has started when the relay gives up', () => {
@@ -304,6 +335,36 @@ describe('--outbox: a message whose Redis write has started when the relay gives
       expect(await closed).toEqual({ givenUp: 1 });
       const refused = logger.lines.find((line) => line.message === 'Message refused');
       expect(refused?.meta.err).toMatch(/ETIMEDOUT/);
+    },
+  );
+
+  it.skipIf(redisServerMissing)(
+    'a message whose DATA comes after the relay gave up gets 421 and is counted as given up',
+    async () => {
+      redis = await startRedisServer();
+      proxy = await startRedisHoldProxy(redis.port);
+      const logger = capturingLogger();
+      const relay = await startEmlApiRelay({
+        baseUrl: service.url,
+        apiKey: KEY,
+        port: 0,
+        queue: { connection: proxy.url },
+        logger,
+      });
+      proxy.holdNext(/"contentKey"/);
+      const stored = await openData(relay.port);
+      stored.write(`${SMALL}.\r\n`);
+      const storedReply = stored.reply();
+      await eventually(() => proxy!.held > 0, { what: 'the job add held' });
+      const late = await openTransaction(relay.port);
+      const closed = relay.close({ grace: 60_000 });
+      void relay.close({ abort: true });
+      await eventually(() => logger.lines.some((line) => line.message.startsWith('Stopping at once')));
+      expect((await late.command('DATA')).code).toBe(354);
+      expect((await late.reply()).code).toBe(421);
+      proxy.release();
+      expect((await storedReply).code).toBe(250);
+      expect(await closed).toEqual({ givenUp: 1 });
     },
   );
 
