@@ -181,6 +181,9 @@ export async function closeOutboxRedis(client: OutboxRedis, wait = outboxWaits.q
   const { redis } = client;
   if (redis.status !== 'ready') {
     redis.disconnect();
+    // Between two tries to reconnect, disconnect() leaves the commands ioredis queued pending, each holding the
+    // process until its commandTimeout (a write's clean-up nobody waits for, sent as Redis went away).
+    (redis as unknown as { flushQueue?: (err: Error) => void }).flushQueue?.(new Error('Connection is closed.'));
     return;
   }
   // QUIT is answered once the commands before it have run: it gets the whole wait.

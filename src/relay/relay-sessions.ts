@@ -27,6 +27,7 @@ import {
   isInternalError,
   relayFailureReply,
   replyError,
+  SHUTTING_DOWN_TEXT,
   type SmtpReply,
 } from './smtp-replies.js';
 import { clientKey, type ClientAddressList } from './client-address-list.js';
@@ -79,11 +80,14 @@ export interface RelayState {
   connectionOf(session: SMTPServerSession): SmtpConnection | undefined;
   /** True once close() was called: new transactions are refused with `421`. */
   closing(): boolean;
-  /** Registers a message in progress, resolving to whether it got its 250, so close() waits for it and counts it. */
-  track(work: Promise<boolean>): void;
+  /** Registers a message in progress, resolving to how it ended, so close() waits for it and counts it. */
+  track(work: Promise<MessageOutcome>): void;
   /** Counts a sender refused for not being the login's (the metrics), when the relay counts. */
   senderRefused?(reason: SenderRefusalReason, login: string | undefined): void;
 }
+
+/** How a message ended: `250`, refused, or refused as given up by the relay's stop ("the relay is shutting down"). */
+export type MessageOutcome = 'accepted' | 'refused' | 'given-up';
 
 /** What the relay keeps per connection (the session object lives as long as the connection). */
 interface SessionState {
@@ -106,7 +110,7 @@ const NOT_A_RELAY_USER: SmtpReply = {
   text: '5.7.8 Authentication credentials invalid: this relay stores mail for its own workers, and accepts only its users and its own key, not another API key',
 };
 
-const SHUTTING_DOWN: SmtpReply = { code: 421, text: '4.3.2 The relay is shutting down, try again later' };
+const SHUTTING_DOWN: SmtpReply = { code: 421, text: SHUTTING_DOWN_TEXT };
 
 /**
  * How a send is settled whose client left before reading its 250: an outcome the client does not
@@ -403,7 +407,7 @@ export function relaySessionHandlers(relay: RelayState): SessionHandlers {
         senders: sendersOf(session),
         login,
       };
-      const refused = ({ stage, error: err }: Extract<ReceiveOutcome, { ok: false }>) => {
+      const refused = ({ stage, error: err }: Extract<ReceiveOutcome, { ok: false }>): MessageOutcome => {
         const senderRefused = senderRefusalOf(err);
         if (senderRefused) refuseSender(senderRefused, session);
         const cut = relay.slots.dataCut(session);
@@ -413,14 +417,16 @@ export function relaySessionHandlers(relay: RelayState): SessionHandlers {
         }
         if (stage === 'client') {
           logger.warn(where, 'Message abandoned: the client disconnected before the end of DATA');
-          return callback(replyError({ code: 451, text: `4.4.2 ${(err as Error).message}` }));
+          callback(replyError({ code: 451, text: `4.4.2 ${(err as Error).message}` }));
+          return 'refused';
         }
         if (relay.arriving.aborted && !stream.writableEnded) {
           // Given up while its client still sends it: smtp-server would answer only after the end of DATA, which
           // the client may never send before the relay closes, so the relay answers now and closes the connection.
           logger.warn({ ...where, reply: `${SHUTTING_DOWN.code} ${SHUTTING_DOWN.text}` }, 'Message refused');
           relay.connectionOf(session)?.reply(SHUTTING_DOWN.code, SHUTTING_DOWN.text);
-          return callback(replyError(SHUTTING_DOWN));
+          callback(replyError(SHUTTING_DOWN));
+          return 'given-up';
         }
         const handedOn = stage === 'destination';
         const reply: SmtpReply = stream.sizeExceeded
@@ -446,13 +452,11 @@ export function relaySessionHandlers(relay: RelayState): SessionHandlers {
           internal ? 'Message refused: error inside the relay' : 'Message refused',
         );
         callback(replyError(reply));
+        return reply.text === SHUTTING_DOWN_TEXT ? 'given-up' : 'refused';
       };
       const work = withMessageLogFields(where, () => receiveMessage(stream, session, sender, context)).then(
-        (outcome) => {
-          if (!outcome.ok) {
-            refused(outcome);
-            return false;
-          }
+        (outcome): MessageOutcome => {
+          if (!outcome.ok) return refused(outcome);
           const received = outcome.message;
           if (stateOf(session).closed) {
             // The client will send it again: it must keep this identity (as after a 451), or a message
@@ -473,12 +477,9 @@ export function relaySessionHandlers(relay: RelayState): SessionHandlers {
             'Message accepted',
           );
           callback(null, reply.text);
-          return true;
+          return 'accepted';
         },
-        (error: unknown) => {
-          refused({ ok: false, stage: 'relay', error });
-          return false;
-        },
+        (error: unknown) => refused({ ok: false, stage: 'relay', error }),
       );
       relay.track(
         work.finally(() => {

@@ -108,7 +108,9 @@ export function authFailureReply(err: unknown): SmtpReply {
 }
 
 const LOCAL_ERROR: SmtpReply = { code: 451, text: '4.3.0 Local error in processing, try again later' };
-const SHUTTING_DOWN: SmtpReply = { code: 451, text: '4.3.2 The relay is shutting down, try again later' };
+/** What a client is told of a message the relay gave up as it stopped (`421` while it arrives, else `451`). */
+export const SHUTTING_DOWN_TEXT = '4.3.2 The relay is shutting down, try again later';
+const SHUTTING_DOWN: SmtpReply = { code: 451, text: SHUTTING_DOWN_TEXT };
 const MISCONFIGURED: SmtpReply = { code: 451, text: '4.3.5 The relay is not configured to send this, try again later' };
 
 /** The code and message of the service's JSON error body, else its status: never the message, which names its URL. */

@@ -9,7 +9,7 @@ import { identitySecret, type MessageIdentities } from './message-identities.js'
 import { directDestination, queueDestination, UploadShares } from './message-destination.js';
 import { AUTH_NEEDS_TLS } from './smtp-replies.js';
 import { loadSmtpServer, SmtpServerAdapter, type SessionHandlers, type SmtpConnection } from './smtp-server-adapter.js';
-import { relaySessionHandlers, sessionLogin } from './relay-sessions.js';
+import { relaySessionHandlers, sessionLogin, type MessageOutcome } from './relay-sessions.js';
 import type { SenderRefusalReason } from './sender-lists.js';
 import { type EmlApiRelayOptions, resolveRelayOptions, type RelaySettings } from './relay-options.js';
 import { redisPassword } from '../queue/redis-settings.js';
@@ -48,14 +48,14 @@ export interface EmlApiRelay {
   close(options?: {
     /**
      * Abort the messages being uploaded at once (their clients get `451`); given while another close waits out its
-     * `grace`, it ends that wait: the messages left are given up and counted in `givenUp`. @default false
+     * `grace`, it ends that wait. The messages given up are counted in `givenUp`. @default false
      */
     abort?: boolean;
     /**
      * Milliseconds the messages in flight, still arriving or being handed on, have to finish; then the ones left are
      * given up (`421` or `451`: their clients send them again later) and counted in `givenUp`. Without it, a message
-     * still arriving is given up at once and the ones that arrived are waited for (each within the client's
-     * `timeouts.total`).
+     * still arriving is given up at once (and counted) and the ones that arrived are waited for (each within the
+     * client's `timeouts.total`).
      * @default undefined
      * @example
      * process.once('SIGTERM', async () => process.exit((await relay.close({ grace: 25_000 })).givenUp ? 4 : 0));
@@ -63,8 +63,10 @@ export interface EmlApiRelay {
     grace?: number;
   }): Promise<{
     /**
-     * Messages in flight when the grace period ran out (or `abort` ended it) that got no `250`: their clients retry
-     * them. One whose write to the outbox had started, and then ended, got its `250` and is not counted.
+     * Messages the relay gave up, which got no `250`: their clients retry them. Those in flight when the grace period
+     * ran out (or `abort` ended it); without `grace`, those still arriving (and with `abort`, those being handed on);
+     * and any whose DATA came after. One whose write to the outbox had started, and then ended, got its `250` and is
+     * not counted.
      */
     givenUp: number;
   }>;
@@ -141,8 +143,11 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
 
   const aborter = new AbortController();
   const arriving = new AbortController();
-  /** The messages in progress, each resolving to whether it got its 250. */
-  const inflight = new Set<Promise<boolean>>();
+  /** The messages in progress, each resolving to how it ended. */
+  const inflight = new Set<Promise<MessageOutcome>>();
+  /** The messages a give-up counts itself (those in flight then); the others given up are counted in `shutOut`. */
+  let counted: ReadonlySet<Promise<MessageOutcome>> = new Set();
+  let shutOut = 0;
   let closing = false;
   const slots = new ClientSlots(settings, shared.counts);
   const handlers = telemetry.observe(
@@ -164,9 +169,12 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
       closing: () => closing,
       senderRefused: (reason, login) => telemetry.senderRefused(reason, login),
       track(work) {
-        const settled = work.catch(() => false);
+        const settled = work.catch((): MessageOutcome => 'refused');
         inflight.add(settled);
-        void settled.finally(() => inflight.delete(settled));
+        void settled.then((outcome) => {
+          inflight.delete(settled);
+          if (outcome === 'given-up' && !counted.has(settled)) shutOut++;
+        });
       },
     }),
   );
@@ -277,13 +285,14 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
     ...listening,
     ...(endpoint ? { http: { port: endpoint.port, host: endpoint.host } } : {}),
     close(closeOptions = {}) {
+      const { grace } = closeOptions;
+      // Checked before anything is done: a refused close leaves the relay taking mail as before.
+      if (grace !== undefined && (!Number.isInteger(grace) || grace < 0)) {
+        return Promise.reject(configError('grace', `expected a whole number of ms, got ${describe(grace)}`));
+      }
       if (closeOptions.abort) {
         aborter.abort(new EmlApiError('EABORT', 'the relay was closed with { abort: true }', { permanent: false }));
         if (closed) hurry();
-      }
-      const { grace } = closeOptions;
-      if (grace !== undefined && (!Number.isInteger(grace) || grace < 0)) {
-        return Promise.reject(configError('grace', `expected a whole number of ms, got ${describe(grace)}`));
       }
       closed ??= (async () => {
         closing = true;
@@ -291,11 +300,11 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
         telemetry.stopping();
         let givenUp = 0;
         server.stopAccepting();
-        if (grace === undefined) {
+        if (grace === undefined && !closeOptions.abort) {
           // A stalled client would otherwise hold close() for as long as it keeps its connection.
           giveUpArriving();
         } else {
-          const deadline = Date.now() + grace;
+          const deadline = Date.now() + (grace ?? 0);
           while (inflight.size > 0 && Date.now() < deadline && !hurriedNow) {
             let timer: NodeJS.Timeout | undefined;
             await Promise.race([
@@ -306,22 +315,28 @@ export async function startRelay(options: EmlApiRelayOptions, shared: RelayProce
             clearTimeout(timer);
           }
           const left = [...inflight];
-          if (left.length > 0) {
-            logger.warn(
-              { messages: left.length, graceMs: grace },
-              hurriedNow
-                ? 'Stopping at once: giving up the messages in flight'
-                : 'Grace period over: giving up the messages in flight',
-            );
+          counted = new Set(left);
+          if (left.length > 0 || closeOptions.abort) {
+            if (left.length > 0) {
+              logger.warn(
+                { messages: left.length, ...(grace === undefined ? {} : { graceMs: grace }) },
+                hurriedNow || grace === undefined
+                  ? 'Stopping at once: giving up the messages in flight'
+                  : 'Grace period over: giving up the messages in flight',
+              );
+            }
             giveUpArriving();
             aborter.abort(
               new EmlApiError('EABORT', 'the relay stopped: its grace period ran out', { permanent: false }),
             );
             // A write to the outbox that has started is not cut short: it may still end in a 250.
-            givenUp = (await Promise.all(left)).filter((accepted) => !accepted).length;
+            givenUp = (await Promise.all(left)).filter((outcome) => outcome !== 'accepted').length;
           }
         }
         while (inflight.size > 0) await Promise.allSettled([...inflight]);
+        // Told the relay is shutting down, and not among those in flight when it gave up: still arriving at a
+        // close() without grace, or sent after the give-up.
+        givenUp += shutOut;
         await server.close();
         await stop();
         await telemetry.close();

@@ -6,7 +6,7 @@ import { startEmulator, type Emulator } from '../../src/emulator/index.js';
 import { EmlApiQueueTransport, startOutboxWorker } from '../../src/queue/index.js';
 // The class itself, as the CLI uses it: only it can close a worker whose start never finishes (Redis down).
 import { OutboxWorker } from '../../src/queue/eml-api-worker.js';
-import { blockingClient } from '../../src/queue/bullmq-internals.js';
+import { blockingClient, queueClient } from '../../src/queue/bullmq-internals.js';
 import { startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { capturingLogger } from '../helpers/logger.js';
 import { eventually } from '../helpers/outbox.js';
@@ -240,6 +240,24 @@ describe('close() when Redis is down', () => {
       expect(states).not.toContain('active');
     } finally {
       await transport.close();
+      await proxy.close();
+    }
+  });
+
+  it('the producer closed between two tries to reconnect: the commands queued meanwhile fail at once, they do not wait for their timeout (it would hold the process that long)', async () => {
+    const proxy = await startRedisProxy(redis.port);
+    // The command timeout is the store timeout: long enough that only a failure at close settles the command.
+    const transport = new EmlApiQueueTransport({ connection: proxy.url, timeouts: { store: 600_000 } });
+    try {
+      await transport.verify();
+      const client = await queueClient(transport.queue);
+      await proxy.down();
+      await eventually(() => client.status === 'reconnecting', { what: 'the producer waiting to reconnect' });
+      // As a write's clean-up sent as Redis went away, which no caller waits for.
+      const queued = client.ping();
+      await transport.close();
+      await expect(queued).rejects.toThrow(/Connection is closed/);
+    } finally {
       await proxy.close();
     }
   });

@@ -16,11 +16,11 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { eventually } from '../helpers/async.js';
-import { startFakeService, type FakeService } from '../helpers/fake-service.js';
+import { DEFAULT_REPLY, startFakeService, type FakeService } from '../helpers/fake-service.js';
 import { startRedisHoldProxy, type RedisHoldProxy } from '../helpers/redis-hold-proxy.js';
 import { redisServerMissing, startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { EmlApiQueueTransport } from '../../src/queue/index.js';
-import { startEmlApiRelay } from '../../src/relay/index.js';
+import { startEmlApiRelay, type EmlApiRelay } from '../../src/relay/index.js';
 import { capturingLogger } from '../helpers/logger.js';
 import { SmtpDialog } from './relay-harness.js';
 import { nodeArgs } from '../helpers/compiled.js';
@@ -71,15 +71,23 @@ const big = (subject: string) =>
   `From: cron@example.test\r\nTo: ops@example.test\r\nSubject: ${subject}\r\nMessage-ID: <${subject}@example.test>\r\n\r\n` +
   `${'x'.repeat(998)}\r\n`.repeat(700);
 
-async function openData(port: number): Promise<SmtpDialog> {
+/** A session whose transaction has its sender and recipient, before DATA. */
+async function openTransaction(port: number): Promise<SmtpDialog> {
   const { dialog } = await SmtpDialog.open(port);
   opened.push(dialog);
   await dialog.command('EHLO client.example');
   expect((await dialog.command('MAIL FROM:<cron@example.test>')).code).toBe(250);
   expect((await dialog.command('RCPT TO:<ops@example.test>')).code).toBe(250);
+  return dialog;
+}
+
+async function openData(port: number): Promise<SmtpDialog> {
+  const dialog = await openTransaction(port);
   expect((await dialog.command('DATA')).code).toBe(354);
   return dialog;
 }
+
+const SMALL = 'From: cron@example.test\r\nTo: ops@example.test\r\nSubject: s\r\n\r\nbody\r\n';
 
 const spoolFolders = (folder: string) => readdirSync(folder).filter((name) => name.startsWith('eml-api-'));
 
@@ -188,6 +196,59 @@ describe('SIGTERM with spooled messages in flight', () => {
   });
 });
 
+describe('close() from code', () => {
+  const relays: EmlApiRelay[] = [];
+  afterEach(async () => {
+    await Promise.all(relays.splice(0).map((relay) => relay.close({ abort: true })));
+  });
+  async function relayFromCode() {
+    const relay = await startEmlApiRelay({ baseUrl: service.url, apiKey: KEY, port: 0, retry: false, logger: false });
+    relays.push(relay);
+    return relay;
+  }
+
+  it('refused for a grace that is no whole number of ms, it does nothing, abort included: the relay takes mail as before', async () => {
+    const relay = await relayFromCode();
+    service.answer(DEFAULT_REPLY);
+    await expect(relay.close({ abort: true, grace: 2.5 })).rejects.toMatchObject({ code: 'ECONFIG' });
+    const dialog = await openData(relay.port);
+    dialog.write(`${SMALL}.\r\n`);
+    expect((await dialog.reply()).code).toBe(250);
+    expect(await relay.close()).toEqual({ givenUp: 0 });
+  });
+
+  it('without grace: counts the messages it gives up, one still arriving and one whose DATA comes after (421); the one being uploaded gets its 250', async () => {
+    const relay = await relayFromCode();
+    const uploading = await openData(relay.port);
+    uploading.write(`${SMALL}.\r\n`);
+    const uploaded = uploading.reply();
+    await eventually(() => service.held === 1, { what: 'the upload held' });
+    const arriving = await openData(relay.port);
+    arriving.write(SMALL);
+    const late = await openTransaction(relay.port);
+    const closed = relay.close();
+    expect((await arriving.reply()).code).toBe(421);
+    expect((await late.command('DATA')).code).toBe(354);
+    expect((await late.reply()).code).toBe(421);
+    service.releaseAll();
+    expect((await uploaded).code).toBe(250);
+    expect(await closed).toEqual({ givenUp: 2 });
+  });
+
+  it('{ abort: true } without grace: counts what it gives up, the upload (451) and the message arriving (421)', async () => {
+    const relay = await relayFromCode();
+    const uploading = await openData(relay.port);
+    uploading.write(`${SMALL}.\r\n`);
+    await eventually(() => service.held === 1, { what: 'the upload held' });
+    const arriving = await openData(relay.port);
+    arriving.write(SMALL);
+    const closed = relay.close({ abort: true });
+    expect((await uploading.reply()).code).toBe(451);
+    expect((await arriving.reply()).code).toBe(421);
+    expect(await closed).toEqual({ givenUp: 2 });
+  });
+});
+
 describe('--outbox: a message whose Redis write has started when the relay gives up', () => {
   let redis: RedisServer | undefined;
   let proxy: RedisHoldProxy | undefined;
@@ -274,6 +335,36 @@ describe('--outbox: a message whose Redis write has started when the relay gives
       expect(await closed).toEqual({ givenUp: 1 });
       const refused = logger.lines.find((line) => line.message === 'Message refused');
       expect(refused?.meta.err).toMatch(/ETIMEDOUT/);
+    },
+  );
+
+  it.skipIf(redisServerMissing)(
+    'a message whose DATA comes after the relay gave up gets 421 and is counted as given up',
+    async () => {
+      redis = await startRedisServer();
+      proxy = await startRedisHoldProxy(redis.port);
+      const logger = capturingLogger();
+      const relay = await startEmlApiRelay({
+        baseUrl: service.url,
+        apiKey: KEY,
+        port: 0,
+        queue: { connection: proxy.url },
+        logger,
+      });
+      proxy.holdNext(/"contentKey"/);
+      const stored = await openData(relay.port);
+      stored.write(`${SMALL}.\r\n`);
+      const storedReply = stored.reply();
+      await eventually(() => proxy!.held > 0, { what: 'the job add held' });
+      const late = await openTransaction(relay.port);
+      const closed = relay.close({ grace: 60_000 });
+      void relay.close({ abort: true });
+      await eventually(() => logger.lines.some((line) => line.message.startsWith('Stopping at once')));
+      expect((await late.command('DATA')).code).toBe(354);
+      expect((await late.reply()).code).toBe(421);
+      proxy.release();
+      expect((await storedReply).code).toBe(250);
+      expect(await closed).toEqual({ givenUp: 1 });
     },
   );
 
