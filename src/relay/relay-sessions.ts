@@ -413,7 +413,8 @@ export function relaySessionHandlers(relay: RelayState): SessionHandlers {
         const cut = relay.slots.dataCut(session);
         if (cut) {
           logger.warn({ ...where, reply: `${cut.code} ${cut.text}` }, 'Message refused');
-          return callback(replyError(cut));
+          callback(replyError(cut));
+          return 'refused';
         }
         if (stage === 'client') {
           logger.warn(where, 'Message abandoned: the client disconnected before the end of DATA');
