@@ -166,7 +166,7 @@ export class EmlApiMetrics {
     });
     this.#relayMessages = new client.Counter({
       name: 'eml_api_relay_messages_total',
-      help: 'Messages the SMTP relay answered after DATA, by outcome (accepted, refused), SMTP reply code and the login that sent them (none without AUTH)',
+      help: 'Messages the SMTP relay received with DATA, by outcome (accepted, refused, abandoned: the client left before the end of DATA), SMTP reply code (none when abandoned) and the login that sent them (none without AUTH)',
       labelNames: ['outcome', 'code', 'login'],
       registers,
     });
@@ -282,10 +282,17 @@ export class EmlApiMetrics {
     this.#uploadSeconds.observe({ component }, seconds);
   }
 
-  /** A message the relay answered after DATA, with its session's login (none without AUTH). */
-  recordRelayMessage(code: number, bytes: number, seconds: number, login?: string): void {
-    const outcome = code >= 200 && code < 300 ? 'accepted' : 'refused';
-    this.#relayMessages.inc({ outcome, code: String(code), ...(login === undefined ? {} : { login }) });
+  /**
+   * A message the relay answered after DATA, with its session's login (none without AUTH).
+   * @param code the reply its client heard; undefined when the client left before the end of DATA (abandoned)
+   */
+  recordRelayMessage(code: number | undefined, bytes: number, seconds: number, login?: string): void {
+    const outcome = code === undefined ? 'abandoned' : code >= 200 && code < 300 ? 'accepted' : 'refused';
+    this.#relayMessages.inc({
+      outcome,
+      ...(code === undefined ? {} : { code: String(code) }),
+      ...(login === undefined ? {} : { login }),
+    });
     this.#relayBytes.observe(bytes);
     this.#relaySeconds.observe(seconds);
   }

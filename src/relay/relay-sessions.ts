@@ -418,7 +418,9 @@ export function relaySessionHandlers(relay: RelayState): SessionHandlers {
         }
         if (stage === 'client') {
           logger.warn(where, 'Message abandoned: the client disconnected before the end of DATA');
-          callback(replyError({ code: 451, text: `4.4.2 ${(err as Error).message}` }));
+          callback(
+            Object.assign(replyError({ code: 451, text: `4.4.2 ${(err as Error).message}` }), { clientGone: true }),
+          );
           return 'refused';
         }
         if (relay.arriving.aborted && !stream.writableEnded) {

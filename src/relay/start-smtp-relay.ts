@@ -431,7 +431,9 @@ export class RelayTelemetry {
       const reply: typeof callback = (err, message) => {
         const code = err ? ((err as { responseCode?: number }).responseCode ?? 451) : 250;
         const bytes = (stream as { byteLength?: number }).byteLength ?? 0;
-        metrics?.recordRelayMessage(code, bytes, (performance.now() - started) / 1000, this.#loginLabel(login));
+        // A client that left mid-DATA hears no reply: its message is abandoned, not refused.
+        const heard = (err as { clientGone?: boolean } | null | undefined)?.clientGone ? undefined : code;
+        metrics?.recordRelayMessage(heard, bytes, (performance.now() - started) / 1000, this.#loginLabel(login));
         span.set({ 'smtp.reply_code': code, 'eml_api.bytes': bytes });
         if (err) span.fail(Object.assign(new Error(err.message), { code: `SMTP_${code}` }));
         span.end();

@@ -92,6 +92,28 @@ describe('the relay with its http port', () => {
     held.destroy();
   });
 
+  it('counts a message whose client left mid-DATA as abandoned, not as a refusal it never heard', async () => {
+    const r = await relay();
+    const url = `http://127.0.0.1:${r.http!.port}`;
+    const client = connect(r.port, '127.0.0.1');
+    let heard = '';
+    client.on('data', (chunk: Buffer) => (heard += chunk.toString()));
+    const said = async (code: string) =>
+      eventually(() => heard.includes(`\r\n${code} `) || heard.startsWith(`${code} `));
+    await said('220');
+    client.write('EHLO client.example\r\n');
+    await said('250');
+    client.write('MAIL FROM:<cron@example.test>\r\nRCPT TO:<ann@example.test>\r\nDATA\r\n');
+    await said('354');
+    client.write('From: cron@example.test\r\nTo: ann@example.test\r\nSubject: half\r\n\r\nHalf a mess');
+    client.destroy();
+    await eventually(async () => /eml_api_relay_messages_total\{/.test((await get(`${url}/metrics`)).text));
+    const { text } = await get(`${url}/metrics`);
+    expect(sample(text, 'eml_api_relay_messages_total', { outcome: 'abandoned' })).toBe(1);
+    expect(text).not.toMatch(/eml_api_relay_messages_total\{outcome="refused"/);
+    if (!promtoolMissing) expect(promtoolProblems(text)).toBe('');
+  });
+
   it('is ready when the service takes its key, says why not otherwise, and is alive', async () => {
     const r = await relay();
     const url = `http://127.0.0.1:${r.http!.port}`;
