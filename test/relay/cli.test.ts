@@ -1,4 +1,5 @@
 /** `eml-api relay`, run in-process through runCli with captured streams and a stop signal. */
+import { generateKeyPairSync } from 'node:crypto';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import nodemailer from 'nodemailer';
@@ -91,6 +92,20 @@ describe('eml-api relay', () => {
       expect(run.errors()).toMatch(/could not listen on 127\.0\.0\.1:\d+.*EADDRINUSE/);
     } finally {
       busy.close();
+    }
+  });
+
+  it('a --tls-key that does not match --tls-cert is a usage error naming both (exit 2)', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'relay-tls-'));
+    try {
+      const other = join(dir, 'other-key.pem');
+      const { privateKey } = generateKeyPairSync('ec', { namedCurve: 'prime256v1' });
+      await writeFile(other, privateKey.export({ type: 'pkcs8', format: 'pem' }));
+      const run = cli(['--url', emu.url, '--port', '0', '--tls-cert', TEST_CERT, '--tls-key', other]);
+      expect(await run.exit).toBe(2);
+      expect(run.errors()).toMatch(/--tls-key .*other-key\.pem.* does not match --tls-cert .*test-cert\.pem/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
     }
   });
 

@@ -1,4 +1,6 @@
+import { createPrivateKey, X509Certificate } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
+import { createSecureContext } from 'node:tls';
 import { parseArgs } from 'node:util';
 import { EmlApiError } from '../../shared/eml-api-error.js';
 import { isMissingPeer, type EmlApiLogger } from '../../shared/options-kit.js';
@@ -235,11 +237,19 @@ export async function relayCommand(args: string[], io: CliIo): Promise<number> {
       : {}),
   };
   if (values['tls-cert'] && values['tls-key']) {
-    options.tls = {
-      cert: await readPem(values['tls-cert'], '--tls-cert'),
-      key: await readPem(values['tls-key'], '--tls-key'),
-      implicit: values['tls-implicit'] ?? false,
-    };
+    const cert = await readPem(values['tls-cert'], '--tls-cert');
+    const key = await readPem(values['tls-key'], '--tls-key');
+    try {
+      // OpenSSL takes a key of another type than the certificate's, and STARTTLS would then fail for every client.
+      if (!new X509Certificate(cert).checkPrivateKey(createPrivateKey(key))) throw new Error('another key pair');
+      createSecureContext({ cert, key });
+    } catch (err) {
+      throw new UsageError(
+        `--tls-key ${values['tls-key']} does not match --tls-cert ${values['tls-cert']}, or one of them is not a PEM ` +
+          `certificate or key (${(err as Error).message})`,
+      );
+    }
+    options.tls = { cert, key, implicit: values['tls-implicit'] ?? false };
   }
   const processes = processesFlag(values.processes);
   const secrets = [apiKey, redisPassword(redis)];
