@@ -164,6 +164,8 @@ export class ClientSlots {
       };
       this.#dataCuts.set(session, cut);
       this.#server?.connectionOf(session)?.reply(cut.code, cut.text);
+      // The message ends with the reply: smtp-server would end its stream only once the client closes its side too.
+      stream.destroy();
     };
     timer = setTimeout(check, allowed());
     timer.unref();

@@ -432,10 +432,11 @@ export class RelayTelemetry {
         const code = err ? ((err as { responseCode?: number }).responseCode ?? 451) : 250;
         const bytes = (stream as { byteLength?: number }).byteLength ?? 0;
         // A client that left mid-DATA hears no reply: its message is abandoned, not refused.
-        const heard = (err as { clientGone?: boolean } | null | undefined)?.clientGone ? undefined : code;
+        const gone = (err as { clientGone?: boolean } | null | undefined)?.clientGone === true;
+        const heard = gone ? undefined : code;
         metrics?.recordRelayMessage(heard, bytes, (performance.now() - started) / 1000, this.#loginLabel(login));
-        span.set({ 'smtp.reply_code': code, 'eml_api.bytes': bytes });
-        if (err) span.fail(Object.assign(new Error(err.message), { code: `SMTP_${code}` }));
+        span.set({ 'smtp.reply_code': heard, 'eml_api.bytes': bytes });
+        if (err) span.fail(Object.assign(new Error(err.message), { code: gone ? 'ESTREAM' : `SMTP_${code}` }));
         span.end();
         callback(err, message);
       };

@@ -112,6 +112,10 @@ describe('the relay with its http port', () => {
     expect(sample(text, 'eml_api_relay_messages_total', { outcome: 'abandoned' })).toBe(1);
     expect(text).not.toMatch(/eml_api_relay_messages_total\{outcome="refused"/);
     if (!promtoolMissing) expect(promtoolProblems(text)).toBe('');
+    // Its span tells of no reply either.
+    const span = tracing.spans().find((s) => s.name === 'eml-api.relay')!;
+    expect(span.attributes['smtp.reply_code']).toBeUndefined();
+    expect(span.attributes['error.type']).toBe('ESTREAM');
   });
 
   it('is ready when the service takes its key, says why not otherwise, and is alive', async () => {

@@ -162,6 +162,34 @@ describe('DATA deadline and minimum rate (dataTimeout, minDataRate)', () => {
     );
   });
 
+  it('a message cut off is over at once, while its client still holds the connection: a shutdown then gives nothing up', async () => {
+    const warnings: [string, unknown][] = [];
+    const quiet = () => undefined;
+    const logger = {
+      debug: quiet,
+      info: quiet,
+      error: quiet,
+      warn: (f: Record<string, unknown>, m: string) => warnings.push([m, f.reply]),
+    };
+    const relay = await start({ timeouts: { idle: 60_000, data: 300 }, minDataRate: 1, logger });
+    // A client that does not close its side when the relay closes its own (smtplib, or a stalled client).
+    const socket = netConnect({ port: relay.port, host: '127.0.0.1', localAddress: '127.0.0.33', allowHalfOpen: true });
+    silentSockets.push(socket);
+    let heard = '';
+    socket.on('data', (chunk: Buffer) => (heard += chunk.toString()));
+    const said = (code: string) => eventually(() => heard.includes(`\r\n${code} `) || heard.startsWith(`${code} `));
+    await said('220');
+    socket.write('EHLO client.example\r\nMAIL FROM:<app@example.test>\r\nRCPT TO:<ann@example.test>\r\nDATA\r\n');
+    await said('354');
+    socket.write('From: app@example.test\r\nTo: ann@example.test\r\nSubject: cut-held\r\n\r\nHalf a mess');
+    await said('421');
+    // Well within the 5 s smtp-server waits for a client to close its side after a 421.
+    expect(await relay.close({ grace: 4_000 })).toEqual({ givenUp: 0 });
+    expect(warnings).toEqual([
+      ['Message refused', expect.stringMatching(/^421 4\.4\.2 The message did not arrive in time/)],
+    ]);
+  });
+
   it('a message arriving fast enough but past dataTimeout is cut off too', async () => {
     const relay = await start({ timeouts: { idle: 60_000, data: 300 }, minDataRate: 1 });
     const { dialog } = await connect(relay, '127.0.0.31');
