@@ -311,20 +311,26 @@ describe('--outbox: a message whose Redis write has started when the relay gives
     },
   );
 
+  /** A relay storing in a real Redis behind the hold proxy, whose next job add is held. */
+  async function outboxRelayHoldingItsAdd(timeouts?: { store: number }) {
+    redis = await startRedisServer();
+    proxy = await startRedisHoldProxy(redis.port);
+    const logger = capturingLogger();
+    const relay = await startEmlApiRelay({
+      baseUrl: service.url,
+      apiKey: KEY,
+      port: 0,
+      queue: { connection: proxy.url, ...(timeouts ? { timeouts } : {}) },
+      logger,
+    });
+    proxy.holdNext(/"contentKey"/);
+    return { relay, logger, proxy };
+  }
+
   it.skipIf(redisServerMissing)(
     'a write that then fails (its store timeout, not the stop) gets 451 and is counted as given up',
     async () => {
-      redis = await startRedisServer();
-      proxy = await startRedisHoldProxy(redis.port);
-      const logger = capturingLogger();
-      const relay = await startEmlApiRelay({
-        baseUrl: service.url,
-        apiKey: KEY,
-        port: 0,
-        queue: { connection: proxy.url, timeouts: { store: 1000 } },
-        logger,
-      });
-      proxy.holdNext(/"contentKey"/);
+      const { relay, logger } = await outboxRelayHoldingItsAdd({ store: 1000 });
       const dialog = await openData(relay.port);
       dialog.write('From: cron@example.test\r\nTo: ops@example.test\r\nSubject: s\r\n\r\nbody\r\n.\r\n');
       const reply = dialog.reply();
@@ -341,17 +347,7 @@ describe('--outbox: a message whose Redis write has started when the relay gives
   it.skipIf(redisServerMissing)(
     'a message whose DATA comes after the relay gave up gets 421 and is counted as given up',
     async () => {
-      redis = await startRedisServer();
-      proxy = await startRedisHoldProxy(redis.port);
-      const logger = capturingLogger();
-      const relay = await startEmlApiRelay({
-        baseUrl: service.url,
-        apiKey: KEY,
-        port: 0,
-        queue: { connection: proxy.url },
-        logger,
-      });
-      proxy.holdNext(/"contentKey"/);
+      const { relay, logger, proxy: held } = await outboxRelayHoldingItsAdd();
       const stored = await openData(relay.port);
       stored.write(`${SMALL}.\r\n`);
       const storedReply = stored.reply();
@@ -362,7 +358,7 @@ describe('--outbox: a message whose Redis write has started when the relay gives
       await eventually(() => logger.lines.some((line) => line.message.startsWith('Stopping at once')));
       expect((await late.command('DATA')).code).toBe(354);
       expect((await late.reply()).code).toBe(421);
-      proxy.release();
+      held.release();
       expect((await storedReply).code).toBe(250);
       expect(await closed).toEqual({ givenUp: 1 });
     },
