@@ -92,14 +92,16 @@ export async function addJob(
     name: string;
     data: OutboxJobRecord;
     json?: string;
-    opts: JobsOptions & { jobId: string };
+    /** BullMQ's options, the same object for every job of a producer (see {@link addCommand}). */
+    options: JobsOptions;
+    jobId: string;
     contentKey: string;
     replicas?: { count: number; timeoutMs: number } | undefined;
   },
 ): Promise<AddedJob> {
   const client = await queueClient(queue);
   const location = queueLocationOf(queue);
-  const { jobId } = job.opts;
+  const { jobId } = job;
   const jobKey = queueKey(location, jobId);
   const failedKey = queueKey(location, 'failed');
   const sent = runGuardedAdd(

@@ -68,19 +68,42 @@ export interface AddCommand {
   data?: string;
 }
 
+/** A job to add: `options` (BullMQ's, without `jobId`) are read once per object, and must not change after. */
+export interface JobToAdd {
+  name: string;
+  data: unknown;
+  options: JobsOptions;
+  jobId: string;
+}
+
 /**
  * BullMQ's add of a job as one command, built by `Job#addJob` against a client that only records it (nothing is sent).
+ * With `json`, the command of a queue, job name and options is built by BullMQ once and then reused, with each job's
+ * id and timestamp put in (see {@link AddTemplate}).
  * @throws {Error} naming the BullMQ version when it asked for more or less than one add script
  */
-export function addCommand(
-  queue: Queue,
-  job: { name: string; data: unknown; opts: JobsOptions & { jobId: string } },
-  json?: string,
-): AddCommand {
-  const { Job } = loadBullmq();
+export function addCommand(queue: Queue, job: JobToAdd, json?: string): AddCommand {
   // BullMQ's JSON.stringify is slow on long strings (inline content); it checks the data's size only with `sizeLimit`.
-  const data = json !== undefined && job.opts.sizeLimit === undefined ? json : undefined;
-  const bullJob = new Job(queue, job.name, data === undefined ? job.data : {}, job.opts, job.opts.jobId);
+  if (json === undefined || job.options.sizeLimit !== undefined) return recordAdd(queue, job).command;
+  const template = addTemplate(queue, job);
+  const header = stringHeaderSize(job.jobId);
+  if (template?.checked.has(header)) {
+    return { script: template.script, args: template.fill(job.jobId, Date.now()), data: json };
+  }
+  const own = recordAdd(queue, { ...job, data: {} });
+  // An id of a length not seen yet has a MessagePack header of another size: checked against BullMQ's own once.
+  if (template) {
+    if (sameCommand(template.fill(job.jobId, own.timestamp), own.command.args)) template.checked.add(header);
+    else forget(queue, job);
+  }
+  return { ...own.command, data: json };
+}
+
+/** BullMQ's add of `job`, recorded, and the timestamp its Job took. */
+function recordAdd(queue: Queue, job: JobToAdd): { command: AddCommand; timestamp: number } {
+  const { Job } = loadBullmq();
+  const opts = { ...job.options, jobId: job.jobId };
+  const bullJob = new Job(queue, job.name, job.data, opts, job.jobId);
   const seen: AddCommand[] = [];
   // BullMQ 6 calls `runCommand(name, args)` on the client it is given, BullMQ 5 `client[name](args)`.
   const record = (script: string, args: unknown) => {
@@ -103,7 +126,149 @@ export function addCommand(
   if (seen.length !== 1 || !ADD_SCRIPT.test(command!.script)) {
     throw changed(`asked for ${seen.map((c) => c.script).join(', ') || 'no command'} to add a job, not one add script`);
   }
-  return data === undefined ? command! : { ...command!, data };
+  return { command: command!, timestamp: bullJob.timestamp };
+}
+
+/**
+ * The add command of one queue, job name and options (data `{}`), with the places of the job's id and timestamp in
+ * its MessagePack arguments. Building a BullMQ Job and packing its arguments for every job cost the relay more CPU
+ * than the rest of its Redis write.
+ */
+interface AddTemplate {
+  script: string;
+  fill(jobId: string, timestamp: number): unknown[];
+  /** The sizes of the id's MessagePack header the template was checked with against BullMQ's command. */
+  checked: Set<number>;
+}
+
+/** Per queue, per options object, per job name; null where BullMQ builds every add. */
+const templates = new WeakMap<object, WeakMap<object, Map<string, AddTemplate | null>>>();
+
+function templatesOf(queue: Queue, job: JobToAdd): Map<string, AddTemplate | null> {
+  let byOptions = templates.get(queue);
+  if (!byOptions) templates.set(queue, (byOptions = new WeakMap()));
+  let byName = byOptions.get(job.options);
+  if (!byName) byOptions.set(job.options, (byName = new Map()));
+  return byName;
+}
+
+/** A template that did not give BullMQ's command: BullMQ builds every add of its kind from now on. */
+function forget(queue: Queue, job: JobToAdd): void {
+  templatesOf(queue, job).set(job.name, null);
+}
+
+/**
+ * The template of `job`'s add, made once; null when BullMQ's command does not come out the same from it (a BullMQ
+ * that packs the id or time otherwise, options that vary with them).
+ */
+function addTemplate(queue: Queue, job: JobToAdd): AddTemplate | null {
+  const known = templatesOf(queue, job);
+  const found = known.get(job.name);
+  if (found !== undefined) return found;
+  const build = (jobId: string) => recordAdd(queue, { ...job, data: {}, jobId });
+  // Two ids of different lengths: a template filled with the second must give BullMQ's own command for it.
+  const first = build('emlApiTemplateId');
+  const second = build('emlApiTemplateIdCheck');
+  const template = makeTemplate(first.command, 'emlApiTemplateId', first.timestamp);
+  const made =
+    template && sameCommand(template.fill('emlApiTemplateIdCheck', second.timestamp), second.command.args)
+      ? template
+      : null;
+  made?.checked.add(stringHeaderSize('emlApiTemplateIdCheck'));
+  known.set(job.name, made);
+  return made;
+}
+
+/** A part of an argument: bytes kept, or where the id or the timestamp goes. */
+type Piece = Buffer | 'id' | 'time';
+
+function makeTemplate(command: AddCommand, jobId: string, timestamp: number): AddTemplate | null {
+  const id = packedString(jobId);
+  const time = Buffer.alloc(TIME_BYTES);
+  writeTime(time, 0, timestamp);
+  let times = 0;
+  const parts = command.args.map((arg): Piece[] | undefined => {
+    if (typeof arg === 'string') return arg.includes(jobId) ? [] : undefined;
+    if (!Buffer.isBuffer(arg)) return undefined;
+    const pieces: Piece[] = [];
+    let from = 0;
+    for (;;) {
+      const atId = arg.indexOf(id, from);
+      const atTime = arg.indexOf(time, from);
+      const at = atId === -1 ? atTime : atTime === -1 ? atId : Math.min(atId, atTime);
+      if (at === -1) break;
+      pieces.push(arg.subarray(from, at), at === atId ? 'id' : 'time');
+      if (at !== atId) times++;
+      from = at + (at === atId ? id.length : time.length);
+    }
+    if (pieces.length === 0) return undefined;
+    pieces.push(arg.subarray(from));
+    return pieces;
+  });
+  // An id in a string argument (a key) cannot be told from the rest; the time must be in one place.
+  if (parts.some((p) => p?.length === 0) || times !== 1) return null;
+  const fillArg = (pieces: Piece[], jobId: string, timestamp: number): Buffer => {
+    const idBytes = Buffer.byteLength(jobId);
+    let size = 0;
+    for (const piece of pieces) {
+      size += piece === 'id' ? stringHeaderSize(jobId) + idBytes : piece === 'time' ? TIME_BYTES : piece.length;
+    }
+    const out = Buffer.allocUnsafe(size);
+    let at = 0;
+    for (const piece of pieces) {
+      if (piece === 'id') at = writeString(out, at, jobId, idBytes);
+      else if (piece === 'time') at = writeTime(out, at, timestamp);
+      else at += piece.copy(out, at);
+    }
+    return out;
+  };
+  return {
+    script: command.script,
+    checked: new Set(),
+    fill: (jobId, timestamp) => command.args.map((arg, i) => (parts[i] ? fillArg(parts[i], jobId, timestamp) : arg)),
+  };
+}
+
+function sameCommand(a: unknown[], b: unknown[]): boolean {
+  return (
+    a.length === b.length &&
+    a.every((x, i) => (Buffer.isBuffer(x) && Buffer.isBuffer(b[i]) ? x.equals(b[i] as Buffer) : x === b[i]))
+  );
+}
+
+/** The size of the header MessagePack writes before a string of this many UTF-8 bytes (str 8/16/32). */
+function stringHeaderSize(value: string, bytes = Buffer.byteLength(value)): number {
+  return bytes < 32 ? 1 : bytes < 0x100 ? 2 : bytes < 0x10000 ? 3 : 5;
+}
+
+function writeString(out: Buffer, at: number, value: string, bytes: number): number {
+  const header = stringHeaderSize(value, bytes);
+  if (header === 1) out[at] = 0xa0 | bytes;
+  else if (header === 2) out.writeUInt16BE(0xd900 | bytes, at);
+  else if (header === 3) {
+    out[at] = 0xda;
+    out.writeUInt16BE(bytes, at + 1);
+  } else {
+    out[at] = 0xdb;
+    out.writeUInt32BE(bytes, at + 1);
+  }
+  return at + header + out.write(value, at + header, 'utf8');
+}
+
+function packedString(value: string): Buffer {
+  const bytes = Buffer.byteLength(value);
+  const out = Buffer.alloc(stringHeaderSize(value, bytes) + bytes);
+  writeString(out, 0, value, bytes);
+  return out;
+}
+
+/** MessagePack writes a time in ms (a number past 32 bits) as float 64. */
+const TIME_BYTES = 9;
+
+function writeTime(out: Buffer, at: number, ms: number): number {
+  out[at] = 0xcb;
+  out.writeDoubleBE(ms, at + 1);
+  return at + TIME_BYTES;
 }
 
 const combined = new WeakMap<object, Map<string, { name: string; keys: number }>>();
@@ -137,9 +302,10 @@ export function runGuardedAdd(
   const args = [...command.args];
   if (command.data !== undefined) {
     if (args[keys + 1] !== '{}') throw changed("took a job's data elsewhere than ARGV[2] of its add script");
-    args[keys + 1] = command.data;
+    // As bytes: ioredis measures and copies a string argument three times over when others are Buffers.
+    args[keys + 1] = Buffer.from(command.data);
   }
-  const data = args[keys + 1];
+  const data = command.data ?? args[keys + 1];
   if (typeof data !== 'string') throw changed("took a job's data elsewhere than ARGV[2] of its add script");
   const answer = run.call(redis, ...args.slice(0, keys), ...readKeys, ...args.slice(keys), ...readArgs);
   return { answer, data };

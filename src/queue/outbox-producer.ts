@@ -358,7 +358,8 @@ export class OutboxProducer {
           name: message.kind,
           data,
           json,
-          opts: { ...this.#settings.jobOptions, jobId },
+          options: this.#settings.jobOptions,
+          jobId,
           contentKey,
           replicas: this.#settings.replicas,
         };

@@ -35,7 +35,8 @@ beforeEach(async () => {
 const job = (jobId: string, subject: string) => ({
   name: 'eml',
   data: { kind: 'eml', contentKey: `bull:eml-api:content:${jobId}:1-00`, subject } as unknown as OutboxJobRecord,
-  opts: { jobId },
+  options: {},
+  jobId,
   contentKey: `bull:eml-api:content:${jobId}:1-00`,
 });
 

@@ -2,7 +2,7 @@ import { once } from 'node:events';
 import type { Job } from 'bullmq';
 import { Queue, QueueKeys, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import {
   ADD_SCRIPT,
   BULLMQ_KEY_NAMES,
@@ -14,7 +14,7 @@ import {
 } from '../../src/queue/bullmq-internals.js';
 import { PAUSE_MARK } from '../../src/queue/outbox-admin.js';
 import { jobLockKey, queueKey, resolveQueueLocation } from '../../src/queue/queue-location.js';
-import { requireQueuePeers } from '../../src/queue/redis-connection.js';
+import { loadBullmq, requireQueuePeers } from '../../src/queue/redis-connection.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 /**
@@ -113,6 +113,46 @@ describe(`BullMQ ${version}, as the outbox uses it`, () => {
     }
   });
 
+  it("reuses BullMQ's add command of a queue, name and options, with each job's id and time put in as BullMQ puts them", async () => {
+    const { queue, close } = await openQueue();
+    const addJob = vi.spyOn(loadBullmq().Job.prototype, 'addJob');
+    // A fixed clock, so that BullMQ's own command (its Job takes Date.now()) can be compared byte for byte.
+    vi.useFakeTimers({ toFake: ['Date'] });
+    try {
+      const producerOptions = { attempts: 5, backoff: { type: 'custom' }, removeOnComplete: { age: 3600 } };
+      for (const opts of [{}, { priority: 3 }, { delay: 60_000 }, producerOptions]) {
+        // Ids whose MessagePack headers differ in size (fixstr, str 8, str 16, str 32), one of them not ASCII.
+        for (const jobId of [
+          'j',
+          'x'.repeat(40),
+          'é'.repeat(20),
+          'w'.repeat(200),
+          'y'.repeat(300),
+          'z'.repeat(70_000),
+        ]) {
+          for (const at of [Date.UTC(2026, 10, 29, 12), Date.UTC(2031, 0, 1, 0, 0, 0, 7)]) {
+            vi.setSystemTime(at);
+            const job = { name: 'eml', data: {}, options: opts, jobId };
+            const reused = addCommand(queue, job, '{"n":1}');
+            const bullmqs = addCommand(queue, job);
+            expect(reused.args, changed(`how it packs an add's arguments (${JSON.stringify(opts)})`)).toEqual(
+              bullmqs.args,
+            );
+            expect(reused.data).toBe('{"n":1}');
+          }
+        }
+      }
+      addJob.mockClear();
+      for (let i = 0; i < 20; i++)
+        addCommand(queue, { name: 'eml', data: {}, options: producerOptions, jobId: `k${i}` }, '{}');
+      expect(addJob).not.toHaveBeenCalled();
+    } finally {
+      vi.useRealTimers();
+      addJob.mockRestore();
+      await close();
+    }
+  });
+
   it('adds a job with one add script, its data as JSON in ARGV[2], run guarded inside a function', async () => {
     // The guard records what it is given, and refuses the job named "refused" as the outbox's guard refuses one;
     // the read after the add answers its own keys and arguments, and what the add left.
@@ -130,7 +170,7 @@ if string.find(ARGV[2], '"refused"', 1, true) then return -1000 end
         const jobId = i === 3 ? 'refused' : `j${i}`;
         const data = i === 3 ? { refused: true } : { n: i };
         const json = i === 4 ? '{"given":4}' : undefined;
-        const command = addCommand(queue, { name: 'eml', data, opts: { ...opts, jobId } }, json);
+        const command = addCommand(queue, { name: 'eml', data, options: opts, jobId }, json);
         expect(command.script, changed('the name of its add scripts')).toMatch(ADD_SCRIPT);
         const { answer } = runGuardedAdd(
           client,

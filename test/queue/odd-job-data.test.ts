@@ -63,7 +63,8 @@ describe('a queued job whose data holds odd characters', () => {
     const added = await addJob(recordQueue(outbox.transport.queue), {
       name: 'eml',
       data,
-      opts: { jobId: 'odd-2' },
+      options: {},
+      jobId: 'odd-2',
       contentKey,
     });
     expect(added).toMatchObject({ kind: 'added', state: { refused: true, data: null } });
