@@ -490,13 +490,15 @@ interface RunFigures {
   peakRssMb: number[];
 }
 
-type RunnerName = 'postfix' | 'direct1' | 'direct2' | 'stored1' | 'stored2';
+type RunnerName = 'postfix' | 'direct1' | 'direct2' | 'stored1' | 'stored2' | 'held1' | 'held2';
 const RUNNER_LABELS: Record<RunnerName, string> = {
   postfix: 'Postfix',
   direct1: 'direct relay, 1 process',
   direct2: 'direct relay, 2 processes',
   stored1: 'store-and-forward relay, 1 process (+ 1 outbox worker draining)',
   stored2: 'store-and-forward relay, 2 processes (+ 1 outbox worker draining)',
+  held1: 'store-and-forward relay, 1 process, its worker stopped (SIGSTOP) until the relay accepted all',
+  held2: 'store-and-forward relay, 2 processes, its worker stopped (SIGSTOP) until the relay accepted all',
 };
 
 /** The relay-vs-Postfix rows, or why the section was skipped. */
@@ -602,11 +604,14 @@ export async function postfixBenchmarks(
             };
           },
           ...Object.fromEntries(
-            (Object.keys(relays) as (keyof typeof relays)[]).map((name) => [
+            (['direct1', 'direct2', 'stored1', 'stored2', 'held1', 'held2'] as const).map((name) => [
               name,
               async (count: number): Promise<RunFigures> => {
-                const relay = relays[name];
-                const stored = name.startsWith('stored');
+                // The held runners are the store-and-forward relays with the worker stopped while they accept: the
+                // relay's own CPU without the worker's competing for the same 2 cores.
+                const held = name.startsWith('held');
+                const relay = relays[held ? (name === 'held1' ? 'stored1' : 'stored2') : (name as keyof typeof relays)];
+                const stored = name.startsWith('stored') || held;
                 const before = (await sinks.stats()).requests;
                 const cpu0 = {
                   relay: treeCpuMs(relay.child.pid!),
@@ -614,12 +619,24 @@ export async function postfixBenchmarks(
                   redis: treeCpuMs(redisPid),
                   sink: treeCpuMs(sinks.pid),
                 };
-                const { rate, peak } = await sampled(relay.child.pid!, () =>
-                  smtpSourceRate(tools.smtpSource, relay.port, count, reuse),
-                );
+                if (held) process.kill(workerPid, 'SIGSTOP');
+                let accepted: { rate: number; peak: number[] };
+                let relayCpu: number;
+                try {
+                  accepted = await sampled(relay.child.pid!, () =>
+                    smtpSourceRate(tools.smtpSource, relay.port, count, reuse),
+                  );
+                  relayCpu = (treeCpuMs(relay.child.pid!) - cpu0.relay) / count;
+                } finally {
+                  if (held) process.kill(workerPid, 'SIGCONT');
+                }
+                const { rate, peak } = accepted;
                 // Store-and-forward: the worker sends meanwhile, and its CPU counts until it sent them all.
                 if (stored) await delivered(before, count, 'the outbox worker');
-                const cpu: Record<string, number> = { relay: (treeCpuMs(relay.child.pid!) - cpu0.relay) / count };
+                // Held, the relay's CPU counts while it accepts (it does nothing after).
+                const cpu: Record<string, number> = {
+                  relay: held ? relayCpu : (treeCpuMs(relay.child.pid!) - cpu0.relay) / count,
+                };
                 if (stored) {
                   cpu.worker = (treeCpuMs(workerPid) - cpu0.worker) / count;
                   cpu.redis = (treeCpuMs(redisPid) - cpu0.redis) / count;
@@ -665,7 +682,7 @@ export async function postfixBenchmarks(
               .join(' + ')})`,
           );
         }
-        for (const name of names.filter((n) => n !== 'postfix')) {
+        for (const name of names.filter((n) => n !== 'postfix' && !n.startsWith('held'))) {
           const ratios = figures[name].map((f, i) => f.rate / figures.postfix[i]!.rate);
           const cpuRatios = figures[name].map((f, i) => serverCpu(name, f.cpu) / figures.postfix[i]!.cpu.postfix!);
           const stored = name.startsWith('stored');
@@ -714,6 +731,20 @@ export async function postfixBenchmarks(
             ratio: median(ratios),
             target: '< 1',
             met: median(ratios) < 1,
+          });
+          const alone = figures[`held${processes}` as RunnerName].map(
+            (f, i) => f.cpu.relay! / figures[`direct${processes}` as RunnerName][i]!.cpu.relay!,
+          );
+          rows.push({
+            benchmark: 'relay CPU per message (reference)',
+            case: `${shape}, ${processes} process${processes > 1 ? 'es' : ''}: store-and-forward relay with its worker stopped while it accepts, against the direct relay (per-round ratios ${alone.map((r) => r.toFixed(2)).join(' ')})`,
+            value: relayCpu(`held${processes}` as RunnerName),
+            unit: 'ms',
+            reference: 'direct relay',
+            referenceValue: relayCpu(`direct${processes}` as RunnerName),
+            ratio: median(alone),
+            target: '-',
+            met: true,
           });
         }
         const postfixPeak = median(figures.postfix.map((f) => f.peakRssMb[0] ?? 0));
