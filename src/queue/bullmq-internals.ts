@@ -89,12 +89,14 @@ export function addCommand(queue: Queue, job: JobToAdd, json?: string): AddComma
   const template = addTemplate(queue, job);
   const header = stringHeaderSize(job.jobId);
   const now = Date.now();
-  if (template?.checked.has(header) && fits(job.jobId, now)) {
+  const fit = fits(job.jobId, now);
+  if (template?.checked.has(header) && fit) {
     return { script: template.script, args: template.fill(job.jobId, now), data: json };
   }
   const own = recordAdd(queue, { ...job, data: {} });
-  // An id of a length not seen yet has a MessagePack header of another size: checked against BullMQ's own once.
-  if (template) {
+  // An id of a length not seen yet has a MessagePack header of another size: checked against BullMQ's own once (with
+  // an id and time the template can take: another would forget it for every add after).
+  if (template && fit && fits(job.jobId, own.timestamp)) {
     if (sameCommand(template.fill(job.jobId, own.timestamp), own.command.args)) template.checked.add(header);
     else forget(queue, job);
   }

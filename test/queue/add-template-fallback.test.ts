@@ -73,3 +73,23 @@ describe("the add command reused for a queue's options and job name", () => {
     for (const jobId of ['42', '-5', 'a:b', 'a:b:c:d']) expectBullmqs(options, jobId);
   });
 });
+
+describe('an add the template cannot make', () => {
+  it('leaves the template to the adds after it (one odd id or time does not send every later add through BullMQ)', async () => {
+    const { loadBullmq } = await import('../../src/queue/redis-connection.js');
+    vi.useFakeTimers({ toFake: ['Date'], now: Date.UTC(2026, 10, 29, 12) });
+    const options = { attempts: 7 };
+    expectBullmqs(options, 'warm');
+    addCommand(queue, { name: 'eml', data: {}, options, jobId: 'odd\ud800' }, '{}');
+    vi.setSystemTime(1000);
+    addCommand(queue, { name: 'eml', data: {}, options, jobId: 'early' }, '{}');
+    vi.setSystemTime(Date.UTC(2026, 10, 29, 13));
+    const addJob = vi.spyOn(loadBullmq().Job.prototype, 'addJob');
+    try {
+      for (let i = 0; i < 5; i++) addCommand(queue, { name: 'eml', data: {}, options, jobId: `later${i}` }, '{}');
+      expect(addJob).not.toHaveBeenCalled();
+    } finally {
+      addJob.mockRestore();
+    }
+  });
+});
