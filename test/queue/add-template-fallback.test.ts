@@ -46,7 +46,7 @@ function expectBullmqs(options: object, jobId: string): void {
 }
 
 describe("the add command reused for a queue's options and job name", () => {
-  it('is BullMQ\'s for an id with a lone surrogate (msgpackr packs it as 3 bytes of its own, not as U+FFFD)', () => {
+  it("is BullMQ's for an id with a lone surrogate (msgpackr packs it as 3 bytes of its own, not as U+FFFD)", () => {
     vi.useFakeTimers({ toFake: ['Date'], now: Date.UTC(2026, 10, 29, 12) });
     const options = { attempts: 3 };
     // A template made and checked with well-formed ids of each header size first.
@@ -56,7 +56,7 @@ describe("the add command reused for a queue's options and job name", () => {
     }
   });
 
-  it('is BullMQ\'s at a time msgpackr packs as an integer, not a float 64 (a clock before 1970-02-19, or faked)', () => {
+  it("is BullMQ's at a time msgpackr packs as an integer, not a float 64 (a clock before 1970-02-19, or faked)", () => {
     const options = { priority: 4 };
     vi.useFakeTimers({ toFake: ['Date'], now: Date.UTC(2026, 10, 29, 12) });
     expectBullmqs(options, 'first');
