@@ -1,6 +1,7 @@
 import type { JobsOptions, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { loadBullmq, requireQueuePeers, type OutboxRedisClient } from './redis-connection.js';
+import { hasLoneSurrogate } from '../protocol/message-format.js';
 
 /*
  * Every use the outbox makes of BullMQ beyond its documented API: test/queue/bullmq-internals.test.ts fails, naming
@@ -87,16 +88,34 @@ export function addCommand(queue: Queue, job: JobToAdd, json?: string): AddComma
   if (json === undefined || job.options.sizeLimit !== undefined) return recordAdd(queue, job).command;
   const template = addTemplate(queue, job);
   const header = stringHeaderSize(job.jobId);
-  if (template?.checked.has(header)) {
-    return { script: template.script, args: template.fill(job.jobId, Date.now()), data: json };
+  const now = Date.now();
+  const fit = fits(job.jobId, now);
+  if (template?.checked.has(header) && fit) {
+    return { script: template.script, args: template.fill(job.jobId, now), data: json };
   }
   const own = recordAdd(queue, { ...job, data: {} });
-  // An id of a length not seen yet has a MessagePack header of another size: checked against BullMQ's own once.
-  if (template) {
+  // An id of a length not seen yet has a MessagePack header of another size: checked against BullMQ's own once (with
+  // an id and time the template can take: another would forget it for every add after).
+  if (template && fit && fits(job.jobId, own.timestamp)) {
     if (sameCommand(template.fill(job.jobId, own.timestamp), own.command.args)) template.checked.add(header);
     else forget(queue, job);
   }
   return { ...own.command, data: json };
+}
+
+/**
+ * Whether a template gives BullMQ's command for this id and time, which the checks (one per size of the id's header)
+ * cannot tell: msgpackr packs a lone surrogate as 3 bytes of its own (Buffer's UTF-8 writes U+FFFD), and a time that
+ * fits 32 bits as an integer (the template has a float 64); BullMQ refuses an integer id and most with ':'.
+ */
+function fits(jobId: string, now: number): boolean {
+  return (
+    now >>> 0 !== now &&
+    now >> 0 !== now &&
+    !hasLoneSurrogate(jobId) &&
+    !jobId.includes(':') &&
+    `${parseInt(jobId, 10)}` !== jobId
+  );
 }
 
 /** BullMQ's add of `job`, recorded, and the timestamp its Job took. */
