@@ -121,15 +121,9 @@ describe(`BullMQ ${version}, as the outbox uses it`, () => {
     try {
       const producerOptions = { attempts: 5, backoff: { type: 'custom' }, removeOnComplete: { age: 3600 } };
       for (const opts of [{}, { priority: 3 }, { delay: 60_000 }, producerOptions]) {
-        // Ids whose MessagePack headers differ in size (fixstr, str 8, str 16, str 32), one of them not ASCII.
-        for (const jobId of [
-          'j',
-          'x'.repeat(40),
-          'é'.repeat(20),
-          'w'.repeat(200),
-          'y'.repeat(300),
-          'z'.repeat(70_000),
-        ]) {
+        // Ids whose MessagePack headers differ in size (fixstr, str 8, str 16), one of them not ASCII (str 32 and random
+        // ids: add-template-attack.test.ts).
+        for (const jobId of ['j', 'x'.repeat(40), 'é'.repeat(20), 'w'.repeat(200), 'y'.repeat(300)]) {
           for (const at of [Date.UTC(2026, 10, 29, 12), Date.UTC(2031, 0, 1, 0, 0, 0, 7)]) {
             vi.setSystemTime(at);
             const job = { name: 'eml', data: {}, options: opts, jobId };
