@@ -50,7 +50,8 @@ export interface OutboxProducerOptions {
   /**
    * BullMQ options of every job, over the outbox's; not `jobId` (it is the send's idempotency key). `priority` (0 to
    * 2^21 - 2, lower first) orders new messages; retries always go first. Removal of sent jobs within the idempotency
-   * window, or of failed jobs at once, is refused with `ECONFIG`.
+   * window, or of failed jobs at once, is refused with `ECONFIG`. Copied when the transport is made: a later change to
+   * the object has no effect.
    * @default { removeOnComplete: { age: 86400 }, removeOnFail: { age: 604800 } }
    */
   jobOptions?: Omit<
@@ -255,9 +256,17 @@ export function resolveProducerOptions(options: OutboxProducerOptions): Resolved
 }
 
 function resolveJobOptions(value: unknown, schedule: ReturnType<typeof resolveRetrySchedule>): OutboxJobOptions {
-  const jobOptions = (value ?? {}) as OutboxJobOptions;
-  if (typeof jobOptions !== 'object' || jobOptions === null || Array.isArray(jobOptions)) {
-    throw configError('jobOptions', `expected BullMQ job options, got ${describe(jobOptions)}`);
+  const given = (value ?? {}) as OutboxJobOptions;
+  if (typeof given !== 'object' || given === null || Array.isArray(given)) {
+    throw configError('jobOptions', `expected BullMQ job options, got ${describe(given)}`);
+  }
+  // A copy, checked once: the producer makes its add command from these once, so a change made to the caller's
+  // object later would otherwise go unchecked or half apply.
+  let jobOptions: OutboxJobOptions;
+  try {
+    jobOptions = structuredClone(given);
+  } catch (err) {
+    throw configError('jobOptions', `expected plain data, as BullMQ stores it (${(err as Error).message})`);
   }
   if ('jobId' in jobOptions) {
     throw configError(

@@ -299,6 +299,23 @@ describe('sendMail through EmlApiQueueTransport', () => {
     expect(err).toMatchObject({ code: 'ECONNECTION' });
   });
 
+  it("keeps the job options it checked: a change to the caller's object afterwards changes no job", async () => {
+    const jobOptions = { priority: 4, removeOnComplete: { age: 2 * 24 * 3600 } };
+    const own = new EmlApiQueueTransport({ connection: redis.url, queueName: 'kept-options', jobOptions });
+    try {
+      const send = nodemailer.createTransport(own) as unknown as Transporter<OutboxQueuedMessageInfo>;
+      const kept = { from: 'shop@example.test', to: 'ann@example.test', subject: 'Kept', text: 'Options kept.' };
+      // Unchecked, an age of 5 s would drop sent jobs inside the idempotency window.
+      jobOptions.removeOnComplete.age = 5;
+      jobOptions.priority = 1;
+      const info = await send.sendMail({ ...kept, idempotencyKey: 'kept-1' } as never);
+      const job = await own.queue.getJob(info.queueId);
+      expect(job?.opts).toMatchObject({ priority: 5, removeOnComplete: { age: 2 * 24 * 3600 } });
+    } finally {
+      await own.close();
+    }
+  });
+
   it('names the option in configuration errors', () => {
     const bad = (options: object) => {
       try {
@@ -318,6 +335,10 @@ describe('sendMail through EmlApiQueueTransport', () => {
     });
     expect(bad({ connection: redis.url, jobOptions: { jobId: 'x' } })).toMatchObject({
       message: expect.stringContaining('idempotencyKey'),
+    });
+    expect(bad({ connection: redis.url, jobOptions: { backoff: { type: 'custom', pick: () => 1 } } })).toMatchObject({
+      code: 'ECONFIG',
+      message: expect.stringMatching(/^Invalid option jobOptions: expected plain data/),
     });
     expect(bad({ connection: redis.url, maxMessageSize: -1 })).toMatchObject({
       message: expect.stringContaining('maxMessageSize'),
