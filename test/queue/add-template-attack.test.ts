@@ -40,7 +40,7 @@ function generator(seed: number): (n: number) => number {
 
 const rnd = generator(0x9e3779b9);
 const PIECES = ['\u00cb', '\u00cb\u0000', 'emlApiTemplateId', 'emlApiTemplateIdCheck', ':', '%', '\0', '12'];
-const LENGTHS = [1, 2, 15, 16, 21, 31, 32, 33, 63, 64, 65, 255, 256, 1000, 65535, 65536, 100000];
+const LENGTHS = [1, 2, 15, 16, 21, 31, 32, 33, 63, 64, 65, 255, 256, 1000, 65535, 65536];
 
 function randomChar(): string {
   const r = rnd(10);
@@ -110,7 +110,7 @@ describe('the reused add command, attacked', () => {
     const differ: string[] = [];
     try {
       for (const options of optionSets) {
-        for (let k = 0; k < 60; k++) {
+        for (let k = 0; k < 40; k++) {
           const jobId = randomId();
           vi.setSystemTime(times[rnd(times.length)]!);
           const job = { name: 'eml', data: {}, options, jobId };
@@ -207,7 +207,7 @@ describe('the reused add command, attacked', () => {
     const failed: string[] = [];
     const prefixes = ['k', 'emlApiTemplateId', 'x'.repeat(240), '%:%', '12'];
     const sends: Promise<void>[] = [];
-    for (let i = 0; i < 400; i++) {
+    for (let i = 0; i < 200; i++) {
       // Two sends of each key, through two producers.
       const key = `${prefixes[Math.floor(i / 2) % 5]}-${Math.floor(i / 2)}`.slice(0, 255);
       const transport = transports[i % transports.length]!;
@@ -228,11 +228,11 @@ describe('the reused add command, attacked', () => {
           }
         })(),
       );
-      if (i === 200) await redis.restart('crash');
+      if (i === 100) await redis.restart('crash');
     }
     await Promise.all(sends);
     expect(failed).toEqual([]);
-    expect([news.size, duplicates]).toEqual([200, 200]);
+    expect([news.size, duplicates]).toEqual([100, 100]);
     const queue = transports[0]!.queue;
     for (const [key, { text }] of news) {
       const job = await queue.getJob(outboxJobId(key));
@@ -251,7 +251,7 @@ describe('the reused add command, attacked', () => {
       concurrency: 1,
     });
     try {
-      await eventually(() => emu.messages().length >= 200, { what: '200 delivered' });
+      await eventually(() => emu.messages().length >= 100, { what: '100 delivered' });
       await new Promise((r) => setTimeout(r, 300));
       const texts = emu.messages().map((m) => String((m as unknown as { text?: string }).text).trim());
       expect(texts.slice().sort()).toEqual([...news.values()].map((n) => n.text).sort());
