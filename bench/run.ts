@@ -799,7 +799,7 @@ function markdown(): string {
     '',
     `Latest run: ${new Date().toISOString()} on ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGb} GiB, Node ${machine.node}.`,
     '',
-    'Reproduce with `npm ci && npm run bench` (about 8 minutes; `npm run bench -- --only <section>` runs one section (throughput, latency, connections, memory, queued, parsing, lean, threads, profile, relay, postfix, inbox, queue, scrape) and prints it).',
+    'Reproduce with `npm ci && npm run bench` (14-20 minutes on 2 cores; `npm run bench -- --only <section>` runs one section (throughput, latency, connections, memory, queued, parsing, lean, threads, profile, relay, postfix, inbox, queue, scrape) and prints it).',
     'Sinks run in a separate process; each memory case runs in a fresh process; the outbox cases use a redis-server started for the run.',
     'Every figure is compared with a reference measured in the same run. Throughput: the transport (the built package, as apps run it) and its references run in',
     `${THROUGHPUT_ROUNDS} interleaved rounds of ${THROUGHPUT_COUNT} messages (10 KB HTML and a 2 KB attachment) after a warm-up; values are medians and`,
