@@ -45,8 +45,15 @@ function saslModulesInstalled(): boolean {
 export function missingSenders(): string[] {
   const missing = ['postfix', 'postconf', 'msmtp', 'swaks', 'python3', 'curl'].filter((p) => !findProgram(p));
   if (!saslModulesInstalled()) missing.push('libsasl2-modules');
+  // Debian's swaks only recommends the module its --tls needs: without it, swaks refuses the docs' line.
+  if (findProgram('swaks') && !swaksHasTls()) missing.push("libnet-ssleay-perl (swaks' --tls)");
   if (process.getuid?.() !== 0) missing.push("root (Postfix's master process starts as root)");
   return missing;
+}
+
+function swaksHasTls(): boolean {
+  const support = spawnSync(findProgram('swaks')!, ['--support'], { encoding: 'utf8' });
+  return /^=== TLS supported/m.test(`${support.stdout}${support.stderr}`);
 }
 
 /**

@@ -27,7 +27,7 @@ const DOCS = readFileSync(new URL('../../docs/relay.md', import.meta.url), 'utf8
 
 const missing = missingSenders();
 if (missing.length > 0) {
-  const why = `the senders test needs ${missing.join(', ')}: apt-get install -y postfix libsasl2-modules msmtp swaks python3 curl, as root`;
+  const why = `the senders test needs ${missing.join(', ')}: apt-get install -y postfix libsasl2-modules msmtp swaks libnet-ssleay-perl python3 curl, as root`;
   if (Boolean(process.env.CI) && process.env.CI !== 'false') throw new Error(`On CI, ${why}`);
   console.warn(`\n\u001b[33mSKIPPING test/relay/senders.test.ts: ${why}\u001b[0m\n`);
 }
